@@ -1,0 +1,35 @@
+# Two commands a newcomer needs:  make demo   (set up + estimate a bundled model)
+#                                 make test   (set up everything + run the whole test suite)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip -q --disable-pip-version-check
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# light install: the estimator and the CLI (no torch)
+$(VENV)/.core: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[cli]'
+	touch $@
+
+# everything: torch first (the CPU build that lies on disk here), then the extras
+$(VENV)/.all: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[all,test]'
+	bash scripts/system-deps.sh
+	touch $(VENV)/.core $@
+
+.PHONY: demo test setup lint bench
+setup: $(VENV)/.all
+
+demo: $(VENV)/.core
+	$(VENV)/bin/vramfit estimate --model meta-llama/Llama-2-7b-hf --method qlora --seq-len 4096 --micro-batch-size 2 --gradient-checkpointing full
+
+test: $(VENV)/.all
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest
+
+bench: $(VENV)/.all
+	$(PY) benchmarks/accuracy.py
+	$(PY) benchmarks/estimate_speed.py

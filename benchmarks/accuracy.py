@@ -1,0 +1,163 @@
+"""Score the estimator against published measurements (shared/data/measured/public.jsonl).
+
+Usage: python benchmarks/accuracy.py [--data PATH] [--all] [--rows] [--json]
+
+For each row, the figure the source measured (allocated, reserved or device) is compared with ours;
+an ``unknown`` metric counts as right (0 %) when it lies between our allocated and device figures,
+else the error is taken against the nearer bound. Two naive references are scored the same way:
+16 bytes per parameter for full fine-tuning and 2 bytes per parameter for LoRA/QLoRA.
+
+The framework each source ran is a fact of the source (lit-gpt, torchtune, transformers + PEFT),
+so it is set from ``source_id``; no constant is fitted to any row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from vramfit import estimate
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "measured" / "public.jsonl"
+
+#: Which training code produced each source's figures (see shared/data/measured/README.md).
+SOURCE_FRAMEWORK = {
+    "LIT_RES": "litgpt",
+    "TT_README_OPT": "torchtune",
+    "TT_README_2409": "torchtune",
+    "TT_README_2405": "torchtune",
+    "TT_README_2404": "torchtune",
+    "TT_TUT": "torchtune",
+    "TORCHAO": "torchtune",
+    "PEFT_README": "hf",
+    "PEFT_DOCS": "hf",
+}
+
+
+def find_data(path: str | None) -> Path:
+    if path:
+        return Path(path)
+    for cand in (DEFAULT_DATA, Path.cwd().parent / "shared/data/measured/public.jsonl"):
+        if cand.is_file():
+            return cand
+    raise SystemExit(f"measured data not found at {DEFAULT_DATA}; pass --data")
+
+
+def signed_error(metric: str, measured: int, alloc: int, reserved: int, device: int) -> float:
+    """Signed relative error of our figure against the measured one (0 inside the unknown band)."""
+    if metric == "allocated":
+        ours = alloc
+    elif metric == "reserved":
+        ours = reserved
+    elif metric == "device":
+        ours = device
+    else:
+        if alloc <= measured <= device:
+            return 0.0
+        ours = alloc if measured < alloc else device
+    return (ours - measured) / measured
+
+
+def naive_bytes(scenario: dict, num_params: int) -> int:
+    per = 16 if scenario.get("method") == "full" else 2
+    return per * num_params // max(1, scenario.get("num_gpus", 1) if scenario.get("method") == "full" else 1)
+
+
+def score(rows: list[dict]) -> list[dict]:
+    out = []
+    for row in rows:
+        sc = dict(row["scenario"])
+        sc.setdefault("framework", SOURCE_FRAMEWORK.get(row["source_id"], "hf"))
+        r = estimate(sc)
+        m = row["measured"]
+        err = signed_error(m["metric"], m["bytes"], r.peak.allocated_bytes, r.peak.reserved_bytes, r.peak.device_bytes)
+        naive = naive_bytes(sc, r.model.num_params)
+        nerr = signed_error(m["metric"], m["bytes"], naive, naive, naive)
+        out.append(
+            {
+                "id": row["id"],
+                "source_id": row["source_id"],
+                "metric": m["metric"],
+                "seq_exact": row["seq_exact"],
+                "measured_gib": m["bytes"] / 2**30,
+                "allocated_gib": r.peak.allocated_bytes / 2**30,
+                "reserved_gib": r.peak.reserved_bytes / 2**30,
+                "device_gib": r.peak.device_bytes / 2**30,
+                "error": err,
+                "naive_error": nerr,
+            }
+        )
+    return out
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def quantile(values: list[float], q: float) -> float:
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    k = (len(v) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def summarize(scored: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for s in scored:
+        groups.setdefault(s["source_id"], []).append(s)
+    table = {}
+    for name, items in sorted(groups.items()) + [("ALL", scored)]:
+        ab = [abs(i["error"]) for i in items]
+        nb = [abs(i["naive_error"]) for i in items]
+        table[name] = {
+            "n": len(items),
+            "median_abs": statistics.median(ab) if ab else float("nan"),
+            "p90_abs": quantile(ab, 0.9),
+            "worst": max(items, key=lambda i: abs(i["error"]))["error"] if items else float("nan"),
+            "median_signed": statistics.median([i["error"] for i in items]) if items else float("nan"),
+            "naive_median_abs": statistics.median(nb) if nb else float("nan"),
+        }
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data")
+    ap.add_argument("--all", action="store_true", help="score every row, not only seq_exact ones")
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in find_data(args.data).read_text().splitlines() if line.strip()]
+    scored = score(rows)
+    chosen = scored if args.all else [s for s in scored if s["seq_exact"]]
+    table = summarize(chosen)
+    if args.json:
+        print(json.dumps({"rows": chosen, "summary": table}, indent=1))
+        return 0
+    if args.rows:
+        for s in scored:
+            print(
+                f"{s['id']:<18} {s['metric']:<9} meas {s['measured_gib']:7.2f} GiB  "
+                f"alloc {s['allocated_gib']:7.2f} res {s['reserved_gib']:7.2f} dev {s['device_gib']:7.2f}  "
+                f"err {pct(s['error']):>8}  naive {pct(s['naive_error']):>8}  exact={s['seq_exact']}"
+            )
+        print()
+    which = "all rows" if args.all else "rows with an exact sequence length"
+    print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):")
+    print(f"{'source':<16}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
+    for name, t in table.items():
+        print(
+            f"{name:<16}{t['n']:>4}{100 * t['median_abs']:>13.1f}%{100 * t['p90_abs']:>10.1f}%"
+            f"{pct(t['worst']):>9}{100 * t['naive_median_abs']:>13.1f}%"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Rich rendering of results. Pure presentation: no arithmetic beyond unit conversion."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from vramfit.estimate.result import EstimateResult
+
+GiB = 1024**3
+
+
+def gib(n: int) -> str:
+    return f"{n / GiB:,.2f}"
+
+
+def gb(n: int) -> str:
+    return f"{n / 1e9:,.2f}"
+
+
+def render_estimate(r: EstimateResult, console: Console) -> None:
+    sc = r.scenario
+    title = (
+        f"{r.model.id} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq {sc.seq_len}"
+        f" · {sc.num_gpus} GPU{'s' if sc.num_gpus > 1 else ''}"
+    )
+    console.print(f"[bold]{title}[/bold]")
+    console.print(
+        f"parameters {r.model.num_params:,} · trainable {r.model.num_trainable_params:,} "
+        f"({100 * r.model.num_trainable_params / max(1, r.model.num_params):.3f} %)"
+    )
+    t = Table(title="Per-GPU memory by component", title_justify="left")
+    t.add_column("component")
+    t.add_column("GiB", justify="right")
+    t.add_column("live", style="dim")
+    t.add_column("seen by", style="dim")
+    t.add_column("what", style="dim", overflow="fold")
+    for c in r.components:
+        t.add_row(c.name, gib(c.bytes), c.phase, c.counted_in, c.detail)
+    console.print(t)
+
+    p = Table(title="Peak per GPU", title_justify="left")
+    p.add_column("counter")
+    p.add_column("GiB (2^30 B)", justify="right")
+    p.add_column("GB (10^9 B)", justify="right")
+    p.add_column("what it matches", style="dim")
+    p.add_row("allocated", gib(r.peak.allocated_bytes), gb(r.peak.allocated_bytes), "torch.cuda.max_memory_allocated()")
+    p.add_row("reserved", gib(r.peak.reserved_bytes), gb(r.peak.reserved_bytes), "torch.cuda.max_memory_reserved()")
+    p.add_row("[bold]device[/bold]", f"[bold]{gib(r.peak.device_bytes)}[/bold]", gb(r.peak.device_bytes), "nvidia-smi")
+    console.print(p)
+    phases = ", ".join(f"{x.phase} {gib(x.allocated_bytes)}" for x in r.phases)
+    console.print(f"allocated by phase (GiB): {phases}; peak in [bold]{r.peak.phase}[/bold]")
+    if r.host_bytes:
+        console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
+
+    f = Table(title="Fits one GPU?", title_justify="left")
+    f.add_column("GPU")
+    f.add_column("usable GiB", justify="right")
+    f.add_column("fits")
+    f.add_column("headroom GiB", justify="right")
+    for fit in r.fits:
+        f.add_row(fit.name, gib(fit.usable_bytes), "[green]yes[/green]" if fit.fits else "[red]no[/red]", gib(fit.headroom_bytes))
+    console.print(f)
+    console.print("[bold]Assumptions[/bold]")
+    for a in r.assumptions:
+        console.print(f" • {a}")

@@ -1,0 +1,146 @@
+"""``estimate(scenario) -> EstimateResult``: per-GPU peak memory of a fine-tuning step, no torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.estimate.core import compute, process_bytes, reserved_bytes
+from vramfit.estimate.result import (
+    Component,
+    EstimateResult,
+    FitInfo,
+    ModelInfo,
+    Peak,
+    Phase,
+    PhasePeak,
+)
+from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
+
+__all__ = ["estimate", "resolve_spec", "EstimateResult"]
+
+_PAGED = (Optimizer.PAGED_ADAMW, Optimizer.PAGED_ADAMW_8BIT)
+
+
+def resolve_spec(sc: Scenario):
+    """(model id, ModelSpec, origin, notes) for a scenario's ``model`` or ``params``."""
+    from vramfit.models import generic_spec, resolve_model
+
+    if sc.model is not None:
+        rm = resolve_model(sc.model)
+        return rm.id, rm.spec, rm.origin, tuple(rm.notes)
+    spec = generic_spec(sc.params)
+    note = (
+        f"params={sc.params:,}: a generic Llama-style dense decoder of that size "
+        f"(hidden {spec.hidden_size}, {spec.num_hidden_layers} layers, vocab {spec.vocab_size}); "
+        "give a model id or config.json for an exact figure"
+    )
+    return f"generic-{sc.params}", spec, "generic", (note,)
+
+
+def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
+    prof = r["profile"]
+    out = [
+        f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
+        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"Loss: {r['loss'].detail}.",
+        "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
+        f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
+        "measure yours with `vramfit measure` or override via calibration.",
+    ]
+    if sc.method is not Method.FULL:
+        dropout = sc.lora_dropout if sc.lora_dropout is not None else prof.lora_dropout_default
+        out.append(
+            f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "
+            f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}."
+        )
+    if sc.method is Method.QLORA:
+        out.append(
+            f"Quantized base {sc.quantize.value}: block linears 4-bit, "
+            + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
+            + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
+            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
+        )
+    if sc.optimizer in _PAGED:
+        out.append(
+            "Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside "
+            "PyTorch's counters (allocated/reserved); counted in the device figure only."
+        )
+    if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
+        out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+    if sc.precision.mixed:
+        out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
+    if sc.num_gpus > 1:
+        out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
+    return out
+
+
+def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> EstimateResult:
+    """Estimate the per-GPU peak memory of one training step.
+
+    ``estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora"})`` or
+    ``estimate(model="meta-llama/Llama-2-7b-hf", method="qlora")``. Raises
+    :class:`vramfit.errors.ScenarioError` on invalid input.
+    """
+    if scenario is None:
+        sc = parse_scenario(keys)
+    elif keys:
+        base = scenario.to_dict() if isinstance(scenario, Scenario) else dict(scenario)
+        base.update(keys)
+        sc = parse_scenario(base)
+    else:
+        sc = parse_scenario(scenario)
+    model_id, spec, origin, notes = resolve_spec(sc)
+    return estimate_spec(sc, spec, model_id, origin, notes)
+
+
+def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
+    r = compute(spec, sc)
+    parts = r["parts"]
+    phases = r["phases"]
+    peak_phase = max(phases, key=phases.get)
+    allocated = phases[peak_phase]
+    reserved = reserved_bytes(allocated, parts, len(r["saved"].items), spec.num_hidden_layers)
+    ctx, nccl = process_bytes(sc)
+    device = reserved + ctx + nccl + parts.paged_optimizer_state
+    A, R, D = "allocated", "reserved", "device"
+    P = Phase
+    comps = [
+        Component("weights", parts.weights, P.PERSISTENT, A, "16-bit or fp32 model weights held on this GPU"),
+        Component("quantized_base", parts.quantized_base, P.PERSISTENT, A, f"{sc.quantize.value} storage of the frozen linears"),
+        Component("adapters", parts.adapters, P.PERSISTENT, A, "LoRA A and B matrices"),
+        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"),
+        Component("gradients", parts.gradients, P.ACCUMULATION if sc.grad_accum > 1 else P.BACKWARD, A, "gradients of trainable parameters"),
+        Component("optimizer_state", parts.optimizer_state, P.AFTER_FIRST_STEP, A, f"{sc.optimizer.value} state"),
+        Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
+        Component("activations", parts.activations, P.FORWARD_BACKWARD, A, "tensors saved for backward (all blocks, final norm)"),
+        Component("autocast_copies", parts.autocast_copies, P.FORWARD_BACKWARD, A, "16-bit weight copies made by autocast"),
+        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r["loss"].detail),
+        Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
+        Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
+        Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
+        Component("allocator_overhead", reserved - allocated, P.PROCESS, R, "caching allocator: reserved but not allocated"),
+        Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
+        Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
+    ]
+    comps = [c for c in comps if c.bytes]
+    from vramfit.gpus import COMMON_CARDS, get_gpu
+
+    cards = list(COMMON_CARDS)
+    if sc.gpu and sc.gpu not in cards:
+        cards.insert(0, sc.gpu)
+    fits = []
+    for gid in cards:
+        g = get_gpu(gid)
+        fits.append(FitInfo(g.gpu_id, g.name, g.usable_bytes, device <= g.usable_bytes, g.usable_bytes - device))
+    assumptions = list(notes) + _assumptions(sc, r, spec)
+    return EstimateResult(
+        scenario=sc,
+        model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
+        peak=Peak(allocated, reserved, device, peak_phase),
+        components=tuple(comps),
+        phases=tuple(PhasePeak(k, v) for k, v in phases.items()),
+        assumptions=tuple(assumptions),
+        host_bytes=parts.host,
+        fits=tuple(fits),
+    )

@@ -1,0 +1,304 @@
+"""Activation memory from the real computation: the tensors autograd saves for backward.
+
+For one decoder block, each op of the Hugging Face (or torchtune / lit-gpt) implementation is walked
+and the tensors its backward needs are counted once each (a tensor saved by several ops, or a view
+that keeps its base alive, counts once). Rules used throughout (PyTorch autograd formulas,
+``tools/autograd/derivatives.yaml``):
+
+- ``linear``/``mm`` saves its input only if the weight needs a gradient; the weight is a parameter.
+- ``mul(a, b)`` saves ``b`` if ``a`` needs grad and ``a`` if ``b`` needs grad.
+- ``silu``, native ``gelu`` and ``pow`` save their input; ``tanh``, ``softmax`` and ``log_softmax``
+  save their output; dtype casts, views, ``cat`` and ``add`` save nothing.
+- SDPA flash / memory-efficient kernels save q, k, v, the output and the fp32 log-sum-exp.
+
+Notation: T = micro_batch_size x seq_len tokens, h hidden, a/kv heads, d head_dim, I MLP width,
+c bytes of the compute dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
+from vramfit.estimate.params import Adapter
+from vramfit.models.spec import Linear, ModelSpec
+from vramfit.scenario import Attention, Method, Precision, Scenario
+
+_FUSED_QKV = ("query_key_value", "qkv_proj", "c_attn", "Wqkv", "W_pack")
+# python-composed GELU of transformers activations.py NewGELUActivation: saves x, tanh(.), 0.5x, 1+tanh
+_COMPOSITE_GELU = {"gelu_new": 4, "gelu_fast": 4}
+_QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")
+_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")
+_SANDWICH_NORM = ("gemma2", "gemma3_text")  # post-attention and post-feedforward norms too
+_PARALLEL_ONE_NORM = ("phi",)  # phi: one LayerNorm feeds attention and MLP
+_LAYERNORM = ("phi", "falcon", "gpt_neox", "bloom", "stablelm")
+
+
+@dataclass
+class Saved:
+    """Named saved tensors of one block; a key is counted once however many ops save it."""
+
+    items: dict[str, int] = field(default_factory=dict)
+
+    def add(self, key: str, nbytes: int) -> None:
+        if nbytes > 0 and key not in self.items:
+            self.items[key] = nbytes
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    compute: int  # activations / matmul outputs
+    residual: int  # the residual stream between blocks
+    norm_out: int  # output of the norms that feed linears
+    adapter: int
+    autocast: bool
+
+
+def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
+    """Element sizes of the tensors in a block.
+
+    ``-mixed``: fp32 weights under autocast, so the residual stream and norm outputs are fp32 and
+    each linear casts its input to 16 bits. QLoRA under PEFT's ``prepare_model_for_kbit_training``:
+    embeddings and norms are fp32 (peft other.py:202), so the residual stream is fp32 as well.
+    """
+    c = scenario.precision.compute_bytes
+    fp32_stream = scenario.precision.mixed or scenario.precision is Precision.FP32 or (
+        scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
+    )
+    res = 4 if fp32_stream else c
+    return Dtypes(
+        compute=c,
+        residual=res,
+        norm_out=res,
+        adapter=adapter_bytes(profile, scenario.precision),
+        autocast=scenario.precision.mixed,
+    )
+
+
+def mlp_width(spec: ModelSpec) -> int:
+    for lin in spec.block_linears:
+        if lin.group in ("mlp", "expert") and lin.out_features == spec.hidden_size:
+            return lin.in_features
+    return spec.moe_intermediate_size or spec.intermediate_size
+
+
+def _linear_needs(lin: Linear, trainable_base: bool, quantized_saves: bool) -> bool:
+    return trainable_base or quantized_saves
+
+
+def block_saved(
+    spec: ModelSpec,
+    sc: Scenario,
+    profile: FrameworkProfile,
+    adapters: list[Adapter],
+    quantized: bool,
+) -> Saved:
+    """Bytes saved for backward by one decoder block in one micro-batch (no checkpointing)."""
+    dt = dtypes_for(sc, profile)
+    c = dt.compute
+    b, s = sc.micro_batch_size, sc.seq_len
+    T = b * s
+    h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+    mt = spec.model_type
+    full = sc.method is Method.FULL
+    out = Saved()
+    adapted = {ad.target: ad for ad in adapters if ad.per_layer}
+    n_adapters = {}
+    for ad in adapters:
+        if ad.per_layer:
+            n_adapters[ad.target] = n_adapters.get(ad.target, 0) + 1
+    dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
+    q_saves = quantized and profile.qlora_saves_input
+
+    # --- norms on the residual stream -------------------------------------------------------
+    layernorm = mt in _LAYERNORM
+    gemma_norm = mt in _GEMMA_NORM
+
+    def norm(key: str, src_key: str, src_bytes: int) -> None:
+        """A norm over a (T, h) tensor whose storage is ``src_key``."""
+        if layernorm or not profile.rmsnorm_upcast:
+            out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
+            out.add(key + ".stats", 2 * 4 * T)
+            if not layernorm and full:
+                out.add(key + ".normed", c * T * h)
+            return
+        # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
+        if src_bytes == 4:
+            out.add(src_key, 4 * T * h)
+        else:
+            out.add(key + ".fp32_in", 4 * T * h)
+        out.add(key + ".rstd", 4 * T)
+        if full:
+            out.add(key + ".normed", (4 if gemma_norm else src_bytes) * T * h)
+
+    parallel = mt in ("phi", "falcon", "gpt_neox") or (mt == "stablelm" and spec.parallel_attn_mlp)
+    norm("norm1", "block_in", dt.residual)
+    if parallel:
+        if mt not in _PARALLEL_ONE_NORM and not (mt == "falcon" and len(_norm_names(spec)) == 1):
+            norm("norm2", "block_in", dt.residual)
+        mlp_in_key = "attn_in" if mt in _PARALLEL_ONE_NORM or _norm_count(spec) == 1 else "mlp_in"
+    else:
+        if mt in _SANDWICH_NORM:
+            norm("post_attn_norm", "attn_proj_out", c)
+            norm("norm2", "resid_mid", dt.residual)
+            norm("post_mlp_norm", "mlp_out", c)
+        else:
+            norm("norm2", "resid_mid", dt.residual)
+        mlp_in_key = "mlp_in"
+
+    # --- linears: inputs saved for weight gradients, LoRA branches -----------------------------
+    def linear_input(lin: Linear, in_key: str, in_bytes: int, tokens: int) -> None:
+        if full or q_saves:
+            if dt.autocast:
+                out.add(f"{lin.name}.autocast_in", c * tokens * lin.in_features)
+            else:
+                out.add(in_key, in_bytes * tokens * lin.in_features)
+        ad = adapted.get(lin.name)
+        if ad is None:
+            return
+        k = 1 if profile.fused_qkv_lora else n_adapters[lin.name]
+        ab = dt.adapter
+        x_bytes = in_bytes
+        for i in range(k):
+            tag = f"{lin.name}.lora{i}"
+            if dropout > 0:
+                out.add(tag + ".dropout_mask", tokens * lin.in_features)
+                out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * tokens * lin.in_features)
+            elif profile.lora_casts_input and ab != x_bytes:
+                out.add(tag + ".cast_in", ab * tokens * lin.in_features)
+            else:
+                out.add(in_key, x_bytes * tokens * lin.in_features)
+            rank_width = sc.lora_rank * (ad.slices if profile.fused_qkv_lora else 1)
+            out.add(tag + ".a_out", ab * tokens * rank_width)
+
+    lin_by_group: dict[str, list[Linear]] = {}
+    for lin in spec.block_linears:
+        lin_by_group.setdefault(lin.group, []).append(lin)
+
+    attn_in_key = "attn_in" if not (layernorm is False and False) else "attn_in"
+    attn_lins = lin_by_group.get("attn", [])
+    fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
+    o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
+    for lin in attn_lins:
+        if lin is o_lin:
+            linear_input(lin, "attn_out", c, T)
+        else:
+            linear_input(lin, attn_in_key, dt.norm_out, T)
+
+    # --- attention core ------------------------------------------------------------------------
+    q_el, kv_el = T * a * d, T * kv * d
+    if mt in _QK_NORM:  # q/k RMSNorm: fp32 copies of q and k saved
+        out.add("q_norm.fp32_in", 4 * q_el)
+        out.add("k_norm.fp32_in", 4 * kv_el)
+        if full:
+            out.add("q_norm.normed", c * q_el)
+            out.add("k_norm.normed", c * kv_el)
+    eager = sc.attention is Attention.EAGER or mt == "bloom"
+    expand = kv < a and (eager or profile.expands_kv_for_sdpa)
+    k_saved = c * (q_el if expand else kv_el)
+    out.add("q", c * q_el)
+    out.add("k", k_saved)
+    if fused_qkv and not expand:
+        # v is a view of the fused projection output: the whole (T, (a + 2kv) d) storage stays alive
+        out.add("v", c * (q_el + 2 * kv_el))
+    else:
+        out.add("v", k_saved)
+    if eager:
+        scores = b * a * s * s
+        out.add("attn.softmax_fp32", 4 * scores)
+        if c != 4:
+            out.add("attn.probs", c * scores)
+        if spec.extra.get("attn_logit_softcapping"):
+            out.add("attn.softcap_tanh", c * scores)
+    else:
+        out.add("attn.out", c * q_el)
+        out.add("attn.lse", 4 * b * a * s)
+
+    # --- MLP -----------------------------------------------------------------------------------
+    width = mlp_width(spec)
+    mlp_lins = lin_by_group.get("mlp", []) + lin_by_group.get("expert", [])
+    moe = bool(spec.num_experts)
+    tokens = T * spec.num_experts_per_tok if moe else T
+    if moe:
+        router = lin_by_group.get("router", [])
+        for lin in router:
+            linear_input(lin, mlp_in_key, dt.norm_out, T)
+        out.add("router.softmax_fp32", 4 * T * spec.num_experts)
+        out.add("experts.gathered_in", c * tokens * h)
+        out.add("experts.weighted_out", c * tokens * h)
+    down = next((lin for lin in mlp_lins if lin.out_features == h), None)
+    for lin in mlp_lins:
+        if lin is down:
+            linear_input(lin, "mlp_mid", c, tokens)
+        else:
+            linear_input(lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
+    act_saves = _COMPOSITE_GELU.get(spec.hidden_act, 1) if profile.name == "transformers + PEFT" else 1
+    if spec.gated_mlp:
+        out.add("mlp.gate_out", c * tokens * width)  # saved by the activation
+        out.add("mlp.act_out", c * tokens * width)  # saved by act * up
+        out.add("mlp.up_out", c * tokens * width)
+        if act_saves > 1:
+            out.add("mlp.act_extra", (act_saves - 1) * c * tokens * width)
+    else:
+        out.add("mlp.fc1_out", act_saves * c * tokens * width)
+    return out
+
+
+def _norm_names(spec: ModelSpec) -> list[str]:
+    return ["norm"] * _norm_count(spec)
+
+
+def _norm_count(spec: ModelSpec) -> int:
+    """Norm modules per block (LayerNorm weight+bias counted as one module)."""
+    per = spec.block_norm_params // spec.hidden_size if spec.hidden_size else 0
+    if spec.model_type in _LAYERNORM:
+        per //= 2
+    return max(per, 1)
+
+
+def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Largest working set of gradient tensors inside one block's backward, beyond saved tensors.
+
+    Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
+    MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
+    accumulator of FlashAttention-2 (Dao 2023, Algorithm 2). Eager: grad of the probabilities and
+    the fp32 softmax gradient (input and output).
+    """
+    dt = dtypes_for(sc, profile)
+    c = dt.compute
+    b, s = sc.micro_batch_size, sc.seq_len
+    T = b * s
+    a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+    tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
+    width = mlp_width(spec)
+    mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
+    if sc.attention is Attention.EAGER or spec.model_type == "bloom":
+        attn = (c + 8) * b * a * s * s
+    else:
+        attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
+    return max(mlp, attn)
+
+
+def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The block input a checkpointed block keeps (its ``hidden_states`` argument)."""
+    dt = dtypes_for(sc, profile)
+    return dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size
+
+
+def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
+    """Saved tensors outside the blocks: the final norm, lm_head input, eager attention mask."""
+    dt = dtypes_for(sc, profile)
+    T = sc.micro_batch_size * sc.seq_len
+    h = spec.hidden_size
+    total = 4 * T * h if (profile.rmsnorm_upcast and spec.model_type not in _LAYERNORM) else dt.residual * T * h
+    if lm_head_trainable:
+        total += dt.compute * T * h
+    if sc.attention is Attention.EAGER:
+        total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len
+    if spec.model_type == "bloom":  # word_embeddings_layernorm saves the embedding output
+        total += dt.compute * T * h
+    return total

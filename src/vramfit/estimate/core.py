@@ -1,0 +1,335 @@
+"""The estimator: per-GPU peak memory of one training step, as the maximum over its phases.
+
+persistent state (weights, quantized base, adapters, master weights, workspaces)
++ the maximum over: end of forward, start of backward (loss gradients), inside a block's backward
+(recompute of a checkpointed block, de-quantization), the optimizer step (its temporaries), with the
+gradients held between micro-batches of gradient accumulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.estimate import activations as act
+from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
+from vramfit.estimate.constants import (
+    CUBLAS_WORKSPACE,
+    CUBLAS_WORKSPACE_HOPPER,
+    CUBLASLT_WORKSPACE,
+    CUDA_CONTEXT,
+    K_ROUND_LARGE,
+    NCCL_CHANNELS,
+    NCCL_LL128_BUFF,
+    NCCL_LL_BUFF,
+    NCCL_SIMPLE_BUFF,
+)
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, profile_for
+from vramfit.estimate.loss import loss_memory
+from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
+from vramfit.estimate.state import (
+    optimizer_state_bytes,
+    quantized_weight_bytes,
+    shard,
+    sharding_for,
+)
+from vramfit.models.spec import ModelSpec
+from vramfit.scenario import (
+    Checkpointing,
+    Method,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Quantize,
+    Scenario,
+)
+
+_DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+
+
+@dataclass
+class Parts:
+    """Per-GPU bytes of every component (allocated unless said otherwise)."""
+
+    weights: int = 0
+    quantized_base: int = 0
+    adapters: int = 0
+    master_weights: int = 0
+    gradients: int = 0
+    optimizer_state: int = 0
+    paged_optimizer_state: int = 0  # CUDA managed memory: device only
+    workspaces: int = 0
+    comm_buffers: int = 0
+    activations: int = 0
+    autocast_copies: int = 0
+    logits_loss: int = 0
+    temporaries: int = 0
+    host: int = 0
+    num_trainable: int = 0
+    param_tensors: tuple[int, ...] = ()  # rounded sizes of persistent tensors (for reserved)
+
+
+def _is_quantized_linear(t: ParamTensor, sc: Scenario, profile: FrameworkProfile) -> bool:
+    if sc.quantize is Quantize.NONE:
+        return False
+    if t.kind == "linear":
+        return True
+    return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
+
+
+def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
+    """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
+    p = Parts()
+    n = sc.num_gpus
+    shd = sharding_for(sc.parallelism, n, sc.offload)
+    ds_mixed = sc.precision.mixed and sc.parallelism in _DS
+    pb = sc.precision.param_bytes
+    full = sc.method is Method.FULL
+    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)
+    tensors = base_tensors(spec)
+    sizes: list[int] = []
+    trainable: list[tuple[ParamTensor, int]] = []  # (tensor, dtype bytes of the trainable copy)
+
+    for t in tensors:
+        if full:
+            if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
+                w, m = 2, 4
+            elif sc.precision.mixed:  # torch AMP: the fp32 parameters are the master copy
+                w, m = 0, 4
+            else:
+                w, m = pb, 0
+            p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) if w else 0
+            p.master_weights += shard(round_allocation(t.numel * m) * t.count, shd.optimizer) if m else 0
+            sizes.extend([t.numel * max(w, m)] * min(t.count, 64))
+            trainable.append((t, 2 if ds_mixed else pb))
+            continue
+        if _is_quantized_linear(t, sc, profile):
+            q = quantized_weight_bytes(t.shape[0], t.shape[1], sc.quantize)
+            p.quantized_base += shard(round_allocation(q) * t.count, shd.weights)
+            sizes.extend([q] * min(t.count, 64))
+            continue
+        if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+            w = 4
+        elif ds_mixed:
+            w = 2  # zero.Init keeps the frozen base in 16 bits
+        else:
+            w = pb
+        p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights)
+        sizes.extend([t.numel * w] * min(t.count, 64))
+
+    ab = adapter_bytes(profile, sc.precision)
+    for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers):
+        stored = 2 if ds_mixed else ab
+        p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
+        if ds_mixed:
+            p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
+        trainable.append((t, stored))
+
+    state_bytes = 4 if ds_mixed else None
+    opt_host = 0
+    for t, dtype_bytes in trainable:
+        p.num_trainable += t.total
+        grad = round_allocation(t.numel * dtype_bytes) * t.count
+        p.gradients += shard(grad, shd.grads)
+        st = optimizer_state_bytes(t, sc.optimizer, state_bytes or (4 if sc.precision.mixed and full else dtype_bytes))
+        p.optimizer_state += shard(st.device_bytes, shd.optimizer)
+        p.paged_optimizer_state += shard(st.paged_bytes, shd.optimizer)
+        opt_host += shard(st.device_bytes, shd.optimizer)
+    if shd.optimizer_on_host:
+        p.host += opt_host + p.master_weights + p.gradients
+        p.optimizer_state = 0
+        p.master_weights = 0
+        # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4)
+        p.gradients = 0
+    if shd.weights_on_host:
+        p.host += p.weights + p.quantized_base + p.adapters
+        p.weights = p.quantized_base = p.adapters = 0
+    p.param_tensors = tuple(sizes)
+    return p, adapters
+
+
+def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Unsharded bytes of one decoder block as gathered by ZeRO-3/FSDP (16-bit or quantized)."""
+    total = 0
+    for lin in spec.block_linears:
+        if sc.quantize is not Quantize.NONE and sc.method is not Method.FULL:
+            total += quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) * lin.count
+        else:
+            total += lin.weight_params * sc.precision.compute_bytes
+        total += lin.bias_params * sc.precision.compute_bytes
+    return total + spec.block_norm_params * sc.precision.compute_bytes
+
+
+def _comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+    """Communication buffers of the data-parallel engine, per GPU, live during forward/backward."""
+    h = spec.hidden_size
+    if sc.num_gpus == 1 and sc.parallelism in (Parallelism.NONE, Parallelism.DDP):
+        return 0
+    if sc.parallelism is Parallelism.DDP:
+        # gradient_as_bucket_view=False (default): buckets are a second copy of all gradients
+        # (pytorch/pytorch PR #41954; Lightning DDP optimizations doc)
+        return parts.gradients
+    bucket = 2 * h * h  # HF "auto" reduce_bucket_size = hidden_size**2 elements, 16-bit
+    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
+        return bucket
+    layer = _layer_param_bytes(spec, sc, profile)
+    if sc.parallelism is Parallelism.ZERO3:
+        # current + prefetched layer (stage3_prefetch_bucket_size = 0.9 h^2 "auto") + reduce bucket
+        return 2 * layer + bucket
+    if sc.parallelism is Parallelism.FSDP:
+        # "forward currently requires 2x all-gather buffer size" (torch docs notes/fsdp.rst); the
+        # root unit (embeddings, final norm, lm_head) stays gathered until the end of backward
+        root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
+        if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+            root *= 2
+        return 2 * layer + root - shard(root, sc.num_gpus)
+    if sc.parallelism is Parallelism.FSDP_GRAD_OP:
+        return 2 * layer  # unsharded gradients of the unit being reduce-scattered
+    return 0
+
+
+def _optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:
+    """Temporaries of the optimizer step.
+
+    torch foreach AdamW: ``torch._foreach_sqrt(exp_avg_sqs)`` copies the whole second moment of a
+    (device, dtype) group (torch/optim/adamw.py ``_multi_tensor_adamw``); fused: none assumed.
+    Adafactor: fp32 copies of grad, param and update of one parameter at a time. torchao 4-bit:
+    both states of one parameter dequantized to fp32.
+    """
+    if sc.offload is not sc.offload.NONE:
+        return 0
+    if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl == "foreach":
+        return parts.optimizer_state // 2
+    if sc.optimizer is Optimizer.ADAFACTOR:
+        return 3 * 4 * largest_param
+    if sc.optimizer is Optimizer.ADAMW_4BIT:
+        return 2 * 4 * largest_param
+    return 0
+
+
+def compute(spec: ModelSpec, sc: Scenario) -> dict:
+    """All parts and phase peaks of a scenario on a resolved architecture (bytes, per GPU)."""
+    profile = profile_for(sc.framework)
+    parts, adapters = model_state(spec, sc, profile)
+    L = spec.num_hidden_layers
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+
+    # workspaces: cuBLAS + cuBLASLt, allocated through the caching allocator (CublasHandlePool.cpp)
+    hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
+    parts.workspaces = (CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value
+
+    saved = act.block_saved(spec, sc, profile, adapters, quantized)
+    per_layer = sum(round_allocation(v) for v in saved.items.values())
+    block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
+    ck = sc.gradient_checkpointing
+    if ck is Checkpointing.NONE:
+        blocks, recompute = L * per_layer, 0
+    elif ck is Checkpointing.SELECTIVE:
+        kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
+        blocks, recompute = L * (per_layer - kernel), kernel
+    elif ck is Checkpointing.FULL:
+        blocks, recompute = L * block_in, per_layer
+    else:  # offload: block inputs in host memory, the current and the prefetched one on the GPU
+        blocks, recompute = 2 * block_in, per_layer
+        parts.host += L * block_in
+    lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
+    extra = act.model_extra_saved(spec, sc, profile, lm_head_trainable)
+    parts.activations = blocks + extra
+
+    if sc.precision.mixed and sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) and sc.parallelism not in _DS:
+        # autocast caches the 16-bit copy of each weight for the forward, and autograd keeps it for
+        # the input gradient until that layer's backward (torch autocast weight cache)
+        lin = sum(x.weight_params for x in spec.block_linears) * L + spec.lm_head_params
+        parts.autocast_copies = 2 * lin
+
+    loss = loss_memory(spec, sc, profile)
+    parts.logits_loss = loss.forward_peak
+    tb = act.block_backward_transient(spec, sc, profile)
+    largest = max(
+        [lin.in_features * lin.out_features for lin in spec.block_linears]
+        + [spec.lm_head_params or spec.embedding_params]
+    )
+    dequant = 0
+    if quantized:
+        # bnb MatMul4Bit forward/backward: F.dequantize_4bit(B).to(A.dtype) -> one full weight in the
+        # compute dtype (+ fp32 absmax when double-quantized) (bitsandbytes autograd/_functions.py:315,346)
+        biggest_q = max(lin.in_features * lin.out_features for lin in spec.block_linears)
+        if profile.qlora_quantizes_lm_head:
+            biggest_q = max(biggest_q, spec.lm_head_params or spec.embedding_params)
+        dequant = sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // 64))
+
+    comm = _comm_buffers(spec, sc, profile, parts)
+    parts.comm_buffers = comm
+    persistent = (
+        parts.weights + parts.quantized_base + parts.adapters + parts.master_weights + parts.workspaces
+    )
+    if sc.parallelism is Parallelism.DDP and sc.num_gpus > 1:
+        persistent += comm  # DDP buckets live from wrap to exit
+        comm_live = 0
+    else:
+        comm_live = comm
+    state = parts.optimizer_state
+    in_bwd = sc.optimizer_in_backward
+    held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
+    grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
+    head_grad = 0
+    if lm_head_trainable and not held:
+        head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
+
+    base = persistent + state + held + comm_live
+    a_all = parts.activations + parts.autocast_copies
+    phases = {
+        "forward": base + a_all + loss.forward_peak + dequant,
+        "backward-loss": base + a_all + loss.backward_peak + head_grad,
+        "backward-block": base + a_all - extra + recompute + tb + dequant + head_grad
+        + (0 if held or in_bwd else min(parts.gradients, _layer_grad(parts, L))),
+    }
+    if in_bwd:
+        opt_temp = 0
+    else:
+        opt_temp = _optimizer_temporaries(sc, parts, profile, largest)
+        phases["optimizer-step"] = persistent + state + parts.gradients + opt_temp
+    parts.temporaries = max(tb + dequant, opt_temp)
+    return {
+        "parts": parts,
+        "phases": phases,
+        "per_layer": per_layer,
+        "saved": saved,
+        "loss": loss,
+        "recompute": recompute,
+        "block_transient": tb,
+        "dequant": dequant,
+        "opt_temp": opt_temp,
+        "profile": profile,
+        "adapters": adapters,
+    }
+
+
+def _layer_grad(parts: Parts, layers: int) -> int:
+    return parts.gradients // max(1, layers)
+
+
+def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int) -> int:
+    """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
+
+    Persistent tensors: each large one opens its own segment rounded to 2 MiB
+    (``reserved_for_tensors``). Activations: tensors freed and re-requested every micro-batch are
+    served from cached blocks; each distinct size leaves on average half a 2 MiB rounding unit
+    unused (kRoundLarge, CUDACachingAllocator.cpp).
+    """
+    persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
+    act_slack = per_layer_tensors * layers * (K_ROUND_LARGE.value // 2)
+    return allocated_peak + max(0, persistent_slack) + act_slack
+
+
+def process_bytes(sc: Scenario) -> tuple[int, int]:
+    """CUDA context and NCCL buffers: outside PyTorch's allocator, in nvidia-smi's figure."""
+    ctx = CUDA_CONTEXT.value
+    nccl = 0
+    if sc.num_gpus > 1:
+        per_peer = NCCL_SIMPLE_BUFF.value + NCCL_LL_BUFF.value + NCCL_LL128_BUFF.value
+        aligned = -(-per_peer // (2 * 1024**2)) * 2 * 1024**2  # ALIGN_SIZE(recvSize, CUDA_IPC_MIN)
+        nccl = NCCL_CHANNELS.value * 2 * aligned  # ring: a receive buffer from each of 2 neighbours
+    return ctx, nccl
+
+
+__all__ = ["compute", "reserved_bytes", "process_bytes", "Parts", "Precision"]

@@ -1,0 +1,102 @@
+"""What each training framework does differently, as data.
+
+The same scenario costs different memory under transformers+PEFT, torchtune and litgpt because their
+code keeps different tensors. Each field below names the code it models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.scenario import Framework, Precision
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    name: str
+    # LoRA adapter weights are fp32 whatever the base dtype (PEFT >= 0.12 autocast_adapter_dtype=True,
+    # peft src/peft/tuners/tuners_utils.py cast_adapter_dtype); else the model's parameter dtype.
+    adapters_fp32: bool
+    # PEFT LoRA casts the layer input to the adapter dtype (peft tuners/lora/layer.py _cast_input_dtype),
+    # a new tensor per adapted layer when the dtypes differ.
+    lora_casts_input: bool
+    lora_dropout_default: float
+    # litgpt fuses q,k,v into one linear; its LoRAQKVLinear runs one dropout and one lora_A for the
+    # enabled slices (lit-gpt@8641822 lit_gpt/lora.py).
+    fused_qkv_lora: bool
+    # RMSNorm computes in fp32 and autograd keeps the fp32 input (transformers LlamaRMSNorm,
+    # torchtune modules/rms_norm.py); lit-gpt@8641822 RMSNorm computes in the input dtype.
+    rmsnorm_upcast: bool
+    # GQA: k,v expanded to all heads before SDPA (torchtune attention 2024, lit-gpt); transformers >= 5
+    # passes enable_gqa to SDPA when there is no padding mask (integrations/sdpa_attention.py use_gqa_in_sdpa).
+    expands_kv_for_sdpa: bool
+    # QLoRA: non-quantized parameters cast to fp32 by peft prepare_model_for_kbit_training (peft other.py:202).
+    qlora_unquantized_fp32: bool
+    # bitsandbytes <= 0.43.1 MatMul4Bit saved its input (ctx.tensors = (A, B)); lit-gpt@8641822 ran bnb 0.41.
+    qlora_saves_input: bool
+    # lit-gpt@8641822 quantized every nn.Linear, lm_head included (Fabric BitsandbytesPrecision, no ignore list).
+    qlora_quantizes_lm_head: bool
+    # how logits and loss are laid out for loss="standard"
+    standard_loss: str  # "hf-upcast-in-loss" | "torchtune-upcast-in-model" | "litgpt-chunked-head"
+    # default torch optimizer implementation: "fused" (no parameter-sized temporaries) or "foreach"
+    torch_optimizer_impl: str
+
+
+PROFILES: dict[Framework, FrameworkProfile] = {
+    Framework.HF: FrameworkProfile(
+        name="transformers + PEFT",
+        adapters_fp32=True,
+        lora_casts_input=True,
+        lora_dropout_default=0.0,  # peft LoraConfig.lora_dropout default
+        fused_qkv_lora=False,
+        rmsnorm_upcast=True,
+        expands_kv_for_sdpa=False,
+        qlora_unquantized_fp32=True,
+        qlora_saves_input=False,
+        qlora_quantizes_lm_head=False,
+        # transformers >= 4.46 (PR #33902): logits stay in the model dtype, ForCausalLMLoss upcasts
+        standard_loss="hf-upcast-in-loss",
+        # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers PR #37358)
+        torch_optimizer_impl="fused",
+    ),
+    Framework.TORCHTUNE: FrameworkProfile(
+        name="torchtune",
+        adapters_fp32=False,
+        lora_casts_input=False,
+        lora_dropout_default=0.0,  # torchtune modules/peft/lora.py LoRALinear(dropout=0.0)
+        fused_qkv_lora=False,
+        rmsnorm_upcast=True,
+        expands_kv_for_sdpa=True,
+        qlora_unquantized_fp32=False,
+        qlora_saves_input=False,  # torchao linear_nf4 saves only the NF4 weight
+        qlora_quantizes_lm_head=False,
+        # torchtune 2024: TransformerDecoder returned self.output(h).float(); recipes shifted with .contiguous()
+        standard_loss="torchtune-upcast-in-model",
+        torch_optimizer_impl="foreach",  # torch.optim.AdamW default (configs before mid-2024 set no fused)
+    ),
+    Framework.LITGPT: FrameworkProfile(
+        name="litgpt",
+        adapters_fp32=False,
+        lora_casts_input=False,
+        lora_dropout_default=0.05,  # lit-gpt@8641822 finetune/lora.py lora_dropout = 0.05
+        fused_qkv_lora=True,
+        rmsnorm_upcast=False,
+        expands_kv_for_sdpa=True,
+        qlora_unquantized_fp32=False,
+        qlora_saves_input=True,
+        qlora_quantizes_lm_head=True,
+        standard_loss="litgpt-chunked-head",  # model(..., lm_head_chunk_size=128) + chunked_cross_entropy
+        torch_optimizer_impl="foreach",  # torch 2.1 AdamW default
+    ),
+}
+
+
+def profile_for(framework: Framework) -> FrameworkProfile:
+    return PROFILES[framework]
+
+
+def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
+    """Bytes per element of LoRA adapter weights (and their grads and torch optimizer states)."""
+    if profile.adapters_fp32:
+        return 4
+    return precision.param_bytes

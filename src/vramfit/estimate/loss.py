@@ -1,0 +1,83 @@
+"""Logits and cross-entropy: the largest single tensors of a step at long vocabularies.
+
+Returns three figures per micro-batch, in bytes: what the loss keeps for backward, the forward
+high point (while the loss is computed) and the backward high point (its gradients), each on top
+of the block activations. V = vocabulary rows of the output layer, T = tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.estimate.constants import TORCHTUNE_OUTPUT_CHUNKS
+from vramfit.estimate.framework import FrameworkProfile
+from vramfit.models.spec import ModelSpec
+from vramfit.scenario import Loss, Method, Precision, Scenario
+
+LITGPT_HEAD_CHUNK = 128  # lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
+
+
+@dataclass(frozen=True)
+class LossMemory:
+    saved: int  # kept from the end of forward until the loss backward
+    forward_peak: int  # extra at the high point of computing the loss
+    backward_peak: int  # extra at the high point of the loss backward (saved included)
+    detail: str
+
+
+def vocab_rows(spec: ModelSpec) -> int:
+    return (spec.lm_head_params or spec.embedding_params) // spec.hidden_size
+
+
+def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
+    """dtype of ``lm_head``'s output: fp32 when the head runs in fp32 without autocast (fp32
+    precision, or PEFT's QLoRA preparation that casts ``lm_head`` to fp32)."""
+    if sc.precision is Precision.FP32:
+        return 4
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32 and not sc.precision.mixed:
+        return 4
+    return 2
+
+
+def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
+    T = sc.micro_batch_size * sc.seq_len
+    V = vocab_rows(spec)
+    TV = T * V
+    lb = logits_bytes_per_element(sc, profile)
+    up = 0 if lb == 4 else 4  # the fp32 upcast is a new tensor unless the logits are fp32 already
+    if sc.loss is Loss.FUSED:
+        # Liger FusedLinearCrossEntropy (ops/fused_linear_cross_entropy.py): token chunks of
+        # next_power_of_2(ceil(T / ceil(V / h))); per chunk logits, fp32 upcast and its gradient.
+        ratio = -(-V // spec.hidden_size)
+        chunk = 1 << max(0, (-(-T // ratio) - 1).bit_length())
+        chunk = min(chunk, T)
+        grad_in = sc.precision.compute_bytes * T * spec.hidden_size
+        transient = chunk * V * (lb + 4 + 4)
+        return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
+    if sc.loss is Loss.CHUNKED:
+        n = TORCHTUNE_OUTPUT_CHUNKS.value
+        per = -(-TV // n)
+        saved = 4 * TV  # every chunk's fp32 log_softmax output is saved
+        fwd = lb * TV + saved + up * per
+        bwd = saved + 2 * 4 * per + lb * per
+        return LossMemory(saved, fwd, bwd, f"chunked CE over {n} chunks (torchtune CEWithChunkedOutputLoss)")
+    style = profile.standard_loss
+    if style == "litgpt-chunked-head":
+        # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
+        # logits dtype (no upcast), its log_softmax output saved
+        saved = 2 * lb * TV
+        per = LITGPT_HEAD_CHUNK * V
+        return LossMemory(saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy")
+    if style == "torchtune-upcast-in-model":
+        # output(h).float(); logits[..., :-1, :].contiguous() (a second fp32 copy held through
+        # backward); CrossEntropyLoss saves its fp32 log_softmax output
+        saved = 4 * TV + 4 * TV
+        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV) + 0
+        bwd = saved + 2 * 4 * TV
+        return LossMemory(saved, max(fwd, saved), bwd, "fp32 logits from the model, shifted copy, CE")
+    # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
+    # log_softmax keeps its fp32 output; the model-dtype logits are dropped with the outputs
+    saved = 4 * TV
+    fwd = lb * TV + up * TV + 4 * TV
+    bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
+    return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")

@@ -1,0 +1,169 @@
+"""The parameter tensors of a model and of its LoRA adapters, resolved from the spec and scenario.
+
+Every later count (weights, quantized storage, gradients, optimizer state, allocator rounding) walks
+this one inventory, so tied embeddings, fused projections and MoE experts are handled in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.errors import ScenarioError
+from vramfit.models.spec import Linear, ModelSpec
+from vramfit.scenario import ALL_LINEAR, Method, Scenario
+
+#: Fused projections and the slices a Llama-style target name selects in them.
+_FUSED_QKV = ("query_key_value", "qkv_proj", "c_attn", "Wqkv", "W_pack")
+_FUSED_GATE_UP = ("gate_up_proj",)
+_QKV_NAMES = ("q_proj", "k_proj", "v_proj")
+_GATE_UP_NAMES = ("gate_proj", "up_proj")
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """``count`` identical tensors of ``shape`` (e.g. one per layer, per expert)."""
+
+    name: str
+    shape: tuple[int, ...]
+    count: int
+    kind: str  # embedding | lm_head | linear | bias | norm | lora_A | lora_B
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def total(self) -> int:
+        return self.numel * self.count
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter on (a slice of) one block linear, or on lm_head / embed_tokens."""
+
+    target: str  # the linear's HF name (the fused one for slices)
+    in_features: int
+    out_features: int  # of the adapted slice(s)
+    per_layer: int  # instances per decoder block (experts); 0 for lm_head/embed_tokens (once per model)
+    slices: int = 1  # lit-gpt stacks the A matrices of k enabled q/k/v slices: A is (k*r, in)
+
+    def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ParamTensor]:
+        count = self.per_layer * layers if self.per_layer else 1
+        return (
+            ParamTensor(f"{self.target}.lora_A", (rank * self.slices, self.in_features), count, "lora_A"),
+            ParamTensor(f"{self.target}.lora_B", (self.out_features, rank), count, "lora_B"),
+        )
+
+
+def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
+    """All parameters of the base model as tensors (tied embeddings once)."""
+    h = spec.hidden_size
+    L = spec.num_hidden_layers
+    out = [ParamTensor("embed_tokens", (spec.embedding_params // h, h), 1, "embedding")]
+    rest = spec.embedding_params % h
+    if rest:
+        out.append(ParamTensor("embed_extra", (rest,), 1, "embedding"))
+    for lin in spec.block_linears:
+        out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), lin.count * L, "linear"))
+        if lin.bias:
+            out.append(ParamTensor(f"{lin.name}.bias", (lin.out_features,), lin.count * L, "bias"))
+    if spec.block_norm_params:
+        n = spec.block_norm_params
+        if n % h == 0:
+            out.append(ParamTensor("block_norms", (h,), (n // h) * L, "norm"))
+        else:
+            out.append(ParamTensor("block_norms", (n,), L, "norm"))
+    if spec.final_norm_params:
+        out.append(ParamTensor("final_norm", (spec.final_norm_params,), 1, "norm"))
+    if spec.lm_head_params:
+        rows, rest = divmod(spec.lm_head_params, h)
+        out.append(ParamTensor("lm_head", (rows, h), 1, "lm_head"))
+        if rest:
+            out.append(ParamTensor("lm_head.bias", (rest,), 1, "bias"))
+    return out
+
+
+def _slice_out(spec: ModelSpec, name: str) -> int:
+    d = spec.head_dim
+    return spec.num_attention_heads * d if name == "q_proj" else spec.num_key_value_heads * d
+
+
+def valid_target_names(spec: ModelSpec) -> list[str]:
+    names = [lin.name for lin in spec.block_linears]
+    if any(lin.name in _FUSED_QKV for lin in spec.block_linears):
+        names += list(_QKV_NAMES)
+    if any(lin.name in _FUSED_GATE_UP for lin in spec.block_linears):
+        names += list(_GATE_UP_NAMES)
+    return list(dict.fromkeys(names + ["lm_head", "embed_tokens", ALL_LINEAR]))
+
+
+def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool) -> list[Adapter]:
+    """The adapters a scenario's ``lora_targets`` put on this model (empty for full fine-tuning).
+
+    ``all-linear`` = every linear in the decoder blocks except the MoE router, not ``lm_head``
+    (peft ``INCLUDE_LINEAR_LAYERS_SHORTHAND``). Llama-style names select slices of fused projections
+    (``q_proj`` on GPT-NeoX ``query_key_value``), as lit-gpt's LoRAQKVLinear does.
+    """
+    if scenario.method is Method.FULL:
+        return []
+    targets = set(scenario.lora_targets)
+    by_name = {lin.name: lin for lin in spec.block_linears}
+    adapters: list[Adapter] = []
+    used: set[str] = set()
+
+    def add(lin: Linear, out: int | None = None) -> None:
+        adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count))
+
+    for lin in spec.block_linears:
+        if ALL_LINEAR in targets and lin.group != "router":
+            add(lin)
+            continue
+        if lin.name in targets:
+            add(lin)
+            used.add(lin.name)
+            continue
+        slices = []
+        if lin.name in _FUSED_QKV:
+            slices = [n for n in _QKV_NAMES if n in targets]
+        elif lin.name in _FUSED_GATE_UP:
+            slices = [n for n in _GATE_UP_NAMES if n in targets]
+        if slices:
+            used.update(slices)
+            if lin.name in _FUSED_GATE_UP:
+                sizes = [lin.out_features // 2] * len(slices)
+            else:
+                sizes = [_slice_out(spec, n) for n in slices]
+            if fuse_qkv_slices:
+                adapters.append(Adapter(lin.name, lin.in_features, sum(sizes), lin.count, len(slices)))
+            else:
+                for size in sizes:
+                    adapters.append(Adapter(lin.name, lin.in_features, size, lin.count))
+    h = spec.hidden_size
+    if "lm_head" in targets:
+        vocab = (spec.lm_head_params or spec.embedding_params) // h
+        adapters.append(Adapter("lm_head", h, vocab, 0))
+        used.add("lm_head")
+    if "embed_tokens" in targets:
+        adapters.append(Adapter("embed_tokens", spec.embedding_params // h, h, 0))
+        used.add("embed_tokens")
+    unknown = targets - used - {ALL_LINEAR} - set(by_name)
+    if unknown:
+        raise ScenarioError(
+            "lora_targets",
+            f"{', '.join(sorted(unknown))} is not a linear layer of this model",
+            valid_target_names(spec),
+        )
+    if not adapters:
+        raise ScenarioError("lora_targets", "selects no layer of this model", valid_target_names(spec))
+    return adapters
+
+
+def adapter_tensors(adapters: list[Adapter], rank: int, layers: int) -> list[ParamTensor]:
+    """LoRA A and B tensors of every adapter."""
+    out: list[ParamTensor] = []
+    for ad in adapters:
+        out.extend(ad.tensors(rank, layers))
+    return out

@@ -1,0 +1,138 @@
+"""Typed results: integer bytes per named part, the peak per GPU, and the assumptions.
+
+The JSON form (:meth:`EstimateResult.to_dict`) is the result object of ``shared/design/scenario.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramfit.scenario import Scenario
+
+
+class Phase:
+    """When a component is live. Plain strings so they serialise as they read."""
+
+    PERSISTENT = "persistent"  # from model load to the end of training
+    AFTER_FIRST_STEP = "after-first-step"  # created by the first optimizer step, then persistent
+    FORWARD_BACKWARD = "forward-backward"  # saved in forward, freed as backward consumes it
+    BACKWARD = "backward"  # produced in backward
+    ACCUMULATION = "accumulation"  # held between micro-batches of one optimizer step
+    OPTIMIZER_STEP = "optimizer-step"  # temporaries of the step
+    TRANSIENT = "transient"  # the largest short-lived allocation of a phase
+    PROCESS = "process"  # outside PyTorch's allocator (CUDA context, NCCL, workspaces)
+
+
+@dataclass(frozen=True)
+class Component:
+    """One named part of the per-GPU memory, in integer bytes."""
+
+    name: str
+    bytes: int
+    phase: str
+    counted_in: str  # "allocated" | "reserved" | "device" | "host": the first counter that sees it
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bytes": self.bytes,
+            "phase": self.phase,
+            "counted_in": self.counted_in,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Peak:
+    """Per-GPU peak: live tensors, the caching allocator's hold, and the whole process on the card."""
+
+    allocated_bytes: int
+    reserved_bytes: int
+    device_bytes: int
+    phase: str  # the phase in which the allocated peak happens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allocated_bytes": self.allocated_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "device_bytes": self.device_bytes,
+            "phase": self.phase,
+        }
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    """Allocated bytes at the high point of one phase of a training step."""
+
+    phase: str
+    allocated_bytes: int
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "allocated_bytes": self.allocated_bytes, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    num_params: int
+    num_trainable_params: int
+    origin: str = "catalog"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "num_params": self.num_params,
+            "num_trainable_params": self.num_trainable_params,
+            "origin": self.origin,
+        }
+
+
+@dataclass(frozen=True)
+class FitInfo:
+    """Whether the device peak fits one GPU of a catalog card."""
+
+    gpu_id: str
+    name: str
+    usable_bytes: int
+    fits: bool
+    headroom_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_id": self.gpu_id,
+            "name": self.name,
+            "usable_bytes": self.usable_bytes,
+            "fits": self.fits,
+            "headroom_bytes": self.headroom_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    scenario: Scenario
+    model: ModelInfo
+    peak: Peak
+    components: tuple[Component, ...]
+    phases: tuple[PhasePeak, ...]
+    assumptions: tuple[str, ...]
+    host_bytes: int = 0  # host RAM for offloaded state (ZeRO-Offload / FSDP CPU offload / paging)
+    fits: tuple[FitInfo, ...] = field(default=())
+
+    def component(self, name: str) -> int:
+        """Bytes of a named component (0 if absent)."""
+        return sum(c.bytes for c in self.components if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario.to_dict(),
+            "model": self.model.to_dict(),
+            "peak": self.peak.to_dict(),
+            "components": [c.to_dict() for c in self.components],
+            "phases": [p.to_dict() for p in self.phases],
+            "host_bytes": self.host_bytes,
+            "fits": [f.to_dict() for f in self.fits],
+            "assumptions": list(self.assumptions),
+        }

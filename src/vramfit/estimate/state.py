@@ -1,0 +1,164 @@
+"""Model state per GPU: weights, quantized base, adapters, gradients, master weights, optimizer state.
+
+Pure functions of the parameter inventory (:mod:`vramfit.estimate.params`). Each byte count follows
+the storage format of the library that holds it; sources are named at each formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.constants import (
+    BNB_4BIT_BLOCK,
+    BNB_BLOCKSIZE_8BIT,
+    BNB_DQ_BLOCK,
+    BNB_MIN_8BIT_SIZE,
+    BNB_PAGED_MIN_NUMEL,
+    GPTQ_GROUP_SIZE,
+    TORCHAO_4BIT_BLOCK,
+    TORCHAO_MIN_QUANT_SIZE,
+)
+from vramfit.estimate.params import ParamTensor
+from vramfit.scenario import Offload, Optimizer, Parallelism, Quantize
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def quantized_weight_bytes(out_features: int, in_features: int, quantize: Quantize) -> int:
+    """Storage of one quantized linear weight, in bytes (bias not included).
+
+    - NF4/FP4 (bitsandbytes ``Linear4bit``, QLoRA paper sec. 2-3): 4 bits per weight packed two per
+      uint8, plus one fp32 absmax per block of 64 (0.5 bit/param); with double quantization the
+      absmax is stored as uint8 plus one fp32 second-level scale per 256 blocks and a 256-entry fp32
+      code (8/64 + 32/(64*256) = 0.127 bit/param, QLoRA paper sec. 3 "Double Quantization").
+    - int8 (LLM.int8, bitsandbytes ``Int8Params``): 1 byte per weight + fp32 scale per output row.
+    - GPTQ int4 (AutoGPTQ ``QuantLinear``, group 128): int32-packed weights (4 bit), fp16 scales and
+      int32-packed zeros per group and output, int32 ``g_idx`` per input feature.
+    """
+    n = out_features * in_features
+    if quantize in (Quantize.NF4, Quantize.FP4):
+        return _ceil(n, 2) + 4 * _ceil(n, BNB_4BIT_BLOCK.value)
+    if quantize in (Quantize.NF4_DQ, Quantize.FP4_DQ):
+        blocks = _ceil(n, BNB_4BIT_BLOCK.value)
+        return _ceil(n, 2) + blocks + 4 * _ceil(blocks, BNB_DQ_BLOCK.value) + 4 * 256
+    if quantize is Quantize.INT8:
+        return n + 4 * out_features
+    if quantize is Quantize.GPTQ_INT4:
+        groups = _ceil(in_features, GPTQ_GROUP_SIZE.value)
+        return _ceil(n, 2) + 2 * groups * out_features + groups * _ceil(out_features, 8) * 4 + 4 * in_features
+    raise ValueError(f"not a quantized format: {quantize}")
+
+
+@dataclass(frozen=True)
+class OptimizerState:
+    device_bytes: int  # in PyTorch's allocator
+    paged_bytes: int  # bitsandbytes paged (CUDA managed memory, not in torch counters)
+
+
+def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int) -> OptimizerState:
+    """Optimizer state of ``t.count`` tensors of one shape, in the library's real format.
+
+    - torch AdamW: ``exp_avg`` and ``exp_avg_sq`` ``zeros_like(p)``, the parameter's dtype
+      (torch/optim/adamw.py ``_init_group``).
+    - bitsandbytes 8-bit Adam-type (``Optimizer2State``): uint8 state1/state2 plus fp32 absmax per
+      256-element block; tensors under 4096 elements keep fp32 states; 32-bit bnb states are fp32.
+      Paged variants put states of >= 1e5 elements in CUDA managed memory (optim/optimizer.py).
+    - torchao AdamW4bit: 4-bit codes (two per byte) + fp32 scale per 128 elements, for tensors of
+      >= 4096 elements divisible by 128; else ``zeros_like(p)`` (torchao/optim/adam.py).
+    - Adafactor (transformers optimization.py): fp32 row and column second moments for >= 2-D
+      tensors, full fp32 ``exp_avg_sq`` for 1-D; no first moment (``beta1=None``).
+    - SGD with momentum: one ``momentum_buffer`` in the parameter dtype; Lion: one ``exp_avg``;
+      Lion 8-bit (bitsandbytes ``Optimizer1State``): uint8 + fp32 absmax per 256.
+    """
+    n, c = t.numel, t.count
+    paged = optimizer in (Optimizer.PAGED_ADAMW, Optimizer.PAGED_ADAMW_8BIT)
+    if optimizer is Optimizer.ADAMW:
+        per = 2 * n * param_bytes
+    elif optimizer is Optimizer.PAGED_ADAMW:
+        per = 2 * n * 4
+    elif optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        if n >= BNB_MIN_8BIT_SIZE.value:
+            per = 2 * n + 2 * 4 * _ceil(n, BNB_BLOCKSIZE_8BIT.value)
+        else:
+            per = 2 * n * 4
+    elif optimizer is Optimizer.ADAMW_4BIT:
+        if n >= TORCHAO_MIN_QUANT_SIZE.value and n % TORCHAO_4BIT_BLOCK.value == 0:
+            per = 2 * (_ceil(n, 2) + 4 * (n // TORCHAO_4BIT_BLOCK.value))
+        else:
+            per = 2 * n * param_bytes
+    elif optimizer is Optimizer.ADAFACTOR:
+        if len(t.shape) >= 2:
+            rows = n // t.shape[-1]
+            cols = n // t.shape[-2]
+            per = 4 * (rows + cols)
+        else:
+            per = 4 * n
+    elif optimizer is Optimizer.SGD:
+        per = 0
+    elif optimizer in (Optimizer.SGD_MOMENTUM, Optimizer.LION):
+        per = n * param_bytes
+    elif optimizer is Optimizer.LION_8BIT:
+        per = n + 4 * _ceil(n, BNB_BLOCKSIZE_8BIT.value) if n >= BNB_MIN_8BIT_SIZE.value else 4 * n
+    else:  # pragma: no cover - enum is exhaustive
+        raise ValueError(optimizer)
+    if paged and n >= BNB_PAGED_MIN_NUMEL.value:
+        return OptimizerState(0, per * c)
+    # each state is its own allocation, rounded by the caching allocator
+    states = 2 if optimizer in _TWO_STATE else 1
+    return OptimizerState(states * round_allocation(per // states) * c, 0)
+
+
+_TWO_STATE = (
+    Optimizer.ADAMW,
+    Optimizer.PAGED_ADAMW,
+    Optimizer.ADAMW_8BIT,
+    Optimizer.PAGED_ADAMW_8BIT,
+    Optimizer.ADAMW_4BIT,
+)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Fraction divisors of each state part per GPU, and what lives in host RAM."""
+
+    weights: int
+    grads: int
+    optimizer: int
+    weights_on_host: bool
+    optimizer_on_host: bool
+    grads_on_host: bool
+
+
+def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload) -> Sharding:
+    """How ZeRO (Rajbhandari et al. 2020, sec. 5) and FSDP split model state over ``num_gpus``.
+
+    ZeRO-1 partitions optimizer state (incl. fp32 master), ZeRO-2 adds gradients, ZeRO-3 adds
+    parameters; FSDP FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2. Offload (ZeRO-Offload, FSDP
+    ``CPUOffload``) moves the optimizer state (and gradients, which the CPU step reads) to host
+    memory, and with parameter offload the sharded parameters too.
+    """
+    n = num_gpus
+    w = g = o = 1
+    if parallelism in (Parallelism.ZERO1,):
+        o = n
+    elif parallelism in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
+        g = o = n
+    elif parallelism in (Parallelism.ZERO3, Parallelism.FSDP):
+        w = g = o = n
+    opt_host = offload is not Offload.NONE
+    return Sharding(
+        weights=w,
+        grads=g,
+        optimizer=o,
+        weights_on_host=offload is Offload.OPTIMIZER_PARAMS,
+        optimizer_on_host=opt_host,
+        grads_on_host=opt_host,
+    )
+
+
+def shard(nbytes: int, divisor: int) -> int:
+    """Per-GPU share of ``nbytes`` split ``divisor`` ways (padded up, as FSDP pads the flat shard)."""
+    return _ceil(nbytes, divisor) if divisor > 1 else nbytes

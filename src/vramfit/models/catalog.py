@@ -1,0 +1,279 @@
+"""The bundled model catalog and the resolution of a user's model string to an architecture.
+
+``resolve_model`` tries, in order:
+
+1. an exact catalog id or alias (case-insensitive);
+2. ``generic:<size>`` (e.g. ``generic:7B``): a generic Llama-style model of that size;
+3. an existing local path: a ``config.json`` file or a directory holding one (read offline);
+   an existing path wins over the name guess below, a path-like string that does not exist
+   is an error;
+4. the catalog again, by name with release suffixes dropped (``-Instruct``, ``-chat``, ``-it``,
+   ``-Int4``, ``-AWQ``, ``-GPTQ`` ...), which records a note;
+5. the Hugging Face Hub, for ``org/name`` ids: ``config.json`` only (never model code, never
+   ``trust_remote_code``), cached by huggingface_hub's own cache; huggingface_hub is optional.
+
+Anything else is a :class:`ModelError` that lists the closest catalog names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from vramfit.errors import ModelError
+from vramfit.models.generic import generic_config, parse_param_count
+from vramfit.models.hf_config import spec_from_hf_config
+from vramfit.models.spec import ModelSpec
+
+ORIGINS = ("catalog", "config-file", "hub", "generic")
+
+# Name tokens that mark a release of the same architecture (chat/instruct tuning, quantized
+# weights, base/pretrained): dropped when matching a name against the catalog.
+_RELEASE_TOKENS = frozenset({
+    "instruct", "chat", "it", "pt", "base", "hf", "meta", "sft", "dpo", "rlhf", "int4", "int8",
+    "awq", "gptq", "fp8", "bnb", "4bit", "8bit", "nf4",
+})
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model string resolved to an architecture."""
+
+    id: str  # catalog id, Hub repo id, config path, or "generic-7B"
+    spec: ModelSpec
+    config: dict = field(compare=False, hash=False)  # the config.json dict the spec came from
+    source: str = ""  # URL or path of that config.json
+    origin: str = "catalog"  # one of ORIGINS
+    notes: tuple[str, ...] = ()  # user-facing remarks on how the model was resolved
+    requested: str = ""  # the string the user gave
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> tuple[dict[str, Any], ...]:
+    """All catalog entries (``src/vramfit/data/models.json``), in file order. Do not mutate."""
+    try:
+        data = resources.files("vramfit").joinpath("data/models.json")
+        text = data.read_text(encoding="utf-8")
+    except (TypeError, AttributeError, OSError):  # e.g. vramfit imported as a namespace package
+        text = (Path(__file__).resolve().parents[1] / "data" / "models.json").read_text("utf-8")
+    return tuple(json.loads(text)["models"])
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, dict[str, Any]]:
+    """Lower-cased id and alias -> entry."""
+    index: dict[str, dict[str, Any]] = {}
+    for entry in load_catalog():
+        for name in (entry["id"], *entry.get("aliases", ())):
+            index[name.lower()] = entry
+    return index
+
+
+def search_models(query: str = "") -> list[dict[str, Any]]:
+    """Catalog entries whose id, an alias, display name or family contains ``query``."""
+    q = query.strip().lower()
+    return [
+        e for e in load_catalog()
+        if not q or any(
+            q in s.lower()
+            for s in (e["id"], e["display_name"], e["family"], *e.get("aliases", ()))
+        )
+    ]
+
+
+def resolve_model(model: str) -> ResolvedModel:
+    """Resolve a catalog id/alias, local config path, ``generic:<size>`` or Hub id."""
+    if not isinstance(model, str) or not model.strip():
+        raise ModelError("give a model id, alias, config.json path or generic:<size>")
+    text = model.strip()
+
+    entry = _index().get(text.lower())
+    if entry is not None:
+        notes = () if entry["id"].lower() == text.lower() else (
+            f"{text} uses the architecture of catalog model {entry['id']}",
+        )
+        return _from_entry(entry, text, notes)
+
+    if text.lower().startswith("generic:"):
+        return resolve_generic(text.split(":", 1)[1], requested=text)
+
+    path = Path(text).expanduser()
+    if path.exists():
+        return _from_path(path, text)
+    if _looks_like_path(text):
+        raise ModelError(f"no such file or directory: {text}")
+
+    by_name = _match_by_name(text)
+    if by_name is not None:
+        note = (f"{text} is not in the catalog; using {by_name['id']}, the same model name without "
+                "release suffixes (instruct/chat/quantized releases share the architecture)")
+        return _from_entry(by_name, text, (note,))
+
+    if _HUB_ID.match(text):
+        return _from_hub(text)
+    raise ModelError(f"unknown model {text!r}{_suggest(text, fallback=True)}")
+
+
+def resolve_generic(size: str | int, requested: str = "") -> ResolvedModel:
+    """A generic Llama-style decoder of ``size`` parameters (see :mod:`vramfit.models.generic`)."""
+    n = parse_param_count(size)
+    config = generic_config(n)
+    spec = spec_from_hf_config(config)
+    label = f"generic-{_short(n)}"
+    note = (f"{label}: generic Llama-style architecture ({spec.num_hidden_layers} layers, hidden "
+            f"{spec.hidden_size}) with {spec.num_params:,} parameters, not a real model")
+    return ResolvedModel(label, spec, config, "vramfit generic shape rule", "generic", (note,),
+                         requested or str(size))
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:
+    notes = notes + tuple(n for n in [entry.get("notes")] if n)
+    spec = spec_from_hf_config(entry["config"])
+    return ResolvedModel(entry["id"], spec, entry["config"], entry["source"], "catalog", notes,
+                         requested)
+
+
+def _looks_like_path(text: str) -> bool:
+    return (text.startswith(("/", "./", "../", "~", "\\")) or text.endswith(".json")
+            or text.count("/") > 1 or "\\" in text or bool(re.match(r"^[A-Za-z]:", text)))
+
+
+def _normalize(name: str) -> str:
+    name = name.lower().rsplit("/", 1)[-1]
+    return "-".join(t for t in name.split("-") if t and t not in _RELEASE_TOKENS)
+
+
+def _match_by_name(text: str) -> dict[str, Any] | None:
+    if not _NAME.match(text):
+        return None
+    org = text.lower().split("/", 1)[0] if "/" in text else None
+    target = _normalize(text)
+    if not target:
+        return None
+    found: dict[str, dict[str, Any]] = {}
+    for name, entry in _index().items():
+        if _normalize(name) == target:
+            found.setdefault(entry["id"], entry)
+    if len(found) > 1 and org:
+        same_org = {i: e for i, e in found.items() if i.lower().startswith(org + "/")}
+        found = same_org or found
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _suggest(text: str, fallback: bool = False) -> str:
+    names = {n: e["id"] for e in load_catalog() for n in (e["id"], *e.get("aliases", ()))}
+    lowered = {n.lower(): n for n in names}
+    hits = difflib.get_close_matches(text.lower(), list(lowered), n=8, cutoff=0.5)
+    short = {n.lower().rsplit("/", 1)[-1]: n for n in names}
+    hits += difflib.get_close_matches(text.lower().rsplit("/", 1)[-1], list(short), n=8,
+                                      cutoff=0.5)
+    ids = list(dict.fromkeys(names[lowered.get(h) or short[h]] for h in hits))[:5]
+    if not ids:
+        return ("; not in the catalog (see `search_models`), and not a local config.json path "
+                "or a Hub id (org/name)") if fallback else ""
+    return f"; did you mean: {', '.join(ids)}?"
+
+
+def _read_config(path: Path, label: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(f"cannot read {label}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{label} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{label} is not a config.json: expected a JSON object")
+    return data
+
+
+def _spec_for(config: dict, label: str) -> ModelSpec:
+    try:
+        return spec_from_hf_config(config)
+    except ModelError as exc:
+        message = exc.message.removeprefix(f"{exc.key}: ")
+        if exc.valid:
+            message = message.removesuffix(f" (valid values: {', '.join(exc.valid)})")
+        raise ModelError(f"{label}: {message}", valid=exc.valid) from exc
+
+
+def _quantization_notes(config: dict) -> tuple[str, ...]:
+    quant = config.get("quantization_config")
+    if isinstance(quant, dict):
+        method = quant.get("quant_method", "unknown")
+        return (f"config.json declares quantization_config (quant_method={method}); the "
+                "architecture is read from it, the weight format is chosen separately",)
+    return ()
+
+
+def _from_path(path: Path, requested: str) -> ResolvedModel:
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ModelError(f"directory {path} has no config.json")
+    config = _read_config(file, str(file))
+    spec = _spec_for(config, str(file))
+    return ResolvedModel(str(path), spec, config, str(file.resolve()), "config-file",
+                         _quantization_notes(config), requested)
+
+
+def _from_hub(repo_id: str) -> ResolvedModel:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:
+        raise ModelError(
+            f"{repo_id!r} is not in the bundled catalog and huggingface_hub is not installed to "
+            "fetch its config.json; install it (pip install huggingface_hub), or pass the path "
+            f"of a local config.json{_suggest(repo_id)}"
+        ) from exc
+    try:
+        # the cached copy first: instant, and works offline; then the Hub (which the cache keeps)
+        local = hf_hub_download(repo_id=repo_id, filename="config.json", local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (or no usable cache): ask the Hub
+        try:
+            local = hf_hub_download(repo_id=repo_id, filename="config.json")
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear ModelError
+            raise ModelError(_hub_error(repo_id, exc)) from exc
+    label = f"config.json of {repo_id}"
+    config = _read_config(Path(local), label)
+    spec = _spec_for(config, label)
+    source = f"https://huggingface.co/{repo_id}/blob/main/config.json"
+    return ResolvedModel(repo_id, spec, config, source, "hub", _quantization_notes(config),
+                         repo_id)
+
+
+def _hub_error(repo_id: str, exc: Exception) -> str:
+    kinds = {cls.__name__ for cls in type(exc).__mro__}
+    if "GatedRepoError" in kinds:
+        return (f"{repo_id} is a gated repository on the Hugging Face Hub: accept its license on "
+                "huggingface.co and log in (`hf auth login` or HF_TOKEN), or pass a local "
+                "config.json path")
+    if "RepositoryNotFoundError" in kinds:
+        return (f"{repo_id} was not found on the Hugging Face Hub (or is private: log in with "
+                f"`hf auth login` or HF_TOKEN){_suggest(repo_id)}")
+    # (LocalEntryNotFoundError is an EntryNotFoundError: test it first)
+    if kinds & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError",
+                "ConnectError", "TimeoutError", "Timeout", "ConnectTimeout", "TimeoutException"}:
+        return (f"cannot fetch the config.json of {repo_id}: the Hugging Face Hub is unreachable "
+                "(offline, or HF_HUB_OFFLINE=1) and it is not in the local huggingface_hub "
+                f"cache; pass a local config.json path or a catalog model{_suggest(repo_id)}")
+    if kinds & {"EntryNotFoundError", "RemoteEntryNotFoundError"}:
+        return f"{repo_id} on the Hugging Face Hub has no config.json"
+    return (f"cannot fetch the config.json of {repo_id} from the Hugging Face Hub: "
+            f"{type(exc).__name__}: {exc}")
+
+
+def _short(n: int) -> str:
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)

@@ -1,0 +1,432 @@
+"""Read a Hugging Face ``config.json`` (as a dict) into a :class:`ModelSpec`. Pure python, no torch.
+
+Each supported ``model_type`` is mapped to the exact module layout that transformers (or, for
+Qwen 1, the model's own remote code) builds from that config, so that ``ModelSpec.num_params``
+equals ``sum(p.numel() for p in model.parameters())`` of the real model. Fields that the
+transformers config class fills with a default when absent get the same default here; fields
+that define the shape (``hidden_size``, ``num_hidden_layers`` ...) are required.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vramfit.errors import ModelError
+from vramfit.models.spec import Linear, ModelSpec
+
+_MISSING = object()
+
+# model_type -> (family builder name, tie_word_embeddings default of its transformers config)
+_LLAMA_LIKE = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
+    "qwen3_moe": False, "gemma": True, "gemma2": True, "gemma3_text": True, "olmo2": False,
+    "phi3": False,
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
+    sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom"])
+)
+
+# Gemma3TextConfig defaults that the published multimodal Gemma 3 configs rely on: their
+# text_config lists only what differs from these.
+_GEMMA3_TEXT_DEFAULTS = {
+    "model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2304,
+    "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+    "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 6,
+    "query_pre_attn_scalar": 256, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+}
+
+
+# config fields copied into ModelSpec.extra (when set) for the estimators that need them
+_EXTRA_KEYS = (
+    "torch_dtype", "dtype", "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq",
+    "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "alibi",
+    "quantization_config",
+)
+
+
+class _Cfg:
+    """A config dict with typed, validated look-ups that raise :class:`ModelError`."""
+
+    def __init__(self, data: Mapping[str, Any], model_type: str):
+        self.data = data
+        self.model_type = model_type
+
+    def get(self, *names: str, default: Any = _MISSING) -> Any:
+        for name in names:
+            value = self.data.get(name)
+            if value is not None:
+                return value
+        if default is _MISSING:
+            alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
+            raise ModelError(
+                f"config.json of model_type {self.model_type!r} is missing the required field "
+                f"{names[0]!r}{alt}"
+            )
+        return default
+
+    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        value = self.get(*names, default=default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ModelError(
+                f"config.json field {names[0]!r} must be an integer >= {minimum}, got {value!r}"
+            )
+        return value
+
+    def bool(self, *names: str, default: Any = _MISSING) -> bool:
+        value = self.get(*names, default=default)
+        if not isinstance(value, bool):
+            raise ModelError(f"config.json field {names[0]!r} must be true or false, got {value!r}")
+        return value
+
+    def rope_fraction(self, *names: str) -> float:
+        rope = self.data.get("rope_parameters")
+        if isinstance(rope, Mapping) and rope.get("partial_rotary_factor") is not None:
+            return float(rope["partial_rotary_factor"])
+        return float(self.get(*names, default=1.0))
+
+
+def spec_from_hf_config(config: dict) -> ModelSpec:
+    """Return the :class:`ModelSpec` of a decoder-only model described by its ``config.json``."""
+    if not isinstance(config, Mapping):
+        raise ModelError(f"config.json must be a JSON object, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ModelError(
+            "config.json has no 'model_type' field", valid=SUPPORTED_MODEL_TYPES
+        )
+    if model_type == "gemma3":
+        text = config.get("text_config")
+        if not isinstance(text, Mapping):
+            raise ModelError("config.json of model_type 'gemma3' is missing 'text_config'")
+        merged = {**_GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
+        spec = _llama_like(_Cfg(merged, "gemma3_text"))
+        spec.extra["text_config_of"] = "gemma3"
+        return spec
+    builder = _BUILDERS.get(model_type)
+    if builder is None:
+        raise ModelError(
+            f"unsupported model_type {model_type!r}", valid=SUPPORTED_MODEL_TYPES
+        )
+    return builder(_Cfg(config, model_type))
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _heads(c: _Cfg, hidden: int) -> tuple[int, int, int]:
+    """(num_attention_heads, num_key_value_heads, head_dim), validated."""
+    heads = c.int("num_attention_heads", "n_head")
+    kv = c.int("num_key_value_heads", default=heads)
+    if heads % kv:
+        raise ModelError(
+            f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})"
+        )
+    if c.data.get("head_dim") is not None:
+        head_dim = c.int("head_dim")
+    elif hidden % heads:
+        raise ModelError(
+            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
+            "and config.json gives no head_dim"
+        )
+    else:
+        head_dim = hidden // heads
+    return heads, kv, head_dim
+
+
+def _layer_types(c: _Cfg, layers: int, default: Callable[[int], str] | None) -> tuple[str, ...]:
+    given = c.data.get("layer_types")
+    if given is not None:
+        if not isinstance(given, list) or len(given) != layers:
+            raise ModelError(
+                f"config.json 'layer_types' must list one entry per layer ({layers})"
+            )
+        return tuple(str(t) for t in given)
+    return tuple(default(i) for i in range(layers)) if default else ()
+
+
+def _common(c: _Cfg) -> dict[str, Any]:
+    extra = {k: c.data[k] for k in _EXTRA_KEYS if c.data.get(k) is not None}
+    return {
+        "model_type": c.model_type,
+        "max_position_embeddings": int(
+            c.get("max_position_embeddings", "seq_length", "n_positions", default=0)
+        ),
+        "extra": extra,
+    }
+
+
+def _embeddings(vocab: int, hidden: int, tie: bool, lm_head_bias: bool = False) -> dict[str, int]:
+    lm_head = 0 if tie else vocab * hidden + (vocab if lm_head_bias else 0)
+    return {"embedding_params": vocab * hidden, "lm_head_params": lm_head}
+
+
+# ------------------------------------------------------------------ Llama-style decoders
+def _moe_layout(c: _Cfg, layers: int) -> bool:
+    """Whether every layer of a Qwen3-MoE style config is sparse (True) or every one dense."""
+    experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
+    step = c.int("decoder_sparse_step", default=1)
+    dense_only = c.get("mlp_only_layers", default=[])
+    if not isinstance(dense_only, list):
+        raise ModelError("config.json 'mlp_only_layers' must be a list of layer indices")
+    sparse = [
+        i not in dense_only and experts > 0 and (i + 1) % step == 0 for i in range(layers)
+    ]
+    if all(sparse) or not any(sparse):
+        return all(sparse)
+    raise ModelError(
+        "mixed dense and MoE layers (decoder_sparse_step / mlp_only_layers) are not supported: "
+        f"{sum(sparse)} of {layers} layers are sparse"
+    )
+
+
+def _llama_like(c: _Cfg) -> ModelSpec:
+    mt = c.model_type
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    inter = c.int("intermediate_size")
+    heads, kv, hd = _heads(c, hidden)
+    tie = c.bool("tie_word_embeddings", default=_LLAMA_LIKE[mt])
+    act = str(c.get("hidden_activation", "hidden_act", default="silu"))
+    if mt == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"  # transformers maps Gemma's legacy "gelu" to the tanh form
+    q_out, kv_out = heads * hd, kv * hd
+
+    attn_bias = False if mt in ("mistral", "mixtral", "phi3") else c.bool(
+        "attention_bias", default=False
+    )
+    if mt == "phi3":
+        attn = [Linear("qkv_proj", hidden, q_out + 2 * kv_out, False, "attn"),
+                Linear("o_proj", q_out, hidden, False, "attn")]
+    else:
+        qkv_bias = True if mt == "qwen2" else attn_bias
+        attn = [Linear("q_proj", hidden, q_out, qkv_bias, "attn"),
+                Linear("k_proj", hidden, kv_out, qkv_bias, "attn"),
+                Linear("v_proj", hidden, kv_out, qkv_bias, "attn"),
+                Linear("o_proj", q_out, hidden, attn_bias, "attn")]
+
+    experts = per_tok = moe_inter = 0
+    if mt == "mixtral":
+        experts = c.int("num_local_experts")
+        per_tok = c.int("num_experts_per_tok")
+        moe_inter = inter
+        mlp = [Linear("gate", hidden, experts, False, "router"),
+               Linear("w1", hidden, inter, False, "expert", experts),
+               Linear("w3", hidden, inter, False, "expert", experts),
+               Linear("w2", inter, hidden, False, "expert", experts)]
+    elif mt == "qwen3_moe" and _moe_layout(c, layers):
+        experts = c.int("num_experts", "num_local_experts")
+        per_tok = c.int("num_experts_per_tok")
+        moe_inter = c.int("moe_intermediate_size")
+        mlp = [Linear("gate", hidden, experts, False, "router"),
+               Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
+               Linear("up_proj", hidden, moe_inter, False, "expert", experts),
+               Linear("down_proj", moe_inter, hidden, False, "expert", experts)]
+    elif mt == "phi3":
+        mlp = [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
+               Linear("down_proj", inter, hidden, False, "mlp")]
+    else:
+        mlp_bias = c.bool("mlp_bias", default=False) if mt == "llama" else False
+        mlp = [Linear("gate_proj", hidden, inter, mlp_bias, "mlp"),
+               Linear("up_proj", hidden, inter, mlp_bias, "mlp"),
+               Linear("down_proj", inter, hidden, mlp_bias, "mlp")]
+
+    if mt in ("gemma2", "gemma3_text"):
+        norms = 4 * hidden  # input, post_attention, pre_feedforward, post_feedforward
+    else:
+        norms = 2 * hidden  # input + post_attention (OLMo 2: post_attention + post_feedforward)
+    if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
+        norms += 2 * hd  # q_norm, k_norm over one head
+    elif mt == "olmo2":
+        norms += q_out + kv_out  # q_norm, k_norm over the full projection width
+
+    sliding, layer_types = None, ()
+    if mt in ("mistral", "mixtral", "phi3"):
+        sliding = c.get("sliding_window", default=None)
+    elif mt in ("qwen2", "qwen3", "qwen3_moe"):
+        if c.bool("use_sliding_window", default=False):
+            sliding = c.get("sliding_window", default=None)
+    elif mt == "gemma2":
+        sliding = c.int("sliding_window", default=4096)
+        layer_types = _layer_types(
+            c, layers, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention"
+        )
+    elif mt == "gemma3_text":
+        sliding = c.int("sliding_window", default=4096)
+        pattern = c.int("sliding_window_pattern", "_sliding_window_pattern", default=6)
+        layer_types = _layer_types(
+            c, layers, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention"
+        )
+    if not layer_types:
+        layer_types = _layer_types(c, layers, None)
+
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=tie, hidden_act=act, gated_mlp=True,
+        block_linears=tuple(attn + mlp), block_norm_params=norms, final_norm_params=hidden,
+        norm_type="rmsnorm", num_experts=experts, num_experts_per_tok=per_tok,
+        moe_intermediate_size=moe_inter, sliding_window=sliding, layer_types=layer_types,
+        partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
+        **_embeddings(vocab, hidden, tie), **_common(c),
+    )
+
+
+# ------------------------------------------------------------------------- other layouts
+def _qwen1(c: _Cfg) -> ModelSpec:
+    """Qwen 1 (``QWenLMHeadModel``, remote code): fused c_attn with bias, w1/w2/c_proj MLP whose
+    branches are each ``intermediate_size // 2`` wide."""
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    heads = c.int("num_attention_heads")
+    head_dim = c.int("kv_channels", default=128)
+    ff = c.int("intermediate_size") // 2
+    bias = not c.bool("no_bias", default=True)
+    tie = c.bool("tie_word_embeddings", default=False)
+    proj = heads * head_dim
+    linears = (
+        Linear("c_attn", hidden, 3 * proj, True, "attn"),
+        Linear("c_proj", proj, hidden, bias, "attn"),
+        Linear("w1", hidden, ff, bias, "mlp"),
+        Linear("w2", hidden, ff, bias, "mlp"),
+        Linear("c_proj", ff, hidden, bias, "mlp"),
+    )
+    common = _common(c)
+    common["extra"]["config_intermediate_size"] = 2 * ff
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads, head_dim=head_dim, intermediate_size=ff, vocab_size=vocab,
+        tie_word_embeddings=tie, hidden_act="silu", gated_mlp=True, block_linears=linears,
+        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type="rmsnorm",
+        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)),
+        **_embeddings(vocab, hidden, tie), **common,
+    )
+
+
+def _phi(c: _Cfg) -> ModelSpec:
+    """Phi-1 / 1.5 / 2: biased q/k/v/dense and fc1/fc2, one LayerNorm, parallel attn+MLP."""
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    inter = c.int("intermediate_size")
+    heads, kv, hd = _heads(c, hidden)
+    tie = c.bool("tie_word_embeddings", default=False)
+    linears = (
+        Linear("q_proj", hidden, heads * hd, True, "attn"),
+        Linear("k_proj", hidden, kv * hd, True, "attn"),
+        Linear("v_proj", hidden, kv * hd, True, "attn"),
+        Linear("dense", heads * hd, hidden, True, "attn"),
+        Linear("fc1", hidden, inter, True, "mlp"),
+        Linear("fc2", inter, hidden, True, "mlp"),
+    )
+    norms = 2 * hidden + (4 * (hidden // heads) if c.bool("qk_layernorm", default=False) else 0)
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu_new")),
+        gated_mlp=False, block_linears=linears, block_norm_params=norms,
+        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=True,
+        partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
+        **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
+    )
+
+
+def _falcon(c: _Cfg) -> ModelSpec:
+    """Falcon: fused query_key_value (multi-query for 7B, grouped with ``num_kv_heads`` in the
+    new decoder architecture of 40B/180B), LayerNorms with bias, tied lm_head."""
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    heads = c.int("num_attention_heads", "n_head")
+    if hidden % heads:
+        raise ModelError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads")
+    hd = hidden // heads
+    new_arch = c.bool("new_decoder_architecture", default=False)
+    if new_arch:
+        kv = c.int("num_kv_heads", "n_head_kv", default=heads)
+    else:
+        kv = 1 if c.bool("multi_query", default=True) else heads
+    bias = c.bool("bias", default=False)
+    ffn = c.int("ffn_hidden_size", default=4 * hidden)
+    parallel = c.bool("parallel_attn", default=True)
+    tie = c.bool("tie_word_embeddings", default=True)
+    linears = (
+        Linear("query_key_value", hidden, (heads + 2 * kv) * hd, bias, "attn"),
+        Linear("dense", hidden, hidden, bias, "attn"),
+        Linear("dense_h_to_4h", hidden, ffn, bias, "mlp"),
+        Linear("dense_4h_to_h", ffn, hidden, bias, "mlp"),
+    )
+    n_ln = c.int("num_ln_in_parallel_attn", default=2 if new_arch else 1)
+    lns = 2 if (not parallel or n_ln == 2) else 1
+    common = _common(c)
+    common["max_position_embeddings"] = common["max_position_embeddings"] or 2048
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=hd, intermediate_size=ffn, vocab_size=vocab,
+        tie_word_embeddings=tie, hidden_act=str(c.get("activation", default="gelu")),
+        gated_mlp=False, block_linears=linears, block_norm_params=lns * 2 * hidden,
+        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=parallel,
+        **_embeddings(vocab, hidden, tie), **common,
+    )
+
+
+def _gpt_neox(c: _Cfg) -> ModelSpec:
+    """GPT-NeoX (StableLM-Alpha, Pythia): fused biased query_key_value, LayerNorms with bias."""
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    inter = c.int("intermediate_size")
+    heads, _, hd = _heads(c, hidden)
+    bias = c.bool("attention_bias", default=True)
+    tie = c.bool("tie_word_embeddings", default=False)
+    linears = (
+        Linear("query_key_value", hidden, 3 * hidden, bias, "attn"),
+        Linear("dense", hidden, hidden, bias, "attn"),
+        Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
+        Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
+    )
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu")),
+        gated_mlp=False, block_linears=linears, block_norm_params=4 * hidden,
+        final_norm_params=2 * hidden, norm_type="layernorm",
+        parallel_attn_mlp=c.bool("use_parallel_residual", default=True),
+        partial_rotary_factor=c.rope_fraction("rotary_pct", "partial_rotary_factor"),
+        **_embeddings(vocab, hidden, tie), **_common(c),
+    )
+
+
+def _bloom(c: _Cfg) -> ModelSpec:
+    """BLOOM: ALiBi (no position parameters), biased fused query_key_value, LayerNorm after the
+    word embeddings (counted in ``final_norm_params``), tied lm_head."""
+    hidden = c.int("hidden_size", "n_embed")
+    layers = c.int("num_hidden_layers", "n_layer")
+    vocab = c.int("vocab_size")
+    heads = c.int("num_attention_heads", "n_head")
+    if hidden % heads:
+        raise ModelError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads")
+    tie = c.bool("tie_word_embeddings", default=True)
+    inter = 4 * hidden
+    linears = (
+        Linear("query_key_value", hidden, 3 * hidden, True, "attn"),
+        Linear("dense", hidden, hidden, True, "attn"),
+        Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
+        Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
+    )
+    common = _common(c)
+    common["extra"].update(final_norm_includes="ln_f + word_embeddings_layernorm", alibi=True)
+    return ModelSpec(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads, head_dim=hidden // heads, intermediate_size=inter,
+        vocab_size=vocab, tie_word_embeddings=tie, hidden_act="gelu", gated_mlp=False,
+        block_linears=linears, block_norm_params=4 * hidden, final_norm_params=4 * hidden,
+        norm_type="layernorm", **_embeddings(vocab, hidden, tie), **common,
+    )
+
+
+_BUILDERS: dict[str, Callable[[_Cfg], ModelSpec]] = {
+    **{mt: _llama_like for mt in _LLAMA_LIKE},
+    "qwen": _qwen1, "phi": _phi, "falcon": _falcon, "gpt_neox": _gpt_neox, "bloom": _bloom,
+}

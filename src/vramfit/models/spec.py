@@ -1,0 +1,104 @@
+"""The architecture of a decoder-only model, as the estimator needs it.
+
+A :class:`ModelSpec` is derived from a Hugging Face ``config.json`` (field names as there) and
+lists every parameter-holding module of one decoder block, so that parameter counts, LoRA adapters,
+quantized storage and activations are all computed from the same description.
+
+No torch here: loading a spec is instant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One ``nn.Linear`` (or a bank of identical ones, e.g. MoE experts) inside a decoder block.
+
+    ``name`` is the Hugging Face leaf module name (``q_proj``, ``gate_proj``, ``query_key_value``,
+    ``dense_4h_to_h``, ``c_attn`` ...), which is what PEFT ``target_modules`` match.
+    ``count`` is the number of identical instances per block (``num_local_experts`` for expert
+    linears, 1 otherwise). ``group`` says where it sits: ``attn``, ``mlp``, ``expert``,
+    ``shared_expert`` or ``router``.
+    """
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool
+    group: str
+    count: int = 1
+
+    @property
+    def weight_params(self) -> int:
+        return self.in_features * self.out_features * self.count
+
+    @property
+    def bias_params(self) -> int:
+        return (self.out_features if self.bias else 0) * self.count
+
+    @property
+    def params(self) -> int:
+        return self.weight_params + self.bias_params
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer, enough to count every parameter exactly.
+
+    Field names follow Hugging Face ``config.json``. ``block_linears`` describes one decoder block
+    (all blocks are identical in every catalog family; Gemma 2/3 alternate sliding-window and global
+    attention, which changes no parameter, only ``sliding_window`` / ``layer_types``).
+    """
+
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    hidden_act: str
+    gated_mlp: bool  # SwiGLU / GeGLU (gate and up projections)
+    block_linears: tuple[Linear, ...]
+    block_norm_params: int  # all norm weights (and biases) in one block, incl. q/k norms
+    final_norm_params: int
+    embedding_params: int  # token embeddings (+ learned positional embeddings if any)
+    lm_head_params: int  # 0 when tied to the embeddings (then counted once, in embedding_params)
+    norm_type: str = "rmsnorm"  # "rmsnorm" | "layernorm"
+    parallel_attn_mlp: bool = False  # Falcon / Phi-1.5 / Phi-2 / GPT-NeoX style parallel residual
+    num_experts: int = 0  # 0 = dense
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
+    partial_rotary_factor: float = 1.0
+    max_position_embeddings: int = 0
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def block_params(self) -> int:
+        """Parameters in one decoder block (linears incl. biases, plus norms)."""
+        return sum(lin.params for lin in self.block_linears) + self.block_norm_params
+
+    @property
+    def num_params(self) -> int:
+        """All parameters, tied embeddings counted once (what safetensors metadata reports)."""
+        return (
+            self.embedding_params
+            + self.num_hidden_layers * self.block_params
+            + self.final_norm_params
+            + self.lm_head_params
+        )
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Parameters a token passes through (MoE: only ``num_experts_per_tok`` experts)."""
+        if not self.num_experts:
+            return self.num_params
+        expert = sum(lin.params for lin in self.block_linears if lin.group == "expert")
+        active_expert = expert * self.num_experts_per_tok // self.num_experts
+        return self.num_params - self.num_hidden_layers * (expert - active_expert)

@@ -1,0 +1,259 @@
+"""Build the Hugging Face model of a scenario on the ``meta`` device, as a training script would set it up.
+
+Reusable by anything that needs the same model construction (the simulator on fake CPU tensors,
+``vramfit measure`` on a real GPU): :func:`build_model` returns the model on ``meta``;
+:func:`materialize` allocates it on a device (``to_empty``), inside a ``FakeTensorMode`` or for real.
+
+What it mirrors (recorded in :attr:`BuiltModel.assumptions`):
+
+- ``AutoModelForCausalLM.from_config`` with ``dtype`` = the scenario's parameter dtype (fp32 for
+  ``-mixed``: master weights, autocast at run time) and ``attn_implementation`` ``sdpa`` / ``eager``
+  (``flash`` runs as ``sdpa``: both keep only the output and the log-sum-exp per head and row);
+- ``use_cache=False`` (what fine-tuning scripts set; no KV cache in the training forward);
+- LoRA: ``peft.get_peft_model`` with ``LoraConfig(r, lora_alpha, target_modules, lora_dropout)``; PEFT's
+  default ``autocast_adapter_dtype=True`` makes the adapters fp32;
+- QLoRA: every ``nn.Linear`` of the decoder blocks (not ``lm_head``) becomes a bitsandbytes 4-bit layer
+  (:mod:`vramfit.sim.qlora`), then ``peft.prepare_model_for_kbit_training`` (casts every other fp16/bf16
+  parameter to fp32, enables checkpointing when asked) and ``get_peft_model``;
+- gradient checkpointing through the model's own ``activation_checkpointing_enable`` as HF Trainer calls
+  it (``use_reentrant=False`` is transformers 5's default); ``selective`` adds a
+  ``torch.utils.checkpoint`` selective policy, ``offload`` keeps checkpoint inputs in host memory.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vramfit.errors import ModelError, ScenarioError
+from vramfit.scenario import ALL_LINEAR, Attention, Checkpointing, Method, Precision, Quantize, Scenario
+
+#: Keys that hold the number of decoder layers, by config family.
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+_PARAM_DTYPE = {
+    Precision.BF16_TRUE: torch.bfloat16,
+    Precision.FP16_TRUE: torch.float16,
+    Precision.BF16_MIXED: torch.float32,
+    Precision.FP16_MIXED: torch.float32,
+    Precision.FP32: torch.float32,
+}
+_COMPUTE_DTYPE = {
+    Precision.BF16_TRUE: torch.bfloat16,
+    Precision.FP16_TRUE: torch.float16,
+    Precision.BF16_MIXED: torch.bfloat16,
+    Precision.FP16_MIXED: torch.float16,
+    Precision.FP32: torch.float32,
+}
+
+
+@dataclass
+class BuiltModel:
+    """A model ready to train, on the device it was materialised on (``meta`` after :func:`build_model`)."""
+
+    model: torch.nn.Module  # what the training loop calls (the PeftModel for LoRA/QLoRA)
+    causal_lm: torch.nn.Module  # the transformers *ForCausalLM inside
+    num_layers: int
+    autocast_dtype: torch.dtype | None  # autocast dtype for -mixed precision, else None
+    compute_dtype: torch.dtype
+    vocab_size: int
+    assumptions: list[str] = field(default_factory=list)
+    offload_hooks: Any = None  # set for gradient_checkpointing=offload on fake tensors
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.causal_lm.get_output_embeddings()
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+def num_layers_of(config: dict) -> int:
+    for key in _LAYER_KEYS:
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise ModelError("config.json has no num_hidden_layers")
+
+
+def config_for_depth(config: dict, layers: int) -> dict:
+    """The config with ``layers`` decoder layers; per-layer lists keep their first ``layers`` entries."""
+    full = num_layers_of(config)
+    out = dict(config)
+    for key in _LAYER_KEYS:
+        if key in out:
+            out[key] = layers
+    for key, value in config.items():
+        if isinstance(value, list) and len(value) == full and key not in ("architectures",):
+            out[key] = value[:layers]
+    if isinstance(out.get("max_window_layers"), int) and out["max_window_layers"] >= full:
+        out["max_window_layers"] = layers
+    if isinstance(out.get("mlp_only_layers"), list):
+        out["mlp_only_layers"] = [i for i in out["mlp_only_layers"] if i < layers]
+    return out
+
+
+def hf_config(config: dict, layers: int | None = None, attention: Attention = Attention.SDPA) -> Any:
+    """A transformers ``PretrainedConfig`` for a config.json dict (no remote code, nothing downloaded)."""
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if model_type == "qwen":
+        raise ModelError(
+            "Qwen (1) needs its own remote modelling code (trust_remote_code), which vramfit never runs; "
+            "the simulator cannot build it: use `vramfit estimate` for this model"
+        )
+    if model_type not in CONFIG_MAPPING:
+        raise ModelError(f"transformers cannot build model_type {model_type!r}: the simulator is unavailable "
+                         "for it; use `vramfit estimate`")
+    data = config_for_depth(config, layers) if layers is not None else dict(config)
+    for key in ("auto_map", "transformers_version", "_name_or_path", "quantization_config"):
+        data.pop(key, None)
+    data["use_cache"] = False
+    cfg = CONFIG_MAPPING[model_type].from_dict(data)
+    cfg._attn_implementation = "eager" if attention is Attention.EAGER else "sdpa"
+    return cfg
+
+
+def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> BuiltModel:
+    """Build the scenario's model on ``meta`` with ``layers`` decoder layers (default: all)."""
+    from transformers import AutoModelForCausalLM
+
+    _check_supported(scenario)
+    depth = layers if layers is not None else num_layers_of(config)
+    cfg = hf_config(config, depth, scenario.attention)
+    precision = scenario.precision
+    param_dtype = _PARAM_DTYPE[precision]
+    compute_dtype = _COMPUTE_DTYPE[precision]
+    assumptions = [
+        "Simulates transformers + PEFT + HF Trainer: use_cache=False, model.train(), zero_grad(set_to_none=True), "
+        "gradient clipping (max_grad_norm=1.0), loss / grad_accum per micro-batch."
+    ]
+    if scenario.attention is Attention.FLASH:
+        assumptions.append(
+            "attention=flash is simulated with SDPA's fused kernel (no seq_len x seq_len scores; output and "
+            "per-row log-sum-exp saved), the same saved tensors as flash_attention_2."
+        )
+    attn = "eager" if scenario.attention is Attention.EAGER else "sdpa"
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE:
+        from vramfit.sim.checkpointing import SELECTIVE_ASSUMPTION, selective_attention_implementation
+
+        attn = selective_attention_implementation(attn)
+        assumptions.append(SELECTIVE_ASSUMPTION)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            try:
+                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+            except (ValueError, ImportError) as exc:
+                if "sdpa" not in attn:
+                    raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
+                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
+                assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
+    causal_lm = model
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+
+    if scenario.method is Method.FULL:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    if scenario.method is Method.QLORA:
+        from vramfit.sim.qlora import prepare_qlora
+
+        assumptions += prepare_qlora(model, scenario, compute_dtype)
+    offload_hooks = _enable_checkpointing(model, scenario, assumptions)
+    if scenario.method is not Method.FULL:
+        model = _apply_lora(model, scenario, assumptions)
+    model.train()
+    return BuiltModel(model, causal_lm, depth, compute_dtype if precision.mixed else None, compute_dtype,
+                      vocab, assumptions, offload_hooks)
+
+
+def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:
+    """Allocate every parameter and buffer on ``device`` (uninitialised: memory, not values, matters)."""
+    built.model.to_empty(device=device)
+    return built
+
+
+def _check_supported(scenario: Scenario) -> None:
+    from vramfit.scenario import Framework
+
+    if scenario.framework is not Framework.HF:
+        raise ScenarioError("framework", f"the simulator runs transformers + PEFT code; {scenario.framework.value} "
+                            "is estimator-only", ["hf"])
+    if scenario.method is Method.QLORA and scenario.quantize not in (
+        Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ
+    ):
+        raise ScenarioError("quantize", f"{scenario.quantize.value} is estimator-only in the simulator",
+                            ["nf4", "nf4-dq", "fp4", "fp4-dq"])
+
+
+def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
+    mode = scenario.gradient_checkpointing
+    if mode in (Checkpointing.NONE, Checkpointing.SELECTIVE):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # as HF Trainer does (also after prepare_model_for_kbit_training): kwargs None -> use_reentrant=False
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
+    assumptions.append("Gradient checkpointing via model.activation_checkpointing_enable() "
+                       "(torch.utils.checkpoint, use_reentrant=False) around every decoder layer.")
+    return _maybe_offload(model, mode, assumptions)
+
+
+def _maybe_offload(model: Any, mode: Checkpointing, assumptions: list[str]) -> Any:
+    if mode is not Checkpointing.OFFLOAD:
+        return None
+    from vramfit.sim.checkpointing import install_offload
+
+    return install_offload(model, assumptions)
+
+
+def lora_target_modules(model: torch.nn.Module, targets: tuple[str, ...]) -> str | list[str]:
+    """PEFT ``target_modules`` for the scenario's ``lora_targets``; unknown names are a ScenarioError."""
+    from vramfit.sim.qlora import is_linear
+
+    block_linears: set[str] = set()
+    all_names: set[str] = set()
+    for name, mod in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if is_linear(mod) or isinstance(mod, torch.nn.Embedding):
+            all_names.add(leaf)
+            if ".layers." in f".{name}." or ".h." in f".{name}." or ".blocks." in f".{name}.":
+                if is_linear(mod):
+                    block_linears.add(leaf)
+    if targets == (ALL_LINEAR,):
+        return "all-linear"
+    names: set[str] = set()
+    for t in targets:
+        if t == ALL_LINEAR:
+            names |= block_linears
+        elif t in all_names:
+            names.add(t)
+        else:
+            raise ScenarioError("lora_targets", f"{t!r} is not a module of this model",
+                                [ALL_LINEAR, *sorted(all_names)])
+    return sorted(names)
+
+
+def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
+    import peft
+
+    dropout = scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
+    lcfg = peft.LoraConfig(
+        r=scenario.lora_rank,
+        lora_alpha=scenario.lora_alpha,
+        lora_dropout=dropout,
+        target_modules=lora_target_modules(model, scenario.lora_targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = peft.get_peft_model(model, lcfg)
+    assumptions.append(
+        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}); "
+        "autocast_adapter_dtype=True keeps adapters in fp32 and casts each adapted layer's input to fp32."
+    )
+    return pm

@@ -1,0 +1,166 @@
+"""QLoRA's 4-bit base without quantizing anything: bitsandbytes layers with directly built quant state.
+
+``bitsandbytes.nn.Params4bit`` is a tensor subclass that cannot wrap a fake tensor, and quantizing
+needs data. :class:`SimLinear4bit` is a ``bnb.nn.Linear4bit`` (so PEFT dispatches its bnb LoRA layer)
+whose packed weight and ``QuantState`` tensors are built with the shapes and dtypes
+``bitsandbytes.functional.quantize_4bit`` produces (bitsandbytes 0.50 ``_ops.py`` fake kernel,
+``functional.py``; summarised in ``shared/design/cuda-memory-facts.md`` section 3):
+
+- packed weight ``[(n + 1) // 2, 1]`` uint8 (``quant_storage=torch.uint8``);
+- ``absmax``: fp32 ``[ceil(n / 64)]``, or with double quantization uint8 ``[ceil(n / 64)]`` plus a nested
+  state (fp32 absmax ``[ceil(blocks / 256)]``, 256-entry fp32 code) and an fp32 scalar ``offset``;
+- the 16-entry NF4/FP4 code (fp32).
+
+Forward and backward run bitsandbytes' own ``MatMul4Bit`` (``bnb.matmul_4bit``): its backward
+dequantizes with the library's ops (their fake kernels give the transient's shape); the CUDA forward's
+dequantize-then-``F.linear`` scratch, which the fused op's fake kernel hides, is added by
+:func:`vramfit.sim.trace.bnb_gemm_4bit_transient`. The same module runs on a real GPU (values are
+uninitialised; memory is what matters).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+from vramfit.scenario import Quantize, Scenario
+
+BLOCKSIZE = 64  # bitsandbytes functional.quantize_4bit default blocksize
+NESTED_BLOCKSIZE = 256  # double quantization of the absmax (functional.py quantize_blockwise blocksize=256)
+
+
+def _linear4bit_base() -> type:
+    import bitsandbytes as bnb
+
+    return bnb.nn.Linear4bit
+
+
+def is_linear(mod: torch.nn.Module) -> bool:
+    return isinstance(mod, torch.nn.Linear)
+
+
+def make_sim_linear4bit(lin: torch.nn.Linear, quant_type: str, double_quant: bool,
+                        compute_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.nn.Module:
+    """A bitsandbytes 4-bit layer equivalent to quantizing ``lin`` (built on ``lin``'s device)."""
+    base = _linear4bit_base()
+    cls = _sim_class(base)
+    return cls(lin, quant_type, double_quant, compute_dtype, weight_dtype)
+
+
+_SIM_CLASS: dict[type, type] = {}
+
+
+def _sim_class(base: type) -> type:
+    if base in _SIM_CLASS:
+        return _SIM_CLASS[base]
+
+    class SimLinear4bit(base):  # type: ignore[misc, valid-type]
+        """bnb.nn.Linear4bit whose quantized weight and quant state are built, not computed."""
+
+        def __init__(self, lin: torch.nn.Linear, quant_type: str, double_quant: bool,
+                     compute_dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
+            torch.nn.Module.__init__(self)
+            self.in_features = lin.in_features
+            self.out_features = lin.out_features
+            dev = lin.weight.device
+            n = lin.in_features * lin.out_features
+            blocks = math.ceil(n / BLOCKSIZE)
+            w = torch.nn.Parameter(torch.empty(((n + 1) // 2, 1), dtype=torch.uint8, device=dev),
+                                   requires_grad=False)
+            w.compress_statistics = double_quant  # read by PEFT's bnb dispatcher
+            w.quant_type = quant_type
+            self.weight = w
+            self.bias = lin.bias
+            if self.bias is not None:
+                self.bias.requires_grad_(False)
+            self.compute_dtype = compute_dtype
+            self.compute_type_is_set = True
+            self.quant_state = None
+            self.quant_storage = torch.uint8
+            self.support_avx512bf16_for_cpu = False
+            self._quant_type = quant_type
+            self._weight_dtype = weight_dtype
+            self._double_quant = double_quant
+            self.register_buffer("code", torch.empty(16, dtype=torch.float32, device=dev), persistent=False)
+            if double_quant:
+                nested = math.ceil(blocks / NESTED_BLOCKSIZE)
+                self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8, device=dev), persistent=False)
+                self.register_buffer("nested_absmax", torch.empty(nested, dtype=torch.float32, device=dev),
+                                     persistent=False)
+                self.register_buffer("nested_code", torch.empty(256, dtype=torch.float32, device=dev),
+                                     persistent=False)
+                self.register_buffer("offset", torch.empty((), dtype=torch.float32, device=dev), persistent=False)
+            else:
+                self.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32, device=dev),
+                                     persistent=False)
+
+        def _state(self) -> Any:
+            from bitsandbytes.functional import QuantState
+
+            state2 = None
+            offset = None
+            if self._double_quant:
+                state2 = QuantState(absmax=self.nested_absmax, code=self.nested_code,
+                                    blocksize=NESTED_BLOCKSIZE, dtype=torch.float32)
+                offset = self.offset
+            return QuantState(absmax=self.absmax, shape=torch.Size([self.out_features, self.in_features]),
+                              code=self.code, blocksize=BLOCKSIZE, quant_type=self._quant_type,
+                              dtype=self._weight_dtype, offset=offset, state2=state2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            # bitsandbytes 0.50 nn/modules.py Linear4bit.forward, training path
+            import bitsandbytes as bnb
+
+            inp_dtype = x.dtype
+            if self.compute_dtype is not None:
+                x = x.to(self.compute_dtype)
+            bias = self.bias
+            if bias is not None:
+                if bias.dtype != x.dtype:
+                    bias.data = bias.data.to(x.dtype)
+                bias = bias.to(self.compute_dtype)
+            return bnb.matmul_4bit(x, self.weight, bias=bias, quant_state=self._state()).to(inp_dtype)
+
+    _SIM_CLASS[base] = SimLinear4bit
+    return SimLinear4bit
+
+
+def quantizable_linears(model: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
+    """The ``nn.Linear`` modules transformers' bitsandbytes quantizer replaces: all but the output embeddings
+    (transformers quantizers/base.py ``get_keys_to_not_convert``: tied weights, last module, output embeddings)."""
+    head = model.get_output_embeddings()
+    return [(name, mod) for name, mod in model.named_modules()
+            if type(mod) is torch.nn.Linear and mod is not head]
+
+
+def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
+    """Swap in 4-bit layers, then run ``peft.prepare_model_for_kbit_training`` on the (meta) model."""
+    from peft import prepare_model_for_kbit_training
+
+    from vramfit.scenario import Checkpointing
+
+    quant_type = "fp4" if scenario.quantize in (Quantize.FP4, Quantize.FP4_DQ) else "nf4"
+    double_quant = scenario.quantize in (Quantize.NF4_DQ, Quantize.FP4_DQ)
+    for name, lin in quantizable_linears(model):
+        parent_name, _, leaf = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, leaf, make_sim_linear4bit(lin, quant_type, double_quant, compute_dtype, compute_dtype))
+    model.is_loaded_in_4bit = True
+    gc = scenario.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
+                                        gradient_checkpointing_kwargs={"use_reentrant": False})
+    dq = "with" if double_quant else "without"
+    return [
+        f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
+        f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
+        "QLoRA: peft.prepare_model_for_kbit_training casts every other fp16/bf16 parameter (embeddings, "
+        "norms, lm_head) to fp32" + (" and enables gradient checkpointing." if gc else "."),
+        "QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more than 1536 rows take the "
+        "dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs), "
+        "backward dequantizes the weight again.",
+    ]

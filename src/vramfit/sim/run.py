@@ -1,0 +1,196 @@
+"""Run the training steps of a scenario under the tracker: two optimizer steps of ``grad_accum`` micro-batches.
+
+The loop is HF Trainer's (transformers ``Trainer._inner_training_loop`` / ``training_step``): per
+micro-batch, forward under the precision's autocast with ``labels`` (the model computes the loss),
+``loss / grad_accum``, the batch dropped (``del inputs``), ``backward``; then gradient clipping
+(``max_grad_norm=1.0``), ``optimizer.step()`` and ``model.zero_grad()`` (``set_to_none=True``).
+Two optimizer steps, because the optimizer state only exists after the first one.
+
+Runs on fake CPU tensors (``fake=True``, the simulator) or for real on any device (``fake=False``:
+the tracker's accuracy check against ``torch.cuda.max_memory_allocated``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vramfit.scenario import Loss, Precision, Scenario
+from vramfit.sim.build import BuiltModel, materialize
+from vramfit.sim.trace import BUFFER, PARAM, LiveTracker, Trace
+
+MAX_GRAD_NORM = 1.0  # HF TrainingArguments.max_grad_norm default
+FP16_LOSS_SCALE = 2.0**16  # torch.amp.GradScaler init_scale default
+ITERATIONS = 2
+
+
+@dataclass
+class StepResult:
+    trace: Trace
+    num_params: int  # parameters as built (quantized weights counted by their unquantized shape)
+    num_trainable: int
+    assumptions: list[str] = field(default_factory=list)
+
+
+def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", fake: bool = True,
+                 progress: Callable[[str], None] | None = None,
+                 setup: Callable[[BuiltModel, LiveTracker], Any] | None = None) -> StepResult:
+    """Materialise ``built`` on ``device`` and trace ``ITERATIONS`` optimizer steps."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    with fake_mode:
+        materialize(built, device)
+        tracker = LiveTracker()
+        if built.offload_hooks is not None:
+            built.offload_hooks.tracker = tracker
+        _register_model(built, tracker)
+        if setup is not None:
+            setup(built, tracker)
+        try:
+            return _loop(built, scenario, tracker, device, fake, progress)
+        finally:
+            tracker.close()
+
+
+def _register_model(built: BuiltModel, tracker: LiveTracker) -> None:
+    tracker.mark("load")
+    tr = tracker.trace
+    for _name, p in built.model.named_parameters():
+        sids = tracker.track(p, PARAM, "parameter")
+        if p.requires_grad:
+            tr.trainable_sids.update(sids)
+        if p.dtype == torch.uint8:
+            tr.quantized_sids.update(sids)
+    for name, b in built.model.named_buffers():
+        sids = tracker.track(b, BUFFER, "buffer")
+        if name.rsplit(".", 1)[-1] in ("absmax", "nested_absmax", "nested_code", "offset", "code"):
+            tr.quantized_sids.update(sids)
+
+
+def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str, fake: bool,
+          progress: Callable[[str], None] | None) -> StepResult:
+    from vramfit.sim.optim import in_backward_optimizers, make_optimizer, optimizer_state_tensors
+
+    model = built.model
+    params = built.trainable_parameters()
+    assumptions: list[str] = []
+    if scenario.optimizer_in_backward:
+        opts, text = in_backward_optimizers(scenario, params, tracker)
+        optimizers = list(opts.values())
+    else:
+        opt, text = make_optimizer(scenario, params, tracker)
+        optimizers = [opt]
+    assumptions.append(text)
+    tracker.watch_modules(model, built.lm_head)
+    fp16_scaled = scenario.precision is Precision.FP16_MIXED
+    if fp16_scaled:
+        assumptions.append("fp16-mixed: loss scaled and gradients unscaled in place (GradScaler); the inf check "
+                           "is a scalar and is not simulated.")
+    B, S = scenario.micro_batch_size, scenario.seq_len
+    with tracker, _amp_policy(built, fake):
+        for it in range(1, ITERATIONS + 1):
+            for mb in range(1, scenario.grad_accum + 1):
+                tag = f"it{it}.mb{mb}"
+                if progress:
+                    progress(f"{tag} forward")
+                tracker.mark(f"{tag}.forward")
+                tracker.in_logits = False
+                ids = torch.randint(0, built.vocab_size, (B, S), device=device)
+                labels = ids.clone()
+                with _autocast(built, device):
+                    loss = _forward_loss(built, scenario, ids, labels)
+                loss = loss / scenario.grad_accum
+                del ids, labels
+                if progress:
+                    progress(f"{tag} backward")
+                tracker.mark(f"{tag}.backward")
+                tracker.in_logits = False
+                tracker.in_backward = True
+                (loss * FP16_LOSS_SCALE if fp16_scaled else loss).backward()
+                del loss
+                tracker.in_backward = False
+            _record_grads(tracker, params)
+            if progress:
+                progress(f"it{it} optimizer step")
+            tracker.mark(f"it{it}.optimizer")
+            if not scenario.optimizer_in_backward:
+                grads = [p.grad for p in params if p.grad is not None]
+                if fp16_scaled and grads:
+                    torch._foreach_mul_(grads, 1.0 / FP16_LOSS_SCALE)
+                if grads:
+                    torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+                for opt in optimizers:
+                    opt.step()
+                del grads
+            for opt in optimizers:
+                for t in optimizer_state_tensors(opt):
+                    sid = tracker.sid_of(t)
+                    if sid is not None:
+                        tracker.trace.state_sids.add(sid)
+            tracker.mark(f"it{it}.zero_grad")
+            model.zero_grad(set_to_none=True)
+        tracker.mark("end")
+    if not scenario.optimizer_in_backward and scenario.grad_accum >= 1:
+        assumptions.append("Gradient clipping: torch.nn.utils.clip_grad_norm_(max_norm=1.0), HF Trainer default.")
+    num_params, num_trainable = _count_params(built)
+    return StepResult(tracker.trace, num_params, num_trainable, assumptions)
+
+
+def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> None:
+    for p in params:
+        if p.grad is not None:
+            sid = tracker.sid_of(p.grad)
+            if sid is not None:
+                tracker.trace.grad_sids.add(sid)
+
+
+def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if scenario.loss is Loss.STANDARD:
+        out = built.model(input_ids=ids, labels=labels)
+        loss = out.loss
+        del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
+        return loss
+    from vramfit.sim.losses import chunked_or_fused_loss
+
+    return chunked_or_fused_loss(built, scenario, ids, labels)
+
+
+@contextlib.contextmanager
+def _autocast(built: BuiltModel, device: str) -> Iterator[None]:
+    if built.autocast_dtype is None:
+        yield
+        return
+    dev = torch.device(device).type
+    with torch.autocast(dev, dtype=built.autocast_dtype):
+        yield
+
+
+@contextlib.contextmanager
+def _amp_policy(built: BuiltModel, fake: bool) -> Iterator[None]:
+    if built.autocast_dtype is None or not fake:
+        yield
+        return
+    from vramfit.sim.amp import CudaAutocastPolicy
+
+    with CudaAutocastPolicy():
+        yield
+
+
+def _count_params(built: BuiltModel) -> tuple[int, int]:
+    from vramfit.sim.qlora import is_linear
+
+    total = trainable = 0
+    for mod in built.model.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            n = p.numel()
+            if p.dtype == torch.uint8 and name == "weight" and is_linear(mod):
+                n = mod.in_features * mod.out_features
+            total += n
+            if p.requires_grad:
+                trainable += n
+    return total, trainable

@@ -1,0 +1,298 @@
+"""A live-bytes tracker: every storage allocated and freed while the real training code runs.
+
+:class:`LiveTracker` is a ``TorchDispatchMode``: each aten op's outputs are looked up by their
+untyped storage; a storage seen for the first time is an allocation, logged with its size, the phase
+(``it1.mb1.forward`` ...), the module running and the op. A ``weakref`` on the storage logs the free
+when the last reference dies (PyTorch keeps one Python object per live storage, so the callback fires
+exactly when the memory would return to the CUDA caching allocator). The result is a
+:class:`Trace`: an ordered event list that :mod:`vramfit.sim.cuda_allocator` replays to get
+``max_memory_allocated`` / ``max_memory_reserved`` as the CUDA caching allocator would report them.
+
+Why not ``torch.distributed._tools.mem_tracker.MemTracker``: it rounds only tensors on a CUDA device
+(ours are fake CPU tensors), keeps running peaks rather than an event log (so no allocator replay and
+no layer extrapolation of phases), and deep-copies a snapshot at every new peak. The approach is the
+same (storage weakrefs, ``resize_`` patched for FSDP2, DTensor ops desugared first).
+
+Kernels whose scratch a fake kernel cannot show get *synthetic* allocations from :func:`transient_rules`
+(allocated before the op's outputs, freed right after): see :func:`bnb_gemm_4bit_transient`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+#: Where an allocation came from (``Trace.kinds``).
+PARAM, BUFFER, INPUT, OP, SYNTHETIC = "param", "buffer", "input", "op", "synthetic"
+
+
+@dataclass
+class Trace:
+    """Everything allocated in one traced run, in order.
+
+    ``events``: ``sid`` (>= 0) for an allocation, ``~sid`` (< 0) for its free.
+    ``marks``: ``(event index, label)``: the phase that starts at that event.
+    Per allocation (indexed by ``sid``): requested bytes, kind, phase label, module, op, shape, dtype.
+    ``host``: sids that live in host memory (paged optimizer state, offloaded activations).
+    """
+
+    nbytes: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
+    wheres: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    host: set[int] = field(default_factory=set)
+    # sids of the tensors that are parameter gradients / optimizer state / trainable params
+    grad_sids: set[int] = field(default_factory=set)
+    state_sids: set[int] = field(default_factory=set)
+    trainable_sids: set[int] = field(default_factory=set)
+    quantized_sids: set[int] = field(default_factory=set)
+    weight_copy_sids: set[int] = field(default_factory=set)
+    logits_sids: set[int] = field(default_factory=set)
+    recompute_sids: set[int] = field(default_factory=set)
+
+    def segments(self) -> list[tuple[str, int, int]]:
+        """``(label, first event, end event)`` for each marked phase."""
+        out = []
+        for i, (start, label) in enumerate(self.marks):
+            end = self.marks[i + 1][0] if i + 1 < len(self.marks) else len(self.events)
+            out.append((label, start, end))
+        return out
+
+
+def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        out: list[torch.UntypedStorage] = []
+        for a in attrs:
+            out.extend(_storages(getattr(t, a)))
+        return out
+    if t.layout is not torch.strided:
+        return []
+    return [t.untyped_storage()]
+
+
+class LiveTracker(TorchDispatchMode):
+    """Log storage allocations and frees of the ops run under it (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace = Trace()
+        self._sid: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._refs: dict[int, weakref.ref] = {}
+        self.phase = "setup"
+        self.where_stack: list[str] = []
+        self.in_logits = False
+        self.in_backward = False
+        self.host_mode = False  # allocations made now live in host memory
+        self._module_names: dict[int, str] = {}
+        self._hook_handles: list[Any] = []
+        self._orig_resize: Callable | None = None
+        self._fake_mode_on_entry: Any = None
+        self._rules = transient_rules()
+
+    # ---------------------------------------------------------------- registration
+    def track(self, t: torch.Tensor, kind: str = OP, op: str = "", host: bool = False) -> list[int]:
+        """Register the storages of ``t`` (no-op for storages already seen); return their sids."""
+        sids = []
+        for st in _storages(t):
+            sid = self._sid.get(st)
+            if sid is None:
+                sid = self._new(st.nbytes(), kind, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+                self._sid[st] = sid
+                self._refs[sid] = weakref.ref(st, self._freer(sid))
+                if host or self.host_mode:
+                    self.trace.host.add(sid)
+            sids.append(sid)
+        return sids
+
+    def sid_of(self, t: torch.Tensor) -> int | None:
+        sts = _storages(t)
+        return self._sid.get(sts[0]) if sts else None
+
+    def _new(self, nbytes: int, kind: str, op: str, shape: tuple[int, ...], dtype: str) -> int:
+        tr = self.trace
+        sid = len(tr.nbytes)
+        tr.nbytes.append(int(nbytes))
+        tr.kinds.append(kind)
+        tr.phases.append(self.phase)
+        tr.wheres.append(self.where_stack[-1] if self.where_stack else "")
+        tr.ops.append(op)
+        tr.shapes.append(shape)
+        tr.dtypes.append(dtype)
+        tr.events.append(sid)
+        if self.in_logits and kind in (OP, SYNTHETIC):
+            tr.logits_sids.add(sid)
+        if self.in_backward and self.where_stack and kind == OP:
+            tr.recompute_sids.add(sid)
+        return sid
+
+    def _freer(self, sid: int) -> Callable[[Any], None]:
+        def free(_ref: Any) -> None:
+            self.trace.events.append(~sid)
+            self._refs.pop(sid, None)
+
+        return free
+
+    def synthetic(self, nbytes: int, op: str, shape: tuple[int, ...], dtype: str) -> int:
+        """Log an allocation no tensor stands for (a kernel's scratch); free it with :meth:`release`."""
+        return self._new(nbytes, SYNTHETIC, op, shape, dtype)
+
+    def release(self, sid: int) -> None:
+        self.trace.events.append(~sid)
+
+    def mark(self, label: str) -> None:
+        """Start a new phase: allocations from now on carry ``label``."""
+        self.phase = label
+        self.trace.marks.append((len(self.trace.events), label))
+
+    # ---------------------------------------------------------------- module labels
+    def watch_modules(self, model: torch.nn.Module, lm_head: torch.nn.Module | None = None) -> None:
+        """Label allocations with the running module; flag those made from ``lm_head`` on as logits."""
+        for name, mod in model.named_modules():
+            self._module_names[id(mod)] = _short_name(name)
+        names = self._module_names
+
+        def pre(mod: torch.nn.Module, _args: Any) -> None:
+            name = names.get(id(mod))
+            if name is not None:
+                self.where_stack.append(name)
+
+        def post(mod: torch.nn.Module, _args: Any, _out: Any) -> None:
+            if id(mod) in names and self.where_stack:
+                self.where_stack.pop()
+
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        self._hook_handles += [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+        if lm_head is not None:
+            def head(_mod: torch.nn.Module, _args: Any) -> None:
+                self.in_logits = True
+
+            self._hook_handles.append(lm_head.register_forward_pre_hook(head))
+
+    def close(self) -> None:
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles.clear()
+
+    # ---------------------------------------------------------------- dispatch
+    def __enter__(self) -> LiveTracker:
+        from torch._guards import active_fake_mode
+
+        self._fake_mode_on_entry = active_fake_mode()
+        self._orig_resize = torch.UntypedStorage.resize_
+        orig = self._orig_resize
+        tracker = self
+
+        def resize_(st: torch.UntypedStorage, size: int) -> Any:
+            # FSDP2 frees/re-allocates unsharded parameters by resizing their storage in place
+            old = st.nbytes()
+            out = orig(st, size)
+            sid = tracker._sid.get(st)
+            if sid is not None and st.nbytes() != old:
+                tracker.release(sid)
+                new = tracker._new(st.nbytes(), tracker.trace.kinds[sid], "resize_",
+                                   tracker.trace.shapes[sid], tracker.trace.dtypes[sid])
+                tracker._sid[st] = new
+                tracker._refs[new] = weakref.ref(st, tracker._freer(new))
+                tracker._refs.pop(sid, None)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *args: Any) -> None:
+        if self._orig_resize is not None:
+            torch.UntypedStorage.resize_ = self._orig_resize  # type: ignore[method-assign]
+        super().__exit__(*args)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        from torch.distributed.tensor import DTensor
+
+        if any(t is DTensor for t in types):
+            return NotImplemented
+        kwargs = kwargs or {}
+        rule = self._rules.get(func)
+        scratch = rule(args, kwargs) if rule is not None else ()
+        sids = [self.synthetic(n, f"{func.__name__} scratch: {what}", shape, dtype)
+                for n, what, shape, dtype in scratch]
+        if func is torch.ops._c10d_functional.wait_tensor.default and self._fake_mode_on_entry is not None:
+            out = args[0]  # the fake kernel returns a new tensor; the real op returns its input
+        else:
+            out = func(*args, **kwargs)
+        from torch._guards import active_fake_mode
+
+        if active_fake_mode() is self._fake_mode_on_entry:
+            name = func.__name__
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.track(t, OP, name)
+        for sid in sids:
+            self.release(sid)
+        return out
+
+
+def _short_name(name: str) -> str:
+    for prefix in ("base_model.model.", "_orig_mod."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name or "model"
+
+
+# ------------------------------------------------------------------------------ kernel scratch
+#: bitsandbytes 0.50 CUDA ``gemm_4bit``: for more than this many rows it dequantizes and calls F.linear
+#: (bitsandbytes@0.50.1 backends/cuda/ops.py ``_gemm_4bit_custom_max_m = 1536``).
+BNB_GEMM_4BIT_CUSTOM_MAX_M = 1536
+
+
+def bnb_gemm_4bit_transient(args: tuple, kwargs: dict) -> list[tuple[int, str, tuple[int, ...], str]]:
+    """Scratch of ``bitsandbytes::gemm_4bit`` on CUDA that its fake kernel hides.
+
+    For ``M > 1536`` rows, ``_dequant_linear_fallback`` (bitsandbytes 0.50 backends/cuda/ops.py) makes
+    ``absmax_dq`` and ``absmax = absmax_dq + offset`` (fp32, one per 64-block, double quant only) and
+    ``B_dq = torch.empty(shapeB, dtype=A.dtype)``, all live while ``F.linear`` writes the output.
+    Below that the fused kernel needs no weight-sized scratch.
+    """
+    a, _b, shape_b, absmax = args[0], args[1], args[2], args[3]
+    m = a.numel() // a.shape[-1]
+    if m <= BNB_GEMM_4BIT_CUSTOM_MAX_M:
+        return []
+    out = []
+    absmax_8bit = kwargs.get("absmax_8bit", args[7] if len(args) > 7 else None)
+    if absmax_8bit is not None:
+        blocks = absmax_8bit.numel()
+        out.append((4 * blocks, "absmax_dq", (blocks,), "float32"))
+        out.append((4 * blocks, "absmax + offset", (blocks,), "float32"))
+    del absmax
+    n, k = int(shape_b[0]), int(shape_b[1])
+    out.append((n * k * a.element_size(), "dequantized weight", (n, k), str(a.dtype).replace("torch.", "")))
+    return out
+
+
+_RULES: dict[Any, Callable] = {}
+
+
+def transient_rules() -> dict[Any, Callable]:
+    """Op -> scratch rule, for the ops whose library is already imported (bitsandbytes)."""
+    import sys
+
+    if "bitsandbytes" in sys.modules and not _RULES:
+        _RULES[torch.ops.bitsandbytes.gemm_4bit.default] = bnb_gemm_4bit_transient
+    return _RULES

@@ -1,0 +1,130 @@
+"""The bundled catalog: every entry's exact parameter count, its published figure, its data."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+
+from vramfit.models import load_catalog, resolve_model, search_models, spec_from_hf_config
+
+ENTRIES = load_catalog()
+BY_ID = {e["id"]: e for e in ENTRIES}
+each_entry = pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+
+REQUIRED = [
+    "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-70b-hf",
+    "codellama/CodeLlama-34b-hf", "meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B",
+    "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-405B",
+    "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B", "mistralai/Mistral-7B-v0.1",
+    "mistral-community/Mistral-7B-v0.2", "mistralai/Mistral-7B-v0.3",
+    "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x22B-v0.1", "Qwen/Qwen-1_8B",
+    "Qwen/Qwen-7B", "Qwen/Qwen-14B", "Qwen/Qwen-72B", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B",
+    "Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B",
+    "Qwen/Qwen2.5-72B", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B",
+    "Qwen/Qwen3-14B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "google/gemma-2b",
+    "google/gemma-7b", "google/gemma-2-2b", "google/gemma-2-9b", "google/gemma-2-27b",
+    "google/gemma-3-1b-pt", "google/gemma-3-4b-pt", "google/gemma-3-12b-pt",
+    "google/gemma-3-27b-pt", "microsoft/phi-1_5", "microsoft/phi-2",
+    "microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-3-medium-4k-instruct", "microsoft/phi-4",
+    "tiiuae/falcon-7b", "tiiuae/falcon-40b", "stabilityai/stablelm-base-alpha-3b",
+    "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "01-ai/Yi-34B",
+    "allenai/OLMo-2-1124-7B", "bigscience/bloomz-7b1",
+]
+# model names used by the measured-data file: each must resolve straight from the catalog
+MEASURED = [
+    "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "microsoft/phi-1_5",
+    "stabilityai/stablelm-base-alpha-3b", "meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-13b-hf",
+    "meta-llama/Llama-2-70b-hf", "bigscience/bloomz-7b1",
+]
+
+
+def rounded_value(text: str) -> tuple[Decimal, Decimal]:
+    """``"6.74B"`` -> (6.74e9, 0.01e9): the figure and one unit of its last digit."""
+    match = re.fullmatch(r"(\d+)(?:\.(\d+))?([MBT])", text)
+    assert match, f"unparseable published figure {text!r}"
+    scale = Decimal(10) ** {"M": 6, "B": 9, "T": 12}[match.group(3)]
+    decimals = len(match.group(2) or "")
+    return Decimal(text[:-1]) * scale, scale / (Decimal(10) ** decimals)
+
+
+@each_entry
+def test_spec_counts_exactly_the_published_params(entry):
+    assert spec_from_hf_config(entry["config"]).num_params == entry["published_params"]
+
+
+@each_entry
+def test_published_rounded_figure_agrees(entry):
+    value, unit = rounded_value(entry["published_params_rounded"])
+    counted = entry["published_params"] + entry.get("published_params_rounded_offset", 0)
+    # rounded or truncated to its last digit
+    assert abs(counted - value) <= unit, (counted, entry["published_params_rounded"])
+    assert entry["published_params_rounded_source"]
+
+
+@each_entry
+def test_entry_is_complete(entry):
+    for key in ("id", "display_name", "family", "aliases", "source", "published_params",
+                "published_params_source", "published_params_rounded", "config"):
+        assert entry.get(key) not in (None, ""), key
+    assert entry["source"].startswith("https://huggingface.co/")
+    assert entry["source"].endswith("/config.json")
+    assert isinstance(entry["published_params"], int)
+    config = entry["config"]
+    assert config["model_type"] and config["architectures"]
+    for key in ("hidden_size", "num_attention_heads", "vocab_size"):
+        assert key in config or config["model_type"] == "bloom", key
+
+
+def test_required_entries_present():
+    missing = [m for m in REQUIRED if m not in BY_ID]
+    assert not missing
+
+
+def test_ids_and_aliases_are_unique():
+    seen: dict[str, str] = {}
+    for entry in ENTRIES:
+        for name in (entry["id"], *entry["aliases"]):
+            assert name.lower() not in seen, (name, seen.get(name.lower()), entry["id"])
+            seen[name.lower()] = entry["id"]
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_measured_data_models_resolve_from_catalog(name):
+    resolved = resolve_model(name)
+    assert resolved.origin == "catalog"
+    assert resolved.spec.num_params == BY_ID[resolved.id]["published_params"]
+
+
+@pytest.mark.parametrize(
+    ("model_id", "active", "rounded"),
+    [
+        ("mistralai/Mixtral-8x7B-v0.1", 12_879_925_248, "12.9B"),
+        ("mistralai/Mixtral-8x22B-v0.1", 39_152_031_744, "39B"),
+        ("Qwen/Qwen3-30B-A3B", 3_353_032_704, "3.3B"),
+    ],
+)
+def test_moe_active_params(model_id, active, rounded):
+    spec = spec_from_hf_config(BY_ID[model_id]["config"])
+    assert spec.active_params_per_token == active
+    value, unit = rounded_value(rounded)
+    assert abs(active - value) <= unit
+    assert BY_ID[model_id]["published_active_params_rounded"] == rounded
+
+
+def test_search_models():
+    assert {e["id"] for e in search_models("qwen3")} >= {"Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"}
+    assert [e["id"] for e in search_models("LLAMA-2-7B-CHAT")] == ["meta-llama/Llama-2-7b-hf"]
+    assert {e["id"] for e in search_models("gemma-3")} == {
+        "google/gemma-3-1b-pt", "google/gemma-3-4b-pt", "google/gemma-3-12b-pt",
+        "google/gemma-3-27b-pt",
+    }
+    assert search_models("falcon") == [BY_ID["tiiuae/falcon-7b"], BY_ID["tiiuae/falcon-40b"]]
+    assert search_models("no-such-model-anywhere") == []
+    assert len(search_models("")) == len(ENTRIES)
+
+
+def test_catalog_is_cached_and_complete():
+    assert load_catalog() is ENTRIES
+    assert len(ENTRIES) >= len(REQUIRED)
