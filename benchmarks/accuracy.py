@@ -72,6 +72,9 @@ def score(rows: list[dict]) -> list[dict]:
     for row in rows:
         sc = dict(row["scenario"])
         sc.setdefault("framework", SOURCE_FRAMEWORK.get(row["source_id"], "hf"))
+        # the rows record torch.compile in their notes ("torch.compile on (not a scenario key)")
+        if "compile on" in row.get("notes", "") or "+ Compile" in row.get("source", ""):
+            sc.setdefault("compile", True)
         r = estimate(sc)
         m = row["measured"]
         err = signed_error(m["metric"], m["bytes"], r.peak.allocated_bytes, r.peak.reserved_bytes, r.peak.device_bytes)

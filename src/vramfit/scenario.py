@@ -161,6 +161,7 @@ class Scenario:
     gpu: str | None = None
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
+    compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
 
     @property
     def trains_adapters(self) -> bool:
@@ -343,8 +344,9 @@ def parse_scenario(data: Any) -> Scenario:
     for key in _INT_LIMITS:
         if key in raw:
             kw[key] = _as_int(key, raw[key])
-    if "optimizer_in_backward" in raw:
-        kw["optimizer_in_backward"] = _as_bool("optimizer_in_backward", raw["optimizer_in_backward"])
+    for key in ("optimizer_in_backward", "compile"):
+        if key in raw:
+            kw[key] = _as_bool(key, raw[key])
     if "lora_targets" in raw:
         kw["lora_targets"] = _as_targets(raw["lora_targets"])
     if "lora_dropout" in raw:

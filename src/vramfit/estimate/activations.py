@@ -126,6 +126,12 @@ def block_saved(
             if not layernorm and full:
                 out.add(key + ".normed", c * T * h)
             return
+        if sc.compile:
+            # inductor fuses the norm into one kernel whose backward recomputes from the input and
+            # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
+            out.add(src_key, src_bytes * T * h)
+            out.add(key + ".rstd", 4 * T)
+            return
         # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
         if src_bytes == 4:
             out.add(src_key, 4 * T * h)
@@ -160,11 +166,13 @@ def block_saved(
         ad = adapted.get(lin.name)
         if ad is None:
             return
+        # lit-gpt runs one dropout and one lora_A for all enabled q/k/v slices of its fused qkv linear
+        shared = profile.fused_qkv_lora and lin.group == "attn" and in_key == "attn_in"
         k = 1 if profile.fused_qkv_lora else n_adapters[lin.name]
         ab = dt.adapter
         x_bytes = in_bytes
         for i in range(k):
-            tag = f"{lin.name}.lora{i}"
+            tag = "attn_in.lora" if shared else f"{lin.name}.lora{i}"
             if dropout > 0:
                 out.add(tag + ".dropout_mask", tokens * lin.in_features)
                 out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * tokens * lin.in_features)
@@ -172,15 +180,19 @@ def block_saved(
                 out.add(tag + ".cast_in", ab * tokens * lin.in_features)
             else:
                 out.add(in_key, x_bytes * tokens * lin.in_features)
-            rank_width = sc.lora_rank * (ad.slices if profile.fused_qkv_lora else 1)
-            out.add(tag + ".a_out", ab * tokens * rank_width)
+            if shared:
+                slices = sum(a.slices if a.slices > 1 else 1 for a in adapters if a.per_layer and a.target in attn_names)
+                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * slices)
+            else:
+                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * ad.slices)
 
     lin_by_group: dict[str, list[Linear]] = {}
     for lin in spec.block_linears:
         lin_by_group.setdefault(lin.group, []).append(lin)
 
-    attn_in_key = "attn_in" if not (layernorm is False and False) else "attn_in"
+    attn_in_key = "attn_in"
     attn_lins = lin_by_group.get("attn", [])
+    attn_names = {lin.name for lin in attn_lins}
     fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
     o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
     for lin in attn_lins:
@@ -191,9 +203,10 @@ def block_saved(
 
     # --- attention core ------------------------------------------------------------------------
     q_el, kv_el = T * a * d, T * kv * d
-    if mt in _QK_NORM:  # q/k RMSNorm: fp32 copies of q and k saved
-        out.add("q_norm.fp32_in", 4 * q_el)
-        out.add("k_norm.fp32_in", 4 * kv_el)
+    if mt in _QK_NORM:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
+        qk_b = c if sc.compile else 4
+        out.add("q_norm.fp32_in", qk_b * q_el)
+        out.add("k_norm.fp32_in", qk_b * kv_el)
         if full:
             out.add("q_norm.normed", c * q_el)
             out.add("k_norm.normed", c * kv_el)
@@ -239,7 +252,8 @@ def block_saved(
     act_saves = _COMPOSITE_GELU.get(spec.hidden_act, 1) if profile.name == "transformers + PEFT" else 1
     if spec.gated_mlp:
         out.add("mlp.gate_out", c * tokens * width)  # saved by the activation
-        out.add("mlp.act_out", c * tokens * width)  # saved by act * up
+        if not sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
+            out.add("mlp.act_out", c * tokens * width)  # saved by act * up
         out.add("mlp.up_out", c * tokens * width)
         if act_saves > 1:
             out.add("mlp.act_extra", (act_saves - 1) * c * tokens * width)

@@ -283,6 +283,17 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         "backward-block": base + a_all - extra + recompute + tb + dequant + head_grad
         + (0 if held or in_bwd else min(parts.gradients, _layer_grad(parts, L))),
     }
+    if (
+        profile.fsdp_frozen_stay_gathered
+        and sc.parallelism is Parallelism.FSDP
+        and sc.num_gpus > 1
+        and sc.method is not Method.FULL
+    ):
+        # end of backward: every frozen unit gathered (the full weights, a separate allocation) on top of the shards
+        gathered = parts.weights + parts.quantized_base
+        phases["backward-end"] = (
+            base + gathered * sc.num_gpus + parts.gradients + loss.held + tb + recompute
+        )
     if in_bwd:
         opt_temp = 0
     else:

@@ -40,6 +40,9 @@ class FrameworkProfile:
     standard_loss: str  # "hf-upcast-in-loss" | "torchtune-upcast-in-model" | "litgpt-chunked-head"
     # default torch optimizer implementation: "fused" (no parameter-sized temporaries) or "foreach"
     torch_optimizer_impl: str
+    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982): frozen parameters
+    # all-gathered in backward stay unsharded until the end of backward
+    fsdp_frozen_stay_gathered: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -70,9 +73,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_unquantized_fp32=False,
         qlora_saves_input=False,  # torchao linear_nf4 saves only the NF4 weight
         qlora_quantizes_lm_head=False,
-        # torchtune 2024: TransformerDecoder returned self.output(h).float(); recipes shifted with .contiguous()
+        # torchtune (late 2024): TransformerDecoder returns self.output(h).float(); recipes shift the
+        # labels (not the logits) and `del logits` before backward
         standard_loss="torchtune-upcast-in-model",
-        torch_optimizer_impl="foreach",  # torch.optim.AdamW default (configs before mid-2024 set no fused)
+        torch_optimizer_impl="fused",  # recipes' configs: torch.optim.AdamW with fused: True
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -87,6 +91,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_quantizes_lm_head=True,
         standard_loss="litgpt-chunked-head",  # model(..., lm_head_chunk_size=128) + chunked_cross_entropy
         torch_optimizer_impl="foreach",  # torch 2.1 AdamW default
+        # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
+        # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
+        fsdp_frozen_stay_gathered=True,
     ),
 }
 

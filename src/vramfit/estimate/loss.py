@@ -23,6 +23,7 @@ class LossMemory:
     forward_peak: int  # extra at the high point of computing the loss
     backward_peak: int  # extra at the high point of the loss backward (saved included)
     detail: str
+    held: int = 0  # still alive at the end of backward (logits the training loop keeps referenced)
 
 
 def vocab_rows(spec: ModelSpec) -> int:
@@ -54,6 +55,14 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         grad_in = sc.precision.compute_bytes * T * spec.hidden_size
         transient = chunk * V * (lb + 4 + 4)
         return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
+    if sc.compile and sc.loss is not Loss.FUSED:
+        # compiled cross-entropy: the fp32 upcast and log_softmax fuse into the kernel, and the
+        # backward recomputes them from the saved model-dtype logits and the per-token logsumexp
+        # (inductor min-cut partitioner); per chunk for the chunked loss
+        n = TORCHTUNE_OUTPUT_CHUNKS.value if sc.loss is Loss.CHUNKED else 1
+        saved = lb * TV + 4 * T
+        per = -(-TV // n)
+        return LossMemory(saved, saved + up * per, saved + (lb + up) * per, f"compiled cross-entropy over {n} chunk(s)")
     if sc.loss is Loss.CHUNKED:
         n = TORCHTUNE_OUTPUT_CHUNKS.value
         per = -(-TV // n)
@@ -67,14 +76,16 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         # logits dtype (no upcast), its log_softmax output saved
         saved = 2 * lb * TV
         per = LITGPT_HEAD_CHUNK * V
-        return LossMemory(saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy")
+        return LossMemory(
+            saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV
+        )
     if style == "torchtune-upcast-in-model":
-        # output(h).float(); logits[..., :-1, :].contiguous() (a second fp32 copy held through
-        # backward); CrossEntropyLoss saves its fp32 log_softmax output
-        saved = 4 * TV + 4 * TV
-        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV) + 0
-        bwd = saved + 2 * 4 * TV
-        return LossMemory(saved, max(fwd, saved), bwd, "fp32 logits from the model, shifted copy, CE")
+        # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
+        # log_softmax output; the recipe deletes the logits before backward
+        saved = 4 * TV
+        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV)
+        bwd = saved + 4 * TV + 4 * TV
+        return LossMemory(saved, fwd, bwd, "fp32 logits from the model, CrossEntropyLoss")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
     # log_softmax keeps its fp32 output; the model-dtype logits are dropped with the outputs
     saved = 4 * TV
