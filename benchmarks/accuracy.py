@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="score every row, not only seq_exact ones")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in find_data(args.data).read_text().splitlines() if line.strip()]
     scored = score(rows)
@@ -152,6 +153,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         print()
     which = "all rows" if args.all else "rows with an exact sequence length"
+    if args.markdown:
+        print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):\n")
+        print("| source | rows | median abs. error | p90 abs. error | worst (signed) | naive median abs. error |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, t in table.items():
+            print(
+                f"| {name} | {t['n']} | {100 * t['median_abs']:.1f} % | {100 * t['p90_abs']:.1f} % | "
+                f"{pct(t['worst'])} | {100 * t['naive_median_abs']:.1f} % |"
+            )
+        return 0
     print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):")
     print(f"{'source':<16}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
     for name, t in table.items():

@@ -156,10 +156,25 @@ def test_generic():
 
 
 # --------------------------------------------------------------------------------------- Hub
-def fake_hub(monkeypatch, download):
+def fake_hub(monkeypatch, download, reachable=True):
     module = types.ModuleType("huggingface_hub")
     module.hf_hub_download = download
     monkeypatch.setitem(sys.modules, "huggingface_hub", module)
+    # the TCP probe of the Hub endpoint: no network in tests, so say what the fake Hub would
+    monkeypatch.setattr("vramfit.models.catalog._hub_reachable", lambda timeout_s=3.0: reachable)
+
+
+def test_offline_machine_fails_fast_without_calling_the_hub(monkeypatch):
+    calls = []
+
+    def download(repo_id, filename, local_files_only=False):
+        calls.append(local_files_only)
+        raise FileNotFoundError("not cached")
+
+    fake_hub(monkeypatch, download, reachable=False)
+    with pytest.raises(ModelError, match="unreachable"):
+        resolve_model("some-org/some-model")
+    assert calls == [True]  # only the local cache was consulted
 
 
 def test_hub_download(monkeypatch, tmp_path):

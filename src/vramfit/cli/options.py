@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -65,7 +66,12 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
     The wrapped function receives ``scenario_args`` (the non-empty flags) and ``scenario_file``.
     """
     sig = inspect.signature(func)
-    own = [p for name, p in sig.parameters.items() if name not in ("scenario_args", "scenario_file")]
+    hints = typing.get_type_hints(func)  # resolve string annotations (postponed evaluation)
+    own = [
+        p.replace(annotation=hints.get(name, p.annotation))
+        for name, p in sig.parameters.items()
+        if name not in ("scenario_args", "scenario_file")
+    ]
 
     def wrapper(**kwargs: Any) -> Any:
         scenario_args = {k: kwargs.pop(k) for k in SCENARIO_KEYS if kwargs.get(k) is not None}

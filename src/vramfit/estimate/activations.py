@@ -31,7 +31,17 @@ _QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")
 _GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")
 _SANDWICH_NORM = ("gemma2", "gemma3_text")  # post-attention and post-feedforward norms too
 _PARALLEL_ONE_NORM = ("phi",)  # phi: one LayerNorm feeds attention and MLP
-_LAYERNORM = ("phi", "falcon", "gpt_neox", "bloom", "stablelm")
+_LAYERNORM = ("phi", "falcon", "gpt_neox", "bloom", "stablelm", "gpt2")
+_NO_ROPE = ("bloom", "gpt2")  # ALiBi / learned positions: q and k stay views of the projection
+_SOFTMAX_IN_COMPUTE_DTYPE = ("gpt2",)  # eager softmax without the fp32 upcast (as Megatron's fused softmax)
+
+
+def dropout_p(spec: ModelSpec, *names: str) -> float:
+    for n in names:
+        v = spec.extra.get(n)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
 
 
 @dataclass
@@ -213,23 +223,35 @@ def block_saved(
     eager = sc.attention is Attention.EAGER or mt == "bloom"
     expand = kv < a and (eager or profile.expands_kv_for_sdpa)
     k_saved = c * (q_el if expand else kv_el)
-    out.add("q", c * q_el)
-    out.add("k", k_saved)
     if fused_qkv and not expand:
-        # v is a view of the fused projection output: the whole (T, (a + 2kv) d) storage stays alive
-        out.add("v", c * (q_el + 2 * kv_el))
+        # v (and q, k without rotary) are views of the fused projection output: the whole
+        # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
+        out.add("qkv_fused", c * (q_el + 2 * kv_el))
+        if mt not in _NO_ROPE:
+            out.add("q", c * q_el)
+            out.add("k", c * kv_el)
     else:
+        out.add("q", c * q_el)
+        out.add("k", k_saved)
         out.add("v", k_saved)
     if eager:
         scores = b * a * s * s
-        out.add("attn.softmax_fp32", 4 * scores)
-        if c != 4:
-            out.add("attn.probs", c * scores)
+        upcast = mt not in _SOFTMAX_IN_COMPUTE_DTYPE
+        out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
+        p_attn = dropout_p(spec, "attention_dropout", "attn_pdrop")
+        if p_attn > 0:
+            out.add("attn.dropout_mask", scores)  # bool mask
+            out.add("attn.dropout_out", c * scores)  # saved by probs @ v
+        elif upcast and c != 4:
+            out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
         if spec.extra.get("attn_logit_softcapping"):
             out.add("attn.softcap_tanh", c * scores)
     else:
         out.add("attn.out", c * q_el)
         out.add("attn.lse", 4 * b * a * s)
+    p_hidden = dropout_p(spec, "resid_pdrop", "hidden_dropout")
+    if p_hidden > 0:  # residual dropout after the attention and the MLP output projections
+        out.add("resid_dropout_masks", 2 * T * h)
 
     # --- MLP -----------------------------------------------------------------------------------
     width = mlp_width(spec)

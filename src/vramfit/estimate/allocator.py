@@ -43,27 +43,28 @@ def segment_size(nbytes: int) -> int:
     return -(-size // r) * r
 
 
-def rounded_sum(sizes: list[int] | tuple[int, ...], count: int = 1) -> int:
-    """Allocated bytes of ``count`` copies of each tensor in ``sizes``."""
-    return count * sum(round_allocation(s) for s in sizes)
+def rounded_sum(tensors: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> int:
+    """Allocated bytes of tensors given as (bytes, count) pairs."""
+    return sum(count * round_allocation(size) for size, count in tensors)
 
 
-def reserved_for_tensors(sizes: list[int] | tuple[int, ...], count: int = 1) -> int:
+def reserved_for_tensors(tensors: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> int:
     """Reserved bytes when every large tensor opens its own segment and small ones share 2 MiB blocks.
 
     Models the allocator at model load: parameters are allocated one after another and never freed,
-    so each large one (> 1 MiB) sits in a segment of its own rounded to 2 MiB (20 MiB for 1-10 MiB
-    requests, whose remainder later small-large requests may split: counted as used here).
+    so each large one (>= 10 MiB) sits in a segment of its own rounded to 2 MiB; 1-10 MiB requests
+    are packed into shared 20 MiB segments and small ones (<= 1 MiB) into 2 MiB blocks.
+    Tensors are given as (bytes, count) pairs.
     """
     small = 0
     large = 0
-    for s in sizes:
-        r = round_allocation(s)
+    for size, count in tensors:
+        r = round_allocation(size)
         if r <= K_SMALL_SIZE.value:
-            small += r
+            small += r * count
         elif r < K_MIN_LARGE_ALLOC.value:
-            large += r  # packed into shared 20 MiB segments
+            large += r * count  # packed into shared 20 MiB segments
         else:
-            large += segment_size(r)
+            large += segment_size(r) * count
     small_segments = -(-small // K_SMALL_BUFFER.value) * K_SMALL_BUFFER.value if small else 0
-    return count * (large + small_segments)
+    return large + small_segments

@@ -65,7 +65,7 @@ class Parts:
     temporaries: int = 0
     host: int = 0
     num_trainable: int = 0
-    param_tensors: tuple[int, ...] = ()  # rounded sizes of persistent tensors (for reserved)
+    param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
 
 
 def _is_quantized_linear(t: ParamTensor, sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -86,7 +86,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     full = sc.method is Method.FULL
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)
     tensors = base_tensors(spec)
-    sizes: list[int] = []
+    sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []  # (tensor, dtype bytes of the trainable copy)
 
     for t in tensors:
@@ -99,13 +99,13 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
                 w, m = pb, 0
             p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) if w else 0
             p.master_weights += shard(round_allocation(t.numel * m) * t.count, shd.optimizer) if m else 0
-            sizes.extend([t.numel * max(w, m)] * min(t.count, 64))
+            sizes.append((t.numel * max(w, m), t.count))
             trainable.append((t, 2 if ds_mixed else pb))
             continue
         if _is_quantized_linear(t, sc, profile):
             q = quantized_weight_bytes(t.shape[0], t.shape[1], sc.quantize)
             p.quantized_base += shard(round_allocation(q) * t.count, shd.weights)
-            sizes.extend([q] * min(t.count, 64))
+            sizes.append((q, t.count))
             continue
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
             w = 4
@@ -114,7 +114,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         else:
             w = pb
         p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights)
-        sizes.extend([t.numel * w] * min(t.count, 64))
+        sizes.append((t.numel * w, t.count))
 
     ab = adapter_bytes(profile, sc.precision)
     for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers):
@@ -178,6 +178,8 @@ def _comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, part
     if sc.parallelism is Parallelism.FSDP:
         # "forward currently requires 2x all-gather buffer size" (torch docs notes/fsdp.rst); the
         # root unit (embeddings, final norm, lm_head) stays gathered until the end of backward
+        if not profile.fsdp_root_gathered:
+            return 2 * layer
         root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
             root *= 2

@@ -43,6 +43,10 @@ class FrameworkProfile:
     # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982): frozen parameters
     # all-gathered in backward stay unsharded until the end of backward
     fsdp_frozen_stay_gathered: bool = False
+    # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
+    # gathered from the start of forward to the end of backward (torch docs notes/fsdp.rst);
+    # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
+    fsdp_root_gathered: bool = True
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -77,6 +81,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # labels (not the logits) and `del logits` before backward
         standard_loss="torchtune-upcast-in-model",
         torch_optimizer_impl="fused",  # recipes' configs: torch.optim.AdamW with fused: True
+        fsdp_root_gathered=False,
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",

@@ -62,7 +62,8 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         n = TORCHTUNE_OUTPUT_CHUNKS.value if sc.loss is Loss.CHUNKED else 1
         saved = lb * TV + 4 * T
         per = -(-TV // n)
-        return LossMemory(saved, saved + up * per, saved + (lb + up) * per, f"compiled cross-entropy over {n} chunk(s)")
+        # forward: logsumexp computed in-kernel (no fp32 copy); backward: one chunk's logit gradient
+        return LossMemory(saved, saved, saved + lb * per, f"compiled cross-entropy over {n} chunk(s)")
     if sc.loss is Loss.CHUNKED:
         n = TORCHTUNE_OUTPUT_CHUNKS.value
         per = -(-TV // n)

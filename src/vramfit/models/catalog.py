@@ -135,9 +135,15 @@ def resolve_generic(size: str | int, requested: str = "") -> ResolvedModel:
 
 
 # ---------------------------------------------------------------------------------- helpers
+@lru_cache(maxsize=256)
+def _catalog_spec(model_id: str) -> ModelSpec:
+    """Specs of catalog entries never change at run time: parse each config once."""
+    return spec_from_hf_config(_index()[model_id.lower()]["config"])
+
+
 def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:
     notes = notes + tuple(n for n in [entry.get("notes")] if n)
-    spec = spec_from_hf_config(entry["config"])
+    spec = _catalog_spec(entry["id"])
     return ResolvedModel(entry["id"], spec, entry["config"], entry["source"], "catalog", notes,
                          requested)
 
@@ -239,6 +245,8 @@ def _from_hub(repo_id: str) -> ResolvedModel:
         # the cached copy first: instant, and works offline; then the Hub (which the cache keeps)
         local = hf_hub_download(repo_id=repo_id, filename="config.json", local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached (or no usable cache): ask the Hub
+        if not _hub_reachable():
+            raise ModelError(_hub_error(repo_id, ConnectionError("hub unreachable"))) from None
         try:
             local = hf_hub_download(repo_id=repo_id, filename="config.json")
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear ModelError
@@ -249,6 +257,24 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     source = f"https://huggingface.co/{repo_id}/blob/main/config.json"
     return ResolvedModel(repo_id, spec, config, source, "hub", _quantization_notes(config),
                          repo_id)
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick TCP probe of the Hub endpoint, so that an offline machine gets its answer at once
+    instead of after huggingface_hub's retries (about 23 s)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _hub_error(repo_id: str, exc: Exception) -> str:

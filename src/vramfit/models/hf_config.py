@@ -42,7 +42,7 @@ _GEMMA3_TEXT_DEFAULTS = {
 _EXTRA_KEYS = (
     "torch_dtype", "dtype", "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq",
     "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "alibi",
-    "quantization_config",
+    "quantization_config", "attention_dropout", "attn_pdrop", "resid_pdrop", "hidden_dropout",
 )
 
 

@@ -1,0 +1,130 @@
+"""The estimate API end to end: result contract, phases, sharding, errors."""
+
+import json
+
+import pytest
+
+import vramfit
+from vramfit import ScenarioError, estimate
+
+MODEL = "meta-llama/Llama-2-7b-hf"
+
+
+def test_result_object_has_the_contract_names():
+    r = estimate(model=MODEL, method="qlora", seq_len=4096, micro_batch_size=2)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert set(d["peak"]) >= {"allocated_bytes", "reserved_bytes", "device_bytes"}
+    assert set(d["model"]) >= {"id", "num_params", "num_trainable_params"}
+    assert d["model"]["num_params"] == 6_738_415_616
+    assert all(isinstance(c["bytes"], int) and c["phase"] for c in d["components"])
+    assert d["assumptions"] and all(isinstance(a, str) for a in d["assumptions"])
+    assert d["scenario"]["quantize"] == "nf4-dq"
+
+
+def test_peak_counters_are_ordered():
+    r = estimate(model=MODEL, method="full", num_gpus=4, parallelism="fsdp")
+    p = r.peak
+    assert 0 < p.allocated_bytes <= p.reserved_bytes < p.device_bytes
+    assert p.allocated_bytes == max(x.allocated_bytes for x in r.phases)
+
+
+def test_peak_is_a_maximum_over_phases_not_a_sum():
+    r = estimate(model=MODEL, method="full", precision="bf16-true")
+    summed = sum(c.bytes for c in r.components if c.counted_in == "allocated")
+    assert r.peak.allocated_bytes < summed
+
+
+def test_optimizer_step_phase_and_optimizer_in_backward():
+    normal = estimate(model=MODEL, method="full", seq_len=256)
+    phases = {p.phase for p in normal.phases}
+    assert "optimizer-step" in phases
+    inbwd = estimate(model=MODEL, method="full", seq_len=256, optimizer_in_backward=True)
+    assert "optimizer-step" not in {p.phase for p in inbwd.phases}
+    assert inbwd.peak.allocated_bytes < normal.peak.allocated_bytes
+
+
+def test_gradient_accumulation_holds_gradients_during_forward():
+    one = {p.phase: p.allocated_bytes for p in estimate(model=MODEL, method="full", seq_len=512).phases}
+    acc = {p.phase: p.allocated_bytes for p in estimate(model=MODEL, method="full", seq_len=512, grad_accum=4).phases}
+    grads = estimate(model=MODEL, method="full", seq_len=512).component("gradients")
+    assert acc["forward"] - one["forward"] == grads
+
+
+def test_sharding_divides_model_state():
+    one = estimate(model=MODEL, method="full", num_gpus=8, parallelism="ddp")
+    z3 = estimate(model=MODEL, method="full", num_gpus=8, parallelism="zero3")
+    assert z3.component("optimizer_state") == pytest.approx(one.component("optimizer_state") / 8, rel=1e-3)
+    assert z3.peak.allocated_bytes < one.peak.allocated_bytes / 3
+
+
+def test_offload_puts_optimizer_state_in_host_memory():
+    r = estimate(model=MODEL, method="full", precision="bf16-mixed", num_gpus=2, parallelism="zero2", offload="optimizer")
+    assert r.component("optimizer_state") == 0
+    # fp32 master + Adam moments (12 B/param) and the 16-bit gradients, half of each per GPU
+    assert r.host_bytes == pytest.approx(6_738_415_616 * (12 + 2) / 2, rel=1e-3)
+
+
+def test_paged_optimizer_counts_in_device_only():
+    r = estimate(model=MODEL, method="full", optimizer="paged-adamw-8bit")
+    paged = r.component("paged_optimizer_state")
+    assert paged > 13e9
+    assert r.peak.device_bytes - r.peak.reserved_bytes >= paged
+
+
+def test_fits_common_cards():
+    small = estimate(model=MODEL, method="qlora", seq_len=512, gradient_checkpointing="full")
+    assert all(f.fits for f in small.fits)
+    big = estimate(model=MODEL, method="full", precision="bf16-mixed")
+    assert not next(f for f in big.fits if f.gpu_id == "rtx4090").fits
+
+
+def test_keyword_and_mapping_forms_agree():
+    a = estimate(model=MODEL, seq_len=1024)
+    b = estimate({"model": MODEL, "seq-len": "1024"})
+    assert a.peak == b.peak
+
+
+def test_generic_params_model_says_so():
+    r = estimate(params="7B", method="lora")
+    assert r.model.origin == "generic"
+    assert any("generic" in a for a in r.assumptions)
+    assert r.model.num_params == pytest.approx(7e9, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("keys", "field"),
+    [
+        ({"model": "no-such-org/no-such-model-xyz"}, "model"),
+        ({"model": MODEL, "lora_targets": ["qkv_nonsense"]}, "lora_targets"),
+        ({"model": MODEL, "seq_len": 0}, "seq_len"),
+        ({"params": "-7B"}, "params"),
+        ({"params": "lots"}, "params"),
+        ({"params": "1e20"}, "params"),
+    ],
+    ids=["unknown-model", "bad-target", "zero-seq", "negative-params", "garbage-params", "absurd-params"],
+)
+def test_user_errors_name_the_field(keys, field, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ScenarioError) as exc:
+        estimate(keys)
+    assert exc.value.key == field
+
+
+def test_config_json_path(tmp_path):
+    cfg = vramfit.models.resolve_model(MODEL).config
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert estimate(model=str(p)).model.num_params == 6_738_415_616
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ScenarioError, match="JSON"):
+        estimate(model=str(bad))
+
+
+def test_import_vramfit_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, vramfit; vramfit.estimate(model='meta-llama/Llama-2-7b-hf'); print(sorted(m for m in ('torch','transformers','typer','rich','fastapi','sqlalchemy','huggingface_hub') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
