@@ -191,8 +191,12 @@ def block_saved(
             else:
                 out.add(in_key, x_bytes * tokens * lin.in_features)
             if shared:
-                slices = sum(a.slices if a.slices > 1 else 1 for a in adapters if a.per_layer and a.target in attn_names)
-                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * slices)
+                fused = [a for a in adapters if a.per_layer and a.target in attn_names]
+                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * sum(a.slices for a in fused))
+                # lit-gpt LoRAQKVLinear.zero_pad scatters lora_B's output with index_copy, whose
+                # backward formula references `source` (derivatives.yaml: expand_as(source)), so
+                # autograd saves that (T, enabled q/k/v width) tensor
+                out.add(tag + ".zero_pad_source", ab * tokens * sum(a.out_features for a in fused))
             else:
                 out.add(tag + ".a_out", ab * tokens * sc.lora_rank * ad.slices)
 
