@@ -34,7 +34,8 @@ def main() -> None:
           f"p99 {1e6 * sorted(times)[int(0.99 * len(times))]:.0f} µs")
     print(f"estimate on a resolved model: median {1e6 * statistics.median(core):.0f} µs")
 
-    models = ["meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-70B", "Qwen/Qwen2.5-7B", "mistralai/Mixtral-8x7B-v0.1", "google/gemma-2-9b"]
+    models = ["meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.1-70B", "Qwen/Qwen2.5-7B",
+              "mistralai/Mixtral-8x7B-v0.1", "google/gemma-2-9b", "microsoft/phi-2"]
     grid = itertools.product(models, ("full", "lora", "qlora"), (512, 1024, 2048, 4096, 8192),
                              (1, 2, 4, 8), ("none", "full"), ("adamw", "adamw-8bit"), (1, 2, 4, 8, 16, 32, 64))
     scenarios = []

@@ -34,9 +34,12 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     t.add_column("GiB", justify="right")
     t.add_column("live", style="dim")
     t.add_column("seen by", style="dim")
-    t.add_column("what", style="dim", overflow="fold")
+    wide = console.width >= 110
+    if wide:
+        t.add_column("what", style="dim", overflow="fold")
     for c in r.components:
-        t.add_row(c.name, gib(c.bytes), c.phase, c.counted_in, c.detail)
+        row = [c.name, gib(c.bytes), c.phase, c.counted_in] + ([c.detail] if wide else [])
+        t.add_row(*row)
     console.print(t)
 
     p = Table(title="Peak per GPU", title_justify="left")
