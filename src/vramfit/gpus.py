@@ -1,8 +1,20 @@
 """The GPU catalog: specs and dated rental prices from ``data/gpus.csv`` (sources per row).
 
-``memory_gb`` is the marketing figure (GB = 10^9 bytes, as vendors print it);
-``usable_bytes`` is what the card exposes to CUDA (the total ``nvidia-smi`` shows), which is what a
-run must fit in. Users can add or override rows with a CSV of the same columns.
+Two memory figures per card, never mixed up:
+
+- ``memory_gb`` is the marketing figure, in GB = 10^9 bytes, as vendors print it ("80 GB");
+- ``usable_bytes`` is what a run must fit in: the total the CUDA driver exposes to a process
+  (``torch.cuda.get_device_properties(0).total_memory``, ``cudaDeviceProp.totalGlobalMem``), which
+  is what ``device_bytes`` of an estimate is compared with. ``usable_kind`` says where it comes from:
+  ``cuda`` (a published CUDA total), ``nvidia-smi`` (the ``nvidia-smi`` total, which on datacenter
+  cards is up to ~0.7 GiB above the CUDA total because the driver reserves part of it),
+  ``marketing`` (memory_gb x 10^9 bytes: no published figure; below the real total on every card we
+  checked, so a conservative reading) or ``user`` (a ``usable_bytes``/``usable_mib`` cell in a user file).
+
+Users add or override cards and prices with a CSV of the same columns: ``load_user_gpus(path)``
+(``--gpus my-gpus.csv``), and automatically ``$VRAMFIT_CONFIG_DIR/gpus.csv`` (default
+``~/.config/vramfit/gpus.csv``). A row whose ``gpu_id`` is already in the catalog overrides only the
+cells it fills (a price-only file is enough); a new ``gpu_id`` needs at least ``memory_gb``.
 """
 
 from __future__ import annotations
@@ -10,6 +22,8 @@ from __future__ import annotations
 import csv
 import difflib
 import io
+import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -19,29 +33,44 @@ from vramfit.errors import ScenarioError
 
 MiB = 1024**2
 
-#: Total memory the driver reports (nvidia-smi "MiB" total) where it differs from the marketing
-#: figure; from NVIDIA's nvidia-smi output as published in vendor and user reports (see README).
-#: Cards not listed fall back to memory_gb x 10^9 bytes, the conservative reading.
-USABLE_MIB: dict[str, int] = {
-    "rtx3090": 24576,
-    "rtx3090ti": 24564,
-    "rtx4090": 24564,
-    "rtxa6000": 49140,
-    "rtx6000ada": 49140,
-    "l40s": 46068,
-    "l40": 46068,
-    "a10g": 23028,
-    "l4": 23034,
-    "a100-40gb-sxm": 40960,
-    "a100-40gb-pcie": 40960,
-    "a100-80gb-sxm": 81920,
-    "a100-80gb-pcie": 81920,
-    "h100-sxm": 81559,
-    "h100-pcie": 81559,
-    "h100-nvl": 95830,
-    "h200-sxm": 143771,
-    "h200-nvl": 143771,
-    "t4": 15360,
+#: Columns of gpus.csv (a user file may use any subset, plus ``usable_bytes`` or ``usable_mib``).
+COLUMNS: tuple[str, ...] = (
+    "gpu_id", "name", "vendor", "architecture", "form_factor", "memory_gb", "memory_type",
+    "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
+    "fp8_dense_tflops", "fp32_tflops", "tdp_w", "interconnect", "gpu_interconnect_bw_gbs_bidir",
+    "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high",
+    "price_details", "source", "notes", "usable_bytes", "usable_mib",
+)
+_POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
+             "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes",
+             "usable_mib")
+_NON_NEGATIVE = ("price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high")
+
+_SMI = "nvidia-smi 'MiB' total as printed next to this card's name in public nvidia-smi output (code-corpus search)"
+_TORCH = "torch.cuda.get_device_properties().total_memory as printed for this card in public logs (code-corpus search)"
+
+#: Usable memory per card: (MiB, kind, source). Where reports disagree (driver versions), the
+#: lowest is kept. Cards not listed fall back to memory_gb x 10^9 bytes ("marketing").
+USABLE: dict[str, tuple[int, str, str]] = {
+    "rtx3090": (24268, "cuda", _TORCH + "; 24268 MiB in the Hugging Face transformers docs (nvidia-smi shows 24576)"),
+    "rtx4090": (24563, "cuda", _TORCH + "; nvidia-smi shows 24564 (h2oai/h2ogpt perf.md)"),
+    "rtxa6000": (48676, "cuda", _TORCH + " (ECC off; nvidia-smi 49140, 46068 with ECC on)"),
+    "rtx6000ada": (49140, "nvidia-smi", _SMI + "; h2oai/h2ogpt perf.md '1 x NVIDIA RTX 6000 Ada Generation (49140 MiB)'"),
+    "rtx5090": (32607, "nvidia-smi", _SMI),
+    "l40s": (45589, "cuda", _TORCH + " (ECC on, the datacenter default; nvidia-smi 46068)"),
+    "l40": (46068, "nvidia-smi", _SMI + " (ECC on)"),
+    "a40": (46068, "nvidia-smi", _SMI + " (ECC on)"),
+    "a10g": (22587, "cuda", _TORCH + "; nvidia-smi shows 23028"),
+    "a10": (23028, "nvidia-smi", _SMI),
+    "l4": (23034, "nvidia-smi", _SMI),
+    "t4": (14930, "cuda", _TORCH + " (lowest of 14930-15109 across drivers); nvidia-smi shows 15360"),
+    "a100-40gb-sxm": (40536, "cuda", "cudaDeviceProp total printed as 'A100-SXM4-40GB ... total_memory=40536MB' (PaddlePaddle docs)"),
+    "a100-80gb-sxm": (81221, "cuda", "cudaDeviceProp totalGlobalMem 81221.8 MiB printed for an A100-SXM4-80GB (code-corpus search); nvidia-smi shows 81920"),
+    "h100-sxm": (81082, "cuda", _TORCH + " (81082-81090 across drivers); nvidia-smi shows 81559"),
+    "h100-pcie": (81008, "cuda", _TORCH + "; nvidia-smi shows 81559"),
+    "h100-nvl": (95830, "nvidia-smi", _SMI),
+    "h200-sxm": (143156, "cuda", _TORCH + "; nvidia-smi shows 143771"),
+    "b200": (182631, "cuda", _TORCH + " (182631-182642 across drivers)"),
 }
 
 
@@ -50,96 +79,233 @@ class GPU:
     gpu_id: str
     name: str
     vendor: str
-    memory_gb: float
-    usable_bytes: int
-    bf16_tflops: float | None
+    memory_gb: float  # marketing figure, GB = 10^9 bytes
+    usable_bytes: int  # what CUDA exposes to a process (see usable_kind)
+    bf16_tflops: float | None  # dense BF16/FP16 tensor peak (FP32 accumulate), TFLOPS
     interconnect: str
-    interconnect_gbs: float | None
-    price_low: float | None
+    interconnect_gbs: float | None  # GPU-to-GPU, bidirectional, GB/s per GPU
+    price_low: float | None  # USD per GPU-hour, on demand
     price_high: float | None
     price_details: str
     source: str
+    usable_kind: str = "marketing"  # cuda | nvidia-smi | marketing | user
+    usable_source: str = ""
+    mem_bandwidth_gbs: float | None = None
+    supports_bf16: bool | None = None
+    form_factor: str = ""
+    origin: str = "bundled"  # "bundled" or the path of the user file that added/changed it
 
     @property
     def memory_class_gb(self) -> int:
         return int(round(self.memory_gb))
 
+    @property
+    def host_link_gbs(self) -> float:
+        """Host link bandwidth per direction, GB/s, read from the interconnect/form-factor text.
 
-def _num(text: str) -> float | None:
-    text = (text or "").strip()
+        PCIe x16 per direction: 3.0 = 15.75, 4.0 = 31.5, 5.0 = 63 GB/s (PCI-SIG: 8/16/32 GT/s per
+        lane, 128b/130b encoding); x8 halves it. NVLink-C2C (GH200/GB200) 450 GB/s per direction.
+        Unknown: PCIe 4.0 x16 is assumed.
+        """
+        text = f"{self.interconnect} {self.form_factor}"
+        if "C2C" in text:
+            return 450.0
+        rate = 31.5
+        for gen, r in (("PCIe 3.0", 15.75), ("PCIe 4.0", 31.5), ("PCIe 5.0", 63.0)):
+            if gen in text:
+                rate = r
+        return rate / 2 if "x8" in text else rate
+
+    @property
+    def peer_gbs(self) -> float:
+        """GPU-to-GPU bandwidth per direction, GB/s: NVLink/fabric figure, else the host PCIe link."""
+        return self.interconnect_gbs / 2 if self.interconnect_gbs else self.host_link_gbs
+
+
+def _bad(where: str, line: int, gid: str, col: str, msg: str) -> ScenarioError:
+    who = f" (gpu_id {gid!r})" if gid else ""
+    return ScenarioError("gpus", f"{where} line {line}{who}: {col} {msg}")
+
+
+def _num(row: dict[str, str], col: str, where: str, line: int, gid: str) -> float | None:
+    text = (row.get(col) or "").strip()
     if not text:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        return None
+        raise _bad(where, line, gid, col, f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise _bad(where, line, gid, col, f"must be a finite number, got {text!r}")
+    if col in _POSITIVE and value <= 0:
+        raise _bad(where, line, gid, col, f"must be a positive number, got {text!r}")
+    if col in _NON_NEGATIVE and value < 0:
+        raise _bad(where, line, gid, col, f"must be zero or more (USD per GPU-hour), got {text!r}")
+    return value
 
 
-def _row_to_gpu(row: dict[str, str], where: str) -> GPU:
-    gid = (row.get("gpu_id") or "").strip()
+def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "bundled") -> GPU:
+    gid = (row.get("gpu_id") or "").strip().lower()
     if not gid:
-        raise ScenarioError("gpus", f"{where}: a row has no gpu_id")
-    mem = _num(row.get("memory_gb", ""))
-    if mem is None or mem <= 0:
-        raise ScenarioError("gpus", f"{where}: {gid} needs a positive memory_gb, got {row.get('memory_gb')!r}")
-    usable = _num(row.get("usable_bytes", "")) if "usable_bytes" in row else None
-    if usable is None:
-        usable = USABLE_MIB[gid] * MiB if gid in USABLE_MIB else int(mem * 1e9)
-    tflops = _num(row.get("bf16_fp16_dense_tflops", "")) or _num(row.get("bf16_fp16_dense_tflops_derived_est", ""))
+        raise _bad(where, line, "", "gpu_id", "is empty (every row needs a card id)")
+    n = {c: _num(row, c, where, line, gid) for c in _POSITIVE + _NON_NEGATIVE}
+    mem = n["memory_gb"]
+    if mem is None:
+        raise _bad(where, line, gid, "memory_gb", "is required for a card not in the catalog (GB = 10^9 bytes)")
+    low, high = n["price_usd_per_gpu_hr_low"], n["price_usd_per_gpu_hr_high"]
+    if low is not None and high is None:
+        high = low
+    if high is not None and low is None:
+        low = high
+    if low is not None and high is not None and low > high:
+        raise _bad(where, line, gid, "price_usd_per_gpu_hr_low", f"({low}) is above price_usd_per_gpu_hr_high ({high})")
+    if n["usable_bytes"] is not None or n["usable_mib"] is not None:
+        usable = int(n["usable_bytes"]) if n["usable_bytes"] is not None else int(n["usable_mib"] * MiB)
+        kind, usrc = "user", f"set in {where}"
+    elif gid in USABLE:
+        mib, kind, usrc = USABLE[gid]
+        usable = mib * MiB
+    else:
+        usable, kind = int(mem * 1e9), "marketing"
+        usrc = "no published CUDA/nvidia-smi total found: memory_gb x 10^9 bytes (below the real total on known cards)"
+    bf16 = (row.get("supports_bf16") or "").strip().lower()
     return GPU(
         gpu_id=gid,
         name=(row.get("name") or gid).strip(),
         vendor=(row.get("vendor") or "").strip(),
         memory_gb=mem,
-        usable_bytes=int(usable),
-        bf16_tflops=tflops,
+        usable_bytes=usable,
+        bf16_tflops=n["bf16_fp16_dense_tflops"] or n["bf16_fp16_dense_tflops_derived_est"],
         interconnect=(row.get("interconnect") or "").strip(),
-        interconnect_gbs=_num(row.get("gpu_interconnect_bw_gbs_bidir", "")),
-        price_low=_num(row.get("price_usd_per_gpu_hr_low", "")),
-        price_high=_num(row.get("price_usd_per_gpu_hr_high", "")),
+        interconnect_gbs=n["gpu_interconnect_bw_gbs_bidir"],
+        price_low=low,
+        price_high=high,
         price_details=(row.get("price_details") or "").strip(),
         source=(row.get("source") or "").strip(),
+        usable_kind=kind,
+        usable_source=usrc,
+        mem_bandwidth_gbs=n["mem_bandwidth_gbs"],
+        supports_bf16=True if bf16.startswith("yes") else False if bf16.startswith("no") else None,
+        form_factor=(row.get("form_factor") or "").strip(),
+        origin=origin,
     )
 
 
-def parse_gpu_csv(text: str, where: str = "gpus.csv") -> dict[str, GPU]:
+def _read_rows(text: str, where: str, strict: bool) -> list[tuple[int, dict[str, str]]]:
     reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "gpu_id" not in reader.fieldnames or "memory_gb" not in reader.fieldnames:
-        raise ScenarioError("gpus", f"{where}: needs a header with at least gpu_id and memory_gb")
-    out: dict[str, GPU] = {}
+    header = reader.fieldnames or []
+    if "gpu_id" not in header:
+        raise ScenarioError("gpus", f"{where}: needs a header row with a gpu_id column", COLUMNS)
+    if strict:
+        unknown = [c for c in header if c not in COLUMNS]
+        if unknown:
+            raise ScenarioError("gpus", f"{where}: unknown column {unknown[0]!r}", COLUMNS)
+    rows = []
     for row in reader:
-        g = _row_to_gpu(row, where)
+        if None in row:
+            raise ScenarioError("gpus", f"{where} line {reader.line_num}: more cells than header columns")
+        if any((v or "").strip() for v in row.values()):
+            rows.append((reader.line_num, row))
+    return rows
+
+
+def parse_gpu_csv(text: str, where: str = "gpus.csv") -> dict[str, GPU]:
+    """Cards of a complete CSV (every row needs gpu_id and memory_gb)."""
+    out: dict[str, GPU] = {}
+    for line, row in _read_rows(text, where, strict=False):
+        g = _row_to_gpu(row, where, line)
         out[g.gpu_id] = g
     return out
 
 
 @lru_cache(maxsize=1)
-def _bundled() -> dict[str, GPU]:
+def _bundled_rows() -> dict[str, dict[str, str]]:
     text = resources.files("vramfit").joinpath("data/gpus.csv").read_text(encoding="utf-8")
-    return parse_gpu_csv(text, "bundled gpus.csv")
+    return {row["gpu_id"].strip().lower(): row for _, row in _read_rows(text, "bundled gpus.csv", strict=False)}
 
 
-_extra: dict[str, GPU] = {}
+_user_files: list[Path] = []
+_catalog_cache: dict[str, GPU] | None = None
+
+
+def config_dir() -> Path:
+    """``$VRAMFIT_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/vramfit``, else ``~/.config/vramfit``."""
+    env = os.environ.get("VRAMFIT_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".config") / "vramfit"
+
+
+def _merge(files: list[Path]) -> dict[str, GPU]:
+    rows = {gid: (dict(r), "bundled", "bundled gpus.csv", 0) for gid, r in _bundled_rows().items()}
+    for path in files:
+        where = str(path)
+        for line, row in _read_rows(path.read_text(encoding="utf-8"), where, strict=True):
+            gid = (row.get("gpu_id") or "").strip().lower()
+            if not gid:
+                raise _bad(where, line, "", "gpu_id", "is empty (every row needs a card id)")
+            base = dict(rows[gid][0]) if gid in rows else {}
+            filled = {k: v for k, v in row.items() if k and (v or "").strip()}
+            if ("usable_bytes" in filled or "usable_mib" in filled):
+                base.pop("usable_bytes", None)
+                base.pop("usable_mib", None)
+            base.update(filled)
+            base["gpu_id"] = gid
+            rows[gid] = (base, where, where, line)
+    out = {}
+    for gid, (row, origin, where, line) in rows.items():
+        out[gid] = _row_to_gpu(row, where, line, origin)
+    return out
+
+
+def _catalog() -> dict[str, GPU]:
+    global _catalog_cache
+    if _catalog_cache is None:
+        files = list(_user_files)
+        auto = config_dir() / "gpus.csv"
+        if auto.is_file() and auto not in files:
+            files.insert(0, auto)
+        _catalog_cache = _merge(files)
+    return _catalog_cache
 
 
 def load_user_gpus(path: str | Path) -> list[str]:
-    """Add or override catalog rows from a user CSV (same columns; gpu_id and memory_gb required)."""
-    p = Path(path)
+    """Add or override catalog rows from a user CSV; returns the ids it names.
+
+    The file is checked at once (unknown columns, non-numeric or negative cells are errors keyed
+    ``gpus`` that name the file, line, card and column).
+    """
+    global _catalog_cache
+    p = Path(path).expanduser()
     if not p.is_file():
         raise ScenarioError("gpus", f"file not found: {p}")
-    rows = parse_gpu_csv(p.read_text(encoding="utf-8"), str(p))
-    _extra.update(rows)
-    return list(rows)
+    ids = [(r.get("gpu_id") or "").strip().lower() for _, r in _read_rows(p.read_text(encoding="utf-8"), str(p), True)]
+    previous = list(_user_files)
+    _user_files.append(p)
+    _catalog_cache = None
+    try:
+        _catalog()
+    except ScenarioError:
+        _user_files[:] = previous
+        _catalog_cache = None
+        raise
+    return ids
+
+
+def reset_user_gpus() -> None:
+    """Forget user files loaded with :func:`load_user_gpus` (and re-read the config directory)."""
+    global _catalog_cache
+    _user_files.clear()
+    _catalog_cache = None
 
 
 def list_gpus() -> list[GPU]:
-    merged = dict(_bundled())
-    merged.update(_extra)
-    return list(merged.values())
+    return list(_catalog().values())
 
 
 def get_gpu(gpu_id: str) -> GPU:
-    catalog = {g.gpu_id: g for g in list_gpus()}
+    catalog = _catalog()
     key = gpu_id.strip().lower()
     if key in catalog:
         return catalog[key]

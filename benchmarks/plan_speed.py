@@ -1,0 +1,70 @@
+"""Time a full plan search over the whole GPU catalog (every card x 1, 2, 4, 8 GPUs).
+
+Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200]
+
+Each case is planned ``--repeat`` times in a fresh process state except for the one-time catalog
+probe (done before timing, as in a running CLI/web process). Reports the median and best wall time,
+the CPU time of this process (what a busy shared machine does not inflate), the estimator calls
+the search made, and the plans found; exits 1 if a median wall time is over the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from vramfit.gpus import list_gpus
+from vramfit.plan import plan
+from vramfit.plan.evaluate import gpu_classes
+
+CASES: tuple[tuple[str, dict, dict], ...] = (
+    ("70B QLoRA seq 4096 (the brief's example)",
+     {"model": "meta-llama/Llama-3.1-70B", "method": "qlora", "seq_len": 4096},
+     {"effective_batch": 64, "dataset_tokens": "50M", "epochs": 3}),
+    ("7B full bf16-mixed AdamW",
+     {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed"},
+     {"effective_batch": 64, "dataset_tokens": "50M"}),
+    ("8B LoRA seq 8192",
+     {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 8192},
+     {"effective_batch": 32, "dataset_tokens": "100M"}),
+    ("70B LoRA",
+     {"model": "meta-llama/Llama-3.1-70B", "method": "lora"},
+     {"effective_batch": 64, "dataset_tokens": "50M"}),
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--budget-ms", type=float, default=200.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    gpu_classes()  # one-time probe of the catalog, cached for the process
+    rows = []
+    for name, scenario, kwargs in CASES:
+        times, cpu = [], []
+        for _ in range(args.repeat):
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = plan(scenario, with_changes=False, **kwargs)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        rows.append({
+            "case": name, "median_ms": round(1000 * statistics.median(times), 1), "best_ms": round(1000 * min(times), 1),
+            "cpu_median_ms": round(1000 * statistics.median(cpu), 1),
+            "estimates": r.search_estimates, "plans": len(r.plans), "cards": len(list_gpus()),
+        })
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        print(f"{'case':42} {'median ms':>9} {'best ms':>8} {'CPU ms':>7} {'estimates':>9} {'plans':>6}"
+              f"  (catalog: {rows[0]['cards']} cards x 1-8 GPUs)")
+        for x in rows:
+            print(f"{x['case']:42} {x['median_ms']:9.1f} {x['best_ms']:8.1f} {x['cpu_median_ms']:7.1f} {x['estimates']:9d} {x['plans']:6d}")
+    return 0 if all(x["median_ms"] <= args.budget_ms for x in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

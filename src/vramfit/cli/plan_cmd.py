@@ -1,0 +1,314 @@
+"""``vramfit plan | fit | sweep | guide-table``: the planner's commands. Parse, call, render."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vramfit.cli.options import build_scenario, with_scenario_options
+
+GiB = 2**30
+console = Console()
+_P = "Planner"
+
+
+def _gib(n: int | None) -> str:
+    return "" if n is None else f"{n / GiB:,.1f}"
+
+
+def _hours(h: float | None) -> str:
+    if h is None:
+        return ""
+    return f"{h * 60:,.0f} min" if h < 1 else f"{h:,.1f} h" if h < 72 else f"{h / 24:,.1f} d"
+
+
+def _usd(x: float | None) -> str:
+    return "" if x is None else f"${x:,.0f}" if x >= 10 else f"${x:,.2f}"
+
+
+def _load_gpus(path: Path | None) -> None:
+    if path is not None:
+        from vramfit.plan.planner import check_gpu_file
+
+        check_gpu_file(str(path))
+
+
+def _out(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+
+
+def _plan_row(i: int, p) -> list[str]:
+    setting = p.parallelism + ("" if p.offload == "none" else f"+{p.offload} offload")
+    extras = ", ".join(x for x in (p.optimizer if "8bit" in p.optimizer else "", "fused loss" if p.loss == "fused" else "") if x)
+    cost = "" if p.cost_usd_low is None else (_usd(p.cost_usd_low) + ("" if p.cost_usd_high == p.cost_usd_low else f"–{_usd(p.cost_usd_high)}"))
+    return [
+        str(i), f"{p.num_gpus} × {p.gpu_id}", f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
+        setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
+        f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
+        "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", f"{p.disk.total_bytes / 1e9:,.0f}",
+    ]
+
+
+def render_plan(r, top: int, show_all: bool) -> None:
+    sc = r.scenario
+    data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
+    console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
+                  f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
+    console.print(f"your scenario as given: {_gib(r.scenario_device_bytes)} GiB per GPU")
+    t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by cost per token)",
+              title_justify="left")
+    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok", "disk GB"):
+        t.add_column(col, justify="right" if col not in ("GPUs", "ckpt", "sharding") else "left")
+    shown = r.plans if show_all else r.plans[:top]
+    for i, p in enumerate(shown, 1):
+        style = "dim" if p.within_budget is False else None
+        t.add_row(*_plan_row(i, p), style=style)
+    console.print(t)
+    if len(r.plans) > len(shown):
+        console.print(f"[dim]{len(r.plans) - len(shown)} more: --top N or --all[/dim]")
+    for label, p in (("Cheapest", r.cheapest), ("Fastest", r.fastest)):
+        if p is None:
+            continue
+        within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
+        console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {p.gpu_name}, micro-batch {p.micro_batch_size} × "
+                      f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
+                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
+                      f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
+        for n in p.notes:
+            console.print(f"   • {n}")
+    if r.plans:
+        d = r.plans[0].disk
+        console.print(f"Disk for #1: base model {d.base_model_bytes / 1e9:,.0f} GB, dataset {d.dataset_raw_bytes / 1e9:,.1f} GB raw + "
+                      f"{d.dataset_tokenized_bytes / 1e9:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / 1e9:,.1f} GB × "
+                      f"{d.checkpoints_kept}, final {d.final_model_bytes / 1e9:,.1f} GB → {d.total_bytes / 1e9:,.0f} GB")
+    for gid, changes in r.changes.items():
+        render_changes(gid, changes)
+    if r.excluded:
+        console.print("[bold]Not planned:[/bold] " + "; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8])
+                      + (f"; and {len(r.excluded) - 8} more" if len(r.excluded) > 8 else ""))
+    console.print("[bold]Assumptions[/bold]")
+    for a in r.assumptions:
+        console.print(f" • {a}", highlight=False)
+
+
+def render_changes(gid: str, changes: list) -> None:
+    if not changes:
+        console.print(f"{gid}: the scenario already fits.")
+        return
+    t = Table(title=f"{gid}: the scenario does not fit as given; changes ranked", title_justify="left")
+    for col in ("change", "set", "GiB after", "saves GiB", "fits", "time×", "trade-off"):
+        t.add_column(col, overflow="fold")
+    for c in changes:
+        setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
+        t.add_row(c.description, setk, _gib(c.device_bytes), _gib(c.saving_bytes),
+                  "[green]yes[/green]" if c.fits else "[red]no[/red]",
+                  "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
+    console.print(t)
+
+
+def _write_export(plan, engine: str, out_dir: Path, epochs: float) -> None:
+    from vramfit.plan.export import export_plan
+
+    ex = export_plan(plan, engine, epochs=epochs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in ex.files.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+        console.print(f"wrote {out_dir / name}")
+    console.print(f"run: {ex.command}")
+    for n in ex.notes:
+        console.print(f" • {n}")
+
+
+def _pick(r, pick: str):
+    from vramfit.errors import ScenarioError
+
+    if pick == "cheapest":
+        return r.cheapest
+    if pick == "fastest":
+        return r.fastest
+    if not pick.isdigit() or not 1 <= int(pick) <= len(r.plans):
+        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {pick!r}")
+    return r.plans[int(pick) - 1]
+
+
+def register(app: typer.Typer) -> None:
+    from vramfit.cli.main import user_errors
+
+    @app.command("plan")
+    @user_errors
+    @with_scenario_options
+    def plan_cmd(
+        scenario_args: dict,
+        scenario_file: Path | None,
+        effective_batch: str | None = typer.Option(None, help="Sequences per optimizer step (default: the scenario's).", rich_help_panel=_P),
+        dataset_tokens: str | None = typer.Option(None, help="Tokens in the training set, e.g. 50M.", rich_help_panel=_P),
+        epochs: float = typer.Option(1.0, help="Passes over the dataset.", rich_help_panel=_P),
+        budget: float | None = typer.Option(None, help="Budget in USD; plans above it are marked.", rich_help_panel=_P),
+        cards: str | None = typer.Option(None, help="Only these GPU ids (comma-separated); default: the catalog, or --gpu.", rich_help_panel=_P),
+        max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
+        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
+        mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
+        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
+        top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
+        show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
+        export: str | None = typer.Option(None, help="Write a config: accelerate, deepspeed, fsdp or trl.", rich_help_panel=_P),
+        pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
+        export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
+        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    ) -> None:
+        """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
+        from vramfit.plan import plan
+
+        _load_gpus(gpus)
+        sc = build_scenario(scenario_args, scenario_file)
+        r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
+                 gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu)
+        if json_out:
+            _out(r.to_dict())
+        else:
+            render_plan(r, top, show_all)
+        if export and r.plans:
+            _write_export(_pick(r, pick), export, export_dir, r.epochs)
+        if not r.plans:
+            raise typer.Exit(1)
+
+    @app.command("fit")
+    @user_errors
+    @with_scenario_options
+    def fit_cmd(
+        scenario_args: dict,
+        scenario_file: Path | None,
+        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
+        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    ) -> None:
+        """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
+        from vramfit.errors import ScenarioError
+        from vramfit.plan import fit
+
+        _load_gpus(gpus)
+        sc = build_scenario(scenario_args, scenario_file)
+        if not sc.gpu:
+            raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
+        r = fit(sc, sc.gpu, safety_margin=safety_margin)
+        if json_out:
+            _out(r.to_dict())
+            return
+        console.print(f"[bold]{r.gpu_name}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
+                      f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
+                      + ("[green]fits[/green]" if r.fits else "[red]does not fit[/red]"))
+        mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
+        seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
+        console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
+        console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
+                      + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
+        t = Table(title="Peak GiB per GPU (green: fits)", title_justify="left")
+        t.add_column("mb \\ seq")
+        for s in r.seq_lens:
+            t.add_column(f"{s:,}", justify="right")
+        for b, row in zip(r.batches, r.grid, strict=True):
+            t.add_row(str(b), *[("" if c.device_bytes is None else f"[{'green' if c.fits else 'red'}]{_gib(c.device_bytes)}[/]") for c in row])
+        console.print(t)
+
+    @app.command("sweep")
+    @user_errors
+    @with_scenario_options
+    def sweep_cmd(
+        scenario_args: dict,
+        scenario_file: Path | None,
+        vary: str = typer.Option(..., help="key=a..b (doubling), key=a..b:step, key=a,b,c or key=* (all choices).", rich_help_panel=_P),
+        cards: str | None = typer.Option(None, help="Cards drawn as capacity lines (comma-separated ids).", rich_help_panel=_P),
+        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
+        chart: Path | None = typer.Option(None, help="Write a chart: .png, .svg (matplotlib) or .html (plotly).", rich_help_panel=_P),
+        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        """Peak memory over the values of one scenario key, as a table, CSV or chart."""
+        from vramfit.plan import parse_vary, sweep
+        from vramfit.plan.inputs import gpu_id_list
+
+        _load_gpus(gpus)
+        sc = build_scenario(scenario_args, scenario_file)
+        key, values = parse_vary(vary)
+        r = sweep(sc, key, values, cards=gpu_id_list(cards))
+        if chart is not None:
+            from vramfit.plan.charts import sweep_chart
+
+            sweep_chart(r, chart)
+            console.print(f"wrote {chart}")
+        if csv_out is not None:
+            text = sweep_csv(r)
+            if str(csv_out) == "-":
+                sys.stdout.write(text)
+            else:
+                csv_out.write_text(text, encoding="utf-8")
+                console.print(f"wrote {csv_out}")
+        if json_out:
+            _out(r.to_dict())
+        elif csv_out is None or str(csv_out) != "-":
+            t = Table(title=f"Peak per GPU over {key}", title_justify="left")
+            for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
+                t.add_column(col, justify="right")
+            for p in r.points:
+                if p.error:
+                    t.add_row(str(p.value), f"[red]{p.error}[/red]", "", "", *[""] * len(r.cards))
+                else:
+                    t.add_row(str(p.value), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                              *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
+            console.print(t)
+
+    @app.command("guide-table")
+    @user_errors
+    def guide_cmd(json_out: bool = typer.Option(False, "--json", help="Print the table as JSON.")) -> None:
+        """The seed guide's sizing table recomputed, with every disagreement and why."""
+        from vramfit.plan import guide_table
+
+        g = guide_table()
+        if json_out:
+            _out(g.to_dict())
+            return
+        st = g.settings
+        console.print(f"seq {st['seq_len']}, micro-batch {st['micro_batch_size']}, AdamW, full = bf16-mixed, LoRA r={st['lora_rank']} "
+                      "all-linear, QLoRA NF4-DQ; checkpointing none or full; ZeRO-3 beyond one card; no safety margin")
+        t = Table(title="The guide's table, recomputed (guide says N×class: does it fit?)", title_justify="left")
+        for col in ("size", "method", "1 GPU GiB", "checkpointed GiB", "24 GB", "48 GB", "80 GB", "smallest", "guide says", "agrees"):
+            t.add_column(col)
+        for r in g.rows:
+            short = {"agrees": "yes", "does not fit": "no", "more than needed": "more than needed"}
+            said = "; ".join(dict.fromkeys(f"{c['count']}×{c['class_gb']}: {short[c['verdict']]}" for c in r.claims)) or "—"
+            t.add_row(r.size, r.method, _gib(r.device_bytes), _gib(r.device_bytes_checkpointed),
+                      *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
+                      "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")
+        console.print(t)
+        for r in g.disagreements:
+            console.print(f"[bold]{r.size} {r.method}[/bold]")
+            for w in r.why:
+                console.print(f" • {w}", highlight=False)
+
+
+def sweep_csv(r) -> str:
+    """Rows of a sweep as CSV: value, the three peaks, each component, and the error if any."""
+    comps: list[str] = []
+    for p in r.points:
+        for k in p.components or {}:
+            if k not in comps:
+                comps.append(k)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", *[f"{c}_bytes" for c in comps],
+                *[f"fits_{c['gpu_id']}" for c in r.cards], "error"])
+    for p in r.points:
+        if p.error:
+            w.writerow([p.value, "", "", "", *[""] * len(comps), *[""] * len(r.cards), p.error])
+        else:
+            w.writerow([p.value, p.allocated_bytes, p.reserved_bytes, p.device_bytes,
+                        *[(p.components or {}).get(c, 0) for c in comps], *[p.fits[c["gpu_id"]] for c in r.cards], ""])
+    return buf.getvalue()

@@ -1,0 +1,258 @@
+"""``changes_to_fit(scenario, gpu_id)``: what to change so a run fits a card, ranked, each measured.
+
+Every candidate is applied to the user's scenario (with ``gpu`` set to the card) and estimated;
+``changes`` holds exactly the scenario keys to set, so ``scenario.replace(gpu=card, **changes)``
+reproduces the figure. When no single change fits, the cheapest combination that fits is added.
+Ranked: changes that fit first; then those that cost nothing, slow the run, add cards, change
+the training itself; then the time x cards factor; then the least effort (fused loss before
+8-bit AdamW before checkpointing before offload); then the saving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramfit.errors import ScenarioError
+from vramfit.gpus import GPU, get_gpu
+from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.inputs import fraction
+from vramfit.plan.search import peer_gbs
+from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
+from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
+
+KINDS = ("free", "slower", "hardware", "training")
+_ORDER = {"none": 0, "selective": 1, "full": 2, "offload": 3}
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    description: str
+    changes: dict[str, Any]  # scenario keys to set (on top of gpu=<card>)
+    kind: str  # free | slower | hardware | training (see KINDS)
+    tradeoff: str
+    device_bytes: int | None = None  # per GPU after the change
+    saving_bytes: int | None = None
+    fits: bool = False
+    headroom_bytes: int | None = None  # limit (usable less margin) - device
+    slowdown: float | None = None  # seconds per token after / before, on this card (< 1: faster)
+    cost_factor: float | None = None  # GPU-hours per token after / before
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _candidates(sc: Scenario) -> list[Change]:
+    out: list[Change] = []
+    if sc.loss is not Loss.FUSED:
+        out.append(Change("fused-loss", "fused linear + cross-entropy loss (no full logits)", {"loss": "fused"},
+                          "free", "needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy"))
+    if sc.loss is Loss.STANDARD:
+        out.append(Change("chunked-loss", "cross-entropy over the sequence in chunks", {"loss": "chunked"},
+                          "free", "torchtune CEWithChunkedOutputLoss; not in the HF Trainer"))
+    if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW):
+        out.append(Change("8bit-optimizer", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"},
+                          "free", "block-wise 8-bit states; matches 32-bit AdamW in the bitsandbytes paper's tests"))
+    for ck in ("selective", "full", "offload"):
+        if _ORDER[ck] > _ORDER[sc.gradient_checkpointing.value]:
+            trade = {"selective": "recomputes attention in backward (not in the HF Trainer)",
+                     "full": "recomputes every block's forward in backward",
+                     "offload": "as full, and keeps block inputs in pinned host RAM"}[ck]
+            out.append(Change(f"checkpointing-{ck}", f"activation checkpointing: {ck}",
+                              {"gradient_checkpointing": ck}, "slower", trade))
+    if sc.method is Method.LORA:
+        out.append(Change("qlora", "QLoRA: 4-bit NF4 base instead of 16-bit", {"method": "qlora"},
+                          "training", "quality loss depends on the task: measure it (the guide, sec. 03)"))
+    if sc.method is Method.FULL and sc.precision.mixed:
+        out.append(Change("bf16-true", "pure bf16 weights (no fp32 master copy)", {"precision": "bf16-true"},
+                          "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
+    n = sc.num_gpus
+    shard = "fsdp" if sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else "zero3"
+    if sc.method is Method.FULL:
+        par = sc.parallelism.value if sc.parallelism in (Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP) else (
+            "zero2" if n == 1 else shard)
+        out.append(Change("offload-optimizer", "optimizer state in host RAM (ZeRO-Offload)",
+                          {"parallelism": par, "offload": "optimizer"}, "slower",
+                          "CPU Adam step and PCIe traffic each step; needs host RAM"))
+    out.append(Change("offload-params", "weights and optimizer state in host RAM (ZeRO-Infinity / FSDP CPU offload)",
+                      {"parallelism": shard, "offload": "optimizer+params"}, "slower",
+                      "weights stream over PCIe every micro-batch: much slower"))
+    return out
+
+
+class _Ctx:
+    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float):
+        self.sc, self.g = sc, g
+        self.ev = Evaluator(sc.replace(gpu=g.gpu_id))
+        self.limit = limit_bytes(g, margin)
+        self.mfu = mfu
+        self.before = self.ev.device_bytes()
+        self.trainable = self.ev.estimate().model.num_trainable_params
+        self.t0 = self.seconds_per_token(self.ev.base)
+
+    def seconds_per_token(self, sc: Scenario) -> float | None:
+        g = self.g
+        if not g.bf16_tflops:
+            return None
+        w = step_work(sc, model_flops(self.ev.spec, sc.seq_len), self.trainable)
+        s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+                      peer_gbs=peer_gbs(g, sc.num_gpus), host_gbs=g.host_link_gbs)
+        return 1.0 / s.tokens_per_s
+
+    def measure(self, ch: Change) -> Change:
+        r = self.ev.try_estimate(**ch.changes)
+        if isinstance(r, ScenarioError):
+            return _with(ch, error=str(r))
+        dev = r.peak.device_bytes
+        t = self.seconds_per_token(r.scenario)
+        slow = t / self.t0 if (t and self.t0) else None
+        cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=dev <= self.limit,
+                     headroom_bytes=self.limit - dev, slowdown=slow, cost_factor=cost)
+
+    def fits(self, changes: dict[str, Any]) -> bool:
+        r = self.ev.try_estimate(**changes)
+        return not isinstance(r, ScenarioError) and r.peak.device_bytes <= self.limit
+
+
+def _with(ch: Change, **kw: Any) -> Change:
+    d = ch.to_dict()
+    d.update(kw)
+    return Change(**d)
+
+
+def _largest(lo: int, hi: int, ok) -> int | None:
+    """Largest integer in [lo, hi] with ok(x) (ok monotone: true then false), or None."""
+    if hi < lo or not ok(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _micro_batch(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
+    sc, extra = ctx.sc, extra or {}
+    if sc.micro_batch_size == 1:
+        return None
+    per_gpu = sc.micro_batch_size * sc.grad_accum
+
+    def keys(mb: int) -> dict[str, Any]:
+        return {**extra, "micro_batch_size": mb, "grad_accum": -(-per_gpu // mb)}
+
+    mb = _largest(1, sc.micro_batch_size - 1, lambda m: ctx.fits(keys(m))) or 1
+    k = keys(mb)
+    return Change("smaller-micro-batch", f"micro-batch {mb} with {k['grad_accum']} accumulation steps "
+                  f"(effective batch {mb * k['grad_accum'] * sc.num_gpus})", k, "free",
+                  "same effective batch, more optimizer micro-steps")
+
+
+def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
+    sc, extra = ctx.sc, extra or {}
+    if sc.seq_len <= 64:
+        return None
+    step = 64 if sc.seq_len > 128 else 1
+    best = _largest(1, (sc.seq_len - 1) // step, lambda k: ctx.fits({**extra, "seq_len": k * step}))
+    if best is None:
+        return None
+    return Change("shorter-sequence", f"sequences of {best * step} tokens instead of {sc.seq_len}",
+                  {**extra, "seq_len": best * step}, "training", "truncates or re-packs the data; long-context skills may suffer")
+
+
+def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
+    sc, extra = ctx.sc, extra or {}
+    shard = "fsdp" if sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else "zero3"
+    eff = sc.effective_batch
+    tried = None
+    for n in (2, 4, 8):
+        if n <= sc.num_gpus:
+            continue
+        mb = min(extra.get("micro_batch_size", sc.micro_batch_size), max(1, eff // n))
+        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, eff // (n * mb))}
+        tried = keys
+        if ctx.fits(keys):
+            break
+    if tried is None:
+        return None
+    n = tried["num_gpus"]
+    return Change("more-gpus", f"{n} x {ctx.g.gpu_id} in one node with {shard.upper() if shard == 'fsdp' else 'ZeRO-3'}",
+                  tried, "hardware", "more cards to rent; GPU-to-GPU traffic every micro-batch")
+
+
+def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
+    """Cheapest-first accumulation of changes until the run fits, then drop the unneeded ones."""
+    by = {c.name: c for c in singles}
+    ladder = [n for n in ("fused-loss", "8bit-optimizer", "checkpointing-full") if n in by]
+    applied: dict[str, dict[str, Any]] = {}
+    keys: dict[str, Any] = {}
+
+    def add(name: str, ch: dict[str, Any] | None) -> bool:
+        if ch:
+            applied[name] = ch
+            keys.update(ch)
+        return ctx.fits(keys)
+
+    done = False
+    for name in ladder:
+        if add(name, by[name].changes):
+            done = True
+            break
+    steps = [("smaller-micro-batch", lambda: _micro_batch(ctx, dict(keys))),
+             ("qlora", lambda: by.get("qlora")),
+             ("more-gpus", lambda: _more_gpus(ctx, dict(keys))),
+             ("offload-optimizer", lambda: by.get("offload-optimizer")),
+             ("offload-params", lambda: by.get("offload-params")),
+             ("shorter-sequence", lambda: _seq_len(ctx, dict(keys)))]
+    for name, make in steps:
+        if done:
+            break
+        ch = make()
+        if ch is None:
+            continue
+        extra = {k: v for k, v in ch.changes.items() if keys.get(k) != v}
+        if name == "offload-optimizer" and keys.get("num_gpus", 1) > 1:
+            extra["parallelism"] = keys.get("parallelism", "zero3")
+        done = add(name, extra)
+    if not done:
+        return None
+    for name in reversed(list(applied)):  # drop what is not needed, most disruptive first
+        trial = {k: v for n2, ch in applied.items() if n2 != name for k, v in ch.items()}
+        if trial and ctx.fits(trial):
+            del applied[name]
+    final = {k: v for ch in applied.values() for k, v in ch.items()}
+    names = list(applied)
+    kind = max((by[n].kind if n in by else ("hardware" if n == "more-gpus" else "training" if n == "shorter-sequence" else "free")
+                for n in names), key=KINDS.index)
+    return Change("combined", "together: " + " + ".join(names), final, kind, "all the trade-offs of its parts")
+
+
+def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = 0.05,
+                   mfu: float | None = None) -> list[Change]:
+    """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits)."""
+    sc = parse_scenario(scenario)
+    g = get_gpu(gpu_id)
+    margin = fraction("safety_margin", safety_margin, lo_open=False)
+    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
+    ctx = _Ctx(sc, g, margin, u)
+    if ctx.before <= ctx.limit:
+        return []
+    singles = _candidates(sc)
+    for extra in (_micro_batch(ctx), _seq_len(ctx), _more_gpus(ctx)):
+        if extra is not None:
+            singles.append(extra)
+    order = {c.name: i for i, c in enumerate(singles)}  # least effort first, for equal kind and time
+    measured = [ctx.measure(c) for c in singles]
+    measured = [c for c in measured if c.error is None and (c.saving_bytes or 0) > 0]
+    if not any(c.fits for c in measured):
+        combo = _combination(ctx, singles)
+        if combo is not None:
+            measured.append(ctx.measure(combo))
+    measured.sort(key=lambda c: (not c.fits, KINDS.index(c.kind), round(c.cost_factor or 1.0, 2),
+                                 order.get(c.name, len(order)), -(c.saving_bytes or 0)))
+    return measured
+

@@ -1,0 +1,131 @@
+"""``fit(scenario, gpu_id)``: the largest micro-batch and the longest sequence that fit one card,
+and a micro-batch x sequence-length grid of the per-GPU peak, marking what fits.
+
+Found by doubling then bisection on the estimator (memory grows with both), with the scenario's
+other keys unchanged and ``gpu`` set to the card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramfit.errors import ScenarioError
+from vramfit.gpus import get_gpu
+from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.inputs import fraction
+from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
+
+GRID_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+GRID_SEQ_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class GridCell:
+    micro_batch_size: int
+    seq_len: int
+    device_bytes: int | None
+    fits: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    gpu_id: str
+    gpu_name: str
+    usable_bytes: int
+    limit_bytes: int
+    safety_margin: float
+    scenario: dict[str, Any]
+    device_bytes: int  # the scenario as given
+    fits: bool
+    max_micro_batch: int | None  # at the scenario's seq_len; None if micro-batch 1 does not fit
+    max_micro_batch_device_bytes: int | None
+    max_seq_len: int | None  # at the scenario's micro-batch
+    max_seq_len_device_bytes: int | None
+    max_position_embeddings: int  # the model's trained context (0 if unknown)
+    batches: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    grid: tuple[tuple[GridCell, ...], ...]  # [batch][seq_len]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["batches"] = list(self.batches)
+        out["seq_lens"] = list(self.seq_lens)
+        out["grid"] = [[c.to_dict() for c in row] for row in self.grid]
+        return out
+
+
+def _largest(ok, start: int, hi: int) -> int | None:
+    """Largest x in [1, hi] with ok(x), assuming ok is true up to some point then false."""
+    if not ok(1):
+        return None
+    lo = 1
+    x = max(1, start)
+    while x <= hi and ok(x):
+        lo, x = x, x * 2
+    top = min(x, hi + 1)  # first known failure (or past hi)
+    if lo == hi or top == lo + 1:
+        return lo
+    a, b = lo, top - 1
+    while a < b:
+        mid = (a + b + 1) // 2
+        if ok(mid):
+            a = mid
+        else:
+            b = mid - 1
+    return a
+
+
+def fit(
+    scenario: Scenario | dict,
+    gpu_id: str,
+    *,
+    safety_margin: float = 0.05,
+    batches: tuple[int, ...] | None = None,
+    seq_lens: tuple[int, ...] | None = None,
+) -> FitReport:
+    """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory."""
+    sc = parse_scenario(scenario)
+    g = get_gpu(gpu_id)
+    margin = fraction("safety_margin", safety_margin, lo_open=False)
+    ev = Evaluator(sc.replace(gpu=g.gpu_id))
+    limit = limit_bytes(g, margin)
+
+    def dev(**k: Any) -> int | None:
+        r = ev.try_estimate(**k)
+        return None if isinstance(r, ScenarioError) else r.peak.device_bytes
+
+    def ok(**k: Any) -> bool:
+        d = dev(**k)
+        return d is not None and d <= limit
+
+    base = ev.base
+    mb = _largest(lambda m: ok(micro_batch_size=m), base.micro_batch_size, MAX_BATCH)
+    seq = _largest(lambda s: ok(seq_len=s), base.seq_len, MAX_SEQ_LEN)
+    bs = tuple(batches or GRID_BATCHES)
+    ss = tuple(seq_lens or GRID_SEQ_LENS)
+    for key, values in (("micro_batch_size", bs), ("seq_len", ss)):
+        if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise ScenarioError(key, f"grid values must be positive integers, got {list(values)!r}")
+    grid = []
+    for b in bs:
+        row = []
+        for s in ss:
+            r = ev.try_estimate(micro_batch_size=b, seq_len=s)
+            if isinstance(r, ScenarioError):
+                row.append(GridCell(b, s, None, False, str(r)))
+            else:
+                row.append(GridCell(b, s, r.peak.device_bytes, r.peak.device_bytes <= limit))
+        grid.append(tuple(row))
+    own = ev.device_bytes()
+    return FitReport(
+        gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
+        scenario=base.to_dict(), device_bytes=own, fits=own <= limit,
+        max_micro_batch=mb, max_micro_batch_device_bytes=dev(micro_batch_size=mb) if mb else None,
+        max_seq_len=seq, max_seq_len_device_bytes=dev(seq_len=seq) if seq else None,
+        max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),
+    )

@@ -1,0 +1,198 @@
+"""``guide_table()``: the seed guide's sizing recomputed, and every place where we disagree, and why.
+
+The guide (``shared/seed/guide-vram-finetuning.pt.txt``, sections 02 and 05) sizes 7B, 13B, 34B and
+70B for full fine-tuning, LoRA and QLoRA in card classes of 24, 48 and 80 GB. For each pair we
+estimate one GPU at the guide's "typical" settings and find, per class, the fewest cards of one node
+that fit (ZeRO-3 beyond one card), then check each of the guide's statements against that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramfit.gpus import get_gpu
+from vramfit.plan.evaluate import Evaluator
+
+GB = 10**9
+
+#: The model the guide's sizes stand for (the same ones the web guide pages use).
+SIZES: tuple[tuple[str, str], ...] = (
+    ("7B", "meta-llama/Llama-2-7b-hf"),
+    ("13B", "meta-llama/Llama-2-13b-hf"),
+    ("34B", "codellama/CodeLlama-34b-hf"),
+    ("70B", "meta-llama/Llama-2-70b-hf"),
+)
+METHODS: dict[str, dict[str, Any]] = {
+    "full": {"method": "full", "precision": "bf16-mixed"},  # the usual recipe: AMP bf16, fp32 AdamW
+    "lora": {"method": "lora"},
+    "qlora": {"method": "qlora"},
+}
+#: "Typical" settings (the guide: bf16 and typical sequence lengths): stated with the table.
+SETTINGS: dict[str, Any] = {"seq_len": 2048, "micro_batch_size": 1, "optimizer": "adamw", "lora_rank": 16}
+#: The guide's card classes and the card that stands for each (the guide's own examples).
+CLASSES: tuple[tuple[int, str], ...] = ((24, "rtx4090"), (48, "l40s"), (80, "h100-sxm"))
+COUNTS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Claim:
+    section: str
+    quote: str  # the guide's words (Portuguese)
+    class_gb: int
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"section": self.section, "quote": self.quote, "class_gb": self.class_gb, "count": self.count}
+
+
+_Q = {
+    "7full": "Ajuste fino completo de 7B: pesos ~14 GB + estado de Adam ~56 GB + gradientes ~14 GB → na prática 2 × 80 GB com folga, 1 × 80 GB apertado.",
+    "13full": "Ajuste fino completo de 13B: recomendam-se 2 × 80 GB.",
+    "34full": "Ajuste fino completo de 34B: fazem falta 4 × 80 GB de classe.",
+    "70full": "Ajuste fino completo de 70B: imprescindível a classe 8 × 80 GB (A100/H100) com paralelismo multiplaca.",
+    "lora02": "LoRA/QLoRA: modelos de 7–13B cabem numa única placa de 24–48 GB",
+    "70q02": "para 70B, QLoRA numa placa de 80 GB é a prática habitual.",
+    "c24": "Classe 24 GB (ex.: RTX 4090): ajuste fino LoRA de 7–13B",
+    "c48": "Classe 48 GB (ex.: L40S/A6000): ajuste fino completo de 7B ou QLoRA de 13–34B.",
+    "c80": "Classe 80 GB (A100/H100): QLoRA de 70B, ajuste fino completo de 13B",
+}
+CLAIMS: dict[tuple[str, str], tuple[Claim, ...]] = {
+    ("7B", "full"): (Claim("02", _Q["7full"], 80, 1), Claim("02", _Q["7full"], 80, 2), Claim("05", _Q["c48"], 48, 1)),
+    ("13B", "full"): (Claim("02", _Q["13full"], 80, 2), Claim("05", _Q["c80"], 80, 1)),
+    ("34B", "full"): (Claim("02", _Q["34full"], 80, 4),),
+    ("70B", "full"): (Claim("02", _Q["70full"], 80, 8),),
+    ("7B", "lora"): (Claim("02", _Q["lora02"], 24, 1), Claim("05", _Q["c24"], 24, 1)),
+    ("13B", "lora"): (Claim("02", _Q["lora02"], 48, 1), Claim("05", _Q["c24"], 24, 1)),
+    ("7B", "qlora"): (Claim("02", _Q["lora02"], 24, 1),),
+    ("13B", "qlora"): (Claim("02", _Q["lora02"], 24, 1), Claim("05", _Q["c48"], 48, 1)),
+    ("34B", "qlora"): (Claim("05", _Q["c48"], 48, 1),),
+    ("70B", "qlora"): (Claim("02", _Q["70q02"], 80, 1), Claim("05", _Q["c80"], 80, 1)),
+}
+#: The guide's own arithmetic for 7B full fine-tuning (section 02), in GB.
+GUIDE_7B_FULL_GB = {"weights": 14, "optimizer_state": 56, "gradients": 14}
+
+
+@dataclass(frozen=True)
+class GuideRow:
+    size: str
+    model: str
+    method: str
+    num_params: int
+    device_bytes: int  # one GPU, no checkpointing
+    device_bytes_checkpointed: int  # one GPU, full checkpointing
+    components: dict[str, int]  # of the checkpointed one-GPU run
+    fewest: dict[int, int | None]  # class GB -> fewest cards of one node (None: more than 8)
+    smallest: str  # e.g. "1 x 24 GB"
+    claims: tuple[dict[str, Any], ...]  # each claim with our verdict
+    agrees: bool
+    why: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["fewest"] = {str(k): v for k, v in self.fewest.items()}
+        out["claims"] = list(self.claims)
+        out["why"] = list(self.why)
+        return out
+
+
+@dataclass(frozen=True)
+class GuideTable:
+    settings: dict[str, Any]
+    classes: tuple[dict[str, Any], ...]
+    rows: tuple[GuideRow, ...]
+
+    @property
+    def disagreements(self) -> list[GuideRow]:
+        return [r for r in self.rows if not r.agrees]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settings": dict(self.settings), "classes": [dict(c) for c in self.classes],
+                "rows": [r.to_dict() for r in self.rows],
+                "disagreements": [{"size": r.size, "method": r.method, "why": list(r.why)} for r in self.disagreements]}
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:,.1f} GB"
+
+
+def _fits(ev: Evaluator, card: str, n: int) -> tuple[bool, int]:
+    """Whether n cards fit (ZeRO-3 beyond one; best of no and full checkpointing), and that peak."""
+    usable = get_gpu(card).usable_bytes
+    par = {"num_gpus": n, "parallelism": "none" if n == 1 else "zero3", "gpu": card}
+    best = min(ev.device_bytes(**par, gradient_checkpointing=ck) for ck in ("none", "full"))
+    return best <= usable, best
+
+
+def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], n_params: int,
+         fewest: dict[int, int | None]) -> list[str]:
+    out: list[str] = []
+    wrong = [c for c in row_claims if c["verdict"] != "agrees"]
+    if not wrong:
+        return out
+    if method == "full":
+        ours = {k: comps.get(k, 0) for k in ("master_weights", "weights", "gradients", "optimizer_state", "autocast_copies")}
+        per = sum(ours.values()) / n_params
+        if size == "7B":
+            theirs = (f"for 7B: {GUIDE_7B_FULL_GB['weights']} + {GUIDE_7B_FULL_GB['optimizer_state']} + "
+                      f"{GUIDE_7B_FULL_GB['gradients']} = 84 GB, section 02")
+        else:
+            theirs = f"by the same count {12 * n_params / GB:,.0f} GB for {size}"
+        out.append(
+            f"The guide counts bf16 weights + Adam + bf16 gradients = 2 + 8 + 2 = 12 bytes per parameter ({theirs}) "
+            "and no fp32 master weights or activations. "
+            f"Mixed-precision AdamW (PyTorch AMP, bf16-mixed) keeps fp32 weights that are the master copy "
+            f"({_gb(ours['master_weights'] + ours['weights'])}), fp32 gradients ({_gb(ours['gradients'])}), Adam's two fp32 "
+            f"moments ({_gb(ours['optimizer_state'])}) and bf16 autocast copies of the weights ({_gb(ours['autocast_copies'])}): "
+            f"{per:.1f} bytes per parameter before activations ({_gb(comps.get('activations', 0))} at seq 2048 with "
+            f"checkpointing), logits ({_gb(comps.get('logits_loss', 0))}) and the CUDA context."
+        )
+    if method == "lora":
+        out.append(f"The frozen base alone is {_gb(comps.get('weights', 0))} in bf16 (2 bytes per parameter); "
+                   "LoRA removes gradients and optimizer state, not the weights.")
+    if method == "qlora":
+        base = comps.get("quantized_base", 0) + comps.get("weights", 0)
+        out.append(f"The 4-bit base with its unquantized embeddings and norms is {_gb(base)}; the rest is activations, "
+                   "the de-quantized layer and the CUDA context.")
+    for c in wrong:
+        need = fewest.get(c["class_gb"])
+        need_s = f"{need} x {c['class_gb']} GB" if need else f"more than {max(COUNTS)} x {c['class_gb']} GB"
+        if c["verdict"] == "does not fit":
+            out.append(f"Section {c['section']} says {c['count']} x {c['class_gb']} GB; we estimate "
+                       f"{_gb(c['device_bytes'])} per GPU there, so it needs {need_s}.")
+        else:
+            out.append(f"Section {c['section']} asks for {c['count']} x {c['class_gb']} GB; {need_s} already fits.")
+    if size == "7B" and method == "full" and any(c["class_gb"] == 48 for c in wrong):
+        out.append("Section 05 puts 7B full fine-tuning in the 48 GB class, but the guide's own total (84 GB) already exceeds 48 GB.")
+    return out
+
+
+def guide_table() -> GuideTable:
+    """The guide's table (7B, 13B, 34B, 70B x full, LoRA, QLoRA) with our figures and verdicts."""
+    rows: list[GuideRow] = []
+    for size, model in SIZES:
+        for method, recipe in METHODS.items():
+            ev = Evaluator({"model": model, **recipe, **SETTINGS})
+            one = ev.estimate()
+            ck = ev.estimate(gradient_checkpointing="full")
+            fewest: dict[int, int | None] = {}
+            for gb, card in CLASSES:
+                fewest[gb] = next((n for n in COUNTS if _fits(ev, card, n)[0]), None)
+            claims = []
+            for cl in CLAIMS.get((size, method), ()):
+                card = dict((g, c) for g, c in CLASSES)[cl.class_gb]
+                ok, dev = _fits(ev, card, cl.count)
+                need = fewest[cl.class_gb]
+                verdict = "does not fit" if not ok else ("agrees" if need == cl.count else "more than needed")
+                claims.append({**cl.to_dict(), "fits": ok, "device_bytes": dev, "verdict": verdict})
+            options = [(n * gb, n, gb) for gb, n in fewest.items() if n]
+            smallest = f"{min(options)[1]} x {min(options)[2]} GB" if options else f"more than {max(COUNTS)} x 80 GB"
+            comps = {c.name: c.bytes for c in ck.components}
+            why = _why(size, method, claims, comps, one.model.num_params, fewest)
+            rows.append(GuideRow(size, model, method, one.model.num_params, one.peak.device_bytes,
+                                 ck.peak.device_bytes, comps, fewest, smallest, tuple(claims),
+                                 all(c["verdict"] == "agrees" for c in claims), tuple(why)))
+    classes = tuple({"class_gb": gb, "gpu_id": c, "usable_bytes": get_gpu(c).usable_bytes} for gb, c in CLASSES)
+    settings = {**SETTINGS, "full": METHODS["full"], "multi_gpu": "zero3", "checkpointing": "none or full, the one that fits",
+                "fits": "device peak <= the card's usable memory (no safety margin)"}
+    return GuideTable(settings, classes, tuple(rows))

@@ -1,0 +1,89 @@
+"""Validation of the planner's own inputs (what a scenario cannot say). Errors name the input."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from vramfit.errors import ScenarioError
+
+_SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
+MAX_TOKENS = 10**15
+#: One node: the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó").
+GPUS_PER_NODE = 8
+
+
+def parse_count(key: str, value: Any, lo: int = 1, hi: int = MAX_TOKENS) -> int:
+    """A whole count such as ``50000000``, ``5e7``, ``"50M"``, ``"1.5B"`` (K, M, B/G, T suffixes)."""
+    if isinstance(value, bool) or value is None:
+        raise ScenarioError(key, f"must be a whole number like 50000000 or '50M', got {value!r}")
+    if isinstance(value, str):
+        text = value.strip().lower().replace("_", "").replace(",", "")
+        m = _COUNT.match(text)
+        if not m:
+            raise ScenarioError(key, f"must be a number like 50000000, 5e7 or '50M' (suffixes K, M, B, T), got {value!r}")
+        number = float(m.group(1)) * _SCALES[m.group(2)]
+    elif isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        raise ScenarioError(key, f"must be a number, got {type(value).__name__}")
+    if not math.isfinite(number) or number != int(number):
+        raise ScenarioError(key, f"must be a whole number, got {value!r}")
+    if not lo <= number <= hi:
+        raise ScenarioError(key, f"must be from {lo:,} to {hi:,}, got {value!r}")
+    return int(number)
+
+
+def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ScenarioError(key, f"must be {what}, got {value!r}")
+    try:
+        out = float(value)
+    except ValueError:
+        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
+    if not math.isfinite(out) or out <= 0 or out > hi:
+        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
+    return out
+
+
+def fraction(key: str, value: Any, lo_open: bool) -> float:
+    """A number in (0, 1] (``lo_open``) or [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ScenarioError(key, f"must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except ValueError:
+        raise ScenarioError(key, f"must be a number, got {value!r}") from None
+    ok = (0 < out <= 1) if lo_open else (0 <= out < 1)
+    if not math.isfinite(out) or not ok:
+        rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
+        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
+    return out
+
+
+def gpu_id_list(value: str | Iterable[str] | None) -> list[str] | None:
+    """Card ids (a list, or a comma-separated string), each checked against the catalog."""
+    from vramfit.gpus import get_gpu
+
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ScenarioError("gpu", f"must be GPU ids, got {item!r}")
+        gid = get_gpu(item).gpu_id
+        if gid not in out:
+            out.append(gid)
+    if not out:
+        raise ScenarioError("gpu", "name at least one GPU id")
+    return out
+
+
+def gpu_counts(max_gpus: Any) -> tuple[int, ...]:
+    """1, 2, 4, 8 up to ``max_gpus`` (one node: at most :data:`GPUS_PER_NODE`)."""
+    n = parse_count("max_gpus", max_gpus, 1, 100_000)
+    return tuple(c for c in (1, 2, 4, 8) if c <= min(n, GPUS_PER_NODE))

@@ -1,0 +1,198 @@
+"""``plan(scenario, ...)``: which GPU, how many, how long, how much, and what to change to fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.errors import ScenarioError
+from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan.disk import disk_needed
+from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
+from vramfit.plan.report import Excluded, Plan, PlanReport
+from vramfit.plan.search import Config, Search, peer_gbs
+from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.scenario import Precision, Scenario, parse_scenario
+
+GiB = 2**30
+
+HOST_RAM_PER_GPU = Constant(
+    256 * 10**9,
+    "bytes of host RAM per GPU",
+    "NVIDIA DGX H100 datasheet: 2 TB system memory for 8 GPUs",
+    "offload plans whose host share exceeds it are dropped; rented single GPUs often come with less",
+)
+
+ASSUMPTIONS = (
+    "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the memory the card "
+    "exposes to CUDA less the safety margin.",
+    "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
+    "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
+    "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
+    "de-quantization included; GPU-to-GPU traffic overlaps compute, offload traffic does not; the CPU "
+    "optimizer step of offload plans is not timed.",
+    "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
+    "Prices are on-demand USD per GPU-hour read on the dates in price_details; the low end ranks plans.",
+)
+
+
+def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario):
+    eff = parse_count("effective_batch", effective_batch, 1, 10**6) if effective_batch is not None else sc.effective_batch
+    tokens = parse_count("dataset_tokens", dataset_tokens) if dataset_tokens is not None else None
+    ep = positive_number("epochs", epochs, 1000)
+    budget = positive_number("budget", budget_usd, what="a positive number of US dollars") if budget_usd is not None else None
+    margin = fraction("safety_margin", safety_margin, lo_open=False)
+    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
+    return eff, tokens, ep, budget, margin, u
+
+
+def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: int) -> tuple[str, ...]:
+    out = []
+    if c.num_gpus > 1 and peer_gbs(g, c.num_gpus) == g.host_link_gbs:
+        out.append(f"no NVLink between {c.num_gpus} cards: GPU-to-GPU traffic over PCIe ({g.host_link_gbs:g} GB/s per direction)")
+    if c.loss != base.loss.value:
+        out.append("fused loss: needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy")
+    if c.optimizer != base.optimizer.value:
+        out.append(f"{c.optimizer}: bitsandbytes 8-bit AdamW instead of {base.optimizer.value}")
+    if host:
+        node = f" ({host * c.num_gpus / GiB:,.0f} GiB for the node)" if c.num_gpus > 1 else ""
+        out.append(f"needs {host / GiB:,.0f} GiB of host RAM per GPU for offloaded state{node}")
+    if actual_eff != eff:
+        out.append(f"effective batch {actual_eff} (the nearest multiple of {c.num_gpus} GPUs at or above {eff})")
+    if g.usable_kind == "marketing":
+        out.append("usable memory unconfirmed: the marketing GB is used (conservative)")
+    if g.vendor and g.vendor != "NVIDIA":
+        out.append(f"{g.vendor}, not CUDA: check that bitsandbytes, FlashAttention and your engine support it")
+    if g.price_low is None:
+        out.append("no dated rental price in the catalog: add one with --gpus")
+    return tuple(out)
+
+
+def plan(
+    scenario: Scenario | dict,
+    *,
+    effective_batch: int | str | None = None,
+    dataset_tokens: int | str | None = None,
+    epochs: float = 1.0,
+    budget_usd: float | None = None,
+    gpu_ids: list[str] | str | None = None,
+    max_gpus: int = 8,
+    safety_margin: float = 0.05,
+    mfu: float | None = None,
+    checkpoints_kept: int = 1,
+    with_changes: bool = True,
+) -> PlanReport:
+    """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
+
+    The scenario fixes the model, method, precision, LoRA settings and sequence length; the search
+    chooses the card, count (1, 2, 4, 8 up to ``max_gpus``), micro-batch and accumulation (to reach
+    ``effective_batch`` sequences per step), checkpointing, sharding/offload, and the speed-free
+    memory savers. ``dataset_tokens`` x ``epochs`` gives time and cost. Cards named in ``gpu_ids``
+    (or the scenario's ``gpu``) that the scenario does not fit as given get ranked changes.
+    """
+    sc = parse_scenario(scenario)
+    eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
+    all_counts = gpu_counts(max_gpus)
+    counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
+    kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
+    named = gpu_id_list(gpu_ids) or ([sc.gpu] if sc.gpu else None)
+    cards = [get_gpu(g) for g in named] if named else list_gpus()
+
+    ev = Evaluator(sc)
+    own = ev.estimate()
+    trainable, num_params = own.model.num_trainable_params, own.model.num_params
+    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u)
+    total = int(tokens * ep) if tokens else None
+    plans: list[Plan] = []
+    excluded: list[Excluded] = []
+    for g in cards:
+        if sc.precision in (Precision.BF16_MIXED, Precision.BF16_TRUE) and g.supports_bf16 is False:
+            excluded.append(Excluded(g.gpu_id, f"no BF16 on {g.name}: plan it with --precision fp16-mixed"))
+            continue
+        limit = limit_bytes(g, margin)
+        found = False
+        for n in counts:
+            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value)
+            if best is None:
+                continue
+            found = True
+            plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable, tokens, kept))
+        if not found:
+            excluded.append(Excluded(g.gpu_id, f"does not fit {max(counts)} x {g.gpu_id} even with ZeRO-3, "
+                                     "checkpointing and offload (at micro-batch 1)"
+                                     + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else "")))
+    plans.sort(key=_rank)
+    changes: dict[str, list] = {}
+    if named and with_changes:
+        from vramfit.plan.changes import changes_to_fit
+
+        for gid in named:
+            g = get_gpu(gid)
+            if g.gpu_id in {e.gpu_id for e in excluded if e.reason.startswith("no BF16")}:
+                continue
+            if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u)
+    assumptions = list(ASSUMPTIONS)
+    assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    if counts != all_counts:
+        assumptions.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
+                           "give effective_batch to consider more.")
+    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
+        assumptions.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
+    assumptions.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    return PlanReport(
+        model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
+        scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
+        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u,
+        mfu_source=("user" if mfu is not None else MFU_DEFAULT.source), plans=tuple(plans),
+        excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
+        search_estimates=ev.calls,
+    )
+
+
+def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int, total: int | None,
+               budget: float | None, num_params: int, trainable: int, tokens: int | None, kept: int) -> Plan:
+    ev = search.ev
+    per = search.per_gpu(c.num_gpus)
+    keys: dict[str, Any] = c.keys(mb, per // mb)
+    cls = search.classes.get(g.gpu_id, g.gpu_id)
+    r = ev.estimate(**keys, gpu=cls or None)  # same figure as gpu=g: one estimate per estimator class
+    sc = r.scenario
+    scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
+    speed = search.speed(c, mb, g)
+    hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
+    lo = run_cost(hours, c.num_gpus, g.price_low) if hours is not None else None
+    hi = run_cost(hours, c.num_gpus, g.price_high) if hours is not None else None
+    per_m = (g.price_low * c.num_gpus / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
+    within = None if budget is None or lo is None else lo <= budget
+    host = r.host_bytes  # per GPU
+    return Plan(
+        gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=per // mb,
+        effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
+        loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
+        allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
+        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=g.usable_bytes - r.peak.device_bytes,
+        host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
+        usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
+        within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
+        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host),
+    )
+
+
+def _rank(p: Plan) -> tuple:
+    return (
+        p.within_budget is False,
+        p.usd_per_million_tokens is None,
+        p.usd_per_million_tokens or 0.0,
+        -(p.tokens_per_s or 0.0),
+        p.num_gpus,
+    )
+
+
+def check_gpu_file(path: str) -> list[str]:
+    """Load a user GPU file (errors keyed ``gpus``); returns the ids it adds or changes."""
+    from vramfit.gpus import load_user_gpus
+
+    if not isinstance(path, str) or not path.strip():
+        raise ScenarioError("gpus", f"must be a path to a CSV file, got {path!r}")
+    return load_user_gpus(path)

@@ -1,0 +1,122 @@
+"""Typed results of the plan search, JSON-ready through ``to_dict()`` (integer bytes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramfit.plan.disk import DiskEstimate
+from vramfit.plan.throughput import Speed
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One way to run the job: a card, how many (one node), and the settings that make it fit."""
+
+    gpu_id: str
+    gpu_name: str
+    num_gpus: int
+    micro_batch_size: int
+    grad_accum: int
+    effective_batch: int
+    gradient_checkpointing: str
+    optimizer: str
+    loss: str
+    parallelism: str
+    offload: str
+    scenario: dict[str, Any]  # the full scenario of this plan (estimate it to see the breakdown)
+    allocated_bytes: int  # per GPU
+    reserved_bytes: int
+    device_bytes: int
+    usable_bytes: int  # what the card exposes to CUDA
+    limit_bytes: int  # usable less the safety margin
+    headroom_bytes: int  # usable - device
+    host_ram_bytes: int  # offloaded state in host RAM, all GPUs of the node together
+    speed: Speed | None  # None when the card has no BF16 TFLOPS figure
+    hours: float | None  # for dataset_tokens x epochs; None without a dataset or speed
+    usd_per_gpu_hour_low: float | None
+    usd_per_gpu_hour_high: float | None
+    cost_usd_low: float | None
+    cost_usd_high: float | None
+    usd_per_million_tokens: float | None  # at the low price
+    within_budget: bool | None
+    disk: DiskEstimate
+    price_details: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.speed.tokens_per_s if self.speed else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.num_gpus} x {self.gpu_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["speed"] = self.speed.to_dict() if self.speed else None
+        out["tokens_per_s"] = self.tokens_per_s
+        out["disk"] = self.disk.to_dict()
+        out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class Excluded:
+    gpu_id: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"gpu_id": self.gpu_id, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    model_id: str
+    num_params: int
+    num_trainable_params: int
+    scenario: dict[str, Any]  # the user's scenario
+    scenario_device_bytes: int  # the user's scenario as given, per GPU
+    effective_batch: int
+    dataset_tokens: int | None
+    epochs: float
+    total_tokens: int | None
+    budget_usd: float | None
+    safety_margin: float
+    mfu: float
+    mfu_source: str
+    plans: tuple[Plan, ...]  # ranked: within budget, then USD per token, then speed
+    excluded: tuple[Excluded, ...]
+    assumptions: tuple[str, ...]
+    changes: dict[str, list] = field(default_factory=dict)  # gpu id -> [Change] for named cards that do not fit
+    search_estimates: int = 0
+
+    @property
+    def cheapest(self) -> Plan | None:
+        priced = [p for p in self.plans if p.usd_per_million_tokens is not None]
+        return min(priced, key=lambda p: (p.usd_per_million_tokens, -(p.tokens_per_s or 0)), default=None)
+
+    @property
+    def fastest(self) -> Plan | None:
+        pool = [p for p in self.plans if p.within_budget is not False and p.speed]
+        return max(pool, key=lambda p: (p.speed.tokens_per_s, -(p.usd_per_million_tokens or 0)), default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        cheapest, fastest = self.cheapest, self.fastest
+        return {
+            "model": {"id": self.model_id, "num_params": self.num_params,
+                      "num_trainable_params": self.num_trainable_params},
+            "scenario": self.scenario,
+            "scenario_device_bytes": self.scenario_device_bytes,
+            "inputs": {
+                "effective_batch": self.effective_batch, "dataset_tokens": self.dataset_tokens,
+                "epochs": self.epochs, "total_tokens": self.total_tokens, "budget_usd": self.budget_usd,
+                "safety_margin": self.safety_margin, "mfu": self.mfu, "mfu_source": self.mfu_source,
+            },
+            "plans": [p.to_dict() for p in self.plans],
+            "cheapest": cheapest.to_dict() if cheapest else None,
+            "fastest": fastest.to_dict() if fastest else None,
+            "excluded": [e.to_dict() for e in self.excluded],
+            "changes": {g: [c.to_dict() for c in cs] for g, cs in self.changes.items()},
+            "assumptions": list(self.assumptions),
+        }

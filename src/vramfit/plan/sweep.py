@@ -1,0 +1,146 @@
+"""``sweep(scenario, key, values)``: the estimate for each value of one scenario key.
+
+``parse_vary`` reads ``key=a..b`` (doubling from a to b, b included), ``key=a..b:step`` (a, a+step,
+... up to b), ``key=a,b,c`` and, for a finite choice, ``key=*`` (every value). A value the
+scenario rejects is a row with its error, never an abort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramfit.errors import ScenarioError, VramfitError
+from vramfit.gpus import COMMON_CARDS, get_gpu
+from vramfit.plan.evaluate import Evaluator
+from vramfit.scenario import _ENUM_KEYS, _INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
+
+MAX_VALUES = 200
+#: Keys whose values a range (``a..b``) can produce.
+RANGE_KEYS: tuple[str, ...] = (*_INT_LIMITS, "lora_alpha", "params")
+
+
+def _number(key: str, text: str) -> int:
+    t = text.strip().lower().replace("_", "")
+    mult = 1
+    if t.endswith("k"):
+        mult, t = 1024, t[:-1]  # 32k = 32768 tokens, as context lengths are written
+    try:
+        value = float(t) * mult
+    except ValueError:
+        raise ScenarioError("vary", f"{key}: {text!r} is not a number") from None
+    if value != int(value) or value < 1:
+        raise ScenarioError("vary", f"{key}: {text!r} must be a positive whole number")
+    return int(value)
+
+
+def parse_vary(text: str) -> tuple[str, list[Any]]:
+    """``"seq_len=512..32768"`` -> ``("seq_len", [512, 1024, ..., 32768])``."""
+    if not isinstance(text, str) or "=" not in text:
+        raise ScenarioError("vary", f"must look like key=a..b, key=a..b:step or key=a,b,c, got {text!r}")
+    key, _, spec = text.partition("=")
+    key = key.strip().replace("-", "_")
+    spec = spec.strip()
+    if key not in SCENARIO_KEYS:
+        raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)
+    if not spec:
+        raise ScenarioError("vary", f"{key}: no values after '='")
+    if spec == "*":
+        if key not in _ENUM_KEYS:
+            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(_ENUM_KEYS))
+        return key, _ENUM_KEYS[key].values()
+    if ".." in spec:
+        if key not in RANGE_KEYS or key == "params":
+            raise ScenarioError("vary", f"{key}: a range a..b needs a whole-number key", [k for k in RANGE_KEYS if k != "params"])
+        lo_t, _, rest = spec.partition("..")
+        hi_t, _, step_t = rest.partition(":")
+        lo, hi = _number(key, lo_t), _number(key, hi_t)
+        if hi < lo:
+            raise ScenarioError("vary", f"{key}: range end {hi} is below its start {lo}")
+        if step_t:
+            step = _number(key, step_t)
+            values = list(range(lo, hi + 1, step))
+        else:
+            values, v = [], lo
+            while v < hi and len(values) <= MAX_VALUES:
+                values.append(v)
+                v *= 2
+            values.append(hi)
+    else:
+        items = [v.strip() for v in spec.split(",")]
+        if any(not v for v in items):
+            raise ScenarioError("vary", f"{key}: empty value in {spec!r}")
+        values = [_number(key, v) if key in _INT_LIMITS else v for v in items]
+    if len(values) > MAX_VALUES:
+        raise ScenarioError("vary", f"{key}: {len(values)} values, at most {MAX_VALUES}")
+    return key, values
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    value: Any
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    device_bytes: int | None = None
+    phase: str | None = None
+    components: dict[str, int] | None = None
+    fits: dict[str, bool] | None = None  # card id -> device peak within its usable memory
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"value": self.value, "error": self.error}
+        return {
+            "value": self.value,
+            "peak": {"allocated_bytes": self.allocated_bytes, "reserved_bytes": self.reserved_bytes,
+                     "device_bytes": self.device_bytes, "phase": self.phase},
+            "components": dict(self.components or {}),
+            "fits": dict(self.fits or {}),
+        }
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    scenario: dict[str, Any]
+    key: str
+    values: tuple[Any, ...]
+    points: tuple[SweepPoint, ...]
+    cards: tuple[dict[str, Any], ...]  # {gpu_id, name, usable_bytes}: the lines a chart draws
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "key": self.key, "values": list(self.values),
+                "points": [p.to_dict() for p in self.points], "cards": [dict(c) for c in self.cards]}
+
+
+def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None) -> SweepResult:
+    """Estimate ``scenario`` with ``key`` set to each of ``values``; ``cards`` are the capacity lines."""
+    sc = parse_scenario(scenario)
+    key = key.strip().replace("-", "_") if isinstance(key, str) else key
+    if key not in SCENARIO_KEYS:
+        raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ScenarioError("vary", "needs at least one value")
+    if len(values) > MAX_VALUES:
+        raise ScenarioError("vary", f"{len(values)} values, at most {MAX_VALUES}")
+    card_ids = list(cards) if cards else ([sc.gpu] if sc.gpu else []) + [c for c in COMMON_CARDS if c != sc.gpu]
+    gpus = [get_gpu(c) for c in card_ids]
+    ev = Evaluator(sc) if key not in ("model", "params") else None
+    points = []
+    for v in values:
+        try:
+            if ev is not None:
+                r = ev.estimate(**{key: v})
+            else:
+                from vramfit.estimate import estimate
+
+                r = estimate(sc.replace(**{key: v}))
+        except VramfitError as exc:
+            points.append(SweepPoint(v, error=str(exc)))
+            continue
+        d = r.peak.device_bytes
+        points.append(SweepPoint(
+            v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
+            {c.name: c.bytes for c in r.components}, {g.gpu_id: d <= g.usable_bytes for g in gpus},
+        ))
+    return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
+                       tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes} for g in gpus))

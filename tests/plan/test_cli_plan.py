@@ -1,0 +1,109 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vramfit.cli.main import app
+
+runner = CliRunner()
+M7 = ["--model", "meta-llama/Llama-2-7b-hf"]
+
+
+def run(*args):
+    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_plan_json_and_table():
+    r = run("plan", *M7, "--method", "qlora", "--effective-batch", "16", "--dataset-tokens", "10M", "--cards", "rtx4090,h100-sxm", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert {p["gpu_id"] for p in d["plans"]} == {"rtx4090", "h100-sxm"} and d["cheapest"]
+    t = run("plan", *M7, "--method", "qlora", "--effective-batch", "16", "--dataset-tokens", "10M", "--budget", "100")
+    assert t.exit_code == 0 and "Plans that fit" in t.stdout and "Cheapest" in t.stdout and "Assumptions" in t.stdout
+
+
+def test_plan_for_a_card_that_does_not_fit_offers_changes():
+    r = run("plan", *M7, "--method", "full", "--precision", "bf16-mixed", "--gpu", "rtx4090", "--max-gpus", "1",
+            "--effective-batch", "8")
+    assert r.exit_code == 0, r.output
+    assert "rtx4090: the scenario does not fit as given; changes ranked" in r.stdout and "ZeRO-Offload" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["plan", *M7, "--gpu", "rtx9090"], "gpu: unknown GPU 'rtx9090'"),
+        (["plan", *M7, "--cards", "h100-sxm,nope"], "gpu: unknown GPU 'nope'"),
+        (["plan", *M7, "--budget", "-5"], "budget: must be a positive number of US dollars"),
+        (["plan", *M7, "--dataset-tokens", "lots"], "dataset_tokens: must be a number like"),
+        (["plan", *M7, "--mfu", "2"], "mfu: must be a fraction"),
+        (["plan", *M7, "--export", "megatron"], "export: unknown engine 'megatron'"),
+        (["sweep", *M7, "--vary", "colour=1,2"], "vary: unknown scenario key 'colour'"),
+        (["fit", *M7], "gpu: fit needs the card"),
+    ],
+    ids=["unknown-gpu", "unknown-card", "negative-budget", "bad-tokens", "bad-mfu", "bad-engine", "bad-vary", "fit-without-gpu"],
+)
+def test_bad_input_exits_2_naming_the_field(args, fragment):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert fragment in " ".join(r.output.split())
+    assert "Traceback" not in r.output
+
+
+def test_unknown_gpu_lists_valid_values():
+    r = run("plan", *M7, "--gpu", "rtx9090")
+    assert "valid values:" in r.output and "rtx4090" in r.output
+
+
+def test_malformed_gpu_file_exits_2(tmp_path):
+    f = tmp_path / "my-gpus.csv"
+    f.write_text("gpu_id,memory_gb\nmy-card,huge\n", encoding="utf-8")
+    r = run("plan", *M7, "--gpus", str(f))
+    assert r.exit_code == 2 and "gpus:" in r.output and "memory_gb must be a number" in " ".join(r.output.split())
+
+
+def test_user_gpu_file_prices_are_used(tmp_path):
+    f = tmp_path / "my-gpus.csv"
+    f.write_text("gpu_id,price_usd_per_gpu_hr_low,price_usd_per_gpu_hr_high\nrtx4090,0.01,0.01\n", encoding="utf-8")
+    r = run("plan", *M7, "--method", "qlora", "--gpus", str(f), "--cards", "rtx4090", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["plans"][0]["usd_per_gpu_hour_low"] == 0.01
+
+
+def test_plan_export_writes_files(tmp_path):
+    r = run("plan", *M7, "--method", "qlora", "--cards", "h100-sxm", "--effective-batch", "8", "--export", "trl",
+            "--export-dir", str(tmp_path), "--pick", "cheapest")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "train_config.py").is_file() and (tmp_path / "accelerate.yaml").is_file()
+
+
+def test_fit_command():
+    r = run("fit", *M7, "--method", "lora", "--gpu", "rtx4090", "--gradient-checkpointing", "full")
+    assert r.exit_code == 0, r.output
+    assert "largest micro-batch" in r.stdout and "longest sequence" in r.stdout
+    j = json.loads(run("fit", *M7, "--gpu", "rtx4090", "--json").stdout)
+    assert j["gpu_id"] == "rtx4090" and j["grid"]
+
+
+def test_sweep_table_csv_and_charts(tmp_path):
+    r = run("sweep", *M7, "--vary", "seq_len=512..4096", "--csv", "-")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("seq_len,allocated_bytes,reserved_bytes,device_bytes") and len(lines) == 5
+    assert run("sweep", *M7, "--vary", "method=*").exit_code == 0
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("plotly")
+    for ext in ("png", "svg", "html"):
+        out = tmp_path / f"chart.{ext}"
+        c = run("sweep", *M7, "--vary", "seq_len=1k..8k", "--chart", str(out), "--cards", "rtx4090,h100-sxm")
+        assert c.exit_code == 0, c.output
+        assert out.stat().st_size > 1000
+    bad = run("sweep", *M7, "--vary", "seq_len=1k..8k", "--chart", str(tmp_path / "c.gif"))
+    assert bad.exit_code == 2 and "chart: unknown chart format" in bad.output
+
+
+def test_guide_table_command():
+    r = run("guide-table")
+    assert r.exit_code == 0, r.output
+    assert "recomputed" in r.stdout and "12 bytes per parameter" in " ".join(r.stdout.split())
+    assert json.loads(run("guide-table", "--json").stdout)["disagreements"]

@@ -1,0 +1,83 @@
+"""Time and cost arithmetic, checked against hand calculations with their sources."""
+
+import pytest
+
+from vramfit.estimate import resolve_spec
+from vramfit.plan.throughput import (
+    ModelFlops,
+    model_flops,
+    recompute_flops_per_token,
+    run_cost,
+    run_hours,
+    step_time,
+    step_work,
+    train_flops_per_token,
+)
+from vramfit.scenario import Checkpointing, Method, parse_scenario
+
+
+def test_flops_match_llm_foundry_benchmark_row():
+    """mosaicml/llm-foundry@061f2c7 scripts/train/benchmarking/README.md, 'H100 80GB BF16' table, row
+    '7b | 2048 | 8 | h100_80gb | 46.44 | 46.44 | 4.595096E+14 | ... | 10643 T/s/GPU | ... | 6658859008':
+    MFU = (6 N + 12 L s d) x tokens/s / 989e12, N = 6658859008, L = 32, d = 4096, s = 2048."""
+    n, layers, d, s = 6658859008, 32, 4096, 2048
+    mf = ModelFlops(matmul_params=n, lm_head_params=0, attn_flops_per_token_fwd=4 * layers * s * d,
+                    quantizable_params=0, num_params=n)
+    per_token = train_flops_per_token(mf, Method.FULL)
+    assert per_token == 6 * n + 12 * layers * s * d
+    assert per_token * 10643 == pytest.approx(4.595096e14, rel=2e-4)  # the table's "Model TFLOP"
+    assert per_token * 10643 / 989e12 == pytest.approx(0.4644, abs=5e-4)  # its MFU column (rounded peak)
+
+
+def test_llama2_7b_full_on_one_h100_by_hand():
+    """Llama-2-7b (config.json: 32 layers, hidden 4096, 32 heads x 128, vocab 32000, untied lm_head).
+
+    N_mm = all parameters - embedding + lm_head matmul = 6,738,415,616 (the two are the same size)
+    A    = 4 x 32 x 2048 x 4096 = 1,073,741,824 FLOPs per token (attention, forward)
+    full = 6 N_mm + 3 A = 40,430,493,696 + 3,221,225,472 = 43,651,719,168 FLOPs per token
+    H100 SXM dense BF16 989 TFLOPS x 0.40 = 395.6e12 FLOP/s -> 9,062.72 tokens/s
+    1e9 tokens -> 110,341.4 s = 30.650 h; x $2.69 per GPU-hour (catalog low) = $82.45
+    """
+    sc = parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "method": "full", "seq_len": 2048})
+    spec = resolve_spec(sc)[1]
+    mf = model_flops(spec, 2048)
+    assert mf.matmul_params == 6_738_415_616
+    assert mf.attn_flops_per_token_fwd == 1_073_741_824
+    w = step_work(sc, mf, trainable_params=spec.num_params)
+    assert w.flops_per_token == w.hardware_flops_per_token == 43_651_719_168
+    sp = step_time(w, peak_tflops=989, mfu=0.40, mem_bandwidth_gbs=3350, peer_gbs=450, host_gbs=63)
+    assert sp.tokens_per_s == pytest.approx(9062.72, rel=1e-5)
+    hours = run_hours(1e9, sp.tokens_per_s)
+    assert hours == pytest.approx(30.650, rel=1e-4)
+    assert run_cost(hours, 1, 2.69) == pytest.approx(82.45, rel=1e-3)
+    assert run_cost(hours, 8, None) is None
+
+
+def test_lora_skips_weight_gradients_and_recompute_adds_a_forward():
+    mf = ModelFlops(matmul_params=1000, lm_head_params=100, attn_flops_per_token_fwd=10, quantizable_params=800,
+                    num_params=1100)
+    assert train_flops_per_token(mf, Method.LORA, lora_params=5) == 4 * 1000 + 3 * 10 + 6 * 5
+    assert recompute_flops_per_token(mf, Checkpointing.NONE) == 0
+    assert recompute_flops_per_token(mf, Checkpointing.SELECTIVE) == 10
+    assert recompute_flops_per_token(mf, Checkpointing.FULL, lora_params=5) == 2 * 900 + 10 + 10
+
+
+def test_qlora_dequantization_is_per_micro_batch_and_checkpointing_costs_time():
+    sc = parse_scenario({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "seq_len": 512})
+    mf = model_flops(resolve_spec(sc)[1], 512)
+    args = dict(peak_tflops=989, mfu=0.4, mem_bandwidth_gbs=3350, peer_gbs=450, host_gbs=63)
+    one = step_time(step_work(sc, mf, 10**8), **args)
+    four = step_time(step_work(sc.replace(micro_batch_size=4), mf, 10**8), **args)
+    assert one.dequant_s == pytest.approx(2 * mf.quantizable_params * 2.5 / 3350e9)
+    assert four.tokens_per_s > one.tokens_per_s  # the same de-quantization serves 4x the tokens
+    ck = step_time(step_work(sc.replace(gradient_checkpointing="full"), mf, 10**8), **args)
+    assert ck.tokens_per_s < one.tokens_per_s
+
+
+def test_multi_gpu_traffic_over_pcie_can_dominate():
+    sc = parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "method": "full", "num_gpus": 8, "parallelism": "zero3"})
+    mf = model_flops(resolve_spec(sc)[1], 2048)
+    w = step_work(sc, mf, mf.num_params)
+    nvlink = step_time(w, peak_tflops=989, mfu=0.4, mem_bandwidth_gbs=3350, peer_gbs=450, host_gbs=63)
+    pcie = step_time(w, peak_tflops=989, mfu=0.4, mem_bandwidth_gbs=3350, peer_gbs=31.5, host_gbs=31.5)
+    assert nvlink.step_s == nvlink.compute_s and pcie.step_s == pcie.comm_s > pcie.compute_s
