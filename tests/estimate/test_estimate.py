@@ -128,3 +128,16 @@ def test_import_vramfit_is_light():
     code = "import sys, vramfit; vramfit.estimate(model='meta-llama/Llama-2-7b-hf'); print(sorted(m for m in ('torch','transformers','typer','rich','fastapi','sqlalchemy','huggingface_hub') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_phase_breakdown_sums_to_its_peak():
+    for keys in (
+        {"model": MODEL, "method": "qlora", "seq_len": 4096},
+        {"model": MODEL, "method": "full", "grad_accum": 4, "num_gpus": 4, "parallelism": "fsdp"},
+        {"model": MODEL, "method": "lora", "framework": "litgpt", "num_gpus": 2, "parallelism": "fsdp"},
+    ):
+        r = estimate(keys)
+        assert sum(dict(r.peak.breakdown).values()) == r.peak.allocated_bytes
+        for p in r.phases:
+            assert sum(dict(p.breakdown).values()) == p.allocated_bytes
+        assert r.to_dict()["peak"]["breakdown"]

@@ -53,6 +53,8 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print(p)
     phases = ", ".join(f"{x.phase} {gib(x.allocated_bytes)}" for x in r.phases)
     console.print(f"allocated by phase (GiB): {phases}; peak in [bold]{r.peak.phase}[/bold]")
+    at_peak = ", ".join(f"{name} {gib(b)}" for name, b in sorted(r.peak.breakdown, key=lambda x: -x[1]))
+    console.print(f"live at the peak (GiB): {at_peak}")
     if r.host_bytes:
         console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
 

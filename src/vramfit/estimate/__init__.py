@@ -97,7 +97,8 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
 def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
     r = compute(spec, sc)
     parts = r["parts"]
-    phases = r["phases"]
+    breakdowns = r["phases"]
+    phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
     reserved = reserved_bytes(allocated, parts, len(r["saved"].items), spec.num_hidden_layers)
@@ -137,9 +138,9 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
-        peak=Peak(allocated, reserved, device, peak_phase),
+        peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items()))),
         components=tuple(comps),
-        phases=tuple(PhasePeak(k, v) for k, v in phases.items()),
+        phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         fits=tuple(fits),

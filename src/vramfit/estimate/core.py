@@ -261,15 +261,6 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
 
     comm = _comm_buffers(spec, sc, profile, parts)
     parts.comm_buffers = comm
-    persistent = (
-        parts.weights + parts.quantized_base + parts.adapters + parts.master_weights + parts.workspaces
-    )
-    if sc.parallelism is Parallelism.DDP and sc.num_gpus > 1:
-        persistent += comm  # DDP buckets live from wrap to exit
-        comm_live = 0
-    else:
-        comm_live = comm
-    state = parts.optimizer_state
     in_bwd = sc.optimizer_in_backward
     held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
@@ -277,13 +268,27 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
     if lm_head_trainable and not held:
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
 
-    base = persistent + state + held + comm_live
-    a_all = parts.activations + parts.autocast_copies
-    phases = {
-        "forward": base + a_all + loss.forward_peak + dequant,
-        "backward-loss": base + a_all + loss.backward_peak + head_grad,
-        "backward-block": base + a_all - extra + recompute + tb + dequant + head_grad
-        + (0 if held or in_bwd else min(parts.gradients, _layer_grad(parts, L))),
+    # every phase as named contributions: its peak is their sum, and the breakdown is exact
+    persistent = {
+        "weights": parts.weights,
+        "quantized_base": parts.quantized_base,
+        "adapters": parts.adapters,
+        "master_weights": parts.master_weights,
+        "workspaces": parts.workspaces,
+    }
+    live = dict(persistent, optimizer_state=parts.optimizer_state, comm_buffers=comm, gradients=held)
+    acts = {"activations": parts.activations, "autocast_copies": parts.autocast_copies}
+    layer_grads = 0 if held or in_bwd else min(parts.gradients, _layer_grad(parts, L))
+    phases: dict[str, dict[str, int]] = {
+        "forward": {**live, **acts, "logits_loss": loss.forward_peak, "temporaries": dequant},
+        "backward-loss": {**live, **acts, "logits_loss": loss.backward_peak, "gradients": held + head_grad},
+        "backward-block": {
+            **live,
+            **acts,
+            "activations": parts.activations - extra + recompute,
+            "temporaries": tb + dequant,
+            "gradients": held + head_grad + layer_grads,
+        },
     }
     if (
         profile.fsdp_frozen_stay_gathered
@@ -291,17 +296,32 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         and sc.num_gpus > 1
         and sc.method is not Method.FULL
     ):
-        # end of backward: every frozen unit gathered (the full weights, a separate allocation) on top of the shards
+        # end of backward: every frozen unit gathered (the full weights, a separate allocation) on
+        # top of the shards (pytorch/pytorch#95805)
         gathered = parts.weights + parts.quantized_base
-        phases["backward-end"] = (
-            base + gathered * sc.num_gpus + parts.gradients + loss.held + tb + recompute
-        )
+        phases["backward-end"] = {
+            **live,
+            "comm_buffers": comm + gathered * sc.num_gpus,
+            "gradients": parts.gradients,
+            "logits_loss": loss.held,
+            "activations": recompute,
+            "temporaries": tb,
+        }
     if in_bwd:
         opt_temp = 0
     else:
         opt_temp = _optimizer_temporaries(sc, parts, profile, largest)
-        phases["optimizer-step"] = persistent + state + parts.gradients + opt_temp
+        # DDP buckets live from wrap to exit; ZeRO/FSDP gather buffers are freed after backward
+        step_comm = comm if sc.parallelism is Parallelism.DDP else 0
+        phases["optimizer-step"] = {
+            **persistent,
+            "optimizer_state": parts.optimizer_state,
+            "gradients": parts.gradients,
+            "comm_buffers": step_comm,
+            "temporaries": opt_temp,
+        }
     parts.temporaries = max(tb + dequant, opt_temp)
+    phases = {name: {k: v for k, v in d.items() if v} for name, d in phases.items()}
     return {
         "parts": parts,
         "phases": phases,

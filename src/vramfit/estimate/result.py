@@ -52,6 +52,7 @@ class Peak:
     reserved_bytes: int
     device_bytes: int
     phase: str  # the phase in which the allocated peak happens
+    breakdown: tuple[tuple[str, int], ...] = ()  # components live at that moment; sums to allocated
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +60,7 @@ class Peak:
             "reserved_bytes": self.reserved_bytes,
             "device_bytes": self.device_bytes,
             "phase": self.phase,
+            "breakdown": dict(self.breakdown),
         }
 
 
@@ -68,10 +70,10 @@ class PhasePeak:
 
     phase: str
     allocated_bytes: int
-    detail: str = ""
+    breakdown: tuple[tuple[str, int], ...] = ()  # named contributions; they sum to allocated_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "allocated_bytes": self.allocated_bytes, "detail": self.detail}
+        return {"phase": self.phase, "allocated_bytes": self.allocated_bytes, "breakdown": dict(self.breakdown)}
 
 
 @dataclass(frozen=True)
