@@ -1,0 +1,230 @@
+"""The web page and its JSON API: ``create_app()`` builds the FastAPI application.
+
+Pages: ``/`` (the calculator) and ``/guide`` (the fine-tuning memory guide, EN/PT), both rendered
+from templates, with plain JavaScript and Plotly served from this server (no CDN).
+API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``; ``GET /api/models``, ``/api/gpus``;
+the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_scenario` (see
+:mod:`vramfit.web.service`), so errors read as the CLI's; they come back as HTTP 422
+``{"error", "key", "valid"}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.gzip import GZipMiddleware
+
+from vramfit.errors import VramfitError
+from vramfit.web import pages, planning
+from vramfit.web.schemas import (
+    REQUEST_MODELS,
+    ErrorOut,
+    EstimateOut,
+    GpuOut,
+    ModelEntryOut,
+)
+from vramfit.web.service import (
+    MAX_BODY_BYTES,
+    ApiError,
+    check_scenario,
+    error_body,
+    parse_body,
+    run_estimate,
+)
+
+HERE = Path(__file__).resolve().parent
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorOut, "description": "request body too large"},
+    422: {"model": ErrorOut, "description": "invalid input: the field at fault and its valid values"},
+}
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; font-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware adding the security headers (CSP: scripts and styles from this server only)."""
+
+    HEADERS = [
+        (b"content-security-policy", _CSP.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+    ]
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + self.HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _body_doc(model: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{model}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+async def read_body(request: Request) -> Any:
+    """The JSON body, read up to :data:`MAX_BODY_BYTES` (413 beyond)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return parse_body(b"".join(chunks))
+
+
+def plotly_js_path() -> Path:
+    """``plotly.min.js`` as shipped inside the installed ``plotly`` package."""
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+def create_app() -> FastAPI:
+    """The FastAPI application (pages, static files, API)."""
+    app = FastAPI(
+        title="vramfit",
+        version=_version(),
+        summary="Per-GPU peak memory of LLM fine-tuning, and which GPUs fit it",
+        description=(
+            "Bodies are the scenario and result objects of vramfit's scenario schema. Invalid input "
+            "is answered with HTTP 422 `{error, key, valid}`; bodies are at most "
+            f"{MAX_BODY_BYTES // 1024} KiB. A model is a catalog id or alias, a parameter count, or "
+            "a pasted config.json (`config_json`): the server reads no local path and fetches no URL."
+        ),
+        docs_url=None,  # Swagger UI would load from a CDN; the schema is at /openapi.json
+        redoc_url=None,
+    )
+    app.add_middleware(GZipMiddleware, minimum_size=1024)
+
+    app.add_middleware(SecurityHeaders)
+
+    @app.exception_handler(VramfitError)
+    async def user_error(request: Request, exc: VramfitError) -> JSONResponse:
+        status = exc.status if isinstance(exc, ApiError) else 422
+        return JSONResponse(error_body(exc), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def query_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": ("query",), "msg": "invalid"}
+        key = str(first["loc"][-1])
+        return JSONResponse({"error": f"{key}: {first['msg']}", "key": key, "valid": None}, status_code=422)
+
+    # ------------------------------------------------------------------------- pages
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> Response:
+        return FileResponse(plotly_js_path(), media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+    @app.get("/", include_in_schema=False)
+    def calculator(request: Request, lang: str = "en") -> Response:
+        return pages.calculator(request, lang)
+
+    @app.get("/guide", include_in_schema=False)
+    def guide(request: Request, lang: str = "en") -> Response:
+        return pages.guide(request, lang)
+
+    @app.get("/pt", include_in_schema=False)
+    def pt_home() -> Response:
+        return RedirectResponse("/?lang=pt")
+
+    # --------------------------------------------------------------------------- API
+    @app.post("/api/estimate", tags=["api"], response_model=None, openapi_extra=_body_doc("ScenarioIn"),
+              responses={200: {"model": EstimateOut}, **_ERRORS})
+    async def api_estimate(request: Request) -> JSONResponse:
+        """Per-GPU peak memory of one scenario: the result object (bytes, components, assumptions)."""
+        checked = check_scenario(await read_body(request))
+        return JSONResponse(run_estimate(checked).to_dict())
+
+    @app.post("/api/plan", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
+              responses={200: {"description": "the planner's report (cards that fit, GPUs, time, cost)"},
+                         **_ERRORS})
+    async def api_plan(request: Request) -> JSONResponse:
+        """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
+        return JSONResponse(planning.plan(await read_body(request)))
+
+    @app.post("/api/sweep", tags=["api"], response_model=None, openapi_extra=_body_doc("SweepIn"),
+              responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
+    async def api_sweep(request: Request) -> JSONResponse:
+        """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
+        return JSONResponse(planning.sweep(await read_body(request)))
+
+    @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
+    def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):
+        """Catalog models matching every word of ``q`` (in the id, an alias, the name or the family)."""
+        from vramfit.models import search_models
+
+        words = q.split() or [""]
+        found = [{e["id"] for e in search_models(w)} for w in words]
+        return [
+            {"id": e["id"], "display_name": e["display_name"], "family": e["family"],
+             "params": e["published_params"], "aliases": list(e.get("aliases", ())),
+             "source": e.get("source", "")}
+            for e in search_models(words[0]) if all(e["id"] in f for f in found)
+        ]
+
+    @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut])
+    def api_gpus():
+        """The GPU catalog: usable memory (bytes the card exposes), BF16 TFLOPS, rental prices."""
+        from vramfit.gpus import list_gpus
+
+        return [
+            {k: getattr(g, k) for k in GpuOut.model_fields}
+            for g in sorted(list_gpus(), key=lambda g: (g.usable_bytes, g.gpu_id))
+        ]
+
+    _document_request_bodies(app)
+    return app
+
+
+def _document_request_bodies(app: FastAPI) -> None:
+    """Put the request models (which the handlers validate with parse_scenario, not pydantic)
+    into the OpenAPI components, so the schema describes the bodies the API takes."""
+    from pydantic.json_schema import models_json_schema
+
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = base()
+        _, defs = models_json_schema([(m, "validation") for m in REQUEST_MODELS],
+                                     ref_template="#/components/schemas/{model}")
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vramfit")
+    except Exception:  # noqa: BLE001 - not installed (source checkout)
+        return "0"

@@ -1,0 +1,74 @@
+"""``/api/plan`` and ``/api/sweep``: checked bodies handed to :mod:`vramfit.plan`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.errors import ScenarioError
+from vramfit.web.schemas import PlanOptions
+from vramfit.web.service import (
+    ApiError,
+    Checked,
+    check_scenario,
+    sweep_values,
+    sweep_with_estimate,
+)
+
+
+def _planner(name: str):
+    """``vramfit.plan.<name>``, or None while the planner is not installed (or not complete)."""
+    try:
+        import vramfit.plan as planner
+    except ModuleNotFoundError as exc:  # pragma: no cover - the planner ships with vramfit
+        if not (exc.name or "").startswith("vramfit.plan"):
+            raise
+        return None
+    return getattr(planner, name, None)
+
+
+def _split(body: Any, allowed: tuple[str, ...]) -> tuple[Checked, dict[str, Any]]:
+    if not isinstance(body, dict):
+        raise ScenarioError("body", f"must be a JSON object with a scenario, got {type(body).__name__}")
+    unknown = [k for k in body if k not in allowed]
+    if unknown:
+        raise ScenarioError(str(unknown[0]), "unknown field", list(allowed))
+    if "scenario" not in body:
+        raise ScenarioError("scenario", "is required (an object of scenario keys)")
+    rest = {k: v for k, v in body.items() if k != "scenario"}
+    return check_scenario(body["scenario"]), rest
+
+
+def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
+    """The planner's own inputs, as given (the planner validates them and names the input at fault);
+    only ``gpu_ids`` is checked for its shape here, and ``None`` means "the planner's default"."""
+    opts = {k: v for k, v in raw.items() if v is not None}
+    ids = opts.get("gpu_ids")
+    if ids is not None and not (isinstance(ids, str) or (isinstance(ids, list) and len(ids) <= 64)):
+        raise ScenarioError("gpu_ids", "must be a list of at most 64 GPU ids, or a comma-separated string")
+    for k, v in opts.items():
+        if isinstance(v, (dict, list)) and k != "gpu_ids":
+            raise ScenarioError(k, f"must be a number, got {v!r}")
+    return opts
+
+
+def plan(body: Any) -> dict[str, Any]:
+    checked, raw = _split(body, ("scenario", *PlanOptions.model_fields))
+    opts = plan_options(raw)
+    run_plan = _planner("plan")
+    if run_plan is None:
+        raise ApiError(503, "plan", "the planner (vramfit.plan) is not installed")
+    if checked.pasted:
+        raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count; "
+                            "a pasted config.json is estimated by /api/estimate and /api/sweep only")
+    return run_plan(checked.scenario, **opts).to_dict()
+
+
+def sweep(body: Any) -> dict[str, Any]:
+    checked, raw = _split(body, ("scenario", "key", "values"))
+    if "key" not in raw or "values" not in raw:
+        raise ScenarioError("key" if "key" not in raw else "values", "is required")
+    key, values = sweep_values(raw["key"], raw["values"])
+    run_sweep = _planner("sweep")
+    if run_sweep is None or checked.pasted:
+        return sweep_with_estimate(checked, key, values)
+    return run_sweep(checked.scenario, key, values).to_dict()

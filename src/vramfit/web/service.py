@@ -1,0 +1,207 @@
+"""What the API does between the HTTP request and the library: bounded reading, checking, calling.
+
+The rules that keep the server safe live here:
+
+* a body is at most :data:`MAX_BODY_BYTES` and is parsed as JSON data only;
+* ``model`` must be a catalog id or alias: the server never lets a request make the library read
+  a local path or fetch from the Hub (``resolve_model`` is only reached with catalog names);
+* a pasted ``config.json`` (``config_json``) is a JSON object read by
+  :func:`vramfit.models.spec_from_hf_config`, bounded in size, depth, list lengths and layer count
+  before it is read, and never executed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from vramfit.errors import ModelError, ScenarioError, VramfitError
+from vramfit.estimate import EstimateResult, estimate
+from vramfit.estimate import estimate_spec as _estimate_spec
+from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
+from vramfit.scenario import Scenario, parse_scenario
+from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
+
+MAX_BODY_BYTES = 256 * 1024
+MAX_CONFIG_DEPTH = 12
+MAX_CONFIG_LIST = 1024
+MAX_CONFIG_LAYERS = 1024
+MAX_PARAMS = 10**13
+_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+class ApiError(VramfitError):
+    """A refused request: HTTP status, the field at fault and, where finite, the valid values."""
+
+    def __init__(self, status: int, key: str, message: str, valid: list[str] | None = None):
+        self.status = status
+        self.key = key
+        self.valid = valid
+        super().__init__(f"{key}: {message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": str(self), "key": self.key, "valid": self.valid}
+
+
+def error_body(exc: VramfitError) -> dict[str, Any]:
+    """The 422/413 body: ``{"error", "key", "valid"}`` (the message is the CLI's)."""
+    if isinstance(exc, ApiError):
+        return exc.to_dict()
+    key = getattr(exc, "key", "scenario")
+    valid = getattr(exc, "valid", None)
+    return {"error": str(exc), "key": key, "valid": list(valid) if valid else None}
+
+
+def parse_body(raw: bytes) -> Any:
+    """JSON data from a request body already bounded by the caller."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(422, "body", "request body is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(422, "body", f"request body is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ApiError(422, "body", "request body is nested too deeply") from None
+
+
+# ------------------------------------------------------------------------------ models
+@lru_cache(maxsize=1)
+def catalog_names() -> dict[str, str]:
+    """Lower-cased catalog id or alias -> catalog id."""
+    names: dict[str, str] = {}
+    for entry in load_catalog():
+        for name in (entry["id"], *entry.get("aliases", ())):
+            names[name.lower()] = entry["id"]
+    return names
+
+
+def catalog_ids() -> list[str]:
+    return [e["id"] for e in load_catalog()]
+
+
+def _check_catalog_model(model: Any) -> None:
+    if not isinstance(model, str) or not model.strip():
+        raise ScenarioError("model", f"must be a catalog model id, got {model!r}")
+    if model.strip().lower() in catalog_names():
+        return
+    close = difflib.get_close_matches(model.strip().lower(), list(catalog_names()), n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(catalog_names()[c] for c in close)}?)" if close else ""
+    raise ScenarioError(
+        "model",
+        f"{model!r} is not in the bundled catalog{hint}. The web API takes a catalog id or alias, "
+        "a parameter count (params) or a pasted config.json (config_json)",
+        catalog_ids(),
+    )
+
+
+def _check_config_shape(value: Any, depth: int = 0) -> None:
+    """Bound a pasted config before any code reads it: depth, list lengths, layer counts."""
+    if depth > MAX_CONFIG_DEPTH:
+        raise ScenarioError("config_json", f"is nested more than {MAX_CONFIG_DEPTH} levels deep")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in _LAYER_FIELDS and isinstance(v, int) and v > MAX_CONFIG_LAYERS:
+                raise ScenarioError("config_json", f"{k}={v} is more layers than any real model "
+                                    f"(at most {MAX_CONFIG_LAYERS} here)")
+            _check_config_shape(v, depth + 1)
+    elif isinstance(value, list):
+        if len(value) > MAX_CONFIG_LIST:
+            raise ScenarioError("config_json", f"has a list of {len(value)} items (at most {MAX_CONFIG_LIST})")
+        for v in value:
+            _check_config_shape(v, depth + 1)
+
+
+def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
+    """(spec, label, notes) of a pasted config.json dict; errors are keyed ``config_json``."""
+    if not isinstance(config, dict):
+        raise ScenarioError("config_json", f"must be a JSON object (the content of config.json), "
+                            f"got {type(config).__name__}")
+    _check_config_shape(config)
+    try:
+        spec = spec_from_hf_config(config)
+    except ModelError as exc:
+        raise ScenarioError("config_json", exc.message.removeprefix(f"{exc.key}: "), None) from None
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:
+        raise ScenarioError("config_json", f"cannot be read as a Hugging Face config.json ({exc})") from None
+    if spec.num_params > MAX_PARAMS:
+        raise ScenarioError("config_json", f"describes {spec.num_params:,} parameters (at most {MAX_PARAMS:,})")
+    label = f"config.json ({spec.model_type}, {spec.num_params / 1e9:.3g}B)"
+    notes = (f"{label}: a pasted config.json, read as data ({spec.num_hidden_layers} layers, hidden "
+             f"{spec.hidden_size}, vocab {spec.vocab_size})",)
+    return spec, label, notes
+
+
+# ---------------------------------------------------------------------------- scenarios
+@dataclass(frozen=True)
+class Checked:
+    """A validated scenario, and the pasted architecture it uses (None: catalog or params)."""
+
+    scenario: Scenario
+    spec: ModelSpec | None = None
+    label: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def pasted(self) -> bool:
+        return self.spec is not None
+
+
+def check_scenario(data: Any) -> Checked:
+    """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``."""
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
+    norm: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):  # JSON keys are strings; kept for Python callers
+            raise ScenarioError(str(key), "keys must be strings")
+        norm[key.strip().replace("-", "_")] = value
+    config = norm.pop("config_json", None)
+    if config is not None:
+        if norm.get("model") is not None or norm.get("params") is not None:
+            raise ScenarioError("config_json", "give one of model, params and config_json, not several")
+        spec, label, notes = spec_from_pasted(config)
+        norm["model"] = label
+        return Checked(parse_scenario(norm), spec, label, notes)
+    if norm.get("model") is not None:
+        _check_catalog_model(norm["model"])
+    return Checked(parse_scenario(norm))
+
+
+def run_estimate(checked: Checked, sc: Scenario | None = None) -> EstimateResult:
+    """The estimate of a checked scenario (or of ``sc``, a variant of it)."""
+    sc = sc or checked.scenario
+    if checked.pasted:
+        return _estimate_spec(sc, checked.spec, checked.label, "config-file", checked.notes)
+    return estimate(sc)
+
+
+def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:
+    if key not in SWEEP_KEYS:
+        raise ScenarioError("key", f"cannot sweep {key!r}", list(SWEEP_KEYS))
+    if not isinstance(values, list) or not values:
+        raise ScenarioError("values", "must be a non-empty list")
+    if len(values) > MAX_SWEEP_VALUES:
+        raise ScenarioError("values", f"at most {MAX_SWEEP_VALUES} values, got {len(values)}")
+    for v in values:
+        if isinstance(v, (dict, list)) or v is None:
+            raise ScenarioError("values", f"each value must be a number or a string, got {v!r}")
+    return key, values
+
+
+def sweep_with_estimate(checked: Checked, key: str, values: list[Any]) -> dict[str, Any]:
+    """The sweep computed point by point with the estimator; an invalid point carries its error."""
+    points = []
+    for value in values:
+        try:
+            sc = checked.scenario.replace(**{key: value})
+            r = run_estimate(checked, sc)
+        except VramfitError as exc:
+            points.append({"value": value, "error": str(exc)})
+            continue
+        points.append({"value": value, "peak": r.peak.to_dict(), "fits": [f.to_dict() for f in r.fits]})
+    return {"scenario": checked.scenario.to_dict(), "key": key, "values": values, "points": points}

@@ -1,0 +1,157 @@
+"""The HTML pages, static files, OpenAPI schema and `vramfit serve`, in-process."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from vramfit.scenario import SCENARIO_KEYS
+from vramfit.web import guide
+from vramfit.web.i18n import STRINGS
+from vramfit.web.schemas import ScenarioIn
+
+EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["'](?:https?:)?//""", re.I)
+
+
+@pytest.mark.parametrize("path", ["/", "/?lang=pt", "/guide", "/guide?lang=pt"])
+def test_pages_render_and_load_nothing_from_elsewhere(client, path):
+    r = client.get(path)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert not EXTERNAL.search(r.text), "a page links a script or style from another host"
+    assert '<script src="/vendor/plotly.min.js">' in r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+
+
+def test_calculator_has_a_field_for_every_scenario_key(client):
+    html = client.get("/").text
+    for key in SCENARIO_KEYS:
+        assert f'id="f-{key}"' in html, f"no form field for scenario key {key}"
+
+
+def test_schema_has_every_scenario_key():
+    assert set(SCENARIO_KEYS) <= set(ScenarioIn.model_fields)
+
+
+def test_every_string_has_both_languages():
+    assert all(len(v) == 2 for v in STRINGS.values())
+    missing = [k for k, (en, pt) in STRINGS.items() if not (en and pt) and k != "assumptions.en"]
+    assert not missing
+
+
+@pytest.mark.parametrize(("lang", "title", "html_lang"), [
+    ("en", "GPU memory for fine-tuning", 'lang="en"'), ("pt", "Memória de GPU para ajuste fino", 'lang="pt-PT"')])
+def test_calculator_language(client, lang, title, html_lang):
+    html = client.get("/", params={"lang": lang}).text
+    assert title in html and html_lang in html
+
+
+def test_language_switch_keeps_the_scenario(client):
+    html = client.get("/?model=meta-llama%2FLlama-2-7b-hf&seq_len=4096").text
+    link = re.search(r'id="lang-switch" href="([^"]+)"', html).group(1)
+    assert "seq_len=4096" in link and "lang=pt" in link
+    html = client.get("/?model=x&lang=pt").text
+    link = re.search(r'id="lang-switch" href="([^"]+)"', html).group(1)
+    assert "lang=" not in link and "model=x" in link
+
+
+@pytest.mark.parametrize("lang", ["en", "pt"])
+def test_guide_tables_are_computed(client, lang):
+    html = client.get("/guide", params={"lang": lang}).text
+    sizing = guide.sizing()
+    assert len(sizing["rows"]) == 12
+    for row in sizing["rows"]:
+        assert f'>{row["peak_gib"]}</a>' in html and f'>{row["ckpt_gib"]}</a>' in html
+        for claim in row["claims"]:
+            assert f'>{claim["gib"]}</td>' in html
+    for row in guide.lora_share()["rows"]:
+        assert row["wide_s"] in html and f'{row["wide"]:,}' in html
+    for row in guide.accumulation()["rows"]:
+        assert f'>{row["peak_gib"]}</a>' in html
+    assert 'id="fig-breakdown"' in html and 'id="fig-seq"' in html
+
+
+def test_guide_numbers_follow_the_estimator():
+    from vramfit.estimate import estimate
+    from vramfit.plan import guide_table
+
+    row = guide.sizing()["by"]["7B"]["lora"]
+    s = guide_table().settings
+    keys = {"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "seq_len": s["seq_len"],
+            "micro_batch_size": s["micro_batch_size"], "lora_rank": s["lora_rank"]}
+    assert row["peak_gib"] == round(estimate(keys).peak.device_bytes / 2**30, 1)
+    assert row["ckpt_gib"] == round(estimate(keys, gradient_checkpointing="full").peak.device_bytes / 2**30, 1)
+    bar = guide.breakdown()["bars"][2]
+    assert bar["recipe"] == "lora" and bar["peak_gib"] == row["peak_gib"]
+
+
+def test_guide_cells_link_to_the_calculator(client):
+    html = client.get("/guide?lang=pt").text
+    assert 'href="/?model=meta-llama%2FLlama-2-7b-hf' in html and "&amp;lang=pt" in html
+
+
+def test_guide_prose_differs_by_language(client):
+    en = client.get("/guide").text
+    pt = client.get("/guide?lang=pt").text
+    assert "Memory decides first" in en and "A memória decide primeiro" in pt
+
+
+def test_plotly_is_served_locally(client):
+    r = client.get("/vendor/plotly.min.js")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript")
+    assert len(r.content) > 1_000_000
+
+
+@pytest.mark.parametrize("name", ["app.js", "form.js", "fits.js", "charts.js", "guide.js", "style.css"])
+def test_static_files_are_served_and_reference_no_cdn(client, name):
+    r = client.get(f"/static/{name}")
+    assert r.status_code == 200
+    assert "cdn." not in r.text and "https://" not in r.text
+
+
+def test_security_headers(client):
+    h = client.get("/api/gpus").headers
+    assert h["x-content-type-options"] == "nosniff" and h["x-frame-options"] == "DENY"
+
+
+def test_openapi_documents_the_bodies(client):
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for path, model in [("/api/estimate", "ScenarioIn"), ("/api/plan", "PlanIn"), ("/api/sweep", "SweepIn")]:
+        body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+        assert model in schemas
+        assert "422" in spec["paths"][path]["post"]["responses"]
+    assert set(SCENARIO_KEYS) <= set(schemas["ScenarioIn"]["properties"])
+    method = json.dumps(schemas["ScenarioIn"]["properties"]["method"])
+    assert all(f'"{v}"' in method for v in ("full", "lora", "qlora"))
+    assert "EstimateOut" in str(spec["paths"]["/api/estimate"]["post"]["responses"]["200"])
+    for ref in re.findall(r'"#/components/schemas/([^"]+)"', str(spec).replace("'", '"')):
+        assert ref in schemas, f"dangling $ref {ref}"
+    assert {"/api/models", "/api/gpus"} <= set(spec["paths"])
+
+
+def test_no_swagger_ui_from_a_cdn(client):
+    assert client.get("/docs").status_code == 404
+
+
+def test_serve_prints_the_address(monkeypatch):
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app as cli
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    out = CliRunner().invoke(cli, ["serve"])
+    assert out.exit_code == 0, out.output
+    assert "http://127.0.0.1:8000/" in out.output
+    assert seen["host"] == "127.0.0.1" and seen["port"] == 8000
+    out = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "9001"])
+    assert "http://0.0.0.0:9001/" in out.output and seen["port"] == 9001
+
+
+def test_guide_breakdown_bars_add_up_to_the_peak():
+    for bar in guide.breakdown()["bars"]:
+        assert abs(sum(bar["components"].values()) - bar["peak_gib"]) <= 0.1 * len(bar["components"])
