@@ -209,9 +209,14 @@ def block_saved(
     attn_names = {lin.name for lin in attn_lins}
     fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
     o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
+    eager = sc.attention is Attention.EAGER or mt == "bloom"
+    # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
+    # `transpose(1, 2).contiguous()` before o_proj copies nothing: o_proj saves the SDPA output itself.
+    # Eager attention's probs @ v is [B, H, S, D]: the transpose makes a new tensor.
+    o_in_key = "attn_out" if eager or profile.attn_output_copied else "attn.out"
     for lin in attn_lins:
         if lin is o_lin:
-            linear_input(lin, "attn_out", c, T)
+            linear_input(lin, o_in_key, c, T)
         else:
             linear_input(lin, attn_in_key, dt.norm_out, T)
 
@@ -224,7 +229,6 @@ def block_saved(
         if full:
             out.add("q_norm.normed", c * q_el)
             out.add("k_norm.normed", c * kv_el)
-    eager = sc.attention is Attention.EAGER or mt == "bloom"
     expand = kv < a and (eager or profile.expands_kv_for_sdpa)
     k_saved = c * (q_el if expand else kv_el)
     if fused_qkv and not expand:

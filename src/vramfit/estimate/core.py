@@ -35,6 +35,7 @@ from vramfit.estimate.state import (
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Checkpointing,
+    Loss,
     Method,
     Optimizer,
     Parallelism,
@@ -237,11 +238,9 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
     extra = act.model_extra_saved(spec, sc, profile, lm_head_trainable)
     parts.activations = blocks + extra
 
+    autocast_fwd = 0
     if sc.precision.mixed and sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) and sc.parallelism not in _DS:
-        # autocast caches the 16-bit copy of each weight for the forward, and autograd keeps it for
-        # the input gradient until that layer's backward (torch autocast weight cache)
-        lin = sum(x.weight_params for x in spec.block_linears) * L + spec.lm_head_params
-        parts.autocast_copies = 2 * lin
+        autocast_fwd, parts.autocast_copies = _autocast_copies(spec, sc)
 
     loss = loss_memory(spec, sc, profile)
     parts.logits_loss = loss.forward_peak
@@ -280,8 +279,23 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
     acts = {"activations": parts.activations, "autocast_copies": parts.autocast_copies}
     layer_grads = 0 if held or in_bwd else min(parts.gradients, _layer_grad(parts, L))
     phases: dict[str, dict[str, int]] = {
-        "forward": {**live, **acts, "logits_loss": loss.forward_peak, "temporaries": dequant},
-        "backward-loss": {**live, **acts, "logits_loss": loss.backward_peak, "gradients": held + head_grad},
+        "forward": {
+            **live,
+            **acts,
+            "autocast_copies": parts.autocast_copies + autocast_fwd,
+            "logits_loss": loss.forward_peak,
+            "temporaries": dequant,
+        },
+        # one cross-entropy: the output layer's weight gradient is made after the fp32 logits
+        # gradients are freed (nll_loss_backward, _log_softmax_backward_data, then MmBackward), so it
+        # belongs to the next phase; chunked: the first chunk's matmul backward creates it while the
+        # other chunks' saved logits are still alive
+        "backward-loss": {
+            **live,
+            **acts,
+            "logits_loss": loss.backward_peak,
+            "gradients": held + (head_grad if sc.loss is Loss.CHUNKED else 0),
+        },
         "backward-block": {
             **live,
             **acts,
@@ -306,6 +320,15 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
             "logits_loss": loss.held,
             "activations": recompute,
             "temporaries": tb,
+        }
+    if spec.tie_word_embeddings and lm_head_trainable and not in_bwd:
+        # tied embeddings: the embedding's own gradient (embedding_dense_backward, V x H) meets the
+        # output layer's, still in autograd's input buffer, at the very end of backward
+        phases["backward-end-tied"] = {
+            **persistent,
+            "optimizer_state": parts.optimizer_state,
+            "gradients": parts.gradients + head_grad,
+            "comm_buffers": comm,
         }
     if in_bwd:
         opt_temp = 0
@@ -335,6 +358,26 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         "profile": profile,
         "adapters": adapters,
     }
+
+
+def _autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
+    """16-bit weight copies made by autocast: (extra at the end of forward, alive into backward).
+
+    Autocast caches the cast of leaf tensors that require grad for the whole autocast region
+    (ATen autocast_mode.cpp ``cached_cast``); frozen weights are cast at each use. Either copy is
+    kept by the matmul's backward (the input gradient needs the weight) unless the block is
+    checkpointed. 4-bit weights are de-quantized by bitsandbytes, never cast by autocast. The
+    output layer's weight is cast even when tied to the embeddings.
+    """
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
+    head = spec.lm_head_params or spec.embedding_params
+    if sc.gradient_checkpointing is Checkpointing.NONE:
+        return 0, 2 * (block + head)
+    # checkpointed blocks save nothing; the trainable weights' cached copies live until the forward's
+    # autocast region ends, the output layer's copy is saved by its matmul
+    trainable = block if sc.method is Method.FULL else 0
+    return 2 * trainable, 2 * head
 
 
 def _layer_grad(parts: Parts, layers: int) -> int:

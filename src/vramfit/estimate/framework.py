@@ -47,6 +47,10 @@ class FrameworkProfile:
     # gathered from the start of forward to the end of backward (torch docs notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
     fsdp_root_gathered: bool = True
+    # the attention output reaches o_proj as a copy: torchtune runs packed batches through
+    # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
+    # (torchtune modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
+    attn_output_copied: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -82,6 +86,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         standard_loss="torchtune-upcast-in-model",
         torch_optimizer_impl="fused",  # recipes' configs: torch.optim.AdamW with fused: True
         fsdp_root_gathered=False,
+        attn_output_copied=True,
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
