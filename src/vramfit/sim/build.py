@@ -102,8 +102,8 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
     model_type = config.get("model_type")
     if model_type == "qwen":
         raise ModelError(
-            "Qwen (1) needs its own remote modelling code (trust_remote_code), which vramfit never runs; "
-            "the simulator cannot build it: use `vramfit estimate` for this model"
+            "Qwen (1) is estimator-only: transformers has no built-in Qwen (1) model and its remote modelling "
+            "code (trust_remote_code) is never run by vramfit; use `vramfit estimate` for this model"
         )
     if model_type not in CONFIG_MAPPING:
         raise ModelError(f"transformers cannot build model_type {model_type!r}: the simulator is unavailable "
@@ -171,8 +171,24 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
 
 
 def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:
-    """Allocate every parameter and buffer on ``device`` (uninitialised: memory, not values, matters)."""
+    """Allocate every parameter and buffer on ``device`` (uninitialised: memory, not values, matters).
+
+    Tied parameters (``tie_word_embeddings``) stay tied: ``Module.to_empty`` gives each holder of a shared
+    parameter its own new tensor when it swaps tensors (as it does for fake tensors), so the holders
+    are pointed back at one parameter afterwards.
+    """
+    holders: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for mod in built.model.modules():
+        for name, p in mod._parameters.items():
+            if p is not None:
+                holders.setdefault(id(p), []).append((mod, name))
     built.model.to_empty(device=device)
+    for group in holders.values():
+        if len(group) > 1:
+            first_mod, first_name = group[0]
+            shared = first_mod._parameters[first_name]
+            for mod, name in group[1:]:
+                mod._parameters[name] = shared
     return built
 
 

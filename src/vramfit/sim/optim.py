@@ -60,7 +60,8 @@ def make_optimizer(scenario: Scenario, params: list[torch.nn.Parameter], tracker
     if opt is Optimizer.ADAMW_4BIT:
         return AdamW4bitLayout(params, lr=LR), (
             "Optimizer: torchao AdamW4bit state layout (4-bit codes, fp32 scale per 128-element block, "
-            "tensors under 4096 elements keep plain states; fp32 working copies per parameter in the step)."
+            "tensors under 4096 elements keep plain states; the compiled step is assumed to need no "
+            "parameter-sized temporaries); torchao itself is not run."
         )
     return _bnb_optimizer(opt, params, tracker)
 
@@ -106,8 +107,8 @@ class AdamW4bitLayout(torch.optim.Optimizer):
     State per parameter with ``numel >= 4096`` and divisible by 128 (torchao optim/adam.py ``_new_buffer``,
     subclass_4bit.py ``OptimState4bit.zeros``): ``codes`` uint8 ``[numel // 2]``, ``scale`` fp32
     ``[numel // 128]``, ``qmap`` fp32 ``[16]``, for each of ``exp_avg`` and ``exp_avg_sq``; smaller
-    tensors keep plain ``zeros_like`` states. The step dequantizes both states and the gradient to fp32
-    for one parameter at a time (torchao's compiled ``single_param_adam``), then requantizes in place.
+    tensors keep plain ``zeros_like`` states. torchao's step (``single_param_adam``) is ``torch.compile``d:
+    dequantize, update and requantize fuse, so no parameter-sized temporaries are modelled.
     """
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = LR) -> None:
@@ -136,14 +137,9 @@ class AdamW4bitLayout(torch.optim.Optimizer):
                     state["exp_avg"] = self._buffer(p)
                     state["exp_avg_sq"] = self._buffer(p)
                 state["step"].add_(1)
-                m = _dequant(state["exp_avg"], p)
-                v = _dequant(state["exp_avg_sq"], p)
-                g = p.grad.float()
-                m.lerp_(g, 0.1)
-                v.mul_(0.999).addcmul_(g, g, value=0.001)
-                update = m / (v.sqrt() + group["eps"])
-                p.add_(update.to(p.dtype), alpha=-group["lr"])
-                del m, v, g, update
+                # torchao's single_param_adam is torch.compile'd: dequantize, update and requantize fuse
+                # into kernels that write the states and the parameter in place
+                p.add_(p.grad, alpha=-group["lr"])
 
     def state_tensors(self) -> list[torch.Tensor]:
         out = []
@@ -151,12 +147,6 @@ class AdamW4bitLayout(torch.optim.Optimizer):
             for v in st.values():
                 out.extend(v.values() if isinstance(v, dict) else [v])
         return out
-
-
-def _dequant(buf: dict[str, torch.Tensor] | torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    if isinstance(buf, dict):
-        return torch.empty(p.shape, dtype=torch.float32, device=p.device)
-    return buf.float() if buf.dtype != torch.float32 else buf
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -128,12 +128,23 @@ def _sim_class(base: type) -> type:
     return SimLinear4bit
 
 
-def quantizable_linears(model: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
-    """The ``nn.Linear`` modules transformers' bitsandbytes quantizer replaces: all but the output embeddings
-    (transformers quantizers/base.py ``get_keys_to_not_convert``: tied weights, last module, output embeddings)."""
+def quantizable_linears(model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.Linear]], list[str]]:
+    """The linears transformers' bitsandbytes integration replaces, and the subclassed ones it leaves.
+
+    transformers 5 ``integrations/bitsandbytes.py`` ``replace_with_bnb_linear`` converts modules with
+    ``type(module) is nn.Linear`` (or ``Conv1D``), except the output embeddings (``quantizers/base.py``
+    ``get_keys_to_not_convert``). Subclasses such as Falcon's ``FalconLinear`` are not converted.
+    """
     head = model.get_output_embeddings()
-    return [(name, mod) for name, mod in model.named_modules()
-            if type(mod) is torch.nn.Linear and mod is not head]
+    keep, skipped = [], set()
+    for name, mod in model.named_modules():
+        if mod is head or not isinstance(mod, torch.nn.Linear):
+            continue
+        if type(mod) is torch.nn.Linear:
+            keep.append((name, mod))
+        else:
+            skipped.add(type(mod).__name__)
+    return keep, sorted(skipped)
 
 
 def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
@@ -144,7 +155,8 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
 
     quant_type = "fp4" if scenario.quantize in (Quantize.FP4, Quantize.FP4_DQ) else "nf4"
     double_quant = scenario.quantize in (Quantize.NF4_DQ, Quantize.FP4_DQ)
-    for name, lin in quantizable_linears(model):
+    linears, skipped = quantizable_linears(model)
+    for name, lin in linears:
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, leaf, make_sim_linear4bit(lin, quant_type, double_quant, compute_dtype, compute_dtype))
@@ -155,12 +167,62 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
                                         gradient_checkpointing_kwargs={"use_reentrant": False})
     dq = "with" if double_quant else "without"
-    return [
+    notes = []
+    if not scenario.precision.mixed and compute_dtype != torch.float32:
+        notes.append(
+            "QLoRA without autocast (-true precision): the fp32 embeddings and norms left by "
+            "prepare_model_for_kbit_training make the residual stream and every layer output fp32 (Linear4bit "
+            "returns its input's dtype); use a -mixed precision for HF Trainer's bf16=True/fp16=True (autocast)."
+        )
+    experts = sorted({name.rsplit(".", 1)[-1] for name, p in model.named_parameters() if p.dim() == 3})
+    if experts:
+        notes.append(f"QLoRA: the expert weights ({', '.join(experts)}) are 3-D parameters, not nn.Linear: "
+                     "bitsandbytes leaves them unquantized (fp32 after prepare_model_for_kbit_training).")
+    if skipped:
+        notes.append(
+            f"QLoRA: transformers' replace_with_bnb_linear converts only exact nn.Linear modules, so this "
+            f"model's {', '.join(skipped)} layers stay unquantized (and become fp32 in prepare_model_for_kbit_training)."
+        )
+    return notes + [
         f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
         f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
         "QLoRA: peft.prepare_model_for_kbit_training casts every other fp16/bf16 parameter (embeddings, "
         "norms, lm_head) to fp32" + (" and enables gradient checkpointing." if gc else "."),
-        "QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more than 1536 rows take the "
-        "dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs), "
-        "backward dequantizes the weight again.",
+        "QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more than 512 tokens per micro-batch take "
+        "the dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs; fused kernel "
+        "below), backward dequantizes the weight again.",
     ]
+
+
+#: bitsandbytes 0.50 CUDA ``gemm_4bit`` runs its own kernel only for few rows, else it dequantizes the
+#: weight and calls F.linear (bitsandbytes@0.50.1 backends/cuda/ops.py ``_gemm_4bit_use_custom_cuda``):
+#: weights of >= 4 Mi elements fall back above 512 rows ("custom wins up to M=512; dequant+F.linear wins
+#: above that"); smaller weights above 320 rows (the sm90/sm86 caps; A100 allows up to 1536).
+BNB_CUSTOM_MAX_M_LARGE = 512
+BNB_CUSTOM_MAX_M_SMALL = 320
+BNB_SMALL_WEIGHT = 4 * 1024 * 1024
+
+
+def bnb_gemm_4bit_transient(args: tuple, kwargs: dict) -> list[tuple[int, str, tuple[int, ...], str]]:
+    """Scratch of ``bitsandbytes::gemm_4bit`` on CUDA that its fake kernel hides.
+
+    When it falls back (see the constants above), ``_dequant_linear_fallback`` makes ``absmax_dq`` and
+    ``absmax = absmax_dq + offset`` (fp32, one per 64-block, double quant only) and
+    ``B_dq = torch.empty(shapeB, dtype=A.dtype)``, all live while ``F.linear`` writes the output.
+    The custom kernel needs no weight-sized scratch.
+    """
+    a, _b, shape_b, absmax = args[0], args[1], args[2], args[3]
+    m = a.numel() // a.shape[-1]
+    small = int(shape_b[0]) * int(shape_b[1]) < BNB_SMALL_WEIGHT
+    if m <= (BNB_CUSTOM_MAX_M_SMALL if small else BNB_CUSTOM_MAX_M_LARGE):
+        return []
+    out = []
+    absmax_8bit = kwargs.get("absmax_8bit", args[7] if len(args) > 7 else None)
+    if absmax_8bit is not None:
+        blocks = absmax_8bit.numel()
+        out.append((4 * blocks, "absmax_dq", (blocks,), "float32"))
+        out.append((4 * blocks, "absmax + offset", (blocks,), "float32"))
+    del absmax
+    n, k = int(shape_b[0]), int(shape_b[1])
+    out.append((n * k * a.element_size(), "dequantized weight", (n, k), str(a.dtype).replace("torch.", "")))
+    return out

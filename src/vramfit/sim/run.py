@@ -38,21 +38,29 @@ class StepResult:
 
 def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", fake: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 setup: Callable[[BuiltModel, LiveTracker], Any] | None = None) -> StepResult:
-    """Materialise ``built`` on ``device`` and trace ``ITERATIONS`` optimizer steps."""
+                 prepare: Callable[[BuiltModel], Any] | None = None,
+                 workspaces: list[int] | None = None) -> StepResult:
+    """Materialise ``built`` on ``device`` and trace ``ITERATIONS`` optimizer steps.
+
+    ``workspaces``: bytes of the cuBLAS/cuBLASLt workspaces a CUDA run allocates on the first matmul of
+    each thread that runs matmuls (the forward's thread and the autograd engine's device thread; PyTorch
+    keeps one per handle and stream, pytorch/pytorch PR #180283 "Thread-local cuBLAS(Lt) workspace maps").
+    Fake runs book them as never-freed synthetic allocations; real runs allocate them for real.
+    ``prepare(built)``: called on the ``meta`` model before it is materialised (FSDP2 sharding).
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     with fake_mode:
+        if prepare is not None:
+            prepare(built)
         materialize(built, device)
         tracker = LiveTracker()
         if built.offload_hooks is not None:
             built.offload_hooks.tracker = tracker
         _register_model(built, tracker)
-        if setup is not None:
-            setup(built, tracker)
         try:
-            return _loop(built, scenario, tracker, device, fake, progress)
+            return _loop(built, scenario, tracker, device, fake, progress, workspaces if fake else None)
         finally:
             tracker.close()
 
@@ -72,8 +80,13 @@ def _register_model(built: BuiltModel, tracker: LiveTracker) -> None:
             tr.quantized_sids.update(sids)
 
 
+def _workspace(tracker: LiveTracker, sizes: list[int] | None, thread: str) -> None:
+    for n in sizes or ():
+        tracker.trace.workspace_sids.add(tracker.synthetic(n, f"cuBLAS workspace ({thread})", (n,), "uint8"))
+
+
 def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str, fake: bool,
-          progress: Callable[[str], None] | None) -> StepResult:
+          progress: Callable[[str], None] | None, workspaces: list[int] | None) -> StepResult:
     from vramfit.sim.optim import in_backward_optimizers, make_optimizer, optimizer_state_tensors
 
     model = built.model
@@ -87,12 +100,14 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
         optimizers = [opt]
     assumptions.append(text)
     tracker.watch_modules(model, built.lm_head)
+    tracker.watch_layers(decoder_layers(model))
     fp16_scaled = scenario.precision is Precision.FP16_MIXED
     if fp16_scaled:
         assumptions.append("fp16-mixed: loss scaled and gradients unscaled in place (GradScaler); the inf check "
                            "is a scalar and is not simulated.")
     B, S = scenario.micro_batch_size, scenario.seq_len
-    with tracker, _amp_policy(built, fake):
+    with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions), \
+            _transformers_as_on_cuda(fake):
         for it in range(1, ITERATIONS + 1):
             for mb in range(1, scenario.grad_accum + 1):
                 tag = f"it{it}.mb{mb}"
@@ -100,6 +115,8 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                     progress(f"{tag} forward")
                 tracker.mark(f"{tag}.forward")
                 tracker.in_logits = False
+                if it == 1 and mb == 1:
+                    _workspace(tracker, workspaces, "forward thread")
                 ids = torch.randint(0, built.vocab_size, (B, S), device=device)
                 labels = ids.clone()
                 with _autocast(built, device):
@@ -111,7 +128,9 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.mark(f"{tag}.backward")
                 tracker.in_logits = False
                 tracker.in_backward = True
-                (loss * FP16_LOSS_SCALE if fp16_scaled else loss).backward()
+                if it == 1 and mb == 1:
+                    _workspace(tracker, workspaces, "autograd thread")
+                _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
                 del loss
                 tracker.in_backward = False
             _record_grads(tracker, params)
@@ -139,6 +158,19 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
         assumptions.append("Gradient clipping: torch.nn.utils.clip_grad_norm_(max_norm=1.0), HF Trainer default.")
     num_params, num_trainable = _count_params(built)
     return StepResult(tracker.trace, num_params, num_trainable, assumptions)
+
+
+def _backward(loss: torch.Tensor) -> None:
+    """``loss.backward()`` without passing through a ``TorchFunctionMode`` handler.
+
+    A mode's handler runs with the mode popped, so a backward entered through ``CudaSemantics`` would
+    recompute checkpointed layers without it; this is what ``torch.autograd.backward`` does after its
+    torch-function dispatch (torch/autograd/__init__.py).
+    """
+    from torch.autograd.graph import _engine_run_backward
+
+    grads = (torch.ones_like(loss, memory_format=torch.preserve_format),)
+    _engine_run_backward((loss,), grads, False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
 def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> None:
@@ -171,14 +203,58 @@ def _autocast(built: BuiltModel, device: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _amp_policy(built: BuiltModel, fake: bool) -> Iterator[None]:
-    if built.autocast_dtype is None or not fake:
+def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str]) -> Iterator[None]:
+    if not fake:
         yield
         return
-    from vramfit.sim.amp import CudaAutocastPolicy
+    from vramfit.sim.cuda_emulation import CudaSemantics, cuda_sdpa_patch
 
-    with CudaAutocastPolicy():
+    backends: dict[str, int] = {}
+    with cuda_sdpa_patch(backends), (CudaSemantics() if autocast else contextlib.nullcontext()):
         yield
+    if backends:
+        ran = ", ".join(f"{k} ({v} calls)" for k, v in sorted(backends.items()))
+        assumptions.append(f"SDPA backends as CUDA (sm80+) would pick them: {ran}.")
+
+
+@contextlib.contextmanager
+def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
+    """Two transformers decisions that read tensor values or the device, made as for real CUDA data.
+
+    - ``masking_utils.find_packed_sequence_indices``: for fake tensors transformers cannot read the
+      position ids, assumes packed sequences and builds a 4-D mask; the simulated batch is one unpadded,
+      unpacked sequence per row (positions 0..seq_len-1), for which it returns ``None`` and SDPA runs
+      with ``is_causal`` and no mask.
+    - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` (integrations/moe.py
+      ``_can_use_grouped_mm``), whose kernel takes bf16 only; fp32 expert weights (``-mixed``, QLoRA's fp32
+      cast) take the library's ``grouped_mm_fallback`` op instead. Both save the same tensors and return one
+      ``[tokens x top_k, out]`` tensor.
+    """
+    import sys
+
+    patches = []
+    if fake:
+        masking = sys.modules.get("transformers.masking_utils")
+        if masking is not None and hasattr(masking, "find_packed_sequence_indices"):
+            patches.append((masking, "find_packed_sequence_indices", lambda position_ids: None))
+        moe = sys.modules.get("transformers.integrations.moe")
+        if moe is not None and hasattr(moe, "_can_use_grouped_mm"):
+            patches.append((moe, "_can_use_grouped_mm", lambda input, weight, offs: weight.dtype == torch.bfloat16))
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    for mod, name, fn in patches:
+        setattr(mod, name, fn)
+    try:
+        yield
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated transformer blocks, in order (transformers' ``GradientCheckpointingLayer`` subclasses)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 
 def _count_params(built: BuiltModel) -> tuple[int, int]:

@@ -14,7 +14,8 @@ no layer extrapolation of phases), and deep-copies a snapshot at every new peak.
 same (storage weakrefs, ``resize_`` patched for FSDP2, DTensor ops desugared first).
 
 Kernels whose scratch a fake kernel cannot show get *synthetic* allocations from :func:`transient_rules`
-(allocated before the op's outputs, freed right after): see :func:`bnb_gemm_4bit_transient`.
+(allocated before the op's outputs, freed right after): see
+:func:`vramfit.sim.qlora.bnb_gemm_4bit_transient` and :mod:`vramfit.sim.cuda_emulation`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ class Trace:
     weight_copy_sids: set[int] = field(default_factory=set)
     logits_sids: set[int] = field(default_factory=set)
     recompute_sids: set[int] = field(default_factory=set)
+    workspace_sids: set[int] = field(default_factory=set)
+    # (event index, "fwd" | "fwd_end" | "bwd", decoder layer index): where each layer's work starts/ends
+    layer_marks: list[tuple[int, str, int]] = field(default_factory=list)
+    num_layers: int = 0
+    # backward: the autograd node that allocated a sid; add.Tensor results that merge two gradients
+    nodes: dict[int, int] = field(default_factory=dict)
+    accum: dict[int, int] = field(default_factory=dict)  # out sid -> sid of the gradient already buffered
 
     def segments(self) -> list[tuple[str, int, int]]:
         """``(label, first event, end event)`` for each marked phase."""
@@ -71,18 +79,21 @@ class Trace:
         return out
 
 
-def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+def _storages(t: torch.Tensor) -> list[tuple[torch.UntypedStorage, torch.Tensor]]:
+    """The storages behind ``t`` with the plain tensor owning each (a DTensor's local shard)."""
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     if is_traceable_wrapper_subclass(t):
         attrs, _ = t.__tensor_flatten__()
-        out: list[torch.UntypedStorage] = []
+        out: list[tuple[torch.UntypedStorage, torch.Tensor]] = []
         for a in attrs:
-            out.extend(_storages(getattr(t, a)))
+            inner = getattr(t, a)
+            if isinstance(inner, torch.Tensor):
+                out.extend(_storages(inner))
         return out
     if t.layout is not torch.strided:
         return []
-    return [t.untyped_storage()]
+    return [(t.untyped_storage(), t)]
 
 
 class LiveTracker(TorchDispatchMode):
@@ -103,15 +114,20 @@ class LiveTracker(TorchDispatchMode):
         self._orig_resize: Callable | None = None
         self._fake_mode_on_entry: Any = None
         self._rules = transient_rules()
+        self.paused = 0
+        from vramfit.sim.inplace import node_id, note_accumulation
+
+        self._node_id, self._note_accumulation = node_id, note_accumulation
+        self._restore: list[tuple[Any, str, Any]] = []
 
     # ---------------------------------------------------------------- registration
     def track(self, t: torch.Tensor, kind: str = OP, op: str = "", host: bool = False) -> list[int]:
         """Register the storages of ``t`` (no-op for storages already seen); return their sids."""
         sids = []
-        for st in _storages(t):
+        for st, owner in _storages(t):
             sid = self._sid.get(st)
             if sid is None:
-                sid = self._new(st.nbytes(), kind, op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
+                sid = self._new(st.nbytes(), kind, op, tuple(owner.shape), str(owner.dtype).replace("torch.", ""))
                 self._sid[st] = sid
                 self._refs[sid] = weakref.ref(st, self._freer(sid))
                 if host or self.host_mode:
@@ -119,15 +135,26 @@ class LiveTracker(TorchDispatchMode):
             sids.append(sid)
         return sids
 
+    def _is_param(self, t: Any) -> bool:
+        if not isinstance(t, torch.Tensor):
+            return False
+        sid = self.sid_of(t)
+        return sid is not None and self.trace.kinds[sid] == PARAM
+
     def sid_of(self, t: torch.Tensor) -> int | None:
         sts = _storages(t)
-        return self._sid.get(sts[0]) if sts else None
+        return self._sid.get(sts[0][0]) if sts else None
 
     def _new(self, nbytes: int, kind: str, op: str, shape: tuple[int, ...], dtype: str) -> int:
         tr = self.trace
         sid = len(tr.nbytes)
         tr.nbytes.append(int(nbytes))
         tr.kinds.append(kind)
+        recompute = self.in_backward and torch.is_grad_enabled()
+        if self.in_backward and not recompute and self.where_stack:
+            # backward runs with grad mode off; a checkpoint recompute with it on. A recompute that stops
+            # early (non-reentrant checkpoint) never runs its modules' forward post-hooks.
+            self.where_stack.clear()
         tr.phases.append(self.phase)
         tr.wheres.append(self.where_stack[-1] if self.where_stack else "")
         tr.ops.append(op)
@@ -136,8 +163,11 @@ class LiveTracker(TorchDispatchMode):
         tr.events.append(sid)
         if self.in_logits and kind in (OP, SYNTHETIC):
             tr.logits_sids.add(sid)
-        if self.in_backward and self.where_stack and kind == OP:
-            tr.recompute_sids.add(sid)
+        if self.in_backward and kind == OP:
+            if recompute:
+                tr.recompute_sids.add(sid)
+            else:
+                tr.nodes[sid] = self._node_id()
         return sid
 
     def _freer(self, sid: int) -> Callable[[Any], None]:
@@ -157,6 +187,7 @@ class LiveTracker(TorchDispatchMode):
     def mark(self, label: str) -> None:
         """Start a new phase: allocations from now on carry ``label``."""
         self.phase = label
+        self.where_stack.clear()
         self.trace.marks.append((len(self.trace.events), label))
 
     # ---------------------------------------------------------------- module labels
@@ -187,6 +218,38 @@ class LiveTracker(TorchDispatchMode):
 
             self._hook_handles.append(lm_head.register_forward_pre_hook(head))
 
+    def watch_layers(self, layers: list[torch.nn.Module]) -> None:
+        """Mark where each decoder layer's forward starts and ends and where its backward starts.
+
+        The backward mark is a hook on the layer's output tensor: it fires when the gradient of that
+        output is complete, i.e. when the layer's own backward begins. Checkpoint recomputes (in
+        backward) set no marks.
+        """
+        tr = self.trace
+        tr.num_layers = len(layers)
+
+        def pre(idx: int) -> Callable[..., None]:
+            def hook(_mod: torch.nn.Module, _args: Any) -> None:
+                if not self.in_backward:
+                    tr.layer_marks.append((len(tr.events), "fwd", idx))
+
+            return hook
+
+        def post(idx: int) -> Callable[..., None]:
+            def hook(_mod: torch.nn.Module, _args: Any, out: Any) -> None:
+                if self.in_backward:
+                    return
+                tr.layer_marks.append((len(tr.events), "fwd_end", idx))
+                t = out[0] if isinstance(out, (tuple, list)) else out
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    t.register_hook(lambda _g: tr.layer_marks.append((len(tr.events), "bwd", idx)))
+
+            return hook
+
+        for idx, layer in enumerate(layers):
+            self._hook_handles += [layer.register_forward_pre_hook(pre(idx)),
+                                   layer.register_forward_hook(post(idx))]
+
     def close(self) -> None:
         for h in self._hook_handles:
             h.remove()
@@ -216,12 +279,41 @@ class LiveTracker(TorchDispatchMode):
             return out
 
         torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        self._pause_in_dtensor_propagation()
         return super().__enter__()
 
     def __exit__(self, *args: Any) -> None:
         if self._orig_resize is not None:
             torch.UntypedStorage.resize_ = self._orig_resize  # type: ignore[method-assign]
+        for owner, name, fn in self._restore:
+            setattr(owner, name, fn)
+        self._restore.clear()
         super().__exit__(*args)
+
+    def _pause_in_dtensor_propagation(self) -> None:
+        """DTensor's sharding propagation builds fake copies of its arguments (``gen_fake_args``) in the
+        active fake mode to infer output metadata: not memory of the run, so not tracked."""
+        import sys
+
+        if "torch.distributed.tensor" not in sys.modules:
+            return
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        name = "_propagate_tensor_meta_non_cached"
+        orig = getattr(ShardingPropagator, name, None)
+        if orig is None:  # pragma: no cover - other torch versions
+            return
+        tracker = self
+
+        def propagate(*args: Any, **kwargs: Any) -> Any:
+            tracker.paused += 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                tracker.paused -= 1
+
+        setattr(ShardingPropagator, name, propagate)
+        self._restore.append((ShardingPropagator, name, orig))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         from torch.distributed.tensor import DTensor
@@ -229,10 +321,12 @@ class LiveTracker(TorchDispatchMode):
         if any(t is DTensor for t in types):
             return NotImplemented
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         rule = self._rules.get(func)
         scratch = rule(args, kwargs) if rule is not None else ()
-        sids = [self.synthetic(n, f"{func.__name__} scratch: {what}", shape, dtype)
-                for n, what, shape, dtype in scratch]
+        scratch_sids = [self.synthetic(n, f"{func.__name__} scratch: {what}", shape, dtype)
+                        for n, what, shape, dtype in scratch]
         if func is torch.ops._c10d_functional.wait_tensor.default and self._fake_mode_on_entry is not None:
             out = args[0]  # the fake kernel returns a new tensor; the real op returns its input
         else:
@@ -241,12 +335,19 @@ class LiveTracker(TorchDispatchMode):
 
         if active_fake_mode() is self._fake_mode_on_entry:
             name = func.__name__
+            copy_of_param = func is torch.ops.aten._to_copy.default and self._is_param(args[0])
             for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor):
-                    self.track(t, OP, name)
-        for sid in sids:
+                    out_sids = self.track(t, OP, name)
+                    if copy_of_param:
+                        self.trace.weight_copy_sids.update(out_sids)
+            if func is torch.ops.aten.add.Tensor and self.in_backward and not torch.is_grad_enabled():
+                self._note_accumulation(self, args, out)
+        for sid in scratch_sids:
             self.release(sid)
         return out
+
+
 
 
 def _short_name(name: str) -> str:
@@ -256,43 +357,19 @@ def _short_name(name: str) -> str:
     return name or "model"
 
 
-# ------------------------------------------------------------------------------ kernel scratch
-#: bitsandbytes 0.50 CUDA ``gemm_4bit``: for more than this many rows it dequantizes and calls F.linear
-#: (bitsandbytes@0.50.1 backends/cuda/ops.py ``_gemm_4bit_custom_max_m = 1536``).
-BNB_GEMM_4BIT_CUSTOM_MAX_M = 1536
-
-
-def bnb_gemm_4bit_transient(args: tuple, kwargs: dict) -> list[tuple[int, str, tuple[int, ...], str]]:
-    """Scratch of ``bitsandbytes::gemm_4bit`` on CUDA that its fake kernel hides.
-
-    For ``M > 1536`` rows, ``_dequant_linear_fallback`` (bitsandbytes 0.50 backends/cuda/ops.py) makes
-    ``absmax_dq`` and ``absmax = absmax_dq + offset`` (fp32, one per 64-block, double quant only) and
-    ``B_dq = torch.empty(shapeB, dtype=A.dtype)``, all live while ``F.linear`` writes the output.
-    Below that the fused kernel needs no weight-sized scratch.
-    """
-    a, _b, shape_b, absmax = args[0], args[1], args[2], args[3]
-    m = a.numel() // a.shape[-1]
-    if m <= BNB_GEMM_4BIT_CUSTOM_MAX_M:
-        return []
-    out = []
-    absmax_8bit = kwargs.get("absmax_8bit", args[7] if len(args) > 7 else None)
-    if absmax_8bit is not None:
-        blocks = absmax_8bit.numel()
-        out.append((4 * blocks, "absmax_dq", (blocks,), "float32"))
-        out.append((4 * blocks, "absmax + offset", (blocks,), "float32"))
-    del absmax
-    n, k = int(shape_b[0]), int(shape_b[1])
-    out.append((n * k * a.element_size(), "dequantized weight", (n, k), str(a.dtype).replace("torch.", "")))
-    return out
-
-
 _RULES: dict[Any, Callable] = {}
 
 
 def transient_rules() -> dict[Any, Callable]:
-    """Op -> scratch rule, for the ops whose library is already imported (bitsandbytes)."""
+    """Op -> scratch rule: CUDA attention backward kernels, bitsandbytes' 4-bit matmul once imported."""
     import sys
 
-    if "bitsandbytes" in sys.modules and not _RULES:
+    if not _RULES:
+        from vramfit.sim.cuda_emulation import scratch_rules
+
+        _RULES.update(scratch_rules())
+    if "bitsandbytes" in sys.modules and torch.ops.bitsandbytes.gemm_4bit.default not in _RULES:
+        from vramfit.sim.qlora import bnb_gemm_4bit_transient
+
         _RULES[torch.ops.bitsandbytes.gemm_4bit.default] = bnb_gemm_4bit_transient
     return _RULES

@@ -1,0 +1,223 @@
+"""``vramfit measure``, ``vramfit runs …`` and ``vramfit calibrate``: parse, call :mod:`vramfit.measure`, render.
+
+Registered by :func:`vramfit.cli.main._register_optional_commands`. Imports neither torch nor
+SQLAlchemy at module level; the ``measure`` extra provides them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.errors import VramfitError
+
+DB_HELP = "Runs database: a SQLAlchemy URL (postgresql+psycopg://…) or a SQLite file path. Default: $VRAMFIT_DB, else a SQLite file in the user data directory."
+
+runs_app = typer.Typer(help="List, show, export and import stored measurement runs.", no_args_is_help=True)
+
+
+def _store(db: str | None):
+    from vramfit.measure.store import RunStore
+
+    return RunStore(db)
+
+
+def _consoles():
+    from vramfit.cli.main import console, err_console
+
+    return console, err_console
+
+
+def _user_errors(func):
+    from vramfit.cli.main import user_errors
+
+    return user_errors(func)
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
+    return VramfitError(f"{exc.name} is not installed: install the measure extra (pip install 'vramfit[measure]')")
+
+
+def measure(
+    scenario_args: dict,
+    scenario_file: Path | None,
+    steps: int = typer.Option(10, "--steps", min=1, help="Optimizer steps to run (the first is a warm-up for timing)."),
+    weights: Path | None = typer.Option(None, "--weights", help="Load weights from this local directory (from_pretrained, local files only) instead of random weights."),
+    device: str = typer.Option("cuda", "--device", help="cuda (real figures) or cpu (runs the harness, no memory figures)."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    store: bool = typer.Option(True, "--store/--no-store", help="Store the run in the database."),
+    simulate: bool = typer.Option(True, "--simulate/--no-simulate", help="Also run the simulator (CPU) for comparison."),
+    notes: str = typer.Option("", "--notes", help="Free text stored with the run."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop the measuring process after this many seconds (recorded as an error)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show the measuring process's output."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
+) -> None:
+    """Run the scenario's training steps on this machine's GPU(s) and compare with the estimate.
+
+    Builds the model from its config with random weights (nothing downloaded), runs --steps optimizer
+    steps on random tokens of exactly seq_len, and reports max_memory_allocated, max_memory_reserved,
+    the device-level peak (NVML), step time and tokens/s next to the estimate and the simulation.
+    Out of memory is a result: it is stored with the last good step. Multi-GPU scenarios start one
+    process per GPU with torchrun (ddp, fsdp, fsdp-grad-op).
+    """
+    console, err_console = _consoles()
+    sc = build_scenario(scenario_args, scenario_file)
+    try:
+        from vramfit.measure.runner import measure as run_measure
+
+        run_store = _store(db) if store else None
+        if run_store is not None:
+            run_store.count()  # open (and create) the database before spending GPU time
+        if not json_out:
+            err_console.print(f"measuring {sc.model or sc.params} for {steps} step(s) on {sc.num_gpus} {device} "
+                              "device(s) …", highlight=False)
+        rec = run_measure(sc, steps=steps, device=device, weights=weights, store=run_store, simulate=simulate,
+                          notes=notes, timeout_s=timeout, stream=verbose)
+    except ModuleNotFoundError as exc:
+        raise _missing_extra(exc) from None
+    if json_out:
+        sys.stdout.write(json.dumps(rec.to_dict(), indent=2) + "\n")
+    else:
+        from vramfit.measure.report import render_run
+
+        render_run(rec, console, db=run_store.redacted_url if run_store is not None else None)
+    if rec.status == "error":
+        raise typer.Exit(1)
+
+
+@runs_app.command("list")
+def runs_list(
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    model: str | None = typer.Option(None, "--model", help="Only runs whose model contains this text."),
+    status: str | None = typer.Option(None, "--status", help="ok, oom or error."),
+    method: str | None = typer.Option(None, "--method", help="full, lora or qlora."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU family or name (a100, h100, rtx4090 …)."),
+    limit: int = typer.Option(50, "--limit", min=1, help="At most this many runs, newest first."),
+    json_out: bool = typer.Option(False, "--json", help="Print the records as JSON Lines."),
+) -> None:
+    """List stored runs, newest first."""
+    from vramfit.measure.records import STATUSES
+
+    if status is not None and status not in STATUSES:
+        raise VramfitError(f"status: unknown value {status!r} (valid values: {', '.join(STATUSES)})")
+    st = _store(db)
+    recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit)
+    if json_out:
+        sys.stdout.write("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
+        return
+    from vramfit.measure.report import render_runs
+
+    console, _ = _consoles()
+    render_runs(recs, console, f"{len(recs)} run(s) in {st.redacted_url}")
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: str = typer.Argument(..., help="Run id, or a unique prefix of it."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    """Show one run: figures, estimate, simulation, environment and assumptions."""
+    rec = _store(db).get(run_id)
+    if json_out:
+        sys.stdout.write(json.dumps(rec.to_dict(), indent=2) + "\n")
+        return
+    from vramfit.measure.report import render_run
+
+    console, _ = _consoles()
+    render_run(rec, console, full=True)
+
+
+@runs_app.command("export")
+def runs_export(
+    path: str = typer.Argument("-", help="Output JSON Lines file, or - for stdout."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    metric: str = typer.Option("all", "--metric", help="Counter(s) to write: all, allocated, reserved, device or unknown."),
+    model: str | None = typer.Option(None, "--model", help="Only runs whose model contains this text."),
+    fmt: str = typer.Option("measured", "--format", help="measured: the shared/data/measured/ format, one line per counter; records: whole run records, one a line (out-of-memory runs included)."),
+) -> None:
+    """Write runs as JSON Lines in the format of shared/data/measured/ (one line per counter)."""
+    from vramfit.measure.records import METRICS, dumps_lines, dumps_records
+
+    if metric != "all" and metric not in METRICS:
+        raise VramfitError(f"metric: unknown value {metric!r} (valid values: all, {', '.join(METRICS)})")
+    if fmt not in ("measured", "records"):
+        raise VramfitError(f"format: unknown value {fmt!r} (valid values: measured, records)")
+    recs = list(reversed(_store(db).list(model=model)))  # oldest first: appending exports stays in order
+    if fmt == "records":
+        text, n_lines, skipped = dumps_records(recs), len(recs), 0
+    else:
+        text, n_lines, skipped = dumps_lines(recs, METRICS if metric == "all" else (metric,))
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(path)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    _, err_console = _consoles()
+    err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
+                      + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
+                         "--format records keeps them" if skipped else "")
+                      + ("" if path == "-" else f" → {path}"), highlight=False)
+
+
+@runs_app.command("import")
+def runs_import(
+    path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or shared/data/measured/)."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Import runs from JSON Lines: every line is checked first; all are stored, or none."""
+    from vramfit.measure.records import parse_lines
+
+    if not path.is_file():
+        raise VramfitError(f"file not found: {path}")
+    recs = parse_lines(path.read_text(encoding="utf-8"))
+    st = _store(db)
+    added, skipped = st.add_many(recs)
+    console, _ = _consoles()
+    console.print(f"imported {added} run(s) into {st.redacted_url}"
+                  + (f"; {skipped} already present" if skipped else ""), highlight=False)
+
+
+def calibrate(
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    model: str | None = typer.Option(None, "--model", help="Only runs whose model contains this text."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply."""
+    from vramfit.measure.calibration import calibrate as run_calibrate
+
+    recs = _store(db).list(model=model)
+    rep = run_calibrate(recs)
+    if json_out:
+        sys.stdout.write(json.dumps(rep.to_dict(), indent=2) + "\n")
+        return
+    from vramfit.measure.report import render_calibration
+
+    console, _ = _consoles()
+    if not recs:
+        console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
+        return
+    render_calibration(rep, console)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``measure``, ``runs`` and ``calibrate`` to the ``vramfit`` app."""
+    app.command("measure")(_user_errors(with_scenario_options(measure)))
+    _wrap_runs_commands()
+    app.add_typer(runs_app, name="runs")
+    app.command("calibrate")(_user_errors(calibrate))
+
+
+def _wrap_runs_commands() -> None:
+    """Give the runs sub-commands the same one-line error handling as the rest of the CLI."""
+    for info in runs_app.registered_commands:
+        if not getattr(info.callback, "_vramfit_wrapped", False):
+            wrapped = _user_errors(info.callback)
+            wrapped._vramfit_wrapped = True  # type: ignore[attr-defined]
+            info.callback = wrapped

@@ -1,0 +1,179 @@
+"""The estimator's error on stored runs, and the overheads the runs imply.
+
+For every run with figures, the *current* estimator is run on its scenario (the stored estimate is used
+only where the scenario cannot be estimated any more, e.g. a Hub model while offline) and compared per
+counter: signed error ``(estimate − measured) / measured``; an ``unknown`` counter counts as 0 when it lies
+between the estimate's allocated and device figures, else against the nearer bound (as
+``benchmarks/accuracy.py`` scores ``shared/data/measured/``). Errors are grouped per GPU family and method.
+
+Implied overheads (single-GPU runs that measured them; paged optimizers left out, their state lives
+outside the allocator):
+
+- CUDA context and libraries = ``device − reserved`` (nvidia-smi minus PyTorch's reserved peak), against the
+  estimator's ``CUDA_CONTEXT`` constant;
+- caching-allocator overhead = ``reserved − allocated``, in bytes and as a fraction of allocated, against
+  the estimator's own ``reserved − allocated``.
+
+Out-of-memory runs score the fit verdict: the estimate's device figure against the card's total memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vramfit.errors import VramfitError
+from vramfit.measure.records import RunRecord
+
+PAGED = ("paged-adamw", "paged-adamw-8bit")
+COUNTERS = ("allocated", "reserved", "device", "unknown")
+
+
+@dataclass
+class MetricError:
+    metric: str
+    n: int
+    mean_signed: float  # mean of (estimate - measured) / measured
+    mean_abs: float
+    worst: float  # the signed error with the largest magnitude
+    worst_run: str
+
+
+@dataclass
+class Group:
+    gpu_family: str
+    method: str
+    runs: int = 0
+    oom_runs: int = 0
+    errors: dict[str, MetricError] = field(default_factory=dict)
+    fit_correct: int = 0
+    fit_missed_oom: int = 0  # the estimate said it fits, the run ran out of memory
+    fit_false_alarm: int = 0  # the estimate said it does not fit, the run fitted
+
+
+@dataclass
+class Overhead:
+    gpu_family: str
+    runs: int
+    context_median_bytes: int
+    context_min_bytes: int
+    context_max_bytes: int
+    estimator_context_bytes: int
+    allocator_median_bytes: int
+    allocator_median_fraction: float  # of allocated
+    estimator_allocator_median_bytes: int
+
+
+@dataclass
+class CalibrationReport:
+    runs: int
+    scored: int
+    groups: list[Group]
+    overheads: list[Overhead]
+    skipped: list[tuple[str, str]]  # (run id, reason)
+    stored_estimates: int = 0  # runs scored against their stored estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def signed_error(metric: str, measured: int, est: dict[str, int]) -> float:
+    if metric == "unknown":
+        lo, hi = est["allocated_bytes"], est["device_bytes"]
+        if lo <= measured <= hi:
+            return 0.0
+        ours = lo if measured < lo else hi
+    else:
+        ours = est[f"{metric}_bytes"]
+    return (ours - measured) / measured
+
+
+def _estimate(rec: RunRecord, estimator: Callable[[dict], Any]) -> tuple[dict[str, int] | None, bool, str]:
+    """(peaks, from_stored, reason) for a record."""
+    try:
+        r = estimator(rec.scenario)
+        peak = r.peak
+        return ({"allocated_bytes": peak.allocated_bytes, "reserved_bytes": peak.reserved_bytes,
+                 "device_bytes": peak.device_bytes}, False, "")
+    except VramfitError as exc:
+        stored = rec.estimate or {}
+        if all(isinstance(stored.get(k), int) for k in ("allocated_bytes", "reserved_bytes", "device_bytes")):
+            return ({k: stored[k] for k in ("allocated_bytes", "reserved_bytes", "device_bytes")}, True, "")
+        return None, False, f"cannot estimate: {exc}"
+
+
+def _context_bytes(scenario: dict) -> int:
+    from vramfit.estimate.core import process_bytes
+    from vramfit.scenario import parse_scenario
+
+    return process_bytes(parse_scenario(scenario))[0]
+
+
+def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | None = None) -> CalibrationReport:
+    """Score the estimator on ``records`` (see the module docstring)."""
+    if estimator is None:
+        from vramfit.estimate import estimate as estimator
+    recs = list(records)
+    groups: dict[tuple[str, str], Group] = {}
+    samples: dict[tuple[str, str], dict[str, list[tuple[float, str]]]] = {}
+    over: dict[str, list[tuple[int, int, int, int, int]]] = {}
+    skipped: list[tuple[str, str]] = []
+    scored = stored_used = 0
+    for rec in recs:
+        if rec.status == "error":
+            skipped.append((rec.id, "status error"))
+            continue
+        est, from_stored, why = _estimate(rec, estimator)
+        if est is None:
+            skipped.append((rec.id, why))
+            continue
+        key = (rec.gpu_family, str(rec.scenario.get("method", "lora")))
+        g = groups.setdefault(key, Group(*key))
+        g.runs += 1
+        total = rec.environment.get("gpu_total_bytes")
+        if rec.status == "oom":
+            g.oom_runs += 1
+        if isinstance(total, int) and total > 0:
+            fits = est["device_bytes"] <= total
+            if (rec.status == "ok") == fits:
+                g.fit_correct += 1
+            elif rec.status == "oom":
+                g.fit_missed_oom += 1
+            else:
+                g.fit_false_alarm += 1
+        if rec.status != "ok":
+            continue
+        figures = {m: rec.counter(m) for m in COUNTERS if rec.counter(m)}
+        if not figures:
+            skipped.append((rec.id, "no measured figure"))
+            continue
+        scored += 1
+        stored_used += from_stored
+        for metric, measured in figures.items():
+            samples.setdefault(key, {}).setdefault(metric, []).append((signed_error(metric, measured, est), rec.id))
+        single = int(rec.scenario.get("num_gpus", 1)) == 1 and rec.scenario.get("optimizer") not in PAGED
+        if single and all(figures.get(m) for m in ("allocated", "reserved", "device")):
+            over.setdefault(rec.gpu_family, []).append((
+                figures["device"] - figures["reserved"], figures["reserved"] - figures["allocated"],
+                figures["allocated"], est["reserved_bytes"] - est["allocated_bytes"], _context_bytes(rec.scenario)))
+    for key, by_metric in samples.items():
+        for metric, vals in by_metric.items():
+            errs = [e for e, _ in vals]
+            worst = max(vals, key=lambda v: abs(v[0]))
+            groups[key].errors[metric] = MetricError(metric, len(vals), statistics.fmean(errs),
+                                                     statistics.fmean(abs(e) for e in errs), worst[0], worst[1])
+    overheads = []
+    for fam, rows in sorted(over.items()):
+        ctx = [r[0] for r in rows]
+        overheads.append(Overhead(
+            gpu_family=fam, runs=len(rows),
+            context_median_bytes=int(statistics.median(ctx)), context_min_bytes=min(ctx), context_max_bytes=max(ctx),
+            estimator_context_bytes=int(statistics.median(r[4] for r in rows)),
+            allocator_median_bytes=int(statistics.median(r[1] for r in rows)),
+            allocator_median_fraction=statistics.median(r[1] / r[2] for r in rows if r[2]),
+            estimator_allocator_median_bytes=int(statistics.median(r[3] for r in rows)),
+        ))
+    ordered = [groups[k] for k in sorted(groups)]
+    return CalibrationReport(len(recs), scored, ordered, overheads, skipped, stored_used)

@@ -1,0 +1,67 @@
+"""FSDP2 full shard on a fake process group: the memory of rank 0 of ``num_gpus``.
+
+PyTorch's fake backend (``torch.testing._internal.distributed.fake_pg.FakeStore`` with
+``init_process_group("fake")``) accepts every collective without communicating, so the real FSDP2
+code runs in one process: ``fully_shard`` on every decoder layer, then on the root model
+(``reshard_after_forward=True``, the full-shard strategy), as torchtitan and accelerate's FSDP2 plugin
+wrap transformer blocks. Sharded parameters are DTensors whose local shards are the tracked storage;
+all-gather outputs are allocated and freed by FSDP2 itself (storage ``resize_``), so the two in-flight
+all-gathers of implicit forward prefetch and the reduce-scatter buffers of backward appear as FSDP2
+allocates them. Collective outputs hold no data, which does not change memory.
+
+Mixed precision: ``-mixed`` precisions shard fp32 parameters and all-gather them in the 16-bit dtype
+(``MixedPrecisionPolicy(param_dtype=bf16/fp16, reduce_dtype=fp32)``), as accelerate configures FSDP2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from vramfit.scenario import Scenario
+from vramfit.sim.build import BuiltModel
+from vramfit.sim.run import decoder_layers
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size: int) -> Iterator[Any]:
+    """A fake default process group of ``world_size`` ranks (this process is rank 0)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def shard_model(built: BuiltModel, sc: Scenario) -> None:
+    """Apply FSDP2 ``fully_shard`` to each decoder layer and the root (on the meta model)."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    with unset_fake_temporarily():  # the mesh is built from real rank tensors; the model is on meta
+        _shard(built, sc, init_device_mesh("cpu", (dist.get_world_size(),)), MixedPrecisionPolicy, fully_shard)
+
+
+def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard: Any) -> None:
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": True}
+    if built.autocast_dtype is not None:
+        kwargs["mp_policy"] = policy(param_dtype=built.autocast_dtype, reduce_dtype=torch.float32)
+    for layer in decoder_layers(built.model):
+        fully_shard(layer, **kwargs)
+    fully_shard(built.model, **kwargs)
+    built.assumptions.append(
+        f"FSDP2 full shard (fully_shard per decoder layer and on the root, reshard_after_forward=True) over "
+        f"{sc.num_gpus} ranks on a fake process group; figures are rank 0's."
+        + (" Mixed precision: fp32 shards all-gathered in 16 bits (MixedPrecisionPolicy)."
+           if built.autocast_dtype is not None else "")
+    )

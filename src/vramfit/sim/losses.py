@@ -1,0 +1,84 @@
+"""The two loss layouts transformers does not ship, on top of the HF model's decoder and ``lm_head``.
+
+``chunked`` is torchtune's ``CEWithChunkedOutputLoss`` (torchtune/modules/loss/ce_chunked_output_loss.py,
+``num_output_chunks=8``): the output projection runs on 8 sequence chunks, each chunk's logits are
+upcast to fp32 only inside its own cross-entropy. The 16-bit logits of all chunks are alive until the
+loss returns; each chunk's ``log_softmax`` output (fp32) is saved for backward.
+
+``fused`` is Liger-Kernel's ``LigerFusedLinearCrossEntropyLoss``
+(linkedin/Liger-Kernel ops/fused_linear_cross_entropy.py): the forward walks the tokens in chunks of
+``next_power_of_2(ceil(BT / ceil(V / H)))`` rows, computes each chunk's logits, turns them into their
+gradient in place, and accumulates ``grad_input`` (BT x H, input dtype) and, if ``lm_head`` trains,
+``grad_weight`` (V x H, weight dtype); both are saved for backward, which only scales them in place.
+The full logits never exist. :class:`_FusedLinearCrossEntropy` reproduces those allocations with plain
+ops (Liger's Triton kernel is not run).
+
+Both compute the hidden states with the model's own decoder (``get_decoder()``), so final-logit soft-capping
+(Gemma 2) is not applied: it costs no memory in the fused kernels that support it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from vramfit.scenario import Loss, Scenario
+
+TORCHTUNE_OUTPUT_CHUNKS = 8
+IGNORE_INDEX = -100
+
+
+def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    decoder = built.causal_lm.get_decoder()
+    hidden = decoder(input_ids=ids).last_hidden_state
+    head = built.lm_head
+    shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    n_tokens = shifted.numel()
+    if scenario.loss is Loss.CHUNKED:
+        logits = [head(c) for c in hidden.chunk(TORCHTUNE_OUTPUT_CHUNKS, dim=1)]
+        targets = shifted.chunk(TORCHTUNE_OUTPUT_CHUNKS, dim=1)
+        total = sum(
+            F.cross_entropy(lg.float().reshape(-1, lg.size(-1)), t.reshape(-1), ignore_index=IGNORE_INDEX,
+                            reduction="sum")
+            for lg, t in zip(logits, targets, strict=True)
+        )
+        del logits
+        return total / n_tokens
+    h = hidden.reshape(-1, hidden.size(-1))
+    return _FusedLinearCrossEntropy.apply(h, head.weight, shifted.reshape(-1)) / n_tokens
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Liger's fused linear + cross-entropy, allocation for allocation (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        bt, hidden = h.shape
+        vocab = weight.shape[0]
+        chunk = _next_power_of_2(-(-bt // -(-vocab // hidden)))
+        grad_input = torch.zeros_like(h)
+        grad_weight = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        loss_1d = torch.zeros(bt, dtype=torch.float32, device=h.device)
+        for start in range(0, bt, chunk):
+            h_chunk = h[start:start + chunk]
+            logits_chunk = h_chunk @ weight.t()  # becomes its own gradient in place (Triton kernel)
+            grad_input[start:start + chunk] = logits_chunk @ weight
+            if grad_weight is not None:
+                grad_weight.addmm_(logits_chunk.t().to(h_chunk.dtype), h_chunk)
+            del logits_chunk
+        ctx.save_for_backward(grad_input, grad_weight)
+        return loss_1d.sum()
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, Any, None]:
+        grad_input, grad_weight = ctx.saved_tensors
+        grad_input.mul_(grad_output)  # Liger scales the saved gradients in place
+        if grad_weight is not None:
+            grad_weight.mul_(grad_output)
+        return grad_input, grad_weight, None

@@ -1,0 +1,48 @@
+"""Tiny configs of real catalog architectures for the simulator tests (a module of its own:
+`conftest` is a name several test folders share)."""
+
+from __future__ import annotations
+
+GiB = 2**30
+
+
+def catalog_config(model_id: str) -> dict:
+    from vramfit.models.catalog import resolve_model
+
+    return dict(resolve_model(model_id).config)
+
+
+def tiny(model_id: str, layers: int = 4, hidden: int = 128, vocab: int = 1024) -> dict:
+    """The catalog config of ``model_id`` shrunk (same architecture, tiny sizes)."""
+    cfg = catalog_config(model_id)
+    heads = 4
+    kv = 2 if cfg.get("num_key_value_heads", heads) not in (None, cfg.get("num_attention_heads")) else heads
+    for key in ("num_hidden_layers", "n_layer"):
+        if key in cfg:
+            cfg[key] = layers
+    for key in ("hidden_size", "n_embd"):
+        if key in cfg:
+            cfg[key] = hidden
+    for key in ("num_attention_heads", "n_head"):
+        if key in cfg:
+            cfg[key] = heads
+    if cfg.get("num_key_value_heads") is not None:
+        cfg["num_key_value_heads"] = kv
+    if "head_dim" in cfg:
+        cfg["head_dim"] = hidden // heads
+    for key in ("intermediate_size", "ffn_hidden_size", "n_inner"):
+        if cfg.get(key) is not None:
+            cfg[key] = 2 * hidden
+    if cfg.get("moe_intermediate_size"):
+        cfg["moe_intermediate_size"] = hidden
+    cfg["vocab_size"] = vocab
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(cfg.get(key), int) and cfg[key] >= vocab:
+            cfg[key] = 0
+    for key in ("layer_types",):
+        cfg.pop(key, None)
+    if isinstance(cfg.get("max_window_layers"), int):
+        cfg["max_window_layers"] = layers
+    if isinstance(cfg.get("sliding_window"), int):
+        cfg["sliding_window"] = 4096
+    return cfg

@@ -1,0 +1,39 @@
+"""`vramfit simulate`: flags, --json, and the side-by-side rendering."""
+
+from __future__ import annotations
+
+import json
+
+from simconfigs import tiny
+from typer.testing import CliRunner
+
+from vramfit.cli.main import app
+
+
+def _model(tmp_path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(tiny("meta-llama/Llama-3.2-1B", layers=2)))
+    return str(path)
+
+
+def test_simulate_json(tmp_path):
+    res = CliRunner().invoke(app, ["simulate", "--model", _model(tmp_path), "--method", "lora", "--seq-len", "64",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["peak"]["allocated_bytes"] > 0
+    assert data["simulation"]["layers_traced"] == [2]
+    assert "estimate_peak" in data["simulation"]
+
+
+def test_simulate_table_shows_estimate_alongside(tmp_path):
+    res = CliRunner().invoke(app, ["simulate", "--model", _model(tmp_path), "--seq-len", "64"],
+                             env={"COLUMNS": "150"})
+    assert res.exit_code == 0, res.output
+    assert "estimate − sim" in res.output and "Timeline" in res.output
+
+
+def test_simulate_user_error_is_one_line(tmp_path):
+    res = CliRunner().invoke(app, ["simulate", "--model", "Qwen/Qwen-7B"])
+    assert res.exit_code == 2
+    assert "estimator-only" in res.output
