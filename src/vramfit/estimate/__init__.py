@@ -61,6 +61,11 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
             + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
         )
+        if prof.qlora_unquantized_fp32:
+            out.append(
+                "QLoRA as the HF recipe runs it (Trainer bf16=True): attention and 4-bit matmuls in 16 bits "
+                "under autocast; without autocast, fp32 activations and SDPA's math kernel would need more."
+            )
     if sc.optimizer in _PAGED:
         out.append(
             "Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside "

@@ -183,7 +183,14 @@ def block_saved(
         x_bytes = in_bytes
         for i in range(k):
             tag = "attn_in.lora" if shared else f"{lin.name}.lora{i}"
-            if dropout > 0:
+            if dt.autocast and dropout == 0:
+                # under autocast lora_A runs in 16 bits: it saves autocast's 16-bit copy of its input
+                # (PEFT's fp32 cast, if any, is not kept)
+                if x_bytes == c:
+                    out.add(in_key, x_bytes * tokens * lin.in_features)
+                else:
+                    out.add(tag + ".autocast_in", c * tokens * lin.in_features)
+            elif dropout > 0:
                 out.add(tag + ".dropout_mask", tokens * lin.in_features)
                 out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * tokens * lin.in_features)
             elif profile.lora_casts_input and ab != x_bytes:
@@ -276,19 +283,25 @@ def block_saved(
     down = next((lin for lin in mlp_lins if lin.out_features == h), None)
     for lin in mlp_lins:
         if lin is down:
-            linear_input(lin, "mlp_mid", c, tokens)
+            linear_input(lin, "mlp_mid", c if not (quantized and profile.qlora_unquantized_fp32) else dt.norm_out, tokens)
         else:
             linear_input(lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
     act_saves = _COMPOSITE_GELU.get(spec.hidden_act, 1) if profile.name == "transformers + PEFT" else 1
+    # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
+    m = dt.norm_out if (quantized and profile.qlora_unquantized_fp32) else c
     if spec.gated_mlp:
-        out.add("mlp.gate_out", c * tokens * width)  # saved by the activation
+        out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
         if not sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
-            out.add("mlp.act_out", c * tokens * width)  # saved by act * up
-        out.add("mlp.up_out", c * tokens * width)
+            out.add("mlp.act_out", m * tokens * width)  # saved by act * up
+        out.add("mlp.up_out", m * tokens * width)
         if act_saves > 1:
-            out.add("mlp.act_extra", (act_saves - 1) * c * tokens * width)
+            out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
-        out.add("mlp.fc1_out", act_saves * c * tokens * width)
+        out.add("mlp.fc1_out", act_saves * m * tokens * width)
+    if moe and profile.hf_quantizer_rules and any(a.target in {x.name for x in mlp_lins} for a in adapters if a.per_layer):
+        # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
+        # weight and the expert matmuls keep it for backward
+        out.add("experts.merged_weights", c * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
     return out
 
 

@@ -34,6 +34,7 @@ from vramfit.estimate.state import (
 )
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
+    Attention,
     Checkpointing,
     Loss,
     Method,
@@ -69,10 +70,18 @@ class Parts:
     param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
 
 
-def _is_quantized_linear(t: ParamTensor, sc: Scenario, profile: FrameworkProfile) -> bool:
+def _is_quantized_linear(
+    t: ParamTensor, sc: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None
+) -> bool:
     if sc.quantize is Quantize.NONE:
         return False
     if t.kind == "linear":
+        if profile.hf_quantizer_rules and spec is not None:
+            if spec.model_type == "falcon":
+                return False  # FalconLinear is not exactly nn.Linear
+            experts = {lin.name for lin in spec.block_linears if lin.group == "expert"}
+            if t.name in experts:
+                return False  # 3-D expert parameters
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 
@@ -103,7 +112,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             sizes.append((t.numel * max(w, m), t.count))
             trainable.append((t, 2 if ds_mixed else pb))
             continue
-        if _is_quantized_linear(t, sc, profile):
+        if _is_quantized_linear(t, sc, profile, spec):
             q = quantized_weight_bytes(t.shape[0], t.shape[1], sc.quantize)
             p.quantized_base += shard(round_allocation(q) * t.count, shd.weights)
             sizes.append((q, t.count))
@@ -218,7 +227,9 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
 
     # workspaces: cuBLAS + cuBLASLt, allocated through the caching allocator (CublasHandlePool.cpp)
     hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
-    parts.workspaces = (CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value
+    # one set for the forward thread and one for autograd's backward thread: cuBLAS workspaces are
+    # per thread since pytorch/pytorch PR #180283
+    parts.workspaces = 2 * ((CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value)
 
     saved = act.block_saved(spec, sc, profile, adapters, quantized)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
@@ -236,7 +247,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         parts.host += L * block_in
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     extra = act.model_extra_saved(spec, sc, profile, lm_head_trainable)
-    parts.activations = blocks + extra
+    parts.activations = blocks + extra + _sliding_window_masks(spec, sc, profile)
 
     autocast_fwd = 0
     if sc.precision.mixed and sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) and sc.parallelism not in _DS:
@@ -250,7 +261,8 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         + [spec.lm_head_params or spec.embedding_params]
     )
     dequant = 0
-    if quantized:
+    tokens = sc.micro_batch_size * sc.seq_len
+    if quantized and tokens > profile.qlora_fused_max_tokens:
         # bnb MatMul4Bit forward/backward: F.dequantize_4bit(B).to(A.dtype) -> one full weight in the
         # compute dtype (+ fp32 absmax when double-quantized) (bitsandbytes autograd/_functions.py:315,346)
         biggest_q = max(lin.in_features * lin.out_features for lin in spec.block_linears)
@@ -358,6 +370,26 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         "profile": profile,
         "adapters": adapters,
     }
+
+
+def _sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Sliding-window layers whose window is shorter than the sequence get a real mask in
+    transformers; SDPA then runs its memory-efficient kernel, which saves the 16-bit additive
+    [B, 1, S, S] bias for backward in every such layer (not under checkpointing, which recomputes)."""
+    window = spec.sliding_window
+    if (
+        not profile.hf_quantizer_rules  # transformers' masking (masking_utils); others use flash/flex
+        or not window
+        or sc.seq_len <= window
+        or sc.attention is not Attention.SDPA
+        or sc.gradient_checkpointing is not Checkpointing.NONE
+    ):
+        return 0
+    if spec.layer_types:
+        layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
+    else:
+        layers = spec.num_hidden_layers
+    return layers * round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
 
 
 def _autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:

@@ -51,6 +51,13 @@ class FrameworkProfile:
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
     attn_output_copied: bool = False
+    # bitsandbytes 0.50 CUDA gemm_4bit runs a fused kernel without de-quantizing the weight for up
+    # to 512 tokens per micro-batch (backends/cuda/ops.py _gemm_4bit_use_custom_cuda); 0 = always
+    # de-quantizes (bnb <= 0.49, torchao NF4's weight.to(dtype))
+    qlora_fused_max_tokens: int = 0
+    # transformers >= 5 quantizes only modules whose type is exactly nn.Linear (Falcon's FalconLinear
+    # stays unquantized) and stores MoE experts as 3-D parameters, which bitsandbytes never quantizes
+    hf_quantizer_rules: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -69,6 +76,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         standard_loss="hf-upcast-in-loss",
         # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers PR #37358)
         torch_optimizer_impl="fused",
+        qlora_fused_max_tokens=512,
+        hf_quantizer_rules=True,
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
