@@ -305,15 +305,16 @@ def _as_targets(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _as_number(key: str, value: Any) -> float:
+def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
+    """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScenarioError(key, f"must be a number, got {value!r}")
+        raise ScenarioError(key, f"must be {what}, got {value!r}")
     try:
         out = float(value)
     except ValueError:
-        raise ScenarioError(key, f"must be a number, got {value!r}") from None
-    if not math.isfinite(out) or out <= 0:
-        raise ScenarioError(key, f"must be a positive number, got {value!r}")
+        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
+    if not math.isfinite(out) or out <= 0 or out > hi:
+        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
     return out
 
 
@@ -361,7 +362,7 @@ def parse_scenario(data: Any) -> Scenario:
             raise ScenarioError("lora_dropout", f"must be from 0 (inclusive) to 1 (exclusive), got {d}")
         kw["lora_dropout"] = d
     if "lora_alpha" in raw:
-        kw["lora_alpha"] = _as_number("lora_alpha", raw["lora_alpha"])
+        kw["lora_alpha"] = positive_number("lora_alpha", raw["lora_alpha"])
     else:
         kw["lora_alpha"] = 2.0 * kw.get("lora_rank", Scenario.lora_rank)
 

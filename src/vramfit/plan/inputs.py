@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.scenario import positive_number  # noqa: F401 - part of this module's validators
 
 _SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
@@ -37,16 +38,6 @@ def parse_count(key: str, value: Any, lo: int = 1, hi: int = MAX_TOKENS) -> int:
     return int(number)
 
 
-def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScenarioError(key, f"must be {what}, got {value!r}")
-    try:
-        out = float(value)
-    except ValueError:
-        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
-    if not math.isfinite(out) or out <= 0 or out > hi:
-        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
-    return out
 
 
 def fraction(key: str, value: Any, lo_open: bool) -> float:
