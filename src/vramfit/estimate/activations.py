@@ -132,7 +132,7 @@ def block_saved(
         """A norm over a (T, h) tensor whose storage is ``src_key``."""
         if layernorm or not profile.rmsnorm_upcast:
             out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
-            out.add(key + ".stats", 2 * 4 * T)
+            out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
             if not layernorm and full:
                 out.add(key + ".normed", c * T * h)
             return
