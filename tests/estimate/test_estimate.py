@@ -51,8 +51,8 @@ def test_gradient_accumulation_holds_gradients_during_forward():
 
 
 def test_sharding_divides_model_state():
-    one = estimate(model=MODEL, method="full", num_gpus=8, parallelism="ddp")
-    z3 = estimate(model=MODEL, method="full", num_gpus=8, parallelism="zero3")
+    one = estimate(model=MODEL, method="full", precision="bf16-mixed", num_gpus=8, parallelism="ddp")
+    z3 = estimate(model=MODEL, method="full", precision="bf16-mixed", num_gpus=8, parallelism="zero3")
     assert z3.component("optimizer_state") == pytest.approx(one.component("optimizer_state") / 8, rel=1e-3)
     assert z3.peak.allocated_bytes < one.peak.allocated_bytes / 3
 
@@ -141,3 +141,11 @@ def test_every_phase_breakdown_sums_to_its_peak():
         for p in r.phases:
             assert sum(dict(p.breakdown).values()) == p.allocated_bytes
         assert r.to_dict()["peak"]["breakdown"]
+
+
+def test_deepspeed_keeps_fp32_master_and_states_for_16_bit_models():
+    r = estimate(model=MODEL, method="full", precision="bf16-true", num_gpus=8, parallelism="zero2")
+    n = 6_738_415_616
+    assert r.component("master_weights") == pytest.approx(4 * n / 8, rel=1e-3)
+    assert r.component("optimizer_state") == pytest.approx(8 * n / 8, rel=1e-3)
+    assert r.component("weights") == pytest.approx(2 * n, rel=1e-3)

@@ -46,7 +46,7 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
         f"Loss: {r['loss'].detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
-        "measure yours with `vramfit measure` or override via calibration.",
+        "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
     ]
     if sc.method is not Method.FULL:
         dropout = sc.lora_dropout if sc.lora_dropout is not None else prof.lora_dropout_default

@@ -91,7 +91,10 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     p = Parts()
     n = sc.num_gpus
     shd = sharding_for(sc.parallelism, n, sc.offload)
-    ds_mixed = sc.precision.mixed and sc.parallelism in _DS
+    # DeepSpeed's ZeRO optimizer keeps an fp32 master partition (and fp32 states) whenever the model
+    # runs in 16 bits, "-true" or "-mixed" alike (deepspeed/runtime/zero/stage_1_and_2.py
+    # single_partition_of_fp32_groups; stage3.py fp32_partitioned_groups_flat)
+    ds_mixed = sc.parallelism in _DS and sc.precision is not Precision.FP32
     pb = sc.precision.param_bytes
     full = sc.method is Method.FULL
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)

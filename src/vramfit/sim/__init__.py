@@ -24,6 +24,11 @@ __all__ = ["simulate", "SimulationResult", "SimTensor"]
 def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
              progress: Progress | None = None) -> SimulationResult:
     """See :func:`vramfit.sim.engine.simulate`."""
+    import logging
+
+    # bitsandbytes warns at import that its optional CPU 4-bit kernel package is missing; the
+    # simulator never runs bitsandbytes kernels (fake tensors), so the warning is noise here
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     from vramfit.sim.engine import simulate as _simulate
 
     return _simulate(scenario, layers=layers, progress=progress)
