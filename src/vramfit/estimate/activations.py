@@ -116,11 +116,13 @@ def block_saved(
     mt = spec.model_type
     full = sc.method is Method.FULL
     out = Saved()
-    adapted = {ad.target: ad for ad in adapters if ad.per_layer}
-    n_adapters = {}
+    # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
+    adapted = {(ad.target, ad.in_features): ad for ad in adapters if ad.per_layer}
+    n_adapters: dict[tuple[str, int], int] = {}
     for ad in adapters:
         if ad.per_layer:
-            n_adapters[ad.target] = n_adapters.get(ad.target, 0) + 1
+            key = (ad.target, ad.in_features)
+            n_adapters[key] = n_adapters.get(key, 0) + 1
     dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
     q_saves = quantized and profile.qlora_saves_input
 
@@ -173,12 +175,12 @@ def block_saved(
                 out.add(f"{lin.name}.autocast_in", c * tokens * lin.in_features)
             else:
                 out.add(in_key, in_bytes * tokens * lin.in_features)
-        ad = adapted.get(lin.name)
+        ad = adapted.get((lin.name, lin.in_features))
         if ad is None:
             return
         # lit-gpt runs one dropout and one lora_A for all enabled q/k/v slices of its fused qkv linear
         shared = profile.fused_qkv_lora and lin.group == "attn" and in_key == "attn_in"
-        k = 1 if profile.fused_qkv_lora else n_adapters[lin.name]
+        k = 1 if profile.fused_qkv_lora else n_adapters[(lin.name, lin.in_features)]
         ab = dt.adapter
         x_bytes = in_bytes
         for i in range(k):
