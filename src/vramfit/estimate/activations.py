@@ -218,7 +218,7 @@ def block_saved(
     attn_names = {lin.name for lin in attn_lins}
     fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
     o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
-    eager = sc.attention is Attention.EAGER or mt == "bloom"
+    eager = runs_eager_attention(spec, sc, profile)
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
     # `transpose(1, 2).contiguous()` before o_proj copies nothing: o_proj saves the SDPA output itself.
     # Eager attention's probs @ v is [B, H, S, D]: the transpose makes a new tensor.
@@ -263,6 +263,9 @@ def block_saved(
             out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
         if spec.extra.get("attn_logit_softcapping"):
             out.add("attn.softcap_tanh", c * scores)
+    elif sdpa_math_fallback(spec, sc, profile):
+        # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
+        out.add("attn.softmax_out", 4 * b * a * s * s)
     else:
         out.add("attn.out", c * q_el)
         out.add("attn.lse", 4 * b * a * s)
@@ -307,6 +310,22 @@ def block_saved(
     return out
 
 
+def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Eager attention also when the model cannot use SDPA: BLOOM (ALiBi) and, in transformers,
+    models with attention-logit soft-capping (Gemma 2), which SDPA kernels cannot apply."""
+    if sc.attention is Attention.EAGER or spec.model_type == "bloom":
+        return True
+    return profile.hf_quantizer_rules and bool(spec.extra.get("attn_logit_softcapping"))
+
+
+def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """transformers' Falcon expands its single (or grouped) k/v head with a stride-0 view before
+    SDPA; flash and memory-efficient kernels reject it and SDPA runs its math kernel."""
+    return profile.hf_quantizer_rules and spec.model_type == "falcon" and (
+        spec.num_key_value_heads < spec.num_attention_heads
+    )
+
+
 def _norm_names(spec: ModelSpec) -> list[str]:
     return ["norm"] * _norm_count(spec)
 
@@ -335,7 +354,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
-    if sc.attention is Attention.EAGER or spec.model_type == "bloom":
+    if runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d

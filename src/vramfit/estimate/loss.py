@@ -72,11 +72,23 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         bwd = saved + 2 * 4 * per + lb * per
         return LossMemory(saved, fwd, bwd, f"chunked CE over {n} chunks (torchtune CEWithChunkedOutputLoss)")
     style = profile.standard_loss
+    cap = lb * TV if spec.extra.get("final_logit_softcapping") else 0
+    if cap:
+        # Gemma 2 soft-caps the logits: logits / cap -> tanh -> * cap; tanh keeps its output
+        base = loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
+        return LossMemory(base.saved + cap, base.forward_peak + 2 * cap, base.backward_peak + cap,
+                          base.detail + ", tanh logit soft-capping", base.held)
+    return loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
+
+
+def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: str,
+                         TV: int, lb: int, up: int) -> LossMemory:
+    """Logits and cross-entropy without soft-capping (see :func:`loss_memory`)."""
     if style == "litgpt-chunked-head":
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved
         saved = 2 * lb * TV
-        per = LITGPT_HEAD_CHUNK * V
+        per = LITGPT_HEAD_CHUNK * vocab_rows(spec)
         return LossMemory(
             saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV
         )
