@@ -91,6 +91,11 @@ MORE_FAMILIES = [
     ({"model": "Qwen/Qwen3-0.6B", "method": "full", "seq_len": 1024}, "qwen3-full"),
     ({"model": "stabilityai/stablelm-base-alpha-3b", "method": "lora", "seq_len": 1024}, "neox-lora"),
     ({"model": "google/gemma-3-1b-it", "method": "full", "seq_len": 1024}, "gemma3-full"),
+    # Adafactor's per-parameter fp32 temporaries; GQA in fp32 runs SDPA's math kernel; a sliding
+    # window shorter than the sequence makes transformers repeat k/v for every head
+    ({"model": "meta-llama/Llama-3.2-1B", "method": "full", "seq_len": 1024, "optimizer": "adafactor"}, "adafactor"),
+    ({"model": "meta-llama/Llama-3.2-1B", "method": "full", "seq_len": 1024, "precision": "fp32"}, "fp32-gqa"),
+    ({"model": "mistralai/Mistral-7B-v0.1", "method": "lora", "seq_len": 8192}, "sliding-window"),
 ]
 
 

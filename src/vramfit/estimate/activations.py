@@ -238,7 +238,13 @@ def block_saved(
         if full:
             out.add("q_norm.normed", c * q_el)
             out.add("k_norm.normed", c * kv_el)
-    expand = kv < a and (eager or profile.expands_kv_for_sdpa)
+    # transformers passes enable_gqa to SDPA only without a mask; a sliding window shorter than the
+    # sequence makes a mask, and then repeat_kv expands k and v to every head (sdpa_attention.py)
+    windowed = bool(
+        profile.hf_quantizer_rules and spec.sliding_window and not spec.layer_types
+        and sc.seq_len > spec.sliding_window
+    )
+    expand = kv < a and (eager or profile.expands_kv_for_sdpa or windowed)
     k_saved = c * (q_el if expand else kv_el)
     if fused_qkv and not expand:
         # v (and q, k without rotary) are views of the fused projection output: the whole
@@ -319,11 +325,13 @@ def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
 
 
 def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
-    """transformers' Falcon expands its single (or grouped) k/v head with a stride-0 view before
-    SDPA; flash and memory-efficient kernels reject it and SDPA runs its math kernel."""
-    return profile.hf_quantizer_rules and spec.model_type == "falcon" and (
-        spec.num_key_value_heads < spec.num_attention_heads
-    )
+    """When transformers' SDPA call can only run PyTorch's math kernel (fp32 probabilities kept):
+    Falcon expands its single (or grouped) k/v head with a stride-0 view, which flash and
+    memory-efficient kernels reject; and grouped-query attention in fp32 (`enable_gqa=True`, which
+    the memory-efficient kernel does not take, while flash takes no fp32)."""
+    if not profile.hf_quantizer_rules or spec.num_key_value_heads >= spec.num_attention_heads:
+        return False
+    return spec.model_type == "falcon" or sc.precision.compute_bytes == 4
 
 
 def _norm_names(spec: ModelSpec) -> list[str]:

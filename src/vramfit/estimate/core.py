@@ -215,7 +215,11 @@ def _optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile
     if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl == "foreach":
         return parts.optimizer_state // 2
     if sc.optimizer is Optimizer.ADAFACTOR:
-        return 3 * 4 * largest_param
+        # transformers Adafactor.step, per parameter: grad.float() and p.float() (new tensors unless
+        # already fp32), `update` and the rank-1 `_approx_sq_grad` that replaces it (both alive at
+        # the assignment), then `-update * lr`: up to four full-size fp32 tensors
+        copies = 2 + (0 if sc.precision.param_bytes == 4 else 2)
+        return copies * 4 * largest_param
     if sc.optimizer is Optimizer.ADAMW_4BIT:
         return 2 * 4 * largest_param
     return 0
