@@ -22,25 +22,18 @@ LAYERS = 3
 TOLERANCE = 0.03
 FAMILIES = ("meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-0.5B", "microsoft/Phi-3-mini-4k-instruct")
 
-QLORA_NO_AUTOCAST = (
-    "semantics, a documented choice: with -true precision (no autocast) peft.prepare_model_for_kbit_training "
-    "upcasts embeddings, norms and lm_head to fp32, so the residual stream and every Linear4bit output "
-    "(.to(input dtype)) are fp32; SDPA cannot use flash for fp32 and, with grouped-query attention, runs the "
-    "math kernel that saves [B, H, S, S] fp32 probabilities per layer. The simulator runs that literally; the "
-    "estimator models the QLoRA recipe people run (HF Trainer bf16=True, i.e. 16-bit attention under autocast) "
-    "and says so in its assumptions"
-)
 # Fixed in the estimator after this grid found them (kept here as the record):
 # - under autocast Linear4bit returns its input's dtype, so HF QLoRA's MLP intermediates are fp32;
 # - under autocast lora_A saves autocast's 16-bit copy of its input, not PEFT's fp32 cast;
 # - a sliding window shorter than the sequence makes SDPA save a [B, 1, S, S] bias per layer;
 # - bitsandbytes 0.50 de-quantizes 4-bit weights only above 512 tokens per micro-batch.
+# And one semantic choice made on both sides: HF QLoRA runs under autocast (Trainer bf16=True) even
+# with a -true precision; literally without autocast, prepare_model_for_kbit_training's fp32 norms
+# would make every activation fp32 and send grouped-query SDPA to its math kernel.
 
 
 def known_disagreement(model: str, method: str, gc: str, seq: int, precision: str) -> str | None:
-    """The disagreements that remain, with the per-tensor reason (see the module docstring)."""
-    if method == "qlora" and gc == "none" and precision.endswith("-true"):
-        return QLORA_NO_AUTOCAST
+    """The disagreements that remain, with the per-tensor reason (none at present)."""
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Attention, Method, Precision, Scenario
@@ -85,7 +85,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
         residual=res,
         norm_out=res,
         adapter=adapter_bytes(profile, scenario.precision),
-        autocast=scenario.precision.mixed,
+        autocast=runs_under_autocast(scenario, profile),
     )
 
 

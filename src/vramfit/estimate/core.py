@@ -23,7 +23,7 @@ from vramfit.estimate.constants import (
     NCCL_LL_BUFF,
     NCCL_SIMPLE_BUFF,
 )
-from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, profile_for
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, profile_for, runs_under_autocast
 from vramfit.estimate.loss import loss_memory
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
 from vramfit.estimate.state import (
@@ -257,7 +257,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
     parts.activations = blocks + extra + _sliding_window_masks(spec, sc, profile)
 
     autocast_fwd = 0
-    if sc.precision.mixed and sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) and sc.parallelism not in _DS:
+    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) and sc.parallelism not in _DS:
         autocast_fwd, parts.autocast_copies = _autocast_copies(spec, sc)
 
     loss = loss_memory(spec, sc, profile)

@@ -126,3 +126,18 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
+
+
+def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
+    """Autocast is on for ``-mixed`` precision, and for HF QLoRA in 16 bits: the recipe
+    (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs it under autocast; without
+    it the fp32 norms would make every activation fp32."""
+    from vramfit.scenario import Method
+
+    if scenario.precision.mixed:
+        return True
+    return (
+        scenario.method is Method.QLORA
+        and profile.qlora_unquantized_fp32
+        and scenario.precision.compute_bytes == 2
+    )

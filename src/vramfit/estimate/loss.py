@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from vramfit.estimate.constants import TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Loss, Method, Precision, Scenario
+from vramfit.scenario import Loss, Precision, Scenario
 
 LITGPT_HEAD_CHUNK = 128  # lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
 
@@ -31,11 +31,9 @@ def vocab_rows(spec: ModelSpec) -> int:
 
 
 def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
-    """dtype of ``lm_head``'s output: fp32 when the head runs in fp32 without autocast (fp32
-    precision, or PEFT's QLoRA preparation that casts ``lm_head`` to fp32)."""
+    """dtype of ``lm_head``'s output: fp32 for fp32 precision, else the 16-bit compute dtype (HF
+    QLoRA's fp32 ``lm_head`` runs under autocast, see :func:`runs_under_autocast`)."""
     if sc.precision is Precision.FP32:
-        return 4
-    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32 and not sc.precision.mixed:
         return 4
     return 2
 

@@ -146,7 +146,10 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
     model.train()
     vocab = int(causal_lm.get_output_embeddings().weight.shape[0])
     total, trainable = count_parameters(model)
-    autocast = compute_dtype if scenario.precision.mixed else None
+    # QLoRA runs under autocast as HF Trainer(bf16=True) does (see vramfit.sim.build.autocast_dtype_for)
+    from vramfit.sim.build import autocast_dtype_for
+
+    autocast = autocast_dtype_for(scenario, compute_dtype)
     return BuiltRun(model, causal_lm, vocab, autocast, total, trainable, notes)
 
 

@@ -166,8 +166,19 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
     if scenario.method is not Method.FULL:
         model = _apply_lora(model, scenario, assumptions)
     model.train()
-    return BuiltModel(model, causal_lm, depth, compute_dtype if precision.mixed else None, compute_dtype,
+    return BuiltModel(model, causal_lm, depth, autocast_dtype_for(scenario, compute_dtype), compute_dtype,
                       vocab, assumptions, offload_hooks)
+
+
+def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:
+    """Autocast for ``-mixed`` precision, and for QLoRA with a 16-bit compute dtype: the HF recipe
+    (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs QLoRA under autocast, which is
+    what the estimator models; without it the fp32 norms make every activation fp32."""
+    if scenario.precision.mixed:
+        return compute_dtype
+    if scenario.method is Method.QLORA and compute_dtype != torch.float32:
+        return compute_dtype
+    return None
 
 
 def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:

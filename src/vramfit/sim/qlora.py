@@ -170,9 +170,9 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
     notes = []
     if not scenario.precision.mixed and compute_dtype != torch.float32:
         notes.append(
-            "QLoRA without autocast (-true precision): the fp32 embeddings and norms left by "
-            "prepare_model_for_kbit_training make the residual stream and every layer output fp32 (Linear4bit "
-            "returns its input's dtype); use a -mixed precision for HF Trainer's bf16=True/fp16=True (autocast)."
+            "QLoRA runs under autocast in the compute dtype, as HF Trainer's bf16=True/fp16=True does: "
+            "without it the fp32 embeddings and norms left by prepare_model_for_kbit_training would make "
+            "every activation fp32 (Linear4bit returns its input's dtype)."
         )
     experts = sorted({name.rsplit(".", 1)[-1] for name, p in model.named_parameters() if p.dim() == 3})
     if experts:
