@@ -96,10 +96,6 @@ def mlp_width(spec: ModelSpec) -> int:
     return spec.moe_intermediate_size or spec.intermediate_size
 
 
-def _linear_needs(lin: Linear, trainable_base: bool, quantized_saves: bool) -> bool:
-    return trainable_base or quantized_saves
-
-
 def block_saved(
     spec: ModelSpec,
     sc: Scenario,
@@ -156,7 +152,7 @@ def block_saved(
     parallel = mt in ("phi", "falcon", "gpt_neox") or (mt == "stablelm" and spec.parallel_attn_mlp)
     norm("norm1", "block_in", dt.residual)
     if parallel:
-        if mt not in _PARALLEL_ONE_NORM and not (mt == "falcon" and len(_norm_names(spec)) == 1):
+        if mt not in _PARALLEL_ONE_NORM and not (mt == "falcon" and _norm_count(spec) == 1):
             norm("norm2", "block_in", dt.residual)
         mlp_in_key = "attn_in" if mt in _PARALLEL_ONE_NORM or _norm_count(spec) == 1 else "mlp_in"
     else:
@@ -332,10 +328,6 @@ def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     if not profile.hf_quantizer_rules or spec.num_key_value_heads >= spec.num_attention_heads:
         return False
     return spec.model_type == "falcon" or sc.precision.compute_bytes == 4
-
-
-def _norm_names(spec: ModelSpec) -> list[str]:
-    return ["norm"] * _norm_count(spec)
 
 
 def _norm_count(spec: ModelSpec) -> int:
