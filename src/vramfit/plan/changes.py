@@ -16,6 +16,7 @@ from typing import Any
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
@@ -127,13 +128,7 @@ def _largest(lo: int, hi: int, ok) -> int | None:
     """Largest integer in [lo, hi] with ok(x) (ok monotone: true then false), or None."""
     if hi < lo or not ok(lo):
         return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return bisect_largest(lo, hi, ok)
 
 
 def _micro_batch(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:

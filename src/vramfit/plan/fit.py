@@ -70,14 +70,18 @@ def _largest(ok, start: int, hi: int) -> int | None:
     top = min(x, hi + 1)  # first known failure (or past hi)
     if lo == hi or top == lo + 1:
         return lo
-    a, b = lo, top - 1
-    while a < b:
-        mid = (a + b + 1) // 2
+    return bisect_largest(lo, top - 1, ok)
+
+
+def bisect_largest(lo: int, hi: int, ok) -> int:
+    """Largest x in [lo, hi] with ok(x), given ok(lo) and ok monotone (true, then false)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
         if ok(mid):
-            a = mid
+            lo = mid
         else:
-            b = mid - 1
-    return a
+            hi = mid - 1
+    return lo
 
 
 def fit(

@@ -26,17 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
-
-
-@dataclass(frozen=True)
-class Constant:
-    value: float
-    unit: str
-    source: str
-    note: str = ""
-
 
 MFU_DEFAULT = Constant(
     0.40,
