@@ -305,16 +305,33 @@ def _as_targets(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
-    """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
+def finite_number(key: str, value: Any, what: str = "a number") -> float:
+    """A finite float from a number or a numeric string (never a bool), else ScenarioError."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ScenarioError(key, f"must be {what}, got {value!r}")
     try:
         out = float(value)
     except ValueError:
         raise ScenarioError(key, f"must be {what}, got {value!r}") from None
-    if not math.isfinite(out) or out <= 0 or out > hi:
+    if not math.isfinite(out):
+        raise ScenarioError(key, f"must be {what}, got {value!r}")
+    return out
+
+
+def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
+    """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
+    out = finite_number(key, value, what)
+    if out <= 0 or out > hi:
         raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
+    return out
+
+
+def fraction(key: str, value: Any, lo_open: bool) -> float:
+    """A number in (0, 1] (``lo_open``) or [0, 1)."""
+    out = finite_number(key, value)
+    if not ((0 < out <= 1) if lo_open else (0 <= out < 1)):
+        rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
+        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
     return out
 
 
@@ -351,16 +368,7 @@ def parse_scenario(data: Any) -> Scenario:
     if "lora_targets" in raw:
         kw["lora_targets"] = _as_targets(raw["lora_targets"])
     if "lora_dropout" in raw:
-        d = raw["lora_dropout"]
-        if isinstance(d, bool) or not isinstance(d, (int, float, str)):
-            raise ScenarioError("lora_dropout", f"must be a number from 0 to 1, got {d!r}")
-        try:
-            d = float(d)
-        except ValueError:
-            raise ScenarioError("lora_dropout", f"must be a number from 0 to 1, got {d!r}") from None
-        if not (0.0 <= d < 1.0):
-            raise ScenarioError("lora_dropout", f"must be from 0 (inclusive) to 1 (exclusive), got {d}")
-        kw["lora_dropout"] = d
+        kw["lora_dropout"] = fraction("lora_dropout", raw["lora_dropout"], lo_open=False)
     if "lora_alpha" in raw:
         kw["lora_alpha"] = positive_number("lora_alpha", raw["lora_alpha"])
     else:

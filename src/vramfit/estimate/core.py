@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from vramfit.estimate import activations as act
 from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
 from vramfit.estimate.constants import (
+    BNB_4BIT_BLOCK,
     CUBLAS_WORKSPACE,
     CUBLAS_WORKSPACE_HOPPER,
     CUBLASLT_WORKSPACE,
@@ -233,6 +234,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
 
     # workspaces: cuBLAS + cuBLASLt, allocated through the caching allocator (CublasHandlePool.cpp)
+    # sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); catalog ids name them
     hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
     # one set for the forward thread and one for autograd's backward thread: cuBLAS workspaces are
     # per thread since pytorch/pytorch PR #180283
@@ -275,7 +277,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> dict:
         biggest_q = max(lin.in_features * lin.out_features for lin in spec.block_linears)
         if profile.qlora_quantizes_lm_head:
             biggest_q = max(biggest_q, spec.lm_head_params or spec.embedding_params)
-        dequant = sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // 64))
+        dequant = sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
 
     comm = _comm_buffers(spec, sc, profile, parts)
     parts.comm_buffers = comm

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vramfit.errors import ScenarioError
-from vramfit.scenario import positive_number  # noqa: F401 - part of this module's validators
+from vramfit.scenario import fraction, positive_number  # noqa: F401 - part of this module's validators
 
 _SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
@@ -40,19 +40,6 @@ def parse_count(key: str, value: Any, lo: int = 1, hi: int = MAX_TOKENS) -> int:
 
 
 
-def fraction(key: str, value: Any, lo_open: bool) -> float:
-    """A number in (0, 1] (``lo_open``) or [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScenarioError(key, f"must be a number, got {value!r}")
-    try:
-        out = float(value)
-    except ValueError:
-        raise ScenarioError(key, f"must be a number, got {value!r}") from None
-    ok = (0 < out <= 1) if lo_open else (0 <= out < 1)
-    if not math.isfinite(out) or not ok:
-        rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
-        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
-    return out
 
 
 def gpu_id_list(value: str | Iterable[str] | None) -> list[str] | None:
