@@ -2,7 +2,6 @@
 stated reason (see regen.py)."""
 
 import json
-
 import sys
 from pathlib import Path
 
