@@ -29,7 +29,7 @@ HF_OPTIMIZER_NAMES: dict[str, str] = {
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
-DS_NOT_MODELLED = "DeepSpeed bucket, prefetch and persistence sizes: vramfit models the stage and offload only"
+DS_NOT_MODELLED = "bucket/prefetch/persistence sizes (vramfit models the ZeRO stage and offload only)"
 DS_IGNORED = [
     ("train_batch_size", "filled in by the trainer ('auto')"),
     ("train_micro_batch_size_per_gpu", "filled in by the trainer ('auto')"),
@@ -38,6 +38,8 @@ DS_IGNORED = [
     ("scheduler.*", "learning-rate schedule: no memory effect"), ("optimizer.params.*", "optimizer hyperparameters"),
     ("bf16.*", "precision comes from the training config"), ("fp16.*", "precision comes from the training config"),
     ("zero_allow_untested_optimizer", "a permission flag"), ("zero_force_ds_cpu_optimizer", "a permission flag"),
+    ("zero_optimization.*.pin_memory", "pinned host memory: no GPU memory effect"),
+    ("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoint saving"),
     ("flops_profiler.*", "logging"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
 ]
 
@@ -81,8 +83,10 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
         if str(typ).lower() not in ("adam", "adamw"):
             raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
         ds.set("optimizer.type", "optimizer", "adamw")
+    for pattern, reason in DS_IGNORED:
+        ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
-    ds.close(DS_IGNORED)
+    ds.close([])
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"
     return ds.out, list(ds.entries.values())
