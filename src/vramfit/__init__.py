@@ -7,6 +7,7 @@ from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import estimate
 from vramfit.estimate.result import Component, EstimateResult, Peak
 from vramfit.scenario import Scenario, load_scenario_file, parse_scenario
+from vramfit.config_import import from_config  # noqa: E402,I001 - training configs as scenarios
 
 __version__ = "0.1.0"
 
@@ -15,6 +16,7 @@ __all__ = [
     "Scenario",
     "parse_scenario",
     "load_scenario_file",
+    "from_config",
     "EstimateResult",
     "Component",
     "Peak",

@@ -41,9 +41,9 @@ def scores(data: dict[str, Any]) -> dict[str, int]:
 
 def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
     """The dialect named (checked against the file) or the one the keys point to; else one clear error."""
-    kind = next((what for key, what in COMPANIONS.items() if key in data), None)
     s = scores(data)
     best = max(s, key=lambda d: s[d])
+    kind = next((what for key, what in COMPANIONS.items() if key in data), None) if s[best] == 0 else None
     if dialect is not None:
         name = dialect.strip().lower().replace("-", "").replace("_", "")
         name = {"transformers": "trl", "hf": "trl", "llamafactory": "llamafactory"}.get(name, name)

@@ -35,7 +35,7 @@ IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "che
 
 
 def read(path: Path, data: dict[str, Any]) -> Imported:
-    lora = any(k.startswith("lora_") for k in data)
+    lora = any(k.startswith("lora_") for k in data) or "quantize" in data  # only finetune_lora takes quantize
     src = LORA_SRC if lora else FULL_SRC
     r = KeyReader(path, "litgpt", data, src)
     ckpt = r.get("checkpoint_dir")
