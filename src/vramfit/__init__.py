@@ -3,11 +3,11 @@
 Light core: importing vramfit needs no torch. ``vramfit.estimate(...)`` is instant.
 """
 
+from vramfit.config_import import from_config
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import estimate
 from vramfit.estimate.result import Component, EstimateResult, Peak
 from vramfit.scenario import Scenario, load_scenario_file, parse_scenario
-from vramfit.config_import import from_config  # noqa: E402,I001 - training configs as scenarios
 
 __version__ = "0.1.0"
 

@@ -97,7 +97,7 @@ def test_dialect_is_detected_and_framework_follows():
 def test_defaults_are_reported_with_their_pinned_source():
     imp = from_config(FIX / "llamafactory_qlora.yaml")
     d = {e.key: e for e in imp.entries if e.kind == "default"}
-    assert d["cutoff_len"].value == 2048 and "LLaMA-Factory@072bfe2" in d["cutoff_len"].note
+    assert d["cutoff_len"].value == 2048 and "LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/data_args.py" in d["cutoff_len"].note
     assert d["lora_rank"].value == 8 and "finetuning_args.py" in d["lora_rank"].note
     assert any("default  cutoff_len: 2048 → seq_len=2048" in line for line in imp.lines())
 
@@ -158,8 +158,8 @@ def test_wrong_dialect_unknown_and_contradictory_keys(tmp_path):
     assert "does not look like a torchtune config" in _err(FIX / "axolotl_qlora.yml", dialect="torchtune")
     assert "--dialect 'megatron' is unknown" in _err(FIX / "axolotl_qlora.yml", dialect="megatron")
     p = tmp_path / "a.yml"
-    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nlora_rnak: 8\n")
-    assert "unknown axolotl key 'lora_rnak'" in _err(p)
+    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nmicro_bach_size: 8\n")
+    assert "unknown axolotl key 'micro_bach_size'" in _err(p)
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nbf16: true\nfp16: true\n")
     assert "bf16 and fp16 are both on" in _err(p)
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: zero9.json\n")

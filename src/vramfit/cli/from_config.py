@@ -44,7 +44,7 @@ def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, A
     imp = _CURRENT.get()
     if imp is None:
         raise ScenarioError("write-to", "needs --from FILE (the config to write the change into)")
-    changes = {**getattr(imp, "flags", {}), **changes}
+    changes = {**imp.flags, **changes}
     changes = {k: v for k, v in changes.items() if k in imp.write_keys or k not in ("gpu", "model", "params")}
     changes.pop("gpu", None)
     if not changes:

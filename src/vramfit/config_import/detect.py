@@ -41,6 +41,9 @@ def scores(data: dict[str, Any]) -> dict[str, int]:
 
 def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
     """The dialect named (checked against the file) or the one the keys point to; else one clear error."""
+    if "model_class" in data or "dist_config" in data or "peft_config" in data:
+        raise fail(path, "is a LLaMA-Factory v1 config (model_class/peft_config/dist_config), which vramfit "
+                         "does not read yet; use the v0 format (finetuning_type, lora_rank, deepspeed)")
     s = scores(data)
     best = max(s, key=lambda d: s[d])
     kind = next((what for key, what in COMPANIONS.items() if key in data), None) if s[best] == 0 else None

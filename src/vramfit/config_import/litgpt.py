@@ -7,9 +7,9 @@ from typing import Any
 
 from vramfit.config_import.report import Imported, KeyReader
 
-_R = "Lightning-AI/litgpt@c16c72c"
+_R = "Lightning-AI/litgpt@2685705"
 LORA_SRC = f"{_R} litgpt/finetune/lora.py (setup defaults)"
-FULL_SRC = "Lightning-AI/litgpt@29ece59 litgpt/finetune/full.py (setup defaults)"
+FULL_SRC = f"{_R} litgpt/finetune/full.py (setup defaults)"
 
 QUANTIZE = {"bnb.nf4": "nf4", "bnb.nf4-dq": "nf4-dq", "bnb.fp4": "fp4", "bnb.fp4-dq": "fp4-dq", "bnb.int8-training": "int8"}
 PRECISION = {"bf16-true": "bf16-true", "bf16-mixed": "bf16-mixed", "16-mixed": "fp16-mixed", "16-true": "fp16-true",
@@ -31,7 +31,8 @@ IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "che
            ("train.max_tokens", "schedule"), ("train.max_steps", "schedule"), ("train.tie_embeddings", "model detail"),
            ("train.max_norm", "no memory effect"), ("train.min_lr", "schedule"), ("eval.*", "evaluation"),
            ("optimizer.init_args.*", "optimizer hyperparameters"), ("logger_name", "logging"), ("seed", "randomness"),
-           ("access_token", "download"), ("num_nodes", "read with devices")]
+           ("access_token", "download"), ("num_nodes", "read with devices"), ("resume", "checkpoint resume"),
+           ("log.*", "logging")]
 
 
 def read(path: Path, data: dict[str, Any]) -> Imported:
@@ -78,7 +79,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if quant and devices > 1:
         raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
     r.set("devices", "num_gpus", devices)
-    # more than one device: FSDP full shard with activation checkpointing of every Block (setup() in lora.py)
+    # more than one device: FSDP full shard with activation checkpointing of every Block
+    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy)
     r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
     r.set("devices", "gradient_checkpointing", "full" if devices > 1 else "none")
     r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing="full" if devices > 1 else "none")

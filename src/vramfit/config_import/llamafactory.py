@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
 
-_R = "hiyouga/LLaMA-Factory"
-FT_SRC = f"{_R}@f9ced61 src/llamafactory/hparams/finetuning_args.py"
-DATA_SRC = f"{_R}@072bfe2 src/llamafactory/hparams/data_args.py"
-MODEL_SRC = f"{_R}@cc22c04 src/llamafactory/hparams/model_args.py"
+_R = "hiyouga/LLaMA-Factory@ff6d4d1"
+FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
+DATA_SRC = f"{_R} src/llamafactory/hparams/data_args.py"
+MODEL_SRC = f"{_R} src/llamafactory/hparams/model_args.py"
 ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
 SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
 
@@ -33,7 +34,26 @@ IGNORED = [
     ("pref_loss", "loss choice of a preference stage"), ("adapter_name_or_path", "path"), ("export_*", "export"),
     ("tf32", "matmul precision: no memory effect"), ("hub_*", "upload"), ("push_to_hub", "upload"),
     ("train_on_prompt", "which tokens carry loss"), ("streaming", "data loading"), ("buffer_size", "data loading"),
+    ("infer_backend", "inference"), ("do_predict", "inference"), ("predict_with_generate", "inference"),
+    ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"), ("adam_beta*", "optimizer hyperparameter"),
+    ("ray_*", "launcher"), ("use_dft_loss", "loss weighting: no memory effect"), ("use_eaft_loss", "loss weighting"),
+    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
+    ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
 ]
+
+#: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
+NOT_MODELLED = {
+    "use_v1_kernels": "LLaMA-Factory's v1 fused kernels", "use_kt": "KTransformers CPU experts",
+    "kt_*": "KTransformers CPU experts", "tensor_model_parallel_size": "Megatron parallelism",
+    "pipeline_model_parallel_size": "Megatron parallelism", "expert_model_parallel_size": "Megatron parallelism",
+    "sequence_parallel": "Megatron parallelism", "use_distributed_optimizer": "Megatron parallelism",
+    "overlap_*": "Megatron parallelism", "bias_activation_fusion": "Megatron kernels", "apply_rope_fusion": "Megatron kernels",
+    "moe_*": "Megatron MoE", "recompute_granularity": "Megatron recompute", "context_parallel_size": "context parallelism",
+    "use_packed_sequences": "Megatron packing", "mixture_of_depths": "mixture of depths", "pissa_*": "PiSSA",
+    "fp8": "FP8 training", "fp8_*": "FP8 training", "freeze_vision_tower": "multimodal freezing",
+    "freeze_multi_modal_projector": "multimodal freezing", "freeze_language_model": "multimodal freezing",
+    "mixed_precision": "Megatron precision", "moe_aux_loss_coef": "MoE auxiliary loss",
+}
 
 _ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
 
@@ -109,7 +129,7 @@ def _step(r: KeyReader) -> None:
     r.set("enable_liger_kernel", "loss", "fused" if liger else "standard")
     for k in ("use_unsloth", "use_unsloth_gc"):
         r.not_modelled(k, "Unsloth kernels: vramfit estimates the plain transformers + PEFT step")
-    for k in ("use_galore", "use_apollo", "use_badam", "use_muon"):
+    for k in ("use_galore", "use_apollo", "use_badam", "use_muon", "use_adam_mini"):
         if r.flat.get(k):
             raise r.error(f"{k}: this optimizer is not modelled yet; turn it off or pass --optimizer")
         r.ignore(k, "off")
@@ -126,8 +146,19 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         _adapter(r)
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
+    for pattern, what in NOT_MODELLED.items():
+        for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
+            r.not_modelled(k, what)
     extra, companions = [], ()
-    ds = r.get("deepspeed")
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    if ds and fsdp:
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if fsdp:
+        layout = hf.fsdp_layout(r, "fsdp", fsdp, r.sub("fsdp_config"))
+        hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), layout)
+        r.set("fsdp", "parallelism", layout["parallelism"])
+        r.out.update(layout)
+        hf.launcher_gpus(r)
     if ds:
         p = hf.resolve_path(r, "deepspeed", ds)
         out, extra = hf.read_deepspeed(r, "deepspeed", p)

@@ -26,11 +26,11 @@ class Entry:
 
     def line(self) -> str:
         val = "" if self.value is MISSING else f": {_short(self.value)}"
-        to = f" → {', '.join(self.becomes)}" if self.becomes else " (no effect on its own)"
+        to = f" → {', '.join(self.becomes)}" if self.becomes else ""
         if self.kind == "default":
-            return f"default  {self.key}{val}{to}  [{self.note}]"
+            return f"default  {self.key}{val}{to or ' (no effect on its own)'}  [{self.note}]"
         if self.kind == "read":
-            return f"read     {self.key}{val}{to}"
+            return f"read     {self.key}{val}{to or (f' ({self.note})' if self.note else ' (no effect on its own)')}"
         if self.kind == "ignored":
             return f"ignored  {self.key} ({self.note})"
         return f"not modelled yet: {self.key}{val}: {self.note}"
@@ -52,6 +52,7 @@ class Imported:
     defaults_source: str  # the dialect's defaults: project, file and pinned version
     write_keys: dict[str, str] = field(default_factory=dict)  # scenario key -> dotted key in the file
     companions: tuple[Path, ...] = ()  # DeepSpeed / accelerate / PEFT / bitsandbytes files read too
+    flags: dict[str, Any] = field(default_factory=dict)  # CLI flags given on top (written back with a change)
 
     @property
     def scenario(self) -> Scenario:
@@ -94,7 +95,7 @@ class KeyReader:
 
     def get(self, key: str, default: Any = MISSING, source: str | None = None) -> Any:
         """The key's value (recorded as read), else its default (recorded with its source), else None."""
-        if key in self.flat:
+        if key in self.flat and (self.flat[key] is not None or default is MISSING):
             self.entries[key] = Entry("read", key, self.flat[key])
             return self.flat[key]
         if default is not MISSING:
@@ -142,8 +143,8 @@ class KeyReader:
         out = {k: (v.value if hasattr(v, "value") else v) for k, v in self.out.items()}
         entries = list(self.entries.values()) + list(extra or [])
         imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions)
-        try:
-            imp.scenario  # noqa: B018 - validate once, here, so the error names the file
+        try:  # validate once, here, so the error names the file (a model may still come from --model)
+            parse_scenario(out if out.get("model") or out.get("params") else {**out, "model": "placeholder"})
         except ValueError as exc:
             raise self.error(f"gives an invalid scenario: {exc}") from None
         return imp

@@ -9,8 +9,8 @@ from typing import Any
 
 from vramfit.config_import.report import Imported, KeyReader
 
-_R = "pytorch/torchtune"
-SOURCE = f"{_R}@0e906b8 recipes/lora_finetune_single_device.py; {_R}@56bfafa recipes/full_finetune_single_device.py"
+_R = "pytorch/torchtune@bd2a0fc"
+SOURCE = f"{_R} recipes/lora_finetune_single_device.py, recipes/full_finetune_single_device.py"
 
 #: torchtune model builder (after the lora_/qlora_ prefix) -> Hugging Face id in vramfit's catalog.
 BUILDERS: dict[str, str] = {
@@ -24,6 +24,8 @@ BUILDERS: dict[str, str] = {
     "phi3_mini": "microsoft/Phi-3-mini-4k-instruct", "phi4_14b": "microsoft/phi-4",
     **{f"qwen2_5_{s}": f"Qwen/Qwen2.5-{s.replace('_', '.').upper()}" for s in
        ("0_5b", "1_5b", "3b", "7b", "14b", "32b", "72b")},
+    "llama3_3_70b": "meta-llama/Llama-3.3-70B-Instruct",
+    **{f"qwen2_{s}": f"Qwen/Qwen2-{s.replace('_', '.').upper()}" for s in ("0_5b", "1_5b", "7b")},
     **{f"qwen3_{s}": f"Qwen/Qwen3-{s.replace('_', '.').upper()}" for s in ("0_6b", "1_7b", "4b", "8b", "14b", "32b")},
 }
 
@@ -50,7 +52,17 @@ IGNORED = [("output_dir", "path"), ("tokenizer._component_", "tokenizer"), ("tok
            ("metric_logger.*", "logging"), ("log_*", "logging"), ("profiler.*", "profiling"), ("optimizer.*",
            "optimizer hyperparameters"), ("collate_fn", "data"), ("cudnn_deterministic_mode", "determinism"),
            ("fsdp_cpu_offload", "read with the FSDP keys"), ("custom_sharded_layers", "FSDP wrapping detail"),
-           ("run_val_every_n_steps", "evaluation"), ("dataset_val.*", "evaluation"), ("output_dir", "path")]
+           ("run_val_every_n_steps", "evaluation"), ("dataset_val.*", "evaluation"), ("batch_size_val", "evaluation"),
+           ("low_cpu_ram", "loading"), ("name", "label"), ("memory_efficient_fsdp_wrap", "FSDP wrapping detail"),
+           ("enable_async_checkpointing", "checkpoint saving"), ("save_every_n_steps", "checkpoint saving"),
+           ("keep_last_n_checkpoints", "checkpoint saving")]
+
+#: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
+NOT_MODELLED = {"quantizer": "quantization-aware training / quantization", "teacher_model": "knowledge distillation "
+                "(a second, frozen model)", "teacher_checkpointer": "knowledge distillation", "kd_loss": "knowledge distillation",
+                "kd_ratio": "knowledge distillation", "tensor_parallel_plan": "tensor parallelism",
+                "ac_mode": "every-k-layers activation checkpointing", "ac_option": "every-k-layers activation checkpointing",
+                "fsdp": "FSDP options given as a mapping"}
 
 
 def _model(r: KeyReader) -> tuple[str, str]:
@@ -58,11 +70,12 @@ def _model(r: KeyReader) -> tuple[str, str]:
     if not comp:
         raise r.error("model._component_ is required (a torchtune model builder)")
     name = str(comp).rsplit(".", 1)[-1]
-    m = re.fullmatch(r"(lora_|qlora_)?(.+)", name)
+    m = re.fullmatch(r"(lora_|qlora_)?(.+?)(_instruct|_base)?", name)
     prefix, base = m.group(1) or "", m.group(2)
-    if base not in BUILDERS:
-        raise r.error(f"model builder '{name}' has no catalog model in vramfit (known: {', '.join(sorted(BUILDERS))})")
-    r.set("model._component_", "model", BUILDERS[base])
+    if base in BUILDERS:
+        r.set("model._component_", "model", BUILDERS[base])
+    else:
+        r.entries["model._component_"].note = f"builder {base}: no Hugging Face id in vramfit's table; pass --model"
     quant = prefix == "qlora_" or bool(r.get("model.quantize_base"))
     method = "qlora" if quant else "lora" if prefix else "full"
     r.set("model._component_", "method", method)
@@ -98,7 +111,7 @@ def _step(r: KeyReader) -> None:
     for key, skey in (("batch_size", "micro_batch_size"), ("gradient_accumulation_steps", "grad_accum")):
         v = r.get(key)
         if v is None:
-            raise r.error(f"{key} is required by the torchtune recipes")
+            raise r.error(f"{key} is required by the torchtune fine-tuning recipes (an evaluation or generation config?)")
         r.set(key, skey, v)
     seq = r.get("tokenizer.max_seq_len")
     if seq is None:
@@ -110,7 +123,9 @@ def _step(r: KeyReader) -> None:
         r.set("seq_len", "seq_len", seq)
     else:
         r.set("tokenizer.max_seq_len", "seq_len", seq)
-    dtype = r.get("dtype", "bf16", SOURCE)
+    dtype = r.get("dtype")
+    if dtype is None:
+        raise r.error("dtype is required by the torchtune recipes (bf16 or fp32)")
     if dtype not in ("bf16", "fp32"):
         raise r.error(f"dtype '{dtype}' is not supported by torchtune (valid values: bf16, fp32)")
     r.set("dtype", "precision", "bf16-true" if dtype == "bf16" else "fp32")
@@ -147,6 +162,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         from vramfit.config_import.hf_common import launcher_gpus
 
         launcher_gpus(r)
+    for key, what in NOT_MODELLED.items():
+        r.not_modelled(key, what)
     for k in ("tensor_parallel_dim", "data_parallel_shard_dim", "data_parallel_replicate_dim", "context_parallel_dim"):
         r.not_modelled(k, "tensor/context/hybrid parallel layouts")
     r.out["framework"] = "torchtune"
