@@ -67,7 +67,9 @@ IGNORED = [
     ("low_cpu_mem_usage", "loading"), ("accelerator_config.*", "launcher"), ("ddp", "launcher"),
     ("evaluation_strategy", "evaluation"), ("do_causal_lm_eval", "evaluation"), ("rl_beta", "loss weight of the rl stage"),
     ("kto_*", "loss weight of the rl stage"), ("orpo_alpha", "loss weight of the rl stage"), ("dpo_*", "loss weight of the rl stage"),
-    ("lora_on_cpu", "loading"), ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
+    ("lora_on_cpu", "loading"), ("use_ray", "launcher"), ("ray_*", "launcher"),
+    ("center_rewards_coefficient", "loss weight of the rl stage"), ("simpo_gamma", "loss weight of the rl stage"),
+    ("cpo_alpha", "loss weight of the rl stage"), ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
 ]
 
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.

@@ -48,6 +48,7 @@ def _bnb(r: KeyReader) -> dict[str, Any]:
 
 def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
+    r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
     if int(r.get("num_machines", 1, "accelerate default")) > 1:
         raise r.error("num_machines > 1: multi-node layouts are not modelled yet")
     kind = str(r.get("distributed_type", "NO", "accelerate default")).upper()
@@ -65,7 +66,11 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     elif kind == "FSDP":
         out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config")))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
-    elif kind in ("MULTI_GPU", "NO"):
+    elif kind == "NO":  # accelerate starts one process whatever num_processes says
+        out.update(num_gpus=1, parallelism="none")
+        if "num_processes" in r.entries:
+            r.entries["num_processes"].becomes = ["num_gpus=1 (distributed_type NO runs one process)"]
+    elif kind == "MULTI_GPU":
         out["parallelism"] = "ddp" if out["num_gpus"] > 1 else "none"
     else:
         raise r.error(f"distributed_type '{kind}' is not modelled yet (valid values: NO, MULTI_GPU, DEEPSPEED, FSDP)")

@@ -40,7 +40,10 @@ DS_IGNORED = [
     ("zero_allow_untested_optimizer", "a permission flag"), ("zero_force_ds_cpu_optimizer", "a permission flag"),
     ("zero_optimization.*.pin_memory", "pinned host memory: no GPU memory effect"),
     ("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoint saving"),
-    ("flops_profiler.*", "logging"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
+    ("flops_profiler.*", "logging"), ("comms_config.*", "logging"), ("monitor_config.*", "logging"), ("csv_monitor.*", "logging"),
+    ("activation_checkpointing.*", "DeepSpeed's own checkpointing API: unused by the HF Trainer"),
+    ("communication_data_type", "collective dtype"), ("prescale_gradients", "no memory effect"),
+    ("gradient_predivide_factor", "no memory effect"), ("amp.*", "precision comes from the training config"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
 ]
 
 
@@ -71,11 +74,15 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
-    if par_dev not in ("none", None) and opt_dev in ("none", None):
-        raise fail(path, "offload_param without offload_optimizer is not a layout vramfit models; offload both")
+    params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
+    if params_only:  # optimizer state stays on the GPU; vramfit has no params-only layout
+        par_dev = "none"
     offload = "optimizer+params" if par_dev not in ("none", None) else "optimizer" if opt_dev not in ("none", None) else "none"
     ds.set("zero_optimization.offload_param.device", "offload", offload)
     ds.set("zero_optimization.offload_optimizer.device", "offload", offload)
+    if params_only:
+        ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
+        ds.not_modelled("zero_optimization.offload_param", "parameter-only offload: counted as no offload (an upper bound)")
     if "nvme" in (opt_dev, par_dev):
         ds.not_modelled("zero_optimization.offload_optimizer.nvme_path", "NVMe offload is counted as CPU offload")
     typ = ds.get("optimizer.type")
@@ -86,6 +93,8 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
     for pattern, reason in DS_IGNORED:
         ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
+    ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
+    ds.not_modelled("aio", "NVMe offload I/O")
     ds.close([])
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"

@@ -38,7 +38,9 @@ IGNORED = [
     ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"), ("adam_beta*", "optimizer hyperparameter"),
     ("ray_*", "launcher"), ("use_dft_loss", "loss weighting: no memory effect"), ("use_eaft_loss", "loss weighting"),
     ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
-    ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
+    ("use_asft_loss", "loss weighting"), ("asft_*", "loss weighting"), ("use_reentrant_gc", "recompute style"),
+    ("gradient_checkpointing", "LLaMA-Factory turns checkpointing on unless disable_gradient_checkpointing"),
+    ("gradient_checkpointing_kwargs.*", "recompute style"), ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
 ]
 
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
