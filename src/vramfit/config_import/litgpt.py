@@ -68,8 +68,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         if not targets:
             raise r.error("every lora_* switch is off: LoRA would train nothing")
         r.out["lora_targets"] = targets
-        for k in SWITCHES:
-            r.set(k, "lora_targets", targets)
+        for k, mods in SWITCHES.items():
+            if r.entries[k].value:
+                r.entries[k].becomes = [f"lora_targets+={','.join(mods)}"]
     devices = r.get("devices", 1, src)
     if int(r.get("num_nodes", 1, src)) > 1:
         raise r.error("num_nodes > 1: multi-node layouts are not modelled yet")
@@ -90,13 +91,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         raise r.error(f"train.global_batch_size {gbs} is not a multiple of micro_batch_size × devices ({mb * devices})")
     r.set("train.micro_batch_size", "micro_batch_size", mb)
     r.set("train.global_batch_size", "grad_accum", gbs // (mb * devices))
-    seq = r.get("train.max_seq_length")
-    if seq is None:
-        r.entries.pop("train.max_seq_length", None)
-        seq = r.get("seq_len", 2048, "vramfit default: litgpt trains to the longest sample; set train.max_seq_length")
-        r.set("seq_len", "seq_len", seq)
-    else:
-        r.set("train.max_seq_length", "seq_len", seq)
+    seq = r.get("train.max_seq_length", 2048, "vramfit's default: unset, litgpt trains to the longest sample")
+    r.set("train.max_seq_length", "seq_len", seq)
     opt = r.get("optimizer.class_path") or r.get("optimizer", "AdamW", src)
     if str(opt).lower() not in OPTIMIZERS:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: AdamW, SGD, bitsandbytes AdamW variants)")

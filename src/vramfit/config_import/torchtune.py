@@ -113,16 +113,10 @@ def _step(r: KeyReader) -> None:
         if v is None:
             raise r.error(f"{key} is required by the torchtune fine-tuning recipes (an evaluation or generation config?)")
         r.set(key, skey, v)
-    seq = r.get("tokenizer.max_seq_len")
-    if seq is None:
-        if r.flat.get("dataset.packed"):
-            raise r.error("dataset.packed: true needs tokenizer.max_seq_len")
-        r.entries.pop("tokenizer.max_seq_len", None)  # a null in the file: no cap
-        seq = r.get("seq_len", 2048, "vramfit default: torchtune pads each batch to its longest sample; "
-                                       "set tokenizer.max_seq_len or --seq-len")
-        r.set("seq_len", "seq_len", seq)
-    else:
-        r.set("tokenizer.max_seq_len", "seq_len", seq)
+    if r.flat.get("dataset.packed") and r.flat.get("tokenizer.max_seq_len") is None:
+        raise r.error("dataset.packed: true needs tokenizer.max_seq_len")
+    seq = r.get("tokenizer.max_seq_len", 2048, "vramfit's default: unset, torchtune pads each batch to its longest sample")
+    r.set("tokenizer.max_seq_len", "seq_len", seq)
     dtype = r.get("dtype")
     if dtype is None:
         raise r.error("dtype is required by the torchtune recipes (bf16 or fp32)")

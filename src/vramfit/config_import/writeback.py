@@ -101,7 +101,10 @@ def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool,
 
 def rewrite(imp: Imported, values: dict[str, Any]) -> str:
     """The source file's text with ``values`` (dotted file keys) set; every other line unchanged."""
-    from ruamel.yaml import YAML
+    try:
+        from ruamel.yaml import YAML
+    except ModuleNotFoundError:
+        raise fail(imp.path, "writing a config back needs ruamel.yaml: pip install 'vramfit[import]'") from None
 
     text = read_text(imp.path)
     tree = YAML(typ="rt").load(text)
