@@ -43,8 +43,11 @@ def test_companion_files_and_dialect_on_sweep():
 def test_bad_files_exit_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("base_model: x\nbase_model: y\n")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)))
     cases = [("--from", bad), ("--from", FIX / "axolotl_qlora.yml", "--dialect", "litgpt"),
-             ("--from", FIX / "ds_z3_offload.json"), ("--from", tmp_path / "missing.yaml"), ("--dialect", "trl")]
+             ("--from", FIX / "ds_z3_offload.json"), ("--from", tmp_path / "missing.yaml"), ("--dialect", "trl"), ("--from", bomb)]
     for case in cases:
         r = run("estimate", *case)
         assert r.exit_code == 2, (case, r.output)

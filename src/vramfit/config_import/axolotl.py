@@ -137,8 +137,7 @@ def _adapter(r: KeyReader, method: str) -> None:
     if linear:
         r.set("lora_target_linear", "lora_targets", ["all-linear"])
     elif isinstance(modules, str) and not modules.replace("_", "").isalnum():
-        r.not_modelled("lora_target_modules", "a regular expression of module paths: counted as all-linear (an upper bound)")
-        r.entries["lora_target_modules"].kind = "not modelled yet"
+        r.mark("lora_target_modules", "a regular expression of module paths: counted as all-linear (an upper bound)")
         r.out["lora_targets"] = ["all-linear"]
     elif modules:
         r.set("lora_target_modules", "lora_targets", modules if isinstance(modules, list) else [modules])
@@ -168,7 +167,7 @@ def _checkpointing(r: KeyReader) -> str:
         key = "activation_offloading" if off else "gradient_checkpointing"
         r.set(key, "gradient_checkpointing", "offload")
         if gc == "unsloth":
-            r.not_modelled("gradient_checkpointing", UNSLOTH + " (counted as checkpoint offload)")
+            r.mark("gradient_checkpointing", UNSLOTH + " (counted as checkpoint offload)")
         return "offload"
     if gc not in (True, False, None):
         raise r.error(f"gradient_checkpointing: unknown value {gc!r} (valid values: true, false, offload)")
@@ -189,8 +188,7 @@ def _attention(r: KeyReader) -> None:
         r.get("attn_implementation", "sdpa", "vramfit: transformers picks SDPA when unset")
         key, name = "attn_implementation", "sdpa"
     if name in ATTENTION_NOT_MODELLED:
-        r.not_modelled(key, f"{name} attention: counted as SDPA (memory-efficient, linear in seq_len)")
-        r.entries[key].kind = "not modelled yet"
+        r.mark(key, f"{name} attention: counted as SDPA (memory-efficient, linear in seq_len)")
         r.out["attention"] = "sdpa"
         return
     if name not in ATTENTION:
@@ -263,7 +261,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     else:
         r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, TRAINING_SRC))
         if total is not None:
-            r.not_modelled("batch_size", "given with gradient_accumulation_steps, which wins here")
+            r.mark("batch_size", "given with gradient_accumulation_steps, which wins here")
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)

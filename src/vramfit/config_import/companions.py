@@ -32,7 +32,8 @@ def _peft(r: KeyReader) -> dict[str, Any]:
         out["lora_targets"] = [targets] if isinstance(targets, str) else list(targets)
     for k in ("use_dora", "use_rslora", "modules_to_save"):
         if r.flat.get(k):
-            r.not_modelled(k, "DoRA/rsLoRA/modules_to_save: counted as plain LoRA")
+            r.get(k)
+            r.mark(k, "DoRA/rsLoRA/modules_to_save: counted as plain LoRA")
     return out
 
 

@@ -82,9 +82,9 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
     ds.set("zero_optimization.offload_optimizer.device", "offload", offload)
     if params_only:
         ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
-        ds.not_modelled("zero_optimization.offload_param", "parameter-only offload: counted as no offload (an upper bound)")
+        ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
     if "nvme" in (opt_dev, par_dev):
-        ds.not_modelled("zero_optimization.offload_optimizer.nvme_path", "NVMe offload is counted as CPU offload")
+        ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
     typ = ds.get("optimizer.type")
     if typ is not None:
         if str(typ).lower() not in ("adam", "adamw"):

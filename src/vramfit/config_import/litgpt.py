@@ -35,6 +35,37 @@ IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "che
            ("log.*", "logging")]
 
 
+def _adapter(r: KeyReader, src: str) -> None:
+    r.set("lora_r", "lora_rank", r.get("lora_r", 8, src))
+    r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 16, src))
+    r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, src))
+    targets = [m for k, mods in SWITCHES.items() if r.get(k, SWITCH_DEFAULTS[k], src) for m in mods]
+    if not targets:
+        raise r.error("every lora_* switch is off: LoRA would train nothing")
+    r.out["lora_targets"] = targets
+    for k, mods in SWITCHES.items():
+        if r.entries[k].value:
+            r.entries[k].becomes = [f"lora_targets+={','.join(mods)}"]
+
+
+def _devices(r: KeyReader, src: str, quant: bool) -> int:
+    devices = r.get("devices", 1, src)
+    if int(r.get("num_nodes", 1, src)) > 1:
+        raise r.error("num_nodes > 1: multi-node layouts are not modelled yet")
+    devices = int(devices) if str(devices).isdigit() else None
+    if devices is None:
+        raise r.error("devices must be a number of GPUs (vramfit cannot know what 'auto' finds)")
+    if quant and devices > 1:
+        raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
+    r.set("devices", "num_gpus", devices)
+    # more than one device: FSDP full shard with activation checkpointing of every Block
+    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy)
+    r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
+    r.set("devices", "gradient_checkpointing", "full" if devices > 1 else "none")
+    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing="full" if devices > 1 else "none")
+    return devices
+
+
 def read(path: Path, data: dict[str, Any]) -> Imported:
     lora = any(k.startswith("lora_") for k in data) or "quantize" in data  # only finetune_lora takes quantize
     src = LORA_SRC if lora else FULL_SRC
@@ -61,30 +92,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         raise r.error("quantize with a -mixed precision: litgpt refuses it ('Quantization and mixed precision is not supported')")
     r.set("precision", "precision", PRECISION[prec])
     if lora:
-        r.set("lora_r", "lora_rank", r.get("lora_r", 8, src))
-        r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 16, src))
-        r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, src))
-        targets = [m for k, mods in SWITCHES.items() if r.get(k, SWITCH_DEFAULTS[k], src) for m in mods]
-        if not targets:
-            raise r.error("every lora_* switch is off: LoRA would train nothing")
-        r.out["lora_targets"] = targets
-        for k, mods in SWITCHES.items():
-            if r.entries[k].value:
-                r.entries[k].becomes = [f"lora_targets+={','.join(mods)}"]
-    devices = r.get("devices", 1, src)
-    if int(r.get("num_nodes", 1, src)) > 1:
-        raise r.error("num_nodes > 1: multi-node layouts are not modelled yet")
-    devices = int(devices) if str(devices).isdigit() else None
-    if devices is None:
-        raise r.error("devices must be a number of GPUs (vramfit cannot know what 'auto' finds)")
-    if quant and devices > 1:
-        raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
-    r.set("devices", "num_gpus", devices)
-    # more than one device: FSDP full shard with activation checkpointing of every Block
-    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy)
-    r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
-    r.set("devices", "gradient_checkpointing", "full" if devices > 1 else "none")
-    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing="full" if devices > 1 else "none")
+        _adapter(r, src)
+    devices = _devices(r, src, bool(quant))
     mb = int(r.get("train.micro_batch_size", 1, src))
     gbs = int(r.get("train.global_batch_size", 16, src))
     if gbs % (mb * devices):

@@ -63,7 +63,8 @@ _ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
 def _method(r: KeyReader) -> str:
     stage = r.get("stage", "sft", FT_SRC)
     if stage not in ("sft", "pt"):
-        r.not_modelled("stage", f"stage '{stage}' (preference/RL training): estimated as supervised fine-tuning")
+        r.mark("stage", f"stage '{stage}' (preference/RL training, its reference/reward models): estimated as "
+                        "supervised fine-tuning")
     ft = r.get("finetuning_type", "lora", FT_SRC)
     if ft not in ("lora", "full"):
         raise r.error(f"finetuning_type '{ft}' is not modelled yet (valid values: lora, full)")
@@ -97,7 +98,8 @@ def _adapter(r: KeyReader) -> None:
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
     for k in ("use_dora", "use_rslora", "additional_target", "pissa_init"):
         if r.flat.get(k):
-            r.not_modelled(k, "DoRA/rsLoRA/PiSSA/additional trained modules: counted as plain LoRA")
+            r.get(k)
+            r.mark(k, "DoRA/rsLoRA/PiSSA/additional trained modules: counted as plain LoRA")
     r.ignore("use_dora", "off"), r.ignore("use_rslora", "off")
 
 

@@ -33,7 +33,7 @@ class Entry:
             return f"read     {self.key}{val}{to or (f' ({self.note})' if self.note else ' (no effect on its own)')}"
         if self.kind == "ignored":
             return f"ignored  {self.key} ({self.note})"
-        return f"not modelled yet: {self.key}{val}: {self.note}"
+        return f"not modelled yet: {self.key}{val}: {self.note}" + (f" → {', '.join(self.becomes)}" if self.becomes else "")
 
 
 def _short(v: Any) -> str:
@@ -121,8 +121,16 @@ class KeyReader:
                 self.entries[k] = Entry("ignored", k, self.flat[k], reason)
 
     def not_modelled(self, key: str, what: str) -> None:
+        """Keys under ``key`` not read yet: reported as not modelled yet (or ignored when off)."""
         for k in [k for k in self.flat if (k == key or k.startswith(key + ".")) and k not in self.entries]:
-            self.entries[k] = Entry("not modelled yet", k, self.flat[k], what)
+            off = self.flat[k] in (False, None, "", [], 0)
+            self.entries[k] = Entry("ignored", k, self.flat[k], "off") if off else Entry("not modelled yet", k, self.flat[k], what)
+
+    def mark(self, key: str, what: str) -> None:
+        """A key already read that vramfit cannot model fully: reported as not modelled yet, with its effect."""
+        e = self.entries.get(key) or Entry("read", key, self.flat.get(key, MISSING))
+        e.kind, e.note = "not modelled yet", what
+        self.entries[key] = e
 
     def error(self, message: str):
         return fail(self.path, message)

@@ -75,7 +75,7 @@ def _model(r: KeyReader) -> tuple[str, str]:
     if base in BUILDERS:
         r.set("model._component_", "model", BUILDERS[base])
     else:
-        r.entries["model._component_"].note = f"builder {base}: no Hugging Face id in vramfit's table; pass --model"
+        r.mark("model._component_", f"builder {base}: no Hugging Face id in vramfit's table; pass --model")
     quant = prefix == "qlora_" or bool(r.get("model.quantize_base"))
     method = "qlora" if quant else "lora" if prefix else "full"
     r.set("model._component_", "method", method)
@@ -102,8 +102,7 @@ def _adapter(r: KeyReader) -> None:
     r.set("model.lora_alpha", "lora_alpha", r.get("model.lora_alpha"))
     r.set("model.lora_dropout", "lora_dropout", r.get("model.lora_dropout", 0.0, "torchtune model builders"))
     if r.get("model.use_dora"):
-        r.not_modelled("model.use_dora", "DoRA magnitude vectors: counted as plain LoRA")
-        r.entries["model.use_dora"].kind = "not modelled yet"
+        r.mark("model.use_dora", "DoRA magnitude vectors: counted as plain LoRA")
     r.ignore("model.quantize_base", "read with the builder")
 
 

@@ -69,8 +69,7 @@ def _model(r: KeyReader) -> str:
         r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
         for k in ("use_dora", "use_rslora", "lora_modules_to_save", "lora_target_parameters"):
             if r.get(k):
-                r.not_modelled(k, "DoRA/rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")
-                r.entries[k].kind = "not modelled yet"
+                r.mark(k, "DoRA/rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")
     return method
 
 
