@@ -87,3 +87,34 @@ def test_json_without_the_key_is_an_error(tmp_path):
     imp = from_config(src)
     with pytest.raises(ScenarioError, match="has no max_length"):
         write_back(imp, {"seq_len": 512}, {}, tmp_path / "o.json")
+
+
+GC_FLIP = {"axolotl_qlora.yml": "none", "axolotl_full_fsdp.yml": "offload", "axolotl_lora_zero2.yml": "full",
+           "llamafactory_lora_ds3.yaml": "none", "llamafactory_qlora.yaml": "none", "trl_sft_qlora.yaml": "offload",
+           "torchtune_qlora.yaml": "offload", "torchtune_full_fsdp.yaml": "full"}
+
+
+@pytest.mark.parametrize("name", sorted(GC_FLIP) + ["litgpt_lora.yaml", "litgpt_qlora.yaml"])
+def test_every_yaml_fixture_round_trips(tmp_path, name):
+    changes = {"micro_batch_size": 3, "seq_len": 768}
+    if name in GC_FLIP:
+        changes["gradient_checkpointing"] = GC_FLIP[name]
+    want, again, old, new, diff, left = _roundtrip(tmp_path, name, changes)
+    assert again == want and left == []
+    kept = [line for line in old if line in new]
+    assert len(kept) >= len(old) - 4  # at most the batch, length and checkpointing lines (litgpt: global batch) change
+
+
+def test_torchtune_loss_and_optimizer_are_written_as_components(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_full_fsdp.yaml", {"loss": "fused", "optimizer": "adamw-8bit"})
+    assert again == want
+    assert _changed_lines(old, new) == [
+        ("  _component_: torch.optim.AdamW", "  _component_: bitsandbytes.optim.AdamW8bit"),
+        ("  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss", "  _component_: torchtune.modules.loss.LinearCrossEntropyLoss"),
+    ]
+
+
+def test_trl_offload_adds_only_the_offload_switch(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "trl_sft_qlora.yaml", {"gradient_checkpointing": "offload"})
+    assert again == want
+    assert new[: len(old)] == old and new[len(old):] == ["activation_offloading: true"]

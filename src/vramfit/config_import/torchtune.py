@@ -42,7 +42,8 @@ LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
 
 WRITE_KEYS = {"micro_batch_size": "batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "tokenizer.max_seq_len", "lora_rank": "model.lora_rank",
-              "gradient_checkpointing": "enable_activation_checkpointing"}
+              "gradient_checkpointing": "enable_activation_checkpointing", "optimizer": "optimizer._component_",
+              "loss": "loss._component_"}
 
 IGNORED = [("output_dir", "path"), ("tokenizer._component_", "tokenizer"), ("tokenizer.path", "path"),
            ("tokenizer.*", "tokenizer"), ("checkpointer.*", "checkpoint loading/saving"), ("resume_from_checkpoint", "path"),

@@ -143,4 +143,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if ds or fsdp:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
-    return r.finish(IGNORED, WRITE_KEYS, companions, extra)
+    keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else WRITE_KEYS
+    return r.finish(IGNORED, keys, companions, extra)

@@ -16,12 +16,53 @@ from typing import Any
 from vramfit.config_import.hf_common import HF_OPTIMIZER_NAMES
 from vramfit.config_import.loader import fail, read_text
 from vramfit.config_import.report import Imported
+from vramfit.config_import.torchtune import LOSSES as TT_LOSSES
+from vramfit.config_import.torchtune import OPTIMIZERS as TT_OPTIMIZERS
 
-#: How each dialect spells gradient_checkpointing / loss values (None: cannot be said in that file).
-CHECKPOINTING = {"axolotl": {"none": False, "full": True, "offload": "offload"}, "trl": {"none": False, "full": True},
-                 "llamafactory": {"none": True, "full": False}, "torchtune": {"none": False, "full": True}}
-LOSS = {"trl": {"fused": True, "standard": False}, "llamafactory": {"fused": True, "standard": False}}
+#: How each dialect spells a scenario value as file keys. A key the file lacks is written only when its
+#: dialect default differs from the value wanted (so an absent "off" switch stays absent).
+_GC_TT = {"none": {"enable_activation_checkpointing": False, "enable_activation_offloading": False},
+          "full": {"enable_activation_checkpointing": True, "enable_activation_offloading": False},
+          "offload": {"enable_activation_checkpointing": True, "enable_activation_offloading": True}}
+CHECKPOINTING: dict[str, dict[str, dict[str, Any]]] = {
+    "axolotl": {"none": {"gradient_checkpointing": False, "activation_offloading": False},
+                "full": {"gradient_checkpointing": True, "activation_offloading": False},
+                "offload": {"gradient_checkpointing": "offload", "activation_offloading": False}},
+    "trl": {"none": {"gradient_checkpointing": False, "activation_offloading": False},
+            "full": {"gradient_checkpointing": True, "activation_offloading": False},
+            "offload": {"gradient_checkpointing": True, "activation_offloading": True}},
+    "llamafactory": {"none": {"disable_gradient_checkpointing": True}, "full": {"disable_gradient_checkpointing": False}},
+    "torchtune": _GC_TT,
+}
+LOSS: dict[str, dict[str, dict[str, Any]]] = {
+    "trl": {"fused": {"use_liger_kernel": True}, "standard": {"use_liger_kernel": False}},
+    "llamafactory": {"fused": {"enable_liger_kernel": True}, "standard": {"enable_liger_kernel": False}},
+    "torchtune": {f: {"loss._component_": c} for c, f in TT_LOSSES.items()},
+}
 _HF = ("axolotl", "trl", "llamafactory")
+_TT_OPT = {v: k for k, v in reversed(list(TT_OPTIMIZERS.items()))}  # first listed name wins
+
+
+def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
+    """File keys and values for one scenario key, or None when the dialect cannot say it."""
+    if key == "gradient_checkpointing":
+        return CHECKPOINTING.get(imp.dialect, {}).get(value)
+    if key == "loss":
+        return LOSS.get(imp.dialect, {}).get(value)
+    if key == "optimizer":
+        name = HF_OPTIMIZER_NAMES.get(value) if imp.dialect in _HF else _TT_OPT.get(value) if imp.dialect == "torchtune" else None
+        fkey = imp.write_keys.get("optimizer") or ("optimizer._component_" if imp.dialect == "torchtune" else None)
+        return None if name is None or fkey is None else {fkey: name}
+    fkey = imp.write_keys.get(key)
+    return None if fkey is None or (imp.dialect == "litgpt" and key == "grad_accum") else {fkey: value}
+
+
+def _needed(imp: Imported, fkey: str, value: Any) -> bool:
+    """False for a key the file lacks whose dialect default already is ``value``."""
+    e = next((e for e in imp.entries if e.key == fkey), None)
+    if e is None:
+        return value is not False
+    return e.kind != "default" or e.value != value
 
 
 def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -29,20 +70,13 @@ def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]
     out: dict[str, Any] = {}
     left: list[str] = []
     for key, value in changes.items():
-        fkey = imp.write_keys.get(key)
-        v: Any = value
-        if key == "gradient_checkpointing":
-            v = CHECKPOINTING.get(imp.dialect, {}).get(value)
-        elif key == "loss":
-            v = LOSS.get(imp.dialect, {}).get(value)
-        elif key == "optimizer":
-            v = HF_OPTIMIZER_NAMES.get(value) if imp.dialect in _HF else None
-        elif key == "grad_accum" and imp.dialect == "litgpt":
-            v = int(value) * int(scenario["micro_batch_size"]) * int(scenario["num_gpus"])
-        if fkey is None or v is None:
+        spelled = _spelled(imp, key, value)
+        if spelled is None and not (imp.dialect == "litgpt" and key == "grad_accum"):
             left.append(f"{key}={value}")
-        else:
-            out[fkey] = v
+        out.update({k: v for k, v in (spelled or {}).items() if _needed(imp, k, v)})
+    if imp.dialect == "litgpt" and {"grad_accum", "micro_batch_size"} & set(changes):
+        # litgpt derives the accumulation from global_batch_size / (micro_batch_size x devices)
+        out["train.global_batch_size"] = int(scenario["grad_accum"]) * int(scenario["micro_batch_size"]) * int(scenario["num_gpus"])
     return out, left
 
 
@@ -69,7 +103,8 @@ def _locate(tree: Any, dotted: str) -> tuple[Any, str, int | None]:
     return node, parts[-1], None if parts[-1] in node else len(parts) - 1
 
 
-def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool, path: Path) -> None:
+def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool, path: Path) -> tuple[int, list[str]] | None:
+    """Replace the value in place (returns None), or the (line index, lines) to insert for a missing key."""
     parent, last, missing = _locate(tree, dotted)
     parts = dotted.split(".")
     if missing is None:
@@ -77,26 +112,22 @@ def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool,
         m = _VALUE.match(lines[line], col)
         if m is None or isinstance(parent[last], (dict, list)):
             raise fail(path, f"cannot rewrite {dotted} in place (not a plain value)")
-        old = m.group(0)
-        new = json.dumps(value) if json_file else _scalar(value, old)
+        new = json.dumps(value) if json_file else _scalar(value, m.group(0))
         lines[line] = lines[line][:col] + new + lines[line][m.end():]
-        return
+        return None
     if json_file:
         raise fail(path, f"has no {dotted}; add it by hand (vramfit adds keys to YAML files only)")
     rest = parts[missing:]
-    if missing == 0:
-        block = [f"{'  ' * i}{p}:" for i, p in enumerate(rest[:-1])] + [f"{'  ' * (len(rest) - 1)}{rest[-1]}: {_scalar(value, '')}"]
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += "\n"
-        lines.extend(b + "\n" for b in block)
-        return
-    line, col = parent.lc.key(next(iter(parent))) if parent else (None, None)
-    if line is None:
-        raise fail(path, f"cannot add {dotted} under an empty mapping")
-    indent = " " * col
+    if missing == 0:  # a new top-level key: at the end of the file
+        indent, at = "", len(lines)
+    else:  # under its parent, before the parent's first key
+        if not parent:
+            raise fail(path, f"cannot add {dotted} under an empty mapping")
+        at, col = parent.lc.key(next(iter(parent)))
+        indent = " " * col
     block = [f"{indent}{'  ' * i}{p}:\n" for i, p in enumerate(rest[:-1])]
     block.append(f"{indent}{'  ' * (len(rest) - 1)}{rest[-1]}: {_scalar(value, '')}\n")
-    lines[line:line] = block
+    return at, block
 
 
 def rewrite(imp: Imported, values: dict[str, Any]) -> str:
@@ -110,8 +141,14 @@ def rewrite(imp: Imported, values: dict[str, Any]) -> str:
     tree = YAML(typ="rt").load(text)
     lines = text.splitlines(keepends=True)
     json_file = imp.path.suffix.lower() == ".json"
-    for dotted, value in values.items():
-        _edit(lines, tree, dotted, value, json_file, imp.path)
+    inserts = [op for k, v in values.items() if (op := _edit(lines, tree, k, v, json_file, imp.path)) is not None]
+    if lines and not lines[-1].endswith("\n") and any(at == len(lines) for at, _ in inserts):
+        lines[-1] += "\n"
+    grouped: dict[int, list[str]] = {}
+    for at, block in inserts:  # keys added at one place keep the order they were given in
+        grouped.setdefault(at, []).extend(block)
+    for at in sorted(grouped, reverse=True):  # bottom-up: the line numbers found by ruamel stay valid
+        lines[at:at] = grouped[at]
     return "".join(lines)
 
 
