@@ -46,7 +46,14 @@ def test_bad_files_exit_2_with_one_line(tmp_path):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)))
-    cases = [("--from", bad), ("--from", FIX / "axolotl_qlora.yml", "--dialect", "litgpt"),
+    notyaml = tmp_path / "notes.yaml"
+    notyaml.write_text("key: [unclosed\n")
+    nods = tmp_path / "a.yml"
+    nods.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: nope/zero3.json\n")
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024)
+    cases = [("--from", bad), ("--from", notyaml), ("--from", nods), ("--from", big), ("--from", FIX / "axolotl_qlora.yml", "--dialect", "litgpt"),
              ("--from", FIX / "ds_z3_offload.json"), ("--from", tmp_path / "missing.yaml"), ("--dialect", "trl"), ("--from", bomb)]
     for case in cases:
         r = run("estimate", *case)

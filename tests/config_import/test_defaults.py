@@ -18,6 +18,7 @@ def _version(name):
         return None
 
 
+@pytest.mark.slow  # imports trl (and torch)
 @pytest.mark.skipif(_version("trl") != "1.16.0" or _version("transformers") != "5.24.0",
                     reason="defaults are cited for trl 1.16.0 / transformers 5.24.0")
 def test_trl_defaults_match_the_installed_sftconfig_and_modelconfig():
@@ -34,6 +35,7 @@ def test_trl_defaults_match_the_installed_sftconfig_and_modelconfig():
     assert peft["lora_dropout"] == mc["lora_dropout"]
 
 
+@pytest.mark.slow  # imports peft (and torch)
 @pytest.mark.skipif(_version("peft") != "0.21.2", reason="defaults are cited for peft 0.21.2")
 def test_peft_default_targets_for_llama():
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as targets

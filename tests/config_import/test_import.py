@@ -38,6 +38,22 @@ EXPECTED = {
                                 "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                                 "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 8,
                                 "gradient_checkpointing": "full", "framework": "hf", "lora_dropout": 0.0},
+    "llamafactory_full_ds2.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "full", "precision": "bf16-mixed",
+                                   "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                                   "optimizer": "adamw-8bit", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
+                                   "gradient_checkpointing": "full", "attention": "flash", "parallelism": "zero2",
+                                   "framework": "hf", "lora_dropout": None},
+    "trl_lora_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true",
+                           "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
+                           "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                           "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16,
+                           "gradient_checkpointing": "full", "attention": "flash", "parallelism": "fsdp",
+                           "offload": "optimizer+params", "framework": "hf", "lora_dropout": 0.05},
+    "litgpt_full.yaml": {**BASE, "model": "meta-llama/Llama-3.2-1B", "method": "full", "precision": "bf16-true",
+                         "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                         "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 4096, "grad_accum": 4,
+                         "gradient_checkpointing": "full", "num_gpus": 4, "parallelism": "fsdp", "framework": "litgpt",
+                         "lora_dropout": None},
     "trl_sft_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "qlora", "precision": "bf16-true",
                            "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                            "optimizer": "paged-adamw-8bit", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 8,
@@ -165,3 +181,11 @@ def test_wrong_dialect_unknown_and_contradictory_keys(tmp_path):
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: zero9.json\n")
     assert "deepspeed: file 'zero9.json' not found" in _err(p)
     assert "is a DeepSpeed config, not a training config" in _err(FIX / "ds_z3_offload.json")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_fixture_estimates(name):
+    from vramfit import estimate
+
+    r = estimate(from_config(FIX / name).scenario)
+    assert r.peak.device_bytes > r.peak.reserved_bytes >= r.peak.allocated_bytes > 0

@@ -91,10 +91,11 @@ def test_json_without_the_key_is_an_error(tmp_path):
 
 GC_FLIP = {"axolotl_qlora.yml": "none", "axolotl_full_fsdp.yml": "offload", "axolotl_lora_zero2.yml": "full",
            "llamafactory_lora_ds3.yaml": "none", "llamafactory_qlora.yaml": "none", "trl_sft_qlora.yaml": "offload",
-           "torchtune_qlora.yaml": "offload", "torchtune_full_fsdp.yaml": "full"}
+           "torchtune_qlora.yaml": "offload", "torchtune_full_fsdp.yaml": "full", "llamafactory_full_ds2.yaml": "none",
+           "trl_lora_fsdp.yaml": "none"}
 
 
-@pytest.mark.parametrize("name", sorted(GC_FLIP) + ["litgpt_lora.yaml", "litgpt_qlora.yaml"])
+@pytest.mark.parametrize("name", sorted(GC_FLIP) + ["litgpt_lora.yaml", "litgpt_qlora.yaml", "litgpt_full.yaml"])
 def test_every_yaml_fixture_round_trips(tmp_path, name):
     changes = {"micro_batch_size": 3, "seq_len": 768}
     if name in GC_FLIP:
