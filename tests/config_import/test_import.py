@@ -189,3 +189,17 @@ def test_every_fixture_estimates(name):
 
     r = estimate(from_config(FIX / name).scenario)
     assert r.peak.device_bytes > r.peak.reserved_bytes >= r.peak.allocated_bytes > 0
+
+
+def test_pasted_text_imports_the_same_and_never_opens_files():
+    from vramfit.config_import import from_text
+
+    text = (FIX / "axolotl_qlora.yml").read_text()
+    assert from_text(text).scenario.to_dict() == EXPECTED["axolotl_qlora.yml"]
+    assert from_text((FIX / "trl_full.json").read_text(), dialect="trl").scenario.micro_batch_size == 8  # JSON is YAML
+    with pytest.raises(ScenarioError, match="<pasted config>: deepspeed names a file"):
+        from_text((FIX / "llamafactory_lora_ds3.yaml").read_text())
+    with pytest.raises(ScenarioError, match="anchors and aliases"):
+        from_text("a: &a [x, x]\nb: [*a, *a]\n")
+    with pytest.raises(ScenarioError, match="over 1,048,576 bytes"):
+        from_text("a: " + "x" * 1_100_000)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramfit.config_import.detect import DIALECTS, detect
-from vramfit.config_import.loader import load_mapping
+from vramfit.config_import.loader import PASTED, load_mapping, parse_mapping
 from vramfit.config_import.report import Entry, Imported
 
-__all__ = ["DIALECTS", "Entry", "Imported", "from_config"]
+__all__ = ["DIALECTS", "Entry", "Imported", "from_config", "from_text"]
 
 
 def _reader(dialect: str):
@@ -34,3 +34,11 @@ def from_config(path: str | Path, *companions: str | Path, dialect: str | None =
     for c in companions:
         imp = apply(imp, Path(c))
     return imp
+
+
+def from_text(text: str, dialect: str | None = None) -> Imported:
+    """A pasted config (YAML or JSON text) as a validated scenario; files it names are refused, never opened."""
+    p = Path(PASTED)
+    data = parse_mapping(text, p)
+    name = detect(p, data, dialect)
+    return _reader(name)(p, data)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vramfit.config_import.loader import fail, load_mapping
+from vramfit.config_import.loader import PASTED, fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
 
 #: transformers ``OptimizerNames`` (src/transformers/training_args.py, transformers 5.24.0) and the
@@ -58,6 +58,8 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
     """A path named in the config: relative to the config's folder, else to the working directory."""
     if not isinstance(value, str) or not value.strip():
         raise r.error(f"{key} must be a path to a file, got {value!r}")
+    if r.path.name == PASTED:  # a pasted config (web) never opens files on the server
+        raise r.error(f"{key} names a file ({value}); a pasted config cannot, paste without it or use the CLI's --from")
     p = Path(value).expanduser()
     for cand in ([p] if p.is_absolute() else [r.path.parent / p, Path.cwd() / p]):
         if cand.is_file():

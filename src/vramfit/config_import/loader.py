@@ -72,11 +72,21 @@ def _strict_loader():
     return StrictLoader
 
 
+#: The name a pasted config goes by in messages; files it names are never opened (see hf_common.resolve_path).
+PASTED = "<pasted config>"
+
+
 def load_mapping(path: Path) -> dict[str, Any]:
     """The file's top-level mapping (YAML or JSON), or one clear :class:`ScenarioError`."""
+    return parse_mapping(read_text(path), path)
+
+
+def parse_mapping(text: str, path: Path) -> dict[str, Any]:
+    """A config's text as its top-level mapping; ``path`` names it in messages (``.json``: parsed as JSON)."""
     import yaml
 
-    text = read_text(path)
+    if len(text.encode("utf-8")) > MAX_BYTES:
+        raise fail(path, f"is over {MAX_BYTES:,} bytes; a training config is smaller")
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicates)
