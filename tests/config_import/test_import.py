@@ -27,7 +27,7 @@ EXPECTED = {
                                "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                                "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "optimizer": "adamw-8bit",
                                "micro_batch_size": 4, "seq_len": 512, "grad_accum": 1, "gradient_checkpointing": "offload",
-                               "parallelism": "zero2", "framework": "hf", "lora_dropout": None},
+                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0},
     "llamafactory_lora_ds3.yaml": {**BASE, "model": "meta-llama/Meta-Llama-3-8B", "method": "lora", "precision": "bf16-true",
                                    "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                    "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 2048, "grad_accum": 2,

@@ -121,7 +121,7 @@ def _method(r: KeyReader) -> tuple[str, str]:
     return ("qlora", "int8") if in8 else ("lora", "none")
 
 
-def _adapter(r: KeyReader, method: str) -> None:
+def _adapter(r: KeyReader) -> None:
     rank = r.get("lora_r")
     if rank is None:
         raise r.error("an adapter needs lora_r (Axolotl has no default rank)")
@@ -129,9 +129,7 @@ def _adapter(r: KeyReader, method: str) -> None:
     alpha = r.get("lora_alpha")
     if alpha is not None:
         r.set("lora_alpha", "lora_alpha", alpha)
-    dropout = r.get("lora_dropout")
-    if dropout is not None:
-        r.set("lora_dropout", "lora_dropout", dropout)
+    r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.0, f"{_SRC} src/axolotl/utils/schemas/peft.py"))
     linear = r.get("lora_target_linear")
     modules = r.get("lora_target_modules")
     if linear:
@@ -162,15 +160,17 @@ def _precision(r: KeyReader, method: str) -> str:
 
 def _checkpointing(r: KeyReader) -> str:
     gc = r.get("gradient_checkpointing", False, SOURCE)
-    off = r.get("activation_offloading")
-    if gc in ("offload", "offload_disk", "unsloth") or off:
+    off = r.get("activation_offloading", False, SOURCE)
+    if off == "hidden_states":
+        raise r.error("activation_offloading: hidden_states is not modelled yet (valid values: true, legacy, disk, false)")
+    if gc in ("offload", "offload_disk", "unsloth") or off:  # off: true/legacy/disk keep block inputs off the GPU
         key = "activation_offloading" if off else "gradient_checkpointing"
         r.set(key, "gradient_checkpointing", "offload")
         if gc == "unsloth":
             r.mark("gradient_checkpointing", UNSLOTH + " (counted as checkpoint offload)")
         return "offload"
     if gc not in (True, False, None):
-        raise r.error(f"gradient_checkpointing: unknown value {gc!r} (valid values: true, false, offload)")
+        raise r.error(f"gradient_checkpointing: unknown value {gc!r} (valid values: true, false, offload, offload_disk)")
     r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
     return "full" if gc else "none"
 
@@ -246,7 +246,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.get("bnb_4bit_quant_type", "nf4-dq", QLORA_SRC)
         r.set("bnb_4bit_quant_type", "quantize", quantize)
     if method != "full":
-        _adapter(r, method)
+        _adapter(r)
     else:
         r.ignore("lora_*", "no adapter: LoRA settings have no effect")
     r.set("sequence_len", "seq_len", r.get("sequence_len", 512, SOURCE))
