@@ -97,3 +97,14 @@ def test_write_to_needs_from(tmp_path):
     r = run("fit", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "rtx3060-12gb", "--write-to", tmp_path / "x.yml")
     assert r.exit_code == 2 and "needs --from" in r.stderr
     assert not (tmp_path / "x.yml").exists()
+
+
+def test_flags_are_written_back_typed(tmp_path):
+    src = tmp_path / "q.yaml"
+    shutil.copy(FIX / "litgpt_qlora.yaml", src)
+    r = run("fit", "--from", src, "--gpu", "h100-sxm", "--micro-batch-size", "4", "--write-to", tmp_path / "o.yaml")
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "o.yaml").read_text()
+    assert "  micro_batch_size: 4\n" in text and "  global_batch_size: 64\n" in text  # 4 x 16 accumulation x 1 GPU
+    r = run("fit", "--from", src, "--gpu", "h100-sxm", "--write-to", tmp_path / "n.yaml")
+    assert "nothing to change" in r.stderr and not (tmp_path / "n.yaml").exists()

@@ -44,9 +44,9 @@ def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, A
     imp = _CURRENT.get()
     if imp is None:
         raise ScenarioError("write-to", "needs --from FILE (the config to write the change into)")
-    changes = {**imp.flags, **changes}
-    changes = {k: v for k, v in changes.items() if k in imp.write_keys or k not in ("gpu", "model", "params")}
-    changes.pop("gpu", None)
+    # explicit flags are written too, as the validated scenario holds them (typed, not the CLI's strings)
+    flagged = {k: scenario[k] for k in imp.flags if k in scenario and scenario[k] != imp.overrides.get(k)}
+    changes = {k: v for k, v in {**flagged, **changes}.items() if k not in ("gpu", "model", "params")}
     if not changes:
         err_console.print(f"nothing to change: the scenario already fits; {dest} not written", highlight=False)
         return
