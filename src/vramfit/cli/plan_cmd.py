@@ -62,7 +62,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
                   f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
-    console.print(f"your scenario as given: {_gib(r.scenario_device_bytes)} GiB per GPU")
+    console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
+                  f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by cost per token)",
               title_justify="left")
     for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok", "disk GB"):

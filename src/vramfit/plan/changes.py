@@ -2,7 +2,9 @@
 
 Every candidate is applied to the user's scenario (with ``gpu`` set to the card) and estimated;
 ``changes`` holds exactly the scenario keys to set, so ``scenario.replace(gpu=card, **changes)``
-reproduces the figure. When no single change fits, the cheapest combination that fits is added.
+reproduces the figure. With ``effective_batch`` the scenario is first put at the accumulation that
+batch needs (micro-batch x accumulation x GPUs >= effective batch, as the planner runs it) and every
+change is estimated there; ``changes`` then carries that ``grad_accum`` too. When no single change fits, the cheapest combination that fits is added.
 Ranked: changes that fit first; then those that cost nothing, slow the run, add cards, change
 the training itself; then the time x cards factor; then the least effort (fused loss before
 8-bit AdamW before checkpointing before offload); then the saving.
@@ -226,10 +228,23 @@ def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
     return Change("combined", "together: " + " + ".join(names), final, kind, "all the trade-offs of its parts")
 
 
+def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
+    """``sc`` with the accumulation that reaches ``effective_batch`` (rounded up) at its micro-batch and GPUs."""
+    if effective_batch is None:
+        return sc
+    ga = max(1, -(-effective_batch // (sc.micro_batch_size * sc.num_gpus)))
+    return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
+
+
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = 0.05,
-                   mfu: float | None = None) -> list[Change]:
-    """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits)."""
-    sc = parse_scenario(scenario)
+                   mfu: float | None = None, effective_batch: int | None = None) -> list[Change]:
+    """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
+
+    ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
+    accumulation that reaches it (gradients held across accumulation steps cost memory).
+    """
+    given = parse_scenario(scenario)
+    sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
@@ -249,5 +264,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
             measured.append(ctx.measure(combo))
     measured.sort(key=lambda c: (not c.fits, KINDS.index(c.kind), round(c.cost_factor or 1.0, 2),
                                  order.get(c.name, len(order)), -(c.saving_bytes or 0)))
+    if sc.grad_accum != given.grad_accum:  # so that given.replace(gpu=card, **changes) reproduces each figure
+        measured = [_with(c, changes={"grad_accum": sc.grad_accum, **c.changes}) for c in measured]
     return measured
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator, limit_bytes
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
@@ -98,6 +99,7 @@ def plan(
     named = gpu_id_list(gpu_ids) or ([sc.gpu] if sc.gpu else None)
     cards = [get_gpu(g) for g in named] if named else list_gpus()
 
+    sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     ev = Evaluator(sc)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
@@ -131,7 +133,7 @@ def plan(
             if g.gpu_id in {e.gpu_id for e in excluded if e.reason.startswith("no BF16")}:
                 continue
             if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u)
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
     assumptions = list(ASSUMPTIONS)
     assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
     if counts != all_counts:
