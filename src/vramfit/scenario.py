@@ -235,6 +235,8 @@ def _as_int(key: str, value: Any) -> int:
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
+        if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+            text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
         try:
             value = int(text)
         except ValueError:

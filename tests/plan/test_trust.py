@@ -35,3 +35,71 @@ def test_changes_to_fit_without_effective_batch_keep_the_scenarios_accumulation(
     assert eight.fits and "grad_accum" not in eight.changes
     at32 = next(c for c in changes_to_fit(sc, "h100-sxm", effective_batch=32) if c.name == "8bit-optimizer")
     assert at32.changes["grad_accum"] == 32 and at32.device_bytes > eight.device_bytes
+
+
+# ---- item 10: input papercuts
+def _cli(*args, columns=200):
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns)})
+
+
+def test_seq_len_accepts_a_k_suffix_as_context_lengths_are_named():
+    assert parse_scenario({"model": M7, "seq_len": "4k"}).seq_len == 4096
+    assert parse_scenario({"model": M7, "seq_len": "32K"}).seq_len == 32768
+    r = _cli("estimate", "--model", M7, "--seq-len", "4k", "--json")
+    assert r.exit_code == 0, r.output
+    assert '"seq_len": 4096' in r.stdout
+
+
+def test_models_search_is_the_and_of_its_words():
+    from vramfit.models import search_models
+
+    assert [e["id"] for e in search_models("qwen2.5 32b")] == ["Qwen/Qwen2.5-32B"]
+    assert [e["id"] for e in search_models(["QWEN2.5", "32B"])] == ["Qwen/Qwen2.5-32B"]
+    r = _cli("models", "qwen2.5", "32b")
+    assert r.exit_code == 0 and "Qwen/Qwen2.5-32B" in r.stdout and "Qwen/Qwen2.5-7B" not in r.stdout
+
+
+def test_models_ids_stay_readable_in_a_narrow_terminal():
+    from vramfit.models import search_models
+
+    r = _cli("models", "llama", columns=60)
+    assert r.exit_code == 0
+    for e in search_models("llama"):
+        assert e["id"] in r.stdout  # whole, not cut with an ellipsis
+
+
+@pytest.mark.parametrize("name, gid", [("4090", "rtx4090"), ("h200", "h200-sxm"), ("H100", "h100-sxm"),
+                                       ("RTX 4090", "rtx4090"), ("a100", "a100-80gb-sxm")])
+def test_gpu_aliases(name, gid):
+    assert get_gpu(name).gpu_id == gid
+    assert parse_scenario({"model": M7, "gpu": name}).gpu == gid
+
+
+def test_lora_keys_with_full_fine_tuning_get_a_note():
+    r = _cli("estimate", "--model", M7, "--method", "full", "--lora-rank", "8", "--json")
+    assert r.exit_code == 0
+    assert "note: --lora-rank ignored: --method full trains every weight" in r.stderr
+    quiet = _cli("estimate", "--model", M7, "--method", "lora", "--lora-rank", "8", "--json")
+    assert "note:" not in quiet.stderr
+
+
+def test_fit_grid_marks_fitting_cells_in_text_not_only_colour():
+    from vramfit.plan import fit
+
+    r = _cli("fit", "--model", "meta-llama/Llama-3.1-8B", "--method", "lora", "--gpu", "l40s")
+    assert r.exit_code == 0 and "green" not in r.stdout
+    f = fit({"model": "meta-llama/Llama-3.1-8B", "method": "lora"}, "l40s")
+    fits = sum(c.fits for row in f.grid for c in row if c.device_bytes is not None)
+    assert 0 < fits < sum(len(row) for row in f.grid)
+    assert r.stdout.count("✓") == fits + 1  # each fitting cell, and the legend in the title
+
+
+def test_unknown_model_suggests_at_most_five_distinct_ids():
+    r = _cli("estimate", "--model", "qwen2.5")
+    assert r.exit_code == 2
+    ids = r.stderr.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
+    assert 1 <= len(ids) <= 5 and len(set(ids)) == len(ids) and all(i.startswith("Qwen/Qwen2.5") for i in ids)

@@ -211,12 +211,13 @@ def register(app: typer.Typer) -> None:
         console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
         console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
                       + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
-        t = Table(title="Peak GiB per GPU (green: fits)", title_justify="left")
+        t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
         t.add_column("mb \\ seq")
         for s in r.seq_lens:
             t.add_column(f"{s:,}", justify="right")
         for b, row in zip(r.batches, r.grid, strict=True):
-            t.add_row(str(b), *[("" if c.device_bytes is None else f"[{'green' if c.fits else 'red'}]{_gib(c.device_bytes)}[/]") for c in row])
+            t.add_row(str(b), *[("" if c.device_bytes is None else
+                                 f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
         console.print(t)
 
     @app.command("sweep")
