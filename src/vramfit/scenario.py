@@ -53,6 +53,17 @@ class Precision(_Choice):
         """Bytes per element of activations (autocast dtype for ``-mixed``)."""
         return 4 if self is Precision.FP32 else 2
 
+    @property
+    def meaning(self) -> str:
+        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
+        half = "bf16" if self.value.startswith("bf16") else "fp16"
+        if self is Precision.FP32:
+            return "fp32 weights, gradients, optimizer states and activations"
+        if self.mixed:
+            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
+                    "(full fine-tuning with AdamW: 16 B per parameter)")
+        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
 
 class Quantize(_Choice):
     NF4 = "nf4"
@@ -392,6 +403,10 @@ def parse_scenario(data: Any) -> Scenario:
         kw["params"] = parse_param_count(params)
 
     method = kw.get("method", Method.LORA)
+    if "precision" not in kw:  # what a user of the framework gets by default (its profile says, with sources)
+        from vramfit.estimate.framework import profile_for
+
+        kw["precision"] = dict(profile_for(kw.get("framework", Framework.HF)).default_precision)[method]
     if "quantize" not in kw:
         kw["quantize"] = Quantize.NF4_DQ if method is Method.QLORA else Quantize.NONE
     elif method is Method.QLORA and kw["quantize"] is Quantize.NONE:

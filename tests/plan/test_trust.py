@@ -103,3 +103,52 @@ def test_unknown_model_suggests_at_most_five_distinct_ids():
     assert r.exit_code == 2
     ids = r.stderr.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
     assert 1 <= len(ids) <= 5 and len(set(ids)) == len(ids) and all(i.startswith("Qwen/Qwen2.5") for i in ids)
+
+
+# ---- item 7: the default precision is the framework's, and it is said
+@pytest.mark.parametrize("framework, method, expected", [
+    ("hf", "full", "bf16-true"), ("hf", "lora", "bf16-true"), ("torchtune", "full", "bf16-true"),
+    ("litgpt", "full", "bf16-mixed"), ("litgpt", "lora", "bf16-mixed"), ("litgpt", "qlora", "bf16-true"),
+])
+def test_default_precision_follows_the_framework_profile(framework, method, expected):
+    from vramfit.estimate.framework import PROFILES
+    from vramfit.scenario import Framework, Method
+
+    sc = parse_scenario({"model": M7, "method": method, "framework": framework})
+    assert sc.precision.value == expected == dict(PROFILES[Framework(framework)].default_precision)[Method(method)].value
+    given = parse_scenario({"model": M7, "method": method, "framework": framework, "precision": "fp32"})
+    assert given.precision.value == "fp32"  # a given precision always wins
+
+
+def test_litgpt_default_full_is_twice_the_state_of_hf_default_and_the_assumptions_say_why():
+    hf = estimate({"model": M7, "method": "full"})
+    lit = estimate({"model": M7, "method": "full", "framework": "litgpt"})
+    n = hf.model.num_params
+    hf_state = sum(c.bytes for c in hf.components if c.name in ("weights", "master_weights", "gradients", "optimizer_state"))
+    lit_state = sum(c.bytes for c in lit.components if c.name in ("weights", "master_weights", "gradients", "optimizer_state"))
+    assert abs(hf_state / n - 8) < 0.1 and abs(lit_state / n - 16) < 0.1  # 8 vs 16 bytes per parameter
+    assert any(a.startswith("Precision bf16-true: bf16 weights") and "default for full" in a for a in hf.assumptions)
+    assert any(a.startswith("Precision bf16-mixed: fp32 weights") and "litgpt's default" in a for a in lit.assumptions)
+    set_ = estimate({"model": M7, "method": "full", "precision": "bf16-mixed"})
+    assert any("(set; transformers + PEFT's default for full is bf16-true)" in a for a in set_.assumptions)
+
+
+def test_help_says_what_each_precision_means_and_the_defaults():
+    r = _cli("estimate", "--help", columns=400)
+    text = " ".join(r.stdout.replace("│", " ").split())
+    assert "8 B per parameter" in text and "16 B per parameter" in text
+    assert "hf bf16-true" in text and "litgpt bf16-mixed (qlora bf16-true)" in text
+
+
+def test_guide_table_and_calculator_differ_only_by_the_stated_precision():
+    from vramfit.plan import guide_table
+    from vramfit.plan.guide import SETTINGS
+
+    g = guide_table()
+    row = next(r for r in g.rows if r.size == "7B" and r.method == "full")
+    base = {"model": row.model, "method": "full", **SETTINGS}
+    assert row.device_bytes == estimate({**base, "precision": "bf16-mixed"}).peak.device_bytes
+    assert row.device_bytes > estimate(base).peak.device_bytes  # the hf default (bf16-true) is smaller
+    assert "bf16-true for transformers 5" in g.settings["precision_note"]
+    r = _cli("guide-table")
+    assert "Precision: Full fine-tuning here is bf16-mixed" in " ".join(r.stdout.split())

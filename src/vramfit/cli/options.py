@@ -36,8 +36,23 @@ _HELP = {
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)
 
 
+def _precision_help() -> str:
+    """The precisions' meanings and each framework's default (from the framework profiles)."""
+    from vramfit.estimate.framework import PROFILES
+    from vramfit.scenario import Precision
+
+    text = "bf16-true: " + Precision.BF16_TRUE.meaning + "; bf16-mixed: " + Precision.BF16_MIXED.meaning + ". Default: "
+    parts = []
+    for fw, prof in PROFILES.items():
+        d = dict(prof.default_precision)
+        common = max(set(d.values()), key=list(d.values()).count)
+        odd = ", ".join(f"{m.value} {p.value}" for m, p in d.items() if p is not common)
+        parts.append(f"{fw.value} {common.value}" + (f" ({odd})" if odd else ""))
+    return text + "; ".join(parts) + " (what each framework does when not told; see README)."
+
+
 def _help_for(key: str) -> str:
-    text = _HELP.get(key, "")
+    text = _precision_help() if key == "precision" else _HELP.get(key, "")
     if key in _ENUM_KEYS:
         text = (text + " " if text else "") + "One of: " + ", ".join(_ENUM_KEYS[key].values()) + "."
     return text

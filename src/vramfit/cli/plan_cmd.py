@@ -290,6 +290,7 @@ def register(app: typer.Typer) -> None:
                       *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
                       "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")
         console.print(t)
+        console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
         for r in g.disagreements:
             console.print(f"[bold]{r.size} {r.method}[/bold]")
             for w in r.why:

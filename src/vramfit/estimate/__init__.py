@@ -39,8 +39,12 @@ def resolve_spec(sc: Scenario):
 
 def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
     prof = r["profile"]
+    default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        f"Precision {sc.precision.value}: {sc.precision.meaning}"
+        + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
+           f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
         f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r['loss'].detail}.",

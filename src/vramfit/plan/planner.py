@@ -135,6 +135,8 @@ def plan(
             if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
     assumptions = list(ASSUMPTIONS)
+    assumptions.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning} (without --precision, each "
+                       "framework's default: see `vramfit estimate --help`).")
     assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
     if counts != all_counts:
         assumptions.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
