@@ -75,6 +75,19 @@ class Quantize(_Choice):
     NONE = "none"
 
 
+class QuantizeExperts(_Choice):
+    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
+
+    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
+    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
+    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class Optimizer(_Choice):
     ADAMW = "adamw"
     ADAMW_8BIT = "adamw-8bit"
@@ -173,6 +186,7 @@ class Scenario:
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
+    quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
 
     @property
     def trains_adapters(self) -> bool:
@@ -229,6 +243,7 @@ _ENUM_KEYS: dict[str, type[_Choice]] = {
     "parallelism": Parallelism,
     "offload": Offload,
     "framework": Framework,
+    "quantize_experts": QuantizeExperts,
 }
 
 _INT_LIMITS: dict[str, tuple[int, int]] = {

@@ -152,3 +152,40 @@ def test_guide_table_and_calculator_differ_only_by_the_stated_precision():
     assert "bf16-true for transformers 5" in g.settings["precision_note"]
     r = _cli("guide-table")
     assert "Precision: Full fine-tuning here is bf16-mixed" in " ".join(r.stdout.split())
+
+
+# ---- item 8: mixture-of-experts QLoRA, experts quantized or not is a stated choice
+MIX = "mistralai/Mixtral-8x7B-v0.1"
+
+
+def test_moe_qlora_expert_quantization_is_an_explicit_printed_choice():
+    auto = estimate({"model": MIX, "method": "qlora"})
+    no = estimate({"model": MIX, "method": "qlora", "quantize_experts": "no"})
+    yes = estimate({"model": MIX, "method": "qlora", "quantize_experts": "yes"})
+    tt = estimate({"model": MIX, "method": "qlora", "framework": "torchtune"})
+    comp = {r: {c.name: c.bytes for c in e.components} for r, e in (("auto", auto), ("yes", yes), ("tt", tt))}
+    assert auto.scenario.quantize_experts.value == "auto" and auto.peak.device_bytes == no.peak.device_bytes
+    # transformers 5: 45 B expert parameters stay fp32 (prepare_model_for_kbit_training): ~169 GiB of weights
+    experts = sum(lin.weight_params for lin in yes_spec().block_linears if lin.group == "expert") * yes_spec().num_hidden_layers
+    assert comp["auto"]["weights"] > 4 * experts and comp["auto"].get("quantized_base", 0) < comp["yes"]["quantized_base"]
+    assert yes.peak.device_bytes < auto.peak.device_bytes - 100 * GiB
+    assert comp["tt"]["quantized_base"] > 0.5 * experts  # torchtune quantizes experts by default (4-bit)
+    note = next(a for a in auto.assumptions if a.startswith("Mixture-of-experts weights"))
+    assert "NOT quantized" in note and "quantize_experts=auto" in note and "transformers 5" in note
+    assert any("quantized like the other block linears (quantize_experts=yes)" in a for a in yes.assumptions)
+    assert not any(a.startswith("Mixture-of-experts") for a in estimate({"model": M7, "method": "qlora"}).assumptions)
+
+
+def yes_spec():
+    from vramfit.models import resolve_model
+
+    return resolve_model(MIX).spec
+
+
+def test_planner_offers_quantizing_the_experts_for_moe_qlora():
+    changes = changes_to_fit({"model": MIX, "method": "qlora"}, "h100-sxm", effective_batch=8)
+    q = next(c for c in changes if c.name == "quantize-experts")
+    assert q.changes == {"grad_accum": 8, "quantize_experts": "yes"} and q.saving_bytes > 100 * GiB and "transformers 4" in q.tradeoff
+    assert changes[0].fits and changes[0].changes.get("quantize_experts") == "yes"
+    assert all(c.name != "quantize-experts" for c in changes_to_fit({"model": MIX, "method": "qlora", "framework": "torchtune",
+                                                                     "seq_len": 65536}, "rtx4090"))

@@ -27,10 +27,12 @@ _HELP = {
     "lora_dropout": "LoRA dropout probability (default: the framework's).",
     "optimizer_in_backward": "Run the optimizer step per parameter during backward (true/false).",
     "micro_batch_size": "Sequences per GPU per forward/backward.",
-    "seq_len": "Tokens per sequence.",
     "grad_accum": "Micro-batches per optimizer step.",
     "num_gpus": "GPUs taking part (one node).",
-    "gpu": "GPU id the run should fit (see `vramfit gpus`).",
+    "gpu": "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).",
+    "seq_len": "Tokens per sequence (4k = 4096).",
+    "quantize_experts": "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework does "
+                        "(transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
 }
 
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)

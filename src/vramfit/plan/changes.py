@@ -120,6 +120,16 @@ class _Ctx:
         return not isinstance(r, ScenarioError) and r.peak.device_bytes <= self.limit
 
 
+def _experts_unquantized(ctx: _Ctx) -> bool:
+    """A QLoRA mixture-of-experts run whose experts stay 16/32-bit (see scenario key quantize_experts)."""
+    from vramfit.estimate.core import experts_quantized
+    from vramfit.estimate.framework import profile_for
+
+    sc = ctx.sc
+    has_experts = any(lin.group == "expert" for lin in ctx.ev.spec.block_linears)
+    return sc.method is Method.QLORA and has_experts and not experts_quantized(sc, profile_for(sc.framework))
+
+
 def _with(ch: Change, **kw: Any) -> Change:
     d = ch.to_dict()
     d.update(kw)
@@ -184,7 +194,7 @@ def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
 def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
     """Cheapest-first accumulation of changes until the run fits, then drop the unneeded ones."""
     by = {c.name: c for c in singles}
-    ladder = [n for n in ("fused-loss", "8bit-optimizer", "checkpointing-full") if n in by]
+    ladder = [n for n in ("fused-loss", "8bit-optimizer", "quantize-experts", "checkpointing-full") if n in by]
     applied: dict[str, dict[str, Any]] = {}
     keys: dict[str, Any] = {}
 
@@ -252,6 +262,10 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)
+    if _experts_unquantized(ctx):
+        singles.append(Change("quantize-experts", "quantize the MoE experts too (4-bit like the other linears)",
+                              {"quantize_experts": "yes"}, "free",
+                              "transformers 5 + bitsandbytes cannot (fused 3-D experts): use transformers 4, torchtune or litgpt"))
     for extra in (_micro_batch(ctx), _seq_len(ctx), _more_gpus(ctx)):
         if extra is not None:
             singles.append(extra)
