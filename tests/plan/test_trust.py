@@ -189,3 +189,76 @@ def test_planner_offers_quantizing_the_experts_for_moe_qlora():
     assert changes[0].fits and changes[0].changes.get("quantize_experts") == "yes"
     assert all(c.name != "quantize-experts" for c in changes_to_fit({"model": MIX, "method": "qlora", "framework": "torchtune",
                                                                      "seq_len": 65536}, "rtx4090"))
+
+
+# ---- item 9: rankings a renter believes
+L8 = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.fixture(scope="module")
+def catalog_plan():
+    return plan({"model": L8, "method": "lora", "seq_len": 4096}, effective_batch=32, dataset_tokens="100M")
+
+
+def test_gb200_is_planned_in_its_rental_unit_not_as_an_8_gpu_node(catalog_plan):
+    g = get_gpu("gb200")
+    assert g.rental_gpus == (4,) and "4-GPU" in g.rental_source
+    gb = [p for p in catalog_plan.plans if p.gpu_id == "gb200"]
+    assert gb and max(p.num_gpus for p in gb) == 4
+    for p in gb:
+        assert p.billed_gpus == 4
+        assert p.cost_usd_low == pytest.approx(p.hours * 4 * g.price_low)
+        if p.num_gpus < 4:
+            assert any("rented in units of 4 GPUs" in n for n in p.notes)
+    assert catalog_plan.fastest.gpu_id != "gb200" or catalog_plan.fastest.num_gpus <= 4
+    per_gpu = [p for p in catalog_plan.plans if p.gpu_id == "h100-sxm"]
+    assert all(p.billed_gpus == p.num_gpus for p in per_gpu) and {1, 8} <= {p.num_gpus for p in per_gpu}
+
+
+def test_every_cost_names_its_price_basis_with_a_date(catalog_plan):
+    import re
+
+    for p in catalog_plan.plans:
+        if p.usd_per_gpu_hour_low is not None:
+            assert re.search(r"20\d\d", p.price_basis), (p.gpu_id, p.price_basis)
+    by = {p.gpu_id: p.price_basis for p in catalog_plan.plans}
+    assert by["h100-sxm"] == "RunPod Community, 2026-09-25"
+    assert by["mi300x"] == "TensorWave, research note 2026-05-18"  # the one secondhand source is said so
+    assert catalog_plan.to_dict()["plans"][0]["price_basis"]
+
+
+def test_sort_by_time_and_a_deadline(catalog_plan):
+    fast = plan({"model": L8, "method": "lora", "seq_len": 4096}, effective_batch=32, dataset_tokens="100M", sort="time")
+    speeds = [p.tokens_per_s for p in fast.plans if p.tokens_per_s]
+    assert speeds == sorted(speeds, reverse=True) and fast.plans[0].tokens_per_s == fast.fastest.tokens_per_s
+    dl = plan({"model": L8, "method": "lora", "seq_len": 4096}, effective_batch=32, dataset_tokens="100M", deadline_hours=0.2)
+    flags = [p.meets_deadline for p in dl.plans]
+    assert True in flags and False in flags and flags == sorted(flags, key=lambda f: f is False)
+    assert dl.cheapest.meets_deadline and dl.cheapest.hours <= 0.2
+    assert catalog_plan.cheapest.hours > 0.2  # without the deadline the cheapest is slower
+
+
+def test_stack_filter_and_what_works_on_amd():
+    rep = plan({"model": L8, "method": "qlora"}, effective_batch=8, stacks="cuda")
+    assert rep.plans and all(p.stack == "cuda" for p in rep.plans)
+    assert any(e.gpu_id == "mi300x" and "ROCm card; --stack cuda" in e.reason for e in rep.excluded)
+    amd = plan({"model": L8, "method": "qlora"}, effective_batch=8, gpu_ids=["mi300x"])
+    assert amd.plans and any("bitsandbytes (>= 0.50: 4-bit QLoRA" in n for n in amd.plans[0].notes)
+
+
+def test_a_stack_that_lacks_a_feature_the_scenario_needs_is_excluded_with_the_reason():
+    from vramfit.plan.rental import cannot_run
+
+    why = cannot_run(get_gpu("gaudi3"), parse_scenario({"model": L8, "attention": "flash"}), ())
+    assert why and "flash-attention" in why and "no FlashAttention 2" in why
+    assert cannot_run(get_gpu("h100-sxm"), parse_scenario({"model": L8, "attention": "flash"}), ()) is None
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--sort", "price"], "sort: unknown value 'price'"),
+    (["--stack", "metal"], "stack: unknown software stack 'metal'"),
+    (["--deadline", "-2"], "deadline: must be a positive number of hours"),
+])
+def test_bad_ranking_input_exits_2(args, fragment):
+    r = _cli("plan", "--model", L8, *args)
+    assert r.exit_code == 2 and fragment in " ".join(r.output.split())
