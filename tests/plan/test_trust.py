@@ -29,6 +29,16 @@ def test_changes_are_estimated_at_the_accumulation_the_effective_batch_needs():
         assert (c.device_bytes <= limit) == c.fits, c.name
 
 
+@pytest.mark.parametrize("eff", [30, 7])
+def test_every_change_reaches_an_effective_batch_that_does_not_divide_evenly(eff):
+    sc = {"model": M7, "method": "full", "precision": "bf16-mixed", "seq_len": 2048}
+    changes = changes_to_fit(sc, "h100-sxm", effective_batch=eff)
+    assert any(c.name == "more-gpus" for c in changes)
+    given = parse_scenario({**sc, "gpu": "h100-sxm"})
+    for c in changes:
+        assert given.replace(**c.changes).effective_batch >= eff, c.name
+
+
 def test_changes_to_fit_without_effective_batch_keep_the_scenarios_accumulation():
     sc = {"model": M7, "method": "full", "precision": "bf16-mixed", "seq_len": 2048}
     eight = next(c for c in changes_to_fit(sc, "h100-sxm") if c.name == "8bit-optimizer")

@@ -180,7 +180,7 @@ def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
         if n <= sc.num_gpus:
             continue
         mb = min(extra.get("micro_batch_size", sc.micro_batch_size), max(1, eff // n))
-        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, eff // (n * mb))}
+        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, -(-eff // (n * mb)))}  # at least the effective batch
         tried = keys
         if ctx.fits(keys):
             break
