@@ -272,3 +272,10 @@ def test_a_stack_that_lacks_a_feature_the_scenario_needs_is_excluded_with_the_re
 def test_bad_ranking_input_exits_2(args, fragment):
     r = _cli("plan", "--model", L8, *args)
     assert r.exit_code == 2 and fragment in " ".join(r.output.split())
+
+
+def test_gpu_list_shows_the_basis_of_each_low_price():
+    r = _cli("gpus", columns=220)
+    assert r.exit_code == 0
+    line = next(x for x in r.stdout.splitlines() if "│ mi300x" in x)
+    assert "1.50–6.00" in line and "TensorWave, research note 2026-05-18" in line

@@ -128,11 +128,14 @@ def gpus(
         sys.stdout.write(json.dumps([g.__dict__ for g in rows], indent=1) + "\n")
         return
     t = Table(title="GPU catalog", title_justify="left")
-    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h"):
+    from vramfit.plan.rental import price_basis
+
+    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h", "low price basis"):
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price)
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price,
+                  price_basis(g))
     console.print(t)
 
 
