@@ -130,12 +130,13 @@ def gpus(
     t = Table(title="GPU catalog", title_justify="left")
     from vramfit.plan.rental import price_basis
 
-    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h", "low price basis"):
+    wide = console.width >= 150  # the price basis (provider, date) where it fits; `plan` always shows it
+    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
         t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price,
-                  price_basis(g))
+                  *((price_basis(g),) if wide else ()))
     console.print(t)
 
 
