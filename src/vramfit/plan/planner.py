@@ -124,10 +124,12 @@ def plan(
     total = int(tokens * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
+    blocked = set()
     for g in cards:
         why = _cannot_run(g, sc, wanted)
         if why:
             excluded.append(Excluded(g.gpu_id, why))
+            blocked.add(g.gpu_id)
             continue
         limit = limit_bytes(g, margin)
         mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
@@ -148,20 +150,9 @@ def plan(
 
         for gid in named:
             g = get_gpu(gid)
-            if g.gpu_id in {e.gpu_id for e in excluded if e.reason.startswith("no BF16")}:
-                continue
-            if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
+            if g.gpu_id not in blocked and ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
-    assumptions = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
-    assumptions.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning} (without --precision, each "
-                       "framework's default: see `vramfit estimate --help`).")
-    assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
-    if counts != all_counts:
-        assumptions.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
-                           "give effective_batch to consider more.")
-    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
-        assumptions.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
-    assumptions.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted)
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
@@ -170,6 +161,21 @@ def plan(
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
+
+
+def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
+                      order: str, deadline: float | None, wanted: tuple[str, ...]) -> list[str]:
+    out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
+    out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning} (without --precision, each "
+               "framework's default: see `vramfit estimate --help`).")
+    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    if counts != all_counts:
+        out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
+                   "give effective_batch to consider more.")
+    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
+        out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
+    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    return out
 
 
 def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int, total: int | None, budget: float | None,
