@@ -279,3 +279,12 @@ def test_gpu_list_shows_the_basis_of_each_low_price():
     assert r.exit_code == 0
     line = next(x for x in r.stdout.splitlines() if "│ mi300x" in x)
     assert "1.50–6.00" in line and "TensorWave, research note 2026-05-18" in line
+
+
+def test_web_plan_takes_the_same_ranking_inputs():
+    from vramfit.web.planning import plan as web_plan
+
+    d = web_plan({"scenario": {"model": L8, "method": "qlora"}, "effective_batch": 8, "dataset_tokens": "10M",
+                  "sort": "time", "stacks": "cuda", "deadline_hours": 2})
+    assert d["inputs"]["sort"] == "time" and d["inputs"]["stacks"] == ["cuda"] and d["inputs"]["deadline_hours"] == 2
+    assert all(p["stack"] == "cuda" and p["price_basis"] for p in d["plans"] if p["usd_per_gpu_hour_low"])
