@@ -166,8 +166,8 @@ def plan(
 def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
                       order: str, deadline: float | None, wanted: tuple[str, ...]) -> list[str]:
     out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
-    out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning} (without --precision, each "
-               "framework's default: see `vramfit estimate --help`).")
+    out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
+               "default applies (`vramfit estimate --help`).")
     out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
