@@ -166,7 +166,7 @@ class Scenario:
     model: str | None = None
     params: int | None = None
     method: Method = Method.LORA
-    precision: Precision = Precision.BF16_TRUE
+    precision: Precision = Precision.BF16_TRUE  # parse_scenario: the framework profile's default_precision
     quantize: Quantize = Quantize.NONE
     lora_rank: int = 16
     lora_alpha: float = 32.0
