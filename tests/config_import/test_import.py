@@ -10,7 +10,7 @@ from vramfit.errors import ScenarioError
 
 FIX = Path(__file__).parent / "fixtures"
 
-BASE = {"params": None, "optimizer_in_backward": False, "gpu": None, "compile": False, "num_gpus": 1,
+BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard"}
 
 EXPECTED = {
