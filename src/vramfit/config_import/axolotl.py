@@ -67,7 +67,7 @@ IGNORED = [
     ("low_cpu_mem_usage", "loading"), ("accelerator_config.*", "launcher"), ("ddp", "launcher"),
     ("evaluation_strategy", "evaluation"), ("do_causal_lm_eval", "evaluation"), ("rl_beta", "loss weight of the rl stage"),
     ("kto_*", "loss weight of the rl stage"), ("orpo_alpha", "loss weight of the rl stage"), ("dpo_*", "loss weight of the rl stage"),
-    ("lora_on_cpu", "loading"), ("use_ray", "launcher"), ("ray_*", "launcher"),
+    ("lora_on_cpu", "loading"), ("quantize_moe_experts", "no quantized base: no effect"), ("use_ray", "launcher"), ("ray_*", "launcher"),
     ("center_rewards_coefficient", "loss weight of the rl stage"), ("simpo_gamma", "loss weight of the rl stage"),
     ("cpo_alpha", "loss weight of the rl stage"), ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
 ]
@@ -77,7 +77,7 @@ NOT_MODELLED = {
     "lora_mlp_kernel": "Axolotl's fused LoRA Triton kernels", "lora_qkv_kernel": "Axolotl's fused LoRA Triton kernels",
     "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage",
     "qat": "quantization-aware training", "diffusion": "diffusion-LM training", "vllm": "the vLLM generation server of GRPO",
-    "quantize_moe_experts": "MoE expert kernels", "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
+    "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
     "use_sonicmoe": "MoE expert kernels", "experts_implementation": "MoE expert kernels",
     "llama4_linearized_experts": "MoE expert kernels", "max_packed_sequence_len": "legacy packing length",
     "dp_shard_size": "N-D parallel layouts", "dp_replicate_size": "N-D parallel layouts",
@@ -247,6 +247,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.set("bnb_4bit_quant_type", "quantize", quantize)
     if method != "full":
         _adapter(r)
+    if method == "qlora":  # experts stay 16-bit unless asked (transformers 5 fuses them into 3-D parameters)
+        moe = bool(r.get("quantize_moe_experts", False, SOURCE))
+        r.set("quantize_moe_experts", "quantize_experts", "yes" if moe else "auto")
     else:
         r.ignore("lora_*", "no adapter: LoRA settings have no effect")
     r.set("sequence_len", "seq_len", r.get("sequence_len", 512, SOURCE))
