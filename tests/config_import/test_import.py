@@ -203,3 +203,11 @@ def test_pasted_text_imports_the_same_and_never_opens_files():
         from_text("a: &a [x, x]\nb: [*a, *a]\n")
     with pytest.raises(ScenarioError, match="over 1,048,576 bytes"):
         from_text("a: " + "x" * 1_100_000)
+
+
+def test_axolotl_moe_expert_quantization(tmp_path):
+    p = tmp_path / "moe.yml"
+    p.write_text((FIX / "axolotl_qlora.yml").read_text() + "quantize_moe_experts: true\n")
+    assert from_config(p).scenario.quantize_experts.value == "yes"
+    p.write_text((FIX / "axolotl_full_fsdp.yml").read_text() + "quantize_moe_experts: false\n")
+    assert from_config(p).scenario.quantize_experts.value == "auto"
