@@ -1,0 +1,204 @@
+"""``analyze_dataset``: the length pass over a dataset and the report the planner and the CLI use."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vramfit.dataset.fields import Fields, detect_fields
+from vramfit.dataset.limits import MAX_ROWS, MAX_SAMPLE_ROWS, TOKENIZE_BATCH_ROWS, DatasetError
+from vramfit.dataset.policy import Policy, micro_batches, peak_batch, training_rows
+from vramfit.dataset.readers import dataset_bytes, detect_format, iter_rows
+from vramfit.dataset.tokenize import Encoder
+from vramfit.plan.disk import TOKENIZED_BYTES_PER_TOKEN
+
+#: A suggested max_length loses at most this share of the dataset's tokens to truncation.
+SUGGEST_MAX_LOSS = 0.01
+#: Suggested max_length values are multiples of this (or of pad_to_multiple_of when set).
+SUGGEST_STEP = 64
+
+
+@dataclass(frozen=True)
+class LengthPass:
+    """Token counts of the rows read (all of them, or a uniform sample)."""
+
+    lengths: array  # tokens per sample after the chat template / EOS
+    rows_read: int
+    fields: Fields
+    sampled: bool
+
+    @property
+    def scale(self) -> float:
+        return self.rows_read / len(self.lengths) if self.lengths else 1.0
+
+
+def _rows(path: Path, split: str, sample: int | None, seed: int, on_rows: Callable[[int], None] | None,
+          count: list[int]):
+    """The rows to tokenize: all of them, or a uniform reservoir sample; ``count[0]`` ends as the rows read."""
+    rng = random.Random(seed)
+    keep: list[dict] = []
+    n = 0
+    for n, row in enumerate(iter_rows(path, split), 1):
+        if n > MAX_ROWS:
+            raise DatasetError("dataset", f"more than {MAX_ROWS:,} rows; pass --sample N")
+        if sample is None:
+            yield row
+        elif len(keep) < sample:
+            keep.append(row)
+        else:  # reservoir sampling (Vitter 1985, algorithm R): each row kept with probability sample / n
+            j = rng.randrange(n)
+            if j < sample:
+                keep[j] = row
+        if on_rows and n % 10_000 == 0:
+            on_rows(n)
+    count[0] = n
+    yield from keep
+    if on_rows:
+        on_rows(n)
+
+
+def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None = None, split: str = "train",
+                 sample: int | None = None, seed: int = 0, on_rows: Callable[[int], None] | None = None) -> LengthPass:
+    """Stream ``path``, render each row as the trainer does and count its tokens in batches."""
+    if sample is not None and not 1 <= sample <= MAX_SAMPLE_ROWS:
+        raise DatasetError("sample", f"must be from 1 to {MAX_SAMPLE_ROWS:,} rows, got {sample!r}")
+    lengths = array("I")
+    fields: Fields | None = None
+    texts: list[str] = []
+    count = [0]
+    for i, row in enumerate(_rows(Path(path), split, sample, seed, on_rows, count), 1):
+        fields = fields or detect_fields(row, field_name)
+        texts.append(encoder.render(row, fields, i))
+        if len(texts) >= TOKENIZE_BATCH_ROWS:
+            lengths.extend(encoder.count(texts, fields))
+            texts = []
+    if fields is None:
+        raise DatasetError("dataset", f"{Path(path).name} holds no rows")
+    lengths.extend(encoder.count(texts, fields))
+    rows_read = count[0]
+    return LengthPass(lengths, rows_read, fields, sample is not None and rows_read > len(lengths))
+
+
+def histogram(lengths, limit: int | None = None) -> list[tuple[int, int, int]]:
+    """(from, to, samples) with ``from <= length < to``: bins of 64 tokens doubling (0, 64, 128, 256, ...)."""
+    top = max(lengths, default=0)
+    edges = [0, 64]
+    while edges[-1] <= top:
+        edges.append(edges[-1] * 2)
+    counts = [0] * (len(edges) - 1)
+    for n in lengths:
+        counts[max(0, (n // 64).bit_length())] += 1  # n < 64 -> bin 0; 64..127 -> 1; 128..255 -> 2 ...
+    return [(edges[i], edges[i + 1], c) for i, c in enumerate(counts)]
+
+
+def lost_tokens(lengths, limit: int) -> int:
+    return sum(n - limit for n in lengths if n > limit)
+
+
+def suggest_max_length(lengths, step: int = SUGGEST_STEP) -> tuple[int, float]:
+    """The smallest multiple of ``step`` that truncation loses at most :data:`SUGGEST_MAX_LOSS` of the tokens at."""
+    total = sum(lengths)
+    hi = -(-max(lengths) // step)
+    lo = 1
+    while lo < hi:  # losses fall as the limit grows: bisect over the multiples
+        mid = (lo + hi) // 2
+        if lost_tokens(lengths, mid * step) <= SUGGEST_MAX_LOSS * total:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo * step, (lost_tokens(lengths, lo * step) / total if total else 0.0)
+
+
+@dataclass(frozen=True)
+class DatasetReport:
+    """What the dataset means for memory and time under one batching policy. Tokens are per epoch."""
+
+    path: str
+    format: str
+    file_bytes: int
+    fields: str
+    tokenizer: str
+    exact_tokens: bool  # False: characters-per-token approximation
+    rows: int
+    sampled_rows: int | None
+    policy: dict
+    sample_tokens: int  # after the template, before truncation
+    percentiles: dict  # p50, p90, p99, max of the sample lengths
+    histogram: list
+    truncated_samples: int
+    dropped_tokens: int
+    dropped_share: float
+    train_rows: int  # after packing
+    train_tokens: int  # real tokens trained on
+    peak_rows: int
+    peak_row_len: int
+    peak_tokens: int
+    typical_rows: int
+    typical_row_len: int
+    typical_tokens: int  # the median micro-batch
+    processed_tokens: int  # padding included: what the GPUs compute
+    padding_share: float
+    packing_efficiency: float | None
+    cross_sample_attention: bool
+    suggested_max_length: int
+    suggested_loss_share: float
+    tokenized_bytes: int
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def peak_seq_len(self) -> int:
+        """The estimator's ``seq_len`` for the peak micro-batch at its ``micro_batch_size`` rows."""
+        return -(-self.peak_tokens // max(1, self.policy["micro_batch_size"]))
+
+
+def _pct(sorted_lengths, q: float) -> int:
+    return sorted_lengths[min(len(sorted_lengths) - 1, int(q * len(sorted_lengths)))]
+
+
+def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> DatasetReport:
+    """The :class:`DatasetReport` of counted lengths under policy ``p`` (sampled figures scaled up)."""
+    lengths = lp.lengths
+    rows, dropped = training_rows(lengths, p)
+    batches = micro_batches(rows, p)
+    peak_r, peak_l = peak_batch(rows, p)
+    by_tokens = sorted(batches, key=lambda b: b[0] * b[1])
+    typ = by_tokens[(len(by_tokens) - 1) // 2]
+    s = sorted(lengths)
+    total = sum(lengths)
+    processed = sum(r * n for r, n in batches)
+    train = sum(rows)
+    step = p.pad_to_multiple_of or SUGGEST_STEP
+    sug, sug_loss = suggest_max_length(lengths, step)
+    k = lp.scale
+    notes = []
+    if not encoder.exact:
+        notes.append(f"token counts approximate ({encoder.source}); give --tokenizer for exact counts")
+    if lp.fields.conversational and encoder.template is None:
+        notes.append("no chat template found: messages rendered in the ChatML layout")
+    if lp.sampled:
+        notes.append(f"a uniform sample of {len(lengths):,} of {lp.rows_read:,} rows: totals scaled by {k:.2f}; "
+                     "the peak is the sample's, the full set may hold longer rows")
+    return DatasetReport(
+        path=str(path), format=detect_format(path), file_bytes=dataset_bytes(path), fields=lp.fields.describe(),
+        tokenizer=encoder.source, exact_tokens=encoder.exact, rows=lp.rows_read,
+        sampled_rows=len(lengths) if lp.sampled else None,
+        policy={k2: (v.value if hasattr(v, "value") else v) for k2, v in asdict(p).items()},
+        sample_tokens=round(total * k), percentiles={"p50": _pct(s, 0.5), "p90": _pct(s, 0.9), "p99": _pct(s, 0.99), "max": s[-1]},
+        histogram=histogram(lengths),
+        truncated_samples=round(k * sum(1 for n in lengths if p.max_length is not None and n > p.max_length))
+        if p.packing.value in ("none", "bfd") else 0,
+        dropped_tokens=round(dropped * k), dropped_share=dropped / total if total else 0.0,
+        train_rows=round(len(rows) * k), train_tokens=round(train * k),
+        peak_rows=peak_r, peak_row_len=peak_l, peak_tokens=peak_r * peak_l,
+        typical_rows=typ[0], typical_row_len=typ[1], typical_tokens=typ[0] * typ[1],
+        processed_tokens=round(processed * k), padding_share=1 - train / processed if processed else 0.0,
+        packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing.value != "none" and rows else None,
+        cross_sample_attention=p.cross_sample_attention, suggested_max_length=sug, suggested_loss_share=sug_loss,
+        tokenized_bytes=round(TOKENIZED_BYTES_PER_TOKEN * train * k), notes=notes,
+    )
