@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vramfit.dataset.fields import Fields, detect_fields
 from vramfit.dataset.limits import MAX_ROWS, MAX_SAMPLE_ROWS, TOKENIZE_BATCH_ROWS, DatasetError
-from vramfit.dataset.policy import Policy, micro_batches, peak_batch, training_rows
+from vramfit.dataset.policy import Policy, batch_shape, micro_batches, peak_batch, training_rows
 from vramfit.dataset.readers import dataset_bytes, detect_format, iter_rows
 from vramfit.dataset.tokenize import Encoder
 from vramfit.plan.disk import TOKENIZED_BYTES_PER_TOKEN
@@ -136,6 +136,7 @@ class DatasetReport:
     peak_rows: int
     peak_row_len: int
     peak_tokens: int
+    longest_row_len: int  # the longest padded row alone: the per-row peak at any micro-batch size
     typical_rows: int
     typical_row_len: int
     typical_tokens: int  # the median micro-batch
@@ -155,6 +156,11 @@ class DatasetReport:
     def peak_seq_len(self) -> int:
         """The estimator's ``seq_len`` for the peak micro-batch at its ``micro_batch_size`` rows."""
         return -(-self.peak_tokens // max(1, self.policy["micro_batch_size"]))
+
+    @property
+    def typical_seq_len(self) -> int:
+        """The estimator's ``seq_len`` for the median micro-batch at ``micro_batch_size`` rows."""
+        return -(-self.typical_tokens // max(1, self.policy["micro_batch_size"]))
 
 
 def _pct(sorted_lengths, q: float) -> int:
@@ -196,6 +202,7 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
         dropped_tokens=round(dropped * k), dropped_share=dropped / total if total else 0.0,
         train_rows=round(len(rows) * k), train_tokens=round(train * k),
         peak_rows=peak_r, peak_row_len=peak_l, peak_tokens=peak_r * peak_l,
+        longest_row_len=batch_shape([max(rows)], p)[1],
         typical_rows=typ[0], typical_row_len=typ[1], typical_tokens=typ[0] * typ[1],
         processed_tokens=round(processed * k), padding_share=1 - train / processed if processed else 0.0,
         packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing.value != "none" and rows else None,

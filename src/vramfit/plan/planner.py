@@ -95,6 +95,7 @@ def plan(
     sort: str = "cost",
     deadline_hours: float | str | None = None,
     stacks: list[str] | str | None = None,
+    dataset: Any | None = None,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -106,9 +107,14 @@ def plan(
     Plans within budget and ``deadline_hours`` come first, then by ``sort`` (``cost`` per token or
     ``time``); ``stacks`` (cuda, rocm, habana) keeps only cards of those software stacks. A card is
     planned only in counts it is rented in (``rental_gpus``: GB200 up to its 4-GPU tray).
+    ``dataset`` (a :class:`vramfit.dataset.DatasetReport`) replaces ``dataset_tokens``: disk from its
+    real tokens, time and cost from the tokens the GPUs process (padding included).
     """
     sc = parse_scenario(scenario)
+    if dataset is not None and dataset_tokens is not None:
+        raise ScenarioError("dataset_tokens", "give the dataset or its token count, not both")
     eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
+    tokens = dataset.train_tokens if dataset is not None else tokens
     all_counts = gpu_counts(max_gpus)
     counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
@@ -121,7 +127,7 @@ def plan(
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u)
-    total = int(tokens * ep) if tokens else None
+    total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
     blocked = set()
@@ -153,6 +159,12 @@ def plan(
             if g.gpu_id not in blocked and ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted)
+    if dataset is not None:  # the measured lengths replace the packed-dataset assumption
+        packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
+        assumptions[assumptions.index(packed)] = (
+            f"Time from the {dataset.processed_tokens:,} tokens the GPUs process per epoch of the dataset (padding "
+            f"included, at micro-batch {dataset.policy['micro_batch_size']}); time excludes evaluation, checkpoint "
+            "writes and start-up.")
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
