@@ -30,6 +30,7 @@ def _trl_rows(lengths, cap, strategy):
     return sorted(len(x) for x in packed["input_ids"])
 
 
+@pytest.mark.slow  # importing trl takes seconds
 @pytest.mark.parametrize("strategy", ["bfd", "bfd_split", "wrapped"])
 def test_packing_matches_trl_pack_dataset_row_for_row(strategy):
     rng = random.Random(7)

@@ -47,7 +47,8 @@ def detect_format(path: Path) -> str:
                        [".jsonl", ".json", ".csv", ".parquet", "a datasets folder"])
 
 
-def _check_size(path: Path, limit: int = MAX_FILE_BYTES) -> int:
+def _check_size(path: Path, limit: int | None = None) -> int:
+    limit = MAX_FILE_BYTES if limit is None else limit
     size = path.stat().st_size
     if size > limit:
         raise DatasetError("dataset", f"{path.name} is {size / 1e9:,.1f} GB, over the limit of {limit / 1e9:,.1f} GB")
