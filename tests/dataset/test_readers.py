@@ -5,9 +5,8 @@ import json
 import pytest
 from dsutil import words, write_jsonl
 
-from vramfit.dataset import DatasetError, analyze_dataset
+from vramfit.dataset import DatasetError, analyze_dataset, readers
 from vramfit.dataset import limits as dl
-from vramfit.dataset import readers
 from vramfit.dataset.report import read_lengths
 from vramfit.dataset.tokenize import load_encoder
 
