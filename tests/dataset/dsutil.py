@@ -39,3 +39,18 @@ def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
+
+
+def make_readme_fixtures(folder):
+    """``chat.jsonl`` (200 chats, long-tailed lengths, seeded) and ``tok/`` for the README example."""
+    import random
+
+    rng = random.Random(20)
+    rows = []
+    for _ in range(200):
+        n = min(6000, int(rng.lognormvariate(5.0, 0.9)))
+        rows.append({"messages": [{"role": "user", "content": words(max(1, n // 3))},
+                                  {"role": "assistant", "content": words(max(1, n - n // 3))}]})
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl(folder / "chat.jsonl", rows)
+    build_tokenizer(folder / "tok")
