@@ -24,7 +24,9 @@ def build_tokenizer(folder, template=TEMPLATE):
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    cfg = {"bos_token": "<s>", "eos_token": {"content": "</s>"}}
+    eos = {"__type": "AddedToken", "content": "</s>", "lstrip": False, "normalized": False, "rstrip": False,
+           "single_word": False, "special": True}  # the form transformers saves special tokens in
+    cfg = {"bos_token": "<s>", "eos_token": eos}
     if template:
         cfg["chat_template"] = template
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))

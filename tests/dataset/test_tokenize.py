@@ -78,3 +78,20 @@ def test_tokenizer_errors_name_the_input(tmp_path):
         load_encoder(tmp_path / "bad.json")
     with pytest.raises(DatasetError, match="chars_per_token"):
         load_encoder(None, 0.1)
+
+
+@pytest.mark.slow  # importing transformers takes seconds
+def test_counts_match_transformers_apply_chat_template(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    template = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {% if m['role'] == 'assistant' %}"
+                "{% generation %}{{ m['content'] }} </s>{% endgeneration %}{% else %}{{ m['content'] }} </s>{% endif %} "
+                "{% endfor %}")
+    d = build_tokenizer(tmp_path / "tok", template=template)
+    hf = transformers.AutoTokenizer.from_pretrained(str(d))
+    chats = [[{"role": "user", "content": words(n)}, {"role": "assistant", "content": words(2 * n + 1)}] for n in (1, 9, 40)]
+    p = write_jsonl(tmp_path / "m.jsonl", [{"messages": c} for c in chats])
+    expected = [len(hf.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"]) for c in chats]
+    assert lengths(p, d) == expected == [1 + (n + 2) + (2 * n + 3) for n in (1, 9, 40)]
+    texts = [words(n) for n in (3, 30)]
+    t = write_jsonl(tmp_path / "t.jsonl", [{"text": x} for x in texts])
+    assert lengths(t, d) == [len(hf(text=x + "</s>")["input_ids"]) for x in texts]
