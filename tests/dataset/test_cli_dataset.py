@@ -46,12 +46,15 @@ def test_plan_times_the_processed_tokens(known, tok_dir):
             str(tok_dir), "--cards", "h100-sxm", "--max-gpus", "1", "--epochs", "2", "--dataset-json", str(report), "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    processed = json.loads(report.read_text())["processed_tokens"]
+    rep = json.loads(report.read_text())
+    processed = rep["processed_tokens"]
     assert processed > 8400  # padding to the longest of 4 random samples
+    assert rep["processed_by_micro_batch"]["1"] == 8400 and rep["processed_by_micro_batch"]["4"] == processed
     assert d["inputs"]["dataset_tokens"] == 8400  # real tokens: disk
     assert d["inputs"]["total_tokens"] == 2 * processed  # time and cost: what the GPUs process
-    p = d["plans"][0]
-    assert p["hours"] == pytest.approx(2 * processed / p["speed"]["tokens_per_s"] / 3600)
+    for p in d["plans"]:  # each plan's own micro-batch sets its padding
+        at = rep["processed_by_micro_batch"][str(p["micro_batch_size"])]
+        assert p["hours"] == pytest.approx(2 * at / p["speed"]["tokens_per_s"] / 3600)
     assert d["scenario"]["seq_len"] == 3000  # the longest row: the peak at any micro-batch
     assert any(a.startswith("Time from the ") and "padding included" in a for a in d["assumptions"])
     assert not any(a.startswith("The dataset is packed") for a in d["assumptions"])

@@ -41,6 +41,10 @@ def test_padding_accounting(known, tok_dir):
     longest = analyze_dataset(known, tokenizer=tok_dir, policy=Policy(micro_batch_size=4, max_length=1024))
     assert one.processed_tokens < longest.processed_tokens < full.processed_tokens
     assert longest.typical_row_len in (30, 300, 1024)
+    by = longest.processed_by_micro_batch
+    assert list(by) == [1, 2, 4, 8, 16, 32, 64] and by[1] == one.processed_tokens and by[4] == longest.processed_tokens
+    assert all(by[a] <= by[b] for a, b in zip(list(by), list(by)[1:]))  # more rows per batch, more padding
+    assert longest.processed_at(3) == by[4] and longest.processed_at(500) == by[64]
 
 
 def test_bfd_packing_efficiency_by_hand(known, tok_dir):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from vramfit.dataset.fields import Fields, detect_fields
@@ -19,6 +19,8 @@ from vramfit.plan.disk import TOKENIZED_BYTES_PER_TOKEN
 SUGGEST_MAX_LOSS = 0.01
 #: Suggested max_length values are multiples of this (or of pad_to_multiple_of when set).
 SUGGEST_STEP = 64
+#: Micro-batch sizes whose processed tokens are simulated for the planner (it searches powers of two).
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ class DatasetReport:
     typical_row_len: int
     typical_tokens: int  # the median micro-batch
     processed_tokens: int  # padding included: what the GPUs compute
+    processed_by_micro_batch: dict  # micro-batch size -> processed tokens per epoch (the planner varies it)
     padding_share: float
     packing_efficiency: float | None
     cross_sample_attention: bool
@@ -151,6 +154,12 @@ class DatasetReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def processed_at(self, micro_batch_size: int) -> int:
+        """Processed tokens per epoch at ``micro_batch_size`` (the nearest size simulated at or above it)."""
+        sizes = sorted(self.processed_by_micro_batch)
+        mb = next((m for m in sizes if m >= micro_batch_size), sizes[-1])
+        return self.processed_by_micro_batch[mb]
 
     @property
     def peak_seq_len(self) -> int:
@@ -182,6 +191,9 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
     step = p.pad_to_multiple_of or SUGGEST_STEP
     sug, sug_loss = suggest_max_length(lengths, step)
     k = lp.scale
+    by_mb = {m: round(k * sum(r * n for r, n in micro_batches(rows, replace(p, micro_batch_size=m))))
+             for m in sorted(set(MICRO_BATCHES) - {p.micro_batch_size})}
+    by_mb[p.micro_batch_size] = round(processed * k)
     notes = []
     if not encoder.exact:
         notes.append(f"token counts approximate ({encoder.source}); give --tokenizer for exact counts")
@@ -204,7 +216,7 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
         peak_rows=peak_r, peak_row_len=peak_l, peak_tokens=peak_r * peak_l,
         longest_row_len=batch_shape([max(rows)], p)[1],
         typical_rows=typ[0], typical_row_len=typ[1], typical_tokens=typ[0] * typ[1],
-        processed_tokens=round(processed * k), padding_share=1 - train / processed if processed else 0.0,
+        processed_tokens=round(processed * k), processed_by_micro_batch=dict(sorted(by_mb.items())), padding_share=1 - train / processed if processed else 0.0,
         packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing.value != "none" and rows else None,
         cross_sample_attention=p.cross_sample_attention, suggested_max_length=sug, suggested_loss_share=sug_loss,
         tokenized_bytes=round(TOKENIZED_BYTES_PER_TOKEN * train * k), notes=notes,

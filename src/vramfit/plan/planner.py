@@ -108,7 +108,7 @@ def plan(
     ``time``); ``stacks`` (cuda, rocm, habana) keeps only cards of those software stacks. A card is
     planned only in counts it is rented in (``rental_gpus``: GB200 up to its 4-GPU tray).
     ``dataset`` (a :class:`vramfit.dataset.DatasetReport`) replaces ``dataset_tokens``: disk from its
-    real tokens, time and cost from the tokens the GPUs process (padding included).
+    real tokens, time and cost from the tokens the GPUs process at each plan's micro-batch (padding included).
     """
     sc = parse_scenario(scenario)
     if dataset is not None and dataset_tokens is not None:
@@ -145,7 +145,8 @@ def plan(
             if best is not None and set(needs(best[0]._asdict())) & set(stack_of(g).lacks):
                 lacking.append(n)  # the fastest setting needs what the stack lacks (e.g. Liger on Gaudi)
             elif best is not None:
-                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable,
+                at_mb = int(dataset.processed_at(best[1]) * ep) if dataset is not None else total  # padding varies with mb
+                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, at_mb, budget, num_params, trainable,
                                         tokens, kept, deadline))
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
@@ -162,9 +163,9 @@ def plan(
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
         packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
         assumptions[assumptions.index(packed)] = (
-            f"Time from the {dataset.processed_tokens:,} tokens the GPUs process per epoch of the dataset (padding "
-            f"included, at micro-batch {dataset.policy['micro_batch_size']}); time excludes evaluation, checkpoint "
-            "writes and start-up.")
+            f"Time from the tokens the GPUs process per epoch of the dataset at each plan's micro-batch, padding "
+            f"included ({dataset.processed_tokens:,} at micro-batch {dataset.policy['micro_batch_size']}); time "
+            "excludes evaluation, checkpoint writes and start-up.")
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
