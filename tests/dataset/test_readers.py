@@ -88,3 +88,13 @@ def test_row_limit(tmp_path, monkeypatch):
     p = write_jsonl(tmp_path / "d.jsonl", [{"text": "x"}] * 5)
     with pytest.raises(DatasetError, match="more than 3 rows; pass --sample N"):
         analyze_dataset(p)
+
+
+def test_sample_memory_is_bounded(tmp_path, monkeypatch):
+    from vramfit.dataset import report
+
+    monkeypatch.setattr(report, "MAX_SAMPLE_CHARS", 250)
+    p = write_jsonl(tmp_path / "d.jsonl", [{"text": "x" * 100}] * 5)
+    assert analyze_dataset(p, sample=2).sampled_rows == 2
+    with pytest.raises(DatasetError, match="sample: the sampled rows hold over 250 characters"):
+        analyze_dataset(p, sample=3)

@@ -20,6 +20,8 @@ MAX_ROWS = 50_000_000
 MAX_TOKENIZER_BYTES = 128 * 2**20
 #: Largest ``--sample`` (rows tokenized; the sampled texts are held in memory).
 MAX_SAMPLE_ROWS = 1_000_000
+#: Most characters the ``--sample`` rows may hold together (they wait in memory for the tokenizer).
+MAX_SAMPLE_CHARS = 2 * 10**9
 #: Rows handed to the tokenizer at once (``Tokenizer.encode_batch`` runs them on all cores).
 TOKENIZE_BATCH_ROWS = 1000
 #: Characters a chat template may render for one row (guards against a runaway template).

@@ -9,7 +9,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from vramfit.dataset.fields import Fields, detect_fields
-from vramfit.dataset.limits import MAX_ROWS, MAX_SAMPLE_ROWS, TOKENIZE_BATCH_ROWS, DatasetError
+from vramfit.dataset.limits import (
+    MAX_ROWS,
+    MAX_SAMPLE_CHARS,
+    MAX_SAMPLE_ROWS,
+    TOKENIZE_BATCH_ROWS,
+    DatasetError,
+)
 from vramfit.dataset.policy import Policy, batch_shape, micro_batches, peak_batch, training_rows
 from vramfit.dataset.readers import dataset_bytes, detect_format, iter_rows
 from vramfit.dataset.tokenize import Encoder
@@ -37,51 +43,60 @@ class LengthPass:
         return self.rows_read / len(self.lengths) if self.lengths else 1.0
 
 
-def _rows(path: Path, split: str, sample: int | None, seed: int, on_rows: Callable[[int], None] | None,
-          count: list[int]):
-    """The rows to tokenize: all of them, or a uniform reservoir sample; ``count[0]`` ends as the rows read."""
-    rng = random.Random(seed)
-    keep: list[dict] = []
-    n = 0
-    for n, row in enumerate(iter_rows(path, split), 1):
-        if n > MAX_ROWS:
-            raise DatasetError("dataset", f"more than {MAX_ROWS:,} rows; pass --sample N")
-        if sample is None:
-            yield row
-        elif len(keep) < sample:
-            keep.append(row)
-        else:  # reservoir sampling (Vitter 1985, algorithm R): each row kept with probability sample / n
-            j = rng.randrange(n)
-            if j < sample:
-                keep[j] = row
-        if on_rows and n % 10_000 == 0:
-            on_rows(n)
-    count[0] = n
-    yield from keep
-    if on_rows:
-        on_rows(n)
+class _Reservoir:
+    """A uniform sample of ``size`` rendered rows (Vitter 1985, algorithm R: row n kept with probability size / n)."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.rng, self.texts, self.chars = size, random.Random(seed), [], 0
+
+    def slot(self, n: int) -> int | None:
+        """Where row ``n`` goes, or None when it is not sampled."""
+        if len(self.texts) < self.size:
+            self.texts.append("")
+            return len(self.texts) - 1
+        j = self.rng.randrange(n)
+        return j if j < self.size else None
+
+    def put(self, i: int, text: str) -> None:
+        self.chars += len(text) - len(self.texts[i])
+        if self.chars > MAX_SAMPLE_CHARS:
+            raise DatasetError("sample", f"the sampled rows hold over {MAX_SAMPLE_CHARS:,} characters; sample fewer rows")
+        self.texts[i] = text
 
 
 def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None = None, split: str = "train",
                  sample: int | None = None, seed: int = 0, on_rows: Callable[[int], None] | None = None) -> LengthPass:
-    """Stream ``path``, render each row as the trainer does and count its tokens in batches."""
+    """Stream ``path``, render each row (or each sampled row) as the trainer does and count its tokens in batches."""
     if sample is not None and not 1 <= sample <= MAX_SAMPLE_ROWS:
         raise DatasetError("sample", f"must be from 1 to {MAX_SAMPLE_ROWS:,} rows, got {sample!r}")
     lengths = array("I")
     fields: Fields | None = None
     texts: list[str] = []
-    count = [0]
-    for i, row in enumerate(_rows(Path(path), split, sample, seed, on_rows, count), 1):
+    pool = _Reservoir(sample, seed) if sample is not None else None
+    n = 0
+    for n, row in enumerate(iter_rows(Path(path), split), 1):
+        if n > MAX_ROWS:
+            raise DatasetError("dataset", f"more than {MAX_ROWS:,} rows; pass --sample N")
         fields = fields or detect_fields(row, field_name)
-        texts.append(encoder.render(row, fields, i))
+        if on_rows and n % 10_000 == 0:
+            on_rows(n)
+        if pool is not None:
+            i = pool.slot(n)
+            if i is not None:
+                pool.put(i, encoder.render(row, fields, n))
+            continue
+        texts.append(encoder.render(row, fields, n))
         if len(texts) >= TOKENIZE_BATCH_ROWS:
             lengths.extend(encoder.count(texts, fields))
             texts = []
     if fields is None:
         raise DatasetError("dataset", f"{Path(path).name} holds no rows")
+    for start in range(0, len(pool.texts) if pool else 0, TOKENIZE_BATCH_ROWS):
+        lengths.extend(encoder.count(pool.texts[start:start + TOKENIZE_BATCH_ROWS], fields))
     lengths.extend(encoder.count(texts, fields))
-    rows_read = count[0]
-    return LengthPass(lengths, rows_read, fields, sample is not None and rows_read > len(lengths))
+    if on_rows:
+        on_rows(n)
+    return LengthPass(lengths, n, fields, pool is not None and n > len(lengths))
 
 
 def histogram(lengths, limit: int | None = None) -> list[tuple[int, int, int]]:
