@@ -82,3 +82,22 @@ def test_bad_input_is_one_line_and_exit_2(known, args, message):
     r = run("estimate", *M, *[a.format(known=known) for a in args])
     assert r.exit_code == 2, r.output
     assert r.output.startswith(message) and r.output.count("\n") == 1 and "Traceback" not in r.output
+
+
+def test_large_files_report_progress(known, monkeypatch):
+    from vramfit.cli import dataset_opts
+
+    monkeypatch.setattr(dataset_opts, "PROGRESS_MIN_BYTES", 10)
+    seen = []
+    import vramfit.dataset as ds  # run_dataset imports analyze_dataset from here when called
+
+    orig = ds.analyze_dataset
+
+    def spy(*a, on_rows=None, **kw):
+        seen.append(on_rows)
+        return orig(*a, on_rows=lambda n: (seen.append(n), on_rows(n)), **kw)
+
+    monkeypatch.setattr(ds, "analyze_dataset", spy)
+    r = run("estimate", *M, "--dataset", str(known), "--json")
+    assert r.exit_code == 0, r.output
+    assert callable(seen[0]) and seen[-1] == 100  # the progress callback got the final row count

@@ -20,6 +20,8 @@ from rich.console import Console
 from vramfit.errors import ScenarioError
 
 _D = "Dataset"
+#: Files above this size show a progress line (rows read) on stderr while the length pass runs.
+PROGRESS_MIN_BYTES = 100 * 10**6
 err = Console(stderr=True)
 GiB = 2**30
 
@@ -73,7 +75,7 @@ def run_dataset(opts: dict, sc):
     policy = policy_from(opts, sc)
     args = dict(tokenizer=opts["tokenizer"], policy=policy, field_name=opts["field"], split=opts["split"],
                 sample=opts["sample"], chars_per_token=opts["chars_per_token"])
-    big = opts["dataset"].is_file() and opts["dataset"].stat().st_size > 100 * 10**6
+    big = opts["dataset"].is_file() and opts["dataset"].stat().st_size > PROGRESS_MIN_BYTES
     if not big:
         return analyze_dataset(opts["dataset"], **args)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True) as bar:
