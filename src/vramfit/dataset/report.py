@@ -16,7 +16,7 @@ from vramfit.dataset.limits import (
     TOKENIZE_BATCH_ROWS,
     DatasetError,
 )
-from vramfit.dataset.policy import Policy, batch_shape, micro_batches, peak_batch, training_rows
+from vramfit.dataset.policy import Packing, Policy, batch_shape, micro_batches, peak_batch, training_rows
 from vramfit.dataset.readers import dataset_bytes, detect_format, iter_rows
 from vramfit.dataset.tokenize import Encoder
 from vramfit.plan.disk import TOKENIZED_BYTES_PER_TOKEN
@@ -99,7 +99,7 @@ def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None =
     return LengthPass(lengths, n, fields, pool is not None and n > len(lengths))
 
 
-def histogram(lengths, limit: int | None = None) -> list[tuple[int, int, int]]:
+def histogram(lengths) -> list[tuple[int, int, int]]:
     """(from, to, samples) with ``from <= length < to``: bins of 64 tokens doubling (0, 64, 128, 256, ...)."""
     top = max(lengths, default=0)
     edges = [0, 64]
@@ -209,14 +209,6 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
     by_mb = {m: round(k * sum(r * n for r, n in micro_batches(rows, replace(p, micro_batch_size=m))))
              for m in sorted(set(MICRO_BATCHES) - {p.micro_batch_size})}
     by_mb[p.micro_batch_size] = round(processed * k)
-    notes = []
-    if not encoder.exact:
-        notes.append(f"token counts approximate ({encoder.source}); give --tokenizer for exact counts")
-    if lp.fields.conversational and encoder.template is None:
-        notes.append("no chat template found: messages rendered in the ChatML layout")
-    if lp.sampled:
-        notes.append(f"a uniform sample of {len(lengths):,} of {lp.rows_read:,} rows: totals scaled by {k:.2f}; "
-                     "the peak is the sample's, the full set may hold longer rows")
     return DatasetReport(
         path=str(path), format=detect_format(path), file_bytes=dataset_bytes(path), fields=lp.fields.describe(),
         tokenizer=encoder.source, exact_tokens=encoder.exact, rows=lp.rows_read,
@@ -225,14 +217,28 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
         sample_tokens=round(total * k), percentiles={"p50": _pct(s, 0.5), "p90": _pct(s, 0.9), "p99": _pct(s, 0.99), "max": s[-1]},
         histogram=histogram(lengths),
         truncated_samples=round(k * sum(1 for n in lengths if p.max_length is not None and n > p.max_length))
-        if p.packing.value in ("none", "bfd") else 0,
+        if p.packing in (Packing.NONE, Packing.BFD) else 0,
         dropped_tokens=round(dropped * k), dropped_share=dropped / total if total else 0.0,
         train_rows=round(len(rows) * k), train_tokens=round(train * k),
         peak_rows=peak_r, peak_row_len=peak_l, peak_tokens=peak_r * peak_l,
         longest_row_len=batch_shape([max(rows)], p)[1],
         typical_rows=typ[0], typical_row_len=typ[1], typical_tokens=typ[0] * typ[1],
-        processed_tokens=round(processed * k), processed_by_micro_batch=dict(sorted(by_mb.items())), padding_share=1 - train / processed if processed else 0.0,
-        packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing.value != "none" and rows else None,
+        processed_tokens=round(processed * k), processed_by_micro_batch=dict(sorted(by_mb.items())),
+        padding_share=1 - train / processed if processed else 0.0,
+        packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing is not Packing.NONE and rows else None,
         cross_sample_attention=p.cross_sample_attention, suggested_max_length=sug, suggested_loss_share=sug_loss,
-        tokenized_bytes=round(TOKENIZED_BYTES_PER_TOKEN * train * k), notes=notes,
+        tokenized_bytes=round(TOKENIZED_BYTES_PER_TOKEN * train * k), notes=_notes(lp, encoder),
     )
+
+
+def _notes(lp: LengthPass, encoder: Encoder) -> list[str]:
+    """What makes the figures less than exact."""
+    notes = []
+    if not encoder.exact:
+        notes.append(f"token counts approximate ({encoder.source}); give --tokenizer for exact counts")
+    if lp.fields.conversational and encoder.template is None:
+        notes.append("no chat template found: messages rendered in the ChatML layout")
+    if lp.sampled:
+        notes.append(f"a uniform sample of {len(lp.lengths):,} of {lp.rows_read:,} rows: totals scaled by {lp.scale:.2f}; "
+                     "the peak is the sample's, the full set may hold longer rows")
+    return notes
