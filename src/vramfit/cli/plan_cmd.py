@@ -63,7 +63,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
-                  f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
+                  f"effective batch {r.effective_batch} · {data} · "
+                  + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
                   f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"

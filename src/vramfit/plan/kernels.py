@@ -26,6 +26,7 @@ GEMM_EFFICIENCY: dict[str, Constant] = {
     "gh200-144gb": Constant(0.830, "MAMF / peak", _MAMF + ": GH200 SXM 821.0 of 989 TFLOPS"),
     "mi250x": Constant(0.767, "MAMF / peak", _MAMF + ": MI250X 147.0 of 191.5 TFLOPS per GCD"),
     "mi300x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS"),
+    "mi325x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS (MI325X: same CDNA3 compute die)"),
 }
 GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",

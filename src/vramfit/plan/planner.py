@@ -34,9 +34,8 @@ ASSUMPTIONS = (
     "exposes to CUDA less the safety margin.",
     "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
-    "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
-    "de-quantization included; GPU-to-GPU traffic overlaps compute, offload traffic does not; the CPU "
-    "optimizer step of offload plans is not timed.",
+    "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
+    "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
     "Prices are on-demand USD per GPU-hour read on the dates in price_details; the low end ranks plans.",
 )
@@ -120,7 +119,7 @@ def plan(
     ev = Evaluator(sc)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u)
+    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
     total = int(tokens * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
@@ -168,7 +167,10 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
     out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
     out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
                "default applies (`vramfit estimate --help`).")
-    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
+               "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
+               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'; "
+               "benchmarks/throughput.py scores it against published tokens/s).")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")

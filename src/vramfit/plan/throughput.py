@@ -277,7 +277,12 @@ def mechanism_step_time(w: Work, c: CardSpeed) -> Speed:
     memory traffic. GPU-to-GPU traffic overlaps with compute where the cards have peer-to-peer access,
     else it adds; offload traffic over the host link adds.
     """
-    from vramfit.plan.kernels import GPTQ_DEQUANT_S_PER_GWEIGHT, LAYER_OVERHEAD_S, REFERENCE_BANDWIDTH, ZERO3_LAYER_OVERHEAD_S
+    from vramfit.plan.kernels import (
+        GPTQ_DEQUANT_S_PER_GWEIGHT,
+        LAYER_OVERHEAD_S,
+        REFERENCE_BANDWIDTH,
+        ZERO3_LAYER_OVERHEAD_S,
+    )
 
     over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
     if w.zero3:
