@@ -57,17 +57,21 @@ def _stats(errs: list[float]) -> dict:
 
 
 def score(rows: list[dict]) -> dict:
-    """Per-row predictions and the summary: median/p90 absolute error overall, held-out, design, by source."""
+    """Per-row predictions and the summary: median/p90 absolute error overall, held-out, design, by source,
+    by card and by framework (``+compile`` where the row ran torch.compile)."""
     out = []
     for r in rows:
         p = predict(r["scenario"])
         errs = {k: abs(v / r["tokens_per_s"] - 1) for k, v in p.items()}
-        out.append({"id": r["id"], "source_id": r["source_id"], "design": r["design"],
+        sc = r["scenario"]
+        out.append({"id": r["id"], "source_id": r["source_id"], "design": r["design"], "gpu": sc["gpu"],
+                    "framework": sc.get("framework", "hf") + ("+compile" if sc.get("compile") else ""),
                     "measured": r["tokens_per_s"], **{f"pred_{k}": round(v, 1) for k, v in p.items()},
                     **{f"err_{k}": round(v, 4) for k, v in errs.items()}})
     groups = {"all": out, "held_out": [o for o in out if not o["design"]], "design": [o for o in out if o["design"]]}
-    for sid in sorted({o["source_id"] for o in out}):
-        groups[sid] = [o for o in out if o["source_id"] == sid]
+    for key, prefix in (("source_id", ""), ("gpu", "gpu "), ("framework", "framework ")):
+        for v in sorted({o[key] for o in out}):
+            groups[prefix + v] = [o for o in out if o[key] == v]
     summary = {g: {k: _stats([o[f"err_{k}"] for o in rs]) for k in ("model", "old", "naive")} for g, rs in groups.items()}
     return {"rows": out, "summary": summary}
 
@@ -77,10 +81,10 @@ def load(path: Path) -> list[dict]:
 
 
 def format_summary(summary: dict) -> str:
-    lines = [f"{'rows':<22}{'n':>4}  {'model med/p90':>14}  {'old med/p90':>13}  {'6N med/p90':>12}"]
+    lines = [f"{'rows':<26}{'n':>4}  {'model med/p90':>14}  {'old med/p90':>13}  {'6N med/p90':>12}"]
     for g, s in summary.items():
         cells = [f"{s[k]['median']:.0%}/{s[k]['p90']:.0%}" for k in ("model", "old", "naive")]
-        lines.append(f"{g:<22}{s['model']['n']:>4}  {cells[0]:>14}  {cells[1]:>13}  {cells[2]:>12}")
+        lines.append(f"{g:<26}{s['model']['n']:>4}  {cells[0]:>14}  {cells[1]:>13}  {cells[2]:>12}")
     return "\n".join(lines)
 
 

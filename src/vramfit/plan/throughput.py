@@ -211,6 +211,21 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
                 **mech)
 
 
+def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
+    """Memory-bound bytes of the adapters in one forward, per token (bf16, 2 bytes per element).
+
+    peft ``lora.Linear.forward`` (peft v0.11): ``result + lora_B(lora_A(dropout(x))) * scaling``. Per
+    adapted linear (in -> out) a token reads its input for ``lora_A`` (in elements), and the skinny
+    ``lora_B`` output is written, scaled and added to the base output (about 3 x out); dropout > 0
+    copies the input (read + write, 2 x in). The sum of ``in + out`` over all adapters is the adapter
+    parameter count / rank, so ``(2 + dropout) x lora_params / rank`` elements, a symmetric-shape reading.
+    """
+    if not lora_params or sc.method is Method.FULL:
+        return 0
+    dropout = sc.lora_dropout if sc.lora_dropout is not None else 0.0
+    return 2 * (2 + (1 if dropout > 0 else 0)) * lora_params // sc.lora_rank
+
+
 #: Executed share of the counted attention FLOPs: FlashAttention/SDPA skip the masked half of a causal
 #: score matrix (Dao 2023, arXiv:2307.08691, sec. 3.1.1); eager attention computes all of it.
 _CAUSAL_SKIP = 0.5
@@ -234,9 +249,10 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
                                               Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = 0.0 if sc.offload is not Offload.NONE else trainable / shards * 7 * state  # read p,g,m,v; write p,m,v
+    elem = mf.elem_bytes_per_token_fwd + _lora_bytes_per_token_fwd(sc, lora)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
-            "elem_bytes_mb": float(tokens_mb * mf.elem_bytes_per_token_fwd * fwd_passes),
+            "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "zero3": sc.parallelism is Parallelism.ZERO3}
 
