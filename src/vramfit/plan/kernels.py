@@ -54,7 +54,8 @@ LAYER_OVERHEAD_S = {
         3.6e-3, "s per layer per micro-batch (forward + backward + recompute)",
         "design: fitted with ATTENTION_EFFICIENCY_DEFAULT over the Qwen-1 1.8B LoRA/Q-LoRA rows (3.58 ms; at seq 256 "
         "the 1.0 s/it for 8 micro-batches x 24 layers is under 0.1 s of compute): PyTorch eager dispatch of a "
-        "PEFT block's few hundred small kernels",
+        "PEFT block's few hundred small kernels. Added to the GPU time, not overlapped: a max(CPU, GPU) "
+        "reading fits the same rows only with attention below FlashAttention-2's published 50 %",
     ),
     "compiled": Constant(
         0.5e-3, "s per layer per micro-batch",

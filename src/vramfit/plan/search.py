@@ -104,7 +104,7 @@ class Search:
         self._completion: dict[tuple, Config] = {}
         self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
-        self._links: dict[tuple[str, int], tuple[float, float]] = {}  # (peer, host) GB/s for speed()
+        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.classes = gpu_classes()
 
@@ -176,8 +176,9 @@ class Search:
             return None
         link = self._links.get((g.gpu_id, c.num_gpus))
         if link is None:
-            link = self._links[(g.gpu_id, c.num_gpus)] = (peer_gbs(g, c.num_gpus), g.host_link_gbs)
-        card = card_speed(g, link[0]) if self.mfu is None else None
+            peer = peer_gbs(g, c.num_gpus)
+            link = self._links[(g.gpu_id, c.num_gpus)] = (peer, g.host_link_gbs, card_speed(g, peer))
+        card = link[2] if self.mfu is None else None
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
             peer_gbs=link[0], host_gbs=link[1], card=card,
