@@ -107,6 +107,9 @@ def test_benchmark_summary_beats_the_old_model():
     assert s["QWEN1_README"]["model"]["median"] <= 0.10 and s["QWEN1_README"]["model"]["p90"] <= 0.26
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 2.0
+    from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
+
+    assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(s["all"]["model"]["median"], 2), round(s["all"]["model"]["p90"], 2))
 
 
 def test_gemm_rate_is_the_measured_mamf():

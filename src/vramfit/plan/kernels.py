@@ -108,3 +108,9 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
     peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
     bw = (g.mem_bandwidth_gbs or g.bf16_tflops * 3.0) * 1e9
     return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9, p2p)
+
+
+#: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
+#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
+SPEED_ERROR_MEDIAN = 0.13
+SPEED_ERROR_P90 = 0.58

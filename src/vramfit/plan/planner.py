@@ -10,6 +10,7 @@ from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator, limit_bytes
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
 from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
@@ -170,8 +171,9 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                "default applies (`vramfit estimate --help`).")
     out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
                "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
-               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'; "
-               "benchmarks/throughput.py scores it against published tokens/s).")
+               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
+               f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
+               f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/throughput.py): read times and costs with that band.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")
