@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
         stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
         max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
         safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
-        mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
+        mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
         top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
         show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),

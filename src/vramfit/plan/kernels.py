@@ -114,3 +114,5 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
 SPEED_ERROR_MEDIAN = 0.13
 SPEED_ERROR_P90 = 0.58
+SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): MAMF matmuls, FlashAttention-2, memory-bound ops, "
+                "de-quantization, launch overheads, links; scored by benchmarks/throughput.py")

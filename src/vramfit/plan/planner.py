@@ -10,7 +10,7 @@ from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator, limit_bytes
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
-from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
 from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
@@ -157,8 +157,8 @@ def plan(
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
-        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u,
-        mfu_source=("user" if mfu is not None else MFU_DEFAULT.source), plans=tuple(plans),
+        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u if mfu is not None else None,
+        mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
