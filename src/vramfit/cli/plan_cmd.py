@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 
 GiB = 2**30
@@ -175,6 +176,7 @@ def register(app: typer.Typer) -> None:
         export: str | None = typer.Option(None, help="Write a config: accelerate, deepspeed, fsdp or trl.", rich_help_panel=_P),
         pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
         export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
@@ -191,6 +193,7 @@ def register(app: typer.Typer) -> None:
             render_plan(r, top, show_all)
         if export and r.plans:
             _write_export(_pick(r, pick), export, export_dir, r.epochs)
+        write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
         if not r.plans:
             raise typer.Exit(1)
 
@@ -202,6 +205,7 @@ def register(app: typer.Typer) -> None:
         scenario_file: Path | None,
         safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
@@ -213,6 +217,7 @@ def register(app: typer.Typer) -> None:
         if not sc.gpu:
             raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
         r = fit(sc, sc.gpu, safety_margin=safety_margin)
+        write_fit(write_to, sc, safety_margin)
         if json_out:
             _out(r.to_dict())
             return
