@@ -64,7 +64,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
-                  f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
+                  f"effective batch {r.effective_batch} · {data} · "
+                  + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
                   f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"
@@ -168,7 +169,7 @@ def register(app: typer.Typer) -> None:
         stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
         max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
         safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
-        mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
+        mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
         top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
         show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
