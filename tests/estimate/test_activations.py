@@ -5,7 +5,7 @@ import pytest
 from vramfit import estimate
 from vramfit.estimate.activations import block_saved
 from vramfit.estimate.framework import profile_for
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 from vramfit.scenario import Framework, parse_scenario
 
 MODEL = "meta-llama/Llama-2-7b-hf"
@@ -23,8 +23,8 @@ def gpt_block(h: int, a: int) -> ModelSpec:
             Linear("c_fc", h, 4 * h, True, "mlp"), Linear("c_proj", 4 * h, h, True, "mlp"),
         ),
         block_norm_params=4 * h, final_norm_params=2 * h, embedding_params=50257 * h,
-        lm_head_params=0, norm_type="layernorm",
-        extra={"attn_pdrop": 0.1, "resid_pdrop": 0.1},
+        lm_head_params=0, norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.LEARNED,
+        eager_softmax_fp32=False, fused_qkv="c_attn", attention_dropout=0.1, hidden_dropout=0.1,
     )
 
 

@@ -21,27 +21,8 @@ from dataclasses import dataclass, field
 
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
 from vramfit.estimate.params import Adapter
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 from vramfit.scenario import Attention, Method, Precision, Scenario
-
-_FUSED_QKV = ("query_key_value", "qkv_proj", "c_attn", "Wqkv", "W_pack")
-# python-composed GELU of transformers activations.py NewGELUActivation: saves x, tanh(.), 0.5x, 1+tanh
-_COMPOSITE_GELU = {"gelu_new": 4, "gelu_fast": 4}
-_QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")
-_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")
-_SANDWICH_NORM = ("gemma2", "gemma3_text")  # post-attention and post-feedforward norms too
-_PARALLEL_ONE_NORM = ("phi",)  # phi: one LayerNorm feeds attention and MLP
-_LAYERNORM = ("phi", "falcon", "gpt_neox", "bloom", "stablelm", "gpt2")
-_NO_ROPE = ("bloom", "gpt2")  # ALiBi / learned positions: q and k stay views of the projection
-_SOFTMAX_IN_COMPUTE_DTYPE = ("gpt2",)  # eager softmax without the fp32 upcast (as Megatron's fused softmax)
-
-
-def dropout_p(spec: ModelSpec, *names: str) -> float:
-    for n in names:
-        v = spec.extra.get(n)
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    return 0.0
 
 
 @dataclass
@@ -109,7 +90,6 @@ def block_saved(
     b, s = sc.micro_batch_size, sc.seq_len
     T = b * s
     h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    mt = spec.model_type
     full = sc.method is Method.FULL
     out = Saved()
     # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
@@ -123,8 +103,8 @@ def block_saved(
     q_saves = quantized and profile.qlora_saves_input
 
     # --- norms on the residual stream -------------------------------------------------------
-    layernorm = mt in _LAYERNORM
-    gemma_norm = mt in _GEMMA_NORM
+    layernorm = spec.norm_type is NormType.LAYERNORM
+    gemma_norm = spec.norm_one_plus_weight
 
     def norm(key: str, src_key: str, src_bytes: int) -> None:
         """A norm over a (T, h) tensor whose storage is ``src_key``."""
@@ -149,14 +129,13 @@ def block_saved(
         if full:
             out.add(key + ".normed", (4 if gemma_norm else src_bytes) * T * h)
 
-    parallel = mt in ("phi", "falcon", "gpt_neox") or (mt == "stablelm" and spec.parallel_attn_mlp)
     norm("norm1", "block_in", dt.residual)
-    if parallel:
-        if mt not in _PARALLEL_ONE_NORM and not (mt == "falcon" and _norm_count(spec) == 1):
+    if spec.parallel_attn_mlp:
+        if spec.parallel_norms > 1:
             norm("norm2", "block_in", dt.residual)
-        mlp_in_key = "attn_in" if mt in _PARALLEL_ONE_NORM or _norm_count(spec) == 1 else "mlp_in"
+        mlp_in_key = "attn_in" if spec.parallel_norms == 1 else "mlp_in"
     else:
-        if mt in _SANDWICH_NORM:
+        if spec.sandwich_norms:
             norm("post_attn_norm", "attn_proj_out", c)
             norm("norm2", "resid_mid", dt.residual)
             norm("post_mlp_norm", "mlp_out", c)
@@ -212,7 +191,7 @@ def block_saved(
     attn_in_key = "attn_in"
     attn_lins = lin_by_group.get("attn", [])
     attn_names = {lin.name for lin in attn_lins}
-    fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
+    fused_qkv = bool(spec.fused_qkv) or profile.fused_qkv_lora
     o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
     eager = runs_eager_attention(spec, sc, profile)
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
@@ -227,7 +206,7 @@ def block_saved(
 
     # --- attention core ------------------------------------------------------------------------
     q_el, kv_el = T * a * d, T * kv * d
-    if mt in _QK_NORM:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
+    if spec.qk_norm:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
         qk_b = c if sc.compile else 4
         out.add("q_norm.fp32_in", qk_b * q_el)
         out.add("k_norm.fp32_in", qk_b * kv_el)
@@ -237,7 +216,7 @@ def block_saved(
     # transformers passes enable_gqa to SDPA only without a mask; a sliding window shorter than the
     # sequence makes a mask, and then repeat_kv expands k and v to every head (sdpa_attention.py)
     windowed = bool(
-        profile.hf_quantizer_rules and spec.sliding_window and not spec.layer_types
+        profile.runs_transformers_modeling and spec.sliding_window and not spec.layer_types
         and sc.seq_len > spec.sliding_window
     )
     expand = kv < a and (eager or profile.expands_kv_for_sdpa or windowed)
@@ -246,7 +225,7 @@ def block_saved(
         # v (and q, k without rotary) are views of the fused projection output: the whole
         # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
         out.add("qkv_fused", c * (q_el + 2 * kv_el))
-        if mt not in _NO_ROPE:
+        if spec.position_encoding is PositionEncoding.ROPE:
             out.add("q", c * q_el)
             out.add("k", c * kv_el)
     else:
@@ -255,15 +234,14 @@ def block_saved(
         out.add("v", k_saved)
     if eager:
         scores = b * a * s * s
-        upcast = mt not in _SOFTMAX_IN_COMPUTE_DTYPE
+        upcast = spec.eager_softmax_fp32
         out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
-        p_attn = dropout_p(spec, "attention_dropout", "attn_pdrop")
-        if p_attn > 0:
+        if spec.attention_dropout > 0:
             out.add("attn.dropout_mask", scores)  # bool mask
             out.add("attn.dropout_out", c * scores)  # saved by probs @ v
         elif upcast and c != 4:
             out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
-        if spec.extra.get("attn_logit_softcapping"):
+        if spec.attn_logit_softcapping:
             out.add("attn.softcap_tanh", c * scores)
     elif sdpa_math_fallback(spec, sc, profile):
         # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
@@ -271,8 +249,7 @@ def block_saved(
     else:
         out.add("attn.out", c * q_el)
         out.add("attn.lse", 4 * b * a * s)
-    p_hidden = dropout_p(spec, "resid_pdrop", "hidden_dropout")
-    if p_hidden > 0:  # residual dropout after the attention and the MLP output projections
+    if spec.hidden_dropout > 0:  # residual dropout after the attention and the MLP output projections
         out.add("resid_dropout_masks", 2 * T * h)
 
     # --- MLP -----------------------------------------------------------------------------------
@@ -293,7 +270,7 @@ def block_saved(
             linear_input(lin, "mlp_mid", c if not (quantized and profile.qlora_unquantized_fp32) else dt.norm_out, tokens)
         else:
             linear_input(lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
-    act_saves = _COMPOSITE_GELU.get(spec.hidden_act, 1) if profile.name == "transformers + PEFT" else 1
+    act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
     m = dt.norm_out if (quantized and profile.qlora_unquantized_fp32) else c
     if spec.gated_mlp:
@@ -305,7 +282,7 @@ def block_saved(
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    if moe and profile.hf_quantizer_rules and any(a.target in {x.name for x in mlp_lins} for a in adapters if a.per_layer):
+    if moe and profile.runs_transformers_modeling and any(a.target in {x.name for x in mlp_lins} for a in adapters if a.per_layer):
         # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
         # weight and the expert matmuls keep it for backward
         out.add("experts.merged_weights", c * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
@@ -315,9 +292,9 @@ def block_saved(
 def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
     """Eager attention also when the model cannot use SDPA: BLOOM (ALiBi) and, in transformers,
     models with attention-logit soft-capping (Gemma 2), which SDPA kernels cannot apply."""
-    if sc.attention is Attention.EAGER or spec.model_type == "bloom":
+    if sc.attention is Attention.EAGER or not spec.sdpa_supported:
         return True
-    return profile.hf_quantizer_rules and bool(spec.extra.get("attn_logit_softcapping"))
+    return profile.runs_transformers_modeling and bool(spec.attn_logit_softcapping)
 
 
 def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -325,17 +302,9 @@ def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     Falcon expands its single (or grouped) k/v head with a stride-0 view, which flash and
     memory-efficient kernels reject; and grouped-query attention in fp32 (`enable_gqa=True`, which
     the memory-efficient kernel does not take, while flash takes no fp32)."""
-    if not profile.hf_quantizer_rules or spec.num_key_value_heads >= spec.num_attention_heads:
+    if not profile.runs_transformers_modeling or spec.num_key_value_heads >= spec.num_attention_heads:
         return False
-    return spec.model_type == "falcon" or sc.precision.compute_bytes == 4
-
-
-def _norm_count(spec: ModelSpec) -> int:
-    """Norm modules per block (LayerNorm weight+bias counted as one module)."""
-    per = spec.block_norm_params // spec.hidden_size if spec.hidden_size else 0
-    if spec.model_type in _LAYERNORM:
-        per //= 2
-    return max(per, 1)
+    return spec.kv_broadcast_view or sc.precision.compute_bytes == 4
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -372,11 +341,12 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    total = 4 * T * h if (profile.rmsnorm_upcast and spec.model_type not in _LAYERNORM) else dt.residual * T * h
+    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM
+    total = 4 * T * h if rms_upcast else dt.residual * T * h
     if lm_head_trainable:
         total += dt.compute * T * h
     if sc.attention is Attention.EAGER:
         total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len
-    if spec.model_type == "bloom":  # word_embeddings_layernorm saves the embedding output
+    if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total

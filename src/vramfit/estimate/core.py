@@ -24,7 +24,13 @@ from vramfit.estimate.constants import (
     NCCL_LL_BUFF,
     NCCL_SIMPLE_BUFF,
 )
-from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, profile_for, runs_under_autocast
+from vramfit.estimate.framework import (
+    FrameworkProfile,
+    OptimizerImpl,
+    adapter_bytes,
+    profile_for,
+    runs_under_autocast,
+)
 from vramfit.estimate.loss import loss_memory
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
 from vramfit.estimate.state import (
@@ -77,8 +83,8 @@ def _is_quantized_linear(
     if sc.quantize is Quantize.NONE:
         return False
     if t.kind == "linear":
-        if profile.hf_quantizer_rules and spec is not None:
-            if spec.model_type == "falcon":
+        if profile.quantizes_exact_linear_only and spec is not None:
+            if spec.linear_subclass:
                 return False  # FalconLinear is not exactly nn.Linear
             experts = {lin.name for lin in spec.block_linears if lin.group == "expert"}
             if t.name in experts:
@@ -213,7 +219,7 @@ def _optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile
     """
     if sc.offload is not sc.offload.NONE:
         return 0
-    if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl == "foreach":
+    if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl is OptimizerImpl.FOREACH:
         return parts.optimizer_state // 2
     if sc.optimizer is Optimizer.ADAFACTOR:
         # transformers Adafactor.step, per parameter: grad.float() and p.float() (new tensors unless
@@ -387,7 +393,7 @@ def _sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     [B, 1, S, S] bias for backward in every such layer (not under checkpointing, which recomputes)."""
     window = spec.sliding_window
     if (
-        not profile.hf_quantizer_rules  # transformers' masking (masking_utils); others use flash/flex
+        not profile.runs_transformers_modeling  # transformers' masking (masking_utils); others use flash/flex
         or not window
         or sc.seq_len <= window
         or sc.attention is not Attention.SDPA

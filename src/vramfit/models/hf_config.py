@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vramfit.errors import ModelError
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 
 _MISSING = object()
 
@@ -44,6 +44,35 @@ _EXTRA_KEYS = (
     "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "alibi",
     "quantization_config", "attention_dropout", "attn_pdrop", "resid_pdrop", "hidden_dropout",
 )
+
+
+# --- family facts (typed ModelSpec fields; the estimator never tests model_type) -----------------
+# tensors saved by transformers' python-composed tanh GELU (transformers v5.24.0 activations.py
+# NewGELUActivation / FastGELUActivation: x, tanh(.), 0.5x and 1 + tanh)
+_COMPOSITE_ACT_SAVES = {"gelu_new": 4, "gelu_fast": 4}
+_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")  # GemmaRMSNorm: x * (1 + w) in fp32
+_QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")  # q_norm / k_norm modules
+_SANDWICH_NORM = ("gemma2", "gemma3_text")  # post_attention + post_feedforward norms as well
+
+
+def _dropout(c: _Cfg, *names: str) -> float:
+    """The first positive dropout probability among ``names`` (0.0 when none is set)."""
+    for n in names:
+        v = c.data.get(n)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
+
+
+def _family(c: _Cfg, act: str) -> dict[str, Any]:
+    """Facts shared by every builder: activation saves, soft-capping and dropouts from the config."""
+    return {
+        "act_saved_tensors": _COMPOSITE_ACT_SAVES.get(act, 1),
+        "attn_logit_softcapping": c.data.get("attn_logit_softcapping") or None,
+        "final_logit_softcapping": c.data.get("final_logit_softcapping") or None,
+        "attention_dropout": _dropout(c, "attention_dropout", "attn_pdrop"),
+        "hidden_dropout": _dropout(c, "resid_pdrop", "hidden_dropout"),
+    }
 
 
 class _Cfg:
@@ -265,10 +294,13 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
         tie_word_embeddings=tie, hidden_act=act, gated_mlp=True,
         block_linears=tuple(attn + mlp), block_norm_params=norms, final_norm_params=hidden,
-        norm_type="rmsnorm", num_experts=experts, num_experts_per_tok=per_tok,
+        norm_type=NormType.RMSNORM, num_experts=experts, num_experts_per_tok=per_tok,
         moe_intermediate_size=moe_inter, sliding_window=sliding, layer_types=layer_types,
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie), **_common(c),
+        norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
+        sandwich_norms=mt in _SANDWICH_NORM,
+        fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
+        **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
 
@@ -298,9 +330,9 @@ def _qwen1(c: _Cfg) -> ModelSpec:
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=heads, head_dim=head_dim, intermediate_size=ff, vocab_size=vocab,
         tie_word_embeddings=tie, hidden_act="silu", gated_mlp=True, block_linears=linears,
-        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type="rmsnorm",
-        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)),
-        **_embeddings(vocab, hidden, tie), **common,
+        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type=NormType.RMSNORM,
+        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)), fused_qkv="c_attn",
+        **_family(c, "silu"), **_embeddings(vocab, hidden, tie), **common,
     )
 
 
@@ -320,15 +352,19 @@ def _phi(c: _Cfg) -> ModelSpec:
         Linear("fc1", hidden, inter, True, "mlp"),
         Linear("fc2", inter, hidden, True, "mlp"),
     )
+    # qk_layernorm adds LayerNorms on q and k; their saved tensors are not modelled (qk_norm models
+    # the fp32-upcast RMSNorm of Qwen 3 / OLMo 2), so qk_norm stays False
     norms = 2 * hidden + (4 * (hidden // heads) if c.bool("qk_layernorm", default=False) else 0)
+    act = str(c.get("hidden_act", default="gelu_new"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu_new")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=norms,
-        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=True,
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=True,
+        parallel_norms=1,  # PhiDecoderLayer: one input_layernorm feeds attention and MLP
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
+        **_family(c, act), **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
     )
 
 
@@ -361,13 +397,15 @@ def _falcon(c: _Cfg) -> ModelSpec:
     lns = 2 if (not parallel or n_ln == 2) else 1
     common = _common(c)
     common["max_position_embeddings"] = common["max_position_embeddings"] or 2048
+    act = str(c.get("activation", default="gelu"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=ffn, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("activation", default="gelu")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=lns * 2 * hidden,
-        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=parallel,
-        **_embeddings(vocab, hidden, tie), **common,
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=parallel,
+        parallel_norms=lns, fused_qkv="query_key_value", kv_broadcast_view=True, linear_subclass=True,
+        **_family(c, act), **_embeddings(vocab, hidden, tie), **common,
     )
 
 
@@ -386,15 +424,18 @@ def _gpt_neox(c: _Cfg) -> ModelSpec:
         Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
         Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
     )
+    act = str(c.get("hidden_act", default="gelu"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=heads, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=4 * hidden,
-        final_norm_params=2 * hidden, norm_type="layernorm",
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM,
         parallel_attn_mlp=c.bool("use_parallel_residual", default=True),
+        parallel_norms=2,  # GPTNeoXLayer: input_layernorm and post_attention_layernorm
         partial_rotary_factor=c.rope_fraction("rotary_pct", "partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie), **_common(c),
+        fused_qkv="query_key_value",
+        **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
 
@@ -422,7 +463,10 @@ def _bloom(c: _Cfg) -> ModelSpec:
         num_key_value_heads=heads, head_dim=hidden // heads, intermediate_size=inter,
         vocab_size=vocab, tie_word_embeddings=tie, hidden_act="gelu", gated_mlp=False,
         block_linears=linears, block_norm_params=4 * hidden, final_norm_params=4 * hidden,
-        norm_type="layernorm", **_embeddings(vocab, hidden, tie), **common,
+        norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.ALIBI, embedding_norm=True,
+        sdpa_supported=False,  # transformers v5.24.0 BloomPreTrainedModel has no _supports_sdpa
+        fused_qkv="query_key_value",
+        **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )
 
 
