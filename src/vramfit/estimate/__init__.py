@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramfit.estimate.core import compute, process_bytes, reserved_bytes
+from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -14,6 +14,7 @@ from vramfit.estimate.result import (
     Phase,
     PhasePeak,
 )
+from vramfit.estimate.step import Step, compute
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
 __all__ = ["estimate", "resolve_spec", "EstimateResult"]
@@ -37,13 +38,13 @@ def resolve_spec(sc: Scenario):
     return f"generic-{sc.params}", spec, "generic", (note,)
 
 
-def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
-    prof = r["profile"]
+def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
+    prof = r.profile
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
-        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
-        f"Loss: {r['loss'].detail}.",
+        f"({r.per_layer / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"Loss: {r.loss.detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
         "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
@@ -59,7 +60,7 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
-            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
+            + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
         )
         if prof.qlora_unquantized_fp32:
             out.append(
@@ -101,12 +102,12 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
 
 def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
     r = compute(spec, sc)
-    parts = r["parts"]
-    breakdowns = r["phases"]
+    parts = r.parts
+    breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r["saved"].items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
@@ -121,7 +122,7 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
         Component("activations", parts.activations, P.FORWARD_BACKWARD, A, "tensors saved for backward (all blocks, final norm)"),
         Component("autocast_copies", parts.autocast_copies, P.FORWARD_BACKWARD, A, "16-bit weight copies made by autocast"),
-        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r["loss"].detail),
+        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r.loss.detail),
         Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
         Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
         Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
