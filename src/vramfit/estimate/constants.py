@@ -33,8 +33,8 @@ K_ROUND_LARGE = Constant(2 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CU
 CUDA_CONTEXT = Constant(
     400 * MiB,
     "bytes per process per GPU",
-    "ptrblck, pytorch/pytorch#109888 (torch v2.1.0): 'around 400MB if CUDA >= 11.7 is used and lazy module "
-    "loading enabled'",
+    "ptrblck, pytorch/pytorch#109888 (CUDA 11.7 lazy loading): 'around 400MB if CUDA >= 11.7 is used and lazy "
+    "module loading enabled'",
     "reports span 256 MiB (RTX 3090, torch 2.7.1, InvokeAI#9413) to 555 MiB (RTX PRO 6000, llama.cpp#23604); "
     "it scales with SM count; override with a measured figure (vramfit calibrate)",
 )
