@@ -43,15 +43,18 @@ class FrameworkProfile:
     # tuners/tuners_utils.py BaseTunerLayer._cast_input_dtype),
     # a new tensor per adapted layer when the dtypes differ.
     lora_casts_input: bool
+    # LoRA dropout when the scenario sets none (peft v0.21.2 LoraConfig 0.0, torchtune v0.4.0
+    # LoRALinear 0.0, lit-gpt@8641822 finetune/lora.py 0.05)
     lora_dropout_default: float
     # litgpt fuses q,k,v into one linear; its LoRAQKVLinear runs one dropout and one lora_A for the
     # enabled slices (lit-gpt@8641822 lit_gpt/lora.py).
     fused_qkv_lora: bool
-    # RMSNorm computes in fp32 and autograd keeps the fp32 input (transformers LlamaRMSNorm,
+    # RMSNorm computes in fp32 and autograd keeps the fp32 input (transformers v5.24.0 LlamaRMSNorm,
     # torchtune v0.4.0 modules/rms_norm.py); lit-gpt@8641822 RMSNorm computes in the input dtype.
     rmsnorm_upcast: bool
-    # GQA: k,v expanded to all heads before SDPA (torchtune v0.4.0 modules/attention.py, lit-gpt@8641822); transformers v5.24.0
-    # passes enable_gqa to SDPA when there is no padding mask (integrations/sdpa_attention.py use_gqa_in_sdpa).
+    # GQA: k,v expanded to all heads before SDPA (torchtune v0.4.0 modules/attention.py, lit-gpt@8641822);
+    # transformers v5.24.0 passes enable_gqa to SDPA when there is no padding mask
+    # (integrations/sdpa_attention.py use_gqa_in_sdpa).
     expands_kv_for_sdpa: bool
     # QLoRA: non-quantized parameters cast to fp32 by peft prepare_model_for_kbit_training
     # (peft v0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32)).
@@ -60,12 +63,13 @@ class FrameworkProfile:
     qlora_saves_input: bool
     # lit-gpt@8641822 quantized every nn.Linear, lm_head included (Fabric BitsandbytesPrecision, no ignore list).
     qlora_quantizes_lm_head: bool
-    # how logits and loss are laid out for loss="standard"
+    # how logits and loss are laid out for loss="standard" (transformers v4.46.0, torchtune v0.4.0,
+    # lit-gpt@8641822: one LossLayout member each, which cites the code)
     standard_loss: LossLayout
-    # the torch AdamW implementation the framework's default recipe runs
+    # the torch AdamW implementation the framework's default recipe runs (torch v2.13.0 torch/optim/adamw.py)
     torch_optimizer_impl: OptimizerImpl
-    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, fixed by PR #101982 in torch v2.1.0): frozen parameters
-    # all-gathered in backward stay unsharded until the end of backward
+    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982; what the lit-gpt@8641822
+    # measurements show): frozen parameters all-gathered in backward stay unsharded until the end of backward
     fsdp_frozen_stay_gathered: bool = False
     # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
@@ -76,8 +80,8 @@ class FrameworkProfile:
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
     attn_output_copied: bool = False
     # tokens per micro-batch up to which the 4-bit matmul runs without de-quantizing the weight
-    # (constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes (bnb <= 0.49, torchao NF4's
-    # weight.to(dtype))
+    # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
+    # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
     # the model runs transformers' modelling code (transformers v5.24.0): masking_utils builds a real
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
@@ -102,7 +106,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_quantizes_lm_head=False,
         # transformers >= 4.46 (PR #33902): logits stay in the model dtype, ForCausalLMLoss upcasts
         standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
-        # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers v4.52.0, PR #37358)
+        # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers v5.24.0
+        # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
         runs_transformers_modeling=True,
