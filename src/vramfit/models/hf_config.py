@@ -208,59 +208,52 @@ def _moe_layout(c: _Cfg, layers: int) -> bool:
     )
 
 
-def _llama_like(c: _Cfg) -> ModelSpec:
+def _llama_attention(c: _Cfg, hidden: int, q_out: int, kv_out: int) -> list[Linear]:
     mt = c.model_type
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    inter = c.int("intermediate_size")
-    heads, kv, hd = _heads(c, hidden)
-    tie = c.bool("tie_word_embeddings", default=_LLAMA_LIKE[mt])
-    act = str(c.get("hidden_activation", "hidden_act", default="silu"))
-    if mt == "gemma" and act == "gelu":
-        act = "gelu_pytorch_tanh"  # transformers maps Gemma's legacy "gelu" to the tanh form
-    q_out, kv_out = heads * hd, kv * hd
-
     attn_bias = False if mt in ("mistral", "mixtral", "phi3") else c.bool(
         "attention_bias", default=False
     )
     if mt == "phi3":
-        attn = [Linear("qkv_proj", hidden, q_out + 2 * kv_out, False, "attn"),
+        return [Linear("qkv_proj", hidden, q_out + 2 * kv_out, False, "attn"),
                 Linear("o_proj", q_out, hidden, False, "attn")]
-    else:
-        qkv_bias = True if mt == "qwen2" else attn_bias
-        attn = [Linear("q_proj", hidden, q_out, qkv_bias, "attn"),
-                Linear("k_proj", hidden, kv_out, qkv_bias, "attn"),
-                Linear("v_proj", hidden, kv_out, qkv_bias, "attn"),
-                Linear("o_proj", q_out, hidden, attn_bias, "attn")]
+    qkv_bias = True if mt == "qwen2" else attn_bias
+    return [Linear("q_proj", hidden, q_out, qkv_bias, "attn"),
+            Linear("k_proj", hidden, kv_out, qkv_bias, "attn"),
+            Linear("v_proj", hidden, kv_out, qkv_bias, "attn"),
+            Linear("o_proj", q_out, hidden, attn_bias, "attn")]
 
-    experts = per_tok = moe_inter = 0
+
+def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Linear], dict[str, int]]:
+    """The MLP (or MoE) linears and the MoE fields of the spec."""
+    mt = c.model_type
     if mt == "mixtral":
         experts = c.int("num_local_experts")
-        per_tok = c.int("num_experts_per_tok")
-        moe_inter = inter
-        mlp = [Linear("gate", hidden, experts, False, "router"),
-               Linear("w1", hidden, inter, False, "expert", experts),
-               Linear("w3", hidden, inter, False, "expert", experts),
-               Linear("w2", inter, hidden, False, "expert", experts)]
-    elif mt == "qwen3_moe" and _moe_layout(c, layers):
+        moe = {"num_experts": experts, "num_experts_per_tok": c.int("num_experts_per_tok"),
+               "moe_intermediate_size": inter}
+        return [Linear("gate", hidden, experts, False, "router"),
+                Linear("w1", hidden, inter, False, "expert", experts),
+                Linear("w3", hidden, inter, False, "expert", experts),
+                Linear("w2", inter, hidden, False, "expert", experts)], moe
+    if mt == "qwen3_moe" and _moe_layout(c, layers):
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
         moe_inter = c.int("moe_intermediate_size")
-        mlp = [Linear("gate", hidden, experts, False, "router"),
-               Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
-               Linear("up_proj", hidden, moe_inter, False, "expert", experts),
-               Linear("down_proj", moe_inter, hidden, False, "expert", experts)]
-    elif mt == "phi3":
-        mlp = [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
-               Linear("down_proj", inter, hidden, False, "mlp")]
-    else:
-        mlp_bias = c.bool("mlp_bias", default=False) if mt == "llama" else False
-        mlp = [Linear("gate_proj", hidden, inter, mlp_bias, "mlp"),
-               Linear("up_proj", hidden, inter, mlp_bias, "mlp"),
-               Linear("down_proj", inter, hidden, mlp_bias, "mlp")]
+        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter}
+        return [Linear("gate", hidden, experts, False, "router"),
+                Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
+                Linear("up_proj", hidden, moe_inter, False, "expert", experts),
+                Linear("down_proj", moe_inter, hidden, False, "expert", experts)], moe
+    if mt == "phi3":
+        return [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
+                Linear("down_proj", inter, hidden, False, "mlp")], {}
+    mlp_bias = c.bool("mlp_bias", default=False) if mt == "llama" else False
+    return [Linear("gate_proj", hidden, inter, mlp_bias, "mlp"),
+            Linear("up_proj", hidden, inter, mlp_bias, "mlp"),
+            Linear("down_proj", inter, hidden, mlp_bias, "mlp")], {}
 
-    if mt in ("gemma2", "gemma3_text"):
+
+def _llama_norm_params(mt: str, hidden: int, hd: int, q_out: int, kv_out: int) -> int:
+    if mt in _SANDWICH_NORM:
         norms = 4 * hidden  # input, post_attention, pre_feedforward, post_feedforward
     else:
         norms = 2 * hidden  # input + post_attention (OLMo 2: post_attention + post_feedforward)
@@ -268,7 +261,12 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         norms += 2 * hd  # q_norm, k_norm over one head
     elif mt == "olmo2":
         norms += q_out + kv_out  # q_norm, k_norm over the full projection width
+    return norms
 
+
+def _llama_sliding(c: _Cfg, layers: int) -> tuple[int | None, tuple[str, ...]]:
+    """(sliding_window, layer_types) as each family's transformers config defines them."""
+    mt = c.model_type
     sliding, layer_types = None, ()
     if mt in ("mistral", "mixtral", "phi3"):
         sliding = c.get("sliding_window", default=None)
@@ -286,21 +284,35 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         layer_types = _layer_types(
             c, layers, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention"
         )
-    if not layer_types:
-        layer_types = _layer_types(c, layers, None)
+    return sliding, layer_types or _layer_types(c, layers, None)
 
+
+def _llama_like(c: _Cfg) -> ModelSpec:
+    mt = c.model_type
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    inter = c.int("intermediate_size")
+    heads, kv, hd = _heads(c, hidden)
+    tie = c.bool("tie_word_embeddings", default=_LLAMA_LIKE[mt])
+    act = str(c.get("hidden_activation", "hidden_act", default="silu"))
+    if mt == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"  # transformers maps Gemma's legacy "gelu" to the tanh form
+    q_out, kv_out = heads * hd, kv * hd
+    attn = _llama_attention(c, hidden, q_out, kv_out)
+    mlp, moe = _llama_mlp(c, hidden, inter, layers)
+    sliding, layer_types = _llama_sliding(c, layers)
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=act, gated_mlp=True,
-        block_linears=tuple(attn + mlp), block_norm_params=norms, final_norm_params=hidden,
-        norm_type=NormType.RMSNORM, num_experts=experts, num_experts_per_tok=per_tok,
-        moe_intermediate_size=moe_inter, sliding_window=sliding, layer_types=layer_types,
+        tie_word_embeddings=tie, hidden_act=act, gated_mlp=True, block_linears=tuple(attn + mlp),
+        block_norm_params=_llama_norm_params(mt, hidden, hd, q_out, kv_out), final_norm_params=hidden,
+        norm_type=NormType.RMSNORM, sliding_window=sliding, layer_types=layer_types,
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
         norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
         sandwich_norms=mt in _SANDWICH_NORM,
         fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
-        **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
+        **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
 
