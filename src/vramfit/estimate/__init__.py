@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from vramfit.estimate.core import process_bytes, reserved_bytes
@@ -130,6 +131,10 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
     ]
+    # one size per component: what is alive at the peak (the per-phase breakdowns show how each
+    # changes across the step); so the allocated components sum to the allocated peak
+    at_peak = breakdowns[peak_phase]
+    comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
     comps = [c for c in comps if c.bytes]
     from vramfit.gpus import COMMON_CARDS, get_gpu
 

@@ -9,8 +9,10 @@ peak is exact by construction.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class StepPhase(str, Enum):
@@ -70,3 +72,15 @@ class PhaseBreakdown:
     @property
     def total(self) -> int:
         return sum(b for _, b in self.parts)
+
+
+def largest_per_component(phases: Iterable[Any]) -> dict[str, int]:
+    """Each component's largest size over the phases of a step (from ``EstimateResult.phases``).
+
+    The component table holds sizes at the peak; this per-phase view is what a component can reach
+    anywhere in the step (activations before the optimizer step, all gradients at it ...)."""
+    out: dict[str, int] = {}
+    for p in phases:
+        for name, nbytes in p.breakdown:
+            out[name] = max(out.get(name, 0), nbytes)
+    return out
