@@ -71,3 +71,16 @@ def test_estimator_backward_phases_are_parts_of_the_traced_backward():
     assert StepPhase.BACKWARD_BLOCK.traced_as is StepPhase.BACKWARD
     assert StepPhase.FORWARD.traced_as is StepPhase.FORWARD
     assert StepPhase.OPTIMIZER_STEP.trace_mark == "optimizer"
+
+
+def test_estimator_functions_stay_small():
+    """Issue 10: no function over ~60 lines (the estimator and the model reader)."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "vramfit"
+    files = [*(src / "estimate").glob("*.py"), src / "models" / "hf_config.py", src / "models" / "spec.py"]
+    long = [f"{p.name}:{n.name} ({n.end_lineno - n.lineno + 1})" for p in files
+            for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.FunctionDef) and n.end_lineno - n.lineno + 1 > 60]
+    assert long == []

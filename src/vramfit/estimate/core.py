@@ -1,9 +1,9 @@
-"""The estimator: per-GPU peak memory of one training step, as the maximum over its phases.
+"""Model state and the step's overheads, per GPU: weights, quantized base, adapters, gradients,
+master weights, optimizer state; communication buffers, optimizer temporaries, autocast copies,
+sliding-window masks; the allocator's reserved slack and the process overheads outside it.
 
-persistent state (weights, quantized base, adapters, master weights, workspaces)
-+ the maximum over: end of forward, start of backward (loss gradients), inside a block's backward
-(recompute of a checkpointed block, de-quantization), the optimizer step (its temporaries), with the
-gradients held between micro-batches of gradient accumulation.
+The step itself (which of these are alive in which phase) is :mod:`vramfit.estimate.step` and
+:mod:`vramfit.estimate.contributions`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 @dataclass
 class Parts:
-    """Per-GPU bytes of every component (allocated unless said otherwise)."""
+    """Per-GPU bytes of every component as the step builds it: the model state from
+    :func:`model_state`, the rest filled by :func:`vramfit.estimate.step.compute` (mutable while built,
+    never changed after). How much of each is alive in which phase is the contributors' business."""
 
     weights: int = 0
     quantized_base: int = 0
