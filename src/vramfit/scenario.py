@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.units import parse_param_count
 
 
 class _Choice(str, Enum):
@@ -385,8 +386,6 @@ def parse_scenario(data: Any) -> Scenario:
             raise ScenarioError("model", f"must be a non-empty string, got {model!r}")
         kw["model"] = model.strip()
     if params is not None:
-        from vramfit.models.generic import parse_param_count
-
         kw["params"] = parse_param_count(params)
 
     method = kw.get("method", Method.LORA)
@@ -425,9 +424,9 @@ def parse_scenario(data: Any) -> Scenario:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():
             raise ScenarioError("gpu", f"must be a GPU id, got {gpu!r}")
-        from vramfit.gpus import get_gpu
-
-        kw["gpu"] = get_gpu(gpu.strip()).gpu_id
+        # the id is checked against the catalog where the card is used (estimate, fit, plan):
+        # validating a scenario reads no catalog or user file
+        kw["gpu"] = gpu.strip().lower()
     return Scenario(**kw)
 
 

@@ -51,9 +51,16 @@ def estimate(
     batch: Path | None = typer.Option(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
+    safety_margin: float = typer.Option(
+        0.05, help="Fraction of each card's usable memory kept free when saying whether it fits.", min=0.0, max=0.99
+    ),
 ) -> None:
-    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown."""
-    from vramfit.estimate import estimate as run_estimate
+    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
+    from vramfit.estimate import estimate
+    from vramfit.plan.verdict import with_fits
+
+    def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
+        return with_fits(estimate(item), safety_margin=safety_margin)
 
     if batch is not None:
         for _, item in read_batch(batch):

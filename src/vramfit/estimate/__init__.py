@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramfit.estimate.core import compute, process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
-    FitInfo,
     ModelInfo,
     Peak,
     Phase,
     PhasePeak,
 )
+from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
+from vramfit.units import MiB
+
+if TYPE_CHECKING:
+    from vramfit.gpus import GPU
+    from vramfit.models.spec import ModelSpec
 
 __all__ = ["estimate", "resolve_spec", "EstimateResult"]
 
@@ -42,10 +47,10 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
-        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"({r['per_layer'] / MiB:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r['loss'].detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
-        f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
+        f"CUDA context assumed {process_bytes(sc)[0] / MiB:.0f} MiB per GPU (lazy module loading); "
         "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
     ]
     if sc.method is not Method.FULL:
@@ -59,7 +64,7 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
-            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
+            + f"; the de-quantized copy of the largest layer ({r['dequant'] / MiB:,.0f} MiB) is a transient."
         )
         if prof.qlora_unquantized_fp32:
             out.append(
@@ -75,17 +80,37 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
         out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if sc.num_gpus > 1:
+    if 1 < sc.num_gpus <= GPUS_PER_NODE:
         out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
+    elif sc.num_gpus > GPUS_PER_NODE:
+        out.append(
+            f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "
+            f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
+            "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
+        )
     return out
 
 
-def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> EstimateResult:
+def estimate(
+    scenario: Scenario | dict[str, Any] | None = None,
+    *,
+    card: GPU | None = None,
+    spec: ModelSpec | None = None,
+    label: str = "config.json",
+    notes: tuple[str, ...] = (),
+    **keys: Any,
+) -> EstimateResult:
     """Estimate the per-GPU peak memory of one training step.
 
     ``estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora"})`` or
     ``estimate(model="meta-llama/Llama-2-7b-hf", method="qlora")``. Raises
     :class:`vramfit.errors.ScenarioError` on invalid input.
+
+    ``spec``: an architecture already read (e.g. a pasted config.json), named ``label``, used instead of
+    resolving ``model``. ``card``: the GPU record of the scenario's ``gpu`` (its architecture picks the
+    cuBLAS workspace); when the scenario names a ``gpu`` and no card is given, it is looked up in the
+    catalog. Without ``gpu`` the estimate reads no GPU catalog. Fit verdicts are not made here (see
+    :mod:`vramfit.plan.verdict`).
     """
     if scenario is None:
         sc = parse_scenario(keys)
@@ -95,12 +120,21 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
         sc = parse_scenario(base)
     else:
         sc = parse_scenario(scenario)
+    if card is None and sc.gpu:
+        from vramfit.gpus import get_gpu
+
+        card = get_gpu(sc.gpu)
+    if spec is not None:
+        return estimate_spec(sc, spec, label, "config-file", notes, card=card)
     model_id, spec, origin, notes = resolve_spec(sc)
-    return estimate_spec(sc, spec, model_id, origin, notes)
+    return estimate_spec(sc, spec, model_id, origin, notes, card=card)
 
 
-def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
-    r = compute(spec, sc)
+def estimate_spec(
+    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None
+) -> EstimateResult:
+    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used."""
+    r = compute(spec, sc, card)
     parts = r["parts"]
     breakdowns = r["phases"]
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
@@ -130,15 +164,6 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
     ]
     comps = [c for c in comps if c.bytes]
-    from vramfit.gpus import COMMON_CARDS, get_gpu
-
-    cards = list(COMMON_CARDS)
-    if sc.gpu and sc.gpu not in cards:
-        cards.insert(0, sc.gpu)
-    fits = []
-    for gid in cards:
-        g = get_gpu(gid)
-        fits.append(FitInfo(g.gpu_id, g.name, g.usable_bytes, device <= g.usable_bytes, g.usable_bytes - device))
     assumptions = list(notes) + _assumptions(sc, r, spec)
     return EstimateResult(
         scenario=sc,
@@ -148,5 +173,4 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
-        fits=tuple(fits),
     )

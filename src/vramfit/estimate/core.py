@@ -33,6 +33,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
+from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -226,16 +227,18 @@ def _optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile
     return 0
 
 
-def compute(spec: ModelSpec, sc: Scenario) -> dict:
-    """All parts and phase peaks of a scenario on a resolved architecture (bytes, per GPU)."""
+def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> dict:
+    """All parts and phase peaks of a scenario on a resolved architecture (bytes, per GPU).
+
+    ``card``: the GPU record of ``sc.gpu`` (hardware facts come from it, never from the id)."""
     profile = profile_for(sc.framework)
     parts, adapters = model_state(spec, sc, profile)
     L = spec.num_hidden_layers
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
 
     # workspaces: cuBLAS + cuBLASLt, allocated through the caching allocator (CublasHandlePool.cpp)
-    # sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); catalog ids name them
-    hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
+    # sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); the catalog's architecture says which
+    hopper = card is not None and card.arch is Arch.HOPPER
     # one set for the forward thread and one for autograd's backward thread: cuBLAS workspaces are
     # per thread since pytorch/pytorch PR #180283
     parts.workspaces = 2 * ((CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value)

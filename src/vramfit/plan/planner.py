@@ -7,14 +7,14 @@ from typing import Any
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.disk import disk_needed
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Precision, Scenario, parse_scenario
-
-GiB = 2**30
+from vramfit.units import GB, GiB
 
 HOST_RAM_PER_GPU = Constant(
     256 * 10**9,
@@ -24,8 +24,6 @@ HOST_RAM_PER_GPU = Constant(
 )
 
 ASSUMPTIONS = (
-    "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the memory the card "
-    "exposes to CUDA less the safety margin.",
     "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
     "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
@@ -77,7 +75,7 @@ def plan(
     budget_usd: float | None = None,
     gpu_ids: list[str] | str | None = None,
     max_gpus: int = 8,
-    safety_margin: float = 0.05,
+    safety_margin: float = SAFETY_MARGIN,
     mfu: float | None = None,
     checkpoints_kept: int = 1,
     with_changes: bool = True,
@@ -130,16 +128,16 @@ def plan(
             g = get_gpu(gid)
             if g.gpu_id in {e.gpu_id for e in excluded if e.reason.startswith("no BF16")}:
                 continue
-            if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
+            if not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u)
-    assumptions = list(ASSUMPTIONS)
+    assumptions = [definition(margin), *ASSUMPTIONS]
     assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
     if counts != all_counts:
         assumptions.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                            "give effective_batch to consider more.")
     if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
         assumptions.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
-    assumptions.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    assumptions.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
@@ -171,7 +169,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
         allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
-        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=g.usable_bytes - r.peak.device_bytes,
+        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=limit - r.peak.device_bytes + (result_paging(r, limit) or 0),
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, gpu_classes
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
+from vramfit.plan.verdict import fits
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
@@ -225,7 +226,7 @@ class Search:
         r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=gpu_class or None)
         if isinstance(r, Exception):
             return False
-        return r.peak.device_bytes <= limit and (host_limit is None or r.host_bytes <= host_limit)
+        return fits(r, limit) and (host_limit is None or r.host_bytes <= host_limit)
 
     def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None) -> tuple[Config, int] | None:
         """The fastest (setting, micro-batch) for ``n`` x ``g`` that fits, re-estimated for the card.

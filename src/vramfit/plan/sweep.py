@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import COMMON_CARDS, get_gpu
 from vramfit.plan.evaluate import Evaluator
+from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import _ENUM_KEYS, _INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
 MAX_VALUES = 200
@@ -84,7 +85,7 @@ class SweepPoint:
     device_bytes: int | None = None
     phase: str | None = None
     components: dict[str, int] | None = None
-    fits: dict[str, bool] | None = None  # card id -> device peak within its usable memory
+    fits: dict[str, bool] | None = None  # card id -> the one verdict (vramfit.plan.verdict)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,14 +106,17 @@ class SweepResult:
     key: str
     values: tuple[Any, ...]
     points: tuple[SweepPoint, ...]
-    cards: tuple[dict[str, Any], ...]  # {gpu_id, name, usable_bytes}: the lines a chart draws
+    cards: tuple[dict[str, Any], ...]  # {gpu_id, name, usable_bytes, limit_bytes}: the lines a chart draws
+    safety_margin: float = SAFETY_MARGIN
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "key": self.key, "values": list(self.values),
-                "points": [p.to_dict() for p in self.points], "cards": [dict(c) for c in self.cards]}
+                "points": [p.to_dict() for p in self.points], "cards": [dict(c) for c in self.cards],
+                "safety_margin": self.safety_margin}
 
 
-def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None) -> SweepResult:
+def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None,
+          safety_margin: float = SAFETY_MARGIN) -> SweepResult:
     """Estimate ``scenario`` with ``key`` set to each of ``values``; ``cards`` are the capacity lines."""
     sc = parse_scenario(scenario)
     key = key.strip().replace("-", "_") if isinstance(key, str) else key
@@ -133,14 +137,15 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
             else:
                 from vramfit.estimate import estimate
 
-                r = estimate(sc.replace(**{key: v}))
+                r = estimate(sc.replace(**{key: v}))  # the model itself changes
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue
         d = r.peak.device_bytes
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
-            {c.name: c.bytes for c in r.components}, {g.gpu_id: d <= g.usable_bytes for g in gpus},
+            {c.name: c.bytes for c in r.components}, {g.gpu_id: fits(r, limit_bytes(g, safety_margin)) for g in gpus},
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
-                       tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes} for g in gpus))
+                       tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,
+                              "limit_bytes": limit_bytes(g, safety_margin)} for g in gpus), safety_margin)
