@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.fieldspec import FieldSpec, Kind, finite_number, fraction, positive_number  # noqa: F401 - re-exported
 from vramfit.units import parse_param_count
 
 
@@ -206,32 +207,84 @@ class Scenario:
         return parse_scenario(data)
 
 
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
+CH, INT, NUM, BOOL, TXT = Kind.CHOICE, Kind.INTEGER, Kind.NUMBER, Kind.BOOLEAN, Kind.TEXT
+
+
+def Field(name: str, kind: Kind, help: str, label: tuple[str, str], **more: Any) -> FieldSpec:  # noqa: N802
+    """A table row, its default read from :class:`Scenario`."""
+    return FieldSpec(name, kind, help, label, default=_DEFAULTS[name], **more)
+
+
+#: The scenario's keys, in the order of :class:`Scenario` (a test checks the two agree).
+FIELDS: tuple[FieldSpec, ...] = (
+    Field("model", TXT, "Model id (catalog or Hugging Face Hub) or path to a config.json.", ("Model", "Modelo"),
+          default_note="none: give model or params"),
+    Field("params", Kind.COUNT, "Instead of model: a generic dense decoder of this many parameters, e.g. 7B.",
+          ("Parameters", "Parâmetros"), unit="parameters", default_note="none: give model or params"),
+    Field("method", CH, "What is trained: every weight (full), LoRA adapters on a 16-bit base (lora) or on a "
+          "quantized base (qlora).", ("Method", "Método"), choices=Method),
+    Field("precision", CH, "Number formats: -true keeps weights, gradients and optimizer state in that 16-bit type; "
+          "-mixed keeps fp32 weights and computes under 16-bit autocast; fp32 everywhere.",
+          ("Precision", "Precisão"), choices=Precision),
+    Field("quantize", CH, "Storage of the frozen base weights (qlora needs a quantized one).",
+          ("Base quantization", "Quantização da base"), choices=Quantize, default_note="nf4-dq for qlora, else none"),
+    Field("lora_rank", INT, "LoRA rank r (width of the adapter matrices).", ("Rank r", "Rank r"), limits=(1, MAX_RANK)),
+    Field("lora_alpha", NUM, "LoRA scaling alpha (no memory effect).", ("Alpha", "Alpha"), range_note="> 0",
+          default_note="2 × lora_rank"),
+    Field("lora_targets", Kind.NAMES, "Modules that get adapters: names (q_proj,v_proj) or all-linear.",
+          ("Target modules", "Módulos alvo")),
+    Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
+          "when the card is full.", ("Optimizer", "Otimizador"), choices=Optimizer),
+    Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
+          ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
+    Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),
+          unit="sequences", limits=(1, MAX_BATCH)),
+    Field("seq_len", INT, "Tokens per sequence.", ("Sequence length", "Comprimento de sequência"), unit="tokens",
+          limits=(1, MAX_SEQ_LEN)),
+    Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
+          unit="micro-batches", limits=(1, MAX_BATCH)),
+    Field("gradient_checkpointing", CH, "Recompute in backward: none, every block (full), attention (selective), "
+          "or block inputs kept in host RAM (offload).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+          choices=Checkpointing),
+    Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
+          ("Attention kernel", "Kernel de atenção"), choices=Attention),
+    Field("loss", CH, "Loss: standard (full logits), chunked (over the sequence) or fused (no logits: Liger, CCE).",
+          ("Loss", "Perda"), choices=Loss),
+    Field("num_gpus", INT, "GPUs taking part, each with its own micro-batch (above one node, see the assumptions).",
+          ("GPUs", "GPUs"), unit="GPUs", limits=(1, MAX_GPUS)),
+    Field("parallelism", CH, "How the work is split over GPUs: DDP, DeepSpeed ZeRO stages or FSDP.",
+          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp"),
+    Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
+          ("CPU offload", "Descarga para CPU"), choices=Offload),
+    Field("gpu", TXT, "GPU id the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
+          default_note="none (no target card)"),
+    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
+          ("Framework", "Framework"), choices=Framework),
+    Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
+          default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
+    Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
+                                                                 "torch.compile (modelo e perda)")),
+)
+del CH, INT, NUM, BOOL, TXT, Field
+
+FIELD: dict[str, FieldSpec] = {f.name: f for f in FIELDS}
 SCENARIO_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Scenario))
 
-_ENUM_KEYS: dict[str, type[_Choice]] = {
-    "method": Method,
-    "precision": Precision,
-    "quantize": Quantize,
-    "optimizer": Optimizer,
-    "gradient_checkpointing": Checkpointing,
-    "attention": Attention,
-    "loss": Loss,
-    "parallelism": Parallelism,
-    "offload": Offload,
-    "framework": Framework,
+#: Scenario keys whose values are a finite set -> the enum that lists them.
+CHOICE_KEYS: dict[str, type[_Choice]] = {f.name: f.choices for f in FIELDS if f.choices is not None}
+#: Whole-number keys -> their inclusive (min, max), as parse_scenario enforces them.
+INT_LIMITS: dict[str, tuple[int, int]] = {
+    f.name: (int(f.limits[0]), int(f.limits[1])) for f in FIELDS if f.kind is Kind.INTEGER and f.limits
 }
-
-_INT_LIMITS: dict[str, tuple[int, int]] = {
-    "lora_rank": (1, MAX_RANK),
-    "micro_batch_size": (1, MAX_BATCH),
-    "seq_len": (1, MAX_SEQ_LEN),
-    "grad_accum": (1, MAX_BATCH),
-    "num_gpus": (1, MAX_GPUS),
-}
+#: Boolean switches.
+BOOL_KEYS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind is Kind.BOOLEAN)
+_ENUM_KEYS = CHOICE_KEYS  # older private names, kept for callers not yet moved
+_INT_LIMITS = INT_LIMITS
 
 
 def _as_int(key: str, value: Any) -> int:
-    lo, hi = _INT_LIMITS[key]
+    lo, hi = INT_LIMITS[key]
     if isinstance(value, bool):
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
@@ -265,7 +318,7 @@ def _as_bool(key: str, value: Any) -> bool:
 
 
 def _as_enum(key: str, value: Any) -> _Choice:
-    enum = _ENUM_KEYS[key]
+    enum = CHOICE_KEYS[key]
     if isinstance(value, enum):
         return value
     if isinstance(value, str):
@@ -306,36 +359,6 @@ def _as_targets(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def finite_number(key: str, value: Any, what: str = "a number") -> float:
-    """A finite float from a number or a numeric string (never a bool), else ScenarioError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScenarioError(key, f"must be {what}, got {value!r}")
-    try:
-        out = float(value)
-    except ValueError:
-        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
-    if not math.isfinite(out):
-        raise ScenarioError(key, f"must be {what}, got {value!r}")
-    return out
-
-
-def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
-    """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
-    out = finite_number(key, value, what)
-    if out <= 0 or out > hi:
-        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
-    return out
-
-
-def fraction(key: str, value: Any, lo_open: bool) -> float:
-    """A number in (0, 1] (``lo_open``) or [0, 1)."""
-    out = finite_number(key, value)
-    if not ((0 < out <= 1) if lo_open else (0 <= out < 1)):
-        rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
-        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
-    return out
-
-
 def parse_scenario(data: Any) -> Scenario:
     """Validate a mapping of scenario keys into a :class:`Scenario`.
 
@@ -357,13 +380,13 @@ def parse_scenario(data: Any) -> Scenario:
             raw[norm] = value
 
     kw: dict[str, Any] = {}
-    for key in _ENUM_KEYS:
+    for key in CHOICE_KEYS:
         if key in raw:
             kw[key] = _as_enum(key, raw[key])
-    for key in _INT_LIMITS:
+    for key in INT_LIMITS:
         if key in raw:
             kw[key] = _as_int(key, raw[key])
-    for key in ("optimizer_in_backward", "compile"):
+    for key in BOOL_KEYS:
         if key in raw:
             kw[key] = _as_bool(key, raw[key])
     if "lora_targets" in raw:

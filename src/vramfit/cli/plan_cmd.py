@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vramfit.cli.options import build_scenario, with_scenario_options
-
-GiB = 2**30
+from vramfit.units import GB, GiB
 console = Console()
 _P = "Planner"
 
@@ -53,7 +52,7 @@ def _plan_row(i: int, p) -> list[str]:
         str(i), f"{p.num_gpus} × {p.gpu_id}", f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
-        "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", f"{p.disk.total_bytes / 1e9:,.0f}",
+        "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", f"{p.disk.total_bytes / GB:,.0f}",
     ]
 
 
@@ -86,9 +85,9 @@ def render_plan(r, top: int, show_all: bool) -> None:
             console.print(f"   • {n}")
     if r.plans:
         d = r.plans[0].disk
-        console.print(f"Disk for #1: base model {d.base_model_bytes / 1e9:,.0f} GB, dataset {d.dataset_raw_bytes / 1e9:,.1f} GB raw + "
-                      f"{d.dataset_tokenized_bytes / 1e9:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / 1e9:,.1f} GB × "
-                      f"{d.checkpoints_kept}, final {d.final_model_bytes / 1e9:,.1f} GB → {d.total_bytes / 1e9:,.0f} GB")
+        console.print(f"Disk for #1: base model {d.base_model_bytes / GB:,.0f} GB, dataset {d.dataset_raw_bytes / GB:,.1f} GB raw + "
+                      f"{d.dataset_tokenized_bytes / GB:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / GB:,.1f} GB × "
+                      f"{d.checkpoints_kept}, final {d.final_model_bytes / GB:,.1f} GB → {d.total_bytes / GB:,.0f} GB")
     for gid, changes in r.changes.items():
         render_changes(gid, changes)
     if r.excluded:
@@ -254,7 +253,8 @@ def register(app: typer.Typer) -> None:
         if json_out:
             _out(r.to_dict())
         elif csv_out is None or str(csv_out) != "-":
-            t = Table(title=f"Peak per GPU over {key}", title_justify="left")
+            t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
+                      title_justify="left")
             for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
                 t.add_column(col, justify="right")
             for p in r.points:

@@ -14,11 +14,11 @@ from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import COMMON_CARDS, get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
-from vramfit.scenario import _ENUM_KEYS, _INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
+from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
 MAX_VALUES = 200
 #: Keys whose values a range (``a..b``) can produce.
-RANGE_KEYS: tuple[str, ...] = (*_INT_LIMITS, "lora_alpha", "params")
+RANGE_KEYS: tuple[str, ...] = (*INT_LIMITS, "lora_alpha", "params")
 
 
 def _number(key: str, text: str) -> int:
@@ -47,9 +47,9 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     if not spec:
         raise ScenarioError("vary", f"{key}: no values after '='")
     if spec == "*":
-        if key not in _ENUM_KEYS:
-            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(_ENUM_KEYS))
-        return key, _ENUM_KEYS[key].values()
+        if key not in CHOICE_KEYS:
+            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(CHOICE_KEYS))
+        return key, CHOICE_KEYS[key].values()
     if ".." in spec:
         if key not in RANGE_KEYS or key == "params":
             raise ScenarioError("vary", f"{key}: a range a..b needs a whole-number key", [k for k in RANGE_KEYS if k != "params"])
@@ -71,7 +71,7 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
         items = [v.strip() for v in spec.split(",")]
         if any(not v for v in items):
             raise ScenarioError("vary", f"{key}: empty value in {spec!r}")
-        values = [_number(key, v) if key in _INT_LIMITS else v for v in items]
+        values = [_number(key, v) if key in INT_LIMITS else v for v in items]
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{key}: {len(values)} values, at most {MAX_VALUES}")
     return key, values
