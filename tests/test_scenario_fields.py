@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vramfit.scenario import CHOICE_KEYS, FIELD, FIELDS, INT_LIMITS, SCENARIO_KEYS, Kind, Scenario, parse_scenario
+from vramfit.scenario import (
+    CHOICE_KEYS,
+    FIELD,
+    FIELDS,
+    INT_LIMITS,
+    SCENARIO_KEYS,
+    Kind,
+    Scenario,
+    parse_scenario,
+)
 from vramfit.scenario_doc import markdown
 
 ROOT = Path(__file__).resolve().parent.parent

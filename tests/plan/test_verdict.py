@@ -2,6 +2,7 @@
 GPU architecture column and the one node cap."""
 
 import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -140,11 +141,11 @@ def test_core_imports_no_models():
     import vramfit
 
     root = Path(vramfit.__file__).parent
-    for name in ("scenario.py", "units.py", "errors.py"):
+    for name in ("scenario.py", "fieldspec.py", "units.py", "errors.py"):
         tree = ast.parse((root / name).read_text(encoding="utf-8"))
         used = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert {m for m in used if m.startswith("vramfit")} <= {"vramfit.errors", "vramfit.units"}, name
+        assert {m for m in used if m.startswith("vramfit")} <= {"vramfit.errors", "vramfit.units", "vramfit.fieldspec"}, name
 
 
 def test_architecture_comes_from_the_catalog_column(tmp_path):

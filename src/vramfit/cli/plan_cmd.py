@@ -15,6 +15,7 @@ from rich.table import Table
 
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.units import GB, GiB
+
 console = Console()
 _P = "Planner"
 
