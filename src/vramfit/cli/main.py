@@ -15,6 +15,7 @@ from rich.console import Console
 from vramfit.cli.options import build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
+from vramfit.units import gib
 
 app = typer.Typer(
     name="vramfit",
@@ -139,7 +140,7 @@ def gpus(
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price)
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), f"{g.bf16_tflops or '':}", price)
     console.print(t)
 
 

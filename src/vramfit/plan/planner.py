@@ -17,7 +17,7 @@ from vramfit.scenario import Precision, Scenario, parse_scenario
 from vramfit.units import GB, GiB
 
 HOST_RAM_PER_GPU = Constant(
-    256 * 10**9,
+    256 * GB,
     "bytes of host RAM per GPU",
     "NVIDIA DGX H100 datasheet: 2 TB system memory for 8 GPUs",
     "offload plans whose host share exceeds it are dropped; rented single GPUs often come with less",

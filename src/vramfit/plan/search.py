@@ -20,6 +20,7 @@ from vramfit.plan.evaluate import Evaluator, gpu_classes
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.plan.verdict import fits
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
+from vramfit.units import GB
 
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
 #: varies by more), so a plain setting beats a slightly faster one with more compromises.
@@ -189,8 +190,8 @@ class Search:
             k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
             if k == 0:
                 k = self._gpu_consts[(g.gpu_id, c.num_gpus)] = (
-                    (g.bf16_tflops * 1e12 * self.mfu, (g.mem_bandwidth_gbs or 0) * 1e9,
-                     peer_gbs(g, c.num_gpus) * 1e9, g.host_link_gbs * 1e9) if g.bf16_tflops else None)
+                    (g.bf16_tflops * 1e12 * self.mfu, (g.mem_bandwidth_gbs or 0) * GB,
+                     peer_gbs(g, c.num_gpus) * GB, g.host_link_gbs * GB) if g.bf16_tflops else None)
             if k is None:
                 t = math.inf
             else:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
+from vramfit.units import GB
 
 MFU_DEFAULT = Constant(
     0.40,
@@ -184,11 +185,11 @@ def step_time(
 
     ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s).
     """
-    dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
+    dequant = w.dequant_bytes / (mem_bandwidth_gbs * GB) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
     compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
-    comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
-    host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
-    stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
+    comm = w.peer_bytes / (peer_gbs * GB) if w.peer_bytes else 0.0
+    host = w.host_bytes / (host_gbs * GB) if w.host_bytes else 0.0
+    stream = w.stream_bytes / (host_gbs * GB) if w.stream_bytes else 0.0
     step = max(compute, comm, stream) + host
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
