@@ -63,7 +63,7 @@ def result_paging(r: EstimateResult, limit: int) -> int | None:
 
 def fits(r: EstimateResult, limit: int) -> bool:
     """Whether an estimate fits ``limit`` bytes per GPU (paging of paged optimizer state allowed)."""
-    return result_paging(r, limit) is not None
+    return r.peak.device_bytes <= limit or result_paging(r, limit) is not None  # the planner's hot path
 
 
 def verdict_text(paged_out: int | None) -> str:
