@@ -78,6 +78,8 @@ class PhasePeak:
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """The model the estimate is for: its id, parameter count and trainable parameters."""
+
     id: str
     num_params: int
     num_trainable_params: int
@@ -116,6 +118,8 @@ class FitInfo:
 
 @dataclass(frozen=True)
 class EstimateResult:
+    """The result object of scenario.md: per-GPU bytes, the breakdown and the assumptions."""
+
     scenario: Scenario
     model: ModelInfo
     peak: Peak

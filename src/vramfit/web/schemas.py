@@ -8,12 +8,17 @@ options, the form labels and ``docs/scenario-reference.md`` come from.
 
 from __future__ import annotations
 
+from dataclasses import MISSING, is_dataclass
+from dataclasses import fields as dataclass_fields
 from enum import Enum
-from typing import Any, Literal, Optional
+from functools import cache
+from types import UnionType
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramfit import scenario as S
+from vramfit.estimate.result import Component, EstimateResult, FitInfo, ModelInfo, Peak, PhasePeak
 from vramfit.gpus import list_gpus
 from vramfit.models import load_catalog
 from vramfit.plan.verdict import SAFETY_MARGIN
@@ -146,59 +151,45 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class ComponentOut(_Out):
-    name: str
-    bytes: int
-    phase: str
-    counted_in: Optional[str] = None
-    detail: Optional[str] = None
+def _json_type(tp: Any) -> Any:
+    """The JSON shape of a result field's type, as its ``to_dict()`` writes it."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is S.Scenario:
+        return dict[str, Any]
+    if is_dataclass(tp):
+        return out_model(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        inner = args[0]
+        if get_origin(inner) is tuple:  # named pairs ((name, bytes), ...) are written as a mapping
+            return dict[str, get_args(inner)[1]]
+        return list[_json_type(inner)]
+    if origin in (Union, UnionType):
+        return Optional[tuple(_json_type(a) for a in args if a is not type(None))[0]]
+    return tp
 
 
-class PeakOut(_Out):
-    allocated_bytes: int
-    reserved_bytes: int
-    device_bytes: int
-    phase: Optional[str] = None
-    breakdown: Optional[dict[str, int]] = Field(None, description="allocated bytes of each part at the peak")
+#: The names the API schema has always used for the result dataclasses.
+_OUT_NAMES = {Component: "ComponentOut", Peak: "PeakOut", PhasePeak: "PhaseOut", ModelInfo: "ModelOut",
+              FitInfo: "FitOut", EstimateResult: "EstimateOut"}
 
 
-class PhaseOut(_Out):
-    phase: str
-    allocated_bytes: int
+@cache
+def out_model(cls: type) -> type[BaseModel]:
+    """The response model of a result dataclass, generated from its fields (never copied by hand)."""
+    hints = get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclass_fields(cls):
+        tp = _json_type(hints[f.name])
+        if f.default is MISSING and f.default_factory is MISSING:
+            fields[f.name] = (tp, ...)
+        else:
+            default = f.default if f.default is not MISSING else f.default_factory()
+            fields[f.name] = (tp, list(default) if isinstance(default, tuple) else default)
+    return create_model(_OUT_NAMES.get(cls, f"{cls.__name__}Out"), __base__=_Out, __doc__=cls.__doc__, **fields)
 
 
-class ModelOut(_Out):
-    id: str
-    num_params: int
-    num_trainable_params: int
-    origin: Optional[str] = None
-
-
-class FitOut(_Out):
-    """The planner's verdict on one card (vramfit.plan.verdict: usable memory less the safety margin)."""
-
-    gpu_id: str
-    name: str
-    usable_bytes: int
-    fits: bool
-    headroom_bytes: int
-    limit_bytes: int
-    safety_margin: float
-    paging_bytes: int = Field(0, description="paged optimizer state that lives in host RAM for the run to fit")
-    verdict: str = Field("", description="fits | fits, with paging of N GiB optimizer state (slower) | does not fit")
-
-
-class EstimateOut(_Out):
-    """The result object of scenario.md: per-GPU bytes, the breakdown and the assumptions."""
-
-    scenario: dict[str, Any]
-    model: ModelOut
-    peak: PeakOut
-    components: list[ComponentOut]
-    phases: list[PhaseOut] = []
-    host_bytes: int = 0
-    fits: list[FitOut] = []
-    assumptions: list[str]
+ComponentOut, PeakOut, PhaseOut, ModelOut, FitOut, EstimateOut = (
+    out_model(c) for c in (Component, Peak, PhasePeak, ModelInfo, FitInfo, EstimateResult))
 
 
 class ModelEntryOut(BaseModel):
