@@ -14,17 +14,11 @@ from urllib.parse import urlencode
 
 from vramfit.estimate import estimate
 from vramfit.gpus import get_gpu
+from vramfit.plan.guide import SIZES  # the model sizes the guide talks about: one table for both
 from vramfit.plan.verdict import with_fits
 from vramfit.scenario import Scenario
 from vramfit.units import GB, GiB
 
-#: The model sizes the guide talks about (7B, 13B, 34B, 70B): one catalog model each.
-SIZES: tuple[tuple[str, str], ...] = (
-    ("7B", "meta-llama/Llama-2-7b-hf"),
-    ("13B", "meta-llama/Llama-2-13b-hf"),
-    ("34B", "codellama/CodeLlama-34b-hf"),
-    ("70B", "meta-llama/Llama-2-70b-hf"),
-)
 #: Training recipes of the breakdown figure: (id, scenario keys).
 RECIPES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("full-mixed", {"method": "full", "precision": "bf16-mixed"}),
