@@ -15,6 +15,7 @@ from rich.console import Console
 from vramfit.cli.options import build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
+from vramfit.plan.verdict import SAFETY_MARGIN
 from vramfit.units import gib
 
 app = typer.Typer(
@@ -53,7 +54,8 @@ def estimate(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
     safety_margin: float = typer.Option(
-        0.05, help="Fraction of each card's usable memory kept free when saying whether it fits.", min=0.0, max=0.99
+        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free when saying whether it fits.", min=0.0,
+        max=0.99
     ),
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""

@@ -14,10 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.gpus import GPUS_PER_NODE
+from vramfit.plan.verdict import SAFETY_MARGIN
 from vramfit.units import GB, GiB
 
 console = Console()
 _P = "Planner"
+_MARGIN_HELP = "Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
 
 
 def _gib(n: int | None) -> str:
@@ -153,8 +156,9 @@ def register(app: typer.Typer) -> None:
         epochs: float = typer.Option(1.0, help="Passes over the dataset.", rich_help_panel=_P),
         budget: float | None = typer.Option(None, help="Budget in USD; plans above it are marked.", rich_help_panel=_P),
         cards: str | None = typer.Option(None, help="Only these GPU ids (comma-separated); default: the catalog, or --gpu.", rich_help_panel=_P),
-        max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
-        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
+        max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs (one node: at most {GPUS_PER_NODE}).",
+                                     rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
         top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
@@ -186,7 +190,7 @@ def register(app: typer.Typer) -> None:
     def fit_cmd(
         scenario_args: dict,
         scenario_file: Path | None,
-        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
@@ -204,7 +208,7 @@ def register(app: typer.Typer) -> None:
             return
         console.print(f"[bold]{r.gpu_name}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
                       f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
-                      + ("[green]fits[/green]" if r.fits else "[red]does not fit[/red]"))
+                      + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
         mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
         seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
         console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
@@ -229,6 +233,7 @@ def register(app: typer.Typer) -> None:
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
         csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
         chart: Path | None = typer.Option(None, help="Write a chart: .png, .svg (matplotlib) or .html (plotly).", rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Peak memory over the values of one scenario key, as a table, CSV or chart."""
@@ -238,7 +243,7 @@ def register(app: typer.Typer) -> None:
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
-        r = sweep(sc, key, values, cards=gpu_id_list(cards))
+        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin)
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 

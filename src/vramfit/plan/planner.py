@@ -24,7 +24,7 @@ HOST_RAM_PER_GPU = Constant(
 )
 
 ASSUMPTIONS = (
-    "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
+    f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
     "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
     "de-quantization included; GPU-to-GPU traffic overlaps compute, offload traffic does not; the CPU "
@@ -74,7 +74,7 @@ def plan(
     epochs: float = 1.0,
     budget_usd: float | None = None,
     gpu_ids: list[str] | str | None = None,
-    max_gpus: int = 8,
+    max_gpus: int = GPUS_PER_NODE,
     safety_margin: float = SAFETY_MARGIN,
     mfu: float | None = None,
     checkpoints_kept: int = 1,

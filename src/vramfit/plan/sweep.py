@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import COMMON_CARDS, get_gpu
 from vramfit.plan.evaluate import Evaluator
+from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
@@ -119,6 +120,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
           safety_margin: float = SAFETY_MARGIN) -> SweepResult:
     """Estimate ``scenario`` with ``key`` set to each of ``values``; ``cards`` are the capacity lines."""
     sc = parse_scenario(scenario)
+    safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
     key = key.strip().replace("-", "_") if isinstance(key, str) else key
     if key not in SCENARIO_KEYS:
         raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)

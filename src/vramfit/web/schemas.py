@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramfit import scenario as S
 from vramfit.estimate.result import Component, EstimateResult, FitInfo, ModelInfo, Peak, PhasePeak
-from vramfit.gpus import list_gpus
+from vramfit.gpus import GPUS_PER_NODE, list_gpus
 from vramfit.models import load_catalog
 from vramfit.plan.verdict import SAFETY_MARGIN
 
@@ -116,7 +116,8 @@ class PlanOptions(BaseModel):
     budget_usd: Optional[float] = Field(None, gt=0)
     gpu_ids: Optional[list[str] | str] = Field(None, description="cards to consider (default: the scenario's gpu, "
                                                "or every card in the catalog)")
-    max_gpus: Optional[int] = Field(8, ge=1, le=100_000, description="at most this many GPUs (one node: 8)")
+    max_gpus: Optional[int] = Field(GPUS_PER_NODE, ge=1, le=100_000,
+                                    description=f"at most this many GPUs (one node: {GPUS_PER_NODE})")
     safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
                                            "memory kept free: a run fits when its device peak is at most the rest")
     mfu: Optional[float] = Field(None, gt=0, le=1, description="model FLOPs utilisation assumed")
