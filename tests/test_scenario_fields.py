@@ -58,7 +58,7 @@ def test_docs_reference_is_generated_from_the_table():
 def test_cli_help_shows_type_values_and_default_from_the_table():
     from vramfit.cli.main import app
 
-    out = CliRunner().invoke(app, ["estimate", "--help"], env={"COLUMNS": "400"}).output
+    out = CliRunner().invoke(app, ["estimate", "--help"], env={"COLUMNS": "1200"}).output
     lines = {m.group(1): m.group(0) for m in re.finditer(r"--([a-z-]+)\s+(\S+)\s+.*", out)}
     for f in FIELDS:
         line = lines[f.name.replace("_", "-")]

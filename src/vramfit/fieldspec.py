@@ -6,6 +6,7 @@ Kept apart from the scenario module so that the table there stays a table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -39,7 +40,7 @@ class FieldSpec:
     unit: str = ""
     choices: type[Any] | None = None  # an enum with .values()
     limits: tuple[float, float] | None = None  # inclusive bounds of a number
-    default_note: str = ""  # said instead of the plain default when it depends on other keys
+    default_note: str | Callable[[], str] = ""  # said instead of the plain default when it depends on other keys
     default: Any = None  # the dataclass default (filled by the scenario module's table)
     range_note: str = ""  # the valid range in words, where limits cannot say it (open bounds)
 
@@ -53,7 +54,7 @@ class FieldSpec:
     def default_text(self) -> str:
         """How the default reads in help and docs (``lora``, ``16``, ``2 × lora_rank``, ``none``)."""
         if self.default_note:
-            return self.default_note
+            return self.default_note() if callable(self.default_note) else self.default_note
         d = self.default
         if d is None:
             return "none"

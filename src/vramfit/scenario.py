@@ -55,6 +55,17 @@ class Precision(_Choice):
         """Bytes per element of activations (autocast dtype for ``-mixed``)."""
         return 4 if self is Precision.FP32 else 2
 
+    @property
+    def meaning(self) -> str:
+        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
+        half = "bf16" if self.value.startswith("bf16") else "fp16"
+        if self is Precision.FP32:
+            return "fp32 weights, gradients, optimizer states and activations"
+        if self.mixed:
+            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
+                    "(full fine-tuning with AdamW: 16 B per parameter)")
+        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
 
 class Quantize(_Choice):
     NF4 = "nf4"
@@ -64,6 +75,19 @@ class Quantize(_Choice):
     INT8 = "int8"
     GPTQ_INT4 = "gptq-int4"
     NONE = "none"
+
+
+class QuantizeExperts(_Choice):
+    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
+
+    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
+    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
+    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
 
 
 class Optimizer(_Choice):
@@ -144,7 +168,7 @@ class Scenario:
     model: str | None = None
     params: int | None = None
     method: Method = Method.LORA
-    precision: Precision = Precision.BF16_TRUE
+    precision: Precision = Precision.BF16_TRUE  # parse_scenario: the framework profile's default_precision
     quantize: Quantize = Quantize.NONE
     lora_rank: int = 16
     lora_alpha: float = 32.0
@@ -164,6 +188,7 @@ class Scenario:
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
+    quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
 
     @property
     def trains_adapters(self) -> bool:
@@ -211,6 +236,19 @@ _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
 CH, INT, NUM, BOOL, TXT = Kind.CHOICE, Kind.INTEGER, Kind.NUMBER, Kind.BOOLEAN, Kind.TEXT
 
 
+def _precision_defaults() -> str:
+    """Each framework's default precision per method, read from the framework profiles."""
+    from vramfit.estimate.framework import PROFILES
+
+    parts = []
+    for fw, prof in PROFILES.items():
+        d = dict(prof.default_precision)
+        common = max(set(d.values()), key=list(d.values()).count)
+        odd = ", ".join(f"{m.value} {p.value}" for m, p in d.items() if p is not common)
+        parts.append(f"{fw.value} {common.value}" + (f" ({odd})" if odd else ""))
+    return "the framework's: " + "; ".join(parts)
+
+
 def Field(name: str, kind: Kind, help: str, label: tuple[str, str], **more: Any) -> FieldSpec:  # noqa: N802
     """A table row, its default read from :class:`Scenario`."""
     return FieldSpec(name, kind, help, label, default=_DEFAULTS[name], **more)
@@ -224,9 +262,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Parameters", "Parâmetros"), unit="parameters", default_note="none: give model or params"),
     Field("method", CH, "What is trained: every weight (full), LoRA adapters on a 16-bit base (lora) or on a "
           "quantized base (qlora).", ("Method", "Método"), choices=Method),
-    Field("precision", CH, "Number formats: -true keeps weights, gradients and optimizer state in that 16-bit type; "
-          "-mixed keeps fp32 weights and computes under 16-bit autocast; fp32 everywhere.",
-          ("Precision", "Precisão"), choices=Precision),
+    Field("precision", CH, f"Number formats: bf16-true = {Precision.BF16_TRUE.meaning}; bf16-mixed = "
+          f"{Precision.BF16_MIXED.meaning}.", ("Precision", "Precisão"), choices=Precision,
+          default_note=_precision_defaults),
     Field("quantize", CH, "Storage of the frozen base weights (qlora needs a quantized one).",
           ("Base quantization", "Quantização da base"), choices=Quantize, default_note="nf4-dq for qlora, else none"),
     Field("lora_rank", INT, "LoRA rank r (width of the adapter matrices).", ("Rank r", "Rank r"), limits=(1, MAX_RANK)),
@@ -240,7 +278,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
     Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),
           unit="sequences", limits=(1, MAX_BATCH)),
-    Field("seq_len", INT, "Tokens per sequence.", ("Sequence length", "Comprimento de sequência"), unit="tokens",
+    Field("seq_len", INT, "Tokens per sequence (4k = 4096).", ("Sequence length", "Comprimento de sequência"), unit="tokens",
           limits=(1, MAX_SEQ_LEN)),
     Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
           unit="micro-batches", limits=(1, MAX_BATCH)),
@@ -257,7 +295,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp"),
     Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
           ("CPU offload", "Descarga para CPU"), choices=Offload),
-    Field("gpu", TXT, "GPU id the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
+    Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
           default_note="none (no target card)"),
     Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
           ("Framework", "Framework"), choices=Framework),
@@ -265,6 +303,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
     Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
+    Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
+          "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
+          ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -289,6 +330,8 @@ def _as_int(key: str, value: Any) -> int:
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
+        if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+            text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
         try:
             value = int(text)
         except ValueError:
@@ -412,6 +455,10 @@ def parse_scenario(data: Any) -> Scenario:
         kw["params"] = parse_param_count(params)
 
     method = kw.get("method", Method.LORA)
+    if "precision" not in kw:  # what a user of the framework gets by default (its profile says, with sources)
+        from vramfit.estimate.framework import profile_for
+
+        kw["precision"] = dict(profile_for(kw.get("framework", Framework.HF)).default_precision)[method]
     if "quantize" not in kw:
         kw["quantize"] = Quantize.NF4_DQ if method is Method.QLORA else Quantize.NONE
     elif method is Method.QLORA and kw["quantize"] is Quantize.NONE:

@@ -113,7 +113,14 @@ def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, re
         data[key] = _coerce(key, value) if isinstance(value, str) else value
     if not required and "model" not in data and "params" not in data:
         return None
-    return parse_scenario(data)
+    sc = parse_scenario(data)
+    unused = [k for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout") if k in scenario_args]
+    if unused and not sc.trains_adapters:
+        import sys
+
+        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
+        sys.stderr.write(f"note: {flags} ignored: --method full trains every weight, no LoRA adapters\n")
+    return sc
 
 
 def read_batch(path: Path) -> list[tuple[int, Any]]:

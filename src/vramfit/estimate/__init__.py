@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from vramfit.estimate.core import compute, process_bytes, reserved_bytes
@@ -42,10 +43,27 @@ def resolve_spec(sc: Scenario):
     return f"generic-{sc.params}", spec, "generic", (note,)
 
 
+def _experts_note(sc: Scenario, prof) -> str:
+    from vramfit.estimate.core import experts_quantized
+
+    how = "quantized like the other block linears" if experts_quantized(sc, prof) else (
+        "NOT quantized: fp32 (prepare_model_for_kbit_training casts them)" if prof.qlora_unquantized_fp32
+        else "NOT quantized: 16-bit")
+    why = (f"quantize_experts={sc.quantize_experts.value}" if sc.quantize_experts.value != "auto" else
+           "quantize_experts=auto: " + ("transformers 5 stores experts as fused 3-D parameters, which bitsandbytes "
+                                        "leaves unquantized (transformers 4 quantized them)" if prof.hf_quantizer_rules
+                                        else f"{prof.name} quantizes each expert's linear"))
+    return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
+
+
 def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
     prof = r["profile"]
+    default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        f"Precision {sc.precision.value}: {sc.precision.meaning}"
+        + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
+           f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
         f"({r['per_layer'] / MiB:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r['loss'].detail}.",
@@ -66,6 +84,8 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
             + f"; the de-quantized copy of the largest layer ({r['dequant'] / MiB:,.0f} MiB) is a transient."
         )
+        if any(lin.group == "expert" for lin in spec.block_linears):
+            out.append(_experts_note(sc, prof))
         if prof.qlora_unquantized_fp32:
             out.append(
                 "QLoRA as the HF recipe runs it (Trainer bf16=True): attention and 4-bit matmuls in 16 bits "
@@ -124,6 +144,8 @@ def estimate(
         from vramfit.gpus import get_gpu
 
         card = get_gpu(sc.gpu)
+    if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
+        sc = dataclasses.replace(sc, gpu=card.gpu_id)
     if spec is not None:
         return estimate_spec(sc, spec, label, "config-file", notes, card=card)
     model_id, spec, origin, notes = resolve_spec(sc)

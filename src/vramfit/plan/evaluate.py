@@ -6,6 +6,7 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from vramfit.errors import ScenarioError
@@ -23,10 +24,13 @@ class Evaluator:
 
     def __init__(self, base: Scenario | dict):
         self.base = parse_scenario(base)
+        self._cards: dict[str, GPU] = {}
+        card = self.card(self.base.gpu)
+        if card is not None and card.gpu_id != self.base.gpu:  # an alias ("4090") becomes the catalog id
+            self.base = dataclasses.replace(self.base, gpu=card.gpu_id)
         self.model_id, self.spec, self.origin, self.notes = resolve_spec(self.base)
         self._memo: dict[tuple, EstimateResult | ScenarioError] = {}
         self._scenarios: dict[tuple, Scenario | ScenarioError] = {}
-        self._cards: dict[str, GPU] = {}
         self.calls = 0
 
     def card(self, gpu_id: str | None) -> GPU | None:

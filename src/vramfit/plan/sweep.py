@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramfit.errors import ScenarioError, VramfitError
-from vramfit.gpus import COMMON_CARDS, get_gpu
+from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
+from vramfit.plan.verdict import SAFETY_MARGIN, default_cards, fits, limit_bytes
 from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
 MAX_VALUES = 200
@@ -128,8 +128,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         raise ScenarioError("vary", "needs at least one value")
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{len(values)} values, at most {MAX_VALUES}")
-    card_ids = list(cards) if cards else ([sc.gpu] if sc.gpu else []) + [c for c in COMMON_CARDS if c != sc.gpu]
-    gpus = [get_gpu(c) for c in card_ids]
+    gpus = [get_gpu(c) for c in cards] if cards else default_cards(sc.gpu)
     ev = Evaluator(sc) if key not in ("model", "params") else None
     points = []
     for v in values:

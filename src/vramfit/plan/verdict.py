@@ -94,10 +94,8 @@ def default_cards(gpu_id: str | None = None) -> list[GPU]:
     """The scenario's card (if any) first, then :data:`COMMON_CARDS` (read from the catalog)."""
     from vramfit.gpus import get_gpu
 
-    ids = list(COMMON_CARDS)
-    if gpu_id and gpu_id not in ids:
-        ids.insert(0, gpu_id)
-    return [get_gpu(i) for i in ids]
+    ids = ([gpu_id] if gpu_id else []) + list(COMMON_CARDS)
+    return list({g.gpu_id: g for g in map(get_gpu, ids)}.values())  # an alias of a common card counts once
 
 
 def with_fits(r: EstimateResult, cards: Iterable[GPU] | None = None,

@@ -121,6 +121,9 @@ class PlanOptions(BaseModel):
     safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
                                            "memory kept free: a run fits when its device peak is at most the rest")
     mfu: Optional[float] = Field(None, gt=0, le=1, description="model FLOPs utilisation assumed")
+    sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
+    deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
+    stacks: Optional[str] = Field(None, description="only these software stacks: cuda, rocm, habana (comma-separated)")
 
 
 class PlanIn(PlanOptions):
