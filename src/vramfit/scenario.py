@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.errors import ScenarioError
-from vramfit.fieldspec import FieldSpec, Kind, finite_number, fraction, positive_number  # noqa: F401 - re-exported
+from vramfit.fieldspec import FieldSpec, Kind
 from vramfit.units import parse_param_count
 
 
@@ -400,6 +400,36 @@ def _as_targets(value: Any) -> tuple[str, ...]:
         if any(n not in ("lm_head", "embed_tokens") for n in extra):
             raise ScenarioError("lora_targets", "'all-linear' cannot be combined with block module names")
     return tuple(dict.fromkeys(names))
+
+
+def finite_number(key: str, value: Any, what: str = "a number") -> float:
+    """A finite float from a number or a numeric string (never a bool), else ScenarioError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ScenarioError(key, f"must be {what}, got {value!r}")
+    try:
+        out = float(value)
+    except ValueError:
+        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ScenarioError(key, f"must be {what}, got {value!r}")
+    return out
+
+
+def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
+    """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
+    out = finite_number(key, value, what)
+    if out <= 0 or out > hi:
+        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
+    return out
+
+
+def fraction(key: str, value: Any, lo_open: bool) -> float:
+    """A number in (0, 1] (``lo_open``) or [0, 1)."""
+    out = finite_number(key, value)
+    if not ((0 < out <= 1) if lo_open else (0 <= out < 1)):
+        rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
+        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
+    return out
 
 
 def parse_scenario(data: Any) -> Scenario:
