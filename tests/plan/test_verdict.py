@@ -190,3 +190,9 @@ def test_readme_sweep_example_is_what_the_command_prints():
     lines = [line.rstrip() for line in out.splitlines()]
     for line in block.splitlines():
         assert line.rstrip() in lines, line
+
+
+def test_cli_says_how_it_treats_more_gpus_than_a_node():
+    out = runner.invoke(app, ["estimate", "--params", "7B", "--method", "full", "--num-gpus", "16",
+                              "--parallelism", "zero3"], env={"COLUMNS": "300"}).output
+    assert "16 GPUs is more than one node holds (8)" in out and "in one node with" not in out
