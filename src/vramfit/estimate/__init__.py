@@ -16,7 +16,6 @@ from vramfit.estimate.result import (
 )
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
-from vramfit.units import MiB
 
 if TYPE_CHECKING:
     from vramfit.gpus import GPU
@@ -65,10 +64,10 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
         + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
            f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
-        f"({r['per_layer'] / MiB:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r['loss'].detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
-        f"CUDA context assumed {process_bytes(sc)[0] / MiB:.0f} MiB per GPU (lazy module loading); "
+        f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
         "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
     ]
     if sc.method is not Method.FULL:
@@ -82,7 +81,7 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
-            + f"; the de-quantized copy of the largest layer ({r['dequant'] / MiB:,.0f} MiB) is a transient."
+            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
         )
         if any(lin.group == "expert" for lin in spec.block_linears):
             out.append(_experts_note(sc, prof))
