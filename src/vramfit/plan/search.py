@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, gpu_classes
-from vramfit.plan.throughput import ModelFlops, Rates, Speed, Work, rates, step_seconds, step_time, step_work
+from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.plan.verdict import fits
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
@@ -101,7 +101,6 @@ class Search:
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
         self._completion: dict[tuple, Config] = {}
-        self._gpu_consts: dict[tuple[str, int], Rates | None] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple[float, float]] = {}  # (peer, host) GB/s for speed()
         self._configs: dict[int, list[Config]] = {}
@@ -182,21 +181,12 @@ class Search:
         )
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
-        """Seconds per trained token (all GPUs): :func:`throughput.step_seconds`, card rates computed once."""
+        """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
         key = (c, mb, g.gpu_id)
         t = self._spt.get(key)
         if t is None:
-            k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
-            if k == 0:
-                k = self._gpu_consts[(g.gpu_id, c.num_gpus)] = rates(
-                    peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-                    peer_gbs=peer_gbs(g, c.num_gpus), host_gbs=g.host_link_gbs) if g.bf16_tflops else None
-            if k is None:
-                t = math.inf
-            else:
-                w = self.work(c, mb)
-                t = step_seconds(w, k)[4] / w.tokens_per_step
-            self._spt[key] = t
+            s = self.speed(c, mb, g)
+            t = self._spt[key] = math.inf if s is None else s.step_s / self.work(c, mb).tokens_per_step
         return t
 
     def completion(self, c: Config, any_checkpointing: bool) -> Config:

@@ -25,12 +25,10 @@ streams) are assumed to overlap with compute; optimizer/weight offload traffic d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
-from vramfit.units import GB
 
 MFU_DEFAULT = Constant(
     0.40,
@@ -173,32 +171,6 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream)
 
 
-class Rates(NamedTuple):
-    """What one card does per second: FLOP/s achieved and bytes/s of memory, GPU-to-GPU and host links."""
-
-    flops: float
-    memory: float  # 0: unknown (de-quantization then not timed)
-    peer: float
-    host: float
-
-
-def rates(*, peak_tflops: float, mfu: float, mem_bandwidth_gbs: float | None, peer_gbs: float,
-          host_gbs: float) -> Rates:
-    """:class:`Rates` from catalog figures (TFLOPS, GB/s per direction)."""
-    return Rates(peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * GB, peer_gbs * GB, host_gbs * GB)
-
-
-def step_seconds(w: Work, r: Rates) -> tuple[float, float, float, float, float]:
-    """(compute, de-quantization, GPU-to-GPU, offload traffic, step) seconds of one optimizer step:
-    ``step = max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``."""
-    dequant = w.dequant_bytes / r.memory if (w.dequant_bytes and r.memory) else 0.0
-    compute = w.flops / r.flops + dequant
-    comm = w.peer_bytes / r.peer if w.peer_bytes else 0.0
-    host = w.host_bytes / r.host if w.host_bytes else 0.0
-    stream = w.stream_bytes / r.host if w.stream_bytes else 0.0
-    return compute, dequant, comm, host, max(compute, comm, stream) + host
-
-
 def step_time(
     w: Work,
     *,
@@ -208,13 +180,16 @@ def step_time(
     peer_gbs: float,
     host_gbs: float,
 ) -> Speed:
-    """The :class:`Speed` of one optimizer step (see :func:`step_seconds`).
+    """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
     ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s).
     """
-    r = rates(peak_tflops=peak_tflops, mfu=mfu, mem_bandwidth_gbs=mem_bandwidth_gbs, peer_gbs=peer_gbs,
-              host_gbs=host_gbs)
-    compute, dequant, comm, host, step = step_seconds(w, r)
+    dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
+    compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
+    comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
+    host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
+    stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
+    step = max(compute, comm, stream) + host
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
