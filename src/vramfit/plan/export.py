@@ -20,7 +20,6 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.plan.report import Plan
-from vramfit.units import GiB
 
 ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl")
 _OPTIM = {
@@ -149,7 +148,7 @@ def _trl(plan: Plan, engine: str, epochs: float, notes: list[str]) -> str:
     model = sc["model"] or f"<a {sc['params']:,}-parameter model>"
     lines = [
         f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
-        f" -> {plan.device_bytes / GiB:,.1f} GiB of {plan.usable_bytes / GiB:,.1f} GiB per GPU (estimated)",
+        f" -> {plan.device_bytes / 2**30:,.1f} GiB of {plan.usable_bytes / 2**30:,.1f} GiB per GPU (estimated)",
         "import torch",
     ]
     if method != "full":
