@@ -59,6 +59,7 @@ class Arch(str, Enum):
         first = words[0] if words else ""
         return next((a for a in cls if a.value == first), cls.UNKNOWN)
 
+
 #: Columns of gpus.csv (a user file may use any subset, plus ``usable_bytes`` or ``usable_mib``).
 COLUMNS: tuple[str, ...] = (
     "gpu_id", "name", "vendor", "architecture", "form_factor", "memory_gb", "memory_type",
