@@ -54,13 +54,15 @@ def estimate(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
     safety_margin: float = typer.Option(
-        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free when saying whether it fits.", min=0.0,
-        max=0.99
+        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
     ),
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
     from vramfit.estimate import estimate
     from vramfit.plan.verdict import with_fits
+    from vramfit.scenario import fraction
+
+    safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
 
     def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
         return with_fits(estimate(item), safety_margin=safety_margin)
