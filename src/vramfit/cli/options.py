@@ -32,7 +32,7 @@ def _help_for(f) -> str:
         text += " One of: " + ", ".join(f.valid) + "."
     elif f.range_text():
         text += f" Range: {f.range_text()}" + (f" {f.unit}" if f.unit else "") + "."
-    elif f.unit:
+    elif f.unit and f.kind is not Kind.COUNT:  # a count already says what it counts
         text += f" In {f.unit}."
     return text
 
