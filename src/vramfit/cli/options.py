@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 
+from vramfit.cli.from_config import overlay
 from vramfit.errors import ScenarioError
 from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, load_scenario_file, parse_scenario
 
@@ -61,6 +62,10 @@ def scenario_parameters() -> list[inspect.Parameter]:
             annotation=Optional[Path],
         )
     )
+    params.append(inspect.Parameter("from_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[Path]], default=typer.Option(
+        None, "--from", help="Training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt); again for its DeepSpeed/accelerate/PEFT files. Flags override it.", rich_help_panel="Scenario")))
+    params.append(inspect.Parameter("dialect", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
+        None, "--dialect", help="The --from file's project: axolotl, llamafactory, trl, torchtune, litgpt (default: detected).", rich_help_panel="Scenario")))
     return params
 
 
@@ -82,6 +87,7 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for k in SCENARIO_KEYS:
             kwargs.pop(k, None)
         scenario_file = kwargs.pop("scenario_file", None)
+        scenario_args = overlay(kwargs.pop("from_file", None), kwargs.pop("dialect", None), scenario_args)
         return func(scenario_args=scenario_args, scenario_file=scenario_file, **kwargs)
 
     wrapper.__name__ = func.__name__

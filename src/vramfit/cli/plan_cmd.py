@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.verdict import SAFETY_MARGIN
@@ -66,7 +67,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
-                  f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
+                  f"effective batch {r.effective_batch} · {data} · "
+                  + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
                   f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"
@@ -171,13 +173,14 @@ def register(app: typer.Typer) -> None:
         max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs (one node: at most {GPUS_PER_NODE}).",
                                      rich_help_panel=_P),
         safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
-        mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
+        mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
         top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
         show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
         export: str | None = typer.Option(None, help="Write a config: accelerate, deepspeed, fsdp or trl.", rich_help_panel=_P),
         pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
         export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
@@ -194,6 +197,7 @@ def register(app: typer.Typer) -> None:
             render_plan(r, top, show_all)
         if export and r.plans:
             _write_export(_pick(r, pick), export, export_dir, r.epochs)
+        write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
         if not r.plans:
             raise typer.Exit(1)
 
@@ -205,6 +209,7 @@ def register(app: typer.Typer) -> None:
         scenario_file: Path | None,
         safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
@@ -216,6 +221,7 @@ def register(app: typer.Typer) -> None:
         if not sc.gpu:
             raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
         r = fit(sc, sc.gpu, safety_margin=safety_margin)
+        write_fit(write_to, sc, safety_margin)
         if json_out:
             _out(r.to_dict())
             return

@@ -10,6 +10,7 @@ from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
 from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
@@ -32,9 +33,8 @@ HOST_RAM_PER_GPU = Constant(
 ASSUMPTIONS = (
     f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
-    "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
-    "de-quantization included; GPU-to-GPU traffic overlaps compute, offload traffic does not; the CPU "
-    "optimizer step of offload plans is not timed.",
+    "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
+    "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
     "Prices are on-demand USD per GPU-hour read on the dates in price_details; the low end ranks plans.",
 )
@@ -118,7 +118,7 @@ def plan(
     ev = Evaluator(sc)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u)
+    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
     total = int(tokens * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
@@ -149,13 +149,14 @@ def plan(
         for gid in named:
             g = get_gpu(gid)
             if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u if mfu is not None else None,
+                                                  effective_batch=eff)
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
-        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u,
-        mfu_source=("user" if mfu is not None else MFU_DEFAULT.source), plans=tuple(plans),
+        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u if mfu is not None else None,
+        mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
@@ -166,7 +167,11 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
     out = [definition(margin), *ASSUMPTIONS, *_ranking_assumptions(order, deadline, wanted)]
     out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
                "default applies (`vramfit estimate --help`).")
-    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
+               "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
+               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
+               f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
+               f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/throughput.py): read times and costs with that band.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")

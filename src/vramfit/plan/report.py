@@ -87,7 +87,7 @@ class PlanReport:
     total_tokens: int | None
     budget_usd: float | None
     safety_margin: float
-    mfu: float
+    mfu: float | None  # None: times come from the mechanism model (mfu_source says so)
     mfu_source: str
     plans: tuple[Plan, ...]  # ranked: within budget, then USD per token, then speed
     excluded: tuple[Excluded, ...]

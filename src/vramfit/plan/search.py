@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, gpu_classes
+from vramfit.plan.kernels import card_speed
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.plan.verdict import fits
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
@@ -95,14 +96,15 @@ def peer_gbs(gpu: GPU, n: int) -> float:
 class Search:
     """Memoised screening of (setting, micro-batch) and the choice per (card, count)."""
 
-    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float):
+    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float | None):
+        """``mfu`` None: time steps with the mechanism model (:func:`throughput.mechanism_step_time`)."""
         self.ev, self.eff, self.mf, self.trainable, self.mfu = ev, effective_batch, mf, trainable, mfu
         self._work: dict[tuple[Config, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
         self._completion: dict[tuple, Config] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
-        self._links: dict[tuple[str, int], tuple[float, float]] = {}  # (peer, host) GB/s for speed()
+        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.classes = gpu_classes()
 
@@ -174,10 +176,12 @@ class Search:
             return None
         link = self._links.get((g.gpu_id, c.num_gpus))
         if link is None:
-            link = self._links[(g.gpu_id, c.num_gpus)] = (peer_gbs(g, c.num_gpus), g.host_link_gbs)
+            peer = peer_gbs(g, c.num_gpus)
+            link = self._links[(g.gpu_id, c.num_gpus)] = (peer, g.host_link_gbs, card_speed(g, peer))
+        card = link[2] if self.mfu is None else None
         return step_time(
-            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1],
+            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+            peer_gbs=link[0], host_gbs=link[1], card=card,
         )
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
@@ -186,7 +190,13 @@ class Search:
         t = self._spt.get(key)
         if t is None:
             s = self.speed(c, mb, g)
-            t = self._spt[key] = math.inf if s is None else s.step_s / self.work(c, mb).tokens_per_step
+            if s is None:
+                t = math.inf
+            elif self.mfu is None:  # the mechanism model
+                t = 1.0 / s.tokens_per_s
+            else:  # the FLOPs-at-MFU model, as the inline formula this replaced computed it
+                t = s.step_s / self.work(c, mb).tokens_per_step
+            self._spt[key] = t
         return t
 
     def completion(self, c: Config, any_checkpointing: bool) -> Config:

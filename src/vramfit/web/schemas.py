@@ -120,7 +120,7 @@ class PlanOptions(BaseModel):
                                     description=f"at most this many GPUs (one node: {GPUS_PER_NODE})")
     safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
                                            "memory kept free: a run fits when its device peak is at most the rest")
-    mfu: Optional[float] = Field(None, gt=0, le=1, description="model FLOPs utilisation assumed")
+    mfu: Optional[float] = Field(None, gt=0, le=1, description="time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model")
     sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
     deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
     stacks: Optional[str] = Field(None, description="only these software stacks: cuda, rocm, habana (comma-separated)")
