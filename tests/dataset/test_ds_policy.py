@@ -3,6 +3,8 @@
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vramfit.dataset import DatasetError, Packing, Padding, Policy
 from vramfit.dataset.policy import batch_shape, micro_batches, peak_batch, sample_order, training_rows
@@ -87,3 +89,22 @@ def test_policy_errors():
         Policy(padding=Padding.MAX_LENGTH)
     with pytest.raises(DatasetError, match="no non-empty rows"):
         peak_batch([], Policy())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=300), st.sampled_from(list(Packing)),
+       st.integers(1, 8), st.integers(0, 5), st.booleans())
+def test_properties_of_any_dataset(lengths, packing, mb, seed, grouped):
+    p = Policy(micro_batch_size=mb, max_length=1024, packing=packing, group_by_length=grouped, seed=seed)
+    rows, dropped = training_rows(lengths, p)
+    assert all(0 < r <= 1024 for r in rows) or packing is Packing.NONE
+    assert sum(rows) + dropped == sum(lengths)  # every token trained or counted as dropped
+    if packing is Packing.BFD_SPLIT or packing is Packing.WRAPPED:
+        assert dropped == 0
+    if not any(rows):
+        return
+    peak_r, peak_l = peak_batch(rows, p)
+    batches = micro_batches(rows, p)
+    # each row in exactly one micro-batch (padding-free: one concatenated row per micro-batch)
+    assert sum(r for r, _ in batches) == (len(batches) if p.flattened else len(rows))
+    assert max(r * n for r, n in batches) <= peak_r * peak_l
