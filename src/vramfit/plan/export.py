@@ -62,9 +62,13 @@ def _mixed(sc: dict[str, Any]) -> str:
     return "bf16" if prec.startswith("bf16") else "fp16" if prec.startswith("fp16") else "no"
 
 
+def _zero_stage(plan: Plan) -> int:
+    return {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+
+
 def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
     sc = plan.scenario
-    stage = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+    stage = _zero_stage(plan)
     zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if plan.offload != "none":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -104,10 +108,13 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
         "fsdp_cpu_ram_efficient_loading": True,
         "fsdp_forward_prefetch": False,
         "fsdp_offload_params": plan.offload != "none",
+        # FSDP1 reads sharding_strategy; accelerate 1.15 ignores reshard_after_forward when fsdp_version is 1
+        # (FullyShardedDataParallelPlugin.__post_init__, accelerate/utils/dataclasses.py)
         "fsdp_sharding_strategy": shard,
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_sync_module_states": True,
         "fsdp_use_orig_params": True,
+        "fsdp_version": 1,  # the FSDP the planner models (FlatParameter sharding); keys as trl/accelerate_configs/fsdp1.yaml
     }
 
 

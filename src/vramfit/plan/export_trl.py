@@ -10,11 +10,12 @@ from __future__ import annotations
 from importlib.resources import files as _resources
 from typing import Any
 
-from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml
+from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage
 from vramfit.plan.report import Plan
 
 # vramfit quantize -> (bnb_4bit_quant_type, use_bnb_nested_quant) of trl.ModelConfig
 _QUANT = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
+_TESTED = {"trl": "1.16", "transformers": "5.24"}
 _ATTN = {"eager": "eager", "flash": "flash_attention_2", "sdpa": "sdpa"}
 
 
@@ -73,8 +74,14 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         "save_total_limit": 1,
     }
     ck = plan.gradient_checkpointing
-    if ck != "none" and shard != "fsdp":  # under FSDP, accelerate.yaml's fsdp_activation_checkpointing does it
-        out |= {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+    # Written either way: SFTConfig turns it on by default (TRL 1.16). Under FSDP, accelerate.yaml's
+    # fsdp_activation_checkpointing does it instead. transformers 5.24 names (gradient_checkpointing* are
+    # deprecated aliases, training_args.py).
+    out["activation_checkpointing"] = ck != "none" and shard != "fsdp"
+    if out["activation_checkpointing"]:
+        # TRL forces reentrant checkpointing for PEFT + ZeRO-3 (trl/trainer/sft_trainer.py, TRL issue #2514)
+        reentrant = shard == "deepspeed" and _zero_stage(plan) == 3 and sc["method"] != "full"
+        out["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
     if ck == "selective":
         notes.append("selective recompute is not in transformers: full gradient checkpointing is written")
     if ck == "offload":
@@ -93,6 +100,7 @@ def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
     """``train_config.yaml`` (model fields, then SFTConfig fields) and ``train.py``."""
     head = (f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
             f" -> {plan.device_bytes / 2**30:,.1f} GiB of {plan.usable_bytes / 2**30:,.1f} GiB per GPU (estimated)\n"
-            f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.SFTConfig fields\n")
+            f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.SFTConfig fields\n"
+            f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
     body = _yaml(_model_args(plan, notes)) + _yaml(_sft_args(plan, shard, epochs, notes))
     return {TRL_CONFIG_FILE: head + body, SCRIPT: script_text()}
