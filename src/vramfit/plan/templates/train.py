@@ -75,8 +75,11 @@ def main(argv=None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    model = load_model(model_args, training_args)
+    print(f"loaded {model_args.model_name_or_path}: {model.get_memory_footprint() / 2**30:.3f} GiB of weights,"
+          f" 4-bit: {getattr(model, 'is_loaded_in_4bit', False)}")
     trainer = SFTTrainer(
-        model=load_model(model_args, training_args),
+        model=model,
         args=training_args,
         train_dataset=load_data(data_args.dataset_path),
         processing_class=tokenizer,

@@ -1,0 +1,81 @@
+"""One real optimizer step of the exported train.py, on the CPU, on a tiny random model built here.
+
+Nothing is downloaded: a 2-layer Llama (hidden 64) built from a config, a word-level tokenizer built with
+``tokenizers``, and a four-line JSONL dataset. The only command-line overrides are the ones a CPU needs (no bf16,
+no Liger/Triton kernels) and the ones that point at the tiny model and stop after one step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_export_engines import PLANS, write
+
+pytest.importorskip("trl")
+LINES = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm today", "we train a tiny model"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A saved random Llama and its tokenizer, plus data.jsonl, in one folder."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny")
+    words = sorted({w for line in LINES for w in line.split()})
+    vocab = {t: i for i, t in enumerate(["<pad>", "<unk>", "<s>", "</s>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>")
+    model_dir = root / "model"
+    fast.save_pretrained(model_dir)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=2, eos_token_id=3, pad_token_id=0)
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    (root / "data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in LINES), encoding="utf-8")
+    return root
+
+
+def cpu_overrides(tiny: Path, out: Path) -> list[str]:
+    return ["--dataset_path", str(tiny / "data.jsonl"), "--model_name_or_path", str(tiny / "model"),
+            "--output_dir", str(out), "--max_steps", "1", "--bf16", "false", "--fp16", "false", "--use_cpu", "true",
+            "--use_liger_kernel", "false", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1"]
+
+
+def run_script(folder: Path, argv: list[str], launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    cmd = [*(launcher or [sys.executable]), "train.py", "--config", "train_config.yaml", *argv]
+    return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def one_step(r: subprocess.CompletedProcess, out: Path, *, four_bit: bool) -> dict:
+    """The step's logged record; checks it saw all the data and moved every LoRA B entry."""
+    from safetensors.torch import load_file
+
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"4-bit: {four_bit}" in r.stdout
+    log = next(ast.literal_eval(line) for line in r.stdout.splitlines() if line.startswith("{'loss'"))
+    # packing put every line and its EOS into the one step
+    assert int(log["num_tokens"]) == sum(len(t.split()) + 1 for t in LINES) and math.isfinite(float(log["loss"]))
+    b = [v for k, v in load_file(out / "adapter_model.safetensors").items() if "lora_B" in k]
+    # LoRA B starts at zero (PEFT init); one AdamW step moves every entry (2 layers x 7 linear targets)
+    assert len(b) == 2 * 7 and all(bool((v != 0).all()) for v in b)
+    return log
+
+
+@pytest.mark.parametrize("name", ["single-lora-fused", "qlora-1gpu"])
+def test_trl_export_runs_one_step_on_cpu(name, tiny, tmp_path):
+    p = PLANS[name]
+    write(p, "trl", tmp_path)
+    out = tmp_path / "out"
+    one_step(run_script(tmp_path, cpu_overrides(tiny, out)), out, four_bit=p.scenario["method"] == "qlora")
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == p.scenario["lora_rank"]
