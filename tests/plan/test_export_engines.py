@@ -26,7 +26,14 @@ def plan_rows() -> dict:
                  gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
     qlora = plan({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "gradient_checkpointing": "full"},
                  gpu_ids=["h100-sxm"], effective_batch=1).plans
+    l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
+    a10g = plan({"model": "mistralai/Mistral-7B-v0.1", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
+    small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
+                 gpu_ids=["rtx4090"], effective_batch=8).plans
     rows = {
+        "full-mixed-1gpu": next(p for p in small if p.num_gpus == 1),
+        "ddp-lora-2gpu": next(p for p in l40s if p.num_gpus == 2),
+        "zero3-offload-params": a10g[0],
         "zero3-lora-8gpu": qwen[0],
         "single-lora-fused": next(p for p in qwen if p.num_gpus == 1),
         "zero3-full-mixed": llama[0],
@@ -34,7 +41,8 @@ def plan_rows() -> dict:
         "qlora-1gpu": qlora[0],
     }
     assert rows["zero3-lora-8gpu"].parallelism == "zero3" and rows["zero3-lora-8gpu"].num_gpus == 8
-    assert rows["zero2-offload-1gpu"].parallelism == "zero2"
+    assert rows["zero2-offload-1gpu"].parallelism == "zero2" and rows["ddp-lora-2gpu"].parallelism == "ddp"
+    assert rows["zero3-offload-params"].offload == "optimizer+params"
     return rows
 
 
@@ -129,6 +137,7 @@ def test_accelerate_launch_accepts_the_export(name, engine, tmp_path, monkeypatc
         assert ds.hf_ds_config.config["train_micro_batch_size_per_gpu"] == p.micro_batch_size
         assert ds.hf_ds_config.config["bf16"] == {"enabled": True}
         assert ds.offload_optimizer_device == ("cpu" if p.offload != "none" else "none")
+        assert ds.offload_param_device == ("cpu" if p.offload == "optimizer+params" else "none")
     elif engine == "fsdp":
         assert launcher == "multi_gpu" and env["ACCELERATE_USE_FSDP"] == "true"
         # sync_module_states asks for the current CUDA device; this machine has none
@@ -140,8 +149,8 @@ def test_accelerate_launch_accepts_the_export(name, engine, tmp_path, monkeypatc
         assert fsdp.cpu_offload.offload_params == (p.offload != "none")
         assert fsdp.mixed_precision_policy is None and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     else:
-        assert launcher == "simple" and p.num_gpus == 1
-        assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+        assert launcher == ("multi_gpu" if p.num_gpus > 1 else "simple")
+        assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and cfg.distributed_type == ("MULTI_GPU" if p.num_gpus > 1 else "NO")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, p in PLANS.items() if p.parallelism in STAGE))
@@ -160,6 +169,7 @@ def test_deepspeed_parses_its_file_for_the_plans_world_size(name, tmp_path, monk
     assert cfg.train_batch_size == p.micro_batch_size * p.grad_accum * p.num_gpus == p.effective_batch
     assert cfg.zero_optimization_stage == STAGE[p.parallelism] and cfg.bfloat16_config.enabled
     assert (cfg.zero_config.offload_optimizer is not None) == (p.offload != "none")
+    assert (cfg.zero_config.offload_param is not None) == (p.offload == "optimizer+params")
     with pytest.raises(AssertionError, match="train_batch_size"):  # the parser checks what we claim it checks
         DeepSpeedConfig(str(tmp_path / "ds_config.json"), mpu=mock.Mock(get_data_parallel_world_size=lambda: p.num_gpus + 1))
 

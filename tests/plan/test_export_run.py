@@ -24,11 +24,14 @@ LINES = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm tod
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+def build_tiny(root: Path) -> Path:
     """A saved random Llama and its tokenizer, plus data.jsonl, in one folder."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    root = tmp_path_factory.mktemp("tiny")
     words = sorted({w for line in LINES for w in line.split()})
     vocab = {t: i for i, t in enumerate(["<pad>", "<unk>", "<s>", "</s>", *words])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
@@ -57,25 +60,44 @@ def run_script(folder: Path, argv: list[str], launcher: list[str] | None = None)
     return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
-def one_step(r: subprocess.CompletedProcess, out: Path, *, four_bit: bool) -> dict:
+def one_step(r: subprocess.CompletedProcess, tiny: Path, out: Path, *, four_bit: bool) -> dict:
     """The step's logged record; checks it saw all the data and moved every LoRA B entry."""
+    import torch
     from safetensors.torch import load_file
 
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"4-bit: {four_bit}" in r.stdout
+    assert f"4-bit: {four_bit}" in r.stdout and "rank 0 of" in r.stdout
     log = next(ast.literal_eval(line) for line in r.stdout.splitlines() if line.startswith("{'loss'"))
     # packing put every line and its EOS into the one step
     assert int(log["num_tokens"]) == sum(len(t.split()) + 1 for t in LINES) and math.isfinite(float(log["loss"]))
+    if not (out / "adapter_model.safetensors").exists():  # full fine-tuning: every saved weight moved
+        before, after = load_file(tiny / "model" / "model.safetensors"), load_file(out / "model.safetensors")
+        assert before.keys() == after.keys() and all(not torch.equal(before[k], after[k]) for k in before)
+        return log
     b = [v for k, v in load_file(out / "adapter_model.safetensors").items() if "lora_B" in k]
     # LoRA B starts at zero (PEFT init); one AdamW step moves every entry (2 layers x 7 linear targets)
     assert len(b) == 2 * 7 and all(bool((v != 0).all()) for v in b)
     return log
 
 
-@pytest.mark.parametrize("name", ["single-lora-fused", "qlora-1gpu"])
+@pytest.mark.parametrize("name", ["single-lora-fused", "qlora-1gpu", "full-mixed-1gpu"])
 def test_trl_export_runs_one_step_on_cpu(name, tiny, tmp_path):
     p = PLANS[name]
     write(p, "trl", tmp_path)
     out = tmp_path / "out"
-    one_step(run_script(tmp_path, cpu_overrides(tiny, out)), out, four_bit=p.scenario["method"] == "qlora")
-    assert json.loads((out / "adapter_config.json").read_text())["r"] == p.scenario["lora_rank"]
+    one_step(run_script(tmp_path, cpu_overrides(tiny, out)), tiny, out, four_bit=p.scenario["method"] == "qlora")
+    if p.scenario["method"] != "full":
+        assert json.loads((out / "adapter_config.json").read_text())["r"] == p.scenario["lora_rank"]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_runs_the_ddp_export_with_two_processes(tiny, tmp_path):
+    """`accelerate launch` with the exported MULTI_GPU accelerate.yaml, as written: two ranks (gloo on the CPU)."""
+    p = PLANS["ddp-lora-2gpu"]
+    ex = write(p, "trl", tmp_path)
+    assert ex.command.startswith("accelerate launch --config_file accelerate.yaml train.py")
+    out = tmp_path / "out"
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "accelerate.yaml"]
+    r = run_script(tmp_path, cpu_overrides(tiny, out), launcher)
+    one_step(r, tiny, out, four_bit=False)
+    assert "rank 0 of 2:" in r.stdout and "rank 1 of 2:" in r.stdout

@@ -76,8 +76,8 @@ def main(argv=None) -> None:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = load_model(model_args, training_args)
-    print(f"loaded {model_args.model_name_or_path}: {model.get_memory_footprint() / 2**30:.3f} GiB of weights,"
-          f" 4-bit: {getattr(model, 'is_loaded_in_4bit', False)}")
+    print(f"rank {training_args.process_index} of {training_args.world_size}: loaded {model_args.model_name_or_path},"
+          f" {model.get_memory_footprint() / 2**20:,.1f} MiB of weights, 4-bit: {getattr(model, 'is_loaded_in_4bit', False)}")
     trainer = SFTTrainer(
         model=model,
         args=training_args,
