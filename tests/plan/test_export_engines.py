@@ -210,3 +210,23 @@ def test_fsdp_and_trl_launch_one_script_name():
     commands = {e: export_plan(p, e).command for e in ("accelerate", "fsdp", "trl", "deepspeed")}
     assert all(" train.py" in c for c in commands.values())
     assert "train.py" in export_plan(p, "trl").files and "train.py" not in export_plan(p, "fsdp").files
+
+
+@pytest.mark.parametrize("engine", ["accelerate", "trl"])
+def test_issue_11_command_writes_a_config_accelerate_launches(engine, tmp_path, monkeypatch):
+    """The exact command of issue 11 item 1, through the CLI, then accelerate's launch path and DeepSpeedPlugin."""
+    from accelerate.utils import DeepSpeedPlugin
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    r = CliRunner().invoke(app, ["plan", "--model", "Qwen/Qwen2.5-32B", "--method", "lora", "--seq-len", "8192",
+                                 "--dataset-tokens", "100M", "--effective-batch", "16", "--cards", "h100-sxm",
+                                 "--export", engine, "--export-dir", str(tmp_path)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    launcher, env = accelerate_launch(tmp_path)
+    assert launcher == "deepspeed" and "mixed_precision" not in env["ACCELERATE_CONFIG_DS_FIELDS"]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    assert DeepSpeedPlugin().zero_stage == 3
