@@ -199,7 +199,7 @@ def test_trl_parses_train_config_and_transformers_agrees_with_the_deepspeed_file
         world = type("WorldArgs", (type(args),), {"world_size": property(lambda self: p.num_gpus)})
         hf = HfTrainerDeepSpeedConfig(str(tmp_path / "ds_config.json"))
         hf.trainer_config_process(world(**{f: getattr(args, f) for f in ("output_dir", "per_device_train_batch_size",
-                                    "gradient_accumulation_steps", "bf16", "optim", "use_cpu")}))
+                                    "gradient_accumulation_steps", "bf16", "optim", "use_cpu", "activation_checkpointing")}))
         assert hf.mismatches == []
     else:
         assert args.deepspeed is None
