@@ -230,3 +230,18 @@ def test_issue_11_command_writes_a_config_accelerate_launches(engine, tmp_path, 
         monkeypatch.setenv(k, v)
     monkeypatch.chdir(tmp_path)
     assert DeepSpeedPlugin().zero_stage == 3
+
+
+def test_sgd_momentum_compile_and_framework_reach_the_trainer(tmp_path):
+    """The optimizer the plan sized (SGD with a momentum buffer) is the one transformers builds from the file."""
+    import torch
+    from transformers import Trainer
+
+    p = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "optimizer": "sgd-momentum", "compile": True,
+              "framework": "torchtune"}, gpu_ids=["h100-sxm"], effective_batch=8).plans[-1]
+    assert p.optimizer == "sgd-momentum" and p.num_gpus == 1
+    ex = write(p, "trl", tmp_path)
+    _, args, _ = trl_args(tmp_path, "--use_cpu", "true")
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    assert cls is torch.optim.SGD and kwargs["momentum"] == 0.9 and args.torch_compile
+    assert any("sized for torchtune" in n for n in ex.notes)

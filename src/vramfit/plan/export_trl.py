@@ -91,6 +91,17 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         notes.append("use_liger_kernel needs `pip install liger-kernel` (the fused cross-entropy the plan assumes)")
     if plan.loss == "chunked":
         notes.append("chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true (fused) instead")
+    if plan.optimizer == "sgd-momentum":  # transformers' "sgd" reads momentum from optim_args (trainer_optimizer.py _get_sgd)
+        out["optim_args"] = "momentum=0.9"
+    if plan.optimizer == "adamw-4bit":
+        notes.append("adamw_torch_4bit needs `pip install torchao`")
+    if sc.get("compile"):
+        out["torch_compile"] = True
+    if sc.get("optimizer_in_backward"):
+        notes.append("the HF Trainer has no optimizer-in-backward: gradients stay resident until the step (more memory)")
+    if sc.get("framework", "hf") != "hf":
+        notes.append(f"the plan was sized for {sc['framework']}; this script runs transformers + PEFT + TRL, whose"
+                     " memory differs (estimate again with framework hf)")
     if shard == "deepspeed":
         out["deepspeed"] = DS_FILE
     return out
