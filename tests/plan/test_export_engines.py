@@ -30,7 +30,10 @@ def plan_rows() -> dict:
     a10g = plan({"model": "mistralai/Mistral-7B-v0.1", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
     small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["rtx4090"], effective_batch=8).plans
+    fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},
+                gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
     rows = {
+        "fsdp-lora-8gpu": fsdp[0],
         "full-mixed-1gpu": next(p for p in small if p.num_gpus == 1),
         "ddp-lora-2gpu": next(p for p in l40s if p.num_gpus == 2),
         "zero3-offload-params": a10g[0],
@@ -42,7 +45,7 @@ def plan_rows() -> dict:
     }
     assert rows["zero3-lora-8gpu"].parallelism == "zero3" and rows["zero3-lora-8gpu"].num_gpus == 8
     assert rows["zero2-offload-1gpu"].parallelism == "zero2" and rows["ddp-lora-2gpu"].parallelism == "ddp"
-    assert rows["zero3-offload-params"].offload == "optimizer+params"
+    assert rows["zero3-offload-params"].offload == "optimizer+params" and rows["fsdp-lora-8gpu"].parallelism == "fsdp"
     return rows
 
 
@@ -138,14 +141,16 @@ def test_accelerate_launch_accepts_the_export(name, engine, tmp_path, monkeypatc
         assert ds.hf_ds_config.config["bf16"] == {"enabled": True}
         assert ds.offload_optimizer_device == ("cpu" if p.offload != "none" else "none")
         assert ds.offload_param_device == ("cpu" if p.offload == "optimizer+params" else "none")
-    elif engine == "fsdp":
+    elif engine == "fsdp" or p.parallelism.startswith("fsdp"):
         assert launcher == "multi_gpu" and env["ACCELERATE_USE_FSDP"] == "true"
         # sync_module_states asks for the current CUDA device; this machine has none
         with mock.patch("accelerate.utils.dataclasses.is_cuda_available", return_value=True), \
              mock.patch("torch.cuda.current_device", return_value=0):
             fsdp = FullyShardedDataParallelPlugin()
-        want = "SHARD_GRAD_OP" if p.parallelism in ("zero1", "zero2") else "FULL_SHARD"
+        want = "SHARD_GRAD_OP" if p.parallelism in ("zero1", "zero2", "fsdp-grad-op") else "FULL_SHARD"
         assert fsdp.fsdp_version == 1 and fsdp.sharding_strategy.name == want
+        assert fsdp.activation_checkpointing == (p.gradient_checkpointing != "none")
+        assert not (tmp_path / "ds_config.json").exists()
         assert fsdp.cpu_offload.offload_params == (p.offload != "none")
         assert fsdp.mixed_precision_policy is None and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     else:
@@ -188,7 +193,8 @@ def test_trl_parses_train_config_and_transformers_agrees_with_the_deepspeed_file
     assert data.dataset_path == "data.jsonl" and model.model_name_or_path == sc["model"]
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (p.micro_batch_size, p.grad_accum)
     assert args.num_train_epochs == 2 and args.max_length == sc["seq_len"] and args.bf16
-    assert args.activation_checkpointing == (p.gradient_checkpointing != "none")  # TRL's default is on
+    # TRL's default is on; under FSDP accelerate.yaml's fsdp_activation_checkpointing does it instead
+    assert args.activation_checkpointing == (p.gradient_checkpointing != "none" and not p.parallelism.startswith("fsdp"))
     assert args.use_liger_kernel == (p.loss == "fused")
     assert model.use_peft == (sc["method"] != "full") and model.load_in_4bit == (sc["method"] == "qlora")
     if model.use_peft:
