@@ -81,11 +81,17 @@ def one_step(r: subprocess.CompletedProcess, tiny: Path, out: Path, *, four_bit:
 
 
 @pytest.mark.parametrize("name", ["single-lora-fused", "qlora-1gpu", "full-mixed-1gpu"])
-def test_trl_export_runs_one_step_on_cpu(name, tiny, tmp_path):
+def test_trl_export_runs_one_step_on_cpu(name, tiny, tmp_path, monkeypatch, capsys):
+    """In this process (the imports are paid once); the launch test below runs it as its own processes."""
+    from test_export_engines import load_script
+
     p = PLANS[name]
     write(p, "trl", tmp_path)
     out = tmp_path / "out"
-    one_step(run_script(tmp_path, cpu_overrides(tiny, out)), tiny, out, four_bit=p.scenario["method"] == "qlora")
+    monkeypatch.chdir(tmp_path)
+    load_script(tmp_path).main(["--config", "train_config.yaml", *cpu_overrides(tiny, out)])
+    r = subprocess.CompletedProcess([], 0, capsys.readouterr().out, "")
+    one_step(r, tiny, out, four_bit=p.scenario["method"] == "qlora")
     if p.scenario["method"] != "full":
         assert json.loads((out / "adapter_config.json").read_text())["r"] == p.scenario["lora_rank"]
 
@@ -101,3 +107,18 @@ def test_accelerate_launch_runs_the_ddp_export_with_two_processes(tiny, tmp_path
     r = run_script(tmp_path, cpu_overrides(tiny, out), launcher)
     one_step(r, tiny, out, four_bit=False)
     assert "rank 0 of 2:" in r.stdout and "rank 1 of 2:" in r.stdout
+
+
+def test_int8_qlora_export_loads_the_base_in_8bit(tiny, tmp_path):
+    """quantize int8 is written as load_in_8bit, and train.py's loader turns it into a bitsandbytes 8-bit model."""
+    from test_export_engines import load_script, trl_args
+
+    from vramfit.plan import plan
+
+    p = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "quantize": "int8"},
+             gpu_ids=["h100-sxm"], effective_batch=8).plans[-1]
+    write(p, "trl", tmp_path)
+    _, args, model_args = trl_args(tmp_path, "--use_cpu", "true", "--model_name_or_path", str(tiny / "model"))
+    assert model_args.load_in_8bit and not model_args.load_in_4bit
+    model = load_script(tmp_path).load_model(model_args, args)
+    assert model.is_loaded_in_8bit and type(model.model.layers[0].mlp.up_proj).__name__ == "Linear8bitLt"

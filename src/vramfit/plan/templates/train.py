@@ -48,6 +48,8 @@ def load_model(model_args: ModelConfig, args: SFTConfig):
             bnb_4bit_compute_dtype=compute_dtype(args),
             bnb_4bit_quant_storage=getattr(torch, storage) if storage else torch.uint8,
         )
+    elif model_args.load_in_8bit:
+        quantization_config = BitsAndBytesConfig(load_in_8bit=True)
     return AutoModelForCausalLM.from_pretrained(
         model_args.model_name_or_path,
         revision=model_args.model_revision,
