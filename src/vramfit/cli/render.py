@@ -29,7 +29,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         f"parameters {r.model.num_params:,} · trainable {r.model.num_trainable_params:,} "
         f"({100 * r.model.num_trainable_params / max(1, r.model.num_params):.3f} %)"
     )
-    t = Table(title="Per-GPU memory by component", title_justify="left")
+    t = Table(title=f"Per-GPU memory by component, at the peak ({r.peak.phase})", title_justify="left")
     t.add_column("component")
     t.add_column("GiB", justify="right")
     t.add_column("live", style="dim")

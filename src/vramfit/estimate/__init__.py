@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from vramfit.estimate.core import compute, process_bytes, reserved_bytes
+from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -14,6 +15,7 @@ from vramfit.estimate.result import (
     Phase,
     PhasePeak,
 )
+from vramfit.estimate.step import Step, compute
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
 __all__ = ["estimate", "resolve_spec", "EstimateResult"]
@@ -37,13 +39,30 @@ def resolve_spec(sc: Scenario):
     return f"generic-{sc.params}", spec, "generic", (note,)
 
 
-def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
-    prof = r["profile"]
+def _experts_note(sc: Scenario, prof) -> str:
+    from vramfit.estimate.core import experts_quantized
+
+    how = "quantized like the other block linears" if experts_quantized(sc, prof) else (
+        "NOT quantized: fp32 (prepare_model_for_kbit_training casts them)" if prof.qlora_unquantized_fp32
+        else "NOT quantized: 16-bit")
+    why = (f"quantize_experts={sc.quantize_experts.value}" if sc.quantize_experts.value != "auto" else
+           "quantize_experts=auto: " + ("transformers 5 stores experts as fused 3-D parameters, which bitsandbytes "
+                                        "leaves unquantized (transformers 4 quantized them)" if prof.quantizes_exact_linear_only
+                                        else f"{prof.name} quantizes each expert's linear"))
+    return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
+
+
+def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
+    prof = r.profile
+    default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        f"Precision {sc.precision.value}: {sc.precision.meaning}"
+        + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
+           f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
-        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
-        f"Loss: {r['loss'].detail}.",
+        f"({r.per_layer / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"Loss: {r.loss.detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
         "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
@@ -59,8 +78,10 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
-            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
+            + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
         )
+        if any(lin.group == "expert" for lin in spec.block_linears):
+            out.append(_experts_note(sc, prof))
         if prof.qlora_unquantized_fp32:
             out.append(
                 "QLoRA as the HF recipe runs it (Trainer bf16=True): attention and 4-bit matmuls in 16 bits "
@@ -101,12 +122,12 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
 
 def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
     r = compute(spec, sc)
-    parts = r["parts"]
-    breakdowns = r["phases"]
+    parts = r.parts
+    breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r["saved"].items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
@@ -121,7 +142,7 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
         Component("activations", parts.activations, P.FORWARD_BACKWARD, A, "tensors saved for backward (all blocks, final norm)"),
         Component("autocast_copies", parts.autocast_copies, P.FORWARD_BACKWARD, A, "16-bit weight copies made by autocast"),
-        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r["loss"].detail),
+        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r.loss.detail),
         Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
         Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
         Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
@@ -129,6 +150,10 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
     ]
+    # one size per component: what is alive at the peak (the per-phase breakdowns show how each
+    # changes across the step); so the allocated components sum to the allocated peak
+    at_peak = breakdowns[peak_phase]
+    comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
     comps = [c for c in comps if c.bytes]
     from vramfit.gpus import COMMON_CARDS, get_gpu
 

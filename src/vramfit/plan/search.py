@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, gpu_classes
+from vramfit.plan.kernels import card_speed
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
@@ -94,7 +95,8 @@ def peer_gbs(gpu: GPU, n: int) -> float:
 class Search:
     """Memoised screening of (setting, micro-batch) and the choice per (card, count)."""
 
-    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float):
+    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float | None):
+        """``mfu`` None: time steps with the mechanism model (:func:`throughput.mechanism_step_time`)."""
         self.ev, self.eff, self.mf, self.trainable, self.mfu = ev, effective_batch, mf, trainable, mfu
         self._work: dict[tuple[Config, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
@@ -102,7 +104,7 @@ class Search:
         self._completion: dict[tuple, Config] = {}
         self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
-        self._links: dict[tuple[str, int], tuple[float, float]] = {}  # (peer, host) GB/s for speed()
+        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.classes = gpu_classes()
 
@@ -174,16 +176,21 @@ class Search:
             return None
         link = self._links.get((g.gpu_id, c.num_gpus))
         if link is None:
-            link = self._links[(g.gpu_id, c.num_gpus)] = (peer_gbs(g, c.num_gpus), g.host_link_gbs)
+            peer = peer_gbs(g, c.num_gpus)
+            link = self._links[(g.gpu_id, c.num_gpus)] = (peer, g.host_link_gbs, card_speed(g, peer))
+        card = link[2] if self.mfu is None else None
         return step_time(
-            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1],
+            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+            peer_gbs=link[0], host_gbs=link[1], card=card,
         )
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
         """Seconds per trained token (all GPUs): :func:`throughput.step_time` without building a record."""
         key = (c, mb, g.gpu_id)
         t = self._spt.get(key)
+        if t is None and self.mfu is None:
+            s = self.speed(c, mb, g)
+            t = self._spt[key] = 1.0 / s.tokens_per_s if s else math.inf
         if t is None:
             k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
             if k == 0:
