@@ -33,13 +33,14 @@ def plan_rows() -> dict:
     fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},
                 gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
     rows = {
-        "fsdp-lora-8gpu": fsdp[0],
+        "fsdp-lora-8gpu": next(p for p in fsdp if p.parallelism == "fsdp"),
         "full-mixed-1gpu": next(p for p in small if p.num_gpus == 1),
         "ddp-lora-2gpu": next(p for p in l40s if p.num_gpus == 2),
-        "zero3-offload-params": a10g[0],
-        "zero3-lora-8gpu": qwen[0],
+        "zero3-offload-params": next(p for p in a10g if p.offload == "optimizer+params"),
+        "zero3-lora-8gpu": next(p for p in qwen if p.num_gpus == 8),
         "single-lora-fused": next(p for p in qwen if p.num_gpus == 1),
-        "zero3-full-mixed": llama[0],
+        "zero3-full-mixed": next(p for p in llama if p.parallelism == "zero3"),
+        "zero2-8gpu": next(p for p in llama if p.parallelism == "zero2" and p.num_gpus == 8),
         "zero2-offload-1gpu": next(p for p in llama if p.offload != "none" and p.num_gpus == 1),
         "qlora-1gpu": qlora[0],
     }
@@ -229,7 +230,8 @@ def test_issue_11_command_writes_a_config_accelerate_launches(engine, tmp_path, 
 
     r = CliRunner().invoke(app, ["plan", "--model", "Qwen/Qwen2.5-32B", "--method", "lora", "--seq-len", "8192",
                                  "--dataset-tokens", "100M", "--effective-batch", "16", "--cards", "h100-sxm",
-                                 "--export", engine, "--export-dir", str(tmp_path)], env={"COLUMNS": "200"})
+                                 "--export", engine, "--pick", "fastest", "--export-dir", str(tmp_path)],
+                            env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     launcher, env = accelerate_launch(tmp_path)
     assert launcher == "deepspeed" and "mixed_precision" not in env["ACCELERATE_CONFIG_DS_FIELDS"]
@@ -244,8 +246,9 @@ def test_sgd_momentum_compile_and_framework_reach_the_trainer(tmp_path):
     import torch
     from transformers import Trainer
 
-    p = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "optimizer": "sgd-momentum", "compile": True,
-              "framework": "torchtune"}, gpu_ids=["h100-sxm"], effective_batch=8).plans[-1]
+    rows = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "optimizer": "sgd-momentum", "compile": True,
+                 "framework": "torchtune"}, gpu_ids=["h100-sxm"], effective_batch=8).plans
+    p = next(r for r in rows if r.num_gpus == 1)
     assert p.optimizer == "sgd-momentum" and p.num_gpus == 1
     ex = write(p, "trl", tmp_path)
     _, args, _ = trl_args(tmp_path, "--use_cpu", "true")

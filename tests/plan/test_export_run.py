@@ -116,7 +116,7 @@ def test_int8_qlora_export_loads_the_base_in_8bit(tiny, tmp_path):
     from vramfit.plan import plan
 
     p = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "quantize": "int8"},
-             gpu_ids=["h100-sxm"], effective_batch=8).plans[-1]
+             gpu_ids=["h100-sxm"], effective_batch=8).plans[0]
     write(p, "trl", tmp_path)
     _, args, model_args = trl_args(tmp_path, "--use_cpu", "true", "--model_name_or_path", str(tiny / "model"))
     assert model_args.load_in_8bit and not model_args.load_in_4bit
