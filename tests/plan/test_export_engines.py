@@ -255,3 +255,18 @@ def test_sgd_momentum_compile_and_framework_reach_the_trainer(tmp_path):
     cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
     assert cls is torch.optim.SGD and kwargs["momentum"] == 0.9 and args.torch_compile
     assert any("sized for torchtune" in n for n in ex.notes)
+
+
+@pytest.mark.parametrize("engine", ["fsdp", "accelerate"])
+def test_every_nested_accelerate_key_is_a_launch_option(engine):
+    """accelerate copies fsdp_config / deepspeed_config keys onto launch arguments without checking them, so a
+    misspelt key would be dropped silently: each must be one of `accelerate launch`'s own options."""
+    import yaml
+    from accelerate.commands.launch import launch_command_parser
+
+    options = {s.lstrip("-") for a in launch_command_parser()._actions for s in a.option_strings}
+    seen: set[str] = set()
+    for p in PLANS.values():
+        cfg = yaml.safe_load(export_plan(p, engine).files["accelerate.yaml"])
+        seen |= {*cfg.get("fsdp_config", {}), *cfg.get("deepspeed_config", {})}
+    assert len(seen) >= 2 and seen <= options, seen - options
