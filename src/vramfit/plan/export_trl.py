@@ -12,6 +12,7 @@ from typing import Any
 
 from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage
 from vramfit.plan.report import Plan
+from vramfit.units import gib
 
 # vramfit quantize -> (bnb_4bit_quant_type, use_bnb_nested_quant) of trl.ModelConfig
 _QUANT = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
@@ -110,7 +111,7 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
 def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, str]:
     """``train_config.yaml`` (model fields, then SFTConfig fields) and ``train.py``."""
     head = (f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
-            f" -> {plan.device_bytes / 2**30:,.1f} GiB of {plan.usable_bytes / 2**30:,.1f} GiB per GPU (estimated)\n"
+            f" -> {gib(plan.device_bytes, 1)} GiB of {gib(plan.usable_bytes, 1)} GiB per GPU (estimated)\n"
             f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.SFTConfig fields\n"
             f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
     body = _yaml(_model_args(plan, notes)) + _yaml(_sft_args(plan, shard, epochs, notes))
