@@ -20,8 +20,8 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-DESKTOP = {"width": 1366, "height": 900}
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
 pytestmark = pytest.mark.browser
@@ -73,14 +73,15 @@ def browser():
 def page_factory(browser):
     pages = []
 
-    def make(viewport=DESKTOP, expect_422=False):
-        context = browser.new_context(viewport=viewport)
+    def make(viewport=DESKTOP, expect_422=False, allow=(), **context_args):
+        context = browser.new_context(viewport=viewport, **context_args)
         page = context.new_page()
         page.errors = []
-        allowed = "status of 422" if expect_422 else "\0"
+        allowed = ("status of 422",) if expect_422 else ()
+        allowed += tuple(allow)
         page.on("pageerror", lambda e: page.errors.append(str(e)))
         page.on("console", lambda m: page.errors.append(m.text)
-                if m.type == "error" and allowed not in m.text else None)
+                if m.type == "error" and not any(a in m.text for a in allowed) else None)
         page.on("request", lambda r: page.errors.append("external request " + r.url)
                 if not r.url.startswith(("http://127.0.0.1", "data:", "blob:")) else None)
         pages.append(page)

@@ -155,3 +155,82 @@ def test_serve_prints_the_address(monkeypatch):
 def test_guide_breakdown_bars_add_up_to_the_peak():
     for bar in guide.breakdown()["bars"]:
         assert abs(sum(bar["components"].values()) - bar["peak_gib"]) <= 0.1 * len(bar["components"])
+
+
+# ---------------------------------------------------------------- issue 18: Portuguese all the way, numbers by page
+
+PT_SCENARIOS = [
+    {"model": "meta-llama/Llama-3.1-8B"},
+    {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "optimizer": "paged-adamw-8bit"},
+    {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "qlora"},
+    {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "num_gpus": 4,
+     "parallelism": "zero3", "gradient_checkpointing": "offload"},
+    {"model": "meta-llama/Llama-2-7b-hf", "framework": "torchtune", "method": "qlora"},
+    {"params": "7B", "method": "full", "precision": "fp32"},
+]
+
+
+@pytest.mark.parametrize("keys", PT_SCENARIOS, ids=lambda k: "-".join(str(v) for v in k.values())[:40])
+def test_every_assumption_has_portuguese(keys):
+    from vramfit.estimate import estimate
+    from vramfit.web.translate import untranslated
+
+    assert untranslated(list(estimate(keys).assumptions)) == []
+
+
+def test_planner_sentences_have_portuguese():
+    from vramfit.plan import plan
+    from vramfit.web.translate import to_pt, untranslated
+
+    seen = []
+    for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "gpu": "rtx4090"},
+                 {"model": "codellama/CodeLlama-34b-hf", "method": "full", "precision": "bf16-mixed",
+                  "gpu": "a100-80gb-sxm"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gpu": "rtx3060-12gb", "seq_len": 16384}):
+        r = plan(keys, dataset_tokens="50M").to_dict()
+        seen += [x for cs in r["changes"].values() for c in cs for x in (c["description"], c["tradeoff"])]
+        seen += [e["reason"] for e in r["excluded"]] + [n for p in r["plans"] for n in p["notes"]]
+    assert untranslated(sorted(set(seen))) == []
+    assert to_pt("does not fit 1 x a100-80gb-sxm even with ZeRO-3, checkpointing and offload (at micro-batch 1); "
+                 "effective batch 1 allows at most 1 GPUs") == (
+        "não cabe em 1 × a100-80gb-sxm nem com ZeRO-3, checkpointing e descarga (com micro-batch 1); "
+        "o batch efetivo 1 permite no máximo 1 GPU(s)")
+
+
+def test_translated_numbers_use_the_decimal_comma():
+    from vramfit.web.translate import to_pt
+
+    assert to_pt("Activations are counted tensor by tensor from what autograd saves in a mixtral block "
+                 "(3,689.6 MiB per block per micro-batch without checkpointing).").endswith(
+        "(3689,6 MiB por bloco e por micro-batch, sem checkpointing).")
+
+
+def test_translation_rules_are_valid_javascript_regexes():
+    """The rules travel to the browser: no Python-only syntax (named groups, lookbehind, inline flags)."""
+    from vramfit.web.translate import RULES
+
+    for pattern, repl in RULES:
+        assert not re.search(r"\(\?(P<|<[=!]|[aiLmsux])", pattern), pattern
+        assert "\\" not in repl, repl
+
+
+def test_number_format_by_page_language():
+    from vramfit.web.i18n import fmt_number
+
+    assert fmt_number(104.5, "pt", 1) == "104,5" and fmt_number(104.5, "en", 1) == "104.5"
+    assert fmt_number(6738415616, "pt") == "6 738 415 616" and fmt_number(2048, "pt") == "2048"
+    assert fmt_number(0.59, "pt", 2) == "0,59"
+
+
+def test_pt_guide_numbers_and_why_lines_are_portuguese(client):
+    html = client.get("/guide?lang=pt").text
+    cells = re.findall(r'<td class="num"><a [^>]*>([^<]*)</a>', html)
+    assert cells and all(re.fullmatch(r"\d+,\d", c) for c in cells), cells[:5]
+    assert "Section 0" not in html and "The guide counts" not in html
+    assert "pára" not in html
+
+
+def test_api_docs_page_is_served_from_here(client):
+    r = client.get("/docs")
+    assert r.status_code == 200 and '<script src="/static/apidocs.js">' in r.text
+    assert not EXTERNAL.search(r.text)

@@ -148,6 +148,10 @@ def create_app() -> FastAPI:
     def guide(request: Request, lang: str = "en") -> Response:
         return pages.guide(request, lang)
 
+    @app.get("/docs", include_in_schema=False)
+    def api_docs(request: Request, lang: str = "en") -> Response:
+        return pages.api_docs(request, lang)
+
     @app.get("/pt", include_in_schema=False)
     def pt_home() -> Response:
         return RedirectResponse("/?lang=pt")
