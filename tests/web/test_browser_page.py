@@ -8,14 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_browser import (  # noqa: F401 - fixtures
+from test_browser import (
+    ARTIFACTS,
     DESKTOP,
     PHONE,
-    base_url,
-    browser,
     expect,
-    page_factory,
-    pytestmark,
+    pytestmark,  # noqa: F401 - the same skips
     shot,
     wait_result,
 )
@@ -234,4 +232,4 @@ def test_screenshots(base_url, page_factory, name, viewport):
     page.goto(base_url + LLAMA_LORA + "&dataset_tokens=50M")
     wait_result(page, "meta-llama/Llama-3.1-8B")
     expect(page.locator("#fits")).to_be_visible(timeout=15000)
-    page.screenshot(path=str(__import__("test_browser").ARTIFACTS / f"{name}.png"), full_page=False)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)

@@ -58,17 +58,21 @@ def test_language_switch_keeps_the_scenario(client):
 
 @pytest.mark.parametrize("lang", ["en", "pt"])
 def test_guide_tables_are_computed(client, lang):
+    from vramfit.web.i18n import fmt_number
+
     html = client.get("/guide", params={"lang": lang}).text
     sizing = guide.sizing()
     assert len(sizing["rows"]) == 12
+    n = lambda v, d=1: fmt_number(v, lang, d)  # noqa: E731 - as the page writes it
     for row in sizing["rows"]:
-        assert f'>{row["peak_gib"]}</a>' in html and f'>{row["ckpt_gib"]}</a>' in html
+        assert f'>{n(row["peak_gib"])}</a>' in html and f'>{n(row["ckpt_gib"])}</a>' in html
         for claim in row["claims"]:
-            assert f'>{claim["gib"]}</td>' in html
+            assert f'>{n(claim["gib"])}</td>' in html
     for row in guide.lora_share()["rows"]:
-        assert row["wide_s"] in html and f'{row["wide"]:,}' in html
+        wide_s = row["wide_s"].replace(".", ",") if lang == "pt" else row["wide_s"]
+        assert wide_s in html and fmt_number(row["wide"], lang) in html
     for row in guide.accumulation()["rows"]:
-        assert f'>{row["peak_gib"]}</a>' in html
+        assert f'>{n(row["peak_gib"])}</a>' in html
     assert 'id="fig-breakdown"' in html and 'id="fig-seq"' in html
 
 
@@ -133,7 +137,9 @@ def test_openapi_documents_the_bodies(client):
 
 
 def test_no_swagger_ui_from_a_cdn(client):
-    assert client.get("/docs").status_code == 404
+    """/docs is our own page (static/apidocs.js reads /openapi.json), not Swagger UI from a CDN."""
+    html = client.get("/docs").text
+    assert "swagger" not in html.lower() and client.get("/redoc").status_code == 404
 
 
 def test_serve_prints_the_address(monkeypatch):
@@ -167,6 +173,7 @@ PT_SCENARIOS = [
      "parallelism": "zero3", "gradient_checkpointing": "offload"},
     {"model": "meta-llama/Llama-2-7b-hf", "framework": "torchtune", "method": "qlora"},
     {"params": "7B", "method": "full", "precision": "fp32"},
+    {"model": "meta-llama/Llama-3.1-8B-Instruct", "method": "lora", "num_gpus": 2, "parallelism": "ddp"},
 ]
 
 
@@ -176,6 +183,16 @@ def test_every_assumption_has_portuguese(keys):
     from vramfit.web.translate import untranslated
 
     assert untranslated(list(estimate(keys).assumptions)) == []
+
+
+def test_pasted_config_note_has_portuguese():
+    from vramfit.models import load_catalog
+    from vramfit.web.service import spec_from_pasted
+    from vramfit.web.translate import to_pt
+
+    config = next(e["config"] for e in load_catalog() if e["id"] == "Qwen/Qwen2.5-0.5B")
+    note = spec_from_pasted(config)[2][0]
+    assert to_pt(note).endswith("um config.json colado, lido como dados (24 camadas, hidden 896, vocabulário 151936).")
 
 
 def test_planner_sentences_have_portuguese():

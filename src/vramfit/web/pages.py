@@ -14,8 +14,8 @@ from vramfit.gpus import list_gpus
 from vramfit.scenario import SCENARIO_KEYS, Scenario
 from vramfit.web import guide as guide_data
 from vramfit.web.i18n import HTML_LANG, fmt_number, pick_lang, strings
-from vramfit.web.translate import rules_for_js, to_pt
 from vramfit.web.schemas import BOOL_KEYS, ENUM_KEYS, INT_KEYS
+from vramfit.web.translate import rules_for_js, to_pt
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))

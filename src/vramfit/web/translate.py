@@ -79,6 +79,20 @@ RULES: list[tuple[str, str]] = [
      "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
     (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
      "$1 GPUs num nó com $2; buffers NCCL contados no valor da placa."),
+    # ---- how the model was resolved (vramfit.estimate.resolve_spec, vramfit.models, web.service)
+    (r"^params=([\d,]+): a generic Llama-style dense decoder of that size \(hidden (\d+), (\d+) layers, vocab (\d+)\); "
+     r"give a model id or config\.json for an exact figure$",
+     "params=⟨$1⟩: um descodificador denso genérico, ao estilo Llama, desse tamanho (hidden $2, $3 camadas, "
+     "vocabulário $4); indica um id de modelo ou um config.json para um valor exato."),
+    (r"^(.+) is not in the catalog; using (\S+), the same model name without release suffixes "
+     r"\(instruct/chat/quantized releases share the architecture\)$",
+     "$1 não está no catálogo; usa-se $2, o mesmo nome de modelo sem sufixos de versão (as versões "
+     "instruct/chat/quantizadas partilham a arquitetura)."),
+    (r"^(\S+) uses the architecture of catalog model (\S+)$", "$1 usa a arquitetura do modelo $2 do catálogo."),
+    (r"^(\S+): generic Llama-style architecture \((\d+) layers, hidden (\d+)\) with ([\d,]+) parameters, not a real model$",
+     "$1: arquitetura genérica ao estilo Llama ($2 camadas, hidden $3) com ⟨$4⟩ parâmetros, não um modelo real."),
+    (r"^(config\.json \(.+\)): a pasted config\.json, read as data \((\d+) layers, hidden (\d+), vocab (\d+)\)$",
+     "$1: um config.json colado, lido como dados ($2 camadas, hidden $3, vocabulário $4)."),
     # ---- planner: changes that make a scenario fit (vramfit.plan.changes)
     (r"^(\d+) x (\S+) in one node with (ZeRO-3|FSDP)$", "$1 × $2 num nó com $3"),
     (r"^8-bit AdamW \(bitsandbytes\)$", "AdamW de 8 bits (bitsandbytes)"),
