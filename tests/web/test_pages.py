@@ -251,3 +251,31 @@ def test_api_docs_page_is_served_from_here(client):
     r = client.get("/docs")
     assert r.status_code == 200 and '<script src="/static/apidocs.js">' in r.text
     assert not EXTERNAL.search(r.text)
+
+
+def test_export_gives_the_planner_files(client):
+    from vramfit.plan import plan
+    from vramfit.plan.export import export_plan
+
+    scenario = {"model": "meta-llama/Llama-3.1-8B", "method": "lora"}
+    r = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 1, "engine": "trl"})
+    assert r.status_code == 200
+    want = export_plan(plan(scenario, gpu_ids=["rtx4090"]).plans[0], "trl").to_dict()
+    assert r.json() == want and set(want["files"]) == {"accelerate.yaml", "train_config.py"}
+    bad = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 3})
+    assert bad.status_code == 422 and bad.json()["key"] == "num_gpus" and bad.json()["valid"] == ["1"]
+
+
+def test_export_notes_have_portuguese():
+    from vramfit.plan import plan
+    from vramfit.plan.export import ENGINES, export_plan
+    from vramfit.web.translate import untranslated
+
+    notes = set()
+    for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gradient_checkpointing": "selective",
+                  "loss": "chunked"}):
+        for p in plan(keys, gpu_ids=["rtx4090", "a100-80gb-sxm"]).plans[:3]:
+            for engine in ENGINES:
+                notes.update(export_plan(p, engine).notes)
+    assert notes and untranslated(sorted(notes)) == []

@@ -171,6 +171,13 @@ def create_app() -> FastAPI:
         """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
         return JSONResponse(planning.plan(await read_body(request)))
 
+    @app.post("/api/export", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
+              responses={200: {"description": "{engine, files: {name: text}, command, notes}"}, **_ERRORS})
+    async def api_export(request: Request) -> JSONResponse:
+        """Ready configuration (accelerate, deepspeed, fsdp or trl) for the plan of ``num_gpus`` x ``gpu_id``:
+        the body of /api/plan plus ``engine``, ``gpu_id`` and ``num_gpus``."""
+        return JSONResponse(planning.export(await read_body(request)))
+
     @app.post("/api/sweep", tags=["api"], response_model=None, openapi_extra=_body_doc("SweepIn"),
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
     async def api_sweep(request: Request) -> JSONResponse:

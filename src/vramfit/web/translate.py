@@ -175,11 +175,32 @@ RULES: list[tuple[str, str]] = [
      "fp32 que são a cópia mestre (⟨$1⟩ GB), gradientes fp32 (⟨$2⟩ GB), os dois momentos fp32 do Adam (⟨$3⟩ GB) e "
      "cópias bf16 dos pesos feitas pelo autocast (⟨$4⟩ GB): ⟨$5⟩ bytes por parâmetro antes das ativações (⟨$6⟩ GB "
      "com sequência $7 e checkpointing), dos logits (⟨$8⟩ GB) e do contexto CUDA."),
+    # ---- notes of the exported configs (vramfit.plan.export)
+    (r"^offload runs DeepSpeed's CPU Adam: the optimizer section replaces the Trainer's optim$",
+     "a descarga usa o CPU Adam do DeepSpeed: a secção optimizer substitui o optim do Trainer"),
+    (r"^(\S+) is created by the Trainer \(optim=(.+)\) and wrapped by ZeRO$", "$1 é criado pelo Trainer (optim=$2) e envolvido pelo ZeRO"),
+    (r"^FSDP offloads parameters together with the optimizer state \(CPUOffload\(offload_params=True\)\)$",
+     "o FSDP descarrega os parâmetros juntamente com o estado do otimizador (CPUOffload(offload_params=True))"),
+    (r"^quantize (\S+) is not a bitsandbytes 4-bit type: nf4 written instead$",
+     "quantize $1 não é um tipo de 4 bits do bitsandbytes: escreve-se nf4"),
+    (r"^selective recompute is not in transformers: full gradient checkpointing is written$",
+     "o recálculo seletivo não existe no transformers: escreve-se checkpointing completo"),
+    (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel=True \(fused\) instead$",
+     "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel=True (fundida)"),
+    (r"^the plan was sized for (\S+); written as the matching (ZeRO stage|FSDP sharding)$",
+     "o plano foi dimensionado para $1; escrito como o equivalente ($2)"),
+    (r"^the plan needs no sharding: ZeRO stage 0 is plain data parallelism$",
+     "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
+    (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",
+     "o plano não precisa de repartição: escreve-se FULL_SHARD na mesma (menos memória, mais tráfego)"),
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
     (r"^(\w+): unknown value '(.*)' \(valid values: ", "$1: valor desconhecido '$2' (valores válidos: "),
     (r"^(\w+): must be an integer, got (.+)$", "$1: tem de ser um número inteiro (recebido: $2)"),
     (r"^(\w+): is required(.*)$", "$1: é obrigatório$2"),
+    (r"^num_gpus: no plan of (\S+) x (\S+) fits(.*)$", "num_gpus: nenhum plano de $1 × $2 cabe$3"),
+    (r"^(\w+): unknown engine '(.*)'", "$1: motor desconhecido '$2'"),
+    (r"^(\w+): is required: the card of the plan to export$", "$1: é obrigatório: a placa do plano a exportar"),
     (r"^model: '(.+?)' is not in the bundled catalog\b.*$", "model: '$1' não está no catálogo incluído."),
 ]
 

@@ -175,6 +175,7 @@
     delete body.scenario.gpu;  // every card, not only the target one
     Object.entries(opts).forEach(([k, v]) => { if (v != null) body[k] = v; });
     if (s.config_json) return { all: { ok: false, data: { error: T["fit.pasted"] } }, target: null };
+    window.VFExport.set(body);
     const card = targetCard(est);
     const [all, target] = await Promise.all([
       post("/api/plan", body, signal),

@@ -76,6 +76,7 @@
     if (pinned) name.prepend(small(T["fit.yours"], "badge"));
     name.append(small(changes(p, scenario, T), "settings"));
     (p.notes || []).forEach((n) => name.append(small(R.text(n), "plan-note")));
+    if (window.VFExport) name.append(window.VFExport.button(p));
     cell(tr, "× " + p.num_gpus, "num");
     cell(tr, VF.fmtGiB(p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
     cell(tr, p.tokens_per_s ? VF.fmtNum(p.tokens_per_s, 0) : "—", "num");
@@ -189,7 +190,11 @@
     if (!n) {
       parts.push(note(T["fit.none"], "none"));
     } else {
-      parts.push(sortControl(current, T, () => render(last.host, last.countEl, last.res, last.est, last.T)));
+      const controls = document.createElement("div");
+      controls.className = "controls";
+      controls.append(sortControl(current, T, () => render(last.host, last.countEl, last.res, last.est, last.T)));
+      if (window.VFExport) controls.append(window.VFExport.engineControl());
+      parts.push(controls);
       parts.push(table(rows, pin, report.scenario, T));
     }
     if (gpu && !pin) {
@@ -209,6 +214,11 @@
       : fmt(T["fit.nodata"], { eff: report.inputs.effective_batch }))));
     const ex = excluded(report, T, !n);
     if (ex) parts.push(ex);
+    const box = document.createElement("div");
+    box.id = "export";
+    box.className = "export";
+    box.hidden = true;
+    parts.push(box);
     host.classList.remove("all");
     host.replaceChildren(...parts);
   }
