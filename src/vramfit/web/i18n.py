@@ -229,9 +229,11 @@ _PAGE: dict[str, tuple[str, str]] = {
     "ch.time": ("Time", "Tempo"),
     "ch.same.time": ("same", "igual"),
     "ch.time.note": ("Time: GPU-hours per training token after the change, relative to now (× 2 = twice as long "
-                     "or twice the cost). Ranked: what fits first, then the smallest time cost.",
+                     "or twice the cost). Ranked: what fits first, changes to the training itself (shorter sequences, "
+                     "pure bf16, QLoRA) last, the smallest time cost first otherwise.",
                      "Tempo: horas de GPU por token de treino depois da alteração, face ao atual (× 2 = o dobro do "
-                     "tempo ou do custo). Ordem: primeiro o que cabe, depois o menor custo em tempo."),
+                     "tempo ou do custo). Ordem: primeiro o que cabe; as alterações ao próprio treino (sequências mais "
+                     "curtas, bf16 puro, QLoRA) no fim; de resto, primeiro o menor custo em tempo."),
     "ch.same": ("(≈ {v}: within 3 %)", "(≈ {v}: a menos de 3 %)"),
     # methods in chart legends
     "m.full": ("full fine-tuning", "ajuste fino completo"),
@@ -240,7 +242,7 @@ _PAGE: dict[str, tuple[str, str]] = {
     # the parts table
     "p.part": ("Part", "Parte"),
     "p.peak": ("GiB at the peak", "GiB no pico"),
-    "p.max": ("GiB, largest", "GiB, máximo"),
+    "p.max": ("GiB (component)", "GiB (componente)"),
     "p.phase": ("Live during", "Vivo durante"),
     "p.counted": ("Counted in", "Contado em"),
     "p.total": ("Peak on the card (phase: {phase})", "Pico na placa (fase: {phase})"),

@@ -224,11 +224,14 @@
   }
 
   /* Changes that make the scenario fit the target card, ranked as a renter would choose: those that fit
-     first, then by time cost (GPU-hours per token, after / before), then free before training changes. */
+     first; changes to the training itself (shorter sequences, pure bf16, QLoRA) after those that keep it;
+     then by time cost (GPU-hours per token, after / before); then free before slower before hardware. */
   const KIND = { free: 0, slower: 1, hardware: 2, training: 3 };
   function rank(list) {
-    return list.slice().sort((a, b) => (b.fits - a.fits) || ((a.cost_factor ?? 1) - (b.cost_factor ?? 1)) ||
-      ((KIND[a.kind] ?? 9) - (KIND[b.kind] ?? 9)) || (a.device_bytes - b.device_bytes));
+    const training = (c) => (c.kind === "training" ? 1 : 0);
+    return list.slice().sort((a, b) => (b.fits - a.fits) || (training(a) - training(b)) ||
+      ((a.cost_factor ?? 1) - (b.cost_factor ?? 1)) || ((KIND[a.kind] ?? 9) - (KIND[b.kind] ?? 9)) ||
+      (a.device_bytes - b.device_bytes));
   }
 
   function renderChanges(host, res, gpu, T) {
@@ -252,6 +255,7 @@
       const tr = body.insertRow();
       tr.className = c.fits ? "ok" : "bad";
       tr.dataset.change = c.name;
+      tr.dataset.kind = c.kind;
       const name = cell(tr, (c.fits ? "✓ " : "✗ ") + R.text(c.description));
       if (c.tradeoff) name.append(small(R.text(c.tradeoff), "settings"));
       cell(tr, VF.fmtGiB(c.device_bytes) + " GiB", "num");
