@@ -104,6 +104,8 @@ def test_4_changes_show_saving_and_time_cost_ranked(base_url, page_factory):
     assert factor == sorted(factor) and len(factor) >= 2
     # the ranking the issue saw inverted: checkpointing before weights in host RAM (slower still), and
     # shorter sequences (faster, but a different training) last
+    saving = [float(d["saving"].lstrip("−").split()[0].replace(",", "")) for d in data if not d["fits"]]
+    assert saving == sorted(saving, reverse=True)
     names = [d["name"] for d in fitting]
     assert names.index("checkpointing-full") < names.index("offload-params") < names.index("shorter-sequence")
 

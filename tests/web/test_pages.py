@@ -279,3 +279,20 @@ def test_export_notes_have_portuguese():
             for engine in ENGINES:
                 notes.update(export_plan(p, engine).notes)
     assert notes and untranslated(sorted(notes)) == []
+
+
+BAD = [{"seq_len": 0}, {"seq_len": "abc"}, {"method": "dora"}, {"num_gpus": 4, "parallelism": "none"},
+       {"lora_alpha": -1}, {"lora_dropout": 2}, {"lora_targets": ["foo"]}, {"model": None, "params": "abc"},
+       {"params": "7B"}, {"model": None}, {"method": "qlora", "quantize": "none"}, {"offload": "optimizer"},
+       {"micro_batch_size": ""}, {"gpu": "rtx9999"}, {"model": "llama-9000"}]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=lambda b: ",".join(b))
+def test_api_errors_have_portuguese(client, bad):
+    from vramfit.web.translate import to_pt
+
+    body = {k: v for k, v in {"model": "meta-llama/Llama-3.1-8B", **bad}.items() if v is not None}
+    r = client.post("/api/estimate", json=body)
+    assert r.status_code == 422
+    pt = to_pt(r.json()["error"])
+    assert pt != r.json()["error"] and not re.search(r"\b(must|got|valid values|is required|unknown)\b", pt), pt

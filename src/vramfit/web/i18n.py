@@ -230,10 +230,11 @@ _PAGE: dict[str, tuple[str, str]] = {
     "ch.same.time": ("same", "igual"),
     "ch.time.note": ("Time: GPU-hours per training token after the change, relative to now (× 2 = twice as long "
                      "or twice the cost). Ranked: what fits first, changes to the training itself (shorter sequences, "
-                     "pure bf16, QLoRA) last, the smallest time cost first otherwise.",
+                     "pure bf16, QLoRA) last, the smallest time cost first otherwise; then, the largest saving first.",
                      "Tempo: horas de GPU por token de treino depois da alteração, face ao atual (× 2 = o dobro do "
                      "tempo ou do custo). Ordem: primeiro o que cabe; as alterações ao próprio treino (sequências mais "
-                     "curtas, bf16 puro, QLoRA) no fim; de resto, primeiro o menor custo em tempo."),
+                     "curtas, bf16 puro, QLoRA) no fim; de resto, primeiro o menor custo em tempo; depois, a maior "
+                     "poupança primeiro."),
     "ch.same": ("(≈ {v}: within 3 %)", "(≈ {v}: a menos de 3 %)"),
     # methods in chart legends
     "m.full": ("full fine-tuning", "ajuste fino completo"),

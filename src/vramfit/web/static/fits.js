@@ -225,11 +225,13 @@
 
   /* Changes that make the scenario fit the target card, ranked as a renter would choose: those that fit
      first; changes to the training itself (shorter sequences, pure bf16, QLoRA) after those that keep it;
-     then by time cost (GPU-hours per token, after / before); then free before slower before hardware. */
+     then by time cost (GPU-hours per token, after / before); then free before slower before hardware.
+     Those that do not fit alone follow, the largest saving first. */
   const KIND = { free: 0, slower: 1, hardware: 2, training: 3 };
   function rank(list) {
     const training = (c) => (c.kind === "training" ? 1 : 0);
-    return list.slice().sort((a, b) => (b.fits - a.fits) || (training(a) - training(b)) ||
+    const missing = (a, b) => (a.fits ? 0 : b.saving_bytes - a.saving_bytes);  // not enough: the biggest saving first
+    return list.slice().sort((a, b) => (b.fits - a.fits) || missing(a, b) || (training(a) - training(b)) ||
       ((a.cost_factor ?? 1) - (b.cost_factor ?? 1)) || ((KIND[a.kind] ?? 9) - (KIND[b.kind] ?? 9)) ||
       (a.device_bytes - b.device_bytes));
   }
