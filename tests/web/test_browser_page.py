@@ -231,6 +231,7 @@ def test_11_what_renters_expect(base_url, page_factory):
     pinned = page.locator("#fits tr.pinned td")
     assert pinned.nth(3).inner_text() != "—" and pinned.nth(4).inner_text().endswith("h")
     assert pinned.nth(7).inner_text().endswith("GiB")
+    assert "checkpoints" in pinned.nth(7).get_attribute("title")
     assert page.locator("#verdicts li").count() >= 4
     bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert sum(int(v) for v in re.findall(r"\d+", bg)[:3]) < 150, bg

@@ -203,7 +203,10 @@ def test_planner_sentences_have_portuguese():
     for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "gpu": "rtx4090"},
                  {"model": "codellama/CodeLlama-34b-hf", "method": "full", "precision": "bf16-mixed",
                   "gpu": "a100-80gb-sxm"},
-                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gpu": "rtx3060-12gb", "seq_len": 16384}):
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gpu": "rtx3060-12gb", "seq_len": 16384},
+                 {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "qlora", "optimizer": "paged-adamw-8bit"},
+                 {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "num_gpus": 4,
+                  "parallelism": "zero3", "offload": "optimizer+params"}):
         r = plan(keys, dataset_tokens="50M").to_dict()
         seen += [x for cs in r["changes"].values() for c in cs for x in (c["description"], c["tradeoff"])]
         seen += [e["reason"] for e in r["excluded"]] + [n for p in r["plans"] for n in p["notes"]]

@@ -53,7 +53,7 @@ RULES: list[tuple[str, str]] = [
     (r" \(cast to fp32 by prepare_model_for_kbit_training\)", " (convertidos para fp32 por prepare_model_for_kbit_training)"),
     (r"; the de-quantized copy of the largest layer \(" + _N + r" MiB\) is a transient\.$",
      "; a cópia desquantizada da maior camada (⟨$1⟩ MiB) é transitória."),
-    (r"^Mixture-of-experts weights ", "Pesos dos especialistas (mixture-of-experts) "),
+    (r"^Mixture-of-experts weights ", "Pesos dos especialistas (MoE) "),
     (r"quantized like the other block linears", "quantizados como os outros lineares do bloco"),
     (r"NOT quantized: fp32 \(prepare_model_for_kbit_training casts them\)",
      "NÃO quantizados: fp32 (o prepare_model_for_kbit_training converte-os)"),
@@ -145,6 +145,29 @@ RULES: list[tuple[str, str]] = [
     (r"^usable memory unconfirmed: the marketing GB is used \(conservative\)$",
      "memória utilizável por confirmar: usa-se o valor comercial em GB (conservador)"),
     (r"^fused loss: ", "perda fundida: "),
+    (r"^no NVLink between (\d+) cards: GPU-to-GPU traffic over PCIe \(" + _N + r" GB/s per direction\)$",
+     "sem NVLink entre $1 placas: o tráfego entre GPUs passa pelo PCIe (⟨$2⟩ GB/s em cada sentido)"),
+    (r"^(\S+): bitsandbytes 8-bit AdamW instead of (\S+)$", "$1: AdamW de 8 bits do bitsandbytes em vez de $2"),
+    (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state \(" + _N + r" GiB for the node\)$",
+     "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado (⟨$2⟩ GiB para o nó)"),
+    (r"^effective batch (\d+) \(the nearest multiple of (\d+) GPUs at or above (\d+)\)$",
+     "batch efetivo $1 (o múltiplo de $2 GPUs mais próximo, igual ou acima de $3)"),
+    (r"^vendor (.+) not in the stack table: taken as CUDA; check your software runs on it$",
+     "fabricante $1 fora da tabela de stacks: tratado como CUDA; confirma que o teu software corre nela"),
+    (r"^rented in units of (\d+) GPUs \((.+)\): the cost is for (\d+)$",  # the source stays in the API and CLI
+     "alugada em unidades de $1 GPUs: o custo é o de $3"),
+    (r"^no dated rental price in the catalog: add one with --gpus$", "sem preço de aluguer datado no catálogo: acrescenta um com --gpus"),
+    (r"^Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
+     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers$",
+     "Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
+     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
+    (r"^the scenario needs ([^;]+); ", "o cenário precisa de $1; "),
+    (r"^(.+) card; --stack (\S+)$", "placa $1; só as stacks $2"),
+    (r"^fits (\d+) x (\S+) only with settings its stack lacks \(", "cabe em $1 × $2 só com opções que a sua stack não tem ("),
+    (r"; Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
+     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers",
+     "; Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
+     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
     (r"^ROCm: use the ROCm builds of PyTorch and bitsandbytes \(>= 0\.50: 4-bit QLoRA and 8-bit optimizers\), "
      r"FlashAttention 2 via its ROCm CK backend; CUDA-only kernels will not load$",
      "ROCm: usa as versões ROCm do PyTorch e do bitsandbytes (≥ 0.50: QLoRA de 4 bits e otimizadores de 8 bits), "
@@ -249,9 +272,14 @@ def to_pt(text: str) -> str:
     return _NUM.sub(lambda m: pt_number(m.group(1)), out)
 
 
+#: English words that no Portuguese rendering contains (outside code names, which have no spaces).
+ENGLISH_WORDS = re.compile(r"\b(the|of|with|and|is|are|per|not|only|needs|must|got|from|instead|every|each|"
+                           r"without|which|when|its)\b")
+
+
 def untranslated(sentences: list[str]) -> list[str]:
-    """The sentences no rule changed."""
-    return [s for s in sentences if to_pt(s) == s]
+    """The sentences no rule changed, or whose Portuguese still has English words in it."""
+    return [s for s in sentences if to_pt(s) == s or ENGLISH_WORDS.search(to_pt(s))]
 
 
 def rules_for_js() -> list[list[str]]:

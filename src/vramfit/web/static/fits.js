@@ -20,7 +20,7 @@
     const one = (v) => "$" + VF.fmtNum(v, v < 100 ? 2 : 0);
     return hi != null && Math.abs(hi - lo) > 0.005 ? one(lo) + "–" + one(hi) : one(lo);
   }
-  const bytes = (b) => (b ? VF.fmtGiB(b, 0) + " GiB" : "—");
+  const bytes = (b) => (b ? VF.fmtGiB(b, b >= 10 * VF.GiB ? 0 : 1) + " GiB" : "—");
 
   /* What the plan changes from the user's scenario, in words. */
   function changes(plan, scenario, T) {
@@ -83,7 +83,12 @@
     cell(tr, hours(p.hours), "num");
     cell(tr, usd(p.cost_usd_low, p.cost_usd_high), "num");
     cell(tr, p.usd_per_gpu_hour_low == null ? "—" : usd(perHour(p)) + "/h", "num");
-    cell(tr, bytes(p.disk && p.disk.total_bytes), "num");
+    const disk = cell(tr, bytes(p.disk && p.disk.total_bytes), "num");
+    if (p.disk) {
+      disk.title = fmt(T["fit.disk.parts"], { base: bytes(p.disk.base_model_bytes),
+        data: bytes((p.disk.dataset_raw_bytes || 0) + (p.disk.dataset_tokenized_bytes || 0)),
+        ckpt: bytes(p.disk.checkpoint_bytes * (p.disk.checkpoints_kept || 1)), out: bytes(p.disk.final_model_bytes) });
+    }
     cell(tr, bytes(p.host_ram_bytes), "num");
   }
 
