@@ -73,8 +73,12 @@ def export(body: Any) -> dict[str, Any]:
     engine = raw.pop("engine", None) or "accelerate"
     gpu_id = raw.pop("gpu_id", None) or checked.scenario.gpu
     count = raw.pop("num_gpus", None)
-    if not isinstance(gpu_id, str) or not gpu_id:
+    if not gpu_id:
         raise ScenarioError("gpu_id", "is required: the card of the plan to export")
+    if not isinstance(gpu_id, str):
+        raise ScenarioError("gpu_id", f"must be a GPU id (GET /api/gpus), got {gpu_id!r}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ScenarioError("num_gpus", f"must be a whole number of GPUs, got {count!r}")
     run_plan = _planner("plan")
     if run_plan is None:
         raise ApiError(503, "plan", "the planner (vramfit.plan) is not installed")

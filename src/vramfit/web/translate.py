@@ -247,6 +247,8 @@ RULES: list[tuple[str, str]] = [
     (r"^num_gpus: no plan of (\S+) x (\S+) fits(.*)$", "num_gpus: nenhum plano de $1 × $2 cabe$3"),
     (r"^(\w+): unknown engine '(.*)'", "$1: motor desconhecido '$2'"),
     (r"^(\w+): is required: the card of the plan to export$", "$1: é obrigatório: a placa do plano a exportar"),
+    (r"^gpu_id: must be a GPU id \(GET /api/gpus\), got (.+)$", "gpu_id: tem de ser o id de uma GPU (GET /api/gpus); recebido: $1"),
+    (r"^num_gpus: must be a whole number of GPUs, got (.+)$", "num_gpus: tem de ser um número inteiro de GPUs; recebido: $1"),
     (r"^model: '(.+?)' is not in the bundled catalog\b.*$", "model: '$1' não está no catálogo incluído."),
     (r" \(valid values: ", " (valores válidos: "),
 ]
