@@ -109,7 +109,7 @@ def test_report_is_json_with_integer_bytes(report):
     for k in ("allocated_bytes", "reserved_bytes", "device_bytes", "usable_bytes", "headroom_bytes"):
         assert isinstance(p[k], int)
     assert isinstance(p["disk"]["total_bytes"], int) and d["cheapest"] and d["fastest"]
-    assert "llm-foundry" in d["inputs"]["mfu_source"]
+    assert d["inputs"]["mfu"] is None and "mechanism model" in d["inputs"]["mfu_source"]
 
 
 def test_disk_counts_dataset_checkpoints_and_adapters(report):
