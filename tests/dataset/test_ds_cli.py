@@ -38,6 +38,12 @@ def test_estimate_uses_the_peak_micro_batch(known, tok_dir, tmp_path):
     assert p.exit_code == 0, p.output
     assert json.loads(p.stdout)["scenario"]["seq_len"] == (1024 + 1020) // 2
     assert "packing efficiency 89.6%" in p.stderr
+    # padding-free without packing: no truncation (TRL refuses max_length there); the peak is the 4 longest together
+    f = run("estimate", *M, "--micro-batch-size", "4", "--dataset", str(known), "--tokenizer", str(tok_dir),
+            "--padding-free", "--json")
+    assert f.exit_code == 0, f.output
+    assert "peak micro-batch 1 × 3,900 = 3,900 tokens" in f.stderr and "no truncation" in f.stderr
+    assert json.loads(f.stdout)["scenario"]["seq_len"] == 3900 // 4
 
 
 def test_plan_times_the_processed_tokens(known, tok_dir):

@@ -87,6 +87,8 @@ def test_policy_errors():
         Policy(packing=Packing.BFD)
     with pytest.raises(DatasetError, match="padding"):
         Policy(padding=Padding.MAX_LENGTH)
+    with pytest.raises(DatasetError, match="max_length: padding-free without packing does not truncate"):
+        Policy(max_length=512, padding_free=True)
     with pytest.raises(DatasetError, match="no non-empty rows"):
         peak_batch([], Policy())
 

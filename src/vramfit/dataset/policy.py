@@ -65,6 +65,10 @@ class Policy:
             raise DatasetError("packing", "packing needs a max_length (the packed row length)")
         if self.padding is Padding.MAX_LENGTH and self.max_length is None:
             raise DatasetError("padding", "padding to max_length needs a max_length")
+        if self.padding_free and self.packing is Packing.NONE and self.max_length is not None:
+            # trl 1.16.0 sft_trainer.py refuses it: "When `padding_free=True` without packing, `max_length` is not enforced"
+            raise DatasetError("max_length", "padding-free without packing does not truncate (TRL refuses a max_length "
+                               "there): give --max-length none, or pack")
         if self.padding_free and self.padding is Padding.MAX_LENGTH:
             raise DatasetError("padding", "padding-free batches are not padded to max_length",
                                [p.value for p in Padding])
