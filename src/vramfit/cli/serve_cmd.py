@@ -21,4 +21,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"vramfit web: http://{shown}:{port}/  (guide: /guide, API schema: /openapi.json; Ctrl+C stops)")
-        uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+        from vramfit.calibration import load_active
+
+        uvicorn.run(create_app(load_active()), host=host, port=port, log_level="warning")

@@ -106,7 +106,9 @@ class Search:
         self._spt: dict[tuple[Config, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
-        self.classes = gpu_classes()
+        self.classes = dict(gpu_classes())
+        if ev.calibration is not None:  # a calibrated card's figure is its own: it leaves its estimator class
+            self.classes.update({g: g for g in self.classes if g and ev.calibration.for_card(g)})
 
     def scenario_dict(self, sc: Scenario) -> dict[str, Any]:
         """``sc.to_dict()``, once per scenario object (plans on many cards share one)."""

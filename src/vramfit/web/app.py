@@ -102,8 +102,12 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-def create_app() -> FastAPI:
-    """The FastAPI application (pages, static files, API)."""
+def create_app(calibration=None) -> FastAPI:
+    """The FastAPI application (pages, static files, API); ``calibration`` (:mod:`vramfit.calibration`)
+    is applied to the estimates and plans of its GPU families."""
+    from vramfit.web import service
+
+    service.CALIBRATION = calibration
     app = FastAPI(
         title="vramfit",
         version=_version(),
