@@ -325,6 +325,8 @@ def register(app: typer.Typer) -> None:
         console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
         for r in g.disagreements:
             console.print(f"[bold]{r.size} {r.method}[/bold]")
+            for sec, says in dict.fromkeys((c["section"], c["says"]) for c in r.claims):
+                console.print(f" [dim]the guide, section {sec} (in our words): {says}[/dim]", highlight=False)
             for w in r.why:
                 console.print(f" • {w}", highlight=False)
 
