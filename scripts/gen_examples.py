@@ -103,7 +103,23 @@ def guide_claims_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-TABLES = {"constants": constants_table, "guide-claims": guide_claims_table}
+def accuracy_table() -> str:
+    """The validation table: ``python benchmarks/accuracy.py --markdown`` on benchmarks/data/measured/."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("vramfit_accuracy_bench", ROOT / "benchmarks" / "accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod.main(["--markdown"])
+    return buf.getvalue()
+
+
+TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table}
 TABLE = re.compile(r"<!-- generated: (?P<name>[a-z-]+) -->\n(?P<body>.*?)<!-- /generated -->\n", re.S)
 
 
