@@ -11,7 +11,7 @@ A generated example is marked in the Markdown::
 
 Options after the command, separated by ``;``: ``columns=N`` (terminal width, default 100), ``cwd=PATH``
 (relative to the repository root; default the root), ``stderr`` (show stderr only), ``head=N`` (the first N
-lines, then ``…``), ``noserve`` (``vramfit serve``: print its start line, do not start the server).
+lines, then ``…``), ``tmpdb`` (a fresh runs database for ``runs``/``calibrate``), ``noserve`` (``vramfit serve``: print its start line, do not start the server).
 A generated table is marked ``<!-- generated: NAME -->`` … ``<!-- /generated -->`` (NAME in :data:`TABLES`). Commands run in-process
 through the real Typer app with no user calibration file. ``docs/commands/<name>.md`` (one page per
 command, its ``--help``) are written from the app's command list, so a new command gets its page.
@@ -51,17 +51,11 @@ def _options(spec: str) -> tuple[str, dict[str, str]]:
     return command, out
 
 
-def run(spec: str) -> str:
-    """``$ command`` and what it prints, trailing spaces removed."""
+def _invoke(args: list[str], env: dict[str, str], opts: dict[str, str]) -> str:
     from typer.testing import CliRunner
 
     from vramfit.cli.main import app
 
-    command, opts = _options(spec)
-    args = shlex.split(command)
-    if args[0] != "vramfit":
-        raise SystemExit(f"example command must start with 'vramfit': {command}")
-    env = {"COLUMNS": opts.get("columns", "100"), "NO_COLOR": "1", "TERM": "dumb", "VRAMFIT_CALIBRATION": "off"}
     old = Path.cwd()
     os.chdir(ROOT / opts.get("cwd", "."))
     try:
@@ -69,12 +63,30 @@ def run(spec: str) -> str:
             import uvicorn
 
             real, uvicorn.run = uvicorn.run, lambda *a, **k: None
-        res = CliRunner().invoke(app, args[1:], env=env, prog_name="vramfit")
+        res = CliRunner().invoke(app, args, env=env, prog_name="vramfit")
     finally:
         os.chdir(old)
         if "noserve" in opts:
             uvicorn.run = real
-    text = res.stderr if "stderr" in opts else res.stdout
+    return res.stderr if "stderr" in opts else res.output
+
+
+def run(spec: str) -> str:
+    """``$ command`` and what it prints, trailing spaces removed. ``a && b`` runs both, in turn."""
+    import tempfile
+
+    command, opts = _options(spec)
+    env = {"COLUMNS": opts.get("columns", "100"), "NO_COLOR": "1", "TERM": "dumb", "VRAMFIT_CALIBRATION": "off"}
+    text = ""
+    with tempfile.TemporaryDirectory() as tmp:
+        if "tmpdb" in opts:  # a fresh runs database, shown as runs.sqlite
+            env["VRAMFIT_DB"] = str(Path(tmp) / "runs.sqlite")
+        for part in command.split(" && "):
+            args = shlex.split(part)
+            if args[0] != "vramfit":
+                raise SystemExit(f"example command must start with 'vramfit': {part}")
+            text += _invoke(args[1:], env, opts)
+        text = text.replace(f"sqlite:///{tmp}/", "sqlite:///").replace(tmp + "/", "")
     lines = [line.rstrip() for line in text.rstrip("\n").splitlines()]
     if "head" in opts and len(lines) > int(opts["head"]):
         lines = lines[: int(opts["head"])] + ["…"]
