@@ -41,6 +41,7 @@ def test_bare_install_names_the_extra_to_install():
     assert "pip install 'vramfit[cli]'" in res.stderr
     for extra in ("cli", "web", "sim", "measure", "all"):
         assert f"vramfit[{extra}]:" in res.stderr
+    assert f"$ vramfit\n{res.stderr}```" in (ROOT / "docs" / "install.md").read_text(encoding="utf-8")  # the docs show it
 
 
 def test_entry_point_runs_the_cli_when_installed():
