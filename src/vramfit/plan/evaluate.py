@@ -6,15 +6,18 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate_spec, resolve_spec
 from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, list_gpus
-from vramfit.scenario import Scenario, parse_scenario
+from vramfit.scenario import MAX_BATCH, Scenario, parse_scenario
 
-_PROBE: dict[tuple, dict[str, str]] = {}
+_PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
+#: Keys no validation rule reads beyond their range (scenario.parse_scenario): set without re-parsing.
+_BATCH_KEYS = ("micro_batch_size", "grad_accum")
 
 
 def limit_bytes(gpu: GPU, safety_margin: float) -> int:
@@ -43,14 +46,24 @@ class Evaluator:
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:
-            try:
-                hit = self.base.replace(**changes)
-            except ScenarioError as exc:
-                hit = exc
-            self._scenarios[key] = hit
+            hit = self._scenarios[key] = self._replace(changes)
         if isinstance(hit, ScenarioError):
             raise hit
         return hit
+
+    def _replace(self, changes: dict[str, Any]) -> Scenario | ScenarioError:
+        """``base.replace(**changes)``; the batch keys (integers in range) go on the validated rest directly."""
+        batch = {k: changes[k] for k in _BATCH_KEYS if k in changes}
+        if batch and all(type(v) is int and 1 <= v <= MAX_BATCH for v in batch.values()):
+            try:
+                rest = self.scenario(**{k: v for k, v in changes.items() if k not in batch})
+            except ScenarioError as exc:
+                return exc
+            return dataclasses.replace(rest, **batch)
+        try:
+            return self.base.replace(**changes)
+        except ScenarioError as exc:
+            return exc
 
     def try_estimate(self, **changes: Any) -> EstimateResult | ScenarioError:
         """The estimate, or the ScenarioError that the changed scenario raises."""
@@ -83,8 +96,23 @@ def gpu_classes() -> dict[str, str]:
 
     The estimator may depend on the card (e.g. Hopper's larger cuBLAS workspace). A small generic
     model is estimated once per card; cards with equal results share a class, so the planner
-    estimates one card per class and assumes the card only shifts the figure by a constant.
+    estimates one card per class and assumes the card only shifts the figure by a constant
+    (:func:`class_shifts`; the search checks its pick with the class's own estimate).
     """
+    return _probe()[0]
+
+
+def class_shifts() -> dict[str, int]:
+    """Device bytes each estimator class adds to the figure of a scenario without ``gpu`` (class id -> bytes).
+
+    Measured on the probe model of :func:`gpu_classes`: today only the workspaces differ (cuBLAS on sm90,
+    estimate/step.py ``_workspaces``), a constant in every phase; tests/plan/test_search.py checks that
+    the shift is the same over the planner's settings.
+    """
+    return _probe()[1]
+
+
+def _probe() -> tuple[dict[str, str], dict[str, int]]:
     from vramfit.models import generic_spec
 
     gpus = list_gpus()
@@ -100,5 +128,5 @@ def gpu_classes() -> dict[str, str]:
         dev = estimate_spec(sc, spec, "probe").peak.device_bytes
         out[g.gpu_id] = seen.setdefault(dev, g.gpu_id)
     _PROBE.clear()
-    _PROBE[key] = out
-    return out
+    _PROBE[key] = (out, {cls: dev - none for dev, cls in seen.items()})
+    return _PROBE[key]

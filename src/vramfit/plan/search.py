@@ -16,8 +16,9 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
-from vramfit.plan.evaluate import Evaluator, gpu_classes
+from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
+from vramfit.plan.rental import needs
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
@@ -51,7 +52,7 @@ class Config(NamedTuple):
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
         s += 0.2 if self.loss != base.loss.value else 0.0
-        return s
+        return round(s, 6)  # 0.1 + 0.2 ranks equal to 0.3
 
 
 def configs_for(n: int, base: Scenario) -> list[Config]:
@@ -101,12 +102,14 @@ class Search:
         self._work: dict[tuple[Config, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
-        self._completion: dict[tuple, Config] = {}
+        self._saver: dict[tuple, Config] = {}
+        self._allowed: dict[tuple, list[Config]] = {}
         self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.classes = gpu_classes()
+        self.shifts = class_shifts()
 
     def scenario_dict(self, sc: Scenario) -> dict[str, Any]:
         """``sc.to_dict()``, once per scenario object (plans on many cards share one)."""
@@ -123,37 +126,6 @@ class Search:
             self._configs[n] = configs_for(n, self.ev.base)
             self._comp.update({c: c.compromises(self.ev.base) for c in self._configs[n]})
         return self._configs[n]
-
-    def largest_mb(self, c: Config, limit: int, host_limit: int | None, banned: set) -> int | None:
-        """Largest micro-batch of ``c`` that fits ``limit`` (screening figure).
-
-        While gradients are held across accumulation steps, memory grows linearly with the
-        micro-batch: what grows (activations, logits, block temporaries at the smallest micro-batch)
-        gives the slope, the predicted largest micro-batch is checked, then lowered until it fits. The one-step case (micro-batch = per-GPU
-        batch, no held gradients) is tried when every smaller one fits.
-        """
-        ds = divisors(self.per_gpu(c.num_gpus))
-
-        def ok(mb: int) -> bool:
-            return (c, mb) not in banned and self.fits(c, mb, limit, host_limit)
-
-        if not ok(ds[0]):
-            return None
-        if len(ds) == 1:
-            return ds[0]
-        held = ds[:-1]
-        i = 0
-        if len(held) > 1:
-            r1 = self.ev.try_estimate(**c.keys(held[0], self.per_gpu(c.num_gpus) // held[0]))
-            # what grows with the micro-batch: saved activations, logits/loss, block temporaries
-            slope = max(1, sum(r1.component(k) for k in ("activations", "logits_loss", "temporaries")) // held[0])
-            m1 = r1.peak.device_bytes
-            i = max(j for j, d in enumerate(held) if j == 0 or m1 + slope * (d - held[0]) <= limit)
-            while i > 0 and not ok(held[i]):
-                i -= 1
-        if i == len(held) - 1 and ok(ds[-1]):
-            return ds[-1]
-        return held[i]
 
     def device(self, c: Config, mb: int) -> int:
         r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb))
@@ -207,26 +179,31 @@ class Search:
             self._spt[key] = t
         return t
 
-    def completion(self, c: Config, any_checkpointing: bool) -> Config:
-        """``c`` with every speed-free memory saver (and, if asked, the most saving checkpointing)."""
-        key = (c.num_gpus, c.parallelism, c.offload, None if any_checkpointing else c.gradient_checkpointing)
-        hit = self._completion.get(key)
+    def allowed(self, n: int, lacks: tuple[str, ...] = ()) -> list[Config]:
+        """The settings tried on ``n`` GPUs that a software stack lacking ``lacks`` runs (Gaudi: no 8-bit AdamW)."""
+        key = (n, lacks)
+        hit = self._allowed.get(key)
         if hit is None:
-            same = [x for x in self.configs(c.num_gpus) if x.parallelism == c.parallelism and x.offload == c.offload
-                    and (any_checkpointing or x.gradient_checkpointing == c.gradient_checkpointing)]
-            hit = self._completion[key] = min(same, key=self._saving_rank)
+            hit = self._allowed[key] = [c for c in self.configs(n) if not set(needs(c._asdict())) & set(lacks)]
         return hit
 
-    def floor_fits(self, n: int, limit: int, host_limit: int | None) -> bool:
-        """Whether the most memory-saving setting on ``n`` GPUs fits at micro-batch 1 (else none does)."""
-        c = min(self.configs(n), key=lambda c: self._saving_rank(c))
-        return self.fits(c, 1, limit, host_limit)
+    def sibling_saver(self, c: Config, allowed: list[Config]) -> Config:
+        """The most memory-saving setting among ``allowed`` with ``c``'s sharding, offload and checkpointing."""
+        key = (c.num_gpus, c.parallelism, c.offload, c.gradient_checkpointing, id(allowed))
+        hit = self._saver.get(key)
+        if hit is None:
+            same = [x for x in allowed if x[1:4] == c[1:4]]
+            hit = self._saver[key] = min(same, key=_saving_rank)
+        return hit
 
-    @staticmethod
-    def _saving_rank(c: Config) -> tuple:
-        return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
-                -{"none": 0, "selective": 1, "full": 2, "offload": 3}[c.gradient_checkpointing],
-                c.loss != "fused", "8bit" not in c.optimizer)
+    def group_saver(self, c: Config, allowed: list[Config]) -> Config:
+        """The most memory-saving setting among ``allowed`` with ``c``'s sharding and offload."""
+        key = (c.num_gpus, c.parallelism, c.offload, id(allowed))
+        hit = self._saver.get(key)
+        if hit is None:
+            same = [x for x in allowed if x[1:3] == c[1:3]]
+            hit = self._saver[key] = min(same, key=_saving_rank)
+        return hit
 
     def fits(self, c: Config, mb: int, limit: int, host_limit: int | None, gpu_class: str | None = None) -> bool:
         r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=gpu_class or None)
@@ -234,61 +211,114 @@ class Search:
             return False
         return r.peak.device_bytes <= limit and (host_limit is None or r.host_bytes <= host_limit)
 
-    def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None) -> tuple[Config, int] | None:
-        """The fastest (setting, micro-batch) for ``n`` x ``g`` that fits, re-estimated for the card.
+    def largest_within(self, c: Config, theta: float, spt, ok) -> int | None:
+        """The largest micro-batch of ``c`` that fits (``ok``), if a fitting one takes at most ``theta``
+        seconds per token (``spt``); else None.
 
-        Branch and bound: settings in order of their time at the largest micro-batch (a lower bound:
-        a smaller micro-batch is never faster); a setting that cannot beat the pick is skipped.
+        Memory grows with the micro-batch while gradients are held across accumulation steps; the
+        one-step case (micro-batch = per-GPU batch) holds none and is tested on its own. Time never grows
+        with the micro-batch, so the smallest held micro-batch within ``theta`` decides whether one
+        exists, and a bisection above it finds the largest.
         """
-        if not self.floor_fits(n, limit, host_limit):
+        ds = divisors(self.per_gpu(c.num_gpus))
+        if ok(c, ds[-1]):
+            return ds[-1]
+        held = ds[:-1]
+        lo = next((i for i, d in enumerate(held) if spt(c, d) <= theta), None)
+        if lo is None or not ok(c, held[lo]):
             return None
-        banned: set = set()
-        top = self.per_gpu(n)
-        ranked = sorted(self.configs(n), key=lambda c: (self._seconds_per_token(c, top, g), self._comp[c]))
+        hi = len(held) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(c, held[mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        return held[lo]
+
+    def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None,
+             lacks: tuple[str, ...] = ()) -> tuple[Config, int] | None:
+        """The best (setting, micro-batch) for ``n`` x ``g`` that fits the card, among settings its stack runs.
+
+        Best: let T be the shortest time per token of any fitting pair; of the pairs within ``TIE`` of T,
+        the fewest compromises, then the largest micro-batch, then the shortest time (:meth:`choose`).
+        Memory is screened with the estimate without ``gpu`` plus the card class's constant shift
+        (:func:`evaluate.class_shifts`); the pick is checked with the class's own estimate, and should
+        that disagree the search is redone with class estimates throughout.
+        """
         cls = self.classes.get(g.gpu_id, g.gpu_id)
-        group_ok: dict[tuple, bool] = {}
+        shift = self.shifts.get(cls) if cls else 0
+        if shift is not None:
+            pick = self.choose(g, n, limit - shift, host_limit, lacks, None)
+            if pick is None or not cls or self.fits(pick[0], pick[1], limit, host_limit, cls):
+                return pick
+        return self.choose(g, n, limit, host_limit, lacks, cls)
 
-        def possible(c: Config) -> bool:
-            """False when even the most memory-saving variant of c's strategy (or checkpointing) fails."""
-            for key in ((c.parallelism, c.offload), (c.parallelism, c.offload, c.gradient_checkpointing)):
-                if key not in group_ok:
-                    group_ok[key] = self.fits(self.completion(c, len(key) == 2), 1, limit, host_limit)
-                if not group_ok[key]:
-                    return False
-            return True
+    def choose(self, g: GPU, n: int, limit: int, host_limit: int | None, lacks: tuple[str, ...],
+               cls: str | None) -> tuple[Config, int] | None:
+        """:meth:`best` with memory from estimates for ``cls``: exact, as trying every pair would be
+        (tests/plan/test_search.py), at a fraction of the estimates.
 
-        for _ in range(8):
-            pick: tuple[float, float, int, Config] | None = None
-            for c in ranked:
-                optimistic = self._seconds_per_token(c, top, g)
-                if pick and math.isfinite(pick[0]):
-                    if optimistic > pick[0] * (1 + TIE):
-                        break
-                    if optimistic >= pick[0] * (1 - TIE) and self._comp[c] >= pick[1]:
-                        continue
-                if not possible(c):
-                    continue
-                mb = self.largest_mb(c, limit, host_limit, banned)
-                if mb is None:
-                    continue
-                cand = (self._seconds_per_token(c, mb, g), self._comp[c], -mb, c)
-                if pick is None or _better(cand, pick):
-                    pick = cand
-            if pick is None:
-                return None
-            c, mb = pick[3], -pick[2]
-            if cls == self.classes.get("") or self.fits(c, mb, limit, host_limit, cls):
-                return c, mb
-            banned.add((c, mb))
-        return None
+        Time never grows with the micro-batch, so a setting's time at the per-GPU batch bounds it from
+        below; settings are taken in that order. While a bound is under the fastest time found, the
+        setting may set T: its largest fitting micro-batch within the band is found. Once bounds reach
+        it, T is final and only settings that could still win the tie-break (fewer compromises first)
+        are looked at. A setting whose more memory-saving sibling (fused loss, 8-bit state) already
+        failed at a micro-batch fails there too, without an estimate.
+        """
+        allowed = self.allowed(n, lacks)
+        top = self.per_gpu(n)
+        fail: set[tuple[Config, int]] = set()
+
+        def ok(c: Config, mb: int) -> bool:
+            s = self.sibling_saver(c, allowed)
+            if (s, mb) in fail:
+                return False
+            good = self.fits(c, mb, limit, host_limit, cls)
+            if not good and c == s:
+                fail.add((c, mb))
+            return good
+
+        def spt(c: Config, mb: int) -> float:
+            return self._seconds_per_token(c, mb, g)
+
+        group: dict[Config, bool] = {}
+
+        def look(c: Config, theta: float) -> tuple[float, float, int, int, Config] | None:
+            s = self.group_saver(c, allowed)
+            if s not in group:  # the group's most saving setting fits no micro-batch: neither does any other
+                group[s] = ok(s, 1) or ok(s, top)
+            mb = self.largest_within(c, theta, spt, ok) if group[s] else None
+            return None if mb is None else (spt(c, mb), self._comp[c], -mb, allowed.index(c), c)
+
+        ranked = sorted(allowed, key=lambda c: (spt(c, top), _saving_rank(c)))
+        found: list[tuple[float, float, int, int, Config]] = []
+        fastest, i = math.inf, 0
+        while i < len(ranked) and spt(ranked[i], top) < fastest:
+            hit = look(ranked[i], fastest * (1 + TIE))
+            if hit:
+                found.append(hit)
+                fastest = min(fastest, hit[0])
+            i += 1
+        band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
+        pick = min((x for x in found if x[0] <= band), key=_tie_break, default=None)
+        rest = sorted((c for c in ranked[i:] if spt(c, top) <= band), key=lambda c: (self._comp[c], spt(c, top)))
+        for c in rest:
+            if pick and (self._comp[c], -top, spt(c, top), allowed.index(c)) > _tie_break(pick):
+                break
+            hit = look(c, band)
+            if hit and (pick is None or _tie_break(hit) < _tie_break(pick)):
+                pick = hit
+        return None if pick is None else (pick[4], -pick[2])
 
 
-def _better(a: tuple, b: tuple) -> bool:
-    """Shorter time (beyond the tie band), else fewer compromises, else larger micro-batch."""
-    ta, tb = a[0], b[0]
-    if math.isfinite(ta) and math.isfinite(tb) and abs(ta - tb) > TIE * min(ta, tb):
-        return ta < tb
-    if math.isfinite(ta) != math.isfinite(tb):
-        return math.isfinite(ta)
-    return (a[1], a[2]) < (b[1], b[2])
+def _tie_break(x: tuple) -> tuple:
+    """(compromises, -micro-batch, time, setting index) of a found (time, compromises, -mb, index, setting)."""
+    return x[1], x[2], x[0], x[3]
 
+
+def _saving_rank(c: Config) -> tuple:
+    """Most memory-saving first: offload, checkpointing, fused loss, 8-bit optimizer state."""
+    return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
+            -{"none": 0, "selective": 1, "full": 2, "offload": 3}[c.gradient_checkpointing],
+            c.loss != "fused", "8bit" not in c.optimizer)
