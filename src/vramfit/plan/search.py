@@ -19,6 +19,7 @@ from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
+from vramfit.plan.screen import CKPT_RANK, Figures, Screen
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
@@ -99,15 +100,16 @@ class Search:
     def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float | None):
         """``mfu`` None: time steps with the mechanism model (:func:`throughput.mechanism_step_time`)."""
         self.ev, self.eff, self.mf, self.trainable, self.mfu = ev, effective_batch, mf, trainable, mfu
-        self._work: dict[tuple[Config, int], Work] = {}
+        self._work: dict[tuple[tuple, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
         self._saver: dict[tuple, Config] = {}
         self._allowed: dict[tuple, list[Config]] = {}
         self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
-        self._spt: dict[tuple[Config, int, str], float] = {}
+        self._spt: dict[tuple[tuple, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
+        self.figs = Figures(ev, self.per_gpu)
         self.classes = gpu_classes()
         self.shifts = class_shifts()
 
@@ -127,12 +129,8 @@ class Search:
             self._comp.update({c: c.compromises(self.ev.base) for c in self._configs[n]})
         return self._configs[n]
 
-    def device(self, c: Config, mb: int) -> int:
-        r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb))
-        return r.peak.device_bytes if not isinstance(r, Exception) else 2**62
-
     def work(self, c: Config, mb: int) -> Work:
-        key = (c, mb)
+        key = (c[:4], mb)  # optimizer and loss are not timed: one work for the four variants
         if key not in self._work:
             # the speed model reads only these keys: set them without re-validating the scenario
             sc = dataclasses.replace(
@@ -158,7 +156,7 @@ class Search:
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
         """Seconds per trained token (all GPUs): :func:`throughput.step_time` without building a record."""
-        key = (c, mb, g.gpu_id)
+        key = (c[:4], mb, g.gpu_id)  # as in work(): the speed model reads neither optimizer nor loss
         t = self._spt.get(key)
         if t is None and self.mfu is None:
             s = self.speed(c, mb, g)
@@ -187,15 +185,6 @@ class Search:
             hit = self._allowed[key] = [c for c in self.configs(n) if not set(needs(c._asdict())) & set(lacks)]
         return hit
 
-    def sibling_saver(self, c: Config, allowed: list[Config]) -> Config:
-        """The most memory-saving setting among ``allowed`` with ``c``'s sharding, offload and checkpointing."""
-        key = (c.num_gpus, c.parallelism, c.offload, c.gradient_checkpointing, id(allowed))
-        hit = self._saver.get(key)
-        if hit is None:
-            same = [x for x in allowed if x[1:4] == c[1:4]]
-            hit = self._saver[key] = min(same, key=_saving_rank)
-        return hit
-
     def group_saver(self, c: Config, allowed: list[Config]) -> Config:
         """The most memory-saving setting among ``allowed`` with ``c``'s sharding and offload."""
         key = (c.num_gpus, c.parallelism, c.offload, id(allowed))
@@ -206,10 +195,8 @@ class Search:
         return hit
 
     def fits(self, c: Config, mb: int, limit: int, host_limit: int | None, gpu_class: str | None = None) -> bool:
-        r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=gpu_class or None)
-        if isinstance(r, Exception):
-            return False
-        return r.peak.device_bytes <= limit and (host_limit is None or r.host_bytes <= host_limit)
+        f = self.figs.get(c, mb, gpu_class or None)
+        return f is not None and f.device <= limit and (host_limit is None or f.host <= host_limit)
 
     def largest_within(self, c: Config, theta: float, spt, ok) -> int | None:
         """The largest micro-batch of ``c`` that fits (``ok``), if a fitting one takes at most ``theta``
@@ -263,51 +250,53 @@ class Search:
         below; settings are taken in that order. While a bound is under the fastest time found, the
         setting may set T: its largest fitting micro-batch within the band is found. Once bounds reach
         it, T is final and only settings that could still win the tie-break (fewer compromises first)
-        are looked at. A setting whose more memory-saving sibling (fused loss, 8-bit state) already
-        failed at a micro-batch fails there too, without an estimate.
+        are looked at. Most fit answers follow from figures already known (:class:`screen.Screen`).
         """
         allowed = self.allowed(n, lacks)
         top = self.per_gpu(n)
-        fail: set[tuple[Config, int]] = set()
-
-        def ok(c: Config, mb: int) -> bool:
-            s = self.sibling_saver(c, allowed)
-            if (s, mb) in fail:
-                return False
-            good = self.fits(c, mb, limit, host_limit, cls)
-            if not good and c == s:
-                fail.add((c, mb))
-            return good
+        ds = divisors(top)
+        ok = Screen(self.figs, allowed, top, ds[:-1], limit, host_limit, cls).ok
+        probed: set[Config] = set()
+        index = {c: i for i, c in enumerate(allowed)}
 
         def spt(c: Config, mb: int) -> float:
             return self._seconds_per_token(c, mb, g)
 
-        group: dict[Config, bool] = {}
-
         def look(c: Config, theta: float) -> tuple[float, float, int, int, Config] | None:
             s = self.group_saver(c, allowed)
-            if s not in group:  # the group's most saving setting fits no micro-batch: neither does any other
-                group[s] = ok(s, 1) or ok(s, top)
-            mb = self.largest_within(c, theta, spt, ok) if group[s] else None
-            return None if mb is None else (spt(c, mb), self._comp[c], -mb, allowed.index(c), c)
+            if s not in probed:  # the group's most saving setting first: where it does not fit, none does
+                probed.add(s)
+                if not ok(s, ds[0]):
+                    ok(s, top)
+            mb = self.largest_within(c, theta, spt, ok)
+            return None if mb is None else (spt(c, mb), self._comp[c], -mb, index[c], c)
 
         ranked = sorted(allowed, key=lambda c: (spt(c, top), _saving_rank(c)))
-        found: list[tuple[float, float, int, int, Config]] = []
-        fastest, i = math.inf, 0
-        while i < len(ranked) and spt(ranked[i], top) < fastest:
-            hit = look(ranked[i], fastest * (1 + TIE))
-            if hit:
-                found.append(hit)
-                fastest = min(fastest, hit[0])
-            i += 1
-        band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
-        pick = min((x for x in found if x[0] <= band), key=_tie_break, default=None)
-        rest = sorted((c for c in ranked[i:] if spt(c, top) <= band), key=lambda c: (self._comp[c], spt(c, top)))
-        for c in rest:
-            if pick and (self._comp[c], -top, spt(c, top), allowed.index(c)) > _tie_break(pick):
+        savers: dict[tuple, Config] = {}  # per timing (the speed model reads no optimizer or loss): the most saving
+        for c in ranked:
+            savers.setdefault(c[:4], c)
+        # 1. the fastest time T: of settings timed alike, the most saving fits the largest micro-batch
+        found: dict[tuple, tuple | None] = {}
+        fastest = math.inf
+        for c in savers.values():
+            if spt(c, top) >= fastest:
                 break
-            hit = look(c, band)
-            if hit and (pick is None or _tie_break(hit) < _tie_break(pick)):
+            hit = found[c[:4]] = look(c, fastest * (1 + TIE))
+            fastest = min(fastest, hit[0]) if hit else fastest
+        band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
+        # 2. within the band: fewest compromises, then largest micro-batch, then time
+        pick = None
+        for c in sorted((c for c in ranked if spt(c, top) <= band), key=lambda c: (self._comp[c], spt(c, top))):
+            if pick and self._comp[c] > pick[1]:
+                break
+            ref = found.get(c[:4], ())
+            if ref is None:
+                continue  # its most saving sibling has no micro-batch within the band: neither has c
+            hope = (self._comp[c], ref[2], ref[0]) if ref else (self._comp[c], -top, spt(c, top))
+            if pick and hope + (index[c],) > _tie_break(pick):
+                continue
+            hit = ref if ref and savers[c[:4]] == c else look(c, band)
+            if hit and hit[0] <= band and (pick is None or _tie_break(hit) < _tie_break(pick)):
                 pick = hit
         return None if pick is None else (pick[4], -pick[2])
 
@@ -320,5 +309,5 @@ def _tie_break(x: tuple) -> tuple:
 def _saving_rank(c: Config) -> tuple:
     """Most memory-saving first: offload, checkpointing, fused loss, 8-bit optimizer state."""
     return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
-            -{"none": 0, "selective": 1, "full": 2, "offload": 3}[c.gradient_checkpointing],
+            -CKPT_RANK[c.gradient_checkpointing],
             c.loss != "fused", "8bit" not in c.optimizer)
