@@ -13,11 +13,13 @@ from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate_spec, resolve_spec
 from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, list_gpus
-from vramfit.scenario import MAX_BATCH, Scenario, parse_scenario
+from vramfit.scenario import MAX_BATCH, Checkpointing, Loss, Optimizer, Scenario, parse_scenario
 
 _PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
-#: Keys no validation rule reads beyond their range (scenario.parse_scenario): set without re-parsing.
-_BATCH_KEYS = ("micro_batch_size", "grad_accum")
+#: Keys no rule of scenario.parse_scenario reads beyond their own range or choices: the planner's
+#: variants set them on the validated rest without re-parsing (tests/plan/test_search.py: same scenarios).
+_FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointing": Checkpointing,
+              "optimizer": Optimizer, "loss": Loss}
 
 
 def limit_bytes(gpu: GPU, safety_margin: float) -> int:
@@ -52,14 +54,14 @@ class Evaluator:
         return hit
 
     def _replace(self, changes: dict[str, Any]) -> Scenario | ScenarioError:
-        """``base.replace(**changes)``; the batch keys (integers in range) go on the validated rest directly."""
-        batch = {k: changes[k] for k in _BATCH_KEYS if k in changes}
-        if batch and all(type(v) is int and 1 <= v <= MAX_BATCH for v in batch.values()):
+        """``base.replace(**changes)``; free keys (:data:`_FREE_KEYS`) go on the validated rest directly."""
+        free = {k: _free_value(k, changes[k]) for k in _FREE_KEYS if k in changes}
+        if free and None not in free.values():
             try:
-                rest = self.scenario(**{k: v for k, v in changes.items() if k not in batch})
+                rest = self.scenario(**{k: v for k, v in changes.items() if k not in free})
             except ScenarioError as exc:
                 return exc
-            return dataclasses.replace(rest, **batch)
+            return dataclasses.replace(rest, **free)
         try:
             return self.base.replace(**changes)
         except ScenarioError as exc:
@@ -87,6 +89,14 @@ class Evaluator:
 
     def device_bytes(self, **changes: Any) -> int:
         return self.estimate(**changes).peak.device_bytes
+
+
+def _free_value(key: str, value: Any) -> Any:
+    """``value`` as the scenario holds it, or None unless it is plainly valid (then the full parse judges it)."""
+    kind = _FREE_KEYS[key]
+    if kind is int:
+        return value if type(value) is int and 1 <= value <= MAX_BATCH else None
+    return kind(value) if value in kind.values() else None
 
 
 def gpu_classes() -> dict[str, str]:

@@ -103,8 +103,7 @@ class Search:
         self._work: dict[tuple[tuple, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
-        self._saver: dict[tuple, Config] = {}
-        self._allowed: dict[tuple, list[Config]] = {}
+        self._layouts: dict[tuple, Layout] = {}
         self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[tuple, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
@@ -177,21 +176,13 @@ class Search:
             self._spt[key] = t
         return t
 
-    def allowed(self, n: int, lacks: tuple[str, ...] = ()) -> list[Config]:
-        """The settings tried on ``n`` GPUs that a software stack lacking ``lacks`` runs (Gaudi: no 8-bit AdamW)."""
+    def layout(self, n: int, lacks: tuple[str, ...] = ()) -> Layout:
+        """The settings tried on ``n`` GPUs that a stack lacking ``lacks`` runs (Gaudi: no 8-bit AdamW), arranged."""
         key = (n, lacks)
-        hit = self._allowed.get(key)
+        hit = self._layouts.get(key)
         if hit is None:
-            hit = self._allowed[key] = [c for c in self.configs(n) if not set(needs(c._asdict())) & set(lacks)]
-        return hit
-
-    def group_saver(self, c: Config, allowed: list[Config]) -> Config:
-        """The most memory-saving setting among ``allowed`` with ``c``'s sharding and offload."""
-        key = (c.num_gpus, c.parallelism, c.offload, id(allowed))
-        hit = self._saver.get(key)
-        if hit is None:
-            same = [x for x in allowed if x[1:3] == c[1:3]]
-            hit = self._saver[key] = min(same, key=_saving_rank)
+            allowed = [c for c in self.configs(n) if not set(needs(c._asdict())) & set(lacks)]
+            hit = self._layouts[key] = Layout(allowed, self._comp)
         return hit
 
     def fits(self, c: Config, mb: int, limit: int, host_limit: int | None, gpu_class: str | None = None) -> bool:
@@ -211,8 +202,14 @@ class Search:
         if ok(c, ds[-1]):
             return ds[-1]
         held = ds[:-1]
-        lo = next((i for i, d in enumerate(held) if spt(c, d) <= theta), None)
-        if lo is None or not ok(c, held[lo]):
+        lo, hi = 0, len(held)  # the smallest held micro-batch within theta: held[lo] (none if lo == len)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if spt(c, held[mid]) <= theta:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(held) or not ok(c, held[lo]):
             return None
         hi = len(held) - 1
         while lo < hi:
@@ -252,53 +249,70 @@ class Search:
         it, T is final and only settings that could still win the tie-break (fewer compromises first)
         are looked at. Most fit answers follow from figures already known (:class:`screen.Screen`).
         """
-        allowed = self.allowed(n, lacks)
+        lay = self.layout(n, lacks)
         top = self.per_gpu(n)
         ds = divisors(top)
-        ok = Screen(self.figs, allowed, top, ds[:-1], limit, host_limit, cls).ok
+        ok = Screen(self.figs, lay.allowed, top, ds[:-1], limit, host_limit, cls).ok
         probed: set[Config] = set()
-        index = {c: i for i, c in enumerate(allowed)}
+        comp, index = self._comp, lay.index
 
         def spt(c: Config, mb: int) -> float:
             return self._seconds_per_token(c, mb, g)
 
         def look(c: Config, theta: float) -> tuple[float, float, int, int, Config] | None:
-            s = self.group_saver(c, allowed)
+            s = lay.group_saver[c]
             if s not in probed:  # the group's most saving setting first: where it does not fit, none does
                 probed.add(s)
                 if not ok(s, ds[0]):
                     ok(s, top)
             mb = self.largest_within(c, theta, spt, ok)
-            return None if mb is None else (spt(c, mb), self._comp[c], -mb, index[c], c)
+            return None if mb is None else (spt(c, mb), comp[c], -mb, index[c], c)
 
-        ranked = sorted(allowed, key=lambda c: (spt(c, top), _saving_rank(c)))
-        savers: dict[tuple, Config] = {}  # per timing (the speed model reads no optimizer or loss): the most saving
-        for c in ranked:
-            savers.setdefault(c[:4], c)
+        bound = {k: spt(s, top) for k, s in lay.savers.items()}  # timed alike: one bound per timing
         # 1. the fastest time T: of settings timed alike, the most saving fits the largest micro-batch
         found: dict[tuple, tuple | None] = {}
         fastest = math.inf
-        for c in savers.values():
-            if spt(c, top) >= fastest:
+        for k in sorted(bound, key=lambda k: (bound[k], lay.rank[lay.savers[k]])):
+            if bound[k] >= fastest:
                 break
-            hit = found[c[:4]] = look(c, fastest * (1 + TIE))
+            hit = found[k] = look(lay.savers[k], fastest * (1 + TIE))
             fastest = min(fastest, hit[0]) if hit else fastest
         band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
         # 2. within the band: fewest compromises, then largest micro-batch, then time
         pick = None
-        for c in sorted((c for c in ranked if spt(c, top) <= band), key=lambda c: (self._comp[c], spt(c, top))):
-            if pick and self._comp[c] > pick[1]:
+        for c in lay.by_comp:
+            if pick and comp[c] > pick[1]:
                 break
+            if bound[c[:4]] > band:
+                continue
             ref = found.get(c[:4], ())
             if ref is None:
                 continue  # its most saving sibling has no micro-batch within the band: neither has c
-            hope = (self._comp[c], ref[2], ref[0]) if ref else (self._comp[c], -top, spt(c, top))
+            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[c[:4]])
             if pick and hope + (index[c],) > _tie_break(pick):
                 continue
-            hit = ref if ref and savers[c[:4]] == c else look(c, band)
+            hit = ref if ref and lay.savers[c[:4]] == c else look(c, band)
             if hit and hit[0] <= band and (pick is None or _tie_break(hit) < _tie_break(pick)):
                 pick = hit
         return None if pick is None else (pick[4], -pick[2])
+
+
+class Layout:
+    """The settings of one GPU count a stack runs, indexed for :meth:`Search.choose`."""
+
+    def __init__(self, allowed: list[Config], comp: dict[Config, float]):
+        self.allowed = allowed
+        self.index = {c: i for i, c in enumerate(allowed)}
+        self.rank = {c: _saving_rank(c) for c in allowed}
+        self.by_comp = sorted(allowed, key=lambda c: (comp[c], self.rank[c]))
+        #: per timing (sharding, offload, checkpointing: the speed model reads no optimizer or loss) and
+        #: per group (sharding, offload): the most memory-saving setting
+        self.savers: dict[tuple, Config] = {}
+        groups: dict[tuple, Config] = {}
+        for c in sorted(allowed, key=self.rank.get):
+            self.savers.setdefault(c[:4], c)
+            groups.setdefault(c[:3], c)
+        self.group_saver = {c: groups[c[:3]] for c in allowed}
 
 
 def _tie_break(x: tuple) -> tuple:
