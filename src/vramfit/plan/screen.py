@@ -45,7 +45,7 @@ class Figures:
     def __init__(self, ev: Evaluator, per_gpu):
         self.ev, self.per_gpu = ev, per_gpu
         self.known: dict[tuple, Fig | None] = {}
-        self._order: dict[tuple, tuple[list, list]] = {}
+        self._order: dict[tuple, tuple[list, list]] = {}  # per setting (it names its GPU count)
 
     def get(self, c, mb: int, cls: str | None) -> Fig | None:
         """The figure (None: the scenario is invalid), estimating it if unknown."""
@@ -55,24 +55,24 @@ class Figures:
             self.known[key] = None if isinstance(r, Exception) else Fig(r.peak.device_bytes, r.host_bytes)
         return self.known[key]
 
-    def order(self, c, allowed: list) -> tuple[list, list]:
-        """(settings saving at least as much as ``c``, settings saving at most as much), each with whether
-        the host memory follows the same order."""
-        key = (c, id(allowed))
-        hit = self._order.get(key)
+    def order(self, c, every: list) -> tuple[list, list]:
+        """(settings of ``every`` saving at least as much as ``c``, those saving at most as much), each with
+        whether the host memory follows the same order. ``every``: all settings tried on the GPU count, also
+        those a card's stack lacks (their figures still bound the others')."""
+        hit = self._order.get(c)
         if hit is None:
-            lighter = [(w, host_no_more(w, c)) for w in allowed if w != c and saves_more(w, c)]
-            heavier = [(w, host_no_more(c, w)) for w in allowed if w != c and saves_more(c, w)]
-            hit = self._order[key] = ([(c, True)] + lighter, [(c, True)] + heavier)
+            lighter = [(w, host_no_more(w, c)) for w in every if w != c and saves_more(w, c)]
+            heavier = [(w, host_no_more(c, w)) for w in every if w != c and saves_more(c, w)]
+            hit = self._order[c] = ([(c, True)] + lighter, [(c, True)] + heavier)
         return hit
 
 
 class Screen:
     """Fit answers for one card (limits) and one GPU count, inferred where the orders allow."""
 
-    def __init__(self, figs: Figures, allowed: list, top: int, held: tuple[int, ...], limit: int,
+    def __init__(self, figs: Figures, every: list, top: int, held: tuple[int, ...], limit: int,
                  host_limit: int | None, cls: str | None):
-        self.figs, self.allowed, self.top, self.held = figs, allowed, top, held
+        self.figs, self.every, self.top, self.held = figs, every, top, held
         self.limit, self.host_limit, self.cls = limit, host_limit, cls
 
     def _fits(self, f: Fig) -> bool:
@@ -83,7 +83,7 @@ class Screen:
         f = known.get((c, mb, self.cls), False)
         if f is not False:
             return f is not None and self._fits(f)
-        lighter, heavier = self.figs.order(c, self.allowed)
+        lighter, heavier = self.figs.order(c, self.every)
         below = (mb,) if mb == self.top else tuple(m for m in self.held if m <= mb)
         above = (mb,) if mb == self.top else tuple(m for m in self.held if m >= mb)
         for w, host_too in lighter:

@@ -252,7 +252,7 @@ class Search:
         lay = self.layout(n, lacks)
         top = self.per_gpu(n)
         ds = divisors(top)
-        ok = Screen(self.figs, lay.allowed, top, ds[:-1], limit, host_limit, cls).ok
+        ok = Screen(self.figs, self.configs(n), top, ds[:-1], limit, host_limit, cls).ok
         probed: set[Config] = set()
         comp, index = self._comp, lay.index
 
