@@ -269,13 +269,15 @@ class Search:
             return None if mb is None else (spt(c, mb), comp[c], -mb, index[c], c)
 
         bound = {k: spt(s, top) for k, s in lay.savers.items()}  # timed alike: one bound per timing
-        # 1. the fastest time T: of settings timed alike, the most saving fits the largest micro-batch
-        found: dict[tuple, tuple | None] = {}
+        # 1. the fastest time T: of settings timed alike, the most saving fits the largest micro-batch; a
+        # setting is resolved here only as far as it lowers T (the band is settled in 2.)
+        found: dict[tuple, tuple] = {}  # timing -> (hit or None, the time limit it was looked for within)
         fastest = math.inf
         for k in sorted(bound, key=lambda k: (bound[k], lay.rank[lay.savers[k]])):
             if bound[k] >= fastest:
                 break
-            hit = found[k] = look(lay.savers[k], fastest * (1 + TIE))
+            hit = look(lay.savers[k], fastest)
+            found[k] = (hit, fastest)
             fastest = min(fastest, hit[0]) if hit else fastest
         band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
         # 2. within the band: fewest compromises, then largest micro-batch, then time
@@ -285,9 +287,10 @@ class Search:
                 break
             if bound[c[:4]] > band:
                 continue
-            ref = found.get(c[:4], ())
-            if ref is None:
+            ref, within = found.get(c[:4], ((), 0.0))
+            if ref is None and within >= band:
                 continue  # its most saving sibling has no micro-batch within the band: neither has c
+            ref = ref or ()
             hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[c[:4]])
             if pick and hope + (index[c],) > _tie_break(pick):
                 continue
