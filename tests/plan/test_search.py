@@ -13,6 +13,7 @@ from vramfit.plan.rental import needs, stack_of
 from vramfit.plan.screen import host_no_more, saves_more
 from vramfit.plan.search import TIE, Config, Search, divisors
 from vramfit.plan.throughput import model_flops
+from vramfit.plan.verdict import fits
 from vramfit.scenario import parse_scenario
 
 L7 = "meta-llama/Llama-2-7b-hf"
@@ -36,7 +37,8 @@ def _search(sc: dict, eff: int) -> Search:
 
 
 def _exhaustive(s: Search, gid: str, n: int):
-    """Every setting the card's stack runs x every micro-batch, estimated for the card's class; the rule of
+    """Every setting the card's stack runs x every micro-batch, estimated for the card's class and judged by
+    the one definition of fits (verdict.fits: paged optimizer state may page out); the rule of
     Search.best: T = the fastest that fits; within TIE of T the fewest compromises, largest micro-batch, time."""
     g = get_gpu(gid)
     cls = gpu_classes().get(gid) or None
@@ -46,7 +48,8 @@ def _exhaustive(s: Search, gid: str, n: int):
         if set(needs(c._asdict())) & lacks:
             continue
         for mb in divisors(s.per_gpu(n)):
-            if s.fits(c, mb, limit_bytes(g, 0.05), HOST_RAM_PER_GPU.value, cls):
+            r = s.ev.try_estimate(**c.keys(mb, s.per_gpu(n) // mb), gpu=cls)
+            if not isinstance(r, Exception) and fits(r, limit_bytes(g)) and r.host_bytes <= HOST_RAM_PER_GPU.value:
                 fit.append((s._seconds_per_token(c, mb, g), s._comp[c], -mb, i, c))
     if not fit:
         return None

@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from vramfit.plan.evaluate import Evaluator
+from vramfit.plan.verdict import PAGED_COMPONENT
 
 CKPT_RANK = {"none": 0, "selective": 1, "full": 2, "offload": 3}
 
 
 class Fig(NamedTuple):
-    device: int
+    device: int  # what must be on the card: the device peak less paged optimizer state (verdict.paging_bytes)
     host: int
 
 
@@ -52,7 +53,9 @@ class Figures:
         key = (c, mb, cls)
         if key not in self.known:
             r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=cls)
-            self.known[key] = None if isinstance(r, Exception) else Fig(r.peak.device_bytes, r.host_bytes)
+            # verdict.fits(r, limit) <=> device peak - paged optimizer state <= limit (the state may page out)
+            self.known[key] = None if isinstance(r, Exception) else Fig(
+                r.peak.device_bytes - r.component(PAGED_COMPONENT), r.host_bytes)
         return self.known[key]
 
     def order(self, c, every: list) -> tuple[list, list]:

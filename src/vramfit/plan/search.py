@@ -16,9 +16,8 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
-from vramfit.plan import kernels
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
-from vramfit.plan.kernels import CardSpeed, card_speed
+from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, Figures, Screen
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
@@ -105,7 +104,6 @@ class Search:
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
         self._layouts: dict[tuple, Layout] = {}
-        self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[tuple, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
@@ -160,25 +158,17 @@ class Search:
         return link
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
-        """Seconds per trained token (all GPUs): :func:`throughput.step_time` without building a record."""
+        """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
         key = (c[:4], mb, g.gpu_id)  # as in work(): the speed model reads neither optimizer nor loss
         t = self._spt.get(key)
-        if t is None and self.mfu is None:
-            link = self._link(g, c.num_gpus)
-            t = self._spt[key] = _mechanism_spt(self.work(c, mb), link[2]) if link[2] else math.inf
         if t is None:
-            k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
-            if k == 0:
-                k = self._gpu_consts[(g.gpu_id, c.num_gpus)] = (
-                    (g.bf16_tflops * 1e12 * self.mfu, (g.mem_bandwidth_gbs or 0) * 1e9,
-                     peer_gbs(g, c.num_gpus) * 1e9, g.host_link_gbs * 1e9) if g.bf16_tflops else None)
-            if k is None:
+            s = self.speed(c, mb, g)
+            if s is None:
                 t = math.inf
-            else:
-                w = self.work(c, mb)
-                compute = w.flops / k[0] + (w.dequant_bytes / k[1] if k[1] else 0.0)
-                step = max(compute, w.peer_bytes / k[2], w.stream_bytes / k[3]) + w.host_bytes / k[3]
-                t = step / w.tokens_per_step
+            elif self.mfu is None:  # the mechanism model
+                t = 1.0 / s.tokens_per_s
+            else:  # the FLOPs-at-MFU model, as the inline formula this replaced computed it
+                t = s.step_s / self.work(c, mb).tokens_per_step
             self._spt[key] = t
         return t
 
@@ -322,23 +312,6 @@ class Layout:
             self.savers.setdefault(c[:4], c)
             groups.setdefault(c[:3], c)
         self.group_saver = {c: groups[c[:3]] for c in allowed}
-
-
-def _mechanism_spt(w: Work, c: CardSpeed) -> float:
-    """``1 / mechanism_step_time(w, c).tokens_per_s`` by the same arithmetic, without building the record
-    (the search times thousands of pairs; tests/plan/test_planner.py checks the two agree)."""
-    over = kernels.LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
-    if w.zero3:
-        over += kernels.ZERO3_LAYER_OVERHEAD_S.value * w.layers
-    gptq = w.gptq_weights_mb / 1e9 * kernels.GPTQ_DEQUANT_S_PER_GWEIGHT.value * kernels.REFERENCE_BANDWIDTH / c.mem_bytes
-    nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
-    mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
-    compute = w.n_micro * mb + w.n_micro * (gptq + nf4) + w.opt_bytes / c.mem_bytes
-    comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
-    host = w.host_bytes / c.host_bytes if w.host_bytes else 0.0
-    stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
-    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host
-    return 1.0 / (w.tokens_per_step / step)
 
 
 def _tie_break(x: tuple) -> tuple:
