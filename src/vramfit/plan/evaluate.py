@@ -104,7 +104,10 @@ def _free_value(key: str, value: Any) -> Any:
     kind = _FREE_KEYS[key]
     if kind is int:
         return value if type(value) is int and 1 <= value <= MAX_BATCH else None
-    return kind(value) if value in kind.values() else None
+    try:
+        return kind(value)  # an exact choice (the planner's); anything else goes through the full parse
+    except ValueError:
+        return None
 
 
 def gpu_classes() -> dict[str, str]:
