@@ -147,3 +147,17 @@ def test_plan_search_stays_cheap():
     rep = plan(GRID[0][0], effective_batch=64, dataset_tokens="50M", with_changes=False)
     assert len(rep.plans) > 100 and rep.search_estimates <= 360
     assert math.isfinite(rep.plans[0].tokens_per_s)
+
+
+def test_pick_is_checked_with_the_card_class_estimate():
+    """Screening uses the figure without ``gpu`` plus the class's constant shift; were the shift wrong, the
+    check of the pick with the class's own estimate sends the search to class estimates throughout."""
+    s = _search(*GRID[0])
+    s.shifts = {cls: -4 * 2**30 for cls in s.shifts}  # a wrong shift: 2 and 8 cards' screened picks do not fit
+    g = get_gpu("h100-sxm")
+    cls = gpu_classes()["h100-sxm"]
+    for n in (1, 2, 4, 8):
+        c, mb = s.best(g, n, limit_bytes(g), HOST_RAM_PER_GPU.value)
+        r = s.ev.try_estimate(**c.keys(mb, s.per_gpu(n) // mb), gpu=cls)
+        assert fits(r, limit_bytes(g)), n
+    assert any(k[2] == cls for k in s.figs.known)  # the class's own estimates were made
