@@ -3,9 +3,11 @@
 For a card and a GPU count the search varies the micro-batch (a divisor of the per-GPU batch, the
 rest reached by gradient accumulation), activation checkpointing, sharding/offload, and the
 memory savers that cost no speed (fused loss, 8-bit AdamW for full fine-tuning). It keeps the
-setting with the shortest step time (``throughput``); near-ties go to the fewer compromises, then
-to the larger micro-batch. Memory is screened once per setting with the estimator and the chosen
-setting is re-estimated for the card's estimator class (see :func:`evaluate.gpu_classes`).
+setting with the shortest step time (``throughput``); near-ties (within ``TIE`` of the shortest) go
+to the fewer compromises, then to the larger micro-batch. Only settings the card's software stack
+runs compete. The search gives what trying every pair would (:meth:`Search.choose`) from a few
+hundred estimates shared by all cards (:mod:`screen`); the pick is checked with the card's estimator
+class (see :func:`evaluate.gpu_classes`).
 """
 
 from __future__ import annotations
