@@ -83,3 +83,22 @@ def test_calibrate_writes_what_estimate_applies(tmp_path, make_record):
     assert on["peak"]["device_bytes"] == on["peak"]["reserved_bytes"] + GiB != off["peak"]["device_bytes"]
     assert any(a.startswith("Calibrated from 3 runs on h100-sxm") for a in on["assumptions"])
     assert other == other_off
+    fit_args = ["fit", "--model", SC["model"], "--method", "lora", "--seq-len", "512"]
+    said = " ".join(runner.invoke(app, [*fit_args, "--gpu", "h100-sxm"], env={**env, "COLUMNS": "200"}).output.split())
+    assert "Calibrated from 3 runs on h100-sxm" in said
+    said = runner.invoke(app, [*fit_args, "--gpu", "a100-80gb-sxm"], env={**env, "COLUMNS": "200"}).output
+    assert "Calibrated" not in said
+
+
+def test_web_serves_with_the_calibration_it_was_given():
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    body = {**SC, "gpu": "h100-sxm"}
+    calibrated = TestClient(create_app(CAL)).post("/api/estimate", json=body).json()
+    plain = TestClient(create_app()).post("/api/estimate", json=body).json()
+    assert calibrated["peak"]["device_bytes"] == estimate(SC, gpu="h100-sxm", calibration=CAL).peak.device_bytes
+    assert plain["peak"]["device_bytes"] == estimate(SC, gpu="h100-sxm").peak.device_bytes != calibrated["peak"]["device_bytes"]
+    assert any(a.startswith("Calibrated from 7 runs on h100-sxm") for a in calibrated["assumptions"])

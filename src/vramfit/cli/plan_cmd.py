@@ -271,7 +271,10 @@ def register(app: typer.Typer) -> None:
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
-        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin, calibration=load_active())
+        cal = load_active()
+        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin, calibration=cal)
+        if cal is not None and cal.for_card(sc.gpu) and not json_out and csv_out is None:
+            console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 
