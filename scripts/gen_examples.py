@@ -14,7 +14,8 @@ Options after the command, separated by ``;``: ``columns=N`` (terminal width, de
 lines, then ``…``), ``tmpdb`` (a fresh runs database for ``runs``/``calibrate``), ``noserve`` (``vramfit serve``: print its start line, do not start the server).
 A generated table is marked ``<!-- generated: NAME -->`` … ``<!-- /generated -->`` (NAME in :data:`TABLES`). Commands run in-process
 through the real Typer app with no user calibration file. ``docs/commands/<name>.md`` (one page per
-command, its ``--help``) are written from the app's command list, so a new command gets its page.
+command, its ``--help``) and the Commands section of ``mkdocs.yml`` are written from the app's command
+list, so a new command gets its page.
 
     python scripts/gen_examples.py          # rewrite every example and command page
     python scripts/gen_examples.py --check  # exit 1, naming each example that differs (tests/test_docs_examples.py)
@@ -196,6 +197,15 @@ def command_pages() -> dict[Path, str]:
     return pages
 
 
+NAV = re.compile(r"  - Commands:\n(?:      - commands/.*\n)+")
+
+
+def nav(text: str, pages: dict[Path, str]) -> str:
+    """mkdocs.yml with its Commands section listing every command page."""
+    items = "".join(f"      - commands/{p.name}\n" for p in sorted(pages))
+    return NAV.sub(lambda m: "  - Commands:\n" + items, text)
+
+
 def check() -> list[str]:
     """What differs: stale examples and command pages (missing, extra or out of date)."""
     stale = [f"{e.path.relative_to(ROOT)}: {e.spec}" for e in examples() if e.body != e.fresh]
@@ -210,6 +220,9 @@ def check() -> list[str]:
     for path in COMMANDS_DIR.glob("*.md"):
         if path not in pages:
             stale.append(f"{path.relative_to(ROOT)}: no such command")
+    mk = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    if nav(mk, pages) != mk:
+        stale.append("mkdocs.yml: the Commands section of nav")
     return stale
 
 
@@ -230,6 +243,10 @@ def main(argv: list[str]) -> int:
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
+    mk = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    if nav(mk, pages) != mk:
+        (ROOT / "mkdocs.yml").write_text(nav(mk, pages), encoding="utf-8")
+        print("wrote mkdocs.yml (Commands)")
     for path in markdown_files():
         if path.parent != COMMANDS_DIR and rewrite(path):
             print(f"refreshed {path.relative_to(ROOT)}")
