@@ -108,6 +108,9 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     elif ck is Checkpointing.SELECTIVE:
         kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
         blocks, recompute = L * (per_layer - kernel), kernel
+    elif ck is Checkpointing.SELECTIVE_OP:
+        kept = act.op_sac_saved(spec, sc, profile)
+        blocks, recompute = L * (block_in + kept), max(0, per_layer - kept)
     elif ck is Checkpointing.FULL:
         blocks, recompute = L * block_in, per_layer
     else:  # offload: block inputs in host memory, the current and the prefetched one on the GPU
