@@ -124,6 +124,14 @@ class FrameworkProfile:
     # each saves only its input X (the MLP also the gate and up outputs e, g); lora_A's output is
     # recomputed in backward, and the SwiGLU backward overwrites e, g and the down-proj gradient in place
     lora_fused_autograd: bool = False
+    # block-input-sized tensors on the GPU during one block's backward under gradient_checkpointing
+    # "offload": the restored input and the prefetched next one (transformers v5.24.0
+    # activation_checkpointing_enable(offload=True), torch saved_tensors_hooks). Unsloth's
+    # "unsloth" mode (unsloth-zoo@36ff5fc unsloth_zoo/gradient_checkpointing.py
+    # UnslothCheckpointFunction): the input copied back into one GPU_BUFFER, the last layer's input
+    # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
+    # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
+    offload_ckpt_block_tensors: int = 2
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -249,6 +257,7 @@ PROFILES[Framework.UNSLOTH] = FrameworkProfile(
     torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
     rmsnorm_kernel=True,
     lora_fused_autograd=True,
+    offload_ckpt_block_tensors=5,
     # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
