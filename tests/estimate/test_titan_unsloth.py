@@ -9,7 +9,7 @@ from vramfit.scenario import parse_scenario
 
 MODEL = "meta-llama/Llama-3.1-8B"
 SPEC = resolve_model(MODEL).spec
-T, H, I, L = 4096, 4096, 14336, 32  # micro_batch_size 1 x seq_len 4096; hidden; MLP width; layers
+T, H, W, L = 4096, 4096, 14336, 32  # micro_batch_size 1 x seq_len 4096; hidden; MLP width; layers
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -39,7 +39,7 @@ def test_torchtitan_mixed_precision_is_a_param_cast_not_autocast():
 def test_op_sac_keeps_every_second_matmul_and_the_attention_output():
     sc = _titan(gradient_checkpointing="selective-op")
     # q (1st), v (3rd), gate (5th), down (7th) outputs; SDPA output and its fp32 log-sum-exp (32 heads)
-    kept = [2 * T * 4096, 2 * T * 1024, 2 * T * I, 2 * T * H, 2 * T * 4096, 4 * T * 32]
+    kept = [2 * T * 4096, 2 * T * 1024, 2 * T * W, 2 * T * H, 2 * T * 4096, 4 * T * 32]
     assert op_sac_saved(SPEC, sc, compute(SPEC, sc).profile) == sum(round_allocation(b) for b in kept)
     step = compute(SPEC, sc)
     assert step.acts.blocks == L * (round_allocation(2 * T * H) + sum(round_allocation(b) for b in kept))
@@ -62,7 +62,7 @@ def test_unsloth_lora_functions_save_only_their_inputs():
     keys = set(step.saved.items)
     # LoRA_MLP saves X, e, g; LoRA_QKV X; LoRA_W X (fast_lora.py)
     assert {"mlp_in", "mlp.gate_out", "mlp.up_out", "attn_in", "attn.out"} <= keys
-    assert step.saved.items["mlp.gate_out"] == step.saved.items["mlp.up_out"] == 2 * T * I
+    assert step.saved.items["mlp.gate_out"] == step.saved.items["mlp.up_out"] == 2 * T * W
     assert "mlp.act_out" in hf.saved.items and "mlp.act_out" not in keys
     assert any(k.startswith("down_proj.lora") for k in hf.saved.items)  # PEFT keeps lora_A's output
     assert not [k for k in keys if ".lora" in k]  # lora_A's output is recomputed
@@ -80,3 +80,25 @@ def test_unsloth_loss_keeps_no_logits_and_offload_keeps_five_block_inputs():
     assert step.acts.blocks == 5 * block_in and step.acts.host == L * block_in
     hf = compute(SPEC, _unsloth("hf", gradient_checkpointing="offload"))
     assert hf.acts.blocks == 2 * round_allocation(4 * T * H)  # fp32 residual (prepare_model_for_kbit_training)
+
+
+def test_selective_op_recomputes_between_selective_and_full():
+    from vramfit.plan.throughput import model_flops, recompute_flops_per_token
+    from vramfit.scenario import Checkpointing
+
+    mf = model_flops(SPEC, T)
+    sel, op, full = (recompute_flops_per_token(mf, c) for c in
+                     (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP, Checkpointing.FULL))
+    assert sel < op < full and op == mf.matmul_params - mf.lm_head_params
+
+
+def test_the_simulator_refuses_what_it_cannot_run():
+    import pytest
+
+    from vramfit.errors import ScenarioError
+    from vramfit.sim.build import _check_supported
+
+    for keys in ({"framework": "unsloth"}, {"framework": "torchtitan"}, {"gradient_checkpointing": "selective-op"}):
+        with pytest.raises(ScenarioError) as err:
+            _check_supported(parse_scenario({"model": MODEL, **keys}))
+        assert err.value.key in ("framework", "gradient_checkpointing")
