@@ -1,5 +1,8 @@
 """torchtitan and Unsloth profiles: the exact tensors their code keeps (issue 13)."""
 
+import json
+
+from vramfit.estimate import estimate
 from vramfit.estimate.activations import op_sac_saved
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import runs_under_autocast
@@ -102,3 +105,22 @@ def test_the_simulator_refuses_what_it_cannot_run():
         with pytest.raises(ScenarioError) as err:
             _check_supported(parse_scenario({"model": MODEL, **keys}))
         assert err.value.key in ("framework", "gradient_checkpointing")
+
+
+def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+    from vramfit.web.app import create_app
+
+    res = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", "unslot"])
+    assert res.exit_code == 2 and "hf, torchtune, litgpt, torchtitan, unsloth" in res.output
+    res = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", "torchtitan", "--method", "full",
+                                   "--gradient-checkpointing", "selective-op", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["scenario"]["gradient_checkpointing"] == "selective-op"
+    client = TestClient(create_app())
+    body = {"model": MODEL, "framework": "unsloth", "method": "qlora", "gradient_checkpointing": "offload"}
+    want = estimate(parse_scenario(body)).peak.device_bytes
+    assert client.post("/api/estimate", json=body).json()["peak"]["device_bytes"] == want
+    assert client.post("/api/estimate", json={**body, "gradient_checkpointing": "op"}).status_code == 422
