@@ -124,3 +124,15 @@ def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():
     want = estimate(parse_scenario(body)).peak.device_bytes
     assert client.post("/api/estimate", json=body).json()["peak"]["device_bytes"] == want
     assert client.post("/api/estimate", json={**body, "gradient_checkpointing": "op"}).status_code == 422
+
+
+def test_the_planner_keeps_a_selective_op_base_among_its_settings():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    res = CliRunner().invoke(app, ["plan", "--model", MODEL, "--framework", "torchtitan", "--method", "full",
+                                   "--gradient-checkpointing", "selective-op", "--seq-len", "8192", "--json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and "selective-op" in {p["gradient_checkpointing"] for p in plans}
