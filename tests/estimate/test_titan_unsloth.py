@@ -99,12 +99,14 @@ def test_the_simulator_refuses_what_it_cannot_run():
     import pytest
 
     from vramfit.errors import ScenarioError
+    from vramfit.measure.build import check_measurable
     from vramfit.sim.build import _check_supported
 
-    for keys in ({"framework": "unsloth"}, {"framework": "torchtitan"}, {"gradient_checkpointing": "selective-op"}):
-        with pytest.raises(ScenarioError) as err:
-            _check_supported(parse_scenario({"model": MODEL, **keys}))
-        assert err.value.key in ("framework", "gradient_checkpointing")
+    for refuse in (_check_supported, check_measurable):
+        for key, value in (("framework", "unsloth"), ("framework", "torchtitan"), ("gradient_checkpointing", "selective-op")):
+            with pytest.raises(ScenarioError) as err:
+                refuse(parse_scenario({"model": MODEL, key: value}))
+            assert err.value.key == key
 
 
 def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():
