@@ -99,6 +99,9 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
         )
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+    from vramfit.estimate import stages
+
+    out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
     if 1 < sc.num_gpus <= GPUS_PER_NODE:

@@ -1,0 +1,163 @@
+"""DPO, KTO, ORPO, SimPO: the reference model, the reference (and KTO's KL) passes, the log-prob loss.
+
+TRL v1.9.0 (commit 35def3ee000a87f6839e66f4b7749b06274ed1b3):
+
+* the reference is a frozen copy created from the policy's path with the policy's init kwargs (same
+  dtype) for full fine-tuning, none for PEFT (adapters disabled) or with ``precompute_ref_log_probs``
+  (trl/trainer/dpo_trainer.py:893-908); it is wrapped by ``prepare_deepspeed``, which keeps ZeRO-3
+  and turns every other stage into stage 0 (a whole copy per GPU), or by ``prepare_fsdp`` (sharded),
+  else ``accelerator.prepare_model(evaluation_mode=True)`` (a whole copy) (trl/models/utils.py);
+* the reference pass runs under ``torch.no_grad`` inside the policy's loss, while the policy's
+  outputs are still referenced (dpo_trainer.py:1329-1390): its logits meet the policy's forward;
+* log-probs come from ``selective_log_softmax``, a per-row loop (trl/trainer/utils.py:479-518).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
+from vramfit.estimate.params import base_tensors
+from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.state import shard
+from vramfit.stage_keys import GENERATES
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+    from vramfit.scenario import Scenario
+
+_ZERO = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+_SHARDS_REFERENCE = (Parallelism.ZERO3, Parallelism.FSDP)  # prepare_deepspeed keeps stage 3; prepare_fsdp shards
+SCORE = StepPhase.SCORE
+EVERY_PHASE = tuple(StepPhase)
+
+
+def frozen_copy_bytes(step: Step) -> int:
+    """Per-GPU bytes of one more frozen copy of the model (the reference, PPO's reward model).
+
+    Full fine-tuning: every base tensor in the dtype the policy was loaded in (its fp32 master for
+    ``-mixed``; 16-bit under DeepSpeed, whose engine casts to its bf16/fp16 config), sharded only by
+    ZeRO-3 and FSDP. PEFT with an explicit copy: the frozen base as the policy stores it."""
+    sc, p = step.sc, step.parts
+    if sc.method is not Method.FULL:
+        return p.weights + p.quantized_base
+    per = 2 if sc.parallelism in _ZERO and sc.precision is not Precision.FP32 else sc.precision.param_bytes
+    total = sum(round_allocation(t.numel * per) * t.count for t in base_tensors(step.spec))
+    return shard(total, sc.num_gpus) if sc.parallelism in _SHARDS_REFERENCE else total
+
+
+def policy_tokens(sc: Scenario) -> int:
+    """Tokens whose logits the policy's loss reads, per micro-batch.
+
+    Paired stages: chosen and rejected (2 x micro_batch_size sequences); GRPO: the completion only,
+    ``logits_to_keep = completion_len + 1`` (grpo_trainer.py:1374-1376); PPO: the whole sequence
+    (experimental/ppo/ppo_trainer.py ``forward`` returns full logits, sliced afterwards)."""
+    from vramfit.estimate.stages import PAIRED
+
+    if sc.stage is Stage.GRPO:
+        return sc.micro_batch_size * (sc.completion_len + 1)
+    return (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size * sc.seq_len
+
+
+def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemory:
+    """``selective_log_softmax`` with autograd over T tokens (rows of ``row`` tokens), V vocabulary.
+
+    16-bit logits: each row's ``log_softmax`` output is saved by its backward (lb·T·V) while the logits
+    are alive (forward: 2·lb·T·V); backward: the rows' gradients are all held until ``UnbindBackward``
+    stacks them into the logits gradient (2·lb·T·V). fp32 logits: ``gather`` + per-row ``logsumexp``,
+    which saves its input (the logits, 4·T·V) and makes one row's exp at a time; backward: the
+    gather's full-size zero-filled gradient, the rows' logsumexp gradients and their stack (3·4·T·V)."""
+    TV = T * V
+    if lb == 2:
+        return LossMemory(lb * TV, 2 * lb * TV, 2 * lb * TV, detail)
+    return LossMemory(4 * TV, 4 * TV + 4 * row * V, 3 * 4 * TV, detail)
+
+
+def stage_loss(step: Step) -> LossMemory:
+    """The policy's loss tensors: log-probs from ``selective_log_softmax`` for a standard loss; a fused
+    (Liger, ``use_liger_kernel``) or chunked loss keeps the SFT model of it over the policy's tokens."""
+    sc = step.sc
+    if sc.loss is not Loss.STANDARD:
+        return step.loss
+    lb = logits_bytes_per_element(sc, step.profile)
+    row = sc.completion_len + 1 if sc.stage is Stage.GRPO else sc.seq_len
+    T = policy_tokens(sc)
+    return selective_logps(T, row, vocab_rows(step.spec), lb,
+                           f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
+
+
+def no_grad_block(step: Step, tokens: int) -> int:
+    """One decoder block run under no_grad: the residual stream, its normed copy and the MLP's gate,
+    up and act(gate) outputs alive together (transformers LlamaMLP.forward); nothing is saved."""
+    spec, cb = step.spec, step.sc.precision.compute_bytes
+    inter = spec.intermediate_size or 4 * spec.hidden_size
+    return cb * tokens * (3 * inter + 2 * spec.hidden_size)
+
+
+def scoring_pass(step: Step, sequences: int, row: int, logit_rows: int) -> Iterator[Contribution]:
+    """A no_grad log-prob pass over ``sequences`` x ``row`` tokens whose logits cover ``logit_rows``
+    tokens: its block working set, then the logits and one row's log_softmax (utils.py:506-518)."""
+    lb = logits_bytes_per_element(step.sc, step.profile)
+    V = vocab_rows(step.spec)
+    logits = lb * (logit_rows + logit_rows // max(1, sequences)) * V
+    yield Contribution("score_logits", SCORE, max(logits, no_grad_block(step, sequences * row)))
+
+
+def reference_model(step: Step) -> Iterator[Contribution]:
+    """A frozen reference copy, resident in every phase."""
+    from vramfit.estimate.stages import reference
+
+    if reference(step.sc) is Reference.COPY:
+        copy = frozen_copy_bytes(step)
+        for phase in EVERY_PHASE:
+            yield Contribution("reference_model", phase, copy)
+
+
+def preference_score(step: Step) -> Iterator[Contribution]:
+    """The reference (and KTO's KL) pass at the end of the policy's forward: everything alive then,
+    plus the pass's logits. KTO runs one completion per example and the KL pass
+    (kto_trainer.py:1249-1272) and the reference pass one after the other."""
+    from vramfit.estimate.contributions import CONTRIBUTORS
+    from vramfit.estimate.stages import PAIRED
+
+    sc = step.sc
+    if sc.stage in GENERATES:
+        return
+    for core in CONTRIBUTORS:
+        for c in core(step):
+            if c.phase is StepPhase.FORWARD:
+                yield Contribution(c.name, SCORE, c.bytes)
+    seqs = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size
+    yield from scoring_pass(step, seqs, sc.seq_len, seqs * sc.seq_len)
+
+
+CONTRIBUTORS = (reference_model, preference_score)
+
+
+def describe(step: Step) -> list[str]:
+    """The stage's assumptions, in words."""
+    from vramfit.estimate.stages import PAIRED, reference
+
+    sc = step.sc
+    ref = reference(sc)
+    batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
+             if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
+    out = [f"Stage {sc.stage.value} as TRL v1.9.0 runs it; micro_batch_size counts {batch}."]
+    how = {
+        Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
+                        + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")
+                        + ") and a no_grad pass through it",
+        Reference.ADAPTERS_OFF: "the policy with its adapters disabled (no copy), a no_grad pass",
+        Reference.PRECOMPUTED: "log-probs precomputed before training (precompute_ref_log_probs): no model, no pass",
+        Reference.NONE: "none" + (" (reference-free loss)" if sc.stage in (Stage.ORPO, Stage.SIMPO) else
+                                  " (GRPO beta = 0, TRL's default)" if sc.stage is Stage.GRPO else ""),
+    }[ref]
+    out.append(f"Reference ({'auto → ' if sc.reference is Reference.AUTO else ''}{ref.value}): {how}.")
+    if sc.stage in GENERATES:
+        from vramfit.estimate.stages.rl import describe_rl
+
+        out.extend(describe_rl(step))
+    return out
