@@ -36,7 +36,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
-from vramfit.stage_keys import STAGE_FIELDS, check_stage_keys
+from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
@@ -118,6 +118,9 @@ class Scenario:
         derived = {"method": "quantize", "lora_rank": "lora_alpha", "num_gpus": "parallelism"}
         for key, follower in derived.items():
             if key in changes and follower not in changes:
+                data.pop(follower, None)
+        for follower in STAGE_FOLLOWERS if "stage" in changes else ():
+            if follower not in changes:
                 data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)

@@ -38,7 +38,7 @@ def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows
               "Gerações por prompt"), unit="completions", limits=(2, 1_000_000),
               default_note=f"{GRPO_NUM_GENERATIONS} for grpo (TRL GRPOConfig), else none"),
         Field("completion_len", INT, "GRPO/PPO: generated tokens per completion; the prompt is seq_len minus this.",
-              ("Completion length", "Comprimento da completação"), unit="tokens", limits=(1, 10_000_000),
+              ("Completion length", "Comprimento da completação"), unit="tokens", limits=(1, 9_999_999),
               default_note=f"{GRPO_COMPLETION_LEN} for grpo, {PPO_COMPLETION_LEN} for ppo (TRL), else none"),
         Field("generation", CH, "GRPO rollouts: transformers generate (hf), vLLM in the training process "
               "(vllm-colocate) or a vLLM server on other GPUs (vllm-server).", ("Generation engine",
@@ -49,6 +49,11 @@ def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows
         Field("vllm_sleep", BOOL, "vllm-colocate: sleep mode, vLLM frees its memory while the model trains.",
               ("vLLM sleep mode", "Modo sleep do vLLM")),
     )
+
+
+#: Keys that follow ``stage``: a scenario's ``replace(stage=...)`` drops them unless given.
+STAGE_FOLLOWERS = ("reference", "num_generations", "completion_len", "generation", "vllm_gpu_memory_utilization",
+                   "vllm_sleep")
 
 
 def _only_with(kw: dict, raw: dict, key: str, stages: tuple[Stage, ...], given: bool) -> None:
@@ -87,7 +92,7 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
     _check_reference(kw)
     colocate = kw.get("generation") is Generation.VLLM_COLOCATE
     for key in ("vllm_gpu_memory_utilization", "vllm_sleep"):
-        if key in raw and not colocate:
+        if key in raw and raw[key] not in (False, "false") and not colocate:
             raise ScenarioError(key, "applies to generation=vllm-colocate only", ["vllm-colocate"])
     if "vllm_gpu_memory_utilization" in raw:
         from vramfit.scenario import fraction

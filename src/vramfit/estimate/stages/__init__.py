@@ -31,6 +31,21 @@ if TYPE_CHECKING:
 PAIRED = (Stage.DPO, Stage.ORPO, Stage.SIMPO)
 
 
+#: The components a stage adds: (when live, what it is), as the result's component table shows them.
+COMPONENTS: dict[str, tuple[str, str]] = {
+    "reference_model": ("persistent", "frozen reference copy of the model"),
+    "score_logits": ("transient", "no_grad reference / old-policy pass: its logits or one block's working set"),
+    "kv_cache": ("transient", "generate(): the KV cache of the rollouts"),
+    "generation_transient": ("transient", "generate(): last-token logits and probabilities, cache growth"),
+    "gathered_weights": ("transient", "ZeRO-3 parameters gathered for generation"),
+    "vllm": ("persistent", "colocated vLLM: gpu_memory_utilization of the card"),
+    "value_model": ("persistent", "PPO value model: weights and optimizer state (trained in full)"),
+    "value_gradients": ("backward", "PPO value model gradients"),
+    "value_activations": ("forward-backward", "PPO value model saved activations"),
+    "reward_model": ("persistent", "PPO frozen reward model"),
+}
+
+
 def reference(sc: Scenario) -> Reference:
     """The reference as TRL resolves it when the scenario says ``auto``.
 
