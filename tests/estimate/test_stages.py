@@ -85,13 +85,24 @@ def test_kto_runs_one_completion_per_example():
 
 
 def test_grpo_kv_cache_is_layers_kv_heads_head_dim_tokens_two_dtype():
-    st = step(stage="grpo", method="lora", micro_batch_size=8, grad_accum=2, completion_len=1024)
-    # per GPU: micro_batch_size × grad_accum = 16 completions of 2048 tokens (prompt + completion);
+    st = step(stage="grpo", method="lora", micro_batch_size=8, grad_accum=2, seq_len=4096, completion_len=3584)
+    # per GPU: micro_batch_size × grad_accum = 16 completions of 4096 tokens (prompt + completion);
     # layers × kv_heads × head_dim × tokens × (K, V) × bf16 bytes × sequences
-    expected = 16 * 8 * 64 * 2048 * 2 * 2 * 16
-    assert kv_cache_bytes(st, 16, 2048) == expected == 1_073_741_824
-    assert phases(st)[G]["kv_cache"] == expected
-    assert st.loss.forward_peak == 2 * 2 * 8 * 1025 * V  # logits_to_keep = completion_len + 1
+    expected = 16 * 8 * 64 * 4096 * 2 * 2 * 16
+    assert kv_cache_bytes(st, 16, 4096) == expected == 2_147_483_648
+    gen = phases(st)[G]
+    assert gen["kv_cache"] == expected
+    # last decode step: one layer's torch.cat copy + bf16 logits, fp32 copy and probabilities of 16 rows
+    assert gen["generation_transient"] == expected // 16 + 16 * V * (2 + 4 + 4)
+    assert st.loss.forward_peak == 2 * 2 * 8 * 3585 * V  # logits_to_keep = completion_len + 1
+
+
+def test_grpo_prefill_dominates_with_long_prompts():
+    st = step(stage="grpo", method="lora", micro_batch_size=8, grad_accum=2, completion_len=1024)
+    gen = phases(st)[G]
+    assert gen["kv_cache"] == 16 * 8 * 64 * 1024 * 2 * 2 * 16  # the prompts' cache
+    # one no_grad block over 16 × 1024 prompt tokens: residual, normed copy, gate, up, act(gate)
+    assert gen["generation_transient"] == 2 * 16 * 1024 * (3 * 8192 + 2 * 2048)
 
 
 def test_grpo_default_has_no_reference_and_no_scoring_pass_with_hf_generate():
