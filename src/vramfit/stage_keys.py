@@ -1,10 +1,10 @@
 """The scenario keys of a training stage (``stage``, ``reference``, GRPO's generation keys) and their
 rules, kept apart from :mod:`vramfit.scenario` so that its table stays a table.
 
-Defaults are TRL's at v1.9.0 (commit 35def3ee000a87f6839e66f4b7749b06274ed1b3):
-``GRPOConfig.num_generations = 8``, ``max_completion_length = 256``, ``vllm_gpu_memory_utilization = 0.3``,
-``beta = 0.0`` (trl/trainer/grpo_config.py); ``PPOConfig.response_length = 53``
-(trl/experimental/ppo/ppo_config.py).
+Defaults are TRL 1.16.0's: ``GRPOConfig.num_generations = 8`` (trl/trainer/grpo_config.py:480),
+``max_completion_length = 512`` (:494), ``vllm_gpu_memory_utilization = 0.3`` (:656), ``beta = 0.0``
+(:681). PPO left TRL after v1.9.0; its ``PPOConfig.response_length = 53`` is read at v1.9.0
+(commit 35def3ee000a87f6839e66f4b7749b06274ed1b3, trl/experimental/ppo/ppo_config.py:151).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from vramfit.errors import ScenarioError
 
 #: TRL's defaults (module docstring for the source).
 GRPO_NUM_GENERATIONS = 8
-GRPO_COMPLETION_LEN = 256
+GRPO_COMPLETION_LEN = 512
 PPO_COMPLETION_LEN = 53
 VLLM_GPU_MEMORY_UTILIZATION = 0.3
 

@@ -44,14 +44,34 @@ def test_dpo_with_lora_is_sft_of_twice_the_batch_with_no_reference_weights():
     assert {ph: dpo[ph] for ph in sft} == sft
     assert "reference_model" not in dpo[StepPhase.FORWARD]
     extra = {k: v - sft[StepPhase.FORWARD].get(k, 0) for k, v in dpo[S].items()}
-    # 4 sequences × 2048 tokens of bf16 logits plus one row's log_softmax (trl utils.py selective_log_softmax)
-    assert {k: v for k, v in extra.items() if v} == {"score_logits": 2 * (4 * 2048 + 2048) * V}
+    # the reference pass's largest moment: one no_grad block over 4 × 2048 tokens (bf16 residual,
+    # normed copy, gate, up, act(gate); intermediate 8192, hidden 2048)
+    assert {k: v for k, v in extra.items() if v} == {"score_logits": 2 * 4 * 2048 * (3 * 8192 + 2 * 2048)}
 
 
-def test_dpo_standard_loss_is_selective_log_softmax_over_the_pairs():
+def test_short_reference_pass_peaks_in_the_fused_head():
+    """1 pair of 512 tokens: the fused LM head's masked hidden states (bf16), one [4096, 32768] bf16
+    tile (fewer than 4096 tokens: N rows of 32768) and seven fp32 per-token vectors
+    (trl/kernels/chunked_logprob.py) beat the block (2 × 1024 × 28672 = 58,720,256)."""
+    p = phases(step(stage="dpo", method="lora", seq_len=512))
+    N = 2 * 512
+    assert p[S]["score_logits"] == 2 * N * 2048 + 2 * N * 32768 + 7 * 4 * N == 71_331_840
+
+
+def test_dpo_standard_loss_is_the_fused_head_over_the_pairs():
     st = step(stage="dpo", method="lora", micro_batch_size=2)
-    T = 2 * 2 * 2048  # pairs × (chosen, rejected) × tokens
-    assert st.loss.forward_peak == 2 * 2 * T * V and st.loss.saved == 2 * T * V
+    N = 2 * 2 * 2048  # pairs × (chosen, rejected) × tokens
+    saved = 2 * N * 2048 + 12 * N
+    assert st.loss.saved == saved and st.loss.forward_peak == saved + 2 * 4096 * 32768 + 24 * N
+    assert st.loss.backward_peak == saved + 6 * N * 2048 + 2 * 4096 * 32768  # frozen lm_head: no weight gradient
+    full = step(stage="dpo", method="full", micro_batch_size=2)
+    assert full.loss.backward_peak - st.loss.backward_peak == 4 * V * 2048  # the fp32 lm_head gradient
+
+
+def test_orpo_and_simpo_build_the_full_logits():
+    st = step(stage="orpo", method="lora", micro_batch_size=2)
+    T = 2 * 2 * 2048
+    assert st.loss.saved == 2 * T * V and st.loss.forward_peak == 2 * 2 * T * V
 
 
 def test_full_dpo_adds_a_frozen_copy_in_the_policys_load_dtype():
@@ -81,7 +101,8 @@ def test_precomputed_reference_and_reference_free_losses_keep_no_reference():
 def test_kto_runs_one_completion_per_example():
     kto, sft = step(stage="kto", method="lora", micro_batch_size=2), step(method="lora", micro_batch_size=2)
     assert kto.acts == sft.acts
-    assert phases(kto)[S]["score_logits"] == 2 * (2 * 2048 + 2048) * V
+    N = 2 * 2048  # two completions, not pairs: the fused head (hidden states, tile, fp32 vectors)
+    assert phases(kto)[S]["score_logits"] == 2 * N * 2048 + 2 * 4096 * 32768 + 7 * 4 * N
 
 
 def test_grpo_kv_cache_is_layers_kv_heads_head_dim_tokens_two_dtype():
@@ -94,7 +115,8 @@ def test_grpo_kv_cache_is_layers_kv_heads_head_dim_tokens_two_dtype():
     assert gen["kv_cache"] == expected
     # last decode step: one layer's torch.cat copy + bf16 logits, fp32 copy and probabilities of 16 rows
     assert gen["generation_transient"] == expected // 16 + 16 * V * (2 + 4 + 4)
-    assert st.loss.forward_peak == 2 * 2 * 8 * 3585 * V  # logits_to_keep = completion_len + 1
+    N = 8 * 3584  # the completion's tokens (the prompt's labels are -100)
+    assert st.loss.saved == 2 * N * 2048 + 12 * N
 
 
 def test_grpo_prefill_dominates_with_long_prompts():
@@ -155,6 +177,6 @@ def test_bad_combinations_name_the_keys(keys, message):
 
 def test_replace_stage_drops_the_old_stages_keys():
     sc = parse_scenario({"model": M, "stage": "grpo", "micro_batch_size": 8})
-    assert sc.num_generations == 8 and sc.completion_len == 256
+    assert sc.num_generations == 8 and sc.completion_len == 512
     back = sc.replace(stage="sft")
     assert back.num_generations is None and back.completion_len is None

@@ -5,8 +5,8 @@ A stage (scenario key ``stage``) is modelled as the SFT step of the policy's own
 the micro-batch holds twice the pairs) plus contributors of its own (:mod:`.preference`, :mod:`.rl`):
 the reference model, the no_grad scoring passes (``StepPhase.SCORE``), the rollouts
 (``StepPhase.GENERATE``) and the models PPO adds. The core contributors stay as they are
-(docs/extending.md). TRL is the reference implementation, at v1.9.0
-(commit 35def3ee000a87f6839e66f4b7749b06274ed1b3); each fact cites its file there.
+(docs/extending.md). TRL 1.16.0 is the reference implementation (PPO, removed
+after v1.9.0, is read at v1.9.0); each fact cites its file and line.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Stages whose chosen and rejected completions run as one concatenated batch (the micro-batch counts
 #: pairs): DPO ``torch.cat((prompt_ids, completion_ids))`` of chosen then rejected
-#: (trl/trainer/dpo_trainer.py:355-357); ORPO and CPO/SimPO ``concatenated_forward``
+#: (trl/trainer/dpo_trainer.py:351); ORPO and CPO/SimPO ``concatenated_forward``
 #: (trl/experimental/orpo/orpo_trainer.py, trl/experimental/cpo/cpo_trainer.py). KTO scores one
 #: completion per example (trl/trainer/kto_trainer.py).
 PAIRED = (Stage.DPO, Stage.ORPO, Stage.SIMPO)
@@ -51,8 +51,9 @@ def reference(sc: Scenario) -> Reference:
 
     DPO/KTO/PPO: no ``ref_model`` given -> none kept for a PEFT model (the adapters are disabled for
     the reference pass), else a frozen copy created from the same path and init kwargs
-    (dpo_trainer.py:893-908; kto_trainer.py; experimental/ppo/ppo_trainer.py:439-444). GRPO: the
-    reference is loaded only when ``beta != 0``, and ``beta`` defaults to 0.0 (grpo_config.py:671).
+    (dpo_trainer.py:909-927, kto_trainer.py:920; v1.9.0 experimental/ppo/ppo_trainer.py:439-444).
+    GRPO: the reference is loaded only when ``beta != 0`` (grpo_trainer.py:984-990), and ``beta``
+    defaults to 0.0 (grpo_config.py:681).
     """
     if sc.reference is not Reference.AUTO:
         return sc.reference

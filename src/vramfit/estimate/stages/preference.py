@@ -1,15 +1,19 @@
 """DPO, KTO, ORPO, SimPO: the reference model, the reference (and KTO's KL) passes, the log-prob loss.
 
-TRL v1.9.0 (commit 35def3ee000a87f6839e66f4b7749b06274ed1b3):
+TRL 1.16.0 (the version the config import reads; file:line in the installed package):
 
 * the reference is a frozen copy created from the policy's path with the policy's init kwargs (same
   dtype) for full fine-tuning, none for PEFT (adapters disabled) or with ``precompute_ref_log_probs``
-  (trl/trainer/dpo_trainer.py:893-908); it is wrapped by ``prepare_deepspeed``, which keeps ZeRO-3
-  and turns every other stage into stage 0 (a whole copy per GPU), or by ``prepare_fsdp`` (sharded),
-  else ``accelerator.prepare_model(evaluation_mode=True)`` (a whole copy) (trl/models/utils.py);
-* the reference pass runs under ``torch.no_grad`` inside the policy's loss, while the policy's
-  outputs are still referenced (dpo_trainer.py:1329-1390): its logits meet the policy's forward;
-* log-probs come from ``selective_log_softmax``, a per-row loop (trl/trainer/utils.py:479-518).
+  unless FSDP is on (trl/trainer/dpo_trainer.py:909, kto_trainer.py:920); it is wrapped by
+  ``prepare_deepspeed``, which keeps ZeRO-3 and turns every other stage into stage 0 (a whole copy
+  per GPU, trl/models/utils.py:285), by ``prepare_fsdp`` (sharded, :292), else by
+  ``accelerator.prepare_model(evaluation_mode=True)`` (a whole copy);
+* DPO and KTO score log-probs with the fused LM head (``add_fused_lm_head``, trainer/utils.py:1548):
+  ``ChunkedLogProbFunction`` projects [4096 tokens x 32768 vocabulary] tiles and never builds the
+  logits (trl/kernels/chunked_logprob.py:30, 341-386, 406-413); the reference pass runs under
+  ``torch.no_grad`` inside the policy's loss (dpo_trainer.py:1285-1340);
+* ORPO and CPO/SimPO (trl/experimental/orpo, trl/experimental/cpo ``concatenated_forward``) build the
+  full logits and take ``selective_log_softmax``, a per-row loop (trainer/utils.py:538-600).
 """
 
 from __future__ import annotations
@@ -50,16 +54,33 @@ def frozen_copy_bytes(step: Step) -> int:
 
 
 def policy_tokens(sc: Scenario) -> int:
-    """Tokens whose logits the policy's loss reads, per micro-batch.
+    """Tokens whose log-probs the policy's loss reads, per micro-batch.
 
-    Paired stages: chosen and rejected (2 x micro_batch_size sequences); GRPO: the completion only,
-    ``logits_to_keep = completion_len + 1`` (grpo_trainer.py:1374-1376); PPO: the whole sequence
-    (experimental/ppo/ppo_trainer.py ``forward`` returns full logits, sliced afterwards)."""
+    Paired stages: chosen and rejected (2 x micro_batch_size sequences), every token counted (the
+    prompt's share is not a scenario key: an upper bound); GRPO: the completion only, the prompt's
+    labels are -100 (grpo_trainer.py:1495-1498); PPO: the whole sequence (its ``forward`` returns the
+    full logits, sliced afterwards; trl v1.9.0 trl/experimental/ppo/ppo_trainer.py)."""
     from vramfit.estimate.stages import PAIRED
 
     if sc.stage is Stage.GRPO:
-        return sc.micro_batch_size * (sc.completion_len + 1)
+        return sc.micro_batch_size * sc.completion_len
     return (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size * sc.seq_len
+
+
+#: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
+FUSED_HEAD = (Stage.DPO, Stage.KTO, Stage.GRPO)
+TOKEN_TILE, VOCAB_TILE = 4096, 32768  # chunked_logprob.py:31 TOKEN_CHUNK_SIZE, utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE
+
+
+def chunked_logprobs(N: int, V: int, H: int, cb: int, head_grad: bool, detail: str) -> LossMemory:
+    """``ChunkedLogProbFunction`` over N tokens: saved the masked hidden states (cb·N·H), int64
+    targets and fp32 log_z (12·N); forward: one [4096, 32768] tile in the compute dtype and six fp32
+    per-token accumulators; backward: the fp32 input gradient (4·N·H) and its cast (cb·N·H), the
+    tile, and the fp32 weight gradient (4·V·H) when the output layer trains."""
+    tile = cb * min(N, TOKEN_TILE) * min(V, VOCAB_TILE)
+    saved = cb * N * H + 12 * N
+    backward = saved + (4 + cb) * N * H + tile + (4 * V * H if head_grad else 0)
+    return LossMemory(saved, saved + tile + 6 * 4 * N, backward, detail)
 
 
 def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemory:
@@ -77,15 +98,17 @@ def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemor
 
 
 def stage_loss(step: Step) -> LossMemory:
-    """The policy's loss tensors: log-probs from ``selective_log_softmax`` for a standard loss; a fused
-    (Liger, ``use_liger_kernel``) or chunked loss keeps the SFT model of it over the policy's tokens."""
+    """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
+    of it over the policy's tokens): TRL's fused LM head or ``selective_log_softmax`` on the logits."""
     sc = step.sc
     if sc.loss is not Loss.STANDARD:
         return step.loss
+    T, V = policy_tokens(sc), vocab_rows(step.spec)
+    if sc.stage in FUSED_HEAD:
+        return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, step.lm_head_trainable,
+                                f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens")
     lb = logits_bytes_per_element(sc, step.profile)
-    row = sc.completion_len + 1 if sc.stage is Stage.GRPO else sc.seq_len
-    T = policy_tokens(sc)
-    return selective_logps(T, row, vocab_rows(step.spec), lb,
+    return selective_logps(T, sc.seq_len, V, lb,
                            f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
 
 
@@ -97,20 +120,28 @@ def no_grad_block(step: Step, tokens: int) -> int:
     return cb * tokens * (3 * inter + 2 * spec.hidden_size)
 
 
-def scoring_pass(step: Step, sequences: int, row: int, logit_rows: int) -> Iterator[Contribution]:
-    """A no_grad log-prob pass over ``sequences`` x ``row`` tokens whose logits cover ``logit_rows``
-    tokens: its block working set, then the logits and one row's log_softmax (utils.py:506-518)."""
-    lb = logits_bytes_per_element(step.sc, step.profile)
-    V = vocab_rows(step.spec)
-    logits = lb * (logit_rows + logit_rows // max(1, sequences)) * V
-    yield Contribution("score_logits", SCORE, max(logits, no_grad_block(step, sequences * row)))
+def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[Contribution]:
+    """A no_grad log-prob pass over ``sequences`` x ``row`` tokens that scores ``scored`` tokens: one
+    block's working set, then the head: the fused head's masked hidden states, tile and fp32
+    accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
+    sc, V = step.sc, vocab_rows(step.spec)
+    if sc.stage in FUSED_HEAD:
+        cb = sc.precision.compute_bytes
+        head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
+    else:
+        lb = logits_bytes_per_element(sc, step.profile)
+        head = lb * (scored + scored // max(1, sequences)) * V
+    yield Contribution("score_logits", SCORE, max(head, no_grad_block(step, sequences * row)))
 
 
 def reference_model(step: Step) -> Iterator[Contribution]:
     """A frozen reference copy, resident in every phase."""
     from vramfit.estimate.stages import reference
 
-    if reference(step.sc) is Reference.COPY:
+    sc = step.sc
+    ref = reference(sc)
+    fsdp_keeps = ref is Reference.PRECOMPUTED and sc.parallelism is Parallelism.FSDP and sc.method is Method.FULL
+    if ref is Reference.COPY or fsdp_keeps:  # precompute is ignored under FSDP (dpo_trainer.py:909)
         copy = frozen_copy_bytes(step)
         for phase in EVERY_PHASE:
             yield Contribution("reference_model", phase, copy)
@@ -145,7 +176,7 @@ def describe(step: Step) -> list[str]:
     ref = reference(sc)
     batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
              if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
-    out = [f"Stage {sc.stage.value} as TRL v1.9.0 runs it; micro_batch_size counts {batch}."]
+    out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
     how = {
         Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
                         + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")

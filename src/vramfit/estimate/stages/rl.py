@@ -1,21 +1,22 @@
 """GRPO and PPO: rollouts (``StepPhase.GENERATE``), their scoring passes (``StepPhase.SCORE``), a
 colocated vLLM engine, PPO's value and reward models.
 
-TRL v1.9.0 (commit 35def3ee000a87f6839e66f4b7749b06274ed1b3), transformers 5.24.0:
+TRL 1.16.0 and transformers 5.24.0 (PPO: TRL v1.9.0, commit 35def3ee000a87f6839e66f4b7749b06274ed1b3,
+the last release with it):
 
 * GRPO generates ``generation_batch_size / num_processes`` completions per GPU at once, which is
   ``per_device_train_batch_size × steps_per_generation`` and ``steps_per_generation`` defaults to
-  ``gradient_accumulation_steps`` (trl/trainer/grpo_config.py:511-520): micro_batch_size × grad_accum;
+  ``gradient_accumulation_steps`` (trl/trainer/grpo_config.py:521-530): micro_batch_size × grad_accum;
 * HF ``generate`` keeps a ``DynamicCache`` whose layers grow by ``torch.cat`` (transformers
   cache_utils.py ``DynamicLayer.update``), asks for the last position's logits only
   (``logits_to_keep = 1``, generation/utils.py) and copies them to fp32 before the logits processors
   and ``softmax`` (generation/utils.py ``_sample``);
-* vLLM colocated takes ``vllm_gpu_memory_utilization`` of the card (grpo_config.py:646); with sleep
-  mode TRL calls ``llm.sleep(level=2)`` after generating (trl/generation/vllm_generation.py:702),
+* vLLM colocated takes ``vllm_gpu_memory_utilization`` of the card (grpo_config.py:656); with sleep
+  mode TRL calls ``llm.sleep(level=2)`` after generating (trl/generation/vllm_generation.py:751),
   which frees its weights and KV cache until the next rollout;
 * the scoring passes (old-policy log-probs, always with vLLM for importance sampling; the reference
-  when beta != 0) run under no_grad in chunks of ``per_device_train_batch_size`` over the completion's
-  logits (grpo_trainer.py:2434, 2553-2610);
+  when beta != 0) run under no_grad in chunks of ``per_device_train_batch_size`` through the fused LM
+  head over the completion's tokens (grpo_trainer.py:2505, 2642-2650);
 * PPO (trl/experimental/ppo/ppo_trainer.py): rollouts in chunks of ``local_rollout_forward_batch_size``
   (64, ppo_config.py:141); the value model is trained with the policy (``PolicyAndValueWrapper``,
   line 275) and is not wrapped by PEFT; the reward model is frozen.
@@ -45,7 +46,7 @@ PPO_ROLLOUT_CHUNK = 64  # PPOConfig.local_rollout_forward_batch_size (trl/experi
 
 def scores_rollouts(sc: Scenario) -> bool:
     """A no_grad scoring pass after the rollouts: PPO always (reference, value, reward); GRPO with vLLM
-    (importance sampling correction, default True, grpo_config.py:915) or with a reference."""
+    (importance sampling correction, default True, grpo_config.py:925) or with a reference."""
     from vramfit.estimate.stages import has_reference_pass
 
     if sc.stage is Stage.PPO:
@@ -127,7 +128,7 @@ def rl_score(step: Step) -> Iterator[Contribution]:
         return
     yield from _persistent(step, SCORE)
     if sc.stage is Stage.GRPO:
-        yield from scoring_pass(step, sc.micro_batch_size, sc.seq_len, sc.micro_batch_size * (sc.completion_len + 1))
+        yield from scoring_pass(step, sc.micro_batch_size, sc.seq_len, sc.micro_batch_size * sc.completion_len)
     else:
         B = generation_batch(sc)
         yield from scoring_pass(step, B, sc.seq_len, B * sc.seq_len)
