@@ -100,10 +100,7 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
         kw["vllm_gpu_memory_utilization"] = fraction("vllm_gpu_memory_utilization", raw["vllm_gpu_memory_utilization"],
                                                      lo_open=True)
     elif colocate:
-        kw["vllm_gpu_memory_utilization"] = VLLM_GPU_MEMORY_UTILIZATION
-        if "gpu" not in raw:
-            raise ScenarioError("gpu", "generation=vllm-colocate takes vllm_gpu_memory_utilization × the card's "
-                                       "memory: name the card (gpu)")
+        kw["vllm_gpu_memory_utilization"] = VLLM_GPU_MEMORY_UTILIZATION  # the card is needed to estimate (rl.py)
     if stage in GENERATES:
         kw.setdefault("completion_len", GRPO_COMPLETION_LEN if stage is Stage.GRPO else PPO_COMPLETION_LEN)
         seq = kw.get("seq_len", 2048)

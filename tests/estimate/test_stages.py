@@ -165,7 +165,6 @@ def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
     ({"stage": "grpo", "reference": "precomputed", "micro_batch_size": 8}, "reference: grpo scores its own"),
     ({"stage": "grpo"}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
                         r"grad_accum = 1\), as TRL requires; got 8"),
-    ({"stage": "grpo", "micro_batch_size": 8, "generation": "vllm-colocate"}, "gpu: generation=vllm-colocate takes"),
     ({"stage": "grpo", "micro_batch_size": 8, "seq_len": 256}, "completion_len: must be shorter than seq_len"),
     ({"stage": "dpo", "generation": "vllm-server"}, "generation: is a key of stage grpo, not dpo"),
     ({"stage": "grpo", "micro_batch_size": 8, "vllm_sleep": True}, "vllm_sleep: applies to generation=vllm-colocate"),
@@ -173,6 +172,11 @@ def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
 def test_bad_combinations_name_the_keys(keys, message):
     with pytest.raises(ScenarioError, match=message):
         parse_scenario({"model": M, **keys})
+
+
+def test_colocated_vllm_needs_the_card():
+    with pytest.raises(ScenarioError, match="gpu: generation=vllm-colocate takes vllm_gpu_memory_utilization"):
+        step(stage="grpo", micro_batch_size=8, generation="vllm-colocate")
 
 
 def test_replace_stage_drops_the_old_stages_keys():

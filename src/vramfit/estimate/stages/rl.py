@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Generation, Method, Parallelism, Quantize, Stage
+from vramfit.errors import ScenarioError
 from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
 from vramfit.estimate.phases import Contribution, StepPhase
 from vramfit.estimate.stages.preference import frozen_copy_bytes, no_grad_block, reference_model, scoring_pass
@@ -77,8 +78,10 @@ def _persistent(step: Step, phase: StepPhase) -> Iterator[Contribution]:
 
 def vllm_bytes(step: Step) -> int:
     """vLLM's share of the card: gpu_memory_utilization × the memory CUDA reports (vLLM's total)."""
-    card = step.card
-    return int(step.sc.vllm_gpu_memory_utilization * card.usable_bytes) if card is not None else 0
+    if step.card is None:
+        raise ScenarioError("gpu", "generation=vllm-colocate takes vllm_gpu_memory_utilization × the card's memory: "
+                                   "name the card (gpu)")
+    return int(step.sc.vllm_gpu_memory_utilization * step.card.usable_bytes)
 
 
 def hf_generate(step: Step) -> Iterator[Contribution]:
