@@ -184,3 +184,23 @@ def test_replace_stage_drops_the_old_stages_keys():
     assert sc.num_generations == 8 and sc.completion_len == 512
     back = sc.replace(stage="sft")
     assert back.num_generations is None and back.completion_len is None
+
+
+def test_kv_cache_reproduces_unsloths_published_figure():
+    """unsloth.ai/blog/grpo (2025-02-20), 'GRPO VRAM Breakdown': Llama 3.1 8B, "Inference KV Cache for
+    20K context (GB) 2.5GB" = one sequence of 20 × 1024 tokens, 32 layers × 8 KV heads × 128 × K,V × bf16."""
+    spec = resolve_model("meta-llama/Llama-3.1-8B").spec
+    st = compute(spec, parse_scenario({"model": "meta-llama/Llama-3.1-8B", "stage": "grpo", "micro_batch_size": 8}))
+    assert kv_cache_bytes(st, 1, 20 * 1024) == int(2.5 * 2**30)
+
+
+def test_measured_stage_rows_are_valid_scenarios_with_a_source():
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(x) for x in (Path(__file__).resolve().parents[2] / "benchmarks/data/measured/stages.jsonl")
+            .read_text().splitlines() if x.strip()]
+    assert rows
+    for row in rows:
+        sc = parse_scenario(row["scenario"])
+        assert sc.stage.value != "sft" and row["source"] and isinstance(row["measured"]["bytes"], int)
