@@ -170,6 +170,10 @@ def describe_rl(step: Step) -> list[str]:
     out = [f"Rollouts: {B} completions per GPU generated at once, {sc.seq_len - sc.completion_len} prompt + "
            f"{sc.completion_len} completion tokens"
            + (f", {sc.num_generations} per prompt" if sc.stage is Stage.GRPO else "") + "."]
+    if sc.stage is Stage.GRPO:
+        per_step = sc.effective_batch
+        out.append(f"Per optimizer step: {per_step} completions = {per_step // sc.num_generations} prompts × "
+                   f"{sc.num_generations} generations (the effective batch counts completions, as TRL's does).")
     if sc.generation is Generation.HF:
         out.append(f"Generation with transformers generate: KV cache {kv_cache_bytes(step, B, sc.seq_len) / 2**30:,.2f} GiB "
                    "(2 × layers × kv_heads × head_dim × tokens × dtype, every layer full length).")
