@@ -150,7 +150,7 @@ def reference_model(step: Step) -> Iterator[Contribution]:
 def preference_score(step: Step) -> Iterator[Contribution]:
     """The reference (and KTO's KL) pass at the end of the policy's forward: everything alive then,
     plus the pass's logits. KTO runs one completion per example and the KL pass
-    (kto_trainer.py:1249-1272) and the reference pass one after the other."""
+    under no_grad (kto_trainer.py:1337 _compute_kl_logps) and the reference pass one after the other."""
     from vramfit.estimate.contributions import CONTRIBUTORS
     from vramfit.estimate.stages import PAIRED
 
