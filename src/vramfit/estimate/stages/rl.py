@@ -178,9 +178,11 @@ def describe_rl(step: Step) -> list[str]:
         out.append(f"Generation with transformers generate: KV cache {kv_cache_bytes(step, B, sc.seq_len) / 2**30:,.2f} GiB "
                    "(2 × layers × kv_heads × head_dim × tokens × dtype, every layer full length).")
     elif sc.generation is Generation.VLLM_COLOCATE:
-        out.append(f"vLLM colocated: {sc.vllm_gpu_memory_utilization:g} × the card = {vllm_bytes(step) / 2**30:,.2f} GiB "
-                   + ("while generating only (sleep mode level 2)." if sc.vllm_sleep else
-                      "held through training too (no sleep mode)."))
+        out.append(f"vLLM colocated: {sc.vllm_gpu_memory_utilization:g} × {step.card.name} = "
+                   f"{vllm_bytes(step) / 2**30:,.2f} GiB "
+                   + ("while generating only (sleep mode level 2)" if sc.vllm_sleep else
+                      "held through training too (no sleep mode)")
+                   + "; on another card it takes that card's fraction (estimate with its gpu).")
     else:
         out.append("vLLM server on GPUs of its own (trl vllm-serve): none of its memory is on these GPUs; "
                    "count those GPUs separately.")
