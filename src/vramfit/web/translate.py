@@ -210,12 +210,20 @@ RULES: list[tuple[str, str]] = [
      "o recálculo seletivo não existe no transformers: escreve-se checkpointing completo"),
     (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel=True \(fused\) instead$",
      "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel=True (fundida)"),
+    (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true \(fused\) instead$",
+     "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel: true (fundida)"),
+    (r"^train\.py is your training script; --export trl writes one that runs these settings$",
+     "train.py é o teu script de treino; --export trl escreve um que corre estas definições"),
     (r"^the plan was sized for (\S+); written as the matching (ZeRO stage|FSDP sharding)$",
      "o plano foi dimensionado para $1; escrito como o equivalente ($2)"),
     (r"^the plan needs no sharding: ZeRO stage 0 is plain data parallelism$",
      "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
     (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",
      "o plano não precisa de repartição: escreve-se FULL_SHARD na mesma (menos memória, mais tráfego)"),
+    (r"^the plan is sized for stage (\S+), but these files run the supervised step \(SFTTrainer\): write the (\S+) "
+     r"yourself with the same batch, length and sharding$",
+     "o plano foi dimensionado para a etapa $1, mas estes ficheiros correm o passo supervisionado (SFTTrainer): "
+     "escreve tu o $2 com o mesmo lote, comprimento e repartição"),
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
     (r"^(\w+): must be an integer from (\d+) to (\d+), got (.+)$", "$1: tem de ser um número inteiro entre $2 e $3 (recebido: $4)"),
