@@ -12,9 +12,12 @@ import math
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramfit.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from vramfit.estimate.deepspeed import DeepSpeedConfig
 
 
 class _Choice(str, Enum):
@@ -143,6 +146,20 @@ class Framework(_Choice):
     LITGPT = "litgpt"
 
 
+class KbitPrepare(_Choice):
+    """Whether the QLoRA recipe runs peft's ``prepare_model_for_kbit_training`` (it casts every
+    non-quantized parameter - norms, embeddings, head - to fp32: peft v0.21.2 src/peft/utils/other.py).
+
+    ``auto`` follows the framework profile (the HF Trainer recipes call it; torchtune, litgpt, Answer.AI's
+    FSDP+QLoRA script and Unsloth do not); peft skips GPTQ models whatever is asked
+    (``is_gptq_quantized``, same file). Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class Offload(_Choice):
     NONE = "none"
     OPTIMIZER = "optimizer"
@@ -187,6 +204,12 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    # the DeepSpeed config (path or mapping) whose zero_optimization keys size the ZeRO buffers; None: the
+    # HF docs' example config ("auto" buckets) - estimate/deepspeed.py (extension)
+    deepspeed_config: DeepSpeedConfig | None = None
+    kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
+    # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
+    framework_version: str | None = None
 
     @property
     def trains_adapters(self) -> bool:
@@ -208,7 +231,9 @@ class Scenario:
         """The scenario as JSON-ready plain values, every key present."""
         out = asdict(self)
         for k, v in out.items():
-            if isinstance(v, Enum):
+            if k == "deepspeed_config" and self.deepspeed_config is not None:
+                out[k] = self.deepspeed_config.to_dict()
+            elif isinstance(v, Enum):
                 out[k] = v.value
             elif isinstance(v, tuple):
                 out[k] = list(v)
@@ -244,6 +269,7 @@ _ENUM_KEYS: dict[str, type[_Choice]] = {
     "offload": Offload,
     "framework": Framework,
     "quantize_experts": QuantizeExperts,
+    "kbit_prepare": KbitPrepare,
 }
 
 _INT_LIMITS: dict[str, tuple[int, int]] = {
@@ -363,6 +389,37 @@ def fraction(key: str, value: Any, lo_open: bool) -> float:
     return out
 
 
+_ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # the config importer's map (config_import/hf_common.py)
+
+
+def _deepspeed_keys(raw: dict[str, Any], kw: dict[str, Any]) -> None:
+    """``deepspeed_config``: typed; its stage and offload set parallelism/offload when those are not given
+    and must agree with them when they are."""
+    if "deepspeed_config" not in raw:
+        return
+    from vramfit.estimate.deepspeed import parse
+
+    cfg = parse(raw["deepspeed_config"])
+    kw["deepspeed_config"] = cfg
+    if cfg.stage is not None:
+        par = Parallelism(_ZERO[cfg.stage])
+        if "parallelism" not in kw:
+            kw["parallelism"] = par
+        elif kw["parallelism"] is not par:
+            raise ScenarioError("deepspeed_config", f"zero_optimization.stage {cfg.stage} means parallelism "
+                                f"{par.value}, but parallelism is {kw['parallelism'].value}", [par.value])
+    # parameter-only offload has no layout of its own: counted as none, as the config importer does
+    off = (Offload.OPTIMIZER_PARAMS if cfg.offload_param else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
+    if "offload" not in kw:
+        kw["offload"] = off
+    elif kw["offload"] is not off:
+        raise ScenarioError("deepspeed_config", f"its offload sections mean offload {off.value}, but offload is "
+                            f"{kw['offload'].value}", [off.value])
+    if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+        raise ScenarioError("deepspeed_config", "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
+                            ["zero1", "zero2", "zero3"])
+
+
 def parse_scenario(data: Any) -> Scenario:
     """Validate a mapping of scenario keys into a :class:`Scenario`.
 
@@ -431,6 +488,11 @@ def parse_scenario(data: Any) -> Scenario:
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
 
+    _deepspeed_keys(raw, kw)
+    if "framework_version" in raw:
+        from vramfit.estimate.framework import check_version
+
+        kw["framework_version"] = check_version(kw.get("framework", Framework.HF), raw["framework_version"])
     num_gpus = kw.get("num_gpus", 1)
     if "parallelism" not in kw:
         kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else Parallelism.DDP

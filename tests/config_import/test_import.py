@@ -10,7 +10,7 @@ from vramfit.errors import ScenarioError
 
 FIX = Path(__file__).parent / "fixtures"
 
-BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard"}
 
 EXPECTED = {

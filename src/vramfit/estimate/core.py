@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
 from vramfit.estimate.constants import (
     CUDA_CONTEXT,
-    DS_AUTO_REDUCE_BUCKET_PER_H2,
     FSDP_INFLIGHT_ALLGATHERS,
     K_ROUND_LARGE,
     NCCL_CHANNELS,
@@ -207,13 +206,9 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         # gradient_as_bucket_view=False (default): buckets are a second copy of all gradients
         # (pytorch/pytorch PR #41954; Lightning DDP optimizations doc)
         return parts.gradients
-    bucket = 2 * DS_AUTO_REDUCE_BUCKET_PER_H2.value * h * h  # HF "auto" reduce_bucket_size, 16-bit elements
-    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
-        return bucket
+    if sc.parallelism in _DS:
+        return _zero_buffers(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
-    if sc.parallelism is Parallelism.ZERO3:
-        # current + prefetched layer (stage3_prefetch_bucket_size = 0.9 h^2 "auto") + reduce bucket
-        return 2 * layer + bucket
     if sc.parallelism is Parallelism.FSDP:
         # two all-gathers in flight (FSDP_INFLIGHT_ALLGATHERS); the root unit (embeddings, final
         # norm, lm_head) stays gathered until the end of backward
@@ -227,6 +222,34 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         return 2 * layer  # unsharded gradients of the unit being reduce-scattered
     return 0
+
+
+def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """ZeRO reduce buckets and (stage 3) gathered parameters, sized from the scenario's DeepSpeed config
+    (estimate/deepspeed.py; the HF docs' example config when none is given)."""
+    from vramfit.estimate import deepspeed as ds
+
+    stage = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}[sc.parallelism]
+    z = ds.resolve(sc.deepspeed_config, spec.hidden_size, stage)
+    grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
+    ipg = ds.ipg_bytes(z, stage, grad_dtype)
+    if stage < 3:
+        return ipg
+    layer = _layer_param_bytes(spec, sc, profile)
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
+    if quantized:  # a packed 4-bit parameter's ds_numel is its uint8 storage: one byte per element
+        per_elem = 1.0
+    else:
+        per_elem = layer / max(1, elems)
+    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+        head *= 2
+    largest_block = max(
+        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
+         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
+    model = layer * spec.num_hidden_layers + head
+    return ipg + ds.gathered_bytes(z, per_elem, max(head, largest_block), model)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

@@ -7,11 +7,13 @@ choice with more than two values is an enum, and code never compares the display
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, Method, Precision
+from vramfit.errors import ScenarioError
+from vramfit.scenario import Framework, KbitPrepare, Method, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -24,6 +26,18 @@ class LossLayout(str, Enum):
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
+    # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
+    # in the model, then `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss
+    HF_UPCAST_IN_MODEL = "hf-upcast-in-model"
+
+
+@dataclass(frozen=True)
+class FrameworkVersion:
+    """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
+
+    name: str  # the scenario's framework_version value
+    source: str  # the release and file where the behaviour differs
+    changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
 
 
 class OptimizerImpl(str, Enum):
@@ -95,6 +109,12 @@ class FrameworkProfile:
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
     default_precision: tuple[tuple[Method, Precision], ...] = (
         (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
+    # peft v0.21.2; each profile names its own)
+    version: str = ""
+    # older releases whose code keeps different tensors, each citing the release that differs
+    # (e.g. transformers v4.44.2 logits.float(), peft v0.11.1 base-dtype adapters)
+    older_versions: tuple[FrameworkVersion, ...] = ()
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -123,6 +143,21 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # AdamW keeps its states in the parameter dtype. transformers 4 loaded fp32 (= bf16-mixed).
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="transformers-5.24+peft-0.21",
+        older_versions=(
+            FrameworkVersion(
+                "transformers-4.44",
+                "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+            ),
+            FrameworkVersion(
+                "peft-0.11",
+                "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
+                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
+                (("adapters_fp32", False), ("lora_casts_input", False)),
+            ),
+        ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
@@ -146,6 +181,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="torchtune-0.4",
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -168,12 +204,47 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true
         default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="lit-gpt@8641822",
     ),
 }
 
 
-def profile_for(framework: Framework) -> FrameworkProfile:
-    return PROFILES[framework]
+def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
+    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    profile = PROFILES[framework]
+    for old in profile.older_versions:
+        if old.name == version:
+            return replace(profile, version=old.name, **dict(old.changes))
+    return profile
+
+
+def known_versions(framework: Framework) -> list[str]:
+    profile = PROFILES[framework]
+    return [profile.version] + [v.name for v in profile.older_versions]
+
+
+def check_version(framework: Framework, value: Any) -> str:
+    """A framework_version the profile knows, else one ScenarioError listing them."""
+    valid = known_versions(framework)
+    text = value.strip() if isinstance(value, str) else value
+    if text not in valid:
+        raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
+    return text
+
+
+def scenario_profile(sc) -> FrameworkProfile:
+    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare choice.
+
+    ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
+    casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
+    ``is_gptq_quantized``)."""
+    profile = profile_for(sc.framework, sc.framework_version)
+    upcast = profile.qlora_unquantized_fp32
+    if sc.kbit_prepare is not KbitPrepare.AUTO:
+        upcast = sc.kbit_prepare is KbitPrepare.YES
+    if sc.quantize is Quantize.GPTQ_INT4:
+        upcast = False
+    return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

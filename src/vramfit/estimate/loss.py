@@ -95,6 +95,14 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model, CrossEntropyLoss")
+    if style is LossLayout.HF_UPCAST_IN_MODEL:
+        # transformers < 4.45: logits.float() in the model (the 16-bit logits die at once unless already
+        # fp32), the shifted .contiguous() fp32 copy, log_softmax's fp32 output saved; the Trainer drops
+        # the outputs (and both fp32 logits tensors) before backward
+        saved = 4 * TV
+        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
+        bwd = saved + 4 * TV + 4 * TV
+        return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;

@@ -26,7 +26,7 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
     sliding_window_masks,
 )
-from vramfit.estimate.framework import FrameworkProfile, profile_for, runs_under_autocast
+from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -155,7 +155,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> Step:
     """The step record of a scenario on a resolved architecture, its phases filled in."""
     from vramfit.estimate.contributions import phase_breakdowns
 
-    profile = profile_for(sc.framework)
+    profile = scenario_profile(sc)
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
