@@ -199,7 +199,6 @@ def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
 
 def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
     """Communication buffers of the data-parallel engine, per GPU, live during forward/backward."""
-    h = spec.hidden_size
     if sc.num_gpus == 1 and sc.parallelism in (Parallelism.NONE, Parallelism.DDP):
         return 0
     if sc.parallelism is Parallelism.DDP:

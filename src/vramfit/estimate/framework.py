@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.errors import ScenarioError
+from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.scenario import Framework, KbitPrepare, Method, Precision, Quantize
 
 
