@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -174,4 +175,5 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         fits=tuple(fits),
+        accuracy=accuracy_for(sc),
     )

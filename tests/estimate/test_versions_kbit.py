@@ -1,0 +1,52 @@
+"""framework_version (older releases' tensors) and kbit_prepare (QLoRA's fp32 upcast) as scenario choices."""
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate.framework import known_versions, scenario_profile
+from vramfit.estimate.loss import loss_memory
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import Framework, parse_scenario
+
+LLAMA = resolve_model("meta-llama/Llama-3.1-8B").spec  # V = 128256, h = 4096, 32 layers, untied
+
+
+def _sc(**keys):
+    return parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 1024, **keys})
+
+
+def test_versions_are_validated_against_the_profile():
+    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "peft-0.11"]
+    with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
+        _sc(framework_version="transformers-4.30")
+    assert e.value.key == "framework_version"
+    with pytest.raises(ScenarioError, match="valid values: torchtune-0.4"):
+        _sc(framework="torchtune", framework_version="peft-0.11")
+
+
+def test_transformers_before_4_45_makes_fp32_logits_in_the_model():
+    TV = 1024 * 128256
+    new, old = _sc(), _sc(framework_version="transformers-4.44")
+    a, b = (loss_memory(LLAMA, s, scenario_profile(s)) for s in (new, old))
+    assert a.forward_peak == (2 + 4 + 4) * TV  # bf16 logits, fp32 upcast, log_softmax
+    assert b.forward_peak == (4 + 4 + 4) * TV  # fp32 logits, shifted fp32 copy, log_softmax
+    assert a.backward_peak == b.backward_peak
+
+
+def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():
+    new, old = compute(LLAMA, _sc()).parts, compute(LLAMA, _sc(framework_version="peft-0.11")).parts
+    assert new.adapters == 2 * old.adapters  # fp32 vs bf16, same tensors
+
+
+def test_kbit_prepare_decides_the_fp32_upcast_and_gptq_is_never_cast():
+    # embeddings + lm_head + 65 RMSNorm weights of 4096, fp32 vs bf16
+    unquantized = 2 * 128256 * 4096 + 65 * 4096
+    yes, no = (compute(LLAMA, _sc(method="qlora", kbit_prepare=k)).parts.weights for k in ("yes", "no"))
+    assert yes - no == 2 * unquantized
+    assert compute(LLAMA, _sc(method="qlora")).parts.weights == yes  # hf's recipe calls it
+    assert compute(LLAMA, _sc(method="qlora", framework="torchtune")).parts.weights == no
+    gptq = _sc(method="qlora", quantize="gptq-int4", kbit_prepare="yes")
+    assert not scenario_profile(gptq).qlora_unquantized_fp32
+    with pytest.raises(ScenarioError, match="valid values: auto, yes, no"):
+        _sc(kbit_prepare="maybe")
