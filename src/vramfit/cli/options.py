@@ -34,6 +34,12 @@ _HELP = {
     "seq_len": "Tokens per sequence (4k = 4096).",
     "quantize_experts": "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework does "
                         "(transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
+    "deepspeed_config": "DeepSpeed config (JSON/YAML path or inline JSON) whose zero_optimization keys size the ZeRO "
+                        "buffers; 'auto' values are filled from the hidden size as the HF Trainer does.",
+    "kbit_prepare": "QLoRA: does prepare_model_for_kbit_training cast norms, embeddings and head to fp32? "
+                    "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
+    "framework_version": "The framework release to model where behaviour changed (hf: transformers-4.44, peft-0.11; "
+                         "default: the newest modelled).",
 }
 
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)
@@ -115,6 +121,11 @@ def _coerce(key: str, value: str) -> Any:
     """CLI strings to the types parse_scenario expects (lists for targets)."""
     if key == "lora_targets":
         return [v.strip() for v in value.split(",") if v.strip()] or value
+    if key == "deepspeed_config" and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ScenarioError(key, f"inline JSON does not parse: {exc}") from None
     return value
 
 
