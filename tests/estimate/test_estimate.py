@@ -89,11 +89,10 @@ def test_paged_optimizer_counts_in_device_only():
     assert r.peak.device_bytes - r.peak.reserved_bytes >= paged
 
 
-def test_fits_common_cards():
-    small = estimate(model=MODEL, method="qlora", seq_len=512, gradient_checkpointing="full")
-    assert all(f.fits for f in small.fits)
-    big = estimate(model=MODEL, method="full", precision="bf16-mixed")
-    assert not next(f for f in big.fits if f.gpu_id == "rtx4090").fits
+def test_estimator_makes_no_fit_verdicts():
+    # fit verdicts are the planner's (vramfit.plan.verdict); the estimator reads no GPU catalog
+    r = estimate(model=MODEL, method="qlora", seq_len=512, gradient_checkpointing="full")
+    assert r.fits == () and r.to_dict()["fits"] == []
 
 
 def test_keyword_and_mapping_forms_agree():

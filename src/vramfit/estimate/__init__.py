@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
-    FitInfo,
     ModelInfo,
     Peak,
     Phase,
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
+
+if TYPE_CHECKING:
+    from vramfit.gpus import GPU
+    from vramfit.models.spec import ModelSpec
 
 __all__ = ["estimate", "resolve_spec", "EstimateResult"]
 
@@ -97,17 +102,37 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
         out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if sc.num_gpus > 1:
+    if 1 < sc.num_gpus <= GPUS_PER_NODE:
         out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
+    elif sc.num_gpus > GPUS_PER_NODE:
+        out.append(
+            f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "
+            f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
+            "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
+        )
     return out
 
 
-def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> EstimateResult:
+def estimate(
+    scenario: Scenario | dict[str, Any] | None = None,
+    *,
+    card: GPU | None = None,
+    spec: ModelSpec | None = None,
+    label: str = "config.json",
+    notes: tuple[str, ...] = (),
+    **keys: Any,
+) -> EstimateResult:
     """Estimate the per-GPU peak memory of one training step.
 
     ``estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora"})`` or
     ``estimate(model="meta-llama/Llama-2-7b-hf", method="qlora")``. Raises
     :class:`vramfit.errors.ScenarioError` on invalid input.
+
+    ``spec``: an architecture already read (e.g. a pasted config.json), named ``label``, used instead of
+    resolving ``model``. ``card``: the GPU record of the scenario's ``gpu`` (its architecture picks the
+    cuBLAS workspace); when the scenario names a ``gpu`` and no card is given, it is looked up in the
+    catalog. Without ``gpu`` the estimate reads no GPU catalog. Fit verdicts are not made here (see
+    :mod:`vramfit.plan.verdict`).
     """
     if scenario is None:
         sc = parse_scenario(keys)
@@ -117,12 +142,23 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
         sc = parse_scenario(base)
     else:
         sc = parse_scenario(scenario)
+    if card is None and sc.gpu:
+        from vramfit.gpus import get_gpu
+
+        card = get_gpu(sc.gpu)
+    if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
+        sc = dataclasses.replace(sc, gpu=card.gpu_id)
+    if spec is not None:
+        return estimate_spec(sc, spec, label, "config-file", notes, card=card)
     model_id, spec, origin, notes = resolve_spec(sc)
-    return estimate_spec(sc, spec, model_id, origin, notes)
+    return estimate_spec(sc, spec, model_id, origin, notes, card=card)
 
 
-def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
-    r = compute(spec, sc)
+def estimate_spec(
+    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None
+) -> EstimateResult:
+    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used."""
+    r = compute(spec, sc, card)
     parts = r.parts
     breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
@@ -156,15 +192,6 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
     at_peak = breakdowns[peak_phase]
     comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
     comps = [c for c in comps if c.bytes]
-    from vramfit.gpus import COMMON_CARDS, get_gpu
-
-    cards = list(COMMON_CARDS)
-    if sc.gpu and sc.gpu not in cards:
-        cards.insert(0, sc.gpu)
-    fits = []
-    for gid in cards:
-        g = get_gpu(gid)
-        fits.append(FitInfo(g.gpu_id, g.name, g.usable_bytes, device <= g.usable_bytes, g.usable_bytes - device))
     assumptions = list(notes) + _assumptions(sc, r, spec)
     return EstimateResult(
         scenario=sc,
@@ -174,6 +201,5 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
-        fits=tuple(fits),
         accuracy=accuracy_for(sc),
     )

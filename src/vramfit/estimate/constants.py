@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MiB = 1024**2
-GiB = 1024**3
+from vramfit.units import GiB, MiB  # noqa: F401 - the one definition, re-exported for the estimator
 
 
 @dataclass(frozen=True)

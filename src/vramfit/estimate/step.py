@@ -30,6 +30,7 @@ from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, sc
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Parallelism, Quantize, Scenario
 
@@ -84,13 +85,14 @@ class Step:
         return self.acts.per_layer
 
 
-def _workspaces(sc: Scenario) -> int:
+def _workspaces(card: GPU | None) -> int:
     """cuBLAS + cuBLASLt workspaces, allocated through the caching allocator (CublasHandlePool.cpp).
 
-    sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); catalog ids name them. One set
+    sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); the catalog's architecture
+    column says which card is sm90 (``card`` is the GPU record of the scenario's ``gpu``). One set
     for the forward thread and one for autograd's backward thread: cuBLAS workspaces are per thread
     since pytorch/pytorch PR #180283."""
-    hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
+    hopper = card is not None and card.arch is Arch.HOPPER
     return 2 * ((CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value)
 
 
@@ -151,8 +153,10 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
     return optimizer_temporaries(sc, parts, profile, largest)
 
 
-def compute(spec: ModelSpec, sc: Scenario) -> Step:
-    """The step record of a scenario on a resolved architecture, its phases filled in."""
+def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
+    """The step record of a scenario on a resolved architecture, its phases filled in.
+
+    ``card``: the GPU record of ``sc.gpu`` (hardware facts come from it, never from the id)."""
     from vramfit.estimate.contributions import phase_breakdowns
 
     profile = scenario_profile(sc)
@@ -167,7 +171,7 @@ def compute(spec: ModelSpec, sc: Scenario) -> Step:
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
     parts = replace(
-        state, workspaces=_workspaces(sc), host=state.host + acts.host, activations=acts.total,
+        state, workspaces=_workspaces(card), host=state.host + acts.host, activations=acts.total,
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )

@@ -17,12 +17,13 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import model_flops, step_time, step_work
+from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 
 KINDS = ("free", "slower", "hardware", "training")
@@ -115,12 +116,12 @@ class _Ctx:
         t = self.seconds_per_token(r.scenario)
         slow = t / self.t0 if (t and self.t0) else None
         cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
-        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=dev <= self.limit,
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=fits(r, self.limit),
                      headroom_bytes=self.limit - dev, slowdown=slow, cost_factor=cost)
 
     def fits(self, changes: dict[str, Any]) -> bool:
         r = self.ev.try_estimate(**changes)
-        return not isinstance(r, ScenarioError) and r.peak.device_bytes <= self.limit
+        return not isinstance(r, ScenarioError) and fits(r, self.limit)
 
 
 def _experts_unquantized(ctx: _Ctx) -> bool:
@@ -249,7 +250,7 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
     return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
 
 
-def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = 0.05,
+def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
                    mfu: float | None = None, effective_batch: int | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 

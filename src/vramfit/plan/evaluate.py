@@ -6,20 +6,17 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate_spec, resolve_spec
 from vramfit.estimate.result import EstimateResult
-from vramfit.gpus import GPU, list_gpus
+from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
 from vramfit.scenario import Scenario, parse_scenario
 
 _PROBE: dict[tuple, dict[str, str]] = {}
-
-
-def limit_bytes(gpu: GPU, safety_margin: float) -> int:
-    """Bytes a run may use on ``gpu``: its usable memory less the safety margin."""
-    return int(gpu.usable_bytes * (1.0 - safety_margin))
 
 
 class Evaluator:
@@ -27,10 +24,22 @@ class Evaluator:
 
     def __init__(self, base: Scenario | dict):
         self.base = parse_scenario(base)
+        self._cards: dict[str, GPU] = {}
+        card = self.card(self.base.gpu)
+        if card is not None and card.gpu_id != self.base.gpu:  # an alias ("4090") becomes the catalog id
+            self.base = dataclasses.replace(self.base, gpu=card.gpu_id)
         self.model_id, self.spec, self.origin, self.notes = resolve_spec(self.base)
         self._memo: dict[tuple, EstimateResult | ScenarioError] = {}
         self._scenarios: dict[tuple, Scenario | ScenarioError] = {}
         self.calls = 0
+
+    def card(self, gpu_id: str | None) -> GPU | None:
+        """The catalog record of a scenario's ``gpu`` (its hardware facts), looked up once."""
+        if not gpu_id:
+            return None
+        if gpu_id not in self._cards:
+            self._cards[gpu_id] = get_gpu(gpu_id)
+        return self._cards[gpu_id]
 
     @staticmethod
     def _key(changes: dict[str, Any]) -> tuple:
@@ -60,7 +69,7 @@ class Evaluator:
             try:
                 sc = self.scenario(**changes)
                 self.calls += 1
-                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes)
+                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes, card=self.card(sc.gpu))
             except ScenarioError as exc:
                 hit = exc
             self._memo[key] = hit
@@ -97,7 +106,7 @@ def gpu_classes() -> dict[str, str]:
     out: dict[str, str] = {"": ""}
     for g in gpus:
         sc = Scenario(params=100_000_000, gpu=g.gpu_id)
-        dev = estimate_spec(sc, spec, "probe").peak.device_bytes
+        dev = estimate_spec(sc, spec, "probe", card=g).peak.device_bytes
         out[g.gpu_id] = seen.setdefault(dev, g.gpu_id)
     _PROBE.clear()
     _PROBE[key] = out

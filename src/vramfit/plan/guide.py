@@ -14,8 +14,11 @@ from typing import Any
 from vramfit.estimate.phases import largest_per_component
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
+from vramfit.plan.verdict import fits, limit_bytes
+from vramfit.units import GB
 
-GB = 10**9
+#: The guide's classes are judged at the card's edge: the one verdict with a stated margin of 0.
+GUIDE_MARGIN = 0.0
 
 #: The model the guide's sizes stand for (the same ones the web guide pages use).
 SIZES: tuple[tuple[str, str], ...] = (
@@ -126,10 +129,11 @@ def _gb(n: int) -> str:
 
 def _fits(ev: Evaluator, card: str, n: int) -> tuple[bool, int]:
     """Whether n cards fit (ZeRO-3 beyond one; best of no and full checkpointing), and that peak."""
-    usable = get_gpu(card).usable_bytes
+    limit = limit_bytes(get_gpu(card), GUIDE_MARGIN)
     par = {"num_gpus": n, "parallelism": "none" if n == 1 else "zero3", "gpu": card}
-    best = min(ev.device_bytes(**par, gradient_checkpointing=ck) for ck in ("none", "full"))
-    return best <= usable, best
+    best = min((ev.estimate(**par, gradient_checkpointing=ck) for ck in ("none", "full")),
+               key=lambda r: r.peak.device_bytes)
+    return fits(best, limit), best.peak.device_bytes
 
 
 def _part_sizes(r) -> dict[str, int]:

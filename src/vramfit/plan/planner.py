@@ -8,7 +8,7 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
 from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
 from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
@@ -19,21 +19,19 @@ from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
-
-GiB = 2**30
+from vramfit.units import GB, GiB
 
 HOST_RAM_PER_GPU = Constant(
-    256 * 10**9,
+    256 * GB,
     "bytes of host RAM per GPU",
     "NVIDIA DGX H100 datasheet: 2 TB system memory for 8 GPUs",
     "offload plans whose host share exceeds it are dropped; rented single GPUs often come with less",
 )
 
 ASSUMPTIONS = (
-    "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the memory the card "
-    "exposes to CUDA less the safety margin.",
-    "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
+    f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
     "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
@@ -87,8 +85,8 @@ def plan(
     epochs: float = 1.0,
     budget_usd: float | None = None,
     gpu_ids: list[str] | str | None = None,
-    max_gpus: int = 8,
-    safety_margin: float = 0.05,
+    max_gpus: int = GPUS_PER_NODE,
+    safety_margin: float = SAFETY_MARGIN,
     mfu: float | None = None,
     checkpoints_kept: int = 1,
     with_changes: bool = True,
@@ -150,10 +148,10 @@ def plan(
 
         for gid in named:
             g = get_gpu(gid)
-            if g.gpu_id not in blocked and ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
+            if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u if mfu is not None else None,
                                                   effective_batch=eff)
-    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted)
+    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
@@ -165,8 +163,8 @@ def plan(
 
 
 def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
-                      order: str, deadline: float | None, wanted: tuple[str, ...]) -> list[str]:
-    out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
+                      order: str, deadline: float | None, wanted: tuple[str, ...], margin: float) -> list[str]:
+    out = [definition(margin), *ASSUMPTIONS, *_ranking_assumptions(order, deadline, wanted)]
     out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
                "default applies (`vramfit estimate --help`).")
     out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
@@ -179,7 +177,7 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                    "give effective_batch to consider more.")
     if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
         out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
-    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
     return out
 
 
@@ -205,7 +203,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
         allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
-        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=g.usable_bytes - r.peak.device_bytes,
+        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=limit - r.peak.device_bytes + (result_paging(r, limit) or 0),
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),

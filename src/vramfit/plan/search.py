@@ -19,6 +19,7 @@ from vramfit.gpus import GPU
 from vramfit.plan.evaluate import Evaluator, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
+from vramfit.plan.verdict import fits
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
@@ -102,7 +103,6 @@ class Search:
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
         self._completion: dict[tuple, Config] = {}
-        self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
         self._spt: dict[tuple[Config, int, str], float] = {}
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
@@ -185,25 +185,17 @@ class Search:
         )
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
-        """Seconds per trained token (all GPUs): :func:`throughput.step_time` without building a record."""
+        """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
         key = (c, mb, g.gpu_id)
         t = self._spt.get(key)
-        if t is None and self.mfu is None:
-            s = self.speed(c, mb, g)
-            t = self._spt[key] = 1.0 / s.tokens_per_s if s else math.inf
         if t is None:
-            k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
-            if k == 0:
-                k = self._gpu_consts[(g.gpu_id, c.num_gpus)] = (
-                    (g.bf16_tflops * 1e12 * self.mfu, (g.mem_bandwidth_gbs or 0) * 1e9,
-                     peer_gbs(g, c.num_gpus) * 1e9, g.host_link_gbs * 1e9) if g.bf16_tflops else None)
-            if k is None:
+            s = self.speed(c, mb, g)
+            if s is None:
                 t = math.inf
-            else:
-                w = self.work(c, mb)
-                compute = w.flops / k[0] + (w.dequant_bytes / k[1] if k[1] else 0.0)
-                step = max(compute, w.peer_bytes / k[2], w.stream_bytes / k[3]) + w.host_bytes / k[3]
-                t = step / w.tokens_per_step
+            elif self.mfu is None:  # the mechanism model
+                t = 1.0 / s.tokens_per_s
+            else:  # the FLOPs-at-MFU model, as the inline formula this replaced computed it
+                t = s.step_s / self.work(c, mb).tokens_per_step
             self._spt[key] = t
         return t
 
@@ -232,7 +224,7 @@ class Search:
         r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=gpu_class or None)
         if isinstance(r, Exception):
             return False
-        return r.peak.device_bytes <= limit and (host_limit is None or r.host_bytes <= host_limit)
+        return fits(r, limit) and (host_limit is None or r.host_bytes <= host_limit)
 
     def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None) -> tuple[Config, int] | None:
         """The fastest (setting, micro-batch) for ``n`` x ``g`` that fits, re-estimated for the card.

@@ -142,8 +142,9 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
 
 def workspaces_for(sc: Scenario) -> list[int]:
     from vramfit.estimate.constants import CUBLAS_WORKSPACE, CUBLAS_WORKSPACE_HOPPER, CUBLASLT_WORKSPACE
+    from vramfit.gpus import Arch, get_gpu
 
-    hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
+    hopper = bool(sc.gpu) and get_gpu(sc.gpu).arch is Arch.HOPPER  # the catalog's architecture column
     return [(CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value, CUBLASLT_WORKSPACE.value]
 
 

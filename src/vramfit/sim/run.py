@@ -259,15 +259,6 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def _count_params(built: BuiltModel) -> tuple[int, int]:
-    from vramfit.sim.qlora import is_linear
+    from vramfit.sim.count import count_parameters
 
-    total = trainable = 0
-    for mod in built.model.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            n = p.numel()
-            if p.dtype == torch.uint8 and name == "weight" and is_linear(mod):
-                n = mod.in_features * mod.out_features
-            total += n
-            if p.requires_grad:
-                trainable += n
-    return total, trainable
+    return count_parameters(built.model)

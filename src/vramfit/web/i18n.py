@@ -3,10 +3,13 @@
 ``STRINGS[key] = (english, portuguese)``. The page templates use them server-side, and the
 calculator's JavaScript gets the chosen language's table as a JSON data block. The estimator's
 assumption sentences stay in English (they come from the library); the guide's prose lives in
-its own templates (``guide_en.html``, ``guide_pt.html``).
+its own templates (``guide_en.html``, ``guide_pt.html``). The labels of scenario keys (``k.<key>``)
+come from the scenario's field table, so a key and its label are defined once.
 """
 
 from __future__ import annotations
+
+from vramfit.scenario import FIELDS
 
 LANGS = ("en", "pt")
 HTML_LANG = {"en": "en", "pt": "pt-PT"}
@@ -47,33 +50,9 @@ STRINGS: dict[str, tuple[str, str]] = {
     "targets.hint": ("all-linear, or module names separated by commas",
                      "all-linear, ou nomes de módulos separados por vírgulas"),
     "dataset.hint": ("tokens, e.g. 50M or 2e9", "tokens, ex.: 50M ou 2e9"),
-    # scenario keys
-    "k.method": ("Method", "Método"),
-    "k.precision": ("Precision", "Precisão"),
-    "k.quantize": ("Base quantization", "Quantização da base"),
-    "k.framework": ("Framework", "Framework"),
-    "k.lora_rank": ("Rank r", "Rank r"),
-    "k.lora_alpha": ("Alpha", "Alpha"),
-    "k.lora_targets": ("Target modules", "Módulos alvo"),
-    "k.lora_dropout": ("Dropout", "Dropout"),
-    "k.optimizer": ("Optimizer", "Otimizador"),
-    "k.optimizer_in_backward": ("Optimizer step inside backward", "Passo do otimizador dentro do backward"),
-    "k.compile": ("torch.compile (model and loss)", "torch.compile (modelo e perda)"),
-    "k.quantize_experts": ("Quantize MoE experts", "Quantizar os especialistas MoE"),
-    "k.micro_batch_size": ("Micro-batch per GPU", "Micro-batch por GPU"),
-    "k.seq_len": ("Sequence length", "Comprimento de sequência"),
-    "k.grad_accum": ("Gradient accumulation", "Acumulação de gradientes"),
-    "k.gradient_checkpointing": ("Gradient checkpointing", "Checkpointing de gradientes"),
-    "k.attention": ("Attention kernel", "Kernel de atenção"),
-    "k.loss": ("Loss", "Perda"),
-    "k.num_gpus": ("GPUs", "GPUs"),
-    "k.parallelism": ("Sharding", "Fragmentação (sharding)"),
-    "k.offload": ("CPU offload", "Descarga para CPU"),
-    "k.gpu": ("Target card", "Placa alvo"),
+    # scenario keys: their labels come from the scenario field table (vramfit.scenario.FIELDS), below
     "k.dataset_tokens": ("Dataset size", "Tamanho do conjunto de dados"),
     "k.epochs": ("Epochs", "Épocas"),
-    "k.model": ("Model", "Modelo"),
-    "k.params": ("Parameters", "Parâmetros"),
     "k.config_json": ("config.json", "config.json"),
     # choices with a plain-words gloss
     "o.method.full": ("full — every weight", "full — todos os pesos"),
@@ -98,6 +77,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "r.trainable": ("trainable", "treináveis"),
     "r.fits": ("Fits {card}: {free} free", "Cabe na {card}: {free} livres"),
     "r.nofit": ("Does not fit {card}: {over} over", "Não cabe na {card}: excede {over}"),
+    "r.paging": ("Fits {card} with paging of {paged} optimizer state to host RAM (slower)",
+                 "Cabe na {card} com paginação de {paged} do estado do otimizador para a RAM do host (mais lento)"),
+    "r.margin": ("fits = peak on the card ≤ its usable memory less a {margin} safety margin",
+                 "cabe = pico na placa ≤ a sua memória utilizável menos {margin} de margem de segurança"),
     "r.nocard": ("Choose a target card to check the fit.", "Escolhe uma placa alvo para verificar."),
     "r.host": ("Host RAM for offloaded state: {v}", "RAM do host para estado descarregado: {v}"),
     "r.loading": ("Computing…", "A calcular…"),
@@ -165,6 +148,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "c.cuda_context": ("CUDA context", "contexto CUDA"),
     "c.nccl": ("NCCL buffers", "buffers NCCL"),
 }
+
+STRINGS.update({f"k.{f.name}": f.label for f in FIELDS})
 
 
 def strings(lang: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from vramfit.gpus import list_gpus
 from vramfit.scenario import SCENARIO_KEYS, Scenario
+from vramfit.units import GiB
 from vramfit.web import guide as guide_data
 from vramfit.web.i18n import HTML_LANG, pick_lang, strings
 from vramfit.web.schemas import BOOL_KEYS, ENUM_KEYS, INT_KEYS
@@ -55,7 +56,7 @@ def calculator(request: Request, lang: str) -> Response:
         bool_keys=BOOL_KEYS,
         extra_enums=[k for k in ENUM_KEYS if k not in PLACED],
         extra_ints=[k for k in INT_KEYS if k not in PLACED],
-        gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / 2**30, 1)} for g in gpus],
+        gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,
                 "field_keys": FIELD_KEYS, "bool_keys": BOOL_KEYS, "int_keys": list(INT_KEYS),

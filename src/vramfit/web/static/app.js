@@ -99,8 +99,10 @@
     const line = el("fitline");
     line.className = "fitline " + (card ? (card.fits ? "ok" : "bad") : "");
     let text = card
-      ? fmt(card.fits ? T["r.fits"] : T["r.nofit"], { card: card.name, free: VF.fmtGiB(card.headroom_bytes) + " GiB",
-        over: VF.fmtGiB(-card.headroom_bytes) + " GiB" })
+      ? fmt(card.paging_bytes ? T["r.paging"] : card.fits ? T["r.fits"] : T["r.nofit"], { card: card.name,
+        free: VF.fmtGiB(card.headroom_bytes) + " GiB", over: VF.fmtGiB(-card.headroom_bytes) + " GiB",
+        paged: VF.fmtGiB(card.paging_bytes) + " GiB" })
+        + " · " + fmt(T["r.margin"], { margin: Math.round(card.safety_margin * 100) + " %" })
       : T["r.nocard"];
     if (r.host_bytes) text += " · " + fmt(T["r.host"], { v: VF.fmtGiB(r.host_bytes) + " GiB" });
     line.textContent = text;

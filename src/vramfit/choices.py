@@ -1,0 +1,154 @@
+"""The finite choices of a scenario, one enum per key (re-exported by :mod:`vramfit.scenario`).
+
+Every value is what users write (``"bf16-mixed"``); ``str(member)`` is that value.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Choice(str, Enum):
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Method(_Choice):
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class Precision(_Choice):
+    BF16_TRUE = "bf16-true"
+    BF16_MIXED = "bf16-mixed"
+    FP16_MIXED = "fp16-mixed"
+    FP16_TRUE = "fp16-true"
+    FP32 = "fp32"
+
+    @property
+    def mixed(self) -> bool:
+        return self in (Precision.BF16_MIXED, Precision.FP16_MIXED)
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per element of the stored (trainable) weights: fp32 master for ``-mixed``."""
+        return 2 if self in (Precision.BF16_TRUE, Precision.FP16_TRUE) else 4
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of activations (autocast dtype for ``-mixed``)."""
+        return 4 if self is Precision.FP32 else 2
+
+    @property
+    def meaning(self) -> str:
+        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
+        half = "bf16" if self.value.startswith("bf16") else "fp16"
+        if self is Precision.FP32:
+            return "fp32 weights, gradients, optimizer states and activations"
+        if self.mixed:
+            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
+                    "(full fine-tuning with AdamW: 16 B per parameter)")
+        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
+
+class Quantize(_Choice):
+    NF4 = "nf4"
+    NF4_DQ = "nf4-dq"
+    FP4 = "fp4"
+    FP4_DQ = "fp4-dq"
+    INT8 = "int8"
+    GPTQ_INT4 = "gptq-int4"
+    NONE = "none"
+
+
+class QuantizeExperts(_Choice):
+    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
+
+    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
+    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
+    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
+class Optimizer(_Choice):
+    ADAMW = "adamw"
+    ADAMW_8BIT = "adamw-8bit"
+    PAGED_ADAMW = "paged-adamw"
+    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
+    ADAMW_4BIT = "adamw-4bit"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd-momentum"
+    LION = "lion"
+    LION_8BIT = "lion-8bit"
+
+
+class Checkpointing(_Choice):
+    NONE = "none"
+    FULL = "full"
+    SELECTIVE = "selective"
+    OFFLOAD = "offload"
+
+
+class Attention(_Choice):
+    SDPA = "sdpa"
+    FLASH = "flash"
+    EAGER = "eager"
+
+
+class Loss(_Choice):
+    STANDARD = "standard"
+    CHUNKED = "chunked"
+    FUSED = "fused"
+
+
+class Parallelism(_Choice):
+    NONE = "none"
+    DDP = "ddp"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+    FSDP_GRAD_OP = "fsdp-grad-op"
+
+
+class Framework(_Choice):
+    """Whose training code runs the step: its layout of adapters, loss and quantized base differs.
+
+    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``. This key is an
+    extension of the shared schema (default ``hf``), added because the measured sources differ in
+    exactly these ways (see the README, "Frameworks").
+    """
+
+    HF = "hf"
+    TORCHTUNE = "torchtune"
+    LITGPT = "litgpt"
+
+
+class KbitPrepare(_Choice):
+    """Whether the QLoRA recipe runs peft's ``prepare_model_for_kbit_training`` (it casts every
+    non-quantized parameter - norms, embeddings, head - to fp32: peft v0.21.2 src/peft/utils/other.py).
+
+    ``auto`` follows the framework profile (the HF Trainer recipes call it; torchtune, litgpt, Answer.AI's
+    FSDP+QLoRA script and Unsloth do not); peft skips GPTQ models whatever is asked
+    (``is_gptq_quantized``, same file). Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
+class Offload(_Choice):
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_PARAMS = "optimizer+params"
