@@ -38,6 +38,8 @@ _INT_KEYS = {
 #: stage3_prefetch_bucket_size = int(0.9*h*h); stage3_param_persistence_threshold = 10*h)
 _AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
 _BOOL_KEYS = ("overlap_comm", "contiguous_gradients")
+#: every zero_optimization key this module reads besides the stage and offload sections
+SIZING_KEYS = (*_INT_KEYS, *_BOOL_KEYS)
 _MAX = 10**15  # catches typos before arithmetic
 
 
