@@ -84,3 +84,15 @@ def test_bad_configs_get_one_line_naming_the_key(keys, words):
     with pytest.raises(ScenarioError, match=words) as e:
         _sc(**keys)
     assert e.value.key == "deepspeed_config" and "\n" not in str(e.value)
+
+
+def test_zero3_keeps_one_subgroups_fp32_gradients_and_takes_the_norm_in_float64():
+    sc = _sc(num_gpus=8, parallelism="zero3")
+    base = compute(LLAMA, sc)
+    small = compute(LLAMA, sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "sub_group_size": 1e8}}))
+    # the 8B model's per-GPU partition (1.0e9 elements) is above both sub_group_size values
+    assert base.parts.master_weights - small.parts.master_weights == 4 * (1_000_000_000 - 100_000_000)
+    off = compute(LLAMA, sc.replace(offload="optimizer"))
+    assert off.parts.master_weights == 0  # offloaded: the sub-group buffer lives in pinned host memory
+    # float64 copy of the largest gradient partition (the 128256 x 4096 output layer over 8 GPUs)
+    assert base.opt_temp == 8 * (-(-128256 * 4096 // 8))

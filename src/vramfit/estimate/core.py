@@ -173,6 +173,11 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
         trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
+    if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:
+        from vramfit.estimate import deepspeed as ds
+
+        z = ds.resolve(sc.deepspeed_config, spec.hidden_size, 3)
+        p.master_weights += ds.subgroup_grad_buffer(z, -(-p.num_trainable // sc.num_gpus))
     if shd.optimizer_on_host:
         p.host += opt_host + p.master_weights + p.gradients
         p.optimizer_state = 0

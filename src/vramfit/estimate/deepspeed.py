@@ -213,3 +213,17 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
     that overshoots it (the largest: for tied embeddings the V x h output layer at the loss)."""
     live = int(z.max_live_parameters * block_bytes_per_elem) + largest_bytes
     return min(model_bytes, live)
+
+
+def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
+    """ZeRO-3 without optimizer offload: the fp32 gradient buffer of the largest optimizer sub-group,
+    allocated once on the GPU (DeepSpeed v0.19.6 stage3.py initialize_optimizer_states: ``gradient_buffer =
+    torch.zeros(largest_numel, dtype=fp32 partition dtype, device=self.device)``, the sub-groups cut at
+    sub_group_size elements of partitions by _create_fp16_sub_groups); bytes per GPU."""
+    return 4 * min(z.sub_group_size, trainable_partition_numel)
+
+
+def grad_norm_transient(largest_param_partition_numel: int) -> int:
+    """ZeRO-3 without optimizer offload: the gradient norm is taken in float64, one parameter's
+    partitioned gradient at a time (stage3.py get_grad_norm_direct: ``g...double().norm(2)``); bytes."""
+    return 8 * largest_param_partition_numel

@@ -32,7 +32,7 @@ from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Parallelism, Quantize, Scenario
+from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Quantize, Scenario
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
@@ -150,7 +150,12 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
         [lin.in_features * lin.out_features for lin in spec.block_linears]
         + [spec.lm_head_params or spec.embedding_params]
     )
-    return optimizer_temporaries(sc, parts, profile, largest)
+    temp = optimizer_temporaries(sc, parts, profile, largest)
+    if sc.parallelism is Parallelism.ZERO3 and sc.method is Method.FULL and sc.offload is Offload.NONE:
+        from vramfit.estimate.deepspeed import grad_norm_transient
+
+        temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
+    return temp
 
 
 def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
