@@ -50,3 +50,14 @@ def test_kbit_prepare_decides_the_fp32_upcast_and_gptq_is_never_cast():
     assert not scenario_profile(gptq).qlora_unquantized_fp32
     with pytest.raises(ScenarioError, match="valid values: auto, yes, no"):
         _sc(kbit_prepare="maybe")
+
+
+def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():
+    # q, o 4096^2; k, v 4096 x 1024; gate, up, down 4096 x 14336: 218,103,808 weights per block
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    gptq = compute(LLAMA, _sc(method="qlora", quantize="gptq-int4", gradient_checkpointing="full"))
+    nf4 = compute(LLAMA, _sc(method="qlora", gradient_checkpointing="full", kbit_prepare="no"))
+    assert gptq.acts.saved.items["gptq.dequantized_weights"] == 2 * layer
+    assert "gptq.dequantized_weights" not in nf4.acts.saved.items
+    # recomputed under checkpointing: the whole layer in 16 bits during its backward
+    assert gptq.acts.recompute == gptq.acts.per_layer >= 2 * layer

@@ -99,6 +99,13 @@ def _workspaces(card: GPU | None) -> int:
 def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, lm_head_trainable: bool) -> Activations:
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     saved = act.block_saved(spec, sc, profile, adapters, quantized)
+    if quantized and sc.quantize is Quantize.GPTQ_INT4:
+        # GPTQ for training runs the torch path (ModelCloud/GPTQModel v4.2.5 gptqmodel/nn_modules/qlinear/torch.py
+        # TorchQuantLinear._forward: `weights = self.dequantize_weight(...).to(x.dtype)`, then
+        # `torch.matmul(x, weights)`): the matmul saves the de-quantized 16-bit weight for the input's gradient,
+        # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
+        saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
+            lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
