@@ -61,3 +61,16 @@ def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():
     assert "gptq.dequantized_weights" not in nf4.acts.saved.items
     # recomputed under checkpointing: the whole layer in 16 bits during its backward
     assert gptq.acts.recompute == gptq.acts.per_layer >= 2 * layer
+
+
+def test_litgpt_2024_unties_the_head_holds_unsharded_grads_and_unchunked_logits():
+    gemma = resolve_model("meta-llama/Llama-3.2-1B").spec  # tied V = 128256, h = 2048
+    keys = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "framework": "litgpt", "seq_len": 512}
+    old, new = (compute(gemma, parse_scenario({**keys, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
+    assert new.spec.lm_head_params == gemma.embedding_params and old.spec.lm_head_params == 0
+    assert new.parts.num_trainable - old.parts.num_trainable == 128256 * 2048
+    TV = 512 * 128256  # bf16 logits (bf16-mixed): saved logits + log_softmax, whole logits gradient, one chunk's two
+    assert new.loss.detail.startswith("litgpt full.py") and new.loss.backward_peak == 2 * 2 * TV + 2 * TV + 2 * 2 * 128 * 128256
+    fsdp = {**keys, "num_gpus": 4, "parallelism": "fsdp", "grad_accum": 2}
+    a, b = (compute(gemma, parse_scenario({**fsdp, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
+    assert b.held_grads == 4 * b.parts.gradients and a.held_grads == a.parts.gradients

@@ -109,6 +109,16 @@ class FrameworkProfile:
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
     default_precision: tuple[tuple[Method, Precision], ...] = (
         (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # tied input/output embeddings are loaded as two tensors (litgpt@0077627 finetune/full.py validate_args
+    # refuses `tie_embeddings`, so lm_head is a separate copy of the embedding weights)
+    untied_head_copy: bool = False
+    # FSDP gradient accumulation under Fabric's no_backward_sync keeps unsharded gradients between
+    # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
+    # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
+    fsdp_unsharded_accum_grads: bool = False
+    # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
+    # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
+    full_unchunked_logits: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""
@@ -205,6 +215,15 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                            (Method.QLORA, Precision.BF16_TRUE)),
         version="lit-gpt@8641822",
+        older_versions=(
+            # named for its year: a later release than the default, kept because users run it
+            FrameworkVersion(
+                "litgpt-2024",
+                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unsharded gradients under "
+                "no_backward_sync while accumulating, unchunked logits in full fine-tuning",
+                (("untied_head_copy", True), ("fsdp_unsharded_accum_grads", True), ("full_unchunked_logits", True)),
+            ),
+        ),
     ),
 }
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Loss, Precision, Scenario
+from vramfit.scenario import Loss, Method, Precision, Scenario
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,14 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
 def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: LossLayout,
                          TV: int, lb: int, up: int) -> LossMemory:
     """Logits and cross-entropy without soft-capping (see :func:`loss_memory`)."""
+    if style is LossLayout.LITGPT_CHUNKED_HEAD and profile.full_unchunked_logits and sc.method is Method.FULL:
+        # litgpt@0077627 finetune/full.py: one (B, T, V) logits tensor, held by the loop through backward;
+        # chunked_cross_entropy's 128-token chunks each save their log_softmax (logits dtype); the split's
+        # backward assembles the whole logits gradient at once
+        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
+        saved = 2 * lb * TV
+        return LossMemory(saved, saved, saved + lb * TV + 2 * lb * per,
+                          "litgpt full.py: unchunked logits + chunked_cross_entropy", held=lb * TV)
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved

@@ -138,10 +138,13 @@ def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     return sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
 
 
-def _gradient_timing(spec: ModelSpec, sc: Scenario, parts: Parts, lm_head_trainable: bool) -> tuple[int, int, int]:
+def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
+                     lm_head_trainable: bool) -> tuple[int, int, int]:
     """(held between micro-batches, the output layer's, one block's) gradient bytes."""
     in_bwd = sc.optimizer_in_backward
     held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
+    if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
+        held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
     head_grad = 0
     if lm_head_trainable and not held:
@@ -172,6 +175,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     from vramfit.estimate.contributions import phase_breakdowns
 
     profile = scenario_profile(sc)
+    if profile.untied_head_copy and spec.tie_word_embeddings:
+        spec = replace(spec, tie_word_embeddings=False, lm_head_params=spec.embedding_params)
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
@@ -187,7 +192,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
-    held, head_grad, layer_grads = _gradient_timing(spec, sc, parts, lm_head_trainable)
+    held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = Step(
         spec, sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable,
