@@ -96,3 +96,13 @@ def test_zero3_keeps_one_subgroups_fp32_gradients_and_takes_the_norm_in_float64(
     assert off.parts.master_weights == 0  # offloaded: the sub-group buffer lives in pinned host memory
     # float64 copy of the largest gradient partition (the 128256 x 4096 output layer over 8 GPUs)
     assert base.opt_temp == 8 * (-(-128256 * 4096 // 8))
+
+
+def test_qlora_under_deepspeed_has_no_fp32_upcast():
+    # the engine casts every floating parameter to bf16 (engine.py _cast_module_mixed_precision)
+    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "num_gpus": 2}
+    ddp = compute(LLAMA, parse_scenario({**keys, "parallelism": "ddp"}))
+    z2 = compute(LLAMA, parse_scenario({**keys, "parallelism": "zero2"}))
+    assert ddp.profile.qlora_unquantized_fp32 and not z2.profile.qlora_unquantized_fp32
+    # embeddings + lm_head + 65 norms in bf16 instead of fp32 (ZeRO-2 does not shard weights)
+    assert ddp.parts.weights - z2.parts.weights == 2 * (2 * 128256 * 4096 + 65 * 4096)

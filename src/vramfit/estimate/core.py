@@ -242,8 +242,11 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     layer = _layer_param_bytes(spec, sc, profile)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
-    if quantized:  # a packed 4-bit parameter's ds_numel is its uint8 storage: one byte per element
-        per_elem = 1.0
+    if quantized:
+        # ZeRO-3 QLoRA packs the 4-bit weights in the 16-bit storage dtype (peft v0.21.2
+        # docs/source/accelerate/deepspeed.md, ZeRO-3 QLoRA: --bnb_4bit_quant_storage_dtype bfloat16, "4-bit params
+        # are packed together"): DeepSpeed's ds_numel counts 2-byte elements
+        per_elem = 2.0
     else:
         per_elem = layer / max(1, elems)
     head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes

@@ -13,7 +13,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, KbitPrepare, Method, Precision, Quantize
+from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -252,7 +252,8 @@ def check_version(framework: Framework, value: Any) -> str:
 
 
 def scenario_profile(sc) -> FrameworkProfile:
-    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare choice.
+    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare choice
+    (and no fp32 upcast under DeepSpeed's 16-bit engine).
 
     ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
@@ -262,6 +263,11 @@ def scenario_profile(sc) -> FrameworkProfile:
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES
     if sc.quantize is Quantize.GPTQ_INT4:
+        upcast = False
+    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) and sc.precision is not Precision.FP32:
+        # the DeepSpeed engine casts every floating parameter to its 16-bit dtype (deepspeedai/DeepSpeed v0.19.6
+        # runtime/engine.py _cast_module_mixed_precision; zero.Init partitions in that dtype already), and the HF
+        # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
         upcast = False
     return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
 
