@@ -337,37 +337,6 @@ def fraction(key: str, value: Any, lo_open: bool) -> float:
     return out
 
 
-_ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # the config importer's map (config_import/hf_common.py)
-
-
-def _deepspeed_keys(raw: dict[str, Any], kw: dict[str, Any]) -> None:
-    """``deepspeed_config``: typed; its stage and offload set parallelism/offload when those are not given
-    and must agree with them when they are."""
-    if "deepspeed_config" not in raw:
-        return
-    from vramfit.estimate.deepspeed import parse
-
-    cfg = parse(raw["deepspeed_config"])
-    kw["deepspeed_config"] = cfg
-    if cfg.stage is not None:
-        par = Parallelism(_ZERO[cfg.stage])
-        if "parallelism" not in kw:
-            kw["parallelism"] = par
-        elif kw["parallelism"] is not par:
-            raise ScenarioError("deepspeed_config", f"zero_optimization.stage {cfg.stage} means parallelism "
-                                f"{par.value}, but parallelism is {kw['parallelism'].value}", [par.value])
-    # parameter-only offload has no layout of its own: counted as none, as the config importer does
-    off = (Offload.OPTIMIZER_PARAMS if cfg.offload_param else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
-    if "offload" not in kw:
-        kw["offload"] = off
-    elif kw["offload"] is not off:
-        raise ScenarioError("deepspeed_config", f"its offload sections mean offload {off.value}, but offload is "
-                            f"{kw['offload'].value}", [off.value])
-    if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
-        raise ScenarioError("deepspeed_config", "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
-                            ["zero1", "zero2", "zero3"])
-
-
 def parse_scenario(data: Any) -> Scenario:
     """Validate a mapping of scenario keys into a :class:`Scenario`.
 
@@ -434,7 +403,10 @@ def parse_scenario(data: Any) -> Scenario:
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
 
-    _deepspeed_keys(raw, kw)
+    if "deepspeed_config" in raw:
+        from vramfit.estimate.deepspeed import scenario_keys
+
+        scenario_keys(raw["deepspeed_config"], kw)
     if "framework_version" in raw:
         from vramfit.estimate.framework import check_version
 

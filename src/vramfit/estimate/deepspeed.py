@@ -187,6 +187,35 @@ def parse(value: Any) -> DeepSpeedConfig:
     raise ScenarioError(KEY, f"must be a DeepSpeed config: a path to its JSON file or the mapping itself, got {value!r}")
 
 
+_ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # the config importer's map (config_import/hf_common.py)
+
+
+def scenario_keys(value: Any, kw: dict[str, Any]) -> None:
+    """parse_scenario's ``deepspeed_config``: typed into ``kw``; its stage and offload set parallelism/offload
+    when those are not given and must agree with them when they are."""
+    from vramfit.choices import Offload, Parallelism
+
+    cfg = parse(value)
+    kw[KEY] = cfg
+    if cfg.stage is not None:
+        par = Parallelism(_ZERO[cfg.stage])
+        if "parallelism" not in kw:
+            kw["parallelism"] = par
+        elif kw["parallelism"] is not par:
+            raise ScenarioError(KEY, f"zero_optimization.stage {cfg.stage} means parallelism "
+                                f"{par.value}, but parallelism is {kw['parallelism'].value}", [par.value])
+    # parameter-only offload has no layout of its own: counted as none, as the config importer does
+    off = (Offload.OPTIMIZER_PARAMS if cfg.offload_param else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
+    if "offload" not in kw:
+        kw["offload"] = off
+    elif kw["offload"] is not off:
+        raise ScenarioError(KEY, f"its offload sections mean offload {off.value}, but offload is "
+                            f"{kw['offload'].value}", [off.value])
+    if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+        raise ScenarioError(KEY, "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
+                            ["zero1", "zero2", "zero3"])
+
+
 def ipg_bytes(z: ZeroBuffers, stage: int, dtype_bytes: int) -> int:
     """Gradient reduction buckets on the GPU (``contiguous_gradients``): ZeRO-1/2 one buffer of
     reduce_bucket_size elements in the optimizer's dtype, a second one with overlap_comm
