@@ -106,3 +106,16 @@ def test_qlora_under_deepspeed_has_no_fp32_upcast():
     assert ddp.profile.qlora_unquantized_fp32 and not z2.profile.qlora_unquantized_fp32
     # embeddings + lm_head + 65 norms in bf16 instead of fp32 (ZeRO-2 does not shard weights)
     assert ddp.parts.weights - z2.parts.weights == 2 * (2 * 128256 * 4096 + 65 * 4096)
+
+
+def test_zero3_keeps_parameters_under_the_persistence_threshold_whole_on_every_gpu():
+    def adapters(n, threshold):
+        ds_cfg = {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": threshold}}
+        sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "num_gpus": n,
+                             "deepspeed_config": ds_cfg})
+        return compute(LLAMA, sc).parts.adapters
+
+    whole = adapters(1, 0)
+    assert adapters(8, 10**12) == whole  # every adapter persists: not sharded
+    assert adapters(8, 0) == pytest.approx(whole / 8, abs=8 * 512)  # none persists: 1/8 each (+ rounding)
+    assert adapters(8, 0) < adapters(8, 100_000) < whole  # r x 4096 adapters persist, r x 14336 ones do not

@@ -187,7 +187,26 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base + p.adapters
         p.weights = p.quantized_base = p.adapters = 0
+    if sc.parallelism is Parallelism.ZERO3:
+        _zero3_persistent(p, spec, sc, profile, shd, adapters)
     return p, adapters
+
+
+def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding,
+                      adapters: list) -> None:
+    """ZeRO-3 keeps every parameter of at most stage3_param_persistence_threshold elements gathered on each
+    GPU (DeepSpeed v0.19.6 runtime/zero/partition_parameters.py: ``param.ds_numel <= param_persistence_threshold``
+    -> ds_persist; parameter_offload.py mark_persistent_parameters): whole, not 1/N, and not on the host."""
+    from vramfit.estimate import deepspeed as ds
+
+    limit = ds.resolve(sc.deepspeed_config, spec.hidden_size, 3).persistence_threshold
+    wb = 2 if _ds_mixed(sc) else sc.precision.param_bytes
+    base = sum(round_allocation(t.numel * wb) * t.count for t in base_tensors(spec)
+               if t.numel <= limit and (sc.method is Method.FULL or not _is_quantized_linear(t, sc, profile, spec)))
+    lora = sum(round_allocation(t.numel * (2 if _ds_mixed(sc) else adapter_bytes(profile, sc.precision))) * t.count
+               for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers) if t.numel <= limit)
+    p.weights += base if shd.weights_on_host else base - shard(base, shd.weights)
+    p.adapters += lora if shd.weights_on_host else lora - shard(lora, shd.weights)
 
 
 def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
