@@ -119,3 +119,9 @@ def test_zero3_keeps_parameters_under_the_persistence_threshold_whole_on_every_g
     assert adapters(8, 10**12) == whole  # every adapter persists: not sharded
     assert adapters(8, 0) == pytest.approx(whole / 8, abs=8 * 512)  # none persists: 1/8 each (+ rounding)
     assert adapters(8, 0) < adapters(8, 100_000) < whole  # r x 4096 adapters persist, r x 14336 ones do not
+
+
+def test_zero2_step_copies_its_gradient_partition_to_fp32():
+    step = compute(LLAMA, _sc(parallelism="zero2"))  # 4 GPUs, full fine-tuning, no offload
+    assert step.opt_temp == 4 * -(-step.parts.num_trainable // 4)
+    assert compute(LLAMA, _sc(parallelism="zero2", offload="optimizer")).opt_temp == 0  # the step runs on the CPU

@@ -253,6 +253,14 @@ def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
 
 
 def grad_norm_transient(largest_param_partition_numel: int) -> int:
-    """ZeRO-3 without optimizer offload: the gradient norm is taken in float64, one parameter's
-    partitioned gradient at a time (stage3.py get_grad_norm_direct: ``g...double().norm(2)``); bytes."""
+    """Without optimizer offload the gradient norm is taken in float64, one parameter's partitioned
+    gradient at a time (DeepSpeed v0.19.6 stage3.py get_grad_norm_direct: ``g...double().norm(2)``;
+    stage_1_and_2.py get_grad_norm_direct: ``torch.linalg.vector_norm(g.data.double(), ...)``); bytes."""
     return 8 * largest_param_partition_numel
+
+
+def fp32_grad_partition(trainable_partition_numel: int) -> int:
+    """ZeRO-1/2 without optimizer offload: the step flattens the 16-bit gradients of this GPU's partition and
+    copies them to fp32 for the optimizer (DeepSpeed v0.19.6 stage_1_and_2.py step: ``single_grad_partition =
+    flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, freed after _optimizer_step); bytes."""
+    return 4 * trainable_partition_numel

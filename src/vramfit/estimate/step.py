@@ -32,7 +32,7 @@ from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Quantize, Scenario
+from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
@@ -161,10 +161,15 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
         + [spec.lm_head_params or spec.embedding_params]
     )
     temp = optimizer_temporaries(sc, parts, profile, largest)
-    if sc.parallelism is Parallelism.ZERO3 and sc.method is Method.FULL and sc.offload is Offload.NONE:
-        from vramfit.estimate.deepspeed import grad_norm_transient
+    if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
+        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient
 
-        temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
+        if sc.method is Method.FULL:
+            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
+        if sc.parallelism is Parallelism.ZERO2:
+            # (ZeRO-1 frees the gradients outside its partition first: the whole 16-bit gradients counted in this
+            # phase already bound the partition's copies from 4 GPUs up)
+            temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
     return temp
 
 
