@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Attention,
     Checkpointing,
     Framework,
+    Generation,
     KbitPrepare,
     Loss,
     Method,
@@ -30,10 +31,13 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    Reference,
+    Stage,
     _Choice,
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
 if TYPE_CHECKING:
@@ -83,6 +87,13 @@ class Scenario:
     kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
     # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
     framework_version: str | None = None
+    stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
+    reference: Reference = Reference.AUTO
+    num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
+    completion_len: int | None = None  # GRPO/PPO: generated tokens, part of seq_len (None: TRL's 256)
+    generation: Generation = Generation.HF
+    vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
+    vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
 
     @property
     def trains_adapters(self) -> bool:
@@ -119,6 +130,9 @@ class Scenario:
         derived = {"method": "quantize", "lora_rank": "lora_alpha", "num_gpus": "parallelism"}
         for key, follower in derived.items():
             if key in changes and follower not in changes:
+                data.pop(follower, None)
+        for follower in STAGE_FOLLOWERS if "stage" in changes else ():
+            if follower not in changes:
                 data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
@@ -211,6 +225,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
           "peft-0.11; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+    *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -433,6 +448,7 @@ def parse_scenario(data: Any) -> Scenario:
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
+    check_stage_keys(kw, raw)
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():

@@ -11,7 +11,7 @@ from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
 from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
-from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
+from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
@@ -138,10 +138,12 @@ def plan(
         limit = limit_bytes(g, margin)
         mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
         lacking = []
+        lacks = stack_of(g).lacks
         for n in mine:
-            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value)
-            if best is not None and set(needs(best[0]._asdict())) & set(stack_of(g).lacks):
-                lacking.append(n)  # the fastest setting needs what the stack lacks (e.g. Liger on Gaudi)
+            # only settings the card's stack runs compete (Gaudi: no 8-bit AdamW, no fused loss)
+            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value, lacks)
+            if best is None and lacks and search.best(g, n, limit, HOST_RAM_PER_GPU.value) is not None:
+                lacking.append(n)  # it would fit only with what the stack lacks
             elif best is not None:
                 at_mb = int(dataset.processed_at(best[1]) * ep) if dataset is not None else total  # padding varies with mb
                 plans.append(_make_plan(search, g, best[0], best[1], limit, eff, at_mb, budget, num_params, trainable,
