@@ -192,8 +192,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           limits=(1, MAX_SEQ_LEN)),
     Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
           unit="micro-batches", limits=(1, MAX_BATCH)),
-    Field("gradient_checkpointing", CH, "Recompute in backward: none, every block (full), attention (selective), "
-          "or block inputs kept in host RAM (offload).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+    Field("gradient_checkpointing", CH, "Recompute in backward: none; every block (full); the attention core only "
+          "(selective); torchtitan's op policy, every second matmul output and the attention output saved "
+          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode).", ("Gradient checkpointing", "Checkpointing de gradientes"),
           choices=Checkpointing),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),
@@ -207,11 +208,13 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
           default_note="none (no target card)"),
-    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
+    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune, litgpt, "
+          "torchtitan or unsloth.",
           ("Framework", "Framework"), choices=Framework),
     Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
-    Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
+    Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
+          "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",

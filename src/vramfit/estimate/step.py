@@ -116,10 +116,13 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     elif ck is Checkpointing.SELECTIVE:
         kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
         blocks, recompute = L * (per_layer - kernel), kernel
+    elif ck is Checkpointing.SELECTIVE_OP:
+        kept = act.op_sac_saved(spec, sc, profile)
+        blocks, recompute = L * (block_in + kept), max(0, per_layer - kept)
     elif ck is Checkpointing.FULL:
         blocks, recompute = L * block_in, per_layer
-    else:  # offload: block inputs in host memory, the current and the prefetched one on the GPU
-        blocks, recompute, host = 2 * block_in, per_layer, L * block_in
+    else:  # offload: block inputs in host memory; on the GPU as many as the profile says
+        blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer, L * block_in
     return Activations(
         saved, per_layer, blocks, recompute,
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,

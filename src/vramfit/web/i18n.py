@@ -265,6 +265,7 @@ _PAGE: dict[str, tuple[str, str]] = {
     "v.none": ("none", "nenhum"),
     "v.full": ("full", "completo"),
     "v.selective": ("selective", "seletivo"),
+    "v.selective-op": ("selective, op policy (torchtitan)", "seletivo, política por operação (torchtitan)"),
     "v.offload": ("offload", "descarga"),
     "v.standard": ("standard", "padrão"),
     "v.chunked": ("chunked", "por blocos"),
