@@ -23,8 +23,10 @@ _LLAMA_LIKE = {
     "qwen3_moe": False, "gemma": True, "gemma2": True, "gemma3_text": True, "olmo2": False,
     "phi3": False,
 }
+# families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
+_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom"])
+    sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )
 
 # Gemma3TextConfig defaults that the published multimodal Gemma 3 configs rely on: their
@@ -133,7 +135,7 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         spec = _llama_like(_Cfg(merged, "gemma3_text"))
         spec.extra["text_config_of"] = "gemma3"
         return spec
-    builder = _BUILDERS.get(model_type)
+    builder = _builders().get(model_type)
     if builder is None:
         raise ModelError(
             f"unsupported model_type {model_type!r}", valid=SUPPORTED_MODEL_TYPES
@@ -480,6 +482,13 @@ def _bloom(c: _Cfg) -> ModelSpec:
         fused_qkv="query_key_value",
         **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )
+
+
+def _builders() -> dict[str, Callable[[_Cfg], ModelSpec]]:
+    """Every builder; the other modules import this one's helpers, so they are imported here."""
+    from vramfit.models import hf_moe, hf_vlm
+
+    return {**_BUILDERS, **hf_moe.BUILDERS, **hf_vlm.BUILDERS}
 
 
 _BUILDERS: dict[str, Callable[[_Cfg], ModelSpec]] = {
