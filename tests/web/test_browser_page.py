@@ -236,13 +236,13 @@ def test_11_what_renters_expect(base_url, page_factory):
     bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert sum(int(v) for v in re.findall(r"\d+", bg)[:3]) < 150, bg
     page.locator("#fits tr.pinned .export-btn").click()
-    link = page.locator('#export a[download="train_config.py"]')
+    link = page.locator('#export a[download="train_config.yaml"]')
     expect(link).to_be_visible(timeout=15000)
     expect(page.locator("#export")).to_contain_text("accelerate launch --config_file accelerate.yaml")
     with page.expect_download() as download:
         link.click()
-    assert download.value.suggested_filename == "train_config.py"
-    assert "LoraConfig" in open(download.value.path()).read()
+    assert download.value.suggested_filename == "train_config.yaml"
+    assert "lora_r:" in open(download.value.path()).read()
     shot(page, "calculator-dark")
 
 

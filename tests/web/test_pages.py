@@ -264,7 +264,7 @@ def test_export_gives_the_planner_files(client):
     r = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 1, "engine": "trl"})
     assert r.status_code == 200
     want = export_plan(plan(scenario, gpu_ids=["rtx4090"]).plans[0], "trl").to_dict()
-    assert r.json() == want and set(want["files"]) == {"accelerate.yaml", "train_config.py"}
+    assert r.json() == want and set(want["files"]) == {"accelerate.yaml", "train.py", "train_config.yaml"}
     bad = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 3})
     assert bad.status_code == 422 and bad.json()["key"] == "num_gpus" and bad.json()["valid"] == ["1"]
     for body, key in (({"gpu_id": 123}, "gpu_id"), ({"gpu_id": "rtx4090", "num_gpus": "x"}, "num_gpus"),
