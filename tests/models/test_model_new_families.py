@@ -55,3 +55,28 @@ def test_gpt_oss_sinks_and_layer_types():
 def test_qwen2_5_vl_needs_its_vision_config():
     with pytest.raises(ModelError, match="vision_config"):
         spec_from_hf_config({"model_type": "qwen2_5_vl", "hidden_size": 64})
+
+
+GEMMA3_VISION = {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                 "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                 "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}
+
+
+def test_gemma3_multimodal_config_counts_its_siglip_tower():
+    # google/gemma-3-4b-it config.json: the catalog's text config plus this vision_config;
+    # transformers 5.24.0 Gemma3ForConditionalGeneration on meta: 4,300,079,472 (model card 4.3B)
+    from vramfit.models import load_catalog
+
+    text = next(e for e in load_catalog() if e["id"] == "google/gemma-3-4b-pt")["config"]
+    spec = spec_from_hf_config({"model_type": "gemma3", "text_config": dict(text),
+                                "vision_config": GEMMA3_VISION})
+    assert spec.num_params == 4_300_079_472
+    assert spec.vision_params == 419_816_304
+    # without a vision_config (the catalog's text-only entry) nothing changes
+    assert spec_from_hf_config({"model_type": "gemma3", "text_config": dict(text)}).vision_params == 0
+
+
+def test_siglip_pooling_head_counted_when_used():
+    # Gemma3Config() defaults (SigLIP base with its pooling head): 2,723,312,896 on meta
+    assert spec_from_hf_config({"model_type": "gemma3", "text_config": {},
+                                "vision_config": {}}).num_params == 2_723_312_896

@@ -358,7 +358,13 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
-    if runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
+    if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
+        # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
+        # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
+        # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
+        sink = 1 if spec.attention_sinks else 0
+        attn = (2 + sink) * c * b * a * s * (s + sink)
+    elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d

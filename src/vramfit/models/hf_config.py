@@ -10,6 +10,7 @@ that define the shape (``hidden_size``, ``num_hidden_layers`` ...) are required.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from vramfit.errors import ModelError
@@ -134,6 +135,11 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         merged = {**_GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         spec = _llama_like(_Cfg(merged, "gemma3_text"))
         spec.extra["text_config_of"] = "gemma3"
+        vision = config.get("vision_config")
+        if isinstance(vision, Mapping):  # the multimodal checkpoint carries its SigLIP tower
+            from vramfit.models.hf_vlm import gemma3_vision_params
+
+            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
         return spec
     builder = _builders().get(model_type)
     if builder is None:

@@ -54,4 +54,35 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision))
 
 
+# SiglipVisionConfig defaults (transformers v5.24.0 models/siglip/configuration_siglip.py)
+_SIGLIP_DEFAULTS = {
+    "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_channels": 3,
+    "image_size": 224, "patch_size": 16, "vision_use_head": True,
+}
+
+
+def siglip_vision_params(vision: Mapping) -> int:
+    """Parameters of a SigLIP vision tower (SiglipVisionModel: patch and position embeddings,
+    pre-norm encoder layers with biased LayerNorms and linears, post_layernorm, optional pooling
+    head)."""
+    c = _Cfg({**_SIGLIP_DEFAULTS, **vision}, "siglip_vision_model")
+    h, inter, layers = c.int("hidden_size"), c.int("intermediate_size"), c.int("num_hidden_layers")
+    p = c.int("patch_size")
+    patches = (c.int("image_size") // p) ** 2
+    embeddings = c.int("num_channels") * p * p * h + h + patches * h  # Conv2d with bias, positions
+    mlp = h * inter + inter + inter * h + h  # fc1, fc2
+    layer = 2 * 2 * h + 4 * (h * h + h) + mlp  # layer_norm1/2, q/k/v/out_proj
+    head = 0
+    if c.bool("vision_use_head"):  # SiglipMultiheadAttentionPoolingHead: probe, MHA, LayerNorm, MLP
+        head = h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + mlp
+    return embeddings + layers * layer + 2 * h + head
+
+
+def gemma3_vision_params(vision: Mapping, text_hidden: int) -> int:
+    """Gemma 3's SigLIP tower and Gemma3MultiModalProjector (mm_input_projection_weight (v, h) and
+    mm_soft_emb_norm over v; transformers v5.24.0 models/gemma3/modeling_gemma3.py)."""
+    v = int({**_SIGLIP_DEFAULTS, **vision}["hidden_size"])
+    return siglip_vision_params(vision) + v * text_hidden + v
+
+
 BUILDERS = {"qwen2_5_vl": _qwen2_5_vl}
