@@ -142,10 +142,13 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
             spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
         return spec
     builder = _builders().get(model_type)
-    if builder is None:
-        raise ModelError(
-            f"unsupported model_type {model_type!r}", valid=SUPPORTED_MODEL_TYPES
-        )
+    if builder is None:  # any other decoder transformers ships, read from its real modules
+        from vramfit.models.from_modules import spec_from_transformers
+
+        try:
+            return spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}")
+        except ModelError as exc:
+            raise ModelError(str(exc).removeprefix(f"{exc.key}: "), valid=SUPPORTED_MODEL_TYPES) from None
     return builder(_Cfg(config, model_type))
 
 
