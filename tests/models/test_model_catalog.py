@@ -74,7 +74,8 @@ def test_entry_is_complete(entry):
     config = entry["config"]
     assert config["model_type"] and config["architectures"]
     for key in ("hidden_size", "num_attention_heads", "vocab_size"):
-        assert key in config or config["model_type"] == "bloom", key
+        # multimodal configs (Llama 4) keep the language model's shape in text_config
+        assert key in config or key in config.get("text_config", {}) or config["model_type"] == "bloom", key
 
 
 def test_required_entries_present():
@@ -137,11 +138,14 @@ def test_catalog_is_cached_and_complete():
         ("openai/gpt-oss-20b", 3_608_307_264, "3.6B"),
         ("openai/gpt-oss-120b", 5_132_849_472, "5.1B"),
         ("deepseek-ai/DeepSeek-V3", 36_625_603_584, "37B"),
+        # Llama 4: the language model's per-token parameters (the vision tower runs on images only)
+        ("meta-llama/Llama-4-Scout-17B-16E", 16_138_408_960, "17B"),
+        ("meta-llama/Llama-4-Maverick-17B-128E", 16_150_205_440, "17B"),
     ],
 )
 def test_new_moe_active_params_without_embedding_lookup(model_id, active_matmul, rounded):
     spec = spec_from_hf_config(BY_ID[model_id]["config"])
-    assert spec.active_params_per_token - spec.embedding_params == active_matmul
+    assert spec.active_params_per_token - spec.embedding_params - spec.vision_params == active_matmul
     value, unit = rounded_value(rounded)
     assert abs(active_matmul - value) <= unit
     assert BY_ID[model_id]["published_active_params_rounded"] == rounded
@@ -152,6 +156,7 @@ NEW_FAMILIES = [
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",  # untied head: not Qwen2.5-1.5B's architecture
     "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-20b", "openai/gpt-oss-120b",
     "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
+    "meta-llama/Llama-4-Scout-17B-16E", "meta-llama/Llama-4-Maverick-17B-128E",
 ]
 
 

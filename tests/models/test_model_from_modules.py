@@ -21,10 +21,9 @@ CASES = {
     "granite": TINY,
     "qwen2_moe": {**TINY, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128,
                   "num_experts": 8, "num_experts_per_tok": 2},
-    "llama4_text": {**TINY, "num_hidden_layers": 4, "intermediate_size": 128, "intermediate_size_mlp": 512,
-                    "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
-                    "head_dim": 64},
 }
+LLAMA4 = {**TINY, "num_hidden_layers": 4, "intermediate_size": 128, "intermediate_size_mlp": 512,
+          "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "head_dim": 64}
 
 
 def transformers_count(cfg: dict) -> int:
@@ -49,8 +48,14 @@ def test_expected_counts_and_layout():
     assert qwen2_moe.num_params == 2_586_624
     groups = {(lin.name, lin.group) for lin in qwen2_moe.block_linears}
     assert {("shared_expert_gate", "shared_expert"), ("gate_up_proj", "expert"), ("q_proj", "attn")} <= groups
-    llama4 = spec_from_hf_config({"model_type": "llama4_text", **CASES["llama4_text"]})
-    assert llama4.num_params == 3_072_256
+
+
+
+def test_llama4_text_builder_matches_transformers():
+    # the torch-free builder (vramfit.models.hf_moe) against the real modules
+    cfg = {"model_type": "llama4_text", **LLAMA4}
+    llama4 = spec_from_hf_config(cfg)
+    assert llama4.num_params == transformers_count(cfg) == 3_072_256
     # interleave_moe_layer_step=2: two of four layers are MoE, two keep the dense MLP
     assert {(lin.group, lin.layers) for lin in llama4.block_linears if lin.name == "gate_proj"} == {
         ("dense_mlp", 2), ("shared_expert", 2)}
