@@ -57,3 +57,27 @@ def test_attention_sinks_add_one_softmax_column():
     assert sinks["attn.softmax_out"] == C * 4 * T * (T + 1)  # bf16 softmax, one sink column
     plain = saved(replace(spec, attention_sinks=False))
     assert plain["attn.softmax_out"] == C * 4 * T * T
+
+
+def test_sink_softmax_backward_transient_in_bf16():
+    from vramfit.estimate.activations import block_backward_transient
+
+    cfg = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000)
+    spec = spec_from_hf_config(cfg)
+    sc = parse_scenario({"model": "generic:1B", "method": "full", "seq_len": T, "precision": "bf16-true"})
+    # softmax grad, its backward output and the zeros probs[..., :-1]'s backward scatters into
+    assert block_backward_transient(spec, sc, HF) == 3 * C * 4 * T * (T + 1)
+
+
+def test_vision_tower_weights_are_held():
+    from vramfit.estimate import estimate
+
+    def weights(model):
+        est = estimate({"model": model, "method": "lora", "seq_len": 512})
+        return dict(est.peak.breakdown)["weights"]
+
+    # Qwen2.5-VL-7B's language model has Qwen2.5-7B's shapes; the 676,550,144 vision parameters
+    # add their bf16 bytes to the frozen weights
+    assert weights("Qwen/Qwen2.5-VL-7B-Instruct") - weights("Qwen/Qwen2.5-7B") == 2 * 676_550_144
