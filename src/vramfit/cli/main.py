@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.options import build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
@@ -46,6 +47,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @app.command()
 @user_errors
 @with_scenario_options
+@with_dataset_options
 def estimate(
     scenario_args: dict,
     scenario_file: Path | None,

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.gpus import GPUS_PER_NODE
@@ -159,6 +160,7 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     @user_errors
     @with_scenario_options
+    @with_dataset_options
     def plan_cmd(
         scenario_args: dict,
         scenario_file: Path | None,
@@ -182,6 +184,7 @@ def register(app: typer.Typer) -> None:
         export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
         write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        dataset_report=None,
     ) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
         from vramfit.plan import plan
@@ -190,7 +193,7 @@ def register(app: typer.Typer) -> None:
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
                  gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
-                 deadline_hours=deadline, stacks=stack)
+                 deadline_hours=deadline, stacks=stack, dataset=dataset_report)
         if json_out:
             _out(r.to_dict())
         else:
@@ -204,6 +207,7 @@ def register(app: typer.Typer) -> None:
     @app.command("fit")
     @user_errors
     @with_scenario_options
+    @with_dataset_options
     def fit_cmd(
         scenario_args: dict,
         scenario_file: Path | None,

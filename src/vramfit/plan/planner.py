@@ -11,7 +11,7 @@ from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
 from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
-from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
+from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
@@ -93,6 +93,7 @@ def plan(
     sort: str = "cost",
     deadline_hours: float | str | None = None,
     stacks: list[str] | str | None = None,
+    dataset: Any | None = None,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -104,9 +105,14 @@ def plan(
     Plans within budget and ``deadline_hours`` come first, then by ``sort`` (``cost`` per token or
     ``time``); ``stacks`` (cuda, rocm, habana) keeps only cards of those software stacks. A card is
     planned only in counts it is rented in (``rental_gpus``: GB200 up to its 4-GPU tray).
+    ``dataset`` (a :class:`vramfit.dataset.DatasetReport`) replaces ``dataset_tokens``: disk from its
+    real tokens, time and cost from the tokens the GPUs process at each plan's micro-batch (padding included).
     """
     sc = parse_scenario(scenario)
+    if dataset is not None and dataset_tokens is not None:
+        raise ScenarioError("dataset_tokens", "give the dataset or its token count, not both")
     eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
+    tokens = dataset.train_tokens if dataset is not None else tokens
     all_counts = gpu_counts(max_gpus)
     counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
@@ -119,7 +125,7 @@ def plan(
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
-    total = int(tokens * ep) if tokens else None
+    total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
     blocked = set()
@@ -132,12 +138,15 @@ def plan(
         limit = limit_bytes(g, margin)
         mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
         lacking = []
+        lacks = stack_of(g).lacks
         for n in mine:
-            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value)
-            if best is not None and set(needs(best[0]._asdict())) & set(stack_of(g).lacks):
-                lacking.append(n)  # the fastest setting needs what the stack lacks (e.g. Liger on Gaudi)
+            # only settings the card's stack runs compete (Gaudi: no 8-bit AdamW, no fused loss)
+            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value, lacks)
+            if best is None and lacks and search.best(g, n, limit, HOST_RAM_PER_GPU.value) is not None:
+                lacking.append(n)  # it would fit only with what the stack lacks
             elif best is not None:
-                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable,
+                at_mb = int(dataset.processed_at(best[1]) * ep) if dataset is not None else total  # padding varies with mb
+                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, at_mb, budget, num_params, trainable,
                                         tokens, kept, deadline))
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
@@ -152,6 +161,12 @@ def plan(
                 changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u if mfu is not None else None,
                                                   effective_batch=eff)
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
+    if dataset is not None:  # the measured lengths replace the packed-dataset assumption
+        packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
+        assumptions[assumptions.index(packed)] = (
+            f"Time from the tokens the GPUs process per epoch of the dataset at each plan's micro-batch, padding "
+            f"included ({dataset.processed_tokens:,} at micro-batch {dataset.policy['micro_batch_size']}); time "
+            "excludes evaluation, checkpoint writes and start-up.")
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
