@@ -75,6 +75,8 @@ def num_layers_of(config: dict) -> int:
     for key in _LAYER_KEYS:
         if isinstance(config.get(key), int):
             return config[key]
+    if isinstance(config.get("text_config"), dict):  # multimodal (Llama 4): the language model's depth
+        return num_layers_of(config["text_config"])
     raise ModelError("config.json has no num_hidden_layers")
 
 
@@ -82,6 +84,9 @@ def config_for_depth(config: dict, layers: int) -> dict:
     """The config with ``layers`` decoder layers; per-layer lists keep their first ``layers`` entries."""
     full = num_layers_of(config)
     out = dict(config)
+    if not any(key in config for key in _LAYER_KEYS) and isinstance(config.get("text_config"), dict):
+        out["text_config"] = config_for_depth(config["text_config"], layers)
+        return out
     for key in _LAYER_KEYS:
         if key in out:
             out[key] = layers
