@@ -36,9 +36,12 @@ def test_deepseek_v3_spec_fields():
     assert [lin.out_features for lin in shared] == [128, 128, 256]  # 2 shared x 64 wide
 
 
-def test_deepseek_v3_rejects_more_dense_layers_than_layers():
-    with pytest.raises(ModelError, match="first_k_dense_replace"):
-        spec_from_hf_config({**TINY_DS, "first_k_dense_replace": 5})
+def test_deepseek_v3_first_k_dense_beyond_depth_is_all_dense():
+    # transformers: layer i is MoE when i >= first_k_dense_replace, so 5 over 4 layers = all dense
+    spec = spec_from_hf_config({**TINY_DS, "first_k_dense_replace": 5})
+    assert {lin.group for lin in spec.block_linears if lin.group != "attn"} == {"dense_mlp"}
+    assert spec.num_params == 2_538_368  # transformers 5.24.0 on meta
+    assert spec.num_experts == 0
 
 
 def test_gpt_oss_sinks_and_layer_types():

@@ -51,16 +51,17 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
     experts = c.int("n_routed_experts")
     moe_inter = c.int("moe_intermediate_size")
     shared = c.int("n_shared_experts", default=0, minimum=0) * moe_inter
-    dense = c.int("first_k_dense_replace", default=0, minimum=0)
-    if dense > layers:
-        raise ModelError(f"first_k_dense_replace ({dense}) exceeds num_hidden_layers ({layers})")
+    # layers from first_k_dense_replace on are MoE: a larger value makes every layer dense
+    dense = min(c.int("first_k_dense_replace", default=0, minimum=0), layers)
     tie = c.bool("tie_word_embeddings", default=False)
     attn, latent_norms, mla = _mla_attention(c, hidden, heads)
     sparse = layers - dense
-    mlp = [Linear("gate", hidden, experts, False, "router", layers=sparse),
-           Linear("gate_up_proj", hidden, 2 * moe_inter, False, "expert", experts, layers=sparse),
-           Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=sparse)]
-    if shared:
+    mlp = []  # Linear.layers = 0 means every layer, so a kind held by no layer is left out
+    if sparse:
+        mlp += [Linear("gate", hidden, experts, False, "router", layers=sparse),
+                Linear("gate_up_proj", hidden, 2 * moe_inter, False, "expert", experts, layers=sparse),
+                Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=sparse)]
+    if shared and sparse:
         mlp += [Linear("gate_proj", hidden, shared, False, "shared_expert", layers=sparse),
                 Linear("up_proj", hidden, shared, False, "shared_expert", layers=sparse),
                 Linear("down_proj", shared, hidden, False, "shared_expert", layers=sparse)]
@@ -73,7 +74,7 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
         num_key_value_heads=heads, intermediate_size=inter, vocab_size=vocab, hidden_size=hidden,
         num_hidden_layers=layers, num_attention_heads=heads, tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=True, block_linears=tuple(attn + mlp), block_norm_params=2 * hidden + latent_norms,
-        final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts,
+        final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if sparse else 0,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=moe_inter,
         **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
         **_common(c),

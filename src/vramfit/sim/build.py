@@ -124,9 +124,11 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
 
 def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> BuiltModel:
     """Build the scenario's model on ``meta`` with ``layers`` decoder layers (default: all)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     _check_supported(scenario)
+    # a vision-language checkpoint is built whole (vision tower included) and fed text only
+    auto = AutoModelForImageTextToText if isinstance(config.get("vision_config"), dict) else AutoModelForCausalLM
     depth = layers if layers is not None else num_layers_of(config)
     cfg = hf_config(config, depth, scenario.attention)
     precision = scenario.precision
@@ -151,11 +153,11 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         warnings.simplefilter("ignore")
         with torch.device("meta"):
             try:
-                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
             except (ValueError, ImportError) as exc:
                 if "sdpa" not in attn:
                     raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
-                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
+                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
                 assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
     causal_lm = model
     vocab = int(model.get_output_embeddings().weight.shape[0])
