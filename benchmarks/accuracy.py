@@ -36,6 +36,7 @@ SOURCE_FRAMEWORK = {
     "TORCHAO": "torchtune",
     "PEFT_README": "hf",
     "PEFT_DOCS": "hf",
+    "TITAN_BENCH_2412": "torchtitan",
 }
 
 

@@ -95,7 +95,11 @@ class Optimizer(_Choice):
 class Checkpointing(_Choice):
     NONE = "none"
     FULL = "full"
-    SELECTIVE = "selective"
+    SELECTIVE = "selective"  # attention core recomputed (Korthikanti et al. 2022, sec. 5)
+    # torchtitan op-level selective AC (torchtitan@9dec370 parallelisms/parallelize_llama.py
+    # _apply_ac_to_transformer_block, selective_ac_option = "op"): every second matmul output and
+    # the SDPA output are saved, the rest of the block is recomputed
+    SELECTIVE_OP = "selective-op"
     OFFLOAD = "offload"
 
 
@@ -124,7 +128,8 @@ class Parallelism(_Choice):
 class Framework(_Choice):
     """Whose training code runs the step: its layout of adapters, loss and quantized base differs.
 
-    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``. This key is an
+    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``; ``torchtitan`` (FSDP2
+    pre-training loop); ``unsloth`` (its Triton kernels and LoRA autograd functions). This key is an
     extension of the shared schema (default ``hf``), added because the measured sources differ in
     exactly these ways (see the README, "Frameworks").
     """
@@ -132,9 +137,41 @@ class Framework(_Choice):
     HF = "hf"
     TORCHTUNE = "torchtune"
     LITGPT = "litgpt"
+    TORCHTITAN = "torchtitan"
+    UNSLOTH = "unsloth"
 
 
 class Offload(_Choice):
     NONE = "none"
     OPTIMIZER = "optimizer"
     OPTIMIZER_PARAMS = "optimizer+params"
+
+
+class Stage(_Choice):
+    """What the step optimizes: supervised fine-tuning, a preference loss or an RL loop (TRL trainers)."""
+
+    SFT = "sft"
+    DPO = "dpo"
+    KTO = "kto"
+    ORPO = "orpo"
+    SIMPO = "simpo"
+    GRPO = "grpo"
+    PPO = "ppo"
+
+
+class Reference(_Choice):
+    """Where the reference log-probs of a preference or RL stage come from."""
+
+    AUTO = "auto"  # as TRL does for the stage and method (see vramfit.estimate.stages)
+    COPY = "copy"  # a frozen copy of the model, resident on the GPU
+    ADAPTERS_OFF = "adapters-off"  # PEFT: the same weights with the adapters disabled
+    PRECOMPUTED = "precomputed"  # log-probs computed once before training (precompute_ref_log_probs)
+    NONE = "none"  # no reference: reference-free losses, GRPO with beta = 0
+
+
+class Generation(_Choice):
+    """How GRPO/PPO generate their rollouts."""
+
+    HF = "hf"  # transformers generate() on the training GPUs
+    VLLM_COLOCATE = "vllm-colocate"  # vLLM in the training process, gpu_memory_utilization of each card
+    VLLM_SERVER = "vllm-server"  # vLLM on GPUs of its own (trl vllm-serve), none of the training memory

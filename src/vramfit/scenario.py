@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Attention,
     Checkpointing,
     Framework,
+    Generation,
     Loss,
     Method,
     Offload,
@@ -29,10 +30,13 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    Reference,
+    Stage,
     _Choice,
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
@@ -73,6 +77,13 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
+    reference: Reference = Reference.AUTO
+    num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
+    completion_len: int | None = None  # GRPO/PPO: generated tokens, part of seq_len (None: TRL's 256)
+    generation: Generation = Generation.HF
+    vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
+    vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
 
     @property
     def trains_adapters(self) -> bool:
@@ -107,6 +118,9 @@ class Scenario:
         derived = {"method": "quantize", "lora_rank": "lora_alpha", "num_gpus": "parallelism"}
         for key, follower in derived.items():
             if key in changes and follower not in changes:
+                data.pop(follower, None)
+        for follower in STAGE_FOLLOWERS if "stage" in changes else ():
+            if follower not in changes:
                 data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
@@ -166,8 +180,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           limits=(1, MAX_SEQ_LEN)),
     Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
           unit="micro-batches", limits=(1, MAX_BATCH)),
-    Field("gradient_checkpointing", CH, "Recompute in backward: none, every block (full), attention (selective), "
-          "or block inputs kept in host RAM (offload).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+    Field("gradient_checkpointing", CH, "Recompute in backward: none; every block (full); the attention core only "
+          "(selective); torchtitan's op policy, every second matmul output and the attention output saved "
+          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode).", ("Gradient checkpointing", "Checkpointing de gradientes"),
           choices=Checkpointing),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),
@@ -181,15 +196,18 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
           default_note="none (no target card)"),
-    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
+    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune, litgpt, "
+          "torchtitan or unsloth.",
           ("Framework", "Framework"), choices=Framework),
     Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
-    Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
+    Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
+          "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
           ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -404,6 +422,7 @@ def parse_scenario(data: Any) -> Scenario:
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
+    check_stage_keys(kw, raw)
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():

@@ -60,7 +60,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
     embeddings and norms are fp32 (peft other.py:202), so the residual stream is fp32 as well.
     """
     c = scenario.precision.compute_bytes
-    fp32_stream = scenario.precision.mixed or scenario.precision is Precision.FP32 or (
+    fp32_stream = (scenario.precision.mixed and not profile.mixed_casts_params) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
     )
     res = 4 if fp32_stream else c
@@ -155,8 +155,8 @@ def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> Non
         if not layernorm and blk.full:
             out.add(key + ".normed", c * T * h)
         return
-    if blk.sc.compile:
-        # inductor fuses the norm into one kernel whose backward recomputes from the input and
+    if blk.sc.compile or blk.profile.rmsnorm_kernel:
+        # a fused kernel (Unsloth's Triton RMSNorm, see FrameworkProfile.rmsnorm_kernel) or inductor fuses the norm into one kernel whose backward recomputes from the input and
         # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
         out.add(src_key, src_bytes * T * h)
         out.add(key + ".rstd", 4 * T)
@@ -190,6 +190,11 @@ def _block_norms(blk: Block, out: Saved) -> str:
 
 # --- linears: inputs saved for weight gradients, LoRA branches ----------------------------------
 def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: int, tokens: int) -> None:
+    if blk.profile.lora_fused_autograd and not blk.full:
+        # Unsloth LoRA_QKV / LoRA_W / LoRA_MLP save the input X only (fast_lora.py save_for_backward)
+        if (lin.name, lin.in_features) in blk.adapted:
+            out.add(in_key, in_bytes * tokens * lin.in_features)
+        return
     if blk.full or blk.q_saves:
         if blk.dt.autocast:
             out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
@@ -290,6 +295,8 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
     down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
     for lin in mlp_lins:
+        if lin is down and blk.profile.lora_fused_autograd and not blk.full:
+            continue  # LoRA_MLP recomputes h = act(e) * g in backward (fast_lora.py)
         if lin is down:
             _linear_input(blk, out, lin, "mlp_mid", dt.norm_out if fp32_mlp else c, tokens)
         else:
@@ -308,10 +315,11 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
     if spec.gated_mlp:
         out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
-        if not blk.sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
+        # compiled, or Unsloth's LoRA_MLP (saves X, e, g only): act(gate) is recomputed in backward
+        if not (blk.sc.compile or (profile.lora_fused_autograd and not blk.full)):
             out.add("mlp.act_out", m * tokens * width)  # saved by act * up
         out.add("mlp.up_out", m * tokens * width)
-        if act_saves > 1:
+        if act_saves > 1 and not profile.lora_fused_autograd:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
@@ -358,6 +366,10 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
+    if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
+        # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
+        # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
+        mlp = c * tokens * width
     if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
         # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
@@ -371,6 +383,22 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     return max(mlp, attn)
 
 
+def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes one block keeps under torchtitan's op-level selective AC (``selective-op``), besides its input.
+
+    torchtitan@9dec370 parallelisms/parallelize_llama.py _apply_ac_to_transformer_block: the policy
+    counts aten.mm calls per block forward and saves an op's output when the op is in ``_save_list``
+    (mm, SDPA flash/efficient, reduce_scatter, max) "except every second mm": the 1st, 3rd, 5th ...
+    linear's output (block order q, k, v, o, gate, up, down) and SDPA's output and fp32 log-sum-exp
+    are kept; everything else is recomputed. Each tensor rounded by the allocator."""
+    from vramfit.estimate.allocator import round_allocation
+
+    c, T = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len
+    kept = [round_allocation(c * T * lin.out_features) for i, lin in enumerate(spec.block_linears) if i % 2 == 0]
+    a, d = spec.num_attention_heads, spec.head_dim
+    return sum(kept) + round_allocation(c * T * a * d) + round_allocation(4 * T * a)
+
+
 def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The block input a checkpointed block keeps (its ``hidden_states`` argument)."""
     dt = dtypes_for(sc, profile)
@@ -382,7 +410,7 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM
+    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM and not profile.rmsnorm_kernel
     total = 4 * T * h if rms_upcast else dt.residual * T * h
     if lm_head_trainable:
         total += dt.compute * T * h

@@ -24,6 +24,20 @@ class LossLayout(str, Enum):
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
+    # unsloth@015bdef unsloth/models/llama.py CausalLM forward: no logits (UNSLOTH_RETURN_LOGITS=0),
+    # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
+    # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
+    UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+
+
+class CompileScope(str, Enum):
+    """What ``compile: true`` compiles (the scenario switch; the framework decides the scope)."""
+
+    MODEL_AND_LOSS = "model-and-loss"  # torch.compile(model) and the loss (torchtune compile: True)
+    # torchtitan@9dec370 parallelize_llama.py apply_compile: torch.compile(transformer_block,
+    # fullgraph=True) per block; train.py keeps loss_fn eager ("compiling loss function causes
+    # CUDA errors, turning off for now")
+    BLOCKS = "blocks"
 
 
 class OptimizerImpl(str, Enum):
@@ -95,6 +109,29 @@ class FrameworkProfile:
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
     default_precision: tuple[tuple[Method, Precision], ...] = (
         (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # ``-mixed`` is FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), not autocast:
+    # the all-gathered parameters are bf16, so activations and the residual stream are bf16; fp32
+    # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
+    mixed_casts_params: bool = False
+    # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
+    # compiles each block, loss eager: one CompileScope member each)
+    compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
+    # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
+    rmsnorm_kernel: bool = False
+    # LoRA_MLP / LoRA_QKV / LoRA_W autograd functions (unsloth@015bdef unsloth/kernels/fast_lora.py):
+    # each saves only its input X (the MLP also the gate and up outputs e, g); lora_A's output is
+    # recomputed in backward, and the SwiGLU backward overwrites e, g and the down-proj gradient in place
+    lora_fused_autograd: bool = False
+    # block-input-sized tensors on the GPU during one block's backward under gradient_checkpointing
+    # "offload": the restored input and the prefetched next one (transformers v5.24.0
+    # activation_checkpointing_enable(offload=True), torch saved_tensors_hooks). Unsloth's
+    # "unsloth" mode (unsloth-zoo@36ff5fc unsloth_zoo/gradient_checkpointing.py
+    # UnslothCheckpointFunction): the input copied back into one GPU_BUFFER, the last layer's input
+    # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
+    # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
+    offload_ckpt_block_tensors: int = 2
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -172,6 +209,61 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 }
 
 
+PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
+    name="torchtitan",
+    adapters_fp32=False,  # torchtitan trains every weight: no adapters
+    lora_casts_input=False,
+    lora_dropout_default=0.0,
+    fused_qkv_lora=False,
+    # torchtitan@9dec370 models/norms.py build_norm("rmsnorm") = nn.RMSNorm; torch v2.13.0
+    # aten/src/ATen/native/layer_norm.cpp rms_norm upcasts the input to fp32 (opmath)
+    rmsnorm_upcast=True,
+    # torchtitan@9dec370 models/llama/model.py Attention: repeat_kv(keys, n_rep) before SDPA
+    expands_kv_for_sdpa=True,
+    qlora_unquantized_fp32=False,
+    qlora_saves_input=False,
+    qlora_quantizes_lm_head=False,
+    # torchtitan@9dec370 model.py returns self.output(h) (bf16); train.py loss_fn:
+    # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward
+    standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
+    # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
+    torch_optimizer_impl=OptimizerImpl.FOREACH,
+    # torchtitan@9dec370 parallelize_llama.py apply_fsdp: blocks are units, then
+    # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
+    fsdp_root_gathered=True,
+    mixed_casts_params=True,
+    compile_scope=CompileScope.BLOCKS,
+    # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
+    default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
+                       (Method.QLORA, Precision.BF16_TRUE)),
+)
+PROFILES[Framework.UNSLOTH] = FrameworkProfile(
+    name="unsloth",
+    # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
+    # unsloth_zoo prepare_model_for_training(train_layernorms=False, train_embedding=False,
+    # train_lm_head=False, float32_mixed_precision=True): the trainable LoRA A/B become fp32, the
+    # only fp32 tensors (norms, embeddings, lm_head stay in the load dtype)
+    adapters_fp32=True,
+    lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
+    lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
+    fused_qkv_lora=False,
+    rmsnorm_upcast=True,
+    expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
+    # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
+    qlora_unquantized_fp32=False,
+    qlora_saves_input=False,
+    qlora_quantizes_lm_head=False,
+    standard_loss=LossLayout.UNSLOTH_FUSED_CE,
+    torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
+    rmsnorm_kernel=True,
+    lora_fused_autograd=True,
+    offload_ckpt_block_tensors=5,
+    # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
+    default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
+                       (Method.QLORA, Precision.BF16_TRUE)),
+)
+
+
 def profile_for(framework: Framework) -> FrameworkProfile:
     return PROFILES[framework]
 
@@ -188,7 +280,7 @@ def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
     (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs it under autocast; without
     it the fp32 norms would make every activation fp32."""
     if scenario.precision.mixed:
-        return True
+        return not profile.mixed_casts_params
     return (
         scenario.method is Method.QLORA
         and profile.qlora_unquantized_fp32
