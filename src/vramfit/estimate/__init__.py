@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from vramfit.estimate.allocator import step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -166,7 +167,7 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"

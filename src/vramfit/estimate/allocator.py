@@ -68,3 +68,72 @@ def reserved_for_tensors(tensors: list[tuple[int, int]] | tuple[tuple[int, int],
             large += segment_size(r) * count
     small_segments = -(-small // K_SMALL_BUFFER.value) * K_SMALL_BUFFER.value if small else 0
     return large + small_segments
+
+
+def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """(peak allocated, reserved) of a sequence of transient tensors replayed through the caching
+    allocator's segment rules (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, the
+    simulator's replay of pytorch/pytorch@eb42ad6e ``c10/cuda/CUDACachingAllocator.cpp``).
+
+    ``events``: ``n >= 0`` allocates a tensor of ``n`` bytes; ``-k`` frees the ``k``-th allocation
+    (1-based). The rules that make reserved exceed allocated here: a freed block is cached, never
+    returned to the driver without ``empty_cache``; best fit from the request's pool
+    (``get_free_block``); a smaller request splits a cached block when more than 1 MiB would remain
+    (``should_split``, ``max_split_size`` unlimited by default); a larger request than any cached
+    block opens a new segment rounded to 2 MiB (``get_allocation_size``, kRoundLarge); expandable
+    segments are off by default (``torch-docs`` ``expandable_segments``). Reserved only grows.
+    """
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    model = CachingAllocatorModel()
+    blocks = []
+    for ev in events:
+        if ev >= 0:
+            blocks.append(model.malloc(ev))  # a zero-byte tensor allocates nothing (None)
+        else:
+            model.free(blocks[-ev - 1])
+            blocks[-ev - 1] = None
+    return model.stats.peak_allocated, model.stats.peak_reserved
+
+
+def step_transients(r) -> list[int]:
+    """The big tensors one micro-batch frees again, as :func:`transient_reserved` events, in the order
+    the step makes them (``r``: a :class:`vramfit.estimate.step.Step`).
+
+    Forward: autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
+    then the loss's saved tensors and its forward working set; backward: the loss gradient (the
+    saved tensors freed after it), the de-quantized weight again; then the optimizer step's foreach
+    temporaries. The loss figures are sums of tensors of at most one fp32 logits row block
+    (``4 * tokens * vocab``), so each is cut into tensors of that size plus a remainder: a cached
+    fp32 block serves the next fp32 request, a smaller cached one cannot (a new segment).
+    Activations and gradients are not replayed (their rounding is counted per tensor elsewhere).
+    """
+    from vramfit.estimate.loss import vocab_rows
+
+    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    ev: list[int] = []
+    sizes: list[int] = []
+
+    def alloc(n: int) -> list[int]:
+        n, out = max(0, n), []
+        while n > 0:
+            sizes.append(min(n, unit))
+            ev.append(sizes[-1])
+            out.append(len(sizes))
+            n -= sizes[-1]
+        return out
+
+    def free(ks: list[int]) -> None:
+        ev.extend(-k for k in ks)
+
+    auto = alloc(r.autocast_forward)
+    free(alloc(r.dequant))
+    saved = alloc(r.loss.saved)
+    free(alloc(r.loss.forward_peak - r.loss.saved))
+    free(auto)
+    grad = alloc(r.loss.backward_peak - r.loss.saved)
+    free(saved)
+    free(grad)
+    free(alloc(r.dequant))
+    free(alloc(r.opt_temp))
+    return ev
