@@ -96,7 +96,7 @@ def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
     return model.stats.peak_allocated, model.stats.peak_reserved
 
 
-def step_transients(r) -> list[int]:
+def step_transients(r, loss_only: bool = False) -> list[int]:
     """The big tensors one micro-batch frees again, as :func:`transient_reserved` events, in the order
     the step makes them (``r``: a :class:`vramfit.estimate.step.Step`).
 
@@ -107,6 +107,7 @@ def step_transients(r) -> list[int]:
     (``4 * tokens * vocab``), so each is cut into tensors of that size plus a remainder: a cached
     fp32 block serves the next fp32 request, a smaller cached one cannot (a new segment).
     Activations and gradients are not replayed (their rounding is counted per tensor elsewhere).
+    ``loss_only``: the loss's tensors alone (what a batch's length sizes).
     """
     from vramfit.estimate.loss import vocab_rows
 
@@ -126,14 +127,40 @@ def step_transients(r) -> list[int]:
     def free(ks: list[int]) -> None:
         ev.extend(-k for k in ks)
 
-    auto = alloc(r.autocast_forward)
-    free(alloc(r.dequant))
+    other = 0 if loss_only else 1
+    auto = alloc(other * r.autocast_forward)
+    free(alloc(other * r.dequant))
     saved = alloc(r.loss.saved)
     free(alloc(r.loss.forward_peak - r.loss.saved))
     free(auto)
     grad = alloc(r.loss.backward_peak - r.loss.saved)
     free(saved)
     free(grad)
-    free(alloc(r.dequant))
-    free(alloc(r.opt_temp))
+    free(alloc(other * r.dequant))
+    free(alloc(other * r.opt_temp))
     return ev
+
+
+def length_variation_note(r, reserved: int) -> str | None:
+    """The assumption to state when the loss's tensors hold most of the transient segments: their
+    size is tokens x vocabulary, so the reserved figure then depends on how batch lengths vary.
+
+    Mechanism (CUDACachingAllocator.cpp at pytorch/pytorch@eb42ad6e): a request larger than every
+    cached block opens a new segment (``get_free_block`` finds nothing, ``alloc_block``) and cached
+    segments stay reserved until ``empty_cache``, so a batch longer than all before it adds segments
+    for its loss tensors while the shorter batches' segments stay; shorter batches split cached blocks
+    and add nothing. Fixed-length (packed or padded) batches replay the same sizes every step.
+    Stated when those segments are more than half the transient ones and at least 1 % of ``reserved``
+    (a presentation threshold: below it the dependence is within the figure's rounding).
+    """
+    loss_reserved = transient_reserved(step_transients(r, loss_only=True))[1]
+    total = transient_reserved(step_transients(r))[1]
+    if 2 * loss_reserved <= total or 100 * loss_reserved < reserved:
+        return None
+    return (
+        f"Reserved memory assumes every micro-batch is {r.sc.seq_len} tokens long: the loss's tensors "
+        f"({loss_reserved / 2**30:,.2f} GiB of allocator segments, sized by tokens x vocabulary) hold most of "
+        "what the caching allocator keeps, so variable-length batches change it: each batch longer than all "
+        "before it opens new segments and the old ones stay reserved (no empty_cache), up to that much again "
+        "per new longest length; pack or pad to a fixed length to keep this figure."
+    )
