@@ -102,23 +102,30 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
 
     Forward: autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
     then the loss's saved tensors and its forward working set; backward: the loss gradient (the
-    saved tensors freed after it), the de-quantized weight again; then the optimizer step's foreach
-    temporaries. The loss figures are sums of tensors of at most one fp32 logits row block
-    (``4 * tokens * vocab``), so each is cut into tensors of that size plus a remainder: a cached
-    fp32 block serves the next fp32 request, a smaller cached one cannot (a new segment).
-    Activations and gradients are not replayed (their rounding is counted per tensor elsewhere).
+    saved tensors freed after it), the de-quantized weight again. The loss figures are sums of
+    tensors of at most one fp32 logits row block (``4 * tokens * vocab``), so each is cut into
+    tensors of that size plus a remainder: a cached fp32 block serves the next fp32 request, a
+    smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
+    largest weight; the de-quantized weight is one tensor.
+    Not replayed: activations and gradients (their rounding is counted per tensor elsewhere) and the
+    optimizer's foreach temporaries: replayed, those reuse cached loss blocks once the micro-batch
+    makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
+    effect, but the planner's search assumes memory grows with the micro-batch).
     ``loss_only``: the loss's tensors alone (what a batch's length sizes).
     """
     from vramfit.estimate.loss import vocab_rows
 
     unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    spec = r.spec
+    weight = max([x.in_features * x.out_features for x in spec.block_linears]
+                 + [spec.lm_head_params or spec.embedding_params])  # the largest weight, in elements
     ev: list[int] = []
     sizes: list[int] = []
 
-    def alloc(n: int) -> list[int]:
+    def alloc(n: int, cut: int = 0) -> list[int]:
         n, out = max(0, n), []
         while n > 0:
-            sizes.append(min(n, unit))
+            sizes.append(min(n, cut) if cut else n)
             ev.append(sizes[-1])
             out.append(len(sizes))
             n -= sizes[-1]
@@ -128,16 +135,15 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
         ev.extend(-k for k in ks)
 
     other = 0 if loss_only else 1
-    auto = alloc(other * r.autocast_forward)
+    auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
-    saved = alloc(r.loss.saved)
-    free(alloc(r.loss.forward_peak - r.loss.saved))
+    saved = alloc(r.loss.saved, unit)
+    free(alloc(r.loss.forward_peak - r.loss.saved, unit))
     free(auto)
-    grad = alloc(r.loss.backward_peak - r.loss.saved)
+    grad = alloc(r.loss.backward_peak - r.loss.saved, unit)
     free(saved)
     free(grad)
     free(alloc(other * r.dequant))
-    free(alloc(other * r.opt_temp))
     return ev
 
 
