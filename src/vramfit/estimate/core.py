@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
+from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum, transient_reserved
 from vramfit.estimate.constants import (
     CUDA_CONTEXT,
     FSDP_INFLIGHT_ALLGATHERS,
@@ -341,17 +341,27 @@ def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
     return 2 * trainable, 2 * head
 
 
-def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int) -> int:
+def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
+                   transients: list[int] | tuple[int, ...] = ()) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
 
     Persistent tensors: each large one opens its own segment rounded to 2 MiB
     (``reserved_for_tensors``). Activations: tensors freed and re-requested every micro-batch are
     served from cached blocks; each distinct size leaves on average half a 2 MiB rounding unit
-    unused (kRoundLarge, CUDACachingAllocator.cpp).
+    unused (kRoundLarge, CUDACachingAllocator.cpp). Transients (``transients``, the step's big
+    tensors in order, :func:`vramfit.estimate.allocator.step_transients`): the segments they leave
+    cached beyond their own high-water mark, e.g. a freed loss working set smaller than the loss
+    gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`).
     """
     persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
     act_slack = per_layer_tensors * layers * (K_ROUND_LARGE.value // 2)
-    return allocated_peak + max(0, persistent_slack) + act_slack
+    cached = 0
+    if transients:
+        peak, reserved = transient_reserved(transients)
+        # whole 2 MiB units only: what is under one unit is the live segments' own kRoundLarge
+        # rounding, not a segment left cached (and would wobble with the micro-batch)
+        cached = (reserved - peak) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+    return allocated_peak + max(0, persistent_slack) + act_slack + cached
 
 
 def process_bytes(sc: Scenario) -> tuple[int, int]:
