@@ -43,9 +43,10 @@ def test_every_key_has_help_labels_and_a_default(f):
 
 def test_the_limits_in_the_table_are_the_ones_enforced():
     for key, (lo, hi) in INT_LIMITS.items():
-        parse_scenario({"params": "7B", key: hi})
+        gpus = {"num_gpus": hi, "parallelism": "fsdp"} if key == "num_nodes" else {}  # nodes divide the GPUs
+        parse_scenario({"params": "7B", key: hi, **gpus})
         with pytest.raises(Exception, match=f"{key}: must be from {lo} to {hi}"):
-            parse_scenario({"params": "7B", key: hi + 1})
+            parse_scenario({"params": "7B", key: hi + 1, **gpus})
 
 
 def test_docs_reference_is_generated_from_the_table():

@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Attention,
     Checkpointing,
     Framework,
+    Interconnect,
     Loss,
     Method,
     Offload,
@@ -29,6 +30,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    ShardScope,
     _Choice,
 )
 from vramfit.errors import ScenarioError
@@ -73,6 +75,9 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
+    shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
+    interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
 
     @property
     def trains_adapters(self) -> bool:
@@ -81,6 +86,17 @@ class Scenario:
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.micro_batch_size * self.seq_len
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.num_gpus // self.num_nodes
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks that share one copy of the sharded state: the node's GPUs with ``shard_scope=node`` on
+        FSDP (HSDP), else every rank (ZeRO-3 hpZ keeps the primary shards over every rank)."""
+        hybrid = self.shard_scope is ShardScope.NODE and self.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+        return self.gpus_per_node if hybrid else self.num_gpus
 
     @property
     def data_parallel_size(self) -> int:
@@ -190,6 +206,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
           ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
+          ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),
+    Field("shard_scope", CH, "Over which GPUs ZeRO-3/FSDP shard: all (every rank) or node (shard inside a node, "
+          "replicate across nodes: FSDP HSDP, DeepSpeed ZeRO++ hpZ).", ("Sharding scope", "Escopo da fragmentação"),
+          choices=ShardScope),
+    Field("interconnect", CH, "Network between nodes (auto: the card's usual node, else 100 GbE); "
+          "rates and sources in data/interconnects.csv.", ("Network between nodes", "Rede entre nós"),
+          choices=Interconnect),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -401,6 +425,7 @@ def parse_scenario(data: Any) -> Scenario:
             "CPU offload of model state is done by ZeRO or FSDP; set parallelism to one of them",
             ["zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"],
         )
+    _check_nodes(kw)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
@@ -412,6 +437,18 @@ def parse_scenario(data: Any) -> Scenario:
         # validating a scenario reads no catalog or user file
         kw["gpu"] = gpu.strip().lower()
     return Scenario(**kw)
+
+
+def _check_nodes(kw: dict[str, Any]) -> None:
+    """num_nodes divides num_gpus; shard_scope=node needs a sharding engine that has a hybrid mode."""
+    num_gpus, nodes = kw.get("num_gpus", 1), kw.get("num_nodes", 1)
+    if num_gpus % nodes:
+        divs = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0][:12]
+        raise ScenarioError("num_nodes", f"must divide num_gpus ({num_gpus}) into equal nodes", [str(d) for d in divs])
+    hybrid = (Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    if kw.get("shard_scope") is ShardScope.NODE and kw["parallelism"] not in hybrid:
+        raise ScenarioError("shard_scope", "sharding inside a node needs zero3 (hpZ), fsdp or fsdp-grad-op (HSDP)",
+                            ["all"])
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
