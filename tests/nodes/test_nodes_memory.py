@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from vramfit import estimate
-from vramfit.estimate import resolve_spec
-from vramfit.estimate.step import compute
 from vramfit.choices import Interconnect
 from vramfit.errors import ScenarioError
+from vramfit.estimate import resolve_spec
+from vramfit.estimate.step import compute
 from vramfit.nodes import network_for, networks, ring_seconds
 from vramfit.scenario import parse_scenario
 
