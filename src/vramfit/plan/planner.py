@@ -40,6 +40,13 @@ ASSUMPTIONS = (
 )
 
 
+NODES_ASSUMPTION = (
+    f"Above {GPUS_PER_NODE} GPUs a plan is whole nodes of {GPUS_PER_NODE} (2, 4, 8 ... nodes), flat ZeRO-3/FSDP over every "
+    "rank or sharded inside a node and replicated across (FSDP HSDP, ZeRO++ hpZ); traffic between nodes runs at the "
+    "node's NIC rate (interconnect; auto: the card's usual node, data/interconnects.csv), overlapped with compute "
+    "except one layer's share and NCCL's latency per inter-node step.")
+
+
 def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario):
     eff = parse_count("effective_batch", effective_batch, 1, 10**6) if effective_batch is not None else sc.effective_batch
     tokens = parse_count("dataset_tokens", dataset_tokens) if dataset_tokens is not None else None
@@ -136,7 +143,8 @@ def plan(
             blocked.add(g.gpu_id)
             continue
         limit = limit_bytes(g, margin)
-        mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
+        per_node = node_limit(g, GPUS_PER_NODE)  # several nodes only of cards rented in nodes of 8
+        mine = tuple(n for n in counts if n <= per_node or per_node == GPUS_PER_NODE)
         lacking = []
         lacks = stack_of(g).lacks
         for n in mine:
@@ -190,8 +198,8 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")
-    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
-        out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
+    if max(counts) > GPUS_PER_NODE:
+        out.append(NODES_ASSUMPTION)
     out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
     return out
 
