@@ -24,7 +24,16 @@ from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, Figures, Screen
 from vramfit.plan.throughput import ModelFlops, Speed, Work, net_rate, step_time, step_work
-from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario, ShardScope
+from vramfit.scenario import (
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Parallelism,
+    Scenario,
+    ShardScope,
+)
 
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
 #: varies by more), so a plain setting beats a slightly faster one with more compromises.
