@@ -120,10 +120,11 @@ class Scenario:
         """A new validated scenario with some keys changed (values as a user would give them)."""
         data = self.to_dict()
         # values derived from another key follow it when that key changes and they are not given
-        derived = {"method": "quantize", "lora_rank": "lora_alpha", "num_gpus": "parallelism"}
-        for key, follower in derived.items():
-            if key in changes and follower not in changes:
-                data.pop(follower, None)
+        derived = {"method": ("quantize",), "lora_rank": ("lora_alpha",), "num_gpus": ("parallelism", "num_nodes", "shard_scope")}
+        for key, followers in derived.items():
+            for follower in followers:
+                if key in changes and follower not in changes:
+                    data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
         if "model" in changes and "params" not in changes:

@@ -82,3 +82,10 @@ def test_ring_time_is_the_nccl_bus_bandwidth_formula():
     assert ring_seconds(1e9, 16, 2, 400e9, ib) == pytest.approx(15 / 16 / 400 + 9.6e-6)
     assert ring_seconds(1e9, 16, 2, 400e9, ib, all_reduce=True) == pytest.approx(2 * 15 / 16 / 400 + 2 * 9.6e-6)
     assert ring_seconds(1e9, 1, 1, 400e9, ib) == 0.0
+
+
+def test_changing_the_gpu_count_drops_the_node_layout_it_implied():
+    sc = parse_scenario({"params": "7B", "num_gpus": 16, "num_nodes": 2, "parallelism": "fsdp", "shard_scope": "node"})
+    one = sc.replace(num_gpus=4)
+    assert (one.num_nodes, one.shard_scope.value, one.parallelism.value) == (1, "all", "ddp")
+    assert sc.replace(num_gpus=32, num_nodes=4, parallelism="fsdp", shard_scope="node").gpus_per_node == 8

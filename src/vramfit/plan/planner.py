@@ -65,8 +65,10 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
         out.append("fused loss: needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy")
     if c.optimizer != base.optimizer.value:
         out.append(f"{c.optimizer}: bitsandbytes 8-bit AdamW instead of {base.optimizer.value}")
+    if c.num_gpus > GPUS_PER_NODE:
+        out.append(_nodes_note(g, c, base))
     if host:
-        node = f" ({host * c.num_gpus / GiB:,.0f} GiB for the node)" if c.num_gpus > 1 else ""
+        node = f" ({host * min(c.num_gpus, GPUS_PER_NODE) / GiB:,.0f} GiB per node)" if c.num_gpus > 1 else ""
         out.append(f"needs {host / GiB:,.0f} GiB of host RAM per GPU for offloaded state{node}")
     if actual_eff != eff:
         out.append(f"effective batch {actual_eff} (the nearest multiple of {c.num_gpus} GPUs at or above {eff})")
@@ -82,6 +84,18 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
     if g.price_low is None:
         out.append("no dated rental price in the catalog: add one with --gpus")
     return tuple(out)
+
+
+def _nodes_note(g: GPU, c: Config, base: Scenario) -> str:
+    """How a plan of several nodes is laid out and which network it was timed over."""
+    from vramfit.nodes import network_for
+    from vramfit.plan.search import HYBRID
+
+    net = network_for(base.interconnect, g.gpu_id)
+    how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
+           "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
+    layout = how[c.parallelism] if c.parallelism in HYBRID else f"{c.parallelism} over all {c.num_gpus} ranks"
+    return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}"
 
 
 def plan(
