@@ -41,12 +41,20 @@ def test_every_key_has_help_labels_and_a_default(f):
         assert f.default_note or f.default_text() in f.valid
 
 
+#: keys that exist only within a stage, with the keys that make their largest value valid
+_STAGE_CONTEXT = {
+    "num_generations": {"stage": "grpo", "micro_batch_size": 1_000_000},
+    "completion_len": {"stage": "grpo", "seq_len": 10_000_000, "num_generations": 2, "micro_batch_size": 2},
+    "num_nodes": {"num_gpus": 100_000, "parallelism": "fsdp"},  # nodes divide the GPUs
+}
+
+
 def test_the_limits_in_the_table_are_the_ones_enforced():
     for key, (lo, hi) in INT_LIMITS.items():
-        gpus = {"num_gpus": hi, "parallelism": "fsdp"} if key == "num_nodes" else {}  # nodes divide the GPUs
-        parse_scenario({"params": "7B", key: hi, **gpus})
+        ctx = _STAGE_CONTEXT.get(key, {})
+        parse_scenario({"params": "7B", **ctx, key: hi})
         with pytest.raises(Exception, match=f"{key}: must be from {lo} to {hi}"):
-            parse_scenario({"params": "7B", key: hi + 1, **gpus})
+            parse_scenario({"params": "7B", **ctx, key: hi + 1})
 
 
 def test_docs_reference_is_generated_from_the_table():

@@ -140,6 +140,36 @@ class Offload(_Choice):
     OPTIMIZER_PARAMS = "optimizer+params"
 
 
+class Stage(_Choice):
+    """What the step optimizes: supervised fine-tuning, a preference loss or an RL loop (TRL trainers)."""
+
+    SFT = "sft"
+    DPO = "dpo"
+    KTO = "kto"
+    ORPO = "orpo"
+    SIMPO = "simpo"
+    GRPO = "grpo"
+    PPO = "ppo"
+
+
+class Reference(_Choice):
+    """Where the reference log-probs of a preference or RL stage come from."""
+
+    AUTO = "auto"  # as TRL does for the stage and method (see vramfit.estimate.stages)
+    COPY = "copy"  # a frozen copy of the model, resident on the GPU
+    ADAPTERS_OFF = "adapters-off"  # PEFT: the same weights with the adapters disabled
+    PRECOMPUTED = "precomputed"  # log-probs computed once before training (precompute_ref_log_probs)
+    NONE = "none"  # no reference: reference-free losses, GRPO with beta = 0
+
+
+class Generation(_Choice):
+    """How GRPO/PPO generate their rollouts."""
+
+    HF = "hf"  # transformers generate() on the training GPUs
+    VLLM_COLOCATE = "vllm-colocate"  # vLLM in the training process, gpu_memory_utilization of each card
+    VLLM_SERVER = "vllm-server"  # vLLM on GPUs of its own (trl vllm-serve), none of the training memory
+
+
 class ShardScope(_Choice):
     """Over which ranks ZeRO/FSDP shard the model state when a run spans several nodes.
 

@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Attention,
     Checkpointing,
     Framework,
+    Generation,
     Interconnect,
     Loss,
     Method,
@@ -30,11 +31,14 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    Reference,
     ShardScope,
+    Stage,
     _Choice,
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
@@ -75,6 +79,13 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
+    reference: Reference = Reference.AUTO
+    num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
+    completion_len: int | None = None  # GRPO/PPO: generated tokens, part of seq_len (None: TRL's 256)
+    generation: Generation = Generation.HF
+    vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
+    vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
@@ -125,6 +136,9 @@ class Scenario:
             for follower in followers:
                 if key in changes and follower not in changes:
                     data.pop(follower, None)
+        for follower in STAGE_FOLLOWERS if "stage" in changes else ():
+            if follower not in changes:
+                data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
         if "model" in changes and "params" not in changes:
@@ -207,6 +221,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
           ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),
     Field("shard_scope", CH, "Over which GPUs ZeRO-3/FSDP shard: all (every rank) or node (shard inside a node, "
@@ -430,6 +445,7 @@ def parse_scenario(data: Any) -> Scenario:
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
+    check_stage_keys(kw, raw)
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():

@@ -270,3 +270,10 @@ def test_every_nested_accelerate_key_is_a_launch_option(engine):
         cfg = yaml.safe_load(export_plan(p, engine).files["accelerate.yaml"])
         seen |= {*cfg.get("fsdp_config", {}), *cfg.get("deepspeed_config", {})}
     assert len(seen) >= 2 and seen <= options, seen - options
+
+
+def test_a_stage_plan_says_its_export_runs_the_supervised_step():
+    rows = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "dpo"}, gpu_ids=["l40s"]).plans
+    ex = export_plan(rows[0], "trl")
+    assert ("the plan is sized for stage dpo, but these files run the supervised step (SFTTrainer): write the "
+            "DPOConfig yourself with the same batch, length and sharding") in ex.notes

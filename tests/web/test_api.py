@@ -170,6 +170,9 @@ BAD_SCENARIOS = [
     ("offload-ddp", {"model": MODEL, "offload": "optimizer"}, "offload"),
     ("unknown-gpu", {"model": MODEL, "gpu": "rtx9090"}, "gpu"),
     ("model-not-string", {"model": 7}, "model"),
+    ("reference-free-with-copy", {"model": MODEL, "stage": "simpo", "reference": "copy"}, "reference"),
+    ("grpo-indivisible", {"model": MODEL, "stage": "grpo", "num_generations": 4}, "num_generations"),
+    ("colocate-no-card", {"model": MODEL, "stage": "grpo", "micro_batch_size": 8, "generation": "vllm-colocate"}, "gpu"),
 ]
 
 

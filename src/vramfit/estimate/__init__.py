@@ -99,6 +99,9 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
         )
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+    from vramfit.estimate import stages
+
+    out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
     if sc.num_nodes > 1:
@@ -209,6 +212,9 @@ def estimate_spec(
     # changes across the step); so the allocated components sum to the allocated peak
     at_peak = breakdowns[peak_phase]
     comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
+    from vramfit.estimate.stages import COMPONENTS
+
+    comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
     comps = [c for c in comps if c.bytes]
     assumptions = list(notes) + _assumptions(sc, r, spec)
     return EstimateResult(

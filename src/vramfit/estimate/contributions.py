@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
+from vramfit.estimate.stages import has_phase
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ def _tied_end(step: Step) -> bool:
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
 PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
+    StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
+    StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
     BL: lambda step: True,
     BB: lambda step: True,
     BE: _fsdp_frozen_gathered,

@@ -19,6 +19,8 @@ class StepPhase(str, Enum):
     """A phase of one training step; the value is what results print."""
 
     LOAD = "load"  # model, adapters and workspaces on the GPU before the first step
+    GENERATE = "generate"  # GRPO/PPO rollouts: the generation engine and its KV cache (estimate/stages/rl.py)
+    SCORE = "score"  # reference / old-policy log-prob passes under no_grad (estimate/stages)
     FORWARD = "forward"  # end of forward: every saved tensor alive, the loss computed
     BACKWARD = "backward"  # the whole backward, as the simulator traces it
     BACKWARD_LOSS = "backward-loss"  # start of backward: the loss and logits gradients

@@ -74,6 +74,7 @@ class Step:
     layer_grads: int  # one block's weight gradients during its backward
     lm_head_trainable: bool
     phases: tuple[PhaseBreakdown, ...] = ()
+    card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -156,9 +157,12 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
 def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     """The step record of a scenario on a resolved architecture, its phases filled in.
 
-    ``card``: the GPU record of ``sc.gpu`` (hardware facts come from it, never from the id)."""
-    from vramfit.estimate.contributions import phase_breakdowns
+    ``card``: the GPU record of ``sc.gpu`` (hardware facts come from it, never from the id). A stage
+    other than sft is the SFT step of its policy (``stages.policy_scenario``) plus its contributors."""
+    from vramfit.estimate import stages
+    from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
 
+    user_sc, sc = sc, stages.policy_scenario(sc)
     profile = profile_for(sc.framework)
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
@@ -176,8 +180,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
     held, head_grad, layer_grads = _gradient_timing(spec, sc, parts, lm_head_trainable)
-    step = Step(
-        spec, sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
-        held, head_grad, layer_grads, lm_head_trainable,
-    )
-    return replace(step, phases=phase_breakdowns(step))
+    step = stages.finish(Step(
+        spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
+        held, head_grad, layer_grads, lm_head_trainable, card=card,
+    ))
+    return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -181,6 +181,10 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     if engine not in ENGINES:
         raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
     notes: list[str] = []
+    stage = plan.scenario.get("stage", "sft")
+    if stage != "sft":  # issue 15: the plan is sized for the stage; its trainer config is not exported yet
+        notes.append(f"the plan is sized for stage {stage}, but these files run the supervised step (SFTTrainer): "
+                     f"write the {stage.upper()}Config yourself with the same batch, length and sharding")
     shard = _shard(plan, engine, notes)
     files: dict[str, str] = {}
     if shard == "deepspeed":

@@ -38,6 +38,9 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
 
 
 def _check(sc: Scenario) -> None:
+    if sc.stage.value != "sft":
+        raise ScenarioError("stage", f"the simulator traces the supervised step only; {sc.stage.value} (its reference "
+                            "pass, rollouts) is estimator-only for now: use `vramfit estimate`", ["sft"])
     if sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
         raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2 full shard; {sc.parallelism.value} "
                             "is estimator-only", ["none", "fsdp"])

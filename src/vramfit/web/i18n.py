@@ -154,6 +154,17 @@ STRINGS: dict[str, tuple[str, str]] = {
     "c.allocator_overhead": ("allocator slack", "folga do alocador"),
     "c.cuda_context": ("CUDA context", "contexto CUDA"),
     "c.nccl": ("NCCL buffers", "buffers NCCL"),
+    # training stages (issue 15)
+    "c.reference_model": ("reference model (frozen copy)", "modelo de referência (cópia congelada)"),
+    "c.score_logits": ("reference / old-policy pass", "passagem de referência / política antiga"),
+    "c.kv_cache": ("KV cache of the rollouts", "cache KV das gerações"),
+    "c.generation_transient": ("generation step", "passo de geração"),
+    "c.gathered_weights": ("weights gathered for generation", "pesos reunidos para a geração"),
+    "c.vllm": ("vLLM (colocated)", "vLLM (no mesmo processo)"),
+    "c.value_model": ("PPO value model", "modelo de valor do PPO"),
+    "c.value_gradients": ("PPO value gradients", "gradientes do modelo de valor"),
+    "c.value_activations": ("PPO value activations", "ativações do modelo de valor"),
+    "c.reward_model": ("PPO reward model", "modelo de recompensa do PPO"),
 }
 
 #: Texts of the calculator page that are not scenario fields: results, the cards table, the changes,
@@ -244,6 +255,8 @@ _PAGE: dict[str, tuple[str, str]] = {
     "ph.backward-loss": ("backward, at the loss", "backward, na perda"),
     "ph.backward-block": ("backward, inside a block", "backward, dentro de um bloco"),
     "ph.optimizer-step": ("optimizer step", "passo do otimizador"),
+    "ph.generate": ("rollout generation", "geração das respostas"),
+    "ph.score": ("reference / scoring pass", "passagem de referência"),
     "ph.after-first-step": ("after the first optimizer step", "depois do primeiro passo do otimizador"),
     "ph.accumulation": ("gradient accumulation", "acumulação de gradientes"),
     "ph.transient": ("moments (transient)", "momentos (transitório)"),

@@ -220,6 +220,10 @@ RULES: list[tuple[str, str]] = [
      "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
     (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",
      "o plano não precisa de repartição: escreve-se FULL_SHARD na mesma (menos memória, mais tráfego)"),
+    (r"^the plan is sized for stage (\S+), but these files run the supervised step \(SFTTrainer\): write the (\S+) "
+     r"yourself with the same batch, length and sharding$",
+     "o plano foi dimensionado para a etapa $1, mas estes ficheiros correm o passo supervisionado (SFTTrainer): "
+     "escreve tu o $2 com o mesmo lote, comprimento e repartição"),
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
     (r"^(\w+): must be an integer from (\d+) to (\d+), got (.+)$", "$1: tem de ser um número inteiro entre $2 e $3 (recebido: $4)"),
