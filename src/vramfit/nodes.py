@@ -73,3 +73,19 @@ def ring_seconds(nbytes: float, ranks: int, nodes: int, bus_bytes_s: float, net:
         return 0.0
     steps = (2 if all_reduce else 1) * (nodes - 1)
     return (2 if all_reduce else 1) * (ranks - 1) / ranks * nbytes / bus_bytes_s + steps * net.latency_us * 1e-6
+
+
+def loading_copies(parallelism: str, gpus_per_node: int) -> tuple[int, str]:
+    """(full model copies in one node's host RAM while loading, which node) as transformers 5.24 loads:
+
+    - ZeRO-3 (``zero.Init``): only global rank 0 reads the checkpoint (``map_location="cpu"`` on rank 0,
+      ``"meta"`` elsewhere, modeling_utils.py ``_load_pretrained_model``): one copy on the first node;
+    - FSDP with ``fsdp_cpu_ram_efficient_loading`` (as exported): every node's local rank 0 loads
+      (``is_local_dist_rank_0``, distributed/utils.py; the others get the weights by broadcast): one per node;
+    - otherwise every rank loads the whole model: ``gpus_per_node`` copies per node.
+    """
+    if parallelism in ("zero3", "zero3-hpz"):
+        return 1, "the first node"
+    if parallelism in ("fsdp", "fsdp-grad-op", "hsdp"):
+        return 1, "each node"
+    return gpus_per_node, "each node"

@@ -89,3 +89,19 @@ def test_two_nodes_are_not_twice_as_fast_over_ethernet():
     assert ib[64].tokens_per_s / ib[16].tokens_per_s > 3.4
     assert eth[64].tokens_per_s / eth[16].tokens_per_s < 1.1
     assert eth[16].scenario["shard_scope"] == "node"  # hpZ: backward gathers stay in the node
+
+
+def test_multi_node_plans_name_layout_network_and_host_ram_for_loading():
+    from vramfit.nodes import loading_copies
+
+    # transformers 5.24: ZeRO-3 loads on global rank 0 only; FSDP cpu-RAM-efficient loading on each node's local
+    # rank 0; otherwise every rank
+    assert loading_copies("zero3-hpz", 8) == (1, "the first node")
+    assert loading_copies("hsdp", 8) == (1, "each node") and loading_copies("ddp", 8) == (8, "each node")
+    r = plan({"model": "meta-llama/Llama-3.1-70B", "method": "full", "seq_len": 4096, "parallelism": "fsdp"},
+             effective_batch=64, max_gpus=32, gpu_ids="h100-sxm", with_changes=False)
+    p = next(p for p in r.plans if p.num_gpus == 32)
+    note = next(n for n in p.notes if n.startswith("4 nodes of 8"))
+    # 70,553,706,496 parameters x 2 bytes = 141 GB (10^9) per node, one copy each
+    assert note == ("4 nodes of 8; fsdp over all 32 ranks; timed over 8 x 400 Gb/s NDR InfiniBand (3.2 Tb/s per node); "
+                    "loading needs 141 GB of host RAM on each node (16-bit checkpoint)")

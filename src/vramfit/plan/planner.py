@@ -57,7 +57,7 @@ def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_ma
     return eff, tokens, ep, budget, margin, u
 
 
-def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: int) -> tuple[str, ...]:
+def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: int, num_params: int = 0) -> tuple[str, ...]:
     out = []
     if c.num_gpus > 1 and peer_gbs(g, c.num_gpus) == g.host_link_gbs:
         out.append(f"no NVLink between {c.num_gpus} cards: GPU-to-GPU traffic over PCIe ({g.host_link_gbs:g} GB/s per direction)")
@@ -66,9 +66,10 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
     if c.optimizer != base.optimizer.value:
         out.append(f"{c.optimizer}: bitsandbytes 8-bit AdamW instead of {base.optimizer.value}")
     if c.num_gpus > GPUS_PER_NODE:
-        out.append(_nodes_note(g, c, base))
+        out.append(_nodes_note(g, c, base, num_params))
     if host:
-        node = f" ({host * min(c.num_gpus, GPUS_PER_NODE) / GiB:,.0f} GiB per node)" if c.num_gpus > 1 else ""
+        per = "per node" if c.num_gpus > GPUS_PER_NODE else "for the node"
+        node = f" ({host * min(c.num_gpus, GPUS_PER_NODE) / GiB:,.0f} GiB {per})" if c.num_gpus > 1 else ""
         out.append(f"needs {host / GiB:,.0f} GiB of host RAM per GPU for offloaded state{node}")
     if actual_eff != eff:
         out.append(f"effective batch {actual_eff} (the nearest multiple of {c.num_gpus} GPUs at or above {eff})")
@@ -86,16 +87,18 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
     return tuple(out)
 
 
-def _nodes_note(g: GPU, c: Config, base: Scenario) -> str:
-    """How a plan of several nodes is laid out and which network it was timed over."""
-    from vramfit.nodes import network_for
+def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
+    """How a plan of several nodes is laid out, which network it was timed over, host RAM for loading."""
+    from vramfit.nodes import loading_copies, network_for
     from vramfit.plan.search import HYBRID
 
     net = network_for(base.interconnect, g.gpu_id)
     how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
            "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
     layout = how[c.parallelism] if c.parallelism in HYBRID else f"{c.parallelism} over all {c.num_gpus} ranks"
-    return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}"
+    copies, where = loading_copies(c.parallelism, GPUS_PER_NODE)
+    load = f"; loading needs {copies * 2 * num_params / GB:,.0f} GB of host RAM on {where} (16-bit checkpoint)"
+    return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}" + load
 
 
 def plan(
@@ -244,7 +247,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
-        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host),
+        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
     )
