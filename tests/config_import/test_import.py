@@ -13,7 +13,7 @@ FIX = Path(__file__).parent / "fixtures"
 BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
-        "vllm_gpu_memory_utilization": None, "vllm_sleep": False}
+        "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "num_nodes": 1, "shard_scope": "all", "interconnect": "auto"}
 
 EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",

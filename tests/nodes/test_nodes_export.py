@@ -112,3 +112,14 @@ def test_flat_plans_over_nodes_keep_full_shard_and_one_node_plans_are_unchanged(
     one = _plan("ib-3200", 8, "fsdp")
     ex = export_plan(one, "fsdp")
     assert ex.command == "accelerate launch --config_file accelerate.yaml train.py" and "launch.slurm" not in ex.files
+
+
+def test_the_exported_multi_node_accelerate_file_imports_back_to_the_plan(tmp_path):
+    from vramfit.config_import import from_config
+
+    fix = Path(__file__).resolve().parents[1] / "config_import" / "fixtures"
+    p = _plan("eth-100", 16, "fsdp")
+    _write(p, "fsdp", tmp_path)
+    sc = from_config(fix / "trl_sft_qlora.yaml", tmp_path / "accelerate.yaml").scenario
+    assert (sc.num_gpus, sc.num_nodes, sc.gpus_per_node) == (16, 2, 8)
+    assert (sc.parallelism.value, sc.shard_scope.value, sc.shard_group) == ("fsdp", "node", 8)
