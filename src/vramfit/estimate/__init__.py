@@ -106,7 +106,9 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if 1 < sc.num_gpus <= GPUS_PER_NODE:
+    if sc.num_nodes > 1:
+        out.append(_nodes_note(sc))
+    elif 1 < sc.num_gpus <= GPUS_PER_NODE:
         out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
     elif sc.num_gpus > GPUS_PER_NODE:
         out.append(
@@ -118,6 +120,23 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     if note:
         out.append(note)
     return out
+
+
+def _nodes_note(sc: Scenario) -> str:
+    from vramfit.scenario import Parallelism, ShardScope
+
+    node = sc.shard_scope is ShardScope.NODE
+    if node and sc.parallelism is Parallelism.ZERO3:
+        how = (f"ZeRO-3 shards over all {sc.num_gpus} ranks, plus ZeRO++ hpZ's second 16-bit copy of the weights "
+               f"sharded over the {sc.gpus_per_node} GPUs of a node")
+    elif node:
+        how = f"HSDP: model state sharded over the {sc.gpus_per_node} GPUs of a node, replicated on each node"
+    elif sc.parallelism in (Parallelism.NONE, Parallelism.DDP):
+        how = f"{sc.parallelism.value}: every rank holds the whole model state"
+    else:
+        how = f"{sc.parallelism.value} over all {sc.num_gpus} ranks"
+    return (f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs; {how}. Per rank, every rank alike; NCCL's network "
+            "transport buffers (host memory, proxy) are not counted in the device figure.")
 
 
 def estimate(
