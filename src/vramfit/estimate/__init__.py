@@ -107,20 +107,28 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if sc.num_nodes > 1:
-        out.append(_nodes_note(sc))
-    elif 1 < sc.num_gpus <= GPUS_PER_NODE:
-        out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
-    elif sc.num_gpus > GPUS_PER_NODE:
-        out.append(
-            f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "
-            f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
-            "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
-        )
+    gpus = _gpus_note(sc)
+    if gpus:
+        out.append(gpus)
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
     return out
+
+
+def _gpus_note(sc: Scenario) -> str | None:
+    """How the GPUs of the scenario are laid out (one node, several nodes, or more than a node holds)."""
+    if sc.num_nodes > 1:
+        return _nodes_note(sc)
+    if 1 < sc.num_gpus <= GPUS_PER_NODE:
+        return f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure."
+    if sc.num_gpus > GPUS_PER_NODE:
+        return (
+            f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "
+            f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
+            "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
+        )
+    return None
 
 
 def _nodes_note(sc: Scenario) -> str:
