@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vramfit.errors import ModelError
+from vramfit.models.config_check import check_config, check_spec
 from vramfit.models.spec import Linear, ModelSpec
 
 _MISSING = object()
@@ -89,8 +90,7 @@ class _Cfg:
 
 def spec_from_hf_config(config: dict) -> ModelSpec:
     """Return the :class:`ModelSpec` of a decoder-only model described by its ``config.json``."""
-    if not isinstance(config, Mapping):
-        raise ModelError(f"config.json must be a JSON object, got {type(config).__name__}")
+    check_config(config)  # types, sizes and shape first (vramfit.limits): one validation for CLI and web
     model_type = config.get("model_type")
     if not model_type:
         raise ModelError(
@@ -103,13 +103,13 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         merged = {**_GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         spec = _llama_like(_Cfg(merged, "gemma3_text"))
         spec.extra["text_config_of"] = "gemma3"
-        return spec
+        return check_spec(spec)
     builder = _BUILDERS.get(model_type)
     if builder is None:
         raise ModelError(
             f"unsupported model_type {model_type!r}", valid=SUPPORTED_MODEL_TYPES
         )
-    return builder(_Cfg(config, model_type))
+    return check_spec(builder(_Cfg(config, model_type)))
 
 
 # ------------------------------------------------------------------------------------ helpers
