@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.errors import ScenarioError, VramfitError
+from vramfit.safe_input import path_kind, shown, user_path, writable_file, write_text_file
 
 GiB = 2**30
 console = Console()
@@ -42,7 +44,17 @@ def _load_gpus(path: Path | None) -> None:
 
 
 def _out(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+    try:
+        text = json.dumps(obj, indent=1, allow_nan=False)  # Infinity/NaN are not JSON
+    except ValueError:
+        raise VramfitError("the result holds an infinite or undefined number, which JSON cannot write; "
+                           "check the planner's inputs (mfu, dataset_tokens, epochs)") from None
+    sys.stdout.write(text + "\n")
+
+
+def _output(key: str, path: Path | None) -> Path | None:
+    """An output path checked before any work: its folder exists and it is not a folder."""
+    return None if path is None or str(path) == "-" else writable_file(key, path)
 
 
 def _plan_row(i: int, p) -> list[str]:
@@ -118,24 +130,25 @@ def _write_export(plan, engine: str, out_dir: Path, epochs: float) -> None:
     from vramfit.plan.export import export_plan
 
     ex = export_plan(plan, engine, epochs=epochs)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError("export_dir", f"cannot create the folder {shown(str(out_dir))}: {exc.strerror}") from None
     for name, text in ex.files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-        console.print(f"wrote {out_dir / name}")
+        write_text_file("export_dir", out_dir / name, text)
+        console.print(f"wrote {out_dir / name}", highlight=False, markup=False)
     console.print(f"run: {ex.command}")
     for n in ex.notes:
         console.print(f" • {n}")
 
 
 def _pick(r, pick: str):
-    from vramfit.errors import ScenarioError
-
     if pick == "cheapest":
         return r.cheapest
     if pick == "fastest":
         return r.fastest
-    if not pick.isdigit() or not 1 <= int(pick) <= len(r.plans):
-        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {pick!r}")
+    if not (pick.isascii() and pick.isdigit()) or not 1 <= int(pick) <= len(r.plans):
+        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {shown(pick)}")
     return r.plans[int(pick) - 1]
 
 
@@ -167,6 +180,9 @@ def register(app: typer.Typer) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
         from vramfit.plan import plan
 
+        export_dir = user_path("export_dir", export_dir)
+        if export and path_kind("export_dir", export_dir) not in ("dir", "missing"):
+            raise ScenarioError("export_dir", f"{shown(str(export_dir))} exists and is not a folder")
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
@@ -235,6 +251,7 @@ def register(app: typer.Typer) -> None:
         from vramfit.plan import parse_vary, sweep
         from vramfit.plan.inputs import gpu_id_list
 
+        csv_path, chart_path = _output("csv", csv_out), _output("chart", chart)
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
@@ -242,15 +259,18 @@ def register(app: typer.Typer) -> None:
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 
-            sweep_chart(r, chart)
-            console.print(f"wrote {chart}")
+            try:
+                sweep_chart(r, chart_path)
+            except OSError as exc:
+                raise ScenarioError("chart", f"cannot write {shown(str(chart))}: {exc.strerror}") from None
+            console.print(f"wrote {chart}", highlight=False, markup=False)
         if csv_out is not None:
             text = sweep_csv(r)
             if str(csv_out) == "-":
                 sys.stdout.write(text)
             else:
-                csv_out.write_text(text, encoding="utf-8")
-                console.print(f"wrote {csv_out}")
+                write_text_file("csv", csv_path, text)
+                console.print(f"wrote {csv_out}", highlight=False, markup=False)
         if json_out:
             _out(r.to_dict())
         elif csv_out is None or str(csv_out) != "-":

@@ -17,7 +17,7 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator, limit_bytes
 from vramfit.plan.fit import bisect_largest
-from vramfit.plan.inputs import fraction
+from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
@@ -232,7 +232,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     sc = parse_scenario(scenario)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
+    u = mfu_value(mfu) if mfu is not None else MFU_DEFAULT.value
     ctx = _Ctx(sc, g, margin, u)
     if ctx.before <= ctx.limit:
         return []
