@@ -116,9 +116,8 @@ def limits() -> dict[str, tuple[object, str]]:
 
 
 def limits_markdown() -> str:
-    """The README's list of limits: one bullet per constant, its value and its reason."""
-    rows = []
-    for name, (value, reason) in limits().items():
-        shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
-        rows.append(f"- `{name}` = {shown}: {reason}")
-    return "\n".join(rows) + "\n"
+    """The README's "Limits" paragraph: every named limit and its value (reasons: this module)."""
+    items = []
+    for name, (value, _) in limits().items():
+        items.append(f"`{name}` {value:,}" if isinstance(value, int) else f"`{name}` {value:g}")
+    return ", ".join(items) + ".\n"
