@@ -227,7 +227,7 @@ def test_rich_markup_in_values_is_printed_as_text():
 # ----------------------------------------------------------------- 6. resource blow-ups
 def test_billion_laughs_yaml_is_refused_at_once(tmp_path):
     rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         rows.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
     p = tmp_path / "laughs.yaml"
     p.write_text("\n".join(rows + ["model: *i"]) + "\n")

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover
 from vramfit.cli.options import batch_line, build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
-from vramfit.safe_input import one_line
+from vramfit.safe_input import one_line, shown
 
 
 class _OneLineErrors(TyperGroup):
@@ -121,7 +121,7 @@ def models(
         ]
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return
-    t = Table(title=f"{len(entries)} catalog models" + (f" matching {query!r}" if query else ""), title_justify="left")
+    t = Table(title=escape(f"{len(entries)} catalog models" + (f" matching {shown(query)}" if query else "")), title_justify="left")
     t.add_column("id")
     t.add_column("family", style="dim")
     t.add_column("params", justify="right")

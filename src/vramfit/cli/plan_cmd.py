@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vramfit.cli.options import build_scenario, with_scenario_options
@@ -62,7 +63,7 @@ def _plan_row(i: int, p) -> list[str]:
     extras = ", ".join(x for x in (p.optimizer if "8bit" in p.optimizer else "", "fused loss" if p.loss == "fused" else "") if x)
     cost = "" if p.cost_usd_low is None else (_usd(p.cost_usd_low) + ("" if p.cost_usd_high == p.cost_usd_low else f"–{_usd(p.cost_usd_high)}"))
     return [
-        str(i), f"{p.num_gpus} × {p.gpu_id}", f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
+        str(i), escape(f"{p.num_gpus} × {p.gpu_id}"), f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
         "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", f"{p.disk.total_bytes / 1e9:,.0f}",
@@ -72,7 +73,7 @@ def _plan_row(i: int, p) -> list[str]:
 def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
-    console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
+    console.print(f"[bold]{escape(r.model_id)}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
                   f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
     console.print(f"your scenario as given: {_gib(r.scenario_device_bytes)} GiB per GPU")
     t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by cost per token)",
@@ -90,7 +91,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         if p is None:
             continue
         within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
-        console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {p.gpu_name}, micro-batch {p.micro_batch_size} × "
+        console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
                       f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
@@ -104,11 +105,11 @@ def render_plan(r, top: int, show_all: bool) -> None:
     for gid, changes in r.changes.items():
         render_changes(gid, changes)
     if r.excluded:
-        console.print("[bold]Not planned:[/bold] " + "; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8])
+        console.print("[bold]Not planned:[/bold] " + escape("; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8]))
                       + (f"; and {len(r.excluded) - 8} more" if len(r.excluded) > 8 else ""))
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
-        console.print(f" • {a}", highlight=False)
+        console.print(f" • {a}", highlight=False, markup=False)
 
 
 def render_changes(gid: str, changes: list) -> None:
@@ -120,7 +121,7 @@ def render_changes(gid: str, changes: list) -> None:
         t.add_column(col, overflow="fold")
     for c in changes:
         setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(c.description, setk, _gib(c.device_bytes), _gib(c.saving_bytes),
+        t.add_row(escape(c.description), escape(setk), _gib(c.device_bytes), _gib(c.saving_bytes),
                   "[green]yes[/green]" if c.fits else "[red]no[/red]",
                   "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
     console.print(t)
@@ -218,7 +219,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             _out(r.to_dict())
             return
-        console.print(f"[bold]{r.gpu_name}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
+        console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
                       f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
                       + ("[green]fits[/green]" if r.fits else "[red]does not fit[/red]"))
         mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
@@ -279,9 +280,9 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col, justify="right")
             for p in r.points:
                 if p.error:
-                    t.add_row(str(p.value), f"[red]{p.error}[/red]", "", "", *[""] * len(r.cards))
+                    t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
                 else:
-                    t.add_row(str(p.value), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                    t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
                               *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
             console.print(t)
 

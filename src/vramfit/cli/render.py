@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vramfit.estimate.result import EstimateResult
@@ -24,7 +25,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         f"{r.model.id} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq {sc.seq_len}"
         f" · {sc.num_gpus} GPU{'s' if sc.num_gpus > 1 else ''}"
     )
-    console.print(f"[bold]{title}[/bold]")
+    console.print(f"[bold]{escape(title)}[/bold]")  # a config path may hold "[/...]": text, not markup
     console.print(
         f"parameters {r.model.num_params:,} · trainable {r.model.num_trainable_params:,} "
         f"({100 * r.model.num_trainable_params / max(1, r.model.num_params):.3f} %)"
@@ -68,4 +69,4 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print(f)
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
-        console.print(f" • {a}")
+        console.print(f" • {a}", markup=False)
