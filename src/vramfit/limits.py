@@ -79,6 +79,10 @@ MAX_LIST_LIMIT = 1_000_000
 #: overflows (5e-324 divides by zero); no real training run is that slow.
 MIN_MFU = 0.001
 
+#: Optimizer steps of one ``vramfit measure`` run: the peak is reached by the second step (the
+#: optimizer state exists after the first); 10,000 steps of a 7B model take hours.
+MAX_MEASURE_STEPS = 10_000
+
 # ----------------------------------------------------------------------------- simulator
 #: GPUs of a simulated FSDP run: the fake process group builds per-rank state, so time grows with
 #: the count (100,000 took 157 s); 1,024 ranks took 7 s here (125M parameters, seq 128).

@@ -289,3 +289,12 @@ def test_batch_with_bad_config_paths(tmp_path):
     p.write_text(json.dumps({"model": bad}) + "\n" + json.dumps({"params": "1B"}) + "\n")
     out = [json.loads(x) for x in run("estimate", "--batch", str(p)).stdout.splitlines()]
     assert "sliding_window" in out[0]["error"] and "peak" in out[1]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--steps", "100000000"), ("--steps", "10000")),
+    (("--timeout", "nan"), ("timeout", "finite")),
+    (("--db", "~nosuchuser/x.sqlite"), ("db", "no such user")),
+])
+def test_measure_options_bounded_before_work(args, words):
+    one_line_error(run("measure", "--params", "125M", "--device", "cpu", *args), *words)

@@ -75,7 +75,8 @@ def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
 def measure(
     scenario_args: dict,
     scenario_file: Path | None,
-    steps: int = typer.Option(10, "--steps", min=1, help="Optimizer steps to run (the first is a warm-up for timing)."),
+    steps: int = typer.Option(10, "--steps", min=1, max=limits.MAX_MEASURE_STEPS,
+                              help="Optimizer steps to run (the first is a warm-up for timing)."),
     weights: Path | None = typer.Option(None, "--weights", help="Load weights from this local directory (from_pretrained, local files only) instead of random weights."),
     device: str = typer.Option("cuda", "--device", help="cuda (real figures) or cpu (runs the harness, no memory figures)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
@@ -95,6 +96,11 @@ def measure(
     process per GPU with torchrun (ddp, fsdp, fsdp-grad-op).
     """
     console, err_console = _consoles()
+    if timeout is not None:
+        from vramfit.scenario import positive_number
+
+        timeout = positive_number("timeout", timeout, what="a positive number of seconds")
+    _check_db(db)
     sc = build_scenario(scenario_args, scenario_file)
     try:
         from vramfit.measure.runner import measure as run_measure
