@@ -122,8 +122,10 @@ def read_batch(path: Path) -> Iterator[tuple[int, Any]]:
     a blank, non-UTF-8, malformed, too deep or too long line is an error item, never an abort.
     """
     p = user_path("batch", path)
-    if path_kind("batch", p) != "file":
-        raise ScenarioError("batch", f"file not found: {shown(str(p))}")
+    kind = path_kind("batch", p)
+    if kind != "file":
+        raise ScenarioError("batch", f"file not found: {shown(str(p))}" if kind == "missing"
+                            else f"{shown(str(p))} is a directory or a device, not a file")
     try:
         fh = open(p, "rb")  # noqa: SIM115 - closed below; the generator owns it
     except OSError as exc:
