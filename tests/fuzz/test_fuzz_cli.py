@@ -187,3 +187,17 @@ def test_echoed_values_are_text_not_markup(key, value, command):
     args = {"sweep": ["sweep", "--params", "1B", "--vary", f"{key}={value},{'lora' if key == 'method' else value}"],
             "models": ["models", value], "estimate": ["estimate", "--params", "1B", f"--{key}", value]}[command]
     check(runner.invoke(app, args), (0, 1, 2) if command == "models" else (0, 2))
+
+
+@settings(FUZZ, max_examples=8)
+@given(st.data())
+def test_simulate_and_measure_options(scratch, data):
+    """simulate and measure on a two-layer config: bad values end before any tracing or measuring."""
+    tiny = scratch / "tiny.json"
+    tiny.write_text(json.dumps(LLAMA))
+    sim = options(data.draw, ["--num-gpus", "--lora-rank", "--seq-len", "--parallelism", "--method"], 2)
+    check(runner.invoke(app, ["simulate", "--model", str(tiny), "--seq-len", "32", "--no-compare", "--json", *sim]))
+    meas = options(data.draw, ["--steps", "--timeout", "--weights", "--db", "--device"], 2)
+    if "--device" not in meas:
+        meas += ["--device", data.draw(NASTY)]
+    check(runner.invoke(app, ["measure", "--model", str(tiny), "--seq-len", "32", "--no-simulate", *meas]))

@@ -15,7 +15,7 @@ import typer
 from vramfit import limits
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.errors import ScenarioError, VramfitError
-from vramfit.safe_input import decode_utf8, one_line, shown, user_path, writable_file
+from vramfit.safe_input import decode_utf8, one_line, path_kind, shown, user_path, writable_file
 
 DB_HELP = "Runs database: a SQLAlchemy URL (postgresql+psycopg://…) or a SQLite file path. Default: $VRAMFIT_DB, else a SQLite file in the user data directory."
 
@@ -100,6 +100,10 @@ def measure(
         from vramfit.scenario import positive_number
 
         timeout = positive_number("timeout", timeout, what="a positive number of seconds")
+    if device not in ("cuda", "cpu"):  # checked before the progress line, so an error is one line
+        raise ScenarioError("device", f"unknown value {shown(device)}", ["cuda", "cpu"])
+    if weights is not None and path_kind("weights", user_path("weights", weights)) != "dir":
+        raise ScenarioError("weights", f"not a directory: {shown(str(weights))}")
     _check_db(db)
     sc = build_scenario(scenario_args, scenario_file)
     try:
@@ -110,7 +114,7 @@ def measure(
             run_store.count()  # open (and create) the database before spending GPU time
         if not json_out:
             err_console.print(f"measuring {sc.model or sc.params} for {steps} step(s) on {sc.num_gpus} {device} "
-                              "device(s) …", highlight=False)
+                              "device(s) …", highlight=False, markup=False)
         rec = run_measure(sc, steps=steps, device=device, weights=weights, store=run_store, simulate=simulate,
                           notes=notes, timeout_s=timeout, stream=verbose)
     except ModuleNotFoundError as exc:
