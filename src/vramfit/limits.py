@@ -94,6 +94,13 @@ SIM_MAX_LORA_RANK = 4096
 #: small depths instead); 160 covers every catalog model (Llama 3.1 405B: 126).
 SIM_MAX_FULL_DEPTH_LAYERS = 160
 
+# ------------------------------------------------------------------------------------- web
+#: Bytes of one web API request body: a scenario with a pasted config.json is under 20 KB.
+MAX_WEB_BODY_BYTES = 256 * 1024
+#: Values of one web ``/api/sweep``: each is a full estimate inside one HTTP request, so fewer
+#: than the CLI's MAX_SWEEP_VALUES keep a request short.
+MAX_WEB_SWEEP_VALUES = 64
+
 # --------------------------------------------------------------------------------- network
 #: Seconds one Hugging Face Hub lookup may take in all (TCP probe, retries and download of
 #: config.json): a config.json is a few KB, and a Hub that has not answered in 20 s will not.
