@@ -25,14 +25,41 @@ import io
 import math
 import os
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import read_text_file, shown, user_path
+from vramfit.units import GB, MiB
 
-MiB = 1024**2
+#: GPUs in one node (one machine): 8 on the HGX/DGX boards the catalog's SXM cards come in
+#: (NVIDIA DGX H100/H200/B200 user guides: 8 GPUs per system). The planner rents at most one node;
+#: an estimate for more GPUs says that it models them as one flat group (see the assumptions).
+GPUS_PER_NODE = 8
+
+
+class Arch(str, Enum):
+    """GPU architecture family, read from the catalog's ``architecture`` column (first word)."""
+
+    VOLTA = "volta"
+    TURING = "turing"
+    AMPERE = "ampere"
+    ADA = "ada"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    CDNA = "cdna"
+    GAUDI = "gaudi"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, text: str) -> Arch:
+        """``"Hopper (GH100) + Grace CPU"`` -> HOPPER; an empty or unknown text -> UNKNOWN."""
+        words = text.strip().lower().replace("(", " ").split()
+        first = words[0] if words else ""
+        return next((a for a in cls if a.value == first), cls.UNKNOWN)
+
 
 #: Columns of gpus.csv (a user file may use any subset, plus ``usable_bytes`` or ``usable_mib``).
 COLUMNS: tuple[str, ...] = (
@@ -40,7 +67,7 @@ COLUMNS: tuple[str, ...] = (
     "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
     "fp8_dense_tflops", "fp32_tflops", "tdp_w", "interconnect", "gpu_interconnect_bw_gbs_bidir",
     "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high",
-    "price_details", "source", "notes", "usable_bytes", "usable_mib",
+    "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source", "usable_bytes", "usable_mib",
 )
 _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
              "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes",
@@ -94,7 +121,16 @@ class GPU:
     mem_bandwidth_gbs: float | None = None
     supports_bf16: bool | None = None
     form_factor: str = ""
+    architecture: str = ""  # the catalog's text, e.g. "Hopper (GH100)"; see :attr:`arch`
     origin: str = "bundled"  # "bundled" or the path of the user file that added/changed it
+    aliases: tuple[str, ...] = ()  # other names accepted for gpu_id ("4090", "h200")
+    rental_gpus: tuple[int, ...] = ()  # GPU counts one instance is rented in; () = any count (per-GPU rental)
+    rental_source: str = ""
+
+    @property
+    def arch(self) -> Arch:
+        """The architecture family, from the ``architecture`` column (never from the id)."""
+        return Arch.parse(self.architecture)
 
     @property
     def memory_class_gb(self) -> int:
@@ -167,9 +203,15 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         mib, kind, usrc = USABLE[gid]
         usable = mib * MiB
     else:
-        usable, kind = int(mem * 1e9), "marketing"
+        usable, kind = int(mem * GB), "marketing"
         usrc = "no published CUDA/nvidia-smi total found: memory_gb x 10^9 bytes (below the real total on known cards)"
     bf16 = (row.get("supports_bf16") or "").strip().lower()
+    units = []
+    for part in (row.get("rental_gpus") or "").replace(",", ";").split(";"):
+        if part.strip():
+            if not part.strip().isdigit() or int(part) < 1:
+                raise _bad(where, line, gid, "rental_gpus", f"must be GPU counts such as 4 or 1;8, got {part.strip()!r}")
+            units.append(int(part))
     return GPU(
         gpu_id=gid,
         name=(row.get("name") or gid).strip(),
@@ -188,7 +230,11 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         mem_bandwidth_gbs=n["mem_bandwidth_gbs"],
         supports_bf16=True if bf16.startswith("yes") else False if bf16.startswith("no") else None,
         form_factor=(row.get("form_factor") or "").strip(),
+        architecture=(row.get("architecture") or "").strip(),
         origin=origin,
+        aliases=tuple(a.strip().lower() for a in (row.get("aliases") or "").split(";") if a.strip()),
+        rental_gpus=tuple(sorted(set(units))),
+        rental_source=(row.get("rental_source") or "").strip(),
     )
 
 
@@ -303,14 +349,30 @@ def list_gpus() -> list[GPU]:
     return list(_catalog().values())
 
 
+def _names() -> dict[str, str]:
+    """Every accepted name (id, alias; spaces dropped) -> gpu id. Ids win over aliases."""
+    out: dict[str, str] = {}
+    for g in _catalog().values():
+        for a in g.aliases:
+            out.setdefault(a.replace(" ", ""), g.gpu_id)
+    out.update({gid: gid for gid in _catalog()})
+    return out
+
+
 def get_gpu(gpu_id: str) -> GPU:
+    """A card by id or alias (``4090``, ``h200``, ``RTX 4090``); unknown names get up to 5 suggestions."""
     catalog = _catalog()
     key = gpu_id.strip().lower()
     if key in catalog:
         return catalog[key]
-    close = difflib.get_close_matches(key, list(catalog), n=5, cutoff=0.4)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ScenarioError("gpu", f"unknown GPU {shown(gpu_id)}.{hint}", sorted(catalog))
+    names = _names()
+    compact = key.replace(" ", "").removeprefix("nvidia").removeprefix("geforce")
+    if compact in names:
+        return catalog[names[compact]]
+    close = difflib.get_close_matches(compact, list(names), n=10, cutoff=0.4)
+    ids = list(dict.fromkeys(names[c] for c in close))[:5]
+    hint = f"; did you mean: {', '.join(ids)}?" if ids else ""
+    raise ScenarioError("gpu", f"unknown GPU {shown(gpu_id)}{hint} (`vramfit gpus` lists all {len(catalog)})")
 
 
 #: One representative card per common memory class, for "which cards does it fit".

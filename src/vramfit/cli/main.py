@@ -19,10 +19,13 @@ try:  # typer >= 0.22 vendors click as typer._click; older typer raises click's 
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
+from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.options import batch_line, build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
+from vramfit.plan.verdict import SAFETY_MARGIN
 from vramfit.safe_input import one_line, shown
+from vramfit.units import gib
 
 
 class _OneLineErrors(TyperGroup):
@@ -78,6 +81,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @app.command()
 @user_errors
 @with_scenario_options
+@with_dataset_options
 def estimate(
     scenario_args: dict,
     scenario_file: Path | None,
@@ -85,9 +89,19 @@ def estimate(
     batch: Path | None = typer.Option(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
+    safety_margin: float = typer.Option(
+        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
+    ),
 ) -> None:
-    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown."""
-    from vramfit.estimate import estimate as run_estimate
+    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
+    from vramfit.estimate import estimate
+    from vramfit.plan.verdict import with_fits
+    from vramfit.scenario import fraction
+
+    safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
+
+    def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
+        return with_fits(estimate(item), safety_margin=safety_margin)
 
     if batch is not None:
         for _, item in read_batch(batch):
@@ -105,7 +119,7 @@ def estimate(
 @app.command()
 @user_errors
 def models(
-    query: str | None = typer.Argument(None, help="Filter by id, alias, family or name."),
+    query: list[str] | None = typer.Argument(None, help="Words that must all appear in the id, an alias, family or name (e.g. qwen2.5 32b)."),
     json_out: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
 ) -> None:
     """List and search the bundled model catalog."""
@@ -113,7 +127,8 @@ def models(
 
     from vramfit.models import search_models, spec_from_hf_config
 
-    entries = search_models(query or "")
+    query = " ".join(query or [])
+    entries = search_models(query)
     if json_out:
         out = [
             {"id": e["id"], "family": e.get("family"), "params": e["published_params"], "aliases": e.get("aliases", []), "source": e.get("source")}
@@ -122,19 +137,18 @@ def models(
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return
     t = Table(title=escape(f"{len(entries)} catalog models" + (f" matching {shown(query)}" if query else "")), title_justify="left")
-    t.add_column("id")
-    t.add_column("family", style="dim")
-    t.add_column("params", justify="right")
-    t.add_column("layers", justify="right")
-    t.add_column("hidden", justify="right")
-    t.add_column("heads/kv", justify="right")
-    t.add_column("vocab", justify="right")
+    # ids stay whole: the id column never shrinks; the shape columns are dropped when the terminal is narrow
+    width = max((len(e["id"]) for e in entries), default=2)
+    wide = console.width >= width + 62
+    t.add_column("id", no_wrap=True, min_width=width)
+    t.add_column("params", justify="right", no_wrap=True)
+    for col in ("family", "layers", "hidden", "heads/kv", "vocab") if wide else ():
+        t.add_column(col, justify="left" if col == "family" else "right", style="dim" if col == "family" else None)
     for e in entries:
         s = spec_from_hf_config(e["config"])
-        t.add_row(
-            e["id"], e.get("family", ""), f"{e['published_params'] / 1e9:,.2f} B", str(s.num_hidden_layers),
-            str(s.hidden_size), f"{s.num_attention_heads}/{s.num_key_value_heads}", f"{s.vocab_size:,}",
-        )
+        shape = [e.get("family", ""), str(s.num_hidden_layers), str(s.hidden_size),
+                 f"{s.num_attention_heads}/{s.num_key_value_heads}", f"{s.vocab_size:,}"]
+        t.add_row(e["id"], f"{e['published_params'] / 1e9:,.2f} B", *(shape if wide else []))
     console.print(t)
     if not entries:
         raise typer.Exit(1)
@@ -155,11 +169,15 @@ def gpus(
         sys.stdout.write(json.dumps([g.__dict__ for g in rows], indent=1) + "\n")
         return
     t = Table(title="GPU catalog", title_justify="left")
-    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h"):
+    from vramfit.plan.rental import price_basis
+
+    wide = console.width >= 150  # the price basis (provider, date) where it fits; `plan` always shows it
+    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price)
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), f"{g.bf16_tflops or '':}", price,
+                  *((price_basis(g),) if wide else ()))
     console.print(t)
 
 

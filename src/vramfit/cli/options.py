@@ -16,42 +16,47 @@ from typing import Any, Optional
 
 import typer
 
+from vramfit.cli.from_config import overlay
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.limits import MAX_BATCH_LINE_BYTES
 from vramfit.safe_input import decode_utf8, load_json_text, one_line, path_kind, shown, user_path
-from vramfit.scenario import _ENUM_KEYS, SCENARIO_KEYS, load_scenario_file, parse_scenario
+from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, load_scenario_file, parse_scenario
 
-_HELP = {
-    "model": "Model id (catalog or Hugging Face Hub) or path to a config.json.",
-    "params": "Instead of --model: a generic dense decoder of this size, e.g. 7B.",
-    "lora_rank": "LoRA rank r.",
-    "lora_alpha": "LoRA alpha (no memory effect).",
-    "lora_targets": "Comma-separated module names, or all-linear.",
-    "lora_dropout": "LoRA dropout probability (default: the framework's).",
-    "optimizer_in_backward": "Run the optimizer step per parameter during backward (true/false).",
-    "micro_batch_size": "Sequences per GPU per forward/backward.",
-    "seq_len": "Tokens per sequence.",
-    "grad_accum": "Micro-batches per optimizer step.",
-    "num_gpus": "GPUs taking part (one node).",
-    "gpu": "GPU id the run should fit (see `vramfit gpus`).",
-}
+#: How each kind of value reads in ``--help`` (the help text lists a choice's values).
+_METAVAR = {Kind.CHOICE: "CHOICE", Kind.INTEGER: "INTEGER", Kind.NUMBER: "NUMBER", Kind.BOOLEAN: "true|false", Kind.TEXT: "TEXT",
+            Kind.COUNT: "COUNT", Kind.NAMES: "NAMES"}
 
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)
 
 
-def _help_for(key: str) -> str:
-    text = _HELP.get(key, "")
-    if key in _ENUM_KEYS:
-        text = (text + " " if text else "") + "One of: " + ", ".join(_ENUM_KEYS[key].values()) + "."
+def _help_for(f) -> str:
+    """The table's help sentence, then the valid values or range and the unit."""
+    text = f.help
+    if f.valid and f.kind is Kind.CHOICE:
+        text += " One of: " + ", ".join(f.valid) + "."
+    elif f.range_text():
+        text += f" Range: {f.range_text()}" + (f" {f.unit}" if f.unit else "") + "."
+    elif f.unit and f.kind is not Kind.COUNT:  # a count already says what it counts
+        text += f" In {f.unit}."
     return text
 
 
+def _metavar(f) -> str:
+    return _METAVAR[f.kind]
+
+
 def scenario_parameters() -> list[inspect.Parameter]:
-    """inspect.Parameters (typer options) for every scenario key, all optional strings."""
+    """inspect.Parameters (typer options) for every scenario key, from the scenario's field table.
+
+    Values stay strings here: :func:`parse_scenario` checks them, so the CLI's errors are the API's.
+    """
     params = []
-    for key in SCENARIO_KEYS:
-        opt = typer.Option(None, "--" + key.replace("_", "-"), help=_help_for(key), rich_help_panel="Scenario")
-        params.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[str]))
+    for f in FIELDS:
+        opt = typer.Option(
+            None, "--" + f.name.replace("_", "-"), help=_help_for(f), metavar=_metavar(f),
+            show_default=f.default_text(), rich_help_panel="Scenario",
+        )
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[str]))
     params.append(
         inspect.Parameter(
             "scenario_file",
@@ -60,6 +65,10 @@ def scenario_parameters() -> list[inspect.Parameter]:
             annotation=Optional[Path],
         )
     )
+    params.append(inspect.Parameter("from_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[Path]], default=typer.Option(
+        None, "--from", help="Training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt); again for its DeepSpeed/accelerate/PEFT files. Flags override it.", rich_help_panel="Scenario")))
+    params.append(inspect.Parameter("dialect", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
+        None, "--dialect", help="The --from file's project: axolotl, llamafactory, trl, torchtune, litgpt (default: detected).", rich_help_panel="Scenario")))
     return params
 
 
@@ -81,6 +90,7 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for k in SCENARIO_KEYS:
             kwargs.pop(k, None)
         scenario_file = kwargs.pop("scenario_file", None)
+        scenario_args = overlay(kwargs.pop("from_file", None), kwargs.pop("dialect", None), scenario_args)
         return func(scenario_args=scenario_args, scenario_file=scenario_file, **kwargs)
 
     wrapper.__name__ = func.__name__
@@ -112,7 +122,14 @@ def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, re
         data[key] = _coerce(key, value) if isinstance(value, str) else value
     if not required and "model" not in data and "params" not in data:
         return None
-    return parse_scenario(data)
+    sc = parse_scenario(data)
+    unused = [k for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout") if k in scenario_args]
+    if unused and not sc.trains_adapters:
+        import sys
+
+        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
+        sys.stderr.write(f"note: {flags} ignored: --method full trains every weight, no LoRA adapters\n")
+    return sc
 
 
 def read_batch(path: Path) -> Iterator[tuple[int, Any]]:

@@ -209,6 +209,10 @@ def _check_supported(scenario: Scenario) -> None:
     if scenario.framework is not Framework.HF:
         raise ScenarioError("framework", f"the simulator runs transformers + PEFT code; {scenario.framework.value} "
                             "is estimator-only", ["hf"])
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP:
+        # torchtitan's op policy wraps torchtitan's own blocks; transformers has no such mode
+        raise ScenarioError("gradient_checkpointing", "selective-op (torchtitan's op policy) is estimator-only",
+                            [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
     if scenario.method is Method.QLORA and scenario.quantize not in (
         Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ
     ):
