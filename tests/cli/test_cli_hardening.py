@@ -298,3 +298,14 @@ def test_batch_with_bad_config_paths(tmp_path):
 ])
 def test_measure_options_bounded_before_work(args, words):
     one_line_error(run("measure", "--params", "125M", "--device", "cpu", *args), *words)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('{"text": ' + "9" * 5000 + "}", ("dataset", "not JSON", "4300 digits")),
+    ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", ("dataset", "nested too deeply")),
+])
+def test_dataset_files_with_huge_numbers_or_deep_nesting(tmp_path, text, words):
+    """The --dataset reader (merged from another branch) has the same classes as config files."""
+    p = tmp_path / "ds.jsonl"
+    p.write_text(text + "\n")
+    one_line_error(run("plan", "--params", "1B", "--dataset", str(p)), *words)

@@ -107,11 +107,13 @@ def test_runs_calibrate_models_gpus(data):
     st.text(alphabet=string.printable, max_size=300),
     st.lists(st.tuples(st.sampled_from([*SCENARIO_KEYS, "x", "&a", "*a", "<<"]), VALUE), max_size=6).map(
         lambda kv: "\n".join(f"{k}: {v}" for k, v in kv)),
-), st.sampled_from(["s.yaml", "s.json", "s"]))
-def test_scenario_files(scratch, content, name):
+), st.sampled_from(["s.yaml", "s.json", "s", "s.jsonl"]), st.sampled_from(["--scenario", "--from", "--dataset"]))
+def test_scenario_config_and_dataset_files(scratch, content, name, option):
+    """Any bytes as a scenario file, a training config (--from) or a dataset (--dataset)."""
     p = scratch / name
     p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
-    check(runner.invoke(app, ["estimate", "--scenario", str(p)]))
+    cmd = ["plan", "--params", "1B", "--cards", "h100-80gb", "--json"] if option == "--dataset" else ["estimate"]
+    check(runner.invoke(app, [*cmd, option, str(p)]), (0, 1, 2) if option == "--dataset" else (0, 2))
 
 
 JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(10**40), 10**40), st.floats(), TEXT, NASTY)
