@@ -309,3 +309,14 @@ def test_dataset_files_with_huge_numbers_or_deep_nesting(tmp_path, text, words):
     p = tmp_path / "ds.jsonl"
     p.write_text(text + "\n")
     one_line_error(run("plan", "--params", "1B", "--dataset", str(p)), *words)
+
+
+@pytest.mark.parametrize(("option", "target", "words"), [
+    ("--dataset-json", "DIR", ("dataset_json", "is a directory")),
+    ("--length-chart", "/nonexistent_dir_h3/x.png", ("length_chart", "does not exist")),
+])
+def test_dataset_output_paths_checked_before_work(tmp_path, option, target, words):
+    ds = tmp_path / "ds.jsonl"
+    ds.write_text('{"text": "hello world"}\n')
+    target = str(tmp_path) if target == "DIR" else target
+    one_line_error(run("plan", "--params", "1B", "--dataset", str(ds), option, target), *words)
