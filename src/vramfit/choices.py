@@ -141,6 +141,20 @@ class Framework(_Choice):
     UNSLOTH = "unsloth"
 
 
+class KbitPrepare(_Choice):
+    """Whether the QLoRA recipe runs peft's ``prepare_model_for_kbit_training`` (it casts every
+    non-quantized parameter - norms, embeddings, head - to fp32: peft v0.21.2 src/peft/utils/other.py).
+
+    ``auto`` follows the framework profile (the HF Trainer recipes call it; torchtune, litgpt, Answer.AI's
+    FSDP+QLoRA script and Unsloth do not); peft skips GPTQ models whatever is asked
+    (``is_gptq_quantized``, same file). Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class Offload(_Choice):
     NONE = "none"
     OPTIMIZER = "optimizer"

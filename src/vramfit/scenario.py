@@ -14,13 +14,14 @@ import math
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported (vramfit.scenario.Method, ...)
     Attention,
     Checkpointing,
     Framework,
     Generation,
+    KbitPrepare,
     Loss,
     Method,
     Offload,
@@ -39,6 +40,9 @@ from vramfit.limits import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ_LEN  # noqa: F
 from vramfit.safe_input import key_label, load_data_file, shown, to_float
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
+
+if TYPE_CHECKING:
+    from vramfit.estimate.deepspeed import DeepSpeedConfig
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
 ALL_LINEAR = "all-linear"
@@ -73,6 +77,12 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    # the DeepSpeed config (path or mapping) whose zero_optimization keys size the ZeRO buffers; None: the
+    # HF docs' example config ("auto" buckets) - estimate/deepspeed.py (extension)
+    deepspeed_config: DeepSpeedConfig | None = None
+    kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
+    # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
+    framework_version: str | None = None
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -101,7 +111,9 @@ class Scenario:
         """The scenario as JSON-ready plain values, every key present."""
         out = asdict(self)
         for k, v in out.items():
-            if isinstance(v, Enum):
+            if k == "deepspeed_config" and self.deepspeed_config is not None:
+                out[k] = self.deepspeed_config.to_dict()
+            elif isinstance(v, Enum):
                 out[k] = v.value
             elif isinstance(v, tuple):
                 out[k] = list(v)
@@ -203,6 +215,15 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
           ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    Field("deepspeed_config", TXT, "DeepSpeed config (JSON/YAML path, or the mapping) whose zero_optimization keys "
+          "size the ZeRO buffers; 'auto' values are filled from the hidden size as the HF Trainer does; its stage and "
+          "offload set parallelism and offload.", ("DeepSpeed config", "Configuração do DeepSpeed"),
+          default_note="the HF docs' example config (auto buckets)"),
+    Field("kbit_prepare", CH, "QLoRA: does prepare_model_for_kbit_training cast norms, embeddings and head to fp32? "
+          "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
+          ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
+    Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
+          "peft-0.11; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
 )
 del CH, INT, NUM, BOOL, TXT, Field
@@ -388,6 +409,14 @@ def parse_scenario(data: Any) -> Scenario:
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
 
+    if "deepspeed_config" in raw:
+        from vramfit.estimate.deepspeed import scenario_keys
+
+        scenario_keys(raw["deepspeed_config"], kw)
+    if "framework_version" in raw:
+        from vramfit.estimate.framework import check_version
+
+        kw["framework_version"] = check_version(kw.get("framework", Framework.HF), raw["framework_version"])
     num_gpus = kw.get("num_gpus", 1)
     if "parallelism" not in kw:
         kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else Parallelism.DDP

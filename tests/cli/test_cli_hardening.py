@@ -320,3 +320,12 @@ def test_dataset_output_paths_checked_before_work(tmp_path, option, target, word
     ds.write_text('{"text": "hello world"}\n')
     target = str(tmp_path) if target == "DIR" else target
     one_line_error(run("plan", "--params", "1B", "--dataset", str(ds), option, target), *words)
+
+
+def test_sizes_of_any_architecture_are_bounded_by_name(tmp_path):
+    """model_types read from transformers' own modules (any decoder) have size fields vramfit does
+    not list: they are bounded by name before transformers builds anything."""
+    gpt2 = {"model_type": "gpt2", "n_layer": 10**9, "n_embd": 768, "n_head": 12, "vocab_size": 50257}
+    one_line_error(run("estimate", "--model", config_file(tmp_path, json.dumps(gpt2))), "'n_layer'", "MAX_CONFIG_LAYERS")
+    gpt2.update(n_layer=2, n_embd=10**12)
+    one_line_error(run("estimate", "--model", config_file(tmp_path, json.dumps(gpt2))), "'n_embd'", "MAX_CONFIG_SIZE")

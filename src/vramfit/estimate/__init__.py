@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -175,7 +176,8 @@ def estimate_spec(
         Component("weights", parts.weights, P.PERSISTENT, A, "16-bit or fp32 model weights held on this GPU"),
         Component("quantized_base", parts.quantized_base, P.PERSISTENT, A, f"{sc.quantize.value} storage of the frozen linears"),
         Component("adapters", parts.adapters, P.PERSISTENT, A, "LoRA A and B matrices"),
-        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"),
+        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"
+                  + (" and ZeRO-3's fp32 sub-group gradient buffer" if sc.parallelism.value == "zero3" else "")),
         Component("gradients", parts.gradients, P.ACCUMULATION if sc.grad_accum > 1 else P.BACKWARD, A, "gradients of trainable parameters"),
         Component("optimizer_state", parts.optimizer_state, P.AFTER_FIRST_STEP, A, f"{sc.optimizer.value} state"),
         Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
@@ -206,4 +208,5 @@ def estimate_spec(
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
+        accuracy=accuracy_for(sc),
     )

@@ -104,7 +104,11 @@ class Block:
 
 
 def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter], quantized: bool) -> Block:
-    per_layer = [ad for ad in adapters if ad.per_layer]
+    # the walk is of the MoE block: adapters only on the dense layers' MLP (DeepSeek-V3's first
+    # layers, group "dense_mlp") are not in it
+    walked = {(x.name, x.in_features, x.out_features) for x in spec.block_linears if x.group != "dense_mlp"}
+    per_layer = [ad for ad in adapters if ad.per_layer and (
+        not ad.layers or (ad.target, ad.in_features, ad.out_features) in walked)]
     n_adapters: dict[tuple[str, int], int] = {}
     for ad in per_layer:
         key = (ad.target, ad.in_features)
@@ -244,7 +248,7 @@ def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     attn_lins = blk.group("attn")
     o_lin = next(
         (x for x in attn_lins if x.out_features == spec.hidden_size
-         and x.in_features == spec.num_attention_heads * spec.head_dim),
+         and x.in_features == spec.num_attention_heads * spec.v_dim),
         None,
     )
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
@@ -254,8 +258,26 @@ def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     for lin in attn_lins:
         if lin is o_lin:
             _linear_input(blk, out, lin, o_in_key, blk.dt.compute, blk.T)
+        elif lin.in_features != spec.hidden_size:
+            # MLA up-projections (q_b_proj, kv_b_proj) read their latent norm's 16-bit output
+            _linear_input(blk, out, lin, f"{lin.name}.in", blk.dt.compute, blk.T)
         else:
             _linear_input(blk, out, lin, "attn_in", blk.dt.norm_out, blk.T)
+    _latent_norms(blk, out)
+
+
+def _latent_norms(blk: Block, out: Saved) -> None:
+    """MLA's q_a_layernorm and kv_a_layernorm over the (T, rank) latents: upcast RMSNorms that keep
+    the fp32 input and rstd (and the normed tensor for their weight gradient in full fine-tuning)
+    (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3RMSNorm)."""
+    spec, T = blk.spec, blk.T
+    for key, rank in (("q_a_norm", spec.q_lora_rank), ("kv_a_norm", spec.kv_lora_rank)):
+        if not rank:
+            continue
+        out.add(key + ".fp32_in", 4 * T * rank)
+        out.add(key + ".rstd", 4 * T)
+        if blk.full:
+            out.add(key + ".normed", blk.dt.compute * T * rank)
 
 
 # --- MLP ----------------------------------------------------------------------------------------
@@ -302,10 +324,30 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
     names = {x.name for x in mlp_lins}
+    _shared_experts_saved(blk, out, mlp_in_key, m)
     if moe and profile.runs_transformers_modeling and any(a.target in names for a in blk.adapters if a.per_layer):
         # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
         # weight and the expert matmuls keep it for backward
         out.add("experts.merged_weights", blk.dt.compute * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
+
+
+def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:
+    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
+    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward)."""
+    lins = blk.group("shared_expert")
+    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
+    if down is None:
+        return
+    T, width = blk.T, down.in_features
+    for lin in lins:
+        if lin is down:
+            _linear_input(blk, out, lin, "shared.mid", m, T)
+        else:
+            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
+    out.add("shared.gate_out", m * T * width)
+    if not blk.sc.compile:
+        out.add("shared.act_out", m * T * width)
+    out.add("shared.up_out", m * T * width)
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -328,7 +370,13 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
         # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
         mlp = c * tokens * width
-    if runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
+    if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
+        # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
+        # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
+        # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
+        sink = 1 if spec.attention_sinks else 0
+        attn = (2 + sink) * c * b * a * s * (s + sink)
+    elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d

@@ -7,11 +7,13 @@ choice with more than two values is an enum, and code never compares the display
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
+from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, Method, Precision
+from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -24,10 +26,22 @@ class LossLayout(str, Enum):
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
+    # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
+    # in the model, then `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss
+    HF_UPCAST_IN_MODEL = "hf-upcast-in-model"
     # unsloth@015bdef unsloth/models/llama.py CausalLM forward: no logits (UNSLOTH_RETURN_LOGITS=0),
     # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
     # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
     UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+
+
+@dataclass(frozen=True)
+class FrameworkVersion:
+    """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
+
+    name: str  # the scenario's framework_version value
+    source: str  # the release and file where the behaviour differs
+    changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
 
 
 class CompileScope(str, Enum):
@@ -109,6 +123,22 @@ class FrameworkProfile:
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
     default_precision: tuple[tuple[Method, Precision], ...] = (
         (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # tied input/output embeddings are loaded as two tensors (litgpt@0077627 finetune/full.py validate_args
+    # refuses `tie_embeddings`, so lm_head is a separate copy of the embedding weights)
+    untied_head_copy: bool = False
+    # FSDP gradient accumulation under Fabric's no_backward_sync keeps unsharded gradients between
+    # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
+    # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
+    fsdp_unsharded_accum_grads: bool = False
+    # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
+    # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
+    full_unchunked_logits: bool = False
+    # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
+    # peft v0.21.2; each profile names its own)
+    version: str = ""
+    # older releases whose code keeps different tensors, each citing the release that differs
+    # (e.g. transformers v4.44.2 logits.float(), peft v0.11.1 base-dtype adapters)
+    older_versions: tuple[FrameworkVersion, ...] = ()
     # ``-mixed`` is FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), not autocast:
     # the all-gathered parameters are bf16, so activations and the residual stream are bf16; fp32
     # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
@@ -160,6 +190,21 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # AdamW keeps its states in the parameter dtype. transformers 4 loaded fp32 (= bf16-mixed).
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="transformers-5.24+peft-0.21",
+        older_versions=(
+            FrameworkVersion(
+                "transformers-4.44",
+                "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+            ),
+            FrameworkVersion(
+                "peft-0.11",
+                "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
+                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
+                (("adapters_fp32", False), ("lora_casts_input", False)),
+            ),
+        ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
@@ -183,6 +228,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="torchtune-0.4",
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -205,6 +251,16 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true
         default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="lit-gpt@8641822",
+        older_versions=(
+            # named for its year: a later release than the default, kept because users run it
+            FrameworkVersion(
+                "litgpt-2024",
+                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unsharded gradients under "
+                "no_backward_sync while accumulating, unchunked logits in full fine-tuning",
+                (("untied_head_copy", True), ("fsdp_unsharded_accum_grads", True), ("full_unchunked_logits", True)),
+            ),
+        ),
     ),
 }
 
@@ -236,6 +292,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                        (Method.QLORA, Precision.BF16_TRUE)),
+    version="torchtitan@9dec370",
 )
 PROFILES[Framework.UNSLOTH] = FrameworkProfile(
     name="unsloth",
@@ -261,11 +318,52 @@ PROFILES[Framework.UNSLOTH] = FrameworkProfile(
     # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
+    version="unsloth@015bdef",
 )
 
 
-def profile_for(framework: Framework) -> FrameworkProfile:
-    return PROFILES[framework]
+def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
+    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    profile = PROFILES[framework]
+    for old in profile.older_versions:
+        if old.name == version:
+            return replace(profile, version=old.name, **dict(old.changes))
+    return profile
+
+
+def known_versions(framework: Framework) -> list[str]:
+    profile = PROFILES[framework]
+    return [v for v in (profile.version, *(old.name for old in profile.older_versions)) if v]
+
+
+def check_version(framework: Framework, value: Any) -> str:
+    """A framework_version the profile knows, else one ScenarioError listing them."""
+    valid = known_versions(framework)
+    text = value.strip() if isinstance(value, str) else value
+    if text not in valid:
+        raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
+    return text
+
+
+def scenario_profile(sc) -> FrameworkProfile:
+    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare choice
+    (and no fp32 upcast under DeepSpeed's 16-bit engine).
+
+    ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
+    casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
+    ``is_gptq_quantized``)."""
+    profile = profile_for(sc.framework, sc.framework_version)
+    upcast = profile.qlora_unquantized_fp32
+    if sc.kbit_prepare is not KbitPrepare.AUTO:
+        upcast = sc.kbit_prepare is KbitPrepare.YES
+    if sc.quantize is Quantize.GPTQ_INT4:
+        upcast = False
+    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) and sc.precision is not Precision.FP32:
+        # the DeepSpeed engine casts every floating parameter to its 16-bit dtype (deepspeedai/DeepSpeed v0.19.6
+        # runtime/engine.py _cast_module_mixed_precision; zero.Init partitions in that dtype already), and the HF
+        # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
+        upcast = False
+    return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

@@ -12,6 +12,7 @@ each field the builders read, and every size (:data:`~vramfit.limits.MAX_CONFIG_
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +43,7 @@ NUMBER_FIELDS = ("rope_theta", "rope_local_base_freq", "attn_logit_softcapping",
 #: Names (short strings).
 TEXT_FIELDS = ("model_type", "hidden_act", "hidden_activation", "activation", "torch_dtype", "dtype")
 #: Objects (or null).
-OBJECT_FIELDS = ("rope_scaling", "rope_parameters", "quantization_config", "text_config")
+OBJECT_FIELDS = ("rope_scaling", "rope_parameters", "quantization_config", "text_config", "vision_config")
 _MAX_TEXT = 100
 
 
@@ -71,7 +72,26 @@ def _number(field: str, value: Any, lo: float, hi: float, lo_open: bool) -> None
         raise _fail(field, f"must be a number {rng}" if math.isfinite(hi) else "must be a finite number", value)
 
 
+#: Other fields bounded by their name, for architectures read from transformers' own modules
+#: (``models.from_modules``: any model_type) whose size fields vramfit does not list.
+_LAYER_NAME = re.compile(r"(^|_)(n_)?layers?$|^n_layer")
+_SIZE_NAME = re.compile(r"hidden|embd|d_model|heads|intermediate|inner|ffn|d_ff|vocab|experts|_dim$|_size$")
+_NOT_A_SIZE = re.compile(r"token|theta|eps|factor|range|scale|dropout|window|id$")
+
+
+def _check_named_sizes(config: Mapping[str, Any]) -> None:
+    for f, v in config.items():
+        if isinstance(v, bool) or not isinstance(v, int) or f in LAYER_FIELDS or f in SIZE_FIELDS:
+            continue
+        # upper bounds only: some of these name an index (vision_feature_layer: -1)
+        if _LAYER_NAME.search(f):
+            _whole(f, v, -limits.MAX_CONFIG_LAYERS, limits.MAX_CONFIG_LAYERS, "MAX_CONFIG_LAYERS")
+        elif _SIZE_NAME.search(f) and not _NOT_A_SIZE.search(f):
+            _whole(f, v, -limits.MAX_CONFIG_SIZE, limits.MAX_CONFIG_SIZE, "MAX_CONFIG_SIZE")
+
+
 def _check_fields(config: Mapping[str, Any]) -> None:
+    _check_named_sizes(config)
     for f in LAYER_FIELDS:
         if config.get(f) is not None:
             _whole(f, config[f], 0, limits.MAX_CONFIG_LAYERS, "MAX_CONFIG_LAYERS")
@@ -124,14 +144,16 @@ def check_config(config: Any) -> None:
     rope = config.get("rope_parameters")
     if isinstance(rope, Mapping) and rope.get("partial_rotary_factor") is not None:
         _number("rope_parameters.partial_rotary_factor", rope["partial_rotary_factor"], 0.0, 1.0, lo_open=True)
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        if any(not isinstance(k, str) for k in text):
+    for part in ("text_config", "vision_config"):
+        sub = config.get(part)
+        if not isinstance(sub, Mapping):
+            continue
+        if any(not isinstance(k, str) for k in sub):
             raise ModelError("config.json keys must be strings")
         try:
-            _check_fields(text)
+            _check_fields(sub)
         except ModelError as exc:
-            raise ModelError(exc.message.removeprefix("model: ").replace("field '", "field 'text_config.", 1)) from None
+            raise ModelError(exc.message.removeprefix("model: ").replace("field '", f"field '{part}.", 1)) from None
 
 
 def check_spec(spec: Any) -> Any:

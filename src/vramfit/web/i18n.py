@@ -83,6 +83,7 @@ STRINGS: dict[str, tuple[str, str]] = {
                  "cabe = pico na placa ≤ a sua memória utilizável menos {margin} de margem de segurança"),
     "r.nocard": ("Choose a target card to check the fit.", "Escolhe uma placa alvo para verificar."),
     "r.host": ("Host RAM for offloaded state: {v}", "RAM do host para estado descarregado: {v}"),
+    "r.accuracy": ("How far to trust it:", "Quanto confiar:"),
     "r.loading": ("Computing…", "A calcular…"),
     "r.fix": ("Out of date: fix the highlighted field to see results for these inputs.",
               "Desatualizado: corrige o campo assinalado para ver os resultados destas entradas."),
