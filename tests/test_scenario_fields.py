@@ -45,6 +45,7 @@ def test_every_key_has_help_labels_and_a_default(f):
 _STAGE_CONTEXT = {
     "num_generations": {"stage": "grpo", "micro_batch_size": 1_000_000},
     "completion_len": {"stage": "grpo", "seq_len": 10_000_000, "num_generations": 2, "micro_batch_size": 2},
+    "num_nodes": {"num_gpus": 100_000, "parallelism": "fsdp"},  # nodes divide the GPUs
 }
 
 

@@ -189,3 +189,35 @@ class Generation(_Choice):
     HF = "hf"  # transformers generate() on the training GPUs
     VLLM_COLOCATE = "vllm-colocate"  # vLLM in the training process, gpu_memory_utilization of each card
     VLLM_SERVER = "vllm-server"  # vLLM on GPUs of its own (trl vllm-serve), none of the training memory
+
+
+class ShardScope(_Choice):
+    """Over which ranks ZeRO/FSDP shard the model state when a run spans several nodes.
+
+    ``all``: every rank of every node (ZeRO-3 / FSDP FULL_SHARD across the world). ``node``: the state
+    is sharded among the GPUs of one node and replicated across nodes, so parameter all-gathers and
+    gradient reduce-scatters stay on the node's links and only a gradient all-reduce crosses nodes:
+    FSDP2 HSDP (a 2-D mesh, ``(Replicate(), Shard(0))``, torch/distributed/fsdp/_fully_shard/_fully_shard.py
+    at v2.13.0), FSDP1 ``HYBRID_SHARD`` / ``_HYBRID_SHARD_ZERO2`` for fsdp-grad-op, and for DeepSpeed
+    ZeRO-3 the ZeRO++ hierarchical partition hpZ (``zero_hpz_partition_size`` = GPUs per node: a second
+    16-bit copy of the weights sharded within the node, deepspeed 0.19.8 runtime/zero/config.py).
+    """
+
+    ALL = "all"
+    NODE = "node"
+
+
+class Interconnect(_Choice):
+    """The network between nodes; rates, latency and sources in ``data/interconnects.csv``.
+
+    ``auto``: the card's usual rental node (the CSV's ``gpus`` column), else 100 GbE.
+    """
+
+    AUTO = "auto"
+    IB_3200 = "ib-3200"
+    IB_1600 = "ib-1600"
+    IB_800 = "ib-800"
+    EFA_3200 = "efa-3200"
+    ETH_400 = "eth-400"
+    ETH_200 = "eth-200"
+    ETH_100 = "eth-100"

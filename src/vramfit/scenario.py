@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Checkpointing,
     Framework,
     Generation,
+    Interconnect,
     KbitPrepare,
     Loss,
     Method,
@@ -31,6 +32,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Quantize,
     QuantizeExperts,
     Reference,
+    ShardScope,
     Stage,
     _Choice,
 )
@@ -90,6 +92,9 @@ class Scenario:
     generation: Generation = Generation.HF
     vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
     vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
+    num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
+    shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
+    interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
 
     @property
     def trains_adapters(self) -> bool:
@@ -98,6 +103,17 @@ class Scenario:
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.micro_batch_size * self.seq_len
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.num_gpus // self.num_nodes
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks that share one copy of the sharded state: the node's GPUs with ``shard_scope=node`` on
+        FSDP (HSDP), else every rank (ZeRO-3 hpZ keeps the primary shards over every rank)."""
+        hybrid = self.shard_scope is ShardScope.NODE and self.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+        return self.gpus_per_node if hybrid else self.num_gpus
 
     @property
     def data_parallel_size(self) -> int:
@@ -123,10 +139,11 @@ class Scenario:
         """A new validated scenario with some keys changed (values as a user would give them)."""
         data = self.to_dict()
         # values derived from another key follow it when that key changes and they are not given
-        derived = {"method": "quantize", "lora_rank": "lora_alpha", "num_gpus": "parallelism"}
-        for key, follower in derived.items():
-            if key in changes and follower not in changes:
-                data.pop(follower, None)
+        derived = {"method": ("quantize",), "lora_rank": ("lora_alpha",), "num_gpus": ("parallelism", "num_nodes", "shard_scope")}
+        for key, followers in derived.items():
+            for follower in followers:
+                if key in changes and follower not in changes:
+                    data.pop(follower, None)
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
             if follower not in changes:
                 data.pop(follower, None)
@@ -225,6 +242,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
           "peft-0.11; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
+    Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
+          ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),
+    Field("shard_scope", CH, "Over which GPUs ZeRO-3/FSDP shard: all (every rank) or node (shard inside a node, "
+          "replicate across nodes: FSDP HSDP, DeepSpeed ZeRO++ hpZ).", ("Sharding scope", "Escopo da fragmentação"),
+          choices=ShardScope),
+    Field("interconnect", CH, "Network between nodes (auto: the card's usual node, else 100 GbE); "
+          "rates and sources in data/interconnects.csv.", ("Network between nodes", "Rede entre nós"),
+          choices=Interconnect),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -436,6 +461,7 @@ def parse_scenario(data: Any) -> Scenario:
             "CPU offload of model state is done by ZeRO or FSDP; set parallelism to one of them",
             ["zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"],
         )
+    _check_nodes(kw)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
@@ -448,6 +474,18 @@ def parse_scenario(data: Any) -> Scenario:
         # validating a scenario reads no catalog or user file
         kw["gpu"] = gpu.strip().lower()
     return Scenario(**kw)
+
+
+def _check_nodes(kw: dict[str, Any]) -> None:
+    """num_nodes divides num_gpus; shard_scope=node needs a sharding engine that has a hybrid mode."""
+    num_gpus, nodes = kw.get("num_gpus", 1), kw.get("num_nodes", 1)
+    if num_gpus % nodes:
+        divs = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0][:12]
+        raise ScenarioError("num_nodes", f"must divide num_gpus ({num_gpus}) into equal nodes", [str(d) for d in divs])
+    hybrid = (Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    if kw.get("shard_scope") is ShardScope.NODE and kw["parallelism"] not in hybrid:
+        raise ScenarioError("shard_scope", "sharding inside a node needs zero3 (hpZ), fsdp or fsdp-grad-op (HSDP)",
+                            ["all"])
 
 
 def load_scenario_file(path: str | Path) -> Scenario:

@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
         sort: str = typer.Option("cost", help="Rank by cost (per token, low price) or time (fastest first).", rich_help_panel=_P),
         deadline: float | None = typer.Option(None, help="Hours the run must finish in; slower plans are ranked last.", rich_help_panel=_P),
         stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
-        max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs (one node: at most {GPUS_PER_NODE}).",
+        max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs; above {GPUS_PER_NODE}, whole nodes of {GPUS_PER_NODE} (16, 32, 64 ...).",
                                      rich_help_panel=_P),
         safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),

@@ -50,8 +50,9 @@ def _bnb(r: KeyReader) -> dict[str, Any]:
 def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
     r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
-    if int(r.get("num_machines", 1, "accelerate default")) > 1:
-        raise r.error("num_machines > 1: multi-node layouts are not modelled yet")
+    nodes = int(r.get("num_machines", 1, "accelerate default"))
+    if nodes > 1:
+        out["num_nodes"] = nodes  # num_processes counts every machine's processes (accelerate ClusterConfig)
     kind = str(r.get("distributed_type", "NO", "accelerate default")).upper()
     extra: list[Entry] = []
     if kind == "DEEPSPEED":
@@ -71,7 +72,7 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
             if zero["stage"]:
                 out["deepspeed_config"] = {"zero_optimization": zero}
     elif kind == "FSDP":
-        out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config")))
+        out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config"), nodes))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
     elif kind == "NO":  # accelerate starts one process whatever num_processes says
         out.update(num_gpus=1, parallelism="none")

@@ -123,8 +123,9 @@ def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
             ds.entries[f"zero_optimization.{key}"].becomes.append(f"deepspeed_config ({key})")
 
 
-def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """parallelism/offload from HF ``fsdp`` words (``full_shard auto_wrap offload``) and ``fsdp_config``."""
+def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nodes: int = 1) -> dict[str, Any]:
+    """parallelism/offload from HF ``fsdp`` words (``full_shard auto_wrap offload``) and ``fsdp_config``;
+    hybrid sharding (HYBRID_SHARD, _HYBRID_SHARD_ZERO2) over ``nodes`` > 1 adds ``shard_scope=node``."""
     if isinstance(words, str):
         words = words.split()
     words = [str(w).lower() for w in (words or [])]
@@ -132,14 +133,18 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any]) -> 
     strategy = str(opts.get("sharding_strategy", "")).upper()
     reshard = opts.get("reshard_after_forward")
     grad_op = "shard_grad_op" in words or strategy in ("SHARD_GRAD_OP", "2") or reshard is False
-    if "hybrid_shard" in words or "HYBRID" in strategy:
+    hybrid = "hybrid_shard" in words or "HYBRID" in strategy
+    if hybrid and nodes == 1:
         raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
+    if hybrid:
+        grad_op = grad_op or "ZERO2" in strategy
     if "no_shard" in words or strategy in ("NO_SHARD", "3"):
         return {"parallelism": "ddp", "offload": "none"}
     offload = "offload" in words or bool(opts.get("offload_params"))
     if offload and grad_op:
         raise r.error(f"{key}: parameter offload needs full sharding (FULL_SHARD), not SHARD_GRAD_OP")
-    return {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}
+    out = {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}
+    return {**out, "shard_scope": "node"} if hybrid else out
 
 
 FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit models the sharding and offload only"

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from vramfit.estimate.accuracy import accuracy_for
+from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -58,7 +59,7 @@ def _experts_note(sc: Scenario, prof) -> str:
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
-def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
+def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
@@ -105,7 +106,9 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
     out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if 1 < sc.num_gpus <= GPUS_PER_NODE:
+    if sc.num_nodes > 1:
+        out.append(_nodes_note(sc))
+    elif 1 < sc.num_gpus <= GPUS_PER_NODE:
         out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
     elif sc.num_gpus > GPUS_PER_NODE:
         out.append(
@@ -113,7 +116,27 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
             f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
             "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
         )
+    note = length_variation_note(r, reserved)
+    if note:
+        out.append(note)
     return out
+
+
+def _nodes_note(sc: Scenario) -> str:
+    from vramfit.scenario import Parallelism, ShardScope
+
+    node = sc.shard_scope is ShardScope.NODE
+    if node and sc.parallelism is Parallelism.ZERO3:
+        how = (f"ZeRO-3 shards over all {sc.num_gpus} ranks, plus ZeRO++ hpZ's second 16-bit copy of the weights "
+               f"sharded over the {sc.gpus_per_node} GPUs of a node")
+    elif node:
+        how = f"HSDP: model state sharded over the {sc.gpus_per_node} GPUs of a node, replicated on each node"
+    elif sc.parallelism in (Parallelism.NONE, Parallelism.DDP):
+        how = f"{sc.parallelism.value}: every rank holds the whole model state"
+    else:
+        how = f"{sc.parallelism.value} over all {sc.num_gpus} ranks"
+    return (f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs; {how}. Per rank, every rank alike; NCCL's network "
+            "transport buffers (host memory, proxy) are not counted in the device figure.")
 
 
 def estimate(
@@ -167,7 +190,7 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
@@ -199,7 +222,7 @@ def estimate_spec(
 
     comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
     comps = [c for c in comps if c.bytes]
-    assumptions = list(notes) + _assumptions(sc, r, spec)
+    assumptions = list(notes) + _assumptions(sc, r, spec, reserved)
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
+from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum, transient_reserved
 from vramfit.estimate.constants import (
     CUDA_CONTEXT,
     FSDP_INFLIGHT_ALLGATHERS,
@@ -45,6 +45,7 @@ from vramfit.scenario import (
     Quantize,
     QuantizeExperts,
     Scenario,
+    ShardScope,
 )
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
@@ -114,6 +115,7 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             else:
                 w, m = pb, 0
             p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) if w else 0
+            p.weights += _secondary(t, shd)
             p.master_weights += shard(round_allocation(t.numel * m) * t.count, shd.optimizer) if m else 0
             sizes.append((t.numel * max(w, m), t.count))
             trainable.append((t, 2 if ds_mixed else pb))
@@ -129,10 +131,15 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             w = 2  # zero.Init keeps the frozen base in 16 bits
         else:
             w = pb
-        p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights)
+        p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) + _secondary(t, shd)
         sizes.append((t.numel * w, t.count))
     p.param_tensors = tuple(sizes)
     return trainable
+
+
+def _secondary(t: ParamTensor, shd: Sharding) -> int:
+    """ZeRO++ hpZ's second, node-local shard of a weight in 16 bits (``Sharding.secondary_weights``)."""
+    return shard(round_allocation(t.numel * 2) * t.count, shd.secondary_weights) if shd.secondary_weights else 0
 
 
 def _ds_mixed(sc: Scenario) -> bool:
@@ -161,7 +168,8 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
     """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
     p = Parts()
-    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload)
+    hpz = sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
+    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
     ds_mixed = _ds_mixed(sc)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)
     trainable = _base_state(p, spec, sc, profile, shd)
@@ -241,7 +249,7 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
             root *= 2
-        return gathered + root - shard(root, sc.num_gpus)
+        return gathered + root - shard(root, sc.shard_group)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         return 2 * layer  # unsharded gradients of the unit being reduce-scattered
     return 0
@@ -341,17 +349,27 @@ def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
     return 2 * trainable, 2 * head
 
 
-def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int) -> int:
+def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
+                   transients: list[int] | tuple[int, ...] = ()) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
 
     Persistent tensors: each large one opens its own segment rounded to 2 MiB
     (``reserved_for_tensors``). Activations: tensors freed and re-requested every micro-batch are
     served from cached blocks; each distinct size leaves on average half a 2 MiB rounding unit
-    unused (kRoundLarge, CUDACachingAllocator.cpp).
+    unused (kRoundLarge, CUDACachingAllocator.cpp). Transients (``transients``, the step's big
+    tensors in order, :func:`vramfit.estimate.allocator.step_transients`): the segments they leave
+    cached beyond their own high-water mark, e.g. a freed loss working set smaller than the loss
+    gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`).
     """
     persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
     act_slack = per_layer_tensors * layers * (K_ROUND_LARGE.value // 2)
-    return allocated_peak + max(0, persistent_slack) + act_slack
+    cached = 0
+    if transients:
+        peak, reserved = transient_reserved(transients)
+        # whole 2 MiB units only: what is under one unit is the live segments' own kRoundLarge
+        # rounding, not a segment left cached (and would wobble with the micro-batch)
+        cached = (reserved - peak) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+    return allocated_peak + max(0, persistent_slack) + act_slack + cached
 
 
 def process_bytes(sc: Scenario) -> tuple[int, int]:

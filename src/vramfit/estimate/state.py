@@ -130,17 +130,26 @@ class Sharding:
     weights_on_host: bool
     optimizer_on_host: bool
     grads_on_host: bool
+    secondary_weights: int = 0  # ZeRO++ hpZ: divisor of the second 16-bit weight copy (0: none)
 
 
-def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload) -> Sharding:
+def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload, shard_group: int | None = None,
+                 hpz: int = 0) -> Sharding:
     """How ZeRO (Rajbhandari et al. 2020, sec. 5) and FSDP split model state over ``num_gpus``.
 
     ZeRO-1 partitions optimizer state (incl. fp32 master), ZeRO-2 adds gradients, ZeRO-3 adds
     parameters; FSDP FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2. Offload (ZeRO-Offload, FSDP
     ``CPUOffload``) moves the optimizer state (and gradients, which the CPU step reads) to host
     memory, and with parameter offload the sharded parameters too.
+
+    ``shard_group`` (HSDP, FSDP ``HYBRID_SHARD``): the state is split over that many ranks (one node)
+    and replicated over the others (torch/distributed/fsdp/_fully_shard/_fully_shard.py at v2.13.0: a
+    2-D mesh shards over the 1st dim, replicates over the 0th). ``hpz`` (ZeRO++ hpZ, ZeRO-3 only):
+    besides the primary shard over every rank, each rank keeps ``1/hpz`` of the 16-bit weights for the
+    backward all-gather inside the node (deepspeed 0.19.8 runtime/zero/partition_parameters.py
+    ``_partition_param_sec``: ``secondary_partition_size = tensor_size // num_ranks_in_param_group``).
     """
-    n = num_gpus
+    n = shard_group or num_gpus
     w = g = o = 1
     if parallelism in (Parallelism.ZERO1,):
         o = n
@@ -156,6 +165,7 @@ def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload) -> S
         weights_on_host=offload is Offload.OPTIMIZER_PARAMS,
         optimizer_on_host=opt_host,
         grads_on_host=opt_host,
+        secondary_weights=hpz if parallelism is Parallelism.ZERO3 and hpz > 1 else 0,
     )
 
 

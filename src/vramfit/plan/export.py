@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.plan import export_nodes as nodes
 from vramfit.plan.report import Plan
 
 ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl")
@@ -76,6 +77,8 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if stage == 3 and nodes.hybrid(plan):
+        zero["zero_hpz_partition_size"] = nodes.per_node(plan)  # ZeRO++ hpZ (export_nodes)
     cfg: dict[str, Any] = {
         "train_batch_size": plan.effective_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
@@ -110,7 +113,7 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
         "fsdp_offload_params": plan.offload != "none",
         # FSDP1 reads sharding_strategy; accelerate 1.15 ignores reshard_after_forward when fsdp_version is 1
         # (FullyShardedDataParallelPlugin.__post_init__, accelerate/utils/dataclasses.py)
-        "fsdp_sharding_strategy": shard,
+        "fsdp_sharding_strategy": nodes.fsdp_strategy(plan, shard),
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_sync_module_states": True,
         "fsdp_use_orig_params": True,
@@ -129,7 +132,7 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": {"deepspeed": "DEEPSPEED", "fsdp": "FSDP", "ddp": "MULTI_GPU", "single": "NO"}[engine],
         "mixed_precision": _mixed(plan.scenario),
-        "num_machines": 1,
+        "num_machines": nodes.nodes_of(plan),
         "machine_rank": 0,
         "num_processes": plan.num_gpus,
         "gpu_ids": "all",
@@ -162,6 +165,9 @@ def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
             notes.append("the plan needs no sharding: FULL_SHARD written anyway (uses less memory, more traffic)")
         if own == "deepspeed":
             notes.append(f"the plan was sized for {plan.parallelism}; written as the matching FSDP sharding")
+        if own == "deepspeed" and nodes.hybrid(plan):
+            notes.append("sized for ZeRO++ hpZ; HYBRID_SHARD keeps the whole model state on each node, which needs "
+                         "more memory: estimate it with parallelism=fsdp, shard_scope=node")
         return "fsdp"
     return own
 
@@ -193,8 +199,15 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     else:
         args = SCRIPT
         notes.append(f"{SCRIPT} is your training script; --export trl writes one that runs these settings")
-    if engine == "deepspeed":
+    if engine == "deepspeed" and nodes.nodes_of(plan) > 1:
+        files[nodes.HOSTFILE] = nodes.hostfile(plan)
+        notes.append(f"{nodes.HOSTFILE}: replace node1... with your hosts (passwordless ssh between them)")
+        command = f"deepspeed --hostfile {nodes.HOSTFILE} {args} --deepspeed {DS_FILE}"
+    elif engine == "deepspeed":
         command = f"deepspeed --num_gpus {plan.num_gpus} {args} --deepspeed {DS_FILE}"
+    elif nodes.nodes_of(plan) > 1:
+        files[nodes.SLURM_FILE] = nodes.slurm_script(plan, ACCELERATE_FILE, args)
+        command = f"sbatch {nodes.SLURM_FILE}"
     else:
         command = f"accelerate launch --config_file {ACCELERATE_FILE} {args}"
     return Export(engine, files, command, tuple(notes))

@@ -9,7 +9,8 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 
-# One node: the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó").
+# Up to one node the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó");
+# above it, whole nodes.
 from vramfit.gpus import GPUS_PER_NODE  # noqa: F401 - the one node cap, shared with the estimator
 from vramfit.limits import MIN_MFU
 from vramfit.safe_input import shown
@@ -77,7 +78,13 @@ def gpu_id_list(value: str | Iterable[str] | None) -> list[str] | None:
     return out
 
 
+#: Most nodes a plan rents (1024 GPUs): the search stays under a second up to there.
+MAX_NODES = 128
+
+
 def gpu_counts(max_gpus: Any) -> tuple[int, ...]:
-    """1, 2, 4, 8 up to ``max_gpus`` (one node: at most :data:`GPUS_PER_NODE`)."""
+    """1, 2, 4, 8 up to ``max_gpus``; above one node, whole nodes of :data:`GPUS_PER_NODE`: 2, 4, 8 ... nodes."""
     n = parse_count("max_gpus", max_gpus, 1, 100_000)
-    return tuple(c for c in (1, 2, 4, 8) if c <= min(n, GPUS_PER_NODE))
+    one = tuple(c for c in (1, 2, 4, 8) if c <= min(n, GPUS_PER_NODE))
+    nodes = [GPUS_PER_NODE * 2**i for i in range(1, MAX_NODES.bit_length())]
+    return one + tuple(c for c in nodes if c <= n)

@@ -48,6 +48,13 @@ ASSUMPTIONS = (
 )
 
 
+NODES_ASSUMPTION = (
+    f"Above {GPUS_PER_NODE} GPUs a plan is whole nodes of {GPUS_PER_NODE} (2, 4, 8 ... nodes), flat ZeRO-3/FSDP over every "
+    "rank or sharded inside a node and replicated across (FSDP HSDP, ZeRO++ hpZ); traffic between nodes runs at the "
+    "node's NIC rate (interconnect; auto: the card's usual node, data/interconnects.csv), overlapped with compute "
+    "except one layer's share and NCCL's latency per inter-node step.")
+
+
 def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario):
     eff = parse_count("effective_batch", effective_batch, 1, 10**6) if effective_batch is not None else sc.effective_batch
     tokens = parse_count("dataset_tokens", dataset_tokens) if dataset_tokens is not None else None
@@ -58,7 +65,7 @@ def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_ma
     return eff, tokens, ep, budget, margin, u
 
 
-def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: int) -> tuple[str, ...]:
+def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: int, num_params: int = 0) -> tuple[str, ...]:
     out = []
     if c.num_gpus > 1 and peer_gbs(g, c.num_gpus) == g.host_link_gbs:
         out.append(f"no NVLink between {c.num_gpus} cards: GPU-to-GPU traffic over PCIe ({g.host_link_gbs:g} GB/s per direction)")
@@ -66,8 +73,11 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
         out.append("fused loss: needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy")
     if c.optimizer != base.optimizer.value:
         out.append(f"{c.optimizer}: bitsandbytes 8-bit AdamW instead of {base.optimizer.value}")
+    if c.num_gpus > GPUS_PER_NODE:
+        out.append(_nodes_note(g, c, base, num_params))
     if host:
-        node = f" ({host * c.num_gpus / GiB:,.0f} GiB for the node)" if c.num_gpus > 1 else ""
+        per = "per node" if c.num_gpus > GPUS_PER_NODE else "for the node"
+        node = f" ({host * min(c.num_gpus, GPUS_PER_NODE) / GiB:,.0f} GiB {per})" if c.num_gpus > 1 else ""
         out.append(f"needs {host / GiB:,.0f} GiB of host RAM per GPU for offloaded state{node}")
     if actual_eff != eff:
         out.append(f"effective batch {actual_eff} (the nearest multiple of {c.num_gpus} GPUs at or above {eff})")
@@ -83,6 +93,20 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
     if g.price_low is None:
         out.append("no dated rental price in the catalog: add one with --gpus")
     return tuple(out)
+
+
+def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
+    """How a plan of several nodes is laid out, which network it was timed over, host RAM for loading."""
+    from vramfit.nodes import loading_copies, network_for
+    from vramfit.plan.search import HYBRID
+
+    net = network_for(base.interconnect, g.gpu_id)
+    how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
+           "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
+    layout = how[c.parallelism] if c.parallelism in HYBRID else f"{c.parallelism} over all {c.num_gpus} ranks"
+    copies, where = loading_copies(c.parallelism, GPUS_PER_NODE)
+    load = f"; loading needs {copies * 2 * num_params / GB:,.0f} GB of host RAM on {where} (16-bit checkpoint)"
+    return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}" + load
 
 
 def plan(
@@ -144,7 +168,8 @@ def plan(
             blocked.add(g.gpu_id)
             continue
         limit = limit_bytes(g, margin)
-        mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
+        per_node = node_limit(g, GPUS_PER_NODE)  # several nodes only of cards rented in nodes of 8
+        mine = tuple(n for n in counts if n <= per_node or per_node == GPUS_PER_NODE)
         lacking = []
         lacks = stack_of(g).lacks
         for n in mine:
@@ -198,8 +223,8 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")
-    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
-        out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
+    if max(counts) > GPUS_PER_NODE:
+        out.append(NODES_ASSUMPTION)
     out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
     return out
 
@@ -230,7 +255,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
-        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host),
+        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
         measured_path=bool(r.accuracy and r.accuracy["measured_path"]),

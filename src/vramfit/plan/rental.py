@@ -130,7 +130,8 @@ def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts
         return f"fits {lacking[0]} x {g.gpu_id} only with settings its stack lacks ({stack_of(g).note})"
     unit = f" (rented at most {max(g.rental_gpus)} per instance)" if g.rental_gpus else ""
     return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with ZeRO-3, checkpointing and offload (at micro-batch 1)"
-            + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else ""))
+            + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else "")
+            + ("; give max_gpus above 8 to plan across nodes" if max(all_counts) == 8 and max(mine) == 8 else ""))
 
 
 def ranking_assumptions(sort: str, deadline: float | None, wanted: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,18 +17,40 @@ import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from vramfit.gpus import GPU
+from vramfit.gpus import GPU, GPUS_PER_NODE
+from vramfit.nodes import network_for
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, Figures, Screen
-from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
-from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
+from vramfit.plan.throughput import ModelFlops, Speed, Work, net_rate, step_time, step_work
+from vramfit.scenario import (
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Parallelism,
+    Scenario,
+    ShardScope,
+)
 
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
 #: varies by more), so a plain setting beats a slightly faster one with more compromises.
 TIE = 0.05
 _FSDP = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+#: Plan-only names of sharding inside a node across several nodes -> the engine's parallelism (with
+#: shard_scope=node): FSDP HSDP, DeepSpeed ZeRO-3 with ZeRO++ hpZ.
+HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
+
+
+def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
+    """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
+    above one node."""
+    keys: dict[str, Any] = {"parallelism": HYBRID.get(parallelism, parallelism),
+                            "num_nodes": max(1, num_gpus // GPUS_PER_NODE)}
+    keys["shard_scope"] = "node" if parallelism in HYBRID else "all"
+    return keys
 
 
 class Config(NamedTuple):
@@ -43,7 +65,7 @@ class Config(NamedTuple):
 
     def keys(self, micro_batch: int, grad_accum: int) -> dict[str, Any]:
         return {
-            "num_gpus": self.num_gpus, "parallelism": self.parallelism, "offload": self.offload,
+            "num_gpus": self.num_gpus, **node_keys(self.num_gpus, self.parallelism), "offload": self.offload,
             "gradient_checkpointing": self.gradient_checkpointing, "optimizer": self.optimizer,
             "loss": self.loss, "micro_batch_size": micro_batch, "grad_accum": grad_accum,
         }
@@ -53,6 +75,7 @@ class Config(NamedTuple):
         s = {"none": 0.0, "optimizer": 2.0, "optimizer+params": 3.0}[self.offload]
         s += {"none": 0.0, "selective": 0.1, "selective-op": 0.15, "full": 0.2, "offload": 0.3}[
             self.gradient_checkpointing]
+        s += 0.3 if self.parallelism in HYBRID else 0.0
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
         s += 0.2 if self.loss != base.loss.value else 0.0
@@ -69,6 +92,8 @@ def configs_for(n: int, base: Scenario) -> list[Config]:
         strategies.append((shard2, "none"))
     if n > 1:
         strategies.append((shard3, "none"))
+    if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
+        strategies.append(("hsdp" if fsdp else "zero3-hpz", "none"))
     if full:
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     strategies.append((shard3, "optimizer+params"))
@@ -134,8 +159,10 @@ class Search:
         key = (c[:4], mb)  # optimizer and loss are not timed: one work for the four variants
         if key not in self._work:
             # the speed model reads only these keys: set them without re-validating the scenario
+            nk = node_keys(c.num_gpus, c.parallelism)
             sc = dataclasses.replace(
-                self.ev.base, num_gpus=c.num_gpus, parallelism=Parallelism(c.parallelism), offload=Offload(c.offload),
+                self.ev.base, num_gpus=c.num_gpus, parallelism=Parallelism(nk["parallelism"]),
+                num_nodes=nk["num_nodes"], shard_scope=ShardScope(nk["shard_scope"]), offload=Offload(c.offload),
                 gradient_checkpointing=Checkpointing(c.gradient_checkpointing), micro_batch_size=mb,
                 grad_accum=self.per_gpu(c.num_gpus) // mb,
             )
@@ -147,9 +174,10 @@ class Search:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
+        net = network_for(self.ev.base.interconnect, g.gpu_id)
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card,
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=net_rate(link[0] * 1e9, net.node_bytes_s, net.latency_us),
         )
 
     def _link(self, g: GPU, n: int) -> tuple:

@@ -143,6 +143,9 @@ class Work:
     compiled: bool = False
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
     opt_bytes: float = 0.0  # optimizer step traffic in GPU memory (0 when offloaded)
+    # several nodes (:func:`_split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
+    net_bytes: float = 0.0
+    net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     mixed_ddp = sc.precision.mixed and sc.parallelism is Parallelism.DDP
     grad_bytes = trainable_params * (4 if mixed_ddp or sc.precision is Precision.FP32 else 2)
     peer_b, host_b = _comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
+    peer_b, net_b, hops = _split_nodes(sc, peer_b, param_bytes, grad_bytes, mf.num_layers)
     stream = 0.0
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
@@ -212,7 +216,46 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
-                **mech)
+                **mech, net_bytes=net_b, net_hops=hops)
+
+
+def _split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, layers: int) -> tuple[float, float, int]:
+    """(bytes at the node's GPU-to-GPU rate, bytes at the inter-node bus rate, inter-node ring steps) per GPU
+    per optimizer step; one node: ``(peer, 0, 0)``.
+
+    A ring over ranks of several nodes runs at the bus bandwidth of its slowest hop, the node's NICs
+    (:mod:`vramfit.nodes`), so flat DDP/ZeRO/FSDP traffic all moves there. HSDP (``shard_scope=node``
+    on FSDP) all-gathers and reduce-scatters inside the node, then all-reduces each rank's gradient
+    shard (1/g) with its peers on the other nodes: g such rings share the node's NICs, which is
+    ``2 (k-1)/k x grad_bytes`` at the NIC rate, every micro-batch (FSDP reduces each backward unless
+    told not to). ZeRO++ hpZ (ZeRO-3, ``shard_scope=node``) gathers only the forward weights across
+    nodes; the backward (and recompute) gathers read the node-local copy (Wang et al. 2023, ZeRO++,
+    arXiv:2306.10209, sec. 3.2). Latency: one inter-node step per node boundary per ring collective,
+    one collective per layer per gather or reduce (NCCL tuning.cc ``nInterSteps``).
+    """
+    k, g, n, ga = sc.num_nodes, sc.gpus_per_node, sc.num_gpus, sc.grad_accum
+    if k <= 1 or not peer:
+        return peer, 0.0, 0
+    ring_all, ring_node = (n - 1) / n, (g - 1) / g
+    full_ckpt = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    gathers = 3 if full_ckpt else 2
+    p = sc.parallelism
+    if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1):
+        return 0.0, peer, 2 * (k - 1) * layers  # gradient all-reduce (bucketed: about one per layer)
+    node = sc.shard_scope.value == "node"
+    if node and p in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):
+        if p is Parallelism.FSDP:
+            inside = (gathers * ring_node * param_bytes + ring_node * grad_bytes) * ga
+        else:  # SHARD_GRAD_OP: weights gathered once per step, as in _comm_bytes
+            inside = ring_node * grad_bytes * ga + ring_node * param_bytes
+        across = 2 * (k - 1) / k * grad_bytes * ga
+        return inside, across, 2 * (k - 1) * layers * ga
+    if node and p is Parallelism.ZERO3:
+        inside = (gathers - 1) * ring_node * param_bytes * ga
+        across = (ring_all * param_bytes + ring_all * grad_bytes) * ga
+        return inside, across, 2 * (k - 1) * layers * ga
+    per_mb = (gathers + 1) if p in (Parallelism.ZERO3, Parallelism.FSDP) else 2
+    return 0.0, peer, (k - 1) * layers * per_mb * ga
 
 
 def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
@@ -270,25 +313,49 @@ def step_time(
     peer_gbs: float,
     host_gbs: float,
     card: CardSpeed | None = None,
+    net: tuple[float, float] = (0.0, 0.0),
 ) -> Speed:
     """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
     ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s). With ``card``
     (:func:`kernels.card_speed`) the compute is timed by mechanism (:func:`mechanism_step_time`) and
-    ``mfu`` is not read.
+    ``mfu`` is not read. ``net``: (bus bytes/s, latency s) of rings that span nodes (:func:`net_rate`).
     """
     if card is not None:
-        return mechanism_step_time(w, card)
+        return mechanism_step_time(w, card, net)
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
     compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
     host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
-    step = max(compute, comm, stream) + host
+    across, exposed = _net_seconds(w, net)
+    comm += across
+    step = max(compute, comm, stream) + host + exposed
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
-def mechanism_step_time(w: Work, c: CardSpeed) -> Speed:
+def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tuple[float, float]:
+    """(bus bytes/s, seconds per inter-node step) of a ring spanning nodes: the slower of the node's NICs
+    and its GPU-to-GPU link (NCCL tuning.cc: ``busBw = nChannels * speedInter``), NCCL's NET latency."""
+    return min(peer_bytes_s, node_bytes_s), latency_us * 1e-6
+
+
+def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float]:
+    """(overlapped, exposed) seconds of the inter-node traffic of one step.
+
+    FSDP and ZeRO-3 prefetch the next layer's all-gather while a layer computes and reduce gradients
+    while backward goes on (torch FSDP2 ``_fsdp_param_group.py`` prefetch; DeepSpeed stage3 prefetch
+    bucket); DDP all-reduces buckets during backward. What cannot hide is one layer's share per
+    micro-batch (the first all-gather, the last reduce) and the latency of every inter-node step.
+    """
+    if not w.net_bytes:
+        return 0.0, 0.0
+    bw, lat = net
+    across = w.net_bytes / bw
+    return across, across / max(1, w.layers) + w.net_hops * lat
+
+
+def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0)) -> Speed:
     """Seconds per optimizer step from the work's mechanisms on one card.
 
     Per micro-batch: matmuls at the card's sustained GEMM rate, attention at the FlashAttention rate,
@@ -315,7 +382,9 @@ def mechanism_step_time(w: Work, c: CardSpeed) -> Speed:
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
     host = w.host_bytes / c.host_bytes if w.host_bytes else 0.0
     stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
-    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host
+    across, exposed = _net_seconds(w, net)
+    comm += across
+    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host + exposed
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 

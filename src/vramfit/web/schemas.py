@@ -117,7 +117,7 @@ class PlanOptions(BaseModel):
     gpu_ids: Optional[list[str] | str] = Field(None, description="cards to consider (default: the scenario's gpu, "
                                                "or every card in the catalog)")
     max_gpus: Optional[int] = Field(GPUS_PER_NODE, ge=1, le=100_000,
-                                    description=f"at most this many GPUs (one node: {GPUS_PER_NODE})")
+                                    description=f"at most this many GPUs; above {GPUS_PER_NODE}, whole nodes of {GPUS_PER_NODE}")
     safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
                                            "memory kept free: a run fits when its device peak is at most the rest")
     mfu: Optional[float] = Field(None, gt=0, le=1, description="time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model")
