@@ -38,6 +38,17 @@ def _user_errors(func):
     return user_errors(func)
 
 
+def _report_bad_rows(st) -> None:
+    """One line on stderr for stored runs left out because they break the record schema."""
+    if not st.bad_rows:
+        return
+    _, err_console = _consoles()
+    first = "; ".join(f"{rid[:40]}: {why[:120]}" for rid, why in st.bad_rows[:3])
+    more = f" (and {len(st.bad_rows) - 3} more)" if len(st.bad_rows) > 3 else ""
+    err_console.print(f"warning: {len(st.bad_rows)} stored run(s) break the record schema and were left out: "
+                      f"{first}{more}", highlight=False, markup=False)
+
+
 def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
     return VramfitError(f"{exc.name} is not installed: install the measure extra (pip install 'vramfit[measure]')")
 
@@ -71,7 +82,7 @@ def measure(
 
         run_store = _store(db) if store else None
         if run_store is not None:
-            run_store.count()  # open (and create) the database before spending GPU time
+            run_store.prepare()  # open (and create) the database before spending GPU time
         if not json_out:
             err_console.print(f"measuring {sc.model or sc.params} for {steps} step(s) on {sc.num_gpus} {device} "
                               "device(s) …", highlight=False)
@@ -106,6 +117,7 @@ def runs_list(
         raise VramfitError(f"status: unknown value {status!r} (valid values: {', '.join(STATUSES)})")
     st = _store(db)
     recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit)
+    _report_bad_rows(st)
     if json_out:
         sys.stdout.write("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
         return
@@ -147,7 +159,9 @@ def runs_export(
         raise VramfitError(f"metric: unknown value {metric!r} (valid values: all, {', '.join(METRICS)})")
     if fmt not in ("measured", "records"):
         raise VramfitError(f"format: unknown value {fmt!r} (valid values: measured, records)")
-    recs = list(reversed(_store(db).list(model=model)))  # oldest first: appending exports stays in order
+    st = _store(db)
+    recs = list(reversed(st.list(model=model)))  # oldest first: appending exports stays in order
+    _report_bad_rows(st)
     if fmt == "records":
         text, n_lines, skipped = dumps_records(recs), len(recs), 0
     else:
@@ -157,8 +171,13 @@ def runs_export(
     else:
         out = Path(path)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(out)
+        except OSError as exc:
+            if tmp.is_file():
+                tmp.unlink()
+            raise VramfitError(f"cannot write {str(out)[:200]}: {exc.strerror or exc}") from None
     _, err_console = _consoles()
     err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
                       + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
@@ -171,14 +190,16 @@ def runs_import(
     path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or shared/data/measured/)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Import runs from JSON Lines: every line is checked first; all are stored, or none."""
-    from vramfit.measure.records import parse_lines
+    """Import runs from JSON Lines: every line is checked; all are stored, or none."""
+    from vramfit.measure.records import iter_runs, read_lines
 
     if not path.is_file():
-        raise VramfitError(f"file not found: {path}")
-    recs = parse_lines(path.read_text(encoding="utf-8"))
+        raise VramfitError(f"file not found: {str(path)[:200]}")
     st = _store(db)
-    added, skipped = st.add_many(recs)
+    try:  # read line by line inside the one transaction: memory stays bounded whatever the file's size
+        added, skipped = st.add_many(iter_runs(read_lines(path)))
+    except OSError as exc:
+        raise VramfitError(f"cannot read {str(path)[:200]}: {exc.strerror or exc}") from None
     console, _ = _consoles()
     console.print(f"imported {added} run(s) into {st.redacted_url}"
                   + (f"; {skipped} already present" if skipped else ""), highlight=False)
@@ -192,7 +213,9 @@ def calibrate(
     """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply."""
     from vramfit.measure.calibration import calibrate as run_calibrate
 
-    recs = _store(db).list(model=model)
+    st = _store(db)
+    recs = st.list(model=model)
+    _report_bad_rows(st)
     rep = run_calibrate(recs)
     if json_out:
         sys.stdout.write(json.dumps(rep.to_dict(), indent=2) + "\n")
