@@ -197,7 +197,7 @@ def runs_import(
         raise VramfitError(f"file not found: {str(path)[:200]}")
     st = _store(db)
     try:  # read line by line inside the one transaction: memory stays bounded whatever the file's size
-        added, skipped = st.add_many(iter_runs(read_lines(path)))
+        added, skipped = st.add_many(iter_runs(read_lines(path)), checked=True)
     except OSError as exc:
         raise VramfitError(f"cannot read {str(path)[:200]}: {exc.strerror or exc}") from None
     console, _ = _consoles()

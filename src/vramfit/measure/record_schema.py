@@ -52,7 +52,7 @@ def text(key: str, value: Any, limit: int = MAX_TEXT_CHARS, empty: bool = True) 
     if "\x00" in value:
         raise SchemaError(f"{key} contains a NUL character")
     try:
-        value.encode("utf-8")
+        value.isascii() or value.encode("utf-8")
     except UnicodeEncodeError:
         raise SchemaError(f"{key} is not valid Unicode text (a lone surrogate)") from None
     return value

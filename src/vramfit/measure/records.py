@@ -19,6 +19,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -197,15 +198,21 @@ def _scenario(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise S.SchemaError(f"scenario must be an object, got {type(value).__name__}")
     S.json_value("scenario", value)
+    return json.loads(_checked_scenario(json.dumps(value, sort_keys=True)))
+
+
+@lru_cache(maxsize=256)
+def _checked_scenario(key: str) -> str:
+    """The schema form of a scenario, as JSON (cached: the runs of one import share few scenarios)."""
     try:
-        out = scenario_dict(value)
+        out = scenario_dict(json.loads(key))
     except VramfitError as exc:
         raise S.SchemaError(f"scenario: {exc}") from None
     except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         raise S.SchemaError(f"scenario: invalid ({type(exc).__name__})") from None
     if isinstance(out.get("model"), str):
         S.text("scenario.model", out["model"], S.MAX_MODEL_CHARS)
-    return out
+    return json.dumps(out)
 
 
 def _check_fields(rec: RunRecord) -> None:
@@ -254,7 +261,8 @@ def validate(rec: RunRecord, line: int | None = None) -> RunRecord:
 
 def digest(rec: RunRecord) -> bytes:
     """A fingerprint of a validated record's content (equal records, equal digests)."""
-    return hashlib.blake2b(json.dumps(rec.to_dict(), sort_keys=True).encode(), digest_size=16).digest()
+    content = {k: getattr(rec, k) for k in RECORD_FIELDS}  # JSON data already: no deep copy needed
+    return hashlib.blake2b(json.dumps(content, sort_keys=True).encode(), digest_size=16).digest()
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -281,11 +289,15 @@ def _load(raw: str, n: int) -> Any:
         raise _fail(n, f"is nested too deeply (at most {S.MAX_DEPTH} levels)") from None
 
 
-def iter_runs(lines: Iterable[tuple[int, str]]) -> Iterator[RunRecord]:
+def iter_runs(lines: Iterable[tuple[int, str]], remember_all: bool = False) -> Iterator[RunRecord]:
     """Runs from numbered measured-format JSON Lines, each validated as it is read; the first bad
-    line is raised. A run repeated on later lines (one line per counter) is yielded once. Memory:
-    one line, plus a 16-byte fingerprint per id seen (to find conflicting copies)."""
-    seen: dict[str, tuple[bytes, int]] = {}  # run id or line id -> (fingerprint, first line)
+    line is raised. A run repeated on the next lines (one line per counter) is yielded once.
+
+    Memory: one line and the last run's fingerprint, whatever the file's size; a run repeated further
+    apart is found by the store (same content: skipped; other content: refused). ``remember_all``
+    fingerprints every id instead, so that text already in memory yields each run once."""
+    runs: dict[str, tuple[bytes, int]] = {}  # run id -> (fingerprint, first line)
+    line_ids: dict[str, int] = {}  # id of a measured-format line -> its line
     for n, raw in lines:
         if not raw.strip():
             continue
@@ -294,17 +306,20 @@ def iter_runs(lines: Iterable[tuple[int, str]]) -> Iterator[RunRecord]:
             rec = _run_from_embedded(obj, n)  # a whole run record (`runs export --format records`)
         else:
             obj = _check_line(obj, n)
-            line_key = "\x00line:" + obj["id"]
-            if line_key in seen:
-                raise _fail(n, f"id {obj['id']!r} repeats line {seen[line_key][1]}")
-            seen[line_key] = (b"", n)
+            if obj["id"] in line_ids:
+                raise _fail(n, f"id {obj['id']!r} repeats line {line_ids[obj['id']]}")
+            if not remember_all:
+                line_ids.clear()
+            line_ids[obj["id"]] = n
             rec = _line_run(obj, n)
         fp = digest(rec)
-        if rec.id in seen:
-            if seen[rec.id][0] != fp:
-                raise _fail(n, f"run {rec.id!r} differs from the one on line {seen[rec.id][1]}")
+        if rec.id in runs:
+            if runs[rec.id][0] != fp:
+                raise _fail(n, f"run {rec.id!r} differs from the one on line {runs[rec.id][1]}")
             continue
-        seen[rec.id] = (fp, n)
+        if not remember_all:
+            runs.clear()
+        runs[rec.id] = (fp, n)
         yield rec
 
 
@@ -326,7 +341,7 @@ def _line_run(obj: dict[str, Any], n: int) -> RunRecord:
 
 def parse_lines(text: str) -> list[RunRecord]:
     """Runs from measured-format JSON Lines text; every line checked first, the first bad one raised."""
-    return list(iter_runs(enumerate(text.splitlines(), 1)))
+    return list(iter_runs(enumerate(text.splitlines(), 1), remember_all=True))
 
 
 def dumps_records(records: list[RunRecord]) -> str:

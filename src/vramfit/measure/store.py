@@ -218,19 +218,20 @@ class RunStore:
         self._write(lambda conn: conn.execute(self._runs.insert(), [self._row(rec)]))
         return rec
 
-    def add_many(self, records: Iterable[RunRecord]) -> tuple[int, int]:
+    def add_many(self, records: Iterable[RunRecord], checked: bool = False) -> tuple[int, int]:
         """Store runs in one transaction; runs already present with the same content are skipped.
 
         ``records`` may be a stream (:func:`vramfit.measure.records.iter_runs` over a file): it is
         consumed :data:`IMPORT_BATCH` runs at a time, so memory stays bounded. Returns (added,
         skipped). A run whose id exists with different content, or a bad record anywhere in the
-        stream, is an error and nothing is written.
+        stream, is an error and nothing is written. ``checked``: the records were just validated
+        (``iter_runs`` does), so they are not validated twice.
         """
 
         def write(conn: Any) -> tuple[int, int]:
             added = skipped = 0
             it = iter(records)
-            while batch := [validate(r) for r in itertools.islice(it, IMPORT_BATCH)]:
+            while batch := [r if checked else validate(r) for r in itertools.islice(it, IMPORT_BATCH)]:
                 known = self._stored(conn, [r.id for r in batch])
                 new = []
                 for rec in batch:
@@ -241,7 +242,8 @@ class RunStore:
                     elif isinstance(old, str):
                         raise RecordError(f"run {rec.id!r} is stored but unreadable ({old}); nothing was imported")
                     elif old.to_dict() != rec.to_dict():
-                        raise RecordError(f"run {rec.id!r} is already stored with different content; nothing was imported")
+                        raise RecordError(f"run {rec.id!r} is already stored (or given earlier in this import) with "
+                                          "different content; nothing was imported")
                     else:
                         skipped += 1
                 if new:
