@@ -258,9 +258,10 @@ def test_import_streams_in_bounded_memory(tmp_path, make_record, sqlite_url):
     finally:
         tracemalloc.stop()
     assert (added, skipped) == (n, 0) and st.count() == n
-    # the whole file parsed at once took ~6x its size; streaming holds a batch of runs plus a
-    # 16-byte fingerprint per id: a fixed few MB, a fraction of the file's size
-    assert peak < 12 * 2**20 and peak < size / 2, (peak, size)
+    # parsed whole, the file took ~6x its size (200,000 runs: 1.45 GB); streamed, the import holds one
+    # batch of IMPORT_BATCH runs whatever the file's size: 5.7 MiB measured for these 22.7 MiB
+    # (and 4,000 runs: about the same), so the bound is fixed, not a fraction of the file
+    assert peak < 8 * 2**20 and peak < size / 3, (peak, size)
 
 
 # --------------------------------------------------------------- 14. reads create nothing

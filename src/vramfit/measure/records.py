@@ -8,8 +8,8 @@ fields plus ``vramfit_run``: the whole record (environment, status, timings, est
 (``unknown`` included), keeping ``source``, ``confidence``, ``seq_exact`` and ``notes``.
 
 ``export --format records`` writes whole records instead, one a line, out-of-memory and error runs
-included; import reads both kinds of line. Import validates every line before anything is written;
-the first bad line is an error that names it. Every record, imported or measured, meets one schema
+included; import reads both kinds of line. Import validates every line, streaming the file into one
+transaction; the first bad line is an error that names it, and nothing is imported. Every record, imported or measured, meets one schema
 (:mod:`vramfit.measure.record_schema`) before it is written; the store checks it again when reading.
 """
 
