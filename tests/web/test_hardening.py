@@ -176,3 +176,10 @@ def test_a_declared_body_that_never_arrives_times_out(live_server):
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
     assert time.monotonic() - started < 3
     assert b"nosniff" in reply
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_non_finite_sweep_value_is_422(client, value):
+    r = raw_post(client, "/api/sweep", f'{{"scenario": {{"model": "{MODEL}"}}, "key": "seq_len", "values": [1024, {value}]}}')
+    assert_422(r, "values")
+    assert "each value must be a finite number or a string" in r.json()["error"]

@@ -223,6 +223,9 @@ def calibrate(
     from vramfit.measure.report import render_calibration
 
     console, _ = _consoles()
+    if not recs and model:
+        console.print("no stored run matches --model", highlight=False)
+        return
     if not recs:
         console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
         return

@@ -49,7 +49,11 @@ def resolve_url(url: str | None = None) -> str:
     """The database URL to use: ``url``, else ``$VRAMFIT_DB``, else the per-user SQLite file."""
     url = (url or os.environ.get(ENV_VAR) or "").strip() or default_url()
     if "://" not in url:  # a file path
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
+        try:
+            return f"sqlite:///{Path(url).expanduser().resolve()}"
+        except (RuntimeError, OSError) as exc:  # ~nosuchuser/..., a path the OS refuses
+            shown = url if len(url) <= 200 else url[:200] + "…"
+            raise DatabaseError(f"cannot use the database path {shown}: {exc}") from None
     scheme, rest = url.split("://", 1)
     if scheme in ("postgresql", "postgres") and importlib.util.find_spec("psycopg2") is None:
         return f"postgresql+psycopg://{rest}"

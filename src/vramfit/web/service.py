@@ -280,8 +280,8 @@ def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:
     if len(values) > MAX_SWEEP_VALUES:
         raise ScenarioError("values", f"at most {MAX_SWEEP_VALUES} values, got {len(values)}")
     for v in values:
-        if isinstance(v, (dict, list)) or v is None:
-            raise ScenarioError("values", f"each value must be a number or a string, got {v!r}")
+        if isinstance(v, (dict, list)) or v is None or (isinstance(v, float) and not math.isfinite(v)):
+            raise ScenarioError("values", f"each value must be a finite number or a string, got {_short_repr(v)}")
     return key, values
 
 
