@@ -137,7 +137,7 @@ class HostCheck:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            raw = dict(scope.get("headers") or ()).get(b"host", b"")
+            raw = next((v for k, v in scope.get("headers") or () if k == b"host"), b"")
             name = self.host_name(raw.decode("latin-1"))
             if name not in self.hosts:
                 shown = name if len(name) <= 60 else name[:60] + "…"
