@@ -265,7 +265,8 @@ def test_import_streams_in_bounded_memory(tmp_path, make_record, sqlite_url):
 
 
 # --------------------------------------------------------------- 14. reads create nothing
-@pytest.mark.parametrize("db", ["/nonexistent_dir/sub/x.sqlite", "%%%", "sqlite:///nonexistent_dir2/x.sqlite"])
+@pytest.mark.parametrize("db", ["/nonexistent_dir/sub/x.sqlite", "%%%", "sqlite:///nonexistent_dir2/x.sqlite",
+                                "sqlite+pysqlite:///x.sqlite"])
 @pytest.mark.parametrize("command", [("runs", "list"), ("runs", "show", "abc"), ("runs", "export", "-"),
                                      ("calibrate",)], ids=["list", "show", "export", "calibrate"])
 def test_read_only_commands_create_nothing(tmp_path, monkeypatch, db, command):

@@ -117,9 +117,10 @@ class RunStore:
     # ---------------------------------------------------------------------------------- plumbing
     def _sqlite_file(self) -> Path | None:
         """The SQLite file of the URL (None: another database, or in memory)."""
-        if not self.url.startswith("sqlite:///") or self.url in ("sqlite:///", "sqlite:///:memory:"):
+        scheme, _, rest = self.url.partition(":///")
+        if not (scheme == "sqlite" or scheme.startswith("sqlite+")) or rest.split("?", 1)[0] in ("", ":memory:"):
             return None
-        return Path(self.url[len("sqlite:///"):].split("?", 1)[0])
+        return Path(rest.split("?", 1)[0])
 
     def _ensure(self, create: bool = False) -> Any:
         """The engine; with ``create``, the file, its directory and the table are made if missing.
