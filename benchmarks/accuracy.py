@@ -1,4 +1,4 @@
-"""Score the estimator against published measurements (shared/data/measured/public.jsonl).
+"""Score the estimator against published measurements (benchmarks/data/measured/public.jsonl).
 
 Usage: python benchmarks/accuracy.py [--data PATH] [--all] [--rows] [--json]
 
@@ -22,9 +22,10 @@ from pathlib import Path
 from vramfit import estimate
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "measured" / "public.jsonl"
+#: The published measurements, bundled with the repository (sources and fields: data/measured/README.md).
+DEFAULT_DATA = HERE / "data" / "measured" / "public.jsonl"
 
-#: Which training code produced each source's figures (see shared/data/measured/README.md).
+#: Which training code produced each source's figures (see benchmarks/data/measured/README.md).
 SOURCE_FRAMEWORK = {
     "LIT_RES": "litgpt",
     "TT_README_OPT": "torchtune",
@@ -41,9 +42,8 @@ SOURCE_FRAMEWORK = {
 def find_data(path: str | None) -> Path:
     if path:
         return Path(path)
-    for cand in (DEFAULT_DATA, Path.cwd().parent / "shared/data/measured/public.jsonl"):
-        if cand.is_file():
-            return cand
+    if DEFAULT_DATA.is_file():
+        return DEFAULT_DATA
     raise SystemExit(f"measured data not found at {DEFAULT_DATA}; pass --data")
 
 

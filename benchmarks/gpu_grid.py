@@ -11,7 +11,7 @@ checkpointing off and on. Each scenario runs in a fresh process (``vramfit.measu
 figure holds one CUDA context and nothing cached from the previous run; out of memory is recorded,
 not fatal. Runs are appended as they finish, so a budget stop or a kill keeps the finished ones:
 
-- ``gpu-grid-<stamp>.measured.jsonl``: the ``shared/data/measured/`` format, one line per counter
+- ``gpu-grid-<stamp>.measured.jsonl``: the ``benchmarks/data/measured/`` format, one line per counter
   (``vramfit runs import`` reads it; so can ``benchmarks/accuracy.py --data``);
 - ``gpu-grid-<stamp>.runs.jsonl``: the whole run records, out-of-memory runs included.
 

@@ -3,6 +3,7 @@
 Light core: importing vramfit needs no torch. ``vramfit.estimate(...)`` is instant.
 """
 
+from vramfit.config_import import from_config
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import estimate
 from vramfit.estimate.result import Component, EstimateResult, Peak
@@ -15,6 +16,7 @@ __all__ = [
     "Scenario",
     "parse_scenario",
     "load_scenario_file",
+    "from_config",
     "EstimateResult",
     "Component",
     "Peak",

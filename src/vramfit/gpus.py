@@ -39,7 +39,7 @@ COLUMNS: tuple[str, ...] = (
     "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
     "fp8_dense_tflops", "fp32_tflops", "tdp_w", "interconnect", "gpu_interconnect_bw_gbs_bidir",
     "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high",
-    "price_details", "source", "notes", "usable_bytes", "usable_mib",
+    "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source", "usable_bytes", "usable_mib",
 )
 _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
              "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes",
@@ -94,6 +94,9 @@ class GPU:
     supports_bf16: bool | None = None
     form_factor: str = ""
     origin: str = "bundled"  # "bundled" or the path of the user file that added/changed it
+    aliases: tuple[str, ...] = ()  # other names accepted for gpu_id ("4090", "h200")
+    rental_gpus: tuple[int, ...] = ()  # GPU counts one instance is rented in; () = any count (per-GPU rental)
+    rental_source: str = ""
 
     @property
     def memory_class_gb(self) -> int:
@@ -169,6 +172,12 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         usable, kind = int(mem * 1e9), "marketing"
         usrc = "no published CUDA/nvidia-smi total found: memory_gb x 10^9 bytes (below the real total on known cards)"
     bf16 = (row.get("supports_bf16") or "").strip().lower()
+    units = []
+    for part in (row.get("rental_gpus") or "").replace(",", ";").split(";"):
+        if part.strip():
+            if not part.strip().isdigit() or int(part) < 1:
+                raise _bad(where, line, gid, "rental_gpus", f"must be GPU counts such as 4 or 1;8, got {part.strip()!r}")
+            units.append(int(part))
     return GPU(
         gpu_id=gid,
         name=(row.get("name") or gid).strip(),
@@ -188,6 +197,9 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         supports_bf16=True if bf16.startswith("yes") else False if bf16.startswith("no") else None,
         form_factor=(row.get("form_factor") or "").strip(),
         origin=origin,
+        aliases=tuple(a.strip().lower() for a in (row.get("aliases") or "").split(";") if a.strip()),
+        rental_gpus=tuple(sorted(set(units))),
+        rental_source=(row.get("rental_source") or "").strip(),
     )
 
 
@@ -304,14 +316,30 @@ def list_gpus() -> list[GPU]:
     return list(_catalog().values())
 
 
+def _names() -> dict[str, str]:
+    """Every accepted name (id, alias; spaces dropped) -> gpu id. Ids win over aliases."""
+    out: dict[str, str] = {}
+    for g in _catalog().values():
+        for a in g.aliases:
+            out.setdefault(a.replace(" ", ""), g.gpu_id)
+    out.update({gid: gid for gid in _catalog()})
+    return out
+
+
 def get_gpu(gpu_id: str) -> GPU:
+    """A card by id or alias (``4090``, ``h200``, ``RTX 4090``); unknown names get up to 5 suggestions."""
     catalog = _catalog()
     key = gpu_id.strip().lower()
     if key in catalog:
         return catalog[key]
-    close = difflib.get_close_matches(key, list(catalog), n=5, cutoff=0.4)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ScenarioError("gpu", f"unknown GPU {gpu_id!r}.{hint}", sorted(catalog))
+    names = _names()
+    compact = key.replace(" ", "").removeprefix("nvidia").removeprefix("geforce")
+    if compact in names:
+        return catalog[names[compact]]
+    close = difflib.get_close_matches(compact, list(names), n=10, cutoff=0.4)
+    ids = list(dict.fromkeys(names[c] for c in close))[:5]
+    hint = f"; did you mean: {', '.join(ids)}?" if ids else ""
+    raise ScenarioError("gpu", f"unknown GPU {gpu_id!r}{hint} (`vramfit gpus` lists all {len(catalog)})")
 
 
 #: One representative card per common memory class, for "which cards does it fit".

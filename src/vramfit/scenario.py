@@ -53,6 +53,17 @@ class Precision(_Choice):
         """Bytes per element of activations (autocast dtype for ``-mixed``)."""
         return 4 if self is Precision.FP32 else 2
 
+    @property
+    def meaning(self) -> str:
+        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
+        half = "bf16" if self.value.startswith("bf16") else "fp16"
+        if self is Precision.FP32:
+            return "fp32 weights, gradients, optimizer states and activations"
+        if self.mixed:
+            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
+                    "(full fine-tuning with AdamW: 16 B per parameter)")
+        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
 
 class Quantize(_Choice):
     NF4 = "nf4"
@@ -62,6 +73,19 @@ class Quantize(_Choice):
     INT8 = "int8"
     GPTQ_INT4 = "gptq-int4"
     NONE = "none"
+
+
+class QuantizeExperts(_Choice):
+    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
+
+    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
+    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
+    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
 
 
 class Optimizer(_Choice):
@@ -142,7 +166,7 @@ class Scenario:
     model: str | None = None
     params: int | None = None
     method: Method = Method.LORA
-    precision: Precision = Precision.BF16_TRUE
+    precision: Precision = Precision.BF16_TRUE  # parse_scenario: the framework profile's default_precision
     quantize: Quantize = Quantize.NONE
     lora_rank: int = 16
     lora_alpha: float = 32.0
@@ -162,6 +186,7 @@ class Scenario:
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
+    quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
 
     @property
     def trains_adapters(self) -> bool:
@@ -218,6 +243,7 @@ _ENUM_KEYS: dict[str, type[_Choice]] = {
     "parallelism": Parallelism,
     "offload": Offload,
     "framework": Framework,
+    "quantize_experts": QuantizeExperts,
 }
 
 _INT_LIMITS: dict[str, tuple[int, int]] = {
@@ -235,6 +261,8 @@ def _as_int(key: str, value: Any) -> int:
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
+        if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+            text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
         try:
             value = int(text)
         except ValueError:
@@ -390,6 +418,10 @@ def parse_scenario(data: Any) -> Scenario:
         kw["params"] = parse_param_count(params)
 
     method = kw.get("method", Method.LORA)
+    if "precision" not in kw:  # what a user of the framework gets by default (its profile says, with sources)
+        from vramfit.estimate.framework import profile_for
+
+        kw["precision"] = dict(profile_for(kw.get("framework", Framework.HF)).default_precision)[method]
     if "quantize" not in kw:
         kw["quantize"] = Quantize.NF4_DQ if method is Method.QLORA else Quantize.NONE
     elif method is Method.QLORA and kw["quantize"] is Quantize.NONE:

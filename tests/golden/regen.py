@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 GOLDEN = HERE / "estimates.json"
-MEASURED = ROOT / "benchmarks" / "data" / "measured-public.jsonl"
+MEASURED = ROOT / "benchmarks" / "data" / "measured" / "public.jsonl"
 
 MODELS = [
     "meta-llama/Llama-3.1-8B",

@@ -1,4 +1,4 @@
-"""Export and import in the shared/data/measured/ JSON Lines format: round trips and line validation."""
+"""Export and import in the benchmarks/data/measured/ JSON Lines format: round trips and line validation."""
 
 from __future__ import annotations
 

@@ -50,9 +50,11 @@ def test_bad_input_exits_2_naming_the_field(args, fragment):
     assert "Traceback" not in r.output
 
 
-def test_unknown_gpu_lists_valid_values():
+def test_unknown_gpu_suggests_close_ids_and_points_to_the_list():
     r = run("plan", *M7, "--gpu", "rtx9090")
-    assert "valid values:" in r.output and "rtx4090" in r.output
+    out = " ".join(r.output.split())
+    assert "did you mean: rtx" in out and "rtx4090" in out and "`vramfit gpus` lists all" in out
+    assert "valid values:" not in out  # not the whole catalog (issue 11: ~55 ids)
 
 
 def test_malformed_gpu_file_exits_2(tmp_path):

@@ -31,10 +31,14 @@ def test_every_card_keeps_its_sources_and_prices_are_ordered():
             assert g.price_low <= g.price_high and g.price_details
 
 
-def test_unknown_gpu_names_the_field_and_lists_valid_ids():
+def test_unknown_gpu_names_the_field_and_suggests_at_most_five_ids():
     with pytest.raises(ScenarioError) as e:
         get_gpu("h100-sxmm")
-    assert e.value.key == "gpu" and "h100-sxm" in e.value.valid and "Did you mean" in str(e.value)
+    msg = str(e.value)
+    assert e.value.key == "gpu" and "did you mean: h100-sxm" in msg and "`vramfit gpus` lists all" in msg
+    suggested = msg.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
+    assert 1 <= len(suggested) <= 5 and len(set(suggested)) == len(suggested)
+    assert "rtx3060-12gb" not in msg  # no dump of the whole catalog
 
 
 def test_user_file_overrides_only_the_cells_it_fills(tmp_path):

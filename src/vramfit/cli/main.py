@@ -78,7 +78,7 @@ def estimate(
 @app.command()
 @user_errors
 def models(
-    query: str | None = typer.Argument(None, help="Filter by id, alias, family or name."),
+    query: list[str] | None = typer.Argument(None, help="Words that must all appear in the id, an alias, family or name (e.g. qwen2.5 32b)."),
     json_out: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
 ) -> None:
     """List and search the bundled model catalog."""
@@ -86,7 +86,8 @@ def models(
 
     from vramfit.models import search_models, spec_from_hf_config
 
-    entries = search_models(query or "")
+    query = " ".join(query or [])
+    entries = search_models(query)
     if json_out:
         out = [
             {"id": e["id"], "family": e.get("family"), "params": e["published_params"], "aliases": e.get("aliases", []), "source": e.get("source")}
@@ -95,19 +96,18 @@ def models(
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return
     t = Table(title=f"{len(entries)} catalog models" + (f" matching {query!r}" if query else ""), title_justify="left")
-    t.add_column("id")
-    t.add_column("family", style="dim")
-    t.add_column("params", justify="right")
-    t.add_column("layers", justify="right")
-    t.add_column("hidden", justify="right")
-    t.add_column("heads/kv", justify="right")
-    t.add_column("vocab", justify="right")
+    # ids stay whole: the id column never shrinks; the shape columns are dropped when the terminal is narrow
+    width = max((len(e["id"]) for e in entries), default=2)
+    wide = console.width >= width + 62
+    t.add_column("id", no_wrap=True, min_width=width)
+    t.add_column("params", justify="right", no_wrap=True)
+    for col in ("family", "layers", "hidden", "heads/kv", "vocab") if wide else ():
+        t.add_column(col, justify="left" if col == "family" else "right", style="dim" if col == "family" else None)
     for e in entries:
         s = spec_from_hf_config(e["config"])
-        t.add_row(
-            e["id"], e.get("family", ""), f"{e['published_params'] / 1e9:,.2f} B", str(s.num_hidden_layers),
-            str(s.hidden_size), f"{s.num_attention_heads}/{s.num_key_value_heads}", f"{s.vocab_size:,}",
-        )
+        shape = [e.get("family", ""), str(s.num_hidden_layers), str(s.hidden_size),
+                 f"{s.num_attention_heads}/{s.num_key_value_heads}", f"{s.vocab_size:,}"]
+        t.add_row(e["id"], f"{e['published_params'] / 1e9:,.2f} B", *(shape if wide else []))
     console.print(t)
     if not entries:
         raise typer.Exit(1)
@@ -128,11 +128,15 @@ def gpus(
         sys.stdout.write(json.dumps([g.__dict__ for g in rows], indent=1) + "\n")
         return
     t = Table(title="GPU catalog", title_justify="left")
-    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h"):
+    from vramfit.plan.rental import price_basis
+
+    wide = console.width >= 150  # the price basis (provider, date) where it fits; `plan` always shows it
+    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price)
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price,
+                  *((price_basis(g),) if wide else ()))
     console.print(t)
 
 

@@ -150,9 +150,9 @@ def runs_export(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     metric: str = typer.Option("all", "--metric", help="Counter(s) to write: all, allocated, reserved, device or unknown."),
     model: str | None = typer.Option(None, "--model", help="Only runs whose model contains this text."),
-    fmt: str = typer.Option("measured", "--format", help="measured: the shared/data/measured/ format, one line per counter; records: whole run records, one a line (out-of-memory runs included)."),
+    fmt: str = typer.Option("measured", "--format", help="measured: the benchmarks/data/measured/ format, one line per counter; records: whole run records, one a line (out-of-memory runs included)."),
 ) -> None:
-    """Write runs as JSON Lines in the format of shared/data/measured/ (one line per counter)."""
+    """Write runs as JSON Lines in the format of benchmarks/data/measured/ (one line per counter)."""
     from vramfit.measure.records import METRICS, dumps_lines, dumps_records
 
     if metric != "all" and metric not in METRICS:
@@ -187,7 +187,7 @@ def runs_export(
 
 @runs_app.command("import")
 def runs_import(
-    path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or shared/data/measured/)."),
+    path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or benchmarks/data/measured/)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Import runs from JSON Lines: every line is checked; all are stored, or none."""

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 
+from vramfit.cli.from_config import overlay
 from vramfit.errors import ScenarioError
 from vramfit.scenario import _ENUM_KEYS, SCENARIO_KEYS, load_scenario_file, parse_scenario
 
@@ -27,17 +28,34 @@ _HELP = {
     "lora_dropout": "LoRA dropout probability (default: the framework's).",
     "optimizer_in_backward": "Run the optimizer step per parameter during backward (true/false).",
     "micro_batch_size": "Sequences per GPU per forward/backward.",
-    "seq_len": "Tokens per sequence.",
     "grad_accum": "Micro-batches per optimizer step.",
     "num_gpus": "GPUs taking part (one node).",
-    "gpu": "GPU id the run should fit (see `vramfit gpus`).",
+    "gpu": "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).",
+    "seq_len": "Tokens per sequence (4k = 4096).",
+    "quantize_experts": "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework does "
+                        "(transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
 }
 
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)
 
 
+def _precision_help() -> str:
+    """The precisions' meanings and each framework's default (from the framework profiles)."""
+    from vramfit.estimate.framework import PROFILES
+    from vramfit.scenario import Precision
+
+    text = "bf16-true: " + Precision.BF16_TRUE.meaning + "; bf16-mixed: " + Precision.BF16_MIXED.meaning + ". Default: "
+    parts = []
+    for fw, prof in PROFILES.items():
+        d = dict(prof.default_precision)
+        common = max(set(d.values()), key=list(d.values()).count)
+        odd = ", ".join(f"{m.value} {p.value}" for m, p in d.items() if p is not common)
+        parts.append(f"{fw.value} {common.value}" + (f" ({odd})" if odd else ""))
+    return text + "; ".join(parts) + " (what each framework does when not told; see README)."
+
+
 def _help_for(key: str) -> str:
-    text = _HELP.get(key, "")
+    text = _precision_help() if key == "precision" else _HELP.get(key, "")
     if key in _ENUM_KEYS:
         text = (text + " " if text else "") + "One of: " + ", ".join(_ENUM_KEYS[key].values()) + "."
     return text
@@ -57,6 +75,10 @@ def scenario_parameters() -> list[inspect.Parameter]:
             annotation=Optional[Path],
         )
     )
+    params.append(inspect.Parameter("from_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[Path]], default=typer.Option(
+        None, "--from", help="Training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt); again for its DeepSpeed/accelerate/PEFT files. Flags override it.", rich_help_panel="Scenario")))
+    params.append(inspect.Parameter("dialect", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
+        None, "--dialect", help="The --from file's project: axolotl, llamafactory, trl, torchtune, litgpt (default: detected).", rich_help_panel="Scenario")))
     return params
 
 
@@ -78,6 +100,7 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for k in SCENARIO_KEYS:
             kwargs.pop(k, None)
         scenario_file = kwargs.pop("scenario_file", None)
+        scenario_args = overlay(kwargs.pop("from_file", None), kwargs.pop("dialect", None), scenario_args)
         return func(scenario_args=scenario_args, scenario_file=scenario_file, **kwargs)
 
     wrapper.__name__ = func.__name__
@@ -109,7 +132,14 @@ def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, re
         data[key] = _coerce(key, value) if isinstance(value, str) else value
     if not required and "model" not in data and "params" not in data:
         return None
-    return parse_scenario(data)
+    sc = parse_scenario(data)
+    unused = [k for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout") if k in scenario_args]
+    if unused and not sc.trains_adapters:
+        import sys
+
+        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
+        sys.stderr.write(f"note: {flags} ignored: --method full trains every weight, no LoRA adapters\n")
+    return sc
 
 
 def read_batch(path: Path) -> list[tuple[int, Any]]:

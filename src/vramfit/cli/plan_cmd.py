@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 
 GiB = 2**30
@@ -50,10 +51,12 @@ def _plan_row(i: int, p) -> list[str]:
     extras = ", ".join(x for x in (p.optimizer if "8bit" in p.optimizer else "", "fused loss" if p.loss == "fused" else "") if x)
     cost = "" if p.cost_usd_low is None else (_usd(p.cost_usd_low) + ("" if p.cost_usd_high == p.cost_usd_low else f"–{_usd(p.cost_usd_high)}"))
     return [
-        str(i), f"{p.num_gpus} × {p.gpu_id}", f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
+        str(i), f"{p.num_gpus} × {p.gpu_id}" + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
+        f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
-        "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", f"{p.disk.total_bytes / 1e9:,.0f}",
+        "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", p.price_basis,
+        f"{p.disk.total_bytes / 1e9:,.0f}",
     ]
 
 
@@ -62,14 +65,19 @@ def render_plan(r, top: int, show_all: bool) -> None:
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
                   f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
-    console.print(f"your scenario as given: {_gib(r.scenario_device_bytes)} GiB per GPU")
-    t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by cost per token)",
+    console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
+                  f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
+    by = "cost per token" if r.sort == "cost" else "speed"
+    dl = f"; deadline {r.deadline_hours:g} h" if r.deadline_hours else ""
+    t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by {by}{dl})",
               title_justify="left")
-    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok", "disk GB"):
-        t.add_column(col, justify="right" if col not in ("GPUs", "ckpt", "sharding") else "left")
+    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok",
+                "price basis", "disk GB"):
+        t.add_column(col, justify="right" if col not in ("GPUs", "ckpt", "sharding", "price basis") else "left",
+                     no_wrap=col in ("price basis", "GPUs"))
     shown = r.plans if show_all else r.plans[:top]
     for i, p in enumerate(shown, 1):
-        style = "dim" if p.within_budget is False else None
+        style = "dim" if p.within_budget is False or p.meets_deadline is False else None
         t.add_row(*_plan_row(i, p), style=style)
     console.print(t)
     if len(r.plans) > len(shown):
@@ -78,6 +86,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
         if p is None:
             continue
         within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
+        within += "" if p.meets_deadline is None else (" (meets the deadline)" if p.meets_deadline else " [red](past the deadline)[/red]")
+        within += f" at ${p.usd_per_gpu_hour_low:.2f}/GPU-h ({p.price_basis})" if p.price_basis else ""
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {p.gpu_name}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
                       f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
@@ -153,6 +163,9 @@ def register(app: typer.Typer) -> None:
         epochs: float = typer.Option(1.0, help="Passes over the dataset.", rich_help_panel=_P),
         budget: float | None = typer.Option(None, help="Budget in USD; plans above it are marked.", rich_help_panel=_P),
         cards: str | None = typer.Option(None, help="Only these GPU ids (comma-separated); default: the catalog, or --gpu.", rich_help_panel=_P),
+        sort: str = typer.Option("cost", help="Rank by cost (per token, low price) or time (fastest first).", rich_help_panel=_P),
+        deadline: float | None = typer.Option(None, help="Hours the run must finish in; slower plans are ranked last.", rich_help_panel=_P),
+        stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
         max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
         safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
         mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
@@ -162,6 +175,7 @@ def register(app: typer.Typer) -> None:
         export: str | None = typer.Option(None, help="Write a config: accelerate, deepspeed, fsdp or trl.", rich_help_panel=_P),
         pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
         export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
@@ -170,13 +184,15 @@ def register(app: typer.Typer) -> None:
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
-                 gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu)
+                 gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
+                 deadline_hours=deadline, stacks=stack)
         if json_out:
             _out(r.to_dict())
         else:
             render_plan(r, top, show_all)
         if export and r.plans:
             _write_export(_pick(r, pick), export, export_dir, r.epochs)
+        write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
         if not r.plans:
             raise typer.Exit(1)
 
@@ -188,6 +204,7 @@ def register(app: typer.Typer) -> None:
         scenario_file: Path | None,
         safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
@@ -199,6 +216,7 @@ def register(app: typer.Typer) -> None:
         if not sc.gpu:
             raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
         r = fit(sc, sc.gpu, safety_margin=safety_margin)
+        write_fit(write_to, sc, safety_margin)
         if json_out:
             _out(r.to_dict())
             return
@@ -210,12 +228,13 @@ def register(app: typer.Typer) -> None:
         console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
         console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
                       + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
-        t = Table(title="Peak GiB per GPU (green: fits)", title_justify="left")
+        t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
         t.add_column("mb \\ seq")
         for s in r.seq_lens:
             t.add_column(f"{s:,}", justify="right")
         for b, row in zip(r.batches, r.grid, strict=True):
-            t.add_row(str(b), *[("" if c.device_bytes is None else f"[{'green' if c.fits else 'red'}]{_gib(c.device_bytes)}[/]") for c in row])
+            t.add_row(str(b), *[("" if c.device_bytes is None else
+                                 f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
         console.print(t)
 
     @app.command("sweep")
@@ -288,6 +307,7 @@ def register(app: typer.Typer) -> None:
                       *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
                       "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")
         console.print(t)
+        console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
         for r in g.disagreements:
             console.print(f"[bold]{r.size} {r.method}[/bold]")
             for w in r.why:

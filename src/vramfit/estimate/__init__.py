@@ -37,10 +37,27 @@ def resolve_spec(sc: Scenario):
     return f"generic-{sc.params}", spec, "generic", (note,)
 
 
+def _experts_note(sc: Scenario, prof) -> str:
+    from vramfit.estimate.core import experts_quantized
+
+    how = "quantized like the other block linears" if experts_quantized(sc, prof) else (
+        "NOT quantized: fp32 (prepare_model_for_kbit_training casts them)" if prof.qlora_unquantized_fp32
+        else "NOT quantized: 16-bit")
+    why = (f"quantize_experts={sc.quantize_experts.value}" if sc.quantize_experts.value != "auto" else
+           "quantize_experts=auto: " + ("transformers 5 stores experts as fused 3-D parameters, which bitsandbytes "
+                                        "leaves unquantized (transformers 4 quantized them)" if prof.hf_quantizer_rules
+                                        else f"{prof.name} quantizes each expert's linear"))
+    return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
+
+
 def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
     prof = r["profile"]
+    default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        f"Precision {sc.precision.value}: {sc.precision.meaning}"
+        + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
+           f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
         f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r['loss'].detail}.",
@@ -61,6 +78,8 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
             + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
         )
+        if any(lin.group == "expert" for lin in spec.block_linears):
+            out.append(_experts_note(sc, prof))
         if prof.qlora_unquantized_fp32:
             out.append(
                 "QLoRA as the HF recipe runs it (Trainer bf16=True): attention and 4-bit matmuls in 16 bits "

@@ -43,6 +43,7 @@ from vramfit.scenario import (
     Parallelism,
     Precision,
     Quantize,
+    QuantizeExperts,
     Scenario,
 )
 
@@ -71,6 +72,14 @@ class Parts:
     param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
 
 
+def experts_quantized(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """MoE experts in the quantized base: the scenario's quantize_experts, ``auto`` = the profile
+    (transformers 5 fused 3-D experts are not nn.Linear, so bitsandbytes leaves them unquantized)."""
+    if sc.quantize_experts is QuantizeExperts.AUTO:
+        return not profile.hf_quantizer_rules
+    return sc.quantize_experts is QuantizeExperts.YES
+
+
 def _is_quantized_linear(
     t: ParamTensor, sc: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None
 ) -> bool:
@@ -80,9 +89,9 @@ def _is_quantized_linear(
         if profile.hf_quantizer_rules and spec is not None:
             if spec.model_type == "falcon":
                 return False  # FalconLinear is not exactly nn.Linear
-            experts = {lin.name for lin in spec.block_linears if lin.group == "expert"}
-            if t.name in experts:
-                return False  # 3-D expert parameters
+        experts = {lin.name for lin in spec.block_linears if lin.group == "expert"} if spec is not None else ()
+        if t.name in experts:
+            return experts_quantized(sc, profile)
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.scenario import Framework, Precision
+from vramfit.scenario import Framework, Method, Precision
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ class FrameworkProfile:
     # transformers >= 5 quantizes only modules whose type is exactly nn.Linear (Falcon's FalconLinear
     # stays unquantized) and stores MoE experts as 3-D parameters, which bitsandbytes never quantizes
     hf_quantizer_rules: bool = False
+    # the precision a user of this framework gets when the scenario does not say, per method
+    # (parse_scenario applies it); see each profile's comment for the code it follows
+    default_precision: tuple[tuple[Method, Precision], ...] = (
+        (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -78,6 +82,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl="fused",
         qlora_fused_max_tokens=512,
         hf_quantizer_rules=True,
+        # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
+        # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
+        # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
+        # AdamW keeps its states in the parameter dtype. transformers 4 loaded fp32 (= bf16-mixed).
+        default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
+                           (Method.QLORA, Precision.BF16_TRUE)),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
@@ -96,6 +106,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl="fused",  # recipes' configs: torch.optim.AdamW with fused: True
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
+        # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
+        default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
+                           (Method.QLORA, Precision.BF16_TRUE)),
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -113,6 +127,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
         # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
         fsdp_frozen_stay_gathered=True,
+        # litgpt finetune/full.py and lora.py (Lightning-AI/litgpt@29ece59): `precision = precision or
+        # get_default_supported_precision(training=True)` = "bf16-mixed" on bf16 GPUs (litgpt/utils.py);
+        # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true
+        default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
+                           (Method.QLORA, Precision.BF16_TRUE)),
     ),
 }
 

@@ -4,7 +4,7 @@ For every run with figures, the *current* estimator is run on its scenario (the 
 only where the scenario cannot be estimated any more, e.g. a Hub model while offline) and compared per
 counter: signed error ``(estimate − measured) / measured``; an ``unknown`` counter counts as 0 when it lies
 between the estimate's allocated and device figures, else against the nearer bound (as
-``benchmarks/accuracy.py`` scores ``shared/data/measured/``). Errors are grouped per GPU family and method.
+``benchmarks/accuracy.py`` scores ``benchmarks/data/measured/``). Errors are grouped per GPU family and method.
 
 Implied overheads (single-GPU runs that measured them; paged optimizers left out, their state lives
 outside the allocator):

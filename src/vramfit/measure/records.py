@@ -1,4 +1,4 @@
-"""A stored run and its JSON Lines form, the format of ``shared/data/measured/`` (its README lists the fields).
+"""A stored run and its JSON Lines form, the format of ``benchmarks/data/measured/`` (its README lists the fields).
 
 Export writes one line per measured counter of a run (``allocated``, ``reserved``, ``device``; OOM and
 error runs have no peak to report and are not exported as lines). Each line carries the standard

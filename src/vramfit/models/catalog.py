@@ -77,16 +77,19 @@ def _index() -> dict[str, dict[str, Any]]:
     return index
 
 
-def search_models(query: str = "") -> list[dict[str, Any]]:
-    """Catalog entries whose id, an alias, display name or family contains ``query``."""
-    q = query.strip().lower()
-    return [
-        e for e in load_catalog()
-        if not q or any(
-            q in s.lower()
-            for s in (e["id"], e["display_name"], e["family"], *e.get("aliases", ()))
-        )
-    ]
+def search_models(query: str | list[str] | tuple[str, ...] = "") -> list[dict[str, Any]]:
+    """Catalog entries where every word of ``query`` is in the id, an alias, display name or family.
+
+    ``"qwen2.5 32b"`` (or ``["qwen2.5", "32b"]``) is the AND of its words, case-insensitive.
+    """
+    text = " ".join(query) if isinstance(query, (list, tuple)) else query
+    words = text.lower().split()
+    out = []
+    for e in load_catalog():
+        names = [s.lower() for s in (e["id"], e["display_name"], e["family"], *e.get("aliases", ()))]
+        if all(any(w in s for s in names) for w in words):
+            out.append(e)
+    return out
 
 
 def resolve_model(model: str) -> ResolvedModel:
@@ -184,8 +187,8 @@ def _suggest(text: str, fallback: bool = False) -> str:
                                       cutoff=0.5)
     ids = list(dict.fromkeys(names[lowered.get(h) or short[h]] for h in hits))[:5]
     if not ids:
-        return ("; not in the catalog (see `search_models`), and not a local config.json path "
-                "or a Hub id (org/name)") if fallback else ""
+        return ("; not in the catalog (search it: `vramfit models WORDS`), and not a local config.json "
+                "path or a Hub id (org/name)") if fallback else ""
     return f"; did you mean: {', '.join(ids)}?"
 
 

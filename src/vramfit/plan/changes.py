@@ -2,7 +2,9 @@
 
 Every candidate is applied to the user's scenario (with ``gpu`` set to the card) and estimated;
 ``changes`` holds exactly the scenario keys to set, so ``scenario.replace(gpu=card, **changes)``
-reproduces the figure. When no single change fits, the cheapest combination that fits is added.
+reproduces the figure. With ``effective_batch`` the scenario is first put at the accumulation that
+batch needs (micro-batch x accumulation x GPUs >= effective batch, as the planner runs it) and every
+change is estimated there; ``changes`` then carries that ``grad_accum`` too. When no single change fits, the cheapest combination that fits is added.
 Ranked: changes that fit first; then those that cost nothing, slow the run, add cards, change
 the training itself; then the time x cards factor; then the least effort (fused loss before
 8-bit AdamW before checkpointing before offload); then the saving.
@@ -118,6 +120,16 @@ class _Ctx:
         return not isinstance(r, ScenarioError) and r.peak.device_bytes <= self.limit
 
 
+def _experts_unquantized(ctx: _Ctx) -> bool:
+    """A QLoRA mixture-of-experts run whose experts stay 16/32-bit (see scenario key quantize_experts)."""
+    from vramfit.estimate.core import experts_quantized
+    from vramfit.estimate.framework import profile_for
+
+    sc = ctx.sc
+    has_experts = any(lin.group == "expert" for lin in ctx.ev.spec.block_linears)
+    return sc.method is Method.QLORA and has_experts and not experts_quantized(sc, profile_for(sc.framework))
+
+
 def _with(ch: Change, **kw: Any) -> Change:
     d = ch.to_dict()
     d.update(kw)
@@ -168,7 +180,7 @@ def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
         if n <= sc.num_gpus:
             continue
         mb = min(extra.get("micro_batch_size", sc.micro_batch_size), max(1, eff // n))
-        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, eff // (n * mb))}
+        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, -(-eff // (n * mb)))}  # at least the effective batch
         tried = keys
         if ctx.fits(keys):
             break
@@ -182,7 +194,7 @@ def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
 def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
     """Cheapest-first accumulation of changes until the run fits, then drop the unneeded ones."""
     by = {c.name: c for c in singles}
-    ladder = [n for n in ("fused-loss", "8bit-optimizer", "checkpointing-full") if n in by]
+    ladder = [n for n in ("fused-loss", "8bit-optimizer", "quantize-experts", "checkpointing-full") if n in by]
     applied: dict[str, dict[str, Any]] = {}
     keys: dict[str, Any] = {}
 
@@ -226,10 +238,23 @@ def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
     return Change("combined", "together: " + " + ".join(names), final, kind, "all the trade-offs of its parts")
 
 
+def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
+    """``sc`` with the accumulation that reaches ``effective_batch`` (rounded up) at its micro-batch and GPUs."""
+    if effective_batch is None:
+        return sc
+    ga = max(1, -(-effective_batch // (sc.micro_batch_size * sc.num_gpus)))
+    return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
+
+
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = 0.05,
-                   mfu: float | None = None) -> list[Change]:
-    """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits)."""
-    sc = parse_scenario(scenario)
+                   mfu: float | None = None, effective_batch: int | None = None) -> list[Change]:
+    """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
+
+    ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
+    accumulation that reaches it (gradients held across accumulation steps cost memory).
+    """
+    given = parse_scenario(scenario)
+    sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
@@ -237,6 +262,10 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)
+    if _experts_unquantized(ctx):
+        singles.append(Change("quantize-experts", "quantize the MoE experts too (4-bit like the other linears)",
+                              {"quantize_experts": "yes"}, "free",
+                              "transformers 5 + bitsandbytes cannot (fused 3-D experts): use transformers 4, torchtune or litgpt"))
     for extra in (_micro_batch(ctx), _seq_len(ctx), _more_gpus(ctx)):
         if extra is not None:
             singles.append(extra)
@@ -249,5 +278,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
             measured.append(ctx.measure(combo))
     measured.sort(key=lambda c: (not c.fits, KINDS.index(c.kind), round(c.cost_factor or 1.0, 2),
                                  order.get(c.name, len(order)), -(c.saving_bytes or 0)))
+    if sc.grad_accum != given.grad_accum:  # so that given.replace(gpu=card, **changes) reproduces each figure
+        measured = [_with(c, changes={"grad_accum": sc.grad_accum, **c.changes}) for c in measured]
     return measured
 

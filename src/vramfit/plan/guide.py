@@ -28,6 +28,13 @@ METHODS: dict[str, dict[str, Any]] = {
     "lora": {"method": "lora"},
     "qlora": {"method": "qlora"},
 }
+#: Why the table's full fine-tuning differs from `vramfit estimate --method full` without --precision.
+PRECISION_NOTE = (
+    "Full fine-tuning here is bf16-mixed (fp32 weights and AdamW states, 16 B per parameter), the guide's own "
+    "arithmetic (7B: 14 GB weights + 56 GB Adam + 14 GB gradients). `vramfit estimate --method full` without "
+    "--precision uses the framework's default instead: bf16-true for transformers 5 and torchtune (8 B per "
+    "parameter, about half), bf16-mixed for litgpt. Give --precision bf16-mixed to match this table."
+)
 #: "Typical" settings (the guide: bf16 and typical sequence lengths): stated with the table.
 SETTINGS: dict[str, Any] = {"seq_len": 2048, "micro_batch_size": 1, "optimizer": "adamw", "lora_rank": 16}
 #: The guide's card classes and the card that stands for each (the guide's own examples).
@@ -194,5 +201,5 @@ def guide_table() -> GuideTable:
                                  all(c["verdict"] == "agrees" for c in claims), tuple(why)))
     classes = tuple({"class_gb": gb, "gpu_id": c, "usable_bytes": get_gpu(c).usable_bytes} for gb, c in CLASSES)
     settings = {**SETTINGS, "full": METHODS["full"], "multi_gpu": "zero3", "checkpointing": "none or full, the one that fits",
-                "fits": "device peak <= the card's usable memory (no safety margin)"}
+                "fits": "device peak <= the card's usable memory (no safety margin)", "precision_note": PRECISION_NOTE}
     return GuideTable(settings, classes, tuple(rows))

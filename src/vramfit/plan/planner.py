@@ -6,13 +6,19 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator, limit_bytes
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
+from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
+from vramfit.plan.rental import cannot_run as _cannot_run
+from vramfit.plan.rental import check_ranking as _check_ranking
+from vramfit.plan.rental import not_found as _not_found
+from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
-from vramfit.scenario import Precision, Scenario, parse_scenario
+from vramfit.scenario import Scenario, parse_scenario
 
 GiB = 2**30
 
@@ -61,8 +67,13 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
         out.append(f"effective batch {actual_eff} (the nearest multiple of {c.num_gpus} GPUs at or above {eff})")
     if g.usable_kind == "marketing":
         out.append("usable memory unconfirmed: the marketing GB is used (conservative)")
-    if g.vendor and g.vendor != "NVIDIA":
-        out.append(f"{g.vendor}, not CUDA: check that bitsandbytes, FlashAttention and your engine support it")
+    if stack_of(g).note:
+        out.append(stack_of(g).note)
+    elif g.vendor and g.vendor != "NVIDIA":
+        out.append(f"vendor {g.vendor!r} not in the stack table: taken as CUDA; check your software runs on it")
+    billed = billed_gpus(g, c.num_gpus)
+    if billed != c.num_gpus:
+        out.append(f"rented in units of {billed} GPUs ({g.rental_source}): the cost is for {billed}")
     if g.price_low is None:
         out.append("no dated rental price in the catalog: add one with --gpus")
     return tuple(out)
@@ -81,6 +92,9 @@ def plan(
     mfu: float | None = None,
     checkpoints_kept: int = 1,
     with_changes: bool = True,
+    sort: str = "cost",
+    deadline_hours: float | str | None = None,
+    stacks: list[str] | str | None = None,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -89,6 +103,9 @@ def plan(
     ``effective_batch`` sequences per step), checkpointing, sharding/offload, and the speed-free
     memory savers. ``dataset_tokens`` x ``epochs`` gives time and cost. Cards named in ``gpu_ids``
     (or the scenario's ``gpu``) that the scenario does not fit as given get ranked changes.
+    Plans within budget and ``deadline_hours`` come first, then by ``sort`` (``cost`` per token or
+    ``time``); ``stacks`` (cuda, rocm, habana) keeps only cards of those software stacks. A card is
+    planned only in counts it is rented in (``rental_gpus``: GB200 up to its 4-GPU tray).
     """
     sc = parse_scenario(scenario)
     eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
@@ -97,7 +114,9 @@ def plan(
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
     named = gpu_id_list(gpu_ids) or ([sc.gpu] if sc.gpu else None)
     cards = [get_gpu(g) for g in named] if named else list_gpus()
+    order, deadline, wanted = _check_ranking(sort, deadline_hours, stacks)
 
+    sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     ev = Evaluator(sc)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
@@ -105,53 +124,62 @@ def plan(
     total = int(tokens * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
+    blocked = set()
     for g in cards:
-        if sc.precision in (Precision.BF16_MIXED, Precision.BF16_TRUE) and g.supports_bf16 is False:
-            excluded.append(Excluded(g.gpu_id, f"no BF16 on {g.name}: plan it with --precision fp16-mixed"))
+        why = _cannot_run(g, sc, wanted)
+        if why:
+            excluded.append(Excluded(g.gpu_id, why))
+            blocked.add(g.gpu_id)
             continue
         limit = limit_bytes(g, margin)
-        found = False
-        for n in counts:
+        mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
+        lacking = []
+        for n in mine:
             best = search.best(g, n, limit, HOST_RAM_PER_GPU.value)
-            if best is None:
-                continue
-            found = True
-            plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable, tokens, kept))
-        if not found:
-            excluded.append(Excluded(g.gpu_id, f"does not fit {max(counts)} x {g.gpu_id} even with ZeRO-3, "
-                                     "checkpointing and offload (at micro-batch 1)"
-                                     + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else "")))
-    plans.sort(key=_rank)
+            if best is not None and set(needs(best[0]._asdict())) & set(stack_of(g).lacks):
+                lacking.append(n)  # the fastest setting needs what the stack lacks (e.g. Liger on Gaudi)
+            elif best is not None:
+                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable,
+                                        tokens, kept, deadline))
+        if not any(p.gpu_id == g.gpu_id for p in plans):
+            excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
+    plans.sort(key=lambda p: _rank(p, order))
     changes: dict[str, list] = {}
     if named and with_changes:
         from vramfit.plan.changes import changes_to_fit
 
         for gid in named:
             g = get_gpu(gid)
-            if g.gpu_id in {e.gpu_id for e in excluded if e.reason.startswith("no BF16")}:
-                continue
-            if ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u)
-    assumptions = list(ASSUMPTIONS)
-    assumptions.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
-    if counts != all_counts:
-        assumptions.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
-                           "give effective_batch to consider more.")
-    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
-        assumptions.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
-    assumptions.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+            if g.gpu_id not in blocked and ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
+    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted)
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
         total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u,
         mfu_source=("user" if mfu is not None else MFU_DEFAULT.source), plans=tuple(plans),
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
-        search_estimates=ev.calls,
+        search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
 
 
-def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int, total: int | None,
-               budget: float | None, num_params: int, trainable: int, tokens: int | None, kept: int) -> Plan:
+def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
+                      order: str, deadline: float | None, wanted: tuple[str, ...]) -> list[str]:
+    out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
+    out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
+               "default applies (`vramfit estimate --help`).")
+    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    if counts != all_counts:
+        out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
+                   "give effective_batch to consider more.")
+    if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
+        out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
+    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    return out
+
+
+def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int, total: int | None, budget: float | None,
+               num_params: int, trainable: int, tokens: int | None, kept: int, deadline: float | None) -> Plan:
     ev = search.ev
     per = search.per_gpu(c.num_gpus)
     keys: dict[str, Any] = c.keys(mb, per // mb)
@@ -161,9 +189,10 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
     speed = search.speed(c, mb, g)
     hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
-    lo = run_cost(hours, c.num_gpus, g.price_low) if hours is not None else None
-    hi = run_cost(hours, c.num_gpus, g.price_high) if hours is not None else None
-    per_m = (g.price_low * c.num_gpus / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
+    billed = billed_gpus(g, c.num_gpus)
+    lo = run_cost(hours, billed, g.price_low) if hours is not None else None
+    hi = run_cost(hours, billed, g.price_high) if hours is not None else None
+    per_m = (g.price_low * billed / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
     return Plan(
@@ -176,17 +205,17 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
         price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host),
+        billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
+        meets_deadline=None if deadline is None or hours is None else hours <= deadline,
     )
 
 
-def _rank(p: Plan) -> tuple:
-    return (
-        p.within_budget is False,
-        p.usd_per_million_tokens is None,
-        p.usd_per_million_tokens or 0.0,
-        -(p.tokens_per_s or 0.0),
-        p.num_gpus,
-    )
+def _rank(p: Plan, sort: str = "cost") -> tuple:
+    """Within budget and deadline first; then cheapest per token (``cost``) or fastest (``time``)."""
+    cost = (p.usd_per_million_tokens is None, p.usd_per_million_tokens or 0.0)
+    speed = (p.tokens_per_s is None, -(p.tokens_per_s or 0.0))
+    return (p.within_budget is False, p.meets_deadline is False,
+            *(cost + speed if sort == "cost" else speed + cost), p.num_gpus)
 
 
 def check_gpu_file(path: str) -> list[str]:

@@ -43,6 +43,10 @@ class Plan:
     disk: DiskEstimate
     price_details: str = ""
     notes: tuple[str, ...] = ()
+    billed_gpus: int = 0  # GPUs paid for: the rental unit that holds num_gpus (GB200: 4-GPU trays)
+    price_basis: str = ""  # provider and date of usd_per_gpu_hour_low
+    stack: str = "cuda"  # the card's software stack (rental.STACKS)
+    meets_deadline: bool | None = None  # None without a deadline or a time
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -90,10 +94,13 @@ class PlanReport:
     assumptions: tuple[str, ...]
     changes: dict[str, list] = field(default_factory=dict)  # gpu id -> [Change] for named cards that do not fit
     search_estimates: int = 0
+    sort: str = "cost"  # cost | time: how plans are ranked (after budget and deadline)
+    deadline_hours: float | None = None
+    stacks: tuple[str, ...] = ()  # software stacks planned (empty: all)
 
     @property
     def cheapest(self) -> Plan | None:
-        priced = [p for p in self.plans if p.usd_per_million_tokens is not None]
+        priced = [p for p in self.plans if p.usd_per_million_tokens is not None and p.meets_deadline is not False]
         return min(priced, key=lambda p: (p.usd_per_million_tokens, -(p.tokens_per_s or 0)), default=None)
 
     @property
@@ -112,6 +119,7 @@ class PlanReport:
                 "effective_batch": self.effective_batch, "dataset_tokens": self.dataset_tokens,
                 "epochs": self.epochs, "total_tokens": self.total_tokens, "budget_usd": self.budget_usd,
                 "safety_margin": self.safety_margin, "mfu": self.mfu, "mfu_source": self.mfu_source,
+                "sort": self.sort, "deadline_hours": self.deadline_hours, "stacks": list(self.stacks),
             },
             "plans": [p.to_dict() for p in self.plans],
             "cheapest": cheapest.to_dict() if cheapest else None,

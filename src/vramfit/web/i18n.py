@@ -59,6 +59,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "k.optimizer": ("Optimizer", "Otimizador"),
     "k.optimizer_in_backward": ("Optimizer step inside backward", "Passo do otimizador dentro do backward"),
     "k.compile": ("torch.compile (model and loss)", "torch.compile (modelo e perda)"),
+    "k.quantize_experts": ("Quantize MoE experts", "Quantizar os especialistas MoE"),
     "k.micro_batch_size": ("Micro-batch per GPU", "Micro-batch por GPU"),
     "k.seq_len": ("Sequence length", "Comprimento de sequência"),
     "k.grad_accum": ("Gradient accumulation", "Acumulação de gradientes"),

@@ -117,6 +117,9 @@ class PlanOptions(BaseModel):
     max_gpus: Optional[int] = Field(8, ge=1, le=100_000, description="at most this many GPUs (one node: 8)")
     safety_margin: Optional[float] = Field(0.05, ge=0, lt=1, description="memory kept free on each card")
     mfu: Optional[float] = Field(None, gt=0, le=1, description="model FLOPs utilisation assumed")
+    sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
+    deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
+    stacks: Optional[str] = Field(None, description="only these software stacks: cuda, rocm, habana (comma-separated)")
 
 
 class PlanIn(PlanOptions):

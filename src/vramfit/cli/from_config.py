@@ -1,0 +1,96 @@
+"""``--from FILE`` / ``--dialect`` / ``--write-to FILE``: a training config as scenario overrides, and the
+change that fits written back into it. Explicit flags override the file. The mapping goes to stderr."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from vramfit.errors import ScenarioError
+
+err_console = Console(stderr=True, soft_wrap=True)
+_CURRENT: ContextVar[Any] = ContextVar("vramfit_imported", default=None)
+
+
+def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """Scenario keys from ``--from`` files with the explicit flags on top (flags win)."""
+    _CURRENT.set(None)
+    if not files:
+        if dialect:
+            raise ScenarioError("dialect", "needs --from FILE")
+        return flags
+    from vramfit.config_import import from_config
+
+    imp = from_config(files[0], *files[1:], dialect=dialect)
+    imp.flags = dict(flags)  # explicit flags: written back too, with the change that fits
+    _CURRENT.set(imp)
+    for line in imp.lines():
+        err_console.print(line, highlight=False, markup=False)
+    data = dict(imp.overrides)
+    if "model" in flags or "params" in flags:
+        data.pop("model", None)
+    if "method" in flags and "quantize" not in flags:
+        data.pop("quantize", None)
+    return {**data, **flags}
+
+
+def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, Any]) -> None:
+    """Save the ``--from`` file with ``changes`` (scenario keys) to ``dest``, print the diff."""
+    if dest is None:
+        return
+    imp = _CURRENT.get()
+    if imp is None:
+        raise ScenarioError("write-to", "needs --from FILE (the config to write the change into)")
+    # explicit flags are written too, as the validated scenario holds them (typed, not the CLI's strings)
+    flagged = {k: scenario[k] for k in imp.flags if k in scenario and scenario[k] != imp.overrides.get(k)}
+    changes = {k: v for k, v in {**flagged, **changes}.items() if k not in ("gpu", "model", "params")}
+    if not changes:
+        err_console.print(f"nothing to change: the scenario already fits; {dest} not written", highlight=False)
+        return
+    from vramfit.config_import.writeback import write_back as write
+
+    diff, left = write(imp, changes, scenario, dest)
+    err_console.print(diff.rstrip("\n"), highlight=False, markup=False)
+    err_console.print(f"wrote {dest}", highlight=False)
+    if left:
+        err_console.print("not in the file (set at launch or by hand): " + ", ".join(left), highlight=False, markup=False)
+
+
+def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
+    """``fit --write-to``: the first ranked change that fits (preferring one the file can hold), written back."""
+    if dest is None:
+        return
+    from vramfit.plan import changes_to_fit
+
+    imp = _CURRENT.get()
+    fitting = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin) if c.fits]
+    writable = [c for c in fitting if imp is None or all(k in imp.write_keys for k in c.changes)]
+    pick = (writable or fitting or [None])[0]
+    if pick is None and fitting == [] and not _fits(sc, safety_margin):
+        raise ScenarioError("write-to", f"no change found that fits {sc.gpu}; nothing written")
+    changes = {} if pick is None else {k: v for k, v in pick.changes.items() if k != "gpu"}
+    if pick is not None:
+        err_console.print(f"change: {pick.description}", highlight=False)
+    write_back(dest, changes, sc.replace(**changes).to_dict() if changes else sc.to_dict())
+
+
+def _fits(sc: Any, safety_margin: float) -> bool:
+    from vramfit.plan import fit
+
+    return fit(sc, sc.gpu, safety_margin=safety_margin).fits
+
+
+def write_plan(dest: Path | None, sc: Any, plan: Any) -> None:
+    """``plan --write-to``: the picked plan's settings that differ from the scenario, written back."""
+    if dest is None:
+        return
+    if plan is None:
+        raise ScenarioError("write-to", "no plan fits; nothing written")
+    keys = ("num_gpus", "micro_batch_size", "grad_accum", "gradient_checkpointing", "optimizer", "loss",
+            "parallelism", "offload")
+    now = sc.to_dict()
+    changes = {k: getattr(plan, k) for k in keys if getattr(plan, k) != now[k]}
+    write_back(dest, changes, plan.scenario)

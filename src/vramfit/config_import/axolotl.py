@@ -1,0 +1,287 @@
+"""Axolotl YAML -> scenario keys (framework ``hf``: Axolotl runs transformers + PEFT)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import import hf_common as hf
+from vramfit.config_import.report import Imported, KeyReader
+
+_SRC = "axolotl-ai-cloud/axolotl@067b021"
+SOURCE = f"{_SRC} src/axolotl/utils/schemas/config.py"
+#: micro_batch_size, gradient_accumulation_steps and optimizer defaults live in the training schema.
+TRAINING_SRC = f"{_SRC} src/axolotl/utils/schemas/training.py"
+#: Axolotl builds its BitsAndBytesConfig with nf4 and double quantization for adapter: qlora.
+QLORA_SRC = f"{_SRC} src/axolotl/loaders/model.py: bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant True"
+
+#: attn_implementation values (src/axolotl/utils/schemas/enums.py CANONICAL_ATTN_IMPLS, short forms, the
+#: legacy boolean flags) -> vramfit attention. xformers' memory-efficient kernel is linear in seq_len like SDPA's.
+ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "flash": "flash", "sdpa": "sdpa", "sdp": "sdpa",
+             "eager": "eager", "xformers": "sdpa", "kernels-community/flash-attn2": "flash",
+             "kernels-community/flash-attn3": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+ATTENTION_NOT_MODELLED = {"flex_attention", "flex", "sage", "kernels-community/sage-attention", "fp8"}
+LEGACY_ATTENTION = {"flash_attention": "flash_attention_2", "sdp_attention": "sdpa", "xformers_attention": "xformers",
+                    "eager_attention": "eager", "flex_attention": "flex_attention", "sage_attention": "sage"}
+
+WRITE_KEYS = {"micro_batch_size": "micro_batch_size", "grad_accum": "gradient_accumulation_steps",
+              "seq_len": "sequence_len", "lora_rank": "lora_r", "optimizer": "optimizer",
+              "gradient_checkpointing": "gradient_checkpointing"}
+
+LIGER_NOT_MODELLED = "Liger RoPE/RMSNorm/SwiGLU/LayerNorm kernels: vramfit models the fused loss only"
+UNSLOTH = "Unsloth kernels: vramfit estimates the plain transformers + PEFT step"
+IGNORED = [
+    ("datasets", "data"), ("test_datasets", "data"), ("dataset_prepared_path", "path"), ("val_set_size", "data"),
+    ("dataset_processes", "data preprocessing"), ("shuffle_merged_datasets", "data"), ("chat_template", "data"),
+    ("train_on_inputs", "which tokens carry loss: no memory effect"), ("group_by_length", "data order"),
+    ("output_dir", "path"), ("hub_model_id", "upload"), ("hub_strategy", "upload"), ("push_dataset_to_hub", "upload"),
+    ("wandb_*", "logging"), ("mlflow_*", "logging"), ("comet_*", "logging"), ("use_tensorboard", "logging"),
+    ("logging_steps", "logging"), ("num_epochs", "schedule: no memory effect"), ("max_steps", "schedule"),
+    ("learning_rate", "schedule"), ("lr_scheduler", "schedule"), ("cosine_min_lr_ratio", "schedule"),
+    ("warmup_steps", "schedule"), ("warmup_ratio", "schedule"), ("weight_decay", "optimizer hyperparameter"),
+    ("adam_beta*", "optimizer hyperparameter"), ("adam_epsilon", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
+    ("evals_per_epoch", "evaluation"), ("eval_*", "evaluation"), ("saves_per_epoch", "checkpoint saving"),
+    ("save_*", "checkpoint saving"), ("resume_from_checkpoint", "path"), ("auto_resume_from_checkpoints", "checkpoint saving"),
+    ("local_rank", "launcher"), ("seed", "randomness"), ("special_tokens.*", "tokenizer"), ("tokens", "tokenizer"),
+    ("tokenizer_*", "tokenizer"), ("strict", "config checking"), ("early_stopping_patience", "schedule"),
+    ("debug", "logging"), ("model_type", "model class: the architecture comes from base_model"),
+    ("tokenizer_type", "tokenizer"), ("trust_remote_code", "loading"), ("base_model_config", "path"),
+    ("is_*_derived_model", "model family hint"), ("lora_model_dir", "path"), ("lora_fan_in_fan_out", "adapter layout"),
+    ("tf32", "matmul precision: no memory effect"), ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"),
+    ("ddp_*", "launcher"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
+    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_version", hf.FSDP_CONFIG_IGNORED),
+    ("plugins", "plugins: their settings are read below"), ("eot_tokens", "tokenizer"), ("processor_type", "tokenizer"),
+    ("skip_prepare_dataset", "data"), ("chat_template_*", "data"), ("loss_watchdog_*", "monitoring"),
+    ("torchdistx_path", "loading"), ("gptq_groupsize", "GPTQ checkpoint detail"), ("gptq_model_v1", "GPTQ checkpoint detail"),
+    ("gptq_disable_exllama", "GPTQ kernel choice"), ("flex_attn_compile_kwargs.*", "compile detail"),
+    ("torch_compile_mode", "compile detail"), ("experimental_skip_move_to_device", "loading"),
+    ("trackio_*", "logging"), ("swanlab_*", "logging"), ("use_swanlab", "logging"), ("use_wandb", "logging"),
+    ("use_otel_metrics", "logging"), ("otel_*", "logging"), ("resize_token_embeddings_to_32x", "vocab rounding"),
+    ("pretraining_dataset", "data"), ("streaming", "data loading"), ("streaming_*", "data loading"),
+    ("dataset_exact_deduplication", "data"), ("curriculum_sampling", "data order"), ("sample_packing_*", "data layout"),
+    ("total_num_tokens", "data"), ("min_sample_len", "data"), ("pretrain_multipack_*", "data layout"),
+    ("cosine_*", "schedule"), ("eta_min", "schedule"), ("lr_quadratic_warmup", "schedule"), ("jagged_restart_*", "schedule"),
+    ("adam_eps", "optimizer hyperparameter"), ("optim_args.*", "optimizer hyperparameters"), ("hf_use_auth_token", "download"),
+    ("revision_of_model", "download"), ("base_model_ignore_patterns", "download"), ("device_map", "loading"),
+    ("low_cpu_mem_usage", "loading"), ("accelerator_config.*", "launcher"), ("ddp", "launcher"),
+    ("evaluation_strategy", "evaluation"), ("do_causal_lm_eval", "evaluation"), ("rl_beta", "loss weight of the rl stage"),
+    ("kto_*", "loss weight of the rl stage"), ("orpo_alpha", "loss weight of the rl stage"), ("dpo_*", "loss weight of the rl stage"),
+    ("lora_on_cpu", "loading"), ("quantize_moe_experts", "no quantized base: no effect"), ("use_ray", "launcher"), ("ray_*", "launcher"),
+    ("center_rewards_coefficient", "loss weight of the rl stage"), ("simpo_gamma", "loss weight of the rl stage"),
+    ("cpo_alpha", "loss weight of the rl stage"), ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
+]
+
+#: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
+NOT_MODELLED = {
+    "lora_mlp_kernel": "Axolotl's fused LoRA Triton kernels", "lora_qkv_kernel": "Axolotl's fused LoRA Triton kernels",
+    "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage",
+    "qat": "quantization-aware training", "diffusion": "diffusion-LM training", "vllm": "the vLLM generation server of GRPO",
+    "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
+    "use_sonicmoe": "MoE expert kernels", "experts_implementation": "MoE expert kernels",
+    "llama4_linearized_experts": "MoE expert kernels", "max_packed_sequence_len": "legacy packing length",
+    "dp_shard_size": "N-D parallel layouts", "dp_replicate_size": "N-D parallel layouts",
+    "context_parallel_size": "context parallelism", "tensor_parallel_size": "tensor parallelism",
+    "expert_parallel_size": "expert parallelism", "expert_parallel_*": "expert parallelism",
+    "lora_target_parameters": "LoRA on MoE expert parameters", "unfrozen_parameters": "partial full fine-tuning",
+    "gemma4_hybrid_attn_impl": "attention kernel variants", "fused_attn_kernel": "attention kernel variants",
+    "flash_attn_cross_entropy": "flash-attn fused kernels", "flash_attn_rms_norm": "flash-attn fused kernels",
+    "flash_attn_fuse_mlp": "flash-attn fused kernels", "flash_optimum": "BetterTransformer",
+    "model_quantization_config": "other quantization schemes", "model_quantization_config_kwargs": "other quantization schemes",
+    "llmcompressor": "other quantization schemes", "fp8": "FP8 training", "fp8_*": "FP8 training", "nvfp4_*": "NVFP4",
+    "dsv4_*": "model-specific kernels", "use_glm_dsa_kernels": "model-specific kernels", "num_labels": "reward-model heads",
+    "reward_model": "reward-model training", "process_reward_model": "reward-model training",
+    "cls_model_config": "classification heads", "model_config": "model config overrides", "freeze_mm_modules": "multimodal",
+    "tiled_mlp": "tiled MLP", "use_eaft": "EAFT loss", "eaft_*": "EAFT loss", "lisa_*": "LISA layer freezing",
+    "relora*": "ReLoRA", "peft": "PEFT extra options", "peft_use_*": "PEFT extra options", "reinit_weights": "re-initialised weights",
+    "use_onebitllms": "1-bit models", "liger_cross_entropy": "Liger's non-fused cross-entropy",
+    "chunked_cross_entropy": "chunked cross-entropy", "tiled_*": "tiling", "liger_*": LIGER_NOT_MODELLED,
+    "torch_dtype": "weights dtype override: precision is taken from bf16/fp16",
+}
+
+
+def _method(r: KeyReader) -> tuple[str, str]:
+    adapter = r.get("adapter", None, f"{SOURCE}: no adapter = full fine-tuning")
+    in4, in8 = bool(r.get("load_in_4bit", False, SOURCE)), bool(r.get("load_in_8bit", False, SOURCE))
+    gptq = bool(r.get("gptq"))
+    if in4 and in8:
+        raise r.error("load_in_4bit and load_in_8bit are both true; choose one")
+    if adapter in (None, "", "none"):
+        if in4 or in8 or gptq:
+            raise r.error("load_in_4bit/load_in_8bit/gptq without an adapter: a quantized base cannot be fully fine-tuned")
+        return "full", "none"
+    if gptq:
+        return "qlora", "gptq-int4"
+    if adapter not in ("lora", "qlora"):
+        raise r.error(f"adapter '{adapter}' is not modelled yet (valid values: lora, qlora)")
+    if adapter == "qlora" and not in4:
+        raise r.error("adapter: qlora needs load_in_4bit: true (Axolotl refuses it otherwise)")
+    if in4:
+        return "qlora", "nf4-dq"
+    return ("qlora", "int8") if in8 else ("lora", "none")
+
+
+def _adapter(r: KeyReader) -> None:
+    rank = r.get("lora_r")
+    if rank is None:
+        raise r.error("an adapter needs lora_r (Axolotl has no default rank)")
+    r.set("lora_r", "lora_rank", rank)
+    alpha = r.get("lora_alpha")
+    if alpha is not None:
+        r.set("lora_alpha", "lora_alpha", alpha)
+    r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.0, f"{_SRC} src/axolotl/utils/schemas/peft.py"))
+    linear = r.get("lora_target_linear")
+    modules = r.get("lora_target_modules")
+    if linear:
+        r.set("lora_target_linear", "lora_targets", ["all-linear"])
+    elif isinstance(modules, str) and not modules.replace("_", "").isalnum():
+        r.mark("lora_target_modules", "a regular expression of module paths: counted as all-linear (an upper bound)")
+        r.out["lora_targets"] = ["all-linear"]
+    elif modules:
+        r.set("lora_target_modules", "lora_targets", modules if isinstance(modules, list) else [modules])
+    else:
+        raise r.error("an adapter needs lora_target_modules or lora_target_linear: true")
+    if r.has("lora_modules_to_save"):
+        r.not_modelled("lora_modules_to_save", "fully trained copies of embed_tokens/lm_head are not counted")
+
+
+def _precision(r: KeyReader, method: str) -> str:
+    bf16, bf16_load = r.get("bf16", "auto", f"{SOURCE}: 'auto' = bf16 on Ampere and newer"), r.get("bfloat16")
+    fp16, fp16_load = bool(r.get("fp16", False, SOURCE)), bool(r.get("float16"))
+    bf16, fp16 = bf16 or bf16_load, fp16 or fp16_load
+    if bf16 and fp16:
+        raise r.error("bf16 and fp16 are both on; choose one")
+    if bf16:
+        return "bf16-true"  # Axolotl loads the weights in bf16 (torch_dtype) and trains them in place
+    if fp16:
+        return "fp16-true" if method != "full" else "fp16-mixed"
+    return "fp32"
+
+
+def _checkpointing(r: KeyReader) -> str:
+    gc = r.get("gradient_checkpointing", False, SOURCE)
+    off = r.get("activation_offloading", False, SOURCE)
+    if off == "hidden_states":
+        raise r.error("activation_offloading: hidden_states is not modelled yet (valid values: true, legacy, disk, false)")
+    if gc in ("offload", "offload_disk", "unsloth") or off:  # off: true/legacy/disk keep block inputs off the GPU
+        key = "activation_offloading" if off else "gradient_checkpointing"
+        r.set(key, "gradient_checkpointing", "offload")
+        if gc == "unsloth":
+            r.mark("gradient_checkpointing", UNSLOTH + " (counted as checkpoint offload)")
+        return "offload"
+    if gc not in (True, False, None):
+        raise r.error(f"gradient_checkpointing: unknown value {gc!r} (valid values: true, false, offload, offload_disk)")
+    r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
+    return "full" if gc else "none"
+
+
+def _attention(r: KeyReader) -> None:
+    legacy = [k for k in LEGACY_ATTENTION if r.get(k)]
+    impl = r.get("attn_implementation")
+    names = {LEGACY_ATTENTION[k] for k in legacy} | ({impl} if impl else set())
+    if len(names) > 1:
+        raise r.error(f"{', '.join(legacy + (['attn_implementation'] if impl else []))} name different attention kernels; "
+                      "choose one")
+    key = "attn_implementation" if impl else legacy[0] if legacy else None
+    name = next(iter(names)) if names else None
+    if name is None:
+        r.get("attn_implementation", "sdpa", "vramfit: transformers picks SDPA when unset")
+        key, name = "attn_implementation", "sdpa"
+    if name in ATTENTION_NOT_MODELLED:
+        r.mark(key, f"{name} attention: counted as SDPA (memory-efficient, linear in seq_len)")
+        r.out["attention"] = "sdpa"
+        return
+    if name not in ATTENTION:
+        raise r.error(f"attn_implementation '{name}' is unknown (valid values: "
+                      f"{', '.join(sorted(ATTENTION) + sorted(ATTENTION_NOT_MODELLED))})")
+    r.set(key, "attention", ATTENTION[name])
+
+
+def _attention_and_loss(r: KeyReader) -> None:
+    _attention(r)
+    plugins = r.get("plugins") or []
+    fused = r.get("liger_fused_linear_cross_entropy") or r.get("cut_cross_entropy")
+    if fused:
+        need = "LigerPlugin" if r.has("liger_fused_linear_cross_entropy") else "CutCrossEntropyPlugin"
+        if not any(str(p).endswith(need) for p in plugins):
+            raise r.error(f"a fused loss is turned on but plugins does not list {need}; Axolotl would ignore it")
+        r.set("liger_fused_linear_cross_entropy" if r.has("liger_fused_linear_cross_entropy") else "cut_cross_entropy",
+              "loss", "fused")
+    else:
+        r.set("loss", "loss", "standard")
+    for k in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_layer_norm", "liger_swiglu"):
+        r.not_modelled(k, LIGER_NOT_MODELLED)
+
+
+def _parallelism(r: KeyReader) -> tuple[dict[str, Any], list, tuple[Path, ...]]:
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    fsdp_cfg = r.sub("fsdp_config")
+    if ds and (fsdp or fsdp_cfg):
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if ds:
+        path = hf.resolve_path(r, "deepspeed", ds)
+        out, entries = hf.read_deepspeed(r, "deepspeed", path)
+        return out, entries, (path,)
+    if fsdp or fsdp_cfg:
+        layout = hf.fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
+        hf.mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
+        if fsdp:
+            r.set("fsdp", "parallelism", layout["parallelism"])
+        return layout, [], ()
+    return {}, [], ()
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "axolotl", data, SOURCE)
+    model = r.get("base_model")
+    if not model:
+        raise r.error("base_model is required")
+    r.set("base_model", "model", model)
+    method, quantize = _method(r)
+    r.set("adapter", "method", method)
+    r.out["quantize"] = quantize
+    if quantize != "none":
+        r.set("load_in_4bit" if quantize != "int8" else "load_in_8bit", "quantize", quantize)
+    if method == "qlora" and quantize == "nf4-dq":
+        r.get("bnb_4bit_quant_type", "nf4-dq", QLORA_SRC)
+        r.set("bnb_4bit_quant_type", "quantize", quantize)
+    if method != "full":
+        _adapter(r)
+    if method == "qlora":  # experts stay 16-bit unless asked (transformers 5 fuses them into 3-D parameters)
+        moe = bool(r.get("quantize_moe_experts", False, SOURCE))
+        r.set("quantize_moe_experts", "quantize_experts", "yes" if moe else "auto")
+    else:
+        r.ignore("lora_*", "no adapter: LoRA settings have no effect")
+    r.set("sequence_len", "seq_len", r.get("sequence_len", 512, SOURCE))
+    for k in ("sample_packing", "pad_to_sequence_len"):  # packed or padded: every row is sequence_len long
+        if r.get(k):
+            r.set(k, "seq_len", r.out["seq_len"])
+    r.set("micro_batch_size", "micro_batch_size", r.get("micro_batch_size", 1, TRAINING_SRC))
+    total = r.get("batch_size")
+    if total is not None and not r.has("gradient_accumulation_steps"):
+        # batch_size is per optimizer step across GPUs: Axolotl derives the accumulation from it (training.py)
+        r.set("batch_size", "grad_accum", max(1, int(total) // int(r.out["micro_batch_size"])))
+    else:
+        r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, TRAINING_SRC))
+        if total is not None:
+            r.mark("batch_size", "given with gradient_accumulation_steps, which wins here")
+    hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
+    r.set("bf16", "precision", _precision(r, method))
+    _checkpointing(r)
+    _attention_and_loss(r)
+    compile_ = r.get("torch_compile")
+    if compile_ is not None:
+        r.set("torch_compile", "compile", compile_ is True)
+    r.not_modelled("rl", "preference/RL training (its reference and reward models) — estimated as supervised fine-tuning")
+    for pattern, what in NOT_MODELLED.items():
+        for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
+            r.not_modelled(k, what)
+    for k in ("unsloth_cross_entropy_loss", "unsloth_lora_mlp", "unsloth_lora_qkv", "unsloth_lora_o",
+              "unsloth_rms_norm", "unsloth_rope"):
+        r.not_modelled(k, UNSLOTH)
+    layout, extra, companions = _parallelism(r)
+    r.out.update(layout)
+    if layout:
+        hf.launcher_gpus(r)
+    r.out["framework"] = "hf"
+    return r.finish(IGNORED, WRITE_KEYS, companions, extra)

@@ -1,0 +1,116 @@
+"""Files given next to a training config (a second ``--from``): PEFT ``adapter_config.json``, a
+``BitsAndBytesConfig`` JSON, an accelerate config YAML, a DeepSpeed JSON. Each may only add to or
+agree with the training config; a value that contradicts it is an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import import hf_common as hf
+from vramfit.config_import.loader import fail, load_mapping
+from vramfit.config_import.report import Entry, Imported, KeyReader
+
+PEFT_SRC = "peft 0.21.2 src/peft/tuners/lora/config.py"
+ACCEL_IGNORED = [("compute_environment", "launcher"), ("machine_rank", "launcher"), ("main_training_function", "launcher"),
+                 ("rdzv_backend", "launcher"), ("same_network", "launcher"), ("tpu_*", "launcher"), ("use_cpu", "launcher"),
+                 ("debug", "logging"), ("gpu_ids", "launcher"), ("main_process_*", "launcher"), ("downcast_bf16", "TPU only"),
+                 ("enable_cpu_affinity", "launcher"), ("mixed_precision", "precision comes from the training config"),
+                 ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("deepspeed_config.*", hf.DS_NOT_MODELLED),
+                 ("dynamo_config.*", "torch.compile settings")]
+PEFT_IGNORED = [("*", "PEFT bookkeeping (base model path, task type, init, revision)")]
+BNB_IGNORED = [("*", "bitsandbytes compute dtype, thresholds and storage type")]
+
+
+def _peft(r: KeyReader) -> dict[str, Any]:
+    if str(r.get("peft_type")).upper() != "LORA":
+        raise r.error(f"peft_type '{r.flat.get('peft_type')}' is not modelled yet (valid values: LORA)")
+    out: dict[str, Any] = {"lora_rank": r.get("r", 8, PEFT_SRC), "lora_alpha": r.get("lora_alpha", 8, PEFT_SRC),
+                           "lora_dropout": r.get("lora_dropout", 0.0, PEFT_SRC)}
+    targets = r.get("target_modules")
+    if targets:
+        out["lora_targets"] = [targets] if isinstance(targets, str) else list(targets)
+    for k in ("use_dora", "use_rslora", "modules_to_save"):
+        if r.flat.get(k):
+            r.get(k)
+            r.mark(k, "DoRA/rsLoRA/modules_to_save: counted as plain LoRA")
+    return out
+
+
+def _bnb(r: KeyReader) -> dict[str, Any]:
+    if r.get("load_in_8bit"):
+        return {"method": "qlora", "quantize": "int8"}
+    if not r.get("load_in_4bit"):
+        raise r.error("quantizes nothing (load_in_4bit and load_in_8bit are false)")
+    kind = r.get("bnb_4bit_quant_type", "fp4", "transformers 5.24.0 BitsAndBytesConfig")
+    dq = r.get("bnb_4bit_use_double_quant", False, "transformers 5.24.0 BitsAndBytesConfig")
+    return {"method": "qlora", "quantize": f"{kind}{'-dq' if dq else ''}"}
+
+
+def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
+    out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
+    r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
+    if int(r.get("num_machines", 1, "accelerate default")) > 1:
+        raise r.error("num_machines > 1: multi-node layouts are not modelled yet")
+    kind = str(r.get("distributed_type", "NO", "accelerate default")).upper()
+    extra: list[Entry] = []
+    if kind == "DEEPSPEED":
+        f = r.get("deepspeed_config.deepspeed_config_file")
+        if f:
+            ds, extra = hf.read_deepspeed(r, "deepspeed_config_file", hf.resolve_path(r, "deepspeed_config_file", f))
+            out.update(ds)
+        else:
+            out["parallelism"] = hf.ZERO_STAGES[int(r.get("deepspeed_config.zero_stage", 2, "accelerate default"))]
+            opt = r.get("deepspeed_config.offload_optimizer_device", "none", "accelerate default")
+            par = r.get("deepspeed_config.offload_param_device", "none", "accelerate default")
+            out["offload"] = "optimizer+params" if par != "none" else "optimizer" if opt != "none" else "none"
+    elif kind == "FSDP":
+        out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config")))
+        hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
+    elif kind == "NO":  # accelerate starts one process whatever num_processes says
+        out.update(num_gpus=1, parallelism="none")
+        if "num_processes" in r.entries:
+            r.entries["num_processes"].becomes = ["num_gpus=1 (distributed_type NO runs one process)"]
+    elif kind == "MULTI_GPU":
+        out["parallelism"] = "ddp" if out["num_gpus"] > 1 else "none"
+    else:
+        raise r.error(f"distributed_type '{kind}' is not modelled yet (valid values: NO, MULTI_GPU, DEEPSPEED, FSDP)")
+    return out, extra
+
+
+def apply(imp: Imported, path: Path) -> Imported:
+    """Add one companion file's keys to an import; a contradicting value is an error naming both files."""
+    data = load_mapping(path)
+    extra: list[Entry] = []
+    if "zero_optimization" in data:
+        r = KeyReader(path, "deepspeed", {}, "DeepSpeed")
+        out, extra = hf.read_deepspeed(r, path.name, path)
+    else:
+        r = KeyReader(path, "companion", data, "")
+        if "peft_type" in data:
+            out = _peft(r)
+            out["method"] = imp.overrides.get("method") if imp.overrides.get("method") != "full" else "lora"
+            ignored = PEFT_IGNORED
+        elif "load_in_4bit" in data or "load_in_8bit" in data:
+            out, ignored = _bnb(r), BNB_IGNORED
+        elif "distributed_type" in data or "compute_environment" in data:
+            (out, extra), ignored = _accelerate(r), ACCEL_IGNORED
+        else:
+            raise fail(path, "is not a DeepSpeed, accelerate, PEFT adapter or BitsAndBytesConfig file")
+        r.close(ignored)
+    merged = dict(imp.overrides)
+    for key, value in out.items():
+        given = {e.key for e in imp.entries if e.kind == "read" and any(b.startswith(key + "=") for b in e.becomes)}
+        if given and key in merged and str(merged[key]) != str(value):
+            raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
+        merged[key] = value
+    for e in r.entries.values():
+        e.key = f"{path.name}: {e.key}"
+    imp.overrides = merged
+    imp.entries = imp.entries + list(r.entries.values()) + extra
+    imp.companions = (*imp.companions, path)
+    try:
+        imp.scenario  # noqa: B018
+    except ValueError as exc:
+        raise fail(path, f"gives an invalid scenario: {exc}") from None
+    return imp

@@ -1,0 +1,69 @@
+"""Which project a training config is written for, from the keys only that project uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.loader import fail
+
+DIALECTS = ("axolotl", "llamafactory", "trl", "torchtune", "litgpt")
+
+#: Keys that only one dialect uses at the top level (a config with any of them is that dialect's).
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "axolotl": ("base_model", "sequence_len", "micro_batch_size", "adapter", "lora_target_linear", "sample_packing"),
+    "llamafactory": ("stage", "finetuning_type", "cutoff_len", "template", "lora_target", "quantization_bit"),
+    "litgpt": ("checkpoint_dir", "out_dir", "lora_r", "lora_query", "devices", "train"),
+    "trl": ("model_name_or_path", "per_device_train_batch_size", "output_dir", "max_length", "use_peft", "optim"),
+}
+
+#: Files that are companions of a training config, never one themselves.
+COMPANIONS = {"zero_optimization": "a DeepSpeed config", "peft_type": "a PEFT adapter config",
+              "compute_environment": "an accelerate config", "bnb_4bit_quant_type": "a BitsAndBytesConfig",
+              "quant_method": "a quantization config"}
+
+
+def _has_component(data: Any) -> bool:
+    if isinstance(data, dict):
+        return "_component_" in data or any(_has_component(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_has_component(v) for v in data)
+    return False
+
+
+def scores(data: dict[str, Any]) -> dict[str, int]:
+    out = {d: sum(k in data for k in keys) for d, keys in SIGNATURES.items()}
+    out["torchtune"] = 10 if _has_component(data) else 0
+    if out["llamafactory"]:  # LLaMA-Factory configs also hold TrainingArguments keys
+        out["trl"] = 0
+    return out
+
+
+def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
+    """The dialect named (checked against the file) or the one the keys point to; else one clear error."""
+    if "model_class" in data or "dist_config" in data or "peft_config" in data:
+        raise fail(path, "is a LLaMA-Factory v1 config (model_class/peft_config/dist_config), which vramfit "
+                         "does not read yet; use the v0 format (finetuning_type, lora_rank, deepspeed)")
+    s = scores(data)
+    best = max(s, key=lambda d: s[d])
+    kind = next((what for key, what in COMPANIONS.items() if key in data), None) if s[best] == 0 else None
+    if dialect is not None:
+        name = dialect.strip().lower().replace("-", "").replace("_", "")
+        name = {"transformers": "trl", "hf": "trl", "llamafactory": "llamafactory"}.get(name, name)
+        if name not in DIALECTS:
+            raise fail(path, f"--dialect '{dialect}' is unknown (valid values: {', '.join(DIALECTS)})")
+        if kind is None and s[name] == 0 and s[best] > 0:
+            raise fail(path, f"does not look like a {name} config (its keys are {best}'s); "
+                             f"pass --dialect {best} or drop --dialect")
+        if kind is None and s[name] > 0:
+            return name
+    if kind is not None:
+        raise fail(path, f"is {kind}, not a training config; pass the training config first and this file "
+                         "as a second --from (or name it in the config)")
+    if s[best] == 0:
+        raise fail(path, f"is not a training config vramfit knows (no keys of {', '.join(DIALECTS)}); "
+                         "pass --dialect to say which")
+    tied = [d for d in s if s[d] == s[best]]
+    if len(tied) > 1:
+        raise fail(path, f"could be {' or '.join(tied)}; pass --dialect")
+    return best

@@ -1,0 +1,140 @@
+"""What the Hugging Face family (Trainer/TRL, Axolotl, LLaMA-Factory) shares: ``optim`` names, precision
+flags, FSDP settings and the DeepSpeed JSON / accelerate YAML a config points to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.loader import PASTED, fail, load_mapping
+from vramfit.config_import.report import Entry, KeyReader
+
+#: transformers ``OptimizerNames`` (src/transformers/training_args.py, transformers 5.24.0) and the
+#: Axolotl/torchao names (axolotl src/axolotl/utils/schemas/enums.py @ e45ed55) -> vramfit optimizer.
+HF_OPTIMIZERS: dict[str, str] = {
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
+    "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "adamw_torch_8bit": "adamw-8bit",
+    "ao_adamw_8bit": "adamw-8bit", "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw",
+    "paged_adamw_8bit": "paged-adamw-8bit", "adamw_torch_4bit": "adamw-4bit", "ao_adamw_4bit": "adamw-4bit",
+    "adafactor": "adafactor", "sgd": "sgd", "lion_32bit": "lion", "lion_8bit": "lion-8bit",
+}
+
+#: The optimizer each vramfit value is written back as (the plainest HF name for it).
+HF_OPTIMIZER_NAMES: dict[str, str] = {
+    "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
+    "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
+    "sgd": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
+}
+
+ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+#: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
+DS_NOT_MODELLED = "bucket/prefetch/persistence sizes (vramfit models the ZeRO stage and offload only)"
+DS_IGNORED = [
+    ("train_batch_size", "filled in by the trainer ('auto')"),
+    ("train_micro_batch_size_per_gpu", "filled in by the trainer ('auto')"),
+    ("gradient_accumulation_steps", "filled in by the trainer ('auto')"),
+    ("gradient_clipping", "no memory effect"), ("steps_per_print", "logging"), ("wall_clock_breakdown", "logging"),
+    ("scheduler.*", "learning-rate schedule: no memory effect"), ("optimizer.params.*", "optimizer hyperparameters"),
+    ("bf16.*", "precision comes from the training config"), ("fp16.*", "precision comes from the training config"),
+    ("zero_allow_untested_optimizer", "a permission flag"), ("zero_force_ds_cpu_optimizer", "a permission flag"),
+    ("zero_optimization.*.pin_memory", "pinned host memory: no GPU memory effect"),
+    ("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoint saving"),
+    ("flops_profiler.*", "logging"), ("comms_config.*", "logging"), ("monitor_config.*", "logging"), ("csv_monitor.*", "logging"),
+    ("activation_checkpointing.*", "DeepSpeed's own checkpointing API: unused by the HF Trainer"),
+    ("communication_data_type", "collective dtype"), ("prescale_gradients", "no memory effect"),
+    ("gradient_predivide_factor", "no memory effect"), ("amp.*", "precision comes from the training config"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
+]
+
+
+def optimizer(r: KeyReader, key: str, value: Any) -> None:
+    name = str(value).strip().lower()
+    if name not in HF_OPTIMIZERS:
+        raise r.error(f"{key} '{value}' is not modelled yet; vramfit models {', '.join(sorted(HF_OPTIMIZERS))}")
+    r.set(key, "optimizer", HF_OPTIMIZERS[name])
+
+
+def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
+    """A path named in the config: relative to the config's folder, else to the working directory."""
+    if not isinstance(value, str) or not value.strip():
+        raise r.error(f"{key} must be a path to a file, got {value!r}")
+    if r.path.name == PASTED:  # a pasted config (web) never opens files on the server
+        raise r.error(f"{key} names a file ({value}); a pasted config cannot, paste without it or use the CLI's --from")
+    p = Path(value).expanduser()
+    for cand in ([p] if p.is_absolute() else [r.path.parent / p, Path.cwd() / p]):
+        if cand.is_file():
+            return cand
+    raise r.error(f"{key}: file '{value}' not found (looked next to the config and in the working directory)")
+
+
+def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], list[Entry]]:
+    """Scenario keys from a DeepSpeed JSON: ZeRO stage and offload (other details reported)."""
+    ds = KeyReader(path, "deepspeed", load_mapping(path), "DeepSpeed")
+    stage = ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0")
+    if stage not in ZERO_STAGES:
+        raise fail(path, f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
+    ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
+    opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
+    par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
+    params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
+    if params_only:  # optimizer state stays on the GPU; vramfit has no params-only layout
+        par_dev = "none"
+    offload = "optimizer+params" if par_dev not in ("none", None) else "optimizer" if opt_dev not in ("none", None) else "none"
+    ds.set("zero_optimization.offload_param.device", "offload", offload)
+    ds.set("zero_optimization.offload_optimizer.device", "offload", offload)
+    if params_only:
+        ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
+        ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
+    if "nvme" in (opt_dev, par_dev):
+        ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
+    typ = ds.get("optimizer.type")
+    if typ is not None:
+        if str(typ).lower() not in ("adam", "adamw"):
+            raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
+        ds.set("optimizer.type", "optimizer", "adamw")
+    for pattern, reason in DS_IGNORED:
+        ds.ignore(pattern, reason)
+    ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
+    ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
+    ds.not_modelled("aio", "NVMe offload I/O")
+    ds.close([])
+    for e in ds.entries.values():
+        e.key = f"{key} → {e.key}"
+    return ds.out, list(ds.entries.values())
+
+
+def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """parallelism/offload from HF ``fsdp`` words (``full_shard auto_wrap offload``) and ``fsdp_config``."""
+    if isinstance(words, str):
+        words = words.split()
+    words = [str(w).lower() for w in (words or [])]
+    opts = {k.removeprefix("fsdp_"): v for k, v in options.items()}
+    strategy = str(opts.get("sharding_strategy", "")).upper()
+    reshard = opts.get("reshard_after_forward")
+    grad_op = "shard_grad_op" in words or strategy in ("SHARD_GRAD_OP", "2") or reshard is False
+    if "hybrid_shard" in words or "HYBRID" in strategy:
+        raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
+    if "no_shard" in words or strategy in ("NO_SHARD", "3"):
+        return {"parallelism": "ddp", "offload": "none"}
+    offload = "offload" in words or bool(opts.get("offload_params"))
+    if offload and grad_op:
+        raise r.error(f"{key}: parameter offload needs full sharding (FULL_SHARD), not SHARD_GRAD_OP")
+    return {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}
+
+
+FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit models the sharding and offload only"
+
+
+def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[str, Any]) -> None:
+    """Record the fsdp_config keys that decided the layout as read."""
+    for k in options:
+        if k.removeprefix("fsdp_") in ("offload_params", "sharding_strategy", "reshard_after_forward"):
+            r.get(f"{prefix}.{k}")
+            r.set(f"{prefix}.{k}", "parallelism", layout["parallelism"])
+            r.set(f"{prefix}.{k}", "offload", layout["offload"])
+
+
+def launcher_gpus(r: KeyReader) -> None:
+    """The GPU count is a launch option (torchrun/accelerate/deepspeed), never in the training config."""
+    r.entries["num_gpus"] = Entry("default", "num_gpus", 1, "not in the file: the GPU count is set at launch; "
+                                  "pass --num-gpus", ["num_gpus=1"])

@@ -1,0 +1,110 @@
+"""litgpt ``finetune`` / ``finetune_lora`` / ``finetune_full`` YAML -> scenario keys (framework ``litgpt``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.report import Imported, KeyReader
+
+_R = "Lightning-AI/litgpt@2685705"
+LORA_SRC = f"{_R} litgpt/finetune/lora.py (setup defaults)"
+FULL_SRC = f"{_R} litgpt/finetune/full.py (setup defaults)"
+
+QUANTIZE = {"bnb.nf4": "nf4", "bnb.nf4-dq": "nf4-dq", "bnb.fp4": "fp4", "bnb.fp4-dq": "fp4-dq", "bnb.int8-training": "int8"}
+PRECISION = {"bf16-true": "bf16-true", "bf16-mixed": "bf16-mixed", "16-mixed": "fp16-mixed", "16-true": "fp16-true",
+             "32-true": "fp32"}
+OPTIMIZERS = {"adamw": "adamw", "torch.optim.adamw": "adamw", "adam": "adamw", "torch.optim.adam": "adamw",
+              "sgd": "sgd", "torch.optim.sgd": "sgd", "bitsandbytes.optim.pagedadamw": "paged-adamw",
+              "bitsandbytes.optim.pagedadamw8bit": "paged-adamw-8bit", "bitsandbytes.optim.adamw8bit": "adamw-8bit"}
+#: litgpt's LoRA switches -> Hugging Face module names (litgpt/lora.py: qkv, proj, mlp fc_1/fc_2/proj, lm_head).
+SWITCHES = {"lora_query": ["q_proj"], "lora_key": ["k_proj"], "lora_value": ["v_proj"], "lora_projection": ["o_proj"],
+            "lora_mlp": ["gate_proj", "up_proj", "down_proj"], "lora_head": ["lm_head"]}
+SWITCH_DEFAULTS = {"lora_query": True, "lora_key": False, "lora_value": True, "lora_projection": False,
+                   "lora_mlp": False, "lora_head": False}
+
+WRITE_KEYS = {"micro_batch_size": "train.micro_batch_size", "grad_accum": "train.global_batch_size",
+              "seq_len": "train.max_seq_length", "lora_rank": "lora_r"}
+
+IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "checkpoint saving"),
+           ("train.log_interval", "logging"), ("train.lr_warmup_*", "schedule"), ("train.epochs", "schedule"),
+           ("train.max_tokens", "schedule"), ("train.max_steps", "schedule"), ("train.tie_embeddings", "model detail"),
+           ("train.max_norm", "no memory effect"), ("train.min_lr", "schedule"), ("eval.*", "evaluation"),
+           ("optimizer.init_args.*", "optimizer hyperparameters"), ("logger_name", "logging"), ("seed", "randomness"),
+           ("access_token", "download"), ("num_nodes", "read with devices"), ("resume", "checkpoint resume"),
+           ("log.*", "logging")]
+
+
+def _adapter(r: KeyReader, src: str) -> None:
+    r.set("lora_r", "lora_rank", r.get("lora_r", 8, src))
+    r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 16, src))
+    r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, src))
+    targets = [m for k, mods in SWITCHES.items() if r.get(k, SWITCH_DEFAULTS[k], src) for m in mods]
+    if not targets:
+        raise r.error("every lora_* switch is off: LoRA would train nothing")
+    r.out["lora_targets"] = targets
+    for k, mods in SWITCHES.items():
+        if r.entries[k].value:
+            r.entries[k].becomes = [f"lora_targets+={','.join(mods)}"]
+
+
+def _devices(r: KeyReader, src: str, quant: bool) -> int:
+    devices = r.get("devices", 1, src)
+    if int(r.get("num_nodes", 1, src)) > 1:
+        raise r.error("num_nodes > 1: multi-node layouts are not modelled yet")
+    devices = int(devices) if str(devices).isdigit() else None
+    if devices is None:
+        raise r.error("devices must be a number of GPUs (vramfit cannot know what 'auto' finds)")
+    if quant and devices > 1:
+        raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
+    r.set("devices", "num_gpus", devices)
+    # more than one device: FSDP full shard with activation checkpointing of every Block
+    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy)
+    r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
+    r.set("devices", "gradient_checkpointing", "full" if devices > 1 else "none")
+    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing="full" if devices > 1 else "none")
+    return devices
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    lora = any(k.startswith("lora_") for k in data) or "quantize" in data  # only finetune_lora takes quantize
+    src = LORA_SRC if lora else FULL_SRC
+    r = KeyReader(path, "litgpt", data, src)
+    ckpt = r.get("checkpoint_dir")
+    if not ckpt:
+        raise r.error("checkpoint_dir is required")
+    parts = Path(str(ckpt)).parts
+    r.set("checkpoint_dir", "model", "/".join(parts[-2:]) if len(parts) >= 2 else str(ckpt))
+    quant = r.get("quantize")
+    if quant is not None and quant not in QUANTIZE:
+        raise r.error(f"quantize '{quant}' is unknown (valid values: {', '.join(QUANTIZE)})")
+    if quant and not lora:
+        raise r.error("quantize without LoRA: a quantized base cannot be fully fine-tuned")
+    method = "qlora" if quant else "lora" if lora else "full"
+    r.set("quantize" if quant else "checkpoint_dir", "method", method)
+    if quant:
+        r.set("quantize", "quantize", QUANTIZE[quant])
+        r.out["quantize"] = QUANTIZE[quant]
+    prec = r.get("precision", "bf16-true", f"{src}: get_default_supported_precision(training=True) on bf16 cards")
+    if prec not in PRECISION:
+        raise r.error(f"precision '{prec}' is unknown (valid values: {', '.join(PRECISION)})")
+    if quant and "mixed" in prec:
+        raise r.error("quantize with a -mixed precision: litgpt refuses it ('Quantization and mixed precision is not supported')")
+    r.set("precision", "precision", PRECISION[prec])
+    if lora:
+        _adapter(r, src)
+    devices = _devices(r, src, bool(quant))
+    mb = int(r.get("train.micro_batch_size", 1, src))
+    gbs = int(r.get("train.global_batch_size", 16, src))
+    if gbs % (mb * devices):
+        raise r.error(f"train.global_batch_size {gbs} is not a multiple of micro_batch_size × devices ({mb * devices})")
+    r.set("train.micro_batch_size", "micro_batch_size", mb)
+    r.set("train.global_batch_size", "grad_accum", gbs // (mb * devices))
+    seq = r.get("train.max_seq_length", 2048, "vramfit's default: unset, litgpt trains to the longest sample")
+    r.set("train.max_seq_length", "seq_len", seq)
+    opt = r.get("optimizer.class_path") or r.get("optimizer", "AdamW", src)
+    if str(opt).lower() not in OPTIMIZERS:
+        raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: AdamW, SGD, bitsandbytes AdamW variants)")
+    r.set("optimizer.class_path" if r.has("optimizer.class_path") else "optimizer", "optimizer", OPTIMIZERS[str(opt).lower()])
+    r.out["framework"] = "litgpt"
+    return r.finish(IGNORED, WRITE_KEYS)

@@ -1,0 +1,173 @@
+"""LLaMA-Factory YAML -> scenario keys (framework ``hf``: LLaMA-Factory runs transformers + PEFT)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import import hf_common as hf
+from vramfit.config_import.report import Imported, KeyReader
+
+_R = "hiyouga/LLaMA-Factory@ff6d4d1"
+FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
+DATA_SRC = f"{_R} src/llamafactory/hparams/data_args.py"
+MODEL_SRC = f"{_R} src/llamafactory/hparams/model_args.py"
+ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
+
+WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+              "seq_len": "cutoff_len", "lora_rank": "lora_rank", "optimizer": "optim",
+              "gradient_checkpointing": "disable_gradient_checkpointing", "loss": "enable_liger_kernel"}
+
+IGNORED = [
+    ("do_train", "mode"), ("template", "data"), ("dataset", "data"), ("dataset_dir", "data"), ("eval_dataset", "data"),
+    ("overwrite_cache", "data"), ("preprocessing_num_workers", "data"), ("dataloader_*", "data loading"),
+    ("max_samples", "data"), ("val_size", "evaluation"), ("tokenized_path", "path"), ("mix_strategy", "data"),
+    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("logging_steps", "logging"), ("plot_loss", "logging"),
+    ("report_to", "logging"), ("run_name", "logging"), ("save_*", "checkpoint saving"), ("learning_rate", "schedule"),
+    ("num_train_epochs", "schedule"), ("max_steps", "schedule"), ("lr_scheduler_type", "schedule"),
+    ("warmup_*", "schedule"), ("weight_decay", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
+    ("ddp_*", "launcher"), ("resume_from_checkpoint", "path"), ("per_device_eval_batch_size", "evaluation"),
+    ("eval_*", "evaluation"), ("trust_remote_code", "loading"), ("image_*", "multimodal inputs"),
+    ("video_*", "multimodal inputs"), ("enable_thinking", "data"), ("seed", "randomness"), ("pref_beta", "loss weight"),
+    ("pref_loss", "loss choice of a preference stage"), ("adapter_name_or_path", "path"), ("export_*", "export"),
+    ("tf32", "matmul precision: no memory effect"), ("hub_*", "upload"), ("push_to_hub", "upload"),
+    ("train_on_prompt", "which tokens carry loss"), ("streaming", "data loading"), ("buffer_size", "data loading"),
+    ("infer_backend", "inference"), ("do_predict", "inference"), ("predict_with_generate", "inference"),
+    ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"), ("adam_beta*", "optimizer hyperparameter"),
+    ("ray_*", "launcher"), ("use_dft_loss", "loss weighting: no memory effect"), ("use_eaft_loss", "loss weighting"),
+    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
+    ("use_asft_loss", "loss weighting"), ("asft_*", "loss weighting"), ("use_reentrant_gc", "recompute style"),
+    ("gradient_checkpointing", "LLaMA-Factory turns checkpointing on unless disable_gradient_checkpointing"),
+    ("gradient_checkpointing_kwargs.*", "recompute style"), ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
+]
+
+#: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
+NOT_MODELLED = {
+    "use_v1_kernels": "LLaMA-Factory's v1 fused kernels", "use_kt": "KTransformers CPU experts",
+    "kt_*": "KTransformers CPU experts", "tensor_model_parallel_size": "Megatron parallelism",
+    "pipeline_model_parallel_size": "Megatron parallelism", "expert_model_parallel_size": "Megatron parallelism",
+    "sequence_parallel": "Megatron parallelism", "use_distributed_optimizer": "Megatron parallelism",
+    "overlap_*": "Megatron parallelism", "bias_activation_fusion": "Megatron kernels", "apply_rope_fusion": "Megatron kernels",
+    "moe_*": "Megatron MoE", "recompute_granularity": "Megatron recompute", "context_parallel_size": "context parallelism",
+    "use_packed_sequences": "Megatron packing", "mixture_of_depths": "mixture of depths", "pissa_*": "PiSSA",
+    "fp8": "FP8 training", "fp8_*": "FP8 training", "freeze_vision_tower": "multimodal freezing",
+    "freeze_multi_modal_projector": "multimodal freezing", "freeze_language_model": "multimodal freezing",
+    "mixed_precision": "Megatron precision", "moe_aux_loss_coef": "MoE auxiliary loss",
+}
+
+_ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
+
+
+def _method(r: KeyReader) -> str:
+    stage = r.get("stage", "sft", FT_SRC)
+    if stage not in ("sft", "pt"):
+        r.mark("stage", f"stage '{stage}' (preference/RL training, its reference/reward models): estimated as "
+                        "supervised fine-tuning")
+    ft = r.get("finetuning_type", "lora", FT_SRC)
+    if ft not in ("lora", "full"):
+        raise r.error(f"finetuning_type '{ft}' is not modelled yet (valid values: lora, full)")
+    bits = r.get("quantization_bit")
+    if bits is not None and ft == "full":
+        raise r.error("quantization_bit with finetuning_type: full: a quantized base cannot be fully fine-tuned")
+    if bits is None:
+        r.set("finetuning_type", "method", ft)
+        return ft
+    how = r.get("quantization_method", "bnb", MODEL_SRC)
+    if how != "bnb" or bits not in (4, 8):
+        raise r.error(f"quantization_method '{how}' with {bits} bits is not modelled yet (valid: bnb with 4 or 8 bits)")
+    if bits == 8:
+        quant = "int8"
+    else:
+        kind = r.get("quantization_type", "nf4", MODEL_SRC)
+        quant = kind + ("-dq" if r.get("double_quantization", True, MODEL_SRC) else "")
+    r.set("quantization_bit", "method", "qlora")
+    r.set("quantization_bit", "quantize", quant)
+    r.out["quantize"] = quant
+    return "qlora"
+
+
+def _adapter(r: KeyReader) -> None:
+    rank = r.get("lora_rank", 8, FT_SRC)
+    r.set("lora_rank", "lora_rank", rank)
+    r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", rank * 2, f"{FT_SRC}: lora_rank * 2"))
+    r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.0, FT_SRC))
+    target = r.get("lora_target", "all", FT_SRC)
+    names = [t.strip() for t in str(target).split(",")] if isinstance(target, str) else list(target)
+    r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
+    for k in ("use_dora", "use_rslora", "additional_target", "pissa_init"):
+        if r.flat.get(k):
+            r.get(k)
+            r.mark(k, "DoRA/rsLoRA/PiSSA/additional trained modules: counted as plain LoRA")
+    r.ignore("use_dora", "off"), r.ignore("use_rslora", "off")
+
+
+def _precision(r: KeyReader, method: str) -> str:
+    bf16, fp16 = bool(r.get("bf16", False, ARGS_SRC)), bool(r.get("fp16", False, ARGS_SRC))
+    pure = bool(r.get("pure_bf16", False, FT_SRC))
+    if bf16 + fp16 + pure > 1:
+        raise r.error("more than one of bf16, fp16 and pure_bf16 is on; choose one")
+    if pure:
+        return "bf16-true"
+    if method == "full":  # trainable weights are cast to fp32 unless pure_bf16 (llamafactory/model/adapter.py)
+        return "bf16-mixed" if bf16 else "fp16-mixed" if fp16 else "fp32"
+    return "fp16-true" if fp16 else "bf16-true"  # frozen base in the compute dtype (bf16 where supported)
+
+
+def _step(r: KeyReader) -> None:
+    r.set("cutoff_len", "seq_len", r.get("cutoff_len", 2048, DATA_SRC))
+    for k in ("packing", "neat_packing"):
+        if r.get(k):
+            r.set(k, "seq_len", r.out["seq_len"])
+    r.set("per_device_train_batch_size", "micro_batch_size", r.get("per_device_train_batch_size", 8, ARGS_SRC))
+    r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, ARGS_SRC))
+    hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
+    off = r.get("disable_gradient_checkpointing", False, f"{MODEL_SRC}: checkpointing is on unless disabled")
+    r.set("disable_gradient_checkpointing", "gradient_checkpointing", "none" if off else "full")
+    attn = r.get("flash_attn", "auto", MODEL_SRC)
+    if attn not in _ATTN:
+        raise r.error(f"flash_attn '{attn}' is unknown (valid values: {', '.join(_ATTN)})")
+    r.set("flash_attn", "attention", _ATTN[attn])
+    liger = r.get("enable_liger_kernel", False, MODEL_SRC)
+    r.set("enable_liger_kernel", "loss", "fused" if liger else "standard")
+    for k in ("use_unsloth", "use_unsloth_gc"):
+        r.not_modelled(k, "Unsloth kernels: vramfit estimates the plain transformers + PEFT step")
+    for k in ("use_galore", "use_apollo", "use_badam", "use_muon", "use_adam_mini"):
+        if r.flat.get(k):
+            raise r.error(f"{k}: this optimizer is not modelled yet; turn it off or pass --optimizer")
+        r.ignore(k, "off")
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "llamafactory", data, SOURCE)
+    model = r.get("model_name_or_path")
+    if not model:
+        raise r.error("model_name_or_path is required")
+    r.set("model_name_or_path", "model", model)
+    method = _method(r)
+    if method != "full":
+        _adapter(r)
+    r.set("bf16", "precision", _precision(r, method))
+    _step(r)
+    for pattern, what in NOT_MODELLED.items():
+        for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
+            r.not_modelled(k, what)
+    extra, companions = [], ()
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    if ds and fsdp:
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if fsdp:
+        layout = hf.fsdp_layout(r, "fsdp", fsdp, r.sub("fsdp_config"))
+        hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), layout)
+        r.set("fsdp", "parallelism", layout["parallelism"])
+        r.out.update(layout)
+        hf.launcher_gpus(r)
+    if ds:
+        p = hf.resolve_path(r, "deepspeed", ds)
+        out, extra = hf.read_deepspeed(r, "deepspeed", p)
+        r.out.update(out)
+        companions = (p,)
+        hf.launcher_gpus(r)
+    r.out["framework"] = "hf"
+    return r.finish(IGNORED, WRITE_KEYS, companions, extra)

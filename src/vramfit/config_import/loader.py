@@ -1,0 +1,116 @@
+"""Read a training config file safely: size cap, one YAML/JSON mapping, no tags, anchors or aliases.
+
+Training configs are a few kilobytes; a file over :data:`MAX_BYTES` is refused before it is read.
+YAML is scanned as events first (PyYAML's safe parser), so an alias "billion laughs" bomb or a
+``!!python/object`` tag is refused before anything is constructed; duplicate keys are refused too
+(PyYAML would keep the last one silently, which hides a contradiction).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vramfit.errors import ScenarioError
+
+#: Largest config file read (bytes). The largest published example configs are under 20 kB.
+MAX_BYTES = 1_048_576
+
+
+def fail(path: Path | str, message: str) -> ScenarioError:
+    """The one-line error of an import: ``from: <file>: <message>``."""
+    return ScenarioError("from", f"{path}: {message}")
+
+
+def read_text(path: Path) -> str:
+    if not path.is_file():
+        raise fail(path, "file not found")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise fail(path, f"is {size:,} bytes; a training config is at most {MAX_BYTES:,} bytes")
+    with path.open("rb") as fh:
+        raw = fh.read(MAX_BYTES + 1)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail(path, "is not UTF-8 text (not a YAML or JSON config)") from None
+
+
+def _check_events(path: Path, text: str) -> None:
+    import yaml
+
+    docs = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
+            raise fail(path, "YAML anchors and aliases (&name, *name) are not accepted; write the values out")
+        if isinstance(ev, yaml.ScalarEvent):
+            explicit = ev.tag is not None and not ev.implicit[0] and not ev.implicit[1]
+        else:
+            explicit = getattr(ev, "tag", None) is not None and not getattr(ev, "implicit", True)
+        if explicit:
+            raise fail(path, f"YAML tags ({ev.tag}) are not accepted; write plain values")
+        if isinstance(ev, yaml.DocumentStartEvent):
+            docs += 1
+            if docs > 1:
+                raise fail(path, "holds several YAML documents; give one config per file")
+
+
+def _strict_loader():
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise ValueError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+#: The name a pasted config goes by in messages; files it names are never opened (see hf_common.resolve_path).
+PASTED = "<pasted config>"
+
+
+def load_mapping(path: Path) -> dict[str, Any]:
+    """The file's top-level mapping (YAML or JSON), or one clear :class:`ScenarioError`."""
+    return parse_mapping(read_text(path), path)
+
+
+def parse_mapping(text: str, path: Path) -> dict[str, Any]:
+    """A config's text as its top-level mapping; ``path`` names it in messages (``.json``: parsed as JSON)."""
+    import yaml
+
+    if len(text.encode("utf-8")) > MAX_BYTES:
+        raise fail(path, f"is over {MAX_BYTES:,} bytes; a training config is smaller")
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
+        except ValueError as exc:
+            raise fail(path, f"is not valid JSON: {str(exc).splitlines()[0]}") from None
+    else:
+        try:
+            _check_events(path, text)
+            data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
+        except ValueError as exc:
+            raise fail(path, str(exc)) from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise fail(path, f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise fail(path, f"must hold a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} is given twice")
+        out[k] = v
+    return out

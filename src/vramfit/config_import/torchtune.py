@@ -1,0 +1,164 @@
+"""torchtune recipe YAML -> scenario keys (framework ``torchtune``). ``_component_`` builders name the
+model, its LoRA layers, the optimizer and the loss."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.report import Imported, KeyReader
+
+_R = "pytorch/torchtune@bd2a0fc"
+SOURCE = f"{_R} recipes/lora_finetune_single_device.py, recipes/full_finetune_single_device.py"
+
+#: torchtune model builder (after the lora_/qlora_ prefix) -> Hugging Face id in vramfit's catalog.
+BUILDERS: dict[str, str] = {
+    "llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Llama-2-13b-hf",
+    "llama2_70b": "meta-llama/Llama-2-70b-hf", "llama3_8b": "meta-llama/Meta-Llama-3-8B",
+    "llama3_70b": "meta-llama/Meta-Llama-3-70B", "llama3_1_8b": "meta-llama/Llama-3.1-8B",
+    "llama3_1_70b": "meta-llama/Llama-3.1-70B", "llama3_1_405b": "meta-llama/Llama-3.1-405B",
+    "llama3_2_1b": "meta-llama/Llama-3.2-1B", "llama3_2_3b": "meta-llama/Llama-3.2-3B",
+    "mistral_7b": "mistralai/Mistral-7B-v0.1", "gemma_2b": "google/gemma-2b", "gemma_7b": "google/gemma-7b",
+    "gemma2_2b": "google/gemma-2-2b", "gemma2_9b": "google/gemma-2-9b", "gemma2_27b": "google/gemma-2-27b",
+    "phi3_mini": "microsoft/Phi-3-mini-4k-instruct", "phi4_14b": "microsoft/phi-4",
+    **{f"qwen2_5_{s}": f"Qwen/Qwen2.5-{s.replace('_', '.').upper()}" for s in
+       ("0_5b", "1_5b", "3b", "7b", "14b", "32b", "72b")},
+    "llama3_3_70b": "meta-llama/Llama-3.3-70B-Instruct",
+    **{f"qwen2_{s}": f"Qwen/Qwen2-{s.replace('_', '.').upper()}" for s in ("0_5b", "1_5b", "7b")},
+    **{f"qwen3_{s}": f"Qwen/Qwen3-{s.replace('_', '.').upper()}" for s in ("0_6b", "1_7b", "4b", "8b", "14b", "32b")},
+}
+
+#: torchtune attention/MLP projection names -> Hugging Face names (torchtune/modules/attention.py, feed_forward.py).
+LORA_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adamw", "bitsandbytes.optim.AdamW8bit": "adamw-8bit",
+              "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit", "bitsandbytes.optim.PagedAdamW": "paged-adamw",
+              "torchao.optim.AdamW8bit": "adamw-8bit", "torchao.optim.AdamW4bit": "adamw-4bit",
+              "torch.optim.SGD": "sgd", "bitsandbytes.optim.Lion8bit": "lion-8bit"}
+#: CEWithChunkedOutputLoss chunks the logits' upcast; LinearCrossEntropyLoss computes logits chunk by chunk
+#: with the output projection, never whole (torchtune/modules/loss/).
+LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+          "torchtune.modules.loss.LinearCrossEntropyLoss": "fused", "torch.nn.CrossEntropyLoss": "standard"}
+
+WRITE_KEYS = {"micro_batch_size": "batch_size", "grad_accum": "gradient_accumulation_steps",
+              "seq_len": "tokenizer.max_seq_len", "lora_rank": "model.lora_rank",
+              "gradient_checkpointing": "enable_activation_checkpointing", "optimizer": "optimizer._component_",
+              "loss": "loss._component_"}
+
+IGNORED = [("output_dir", "path"), ("tokenizer._component_", "tokenizer"), ("tokenizer.path", "path"),
+           ("tokenizer.*", "tokenizer"), ("checkpointer.*", "checkpoint loading/saving"), ("resume_from_checkpoint", "path"),
+           ("save_adapter_weights_only", "checkpoint saving"), ("dataset.*", "data"), ("seed", "randomness"),
+           ("shuffle", "data order"), ("lr_scheduler.*", "schedule"), ("epochs", "schedule"),
+           ("max_steps_per_epoch", "schedule"), ("clip_grad_norm", "no memory effect"), ("device", "always cuda here"),
+           ("metric_logger.*", "logging"), ("log_*", "logging"), ("profiler.*", "profiling"), ("optimizer.*",
+           "optimizer hyperparameters"), ("collate_fn", "data"), ("cudnn_deterministic_mode", "determinism"),
+           ("fsdp_cpu_offload", "read with the FSDP keys"), ("custom_sharded_layers", "FSDP wrapping detail"),
+           ("run_val_every_n_steps", "evaluation"), ("dataset_val.*", "evaluation"), ("batch_size_val", "evaluation"),
+           ("low_cpu_ram", "loading"), ("name", "label"), ("memory_efficient_fsdp_wrap", "FSDP wrapping detail"),
+           ("enable_async_checkpointing", "checkpoint saving"), ("save_every_n_steps", "checkpoint saving"),
+           ("keep_last_n_checkpoints", "checkpoint saving")]
+
+#: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
+NOT_MODELLED = {"quantizer": "quantization-aware training / quantization", "teacher_model": "knowledge distillation "
+                "(a second, frozen model)", "teacher_checkpointer": "knowledge distillation", "kd_loss": "knowledge distillation",
+                "kd_ratio": "knowledge distillation", "tensor_parallel_plan": "tensor parallelism",
+                "ac_mode": "every-k-layers activation checkpointing", "ac_option": "every-k-layers activation checkpointing",
+                "fsdp": "FSDP options given as a mapping"}
+
+
+def _model(r: KeyReader) -> tuple[str, str]:
+    comp = r.get("model._component_")
+    if not comp:
+        raise r.error("model._component_ is required (a torchtune model builder)")
+    name = str(comp).rsplit(".", 1)[-1]
+    m = re.fullmatch(r"(lora_|qlora_)?(.+?)(_instruct|_base)?", name)
+    prefix, base = m.group(1) or "", m.group(2)
+    if base in BUILDERS:
+        r.set("model._component_", "model", BUILDERS[base])
+    else:
+        r.mark("model._component_", f"builder {base}: no Hugging Face id in vramfit's table; pass --model")
+    quant = prefix == "qlora_" or bool(r.get("model.quantize_base"))
+    method = "qlora" if quant else "lora" if prefix else "full"
+    r.set("model._component_", "method", method)
+    if quant:  # torchtune's NF4 base: torchao NF4Tensor with quantized block scales (torchtune/modules/peft/lora.py)
+        r.set("model._component_", "quantize", "nf4-dq")
+        r.out["quantize"] = "nf4-dq"
+    return method, base
+
+
+def _adapter(r: KeyReader) -> None:
+    attn = r.get("model.lora_attn_modules")
+    if not attn:
+        raise r.error("model.lora_attn_modules is required for a LoRA builder")
+    bad = [a for a in attn if a not in LORA_ATTN]
+    if bad:
+        raise r.error(f"model.lora_attn_modules: unknown {bad[0]!r} (valid values: {', '.join(LORA_ATTN)})")
+    targets = [LORA_ATTN[a] for a in attn]
+    if r.get("model.apply_lora_to_mlp", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
+        targets += ["gate_proj", "up_proj", "down_proj"]
+    if r.get("model.apply_lora_to_output", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
+        targets.append("lm_head")
+    r.set("model.lora_attn_modules", "lora_targets", targets)
+    r.set("model.lora_rank", "lora_rank", r.get("model.lora_rank"))
+    r.set("model.lora_alpha", "lora_alpha", r.get("model.lora_alpha"))
+    r.set("model.lora_dropout", "lora_dropout", r.get("model.lora_dropout", 0.0, "torchtune model builders"))
+    if r.get("model.use_dora"):
+        r.mark("model.use_dora", "DoRA magnitude vectors: counted as plain LoRA")
+    r.ignore("model.quantize_base", "read with the builder")
+
+
+def _step(r: KeyReader) -> None:
+    for key, skey in (("batch_size", "micro_batch_size"), ("gradient_accumulation_steps", "grad_accum")):
+        v = r.get(key)
+        if v is None:
+            raise r.error(f"{key} is required by the torchtune fine-tuning recipes (an evaluation or generation config?)")
+        r.set(key, skey, v)
+    if r.flat.get("dataset.packed") and r.flat.get("tokenizer.max_seq_len") is None:
+        raise r.error("dataset.packed: true needs tokenizer.max_seq_len")
+    seq = r.get("tokenizer.max_seq_len", 2048, "vramfit's default: unset, torchtune pads each batch to its longest sample")
+    r.set("tokenizer.max_seq_len", "seq_len", seq)
+    dtype = r.get("dtype")
+    if dtype is None:
+        raise r.error("dtype is required by the torchtune recipes (bf16 or fp32)")
+    if dtype not in ("bf16", "fp32"):
+        raise r.error(f"dtype '{dtype}' is not supported by torchtune (valid values: bf16, fp32)")
+    r.set("dtype", "precision", "bf16-true" if dtype == "bf16" else "fp32")
+    ac = r.get("enable_activation_checkpointing", False, SOURCE)
+    off = r.get("enable_activation_offloading", False, SOURCE)
+    r.set("enable_activation_offloading" if off else "enable_activation_checkpointing", "gradient_checkpointing",
+          "offload" if off else "full" if ac else "none")
+    r.set("compile", "compile", bool(r.get("compile", False, SOURCE)))
+    r.set("optimizer_in_bwd", "optimizer_in_backward", bool(r.get("optimizer_in_bwd", False, SOURCE)))
+    opt = r.get("optimizer._component_", "torch.optim.AdamW", SOURCE)
+    if opt not in OPTIMIZERS:
+        raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")
+    name = "sgd-momentum" if OPTIMIZERS[opt] == "sgd" and r.flat.get("optimizer.momentum") else OPTIMIZERS[opt]
+    r.set("optimizer._component_", "optimizer", name)
+    loss = r.get("loss._component_", "torch.nn.CrossEntropyLoss", SOURCE)
+    if loss not in LOSSES:
+        raise r.error(f"loss '{loss}' is not modelled yet (valid values: {', '.join(LOSSES)})")
+    r.set("loss._component_", "loss", LOSSES[loss])
+    r.ignore("loss.*", "loss options")
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "torchtune", data, SOURCE)
+    method, _ = _model(r)
+    if method != "full":
+        _adapter(r)
+    _step(r)
+    if r.has("fsdp_cpu_offload") or r.has("fsdp_reshard_after_forward"):  # keys only the distributed recipes read
+        off = bool(r.get("fsdp_cpu_offload", False, SOURCE))
+        grad_op = r.get("fsdp_reshard_after_forward", True, SOURCE) is False
+        r.set("fsdp_cpu_offload", "parallelism", "fsdp-grad-op" if grad_op else "fsdp")
+        r.set("fsdp_cpu_offload", "offload", "optimizer+params" if off else "none")
+        r.out.update(parallelism="fsdp-grad-op" if grad_op else "fsdp", offload="optimizer+params" if off else "none")
+        from vramfit.config_import.hf_common import launcher_gpus
+
+        launcher_gpus(r)
+    for key, what in NOT_MODELLED.items():
+        r.not_modelled(key, what)
+    for k in ("tensor_parallel_dim", "data_parallel_shard_dim", "data_parallel_replicate_dim", "context_parallel_dim"):
+        r.not_modelled(k, "tensor/context/hybrid parallel layouts")
+    r.out["framework"] = "torchtune"
+    return r.finish(IGNORED, WRITE_KEYS)

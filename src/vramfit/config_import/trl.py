@@ -1,0 +1,147 @@
+"""TRL ``trl sft --config`` YAML/JSON (SFTConfig + ModelConfig keys), or a transformers TrainingArguments
+file, -> scenario keys (framework ``hf``). Defaults: TRL 1.16.0 and transformers 5.24.0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import import hf_common as hf
+from vramfit.config_import.report import Imported, KeyReader
+
+SFT_SRC = "trl 1.16.0 trl/trainer/sft_config.py"
+MODEL_SRC = "trl 1.16.0 trl/trainer/model_config.py"
+ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+#: PEFT's per-architecture default targets for Llama-style decoders when target_modules is None.
+PEFT_TARGETS_SRC = "peft 0.21.2 src/peft/utils/constants.py (llama: q_proj, v_proj)"
+SOURCE = f"{SFT_SRC}; {MODEL_SRC}; {ARGS_SRC}"
+
+WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+              "seq_len": "max_length", "lora_rank": "lora_r", "optimizer": "optim",
+              "gradient_checkpointing": "gradient_checkpointing", "loss": "use_liger_kernel"}
+
+IGNORED = [
+    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
+    ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
+    ("eval_*", "evaluation"), ("per_device_eval_batch_size", "evaluation"), ("do_eval", "evaluation"), ("do_train", "mode"),
+    ("load_best_model_at_end", "evaluation"), ("metric_for_best_model", "evaluation"), ("push_to_hub", "upload"),
+    ("hub_*", "upload"), ("learning_rate", "schedule"), ("lr_scheduler_*", "schedule"), ("warmup_*", "schedule"),
+    ("num_train_epochs", "schedule"), ("max_steps", "schedule"), ("weight_decay", "optimizer hyperparameter"),
+    ("adam_*", "optimizer hyperparameter"), ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
+    ("seed", "randomness"), ("data_seed", "randomness"), ("dataset_*", "data"), ("dataloader_*", "data loading"),
+    ("remove_unused_columns", "data"), ("completion_only_loss", "which tokens carry loss"),
+    ("assistant_only_loss", "which tokens carry loss"), ("chat_template_path", "data"), ("eos_token", "tokenizer"),
+    ("pad_token", "tokenizer"), ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
+    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("model_revision", "download"),
+    ("trust_remote_code", "loading"), ("lora_task_type", "adapter head type"), ("packing_strategy", "data layout"),
+    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
+]
+
+
+def _model(r: KeyReader) -> str:
+    model = r.get("model_name_or_path")
+    if not model:
+        raise r.error("model_name_or_path is required")
+    r.set("model_name_or_path", "model", model)
+    in4, in8 = bool(r.get("load_in_4bit", False, MODEL_SRC)), bool(r.get("load_in_8bit", False, MODEL_SRC))
+    peft = bool(r.get("use_peft", False, MODEL_SRC))
+    if in4 and in8:
+        raise r.error("load_in_4bit and load_in_8bit are both true; choose one")
+    if (in4 or in8) and not peft:
+        raise r.error("load_in_4bit/load_in_8bit without use_peft: a quantized base cannot be fully fine-tuned")
+    method = "qlora" if in4 or in8 else "lora" if peft else "full"
+    r.set("use_peft", "method", method)
+    if in4:
+        kind = r.get("bnb_4bit_quant_type", "nf4", MODEL_SRC)
+        nested = bool(r.get("use_bnb_nested_quant", False, MODEL_SRC))
+        if kind not in ("nf4", "fp4"):
+            raise r.error(f"bnb_4bit_quant_type '{kind}' is unknown (valid values: nf4, fp4)")
+        r.set("bnb_4bit_quant_type", "quantize", kind + ("-dq" if nested else ""))
+        r.set("use_bnb_nested_quant", "quantize", kind + ("-dq" if nested else ""))
+    elif in8:
+        r.set("load_in_8bit", "quantize", "int8")
+    if peft:
+        r.set("lora_r", "lora_rank", r.get("lora_r", 16, MODEL_SRC))
+        r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 32, MODEL_SRC))
+        r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, MODEL_SRC))
+        targets = r.get("lora_target_modules", ["q_proj", "v_proj"], PEFT_TARGETS_SRC)
+        targets = [targets] if isinstance(targets, str) else targets
+        r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
+        for k in ("use_dora", "use_rslora", "lora_modules_to_save", "lora_target_parameters"):
+            if r.get(k):
+                r.mark(k, "DoRA/rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")
+    return method
+
+
+def _precision(r: KeyReader, method: str) -> str:
+    dtype = r.get("model_init_kwargs.dtype") or r.get("model_init_kwargs.torch_dtype")
+    if dtype is None:
+        dtype = r.get("dtype") or r.get("torch_dtype") or r.get("dtype", "float32", MODEL_SRC)
+    fp16 = bool(r.get("fp16", False, ARGS_SRC))
+    bf16 = r.get("bf16", not fp16, f"{SFT_SRC}: True unless fp16")
+    if bf16 and fp16:
+        raise r.error("bf16 and fp16 are both on; choose one")
+    weights = str(dtype).replace("torch.", "")
+    if weights in ("auto", "bfloat16"):
+        return "bf16-true" if bf16 or not fp16 else "fp16-mixed"
+    if weights == "float16":
+        return "fp16-true"
+    if weights != "float32":
+        raise r.error(f"dtype '{dtype}' is unknown (valid values: float32, bfloat16, float16, auto)")
+    return "bf16-mixed" if bf16 else "fp16-mixed" if fp16 else "fp32"
+
+
+def _step(r: KeyReader) -> None:
+    r.set("per_device_train_batch_size", "micro_batch_size", r.get("per_device_train_batch_size", 8, ARGS_SRC))
+    r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, ARGS_SRC))
+    if r.has("max_seq_length"):
+        r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
+        if r.has("max_length"):
+            raise r.error("max_length and max_seq_length are both set (max_seq_length is the older name); keep one")
+    else:
+        r.set("max_length", "seq_len", r.get("max_length", 1024, SFT_SRC))
+    for k in ("packing", "padding_free"):
+        if r.get(k):
+            r.set(k, "seq_len", r.out["seq_len"])
+    hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
+    gc = r.get("gradient_checkpointing", True, SFT_SRC)
+    off = r.get("activation_offloading", False, SFT_SRC)
+    r.set("activation_offloading" if off else "gradient_checkpointing", "gradient_checkpointing",
+          "offload" if off else "full" if gc else "none")
+    liger = r.get("use_liger_kernel", False, ARGS_SRC)
+    r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
+    attn = r.get("attn_implementation", "sdpa", f"{ARGS_SRC}: transformers picks SDPA when unset")
+    table = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
+             "kernels-community/flash-attn": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+    if attn not in table:
+        raise r.error(f"attn_implementation '{attn}' is not modelled yet (valid values: {', '.join(table)})")
+    r.set("attn_implementation", "attention", table[attn])
+    if r.get("torch_compile"):
+        r.set("torch_compile", "compile", True)
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "trl", data, SOURCE)
+    method = _model(r)
+    r.set("bf16", "precision", _precision(r, method))
+    _step(r)
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    fsdp_cfg = r.sub("fsdp_config")
+    extra, companions = [], ()
+    if ds and fsdp:
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if ds:
+        p = hf.resolve_path(r, "deepspeed", ds)
+        out, extra = hf.read_deepspeed(r, "deepspeed", p)
+        r.out.update(out)
+        companions = (p,)
+    elif fsdp:
+        layout = hf.fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
+        hf.mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
+        r.set("fsdp", "parallelism", layout["parallelism"])
+        r.out.update(layout)
+    if ds or fsdp:
+        hf.launcher_gpus(r)
+    r.out["framework"] = "hf"
+    keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else WRITE_KEYS
+    return r.finish(IGNORED, keys, companions, extra)

@@ -1,0 +1,163 @@
+"""Write changed scenario keys back into the user's config, in its own dialect.
+
+ruamel.yaml's round-trip loader (imported here only) locates each key's value (line, column); only that
+value's text is replaced, so every other byte of the file (comments, order, quoting, spacing) is kept.
+A key the file does not have is added under its parent (or at the end). Nothing is written unless asked.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.hf_common import HF_OPTIMIZER_NAMES
+from vramfit.config_import.loader import fail, read_text
+from vramfit.config_import.report import Imported
+from vramfit.config_import.torchtune import LOSSES as TT_LOSSES
+from vramfit.config_import.torchtune import OPTIMIZERS as TT_OPTIMIZERS
+
+#: How each dialect spells a scenario value as file keys. A key the file lacks is written only when its
+#: dialect default differs from the value wanted (so an absent "off" switch stays absent).
+_GC_TT = {"none": {"enable_activation_checkpointing": False, "enable_activation_offloading": False},
+          "full": {"enable_activation_checkpointing": True, "enable_activation_offloading": False},
+          "offload": {"enable_activation_checkpointing": True, "enable_activation_offloading": True}}
+CHECKPOINTING: dict[str, dict[str, dict[str, Any]]] = {
+    "axolotl": {"none": {"gradient_checkpointing": False, "activation_offloading": False},
+                "full": {"gradient_checkpointing": True, "activation_offloading": False},
+                "offload": {"gradient_checkpointing": "offload", "activation_offloading": False}},
+    "trl": {"none": {"gradient_checkpointing": False, "activation_offloading": False},
+            "full": {"gradient_checkpointing": True, "activation_offloading": False},
+            "offload": {"gradient_checkpointing": True, "activation_offloading": True}},
+    "llamafactory": {"none": {"disable_gradient_checkpointing": True}, "full": {"disable_gradient_checkpointing": False}},
+    "torchtune": _GC_TT,
+}
+LOSS: dict[str, dict[str, dict[str, Any]]] = {
+    "trl": {"fused": {"use_liger_kernel": True}, "standard": {"use_liger_kernel": False}},
+    "llamafactory": {"fused": {"enable_liger_kernel": True}, "standard": {"enable_liger_kernel": False}},
+    "torchtune": {f: {"loss._component_": c} for c, f in TT_LOSSES.items()},
+}
+_HF = ("axolotl", "trl", "llamafactory")
+_TT_OPT = {v: k for k, v in reversed(list(TT_OPTIMIZERS.items()))}  # first listed name wins
+
+
+def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
+    """File keys and values for one scenario key, or None when the dialect cannot say it."""
+    if key == "gradient_checkpointing":
+        return CHECKPOINTING.get(imp.dialect, {}).get(value)
+    if key == "loss":
+        return LOSS.get(imp.dialect, {}).get(value)
+    if key == "optimizer":
+        name = HF_OPTIMIZER_NAMES.get(value) if imp.dialect in _HF else _TT_OPT.get(value) if imp.dialect == "torchtune" else None
+        fkey = imp.write_keys.get("optimizer") or ("optimizer._component_" if imp.dialect == "torchtune" else None)
+        return None if name is None or fkey is None else {fkey: name}
+    fkey = imp.write_keys.get(key)
+    return None if fkey is None or (imp.dialect == "litgpt" and key == "grad_accum") else {fkey: value}
+
+
+def _needed(imp: Imported, fkey: str, value: Any) -> bool:
+    """False for a key the file lacks whose dialect default already is ``value``."""
+    e = next((e for e in imp.entries if e.key == fkey), None)
+    if e is None:
+        return value is not False
+    return e.kind != "default" or e.value != value
+
+
+def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(dotted file key -> value to write, ["key=value" the dialect's file cannot hold])."""
+    out: dict[str, Any] = {}
+    left: list[str] = []
+    for key, value in changes.items():
+        spelled = _spelled(imp, key, value)
+        if spelled is None and not (imp.dialect == "litgpt" and key == "grad_accum"):
+            left.append(f"{key}={value}")
+        out.update({k: v for k, v in (spelled or {}).items() if _needed(imp, k, v)})
+    if imp.dialect == "litgpt" and {"grad_accum", "micro_batch_size"} & set(changes):
+        # litgpt derives the accumulation from global_batch_size / (micro_batch_size x devices)
+        out["train.global_batch_size"] = int(scenario["grad_accum"]) * int(scenario["micro_batch_size"]) * int(scenario["num_gpus"])
+    return out, left
+
+
+def _scalar(value: Any, old: str) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+        return text.capitalize() if old[:1].isupper() else text
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    return text if re.fullmatch(r"[A-Za-z_][\w.\-/]*", text) and text.lower() not in ("true", "false", "null") else json.dumps(text)
+
+
+_VALUE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|[^,}\]#\n]*?(?=\s*(?:#|,|}|]|$))')
+
+
+def _locate(tree: Any, dotted: str) -> tuple[Any, str, int | None]:
+    """(parent node, last key, index of the deepest existing ancestor's depth or None if the key exists)."""
+    node, parts = tree, dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node.get(part), dict):
+            return node, part, i
+        node = node[part]
+    return node, parts[-1], None if parts[-1] in node else len(parts) - 1
+
+
+def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool, path: Path) -> tuple[int, list[str]] | None:
+    """Replace the value in place (returns None), or the (line index, lines) to insert for a missing key."""
+    parent, last, missing = _locate(tree, dotted)
+    parts = dotted.split(".")
+    if missing is None:
+        line, col = parent.lc.value(last)
+        m = _VALUE.match(lines[line], col)
+        if m is None or isinstance(parent[last], (dict, list)):
+            raise fail(path, f"cannot rewrite {dotted} in place (not a plain value)")
+        new = json.dumps(value) if json_file else _scalar(value, m.group(0))
+        lines[line] = lines[line][:col] + new + lines[line][m.end():]
+        return None
+    if json_file:
+        raise fail(path, f"has no {dotted}; add it by hand (vramfit adds keys to YAML files only)")
+    rest = parts[missing:]
+    if missing == 0:  # a new top-level key: at the end of the file
+        indent, at = "", len(lines)
+    else:  # under its parent, before the parent's first key
+        if not parent:
+            raise fail(path, f"cannot add {dotted} under an empty mapping")
+        at, col = parent.lc.key(next(iter(parent)))
+        indent = " " * col
+    block = [f"{indent}{'  ' * i}{p}:\n" for i, p in enumerate(rest[:-1])]
+    block.append(f"{indent}{'  ' * (len(rest) - 1)}{rest[-1]}: {_scalar(value, '')}\n")
+    return at, block
+
+
+def rewrite(imp: Imported, values: dict[str, Any]) -> str:
+    """The source file's text with ``values`` (dotted file keys) set; every other line unchanged."""
+    try:
+        from ruamel.yaml import YAML
+    except ModuleNotFoundError:
+        raise fail(imp.path, "writing a config back needs ruamel.yaml: pip install 'vramfit[import]'") from None
+
+    text = read_text(imp.path)
+    tree = YAML(typ="rt").load(text)
+    lines = text.splitlines(keepends=True)
+    json_file = imp.path.suffix.lower() == ".json"
+    inserts = [op for k, v in values.items() if (op := _edit(lines, tree, k, v, json_file, imp.path)) is not None]
+    if lines and not lines[-1].endswith("\n") and any(at == len(lines) for at, _ in inserts):
+        lines[-1] += "\n"
+    grouped: dict[int, list[str]] = {}
+    for at, block in inserts:  # keys added at one place keep the order they were given in
+        grouped.setdefault(at, []).extend(block)
+    for at in sorted(grouped, reverse=True):  # bottom-up: the line numbers found by ruamel stay valid
+        lines[at:at] = grouped[at]
+    return "".join(lines)
+
+
+def write_back(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any], dest: Path) -> tuple[str, list[str]]:
+    """Write the changed file to ``dest``; (unified diff, changes the file cannot hold)."""
+    values, left = file_values(imp, changes, scenario)
+    old = read_text(imp.path)
+    new = rewrite(imp, values) if values else old
+    dest.write_text(new, encoding="utf-8")
+    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=str(imp.path), tofile=str(dest)))
+    return diff, left

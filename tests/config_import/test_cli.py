@@ -1,0 +1,110 @@
+"""`--from`, `--dialect` and `--write-to` as a user runs them."""
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from vramfit import estimate, from_config
+from vramfit.cli.main import app
+
+FIX = Path(__file__).parent / "fixtures"
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_estimate_from_matches_the_imported_scenario_and_reports_keys():
+    r = run("estimate", "--from", FIX / "axolotl_qlora.yml", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["peak"]["device_bytes"] == estimate(from_config(FIX / "axolotl_qlora.yml").scenario).peak.device_bytes
+    assert "read     sequence_len: 4096 → seq_len=4096" in r.stderr
+    assert "ignored  wandb_project (logging)" in r.stderr
+
+
+def test_flags_override_the_file():
+    r = run("estimate", "--from", FIX / "axolotl_qlora.yml", "--seq-len", "1024", "--method", "lora", "--json")
+    assert r.exit_code == 0, r.output
+    sc = json.loads(r.stdout)["scenario"]
+    assert (sc["seq_len"], sc["method"], sc["quantize"], sc["micro_batch_size"]) == (1024, "lora", "none", 2)
+
+
+def test_companion_files_and_dialect_on_sweep():
+    r = run("sweep", "--from", FIX / "trl_full.json", "--from", FIX / "adapter_config.json", "--dialect", "trl",
+            "--vary", "micro_batch_size=1,2", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["scenario"]["lora_rank"] == 64
+
+
+def test_bad_files_exit_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base_model: x\nbase_model: y\n")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)))
+    notyaml = tmp_path / "notes.yaml"
+    notyaml.write_text("key: [unclosed\n")
+    nods = tmp_path / "a.yml"
+    nods.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: nope/zero3.json\n")
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024)
+    cases = [("--from", bad), ("--from", notyaml), ("--from", nods), ("--from", big), ("--from", FIX / "axolotl_qlora.yml", "--dialect", "litgpt"),
+             ("--from", FIX / "ds_z3_offload.json"), ("--from", tmp_path / "missing.yaml"), ("--dialect", "trl"), ("--from", bomb)]
+    for case in cases:
+        r = run("estimate", *case)
+        assert r.exit_code == 2, (case, r.output)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), (case, r.stderr)
+
+
+def test_fit_write_to_writes_the_change_that_fits(tmp_path):
+    src = tmp_path / "qlora.yml"
+    shutil.copy(FIX / "axolotl_qlora.yml", src)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = run("fit", "--from", src, "--gpu", "rtx3060-12gb")
+    assert r.exit_code == 0 and sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written unless asked
+    out = tmp_path / "fits.yml"
+    r = run("fit", "--from", src, "--gpu", "rtx3060-12gb", "--write-to", out)
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}" in r.stderr.replace("\n", "")
+    new = from_config(out).scenario
+    assert not from_config(src).scenario == new
+    from vramfit.plan import fit
+
+    assert fit(new.replace(gpu="rtx3060-12gb"), "rtx3060-12gb").fits
+    changed = [(a, b) for a, b in zip(src.read_text().splitlines(), out.read_text().splitlines(), strict=True) if a != b]
+    assert len(changed) >= 1 and all(a.split(":")[0] == b.split(":")[0] for a, b in changed)
+
+
+def test_plan_write_to_writes_the_picked_plan(tmp_path):
+    src = tmp_path / "qlora.yml"
+    shutil.copy(FIX / "axolotl_qlora.yml", src)
+    out = tmp_path / "plan.yml"
+    r = run("plan", "--from", src, "--cards", "rtx4090", "--max-gpus", "1", "--write-to", out, "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["plans"][0]
+    sc = from_config(out).scenario
+    assert (sc.micro_batch_size, sc.grad_accum) == (plan["micro_batch_size"], plan["grad_accum"])
+    assert "-micro_batch_size: 2" in r.stderr
+
+
+def test_write_to_needs_from(tmp_path):
+    r = run("fit", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "rtx3060-12gb", "--write-to", tmp_path / "x.yml")
+    assert r.exit_code == 2 and "needs --from" in r.stderr
+    assert not (tmp_path / "x.yml").exists()
+
+
+def test_flags_are_written_back_typed(tmp_path):
+    src = tmp_path / "q.yaml"
+    shutil.copy(FIX / "litgpt_qlora.yaml", src)
+    r = run("fit", "--from", src, "--gpu", "h100-sxm", "--micro-batch-size", "4", "--write-to", tmp_path / "o.yaml")
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "o.yaml").read_text()
+    assert "  micro_batch_size: 4\n" in text and "  global_batch_size: 64\n" in text  # 4 x 16 accumulation x 1 GPU
+    r = run("fit", "--from", src, "--gpu", "h100-sxm", "--write-to", tmp_path / "n.yaml")
+    assert "nothing to change" in r.stderr and not (tmp_path / "n.yaml").exists()

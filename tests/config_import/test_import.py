@@ -1,0 +1,213 @@
+"""Each fixture imports to the scenario a careful human would write (full dict pinned); bad files get one
+clear line; the key report names every key."""
+
+from pathlib import Path
+
+import pytest
+
+from vramfit import from_config
+from vramfit.errors import ScenarioError
+
+FIX = Path(__file__).parent / "fixtures"
+
+BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+        "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard"}
+
+EXPECTED = {
+    "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
+                          "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
+                          "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
+                          "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05},
+    "axolotl_full_fsdp.yml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
+                              "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                              "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
+                              "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
+                              "parallelism": "fsdp", "offload": "optimizer+params", "framework": "hf", "lora_dropout": None},
+    "axolotl_lora_zero2.yml": {**BASE, "model": "mistralai/Mistral-7B-v0.1", "method": "lora", "precision": "bf16-true",
+                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
+                               "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "optimizer": "adamw-8bit",
+                               "micro_batch_size": 4, "seq_len": 512, "grad_accum": 1, "gradient_checkpointing": "offload",
+                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0},
+    "llamafactory_lora_ds3.yaml": {**BASE, "model": "meta-llama/Meta-Llama-3-8B", "method": "lora", "precision": "bf16-true",
+                                   "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                                   "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 2048, "grad_accum": 2,
+                                   "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
+                                   "parallelism": "zero3", "offload": "optimizer+params", "framework": "hf",
+                                   "lora_dropout": 0.0},
+    "llamafactory_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-7B", "method": "qlora", "precision": "bf16-true",
+                                "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
+                                "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 8,
+                                "gradient_checkpointing": "full", "framework": "hf", "lora_dropout": 0.0},
+    "llamafactory_full_ds2.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "full", "precision": "bf16-mixed",
+                                   "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                                   "optimizer": "adamw-8bit", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
+                                   "gradient_checkpointing": "full", "attention": "flash", "parallelism": "zero2",
+                                   "framework": "hf", "lora_dropout": None},
+    "trl_lora_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true",
+                           "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
+                           "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                           "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16,
+                           "gradient_checkpointing": "full", "attention": "flash", "parallelism": "fsdp",
+                           "offload": "optimizer+params", "framework": "hf", "lora_dropout": 0.05},
+    "litgpt_full.yaml": {**BASE, "model": "meta-llama/Llama-3.2-1B", "method": "full", "precision": "bf16-true",
+                         "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                         "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 4096, "grad_accum": 4,
+                         "gradient_checkpointing": "full", "num_gpus": 4, "parallelism": "fsdp", "framework": "litgpt",
+                         "lora_dropout": None},
+    "trl_sft_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "qlora", "precision": "bf16-true",
+                           "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
+                           "optimizer": "paged-adamw-8bit", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 8,
+                           "gradient_checkpointing": "full", "loss": "fused", "framework": "hf", "lora_dropout": 0.05},
+    "trl_full.json": {**BASE, "model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed", "quantize": "none",
+                      "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
+                      "micro_batch_size": 8, "seq_len": 1024, "grad_accum": 1, "gradient_checkpointing": "full",
+                      "framework": "hf", "lora_dropout": None},
+    "torchtune_qlora.yaml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "qlora", "precision": "bf16-true",
+                             "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0,
+                             "lora_targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                             "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 8,
+                             "gradient_checkpointing": "full", "loss": "fused", "framework": "torchtune", "lora_dropout": 0.0},
+    "torchtune_full_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.2-3B", "method": "full", "precision": "bf16-true",
+                                 "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
+                                 "optimizer": "adamw", "optimizer_in_backward": False, "micro_batch_size": 4,
+                                 "seq_len": 2048, "grad_accum": 1, "gradient_checkpointing": "offload", "loss": "chunked",
+                                 "parallelism": "fsdp", "offload": "optimizer+params", "framework": "torchtune",
+                                 "lora_dropout": None, "compile": True},
+    "litgpt_lora.yaml": {**BASE, "model": "mistralai/Mistral-7B-v0.1", "method": "lora", "precision": "bf16-true",
+                         "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
+                         "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                         "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 4,
+                         "gradient_checkpointing": "full", "num_gpus": 2, "parallelism": "fsdp", "framework": "litgpt",
+                         "lora_dropout": 0.05},
+    "litgpt_qlora.yaml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
+                          "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["q_proj", "v_proj"],
+                          "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16,
+                          "gradient_checkpointing": "none", "framework": "litgpt", "lora_dropout": 0.05},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_imports_to_the_scenario(name):
+    assert from_config(FIX / name).scenario.to_dict() == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_key_of_the_file_is_reported(name):
+    from vramfit.config_import.loader import load_mapping
+    from vramfit.config_import.report import flatten
+
+    imp = from_config(FIX / name)
+    reported = {e.key for e in imp.entries}
+    assert set(flatten(load_mapping(FIX / name))) <= reported
+
+
+def test_dialect_is_detected_and_framework_follows():
+    got = {n: (from_config(FIX / n).dialect, from_config(FIX / n).scenario.framework.value) for n in EXPECTED}
+    assert got["axolotl_qlora.yml"] == ("axolotl", "hf")
+    assert got["llamafactory_qlora.yaml"] == ("llamafactory", "hf")
+    assert got["trl_full.json"] == ("trl", "hf")
+    assert got["torchtune_qlora.yaml"] == ("torchtune", "torchtune")
+    assert got["litgpt_lora.yaml"] == ("litgpt", "litgpt")
+
+
+def test_defaults_are_reported_with_their_pinned_source():
+    imp = from_config(FIX / "llamafactory_qlora.yaml")
+    d = {e.key: e for e in imp.entries if e.kind == "default"}
+    assert d["cutoff_len"].value == 2048 and "LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/data_args.py" in d["cutoff_len"].note
+    assert d["lora_rank"].value == 8 and "finetuning_args.py" in d["lora_rank"].note
+    assert any("default  cutoff_len: 2048 → seq_len=2048" in line for line in imp.lines())
+
+
+def test_not_modelled_keys_are_reported_not_dropped():
+    imp = from_config(FIX / "axolotl_lora_zero2.yml")
+    nm = {e.key: e.note for e in imp.not_modelled()}
+    assert "rl" in nm and "preference" in nm["rl"]
+    assert "unsloth_lora_mlp" in nm and "Unsloth" in nm["unsloth_lora_mlp"]
+    assert "deepspeed → zero_optimization.reduce_bucket_size" in nm
+    assert any(line.startswith("  not modelled yet: rl: dpo") for line in imp.lines())
+
+
+def test_companion_peft_and_bnb_files():
+    imp = from_config(FIX / "trl_full.json", FIX / "adapter_config.json", FIX / "bnb_config.json")
+    sc = imp.scenario.to_dict()
+    assert (sc["method"], sc["quantize"], sc["lora_rank"], sc["lora_alpha"]) == ("qlora", "nf4-dq", 64, 128.0)
+    assert sc["lora_targets"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert [p.name for p in imp.companions] == ["adapter_config.json", "bnb_config.json"]
+
+
+def test_companion_accelerate_sets_gpus_and_layout():
+    sc = from_config(FIX / "trl_sft_qlora.yaml", FIX / "accelerate_fsdp.yaml").scenario
+    assert (sc.num_gpus, sc.parallelism.value, sc.offload.value) == (4, "fsdp", "none")
+
+
+def _err(path, *more, dialect=None) -> str:
+    with pytest.raises(ScenarioError) as ei:
+        from_config(path, *more, dialect=dialect)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_bad_files_get_one_line(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("base_model: [unclosed\n")
+    assert "is not valid YAML (line 2)" in _err(p)
+    p.write_text("a: &x [1, 2]\nb: *x\n")
+    assert "anchors and aliases" in _err(p)
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\n"
+    p.write_text(bomb)
+    assert "anchors and aliases" in _err(p)
+    p.write_text("base_model: !!python/object/apply:os.system ['true']\n")
+    assert "YAML tags" in _err(p)
+    p.write_text("base_model: a\nbase_model: b\n")
+    assert "given twice" in _err(p)
+    p.write_text("- just\n- a list\n")
+    assert "must hold a mapping" in _err(p)
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as fh:
+        fh.truncate(100 * 1024 * 1024)
+    assert "104,857,600 bytes" in _err(big)
+    assert "file not found" in _err(tmp_path / "nope.yaml")
+
+
+def test_wrong_dialect_unknown_and_contradictory_keys(tmp_path):
+    assert "does not look like a torchtune config" in _err(FIX / "axolotl_qlora.yml", dialect="torchtune")
+    assert "--dialect 'megatron' is unknown" in _err(FIX / "axolotl_qlora.yml", dialect="megatron")
+    p = tmp_path / "a.yml"
+    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nmicro_bach_size: 8\n")
+    assert "unknown axolotl key 'micro_bach_size'" in _err(p)
+    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nbf16: true\nfp16: true\n")
+    assert "bf16 and fp16 are both on" in _err(p)
+    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: zero9.json\n")
+    assert "deepspeed: file 'zero9.json' not found" in _err(p)
+    assert "is a DeepSpeed config, not a training config" in _err(FIX / "ds_z3_offload.json")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_fixture_estimates(name):
+    from vramfit import estimate
+
+    r = estimate(from_config(FIX / name).scenario)
+    assert r.peak.device_bytes > r.peak.reserved_bytes >= r.peak.allocated_bytes > 0
+
+
+def test_pasted_text_imports_the_same_and_never_opens_files():
+    from vramfit.config_import import from_text
+
+    text = (FIX / "axolotl_qlora.yml").read_text()
+    assert from_text(text).scenario.to_dict() == EXPECTED["axolotl_qlora.yml"]
+    assert from_text((FIX / "trl_full.json").read_text(), dialect="trl").scenario.micro_batch_size == 8  # JSON is YAML
+    with pytest.raises(ScenarioError, match="<pasted config>: deepspeed names a file"):
+        from_text((FIX / "llamafactory_lora_ds3.yaml").read_text())
+    with pytest.raises(ScenarioError, match="anchors and aliases"):
+        from_text("a: &a [x, x]\nb: [*a, *a]\n")
+    with pytest.raises(ScenarioError, match="over 1,048,576 bytes"):
+        from_text("a: " + "x" * 1_100_000)
+
+
+def test_axolotl_moe_expert_quantization(tmp_path):
+    p = tmp_path / "moe.yml"
+    p.write_text((FIX / "axolotl_qlora.yml").read_text() + "quantize_moe_experts: true\n")
+    assert from_config(p).scenario.quantize_experts.value == "yes"
+    p.write_text((FIX / "axolotl_full_fsdp.yml").read_text() + "quantize_moe_experts: false\n")
+    assert from_config(p).scenario.quantize_experts.value == "auto"

@@ -1,0 +1,121 @@
+"""Import -> change -> write back -> import gives the changed scenario; every other line byte-identical."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vramfit import from_config
+from vramfit.config_import.writeback import file_values, write_back
+from vramfit.errors import ScenarioError
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _roundtrip(tmp_path, name, changes, companions=()):
+    for c in ("ds_z2.json", "ds_z3_offload.json"):
+        shutil.copy(FIX / c, tmp_path / c)
+    src = tmp_path / name
+    shutil.copy(FIX / name, src)
+    imp = from_config(src, *companions)
+    want = imp.scenario.replace(**changes).to_dict()
+    dest = tmp_path / ("new" + src.suffix)
+    diff, left = write_back(imp, changes, want, dest)
+    assert src.read_text() == (FIX / name).read_text()  # the source is never touched
+    again = from_config(dest, *companions).scenario.to_dict()
+    old, new = src.read_text().splitlines(), dest.read_text().splitlines()
+    return want, again, old, new, diff, left
+
+
+def _changed_lines(old, new):
+    assert len(old) == len(new)
+    return [(a, b) for a, b in zip(old, new, strict=True) if a != b]
+
+
+def test_axolotl_roundtrip_keeps_every_other_byte(tmp_path):
+    changes = {"micro_batch_size": 1, "grad_accum": 8, "gradient_checkpointing": "offload", "optimizer": "paged-adamw-8bit"}
+    want, again, old, new, diff, left = _roundtrip(tmp_path, "axolotl_qlora.yml", changes)
+    assert again == want and left == []
+    assert _changed_lines(old, new) == [
+        ("micro_batch_size: 2", "micro_batch_size: 1"),
+        ("gradient_accumulation_steps: 4", "gradient_accumulation_steps: 8"),
+        ("optimizer: paged_adamw_32bit", "optimizer: paged_adamw_8bit"),
+        ("gradient_checkpointing: true", "gradient_checkpointing: offload"),
+    ]
+    assert "\n-micro_batch_size: 2\n" in diff and "\n+micro_batch_size: 1\n" in diff
+
+
+def test_torchtune_nested_keys_and_capitalised_booleans(tmp_path):
+    changes = {"seq_len": 2048, "gradient_checkpointing": "none", "lora_rank": 16}
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_qlora.yaml", changes)
+    assert again == {**want, "lora_alpha": 16.0}  # the file's own lora_alpha stays (only changed keys are written)
+    assert _changed_lines(old, new) == [("  lora_rank: 8", "  lora_rank: 16"), ("  max_seq_len: 4096", "  max_seq_len: 2048"),
+                                        ("enable_activation_checkpointing: True", "enable_activation_checkpointing: False")]
+
+
+def test_litgpt_grad_accum_is_written_as_global_batch(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "litgpt_lora.yaml", {"micro_batch_size": 1, "grad_accum": 2})
+    assert again == want
+    assert _changed_lines(old, new) == [("  global_batch_size: 16", "  global_batch_size: 4"),
+                                        ("  micro_batch_size: 2", "  micro_batch_size: 1")]
+
+
+def test_missing_key_is_added_and_comment_kept(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "llamafactory_qlora.yaml", {"seq_len": 1024, "loss": "fused"})
+    assert again == want
+    assert new[: len(old)] == old and new[len(old):] == ["cutoff_len: 1024", "enable_liger_kernel: true"]
+
+
+def test_json_file_is_rewritten_in_place(tmp_path):
+    src = tmp_path / "t.json"
+    src.write_text('{\n  "model_name_or_path": "Qwen/Qwen2.5-0.5B",\n  "per_device_train_batch_size": 8,\n  "bf16": true\n}\n')
+    imp = from_config(src)
+    write_back(imp, {"micro_batch_size": 2}, imp.scenario.replace(micro_batch_size=2).to_dict(), src)
+    assert src.read_text().splitlines()[2] == '  "per_device_train_batch_size": 2,'
+    assert from_config(src).scenario.micro_batch_size == 2
+
+
+def test_keys_a_file_cannot_hold_are_listed_not_written():
+    imp = from_config(FIX / "axolotl_qlora.yml")
+    values, left = file_values(imp, {"num_gpus": 2, "parallelism": "zero3", "seq_len": 2048}, {})
+    assert values == {"sequence_len": 2048} and left == ["num_gpus=2", "parallelism=zero3"]
+
+
+def test_json_without_the_key_is_an_error(tmp_path):
+    src = tmp_path / "t.json"
+    src.write_text('{"model_name_or_path": "Qwen/Qwen2.5-0.5B"}\n')
+    imp = from_config(src)
+    with pytest.raises(ScenarioError, match="has no max_length"):
+        write_back(imp, {"seq_len": 512}, {}, tmp_path / "o.json")
+
+
+GC_FLIP = {"axolotl_qlora.yml": "none", "axolotl_full_fsdp.yml": "offload", "axolotl_lora_zero2.yml": "full",
+           "llamafactory_lora_ds3.yaml": "none", "llamafactory_qlora.yaml": "none", "trl_sft_qlora.yaml": "offload",
+           "torchtune_qlora.yaml": "offload", "torchtune_full_fsdp.yaml": "full", "llamafactory_full_ds2.yaml": "none",
+           "trl_lora_fsdp.yaml": "none"}
+
+
+@pytest.mark.parametrize("name", sorted(GC_FLIP) + ["litgpt_lora.yaml", "litgpt_qlora.yaml", "litgpt_full.yaml"])
+def test_every_yaml_fixture_round_trips(tmp_path, name):
+    changes = {"micro_batch_size": 3, "seq_len": 768}
+    if name in GC_FLIP:
+        changes["gradient_checkpointing"] = GC_FLIP[name]
+    want, again, old, new, diff, left = _roundtrip(tmp_path, name, changes)
+    assert again == want and left == []
+    kept = [line for line in old if line in new]
+    assert len(kept) >= len(old) - 4  # at most the batch, length and checkpointing lines (litgpt: global batch) change
+
+
+def test_torchtune_loss_and_optimizer_are_written_as_components(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_full_fsdp.yaml", {"loss": "fused", "optimizer": "adamw-8bit"})
+    assert again == want
+    assert _changed_lines(old, new) == [
+        ("  _component_: torch.optim.AdamW", "  _component_: bitsandbytes.optim.AdamW8bit"),
+        ("  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss", "  _component_: torchtune.modules.loss.LinearCrossEntropyLoss"),
+    ]
+
+
+def test_trl_offload_adds_only_the_offload_switch(tmp_path):
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "trl_sft_qlora.yaml", {"gradient_checkpointing": "offload"})
+    assert again == want
+    assert new[: len(old)] == old and new[len(old):] == ["activation_offloading: true"]
