@@ -126,14 +126,14 @@ class RunStore:
         """The engine; with ``create``, the file, its directory and the table are made if missing.
         Reading never creates anything: a SQLite file that does not exist is an error."""
         from sqlalchemy import MetaData, create_engine, inspect
-
-        if self._engine is not None and not create:
-            self._has_table = self._has_table or inspect(self._engine).has_table("runs")
-            return self._engine
-        if self._engine is not None and self._has_table:
-            return self._engine
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
+        if self._engine is not None and (self._has_table or not create):
+            try:  # a table another process created since the last look
+                self._has_table = self._has_table or inspect(self._engine).has_table("runs")
+            except SQLAlchemyError as exc:
+                raise DatabaseError(f"cannot open the runs database {self.redacted_url}: {_short(exc)}") from None
+            return self._engine
         path = self._sqlite_file()
         try:
             if path is not None and create:
