@@ -10,13 +10,13 @@ the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_sce
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -186,7 +186,7 @@ async def read_body(request: Request) -> Any:
     size = 0
     timeout = request.app.state.body_timeout_s
     try:
-        async with asyncio.timeout(timeout):
+        with anyio.fail_after(timeout):  # anyio (Starlette's own): asyncio.timeout needs Python 3.11
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
