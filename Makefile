@@ -15,8 +15,11 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 
 # everything: torch first (the CPU build that lies on disk here), then the extras
 $(VENV)/.all: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[all,test]'
+	$(PIP) install torch==2.13.0 setuptools wheel
+	echo torch==2.13.0 > $(VENV)/constraints.txt
+	# DeepSpeed is a source dist whose build imports torch: build it against the torch above, no CUDA ops
+	DS_BUILD_OPS=0 $(PIP) install --no-build-isolation -c $(VENV)/constraints.txt 'deepspeed>=0.16'
+	$(PIP) install -c $(VENV)/constraints.txt -e '.[all,test]'
 	bash scripts/system-deps.sh
 	touch $(VENV)/.core $@
 

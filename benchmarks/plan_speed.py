@@ -1,11 +1,13 @@
 """Time a full plan search over the whole GPU catalog (every card x 1, 2, 4, 8 GPUs).
 
-Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200]
+Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200] [--budget-on cpu|wall]
 
 Each case is planned ``--repeat`` times in a fresh process state except for the one-time catalog
 probe (done before timing, as in a running CLI/web process). Reports the median and best wall time,
-the CPU time of this process (what a busy shared machine does not inflate), the estimator calls
-the search made, and the plans found; exits 1 if a median wall time is over the budget.
+the CPU time of this process (time.process_time: what other processes on a busy shared machine do
+not add), the estimator calls the search made, and the plans found; exits 1 if a median CPU time is
+over the budget (issue 11: plan < 200 ms). ``--budget-on wall`` judges the wall time instead, for an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--budget-ms", type=float, default=200.0)
+    ap.add_argument("--budget-on", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     gpu_classes()  # one-time probe of the catalog, cached for the process
@@ -63,7 +66,8 @@ def main() -> int:
               f"  (catalog: {rows[0]['cards']} cards x 1-8 GPUs)")
         for x in rows:
             print(f"{x['case']:42} {x['median_ms']:9.1f} {x['best_ms']:8.1f} {x['cpu_median_ms']:7.1f} {x['estimates']:9d} {x['plans']:6d}")
-    return 0 if all(x["median_ms"] <= args.budget_ms for x in rows) else 1
+    key = "cpu_median_ms" if args.budget_on == "cpu" else "median_ms"
+    return 0 if all(x[key] <= args.budget_ms for x in rows) else 1
 
 
 if __name__ == "__main__":

@@ -25,13 +25,40 @@ import io
 import math
 import os
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from vramfit.errors import ScenarioError
+from vramfit.units import GB, MiB
 
-MiB = 1024**2
+#: GPUs in one node (one machine): 8 on the HGX/DGX boards the catalog's SXM cards come in
+#: (NVIDIA DGX H100/H200/B200 user guides: 8 GPUs per system). The planner rents at most one node;
+#: an estimate for more GPUs says that it models them as one flat group (see the assumptions).
+GPUS_PER_NODE = 8
+
+
+class Arch(str, Enum):
+    """GPU architecture family, read from the catalog's ``architecture`` column (first word)."""
+
+    VOLTA = "volta"
+    TURING = "turing"
+    AMPERE = "ampere"
+    ADA = "ada"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    CDNA = "cdna"
+    GAUDI = "gaudi"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, text: str) -> Arch:
+        """``"Hopper (GH100) + Grace CPU"`` -> HOPPER; an empty or unknown text -> UNKNOWN."""
+        words = text.strip().lower().replace("(", " ").split()
+        first = words[0] if words else ""
+        return next((a for a in cls if a.value == first), cls.UNKNOWN)
+
 
 #: Columns of gpus.csv (a user file may use any subset, plus ``usable_bytes`` or ``usable_mib``).
 COLUMNS: tuple[str, ...] = (
@@ -93,10 +120,16 @@ class GPU:
     mem_bandwidth_gbs: float | None = None
     supports_bf16: bool | None = None
     form_factor: str = ""
+    architecture: str = ""  # the catalog's text, e.g. "Hopper (GH100)"; see :attr:`arch`
     origin: str = "bundled"  # "bundled" or the path of the user file that added/changed it
     aliases: tuple[str, ...] = ()  # other names accepted for gpu_id ("4090", "h200")
     rental_gpus: tuple[int, ...] = ()  # GPU counts one instance is rented in; () = any count (per-GPU rental)
     rental_source: str = ""
+
+    @property
+    def arch(self) -> Arch:
+        """The architecture family, from the ``architecture`` column (never from the id)."""
+        return Arch.parse(self.architecture)
 
     @property
     def memory_class_gb(self) -> int:
@@ -169,7 +202,7 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         mib, kind, usrc = USABLE[gid]
         usable = mib * MiB
     else:
-        usable, kind = int(mem * 1e9), "marketing"
+        usable, kind = int(mem * GB), "marketing"
         usrc = "no published CUDA/nvidia-smi total found: memory_gb x 10^9 bytes (below the real total on known cards)"
     bf16 = (row.get("supports_bf16") or "").strip().lower()
     units = []
@@ -196,6 +229,7 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         mem_bandwidth_gbs=n["mem_bandwidth_gbs"],
         supports_bf16=True if bf16.startswith("yes") else False if bf16.startswith("no") else None,
         form_factor=(row.get("form_factor") or "").strip(),
+        architecture=(row.get("architecture") or "").strip(),
         origin=origin,
         aliases=tuple(a.strip().lower() for a in (row.get("aliases") or "").split(";") if a.strip()),
         rental_gpus=tuple(sorted(set(units))),

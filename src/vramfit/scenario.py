@@ -1,8 +1,11 @@
 """The scenario: one training configuration, validated once (see ``shared/design/scenario.md``).
 
-Every finite choice is an enum; :func:`parse_scenario` turns a mapping (YAML, JSON, CLI flags, a web
-form) into a frozen :class:`Scenario` or raises :class:`~vramfit.errors.ScenarioError` naming the key
-and listing the valid values. Nothing is silently defaulted except where the schema gives a default.
+Every finite choice is an enum (:mod:`vramfit.choices`); :func:`parse_scenario` turns a mapping (YAML,
+JSON, CLI flags, a web form) into a frozen :class:`Scenario` or raises
+:class:`~vramfit.errors.ScenarioError` naming the key and listing the valid values. Nothing is silently
+defaulted except where the schema gives a default. :data:`FIELDS` is the one table of the keys (type,
+help, labels, unit, default, valid values) from which the CLI options, the web schema and labels and
+``docs/scenario-reference.md`` are derived.
 """
 
 from __future__ import annotations
@@ -14,140 +17,27 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported (vramfit.scenario.Method, ...)
+    Attention,
+    Checkpointing,
+    Framework,
+    Generation,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Quantize,
+    QuantizeExperts,
+    Reference,
+    Stage,
+    _Choice,
+)
 from vramfit.errors import ScenarioError
-
-
-class _Choice(str, Enum):
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
-
-    @classmethod
-    def values(cls) -> list[str]:
-        return [m.value for m in cls]
-
-
-class Method(_Choice):
-    FULL = "full"
-    LORA = "lora"
-    QLORA = "qlora"
-
-
-class Precision(_Choice):
-    BF16_TRUE = "bf16-true"
-    BF16_MIXED = "bf16-mixed"
-    FP16_MIXED = "fp16-mixed"
-    FP16_TRUE = "fp16-true"
-    FP32 = "fp32"
-
-    @property
-    def mixed(self) -> bool:
-        return self in (Precision.BF16_MIXED, Precision.FP16_MIXED)
-
-    @property
-    def param_bytes(self) -> int:
-        """Bytes per element of the stored (trainable) weights: fp32 master for ``-mixed``."""
-        return 2 if self in (Precision.BF16_TRUE, Precision.FP16_TRUE) else 4
-
-    @property
-    def compute_bytes(self) -> int:
-        """Bytes per element of activations (autocast dtype for ``-mixed``)."""
-        return 4 if self is Precision.FP32 else 2
-
-    @property
-    def meaning(self) -> str:
-        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
-        half = "bf16" if self.value.startswith("bf16") else "fp16"
-        if self is Precision.FP32:
-            return "fp32 weights, gradients, optimizer states and activations"
-        if self.mixed:
-            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
-                    "(full fine-tuning with AdamW: 16 B per parameter)")
-        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
-
-
-class Quantize(_Choice):
-    NF4 = "nf4"
-    NF4_DQ = "nf4-dq"
-    FP4 = "fp4"
-    FP4_DQ = "fp4-dq"
-    INT8 = "int8"
-    GPTQ_INT4 = "gptq-int4"
-    NONE = "none"
-
-
-class QuantizeExperts(_Choice):
-    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
-
-    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
-    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
-    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
-    """
-
-    AUTO = "auto"
-    YES = "yes"
-    NO = "no"
-
-
-class Optimizer(_Choice):
-    ADAMW = "adamw"
-    ADAMW_8BIT = "adamw-8bit"
-    PAGED_ADAMW = "paged-adamw"
-    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
-    ADAMW_4BIT = "adamw-4bit"
-    ADAFACTOR = "adafactor"
-    SGD = "sgd"
-    SGD_MOMENTUM = "sgd-momentum"
-    LION = "lion"
-    LION_8BIT = "lion-8bit"
-
-
-class Checkpointing(_Choice):
-    NONE = "none"
-    FULL = "full"
-    SELECTIVE = "selective"
-    OFFLOAD = "offload"
-
-
-class Attention(_Choice):
-    SDPA = "sdpa"
-    FLASH = "flash"
-    EAGER = "eager"
-
-
-class Loss(_Choice):
-    STANDARD = "standard"
-    CHUNKED = "chunked"
-    FUSED = "fused"
-
-
-class Parallelism(_Choice):
-    NONE = "none"
-    DDP = "ddp"
-    ZERO1 = "zero1"
-    ZERO2 = "zero2"
-    ZERO3 = "zero3"
-    FSDP = "fsdp"
-    FSDP_GRAD_OP = "fsdp-grad-op"
-
-
-class Framework(_Choice):
-    """Whose training code runs the step: its layout of adapters, loss and quantized base differs.
-
-    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``. This key is an
-    extension of the shared schema (default ``hf``), added because the measured sources differ in
-    exactly these ways (see the README, "Frameworks").
-    """
-
-    HF = "hf"
-    TORCHTUNE = "torchtune"
-    LITGPT = "litgpt"
-
-
-class Offload(_Choice):
-    NONE = "none"
-    OPTIMIZER = "optimizer"
-    OPTIMIZER_PARAMS = "optimizer+params"
-
+from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
+from vramfit.units import parse_param_count
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
 ALL_LINEAR = "all-linear"
@@ -187,6 +77,13 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
+    reference: Reference = Reference.AUTO
+    num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
+    completion_len: int | None = None  # GRPO/PPO: generated tokens, part of seq_len (None: TRL's 256)
+    generation: Generation = Generation.HF
+    vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
+    vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
 
     @property
     def trains_adapters(self) -> bool:
@@ -222,6 +119,9 @@ class Scenario:
         for key, follower in derived.items():
             if key in changes and follower not in changes:
                 data.pop(follower, None)
+        for follower in STAGE_FOLLOWERS if "stage" in changes else ():
+            if follower not in changes:
+                data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
         if "model" in changes and "params" not in changes:
@@ -230,33 +130,101 @@ class Scenario:
         return parse_scenario(data)
 
 
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
+CH, INT, NUM, BOOL, TXT = Kind.CHOICE, Kind.INTEGER, Kind.NUMBER, Kind.BOOLEAN, Kind.TEXT
+
+
+def _precision_defaults() -> str:
+    """Each framework's default precision per method, read from the framework profiles."""
+    from vramfit.estimate.framework import PROFILES
+
+    parts = []
+    for fw, prof in PROFILES.items():
+        d = dict(prof.default_precision)
+        common = max(set(d.values()), key=list(d.values()).count)
+        odd = ", ".join(f"{m.value} {p.value}" for m, p in d.items() if p is not common)
+        parts.append(f"{fw.value} {common.value}" + (f" ({odd})" if odd else ""))
+    return "the framework's: " + "; ".join(parts)
+
+
+def Field(name: str, kind: Kind, help: str, label: tuple[str, str], **more: Any) -> FieldSpec:  # noqa: N802
+    """A table row, its default read from :class:`Scenario`."""
+    return FieldSpec(name, kind, help, label, default=_DEFAULTS[name], **more)
+
+
+#: The scenario's keys, in the order of :class:`Scenario` (a test checks the two agree).
+FIELDS: tuple[FieldSpec, ...] = (
+    Field("model", TXT, "Model id (catalog or Hugging Face Hub) or path to a config.json.", ("Model", "Modelo"),
+          default_note="none: give model or params"),
+    Field("params", Kind.COUNT, "Instead of model: a generic dense decoder of this many parameters, e.g. 7B.",
+          ("Parameters", "Parâmetros"), unit="parameters", default_note="none: give model or params"),
+    Field("method", CH, "What is trained: every weight (full), LoRA adapters on a 16-bit base (lora) or on a "
+          "quantized base (qlora).", ("Method", "Método"), choices=Method),
+    Field("precision", CH, f"Number formats: bf16-true = {Precision.BF16_TRUE.meaning}; bf16-mixed = "
+          f"{Precision.BF16_MIXED.meaning}.", ("Precision", "Precisão"), choices=Precision,
+          default_note=_precision_defaults),
+    Field("quantize", CH, "Storage of the frozen base weights (qlora needs a quantized one).",
+          ("Base quantization", "Quantização da base"), choices=Quantize, default_note="nf4-dq for qlora, else none"),
+    Field("lora_rank", INT, "LoRA rank r (width of the adapter matrices).", ("Rank r", "Rank r"), limits=(1, MAX_RANK)),
+    Field("lora_alpha", NUM, "LoRA scaling alpha (no memory effect).", ("Alpha", "Alpha"), range_note="> 0",
+          default_note="2 × lora_rank"),
+    Field("lora_targets", Kind.NAMES, "Modules that get adapters: names (q_proj,v_proj) or all-linear.",
+          ("Target modules", "Módulos alvo")),
+    Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
+          "when the card is full.", ("Optimizer", "Otimizador"), choices=Optimizer),
+    Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
+          ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
+    Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),
+          unit="sequences", limits=(1, MAX_BATCH)),
+    Field("seq_len", INT, "Tokens per sequence (4k = 4096).", ("Sequence length", "Comprimento de sequência"), unit="tokens",
+          limits=(1, MAX_SEQ_LEN)),
+    Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
+          unit="micro-batches", limits=(1, MAX_BATCH)),
+    Field("gradient_checkpointing", CH, "Recompute in backward: none, every block (full), attention (selective), "
+          "or block inputs kept in host RAM (offload).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+          choices=Checkpointing),
+    Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
+          ("Attention kernel", "Kernel de atenção"), choices=Attention),
+    Field("loss", CH, "Loss: standard (full logits), chunked (over the sequence) or fused (no logits: Liger, CCE).",
+          ("Loss", "Perda"), choices=Loss),
+    Field("num_gpus", INT, "GPUs taking part, each with its own micro-batch (above one node, see the assumptions).",
+          ("GPUs", "GPUs"), unit="GPUs", limits=(1, MAX_GPUS)),
+    Field("parallelism", CH, "How the work is split over GPUs: DDP, DeepSpeed ZeRO stages or FSDP.",
+          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp"),
+    Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
+          ("CPU offload", "Descarga para CPU"), choices=Offload),
+    Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
+          default_note="none (no target card)"),
+    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
+          ("Framework", "Framework"), choices=Framework),
+    Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
+          default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
+    Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
+                                                                 "torch.compile (modelo e perda)")),
+    Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
+          "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
+          ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
+)
+del CH, INT, NUM, BOOL, TXT, Field
+
+FIELD: dict[str, FieldSpec] = {f.name: f for f in FIELDS}
 SCENARIO_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Scenario))
 
-_ENUM_KEYS: dict[str, type[_Choice]] = {
-    "method": Method,
-    "precision": Precision,
-    "quantize": Quantize,
-    "optimizer": Optimizer,
-    "gradient_checkpointing": Checkpointing,
-    "attention": Attention,
-    "loss": Loss,
-    "parallelism": Parallelism,
-    "offload": Offload,
-    "framework": Framework,
-    "quantize_experts": QuantizeExperts,
+#: Scenario keys whose values are a finite set -> the enum that lists them.
+CHOICE_KEYS: dict[str, type[_Choice]] = {f.name: f.choices for f in FIELDS if f.choices is not None}
+#: Whole-number keys -> their inclusive (min, max), as parse_scenario enforces them.
+INT_LIMITS: dict[str, tuple[int, int]] = {
+    f.name: (int(f.limits[0]), int(f.limits[1])) for f in FIELDS if f.kind is Kind.INTEGER and f.limits
 }
-
-_INT_LIMITS: dict[str, tuple[int, int]] = {
-    "lora_rank": (1, MAX_RANK),
-    "micro_batch_size": (1, MAX_BATCH),
-    "seq_len": (1, MAX_SEQ_LEN),
-    "grad_accum": (1, MAX_BATCH),
-    "num_gpus": (1, MAX_GPUS),
-}
+#: Boolean switches.
+BOOL_KEYS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind is Kind.BOOLEAN)
+_ENUM_KEYS = CHOICE_KEYS  # older private names, kept for callers not yet moved
+_INT_LIMITS = INT_LIMITS
 
 
 def _as_int(key: str, value: Any) -> int:
-    lo, hi = _INT_LIMITS[key]
+    lo, hi = INT_LIMITS[key]
     if isinstance(value, bool):
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
@@ -292,7 +260,7 @@ def _as_bool(key: str, value: Any) -> bool:
 
 
 def _as_enum(key: str, value: Any) -> _Choice:
-    enum = _ENUM_KEYS[key]
+    enum = CHOICE_KEYS[key]
     if isinstance(value, enum):
         return value
     if isinstance(value, str):
@@ -384,13 +352,13 @@ def parse_scenario(data: Any) -> Scenario:
             raw[norm] = value
 
     kw: dict[str, Any] = {}
-    for key in _ENUM_KEYS:
+    for key in CHOICE_KEYS:
         if key in raw:
             kw[key] = _as_enum(key, raw[key])
-    for key in _INT_LIMITS:
+    for key in INT_LIMITS:
         if key in raw:
             kw[key] = _as_int(key, raw[key])
-    for key in ("optimizer_in_backward", "compile"):
+    for key in BOOL_KEYS:
         if key in raw:
             kw[key] = _as_bool(key, raw[key])
     if "lora_targets" in raw:
@@ -413,8 +381,6 @@ def parse_scenario(data: Any) -> Scenario:
             raise ScenarioError("model", f"must be a non-empty string, got {model!r}")
         kw["model"] = model.strip()
     if params is not None:
-        from vramfit.models.generic import parse_param_count
-
         kw["params"] = parse_param_count(params)
 
     method = kw.get("method", Method.LORA)
@@ -453,13 +419,14 @@ def parse_scenario(data: Any) -> Scenario:
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
+    check_stage_keys(kw, raw)
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():
             raise ScenarioError("gpu", f"must be a GPU id, got {gpu!r}")
-        from vramfit.gpus import get_gpu
-
-        kw["gpu"] = get_gpu(gpu.strip()).gpu_id
+        # the id is checked against the catalog where the card is used (estimate, fit, plan):
+        # validating a scenario reads no catalog or user file
+        kw["gpu"] = gpu.strip().lower()
     return Scenario(**kw)
 
 

@@ -85,3 +85,14 @@ def test_models_lists_and_searches():
 def test_gpus_lists_marketing_and_usable_memory():
     r = run("gpus")
     assert r.exit_code == 0 and "usable GiB" in r.output and "rtx4090" in r.output
+
+
+def test_stage_bad_combination_is_one_line_exit_2():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    r = CliRunner().invoke(app, ["estimate", "--model", "meta-llama/Llama-3.2-1B", "--stage", "orpo", "--reference", "copy"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1] == (
+        "error: reference: stage orpo has no reference model (its loss is reference-free) (valid values: auto, none)")

@@ -11,7 +11,9 @@ from vramfit.errors import ScenarioError
 FIX = Path(__file__).parent / "fixtures"
 
 BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
-        "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard"}
+        "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
+        "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
+        "vllm_gpu_memory_utilization": None, "vllm_sleep": False}
 
 EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
@@ -27,7 +29,7 @@ EXPECTED = {
                                "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                                "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "optimizer": "adamw-8bit",
                                "micro_batch_size": 4, "seq_len": 512, "grad_accum": 1, "gradient_checkpointing": "offload",
-                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0},
+                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0, "stage": "dpo"},
     "llamafactory_lora_ds3.yaml": {**BASE, "model": "meta-llama/Meta-Llama-3-8B", "method": "lora", "precision": "bf16-true",
                                    "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                    "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 2048, "grad_accum": 2,
@@ -121,10 +123,10 @@ def test_defaults_are_reported_with_their_pinned_source():
 def test_not_modelled_keys_are_reported_not_dropped():
     imp = from_config(FIX / "axolotl_lora_zero2.yml")
     nm = {e.key: e.note for e in imp.not_modelled()}
-    assert "rl" in nm and "preference" in nm["rl"]
+    assert "rl" not in nm and imp.scenario.stage.value == "dpo"  # rl: dpo is the scenario's stage
     assert "unsloth_lora_mlp" in nm and "Unsloth" in nm["unsloth_lora_mlp"]
     assert "deepspeed → zero_optimization.reduce_bucket_size" in nm
-    assert any(line.startswith("  not modelled yet: rl: dpo") for line in imp.lines())
+    assert any("rl: dpo → stage=dpo" in line for line in imp.lines())
 
 
 def test_companion_peft_and_bnb_files():

@@ -5,7 +5,7 @@ import pytest
 from vramfit import estimate
 from vramfit.estimate.activations import block_saved
 from vramfit.estimate.framework import profile_for
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 from vramfit.scenario import Framework, parse_scenario
 
 MODEL = "meta-llama/Llama-2-7b-hf"
@@ -23,8 +23,8 @@ def gpt_block(h: int, a: int) -> ModelSpec:
             Linear("c_fc", h, 4 * h, True, "mlp"), Linear("c_proj", 4 * h, h, True, "mlp"),
         ),
         block_norm_params=4 * h, final_norm_params=2 * h, embedding_params=50257 * h,
-        lm_head_params=0, norm_type="layernorm",
-        extra={"attn_pdrop": 0.1, "resid_pdrop": 0.1},
+        lm_head_params=0, norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.LEARNED,
+        eager_softmax_fp32=False, fused_qkv="c_attn", attention_dropout=0.1, hidden_dropout=0.1,
     )
 
 
@@ -47,8 +47,13 @@ def test_korthikanti_per_layer_activations(s, b, h, a):
     assert saved.total - stats == s * b * h * 34 + 5 * a * s * s * b
 
 
+def in_phase(r, name: str, phase: str = "forward") -> int:
+    """A component's size in one phase of the step (the per-phase view; components are at the peak)."""
+    return dict(next(p for p in r.phases if p.phase == phase).breakdown).get(name, 0)
+
+
 def _act(**keys):
-    return estimate({"model": MODEL, **keys}).component("activations")
+    return in_phase(estimate({"model": MODEL, **keys}), "activations")
 
 
 def test_sdpa_activations_grow_linearly_and_eager_quadratically():
@@ -72,11 +77,11 @@ def test_offload_moves_checkpoints_to_host():
 
 
 def test_lora_input_casts_and_dropout_follow_the_framework():
-    hf = estimate({"model": MODEL, "method": "lora", "lora_targets": "q_proj,v_proj"}).component("activations")
-    tt = estimate({"model": MODEL, "method": "lora", "lora_targets": "q_proj,v_proj", "framework": "torchtune"}).component("activations")
+    hf = _act(method="lora", lora_targets="q_proj,v_proj")
+    tt = _act(method="lora", lora_targets="q_proj,v_proj", framework="torchtune")
     # PEFT casts each adapted layer's bf16 input to fp32 (2 layers x T x h x 4 B) -> more than torchtune
     assert hf - tt >= 32 * 2 * 2048 * 4096 * 4 - 32 * 2 * 2048 * 4096 * 2
-    dropped = estimate({"model": MODEL, "method": "lora", "lora_targets": "q_proj,v_proj", "framework": "torchtune", "lora_dropout": 0.1}).component("activations")
+    dropped = _act(method="lora", lora_targets="q_proj,v_proj", framework="torchtune", lora_dropout=0.1)
     assert dropped > tt  # dropout mask and output per adapted layer
 
 
@@ -88,7 +93,8 @@ def test_full_finetune_saves_linear_inputs():
 
 def test_loss_modes():
     def loss(mode):
-        return estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "loss": mode, "seq_len": 4096}).component("logits_loss")
+        r = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "loss": mode, "seq_len": 4096})
+        return in_phase(r, "logits_loss")
     standard, chunked, fused = loss("standard"), loss("chunked"), loss("fused")
     T, V = 4096, 128256
     assert standard == 2 * T * V + 4 * T * V + 4 * T * V  # bf16 logits, fp32 upcast, log_softmax

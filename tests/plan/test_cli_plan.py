@@ -76,7 +76,7 @@ def test_plan_export_writes_files(tmp_path):
     r = run("plan", *M7, "--method", "qlora", "--cards", "h100-sxm", "--effective-batch", "8", "--export", "trl",
             "--export-dir", str(tmp_path), "--pick", "cheapest")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "train_config.py").is_file() and (tmp_path / "accelerate.yaml").is_file()
+    assert {p.name for p in tmp_path.iterdir()} == {"train.py", "train_config.yaml", "accelerate.yaml"}
 
 
 def test_fit_command():

@@ -78,12 +78,18 @@ def test_every_engine_writes_parseable_files(plans, engine):
         ex = export_plan(p, engine, epochs=2)
         assert ex.files
         for name, text in ex.files.items():
-            if name.endswith(".yaml"):
+            if name == "train_config.yaml":
+                assert yaml.safe_load(text)["per_device_train_batch_size"] == p.micro_batch_size
+            elif name == "accelerate.yaml":
                 cfg = yaml.safe_load(text)
-                assert cfg["num_processes"] == p.num_gpus and cfg["mixed_precision"] == "bf16"
+                assert cfg["num_processes"] == p.num_gpus
+                if cfg["distributed_type"] == "DEEPSPEED":  # precision is the JSON's: accelerate refuses both
+                    assert "mixed_precision" not in cfg and json.loads(ex.files["ds_config.json"])["bf16"]["enabled"]
+                else:
+                    assert cfg["mixed_precision"] == "bf16"
             elif name.endswith(".json"):
                 json.loads(text)
-            else:
+            elif name.endswith(".py"):
                 compile(text, name, "exec")
         json.dumps(ex.to_dict())
 
@@ -92,9 +98,9 @@ def test_fsdp_and_trl_exports(plans):
     fs = yaml.safe_load(export_plan(plans["zero3"], "fsdp").files["accelerate.yaml"])
     assert fs["distributed_type"] == "FSDP"
     assert fs["fsdp_config"]["fsdp_sharding_strategy"] in ("FULL_SHARD", "SHARD_GRAD_OP")
-    trl = export_plan(plans["qlora1"], "trl").files["train_config.py"]
-    assert "load_in_4bit=True" in trl and "LoraConfig(" in trl and "gradient_checkpointing=True" in trl
-    assert f"per_device_train_batch_size={plans['qlora1'].micro_batch_size}" in trl
+    trl = yaml.safe_load(export_plan(plans["qlora1"], "trl").files["train_config.yaml"])
+    assert trl["load_in_4bit"] and trl["use_peft"] and trl["activation_checkpointing"]
+    assert trl["per_device_train_batch_size"] == plans["qlora1"].micro_batch_size
 
 
 def test_unknown_engine():

@@ -109,7 +109,7 @@ def test_report_is_json_with_integer_bytes(report):
     for k in ("allocated_bytes", "reserved_bytes", "device_bytes", "usable_bytes", "headroom_bytes"):
         assert isinstance(p[k], int)
     assert isinstance(p["disk"]["total_bytes"], int) and d["cheapest"] and d["fastest"]
-    assert "llm-foundry" in d["inputs"]["mfu_source"]
+    assert d["inputs"]["mfu"] is None and "mechanism model" in d["inputs"]["mfu_source"]
 
 
 def test_disk_counts_dataset_checkpoints_and_adapters(report):
@@ -170,11 +170,15 @@ def test_search_fast_timing_path_equals_step_time():
     from vramfit.plan.search import Search
     from vramfit.plan.throughput import model_flops
 
-    ev = Evaluator({"model": L70, "method": "qlora", "seq_len": 1024})
-    s = Search(ev, 16, model_flops(ev.spec, 1024), 10**8, 0.4)
-    for gid in ("h100-sxm", "rtx4090", "l40s", "a100-80gb-pcie"):
-        g = get_gpu(gid)
-        for n in (1, 2, 8):
-            for c in s.configs(n)[::5]:
-                for mb in (1, 2):
-                    assert s._seconds_per_token(c, mb, g) == pytest.approx(1 / s.speed(c, mb, g).tokens_per_s, rel=1e-12)
+    for sc, mfu in (({"model": L70, "method": "qlora", "seq_len": 1024}, 0.4),  # MFU rule
+                    ({"model": L70, "method": "qlora", "seq_len": 1024}, None),  # mechanism model
+                    ({"model": L7, "method": "full", "quantize": "none", "seq_len": 1024}, None),
+                    ({"model": L70, "method": "qlora", "quantize": "gptq-int4", "compile": True}, None)):
+        ev = Evaluator(sc)
+        s = Search(ev, 16, model_flops(ev.spec, ev.base.seq_len), 10**8, mfu)
+        for gid in ("h100-sxm", "rtx4090", "l40s", "a100-80gb-pcie"):
+            g = get_gpu(gid)
+            for n in (1, 2, 8):
+                for c in s.configs(n)[::3]:
+                    for mb in (1, 2):
+                        assert s._seconds_per_token(c, mb, g) == pytest.approx(1 / s.speed(c, mb, g).tokens_per_s, rel=1e-12)

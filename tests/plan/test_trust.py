@@ -86,7 +86,9 @@ def test_models_ids_stay_readable_in_a_narrow_terminal():
                                        ("RTX 4090", "rtx4090"), ("a100", "a100-80gb-sxm")])
 def test_gpu_aliases(name, gid):
     assert get_gpu(name).gpu_id == gid
-    assert parse_scenario({"model": M7, "gpu": name}).gpu == gid
+    # validation reads no GPU catalog (issue 10 item 5): the alias becomes the id where the card is used
+    assert parse_scenario({"model": M7, "gpu": name}).gpu == name.strip().lower()
+    assert estimate({"model": M7, "gpu": name}).scenario.gpu == gid
 
 
 def test_lora_keys_with_full_fine_tuning_get_a_note():

@@ -9,6 +9,7 @@ import pytest
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
 from vramfit.models import load_catalog
+from vramfit.plan.verdict import with_fits
 from vramfit.scenario import SCENARIO_KEYS, parse_scenario
 from vramfit.web.service import MAX_BODY_BYTES
 
@@ -34,7 +35,8 @@ def test_estimate_is_the_result_object_of_the_library(client):
     body = {"model": MODEL, "method": "qlora", "seq_len": 4096, "gpu": "rtx4090"}
     r = post(client, "/api/estimate", body)
     assert r.status_code == 200
-    assert r.json() == json.loads(json.dumps(estimate(body).to_dict()))
+    # the library figure, with the card verdicts the planner adds at the face (vramfit.plan.verdict)
+    assert r.json() == json.loads(json.dumps(with_fits(estimate(body)).to_dict()))
     assert set(r.json()) >= {"scenario", "model", "peak", "components", "assumptions"}
 
 
@@ -168,6 +170,9 @@ BAD_SCENARIOS = [
     ("offload-ddp", {"model": MODEL, "offload": "optimizer"}, "offload"),
     ("unknown-gpu", {"model": MODEL, "gpu": "rtx9090"}, "gpu"),
     ("model-not-string", {"model": 7}, "model"),
+    ("reference-free-with-copy", {"model": MODEL, "stage": "simpo", "reference": "copy"}, "reference"),
+    ("grpo-indivisible", {"model": MODEL, "stage": "grpo", "num_generations": 4}, "num_generations"),
+    ("colocate-no-card", {"model": MODEL, "stage": "grpo", "micro_batch_size": 8, "generation": "vllm-colocate"}, "gpu"),
 ]
 
 

@@ -10,18 +10,14 @@ import json
 import os
 import re
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
+# (the fixtures base_url, browser and page_factory are in conftest.py, shared with test_browser_page.py)
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-DESKTOP = {"width": 1366, "height": 900}
+DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
 pytestmark = pytest.mark.browser
@@ -36,60 +32,6 @@ if sync_playwright is None:
 elif not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
     pytestmark = [pytest.mark.browser, pytest.mark.skip(
         reason=f"{CHROMIUM} is missing (apt-get install chromium; see scripts/system-deps.sh)")]
-
-
-@pytest.fixture(scope="module")
-def base_url():
-    import uvicorn
-
-    from vramfit.web import create_app
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        if time.time() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page_factory(browser):
-    pages = []
-
-    def make(viewport=DESKTOP, expect_422=False):
-        context = browser.new_context(viewport=viewport)
-        page = context.new_page()
-        page.errors = []
-        allowed = "status of 422" if expect_422 else "\0"
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.on("console", lambda m: page.errors.append(m.text)
-                if m.type == "error" and allowed not in m.text else None)
-        page.on("request", lambda r: page.errors.append("external request " + r.url)
-                if not r.url.startswith(("http://127.0.0.1", "data:", "blob:")) else None)
-        pages.append(page)
-        return page
-
-    yield make
-    for p in pages:
-        assert not p.errors, p.errors
-        p.context.close()
 
 
 def wait_result(page, model_id=None):

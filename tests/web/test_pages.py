@@ -58,17 +58,21 @@ def test_language_switch_keeps_the_scenario(client):
 
 @pytest.mark.parametrize("lang", ["en", "pt"])
 def test_guide_tables_are_computed(client, lang):
+    from vramfit.web.i18n import fmt_number
+
     html = client.get("/guide", params={"lang": lang}).text
     sizing = guide.sizing()
     assert len(sizing["rows"]) == 12
+    n = lambda v, d=1: fmt_number(v, lang, d)  # noqa: E731 - as the page writes it
     for row in sizing["rows"]:
-        assert f'>{row["peak_gib"]}</a>' in html and f'>{row["ckpt_gib"]}</a>' in html
+        assert f'>{n(row["peak_gib"])}</a>' in html and f'>{n(row["ckpt_gib"])}</a>' in html
         for claim in row["claims"]:
-            assert f'>{claim["gib"]}</td>' in html
+            assert f'>{n(claim["gib"])}</td>' in html
     for row in guide.lora_share()["rows"]:
-        assert row["wide_s"] in html and f'{row["wide"]:,}' in html
+        wide_s = row["wide_s"].replace(".", ",") if lang == "pt" else row["wide_s"]
+        assert wide_s in html and fmt_number(row["wide"], lang) in html
     for row in guide.accumulation()["rows"]:
-        assert f'>{row["peak_gib"]}</a>' in html
+        assert f'>{n(row["peak_gib"])}</a>' in html
     assert 'id="fig-breakdown"' in html and 'id="fig-seq"' in html
 
 
@@ -133,7 +137,9 @@ def test_openapi_documents_the_bodies(client):
 
 
 def test_no_swagger_ui_from_a_cdn(client):
-    assert client.get("/docs").status_code == 404
+    """/docs is our own page (static/apidocs.js reads /openapi.json), not Swagger UI from a CDN."""
+    html = client.get("/docs").text
+    assert "swagger" not in html.lower() and client.get("/redoc").status_code == 404
 
 
 def test_serve_prints_the_address(monkeypatch):
@@ -155,3 +161,145 @@ def test_serve_prints_the_address(monkeypatch):
 def test_guide_breakdown_bars_add_up_to_the_peak():
     for bar in guide.breakdown()["bars"]:
         assert abs(sum(bar["components"].values()) - bar["peak_gib"]) <= 0.1 * len(bar["components"])
+
+
+# ---------------------------------------------------------------- issue 18: Portuguese all the way, numbers by page
+
+PT_SCENARIOS = [
+    {"model": "meta-llama/Llama-3.1-8B"},
+    {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "optimizer": "paged-adamw-8bit"},
+    {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "qlora"},
+    {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "num_gpus": 4,
+     "parallelism": "zero3", "gradient_checkpointing": "offload"},
+    {"model": "meta-llama/Llama-2-7b-hf", "framework": "torchtune", "method": "qlora"},
+    {"params": "7B", "method": "full", "precision": "fp32"},
+    {"model": "meta-llama/Llama-3.1-8B-Instruct", "method": "lora", "num_gpus": 2, "parallelism": "ddp"},
+]
+
+
+@pytest.mark.parametrize("keys", PT_SCENARIOS, ids=lambda k: "-".join(str(v) for v in k.values())[:40])
+def test_every_assumption_has_portuguese(keys):
+    from vramfit.estimate import estimate
+    from vramfit.web.translate import untranslated
+
+    assert untranslated(list(estimate(keys).assumptions)) == []
+
+
+def test_pasted_config_note_has_portuguese():
+    from vramfit.models import load_catalog
+    from vramfit.web.service import spec_from_pasted
+    from vramfit.web.translate import to_pt
+
+    config = next(e["config"] for e in load_catalog() if e["id"] == "Qwen/Qwen2.5-0.5B")
+    note = spec_from_pasted(config)[2][0]
+    assert to_pt(note).endswith("um config.json colado, lido como dados (24 camadas, hidden 896, vocabulário 151936).")
+
+
+def test_planner_sentences_have_portuguese():
+    from vramfit.plan import plan
+    from vramfit.web.translate import to_pt, untranslated
+
+    seen = []
+    for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "gpu": "rtx4090"},
+                 {"model": "codellama/CodeLlama-34b-hf", "method": "full", "precision": "bf16-mixed",
+                  "gpu": "a100-80gb-sxm"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gpu": "rtx3060-12gb", "seq_len": 16384},
+                 {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "qlora", "optimizer": "paged-adamw-8bit"},
+                 {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "num_gpus": 4,
+                  "parallelism": "zero3", "offload": "optimizer+params"}):
+        r = plan(keys, dataset_tokens="50M").to_dict()
+        seen += [x for cs in r["changes"].values() for c in cs for x in (c["description"], c["tradeoff"])]
+        seen += [e["reason"] for e in r["excluded"]] + [n for p in r["plans"] for n in p["notes"]]
+    assert untranslated(sorted(set(seen))) == []
+    assert to_pt("does not fit 1 x a100-80gb-sxm even with ZeRO-3, checkpointing and offload (at micro-batch 1); "
+                 "effective batch 1 allows at most 1 GPUs") == (
+        "não cabe em 1 × a100-80gb-sxm nem com ZeRO-3, checkpointing e descarga (com micro-batch 1); "
+        "o batch efetivo 1 permite no máximo 1 GPU(s)")
+
+
+def test_translated_numbers_use_the_decimal_comma():
+    from vramfit.web.translate import to_pt
+
+    assert to_pt("Activations are counted tensor by tensor from what autograd saves in a mixtral block "
+                 "(3,689.6 MiB per block per micro-batch without checkpointing).").endswith(
+        "(3689,6 MiB por bloco e por micro-batch, sem checkpointing).")
+
+
+def test_translation_rules_are_valid_javascript_regexes():
+    """The rules travel to the browser: no Python-only syntax (named groups, lookbehind, inline flags)."""
+    from vramfit.web.translate import RULES
+
+    for pattern, repl in RULES:
+        assert not re.search(r"\(\?(P<|<[=!]|[aiLmsux])", pattern), pattern
+        assert "\\" not in repl, repl
+
+
+def test_number_format_by_page_language():
+    from vramfit.web.i18n import fmt_number
+
+    assert fmt_number(104.5, "pt", 1) == "104,5" and fmt_number(104.5, "en", 1) == "104.5"
+    assert fmt_number(6738415616, "pt") == "6 738 415 616" and fmt_number(2048, "pt") == "2048"
+    assert fmt_number(0.59, "pt", 2) == "0,59"
+
+
+def test_pt_guide_numbers_and_why_lines_are_portuguese(client):
+    html = client.get("/guide?lang=pt").text
+    cells = re.findall(r'<td class="num"><a [^>]*>([^<]*)</a>', html)
+    assert cells and all(re.fullmatch(r"\d+,\d", c) for c in cells), cells[:5]
+    assert "Section 0" not in html and "The guide counts" not in html
+    assert "pára" not in html
+
+
+def test_api_docs_page_is_served_from_here(client):
+    r = client.get("/docs")
+    assert r.status_code == 200 and '<script src="/static/apidocs.js">' in r.text
+    assert not EXTERNAL.search(r.text)
+
+
+def test_export_gives_the_planner_files(client):
+    from vramfit.plan import plan
+    from vramfit.plan.export import export_plan
+
+    scenario = {"model": "meta-llama/Llama-3.1-8B", "method": "lora"}
+    r = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 1, "engine": "trl"})
+    assert r.status_code == 200
+    want = export_plan(plan(scenario, gpu_ids=["rtx4090"]).plans[0], "trl").to_dict()
+    assert r.json() == want and set(want["files"]) == {"accelerate.yaml", "train.py", "train_config.yaml"}
+    bad = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 3})
+    assert bad.status_code == 422 and bad.json()["key"] == "num_gpus" and bad.json()["valid"] == ["1"]
+    for body, key in (({"gpu_id": 123}, "gpu_id"), ({"gpu_id": "rtx4090", "num_gpus": "x"}, "num_gpus"),
+                      ({"gpu_id": "rtx4090", "engine": "vim"}, "export"), ({}, "gpu_id")):
+        r = client.post("/api/export", json={"scenario": scenario, **body})
+        assert r.status_code == 422 and r.json()["key"] == key, r.json()
+
+
+def test_export_notes_have_portuguese():
+    from vramfit.plan import plan
+    from vramfit.plan.export import ENGINES, export_plan
+    from vramfit.web.translate import untranslated
+
+    notes = set()
+    for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gradient_checkpointing": "selective",
+                  "loss": "chunked"}):
+        for p in plan(keys, gpu_ids=["rtx4090", "a100-80gb-sxm"]).plans[:3]:
+            for engine in ENGINES:
+                notes.update(export_plan(p, engine).notes)
+    assert notes and untranslated(sorted(notes)) == []
+
+
+BAD = [{"seq_len": 0}, {"seq_len": "abc"}, {"method": "dora"}, {"num_gpus": 4, "parallelism": "none"},
+       {"lora_alpha": -1}, {"lora_dropout": 2}, {"lora_targets": ["foo"]}, {"model": None, "params": "abc"},
+       {"params": "7B"}, {"model": None}, {"method": "qlora", "quantize": "none"}, {"offload": "optimizer"},
+       {"micro_batch_size": ""}, {"gpu": "rtx9999"}, {"model": "llama-9000"}]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=lambda b: ",".join(b))
+def test_api_errors_have_portuguese(client, bad):
+    from vramfit.web.translate import to_pt
+
+    body = {k: v for k, v in {"model": "meta-llama/Llama-3.1-8B", **bad}.items() if v is not None}
+    r = client.post("/api/estimate", json=body)
+    assert r.status_code == 422
+    pt = to_pt(r.json()["error"])
+    assert pt != r.json()["error"] and not re.search(r"\b(must|got|valid values|is required|unknown)\b", pt), pt

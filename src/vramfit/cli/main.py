@@ -12,9 +12,12 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.options import build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
+from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.units import gib
 
 app = typer.Typer(
     name="vramfit",
@@ -44,6 +47,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @app.command()
 @user_errors
 @with_scenario_options
+@with_dataset_options
 def estimate(
     scenario_args: dict,
     scenario_file: Path | None,
@@ -51,9 +55,19 @@ def estimate(
     batch: Path | None = typer.Option(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
+    safety_margin: float = typer.Option(
+        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
+    ),
 ) -> None:
-    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown."""
-    from vramfit.estimate import estimate as run_estimate
+    """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
+    from vramfit.estimate import estimate
+    from vramfit.plan.verdict import with_fits
+    from vramfit.scenario import fraction
+
+    safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
+
+    def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
+        return with_fits(estimate(item), safety_margin=safety_margin)
 
     if batch is not None:
         for _, item in read_batch(batch):
@@ -135,7 +149,7 @@ def gpus(
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", f"{g.usable_bytes / 2**30:.2f}", f"{g.bf16_tflops or '':}", price,
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), f"{g.bf16_tflops or '':}", price,
                   *((price_basis(g),) if wide else ()))
     console.print(t)
 

@@ -17,56 +17,43 @@ import typer
 
 from vramfit.cli.from_config import overlay
 from vramfit.errors import ScenarioError
-from vramfit.scenario import _ENUM_KEYS, SCENARIO_KEYS, load_scenario_file, parse_scenario
+from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, load_scenario_file, parse_scenario
 
-_HELP = {
-    "model": "Model id (catalog or Hugging Face Hub) or path to a config.json.",
-    "params": "Instead of --model: a generic dense decoder of this size, e.g. 7B.",
-    "lora_rank": "LoRA rank r.",
-    "lora_alpha": "LoRA alpha (no memory effect).",
-    "lora_targets": "Comma-separated module names, or all-linear.",
-    "lora_dropout": "LoRA dropout probability (default: the framework's).",
-    "optimizer_in_backward": "Run the optimizer step per parameter during backward (true/false).",
-    "micro_batch_size": "Sequences per GPU per forward/backward.",
-    "grad_accum": "Micro-batches per optimizer step.",
-    "num_gpus": "GPUs taking part (one node).",
-    "gpu": "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).",
-    "seq_len": "Tokens per sequence (4k = 4096).",
-    "quantize_experts": "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework does "
-                        "(transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
-}
+#: How each kind of value reads in ``--help`` (the help text lists a choice's values).
+_METAVAR = {Kind.CHOICE: "CHOICE", Kind.INTEGER: "INTEGER", Kind.NUMBER: "NUMBER", Kind.BOOLEAN: "true|false", Kind.TEXT: "TEXT",
+            Kind.COUNT: "COUNT", Kind.NAMES: "NAMES"}
 
 SCENARIO_OPTION_NAMES = tuple(k for k in SCENARIO_KEYS)
 
 
-def _precision_help() -> str:
-    """The precisions' meanings and each framework's default (from the framework profiles)."""
-    from vramfit.estimate.framework import PROFILES
-    from vramfit.scenario import Precision
-
-    text = "bf16-true: " + Precision.BF16_TRUE.meaning + "; bf16-mixed: " + Precision.BF16_MIXED.meaning + ". Default: "
-    parts = []
-    for fw, prof in PROFILES.items():
-        d = dict(prof.default_precision)
-        common = max(set(d.values()), key=list(d.values()).count)
-        odd = ", ".join(f"{m.value} {p.value}" for m, p in d.items() if p is not common)
-        parts.append(f"{fw.value} {common.value}" + (f" ({odd})" if odd else ""))
-    return text + "; ".join(parts) + " (what each framework does when not told; see README)."
-
-
-def _help_for(key: str) -> str:
-    text = _precision_help() if key == "precision" else _HELP.get(key, "")
-    if key in _ENUM_KEYS:
-        text = (text + " " if text else "") + "One of: " + ", ".join(_ENUM_KEYS[key].values()) + "."
+def _help_for(f) -> str:
+    """The table's help sentence, then the valid values or range and the unit."""
+    text = f.help
+    if f.valid and f.kind is Kind.CHOICE:
+        text += " One of: " + ", ".join(f.valid) + "."
+    elif f.range_text():
+        text += f" Range: {f.range_text()}" + (f" {f.unit}" if f.unit else "") + "."
+    elif f.unit and f.kind is not Kind.COUNT:  # a count already says what it counts
+        text += f" In {f.unit}."
     return text
 
 
+def _metavar(f) -> str:
+    return _METAVAR[f.kind]
+
+
 def scenario_parameters() -> list[inspect.Parameter]:
-    """inspect.Parameters (typer options) for every scenario key, all optional strings."""
+    """inspect.Parameters (typer options) for every scenario key, from the scenario's field table.
+
+    Values stay strings here: :func:`parse_scenario` checks them, so the CLI's errors are the API's.
+    """
     params = []
-    for key in SCENARIO_KEYS:
-        opt = typer.Option(None, "--" + key.replace("_", "-"), help=_help_for(key), rich_help_panel="Scenario")
-        params.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[str]))
+    for f in FIELDS:
+        opt = typer.Option(
+            None, "--" + f.name.replace("_", "-"), help=_help_for(f), metavar=_metavar(f),
+            show_default=f.default_text(), rich_help_panel="Scenario",
+        )
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[str]))
     params.append(
         inspect.Parameter(
             "scenario_file",

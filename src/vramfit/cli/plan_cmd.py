@@ -13,12 +13,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.gpus import GPUS_PER_NODE
+from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.units import GB, GiB
 
-GiB = 2**30
 console = Console()
 _P = "Planner"
+_MARGIN_HELP = "Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
 
 
 def _gib(n: int | None) -> str:
@@ -56,7 +60,7 @@ def _plan_row(i: int, p) -> list[str]:
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
         "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", p.price_basis,
-        f"{p.disk.total_bytes / 1e9:,.0f}",
+        f"{p.disk.total_bytes / GB:,.0f}",
     ]
 
 
@@ -64,7 +68,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
     console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
-                  f"effective batch {r.effective_batch} · {data} · MFU {r.mfu:.0%}")
+                  f"effective batch {r.effective_batch} · {data} · "
+                  + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
                   f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"
@@ -96,9 +101,9 @@ def render_plan(r, top: int, show_all: bool) -> None:
             console.print(f"   • {n}")
     if r.plans:
         d = r.plans[0].disk
-        console.print(f"Disk for #1: base model {d.base_model_bytes / 1e9:,.0f} GB, dataset {d.dataset_raw_bytes / 1e9:,.1f} GB raw + "
-                      f"{d.dataset_tokenized_bytes / 1e9:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / 1e9:,.1f} GB × "
-                      f"{d.checkpoints_kept}, final {d.final_model_bytes / 1e9:,.1f} GB → {d.total_bytes / 1e9:,.0f} GB")
+        console.print(f"Disk for #1: base model {d.base_model_bytes / GB:,.0f} GB, dataset {d.dataset_raw_bytes / GB:,.1f} GB raw + "
+                      f"{d.dataset_tokenized_bytes / GB:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / GB:,.1f} GB × "
+                      f"{d.checkpoints_kept}, final {d.final_model_bytes / GB:,.1f} GB → {d.total_bytes / GB:,.0f} GB")
     for gid, changes in r.changes.items():
         render_changes(gid, changes)
     if r.excluded:
@@ -155,6 +160,7 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     @user_errors
     @with_scenario_options
+    @with_dataset_options
     def plan_cmd(
         scenario_args: dict,
         scenario_file: Path | None,
@@ -166,17 +172,19 @@ def register(app: typer.Typer) -> None:
         sort: str = typer.Option("cost", help="Rank by cost (per token, low price) or time (fastest first).", rich_help_panel=_P),
         deadline: float | None = typer.Option(None, help="Hours the run must finish in; slower plans are ranked last.", rich_help_panel=_P),
         stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
-        max_gpus: int = typer.Option(8, help="Most GPUs (one node: at most 8).", rich_help_panel=_P),
-        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
-        mfu: float | None = typer.Option(None, help="Utilisation of the BF16 peak (default 0.40, sourced).", rich_help_panel=_P),
+        max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs (one node: at most {GPUS_PER_NODE}).",
+                                     rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
+        mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
         top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
         show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
-        export: str | None = typer.Option(None, help="Write a config: accelerate, deepspeed, fsdp or trl.", rich_help_panel=_P),
+        export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, or trl (also writes train.py).", rich_help_panel=_P),
         pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
         export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
         write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        dataset_report=None,
     ) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
         from vramfit.plan import plan
@@ -185,7 +193,7 @@ def register(app: typer.Typer) -> None:
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
                  gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
-                 deadline_hours=deadline, stacks=stack)
+                 deadline_hours=deadline, stacks=stack, dataset=dataset_report)
         if json_out:
             _out(r.to_dict())
         else:
@@ -199,10 +207,11 @@ def register(app: typer.Typer) -> None:
     @app.command("fit")
     @user_errors
     @with_scenario_options
+    @with_dataset_options
     def fit_cmd(
         scenario_args: dict,
         scenario_file: Path | None,
-        safety_margin: float = typer.Option(0.05, help="Fraction of usable memory kept free.", rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
         write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -222,7 +231,7 @@ def register(app: typer.Typer) -> None:
             return
         console.print(f"[bold]{r.gpu_name}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
                       f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
-                      + ("[green]fits[/green]" if r.fits else "[red]does not fit[/red]"))
+                      + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
         mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
         seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
         console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
@@ -248,6 +257,7 @@ def register(app: typer.Typer) -> None:
         gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
         csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
         chart: Path | None = typer.Option(None, help="Write a chart: .png, .svg (matplotlib) or .html (plotly).", rich_help_panel=_P),
+        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Peak memory over the values of one scenario key, as a table, CSV or chart."""
@@ -257,7 +267,7 @@ def register(app: typer.Typer) -> None:
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
-        r = sweep(sc, key, values, cards=gpu_id_list(cards))
+        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin)
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 
@@ -273,7 +283,8 @@ def register(app: typer.Typer) -> None:
         if json_out:
             _out(r.to_dict())
         elif csv_out is None or str(csv_out) != "-":
-            t = Table(title=f"Peak per GPU over {key}", title_justify="left")
+            t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
+                      title_justify="left")
             for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
                 t.add_column(col, justify="right")
             for p in r.points:

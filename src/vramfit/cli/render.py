@@ -6,16 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vramfit.estimate.result import EstimateResult
-
-GiB = 1024**3
-
-
-def gib(n: int) -> str:
-    return f"{n / GiB:,.2f}"
-
-
-def gb(n: int) -> str:
-    return f"{n / 1e9:,.2f}"
+from vramfit.units import gb, gib
 
 
 def render_estimate(r: EstimateResult, console: Console) -> None:
@@ -29,7 +20,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         f"parameters {r.model.num_params:,} · trainable {r.model.num_trainable_params:,} "
         f"({100 * r.model.num_trainable_params / max(1, r.model.num_params):.3f} %)"
     )
-    t = Table(title="Per-GPU memory by component", title_justify="left")
+    t = Table(title=f"Per-GPU memory by component, at the peak ({r.peak.phase})", title_justify="left")
     t.add_column("component")
     t.add_column("GiB", justify="right")
     t.add_column("live", style="dim")
@@ -58,14 +49,29 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     if r.host_bytes:
         console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
 
-    f = Table(title="Fits one GPU?", title_justify="left")
-    f.add_column("GPU")
-    f.add_column("usable GiB", justify="right")
-    f.add_column("fits")
-    f.add_column("headroom GiB", justify="right")
-    for fit in r.fits:
-        f.add_row(fit.name, gib(fit.usable_bytes), "[green]yes[/green]" if fit.fits else "[red]no[/red]", gib(fit.headroom_bytes))
-    console.print(f)
+    if r.fits:
+        render_fits(r, console)
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
         console.print(f" • {a}")
+
+
+def render_fits(r: EstimateResult, console: Console) -> None:
+    """The card verdicts (made by the planner: ``vramfit.plan.verdict``) and what "fits" means."""
+    from vramfit.plan.verdict import definition
+
+    margin = r.fits[0].safety_margin
+    f = Table(title="Fits one GPU?", title_justify="left")
+    f.add_column("GPU", no_wrap=True)
+    f.add_column("usable GiB", justify="right")
+    f.add_column(f"limit (−{margin:.0%})", justify="right")
+    f.add_column("fits")
+    f.add_column("headroom GiB", justify="right")
+    for fit in r.fits:
+        word = "[yellow]with paging[/yellow]" if fit.paging_bytes else "[green]yes[/green]" if fit.fits else "[red]no[/red]"
+        f.add_row(fit.name, gib(fit.usable_bytes), gib(fit.limit_bytes), word, gib(fit.headroom_bytes))
+    console.print(f)
+    for fit in r.fits:
+        if fit.paging_bytes:
+            console.print(f"{fit.name}: {fit.verdict}", highlight=False)
+    console.print(f"[dim]{definition(margin)}[/dim]", highlight=False)

@@ -8,6 +8,7 @@ from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
+from vramfit.config_import.stages import axolotl_stage
 
 _SRC = "axolotl-ai-cloud/axolotl@067b021"
 SOURCE = f"{_SRC} src/axolotl/utils/schemas/config.py"
@@ -75,7 +76,7 @@ IGNORED = [
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
 NOT_MODELLED = {
     "lora_mlp_kernel": "Axolotl's fused LoRA Triton kernels", "lora_qkv_kernel": "Axolotl's fused LoRA Triton kernels",
-    "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage",
+    "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage not read (GRPO sizes are)",
     "qat": "quantization-aware training", "diffusion": "diffusion-LM training", "vllm": "the vLLM generation server of GRPO",
     "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
     "use_sonicmoe": "MoE expert kernels", "experts_implementation": "MoE expert kernels",
@@ -272,7 +273,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     compile_ = r.get("torch_compile")
     if compile_ is not None:
         r.set("torch_compile", "compile", compile_ is True)
-    r.not_modelled("rl", "preference/RL training (its reference and reward models) — estimated as supervised fine-tuning")
+    axolotl_stage(r)
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)

@@ -8,6 +8,7 @@ from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
+from vramfit.config_import.stages import llamafactory_stage
 
 _R = "hiyouga/LLaMA-Factory@ff6d4d1"
 FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
@@ -62,9 +63,7 @@ _ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
 
 def _method(r: KeyReader) -> str:
     stage = r.get("stage", "sft", FT_SRC)
-    if stage not in ("sft", "pt"):
-        r.mark("stage", f"stage '{stage}' (preference/RL training, its reference/reward models): estimated as "
-                        "supervised fine-tuning")
+    llamafactory_stage(r, stage, FT_SRC)
     ft = r.get("finetuning_type", "lora", FT_SRC)
     if ft not in ("lora", "full"):
         raise r.error(f"finetuning_type '{ft}' is not modelled yet (valid values: lora, full)")

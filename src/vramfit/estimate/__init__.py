@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from vramfit.estimate.core import compute, process_bytes, reserved_bytes
+from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
-    FitInfo,
     ModelInfo,
     Peak,
     Phase,
     PhasePeak,
 )
+from vramfit.estimate.step import Step, compute
+from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
+
+if TYPE_CHECKING:
+    from vramfit.gpus import GPU
+    from vramfit.models.spec import ModelSpec
 
 __all__ = ["estimate", "resolve_spec", "EstimateResult"]
 
@@ -45,13 +52,13 @@ def _experts_note(sc: Scenario, prof) -> str:
         else "NOT quantized: 16-bit")
     why = (f"quantize_experts={sc.quantize_experts.value}" if sc.quantize_experts.value != "auto" else
            "quantize_experts=auto: " + ("transformers 5 stores experts as fused 3-D parameters, which bitsandbytes "
-                                        "leaves unquantized (transformers 4 quantized them)" if prof.hf_quantizer_rules
+                                        "leaves unquantized (transformers 4 quantized them)" if prof.quantizes_exact_linear_only
                                         else f"{prof.name} quantizes each expert's linear"))
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
-def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
-    prof = r["profile"]
+def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
+    prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
@@ -59,8 +66,8 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
         + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
            f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
         f"Activations are counted tensor by tensor from what autograd saves in a {spec.model_type} block "
-        f"({r['per_layer'] / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
-        f"Loss: {r['loss'].detail}.",
+        f"({r.per_layer / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
+        f"Loss: {r.loss.detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
         "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
@@ -76,7 +83,7 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
-            + f"; the de-quantized copy of the largest layer ({r['dequant'] / 2**20:,.0f} MiB) is a transient."
+            + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
         )
         if any(lin.group == "expert" for lin in spec.block_linears):
             out.append(_experts_note(sc, prof))
@@ -92,19 +99,42 @@ def _assumptions(sc: Scenario, r: dict, spec) -> list[str]:
         )
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+    from vramfit.estimate import stages
+
+    out.extend(stages.assumptions(r))
     if sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
-    if sc.num_gpus > 1:
+    if 1 < sc.num_gpus <= GPUS_PER_NODE:
         out.append(f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure.")
+    elif sc.num_gpus > GPUS_PER_NODE:
+        out.append(
+            f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "
+            f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
+            "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
+        )
     return out
 
 
-def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> EstimateResult:
+def estimate(
+    scenario: Scenario | dict[str, Any] | None = None,
+    *,
+    card: GPU | None = None,
+    spec: ModelSpec | None = None,
+    label: str = "config.json",
+    notes: tuple[str, ...] = (),
+    **keys: Any,
+) -> EstimateResult:
     """Estimate the per-GPU peak memory of one training step.
 
     ``estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora"})`` or
     ``estimate(model="meta-llama/Llama-2-7b-hf", method="qlora")``. Raises
     :class:`vramfit.errors.ScenarioError` on invalid input.
+
+    ``spec``: an architecture already read (e.g. a pasted config.json), named ``label``, used instead of
+    resolving ``model``. ``card``: the GPU record of the scenario's ``gpu`` (its architecture picks the
+    cuBLAS workspace); when the scenario names a ``gpu`` and no card is given, it is looked up in the
+    catalog. Without ``gpu`` the estimate reads no GPU catalog. Fit verdicts are not made here (see
+    :mod:`vramfit.plan.verdict`).
     """
     if scenario is None:
         sc = parse_scenario(keys)
@@ -114,18 +144,29 @@ def estimate(scenario: Scenario | dict[str, Any] | None = None, **keys: Any) -> 
         sc = parse_scenario(base)
     else:
         sc = parse_scenario(scenario)
+    if card is None and sc.gpu:
+        from vramfit.gpus import get_gpu
+
+        card = get_gpu(sc.gpu)
+    if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
+        sc = dataclasses.replace(sc, gpu=card.gpu_id)
+    if spec is not None:
+        return estimate_spec(sc, spec, label, "config-file", notes, card=card)
     model_id, spec, origin, notes = resolve_spec(sc)
-    return estimate_spec(sc, spec, model_id, origin, notes)
+    return estimate_spec(sc, spec, model_id, origin, notes, card=card)
 
 
-def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=()) -> EstimateResult:
-    r = compute(spec, sc)
-    parts = r["parts"]
-    breakdowns = r["phases"]
+def estimate_spec(
+    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None
+) -> EstimateResult:
+    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used."""
+    r = compute(spec, sc, card)
+    parts = r.parts
+    breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r["saved"].items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
@@ -140,7 +181,7 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
         Component("activations", parts.activations, P.FORWARD_BACKWARD, A, "tensors saved for backward (all blocks, final norm)"),
         Component("autocast_copies", parts.autocast_copies, P.FORWARD_BACKWARD, A, "16-bit weight copies made by autocast"),
-        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r["loss"].detail),
+        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r.loss.detail),
         Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
         Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
         Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
@@ -148,16 +189,14 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
     ]
-    comps = [c for c in comps if c.bytes]
-    from vramfit.gpus import COMMON_CARDS, get_gpu
+    # one size per component: what is alive at the peak (the per-phase breakdowns show how each
+    # changes across the step); so the allocated components sum to the allocated peak
+    at_peak = breakdowns[peak_phase]
+    comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
+    from vramfit.estimate.stages import COMPONENTS
 
-    cards = list(COMMON_CARDS)
-    if sc.gpu and sc.gpu not in cards:
-        cards.insert(0, sc.gpu)
-    fits = []
-    for gid in cards:
-        g = get_gpu(gid)
-        fits.append(FitInfo(g.gpu_id, g.name, g.usable_bytes, device <= g.usable_bytes, g.usable_bytes - device))
+    comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
+    comps = [c for c in comps if c.bytes]
     assumptions = list(notes) + _assumptions(sc, r, spec)
     return EstimateResult(
         scenario=sc,
@@ -167,5 +206,4 @@ def estimate_spec(sc: Scenario, spec, model_id: str, origin: str = "catalog", no
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
-        fits=tuple(fits),
     )

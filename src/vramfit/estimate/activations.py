@@ -19,29 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
 from vramfit.estimate.params import Adapter
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType
 from vramfit.scenario import Attention, Method, Precision, Scenario
 
-_FUSED_QKV = ("query_key_value", "qkv_proj", "c_attn", "Wqkv", "W_pack")
-# python-composed GELU of transformers activations.py NewGELUActivation: saves x, tanh(.), 0.5x, 1+tanh
-_COMPOSITE_GELU = {"gelu_new": 4, "gelu_fast": 4}
-_QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")
-_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")
-_SANDWICH_NORM = ("gemma2", "gemma3_text")  # post-attention and post-feedforward norms too
-_PARALLEL_ONE_NORM = ("phi",)  # phi: one LayerNorm feeds attention and MLP
-_LAYERNORM = ("phi", "falcon", "gpt_neox", "bloom", "stablelm", "gpt2")
-_NO_ROPE = ("bloom", "gpt2")  # ALiBi / learned positions: q and k stay views of the projection
-_SOFTMAX_IN_COMPUTE_DTYPE = ("gpt2",)  # eager softmax without the fp32 upcast (as Megatron's fused softmax)
-
-
-def dropout_p(spec: ModelSpec, *names: str) -> float:
-    for n in names:
-        v = spec.extra.get(n)
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    return 0.0
+__all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
 
 
 @dataclass
@@ -96,6 +80,45 @@ def mlp_width(spec: ModelSpec) -> int:
     return spec.moe_intermediate_size or spec.intermediate_size
 
 
+@dataclass(frozen=True)
+class Block:
+    """What one block's walk needs, computed once: the inputs and the adapter look-ups."""
+
+    spec: ModelSpec
+    sc: Scenario
+    profile: FrameworkProfile
+    adapters: tuple[Adapter, ...]
+    quantized: bool
+    dt: Dtypes
+    T: int  # tokens per micro-batch
+    full: bool
+    lora_dropout: float
+    q_saves: bool  # the 4-bit matmul saves its input (bnb <= 0.43.1)
+    # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
+    adapted: dict[tuple[str, int], Adapter] = field(compare=False)
+    n_adapters: dict[tuple[str, int], int] = field(compare=False)
+    attn_names: frozenset[str] = frozenset()
+
+    def group(self, name: str) -> list[Linear]:
+        return [lin for lin in self.spec.block_linears if lin.group == name]
+
+
+def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter], quantized: bool) -> Block:
+    per_layer = [ad for ad in adapters if ad.per_layer]
+    n_adapters: dict[tuple[str, int], int] = {}
+    for ad in per_layer:
+        key = (ad.target, ad.in_features)
+        n_adapters[key] = n_adapters.get(key, 0) + 1
+    return Block(
+        spec=spec, sc=sc, profile=profile, adapters=tuple(adapters), quantized=quantized,
+        dt=dtypes_for(sc, profile), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
+        lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
+        q_saves=quantized and profile.qlora_saves_input,
+        adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
+        attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
+    )
+
+
 def block_saved(
     spec: ModelSpec,
     sc: Scenario,
@@ -103,239 +126,178 @@ def block_saved(
     adapters: list[Adapter],
     quantized: bool,
 ) -> Saved:
-    """Bytes saved for backward by one decoder block in one micro-batch (no checkpointing)."""
-    dt = dtypes_for(sc, profile)
-    c = dt.compute
-    b, s = sc.micro_batch_size, sc.seq_len
-    T = b * s
-    h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    mt = spec.model_type
-    full = sc.method is Method.FULL
+    """Bytes saved for backward by one decoder block in one micro-batch (no checkpointing).
+
+    The walk follows the block's ops in order: norms, attention linears, attention core, MLP. A key
+    is counted once, by the first op that saves it."""
+    blk = _block(spec, sc, profile, adapters, quantized)
     out = Saved()
-    # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
-    adapted = {(ad.target, ad.in_features): ad for ad in adapters if ad.per_layer}
-    n_adapters: dict[tuple[str, int], int] = {}
-    for ad in adapters:
-        if ad.per_layer:
-            key = (ad.target, ad.in_features)
-            n_adapters[key] = n_adapters.get(key, 0) + 1
-    dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
-    q_saves = quantized and profile.qlora_saves_input
-
-    # --- norms on the residual stream -------------------------------------------------------
-    layernorm = mt in _LAYERNORM
-    gemma_norm = mt in _GEMMA_NORM
-
-    def norm(key: str, src_key: str, src_bytes: int) -> None:
-        """A norm over a (T, h) tensor whose storage is ``src_key``."""
-        if layernorm or not profile.rmsnorm_upcast:
-            out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
-            out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
-            if not layernorm and full:
-                out.add(key + ".normed", c * T * h)
-            return
-        if sc.compile:
-            # inductor fuses the norm into one kernel whose backward recomputes from the input and
-            # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
-            out.add(src_key, src_bytes * T * h)
-            out.add(key + ".rstd", 4 * T)
-            return
-        # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
-        if src_bytes == 4:
-            out.add(src_key, 4 * T * h)
-        else:
-            out.add(key + ".fp32_in", 4 * T * h)
-        out.add(key + ".rstd", 4 * T)
-        if full:
-            out.add(key + ".normed", (4 if gemma_norm else src_bytes) * T * h)
-
-    parallel = mt in ("phi", "falcon", "gpt_neox") or (mt == "stablelm" and spec.parallel_attn_mlp)
-    norm("norm1", "block_in", dt.residual)
-    if parallel:
-        if mt not in _PARALLEL_ONE_NORM and not (mt == "falcon" and _norm_count(spec) == 1):
-            norm("norm2", "block_in", dt.residual)
-        mlp_in_key = "attn_in" if mt in _PARALLEL_ONE_NORM or _norm_count(spec) == 1 else "mlp_in"
-    else:
-        if mt in _SANDWICH_NORM:
-            norm("post_attn_norm", "attn_proj_out", c)
-            norm("norm2", "resid_mid", dt.residual)
-            norm("post_mlp_norm", "mlp_out", c)
-        else:
-            norm("norm2", "resid_mid", dt.residual)
-        mlp_in_key = "mlp_in"
-
-    # --- linears: inputs saved for weight gradients, LoRA branches -----------------------------
-    def linear_input(lin: Linear, in_key: str, in_bytes: int, tokens: int) -> None:
-        if full or q_saves:
-            if dt.autocast:
-                out.add(f"{lin.name}.autocast_in", c * tokens * lin.in_features)
-            else:
-                out.add(in_key, in_bytes * tokens * lin.in_features)
-        ad = adapted.get((lin.name, lin.in_features))
-        if ad is None:
-            return
-        # lit-gpt runs one dropout and one lora_A for all enabled q/k/v slices of its fused qkv linear
-        shared = profile.fused_qkv_lora and lin.group == "attn" and in_key == "attn_in"
-        k = 1 if profile.fused_qkv_lora else n_adapters[(lin.name, lin.in_features)]
-        ab = dt.adapter
-        x_bytes = in_bytes
-        for i in range(k):
-            tag = "attn_in.lora" if shared else f"{lin.name}.lora{i}"
-            if dt.autocast and dropout == 0:
-                # under autocast lora_A runs in 16 bits: it saves autocast's 16-bit copy of its input
-                # (PEFT's fp32 cast, if any, is not kept)
-                if x_bytes == c:
-                    out.add(in_key, x_bytes * tokens * lin.in_features)
-                else:
-                    out.add(tag + ".autocast_in", c * tokens * lin.in_features)
-            elif dropout > 0:
-                out.add(tag + ".dropout_mask", tokens * lin.in_features)
-                out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * tokens * lin.in_features)
-            elif profile.lora_casts_input and ab != x_bytes:
-                out.add(tag + ".cast_in", ab * tokens * lin.in_features)
-            else:
-                out.add(in_key, x_bytes * tokens * lin.in_features)
-            if shared:
-                fused = [a for a in adapters if a.per_layer and a.target in attn_names]
-                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * sum(a.slices for a in fused))
-                # lit-gpt LoRAQKVLinear.zero_pad scatters lora_B's output with index_copy, whose
-                # backward formula references `source` (derivatives.yaml: expand_as(source)), so
-                # autograd saves that (T, enabled q/k/v width) tensor
-                out.add(tag + ".zero_pad_source", ab * tokens * sum(a.out_features for a in fused))
-            else:
-                out.add(tag + ".a_out", ab * tokens * sc.lora_rank * ad.slices)
-
-    lin_by_group: dict[str, list[Linear]] = {}
-    for lin in spec.block_linears:
-        lin_by_group.setdefault(lin.group, []).append(lin)
-
-    attn_in_key = "attn_in"
-    attn_lins = lin_by_group.get("attn", [])
-    attn_names = {lin.name for lin in attn_lins}
-    fused_qkv = any(lin.name in _FUSED_QKV for lin in attn_lins) or profile.fused_qkv_lora
-    o_lin = next((lin for lin in attn_lins if lin.out_features == h and lin.in_features == a * d), None)
+    mlp_in_key = _block_norms(blk, out)
     eager = runs_eager_attention(spec, sc, profile)
+    _attention_linears(blk, out, eager)
+    attention_core_saved(blk, out, bool(spec.fused_qkv) or profile.fused_qkv_lora, eager)
+    _mlp_saved(blk, out, mlp_in_key)
+    return out
+
+
+# --- norms on the residual stream -------------------------------------------------------------
+def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> None:
+    """A norm over a (T, h) tensor whose storage is ``src_key``."""
+    T, h, c = blk.T, blk.spec.hidden_size, blk.dt.compute
+    layernorm = blk.spec.norm_type is NormType.LAYERNORM
+    if layernorm or not blk.profile.rmsnorm_upcast:
+        out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
+        out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
+        if not layernorm and blk.full:
+            out.add(key + ".normed", c * T * h)
+        return
+    if blk.sc.compile:
+        # inductor fuses the norm into one kernel whose backward recomputes from the input and
+        # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
+        out.add(src_key, src_bytes * T * h)
+        out.add(key + ".rstd", 4 * T)
+        return
+    # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
+    if src_bytes == 4:
+        out.add(src_key, 4 * T * h)
+    else:
+        out.add(key + ".fp32_in", 4 * T * h)
+    out.add(key + ".rstd", 4 * T)
+    if blk.full:
+        out.add(key + ".normed", (4 if blk.spec.norm_one_plus_weight else src_bytes) * T * h)
+
+
+def _block_norms(blk: Block, out: Saved) -> str:
+    """The block's norms; returns the key of the tensor the MLP reads."""
+    spec, res = blk.spec, blk.dt.residual
+    _norm(blk, out, "norm1", "block_in", res)
+    if spec.parallel_attn_mlp:
+        if spec.parallel_norms > 1:
+            _norm(blk, out, "norm2", "block_in", res)
+        return "attn_in" if spec.parallel_norms == 1 else "mlp_in"
+    if spec.sandwich_norms:
+        _norm(blk, out, "post_attn_norm", "attn_proj_out", blk.dt.compute)
+        _norm(blk, out, "norm2", "resid_mid", res)
+        _norm(blk, out, "post_mlp_norm", "mlp_out", blk.dt.compute)
+    else:
+        _norm(blk, out, "norm2", "resid_mid", res)
+    return "mlp_in"
+
+
+# --- linears: inputs saved for weight gradients, LoRA branches ----------------------------------
+def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: int, tokens: int) -> None:
+    if blk.full or blk.q_saves:
+        if blk.dt.autocast:
+            out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
+        else:
+            out.add(in_key, in_bytes * tokens * lin.in_features)
+    ad = blk.adapted.get((lin.name, lin.in_features))
+    if ad is not None:
+        _lora_branches(blk, out, lin, ad, in_key, in_bytes, tokens)
+
+
+def _lora_input(blk: Block, out: Saved, tag: str, in_key: str, x_bytes: int, width: int) -> None:
+    """What one LoRA branch keeps of its input (``width`` = tokens x in_features elements)."""
+    c, ab, profile = blk.dt.compute, blk.dt.adapter, blk.profile
+    if blk.dt.autocast and blk.lora_dropout == 0:
+        # under autocast lora_A runs in 16 bits: it saves autocast's 16-bit copy of its input
+        # (PEFT's fp32 cast, if any, is not kept)
+        if x_bytes == c:
+            out.add(in_key, x_bytes * width)
+        else:
+            out.add(tag + ".autocast_in", c * width)
+    elif blk.lora_dropout > 0:
+        out.add(tag + ".dropout_mask", width)
+        out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * width)
+    elif profile.lora_casts_input and ab != x_bytes:
+        out.add(tag + ".cast_in", ab * width)
+    else:
+        out.add(in_key, x_bytes * width)
+
+
+def _lora_branches(blk: Block, out: Saved, lin: Linear, ad: Adapter, in_key: str, in_bytes: int, tokens: int) -> None:
+    profile, ab, rank = blk.profile, blk.dt.adapter, blk.sc.lora_rank
+    # lit-gpt runs one dropout and one lora_A for all enabled q/k/v slices of its fused qkv linear
+    shared = profile.fused_qkv_lora and lin.group == "attn" and in_key == "attn_in"
+    k = 1 if profile.fused_qkv_lora else blk.n_adapters[(lin.name, lin.in_features)]
+    for i in range(k):
+        tag = "attn_in.lora" if shared else f"{lin.name}.lora{i}"
+        _lora_input(blk, out, tag, in_key, in_bytes, tokens * lin.in_features)
+        if shared:
+            fused = [x for x in blk.adapters if x.per_layer and x.target in blk.attn_names]
+            out.add(tag + ".a_out", ab * tokens * rank * sum(x.slices for x in fused))
+            # lit-gpt LoRAQKVLinear.zero_pad scatters lora_B's output with index_copy, whose
+            # backward formula references `source` (derivatives.yaml: expand_as(source)), so
+            # autograd saves that (T, enabled q/k/v width) tensor
+            out.add(tag + ".zero_pad_source", ab * tokens * sum(x.out_features for x in fused))
+        else:
+            out.add(tag + ".a_out", ab * tokens * rank * ad.slices)
+
+
+def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
+    spec = blk.spec
+    attn_lins = blk.group("attn")
+    o_lin = next(
+        (x for x in attn_lins if x.out_features == spec.hidden_size
+         and x.in_features == spec.num_attention_heads * spec.head_dim),
+        None,
+    )
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
     # `transpose(1, 2).contiguous()` before o_proj copies nothing: o_proj saves the SDPA output itself.
     # Eager attention's probs @ v is [B, H, S, D]: the transpose makes a new tensor.
-    o_in_key = "attn_out" if eager or profile.attn_output_copied else "attn.out"
+    o_in_key = "attn_out" if eager or blk.profile.attn_output_copied else "attn.out"
     for lin in attn_lins:
         if lin is o_lin:
-            linear_input(lin, o_in_key, c, T)
+            _linear_input(blk, out, lin, o_in_key, blk.dt.compute, blk.T)
         else:
-            linear_input(lin, attn_in_key, dt.norm_out, T)
+            _linear_input(blk, out, lin, "attn_in", blk.dt.norm_out, blk.T)
 
-    # --- attention core ------------------------------------------------------------------------
-    q_el, kv_el = T * a * d, T * kv * d
-    if mt in _QK_NORM:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
-        qk_b = c if sc.compile else 4
-        out.add("q_norm.fp32_in", qk_b * q_el)
-        out.add("k_norm.fp32_in", qk_b * kv_el)
-        if full:
-            out.add("q_norm.normed", c * q_el)
-            out.add("k_norm.normed", c * kv_el)
-    # transformers passes enable_gqa to SDPA only without a mask; a sliding window shorter than the
-    # sequence makes a mask, and then repeat_kv expands k and v to every head (sdpa_attention.py)
-    windowed = bool(
-        profile.hf_quantizer_rules and spec.sliding_window and not spec.layer_types
-        and sc.seq_len > spec.sliding_window
-    )
-    expand = kv < a and (eager or profile.expands_kv_for_sdpa or windowed)
-    k_saved = c * (q_el if expand else kv_el)
-    if fused_qkv and not expand:
-        # v (and q, k without rotary) are views of the fused projection output: the whole
-        # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
-        out.add("qkv_fused", c * (q_el + 2 * kv_el))
-        if mt not in _NO_ROPE:
-            out.add("q", c * q_el)
-            out.add("k", c * kv_el)
-    else:
-        out.add("q", c * q_el)
-        out.add("k", k_saved)
-        out.add("v", k_saved)
-    if eager:
-        scores = b * a * s * s
-        upcast = mt not in _SOFTMAX_IN_COMPUTE_DTYPE
-        out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
-        p_attn = dropout_p(spec, "attention_dropout", "attn_pdrop")
-        if p_attn > 0:
-            out.add("attn.dropout_mask", scores)  # bool mask
-            out.add("attn.dropout_out", c * scores)  # saved by probs @ v
-        elif upcast and c != 4:
-            out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
-        if spec.extra.get("attn_logit_softcapping"):
-            out.add("attn.softcap_tanh", c * scores)
-    elif sdpa_math_fallback(spec, sc, profile):
-        # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
-        out.add("attn.softmax_out", 4 * b * a * s * s)
-    else:
-        out.add("attn.out", c * q_el)
-        out.add("attn.lse", 4 * b * a * s)
-    p_hidden = dropout_p(spec, "resid_pdrop", "hidden_dropout")
-    if p_hidden > 0:  # residual dropout after the attention and the MLP output projections
-        out.add("resid_dropout_masks", 2 * T * h)
 
-    # --- MLP -----------------------------------------------------------------------------------
-    width = mlp_width(spec)
-    mlp_lins = lin_by_group.get("mlp", []) + lin_by_group.get("expert", [])
+# --- MLP ----------------------------------------------------------------------------------------
+def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[Linear]:
+    """Router and MLP/expert linear inputs; returns the MLP linears."""
+    spec, c, dt = blk.spec, blk.dt.compute, blk.dt
     moe = bool(spec.num_experts)
-    tokens = T * spec.num_experts_per_tok if moe else T
+    mlp_lins = blk.group("mlp") + blk.group("expert")
     if moe:
-        router = lin_by_group.get("router", [])
-        for lin in router:
-            linear_input(lin, mlp_in_key, dt.norm_out, T)
-        out.add("router.softmax_fp32", 4 * T * spec.num_experts)
-        out.add("experts.gathered_in", c * tokens * h)
-        out.add("experts.weighted_out", c * tokens * h)
-    down = next((lin for lin in mlp_lins if lin.out_features == h), None)
+        for lin in blk.group("router"):
+            _linear_input(blk, out, lin, mlp_in_key, dt.norm_out, blk.T)
+        out.add("router.softmax_fp32", 4 * blk.T * spec.num_experts)
+        out.add("experts.gathered_in", c * tokens * spec.hidden_size)
+        out.add("experts.weighted_out", c * tokens * spec.hidden_size)
+    fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
+    down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
     for lin in mlp_lins:
         if lin is down:
-            linear_input(lin, "mlp_mid", c if not (quantized and profile.qlora_unquantized_fp32) else dt.norm_out, tokens)
+            _linear_input(blk, out, lin, "mlp_mid", dt.norm_out if fp32_mlp else c, tokens)
         else:
-            linear_input(lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
-    act_saves = _COMPOSITE_GELU.get(spec.hidden_act, 1) if profile.name == "transformers + PEFT" else 1
+            _linear_input(blk, out, lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
+    return mlp_lins
+
+
+def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
+    spec, profile = blk.spec, blk.profile
+    moe = bool(spec.num_experts)
+    tokens = blk.T * spec.num_experts_per_tok if moe else blk.T
+    width = mlp_width(spec)
+    mlp_lins = _mlp_linears(blk, out, mlp_in_key, tokens)
+    act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
-    m = dt.norm_out if (quantized and profile.qlora_unquantized_fp32) else c
+    m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
     if spec.gated_mlp:
         out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
-        if not sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
+        if not blk.sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
             out.add("mlp.act_out", m * tokens * width)  # saved by act * up
         out.add("mlp.up_out", m * tokens * width)
         if act_saves > 1:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    if moe and profile.hf_quantizer_rules and any(a.target in {x.name for x in mlp_lins} for a in adapters if a.per_layer):
+    names = {x.name for x in mlp_lins}
+    if moe and profile.runs_transformers_modeling and any(a.target in names for a in blk.adapters if a.per_layer):
         # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
         # weight and the expert matmuls keep it for backward
-        out.add("experts.merged_weights", c * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
-    return out
-
-
-def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
-    """Eager attention also when the model cannot use SDPA: BLOOM (ALiBi) and, in transformers,
-    models with attention-logit soft-capping (Gemma 2), which SDPA kernels cannot apply."""
-    if sc.attention is Attention.EAGER or spec.model_type == "bloom":
-        return True
-    return profile.hf_quantizer_rules and bool(spec.extra.get("attn_logit_softcapping"))
-
-
-def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
-    """When transformers' SDPA call can only run PyTorch's math kernel (fp32 probabilities kept):
-    Falcon expands its single (or grouped) k/v head with a stride-0 view, which flash and
-    memory-efficient kernels reject; and grouped-query attention in fp32 (`enable_gqa=True`, which
-    the memory-efficient kernel does not take, while flash takes no fp32)."""
-    if not profile.hf_quantizer_rules or spec.num_key_value_heads >= spec.num_attention_heads:
-        return False
-    return spec.model_type == "falcon" or sc.precision.compute_bytes == 4
-
-
-def _norm_count(spec: ModelSpec) -> int:
-    """Norm modules per block (LayerNorm weight+bias counted as one module)."""
-    per = spec.block_norm_params // spec.hidden_size if spec.hidden_size else 0
-    if spec.model_type in _LAYERNORM:
-        per //= 2
-    return max(per, 1)
+        out.add("experts.merged_weights", blk.dt.compute * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -372,11 +334,12 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    total = 4 * T * h if (profile.rmsnorm_upcast and spec.model_type not in _LAYERNORM) else dt.residual * T * h
+    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM
+    total = 4 * T * h if rms_upcast else dt.residual * T * h
     if lm_head_trainable:
         total += dt.compute * T * h
     if sc.attention is Attention.EAGER:
         total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len
-    if spec.model_type == "bloom":  # word_embeddings_layernorm saves the embedding output
+    if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total

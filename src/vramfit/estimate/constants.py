@@ -1,15 +1,15 @@
 """Documented constants: each a record with value, unit and source.
 
-Sources are pinned where the shared design notes (``shared/design/cuda-memory-facts.md``) pin them.
-Figures that vary by machine are defaults a user can override; their spread is in ``note``.
+Every constant is used by the estimator and its ``source`` names the library file at a pinned
+version or commit (tests/estimate/test_constants.py checks both). Figures that vary by machine are
+defaults a user can override; their spread is in ``note``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-MiB = 1024**2
-GiB = 1024**3
+from vramfit.units import GiB, MiB  # noqa: F401 - the one definition, re-exported for the estimator
 
 
 @dataclass(frozen=True)
@@ -21,18 +21,19 @@ class Constant:
 
 
 # --- PyTorch CUDA caching allocator (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp) ---
-K_MIN_BLOCK_SIZE = Constant(512, "bytes", "CUDACachingAllocator.cpp kMinBlockSize: 'all sizes are rounded to at least 512 bytes'")
-K_SMALL_SIZE = Constant(1 * MiB, "bytes", "CUDACachingAllocator.cpp kSmallSize: 'largest small allocation is 1 MiB'")
-K_SMALL_BUFFER = Constant(2 * MiB, "bytes", "CUDACachingAllocator.cpp kSmallBuffer: small allocations packed in 2 MiB blocks")
-K_LARGE_BUFFER = Constant(20 * MiB, "bytes", "CUDACachingAllocator.cpp kLargeBuffer: 1-10 MiB allocations packed in 20 MiB blocks")
-K_MIN_LARGE_ALLOC = Constant(10 * MiB, "bytes", "CUDACachingAllocator.cpp kMinLargeAlloc")
-K_ROUND_LARGE = Constant(2 * MiB, "bytes", "CUDACachingAllocator.cpp kRoundLarge: 'round up large allocations to 2 MiB'")
+K_MIN_BLOCK_SIZE = Constant(512, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kMinBlockSize: 'all sizes are rounded to at least 512 bytes'")
+K_SMALL_SIZE = Constant(1 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kSmallSize: 'largest small allocation is 1 MiB'")
+K_SMALL_BUFFER = Constant(2 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kSmallBuffer: small allocations packed in 2 MiB blocks")
+K_LARGE_BUFFER = Constant(20 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kLargeBuffer: 1-10 MiB allocations packed in 20 MiB blocks")
+K_MIN_LARGE_ALLOC = Constant(10 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kMinLargeAlloc")
+K_ROUND_LARGE = Constant(2 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kRoundLarge: 'round up large allocations to 2 MiB'")
 
 # --- CUDA context and library workspaces (outside or inside the allocator) ---
 CUDA_CONTEXT = Constant(
     400 * MiB,
     "bytes per process per GPU",
-    "ptrblck, pytorch/pytorch#109888: 'around 400MB if CUDA >= 11.7 is used and lazy module loading enabled'",
+    "ptrblck, pytorch/pytorch#109888 (CUDA 11.7 lazy loading): 'around 400MB if CUDA >= 11.7 is used and lazy "
+    "module loading enabled'",
     "reports span 256 MiB (RTX 3090, torch 2.7.1, InvokeAI#9413) to 555 MiB (RTX PRO 6000, llama.cpp#23604); "
     "it scales with SM count; override with a measured figure (vramfit calibrate)",
 )
@@ -50,15 +51,25 @@ CUBLAS_WORKSPACE_HOPPER = Constant(
 CUBLASLT_WORKSPACE = Constant(
     1024 * 1024,
     "bytes per (Lt handle, stream)",
-    "pytorch CublasHandlePool.cpp parseCUDABlasLtWorkspaceSize default 1024 KiB",
+    "pytorch/pytorch@26a39059 CublasHandlePool.cpp parseCUDABlasLtWorkspaceSize default 1024 KiB",
 )
 # NCCL: per peer connection, a P2P receive buffer holds all three protocols, aligned to 2 MiB
 # (NVIDIA/nccl@5067397c src/init.cc buffSizes, src/transport/p2p.cc ALIGN_SIZE(recvSize, CUDA_IPC_MIN)).
-NCCL_SIMPLE_BUFF = Constant(1 << 22, "bytes", "nccl src/include/device.h DEFAULT_BUFFSIZE (1 << 22) /* 4MiB */")
-NCCL_LL_BUFF = Constant(8 * 512 * 8 * 16, "bytes", "nccl LL: 8 lines x 512 threads x 8 steps x 16 B")
-NCCL_LL128_BUFF = Constant(120 * 640 * 8 * 8, "bytes", "nccl LL128: 120 x 640 x 8 steps x 8 B")
+NCCL_SIMPLE_BUFF = Constant(
+    1 << 22, "bytes", "NVIDIA/nccl@5067397c src/include/device.h DEFAULT_BUFFSIZE (1 << 22) /* 4MiB */"
+)
+NCCL_LL_BUFF = Constant(
+    8 * 512 * 8 * 16, "bytes", "NVIDIA/nccl@5067397c src/include/device.h LL: 8 lines x 512 threads x 8 steps x 16 B"
+)
+NCCL_LL128_BUFF = Constant(
+    120 * 640 * 8 * 8, "bytes", "NVIDIA/nccl@5067397c src/include/device.h LL128: 120 x 640 x 8 steps x 8 B"
+)
+NCCL_CUDA_IPC_MIN = Constant(
+    2 * MiB, "bytes", "NVIDIA/nccl@5067397c src/transport/p2p.cc CUDA_IPC_MIN 2097152: receive buffers aligned to it"
+)
 NCCL_CHANNELS = Constant(
-    8, "channels", "UNCONFIRMED: NCCL picks 2-32 channels by topology; 8 assumed for one NVLink node",
+    8, "channels",
+    "UNCONFIRMED: NVIDIA/nccl@5067397c src/graph/search.cc picks 2-32 channels by topology; 8 assumed for one NVLink node",
 )
 
 # --- Optimizer state formats ---
@@ -66,38 +77,58 @@ BNB_BLOCKSIZE_8BIT = Constant(
     256, "elements", "bitsandbytes@0.49.2 optim/optimizer.py Optimizer2State: blockwise absmax with blocksize = 256"
 )
 BNB_MIN_8BIT_SIZE = Constant(
-    4096, "elements", "bitsandbytes optim/optimizer.py min_8bit_size=4096: smaller tensors keep fp32 state"
+    4096, "elements", "bitsandbytes@0.49.2 optim/optimizer.py min_8bit_size=4096: smaller tensors keep fp32 state"
 )
 BNB_PAGED_MIN_NUMEL = Constant(
-    100_000, "elements", "bitsandbytes optim/optimizer.py: 'if not self.is_paged or p.numel() < 1e5' -> not paged"
+    100_000, "elements",
+    "bitsandbytes@0.49.2 optim/optimizer.py get_state_buffer: 'if not self.is_paged or p.numel() < 1e5' -> not paged",
 )
 TORCHAO_4BIT_BLOCK = Constant(
-    128, "elements", "pytorch/ao torchao/optim/adam.py AdamW4bit(block_size=128), subclass_4bit.py OptimState4bit"
+    128, "elements", "pytorch/ao v0.11.0 torchao/optim/adam.py AdamW4bit(block_size=128), subclass_4bit.py OptimState4bit"
 )
 TORCHAO_MIN_QUANT_SIZE = Constant(
-    4096, "elements", "pytorch/ao torchao/optim/adam.py _new_buffer: quantized only if p.numel() >= 4096"
+    4096, "elements", "pytorch/ao v0.11.0 torchao/optim/adam.py _new_buffer: quantized only if p.numel() >= 4096"
 )
 
 # --- Quantized base ---
-BNB_4BIT_BLOCK = Constant(64, "elements", "bitsandbytes functional.quantize_4bit blocksize=64 (QLoRA paper, sec. 2)")
-BNB_DQ_BLOCK = Constant(
-    256, "blocks", "QLoRA paper (Dettmers et al. 2023) sec. 3 'Double Quantization': second-level blocksize 256"
+BNB_4BIT_BLOCK = Constant(
+    64, "elements", "bitsandbytes@0.50.2 functional.py quantize_4bit: blocksize None -> 64 (QLoRA paper, sec. 2)"
 )
-GPTQ_GROUP_SIZE = Constant(128, "elements", "AutoGPTQ/optimum default group_size=128")
+BNB_DQ_BLOCK = Constant(
+    256, "blocks",
+    "QLoRA paper (Dettmers et al. 2023, arXiv 2305.14314v1) sec. 3 'Double Quantization': second-level blocksize 256",
+)
+GPTQ_GROUP_SIZE = Constant(
+    128, "elements", "transformers v5.24.0 utils/quantization_config.py GPTQConfig(group_size=128)"
+)
+BNB_GEMM_4BIT_FUSED_MAX_TOKENS = Constant(
+    512, "tokens per micro-batch",
+    "bitsandbytes@0.50.2 backends/cuda/ops.py _gemm_4bit_use_custom_cuda: 'custom wins up to M=512; "
+    "dequant+F.linear wins above that'",
+    "up to this many tokens the 4-bit matmul runs a fused kernel and de-quantizes no weight",
+)
 
 # --- Distributed buffers ---
-DDP_BUCKET_CAP = Constant(25 * MiB, "bytes", "torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25 (default)")
-DS_REDUCE_BUCKET_ELEMS = Constant(
-    500_000_000, "elements", "DeepSpeed v0.19.5 deepspeed/runtime/zero/config.py reduce_bucket_size = 5e8"
+# (DDP's 25 MiB bucket_cap_mb is not a constant here: with gradient_as_bucket_view=False the buckets
+# together copy every gradient, whatever their cap; DeepSpeed's own 5e8 reduce_bucket_size default
+# is replaced by the HF "auto" value below, which is what the HF integration writes.)
+DS_AUTO_REDUCE_BUCKET_PER_H2 = Constant(
+    1, "elements per hidden_size**2",
+    "transformers v5.24.0 integrations/deepspeed.py fill_only('zero_optimization.reduce_bucket_size', "
+    "hidden_size * hidden_size)",
 )
 FSDP_INFLIGHT_ALLGATHERS = Constant(
-    2, "units", "pytorch torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers = 2"
+    2, "units",
+    "torch v2.13.0 torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers = 2; "
+    "docs/source/notes/fsdp.rst: 'forward currently requires 2x all-gather buffer size'",
 )
 
 # --- Loss ---
 TORCHTUNE_OUTPUT_CHUNKS = Constant(
-    8, "chunks", "pytorch/torchtune torchtune/modules/loss/ce_chunked_output_loss.py num_output_chunks=8"
+    8, "chunks", "pytorch/torchtune v0.4.0 torchtune/modules/loss/ce_chunked_output_loss.py num_output_chunks=8"
 )
-LIGER_FLCE_CHUNKING = Constant(
-    1, "rule", "linkedin/Liger-Kernel ops/fused_linear_cross_entropy.py: chunk_size = next_power_of_2(ceil(BT / ceil(V / H)))"
+LITGPT_LM_HEAD_CHUNK = Constant(
+    128, "tokens", "Lightning-AI/lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)"
 )
+# (Liger's fused linear+CE chunk rule is code, not a number: estimate/loss.py cites
+# linkedin/Liger-Kernel v0.5.2 ops/fused_linear_cross_entropy.py next to it.)

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.estimate.constants import TORCHTUNE_OUTPUT_CHUNKS
-from vramfit.estimate.framework import FrameworkProfile
+from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
+from vramfit.estimate.framework import FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Precision, Scenario
-
-LITGPT_HEAD_CHUNK = 128  # lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
     lb = logits_bytes_per_element(sc, profile)
     up = 0 if lb == 4 else 4  # the fp32 upcast is a new tensor unless the logits are fp32 already
     if sc.loss is Loss.FUSED:
-        # Liger FusedLinearCrossEntropy (ops/fused_linear_cross_entropy.py): token chunks of
+        # Liger FusedLinearCrossEntropy (linkedin/Liger-Kernel v0.5.2 ops/fused_linear_cross_entropy.py): token chunks of
         # next_power_of_2(ceil(T / ceil(V / h))); per chunk logits, fp32 upcast and its gradient.
         ratio = -(-V // spec.hidden_size)
         chunk = 1 << max(0, (-(-T // ratio) - 1).bit_length())
@@ -70,7 +68,7 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         bwd = saved + 2 * 4 * per + lb * per
         return LossMemory(saved, fwd, bwd, f"chunked CE over {n} chunks (torchtune CEWithChunkedOutputLoss)")
     style = profile.standard_loss
-    cap = lb * TV if spec.extra.get("final_logit_softcapping") else 0
+    cap = lb * TV if spec.final_logit_softcapping else 0
     if cap:
         # Gemma 2 soft-caps the logits: logits / cap -> tanh -> * cap; tanh keeps its output
         base = loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
@@ -79,24 +77,26 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
     return loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
 
 
-def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: str,
+def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: LossLayout,
                          TV: int, lb: int, up: int) -> LossMemory:
     """Logits and cross-entropy without soft-capping (see :func:`loss_memory`)."""
-    if style == "litgpt-chunked-head":
+    if style is LossLayout.LITGPT_CHUNKED_HEAD:
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved
         saved = 2 * lb * TV
-        per = LITGPT_HEAD_CHUNK * vocab_rows(spec)
+        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
         return LossMemory(
             saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV
         )
-    if style == "torchtune-upcast-in-model":
+    if style is LossLayout.TORCHTUNE_UPCAST_IN_MODEL:
         # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
         # log_softmax output; the recipe deletes the logits before backward
         saved = 4 * TV
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model, CrossEntropyLoss")
+    if style is not LossLayout.HF_UPCAST_IN_LOSS:
+        raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
     # log_softmax keeps its fp32 output; the model-dtype logits are dropped with the outputs
     saved = 4 * TV

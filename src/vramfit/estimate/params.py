@@ -12,9 +12,8 @@ from vramfit.errors import ScenarioError
 from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import ALL_LINEAR, Method, Scenario
 
-#: Fused projections and the slices a Llama-style target name selects in them.
-_FUSED_QKV = ("query_key_value", "qkv_proj", "c_attn", "Wqkv", "W_pack")
-_FUSED_GATE_UP = ("gate_up_proj",)
+#: The slices a Llama-style target name selects in a fused projection (``spec.fused_qkv`` /
+#: ``spec.fused_gate_up`` name the fused linear).
 _QKV_NAMES = ("q_proj", "k_proj", "v_proj")
 _GATE_UP_NAMES = ("gate_proj", "up_proj")
 
@@ -93,9 +92,9 @@ def _slice_out(spec: ModelSpec, name: str) -> int:
 
 def valid_target_names(spec: ModelSpec) -> list[str]:
     names = [lin.name for lin in spec.block_linears]
-    if any(lin.name in _FUSED_QKV for lin in spec.block_linears):
+    if any(lin.name == spec.fused_qkv for lin in spec.block_linears):
         names += list(_QKV_NAMES)
-    if any(lin.name in _FUSED_GATE_UP for lin in spec.block_linears):
+    if any(lin.name == spec.fused_gate_up for lin in spec.block_linears):
         names += list(_GATE_UP_NAMES)
     return list(dict.fromkeys(names + ["lm_head", "embed_tokens", ALL_LINEAR]))
 
@@ -126,13 +125,13 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool)
             used.add(lin.name)
             continue
         slices = []
-        if lin.name in _FUSED_QKV:
+        if lin.name == spec.fused_qkv:
             slices = [n for n in _QKV_NAMES if n in targets]
-        elif lin.name in _FUSED_GATE_UP:
+        elif lin.name == spec.fused_gate_up:
             slices = [n for n in _GATE_UP_NAMES if n in targets]
         if slices:
             used.update(slices)
-            if lin.name in _FUSED_GATE_UP:
+            if lin.name == spec.fused_gate_up:
                 sizes = [lin.out_features // 2] * len(slices)
             else:
                 sizes = [_slice_out(spec, n) for n in slices]

@@ -78,6 +78,8 @@ class PhasePeak:
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """The model the estimate is for: its id, parameter count and trainable parameters."""
+
     id: str
     num_params: int
     num_trainable_params: int
@@ -94,26 +96,30 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class FitInfo:
-    """Whether the device peak fits one GPU of a catalog card."""
+    """The verdict on one card, made by the planner (``vramfit.plan.verdict``), never by the estimator.
+
+    ``fits``: the device peak per GPU is within ``limit_bytes`` (usable memory less the safety
+    margin), with ``paging_bytes`` of paged optimizer state moved to host RAM where that is needed.
+    """
 
     gpu_id: str
     name: str
     usable_bytes: int
     fits: bool
-    headroom_bytes: int
+    headroom_bytes: int  # limit_bytes less what stays on the card; negative when over
+    limit_bytes: int = 0
+    safety_margin: float = 0.0
+    paging_bytes: int = 0  # paged optimizer state that lives in host RAM for the run to fit
+    verdict: str = ""  # "fits" | "fits, with paging of N GiB optimizer state (slower)" | "does not fit"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu_id": self.gpu_id,
-            "name": self.name,
-            "usable_bytes": self.usable_bytes,
-            "fits": self.fits,
-            "headroom_bytes": self.headroom_bytes,
-        }
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
 class EstimateResult:
+    """The result object of scenario.md: per-GPU bytes, the breakdown and the assumptions."""
+
     scenario: Scenario
     model: ModelInfo
     peak: Peak
@@ -121,6 +127,7 @@ class EstimateResult:
     phases: tuple[PhasePeak, ...]
     assumptions: tuple[str, ...]
     host_bytes: int = 0  # host RAM for offloaded state (ZeRO-Offload / FSDP CPU offload / paging)
+    #: card verdicts, filled by the planner (``vramfit.plan.verdict.with_fits``); the estimator leaves it empty
     fits: tuple[FitInfo, ...] = field(default=())
 
     def component(self, name: str) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.scenario import Attention, Checkpointing, Framework, Loss, Method, Precision, Quantize, Scenario
+from vramfit.sim.count import count_parameters  # noqa: F401 - one rule with the simulator; re-exported
 
 _QUANT_4BIT = {
     Quantize.NF4: ("nf4", False),
@@ -256,21 +257,3 @@ def _apply_lora(model: Any, scenario: Scenario, notes: list[str]) -> Any:
     notes.append(f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}, adapters in fp32 "
                  "by PEFT's autocast_adapter_dtype default).")
     return pm
-
-
-def count_parameters(model: Any) -> tuple[int, int]:
-    """(all, trainable) parameters; a 4-bit weight counts as its unquantized shape."""
-    total = trainable = 0
-    seen: set[int] = set()
-    for mod in model.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            if id(p) in seen:  # tied weights count once
-                continue
-            seen.add(id(p))
-            n = p.numel()
-            if name == "weight" and type(p).__name__ == "Params4bit":
-                n = mod.in_features * mod.out_features
-            total += n
-            if p.requires_grad:
-                trainable += n
-    return total, trainable

@@ -1,4 +1,4 @@
-"""A generic dense Llama-style decoder of a requested size, and parsing of sizes like ``"7B"``.
+"""A generic dense Llama-style decoder of a requested size (sizes like ``"7B"`` are parsed by ``vramfit.units``).
 
 Shape rule (fitted on the Llama 2 / Llama 3 family: 7B is 4096 wide and 32 deep, 13B 5120 x 40,
 405B 16384 x 126, i.e. ``num_hidden_layers ~ hidden_size / 128`` and, with the MLP at ~8/3 of the
@@ -18,63 +18,14 @@ width, ``N ~ 12 * L * h^2 ~ 12 * h^3 / 128``):
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal, InvalidOperation
 
 from vramfit.errors import ModelError
 from vramfit.models.hf_config import spec_from_hf_config
 from vramfit.models.spec import ModelSpec
+from vramfit.units import MAX_PARAMS, parse_param_count  # noqa: F401 - counts are parsed in Core
 
 GENERIC_VOCAB = 32000
 MIN_GENERIC_PARAMS = 100_000_000
-MAX_PARAMS = 10**13  # 10 trillion: anything above is a typo
-
-_SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
-_COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbt]?)$")
-
-
-def parse_param_count(value: str | int | float) -> int:
-    """Parse a parameter count: ``7000000000``, ``"7B"``, ``"7e9"``, ``"1.5b"``, ``"405M"``.
-
-    Suffixes K, M, B, T (any case) mean thousand, million, billion, trillion; ``_`` and ``,``
-    digit separators are ignored. Raises :class:`ModelError` (key ``params``) on anything that is
-    not a whole positive count of at most 10 trillion.
-    """
-    if isinstance(value, bool):
-        raise ModelError(f"not a parameter count: {value!r}", key="params")
-    if isinstance(value, int):
-        count = Decimal(value)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ModelError(f"not a parameter count: {value!r}", key="params")
-        count = Decimal(repr(value))
-    elif isinstance(value, str):
-        text = value.strip().lower().replace("_", "").replace(",", "")
-        if text.startswith("-"):
-            raise ModelError(f"parameter count must be positive, got {value!r}", key="params")
-        match = _COUNT.match(text)
-        if not match:
-            raise ModelError(
-                f"not a parameter count: {value!r} (examples: 7B, 1.5b, 405M, 7e9, 7000000000)",
-                key="params",
-            )
-        try:
-            count = Decimal(match.group(1)) * _SCALES[match.group(2)]
-        except InvalidOperation as exc:
-            raise ModelError(f"not a parameter count: {value!r}", key="params") from exc
-    else:
-        raise ModelError(f"not a parameter count: {value!r}", key="params")
-    if count <= 0:
-        raise ModelError(f"parameter count must be positive, got {value!r}", key="params")
-    if count > MAX_PARAMS:
-        raise ModelError(
-            f"parameter count {value!r} is absurd (more than 10 trillion)", key="params"
-        )
-    if count != count.to_integral_value():
-        raise ModelError(f"parameter count {value!r} is not a whole number", key="params")
-    return int(count)
-
-
 def _round_up(x: float, multiple: int) -> int:
     return max(multiple, math.ceil(x / multiple) * multiple)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vramfit.errors import ModelError
-from vramfit.models.spec import Linear, ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 
 _MISSING = object()
 
@@ -44,6 +44,35 @@ _EXTRA_KEYS = (
     "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "alibi",
     "quantization_config", "attention_dropout", "attn_pdrop", "resid_pdrop", "hidden_dropout",
 )
+
+
+# --- family facts (typed ModelSpec fields; the estimator never tests model_type) -----------------
+# tensors saved by transformers' python-composed tanh GELU (transformers v5.24.0 activations.py
+# NewGELUActivation / FastGELUActivation: x, tanh(.), 0.5x and 1 + tanh)
+_COMPOSITE_ACT_SAVES = {"gelu_new": 4, "gelu_fast": 4}
+_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")  # GemmaRMSNorm: x * (1 + w) in fp32
+_QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")  # q_norm / k_norm modules
+_SANDWICH_NORM = ("gemma2", "gemma3_text")  # post_attention + post_feedforward norms as well
+
+
+def _dropout(c: _Cfg, *names: str) -> float:
+    """The first positive dropout probability among ``names`` (0.0 when none is set)."""
+    for n in names:
+        v = c.data.get(n)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
+
+
+def _family(c: _Cfg, act: str) -> dict[str, Any]:
+    """Facts shared by every builder: activation saves, soft-capping and dropouts from the config."""
+    return {
+        "act_saved_tensors": _COMPOSITE_ACT_SAVES.get(act, 1),
+        "attn_logit_softcapping": c.data.get("attn_logit_softcapping") or None,
+        "final_logit_softcapping": c.data.get("final_logit_softcapping") or None,
+        "attention_dropout": _dropout(c, "attention_dropout", "attn_pdrop"),
+        "hidden_dropout": _dropout(c, "resid_pdrop", "hidden_dropout"),
+    }
 
 
 class _Cfg:
@@ -179,59 +208,52 @@ def _moe_layout(c: _Cfg, layers: int) -> bool:
     )
 
 
-def _llama_like(c: _Cfg) -> ModelSpec:
+def _llama_attention(c: _Cfg, hidden: int, q_out: int, kv_out: int) -> list[Linear]:
     mt = c.model_type
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    inter = c.int("intermediate_size")
-    heads, kv, hd = _heads(c, hidden)
-    tie = c.bool("tie_word_embeddings", default=_LLAMA_LIKE[mt])
-    act = str(c.get("hidden_activation", "hidden_act", default="silu"))
-    if mt == "gemma" and act == "gelu":
-        act = "gelu_pytorch_tanh"  # transformers maps Gemma's legacy "gelu" to the tanh form
-    q_out, kv_out = heads * hd, kv * hd
-
     attn_bias = False if mt in ("mistral", "mixtral", "phi3") else c.bool(
         "attention_bias", default=False
     )
     if mt == "phi3":
-        attn = [Linear("qkv_proj", hidden, q_out + 2 * kv_out, False, "attn"),
+        return [Linear("qkv_proj", hidden, q_out + 2 * kv_out, False, "attn"),
                 Linear("o_proj", q_out, hidden, False, "attn")]
-    else:
-        qkv_bias = True if mt == "qwen2" else attn_bias
-        attn = [Linear("q_proj", hidden, q_out, qkv_bias, "attn"),
-                Linear("k_proj", hidden, kv_out, qkv_bias, "attn"),
-                Linear("v_proj", hidden, kv_out, qkv_bias, "attn"),
-                Linear("o_proj", q_out, hidden, attn_bias, "attn")]
+    qkv_bias = True if mt == "qwen2" else attn_bias
+    return [Linear("q_proj", hidden, q_out, qkv_bias, "attn"),
+            Linear("k_proj", hidden, kv_out, qkv_bias, "attn"),
+            Linear("v_proj", hidden, kv_out, qkv_bias, "attn"),
+            Linear("o_proj", q_out, hidden, attn_bias, "attn")]
 
-    experts = per_tok = moe_inter = 0
+
+def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Linear], dict[str, int]]:
+    """The MLP (or MoE) linears and the MoE fields of the spec."""
+    mt = c.model_type
     if mt == "mixtral":
         experts = c.int("num_local_experts")
-        per_tok = c.int("num_experts_per_tok")
-        moe_inter = inter
-        mlp = [Linear("gate", hidden, experts, False, "router"),
-               Linear("w1", hidden, inter, False, "expert", experts),
-               Linear("w3", hidden, inter, False, "expert", experts),
-               Linear("w2", inter, hidden, False, "expert", experts)]
-    elif mt == "qwen3_moe" and _moe_layout(c, layers):
+        moe = {"num_experts": experts, "num_experts_per_tok": c.int("num_experts_per_tok"),
+               "moe_intermediate_size": inter}
+        return [Linear("gate", hidden, experts, False, "router"),
+                Linear("w1", hidden, inter, False, "expert", experts),
+                Linear("w3", hidden, inter, False, "expert", experts),
+                Linear("w2", inter, hidden, False, "expert", experts)], moe
+    if mt == "qwen3_moe" and _moe_layout(c, layers):
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
         moe_inter = c.int("moe_intermediate_size")
-        mlp = [Linear("gate", hidden, experts, False, "router"),
-               Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
-               Linear("up_proj", hidden, moe_inter, False, "expert", experts),
-               Linear("down_proj", moe_inter, hidden, False, "expert", experts)]
-    elif mt == "phi3":
-        mlp = [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
-               Linear("down_proj", inter, hidden, False, "mlp")]
-    else:
-        mlp_bias = c.bool("mlp_bias", default=False) if mt == "llama" else False
-        mlp = [Linear("gate_proj", hidden, inter, mlp_bias, "mlp"),
-               Linear("up_proj", hidden, inter, mlp_bias, "mlp"),
-               Linear("down_proj", inter, hidden, mlp_bias, "mlp")]
+        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter}
+        return [Linear("gate", hidden, experts, False, "router"),
+                Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
+                Linear("up_proj", hidden, moe_inter, False, "expert", experts),
+                Linear("down_proj", moe_inter, hidden, False, "expert", experts)], moe
+    if mt == "phi3":
+        return [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
+                Linear("down_proj", inter, hidden, False, "mlp")], {}
+    mlp_bias = c.bool("mlp_bias", default=False) if mt == "llama" else False
+    return [Linear("gate_proj", hidden, inter, mlp_bias, "mlp"),
+            Linear("up_proj", hidden, inter, mlp_bias, "mlp"),
+            Linear("down_proj", inter, hidden, mlp_bias, "mlp")], {}
 
-    if mt in ("gemma2", "gemma3_text"):
+
+def _llama_norm_params(mt: str, hidden: int, hd: int, q_out: int, kv_out: int) -> int:
+    if mt in _SANDWICH_NORM:
         norms = 4 * hidden  # input, post_attention, pre_feedforward, post_feedforward
     else:
         norms = 2 * hidden  # input + post_attention (OLMo 2: post_attention + post_feedforward)
@@ -239,7 +261,12 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         norms += 2 * hd  # q_norm, k_norm over one head
     elif mt == "olmo2":
         norms += q_out + kv_out  # q_norm, k_norm over the full projection width
+    return norms
 
+
+def _llama_sliding(c: _Cfg, layers: int) -> tuple[int | None, tuple[str, ...]]:
+    """(sliding_window, layer_types) as each family's transformers config defines them."""
+    mt = c.model_type
     sliding, layer_types = None, ()
     if mt in ("mistral", "mixtral", "phi3"):
         sliding = c.get("sliding_window", default=None)
@@ -257,18 +284,35 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         layer_types = _layer_types(
             c, layers, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention"
         )
-    if not layer_types:
-        layer_types = _layer_types(c, layers, None)
+    return sliding, layer_types or _layer_types(c, layers, None)
 
+
+def _llama_like(c: _Cfg) -> ModelSpec:
+    mt = c.model_type
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    inter = c.int("intermediate_size")
+    heads, kv, hd = _heads(c, hidden)
+    tie = c.bool("tie_word_embeddings", default=_LLAMA_LIKE[mt])
+    act = str(c.get("hidden_activation", "hidden_act", default="silu"))
+    if mt == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"  # transformers maps Gemma's legacy "gelu" to the tanh form
+    q_out, kv_out = heads * hd, kv * hd
+    attn = _llama_attention(c, hidden, q_out, kv_out)
+    mlp, moe = _llama_mlp(c, hidden, inter, layers)
+    sliding, layer_types = _llama_sliding(c, layers)
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=act, gated_mlp=True,
-        block_linears=tuple(attn + mlp), block_norm_params=norms, final_norm_params=hidden,
-        norm_type="rmsnorm", num_experts=experts, num_experts_per_tok=per_tok,
-        moe_intermediate_size=moe_inter, sliding_window=sliding, layer_types=layer_types,
+        tie_word_embeddings=tie, hidden_act=act, gated_mlp=True, block_linears=tuple(attn + mlp),
+        block_norm_params=_llama_norm_params(mt, hidden, hd, q_out, kv_out), final_norm_params=hidden,
+        norm_type=NormType.RMSNORM, sliding_window=sliding, layer_types=layer_types,
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie), **_common(c),
+        norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
+        sandwich_norms=mt in _SANDWICH_NORM,
+        fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
+        **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
 
@@ -298,9 +342,9 @@ def _qwen1(c: _Cfg) -> ModelSpec:
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=heads, head_dim=head_dim, intermediate_size=ff, vocab_size=vocab,
         tie_word_embeddings=tie, hidden_act="silu", gated_mlp=True, block_linears=linears,
-        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type="rmsnorm",
-        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)),
-        **_embeddings(vocab, hidden, tie), **common,
+        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type=NormType.RMSNORM,
+        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)), fused_qkv="c_attn",
+        **_family(c, "silu"), **_embeddings(vocab, hidden, tie), **common,
     )
 
 
@@ -320,15 +364,19 @@ def _phi(c: _Cfg) -> ModelSpec:
         Linear("fc1", hidden, inter, True, "mlp"),
         Linear("fc2", inter, hidden, True, "mlp"),
     )
+    # qk_layernorm adds LayerNorms on q and k; their saved tensors are not modelled (qk_norm models
+    # the fp32-upcast RMSNorm of Qwen 3 / OLMo 2), so qk_norm stays False
     norms = 2 * hidden + (4 * (hidden // heads) if c.bool("qk_layernorm", default=False) else 0)
+    act = str(c.get("hidden_act", default="gelu_new"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu_new")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=norms,
-        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=True,
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=True,
+        parallel_norms=1,  # PhiDecoderLayer: one input_layernorm feeds attention and MLP
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
+        **_family(c, act), **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
     )
 
 
@@ -361,13 +409,15 @@ def _falcon(c: _Cfg) -> ModelSpec:
     lns = 2 if (not parallel or n_ln == 2) else 1
     common = _common(c)
     common["max_position_embeddings"] = common["max_position_embeddings"] or 2048
+    act = str(c.get("activation", default="gelu"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=hd, intermediate_size=ffn, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("activation", default="gelu")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=lns * 2 * hidden,
-        final_norm_params=2 * hidden, norm_type="layernorm", parallel_attn_mlp=parallel,
-        **_embeddings(vocab, hidden, tie), **common,
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=parallel,
+        parallel_norms=lns, fused_qkv="query_key_value", kv_broadcast_view=True, linear_subclass=True,
+        **_family(c, act), **_embeddings(vocab, hidden, tie), **common,
     )
 
 
@@ -386,15 +436,18 @@ def _gpt_neox(c: _Cfg) -> ModelSpec:
         Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
         Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
     )
+    act = str(c.get("hidden_act", default="gelu"))
     return ModelSpec(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=heads, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=str(c.get("hidden_act", default="gelu")),
+        tie_word_embeddings=tie, hidden_act=act,
         gated_mlp=False, block_linears=linears, block_norm_params=4 * hidden,
-        final_norm_params=2 * hidden, norm_type="layernorm",
+        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM,
         parallel_attn_mlp=c.bool("use_parallel_residual", default=True),
+        parallel_norms=2,  # GPTNeoXLayer: input_layernorm and post_attention_layernorm
         partial_rotary_factor=c.rope_fraction("rotary_pct", "partial_rotary_factor"),
-        **_embeddings(vocab, hidden, tie), **_common(c),
+        fused_qkv="query_key_value",
+        **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
 
@@ -422,7 +475,10 @@ def _bloom(c: _Cfg) -> ModelSpec:
         num_key_value_heads=heads, head_dim=hidden // heads, intermediate_size=inter,
         vocab_size=vocab, tie_word_embeddings=tie, hidden_act="gelu", gated_mlp=False,
         block_linears=linears, block_norm_params=4 * hidden, final_norm_params=4 * hidden,
-        norm_type="layernorm", **_embeddings(vocab, hidden, tie), **common,
+        norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.ALIBI, embedding_norm=True,
+        sdpa_supported=False,  # transformers v5.24.0 BloomPreTrainedModel has no _supports_sdpa
+        fused_qkv="query_key_value",
+        **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )
 
 

@@ -10,6 +10,23 @@ No torch here: loading a spec is instant.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
+
+
+class NormType(str, Enum):
+    """The norm module of a decoder block."""
+
+    RMSNORM = "rmsnorm"
+    LAYERNORM = "layernorm"  # with bias; native_layer_norm saves its input and fp32 mean/rstd
+
+
+class PositionEncoding(str, Enum):
+    """How positions enter attention: rotary makes q and k new tensors; ALiBi and learned absolute
+    positions leave them views of the projection output."""
+
+    ROPE = "rope"
+    ALIBI = "alibi"  # BLOOM (Press et al. 2022)
+    LEARNED = "learned"  # GPT-2 wpe
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,7 @@ class ModelSpec:
     final_norm_params: int
     embedding_params: int  # token embeddings (+ learned positional embeddings if any)
     lm_head_params: int  # 0 when tied to the embeddings (then counted once, in embedding_params)
-    norm_type: str = "rmsnorm"  # "rmsnorm" | "layernorm"
+    norm_type: NormType = NormType.RMSNORM
     parallel_attn_mlp: bool = False  # Falcon / Phi-1.5 / Phi-2 / GPT-NeoX style parallel residual
     num_experts: int = 0  # 0 = dense
     num_experts_per_tok: int = 0
@@ -77,7 +94,46 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 0
+    # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---
+    # norms feeding the parallel attention and MLP branches: 1 = one shared norm (Phi, Falcon-7B
+    # modeling_falcon.py num_ln_in_parallel_attn=1), 2 = one each (GPT-NeoX, Falcon new arch)
+    parallel_norms: int = 2
+    # Gemma RMSNorm: ``output * (1.0 + self.weight.float())`` in fp32, so the normed output kept
+    # for the weight gradient is fp32 (transformers v5.24.0 models/gemma/modeling_gemma.py GemmaRMSNorm)
+    norm_one_plus_weight: bool = False
+    # RMSNorm on q and k per head before rotary (Qwen 3, OLMo 2, Gemma 3 q_norm / k_norm)
+    qk_norm: bool = False
+    # post-attention and post-feedforward norms on the branch outputs too (Gemma 2 / 3)
+    sandwich_norms: bool = False
+    position_encoding: PositionEncoding = PositionEncoding.ROPE
+    # LayerNorm right after the token embeddings (BLOOM word_embeddings_layernorm)
+    embedding_norm: bool = False
+    # the family's transformers modelling has an SDPA path (BLOOM: eager only, for ALiBi)
+    sdpa_supported: bool = True
+    # eager softmax upcasts the scores to fp32 (``softmax(..., dtype=torch.float32)`` in Llama-style
+    # eager_attention_forward); False for GPT-2 style softmax in the compute dtype
+    eager_softmax_fp32: bool = True
+    attn_logit_softcapping: float | None = None  # Gemma 2: tanh soft-capping of attention scores
+    final_logit_softcapping: float | None = None  # Gemma 2: tanh soft-capping of the logits
+    fused_qkv: str = ""  # name of the fused q/k/v projection ("query_key_value", "qkv_proj", "c_attn")
+    fused_gate_up: str = ""  # name of the fused gate/up projection (Phi-3 "gate_up_proj")
+    # tensors the MLP activation saves in transformers' implementation: 4 for the python-composed
+    # tanh GELU (transformers v5.24.0 activations.py NewGELUActivation / FastGELUActivation), else 1
+    act_saved_tensors: int = 1
+    # k/v heads reach SDPA as a stride-0 ``expand`` view that flash and memory-efficient kernels
+    # reject (transformers v5.24.0 models/falcon/modeling_falcon.py
+    # FalconAttention._split_heads: torch.broadcast_to(key, query.shape))
+    kv_broadcast_view: bool = False
+    # block linears are a subclass of nn.Linear (FalconLinear), which transformers' bitsandbytes
+    # quantizer leaves unquantized
+    linear_subclass: bool = False
+    attention_dropout: float = 0.0  # dropout on the attention probabilities (attention_dropout / attn_pdrop)
+    hidden_dropout: float = 0.0  # residual dropout after the attention and MLP outputs (resid_pdrop / hidden_dropout)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "norm_type", NormType(self.norm_type))
+        object.__setattr__(self, "position_encoding", PositionEncoding(self.position_encoding))
 
     @property
     def block_params(self) -> int:

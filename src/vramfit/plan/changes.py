@@ -17,11 +17,13 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction
+from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
-from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
+from vramfit.plan.throughput import model_flops, step_time, step_work
+from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 
 KINDS = ("free", "slower", "hardware", "training")
@@ -86,7 +88,7 @@ def _candidates(sc: Scenario) -> list[Change]:
 
 
 class _Ctx:
-    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float):
+    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None):
         self.sc, self.g = sc, g
         self.ev = Evaluator(sc.replace(gpu=g.gpu_id))
         self.limit = limit_bytes(g, margin)
@@ -100,8 +102,10 @@ class _Ctx:
         if not g.bf16_tflops:
             return None
         w = step_work(sc, model_flops(self.ev.spec, sc.seq_len), self.trainable)
-        s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-                      peer_gbs=peer_gbs(g, sc.num_gpus), host_gbs=g.host_link_gbs)
+        peer = peer_gbs(g, sc.num_gpus)
+        s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+                      peer_gbs=peer, host_gbs=g.host_link_gbs,
+                      card=card_speed(g, peer) if self.mfu is None else None)  # None: the mechanism model
         return 1.0 / s.tokens_per_s
 
     def measure(self, ch: Change) -> Change:
@@ -112,12 +116,12 @@ class _Ctx:
         t = self.seconds_per_token(r.scenario)
         slow = t / self.t0 if (t and self.t0) else None
         cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
-        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=dev <= self.limit,
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=fits(r, self.limit),
                      headroom_bytes=self.limit - dev, slowdown=slow, cost_factor=cost)
 
     def fits(self, changes: dict[str, Any]) -> bool:
         r = self.ev.try_estimate(**changes)
-        return not isinstance(r, ScenarioError) and r.peak.device_bytes <= self.limit
+        return not isinstance(r, ScenarioError) and fits(r, self.limit)
 
 
 def _experts_unquantized(ctx: _Ctx) -> bool:
@@ -246,7 +250,7 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
     return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
 
 
-def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = 0.05,
+def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
                    mfu: float | None = None, effective_batch: int | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
@@ -257,7 +261,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
+    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else None
     ctx = _Ctx(sc, g, margin, u)
     if ctx.before <= ctx.limit:
         return []

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from vramfit.errors import ScenarioError
 from vramfit.plan.sweep import SweepResult
+from vramfit.units import GiB
 
-GiB = 2**30
 FORMATS = (".png", ".svg", ".html")
 
 

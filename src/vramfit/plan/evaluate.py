@@ -6,20 +6,21 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate_spec, resolve_spec
 from vramfit.estimate.result import EstimateResult
-from vramfit.gpus import GPU, list_gpus
-from vramfit.scenario import Scenario, parse_scenario
+from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
+from vramfit.scenario import MAX_BATCH, Checkpointing, Loss, Optimizer, Scenario, parse_scenario
 
-_PROBE: dict[tuple, dict[str, str]] = {}
-
-
-def limit_bytes(gpu: GPU, safety_margin: float) -> int:
-    """Bytes a run may use on ``gpu``: its usable memory less the safety margin."""
-    return int(gpu.usable_bytes * (1.0 - safety_margin))
+_PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
+#: Keys no rule of scenario.parse_scenario reads beyond their own range or choices: the planner's
+#: variants set them on the validated rest without re-parsing (tests/plan/test_search.py: same scenarios).
+_FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointing": Checkpointing,
+              "optimizer": Optimizer, "loss": Loss}
 
 
 class Evaluator:
@@ -27,10 +28,22 @@ class Evaluator:
 
     def __init__(self, base: Scenario | dict):
         self.base = parse_scenario(base)
+        self._cards: dict[str, GPU] = {}
+        card = self.card(self.base.gpu)
+        if card is not None and card.gpu_id != self.base.gpu:  # an alias ("4090") becomes the catalog id
+            self.base = dataclasses.replace(self.base, gpu=card.gpu_id)
         self.model_id, self.spec, self.origin, self.notes = resolve_spec(self.base)
         self._memo: dict[tuple, EstimateResult | ScenarioError] = {}
         self._scenarios: dict[tuple, Scenario | ScenarioError] = {}
         self.calls = 0
+
+    def card(self, gpu_id: str | None) -> GPU | None:
+        """The catalog record of a scenario's ``gpu`` (its hardware facts), looked up once."""
+        if not gpu_id:
+            return None
+        if gpu_id not in self._cards:
+            self._cards[gpu_id] = get_gpu(gpu_id)
+        return self._cards[gpu_id]
 
     @staticmethod
     def _key(changes: dict[str, Any]) -> tuple:
@@ -43,14 +56,24 @@ class Evaluator:
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:
-            try:
-                hit = self.base.replace(**changes)
-            except ScenarioError as exc:
-                hit = exc
-            self._scenarios[key] = hit
+            hit = self._scenarios[key] = self._replace(changes)
         if isinstance(hit, ScenarioError):
             raise hit
         return hit
+
+    def _replace(self, changes: dict[str, Any]) -> Scenario | ScenarioError:
+        """``base.replace(**changes)``; free keys (:data:`_FREE_KEYS`) go on the validated rest directly."""
+        free = {k: _free_value(k, changes[k]) for k in _FREE_KEYS if k in changes}
+        if free and None not in free.values():
+            try:
+                rest = self.scenario(**{k: v for k, v in changes.items() if k not in free})
+            except ScenarioError as exc:
+                return exc
+            return dataclasses.replace(rest, **free)
+        try:
+            return self.base.replace(**changes)
+        except ScenarioError as exc:
+            return exc
 
     def try_estimate(self, **changes: Any) -> EstimateResult | ScenarioError:
         """The estimate, or the ScenarioError that the changed scenario raises."""
@@ -60,7 +83,7 @@ class Evaluator:
             try:
                 sc = self.scenario(**changes)
                 self.calls += 1
-                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes)
+                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes, card=self.card(sc.gpu))
             except ScenarioError as exc:
                 hit = exc
             self._memo[key] = hit
@@ -76,6 +99,17 @@ class Evaluator:
         return self.estimate(**changes).peak.device_bytes
 
 
+def _free_value(key: str, value: Any) -> Any:
+    """``value`` as the scenario holds it, or None unless it is plainly valid (then the full parse judges it)."""
+    kind = _FREE_KEYS[key]
+    if kind is int:
+        return value if type(value) is int and 1 <= value <= MAX_BATCH else None
+    try:
+        return kind(value)  # an exact choice (the planner's); anything else goes through the full parse
+    except ValueError:
+        return None
+
+
 def gpu_classes() -> dict[str, str]:
     """Cards grouped by how the estimator treats them: gpu id -> the class's first gpu id.
 
@@ -83,8 +117,23 @@ def gpu_classes() -> dict[str, str]:
 
     The estimator may depend on the card (e.g. Hopper's larger cuBLAS workspace). A small generic
     model is estimated once per card; cards with equal results share a class, so the planner
-    estimates one card per class and assumes the card only shifts the figure by a constant.
+    estimates one card per class and assumes the card only shifts the figure by a constant
+    (:func:`class_shifts`; the search checks its pick with the class's own estimate).
     """
+    return _probe()[0]
+
+
+def class_shifts() -> dict[str, int]:
+    """Device bytes each estimator class adds to the figure of a scenario without ``gpu`` (class id -> bytes).
+
+    Measured on the probe model of :func:`gpu_classes`: today only the workspaces differ (cuBLAS on sm90,
+    estimate/step.py ``_workspaces``), a constant in every phase; tests/plan/test_search.py checks that
+    the shift is the same over the planner's settings.
+    """
+    return _probe()[1]
+
+
+def _probe() -> tuple[dict[str, str], dict[str, int]]:
     from vramfit.models import generic_spec
 
     gpus = list_gpus()
@@ -97,8 +146,8 @@ def gpu_classes() -> dict[str, str]:
     out: dict[str, str] = {"": ""}
     for g in gpus:
         sc = Scenario(params=100_000_000, gpu=g.gpu_id)
-        dev = estimate_spec(sc, spec, "probe").peak.device_bytes
+        dev = estimate_spec(sc, spec, "probe", card=g).peak.device_bytes
         out[g.gpu_id] = seen.setdefault(dev, g.gpu_id)
     _PROBE.clear()
-    _PROBE[key] = out
-    return out
+    _PROBE[key] = (out, {cls: dev - none for dev, cls in seen.items()})
+    return _PROBE[key]

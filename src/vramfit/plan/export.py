@@ -6,8 +6,12 @@
 - ``deepspeed``: a DeepSpeed config JSON (ZeRO stage, offload, batch sizes, bf16/fp16);
 - ``fsdp``: an Accelerate FSDP config YAML (``fsdp_config`` keys; ZeRO-3 -> FULL_SHARD, ZeRO-2 ->
   SHARD_GRAD_OP);
-- ``trl``: a Python file with TRL ``SFTConfig``, PEFT ``LoraConfig`` and, for QLoRA, the
-  ``BitsAndBytesConfig``, pointing at the engine file for sharded plans.
+- ``trl``: ``train.py`` (TRL ``SFTTrainer``, PEFT LoRA, bitsandbytes 4-bit for QLoRA) and its
+  ``train_config.yaml`` (TRL's own ``--config`` file: ``SFTConfig`` and ``ModelConfig`` fields), plus the
+  Accelerate file (and DeepSpeed JSON) above.
+
+The tests load every file with the engine's own code (accelerate's launch path, DeepSpeed's config parser,
+TRL's argument parser) and run one step of ``train.py`` on a tiny random model on the CPU.
 
 ``"auto"`` values in a DeepSpeed file are filled by the Hugging Face Trainer/Accelerate integration.
 """
@@ -22,12 +26,15 @@ from vramfit.errors import ScenarioError
 from vramfit.plan.report import Plan
 
 ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl")
-_OPTIM = {
+OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
     "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
-_QUANT = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
+SCRIPT = "train.py"  # the one script name every export launches
+TRL_CONFIG_FILE = "train_config.yaml"
+ACCELERATE_FILE = "accelerate.yaml"
+DS_FILE = "ds_config.json"
 
 
 @dataclass(frozen=True)
@@ -55,9 +62,13 @@ def _mixed(sc: dict[str, Any]) -> str:
     return "bf16" if prec.startswith("bf16") else "fp16" if prec.startswith("fp16") else "no"
 
 
+def _zero_stage(plan: Plan) -> int:
+    return {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+
+
 def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
     sc = plan.scenario
-    stage = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+    stage = _zero_stage(plan)
     zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
     if plan.offload != "none":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -82,7 +93,7 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
         notes.append("offload runs DeepSpeed's CPU Adam: the optimizer section replaces the Trainer's optim")
     elif plan.optimizer != "adamw":
         cfg["zero_allow_untested_optimizer"] = True
-        notes.append(f"{plan.optimizer} is created by the Trainer (optim={_OPTIM[plan.optimizer]!r}) and wrapped by ZeRO")
+        notes.append(f"{plan.optimizer} is created by the Trainer (optim={OPTIM[plan.optimizer]!r}) and wrapped by ZeRO")
     return cfg
 
 
@@ -97,27 +108,20 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
         "fsdp_cpu_ram_efficient_loading": True,
         "fsdp_forward_prefetch": False,
         "fsdp_offload_params": plan.offload != "none",
+        # FSDP1 reads sharding_strategy; accelerate 1.15 ignores reshard_after_forward when fsdp_version is 1
+        # (FullyShardedDataParallelPlugin.__post_init__, accelerate/utils/dataclasses.py)
         "fsdp_sharding_strategy": shard,
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_sync_module_states": True,
         "fsdp_use_orig_params": True,
+        "fsdp_version": 1,  # the FSDP the planner models (FlatParameter sharding); keys as trl/accelerate_configs/fsdp1.yaml
     }
 
 
-def _yaml(data: dict[str, Any], indent: int = 0) -> str:
-    lines = []
-    for k, v in data.items():
-        pad = " " * indent
-        if isinstance(v, dict):
-            lines.append(f"{pad}{k}:")
-            lines.append(_yaml(v, indent + 2))
-        elif isinstance(v, bool):
-            lines.append(f"{pad}{k}: {'true' if v else 'false'}")
-        elif isinstance(v, str):
-            lines.append(f"{pad}{k}: {v}")
-        else:
-            lines.append(f"{pad}{k}: {v}")
-    return "\n".join(lines)
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
@@ -134,107 +138,63 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
         "use_cpu": False,
     }
     if engine == "deepspeed":
-        cfg["deepspeed_config"] = {"deepspeed_config_file": "ds_config.json",
+        # With a deepspeed_config_file, precision comes from the JSON's bf16/fp16 block: accelerate 1.x refuses
+        # mixed_precision beside it (DeepSpeedPlugin._deepspeed_config_checks, accelerate/utils/dataclasses.py).
+        del cfg["mixed_precision"]
+        cfg["deepspeed_config"] = {"deepspeed_config_file": DS_FILE,
                                    "zero3_init_flag": plan.parallelism == "zero3" and plan.scenario["method"] == "full"}
     if engine == "fsdp":
         cfg["fsdp_config"] = _fsdp_block(plan, notes)
     return cfg
 
 
-def _trl(plan: Plan, engine: str, epochs: float, notes: list[str]) -> str:
-    sc = plan.scenario
-    method, prec = sc["method"], sc["precision"]
-    dtype = "torch.bfloat16" if prec.startswith("bf16") else "torch.float16" if prec.startswith("fp16") else "torch.float32"
-    model = sc["model"] or f"<a {sc['params']:,}-parameter model>"
-    lines = [
-        f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
-        f" -> {plan.device_bytes / 2**30:,.1f} GiB of {plan.usable_bytes / 2**30:,.1f} GiB per GPU (estimated)",
-        "import torch",
-    ]
-    if method != "full":
-        lines.append("from peft import LoraConfig")
-    if method == "qlora":
-        lines.append("from transformers import BitsAndBytesConfig")
-    lines += ["from trl import SFTConfig", "", f"model_id = {model!r}"]
-    kw = [f"torch_dtype={dtype if not prec.endswith('mixed') else 'torch.float32'}",
-          f"attn_implementation={'eager' if sc['attention'] == 'eager' else 'flash_attention_2' if sc['attention'] == 'flash' else 'sdpa'!r}"]
-    if method == "qlora":
-        qtype, dq = _QUANT.get(sc["quantize"], ("nf4", True))
-        if sc["quantize"] not in _QUANT:
-            notes.append(f"quantize {sc['quantize']} is not a bitsandbytes 4-bit type: nf4 written instead")
-        lines += ["quantization_config = BitsAndBytesConfig(", "    load_in_4bit=True,", f"    bnb_4bit_quant_type={qtype!r},",
-                  f"    bnb_4bit_use_double_quant={dq},", f"    bnb_4bit_compute_dtype={dtype},",
-                  f"    bnb_4bit_quant_storage={dtype},  # lets FSDP/ZeRO-3 shard the 4-bit weights", ")"]
-        kw.append("quantization_config=quantization_config")
-    lines.append(f"model_init_kwargs = dict({', '.join(kw)})")
-    if method != "full":
-        targets = sc["lora_targets"]
-        tm = repr("all-linear") if targets == ["all-linear"] else repr(targets)
-        dropout = sc.get("lora_dropout") or 0.0
-        lines += ["peft_config = LoraConfig(", f"    r={sc['lora_rank']},", f"    lora_alpha={sc['lora_alpha']:g},",
-                  f"    lora_dropout={dropout},", f"    target_modules={tm},", "    task_type='CAUSAL_LM',", ")"]
-    args = [
-        "output_dir='out'",
-        f"per_device_train_batch_size={plan.micro_batch_size}",
-        f"gradient_accumulation_steps={plan.grad_accum}",
-        f"num_train_epochs={epochs:g}",
-        f"max_length={sc['seq_len']}",
-        "packing=True",
-        f"bf16={prec.startswith('bf16')}",
-        f"fp16={prec.startswith('fp16')}",
-        f"optim={_OPTIM[plan.optimizer]!r}",
-        "save_total_limit=1",
-        "model_init_kwargs=model_init_kwargs",
-    ]
-    ck = plan.gradient_checkpointing
-    if ck != "none" and engine != "fsdp":
-        args += ["gradient_checkpointing=True", "gradient_checkpointing_kwargs={'use_reentrant': False}"]
-    if ck == "selective":
-        notes.append("selective recompute is not in transformers: full gradient checkpointing is written")
-    if ck == "offload":
-        args.append("activation_offloading=True")
-    if plan.loss == "fused":
-        args.append("use_liger_kernel=True")
-    if plan.loss == "chunked":
-        notes.append("chunked cross-entropy is torchtune's; with TRL use use_liger_kernel=True (fused) instead")
+def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
+    """How the exported files shard the model: deepspeed, fsdp, ddp or single."""
+    own = _engine_of(plan)
     if engine == "deepspeed":
-        args.append("deepspeed='ds_config.json'")
-    lines += ["training_args = SFTConfig("] + [f"    {a}," for a in args] + [")"]
-    lines += ["", "# trainer = SFTTrainer(model=model_id, args=training_args, train_dataset=dataset"
-              + (", peft_config=peft_config" if method != "full" else "") + ")"]
-    return "\n".join(lines) + "\n"
+        if own == "fsdp":
+            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching ZeRO stage")
+        if own in ("ddp", "single"):
+            notes.append("the plan needs no sharding: ZeRO stage 0 is plain data parallelism")
+        return "deepspeed"
+    if engine == "fsdp":
+        if own in ("ddp", "single"):
+            notes.append("the plan needs no sharding: FULL_SHARD written anyway (uses less memory, more traffic)")
+        if own == "deepspeed":
+            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching FSDP sharding")
+        return "fsdp"
+    return own
 
 
 def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
-    """Configuration files for ``engine`` (one of :data:`ENGINES`) that run ``plan``."""
+    """Configuration files for ``engine`` (one of :data:`ENGINES`) that run ``plan``.
+
+    Every engine launches the same script name, :data:`SCRIPT`; ``trl`` writes it (with its settings file),
+    the others expect the user's own.
+    """
     if engine not in ENGINES:
         raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
     notes: list[str] = []
-    own = _engine_of(plan)
+    stage = plan.scenario.get("stage", "sft")
+    if stage != "sft":  # issue 15: the plan is sized for the stage; its trainer config is not exported yet
+        notes.append(f"the plan is sized for stage {stage}, but these files run the supervised step (SFTTrainer): "
+                     f"write the {stage.upper()}Config yourself with the same batch, length and sharding")
+    shard = _shard(plan, engine, notes)
     files: dict[str, str] = {}
-    if engine == "deepspeed" or (engine in ("accelerate", "trl") and own == "deepspeed"):
-        files["ds_config.json"] = json.dumps(deepspeed_config(plan, notes), indent=2) + "\n"
-        shard = "deepspeed"
-    elif engine == "fsdp" or (engine in ("accelerate", "trl") and own == "fsdp"):
-        shard = "fsdp"
-    else:
-        shard = own
-    if engine == "deepspeed" and own == "fsdp":
-        notes.append(f"the plan was sized for {plan.parallelism}; written as the matching ZeRO stage")
-    if engine == "deepspeed" and own in ("ddp", "single"):
-        notes.append("the plan needs no sharding: ZeRO stage 0 is plain data parallelism")
-    if engine == "fsdp" and own in ("ddp", "single"):
-        notes.append("the plan needs no sharding: FULL_SHARD written anyway (uses less memory, more traffic)")
-    if engine == "fsdp" and own == "deepspeed":
-        notes.append(f"the plan was sized for {plan.parallelism}; written as the matching FSDP sharding")
+    if shard == "deepspeed":
+        files[DS_FILE] = json.dumps(deepspeed_config(plan, notes), indent=2) + "\n"
     if engine != "deepspeed":
-        acc = _accelerate(plan, shard if shard in ("deepspeed", "fsdp") else own, notes)
-        files["accelerate.yaml"] = f"# vramfit plan: {plan.label}\n" + _yaml(acc) + "\n"
+        files[ACCELERATE_FILE] = f"# vramfit plan: {plan.label}\n" + _yaml(_accelerate(plan, shard, notes))
     if engine == "trl":
-        files["train_config.py"] = _trl(plan, shard, epochs, notes)
-    launch = "train.py" if engine == "trl" else "your_training_script.py"
-    if engine == "deepspeed":
-        command = f"deepspeed --num_gpus {plan.num_gpus} {launch} --deepspeed ds_config.json"
+        from vramfit.plan.export_trl import trl_files
+
+        files.update(trl_files(plan, shard, epochs, notes))
+        args = f"{SCRIPT} --config {TRL_CONFIG_FILE} --dataset_path data.jsonl"
     else:
-        command = f"accelerate launch --config_file accelerate.yaml {launch}"
+        args = SCRIPT
+        notes.append(f"{SCRIPT} is your training script; --export trl writes one that runs these settings")
+    if engine == "deepspeed":
+        command = f"deepspeed --num_gpus {plan.num_gpus} {args} --deepspeed {DS_FILE}"
+    else:
+        command = f"accelerate launch --config_file {ACCELERATE_FILE} {args}"
     return Export(engine, files, command, tuple(notes))

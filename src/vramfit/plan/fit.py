@@ -12,8 +12,9 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
+from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes, result_paging, verdict_text
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
 
 GRID_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -41,7 +42,9 @@ class FitReport:
     safety_margin: float
     scenario: dict[str, Any]
     device_bytes: int  # the scenario as given
-    fits: bool
+    fits: bool  # the one definition (vramfit.plan.verdict): within limit_bytes, paging allowed
+    paging_bytes: int  # paged optimizer state in host RAM for the scenario to fit (0: none)
+    verdict: str  # "fits" | "fits, with paging of N GiB optimizer state (slower)" | "does not fit"
     max_micro_batch: int | None  # at the scenario's seq_len; None if micro-batch 1 does not fit
     max_micro_batch_device_bytes: int | None
     max_seq_len: int | None  # at the scenario's micro-batch
@@ -88,7 +91,7 @@ def fit(
     scenario: Scenario | dict,
     gpu_id: str,
     *,
-    safety_margin: float = 0.05,
+    safety_margin: float = SAFETY_MARGIN,
     batches: tuple[int, ...] | None = None,
     seq_lens: tuple[int, ...] | None = None,
 ) -> FitReport:
@@ -104,8 +107,8 @@ def fit(
         return None if isinstance(r, ScenarioError) else r.peak.device_bytes
 
     def ok(**k: Any) -> bool:
-        d = dev(**k)
-        return d is not None and d <= limit
+        r = ev.try_estimate(**k)
+        return not isinstance(r, ScenarioError) and fits(r, limit)
 
     base = ev.base
     mb = _largest(lambda m: ok(micro_batch_size=m), base.micro_batch_size, MAX_BATCH)
@@ -123,12 +126,14 @@ def fit(
             if isinstance(r, ScenarioError):
                 row.append(GridCell(b, s, None, False, str(r)))
             else:
-                row.append(GridCell(b, s, r.peak.device_bytes, r.peak.device_bytes <= limit))
+                row.append(GridCell(b, s, r.peak.device_bytes, fits(r, limit)))
         grid.append(tuple(row))
     own = ev.device_bytes()
+    paged = result_paging(ev.estimate(), limit)
     return FitReport(
         gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
-        scenario=base.to_dict(), device_bytes=own, fits=own <= limit,
+        scenario=base.to_dict(), device_bytes=own, fits=paged is not None, paging_bytes=paged or 0,
+        verdict=verdict_text(paged),
         max_micro_batch=mb, max_micro_batch_device_bytes=dev(micro_batch_size=mb) if mb else None,
         max_seq_len=seq, max_seq_len_device_bytes=dev(seq_len=seq) if seq else None,
         max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),

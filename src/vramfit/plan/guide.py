@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramfit.estimate.phases import largest_per_component
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
+from vramfit.plan.verdict import fits, limit_bytes
+from vramfit.units import GB
 
-GB = 10**9
+#: The guide's classes are judged at the card's edge: the one verdict with a stated margin of 0.
+GUIDE_MARGIN = 0.0
 
 #: The model the guide's sizes stand for (the same ones the web guide pages use).
 SIZES: tuple[tuple[str, str], ...] = (
@@ -125,10 +129,25 @@ def _gb(n: int) -> str:
 
 def _fits(ev: Evaluator, card: str, n: int) -> tuple[bool, int]:
     """Whether n cards fit (ZeRO-3 beyond one; best of no and full checkpointing), and that peak."""
-    usable = get_gpu(card).usable_bytes
+    limit = limit_bytes(get_gpu(card), GUIDE_MARGIN)
     par = {"num_gpus": n, "parallelism": "none" if n == 1 else "zero3", "gpu": card}
-    best = min(ev.device_bytes(**par, gradient_checkpointing=ck) for ck in ("none", "full"))
-    return best <= usable, best
+    best = min((ev.estimate(**par, gradient_checkpointing=ck) for ck in ("none", "full")),
+               key=lambda r: r.peak.device_bytes)
+    return fits(best, limit), best.peak.device_bytes
+
+
+def _part_sizes(r) -> dict[str, int]:
+    """Each part where the text below describes it (the component table holds sizes at the peak):
+    saved activations and logits at the end of forward, the autocast copies kept into backward,
+    the model state and gradients at their largest; processes as in the component table."""
+    by_phase = {p.phase: dict(p.breakdown) for p in r.phases}
+    sizes = largest_per_component(r.phases)
+    for name, phase in (("activations", "forward"), ("logits_loss", "forward"), ("autocast_copies", "backward-loss")):
+        sizes[name] = by_phase.get(phase, {}).get(name, 0)
+    sizes.update({c.name: c.bytes for c in r.components if c.counted_in != "allocated"})
+    order = ("weights", "quantized_base", "adapters", "master_weights", "gradients", "optimizer_state",
+             "activations", "autocast_copies", "logits_loss", "temporaries", "comm_buffers", "workspaces")
+    return {k: sizes[k] for k in sorted(sizes, key=lambda k: order.index(k) if k in order else 99) if sizes[k]}
 
 
 def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], n_params: int,
@@ -194,7 +213,7 @@ def guide_table() -> GuideTable:
                 claims.append({**cl.to_dict(), "fits": ok, "device_bytes": dev, "verdict": verdict})
             options = [(n * gb, n, gb) for gb, n in fewest.items() if n]
             smallest = f"{min(options)[1]} x {min(options)[2]} GB" if options else f"more than {max(COUNTS)} x 80 GB"
-            comps = {c.name: c.bytes for c in ck.components}
+            comps = _part_sizes(ck)
             why = _why(size, method, claims, comps, one.model.num_params, fewest)
             rows.append(GuideRow(size, model, method, one.model.num_params, one.peak.device_bytes,
                                  ck.peak.device_bytes, comps, fewest, smallest, tuple(claims),

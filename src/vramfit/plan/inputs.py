@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from vramfit.errors import ScenarioError
+
+# One node: the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó").
+from vramfit.gpus import GPUS_PER_NODE  # noqa: F401 - the one node cap, shared with the estimator
 from vramfit.scenario import fraction, positive_number  # noqa: F401 - part of this module's validators
 
 _SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
 MAX_TOKENS = 10**15
-#: One node: the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó").
-GPUS_PER_NODE = 8
 
 
 def parse_count(key: str, value: Any, lo: int = 1, hi: int = MAX_TOKENS) -> int:

@@ -8,9 +8,10 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
-from vramfit.plan.evaluate import Evaluator, limit_bytes
+from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
-from vramfit.plan.rental import billed_gpus, needs, node_limit, price_basis, stack_of
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
+from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
@@ -18,25 +19,22 @@ from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
-
-GiB = 2**30
+from vramfit.units import GB, GiB
 
 HOST_RAM_PER_GPU = Constant(
-    256 * 10**9,
+    256 * GB,
     "bytes of host RAM per GPU",
     "NVIDIA DGX H100 datasheet: 2 TB system memory for 8 GPUs",
     "offload plans whose host share exceeds it are dropped; rented single GPUs often come with less",
 )
 
 ASSUMPTIONS = (
-    "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the memory the card "
-    "exposes to CUDA less the safety margin.",
-    "Multi-GPU plans are one node of at most 8 cards (the guide: rent the cards as one node, NVLink "
+    f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
-    "Speed = FLOPs from the architecture over the dense BF16 peak x utilisation; recompute and QLoRA "
-    "de-quantization included; GPU-to-GPU traffic overlaps compute, offload traffic does not; the CPU "
-    "optimizer step of offload plans is not timed.",
+    "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
+    "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
     "Prices are on-demand USD per GPU-hour read on the dates in price_details; the low end ranks plans.",
 )
@@ -87,14 +85,15 @@ def plan(
     epochs: float = 1.0,
     budget_usd: float | None = None,
     gpu_ids: list[str] | str | None = None,
-    max_gpus: int = 8,
-    safety_margin: float = 0.05,
+    max_gpus: int = GPUS_PER_NODE,
+    safety_margin: float = SAFETY_MARGIN,
     mfu: float | None = None,
     checkpoints_kept: int = 1,
     with_changes: bool = True,
     sort: str = "cost",
     deadline_hours: float | str | None = None,
     stacks: list[str] | str | None = None,
+    dataset: Any | None = None,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -106,9 +105,14 @@ def plan(
     Plans within budget and ``deadline_hours`` come first, then by ``sort`` (``cost`` per token or
     ``time``); ``stacks`` (cuda, rocm, habana) keeps only cards of those software stacks. A card is
     planned only in counts it is rented in (``rental_gpus``: GB200 up to its 4-GPU tray).
+    ``dataset`` (a :class:`vramfit.dataset.DatasetReport`) replaces ``dataset_tokens``: disk from its
+    real tokens, time and cost from the tokens the GPUs process at each plan's micro-batch (padding included).
     """
     sc = parse_scenario(scenario)
+    if dataset is not None and dataset_tokens is not None:
+        raise ScenarioError("dataset_tokens", "give the dataset or its token count, not both")
     eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
+    tokens = dataset.train_tokens if dataset is not None else tokens
     all_counts = gpu_counts(max_gpus)
     counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
@@ -120,8 +124,8 @@ def plan(
     ev = Evaluator(sc)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u)
-    total = int(tokens * ep) if tokens else None
+    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
+    total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     plans: list[Plan] = []
     excluded: list[Excluded] = []
     blocked = set()
@@ -134,12 +138,15 @@ def plan(
         limit = limit_bytes(g, margin)
         mine = tuple(n for n in counts if n <= node_limit(g, GPUS_PER_NODE))
         lacking = []
+        lacks = stack_of(g).lacks
         for n in mine:
-            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value)
-            if best is not None and set(needs(best[0]._asdict())) & set(stack_of(g).lacks):
-                lacking.append(n)  # the fastest setting needs what the stack lacks (e.g. Liger on Gaudi)
+            # only settings the card's stack runs compete (Gaudi: no 8-bit AdamW, no fused loss)
+            best = search.best(g, n, limit, HOST_RAM_PER_GPU.value, lacks)
+            if best is None and lacks and search.best(g, n, limit, HOST_RAM_PER_GPU.value) is not None:
+                lacking.append(n)  # it would fit only with what the stack lacks
             elif best is not None:
-                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, total, budget, num_params, trainable,
+                at_mb = int(dataset.processed_at(best[1]) * ep) if dataset is not None else total  # padding varies with mb
+                plans.append(_make_plan(search, g, best[0], best[1], limit, eff, at_mb, budget, num_params, trainable,
                                         tokens, kept, deadline))
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
@@ -150,31 +157,42 @@ def plan(
 
         for gid in named:
             g = get_gpu(gid)
-            if g.gpu_id not in blocked and ev.device_bytes(gpu=g.gpu_id) > limit_bytes(g, margin):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u, effective_batch=eff)
-    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted)
+            if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u if mfu is not None else None,
+                                                  effective_batch=eff)
+    assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
+    if dataset is not None:  # the measured lengths replace the packed-dataset assumption
+        packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
+        assumptions[assumptions.index(packed)] = (
+            f"Time from the tokens the GPUs process per epoch of the dataset at each plan's micro-batch, padding "
+            f"included ({dataset.processed_tokens:,} at micro-batch {dataset.policy['micro_batch_size']}); time "
+            "excludes evaluation, checkpoint writes and start-up.")
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
         scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
-        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u,
-        mfu_source=("user" if mfu is not None else MFU_DEFAULT.source), plans=tuple(plans),
+        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u if mfu is not None else None,
+        mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
 
 
 def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
-                      order: str, deadline: float | None, wanted: tuple[str, ...]) -> list[str]:
-    out = list(ASSUMPTIONS) + list(_ranking_assumptions(order, deadline, wanted))
+                      order: str, deadline: float | None, wanted: tuple[str, ...], margin: float) -> list[str]:
+    out = [definition(margin), *ASSUMPTIONS, *_ranking_assumptions(order, deadline, wanted)]
     out.insert(0, f"Precision {sc.precision.value}: {sc.precision.meaning}. Without --precision each framework's "
                "default applies (`vramfit estimate --help`).")
-    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak" + (" (set by --mfu)" if mfu is not None else f": {MFU_DEFAULT.source}. {MFU_DEFAULT.note}"))
+    out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
+               "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
+               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
+               f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
+               f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/throughput.py): read times and costs with that band.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")
     if parse_count("max_gpus", max_gpus, 1, 100_000) > GPUS_PER_NODE:
         out.append(f"max_gpus {max_gpus} capped at one node of {GPUS_PER_NODE} GPUs.")
-    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / 1e9:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
+    out.append(f"Host RAM: at most {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU for offloaded state ({HOST_RAM_PER_GPU.source}).")
     return out
 
 
@@ -200,7 +218,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
         allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
-        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=g.usable_bytes - r.peak.device_bytes,
+        usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=limit - r.peak.device_bytes + (result_paging(r, limit) or 0),
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),

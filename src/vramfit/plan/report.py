@@ -30,7 +30,7 @@ class Plan:
     device_bytes: int
     usable_bytes: int  # what the card exposes to CUDA
     limit_bytes: int  # usable less the safety margin
-    headroom_bytes: int  # usable - device
+    headroom_bytes: int  # limit - what stays on the card (vramfit.plan.verdict)
     host_ram_bytes: int  # offloaded state in host RAM, all GPUs of the node together
     speed: Speed | None  # None when the card has no BF16 TFLOPS figure
     hours: float | None  # for dataset_tokens x epochs; None without a dataset or speed
@@ -87,7 +87,7 @@ class PlanReport:
     total_tokens: int | None
     budget_usd: float | None
     safety_margin: float
-    mfu: float
+    mfu: float | None  # None: times come from the mechanism model (mfu_source says so)
     mfu_source: str
     plans: tuple[Plan, ...]  # ranked: within budget, then USD per token, then speed
     excluded: tuple[Excluded, ...]

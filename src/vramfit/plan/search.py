@@ -3,9 +3,11 @@
 For a card and a GPU count the search varies the micro-batch (a divisor of the per-GPU batch, the
 rest reached by gradient accumulation), activation checkpointing, sharding/offload, and the
 memory savers that cost no speed (fused loss, 8-bit AdamW for full fine-tuning). It keeps the
-setting with the shortest step time (``throughput``); near-ties go to the fewer compromises, then
-to the larger micro-batch. Memory is screened once per setting with the estimator and the chosen
-setting is re-estimated for the card's estimator class (see :func:`evaluate.gpu_classes`).
+setting with the shortest step time (``throughput``); near-ties (within ``TIE`` of the shortest) go
+to the fewer compromises, then to the larger micro-batch. Only settings the card's software stack
+runs compete. The search gives what trying every pair would (:meth:`Search.choose`) from a few
+hundred estimates shared by all cards (:mod:`screen`); the pick is checked with the card's estimator
+class (see :func:`evaluate.gpu_classes`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.gpus import GPU
-from vramfit.plan.evaluate import Evaluator, gpu_classes
+from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
+from vramfit.plan.kernels import card_speed
+from vramfit.plan.rental import needs
+from vramfit.plan.screen import CKPT_RANK, Figures, Screen
 from vramfit.plan.throughput import ModelFlops, Speed, Work, step_time, step_work
 from vramfit.scenario import Checkpointing, Loss, Method, Offload, Optimizer, Parallelism, Scenario
 
@@ -50,7 +55,7 @@ class Config(NamedTuple):
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
         s += 0.2 if self.loss != base.loss.value else 0.0
-        return s
+        return round(s, 6)  # 0.1 + 0.2 ranks equal to 0.3
 
 
 def configs_for(n: int, base: Scenario) -> list[Config]:
@@ -94,17 +99,19 @@ def peer_gbs(gpu: GPU, n: int) -> float:
 class Search:
     """Memoised screening of (setting, micro-batch) and the choice per (card, count)."""
 
-    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float):
+    def __init__(self, ev: Evaluator, effective_batch: int, mf: ModelFlops, trainable: int, mfu: float | None):
+        """``mfu`` None: time steps with the mechanism model (:func:`throughput.mechanism_step_time`)."""
         self.ev, self.eff, self.mf, self.trainable, self.mfu = ev, effective_batch, mf, trainable, mfu
-        self._work: dict[tuple[Config, int], Work] = {}
+        self._work: dict[tuple[tuple, int], Work] = {}
         self._dicts: dict[int, tuple[Scenario, dict]] = {}
         self._comp: dict[Config, float] = {}
-        self._completion: dict[tuple, Config] = {}
-        self._gpu_consts: dict[tuple[str, int], tuple[float, float, float, float] | None] = {}
-        self._spt: dict[tuple[Config, int, str], float] = {}
-        self._links: dict[tuple[str, int], tuple[float, float]] = {}  # (peer, host) GB/s for speed()
+        self._layouts: dict[tuple, Layout] = {}
+        self._spt: dict[tuple[tuple, int, str], float] = {}
+        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
+        self.figs = Figures(ev, self.per_gpu)
         self.classes = gpu_classes()
+        self.shifts = class_shifts()
 
     def scenario_dict(self, sc: Scenario) -> dict[str, Any]:
         """``sc.to_dict()``, once per scenario object (plans on many cards share one)."""
@@ -122,43 +129,8 @@ class Search:
             self._comp.update({c: c.compromises(self.ev.base) for c in self._configs[n]})
         return self._configs[n]
 
-    def largest_mb(self, c: Config, limit: int, host_limit: int | None, banned: set) -> int | None:
-        """Largest micro-batch of ``c`` that fits ``limit`` (screening figure).
-
-        While gradients are held across accumulation steps, memory grows linearly with the
-        micro-batch: what grows (activations, logits, block temporaries at the smallest micro-batch)
-        gives the slope, the predicted largest micro-batch is checked, then lowered until it fits. The one-step case (micro-batch = per-GPU
-        batch, no held gradients) is tried when every smaller one fits.
-        """
-        ds = divisors(self.per_gpu(c.num_gpus))
-
-        def ok(mb: int) -> bool:
-            return (c, mb) not in banned and self.fits(c, mb, limit, host_limit)
-
-        if not ok(ds[0]):
-            return None
-        if len(ds) == 1:
-            return ds[0]
-        held = ds[:-1]
-        i = 0
-        if len(held) > 1:
-            r1 = self.ev.try_estimate(**c.keys(held[0], self.per_gpu(c.num_gpus) // held[0]))
-            # what grows with the micro-batch: saved activations, logits/loss, block temporaries
-            slope = max(1, sum(r1.component(k) for k in ("activations", "logits_loss", "temporaries")) // held[0])
-            m1 = r1.peak.device_bytes
-            i = max(j for j, d in enumerate(held) if j == 0 or m1 + slope * (d - held[0]) <= limit)
-            while i > 0 and not ok(held[i]):
-                i -= 1
-        if i == len(held) - 1 and ok(ds[-1]):
-            return ds[-1]
-        return held[i]
-
-    def device(self, c: Config, mb: int) -> int:
-        r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb))
-        return r.peak.device_bytes if not isinstance(r, Exception) else 2**62
-
     def work(self, c: Config, mb: int) -> Work:
-        key = (c, mb)
+        key = (c[:4], mb)  # optimizer and loss are not timed: one work for the four variants
         if key not in self._work:
             # the speed model reads only these keys: set them without re-validating the scenario
             sc = dataclasses.replace(
@@ -172,116 +144,185 @@ class Search:
     def speed(self, c: Config, mb: int, g: GPU) -> Speed | None:
         if not g.bf16_tflops:
             return None
-        link = self._links.get((g.gpu_id, c.num_gpus))
-        if link is None:
-            link = self._links[(g.gpu_id, c.num_gpus)] = (peer_gbs(g, c.num_gpus), g.host_link_gbs)
+        link = self._link(g, c.num_gpus)
+        card = link[2] if self.mfu is None else None
         return step_time(
-            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1],
+            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+            peer_gbs=link[0], host_gbs=link[1], card=card,
         )
 
+    def _link(self, g: GPU, n: int) -> tuple:
+        """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`) of ``n`` x ``g``."""
+        link = self._links.get((g.gpu_id, n))
+        if link is None:
+            peer = peer_gbs(g, n)
+            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer))
+        return link
+
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
-        """Seconds per trained token (all GPUs): :func:`throughput.step_time` without building a record."""
-        key = (c, mb, g.gpu_id)
+        """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
+        key = (c[:4], mb, g.gpu_id)  # as in work(): the speed model reads neither optimizer nor loss
         t = self._spt.get(key)
         if t is None:
-            k = self._gpu_consts.get((g.gpu_id, c.num_gpus), 0)
-            if k == 0:
-                k = self._gpu_consts[(g.gpu_id, c.num_gpus)] = (
-                    (g.bf16_tflops * 1e12 * self.mfu, (g.mem_bandwidth_gbs or 0) * 1e9,
-                     peer_gbs(g, c.num_gpus) * 1e9, g.host_link_gbs * 1e9) if g.bf16_tflops else None)
-            if k is None:
+            s = self.speed(c, mb, g)
+            if s is None:
                 t = math.inf
-            else:
-                w = self.work(c, mb)
-                compute = w.flops / k[0] + (w.dequant_bytes / k[1] if k[1] else 0.0)
-                step = max(compute, w.peer_bytes / k[2], w.stream_bytes / k[3]) + w.host_bytes / k[3]
-                t = step / w.tokens_per_step
+            elif self.mfu is None:  # the mechanism model
+                t = 1.0 / s.tokens_per_s
+            else:  # the FLOPs-at-MFU model, as the inline formula this replaced computed it
+                t = s.step_s / self.work(c, mb).tokens_per_step
             self._spt[key] = t
         return t
 
-    def completion(self, c: Config, any_checkpointing: bool) -> Config:
-        """``c`` with every speed-free memory saver (and, if asked, the most saving checkpointing)."""
-        key = (c.num_gpus, c.parallelism, c.offload, None if any_checkpointing else c.gradient_checkpointing)
-        hit = self._completion.get(key)
+    def layout(self, n: int, lacks: tuple[str, ...] = ()) -> Layout:
+        """The settings tried on ``n`` GPUs that a stack lacking ``lacks`` runs (Gaudi: no 8-bit AdamW), arranged."""
+        key = (n, lacks)
+        hit = self._layouts.get(key)
         if hit is None:
-            same = [x for x in self.configs(c.num_gpus) if x.parallelism == c.parallelism and x.offload == c.offload
-                    and (any_checkpointing or x.gradient_checkpointing == c.gradient_checkpointing)]
-            hit = self._completion[key] = min(same, key=self._saving_rank)
+            allowed = [c for c in self.configs(n) if not set(needs(c._asdict())) & set(lacks)]
+            hit = self._layouts[key] = Layout(allowed, self._comp)
         return hit
 
-    def floor_fits(self, n: int, limit: int, host_limit: int | None) -> bool:
-        """Whether the most memory-saving setting on ``n`` GPUs fits at micro-batch 1 (else none does)."""
-        c = min(self.configs(n), key=lambda c: self._saving_rank(c))
-        return self.fits(c, 1, limit, host_limit)
-
-    @staticmethod
-    def _saving_rank(c: Config) -> tuple:
-        return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
-                -{"none": 0, "selective": 1, "full": 2, "offload": 3}[c.gradient_checkpointing],
-                c.loss != "fused", "8bit" not in c.optimizer)
-
     def fits(self, c: Config, mb: int, limit: int, host_limit: int | None, gpu_class: str | None = None) -> bool:
-        r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=gpu_class or None)
-        if isinstance(r, Exception):
-            return False
-        return r.peak.device_bytes <= limit and (host_limit is None or r.host_bytes <= host_limit)
+        f = self.figs.get(c, mb, gpu_class or None)
+        return f is not None and f.device <= limit and (host_limit is None or f.host <= host_limit)
 
-    def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None) -> tuple[Config, int] | None:
-        """The fastest (setting, micro-batch) for ``n`` x ``g`` that fits, re-estimated for the card.
+    def largest_within(self, c: Config, theta: float, spt, ok) -> int | None:
+        """The largest micro-batch of ``c`` that fits (``ok``), if a fitting one takes at most ``theta``
+        seconds per token (``spt``); else None.
 
-        Branch and bound: settings in order of their time at the largest micro-batch (a lower bound:
-        a smaller micro-batch is never faster); a setting that cannot beat the pick is skipped.
+        Memory grows with the micro-batch while gradients are held across accumulation steps; the
+        one-step case (micro-batch = per-GPU batch) holds none and is tested on its own. Time never grows
+        with the micro-batch, so the smallest held micro-batch within ``theta`` decides whether one
+        exists, and a bisection above it finds the largest.
         """
-        if not self.floor_fits(n, limit, host_limit):
+        ds = divisors(self.per_gpu(c.num_gpus))
+        if ok(c, ds[-1]):
+            return ds[-1]
+        held = ds[:-1]
+        lo, hi = 0, len(held)  # the smallest held micro-batch within theta: held[lo] (none if lo == len)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if spt(c, held[mid]) <= theta:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(held) or not ok(c, held[lo]):
             return None
-        banned: set = set()
-        top = self.per_gpu(n)
-        ranked = sorted(self.configs(n), key=lambda c: (self._seconds_per_token(c, top, g), self._comp[c]))
+        hi = len(held) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(c, held[mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        return held[lo]
+
+    def best(self, g: GPU, n: int, limit: int, host_limit: int | None = None,
+             lacks: tuple[str, ...] = ()) -> tuple[Config, int] | None:
+        """The best (setting, micro-batch) for ``n`` x ``g`` that fits the card, among settings its stack runs.
+
+        Best: let T be the shortest time per token of any fitting pair; of the pairs within ``TIE`` of T,
+        the fewest compromises, then the largest micro-batch, then the shortest time (:meth:`choose`).
+        Memory is screened with the estimate without ``gpu`` plus the card class's constant shift
+        (:func:`evaluate.class_shifts`); the pick is checked with the class's own estimate, and should
+        that disagree the search is redone with class estimates throughout.
+        """
         cls = self.classes.get(g.gpu_id, g.gpu_id)
-        group_ok: dict[tuple, bool] = {}
+        shift = self.shifts.get(cls) if cls else 0
+        if shift is not None:
+            pick = self.choose(g, n, limit - shift, host_limit, lacks, None)
+            if pick is None or not cls or self.fits(pick[0], pick[1], limit, host_limit, cls):
+                return pick
+        return self.choose(g, n, limit, host_limit, lacks, cls)
 
-        def possible(c: Config) -> bool:
-            """False when even the most memory-saving variant of c's strategy (or checkpointing) fails."""
-            for key in ((c.parallelism, c.offload), (c.parallelism, c.offload, c.gradient_checkpointing)):
-                if key not in group_ok:
-                    group_ok[key] = self.fits(self.completion(c, len(key) == 2), 1, limit, host_limit)
-                if not group_ok[key]:
-                    return False
-            return True
+    def choose(self, g: GPU, n: int, limit: int, host_limit: int | None, lacks: tuple[str, ...],
+               cls: str | None) -> tuple[Config, int] | None:
+        """:meth:`best` with memory from estimates for ``cls``: exact, as trying every pair would be
+        (tests/plan/test_search.py), at a fraction of the estimates.
 
-        for _ in range(8):
-            pick: tuple[float, float, int, Config] | None = None
-            for c in ranked:
-                optimistic = self._seconds_per_token(c, top, g)
-                if pick and math.isfinite(pick[0]):
-                    if optimistic > pick[0] * (1 + TIE):
-                        break
-                    if optimistic >= pick[0] * (1 - TIE) and self._comp[c] >= pick[1]:
-                        continue
-                if not possible(c):
-                    continue
-                mb = self.largest_mb(c, limit, host_limit, banned)
-                if mb is None:
-                    continue
-                cand = (self._seconds_per_token(c, mb, g), self._comp[c], -mb, c)
-                if pick is None or _better(cand, pick):
-                    pick = cand
-            if pick is None:
-                return None
-            c, mb = pick[3], -pick[2]
-            if cls == self.classes.get("") or self.fits(c, mb, limit, host_limit, cls):
-                return c, mb
-            banned.add((c, mb))
-        return None
+        Time never grows with the micro-batch, so a setting's time at the per-GPU batch bounds it from
+        below; settings are taken in that order. While a bound is under the fastest time found, the
+        setting may set T: its largest fitting micro-batch within the band is found. Once bounds reach
+        it, T is final and only settings that could still win the tie-break (fewer compromises first)
+        are looked at. Most fit answers follow from figures already known (:class:`screen.Screen`).
+        """
+        lay = self.layout(n, lacks)
+        top = self.per_gpu(n)
+        ds = divisors(top)
+        ok = Screen(self.figs, self.configs(n), top, ds[:-1], limit, host_limit, cls).ok
+        probed: set[Config] = set()
+        comp, index = self._comp, lay.index
+
+        def spt(c: Config, mb: int) -> float:
+            return self._seconds_per_token(c, mb, g)
+
+        def look(c: Config, theta: float) -> tuple[float, float, int, int, Config] | None:
+            s = lay.group_saver[c]
+            if s not in probed:  # the group's most saving setting first: where it does not fit, none does
+                probed.add(s)
+                if not ok(s, ds[0]):
+                    ok(s, top)
+            mb = self.largest_within(c, theta, spt, ok)
+            return None if mb is None else (spt(c, mb), comp[c], -mb, index[c], c)
+
+        bound = {k: spt(s, top) for k, s in lay.savers.items()}  # timed alike: one bound per timing
+        # 1. the fastest time T: of settings timed alike, the most saving fits the largest micro-batch; a
+        # setting is resolved here only as far as it lowers T (the band is settled in 2.)
+        found: dict[tuple, tuple] = {}  # timing -> (hit or None, the time limit it was looked for within)
+        fastest = math.inf
+        for k in sorted(bound, key=lambda k: (bound[k], lay.rank[lay.savers[k]])):
+            if bound[k] >= fastest:
+                break
+            hit = look(lay.savers[k], fastest)
+            found[k] = (hit, fastest)
+            fastest = min(fastest, hit[0]) if hit else fastest
+        band = fastest * (1 + TIE)  # final: every setting left is at least as slow as the fastest found
+        # 2. within the band: fewest compromises, then largest micro-batch, then time
+        pick = None
+        for c in lay.by_comp:
+            if pick and comp[c] > pick[1]:
+                break
+            if bound[c[:4]] > band:
+                continue
+            ref, within = found.get(c[:4], ((), 0.0))
+            if ref is None and within >= band:
+                continue  # its most saving sibling has no micro-batch within the band: neither has c
+            ref = ref or ()
+            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[c[:4]])
+            if pick and hope + (index[c],) > _tie_break(pick):
+                continue
+            hit = ref if ref and lay.savers[c[:4]] == c else look(c, band)
+            if hit and hit[0] <= band and (pick is None or _tie_break(hit) < _tie_break(pick)):
+                pick = hit
+        return None if pick is None else (pick[4], -pick[2])
 
 
-def _better(a: tuple, b: tuple) -> bool:
-    """Shorter time (beyond the tie band), else fewer compromises, else larger micro-batch."""
-    ta, tb = a[0], b[0]
-    if math.isfinite(ta) and math.isfinite(tb) and abs(ta - tb) > TIE * min(ta, tb):
-        return ta < tb
-    if math.isfinite(ta) != math.isfinite(tb):
-        return math.isfinite(ta)
-    return (a[1], a[2]) < (b[1], b[2])
+class Layout:
+    """The settings of one GPU count a stack runs, indexed for :meth:`Search.choose`."""
 
+    def __init__(self, allowed: list[Config], comp: dict[Config, float]):
+        self.allowed = allowed
+        self.index = {c: i for i, c in enumerate(allowed)}
+        self.rank = {c: _saving_rank(c) for c in allowed}
+        self.by_comp = sorted(allowed, key=lambda c: (comp[c], self.rank[c]))
+        #: per timing (sharding, offload, checkpointing: the speed model reads no optimizer or loss) and
+        #: per group (sharding, offload): the most memory-saving setting
+        self.savers: dict[tuple, Config] = {}
+        groups: dict[tuple, Config] = {}
+        for c in sorted(allowed, key=self.rank.get):
+            self.savers.setdefault(c[:4], c)
+            groups.setdefault(c[:3], c)
+        self.group_saver = {c: groups[c[:3]] for c in allowed}
+
+
+def _tie_break(x: tuple) -> tuple:
+    """(compromises, -micro-batch, time, setting index) of a found (time, compromises, -mb, index, setting)."""
+    return x[1], x[2], x[0], x[3]
+
+
+def _saving_rank(c: Config) -> tuple:
+    """Most memory-saving first: offload, checkpointing, fused loss, 8-bit optimizer state."""
+    return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
+            -CKPT_RANK[c.gradient_checkpointing],
+            c.loss != "fused", "8bit" not in c.optimizer)

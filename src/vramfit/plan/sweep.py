@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramfit.errors import ScenarioError, VramfitError
-from vramfit.gpus import COMMON_CARDS, get_gpu
+from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
-from vramfit.scenario import _ENUM_KEYS, _INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
+from vramfit.plan.inputs import fraction
+from vramfit.plan.verdict import SAFETY_MARGIN, default_cards, fits, limit_bytes
+from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
 MAX_VALUES = 200
 #: Keys whose values a range (``a..b``) can produce.
-RANGE_KEYS: tuple[str, ...] = (*_INT_LIMITS, "lora_alpha", "params")
+RANGE_KEYS: tuple[str, ...] = (*INT_LIMITS, "lora_alpha", "params")
 
 
 def _number(key: str, text: str) -> int:
@@ -46,9 +48,9 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     if not spec:
         raise ScenarioError("vary", f"{key}: no values after '='")
     if spec == "*":
-        if key not in _ENUM_KEYS:
-            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(_ENUM_KEYS))
-        return key, _ENUM_KEYS[key].values()
+        if key not in CHOICE_KEYS:
+            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(CHOICE_KEYS))
+        return key, CHOICE_KEYS[key].values()
     if ".." in spec:
         if key not in RANGE_KEYS or key == "params":
             raise ScenarioError("vary", f"{key}: a range a..b needs a whole-number key", [k for k in RANGE_KEYS if k != "params"])
@@ -70,7 +72,7 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
         items = [v.strip() for v in spec.split(",")]
         if any(not v for v in items):
             raise ScenarioError("vary", f"{key}: empty value in {spec!r}")
-        values = [_number(key, v) if key in _INT_LIMITS else v for v in items]
+        values = [_number(key, v) if key in INT_LIMITS else v for v in items]
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{key}: {len(values)} values, at most {MAX_VALUES}")
     return key, values
@@ -84,7 +86,7 @@ class SweepPoint:
     device_bytes: int | None = None
     phase: str | None = None
     components: dict[str, int] | None = None
-    fits: dict[str, bool] | None = None  # card id -> device peak within its usable memory
+    fits: dict[str, bool] | None = None  # card id -> the one verdict (vramfit.plan.verdict)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,16 +107,20 @@ class SweepResult:
     key: str
     values: tuple[Any, ...]
     points: tuple[SweepPoint, ...]
-    cards: tuple[dict[str, Any], ...]  # {gpu_id, name, usable_bytes}: the lines a chart draws
+    cards: tuple[dict[str, Any], ...]  # {gpu_id, name, usable_bytes, limit_bytes}: the lines a chart draws
+    safety_margin: float = SAFETY_MARGIN
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "key": self.key, "values": list(self.values),
-                "points": [p.to_dict() for p in self.points], "cards": [dict(c) for c in self.cards]}
+                "points": [p.to_dict() for p in self.points], "cards": [dict(c) for c in self.cards],
+                "safety_margin": self.safety_margin}
 
 
-def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None) -> SweepResult:
+def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None,
+          safety_margin: float = SAFETY_MARGIN) -> SweepResult:
     """Estimate ``scenario`` with ``key`` set to each of ``values``; ``cards`` are the capacity lines."""
     sc = parse_scenario(scenario)
+    safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
     key = key.strip().replace("-", "_") if isinstance(key, str) else key
     if key not in SCENARIO_KEYS:
         raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)
@@ -122,8 +128,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         raise ScenarioError("vary", "needs at least one value")
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{len(values)} values, at most {MAX_VALUES}")
-    card_ids = list(cards) if cards else ([sc.gpu] if sc.gpu else []) + [c for c in COMMON_CARDS if c != sc.gpu]
-    gpus = [get_gpu(c) for c in card_ids]
+    gpus = [get_gpu(c) for c in cards] if cards else default_cards(sc.gpu)
     ev = Evaluator(sc) if key not in ("model", "params") else None
     points = []
     for v in values:
@@ -133,14 +138,15 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
             else:
                 from vramfit.estimate import estimate
 
-                r = estimate(sc.replace(**{key: v}))
+                r = estimate(sc.replace(**{key: v}))  # the model itself changes
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue
         d = r.peak.device_bytes
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
-            {c.name: c.bytes for c in r.components}, {g.gpu_id: d <= g.usable_bytes for g in gpus},
+            {c.name: c.bytes for c in r.components}, {g.gpu_id: fits(r, limit_bytes(g, safety_margin)) for g in gpus},
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
-                       tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes} for g in gpus))
+                       tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,
+                              "limit_bytes": limit_bytes(g, safety_margin)} for g in gpus), safety_margin)

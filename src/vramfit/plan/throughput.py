@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
+from vramfit.plan.kernels import CardSpeed
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
 MFU_DEFAULT = Constant(
@@ -59,6 +60,8 @@ class ModelFlops:
     quantizable_params: int  # weights of the block linears (4-bit in QLoRA), all experts
     num_params: int  # all parameters (what ZeRO-3/FSDP gathers)
     block_input_elems_per_token: int = 0  # layers x hidden: what activation offload moves per token
+    num_layers: int = 0
+    elem_bytes_per_token_fwd: int = 0  # memory-bound (elementwise) traffic of one forward, all layers + loss
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -76,7 +79,26 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
         attn += 4 * ctx * d_attn
     attn += 4 * seq_len * d_attn * max(0, spec.num_hidden_layers - len(types))
     quant = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears)
-    return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size)
+    return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size,
+                      spec.num_hidden_layers, elementwise_bytes_per_token(spec))
+
+
+def elementwise_bytes_per_token(spec: ModelSpec) -> int:
+    """Bytes the memory-bound ops of one forward move per token (all layers, then the loss).
+
+    Counted from the operations of a transformers decoder block in eager mode (e.g.
+    ``LlamaDecoderLayer``, transformers v4.44): each RMSNorm upcasts to fp32 and runs ~5 kernels
+    (about 40 bytes per element), two residual adds (read 2, write 1 element), RoPE on q and k
+    (read + write), the MLP activation (SiLU then multiply: read 3, write 2 elements of the MLP width,
+    or read 1 write 1 ungated) at 2 bytes per element. The loss reads the bf16 logits, upcasts them and
+    runs log-softmax: about 16 bytes per vocabulary entry per token.
+    """
+    h = spec.hidden_size
+    inter = spec.moe_intermediate_size * max(1, spec.num_experts_per_tok) if spec.num_experts else spec.intermediate_size
+    dq, dkv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    norms = 2 * 40 * h
+    elems = 2 * 3 * h + 2 * (dq + dkv) + (5 if spec.gated_mlp else 2) * inter
+    return spec.num_hidden_layers * (norms + 2 * elems) + 16 * spec.vocab_size
 
 
 def train_flops_per_token(mf: ModelFlops, method: Method, lora_params: int = 0) -> int:
@@ -107,6 +129,16 @@ class Work:
     host_bytes: float  # offload bytes over the host link per GPU per step (not overlapped)
     tokens_per_step: int  # over all GPUs
     stream_bytes: float = 0.0  # activation offload: block inputs out and back, overlapped (CUDA streams)
+    # what the mechanism model (``card=``) reads, per GPU
+    n_micro: int = 1  # micro-batches per optimizer step
+    mm_flops_mb: float = 0.0  # matmul FLOPs of one micro-batch (recompute included)
+    attn_flops_mb: float = 0.0  # attention FLOPs the kernel executes in one micro-batch
+    elem_bytes_mb: float = 0.0  # memory-bound traffic of one micro-batch
+    layers: int = 0  # decoder blocks (fixed per-layer launch overhead)
+    zero3: bool = False  # DeepSpeed ZeRO-3 hooks (per-layer overhead)
+    compiled: bool = False
+    gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
+    opt_bytes: float = 0.0  # optimizer step traffic in GPU memory (0 when offloaded)
 
 
 @dataclass(frozen=True)
@@ -125,7 +157,10 @@ class Speed:
 
 
 def _comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: int) -> tuple[float, float]:
-    """(GPU-to-GPU bytes, host-link bytes) per GPU per optimizer step."""
+    """(GPU-to-GPU bytes, host-link bytes) per GPU per optimizer step.
+
+    ZeRO-3/FSDP gather each layer's weights again for the recomputed forward (full checkpointing).
+    """
     n, ga = sc.num_gpus, sc.grad_accum
     ring = (n - 1) / n if n > 1 else 0.0
     p = sc.parallelism
@@ -136,7 +171,8 @@ def _comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: in
     elif p in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
         peer = ring * grad_bytes * ga + ring * trainable16  # reduce-scatter each micro-batch, gather params
     else:  # zero3 / fsdp: gather the weights for forward and backward of every micro-batch
-        peer = (2 * ring * param_bytes + ring * grad_bytes) * ga
+        gathers = 3 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 2
+        peer = (gathers * ring * param_bytes + ring * grad_bytes) * ga
     host = 0.0
     if sc.offload is not Offload.NONE:
         host = (grad_bytes + trainable16) / n  # gradients out, updated 16-bit weights back
@@ -168,7 +204,57 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     stream = 0.0
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
-    return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream)
+    mech = _mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
+    if sc.quantize.value == "gptq-int4":
+        dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
+    return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
+                **mech)
+
+
+def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
+    """Memory-bound bytes of the adapters in one forward, per token (bf16, 2 bytes per element).
+
+    peft ``lora.Linear.forward`` (peft v0.11): ``result + lora_B(lora_A(dropout(x))) * scaling``. Per
+    adapted linear (in -> out) a token reads its input for ``lora_A`` (in elements), and the skinny
+    ``lora_B`` output is written, scaled and added to the base output (about 3 x out); dropout > 0
+    copies the input (read + write, 2 x in). The sum of ``in + out`` over all adapters is the adapter
+    parameter count / rank, so ``(2 + dropout) x lora_params / rank`` elements, a symmetric-shape reading.
+    """
+    if not lora_params or sc.method is Method.FULL:
+        return 0
+    dropout = sc.lora_dropout if sc.lora_dropout is not None else 0.0
+    return 2 * (2 + (1 if dropout > 0 else 0)) * lora_params // sc.lora_rank
+
+
+#: Executed share of the counted attention FLOPs: FlashAttention/SDPA skip the masked half of a causal
+#: score matrix (Dao 2023, arXiv:2307.08691, sec. 3.1.1); eager attention computes all of it.
+_CAUSAL_SKIP = 0.5
+
+
+def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, trainable: int, tokens_mb: int) -> dict:
+    """Per micro-batch matmul/attention FLOPs, memory-bound bytes and optimizer bytes of ``sc`` per GPU."""
+    from vramfit.plan.kernels import ATTN_BACKWARD_RATIO
+
+    ck = sc.gradient_checkpointing
+    recompute_attn = 0 if ck is Checkpointing.NONE else 1
+    a = mf.attn_flops_per_token_fwd
+    mm_per_token = hw - (3 + recompute_attn) * a
+    skip = 1.0 if sc.attention.value == "eager" else _CAUSAL_SKIP
+    attn_per_token = a * skip * (1 + ATTN_BACKWARD_RATIO.value + recompute_attn)
+    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)  # fwd, bwd = 2 fwd, recompute
+    gptq = 0.0
+    if sc.quantize.value == "gptq-int4":
+        gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
+    shards = sc.num_gpus if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3,
+                                              Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
+    state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
+    opt = 0.0 if sc.offload is not Offload.NONE else trainable / shards * 7 * state  # read p,g,m,v; write p,m,v
+    elem = mf.elem_bytes_per_token_fwd + _lora_bytes_per_token_fwd(sc, lora)
+    return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
+            "attn_flops_mb": float(tokens_mb * attn_per_token),
+            "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
+            "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
+            "zero3": sc.parallelism is Parallelism.ZERO3}
 
 
 def step_time(
@@ -179,17 +265,53 @@ def step_time(
     mem_bandwidth_gbs: float | None,
     peer_gbs: float,
     host_gbs: float,
+    card: CardSpeed | None = None,
 ) -> Speed:
     """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
-    ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s).
+    ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s). With ``card``
+    (:func:`kernels.card_speed`) the compute is timed by mechanism (:func:`mechanism_step_time`) and
+    ``mfu`` is not read.
     """
+    if card is not None:
+        return mechanism_step_time(w, card)
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
     compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
     host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
     step = max(compute, comm, stream) + host
+    return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
+
+
+def mechanism_step_time(w: Work, c: CardSpeed) -> Speed:
+    """Seconds per optimizer step from the work's mechanisms on one card.
+
+    Per micro-batch: matmuls at the card's sustained GEMM rate, attention at the FlashAttention rate,
+    memory-bound ops and NF4 de-quantization at the memory bandwidth, GPTQ de-quantization at its
+    kernel rate, and a fixed launch overhead per layer (eager or compiled). Per step: the optimizer's
+    memory traffic. GPU-to-GPU traffic overlaps with compute where the cards have peer-to-peer access,
+    else it adds; offload traffic over the host link adds.
+    """
+    from vramfit.plan.kernels import (
+        GPTQ_DEQUANT_S_PER_GWEIGHT,
+        LAYER_OVERHEAD_S,
+        REFERENCE_BANDWIDTH,
+        ZERO3_LAYER_OVERHEAD_S,
+    )
+
+    over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
+    if w.zero3:
+        over += ZERO3_LAYER_OVERHEAD_S.value * w.layers
+    gptq = w.gptq_weights_mb / 1e9 * GPTQ_DEQUANT_S_PER_GWEIGHT.value * REFERENCE_BANDWIDTH / c.mem_bytes
+    nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
+    mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
+    dequant = w.n_micro * (gptq + nf4)
+    compute = w.n_micro * mb + dequant + w.opt_bytes / c.mem_bytes
+    comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
+    host = w.host_bytes / c.host_bytes if w.host_bytes else 0.0
+    stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
+    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 

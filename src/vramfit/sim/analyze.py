@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.phases import StepPhase
 from vramfit.sim.cuda_allocator import replay
 from vramfit.sim.result import SimTensor
 from vramfit.sim.trace import BUFFER, PARAM, Trace
@@ -59,14 +60,14 @@ def classify(trace: Trace, sid: int, full: bool) -> str:
         return "gradients"
     if sid in trace.state_sids:
         return "optimizer_state"
-    phase = trace.phases[sid]
-    if phase.endswith(".forward"):
+    phase = StepPhase.of_trace_label(trace.phases[sid])
+    if phase is StepPhase.FORWARD:
         if sid in trace.weight_copy_sids:
             return "autocast_copies"
         if sid in trace.logits_sids:
             return "logits_loss"
         return "activations"
-    if phase.endswith(".backward") and sid in trace.recompute_sids:
+    if phase is StepPhase.BACKWARD and sid in trace.recompute_sids:
         return "activations"
     return "temporaries"
 
@@ -107,7 +108,7 @@ def _sub_segments(trace: Trace, label: str, start: int, end: int, windows: tuple
     str, tuple[int, int]
 ]:
     """Sub-phases of a forward or backward phase, cut at the layer marks that fall inside it."""
-    direction = "fwd" if label.endswith(".forward") else "bwd" if label.endswith(".backward") else None
+    direction = {StepPhase.FORWARD: "fwd", StepPhase.BACKWARD: "bwd"}.get(StepPhase.of_trace_label(label))
     if direction is None or trace.num_layers == 0:
         return {}
     marks = [(i, kind, k) for i, kind, k in trace.layer_marks if start <= i < end]
@@ -129,21 +130,24 @@ def _sub_segments(trace: Trace, label: str, start: int, end: int, windows: tuple
     return out
 
 
+_TIMELINE_NAMES = {StepPhase.FORWARD: "forward", StepPhase.BACKWARD: "backward", StepPhase.OPTIMIZER_STEP: "optimizer step"}
+
+
 def _timeline(s: Summary, label: str, peak: int, after: int) -> None:
     def put(key: str, value: int, peak_of: str | None = None) -> None:
         s.timeline[key] = value
         if peak_of is not None:
             s.timeline_peaks[key] = peak_of
 
-    if label == "load":
+    phase, tag = StepPhase.of_trace_label(label), label.rsplit(".", 1)[0]
+    if phase is StepPhase.LOAD:
         put("after model load", after)
-    for suffix, name in ((".forward", "forward"), (".backward", "backward"), (".optimizer", "optimizer step")):
-        if label.endswith(suffix):
-            tag = label[: -len(suffix)]
-            put(f"{tag} {name} peak", peak, label)
-            put(f"{tag} after {name}", after)
-    if label.endswith(".zero_grad"):
-        put(f"{label[: -len('.zero_grad')]} after zero_grad", after)
+    elif phase in _TIMELINE_NAMES:
+        name = _TIMELINE_NAMES[phase]
+        put(f"{tag} {name} peak", peak, label)
+        put(f"{tag} after {name}", after)
+    elif phase is StepPhase.ZERO_GRAD:
+        put(f"{tag} after zero_grad", after)
 
 
 def _snapshots(trace: Trace, allocated: list[int], at: dict[str, int], full: bool, s: Summary) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.result import Component, EstimateResult, ModelInfo, Peak, Phase, PhasePeak
 from vramfit.scenario import Method, Parallelism, Scenario, parse_scenario
 from vramfit.sim.result import SimulationResult
@@ -37,6 +38,9 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
 
 
 def _check(sc: Scenario) -> None:
+    if sc.stage.value != "sft":
+        raise ScenarioError("stage", f"the simulator traces the supervised step only; {sc.stage.value} (its reference "
+                            "pass, rollouts) is estimator-only for now: use `vramfit estimate`", ["sft"])
     if sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
         raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2 full shard; {sc.parallelism.value} "
                             "is estimator-only", ["none", "fsdp"])
@@ -141,19 +145,19 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
 
 def workspaces_for(sc: Scenario) -> list[int]:
     from vramfit.estimate.constants import CUBLAS_WORKSPACE, CUBLAS_WORKSPACE_HOPPER, CUBLASLT_WORKSPACE
+    from vramfit.gpus import Arch, get_gpu
 
-    hopper = (sc.gpu or "").startswith(("h100", "h200", "gh200"))
+    hopper = bool(sc.gpu) and get_gpu(sc.gpu).arch is Arch.HOPPER  # the catalog's architecture column
     return [(CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value, CUBLASLT_WORKSPACE.value]
 
 
+_TRACED = (StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP)
+
+
 def _phase_kind(label: str) -> str:
-    if label.endswith(".forward"):
-        return "forward"
-    if label.endswith(".backward"):
-        return "backward"
-    if label.endswith(".optimizer"):
-        return "optimizer-step"
-    return label
+    """The step phase a trace label belongs to (the label itself outside the traced phases)."""
+    phase = StepPhase.of_trace_label(label)
+    return phase.value if phase in _TRACED else label
 
 
 def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], num_params: int, n_train: int,
@@ -176,7 +180,7 @@ def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], nu
     phases: dict[str, tuple[int, str]] = {}
     for seg, peak in s.segment_peaks.items():
         kind = _phase_kind(seg)
-        if kind in ("forward", "backward", "optimizer-step") and peak >= phases.get(kind, (-1, ""))[0]:
+        if kind in {p.value for p in _TRACED} and peak >= phases.get(kind, (-1, ""))[0]:
             phases[kind] = (peak, seg)
     def breakdown(seg: str) -> tuple[tuple[str, int], ...]:
         return tuple(sorted((k, v) for k, v in s.components.get(seg, {}).items() if v))

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Loss, Precision, Scenario
 from vramfit.sim.build import BuiltModel, materialize
 from vramfit.sim.trace import BUFFER, PARAM, LiveTracker, Trace
@@ -66,7 +67,7 @@ def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", 
 
 
 def _register_model(built: BuiltModel, tracker: LiveTracker) -> None:
-    tracker.mark("load")
+    tracker.mark(StepPhase.LOAD.trace_mark)
     tr = tracker.trace
     for _name, p in built.model.named_parameters():
         sids = tracker.track(p, PARAM, "parameter")
@@ -113,7 +114,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tag = f"it{it}.mb{mb}"
                 if progress:
                     progress(f"{tag} forward")
-                tracker.mark(f"{tag}.forward")
+                tracker.mark(f"{tag}.{StepPhase.FORWARD.trace_mark}")
                 tracker.in_logits = False
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "forward thread")
@@ -125,7 +126,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 del ids, labels
                 if progress:
                     progress(f"{tag} backward")
-                tracker.mark(f"{tag}.backward")
+                tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
                 tracker.in_logits = False
                 tracker.in_backward = True
                 if it == 1 and mb == 1:
@@ -136,7 +137,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
             _record_grads(tracker, params)
             if progress:
                 progress(f"it{it} optimizer step")
-            tracker.mark(f"it{it}.optimizer")
+            tracker.mark(f"it{it}.{StepPhase.OPTIMIZER_STEP.trace_mark}")
             if not scenario.optimizer_in_backward:
                 grads = [p.grad for p in params if p.grad is not None]
                 if fp16_scaled and grads:
@@ -151,7 +152,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                     sid = tracker.sid_of(t)
                     if sid is not None:
                         tracker.trace.state_sids.add(sid)
-            tracker.mark(f"it{it}.zero_grad")
+            tracker.mark(f"it{it}.{StepPhase.ZERO_GRAD.trace_mark}")
             model.zero_grad(set_to_none=True)
         tracker.mark("end")
     if not scenario.optimizer_in_backward and scenario.grad_accum >= 1:
@@ -258,15 +259,6 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def _count_params(built: BuiltModel) -> tuple[int, int]:
-    from vramfit.sim.qlora import is_linear
+    from vramfit.sim.count import count_parameters
 
-    total = trainable = 0
-    for mod in built.model.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            n = p.numel()
-            if p.dtype == torch.uint8 and name == "weight" and is_linear(mod):
-                n = mod.in_features * mod.out_features
-            total += n
-            if p.requires_grad:
-                trainable += n
-    return total, trainable
+    return count_parameters(built.model)

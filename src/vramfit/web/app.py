@@ -253,6 +253,10 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
     def guide(request: Request, lang: str = "en") -> Response:
         return pages.guide(request, lang)
 
+    @app.get("/docs", include_in_schema=False)
+    def api_docs(request: Request, lang: str = "en") -> Response:
+        return pages.api_docs(request, lang)
+
     @app.get("/pt", include_in_schema=False)
     def pt_home() -> Response:
         return RedirectResponse("/?lang=pt")
@@ -271,6 +275,13 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
     async def api_plan(request: Request) -> JSONResponse:
         """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
         return SafeJSONResponse(planning.plan(await read_body(request)))
+
+    @app.post("/api/export", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
+              responses={200: {"description": "{engine, files: {name: text}, command, notes}"}, **_ERRORS})
+    async def api_export(request: Request) -> JSONResponse:
+        """Ready configuration (accelerate, deepspeed, fsdp or trl) for the plan of ``num_gpus`` x ``gpu_id``:
+        the body of /api/plan plus ``engine``, ``gpu_id`` and ``num_gpus``."""
+        return JSONResponse(planning.export(await read_body(request)))
 
     @app.post("/api/sweep", tags=["api"], response_model=None, openapi_extra=_body_doc("SweepIn"),
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})

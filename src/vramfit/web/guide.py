@@ -14,17 +14,11 @@ from urllib.parse import urlencode
 
 from vramfit.estimate import estimate
 from vramfit.gpus import get_gpu
+from vramfit.plan.guide import SIZES  # the model sizes the guide talks about: one table for both
+from vramfit.plan.verdict import with_fits
 from vramfit.scenario import Scenario
+from vramfit.units import GB, GiB
 
-GiB = 2**30
-
-#: The model sizes the guide talks about (7B, 13B, 34B, 70B): one catalog model each.
-SIZES: tuple[tuple[str, str], ...] = (
-    ("7B", "meta-llama/Llama-2-7b-hf"),
-    ("13B", "meta-llama/Llama-2-13b-hf"),
-    ("34B", "codellama/CodeLlama-34b-hf"),
-    ("70B", "meta-llama/Llama-2-70b-hf"),
-)
 #: Training recipes of the breakdown figure: (id, scenario keys).
 RECIPES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("full-mixed", {"method": "full", "precision": "bf16-mixed"}),
@@ -88,7 +82,7 @@ def lora_share() -> dict[str, Any]:
         rows.append({
             "size": size, "model": model, "params": wide.model.num_params,
             "wide": wide.model.num_trainable_params, "narrow": narrow.model.num_trainable_params,
-            "params_s": f"{wide.model.num_params / 1e9:.2f} B",
+            "params_s": f"{wide.model.num_params / GB:.2f} B",
             "wide_s": f"{wide.model.num_trainable_params / 1e6:.1f} M",
             "narrow_s": f"{narrow.model.num_trainable_params / 1e6:.2f} M",
             "wide_pct": round(100 * wide.model.num_trainable_params / wide.model.num_params, 2),
@@ -143,7 +137,7 @@ def accumulation() -> dict[str, Any]:
     rows = []
     for micro, accum in ((32, 1), (8, 4), (2, 16), (1, 32)):
         keys = {"model": model, "method": "lora", "seq_len": 2048, "micro_batch_size": micro, "grad_accum": accum}
-        r = estimate(keys)
+        r = with_fits(estimate(keys))
         rows.append({"micro": micro, "accum": accum, "effective": micro * accum,
                      "peak_gib": gib(r.peak.device_bytes), "link": calc_link(keys),
                      "fits": {f.gpu_id: f.fits for f in r.fits}})

@@ -3,10 +3,13 @@
 ``STRINGS[key] = (english, portuguese)``. The page templates use them server-side, and the
 calculator's JavaScript gets the chosen language's table as a JSON data block. The estimator's
 assumption sentences stay in English (they come from the library); the guide's prose lives in
-its own templates (``guide_en.html``, ``guide_pt.html``).
+its own templates (``guide_en.html``, ``guide_pt.html``). The labels of scenario keys (``k.<key>``)
+come from the scenario's field table, so a key and its label are defined once.
 """
 
 from __future__ import annotations
+
+from vramfit.scenario import FIELDS
 
 LANGS = ("en", "pt")
 HTML_LANG = {"en": "en", "pt": "pt-PT"}
@@ -15,7 +18,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     # navigation and page
     "nav.calculator": ("Calculator", "Calculadora"),
     "nav.guide": ("Guide", "Guia"),
-    "nav.api": ("API schema", "Esquema da API"),
+    "nav.api": ("API", "API"),
     "lang.switch": ("Português", "English"),
     "calc.title": ("GPU memory for fine-tuning", "Memória de GPU para ajuste fino"),
     "calc.lead": ("Per-GPU peak memory of one training step, by component, and the cards it fits.",
@@ -47,33 +50,9 @@ STRINGS: dict[str, tuple[str, str]] = {
     "targets.hint": ("all-linear, or module names separated by commas",
                      "all-linear, ou nomes de módulos separados por vírgulas"),
     "dataset.hint": ("tokens, e.g. 50M or 2e9", "tokens, ex.: 50M ou 2e9"),
-    # scenario keys
-    "k.method": ("Method", "Método"),
-    "k.precision": ("Precision", "Precisão"),
-    "k.quantize": ("Base quantization", "Quantização da base"),
-    "k.framework": ("Framework", "Framework"),
-    "k.lora_rank": ("Rank r", "Rank r"),
-    "k.lora_alpha": ("Alpha", "Alpha"),
-    "k.lora_targets": ("Target modules", "Módulos alvo"),
-    "k.lora_dropout": ("Dropout", "Dropout"),
-    "k.optimizer": ("Optimizer", "Otimizador"),
-    "k.optimizer_in_backward": ("Optimizer step inside backward", "Passo do otimizador dentro do backward"),
-    "k.compile": ("torch.compile (model and loss)", "torch.compile (modelo e perda)"),
-    "k.quantize_experts": ("Quantize MoE experts", "Quantizar os especialistas MoE"),
-    "k.micro_batch_size": ("Micro-batch per GPU", "Micro-batch por GPU"),
-    "k.seq_len": ("Sequence length", "Comprimento de sequência"),
-    "k.grad_accum": ("Gradient accumulation", "Acumulação de gradientes"),
-    "k.gradient_checkpointing": ("Gradient checkpointing", "Checkpointing de gradientes"),
-    "k.attention": ("Attention kernel", "Kernel de atenção"),
-    "k.loss": ("Loss", "Perda"),
-    "k.num_gpus": ("GPUs", "GPUs"),
-    "k.parallelism": ("Sharding", "Fragmentação (sharding)"),
-    "k.offload": ("CPU offload", "Descarga para CPU"),
-    "k.gpu": ("Target card", "Placa alvo"),
+    # scenario keys: their labels come from the scenario field table (vramfit.scenario.FIELDS), below
     "k.dataset_tokens": ("Dataset size", "Tamanho do conjunto de dados"),
     "k.epochs": ("Epochs", "Épocas"),
-    "k.model": ("Model", "Modelo"),
-    "k.params": ("Parameters", "Parâmetros"),
     "k.config_json": ("config.json", "config.json"),
     # choices with a plain-words gloss
     "o.method.full": ("full — every weight", "full — todos os pesos"),
@@ -97,12 +76,24 @@ STRINGS: dict[str, tuple[str, str]] = {
     "r.params": ("parameters", "parâmetros"),
     "r.trainable": ("trainable", "treináveis"),
     "r.fits": ("Fits {card}: {free} free", "Cabe na {card}: {free} livres"),
-    "r.nofit": ("Does not fit {card}: {over} over", "Não cabe na {card}: excede {over}"),
+    "r.nofit": ("Does not fit {card}: {over} over", "Não cabe na {card}: faltam {over}"),
+    "r.paging": ("Fits {card} with paging of {paged} optimizer state to host RAM (slower)",
+                 "Cabe na {card} com paginação de {paged} do estado do otimizador para a RAM do host (mais lento)"),
+    "r.margin": ("fits = peak on the card ≤ its usable memory less a {margin} safety margin",
+                 "cabe = pico na placa ≤ a sua memória utilizável menos {margin} de margem de segurança"),
     "r.nocard": ("Choose a target card to check the fit.", "Escolhe uma placa alvo para verificar."),
     "r.host": ("Host RAM for offloaded state: {v}", "RAM do host para estado descarregado: {v}"),
     "r.loading": ("Computing…", "A calcular…"),
-    "r.fix": ("Fix the highlighted field to see results.", "Corrige o campo assinalado para ver resultados."),
+    "r.fix": ("Out of date: fix the highlighted field to see results for these inputs.",
+              "Desatualizado: corrige o campo assinalado para ver os resultados destas entradas."),
     "r.share": ("Copy link", "Copiar ligação"),
+    "r.copyself": ("Copy this link (the browser does not allow it here):",
+                   "Copia esta ligação (o navegador não o permite aqui):"),
+    "r.offline": ("No answer from the vramfit server (offline?): the result shown is for the previous inputs.",
+                  "Sem resposta do servidor do vramfit (sem rede?): o resultado mostrado é o das entradas anteriores."),
+    "r.server": ("The server could not compute this scenario; the result shown is for the previous inputs.",
+                 "O servidor não conseguiu calcular este cenário; o resultado mostrado é o das entradas anteriores."),
+    "r.verdicts": ("Fit on common cards", "Encaixe nas placas comuns"),
     "r.copied": ("Link copied", "Ligação copiada"),
     "ch.breakdown": ("Where the memory goes", "Para onde vai a memória"),
     "ch.breakdown.note": ("Parts are live in different phases of the step, so their sum can exceed the peak.",
@@ -125,7 +116,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "fit.time": ("Time", "Tempo"),
     "fit.cost": ("Cost", "Custo"),
     "fit.count": ("{n} of {m} cards", "{n} de {m} placas"),
-    "fit.none": ("No card in the catalog fits, even sharded.", "Nenhuma placa do catálogo serve, mesmo com sharding."),
+    "fit.none": ("No card in the catalog fits, even sharded.", "Nenhuma placa do catálogo serve, nem repartindo o modelo por várias GPUs."),
     "fit.nodata": ("Give a dataset size to see time and cost.", "Indica o tamanho do conjunto de dados para ver tempo e custo."),
     "fit.more": ("Show all", "Mostrar todas"),
     "fit.asgiven": ("as given", "como indicado"),
@@ -137,7 +128,6 @@ STRINGS: dict[str, tuple[str, str]] = {
                    "mostra-se o encaixe nas placas comuns."),
     "fit.tofit": ("Changes that make it fit:", "Alterações para caber:"),
     "assumptions": ("Assumptions", "Pressupostos"),
-    "assumptions.en": ("", "As frases vêm do estimador, em inglês."),
     "valid": ("valid values", "valores válidos"),
     # guide figures
     "g.full-mixed": ("Full, bf16 mixed", "Completo, bf16 misto"),
@@ -164,13 +154,147 @@ STRINGS: dict[str, tuple[str, str]] = {
     "c.allocator_overhead": ("allocator slack", "folga do alocador"),
     "c.cuda_context": ("CUDA context", "contexto CUDA"),
     "c.nccl": ("NCCL buffers", "buffers NCCL"),
+    # training stages (issue 15)
+    "c.reference_model": ("reference model (frozen copy)", "modelo de referência (cópia congelada)"),
+    "c.score_logits": ("reference / old-policy pass", "passagem de referência / política antiga"),
+    "c.kv_cache": ("KV cache of the rollouts", "cache KV das gerações"),
+    "c.generation_transient": ("generation step", "passo de geração"),
+    "c.gathered_weights": ("weights gathered for generation", "pesos reunidos para a geração"),
+    "c.vllm": ("vLLM (colocated)", "vLLM (no mesmo processo)"),
+    "c.value_model": ("PPO value model", "modelo de valor do PPO"),
+    "c.value_gradients": ("PPO value gradients", "gradientes do modelo de valor"),
+    "c.value_activations": ("PPO value activations", "ativações do modelo de valor"),
+    "c.reward_model": ("PPO reward model", "modelo de recompensa do PPO"),
 }
+
+#: Texts of the calculator page that are not scenario fields: results, the cards table, the changes,
+#: phases, option values, charts. (Field labels come with the scenario's fields.)
+_PAGE: dict[str, tuple[str, str]] = {
+    "docs.title": ("vramfit API", "API do vramfit"),
+    "docs.lead": ("The JSON API the calculator uses (answers in English), read from its OpenAPI schema:",
+                  "A API JSON que a calculadora usa (responde em inglês), lida do seu esquema OpenAPI:"),
+    "docs.field": ("Field", "Campo"),
+    "docs.type": ("Type", "Tipo"),
+    "docs.about": ("Meaning", "Significado"),
+    "docs.body": ("Request body", "Corpo do pedido"),
+    "docs.responses": ("Answers with HTTP", "Responde com HTTP"),
+    "ex.engine": ("Configs for", "Configurações para"),
+    "ex.button": ("configs", "configurações"),
+    "ex.tip": ("Ready configuration files for this plan (vramfit plan --export)",
+               "Ficheiros de configuração prontos para este plano (vramfit plan --export)"),
+    "ex.title": ("Configuration for", "Configuração para"),
+    "default.v": ("{v} (default)", "{v} (predefinição)"),
+    "eff.label": ("Effective batch (sequences per optimizer step)", "Batch efetivo (sequências por passo do otimizador)"),
+    "eff.auto": ("{v} = micro-batch × accumulation × GPUs", "{v} = micro-batch × acumulação × GPUs"),
+    "eff.hint": ("The planner keeps it fixed: GPUs beyond it are not considered. Raise it to let more GPUs share the work.",
+                 "O planeador mantém-no fixo: não considera mais GPUs do que ele. Aumenta-o para deixar mais GPUs "
+                 "repartirem o trabalho."),
+    "chip.attention": ("attention", "atenção"),
+    "model.try": ("Did you mean:", "Querias dizer:"),
+    "model.paste": ("Paste its config.json instead", "Colar antes o config.json dele"),
+    # the cards table
+    "fit.tps": ("Tokens/s", "Tokens/s"),
+    "fit.tps.tip": ("training tokens per second, all GPUs of the plan", "tokens de treino por segundo, todas as GPUs do plano"),
+    "fit.hour": ("Price/h", "Preço/h"),
+    "fit.hour.tip": ("rental price per hour at the lowest listed price, every GPU of the plan",
+                     "preço de aluguer por hora ao preço mínimo listado, todas as GPUs do plano"),
+    "fit.disk": ("Disk", "Disco"),
+    "fit.disk.tip": ("base model, dataset (raw and tokenized), checkpoints and final adapters or model",
+                     "modelo base, conjunto de dados (bruto e tokenizado), checkpoints e adaptadores ou modelo final"),
+    "fit.disk.parts": ("base model {base}, dataset {data}, checkpoints {ckpt}, final {out}",
+                       "modelo base {base}, dados {data}, checkpoints {ckpt}, final {out}"),
+    "fit.host": ("Host RAM", "RAM do host"),
+    "fit.host.tip": ("host RAM per GPU for offloaded state", "RAM do host por GPU para o estado descarregado"),
+    "fit.yours": ("your card", "a tua placa"),
+    "fit.yours.no": ("Your card ({card}) is not in the list: {why}", "A tua placa ({card}) não está na lista: {why}"),
+    "fit.sort": ("Sort by", "Ordenar por"),
+    "sort.hour": ("price per hour", "preço por hora"),
+    "sort.cost": ("cost per token", "custo por token"),
+    "sort.time": ("speed (tokens/s)", "velocidade (tokens/s)"),
+    "sort.memory": ("smallest card", "placa mais pequena"),
+    "fit.order.hour": ("Cheapest to rent per hour first.", "Primeiro as mais baratas de alugar por hora."),
+    "fit.order.cost": ("Lowest cost per training token first.", "Primeiro o menor custo por token de treino."),
+    "fit.order.time": ("Fastest first.", "Primeiro as mais rápidas."),
+    "fit.order.memory": ("Smallest card first.", "Primeiro as placas mais pequenas."),
+    "fit.batch": ("micro-batch {mb} × accumulation {ga}", "micro-batch {mb} × acumulação {ga}"),
+    "fit.excluded": ("Why {n} cards are not listed", "Porque não aparecem {n} placas"),
+    # the changes that make it fit
+    "ch.change": ("Change", "Alteração"),
+    "ch.after": ("GiB after", "GiB depois"),
+    "ch.saving": ("Saves", "Poupa"),
+    "ch.time": ("Time", "Tempo"),
+    "ch.same.time": ("same", "igual"),
+    "ch.time.note": ("Time: GPU-hours per training token after the change, relative to now (× 2 = twice as long "
+                     "or twice the cost). Ranked: what fits first, changes to the training itself (shorter sequences, "
+                     "pure bf16, QLoRA) last, the smallest time cost first otherwise; then, the largest saving first.",
+                     "Tempo: horas de GPU por token de treino depois da alteração, face ao atual (× 2 = o dobro do "
+                     "tempo ou do custo). Ordem: primeiro o que cabe; as alterações ao próprio treino (sequências mais "
+                     "curtas, bf16 puro, QLoRA) no fim; de resto, primeiro o menor custo em tempo; depois, a maior "
+                     "poupança primeiro."),
+    "ch.same": ("(≈ {v}: within 3 %)", "(≈ {v}: a menos de 3 %)"),
+    # methods in chart legends
+    "m.full": ("full fine-tuning", "ajuste fino completo"),
+    "m.lora": ("LoRA", "LoRA"),
+    "m.qlora": ("QLoRA", "QLoRA"),
+    # the parts table
+    "p.part": ("Part", "Parte"),
+    "p.peak": ("GiB at the peak", "GiB no pico"),
+    "p.max": ("GiB (component)", "GiB (componente)"),
+    "p.phase": ("Live during", "Vivo durante"),
+    "p.counted": ("Counted in", "Contado em"),
+    "p.total": ("Peak on the card (phase: {phase})", "Pico na placa (fase: {phase})"),
+    "in.allocated": ("allocated (PyTorch)", "alocado (PyTorch)"),
+    "in.reserved": ("reserved (allocator)", "reservado (alocador)"),
+    "in.device": ("device only (nvidia-smi)", "só na placa (nvidia-smi)"),
+    # phases of a training step
+    "ph.persistent": ("the whole run", "toda a execução"),
+    "ph.process": ("the whole process", "todo o processo"),
+    "ph.forward": ("forward", "forward (passagem direta)"),
+    "ph.backward": ("backward", "backward (retropropagação)"),
+    "ph.forward-backward": ("forward and backward", "forward e backward"),
+    "ph.backward-loss": ("backward, at the loss", "backward, na perda"),
+    "ph.backward-block": ("backward, inside a block", "backward, dentro de um bloco"),
+    "ph.optimizer-step": ("optimizer step", "passo do otimizador"),
+    "ph.generate": ("rollout generation", "geração das respostas"),
+    "ph.score": ("reference / scoring pass", "passagem de referência"),
+    "ph.after-first-step": ("after the first optimizer step", "depois do primeiro passo do otimizador"),
+    "ph.accumulation": ("gradient accumulation", "acumulação de gradientes"),
+    "ph.transient": ("moments (transient)", "momentos (transitório)"),
+    # option values, as read in running text (the API keeps its tokens)
+    "v.none": ("none", "nenhum"),
+    "v.full": ("full", "completo"),
+    "v.selective": ("selective", "seletivo"),
+    "v.offload": ("offload", "descarga"),
+    "v.standard": ("standard", "padrão"),
+    "v.chunked": ("chunked", "por blocos"),
+    "v.fused": ("fused", "fundida"),
+    "v.optimizer": ("optimizer", "otimizador"),
+    "v.optimizer+params": ("optimizer and weights", "otimizador e pesos"),
+    "v.auto": ("auto", "auto"),
+    "v.yes": ("yes", "sim"),
+    "v.no": ("no", "não"),
+    "v.eager": ("eager", "eager"),
+}
+STRINGS.update(_PAGE)
+STRINGS.update({f"k.{f.name}": f.label for f in FIELDS})
 
 
 def strings(lang: str) -> dict[str, str]:
     """The table of one language (``en`` or ``pt``)."""
     i = LANGS.index(lang) if lang in LANGS else 0
     return {k: v[i] for k, v in STRINGS.items()}
+
+
+def fmt_number(value: float | int, lang: str = "en", digits: int | None = None) -> str:
+    """A number as the page's language writes it: ``1,234.5`` (en), ``1234,5`` (pt: decimal comma,
+    a space between thousands from 10 000, as the browser's ``pt-PT`` format does)."""
+    text = f"{value:,.{digits}f}" if digits is not None else f"{value:,}"
+    if lang != "pt":
+        return text
+    whole, _, frac = text.partition(".")
+    plain = whole.replace(",", "")
+    whole = whole.replace(",", " ") if len(plain.lstrip("-")) > 4 else plain
+    return whole + ("," + frac if frac else "")
 
 
 def pick_lang(value: str | None) -> str:

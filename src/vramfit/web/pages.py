@@ -12,12 +12,15 @@ from starlette.responses import Response
 
 from vramfit.gpus import list_gpus
 from vramfit.scenario import SCENARIO_KEYS, Scenario
+from vramfit.units import GiB
 from vramfit.web import guide as guide_data
-from vramfit.web.i18n import HTML_LANG, pick_lang, strings
+from vramfit.web.i18n import HTML_LANG, fmt_number, pick_lang, strings
 from vramfit.web.schemas import BOOL_KEYS, ENUM_KEYS, INT_KEYS
+from vramfit.web.translate import rules_for_js, to_pt
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.filters["num"] = fmt_number  # {{ value | num(lang) }}: 104,5 on the PT page
 
 #: What the calculator shows before the user has chosen anything (not the scenario defaults:
 #: the URL records every key that differs from those).
@@ -55,11 +58,12 @@ def calculator(request: Request, lang: str) -> Response:
         bool_keys=BOOL_KEYS,
         extra_enums=[k for k in ENUM_KEYS if k not in PLACED],
         extra_ints=[k for k in INT_KEYS if k not in PLACED],
-        gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / 2**30, 1)} for g in gpus],
+        gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,
                 "field_keys": FIELD_KEYS, "bool_keys": BOOL_KEYS, "int_keys": list(INT_KEYS),
-                "capacity_cards": ["rtx4090", "l40s", "a100-80gb-sxm", "h200-sxm"]},
+                "capacity_cards": ["rtx4090", "l40s", "a100-80gb-sxm", "h200-sxm"],
+                "tr": rules_for_js() if lang == "pt" else []},
     )
     return templates.TemplateResponse(request, "calculator.html", ctx)
 
@@ -68,6 +72,14 @@ def guide(request: Request, lang: str) -> Response:
     lang = pick_lang(lang)
     ctx = _context(request, lang, "guide")
     data = guide_data.guide_data()
-    ctx.update(data=data, config={"strings": ctx["t"], "lang": lang, "figures": {
+    ctx.update(data=data, tr=to_pt if lang == "pt" else (lambda s: s), config={"strings": ctx["t"], "lang": lang, "figures": {
         "breakdown": data["breakdown"], "seq": data["seq"]}})
     return templates.TemplateResponse(request, f"guide_{lang}.html", ctx)
+
+
+def api_docs(request: Request, lang: str) -> Response:
+    """``/docs``: the API described from its OpenAPI schema, drawn by ``static/apidocs.js`` (no CDN)."""
+    lang = pick_lang(lang)
+    ctx = _context(request, lang, "docs")
+    ctx["config"] = {"strings": ctx["t"], "lang": lang}
+    return templates.TemplateResponse(request, "api_docs.html", ctx)

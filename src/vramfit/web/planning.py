@@ -74,6 +74,38 @@ def plan(body: Any) -> dict[str, Any]:
     return run_plan(checked.scenario, **opts).to_dict()
 
 
+#: ``/api/export`` keys besides the scenario and the planner's inputs.
+EXPORT_KEYS = ("engine", "gpu_id", "num_gpus")
+
+
+def export(body: Any) -> dict[str, Any]:
+    """Configuration files (``vramfit plan --export``) for the plan of ``num_gpus`` x ``gpu_id``."""
+    checked, raw = _split(body, ("scenario", *PlanOptions.model_fields, *EXPORT_KEYS))
+    engine = raw.pop("engine", None) or "accelerate"
+    gpu_id = raw.pop("gpu_id", None) or checked.scenario.gpu
+    count = raw.pop("num_gpus", None)
+    if not gpu_id:
+        raise ScenarioError("gpu_id", "is required: the card of the plan to export")
+    if not isinstance(gpu_id, str):
+        raise ScenarioError("gpu_id", f"must be a GPU id (GET /api/gpus), got {gpu_id!r}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ScenarioError("num_gpus", f"must be a whole number of GPUs, got {count!r}")
+    run_plan = _planner("plan")
+    if run_plan is None:
+        raise ApiError(503, "plan", "the planner (vramfit.plan) is not installed")
+    if checked.pasted:
+        raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count")
+    opts = {**plan_options(raw), "gpu_ids": [gpu_id]}
+    report = run_plan(checked.scenario, with_changes=False, **opts)
+    plans = [p for p in report.plans if count is None or p.num_gpus == count]
+    if not plans:
+        raise ScenarioError("num_gpus", f"no plan of {count} x {gpu_id} fits",
+                            [str(p.num_gpus) for p in report.plans] or None)
+    from vramfit.plan.export import export_plan
+
+    return export_plan(plans[0], engine, epochs=report.epochs).to_dict()
+
+
 def sweep(body: Any) -> dict[str, Any]:
     checked, raw = _split(body, ("scenario", "key", "values"))
     if "key" not in raw or "values" not in raw:

@@ -1,79 +1,81 @@
 """Pydantic models of the web API bodies, built from the scenario's own keys and enums.
 
 They *document* the API (the OpenAPI schema); validation itself is :func:`vramfit.scenario.parse_scenario`,
-so the API's error messages are the CLI's. ``ScenarioIn`` is generated from
-:data:`vramfit.scenario.SCENARIO_KEYS` and the scenario enums, so a key added to the scenario
-appears here (a test fails if a key has no schema entry).
+so the API's error messages are the CLI's. ``ScenarioIn`` is generated from the scenario's field table
+(:data:`vramfit.scenario.FIELDS`: type, help, unit, default, valid values), the same table the CLI
+options, the form labels and ``docs/scenario-reference.md`` come from.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, is_dataclass
+from dataclasses import fields as dataclass_fields
 from enum import Enum
-from typing import Any, Literal, Optional
+from functools import cache
+from types import UnionType
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramfit import scenario as S
-from vramfit.gpus import list_gpus
+from vramfit.estimate.result import Component, EstimateResult, FitInfo, ModelInfo, Peak, PhasePeak
+from vramfit.gpus import GPUS_PER_NODE, list_gpus
 from vramfit.models import load_catalog
+from vramfit.plan.verdict import SAFETY_MARGIN
 
-_DEFAULTS = {f.name: f.default for f in fields(S.Scenario)}
-
-#: Scenario keys whose values are a finite set -> the enum that lists them (from the dataclass).
-ENUM_KEYS: dict[str, type[Enum]] = {k: type(v) for k, v in _DEFAULTS.items() if isinstance(v, Enum)}
+#: Scenario keys whose values are a finite set -> the enum that lists them (the scenario's field table).
+ENUM_KEYS: dict[str, type[Enum]] = dict(S.CHOICE_KEYS)
 
 #: Integer keys and their (min, max), as ``parse_scenario`` enforces them.
-INT_KEYS: dict[str, tuple[int, int | None]] = {
-    k: getattr(S, "_INT_LIMITS", {}).get(k, (1, None))
-    for k, v in _DEFAULTS.items() if isinstance(v, int) and not isinstance(v, (bool, Enum))
-}
+INT_KEYS: dict[str, tuple[int, int]] = dict(S.INT_LIMITS)
 
 #: Boolean switches (optimizer_in_backward, compile, ...).
-BOOL_KEYS: tuple[str, ...] = tuple(k for k, v in _DEFAULTS.items() if isinstance(v, bool))
+BOOL_KEYS: tuple[str, ...] = S.BOOL_KEYS
 
 #: Keys a sweep may vary (numbers and finite choices).
 SWEEP_KEYS: tuple[str, ...] = (*INT_KEYS, *ENUM_KEYS, "gpu")
 MAX_SWEEP_VALUES = 64
 
-_DOC = {
-    "model": "a catalog model id or alias (GET /api/models); the web API never reads paths or the Hub",
-    "params": "instead of model: a parameter count (7000000000, 7e9 or \"7B\"), a generic dense decoder",
-    "lora_rank": "adapter rank r",
-    "lora_alpha": "LoRA scaling (no memory effect; default 2 x rank)",
-    "lora_targets": "module names (q_proj, v_proj, ...) or \"all-linear\"; a list or a comma-separated string",
-    "optimizer_in_backward": "optimizer step per parameter during backward (torchtune)",
-    "compile": "torch.compile of the model and loss",
-    "micro_batch_size": "sequences per GPU per forward/backward",
-    "seq_len": "tokens per sequence",
-    "grad_accum": "micro-batches per optimizer step",
-    "num_gpus": "GPUs taking part",
-    "gpu": "the card it should fit (GET /api/gpus)",
-    "lora_dropout": "LoRA dropout (default: the framework's)",
+#: What the web face adds to the table's help (it takes catalog ids only, never paths or the Hub).
+_WEB_NOTE = {
+    "model": "The web API takes a catalog id or alias (GET /api/models), never a path or a Hub id.",
+    "gpu": "A catalog id or alias (GET /api/gpus).",
+    "params": "A number (7000000000, 7e9) or a string (\"7B\").",
+    "lora_targets": "A list or one comma-separated string.",
 }
 
 
-def _scenario_field(key: str, catalog_ids: list[str], gpu_ids: list[str]) -> tuple[Any, Any]:
-    doc = _DOC.get(key, key.replace("_", " "))
-    if key in ENUM_KEYS:
-        values = tuple(m.value for m in ENUM_KEYS[key])
-        return Optional[Literal[values]], Field(None, description=doc)  # type: ignore[valid-type]
-    if key in INT_KEYS:
-        lo, hi = INT_KEYS[key]
+def _doc(f: S.FieldSpec) -> str:
+    """The field table's help, its unit and default, and what the web face adds."""
+    parts = [f.help]
+    if f.unit:
+        parts.append(f"Unit: {f.unit}.")
+    parts.append(f"Default: {f.default_text()}.")
+    if f.name in _WEB_NOTE:
+        parts.append(_WEB_NOTE[f.name])
+    return " ".join(parts)
+
+
+def _scenario_field(f: S.FieldSpec, catalog_ids: list[str], gpu_ids: list[str]) -> tuple[Any, Any]:
+    doc = _doc(f)
+    if f.choices is not None:
+        return Optional[Literal[tuple(f.valid)]], Field(None, description=doc)  # type: ignore[valid-type]
+    if f.kind is S.Kind.INTEGER:
+        lo, hi = INT_KEYS[f.name]
         return Optional[int], Field(None, ge=lo, le=hi, description=doc)
-    if key == "model":
+    if f.name == "model":
         return Optional[Literal[tuple(catalog_ids)]], Field(None, description=doc)  # type: ignore[valid-type]
-    if key == "gpu":
+    if f.name == "gpu":
         return Optional[Literal[tuple(gpu_ids)]], Field(None, description=doc)  # type: ignore[valid-type]
-    if key == "params":
+    if f.kind is S.Kind.COUNT:
         return Optional[int | str], Field(None, description=doc, examples=["7B"])
-    if key == "lora_alpha":
+    if f.name == "lora_alpha":
         return Optional[float], Field(None, gt=0, description=doc)
-    if key == "lora_dropout":
+    if f.name == "lora_dropout":
         return Optional[float], Field(None, ge=0, lt=1, description=doc)
-    if key == "lora_targets":
+    if f.kind is S.Kind.NAMES:
         return Optional[list[str] | str], Field(None, description=doc, examples=[["q_proj", "v_proj"]])
-    if key in BOOL_KEYS:
+    if f.kind is S.Kind.BOOLEAN:
         return Optional[bool], Field(None, description=doc)
     return Optional[Any], Field(None, description=doc)  # a key this module does not know yet
 
@@ -83,7 +85,7 @@ def build_scenario_model() -> type[BaseModel]:
     plus ``config_json``, the web's way to give a pasted ``config.json``."""
     catalog_ids = [e["id"] for e in load_catalog()]
     gpu_ids = [g.gpu_id for g in list_gpus()]
-    fields: dict[str, Any] = {k: _scenario_field(k, catalog_ids, gpu_ids) for k in S.SCENARIO_KEYS}
+    fields: dict[str, Any] = {f.name: _scenario_field(f, catalog_ids, gpu_ids) for f in S.FIELDS}
     fields["config_json"] = (
         Optional[dict[str, Any]],
         Field(None, description="a pasted config.json (a JSON object), parsed as data and never "
@@ -114,9 +116,11 @@ class PlanOptions(BaseModel):
     budget_usd: Optional[float] = Field(None, gt=0)
     gpu_ids: Optional[list[str] | str] = Field(None, description="cards to consider (default: the scenario's gpu, "
                                                "or every card in the catalog)")
-    max_gpus: Optional[int] = Field(8, ge=1, le=100_000, description="at most this many GPUs (one node: 8)")
-    safety_margin: Optional[float] = Field(0.05, ge=0, lt=1, description="memory kept free on each card")
-    mfu: Optional[float] = Field(None, gt=0, le=1, description="model FLOPs utilisation assumed")
+    max_gpus: Optional[int] = Field(GPUS_PER_NODE, ge=1, le=100_000,
+                                    description=f"at most this many GPUs (one node: {GPUS_PER_NODE})")
+    safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
+                                           "memory kept free: a run fits when its device peak is at most the rest")
+    mfu: Optional[float] = Field(None, gt=0, le=1, description="time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model")
     sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
     deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
     stacks: Optional[str] = Field(None, description="only these software stacks: cuda, rocm, habana (comma-separated)")
@@ -151,53 +155,45 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class ComponentOut(_Out):
-    name: str
-    bytes: int
-    phase: str
-    counted_in: Optional[str] = None
-    detail: Optional[str] = None
+def _json_type(tp: Any) -> Any:
+    """The JSON shape of a result field's type, as its ``to_dict()`` writes it."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is S.Scenario:
+        return dict[str, Any]
+    if is_dataclass(tp):
+        return out_model(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        inner = args[0]
+        if get_origin(inner) is tuple:  # named pairs ((name, bytes), ...) are written as a mapping
+            return dict[str, get_args(inner)[1]]
+        return list[_json_type(inner)]
+    if origin in (Union, UnionType):
+        return Optional[tuple(_json_type(a) for a in args if a is not type(None))[0]]
+    return tp
 
 
-class PeakOut(_Out):
-    allocated_bytes: int
-    reserved_bytes: int
-    device_bytes: int
-    phase: Optional[str] = None
-    breakdown: Optional[dict[str, int]] = Field(None, description="allocated bytes of each part at the peak")
+#: The names the API schema has always used for the result dataclasses.
+_OUT_NAMES = {Component: "ComponentOut", Peak: "PeakOut", PhasePeak: "PhaseOut", ModelInfo: "ModelOut",
+              FitInfo: "FitOut", EstimateResult: "EstimateOut"}
 
 
-class PhaseOut(_Out):
-    phase: str
-    allocated_bytes: int
+@cache
+def out_model(cls: type) -> type[BaseModel]:
+    """The response model of a result dataclass, generated from its fields (never copied by hand)."""
+    hints = get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclass_fields(cls):
+        tp = _json_type(hints[f.name])
+        if f.default is MISSING and f.default_factory is MISSING:
+            fields[f.name] = (tp, ...)
+        else:
+            default = f.default if f.default is not MISSING else f.default_factory()
+            fields[f.name] = (tp, list(default) if isinstance(default, tuple) else default)
+    return create_model(_OUT_NAMES.get(cls, f"{cls.__name__}Out"), __base__=_Out, __doc__=cls.__doc__, **fields)
 
 
-class ModelOut(_Out):
-    id: str
-    num_params: int
-    num_trainable_params: int
-    origin: Optional[str] = None
-
-
-class FitOut(_Out):
-    gpu_id: str
-    name: str
-    usable_bytes: int
-    fits: bool
-    headroom_bytes: int
-
-
-class EstimateOut(_Out):
-    """The result object of scenario.md: per-GPU bytes, the breakdown and the assumptions."""
-
-    scenario: dict[str, Any]
-    model: ModelOut
-    peak: PeakOut
-    components: list[ComponentOut]
-    phases: list[PhaseOut] = []
-    host_bytes: int = 0
-    fits: list[FitOut] = []
-    assumptions: list[str]
+ComponentOut, PeakOut, PhaseOut, ModelOut, FitOut, EstimateOut = (
+    out_model(c) for c in (Component, Peak, PhasePeak, ModelInfo, FitInfo, EstimateResult))
 
 
 class ModelEntryOut(BaseModel):

@@ -22,9 +22,10 @@ from typing import Any
 
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult, estimate
-from vramfit.estimate import estimate_spec as _estimate_spec
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
+from vramfit.plan.verdict import with_fits
 from vramfit.scenario import Scenario, parse_scenario
+from vramfit.units import GB
 from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
 
 MAX_BODY_BYTES = 256 * 1024
@@ -222,7 +223,7 @@ def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
     _check_spec_types(spec)
     if spec.num_params > MAX_PARAMS:
         raise ScenarioError("config_json", f"describes {spec.num_params:,} parameters (at most {MAX_PARAMS:,})")
-    label = f"config.json ({spec.model_type}, {spec.num_params / 1e9:.3g}B)"
+    label = f"config.json ({spec.model_type}, {spec.num_params / GB:.3g}B)"
     notes = (f"{label}: a pasted config.json, read as data ({spec.num_hidden_layers} layers, hidden "
              f"{spec.hidden_size}, vocab {spec.vocab_size})",)
     return spec, label, notes
@@ -265,11 +266,12 @@ def check_scenario(data: Any) -> Checked:
 
 
 def run_estimate(checked: Checked, sc: Scenario | None = None) -> EstimateResult:
-    """The estimate of a checked scenario (or of ``sc``, a variant of it)."""
+    """The estimate of a checked scenario (or of ``sc``, a variant of it), with the planner's card
+    verdicts (``fits``, the one definition of :mod:`vramfit.plan.verdict`)."""
     sc = sc or checked.scenario
     if checked.pasted:
-        return _estimate_spec(sc, checked.spec, checked.label, "config-file", checked.notes)
-    return estimate(sc)
+        return with_fits(estimate(sc, spec=checked.spec, label=checked.label, notes=checked.notes))
+    return with_fits(estimate(sc))
 
 
 def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:

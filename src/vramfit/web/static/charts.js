@@ -10,20 +10,30 @@
     cuda_context: "#465266", nccl: "#b58d6a",
   };
   const LINE_COLORS = ["#3b6fd4", "#d8434b", "#3da35d", "#ef8a2c", "#7b52c7", "#16a394"];
-  const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 12, color: "#1f2733" };
+  const DARK = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+  const INK = DARK ? "#e3e8f0" : "#1f2733";
+  const GRID = DARK ? "#343d4c" : "#e7eaef";
+  const LABEL_BG = DARK ? "rgba(24,29,38,0.85)" : "rgba(255,255,255,0.85)";
+  const FONT = { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 12, color: INK };
+  /* Numbers in the page's language (not the browser's): set from the page config below. */
+  let LOCALE = "en-US";
   const CONFIG = { displayModeBar: false, responsive: true };
 
   function gib(bytes) { return bytes / GiB; }
   function fmtGiB(bytes, digits) {
     const v = gib(bytes);
     const max = digits ?? (v < 10 ? 2 : 1);
-    return v.toLocaleString(undefined, { maximumFractionDigits: max, minimumFractionDigits: Math.min(1, max) });
+    return v.toLocaleString(LOCALE, { maximumFractionDigits: max, minimumFractionDigits: Math.min(1, max) });
+  }
+  function fmtNum(v, digits) {
+    return Number(v).toLocaleString(LOCALE, { maximumFractionDigits: digits ?? 1 });
   }
   function fmtCount(n) {
-    if (n >= 1e12) return (n / 1e12).toPrecision(3) + "T";
-    if (n >= 1e9) return (n / 1e9).toPrecision(3) + "B";
-    if (n >= 1e6) return (n / 1e6).toPrecision(3) + "M";
-    if (n >= 1e3) return (n / 1e3).toPrecision(3) + "k";
+    const p3 = (v) => Number(v.toPrecision(3)).toLocaleString(LOCALE, { maximumFractionDigits: 2 });
+    if (n >= 1e12) return p3(n / 1e12) + "T";
+    if (n >= 1e9) return p3(n / 1e9) + "B";
+    if (n >= 1e6) return p3(n / 1e6) + "M";
+    if (n >= 1e3) return p3(n / 1e3) + "k";
     return String(n);
   }
   function narrow() { return window.matchMedia("(max-width: 700px)").matches; }
@@ -33,7 +43,7 @@
       font: FONT, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       margin: { l: 52, r: 12, t: 8, b: 40 }, autosize: true,
       legend: { orientation: "h", x: 0, y: -0.22, yanchor: "top", font: { size: 11 } },
-      hoverlabel: { font: { family: FONT.family } },
+      hoverlabel: { font: { family: FONT.family } }, separators: LOCALE.startsWith("pt") ? ", " : ".,",
     }, extra || {});
   }
 
@@ -49,8 +59,8 @@
     const total = opts.components.reduce((a, c) => a + c.bytes, 0);
     const xmax = Math.max(gib(total), opts.capacity ? gib(opts.capacity.bytes) : 0) * 1.04;
     if (opts.peak) {
-      shapes.push(vline(gib(opts.peak), "#1f2733", "dot"));
-      annotations.push(vlabel(gib(opts.peak), opts.peakLabel, "#1f2733", 1.0, xmax));
+      shapes.push(vline(gib(opts.peak), INK, "dot"));
+      annotations.push(vlabel(gib(opts.peak), opts.peakLabel, INK, 1.0, xmax));
     }
     if (opts.capacity) {
       const color = opts.capacity.fits ? "#2e7d32" : "#c62828";
@@ -61,7 +71,7 @@
     const layout = baseLayout({
       barmode: "stack", showlegend: false, shapes, annotations,
       margin: { l: 8, r: 12, t: 44, b: 26 },
-      xaxis: { ticksuffix: " GiB", range: [0, xmax], zeroline: false, gridcolor: "#e7eaef" },
+      xaxis: { ticksuffix: " GiB", range: [0, xmax], zeroline: false, gridcolor: GRID },
       yaxis: { visible: false },
     });
     Plotly.react(el, traces, layout, CONFIG);
@@ -90,55 +100,87 @@
   }
   function vlabel(x, text, color, y, xmax) {
     return { xref: "x", yref: "paper", x, y, text, showarrow: false, font: { color, size: 11 },
-      xanchor: x > xmax * 0.5 ? "right" : "left", yanchor: "bottom", bgcolor: "rgba(255,255,255,0.85)" };
+      xanchor: x > xmax * 0.5 ? "right" : "left", yanchor: "bottom", bgcolor: LABEL_BG };
+  }
+
+  /* Tick values 1-2-5 per decade between lo and hi (GiB), labelled in the page's language. */
+  function logTicks(lo, hi) {
+    const vals = [];
+    for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+      [1, 2, 5].forEach((m) => { const v = m * 10 ** e; if (v >= lo && v <= hi) vals.push(v); });
+    }
+    return { tickvals: vals, ticktext: vals.map((v) => fmtNum(v, v < 1 ? 2 : 0)) };
+  }
+
+  /* For each series, the index of an earlier series it would hide (every point within 3 %), or -1. */
+  function sameLines(series) {
+    return series.map((s, i) => series.findIndex((o, j) => j < i && o.y.length === s.y.length &&
+      o.y.every((v, k) => (v == null && s.y[k] == null) ||
+        (v != null && s.y[k] != null && Math.abs(v - s.y[k]) <= 0.03 * Math.max(v, s.y[k])))));
   }
 
   /* Lines of peak (bytes) against x, with horizontal capacity lines.
      opts: {x: [...], series: [{name, y: [bytes|null], dash}], caps: [{label, bytes, strong}],
-            current: {x, y}, xTitle, yTitle, logX, tickText(x)} */
+            current: {x, y}, xTitle, yTitle, logX, tickText(x), sameAs(name) -> legend suffix}
+     The y axis holds every point of every curve (log when they span more than 20x); a curve equal to
+     an earlier one is drawn dashed and its legend says so; card labels sit away from the star. */
   function lines(el, opts) {
+    const same = sameLines(opts.series);
     const traces = opts.series.map((s, i) => ({
-      type: "scatter", mode: "lines+markers", name: s.name, x: opts.x,
+      type: "scatter", mode: "lines+markers", x: opts.x,
+      name: same[i] >= 0 && opts.sameAs ? s.name + " " + opts.sameAs(opts.series[same[i]].name) : s.name,
       y: s.y.map((b) => (b == null ? null : gib(b))), connectgaps: false,
-      line: { color: s.color || LINE_COLORS[i % LINE_COLORS.length], width: s.width || 2, dash: s.dash || "solid" },
-      marker: { size: 5 }, hovertemplate: "%{x}: %{y:.1f} GiB<extra>" + s.name + "</extra>",
+      line: { color: s.color || LINE_COLORS[i % LINE_COLORS.length], width: s.width || 2,
+        dash: same[i] >= 0 ? "dash" : (s.dash || "solid") },
+      marker: { size: same[i] >= 0 ? 8 : 5, symbol: same[i] >= 0 ? "circle-open" : "circle" },
+      hovertemplate: "%{x}: %{y:.1f} GiB<extra>" + s.name + "</extra>",
     }));
     const all = traces.flatMap((t) => t.y).filter((v) => v != null);
     const cur = opts.current ? gib(opts.current.y) : (all.length ? Math.min(...all) : 1);
     const caps = (opts.caps || []).map((c) => ({ ...c, g: gib(c.bytes) })).sort((a, b) => a.g - b.g);
+    const hi = Math.max(...all, cur, 1);
+    const lo = Math.min(...all, cur);
     const next = caps.find((c) => c.g >= cur);
-    // Above every card drawn: a log axis keeps both the curves and the card lines readable.
-    const logY = !opts.top && !next && caps.length > 0 && all.length > 0;
-    let top = Math.max(cur * 1.6, next ? next.g * 1.12 : 0, 1);
-    if (opts.top) top = opts.top;
+    const logY = !opts.top && all.length > 0 && hi / lo > 20;
+    let top = opts.top || Math.max(hi * 1.08, next ? next.g * 1.1 : 0);
     let yaxis = { range: [0, top] };
     if (logY) {
-      const lo = Math.min(...all, caps[0].g) * 0.8;
-      top = Math.max(...all) * 1.2;
-      yaxis = { type: "log", range: [Math.log10(lo), Math.log10(top)] };
+      const bottom = Math.min(lo, caps.length ? caps[0].g : lo) * 0.8;
+      top = Math.max(hi, next ? next.g : 0) * 1.25;
+      yaxis = Object.assign({ type: "log", range: [Math.log10(bottom), Math.log10(top)] }, logTicks(bottom, top));
     }
     const shown = caps.filter((c) => c.g <= top);
     const shapes = shown.map((c) => ({
       type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: c.g, y1: c.g,
       line: { color: c.strong ? "#c62828" : "#8a94a3", width: c.strong ? 2 : 1, dash: c.strong ? "solid" : "dash" },
     }));
+    // the star's place across the plot (0..1); labels go to the other side
+    let frac = 0.5;
+    if (opts.current && opts.x.length > 1) {
+      const f = opts.logX ? Math.log : (v) => v;
+      const a = f(Math.min(...opts.x));
+      const b = f(Math.max(...opts.x));
+      frac = b > a ? (f(opts.current.x) - a) / (b - a) : 0.5;
+    }
+    const right = frac < 0.5;
     const annotations = shown.map((c) => ({
-      xref: "paper", yref: "y", x: 0.01, y: logY ? Math.log10(c.g) : c.g, text: c.label, showarrow: false, xanchor: "left", yanchor: "bottom",
-      font: { size: 10, color: c.strong ? "#c62828" : "#5b6573" }, bgcolor: "rgba(255,255,255,0.7)",
+      xref: "paper", yref: "y", x: right ? 0.99 : 0.01, y: logY ? Math.log10(c.g) : c.g, text: c.label,
+      showarrow: false, xanchor: right ? "right" : "left", yanchor: "bottom",
+      font: { size: 10, color: c.strong ? "#c62828" : (DARK ? "#aab3c2" : "#5b6573") }, bgcolor: LABEL_BG,
     }));
     if (opts.current) {
       traces.push({
         type: "scatter", mode: "markers", name: opts.currentLabel, x: [opts.current.x], y: [cur],
-        marker: { size: 13, symbol: "star", color: "#1f2733", line: { color: "#fff", width: 1 } },
+        marker: { size: 14, symbol: "star", color: INK, line: { color: DARK ? "#000" : "#fff", width: 1 } },
         hovertemplate: "%{x}: %{y:.1f} GiB<extra>" + (opts.currentLabel || "") + "</extra>",
       });
     }
     const ticks = opts.logX ? { tickvals: opts.x, ticktext: opts.x.map(opts.tickText || String) } : {};
     const layout = baseLayout({
       shapes, annotations, showlegend: true,
-      margin: { l: 48, r: 10, t: 8, b: 40 },
-      xaxis: Object.assign({ type: opts.logX ? "log" : "linear", title: { text: opts.xTitle }, gridcolor: "#e7eaef" }, ticks),
-      yaxis: Object.assign({ title: { text: opts.yTitle }, gridcolor: "#e7eaef", zeroline: false }, yaxis),
+      margin: { l: 52, r: 10, t: 8, b: 40 },
+      xaxis: Object.assign({ type: opts.logX ? "log" : "linear", title: { text: opts.xTitle }, gridcolor: GRID }, ticks),
+      yaxis: Object.assign({ title: { text: opts.yTitle }, gridcolor: GRID, zeroline: false }, yaxis),
     });
     if (narrow()) layout.legend.y = -0.3;
     Plotly.react(el, traces, layout, CONFIG);
@@ -146,6 +188,12 @@
 
   function shortTokens(n) { return n >= 1024 ? n / 1024 + "k" : String(n); }
 
-  window.VF = { GiB, gib, fmtGiB, fmtCount, breakdown, lines, shortTokens, COLORS, legend,
-    config: () => JSON.parse(document.getElementById("page-config").textContent) };
+  function config() {
+    const c = JSON.parse(document.getElementById("page-config").textContent);
+    LOCALE = c.lang === "pt" ? "pt-PT" : "en-US";
+    return c;
+  }
+
+  window.VF = { GiB, gib, fmtGiB, fmtNum, fmtCount, breakdown, lines, shortTokens, COLORS, legend, logTicks,
+    sameLines, config, INK, GRID, DARK, locale: () => LOCALE };
 })();

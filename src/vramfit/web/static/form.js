@@ -5,7 +5,7 @@
   const form = document.getElementById("form");
   const SIMPLE = cfg.field_keys.filter((k) => document.getElementById("f-" + k));
   const BOOLS = cfg.bool_keys.filter((k) => document.getElementById("f-" + k));
-  const PLAN = ["dataset_tokens", "epochs"];
+  const PLAN = ["dataset_tokens", "epochs", "effective_batch"];
   const INT_KEYS = cfg.int_keys;
   const $ = (id) => document.getElementById("f-" + id);
 
@@ -36,11 +36,36 @@
     $("params").value = get("params") || "";
     $("config_json").value = get("config_json") || "";
     setSource(get("config_json") ? "config" : get("params") ? "params" : "catalog");
+    placeholders();
+    localOptions();
     syncVisibility();
   }
 
   function syncVisibility() {
     document.getElementById("sec-lora").classList.toggle("muted", $("method").value === "full");
+    const n = (k) => Number($(k).value || cfg.defaults[k] || 1);
+    $("effective_batch").placeholder = cfg.strings["eff.auto"].replace("{v}",
+      n("micro_batch_size") * n("grad_accum") * n("num_gpus"));
+  }
+
+  /* An emptied number field computes with the default: say which (placeholder "2048 (default)"). */
+  function placeholders() {
+    INT_KEYS.forEach((k) => {
+      const el = $(k);
+      if (el && cfg.defaults[k] != null && !el.placeholder) {
+        el.placeholder = cfg.strings["default.v"].replace("{v}", cfg.defaults[k]);
+      }
+    });
+  }
+
+  /* On the PT page, option values read in Portuguese ("none — ..." -> "nenhum — ..."). */
+  function localOptions() {
+    if (cfg.lang !== "pt") return;
+    form.querySelectorAll("select option").forEach((o) => {
+      const m = o.textContent.match(/^([\w+.-]+)( — .*)?$/);
+      const word = m && cfg.strings["v." + m[1]];
+      if (word) o.textContent = word + (m[2] || "");
+    });
   }
 
   /* The scenario object (scenario.md keys) the form describes; only non-empty fields. */
@@ -69,7 +94,9 @@
   function planOptions() {
     const tokens = $("dataset_tokens").value.trim();
     const epochs = $("epochs").value.trim();
-    return { dataset_tokens: tokens || null, epochs: epochs === "" ? null : (isNaN(Number(epochs)) ? epochs : Number(epochs)) };
+    const eff = $("effective_batch").value.trim();
+    return { dataset_tokens: tokens || null, epochs: epochs === "" ? null : (isNaN(Number(epochs)) ? epochs : Number(epochs)),
+      effective_batch: eff === "" ? null : (/^\d+$/.test(eff) ? Number(eff) : eff) };
   }
 
   /* The URL query for this state: every key that differs from the scenario defaults. */
@@ -101,6 +128,19 @@
     document.getElementById("lang-switch").href = location.pathname + (sw ? "?" + sw : "");
   }
 
+  /* Catalog matches for typed words: whole-word matches first, then the newest family ("qwen 7b":
+     Qwen2.5-7B before Qwen-7B), the server's order otherwise. */
+  function rankModels(list, text) {
+    const words = text.toLowerCase().split(/\s+/).filter(Boolean);
+    const version = (m) => { const v = (m.family || "").match(/\d+(\.\d+)?/); return v ? Number(v[0]) : 0; };
+    const score = (m) => {
+      const tokens = m.id.toLowerCase().split(/[\/_ -]+/);
+      return words.filter((w) => tokens.includes(w)).length;
+    };
+    return list.map((m, i) => ({ m, i, s: score(m), v: version(m) }))
+      .sort((a, b) => (b.s - a.s) || (b.v - a.v) || (a.i - b.i)).map((x) => x.m);
+  }
+
   /* ----- the model search box (combobox over GET /api/models?q=) ----- */
   function modelSearch(onPick) {
     const input = $("model");
@@ -128,7 +168,7 @@
       const mine = ++seq;
       const r = await fetch("/api/models?q=" + encodeURIComponent(input.value.trim().slice(0, 100)));
       if (mine !== seq || !r.ok) return;
-      items = (await r.json()).slice(0, 30);
+      items = rankModels(await r.json(), input.value).slice(0, 30);
       list.replaceChildren(...items.map((m, i) => {
         const li = document.createElement("li");
         li.id = "model-opt-" + i;
@@ -172,6 +212,7 @@
     });
     form.addEventListener("input", (e) => {
       if (["f-model", "f-config-file"].includes(e.target.id) || e.target.tagName === "SELECT") return;
+      syncVisibility();
       onChange();
     });
     form.querySelectorAll("[data-targets]").forEach((b) => b.addEventListener("click", () => {
@@ -187,5 +228,5 @@
     modelSearch(onChange);
   }
 
-  window.VFForm = { fromURL, scenario, planOptions, writeURL, wire, $ };
+  window.VFForm = { fromURL, scenario, planOptions, writeURL, wire, rankModels, $ };
 })();

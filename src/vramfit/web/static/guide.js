@@ -15,16 +15,16 @@
       marker: { color: VF.COLORS[n] || "#999" }, hovertemplate: "%{fullData.name}: %{y:.1f} GiB<extra></extra>",
     }));
     traces.push({  // the peak's value above each bar
-      type: "scatter", mode: "text", x: labels, y: bars.map((b) => b.peak_gib), text: bars.map((b) => b.peak_gib.toFixed(1)),
-      textposition: "top center", hoverinfo: "skip", showlegend: false, textfont: { size: 11, color: "#1f2733" },
+      type: "scatter", mode: "text", x: labels, y: bars.map((b) => b.peak_gib), text: bars.map((b) => VF.fmtNum(b.peak_gib, 1)),
+      textposition: "top center", hoverinfo: "skip", showlegend: false, textfont: { size: 11, color: VF.INK },
     });
     VF.legend(document.getElementById("fig-breakdown"),
       names.map((n) => ({ name: T["c." + n] || n, color: VF.COLORS[n] || "#999" })));
     const layout = {
-      barmode: "stack", showlegend: false, font: { family: "system-ui, sans-serif", size: 12 }, paper_bgcolor: "rgba(0,0,0,0)",
+      barmode: "stack", showlegend: false, font: { family: "system-ui, sans-serif", size: 12, color: VF.INK }, separators: VF.locale().startsWith("pt") ? ", " : ".,", paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)", margin: { l: 48, r: 8, t: 8, b: 44 },
       xaxis: { tickangle: 0 },
-      yaxis: { title: { text: T["ch.gib"] }, gridcolor: "#e7eaef", range: [0, Math.max(...bars.map((b) => b.peak_gib)) * 1.12] },
+      yaxis: { title: { text: T["ch.gib"] }, gridcolor: VF.GRID, range: [0, Math.max(...bars.map((b) => b.peak_gib)) * 1.12] },
     };
     Plotly.react("fig-breakdown", traces, layout, { displayModeBar: false, responsive: true });
   }

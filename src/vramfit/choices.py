@@ -1,0 +1,170 @@
+"""The finite choices of a scenario, one enum per key (re-exported by :mod:`vramfit.scenario`).
+
+Every value is what users write (``"bf16-mixed"``); ``str(member)`` is that value.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Choice(str, Enum):
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Method(_Choice):
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class Precision(_Choice):
+    BF16_TRUE = "bf16-true"
+    BF16_MIXED = "bf16-mixed"
+    FP16_MIXED = "fp16-mixed"
+    FP16_TRUE = "fp16-true"
+    FP32 = "fp32"
+
+    @property
+    def mixed(self) -> bool:
+        return self in (Precision.BF16_MIXED, Precision.FP16_MIXED)
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per element of the stored (trainable) weights: fp32 master for ``-mixed``."""
+        return 2 if self in (Precision.BF16_TRUE, Precision.FP16_TRUE) else 4
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of activations (autocast dtype for ``-mixed``)."""
+        return 4 if self is Precision.FP32 else 2
+
+    @property
+    def meaning(self) -> str:
+        """What the precision keeps in memory, in words (printed with the assumptions and --help)."""
+        half = "bf16" if self.value.startswith("bf16") else "fp16"
+        if self is Precision.FP32:
+            return "fp32 weights, gradients, optimizer states and activations"
+        if self.mixed:
+            return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
+                    "(full fine-tuning with AdamW: 16 B per parameter)")
+        return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
+
+class Quantize(_Choice):
+    NF4 = "nf4"
+    NF4_DQ = "nf4-dq"
+    FP4 = "fp4"
+    FP4_DQ = "fp4-dq"
+    INT8 = "int8"
+    GPTQ_INT4 = "gptq-int4"
+    NONE = "none"
+
+
+class QuantizeExperts(_Choice):
+    """Whether a quantized base (QLoRA) also quantizes mixture-of-experts expert weights.
+
+    ``auto`` follows the framework profile: transformers 5 stores experts as fused 3-D parameters,
+    which bitsandbytes (nn.Linear only) leaves unquantized; transformers 4 (one nn.Linear per
+    expert), torchtune and litgpt quantize them. ``yes``/``no`` force it. Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
+class Optimizer(_Choice):
+    ADAMW = "adamw"
+    ADAMW_8BIT = "adamw-8bit"
+    PAGED_ADAMW = "paged-adamw"
+    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
+    ADAMW_4BIT = "adamw-4bit"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd-momentum"
+    LION = "lion"
+    LION_8BIT = "lion-8bit"
+
+
+class Checkpointing(_Choice):
+    NONE = "none"
+    FULL = "full"
+    SELECTIVE = "selective"
+    OFFLOAD = "offload"
+
+
+class Attention(_Choice):
+    SDPA = "sdpa"
+    FLASH = "flash"
+    EAGER = "eager"
+
+
+class Loss(_Choice):
+    STANDARD = "standard"
+    CHUNKED = "chunked"
+    FUSED = "fused"
+
+
+class Parallelism(_Choice):
+    NONE = "none"
+    DDP = "ddp"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+    FSDP_GRAD_OP = "fsdp-grad-op"
+
+
+class Framework(_Choice):
+    """Whose training code runs the step: its layout of adapters, loss and quantized base differs.
+
+    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``. This key is an
+    extension of the shared schema (default ``hf``), added because the measured sources differ in
+    exactly these ways (see the README, "Frameworks").
+    """
+
+    HF = "hf"
+    TORCHTUNE = "torchtune"
+    LITGPT = "litgpt"
+
+
+class Offload(_Choice):
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_PARAMS = "optimizer+params"
+
+
+class Stage(_Choice):
+    """What the step optimizes: supervised fine-tuning, a preference loss or an RL loop (TRL trainers)."""
+
+    SFT = "sft"
+    DPO = "dpo"
+    KTO = "kto"
+    ORPO = "orpo"
+    SIMPO = "simpo"
+    GRPO = "grpo"
+    PPO = "ppo"
+
+
+class Reference(_Choice):
+    """Where the reference log-probs of a preference or RL stage come from."""
+
+    AUTO = "auto"  # as TRL does for the stage and method (see vramfit.estimate.stages)
+    COPY = "copy"  # a frozen copy of the model, resident on the GPU
+    ADAPTERS_OFF = "adapters-off"  # PEFT: the same weights with the adapters disabled
+    PRECOMPUTED = "precomputed"  # log-probs computed once before training (precompute_ref_log_probs)
+    NONE = "none"  # no reference: reference-free losses, GRPO with beta = 0
+
+
+class Generation(_Choice):
+    """How GRPO/PPO generate their rollouts."""
+
+    HF = "hf"  # transformers generate() on the training GPUs
+    VLLM_COLOCATE = "vllm-colocate"  # vLLM in the training process, gpu_memory_utilization of each card
+    VLLM_SERVER = "vllm-server"  # vLLM on GPUs of its own (trl vllm-serve), none of the training memory

@@ -1,0 +1,107 @@
+"""Attention's saved tensors and working set: q/k/v, the kernel's saved outputs, eager scores.
+
+Which kernel runs, and what it keeps, follows from the spec's family facts (SDPA support, soft-capping,
+broadcast k/v views) and the framework profile; see :mod:`vramfit.estimate.activations` for the rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.framework import FrameworkProfile
+from vramfit.models.spec import ModelSpec, PositionEncoding
+from vramfit.scenario import Attention, Scenario
+
+if TYPE_CHECKING:
+    from vramfit.estimate.activations import Block, Saved
+
+
+def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Eager attention also when the model cannot use SDPA: BLOOM (ALiBi) and, in transformers,
+    models with attention-logit soft-capping (Gemma 2), which SDPA kernels cannot apply."""
+    if sc.attention is Attention.EAGER or not spec.sdpa_supported:
+        return True
+    return profile.runs_transformers_modeling and bool(spec.attn_logit_softcapping)
+
+
+def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """When transformers' SDPA call can only run PyTorch's math kernel (fp32 probabilities kept):
+    Falcon expands its single (or grouped) k/v head with a stride-0 view, which flash and
+    memory-efficient kernels reject; and grouped-query attention in fp32 (`enable_gqa=True`, which
+    the memory-efficient kernel does not take, while flash takes no fp32)."""
+    if not profile.runs_transformers_modeling or spec.num_key_value_heads >= spec.num_attention_heads:
+        return False
+    return spec.kv_broadcast_view or sc.precision.compute_bytes == 4
+
+
+def _expands_kv(blk: Block, eager: bool) -> bool:
+    """Whether k and v are repeated to every query head before the kernel.
+
+    transformers passes enable_gqa to SDPA only without a mask; a sliding window shorter than the
+    sequence makes a mask, and then repeat_kv expands k and v to every head (sdpa_attention.py)."""
+    spec, sc, profile = blk.spec, blk.sc, blk.profile
+    windowed = bool(
+        profile.runs_transformers_modeling and spec.sliding_window and not spec.layer_types
+        and sc.seq_len > spec.sliding_window
+    )
+    return spec.num_key_value_heads < spec.num_attention_heads and (
+        eager or profile.expands_kv_for_sdpa or windowed
+    )
+
+
+def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
+    """q/k norms and the q, k, v tensors the kernel keeps."""
+    spec, c = blk.spec, blk.dt.compute
+    q_el = blk.T * spec.num_attention_heads * spec.head_dim
+    kv_el = blk.T * spec.num_key_value_heads * spec.head_dim
+    if spec.qk_norm:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
+        qk_b = c if blk.sc.compile else 4
+        out.add("q_norm.fp32_in", qk_b * q_el)
+        out.add("k_norm.fp32_in", qk_b * kv_el)
+        if blk.full:
+            out.add("q_norm.normed", c * q_el)
+            out.add("k_norm.normed", c * kv_el)
+    expand = _expands_kv(blk, eager)
+    k_saved = c * (q_el if expand else kv_el)
+    if fused_qkv and not expand:
+        # v (and q, k without rotary) are views of the fused projection output: the whole
+        # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
+        out.add("qkv_fused", c * (q_el + 2 * kv_el))
+        if spec.position_encoding is PositionEncoding.ROPE:
+            out.add("q", c * q_el)
+            out.add("k", c * kv_el)
+    else:
+        out.add("q", c * q_el)
+        out.add("k", k_saved)
+        out.add("v", k_saved)
+
+
+def _eager_scores_saved(blk: Block, out: Saved) -> None:
+    """Eager attention keeps [B, H, S, S] score tensors."""
+    spec, c = blk.spec, blk.dt.compute
+    scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * blk.sc.seq_len
+    upcast = spec.eager_softmax_fp32
+    out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
+    if spec.attention_dropout > 0:
+        out.add("attn.dropout_mask", scores)  # bool mask
+        out.add("attn.dropout_out", c * scores)  # saved by probs @ v
+    elif upcast and c != 4:
+        out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
+    if spec.attn_logit_softcapping:
+        out.add("attn.softcap_tanh", c * scores)
+
+
+def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
+    """Saved tensors between the q/k/v projections and o_proj, plus the residual dropout masks."""
+    spec, sc, c = blk.spec, blk.sc, blk.dt.compute
+    _qkv_saved(blk, out, fused_qkv, eager)
+    if eager:
+        _eager_scores_saved(blk, out)
+    elif sdpa_math_fallback(spec, sc, blk.profile):
+        # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
+        out.add("attn.softmax_out", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len)
+    else:
+        out.add("attn.out", c * blk.T * spec.num_attention_heads * spec.head_dim)
+        out.add("attn.lse", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len)
+    if spec.hidden_dropout > 0:  # residual dropout after the attention and the MLP output projections
+        out.add("resid_dropout_masks", 2 * blk.T * spec.hidden_size)

@@ -1,0 +1,133 @@
+"""Who is alive at the high point of each phase: contributors turn a :class:`Step` into
+:class:`Contribution` objects, and a phase's peak is the sum of its contributions.
+
+A contributor owns one or a few components and says how large each is in every phase. A training
+stage or a framework that keeps something more adds a contributor (``phase_breakdowns(step,
+CONTRIBUTORS + (mine,))``) and, if it has a phase of its own, a rule in ``PHASE_RULES``; the core
+functions stay as they are (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
+from vramfit.estimate.stages import has_phase
+from vramfit.scenario import Loss, Method, Parallelism
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+Contributor = Callable[["Step"], Iterable[Contribution]]
+
+F, BL, BB, BE, BT, OPT = (
+    StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK,
+    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP,
+)
+_ALL = (F, BL, BB, BE, BT, OPT)
+
+
+def _fsdp_frozen_gathered(step: Step) -> bool:
+    """End of backward: every frozen FSDP unit still gathered on top of the shards (pytorch/pytorch#95805)."""
+    sc = step.sc
+    return (
+        step.profile.fsdp_frozen_stay_gathered
+        and sc.parallelism is Parallelism.FSDP
+        and sc.num_gpus > 1
+        and sc.method is not Method.FULL
+    )
+
+
+def _tied_end(step: Step) -> bool:
+    """Tied embeddings: the embedding's own gradient (embedding_dense_backward, V x H) meets the
+    output layer's, still in autograd's input buffer, at the very end of backward."""
+    return step.spec.tie_word_embeddings and step.lm_head_trainable and not step.sc.optimizer_in_backward
+
+
+# A phase happens in a step when its rule says so; the order here is the order results list them.
+PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
+    StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
+    F: lambda step: True,
+    StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
+    BL: lambda step: True,
+    BB: lambda step: True,
+    BE: _fsdp_frozen_gathered,
+    BT: _tied_end,
+    OPT: lambda step: not step.sc.optimizer_in_backward,
+}
+
+
+def model_state(step: Step) -> Iterator[Contribution]:
+    """Weights, quantized base, adapters, master weights, workspaces and optimizer state: in every phase."""
+    p = step.parts
+    for phase in _ALL:
+        for name in ("weights", "quantized_base", "adapters", "master_weights", "workspaces", "optimizer_state"):
+            yield Contribution(name, phase, getattr(p, name))
+
+
+def gradients(step: Step) -> Iterator[Contribution]:
+    """Gradients: held between micro-batches, then created during backward.
+
+    One cross-entropy: the output layer's weight gradient is made after the fp32 logits gradients
+    are freed (nll_loss_backward, _log_softmax_backward_data, then MmBackward), so it belongs to the
+    block phase; chunked: the first chunk's matmul backward creates it while the other chunks' saved
+    logits are still alive."""
+    all_grads, held, head = step.parts.gradients, step.held_grads, step.head_grad
+    yield Contribution("gradients", F, held)
+    yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
+    yield Contribution("gradients", BB, held + head + step.layer_grads)
+    yield Contribution("gradients", BE, all_grads)
+    yield Contribution("gradients", BT, all_grads + head)
+    yield Contribution("gradients", OPT, all_grads)
+
+
+def activations(step: Step) -> Iterator[Contribution]:
+    """Saved tensors and autocast weight copies, consumed by backward."""
+    a, kept = step.acts, step.parts.autocast_copies
+    yield Contribution("activations", F, a.total)
+    yield Contribution("activations", BL, a.total)
+    yield Contribution("activations", BB, a.total - a.outside_blocks + a.recompute)
+    yield Contribution("activations", BE, a.recompute)
+    yield Contribution("autocast_copies", F, kept + step.autocast_forward)
+    yield Contribution("autocast_copies", BL, kept)
+    yield Contribution("autocast_copies", BB, kept)
+
+
+def logits_loss(step: Step) -> Iterator[Contribution]:
+    yield Contribution("logits_loss", F, step.loss.forward_peak)
+    yield Contribution("logits_loss", BL, step.loss.backward_peak)
+    yield Contribution("logits_loss", BE, step.loss.held)
+
+
+def communication(step: Step) -> Iterator[Contribution]:
+    """Data-parallel buffers; DDP buckets live from wrap to exit, ZeRO/FSDP gather buffers are freed
+    after backward; FSDP frozen units gathered at the end of backward are a separate allocation."""
+    comm = step.parts.comm_buffers
+    gathered = step.parts.weights + step.parts.quantized_base
+    for phase in (F, BL, BB, BT):
+        yield Contribution("comm_buffers", phase, comm)
+    yield Contribution("comm_buffers", BE, comm + gathered * step.sc.num_gpus)
+    yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
+
+
+def temporaries(step: Step) -> Iterator[Contribution]:
+    """De-quantized weights, the block backward working set, the optimizer step's temporaries."""
+    yield Contribution("temporaries", F, step.dequant)
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant)
+    yield Contribution("temporaries", BE, step.block_transient)
+    yield Contribution("temporaries", OPT, step.opt_temp)
+
+
+CONTRIBUTORS: tuple[Contributor, ...] = (model_state, gradients, activations, logits_loss, communication, temporaries)
+
+
+def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:
+    """Each phase that happens in ``step``, with its non-zero contributions summed per component."""
+    active = [phase for phase, happens in PHASE_RULES.items() if happens(step)]
+    sums: dict[StepPhase, dict[str, int]] = {phase: {} for phase in active}
+    for contributor in contributors:
+        for c in contributor(step):
+            if c.phase in sums and c.bytes:
+                sums[c.phase][c.name] = sums[c.phase].get(c.name, 0) + c.bytes
+    return tuple(PhaseBreakdown(phase, tuple(sums[phase].items())) for phase in active)

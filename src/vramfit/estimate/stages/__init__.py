@@ -1,0 +1,120 @@
+"""Training stages beyond SFT: what a preference or RL stage adds to the SFT step of its policy.
+
+A stage (scenario key ``stage``) is modelled as the SFT step of the policy's own forward and backward
+(:func:`policy_scenario`: DPO, ORPO and SimPO run chosen and rejected in one concatenated forward, so
+the micro-batch holds twice the pairs) plus contributors of its own (:mod:`.preference`, :mod:`.rl`):
+the reference model, the no_grad scoring passes (``StepPhase.SCORE``), the rollouts
+(``StepPhase.GENERATE``) and the models PPO adds. The core contributors stay as they are
+(docs/extending.md). TRL 1.16.0 is the reference implementation (PPO, removed
+after v1.9.0, is read at v1.9.0); each fact cites its file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from vramfit.choices import Method, Reference, Stage
+from vramfit.estimate.phases import StepPhase
+from vramfit.stage_keys import GENERATES, PREFERENCE, REFERENCE_FREE
+
+if TYPE_CHECKING:
+    from vramfit.estimate.contributions import Contributor
+    from vramfit.estimate.step import Step
+    from vramfit.scenario import Scenario
+
+#: Stages whose chosen and rejected completions run as one concatenated batch (the micro-batch counts
+#: pairs): DPO ``torch.cat((prompt_ids, completion_ids))`` of chosen then rejected
+#: (trl/trainer/dpo_trainer.py:351); ORPO and CPO/SimPO ``concatenated_forward``
+#: (trl/experimental/orpo/orpo_trainer.py, trl/experimental/cpo/cpo_trainer.py). KTO scores one
+#: completion per example (trl/trainer/kto_trainer.py).
+PAIRED = (Stage.DPO, Stage.ORPO, Stage.SIMPO)
+
+
+#: The components a stage adds: (when live, what it is), as the result's component table shows them.
+COMPONENTS: dict[str, tuple[str, str]] = {
+    "reference_model": ("persistent", "frozen reference copy of the model"),
+    "score_logits": ("transient", "no_grad reference / old-policy pass: its logits or one block's working set"),
+    "kv_cache": ("transient", "generate(): the KV cache of the rollouts"),
+    "generation_transient": ("transient", "generate(): last-token logits and probabilities, cache growth"),
+    "gathered_weights": ("transient", "ZeRO-3 parameters gathered for generation"),
+    "vllm": ("persistent", "colocated vLLM: gpu_memory_utilization of the card"),
+    "value_model": ("persistent", "PPO value model: weights and optimizer state (trained in full)"),
+    "value_gradients": ("backward", "PPO value model gradients"),
+    "value_activations": ("forward-backward", "PPO value model saved activations"),
+    "reward_model": ("persistent", "PPO frozen reward model"),
+}
+
+
+def reference(sc: Scenario) -> Reference:
+    """The reference as TRL resolves it when the scenario says ``auto``.
+
+    DPO/KTO/PPO: no ``ref_model`` given -> none kept for a PEFT model (the adapters are disabled for
+    the reference pass), else a frozen copy created from the same path and init kwargs
+    (dpo_trainer.py:909-927, kto_trainer.py:920; v1.9.0 experimental/ppo/ppo_trainer.py:439-444).
+    GRPO: the reference is loaded only when ``beta != 0`` (grpo_trainer.py:984-990), and ``beta``
+    defaults to 0.0 (grpo_config.py:681).
+    """
+    if sc.reference is not Reference.AUTO:
+        return sc.reference
+    if sc.stage in REFERENCE_FREE or sc.stage is Stage.GRPO:
+        return Reference.NONE
+    return Reference.COPY if sc.method is Method.FULL else Reference.ADAPTERS_OFF
+
+
+def has_reference_pass(sc: Scenario) -> bool:
+    return reference(sc) in (Reference.COPY, Reference.ADAPTERS_OFF)
+
+
+def has_phase(step: Step, phase: StepPhase) -> bool:
+    """The rule of the stage phases in ``PHASE_RULES`` (contributions.py)."""
+    sc = step.sc
+    if phase is StepPhase.GENERATE:
+        return sc.stage in GENERATES
+    if phase is StepPhase.SCORE:
+        from vramfit.estimate.stages.rl import scores_rollouts
+
+        return has_reference_pass(sc) or sc.stage is Stage.KTO or scores_rollouts(sc)
+    return False
+
+
+def policy_scenario(sc: Scenario) -> Scenario:
+    """The SFT scenario of the policy's forward and backward: paired stages double the micro-batch."""
+    if sc.stage in PAIRED:
+        return replace(sc, micro_batch_size=2 * sc.micro_batch_size)
+    return sc
+
+
+def contributors(step: Step) -> tuple[Contributor, ...]:
+    """The stage's contributors, added to the core's by :func:`vramfit.estimate.step.compute`."""
+    if step.sc.stage in PREFERENCE:
+        from vramfit.estimate.stages.preference import CONTRIBUTORS
+
+        return CONTRIBUTORS
+    if step.sc.stage in GENERATES:
+        from vramfit.estimate.stages.rl import CONTRIBUTORS as RL
+
+        return RL
+    return ()
+
+
+def finish(step: Step) -> Step:
+    """The stage's changes to the policy's SFT step before its phases are summed (its loss tensors)."""
+    if step.sc.stage is Stage.SFT:
+        return step
+    from vramfit.estimate.stages.preference import stage_loss
+
+    loss = stage_loss(step)
+    return replace(step, loss=loss, parts=replace(step.parts, logits_loss=loss.forward_peak))
+
+
+def assumptions(step: Step) -> list[str]:
+    """What the estimate assumed about the stage, in words."""
+    if step.sc.stage is Stage.SFT:
+        return []
+    from vramfit.estimate.stages.preference import describe
+
+    return describe(step)
+
+
+__all__ = ["PAIRED", "reference", "has_phase", "policy_scenario", "contributors", "finish", "assumptions"]

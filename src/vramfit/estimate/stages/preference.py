@@ -1,0 +1,194 @@
+"""DPO, KTO, ORPO, SimPO: the reference model, the reference (and KTO's KL) passes, the log-prob loss.
+
+TRL 1.16.0 (the version the config import reads; file:line in the installed package):
+
+* the reference is a frozen copy created from the policy's path with the policy's init kwargs (same
+  dtype) for full fine-tuning, none for PEFT (adapters disabled) or with ``precompute_ref_log_probs``
+  unless FSDP is on (trl/trainer/dpo_trainer.py:909, kto_trainer.py:920); it is wrapped by
+  ``prepare_deepspeed``, which keeps ZeRO-3 and turns every other stage into stage 0 (a whole copy
+  per GPU, trl/models/utils.py:285), by ``prepare_fsdp`` (sharded, :292), else by
+  ``accelerator.prepare_model(evaluation_mode=True)`` (a whole copy);
+* DPO and KTO score log-probs with the fused LM head (``add_fused_lm_head``, trainer/utils.py:1548):
+  ``ChunkedLogProbFunction`` projects [4096 tokens x 32768 vocabulary] tiles and never builds the
+  logits (trl/kernels/chunked_logprob.py:30, 341-386, 406-413); the reference pass runs under
+  ``torch.no_grad`` inside the policy's loss (dpo_trainer.py:1285-1340);
+* ORPO and CPO/SimPO (trl/experimental/orpo, trl/experimental/cpo ``concatenated_forward``) build the
+  full logits and take ``selective_log_softmax``, a per-row loop (trainer/utils.py:538-600).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
+from vramfit.estimate.params import base_tensors
+from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.state import shard
+from vramfit.stage_keys import GENERATES
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+    from vramfit.scenario import Scenario
+
+_ZERO = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+_SHARDS_REFERENCE = (Parallelism.ZERO3, Parallelism.FSDP)  # prepare_deepspeed keeps stage 3; prepare_fsdp shards
+SCORE = StepPhase.SCORE
+EVERY_PHASE = tuple(StepPhase)
+
+
+def frozen_copy_bytes(step: Step) -> int:
+    """Per-GPU bytes of one more frozen copy of the model (the reference, PPO's reward model).
+
+    Full fine-tuning: every base tensor in the dtype the policy was loaded in (its fp32 master for
+    ``-mixed``; 16-bit under DeepSpeed, whose engine casts to its bf16/fp16 config), sharded only by
+    ZeRO-3 and FSDP. PEFT with an explicit copy: the frozen base as the policy stores it."""
+    sc, p = step.sc, step.parts
+    if sc.method is not Method.FULL:
+        return p.weights + p.quantized_base
+    per = 2 if sc.parallelism in _ZERO and sc.precision is not Precision.FP32 else sc.precision.param_bytes
+    total = sum(round_allocation(t.numel * per) * t.count for t in base_tensors(step.spec))
+    return shard(total, sc.num_gpus) if sc.parallelism in _SHARDS_REFERENCE else total
+
+
+def policy_tokens(sc: Scenario) -> int:
+    """Tokens whose log-probs the policy's loss reads, per micro-batch.
+
+    Paired stages: chosen and rejected (2 x micro_batch_size sequences), every token counted (the
+    prompt's share is not a scenario key: an upper bound); GRPO: the completion only, the prompt's
+    labels are -100 (grpo_trainer.py:1495-1498); PPO: the whole sequence (its ``forward`` returns the
+    full logits, sliced afterwards; trl v1.9.0 trl/experimental/ppo/ppo_trainer.py)."""
+    from vramfit.estimate.stages import PAIRED
+
+    if sc.stage is Stage.GRPO:
+        return sc.micro_batch_size * sc.completion_len
+    return (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size * sc.seq_len
+
+
+#: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
+FUSED_HEAD = (Stage.DPO, Stage.KTO, Stage.GRPO)
+TOKEN_TILE, VOCAB_TILE = 4096, 32768  # chunked_logprob.py:31 TOKEN_CHUNK_SIZE, utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE
+
+
+def chunked_logprobs(N: int, V: int, H: int, cb: int, head_grad: bool, detail: str) -> LossMemory:
+    """``ChunkedLogProbFunction`` over N tokens: saved the masked hidden states (cb·N·H), int64
+    targets and fp32 log_z (12·N); forward: one [4096, 32768] tile in the compute dtype and six fp32
+    per-token accumulators; backward: the fp32 input gradient (4·N·H) and its cast (cb·N·H), the
+    tile, and the fp32 weight gradient (4·V·H) when the output layer trains."""
+    tile = cb * min(N, TOKEN_TILE) * min(V, VOCAB_TILE)
+    saved = cb * N * H + 12 * N
+    backward = saved + (4 + cb) * N * H + tile + (4 * V * H if head_grad else 0)
+    return LossMemory(saved, saved + tile + 6 * 4 * N, backward, detail)
+
+
+def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemory:
+    """``selective_log_softmax`` with autograd over T tokens (rows of ``row`` tokens), V vocabulary.
+
+    16-bit logits: each row's ``log_softmax`` output is saved by its backward (lb·T·V) while the logits
+    are alive (forward: 2·lb·T·V); backward: the rows' gradients are all held until ``UnbindBackward``
+    stacks them into the logits gradient (2·lb·T·V). fp32 logits: ``gather`` + per-row ``logsumexp``,
+    which saves its input (the logits, 4·T·V) and makes one row's exp at a time; backward: the
+    gather's full-size zero-filled gradient, the rows' logsumexp gradients and their stack (3·4·T·V)."""
+    TV = T * V
+    if lb == 2:
+        return LossMemory(lb * TV, 2 * lb * TV, 2 * lb * TV, detail)
+    return LossMemory(4 * TV, 4 * TV + 4 * row * V, 3 * 4 * TV, detail)
+
+
+def stage_loss(step: Step) -> LossMemory:
+    """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
+    of it over the policy's tokens): TRL's fused LM head or ``selective_log_softmax`` on the logits."""
+    sc = step.sc
+    if sc.loss is not Loss.STANDARD:
+        return step.loss
+    T, V = policy_tokens(sc), vocab_rows(step.spec)
+    if sc.stage in FUSED_HEAD:
+        return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, step.lm_head_trainable,
+                                f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens")
+    lb = logits_bytes_per_element(sc, step.profile)
+    return selective_logps(T, sc.seq_len, V, lb,
+                           f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
+
+
+def no_grad_block(step: Step, tokens: int) -> int:
+    """One decoder block run under no_grad: the residual stream, its normed copy and the MLP's gate,
+    up and act(gate) outputs alive together (transformers LlamaMLP.forward); nothing is saved."""
+    spec, cb = step.spec, step.sc.precision.compute_bytes
+    inter = spec.intermediate_size or 4 * spec.hidden_size
+    return cb * tokens * (3 * inter + 2 * spec.hidden_size)
+
+
+def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[Contribution]:
+    """A no_grad log-prob pass over ``sequences`` x ``row`` tokens that scores ``scored`` tokens: one
+    block's working set, then the head: the fused head's masked hidden states, tile and fp32
+    accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
+    sc, V = step.sc, vocab_rows(step.spec)
+    if sc.stage in FUSED_HEAD:
+        cb = sc.precision.compute_bytes
+        head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
+    else:
+        lb = logits_bytes_per_element(sc, step.profile)
+        head = lb * (scored + scored // max(1, sequences)) * V
+    yield Contribution("score_logits", SCORE, max(head, no_grad_block(step, sequences * row)))
+
+
+def reference_model(step: Step) -> Iterator[Contribution]:
+    """A frozen reference copy, resident in every phase."""
+    from vramfit.estimate.stages import reference
+
+    sc = step.sc
+    ref = reference(sc)
+    fsdp_keeps = ref is Reference.PRECOMPUTED and sc.parallelism is Parallelism.FSDP and sc.method is Method.FULL
+    if ref is Reference.COPY or fsdp_keeps:  # precompute is ignored under FSDP (dpo_trainer.py:909)
+        copy = frozen_copy_bytes(step)
+        for phase in EVERY_PHASE:
+            yield Contribution("reference_model", phase, copy)
+
+
+def preference_score(step: Step) -> Iterator[Contribution]:
+    """The reference (and KTO's KL) pass at the end of the policy's forward: everything alive then,
+    plus the pass's logits. KTO runs one completion per example and the KL pass
+    under no_grad (kto_trainer.py:1337 _compute_kl_logps) and the reference pass one after the other."""
+    from vramfit.estimate.contributions import CONTRIBUTORS
+    from vramfit.estimate.stages import PAIRED
+
+    sc = step.sc
+    if sc.stage in GENERATES:
+        return
+    for core in CONTRIBUTORS:
+        for c in core(step):
+            if c.phase is StepPhase.FORWARD:
+                yield Contribution(c.name, SCORE, c.bytes)
+    seqs = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size
+    yield from scoring_pass(step, seqs, sc.seq_len, seqs * sc.seq_len)
+
+
+CONTRIBUTORS = (reference_model, preference_score)
+
+
+def describe(step: Step) -> list[str]:
+    """The stage's assumptions, in words."""
+    from vramfit.estimate.stages import PAIRED, reference
+
+    sc = step.sc
+    ref = reference(sc)
+    batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
+             if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
+    out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
+    how = {
+        Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
+                        + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")
+                        + ") and a no_grad pass through it",
+        Reference.ADAPTERS_OFF: "the policy with its adapters disabled (no copy), a no_grad pass",
+        Reference.PRECOMPUTED: "log-probs precomputed before training (precompute_ref_log_probs): no model, no pass",
+        Reference.NONE: "none" + (" (reference-free loss)" if sc.stage in (Stage.ORPO, Stage.SIMPO) else
+                                  " (GRPO beta = 0, TRL's default)" if sc.stage is Stage.GRPO else ""),
+    }[ref]
+    out.append(f"Reference ({'auto → ' if sc.reference is Reference.AUTO else ''}{ref.value}): {how}.")
+    if sc.stage in GENERATES:
+        from vramfit.estimate.stages.rl import describe_rl
+
+        out.extend(describe_rl(step))
+    return out

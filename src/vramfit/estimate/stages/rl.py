@@ -1,0 +1,192 @@
+"""GRPO and PPO: rollouts (``StepPhase.GENERATE``), their scoring passes (``StepPhase.SCORE``), a
+colocated vLLM engine, PPO's value and reward models.
+
+TRL 1.16.0 and transformers 5.24.0 (PPO: TRL v1.9.0, commit 35def3ee000a87f6839e66f4b7749b06274ed1b3,
+the last release with it):
+
+* GRPO generates ``generation_batch_size / num_processes`` completions per GPU at once, which is
+  ``per_device_train_batch_size × steps_per_generation`` and ``steps_per_generation`` defaults to
+  ``gradient_accumulation_steps`` (trl/trainer/grpo_config.py:521-530): micro_batch_size × grad_accum;
+* HF ``generate`` keeps a ``DynamicCache`` whose layers grow by ``torch.cat`` (transformers
+  cache_utils.py ``DynamicLayer.update``), asks for the last position's logits only
+  (``logits_to_keep = 1``, generation/utils.py) and copies them to fp32 before the logits processors
+  and ``softmax`` (generation/utils.py ``_sample``);
+* vLLM colocated takes ``vllm_gpu_memory_utilization`` of the card (grpo_config.py:656); with sleep
+  mode TRL calls ``llm.sleep(level=2)`` after generating (trl/generation/vllm_generation.py:751),
+  which frees its weights and KV cache until the next rollout;
+* the scoring passes (old-policy log-probs, always with vLLM for importance sampling; the reference
+  when beta != 0) run under no_grad in chunks of ``per_device_train_batch_size`` through the fused LM
+  head over the completion's tokens (grpo_trainer.py:2505, 2642-2650);
+* PPO (trl/experimental/ppo/ppo_trainer.py): rollouts in chunks of ``local_rollout_forward_batch_size``
+  (64, ppo_config.py:141); the value model is trained with the policy (``PolicyAndValueWrapper``,
+  line 275) and is not wrapped by PEFT; the reward model is frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from vramfit.choices import Generation, Method, Parallelism, Quantize, Stage
+from vramfit.errors import ScenarioError
+from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
+from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.stages.preference import frozen_copy_bytes, no_grad_block, reference_model, scoring_pass
+from vramfit.estimate.state import shard
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+    from vramfit.scenario import Scenario
+
+GEN, SCORE = StepPhase.GENERATE, StepPhase.SCORE
+TRAINING = (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_END,
+            StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP)
+PPO_ROLLOUT_CHUNK = 64  # PPOConfig.local_rollout_forward_batch_size (trl/experimental/ppo/ppo_config.py:141)
+
+
+def scores_rollouts(sc: Scenario) -> bool:
+    """A no_grad scoring pass after the rollouts: PPO always (reference, value, reward); GRPO with vLLM
+    (importance sampling correction, default True, grpo_config.py:925) or with a reference."""
+    from vramfit.estimate.stages import has_reference_pass
+
+    if sc.stage is Stage.PPO:
+        return True
+    return sc.stage is Stage.GRPO and (sc.generation is not Generation.HF or has_reference_pass(sc))
+
+
+def generation_batch(sc: Scenario) -> int:
+    """Completions one GPU generates at once (module docstring)."""
+    per_gpu = sc.micro_batch_size * sc.grad_accum
+    return min(PPO_ROLLOUT_CHUNK, per_gpu) if sc.stage is Stage.PPO else per_gpu
+
+
+def kv_cache_bytes(step: Step, sequences: int, tokens: int) -> int:
+    """K and V of every layer: 2 × layers × kv_heads × head_dim × tokens × sequences × dtype bytes."""
+    s = step.spec
+    return 2 * s.num_hidden_layers * s.num_key_value_heads * s.head_dim * tokens * sequences * step.sc.precision.compute_bytes
+
+
+def _persistent(step: Step, phase: StepPhase) -> Iterator[Contribution]:
+    """The model state (weights, adapters, master weights, optimizer state, workspaces) in ``phase``."""
+    from vramfit.estimate.contributions import model_state
+
+    for c in model_state(step):
+        if c.phase is StepPhase.FORWARD:
+            yield Contribution(c.name, phase, c.bytes)
+
+
+def vllm_bytes(step: Step) -> int:
+    """vLLM's share of the card: gpu_memory_utilization × the memory CUDA reports (vLLM's total)."""
+    if step.card is None:
+        raise ScenarioError("gpu", "generation=vllm-colocate takes vllm_gpu_memory_utilization × the card's memory: "
+                                   "name the card (gpu)")
+    return int(step.sc.vllm_gpu_memory_utilization * step.card.usable_bytes)
+
+
+def hf_generate(step: Step) -> Iterator[Contribution]:
+    """transformers generate: the larger of the prefill (prompt cache + one no_grad block over the
+    prompts) and the last decode step (full cache, one layer's ``torch.cat`` copy, fp32 logits and
+    probabilities of the last position)."""
+    sc, B = step.sc, generation_batch(step.sc)
+    prompt = sc.seq_len - sc.completion_len
+    prefill = kv_cache_bytes(step, B, prompt) + no_grad_block(step, B * prompt)
+    layer = kv_cache_bytes(step, B, sc.seq_len) // step.spec.num_hidden_layers
+    V = vocab_rows(step.spec)
+    last = B * V * (logits_bytes_per_element(sc, step.profile) + 4 + 4)
+    if prefill > kv_cache_bytes(step, B, sc.seq_len) + layer + last:
+        yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, prompt))
+        yield Contribution("generation_transient", GEN, no_grad_block(step, B * prompt))
+    else:
+        yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
+        yield Contribution("generation_transient", GEN, layer + last)
+    if sc.parallelism is Parallelism.ZERO3 and sc.num_gpus > 1:
+        # unwrap_model_for_generation gathers every parameter (ds3_gather_for_generation=True, trl/models/utils.py)
+        full = step.spec.num_params * sc.precision.compute_bytes
+        yield Contribution("gathered_weights", GEN, full - shard(full, sc.num_gpus))
+
+
+def generate(step: Step) -> Iterator[Contribution]:
+    """The rollout phase: the model state plus the generation engine's memory on the training GPU."""
+    yield from _persistent(step, GEN)
+    if step.sc.generation is Generation.HF:
+        yield from hf_generate(step)
+    elif step.sc.generation is Generation.VLLM_COLOCATE:
+        yield Contribution("vllm", GEN, vllm_bytes(step))
+    # vllm-server: the engine lives on GPUs of its own
+
+
+def vllm_resident(step: Step) -> Iterator[Contribution]:
+    """A colocated vLLM without sleep mode keeps its share through scoring and training."""
+    sc = step.sc
+    if sc.generation is Generation.VLLM_COLOCATE and not sc.vllm_sleep:
+        for phase in (*TRAINING, SCORE):
+            yield Contribution("vllm", phase, vllm_bytes(step))
+
+
+def rl_score(step: Step) -> Iterator[Contribution]:
+    """Old-policy / reference / value / reward passes after the rollouts, before training."""
+    sc = step.sc
+    if not scores_rollouts(sc):
+        return
+    yield from _persistent(step, SCORE)
+    if sc.stage is Stage.GRPO:
+        yield from scoring_pass(step, sc.micro_batch_size, sc.seq_len, sc.micro_batch_size * sc.completion_len)
+    else:
+        B = generation_batch(sc)
+        yield from scoring_pass(step, B, sc.seq_len, B * sc.seq_len)
+
+
+def value_step(step: Step) -> Step:
+    """PPO's value model: the same architecture trained in full (no PEFT), as its own SFT step."""
+    from vramfit.estimate.step import compute
+
+    sc = replace(step.sc, stage=Stage.SFT, method=Method.FULL, quantize=Quantize.NONE)
+    return compute(step.spec, sc, step.card)
+
+
+def ppo_models(step: Step) -> Iterator[Contribution]:
+    """PPO: the trained value model (state, gradients, saved activations) and the frozen reward model."""
+    if step.sc.stage is not Stage.PPO:
+        return
+    v = value_step(step)
+    p = v.parts
+    state = p.weights + p.master_weights + p.optimizer_state + p.quantized_base
+    for phase in (GEN, SCORE, *TRAINING):
+        yield Contribution("value_model", phase, state)
+        yield Contribution("reward_model", phase, frozen_copy_bytes(v))
+    for phase in (StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP):
+        yield Contribution("value_gradients", phase, p.gradients)
+    for phase in (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK):
+        yield Contribution("value_activations", phase, v.acts.blocks)
+
+
+CONTRIBUTORS = (reference_model, generate, vllm_resident, rl_score, ppo_models)
+
+
+def describe_rl(step: Step) -> list[str]:
+    sc = step.sc
+    B = generation_batch(sc)
+    out = [f"Rollouts: {B} completions per GPU generated at once, {sc.seq_len - sc.completion_len} prompt + "
+           f"{sc.completion_len} completion tokens"
+           + (f", {sc.num_generations} per prompt" if sc.stage is Stage.GRPO else "") + "."]
+    if sc.stage is Stage.GRPO:
+        per_step = sc.effective_batch
+        out.append(f"Per optimizer step: {per_step} completions = {per_step // sc.num_generations} prompts × "
+                   f"{sc.num_generations} generations (the effective batch counts completions, as TRL's does).")
+    if sc.generation is Generation.HF:
+        out.append(f"Generation with transformers generate: KV cache {kv_cache_bytes(step, B, sc.seq_len) / 2**30:,.2f} GiB "
+                   "(2 × layers × kv_heads × head_dim × tokens × dtype, every layer full length).")
+    elif sc.generation is Generation.VLLM_COLOCATE:
+        out.append(f"vLLM colocated: {sc.vllm_gpu_memory_utilization:g} × {step.card.name} = "
+                   f"{vllm_bytes(step) / 2**30:,.2f} GiB "
+                   + ("while generating only (sleep mode level 2)" if sc.vllm_sleep else
+                      "held through training too (no sleep mode)")
+                   + "; on another card it takes that card's fraction (estimate with its gpu).")
+    else:
+        out.append("vLLM server on GPUs of its own (trl vllm-serve): none of its memory is on these GPUs; "
+                   "count those GPUs separately.")
+    if sc.stage is Stage.PPO:
+        out.append("PPO value model: the policy's architecture trained in full (not PEFT), lm_head counted in place of "
+                   "its 1-wide score head; reward model: a frozen copy of the same architecture.")
+    return out

@@ -1,0 +1,187 @@
+"""One training step as a typed, frozen record: every figure the phases are built from.
+
+:func:`compute` resolves the model state (:mod:`vramfit.estimate.core`), the saved activations
+(:mod:`vramfit.estimate.activations`), the loss (:mod:`vramfit.estimate.loss`) and the transients into
+a :class:`Step`; the contributors of :mod:`vramfit.estimate.contributions` then give each phase its
+named contributions, and a phase's peak is their sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from vramfit.estimate import activations as act
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.constants import (
+    BNB_4BIT_BLOCK,
+    CUBLAS_WORKSPACE,
+    CUBLAS_WORKSPACE_HOPPER,
+    CUBLASLT_WORKSPACE,
+)
+from vramfit.estimate.core import (
+    Parts,
+    autocast_copies,
+    comm_buffers,
+    model_state,
+    optimizer_temporaries,
+    sliding_window_masks,
+)
+from vramfit.estimate.framework import FrameworkProfile, profile_for, runs_under_autocast
+from vramfit.estimate.loss import LossMemory, loss_memory
+from vramfit.estimate.params import Adapter
+from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.gpus import GPU, Arch
+from vramfit.models.spec import ModelSpec
+from vramfit.scenario import Checkpointing, Method, Parallelism, Quantize, Scenario
+
+_DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Saved tensors of the blocks and of the rest of the model, per micro-batch (bytes per GPU)."""
+
+    saved: act.Saved  # one block without checkpointing, tensor by tensor
+    per_layer: int  # that block's saved bytes, each tensor rounded by the allocator
+    blocks: int  # all blocks as kept under the checkpointing policy
+    recompute: int  # re-created inside one block's backward (checkpointing)
+    outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
+    masks: int  # sliding-window SDPA biases
+    host: int  # offloaded block inputs
+
+    @property
+    def total(self) -> int:
+        return self.blocks + self.outside_blocks + self.masks
+
+
+@dataclass(frozen=True)
+class Step:
+    """Every figure of one training step that a phase contribution reads (bytes per GPU)."""
+
+    spec: ModelSpec
+    sc: Scenario
+    profile: FrameworkProfile
+    parts: Parts  # the component table (final; not modified after compute)
+    adapters: tuple[Adapter, ...]
+    acts: Activations
+    loss: LossMemory
+    autocast_forward: int  # autocast copies that die at the end of forward
+    block_transient: int  # gradient working set inside one block's backward
+    dequant: int  # de-quantized copy of the largest 4-bit weight
+    opt_temp: int  # temporaries of the optimizer step (0 when it runs in backward)
+    held_grads: int  # gradients kept between micro-batches (grad_accum > 1)
+    head_grad: int  # the output layer's weight gradient
+    layer_grads: int  # one block's weight gradients during its backward
+    lm_head_trainable: bool
+    phases: tuple[PhaseBreakdown, ...] = ()
+    card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
+
+    # names read by estimate/__init__ (assumptions, reserved bytes)
+    @property
+    def saved(self) -> act.Saved:
+        return self.acts.saved
+
+    @property
+    def per_layer(self) -> int:
+        return self.acts.per_layer
+
+
+def _workspaces(card: GPU | None) -> int:
+    """cuBLAS + cuBLASLt workspaces, allocated through the caching allocator (CublasHandlePool.cpp).
+
+    sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); the catalog's architecture
+    column says which card is sm90 (``card`` is the GPU record of the scenario's ``gpu``). One set
+    for the forward thread and one for autograd's backward thread: cuBLAS workspaces are per thread
+    since pytorch/pytorch PR #180283."""
+    hopper = card is not None and card.arch is Arch.HOPPER
+    return 2 * ((CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value)
+
+
+def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, lm_head_trainable: bool) -> Activations:
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    saved = act.block_saved(spec, sc, profile, adapters, quantized)
+    per_layer = sum(round_allocation(v) for v in saved.items.values())
+    block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
+    L = spec.num_hidden_layers
+    ck, host = sc.gradient_checkpointing, 0
+    if ck is Checkpointing.NONE:
+        blocks, recompute = L * per_layer, 0
+    elif ck is Checkpointing.SELECTIVE:
+        kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
+        blocks, recompute = L * (per_layer - kernel), kernel
+    elif ck is Checkpointing.FULL:
+        blocks, recompute = L * block_in, per_layer
+    else:  # offload: block inputs in host memory, the current and the prefetched one on the GPU
+        blocks, recompute, host = 2 * block_in, per_layer, L * block_in
+    return Activations(
+        saved, per_layer, blocks, recompute,
+        act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
+    )
+
+
+def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """bnb MatMul4Bit forward/backward: F.dequantize_4bit(B).to(A.dtype) -> one full weight in the
+    compute dtype (+ fp32 absmax when double-quantized) (bitsandbytes autograd/_functions.py:315,346);
+    none while the fused kernel runs (``profile.qlora_fused_max_tokens``)."""
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    if not quantized or sc.micro_batch_size * sc.seq_len <= profile.qlora_fused_max_tokens:
+        return 0
+    biggest_q = max(lin.in_features * lin.out_features for lin in spec.block_linears)
+    if profile.qlora_quantizes_lm_head:
+        biggest_q = max(biggest_q, spec.lm_head_params or spec.embedding_params)
+    return sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
+
+
+def _gradient_timing(spec: ModelSpec, sc: Scenario, parts: Parts, lm_head_trainable: bool) -> tuple[int, int, int]:
+    """(held between micro-batches, the output layer's, one block's) gradient bytes."""
+    in_bwd = sc.optimizer_in_backward
+    held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
+    grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
+    head_grad = 0
+    if lm_head_trainable and not held:
+        head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
+    layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    return held, head_grad, layer_grads
+
+
+def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+    if sc.optimizer_in_backward:
+        return 0
+    largest = max(
+        [lin.in_features * lin.out_features for lin in spec.block_linears]
+        + [spec.lm_head_params or spec.embedding_params]
+    )
+    return optimizer_temporaries(sc, parts, profile, largest)
+
+
+def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
+    """The step record of a scenario on a resolved architecture, its phases filled in.
+
+    ``card``: the GPU record of ``sc.gpu`` (hardware facts come from it, never from the id). A stage
+    other than sft is the SFT step of its policy (``stages.policy_scenario``) plus its contributors."""
+    from vramfit.estimate import stages
+    from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
+
+    user_sc, sc = sc, stages.policy_scenario(sc)
+    profile = profile_for(sc.framework)
+    state, adapters = model_state(spec, sc, profile)
+    lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
+    acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
+    autocast_fwd = autocast_kept = 0
+    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, *_DS):
+        autocast_fwd, autocast_kept = autocast_copies(spec, sc)
+    loss = loss_memory(spec, sc, profile)
+    tb = act.block_backward_transient(spec, sc, profile)
+    dequant = _dequant(spec, sc, profile)
+    opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
+    parts = replace(
+        state, workspaces=_workspaces(card), host=state.host + acts.host, activations=acts.total,
+        autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
+        comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
+    )
+    held, head_grad, layer_grads = _gradient_timing(spec, sc, parts, lm_head_trainable)
+    step = stages.finish(Step(
+        spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
+        held, head_grad, layer_grads, lm_head_trainable, card=card,
+    ))
+    return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -1,0 +1,118 @@
+"""The ``trl`` export: ``train.py`` (a fixed script, ``templates/train.py``) and ``train_config.yaml``.
+
+``train_config.yaml`` is TRL's own ``--config`` file for ``TrlParser((DataArguments, SFTConfig, ModelConfig))``:
+flat keys, each a field of ``trl.SFTConfig`` or ``trl.ModelConfig`` (TRL 1.x, ``trl/trainer/model_config.py``),
+so TRL's parser rejects a key it does not know.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files as _resources
+from typing import Any
+
+from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage
+from vramfit.plan.report import Plan
+from vramfit.units import gib
+
+# vramfit quantize -> (bnb_4bit_quant_type, use_bnb_nested_quant) of trl.ModelConfig
+_QUANT = {"nf4": ("nf4", False), "nf4-dq": ("nf4", True), "fp4": ("fp4", False), "fp4-dq": ("fp4", True)}
+_TESTED = {"trl": "1.16", "transformers": "5.24"}
+_ATTN = {"eager": "eager", "flash": "flash_attention_2", "sdpa": "sdpa"}
+
+
+def script_text() -> str:
+    return (_resources("vramfit.plan") / "templates" / SCRIPT).read_text(encoding="utf-8")
+
+
+def _dtype(prec: str) -> str:
+    """Weight dtype the model loads in: mixed precision keeps fp32 master weights."""
+    if prec.endswith("mixed") or prec == "fp32":
+        return "float32"
+    return "bfloat16" if prec.startswith("bf16") else "float16"
+
+
+def _model_args(plan: Plan, notes: list[str]) -> dict[str, Any]:
+    sc = plan.scenario
+    method, prec = sc["method"], sc["precision"]
+    out: dict[str, Any] = {
+        "model_name_or_path": sc["model"] or f"<a {sc['params']:,}-parameter model>",
+        "dtype": _dtype(prec),
+        "attn_implementation": _ATTN[sc["attention"]],
+        "use_peft": method != "full",
+    }
+    if method == "full":
+        return out
+    alpha = sc["lora_alpha"]
+    out |= {"lora_r": sc["lora_rank"], "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,
+            "lora_dropout": sc.get("lora_dropout") or 0.0, "lora_target_modules": list(sc["lora_targets"])}
+    if method == "qlora":
+        q = sc["quantize"]
+        if q == "int8":
+            return out | {"load_in_8bit": True}
+        if q not in _QUANT:
+            notes.append(f"quantize {q} is not a bitsandbytes type: nf4 with double quantization written instead")
+        qtype, dq = _QUANT.get(q, ("nf4", True))
+        # quant storage = the compute dtype lets FSDP/ZeRO-3 shard the 4-bit weights (TRL/PEFT FSDP-QLoRA docs)
+        storage = "float32" if prec == "fp32" else "bfloat16" if prec.startswith("bf16") else "float16"
+        out |= {"load_in_4bit": True, "bnb_4bit_quant_type": qtype, "use_bnb_nested_quant": dq,
+                "bnb_4bit_quant_storage": storage}
+    return out
+
+
+def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, Any]:
+    sc = plan.scenario
+    prec = sc["precision"]
+    out: dict[str, Any] = {
+        "output_dir": "out",
+        "per_device_train_batch_size": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "num_train_epochs": epochs,
+        "max_length": sc["seq_len"],
+        "packing": True,
+        "bf16": prec.startswith("bf16"),
+        "fp16": prec.startswith("fp16"),
+        "optim": OPTIM[plan.optimizer],
+        "save_total_limit": 1,
+    }
+    ck = plan.gradient_checkpointing
+    # Written either way: SFTConfig turns it on by default (TRL 1.16). Under FSDP, accelerate.yaml's
+    # fsdp_activation_checkpointing does it instead. transformers 5.24 names (gradient_checkpointing* are
+    # deprecated aliases, training_args.py).
+    out["activation_checkpointing"] = ck != "none" and shard != "fsdp"
+    if out["activation_checkpointing"]:
+        # TRL forces reentrant checkpointing for PEFT + ZeRO-3 (trl/trainer/sft_trainer.py, TRL issue #2514)
+        reentrant = shard == "deepspeed" and _zero_stage(plan) == 3 and sc["method"] != "full"
+        out["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
+    if ck == "selective":
+        notes.append("selective recompute is not in transformers: full gradient checkpointing is written")
+    if ck == "offload":
+        out["activation_offloading"] = True
+    if plan.loss == "fused":
+        out["use_liger_kernel"] = True
+        notes.append("use_liger_kernel needs `pip install liger-kernel` (the fused cross-entropy the plan assumes)")
+    if plan.loss == "chunked":
+        notes.append("chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true (fused) instead")
+    if plan.optimizer == "sgd-momentum":  # transformers' "sgd" reads momentum from optim_args (trainer_optimizer.py _get_sgd)
+        out["optim_args"] = "momentum=0.9"
+    if plan.optimizer == "adamw-4bit":
+        notes.append("adamw_torch_4bit needs `pip install torchao`")
+    if sc.get("compile"):
+        out["torch_compile"] = True
+    if sc.get("optimizer_in_backward"):
+        notes.append("the HF Trainer has no optimizer-in-backward: gradients stay resident until the step (more memory)")
+    if sc.get("framework", "hf") != "hf":
+        notes.append(f"the plan was sized for {sc['framework']}; this script runs transformers + PEFT + TRL, whose"
+                     " memory differs (estimate again with framework hf)")
+    if shard == "deepspeed":
+        out["deepspeed"] = DS_FILE
+    return out
+
+
+def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, str]:
+    """``train_config.yaml`` (model fields, then SFTConfig fields) and ``train.py``."""
+    head = (f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
+            f" -> {gib(plan.device_bytes, 1)} GiB of {gib(plan.usable_bytes, 1)} GiB per GPU (estimated)\n"
+            f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.SFTConfig fields\n"
+            f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
+    body = _yaml(_model_args(plan, notes)) + _yaml(_sft_args(plan, shard, epochs, notes))
+    return {TRL_CONFIG_FILE: head + body, SCRIPT: script_text()}

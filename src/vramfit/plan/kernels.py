@@ -1,0 +1,118 @@
+"""How fast a card runs each kind of work in a training step: the constants of the speed model.
+
+Each figure is a published measurement (cited next to it) or, where marked *design*, derived from
+the design rows of ``benchmarks/data/throughput/published.jsonl`` (``"design": true``: the Qwen-1
+1.8B rows and the torchtune README @30b8519e8 rows); the benchmark reports its score on the other
+rows too. Nothing here is fitted to a single row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramfit.estimate.constants import Constant
+from vramfit.gpus import GPU
+
+_MAMF = ("stas00/ml-engineering compute/accelerator/README.md (@b9e2972), 'Maximum Achievable Matmul FLOPS "
+         "comparison table' (BF16 matmul, best shape, torch + CUDA 12.1-12.5 / ROCm 6.2)")
+#: Fraction of the dense BF16 peak the best-shaped BF16 matmul reaches (MAMF / theory), by card.
+GEMM_EFFICIENCY: dict[str, Constant] = {
+    "a100-80gb-sxm": Constant(0.859, "MAMF / peak", _MAMF + ": A100 SXM 267.9 of 312 TFLOPS"),
+    "a100-40gb-sxm": Constant(0.859, "MAMF / peak", _MAMF + ": A100 SXM 267.9 of 312 TFLOPS"),
+    "a100-80gb-pcie": Constant(0.822, "MAMF / peak", _MAMF + ": A100 PCIe 256.4 of 312 TFLOPS"),
+    "a100-40gb-pcie": Constant(0.822, "MAMF / peak", _MAMF + ": A100 PCIe 256.4 of 312 TFLOPS"),
+    "h100-sxm": Constant(0.801, "MAMF / peak", _MAMF + ": H100 SXM 792.1 of 989 TFLOPS"),
+    "gh200-96gb": Constant(0.830, "MAMF / peak", _MAMF + ": GH200 SXM 821.0 of 989 TFLOPS"),
+    "gh200-144gb": Constant(0.830, "MAMF / peak", _MAMF + ": GH200 SXM 821.0 of 989 TFLOPS"),
+    "mi250x": Constant(0.767, "MAMF / peak", _MAMF + ": MI250X 147.0 of 191.5 TFLOPS per GCD"),
+    "mi300x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS"),
+    "mi325x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS (MI325X: same CDNA3 compute die)"),
+}
+GEMM_EFFICIENCY_DEFAULT = Constant(
+    0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
+    "cards without a MAMF measurement get the lowest NVIDIA one",
+)
+_HOPPER = ("h100-pcie", "h100-sxm", "h100-nvl", "h200-sxm", "h200-nvl", "gh200-96gb", "gh200-144gb")
+#: FlashAttention-2 forward+backward throughput as a fraction of the dense BF16 peak, by card.
+ATTENTION_EFFICIENCY = {
+    gid: Constant(0.35, "of peak", "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: "
+                       "FlashAttention-2 reaches only 35 % utilisation on the H100") for gid in _HOPPER
+}
+ATTENTION_EFFICIENCY_DEFAULT = Constant(
+    0.68, "of peak",
+    "design, inside the published range: Dao 2023 (FlashAttention-2, arXiv:2307.08691) abstract gives "
+    "50-73 % of the theoretical maximum FLOPs/s on A100; 0.676 is the relative least-squares value over "
+    "the 12 Qwen-1 1.8B LoRA/Q-LoRA rows (seq 256-8192) with matmuls at MAMF, fitted jointly with "
+    "LAYER_OVERHEAD_S['eager']",
+)
+ATTN_BACKWARD_RATIO = Constant(
+    2.5, "backward / forward FLOPs of attention",
+    "Dao 2023 (arXiv:2307.08691) sec. 4.1: backward has 5 matmuls against the forward's 2",
+)
+LAYER_OVERHEAD_S = {
+    "eager": Constant(
+        3.6e-3, "s per layer per micro-batch (forward + backward + recompute)",
+        "design: fitted with ATTENTION_EFFICIENCY_DEFAULT over the Qwen-1 1.8B LoRA/Q-LoRA rows (3.58 ms; at seq 256 "
+        "the 1.0 s/it for 8 micro-batches x 24 layers is under 0.1 s of compute): PyTorch eager dispatch of a "
+        "PEFT block's few hundred small kernels. Added to the GPU time, not overlapped: a max(CPU, GPU) "
+        "reading fits the same rows only with attention below FlashAttention-2's published 50 %",
+    ),
+    "compiled": Constant(
+        0.5e-3, "s per layer per micro-batch",
+        "torch.compile fuses the block's elementwise kernels (torchtune README @1814feb17 '+ Compile' row: "
+        "+27 % tokens/s at 2 x 4096 tokens); an eighth of eager, an assumption within the design rows' noise",
+    ),
+}
+GPTQ_DEQUANT_S_PER_GWEIGHT = Constant(
+    0.0126, "s per 10^9 4-bit weights per pass (A100)",
+    "design: Qwen-1 1.8B Q-LoRA minus LoRA at seq 256, 512, 1024 (0.4, 0.4, 0.3 s/it; mean 0.367 s over "
+    "8 micro-batches x 3 passes x 1.21e9 GPTQ weights): auto-gptq's training path de-quantizes at about "
+    "80 G weights/s, a tenth of what the memory bandwidth allows (bitsandbytes NF4 is timed by bytes); "
+    "scaled by A100 SXM bandwidth / the card's",
+)
+ZERO3_LAYER_OVERHEAD_S = Constant(
+    5.5e-3, "s per layer per micro-batch",
+    "design: Qwen-1 1.8B full-parameter (DeepSpeed ZeRO-3) minus LoRA at seq 256, 512, 1024 "
+    "(1.1, 1.2, 1.1 s/it over 8 micro-batches x 24 layers): DeepSpeed's per-module fetch/release hooks "
+    "(partitioned_param_coordinator) in forward, backward and recompute",
+)
+#: The card the GPTQ rate was read on (A100 SXM 80GB, 2039 GB/s: gpus.csv).
+REFERENCE_BANDWIDTH = 2039e9
+NO_P2P_NOTE = (
+    "GeForce cards without NVLink have peer-to-peer disabled by the driver (tinygrad/open-gpu-kernel-modules "
+    "README, 'P2P support for 4090'): GPU-to-GPU traffic goes through host memory (two PCIe hops) and "
+    "NCCL does not overlap it with compute"
+)
+
+
+@dataclass(frozen=True)
+class CardSpeed:
+    """The rates of one card the speed model reads."""
+
+    gemm_flops: float  # sustained matmul FLOP/s in training
+    attn_flops: float  # FlashAttention-2 FLOP/s
+    mem_bytes: float  # memory bandwidth, bytes/s
+    peer_bytes: float  # GPU-to-GPU bytes/s per direction
+    host_bytes: float  # host link bytes/s per direction
+    p2p: bool  # GPU-to-GPU copies overlap with compute
+
+
+def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
+    """:class:`CardSpeed` of a catalog card; None without a BF16 peak."""
+    if not g.bf16_tflops:
+        return None
+    peak = g.bf16_tflops * 1e12
+    gemm = GEMM_EFFICIENCY.get(g.gpu_id, GEMM_EFFICIENCY_DEFAULT).value
+    attn = ATTENTION_EFFICIENCY.get(g.gpu_id, ATTENTION_EFFICIENCY_DEFAULT).value
+    p2p = not ("GeForce" in g.name and not g.interconnect_gbs)
+    peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
+    bw = (g.mem_bandwidth_gbs or g.bf16_tflops * 3.0) * 1e9
+    return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9, p2p)
+
+
+#: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
+#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
+SPEED_ERROR_MEDIAN = 0.13
+SPEED_ERROR_P90 = 0.58
+SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): MAMF matmuls, FlashAttention-2, memory-bound ops, "
+                "de-quantization, launch overheads, links; scored by benchmarks/throughput.py")

@@ -1,0 +1,105 @@
+"""The one definition of "fits", used by ``estimate``, ``fit``, ``sweep``, ``plan`` and the web page.
+
+A run **fits** a card when its estimated device peak per GPU (what ``nvidia-smi`` shows) is at most
+the card's usable memory (what CUDA exposes to a process, ``GPU.usable_bytes``) less a safety margin,
+by default :data:`SAFETY_MARGIN` = 5 % of it. The margin is a stated policy, not a measurement: it
+leaves room for what the estimate does not see (fragmentation beyond the modelled allocator slack,
+other processes, driver versions that expose a few MiB less).
+
+Paged optimizer state (``paged-adamw``, ``paged-adamw-8bit``) lives in CUDA managed memory, which the
+driver pages out to host RAM under memory pressure (bitsandbytes ``paged_optimizers`` docs; QLoRA,
+Dettmers et al. 2023, sec. 2 "Paged Optimizers"). So a run whose device peak is over the limit
+still fits when paging the state out brings it under: the verdict is then "fits, with paging of
+N GiB optimizer state (slower)". Paging can therefore never make a verdict worse than plain AdamW.
+
+The estimator computes bytes and reads no GPU catalog; verdicts are made here, from its result and
+the cards given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from vramfit.estimate.result import EstimateResult, FitInfo
+from vramfit.gpus import COMMON_CARDS, GPU
+from vramfit.units import gib
+
+#: Default fraction of a card's usable memory kept free (policy; see the module docstring).
+SAFETY_MARGIN = 0.05
+
+PAGED_COMPONENT = "paged_optimizer_state"
+
+
+def definition(safety_margin: float = SAFETY_MARGIN) -> str:
+    """The sentence that says what "fits" means, printed next to every verdict."""
+    return (
+        "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the card's usable memory "
+        f"(what CUDA exposes) less a {safety_margin:.0%} safety margin; paged optimizer state may move to "
+        "host RAM ('fits, with paging', slower)."
+    )
+
+
+def limit_bytes(gpu: GPU, safety_margin: float = SAFETY_MARGIN) -> int:
+    """Bytes a run may use on ``gpu``: its usable memory less the safety margin."""
+    return int(gpu.usable_bytes * (1.0 - safety_margin))
+
+
+def paging_bytes(device_bytes: int, paged_bytes: int, limit: int) -> int | None:
+    """Bytes of paged optimizer state that must live in host RAM for the run to fit ``limit``.
+
+    0: fits with everything on the card; ``None``: does not fit even with all of it paged out.
+    """
+    over = device_bytes - limit
+    if over <= 0:
+        return 0
+    return over if over <= paged_bytes else None
+
+
+def result_paging(r: EstimateResult, limit: int) -> int | None:
+    """:func:`paging_bytes` of an estimate."""
+    return paging_bytes(r.peak.device_bytes, r.component(PAGED_COMPONENT), limit)
+
+
+def fits(r: EstimateResult, limit: int) -> bool:
+    """Whether an estimate fits ``limit`` bytes per GPU (paging of paged optimizer state allowed)."""
+    return r.peak.device_bytes <= limit or result_paging(r, limit) is not None  # the planner's hot path
+
+
+def verdict_text(paged_out: int | None) -> str:
+    """``fits`` / ``fits, with paging of N GiB optimizer state (slower)`` / ``does not fit``."""
+    if paged_out is None:
+        return "does not fit"
+    if paged_out == 0:
+        return "fits"
+    return f"fits, with paging of {gib(paged_out)} GiB optimizer state (slower)"
+
+
+def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) -> FitInfo:
+    """The verdict of one estimate on one card.
+
+    ``headroom_bytes`` is the limit less what stays on the card (negative: over the limit).
+    """
+    limit = limit_bytes(gpu, safety_margin)
+    paged = result_paging(r, limit)
+    resident = r.peak.device_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
+    return FitInfo(
+        gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None,
+        headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,
+        paging_bytes=paged or 0, verdict=verdict_text(paged),
+    )
+
+
+def default_cards(gpu_id: str | None = None) -> list[GPU]:
+    """The scenario's card (if any) first, then :data:`COMMON_CARDS` (read from the catalog)."""
+    from vramfit.gpus import get_gpu
+
+    ids = ([gpu_id] if gpu_id else []) + list(COMMON_CARDS)
+    return list({g.gpu_id: g for g in map(get_gpu, ids)}.values())  # an alias of a common card counts once
+
+
+def with_fits(r: EstimateResult, cards: Iterable[GPU] | None = None,
+              safety_margin: float = SAFETY_MARGIN) -> EstimateResult:
+    """The estimate with its ``fits`` filled for ``cards`` (default: :func:`default_cards`)."""
+    gpus = list(cards) if cards is not None else default_cards(r.scenario.gpu)
+    return replace(r, fits=tuple(card_fit(r, g, safety_margin) for g in gpus))

@@ -1,0 +1,30 @@
+"""Parameter counts of a built torch model, shared by the simulator and the measure harness.
+
+One rule for both: a tensor shared by several modules (tied embeddings and ``lm_head``) counts once,
+and a packed 4-bit weight (``uint8`` storage: bitsandbytes ``Params4bit``, or the simulator's own
+packing) counts as the ``in_features x out_features`` it stands for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def count_parameters(model: Any) -> tuple[int, int]:
+    """(all, trainable) parameters of ``model``, tied tensors once, packed 4-bit weights unpacked."""
+    import torch
+
+    total = trainable = 0
+    seen: set[int] = set()
+    for mod in model.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            if id(p) in seen:  # tied weights count once
+                continue
+            seen.add(id(p))
+            n = p.numel()
+            if name == "weight" and p.dtype == torch.uint8 and hasattr(mod, "in_features"):
+                n = mod.in_features * mod.out_features
+            total += n
+            if p.requires_grad:
+                trainable += n
+    return total, trainable

@@ -1,0 +1,115 @@
+"""The scenario keys of a training stage (``stage``, ``reference``, GRPO's generation keys) and their
+rules, kept apart from :mod:`vramfit.scenario` so that its table stays a table.
+
+Defaults are TRL 1.16.0's: ``GRPOConfig.num_generations = 8`` (trl/trainer/grpo_config.py:480),
+``max_completion_length = 512`` (:494), ``vllm_gpu_memory_utilization = 0.3`` (:656), ``beta = 0.0``
+(:681). PPO left TRL after v1.9.0; its ``PPOConfig.response_length = 53`` is read at v1.9.0
+(commit 35def3ee000a87f6839e66f4b7749b06274ed1b3, trl/experimental/ppo/ppo_config.py:151).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.choices import Generation, Method, Reference, Stage
+from vramfit.errors import ScenarioError
+
+#: TRL's defaults (module docstring for the source).
+GRPO_NUM_GENERATIONS = 8
+GRPO_COMPLETION_LEN = 512
+PPO_COMPLETION_LEN = 53
+VLLM_GPU_MEMORY_UTILIZATION = 0.3
+
+PREFERENCE = (Stage.DPO, Stage.KTO, Stage.ORPO, Stage.SIMPO)
+REFERENCE_FREE = (Stage.SFT, Stage.ORPO, Stage.SIMPO)
+GENERATES = (Stage.GRPO, Stage.PPO)
+
+
+def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows of the scenario table
+    """The stage's rows of :data:`vramfit.scenario.FIELDS` (same row builder as the others)."""
+    return (
+        Field("stage", CH, "Training stage: sft, a preference loss (dpo, kto, orpo, simpo: micro_batch_size counts "
+              "pairs for dpo/orpo/simpo) or RL with rollouts (grpo, ppo: micro_batch_size counts completions).",
+              ("Training stage", "Etapa de treino"), choices=Stage),
+        Field("reference", CH, "Reference log-probs: auto (TRL: a frozen copy for full fine-tuning, the adapters "
+              "disabled for LoRA, none for orpo/simpo and grpo with beta 0), copy, adapters-off, precomputed, none.",
+              ("Reference model", "Modelo de referência"), choices=Reference),
+        Field("num_generations", INT, "GRPO: completions sampled per prompt.", ("Generations per prompt",
+              "Gerações por prompt"), unit="completions", limits=(2, 1_000_000),
+              default_note=f"{GRPO_NUM_GENERATIONS} for grpo (TRL GRPOConfig), else none"),
+        Field("completion_len", INT, "GRPO/PPO: generated tokens per completion; the prompt is seq_len minus this.",
+              ("Completion length", "Comprimento da completação"), unit="tokens", limits=(1, 9_999_999),
+              default_note=f"{GRPO_COMPLETION_LEN} for grpo, {PPO_COMPLETION_LEN} for ppo (TRL), else none"),
+        Field("generation", CH, "GRPO rollouts: transformers generate (hf), vLLM in the training process "
+              "(vllm-colocate) or a vLLM server on other GPUs (vllm-server).", ("Generation engine",
+              "Motor de geração"), choices=Generation),
+        Field("vllm_gpu_memory_utilization", NUM, "vllm-colocate: fraction of each card's memory vLLM takes.",
+              ("vLLM memory fraction", "Fração de memória do vLLM"), range_note="0 < f ≤ 1",
+              default_note=f"{VLLM_GPU_MEMORY_UTILIZATION} with vllm-colocate (TRL), else none"),
+        Field("vllm_sleep", BOOL, "vllm-colocate: sleep mode, vLLM frees its memory while the model trains.",
+              ("vLLM sleep mode", "Modo sleep do vLLM")),
+    )
+
+
+#: Keys that follow ``stage``: a scenario's ``replace(stage=...)`` drops them unless given.
+STAGE_FOLLOWERS = ("reference", "num_generations", "completion_len", "generation", "vllm_gpu_memory_utilization",
+                   "vllm_sleep")
+
+
+def _only_with(kw: dict, raw: dict, key: str, stages: tuple[Stage, ...], given: bool) -> None:
+    if given and kw["stage"] not in stages:
+        raise ScenarioError(key, f"is a key of stage {' or '.join(s.value for s in stages)}, not "
+                                 f"{kw['stage'].value}; set stage or remove {key}", [s.value for s in stages])
+
+
+def _check_reference(kw: dict) -> None:
+    stage, ref, method = kw["stage"], kw.get("reference", Reference.AUTO), kw.get("method", Method.LORA)
+    if ref is Reference.AUTO:
+        return
+    if stage in REFERENCE_FREE and ref is not Reference.NONE:
+        raise ScenarioError("reference", f"stage {stage.value} has no reference model (its loss is reference-free)",
+                            ["auto", "none"])
+    if ref is Reference.ADAPTERS_OFF and method is Method.FULL:
+        raise ScenarioError("reference", "adapters-off needs LoRA adapters (method lora or qlora); full fine-tuning "
+                                         "keeps a frozen copy", ["auto", "copy", "precomputed", "none"])
+    if ref is Reference.PRECOMPUTED and stage in GENERATES:
+        raise ScenarioError("reference", f"{stage.value} scores its own fresh rollouts, so reference log-probs cannot "
+                                         "be precomputed", ["auto", "copy", "adapters-off", "none"])
+    if ref is Reference.NONE and stage is Stage.PPO:
+        raise ScenarioError("reference", "ppo's KL penalty always needs a reference", ["auto", "copy", "adapters-off"])
+    if ref is Reference.NONE and stage in (Stage.DPO, Stage.KTO):
+        raise ScenarioError("reference", f"{stage.value}'s loss needs reference log-probs (orpo and simpo do not)",
+                            ["auto", "copy", "adapters-off", "precomputed"])
+
+
+def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
+    """Fill the stage keys' defaults into ``kw`` and reject keys of another stage and bad combinations."""
+    kw.setdefault("stage", Stage.SFT)
+    stage = kw["stage"]
+    _only_with(kw, raw, "num_generations", (Stage.GRPO,), "num_generations" in raw)
+    _only_with(kw, raw, "completion_len", GENERATES, "completion_len" in raw)
+    _only_with(kw, raw, "generation", (Stage.GRPO,), kw.get("generation", Generation.HF) is not Generation.HF)
+    _check_reference(kw)
+    colocate = kw.get("generation") is Generation.VLLM_COLOCATE
+    for key in ("vllm_gpu_memory_utilization", "vllm_sleep"):
+        if key in raw and raw[key] not in (False, "false") and not colocate:
+            raise ScenarioError(key, "applies to generation=vllm-colocate only", ["vllm-colocate"])
+    if "vllm_gpu_memory_utilization" in raw:
+        from vramfit.scenario import fraction
+
+        kw["vllm_gpu_memory_utilization"] = fraction("vllm_gpu_memory_utilization", raw["vllm_gpu_memory_utilization"],
+                                                     lo_open=True)
+    elif colocate:
+        kw["vllm_gpu_memory_utilization"] = VLLM_GPU_MEMORY_UTILIZATION  # the card is needed to estimate (rl.py)
+    if stage in GENERATES:
+        kw.setdefault("completion_len", GRPO_COMPLETION_LEN if stage is Stage.GRPO else PPO_COMPLETION_LEN)
+        seq = kw.get("seq_len", 2048)
+        if kw["completion_len"] >= seq:
+            raise ScenarioError("completion_len", f"must be shorter than seq_len ({seq}), which holds the prompt "
+                                                  "and the completion")
+    if stage is Stage.GRPO:
+        n = kw.setdefault("num_generations", GRPO_NUM_GENERATIONS)
+        batch = kw.get("micro_batch_size", 1) * kw.get("num_gpus", 1) * kw.get("grad_accum", 1)
+        if batch % n:
+            raise ScenarioError("num_generations", f"must divide the completions per step (micro_batch_size × "
+                                                   f"num_gpus × grad_accum = {batch}), as TRL requires; got {n}")

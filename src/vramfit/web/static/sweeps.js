@@ -1,0 +1,70 @@
+/* The two sweep charts: peak against sequence length (one line per checkpointing mode) and against
+   micro-batch (one line per method), from POST /api/sweep. */
+(function () {
+  "use strict";
+  const cfg = VF.config();
+  const T = cfg.strings;
+  const R = window.VFTr;
+  const el = (id) => document.getElementById(id);
+  const fmt = (s, vars) => s.replace(/\{(\w+)\}/g, (_, k) => vars[k]);
+  const SEQS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
+  const BATCHES = [1, 2, 4, 8, 16, 32, 64];
+
+  function withValue(list, v) { return [...new Set([...list, v])].sort((a, b) => a - b); }
+  function peaks(res) {
+    if (!res.ok) return null;
+    return res.data.points.map((p) => (p.peak ? p.peak.device_bytes : null));
+  }
+
+  async function seq(s, signal, post) {
+    const values = withValue(SEQS, s.seq_len || cfg.defaults.seq_len);
+    const modes = ["none", "selective", "full", "offload"];
+    const res = await Promise.all(modes.map((m) => post("/api/sweep",
+      { scenario: { ...s, gradient_checkpointing: m }, key: "seq_len", values }, signal)));
+    return { values, series: modes.map((m, i) => ({ id: m, y: peaks(res[i]) })) };
+  }
+
+  function methodVariant(s, m) {
+    const out = { ...s, method: m };
+    if (m !== "qlora" || out.quantize === "none") delete out.quantize;
+    return out;
+  }
+
+  async function batch(s, signal, post) {
+    const values = withValue(BATCHES, s.micro_batch_size || 1);
+    const methods = ["full", "lora", "qlora"];
+    const res = await Promise.all(methods.map((m) => post("/api/sweep",
+      { scenario: methodVariant(s, m), key: "micro_batch_size", values }, signal)));
+    return { values, series: methods.map((m, i) => ({ id: m, y: peaks(res[i]) })) };
+  }
+
+  function caps(r, gpus) {
+    const ids = [...new Set([...(r.scenario.gpu ? [r.scenario.gpu] : []), ...cfg.capacity_cards])];
+    return ids.filter((id) => gpus[id]).map((id) => ({
+      bytes: gpus[id].usable_bytes, strong: id === r.scenario.gpu,
+      label: `${gpus[id].name} · ${VF.fmtGiB(gpus[id].usable_bytes, 0)} GiB`,
+    }));
+  }
+
+  const sameAs = (name) => fmt(T["ch.same"], { v: name });
+
+  function draw(s, r, seqData, batchData, gpus) {
+    const mode = r.scenario.gradient_checkpointing;
+    VF.lines(el("chart-seq"), {
+      x: seqData.values, logX: true, tickText: VF.shortTokens, xTitle: T["k.seq_len"], yTitle: T["ch.gib"], sameAs,
+      series: seqData.series.filter((x) => x.y).map((x) => ({ name: fmt(T["ch.ckpt"], { v: R.value(x.id) }), y: x.y,
+        width: x.id === mode ? 3 : 1.5 })),
+      caps: caps(r, gpus), current: { x: r.scenario.seq_len, y: r.peak.device_bytes }, currentLabel: T["ch.current"],
+    });
+    const method = r.scenario.method;
+    VF.lines(el("chart-batch"), {
+      x: batchData.values, logX: true, xTitle: T["k.micro_batch_size"], yTitle: T["ch.gib"], sameAs,
+      series: batchData.series.filter((x) => x.y).map((x) => ({ name: T["m." + x.id] || x.id, y: x.y,
+        width: x.id === method ? 3 : 1.5 })),
+      caps: caps(r, gpus), current: { x: r.scenario.micro_batch_size, y: r.peak.device_bytes },
+      currentLabel: T["ch.current"],
+    });
+  }
+
+  window.VFSweeps = { seq, batch, draw };
+})();

@@ -1,0 +1,297 @@
+"""Portuguese for the sentences the library writes in English (assumptions, planner changes, reasons, notes,
+API errors), for the PT pages only: the JSON API stays English.
+
+``RULES`` are ``(regex, replacement)`` pairs applied in order as global substitutions; a replacement names
+groups as ``$1``. The same rules run here (the guide, rendered on the server) and in the browser (the
+calculator: ``translate.js``-free, the rules travel in the page's config as JSON), so they are written in
+the regex subset both Python ``re`` and JavaScript share. A number the library printed in English style
+(``3,689.6``) is wrapped as ``⟨3,689.6⟩`` by a rule and re-printed in the page's style (``3689,6``).
+A sentence no rule matches stays English; ``untranslated()`` lists such sentences (a test keeps it empty
+for the scenarios the page is tested with).
+"""
+
+from __future__ import annotations
+
+import re
+
+_N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
+
+#: Whole sentences and phrases, most specific first.
+RULES: list[tuple[str, str]] = [
+    # ---- estimator assumptions (vramfit.estimate._assumptions)
+    (r"^Framework: (.+?) \(scenario key 'framework'\); its layout of adapters, norms and loss is used\.$",
+     "Framework: $1 (chave 'framework' do cenário); usa-se a sua disposição de adaptadores, normalizações e perda."),
+    (r"fp32 weights \(the master copy\), gradients and optimizer states; (\w+) autocast compute "
+     r"\(full fine-tuning with AdamW: 16 B per parameter\)",
+     "pesos fp32 (a cópia mestre), gradientes e estados do otimizador; cálculo em $1 com autocast "
+     "(ajuste fino completo com AdamW: 16 B por parâmetro)"),
+    (r"(\w+) weights, gradients and optimizer states, no fp32 master copy \(full fine-tuning with AdamW: 8 B per parameter\)",
+     "pesos, gradientes e estados do otimizador em $1, sem cópia mestre fp32 (ajuste fino completo com AdamW: 8 B por parâmetro)"),
+    (r"fp32 weights, gradients, optimizer states and activations", "pesos, gradientes, estados do otimizador e ativações em fp32"),
+    (r"^Precision (\S+): ", "Precisão $1: "),
+    (r" \(set; ([^()]+?)'s default for (\w+) is (\S+)\)\.$", " (escolhida; a predefinição de $1 para $2 é $3)."),
+    (r" \(([^()]+?)'s default for (\w+)\)\.$", " (predefinição de $1 para $2)."),
+    (r"^Activations are counted tensor by tensor from what autograd saves in a (\S+) block \(" + _N
+     + r" MiB per block per micro-batch without checkpointing\)\.$",
+     "As ativações contam-se tensor a tensor, a partir do que o autograd guarda num bloco $1 (⟨$2⟩ MiB por bloco "
+     "e por micro-batch, sem checkpointing)."),
+    (r"^Loss: ", "Perda: "),
+    (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
+    (r"fp32 logits from the model, CrossEntropyLoss", "logits fp32 do modelo, CrossEntropyLoss"),
+    (r"^Gradients are freed with zero_grad\(set_to_none=True\) after each optimizer step\.$",
+     "Os gradientes são libertados com zero_grad(set_to_none=True) depois de cada passo do otimizador."),
+    (r"^CUDA context assumed " + _N + r" MiB per GPU \(lazy module loading\); `vramfit measure` records yours and "
+     r"`vramfit calibrate` reports the overhead your runs imply\.$",
+     "Contexto CUDA assumido: ⟨$1⟩ MiB por GPU (carregamento preguiçoso de módulos); o `vramfit measure` regista o teu "
+     "e o `vramfit calibrate` indica o custo fixo que as tuas execuções implicam."),
+    (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in fp32\.$", "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores em fp32."),
+    (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in the parameter dtype\.$",
+     "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores no dtype dos parâmetros."),
+    (r"^Quantized base (\S+): block linears 4-bit, ", "Base quantizada $1: lineares dos blocos em 4 bits, "),
+    (r"embeddings, norms and lm_head unquantized", "embeddings, normalizações e lm_head sem quantização"),
+    (r"lm_head too", "lm_head também"),
+    (r" \(cast to fp32 by prepare_model_for_kbit_training\)", " (convertidos para fp32 por prepare_model_for_kbit_training)"),
+    (r"; the de-quantized copy of the largest layer \(" + _N + r" MiB\) is a transient\.$",
+     "; a cópia desquantizada da maior camada (⟨$1⟩ MiB) é transitória."),
+    (r"^Mixture-of-experts weights ", "Pesos dos especialistas (MoE) "),
+    (r"quantized like the other block linears", "quantizados como os outros lineares do bloco"),
+    (r"NOT quantized: fp32 \(prepare_model_for_kbit_training casts them\)",
+     "NÃO quantizados: fp32 (o prepare_model_for_kbit_training converte-os)"),
+    (r"NOT quantized: 16-bit", "NÃO quantizados: 16 bits"),
+    (r"transformers 5 stores experts as fused 3-D parameters, which bitsandbytes leaves unquantized "
+     r"\(transformers 4 quantized them\)",
+     "o transformers 5 guarda os especialistas como parâmetros 3-D fundidos, que o bitsandbytes não quantiza "
+     "(o transformers 4 quantizava-os)"),
+    (r"(\S+) quantizes each expert's linear", "o $1 quantiza o linear de cada especialista"),
+    (r"; set quantize_experts=yes or no to choose\.$", "; define quantize_experts=yes ou no para escolher."),
+    (r"^QLoRA as the HF recipe runs it \(Trainer bf16=True\): attention and 4-bit matmuls in 16 bits under autocast; "
+     r"without autocast, fp32 activations and SDPA's math kernel would need more\.$",
+     "QLoRA como a receita HF o corre (Trainer bf16=True): atenção e produtos de matrizes de 4 bits em 16 bits com "
+     "autocast; sem autocast, as ativações fp32 e o kernel math do SDPA precisariam de mais."),
+    (r"^Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside PyTorch's counters "
+     r"\(allocated/reserved\); counted in the device figure only\.$",
+     "Otimizador paginado: os estados de tensores com ≥ 1e5 elementos vivem em memória gerida CUDA, fora dos "
+     "contadores do PyTorch (alocado/reservado); contam só no valor da placa."),
+    (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
+     "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
+     "bloco à frente."),
+    (r"^Mixed precision: fp32 weights with 16-bit autocast copies kept for backward\.$",
+     "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
+    (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
+     "$1 GPUs num nó com $2; buffers NCCL contados no valor da placa."),
+    # ---- how the model was resolved (vramfit.estimate.resolve_spec, vramfit.models, web.service)
+    (r"^params=([\d,]+): a generic Llama-style dense decoder of that size \(hidden (\d+), (\d+) layers, vocab (\d+)\); "
+     r"give a model id or config\.json for an exact figure$",
+     "params=⟨$1⟩: um descodificador denso genérico, ao estilo Llama, desse tamanho (hidden $2, $3 camadas, "
+     "vocabulário $4); indica um id de modelo ou um config.json para um valor exato."),
+    (r"^(.+) is not in the catalog; using (\S+), the same model name without release suffixes "
+     r"\(instruct/chat/quantized releases share the architecture\)$",
+     "$1 não está no catálogo; usa-se $2, o mesmo nome de modelo sem sufixos de versão (as versões "
+     "instruct/chat/quantizadas partilham a arquitetura)."),
+    (r"^(\S+) uses the architecture of catalog model (\S+)$", "$1 usa a arquitetura do modelo $2 do catálogo."),
+    (r"^(\S+): generic Llama-style architecture \((\d+) layers, hidden (\d+)\) with ([\d,]+) parameters, not a real model$",
+     "$1: arquitetura genérica ao estilo Llama ($2 camadas, hidden $3) com ⟨$4⟩ parâmetros, não um modelo real."),
+    (r"^(config\.json \(.+\)): a pasted config\.json, read as data \((\d+) layers, hidden (\d+), vocab (\d+)\)$",
+     "$1: um config.json colado, lido como dados ($2 camadas, hidden $3, vocabulário $4)."),
+    # ---- planner: changes that make a scenario fit (vramfit.plan.changes)
+    (r"^(\d+) x (\S+) in one node with (ZeRO-3|FSDP)$", "$1 × $2 num nó com $3"),
+    (r"^8-bit AdamW \(bitsandbytes\)$", "AdamW de 8 bits (bitsandbytes)"),
+    (r"^CPU Adam step and PCIe traffic each step; needs host RAM$",
+     "passo do Adam no CPU e tráfego PCIe a cada passo; precisa de RAM do host"),
+    (r"^activation checkpointing: selective$", "checkpointing de ativações seletivo"),
+    (r"^activation checkpointing: full$", "checkpointing de ativações completo"),
+    (r"^activation checkpointing: offload$", "checkpointing de ativações com descarga para o host"),
+    (r"^as full, and keeps block inputs in pinned host RAM$",
+     "como o completo, e guarda as entradas dos blocos na RAM fixada do host"),
+    (r"^bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer$",
+     "as atualizações em bf16 perdem passos pequenos; usa soma de Kahan ou um otimizador com arredondamento estocástico"),
+    (r"^block-wise 8-bit states; matches 32-bit AdamW in the bitsandbytes paper's tests$",
+     "estados de 8 bits por blocos; iguala o AdamW de 32 bits nos testes do artigo do bitsandbytes"),
+    (r"^cross-entropy over the sequence in chunks$", "entropia cruzada por blocos da sequência"),
+    (r"^fused linear \+ cross-entropy loss \(no full logits\)$", "linear e entropia cruzada fundidos (sem logits completos)"),
+    (r"^more cards to rent; GPU-to-GPU traffic every micro-batch$", "mais placas a alugar; tráfego entre GPUs em cada micro-batch"),
+    (r"needs Liger Kernel \(use_liger_kernel=True\) or Cut Cross-Entropy",
+     "precisa do Liger Kernel (use_liger_kernel=True) ou do Cut Cross-Entropy"),
+    (r"^optimizer state in host RAM \(ZeRO-Offload\)$", "estado do otimizador na RAM do host (ZeRO-Offload)"),
+    (r"^pure bf16 weights \(no fp32 master copy\)$", "pesos bf16 puros (sem cópia mestre fp32)"),
+    (r"^recomputes attention in backward \(not in the HF Trainer\)$", "recalcula a atenção no backward (não existe no HF Trainer)"),
+    (r"^recomputes every block's forward in backward$", "recalcula o forward de cada bloco no backward"),
+    (r"^sequences of (\d+) tokens instead of (\d+)$", "sequências de $1 tokens em vez de $2"),
+    (r"^torchtune CEWithChunkedOutputLoss; not in the HF Trainer$", "CEWithChunkedOutputLoss do torchtune; não existe no HF Trainer"),
+    (r"^truncates or re-packs the data; long-context skills may suffer$",
+     "trunca ou reempacota os dados; as capacidades de contexto longo podem sofrer"),
+    (r"^weights and optimizer state in host RAM \(ZeRO-Infinity / FSDP CPU offload\)$",
+     "pesos e estado do otimizador na RAM do host (ZeRO-Infinity / FSDP CPU offload)"),
+    (r"^weights stream over PCIe every micro-batch: much slower$", "os pesos passam pelo PCIe em cada micro-batch: muito mais lento"),
+    (r"^QLoRA: 4-bit NF4 base instead of 16-bit$", "QLoRA: base NF4 de 4 bits em vez de 16 bits"),
+    (r"^quality loss depends on the task: measure it \(the guide, sec\. 03\)$",
+     "a perda de qualidade depende da tarefa: mede-a (o guia, secção 03)"),
+    (r"^micro-batch (\d+) with (\d+) accumulation steps \(effective batch (\d+)\)$",
+     "micro-batch $1 com $2 passos de acumulação (batch efetivo $3)"),
+    (r"^same effective batch, more optimizer micro-steps$", "o mesmo batch efetivo, mais micro-passos"),
+    (r"^quantize the MoE experts too \(4-bit like the other linears\)$",
+     "quantizar também os especialistas MoE (4 bits como os outros lineares)"),
+    (r"^together: ", "em conjunto: "),
+    (r"^all the trade-offs of its parts$", "todos os custos das partes"),
+    # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
+    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with ZeRO-3, checkpointing and offload "
+     r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com ZeRO-3, checkpointing e descarga (com micro-batch 1)"),
+    (r"; effective batch (\d+) allows at most (\d+) GPUs", "; o batch efetivo $1 permite no máximo $2 GPU(s)"),
+    (r"^rented in units of (\d+) GPUs; effective batch (\d+) allows at most (\d+)$",
+     "alugada em unidades de $1 GPUs; o batch efetivo $2 permite no máximo $3"),
+    (r"^no BF16 on (.+): plan it with --precision fp16-mixed$", "sem BF16 na $1: planeia com a precisão fp16-mixed"),
+    (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state$",
+     "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado"),
+    (r"^usable memory unconfirmed: the marketing GB is used \(conservative\)$",
+     "memória utilizável por confirmar: usa-se o valor comercial em GB (conservador)"),
+    (r"^fused loss: ", "perda fundida: "),
+    (r"^no NVLink between (\d+) cards: GPU-to-GPU traffic over PCIe \(" + _N + r" GB/s per direction\)$",
+     "sem NVLink entre $1 placas: o tráfego entre GPUs passa pelo PCIe (⟨$2⟩ GB/s em cada sentido)"),
+    (r"^(\S+): bitsandbytes 8-bit AdamW instead of (\S+)$", "$1: AdamW de 8 bits do bitsandbytes em vez de $2"),
+    (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state \(" + _N + r" GiB for the node\)$",
+     "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado (⟨$2⟩ GiB para o nó)"),
+    (r"^effective batch (\d+) \(the nearest multiple of (\d+) GPUs at or above (\d+)\)$",
+     "batch efetivo $1 (o múltiplo de $2 GPUs mais próximo, igual ou acima de $3)"),
+    (r"^vendor (.+) not in the stack table: taken as CUDA; check your software runs on it$",
+     "fabricante $1 fora da tabela de stacks: tratado como CUDA; confirma que o teu software corre nela"),
+    (r"^rented in units of (\d+) GPUs \((.+)\): the cost is for (\d+)$",  # the source stays in the API and CLI
+     "alugada em unidades de $1 GPUs: o custo é o de $3"),
+    (r"^no dated rental price in the catalog: add one with --gpus$", "sem preço de aluguer datado no catálogo: acrescenta um com --gpus"),
+    (r"^Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
+     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers$",
+     "Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
+     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
+    (r"^the scenario needs ([^;]+); ", "o cenário precisa de $1; "),
+    (r"^(.+) card; --stack (\S+)$", "placa $1; só as stacks $2"),
+    (r"^fits (\d+) x (\S+) only with settings its stack lacks \(", "cabe em $1 × $2 só com opções que a sua stack não tem ("),
+    (r"; Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
+     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers",
+     "; Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
+     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
+    (r"^ROCm: use the ROCm builds of PyTorch and bitsandbytes \(>= 0\.50: 4-bit QLoRA and 8-bit optimizers\), "
+     r"FlashAttention 2 via its ROCm CK backend; CUDA-only kernels will not load$",
+     "ROCm: usa as versões ROCm do PyTorch e do bitsandbytes (≥ 0.50: QLoRA de 4 bits e otimizadores de 8 bits), "
+     "FlashAttention 2 pelo backend ROCm CK; kernels só para CUDA não carregam"),
+    # ---- the guide's "why they differ" (vramfit.plan.guide)
+    (r"^Section (\d+) says (\d+) x (\d+) GB; we estimate " + _N + r" GB per GPU there, so it needs more than (\d+) x (\d+) GB\.$",
+     "A secção $1 diz $2 × $3 GB; estimamos ⟨$4⟩ GB por GPU nesse caso, por isso são precisas mais de $5 × $6 GB."),
+    (r"^Section (\d+) says (\d+) x (\d+) GB; we estimate " + _N + r" GB per GPU there, so it needs (\d+) x (\d+) GB\.$",
+     "A secção $1 diz $2 × $3 GB; estimamos ⟨$4⟩ GB por GPU nesse caso, por isso são precisas $5 × $6 GB."),
+    (r"^Section (\d+) puts (\S+) full fine-tuning in the (\d+) GB class, but the guide's own total \((\d+) GB\) "
+     r"already exceeds (\d+) GB\.$",
+     "A secção $1 põe o ajuste fino completo de $2 na classe de $3 GB, mas o próprio total do guia ($4 GB) já "
+     "passa dos $5 GB."),
+    (r"^The frozen base alone is " + _N + r" GB in bf16 \(2 bytes per parameter\); LoRA removes gradients and "
+     r"optimizer state, not the weights\.$",
+     "Só a base congelada ocupa ⟨$1⟩ GB em bf16 (2 bytes por parâmetro); o LoRA elimina os gradientes e o estado "
+     "do otimizador, não os pesos."),
+    (r"^The guide counts bf16 weights \+ Adam \+ bf16 gradients = 2 \+ 8 \+ 2 = 12 bytes per parameter ",
+     "O guia conta pesos bf16 + Adam + gradientes bf16 = 2 + 8 + 2 = 12 bytes por parâmetro "),
+    (r"\(by the same count " + _N + r" GB for (\S+)\)", "(pela mesma conta, ⟨$1⟩ GB para $2)"),
+    (r"\(for (\S+): ([\d+ ]+) = (\d+) GB, section (\d+)\)", "(para $1: $2 = $3 GB, secção $4)"),
+    (r" and no fp32 master weights or activations\. Mixed-precision AdamW \(PyTorch AMP, bf16-mixed\) keeps fp32 "
+     r"weights that are the master copy \(" + _N + r" GB\), fp32 gradients \(" + _N + r" GB\), Adam's two fp32 "
+     r"moments \(" + _N + r" GB\) and bf16 autocast copies of the weights \(" + _N + r" GB\): " + _N
+     + r" bytes per parameter before activations \(" + _N + r" GB at seq (\d+) with checkpointing\), logits \("
+     + _N + r" GB\) and the CUDA context\.$",
+     " e nenhuns pesos mestre fp32 nem ativações. O AdamW em precisão mista (PyTorch AMP, bf16-mixed) guarda pesos "
+     "fp32 que são a cópia mestre (⟨$1⟩ GB), gradientes fp32 (⟨$2⟩ GB), os dois momentos fp32 do Adam (⟨$3⟩ GB) e "
+     "cópias bf16 dos pesos feitas pelo autocast (⟨$4⟩ GB): ⟨$5⟩ bytes por parâmetro antes das ativações (⟨$6⟩ GB "
+     "com sequência $7 e checkpointing), dos logits (⟨$8⟩ GB) e do contexto CUDA."),
+    # ---- notes of the exported configs (vramfit.plan.export)
+    (r"^offload runs DeepSpeed's CPU Adam: the optimizer section replaces the Trainer's optim$",
+     "a descarga usa o CPU Adam do DeepSpeed: a secção optimizer substitui o optim do Trainer"),
+    (r"^(\S+) is created by the Trainer \(optim=(.+)\) and wrapped by ZeRO$", "$1 é criado pelo Trainer (optim=$2) e envolvido pelo ZeRO"),
+    (r"^FSDP offloads parameters together with the optimizer state \(CPUOffload\(offload_params=True\)\)$",
+     "o FSDP descarrega os parâmetros juntamente com o estado do otimizador (CPUOffload(offload_params=True))"),
+    (r"^quantize (\S+) is not a bitsandbytes 4-bit type: nf4 written instead$",
+     "quantize $1 não é um tipo de 4 bits do bitsandbytes: escreve-se nf4"),
+    (r"^selective recompute is not in transformers: full gradient checkpointing is written$",
+     "o recálculo seletivo não existe no transformers: escreve-se checkpointing completo"),
+    (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel=True \(fused\) instead$",
+     "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel=True (fundida)"),
+    (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true \(fused\) instead$",
+     "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel: true (fundida)"),
+    (r"^train\.py is your training script; --export trl writes one that runs these settings$",
+     "train.py é o teu script de treino; --export trl escreve um que corre estas definições"),
+    (r"^the plan was sized for (\S+); written as the matching (ZeRO stage|FSDP sharding)$",
+     "o plano foi dimensionado para $1; escrito como o equivalente ($2)"),
+    (r"^the plan needs no sharding: ZeRO stage 0 is plain data parallelism$",
+     "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
+    (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",
+     "o plano não precisa de repartição: escreve-se FULL_SHARD na mesma (menos memória, mais tráfego)"),
+    (r"^the plan is sized for stage (\S+), but these files run the supervised step \(SFTTrainer\): write the (\S+) "
+     r"yourself with the same batch, length and sharding$",
+     "o plano foi dimensionado para a etapa $1, mas estes ficheiros correm o passo supervisionado (SFTTrainer): "
+     "escreve tu o $2 com o mesmo lote, comprimento e repartição"),
+    # ---- API errors (vramfit.scenario.parse_scenario and the web service)
+    (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
+    (r"^(\w+): must be an integer from (\d+) to (\d+), got (.+)$", "$1: tem de ser um número inteiro entre $2 e $3 (recebido: $4)"),
+    (r"^(\w+): must be a positive number up to (\d+), got (.+)$", "$1: tem de ser um número positivo até $2 (recebido: $3)"),
+    (r"^(\w+): must be a positive number, got (.+)$", "$1: tem de ser um número positivo (recebido: $2)"),
+    (r"^(\w+): must be a fraction from 0 up to \(not including\) 1, got (.+)$",
+     "$1: tem de ser uma fração de 0 até 1, sem incluir o 1 (recebido: $2)"),
+    (r"^(\w+): must be a number like 50000000, 5e7 or '50M' \(suffixes K, M, B, T\), got (.+)$",
+     "$1: tem de ser um número como 50000000, 5e7 ou '50M' (sufixos K, M, B, T); recebido: $2"),
+    (r"^parallelism: (\d+) GPUs need a way to split the work", "parallelism: $1 GPUs precisam de uma forma de repartir o trabalho"),
+    (r"^lora_targets: (.+?) is not a linear layer of this model", "lora_targets: $1 não é uma camada linear deste modelo"),
+    (r"^params: not a parameter count: (.+?) \(examples: ", "params: não é um número de parâmetros: $1 (exemplos: "),
+    (r"^model: give either model or params, not both$", "model: indica o modelo ou os parâmetros, não ambos"),
+    (r"^model: is required \(a catalog/Hub id or a config\.json path\), or give params$",
+     "model: é obrigatório (um modelo do catálogo), ou indica o número de parâmetros"),
+    (r"^quantize: qlora needs a quantized base", "quantize: o qlora precisa de uma base quantizada"),
+    (r"^offload: CPU offload of model state is done by ZeRO or FSDP; set parallelism to one of them",
+     "offload: a descarga do estado do modelo para o CPU é feita pelo ZeRO ou pelo FSDP; escolhe um deles em parallelism"),
+    (r"^config_json: must be a JSON object \(the content of config\.json\), got (\w+)$",
+     "config_json: tem de ser um objeto JSON (o conteúdo do config.json); recebido: $1"),
+    (r"^config_json: config\.json of model_type '(.+?)' is missing the required field '(.+?)'$",
+     "config_json: falta ao config.json de model_type '$1' o campo obrigatório '$2'"),
+    (r"^config_json: cannot be read as a Hugging Face config\.json ", "config_json: não se consegue ler como config.json do Hugging Face "),
+    (r"^gpu: unknown GPU '(.+?)'; did you mean: (.+?)\? \(`vramfit gpus` lists all (\d+)\)$",
+     "gpu: GPU desconhecida '$1'; querias dizer: $2? (o `vramfit gpus` lista as $3)"),
+    (r"^(\w+): unknown value '(.*)' \(valid values: ", "$1: valor desconhecido '$2' (valores válidos: "),
+    (r"^(\w+): must be an integer, got (.+)$", "$1: tem de ser um número inteiro (recebido: $2)"),
+    (r"^(\w+): is required(.*)$", "$1: é obrigatório$2"),
+    (r"^num_gpus: no plan of (\S+) x (\S+) fits(.*)$", "num_gpus: nenhum plano de $1 × $2 cabe$3"),
+    (r"^(\w+): unknown engine '(.*)'", "$1: motor desconhecido '$2'"),
+    (r"^(\w+): is required: the card of the plan to export$", "$1: é obrigatório: a placa do plano a exportar"),
+    (r"^gpu_id: must be a GPU id \(GET /api/gpus\), got (.+)$", "gpu_id: tem de ser o id de uma GPU (GET /api/gpus); recebido: $1"),
+    (r"^num_gpus: must be a whole number of GPUs, got (.+)$", "num_gpus: tem de ser um número inteiro de GPUs; recebido: $1"),
+    (r"^model: '(.+?)' is not in the bundled catalog\b.*$", "model: '$1' não está no catálogo incluído."),
+    (r" \(valid values: ", " (valores válidos: "),
+]
+
+_COMPILED = [(re.compile(p), re.sub(r"\$(\d)", r"\\\1", r)) for p, r in RULES]
+_NUM = re.compile(r"⟨([\d,]+(?:\.\d+)?)⟩")
+
+
+def pt_number(text: str) -> str:
+    """``3,689.6`` -> ``3689,6`` (the PT style: decimal comma, no group separator under 10 000)."""
+    plain = text.replace(",", "")
+    whole, _, frac = plain.partition(".")
+    if len(whole) > 4:
+        whole = f"{int(whole):,}".replace(",", " ")
+    return whole + ("," + frac if frac else "")
+
+
+def to_pt(text: str) -> str:
+    """``text`` in Portuguese where the rules know it (else unchanged)."""
+    out = text
+    for rx, repl in _COMPILED:
+        out = rx.sub(lambda m, r=repl: m.expand(r), out)
+    return _NUM.sub(lambda m: pt_number(m.group(1)), out)
+
+
+#: English words that no Portuguese rendering contains (outside code names, which have no spaces).
+ENGLISH_WORDS = re.compile(r"\b(the|of|with|and|is|are|per|not|only|needs|must|got|from|instead|every|each|"
+                           r"without|which|when|its)\b")
+
+
+def untranslated(sentences: list[str]) -> list[str]:
+    """The sentences no rule changed, or whose Portuguese still has English words in it."""
+    return [s for s in sentences if to_pt(s) == s or ENGLISH_WORDS.search(to_pt(s))]
+
+
+def rules_for_js() -> list[list[str]]:
+    """The rules as ``[pattern, replacement]`` for the page's config (JavaScript ``RegExp``)."""
+    return [[p, r] for p, r in RULES]

@@ -1,0 +1,100 @@
+"""Every format streams the same rows; bad files get one clear line naming the input."""
+
+import json
+
+import pytest
+from dsutil import words, write_jsonl
+
+from vramfit.dataset import DatasetError, analyze_dataset, readers
+from vramfit.dataset import limits as dl
+from vramfit.dataset.report import read_lengths
+from vramfit.dataset.tokenize import load_encoder
+
+SIZES = [3, 17, 40, 8, 120]
+
+
+def _rows():
+    return [{"text": words(n), "id": i} for i, n in enumerate(SIZES)]
+
+
+def _lengths(path, tok_dir, **kw):
+    return list(read_lengths(path, load_encoder(tok_dir), **kw).lengths)
+
+
+def test_all_formats_give_the_same_lengths(tmp_path, tok_dir):
+    expected = [n + 2 for n in SIZES]
+    assert _lengths(write_jsonl(tmp_path / "d.jsonl", _rows()), tok_dir) == expected
+    (tmp_path / "d.json").write_text(json.dumps(_rows()))
+    assert _lengths(tmp_path / "d.json", tok_dir) == expected
+    (tmp_path / "d.csv").write_text("id,text\n" + "".join(f"{r['id']},{r['text']}\n" for r in _rows()))
+    assert _lengths(tmp_path / "d.csv", tok_dir) == expected
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(_rows()), tmp_path / "d.parquet", row_group_size=2)
+    assert _lengths(tmp_path / "d.parquet", tok_dir) == expected
+
+
+def test_saved_datasets_folders_are_read_without_datasets(tmp_path, tok_dir):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(_rows())
+    ds.save_to_disk(str(tmp_path / "one"))
+    assert _lengths(tmp_path / "one", tok_dir) == [n + 2 for n in SIZES]
+    datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(tmp_path / "dd"))
+    assert _lengths(tmp_path / "dd", tok_dir, split="test") == [SIZES[0] + 2]
+    with pytest.raises(DatasetError, match=r"split: 'dev' is not a split .*valid values: .*train"):
+        _lengths(tmp_path / "dd", tok_dir, split="dev")
+
+
+def test_bad_input_names_the_problem(tmp_path, tok_dir, monkeypatch):
+    with pytest.raises(DatasetError, match="^dataset: file not found"):
+        analyze_dataset(tmp_path / "nope.jsonl")
+    (tmp_path / "x.txt").write_text("hi")
+    with pytest.raises(DatasetError, match=r"unknown file type '.txt'.*valid values: .jsonl"):
+        analyze_dataset(tmp_path / "x.txt")
+    (tmp_path / "bad.jsonl").write_text('{"text": "a"}\n{"text": \n')
+    with pytest.raises(DatasetError, match="line 2 of bad.jsonl is not JSON"):
+        analyze_dataset(tmp_path / "bad.jsonl")
+    write_jsonl(tmp_path / "nofield.jsonl", [{"title": "a", "body": "b"}])
+    with pytest.raises(DatasetError, match=r"^field: no text field found.*valid values: body, title"):
+        analyze_dataset(tmp_path / "nofield.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(DatasetError, match="holds no rows"):
+        analyze_dataset(tmp_path / "empty.jsonl")
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(DatasetError, match="not one saved by datasets"):
+        analyze_dataset(tmp_path / "dir")
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(DatasetError, match="not a readable Parquet file"):
+        analyze_dataset(tmp_path / "bad.parquet")
+
+
+def test_limits_are_enforced(tmp_path, monkeypatch):
+    p = write_jsonl(tmp_path / "d.jsonl", [{"text": "x" * 100}, {"text": "y"}])
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 50)
+    with pytest.raises(DatasetError, match="line 1 of d.jsonl is longer than 50 bytes"):
+        analyze_dataset(p)
+    monkeypatch.setattr(readers, "MAX_FILE_BYTES", 10)
+    with pytest.raises(DatasetError, match="over the limit of"):
+        analyze_dataset(p)
+    with pytest.raises(DatasetError, match=f"sample: must be from 1 to {dl.MAX_SAMPLE_ROWS:,}"):
+        analyze_dataset(p, sample=0)
+
+
+def test_row_limit(tmp_path, monkeypatch):
+    from vramfit.dataset import report
+
+    monkeypatch.setattr(report, "MAX_ROWS", 3)
+    p = write_jsonl(tmp_path / "d.jsonl", [{"text": "x"}] * 5)
+    with pytest.raises(DatasetError, match="more than 3 rows; pass --sample N"):
+        analyze_dataset(p)
+
+
+def test_sample_memory_is_bounded(tmp_path, monkeypatch):
+    from vramfit.dataset import report
+
+    monkeypatch.setattr(report, "MAX_SAMPLE_CHARS", 250)
+    p = write_jsonl(tmp_path / "d.jsonl", [{"text": "x" * 100}] * 5)
+    assert analyze_dataset(p, sample=2).sampled_rows == 2
+    with pytest.raises(DatasetError, match="sample: the sampled rows hold over 250 characters"):
+        analyze_dataset(p, sample=3)

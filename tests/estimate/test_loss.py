@@ -1,0 +1,77 @@
+"""Logits and cross-entropy per framework layout, on Llama 3.1 8B (V = 128256, h = 4096) with
+T = 1024 tokens in bf16: TV = 131,334,144 logits elements."""
+
+from dataclasses import replace
+
+import pytest
+
+from vramfit.estimate.framework import LossLayout, profile_for
+from vramfit.estimate.loss import loss_memory, vocab_rows
+from vramfit.models import resolve_model
+from vramfit.scenario import Framework, parse_scenario
+
+LLAMA = resolve_model("meta-llama/Llama-3.1-8B").spec
+TV = 1024 * 128256
+
+
+def _loss(framework="hf", spec=LLAMA, **keys):
+    sc = parse_scenario({"params": "1B", "method": "lora", "seq_len": 1024, "framework": framework, **keys})
+    return loss_memory(spec, sc, profile_for(Framework(framework)))
+
+
+def test_vocab_rows_from_lm_head_or_tied_embeddings():
+    assert vocab_rows(LLAMA) == 128256
+    gemma2 = resolve_model("google/gemma-2-9b").spec
+    assert gemma2.lm_head_params == 0 and vocab_rows(gemma2) == 256000
+
+
+def test_hf_upcasts_in_the_loss():
+    m = _loss("hf")
+    # saved: fp32 log_softmax; forward: bf16 logits + fp32 upcast + log_softmax; backward: + 2 fp32 grads
+    assert (m.saved, m.forward_peak, m.backward_peak, m.held) == (4 * TV, 10 * TV, 12 * TV, 0)
+    assert m.saved == 525_336_576
+
+
+def test_torchtune_upcasts_in_the_model():
+    m = _loss("torchtune")
+    assert (m.saved, m.forward_peak, m.backward_peak) == (4 * TV, 8 * TV, 12 * TV)
+
+
+def test_litgpt_keeps_its_chunked_logits_through_backward():
+    m = _loss("litgpt")
+    chunk = 128 * 128256  # lm_head_chunk_size=128 tokens
+    assert (m.saved, m.forward_peak, m.backward_peak, m.held) == (4 * TV, 4 * TV, 4 * TV + 4 * chunk, 2 * TV)
+
+
+def test_chunked_loss_over_eight_chunks():
+    m = _loss("torchtune", loss="chunked")
+    per = TV // 8
+    assert (m.saved, m.forward_peak, m.backward_peak) == (4 * TV, 6 * TV + 4 * per, 4 * TV + 10 * per)
+
+
+def test_fused_linear_cross_entropy_chunks():
+    m = _loss("hf", loss="fused")
+    # Liger: chunk = next_power_of_2(ceil(1024 / ceil(128256 / 4096) = 32)) = 32 tokens
+    grad_in = 2 * 1024 * 4096
+    assert (m.saved, m.forward_peak, m.backward_peak) == (grad_in, grad_in + 32 * 128256 * 10, grad_in)
+    assert "chunks of 32 tokens" in m.detail
+
+
+def test_fp32_logits_need_no_upcast():
+    m = _loss("hf", precision="fp32")
+    assert m.forward_peak == 4 * TV + 0 + 4 * TV
+
+
+def test_final_logit_softcapping_keeps_the_tanh_output():
+    capped = _loss("hf", spec=replace(LLAMA, final_logit_softcapping=30.0))
+    assert capped.saved - _loss("hf").saved == 2 * TV
+    assert capped.forward_peak - _loss("hf").forward_peak == 4 * TV
+    assert "soft-capping" in capped.detail
+
+
+def test_an_unknown_loss_layout_is_an_error_not_a_fallback():
+    profile = replace(profile_for(Framework.HF), standard_loss="megatron-vocab-parallel")
+    sc = parse_scenario({"params": "1B", "method": "lora"})
+    with pytest.raises(ValueError, match="hf-upcast-in-loss"):
+        loss_memory(LLAMA, sc, profile)
+    assert {p.standard_loss for p in map(profile_for, Framework)} == set(LossLayout)

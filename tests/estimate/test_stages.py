@@ -1,0 +1,206 @@
+"""Training stages (issue 15): each stage is the SFT step of its policy plus its own contributions."""
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.params import base_tensors
+from vramfit.estimate.phases import StepPhase
+from vramfit.estimate.stages.rl import kv_cache_bytes
+from vramfit.estimate.step import compute
+from vramfit.gpus import get_gpu
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+M = "meta-llama/Llama-3.2-1B"  # 16 layers, 8 KV heads of 64, vocab 128,256, tied embeddings
+SPEC = resolve_model(M).spec
+V = 128_256
+G, S = StepPhase.GENERATE, StepPhase.SCORE
+TRAINING = {StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_END_TIED,
+            StepPhase.OPTIMIZER_STEP}
+
+
+def step(**keys):
+    sc = parse_scenario({"model": M, **keys})
+    card = get_gpu(sc.gpu) if sc.gpu else None
+    return compute(SPEC, sc, card)
+
+
+def phases(st) -> dict:
+    return {b.phase: dict(b.parts) for b in st.phases}
+
+
+def test_sft_has_no_stage_phase_and_no_stage_component():
+    p = phases(step(method="full"))
+    assert G not in p and S not in p
+    assert not {"reference_model", "score_logits", "kv_cache", "vllm"} & {n for parts in p.values() for n in parts}
+
+
+def test_dpo_with_lora_is_sft_of_twice_the_batch_with_no_reference_weights():
+    """Fused loss (Liger in TRL): the loss model is the SFT one, so every training phase is the SFT
+    step of 2 × micro_batch_size exactly; the reference pass (adapters disabled) adds only its logits."""
+    dpo = phases(step(stage="dpo", method="lora", micro_batch_size=2, loss="fused"))
+    sft = phases(step(method="lora", micro_batch_size=4, loss="fused"))
+    assert {ph: dpo[ph] for ph in sft} == sft
+    assert "reference_model" not in dpo[StepPhase.FORWARD]
+    extra = {k: v - sft[StepPhase.FORWARD].get(k, 0) for k, v in dpo[S].items()}
+    # the reference pass's largest moment: one no_grad block over 4 × 2048 tokens (bf16 residual,
+    # normed copy, gate, up, act(gate); intermediate 8192, hidden 2048)
+    assert {k: v for k, v in extra.items() if v} == {"score_logits": 2 * 4 * 2048 * (3 * 8192 + 2 * 2048)}
+
+
+def test_short_reference_pass_peaks_in_the_fused_head():
+    """1 pair of 512 tokens: the fused LM head's masked hidden states (bf16), one [4096, 32768] bf16
+    tile (fewer than 4096 tokens: N rows of 32768) and seven fp32 per-token vectors
+    (trl/kernels/chunked_logprob.py) beat the block (2 × 1024 × 28672 = 58,720,256)."""
+    p = phases(step(stage="dpo", method="lora", seq_len=512))
+    N = 2 * 512
+    assert p[S]["score_logits"] == 2 * N * 2048 + 2 * N * 32768 + 7 * 4 * N == 71_331_840
+
+
+def test_dpo_standard_loss_is_the_fused_head_over_the_pairs():
+    st = step(stage="dpo", method="lora", micro_batch_size=2)
+    N = 2 * 2 * 2048  # pairs × (chosen, rejected) × tokens
+    saved = 2 * N * 2048 + 12 * N
+    assert st.loss.saved == saved and st.loss.forward_peak == saved + 2 * 4096 * 32768 + 24 * N
+    assert st.loss.backward_peak == saved + 6 * N * 2048 + 2 * 4096 * 32768  # frozen lm_head: no weight gradient
+    full = step(stage="dpo", method="full", micro_batch_size=2)
+    assert full.loss.backward_peak - st.loss.backward_peak == 4 * V * 2048  # the fp32 lm_head gradient
+
+
+def test_orpo_and_simpo_build_the_full_logits():
+    st = step(stage="orpo", method="lora", micro_batch_size=2)
+    T = 2 * 2 * 2048
+    assert st.loss.saved == 2 * T * V and st.loss.forward_peak == 2 * 2 * T * V
+
+
+def test_full_dpo_adds_a_frozen_copy_in_the_policys_load_dtype():
+    true = step(stage="dpo", method="full", precision="bf16-true")
+    copy = sum(round_allocation(t.numel * 2) * t.count for t in base_tensors(SPEC))
+    assert copy == true.parts.weights == 2_471_628_800
+    for ph, parts in phases(true).items():
+        assert parts["reference_model"] == copy, ph
+    mixed = step(stage="dpo", method="full", precision="bf16-mixed")  # loaded in fp32: the master copy's size
+    assert phases(mixed)[StepPhase.FORWARD]["reference_model"] == mixed.parts.master_weights == 2 * copy
+
+
+def test_reference_sharded_only_by_zero3_and_fsdp():
+    z3 = step(stage="dpo", method="full", num_gpus=8, parallelism="zero3")
+    z2 = step(stage="dpo", method="full", num_gpus=8, parallelism="zero2")
+    copy = 2_471_628_800
+    assert phases(z3)[StepPhase.FORWARD]["reference_model"] == copy // 8
+    assert phases(z2)[StepPhase.FORWARD]["reference_model"] == copy
+
+
+def test_precomputed_reference_and_reference_free_losses_keep_no_reference():
+    for keys in ({"stage": "dpo", "reference": "precomputed"}, {"stage": "orpo"}, {"stage": "simpo"}):
+        p = phases(step(method="full", **keys))
+        assert S not in p and "reference_model" not in p[StepPhase.FORWARD], keys
+
+
+def test_kto_runs_one_completion_per_example():
+    kto, sft = step(stage="kto", method="lora", micro_batch_size=2), step(method="lora", micro_batch_size=2)
+    assert kto.acts == sft.acts
+    N = 2 * 2048  # two completions, not pairs: the fused head (hidden states, tile, fp32 vectors)
+    assert phases(kto)[S]["score_logits"] == 2 * N * 2048 + 2 * 4096 * 32768 + 7 * 4 * N
+
+
+def test_grpo_kv_cache_is_layers_kv_heads_head_dim_tokens_two_dtype():
+    st = step(stage="grpo", method="lora", micro_batch_size=8, grad_accum=2, seq_len=4096, completion_len=3584)
+    # per GPU: micro_batch_size × grad_accum = 16 completions of 4096 tokens (prompt + completion);
+    # layers × kv_heads × head_dim × tokens × (K, V) × bf16 bytes × sequences
+    expected = 16 * 8 * 64 * 4096 * 2 * 2 * 16
+    assert kv_cache_bytes(st, 16, 4096) == expected == 2_147_483_648
+    gen = phases(st)[G]
+    assert gen["kv_cache"] == expected
+    # last decode step: one layer's torch.cat copy + bf16 logits, fp32 copy and probabilities of 16 rows
+    assert gen["generation_transient"] == expected // 16 + 16 * V * (2 + 4 + 4)
+    N = 8 * 3584  # the completion's tokens (the prompt's labels are -100)
+    assert st.loss.saved == 2 * N * 2048 + 12 * N
+
+
+def test_grpo_prefill_dominates_with_long_prompts():
+    st = step(stage="grpo", method="lora", micro_batch_size=8, grad_accum=2, completion_len=1024)
+    gen = phases(st)[G]
+    assert gen["kv_cache"] == 16 * 8 * 64 * 1024 * 2 * 2 * 16  # the prompts' cache
+    # one no_grad block over 16 × 1024 prompt tokens: residual, normed copy, gate, up, act(gate)
+    assert gen["generation_transient"] == 2 * 16 * 1024 * (3 * 8192 + 2 * 2048)
+
+
+def test_grpo_default_has_no_reference_and_no_scoring_pass_with_hf_generate():
+    p = phases(step(stage="grpo", micro_batch_size=8))
+    assert S not in p and "reference_model" not in p[StepPhase.FORWARD]
+    beta = phases(step(stage="grpo", method="full", micro_batch_size=8, reference="copy"))
+    assert beta[S]["reference_model"] == 2_471_628_800
+
+
+def test_colocated_vllm_holds_its_share_unless_it_sleeps():
+    card = get_gpu("h100")
+    share = int(0.3 * card.usable_bytes)
+    awake = phases(step(stage="grpo", micro_batch_size=8, generation="vllm-colocate", gpu="h100"))
+    assert all(awake[ph]["vllm"] == share for ph in TRAINING & set(awake)) and awake[G]["vllm"] == share
+    asleep = phases(step(stage="grpo", micro_batch_size=8, generation="vllm-colocate", gpu="h100", vllm_sleep=True,
+                         vllm_gpu_memory_utilization=0.5))
+    assert asleep[G]["vllm"] == int(0.5 * card.usable_bytes)
+    assert all("vllm" not in asleep[ph] for ph in asleep if ph is not G)
+    server = phases(step(stage="grpo", micro_batch_size=8, generation="vllm-server"))
+    assert "vllm" not in server[G] and "kv_cache" not in server[G]
+
+
+def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
+    ppo = step(stage="ppo", method="lora", micro_batch_size=2)
+    full = step(method="full", micro_batch_size=2)
+    p = phases(ppo)
+    assert p[StepPhase.FORWARD]["value_model"] == full.parts.weights + full.parts.optimizer_state
+    assert p[StepPhase.FORWARD]["reward_model"] == full.parts.weights
+    assert p[StepPhase.FORWARD]["value_activations"] == full.acts.blocks
+    assert p[StepPhase.OPTIMIZER_STEP]["value_gradients"] == full.parts.gradients
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"num_generations": 4}, "num_generations: is a key of stage grpo, not sft"),
+    ({"stage": "orpo", "reference": "copy"}, "reference: stage orpo has no reference model"),
+    ({"stage": "dpo", "method": "full", "reference": "adapters-off"}, "reference: adapters-off needs LoRA adapters"),
+    ({"stage": "dpo", "reference": "none"}, "reference: dpo's loss needs reference log-probs"),
+    ({"stage": "grpo", "reference": "precomputed", "micro_batch_size": 8}, "reference: grpo scores its own"),
+    ({"stage": "grpo"}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
+                        r"grad_accum = 1\), as TRL requires; got 8"),
+    ({"stage": "grpo", "micro_batch_size": 8, "seq_len": 256}, "completion_len: must be shorter than seq_len"),
+    ({"stage": "dpo", "generation": "vllm-server"}, "generation: is a key of stage grpo, not dpo"),
+    ({"stage": "grpo", "micro_batch_size": 8, "vllm_sleep": True}, "vllm_sleep: applies to generation=vllm-colocate"),
+])
+def test_bad_combinations_name_the_keys(keys, message):
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario({"model": M, **keys})
+
+
+def test_colocated_vllm_needs_the_card():
+    with pytest.raises(ScenarioError, match="gpu: generation=vllm-colocate takes vllm_gpu_memory_utilization"):
+        step(stage="grpo", micro_batch_size=8, generation="vllm-colocate")
+
+
+def test_replace_stage_drops_the_old_stages_keys():
+    sc = parse_scenario({"model": M, "stage": "grpo", "micro_batch_size": 8})
+    assert sc.num_generations == 8 and sc.completion_len == 512
+    back = sc.replace(stage="sft")
+    assert back.num_generations is None and back.completion_len is None
+
+
+def test_kv_cache_reproduces_unsloths_published_figure():
+    """unsloth.ai/blog/grpo (2025-02-20), 'GRPO VRAM Breakdown': Llama 3.1 8B, "Inference KV Cache for
+    20K context (GB) 2.5GB" = one sequence of 20 × 1024 tokens, 32 layers × 8 KV heads × 128 × K,V × bf16."""
+    spec = resolve_model("meta-llama/Llama-3.1-8B").spec
+    st = compute(spec, parse_scenario({"model": "meta-llama/Llama-3.1-8B", "stage": "grpo", "micro_batch_size": 8}))
+    assert kv_cache_bytes(st, 1, 20 * 1024) == int(2.5 * 2**30)
+
+
+def test_measured_stage_rows_are_valid_scenarios_with_a_source():
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(x) for x in (Path(__file__).resolve().parents[2] / "benchmarks/data/measured/stages.jsonl")
+            .read_text().splitlines() if x.strip()]
+    assert rows
+    for row in rows:
+        sc = parse_scenario(row["scenario"])
+        assert sc.stage.value != "sft" and row["source"] and isinstance(row["measured"]["bytes"], int)

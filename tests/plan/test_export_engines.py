@@ -1,0 +1,279 @@
+"""Shared helpers for the export tests: plans that cover every sharding, files on disk, the engines' own loaders.
+
+Each loader is the engine's code, not a YAML parser: accelerate's ``launch_command`` (with the process
+spawning intercepted) and the plugin it would build from the launch environment, DeepSpeed's
+``DeepSpeedConfig``, TRL's ``TrlParser`` with ``SFTConfig`` and ``ModelConfig``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from vramfit.plan import plan
+from vramfit.plan.export import export_plan
+
+
+def plan_rows() -> dict:
+    """Plans of every shape the exports write (parallelism, offload, precision, method), by name."""
+    qwen = plan({"model": "Qwen/Qwen2.5-32B", "method": "lora", "seq_len": 8192},  # issue 11 item 1
+                gpu_ids=["h100-sxm"], effective_batch=16, dataset_tokens="100M").plans
+    llama = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed"},
+                 gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
+    qlora = plan({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "gradient_checkpointing": "full"},
+                 gpu_ids=["h100-sxm"], effective_batch=1).plans
+    l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
+    a10g = plan({"model": "mistralai/Mistral-7B-v0.1", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
+    small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
+                 gpu_ids=["rtx4090"], effective_batch=8).plans
+    fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},
+                gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
+    rows = {
+        "fsdp-lora-8gpu": next(p for p in fsdp if p.parallelism == "fsdp"),
+        "full-mixed-1gpu": next(p for p in small if p.num_gpus == 1),
+        "ddp-lora-2gpu": next(p for p in l40s if p.num_gpus == 2),
+        "zero3-offload-params": next(p for p in a10g if p.offload == "optimizer+params"),
+        "zero3-lora-8gpu": next(p for p in qwen if p.num_gpus == 8),
+        "single-lora-fused": next(p for p in qwen if p.num_gpus == 1),
+        "zero3-full-mixed": next(p for p in llama if p.parallelism == "zero3"),
+        "zero2-8gpu": next(p for p in llama if p.parallelism == "zero2" and p.num_gpus == 8),
+        "zero2-offload-1gpu": next(p for p in llama if p.offload != "none" and p.num_gpus == 1),
+        "qlora-1gpu": qlora[0],
+    }
+    assert rows["zero3-lora-8gpu"].parallelism == "zero3" and rows["zero3-lora-8gpu"].num_gpus == 8
+    assert rows["zero2-offload-1gpu"].parallelism == "zero2" and rows["ddp-lora-2gpu"].parallelism == "ddp"
+    assert rows["zero3-offload-params"].offload == "optimizer+params" and rows["fsdp-lora-8gpu"].parallelism == "fsdp"
+    return rows
+
+
+def write(plan_row, engine: str, folder: Path, epochs: float = 1.0):
+    ex = export_plan(plan_row, engine, epochs=epochs)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in ex.files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return ex
+
+
+def accelerate_launch(folder: Path, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+    """Run ``accelerate launch --config_file accelerate.yaml train.py`` up to the process spawn.
+
+    Returns which launcher accelerate chose and the environment it would give the training processes.
+    """
+    import accelerate.commands.launch as launch
+    from accelerate.utils import launch as env_of
+
+    chosen: dict = {}
+
+    def grab(name):
+        return lambda args: chosen.update(name=name, args=args)
+
+    cwd = os.getcwd()
+    os.chdir(folder)  # the DeepSpeed file is named relative to the launch folder
+    try:
+        with mock.patch.object(launch, "deepspeed_launcher", grab("deepspeed")), \
+             mock.patch.object(launch, "multi_gpu_launcher", grab("multi_gpu")), \
+             mock.patch.object(launch, "simple_launcher", grab("simple")):
+            args = launch.launch_command_parser().parse_args(["--config_file", "accelerate.yaml", *extra, "train.py"])
+            launch.launch_command(args)
+        args = chosen["args"]
+        if chosen["name"] == "deepspeed":
+            env = env_of.prepare_deepspeed_cmd_env(args)[1]
+        elif chosen["name"] == "multi_gpu":
+            env = env_of.prepare_multi_gpu_env(args)
+        else:
+            env = env_of.prepare_simple_launcher_cmd_env(args)[1]
+    finally:
+        os.chdir(cwd)
+    return chosen["name"], {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+def load_script(folder: Path):
+    """The exported train.py as a module (it must import and define its argument class)."""
+    spec = importlib.util.spec_from_file_location(f"vramfit_export_{abs(hash(folder))}", folder / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def trl_args(folder: Path, *overrides: str):
+    """TRL's parser on train_config.yaml, as train.py runs it; unknown keys are an error there."""
+    from trl import ModelConfig, SFTConfig, TrlParser
+
+    script = load_script(folder)
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return TrlParser((script.DataArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+            ["--config", "train_config.yaml", "--dataset_path", "data.jsonl", *overrides])
+    finally:
+        os.chdir(cwd)
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+PLANS = plan_rows()
+STAGE = {"zero1": 1, "zero2": 2, "zero3": 3}
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+@pytest.mark.parametrize("engine", ["accelerate", "fsdp", "trl"])
+def test_accelerate_launch_accepts_the_export(name, engine, tmp_path, monkeypatch):
+    """accelerate's own launch path, then the plugin it builds from that environment inside the trainer."""
+    from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+    from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+
+    p = PLANS[name]
+    write(p, engine, tmp_path)
+    cfg = load_config_from_file(str(tmp_path / "accelerate.yaml"))
+    assert isinstance(cfg, ClusterConfig) and cfg.num_processes == p.num_gpus
+    launcher, env = accelerate_launch(tmp_path)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    if engine != "fsdp" and p.parallelism in STAGE:
+        assert launcher == "deepspeed" and env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_config.json"
+        ds = DeepSpeedPlugin()  # raises if accelerate.yaml repeats a field the JSON owns (issue 11 item 1)
+        assert ds.zero_stage == STAGE[p.parallelism]
+        assert ds.hf_ds_config.config["train_micro_batch_size_per_gpu"] == p.micro_batch_size
+        assert ds.hf_ds_config.config["bf16"] == {"enabled": True}
+        assert ds.offload_optimizer_device == ("cpu" if p.offload != "none" else "none")
+        assert ds.offload_param_device == ("cpu" if p.offload == "optimizer+params" else "none")
+    elif engine == "fsdp" or p.parallelism.startswith("fsdp"):
+        assert launcher == "multi_gpu" and env["ACCELERATE_USE_FSDP"] == "true"
+        # sync_module_states asks for the current CUDA device; this machine has none
+        with mock.patch("accelerate.utils.dataclasses.is_cuda_available", return_value=True), \
+             mock.patch("torch.cuda.current_device", return_value=0):
+            fsdp = FullyShardedDataParallelPlugin()
+        want = "SHARD_GRAD_OP" if p.parallelism in ("zero1", "zero2", "fsdp-grad-op") else "FULL_SHARD"
+        assert fsdp.fsdp_version == 1 and fsdp.sharding_strategy.name == want
+        assert fsdp.activation_checkpointing == (p.gradient_checkpointing != "none")
+        assert not (tmp_path / "ds_config.json").exists()
+        assert fsdp.cpu_offload.offload_params == (p.offload != "none")
+        assert fsdp.mixed_precision_policy is None and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    else:
+        assert launcher == ("multi_gpu" if p.num_gpus > 1 else "simple")
+        assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and cfg.distributed_type == ("MULTI_GPU" if p.num_gpus > 1 else "NO")
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_deepspeed_parses_its_file_for_the_plans_world_size(name, tmp_path, monkeypatch):
+    """DeepSpeed's own parser, as rank 0 of num_gpus ranks: the batch arithmetic must hold for that world."""
+    import deepspeed.comm
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    p = PLANS[name]
+    ex = write(p, "deepspeed", tmp_path)
+    assert ex.command == f"deepspeed --num_gpus {p.num_gpus} train.py --deepspeed ds_config.json"
+    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda *a, **k: 0)
+    world = mock.Mock(get_data_parallel_world_size=lambda: p.num_gpus)
+    cfg = DeepSpeedConfig(str(tmp_path / "ds_config.json"), mpu=world)
+    assert cfg.world_size == p.num_gpus
+    assert cfg.train_batch_size == p.micro_batch_size * p.grad_accum * p.num_gpus == p.effective_batch
+    stage = {**STAGE, "fsdp": 3, "fsdp-grad-op": 2}.get(p.parallelism, 0)  # unsharded plans: stage 0 = plain DP
+    assert cfg.zero_optimization_stage == stage and cfg.bfloat16_config.enabled
+    assert (cfg.zero_config.offload_optimizer is not None) == (p.offload != "none")
+    assert (cfg.zero_config.offload_param is not None) == (p.offload == "optimizer+params")
+    with pytest.raises(AssertionError, match="train_batch_size"):  # the parser checks what we claim it checks
+        DeepSpeedConfig(str(tmp_path / "ds_config.json"), mpu=mock.Mock(get_data_parallel_world_size=lambda: p.num_gpus + 1))
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_trl_parses_train_config_and_transformers_agrees_with_the_deepspeed_file(name, tmp_path):
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    p = PLANS[name]
+    ex = write(p, "trl", tmp_path, epochs=2)
+    assert ex.command == ("accelerate launch --config_file accelerate.yaml train.py --config train_config.yaml"
+                          " --dataset_path data.jsonl")
+    # use_cpu only because this machine has no bf16 GPU; every other value is the file's
+    data, args, model = trl_args(tmp_path, "--use_cpu", "true")
+    sc = p.scenario
+    assert data.dataset_path == "data.jsonl" and model.model_name_or_path == sc["model"]
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (p.micro_batch_size, p.grad_accum)
+    assert args.num_train_epochs == 2 and args.max_length == sc["seq_len"] and args.bf16
+    # TRL's default is on; under FSDP accelerate.yaml's fsdp_activation_checkpointing does it instead
+    assert args.activation_checkpointing == (p.gradient_checkpointing != "none" and not p.parallelism.startswith("fsdp"))
+    assert args.use_liger_kernel == (p.loss == "fused")
+    assert model.use_peft == (sc["method"] != "full") and model.load_in_4bit == (sc["method"] == "qlora")
+    if model.use_peft:
+        assert (model.lora_r, model.lora_alpha, model.lora_target_modules) == (sc["lora_rank"], sc["lora_alpha"], "all-linear")
+    if p.parallelism in STAGE:
+        assert args.deepspeed == "ds_config.json"
+        # transformers' Trainer-side check that the JSON and the arguments agree, at the plan's world size
+        world = type("WorldArgs", (type(args),), {"world_size": property(lambda self: p.num_gpus)})
+        hf = HfTrainerDeepSpeedConfig(str(tmp_path / "ds_config.json"))
+        hf.trainer_config_process(world(**{f: getattr(args, f) for f in ("output_dir", "per_device_train_batch_size",
+                                    "gradient_accumulation_steps", "bf16", "optim", "use_cpu", "activation_checkpointing")}))
+        assert hf.mismatches == []
+    else:
+        assert args.deepspeed is None
+
+
+def test_fsdp_and_trl_launch_one_script_name():
+    p = PLANS["zero3-full-mixed"]
+    commands = {e: export_plan(p, e).command for e in ("accelerate", "fsdp", "trl", "deepspeed")}
+    assert all(" train.py" in c for c in commands.values())
+    assert "train.py" in export_plan(p, "trl").files and "train.py" not in export_plan(p, "fsdp").files
+
+
+@pytest.mark.parametrize("engine", ["accelerate", "trl"])
+def test_issue_11_command_writes_a_config_accelerate_launches(engine, tmp_path, monkeypatch):
+    """The exact command of issue 11 item 1, through the CLI, then accelerate's launch path and DeepSpeedPlugin."""
+    from accelerate.utils import DeepSpeedPlugin
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    r = CliRunner().invoke(app, ["plan", "--model", "Qwen/Qwen2.5-32B", "--method", "lora", "--seq-len", "8192",
+                                 "--dataset-tokens", "100M", "--effective-batch", "16", "--cards", "h100-sxm",
+                                 "--export", engine, "--pick", "fastest", "--export-dir", str(tmp_path)],
+                            env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    launcher, env = accelerate_launch(tmp_path)
+    assert launcher == "deepspeed" and "mixed_precision" not in env["ACCELERATE_CONFIG_DS_FIELDS"]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    assert DeepSpeedPlugin().zero_stage == 3
+
+
+def test_sgd_momentum_compile_and_framework_reach_the_trainer(tmp_path):
+    """The optimizer the plan sized (SGD with a momentum buffer) is the one transformers builds from the file."""
+    import torch
+    from transformers import Trainer
+
+    rows = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "optimizer": "sgd-momentum", "compile": True,
+                 "framework": "torchtune"}, gpu_ids=["h100-sxm"], effective_batch=8).plans
+    p = next(r for r in rows if r.num_gpus == 1)
+    assert p.optimizer == "sgd-momentum" and p.num_gpus == 1
+    ex = write(p, "trl", tmp_path)
+    _, args, _ = trl_args(tmp_path, "--use_cpu", "true")
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    assert cls is torch.optim.SGD and kwargs["momentum"] == 0.9 and args.torch_compile
+    assert any("sized for torchtune" in n for n in ex.notes)
+
+
+@pytest.mark.parametrize("engine", ["fsdp", "accelerate"])
+def test_every_nested_accelerate_key_is_a_launch_option(engine):
+    """accelerate copies fsdp_config / deepspeed_config keys onto launch arguments without checking them, so a
+    misspelt key would be dropped silently: each must be one of `accelerate launch`'s own options."""
+    import yaml
+    from accelerate.commands.launch import launch_command_parser
+
+    options = {s.lstrip("-") for a in launch_command_parser()._actions for s in a.option_strings}
+    seen: set[str] = set()
+    for p in PLANS.values():
+        cfg = yaml.safe_load(export_plan(p, engine).files["accelerate.yaml"])
+        seen |= {*cfg.get("fsdp_config", {}), *cfg.get("deepspeed_config", {})}
+    assert len(seen) >= 2 and seen <= options, seen - options
+
+
+def test_a_stage_plan_says_its_export_runs_the_supervised_step():
+    rows = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "dpo"}, gpu_ids=["l40s"]).plans
+    ex = export_plan(rows[0], "trl")
+    assert ("the plan is sized for stage dpo, but these files run the supervised step (SFTTrainer): write the "
+            "DPOConfig yourself with the same batch, length and sharding") in ex.notes
