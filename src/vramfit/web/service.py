@@ -182,7 +182,7 @@ def _check_config_shape(value: Any, depth: int = 0) -> None:
 def _check_spec_types(spec: ModelSpec) -> None:
     """The architecture read from a pasted config has the types its fields declare (a config value
     such as ``sliding_window: "abc"`` is copied through as given): whole numbers >= 0 (a window
-    >= 1), finite positive floats, strings."""
+    >= 1), finite floats >= 0, strings."""
     for f in dataclass_fields(spec):
         value, kind = getattr(spec, f.name), str(f.type)
         if value is None and "None" in kind:
@@ -190,9 +190,9 @@ def _check_spec_types(spec: ModelSpec) -> None:
         if kind.startswith("int"):
             ok = type(value) is int and value >= (1 if f.name == "sliding_window" else 0)
             what = "a whole number" + (" >= 1" if f.name == "sliding_window" else " >= 0")
-        elif kind == "float":
-            ok = type(value) in (int, float) and math.isfinite(value) and value > 0
-            what = "a finite number > 0"
+        elif kind.startswith("float"):
+            ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+            what = "a finite number >= 0"
         elif kind in ("str", "bool"):
             ok, what = type(value).__name__ == kind, ("text" if kind == "str" else "true or false")
         elif kind == "tuple[str, ...]":
