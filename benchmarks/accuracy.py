@@ -1,6 +1,10 @@
 """Score the estimator against published measurements (benchmarks/data/measured/public.jsonl).
 
-Usage: python benchmarks/accuracy.py [--data PATH] [--all] [--rows] [--json]
+Usage: python benchmarks/accuracy.py [--data PATH] [--all] [--rows] [--json] [--write-bands]
+
+``--write-bands`` rewrites src/vramfit/data/accuracy.json: every row's path (framework, method,
+sharding, offload, quantization) and our signed error, which each estimate reads to state its error
+band (vramfit/estimate/accuracy.py); tests/benchmarks/test_accuracy_bands.py checks it is up to date.
 
 For each row, the figure the source measured (allocated, reserved or device) is compared with ours;
 an ``unknown`` metric counts as right (0 %) when it lies between our allocated and device figures,
@@ -20,10 +24,13 @@ import sys
 from pathlib import Path
 
 from vramfit import estimate
+from vramfit.estimate.accuracy import path_of
 
 HERE = Path(__file__).resolve().parent
 #: The published measurements, bundled with the repository (sources and fields: data/measured/README.md).
 DEFAULT_DATA = HERE / "data" / "measured" / "public.jsonl"
+#: What each estimate reads to state its error band (written by --write-bands).
+BANDS = HERE.parent / "src" / "vramfit" / "data" / "accuracy.json"
 
 #: Which training code produced each source's figures (see benchmarks/data/measured/README.md).
 SOURCE_FRAMEWORK = {
@@ -36,6 +43,7 @@ SOURCE_FRAMEWORK = {
     "TORCHAO": "torchtune",
     "PEFT_README": "hf",
     "PEFT_DOCS": "hf",
+    "TITAN_BENCH_2412": "torchtitan",
 }
 
 
@@ -84,6 +92,8 @@ def score(rows: list[dict]) -> list[dict]:
             {
                 "id": row["id"],
                 "source_id": row["source_id"],
+                "framework": r.scenario.framework.value,
+                "path": path_of(r.scenario),
                 "metric": m["metric"],
                 "seq_exact": row["seq_exact"],
                 "measured_gib": m["bytes"] / 2**30,
@@ -110,10 +120,24 @@ def quantile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def summarize(scored: list[dict]) -> dict:
+def bands(scored: list[dict]) -> dict:
+    """The data file each estimate reads: every row's path and signed error (4 decimals)."""
+    cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error"], 4)} for s in scored]
+    return {"source": "benchmarks/data/measured/public.jsonl", "written_by": "python benchmarks/accuracy.py --write-bands",
+            "cases": cases}
+
+
+def bands_text(data: dict) -> str:
+    """One case per line, so a change to one row's error is one line of diff."""
+    head = {k: v for k, v in data.items() if k != "cases"}
+    cases = ",\n".join(json.dumps(c, sort_keys=True) for c in data["cases"])
+    return json.dumps(head)[:-1] + ', "cases": [\n' + cases + "\n]}\n"
+
+
+def summarize(scored: list[dict], by: str = "source_id") -> dict:
     groups: dict[str, list[dict]] = {}
     for s in scored:
-        groups.setdefault(s["source_id"], []).append(s)
+        groups.setdefault(s[by], []).append(s)
     table = {}
     for name, items in sorted(groups.items()) + [("ALL", scored)]:
         ab = [abs(i["error"]) for i in items]
@@ -136,9 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
+    ap.add_argument("--write-bands", action="store_true", help=f"rewrite {BANDS.relative_to(HERE.parent)}")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in find_data(args.data).read_text().splitlines() if line.strip()]
     scored = score(rows)
+    if args.write_bands:
+        BANDS.write_text(bands_text(bands(scored)))
+        print(f"wrote {BANDS} ({len(scored)} cases)")
+        return 0
     chosen = scored if args.all else [s for s in scored if s["seq_exact"]]
     table = summarize(chosen)
     if args.json:
@@ -155,21 +184,24 @@ def main(argv: list[str] | None = None) -> int:
     which = "all rows" if args.all else "rows with an exact sequence length"
     if args.markdown:
         print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):\n")
-        print("| source | rows | median abs. error | p90 abs. error | worst (signed) | naive median abs. error |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for name, t in table.items():
-            print(
-                f"| {name} | {t['n']} | {100 * t['median_abs']:.1f} % | {100 * t['p90_abs']:.1f} % | "
-                f"{pct(t['worst'])} | {100 * t['naive_median_abs']:.1f} % |"
-            )
+        for by, tab in (("source", table), ("framework", summarize(chosen, "framework"))):
+            print(f"| {by} | rows | median abs. error | p90 abs. error | worst (signed) | naive median abs. error |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for name, t in tab.items():
+                print(
+                    f"| {name} | {t['n']} | {100 * t['median_abs']:.1f} % | {100 * t['p90_abs']:.1f} % | "
+                    f"{pct(t['worst'])} | {100 * t['naive_median_abs']:.1f} % |"
+                )
+            print()
         return 0
     print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):")
-    print(f"{'source':<16}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
-    for name, t in table.items():
-        print(
-            f"{name:<16}{t['n']:>4}{100 * t['median_abs']:>13.1f}%{100 * t['p90_abs']:>10.1f}%"
-            f"{pct(t['worst']):>9}{100 * t['naive_median_abs']:>13.1f}%"
-        )
+    for by, tab in (("source", table), ("framework", summarize(chosen, "framework"))):
+        print(f"{by:<16}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
+        for name, t in tab.items():
+            print(
+                f"{name:<16}{t['n']:>4}{100 * t['median_abs']:>13.1f}%{100 * t['p90_abs']:>10.1f}%"
+                f"{pct(t['worst']):>9}{100 * t['naive_median_abs']:>13.1f}%"
+            )
     return 0
 
 

@@ -95,7 +95,11 @@ class Optimizer(_Choice):
 class Checkpointing(_Choice):
     NONE = "none"
     FULL = "full"
-    SELECTIVE = "selective"
+    SELECTIVE = "selective"  # attention core recomputed (Korthikanti et al. 2022, sec. 5)
+    # torchtitan op-level selective AC (torchtitan@9dec370 parallelisms/parallelize_llama.py
+    # _apply_ac_to_transformer_block, selective_ac_option = "op"): every second matmul output and
+    # the SDPA output are saved, the rest of the block is recomputed
+    SELECTIVE_OP = "selective-op"
     OFFLOAD = "offload"
 
 
@@ -124,7 +128,8 @@ class Parallelism(_Choice):
 class Framework(_Choice):
     """Whose training code runs the step: its layout of adapters, loss and quantized base differs.
 
-    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``. This key is an
+    ``hf``: transformers + PEFT (+ Trainer/TRL); ``torchtune``; ``litgpt``; ``torchtitan`` (FSDP2
+    pre-training loop); ``unsloth`` (its Triton kernels and LoRA autograd functions). This key is an
     extension of the shared schema (default ``hf``), added because the measured sources differ in
     exactly these ways (see the README, "Frameworks").
     """
@@ -132,6 +137,22 @@ class Framework(_Choice):
     HF = "hf"
     TORCHTUNE = "torchtune"
     LITGPT = "litgpt"
+    TORCHTITAN = "torchtitan"
+    UNSLOTH = "unsloth"
+
+
+class KbitPrepare(_Choice):
+    """Whether the QLoRA recipe runs peft's ``prepare_model_for_kbit_training`` (it casts every
+    non-quantized parameter - norms, embeddings, head - to fp32: peft v0.21.2 src/peft/utils/other.py).
+
+    ``auto`` follows the framework profile (the HF Trainer recipes call it; torchtune, litgpt, Answer.AI's
+    FSDP+QLoRA script and Unsloth do not); peft skips GPTQ models whatever is asked
+    (``is_gptq_quantized``, same file). Ignored without quantization.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
 
 
 class Offload(_Choice):

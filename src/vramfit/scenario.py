@@ -15,13 +15,14 @@ import math
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported (vramfit.scenario.Method, ...)
     Attention,
     Checkpointing,
     Framework,
     Generation,
+    KbitPrepare,
     Loss,
     Method,
     Offload,
@@ -38,6 +39,9 @@ from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
+
+if TYPE_CHECKING:
+    from vramfit.estimate.deepspeed import DeepSpeedConfig
 
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
 ALL_LINEAR = "all-linear"
@@ -77,6 +81,12 @@ class Scenario:
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
+    # the DeepSpeed config (path or mapping) whose zero_optimization keys size the ZeRO buffers; None: the
+    # HF docs' example config ("auto" buckets) - estimate/deepspeed.py (extension)
+    deepspeed_config: DeepSpeedConfig | None = None
+    kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
+    # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
+    framework_version: str | None = None
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -105,7 +115,9 @@ class Scenario:
         """The scenario as JSON-ready plain values, every key present."""
         out = asdict(self)
         for k, v in out.items():
-            if isinstance(v, Enum):
+            if k == "deepspeed_config" and self.deepspeed_config is not None:
+                out[k] = self.deepspeed_config.to_dict()
+            elif isinstance(v, Enum):
                 out[k] = v.value
             elif isinstance(v, tuple):
                 out[k] = list(v)
@@ -180,8 +192,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           limits=(1, MAX_SEQ_LEN)),
     Field("grad_accum", INT, "Micro-batches per optimizer step.", ("Gradient accumulation", "Acumulação de gradientes"),
           unit="micro-batches", limits=(1, MAX_BATCH)),
-    Field("gradient_checkpointing", CH, "Recompute in backward: none, every block (full), attention (selective), "
-          "or block inputs kept in host RAM (offload).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+    Field("gradient_checkpointing", CH, "Recompute in backward: none; every block (full); the attention core only "
+          "(selective); torchtitan's op policy, every second matmul output and the attention output saved "
+          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode).", ("Gradient checkpointing", "Checkpointing de gradientes"),
           choices=Checkpointing),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),
@@ -195,15 +208,26 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
           default_note="none (no target card)"),
-    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune or litgpt.",
+    Field("framework", CH, "Whose training code runs the step: hf (transformers + PEFT), torchtune, litgpt, "
+          "torchtitan or unsloth.",
           ("Framework", "Framework"), choices=Framework),
     Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
-    Field("compile", BOOL, "torch.compile of the model and loss.", ("torch.compile (model and loss)",
+    Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
+          "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
     Field("quantize_experts", CH, "QLoRA on mixture-of-experts: quantize the experts too? auto = as the framework "
           "does (transformers 5 + bitsandbytes: no, fused 3-D experts stay unquantized; torchtune, litgpt: yes).",
           ("Quantize MoE experts", "Quantizar os especialistas MoE"), choices=QuantizeExperts),
+    Field("deepspeed_config", TXT, "DeepSpeed config (JSON/YAML path, or the mapping) whose zero_optimization keys "
+          "size the ZeRO buffers; 'auto' values are filled from the hidden size as the HF Trainer does; its stage and "
+          "offload set parallelism and offload.", ("DeepSpeed config", "Configuração do DeepSpeed"),
+          default_note="the HF docs' example config (auto buckets)"),
+    Field("kbit_prepare", CH, "QLoRA: does prepare_model_for_kbit_training cast norms, embeddings and head to fp32? "
+          "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
+          ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
+    Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
+          "peft-0.11; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
 )
 del CH, INT, NUM, BOOL, TXT, Field
@@ -397,6 +421,14 @@ def parse_scenario(data: Any) -> Scenario:
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
 
+    if "deepspeed_config" in raw:
+        from vramfit.estimate.deepspeed import scenario_keys
+
+        scenario_keys(raw["deepspeed_config"], kw)
+    if "framework_version" in raw:
+        from vramfit.estimate.framework import check_version
+
+        kw["framework_version"] = check_version(kw.get("framework", Framework.HF), raw["framework_version"])
     num_gpus = kw.get("num_gpus", 1)
     if "parallelism" not in kw:
         kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else Parallelism.DDP

@@ -31,9 +31,9 @@ def test_accuracy_benchmark_runs_from_a_clean_clone(tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     rows = [json.loads(x) for x in (ROOT / "benchmarks/data/measured/public.jsonl").read_text().splitlines() if x]
-    assert len(rows) == 76
+    assert len(rows) == 80
     summary = report["summary"]["ALL"]
-    # the 52 rows with an exact sequence length, scored as the README's accuracy table says
-    assert summary["n"] == sum(1 for r in rows if r["seq_exact"]) == 52
+    # the 56 rows with an exact sequence length, scored as the README's accuracy table says
+    assert summary["n"] == sum(1 for r in rows if r["seq_exact"]) == 56
     assert summary["median_abs"] < 0.05
     assert summary["p90_abs"] < 0.15

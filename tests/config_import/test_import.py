@@ -10,7 +10,10 @@ from vramfit.errors import ScenarioError
 
 FIX = Path(__file__).parent / "fixtures"
 
-BASE = {"params": None, "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+#: fixtures/ds_z2.json and ds_z3_offload.json as the scenario holds them (typed zero_optimization keys)
+DS_Z2 = {'zero_optimization': {'stage': 2, 'reduce_bucket_size': 'auto', 'allgather_bucket_size': 500000000, 'overlap_comm': True, 'contiguous_gradients': True}}
+DS_Z3 = {'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'cpu'}, 'offload_param': {'device': 'cpu'}, 'reduce_bucket_size': 'auto', 'overlap_comm': False, 'contiguous_gradients': True, 'stage3_prefetch_bucket_size': 'auto', 'stage3_param_persistence_threshold': 'auto'}}
+BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False}
@@ -29,13 +32,14 @@ EXPECTED = {
                                "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                                "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "optimizer": "adamw-8bit",
                                "micro_batch_size": 4, "seq_len": 512, "grad_accum": 1, "gradient_checkpointing": "offload",
-                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0, "stage": "dpo"},
+                               "parallelism": "zero2", "framework": "hf", "lora_dropout": 0.0, "stage": "dpo",
+                               "deepspeed_config": DS_Z2},
     "llamafactory_lora_ds3.yaml": {**BASE, "model": "meta-llama/Meta-Llama-3-8B", "method": "lora", "precision": "bf16-true",
                                    "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                    "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 2048, "grad_accum": 2,
                                    "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
                                    "parallelism": "zero3", "offload": "optimizer+params", "framework": "hf",
-                                   "lora_dropout": 0.0},
+                                   "lora_dropout": 0.0, "deepspeed_config": DS_Z3},
     "llamafactory_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-7B", "method": "qlora", "precision": "bf16-true",
                                 "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                                 "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 8,
@@ -44,7 +48,7 @@ EXPECTED = {
                                    "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                    "optimizer": "adamw-8bit", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                                    "gradient_checkpointing": "full", "attention": "flash", "parallelism": "zero2",
-                                   "framework": "hf", "lora_dropout": None},
+                                   "framework": "hf", "lora_dropout": None, "deepspeed_config": DS_Z2},
     "trl_lora_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true",
                            "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                            "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -125,7 +129,9 @@ def test_not_modelled_keys_are_reported_not_dropped():
     nm = {e.key: e.note for e in imp.not_modelled()}
     assert "rl" not in nm and imp.scenario.stage.value == "dpo"  # rl: dpo is the scenario's stage
     assert "unsloth_lora_mlp" in nm and "Unsloth" in nm["unsloth_lora_mlp"]
-    assert "deepspeed → zero_optimization.reduce_bucket_size" in nm
+    assert "deepspeed → zero_optimization.reduce_bucket_size" not in nm  # read: it sizes the ZeRO buckets
+    assert "  read     deepspeed → zero_optimization.reduce_bucket_size: auto → deepspeed_config (reduce_bucket_size)" \
+        in imp.lines()
     assert any("rl: dpo → stage=dpo" in line for line in imp.lines())
 
 
@@ -213,3 +219,17 @@ def test_axolotl_moe_expert_quantization(tmp_path):
     assert from_config(p).scenario.quantize_experts.value == "yes"
     p.write_text((FIX / "axolotl_full_fsdp.yml").read_text() + "quantize_moe_experts: false\n")
     assert from_config(p).scenario.quantize_experts.value == "auto"
+
+
+def test_accelerate_deepspeed_without_a_json_keeps_deepspeeds_default_buckets(tmp_path):
+    # PEFT's examples/sft/configs/deepspeed_config.yaml shape: accelerate builds the DeepSpeed config from
+    # these keys alone (DeepSpeedPlugin.__post_init__), so reduce_bucket_size etc. are DeepSpeed's defaults
+    acc = tmp_path / "accelerate_ds.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_machines: 1\n"
+                   "num_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n"
+                   "  offload_param_device: cpu\n  zero3_init_flag: true\n")
+    sc = from_config(FIX / "trl_sft_qlora.yaml", acc).scenario
+    assert (sc.num_gpus, sc.parallelism.value, sc.offload.value) == (8, "zero3", "optimizer+params")
+    assert sc.deepspeed_config.to_dict() == {"zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}
+    assert sc.deepspeed_config.reduce_bucket_size is None  # DeepSpeed's 5e8 applies, not HF's "auto"

@@ -21,6 +21,7 @@ TRANSFORMERS_SOURCE = (
     "transformers {version}: AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)) "
     "built on the meta device; sum(p.numel() for p in model.parameters()), tied weights once"
 )
+VLM_SOURCE = TRANSFORMERS_SOURCE.replace("AutoModelForCausalLM", "AutoModelForImageTextToText")
 QWEN1_SOURCE = (
     "computed by hand from Qwen's modeling_qwen.py (remote code, not in transformers): "
     "V*h (wte) + L*(2h [ln_1, ln_2] + h*3h + 3h [c_attn] + h*h [c_proj] + 3*h*(ff/2) [w1, w2, "
@@ -39,11 +40,13 @@ def count_qwen1(cfg: dict) -> int:
 
 def count_transformers(cfg: dict) -> int:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = AutoConfig.for_model(**cfg)
+    # vision-language checkpoints (a vision_config) are built whole, vision tower included
+    auto = AutoModelForImageTextToText if "vision_config" in cfg else AutoModelForCausalLM
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = auto.from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -58,7 +61,8 @@ def main() -> None:
             n, src = count_qwen1(cfg), QWEN1_SOURCE
         else:
             n = count_transformers(cfg)
-            src = TRANSFORMERS_SOURCE.format(version=transformers.__version__)
+            fmt = VLM_SOURCE if "vision_config" in cfg else TRANSFORMERS_SOURCE
+            src = fmt.format(version=transformers.__version__)
         old = entry.get("published_params")
         flag = "" if old == n else f"  (was {old})"
         print(f"{entry['id']:55s} {n:>16,d}{flag}", flush=True)

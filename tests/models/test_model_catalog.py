@@ -74,7 +74,8 @@ def test_entry_is_complete(entry):
     config = entry["config"]
     assert config["model_type"] and config["architectures"]
     for key in ("hidden_size", "num_attention_heads", "vocab_size"):
-        assert key in config or config["model_type"] == "bloom", key
+        # multimodal configs (Llama 4) keep the language model's shape in text_config
+        assert key in config or key in config.get("text_config", {}) or config["model_type"] == "bloom", key
 
 
 def test_required_entries_present():
@@ -128,3 +129,62 @@ def test_search_models():
 def test_catalog_is_cached_and_complete():
     assert load_catalog() is ENTRIES
     assert len(ENTRIES) >= len(REQUIRED)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "active_matmul", "rounded"),
+    [
+        # gpt-oss model card table 1 counts the unembedding but not the embedding lookup as active
+        ("openai/gpt-oss-20b", 3_608_307_264, "3.6B"),
+        ("openai/gpt-oss-120b", 5_132_849_472, "5.1B"),
+        ("deepseek-ai/DeepSeek-V3", 36_625_603_584, "37B"),
+        # Llama 4: the language model's per-token parameters (the vision tower runs on images only)
+        ("meta-llama/Llama-4-Scout-17B-16E", 16_138_408_960, "17B"),
+        ("meta-llama/Llama-4-Maverick-17B-128E", 16_150_205_440, "17B"),
+    ],
+)
+def test_new_moe_active_params_without_embedding_lookup(model_id, active_matmul, rounded):
+    spec = spec_from_hf_config(BY_ID[model_id]["config"])
+    assert spec.active_params_per_token - spec.embedding_params - spec.vision_params == active_matmul
+    value, unit = rounded_value(rounded)
+    assert abs(active_matmul - value) <= unit
+    assert BY_ID[model_id]["published_active_params_rounded"] == rounded
+
+
+NEW_FAMILIES = [
+    "mistralai/Mistral-Nemo-Base-2407", "mistralai/Mistral-Small-24B-Base-2501",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",  # untied head: not Qwen2.5-1.5B's architecture
+    "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-20b", "openai/gpt-oss-120b",
+    "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
+    "meta-llama/Llama-4-Scout-17B-16E", "meta-llama/Llama-4-Maverick-17B-128E",
+]
+
+
+# distills whose architecture is exactly a base model's: aliases of that entry (same count)
+DISTILL_ALIASES = {
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": 8_030_261_248,
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": 70_553_706_496,
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": 7_615_616_512,
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": 14_770_033_664,
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": 32_763_876_352,
+}
+
+
+def test_new_family_entries_present():
+    assert [m for m in NEW_FAMILIES if m not in BY_ID] == []
+
+
+@pytest.mark.parametrize(("name", "count"), DISTILL_ALIASES.items())
+def test_distills_resolve_to_their_base_architecture(name, count):
+    # counts from transformers 5.24.0 on the meta device of the distill's own config.json
+    resolved = resolve_model(name)
+    assert resolved.origin == "catalog"
+    assert resolved.spec.num_params == count
+
+
+def test_vision_language_entries_count_the_vision_tower():
+    # Qwen2.5-VL-7B: 8,292,166,656 in all (the model card's 8.29B); the language model alone is
+    # Qwen2.5-7B's layout with 152064 vocab: the rest is the 32-block ViT and its patch merger
+    spec = spec_from_hf_config(BY_ID["Qwen/Qwen2.5-VL-7B-Instruct"]["config"])
+    assert spec.vision_params == 676_550_144
+    assert spec.num_params - spec.vision_params == 7_615_616_512

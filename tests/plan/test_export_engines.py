@@ -27,7 +27,9 @@ def plan_rows() -> dict:
     qlora = plan({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "gradient_checkpointing": "full"},
                  gpu_ids=["h100-sxm"], effective_batch=1).plans
     l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
-    a10g = plan({"model": "mistralai/Mistral-7B-v0.1", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
+    # (issue 13: ZeRO-3 now keeps stage3_max_live_parameters gathered, so the planner no longer offers Mistral-7B
+    # a ZeRO-3 + parameter-offload plan on the A10G; it still offers Llama-2-7B one)
+    a10g = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
     small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["rtx4090"], effective_batch=8).plans
     fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},

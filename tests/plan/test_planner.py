@@ -182,3 +182,12 @@ def test_search_fast_timing_path_equals_step_time():
                 for c in s.configs(n)[::3]:
                     for mb in (1, 2):
                         assert s._seconds_per_token(c, mb, g) == pytest.approx(1 / s.speed(c, mb, g).tokens_per_s, rel=1e-12)
+
+
+def test_plans_say_whether_a_measurement_stands_behind_their_path():
+    r = plan({"model": "meta-llama/Llama-3.1-70B", "method": "qlora", "seq_len": 4096})
+    offload = next(p for p in r.plans if p.offload == "optimizer+params")
+    # 70B QLoRA with ZeRO-3 parameter offload: no published measurement on that path (hf, qlora, zero3, offload)
+    assert offload.parallelism == "zero3" and not offload.measured_path
+    assert offload.accuracy_note.startswith("no measurement behind this path (hf · qlora · zero3 · optimizer+params")
+    assert offload.to_dict()["measured_path"] is False

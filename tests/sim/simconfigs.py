@@ -15,6 +15,12 @@ def catalog_config(model_id: str) -> dict:
 def tiny(model_id: str, layers: int = 4, hidden: int = 128, vocab: int = 1024) -> dict:
     """The catalog config of ``model_id`` shrunk (same architecture, tiny sizes)."""
     cfg = catalog_config(model_id)
+    if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:  # Llama 4
+        return {**cfg, "text_config": _shrink(dict(cfg["text_config"]), layers, hidden, vocab)}
+    return _shrink(cfg, layers, hidden, vocab)
+
+
+def _shrink(cfg: dict, layers: int, hidden: int, vocab: int) -> dict:
     heads = 4
     kv = 2 if cfg.get("num_key_value_heads", heads) not in (None, cfg.get("num_attention_heads")) else heads
     for key in ("num_hidden_layers", "n_layer"):
@@ -36,6 +42,10 @@ def tiny(model_id: str, layers: int = 4, hidden: int = 128, vocab: int = 1024) -
     if cfg.get("moe_intermediate_size"):
         cfg["moe_intermediate_size"] = hidden
     cfg["vocab_size"] = vocab
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, dict) and rope.get("mrope_section"):  # Qwen2.5-VL: sections sum to head_dim / 2
+        half = hidden // heads // 2
+        cfg["rope_scaling"] = {**rope, "mrope_section": [half // 4, half * 3 // 8, half - half // 4 - half * 3 // 8]}
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(cfg.get(key), int) and cfg[key] >= vocab:
             cfg[key] = 0

@@ -27,6 +27,13 @@ def test_catalog_architecture_simulates(tmp_path, model_type, model_id, method):
         with pytest.raises(ModelError, match="estimator-only"):
             simulate(sc, layers=2)
         return
+    if model_type == "llama4" and method != "full":
+        # a real incompatibility, not a simulator one: peft's all-linear wraps Llama4Router, an
+        # nn.Linear subclass whose forward returns a tuple, and peft 0.21.2 lora/layer.py:1089 reads
+        # result.dtype on it (AttributeError) -- the same happens on a GPU
+        with pytest.raises(AttributeError, match="dtype"):
+            simulate(sc, layers=2)
+        return
     r = simulate(sc, layers=2)
     assert r.result.peak.allocated_bytes > 0
     assert r.result.model.num_trainable_params > 0

@@ -102,6 +102,11 @@ def _coerce(key: str, value: str) -> Any:
     """CLI strings to the types parse_scenario expects (lists for targets)."""
     if key == "lora_targets":
         return [v.strip() for v in value.split(",") if v.strip()] or value
+    if key == "deepspeed_config" and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ScenarioError(key, f"inline JSON does not parse: {exc}") from None
     return value
 
 

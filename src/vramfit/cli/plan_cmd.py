@@ -55,7 +55,7 @@ def _plan_row(i: int, p) -> list[str]:
     extras = ", ".join(x for x in (p.optimizer if "8bit" in p.optimizer else "", "fused loss" if p.loss == "fused" else "") if x)
     cost = "" if p.cost_usd_low is None else (_usd(p.cost_usd_low) + ("" if p.cost_usd_high == p.cost_usd_low else f"–{_usd(p.cost_usd_high)}"))
     return [
-        str(i), f"{p.num_gpus} × {p.gpu_id}" + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
+        str(i) + ("" if p.measured_path else "†"), f"{p.num_gpus} × {p.gpu_id}" + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
         f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
@@ -85,6 +85,10 @@ def render_plan(r, top: int, show_all: bool) -> None:
         style = "dim" if p.within_budget is False or p.meets_deadline is False else None
         t.add_row(*_plan_row(i, p), style=style)
     console.print(t)
+    unmeasured = [i for i, p in enumerate(shown, 1) if not p.measured_path]
+    if unmeasured:
+        console.print(f"[yellow]† no published measurement behind the path of plan(s) "
+                      f"{', '.join(map(str, unmeasured))}: their memory figure is not validated (JSON: accuracy_note)[/yellow]")
     if len(r.plans) > len(shown):
         console.print(f"[dim]{len(r.plans) - len(shown)} more: --top N or --all[/dim]")
     for label, p in (("Cheapest", r.cheapest), ("Fastest", r.fastest)):

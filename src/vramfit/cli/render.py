@@ -48,6 +48,9 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print(f"live at the peak (GiB): {at_peak}")
     if r.host_bytes:
         console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
+    if r.accuracy:
+        style = "" if r.accuracy["measured_path"] else "[yellow]"
+        console.print(f"{style}accuracy: {r.accuracy['note']}")
 
     if r.fits:
         render_fits(r, console)

@@ -64,6 +64,12 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
             opt = r.get("deepspeed_config.offload_optimizer_device", "none", "accelerate default")
             par = r.get("deepspeed_config.offload_param_device", "none", "accelerate default")
             out["offload"] = "optimizer+params" if par != "none" else "optimizer" if opt != "none" else "none"
+            # accelerate's DeepSpeedPlugin.__post_init__ (accelerate utils/dataclasses.py) builds the config from
+            # these keys alone, so DeepSpeed's own defaults size the buffers (estimate/deepspeed.py)
+            zero: dict[str, Any] = {"stage": int(r.get("deepspeed_config.zero_stage", 2, "accelerate default"))}
+            zero.update({k: {"device": v} for k, v in (("offload_optimizer", opt), ("offload_param", par)) if v != "none"})
+            if zero["stage"]:
+                out["deepspeed_config"] = {"zero_optimization": zero}
     elif kind == "FSDP":
         out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config")))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)

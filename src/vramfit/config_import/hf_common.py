@@ -29,7 +29,7 @@ HF_OPTIMIZER_NAMES: dict[str, str] = {
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
-DS_NOT_MODELLED = "bucket/prefetch/persistence sizes (vramfit models the ZeRO stage and offload only)"
+DS_NOT_MODELLED = "not read by vramfit (it models the stage, offload and the buffer sizes in estimate/deepspeed.py)"
 DS_IGNORED = [
     ("train_batch_size", "filled in by the trainer ('auto')"),
     ("train_micro_batch_size_per_gpu", "filled in by the trainer ('auto')"),
@@ -69,7 +69,8 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
 
 def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], list[Entry]]:
     """Scenario keys from a DeepSpeed JSON: ZeRO stage and offload (other details reported)."""
-    ds = KeyReader(path, "deepspeed", load_mapping(path), "DeepSpeed")
+    data = load_mapping(path)
+    ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
     stage = ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0")
     if stage not in ZERO_STAGES:
         raise fail(path, f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -92,6 +93,8 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
         if str(typ).lower() not in ("adam", "adamw"):
             raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
         ds.set("optimizer.type", "optimizer", "adamw")
+    if stage:
+        _buffer_sizes(ds, data, path)
     for pattern, reason in DS_IGNORED:
         ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
@@ -101,6 +104,23 @@ def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], 
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"
     return ds.out, list(ds.entries.values())
+
+
+def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
+    """The zero_optimization keys that size ZeRO's buffers become the scenario's deepspeed_config
+    (vramfit.estimate.deepspeed types them; keys left out keep DeepSpeed's defaults)."""
+    from vramfit.errors import ScenarioError
+    from vramfit.estimate import deepspeed
+
+    try:
+        cfg = deepspeed.from_mapping(data)
+    except ScenarioError as exc:
+        raise fail(path, exc.message.removeprefix("deepspeed_config: ")) from None
+    ds.out["deepspeed_config"] = cfg.to_dict()
+    for key in deepspeed.SIZING_KEYS:
+        if ds.has(f"zero_optimization.{key}"):
+            ds.get(f"zero_optimization.{key}")
+            ds.entries[f"zero_optimization.{key}"].becomes.append(f"deepspeed_config ({key})")
 
 
 def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any]) -> dict[str, Any]:

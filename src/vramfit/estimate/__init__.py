@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from vramfit.estimate.accuracy import accuracy_for
+from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -57,7 +59,7 @@ def _experts_note(sc: Scenario, prof) -> str:
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
-def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
+def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
@@ -112,6 +114,9 @@ def _assumptions(sc: Scenario, r: Step, spec) -> list[str]:
             f"sharing the work with {sc.parallelism.value} as if in one node (intra-node NCCL buffers); "
             "multi-node effects (network transport buffers, hierarchical sharding) are not modelled yet."
         )
+    note = length_variation_note(r, reserved)
+    if note:
+        out.append(note)
     return out
 
 
@@ -166,7 +171,7 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers)
+    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
@@ -175,7 +180,8 @@ def estimate_spec(
         Component("weights", parts.weights, P.PERSISTENT, A, "16-bit or fp32 model weights held on this GPU"),
         Component("quantized_base", parts.quantized_base, P.PERSISTENT, A, f"{sc.quantize.value} storage of the frozen linears"),
         Component("adapters", parts.adapters, P.PERSISTENT, A, "LoRA A and B matrices"),
-        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"),
+        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"
+                  + (" and ZeRO-3's fp32 sub-group gradient buffer" if sc.parallelism.value == "zero3" else "")),
         Component("gradients", parts.gradients, P.ACCUMULATION if sc.grad_accum > 1 else P.BACKWARD, A, "gradients of trainable parameters"),
         Component("optimizer_state", parts.optimizer_state, P.AFTER_FIRST_STEP, A, f"{sc.optimizer.value} state"),
         Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
@@ -197,7 +203,7 @@ def estimate_spec(
 
     comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
     comps = [c for c in comps if c.bytes]
-    assumptions = list(notes) + _assumptions(sc, r, spec)
+    assumptions = list(notes) + _assumptions(sc, r, spec, reserved)
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
@@ -206,4 +212,5 @@ def estimate_spec(
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
+        accuracy=accuracy_for(sc),
     )

@@ -60,7 +60,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
     embeddings and norms are fp32 (peft other.py:202), so the residual stream is fp32 as well.
     """
     c = scenario.precision.compute_bytes
-    fp32_stream = scenario.precision.mixed or scenario.precision is Precision.FP32 or (
+    fp32_stream = (scenario.precision.mixed and not profile.mixed_casts_params) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
     )
     res = 4 if fp32_stream else c
@@ -104,7 +104,11 @@ class Block:
 
 
 def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter], quantized: bool) -> Block:
-    per_layer = [ad for ad in adapters if ad.per_layer]
+    # the walk is of the MoE block: adapters only on the dense layers' MLP (DeepSeek-V3's first
+    # layers, group "dense_mlp") are not in it
+    walked = {(x.name, x.in_features, x.out_features) for x in spec.block_linears if x.group != "dense_mlp"}
+    per_layer = [ad for ad in adapters if ad.per_layer and (
+        not ad.layers or (ad.target, ad.in_features, ad.out_features) in walked)]
     n_adapters: dict[tuple[str, int], int] = {}
     for ad in per_layer:
         key = (ad.target, ad.in_features)
@@ -151,8 +155,8 @@ def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> Non
         if not layernorm and blk.full:
             out.add(key + ".normed", c * T * h)
         return
-    if blk.sc.compile:
-        # inductor fuses the norm into one kernel whose backward recomputes from the input and
+    if blk.sc.compile or blk.profile.rmsnorm_kernel:
+        # a fused kernel (Unsloth's Triton RMSNorm, see FrameworkProfile.rmsnorm_kernel) or inductor fuses the norm into one kernel whose backward recomputes from the input and
         # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
         out.add(src_key, src_bytes * T * h)
         out.add(key + ".rstd", 4 * T)
@@ -186,6 +190,11 @@ def _block_norms(blk: Block, out: Saved) -> str:
 
 # --- linears: inputs saved for weight gradients, LoRA branches ----------------------------------
 def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: int, tokens: int) -> None:
+    if blk.profile.lora_fused_autograd and not blk.full:
+        # Unsloth LoRA_QKV / LoRA_W / LoRA_MLP save the input X only (fast_lora.py save_for_backward)
+        if (lin.name, lin.in_features) in blk.adapted:
+            out.add(in_key, in_bytes * tokens * lin.in_features)
+        return
     if blk.full or blk.q_saves:
         if blk.dt.autocast:
             out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
@@ -239,7 +248,7 @@ def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     attn_lins = blk.group("attn")
     o_lin = next(
         (x for x in attn_lins if x.out_features == spec.hidden_size
-         and x.in_features == spec.num_attention_heads * spec.head_dim),
+         and x.in_features == spec.num_attention_heads * spec.v_dim),
         None,
     )
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
@@ -249,8 +258,26 @@ def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     for lin in attn_lins:
         if lin is o_lin:
             _linear_input(blk, out, lin, o_in_key, blk.dt.compute, blk.T)
+        elif lin.in_features != spec.hidden_size:
+            # MLA up-projections (q_b_proj, kv_b_proj) read their latent norm's 16-bit output
+            _linear_input(blk, out, lin, f"{lin.name}.in", blk.dt.compute, blk.T)
         else:
             _linear_input(blk, out, lin, "attn_in", blk.dt.norm_out, blk.T)
+    _latent_norms(blk, out)
+
+
+def _latent_norms(blk: Block, out: Saved) -> None:
+    """MLA's q_a_layernorm and kv_a_layernorm over the (T, rank) latents: upcast RMSNorms that keep
+    the fp32 input and rstd (and the normed tensor for their weight gradient in full fine-tuning)
+    (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3RMSNorm)."""
+    spec, T = blk.spec, blk.T
+    for key, rank in (("q_a_norm", spec.q_lora_rank), ("kv_a_norm", spec.kv_lora_rank)):
+        if not rank:
+            continue
+        out.add(key + ".fp32_in", 4 * T * rank)
+        out.add(key + ".rstd", 4 * T)
+        if blk.full:
+            out.add(key + ".normed", blk.dt.compute * T * rank)
 
 
 # --- MLP ----------------------------------------------------------------------------------------
@@ -268,6 +295,8 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
     down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
     for lin in mlp_lins:
+        if lin is down and blk.profile.lora_fused_autograd and not blk.full:
+            continue  # LoRA_MLP recomputes h = act(e) * g in backward (fast_lora.py)
         if lin is down:
             _linear_input(blk, out, lin, "mlp_mid", dt.norm_out if fp32_mlp else c, tokens)
         else:
@@ -286,18 +315,39 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
     if spec.gated_mlp:
         out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
-        if not blk.sc.compile:  # compiled: act(gate) is recomputed in backward, not saved
+        # compiled, or Unsloth's LoRA_MLP (saves X, e, g only): act(gate) is recomputed in backward
+        if not (blk.sc.compile or (profile.lora_fused_autograd and not blk.full)):
             out.add("mlp.act_out", m * tokens * width)  # saved by act * up
         out.add("mlp.up_out", m * tokens * width)
-        if act_saves > 1:
+        if act_saves > 1 and not profile.lora_fused_autograd:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
     names = {x.name for x in mlp_lins}
+    _shared_experts_saved(blk, out, mlp_in_key, m)
     if moe and profile.runs_transformers_modeling and any(a.target in names for a in blk.adapters if a.per_layer):
         # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
         # weight and the expert matmuls keep it for backward
         out.add("experts.merged_weights", blk.dt.compute * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
+
+
+def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:
+    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
+    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward)."""
+    lins = blk.group("shared_expert")
+    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
+    if down is None:
+        return
+    T, width = blk.T, down.in_features
+    for lin in lins:
+        if lin is down:
+            _linear_input(blk, out, lin, "shared.mid", m, T)
+        else:
+            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
+    out.add("shared.gate_out", m * T * width)
+    if not blk.sc.compile:
+        out.add("shared.act_out", m * T * width)
+    out.add("shared.up_out", m * T * width)
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -316,11 +366,37 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
-    if runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
+    if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
+        # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
+        # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
+        mlp = c * tokens * width
+    if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
+        # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
+        # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
+        # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
+        sink = 1 if spec.attention_sinks else 0
+        attn = (2 + sink) * c * b * a * s * (s + sink)
+    elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
     return max(mlp, attn)
+
+
+def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes one block keeps under torchtitan's op-level selective AC (``selective-op``), besides its input.
+
+    torchtitan@9dec370 parallelisms/parallelize_llama.py _apply_ac_to_transformer_block: the policy
+    counts aten.mm calls per block forward and saves an op's output when the op is in ``_save_list``
+    (mm, SDPA flash/efficient, reduce_scatter, max) "except every second mm": the 1st, 3rd, 5th ...
+    linear's output (block order q, k, v, o, gate, up, down) and SDPA's output and fp32 log-sum-exp
+    are kept; everything else is recomputed. Each tensor rounded by the allocator."""
+    from vramfit.estimate.allocator import round_allocation
+
+    c, T = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len
+    kept = [round_allocation(c * T * lin.out_features) for i, lin in enumerate(spec.block_linears) if i % 2 == 0]
+    a, d = spec.num_attention_heads, spec.head_dim
+    return sum(kept) + round_allocation(c * T * a * d) + round_allocation(4 * T * a)
 
 
 def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -334,7 +410,7 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM
+    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM and not profile.rmsnorm_kernel
     total = 4 * T * h if rms_upcast else dt.residual * T * h
     if lm_head_trainable:
         total += dt.compute * T * h

@@ -68,3 +68,105 @@ def reserved_for_tensors(tensors: list[tuple[int, int]] | tuple[tuple[int, int],
             large += segment_size(r) * count
     small_segments = -(-small // K_SMALL_BUFFER.value) * K_SMALL_BUFFER.value if small else 0
     return large + small_segments
+
+
+def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """(peak allocated, reserved) of a sequence of transient tensors replayed through the caching
+    allocator's segment rules (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, the
+    simulator's replay of pytorch/pytorch@eb42ad6e ``c10/cuda/CUDACachingAllocator.cpp``).
+
+    ``events``: ``n >= 0`` allocates a tensor of ``n`` bytes; ``-k`` frees the ``k``-th allocation
+    (1-based). The rules that make reserved exceed allocated here: a freed block is cached, never
+    returned to the driver without ``empty_cache``; best fit from the request's pool
+    (``get_free_block``); a smaller request splits a cached block when more than 1 MiB would remain
+    (``should_split``, ``max_split_size`` unlimited by default); a larger request than any cached
+    block opens a new segment rounded to 2 MiB (``get_allocation_size``, kRoundLarge); expandable
+    segments are off by default (``torch-docs`` ``expandable_segments``). Reserved only grows.
+    """
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    model = CachingAllocatorModel()
+    blocks = []
+    for ev in events:
+        if ev >= 0:
+            blocks.append(model.malloc(ev))  # a zero-byte tensor allocates nothing (None)
+        else:
+            model.free(blocks[-ev - 1])
+            blocks[-ev - 1] = None
+    return model.stats.peak_allocated, model.stats.peak_reserved
+
+
+def step_transients(r, loss_only: bool = False) -> list[int]:
+    """The big tensors one micro-batch frees again, as :func:`transient_reserved` events, in the order
+    the step makes them (``r``: a :class:`vramfit.estimate.step.Step`).
+
+    Forward: autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
+    then the loss's saved tensors and its forward working set; backward: the loss gradient (the
+    saved tensors freed after it), the de-quantized weight again. The loss figures are sums of
+    tensors of at most one fp32 logits row block (``4 * tokens * vocab``), so each is cut into
+    tensors of that size plus a remainder: a cached fp32 block serves the next fp32 request, a
+    smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
+    largest weight; the de-quantized weight is one tensor.
+    Not replayed: activations and gradients (their rounding is counted per tensor elsewhere) and the
+    optimizer's foreach temporaries: replayed, those reuse cached loss blocks once the micro-batch
+    makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
+    effect, but the planner's search assumes memory grows with the micro-batch).
+    ``loss_only``: the loss's tensors alone (what a batch's length sizes).
+    """
+    from vramfit.estimate.loss import vocab_rows
+
+    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    spec = r.spec
+    weight = max([x.in_features * x.out_features for x in spec.block_linears]
+                 + [spec.lm_head_params or spec.embedding_params])  # the largest weight, in elements
+    ev: list[int] = []
+    sizes: list[int] = []
+
+    def alloc(n: int, cut: int = 0) -> list[int]:
+        n, out = max(0, n), []
+        while n > 0:
+            sizes.append(min(n, cut) if cut else n)
+            ev.append(sizes[-1])
+            out.append(len(sizes))
+            n -= sizes[-1]
+        return out
+
+    def free(ks: list[int]) -> None:
+        ev.extend(-k for k in ks)
+
+    other = 0 if loss_only else 1
+    auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
+    free(alloc(other * r.dequant))
+    saved = alloc(r.loss.saved, unit)
+    free(alloc(r.loss.forward_peak - r.loss.saved, unit))
+    free(auto)
+    grad = alloc(r.loss.backward_peak - r.loss.saved, unit)
+    free(saved)
+    free(grad)
+    free(alloc(other * r.dequant))
+    return ev
+
+
+def length_variation_note(r, reserved: int) -> str | None:
+    """The assumption to state when the loss's tensors hold most of the transient segments: their
+    size is tokens x vocabulary, so the reserved figure then depends on how batch lengths vary.
+
+    Mechanism (CUDACachingAllocator.cpp at pytorch/pytorch@eb42ad6e): a request larger than every
+    cached block opens a new segment (``get_free_block`` finds nothing, ``alloc_block``) and cached
+    segments stay reserved until ``empty_cache``, so a batch longer than all before it adds segments
+    for its loss tensors while the shorter batches' segments stay; shorter batches split cached blocks
+    and add nothing. Fixed-length (packed or padded) batches replay the same sizes every step.
+    Stated when those segments are more than half the transient ones and at least 1 % of ``reserved``
+    (a presentation threshold: below it the dependence is within the figure's rounding).
+    """
+    loss_reserved = transient_reserved(step_transients(r, loss_only=True))[1]
+    total = transient_reserved(step_transients(r))[1]
+    if 2 * loss_reserved <= total or 100 * loss_reserved < reserved:
+        return None
+    return (
+        f"Reserved memory assumes every micro-batch is {r.sc.seq_len} tokens long: the loss's tensors "
+        f"({loss_reserved / 2**30:,.2f} GiB of allocator segments, sized by tokens x vocabulary) hold most of "
+        "what the caching allocator keeps, so variable-length batches change it: each batch longer than all "
+        "before it opens new segments and the old ones stay reserved (no empty_cache), up to that much again "
+        "per new longest length; pack or pad to a fixed length to keep this figure."
+    )

@@ -63,6 +63,14 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
             out.add("k_norm.normed", c * kv_el)
     expand = _expands_kv(blk, eager)
     k_saved = c * (q_el if expand else kv_el)
+    if spec.kv_lora_rank:
+        # MLA: q = cat(q_pass, q_rot) and k (new_empty + copy_) are new tensors; v is a view of
+        # kv_b_proj's (T, kv, qk_nope + v_head_dim) output, which stays alive whole
+        nope = spec.head_dim - spec.qk_rope_head_dim
+        out.add("q", c * q_el)
+        out.add("k", k_saved)
+        out.add("kv_b_out", c * blk.T * spec.num_key_value_heads * (nope + spec.v_dim))
+        return
     if fused_qkv and not expand:
         # v (and q, k without rotary) are views of the fused projection output: the whole
         # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
@@ -79,7 +87,10 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
 def _eager_scores_saved(blk: Block, out: Saved) -> None:
     """Eager attention keeps [B, H, S, S] score tensors."""
     spec, c = blk.spec, blk.dt.compute
-    scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * blk.sc.seq_len
+    # attention sinks: one more logit column per row, softmaxed with the scores and sliced off
+    # after (gpt-oss eager_attention_forward); the slice is a view that keeps the (S, S + 1) output
+    cols = blk.sc.seq_len + (1 if spec.attention_sinks else 0)
+    scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * cols
     upcast = spec.eager_softmax_fp32
     out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
     if spec.attention_dropout > 0:
@@ -101,7 +112,7 @@ def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -
         # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
         out.add("attn.softmax_out", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len)
     else:
-        out.add("attn.out", c * blk.T * spec.num_attention_heads * spec.head_dim)
+        out.add("attn.out", c * blk.T * spec.num_attention_heads * spec.v_dim)
         out.add("attn.lse", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len)
     if spec.hidden_dropout > 0:  # residual dropout after the attention and the MLP output projections
         out.add("resid_dropout_masks", 2 * blk.T * spec.hidden_size)

@@ -110,13 +110,8 @@ BNB_GEMM_4BIT_FUSED_MAX_TOKENS = Constant(
 
 # --- Distributed buffers ---
 # (DDP's 25 MiB bucket_cap_mb is not a constant here: with gradient_as_bucket_view=False the buckets
-# together copy every gradient, whatever their cap; DeepSpeed's own 5e8 reduce_bucket_size default
-# is replaced by the HF "auto" value below, which is what the HF integration writes.)
-DS_AUTO_REDUCE_BUCKET_PER_H2 = Constant(
-    1, "elements per hidden_size**2",
-    "transformers v5.24.0 integrations/deepspeed.py fill_only('zero_optimization.reduce_bucket_size', "
-    "hidden_size * hidden_size)",
-)
+# together copy every gradient, whatever their cap. DeepSpeed's buckets come from its config:
+# estimate/deepspeed.py.)
 FSDP_INFLIGHT_ALLGATHERS = Constant(
     2, "units",
     "torch v2.13.0 torch/distributed/fsdp/_limiter_utils.py _max_num_inflight_all_gathers = 2; "

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum
+from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum, transient_reserved
 from vramfit.estimate.constants import (
     CUDA_CONTEXT,
-    DS_AUTO_REDUCE_BUCKET_PER_H2,
     FSDP_INFLIGHT_ALLGATHERS,
     K_ROUND_LARGE,
     NCCL_CHANNELS,
@@ -174,6 +173,11 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
         trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
+    if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:
+        from vramfit.estimate import deepspeed as ds
+
+        z = ds.resolve(sc.deepspeed_config, spec.hidden_size, 3)
+        p.master_weights += ds.subgroup_grad_buffer(z, -(-p.num_trainable // sc.num_gpus))
     if shd.optimizer_on_host:
         p.host += opt_host + p.master_weights + p.gradients
         p.optimizer_state = 0
@@ -183,7 +187,26 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base + p.adapters
         p.weights = p.quantized_base = p.adapters = 0
+    if sc.parallelism is Parallelism.ZERO3:
+        _zero3_persistent(p, spec, sc, profile, shd, adapters)
     return p, adapters
+
+
+def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding,
+                      adapters: list) -> None:
+    """ZeRO-3 keeps every parameter of at most stage3_param_persistence_threshold elements gathered on each
+    GPU (DeepSpeed v0.19.6 runtime/zero/partition_parameters.py: ``param.ds_numel <= param_persistence_threshold``
+    -> ds_persist; parameter_offload.py mark_persistent_parameters): whole, not 1/N, and not on the host."""
+    from vramfit.estimate import deepspeed as ds
+
+    limit = ds.resolve(sc.deepspeed_config, spec.hidden_size, 3).persistence_threshold
+    wb = 2 if _ds_mixed(sc) else sc.precision.param_bytes
+    base = sum(round_allocation(t.numel * wb) * t.count for t in base_tensors(spec)
+               if t.numel <= limit and (sc.method is Method.FULL or not _is_quantized_linear(t, sc, profile, spec)))
+    lora = sum(round_allocation(t.numel * (2 if _ds_mixed(sc) else adapter_bytes(profile, sc.precision))) * t.count
+               for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers) if t.numel <= limit)
+    p.weights += base if shd.weights_on_host else base - shard(base, shd.weights)
+    p.adapters += lora if shd.weights_on_host else lora - shard(lora, shd.weights)
 
 
 def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -200,20 +223,15 @@ def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
 
 def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
     """Communication buffers of the data-parallel engine, per GPU, live during forward/backward."""
-    h = spec.hidden_size
     if sc.num_gpus == 1 and sc.parallelism in (Parallelism.NONE, Parallelism.DDP):
         return 0
     if sc.parallelism is Parallelism.DDP:
         # gradient_as_bucket_view=False (default): buckets are a second copy of all gradients
         # (pytorch/pytorch PR #41954; Lightning DDP optimizations doc)
         return parts.gradients
-    bucket = 2 * DS_AUTO_REDUCE_BUCKET_PER_H2.value * h * h  # HF "auto" reduce_bucket_size, 16-bit elements
-    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
-        return bucket
+    if sc.parallelism in _DS:
+        return _zero_buffers(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
-    if sc.parallelism is Parallelism.ZERO3:
-        # current + prefetched layer (stage3_prefetch_bucket_size = 0.9 h^2 "auto") + reduce bucket
-        return 2 * layer + bucket
     if sc.parallelism is Parallelism.FSDP:
         # two all-gathers in flight (FSDP_INFLIGHT_ALLGATHERS); the root unit (embeddings, final
         # norm, lm_head) stays gathered until the end of backward
@@ -227,6 +245,37 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         return 2 * layer  # unsharded gradients of the unit being reduce-scattered
     return 0
+
+
+def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """ZeRO reduce buckets and (stage 3) gathered parameters, sized from the scenario's DeepSpeed config
+    (estimate/deepspeed.py; the HF docs' example config when none is given)."""
+    from vramfit.estimate import deepspeed as ds
+
+    stage = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}[sc.parallelism]
+    z = ds.resolve(sc.deepspeed_config, spec.hidden_size, stage)
+    grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
+    ipg = ds.ipg_bytes(z, stage, grad_dtype)
+    if stage < 3:
+        return ipg
+    layer = _layer_param_bytes(spec, sc, profile)
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
+    if quantized:
+        # ZeRO-3 QLoRA packs the 4-bit weights in the 16-bit storage dtype (peft v0.21.2
+        # docs/source/accelerate/deepspeed.md, ZeRO-3 QLoRA: --bnb_4bit_quant_storage_dtype bfloat16, "4-bit params
+        # are packed together"): DeepSpeed's ds_numel counts 2-byte elements
+        per_elem = 2.0
+    else:
+        per_elem = layer / max(1, elems)
+    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+        head *= 2
+    largest_block = max(
+        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
+         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
+    model = layer * spec.num_hidden_layers + head
+    return ipg + ds.gathered_bytes(z, per_elem, max(head, largest_block), model)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:
@@ -292,17 +341,27 @@ def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
     return 2 * trainable, 2 * head
 
 
-def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int) -> int:
+def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
+                   transients: list[int] | tuple[int, ...] = ()) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
 
     Persistent tensors: each large one opens its own segment rounded to 2 MiB
     (``reserved_for_tensors``). Activations: tensors freed and re-requested every micro-batch are
     served from cached blocks; each distinct size leaves on average half a 2 MiB rounding unit
-    unused (kRoundLarge, CUDACachingAllocator.cpp).
+    unused (kRoundLarge, CUDACachingAllocator.cpp). Transients (``transients``, the step's big
+    tensors in order, :func:`vramfit.estimate.allocator.step_transients`): the segments they leave
+    cached beyond their own high-water mark, e.g. a freed loss working set smaller than the loss
+    gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`).
     """
     persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
     act_slack = per_layer_tensors * layers * (K_ROUND_LARGE.value // 2)
-    return allocated_peak + max(0, persistent_slack) + act_slack
+    cached = 0
+    if transients:
+        peak, reserved = transient_reserved(transients)
+        # whole 2 MiB units only: what is under one unit is the live segments' own kRoundLarge
+        # rounding, not a segment left cached (and would wobble with the micro-batch)
+        cached = (reserved - peak) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+    return allocated_peak + max(0, persistent_slack) + act_slack + cached
 
 
 def process_bytes(sc: Scenario) -> tuple[int, int]:

@@ -7,11 +7,13 @@ choice with more than two values is an enum, and code never compares the display
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
+from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, Method, Precision
+from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -24,6 +26,32 @@ class LossLayout(str, Enum):
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
+    # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
+    # in the model, then `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss
+    HF_UPCAST_IN_MODEL = "hf-upcast-in-model"
+    # unsloth@015bdef unsloth/models/llama.py CausalLM forward: no logits (UNSLOTH_RETURN_LOGITS=0),
+    # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
+    # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
+    UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+
+
+@dataclass(frozen=True)
+class FrameworkVersion:
+    """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
+
+    name: str  # the scenario's framework_version value
+    source: str  # the release and file where the behaviour differs
+    changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
+
+
+class CompileScope(str, Enum):
+    """What ``compile: true`` compiles (the scenario switch; the framework decides the scope)."""
+
+    MODEL_AND_LOSS = "model-and-loss"  # torch.compile(model) and the loss (torchtune compile: True)
+    # torchtitan@9dec370 parallelize_llama.py apply_compile: torch.compile(transformer_block,
+    # fullgraph=True) per block; train.py keeps loss_fn eager ("compiling loss function causes
+    # CUDA errors, turning off for now")
+    BLOCKS = "blocks"
 
 
 class OptimizerImpl(str, Enum):
@@ -95,6 +123,45 @@ class FrameworkProfile:
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
     default_precision: tuple[tuple[Method, Precision], ...] = (
         (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # tied input/output embeddings are loaded as two tensors (litgpt@0077627 finetune/full.py validate_args
+    # refuses `tie_embeddings`, so lm_head is a separate copy of the embedding weights)
+    untied_head_copy: bool = False
+    # FSDP gradient accumulation under Fabric's no_backward_sync keeps unsharded gradients between
+    # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
+    # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
+    fsdp_unsharded_accum_grads: bool = False
+    # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
+    # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
+    full_unchunked_logits: bool = False
+    # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
+    # peft v0.21.2; each profile names its own)
+    version: str = ""
+    # older releases whose code keeps different tensors, each citing the release that differs
+    # (e.g. transformers v4.44.2 logits.float(), peft v0.11.1 base-dtype adapters)
+    older_versions: tuple[FrameworkVersion, ...] = ()
+    # ``-mixed`` is FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), not autocast:
+    # the all-gathered parameters are bf16, so activations and the residual stream are bf16; fp32
+    # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
+    mixed_casts_params: bool = False
+    # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
+    # compiles each block, loss eager: one CompileScope member each)
+    compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
+    # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
+    rmsnorm_kernel: bool = False
+    # LoRA_MLP / LoRA_QKV / LoRA_W autograd functions (unsloth@015bdef unsloth/kernels/fast_lora.py):
+    # each saves only its input X (the MLP also the gate and up outputs e, g); lora_A's output is
+    # recomputed in backward, and the SwiGLU backward overwrites e, g and the down-proj gradient in place
+    lora_fused_autograd: bool = False
+    # block-input-sized tensors on the GPU during one block's backward under gradient_checkpointing
+    # "offload": the restored input and the prefetched next one (transformers v5.24.0
+    # activation_checkpointing_enable(offload=True), torch saved_tensors_hooks). Unsloth's
+    # "unsloth" mode (unsloth-zoo@36ff5fc unsloth_zoo/gradient_checkpointing.py
+    # UnslothCheckpointFunction): the input copied back into one GPU_BUFFER, the last layer's input
+    # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
+    # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
+    offload_ckpt_block_tensors: int = 2
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -123,6 +190,21 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # AdamW keeps its states in the parameter dtype. transformers 4 loaded fp32 (= bf16-mixed).
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="transformers-5.24+peft-0.21",
+        older_versions=(
+            FrameworkVersion(
+                "transformers-4.44",
+                "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+            ),
+            FrameworkVersion(
+                "peft-0.11",
+                "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
+                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
+                (("adapters_fp32", False), ("lora_casts_input", False)),
+            ),
+        ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
@@ -146,6 +228,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="torchtune-0.4",
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -168,12 +251,119 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true
         default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                            (Method.QLORA, Precision.BF16_TRUE)),
+        version="lit-gpt@8641822",
+        older_versions=(
+            # named for its year: a later release than the default, kept because users run it
+            FrameworkVersion(
+                "litgpt-2024",
+                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unsharded gradients under "
+                "no_backward_sync while accumulating, unchunked logits in full fine-tuning",
+                (("untied_head_copy", True), ("fsdp_unsharded_accum_grads", True), ("full_unchunked_logits", True)),
+            ),
+        ),
     ),
 }
 
 
-def profile_for(framework: Framework) -> FrameworkProfile:
-    return PROFILES[framework]
+PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
+    name="torchtitan",
+    adapters_fp32=False,  # torchtitan trains every weight: no adapters
+    lora_casts_input=False,
+    lora_dropout_default=0.0,
+    fused_qkv_lora=False,
+    # torchtitan@9dec370 models/norms.py build_norm("rmsnorm") = nn.RMSNorm; torch v2.13.0
+    # aten/src/ATen/native/layer_norm.cpp rms_norm upcasts the input to fp32 (opmath)
+    rmsnorm_upcast=True,
+    # torchtitan@9dec370 models/llama/model.py Attention: repeat_kv(keys, n_rep) before SDPA
+    expands_kv_for_sdpa=True,
+    qlora_unquantized_fp32=False,
+    qlora_saves_input=False,
+    qlora_quantizes_lm_head=False,
+    # torchtitan@9dec370 model.py returns self.output(h) (bf16); train.py loss_fn:
+    # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward
+    standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
+    # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
+    torch_optimizer_impl=OptimizerImpl.FOREACH,
+    # torchtitan@9dec370 parallelize_llama.py apply_fsdp: blocks are units, then
+    # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
+    fsdp_root_gathered=True,
+    mixed_casts_params=True,
+    compile_scope=CompileScope.BLOCKS,
+    # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
+    default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
+                       (Method.QLORA, Precision.BF16_TRUE)),
+    version="torchtitan@9dec370",
+)
+PROFILES[Framework.UNSLOTH] = FrameworkProfile(
+    name="unsloth",
+    # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
+    # unsloth_zoo prepare_model_for_training(train_layernorms=False, train_embedding=False,
+    # train_lm_head=False, float32_mixed_precision=True): the trainable LoRA A/B become fp32, the
+    # only fp32 tensors (norms, embeddings, lm_head stay in the load dtype)
+    adapters_fp32=True,
+    lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
+    lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
+    fused_qkv_lora=False,
+    rmsnorm_upcast=True,
+    expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
+    # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
+    qlora_unquantized_fp32=False,
+    qlora_saves_input=False,
+    qlora_quantizes_lm_head=False,
+    standard_loss=LossLayout.UNSLOTH_FUSED_CE,
+    torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
+    rmsnorm_kernel=True,
+    lora_fused_autograd=True,
+    offload_ckpt_block_tensors=5,
+    # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
+    default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
+                       (Method.QLORA, Precision.BF16_TRUE)),
+    version="unsloth@015bdef",
+)
+
+
+def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
+    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    profile = PROFILES[framework]
+    for old in profile.older_versions:
+        if old.name == version:
+            return replace(profile, version=old.name, **dict(old.changes))
+    return profile
+
+
+def known_versions(framework: Framework) -> list[str]:
+    profile = PROFILES[framework]
+    return [v for v in (profile.version, *(old.name for old in profile.older_versions)) if v]
+
+
+def check_version(framework: Framework, value: Any) -> str:
+    """A framework_version the profile knows, else one ScenarioError listing them."""
+    valid = known_versions(framework)
+    text = value.strip() if isinstance(value, str) else value
+    if text not in valid:
+        raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
+    return text
+
+
+def scenario_profile(sc) -> FrameworkProfile:
+    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare choice
+    (and no fp32 upcast under DeepSpeed's 16-bit engine).
+
+    ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
+    casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
+    ``is_gptq_quantized``)."""
+    profile = profile_for(sc.framework, sc.framework_version)
+    upcast = profile.qlora_unquantized_fp32
+    if sc.kbit_prepare is not KbitPrepare.AUTO:
+        upcast = sc.kbit_prepare is KbitPrepare.YES
+    if sc.quantize is Quantize.GPTQ_INT4:
+        upcast = False
+    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) and sc.precision is not Precision.FP32:
+        # the DeepSpeed engine casts every floating parameter to its 16-bit dtype (deepspeedai/DeepSpeed v0.19.6
+        # runtime/engine.py _cast_module_mixed_precision; zero.Init partitions in that dtype already), and the HF
+        # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
+        upcast = False
+    return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
@@ -188,7 +378,7 @@ def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
     (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs it under autocast; without
     it the fp32 norms would make every activation fp32."""
     if scenario.precision.mixed:
-        return True
+        return not profile.mixed_casts_params
     return (
         scenario.method is Method.QLORA
         and profile.qlora_unquantized_fp32

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
-from vramfit.estimate.framework import FrameworkProfile, LossLayout
+from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Loss, Precision, Scenario
+from vramfit.scenario import Loss, Method, Precision, Scenario
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         grad_in = sc.precision.compute_bytes * T * spec.hidden_size
         transient = chunk * V * (lb + 4 + 4)
         return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
-    if sc.compile and sc.loss is not Loss.FUSED:
+    if sc.compile and sc.loss is not Loss.FUSED and profile.compile_scope is CompileScope.MODEL_AND_LOSS:
         # compiled cross-entropy: the fp32 upcast and log_softmax fuse into the kernel, and the
         # backward recomputes them from the saved model-dtype logits and the per-token logsumexp
         # (inductor min-cut partitioner); per chunk for the chunked loss
@@ -80,6 +80,21 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
 def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: LossLayout,
                          TV: int, lb: int, up: int) -> LossMemory:
     """Logits and cross-entropy without soft-capping (see :func:`loss_memory`)."""
+    if style is LossLayout.LITGPT_CHUNKED_HEAD and profile.full_unchunked_logits and sc.method is Method.FULL:
+        # litgpt@0077627 finetune/full.py: one (B, T, V) logits tensor, held by the loop through backward;
+        # chunked_cross_entropy's 128-token chunks each save their log_softmax (logits dtype); the split's
+        # backward assembles the whole logits gradient at once
+        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
+        saved = 2 * lb * TV
+        return LossMemory(saved, saved, saved + lb * TV + 2 * lb * per,
+                          "litgpt full.py: unchunked logits + chunked_cross_entropy", held=lb * TV)
+    if style is LossLayout.UNSLOTH_FUSED_CE:
+        # unsloth_zoo loss_utils.unsloth_fused_ce_loss (called from unsloth@015bdef models/llama.py
+        # with target_gb=None): no (T, V) logits; per chunk X_j @ W, fp32 CE and its gradient, the
+        # hidden states' gradient kept for backward. The chunk is sized from the VRAM left
+        # ("target_gb ... default detects VRAM left"), so it never sets the peak on its own.
+        grad_in = sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * spec.hidden_size
+        return LossMemory(grad_in, grad_in, grad_in, "Unsloth fused CE (no logits, chunk sized to free VRAM)")
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved
@@ -95,6 +110,14 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model, CrossEntropyLoss")
+    if style is LossLayout.HF_UPCAST_IN_MODEL:
+        # transformers < 4.45: logits.float() in the model (the 16-bit logits die at once unless already
+        # fp32), the shifted .contiguous() fp32 copy, log_softmax's fp32 output saved; the Trainer drops
+        # the outputs (and both fp32 logits tensors) before backward
+        saved = 4 * TV
+        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
+        bwd = saved + 4 * TV + 4 * TV
+        return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;

@@ -25,7 +25,7 @@ class ParamTensor:
     name: str
     shape: tuple[int, ...]
     count: int
-    kind: str  # embedding | lm_head | linear | bias | norm | lora_A | lora_B
+    kind: str  # embedding | lm_head | linear | bias | norm | vision | lora_A | lora_B
 
     @property
     def numel(self) -> int:
@@ -48,9 +48,10 @@ class Adapter:
     out_features: int  # of the adapted slice(s)
     per_layer: int  # instances per decoder block (experts); 0 for lm_head/embed_tokens (once per model)
     slices: int = 1  # lit-gpt stacks the A matrices of k enabled q/k/v slices: A is (k*r, in)
+    layers: int = 0  # decoder layers holding the adapted linear (0 = every layer; Linear.layers)
 
     def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ParamTensor]:
-        count = self.per_layer * layers if self.per_layer else 1
+        count = self.per_layer * (self.layers or layers) if self.per_layer else 1
         return (
             ParamTensor(f"{self.target}.lora_A", (rank * self.slices, self.in_features), count, "lora_A"),
             ParamTensor(f"{self.target}.lora_B", (self.out_features, rank), count, "lora_B"),
@@ -66,9 +67,10 @@ def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
     if rest:
         out.append(ParamTensor("embed_extra", (rest,), 1, "embedding"))
     for lin in spec.block_linears:
-        out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), lin.count * L, "linear"))
+        n = lin.count * spec.layers_of(lin)
+        out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), n, "linear"))
         if lin.bias:
-            out.append(ParamTensor(f"{lin.name}.bias", (lin.out_features,), lin.count * L, "bias"))
+            out.append(ParamTensor(f"{lin.name}.bias", (lin.out_features,), n, "bias"))
     if spec.block_norm_params:
         n = spec.block_norm_params
         if n % h == 0:
@@ -77,6 +79,8 @@ def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
             out.append(ParamTensor("block_norms", (n,), L, "norm"))
     if spec.final_norm_params:
         out.append(ParamTensor("final_norm", (spec.final_norm_params,), 1, "norm"))
+    if spec.vision_params:  # vision tower + projector, held as one block of 16-bit weights
+        out.append(ParamTensor("vision_tower", (spec.vision_params,), 1, "vision"))
     if spec.lm_head_params:
         rows, rest = divmod(spec.lm_head_params, h)
         out.append(ParamTensor("lm_head", (rows, h), 1, "lm_head"))
@@ -114,7 +118,7 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool)
     used: set[str] = set()
 
     def add(lin: Linear, out: int | None = None) -> None:
-        adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count))
+        adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count, layers=lin.layers))
 
     for lin in spec.block_linears:
         if ALL_LINEAR in targets and lin.group != "router":

@@ -129,6 +129,8 @@ class EstimateResult:
     host_bytes: int = 0  # host RAM for offloaded state (ZeRO-Offload / FSDP CPU offload / paging)
     #: card verdicts, filled by the planner (``vramfit.plan.verdict.with_fits``); the estimator leaves it empty
     fits: tuple[FitInfo, ...] = field(default=())
+    # the measured cases nearest to this path and our errors on them (estimate/accuracy.py); None: not computed
+    accuracy: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def component(self, name: str) -> int:
         """Bytes of a named component (0 if absent)."""
@@ -144,4 +146,5 @@ class EstimateResult:
             "host_bytes": self.host_bytes,
             "fits": [f.to_dict() for f in self.fits],
             "assumptions": list(self.assumptions),
+            "accuracy": self.accuracy,
         }

@@ -26,13 +26,13 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
     sliding_window_masks,
 )
-from vramfit.estimate.framework import FrameworkProfile, profile_for, runs_under_autocast
+from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Parallelism, Quantize, Scenario
+from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
@@ -100,6 +100,13 @@ def _workspaces(card: GPU | None) -> int:
 def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, lm_head_trainable: bool) -> Activations:
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     saved = act.block_saved(spec, sc, profile, adapters, quantized)
+    if quantized and sc.quantize is Quantize.GPTQ_INT4:
+        # GPTQ for training runs the torch path (ModelCloud/GPTQModel v4.2.5 gptqmodel/nn_modules/qlinear/torch.py
+        # TorchQuantLinear._forward: `weights = self.dequantize_weight(...).to(x.dtype)`, then
+        # `torch.matmul(x, weights)`): the matmul saves the de-quantized 16-bit weight for the input's gradient,
+        # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
+        saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
+            lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
@@ -109,10 +116,13 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     elif ck is Checkpointing.SELECTIVE:
         kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
         blocks, recompute = L * (per_layer - kernel), kernel
+    elif ck is Checkpointing.SELECTIVE_OP:
+        kept = act.op_sac_saved(spec, sc, profile)
+        blocks, recompute = L * (block_in + kept), max(0, per_layer - kept)
     elif ck is Checkpointing.FULL:
         blocks, recompute = L * block_in, per_layer
-    else:  # offload: block inputs in host memory, the current and the prefetched one on the GPU
-        blocks, recompute, host = 2 * block_in, per_layer, L * block_in
+    else:  # offload: block inputs in host memory; on the GPU as many as the profile says
+        blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer, L * block_in
     return Activations(
         saved, per_layer, blocks, recompute,
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
@@ -132,10 +142,13 @@ def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     return sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
 
 
-def _gradient_timing(spec: ModelSpec, sc: Scenario, parts: Parts, lm_head_trainable: bool) -> tuple[int, int, int]:
+def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
+                     lm_head_trainable: bool) -> tuple[int, int, int]:
     """(held between micro-batches, the output layer's, one block's) gradient bytes."""
     in_bwd = sc.optimizer_in_backward
     held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
+    if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
+        held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
     head_grad = 0
     if lm_head_trainable and not held:
@@ -151,7 +164,17 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
         [lin.in_features * lin.out_features for lin in spec.block_linears]
         + [spec.lm_head_params or spec.embedding_params]
     )
-    return optimizer_temporaries(sc, parts, profile, largest)
+    temp = optimizer_temporaries(sc, parts, profile, largest)
+    if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
+        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient
+
+        if sc.method is Method.FULL:
+            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
+        if sc.parallelism is Parallelism.ZERO2:
+            # (ZeRO-1 frees the gradients outside its partition first: the whole 16-bit gradients counted in this
+            # phase already bound the partition's copies from 4 GPUs up)
+            temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
+    return temp
 
 
 def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
@@ -163,7 +186,9 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
 
     user_sc, sc = sc, stages.policy_scenario(sc)
-    profile = profile_for(sc.framework)
+    profile = scenario_profile(sc)
+    if profile.untied_head_copy and spec.tie_word_embeddings:
+        spec = replace(spec, tie_word_embeddings=False, lm_head_params=spec.embedding_params)
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
@@ -179,7 +204,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
-    held, head_grad, layer_grads = _gradient_timing(spec, sc, parts, lm_head_trainable)
+    held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, card=card,

@@ -62,6 +62,9 @@ def check_measurable(scenario: Scenario) -> None:
     """Raise :class:`ScenarioError` for scenario values the harness cannot run (yet)."""
     if scenario.framework is not Framework.HF:
         raise ScenarioError("framework", "vramfit measure runs transformers + PEFT code", ["hf"])
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP:  # torchtitan's own blocks only
+        raise ScenarioError("gradient_checkpointing", "selective-op (torchtitan's op policy) is not measurable",
+                            [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
     if scenario.method is Method.QLORA and scenario.quantize not in _QUANT_4BIT:
         raise ScenarioError("quantize", f"{scenario.quantize.value} is not measurable yet",
                             [q.value for q in _QUANT_4BIT])

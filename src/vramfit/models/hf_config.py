@@ -10,6 +10,7 @@ that define the shape (``hidden_size``, ``num_hidden_layers`` ...) are required.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from vramfit.errors import ModelError
@@ -23,8 +24,10 @@ _LLAMA_LIKE = {
     "qwen3_moe": False, "gemma": True, "gemma2": True, "gemma3_text": True, "olmo2": False,
     "phi3": False,
 }
+# families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
+_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom"])
+    sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )
 
 # Gemma3TextConfig defaults that the published multimodal Gemma 3 configs rely on: their
@@ -132,12 +135,20 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         merged = {**_GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         spec = _llama_like(_Cfg(merged, "gemma3_text"))
         spec.extra["text_config_of"] = "gemma3"
+        vision = config.get("vision_config")
+        if isinstance(vision, Mapping):  # the multimodal checkpoint carries its SigLIP tower
+            from vramfit.models.hf_vlm import gemma3_vision_params
+
+            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
         return spec
-    builder = _BUILDERS.get(model_type)
-    if builder is None:
-        raise ModelError(
-            f"unsupported model_type {model_type!r}", valid=SUPPORTED_MODEL_TYPES
-        )
+    builder = _builders().get(model_type)
+    if builder is None:  # any other decoder transformers ships, read from its real modules
+        from vramfit.models.from_modules import spec_from_transformers
+
+        try:
+            return spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}")
+        except ModelError as exc:
+            raise ModelError(str(exc).removeprefix(f"{exc.key}: "), valid=SUPPORTED_MODEL_TYPES) from None
     return builder(_Cfg(config, model_type))
 
 
@@ -480,6 +491,13 @@ def _bloom(c: _Cfg) -> ModelSpec:
         fused_qkv="query_key_value",
         **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )
+
+
+def _builders() -> dict[str, Callable[[_Cfg], ModelSpec]]:
+    """Every builder; the other modules import this one's helpers, so they are imported here."""
+    from vramfit.models import hf_moe, hf_vlm
+
+    return {**_BUILDERS, **hf_moe.BUILDERS, **hf_vlm.BUILDERS}
 
 
 _BUILDERS: dict[str, Callable[[_Cfg], ModelSpec]] = {

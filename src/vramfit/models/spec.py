@@ -46,6 +46,10 @@ class Linear:
     bias: bool
     group: str
     count: int = 1
+    # decoder layers holding this linear; 0 = every layer. DeepSeek-V3 has dense MLPs in its first
+    # ``first_k_dense_replace`` layers and MoE in the rest; Llama 4 interleaves them
+    # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3DecoderLayer)
+    layers: int = 0
 
     @property
     def weight_params(self) -> int:
@@ -129,6 +133,20 @@ class ModelSpec:
     linear_subclass: bool = False
     attention_dropout: float = 0.0  # dropout on the attention probabilities (attention_dropout / attn_pdrop)
     hidden_dropout: float = 0.0  # residual dropout after the attention and MLP outputs (resid_pdrop / hidden_dropout)
+    # --- multi-head latent attention (DeepSeek-V2/V3, transformers v5.24.0
+    # models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention): q and kv pass low-rank
+    # projections (q_a_proj -> q_a_layernorm -> q_b_proj; kv_a_proj_with_mqa -> kv_a_layernorm ->
+    # kv_b_proj); head_dim is then the q/k head width (qk_nope + qk_rope), v_head_dim the v width
+    q_lora_rank: int = 0  # 0 = plain q_proj
+    kv_lora_rank: int = 0  # 0 = no latent attention
+    v_head_dim: int = 0  # 0 = head_dim
+    qk_rope_head_dim: int = 0  # the rotary part of head_dim (the rest, qk_nope, comes from kv_b_proj)
+    # a learned per-head sink logit joins the softmax (gpt-oss, transformers v5.24.0
+    # models/gpt_oss/modeling_gpt_oss.py eager_attention_forward: cat([scores, sinks]) then softmax)
+    attention_sinks: bool = False
+    # vision tower + multimodal projector parameters of a vision-language checkpoint (counted in
+    # num_params; their weights are held, their activations are not walked)
+    vision_params: int = 0
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -136,8 +154,18 @@ class ModelSpec:
         object.__setattr__(self, "position_encoding", PositionEncoding(self.position_encoding))
 
     @property
+    def v_dim(self) -> int:
+        """Width of one value head (MLA: v_head_dim; else head_dim)."""
+        return self.v_head_dim or self.head_dim
+
+    def layers_of(self, lin: Linear) -> int:
+        """How many decoder layers hold ``lin``."""
+        return lin.layers or self.num_hidden_layers
+
+    @property
     def block_params(self) -> int:
-        """Parameters in one decoder block (linears incl. biases, plus norms)."""
+        """Parameters in one decoder block (linears incl. biases, plus norms); with mixed dense and
+        MoE layers, the linears of every layer kind."""
         return sum(lin.params for lin in self.block_linears) + self.block_norm_params
 
     @property
@@ -145,9 +173,11 @@ class ModelSpec:
         """All parameters, tied embeddings counted once (what safetensors metadata reports)."""
         return (
             self.embedding_params
-            + self.num_hidden_layers * self.block_params
+            + sum(lin.params * self.layers_of(lin) for lin in self.block_linears)
+            + self.num_hidden_layers * self.block_norm_params
             + self.final_norm_params
             + self.lm_head_params
+            + self.vision_params
         )
 
     @property
@@ -155,6 +185,6 @@ class ModelSpec:
         """Parameters a token passes through (MoE: only ``num_experts_per_tok`` experts)."""
         if not self.num_experts:
             return self.num_params
-        expert = sum(lin.params for lin in self.block_linears if lin.group == "expert")
+        expert = sum(lin.params * self.layers_of(lin) for lin in self.block_linears if lin.group == "expert")
         active_expert = expert * self.num_experts_per_tok // self.num_experts
-        return self.num_params - self.num_hidden_layers * (expert - active_expert)
+        return self.num_params - (expert - active_expert)

@@ -27,7 +27,7 @@ from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 
 KINDS = ("free", "slower", "hardware", "training")
-_ORDER = {"none": 0, "selective": 1, "full": 2, "offload": 3}
+_ORDER = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}  # memory saved, least first
 
 
 @dataclass(frozen=True)

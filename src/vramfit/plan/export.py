@@ -102,7 +102,7 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
     if plan.offload == "optimizer":
         notes.append("FSDP offloads parameters together with the optimizer state (CPUOffload(offload_params=True))")
     return {
-        "fsdp_activation_checkpointing": plan.gradient_checkpointing in ("full", "offload", "selective"),
+        "fsdp_activation_checkpointing": plan.gradient_checkpointing != "none",
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_backward_prefetch": "BACKWARD_PRE",
         "fsdp_cpu_ram_efficient_loading": True,

@@ -83,8 +83,8 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         # TRL forces reentrant checkpointing for PEFT + ZeRO-3 (trl/trainer/sft_trainer.py, TRL issue #2514)
         reentrant = shard == "deepspeed" and _zero_stage(plan) == 3 and sc["method"] != "full"
         out["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
-    if ck == "selective":
-        notes.append("selective recompute is not in transformers: full gradient checkpointing is written")
+    if ck in ("selective", "selective-op"):
+        notes.append(f"{ck} recompute is not in transformers: full gradient checkpointing is written")
     if ck == "offload":
         out["activation_offloading"] = True
     if plan.loss == "fused":

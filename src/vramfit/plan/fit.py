@@ -138,3 +138,15 @@ def fit(
         max_seq_len=seq, max_seq_len_device_bytes=dev(seq_len=seq) if seq else None,
         max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),
     )
+
+
+def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int) -> int | None:
+    """The longest ``seq_len`` whose estimate fits ``budget_bytes`` per GPU (fit's own search, with a
+    budget instead of a catalog card); ``None`` when one token does not fit."""
+    ev = Evaluator(parse_scenario(scenario))
+
+    def ok(s: int) -> bool:
+        r = ev.try_estimate(seq_len=s)
+        return not isinstance(r, ScenarioError) and fits(r, budget_bytes)
+
+    return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN)

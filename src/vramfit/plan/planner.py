@@ -225,6 +225,8 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
+        measured_path=bool(r.accuracy and r.accuracy["measured_path"]),
+        accuracy_note=r.accuracy["note"] if r.accuracy else "",
     )
 
 

@@ -47,6 +47,10 @@ class Plan:
     price_basis: str = ""  # provider and date of usd_per_gpu_hour_low
     stack: str = "cuda"  # the card's software stack (rental.STACKS)
     meets_deadline: bool | None = None  # None without a deadline or a time
+    # a published measurement exists on this plan's path (framework, method, sharding, offload,
+    # quantization: estimate/accuracy.py); accuracy_note says which, or that none does
+    measured_path: bool = False
+    accuracy_note: str = ""
 
     @property
     def tokens_per_s(self) -> float | None:

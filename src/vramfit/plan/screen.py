@@ -21,7 +21,8 @@ from typing import NamedTuple
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.verdict import PAGED_COMPONENT
 
-CKPT_RANK = {"none": 0, "selective": 1, "full": 2, "offload": 3}
+# selective-op (torchtitan) keeps a subset of what selective keeps, more than full
+CKPT_RANK = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}
 
 
 class Fig(NamedTuple):

@@ -51,7 +51,8 @@ class Config(NamedTuple):
     def compromises(self, base: Scenario) -> float:
         """How far from a plain run (tie-break only): offload, sharding, changed optimizer or loss."""
         s = {"none": 0.0, "optimizer": 2.0, "optimizer+params": 3.0}[self.offload]
-        s += {"none": 0.0, "selective": 0.1, "full": 0.2, "offload": 0.3}[self.gradient_checkpointing]
+        s += {"none": 0.0, "selective": 0.1, "selective-op": 0.15, "full": 0.2, "offload": 0.3}[
+            self.gradient_checkpointing]
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
         s += 0.2 if self.loss != base.loss.value else 0.0
@@ -72,8 +73,8 @@ def configs_for(n: int, base: Scenario) -> list[Config]:
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     strategies.append((shard3, "optimizer+params"))
     ckpts = ["none", "full", "offload"]
-    if base.gradient_checkpointing is Checkpointing.SELECTIVE:
-        ckpts.insert(1, "selective")
+    if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
+        ckpts.insert(1, base.gradient_checkpointing.value)
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW:
         opts.append(Optimizer.ADAMW_8BIT.value)

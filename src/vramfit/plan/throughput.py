@@ -114,6 +114,10 @@ def recompute_flops_per_token(mf: ModelFlops, ckpt: Checkpointing, lora_params: 
         return 0
     if ckpt is Checkpointing.SELECTIVE:
         return mf.attn_flops_per_token_fwd
+    if ckpt is Checkpointing.SELECTIVE_OP:
+        # torchtitan's op policy recomputes every second block matmul (about half the block's
+        # matmul FLOPs) and keeps the attention output (torchtitan@9dec370 parallelize_llama.py)
+        return mf.matmul_params - mf.lm_head_params + lora_params
     return 2 * (mf.matmul_params - mf.lm_head_params) + mf.attn_flops_per_token_fwd + 2 * lora_params
 
 

@@ -75,6 +75,8 @@ def num_layers_of(config: dict) -> int:
     for key in _LAYER_KEYS:
         if isinstance(config.get(key), int):
             return config[key]
+    if isinstance(config.get("text_config"), dict):  # multimodal (Llama 4): the language model's depth
+        return num_layers_of(config["text_config"])
     raise ModelError("config.json has no num_hidden_layers")
 
 
@@ -82,6 +84,9 @@ def config_for_depth(config: dict, layers: int) -> dict:
     """The config with ``layers`` decoder layers; per-layer lists keep their first ``layers`` entries."""
     full = num_layers_of(config)
     out = dict(config)
+    if not any(key in config for key in _LAYER_KEYS) and isinstance(config.get("text_config"), dict):
+        out["text_config"] = config_for_depth(config["text_config"], layers)
+        return out
     for key in _LAYER_KEYS:
         if key in out:
             out[key] = layers
@@ -119,9 +124,11 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
 
 def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> BuiltModel:
     """Build the scenario's model on ``meta`` with ``layers`` decoder layers (default: all)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     _check_supported(scenario)
+    # a vision-language checkpoint is built whole (vision tower included) and fed text only
+    auto = AutoModelForImageTextToText if isinstance(config.get("vision_config"), dict) else AutoModelForCausalLM
     depth = layers if layers is not None else num_layers_of(config)
     cfg = hf_config(config, depth, scenario.attention)
     precision = scenario.precision
@@ -146,11 +153,11 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         warnings.simplefilter("ignore")
         with torch.device("meta"):
             try:
-                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
             except (ValueError, ImportError) as exc:
                 if "sdpa" not in attn:
                     raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
-                model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
+                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
                 assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
     causal_lm = model
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -209,6 +216,10 @@ def _check_supported(scenario: Scenario) -> None:
     if scenario.framework is not Framework.HF:
         raise ScenarioError("framework", f"the simulator runs transformers + PEFT code; {scenario.framework.value} "
                             "is estimator-only", ["hf"])
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP:
+        # torchtitan's op policy wraps torchtitan's own blocks; transformers has no such mode
+        raise ScenarioError("gradient_checkpointing", "selective-op (torchtitan's op policy) is estimator-only",
+                            [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
     if scenario.method is Method.QLORA and scenario.quantize not in (
         Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ
     ):

@@ -115,7 +115,10 @@ def cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     head_dim = query.size(-1)
     gqa = key.size(-3) != query.size(-3)
     low = query.dtype in _LOW
-    if attn_mask is None and low and head_dim <= 256 and head_dim % 8 == 0 and (enable_gqa or not gqa):
+    # flash needs one head dim for q, k and v (PyTorch aten/src/ATen/native/transformers/sdp_utils_cpp.h
+    # check_head_dim_size_flash); MLA's v (v_head_dim < qk head dim) goes to the efficient kernel
+    same_dims = key.size(-1) == head_dim and value.size(-1) == head_dim
+    if attn_mask is None and low and head_dim <= 256 and head_dim % 8 == 0 and same_dims and (enable_gqa or not gqa):
         out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
                                                                  scale=scale)[0]
         return out, "flash"

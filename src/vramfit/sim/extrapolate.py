@@ -42,7 +42,8 @@ def layer_period(config: dict) -> int | None:
         period = _min_period(list(types))
         if period is None:
             return None
-    step = config.get("decoder_sparse_step")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    step = config.get("decoder_sparse_step") or text.get("interleave_moe_layer_step")  # Llama 4 interleaving
     if isinstance(step, int) and step > 1:
         period = _lcm(period, step)
     return period

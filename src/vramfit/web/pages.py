@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
 from vramfit.gpus import list_gpus
-from vramfit.scenario import SCENARIO_KEYS, Scenario
+from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, Scenario
 from vramfit.units import GiB
 from vramfit.web import guide as guide_data
 from vramfit.web.i18n import HTML_LANG, fmt_number, pick_lang, strings
@@ -29,6 +29,8 @@ INITIAL = {"model": "meta-llama/Llama-3.1-8B", "gpu": "rtx4090"}
 PLACED = ("method", "precision", "quantize", "framework", "micro_batch_size", "seq_len", "grad_accum",
           "optimizer", "lora_rank", "gradient_checkpointing", "attention", "loss", "num_gpus",
           "parallelism", "offload")
+#: Free-text keys with no field of their own in the template (a DeepSpeed config is pasted as JSON)
+EXTRA_TEXTS = tuple(f.name for f in FIELDS if f.kind is Kind.TEXT and f.name not in ("model", "gpu"))
 #: Keys that are entered as text/number/select (booleans are checkboxes; model/params/config apart).
 FIELD_KEYS = tuple(k for k in SCENARIO_KEYS if k not in BOOL_KEYS and k not in ("model", "params"))
 
@@ -58,6 +60,7 @@ def calculator(request: Request, lang: str) -> Response:
         bool_keys=BOOL_KEYS,
         extra_enums=[k for k in ENUM_KEYS if k not in PLACED],
         extra_ints=[k for k in INT_KEYS if k not in PLACED],
+        extra_texts=EXTRA_TEXTS,
         gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,

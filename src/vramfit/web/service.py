@@ -244,6 +244,19 @@ class Checked:
         return self.spec is not None
 
 
+def _deepspeed_inline(norm: dict[str, Any]) -> None:
+    """The web takes a DeepSpeed config as its JSON (a mapping or its text), never a path: the server
+    opens no file a request names (as config_import.hf_common.resolve_path refuses for pasted configs)."""
+    ds = norm.get("deepspeed_config")
+    if isinstance(ds, str) and ds.strip():
+        if not ds.lstrip().startswith("{"):
+            raise ScenarioError("deepspeed_config", "names a file; paste the DeepSpeed config's JSON instead")
+        try:
+            norm["deepspeed_config"] = json.loads(ds)
+        except ValueError as exc:
+            raise ScenarioError("deepspeed_config", f"pasted JSON does not parse: {exc}") from None
+
+
 def check_scenario(data: Any) -> Checked:
     """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``."""
     if not isinstance(data, dict):
@@ -253,6 +266,7 @@ def check_scenario(data: Any) -> Checked:
         if not isinstance(key, str):  # JSON keys are strings; kept for Python callers
             raise ScenarioError(str(key), "keys must be strings")
         norm[key.strip().replace("-", "_")] = value
+    _deepspeed_inline(norm)
     config = norm.pop("config_json", None)
     if config is not None:
         if norm.get("model") is not None or norm.get("params") is not None:

@@ -72,6 +72,16 @@ RULES: list[tuple[str, str]] = [
      r"\(allocated/reserved\); counted in the device figure only\.$",
      "Otimizador paginado: os estados de tensores com ≥ 1e5 elementos vivem em memória gerida CUDA, fora dos "
      "contadores do PyTorch (alocado/reservado); contam só no valor da placa."),
+    (r"^Reserved memory assumes every micro-batch is (\d+) tokens long: the loss's tensors \(" + _N
+     + r" GiB of allocator segments, sized by tokens x vocabulary\) hold most of what the caching allocator keeps, "
+     r"so variable-length batches change it: each batch longer than all before it opens new segments and the old "
+     r"ones stay reserved \(no empty_cache\), up to that much again per new longest length; pack or pad to a fixed "
+     r"length to keep this figure\.$",
+     "A memória reservada supõe micro-lotes de $1 tokens: os tensores da perda (⟨$2⟩ GiB de segmentos do "
+     "alocador, medidos por tokens x vocabulário) são a maior parte do que o alocador guarda em cache, por isso "
+     "lotes de comprimento variável mudam-na: um lote mais longo que todos os anteriores abre segmentos novos e os "
+     "antigos continuam reservados (sem empty_cache), até outro tanto por cada novo comprimento máximo; agrupe ou "
+     "preencha até um comprimento fixo para manter este valor."),
     (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
      "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
      "bloco à frente."),

@@ -143,6 +143,9 @@
       : T["r.nocard"];
     if (r.host_bytes) text += " · " + fmt(T["r.host"], { v: VF.fmtGiB(r.host_bytes) + " GiB" });
     line.textContent = text;
+    const acc = el("accuracy");  /* the measured cases behind this path (result.accuracy) */
+    acc.textContent = r.accuracy ? T["r.accuracy"] + " " + R.text(r.accuracy.note) : "";
+    acc.className = "accuracy " + (r.accuracy && !r.accuracy.measured_path ? "warn" : "");
     renderVerdicts(r);
     const mini = el("mini");
     mini.textContent = VF.fmtGiB(r.peak.device_bytes) + " GiB" + (card ? (card.fits ? " ✓ " : " ✗ ") + card.name : "");

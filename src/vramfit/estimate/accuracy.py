@@ -1,0 +1,79 @@
+"""How far to trust an estimate: the published measurements nearest to its path, and our errors on them.
+
+The path of a scenario is what decides which code ran (framework, method, sharding, offload,
+quantization). ``data/accuracy.json`` lists every measured row of
+``benchmarks/data/measured/public.jsonl`` with its path and our signed error; it is written by
+``python benchmarks/accuracy.py --write-bands`` (tests/benchmarks/test_accuracy_bands.py checks it is up
+to date), so an estimate only reads a small file.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from vramfit.scenario import Quantize, Scenario
+
+FIELDS = ("framework", "method", "sharding", "offload", "quantization")
+#: Nearness when no case is on the path: a field that swaps more of the code that runs weighs more than
+#: all the fields after it together (framework > method > quantization > sharding > offload).
+_WEIGHT = {"framework": 16, "method": 8, "quantization": 4, "sharding": 2, "offload": 1}
+
+_QUANT_FAMILY = {
+    Quantize.NONE: "none", Quantize.NF4: "bnb-4bit", Quantize.NF4_DQ: "bnb-4bit", Quantize.FP4: "bnb-4bit",
+    Quantize.FP4_DQ: "bnb-4bit", Quantize.INT8: "bnb-int8", Quantize.GPTQ_INT4: "gptq",
+}
+
+
+def path_of(sc: Scenario) -> dict[str, str]:
+    """The fields that select which code runs; 4-bit bitsandbytes formats share one path."""
+    return {
+        "framework": sc.framework.value,
+        "method": sc.method.value,
+        "sharding": sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none",
+        "offload": sc.offload.value,
+        "quantization": _QUANT_FAMILY[sc.quantize],
+    }
+
+
+@lru_cache(maxsize=1)
+def _cases() -> tuple[dict[str, Any], ...]:
+    text = resources.files("vramfit").joinpath("data/accuracy.json").read_text(encoding="utf-8")
+    return tuple(json.loads(text)["cases"])
+
+
+def _describe(path: dict[str, str]) -> str:
+    return " · ".join(path[f] for f in FIELDS)
+
+
+def accuracy_for(sc: Scenario) -> dict[str, Any]:
+    """The ``accuracy`` object of a result: the measured cases on the scenario's path (all five fields
+    equal), else the nearest ones (the most weighty fields equal), with their signed errors."""
+    path = path_of(sc)
+    scored = [(sum(_WEIGHT[f] for f in FIELDS if c["path"][f] == path[f]), c) for c in _cases()]
+    best = max((s for s, _ in scored), default=0)
+    near = [c for s, c in scored if s == best and best > 0]
+    on_path = best == sum(_WEIGHT.values())
+    errors = [c["error"] for c in near]
+    out: dict[str, Any] = {
+        "path": path,
+        "measured_path": on_path,
+        "matched_fields": [f for f in FIELDS if near and all(c["path"][f] == path[f] for c in near)],
+        "cases": [c["id"] for c in near],
+        "median_abs_error": round(statistics.median(abs(e) for e in errors), 4) if errors else None,
+        "error_band": [min(errors), max(errors)] if errors else None,
+    }
+    if on_path:
+        out["note"] = (f"{len(near)} published measurement(s) on this path ({_describe(path)}): our error "
+                       f"{100 * min(errors):+.1f} % to {100 * max(errors):+.1f} %, median |error| "
+                       f"{100 * out['median_abs_error']:.1f} %")
+    elif near:
+        out["note"] = (f"no measurement behind this path ({_describe(path)}); the nearest {len(near)} share "
+                       f"{', '.join(out['matched_fields']) or 'no field'}: our error {100 * min(errors):+.1f} % "
+                       f"to {100 * max(errors):+.1f} %")
+    else:
+        out["note"] = f"no measurement behind this path ({_describe(path)})"
+    return out

@@ -1,0 +1,266 @@
+"""The DeepSpeed config as an input: the ``zero_optimization`` keys that size GPU buffers.
+
+A scenario's ``deepspeed_config`` (a path to the JSON/YAML file or the mapping itself) is read into a
+frozen :class:`DeepSpeedConfig`; ``"auto"`` values stay ``"auto"`` until :func:`resolve` fills them
+as the HF Trainer does from the model's hidden size. Keys the user leaves out take DeepSpeed's own
+defaults (deepspeedai/DeepSpeed v0.19.6 deepspeed/runtime/zero/config.py DeepSpeedZeroConfig).
+The file is read by the config importer's safe loader (``config_import.loader``), not a second one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from vramfit.errors import ScenarioError
+
+AUTO = "auto"
+KEY = "deepspeed_config"
+
+#: zero_optimization keys read here -> (DeepSpeed v0.19.6 default, type). Defaults cite
+#: deepspeed/runtime/zero/config.py: reduce_bucket_size/allgather_bucket_size pp_int(5e8),
+#: contiguous_gradients True, overlap_comm None (= stage == 3, overlap_comm_valid),
+#: sub_group_size pp_int(1e9), stage3_prefetch_bucket_size pp_int(5e7),
+#: stage3_param_persistence_threshold pp_int(1e5), stage3_max_live_parameters pp_int(1e9),
+#: stage3_max_reuse_distance pp_int(1e9).
+_INT_KEYS = {
+    "reduce_bucket_size": 500_000_000,
+    "allgather_bucket_size": 500_000_000,
+    "sub_group_size": 1_000_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "stage3_max_reuse_distance": 1_000_000_000,
+}
+#: the keys HF fills from hidden_size when "auto" (transformers v5.24.0 integrations/deepspeed.py
+#: HfTrainerDeepSpeedConfig.trainer_config_finalize: reduce_bucket_size = h*h;
+#: stage3_prefetch_bucket_size = int(0.9*h*h); stage3_param_persistence_threshold = 10*h)
+_AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+_BOOL_KEYS = ("overlap_comm", "contiguous_gradients")
+#: every zero_optimization key this module reads besides the stage and offload sections
+SIZING_KEYS = (*_INT_KEYS, *_BOOL_KEYS)
+_MAX = 10**15  # catches typos before arithmetic
+
+
+@dataclass(frozen=True)
+class DeepSpeedConfig:
+    """The buffer-sizing keys of ``zero_optimization`` as given (None: not given, "auto": HF fills it)."""
+
+    stage: int | None = None
+    offload_optimizer: bool = False
+    offload_param: bool = False
+    reduce_bucket_size: int | str | None = None
+    allgather_bucket_size: int | str | None = None
+    overlap_comm: bool | None = None
+    contiguous_gradients: bool | None = None
+    sub_group_size: int | str | None = None
+    stage3_prefetch_bucket_size: int | str | None = None
+    stage3_param_persistence_threshold: int | str | None = None
+    stage3_max_live_parameters: int | str | None = None
+    stage3_max_reuse_distance: int | str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """DeepSpeed's JSON layout, only the keys that were given."""
+        zero: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "offload_optimizer" and v:
+                zero["offload_optimizer"] = {"device": "cpu"}
+            elif f.name == "offload_param" and v:
+                zero["offload_param"] = {"device": "cpu"}
+            elif f.name not in ("offload_optimizer", "offload_param") and v is not None:
+                zero[f.name] = v
+        return {"zero_optimization": zero}
+
+
+#: What the HF Trainer docs' example configs set when the scenario names no DeepSpeed file
+#: (transformers v5.24.0 docs/source/en/deepspeed.md, ZeRO-2/ZeRO-3 example configs: overlap_comm true,
+#: contiguous_gradients true, reduce_bucket_size / stage3_prefetch_bucket_size /
+#: stage3_param_persistence_threshold "auto", sub_group_size 1e9, stage3_max_live_parameters 1e9,
+#: stage3_max_reuse_distance 1e9; ZeRO-2 allgather_bucket_size 2e8).
+HF_TEMPLATE = DeepSpeedConfig(
+    reduce_bucket_size=AUTO, allgather_bucket_size=200_000_000, overlap_comm=True, contiguous_gradients=True,
+    sub_group_size=1_000_000_000, stage3_prefetch_bucket_size=AUTO, stage3_param_persistence_threshold=AUTO,
+    stage3_max_live_parameters=1_000_000_000, stage3_max_reuse_distance=1_000_000_000,
+)
+
+
+@dataclass(frozen=True)
+class ZeroBuffers:
+    """The config resolved for one model: element counts and switches DeepSpeed runs with."""
+
+    reduce_bucket_size: int
+    allgather_bucket_size: int
+    overlap_comm: bool
+    contiguous_gradients: bool
+    sub_group_size: int
+    prefetch_bucket_size: int
+    persistence_threshold: int
+    max_live_parameters: int
+    max_reuse_distance: int
+
+
+def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBuffers:
+    """Fill "auto" as HF does and missing keys with DeepSpeed's defaults."""
+    cfg = cfg or HF_TEMPLATE
+    auto = {"reduce_bucket_size": hidden_size * hidden_size,
+            "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
+            "stage3_param_persistence_threshold": 10 * hidden_size}
+
+    def num(key: str) -> int:
+        v = getattr(cfg, key)
+        if v is None:
+            return _INT_KEYS[key]
+        return auto[key] if v == AUTO else int(v)
+
+    overlap = cfg.overlap_comm if cfg.overlap_comm is not None else stage == 3
+    contiguous = True if cfg.contiguous_gradients is None else cfg.contiguous_gradients
+    return ZeroBuffers(
+        num("reduce_bucket_size"), num("allgather_bucket_size"), overlap, contiguous, num("sub_group_size"),
+        num("stage3_prefetch_bucket_size"), num("stage3_param_persistence_threshold"),
+        num("stage3_max_live_parameters"), num("stage3_max_reuse_distance"),
+    )
+
+
+def _int_value(key: str, v: Any) -> int | str:
+    if isinstance(v, str) and v.strip().lower() == AUTO:
+        if key not in _AUTO_KEYS:
+            raise ScenarioError(KEY, f"zero_optimization.{key}: 'auto' is filled by the HF Trainer only for "
+                                     f"{', '.join(_AUTO_KEYS)}; give a number")
+        return AUTO
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not 0 <= v <= _MAX or v != int(v):
+        raise ScenarioError(KEY, f"zero_optimization.{key} must be a whole number of elements from 0 to {_MAX:.0e}"
+                                 f" or 'auto', got {v!r}")
+    return int(v)
+
+
+def _device(zero: dict, key: str) -> bool:
+    sub = zero.get(key)
+    if sub is None:
+        return False
+    dev = sub.get("device", "none") if isinstance(sub, dict) else None
+    if dev not in ("cpu", "nvme", "none", None):
+        raise ScenarioError(KEY, f"zero_optimization.{key}.device must be one of cpu, nvme, none, got {dev!r}")
+    return dev in ("cpu", "nvme")
+
+
+def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
+    """A DeepSpeed config mapping (the whole JSON or its zero_optimization section) as typed values."""
+    zero = data.get("zero_optimization", data)
+    if not isinstance(zero, dict):
+        raise ScenarioError(KEY, f"zero_optimization must be a mapping, got {type(zero).__name__}")
+    stage = zero.get("stage")
+    if stage is not None and (isinstance(stage, bool) or stage not in (0, 1, 2, 3)):
+        raise ScenarioError(KEY, f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}", ["0", "1", "2", "3"])
+    kw: dict[str, Any] = {"stage": stage, "offload_optimizer": _device(zero, "offload_optimizer"),
+                          "offload_param": _device(zero, "offload_param")}
+    for key in _INT_KEYS:
+        if zero.get(key) is not None:
+            kw[key] = _int_value(key, zero[key])
+    for key in _BOOL_KEYS:
+        if zero.get(key) is not None:
+            if not isinstance(zero[key], bool):
+                raise ScenarioError(KEY, f"zero_optimization.{key} must be true or false, got {zero[key]!r}")
+            kw[key] = zero[key]
+    return DeepSpeedConfig(**kw)
+
+
+def parse(value: Any) -> DeepSpeedConfig:
+    """The scenario value: a DeepSpeedConfig, a mapping, or a path to a DeepSpeed JSON/YAML file."""
+    if isinstance(value, DeepSpeedConfig):
+        return value
+    if isinstance(value, dict):
+        return from_mapping(value)
+    if isinstance(value, (str, Path)) and str(value).strip():
+        from vramfit.config_import.loader import load_mapping
+
+        path = Path(str(value).strip()).expanduser()
+        if not path.is_file():
+            raise ScenarioError(KEY, f"file not found: {path}")
+        try:
+            return from_mapping(load_mapping(path))
+        except ScenarioError as exc:
+            if exc.key == KEY:
+                raise
+            raise ScenarioError(KEY, exc.message.removeprefix("from: ")) from None
+    raise ScenarioError(KEY, f"must be a DeepSpeed config: a path to its JSON file or the mapping itself, got {value!r}")
+
+
+_ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # the config importer's map (config_import/hf_common.py)
+
+
+def scenario_keys(value: Any, kw: dict[str, Any]) -> None:
+    """parse_scenario's ``deepspeed_config``: typed into ``kw``; its stage and offload set parallelism/offload
+    when those are not given and must agree with them when they are."""
+    from vramfit.choices import Offload, Parallelism
+
+    cfg = parse(value)
+    kw[KEY] = cfg
+    if cfg.stage is not None:
+        par = Parallelism(_ZERO[cfg.stage])
+        if "parallelism" not in kw:
+            kw["parallelism"] = par
+        elif kw["parallelism"] is not par:
+            raise ScenarioError(KEY, f"zero_optimization.stage {cfg.stage} means parallelism "
+                                f"{par.value}, but parallelism is {kw['parallelism'].value}", [par.value])
+    # parameter-only offload has no layout of its own: counted as none, as the config importer does
+    off = (Offload.OPTIMIZER_PARAMS if cfg.offload_param else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
+    if "offload" not in kw:
+        kw["offload"] = off
+    elif kw["offload"] is not off:
+        raise ScenarioError(KEY, f"its offload sections mean offload {off.value}, but offload is "
+                            f"{kw['offload'].value}", [off.value])
+    if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+        raise ScenarioError(KEY, "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
+                            ["zero1", "zero2", "zero3"])
+
+
+def ipg_bytes(z: ZeroBuffers, stage: int, dtype_bytes: int) -> int:
+    """Gradient reduction buckets on the GPU (``contiguous_gradients``): ZeRO-1/2 one buffer of
+    reduce_bucket_size elements in the optimizer's dtype, a second one with overlap_comm
+    (DeepSpeed v0.19.6 deepspeed/runtime/zero/stage_1_and_2.py setup_buckets: buf_0, buf_1); ZeRO-3 one per
+    trainable dtype (stage3.py __init__: ``bucket.buffer = torch.empty(self.reduce_bucket_size, ...)``).
+    allgather_bucket_size only splits the all-gather of the updated partitions into the existing 16-bit
+    flat buffers (runtime/utils.py all_gather_dp_groups narrows them): no allocation of its own."""
+    if not z.contiguous_gradients:
+        return 0
+    copies = 2 if (stage < 3 and z.overlap_comm) else 1
+    return copies * z.reduce_bucket_size * dtype_bytes
+
+
+def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: int, model_bytes: int) -> int:
+    """ZeRO-3 parameters gathered at once on one GPU.
+
+    The coordinator prefetches at every trace step (every module: containers, norms, LoRA's lora_A /
+    lora_B / dropout, the base linears) at least one not-yet-gathered parameter, up to
+    stage3_prefetch_bucket_size elements, while fewer than stage3_max_live_parameters elements are
+    gathered (DeepSpeed v0.19.6 runtime/zero/partitioned_param_coordinator.py fetch_sub_module:
+    ``max_params_to_prefetch = min(max_n_available_params - n_available_params, prefetch_bucket_sz)``);
+    a step releases one module's parameters. With more trace steps than large parameters the
+    look-ahead grows until the cap: max_live_parameters elements, plus the parameter in use or the one
+    that overshoots it (the largest: for tied embeddings the V x h output layer at the loss)."""
+    live = int(z.max_live_parameters * block_bytes_per_elem) + largest_bytes
+    return min(model_bytes, live)
+
+
+def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
+    """ZeRO-3 without optimizer offload: the fp32 gradient buffer of the largest optimizer sub-group,
+    allocated once on the GPU (DeepSpeed v0.19.6 stage3.py initialize_optimizer_states: ``gradient_buffer =
+    torch.zeros(largest_numel, dtype=fp32 partition dtype, device=self.device)``, the sub-groups cut at
+    sub_group_size elements of partitions by _create_fp16_sub_groups); bytes per GPU."""
+    return 4 * min(z.sub_group_size, trainable_partition_numel)
+
+
+def grad_norm_transient(largest_param_partition_numel: int) -> int:
+    """Without optimizer offload the gradient norm is taken in float64, one parameter's partitioned
+    gradient at a time (DeepSpeed v0.19.6 stage3.py get_grad_norm_direct: ``g...double().norm(2)``;
+    stage_1_and_2.py get_grad_norm_direct: ``torch.linalg.vector_norm(g.data.double(), ...)``); bytes."""
+    return 8 * largest_param_partition_numel
+
+
+def fp32_grad_partition(trainable_partition_numel: int) -> int:
+    """ZeRO-1/2 without optimizer offload: the step flattens the 16-bit gradients of this GPU's partition and
+    copies them to fp32 for the optimizer (DeepSpeed v0.19.6 stage_1_and_2.py step: ``single_grad_partition =
+    flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, freed after _optimizer_step); bytes."""
+    return 4 * trainable_partition_numel

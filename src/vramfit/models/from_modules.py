@@ -1,0 +1,146 @@
+"""A :class:`ModelSpec` for any decoder transformers ships, read from its real modules.
+
+When the config reader has no builder for a ``model_type``, transformers (``sim`` extra) builds the
+model from the ``config.json`` on the ``meta`` device (no memory, no download, never
+``trust_remote_code``) and this module reads what it holds: every ``nn.Linear`` of the decoder
+layers (leaf names as PEFT matches them, how many layers hold each), 3-D expert banks, norms and
+other per-layer parameters, embeddings, a tied or separate ``lm_head``, anything else (vision
+tower, projector). ``num_params`` then equals ``sum(p.numel() for p in model.parameters())``.
+Family facts that need the modelling code's behaviour (soft-capping, fp32 norms ...) stay at the
+Llama defaults. Results are cached per config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from functools import lru_cache
+from typing import Any
+
+from vramfit.errors import ModelError
+from vramfit.models.spec import Linear, ModelSpec
+
+EXTRA = "sim"  # pip install 'vramfit[sim]': torch and transformers
+
+
+def spec_from_transformers(config: dict, unsupported: str) -> ModelSpec:
+    """The spec of ``config``'s model as transformers builds it; ``unsupported`` starts every error."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ModelError(
+            f"{unsupported}: vramfit reads it only from transformers' own modules; install the "
+            f"'{EXTRA}' extra (pip install 'vramfit[{EXTRA}]') for torch and transformers"
+        ) from None
+    return _cached(json.dumps(config, sort_keys=True, default=str), unsupported)
+
+
+@lru_cache(maxsize=32)
+def _cached(config_json: str, unsupported: str) -> ModelSpec:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = json.loads(config_json)
+    kwargs = {k: v for k, v in config.items() if k not in ("auto_map", "quantization_config")}
+    try:
+        cfg = AutoConfig.for_model(**kwargs)
+        auto = AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
+        with torch.device("meta"):
+            model = auto.from_config(cfg)  # never trust_remote_code
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{unsupported} (transformers cannot build it as a causal LM: {exc})") from None
+    return _read(model, cfg.get_text_config(), config["model_type"], unsupported)
+
+
+def _decoder_layers(model: Any) -> tuple[str, Any]:
+    """(name, ModuleList) of the decoder layers: the ModuleList holding the most parameters."""
+    import torch
+
+    best, size = None, -1
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and "vision" not in name and "visual" not in name:
+            n = sum(p.numel() for p in mod.parameters())
+            if n > size:
+                best, size = (name, mod), n
+    if best is None:
+        raise ModelError("no decoder layers found")
+    return best
+
+
+def _group(path: str, out_features: int, experts: int) -> str:
+    if "shared_expert" in path:
+        return "shared_expert"
+    if "expert" in path:
+        return "expert"
+    if any(a in path for a in ("attn", "attention")):
+        return "attn"
+    if experts and out_features == experts:
+        return "router"
+    return "mlp"
+
+
+def _layer_linears(layers: Any, experts: int) -> tuple[Counter, int]:
+    """Counter of Linear signatures -> layers holding them, and the other parameters' total."""
+    import torch
+
+    sigs: Counter = Counter()
+    other = 0
+    for layer in layers:
+        seen: set[int] = set()
+        for path, mod in layer.named_modules():
+            if isinstance(mod, torch.nn.Linear):
+                seen.update(id(p) for p in mod.parameters(recurse=False))
+                leaf = path.rsplit(".", 1)[-1]
+                sigs[(leaf, mod.in_features, mod.out_features, mod.bias is not None,
+                      _group(path, mod.out_features, experts), 1)] += 1
+        for path, p in layer.named_parameters():
+            if id(p) in seen:
+                continue
+            if p.dim() == 3:  # a bank of experts: (experts, in, out) or (experts, out, in)
+                leaf = path.rsplit(".", 1)[-1]
+                sigs[(leaf, p.shape[1], p.shape[2], False, "expert", p.shape[0])] += 1
+            else:
+                other += p.numel()
+    return sigs, other
+
+
+def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec:
+    hidden = getattr(text, "hidden_size", None)
+    heads = getattr(text, "num_attention_heads", None)
+    if not hidden or not heads:
+        raise ModelError(f"{unsupported} (not a transformer decoder: no hidden_size / attention heads)")
+    _, layers = _decoder_layers(model)
+    L = len(layers)
+    experts = int(getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0)
+                  or getattr(text, "n_routed_experts", 0) or 0)
+    sigs, other = _layer_linears(layers, experts)
+    # a dense MLP on some layers of an MoE model (Llama 4 interleaving) is not in the walked MoE block
+    linears = tuple(Linear(n, i, o, b, "dense_mlp" if experts and g == "mlp" and k < L else g, c,
+                           layers=0 if k == L else k)
+                    for (n, i, o, b, g, c), k in sigs.items())
+    embed = model.get_input_embeddings().weight.numel()
+    out = model.get_output_embeddings()
+    tied = out is not None and out.weight is model.get_input_embeddings().weight
+    head = 0 if tied or out is None else sum(p.numel() for p in out.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    layer_total = sum(p.numel() for p in layers.parameters())
+    norm_per_layer = other // L
+    vision = sum(p.numel() for name, p in model.named_parameters()
+                 if any(v in name for v in ("vision", "visual", "multi_modal_projector")))
+    rest = total - layer_total - embed - head - vision + (other - norm_per_layer * L)
+    kv = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or hidden // heads
+    inter = getattr(text, "intermediate_size", None) or 4 * hidden
+    return ModelSpec(
+        model_type=model_type, hidden_size=hidden, num_hidden_layers=L, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=head_dim, intermediate_size=inter,
+        vocab_size=model.get_input_embeddings().weight.shape[0], tie_word_embeddings=tied,
+        hidden_act=str(getattr(text, "hidden_act", "silu")), gated_mlp=any(s[0] == "up_proj" for s in sigs),
+        block_linears=linears, block_norm_params=norm_per_layer, final_norm_params=rest,
+        embedding_params=embed, lm_head_params=head, vision_params=vision,
+        num_experts=experts, num_experts_per_tok=int(getattr(text, "num_experts_per_tok", 0) or 0),
+        moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
+        max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
+        extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
+    )

@@ -1,0 +1,50 @@
+"""Unsloth's published maximum-context tables, through the planner's max-sequence search (issue 13)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+from vramfit import estimate
+from vramfit.plan.fit import max_seq_len_within
+from vramfit.scenario import parse_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "benchmarks" / "data" / "measured" / "max_context.jsonl"
+ROWS = [json.loads(x) for x in DATA.read_text().splitlines() if x.strip()]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("max_context", ROOT / "benchmarks" / "max_context.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rows_are_valid_scenarios_with_a_budget():
+    assert len(ROWS) == 16 and len({r["id"] for r in ROWS}) == 16
+    for r in ROWS:
+        parse_scenario(r["scenario"])
+        assert r["vram"]["bytes"] == int(r["vram"]["label"].split()[0]) * 1024**3
+        assert r["measured"]["metric"] == "max_seq_len" and r["measured"]["tokens"] > 0
+
+
+def test_the_search_returns_the_longest_sequence_that_fits():
+    row = next(r for r in ROWS if r["id"] == "UNSLOTH_CTX_2501-llama31-8b-unsloth-24gb")
+    budget, s = row["vram"]["bytes"], max_seq_len_within(row["scenario"], row["vram"]["bytes"])
+    peak = lambda n: estimate(parse_scenario({**row["scenario"], "seq_len": n})).peak.device_bytes  # noqa: E731
+    assert peak(s) <= budget < peak(s + 1)
+
+
+def test_unsloth_trains_an_order_of_magnitude_longer_context_than_hf_as_published():
+    """The README's contrast (Unsloth 12-13x HF + FA2 on 24-80 GB) comes out of the two profiles."""
+    res = {r["id"]: r for r in _bench().score(DATA)}
+    for gb in (24, 40, 48, 80):
+        u = res[f"UNSLOTH_CTX_2501-llama31-8b-unsloth-{gb}gb"]
+        h = res[f"UNSLOTH_CTX_2501-llama31-8b-hf-{gb}gb"]
+        published = u["published"] / h["published"]
+        assert 0.85 * published < u["ours"] / h["ours"] < 1.15 * published, gb
+
+
+def test_error_is_reported_per_framework():
+    summary = _bench().summary(_bench().score(DATA))
+    assert set(summary) == {"unsloth", "hf"} and summary["unsloth"]["n"] == 9 and summary["hf"]["n"] == 7

@@ -1,0 +1,36 @@
+"""`vramfit estimate` with a DeepSpeed config, a framework version, and its accuracy line."""
+
+import json
+
+from typer.testing import CliRunner
+
+from vramfit.cli.main import app
+
+runner = CliRunner()
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+def run(*args):
+    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_inline_deepspeed_config_sizes_the_reduce_bucket():
+    ds = json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8}})
+    r = run("estimate", "--model", MODEL, "--method", "full", "--num-gpus", "4", "--deepspeed-config", ds, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["scenario"]["parallelism"] == "zero2"
+    assert d["scenario"]["deepspeed_config"] == {"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}
+    assert {c["name"]: c["bytes"] for c in d["components"]}["comm_buffers"] == 500_000_000 * 2  # one bf16 bucket
+    assert d["accuracy"]["measured_path"] is False
+
+
+def test_accuracy_line_and_one_line_errors():
+    r = run("estimate", "--model", MODEL, "--method", "lora", "--framework", "litgpt")
+    assert r.exit_code == 0, r.output
+    assert "accuracy: 10 published measurement(s) on this path (litgpt · lora · none · none · none)" in r.output
+    bad = run("estimate", "--model", MODEL, "--framework-version", "transformers-4.30")
+    assert bad.exit_code == 2
+    assert "framework_version: hf has no modelled release 'transformers-4.30'" in bad.output
+    bad = run("estimate", "--model", MODEL, "--deepspeed-config", "{not json")
+    assert bad.exit_code == 2 and "deepspeed_config: inline JSON does not parse" in bad.output

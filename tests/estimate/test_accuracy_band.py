@@ -1,0 +1,25 @@
+"""Every estimate states its error band from the measured cases on (or nearest to) its path."""
+
+from vramfit import estimate
+
+
+def test_a_measured_path_lists_its_cases_and_errors():
+    r = estimate({"model": "bigscience/bloomz-7b1", "method": "lora", "precision": "fp32", "num_gpus": 1,
+                  "parallelism": "zero3", "offload": "optimizer+params"})
+    a = r.to_dict()["accuracy"]
+    assert a["measured_path"] and a["cases"] == ["PEFT_README-117"]
+    assert a["path"] == {"framework": "hf", "method": "lora", "sharding": "zero3", "offload": "optimizer+params",
+                         "quantization": "none"}
+    assert a["error_band"] == [-0.207, -0.207] and a["median_abs_error"] == 0.207
+    assert a["note"].startswith("1 published measurement(s) on this path (hf · lora · zero3 · optimizer+params · none)")
+
+
+def test_a_path_without_measurement_says_so_and_gives_the_nearest():
+    a = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
+    assert not a["measured_path"]
+    assert a["note"].startswith("no measurement behind this path (hf · qlora · none · none · bnb-4bit)")
+    # nearest: the same framework, method and quantization under ZeRO-3/FSDP (sharding differs)
+    assert a["matched_fields"] == ["framework", "method", "offload", "quantization"]
+    assert a["cases"] == ["PEFT_DOCS-119", "PEFT_DOCS-122"]
+    lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
+    assert lit["measured_path"] and len(lit["cases"]) == 10

@@ -1,0 +1,78 @@
+"""The step's big transients replayed through the caching allocator's segment rules
+(pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp; shared/design/cuda-memory-facts.md section 1)."""
+
+from vramfit.estimate import estimate, resolve_spec
+from vramfit.estimate.allocator import length_variation_note, step_transients, transient_reserved
+from vramfit.estimate.step import compute
+from vramfit.scenario import parse_scenario
+
+MiB = 1024**2
+
+
+def test_a_freed_block_is_split_for_a_smaller_request():
+    # 100 MiB freed, 50 MiB requested: best fit splits the cached block (> 1 MiB remains), no new segment
+    assert transient_reserved([100 * MiB, -1, 50 * MiB]) == (100 * MiB, 100 * MiB)
+
+
+def test_a_larger_request_opens_a_new_segment_and_the_old_stays_reserved():
+    # no cached block fits 200 MiB: a new segment; the freed 100 MiB is not returned (no empty_cache)
+    assert transient_reserved([100 * MiB, -1, 200 * MiB]) == (200 * MiB, 300 * MiB)
+
+
+def test_segments_round_to_2_mib_and_zero_bytes_allocate_nothing():
+    # a 16 MiB segment; under 1 MiB would remain, so the whole block is charged to allocated
+    assert transient_reserved([15 * MiB + 1, 0, -2, -1]) == (16 * MiB, 16 * MiB)
+    # 12 MiB + 1 B: a 14 MiB segment, split (2 MiB - 512 B remain, more than 1 MiB)
+    assert transient_reserved([12 * MiB + 1, -1]) == (12 * MiB + 512, 14 * MiB)
+
+
+def test_an_unsplit_block_is_charged_whole():
+    # 0.5 MiB would remain: the large pool does not split (remaining must exceed kSmallSize, 1 MiB)
+    assert transient_reserved([100 * MiB, -1, 100 * MiB - MiB // 2]) == (100 * MiB, 100 * MiB)
+
+
+def _step(**keys):
+    sc = parse_scenario(keys)
+    _, spec, _, _ = resolve_spec(sc)
+    return compute(spec, sc)
+
+
+LORA = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 2048}
+
+
+def test_standard_loss_leaves_the_bf16_logits_segment_cached():
+    # one fp32 logits block is 4 x 2048 tokens x 128256 rows = 1002 MiB exactly. Forward: saved fp32
+    # log-probs (1002) + working set 1002 + 501 (bf16 logits); backward: two 1002 MiB gradients: the
+    # first reuses the cached 1002 MiB block, the second cannot use the 501 MiB one -> new segment
+    ev = step_transients(_step(**LORA))
+    assert transient_reserved(ev) == (3 * 1002 * MiB, 3 * 1002 * MiB + 502 * MiB)
+    r = estimate(LORA).peak
+    assert r.reserved_bytes - r.allocated_bytes >= 502 * MiB
+
+
+def _concat(*runs: list[int]) -> list[int]:
+    out: list[int] = []
+    base = 0
+    for ev in runs:
+        out += [e if e >= 0 else e - base for e in ev]
+        base += sum(1 for e in ev if e >= 0)
+    return out
+
+
+def test_growing_batch_lengths_reserve_more_than_fixed_ones():
+    short, long = step_transients(_step(**{**LORA, "seq_len": 1024})), step_transients(_step(**LORA))
+    fixed = transient_reserved(_concat(long, long))[1]
+    assert fixed == transient_reserved(long)[1]  # the same sizes every step: served from the cache
+    assert transient_reserved(_concat(long, short))[1] == fixed  # shorter ones split cached blocks
+    growing = transient_reserved(_concat(short, long))[1]
+    # the short batch's segments stay reserved: its 501 MiB blocks serve only the long batch's bf16
+    # logits (501 MiB), its fp32 ones (1002 MiB) each need a new segment
+    assert fixed + 1024 * MiB < growing < fixed + transient_reserved(short)[1]
+
+
+def test_length_variation_is_stated_when_loss_tensors_dominate():
+    r = _step(**LORA)
+    assert length_variation_note(r, 40 * 1024 * MiB).startswith("Reserved memory assumes every micro-batch is 2048")
+    assert any(a.startswith("Reserved memory assumes") for a in estimate(LORA).assumptions)
+    # Liger's fused loss keeps only chunk-sized tensors: not stated
+    assert not any(a.startswith("Reserved memory assumes") for a in estimate({**LORA, "loss": "fused"}).assumptions)

@@ -1,0 +1,127 @@
+"""The DeepSpeed config as an input: typed parsing, HF's "auto" values, and the ZeRO buffers it sizes."""
+
+import json
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate import deepspeed as ds
+from vramfit.estimate.core import comm_buffers
+from vramfit.estimate.framework import scenario_profile
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import Offload, Parallelism, parse_scenario
+
+LLAMA = resolve_model("meta-llama/Llama-3.1-8B").spec  # h = 4096
+BLOOM = resolve_model("bigscience/bloomz-7b1").spec  # h = 4096, tied V = 250880
+
+
+def _sc(**keys):
+    base = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "num_gpus": 4}
+    return parse_scenario({**base, **keys})
+
+
+def _comm(spec, sc):
+    return comm_buffers(spec, sc, scenario_profile(sc), compute(spec, sc).parts)
+
+
+def test_auto_is_filled_from_the_hidden_size_and_missing_keys_take_deepspeeds_defaults():
+    z = ds.resolve(ds.from_mapping({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                                                          "stage3_prefetch_bucket_size": "auto",
+                                                          "stage3_param_persistence_threshold": "auto"}}), 4096, 3)
+    assert (z.reduce_bucket_size, z.prefetch_bucket_size, z.persistence_threshold) == (4096**2, int(0.9 * 4096**2), 40960)
+    assert z.max_live_parameters == 1_000_000_000 and z.overlap_comm  # overlap_comm defaults on at stage 3
+    plain = ds.resolve(ds.DeepSpeedConfig(), 4096, 2)
+    assert (plain.reduce_bucket_size, plain.overlap_comm, plain.contiguous_gradients) == (500_000_000, False, True)
+
+
+def test_zero2_reduce_buckets_come_from_the_config_not_the_hidden_size():
+    one = {"stage": 2, "reduce_bucket_size": 1e8, "overlap_comm": False}
+    assert _comm(LLAMA, _sc(deepspeed_config={"zero_optimization": one})) == 100_000_000 * 2
+    two = {**one, "overlap_comm": True}  # stage_1_and_2.py setup_buckets: buf_0 and buf_1
+    assert _comm(LLAMA, _sc(deepspeed_config={"zero_optimization": two})) == 2 * 100_000_000 * 2
+    none = {**one, "contiguous_gradients": False}
+    assert _comm(LLAMA, _sc(deepspeed_config={"zero_optimization": none})) == 0
+    # the HF docs template: reduce_bucket_size "auto" = h*h, overlap_comm true, bf16 buckets
+    assert _comm(LLAMA, _sc(parallelism="zero2")) == 2 * 4096 * 4096 * 2
+
+
+def test_zero3_keeps_max_live_parameters_gathered_plus_the_tied_head():
+    # PEFT_README-117's setup: bloomz-7b1 fp32, DeepSpeed defaults (accelerate's generated config)
+    sc = parse_scenario({"model": "bigscience/bloomz-7b1", "method": "lora", "precision": "fp32",
+                         "lora_targets": ["query_key_value"], "micro_batch_size": 8, "seq_len": 64,
+                         "deepspeed_config": {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                                    "offload_param": {"device": "cpu"}}}})
+    assert (sc.parallelism, sc.offload) == (Parallelism.ZERO3, Offload.OPTIMIZER_PARAMS)
+    ipg = 500_000_000 * 4
+    gathered = 1_000_000_000 * 4 + 250880 * 4096 * 4
+    assert _comm(BLOOM, sc) == ipg + gathered
+    fewer = sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                               "offload_param": {"device": "cpu"},
+                                                               "stage3_max_live_parameters": 1e8}})
+    assert _comm(BLOOM, sc) - _comm(BLOOM, fewer) == 900_000_000 * 4
+
+
+def test_a_config_file_is_read_and_round_trips(tmp_path):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": True}}))
+    sc = _sc(deepspeed_config=str(p))
+    assert sc.parallelism is Parallelism.ZERO2 and sc.deepspeed_config.reduce_bucket_size == "auto"
+    assert parse_scenario(sc.to_dict()) == sc
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"deepspeed_config": {"zero_optimization": {"stage": 3}}, "parallelism": "zero2"}, "stage 3 means parallelism zero3"),
+    ({"deepspeed_config": {"zero_optimization": {"stage": 2, "allgather_bucket_size": "auto"}}}, "'auto' is filled"),
+    ({"deepspeed_config": {"zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}}, "whole number"),
+    ({"deepspeed_config": {"zero_optimization": {"stage": 5}}}, "0, 1, 2 or 3"),
+    ({"deepspeed_config": {"zero_optimization": {"stage": 2}}, "offload": "optimizer"}, "offload none"),
+    ({"deepspeed_config": {"zero_optimization": {}}, "parallelism": "fsdp"}, "applies to DeepSpeed ZeRO"),
+    ({"deepspeed_config": "/no/such/ds.json"}, "file not found"),
+    ({"deepspeed_config": 3}, "path to its JSON file"),
+])
+def test_bad_configs_get_one_line_naming_the_key(keys, words):
+    with pytest.raises(ScenarioError, match=words) as e:
+        _sc(**keys)
+    assert e.value.key == "deepspeed_config" and "\n" not in str(e.value)
+
+
+def test_zero3_keeps_one_subgroups_fp32_gradients_and_takes_the_norm_in_float64():
+    sc = _sc(num_gpus=8, parallelism="zero3")
+    base = compute(LLAMA, sc)
+    small = compute(LLAMA, sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "sub_group_size": 1e8}}))
+    # the 8B model's per-GPU partition (1.0e9 elements) is above both sub_group_size values
+    assert base.parts.master_weights - small.parts.master_weights == 4 * (1_000_000_000 - 100_000_000)
+    off = compute(LLAMA, sc.replace(offload="optimizer"))
+    assert off.parts.master_weights == 0  # offloaded: the sub-group buffer lives in pinned host memory
+    # float64 copy of the largest gradient partition (the 128256 x 4096 output layer over 8 GPUs)
+    assert base.opt_temp == 8 * (-(-128256 * 4096 // 8))
+
+
+def test_qlora_under_deepspeed_has_no_fp32_upcast():
+    # the engine casts every floating parameter to bf16 (engine.py _cast_module_mixed_precision)
+    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "num_gpus": 2}
+    ddp = compute(LLAMA, parse_scenario({**keys, "parallelism": "ddp"}))
+    z2 = compute(LLAMA, parse_scenario({**keys, "parallelism": "zero2"}))
+    assert ddp.profile.qlora_unquantized_fp32 and not z2.profile.qlora_unquantized_fp32
+    # embeddings + lm_head + 65 norms in bf16 instead of fp32 (ZeRO-2 does not shard weights)
+    assert ddp.parts.weights - z2.parts.weights == 2 * (2 * 128256 * 4096 + 65 * 4096)
+
+
+def test_zero3_keeps_parameters_under_the_persistence_threshold_whole_on_every_gpu():
+    def adapters(n, threshold):
+        ds_cfg = {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": threshold}}
+        sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "num_gpus": n,
+                             "deepspeed_config": ds_cfg})
+        return compute(LLAMA, sc).parts.adapters
+
+    whole = adapters(1, 0)
+    assert adapters(8, 10**12) == whole  # every adapter persists: not sharded
+    assert adapters(8, 0) == pytest.approx(whole / 8, abs=8 * 512)  # none persists: 1/8 each (+ rounding)
+    assert adapters(8, 0) < adapters(8, 100_000) < whole  # r x 4096 adapters persist, r x 14336 ones do not
+
+
+def test_zero2_step_copies_its_gradient_partition_to_fp32():
+    step = compute(LLAMA, _sc(parallelism="zero2"))  # 4 GPUs, full fine-tuning, no offload
+    assert step.opt_temp == 4 * -(-step.parts.num_trainable // 4)
+    assert compute(LLAMA, _sc(parallelism="zero2", offload="optimizer")).opt_temp == 0  # the step runs on the CPU

@@ -1,0 +1,83 @@
+"""The activation walk of the new blocks: multi-head latent attention, attention sinks, shared
+experts. Each test checks the exact tensors a field adds (T tokens, c bytes of bf16)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vramfit.estimate.activations import block_saved
+from vramfit.estimate.framework import PROFILES
+from vramfit.models import spec_from_hf_config
+from vramfit.scenario import parse_scenario
+
+HF = next(p for p in (PROFILES.values() if isinstance(PROFILES, dict) else PROFILES)
+          if p.runs_transformers_modeling)
+DS = dict(
+    model_type="deepseek_v3", hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+    num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=8, n_routed_experts=8,
+    n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=0, q_lora_rank=384,
+    kv_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, vocab_size=8192,
+)
+T, C = 512, 2
+
+
+def saved(spec, **sc):
+    scenario = parse_scenario({"model": "generic:1B", "method": "full", "seq_len": T,
+                               "precision": "bf16-true", **sc})
+    return block_saved(spec, scenario, HF, [], False).items
+
+
+def test_mla_saves_latents_and_the_whole_kv_up_projection():
+    items = saved(spec_from_hf_config(DS))
+    assert items["q_a_norm.fp32_in"] == 4 * T * 384
+    assert items["kv_a_norm.fp32_in"] == 4 * T * 256
+    assert items["q_b_proj.in"] == C * T * 384  # q_b_proj's weight gradient needs the latent
+    assert items["kv_b_proj.in"] == C * T * 256
+    assert items["q"] == C * T * 8 * 96  # qk_nope + qk_rope
+    assert items["kv_b_out"] == C * T * 8 * (64 + 64)  # v is a view of it
+    assert items["attn.out"] == C * T * 8 * 64  # v_head_dim wide
+    assert "v" not in items
+
+
+def test_shared_expert_adds_a_dense_gated_mlp_per_token():
+    spec = spec_from_hf_config(DS)
+    with_shared = saved(spec)
+    no_shared = saved(spec_from_hf_config({**DS, "n_shared_experts": 0}))
+    for key in ("shared.gate_out", "shared.act_out", "shared.up_out", "shared.mid"):
+        assert with_shared[key] == C * T * 256
+    assert sum(with_shared.values()) - sum(no_shared.values()) == 4 * C * T * 256
+
+
+def test_attention_sinks_add_one_softmax_column():
+    cfg = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000)
+    spec = spec_from_hf_config(cfg)
+    sinks = saved(spec)
+    assert sinks["attn.softmax_out"] == C * 4 * T * (T + 1)  # bf16 softmax, one sink column
+    plain = saved(replace(spec, attention_sinks=False))
+    assert plain["attn.softmax_out"] == C * 4 * T * T
+
+
+def test_sink_softmax_backward_transient_in_bf16():
+    from vramfit.estimate.activations import block_backward_transient
+
+    cfg = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000)
+    spec = spec_from_hf_config(cfg)
+    sc = parse_scenario({"model": "generic:1B", "method": "full", "seq_len": T, "precision": "bf16-true"})
+    # softmax grad, its backward output and the zeros probs[..., :-1]'s backward scatters into
+    assert block_backward_transient(spec, sc, HF) == 3 * C * 4 * T * (T + 1)
+
+
+def test_vision_tower_weights_are_held():
+    from vramfit.estimate import estimate
+
+    def weights(model):
+        est = estimate({"model": model, "method": "lora", "seq_len": 512})
+        return dict(est.peak.breakdown)["weights"]
+
+    # Qwen2.5-VL-7B's language model has Qwen2.5-7B's shapes; the 676,550,144 vision parameters
+    # add their bf16 bytes to the frozen weights
+    assert weights("Qwen/Qwen2.5-VL-7B-Instruct") - weights("Qwen/Qwen2.5-7B") == 2 * 676_550_144

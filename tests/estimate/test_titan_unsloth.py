@@ -1,0 +1,140 @@
+"""torchtitan and Unsloth profiles: the exact tensors their code keeps (issue 13)."""
+
+import json
+
+from vramfit.estimate import estimate
+from vramfit.estimate.activations import op_sac_saved
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.framework import runs_under_autocast
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+MODEL = "meta-llama/Llama-3.1-8B"
+SPEC = resolve_model(MODEL).spec
+T, H, W, L = 4096, 4096, 14336, 32  # micro_batch_size 1 x seq_len 4096; hidden; MLP width; layers
+ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _titan(**keys):
+    return parse_scenario({"model": MODEL, "framework": "torchtitan", "method": "full", "seq_len": T,
+                           "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", **keys})
+
+
+def _unsloth(framework="unsloth", **keys):
+    return parse_scenario({"model": MODEL, "framework": framework, "method": "qlora", "seq_len": T, "lora_rank": 32,
+                           "lora_targets": ALL, "attention": "flash", **keys})
+
+
+def test_torchtitan_mixed_precision_is_a_param_cast_not_autocast():
+    sc = _titan()
+    assert sc.precision.value == "bf16-mixed"  # the profile's default: fp32 shards, bf16 all-gather
+    step = compute(SPEC, sc)
+    assert not runs_under_autocast(sc, step.profile)
+    # the residual stream is bf16: the first norm's fp32 upcast is a new tensor, the block input bf16
+    assert step.saved.items["norm1.fp32_in"] == 4 * T * H
+    full = compute(SPEC, _titan(gradient_checkpointing="full"))
+    assert full.acts.blocks == L * round_allocation(2 * T * H)  # checkpointed block inputs are bf16
+    hf = compute(SPEC, parse_scenario({**sc.to_dict(), "framework": "hf"}))
+    assert "q_proj.autocast_in" in hf.saved.items and "q_proj.autocast_in" not in step.saved.items
+
+
+def test_op_sac_keeps_every_second_matmul_and_the_attention_output():
+    sc = _titan(gradient_checkpointing="selective-op")
+    # q (1st), v (3rd), gate (5th), down (7th) outputs; SDPA output and its fp32 log-sum-exp (32 heads)
+    kept = [2 * T * 4096, 2 * T * 1024, 2 * T * W, 2 * T * H, 2 * T * 4096, 4 * T * 32]
+    assert op_sac_saved(SPEC, sc, compute(SPEC, sc).profile) == sum(round_allocation(b) for b in kept)
+    step = compute(SPEC, sc)
+    assert step.acts.blocks == L * (round_allocation(2 * T * H) + sum(round_allocation(b) for b in kept))
+    full = compute(SPEC, _titan(gradient_checkpointing="full")).acts.blocks
+    none = compute(SPEC, _titan(gradient_checkpointing="none")).acts.blocks
+    assert full < step.acts.blocks < none
+
+
+def test_torchtitan_compiles_blocks_but_not_the_loss():
+    titan = [compute(SPEC, _titan(compile=c)) for c in (False, True)]
+    assert titan[0].loss == titan[1].loss  # the loss stays eager
+    assert titan[1].acts.blocks < titan[0].acts.blocks  # the blocks are compiled
+    tune = [compute(SPEC, parse_scenario({**_titan(compile=c).to_dict(), "framework": "torchtune"})).loss
+            for c in (False, True)]
+    assert tune[0] != tune[1]  # torchtune's compile covers the loss
+
+
+def test_unsloth_lora_functions_save_only_their_inputs():
+    step, hf = compute(SPEC, _unsloth()), compute(SPEC, _unsloth("hf"))
+    keys = set(step.saved.items)
+    # LoRA_MLP saves X, e, g; LoRA_QKV X; LoRA_W X (fast_lora.py)
+    assert {"mlp_in", "mlp.gate_out", "mlp.up_out", "attn_in", "attn.out"} <= keys
+    assert step.saved.items["mlp.gate_out"] == step.saved.items["mlp.up_out"] == 2 * T * W
+    assert "mlp.act_out" in hf.saved.items and "mlp.act_out" not in keys
+    assert any(k.startswith("down_proj.lora") for k in hf.saved.items)  # PEFT keeps lora_A's output
+    assert not [k for k in keys if ".lora" in k]  # lora_A's output is recomputed
+    # the Triton RMSNorm keeps its bf16 input and the fp32 rstd; no fp32 copy, no fp32 residual
+    assert step.saved.items["block_in"] == 2 * T * H and step.saved.items["norm1.rstd"] == 4 * T
+    assert "norm1.fp32_in" not in keys
+    lora = sum(32 * (a.in_features + a.out_features) * a.per_layer * L for a in step.adapters)
+    assert step.parts.adapters == 4 * lora  # fp32 LoRA weights, 16-bit everything else
+
+
+def test_unsloth_loss_keeps_no_logits_and_offload_keeps_five_block_inputs():
+    step = compute(SPEC, _unsloth(gradient_checkpointing="offload"))
+    assert step.loss.saved == step.loss.forward_peak == 2 * T * H  # the hidden states' gradient
+    block_in = round_allocation(2 * T * H)
+    assert step.acts.blocks == 5 * block_in and step.acts.host == L * block_in
+    hf = compute(SPEC, _unsloth("hf", gradient_checkpointing="offload"))
+    assert hf.acts.blocks == 2 * round_allocation(4 * T * H)  # fp32 residual (prepare_model_for_kbit_training)
+
+
+def test_selective_op_recomputes_between_selective_and_full():
+    from vramfit.plan.throughput import model_flops, recompute_flops_per_token
+    from vramfit.scenario import Checkpointing
+
+    mf = model_flops(SPEC, T)
+    sel, op, full = (recompute_flops_per_token(mf, c) for c in
+                     (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP, Checkpointing.FULL))
+    assert sel < op < full and op == mf.matmul_params - mf.lm_head_params
+
+
+def test_the_simulator_refuses_what_it_cannot_run():
+    import pytest
+
+    from vramfit.errors import ScenarioError
+    from vramfit.measure.build import check_measurable
+    from vramfit.sim.build import _check_supported
+
+    for refuse in (_check_supported, check_measurable):
+        for key, value in (("framework", "unsloth"), ("framework", "torchtitan"), ("gradient_checkpointing", "selective-op")):
+            with pytest.raises(ScenarioError) as err:
+                refuse(parse_scenario({"model": MODEL, key: value}))
+            assert err.value.key == key
+
+
+def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+    from vramfit.web.app import create_app
+
+    res = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", "unslot"])
+    assert res.exit_code == 2 and "hf, torchtune, litgpt, torchtitan, unsloth" in res.output
+    res = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", "torchtitan", "--method", "full",
+                                   "--gradient-checkpointing", "selective-op", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["scenario"]["gradient_checkpointing"] == "selective-op"
+    client = TestClient(create_app())
+    body = {"model": MODEL, "framework": "unsloth", "method": "qlora", "gradient_checkpointing": "offload"}
+    want = estimate(parse_scenario(body)).peak.device_bytes
+    assert client.post("/api/estimate", json=body).json()["peak"]["device_bytes"] == want
+    assert client.post("/api/estimate", json={**body, "gradient_checkpointing": "op"}).status_code == 422
+
+
+def test_the_planner_keeps_a_selective_op_base_among_its_settings():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    res = CliRunner().invoke(app, ["plan", "--model", MODEL, "--framework", "torchtitan", "--method", "full",
+                                   "--gradient-checkpointing", "selective-op", "--seq-len", "8192", "--json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and "selective-op" in {p["gradient_checkpointing"] for p in plans}

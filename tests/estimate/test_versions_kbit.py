@@ -1,0 +1,76 @@
+"""framework_version (older releases' tensors) and kbit_prepare (QLoRA's fp32 upcast) as scenario choices."""
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate.framework import known_versions, scenario_profile
+from vramfit.estimate.loss import loss_memory
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import Framework, parse_scenario
+
+LLAMA = resolve_model("meta-llama/Llama-3.1-8B").spec  # V = 128256, h = 4096, 32 layers, untied
+
+
+def _sc(**keys):
+    return parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 1024, **keys})
+
+
+def test_versions_are_validated_against_the_profile():
+    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "peft-0.11"]
+    with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
+        _sc(framework_version="transformers-4.30")
+    assert e.value.key == "framework_version"
+    with pytest.raises(ScenarioError, match="valid values: torchtune-0.4"):
+        _sc(framework="torchtune", framework_version="peft-0.11")
+
+
+def test_transformers_before_4_45_makes_fp32_logits_in_the_model():
+    TV = 1024 * 128256
+    new, old = _sc(), _sc(framework_version="transformers-4.44")
+    a, b = (loss_memory(LLAMA, s, scenario_profile(s)) for s in (new, old))
+    assert a.forward_peak == (2 + 4 + 4) * TV  # bf16 logits, fp32 upcast, log_softmax
+    assert b.forward_peak == (4 + 4 + 4) * TV  # fp32 logits, shifted fp32 copy, log_softmax
+    assert a.backward_peak == b.backward_peak
+
+
+def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():
+    new, old = compute(LLAMA, _sc()).parts, compute(LLAMA, _sc(framework_version="peft-0.11")).parts
+    assert new.adapters == 2 * old.adapters  # fp32 vs bf16, same tensors
+
+
+def test_kbit_prepare_decides_the_fp32_upcast_and_gptq_is_never_cast():
+    # embeddings + lm_head + 65 RMSNorm weights of 4096, fp32 vs bf16
+    unquantized = 2 * 128256 * 4096 + 65 * 4096
+    yes, no = (compute(LLAMA, _sc(method="qlora", kbit_prepare=k)).parts.weights for k in ("yes", "no"))
+    assert yes - no == 2 * unquantized
+    assert compute(LLAMA, _sc(method="qlora")).parts.weights == yes  # hf's recipe calls it
+    assert compute(LLAMA, _sc(method="qlora", framework="torchtune")).parts.weights == no
+    gptq = _sc(method="qlora", quantize="gptq-int4", kbit_prepare="yes")
+    assert not scenario_profile(gptq).qlora_unquantized_fp32
+    with pytest.raises(ScenarioError, match="valid values: auto, yes, no"):
+        _sc(kbit_prepare="maybe")
+
+
+def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():
+    # q, o 4096^2; k, v 4096 x 1024; gate, up, down 4096 x 14336: 218,103,808 weights per block
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    gptq = compute(LLAMA, _sc(method="qlora", quantize="gptq-int4", gradient_checkpointing="full"))
+    nf4 = compute(LLAMA, _sc(method="qlora", gradient_checkpointing="full", kbit_prepare="no"))
+    assert gptq.acts.saved.items["gptq.dequantized_weights"] == 2 * layer
+    assert "gptq.dequantized_weights" not in nf4.acts.saved.items
+    # recomputed under checkpointing: the whole layer in 16 bits during its backward
+    assert gptq.acts.recompute == gptq.acts.per_layer >= 2 * layer
+
+
+def test_litgpt_2024_unties_the_head_holds_unsharded_grads_and_unchunked_logits():
+    gemma = resolve_model("meta-llama/Llama-3.2-1B").spec  # tied V = 128256, h = 2048
+    keys = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "framework": "litgpt", "seq_len": 512}
+    old, new = (compute(gemma, parse_scenario({**keys, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
+    assert new.spec.lm_head_params == gemma.embedding_params and old.spec.lm_head_params == 0
+    assert new.parts.num_trainable - old.parts.num_trainable == 128256 * 2048
+    TV = 512 * 128256  # bf16 logits (bf16-mixed): saved logits + log_softmax, whole logits gradient, one chunk's two
+    assert new.loss.detail.startswith("litgpt full.py") and new.loss.backward_peak == 2 * 2 * TV + 2 * TV + 2 * 2 * 128 * 128256
+    fsdp = {**keys, "num_gpus": 4, "parallelism": "fsdp", "grad_accum": 2}
+    a, b = (compute(gemma, parse_scenario({**fsdp, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
+    assert b.held_grads == 4 * b.parts.gradients and a.held_grads == a.parts.gradients

@@ -1,0 +1,73 @@
+"""Any decoder transformers ships: the spec read from its real modules on the meta device. Counts
+equal transformers' own ``sum(p.numel() for p in model.parameters())`` (computed here too)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from vramfit.errors import ModelError
+from vramfit.models import spec_from_hf_config
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=1000)
+CASES = {
+    "olmo": {**TINY, "num_key_value_heads": 4},
+    "starcoder2": TINY,
+    "granite": TINY,
+    "qwen2_moe": {**TINY, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128,
+                  "num_experts": 8, "num_experts_per_tok": 2},
+}
+LLAMA4 = {**TINY, "num_hidden_layers": 4, "intermediate_size": 128, "intermediate_size_mlp": 512,
+          "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "head_dim": 64}
+
+
+def transformers_count(cfg: dict) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("model_type", CASES)
+def test_count_equals_transformers(model_type):
+    cfg = {"model_type": model_type, **CASES[model_type]}
+    spec = spec_from_hf_config(cfg)
+    assert spec.num_params == transformers_count(cfg)
+    assert spec.extra["read_from"].startswith("transformers modules")
+
+
+def test_expected_counts_and_layout():
+    qwen2_moe = spec_from_hf_config({"model_type": "qwen2_moe", **CASES["qwen2_moe"]})
+    assert qwen2_moe.num_params == 2_586_624
+    groups = {(lin.name, lin.group) for lin in qwen2_moe.block_linears}
+    assert {("shared_expert_gate", "shared_expert"), ("gate_up_proj", "expert"), ("q_proj", "attn")} <= groups
+
+
+
+def test_llama4_text_builder_matches_transformers():
+    # the torch-free builder (vramfit.models.hf_moe) against the real modules
+    cfg = {"model_type": "llama4_text", **LLAMA4}
+    llama4 = spec_from_hf_config(cfg)
+    assert llama4.num_params == transformers_count(cfg) == 3_072_256
+    # interleave_moe_layer_step=2: two of four layers are MoE, two keep the dense MLP
+    assert {(lin.group, lin.layers) for lin in llama4.block_linears if lin.name == "gate_proj"} == {
+        ("dense_mlp", 2), ("shared_expert", 2)}
+
+
+def test_not_a_transformer_decoder_is_a_clear_error():
+    with pytest.raises(ModelError, match="unsupported model_type 't5'") as err:
+        spec_from_hf_config({"model_type": "t5"})
+    assert "llama" in err.value.valid
+
+
+def test_without_torch_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with pytest.raises(ModelError, match=r"install the 'sim' extra"):
+        spec_from_hf_config({"model_type": "granite", **TINY})
