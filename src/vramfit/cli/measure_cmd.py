@@ -15,7 +15,7 @@ import typer
 from vramfit import limits
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.errors import ScenarioError, VramfitError
-from vramfit.safe_input import decode_utf8, one_line, path_kind, shown, user_path, writable_file
+from vramfit.safe_input import one_line, path_kind, shown, user_path, writable_file
 
 DB_HELP = "Runs database: a SQLAlchemy URL (postgresql+psycopg://…) or a SQLite file path. Default: $VRAMFIT_DB, else a SQLite file in the user data directory."
 
@@ -68,6 +68,17 @@ def _user_errors(func):
     return user_errors(func)
 
 
+def _report_bad_rows(st) -> None:
+    """One line on stderr for stored runs left out because they break the record schema."""
+    if not st.bad_rows:
+        return
+    _, err_console = _consoles()
+    first = "; ".join(f"{rid[:40]}: {why[:120]}" for rid, why in st.bad_rows[:3])
+    more = f" (and {len(st.bad_rows) - 3} more)" if len(st.bad_rows) > 3 else ""
+    err_console.print(f"warning: {len(st.bad_rows)} stored run(s) break the record schema and were left out: "
+                      f"{first}{more}", highlight=False, markup=False)
+
+
 def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
     return VramfitError(f"{exc.name} is not installed: install the measure extra (pip install 'vramfit[measure]')")
 
@@ -111,7 +122,7 @@ def measure(
 
         run_store = _store(db) if store else None
         if run_store is not None:
-            run_store.count()  # open (and create) the database before spending GPU time
+            run_store.prepare()  # open (and create) the database before spending GPU time
         if not json_out:
             err_console.print(f"measuring {sc.model or sc.params} for {steps} step(s) on {sc.num_gpus} {device} "
                               "device(s) …", highlight=False, markup=False)
@@ -148,6 +159,7 @@ def runs_list(
     _check_text("model", model), _check_text("method", method), _check_text("gpu", gpu)
     st = _store(db)
     recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit)
+    _report_bad_rows(st)
     if json_out:
         sys.stdout.write("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
         return
@@ -190,7 +202,9 @@ def runs_export(
     if fmt not in ("measured", "records"):
         raise VramfitError(f"format: unknown value {shown(fmt)} (valid values: measured, records)")
     out = None if path == "-" else writable_file("path", path)  # checked before the store is read
-    recs = list(reversed(_store(db).list(model=_check_text("model", model))))  # oldest first: appending exports stays in order
+    st = _store(db)
+    recs = list(reversed(st.list(model=_check_text("model", model))))  # oldest first: appending exports stays in order
+    _report_bad_rows(st)
     if fmt == "records":
         text, n_lines, skipped = dumps_records(recs), len(recs), 0
     else:
@@ -203,7 +217,9 @@ def runs_export(
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(out)
         except OSError as exc:
-            raise ScenarioError("path", f"cannot write {shown(str(out))}: {exc.strerror}") from None
+            if tmp.is_file():
+                tmp.unlink()
+            raise ScenarioError("path", f"cannot write {shown(str(out))}: {exc.strerror or exc}") from None
     _, err_console = _consoles()
     err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
                       + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
@@ -216,14 +232,16 @@ def runs_import(
     path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or benchmarks/data/measured/)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Import runs from JSON Lines: every line is checked first; all are stored, or none."""
-    from vramfit.measure.records import parse_lines
+    """Import runs from JSON Lines: every line is checked; all are stored, or none."""
+    from vramfit.measure.records import iter_runs, read_lines
 
     if not path.is_file():
         raise VramfitError(f"file not found: {shown(str(path))}")
-    recs = parse_lines(decode_utf8("path", path.read_bytes(), shown(str(path))))
     st = _store(db)
-    added, skipped = st.add_many(recs)
+    try:  # read line by line inside the one transaction: memory stays bounded whatever the file's size
+        added, skipped = st.add_many(iter_runs(read_lines(path)), checked=True)
+    except OSError as exc:
+        raise VramfitError(f"cannot read {str(path)[:200]}: {exc.strerror or exc}") from None
     console, _ = _consoles()
     console.print(f"imported {added} run(s) into {st.redacted_url}"
                   + (f"; {skipped} already present" if skipped else ""), highlight=False)
@@ -237,7 +255,9 @@ def calibrate(
     """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply."""
     from vramfit.measure.calibration import calibrate as run_calibrate
 
-    recs = _store(db).list(model=_check_text("model", model))
+    st = _store(db)
+    recs = st.list(model=_check_text("model", model))
+    _report_bad_rows(st)
     rep = run_calibrate(recs)
     if json_out:
         sys.stdout.write(json.dumps(rep.to_dict(), indent=2) + "\n")
@@ -245,6 +265,9 @@ def calibrate(
     from vramfit.measure.report import render_calibration
 
     console, _ = _consoles()
+    if not recs and model:
+        console.print("no stored run matches --model", highlight=False)
+        return
     if not recs:
         console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
         return
