@@ -2,7 +2,7 @@
 
 Pages: ``/`` (the calculator) and ``/guide`` (the fine-tuning memory guide, EN/PT), both rendered
 from templates, with plain JavaScript and Plotly served from this server (no CDN).
-API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``; ``GET /api/models``, ``/api/gpus``;
+API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``, ``/api/import``; ``GET /api/models``, ``/api/gpus``;
 the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_scenario` (see
 :mod:`vramfit.web.service`), so errors read as the CLI's; they come back as HTTP 422
 ``{"error", "key", "valid"}``.
@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
-from vramfit.web import pages, planning
+from vramfit.web import importing, pages, planning
 from vramfit.web.schemas import (
     REQUEST_MODELS,
     ErrorOut,
@@ -183,6 +183,14 @@ def create_app() -> FastAPI:
     async def api_sweep(request: Request) -> JSONResponse:
         """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
         return JSONResponse(planning.sweep(await read_body(request)))
+
+    @app.post("/api/import", tags=["api"], response_model=None, openapi_extra=_body_doc("ImportIn"),
+              responses={200: {"description": "{dialect, scenario, report: [{kind, key, value, note, becomes}], "
+                                              "defaults_source}"}, **_ERRORS})
+    async def api_import(request: Request) -> JSONResponse:
+        """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
+        what became of each key; files the config names are never opened."""
+        return JSONResponse(importing.import_config(await read_body(request)))
 
     @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
     def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):
