@@ -36,3 +36,18 @@ def test_pasted_axolotl_config_fills_the_form(base_url, page_factory):
     expect(page.locator("#import-report li", has_text="output_dir")).to_contain_text("ignored")
     wait_result(page, "meta-llama/Llama-3.1-8B")
     assert "seq_len=1536" in page.url
+
+
+def test_dataset_upload_draws_the_length_histogram(base_url, page_factory, tmp_path):
+    rows = "".join('{"text": "%s"}\n' % ("word " * n) for n in (8, 80, 400, 2000))
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text(rows)
+    page = page_factory()
+    page.goto(base_url + "/?model=meta-llama%2FLlama-3.1-8B&method=qlora&gpu=rtx4090")
+    wait_result(page)
+    page.click("#dsup summary")
+    page.set_input_files("#ds-file", str(sample))
+    expect(page.locator("#ds-msg")).to_contain_text("4 samples", timeout=10000)
+    bars = page.evaluate("() => document.getElementById('ds-chart').data[0].y.reduce((a, b) => a + b, 0)")
+    assert bars == 4
+    expect(page.locator("#ds-chart")).to_contain_text("fits up to")

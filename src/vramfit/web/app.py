@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
-from vramfit.web import importing, pages, planning
+from vramfit.web import dataset_upload, importing, pages, planning
 from vramfit.web.schemas import (
     REQUEST_MODELS,
     ErrorOut,
@@ -191,6 +191,25 @@ def create_app() -> FastAPI:
         """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
         what became of each key; files the config names are never opened."""
         return JSONResponse(importing.import_config(await read_body(request)))
+
+    @app.post("/api/dataset", tags=["api"], response_model=None,
+              responses={200: {"description": "{rows, exact_tokens (false: chars-per-token approximation), "
+                                              "percentiles, histogram: [{from, to, samples}], card}"}, **_ERRORS})
+    async def api_dataset(request: Request) -> JSONResponse:
+        """A small dataset file (multipart ``file``: .jsonl, .json, .csv; optional ``scenario`` JSON text):
+        the histogram of its sample lengths (approximate tokens) and the card's longest fitting sequence."""
+        declared = request.headers.get("content-length")
+        limit = dataset_upload.MAX_UPLOAD_BYTES + 64 * 1024  # the file plus the multipart envelope
+        if declared is None or not declared.isdigit() or int(declared) > limit:
+            raise ApiError(413, "file", f"the upload needs a Content-Length of at most {limit} bytes")
+        async with request.form(max_files=1, max_fields=2) as form:
+            upload, scenario = form.get("file"), form.get("scenario")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(422, "file", "send the dataset as the multipart field 'file'")
+            raw = await upload.read(dataset_upload.MAX_UPLOAD_BYTES + 1)
+            name = upload.filename or ""
+        text = scenario if isinstance(scenario, str) else None
+        return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
 
     @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
     def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):

@@ -52,6 +52,18 @@ STRINGS: dict[str, tuple[str, str]] = {
                  "{nm} not modelled yet.",
                  "Configuração {dialect}: {read} chaves lidas, {default} predefinições, {ignored} ignoradas, "
                  "{nm} ainda não modeladas."),
+    "ds.title": ("Your dataset's lengths (upload a small sample)", "Os comprimentos do teu dataset (envia uma amostra pequena)"),
+    "ds.choose": ("JSON Lines, JSON or CSV, at most 4 MiB", "JSON Lines, JSON ou CSV, até 4 MiB"),
+    "ds.note": ("Tokens are approximate (4 characters per token, no tokenizer); `vramfit plan --dataset "
+                "--tokenizer` counts them exactly.",
+                "Os tokens são aproximados (4 caracteres por token, sem tokenizador); `vramfit plan --dataset "
+                "--tokenizer` conta-os exatamente."),
+    "ds.busy": ("Reading…", "A ler…"),
+    "ds.done": ("{rows} samples; p50 {p50}, p99 {p99}, longest {max} tokens (approximate).",
+                "{rows} amostras; p50 {p50}, p99 {p99}, a maior {max} tokens (aproximado)."),
+    "ds.samples": ("samples", "amostras"),
+    "ds.tokens": ("tokens per sample (approximate)", "tokens por amostra (aproximado)"),
+    "ds.card": ("{card} fits up to {n} tokens", "{card} cabe até {n} tokens"),
     "imp.kind.read": ("read", "lida"),
     "imp.kind.default": ("default", "predefinição"),
     "imp.kind.ignored": ("ignored", "ignorada"),
