@@ -10,9 +10,13 @@ the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_sce
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -38,7 +42,17 @@ from vramfit.web.service import (
 )
 
 HERE = Path(__file__).resolve().parent
+#: Seconds a request may take to send its body once its headers are in; a client that declares a
+#: body and never sends it would otherwise hold a connection (and a worker task) forever. 256 KiB
+#: (MAX_BODY_BYTES) takes well under a second even at 10 Mbit/s, so 10 s only cuts off stalled peers.
+BODY_TIMEOUT_S = 10.0
+#: Host names the server answers to without being told (``--host`` and ``--allow-host`` add more):
+#: a page at another name that resolves to this machine (DNS rebinding) is refused.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "the Host header does not name this server"},
+    408: {"model": ErrorOut, "description": "the request body did not arrive in time"},
     413: {"model": ErrorOut, "description": "request body too large"},
     422: {"model": ErrorOut, "description": "invalid input: the field at fault and its valid values"},
 }
@@ -67,12 +81,94 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def send_with_headers(message: dict) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = list(message.get("headers", [])) + self.HEADERS
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # The generic 500: Starlette's own error page is sent from outside every middleware, so
+            # it would lack these headers. Answer here, then re-raise so the server logs the error.
+            if not started:
+                await send_json(send_with_headers, 500, {
+                    "error": "server: internal error (the server's log has the details)",
+                    "key": "server", "valid": None})
+            raise
+
+
+async def send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+    """A whole JSON response sent on a raw ASGI channel (for middleware)."""
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def served_hosts(host: str = "127.0.0.1", allow: Iterable[str] = ()) -> tuple[str, ...]:
+    """The Host header names answered: :data:`LOCAL_HOSTS`, the address served and ``allow``."""
+    names = [*LOCAL_HOSTS]
+    for name in (host, *allow):
+        name = name.strip().lower()
+        if name in _WILDCARDS:
+            continue
+        names.append(f"[{name}]" if ":" in name and not name.startswith("[") else name)
+    return tuple(dict.fromkeys(names))
+
+
+class HostCheck:
+    """Pure ASGI middleware: 400 unless the Host header names this server (see :func:`served_hosts`)."""
+
+    def __init__(self, app: Any, hosts: Iterable[str]):
+        self.app = app
+        self.hosts = frozenset(hosts)
+
+    @staticmethod
+    def host_name(header: str) -> str:
+        header = header.strip().lower()
+        if header.startswith("["):  # [v6]:port
+            return header[:header.find("]") + 1]
+        return header.rsplit(":", 1)[0] if ":" in header else header
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = next((v for k, v in scope.get("headers") or () if k == b"host"), b"")
+            name = self.host_name(raw.decode("latin-1"))
+            if name not in self.hosts:
+                shown = name if len(name) <= 60 else name[:60] + "…"
+                await send_json(send, 400, {
+                    "error": f"host: {shown!r} is not a name this server answers to (start it with "
+                             "--allow-host NAME to add one)", "key": "host", "valid": sorted(self.hosts)})
+                return
+        await self.app(scope, receive, send)
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON response; a result that is not finite (JSON has no Infinity) is a 422, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:
+            path = _non_finite(content) or ("result",)
+            raise ApiError(422, path[-1], "the result is not a finite number with these inputs; "
+                           "make them smaller or more realistic") from None
+
+
+def _non_finite(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite(v, (*path, str(k)) if isinstance(k, str) else path)
+        if found:
+            return found
+    return None
 
 
 def _body_doc(model: str) -> dict[str, Any]:
@@ -81,17 +177,23 @@ def _body_doc(model: str) -> dict[str, Any]:
 
 
 async def read_body(request: Request) -> Any:
-    """The JSON body, read up to :data:`MAX_BODY_BYTES` (413 beyond)."""
+    """The JSON body, read up to :data:`MAX_BODY_BYTES` (413 beyond) within the app's body
+    timeout (:data:`BODY_TIMEOUT_S`; 408 after it)."""
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
         raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
+    timeout = request.app.state.body_timeout_s
+    try:
+        with anyio.fail_after(timeout):  # anyio (Starlette's own): asyncio.timeout needs Python 3.11
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "body", f"request body not received within {timeout:g} s") from None
     return parse_body(b"".join(chunks))
 
 
@@ -102,8 +204,10 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-def create_app() -> FastAPI:
-    """The FastAPI application (pages, static files, API)."""
+def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+    """The FastAPI application (pages, static files, API) served at ``host``; the Host header must
+    name it, a local name or one of ``allow_hosts``."""
     app = FastAPI(
         title="vramfit",
         version=_version(),
@@ -117,9 +221,10 @@ def create_app() -> FastAPI:
         docs_url=None,  # Swagger UI would load from a CDN; the schema is at /openapi.json
         redoc_url=None,
     )
+    app.state.body_timeout_s = body_timeout_s
     app.add_middleware(GZipMiddleware, minimum_size=1024)
-
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(HostCheck, hosts=served_hosts(host, allow_hosts))
+    app.add_middleware(SecurityHeaders)  # the outermost: every answer carries the headers
 
     @app.exception_handler(VramfitError)
     async def user_error(request: Request, exc: VramfitError) -> JSONResponse:
@@ -140,11 +245,11 @@ def create_app() -> FastAPI:
         return FileResponse(plotly_js_path(), media_type="text/javascript",
                             headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def calculator(request: Request, lang: str = "en") -> Response:
         return pages.calculator(request, lang)
 
-    @app.get("/guide", include_in_schema=False)
+    @app.api_route("/guide", methods=["GET", "HEAD"], include_in_schema=False)
     def guide(request: Request, lang: str = "en") -> Response:
         return pages.guide(request, lang)
 
@@ -162,14 +267,14 @@ def create_app() -> FastAPI:
     async def api_estimate(request: Request) -> JSONResponse:
         """Per-GPU peak memory of one scenario: the result object (bytes, components, assumptions)."""
         checked = check_scenario(await read_body(request))
-        return JSONResponse(run_estimate(checked).to_dict())
+        return SafeJSONResponse(run_estimate(checked).to_dict())
 
     @app.post("/api/plan", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "the planner's report (cards that fit, GPUs, time, cost)"},
                          **_ERRORS})
     async def api_plan(request: Request) -> JSONResponse:
         """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
-        return JSONResponse(planning.plan(await read_body(request)))
+        return SafeJSONResponse(planning.plan(await read_body(request)))
 
     @app.post("/api/export", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "{engine, files: {name: text}, command, notes}"}, **_ERRORS})
@@ -182,7 +287,7 @@ def create_app() -> FastAPI:
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
     async def api_sweep(request: Request) -> JSONResponse:
         """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
-        return JSONResponse(planning.sweep(await read_body(request)))
+        return SafeJSONResponse(planning.sweep(await read_body(request)))
 
     @app.post("/api/import", tags=["api"], response_model=None, openapi_extra=_body_doc("ImportIn"),
               responses={200: {"description": "{dialect, scenario, report: [{kind, key, value, note, becomes}], "
@@ -225,7 +330,7 @@ def create_app() -> FastAPI:
             for e in search_models(words[0]) if all(e["id"] in f for f in found)
         ]
 
-    @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut])
+    @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut], responses=_ERRORS)
     def api_gpus():
         """The GPU catalog: usable memory (bytes the card exposes), BF16 TFLOPS, rental prices."""
         from vramfit.gpus import list_gpus
