@@ -2,7 +2,7 @@
 
 Pages: ``/`` (the calculator) and ``/guide`` (the fine-tuning memory guide, EN/PT), both rendered
 from templates, with plain JavaScript and Plotly served from this server (no CDN).
-API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``; ``GET /api/models``, ``/api/gpus``;
+API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``, ``/api/import``; ``GET /api/models``, ``/api/gpus``;
 the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_scenario` (see
 :mod:`vramfit.web.service`), so errors read as the CLI's; they come back as HTTP 422
 ``{"error", "key", "valid"}``.
@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
-from vramfit.web import pages, planning
+from vramfit.web import dataset_upload, importing, pages, planning
 from vramfit.web.schemas import (
     REQUEST_MODELS,
     ErrorOut,
@@ -288,6 +288,33 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
     async def api_sweep(request: Request) -> JSONResponse:
         """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
         return SafeJSONResponse(planning.sweep(await read_body(request)))
+
+    @app.post("/api/import", tags=["api"], response_model=None, openapi_extra=_body_doc("ImportIn"),
+              responses={200: {"description": "{dialect, scenario, report: [{kind, key, value, note, becomes}], "
+                                              "defaults_source}"}, **_ERRORS})
+    async def api_import(request: Request) -> JSONResponse:
+        """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
+        what became of each key; files the config names are never opened."""
+        return JSONResponse(importing.import_config(await read_body(request)))
+
+    @app.post("/api/dataset", tags=["api"], response_model=None,
+              responses={200: {"description": "{rows, exact_tokens (false: chars-per-token approximation), "
+                                              "percentiles, histogram: [{from, to, samples}], card}"}, **_ERRORS})
+    async def api_dataset(request: Request) -> JSONResponse:
+        """A small dataset file (multipart ``file``: .jsonl, .json, .csv; optional ``scenario`` JSON text):
+        the histogram of its sample lengths (approximate tokens) and the card's longest fitting sequence."""
+        declared = request.headers.get("content-length")
+        limit = dataset_upload.MAX_UPLOAD_BYTES + 64 * 1024  # the file plus the multipart envelope
+        if declared is None or not declared.isdigit() or int(declared) > limit:
+            raise ApiError(413, "file", f"the upload needs a Content-Length of at most {limit} bytes")
+        async with request.form(max_files=1, max_fields=2) as form:
+            upload, scenario = form.get("file"), form.get("scenario")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(422, "file", "send the dataset as the multipart field 'file'")
+            raw = await upload.read(dataset_upload.MAX_UPLOAD_BYTES + 1)
+            name = upload.filename or ""
+        text = scenario if isinstance(scenario, str) else None
+        return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
 
     @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
     def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):
