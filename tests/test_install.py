@@ -56,7 +56,8 @@ def test_pyproject_extras_and_license():
     assert meta["license"] == "Apache-2.0"  # the SPDX string form (PEP 639), not the deprecated table
     assert meta["scripts"]["vramfit"] == "vramfit.cli.entry:run"
     extras = meta["optional-dependencies"]
-    assert any(d.startswith("psycopg") for d in extras["measure"])  # the PostgreSQL test runs where the server exists
+    assert any(d.startswith("psycopg") for d in extras["postgres"])  # the PostgreSQL test runs where the server exists
+    assert "postgres" in extras["all"][0]
     assert any(d.startswith("typer") for d in extras["cli"]) and "vramfit[cli]" in extras["web"]
 
 

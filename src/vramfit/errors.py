@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vramfit.limits import MAX_ERROR_CHARS as _MAX_TEXT
+
 
 class VramfitError(ValueError):
     """Base class of every error caused by user input."""
@@ -19,6 +21,8 @@ class ScenarioError(VramfitError):
         self.key = key
         self.valid = list(valid) if valid is not None else None
         text = f"{key}: {message}"
+        if len(text) > _MAX_TEXT:  # a net under every message: values are cut to 80 where quoted
+            text = text[: _MAX_TEXT - 1] + "…"
         if self.valid:
             text += f" (valid values: {', '.join(self.valid)})"
         super().__init__(text)

@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from vramfit.errors import ScenarioError
+from vramfit.safe_input import read_text_file, shown, user_path
 from vramfit.units import GB, MiB
 
 #: GPUs in one node (one machine): 8 on the HGX/DGX boards the catalog's SXM cards come in
@@ -159,7 +160,7 @@ class GPU:
 
 
 def _bad(where: str, line: int, gid: str, col: str, msg: str) -> ScenarioError:
-    who = f" (gpu_id {gid!r})" if gid else ""
+    who = f" (gpu_id {shown(gid)})" if gid else ""
     return ScenarioError("gpus", f"{where} line {line}{who}: {col} {msg}")
 
 
@@ -170,13 +171,13 @@ def _num(row: dict[str, str], col: str, where: str, line: int, gid: str) -> floa
     try:
         value = float(text)
     except ValueError:
-        raise _bad(where, line, gid, col, f"must be a number, got {text!r}") from None
+        raise _bad(where, line, gid, col, f"must be a number, got {shown(text)}") from None
     if not math.isfinite(value):
-        raise _bad(where, line, gid, col, f"must be a finite number, got {text!r}")
+        raise _bad(where, line, gid, col, f"must be a finite number, got {shown(text)}")
     if col in _POSITIVE and value <= 0:
-        raise _bad(where, line, gid, col, f"must be a positive number, got {text!r}")
+        raise _bad(where, line, gid, col, f"must be a positive number, got {shown(text)}")
     if col in _NON_NEGATIVE and value < 0:
-        raise _bad(where, line, gid, col, f"must be zero or more (USD per GPU-hour), got {text!r}")
+        raise _bad(where, line, gid, col, f"must be zero or more (USD per GPU-hour), got {shown(text)}")
     return value
 
 
@@ -245,7 +246,7 @@ def _read_rows(text: str, where: str, strict: bool) -> list[tuple[int, dict[str,
     if strict:
         unknown = [c for c in header if c not in COLUMNS]
         if unknown:
-            raise ScenarioError("gpus", f"{where}: unknown column {unknown[0]!r}", COLUMNS)
+            raise ScenarioError("gpus", f"{where}: unknown column {shown(unknown[0])}", COLUMNS)
     rows = []
     for row in reader:
         if None in row:
@@ -287,7 +288,7 @@ def _merge(files: list[Path]) -> dict[str, GPU]:
     rows = {gid: (dict(r), "bundled", "bundled gpus.csv", 0) for gid, r in _bundled_rows().items()}
     for path in files:
         where = str(path)
-        for line, row in _read_rows(path.read_text(encoding="utf-8"), where, strict=True):
+        for line, row in _read_rows(read_text_file("gpus", path), where, strict=True):
             gid = (row.get("gpu_id") or "").strip().lower()
             if not gid:
                 raise _bad(where, line, "", "gpu_id", "is empty (every row needs a card id)")
@@ -323,10 +324,8 @@ def load_user_gpus(path: str | Path) -> list[str]:
     ``gpus`` that name the file, line, card and column).
     """
     global _catalog_cache
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ScenarioError("gpus", f"file not found: {p}")
-    ids = [(r.get("gpu_id") or "").strip().lower() for _, r in _read_rows(p.read_text(encoding="utf-8"), str(p), True)]
+    p = user_path("gpus", path)
+    ids = [(r.get("gpu_id") or "").strip().lower() for _, r in _read_rows(read_text_file("gpus", p), str(p), True)]
     previous = list(_user_files)
     _user_files.append(p)
     _catalog_cache = None
@@ -373,7 +372,7 @@ def get_gpu(gpu_id: str) -> GPU:
     close = difflib.get_close_matches(compact, list(names), n=10, cutoff=0.4)
     ids = list(dict.fromkeys(names[c] for c in close))[:5]
     hint = f"; did you mean: {', '.join(ids)}?" if ids else ""
-    raise ScenarioError("gpu", f"unknown GPU {gpu_id!r}{hint} (`vramfit gpus` lists all {len(catalog)})")
+    raise ScenarioError("gpu", f"unknown GPU {shown(gpu_id)}{hint} (`vramfit gpus` lists all {len(catalog)})")
 
 
 #: One representative card per common memory class, for "which cards does it fit".

@@ -10,7 +10,6 @@ help, labels, unit, default, valid values) from which the CLI options, the web s
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
@@ -39,6 +38,8 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.limits import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ_LEN  # noqa: F401 - upper bounds that catch typos
+from vramfit.safe_input import key_label, load_data_file, shown, to_float
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
@@ -48,11 +49,6 @@ if TYPE_CHECKING:
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
 ALL_LINEAR = "all-linear"
 
-#: Upper bounds that catch typos (a 10-trillion-token sequence) before they reach arithmetic.
-MAX_SEQ_LEN = 10_000_000
-MAX_BATCH = 1_000_000
-MAX_GPUS = 100_000
-MAX_RANK = 65_536
 
 
 @dataclass(frozen=True)
@@ -275,7 +271,7 @@ _INT_LIMITS = INT_LIMITS
 def _as_int(key: str, value: Any) -> int:
     lo, hi = INT_LIMITS[key]
     if isinstance(value, bool):
-        raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
+        raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {shown(value)}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
         if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
@@ -286,15 +282,15 @@ def _as_int(key: str, value: Any) -> int:
             try:
                 value = float(text)
             except ValueError:
-                raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}") from None
+                raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {shown(value)}") from None
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
-            raise ScenarioError(key, f"must be a whole number from {lo} to {hi}, got {value!r}")
+            raise ScenarioError(key, f"must be a whole number from {lo} to {hi}, got {shown(value)}")
         value = int(value)
     if not isinstance(value, int):
-        raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {value!r}")
+        raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {shown(value)}")
     if not lo <= value <= hi:
-        raise ScenarioError(key, f"must be from {lo} to {hi}, got {value}")
+        raise ScenarioError(key, f"must be from {lo} to {hi}, got {shown(value)}")
     return value
 
 
@@ -305,7 +301,7 @@ def _as_bool(key: str, value: Any) -> bool:
         return value.strip().lower() in ("true", "1", "yes", "on")
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise ScenarioError(key, f"must be true or false, got {value!r}", ["true", "false"])
+    raise ScenarioError(key, f"must be true or false, got {shown(value)}", ["true", "false"])
 
 
 def _as_enum(key: str, value: Any) -> _Choice:
@@ -319,7 +315,7 @@ def _as_enum(key: str, value: Any) -> _Choice:
                 return member
     if key == "gradient_checkpointing" and isinstance(value, bool):
         return Checkpointing.FULL if value else Checkpointing.NONE
-    raise ScenarioError(key, f"unknown value {value!r}", enum.values())
+    raise ScenarioError(key, f"unknown value {shown(value)}", enum.values())
 
 
 def _as_targets(value: Any) -> tuple[str, ...]:
@@ -329,7 +325,7 @@ def _as_targets(value: Any) -> tuple[str, ...]:
         items = value
     else:
         raise ScenarioError(
-            "lora_targets", f"must be a list of module names or 'all-linear', got {value!r}"
+            "lora_targets", f"must be a list of module names or 'all-linear', got {shown(value)}"
         )
     names: list[str] = []
     for item in items:
@@ -338,7 +334,7 @@ def _as_targets(value: Any) -> tuple[str, ...]:
         ).replace("-", "").isalnum():
             raise ScenarioError(
                 "lora_targets",
-                f"{item!r} is not a module name (e.g. q_proj, v_proj, all-linear)",
+                f"{shown(item)} is not a module name (e.g. q_proj, v_proj, all-linear)",
             )
         names.append(item.strip())
     if not names:
@@ -352,22 +348,14 @@ def _as_targets(value: Any) -> tuple[str, ...]:
 
 def finite_number(key: str, value: Any, what: str = "a number") -> float:
     """A finite float from a number or a numeric string (never a bool), else ScenarioError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ScenarioError(key, f"must be {what}, got {value!r}")
-    try:
-        out = float(value)
-    except ValueError:
-        raise ScenarioError(key, f"must be {what}, got {value!r}") from None
-    if not math.isfinite(out):
-        raise ScenarioError(key, f"must be {what}, got {value!r}")
-    return out
+    return to_float(key, value, what)  # ints >= 10^309, NaN, inf, huge digit strings: vramfit.safe_input
 
 
 def positive_number(key: str, value: Any, hi: float = math.inf, what: str = "a positive number") -> float:
     """A finite number > 0 (and <= ``hi``) from a number or a numeric string, else ScenarioError."""
     out = finite_number(key, value, what)
     if out <= 0 or out > hi:
-        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {value!r}")
+        raise ScenarioError(key, f"must be {what}" + (f" up to {hi:g}" if math.isfinite(hi) else "") + f", got {shown(value)}")
     return out
 
 
@@ -376,7 +364,7 @@ def fraction(key: str, value: Any, lo_open: bool) -> float:
     out = finite_number(key, value)
     if not ((0 < out <= 1) if lo_open else (0 <= out < 1)):
         rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
-        raise ScenarioError(key, f"must be a fraction {rng}, got {value!r}")
+        raise ScenarioError(key, f"must be a fraction {rng}, got {shown(value)}")
     return out
 
 
@@ -393,10 +381,10 @@ def parse_scenario(data: Any) -> Scenario:
     raw: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise ScenarioError(str(key), "keys must be strings", SCENARIO_KEYS)
+            raise ScenarioError(key_label(key), "keys must be strings", SCENARIO_KEYS)
         norm = key.strip().replace("-", "_")
         if norm not in SCENARIO_KEYS:
-            raise ScenarioError(key, "unknown scenario key", SCENARIO_KEYS)
+            raise ScenarioError(key_label(key), "unknown scenario key", SCENARIO_KEYS)  # never echo file text
         if value is not None:
             raw[norm] = value
 
@@ -427,7 +415,7 @@ def parse_scenario(data: Any) -> Scenario:
         raise ScenarioError("model", "is required (a catalog/Hub id or a config.json path), or give params")
     if model is not None:
         if not isinstance(model, str) or not model.strip():
-            raise ScenarioError("model", f"must be a non-empty string, got {model!r}")
+            raise ScenarioError("model", f"must be a non-empty string, got {shown(model)}")
         kw["model"] = model.strip()
     if params is not None:
         kw["params"] = parse_param_count(params)
@@ -481,7 +469,7 @@ def parse_scenario(data: Any) -> Scenario:
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():
-            raise ScenarioError("gpu", f"must be a GPU id, got {gpu!r}")
+            raise ScenarioError("gpu", f"must be a GPU id, got {shown(gpu)}")
         # the id is checked against the catalog where the card is used (estimate, fit, plan):
         # validating a scenario reads no catalog or user file
         kw["gpu"] = gpu.strip().lower()
@@ -501,20 +489,5 @@ def _check_nodes(kw: dict[str, Any]) -> None:
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
-    """Read a YAML or JSON scenario file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError("scenario", f"file not found: {p}")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise ScenarioError("scenario", f"{p} is not valid JSON/YAML: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError
-        raise ScenarioError("scenario", f"{p} is not valid YAML: {exc}") from None
-    return parse_scenario(data)
+    """Read a YAML or JSON scenario file (bounded and checked by :func:`vramfit.safe_input.load_data_file`)."""
+    return parse_scenario(load_data_file("scenario", path))

@@ -97,8 +97,8 @@ def test_web_serves_with_the_calibration_it_was_given():
     from vramfit.web import create_app
 
     body = {**SC, "gpu": "h100-sxm"}
-    calibrated = TestClient(create_app(CAL)).post("/api/estimate", json=body).json()
-    plain = TestClient(create_app()).post("/api/estimate", json=body).json()
+    calibrated = TestClient(create_app(calibration=CAL), base_url="http://127.0.0.1").post("/api/estimate", json=body).json()
+    plain = TestClient(create_app(), base_url="http://127.0.0.1").post("/api/estimate", json=body).json()
     assert calibrated["peak"]["device_bytes"] == estimate(SC, gpu="h100-sxm", calibration=CAL).peak.device_bytes
     assert plain["peak"]["device_bytes"] == estimate(SC, gpu="h100-sxm").peak.device_bytes != calibrated["peak"]["device_bytes"]
     assert any(a.startswith("Calibrated from 7 runs on h100-sxm") for a in calibrated["assumptions"])

@@ -107,7 +107,7 @@ def test_import_of_a_bad_file_names_the_line_and_imports_nothing(filled, sqlite_
     (("runs", "import", "/no/such/file.jsonl"), "file not found"),
     (("calibrate", "--db", "nosuchdialect://x"), "invalid database URL"),
 ], ids=["status", "show", "metric", "format", "import-missing", "bad-url"])
-def test_user_errors_are_one_line(sqlite_url, args, message):
+def test_user_errors_are_one_line(filled, sqlite_url, args, message):
     extra = () if "--db" in args else ("--db", sqlite_url)
     res = invoke(*args, *extra)
     assert res.exit_code == 2, res.output
@@ -120,8 +120,11 @@ def test_calibrate(filled, sqlite_url):
     assert "Estimator error on 2 run(s)" in res.output and "h100" in res.output
     data = json.loads(invoke("calibrate", "--db", sqlite_url, "--json").output)
     assert data["runs"] == 3 and data["scored"] == 2 and data["overheads"][0]["gpu_family"] == "h100"
-    res = invoke("calibrate", "--db", sqlite_url.replace("runs.sqlite", "empty.sqlite"))
-    assert "no runs stored yet" in res.output
+    empty = sqlite_url.replace("runs.sqlite", "empty.sqlite")
+    res = invoke("calibrate", "--db", empty)
+    assert res.exit_code == 2 and "no runs database at" in res.output
+    RunStore(empty).prepare()
+    assert "no runs stored yet" in invoke("calibrate", "--db", empty).output
 
 
 def test_db_from_environment_variable(filled, sqlite_url):

@@ -8,6 +8,7 @@ refuses to run as root) through ``runuser``.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -93,7 +95,7 @@ def pg_url():
 @pytest.fixture
 def pg(pg_url):
     st = RunStore(pg_url)
-    st._ensure()
+    st.prepare()
     with st._engine.begin() as conn:
         conn.execute(st._runs.delete())
     yield st
@@ -167,3 +169,70 @@ def test_killed_writer_leaves_no_partial_run(pg, pg_url, make_record):
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     runs = pg.list()
     assert [r.id for r in runs] == ["before0000000000"] and runs[0].notes == ""
+
+
+# ------------------------------------------------ issue 12: one schema, the same limits as SQLite
+def test_records_at_the_limits_read_back_equal_on_both_databases(pg, tmp_path, make_record):
+    from vramfit.measure import record_schema as S
+
+    rec = make_record(id="i" * S.MAX_ID_CHARS, notes="é✓中" * (S.MAX_TEXT_CHARS // 3), device_bytes=2**63 - 1,
+                      details={"deep": json.loads('{"a":' * 15 + "1" + "}" * 15), "n": -(2**63)})
+    lite = RunStore(str(tmp_path / "limits.sqlite"))
+    for st in (lite, pg):
+        assert st.add_many([rec]) == (1, 0)
+        assert st.get(rec.id).to_dict() == rec.to_dict()
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"environment": {"gpu_family": ["h100"]}}, "environment.gpu_family must be a string, got list"),
+    ({"notes": "a\x00b"}, "notes contains a NUL character"),
+    ({"details": {"x": float("inf")}}, "details.x must be a finite number"),
+    ({"allocated_bytes": 2**63}, "allocated_bytes must be a positive integer number of bytes below 2**63"),
+], ids=["family-list", "nul", "infinity", "bytes-2-63"])
+def test_poisonous_records_are_refused_before_postgres_sees_them(pg, make_record, over, message):
+    rec = make_record().to_dict()
+    rec.update(over)
+    with pytest.raises(RecordError) as err:
+        pg.add_many(parse_lines(json.dumps(rec) + "\n"))
+    assert message in str(err.value)
+    assert pg.count() == 0
+
+
+def test_nan_timing_reimport_is_a_no_op_on_postgres(pg, make_record):
+    rec = make_record().to_dict()
+    rec["step_time_s"] = float("nan")
+    text = json.dumps(rec) + "\n"
+    assert pg.add_many(parse_lines(text)) == (1, 0)
+    assert pg.add_many(parse_lines(text)) == (0, 1)
+    assert pg.get(rec["id"]).step_time_s is None
+
+
+def test_bad_rows_on_postgres_are_reported_not_raised(pg, make_record):
+    from sqlalchemy import text
+
+    good = pg.add(make_record())
+    with pg._engine.begin() as conn:
+        conn.execute(text("INSERT INTO runs (id, created_at, source_id, source, scenario, environment, status, "
+                          "seq_exact, confidence, notes, details, estimate) VALUES ('bad', '', 's', '', "
+                          "'{\"model\": \"meta-llama/Llama-3.2-1B\"}', '{\"gpu_family\": [\"h100\"]}', 'ok', "
+                          "true, 'high', '', '{}', '\"12 GiB\"')"))
+    assert [r.id for r in pg.list()] == [good.id]
+    assert pg.bad_rows[0][0] == "bad" and "must be" in pg.bad_rows[0][1]
+    with pytest.raises(RecordError, match="run 'bad' is stored but invalid"):
+        pg.get("bad")
+
+
+def test_six_simultaneous_first_uses_on_postgres(pg, pg_url):
+    from sqlalchemy import text
+
+    with pg._engine.begin() as conn:
+        conn.execute(text("DROP TABLE runs"))
+    pg.close()
+    script = ("import sys, time\nfrom vramfit.measure.store import RunStore\n"
+              "start = float(sys.argv[1])\nwhile time.time() < start: pass\n"
+              "st = RunStore(sys.argv[2]); st.prepare(); print(st.count())\n")
+    start = time.time() + 2.0
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(start), pg_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    results = [(p.wait(timeout=60), p.stdout.read().strip(), p.stderr.read()[-300:]) for p in procs]
+    assert [r[:2] for r in results] == [(0, "0")] * 6, results

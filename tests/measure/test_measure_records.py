@@ -18,7 +18,7 @@ from vramfit.measure.records import (
 )
 from vramfit.scenario import parse_scenario
 
-PUBLIC = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured" / "public.jsonl"
+PUBLIC = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "measured" / "public.jsonl"
 
 
 def test_one_line_per_counter_in_the_measured_format(make_record):

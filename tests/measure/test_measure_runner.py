@@ -79,6 +79,7 @@ def test_requests_that_cannot_run_raise_before_running(tiny, keys, kwargs, error
 
 
 def test_setup_errors_store_nothing(tiny, store, tmp_path):
+    store.prepare()
     with pytest.raises(MeasureError, match="weights"):
         measure(tiny(), steps=1, device="cpu", in_process=True, weights=tmp_path / "missing", store=store,
                 simulate=False)

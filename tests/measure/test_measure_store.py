@@ -17,9 +17,13 @@ from vramfit.measure.records import RecordError, dumps_lines, parse_lines  # noq
 from vramfit.measure.store import ENV_VAR, DatabaseError, RunStore, default_url, resolve_url  # noqa: E402
 
 
-def test_schema_is_created_on_first_use(tmp_path):
+def test_schema_is_created_on_first_write(tmp_path):
     path = tmp_path / "deep" / "dir" / "runs.sqlite"
     st = RunStore(str(path))
+    with pytest.raises(DatabaseError, match="no runs database at .*runs.sqlite: nothing is stored there"):
+        st.count()  # reading creates nothing
+    assert not (tmp_path / "deep").exists()
+    st.prepare()
     assert st.count() == 0
     assert path.is_file()
     st.close()
@@ -63,7 +67,7 @@ def test_duplicate_id_writes_nothing(store, make_record):
 def test_import_is_one_transaction(store, make_record):
     first = store.add(make_record())
     batch = [make_record(), make_record(), make_record(id=first.id, notes="changed")]
-    with pytest.raises(RecordError, match="already stored with different content"):
+    with pytest.raises(RecordError, match="already stored .* with different content"):
         store.add_many(batch)
     assert store.count() == 1
     added, skipped = store.add_many([first, *batch[:2]])
@@ -149,7 +153,7 @@ def test_unreachable_database_is_a_user_error(tmp_path):
     target = tmp_path / "not-a-dir"
     target.write_text("")
     with pytest.raises(DatabaseError, match="cannot open"):
-        RunStore(f"sqlite:///{target}/runs.sqlite").count()
+        RunStore(f"sqlite:///{target}/runs.sqlite").prepare()
 
 
 def _has(mod: str) -> bool:

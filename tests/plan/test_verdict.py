@@ -147,7 +147,9 @@ def test_core_imports_no_models():
         used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         # stage_keys: the stage rows of the scenario table (issue 15), core like the table itself
         core = {"vramfit.errors", "vramfit.units", "vramfit.fieldspec", "vramfit.choices", "vramfit.stage_keys",
-                "vramfit.scenario"}
+                "vramfit.scenario",
+                # issue 12: the named limits and the bounded readers import only errors, limits and stdlib
+                "vramfit.limits", "vramfit.safe_input"}
         # known exception (issue 11 item 7): a framework's default precision is read lazily from its profile
         # and (issue 13) the DeepSpeed config is typed by estimate/deepspeed.py, which reads a file with the
         # config importer's safe loader

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from vramfit.errors import ScenarioError
+from vramfit.safe_input import writable_file, write_text_file
 
 _D = "Dataset"
 #: Files above this size show a progress line (rows read) on stderr while the length pass runs.
@@ -113,8 +114,8 @@ def _outputs(opts: dict, r, sc) -> None:
     import json
 
     if opts["dataset_json"] is not None:
-        opts["dataset_json"].write_text(json.dumps(r.to_dict(), indent=1) + "\n", encoding="utf-8")
-        err.print(f"wrote {opts['dataset_json']}", highlight=False)
+        write_text_file("dataset_json", opts["dataset_json"], json.dumps(r.to_dict(), indent=1) + "\n")
+        err.print(f"wrote {opts['dataset_json']}", highlight=False, markup=False)
     if opts["length_chart"] is not None:
         from vramfit.dataset.chart import length_chart
 
@@ -155,6 +156,9 @@ def with_dataset_options(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(**kwargs, **({"dataset_report": None} if wants_report else {}))
         from vramfit.cli.options import build_scenario
 
+        for key in ("dataset_json", "length_chart"):  # output paths checked before any work (issue 12)
+            if opts[key] is not None:
+                opts[key] = writable_file(key, opts[key])
         sc = build_scenario(kwargs["scenario_args"], kwargs["scenario_file"])
         r = run_dataset(opts, sc)
         for line in summary_lines(r):

@@ -15,7 +15,8 @@ EXTRAS = (
     ("cli", "the commands: estimate, plan, fit, sweep, models, gpus"),
     ("web", "vramfit serve: the web calculator and JSON API (includes cli)"),
     ("sim", "vramfit simulate: run the step on PyTorch's meta device (torch, transformers, peft)"),
-    ("measure", "vramfit measure, runs, calibrate: measure real runs on a GPU (torch, SQLAlchemy, psycopg)"),
+    ("measure", "vramfit measure, runs, calibrate: measure real runs on a GPU (torch, SQLAlchemy)"),
+    ("postgres", "a shared PostgreSQL runs database: --db postgresql://... (psycopg)"),
     ("all", "everything above"),
 )
 NEEDED = ("typer", "rich")

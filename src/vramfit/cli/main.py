@@ -11,15 +11,49 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+try:  # typer >= 0.22 vendors click as typer._click; older typer raises click's own exceptions
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc
 
 from vramfit.cli.dataset_opts import with_dataset_options
-from vramfit.cli.options import build_scenario, read_batch, with_scenario_options
+from vramfit.cli.options import batch_line, build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
 from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.safe_input import one_line, shown
 from vramfit.units import gib
 
+
+class _OneLineErrors(TyperGroup):
+    """Click usage errors (a bad option value, a missing argument) as one line and exit code 2,
+    instead of typer's five-line box; values in the message are cut (vramfit.limits)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click_exc.NoArgsIsHelpError:
+            return super().main(*args, **kwargs)  # typer prints the help as usual
+        except click_exc.ClickException as exc:
+            hint = ""
+            ctx = getattr(exc, "ctx", None)
+            if ctx is not None:
+                hint = f" (see {ctx.command_path} --help)"
+            err_console.print(f"[red]error:[/red] {escape(one_line(exc.format_message()))}{escape(hint)}",
+                              highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="vramfit",
     help="How much GPU memory will this fine-tuning run need, and which GPU should I rent?",
     no_args_is_help=True,
@@ -38,7 +72,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except VramfitError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -73,15 +107,8 @@ def estimate(
 
     if batch is not None:
         for _, item in read_batch(batch):
-            if isinstance(item, VramfitError):
-                sys.stdout.write(json.dumps({"error": str(item)}) + "\n")
-                continue
-            try:
-                if isinstance(item, dict):
-                    item = {**item, **scenario_args}
-                sys.stdout.write(json.dumps(run_estimate(item).to_dict()) + "\n")
-            except VramfitError as exc:
-                sys.stdout.write(json.dumps({"error": str(exc)}) + "\n")
+            sys.stdout.write(batch_line(item, scenario_args, run_estimate) + "\n")
+            sys.stdout.flush()
         return
     sc = build_scenario(scenario_args, scenario_file)
     result = run_estimate(sc)
@@ -111,7 +138,7 @@ def models(
         ]
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return
-    t = Table(title=f"{len(entries)} catalog models" + (f" matching {query!r}" if query else ""), title_justify="left")
+    t = Table(title=escape(f"{len(entries)} catalog models" + (f" matching {shown(query)}" if query else "")), title_justify="left")
     # ids stay whole: the id column never shrinks; the shape columns are dropped when the terminal is narrow
     width = max((len(e["id"]) for e in entries), default=2)
     wide = console.width >= width + 62

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import typer
 
+from vramfit import limits
 from vramfit.cli.options import build_scenario, with_scenario_options
-from vramfit.errors import VramfitError
+from vramfit.errors import ScenarioError, VramfitError
+from vramfit.safe_input import one_line, path_kind, shown, user_path, writable_file
 
 DB_HELP = "Runs database: a SQLAlchemy URL (postgresql+psycopg://…) or a SQLite file path. Default: $VRAMFIT_DB, else a SQLite file in the user data directory."
 
@@ -23,7 +25,35 @@ runs_app = typer.Typer(help="List, show, export and import stored measurement ru
 def _store(db: str | None):
     from vramfit.measure.store import RunStore
 
-    return RunStore(db)
+    return RunStore(_check_db(db))
+
+
+def _check_db(db: str | None) -> str | None:
+    """A --db value checked before the store sees it: length, ``~user`` paths, URL syntax."""
+    if db is None:
+        return None
+    if len(db) > limits.MAX_DB_CHARS or "\x00" in db:
+        raise ScenarioError("db", f"must be a database URL or file path of at most {limits.MAX_DB_CHARS:,} "
+                            "characters (MAX_DB_CHARS)")
+    if "://" not in db:
+        user_path("db", db)  # ~nosuchuser, names longer than the file system allows
+        return db
+    try:
+        from sqlalchemy.engine import make_url
+
+        make_url(db)
+    except ModuleNotFoundError:
+        return db  # the store reports the missing extra
+    except Exception as exc:  # noqa: BLE001 - ArgumentError, ValueError (a malformed IPv6 host) ...
+        raise ScenarioError("db", f"is not a valid database URL ({one_line(str(exc), 120)})") from None
+    return db
+
+
+def _check_text(key: str, value: str | None) -> str | None:
+    """A run id or filter of at most MAX_ID_CHARS characters (the store is never asked for more)."""
+    if value is not None and len(value) > limits.MAX_ID_CHARS:
+        raise ScenarioError(key, f"{shown(value)} is longer than {limits.MAX_ID_CHARS} characters (MAX_ID_CHARS)")
+    return value
 
 
 def _consoles():
@@ -38,6 +68,17 @@ def _user_errors(func):
     return user_errors(func)
 
 
+def _report_bad_rows(st) -> None:
+    """One line on stderr for stored runs left out because they break the record schema."""
+    if not st.bad_rows:
+        return
+    _, err_console = _consoles()
+    first = "; ".join(f"{rid[:40]}: {why[:120]}" for rid, why in st.bad_rows[:3])
+    more = f" (and {len(st.bad_rows) - 3} more)" if len(st.bad_rows) > 3 else ""
+    err_console.print(f"warning: {len(st.bad_rows)} stored run(s) break the record schema and were left out: "
+                      f"{first}{more}", highlight=False, markup=False)
+
+
 def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
     return VramfitError(f"{exc.name} is not installed: install the measure extra (pip install 'vramfit[measure]')")
 
@@ -45,7 +86,8 @@ def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
 def measure(
     scenario_args: dict,
     scenario_file: Path | None,
-    steps: int = typer.Option(10, "--steps", min=1, help="Optimizer steps to run (the first is a warm-up for timing)."),
+    steps: int = typer.Option(10, "--steps", min=1, max=limits.MAX_MEASURE_STEPS,
+                              help="Optimizer steps to run (the first is a warm-up for timing)."),
     weights: Path | None = typer.Option(None, "--weights", help="Load weights from this local directory (from_pretrained, local files only) instead of random weights."),
     device: str = typer.Option("cuda", "--device", help="cuda (real figures) or cpu (runs the harness, no memory figures)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
@@ -65,16 +107,25 @@ def measure(
     process per GPU with torchrun (ddp, fsdp, fsdp-grad-op).
     """
     console, err_console = _consoles()
+    if timeout is not None:
+        from vramfit.scenario import positive_number
+
+        timeout = positive_number("timeout", timeout, what="a positive number of seconds")
+    if device not in ("cuda", "cpu"):  # checked before the progress line, so an error is one line
+        raise ScenarioError("device", f"unknown value {shown(device)}", ["cuda", "cpu"])
+    if weights is not None and path_kind("weights", user_path("weights", weights)) != "dir":
+        raise ScenarioError("weights", f"not a directory: {shown(str(weights))}")
+    _check_db(db)
     sc = build_scenario(scenario_args, scenario_file)
     try:
         from vramfit.measure.runner import measure as run_measure
 
         run_store = _store(db) if store else None
         if run_store is not None:
-            run_store.count()  # open (and create) the database before spending GPU time
+            run_store.prepare()  # open (and create) the database before spending GPU time
         if not json_out:
             err_console.print(f"measuring {sc.model or sc.params} for {steps} step(s) on {sc.num_gpus} {device} "
-                              "device(s) …", highlight=False)
+                              "device(s) …", highlight=False, markup=False)
         rec = run_measure(sc, steps=steps, device=device, weights=weights, store=run_store, simulate=simulate,
                           notes=notes, timeout_s=timeout, stream=verbose)
     except ModuleNotFoundError as exc:
@@ -96,16 +147,19 @@ def runs_list(
     status: str | None = typer.Option(None, "--status", help="ok, oom or error."),
     method: str | None = typer.Option(None, "--method", help="full, lora or qlora."),
     gpu: str | None = typer.Option(None, "--gpu", help="GPU family or name (a100, h100, rtx4090 …)."),
-    limit: int = typer.Option(50, "--limit", min=1, help="At most this many runs, newest first."),
+    limit: int = typer.Option(50, "--limit", min=1, max=limits.MAX_LIST_LIMIT,
+                              help=f"At most this many runs, newest first (at most {limits.MAX_LIST_LIMIT:,})."),
     json_out: bool = typer.Option(False, "--json", help="Print the records as JSON Lines."),
 ) -> None:
     """List stored runs, newest first."""
     from vramfit.measure.records import STATUSES
 
     if status is not None and status not in STATUSES:
-        raise VramfitError(f"status: unknown value {status!r} (valid values: {', '.join(STATUSES)})")
+        raise VramfitError(f"status: unknown value {shown(status)} (valid values: {', '.join(STATUSES)})")
+    _check_text("model", model), _check_text("method", method), _check_text("gpu", gpu)
     st = _store(db)
     recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit)
+    _report_bad_rows(st)
     if json_out:
         sys.stdout.write("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
         return
@@ -122,7 +176,7 @@ def runs_show(
     json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
 ) -> None:
     """Show one run: figures, estimate, simulation, environment and assumptions."""
-    rec = _store(db).get(run_id)
+    rec = _store(db).get(_check_text("run_id", run_id))
     if json_out:
         sys.stdout.write(json.dumps(rec.to_dict(), indent=2) + "\n")
         return
@@ -144,21 +198,28 @@ def runs_export(
     from vramfit.measure.records import METRICS, dumps_lines, dumps_records
 
     if metric != "all" and metric not in METRICS:
-        raise VramfitError(f"metric: unknown value {metric!r} (valid values: all, {', '.join(METRICS)})")
+        raise VramfitError(f"metric: unknown value {shown(metric)} (valid values: all, {', '.join(METRICS)})")
     if fmt not in ("measured", "records"):
-        raise VramfitError(f"format: unknown value {fmt!r} (valid values: measured, records)")
-    recs = list(reversed(_store(db).list(model=model)))  # oldest first: appending exports stays in order
+        raise VramfitError(f"format: unknown value {shown(fmt)} (valid values: measured, records)")
+    out = None if path == "-" else writable_file("path", path)  # checked before the store is read
+    st = _store(db)
+    recs = list(reversed(st.list(model=_check_text("model", model))))  # oldest first: appending exports stays in order
+    _report_bad_rows(st)
     if fmt == "records":
         text, n_lines, skipped = dumps_records(recs), len(recs), 0
     else:
         text, n_lines, skipped = dumps_lines(recs, METRICS if metric == "all" else (metric,))
     if path == "-":
         sys.stdout.write(text)
-    else:
-        out = Path(path)
+    elif out is not None:
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(out)
+        except OSError as exc:
+            if tmp.is_file():
+                tmp.unlink()
+            raise ScenarioError("path", f"cannot write {shown(str(out))}: {exc.strerror or exc}") from None
     _, err_console = _consoles()
     err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
                       + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
@@ -171,14 +232,16 @@ def runs_import(
     path: Path = typer.Argument(..., help="JSON Lines file in the measured/ format (from `runs export` or benchmarks/data/measured/)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Import runs from JSON Lines: every line is checked first; all are stored, or none."""
-    from vramfit.measure.records import parse_lines
+    """Import runs from JSON Lines: every line is checked; all are stored, or none."""
+    from vramfit.measure.records import iter_runs, read_lines
 
     if not path.is_file():
-        raise VramfitError(f"file not found: {path}")
-    recs = parse_lines(path.read_text(encoding="utf-8"))
+        raise VramfitError(f"file not found: {shown(str(path))}")
     st = _store(db)
-    added, skipped = st.add_many(recs)
+    try:  # read line by line inside the one transaction: memory stays bounded whatever the file's size
+        added, skipped = st.add_many(iter_runs(read_lines(path)), checked=True)
+    except OSError as exc:
+        raise VramfitError(f"cannot read {str(path)[:200]}: {exc.strerror or exc}") from None
     console, _ = _consoles()
     console.print(f"imported {added} run(s) into {st.redacted_url}"
                   + (f"; {skipped} already present" if skipped else ""), highlight=False)
@@ -200,7 +263,9 @@ def calibrate(
     from vramfit.measure.calibration import calibrate as run_calibrate
     from vramfit.measure.calibration import to_calibration
 
-    recs = _store(db).list(model=model)
+    st = _store(db)
+    recs = st.list(model=_check_text("model", model))
+    _report_bad_rows(st)
     rep = run_calibrate(recs)
     cal = to_calibration(rep)
     written = save(cal, calibration) if write and cal.families else None
@@ -210,6 +275,9 @@ def calibrate(
     from vramfit.measure.report import render_calibration
 
     console, _ = _consoles()
+    if not recs and model:
+        console.print("no stored run matches --model", highlight=False)
+        return
     if not recs:
         console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
         return

@@ -7,16 +7,19 @@ Each key of :class:`vramfit.scenario.Scenario` becomes ``--key-with-dashes``; va
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from vramfit.cli.from_config import overlay
-from vramfit.errors import ScenarioError
+from vramfit.errors import ScenarioError, VramfitError
+from vramfit.limits import MAX_BATCH_LINE_BYTES
+from vramfit.safe_input import decode_utf8, load_json_text, one_line, path_kind, shown, user_path
 from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, load_scenario_file, parse_scenario
 
 #: How each kind of value reads in ``--help`` (the help text lists a choice's values).
@@ -134,16 +137,55 @@ def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, re
     return sc
 
 
-def read_batch(path: Path) -> list[tuple[int, Any]]:
-    """Lines of a JSON Lines file as (line number, parsed object or an error message)."""
-    if not path.is_file():
-        raise ScenarioError("batch", f"file not found: {path}")
-    out: list[tuple[int, Any]] = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((i, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            out.append((i, ScenarioError("batch", f"line {i} is not JSON: {exc.msg}")))
-    return out
+def read_batch(path: Path) -> Iterator[tuple[int, Any]]:
+    """Lines of a JSON Lines file as (line number, parsed object or a ScenarioError), one per line.
+
+    The file is read one line at a time (each at most MAX_BATCH_LINE_BYTES), so it may be any size;
+    a blank, non-UTF-8, malformed, too deep or too long line is an error item, never an abort.
+    """
+    p = user_path("batch", path)
+    kind = path_kind("batch", p)
+    if kind != "file":
+        raise ScenarioError("batch", f"file not found: {shown(str(p))}" if kind == "missing"
+                            else f"{shown(str(p))} is a directory or a device, not a file")
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 - closed below; the generator owns it
+    except OSError as exc:
+        raise ScenarioError("batch", f"cannot read {shown(str(p))}: {exc.strerror}") from None
+    with fh:
+        for i in itertools.count(1):
+            raw = fh.readline(MAX_BATCH_LINE_BYTES + 1)
+            if not raw:
+                return
+            yield i, _batch_item(i, raw, fh)
+
+
+def _batch_item(i: int, raw: bytes, fh: Any) -> Any:
+    if len(raw) > MAX_BATCH_LINE_BYTES and not raw.endswith(b"\n"):
+        while (rest := fh.readline(MAX_BATCH_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass  # skip the rest of the long line, bounded memory
+        return ScenarioError("batch", f"line {i} is longer than {MAX_BATCH_LINE_BYTES:,} bytes (MAX_BATCH_LINE_BYTES)")
+    try:
+        text = decode_utf8("batch", raw, f"line {i}")
+    except ScenarioError as exc:
+        return exc
+    if not text.strip():
+        return ScenarioError("batch", f"line {i} is blank (one scenario object per line)")
+    try:
+        return load_json_text("batch", text, f"line {i}")
+    except ScenarioError as exc:
+        return exc
+
+
+def batch_line(item: Any, scenario_args: dict[str, Any], run: Callable[[Any], Any]) -> str:
+    """One output line of ``--batch``: the result as JSON, or ``{"error": ...}``, whatever the item."""
+    if isinstance(item, ScenarioError):
+        return json.dumps({"error": item.message})
+    try:
+        if isinstance(item, dict):
+            item = {**item, **scenario_args}
+        return json.dumps(run(item).to_dict(), allow_nan=False)
+    except VramfitError as exc:
+        return json.dumps({"error": one_line(str(exc))})
+    except Exception as exc:  # noqa: BLE001 - one line per input line, always (issue 12): report it
+        return json.dumps({"error": f"internal error on this line ({type(exc).__name__}); please report it"})

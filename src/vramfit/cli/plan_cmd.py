@@ -11,14 +11,17 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.safe_input import path_kind, shown, user_path, writable_file, write_text_file
 from vramfit.units import GB, GiB
 
 console = Console()
@@ -48,7 +51,17 @@ def _load_gpus(path: Path | None) -> None:
 
 
 def _out(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+    try:
+        text = json.dumps(obj, indent=1, allow_nan=False)  # Infinity/NaN are not JSON
+    except ValueError:
+        raise VramfitError("the result holds an infinite or undefined number, which JSON cannot write; "
+                           "check the planner's inputs (mfu, dataset_tokens, epochs)") from None
+    sys.stdout.write(text + "\n")
+
+
+def _output(key: str, path: Path | None) -> Path | None:
+    """An output path checked before any work: its folder exists and it is not a folder."""
+    return None if path is None or str(path) == "-" else writable_file(key, path)
 
 
 def _plan_row(i: int, p) -> list[str]:
@@ -56,7 +69,7 @@ def _plan_row(i: int, p) -> list[str]:
     extras = ", ".join(x for x in (p.optimizer if "8bit" in p.optimizer else "", "fused loss" if p.loss == "fused" else "") if x)
     cost = "" if p.cost_usd_low is None else (_usd(p.cost_usd_low) + ("" if p.cost_usd_high == p.cost_usd_low else f"–{_usd(p.cost_usd_high)}"))
     return [
-        str(i) + ("" if p.measured_path else "†"), f"{p.num_gpus} × {p.gpu_id}" + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
+        str(i) + ("" if p.measured_path else "†"), escape(f"{p.num_gpus} × {p.gpu_id}") + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
         f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
@@ -68,7 +81,7 @@ def _plan_row(i: int, p) -> list[str]:
 def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
-    console.print(f"[bold]{r.model_id}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
+    console.print(f"[bold]{escape(r.model_id)}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
                   f"effective batch {r.effective_batch} · {data} · "
                   + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
@@ -98,7 +111,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
         within += "" if p.meets_deadline is None else (" (meets the deadline)" if p.meets_deadline else " [red](past the deadline)[/red]")
         within += f" at ${p.usd_per_gpu_hour_low:.2f}/GPU-h ({p.price_basis})" if p.price_basis else ""
-        console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {p.gpu_name}, micro-batch {p.micro_batch_size} × "
+        console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
                       f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
@@ -112,11 +125,11 @@ def render_plan(r, top: int, show_all: bool) -> None:
     for gid, changes in r.changes.items():
         render_changes(gid, changes)
     if r.excluded:
-        console.print("[bold]Not planned:[/bold] " + "; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8])
+        console.print("[bold]Not planned:[/bold] " + escape("; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8]))
                       + (f"; and {len(r.excluded) - 8} more" if len(r.excluded) > 8 else ""))
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
-        console.print(f" • {a}", highlight=False)
+        console.print(f" • {a}", highlight=False, markup=False)
 
 
 def render_changes(gid: str, changes: list) -> None:
@@ -128,7 +141,7 @@ def render_changes(gid: str, changes: list) -> None:
         t.add_column(col, overflow="fold")
     for c in changes:
         setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(c.description, setk, _gib(c.device_bytes), _gib(c.saving_bytes),
+        t.add_row(escape(c.description), escape(setk), _gib(c.device_bytes), _gib(c.saving_bytes),
                   "[green]yes[/green]" if c.fits else "[red]no[/red]",
                   "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
     console.print(t)
@@ -138,24 +151,25 @@ def _write_export(plan, engine: str, out_dir: Path, epochs: float) -> None:
     from vramfit.plan.export import export_plan
 
     ex = export_plan(plan, engine, epochs=epochs)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError("export_dir", f"cannot create the folder {shown(str(out_dir))}: {exc.strerror}") from None
     for name, text in ex.files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-        console.print(f"wrote {out_dir / name}")
+        write_text_file("export_dir", out_dir / name, text)
+        console.print(f"wrote {out_dir / name}", highlight=False, markup=False)
     console.print(f"run: {ex.command}")
     for n in ex.notes:
         console.print(f" • {n}")
 
 
 def _pick(r, pick: str):
-    from vramfit.errors import ScenarioError
-
     if pick == "cheapest":
         return r.cheapest
     if pick == "fastest":
         return r.fastest
-    if not pick.isdigit() or not 1 <= int(pick) <= len(r.plans):
-        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {pick!r}")
+    if not (pick.isascii() and pick.isdigit()) or not 1 <= int(pick) <= len(r.plans):
+        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {shown(pick)}")
     return r.plans[int(pick) - 1]
 
 
@@ -194,6 +208,9 @@ def register(app: typer.Typer) -> None:
         """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
         from vramfit.plan import plan
 
+        export_dir = user_path("export_dir", export_dir)
+        if export and path_kind("export_dir", export_dir) not in ("dir", "missing"):
+            raise ScenarioError("export_dir", f"{shown(str(export_dir))} exists and is not a folder")
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
@@ -235,7 +252,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             _out(r.to_dict())
             return
-        console.print(f"[bold]{r.gpu_name}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
+        console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
                       f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
                       + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
         if cal is not None and cal.for_card(sc.gpu):
@@ -272,6 +289,7 @@ def register(app: typer.Typer) -> None:
         from vramfit.plan import parse_vary, sweep
         from vramfit.plan.inputs import gpu_id_list
 
+        csv_path, chart_path = _output("csv", csv_out), _output("chart", chart)
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
@@ -282,15 +300,18 @@ def register(app: typer.Typer) -> None:
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 
-            sweep_chart(r, chart)
-            console.print(f"wrote {chart}")
+            try:
+                sweep_chart(r, chart_path)
+            except OSError as exc:
+                raise ScenarioError("chart", f"cannot write {shown(str(chart))}: {exc.strerror}") from None
+            console.print(f"wrote {chart}", highlight=False, markup=False)
         if csv_out is not None:
             text = sweep_csv(r)
             if str(csv_out) == "-":
                 sys.stdout.write(text)
             else:
-                csv_out.write_text(text, encoding="utf-8")
-                console.print(f"wrote {csv_out}")
+                write_text_file("csv", csv_path, text)
+                console.print(f"wrote {csv_out}", highlight=False, markup=False)
         if json_out:
             _out(r.to_dict())
         elif csv_out is None or str(csv_out) != "-":
@@ -300,9 +321,9 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col, justify="right")
             for p in r.points:
                 if p.error:
-                    t.add_row(str(p.value), f"[red]{p.error}[/red]", "", "", *[""] * len(r.cards))
+                    t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
                 else:
-                    t.add_row(str(p.value), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                    t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
                               *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
             console.print(t)
 

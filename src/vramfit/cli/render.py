@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vramfit.estimate.result import EstimateResult
@@ -15,7 +16,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         f"{r.model.id} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq {sc.seq_len}"
         f" · {sc.num_gpus} GPU{'s' if sc.num_gpus > 1 else ''}"
     )
-    console.print(f"[bold]{title}[/bold]")
+    console.print(f"[bold]{escape(title)}[/bold]")  # a config path may hold "[/...]": text, not markup
     console.print(
         f"parameters {r.model.num_params:,} · trainable {r.model.num_trainable_params:,} "
         f"({100 * r.model.num_trainable_params / max(1, r.model.num_params):.3f} %)"
@@ -56,7 +57,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         render_fits(r, console)
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
-        console.print(f" • {a}")
+        console.print(f" • {a}", markup=False)
 
 
 def render_fits(r: EstimateResult, console: Console) -> None:
@@ -72,9 +73,9 @@ def render_fits(r: EstimateResult, console: Console) -> None:
     f.add_column("headroom GiB", justify="right")
     for fit in r.fits:
         word = "[yellow]with paging[/yellow]" if fit.paging_bytes else "[green]yes[/green]" if fit.fits else "[red]no[/red]"
-        f.add_row(fit.name, gib(fit.usable_bytes), gib(fit.limit_bytes), word, gib(fit.headroom_bytes))
+        f.add_row(escape(fit.name), gib(fit.usable_bytes), gib(fit.limit_bytes), word, gib(fit.headroom_bytes))
     console.print(f)
     for fit in r.fits:
         if fit.paging_bytes:
-            console.print(f"{fit.name}: {fit.verdict}", highlight=False)
+            console.print(f"{fit.name}: {fit.verdict}", highlight=False, markup=False)
     console.print(f"[dim]{definition(margin)}[/dim]", highlight=False)

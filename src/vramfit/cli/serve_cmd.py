@@ -10,6 +10,8 @@ def register(app: typer.Typer) -> None:
     def serve(
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (127.0.0.1: this machine only)."),
         port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port."),
+        allow_host: list[str] = typer.Option([], "--allow-host", help="Another Host name to answer to (a "
+                                             "LAN name or address); localhost and --host always are."),
     ) -> None:
         """Serve the web calculator, the guide (EN/PT) and the JSON API."""
         try:
@@ -23,4 +25,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"vramfit web: http://{shown}:{port}/  (guide: /guide, API schema: /openapi.json; Ctrl+C stops)")
         from vramfit.calibration import load_active
 
-        uvicorn.run(create_app(load_active()), host=host, port=port, log_level="warning")
+        try:
+            uvicorn.run(create_app(host, allow_host, calibration=load_active()), host=host, port=port, log_level="warning")
+        except OSError as exc:  # an unknown host name, a port in use or not allowed: one line
+            typer.echo(f"error: cannot listen on {host[:80]}:{port}: {exc.strerror or exc}", err=True)
+            raise typer.Exit(2) from None

@@ -92,6 +92,8 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
             data = json.loads(text, object_pairs_hook=_no_duplicates)
         except ValueError as exc:
             raise fail(path, f"is not valid JSON: {str(exc).splitlines()[0]}") from None
+        except RecursionError:  # issue 12: deep nesting is one line, not a traceback
+            raise fail(path, "is not valid JSON: nested too deeply") from None
     else:
         try:
             _check_events(path, text)

@@ -71,6 +71,10 @@ def iter_rows(path: Path, split: str = "train") -> Iterator[dict]:
             "hf": lambda p: _hf_dir(p, split)}[fmt](path)
 
 
+def _why(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:200]
+
+
 def _jsonl(path: Path) -> Iterator[dict]:
     with path.open("rb") as f:
         for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
@@ -80,8 +84,8 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 continue
             try:
                 row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise DatasetError("dataset", f"line {n} of {path.name} is not JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:  # also 4,300+ digit integers, deep nesting (issue 12)
+                raise DatasetError("dataset", f"line {n} of {path.name} is not JSON: {_why(exc)}") from None
             if not isinstance(row, dict):
                 raise DatasetError("dataset", f"line {n} of {path.name} is a JSON {type(row).__name__}, not an object")
             yield row
@@ -91,8 +95,8 @@ def _json_array(path: Path) -> Iterator[dict]:
     _check_size(path, MAX_JSON_ARRAY_BYTES)
     try:
         data = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError("dataset", f"{path.name} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # also 4,300+ digit integers, deep nesting (issue 12)
+        raise DatasetError("dataset", f"{path.name} is not JSON: {_why(exc)}") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise DatasetError("dataset", f"{path.name} must be a JSON array of objects (or JSON Lines)")
     yield from data

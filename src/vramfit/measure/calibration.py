@@ -92,6 +92,18 @@ def signed_error(metric: str, measured: int, est: dict[str, int]) -> float:
     return (ours - measured) / measured
 
 
+#: What estimating a stored scenario may raise besides VramfitError: stored records come from other
+#: machines and versions (a model path such as ``~user/x`` or a 300-character name fails in the OS),
+#: and one such record is a skipped run with its reason, never the end of the report.
+_STORED_SCENARIO_ERRORS = (VramfitError, OSError, RuntimeError, ValueError, TypeError, KeyError,
+                           ArithmeticError, RecursionError)
+
+
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _estimate(rec: RunRecord, estimator: Callable[[dict], Any]) -> tuple[dict[str, int] | None, bool, str]:
     """(peaks, from_stored, reason) for a record."""
     try:
@@ -99,11 +111,11 @@ def _estimate(rec: RunRecord, estimator: Callable[[dict], Any]) -> tuple[dict[st
         peak = r.peak
         return ({"allocated_bytes": peak.allocated_bytes, "reserved_bytes": peak.reserved_bytes,
                  "device_bytes": peak.device_bytes}, False, "")
-    except VramfitError as exc:
+    except _STORED_SCENARIO_ERRORS as exc:
         stored = rec.estimate or {}
         if all(isinstance(stored.get(k), int) for k in ("allocated_bytes", "reserved_bytes", "device_bytes")):
             return ({k: stored[k] for k in ("allocated_bytes", "reserved_bytes", "device_bytes")}, True, "")
-        return None, False, f"cannot estimate: {exc}"
+        return None, False, f"cannot estimate: {_reason(exc)}"
 
 
 def _context_bytes(scenario: dict) -> int:

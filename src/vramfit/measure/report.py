@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from vramfit.measure.calibration import CalibrationReport
 from vramfit.measure.records import RunRecord
 from vramfit.measure.runner import PEAKS, differences
@@ -38,7 +40,7 @@ def render_run(rec: RunRecord, console: Any, db: str | None = None, full: bool =
     from rich.table import Table
 
     env = rec.environment
-    console.print(f"[bold]{scenario_line(rec.scenario)}[/bold]")
+    console.print(f"[bold]{escape(scenario_line(rec.scenario))}[/bold]")  # user text: never markup
     where = env.get("gpu_name") or env.get("device") or "?"
     pk = env.get("packages") or {}
     console.print(f"run {rec.id} · {rec.created_at or 'imported'} · {_status(rec)} · {rec.steps_done} step(s) · "
@@ -48,7 +50,7 @@ def render_run(rec: RunRecord, console: Any, db: str | None = None, full: bool =
                       + (f", CUDA {env['cuda']}" if env.get("cuda") else "")
                       + (f", driver {env['driver']}" if env.get("driver") else "") + "[/dim]")
     if rec.source_id != "vramfit-measure":
-        console.print(f"[dim]imported from {rec.source_id}: {rec.source}[/dim]")
+        console.print(f"[dim]{escape(f'imported from {rec.source_id}: {rec.source}')}[/dim]")
     diffs = differences(rec)
     t = Table(title="Peak per GPU (GiB)", title_justify="left")
     for col in ("counter", "measured", "estimate", "est. − meas.", "simulation", "sim. − meas."):
@@ -74,7 +76,7 @@ def render_run(rec: RunRecord, console: Any, db: str | None = None, full: bool =
     if env.get("memory_probe"):
         console.print(f"[dim]device figure from: {env['memory_probe']}[/dim]")
     if rec.notes:
-        console.print(f"notes: {rec.notes}")
+        console.print(f"notes: {rec.notes}", markup=False)
     for remark in det.get("remarks") or ():
         console.print(f"[dim]{remark}[/dim]")
     if full:
@@ -99,7 +101,7 @@ def render_runs(recs: list[RunRecord], console: Any, title: str) -> None:
         sc = r.scenario
         est = (r.estimate or {}).get("allocated_bytes")
         alloc = gib(r.allocated_bytes) if r.unknown_bytes is None else f"{gib(r.unknown_bytes)}?"
-        t.add_row(r.id[:16], _status(r), r.model_name.rsplit("/", 1)[-1], str(sc.get("method", "")),
+        t.add_row(escape(r.id[:16]), _status(r), escape(r.model_name.rsplit("/", 1)[-1]), escape(str(sc.get("method", ""))),
                   str(sc.get("seq_len", "")), str(sc.get("gradient_checkpointing", "")), r.gpu_family, alloc,
                   gib(r.reserved_bytes), gib(r.device_bytes), gib(est),
                   f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "—")

@@ -26,10 +26,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vramfit.errors import ModelError
+from vramfit import limits
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.models.generic import generic_config, parse_param_count
 from vramfit.models.hf_config import spec_from_hf_config
 from vramfit.models.spec import ModelSpec
+from vramfit.safe_input import load_json_text, path_kind, read_text_file, shown, user_path
 
 ORIGINS = ("catalog", "config-file", "hub", "generic")
 
@@ -108,8 +110,8 @@ def resolve_model(model: str) -> ResolvedModel:
     if text.lower().startswith("generic:"):
         return resolve_generic(text.split(":", 1)[1], requested=text)
 
-    path = Path(text).expanduser()
-    if path.exists():
+    path = _model_path(text)
+    if path is not None:
         return _from_path(path, text)
     if _looks_like_path(text):
         raise ModelError(f"no such file or directory: {text}")
@@ -120,9 +122,9 @@ def resolve_model(model: str) -> ResolvedModel:
                 "release suffixes (instruct/chat/quantized releases share the architecture)")
         return _from_entry(by_name, text, (note,))
 
-    if _HUB_ID.match(text):
+    if _HUB_ID.match(text) and len(text) <= limits.MAX_HUB_ID_CHARS:
         return _from_hub(text)
-    raise ModelError(f"unknown model {text!r}{_suggest(text, fallback=True)}")
+    raise ModelError(f"unknown model {shown(text)}{_suggest(text, fallback=True)}")
 
 
 def resolve_generic(size: str | int, requested: str = "") -> ResolvedModel:
@@ -192,15 +194,21 @@ def _suggest(text: str, fallback: bool = False) -> str:
     return f"; did you mean: {', '.join(ids)}?"
 
 
+def _model_path(text: str) -> Path | None:
+    """The existing local path a model string names, or None; odd strings are one ModelError."""
+    try:
+        path = user_path("model", text)
+        return path if path_kind("model", path) != "missing" else None
+    except ScenarioError as exc:
+        raise ModelError(exc.message.removeprefix("model: ")) from None
+
+
 def _read_config(path: Path, label: str) -> dict:
+    """A config.json file through the bounded reader (size, UTF-8, JSON depth: vramfit.limits)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(f"cannot read {label}: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{label} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        data = load_json_text("model", read_text_file("model", path), label)
+    except ScenarioError as exc:
+        raise ModelError(exc.message.removeprefix("model: ")) from None
     if not isinstance(data, dict):
         raise ModelError(f"{label} is not a config.json: expected a JSON object")
     return data
@@ -248,18 +256,44 @@ def _from_hub(repo_id: str) -> ResolvedModel:
         # the cached copy first: instant, and works offline; then the Hub (which the cache keeps)
         local = hf_hub_download(repo_id=repo_id, filename="config.json", local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached (or no usable cache): ask the Hub
-        if not _hub_reachable():
-            raise ModelError(_hub_error(repo_id, ConnectionError("hub unreachable"))) from None
-        try:
-            local = hf_hub_download(repo_id=repo_id, filename="config.json")
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear ModelError
-            raise ModelError(_hub_error(repo_id, exc)) from exc
+        local = _download_with_deadline(repo_id, hf_hub_download)
     label = f"config.json of {repo_id}"
     config = _read_config(Path(local), label)
     spec = _spec_for(config, label)
     source = f"https://huggingface.co/{repo_id}/blob/main/config.json"
     return ResolvedModel(repo_id, spec, config, source, "hub", _quantization_notes(config),
                          repo_id)
+
+
+def _download_with_deadline(repo_id: str, download: Any) -> str:
+    """config.json from the Hub within one overall deadline (:data:`vramfit.limits.HUB_DEADLINE_S`)
+    for the reachability probe, huggingface_hub's retries and the download together. The download
+    runs in a daemon thread, so a Hub that accepts the connection and never answers cannot hold
+    the caller past the deadline."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + limits.HUB_DEADLINE_S
+    if not _hub_reachable(min(3.0, limits.HUB_DEADLINE_S)):
+        raise ModelError(_hub_error(repo_id, ConnectionError("hub unreachable")))
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["path"] = download(repo_id=repo_id, filename="config.json")
+        except Exception as exc:  # noqa: BLE001 - reported below as one clear ModelError
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="vramfit-hub", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        raise ModelError(f"the Hugging Face Hub did not answer for the config.json of {repo_id} within "
+                         f"{limits.HUB_DEADLINE_S:g} s (HUB_DEADLINE_S); pass a local config.json path or a "
+                         "catalog model")
+    if "error" in box:
+        raise ModelError(_hub_error(repo_id, box["error"])) from box["error"]
+    return box["path"]
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -298,7 +332,7 @@ def _hub_error(repo_id: str, exc: Exception) -> str:
     if kinds & {"EntryNotFoundError", "RemoteEntryNotFoundError"}:
         return f"{repo_id} on the Hugging Face Hub has no config.json"
     return (f"cannot fetch the config.json of {repo_id} from the Hugging Face Hub: "
-            f"{type(exc).__name__}: {exc}")
+            f"{type(exc).__name__}: {shown(str(exc), 200)[1:-1]}")
 
 
 def _short(n: int) -> str:

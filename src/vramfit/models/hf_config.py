@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from vramfit.errors import ModelError
+from vramfit.models.config_check import check_config, check_spec
 from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 
 _MISSING = object()
@@ -121,8 +122,7 @@ class _Cfg:
 
 def spec_from_hf_config(config: dict) -> ModelSpec:
     """Return the :class:`ModelSpec` of a decoder-only model described by its ``config.json``."""
-    if not isinstance(config, Mapping):
-        raise ModelError(f"config.json must be a JSON object, got {type(config).__name__}")
+    check_config(config)  # types, sizes and shape first (vramfit.limits): one validation for CLI and web
     model_type = config.get("model_type")
     if not model_type:
         raise ModelError(
@@ -140,16 +140,16 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
             from vramfit.models.hf_vlm import gemma3_vision_params
 
             spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
-        return spec
+        return check_spec(spec)
     builder = _builders().get(model_type)
     if builder is None:  # any other decoder transformers ships, read from its real modules
         from vramfit.models.from_modules import spec_from_transformers
 
         try:
-            return spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}")
+            return check_spec(spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}"))
         except ModelError as exc:
             raise ModelError(str(exc).removeprefix(f"{exc.key}: "), valid=SUPPORTED_MODEL_TYPES) from None
-    return builder(_Cfg(config, model_type))
+    return check_spec(builder(_Cfg(config, model_type)))
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -20,7 +20,7 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
-from vramfit.plan.inputs import fraction
+from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import model_flops, step_time, step_work
@@ -263,7 +263,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else None
+    u = mfu_value(mfu) if mfu is not None else None
     ctx = _Ctx(sc, g, margin, u, calibration)
     if ctx.before <= ctx.limit:
         return []

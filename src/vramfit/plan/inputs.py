@@ -12,6 +12,8 @@ from vramfit.errors import ScenarioError
 # Up to one node the planner rents GPUs as one machine (the guide: "não separadamente, mas o mesmo nó");
 # above it, whole nodes.
 from vramfit.gpus import GPUS_PER_NODE  # noqa: F401 - the one node cap, shared with the estimator
+from vramfit.limits import MIN_MFU
+from vramfit.safe_input import shown
 from vramfit.scenario import fraction, positive_number  # noqa: F401 - part of this module's validators
 
 _SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
@@ -22,26 +24,39 @@ MAX_TOKENS = 10**15
 def parse_count(key: str, value: Any, lo: int = 1, hi: int = MAX_TOKENS) -> int:
     """A whole count such as ``50000000``, ``5e7``, ``"50M"``, ``"1.5B"`` (K, M, B/G, T suffixes)."""
     if isinstance(value, bool) or value is None:
-        raise ScenarioError(key, f"must be a whole number like 50000000 or '50M', got {value!r}")
+        raise ScenarioError(key, f"must be a whole number like 50000000 or '50M', got {shown(value)}")
     if isinstance(value, str):
         text = value.strip().lower().replace("_", "").replace(",", "")
         m = _COUNT.match(text)
         if not m:
-            raise ScenarioError(key, f"must be a number like 50000000, 5e7 or '50M' (suffixes K, M, B, T), got {value!r}")
+            raise ScenarioError(key, f"must be a number like 50000000, 5e7 or '50M' (suffixes K, M, B, T), got {shown(value)}")
         number = float(m.group(1)) * _SCALES[m.group(2)]
-    elif isinstance(value, (int, float)):
-        number = float(value)
+    elif isinstance(value, int):
+        if not lo <= value <= hi:  # before float(): ints of 10^309 and more overflow it
+            raise ScenarioError(key, f"must be from {lo:,} to {hi:,}, got {shown(value)}")
+        return value
+    elif isinstance(value, float):
+        number = value
     else:
         raise ScenarioError(key, f"must be a number, got {type(value).__name__}")
     if not math.isfinite(number) or number != int(number):
-        raise ScenarioError(key, f"must be a whole number, got {value!r}")
+        raise ScenarioError(key, f"must be a whole number, got {shown(value)}")
     if not lo <= number <= hi:
-        raise ScenarioError(key, f"must be from {lo:,} to {hi:,}, got {value!r}")
+        raise ScenarioError(key, f"must be from {lo:,} to {hi:,}, got {shown(value)}")
     return int(number)
 
 
 
 
+
+
+def mfu_value(mfu: Any) -> float:
+    """Model FLOPs utilisation: a fraction of at least :data:`vramfit.limits.MIN_MFU` (below it the
+    time of a run overflows; 5e-324 divided by zero)."""
+    u = fraction("mfu", mfu, lo_open=True)
+    if u < MIN_MFU:
+        raise ScenarioError("mfu", f"must be at least {MIN_MFU:g} (MIN_MFU: no real run is slower), got {shown(mfu)}")
+    return u
 
 
 def gpu_id_list(value: str | Iterable[str] | None) -> list[str] | None:

@@ -10,7 +10,15 @@ from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
-from vramfit.plan.inputs import GPUS_PER_NODE, fraction, gpu_counts, gpu_id_list, parse_count, positive_number
+from vramfit.plan.inputs import (
+    GPUS_PER_NODE,
+    fraction,
+    gpu_counts,
+    gpu_id_list,
+    mfu_value,
+    parse_count,
+    positive_number,
+)
 from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
 from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
@@ -54,7 +62,7 @@ def _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_ma
     ep = positive_number("epochs", epochs, 1000)
     budget = positive_number("budget", budget_usd, what="a positive number of US dollars") if budget_usd is not None else None
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    u = fraction("mfu", mfu, lo_open=True) if mfu is not None else MFU_DEFAULT.value
+    u = mfu_value(mfu) if mfu is not None else MFU_DEFAULT.value
     return eff, tokens, ep, budget, margin, u
 
 

@@ -13,12 +13,14 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import get_gpu
+from vramfit.limits import MAX_SWEEP_VALUES
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, default_cards, fits, limit_bytes
+from vramfit.safe_input import shown, to_float
 from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
-MAX_VALUES = 200
+MAX_VALUES = MAX_SWEEP_VALUES  # vramfit.limits
 #: Keys whose values a range (``a..b``) can produce.
 RANGE_KEYS: tuple[str, ...] = (*INT_LIMITS, "lora_alpha", "params")
 
@@ -29,23 +31,23 @@ def _number(key: str, text: str) -> int:
     if t.endswith("k"):
         mult, t = 1024, t[:-1]  # 32k = 32768 tokens, as context lengths are written
     try:
-        value = float(t) * mult
-    except ValueError:
-        raise ScenarioError("vary", f"{key}: {text!r} is not a number") from None
+        value = to_float("vary", t) * mult  # NaN, inf, 1e400 and 100-digit strings are refused here
+    except ScenarioError:
+        raise ScenarioError("vary", f"{key}: {shown(text)} is not a number (a finite one is needed)") from None
     if value != int(value) or value < 1:
-        raise ScenarioError("vary", f"{key}: {text!r} must be a positive whole number")
+        raise ScenarioError("vary", f"{key}: {shown(text)} must be a positive whole number")
     return int(value)
 
 
 def parse_vary(text: str) -> tuple[str, list[Any]]:
     """``"seq_len=512..32768"`` -> ``("seq_len", [512, 1024, ..., 32768])``."""
     if not isinstance(text, str) or "=" not in text:
-        raise ScenarioError("vary", f"must look like key=a..b, key=a..b:step or key=a,b,c, got {text!r}")
+        raise ScenarioError("vary", f"must look like key=a..b, key=a..b:step or key=a,b,c, got {shown(text)}")
     key, _, spec = text.partition("=")
     key = key.strip().replace("-", "_")
     spec = spec.strip()
     if key not in SCENARIO_KEYS:
-        raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)
+        raise ScenarioError("vary", f"unknown scenario key {shown(key)}", SCENARIO_KEYS)
     if not spec:
         raise ScenarioError("vary", f"{key}: no values after '='")
     if spec == "*":
@@ -62,6 +64,9 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
             raise ScenarioError("vary", f"{key}: range end {hi} is below its start {lo}")
         if step_t:
             step = _number(key, step_t)
+            if (hi - lo) // step + 1 > MAX_VALUES:  # counted before the list is built
+                raise ScenarioError("vary", f"{key}: {(hi - lo) // step + 1:,} values, at most {MAX_VALUES} "
+                                    "(MAX_SWEEP_VALUES)")
             values = list(range(lo, hi + 1, step))
         else:
             values, v = [], lo
@@ -70,12 +75,14 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
                 v *= 2
             values.append(hi)
     else:
+        if spec.count(",") >= MAX_VALUES:  # counted before the list is built
+            raise ScenarioError("vary", f"{key}: {spec.count(',') + 1:,} values, at most {MAX_VALUES} (MAX_SWEEP_VALUES)")
         items = [v.strip() for v in spec.split(",")]
         if any(not v for v in items):
-            raise ScenarioError("vary", f"{key}: empty value in {spec!r}")
+            raise ScenarioError("vary", f"{key}: empty value in {shown(spec)}")
         values = [_number(key, v) if key in INT_LIMITS else v for v in items]
     if len(values) > MAX_VALUES:
-        raise ScenarioError("vary", f"{key}: {len(values)} values, at most {MAX_VALUES}")
+        raise ScenarioError("vary", f"{key}: {len(values)} values, at most {MAX_VALUES} (MAX_SWEEP_VALUES)")
     return key, values
 
 
@@ -124,7 +131,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
     safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
     key = key.strip().replace("-", "_") if isinstance(key, str) else key
     if key not in SCENARIO_KEYS:
-        raise ScenarioError("vary", f"unknown scenario key {key!r}", SCENARIO_KEYS)
+        raise ScenarioError("vary", f"unknown scenario key {shown(key)}", SCENARIO_KEYS)
     if not isinstance(values, (list, tuple)) or not values:
         raise ScenarioError("vary", "needs at least one value")
     if len(values) > MAX_VALUES:

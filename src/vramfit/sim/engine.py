@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vramfit import limits
 from vramfit.errors import ScenarioError
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.result import Component, EstimateResult, ModelInfo, Peak, Phase, PhasePeak
@@ -49,6 +50,12 @@ def _check(sc: Scenario) -> None:
                             ["none", "fsdp"])
     if sc.offload.value != "none":
         raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
+    if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
+        raise ScenarioError("num_gpus", f"the simulator traces at most {limits.SIM_MAX_GPUS:,} GPUs (SIM_MAX_GPUS); "
+                            "the estimator takes more")
+    if sc.trains_adapters and sc.lora_rank > limits.SIM_MAX_LORA_RANK:
+        raise ScenarioError("lora_rank", f"the simulator traces LoRA ranks up to {limits.SIM_MAX_LORA_RANK:,} "
+                            "(SIM_MAX_LORA_RANK); the estimator takes more")
     if sc.optimizer_in_backward and sc.grad_accum > 1:
         raise ScenarioError("optimizer_in_backward", "cannot accumulate gradients when the step runs in backward "
                             "(torchtune rejects it too); set grad_accum to 1")
@@ -70,6 +77,10 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
     model_id, config, origin, notes, num_params = resolve_config(sc)
     full = num_layers_of(config)
     depths, windows = _depths(config, layers, full)
+    if max(depths) > limits.SIM_MAX_FULL_DEPTH_LAYERS:
+        raise ScenarioError("layers", f"tracing {max(depths):,} decoder layers one by one is more than "
+                            f"{limits.SIM_MAX_FULL_DEPTH_LAYERS} (SIM_MAX_FULL_DEPTH_LAYERS); leave out --full-depth "
+                            "to extrapolate from two small depths")
     summaries = []
     counts = []
     assumptions: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +34,7 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
     r = result.result
     sc = r.scenario
     console.print(
-        f"[bold]{r.model.id} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq "
+        f"[bold]{escape(r.model.id)} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq "
         f"{sc.seq_len} · {sc.num_gpus} GPU{'s' if sc.num_gpus > 1 else ''} · simulated[/bold]"
     )
     traced = " and ".join(str(d) for d in result.layers_traced)
@@ -109,4 +110,4 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
         console.print(f"host memory (offloaded activations / paged optimizer state): {_gib(r.host_bytes)} GiB")
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
-        console.print(f" • {a}")
+        console.print(f" • {a}", markup=False)

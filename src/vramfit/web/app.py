@@ -2,7 +2,7 @@
 
 Pages: ``/`` (the calculator) and ``/guide`` (the fine-tuning memory guide, EN/PT), both rendered
 from templates, with plain JavaScript and Plotly served from this server (no CDN).
-API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``; ``GET /api/models``, ``/api/gpus``;
+API: ``POST /api/estimate``, ``/api/plan``, ``/api/sweep``, ``/api/import``; ``GET /api/models``, ``/api/gpus``;
 the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_scenario` (see
 :mod:`vramfit.web.service`), so errors read as the CLI's; they come back as HTTP 422
 ``{"error", "key", "valid"}``.
@@ -10,9 +10,13 @@ the schema at ``/openapi.json``. Validation is :func:`vramfit.scenario.parse_sce
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -20,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
-from vramfit.web import pages, planning
+from vramfit.web import dataset_upload, importing, pages, planning
 from vramfit.web.schemas import (
     REQUEST_MODELS,
     ErrorOut,
@@ -38,7 +42,17 @@ from vramfit.web.service import (
 )
 
 HERE = Path(__file__).resolve().parent
+#: Seconds a request may take to send its body once its headers are in; a client that declares a
+#: body and never sends it would otherwise hold a connection (and a worker task) forever. 256 KiB
+#: (MAX_BODY_BYTES) takes well under a second even at 10 Mbit/s, so 10 s only cuts off stalled peers.
+BODY_TIMEOUT_S = 10.0
+#: Host names the server answers to without being told (``--host`` and ``--allow-host`` add more):
+#: a page at another name that resolves to this machine (DNS rebinding) is refused.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "the Host header does not name this server"},
+    408: {"model": ErrorOut, "description": "the request body did not arrive in time"},
     413: {"model": ErrorOut, "description": "request body too large"},
     422: {"model": ErrorOut, "description": "invalid input: the field at fault and its valid values"},
 }
@@ -67,12 +81,94 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def send_with_headers(message: dict) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = list(message.get("headers", [])) + self.HEADERS
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # The generic 500: Starlette's own error page is sent from outside every middleware, so
+            # it would lack these headers. Answer here, then re-raise so the server logs the error.
+            if not started:
+                await send_json(send_with_headers, 500, {
+                    "error": "server: internal error (the server's log has the details)",
+                    "key": "server", "valid": None})
+            raise
+
+
+async def send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+    """A whole JSON response sent on a raw ASGI channel (for middleware)."""
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def served_hosts(host: str = "127.0.0.1", allow: Iterable[str] = ()) -> tuple[str, ...]:
+    """The Host header names answered: :data:`LOCAL_HOSTS`, the address served and ``allow``."""
+    names = [*LOCAL_HOSTS]
+    for name in (host, *allow):
+        name = name.strip().lower()
+        if name in _WILDCARDS:
+            continue
+        names.append(f"[{name}]" if ":" in name and not name.startswith("[") else name)
+    return tuple(dict.fromkeys(names))
+
+
+class HostCheck:
+    """Pure ASGI middleware: 400 unless the Host header names this server (see :func:`served_hosts`)."""
+
+    def __init__(self, app: Any, hosts: Iterable[str]):
+        self.app = app
+        self.hosts = frozenset(hosts)
+
+    @staticmethod
+    def host_name(header: str) -> str:
+        header = header.strip().lower()
+        if header.startswith("["):  # [v6]:port
+            return header[:header.find("]") + 1]
+        return header.rsplit(":", 1)[0] if ":" in header else header
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = next((v for k, v in scope.get("headers") or () if k == b"host"), b"")
+            name = self.host_name(raw.decode("latin-1"))
+            if name not in self.hosts:
+                shown = name if len(name) <= 60 else name[:60] + "…"
+                await send_json(send, 400, {
+                    "error": f"host: {shown!r} is not a name this server answers to (start it with "
+                             "--allow-host NAME to add one)", "key": "host", "valid": sorted(self.hosts)})
+                return
+        await self.app(scope, receive, send)
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON response; a result that is not finite (JSON has no Infinity) is a 422, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:
+            path = _non_finite(content) or ("result",)
+            raise ApiError(422, path[-1], "the result is not a finite number with these inputs; "
+                           "make them smaller or more realistic") from None
+
+
+def _non_finite(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite(v, (*path, str(k)) if isinstance(k, str) else path)
+        if found:
+            return found
+    return None
 
 
 def _body_doc(model: str) -> dict[str, Any]:
@@ -81,17 +177,23 @@ def _body_doc(model: str) -> dict[str, Any]:
 
 
 async def read_body(request: Request) -> Any:
-    """The JSON body, read up to :data:`MAX_BODY_BYTES` (413 beyond)."""
+    """The JSON body, read up to :data:`MAX_BODY_BYTES` (413 beyond) within the app's body
+    timeout (:data:`BODY_TIMEOUT_S`; 408 after it)."""
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
         raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
+    timeout = request.app.state.body_timeout_s
+    try:
+        with anyio.fail_after(timeout):  # anyio (Starlette's own): asyncio.timeout needs Python 3.11
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "body", f"request body not received within {timeout:g} s") from None
     return parse_body(b"".join(chunks))
 
 
@@ -102,9 +204,11 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-def create_app(calibration=None) -> FastAPI:
-    """The FastAPI application (pages, static files, API); ``calibration`` (:mod:`vramfit.calibration`)
-    is applied to the estimates and plans of its GPU families."""
+def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
+               body_timeout_s: float = BODY_TIMEOUT_S, calibration=None) -> FastAPI:
+    """The FastAPI application (pages, static files, API) served at ``host``; the Host header must
+    name it, a local name or one of ``allow_hosts``. ``calibration`` (:mod:`vramfit.calibration`) is
+    applied to the estimates and plans of its GPU families."""
     from vramfit.web import service
 
     service.CALIBRATION = calibration
@@ -121,9 +225,10 @@ def create_app(calibration=None) -> FastAPI:
         docs_url=None,  # Swagger UI would load from a CDN; the schema is at /openapi.json
         redoc_url=None,
     )
+    app.state.body_timeout_s = body_timeout_s
     app.add_middleware(GZipMiddleware, minimum_size=1024)
-
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(HostCheck, hosts=served_hosts(host, allow_hosts))
+    app.add_middleware(SecurityHeaders)  # the outermost: every answer carries the headers
 
     @app.exception_handler(VramfitError)
     async def user_error(request: Request, exc: VramfitError) -> JSONResponse:
@@ -144,11 +249,11 @@ def create_app(calibration=None) -> FastAPI:
         return FileResponse(plotly_js_path(), media_type="text/javascript",
                             headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def calculator(request: Request, lang: str = "en") -> Response:
         return pages.calculator(request, lang)
 
-    @app.get("/guide", include_in_schema=False)
+    @app.api_route("/guide", methods=["GET", "HEAD"], include_in_schema=False)
     def guide(request: Request, lang: str = "en") -> Response:
         return pages.guide(request, lang)
 
@@ -166,14 +271,14 @@ def create_app(calibration=None) -> FastAPI:
     async def api_estimate(request: Request) -> JSONResponse:
         """Per-GPU peak memory of one scenario: the result object (bytes, components, assumptions)."""
         checked = check_scenario(await read_body(request))
-        return JSONResponse(run_estimate(checked).to_dict())
+        return SafeJSONResponse(run_estimate(checked).to_dict())
 
     @app.post("/api/plan", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "the planner's report (cards that fit, GPUs, time, cost)"},
                          **_ERRORS})
     async def api_plan(request: Request) -> JSONResponse:
         """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
-        return JSONResponse(planning.plan(await read_body(request)))
+        return SafeJSONResponse(planning.plan(await read_body(request)))
 
     @app.post("/api/export", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "{engine, files: {name: text}, command, notes}"}, **_ERRORS})
@@ -186,7 +291,34 @@ def create_app(calibration=None) -> FastAPI:
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
     async def api_sweep(request: Request) -> JSONResponse:
         """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
-        return JSONResponse(planning.sweep(await read_body(request)))
+        return SafeJSONResponse(planning.sweep(await read_body(request)))
+
+    @app.post("/api/import", tags=["api"], response_model=None, openapi_extra=_body_doc("ImportIn"),
+              responses={200: {"description": "{dialect, scenario, report: [{kind, key, value, note, becomes}], "
+                                              "defaults_source}"}, **_ERRORS})
+    async def api_import(request: Request) -> JSONResponse:
+        """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
+        what became of each key; files the config names are never opened."""
+        return JSONResponse(importing.import_config(await read_body(request)))
+
+    @app.post("/api/dataset", tags=["api"], response_model=None,
+              responses={200: {"description": "{rows, exact_tokens (false: chars-per-token approximation), "
+                                              "percentiles, histogram: [{from, to, samples}], card}"}, **_ERRORS})
+    async def api_dataset(request: Request) -> JSONResponse:
+        """A small dataset file (multipart ``file``: .jsonl, .json, .csv; optional ``scenario`` JSON text):
+        the histogram of its sample lengths (approximate tokens) and the card's longest fitting sequence."""
+        declared = request.headers.get("content-length")
+        limit = dataset_upload.MAX_UPLOAD_BYTES + 64 * 1024  # the file plus the multipart envelope
+        if declared is None or not declared.isdigit() or int(declared) > limit:
+            raise ApiError(413, "file", f"the upload needs a Content-Length of at most {limit} bytes")
+        async with request.form(max_files=1, max_fields=2) as form:
+            upload, scenario = form.get("file"), form.get("scenario")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(422, "file", "send the dataset as the multipart field 'file'")
+            raw = await upload.read(dataset_upload.MAX_UPLOAD_BYTES + 1)
+            name = upload.filename or ""
+        text = scenario if isinstance(scenario, str) else None
+        return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
 
     @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
     def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):
@@ -202,7 +334,7 @@ def create_app(calibration=None) -> FastAPI:
             for e in search_models(words[0]) if all(e["id"] in f for f in found)
         ]
 
-    @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut])
+    @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut], responses=_ERRORS)
     def api_gpus():
         """The GPU catalog: usable memory (bytes the card exposes), BF16 TFLOPS, rental prices."""
         from vramfit.gpus import list_gpus

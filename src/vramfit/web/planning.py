@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.scenario import finite_number
 from vramfit.web import service
 from vramfit.web.schemas import PlanOptions
 from vramfit.web.service import (
@@ -39,6 +40,13 @@ def _split(body: Any, allowed: tuple[str, ...]) -> tuple[Checked, dict[str, Any]
     return check_scenario(body["scenario"]), rest
 
 
+#: The lowest model-FLOPs utilisation the API plans with. Reported LLM training MFU is 20-60 %
+#: (llm-foundry's benchmark table, the source of the planner's 0.40 default); 1 % is already a badly
+#: misconfigured run, and below it the hours (tokens x FLOPs / (peak x MFU)) run to absurd or
+#: non-finite figures (5e-324 divides by zero).
+MIN_MFU = 0.01
+
+
 def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
     """The planner's own inputs, as given (the planner validates them and names the input at fault);
     only ``gpu_ids`` is checked for its shape here, and ``None`` means "the planner's default"."""
@@ -49,6 +57,9 @@ def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
     for k, v in opts.items():
         if isinstance(v, (dict, list)) and k != "gpu_ids":
             raise ScenarioError(k, f"must be a number, got {v!r}")
+    if "mfu" in opts and finite_number("mfu", opts["mfu"]) < MIN_MFU:
+        raise ScenarioError("mfu", f"must be at least {MIN_MFU} (1 % of the card's peak FLOPs; real training "
+                            f"runs reach 20-60 %), got {opts['mfu']!r}")
     return opts
 
 

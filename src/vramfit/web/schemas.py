@@ -141,6 +141,15 @@ class SweepIn(BaseModel):
     values: list[int | str] = Field(..., min_length=1, max_length=MAX_SWEEP_VALUES)
 
 
+class ImportIn(BaseModel):
+    """A pasted training config; the server parses it as data and never opens a file it names."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(..., description="the config's YAML or JSON text")
+    dialect: Optional[str] = Field(None, description="axolotl, llamafactory, trl, torchtune or litgpt "
+                                                     "(default: detected from the keys)")
+
+
 class ErrorOut(BaseModel):
     """A request the server refuses: the field at fault and, where finite, its valid values."""
 
@@ -217,4 +226,4 @@ class GpuOut(BaseModel):
     price_high: Optional[float]
 
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (ScenarioIn, PlanIn, SweepIn)
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (ScenarioIn, PlanIn, SweepIn, ImportIn)

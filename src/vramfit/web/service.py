@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any
 
@@ -31,6 +33,11 @@ MAX_CONFIG_DEPTH = 12
 MAX_CONFIG_LIST = 1024
 MAX_CONFIG_LAYERS = 1024
 MAX_PARAMS = 10**13
+#: The largest integer a request may hold: a signed 64-bit integer. No count or byte figure in the
+#: API comes near it, larger ones cannot be floats exactly (floats end at 1.8e308) and Python refuses
+#: to read integers of more than 4,300 digits (sys.get_int_max_str_digits) -- so the bound is checked
+#: on the digits, before any conversion.
+MAX_JSON_INT = 2**63 - 1
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 
 
@@ -56,18 +63,73 @@ def error_body(exc: VramfitError) -> dict[str, Any]:
     return {"error": str(exc), "key": key, "valid": list(valid) if valid else None}
 
 
+class _BigInt:
+    """An integer literal beyond :data:`MAX_JSON_INT`, kept as its digit count to name its field."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def _parse_int(text: str) -> int | _BigInt:
+    digits = len(text.lstrip("-"))
+    if digits < 19 or (digits == 19 and abs(int(text)) <= MAX_JSON_INT):
+        return int(text)
+    return _BigInt(digits)
+
+
+def _find_big_int(value: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], _BigInt] | None:
+    """(path, marker) of the first out-of-range integer in parsed JSON, or None."""
+    if isinstance(value, _BigInt):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _find_big_int(v, (*path, str(k)))
+        if found:
+            return found
+    return None
+
+
+def _refuse_big_ints(data: Any) -> None:
+    found = _find_big_int(data)
+    if found is None:
+        return
+    path, big = found
+    names = [p for p in path if not p.isdigit()] or ["body"]
+    key = "config_json" if "config_json" in path else names[-1]
+    where = f" at {'.'.join(path[path.index('config_json') + 1:])}" if key == "config_json" else ""
+    raise ApiError(422, key, f"an integer of {big.digits} digits{where} is out of range "
+                   f"(integers here are at most 2**63-1 = {MAX_JSON_INT:,})")
+
+
 def parse_body(raw: bytes) -> Any:
-    """JSON data from a request body already bounded by the caller."""
+    """JSON data from a request body already bounded by the caller; an integer beyond
+    :data:`MAX_JSON_INT` is refused naming its field."""
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+    big: list[bool] = []
+
+    def parse_int(text: str) -> int | _BigInt:
+        out = _parse_int(text)
+        if isinstance(out, _BigInt):
+            big.append(True)
+        return out
+
     try:
-        return json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_int=parse_int)
     except UnicodeDecodeError:
         raise ApiError(422, "body", "request body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ApiError(422, "body", f"request body is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ApiError(422, "body", "request body is nested too deeply") from None
+    if big:
+        try:
+            _refuse_big_ints(data)
+        except RecursionError:
+            raise ApiError(422, "body", "request body is nested too deeply") from None
+    return data
 
 
 # ------------------------------------------------------------------------------ models
@@ -117,6 +179,35 @@ def _check_config_shape(value: Any, depth: int = 0) -> None:
             _check_config_shape(v, depth + 1)
 
 
+def _check_spec_types(spec: ModelSpec) -> None:
+    """The architecture read from a pasted config has the types its fields declare (a config value
+    such as ``sliding_window: "abc"`` is copied through as given): whole numbers >= 0 (a window
+    >= 1), finite floats >= 0, strings."""
+    for f in dataclass_fields(spec):
+        value, kind = getattr(spec, f.name), str(f.type)
+        if value is None and "None" in kind:
+            continue
+        if kind.startswith("int"):
+            ok = type(value) is int and value >= (1 if f.name == "sliding_window" else 0)
+            what = "a whole number" + (" >= 1" if f.name == "sliding_window" else " >= 0")
+        elif kind.startswith("float"):
+            ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+            what = "a finite number >= 0"
+        elif kind in ("str", "bool"):
+            ok, what = type(value).__name__ == kind, ("text" if kind == "str" else "true or false")
+        elif kind == "tuple[str, ...]":
+            ok, what = all(isinstance(v, str) for v in value), "a list of strings"
+        else:
+            continue
+        if not ok:
+            raise ScenarioError("config_json", f"{f.name} must be {what}, got {_short_repr(value)}")
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
     """(spec, label, notes) of a pasted config.json dict; errors are keyed ``config_json``."""
     if not isinstance(config, dict):
@@ -129,6 +220,7 @@ def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
         raise ScenarioError("config_json", exc.message.removeprefix(f"{exc.key}: "), None) from None
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:
         raise ScenarioError("config_json", f"cannot be read as a Hugging Face config.json ({exc})") from None
+    _check_spec_types(spec)
     if spec.num_params > MAX_PARAMS:
         raise ScenarioError("config_json", f"describes {spec.num_params:,} parameters (at most {MAX_PARAMS:,})")
     label = f"config.json ({spec.model_type}, {spec.num_params / GB:.3g}B)"
@@ -209,8 +301,8 @@ def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:
     if len(values) > MAX_SWEEP_VALUES:
         raise ScenarioError("values", f"at most {MAX_SWEEP_VALUES} values, got {len(values)}")
     for v in values:
-        if isinstance(v, (dict, list)) or v is None:
-            raise ScenarioError("values", f"each value must be a number or a string, got {v!r}")
+        if isinstance(v, (dict, list)) or v is None or (isinstance(v, float) and not math.isfinite(v)):
+            raise ScenarioError("values", f"each value must be a finite number or a string, got {_short_repr(v)}")
     return key, values
 
 

@@ -234,6 +234,16 @@ RULES: list[tuple[str, str]] = [
      r"yourself with the same batch, length and sharding$",
      "o plano foi dimensionado para a etapa $1, mas estes ficheiros correm o passo supervisionado (SFTTrainer): "
      "escreve tu o $2 com o mesmo lote, comprimento e repartição"),
+    # ---- how far to trust the figure (vramfit.estimate.accuracy: result.accuracy.note)
+    (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\): our error (\S+) % to (\S+) %, "
+     r"median \|error\| (\S+) %$",
+     "$1 medição(ões) publicada(s) neste caminho ($2): o nosso erro vai de $3 % a $4 %, mediana do |erro| $5 %"),
+    (r"^no measurement behind this path \(([^)]*)\); the nearest (\d+) share (.+): our error (\S+) % to (\S+) %$",
+     "nenhuma medição por trás deste caminho ($1); as $2 mais próximas partilham $3: o nosso erro vai de $4 % a $5 %"),
+    (r"^no measurement behind this path \(([^)]*)\)$", "nenhuma medição por trás deste caminho ($1)"),
+    (r"\bno field: o nosso", "nenhum campo: o nosso"),
+    (r"· none\b", "· nenhum"),
+    (r"· full\b", "· completo"),
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
     (r"^(\w+): must be an integer from (\d+) to (\d+), got (.+)$", "$1: tem de ser um número inteiro entre $2 e $3 (recebido: $4)"),

@@ -1,0 +1,60 @@
+"""``POST /api/import``: a pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as
+scenario keys plus the report of every key (read / default / ignored with reason / not modelled yet).
+
+The text goes to :func:`vramfit.config_import.from_text`, which parses it as data only and refuses, never
+opens, any file the config names; the body is bounded by :data:`~vramfit.web.service.MAX_BODY_BYTES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.errors import VramfitError
+from vramfit.web.service import ApiError
+
+MAX_ERROR_CHARS = 300  # an error is one line; a long YAML problem is cut here
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe copy of a config value (numbers, text, lists, mappings; anything else as text)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(getattr(value, "value", value))
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def import_config(body: Any) -> dict[str, Any]:
+    """``{text, dialect?}`` -> ``{dialect, scenario, report, defaults_source}``; else one 422 line."""
+    from vramfit.config_import import DIALECTS, from_text
+    from vramfit.config_import.report import KINDS, MISSING
+
+    if not isinstance(body, dict):
+        raise ApiError(422, "body", "the body must be a JSON object {text, dialect}")
+    unknown = sorted(set(body) - {"text", "dialect"})
+    if unknown:
+        raise ApiError(422, unknown[0], "unknown key", ["text", "dialect"])
+    text, dialect = body.get("text"), body.get("dialect") or None
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(422, "text", "paste a training config (YAML or JSON text)")
+    if dialect is not None and not isinstance(dialect, str):
+        raise ApiError(422, "dialect", "must be text", list(DIALECTS))
+    try:
+        imp = from_text(text, dialect=dialect)
+    except VramfitError as exc:
+        raise ApiError(422, "text", _one_line(str(exc).removeprefix("from: "))) from None
+    order = {k: i for i, k in enumerate(KINDS)}
+    report = [
+        {"kind": e.kind, "key": e.key, "value": None if e.value is MISSING else _plain(e.value),
+         "note": e.note, "becomes": list(e.becomes)}
+        for e in sorted(imp.entries, key=lambda e: order[e.kind])
+    ]
+    return {"dialect": imp.dialect, "scenario": _plain(imp.overrides), "report": report,
+            "defaults_source": imp.defaults_source}

@@ -1,0 +1,102 @@
+"""POST /api/import: a pasted training config becomes scenario keys plus the report of every key."""
+
+from __future__ import annotations
+
+AXOLOTL = """\
+base_model: meta-llama/Llama-2-7b-hf
+load_in_4bit: true
+adapter: qlora
+lora_r: 32
+lora_alpha: 16
+lora_dropout: 0.05
+lora_target_linear: true
+datasets:
+  - path: mhenrichsen/alpaca_2k_test
+    type: alpaca
+output_dir: ./outputs/qlora-out
+sequence_len: 4096
+micro_batch_size: 2
+gradient_accumulation_steps: 4
+optimizer: paged_adamw_32bit
+bf16: auto
+gradient_checkpointing: true
+flash_attention: true
+"""
+
+TORCHTUNE = """\
+output_dir: /tmp/torchtune/llama3_1_8B/qlora
+model:
+  _component_: torchtune.models.llama3_1.qlora_llama3_1_8b
+  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']
+  apply_lora_to_mlp: True
+  apply_lora_to_output: False
+  lora_rank: 8
+  lora_alpha: 16
+  lora_dropout: 0.0
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  path: /tmp/Meta-Llama-3.1-8B-Instruct/original/tokenizer.model
+  max_seq_len: 2048
+batch_size: 2
+gradient_accumulation_steps: 8
+enable_activation_checkpointing: True
+dtype: bf16
+"""
+
+
+def test_axolotl_paste_becomes_its_scenario(client):
+    r = client.post("/api/import", json={"text": AXOLOTL})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["dialect"] == "axolotl"
+    s = out["scenario"]
+    assert (s["model"], s["method"], s["quantize"]) == ("meta-llama/Llama-2-7b-hf", "qlora", "nf4-dq")
+    assert (s["seq_len"], s["micro_batch_size"], s["grad_accum"]) == (4096, 2, 4)
+    assert (s["lora_rank"], s["lora_alpha"], s["lora_targets"]) == (32, 16, ["all-linear"])
+    assert (s["optimizer"], s["attention"], s["gradient_checkpointing"]) == ("paged-adamw", "flash", "full")
+    by_key = {e["key"]: e for e in out["report"]}
+    assert by_key["sequence_len"]["kind"] == "read" and by_key["sequence_len"]["becomes"] == ["seq_len=4096"]
+    assert by_key["output_dir"]["kind"] == "ignored" and by_key["output_dir"]["note"]
+    assert {e["kind"] for e in out["report"]} <= {"read", "default", "ignored", "not modelled yet"}
+
+
+def test_torchtune_paste_with_its_dialect(client):
+    r = client.post("/api/import", json={"text": TORCHTUNE, "dialect": "torchtune"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["dialect"] == "torchtune"
+    s = out["scenario"]
+    assert (s["model"], s["method"], s["framework"]) == ("meta-llama/Llama-3.1-8B", "qlora", "torchtune")
+    assert (s["seq_len"], s["micro_batch_size"], s["grad_accum"], s["lora_rank"]) == (2048, 2, 8, 8)
+    assert s["lora_targets"] == ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    # the tokenizer path is named, never opened: it is reported as ignored
+    tok = next(e for e in out["report"] if e["key"] == "tokenizer.path")
+    assert tok["kind"] == "ignored"
+    # the imported scenario estimates as is (the catalog knows the model)
+    est = client.post("/api/estimate", json=s)
+    assert est.status_code == 200, est.text
+
+
+def test_bad_pastes_are_one_422_line(client):
+    cases = [
+        ({"text": "base_model: x\nsequence_len: [\n"}, "is not valid YAML"),
+        ({"text": AXOLOTL + "wat: 3\n"}, "unknown axolotl key 'wat'"),
+        ({"text": AXOLOTL, "dialect": "deepspeed"}, "valid values: axolotl, llamafactory, trl, torchtune, litgpt"),
+        ({"text": "   "}, "paste a training config"),
+        ({"text": AXOLOTL, "path": "/etc/passwd"}, "unknown key"),
+    ]
+    for body, words in cases:
+        r = client.post("/api/import", json=body)
+        assert r.status_code == 422, (body, r.text)
+        err = r.json()["error"]
+        assert words in err and "\n" not in err and len(err) <= 320, err
+
+
+def test_long_error_is_cut_and_big_body_refused(client):
+    r = client.post("/api/import", json={"text": AXOLOTL + "x" * 500 + ": 1\n"})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err.startswith("text: <pasted config>: unknown axolotl key 'xxx") and err.endswith("...")
+    assert len(err) == len("text: ") + 300
+    r = client.post("/api/import", json={"text": "a: " + "b" * (300 * 1024)})
+    assert r.status_code == 413
