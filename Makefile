@@ -23,7 +23,12 @@ $(VENV)/.all: pyproject.toml | $(VENV)/bin/python
 	bash scripts/system-deps.sh
 	touch $(VENV)/.core $@
 
-.PHONY: demo test setup lint bench
+# the documentation site, built offline into site/ (example outputs: python scripts/gen_examples.py)
+$(VENV)/.docs: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[cli,web,docs]'
+	touch $@
+
+.PHONY: demo test setup lint bench docs
 setup: $(VENV)/.all
 
 demo: $(VENV)/.core
@@ -32,6 +37,9 @@ demo: $(VENV)/.core
 test: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest
+
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: $(VENV)/.all
 	$(PY) benchmarks/accuracy.py

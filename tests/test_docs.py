@@ -1,4 +1,4 @@
-"""The README is the contract: a test fails when a scenario key or a command is undocumented."""
+"""The README and docs/ are the contract: a test fails when a scenario key or a command is undocumented."""
 
 from pathlib import Path
 
@@ -6,7 +6,9 @@ import pytest
 
 from vramfit.scenario import SCENARIO_KEYS
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parent.parent
+#: The README and every documentation page (docs/), as one text.
+README = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
 
 
 @pytest.mark.parametrize("key", SCENARIO_KEYS)
@@ -25,4 +27,4 @@ def _command_names():
 
 def test_every_command_is_documented():
     missing = [name for name in _command_names() if f"vramfit {name}" not in README]
-    assert not missing, f"commands missing from the README: {missing}"
+    assert not missing, f"commands missing from the README and docs/: {missing}"

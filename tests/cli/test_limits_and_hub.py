@@ -14,7 +14,7 @@ import pytest
 from vramfit import limits
 from vramfit.errors import ModelError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "limits.md"  # moved from the README
 
 
 def test_every_limit_has_a_reason():

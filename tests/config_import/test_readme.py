@@ -1,4 +1,4 @@
-"""The README's "Import your training config" example is this command's real output."""
+"""The docs' (docs/import-config.md, moved from the README) "Import your training config" example is this command's real output."""
 
 import re
 import shutil
@@ -13,7 +13,7 @@ COMMAND = "vramfit fit --from qlora.yaml --gpu rtx3060-12gb --write-to fits.yaml
 
 
 def test_readme_import_example_is_generated(tmp_path, monkeypatch):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "import-config.md").read_text(encoding="utf-8")
     m = re.search(re.escape(COMMAND) + r"\n```\n```\n(.*?)\n```", readme, re.S)
     assert m, "the README example is missing"
     shutil.copy(ROOT / "tests/config_import/fixtures/litgpt_qlora.yaml", tmp_path / "qlora.yaml")

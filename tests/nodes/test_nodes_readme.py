@@ -1,4 +1,4 @@
-"""The README's several-nodes example is this code's real output."""
+"""The several-nodes example (docs/planner.md, moved from the README) is this code's real output."""
 
 import contextlib
 import io
@@ -9,10 +9,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_nodes_example_is_generated():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Several nodes", 1)[1]
+    readme = (ROOT / "docs" / "planner.md").read_text(encoding="utf-8")
+    section = readme.split("## Several nodes", 1)[1]
     m = re.search(r"```python\n(.*?)\n```\n```\n(.*?)\n```", section, re.S)
-    assert m, "the README example is missing"
+    assert m, "the docs example is missing"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(m.group(1), "README", "exec"), {})

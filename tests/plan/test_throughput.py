@@ -192,10 +192,10 @@ def test_zero3_hooks_add_a_fixed_cost_per_layer_and_micro_batch():
 
 
 def test_readme_shows_the_benchmark_as_it_runs():
-    """README 'Time and cost' quotes the first four summary lines of benchmarks/throughput.py verbatim."""
+    """docs/planner.md 'Time and cost' quotes the first four summary lines of benchmarks/throughput.py verbatim."""
     from pathlib import Path
 
     b = _bench()
     lines = b.format_summary(b.score(b.load(b.DEFAULT_DATA))["summary"]).splitlines()[:4]
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
     assert "\n".join(lines) in readme

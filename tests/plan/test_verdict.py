@@ -185,11 +185,11 @@ def test_one_node_cap_shared_and_more_gpus_are_said_out_loud():
     assert "more than one node holds (8)" in note and "not modelled yet" in note
 
 
-def test_readme_sweep_example_is_what_the_command_prints():
+def test_docs_sweep_example_is_what_the_command_prints():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("--vary seq_len=1k..32k --cards rtx4090,l40s,h100-sxm\n```\n```\n", 1)[1].split("```", 1)[0]
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text(encoding="utf-8")
+    block = readme.split("--vary seq_len=1k..32k --cards rtx4090,l40s,h100-sxm\n", 1)[1].split("```", 1)[0]
     out = runner.invoke(app, ["sweep", "--model", "meta-llama/Llama-3.1-8B", "--method", "lora",
                               "--gradient-checkpointing", "full", "--vary", "seq_len=1k..32k",
                               "--cards", "rtx4090,l40s,h100-sxm"], env={"COLUMNS": "100"}).output

@@ -94,14 +94,16 @@ def estimate(
     ),
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
+    from vramfit.calibration import load_active
     from vramfit.estimate import estimate
     from vramfit.plan.verdict import with_fits
     from vramfit.scenario import fraction
 
     safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
+    cal = load_active()  # the user's `vramfit calibrate` file, if any: applied to its GPU family only
 
     def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
-        return with_fits(estimate(item), safety_margin=safety_margin)
+        return with_fits(estimate(item, calibration=cal), safety_margin=safety_margin)
 
     if batch is not None:
         for _, item in read_batch(batch):

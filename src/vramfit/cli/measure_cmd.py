@@ -251,16 +251,26 @@ def calibrate(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     model: str | None = typer.Option(None, "--model", help="Only runs whose model contains this text."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="Write the calibration file here (default: $VRAMFIT_CALIBRATION, else "
+        "calibration.json in your config directory, where estimate, plan, fit, sweep and serve read it)."),
+    write: bool = typer.Option(True, "--write/--no-write", help="Write the calibration file (per GPU family: "
+                               "measured CUDA context and allocator slack)."),
 ) -> None:
-    """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply."""
+    """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply;
+    write them as the calibration that later estimates apply to the same GPU family."""
+    from vramfit.calibration import save
     from vramfit.measure.calibration import calibrate as run_calibrate
+    from vramfit.measure.calibration import to_calibration
 
     st = _store(db)
     recs = st.list(model=_check_text("model", model))
     _report_bad_rows(st)
     rep = run_calibrate(recs)
+    cal = to_calibration(rep)
+    written = save(cal, calibration) if write and cal.families else None
     if json_out:
-        sys.stdout.write(json.dumps(rep.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**rep.to_dict(), "calibration_file": str(written) if written else None}, indent=2) + "\n")
         return
     from vramfit.measure.report import render_calibration
 
@@ -272,6 +282,10 @@ def calibrate(
         console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
         return
     render_calibration(rep, console)
+    if written:
+        fams = ", ".join(f"{f} ({c.runs} runs)" for f, c in sorted(cal.families.items()))
+        console.print(f"calibration for {fams} written to {written}: estimate, plan, fit, sweep and serve apply it "
+                      "to cards of the same family only", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
@@ -214,7 +215,7 @@ def register(app: typer.Typer) -> None:
         sc = build_scenario(scenario_args, scenario_file)
         r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
                  gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
-                 deadline_hours=deadline, stacks=stack, dataset=dataset_report)
+                 deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active())
         if json_out:
             _out(r.to_dict())
         else:
@@ -245,7 +246,8 @@ def register(app: typer.Typer) -> None:
         sc = build_scenario(scenario_args, scenario_file)
         if not sc.gpu:
             raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
-        r = fit(sc, sc.gpu, safety_margin=safety_margin)
+        cal = load_active()
+        r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal)
         write_fit(write_to, sc, safety_margin)
         if json_out:
             _out(r.to_dict())
@@ -253,6 +255,8 @@ def register(app: typer.Typer) -> None:
         console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
                       f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
                       + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
+        if cal is not None and cal.for_card(sc.gpu):
+            console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
         mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
         seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
         console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
@@ -289,7 +293,10 @@ def register(app: typer.Typer) -> None:
         _load_gpus(gpus)
         sc = build_scenario(scenario_args, scenario_file)
         key, values = parse_vary(vary)
-        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin)
+        cal = load_active()
+        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin, calibration=cal)
+        if cal is not None and cal.for_card(sc.gpu) and not json_out and csv_out is None:
+            console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
         if chart is not None:
             from vramfit.plan.charts import sweep_chart
 
@@ -346,6 +353,8 @@ def register(app: typer.Typer) -> None:
         console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
         for r in g.disagreements:
             console.print(f"[bold]{r.size} {r.method}[/bold]")
+            for sec, says in dict.fromkeys((c["section"], c["says"]) for c in r.claims):
+                console.print(f" [dim]the guide, section {sec} (in our words): {says}[/dim]", highlight=False)
             for w in r.why:
                 console.print(f" • {w}", highlight=False)
 

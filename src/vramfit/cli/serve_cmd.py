@@ -23,8 +23,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"vramfit web: http://{shown}:{port}/  (guide: /guide, API schema: /openapi.json; Ctrl+C stops)")
+        from vramfit.calibration import load_active
+
         try:
-            uvicorn.run(create_app(host, allow_host), host=host, port=port, log_level="warning")
+            uvicorn.run(create_app(host, allow_host, calibration=load_active()), host=host, port=port, log_level="warning")
         except OSError as exc:  # an unknown host name, a port in use or not allowed: one line
             typer.echo(f"error: cannot listen on {host[:80]}:{port}: {exc.strerror or exc}", err=True)
             raise typer.Exit(2) from None

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
@@ -154,6 +155,7 @@ def estimate(
     spec: ModelSpec | None = None,
     label: str = "config.json",
     notes: tuple[str, ...] = (),
+    calibration: Calibration | None = None,
     **keys: Any,
 ) -> EstimateResult:
     """Estimate the per-GPU peak memory of one training step.
@@ -166,7 +168,8 @@ def estimate(
     resolving ``model``. ``card``: the GPU record of the scenario's ``gpu`` (its architecture picks the
     cuBLAS workspace); when the scenario names a ``gpu`` and no card is given, it is looked up in the
     catalog. Without ``gpu`` the estimate reads no GPU catalog. Fit verdicts are not made here (see
-    :mod:`vramfit.plan.verdict`).
+    :mod:`vramfit.plan.verdict`). ``calibration``: a user's measured overheads (:mod:`vramfit.calibration`),
+    applied only when the card's family has an entry.
     """
     if scenario is None:
         sc = parse_scenario(keys)
@@ -183,15 +186,17 @@ def estimate(
     if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
         sc = dataclasses.replace(sc, gpu=card.gpu_id)
     if spec is not None:
-        return estimate_spec(sc, spec, label, "config-file", notes, card=card)
+        return estimate_spec(sc, spec, label, "config-file", notes, card=card, calibration=calibration)
     model_id, spec, origin, notes = resolve_spec(sc)
-    return estimate_spec(sc, spec, model_id, origin, notes, card=card)
+    return estimate_spec(sc, spec, model_id, origin, notes, card=card, calibration=calibration)
 
 
 def estimate_spec(
-    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None
+    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None,
+    calibration: Calibration | None = None,
 ) -> EstimateResult:
-    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used."""
+    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used;
+    ``calibration``'s entry for the card's family (if any) replaces the modelled allocator slack and context."""
     r = compute(spec, sc, card)
     parts = r.parts
     breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
@@ -200,6 +205,8 @@ def estimate_spec(
     allocated = phases[peak_phase]
     reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
+    fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
+    reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     A, R, D = "allocated", "reserved", "device"
     P = Phase
@@ -230,7 +237,7 @@ def estimate_spec(
 
     comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
     comps = [c for c in comps if c.bytes]
-    assumptions = list(notes) + _assumptions(sc, r, spec, reserved)
+    assumptions = list(notes) + _assumptions(sc, r, spec, reserved) + ([fc.note()] if fc is not None else [])
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vramfit.calibration import Calibration, FamilyCalibration
 from vramfit.errors import VramfitError
 from vramfit.measure.records import RunRecord
 
@@ -64,6 +65,7 @@ class Overhead:
     allocator_median_bytes: int
     allocator_median_fraction: float  # of allocated
     estimator_allocator_median_bytes: int
+    gpus: list[str] = field(default_factory=list)  # catalog ids (or device names) of the runs
 
 
 @dataclass
@@ -123,6 +125,22 @@ def _context_bytes(scenario: dict) -> int:
     return process_bytes(parse_scenario(scenario))[0]
 
 
+def _card_name(rec: RunRecord) -> str:
+    from vramfit.measure.env import catalog_gpu_id
+
+    env = rec.environment
+    return (rec.scenario.get("gpu") or catalog_gpu_id(env.get("gpu_name"), env.get("gpu_total_bytes"))
+            or env.get("gpu_name") or rec.gpu_family)
+
+
+def to_calibration(rep: CalibrationReport) -> Calibration:
+    """The calibration file's content: each family's measured context and allocator slack (medians)."""
+    return Calibration({o.gpu_family: FamilyCalibration(o.gpu_family, o.runs, max(0, o.context_median_bytes),
+                                                        min(max(0.0, o.allocator_median_fraction), 0.99),
+                                                        tuple(o.gpus))
+                        for o in rep.overheads})
+
+
 def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | None = None) -> CalibrationReport:
     """Score the estimator on ``records`` (see the module docstring)."""
     if estimator is None:
@@ -132,6 +150,7 @@ def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | N
     samples: dict[tuple[str, str], dict[str, list[tuple[float, str]]]] = {}
     over: dict[str, list[tuple[int, int, int, int, int]]] = {}
     skipped: list[tuple[str, str]] = []
+    cards: dict[str, set[str]] = {}
     scored = stored_used = 0
     for rec in recs:
         if rec.status == "error":
@@ -167,6 +186,7 @@ def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | N
             samples.setdefault(key, {}).setdefault(metric, []).append((signed_error(metric, measured, est), rec.id))
         single = int(rec.scenario.get("num_gpus", 1)) == 1 and rec.scenario.get("optimizer") not in PAGED
         if single and all(figures.get(m) for m in ("allocated", "reserved", "device")):
+            cards.setdefault(rec.gpu_family, set()).add(_card_name(rec))
             over.setdefault(rec.gpu_family, []).append((
                 figures["device"] - figures["reserved"], figures["reserved"] - figures["allocated"],
                 figures["allocated"], est["reserved_bytes"] - est["allocated_bytes"], _context_bytes(rec.scenario)))
@@ -186,6 +206,7 @@ def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | N
             allocator_median_bytes=int(statistics.median(r[1] for r in rows)),
             allocator_median_fraction=statistics.median(r[1] / r[2] for r in rows if r[2]),
             estimator_allocator_median_bytes=int(statistics.median(r[3] for r in rows)),
+            gpus=sorted(cards.get(fam, ())),
         ))
     ordered = [groups[k] for k in sorted(groups)]
     return CalibrationReport(len(recs), scored, ordered, overheads, skipped, stored_used)

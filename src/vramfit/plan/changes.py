@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator
@@ -88,9 +89,9 @@ def _candidates(sc: Scenario) -> list[Change]:
 
 
 class _Ctx:
-    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None):
+    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None):
         self.sc, self.g = sc, g
-        self.ev = Evaluator(sc.replace(gpu=g.gpu_id))
+        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
         self.limit = limit_bytes(g, margin)
         self.mfu = mfu
         self.before = self.ev.device_bytes()
@@ -251,7 +252,8 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
 
 
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
-                   mfu: float | None = None, effective_batch: int | None = None) -> list[Change]:
+                   mfu: float | None = None, effective_batch: int | None = None,
+                   calibration: Calibration | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
     ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
@@ -262,7 +264,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = mfu_value(mfu) if mfu is not None else None
-    ctx = _Ctx(sc, g, margin, u)
+    ctx = _Ctx(sc, g, margin, u, calibration)
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)

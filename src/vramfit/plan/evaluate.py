@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate_spec, resolve_spec
 from vramfit.estimate.result import EstimateResult
@@ -26,8 +27,10 @@ _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointin
 class Evaluator:
     """Estimates of ``base`` with some keys changed, computed once each."""
 
-    def __init__(self, base: Scenario | dict):
+    def __init__(self, base: Scenario | dict, calibration: Calibration | None = None):
+        """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`)."""
         self.base = parse_scenario(base)
+        self.calibration = calibration
         self._cards: dict[str, GPU] = {}
         card = self.card(self.base.gpu)
         if card is not None and card.gpu_id != self.base.gpu:  # an alias ("4090") becomes the catalog id
@@ -83,7 +86,8 @@ class Evaluator:
             try:
                 sc = self.scenario(**changes)
                 self.calls += 1
-                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes, card=self.card(sc.gpu))
+                hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes, card=self.card(sc.gpu),
+                                   calibration=self.calibration)
             except ScenarioError as exc:
                 hit = exc
             self._memo[key] = hit

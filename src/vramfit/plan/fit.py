@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
@@ -94,12 +95,13 @@ def fit(
     safety_margin: float = SAFETY_MARGIN,
     batches: tuple[int, ...] | None = None,
     seq_lens: tuple[int, ...] | None = None,
+    calibration: Calibration | None = None,
 ) -> FitReport:
     """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory."""
     sc = parse_scenario(scenario)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    ev = Evaluator(sc.replace(gpu=g.gpu_id))
+    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
     limit = limit_bytes(g, margin)
 
     def dev(**k: Any) -> int | None:

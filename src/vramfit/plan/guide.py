@@ -1,6 +1,7 @@
 """``guide_table()``: the seed guide's sizing recomputed, and every place where we disagree, and why.
 
-The guide (``shared/seed/guide-vram-finetuning.pt.txt``, sections 02 and 05) sizes 7B, 13B, 34B and
+The guide (a sample article; its figures, each with the section it comes from and in our own words, are
+``src/vramfit/data/guide-claims.json``; sections 02 and 05) sizes 7B, 13B, 34B and
 70B for full fine-tuning, LoRA and QLoRA in card classes of 24, 48 and 80 GB. For each pair we
 estimate one GPU at the guide's "typical" settings and find, per class, the fewest cards of one node
 that fit (ZeRO-3 beyond one card), then check each of the guide's statements against that.
@@ -8,7 +9,10 @@ that fit (ZeRO-3 beyond one card), then check each of the guide's statements aga
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 from vramfit.estimate.phases import largest_per_component
@@ -48,40 +52,38 @@ COUNTS = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class Claim:
+    """One card-count check of a guide claim: ``count`` cards of the ``class_gb`` class hold ``size`` ``method``."""
+
     section: str
-    quote: str  # the guide's words (Portuguese)
+    claim_id: str
+    says: str  # the guide's statement, in our own words (src/vramfit/data/guide-claims.json)
     class_gb: int
     count: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"section": self.section, "quote": self.quote, "class_gb": self.class_gb, "count": self.count}
+        return {"section": self.section, "claim_id": self.claim_id, "says": self.says,
+                "class_gb": self.class_gb, "count": self.count}
 
 
-_Q = {
-    "7full": "Ajuste fino completo de 7B: pesos ~14 GB + estado de Adam ~56 GB + gradientes ~14 GB → na prática 2 × 80 GB com folga, 1 × 80 GB apertado.",
-    "13full": "Ajuste fino completo de 13B: recomendam-se 2 × 80 GB.",
-    "34full": "Ajuste fino completo de 34B: fazem falta 4 × 80 GB de classe.",
-    "70full": "Ajuste fino completo de 70B: imprescindível a classe 8 × 80 GB (A100/H100) com paralelismo multiplaca.",
-    "lora02": "LoRA/QLoRA: modelos de 7–13B cabem numa única placa de 24–48 GB",
-    "70q02": "para 70B, QLoRA numa placa de 80 GB é a prática habitual.",
-    "c24": "Classe 24 GB (ex.: RTX 4090): ajuste fino LoRA de 7–13B",
-    "c48": "Classe 48 GB (ex.: L40S/A6000): ajuste fino completo de 7B ou QLoRA de 13–34B.",
-    "c80": "Classe 80 GB (A100/H100): QLoRA de 70B, ajuste fino completo de 13B",
-}
-CLAIMS: dict[tuple[str, str], tuple[Claim, ...]] = {
-    ("7B", "full"): (Claim("02", _Q["7full"], 80, 1), Claim("02", _Q["7full"], 80, 2), Claim("05", _Q["c48"], 48, 1)),
-    ("13B", "full"): (Claim("02", _Q["13full"], 80, 2), Claim("05", _Q["c80"], 80, 1)),
-    ("34B", "full"): (Claim("02", _Q["34full"], 80, 4),),
-    ("70B", "full"): (Claim("02", _Q["70full"], 80, 8),),
-    ("7B", "lora"): (Claim("02", _Q["lora02"], 24, 1), Claim("05", _Q["c24"], 24, 1)),
-    ("13B", "lora"): (Claim("02", _Q["lora02"], 48, 1), Claim("05", _Q["c24"], 24, 1)),
-    ("7B", "qlora"): (Claim("02", _Q["lora02"], 24, 1),),
-    ("13B", "qlora"): (Claim("02", _Q["lora02"], 24, 1), Claim("05", _Q["c48"], 48, 1)),
-    ("34B", "qlora"): (Claim("05", _Q["c48"], 48, 1),),
-    ("70B", "qlora"): (Claim("02", _Q["70q02"], 80, 1), Claim("05", _Q["c80"], 80, 1)),
-}
-#: The guide's own arithmetic for 7B full fine-tuning (section 02), in GB.
-GUIDE_7B_FULL_GB = {"weights": 14, "optimizer_state": 56, "gradients": 14}
+@functools.lru_cache(maxsize=1)
+def guide_claims() -> dict[str, Any]:
+    """``src/vramfit/data/guide-claims.json``: every figure of the guide with its section, in our own words."""
+    return json.loads(resources.files("vramfit").joinpath("data/guide-claims.json").read_text("utf-8"))
+
+
+def _claims() -> dict[tuple[str, str], tuple[Claim, ...]]:
+    """The card-count checks of the guide's claims, per (size, method), in the guide's order."""
+    out: dict[tuple[str, str], list[Claim]] = {}
+    for c in guide_claims()["claims"]:
+        for ck in c.get("checks", ()):
+            out.setdefault((ck["size"], ck["method"]), []).append(
+                Claim(c["section"], c["id"], c["says"], ck["class_gb"], ck["count"]))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _guide_7b_full_gb() -> dict[str, int]:
+    """The guide's own arithmetic for 7B full fine-tuning (section 02), in GB."""
+    return next(c for c in guide_claims()["claims"] if c["id"] == "7b-full-arithmetic")["figures_gb"]
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,9 @@ def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], 
         ours = {k: comps.get(k, 0) for k in ("master_weights", "weights", "gradients", "optimizer_state", "autocast_copies")}
         per = sum(ours.values()) / n_params
         if size == "7B":
-            theirs = (f"for 7B: {GUIDE_7B_FULL_GB['weights']} + {GUIDE_7B_FULL_GB['optimizer_state']} + "
-                      f"{GUIDE_7B_FULL_GB['gradients']} = 84 GB, section 02")
+            g7 = _guide_7b_full_gb()
+            theirs = (f"for 7B: {g7['weights']} + {g7['optimizer_state']} + {g7['gradients']} = "
+                      f"{sum(g7.values())} GB, section 02")
         else:
             theirs = f"by the same count {12 * n_params / GB:,.0f} GB for {size}"
         out.append(
@@ -196,6 +199,7 @@ def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], 
 def guide_table() -> GuideTable:
     """The guide's table (7B, 13B, 34B, 70B x full, LoRA, QLoRA) with our figures and verdicts."""
     rows: list[GuideRow] = []
+    all_claims = _claims()
     for size, model in SIZES:
         for method, recipe in METHODS.items():
             ev = Evaluator({"model": model, **recipe, **SETTINGS})
@@ -205,7 +209,7 @@ def guide_table() -> GuideTable:
             for gb, card in CLASSES:
                 fewest[gb] = next((n for n in COUNTS if _fits(ev, card, n)[0]), None)
             claims = []
-            for cl in CLAIMS.get((size, method), ()):
+            for cl in all_claims.get((size, method), ()):
                 card = dict((g, c) for g, c in CLASSES)[cl.class_gb]
                 ok, dev = _fits(ev, card, cl.count)
                 need = fewest[cl.class_gb]

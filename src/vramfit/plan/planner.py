@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.changes import at_effective_batch
@@ -126,6 +127,7 @@ def plan(
     deadline_hours: float | str | None = None,
     stacks: list[str] | str | None = None,
     dataset: Any | None = None,
+    calibration: Calibration | None = None,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -153,7 +155,7 @@ def plan(
     order, deadline, wanted = _check_ranking(sort, deadline_hours, stacks)
 
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
-    ev = Evaluator(sc)
+    ev = Evaluator(sc, calibration)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
@@ -191,9 +193,10 @@ def plan(
         for gid in named:
             g = get_gpu(gid)
             if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, mfu=u if mfu is not None else None,
+                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=u if mfu is not None else None,
                                                   effective_batch=eff)
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
+    assumptions += [fc.note() for _, fc in sorted(calibration.families.items())] if calibration is not None else []
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
         packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
         assumptions[assumptions.index(packed)] = (

@@ -136,8 +136,12 @@ class Search:
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.figs = Figures(ev, self.per_gpu)
-        self.classes = gpu_classes()
-        self.shifts = class_shifts()
+        self.classes = dict(gpu_classes())
+        self.shifts = dict(class_shifts())
+        if ev.calibration is not None:  # a calibrated card's figure is its own: no class, no constant shift
+            mine = {g for g in self.classes if g and ev.calibration.for_card(g)}
+            self.classes.update({g: g for g in mine})
+            self.shifts = {k: v for k, v in self.shifts.items() if k not in mine}
 
     def scenario_dict(self, sc: Scenario) -> dict[str, Any]:
         """``sc.to_dict()``, once per scenario object (plans on many cards share one)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import get_gpu
 from vramfit.limits import MAX_SWEEP_VALUES
@@ -124,7 +125,7 @@ class SweepResult:
 
 
 def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list[str] | None = None,
-          safety_margin: float = SAFETY_MARGIN) -> SweepResult:
+          safety_margin: float = SAFETY_MARGIN, calibration: Calibration | None = None) -> SweepResult:
     """Estimate ``scenario`` with ``key`` set to each of ``values``; ``cards`` are the capacity lines."""
     sc = parse_scenario(scenario)
     safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
@@ -136,7 +137,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{len(values)} values, at most {MAX_VALUES}")
     gpus = [get_gpu(c) for c in cards] if cards else default_cards(sc.gpu)
-    ev = Evaluator(sc) if key not in ("model", "params") else None
+    ev = Evaluator(sc, calibration) if key not in ("model", "params") else None
     points = []
     for v in values:
         try:
@@ -145,7 +146,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
             else:
                 from vramfit.estimate import estimate
 
-                r = estimate(sc.replace(**{key: v}))  # the model itself changes
+                r = estimate(sc.replace(**{key: v}), calibration=calibration)  # the model itself changes
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue

@@ -205,9 +205,13 @@ def plotly_js_path() -> Path:
 
 
 def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
-               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+               body_timeout_s: float = BODY_TIMEOUT_S, calibration=None) -> FastAPI:
     """The FastAPI application (pages, static files, API) served at ``host``; the Host header must
-    name it, a local name or one of ``allow_hosts``."""
+    name it, a local name or one of ``allow_hosts``. ``calibration`` (:mod:`vramfit.calibration`) is
+    applied to the estimates and plans of its GPU families."""
+    from vramfit.web import service
+
+    service.CALIBRATION = calibration
     app = FastAPI(
         title="vramfit",
         version=_version(),

@@ -6,6 +6,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.scenario import finite_number
+from vramfit.web import service
 from vramfit.web.schemas import PlanOptions
 from vramfit.web.service import (
     ApiError,
@@ -71,7 +72,7 @@ def plan(body: Any) -> dict[str, Any]:
     if checked.pasted:
         raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count; "
                             "a pasted config.json is estimated by /api/estimate and /api/sweep only")
-    return run_plan(checked.scenario, **opts).to_dict()
+    return run_plan(checked.scenario, calibration=service.CALIBRATION, **opts).to_dict()
 
 
 #: ``/api/export`` keys besides the scenario and the planner's inputs.
@@ -96,7 +97,7 @@ def export(body: Any) -> dict[str, Any]:
     if checked.pasted:
         raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count")
     opts = {**plan_options(raw), "gpu_ids": [gpu_id]}
-    report = run_plan(checked.scenario, with_changes=False, **opts)
+    report = run_plan(checked.scenario, with_changes=False, calibration=service.CALIBRATION, **opts)
     plans = [p for p in report.plans if count is None or p.num_gpus == count]
     if not plans:
         raise ScenarioError("num_gpus", f"no plan of {count} x {gpu_id} fits",
@@ -114,4 +115,4 @@ def sweep(body: Any) -> dict[str, Any]:
     run_sweep = _planner("sweep")
     if run_sweep is None or checked.pasted:
         return sweep_with_estimate(checked, key, values)
-    return run_sweep(checked.scenario, key, values).to_dict()
+    return run_sweep(checked.scenario, key, values, calibration=service.CALIBRATION).to_dict()

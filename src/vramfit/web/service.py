@@ -279,13 +279,18 @@ def check_scenario(data: Any) -> Checked:
     return Checked(parse_scenario(norm))
 
 
+#: The user's calibration (:mod:`vramfit.calibration`) that ``create_app(calibration=...)`` serves with; None: none.
+CALIBRATION = None
+
+
 def run_estimate(checked: Checked, sc: Scenario | None = None) -> EstimateResult:
     """The estimate of a checked scenario (or of ``sc``, a variant of it), with the planner's card
     verdicts (``fits``, the one definition of :mod:`vramfit.plan.verdict`)."""
     sc = sc or checked.scenario
     if checked.pasted:
-        return with_fits(estimate(sc, spec=checked.spec, label=checked.label, notes=checked.notes))
-    return with_fits(estimate(sc))
+        return with_fits(estimate(sc, spec=checked.spec, label=checked.label, notes=checked.notes,
+                                  calibration=CALIBRATION))
+    return with_fits(estimate(sc, calibration=CALIBRATION))
 
 
 def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:

@@ -1,0 +1,136 @@
+"""A user's calibration: the CUDA context and allocator slack their own runs measured, per GPU family.
+
+``vramfit calibrate`` writes it (:func:`save`) from the overheads of stored runs
+(:mod:`vramfit.measure.calibration`); ``estimate``, ``plan``, ``fit``, ``sweep`` and ``serve`` load it at the
+command line or web face (:func:`load_active`) and pass it to the estimator as data (``calibration=``). The
+estimator applies an entry only to a card of the family it was measured on (:func:`Calibration.for_card`):
+one GPU's calibration never moves another's figure. Light: json and dataclasses only (platformdirs is
+imported only to find the default path).
+
+File (JSON)::
+
+    {"version": 1, "families": {"h100": {"runs": 7, "cuda_context_bytes": 548405248,
+                                         "allocator_fraction": 0.031, "gpus": ["h100-sxm"]}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vramfit.errors import VramfitError
+
+VERSION = 1
+#: Environment variable naming the calibration file the faces load (and ``calibrate`` writes by default);
+#: ``off`` disables calibration.
+ENV = "VRAMFIT_CALIBRATION"
+FILENAME = "calibration.json"
+
+
+@dataclass(frozen=True)
+class FamilyCalibration:
+    """What single-GPU runs on one GPU family measured (medians, :class:`vramfit.measure.calibration.Overhead`)."""
+
+    family: str
+    runs: int
+    cuda_context_bytes: int  # device - reserved: nvidia-smi minus PyTorch's reserved peak
+    allocator_fraction: float  # (reserved - allocated) / allocated
+    gpus: tuple[str, ...] = ()  # the catalog ids (or device names) the runs were made on, for the note
+
+    def note(self) -> str:
+        where = ", ".join(self.gpus) if self.gpus else self.family
+        return (f"Calibrated from {self.runs} run{'s' if self.runs != 1 else ''} on {where} (vramfit calibrate): "
+                f"CUDA context {self.cuda_context_bytes / 2**20:,.0f} MiB and allocator slack "
+                f"{self.allocator_fraction:.1%} of allocated, as measured, replace the defaults.")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    families: dict[str, FamilyCalibration] = field(default_factory=dict)
+    path: str = ""
+
+    def for_card(self, gpu_id: str | None) -> FamilyCalibration | None:
+        """The entry of ``gpu_id``'s family (first dash-separated part of its catalog id), or None."""
+        if not gpu_id:
+            return None
+        return self.families.get(card_family(gpu_id))
+
+    def to_dict(self) -> dict[str, Any]:
+        fams = {k: {**asdict(v), "gpus": list(v.gpus)} for k, v in sorted(self.families.items())}
+        for v in fams.values():
+            del v["family"]
+        return {"version": VERSION, "families": fams}
+
+
+def card_family(gpu_id: str) -> str:
+    """A catalog id's family, as :func:`vramfit.measure.env.gpu_family` names the family of a run's GPU."""
+    return gpu_id.lower().split("-")[0]
+
+
+def default_path() -> Path:
+    """``$VRAMFIT_CALIBRATION``, else ``calibration.json`` in the user's config directory (platformdirs)."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env)
+    try:
+        from platformdirs import user_config_dir
+    except ImportError:  # the light install: the XDG default platformdirs would give on Linux
+        return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "vramfit" / FILENAME
+    return Path(user_config_dir("vramfit")) / FILENAME
+
+
+def parse(data: Any, path: str = "") -> Calibration:
+    """A :class:`Calibration` from the file's JSON; one clear error naming the bad field."""
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("families"), dict):
+        raise VramfitError(f"calibration file {path}: expected {{\"version\": {VERSION}, \"families\": {{...}}}}")
+    fams = {}
+    for fam, e in data["families"].items():
+        try:
+            fc = FamilyCalibration(str(fam), int(e["runs"]), int(e["cuda_context_bytes"]),
+                                   float(e["allocator_fraction"]), tuple(str(g) for g in e.get("gpus", ())))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise VramfitError(f"calibration file {path}: family {fam!r} needs runs, cuda_context_bytes and "
+                               f"allocator_fraction ({exc})") from None
+        if fc.runs < 1 or fc.cuda_context_bytes < 0 or not 0 <= fc.allocator_fraction < 1:
+            raise VramfitError(f"calibration file {path}: family {fam!r}: runs >= 1, cuda_context_bytes >= 0, "
+                               "0 <= allocator_fraction < 1")
+        fams[fc.family] = fc
+    return Calibration(fams, path)
+
+
+def load(path: str | Path) -> Calibration:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise VramfitError(f"calibration file {p}: cannot read it ({exc})") from None
+    return parse(data, str(p))
+
+
+def load_active() -> Calibration | None:
+    """The calibration the faces apply: the file at :func:`default_path` when it exists, else None."""
+    if os.environ.get(ENV, "").lower() == "off":
+        return None
+    p = default_path()
+    return load(p) if p.is_file() else None
+
+
+def save(cal: Calibration, path: str | Path | None = None) -> Path:
+    p = Path(path) if path is not None else default_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(cal.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return p
+
+
+def adjust(allocated: int, reserved: int, context: int, fc: FamilyCalibration | None) -> tuple[int, int]:
+    """(reserved, CUDA context) with ``fc``'s measured figures in place of the modelled ones.
+
+    Reserved becomes allocated x (1 + the measured median slack fraction); the context the measured median.
+    Without an entry both are returned unchanged.
+    """
+    if fc is None:
+        return reserved, context
+    return allocated + round(allocated * fc.allocator_fraction), fc.cuda_context_bytes

@@ -1,0 +1,76 @@
+"""Installation that behaves: the bare install's message, the extras, the system packages script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+#: Runs the console script with typer and rich unimportable, as after a bare `pip install vramfit`.
+BARE = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('typer', 'rich'):
+            raise ModuleNotFoundError(name)
+        return None
+sys.meta_path.insert(0, Block())
+import importlib.util
+_find = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n in ('typer', 'rich') else _find(n, *a)
+sys.argv = ['vramfit', 'estimate', '--params', '7e9']
+from vramfit.cli.entry import run
+run()
+"""
+
+
+def _run(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=ENV, timeout=120)
+
+
+def test_bare_install_names_the_extra_to_install():
+    res = _run(BARE)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "vramfit: the command line needs the 'cli' extra (typer, rich not installed):" in res.stderr
+    assert "pip install 'vramfit[cli]'" in res.stderr
+    for extra in ("cli", "web", "sim", "measure", "all"):
+        assert f"vramfit[{extra}]:" in res.stderr
+    assert f"$ vramfit\n{res.stderr}```" in (ROOT / "docs" / "install.md").read_text(encoding="utf-8")  # the docs show it
+
+
+def test_entry_point_runs_the_cli_when_installed():
+    res = _run("import sys; sys.argv=['vramfit','--help']; from vramfit.cli.entry import run; run()")
+    assert res.returncode == 0, res.stderr
+    assert "estimate" in res.stdout and "calibrate" in res.stdout
+
+
+def test_pyproject_extras_and_license():
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "Apache-2.0"  # the SPDX string form (PEP 639), not the deprecated table
+    assert meta["scripts"]["vramfit"] == "vramfit.cli.entry:run"
+    extras = meta["optional-dependencies"]
+    assert any(d.startswith("psycopg") for d in extras["postgres"])  # the PostgreSQL test runs where the server exists
+    assert "postgres" in extras["all"][0]
+    assert any(d.startswith("typer") for d in extras["cli"]) and "vramfit[cli]" in extras["web"]
+
+
+def test_system_deps_says_what_and_why(tmp_path):
+    """Without root, a missing Chromium is named with the tests that need it, and nothing is installed."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "id").write_text("#!/bin/sh\necho 1000\n")
+    (bin_ / "id").chmod(0o755)
+    for tool in ("ls", "mktemp", "tail", "rm"):
+        (bin_ / tool).symlink_to(f"/bin/{tool}")
+    res = subprocess.run(["/bin/bash", str(ROOT / "scripts/system-deps.sh")], capture_output=True, text=True,
+                         env={"PATH": str(bin_)}, timeout=60)
+    assert res.returncode == 0
+    assert "chromium, chromium-driver: the browser tests (tests/web, marker 'browser')" in res.stdout
+    assert "not installing (needs root and apt-get)" in res.stdout
