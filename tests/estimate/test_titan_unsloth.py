@@ -121,7 +121,7 @@ def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():
     res = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", "torchtitan", "--method", "full",
                                    "--gradient-checkpointing", "selective-op", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["scenario"]["gradient_checkpointing"] == "selective-op"
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://localhost")
     body = {"model": MODEL, "framework": "unsloth", "method": "qlora", "gradient_checkpointing": "offload"}
     want = estimate(parse_scenario(body)).peak.device_bytes
     assert client.post("/api/estimate", json=body).json()["peak"]["device_bytes"] == want

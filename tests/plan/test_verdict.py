@@ -31,7 +31,7 @@ def client():
 
     from vramfit.web import create_app
 
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(), base_url="http://localhost") as c:
         yield c
 
 
