@@ -52,7 +52,14 @@ def _describe(path: dict[str, str]) -> str:
 def accuracy_for(sc: Scenario) -> dict[str, Any]:
     """The ``accuracy`` object of a result: the measured cases on the scenario's path (all five fields
     equal), else the nearest ones (the most weighty fields equal), with their signed errors."""
-    path = path_of(sc)
+    cached = _accuracy_for_path(tuple(path_of(sc).items()))
+    # the cached record's containers are copied (one level: they hold plain values), so a caller's edit stays its own
+    return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in cached.items()}
+
+
+@lru_cache(maxsize=1024)  # a pure function of the path and the bundled data file
+def _accuracy_for_path(key: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    path = dict(key)
     scored = [(sum(_WEIGHT[f] for f in FIELDS if c["path"][f] == path[f]), c) for c in _cases()]
     best = max((s for s, _ in scored), default=0)
     near = [c for s, c in scored if s == best and best > 0]

@@ -7,6 +7,8 @@ no ``max_split_size_mb``, no expandable segments).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from vramfit.estimate.constants import (
     K_LARGE_BUFFER,
     K_MIN_BLOCK_SIZE,
@@ -83,6 +85,11 @@ def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
     block opens a new segment rounded to 2 MiB (``get_allocation_size``, kRoundLarge); expandable
     segments are off by default (``torch-docs`` ``expandable_segments``). Reserved only grows.
     """
+    return _replay(tuple(events))
+
+
+@lru_cache(maxsize=4096)  # a pure function of the events: the planner and the web repeat the same steps
+def _replay(events: tuple[int, ...]) -> tuple[int, int]:
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     model = CachingAllocatorModel()
