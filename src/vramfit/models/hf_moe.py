@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramfit.errors import ModelError
-from vramfit.models.hf_config import _Cfg, _common, _embeddings, _family, _layer_types
+from vramfit.models.hf_config import _Cfg, _common, _embeddings, _family, _heads, _layer_types
 from vramfit.models.spec import Linear, ModelSpec, NormType
 
 
@@ -87,13 +87,9 @@ def _gpt_oss(c: _Cfg) -> ModelSpec:
     hidden = c.int("hidden_size")
     layers = c.int("num_hidden_layers")
     vocab = c.int("vocab_size")
-    heads = c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads")
-    hd = c.int("head_dim", default=64)
+    heads, kv, hd = _heads(c, hidden)  # gpt-oss configs give head_dim (64)
     inter = c.int("intermediate_size")
     experts = c.int("num_local_experts")
-    if heads % kv:
-        raise ModelError(f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})")
     tie = c.bool("tie_word_embeddings", default=False)
     bias = c.bool("attention_bias", default=True)
     linears = (
@@ -144,9 +140,7 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
     hidden = c.int("hidden_size")
     layers = c.int("num_hidden_layers")
     vocab = c.int("vocab_size")
-    heads = c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads", default=heads)
-    hd = c.int("head_dim", default=hidden // heads)
+    heads, kv, hd = _heads(c, hidden)
     inter = c.int("intermediate_size")
     dense_inter = c.int("intermediate_size_mlp")
     experts = c.int("num_local_experts")
