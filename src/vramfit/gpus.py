@@ -67,7 +67,8 @@ COLUMNS: tuple[str, ...] = (
     "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
     "fp8_dense_tflops", "fp32_tflops", "tdp_w", "interconnect", "gpu_interconnect_bw_gbs_bidir",
     "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high",
-    "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source", "usable_bytes", "usable_mib",
+    "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source", "peer_to_peer", "usable_bytes",
+    "usable_mib",
 )
 _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
              "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes",
@@ -126,6 +127,9 @@ class GPU:
     aliases: tuple[str, ...] = ()  # other names accepted for gpu_id ("4090", "h200")
     rental_gpus: tuple[int, ...] = ()  # GPU counts one instance is rented in; () = any count (per-GPU rental)
     rental_source: str = ""
+    # GPU-to-GPU copies without the host (CUDA peer-to-peer): "no" for GeForce cards the driver keeps
+    # it off on (gpus-notes.md, "peer_to_peer"); an empty cell means yes
+    peer_to_peer: bool = True
 
     @property
     def arch(self) -> Arch:
@@ -235,6 +239,7 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         aliases=tuple(a.strip().lower() for a in (row.get("aliases") or "").split(";") if a.strip()),
         rental_gpus=tuple(sorted(set(units))),
         rental_source=(row.get("rental_source") or "").strip(),
+        peer_to_peer=not (row.get("peer_to_peer") or "").strip().lower().startswith("no"),
     )
 
 

@@ -23,7 +23,7 @@ from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
-from vramfit.plan.throughput import model_flops, step_time, step_work
+from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
 from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 
@@ -104,7 +104,7 @@ class _Ctx:
             return None
         w = step_work(sc, model_flops(self.ev.spec, sc.seq_len), self.trainable)
         peer = peer_gbs(g, sc.num_gpus)
-        s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+        s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
                       peer_gbs=peer, host_gbs=g.host_link_gbs,
                       card=card_speed(g, peer) if self.mfu is None else None)  # None: the mechanism model
         return 1.0 / s.tokens_per_s

@@ -98,15 +98,16 @@ class CardSpeed:
 
 
 def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
-    """:class:`CardSpeed` of a catalog card; None without a BF16 peak."""
-    if not g.bf16_tflops:
+    """:class:`CardSpeed` of a catalog card; None without a BF16 peak or a memory bandwidth (a user card
+    may omit them: the planner then times it with the utilisation rule, ``throughput.MFU_DEFAULT``)."""
+    if not g.bf16_tflops or not g.mem_bandwidth_gbs:
         return None
     peak = g.bf16_tflops * 1e12
     gemm = GEMM_EFFICIENCY.get(g.gpu_id, GEMM_EFFICIENCY_DEFAULT).value
     attn = ATTENTION_EFFICIENCY.get(g.gpu_id, ATTENTION_EFFICIENCY_DEFAULT).value
-    p2p = not ("GeForce" in g.name and not g.interconnect_gbs)
+    p2p = g.peer_to_peer  # gpus.csv column peer_to_peer (see NO_P2P_NOTE)
     peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
-    bw = (g.mem_bandwidth_gbs or g.bf16_tflops * 3.0) * 1e9
+    bw = g.mem_bandwidth_gbs * 1e9
     return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9, p2p)
 
 

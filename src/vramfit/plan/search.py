@@ -23,7 +23,7 @@ from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, Figures, Screen
-from vramfit.plan.throughput import ModelFlops, Speed, Work, net_rate, step_time, step_work
+from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
 from vramfit.scenario import (
     Checkpointing,
     Loss,
@@ -180,7 +180,7 @@ class Search:
         card = link[2] if self.mfu is None else None
         net = network_for(self.ev.base.interconnect, g.gpu_id)
         return step_time(
-            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or 0.0, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
+            self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
             peer_gbs=link[0], host_gbs=link[1], card=card, net=net_rate(link[0] * 1e9, net.node_bytes_s, net.latency_us),
         )
 
