@@ -212,7 +212,21 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
     from vramfit.web import service
 
     service.CALIBRATION = calibration
-    app = FastAPI(
+    app = _new_app()
+    app.state.body_timeout_s = body_timeout_s
+    _add_middleware(app, host, allow_hosts)
+    _register_error_handlers(app)
+    _register_page_routes(app)
+    _register_scenario_routes(app)
+    _register_dataset_route(app)
+    _register_catalog_routes(app)
+    _document_request_bodies(app)
+    return app
+
+
+def _new_app() -> FastAPI:
+    """The bare FastAPI application: title, version and the description of the API."""
+    return FastAPI(
         title="vramfit",
         version=_version(),
         summary="Per-GPU peak memory of LLM fine-tuning, and which GPUs fit it",
@@ -225,10 +239,17 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
         docs_url=None,  # Swagger UI would load from a CDN; the schema is at /openapi.json
         redoc_url=None,
     )
-    app.state.body_timeout_s = body_timeout_s
+
+
+def _add_middleware(app: FastAPI, host: str, allow_hosts: Iterable[str]) -> None:
+    """Compression, the Host check and the security headers (added last, so the outermost)."""
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(HostCheck, hosts=served_hosts(host, allow_hosts))
     app.add_middleware(SecurityHeaders)  # the outermost: every answer carries the headers
+
+
+def _register_error_handlers(app: FastAPI) -> None:
+    """Answer vramfit's errors and FastAPI's query validation errors as 422 ``{error, key, valid}``."""
 
     @app.exception_handler(VramfitError)
     async def user_error(request: Request, exc: VramfitError) -> JSONResponse:
@@ -241,7 +262,9 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
         key = str(first["loc"][-1])
         return JSONResponse({"error": f"{key}: {first['msg']}", "key": key, "valid": None}, status_code=422)
 
-    # ------------------------------------------------------------------------- pages
+
+def _register_page_routes(app: FastAPI) -> None:
+    """The static files, the vendored Plotly and the pages (calculator, guide, API docs)."""
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
@@ -265,7 +288,10 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
     def pt_home() -> Response:
         return RedirectResponse("/?lang=pt")
 
-    # --------------------------------------------------------------------------- API
+
+def _register_scenario_routes(app: FastAPI) -> None:
+    """The JSON-body API: estimate, plan, export, sweep and import."""
+
     @app.post("/api/estimate", tags=["api"], response_model=None, openapi_extra=_body_doc("ScenarioIn"),
               responses={200: {"model": EstimateOut}, **_ERRORS})
     async def api_estimate(request: Request) -> JSONResponse:
@@ -301,6 +327,10 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
         what became of each key; files the config names are never opened."""
         return JSONResponse(importing.import_config(await read_body(request)))
 
+
+def _register_dataset_route(app: FastAPI) -> None:
+    """The multipart dataset upload: the histogram of its sample lengths."""
+
     @app.post("/api/dataset", tags=["api"], response_model=None,
               responses={200: {"description": "{rows, exact_tokens (false: chars-per-token approximation), "
                                               "percentiles, histogram: [{from, to, samples}], card}"}, **_ERRORS})
@@ -319,6 +349,10 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
             name = upload.filename or ""
         text = scenario if isinstance(scenario, str) else None
         return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
+
+
+def _register_catalog_routes(app: FastAPI) -> None:
+    """The read-only catalogs: models (searchable) and GPUs."""
 
     @app.get("/api/models", tags=["api"], response_model=list[ModelEntryOut], responses=_ERRORS)
     def api_models(q: str = Query("", max_length=100, description="words to find in id, alias, name, family")):
@@ -343,9 +377,6 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
             {k: getattr(g, k) for k in GpuOut.model_fields}
             for g in sorted(list_gpus(), key=lambda g: (g.usable_bytes, g.gpu_id))
         ]
-
-    _document_request_bodies(app)
-    return app
 
 
 def _document_request_bodies(app: FastAPI) -> None:
