@@ -104,6 +104,8 @@ class ZeroBuffers:
 def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBuffers:
     """Fill "auto" as HF does and missing keys with DeepSpeed's defaults."""
     cfg = cfg or HF_TEMPLATE
+    # transformers 5.24.0 integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_finalize:
+    # reduce_bucket_size = h*h, stage3_prefetch_bucket_size = int(0.9*h*h), persistence threshold = 10*h
     auto = {"reduce_bucket_size": hidden_size * hidden_size,
             "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
             "stage3_param_persistence_threshold": 10 * hidden_size}
