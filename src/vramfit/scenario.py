@@ -385,6 +385,19 @@ def parse_scenario(data: Any) -> Scenario:
         return data
     if not isinstance(data, dict):
         raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
+    raw = _normalized_keys(data)
+    kw = _typed_values(raw)
+    _set_model_or_params(raw, kw)
+    _set_precision_and_quantize(kw)
+    _set_framework_keys(raw, kw)
+    _set_parallelism_and_offload(kw)
+    check_stage_keys(kw, raw)
+    _set_gpu(raw, kw)
+    return Scenario(**kw)
+
+
+def _normalized_keys(data: dict) -> dict[str, Any]:
+    """The given keys as scenario field names (dashes to underscores), unknown keys refused, None values dropped."""
     raw: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
@@ -394,7 +407,11 @@ def parse_scenario(data: Any) -> Scenario:
             raise ScenarioError(key_label(key), "unknown scenario key", SCENARIO_KEYS)  # never echo file text
         if value is not None:
             raw[norm] = value
+    return raw
 
+
+def _typed_values(raw: dict[str, Any]) -> dict[str, Any]:
+    """The choice, integer, boolean and LoRA keys converted to their types (lora_alpha defaults to 2 x rank)."""
     kw: dict[str, Any] = {}
     for key in CHOICE_KEYS:
         if key in raw:
@@ -413,7 +430,11 @@ def parse_scenario(data: Any) -> Scenario:
         kw["lora_alpha"] = positive_number("lora_alpha", raw["lora_alpha"])
     else:
         kw["lora_alpha"] = 2.0 * kw.get("lora_rank", Scenario.lora_rank)
+    return kw
 
+
+def _set_model_or_params(raw: dict[str, Any], kw: dict[str, Any]) -> None:
+    """Exactly one of model (a non-empty id or path) and params (a parameter count)."""
     model = raw.get("model")
     params = raw.get("params")
     if model is not None and params is not None:
@@ -427,6 +448,9 @@ def parse_scenario(data: Any) -> Scenario:
     if params is not None:
         kw["params"] = parse_param_count(params)
 
+
+def _set_precision_and_quantize(kw: dict[str, Any]) -> None:
+    """Default precision (the framework's) and quantization (by method); refuse quantize values the method cannot use."""
     method = kw.get("method", Method.LORA)
     if "precision" not in kw:  # what a user of the framework gets by default (its profile says, with sources)
         from vramfit.estimate.framework import profile_for
@@ -441,6 +465,9 @@ def parse_scenario(data: Any) -> Scenario:
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
 
+
+def _set_framework_keys(raw: dict[str, Any], kw: dict[str, Any]) -> None:
+    """Keys read from a DeepSpeed config, and the framework version checked against the framework."""
     if "deepspeed_config" in raw:
         from vramfit.estimate.deepspeed import scenario_keys
 
@@ -449,6 +476,10 @@ def parse_scenario(data: Any) -> Scenario:
         from vramfit.estimate.framework import check_version
 
         kw["framework_version"] = check_version(kw.get("framework", Framework.HF), raw["framework_version"])
+
+
+def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
+    """Default parallelism by GPU count; offload, nodes and shard scope only with an engine that supports them."""
     num_gpus = kw.get("num_gpus", 1)
     if "parallelism" not in kw:
         kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else Parallelism.DDP
@@ -472,7 +503,9 @@ def parse_scenario(data: Any) -> Scenario:
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 
-    check_stage_keys(kw, raw)
+
+def _set_gpu(raw: dict[str, Any], kw: dict[str, Any]) -> None:
+    """The GPU id, trimmed and lower-cased."""
     if "gpu" in raw:
         gpu = raw["gpu"]
         if not isinstance(gpu, str) or not gpu.strip():
@@ -480,7 +513,6 @@ def parse_scenario(data: Any) -> Scenario:
         # the id is checked against the catalog where the card is used (estimate, fit, plan):
         # validating a scenario reads no catalog or user file
         kw["gpu"] = gpu.strip().lower()
-    return Scenario(**kw)
 
 
 def _check_nodes(kw: dict[str, Any]) -> None:

@@ -143,23 +143,63 @@ def plan(
     real tokens, time and cost from the tokens the GPUs process at each plan's micro-batch (padding included).
     """
     sc = parse_scenario(scenario)
-    if dataset is not None and dataset_tokens is not None:
-        raise ScenarioError("dataset_tokens", "give the dataset or its token count, not both")
-    eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
-    tokens = dataset.train_tokens if dataset is not None else tokens
-    all_counts = gpu_counts(max_gpus)
-    counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
+    eff, tokens, ep, budget, margin, u = _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd,
+                                                          safety_margin, mfu, sc, dataset)
+    all_counts, counts = _gpu_counts_for(max_gpus, eff)
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
-    named = gpu_id_list(gpu_ids) or ([sc.gpu] if sc.gpu else None)
-    cards = [get_gpu(g) for g in named] if named else list_gpus()
+    named, cards = _named_cards(gpu_ids, sc)
     order, deadline, wanted = _check_ranking(sort, deadline_hours, stacks)
-
+    user_mfu = u if mfu is not None else None
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     ev = Evaluator(sc, calibration)
     own = ev.estimate()
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, u if mfu is not None else None)
+    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, user_mfu)
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
+    plans, excluded, blocked = _ranked_plans(search, cards, sc, wanted, margin, counts, all_counts, order, dataset, ep,
+                                             total, eff, budget, num_params, trainable, tokens, kept, deadline)
+    changes = _changes_for_named(named if with_changes else None, blocked, ev, sc, margin, calibration, user_mfu, eff)
+    assumptions = _report_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin,
+                                      calibration, dataset)
+    return PlanReport(
+        model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
+        scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
+        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=user_mfu,
+        mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
+        excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
+        search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
+    )
+
+
+def _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario,
+                     dataset: Any | None):
+    """The checked batch, tokens (the dataset's real tokens when given), epochs, budget, margin and utilisation."""
+    if dataset is not None and dataset_tokens is not None:
+        raise ScenarioError("dataset_tokens", "give the dataset or its token count, not both")
+    eff, tokens, ep, budget, margin, u = _check_inputs(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc)
+    tokens = dataset.train_tokens if dataset is not None else tokens
+    return eff, tokens, ep, budget, margin, u
+
+
+def _gpu_counts_for(max_gpus: int, eff: int) -> tuple[tuple, tuple]:
+    """Every GPU count up to ``max_gpus``, and those the effective batch can use."""
+    all_counts = gpu_counts(max_gpus)
+    counts = tuple(n for n in all_counts if n <= eff)  # every GPU needs a sequence per step
+    return all_counts, counts
+
+
+def _named_cards(gpu_ids, sc: Scenario) -> tuple[list[str] | None, list[GPU]]:
+    """The cards the user named (``gpu_ids`` or the scenario's ``gpu``), and the cards to search (those, or the catalog)."""
+    named = gpu_id_list(gpu_ids) or ([sc.gpu] if sc.gpu else None)
+    cards = [get_gpu(g) for g in named] if named else list_gpus()
+    return named, cards
+
+
+def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[str, ...], margin: float, counts: tuple,
+                  all_counts: tuple, order: str, dataset: Any | None, ep: float, total: int | None, eff: int,
+                  budget: float | None, num_params: int, trainable: int, tokens: int | None, kept: int,
+                  deadline: float | None) -> tuple[list[Plan], list[Excluded], set]:
+    """The best plan per card and GPU count, ranked; the cards with none and why; the cards that cannot run at all."""
     plans: list[Plan] = []
     excluded: list[Excluded] = []
     blocked = set()
@@ -186,15 +226,29 @@ def plan(
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
     plans.sort(key=lambda p: _rank(p, order))
-    changes: dict[str, list] = {}
-    if named and with_changes:
-        from vramfit.plan.changes import changes_to_fit
+    return plans, excluded, blocked
 
-        for gid in named:
-            g = get_gpu(gid)
-            if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
-                changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=u if mfu is not None else None,
-                                                  effective_batch=eff)
+
+def _changes_for_named(named: list[str] | None, blocked: set, ev: Evaluator, sc: Scenario, margin: float,
+                       calibration: Calibration | None, user_mfu: float | None, eff: int) -> dict[str, list]:
+    """Ranked changes for each named card the scenario does not fit as given (cards that cannot run it excepted)."""
+    changes: dict[str, list] = {}
+    if not named:
+        return changes
+    from vramfit.plan.changes import changes_to_fit
+
+    for gid in named:
+        g = get_gpu(gid)
+        if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
+            changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=user_mfu,
+                                              effective_batch=eff)
+    return changes
+
+
+def _report_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus, order: str,
+                        deadline: float | None, wanted: tuple[str, ...], margin: float,
+                        calibration: Calibration | None, dataset: Any | None) -> list[str]:
+    """The plan's assumptions, with the calibration's notes and the dataset's measured lengths when given."""
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
     assumptions += [fc.note() for _, fc in sorted(calibration.families.items())] if calibration is not None else []
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
@@ -203,14 +257,7 @@ def plan(
             f"Time from the tokens the GPUs process per epoch of the dataset at each plan's micro-batch, padding "
             f"included ({dataset.processed_tokens:,} at micro-batch {dataset.policy['micro_batch_size']}); time "
             "excludes evaluation, checkpoint writes and start-up.")
-    return PlanReport(
-        model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
-        scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
-        total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=u if mfu is not None else None,
-        mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
-        excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
-        search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
-    )
+    return assumptions
 
 
 def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_counts: tuple, max_gpus,
