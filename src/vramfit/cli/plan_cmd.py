@@ -173,190 +173,204 @@ def _pick(r, pick: str):
     return r.plans[int(pick) - 1]
 
 
+def plan_cmd(
+    scenario_args: dict,
+    scenario_file: Path | None,
+    effective_batch: str | None = typer.Option(None, help="Sequences per optimizer step (default: the scenario's).", rich_help_panel=_P),
+    dataset_tokens: str | None = typer.Option(None, help="Tokens in the training set, e.g. 50M.", rich_help_panel=_P),
+    epochs: float = typer.Option(1.0, help="Passes over the dataset.", rich_help_panel=_P),
+    budget: float | None = typer.Option(None, help="Budget in USD; plans above it are marked.", rich_help_panel=_P),
+    cards: str | None = typer.Option(None, help="Only these GPU ids (comma-separated); default: the catalog, or --gpu.", rich_help_panel=_P),
+    sort: str = typer.Option("cost", help="Rank by cost (per token, low price) or time (fastest first).", rich_help_panel=_P),
+    deadline: float | None = typer.Option(None, help="Hours the run must finish in; slower plans are ranked last.", rich_help_panel=_P),
+    stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
+    max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs; above {GPUS_PER_NODE}, whole nodes of {GPUS_PER_NODE} (16, 32, 64 ...).",
+                                 rich_help_panel=_P),
+    safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
+    mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
+    gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
+    top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
+    show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
+    export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, or trl (also writes train.py).", rich_help_panel=_P),
+    pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
+    export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
+    write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    dataset_report=None,
+) -> None:
+    """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
+    from vramfit.plan import plan
+
+    export_dir = user_path("export_dir", export_dir)
+    if export and path_kind("export_dir", export_dir) not in ("dir", "missing"):
+        raise ScenarioError("export_dir", f"{shown(str(export_dir))} exists and is not a folder")
+    _load_gpus(gpus)
+    sc = build_scenario(scenario_args, scenario_file)
+    r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
+             gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
+             deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active())
+    if json_out:
+        _out(r.to_dict())
+    else:
+        render_plan(r, top, show_all)
+    if export and r.plans:
+        _write_export(_pick(r, pick), export, export_dir, r.epochs)
+    write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
+    if not r.plans:
+        raise typer.Exit(1)
+
+
+def fit_cmd(
+    scenario_args: dict,
+    scenario_file: Path | None,
+    safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
+    gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+    write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
+    from vramfit.plan import fit
+
+    _load_gpus(gpus)
+    sc = build_scenario(scenario_args, scenario_file)
+    if not sc.gpu:
+        raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
+    cal = load_active()
+    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal)
+    write_fit(write_to, sc, safety_margin)
+    if json_out:
+        _out(r.to_dict())
+        return
+    render_fit(r, sc, cal)
+
+
+def render_fit(r, sc, cal) -> None:
+    """The fit report: the verdict, the largest micro-batch and sequence, and the batch × sequence grid."""
+    console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
+                  f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
+                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
+    if cal is not None and cal.for_card(sc.gpu):
+        console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
+    mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
+    seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
+    console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
+    console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
+                  + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
+    t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
+    t.add_column("mb \\ seq")
+    for s in r.seq_lens:
+        t.add_column(f"{s:,}", justify="right")
+    for b, row in zip(r.batches, r.grid, strict=True):
+        t.add_row(str(b), *[("" if c.device_bytes is None else
+                             f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
+    console.print(t)
+
+
+def sweep_cmd(
+    scenario_args: dict,
+    scenario_file: Path | None,
+    vary: str = typer.Option(..., help="key=a..b (doubling), key=a..b:step, key=a,b,c or key=* (all choices).", rich_help_panel=_P),
+    cards: str | None = typer.Option(None, help="Cards drawn as capacity lines (comma-separated ids).", rich_help_panel=_P),
+    gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
+    csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
+    chart: Path | None = typer.Option(None, help="Write a chart: .png, .svg (matplotlib) or .html (plotly).", rich_help_panel=_P),
+    safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Peak memory over the values of one scenario key, as a table, CSV or chart."""
+    from vramfit.plan import parse_vary, sweep
+    from vramfit.plan.inputs import gpu_id_list
+
+    csv_path, chart_path = _output("csv", csv_out), _output("chart", chart)
+    _load_gpus(gpus)
+    sc = build_scenario(scenario_args, scenario_file)
+    key, values = parse_vary(vary)
+    cal = load_active()
+    r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin, calibration=cal)
+    if cal is not None and cal.for_card(sc.gpu) and not json_out and csv_out is None:
+        console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
+    if chart is not None:
+        _write_sweep_chart(r, chart, chart_path)
+    if csv_out is not None:
+        _write_sweep_csv(r, csv_out, csv_path)
+    if json_out:
+        _out(r.to_dict())
+    elif csv_out is None or str(csv_out) != "-":
+        render_sweep(r, key)
+
+
+def _write_sweep_chart(r, chart: Path, chart_path: Path | None) -> None:
+    from vramfit.plan.charts import sweep_chart
+
+    try:
+        sweep_chart(r, chart_path)
+    except OSError as exc:
+        raise ScenarioError("chart", f"cannot write {shown(str(chart))}: {exc.strerror}") from None
+    console.print(f"wrote {chart}", highlight=False, markup=False)
+
+
+def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
+    text = sweep_csv(r)
+    if str(csv_out) == "-":
+        sys.stdout.write(text)
+    else:
+        write_text_file("csv", csv_path, text)
+        console.print(f"wrote {csv_out}", highlight=False, markup=False)
+
+
+def render_sweep(r, key: str) -> None:
+    """The sweep as a table: the three peaks per value, and whether each card holds it."""
+    t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
+              title_justify="left")
+    for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
+        t.add_column(col, justify="right")
+    for p in r.points:
+        if p.error:
+            t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
+        else:
+            t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                      *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
+    console.print(t)
+
+
+def guide_cmd(json_out: bool = typer.Option(False, "--json", help="Print the table as JSON.")) -> None:
+    """The seed guide's sizing table recomputed, with every disagreement and why."""
+    from vramfit.plan import guide_table
+
+    g = guide_table()
+    if json_out:
+        _out(g.to_dict())
+        return
+    st = g.settings
+    console.print(f"seq {st['seq_len']}, micro-batch {st['micro_batch_size']}, AdamW, full = bf16-mixed, LoRA r={st['lora_rank']} "
+                  "all-linear, QLoRA NF4-DQ; checkpointing none or full; ZeRO-3 beyond one card; no safety margin")
+    t = Table(title="The guide's table, recomputed (guide says N×class: does it fit?)", title_justify="left")
+    for col in ("size", "method", "1 GPU GiB", "checkpointed GiB", "24 GB", "48 GB", "80 GB", "smallest", "guide says", "agrees"):
+        t.add_column(col)
+    for r in g.rows:
+        short = {"agrees": "yes", "does not fit": "no", "more than needed": "more than needed"}
+        said = "; ".join(dict.fromkeys(f"{c['count']}×{c['class_gb']}: {short[c['verdict']]}" for c in r.claims)) or "—"
+        t.add_row(r.size, r.method, _gib(r.device_bytes), _gib(r.device_bytes_checkpointed),
+                  *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
+                  "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")
+    console.print(t)
+    console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
+    for r in g.disagreements:
+        console.print(f"[bold]{r.size} {r.method}[/bold]")
+        for sec, says in dict.fromkeys((c["section"], c["says"]) for c in r.claims):
+            console.print(f" [dim]the guide, section {sec} (in our words): {says}[/dim]", highlight=False)
+        for w in r.why:
+            console.print(f" • {w}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
+    """Add plan, fit, sweep and guide-table to the app (decorated here: user_errors lives in cli.main)."""
     from vramfit.cli.main import user_errors
 
-    @app.command("plan")
-    @user_errors
-    @with_scenario_options
-    @with_dataset_options
-    def plan_cmd(
-        scenario_args: dict,
-        scenario_file: Path | None,
-        effective_batch: str | None = typer.Option(None, help="Sequences per optimizer step (default: the scenario's).", rich_help_panel=_P),
-        dataset_tokens: str | None = typer.Option(None, help="Tokens in the training set, e.g. 50M.", rich_help_panel=_P),
-        epochs: float = typer.Option(1.0, help="Passes over the dataset.", rich_help_panel=_P),
-        budget: float | None = typer.Option(None, help="Budget in USD; plans above it are marked.", rich_help_panel=_P),
-        cards: str | None = typer.Option(None, help="Only these GPU ids (comma-separated); default: the catalog, or --gpu.", rich_help_panel=_P),
-        sort: str = typer.Option("cost", help="Rank by cost (per token, low price) or time (fastest first).", rich_help_panel=_P),
-        deadline: float | None = typer.Option(None, help="Hours the run must finish in; slower plans are ranked last.", rich_help_panel=_P),
-        stack: str | None = typer.Option(None, help="Only these software stacks: cuda, rocm, habana (comma-separated).", rich_help_panel=_P),
-        max_gpus: int = typer.Option(GPUS_PER_NODE, help=f"Most GPUs; above {GPUS_PER_NODE}, whole nodes of {GPUS_PER_NODE} (16, 32, 64 ...).",
-                                     rich_help_panel=_P),
-        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
-        mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
-        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
-        top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
-        show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
-        export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, or trl (also writes train.py).", rich_help_panel=_P),
-        pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
-        export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
-        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),
-        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-        dataset_report=None,
-    ) -> None:
-        """Which GPU, how many, how long, how much: ranked plans that fit, and changes for cards that do not."""
-        from vramfit.plan import plan
-
-        export_dir = user_path("export_dir", export_dir)
-        if export and path_kind("export_dir", export_dir) not in ("dir", "missing"):
-            raise ScenarioError("export_dir", f"{shown(str(export_dir))} exists and is not a folder")
-        _load_gpus(gpus)
-        sc = build_scenario(scenario_args, scenario_file)
-        r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
-                 gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
-                 deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active())
-        if json_out:
-            _out(r.to_dict())
-        else:
-            render_plan(r, top, show_all)
-        if export and r.plans:
-            _write_export(_pick(r, pick), export, export_dir, r.epochs)
-        write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
-        if not r.plans:
-            raise typer.Exit(1)
-
-    @app.command("fit")
-    @user_errors
-    @with_scenario_options
-    @with_dataset_options
-    def fit_cmd(
-        scenario_args: dict,
-        scenario_file: Path | None,
-        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
-        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
-        write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
-        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    ) -> None:
-        """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
-        from vramfit.errors import ScenarioError
-        from vramfit.plan import fit
-
-        _load_gpus(gpus)
-        sc = build_scenario(scenario_args, scenario_file)
-        if not sc.gpu:
-            raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
-        cal = load_active()
-        r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal)
-        write_fit(write_to, sc, safety_margin)
-        if json_out:
-            _out(r.to_dict())
-            return
-        console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
-                      f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
-                      + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
-        if cal is not None and cal.for_card(sc.gpu):
-            console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
-        mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
-        seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
-        console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
-        console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
-                      + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
-        t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
-        t.add_column("mb \\ seq")
-        for s in r.seq_lens:
-            t.add_column(f"{s:,}", justify="right")
-        for b, row in zip(r.batches, r.grid, strict=True):
-            t.add_row(str(b), *[("" if c.device_bytes is None else
-                                 f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
-        console.print(t)
-
-    @app.command("sweep")
-    @user_errors
-    @with_scenario_options
-    def sweep_cmd(
-        scenario_args: dict,
-        scenario_file: Path | None,
-        vary: str = typer.Option(..., help="key=a..b (doubling), key=a..b:step, key=a,b,c or key=* (all choices).", rich_help_panel=_P),
-        cards: str | None = typer.Option(None, help="Cards drawn as capacity lines (comma-separated ids).", rich_help_panel=_P),
-        gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
-        csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
-        chart: Path | None = typer.Option(None, help="Write a chart: .png, .svg (matplotlib) or .html (plotly).", rich_help_panel=_P),
-        safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
-        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    ) -> None:
-        """Peak memory over the values of one scenario key, as a table, CSV or chart."""
-        from vramfit.plan import parse_vary, sweep
-        from vramfit.plan.inputs import gpu_id_list
-
-        csv_path, chart_path = _output("csv", csv_out), _output("chart", chart)
-        _load_gpus(gpus)
-        sc = build_scenario(scenario_args, scenario_file)
-        key, values = parse_vary(vary)
-        cal = load_active()
-        r = sweep(sc, key, values, cards=gpu_id_list(cards), safety_margin=safety_margin, calibration=cal)
-        if cal is not None and cal.for_card(sc.gpu) and not json_out and csv_out is None:
-            console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
-        if chart is not None:
-            from vramfit.plan.charts import sweep_chart
-
-            try:
-                sweep_chart(r, chart_path)
-            except OSError as exc:
-                raise ScenarioError("chart", f"cannot write {shown(str(chart))}: {exc.strerror}") from None
-            console.print(f"wrote {chart}", highlight=False, markup=False)
-        if csv_out is not None:
-            text = sweep_csv(r)
-            if str(csv_out) == "-":
-                sys.stdout.write(text)
-            else:
-                write_text_file("csv", csv_path, text)
-                console.print(f"wrote {csv_out}", highlight=False, markup=False)
-        if json_out:
-            _out(r.to_dict())
-        elif csv_out is None or str(csv_out) != "-":
-            t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
-                      title_justify="left")
-            for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
-                t.add_column(col, justify="right")
-            for p in r.points:
-                if p.error:
-                    t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
-                else:
-                    t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
-                              *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
-            console.print(t)
-
-    @app.command("guide-table")
-    @user_errors
-    def guide_cmd(json_out: bool = typer.Option(False, "--json", help="Print the table as JSON.")) -> None:
-        """The seed guide's sizing table recomputed, with every disagreement and why."""
-        from vramfit.plan import guide_table
-
-        g = guide_table()
-        if json_out:
-            _out(g.to_dict())
-            return
-        st = g.settings
-        console.print(f"seq {st['seq_len']}, micro-batch {st['micro_batch_size']}, AdamW, full = bf16-mixed, LoRA r={st['lora_rank']} "
-                      "all-linear, QLoRA NF4-DQ; checkpointing none or full; ZeRO-3 beyond one card; no safety margin")
-        t = Table(title="The guide's table, recomputed (guide says N×class: does it fit?)", title_justify="left")
-        for col in ("size", "method", "1 GPU GiB", "checkpointed GiB", "24 GB", "48 GB", "80 GB", "smallest", "guide says", "agrees"):
-            t.add_column(col)
-        for r in g.rows:
-            short = {"agrees": "yes", "does not fit": "no", "more than needed": "more than needed"}
-            said = "; ".join(dict.fromkeys(f"{c['count']}×{c['class_gb']}: {short[c['verdict']]}" for c in r.claims)) or "—"
-            t.add_row(r.size, r.method, _gib(r.device_bytes), _gib(r.device_bytes_checkpointed),
-                      *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
-                      "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")
-        console.print(t)
-        console.print(f"[bold]Precision:[/bold] {st['precision_note']}", highlight=False)
-        for r in g.disagreements:
-            console.print(f"[bold]{r.size} {r.method}[/bold]")
-            for sec, says in dict.fromkeys((c["section"], c["says"]) for c in r.claims):
-                console.print(f" [dim]the guide, section {sec} (in our words): {says}[/dim]", highlight=False)
-            for w in r.why:
-                console.print(f" • {w}", highlight=False)
+    app.command("plan")(user_errors(with_scenario_options(with_dataset_options(plan_cmd))))
+    app.command("fit")(user_errors(with_scenario_options(with_dataset_options(fit_cmd))))
+    app.command("sweep")(user_errors(with_scenario_options(sweep_cmd)))
+    app.command("guide-table")(user_errors(guide_cmd))
 
 
 def sweep_csv(r) -> str:

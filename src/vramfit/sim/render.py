@@ -32,6 +32,22 @@ def _diff(sim: int | None, est: int | None) -> str:
 def render_simulation(result: SimulationResult, estimate: EstimateResult | None, console: Console) -> None:
     """Print the simulated peaks, components, phase timeline and top tensors; the estimate alongside."""
     r = result.result
+    _print_header(result, estimate, console)
+    console.print(_peak_table(result, estimate))
+    console.print(_components_table(result, estimate))
+    console.print(_timeline_table(result))
+    if result.top_tensors:
+        console.print(_top_tensors_table(result))
+    if r.host_bytes:
+        console.print(f"host memory (offloaded activations / paged optimizer state): {_gib(r.host_bytes)} GiB")
+    console.print("[bold]Assumptions[/bold]")
+    for a in r.assumptions:
+        console.print(f" • {a}", markup=False)
+
+
+def _print_header(result: SimulationResult, estimate: EstimateResult | None, console: Console) -> None:
+    """The scenario line, how the trace was taken, and the parameter counts."""
+    r = result.result
     sc = r.scenario
     console.print(
         f"[bold]{escape(r.model.id)} · {sc.method.value} · {sc.precision.value} · mb {sc.micro_batch_size} × seq "
@@ -48,13 +64,22 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
            if estimate and estimate.model.num_trainable_params != r.model.num_trainable_params else "")
     )
 
-    p = Table(title="Peak per GPU", title_justify="left")
-    p.add_column("counter")
-    p.add_column("simulated GiB", justify="right")
+
+def _comparison_table(title: str, first: str, last: str, estimate: EstimateResult | None) -> Table:
+    """A table of simulated GiB, with the estimate and the difference when there is one."""
+    t = Table(title=title, title_justify="left")
+    t.add_column(first)
+    t.add_column("simulated GiB", justify="right")
     if estimate is not None:
-        p.add_column("estimated GiB", justify="right")
-        p.add_column("estimate − sim", justify="right")
-    p.add_column("what it matches", style="dim")
+        t.add_column("estimated GiB", justify="right")
+        t.add_column("estimate − sim", justify="right")
+    t.add_column(last, style="dim")
+    return t
+
+
+def _peak_table(result: SimulationResult, estimate: EstimateResult | None) -> Table:
+    r = result.result
+    p = _comparison_table("Peak per GPU", "counter", "what it matches", estimate)
     rows = (
         ("allocated", r.peak.allocated_bytes, estimate.peak.allocated_bytes if estimate else None,
          "torch.cuda.max_memory_allocated()"),
@@ -65,15 +90,12 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
     for name, sim, est, what in rows:
         cells = [name, _gib(sim)] + ([_gib(est), _diff(sim, est)] if estimate is not None else []) + [what]
         p.add_row(*cells)
-    console.print(p)
+    return p
 
-    c = Table(title=f"Components at the peak ({result.peak_label})", title_justify="left")
-    c.add_column("component")
-    c.add_column("simulated GiB", justify="right")
-    if estimate is not None:
-        c.add_column("estimated GiB", justify="right")
-        c.add_column("estimate − sim", justify="right")
-    c.add_column("seen by", style="dim")
+
+def _components_table(result: SimulationResult, estimate: EstimateResult | None) -> Table:
+    r = result.result
+    c = _comparison_table(f"Components at the peak ({result.peak_label})", "component", "seen by", estimate)
     sim_c = {x.name: x for x in r.components}
     est_c = {x.name: x for x in estimate.components} if estimate is not None else {}
     for name in list(sim_c) + [n for n in est_c if n not in sim_c]:
@@ -83,8 +105,11 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
         cells = [name, _gib(sb)] + ([_gib(eb), _diff(sb or 0, eb or 0) if (sb or eb) else ""]
                                     if estimate is not None else []) + [seen]
         c.add_row(*cells)
-    console.print(c)
+    return c
 
+
+def _timeline_table(result: SimulationResult) -> Table:
+    r = result.result
     t = Table(title="Timeline (allocated, per phase)", title_justify="left")
     t.add_column("phase")
     t.add_column("GiB", justify="right")
@@ -94,20 +119,16 @@ def render_simulation(result: SimulationResult, estimate: EstimateResult | None,
         bar = "█" * max(0, round(30 * b / top))
         style = "bold" if b == r.peak.allocated_bytes else ""
         t.add_row(f"[{style}]{label}[/{style}]" if style else label, _gib(b), f"[dim]{bar}[/dim]")
-    console.print(t)
+    return t
 
-    if result.top_tensors:
-        tt = Table(title="Largest tensors live at the peak" + (" (from the deepest traced model)"
-                                                               if result.extrapolated else ""),
-                   title_justify="left")
-        for col in ("MiB", "shape", "dtype", "component", "made by"):
-            tt.add_column(col, justify="right" if col == "MiB" else "left")
-        for x in result.top_tensors:
-            tt.add_row(f"{x.bytes / 2**20:,.1f}", "×".join(map(str, x.shape)) or "scalar", x.dtype, x.component,
-                       f"{x.where} · {x.op}")
-        console.print(tt)
-    if r.host_bytes:
-        console.print(f"host memory (offloaded activations / paged optimizer state): {_gib(r.host_bytes)} GiB")
-    console.print("[bold]Assumptions[/bold]")
-    for a in r.assumptions:
-        console.print(f" • {a}", markup=False)
+
+def _top_tensors_table(result: SimulationResult) -> Table:
+    tt = Table(title="Largest tensors live at the peak" + (" (from the deepest traced model)"
+                                                           if result.extrapolated else ""),
+               title_justify="left")
+    for col in ("MiB", "shape", "dtype", "component", "made by"):
+        tt.add_column(col, justify="right" if col == "MiB" else "left")
+    for x in result.top_tensors:
+        tt.add_row(f"{x.bytes / 2**20:,.1f}", "×".join(map(str, x.shape)) or "scalar", x.dtype, x.component,
+                   f"{x.where} · {x.op}")
+    return tt
