@@ -110,6 +110,10 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     gpus = _gpus_note(sc)
     if gpus:
         out.append(gpus)
+    if r.ranks:
+        from vramfit.estimate.ranks import layout_note
+
+        out.append(layout_note(sc, r.ranks))
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
@@ -247,4 +251,5 @@ def estimate_spec(
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         accuracy=accuracy_for(sc),
+        ranks=r.ranks,
     )
