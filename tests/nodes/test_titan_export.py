@@ -52,7 +52,7 @@ def _check_with_torchtitan(p):
     Job = dataclasses.make_dataclass("Job", [("parallelism", titan.ParallelismConfig, dataclasses.field(
         default_factory=titan.ParallelismConfig)), ("training", titan.TrainingConfig, dataclasses.field(
             default_factory=titan.TrainingConfig))])
-    args = [a for o in overrides(p) for a in o.split(" ", 1)]
+    args = [a for o in overrides(p) for a in o.split(" ")]
     job = tyro.cli(Job, args=args)
     assert job.parallelism == par and job.training.local_batch_size == training.local_batch_size
     return ex, dims

@@ -85,16 +85,22 @@ def toml_text(plan: Plan) -> str:
 
 
 def overrides(plan: Plan) -> list[str]:
-    """The ``[parallelism]`` and batch fields as torchtitan v0.3.0 command-line overrides."""
+    """The ``[parallelism]`` and batch fields as torchtitan v0.3.0 command-line overrides: tyro's flags,
+    dashed names, booleans as ``--x`` / ``--no-x`` (tyro's defaults, which its ConfigManager keeps)."""
     s = sections(plan)
     keys = [("parallelism", k) for k in s["parallelism"]] + [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len")]
-    return [f"--{sec}.{k} {_toml_value(s[sec][k]).strip(chr(34))}" for sec, k in keys]
+    out = []
+    for sec, k in keys:
+        v, flag = s[sec][k], k.replace("_", "-")
+        out.append(f"--{sec}.{'' if v else 'no-'}{flag}" if isinstance(v, bool) else f"--{sec}.{flag} {v}")
+    return out
 
 
 def launch_line(plan: Plan, rendezvous: str) -> str:
-    """torchrun over the node's GPUs running torchtitan's trainer with the TOML and the same overrides."""
+    """torchrun over the node's GPUs running torchtitan's trainer on the TOML (releases before 0.3; the
+    0.3 form is in the export's notes)."""
     return (f"torchrun --nnodes {nodes.nodes_of(plan)} --nproc_per_node {nodes.per_node(plan)} {rendezvous}"
-            f"-m torchtitan.train --job.config_file {TOML_FILE} " + " ".join(overrides(plan)))
+            f"-m torchtitan.train --job.config_file {TOML_FILE}")
 
 
 def slurm_script(plan: Plan) -> str:
