@@ -70,8 +70,9 @@ class RankMemory:
     params: int  # parameters held by this rank before data-parallel sharding
     layers: int
     in_flight: float  # micro-batches (chunk micro-batches / v for interleaved) whose activations it holds
-    allocated_bytes: int = 0
-    breakdown: tuple[tuple[str, int], ...] = ()
+    allocated_bytes: int = 0  # the rank's allocated peak
+    activations_bytes: int = 0  # its saved activations at their high point (end of forward)
+    breakdown: tuple[tuple[str, int], ...] = ()  # what is alive at the rank's peak
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -192,7 +193,8 @@ def model_parallel_step(spec: ModelSpec, sc: Scenario, card, compute: Callable) 
         s = _rank_step(base, sc, rank, CONTRIBUTORS)
         peak = max(s.phases, key=lambda b: sum(dict(b.parts).values()))
         total = sum(dict(peak.parts).values())
-        steps.append((total, s, replace(rank, allocated_bytes=total, breakdown=tuple(sorted(peak.parts)))))
+        steps.append((total, s, replace(rank, allocated_bytes=total, activations_bytes=s.acts.total,
+                                        breakdown=tuple(sorted(peak.parts)))))
     total, step, _ = max(steps, key=lambda x: x[0])
     return replace(step, ranks=tuple(r for _, _, r in steps))
 
