@@ -1,7 +1,6 @@
 """The planner's parallel layouts: searched for torchtitan full fine-tuning, timed with TP collectives over
 NVLink, the pipeline bubble and data-parallel rings on the node's NICs; the whole search under 1 s."""
 
-import dataclasses
 import time
 
 import pytest

@@ -3,9 +3,9 @@ ParallelismConfig and TrainingConfig dataclasses (tyro parses the launch line's 
 ParallelDims (which refuses degrees whose product is not the world size) and torch's pipeline schedules."""
 
 import dataclasses
-import tomllib
 
 import pytest
+import tomllib
 
 from vramfit.plan import plan
 from vramfit.plan.export import export_plan

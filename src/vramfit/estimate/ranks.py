@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
@@ -135,8 +136,13 @@ def _activations(step: Step, rank: RankMemory, sc: Scenario, last: bool):
     ratio = 1 / t if sc.gradient_checkpointing is Checkpointing.FULL else _tp_ratio(step, t)
     blocks = round(a.blocks / L * rank.layers * rank.in_flight * ratio / c)
     kv = sum(v for k, v in a.saved.items.items() if k in ("k", "v")) / t / c
+    # outside the blocks: the final norm runs on Shard(1) (/t), the output layer saves its all-gathered input
+    # whole (torchtitan: norm SequenceParallel, output ColwiseParallel(input_layouts=Shard(1)))
+    head_in = step.sc.precision.compute_bytes * step.sc.tokens_per_micro_batch * step.spec.hidden_size
+    head_in = min(head_in, a.outside_blocks) if step.lm_head_trainable else 0
+    outside = ((a.outside_blocks - head_in) / t + head_in) / c
     return replace(a, blocks=blocks, per_layer=round(a.per_layer * _tp_ratio(step, t) / c),
-                   recompute=round(a.recompute * ratio / c), outside_blocks=round(a.outside_blocks / c) if last else 0,
+                   recompute=round(a.recompute * ratio / c), outside_blocks=round(outside) if last else 0,
                    masks=0), round(kv if c > 1 else 0)
 
 

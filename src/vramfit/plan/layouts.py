@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from vramfit.choices import Checkpointing, Framework, Method
 from vramfit.estimate.ranks import data_parallel_view

@@ -17,9 +17,9 @@ import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from vramfit.plan import layouts
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
+from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
