@@ -17,3 +17,14 @@ def test_readme_nodes_example_is_generated():
     with contextlib.redirect_stdout(out):
         exec(compile(m.group(1), "README", "exec"), {})
     assert out.getvalue().rstrip("\n") == m.group(2)
+
+
+def test_docs_model_parallel_example_is_generated():
+    doc = (ROOT / "docs" / "planner.md").read_text(encoding="utf-8")
+    section = doc.split("### Tensor, pipeline and context parallel", 1)[1]
+    m = re.search(r"```python\n(.*?)\n```\n```\n(.*?)```", section, re.S)
+    assert m, "the docs example is missing"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(m.group(1), "docs", "exec"), {})
+    assert out.getvalue() == m.group(2)

@@ -122,6 +122,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
 
 def _gpus_note(sc: Scenario) -> str | None:
     """How the GPUs of the scenario are laid out (one node, several nodes, or more than a node holds)."""
+    if sc.model_parallel_size > 1:  # the layout's own note (estimate/ranks.py layout_note) says the rest
+        return f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs." if sc.num_nodes > 1 else None
     if sc.num_nodes > 1:
         return _nodes_note(sc)
     if 1 < sc.num_gpus <= GPUS_PER_NODE:

@@ -178,7 +178,7 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
     loss = step.loss
     loss = LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
                       loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c)) if last else \
-        LossMemory(0, 0, 0, "no loss on this stage")
+        LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
     out = replace(step, sc=sc, parts=parts, acts=acts, loss=loss, autocast_forward=round(step.autocast_forward * frac),
                   block_transient=round(step.block_transient * _tp_ratio(step, t) / c) + ring,
                   opt_temp=round(step.opt_temp * frac), held_grads=round(step.held_grads * frac),
