@@ -123,7 +123,7 @@ def titan_files(plan: Plan) -> tuple[dict[str, str], str, list[str]]:
     """(files, command, notes) of the torchtitan export."""
     files = {TOML_FILE: toml_text(plan)}
     notes = ["model.hf_assets_path: the folder of the Hugging Face checkpoint and tokenizer torchtitan loads",
-             "torchtitan 0.3 reads no TOML: run -m torchtitan.train --module llama3 --config <its config function> "
+             "torchtitan 0.3 reads no TOML: run -m torchtitan.train --module llama3 --config <config_registry_function> "
              + " ".join(overrides(plan))]
     if nodes.nodes_of(plan) > 1:
         files[nodes.SLURM_FILE] = slurm_script(plan)
