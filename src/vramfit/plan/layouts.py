@@ -112,3 +112,12 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
         opt_bytes=w.opt_bytes / mp, stream_bytes=w.stream_bytes / share, tp_bytes=tp_bytes,
         bubble=(p - 1) / (ga * v) if p > 1 else 0.0, pp_bytes=(2 * act / t * ga) if p > 1 else 0.0, pp_net=pp_net,
     )
+
+
+def blocking_seconds(w: Work, peer_bytes_s: float, net: tuple[float, float]) -> float:
+    """Seconds of tensor-parallel collectives (blocking: each layer waits for its all-gather/reduce-scatter)
+    and pipeline sends, over the link they cross (``w.pp_net``: the network's bus rate)."""
+    if not (w.tp_bytes or w.pp_bytes):
+        return 0.0
+    pp_rate = net[0] if (w.pp_net and net[0]) else peer_bytes_s
+    return w.tp_bytes / peer_bytes_s + w.pp_bytes / pp_rate

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
+from vramfit.plan import layouts
 from vramfit.plan.kernels import CardSpeed
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
@@ -342,7 +343,7 @@ def step_time(
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
     across, exposed = _net_seconds(w, net)
     comm += across
-    step = max(compute, comm, stream) + host + exposed + _model_parallel_seconds(w, peer_gbs * 1e9, net)
+    step = max(compute, comm, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
@@ -365,15 +366,6 @@ def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float]:
     bw, lat = net
     across = w.net_bytes / bw
     return across, across / max(1, w.layers) + w.net_hops * lat
-
-
-def _model_parallel_seconds(w: Work, peer_bytes_s: float, net: tuple[float, float]) -> float:
-    """Tensor-parallel collectives (blocking: each layer waits for its all-gather/reduce-scatter) and pipeline
-    sends, over the link they cross (plan/layouts.py says which)."""
-    if not (w.tp_bytes or w.pp_bytes):
-        return 0.0
-    pp_rate = net[0] if (w.pp_net and net[0]) else peer_bytes_s
-    return w.tp_bytes / peer_bytes_s + w.pp_bytes / pp_rate
 
 
 def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0)) -> Speed:
@@ -406,7 +398,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     across, exposed = _net_seconds(w, net)
     comm += across
     step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host + exposed
-    step += _model_parallel_seconds(w, c.peer_bytes, net)
+    step += layouts.blocking_seconds(w, c.peer_bytes, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
