@@ -54,6 +54,16 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
                 ["1"])
     if sched is PipelineSchedule.INTERLEAVED and v < 2:
         _refuse("pipeline_virtual_stages", "interleaved-1f1b needs 2 or more model chunks per GPU")
+    m = kw.get("grad_accum", 1)
+    if p > 1 and sched is PipelineSchedule.ONE_F_ONE_B and m < p:
+        # torch v2.13.0 distributed/pipelining/schedules.py Schedule1F1B: "Number of microbatches (m) must be
+        # greater than or equal to the number of stages (p)"
+        _refuse("grad_accum", f"is the pipeline's micro-batches per step and must be at least pipeline_parallel ({p}) "
+                              f"for 1f1b (torch's Schedule1F1B); got {m}")
+    if p > 1 and sched is PipelineSchedule.INTERLEAVED and m % max(1, m // p):
+        # ScheduleInterleaved1F1B: n_microbatches must be a multiple of the rounds, max(1, m // p)
+        _refuse("grad_accum", f"must be a multiple of its rounds of {p} micro-batches for interleaved-1f1b "
+                              f"(torch's ScheduleInterleaved1F1B); got {m}")
     if t * p * c == 1:
         return
     world = kw.get("num_gpus", 1)

@@ -31,7 +31,10 @@ def _est(**kw):
     ({"params": "7B", "num_gpus": 8, "tensor_parallel": 2, "framework": "hf"}, "framework", "torchtitan"),
     ({"params": "7B", "num_gpus": 8, "tensor_parallel": 2, "method": "lora"}, "method", "method=full"),
     ({"params": "7B", "num_gpus": 8, "tensor_parallel": 2, "parallelism": "zero3"}, "parallelism", "fsdp"),
-    ({"model": "meta-llama/Llama-3.1-8B", "num_gpus": 64, "pipeline_parallel": 16, "pipeline_schedule": "interleaved-1f1b",
+    ({"params": "7B", "num_gpus": 8, "pipeline_parallel": 4, "grad_accum": 2}, "grad_accum", "at least pipeline_parallel"),
+    ({"params": "7B", "num_gpus": 8, "pipeline_parallel": 4, "grad_accum": 9, "pipeline_schedule": "interleaved-1f1b",
+      "pipeline_virtual_stages": 2}, "grad_accum", "multiple of its rounds"),
+    ({"model": "meta-llama/Llama-3.1-8B", "num_gpus": 64, "pipeline_parallel": 16, "grad_accum": 16, "pipeline_schedule": "interleaved-1f1b",
       "pipeline_virtual_stages": 4}, "pipeline_parallel", "more than the model's 32 layers"),
 ])
 def test_impossible_layouts_get_one_line_naming_the_key(keys, key, words):

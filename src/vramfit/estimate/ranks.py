@@ -21,10 +21,11 @@ torchtitan ``distributed/parallel_dims.py``: ``fsdp = self.dp_shard * self.cp``)
 - **micro-batches in flight** (``grad_accum`` pipeline micro-batches per step): 1F1B stage ``i`` of ``p``
   holds ``min(p - i, m)`` (Narayanan et al. 2021 sec. 2.2.1: ``p - i - 1`` warm-up forwards, then one
   forward before each backward); interleaved with ``v`` chunks per rank, rank ``i`` holds
-  ``(p - i - 1) * 2 + (v - 1) * p + 1`` chunk micro-batches (Megatron-LM
-  ``core/pipeline_parallel/schedules.py`` ``forward_backward_pipelining_with_interleaving``:
-  ``num_warmup_microbatches``), i.e. the first rank ``1 + (p - 1)/(p v)`` times ``p`` stages' worth,
-  Korthikanti et al. eq. 5 / sec. 4.2.3;
+  ``(v - 1) * p + 2 * (p - i - 1) + 1`` chunk micro-batches (torch v2.13.0
+  ``distributed/pipelining/schedules.py`` ``_get_warmup_ops`` with ``p`` micro-batches per round, plus the
+  first steady-state forward; the same count as Megatron-LM's ``num_warmup_microbatches`` in
+  ``core/pipeline_parallel/schedules.py``), i.e. the first rank ``1 + (p - 1)/(p v)`` times ``p`` stages'
+  worth, Korthikanti et al. eq. 5 / sec. 4.2.3;
 - **logits and loss** on the last stage only, vocabulary-sharded (torchtitan's loss parallel: the output
   layer's ``Shard(-1)``) and ``/c``.
 """
@@ -100,7 +101,8 @@ def in_flight(stage: int, sc: Scenario) -> float:
     if p == 1:
         return 1.0
     if sc.pipeline_schedule is PipelineSchedule.INTERLEAVED:
-        chunks = (p - stage - 1) * 2 + (v - 1) * p + 1
+        per_round = m // max(1, m // p)  # torch's microbatches_per_round: p when m is a multiple of p
+        chunks = (v - 1) * per_round + 2 * (p - stage - 1) + 1
         return min(chunks, m * v) / v
     return float(min(p - stage, m))
 
