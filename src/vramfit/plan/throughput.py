@@ -62,6 +62,7 @@ class ModelFlops:
     block_input_elems_per_token: int = 0  # layers x hidden: what activation offload moves per token
     num_layers: int = 0
     elem_bytes_per_token_fwd: int = 0  # memory-bound (elementwise) traffic of one forward, all layers + loss
+    hidden_size: int = 0  # sizes DeepSpeed's "auto" prefetch bucket (:func:`zero3_exposed_share`)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -80,7 +81,7 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
     attn += 4 * seq_len * d_attn * max(0, spec.num_hidden_layers - len(types))
     quant = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears)
     return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size,
-                      spec.num_hidden_layers, elementwise_bytes_per_token(spec))
+                      spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size)
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -142,10 +143,12 @@ class Work:
     zero3: bool = False  # DeepSpeed ZeRO-3 hooks (per-layer overhead)
     compiled: bool = False
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
-    opt_bytes: float = 0.0  # optimizer step traffic in GPU memory (0 when offloaded)
+    opt_bytes: float = 0.0  # optimizer step memory traffic per GPU
+    opt_on_host: bool = False  # offloaded: the step runs on the CPU at host DRAM speed (kernels.HOST_DRAM_BYTES_PER_GPU)
     # several nodes (:func:`_split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
     net_bytes: float = 0.0
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
+    exposed_peer_bytes: float = 0.0  # part of peer_bytes no prefetch hides (ZeRO-3 gathers past its bucket)
 
 
 @dataclass(frozen=True)
@@ -213,10 +216,31 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
     mech = _mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
+    if sc.parallelism is Parallelism.ZERO3 and peer_b:
+        gathers = peer_b - (sc.num_gpus - 1) / sc.num_gpus * grad_bytes * ga  # the weight all-gathers
+        mech["exposed_peer_bytes"] = gathers * zero3_exposed_share(sc, mf)
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
                 **mech, net_bytes=net_b, net_hops=hops)
+
+
+def zero3_exposed_share(sc: Scenario, mf: ModelFlops) -> float:
+    """Share of each layer's ZeRO-3 weight all-gather that waits on the critical path.
+
+    DeepSpeed fetches a module's partitioned weights when the module runs and prefetches at most
+    ``stage3_prefetch_bucket_size`` elements of the modules that follow (deepspeedai/DeepSpeed
+    runtime/zero/partitioned_param_coordinator.py ``fetch_sub_module``: ``__prefetch_bucket_sz``); the
+    HF Trainer fills "auto" with ``0.9 h^2`` (estimate/deepspeed.py). A decoder block holds about
+    ``12 h^2`` weights, so only that bucket of the next block arrives during the current one: the rest,
+    ``1 - bucket / block weights``, is transferred while the GPU waits.
+    """
+    from vramfit.estimate import deepspeed as ds
+
+    if not mf.num_layers or not mf.hidden_size or not mf.quantizable_params:
+        return 0.0
+    bucket = ds.resolve(sc.deepspeed_config, mf.hidden_size, 3).prefetch_bucket_size
+    return max(0.0, 1.0 - bucket / (mf.quantizable_params / mf.num_layers))
 
 
 def _split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, layers: int) -> tuple[float, float, int]:
@@ -288,19 +312,22 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     mm_per_token = hw - (3 + recompute_attn) * a
     skip = 1.0 if sc.attention.value == "eager" else _CAUSAL_SKIP
     attn_per_token = a * skip * (1 + ATTN_BACKWARD_RATIO.value + recompute_attn)
-    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)  # fwd, bwd = 2 fwd, recompute
+    # fwd, bwd = 2 fwd, recompute; torchtitan's op policy recomputes every op outside its _save_list (mm,
+    # sdpa, reduce_scatter, abs, max: torchtitan@9dec370 parallelize_llama.py), i.e. all memory-bound ones
+    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD, Checkpointing.SELECTIVE_OP) else 0)
     gptq = 0.0
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
     shards = sc.num_gpus if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3,
                                               Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
-    opt = 0.0 if sc.offload is not Offload.NONE else trainable / shards * 7 * state  # read p,g,m,v; write p,m,v
+    opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + _lora_bytes_per_token_fwd(sc, lora)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
             "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
+            "opt_on_host": sc.offload is not Offload.NONE,
             "zero3": sc.parallelism is Parallelism.ZERO3}
 
 
@@ -314,19 +341,22 @@ def step_time(
     host_gbs: float,
     card: CardSpeed | None = None,
     net: tuple[float, float] = (0.0, 0.0),
+    paged_bytes: float = 0.0,
 ) -> Speed:
     """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
     ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s). With ``card``
     (:func:`kernels.card_speed`) the compute is timed by mechanism (:func:`mechanism_step_time`) and
     ``mfu`` is not read. ``net``: (bus bytes/s, latency s) of rings that span nodes (:func:`net_rate`).
+    ``paged_bytes``: paged optimizer state that lives in host RAM on this card (``verdict.result_paging``),
+    paged in and out once per step over the host link (:data:`kernels.PAGED_NOTE`).
     """
     if card is not None:
-        return mechanism_step_time(w, card, net)
+        return mechanism_step_time(w, card, net, paged_bytes)
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
     compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
-    host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
+    host = (w.host_bytes + 2 * paged_bytes) / (host_gbs * 1e9)
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
     across, exposed = _net_seconds(w, net)
     comm += across
@@ -355,17 +385,20 @@ def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float]:
     return across, across / max(1, w.layers) + w.net_hops * lat
 
 
-def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0)) -> Speed:
+def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0),
+                        paged_bytes: float = 0.0) -> Speed:
     """Seconds per optimizer step from the work's mechanisms on one card.
 
     Per micro-batch: matmuls at the card's sustained GEMM rate, attention at the FlashAttention rate,
     memory-bound ops and NF4 de-quantization at the memory bandwidth, GPTQ de-quantization at its
     kernel rate, and a fixed launch overhead per layer (eager or compiled). Per step: the optimizer's
-    memory traffic. GPU-to-GPU traffic overlaps with compute where the cards have peer-to-peer access,
-    else it adds; offload traffic over the host link adds.
+    memory traffic, in GPU memory or, offloaded, in host DRAM (``host_s``). GPU-to-GPU traffic overlaps
+    with compute where the cards have peer-to-peer access, else it adds; offload traffic over the host
+    link and paged optimizer state (in and out, ``paged_bytes`` each way) add.
     """
     from vramfit.plan.kernels import (
         GPTQ_DEQUANT_S_PER_GWEIGHT,
+        HOST_DRAM_BYTES_PER_GPU,
         LAYER_OVERHEAD_S,
         REFERENCE_BANDWIDTH,
         ZERO3_LAYER_OVERHEAD_S,
@@ -378,13 +411,19 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
     mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
     dequant = w.n_micro * (gptq + nf4)
-    compute = w.n_micro * mb + dequant + w.opt_bytes / c.mem_bytes
+    compute = w.n_micro * mb + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
-    host = w.host_bytes / c.host_bytes if w.host_bytes else 0.0
+    host = (w.host_bytes + 2 * paged_bytes) / c.host_bytes
+    if w.opt_on_host:
+        host += w.opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
     stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
     across, exposed = _net_seconds(w, net)
     comm += across
-    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host + exposed
+    if c.p2p:  # what prefetch cannot hide adds; the rest overlaps with compute
+        waits = w.exposed_peer_bytes / c.peer_bytes
+        step = max(compute, comm - waits, stream) + waits + host + exposed
+    else:
+        step = max(compute, stream) + comm + host + exposed
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
