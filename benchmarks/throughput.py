@@ -36,7 +36,7 @@ def predict(scenario: dict) -> dict:
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
     from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
-    from vramfit.plan.verdict import limit_bytes, result_paging
+    from vramfit.plan.verdict import PAGED_COMPONENT, limit_bytes, result_paging
 
     ev = Evaluator(scenario)
     sc = ev.base
@@ -46,7 +46,9 @@ def predict(scenario: dict) -> dict:
     w = step_work(sc, mf, est.model.num_trainable_params)
     links = {"peak_tflops": g.bf16_tflops, "mem_bandwidth_gbs": g.mem_bandwidth_gbs,
              "peer_gbs": peer_gbs(g, sc.num_gpus), "host_gbs": g.host_link_gbs}
-    paged = result_paging(est, limit_bytes(g, 0.0)) or 0  # the driver evicts at the card's usable memory
+    paged = result_paging(est, limit_bytes(g, 0.0))  # the driver evicts at the card's usable memory
+    if paged is None:  # over even with all of it evicted (the run did run): all of it pages
+        paged = est.component(PAGED_COMPONENT)
     new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus)), paged_bytes=paged, **links)
     old = step_time(w, mfu=MFU_DEFAULT.value, **links)
     naive = sc.num_gpus * g.bf16_tflops * 1e12 * MFU_DEFAULT.value / (6 * mf.num_params)
@@ -67,7 +69,7 @@ def score(rows: list[dict]) -> dict:
     out = []
     with bench_cards():
         preds = [predict(r["scenario"]) for r in rows]
-    for r, p in zip(rows, preds):
+    for r, p in zip(rows, preds, strict=True):
         errs = {k: abs(v / r["tokens_per_s"] - 1) for k, v in p.items()}
         sc = r["scenario"]
         out.append({"id": r["id"], "source_id": r["source_id"], "design": r["design"], "gpu": sc["gpu"],

@@ -98,13 +98,15 @@ def _bench():
 
 def test_benchmark_summary_beats_the_old_model():
     """105 published rows (87 held out): the mechanism model's median and p90 error pass thresholds that
-    the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still."""
+    the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still.
+    Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.15 and s["all"]["model"]["p90"] <= 0.60
-    assert s["held_out"]["model"]["median"] <= 0.16 and s["held_out"]["model"]["p90"] <= 0.62
-    assert s["QWEN1_README"]["model"]["median"] <= 0.10 and s["QWEN1_README"]["model"]["p90"] <= 0.26
+    assert s["all"]["model"]["median"] <= 0.105 and s["all"]["model"]["p90"] <= 0.48
+    assert s["held_out"]["model"]["median"] <= 0.125 and s["held_out"]["model"]["p90"] <= 0.48
+    assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
+    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.29
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 2.0
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90

@@ -130,7 +130,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
-SPEED_ERROR_MEDIAN = 0.13
-SPEED_ERROR_P90 = 0.58
+SPEED_ERROR_MEDIAN = 0.10
+SPEED_ERROR_P90 = 0.47
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): MAMF matmuls, FlashAttention-2, memory-bound ops, "
-                "de-quantization, launch overheads, links; scored by benchmarks/throughput.py")
+                "de-quantization, launch overheads, links, ZeRO-3 prefetch, CPU optimizer, paging; scored by "
+                "benchmarks/throughput.py")
