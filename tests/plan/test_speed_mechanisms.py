@@ -134,3 +134,27 @@ def test_torchtitan_rows_say_what_the_run_was():
     assert len(rows) == 4
     assert {r["scenario"]["gradient_checkpointing"] for r in rows} == {"selective-op"}
     assert {r["scenario"]["gpu"] for r in rows} == {"h100-96gb-hbm2e-500w"}
+
+
+def test_every_planned_time_carries_the_p90_band():
+    """Plans timed by the mechanism model show hours x (1 -/+ SPEED_ERROR_P90); a user --mfu has no band."""
+    from vramfit.plan.kernels import SPEED_ERROR_P90
+    from vramfit.plan.planner import plan
+
+    sc = {"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "seq_len": 1024}
+    rep = plan(sc, gpu_ids=["a100-80gb-sxm"], max_gpus=1, effective_batch=8, dataset_tokens=10_000_000,
+               with_changes=False)
+    p = rep.plans[0]
+    assert p.hours_range == (p.hours * (1 - SPEED_ERROR_P90), p.hours * (1 + SPEED_ERROR_P90))
+    assert p.to_dict()["hours_range"] == p.hours_range
+    fixed = plan(sc, gpu_ids=["a100-80gb-sxm"], max_gpus=1, effective_batch=8, dataset_tokens=10_000_000,
+                 mfu=0.4, with_changes=False)
+    assert fixed.plans[0].hours is not None and fixed.plans[0].hours_range is None
+
+
+def test_the_plan_table_heads_its_time_column_with_the_band():
+    """README's generated `vramfit plan` example (scripts/gen_examples.py) shows the band over the time column."""
+    from vramfit.plan.kernels import SPEED_ERROR_P90
+
+    readme = (ROOT / "README.md").read_text()
+    assert f"┃   ±{SPEED_ERROR_P90:.0%} ┃" in readme

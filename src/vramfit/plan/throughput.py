@@ -432,6 +432,16 @@ def run_hours(total_tokens: float, tokens_per_s: float) -> float:
     return total_tokens / tokens_per_s / 3600.0
 
 
+def time_band(hours: float | None, mfu: float | None) -> tuple[float, float] | None:
+    """``hours`` at the mechanism model's p90 error either way (``kernels.SPEED_ERROR_P90``: 90 % of the
+    published throughputs lie inside); None without hours or when a user utilisation (``mfu``) times it."""
+    from vramfit.plan.kernels import SPEED_ERROR_P90
+
+    if hours is None or mfu is not None:
+        return None
+    return hours * (1 - SPEED_ERROR_P90), hours * (1 + SPEED_ERROR_P90)
+
+
 def run_cost(hours: float, num_gpus: int, usd_per_gpu_hour: float | None) -> float | None:
     """Rental cost in USD: hours x GPUs x price per GPU-hour (None without a price)."""
     return None if usd_per_gpu_hour is None else hours * num_gpus * usd_per_gpu_hour
