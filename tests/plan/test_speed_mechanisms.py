@@ -158,3 +158,16 @@ def test_the_plan_table_heads_its_time_column_with_the_band():
 
     readme = (ROOT / "README.md").read_text()
     assert f"┃   ±{SPEED_ERROR_P90:.0%} ┃" in readme
+
+
+def test_fsdp_gathers_twice_zero3_thrice_under_full_checkpointing():
+    """FSDP's pre-backward unshard serves the recomputed forward; DeepSpeed's module hooks fetch again."""
+    from vramfit.plan.throughput import weight_gathers
+
+    base = {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "num_gpus": 4, "gpu": "a100-80gb-sxm"}
+    for ckpt, fsdp, zero3 in (("full", 2, 3), ("offload", 2, 3), ("selective", 2, 2), ("none", 2, 2)):
+        assert weight_gathers(Evaluator({**base, "parallelism": "fsdp", "gradient_checkpointing": ckpt}).base) == fsdp
+        assert weight_gathers(Evaluator({**base, "parallelism": "zero3", "gradient_checkpointing": ckpt}).base) == zero3
+    ev, mf, w = _work({**base, "parallelism": "fsdp", "gradient_checkpointing": "full"})
+    param_bytes, grad_bytes = 2 * mf.num_params, 2 * mf.num_params
+    assert w.peer_bytes == pytest.approx(2 * 0.75 * param_bytes + 0.75 * grad_bytes, rel=1e-12)

@@ -181,14 +181,27 @@ def _comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: in
     elif p in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
         peer = ring * grad_bytes * ga + ring * trainable16  # reduce-scatter each micro-batch, gather params
     else:  # zero3 / fsdp: gather the weights for forward and backward of every micro-batch
-        gathers = 3 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 2
-        peer = (gathers * ring * param_bytes + ring * grad_bytes) * ga
+        peer = (weight_gathers(sc) * ring * param_bytes + ring * grad_bytes) * ga
     host = 0.0
     if sc.offload is not Offload.NONE:
         host = (grad_bytes + trainable16) / n  # gradients out, updated 16-bit weights back
     if sc.offload is Offload.OPTIMIZER_PARAMS:
         host += 2 * param_bytes / n * ga  # each GPU's weight shard fetched for forward and backward
     return peer, host
+
+
+def weight_gathers(sc: Scenario) -> int:
+    """All-gathers of each layer's sharded weights per micro-batch: forward and backward, and for ZeRO-3
+    under full checkpointing a third for the recomputed forward.
+
+    DeepSpeed fires its fetch hooks on every module forward, the recomputed one included (stage3
+    ``_pre_forward_module_hook``). FSDP unshards a unit in its pre-backward hook and the
+    non-reentrant checkpoint inside the unit recomputes on those unsharded weights (torch
+    ``distributed/fsdp/_runtime_utils.py _pre_backward_hook``; FSDP2 ``FSDPParamGroup.pre_backward``),
+    so FSDP gathers twice either way.
+    """
+    full = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    return 3 if (full and sc.parallelism is Parallelism.ZERO3) else 2
 
 
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
@@ -261,8 +274,7 @@ def _split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, l
     if k <= 1 or not peer:
         return peer, 0.0, 0
     ring_all, ring_node = (n - 1) / n, (g - 1) / g
-    full_ckpt = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
-    gathers = 3 if full_ckpt else 2
+    gathers = weight_gathers(sc)
     p = sc.parallelism
     if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1):
         return 0.0, peer, 2 * (k - 1) * layers  # gradient all-reduce (bucketed: about one per layer)
