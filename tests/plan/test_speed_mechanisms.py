@@ -9,13 +9,8 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.kernels import HOST_DRAM_BYTES_PER_GPU, card_speed
-from vramfit.plan.throughput import (
-    mechanism_step_time,
-    model_flops,
-    step_time,
-    step_work,
-    zero3_exposed_share,
-)
+from vramfit.plan.throughput import mechanism_step_time, model_flops, step_time, step_work
+from vramfit.plan.traffic import weight_gathers, zero3_exposed_share
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +40,7 @@ def test_zero3_gathers_past_the_prefetch_bucket_wait():
     each gather is on the critical path; the rest and the gradient reduce overlap with compute."""
     ev, mf, w = _work(QWEN72)
     assert mf.quantizable_params // mf.num_layers == 872_415_232
-    share = zero3_exposed_share(ev.base, mf)
+    share = zero3_exposed_share(ev.base, mf.hidden_size, mf.quantizable_params / mf.num_layers)
     assert share == pytest.approx(1 - 60_397_977 / 872_415_232, rel=1e-12)
     assert share == pytest.approx(0.93077, abs=1e-5)
     c = card_speed(get_gpu("a100-80gb-sxm"))
@@ -56,7 +51,8 @@ def test_zero3_gathers_past_the_prefetch_bucket_wait():
     # a bucket as large as a block: the whole gather is prefetched, nothing waits
     ev2, mf2, w2 = _work({**QWEN72, "deepspeed_config": {"zero_optimization": {
         "stage": 3, "stage3_prefetch_bucket_size": 1_000_000_000}}})
-    assert zero3_exposed_share(ev2.base, mf2) == 0.0 and w2.exposed_peer_bytes == 0.0
+    assert zero3_exposed_share(ev2.base, mf2.hidden_size, mf2.quantizable_params / mf2.num_layers) == 0.0
+    assert w2.exposed_peer_bytes == 0.0
 
 
 def test_offloaded_optimizer_steps_at_host_dram_speed():
@@ -162,8 +158,6 @@ def test_the_plan_table_heads_its_time_column_with_the_band():
 
 def test_fsdp_gathers_twice_zero3_thrice_under_full_checkpointing():
     """FSDP's pre-backward unshard serves the recomputed forward; DeepSpeed's module hooks fetch again."""
-    from vramfit.plan.throughput import weight_gathers
-
     base = {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "num_gpus": 4, "gpu": "a100-80gb-sxm"}
     for ckpt, fsdp, zero3 in (("full", 2, 3), ("offload", 2, 3), ("selective", 2, 2), ("none", 2, 2)):
         assert weight_gathers(Evaluator({**base, "parallelism": "fsdp", "gradient_checkpointing": ckpt}).base) == fsdp
@@ -171,3 +165,27 @@ def test_fsdp_gathers_twice_zero3_thrice_under_full_checkpointing():
     ev, mf, w = _work({**base, "parallelism": "fsdp", "gradient_checkpointing": "full"})
     param_bytes, grad_bytes = 2 * mf.num_params, 2 * mf.num_params
     assert w.peer_bytes == pytest.approx(2 * 0.75 * param_bytes + 0.75 * grad_bytes, rel=1e-12)
+
+
+def test_zero3_gathers_across_nodes_wait_past_the_bucket_too():
+    """Flat ZeRO-3 over 2 nodes of 8: all 3 gathers (full checkpointing) cross the NICs, 15/16 of the 2-byte
+    weights each; the share past the prefetch bucket waits, the rest hides but for one layer's share."""
+    from vramfit.plan.throughput import net_rate
+
+    P, L = 70_553_706_496, 80
+    ev, mf, w = _work({"model": "meta-llama/Llama-3.1-70B", "method": "full", "gradient_checkpointing": "full",
+                       "seq_len": 4096, "parallelism": "zero3", "num_gpus": 16, "num_nodes": 2})
+    share = zero3_exposed_share(ev.base, 8192, mf.quantizable_params / L)
+    assert share == pytest.approx(1 - int(0.9 * 8192**2) / (mf.quantizable_params / L), rel=1e-12)
+    assert w.exposed_peer_bytes == 0.0
+    assert w.exposed_net_bytes == pytest.approx(share * 3 * 15 / 16 * 2 * P, rel=1e-12)
+    c = card_speed(get_gpu("h100-sxm"))
+    ib = net_rate(c.peer_bytes, 400e9, 9.6)
+    sp = mechanism_step_time(w, c, ib)
+    across, waits = w.net_bytes / 400e9, w.exposed_net_bytes / 400e9
+    exposed = waits + (across - waits) / L + w.net_hops * 9.6e-6
+    assert sp.step_s == pytest.approx(max(sp.compute_s, sp.comm_s - waits) + exposed, rel=1e-12)
+    hpz = _work({"model": "meta-llama/Llama-3.1-70B", "method": "full", "gradient_checkpointing": "full",
+                 "seq_len": 4096, "parallelism": "zero3", "num_gpus": 16, "num_nodes": 2, "shard_scope": "node"})[2]
+    assert hpz.exposed_net_bytes == pytest.approx(share * 15 / 16 * 2 * P, rel=1e-12)  # the forward gather only
+    assert hpz.exposed_peer_bytes == pytest.approx(share * 2 * 7 / 8 * 2 * P, rel=1e-12)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan.kernels import CardSpeed
+from vramfit.plan.traffic import comm_bytes, split_nodes, zero3_exposed_share, zero3_gather_bytes
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
 MFU_DEFAULT = Constant(
@@ -149,6 +150,7 @@ class Work:
     net_bytes: float = 0.0
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
     exposed_peer_bytes: float = 0.0  # part of peer_bytes no prefetch hides (ZeRO-3 gathers past its bucket)
+    exposed_net_bytes: float = 0.0  # the same of net_bytes
 
 
 @dataclass(frozen=True)
@@ -164,44 +166,6 @@ class Speed:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: int) -> tuple[float, float]:
-    """(GPU-to-GPU bytes, host-link bytes) per GPU per optimizer step.
-
-    ZeRO-3/FSDP gather each layer's weights again for the recomputed forward (full checkpointing).
-    """
-    n, ga = sc.num_gpus, sc.grad_accum
-    ring = (n - 1) / n if n > 1 else 0.0
-    p = sc.parallelism
-    if n == 1 or p is Parallelism.NONE:
-        peer = 0.0
-    elif p in (Parallelism.DDP, Parallelism.ZERO1):
-        peer = 2 * ring * grad_bytes  # all-reduce of the gradients once per step (no_sync between)
-    elif p in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
-        peer = ring * grad_bytes * ga + ring * trainable16  # reduce-scatter each micro-batch, gather params
-    else:  # zero3 / fsdp: gather the weights for forward and backward of every micro-batch
-        peer = (weight_gathers(sc) * ring * param_bytes + ring * grad_bytes) * ga
-    host = 0.0
-    if sc.offload is not Offload.NONE:
-        host = (grad_bytes + trainable16) / n  # gradients out, updated 16-bit weights back
-    if sc.offload is Offload.OPTIMIZER_PARAMS:
-        host += 2 * param_bytes / n * ga  # each GPU's weight shard fetched for forward and backward
-    return peer, host
-
-
-def weight_gathers(sc: Scenario) -> int:
-    """All-gathers of each layer's sharded weights per micro-batch: forward and backward, and for ZeRO-3
-    under full checkpointing a third for the recomputed forward.
-
-    DeepSpeed fires its fetch hooks on every module forward, the recomputed one included (stage3
-    ``_pre_forward_module_hook``). FSDP unshards a unit in its pre-backward hook and the
-    non-reentrant checkpoint inside the unit recomputes on those unsharded weights (torch
-    ``distributed/fsdp/_runtime_utils.py _pre_backward_hook``; FSDP2 ``FSDPParamGroup.pre_backward``),
-    so FSDP gathers twice either way.
-    """
-    full = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
-    return 3 if (full and sc.parallelism is Parallelism.ZERO3) else 2
 
 
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
@@ -223,75 +187,20 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         param_bytes = mf.num_params * wbytes
     mixed_ddp = sc.precision.mixed and sc.parallelism is Parallelism.DDP
     grad_bytes = trainable_params * (4 if mixed_ddp or sc.precision is Precision.FP32 else 2)
-    peer_b, host_b = _comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
-    peer_b, net_b, hops = _split_nodes(sc, peer_b, param_bytes, grad_bytes, mf.num_layers)
+    peer_b, host_b = comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
+    peer_b, net_b, hops = split_nodes(sc, peer_b, param_bytes, grad_bytes, mf.num_layers)
     stream = 0.0
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
     mech = _mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
-    if sc.parallelism is Parallelism.ZERO3 and peer_b:
-        gathers = peer_b - (sc.num_gpus - 1) / sc.num_gpus * grad_bytes * ga  # the weight all-gathers
-        mech["exposed_peer_bytes"] = gathers * zero3_exposed_share(sc, mf)
+    if sc.parallelism is Parallelism.ZERO3:
+        share = zero3_exposed_share(sc, mf.hidden_size, mf.quantizable_params / max(1, mf.num_layers))
+        inside, across = zero3_gather_bytes(sc, param_bytes)
+        mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = share * inside, share * across
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
                 **mech, net_bytes=net_b, net_hops=hops)
-
-
-def zero3_exposed_share(sc: Scenario, mf: ModelFlops) -> float:
-    """Share of each layer's ZeRO-3 weight all-gather that waits on the critical path.
-
-    DeepSpeed fetches a module's partitioned weights when the module runs and prefetches at most
-    ``stage3_prefetch_bucket_size`` elements of the modules that follow (deepspeedai/DeepSpeed
-    runtime/zero/partitioned_param_coordinator.py ``fetch_sub_module``: ``__prefetch_bucket_sz``); the
-    HF Trainer fills "auto" with ``0.9 h^2`` (estimate/deepspeed.py). A decoder block holds about
-    ``12 h^2`` weights, so only that bucket of the next block arrives during the current one: the rest,
-    ``1 - bucket / block weights``, is transferred while the GPU waits.
-    """
-    from vramfit.estimate import deepspeed as ds
-
-    if not mf.num_layers or not mf.hidden_size or not mf.quantizable_params:
-        return 0.0
-    bucket = ds.resolve(sc.deepspeed_config, mf.hidden_size, 3).prefetch_bucket_size
-    return max(0.0, 1.0 - bucket / (mf.quantizable_params / mf.num_layers))
-
-
-def _split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, layers: int) -> tuple[float, float, int]:
-    """(bytes at the node's GPU-to-GPU rate, bytes at the inter-node bus rate, inter-node ring steps) per GPU
-    per optimizer step; one node: ``(peer, 0, 0)``.
-
-    A ring over ranks of several nodes runs at the bus bandwidth of its slowest hop, the node's NICs
-    (:mod:`vramfit.nodes`), so flat DDP/ZeRO/FSDP traffic all moves there. HSDP (``shard_scope=node``
-    on FSDP) all-gathers and reduce-scatters inside the node, then all-reduces each rank's gradient
-    shard (1/g) with its peers on the other nodes: g such rings share the node's NICs, which is
-    ``2 (k-1)/k x grad_bytes`` at the NIC rate, every micro-batch (FSDP reduces each backward unless
-    told not to). ZeRO++ hpZ (ZeRO-3, ``shard_scope=node``) gathers only the forward weights across
-    nodes; the backward (and recompute) gathers read the node-local copy (Wang et al. 2023, ZeRO++,
-    arXiv:2306.10209, sec. 3.2). Latency: one inter-node step per node boundary per ring collective,
-    one collective per layer per gather or reduce (NCCL tuning.cc ``nInterSteps``).
-    """
-    k, g, n, ga = sc.num_nodes, sc.gpus_per_node, sc.num_gpus, sc.grad_accum
-    if k <= 1 or not peer:
-        return peer, 0.0, 0
-    ring_all, ring_node = (n - 1) / n, (g - 1) / g
-    gathers = weight_gathers(sc)
-    p = sc.parallelism
-    if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1):
-        return 0.0, peer, 2 * (k - 1) * layers  # gradient all-reduce (bucketed: about one per layer)
-    node = sc.shard_scope.value == "node"
-    if node and p in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):
-        if p is Parallelism.FSDP:
-            inside = (gathers * ring_node * param_bytes + ring_node * grad_bytes) * ga
-        else:  # SHARD_GRAD_OP: weights gathered once per step, as in _comm_bytes
-            inside = ring_node * grad_bytes * ga + ring_node * param_bytes
-        across = 2 * (k - 1) / k * grad_bytes * ga
-        return inside, across, 2 * (k - 1) * layers * ga
-    if node and p is Parallelism.ZERO3:
-        inside = (gathers - 1) * ring_node * param_bytes * ga
-        across = (ring_all * param_bytes + ring_all * grad_bytes) * ga
-        return inside, across, 2 * (k - 1) * layers * ga
-    per_mb = (gathers + 1) if p in (Parallelism.ZERO3, Parallelism.FSDP) else 2
-    return 0.0, peer, (k - 1) * layers * per_mb * ga
 
 
 def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
@@ -370,9 +279,9 @@ def step_time(
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
     host = (w.host_bytes + 2 * paged_bytes) / (host_gbs * 1e9)
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
-    across, exposed = _net_seconds(w, net)
+    across, waits, exposed = _net_seconds(w, net)
     comm += across
-    step = max(compute, comm, stream) + host + exposed
+    step = max(compute, comm - waits, stream) + host + exposed
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
@@ -382,19 +291,20 @@ def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tup
     return min(peer_bytes_s, node_bytes_s), latency_us * 1e-6
 
 
-def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float]:
-    """(overlapped, exposed) seconds of the inter-node traffic of one step.
+def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float, float]:
+    """(seconds of the inter-node traffic of one step, seconds of it no prefetch hides, seconds that add).
 
     FSDP and ZeRO-3 prefetch the next layer's all-gather while a layer computes and reduce gradients
     while backward goes on (torch FSDP2 ``_fsdp_param_group.py`` prefetch; DeepSpeed stage3 prefetch
     bucket); DDP all-reduces buckets during backward. What cannot hide is one layer's share per
-    micro-batch (the first all-gather, the last reduce) and the latency of every inter-node step.
+    micro-batch (the first all-gather, the last reduce), ZeRO-3's gathers past its prefetch bucket
+    (``exposed_net_bytes``) and the latency of every inter-node step.
     """
     if not w.net_bytes:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     bw, lat = net
-    across = w.net_bytes / bw
-    return across, across / max(1, w.layers) + w.net_hops * lat
+    across, waits = w.net_bytes / bw, w.exposed_net_bytes / bw
+    return across, waits, waits + (across - waits) / max(1, w.layers) + w.net_hops * lat
 
 
 def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0),
@@ -429,13 +339,13 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     if w.opt_on_host:
         host += w.opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
     stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
-    across, exposed = _net_seconds(w, net)
+    across, net_waits, exposed = _net_seconds(w, net)
     comm += across
     if c.p2p:  # what prefetch cannot hide adds; the rest overlaps with compute
         waits = w.exposed_peer_bytes / c.peer_bytes
-        step = max(compute, comm - waits, stream) + waits + host + exposed
+        step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
     else:
-        step = max(compute, stream) + comm + host + exposed
+        step = max(compute, stream) + comm - net_waits + host + exposed
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
