@@ -3,7 +3,8 @@
 Each figure is a published measurement (cited next to it) or, where marked *design*, derived from
 the design rows of ``benchmarks/data/throughput/published.jsonl`` (``"design": true``: the Qwen-1
 1.8B rows and the torchtune README @30b8519e8 rows); the benchmark reports its score on the other
-rows too. Nothing here is fitted to a single row.
+rows too. Nothing here is fitted to a single row. Rows that ran on a card the catalog lacks name a
+benchmark card (``benchmarks/data/throughput/cards.csv``, cited per row).
 """
 
 from __future__ import annotations
