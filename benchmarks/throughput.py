@@ -6,10 +6,12 @@ Each row is one published measurement (its exact citation in ``source``) with it
 scenario and the measured tokens/s over all GPUs. Three predictions are scored by the absolute
 relative error of tokens/s, ``|predicted / measured - 1|``:
 
-- ``model``: the mechanism model (``throughput.step_time(..., card=kernels.card_speed(gpu))``);
+- ``model``: the mechanism model (``throughput.step_time(..., card=kernels.card_speed(gpu))``), with the
+  paged optimizer state that does not fit the card (``verdict.result_paging``) paged in and out;
 - ``old``: the previous model, every FLOP at 0.40 of the dense BF16 peak (``MFU_DEFAULT``);
 - ``naive``: ``6 N`` FLOPs per token (N = all parameters, any method) at 0.40 of the peak.
 
+A row whose card the catalog lacks names one of ``data/throughput/cards.csv`` (loaded while scoring).
 Rows marked ``"design": true`` are those the model's *design* constants were read from
 (``src/vramfit/plan/kernels.py``); the summary reports them apart from the held-out rest.
 """
