@@ -18,8 +18,10 @@ applied to every FLOP the GPU executes (recompute included), i.e. used as a hard
 utilisation. QLoRA also de-quantizes every 4-bit weight in forward, backward and each recompute: a
 memory-bound pass (read 0.5 B + scales, write 2 B per weight) timed at the card's memory bandwidth,
 once per micro-batch. Multi-GPU traffic (ZeRO paper, Rajbhandari et al. 2020, sec. 7: DP 2 Psi,
-ZeRO-3 3 Psi) and activation offload (block inputs out and back over the host link, on CUDA
-streams) are assumed to overlap with compute; optimizer/weight offload traffic does not.
+ZeRO-3 3 Psi; bytes in :mod:`vramfit.plan.traffic`) and activation offload (block inputs out and back
+over the host link, on CUDA streams) overlap with compute, except ZeRO-3's gathers past DeepSpeed's
+prefetch bucket and, without peer-to-peer, all GPU-to-GPU traffic (:func:`mechanism_step_time`);
+optimizer/weight offload traffic, the offloaded optimizer step and paged optimizer state do not.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ class Work:
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
     opt_bytes: float = 0.0  # optimizer step memory traffic per GPU
     opt_on_host: bool = False  # offloaded: the step runs on the CPU at host DRAM speed (kernels.HOST_DRAM_BYTES_PER_GPU)
-    # several nodes (:func:`_split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
+    # several nodes (:func:`traffic.split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
     net_bytes: float = 0.0
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
     exposed_peer_bytes: float = 0.0  # part of peer_bytes no prefetch hides (ZeRO-3 gathers past its bucket)

@@ -12,7 +12,7 @@ from vramfit.scenario import Checkpointing, Offload, Parallelism, Scenario
 def comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: int) -> tuple[float, float]:
     """(GPU-to-GPU bytes, host-link bytes) per GPU per optimizer step.
 
-    ZeRO-3/FSDP gather each layer's weights again for the recomputed forward (full checkpointing).
+    ZeRO-3/FSDP gather each layer's weights :func:`weight_gathers` times per micro-batch.
     """
     n, ga = sc.num_gpus, sc.grad_accum
     ring = (n - 1) / n if n > 1 else 0.0
