@@ -20,6 +20,7 @@ from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
+from vramfit.plan.kernels import SPEED_ERROR_P90
 from vramfit.plan.verdict import SAFETY_MARGIN
 from vramfit.safe_input import path_kind, shown, user_path, writable_file, write_text_file
 from vramfit.units import GB, GiB
@@ -90,7 +91,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     dl = f"; deadline {r.deadline_hours:g} h" if r.deadline_hours else ""
     t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by {by}{dl})",
               title_justify="left")
-    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok",
+    band = f"time\n±{SPEED_ERROR_P90:.0%}" if r.mfu is None else "time"  # the speed model's p90 error band
+    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", band, "cost", "$/M tok",
                 "price basis", "disk GB"):
         t.add_column(col, justify="right" if col not in ("GPUs", "ckpt", "sharding", "price basis") else "left",
                      no_wrap=col in ("price basis", "GPUs"))

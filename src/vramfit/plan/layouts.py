@@ -95,10 +95,12 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     kv = sc.micro_batch_size * sc.seq_len / c * mf.kv_width / t * sc.precision.compute_bytes
     cp_bytes = 3 * (c - 1) / c * kv * layers * ga if c > 1 else 0.0
     dp_bytes = (w.peer_bytes + w.net_bytes) / mp
+    waits = (w.exposed_peer_bytes + w.exposed_net_bytes) / mp  # ZeRO-3's unhidden gathers (none for FSDP)
     inside, nodes = _ring_placement(sc, view.num_gpus)
-    peer, net, hops = dp_bytes, 0.0, 0
+    peer, net, hops, exposed = dp_bytes, 0.0, 0, (waits, 0.0)
     if nodes > 1:
         peer, net, hops = 0.0, dp_bytes * (g / inside), 2 * (nodes - 1) * layers * ga
+        exposed = (0.0, waits * (g / inside))
     if t * c <= g:
         peer += cp_bytes
     else:
@@ -107,6 +109,7 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     v = sc.pipeline_virtual_stages
     return dataclasses.replace(
         w, flops=w.flops / share, peer_bytes=peer, net_bytes=net, net_hops=hops,
+        exposed_peer_bytes=exposed[0], exposed_net_bytes=exposed[1],
         tokens_per_step=w.tokens_per_step // c, mm_flops_mb=w.mm_flops_mb / share,
         attn_flops_mb=w.attn_flops_mb / share, elem_bytes_mb=w.elem_bytes_mb / share, layers=layers,
         opt_bytes=w.opt_bytes / mp, stream_bytes=w.stream_bytes / share, tp_bytes=tp_bytes,
