@@ -41,7 +41,8 @@ HOST_RAM_PER_GPU = Constant(
 
 ASSUMPTIONS = (
     f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
-    "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
+    "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
+    "tensor parallel inside a node and pipeline stages across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
     "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
