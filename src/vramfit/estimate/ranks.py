@@ -117,8 +117,8 @@ def rank_shapes(spec: ModelSpec, sc: Scenario) -> list[RankMemory]:
     layers = min(L, per_chunk * lay.interleave)
     first, middle = stage_params(layers, layer, spec.embedding_params, replace(lay, p=1))
     last = middle + head // lay.t + spec.final_norm_params
-    if lay.p == 1:
-        return [RankMemory(0, "every rank", first + head // lay.t + spec.final_norm_params, layers, 1.0)]
+    if lay.p == 1:  # a tied output layer is the embedding itself: counted once
+        return [RankMemory(0, "every rank", first + spec.lm_head_params // lay.t + spec.final_norm_params, layers, 1.0)]
     return [RankMemory(0, "first stage", first, layers, in_flight(0, sc)),
             RankMemory(lay.p - 1, "last stage", last, layers, in_flight(lay.p - 1, sc))]
 
@@ -170,7 +170,10 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
     frac = rank.params / spec.num_params
     p = step.parts
     acts, ring = _activations(step, rank, sc, last)
-    root = (spec.embedding_params // t if first else 0) + ((spec.lm_head_params // t + spec.final_norm_params) if last else 0)
+    # the root FSDP unit: embeddings (first stage), final norm and output layer (last; a tied one is the
+    # embedding, a second copy only on a last stage that is not also the first)
+    head = spec.lm_head_params or (0 if first else spec.embedding_params)
+    root = (spec.embedding_params // t if first else 0) + ((head // t + spec.final_norm_params) if last else 0)
     state = {k: round(getattr(p, k) * frac) for k in ("weights", "master_weights", "gradients", "optimizer_state",
                                                      "paged_optimizer_state", "autocast_copies")}
     parts = replace(p, **state, activations=acts.total, host=round(p.host * frac),
