@@ -128,3 +128,15 @@ def test_result_lists_each_rank_and_the_peak_is_the_most_loaded():
     assert "logits_loss" not in first["breakdown"]
     assert any("torchtitan v0.3.0" in a and "the peak is the" in a for a in d["assumptions"])
     assert estimate(model="meta-llama/Llama-3.1-8B", method="lora").to_dict()["ranks"] == []
+
+
+def test_tied_embeddings_are_held_once_per_stage_end():
+    # Llama-3.2-1B ties its output layer to the embeddings: one rank holds them once; with a pipeline the first
+    # stage holds the embedding and the last a copy as its output layer (Megatron-LM keeps the shared word
+    # embedding on both ends and all-reduces its gradient: Narayanan et al. 2021, sec. 3 / initialize_word_embeddings)
+    one = _est(model="meta-llama/Llama-3.2-1B", num_gpus=8, tensor_parallel=2)
+    n, emb = one.model.num_params, 128256 * 2048
+    assert one.ranks[0].params == pytest.approx(n / 2, rel=0.001)
+    two = _est(model="meta-llama/Llama-3.2-1B", num_gpus=8, tensor_parallel=2, pipeline_parallel=2, grad_accum=4)
+    first, last = _rank(two, "first stage"), _rank(two, "last stage")
+    assert first.params + last.params == pytest.approx((n + emb) / 2, rel=0.001)

@@ -81,3 +81,17 @@ def test_wrong_degrees_are_refused_by_torchtitan(plans):
         ParallelDims(dp_replicate=1, dp_shard=7, cp=1, tp=8, pp=1, ep=1, world_size=64)
     with pytest.raises(TypeError):
         titan.ParallelismConfig(tensor_parallel=8)  # vramfit's key name is not torchtitan's
+
+
+def test_cli_writes_the_torchtitan_files(tmp_path):
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    out = CliRunner().invoke(app, ["plan", "--model", "meta-llama/Llama-3.1-70B", "--method", "full", "--framework",
+                                   "torchtitan", "--seq-len", "4096", "--effective-batch", "64", "--max-gpus", "64",
+                                   "--cards", "a100-80gb-sxm", "--export", "torchtitan", "--export-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    doc = tomllib.loads((tmp_path / TOML_FILE).read_text())
+    titan.ParallelismConfig(**doc["parallelism"])
+    assert "run: " in out.output
