@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule
+from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule, ShardScope
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.estimate.loss import LossMemory
 from vramfit.estimate.model_parallel import Layout
@@ -106,9 +106,17 @@ def layout_of(sc: Scenario) -> Layout:
 
 
 def data_parallel_view(sc: Scenario) -> Scenario:
-    """The scenario as its FSDP mesh sees it: ``dp_shard x cp`` ranks (num_nodes kept dividing them)."""
-    ranks = sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)
-    return replace(sc, num_gpus=ranks, num_nodes=math.gcd(ranks, sc.num_nodes), tensor_parallel=1,
+    """The scenario as its FSDP mesh sees it: ``dp_shard x cp`` ranks (num_nodes kept dividing them); with HSDP
+    (``shard_scope=node``) as many "nodes" as replicas, so that its shard group is a node's data-parallel ranks
+    (:func:`vramfit.layout_keys.hsdp_group`)."""
+    from vramfit.layout_keys import hsdp_group
+
+    t, p = sc.tensor_parallel, sc.pipeline_parallel
+    ranks = sc.num_gpus // (t * p)
+    nodes = math.gcd(ranks, sc.num_nodes)
+    if sc.shard_scope is ShardScope.NODE:
+        nodes = ranks // hsdp_group(sc.num_gpus, sc.num_nodes, t, p)
+    return replace(sc, num_gpus=ranks, num_nodes=nodes, tensor_parallel=1,
                    pipeline_parallel=1, context_parallel=1, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
                    pipeline_virtual_stages=1)
 
@@ -241,7 +249,10 @@ def layout_note(sc: Scenario, ranks: tuple[RankMemory, ...]) -> str:
     pp = (f"{sc.pipeline_parallel} pipeline stages ({sc.pipeline_schedule.value}"
           + (f", {sc.pipeline_virtual_stages} chunks per GPU" if sc.pipeline_virtual_stages > 1 else "")
           + f", {sc.grad_accum} micro-batches per step)") if sc.pipeline_parallel > 1 else "no pipeline"
+    view = data_parallel_view(sc)
+    dp = (f"HSDP: FSDP over the {view.shard_group} data-parallel ranks of a node (dp_shard × cp), replicated "
+          f"{view.num_nodes} times (dp_replicate)" if sc.shard_scope is ShardScope.NODE else
+          f"FSDP over the remaining {view.num_gpus} ranks (dp_shard × cp)")
     return (f"Model parallel as torchtitan v0.3.0 shards it: tensor {sc.tensor_parallel} (sequence parallel on), {pp}, "
-            f"context {sc.context_parallel}; FSDP over the remaining {sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)}"
-            f" ranks (dp_shard × cp). Per rank; the peak is the {peak.role} ({peak.layers} layers, "
+            f"context {sc.context_parallel}; {dp}. Per rank; the peak is the {peak.role} ({peak.layers} layers, "
             f"{peak.in_flight:g} micro-batches in flight); see 'ranks' for each.")

@@ -22,6 +22,9 @@ when ``tp`` divides the GPUs of a node; pipeline stages are the farthest apart, 
 - data parallel (FSDP over ``dp_shard x cp``): the engine's ring traffic of the rank's ``1/(t p)`` share of
   the model. Rings that span nodes share the node's NICs with the other ``gpus_per_node / r`` rings of the
   node (``r`` = ranks of one ring inside a node), so their bytes count that many times at the node's rate.
+  HSDP (``dp_replicate x dp_shard``, ``shard_scope=node``): gathers and reduce-scatters inside the node, the
+  gradient shards all-reduced across the replicas (:func:`vramfit.plan.traffic.split_nodes`), those rings
+  sharing the NICs the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from vramfit.choices import Checkpointing, Framework, Method
+from vramfit.choices import Checkpointing, Framework, Method, ShardScope
 from vramfit.estimate.ranks import data_parallel_view
 from vramfit.gpus import GPUS_PER_NODE
 
@@ -103,7 +106,9 @@ def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0) -> 
     """Layouts for ``n`` GPUs: tp divides the heads and a node, ``tp x cp`` inside a node with ``seq_len`` long
     enough for context parallel (:data:`CP_MIN_SEQ`) and split into ``2 cp`` chunks, a layer per pipeline chunk;
     a pipeline also interleaved (:data:`VIRTUAL_STAGES` chunks per rank) where that can beat ``tie``
-    (:func:`interleaving_pays`)."""
+    (:func:`interleaving_pays`); on several nodes, layouts without a pipeline also as HSDP (sharded over the
+    node's data-parallel ranks, replicated across nodes; with a pipeline the stages already sit on other nodes,
+    and the search stays within its time budget)."""
     out = []
     node = min(n, GPUS_PER_NODE)
     cps = [c for c in CP_DEGREES if c == 1 or (seq_len >= CP_MIN_SEQ and seq_len % (2 * c) == 0)]
@@ -115,6 +120,8 @@ def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0) -> 
                 if (tp, pp, cp) == (1, 1, 1) or n % (tp * pp * cp) or pp > spec.num_hidden_layers:
                     continue
                 out.append(Degrees("fsdp", tp, pp, cp))
+                if pp == 1 and n > GPUS_PER_NODE:
+                    out.append(Degrees("hsdp", tp, pp, cp))
                 if pp > 1 and pp * VIRTUAL_STAGES <= spec.num_hidden_layers and interleaving_pays(tp, pp, cp, tie):
                     out.append(Degrees("fsdp", tp, pp, cp, VIRTUAL_STAGES))
     return out
@@ -131,8 +138,9 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     """The per-GPU work of one step of a tensor/pipeline/context-parallel run (module docstring)."""
     t, p, c = sc.tensor_parallel, sc.pipeline_parallel, sc.context_parallel
     view = data_parallel_view(sc)
-    single = dataclasses.replace(view, num_gpus=view.num_gpus, num_nodes=1)  # ring bytes, placed below
-    w = step_work(single, mf, trainable)
+    hsdp = view.shard_scope is ShardScope.NODE and view.num_nodes > 1
+    # flat FSDP: ring bytes, placed below; HSDP: split inside/across by traffic.split_nodes on the view
+    w = step_work(view if hsdp else dataclasses.replace(view, num_nodes=1), mf, trainable)
     share, mp = t * p * c, t * p
     ga, g = sc.grad_accum, sc.gpus_per_node
     act = sc.micro_batch_size * sc.seq_len / c * mf.hidden_size * sc.precision.compute_bytes
@@ -145,7 +153,10 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     waits = (w.exposed_peer_bytes + w.exposed_net_bytes) / mp  # ZeRO-3's unhidden gathers (none for FSDP)
     inside, nodes = _ring_placement(sc, view.num_gpus)
     peer, net, hops, exposed = dp_bytes, 0.0, 0, (waits, 0.0)
-    if nodes > 1:
+    if hsdp:  # shards gathered inside the node; each replica ring (one per node rank) shares the node's NICs
+        peer, net = w.peer_bytes / mp, w.net_bytes / mp * (g / view.gpus_per_node)
+        hops = 2 * (view.num_nodes - 1) * layers * ga
+    elif nodes > 1:
         peer, net, hops = 0.0, dp_bytes * (g / inside), 2 * (nodes - 1) * layers * ga
         exposed = (0.0, waits * (g / inside))
     if t * c <= g:

@@ -120,8 +120,11 @@ def _layout_words(d, num_gpus: int) -> str:
     """How a torchtitan layout (:class:`layouts.Degrees`) places its ranks, in words."""
     sched = f"interleaved, {d.vpp} chunks per GPU" if d.vpp > 1 else "1f1b"
     cp = f", context parallel {d.cp} inside each node" if d.cp > 1 else ""
-    return (f"tensor parallel {d.tp} inside each node{cp}, {d.pp} pipeline stage{'s' * (d.pp > 1)} ({sched}), fsdp "
-            f"over the other {num_gpus // (d.tp * d.pp)} ranks (dp_shard × cp, torchtitan)")
+    dp = (f"HSDP over the other {num_gpus // (d.tp * d.pp)} ranks (sharded inside a node: dp_shard × cp, replicated "
+          "across nodes: dp_replicate" if d.parallelism == "hsdp" else
+          f"fsdp over the other {num_gpus // (d.tp * d.pp)} ranks (dp_shard × cp")
+    return (f"tensor parallel {d.tp} inside each node{cp}, {d.pp} pipeline stage{'s' * (d.pp > 1)} ({sched}), {dp}, "
+            "torchtitan)")
 
 
 def plan(

@@ -84,7 +84,7 @@ class Config(NamedTuple):
         s = {"none": 0.0, "optimizer": 2.0, "optimizer+params": 3.0}[self.offload]
         s += {"none": 0.0, "selective": 0.1, "selective-op": 0.15, "full": 0.2, "offload": 0.3}[
             self.gradient_checkpointing]
-        s += 0.3 if self.parallelism in HYBRID else 0.0
+        s += 0.3 if layouts.parse(self.parallelism).parallelism in HYBRID else 0.0
         s += 0.3 * (self.parallelism.count(layouts.SEP))  # each model-parallel dimension: a harder run
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
