@@ -147,15 +147,37 @@ def block_saved(
 # --- norms on the residual stream -------------------------------------------------------------
 def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> None:
     """A norm over a (T, h) tensor whose storage is ``src_key``."""
-    T, h, c = blk.T, blk.spec.hidden_size, blk.dt.compute
-    layernorm = blk.spec.norm_type is NormType.LAYERNORM
-    if layernorm or not blk.profile.rmsnorm_upcast:
+    norm_saved(out, NormSite(blk.spec, blk.profile, blk.sc.compile, blk.T, blk.dt.compute, blk.full), key, src_key,
+               src_bytes)
+
+
+@dataclass(frozen=True)
+class NormSite:
+    """What decides a residual-stream norm's saved tensors: the model, the framework, compile, tokens, the
+    compute dtype's bytes and whether its weight trains (its gradient needs the normalised tensor)."""
+
+    spec: ModelSpec
+    profile: FrameworkProfile
+    compiled: bool
+    T: int
+    compute: int
+    weight_trains: bool
+
+
+def norm_saved(out: Saved, site: NormSite, key: str, src_key: str, src_bytes: int) -> None:
+    """The tensors a norm over a (T, h) tensor stored as ``src_key`` saves for backward: a block's two norms and
+    the final norm alike (transformers v5.24.0 ``LlamaRMSNorm``: ``pow`` saves the fp32 input, ``rsqrt`` its
+    fp32 result, ``weight * hidden.to(dtype)`` the 16-bit normalised tensor when the weight trains; checked
+    with autograd's saved-tensor hooks)."""
+    T, h, c = site.T, site.spec.hidden_size, site.compute
+    layernorm = site.spec.norm_type is NormType.LAYERNORM
+    if layernorm or not site.profile.rmsnorm_upcast:
         out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
         out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
-        if not layernorm and blk.full:
+        if not layernorm and site.weight_trains:
             out.add(key + ".normed", c * T * h)
         return
-    if blk.sc.compile or blk.profile.rmsnorm_kernel:
+    if site.compiled or site.profile.rmsnorm_kernel:
         # a fused kernel (Unsloth's Triton RMSNorm, see FrameworkProfile.rmsnorm_kernel) or inductor fuses the norm into one kernel whose backward recomputes from the input and
         # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
         out.add(src_key, src_bytes * T * h)
@@ -167,8 +189,8 @@ def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> Non
     else:
         out.add(key + ".fp32_in", 4 * T * h)
     out.add(key + ".rstd", 4 * T)
-    if blk.full:
-        out.add(key + ".normed", (4 if blk.spec.norm_one_plus_weight else src_bytes) * T * h)
+    if site.weight_trains:
+        out.add(key + ".normed", (4 if site.spec.norm_one_plus_weight else src_bytes) * T * h)
 
 
 def _block_norms(blk: Block, out: Saved) -> str:
@@ -406,12 +428,15 @@ def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
 
 
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
-    """Saved tensors outside the blocks: the final norm, lm_head input, eager attention mask."""
+    """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
+    its weight trains in full fine-tuning), lm_head input, eager attention mask."""
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM and not profile.rmsnorm_kernel
-    total = 4 * T * h if rms_upcast else dt.residual * T * h
+    final = Saved()
+    norm_saved(final, NormSite(spec, profile, sc.compile, T, dt.compute, sc.method is Method.FULL), "final_norm",
+               "final_norm.in", dt.residual)
+    total = final.total
     if lm_head_trainable:
         total += dt.compute * T * h
     if sc.attention is Attention.EAGER:
