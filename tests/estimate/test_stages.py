@@ -169,7 +169,7 @@ def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
     ({"stage": "dpo", "method": "full", "reference": "adapters-off"}, "reference: adapters-off needs LoRA adapters"),
     ({"stage": "dpo", "reference": "none"}, "reference: dpo's loss needs reference log-probs"),
     ({"stage": "grpo", "reference": "precomputed", "micro_batch_size": 8}, "reference: grpo scores its own"),
-    ({"stage": "grpo"}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
+    ({"stage": "grpo", "micro_batch_size": 1}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
                         r"grad_accum = 1\), as TRL requires; got 8"),
     ({"stage": "grpo", "micro_batch_size": 8, "seq_len": 256}, "completion_len: must be shorter than seq_len"),
     ({"stage": "dpo", "generation": "vllm-server"}, "generation: is a key of stage grpo, not dpo"),
@@ -210,3 +210,12 @@ def test_measured_stage_rows_are_valid_scenarios_with_a_source():
     for row in rows:
         sc = parse_scenario(row["scenario"])
         assert sc.stage.value != "sft" and row["source"] and isinstance(row["measured"]["bytes"], int)
+
+
+def test_grpo_without_a_batch_takes_one_prompts_generations_per_step():
+    """No micro_batch_size or grad_accum: the least batch TRL accepts, num_generations completions per step
+    (what the planner then scales to the effective batch)."""
+    from vramfit.scenario import parse_scenario
+
+    assert parse_scenario({"params": "1B", "stage": "grpo"}).grad_accum == 8
+    assert parse_scenario({"params": "1B", "stage": "grpo", "num_generations": 4, "num_gpus": 2}).grad_accum == 2
