@@ -35,6 +35,7 @@ def stage_args(plan: Plan, args: dict[str, Any], notes: list[str]) -> dict[str, 
         return args
     out = {"stage": stage, **{k: v for k, v in args.items() if k not in _SFT_ONLY}}
     if out.pop("use_liger_kernel", False):  # DPO/GRPO patch the forward with their own fused LM head
+        notes[:] = [n for n in notes if not n.startswith("use_liger_kernel needs")]
         notes.append(f"{stage}: TRL scores log-probs with its own fused LM head; use_liger_kernel is not written")
     if stage == "grpo":
         out.pop("max_length", None)  # GRPOConfig has no max_length: the prompt is what the completion leaves
