@@ -168,12 +168,7 @@ def plan(
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     rank_args = (wanted, margin, counts, all_counts, order, dataset, ep, total, eff, budget, num_params, trainable,
                  tokens, kept, deadline)
-    if sc.generation is Generation.VLLM_SERVER and sc.stage is Stage.GRPO:
-        search.server_of = lambda g: vllm_split.server_gpus(num_params, g)
-    plans, excluded, blocked = _ranked_plans(search, cards, sc, *rank_args)
-    if vllm_split.wants_split(sc) and sc.generation is Generation.VLLM_COLOCATE:
-        plans, excluded, blocked = _with_server_split(sc, calibration, eff, trainable, user_mfu, cards, num_params,
-                                                      (plans, excluded, blocked), rank_args)
+    plans, excluded, blocked = _ranked_with_vllm(search, cards, sc, calibration, user_mfu, rank_args)
     changes = _changes_for_named(named if with_changes else None, blocked, ev, sc, margin, calibration, user_mfu, eff)
     assumptions = _report_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin,
                                       calibration, dataset)
@@ -187,18 +182,24 @@ def plan(
     )
 
 
-def _with_server_split(sc: Scenario, calibration: Calibration | None, eff: int, trainable: int, user_mfu, cards,
-                       num_params: int, colocated: tuple, rank_args: tuple) -> tuple[list, list, set]:
-    """Colocated GRPO: the same job with vLLM on cards of its own (vllm_split), ranked with the colocated plans."""
+def _ranked_with_vllm(search: Search, cards: list[GPU], sc: Scenario, calibration: Calibration | None, user_mfu,
+                      rank_args: tuple) -> tuple[list, list, set]:
+    """:func:`_ranked_plans`; GRPO with a vLLM server takes cards of the node for it (vllm_split), and
+    colocated vLLM is ranked against that split: the same job with vLLM on cards of its own."""
+    num_params = rank_args[10]
+    if sc.generation is Generation.VLLM_SERVER and sc.stage is Stage.GRPO:
+        search.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    colocated = _ranked_plans(search, cards, sc, *rank_args)
+    if not (vllm_split.wants_split(sc) and sc.generation is Generation.VLLM_COLOCATE):
+        return colocated
     server = vllm_split.as_server(sc)
     ev = Evaluator(server, calibration)
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, user_mfu)
-    search.server_of = lambda g: vllm_split.server_gpus(num_params, g)
-    plans, excluded, blocked = _ranked_plans(search, cards, server, *rank_args)
+    split = Search(ev, search.eff, model_flops(ev.spec, sc.seq_len), search.trainable, user_mfu)
+    split.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    plans, _, blocked = _ranked_plans(split, cards, server, *rank_args)
     both = sorted([*colocated[0], *plans], key=lambda p: _rank(p, rank_args[4]))
     planned = {p.gpu_id for p in both}
-    out = [e for e in colocated[1] if e.gpu_id not in planned]
-    return both, out, colocated[2] & blocked
+    return both, [e for e in colocated[1] if e.gpu_id not in planned], colocated[2] & blocked
 
 
 def _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario,

@@ -94,18 +94,12 @@ def _workspace(tracker: LiveTracker, sizes: list[int] | None, thread: str) -> No
 
 def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str, fake: bool,
           progress: Callable[[str], None] | None, workspaces: list[int] | None, runner: Any = None) -> StepResult:
-    from vramfit.sim.optim import in_backward_optimizers, make_optimizer, optimizer_state_tensors
+    from vramfit.sim.optim import optimizer_state_tensors
 
     model = built.model
     params = built.trainable_parameters()
-    assumptions: list[str] = []
-    if scenario.optimizer_in_backward:
-        opts, text = in_backward_optimizers(scenario, params, tracker)
-        optimizers = list(opts.values())
-    else:
-        opt, text = make_optimizer(scenario, params, tracker)
-        optimizers = [opt]
-    assumptions.append(text)
+    optimizers, text = _optimizers(scenario, params, tracker)
+    assumptions: list[str] = [text]
     tracker.watch_modules(model, built.lm_head)
     tracker.watch_layers(decoder_layers(model))
     fp16_scaled = scenario.precision is Precision.FP16_MIXED
@@ -168,6 +162,17 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
         assumptions.append("Gradient clipping: torch.nn.utils.clip_grad_norm_(max_norm=1.0), HF Trainer default.")
     num_params, num_trainable = _count_params(built)
     return StepResult(tracker.trace, num_params, num_trainable, assumptions)
+
+
+def _optimizers(scenario: Scenario, params: list[torch.nn.Parameter], tracker: LiveTracker) -> tuple[list, str]:
+    """The step's optimizers (one per parameter when the step runs in backward) and what they are, in words."""
+    from vramfit.sim.optim import in_backward_optimizers, make_optimizer
+
+    if scenario.optimizer_in_backward:
+        opts, text = in_backward_optimizers(scenario, params, tracker)
+        return list(opts.values()), text
+    opt, text = make_optimizer(scenario, params, tracker)
+    return [opt], text
 
 
 def _backward(loss: torch.Tensor) -> None:
