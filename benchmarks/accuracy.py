@@ -195,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_bands:
         if args.data:
             raise SystemExit("--write-bands writes the bands from every measured set; drop --data")
-        BANDS.write_text(bands_text(bands(scored, paths)))
-        print(f"wrote {BANDS} ({len(scored)} cases)")
+        data = bands(scored, paths)
+        BANDS.write_text(bands_text(data))
+        print(f"wrote {BANDS} ({len(data['cases'])} cases)")
         return 0
     chosen = scored if args.all else [s for s in scored if s["seq_exact"]]
     table = summarize(chosen)
