@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+from vramfit.measure.records import parse_lines
 from vramfit.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,8 @@ def test_rows_follow_the_schema_and_parse():
         assert isinstance(r["seq_exact"], bool) and r["confidence"] in {"high", "medium", "low"}
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
+    # `vramfit runs import` reads the file (the format of measure/records.py)
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 27
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
