@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
-from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
 from vramfit.scenario import Attention, Method, Precision, Scenario
@@ -56,11 +56,14 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
     """Element sizes of the tensors in a block.
 
     ``-mixed``: fp32 weights under autocast, so the residual stream and norm outputs are fp32 and
-    each linear casts its input to 16 bits. QLoRA under PEFT's ``prepare_model_for_kbit_training``:
-    embeddings and norms are fp32 (peft other.py:202), so the residual stream is fp32 as well.
+    each linear casts its input to 16 bits, unless the framework casts the parameters themselves
+    (:func:`casts_params`: every weight, LoRA's included, is then 16-bit in the step). QLoRA under PEFT's
+    ``prepare_model_for_kbit_training``: embeddings and norms are fp32 (peft other.py:202), so the residual
+    stream is fp32 as well.
     """
     c = scenario.precision.compute_bytes
-    fp32_stream = (scenario.precision.mixed and not profile.mixed_casts_params) or scenario.precision is Precision.FP32 or (
+    cast = casts_params(scenario, profile)
+    fp32_stream = (scenario.precision.mixed and not cast) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
     )
     res = 4 if fp32_stream else c
@@ -68,7 +71,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
         compute=c,
         residual=res,
         norm_out=res,
-        adapter=adapter_bytes(profile, scenario.precision),
+        adapter=c if cast else adapter_bytes(profile, scenario.precision),
         autocast=runs_under_autocast(scenario, profile),
     )
 

@@ -144,6 +144,10 @@ class FrameworkProfile:
     # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
     # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
     mixed_casts_params: bool = False
+    # the same cast under FSDP only: accelerate turns ``-mixed`` into FSDP MixedPrecision(param_dtype=16-bit) on
+    # every unit, besides autocast (accelerate v0.28.0 and v1.15.0 state.py: fsdp_plugin.set_mixed_precision;
+    # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype, ...))
+    fsdp_mixed_casts_params: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
@@ -184,6 +188,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
+        fsdp_mixed_casts_params=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -371,6 +376,12 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
+
+
+def casts_params(scenario, profile: FrameworkProfile) -> bool:
+    """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
+    fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp))
 
 
 def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:

@@ -1,0 +1,34 @@
+"""Mechanisms of the code behind published measurements (issue 13, accuracy part 3): each test derives
+the bytes a mechanism adds or removes and asserts the estimator moves by exactly that."""
+
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.framework import casts_params
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+L2_70B = "meta-llama/Llama-2-70b-hf"
+SPEC_70B = resolve_model(L2_70B).spec
+
+
+def _peft_fsdp(**keys):
+    """peft docs/source/accelerate/fsdp.md 'Use PEFT and FSDP' (PEFT_DOCS-120): Llama-2-70B LoRA, 8 GPUs."""
+    return parse_scenario({"model": L2_70B, "method": "lora", "precision": "bf16-mixed", "lora_targets": "all-linear",
+                           "micro_batch_size": 8, "seq_len": 2048, "gradient_checkpointing": "full",
+                           "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", **keys})
+
+
+def test_accelerate_fsdp_mixed_precision_casts_the_parameters():
+    """accelerate sets FSDP MixedPrecision(param_dtype=bf16) for mixed_precision bf16: the checkpointed block
+    inputs are bf16 (2 bytes), not the fp32 residual of autocast over fp32 weights (4 bytes)."""
+    T, h, L = 8 * 2048, SPEC_70B.hidden_size, SPEC_70B.num_hidden_layers
+    fsdp = compute(SPEC_70B, _peft_fsdp())
+    assert casts_params(fsdp.sc, fsdp.profile)
+    assert fsdp.acts.blocks == L * round_allocation(2 * T * h)
+    ddp = compute(SPEC_70B, _peft_fsdp(parallelism="ddp"))
+    assert not casts_params(ddp.sc, ddp.profile)
+    assert ddp.acts.blocks == L * round_allocation(4 * T * h)
+    # Lightning fabric plugins/precision/fsdp.py FSDPPrecision.mixed_precision_config keeps param_dtype
+    # float32 for bf16-mixed (autocast does the 16-bit compute): litgpt's residual stays fp32
+    lit = compute(SPEC_70B, _peft_fsdp(framework="litgpt"))
+    assert lit.acts.blocks == L * round_allocation(4 * T * h)
