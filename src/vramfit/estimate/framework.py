@@ -328,12 +328,15 @@ PROFILES[Framework.UNSLOTH] = FrameworkProfile(
 
 
 def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
-    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    """The framework's profile, with an older release's changes applied when ``version`` names one; older releases
+    joined by ``+`` (a run on transformers 4.39 with peft 0.10: ``transformers-4.44+peft-0.11``) apply each."""
     profile = PROFILES[framework]
-    for old in profile.older_versions:
-        if old.name == version:
-            return replace(profile, version=old.name, **dict(old.changes))
-    return profile
+    named = {old.name: old for old in profile.older_versions}
+    parts = [] if version is None or version == profile.version else version.split("+")
+    if not parts or any(p not in named for p in parts):
+        return profile
+    changes = {k: v for p in parts for k, v in named[p].changes}
+    return replace(profile, version=version, **changes)
 
 
 def known_versions(framework: Framework) -> list[str]:
@@ -342,10 +345,12 @@ def known_versions(framework: Framework) -> list[str]:
 
 
 def check_version(framework: Framework, value: Any) -> str:
-    """A framework_version the profile knows, else one ScenarioError listing them."""
+    """A framework_version the profile knows (or older releases of it joined by ``+``), else one ScenarioError
+    listing them."""
     valid = known_versions(framework)
     text = value.strip() if isinstance(value, str) else value
-    if text not in valid:
+    older = valid[1:] if PROFILES[framework].version else valid
+    if text not in valid and not (isinstance(text, str) and all(p in older for p in text.split("+"))):
         raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
     return text
 
