@@ -32,3 +32,25 @@ def test_accelerate_fsdp_mixed_precision_casts_the_parameters():
     # float32 for bf16-mixed (autocast does the 16-bit compute): litgpt's residual stays fp32
     lit = compute(SPEC_70B, _peft_fsdp(framework="litgpt"))
     assert lit.acts.blocks == L * round_allocation(4 * T * h)
+
+
+def _bloom_zero3_offload(**keys):
+    """peft README a29a12701, bloomz-7b1 LoRA 'DeepSpeed with CPU Offloading' (PEFT_README-117): ZeRO-3, 1 GPU."""
+    return parse_scenario({"model": "bigscience/bloomz-7b1", "method": "lora", "precision": "fp32",
+                           "lora_targets": ["query_key_value"], "micro_batch_size": 8, "seq_len": 64,
+                           "attention": "eager", "parallelism": "zero3", "offload": "optimizer+params", **keys})
+
+
+def test_deepspeed_before_0_9_copies_the_offloaded_parameter_twice_on_one_gpu():
+    """DeepSpeed v0.8.3 all_gather_coalesced copies the host partition (the whole parameter on one GPU) to the GPU,
+    then gathers it into a second buffer: the largest fetch, BLOOM's tied 250880 x 4096 fp32 embedding, twice."""
+    spec = resolve_model("bigscience/bloomz-7b1").spec
+    embedding = 4 * 250880 * 4096
+    assert spec.embedding_params == 250880 * 4096
+    new = compute(spec, _bloom_zero3_offload())
+    old = compute(spec, _bloom_zero3_offload(framework_version="deepspeed-0.8"))
+    assert old.parts.comm_buffers - new.parts.comm_buffers == embedding
+    # several GPUs, any version: the copied partition is 1/N of the parameter
+    eight = compute(spec, _bloom_zero3_offload(num_gpus=8)).parts.comm_buffers
+    no_offload = compute(spec, _bloom_zero3_offload(num_gpus=8, offload="optimizer")).parts.comm_buffers
+    assert eight - no_offload == embedding // 8

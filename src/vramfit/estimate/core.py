@@ -39,6 +39,7 @@ from vramfit.scenario import (
     Attention,
     Checkpointing,
     Method,
+    Offload,
     Optimizer,
     Parallelism,
     Precision,
@@ -283,7 +284,10 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
         (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
          lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
     model = layer * spec.num_hidden_layers + head
-    return ipg + ds.gathered_bytes(z, per_elem, max(head, largest_block), model)
+    copy = 0
+    if sc.offload is Offload.OPTIMIZER_PARAMS:
+        copy = ds.host_partition_copy(max(head, largest_block), sc.num_gpus, profile.ds_gathers_on_one_gpu)
+    return ipg + ds.gathered_bytes(z, per_elem, max(head, largest_block), model) + copy
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

@@ -266,3 +266,14 @@ def fp32_grad_partition(trainable_partition_numel: int) -> int:
     copies them to fp32 for the optimizer (DeepSpeed v0.19.6 stage_1_and_2.py step: ``single_grad_partition =
     flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, freed after _optimizer_step); bytes."""
     return 4 * trainable_partition_numel
+
+
+def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:
+    """ZeRO-3 with offload_param: a fetch copies the parameter's host partition to the GPU before the all-gather
+    (DeepSpeed v0.19.6 partition_parameters.py _all_gather_sequential: ``param_ds_tensor.to(current_device)``), on
+    top of the gathered buffer: the largest parameter's partition, bytes. On one GPU DeepSpeed >= 0.9.0 skips the
+    gather (NoGatherHandle: the one copy is the gathered parameter); before v0.9.0 the whole parameter was copied,
+    then gathered into a second buffer (``gathers_on_one_gpu``, v0.8.3 all_gather_coalesced)."""
+    if num_gpus == 1:
+        return largest_bytes if gathers_on_one_gpu else 0
+    return -(-largest_bytes // num_gpus)

@@ -148,6 +148,10 @@ class FrameworkProfile:
     # every unit, besides autocast (accelerate v0.28.0 and v1.15.0 state.py: fsdp_plugin.set_mixed_precision;
     # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype, ...))
     fsdp_mixed_casts_params: bool = False
+    # DeepSpeed < 0.9.0 all-gathers ZeRO-3 parameters even on one GPU: an offloaded partition is copied to the GPU
+    # (``param.ds_tensor.to(device)``), then gathered into a second, whole buffer (DeepSpeed v0.8.3
+    # runtime/zero/partition_parameters.py all_gather_coalesced); v0.9.0 (#2953, NoGatherHandle) moves it once
+    ds_gathers_on_one_gpu: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
@@ -208,6 +212,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
+            ),
+            FrameworkVersion(
+                "deepspeed-0.8",
+                "DeepSpeed v0.8.3 runtime/zero/partition_parameters.py all_gather_coalesced: a one-GPU ZeRO-3 fetch "
+                "copies the host partition to the GPU and gathers it into a second buffer (NoGatherHandle, v0.9.0 #2953)",
+                (("ds_gathers_on_one_gpu", True),),
             ),
         ),
     ),
