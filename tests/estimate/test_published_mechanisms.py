@@ -54,3 +54,25 @@ def test_deepspeed_before_0_9_copies_the_offloaded_parameter_twice_on_one_gpu():
     eight = compute(spec, _bloom_zero3_offload(num_gpus=8)).parts.comm_buffers
     no_offload = compute(spec, _bloom_zero3_offload(num_gpus=8, offload="optimizer")).parts.comm_buffers
     assert eight - no_offload == embedding // 8
+
+
+def _tune_3b(**keys):
+    """torchtune README 1814feb17 'Optimization flags' (TT_README_OPT): Llama 3.2 3B, bs 2, packed 4096."""
+    return parse_scenario({"model": "meta-llama/Llama-3.2-3B", "framework": "torchtune", "method": "full",
+                           "micro_batch_size": 2, "seq_len": 4096, "attention": "sdpa", **keys})
+
+
+def test_torchtune_recipes_that_drop_the_compiled_loss_run_it_eager():
+    """torchtune v0.4.0: only lora_finetune_single_device keeps `training.compile_loss`'s result; full and
+    distributed recipes run CrossEntropyLoss eager. The compiled loss saves the model's fp32 logits
+    (`output(h).float()` is outside the compiled layers) and the fp32 logsumexp."""
+    spec = resolve_model("meta-llama/Llama-3.2-3B").spec
+    TV, T = 2 * 4096 * 128256, 2 * 4096
+    full = [compute(spec, _tune_3b(compile=c)).loss for c in (False, True)]
+    assert full[0] == full[1]  # full_finetune_single_device: eager either way
+    lora = compute(spec, _tune_3b(method="lora", compile=True)).loss
+    assert lora.saved == 4 * TV + 4 * T and lora.backward_peak == 2 * (4 * TV) + 4 * T
+    lora8 = compute(spec, _tune_3b(method="lora", compile=True, num_gpus=8, parallelism="fsdp")).loss
+    assert lora8 == compute(spec, _tune_3b(method="lora", num_gpus=8, parallelism="fsdp")).loss
+    chunked = compute(spec, _tune_3b(compile=True, loss="chunked")).loss  # patched in place: compiled
+    assert chunked.saved == 2 * TV + 4 * T

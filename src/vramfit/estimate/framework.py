@@ -13,7 +13,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
+from vramfit.scenario import Framework, KbitPrepare, Loss, Method, Parallelism, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -155,6 +155,12 @@ class FrameworkProfile:
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # the recipes, as (method, several GPUs), that run the compiled standard loss; the others call
+    # training.compile_loss(self._loss_fn) and drop the new module torch.compile returns, so CrossEntropyLoss
+    # runs eager (the chunked loss is patched in place and is compiled) (torchtune v0.4.0 recipes/
+    # full_finetune_single_device.py, full_finetune_distributed.py, lora_finetune_distributed.py; only
+    # lora_finetune_single_device.py assigns `self._loss_fn = training.compile_loss(...)`). None: every recipe
+    compiled_loss_recipes: tuple[tuple[Method, bool], ...] | None = None
     # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
     # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
     rmsnorm_kernel: bool = False
@@ -239,6 +245,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
@@ -391,6 +398,15 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
+
+
+def compiles_loss(scenario, profile: FrameworkProfile) -> bool:
+    """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
+    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
+        return False
+    recipes = profile.compiled_loss_recipes
+    return (scenario.loss is Loss.CHUNKED or recipes is None
+            or (scenario.method, scenario.num_gpus > 1) in recipes)
 
 
 def casts_params(scenario, profile: FrameworkProfile) -> bool:
