@@ -21,7 +21,7 @@ def test_the_band_data_is_up_to_date():
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
     cases = json.loads(fresh)["cases"]
     assert len(cases) == len(rows) >= 76
-    assert {c["id"]: c["error"] for c in cases}["PEFT_README-117"] == 0.0236  # DeepSpeed < 0.9 one-GPU gather copy (was -0.207)
+    assert {c["id"]: c["error"] for c in cases}["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
 
 
 def test_the_benchmark_reports_per_framework(capsys):

@@ -43,17 +43,34 @@ def _bloom_zero3_offload(**keys):
 
 def test_deepspeed_before_0_9_copies_the_offloaded_parameter_twice_on_one_gpu():
     """DeepSpeed v0.8.3 all_gather_coalesced copies the host partition (the whole parameter on one GPU) to the GPU,
-    then gathers it into a second buffer: the largest fetch, BLOOM's tied 250880 x 4096 fp32 embedding, twice."""
+    then gathers it into a second buffer: the largest fetch, BLOOM's tied 250880 x 4096 fp32 embedding, twice,
+    when it is fetched for the output layer at the end of forward (before the logits exist)."""
     spec = resolve_model("bigscience/bloomz-7b1").spec
-    embedding = 4 * 250880 * 4096
+    embedding, block = 4 * 250880 * 4096, 4 * 4096 * 16384  # the output layer; dense_h_to_4h
     assert spec.embedding_params == 250880 * 4096
     new = compute(spec, _bloom_zero3_offload())
     old = compute(spec, _bloom_zero3_offload(framework_version="deepspeed-0.8"))
-    assert old.parts.comm_buffers - new.parts.comm_buffers == embedding
+    assert new.fetch_copy == (0, 0) and old.fetch_copy == (embedding, block)
+    assert old.parts.comm_buffers == new.parts.comm_buffers
+    fwd = {p.phase.value: dict(p.parts) for p in old.phases}["forward"]
+    assert fwd["temporaries"] == embedding - old.loss.forward_peak  # the larger of the fetch and the loss
     # several GPUs, any version: the copied partition is 1/N of the parameter
-    eight = compute(spec, _bloom_zero3_offload(num_gpus=8)).parts.comm_buffers
-    no_offload = compute(spec, _bloom_zero3_offload(num_gpus=8, offload="optimizer")).parts.comm_buffers
-    assert eight - no_offload == embedding // 8
+    assert compute(spec, _bloom_zero3_offload(num_gpus=8)).fetch_copy == (embedding // 8, block // 8)
+    assert compute(spec, _bloom_zero3_offload(num_gpus=8, offload="optimizer")).fetch_copy == (0, 0)
+
+
+def test_zero3_memory_efficient_linear_saves_every_linear_input():
+    """zero.Init replaces F.linear by LinearFunctionForZeroStage3, which saves its input even for a frozen weight:
+    LoRA's base linears keep the norm outputs and the MLP's act(gate) * up product (PEFT_DOCS-118)."""
+    T, h, inter = 8 * 2048, SPEC_70B.hidden_size, 28672
+    zero3 = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true"))
+    fsdp = compute(SPEC_70B, _peft_fsdp(precision="bf16-true"))
+    extra = {k: v for k, v in zero3.saved.items.items() if k not in fsdp.saved.items}
+    assert extra == {"attn_in": 2 * T * h, "mlp_in": 2 * T * h, "mlp_mid": 2 * T * inter}
+    assert zero3.acts.per_layer - fsdp.acts.per_layer == sum(round_allocation(v) for v in extra.values())
+    off = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true",
+                                       deepspeed_config={"zero_optimization": {"memory_efficient_linear": False}}))
+    assert off.saved.items == fsdp.saved.items
 
 
 def _tune_3b(**keys):

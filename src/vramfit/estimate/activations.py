@@ -23,7 +23,7 @@ from vramfit.estimate.attention import attention_core_saved, runs_eager_attentio
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
-from vramfit.scenario import Attention, Method, Precision, Scenario
+from vramfit.scenario import Attention, Method, Parallelism, Precision, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
 
@@ -97,6 +97,7 @@ class Block:
     full: bool
     lora_dropout: float
     q_saves: bool  # the 4-bit matmul saves its input (bnb <= 0.43.1)
+    saves_inputs: bool  # every nn.Linear saves its input (ZeRO-3's memory-efficient linear)
     # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
     adapted: dict[tuple[str, int], Adapter] = field(compare=False)
     n_adapters: dict[tuple[str, int], int] = field(compare=False)
@@ -121,9 +122,20 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         dt=dtypes_for(sc, profile), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
         lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
         q_saves=quantized and profile.qlora_saves_input,
+        saves_inputs=_zero3_linear_saves_inputs(spec, sc, quantized),
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
         attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
     )
+
+
+def _zero3_linear_saves_inputs(spec: ModelSpec, sc: Scenario, quantized: bool) -> bool:
+    """ZeRO-3 replaces F.linear (:func:`vramfit.estimate.deepspeed.linear_saves_inputs`); a 4-bit base layer runs
+    bitsandbytes' matmul_4bit, not F.linear, so only unquantized frozen linears change."""
+    if sc.parallelism is not Parallelism.ZERO3 or quantized or sc.method is Method.FULL:
+        return False
+    from vramfit.estimate import deepspeed as ds
+
+    return ds.linear_saves_inputs(ds.resolve(sc.deepspeed_config, spec.hidden_size, 3))
 
 
 def block_saved(
@@ -198,7 +210,7 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         if (lin.name, lin.in_features) in blk.adapted:
             out.add(in_key, in_bytes * tokens * lin.in_features)
         return
-    if blk.full or blk.q_saves:
+    if blk.full or blk.q_saves or blk.saves_inputs:
         if blk.dt.autocast:
             out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
         else:

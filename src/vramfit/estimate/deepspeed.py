@@ -37,7 +37,8 @@ _INT_KEYS = {
 #: HfTrainerDeepSpeedConfig.trainer_config_finalize: reduce_bucket_size = h*h;
 #: stage3_prefetch_bucket_size = int(0.9*h*h); stage3_param_persistence_threshold = 10*h)
 _AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
-_BOOL_KEYS = ("overlap_comm", "contiguous_gradients")
+#: memory_efficient_linear defaults to True (DeepSpeedZeroConfig.memory_efficient_linear, same file)
+_BOOL_KEYS = ("overlap_comm", "contiguous_gradients", "memory_efficient_linear")
 #: every zero_optimization key this module reads besides the stage and offload sections
 SIZING_KEYS = (*_INT_KEYS, *_BOOL_KEYS)
 _MAX = 10**15  # catches typos before arithmetic
@@ -59,6 +60,7 @@ class DeepSpeedConfig:
     stage3_param_persistence_threshold: int | str | None = None
     stage3_max_live_parameters: int | str | None = None
     stage3_max_reuse_distance: int | str | None = None
+    memory_efficient_linear: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """DeepSpeed's JSON layout, only the keys that were given."""
@@ -99,6 +101,7 @@ class ZeroBuffers:
     persistence_threshold: int
     max_live_parameters: int
     max_reuse_distance: int
+    memory_efficient_linear: bool = True
 
 
 def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBuffers:
@@ -122,6 +125,7 @@ def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBu
         num("reduce_bucket_size"), num("allgather_bucket_size"), overlap, contiguous, num("sub_group_size"),
         num("stage3_prefetch_bucket_size"), num("stage3_param_persistence_threshold"),
         num("stage3_max_live_parameters"), num("stage3_max_reuse_distance"),
+        cfg.memory_efficient_linear is not False,
     )
 
 
@@ -277,3 +281,12 @@ def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: b
     if num_gpus == 1:
         return largest_bytes if gathers_on_one_gpu else 0
     return -(-largest_bytes // num_gpus)
+
+
+def linear_saves_inputs(z: ZeroBuffers) -> bool:
+    """ZeRO-3's zero.Init (memory_efficient_linear, the default) replaces torch.nn.functional.linear for the rest of
+    the process (DeepSpeed v0.19.6 partition_parameters.py _enable_mem_efficient_linear: "This will persist unless
+    manually reset") by LinearFunctionForZeroStage3, whose setup_context saves input, weight and bias
+    (runtime/zero/linear.py ``ctx.save_for_backward(input, weight, bias)``): every nn.Linear keeps its input, frozen
+    or not (torch's own linear keeps it only for a weight gradient); the weight is the partitioned parameter."""
+    return z.memory_efficient_linear

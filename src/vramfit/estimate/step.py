@@ -25,6 +25,7 @@ from vramfit.estimate.core import (
     model_state,
     optimizer_temporaries,
     sliding_window_masks,
+    zero3_fetch_copies,
 )
 from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
@@ -75,6 +76,7 @@ class Step:
     lm_head_trainable: bool
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
+    fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -207,6 +209,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
-        held, head_grad, layer_grads, lm_head_trainable, card=card,
+        held, head_grad, layer_grads, lm_head_trainable, card=card, fetch_copy=zero3_fetch_copies(spec, sc, profile),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))
