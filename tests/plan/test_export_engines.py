@@ -27,9 +27,10 @@ def plan_rows() -> dict:
     qlora = plan({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "gradient_checkpointing": "full"},
                  gpu_ids=["h100-sxm"], effective_batch=1).plans
     l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
-    # (issue 13: ZeRO-3 now keeps stage3_max_live_parameters gathered, so the planner no longer offers Mistral-7B
-    # a ZeRO-3 + parameter-offload plan on the A10G; it still offers Llama-2-7B one)
-    a10g = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
+    # (issue 13: ZeRO-3 keeps stage3_max_live_parameters gathered and, through zero.Init's memory-efficient linear,
+    # every linear's input: the planner no longer lists a parameter-offload plan for Llama-2-7B LoRA on the A10G
+    # (without checkpointing it no longer fits); it lists one for Llama-2-13B)
+    a10g = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
     small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["rtx4090"], effective_batch=8).plans
     fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},
