@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
+from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
-from vramfit.scenario import Attention, Method, Parallelism, Precision, Scenario
+from vramfit.scenario import Attention, Method, Precision, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
 
@@ -122,20 +123,10 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         dt=dtypes_for(sc, profile), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
         lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
         q_saves=quantized and profile.qlora_saves_input,
-        saves_inputs=_zero3_linear_saves_inputs(spec, sc, quantized),
+        saves_inputs=zero3_linear_saves_inputs(spec, sc, quantized),
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
         attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
     )
-
-
-def _zero3_linear_saves_inputs(spec: ModelSpec, sc: Scenario, quantized: bool) -> bool:
-    """ZeRO-3 replaces F.linear (:func:`vramfit.estimate.deepspeed.linear_saves_inputs`); a 4-bit base layer runs
-    bitsandbytes' matmul_4bit, not F.linear, so only unquantized frozen linears change."""
-    if sc.parallelism is not Parallelism.ZERO3 or quantized or sc.method is Method.FULL:
-        return False
-    from vramfit.estimate import deepspeed as ds
-
-    return ds.linear_saves_inputs(ds.resolve(sc.deepspeed_config, spec.hidden_size, 3))
 
 
 def block_saved(

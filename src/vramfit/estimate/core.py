@@ -39,7 +39,6 @@ from vramfit.scenario import (
     Attention,
     Checkpointing,
     Method,
-    Offload,
     Optimizer,
     Parallelism,
     Precision,
@@ -277,37 +276,9 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
         per_elem = 2.0
     else:
         per_elem = layer / max(1, elems)
-    largest, _ = _zero3_largest(spec, sc, profile)
-    model = layer * spec.num_hidden_layers + largest_head(spec, sc, profile)
+    largest, _ = ds.zero3_largest(spec, sc, profile)
+    model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
     return ipg + ds.gathered_bytes(z, per_elem, largest, model)
-
-
-def largest_head(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Bytes of the output layer (or tied embedding) as ZeRO-3 gathers it."""
-    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
-    return 2 * head if sc.method is Method.QLORA and profile.qlora_unquantized_fp32 else head
-
-
-def _zero3_largest(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
-    """(largest parameter, largest block linear) in bytes as ZeRO-3 gathers them."""
-    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    block = max(
-        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
-         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
-    return max(largest_head(spec, sc, profile), block), block
-
-
-def zero3_fetch_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
-    """ZeRO-3 with offload_param: the host partition a fetch copies to the GPU before its all-gather
-    (:func:`vramfit.estimate.deepspeed.host_partition_copy`), bytes: (the largest parameter's, fetched at the output
-    layer at the end of forward; the largest block linear's, fetched while a block runs backward)."""
-    if sc.parallelism is not Parallelism.ZERO3 or sc.offload is not Offload.OPTIMIZER_PARAMS:
-        return 0, 0
-    from vramfit.estimate import deepspeed as ds
-
-    largest, block = _zero3_largest(spec, sc, profile)
-    one = profile.ds_gathers_on_one_gpu
-    return ds.host_partition_copy(largest, sc.num_gpus, one), ds.host_partition_copy(block, sc.num_gpus, one)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vramfit.choices import Method, Offload, Parallelism, Quantize
 from vramfit.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.models.spec import ModelSpec
+    from vramfit.scenario import Scenario
 
 AUTO = "auto"
 KEY = "deepspeed_config"
@@ -290,3 +296,39 @@ def linear_saves_inputs(z: ZeroBuffers) -> bool:
     (runtime/zero/linear.py ``ctx.save_for_backward(input, weight, bias)``): every nn.Linear keeps its input, frozen
     or not (torch's own linear keeps it only for a weight gradient); the weight is the partitioned parameter."""
     return z.memory_efficient_linear
+
+
+def zero3_linear_saves_inputs(spec: ModelSpec, sc: Scenario, quantized: bool) -> bool:
+    """ZeRO-3 replaces F.linear (:func:`linear_saves_inputs`); a 4-bit base layer runs
+    bitsandbytes' matmul_4bit, not F.linear, so only unquantized frozen linears change."""
+    if sc.parallelism is not Parallelism.ZERO3 or quantized or sc.method is Method.FULL:
+        return False
+    return linear_saves_inputs(resolve(sc.deepspeed_config, spec.hidden_size, 3))
+
+
+def largest_head(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the output layer (or tied embedding) as ZeRO-3 gathers it."""
+    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
+    return 2 * head if sc.method is Method.QLORA and profile.qlora_unquantized_fp32 else head
+
+
+def zero3_largest(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
+    """(largest parameter, largest block linear) in bytes as ZeRO-3 gathers them."""
+    from vramfit.estimate.state import quantized_weight_bytes
+
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    block = max(
+        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
+         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
+    return max(largest_head(spec, sc, profile), block), block
+
+
+def zero3_fetch_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
+    """ZeRO-3 with offload_param: the host partition a fetch copies to the GPU before its all-gather
+    (:func:`host_partition_copy`), bytes: (the largest parameter's, fetched at the output
+    layer at the end of forward; the largest block linear's, fetched while a block runs backward)."""
+    if sc.parallelism is not Parallelism.ZERO3 or sc.offload is not Offload.OPTIMIZER_PARAMS:
+        return 0, 0
+    largest, block = zero3_largest(spec, sc, profile)
+    one = profile.ds_gathers_on_one_gpu
+    return host_partition_copy(largest, sc.num_gpus, one), host_partition_copy(block, sc.num_gpus, one)

@@ -13,7 +13,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
-from vramfit.scenario import Framework, KbitPrepare, Loss, Method, Parallelism, Precision, Quantize
+from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 
 class LossLayout(str, Enum):
@@ -144,22 +144,18 @@ class FrameworkProfile:
     # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
     # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
     mixed_casts_params: bool = False
-    # the same cast under FSDP only: accelerate turns ``-mixed`` into FSDP MixedPrecision(param_dtype=16-bit) on
-    # every unit, besides autocast (accelerate v0.28.0 and v1.15.0 state.py: fsdp_plugin.set_mixed_precision;
-    # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype, ...))
+    # the same cast under FSDP only, besides autocast (accelerate v0.28.0/v1.15.0 state.py fsdp_plugin.set_mixed_precision
+    # -> utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype))
     fsdp_mixed_casts_params: bool = False
-    # DeepSpeed < 0.9.0 all-gathers ZeRO-3 parameters even on one GPU: an offloaded partition is copied to the GPU
-    # (``param.ds_tensor.to(device)``), then gathered into a second, whole buffer (DeepSpeed v0.8.3
-    # runtime/zero/partition_parameters.py all_gather_coalesced); v0.9.0 (#2953, NoGatherHandle) moves it once
+    # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
+    # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
-    # the recipes, as (method, several GPUs), that run the compiled standard loss; the others call
-    # training.compile_loss(self._loss_fn) and drop the new module torch.compile returns, so CrossEntropyLoss
-    # runs eager (the chunked loss is patched in place and is compiled) (torchtune v0.4.0 recipes/
-    # full_finetune_single_device.py, full_finetune_distributed.py, lora_finetune_distributed.py; only
-    # lora_finetune_single_device.py assigns `self._loss_fn = training.compile_loss(...)`). None: every recipe
+    # recipes (method, several GPUs) that run the compiled standard loss; None: all. torchtune v0.4.0 full_finetune_*.py
+    # and lora_finetune_distributed.py drop what training.compile_loss(self._loss_fn) returns (CrossEntropyLoss stays
+    # eager; the chunked loss is patched in place); lora_finetune_single_device.py assigns it
     compiled_loss_recipes: tuple[tuple[Method, bool], ...] | None = None
     # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
     # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
@@ -219,12 +215,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
-            FrameworkVersion(
-                "deepspeed-0.8",
-                "DeepSpeed v0.8.3 runtime/zero/partition_parameters.py all_gather_coalesced: a one-GPU ZeRO-3 fetch "
-                "copies the host partition to the GPU and gathers it into a second buffer (NoGatherHandle, v0.9.0 #2953)",
-                (("ds_gathers_on_one_gpu", True),),
-            ),
+            FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
+                             (("ds_gathers_on_one_gpu", True),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
@@ -345,8 +338,7 @@ PROFILES[Framework.UNSLOTH] = FrameworkProfile(
 
 
 def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
-    """The framework's profile, with an older release's changes applied when ``version`` names one; older releases
-    joined by ``+`` (a run on transformers 4.39 with peft 0.10: ``transformers-4.44+peft-0.11``) apply each."""
+    """The profile with the changes of the older release(s) ``version`` names (``+`` joins several)."""
     profile = PROFILES[framework]
     named = {old.name: old for old in profile.older_versions}
     parts = [] if version is None or version == profile.version else version.split("+")
@@ -362,8 +354,7 @@ def known_versions(framework: Framework) -> list[str]:
 
 
 def check_version(framework: Framework, value: Any) -> str:
-    """A framework_version the profile knows (or older releases of it joined by ``+``), else one ScenarioError
-    listing them."""
+    """A framework_version the profile knows (older releases joinable by ``+``), else one ScenarioError."""
     valid = known_versions(framework)
     text = value.strip() if isinstance(value, str) else value
     older = valid[1:] if PROFILES[framework].version else valid
@@ -398,15 +389,6 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
-
-
-def compiles_loss(scenario, profile: FrameworkProfile) -> bool:
-    """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
-    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
-        return False
-    recipes = profile.compiled_loss_recipes
-    return (scenario.loss is Loss.CHUNKED or recipes is None
-            or (scenario.method, scenario.num_gpus > 1) in recipes)
 
 
 def casts_params(scenario, profile: FrameworkProfile) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
-from vramfit.estimate.framework import FrameworkProfile, LossLayout, compiles_loss
+from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Method, Precision, Scenario
 
@@ -34,6 +34,15 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     if sc.precision is Precision.FP32:
         return 4
     return 2
+
+
+def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
+    """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
+    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
+        return False
+    recipes = profile.compiled_loss_recipes
+    return (scenario.loss is Loss.CHUNKED or recipes is None
+            or (scenario.method, scenario.num_gpus > 1) in recipes)
 
 
 def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:

@@ -25,8 +25,8 @@ from vramfit.estimate.core import (
     model_state,
     optimizer_temporaries,
     sliding_window_masks,
-    zero3_fetch_copies,
 )
+from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
