@@ -93,3 +93,24 @@ def test_torchtune_recipes_that_drop_the_compiled_loss_run_it_eager():
     assert lora8 == compute(spec, _tune_3b(method="lora", num_gpus=8, parallelism="fsdp")).loss
     chunked = compute(spec, _tune_3b(compile=True, loss="chunked")).loss  # patched in place: compiled
     assert chunked.saved == 2 * TV + 4 * T
+
+
+def test_bitsandbytes_quant_state_is_neither_sharded_nor_offloaded():
+    """bitsandbytes >= 0.43 keeps each Linear4bit's QuantState on the module: FSDP shards (and offloads) only the
+    packed 4-bit data, every GPU keeps the absmax, nested absmax and code of every layer (PEFT_DOCS-121/122)."""
+    from vramfit.estimate.state import quantized_weight_bytes
+    from vramfit.scenario import Quantize
+
+    L = SPEC_70B.num_hidden_layers
+    state = L * sum(round_allocation(quantized_weight_bytes(x.out_features, x.in_features, Quantize.NF4_DQ)
+                                     - -(-x.in_features * x.out_features // 2)) * x.count for x in SPEC_70B.block_linears)
+    keys = {"method": "qlora", "quantize": "nf4-dq", "precision": "bf16-true", "micro_batch_size": 2, "num_gpus": 2,
+            "kbit_prepare": "no"}
+    fsdp = compute(SPEC_70B, _peft_fsdp(**keys))
+    assert fsdp.parts.quant_state == state
+    offload = compute(SPEC_70B, _peft_fsdp(**keys, offload="optimizer+params"))
+    assert offload.parts.quantized_base == state  # the packed data went to the host, the state stayed
+    single = compute(SPEC_70B, _peft_fsdp(**{**keys, "num_gpus": 1}, parallelism="none"))
+    assert single.parts.quant_state == 0  # nothing sharded: counted with the weights as before
+    tune = compute(SPEC_70B, _peft_fsdp(**keys, framework="torchtune"))
+    assert tune.parts.quant_state == 0  # torchao NF4Tensor shards its scalers with the data

@@ -111,6 +111,9 @@ class FrameworkProfile:
     # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
     # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
+    # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
+    # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
+    qlora_module_quant_state: bool = False
     # the model runs transformers' modelling code (transformers v5.24.0): masking_utils builds a real
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
     # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
@@ -192,6 +195,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
+        qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
         fsdp_mixed_casts_params=True,
