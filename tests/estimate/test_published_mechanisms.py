@@ -32,6 +32,10 @@ def test_accelerate_fsdp_mixed_precision_casts_the_parameters():
     # float32 for bf16-mixed (autocast does the 16-bit compute): litgpt's residual stays fp32
     lit = compute(SPEC_70B, _peft_fsdp(framework="litgpt"))
     assert lit.acts.blocks == L * round_allocation(4 * T * h)
+    # nothing is left for autocast to cast: q/k/v (and gate/up) save their one shared bf16 input
+    full = compute(SPEC_70B, _peft_fsdp(method="full", gradient_checkpointing="none"))
+    assert not [k for k in full.saved.items if k.endswith("autocast_in")]
+    assert full.saved.items["attn_in"] == full.saved.items["mlp_in"] == 2 * T * h
 
 
 def _bloom_zero3_offload(**keys):

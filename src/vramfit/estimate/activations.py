@@ -73,7 +73,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
         residual=res,
         norm_out=res,
         adapter=c if cast else adapter_bytes(profile, scenario.precision),
-        autocast=runs_under_autocast(scenario, profile),
+        autocast=runs_under_autocast(scenario, profile) and not cast,  # nothing left to cast once the params are
     )
 
 
