@@ -26,7 +26,7 @@ def test_the_band_data_is_up_to_date():
     sft = [r["id"] for r in rows if r["scenario"].get("stage", "sft") == "sft"]
     assert list(cases) == sft and len(sft) == len(rows) - 2 >= 106
     assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases
-    assert cases["PEFT_README-117"] == -0.207
+    assert cases["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
     # a found row on the counter its source measured: fsdp_qlora's peak allocated, LoRA on 2 GPUs at 512
     assert cases["AAI_FSDPQLORA_2403-5"] == -0.0329
 

@@ -10,7 +10,7 @@ def test_a_measured_path_lists_its_cases_and_errors():
     assert a["measured_path"] and a["cases"] == ["PEFT_README-117"]
     assert a["path"] == {"framework": "hf", "method": "lora", "sharding": "zero3", "offload": "optimizer+params",
                          "quantization": "none"}
-    assert a["error_band"] == [-0.207, -0.207] and a["median_abs_error"] == 0.207
+    assert a["error_band"] == [0.0357, 0.0357] and a["median_abs_error"] == 0.0357
     assert a["note"].startswith("1 published measurement(s) on this path (hf · lora · zero3 · optimizer+params · none)")
 
 

@@ -112,9 +112,12 @@ def communication(step: Step) -> Iterator[Contribution]:
 
 
 def temporaries(step: Step) -> Iterator[Contribution]:
-    """De-quantized weights, the block backward working set, the optimizer step's temporaries."""
-    yield Contribution("temporaries", F, step.dequant)
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant)
+    """De-quantized weights, the block backward working set, the optimizer step's temporaries; ZeRO-3's host
+    partition copies (``step.fetch_copy``): the output layer's is made when it is fetched at the end of forward,
+    before the logits exist, so forward's high point is the larger of the two moments."""
+    fwd_copy, block_copy = step.fetch_copy
+    yield Contribution("temporaries", F, step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak))
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
     yield Contribution("temporaries", BE, step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)
 

@@ -111,6 +111,9 @@ class FrameworkProfile:
     # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
     # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
+    # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
+    # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
+    qlora_module_quant_state: bool = False
     # the model runs transformers' modelling code (transformers v5.24.0): masking_utils builds a real
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
     # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
@@ -144,9 +147,19 @@ class FrameworkProfile:
     # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
     # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
     mixed_casts_params: bool = False
+    # the same cast under FSDP only, besides autocast (accelerate v0.28.0/v1.15.0 state.py fsdp_plugin.set_mixed_precision
+    # -> utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype))
+    fsdp_mixed_casts_params: bool = False
+    # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
+    # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
+    ds_gathers_on_one_gpu: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # recipes (method, several GPUs) that run the compiled standard loss; None: all. torchtune v0.4.0 full_finetune_*.py
+    # and lora_finetune_distributed.py drop what training.compile_loss(self._loss_fn) returns (CrossEntropyLoss stays
+    # eager; the chunked loss is patched in place); lora_finetune_single_device.py assigns it
+    compiled_loss_recipes: tuple[tuple[Method, bool], ...] | None = None
     # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
     # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
     rmsnorm_kernel: bool = False
@@ -182,8 +195,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
+        qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
+        fsdp_mixed_casts_params=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -204,6 +219,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
+                             (("ds_gathers_on_one_gpu", True),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
@@ -224,6 +242,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
@@ -323,12 +342,14 @@ PROFILES[Framework.UNSLOTH] = FrameworkProfile(
 
 
 def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
-    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    """The profile with the changes of the older release(s) ``version`` names (``+`` joins several)."""
     profile = PROFILES[framework]
-    for old in profile.older_versions:
-        if old.name == version:
-            return replace(profile, version=old.name, **dict(old.changes))
-    return profile
+    named = {old.name: old for old in profile.older_versions}
+    parts = [] if version is None or version == profile.version else version.split("+")
+    if not parts or any(p not in named for p in parts):
+        return profile
+    changes = {k: v for p in parts for k, v in named[p].changes}
+    return replace(profile, version=version, **changes)
 
 
 def known_versions(framework: Framework) -> list[str]:
@@ -337,10 +358,11 @@ def known_versions(framework: Framework) -> list[str]:
 
 
 def check_version(framework: Framework, value: Any) -> str:
-    """A framework_version the profile knows, else one ScenarioError listing them."""
+    """A framework_version the profile knows (older releases joinable by ``+``), else one ScenarioError."""
     valid = known_versions(framework)
     text = value.strip() if isinstance(value, str) else value
-    if text not in valid:
+    older = valid[1:] if PROFILES[framework].version else valid
+    if text not in valid and not (isinstance(text, str) and all(p in older for p in text.split("+"))):
         raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
     return text
 
@@ -371,6 +393,12 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
+
+
+def casts_params(scenario, profile: FrameworkProfile) -> bool:
+    """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
+    fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp))
 
 
 def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:

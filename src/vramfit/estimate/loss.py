@@ -36,6 +36,15 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     return 2
 
 
+def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
+    """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
+    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
+        return False
+    recipes = profile.compiled_loss_recipes
+    return (scenario.loss is Loss.CHUNKED or recipes is None
+            or (scenario.method, scenario.num_gpus > 1) in recipes)
+
+
 def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
     T = sc.micro_batch_size * sc.seq_len
     V = vocab_rows(spec)
@@ -51,15 +60,19 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         grad_in = sc.precision.compute_bytes * T * spec.hidden_size
         transient = chunk * V * (lb + 4 + 4)
         return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
-    if sc.compile and sc.loss is not Loss.FUSED and profile.compile_scope is CompileScope.MODEL_AND_LOSS:
+    if compiles_loss(sc, profile):
         # compiled cross-entropy: the fp32 upcast and log_softmax fuse into the kernel, and the
-        # backward recomputes them from the saved model-dtype logits and the per-token logsumexp
-        # (inductor min-cut partitioner); per chunk for the chunked loss
+        # backward recomputes them from the saved input logits and the per-token logsumexp
+        # (inductor min-cut partitioner); per chunk for the chunked loss. The standard loss's input is
+        # the model's fp32 logits when the model upcasts (torchtune v0.4.0 transformer.py
+        # `self.output(h).float()`, outside the compiled layers): the 16-bit logits die at the cast
         n = TORCHTUNE_OUTPUT_CHUNKS.value if sc.loss is Loss.CHUNKED else 1
-        saved = lb * TV + 4 * T
+        ib = 4 if sc.loss is not Loss.CHUNKED and profile.standard_loss is LossLayout.TORCHTUNE_UPCAST_IN_MODEL else lb
+        saved = ib * TV + 4 * T
         per = -(-TV // n)
         # forward: logsumexp computed in-kernel (no fp32 copy); backward: one chunk's logit gradient
-        return LossMemory(saved, saved, saved + lb * per, f"compiled cross-entropy over {n} chunk(s)")
+        fwd = max(saved, lb * TV + up * TV) if ib == 4 else saved
+        return LossMemory(saved, fwd, saved + ib * per, f"compiled cross-entropy over {n} chunk(s)")
     if sc.loss is Loss.CHUNKED:
         n = TORCHTUNE_OUTPUT_CHUNKS.value
         per = -(-TV // n)

@@ -26,6 +26,7 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
     sliding_window_masks,
 )
+from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
@@ -76,6 +77,7 @@ class Step:
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
+    fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -212,6 +214,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
-        held, head_grad, layer_grads, lm_head_trainable, card=card,
+        held, head_grad, layer_grads, lm_head_trainable, card=card, fetch_copy=zero3_fetch_copies(spec, sc, profile),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))
