@@ -19,6 +19,7 @@ from vramfit.estimate.result import (
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.estimate.unsloth import replays_step
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -203,10 +204,7 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    from vramfit.estimate.unsloth import replays_step
-
-    # a replayed step's segments include its blocks' own rounding: no per-tensor slack on top
-    tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)
+    tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None

@@ -175,7 +175,8 @@ class FrameworkProfile:
     # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
     rope_cache_per_layer: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
-    # code) and replayed through the caching allocator for the reserved figure, in place of the generic transients
+    # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
+    # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
     step_allocation_order: bool = False
 
 
