@@ -98,3 +98,15 @@ def test_max_seq_len_within_holds_the_named_counter_to_the_budget():
     with pytest.raises(ScenarioError) as err:
         max_seq_len_within(_sc(1024), budget, "nvidia-smi")
     assert err.value.key == "counter" and "reserved" in str(err.value)
+
+
+def test_transformers_4_47_loss_keeps_a_shifted_fp32_copy_of_the_logits():
+    """The HF + FA2 column ran transformers 4.47 (December 2024): ForCausalLMLoss upcast the logits and made a
+    shifted .contiguous() fp32 copy (huggingface/transformers PR #35646 removed it)."""
+    base = {"model": MODEL, "method": "qlora", "quantize": "nf4-dq", "lora_rank": 32, "lora_targets": ALL,
+            "attention": "flash", "seq_len": 4096, "gradient_checkpointing": "full"}
+    old = compute(SPEC, parse_scenario({**base, "framework_version": "transformers-4.47"})).loss
+    new = compute(SPEC, parse_scenario(base)).loss
+    TV = 4096 * V
+    assert old.forward_peak == (2 + 4 + 4 + 4) * TV and new.forward_peak == (2 + 4 + 4) * TV
+    assert old.saved == new.saved == 4 * TV and old.backward_peak == new.backward_peak == 12 * TV

@@ -37,6 +37,10 @@ class LossLayout(str, Enum):
     # fused_linear_cross_entropy -> Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py): no logits;
     # its backward allocates zeros_like for the hidden states and for the whole lm_head weight (estimate/loss.py)
     APPLE_CCE = "apple-cce"
+    # transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`, then
+    # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
+    # PR #35646, merged 2025-01-13, "to reduce memory overhead")
+    HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
                 "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
                 (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+            ),
+            FrameworkVersion(
+                "transformers-4.47",
+                "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
             ),
             FrameworkVersion(
                 "peft-0.11",

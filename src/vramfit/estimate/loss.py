@@ -120,6 +120,13 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
+    if style is LossLayout.HF_UPCAST_SHIFTED_IN_LOSS:
+        # transformers 4.46-4.48 ForCausalLMLoss: the model's 16-bit logits, their fp32 copy and the shifted
+        # .contiguous() fp32 copy are all alive while cross_entropy's log_softmax writes (and saves) its fp32 output;
+        # backward as below (the slice's backward scatters into a fresh fp32 buffer after the two gradients die)
+        saved = 4 * TV
+        return LossMemory(saved, lb * TV + up * TV + 4 * TV + saved, saved + 4 * TV + 4 * TV,
+                          "model-dtype logits, fp32 upcast and shifted fp32 copy in ForCausalLMLoss (transformers 4.46-4.48)")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
