@@ -27,7 +27,7 @@ from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
-from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours, time_band
 from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB, GiB
@@ -309,7 +309,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
         measured_path=bool(r.accuracy and r.accuracy["measured_path"]),
-        accuracy_note=r.accuracy["note"] if r.accuracy else "",
+        accuracy_note=r.accuracy["note"] if r.accuracy else "", hours_range=time_band(hours, search.mfu),
     )
 
 
