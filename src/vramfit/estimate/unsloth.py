@@ -178,11 +178,12 @@ def _layer_forward(e: _Events, d: dict[str, int], rope_rows: int, head_dim: int)
     return t
 
 
-def _layer_backward(e: _Events, d: dict[str, int], t: dict[str, int], gqa: bool, grads: dict[str, list[int]]) -> int:
+def _layer_backward(e: _Events, d: dict[str, int], t: dict[str, int], gqa: bool,
+                    grads: dict[str, list[int]], kept: list[int]) -> int:
     """``torch.autograd.backward(output, dY)`` through one recomputed layer (unsloth@0e0d8fc kernels/fast_lora.py,
     rms_layernorm.py, flash-attn 2 mha_bwd); ``t``: the recompute's tensors. Returns the input's gradient.
     ``grads``: the layer's LoRA gradients (fp32 like their weights) per group, made by AccumulateGrad when
-    LoRA_MLP's and LoRA_QKV's backward return, and kept until the optimizer step."""
+    LoRA_MLP's and LoRA_QKV's backward return, and kept until the optimizer step (their handles go to ``kept``)."""
     dw = _lora_matmul(e, d, d["I"], d["Wmlp"])  # LoRA_MLP.backward: DW = matmul_lora(dY, downW.t(), ...)
     for _ in range(2):  # dX = df @ upW.T into X in place, then the de @ gateW.T and LoRA terms as temporaries
         w = e.a(d["Wmlp"])
@@ -190,8 +191,7 @@ def _layer_backward(e: _Events, d: dict[str, int], t: dict[str, int], gqa: bool,
         tmp = e.a(d["H"])
         e.f(tmp)
     e.f(dw, t["e"], t["g"], t["r2"])
-    for size in grads["mlp"]:
-        e.a(size)
+    kept += [e.a(size) for size in grads["mlp"]]
     gh1 = e.a(d["H"])  # autograd sums dY and the norm's dX (written over y2) into h1's gradient
     e.f(t["y2"], t["h1"])
     da = _lora_matmul(e, d, d["H"], d["Wq"])  # LoRA_W.backward: dX = dY @ W.T + the LoRA term
@@ -206,20 +206,49 @@ def _layer_backward(e: _Events, d: dict[str, int], t: dict[str, int], gqa: bool,
         tmp = e.a(d["H"])
         e.f(tmp)
     e.f(*dqkv, t["r1"], t["y1"])
-    for size in grads["attn"]:
-        e.a(size)
+    kept += [e.a(size) for size in grads["attn"]]
     return gh1
 
 
-def step_events(spec: ModelSpec, sc: Scenario) -> list[int]:
-    """The big allocations of one Unsloth 2024.12 step in order, for the caching-allocator replay (what the
-    reserved figure is made of: a request no cached block fits opens a new segment, and a large cached block split
-    for a smaller request no longer serves its own size). Forward under the offloaded checkpointer's no_grad (every
-    layer's tensors freed but its output; the embedding output kept, see UNSLOTH_2024_12), the Cut
-    Cross-Entropy forward and backward (estimate/loss.py _apple_cce), then each layer's recompute and backward
-    (unsloth-zoo@bb133c7 Unsloth_Offloaded_Gradient_Checkpointer.backward: the input copied back first). Every
-    layer is replayed: each one's first forward regrows its RoPE cache, persistent blocks that land between the
-    step's own."""
+def _micro_batch(e: _Events, d: dict[str, int], spec: ModelSpec, regrow: int, caches: list[int],
+                 grads: dict[str, list[int]]) -> list[int]:
+    """One forward and backward (see :func:`step_events`); ``regrow``: the rows each layer's RoPE cache grows to
+    on this pass (0: none), its old cache in ``caches`` freed then. Returns the gradients' handles."""
+    emb = prev = e.a(d["H"])
+    for _ in range(spec.num_hidden_layers):
+        t = _layer_forward(e, d, regrow, spec.head_dim)
+        if "cos" in t:
+            e.f(*caches[:2])
+            del caches[:2]
+        e.f(*(v for k, v in t.items() if k not in ("out", "cos", "sin")))
+        if prev != emb:
+            e.f(prev)
+        prev = t["out"]
+    final = [e.a(d["H"]), e.a(d["rstd"]), e.a(12 * d["T"])]  # final norm output and rstd; CCE's lse and valids
+    dy = e.a(d["H"])  # cce_backward_kernel: de = zeros_like(e) ...
+    e.f(e.a(d["c"] * (spec.lm_head_params or spec.embedding_params)))  # ... and dc = zeros_like(lm_head.weight)
+    e.f(*final, prev)  # the final norm's backward writes its dX over de
+    kept: list[int] = []
+    for _ in range(spec.num_hidden_layers):
+        x = e.a(d["H"])
+        t = _layer_forward(e, d, 0, spec.head_dim)
+        grad = _layer_backward(e, d, t, spec.num_key_value_heads < spec.num_attention_heads, grads, kept)
+        e.f(dy, t["out"], x)
+        dy = grad
+    e.f(dy, emb)
+    return kept
+
+
+def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float) -> list[int]:
+    """The big allocations of two Unsloth 2024.12 training steps in order, for the caching-allocator replay (what
+    the reserved figure is made of: a request no cached block fits opens a new segment, and a large cached block
+    split for a smaller request no longer serves its own size). Each step: the forward under the offloaded
+    checkpointer's no_grad (every layer's tensors freed but its output; the embedding output kept, see
+    UNSLOTH_2024_12), the Cut Cross-Entropy forward and backward (estimate/loss.py _apple_cce), then each layer's
+    recompute and backward (unsloth-zoo@bb133c7 Unsloth_Offloaded_Gradient_Checkpointer.backward: the input copied
+    back first). The first step's forward regrows every layer's RoPE cache; its optimizer step makes the states
+    (``state_per_element`` bytes per trainable element, two tensors per weight) where the allocator then has room,
+    and zero_grad(set_to_none=True) frees the gradients: the second step runs in what the first left."""
     d = _dims(spec, sc)
     e = _Events()
     ab = 4  # the LoRA weights are fp32 (UNSLOTH_PROFILE.adapters_fp32), and so their gradients
@@ -227,29 +256,13 @@ def step_events(spec: ModelSpec, sc: Scenario) -> list[int]:
     for lin in spec.block_linears:
         if lin.name in sc.lora_targets and lin.group in grads:
             grads[lin.group] += [ab * sc.lora_rank * lin.in_features, ab * lin.out_features * sc.lora_rank]
-    n = spec.num_hidden_layers
     rows = rope_cache_rows(spec, sc)
     initial = min(UNSLOTH_ROPE_INITIAL_ROWS.value, spec.max_position_embeddings or UNSLOTH_ROPE_INITIAL_ROWS.value)
-    old = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * n)]  # the caches built with the model
-    emb = prev = e.a(d["H"])
-    for _ in range(n):
-        t = _layer_forward(e, d, rows if rows > initial else 0, spec.head_dim)
-        if "cos" in t:
-            e.f(*old[:2])
-            old = old[2:]
-        e.f(*(v for k, v in t.items() if k not in ("out", "cos", "sin")))
-        if prev != emb:
-            e.f(prev)
-        prev = t["out"]
-    final = [e.a(d["H"]), e.a(d["rstd"]), e.a(12 * d["T"])]  # final norm output and rstd; CCE's lse and valids
-    dy = e.a(d["H"])  # cce_backward_kernel: de = zeros_like(e) ...
-    e.f(e.a(d["c"] * spec.hidden_size * (spec.lm_head_params or spec.embedding_params) // spec.hidden_size))  # dc
-    e.f(*final, prev)  # the final norm's backward writes its dX over de
-    for _ in range(n):
-        x = e.a(d["H"])
-        t = _layer_forward(e, d, 0, spec.head_dim)
-        grad = _layer_backward(e, d, t, spec.num_key_value_heads < spec.num_attention_heads, grads)
-        e.f(dy, t["out"], x)
-        dy = grad
-    e.f(dy, emb)
+    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]  # built with the model
+    kept = _micro_batch(e, d, spec, rows if rows > initial else 0, caches, grads)
+    for size in [g for _ in range(spec.num_hidden_layers) for g in grads["mlp"] + grads["attn"]]:
+        for _ in range(2):  # e.g. exp_avg and exp_avg_sq (or bitsandbytes' state1, state2)
+            e.a(int(size // ab * state_per_element / 2))
+    e.f(*kept)
+    e.f(*_micro_batch(e, d, spec, 0, caches, grads))
     return e.ev
