@@ -149,6 +149,25 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
 
 FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit models the sharding and offload only"
 
+#: ``TrainingArguments`` keys with no effect on a training step's memory (transformers 5.24.0
+#: src/transformers/training_args.py; ``overwrite_output_dir`` and ``group_by_length`` are 4.x fields that
+#: configs still carry), ignored by the readers of HF-Trainer configs (TRL, LLaMA-Factory). A reader's own
+#: list goes first, so its reason wins for a key both name (LLaMA-Factory's ``eval_dataset`` is data).
+TRAINING_ARGS_IGNORED = [
+    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
+    ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
+    ("eval_*", "evaluation"), ("per_device_eval_batch_size", "evaluation"), ("do_eval", "evaluation"), ("do_train", "mode"),
+    ("do_predict", "inference"), ("load_best_model_at_end", "evaluation"), ("metric_for_best_model", "evaluation"),
+    ("push_to_hub", "upload"), ("hub_*", "upload"), ("learning_rate", "schedule"), ("lr_scheduler_*", "schedule"),
+    ("warmup_*", "schedule"), ("num_train_epochs", "schedule"), ("max_steps", "schedule"),
+    ("weight_decay", "optimizer hyperparameter"), ("adam_*", "optimizer hyperparameter"),
+    ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"), ("seed", "randomness"),
+    ("data_seed", "randomness"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
+    ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
+    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("fsdp_config.*", FSDP_CONFIG_IGNORED),
+    ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
+]
+
 
 def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[str, Any]) -> None:
     """Record the fsdp_config keys that decided the layout as read."""

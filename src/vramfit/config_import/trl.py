@@ -20,21 +20,13 @@ WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "
               "seq_len": "max_length", "lora_rank": "lora_r", "optimizer": "optim",
               "gradient_checkpointing": "gradient_checkpointing", "loss": "use_liger_kernel"}
 
+#: SFTConfig and ModelConfig keys with no memory effect; then the TrainingArguments ones (hf_common).
 IGNORED = [
-    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
-    ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
-    ("eval_*", "evaluation"), ("per_device_eval_batch_size", "evaluation"), ("do_eval", "evaluation"), ("do_train", "mode"),
-    ("load_best_model_at_end", "evaluation"), ("metric_for_best_model", "evaluation"), ("push_to_hub", "upload"),
-    ("hub_*", "upload"), ("learning_rate", "schedule"), ("lr_scheduler_*", "schedule"), ("warmup_*", "schedule"),
-    ("num_train_epochs", "schedule"), ("max_steps", "schedule"), ("weight_decay", "optimizer hyperparameter"),
-    ("adam_*", "optimizer hyperparameter"), ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
-    ("seed", "randomness"), ("data_seed", "randomness"), ("dataset_*", "data"), ("dataloader_*", "data loading"),
-    ("remove_unused_columns", "data"), ("completion_only_loss", "which tokens carry loss"),
+    ("dataset_*", "data"), ("completion_only_loss", "which tokens carry loss"),
     ("assistant_only_loss", "which tokens carry loss"), ("chat_template_path", "data"), ("eos_token", "tokenizer"),
-    ("pad_token", "tokenizer"), ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
-    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("model_revision", "download"),
-    ("trust_remote_code", "loading"), ("lora_task_type", "adapter head type"), ("packing_strategy", "data layout"),
-    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
+    ("pad_token", "tokenizer"), ("model_revision", "download"), ("trust_remote_code", "loading"),
+    ("lora_task_type", "adapter head type"), ("packing_strategy", "data layout"),
+    *hf.TRAINING_ARGS_IGNORED,
 ]
 
 
