@@ -26,6 +26,9 @@ HF_OPTIMIZER_NAMES: dict[str, str] = {
     "sgd": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
 
+#: Where the TrainingArguments defaults the HF-Trainer readers fill in come from.
+TRAINING_ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
@@ -176,6 +179,27 @@ def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[s
             r.get(f"{prefix}.{k}")
             r.set(f"{prefix}.{k}", "parallelism", layout["parallelism"])
             r.set(f"{prefix}.{k}", "offload", layout["offload"])
+
+
+def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[str, Any], list[Entry], tuple[Path, ...]]:
+    """(layout keys, DeepSpeed entries, companion files) from a Trainer config's ``deepspeed`` JSON or
+    ``fsdp`` words and ``fsdp_config``; ``config_alone``: an ``fsdp_config`` without ``fsdp`` turns FSDP
+    on too (Axolotl). Nothing of either: ``({}, [], ())``."""
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    fsdp_cfg = r.sub("fsdp_config")
+    if ds and (fsdp or (config_alone and fsdp_cfg)):
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if ds:
+        path = resolve_path(r, "deepspeed", ds)
+        out, entries = read_deepspeed(r, "deepspeed", path)
+        return out, entries, (path,)
+    if fsdp or (config_alone and fsdp_cfg):
+        layout = fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
+        mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
+        if fsdp:
+            r.set("fsdp", "parallelism", layout["parallelism"])
+        return layout, [], ()
+    return {}, [], ()
 
 
 def launcher_gpus(r: KeyReader) -> None:

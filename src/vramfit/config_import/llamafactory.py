@@ -14,7 +14,7 @@ _R = "hiyouga/LLaMA-Factory@ff6d4d1"
 FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
 DATA_SRC = f"{_R} src/llamafactory/hparams/data_args.py"
 MODEL_SRC = f"{_R} src/llamafactory/hparams/model_args.py"
-ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+ARGS_SRC = hf.TRAINING_ARGS_SRC
 SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
 
 WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
@@ -148,21 +148,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)
-    extra, companions = [], ()
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    if ds and fsdp:
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if fsdp:
-        layout = hf.fsdp_layout(r, "fsdp", fsdp, r.sub("fsdp_config"))
-        hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), layout)
-        r.set("fsdp", "parallelism", layout["parallelism"])
-        r.out.update(layout)
-        hf.launcher_gpus(r)
-    if ds:
-        p = hf.resolve_path(r, "deepspeed", ds)
-        out, extra = hf.read_deepspeed(r, "deepspeed", p)
-        r.out.update(out)
-        companions = (p,)
+    layout, extra, companions = hf.trainer_parallelism(r)
+    r.out.update(layout)
+    if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

@@ -11,7 +11,7 @@ from vramfit.config_import.report import Imported, KeyReader
 
 SFT_SRC = "trl 1.16.0 trl/trainer/sft_config.py"
 MODEL_SRC = "trl 1.16.0 trl/trainer/model_config.py"
-ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+ARGS_SRC = hf.TRAINING_ARGS_SRC
 #: PEFT's per-architecture default targets for Llama-style decoders when target_modules is None.
 PEFT_TARGETS_SRC = "peft 0.21.2 src/peft/utils/constants.py (llama: q_proj, v_proj)"
 SOURCE = f"{SFT_SRC}; {MODEL_SRC}; {ARGS_SRC}"
@@ -117,22 +117,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _model(r)
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    fsdp_cfg = r.sub("fsdp_config")
-    extra, companions = [], ()
-    if ds and fsdp:
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if ds:
-        p = hf.resolve_path(r, "deepspeed", ds)
-        out, extra = hf.read_deepspeed(r, "deepspeed", p)
-        r.out.update(out)
-        companions = (p,)
-    elif fsdp:
-        layout = hf.fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
-        hf.mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
-        r.set("fsdp", "parallelism", layout["parallelism"])
-        r.out.update(layout)
-    if ds or fsdp:
+    layout, extra, companions = hf.trainer_parallelism(r)
+    r.out.update(layout)
+    if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
     keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else WRITE_KEYS
