@@ -33,7 +33,8 @@ def plan_rows() -> dict:
     l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
     # (issue 13: ZeRO-3 now keeps stage3_max_live_parameters gathered, so the planner no longer offers Mistral-7B
     # a ZeRO-3 + parameter-offload plan on the A10G; issue 22: the offloaded optimizer step and ZeRO-3's exposed
-    # gathers are timed, so Llama-2-7B's fastest A10G plans are plain; Llama-2-13B still needs the offload)
+    # gathers are timed, so Llama-2-7B's fastest A10G plans are plain, and ZeRO-3's saved linear inputs keep it off the
+    # no-checkpointing offload plan; Llama-2-13B still needs the offload)
     a10g = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
     small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["rtx4090"], effective_batch=8).plans
@@ -282,8 +283,9 @@ def test_every_nested_accelerate_key_is_a_launch_option(engine):
     assert len(seen) >= 2 and seen <= options, seen - options
 
 
-def test_a_stage_plan_says_its_export_runs_the_supervised_step():
+def test_a_stage_plan_exports_its_own_trl_config():
+    """Issue 15: a DPO plan's files run DPOTrainer (test_export_stages.py parses and runs them), not SFT."""
     rows = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "dpo"}, gpu_ids=["l40s"]).plans
     ex = export_plan(rows[0], "trl")
-    assert ("the plan is sized for stage dpo, but these files run the supervised step (SFTTrainer): write the "
-            "DPOConfig yourself with the same batch, length and sharding") in ex.notes
+    assert "trl.DPOConfig fields" in ex.files["train_config.yaml"] and "stage: dpo" in ex.files["train_config.yaml"]
+    assert not any("supervised step" in n for n in ex.notes)

@@ -1,8 +1,8 @@
 """How far to trust an estimate: the published measurements nearest to its path, and our errors on them.
 
 The path of a scenario is what decides which code ran (framework, method, sharding, offload,
-quantization). ``data/accuracy.json`` lists every measured row of
-``benchmarks/data/measured/public.jsonl`` with its path and our signed error; it is written by
+quantization). ``data/accuracy.json`` lists every SFT row of the measured sets in
+``benchmarks/data/measured/`` (public.jsonl, found.jsonl) with its path and our signed error; it is written by
 ``python benchmarks/accuracy.py --write-bands`` (tests/benchmarks/test_accuracy_bands.py checks it is up
 to date), so an estimate only reads a small file.
 """
