@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
+from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
-from vramfit.models.spec import Linear, ModelSpec, NormType
+from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Attention, Method, Precision, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
@@ -155,48 +156,6 @@ def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> Non
     """A norm over a (T, h) tensor whose storage is ``src_key``."""
     norm_saved(out, NormSite(blk.spec, blk.profile, blk.sc.compile, blk.T, blk.dt.compute, blk.full), key, src_key,
                src_bytes)
-
-
-@dataclass(frozen=True)
-class NormSite:
-    """What decides a residual-stream norm's saved tensors: the model, the framework, compile, tokens, the
-    compute dtype's bytes and whether its weight trains (its gradient needs the normalised tensor)."""
-
-    spec: ModelSpec
-    profile: FrameworkProfile
-    compiled: bool
-    T: int
-    compute: int
-    weight_trains: bool
-
-
-def norm_saved(out: Saved, site: NormSite, key: str, src_key: str, src_bytes: int) -> None:
-    """The tensors a norm over a (T, h) tensor stored as ``src_key`` saves for backward: a block's two norms and
-    the final norm alike (transformers v5.24.0 ``LlamaRMSNorm``: ``pow`` saves the fp32 input, ``rsqrt`` its
-    fp32 result, ``weight * hidden.to(dtype)`` the 16-bit normalised tensor when the weight trains; checked
-    with autograd's saved-tensor hooks)."""
-    T, h, c = site.T, site.spec.hidden_size, site.compute
-    layernorm = site.spec.norm_type is NormType.LAYERNORM
-    if layernorm or not site.profile.rmsnorm_upcast:
-        out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
-        out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
-        if not layernorm and site.weight_trains:
-            out.add(key + ".normed", c * T * h)
-        return
-    if site.compiled or site.profile.rmsnorm_kernel:
-        # a fused kernel (Unsloth's Triton RMSNorm, see FrameworkProfile.rmsnorm_kernel) or inductor fuses the norm into one kernel whose backward recomputes from the input and
-        # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
-        out.add(src_key, src_bytes * T * h)
-        out.add(key + ".rstd", 4 * T)
-        return
-    # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
-    if src_bytes == 4:
-        out.add(src_key, 4 * T * h)
-    else:
-        out.add(key + ".fp32_in", 4 * T * h)
-    out.add(key + ".rstd", 4 * T)
-    if site.weight_trains:
-        out.add(key + ".normed", (4 if site.spec.norm_one_plus_weight else src_bytes) * T * h)
 
 
 def _block_norms(blk: Block, out: Saved) -> str:
