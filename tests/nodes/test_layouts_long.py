@@ -28,6 +28,7 @@ def test_128k_tokens_on_four_nodes_fit_only_with_context_parallel():
     assert 32 not in without  # no tensor/pipeline/FSDP layout of 32 A100s holds 128k-token sequences
     assert p.scenario["context_parallel"] == 8 and p.scenario["tensor_parallel"] * 8 <= 8  # tp x cp in a node
     assert p.device_bytes <= p.limit_bytes
+    assert any("context parallel 8 inside each node" in n for n in p.notes)
     keys = {k: p.scenario[k] for k in ("num_gpus", "num_nodes", "parallelism", "tensor_parallel", "pipeline_parallel",
                                        "pipeline_schedule", "pipeline_virtual_stages", "micro_batch_size",
                                        "grad_accum", "gradient_checkpointing")}
