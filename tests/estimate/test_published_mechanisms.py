@@ -118,3 +118,18 @@ def test_bitsandbytes_quant_state_is_neither_sharded_nor_offloaded():
     assert single.parts.quant_state == 0  # nothing sharded: counted with the weights as before
     tune = compute(SPEC_70B, _peft_fsdp(**keys, framework="torchtune"))
     assert tune.parts.quant_state == 0  # torchao NF4Tensor shards its scalers with the data
+
+
+def test_the_output_layer_gradient_is_made_whole_in_its_compute_dtype():
+    """A sharded full fine-tune still makes the output layer's whole gradient in the dtype autograd computes it
+    (bf16 here) before FSDP reduce-scatters or offloads it; it was sized from the per-GPU shards (1 byte per
+    element at 8 GPUs). TT_README_2409-6: Llama 3.1 70B full, FSDP2 with CPU offload, 8 GPUs."""
+    spec = resolve_model("meta-llama/Llama-3.1-70B-Instruct").spec
+    sc = parse_scenario({"model": "meta-llama/Llama-3.1-70B-Instruct", "framework": "torchtune", "method": "full",
+                         "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full", "loss": "chunked",
+                         "num_gpus": 8, "parallelism": "fsdp", "offload": "optimizer+params"})
+    assert compute(spec, sc).head_grad == round_allocation(2 * 128256 * 8192)
+    mixed = parse_scenario({**sc.to_dict(), "framework": "hf", "precision": "bf16-mixed", "offload": "none"})
+    assert compute(spec, mixed).head_grad == round_allocation(2 * 128256 * 8192)  # FSDP's bf16 parameters
+    ddp = parse_scenario({**mixed.to_dict(), "parallelism": "ddp"})
+    assert compute(spec, ddp).head_grad == round_allocation(4 * 128256 * 8192)  # fp32 parameters under autocast

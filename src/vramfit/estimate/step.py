@@ -20,6 +20,7 @@ from vramfit.estimate.constants import (
 )
 from vramfit.estimate.core import (
     Parts,
+    _ds_mixed,
     autocast_copies,
     comm_buffers,
     model_state,
@@ -27,7 +28,7 @@ from vramfit.estimate.core import (
     sliding_window_masks,
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
-from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
+from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -152,6 +153,11 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
+    if sc.method is Method.FULL:
+        # the output layer's gradient as autograd makes it, whole, before any reduce-scatter or offload (the
+        # per-GPU ``parts.gradients`` are the sharded, possibly host-side copies): the dtype it is computed in
+        grad_bytes_per = sc.precision.compute_bytes if casts_params(sc, profile) or _ds_mixed(sc) else \
+            sc.precision.param_bytes
     head_grad = 0
     if lm_head_trainable and not held:
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
