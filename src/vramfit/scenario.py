@@ -29,6 +29,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Offload,
     Optimizer,
     Parallelism,
+    PipelineSchedule,
     Precision,
     Quantize,
     QuantizeExperts,
@@ -39,6 +40,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.layout_keys import LAYOUT_FIELDS, check_layout_keys
 from vramfit.limits import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ_LEN  # noqa: F401 - upper bounds that catch typos
 from vramfit.safe_input import key_label, load_data_file, shown, to_float
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
@@ -96,6 +98,11 @@ class Scenario:
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
+    tensor_parallel: int = 1  # model parallelism as torchtitan runs it (vramfit.layout_keys)
+    pipeline_parallel: int = 1
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    pipeline_virtual_stages: int = 1
+    context_parallel: int = 1
 
     @property
     def trains_adapters(self) -> bool:
@@ -117,8 +124,13 @@ class Scenario:
         return self.gpus_per_node if hybrid else self.num_gpus
 
     @property
+    def model_parallel_size(self) -> int:
+        """Ranks that share one micro-batch: tensor x pipeline x context parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    @property
     def data_parallel_size(self) -> int:
-        return self.num_gpus
+        return self.num_gpus // self.model_parallel_size
 
     @property
     def effective_batch(self) -> int:
@@ -257,6 +269,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("interconnect", CH, "Network between nodes (auto: the card's usual node, else 100 GbE); "
           "rates and sources in data/interconnects.csv.", ("Network between nodes", "Rede entre nós"),
           choices=Interconnect),
+    *LAYOUT_FIELDS(Field, CH, INT, MAX_GPUS),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -500,6 +513,7 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
             ["zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"],
         )
     _check_nodes(kw)
+    check_layout_keys(kw)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 

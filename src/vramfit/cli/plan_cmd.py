@@ -217,7 +217,7 @@ def plan_cmd(
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
     top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
     show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
-    export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, or trl (also writes train.py).", rich_help_panel=_P),
+    export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, trl (also writes train.py), or torchtitan (TOML with tensor/pipeline degrees).", rich_help_panel=_P),
     pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
     export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
     write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),

@@ -110,6 +110,10 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     gpus = _gpus_note(sc)
     if gpus:
         out.append(gpus)
+    if r.ranks:
+        from vramfit.estimate.ranks import layout_note
+
+        out.append(layout_note(sc, r.ranks))
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
@@ -118,6 +122,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
 
 def _gpus_note(sc: Scenario) -> str | None:
     """How the GPUs of the scenario are laid out (one node, several nodes, or more than a node holds)."""
+    if sc.model_parallel_size > 1:  # the layout's own note (estimate/ranks.py layout_note) says the rest
+        return f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs." if sc.num_nodes > 1 else None
     if sc.num_nodes > 1:
         return _nodes_note(sc)
     if 1 < sc.num_gpus <= GPUS_PER_NODE:
@@ -247,4 +253,5 @@ def estimate_spec(
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         accuracy=accuracy_for(sc),
+        ranks=r.ranks,
     )

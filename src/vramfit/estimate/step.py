@@ -77,6 +77,7 @@ class Step:
     lm_head_trainable: bool
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
+    ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
@@ -193,6 +194,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     from vramfit.estimate import stages
     from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
 
+    if sc.model_parallel_size > 1:
+        from vramfit.estimate.ranks import model_parallel_step
+
+        return model_parallel_step(spec, sc, card, compute)
     user_sc, sc = sc, stages.policy_scenario(sc)
     profile = scenario_profile(sc)
     if profile.untied_head_copy and spec.tie_word_embeddings:

@@ -41,7 +41,8 @@ HOST_RAM_PER_GPU = Constant(
 
 ASSUMPTIONS = (
     f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
-    "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
+    "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
+    "tensor parallel inside a node and pipeline stages across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
     "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
@@ -104,8 +105,13 @@ def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
     net = network_for(base.interconnect, g.gpu_id)
     how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
            "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
-    layout = how[c.parallelism] if c.parallelism in HYBRID else f"{c.parallelism} over all {c.num_gpus} ranks"
-    copies, where = loading_copies(c.parallelism, GPUS_PER_NODE)
+    from vramfit.plan import layouts
+
+    par, tp, pp = layouts.parse(c.parallelism)
+    layout = how[par] if par in HYBRID else f"{par} over all {c.num_gpus // (tp * pp)} ranks" if tp * pp == 1 else (
+        f"tensor parallel {tp} inside each node, {pp} pipeline stage{'s' * (pp > 1)} (1f1b), fsdp over the other "
+        f"{c.num_gpus // (tp * pp)} ranks (torchtitan)")
+    copies, where = loading_copies(par, GPUS_PER_NODE)
     load = f"; loading needs {copies * 2 * num_params / GB:,.0f} GB of host RAM on {where} (16-bit checkpoint)"
     return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}" + load
 
@@ -297,7 +303,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
     return Plan(
-        gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=per // mb,
+        gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=sc.grad_accum,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
         allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,

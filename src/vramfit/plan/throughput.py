@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
+from vramfit.plan import layouts
 from vramfit.plan.kernels import CardSpeed
 from vramfit.plan.traffic import comm_bytes, split_nodes, zero3_exposed_share, zero3_gather_bytes
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
@@ -65,7 +66,9 @@ class ModelFlops:
     block_input_elems_per_token: int = 0  # layers x hidden: what activation offload moves per token
     num_layers: int = 0
     elem_bytes_per_token_fwd: int = 0  # memory-bound (elementwise) traffic of one forward, all layers + loss
-    hidden_size: int = 0  # sizes DeepSpeed's "auto" prefetch bucket (:func:`zero3_exposed_share`)
+    hidden_size: int = 0  # what tensor/pipeline parallel send per token (plan/layouts.py); sizes DeepSpeed's
+    # "auto" prefetch bucket (:func:`zero3_exposed_share`)
+    kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -84,7 +87,8 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
     attn += 4 * seq_len * d_attn * max(0, spec.num_hidden_layers - len(types))
     quant = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears)
     return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size,
-                      spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size)
+                      spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size,
+                      spec.num_key_value_heads * (spec.head_dim + spec.v_dim))
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -153,6 +157,11 @@ class Work:
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
     exposed_peer_bytes: float = 0.0  # part of peer_bytes no prefetch hides (ZeRO-3 gathers past its bucket)
     exposed_net_bytes: float = 0.0  # the same of net_bytes
+    # tensor/pipeline parallel (plan/layouts.py): on the critical path, not overlapped
+    tp_bytes: float = 0.0  # tensor-parallel collectives per GPU per step, over the node's GPU-to-GPU link
+    bubble: float = 0.0  # pipeline bubble as a fraction of the compute time
+    pp_bytes: float = 0.0  # pipeline sends per GPU per step (the network when stages are on other nodes)
+    pp_net: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,10 @@ class Speed:
 
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     """The card-independent work of one optimizer step of ``sc`` per GPU."""
+    if sc.model_parallel_size > 1:
+        from vramfit.plan.layouts import model_parallel_work
+
+        return model_parallel_work(sc, mf, trainable_params, step_work)
     lora = 0 if sc.method is Method.FULL else trainable_params
     model = train_flops_per_token(mf, sc.method, lora)
     hw = model + recompute_flops_per_token(mf, sc.gradient_checkpointing, lora)
@@ -277,13 +290,13 @@ def step_time(
     if card is not None:
         return mechanism_step_time(w, card, net, paged_bytes)
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
-    compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
+    compute = w.flops / (peak_tflops * 1e12 * mfu) * (1 + w.bubble) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
     host = (w.host_bytes + 2 * paged_bytes) / (host_gbs * 1e9)
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
     across, waits, exposed = _net_seconds(w, net)
     comm += across
-    step = max(compute, comm - waits, stream) + host + exposed
+    step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
@@ -335,7 +348,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
     mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
     dequant = w.n_micro * (gptq + nf4)
-    compute = w.n_micro * mb + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
+    compute = w.n_micro * mb * (1 + w.bubble) + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
     host = (w.host_bytes + 2 * paged_bytes) / c.host_bytes
     if w.opt_on_host:
@@ -348,6 +361,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
         step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
     else:
         step = max(compute, stream) + comm - net_waits + host + exposed
+    step += layouts.blocking_seconds(w, c.peer_bytes, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
