@@ -259,7 +259,8 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; unsloth: "
+          "unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),

@@ -104,10 +104,16 @@ def test_the_simulator_refuses_what_it_cannot_run():
     from vramfit.sim.build import _check_supported
 
     for refuse in (_check_supported, check_measurable):
-        for key, value in (("framework", "unsloth"), ("framework", "torchtitan"), ("gradient_checkpointing", "selective-op")):
+        for key, value in (("framework", "unsloth"), ("gradient_checkpointing", "selective-op")):
             with pytest.raises(ScenarioError) as err:
                 refuse(parse_scenario({"model": MODEL, key: value}))
             assert err.value.key == key
+    with pytest.raises(ScenarioError) as err:  # the simulator runs torchtitan's full fine-tuning (tests/sim/test_sim_titan.py)
+        _check_supported(parse_scenario({"model": MODEL, "framework": "torchtitan", "method": "lora"}))
+    assert err.value.key == "method"
+    with pytest.raises(ScenarioError) as err:  # ... which vramfit measure does not run
+        check_measurable(parse_scenario({"model": MODEL, "framework": "torchtitan"}))
+    assert err.value.key == "framework"
 
 
 def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():

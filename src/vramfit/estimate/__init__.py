@@ -19,6 +19,7 @@ from vramfit.estimate.result import (
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.estimate.unsloth import replays_step
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -209,7 +210,8 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
+    tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
@@ -231,6 +233,7 @@ def estimate_spec(
         Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
         Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
         Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
+        Component("rope_cache", 0, P.PERSISTENT, A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
         Component("allocator_overhead", reserved - allocated, P.PROCESS, R, "caching allocator: reserved but not allocated"),
         Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),

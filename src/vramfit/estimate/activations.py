@@ -376,6 +376,10 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
         # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
         mlp = c * tokens * width
+        if profile.lora_product_temporary:
+            # matmul_lora's `out += (X @ A) @ (s * B)` adds a second (T, I) tensor while DW is built
+            # (unsloth@0e0d8fc kernels/utils.py, see FrameworkProfile.lora_product_temporary)
+            mlp = 2 * c * tokens * width
     if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
         # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),

@@ -122,7 +122,18 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", OPT, step.opt_temp)
 
 
-CONTRIBUTORS: tuple[Contributor, ...] = (model_state, gradients, activations, logits_loss, communication, temporaries)
+def framework_buffers(step: Step) -> Iterator[Contribution]:
+    """Buffers a framework keeps beside the model state from the first step on: Unsloth 2024.12's
+    per-layer RoPE cos/sin caches (:func:`vramfit.estimate.unsloth.rope_cache_bytes`)."""
+    from vramfit.estimate.unsloth import rope_cache_bytes
+
+    rope = rope_cache_bytes(step.spec, step.sc, step.profile)
+    for phase in _ALL:
+        yield Contribution("rope_cache", phase, rope)
+
+
+CONTRIBUTORS: tuple[Contributor, ...] = (
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

@@ -33,6 +33,14 @@ class LossLayout(str, Enum):
     # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
     # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
     UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+    # unsloth@0e0d8fc (2024.12.3) models/llama.py CausalLM forward: unsloth_zoo@bb133c7 loss_utils
+    # fused_linear_cross_entropy -> Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py): no logits;
+    # its backward allocates zeros_like for the hidden states and for the whole lm_head weight (estimate/loss.py)
+    APPLE_CCE = "apple-cce"
+    # transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`, then
+    # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
+    # PR #35646, merged 2025-01-13, "to reduce memory overhead")
+    HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,18 @@ class FrameworkProfile:
     # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
     # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
     offload_ckpt_block_tensors: int = 2
+    # LoRA matmuls add the adapter product out of place, an output-sized temporary: unsloth@0e0d8fc
+    # kernels/utils.py matmul_lora `out += (X @ A.to(dtype)) @ (s * B.to(dtype))` (in place, `out.addmm_`, since
+    # unsloth@4f16602), so LoRA_MLP.backward's DW = matmul_lora(dY, downW.t(), ...) holds two (T, I) tensors
+    lora_product_temporary: bool = False
+    # every attention layer owns a RoPE cos/sin cache in the compute dtype that grows with the sequence
+    # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
+    # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
+    rope_cache_per_layer: bool = False
+    # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
+    # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
+    # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
+    step_allocation_order: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -212,6 +232,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
                 "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
                 (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+            ),
+            FrameworkVersion(
+                "transformers-4.47",
+                "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -313,32 +339,10 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     version="torchtitan@9dec370",
 )
-PROFILES[Framework.UNSLOTH] = FrameworkProfile(
-    name="unsloth",
-    # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
-    # unsloth_zoo prepare_model_for_training(train_layernorms=False, train_embedding=False,
-    # train_lm_head=False, float32_mixed_precision=True): the trainable LoRA A/B become fp32, the
-    # only fp32 tensors (norms, embeddings, lm_head stay in the load dtype)
-    adapters_fp32=True,
-    lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
-    lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
-    fused_qkv_lora=False,
-    rmsnorm_upcast=True,
-    expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
-    # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
-    qlora_unquantized_fp32=False,
-    qlora_saves_input=False,
-    qlora_quantizes_lm_head=False,
-    standard_loss=LossLayout.UNSLOTH_FUSED_CE,
-    torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
-    rmsnorm_kernel=True,
-    lora_fused_autograd=True,
-    offload_ckpt_block_tensors=5,
-    # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
-    default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
-                       (Method.QLORA, Precision.BF16_TRUE)),
-    version="unsloth@015bdef",
-)
+# the Unsloth profile and its 2024.12 release live in estimate/unsloth.py (imported here, after the classes it uses)
+from vramfit.estimate.unsloth import UNSLOTH_PROFILE  # noqa: E402
+
+PROFILES[Framework.UNSLOTH] = UNSLOTH_PROFILE
 
 
 def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:

@@ -108,6 +108,8 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         # ("target_gb ... default detects VRAM left"), so it never sets the peak on its own.
         grad_in = sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * spec.hidden_size
         return LossMemory(grad_in, grad_in, grad_in, "Unsloth fused CE (no logits, chunk sized to free VRAM)")
+    if style is LossLayout.APPLE_CCE:
+        return _apple_cce(spec, sc)
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved
@@ -131,6 +133,13 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
+    if style is LossLayout.HF_UPCAST_SHIFTED_IN_LOSS:
+        # transformers 4.46-4.48 ForCausalLMLoss: the model's 16-bit logits, their fp32 copy and the shifted
+        # .contiguous() fp32 copy are all alive while cross_entropy's log_softmax writes (and saves) its fp32 output;
+        # backward as below (the slice's backward scatters into a fresh fp32 buffer after the two gradients die)
+        saved = 4 * TV
+        return LossMemory(saved, lb * TV + up * TV + 4 * TV + saved, saved + 4 * TV + 4 * TV,
+                          "model-dtype logits, fp32 upcast and shifted fp32 copy in ForCausalLMLoss (transformers 4.46-4.48)")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
@@ -139,3 +148,22 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     fwd = lb * TV + up * TV + 4 * TV
     bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
     return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")
+
+
+def _apple_cce(spec: ModelSpec, sc: Scenario) -> LossMemory:
+    """Apple's Cut Cross-Entropy as Unsloth 2024.12 calls it (unsloth_zoo@bb133c7 loss_utils.fused_linear_cross_entropy,
+    shift=True, filter_eps="auto"); apple/ml-cross-entropy@1f3ebdb:
+
+    - forward (cce.py LinearCrossEntropyFunction): no logits; ``save_for_backward(e, c, lse, targets, valids,
+      logit_avg)``: the final norm's (T, h) output, the fp32 log-sum-exp per token, the valid positions
+      (utils.py _build_flat_valids: int32 indices summed to int64) and a (V,) fp32 logit average;
+      indexed_neg_dot adds a (T,) fp32 tensor while the loss is formed;
+    - backward (cce_backward.py cce_backward_kernel): ``de = torch.zeros_like(e)`` and ``dc = torch.zeros_like(c)``:
+      a gradient buffer the size of the whole lm_head weight, allocated even though the head is frozen."""
+    T = sc.micro_batch_size * sc.seq_len
+    c = sc.precision.compute_bytes
+    V = vocab_rows(spec)
+    saved = c * T * spec.hidden_size + 4 * T + 8 * T + 4 * V
+    de, dc = c * T * spec.hidden_size, c * V * spec.hidden_size
+    return LossMemory(saved, saved + 4 * T, saved + de + dc,
+                      "Apple Cut Cross-Entropy (no logits; its backward allocates the lm_head-sized dc)")

@@ -163,6 +163,12 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and not held:
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    from vramfit.estimate.unsloth import replays_step
+
+    if layer_grads and replays_step(spec, sc, profile):
+        # the replayed offloaded step frees nothing as backward proceeds (its block inputs are on the host), so its
+        # high point is the last block's backward, with every other block's gradients made (estimate/unsloth.py)
+        layer_grads = parts.gradients
     return held, head_grad, layer_grads
 
 
