@@ -88,6 +88,8 @@ class Scenario:
     kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
     # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
     framework_version: str | None = None
+    # a custom loop keeps `output = model(...)` (its logits) until after optimizer.step() (estimate/loss.py)
+    keeps_outputs: bool = False
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -259,8 +261,11 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; unsloth: "
-          "unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; "
+          "unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+    Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
+          "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
+          "the torchtune, lit-gpt and torchtitan recipes drop it.", ("Loop keeps the outputs", "O loop mantém as saídas")),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),

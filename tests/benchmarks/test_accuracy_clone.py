@@ -37,4 +37,8 @@ def test_accuracy_benchmark_runs_from_a_clean_clone(tmp_path):
     # the 75 rows with an exact sequence length (56 of public.jsonl, 19 of found.jsonl), as the README's table says
     assert summary["ALL"]["n"] == sum(1 for r in rows if r["seq_exact"]) == 75
     assert summary["LIT_RES"]["median_abs"] < 0.05 and summary["ALL"]["median_abs"] < 0.06
-    assert summary["ALL"]["p90_abs"] < 0.20
+    # the clone reproduces the figures of the working tree exactly (the README and docs tables are generated
+    # from them and checked by tests/test_docs_examples.py)
+    here = subprocess.run([sys.executable, str(ROOT / "benchmarks/accuracy.py"), "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert report == json.loads(here.stdout)

@@ -148,13 +148,15 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     other = 0 if loss_only else 1
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
+    kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
     saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - r.loss.saved, unit))
+    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
     free(auto)
-    grad = alloc(r.loss.backward_peak - r.loss.saved, unit)
+    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
     free(saved)
     free(grad)
     free(alloc(other * r.dequant))
+    free(kept)
     return ev
 
 

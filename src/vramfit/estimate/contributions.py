@@ -95,9 +95,14 @@ def activations(step: Step) -> Iterator[Contribution]:
 
 
 def logits_loss(step: Step) -> Iterator[Contribution]:
+    """The loss's tensors; logits a loop keeps (``loss.kept``) stay through backward and the optimizer step."""
+    kept = step.loss.kept
     yield Contribution("logits_loss", F, step.loss.forward_peak)
     yield Contribution("logits_loss", BL, step.loss.backward_peak)
-    yield Contribution("logits_loss", BE, step.loss.held)
+    yield Contribution("logits_loss", BB, kept)
+    yield Contribution("logits_loss", BE, step.loss.held + kept)
+    yield Contribution("logits_loss", BT, kept)
+    yield Contribution("logits_loss", OPT, kept)
 
 
 def communication(step: Step) -> Iterator[Contribution]:

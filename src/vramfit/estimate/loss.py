@@ -7,7 +7,7 @@ of the block activations. V = vocabulary rows of the output layer, T = tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
@@ -22,6 +22,7 @@ class LossMemory:
     backward_peak: int  # extra at the high point of the loss backward (saved included)
     detail: str
     held: int = 0  # still alive at the end of backward (logits the training loop keeps referenced)
+    kept: int = 0  # the model's returned logits, kept by the loop through backward and the optimizer step
 
 
 def vocab_rows(spec: ModelSpec) -> int:
@@ -46,6 +47,29 @@ def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
 
 
 def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
+    """The loss's figures (:func:`step_loss`), plus the logits a loop that ``keeps_outputs`` holds on to."""
+    m = step_loss(spec, sc, profile)
+    kept = returned_logits_bytes(spec, sc, profile) if sc.keeps_outputs and not m.held else 0
+    if not kept:
+        return m
+    # e.g. AnswerDotAI/fsdp_qlora@4cd6923 train.py: `output = model(...)` (l. 841) is set to None only after
+    # optimizer.step() (l. 894), so output.logits outlives the loss backward, every block's backward and the step
+    return replace(m, backward_peak=m.backward_peak + kept, kept=kept,
+                   detail=m.detail + "; the loop keeps the returned logits until after the optimizer step")
+
+
+def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the logits the model returns: fp32 where the model upcasts them (transformers < 4.45
+    ``logits.float()``, torchtune ``self.output(h).float()``), else the logits dtype; none with a fused loss
+    (no logits exist) or Unsloth's fused cross-entropy."""
+    if sc.loss is Loss.FUSED or profile.standard_loss is LossLayout.UNSLOTH_FUSED_CE:
+        return 0
+    upcast = sc.loss is Loss.STANDARD and profile.standard_loss in (LossLayout.HF_UPCAST_IN_MODEL,
+                                                                    LossLayout.TORCHTUNE_UPCAST_IN_MODEL)
+    return (4 if upcast else logits_bytes_per_element(sc, profile)) * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
+
+
+def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
     T = sc.micro_batch_size * sc.seq_len
     V = vocab_rows(spec)
     TV = T * V

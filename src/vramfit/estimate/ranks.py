@@ -182,7 +182,8 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
                     temporaries=max(round(step.block_transient * _tp_ratio(step, t) / c) + ring, round(step.opt_temp * frac)))
     loss = step.loss
     loss = LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
-                      loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c)) if last else \
+                      loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c),
+                      loss.kept // (t * c)) if last else \
         LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
     out = replace(step, sc=sc, parts=parts, acts=acts, loss=loss, autocast_forward=round(step.autocast_forward * frac),
                   block_transient=round(step.block_transient * _tp_ratio(step, t) / c) + ring,
