@@ -171,7 +171,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     hpz = sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
     ds_mixed = _ds_mixed(sc)
-    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)
+    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     trainable = _base_state(p, spec, sc, profile, shd)
     ab = adapter_bytes(profile, sc.precision)
     for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers):

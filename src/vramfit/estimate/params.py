@@ -49,12 +49,17 @@ class Adapter:
     per_layer: int  # instances per decoder block (experts); 0 for lm_head/embed_tokens (once per model)
     slices: int = 1  # lit-gpt stacks the A matrices of k enabled q/k/v slices: A is (k*r, in)
     layers: int = 0  # decoder layers holding the adapted linear (0 = every layer; Linear.layers)
+    # a PEFT ParamWrapper on a fused 3-D expert parameter (ModelSpec.peft_moe_names): the update
+    # is folded into the weight, the slices' ranks stack in both A and B (peft v0.21.2
+    # tuners/lora/layer.py ParamWrapper.update_layer: lora_A (in, r*E), lora_B (r*E, out))
+    param_wrapper: bool = False
 
     def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ParamTensor]:
         count = self.per_layer * (self.layers or layers) if self.per_layer else 1
+        b_rank = rank * self.slices if self.param_wrapper else rank
         return (
             ParamTensor(f"{self.target}.lora_A", (rank * self.slices, self.in_features), count, "lora_A"),
-            ParamTensor(f"{self.target}.lora_B", (self.out_features, rank), count, "lora_B"),
+            ParamTensor(f"{self.target}.lora_B", (self.out_features, b_rank), count, "lora_B"),
         )
 
 
@@ -103,12 +108,15 @@ def valid_target_names(spec: ModelSpec) -> list[str]:
     return list(dict.fromkeys(names + ["lm_head", "embed_tokens", ALL_LINEAR]))
 
 
-def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool) -> list[Adapter]:
+def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool,
+                     fused_experts: bool = False) -> list[Adapter]:
     """The adapters a scenario's ``lora_targets`` put on this model (empty for full fine-tuning).
 
     ``all-linear`` = every linear in the decoder blocks except the MoE router, not ``lm_head``
     (peft ``INCLUDE_LINEAR_LAYERS_SHORTHAND``). Llama-style names select slices of fused projections
-    (``q_proj`` on GPT-NeoX ``query_key_value``), as lit-gpt's LoRAQKVLinear does.
+    (``q_proj`` on GPT-NeoX ``query_key_value``), as lit-gpt's LoRAQKVLinear does. ``fused_experts``:
+    the experts are transformers 5's 3-D parameters, which ``all-linear`` reaches only through PEFT's
+    conversion (:func:`_all_linear_moe`).
     """
     if scenario.method is Method.FULL:
         return []
@@ -121,6 +129,10 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool)
         adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count, layers=lin.layers))
 
     for lin in spec.block_linears:
+        if ALL_LINEAR in targets and fused_experts and (
+                lin.group in ("expert", "router") or lin.name in spec.peft_moe_names):
+            adapters.extend(_all_linear_moe(spec, lin))
+            continue
         if ALL_LINEAR in targets and lin.group != "router":
             add(lin)
             continue
@@ -162,6 +174,26 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool)
     if not adapters:
         raise ScenarioError("lora_targets", "selects no layer of this model", valid_target_names(spec))
     return adapters
+
+
+def _all_linear_moe(spec: ModelSpec, lin: Linear) -> list[Adapter]:
+    """``all-linear`` on a transformers-5 expert or router linear, as PEFT v0.21.2 resolves it
+    (utils/transformers_weight_conversion.py _convert_peft_config_moe): where the family is converted
+    (``spec.peft_moe_names``) the router weight gets a rank-r wrapper, the fused gate/up a rank-2r
+    one and down_proj a rank-r one, per expert; elsewhere the fused experts and the router (not
+    nn.Linear in transformers 5) get nothing, and so do the linears whose names PEFT moved to the
+    experts (DeepSeek's shared experts and dense MLPs: gate_proj, up_proj, down_proj)."""
+    if not spec.peft_moe_names or lin.group not in ("expert", "router"):
+        return []
+    if lin.group == "router":
+        return [Adapter(lin.name, lin.in_features, lin.out_features, 1, layers=lin.layers, param_wrapper=True)]
+    if lin.out_features == spec.hidden_size:  # down_proj
+        return [Adapter(lin.name, lin.in_features, lin.out_features, lin.count, layers=lin.layers, param_wrapper=True)]
+    ups = [x for x in spec.block_linears if x.group == "expert" and x.out_features != spec.hidden_size]
+    if lin is not ups[0]:
+        return []  # gate and up held apart in the spec (w1, w3) are one gate_up_proj parameter
+    out = sum(x.out_features for x in ups)
+    return [Adapter(lin.name, lin.in_features, out, lin.count, slices=2, layers=lin.layers, param_wrapper=True)]
 
 
 def adapter_tensors(adapters: list[Adapter], rank: int, layers: int) -> list[ParamTensor]:

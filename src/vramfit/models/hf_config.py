@@ -201,6 +201,9 @@ def _embeddings(vocab: int, hidden: int, tie: bool, lm_head_bias: bool = False) 
 
 
 # ------------------------------------------------------------------ Llama-style decoders
+#: peft v0.21.2 utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING["qwen2_moe"] (the
+#: names moved to target_parameters; ModelSpec.peft_moe_names)
+PEFT_QWEN2_MOE_NAMES = ("gate", "gate_proj", "up_proj", "down_proj")
 def _moe_layout(c: _Cfg, layers: int) -> bool:
     """Whether every layer of a Qwen3-MoE style config is sparse (True) or every one dense."""
     experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
@@ -240,7 +243,7 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
     if mt == "mixtral":
         experts = c.int("num_local_experts")
         moe = {"num_experts": experts, "num_experts_per_tok": c.int("num_experts_per_tok"),
-               "moe_intermediate_size": inter}
+               "moe_intermediate_size": inter, "peft_moe_names": ("gate", "w1", "w3", "w2")}
         return [Linear("gate", hidden, experts, False, "router"),
                 Linear("w1", hidden, inter, False, "expert", experts),
                 Linear("w3", hidden, inter, False, "expert", experts),
@@ -249,7 +252,8 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
         moe_inter = c.int("moe_intermediate_size")
-        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter}
+        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter,
+               "peft_moe_names": PEFT_QWEN2_MOE_NAMES}
         return [Linear("gate", hidden, experts, False, "router"),
                 Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
                 Linear("up_proj", hidden, moe_inter, False, "expert", experts),

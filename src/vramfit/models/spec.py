@@ -144,6 +144,17 @@ class ModelSpec:
     # a learned per-head sink logit joins the softmax (gpt-oss, transformers v5.24.0
     # models/gpt_oss/modeling_gpt_oss.py eager_attention_forward: cat([scores, sinks]) then softmax)
     attention_sinks: bool = False
+    # the transformers-v4 module names PEFT moves from ``all-linear`` to ``target_parameters`` for this
+    # family: peft v0.21.2 utils/transformers_weight_conversion.py _convert_peft_config_moe, for the model
+    # types whose conversion pattern is mixtral (gate, w1, w3, w2) or qwen2_moe (gate, gate_proj, up_proj,
+    # down_proj). The fused 3-D experts then get ParamWrappers (gate_up_proj at rank 2r, down_proj) and
+    # the router weight one; modules still bearing those names (shared experts, dense MLPs) keep no
+    # adapter. Empty: all-linear leaves fused experts and non-Linear routers alone (gpt-oss, Llama 4).
+    peft_moe_names: tuple[str, ...] = ()
+    # the router runs in fp32 on an fp32 copy of its input, kept when its weight needs a gradient
+    # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
+    # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
+    router_fp32: bool = False
     # vision tower + multimodal projector parameters of a vision-language checkpoint (counted in
     # num_params; their weights are held, their activations are not walked)
     vision_params: int = 0
