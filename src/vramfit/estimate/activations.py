@@ -114,7 +114,7 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
     # the walk is of the MoE block: adapters only on the dense layers' MLP (DeepSeek-V3's first
     # layers, group "dense_mlp") are not in it
     walked = {(x.name, x.in_features, x.out_features) for x in spec.block_linears if x.group != "dense_mlp"}
-    per_layer = [ad for ad in adapters if ad.per_layer and not ad.param_wrapper and (
+    per_layer = [ad for ad in adapters if ad.per_layer and not ad.param_wrapper and not ad.vision and (
         not ad.layers or (ad.target, ad.in_features, ad.out_features) in walked)]
     n_adapters: dict[tuple[str, int], int] = {}
     for ad in per_layer:

@@ -34,6 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
+from vramfit.estimate.vision import trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -106,8 +107,9 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     pb = sc.precision.param_bytes
     sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []
+    frozen_tower = not trains_vision(sc, profile)
     for t in base_tensors(spec):
-        if sc.method is Method.FULL:
+        if sc.method is Method.FULL and not (t.kind == "vision" and frozen_tower):
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4
             elif sc.precision.mixed:  # torch AMP: the fp32 parameters are the master copy
@@ -172,6 +174,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
     ds_mixed = _ds_mixed(sc)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
+    adapters += vision_adapters(spec, sc, profile)
     trainable = _base_state(p, spec, sc, profile, shd)
     ab = adapter_bytes(profile, sc.precision)
     for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers):

@@ -53,6 +53,7 @@ class Adapter:
     # is folded into the weight, the slices' ranks stack in both A and B (peft v0.21.2
     # tuners/lora/layer.py ParamWrapper.update_layer: lora_A (in, r*E), lora_B (r*E, out))
     param_wrapper: bool = False
+    vision: bool = False  # on a vision-tower block linear (estimate/vision.py); layers = the tower's depth
 
     def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ParamTensor]:
         count = self.per_layer * (self.layers or layers) if self.per_layer else 1
@@ -140,22 +141,7 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool,
             add(lin)
             used.add(lin.name)
             continue
-        slices = []
-        if lin.name == spec.fused_qkv:
-            slices = [n for n in _QKV_NAMES if n in targets]
-        elif lin.name == spec.fused_gate_up:
-            slices = [n for n in _GATE_UP_NAMES if n in targets]
-        if slices:
-            used.update(slices)
-            if lin.name == spec.fused_gate_up:
-                sizes = [lin.out_features // 2] * len(slices)
-            else:
-                sizes = [_slice_out(spec, n) for n in slices]
-            if fuse_qkv_slices:
-                adapters.append(Adapter(lin.name, lin.in_features, sum(sizes), lin.count, len(slices)))
-            else:
-                for size in sizes:
-                    adapters.append(Adapter(lin.name, lin.in_features, size, lin.count))
+        adapters.extend(_slice_adapters(spec, lin, targets, used, fuse_qkv_slices))
     h = spec.hidden_size
     if "lm_head" in targets:
         vocab = (spec.lm_head_params or spec.embedding_params) // h
@@ -174,6 +160,26 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool,
     if not adapters:
         raise ScenarioError("lora_targets", "selects no layer of this model", valid_target_names(spec))
     return adapters
+
+
+def _slice_adapters(spec: ModelSpec, lin: Linear, targets: set[str], used: set[str], fuse: bool) -> list[Adapter]:
+    """Llama-style names on a fused projection: adapters on its q/k/v or gate/up slices (lit-gpt's
+    LoRAQKVLinear; ``fuse`` = one adapter for all slices); marks the names used."""
+    slices = []
+    if lin.name == spec.fused_qkv:
+        slices = [n for n in _QKV_NAMES if n in targets]
+    elif lin.name == spec.fused_gate_up:
+        slices = [n for n in _GATE_UP_NAMES if n in targets]
+    if not slices:
+        return []
+    used.update(slices)
+    if lin.name == spec.fused_gate_up:
+        sizes = [lin.out_features // 2] * len(slices)
+    else:
+        sizes = [_slice_out(spec, n) for n in slices]
+    if fuse:
+        return [Adapter(lin.name, lin.in_features, sum(sizes), lin.count, len(slices))]
+    return [Adapter(lin.name, lin.in_features, size, lin.count) for size in sizes]
 
 
 def _all_linear_moe(spec: ModelSpec, lin: Linear) -> list[Adapter]:

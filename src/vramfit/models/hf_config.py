@@ -26,7 +26,7 @@ _LLAMA_LIKE = {
     "phi3": False,
 }
 # families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
-_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "qwen2_5_vl")
+_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )
@@ -137,9 +137,10 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         spec.extra["text_config_of"] = "gemma3"
         vision = config.get("vision_config")
         if isinstance(vision, Mapping):  # the multimodal checkpoint carries its SigLIP tower
-            from vramfit.models.hf_vlm import gemma3_vision_params
+            from vramfit.models.hf_vlm import gemma3_vision_params, gemma3_vision_tower
 
-            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
+            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size),
+                           vision=gemma3_vision_tower(config))
         return check_spec(spec)
     builder = _builders().get(model_type)
     if builder is None:  # any other decoder transformers ships, read from its real modules

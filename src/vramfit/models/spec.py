@@ -65,6 +65,16 @@ class Linear:
 
 
 @dataclass(frozen=True)
+class VisionTower:
+    """A vision-language model's vision tower as the estimator walks it: one encoder block
+    (``block``, a :class:`ModelSpec` with no embeddings or head, ``num_hidden_layers`` = depth) and
+    the config fields its processor's token rule reads (``vramfit.models.vlm_tokens``)."""
+
+    block: ModelSpec
+    image_config: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer, enough to count every parameter exactly.
 
@@ -158,6 +168,9 @@ class ModelSpec:
     # vision tower + multimodal projector parameters of a vision-language checkpoint (counted in
     # num_params; their weights are held, their activations are not walked)
     vision_params: int = 0
+    # the vision tower's block and image-token rule (hf_vlm.py), where the reader knows them; None: the
+    # tower's weights are held, its activations not modelled
+    vision: VisionTower | None = field(default=None, compare=False, hash=False)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
