@@ -85,13 +85,40 @@ def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
             out.append(ParamTensor("block_norms", (n,), L, "norm"))
     if spec.final_norm_params:
         out.append(ParamTensor("final_norm", (spec.final_norm_params,), 1, "norm"))
-    if spec.vision_params:  # vision tower + projector, held as one block of 16-bit weights
-        out.append(ParamTensor("vision_tower", (spec.vision_params,), 1, "vision"))
+    if spec.vision_params:
+        out.extend(vision_tensors(spec))
     if spec.lm_head_params:
         rows, rest = divmod(spec.lm_head_params, h)
         out.append(ParamTensor("lm_head", (rows, h), 1, "lm_head"))
         if rest:
             out.append(ParamTensor("lm_head.bias", (rest,), 1, "bias"))
+    return out
+
+
+def vision_tensors(spec: ModelSpec) -> list[ParamTensor]:
+    """The vision tower and projector: their nn.Linear weights (kind ``vision_linear``, which a
+    bitsandbytes base quantizes like the language model's: transformers v5.24.0
+    quantizers/base.py get_keys_to_not_convert spares only the output layer and tied weights) and
+    the rest in one tensor (``vision``); the layers past the projector's feature layer apart
+    (``vision_unused*``: they never get a gradient). Without a walked tower: one ``vision`` tensor."""
+    tower = spec.vision
+    if tower is None:
+        return [ParamTensor("vision_tower", (spec.vision_params,), 1, "vision")]
+    block, unused = tower.block, tower.unused_layers
+    out, linear = [], 0
+    for lin in block.block_linears:
+        shape = (lin.out_features, lin.in_features)
+        out.append(ParamTensor(f"vision.{lin.name}", shape, block.num_hidden_layers - unused, "vision_linear"))
+        if unused:
+            out.append(ParamTensor(f"vision.{lin.name}.unused", shape, unused, "vision_unused_linear"))
+        linear += lin.weight_params * block.num_hidden_layers
+    for lin in tower.projector:
+        out.append(ParamTensor(f"vision.{lin.name}", (lin.out_features, lin.in_features), 1, "vision_linear"))
+        linear += lin.weight_params
+    unused_rest = tower.unused_params - unused * sum(x.weight_params for x in block.block_linears)
+    out.append(ParamTensor("vision_tower", (spec.vision_params - linear - unused_rest,), 1, "vision"))
+    if unused_rest:
+        out.append(ParamTensor("vision_unused", (unused_rest,), 1, "vision_unused"))
     return out
 
 

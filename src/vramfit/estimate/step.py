@@ -49,6 +49,8 @@ class Activations:
     outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
     masks: int  # sliding-window SDPA biases
     host: int  # offloaded block inputs
+    tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
+    tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
 
     @property
     def total(self) -> int:
@@ -128,6 +130,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
+        tower, tower_recompute,
     )
 
 

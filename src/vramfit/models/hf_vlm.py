@@ -57,7 +57,10 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
         Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
         Linear("gate_proj", h, inter, True, "mlp"), Linear("up_proj", h, inter, True, "mlp"),
         Linear("down_proj", inter, h, True, "mlp")), NormType.RMSNORM, PositionEncoding.ROPE, fused_qkv="qkv")
-    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)})
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    projector = (Linear("mlp.0", merged, merged, True, "projector"),
+                 Linear("mlp.2", merged, int(v["out_hidden_size"]), True, "projector"))
+    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector)
     return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision), vision=tower)
 
 
@@ -122,10 +125,17 @@ def _llava(c: _Cfg) -> ModelSpec:
     bias = c.bool("multimodal_projector_bias", default=True)
     projector = feature * t + t * t + (2 * t if bias else 0)
     block = _vit_block("clip_vision_model", vision, _ACT_SAVES.get(str(vision["hidden_act"]), 1))
+    # LlavaModel.get_image_features reads hidden_states[vision_feature_layer]: the layers after it and
+    # CLIP's post_layernorm take no part in the loss
+    deepest = max(layers) if isinstance(layers, list) else layers
+    unused = -deepest - 1 if isinstance(deepest, int) and deepest < 0 else 0
+    h = block.hidden_size
+    unused_params = unused * block.block_params + 2 * h
     image_config = {"model_type": "llava", "vision_config": vision,
                     "vision_feature_select_strategy": c.data.get("vision_feature_select_strategy", "default")}
     return replace(spec, model_type="llava", vision_params=clip_vision_params(vision) + projector,
-                   vision=VisionTower(block, image_config))
+                   vision=VisionTower(block, image_config, unused, unused_params, projector=(
+                       Linear("linear_1", feature, t, bias, "projector"), Linear("linear_2", t, t, bias, "projector"))))
 
 
 # SiglipVisionConfig defaults (transformers v5.24.0 models/siglip/configuration_siglip.py)

@@ -72,6 +72,14 @@ class VisionTower:
 
     block: ModelSpec
     image_config: dict = field(default_factory=dict, compare=False, hash=False)
+    # encoder layers after the one whose output the projector reads (LLaVA vision_feature_layer=-2: the
+    # last layer) and their parameters (with the post-norm): they run, but get no gradient
+    unused_layers: int = 0
+    unused_params: int = 0
+    # the projector's nn.Linear modules in order, an activation between consecutive ones (LLaVA
+    # linear_1 -> GELU -> linear_2; Qwen2.5-VL merger mlp.0 -> GELU -> mlp.2); each reads one row per
+    # image token of the language model
+    projector: tuple[Linear, ...] = ()
 
 
 @dataclass(frozen=True)

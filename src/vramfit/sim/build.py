@@ -62,6 +62,7 @@ class BuiltModel:
     vocab_size: int
     assumptions: list[str] = field(default_factory=list)
     offload_hooks: Any = None  # set for gradient_checkpointing=offload on fake tensors
+    images: Any = None  # sim.images.ImageInputs of a vision-language batch, None for text only
 
     @property
     def lm_head(self) -> torch.nn.Module:
@@ -126,8 +127,11 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
     """Build the scenario's model on ``meta`` with ``layers`` decoder layers (default: all)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from vramfit.sim.images import image_inputs
+
     _check_supported(scenario)
-    # a vision-language checkpoint is built whole (vision tower included) and fed text only
+    images = image_inputs(config, scenario)
+    # a vision-language checkpoint is built whole (vision tower included); fed images when the scenario has some
     auto = AutoModelForImageTextToText if isinstance(config.get("vision_config"), dict) else AutoModelForCausalLM
     depth = layers if layers is not None else num_layers_of(config)
     cfg = hf_config(config, depth, scenario.attention)
@@ -174,7 +178,7 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         model = _apply_lora(model, scenario, assumptions)
     model.train()
     return BuiltModel(model, causal_lm, depth, autocast_dtype_for(scenario, compute_dtype), compute_dtype,
-                      vocab, assumptions, offload_hooks)
+                      vocab, assumptions, offload_hooks, images)
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:
