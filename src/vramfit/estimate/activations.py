@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
+from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
 from vramfit.scenario import Attention, Method, Precision, Scenario
@@ -101,10 +102,7 @@ class Block:
     # PEFT ParamWrappers on the fused experts (Adapter.param_wrapper): folded into the weight, so the
     # expert matmuls save their inputs as in full fine-tuning and no LoRA branch runs
     wrapped_experts: bool = False
-    # element size of the expert weights and of the tensors the expert path makes: fp32 where QLoRA
-    # leaves the fused experts unquantized and prepare_model_for_kbit_training upcasts them (the
-    # simulator traces the gathered input, the grouped matmuls and the folded weight in fp32)
-    expert_bytes: int = 2
+    expert_bytes: int = 2  # of the expert weights and the expert path (moe_lora.expert_bytes)
 
     def group(self, name: str) -> list[Linear]:
         return [lin for lin in self.spec.block_linears if lin.group == name]
@@ -128,15 +126,8 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
         attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
         wrapped_experts=any(ad.param_wrapper and ad.per_layer > 1 for ad in adapters),
-        expert_bytes=_expert_bytes(spec, sc, profile, quantized),
+        expert_bytes=expert_bytes(spec, sc, profile, quantized),
     )
-
-
-def _expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quantized: bool) -> int:
-    from vramfit.estimate.core import experts_quantized
-
-    fp32 = quantized and profile.qlora_unquantized_fp32 and profile.runs_transformers_modeling and not experts_quantized(sc, profile)
-    return 4 if spec.num_experts and fp32 else sc.precision.compute_bytes
 
 
 def block_saved(
@@ -350,14 +341,7 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
     _shared_experts_saved(blk, out, mlp_in_key, m)
     if moe and blk.wrapped_experts:
-        # peft LoRA on 3-D expert parameters (ParamWrapper, _LoraFactorsProxy) materialises
-        # baddbmm(W, lhs, rhs) per expert weight and the expert matmuls keep it for backward; baddbmm
-        # keeps lhs and rhs, the 16-bit copies of A and B (peft v0.21.2 tuners/lora/layer.py)
-        out.add("experts.merged_weights", blk.expert_bytes * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
-        rank = blk.sc.lora_rank
-        factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
-                      for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
-        out.add("experts.lora_factors", blk.dt.compute * factors)
+        folded_expert_weights(blk, out, mlp_lins)
 
 
 def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:
