@@ -101,3 +101,19 @@ def test_published_vlm_rows_lie_between_allocated_and_device():
         peak = estimate(row["scenario"]).peak
         assert row["measured"]["metric"] == "unknown" and row["source"]
         assert peak.allocated_bytes <= row["measured"]["bytes"] <= peak.device_bytes, row["id"]
+
+
+def test_llava_next_counts_exactly_and_its_anyres_tokens_join_the_sequence():
+    torch = pytest.importorskip("torch")
+    from transformers import CONFIG_MAPPING, AutoModelForImageTextToText
+
+    cfg = {**LLAVA, "model_type": "llava_next"}
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = AutoModelForImageTextToText.from_config(CONFIG_MAPPING["llava_next"].from_dict(cfg))
+    spec = spec_from_hf_config(cfg)
+    assert spec.num_params == sum(p.numel() for p in model.parameters())  # + image_newline
+    sc = parse_scenario({"params": "1B", "seq_len": 512, "images_per_sample": 1, "image_height": 1080,
+                         "image_width": 1920})
+    # best pinpoint 672 x 672: 24 x 24 base + 48 x 48 tiles less 10 padded rows on each side + 28 newlines
+    assert vision.lm_scenario(spec, sc).seq_len == 512 + 24 * 24 + 28 * 48 + 28

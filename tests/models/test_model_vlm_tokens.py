@@ -51,6 +51,25 @@ def test_gemma3_is_256_tokens_per_image():
     assert (got.lm_tokens, got.vision_patches) == (256, 4096)
 
 
+@pytest.mark.parametrize(("height", "width"), SIZES)
+def test_llava_next_anyres_matches_the_processor(height, width):
+    pytest.importorskip("transformers")
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    from transformers.models.llava_next.processing_llava_next import LlavaNextProcessor
+
+    proc = LlavaNextProcessor.__new__(LlavaNextProcessor)  # no tokenizer needed for the count
+    proc.image_processor, proc.patch_size, proc.num_additional_image_tokens = LlavaNextImageProcessorPil(), 14, 1
+    expected = proc._get_number_of_features(height, width, 336, 336) - 1  # "default": the CLS dropped
+    cfg = {"model_type": "llava_next", "vision_config": {"image_size": 336, "patch_size": 14},
+           "image_grid_pinpoints": proc.image_processor.image_grid_pinpoints}
+    assert image_tokens(cfg, height, width).lm_tokens == expected
+
+
+def test_llava_next_runs_the_tower_on_every_crop():
+    cfg = {"model_type": "llava_next", "vision_config": {"image_size": 336, "patch_size": 14}}
+    assert image_tokens(cfg, 1080, 1920).vision_patches == (1 + 2 * 2) * 577  # best fit 672 x 672
+
+
 def test_unmodelled_family_is_one_clear_line():
-    with pytest.raises(ModelError, match="llava_next.*not modelled; modelled: gemma3, llava, qwen2_5_vl"):
-        image_tokens({"model_type": "llava_next"}, 336, 336)
+    with pytest.raises(ModelError, match="mllama.*not modelled; modelled: gemma3, llava, llava_next, qwen2_5_vl"):
+        image_tokens({"model_type": "mllama"}, 336, 336)

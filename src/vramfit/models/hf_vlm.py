@@ -115,7 +115,7 @@ def _llava(c: _Cfg) -> ModelSpec:
     ``multimodal_projector_bias``; transformers v5.24.0 models/llava/modeling_llava.py)."""
     text = c.data.get("text_config")
     if not isinstance(text, Mapping):
-        raise ModelError("config.json of model_type 'llava' is missing 'text_config'")
+        raise ModelError(f"config.json of model_type {c.model_type!r} is missing 'text_config'")
     mt = str(text.get("model_type", "llama"))
     spec = _llama_like(_Cfg({**text, "model_type": mt}, mt))
     vision = {**_CLIP_LLAVA_DEFAULTS, **(c.data.get("vision_config") or {})}
@@ -169,6 +169,18 @@ def gemma3_vision_params(vision: Mapping, text_hidden: int) -> int:
     return siglip_vision_params(vision) + v * text_hidden + v
 
 
+def _llava_next(c: _Cfg) -> ModelSpec:
+    """LLaVA-NeXT: LLaVA's layout plus the learned ``image_newline`` row separator (text hidden size)
+    (transformers v5.24.0 models/llava_next/modeling_llava_next.py LlavaNextModel); the anyres crops
+    change the image tokens (vlm_tokens), not the parameters."""
+    spec = _llava(c)
+    pinpoints = c.data.get("image_grid_pinpoints")
+    image_config = {**spec.vision.image_config, "model_type": "llava_next",
+                    **({"image_grid_pinpoints": pinpoints} if pinpoints else {})}
+    return replace(spec, model_type="llava_next", vision_params=spec.vision_params + spec.hidden_size,
+                   vision=replace(spec.vision, image_config=image_config))
+
+
 def gemma3_vision_tower(config: Mapping) -> VisionTower:
     """Gemma 3's SigLIP encoder block (gelu_pytorch_tanh: native GELU) and its fixed-token rule."""
     vision = {**_SIGLIP_DEFAULTS, "num_attention_heads": 12, **(config.get("vision_config") or {})}
@@ -177,4 +189,4 @@ def gemma3_vision_tower(config: Mapping) -> VisionTower:
                                "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)})
 
 
-BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava}
+BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next}

@@ -11,6 +11,10 @@ placeholder tokens the language model's sequence gains. Rules as transformers v5
 - LLaVA (1.5): the image is resized and centre-cropped to the tower's ``image_size``;
   (image_size/patch)**2 tokens, the CLS token dropped by vision_feature_select_strategy="default"
   (models/llava/processing_llava.py _get_num_multimodal_tokens).
+- LLaVA-NeXT: "anyres": the best of ``image_grid_pinpoints`` for the image (``select_best_resolution``,
+  transformers v5.24.0 image_processing_utils.py), the tower runs on the base crop plus one crop per
+  pinpoint tile; the LM gets the base grid, the unpadded tile grid and one newline token per tile row
+  (models/llava_next/processing_llava_next.py _get_number_of_features, _get_unpadded_features).
 - Gemma 3: a fixed ``mm_tokens_per_image`` (256) per image, pan & scan off (the default)
   (models/gemma3/processing_gemma3.py _get_num_multimodal_tokens: image_seq_length per image).
 """
@@ -71,6 +75,38 @@ def _llava(config: Mapping, height: int, width: int, min_pixels: int | None, max
     return ImageTokens(grid + 1, grid + (1 if keeps_cls else 0))  # the CLIP tower also runs its CLS token
 
 
+# LlavaNextConfig default image_grid_pinpoints (transformers v5.24.0 configuration_llava_next.py)
+_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+
+
+def select_best_resolution(height: int, width: int, pinpoints: list) -> tuple[int, int]:
+    """transformers v5.24.0 image_processing_utils.py ``select_best_resolution``."""
+    best, best_effective, best_wasted = (0, 0), 0, float("inf")
+    for h, w in pinpoints:
+        scale = min(w / width, h / height)
+        effective = min(int(width * scale) * int(height * scale), width * height)
+        wasted = w * h - effective
+        if effective > best_effective or (effective == best_effective and wasted < best_wasted):
+            best, best_effective, best_wasted = (h, w), effective, wasted
+    return best
+
+
+def _llava_next(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    vision = config.get("vision_config") or {}
+    size, patch = int(vision.get("image_size", 336)), int(vision.get("patch_size", 14))
+    best_h, best_w = select_best_resolution(height, width, config.get("image_grid_pinpoints") or _PINPOINTS)
+    side = size // patch
+    cur_h, cur_w = side * (best_h // size), side * (best_w // size)
+    if width / height > cur_w / cur_h:  # _get_unpadded_features: remove the padding's rows / columns
+        cur_h -= (cur_h - int(round(height * (cur_w / width), 7))) // 2 * 2
+    else:
+        cur_w -= (cur_w - int(round(width * (cur_h / height), 7))) // 2 * 2
+    keeps_cls = config.get("vision_feature_select_strategy", "default") == "full"
+    tokens = cur_h * cur_w + cur_h + side * side + (1 if keeps_cls else 0)
+    crops = 1 + (best_h // size) * (best_w // size)
+    return ImageTokens(crops * (side * side + 1), tokens)
+
+
 def _gemma3(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     vision = config.get("vision_config") or {}
     side = int(vision.get("image_size", 896)) // int(vision.get("patch_size", 14))
@@ -78,7 +114,7 @@ def _gemma3(config: Mapping, height: int, width: int, min_pixels: int | None, ma
 
 
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
-          "llava": _llava, "gemma3": _gemma3}
+          "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3}
 SUPPORTED = tuple(sorted(_RULES))
 
 
