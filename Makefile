@@ -20,6 +20,9 @@ $(VENV)/.all: pyproject.toml | $(VENV)/bin/python
 	# DeepSpeed is a source dist whose build imports torch: build it against the torch above, no CUDA ops
 	DS_BUILD_OPS=0 $(PIP) install --no-build-isolation -c $(VENV)/constraints.txt 'deepspeed>=0.16'
 	$(PIP) install -c $(VENV)/constraints.txt -e '.[all,test]'
+	# torchtitan's config classes check the exports; its wheel pins spmd_types==0.2.3 and pulls wandb,
+	# tensorboard and torchdata, none of which its config code imports: the two packages alone, as tested
+	$(PIP) install --no-deps torchtitan==0.3.0 spmd-types==0.3.1
 	bash scripts/system-deps.sh
 	touch $(VENV)/.core $@
 

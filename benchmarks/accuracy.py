@@ -1,9 +1,14 @@
-"""Score the estimator against published measurements (benchmarks/data/measured/public.jsonl).
+"""Score the estimator against published measurements (every peak-memory set in benchmarks/data/measured/).
 
-Usage: python benchmarks/accuracy.py [--data PATH] [--all] [--rows] [--json] [--write-bands]
+Usage: python benchmarks/accuracy.py [--data PATH ...] [--all] [--rows] [--json] [--markdown] [--write-bands]
 
-``--write-bands`` rewrites src/vramfit/data/accuracy.json: every row's path (framework, method,
-sharding, offload, quantization) and our signed error, which each estimate reads to state its error
+Without ``--data`` every measured set is scored (``MEASURED_SETS``: public.jsonl, found.jsonl,
+stages.jsonl); ``--data`` (repeatable) scores only the files named. max_context.jsonl holds maximum
+contexts, not peaks, and is scored by benchmarks/max_context.py.
+
+``--write-bands`` rewrites src/vramfit/data/accuracy.json from the default sets: every SFT row's path
+(framework, method, sharding, offload, quantization) and our signed error (preference/RL rows are scored
+but not written: ``stage`` is not a field of the path), which each estimate reads to state its error
 band (vramfit/estimate/accuracy.py); tests/benchmarks/test_accuracy_bands.py checks it is up to date.
 
 For each row, the figure the source measured (allocated, reserved or device) is compared with ours;
@@ -27,8 +32,12 @@ from vramfit import estimate
 from vramfit.estimate.accuracy import path_of
 
 HERE = Path(__file__).resolve().parent
-#: The published measurements, bundled with the repository (sources and fields: data/measured/README.md).
-DEFAULT_DATA = HERE / "data" / "measured" / "public.jsonl"
+MEASURED = HERE / "data" / "measured"
+#: The published measurements, bundled with the repository (sources and fields: data/measured/README.md):
+#: public.jsonl (the first sets), found.jsonl (later finds), stages.jsonl (DPO/GRPO peaks).
+MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl")
+#: The first set alone (the golden snapshot's rows, tests/golden/regen.py).
+DEFAULT_DATA = MEASURED / "public.jsonl"
 #: What each estimate reads to state its error band (written by --write-bands).
 BANDS = HERE.parent / "src" / "vramfit" / "data" / "accuracy.json"
 
@@ -44,15 +53,30 @@ SOURCE_FRAMEWORK = {
     "PEFT_README": "hf",
     "PEFT_DOCS": "hf",
     "TITAN_BENCH_2412": "torchtitan",
+    "ODYN_DPO_2607": "hf",
+    "AAI_FSDPQLORA_2403": "hf",  # Answer.AI fsdp_qlora train.py: transformers + PEFT + FSDP1
+    "PEFT_MMQA_2607": "hf",
+    "SWIFT_EX_2601": "hf",  # ms-swift runs the HF Trainer (TRL trainers for rlhf)
 }
 
 
-def find_data(path: str | None) -> Path:
-    if path:
-        return Path(path)
-    if DEFAULT_DATA.is_file():
-        return DEFAULT_DATA
-    raise SystemExit(f"measured data not found at {DEFAULT_DATA}; pass --data")
+def find_data(paths: list[str] | None) -> list[Path]:
+    """The files named, else every measured set that exists (at least public.jsonl)."""
+    if paths:
+        return [Path(p) for p in paths]
+    if not DEFAULT_DATA.is_file():
+        raise SystemExit(f"measured data not found at {DEFAULT_DATA}; pass --data")
+    return [MEASURED / name for name in MEASURED_SETS if (MEASURED / name).is_file()]
+
+
+def load(paths: list[Path]) -> list[dict]:
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
+    seen: set[str] = set()
+    for row in rows:
+        if row["id"] in seen:
+            raise SystemExit(f"duplicate row id {row['id']!r} in {', '.join(p.name for p in paths)}")
+        seen.add(row["id"])
+    return rows
 
 
 def signed_error(metric: str, measured: int, alloc: int, reserved: int, device: int) -> float:
@@ -94,6 +118,7 @@ def score(rows: list[dict]) -> list[dict]:
                 "source_id": row["source_id"],
                 "framework": r.scenario.framework.value,
                 "path": path_of(r.scenario),
+                "stage": r.scenario.stage.value,
                 "metric": m["metric"],
                 "seq_exact": row["seq_exact"],
                 "measured_gib": m["bytes"] / 2**30,
@@ -120,11 +145,14 @@ def quantile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def bands(scored: list[dict]) -> dict:
-    """The data file each estimate reads: every row's path and signed error (4 decimals)."""
-    cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error"], 4)} for s in scored]
-    return {"source": "benchmarks/data/measured/public.jsonl", "written_by": "python benchmarks/accuracy.py --write-bands",
-            "cases": cases}
+def bands(scored: list[dict], sources: list[Path] | None = None) -> dict:
+    """The data file each estimate reads: every SFT row's path and signed error (4 decimals). A DPO/GRPO
+    row's error would land on an SFT path (the path has no stage), so those rows are left out."""
+    names = [p.name for p in sources] if sources else list(MEASURED_SETS)
+    cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error"], 4)}
+             for s in scored if s["stage"] == "sft"]
+    return {"source": ", ".join(f"benchmarks/data/measured/{n}" for n in names),
+            "written_by": "python benchmarks/accuracy.py --write-bands", "cases": cases}
 
 
 def bands_text(data: dict) -> str:
@@ -155,18 +183,21 @@ def summarize(scored: list[dict], by: str = "source_id") -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data")
+    ap.add_argument("--data", action="append", help="a measured set to score (repeatable; default: every set)")
     ap.add_argument("--all", action="store_true", help="score every row, not only seq_exact ones")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     ap.add_argument("--write-bands", action="store_true", help=f"rewrite {BANDS.relative_to(HERE.parent)}")
     args = ap.parse_args(argv)
-    rows = [json.loads(line) for line in find_data(args.data).read_text().splitlines() if line.strip()]
-    scored = score(rows)
+    paths = find_data(args.data)
+    scored = score(load(paths))
     if args.write_bands:
-        BANDS.write_text(bands_text(bands(scored)))
-        print(f"wrote {BANDS} ({len(scored)} cases)")
+        if args.data:
+            raise SystemExit("--write-bands writes the bands from every measured set; drop --data")
+        data = bands(scored, paths)
+        BANDS.write_text(bands_text(data))
+        print(f"wrote {BANDS} ({len(data['cases'])} cases)")
         return 0
     chosen = scored if args.all else [s for s in scored if s["seq_exact"]]
     table = summarize(chosen)
@@ -176,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         for s in scored:
             print(
-                f"{s['id']:<18} {s['metric']:<9} meas {s['measured_gib']:7.2f} GiB  "
+                f"{s['id']:<22} {s['metric']:<9} meas {s['measured_gib']:7.2f} GiB  "
                 f"alloc {s['allocated_gib']:7.2f} res {s['reserved_gib']:7.2f} dev {s['device_gib']:7.2f}  "
                 f"err {pct(s['error']):>8}  naive {pct(s['naive_error']):>8}  exact={s['seq_exact']}"
             )
@@ -196,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"Accuracy on {which} ({len(chosen)} of {len(scored)}):")
     for by, tab in (("source", table), ("framework", summarize(chosen, "framework"))):
-        print(f"{by:<16}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
+        print(f"{by:<20}{'n':>4}{'median |err|':>14}{'p90 |err|':>11}{'worst':>9}{'naive median':>14}")
         for name, t in tab.items():
             print(
-                f"{name:<16}{t['n']:>4}{100 * t['median_abs']:>13.1f}%{100 * t['p90_abs']:>10.1f}%"
+                f"{name:<20}{t['n']:>4}{100 * t['median_abs']:>13.1f}%{100 * t['p90_abs']:>10.1f}%"
                 f"{pct(t['worst']):>9}{100 * t['naive_median_abs']:>13.1f}%"
             )
     return 0

@@ -6,10 +6,12 @@ Each row is one published measurement (its exact citation in ``source``) with it
 scenario and the measured tokens/s over all GPUs. Three predictions are scored by the absolute
 relative error of tokens/s, ``|predicted / measured - 1|``:
 
-- ``model``: the mechanism model (``throughput.step_time(..., card=kernels.card_speed(gpu))``);
+- ``model``: the mechanism model (``throughput.step_time(..., card=kernels.card_speed(gpu))``), with the
+  paged optimizer state that does not fit the card (``verdict.result_paging``) paged in and out;
 - ``old``: the previous model, every FLOP at 0.40 of the dense BF16 peak (``MFU_DEFAULT``);
 - ``naive``: ``6 N`` FLOPs per token (N = all parameters, any method) at 0.40 of the peak.
 
+A row whose card the catalog lacks names one of ``data/throughput/cards.csv`` (loaded while scoring).
 Rows marked ``"design": true`` are those the model's *design* constants were read from
 (``src/vramfit/plan/kernels.py``); the summary reports them apart from the held-out rest.
 """
@@ -17,6 +19,7 @@ Rows marked ``"design": true`` are those the model's *design* constants were rea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -24,6 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE / "data" / "throughput" / "published.jsonl"
+#: Cards some rows ran on that the catalog lacks (each row cited in its ``source`` column)
+CARDS = HERE / "data" / "throughput" / "cards.csv"
 
 
 def predict(scenario: dict) -> dict:
@@ -33,16 +38,20 @@ def predict(scenario: dict) -> dict:
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
     from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
+    from vramfit.plan.verdict import PAGED_COMPONENT, limit_bytes, result_paging
 
     ev = Evaluator(scenario)
     sc = ev.base
     g = get_gpu(sc.gpu)
-    trainable = ev.estimate().model.num_trainable_params
+    est = ev.estimate()
     mf = model_flops(ev.spec, sc.seq_len)
-    w = step_work(sc, mf, trainable)
+    w = step_work(sc, mf, est.model.num_trainable_params)
     links = {"peak_tflops": g.bf16_tflops, "mem_bandwidth_gbs": g.mem_bandwidth_gbs,
              "peer_gbs": peer_gbs(g, sc.num_gpus), "host_gbs": g.host_link_gbs}
-    new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus)), **links)
+    paged = result_paging(est, limit_bytes(g, 0.0))  # the driver evicts at the card's usable memory
+    if paged is None:  # over even with all of it evicted (the run did run): all of it pages
+        paged = est.component(PAGED_COMPONENT)
+    new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus)), paged_bytes=paged, **links)
     old = step_time(w, mfu=MFU_DEFAULT.value, **links)
     naive = sc.num_gpus * g.bf16_tflops * 1e12 * MFU_DEFAULT.value / (6 * mf.num_params)
     return {"model": new.tokens_per_s, "old": old.tokens_per_s, "naive": naive}
@@ -60,8 +69,9 @@ def score(rows: list[dict]) -> dict:
     """Per-row predictions and the summary: median/p90 absolute error overall, held-out, design, by source,
     by card and by framework (``+compile`` where the row ran torch.compile)."""
     out = []
-    for r in rows:
-        p = predict(r["scenario"])
+    with bench_cards():
+        preds = [predict(r["scenario"]) for r in rows]
+    for r, p in zip(rows, preds, strict=True):
         errs = {k: abs(v / r["tokens_per_s"] - 1) for k, v in p.items()}
         sc = r["scenario"]
         out.append({"id": r["id"], "source_id": r["source_id"], "design": r["design"], "gpu": sc["gpu"],
@@ -78,6 +88,20 @@ def score(rows: list[dict]) -> dict:
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def bench_cards():
+    """:data:`CARDS` in the catalog while scoring (so their ``gpu`` ids resolve), then the catalog as before."""
+    from vramfit import gpus
+
+    before = list(gpus._user_files)
+    gpus.load_user_gpus(CARDS)
+    try:
+        yield
+    finally:
+        gpus._user_files[:] = before
+        gpus._catalog_cache = None
 
 
 def format_summary(summary: dict) -> str:

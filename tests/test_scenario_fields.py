@@ -46,6 +46,13 @@ _STAGE_CONTEXT = {
     "num_generations": {"stage": "grpo", "micro_batch_size": 1_000_000},
     "completion_len": {"stage": "grpo", "seq_len": 10_000_000, "num_generations": 2, "micro_batch_size": 2},
     "num_nodes": {"num_gpus": 100_000, "parallelism": "fsdp"},  # nodes divide the GPUs
+    # model-parallel degrees divide the GPUs, on torchtitan full fine-tuning
+    **{k: {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full", "seq_len": 200_000}
+       for k in ("tensor_parallel", "pipeline_parallel", "context_parallel")},
+    "pipeline_parallel": {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full",
+                          "grad_accum": 100_000},  # 1F1B: at least as many micro-batches as stages
+    "pipeline_virtual_stages": {"pipeline_parallel": 2, "pipeline_schedule": "interleaved-1f1b", "num_gpus": 2,
+                                "parallelism": "fsdp", "framework": "torchtitan", "method": "full"},
 }
 
 

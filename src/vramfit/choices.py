@@ -236,3 +236,17 @@ class Interconnect(_Choice):
     ETH_400 = "eth-400"
     ETH_200 = "eth-200"
     ETH_100 = "eth-100"
+
+
+class PipelineSchedule(_Choice):
+    """How a pipeline-parallel run orders its micro-batches (torch.distributed.pipelining names them
+    ``Schedule1F1B`` and ``ScheduleInterleaved1F1B``; Narayanan et al. 2021, "Efficient Large-Scale Language
+    Model Training on GPU Clusters Using Megatron-LM", sec. 2.2).
+
+    ``1f1b``: one forward, one backward; stage ``i`` of ``p`` holds at most ``p - i`` micro-batches'
+    activations. ``interleaved-1f1b``: each rank holds ``pipeline_virtual_stages`` model chunks; the bubble
+    shrinks by that factor and the first rank holds more in flight.
+    """
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"

@@ -30,6 +30,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Offload,
     Optimizer,
     Parallelism,
+    PipelineSchedule,
     Precision,
     Quantize,
     QuantizeExperts,
@@ -40,6 +41,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
 )
 from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
+from vramfit.layout_keys import LAYOUT_FIELDS, check_layout_keys
 from vramfit.limits import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ_LEN  # noqa: F401 - upper bounds that catch typos
 from vramfit.safe_input import key_label, load_data_file, shown, to_float
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
@@ -87,6 +89,8 @@ class Scenario:
     kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
     # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
     framework_version: str | None = None
+    # a custom loop keeps `output = model(...)` (its logits) until after optimizer.step() (estimate/loss.py)
+    keeps_outputs: bool = False
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -97,6 +101,11 @@ class Scenario:
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
+    tensor_parallel: int = 1  # model parallelism as torchtitan runs it (vramfit.layout_keys)
+    pipeline_parallel: int = 1
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    pipeline_virtual_stages: int = 1
+    context_parallel: int = 1
     images_per_sample: int = 0  # vision-language models: images in each sequence (extension)
     image_height: int = 448  # pixels of each image, before the processor resizes or tiles it
     image_width: int = 448
@@ -122,8 +131,13 @@ class Scenario:
         return self.gpus_per_node if hybrid else self.num_gpus
 
     @property
+    def model_parallel_size(self) -> int:
+        """Ranks that share one micro-batch: tensor x pipeline x context parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    @property
     def data_parallel_size(self) -> int:
-        return self.num_gpus
+        return self.num_gpus // self.model_parallel_size
 
     @property
     def effective_batch(self) -> int:
@@ -252,7 +266,11 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "peft-0.11; litgpt: litgpt-2024).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; "
+          "unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+    Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
+          "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
+          "the torchtune, lit-gpt and torchtitan recipes drop it.", ("Loop keeps the outputs", "O loop mantém as saídas")),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),
@@ -262,6 +280,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("interconnect", CH, "Network between nodes (auto: the card's usual node, else 100 GbE); "
           "rates and sources in data/interconnects.csv.", ("Network between nodes", "Rede entre nós"),
           choices=Interconnect),
+    *LAYOUT_FIELDS(Field, CH, INT, MAX_GPUS),
     Field("images_per_sample", INT, "Vision-language models: images in each sequence; their tokens (the model's "
           "processor rule) are added to seq_len and the vision tower runs on them.", ("Images per sample",
                                                                                  "Imagens por amostra"),
@@ -516,6 +535,7 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
             ["zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"],
         )
     _check_nodes(kw)
+    check_layout_keys(kw)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
 

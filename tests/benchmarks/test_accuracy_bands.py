@@ -16,17 +16,38 @@ def _bench():
 
 def test_the_band_data_is_up_to_date():
     bench = _bench()
-    rows = [json.loads(x) for x in bench.DEFAULT_DATA.read_text().splitlines() if x.strip()]
-    fresh = bench.bands_text(bench.bands(bench.score(rows)))
+    paths = bench.find_data(None)
+    assert [p.name for p in paths] == ["public.jsonl", "found.jsonl", "stages.jsonl"]
+    rows = bench.load(paths)
+    fresh = bench.bands_text(bench.bands(bench.score(rows), paths))
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
-    cases = json.loads(fresh)["cases"]
-    assert len(cases) == len(rows) >= 76
-    assert {c["id"]: c["error"] for c in cases}["PEFT_README-117"] == -0.207
+    cases = {c["id"]: c["error"] for c in json.loads(fresh)["cases"]}
+    # every SFT row of every set; the DPO rows (stages.jsonl, SWIFT_EX_2601-3) would land on SFT paths
+    sft = [r["id"] for r in rows if r["scenario"].get("stage", "sft") == "sft"]
+    assert list(cases) == sft and len(sft) == len(rows) - 2 >= 106
+    assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases
+    assert cases["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
+    # a found row on the counter its source measured: fsdp_qlora's peak allocated, LoRA on 2 GPUs at 512
+    assert cases["AAI_FSDPQLORA_2403-5"] == -0.0256  # with the loop-kept fp32 logits (keeps_outputs); -0.0329 without
 
 
-def test_the_benchmark_reports_per_framework(capsys):
+def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
+    assert out.startswith("Accuracy on rows with an exact sequence length (75 of 108):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
-    assert lines["hf"][1] == "7" and lines["litgpt"][1] == "28" and lines["torchtune"][1] == "17"
-    assert lines["torchtitan"][1] == "4"
+    # hf: the 7 PEFT rows of public.jsonl and the 19 exact-length fsdp_qlora rows of found.jsonl
+    assert lines["hf"][1] == "26" and lines["litgpt"][1] == "28" and lines["torchtune"][1] == "17"
+    assert lines["torchtitan"][1] == "4" and lines["AAI_FSDPQLORA_2403"][1] == "19"
+
+
+def test_one_set_alone_scores_as_before(capsys):
+    bench = _bench()
+    assert bench.main(["--data", str(bench.DEFAULT_DATA)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Accuracy on rows with an exact sequence length (56 of 80):")
+    assert "AAI_FSDPQLORA_2403" not in out
+    assert bench.main(["--all", "--data", str(bench.MEASURED / "found.jsonl"),
+                       "--data", str(bench.MEASURED / "stages.jsonl")]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()}
+    assert lines["SWIFT_EX_2601"][1] == "4" and lines["PEFT_MMQA_2607"][1] == "4" and lines["ODYN_DPO_2607"][1] == "1"

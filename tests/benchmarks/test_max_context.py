@@ -30,9 +30,21 @@ def test_rows_are_valid_scenarios_with_a_budget():
 
 def test_the_search_returns_the_longest_sequence_that_fits():
     row = next(r for r in ROWS if r["id"] == "UNSLOTH_CTX_2501-llama31-8b-unsloth-24gb")
-    budget, s = row["vram"]["bytes"], max_seq_len_within(row["scenario"], row["vram"]["bytes"])
-    peak = lambda n: estimate(parse_scenario({**row["scenario"], "seq_len": n})).peak.device_bytes  # noqa: E731
+    assert row["vram"]["counter"] == "reserved"  # Unsloth reports torch.cuda.max_memory_reserved()
+    budget, s = row["vram"]["bytes"], max_seq_len_within(row["scenario"], row["vram"]["bytes"], "reserved")
+    peak = lambda n: estimate(parse_scenario({**row["scenario"], "seq_len": n})).peak.reserved_bytes  # noqa: E731
     assert peak(s) <= budget < peak(s + 1)
+
+
+def test_unsloth_2024_reproduces_the_long_context_rows():
+    """Unsloth 2024.12's mechanisms (estimate/unsloth.py) put every row the table's line was measured along (8B from
+    24 GB, 70B at 80 GB, its A100) within 8 % of the published context; before them the estimate was 21-25 % long.
+    The short rows are the line extrapolated below what was run: see docs/validation.md."""
+    res = {r["id"]: r for r in _bench().score(DATA)}
+    long_rows = [f"UNSLOTH_CTX_2501-llama31-8b-unsloth-{gb}gb" for gb in (24, 40, 48, 80)]
+    long_rows.append("UNSLOTH_CTX_2501-llama33-70b-unsloth-80gb")
+    for rid in long_rows:
+        assert abs(res[rid]["error"]) < 0.08, (rid, res[rid]["error"])
 
 
 def test_unsloth_trains_an_order_of_magnitude_longer_context_than_hf_as_published():

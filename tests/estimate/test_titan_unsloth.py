@@ -35,7 +35,8 @@ def test_torchtitan_mixed_precision_is_a_param_cast_not_autocast():
     assert step.saved.items["norm1.fp32_in"] == 4 * T * H
     full = compute(SPEC, _titan(gradient_checkpointing="full"))
     assert full.acts.blocks == L * round_allocation(2 * T * H)  # checkpointed block inputs are bf16
-    hf = compute(SPEC, parse_scenario({**sc.to_dict(), "framework": "hf"}))
+    # (HF under DDP: under FSDP accelerate casts the parameters too, as the simulator confirms)
+    hf = compute(SPEC, parse_scenario({**sc.to_dict(), "framework": "hf", "parallelism": "ddp"}))
     assert "q_proj.autocast_in" in hf.saved.items and "q_proj.autocast_in" not in step.saved.items
 
 
@@ -55,9 +56,9 @@ def test_torchtitan_compiles_blocks_but_not_the_loss():
     titan = [compute(SPEC, _titan(compile=c)) for c in (False, True)]
     assert titan[0].loss == titan[1].loss  # the loss stays eager
     assert titan[1].acts.blocks < titan[0].acts.blocks  # the blocks are compiled
-    tune = [compute(SPEC, parse_scenario({**_titan(compile=c).to_dict(), "framework": "torchtune"})).loss
+    tune = [compute(SPEC, parse_scenario({**_titan(compile=c).to_dict(), "framework": "torchtune", "loss": "chunked"})).loss
             for c in (False, True)]
-    assert tune[0] != tune[1]  # torchtune's compile covers the loss
+    assert tune[0] != tune[1]  # torchtune's compile covers the (chunked) loss
 
 
 def test_unsloth_lora_functions_save_only_their_inputs():
@@ -103,10 +104,16 @@ def test_the_simulator_refuses_what_it_cannot_run():
     from vramfit.sim.build import _check_supported
 
     for refuse in (_check_supported, check_measurable):
-        for key, value in (("framework", "unsloth"), ("framework", "torchtitan"), ("gradient_checkpointing", "selective-op")):
+        for key, value in (("framework", "unsloth"), ("gradient_checkpointing", "selective-op")):
             with pytest.raises(ScenarioError) as err:
                 refuse(parse_scenario({"model": MODEL, key: value}))
             assert err.value.key == key
+    with pytest.raises(ScenarioError) as err:  # the simulator runs torchtitan's full fine-tuning (tests/sim/test_sim_titan.py)
+        _check_supported(parse_scenario({"model": MODEL, "framework": "torchtitan", "method": "lora"}))
+    assert err.value.key == "method"
+    with pytest.raises(ScenarioError) as err:  # ... which vramfit measure does not run
+        check_measurable(parse_scenario({"model": MODEL, "framework": "torchtitan"}))
+    assert err.value.key == "framework"
 
 
 def test_cli_and_api_take_the_new_keys_and_name_the_valid_values():

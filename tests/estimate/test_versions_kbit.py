@@ -17,7 +17,8 @@ def _sc(**keys):
 
 
 def test_versions_are_validated_against_the_profile():
-    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "peft-0.11"]
+    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47",
+                                            "peft-0.11", "deepspeed-0.8"]
     with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
         _sc(framework_version="transformers-4.30")
     assert e.value.key == "framework_version"
@@ -74,3 +75,13 @@ def test_litgpt_2024_unties_the_head_holds_unsharded_grads_and_unchunked_logits(
     fsdp = {**keys, "num_gpus": 4, "parallelism": "fsdp", "grad_accum": 2}
     a, b = (compute(gemma, parse_scenario({**fsdp, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
     assert b.held_grads == 4 * b.parts.gradients and a.held_grads == a.parts.gradients
+
+
+def test_older_releases_compose_with_plus():
+    """A run on transformers 4.39 with peft 0.10 (the PEFT docs' FSDP/DeepSpeed runs) has both older behaviours."""
+    both = compute(LLAMA, _sc(framework_version="transformers-4.44+peft-0.11"))
+    assert both.profile.standard_loss is scenario_profile(_sc(framework_version="transformers-4.44")).standard_loss
+    assert both.parts.adapters == compute(LLAMA, _sc(framework_version="peft-0.11")).parts.adapters
+    assert both.loss == compute(LLAMA, _sc(framework_version="transformers-4.44")).loss
+    with pytest.raises(ScenarioError, match="framework_version"):
+        _sc(framework_version="transformers-4.44+peft-0.99")

@@ -24,16 +24,17 @@ def _work(**kw):
 
 
 def test_flat_fsdp_over_two_nodes_moves_all_its_traffic_at_the_nic_rate():
-    # ZeRO-3/FSDP with full checkpointing: 3 all-gathers of the 2-byte weights + 1 reduce-scatter of the
-    # 2-byte gradients, each (n-1)/n of the bytes over a 16-rank ring: 4 x 15/16 x 2 P
+    # FSDP with full checkpointing: 2 all-gathers of the 2-byte weights (its pre-backward unshard serves the
+    # recompute: traffic.weight_gathers) + 1 reduce-scatter of the 2-byte gradients, each (n-1)/n of the
+    # bytes over a 16-rank ring: 3 x 15/16 x 2 P
     w = _work(parallelism="fsdp", num_gpus=16, num_nodes=2)
-    assert (w.peer_bytes, w.net_bytes) == (0.0, pytest.approx(4 * 15 / 16 * 2 * P70))
-    assert w.net_hops == 1 * L70 * 4  # one node boundary, one collective per layer per gather/reduce
+    assert (w.peer_bytes, w.net_bytes) == (0.0, pytest.approx(3 * 15 / 16 * 2 * P70))
+    assert w.net_hops == 1 * L70 * 3  # one node boundary, one collective per layer per gather/reduce
 
 
 def test_hsdp_keeps_gathers_in_the_node_and_all_reduces_across():
     w = _work(parallelism="fsdp", num_gpus=16, num_nodes=2, shard_scope="node")
-    assert w.peer_bytes == pytest.approx(4 * 7 / 8 * 2 * P70)  # inside the node of 8
+    assert w.peer_bytes == pytest.approx(3 * 7 / 8 * 2 * P70)  # inside the node of 8
     assert w.net_bytes == pytest.approx(2 * 1 / 2 * 2 * P70)  # all-reduce 2 (k-1)/k of the gradients
     one_node = _work(parallelism="fsdp", num_gpus=8)
     assert one_node.net_bytes == 0 and one_node.net_hops == 0
@@ -47,10 +48,10 @@ def test_cross_node_time_over_ib_and_ethernet():
     eth = net_rate(card.peer_bytes, 12.5e9, 9.6)  # one 100 GbE NIC
     assert ib[0] == 400e9 and eth[0] == 12.5e9
     fast, slow = mechanism_step_time(w, card, ib), mechanism_step_time(w, card, eth)
-    assert fast.comm_s == pytest.approx(4 * 15 / 16 * 2 * P70 / 400e9)  # 1.32 s, under the compute
-    assert fast.step_s == pytest.approx(fast.compute_s + fast.comm_s / L70 + 320 * 9.6e-6)
-    assert slow.comm_s == pytest.approx(4 * 15 / 16 * 2 * P70 / 12.5e9)  # 42 s: the network decides
-    assert slow.step_s == pytest.approx(slow.comm_s * (1 + 1 / L70) + 320 * 9.6e-6)
+    assert fast.comm_s == pytest.approx(3 * 15 / 16 * 2 * P70 / 400e9)  # 0.99 s, under the compute
+    assert fast.step_s == pytest.approx(fast.compute_s + fast.comm_s / L70 + 240 * 9.6e-6)
+    assert slow.comm_s == pytest.approx(3 * 15 / 16 * 2 * P70 / 12.5e9)  # 32 s: the network decides
+    assert slow.step_s == pytest.approx(slow.comm_s * (1 + 1 / L70) + 240 * 9.6e-6)
     # the same work without its network traffic: compute alone (flat FSDP has no traffic inside the node)
     alone = mechanism_step_time(dataclasses.replace(w, net_bytes=0.0, net_hops=0), card)
     assert alone.step_s == alone.compute_s == fast.compute_s
@@ -85,9 +86,11 @@ def test_two_nodes_are_not_twice_as_fast_over_ethernet():
     kw = dict(effective_batch=64, max_gpus=64, dataset_tokens="100M", with_changes=False, gpu_ids="h100-sxm")
     ib = {p.num_gpus: p for p in plan({**base, "interconnect": "ib-3200"}, **kw).plans}
     eth = {p.num_gpus: p for p in plan({**base, "interconnect": "eth-100"}, **kw).plans}
-    # over 3.2 Tb/s InfiniBand 64 GPUs run at least 3.4x the tokens/s of 16; over 100 GbE under 1.1x
-    assert ib[64].tokens_per_s / ib[16].tokens_per_s > 3.4
-    assert eth[64].tokens_per_s / eth[16].tokens_per_s < 1.1
+    # over 3.2 Tb/s InfiniBand 64 GPUs run about 3x the tokens/s of 16; over 100 GbE about 1.1x. (Issue 22:
+    # ZeRO-3's gathers past its prefetch bucket wait, a fixed cost per micro-batch, and 64 GPUs run micro-batch
+    # 1 against 16's 4: 3.4x before that was timed.)
+    assert ib[64].tokens_per_s / ib[16].tokens_per_s == pytest.approx(3.02, abs=0.01)
+    assert eth[64].tokens_per_s / eth[16].tokens_per_s == pytest.approx(1.12, abs=0.01)
     assert eth[16].scenario["shard_scope"] == "node"  # hpZ: backward gathers stay in the node
 
 

@@ -109,3 +109,25 @@ def test_guide_table_command():
     assert r.exit_code == 0, r.output
     assert "recomputed" in r.stdout and "12 bytes per parameter" in " ".join(r.stdout.split())
     assert json.loads(run("guide-table", "--json").stdout)["disagreements"]
+
+
+@pytest.mark.parametrize("columns, left_out", [
+    (80, "price basis, disk GB, $/M tok, mb × accum, ckpt"),
+    (200, None),
+])
+def test_plan_table_keeps_to_the_terminal_width(columns, left_out):
+    """A narrow terminal gets the columns that choose a plan (GPUs, memory, time, cost) at full width,
+    and a line naming those left out, instead of a table of one-character columns."""
+    r = runner.invoke(app, ["plan", *M7, "--method", "lora", "--dataset-tokens", "10M", "--top", "3"],
+                      env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.output
+    table = [line for line in r.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= columns
+    header = " ".join(line for line in table if line.startswith("┃"))  # headings may take two lines
+    for col in ("GPUs", "GiB used/usable", "time", "cost"):
+        assert f" {col} " in header
+    if left_out is None:
+        assert "left out at" not in r.stdout and " price basis " in header
+    else:
+        assert f"left out at {columns} columns: {left_out}" in r.stdout
+        assert "price basis" not in header

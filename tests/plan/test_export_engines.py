@@ -22,14 +22,20 @@ def plan_rows() -> dict:
     """Plans of every shape the exports write (parallelism, offload, precision, method), by name."""
     qwen = plan({"model": "Qwen/Qwen2.5-32B", "method": "lora", "seq_len": 8192},  # issue 11 item 1
                 gpu_ids=["h100-sxm"], effective_batch=16, dataset_tokens="100M").plans
+    # issue 22: ZeRO-3's gathers past the prefetch bucket are timed, so 8 x H100 run Qwen2.5-32B faster with DDP;
+    # Qwen2.5-72B still needs ZeRO-3 there
+    qwen72 = plan({"model": "Qwen/Qwen2.5-72B", "method": "lora", "seq_len": 8192},
+                  gpu_ids=["h100-sxm"], effective_batch=16, dataset_tokens="100M").plans
     llama = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["a100-40gb-sxm"], effective_batch=16).plans
     qlora = plan({"model": "meta-llama/Llama-2-70b-hf", "method": "qlora", "gradient_checkpointing": "full"},
                  gpu_ids=["h100-sxm"], effective_batch=1).plans
     l40s = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["l40s"], effective_batch=64).plans
     # (issue 13: ZeRO-3 now keeps stage3_max_live_parameters gathered, so the planner no longer offers Mistral-7B
-    # a ZeRO-3 + parameter-offload plan on the A10G; it still offers Llama-2-7B one)
-    a10g = plan({"model": "meta-llama/Llama-2-7b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
+    # a ZeRO-3 + parameter-offload plan on the A10G; issue 22: the offloaded optimizer step and ZeRO-3's exposed
+    # gathers are timed, so Llama-2-7B's fastest A10G plans are plain, and ZeRO-3's saved linear inputs keep it off the
+    # no-checkpointing offload plan; Llama-2-13B still needs the offload)
+    a10g = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora"}, gpu_ids=["a10g"], effective_batch=32).plans
     small = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed"},
                  gpu_ids=["rtx4090"], effective_batch=8).plans
     fsdp = plan({"model": "meta-llama/Llama-2-13b-hf", "method": "lora", "parallelism": "fsdp"},
@@ -39,7 +45,7 @@ def plan_rows() -> dict:
         "full-mixed-1gpu": next(p for p in small if p.num_gpus == 1),
         "ddp-lora-2gpu": next(p for p in l40s if p.num_gpus == 2),
         "zero3-offload-params": next(p for p in a10g if p.offload == "optimizer+params"),
-        "zero3-lora-8gpu": next(p for p in qwen if p.num_gpus == 8),
+        "zero3-lora-8gpu": next(p for p in qwen72 if p.num_gpus == 8),
         "single-lora-fused": next(p for p in qwen if p.num_gpus == 1),
         "zero3-full-mixed": next(p for p in llama if p.parallelism == "zero3"),
         "zero2-8gpu": next(p for p in llama if p.parallelism == "zero2" and p.num_gpus == 8),
@@ -224,13 +230,16 @@ def test_fsdp_and_trl_launch_one_script_name():
 
 @pytest.mark.parametrize("engine", ["accelerate", "trl"])
 def test_issue_11_command_writes_a_config_accelerate_launches(engine, tmp_path, monkeypatch):
-    """The exact command of issue 11 item 1, through the CLI, then accelerate's launch path and DeepSpeedPlugin."""
+    """The command of issue 11 item 1, through the CLI, then accelerate's launch path and DeepSpeedPlugin.
+
+    Issue 22 times ZeRO-3's gathers past DeepSpeed's prefetch bucket: the fastest plan for Qwen2.5-32B on
+    8 x H100 became DDP, so the ZeRO-3 launch path is exercised with Qwen2.5-72B, which still needs it."""
     from accelerate.utils import DeepSpeedPlugin
     from typer.testing import CliRunner
 
     from vramfit.cli.main import app
 
-    r = CliRunner().invoke(app, ["plan", "--model", "Qwen/Qwen2.5-32B", "--method", "lora", "--seq-len", "8192",
+    r = CliRunner().invoke(app, ["plan", "--model", "Qwen/Qwen2.5-72B", "--method", "lora", "--seq-len", "8192",
                                  "--dataset-tokens", "100M", "--effective-batch", "16", "--cards", "h100-sxm",
                                  "--export", engine, "--pick", "fastest", "--export-dir", str(tmp_path)],
                             env={"COLUMNS": "200"})
@@ -274,8 +283,9 @@ def test_every_nested_accelerate_key_is_a_launch_option(engine):
     assert len(seen) >= 2 and seen <= options, seen - options
 
 
-def test_a_stage_plan_says_its_export_runs_the_supervised_step():
+def test_a_stage_plan_exports_its_own_trl_config():
+    """Issue 15: a DPO plan's files run DPOTrainer (test_export_stages.py parses and runs them), not SFT."""
     rows = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "dpo"}, gpu_ids=["l40s"]).plans
     ex = export_plan(rows[0], "trl")
-    assert ("the plan is sized for stage dpo, but these files run the supervised step (SFTTrainer): write the "
-            "DPOConfig yourself with the same batch, length and sharding") in ex.notes
+    assert "trl.DPOConfig fields" in ex.files["train_config.yaml"] and "stage: dpo" in ex.files["train_config.yaml"]
+    assert not any("supervised step" in n for n in ex.notes)

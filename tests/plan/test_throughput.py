@@ -98,13 +98,15 @@ def _bench():
 
 def test_benchmark_summary_beats_the_old_model():
     """105 published rows (87 held out): the mechanism model's median and p90 error pass thresholds that
-    the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still."""
+    the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still.
+    Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.15 and s["all"]["model"]["p90"] <= 0.60
-    assert s["held_out"]["model"]["median"] <= 0.16 and s["held_out"]["model"]["p90"] <= 0.62
-    assert s["QWEN1_README"]["model"]["median"] <= 0.10 and s["QWEN1_README"]["model"]["p90"] <= 0.26
+    assert s["all"]["model"]["median"] <= 0.105 and s["all"]["model"]["p90"] <= 0.48
+    assert s["held_out"]["model"]["median"] <= 0.125 and s["held_out"]["model"]["p90"] <= 0.48
+    assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
+    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.29
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 2.0
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
@@ -176,9 +178,10 @@ def test_traffic_adds_without_p2p_and_overlaps_with_it():
             "num_gpus": 2, "parallelism": "fsdp", "gradient_checkpointing": "full"}
     _, geforce = _speed({**base, "gpu": "rtx4090"})
     assert geforce.step_s == pytest.approx(geforce.compute_s + geforce.comm_s)
-    # 6,738,415,616 weights x 2 B x 3 gathers (forward, recompute, backward) x 1/2 (ring of 2) = 20.2 GB at
-    # 15.75 GB/s (PCIe 4.0 x16 / 2: through host memory) = 1.2836 s, plus the adapters' gradients
-    assert geforce.comm_s == pytest.approx(1.2860, rel=1e-3)
+    # 6,738,415,616 weights x 2 B x 2 gathers (forward, backward: FSDP's pre-backward unshard also serves the
+    # recompute) x 1/2 (ring of 2) = 13.5 GB at 15.75 GB/s (PCIe 4.0 x16 / 2: through host memory) = 0.8557 s,
+    # plus the adapters' gradients
+    assert geforce.comm_s == pytest.approx(0.8582, rel=1e-3)
     _, a100 = _speed({**base, "gpu": "a100-80gb-sxm"})
     assert a100.step_s == pytest.approx(a100.compute_s)  # 300 GB/s per direction: hidden under compute
 

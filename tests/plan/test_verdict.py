@@ -141,13 +141,13 @@ def test_core_imports_no_models():
     import vramfit
 
     root = Path(vramfit.__file__).parent
-    for name in ("scenario.py", "choices.py", "fieldspec.py", "units.py", "errors.py", "stage_keys.py"):
+    for name in ("scenario.py", "choices.py", "fieldspec.py", "units.py", "errors.py", "stage_keys.py", "layout_keys.py"):
         tree = ast.parse((root / name).read_text(encoding="utf-8"))
         used = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         # stage_keys: the stage rows of the scenario table (issue 15), core like the table itself
         core = {"vramfit.errors", "vramfit.units", "vramfit.fieldspec", "vramfit.choices", "vramfit.stage_keys",
-                "vramfit.scenario",
+                "vramfit.scenario", "vramfit.layout_keys",  # issue 19: the model-parallel rows, core like stage_keys
                 # issue 12: the named limits and the bounded readers import only errors, limits and stdlib
                 "vramfit.limits", "vramfit.safe_input"}
         # known exception (issue 11 item 7): a framework's default precision is read lazily from its profile

@@ -107,6 +107,19 @@ def test_plotly_is_served_locally(client):
     assert len(r.content) > 1_000_000
 
 
+def test_plotly_is_sent_precompressed_or_plain(client):
+    """gzip from the cached compressed copy (the middleware leaves it alone); identity when not accepted."""
+    from vramfit.web.app import plotly_js_path
+
+    original = plotly_js_path().read_bytes()
+    gz = client.get("/vendor/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+    assert gz.headers["content-encoding"] == "gzip" and gz.headers["vary"] == "Accept-Encoding"
+    assert int(gz.headers["content-length"]) < len(original) // 2  # compressed on the wire
+    assert gz.content == original  # httpx decodes it: the same bundle
+    plain = client.get("/vendor/plotly.min.js", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == original
+
+
 @pytest.mark.parametrize("name", ["app.js", "form.js", "fits.js", "charts.js", "guide.js", "style.css"])
 def test_static_files_are_served_and_reference_no_cdn(client, name):
     r = client.get(f"/static/{name}")

@@ -83,13 +83,15 @@ for tab, n, rowname, tps, comp in [(1, 8, "FSDP", 5762, False), (1, 8, "FSDP + t
                                    (3, 128, "FSDP", 5605, False), (3, 128, "FSDP + torch.compile", 6514, True)]:
     sc = {"model": "meta-llama/Llama-3.1-8B", "framework": "torchtune", "method": "full", "precision": "bf16-mixed",
           "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 8192, "grad_accum": 1,
-          "gradient_checkpointing": "selective", "attention": "sdpa", "num_gpus": n, "parallelism": "fsdp",
-          "gpu": "h100-sxm", "compile": comp}
+          "gradient_checkpointing": "selective-op", "attention": "sdpa", "num_gpus": n, "parallelism": "fsdp",
+          "gpu": "h100-96gb-hbm2e-500w", "compile": comp}
     add(f"TITAN-T{tab}-{n}-{'compile' if comp else 'eager'}", "TORCHTITAN_PERF", TTN + f"Table {tab}, row '{rowname}', TPS/GPU {tps}",
         sc, tps * n, notes="Llama 3.1 8B pre-training step (same computation as full fine-tuning), seq 8192 (torchtitan llama3_8b.toml), "
-        "FSDP2 mixed precision bf16 params / fp32 reduce. Its 'selective' AC is op-level (torchtitan "
-        "activation_checkpoint.selective_ac_option 'op': saves every op's output except every second matmul), "
-        "so it recomputes about half the forward matmuls; the scenario's 'selective' (attention only) counts less. Cards: H100 96 GB HBM2e 2.4 TB/s at 500 W (below h100-sxm's 700 W; the doc says the peak lies between SXM and NVL). 128-GPU rows: 400 Gb/s RDMA per GPU between hosts.")
+        "FSDP2 mixed precision bf16 params / fp32 reduce. Its 'selective' AC is op-level (torchtitan@9dec370 "
+        "llama3_8b.toml mode 'selective', selective_ac_option 'op'; parallelize_llama.py _save_list: saves mm, sdpa, "
+        "reduce_scatter outputs except every second mm, recomputes the rest): scenario 'selective-op'. "
+        "Card: H100 96 GB HBM2e 2.4 TB/s at 500 W, 'peak between SXM and NVL' (the doc): benchmark card "
+        "h100-96gb-hbm2e-500w in cards.csv (was h100-sxm and 'selective' before 2026-12-01). 128-GPU rows: 400 Gb/s RDMA per GPU between hosts.")
 
 # --- Answer.AI fsdp_qlora benchmarks_03_2024.md (1024 dummy samples at context length; time = whole run)
 AA = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md @05ed9f2a60f96a0795cb082bceab70a9b19fd213, "

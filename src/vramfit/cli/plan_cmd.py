@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from vramfit.calibration import load_active
@@ -20,6 +21,7 @@ from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
+from vramfit.plan.kernels import SPEED_ERROR_P90
 from vramfit.plan.verdict import SAFETY_MARGIN
 from vramfit.safe_input import path_kind, shown, user_path, writable_file, write_text_file
 from vramfit.units import GB, GiB
@@ -78,6 +80,31 @@ def _plan_row(i: int, p) -> list[str]:
     ]
 
 
+PLAN_COLUMNS = ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost",
+                "$/M tok", "price basis", "disk GB")
+# left out first when the terminal is too narrow for every column (least needed to choose a plan first)
+_DROP_ORDER = ("price basis", "disk GB", "$/M tok", "mb × accum", "ckpt", "tokens/s")
+
+
+def _fitting_table(title: str, rows: list[tuple[list[str], str | None]],
+                   headers: dict[str, str]) -> tuple[Table, list[str]]:
+    """The plan table with as many columns as fit the console's width, and the names of those left out;
+    ``headers`` replaces the heading of a column (the time column carries its error band)."""
+    dropped: list[str] = []
+    while True:
+        keep = [i for i, col in enumerate(PLAN_COLUMNS) if col not in dropped]
+        t = Table(title=title, title_justify="left")
+        for i in keep:
+            col = PLAN_COLUMNS[i]
+            t.add_column(headers.get(col, col), justify="left" if col in ("GPUs", "ckpt", "sharding", "price basis") else "right",
+                         no_wrap=col in ("price basis", "GPUs"))
+        for cells, style in rows:
+            t.add_row(*(cells[i] for i in keep), style=style)
+        if len(dropped) == len(_DROP_ORDER) or Measurement.get(console, console.options.update_width(10_000), t).maximum <= console.width:
+            return t, dropped
+        dropped.append(_DROP_ORDER[len(dropped)])
+
+
 def render_plan(r, top: int, show_all: bool) -> None:
     sc = r.scenario
     data = f"{r.dataset_tokens:,} tokens × {r.epochs:g} epochs" if r.dataset_tokens else "no dataset size (cost per 1M tokens only)"
@@ -88,17 +115,16 @@ def render_plan(r, top: int, show_all: bool) -> None:
                   f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"
     dl = f"; deadline {r.deadline_hours:g} h" if r.deadline_hours else ""
-    t = Table(title=f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; ranked by {by}{dl})",
-              title_justify="left")
-    for col in ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok",
-                "price basis", "disk GB"):
-        t.add_column(col, justify="right" if col not in ("GPUs", "ckpt", "sharding", "price basis") else "left",
-                     no_wrap=col in ("price basis", "GPUs"))
+    band = f"time\n±{SPEED_ERROR_P90:.0%}" if r.mfu is None else "time"  # the speed model's p90 error band
     shown = r.plans if show_all else r.plans[:top]
-    for i, p in enumerate(shown, 1):
-        style = "dim" if p.within_budget is False or p.meets_deadline is False else None
-        t.add_row(*_plan_row(i, p), style=style)
+    rows = [(_plan_row(i, p), "dim" if p.within_budget is False or p.meets_deadline is False else None)
+            for i, p in enumerate(shown, 1)]
+    t, dropped = _fitting_table(f"Plans that fit ({len(r.plans)}; safety margin {r.safety_margin:.0%}; "
+                                f"ranked by {by}{dl})", rows, {"time": band})
     console.print(t)
+    if dropped:
+        console.print(f"[dim]left out at {console.width} columns: {', '.join(dropped)} (a wider terminal or "
+                      "--json shows them)[/dim]")
     unmeasured = [i for i, p in enumerate(shown, 1) if not p.measured_path]
     if unmeasured:
         console.print(f"[yellow]† no published measurement behind the path of plan(s) "
@@ -191,7 +217,7 @@ def plan_cmd(
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
     top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
     show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
-    export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, or trl (also writes train.py).", rich_help_panel=_P),
+    export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, trl (also writes train.py), or torchtitan (TOML with tensor/pipeline degrees).", rich_help_panel=_P),
     pick: str = typer.Option("1", help="Plan to export: a row number, cheapest or fastest.", rich_help_panel=_P),
     export_dir: Path = typer.Option(Path("."), help="Folder for --export files.", rich_help_panel=_P),
     write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the picked plan's changes.", rich_help_panel=_P),

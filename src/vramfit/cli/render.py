@@ -47,6 +47,8 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print(f"allocated by phase (GiB): {phases}; peak in [bold]{r.peak.phase}[/bold]")
     at_peak = ", ".join(f"{name} {gib(b)}" for name, b in sorted(r.peak.breakdown, key=lambda x: -x[1]))
     console.print(f"live at the peak (GiB): {at_peak}")
+    if r.ranks:
+        render_ranks(r, console)
     if r.host_bytes:
         console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
     if r.accuracy:
@@ -58,6 +60,19 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
         console.print(f" • {a}", markup=False)
+
+
+def render_ranks(r: EstimateResult, console: Console) -> None:
+    """Tensor/pipeline/context parallel: each pipeline rank's share, the most loaded one marked."""
+    t = Table(title="Per rank (tensor / pipeline / context parallel)", title_justify="left")
+    for col in ("rank", "layers", "micro-batches in flight", "parameters", "activations GiB", "allocated GiB"):
+        t.add_column(col, justify="left" if col == "rank" else "right")
+    top = max(x.allocated_bytes for x in r.ranks)
+    for x in r.ranks:
+        mark = " (peak)" if x.allocated_bytes == top else ""
+        t.add_row(f"{x.role}{mark}", str(x.layers), f"{x.in_flight:g}", f"{x.params:,}", gib(x.activations_bytes),
+                  gib(x.allocated_bytes))
+    console.print(t)
 
 
 def render_fits(r: EstimateResult, console: Console) -> None:

@@ -19,6 +19,7 @@ from vramfit.estimate.result import (
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.estimate.unsloth import replays_step
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -110,6 +111,10 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     gpus = _gpus_note(sc)
     if gpus:
         out.append(gpus)
+    if r.ranks:
+        from vramfit.estimate.ranks import layout_note
+
+        out.append(layout_note(sc, r.ranks))
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
@@ -118,6 +123,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
 
 def _gpus_note(sc: Scenario) -> str | None:
     """How the GPUs of the scenario are laid out (one node, several nodes, or more than a node holds)."""
+    if sc.model_parallel_size > 1:  # the layout's own note (estimate/ranks.py layout_note) says the rest
+        return f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs." if sc.num_nodes > 1 else None
     if sc.num_nodes > 1:
         return _nodes_note(sc)
     if 1 < sc.num_gpus <= GPUS_PER_NODE:
@@ -203,7 +210,8 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
-    reserved = reserved_bytes(allocated, parts, len(r.saved.items), spec.num_hidden_layers, step_transients(r))
+    tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
@@ -225,6 +233,7 @@ def estimate_spec(
         Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
         Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
         Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
+        Component("rope_cache", 0, P.PERSISTENT, A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
         Component("allocator_overhead", reserved - allocated, P.PROCESS, R, "caching allocator: reserved but not allocated"),
         Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
         Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
@@ -247,4 +256,5 @@ def estimate_spec(
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         accuracy=accuracy_for(sc),
+        ranks=r.ranks,
     )

@@ -1,8 +1,8 @@
 """How far to trust an estimate: the published measurements nearest to its path, and our errors on them.
 
 The path of a scenario is what decides which code ran (framework, method, sharding, offload,
-quantization). ``data/accuracy.json`` lists every measured row of
-``benchmarks/data/measured/public.jsonl`` with its path and our signed error; it is written by
+quantization). ``data/accuracy.json`` lists every SFT row of the measured sets in
+``benchmarks/data/measured/`` (public.jsonl, found.jsonl) with its path and our signed error; it is written by
 ``python benchmarks/accuracy.py --write-bands`` (tests/benchmarks/test_accuracy_bands.py checks it is up
 to date), so an estimate only reads a small file.
 """
@@ -29,11 +29,15 @@ _QUANT_FAMILY = {
 
 
 def path_of(sc: Scenario) -> dict[str, str]:
-    """The fields that select which code runs; 4-bit bitsandbytes formats share one path."""
+    """The fields that select which code runs; 4-bit bitsandbytes formats share one path; tensor, pipeline and
+    context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet)."""
+    sharding = sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none"
+    for name, degree in (("tp", sc.tensor_parallel), ("pp", sc.pipeline_parallel), ("cp", sc.context_parallel)):
+        sharding += f"+{name}{degree}" if degree > 1 else ""
     return {
         "framework": sc.framework.value,
         "method": sc.method.value,
-        "sharding": sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none",
+        "sharding": sharding,
         "offload": sc.offload.value,
         "quantization": _QUANT_FAMILY[sc.quantize],
     }

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
-from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, runs_under_autocast
+from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
 from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
@@ -57,11 +58,14 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
     """Element sizes of the tensors in a block.
 
     ``-mixed``: fp32 weights under autocast, so the residual stream and norm outputs are fp32 and
-    each linear casts its input to 16 bits. QLoRA under PEFT's ``prepare_model_for_kbit_training``:
-    embeddings and norms are fp32 (peft other.py:202), so the residual stream is fp32 as well.
+    each linear casts its input to 16 bits, unless the framework casts the parameters themselves
+    (:func:`casts_params`: every weight, LoRA's included, is then 16-bit in the step). QLoRA under PEFT's
+    ``prepare_model_for_kbit_training``: embeddings and norms are fp32 (peft other.py:202), so the residual
+    stream is fp32 as well.
     """
     c = scenario.precision.compute_bytes
-    fp32_stream = (scenario.precision.mixed and not profile.mixed_casts_params) or scenario.precision is Precision.FP32 or (
+    cast = casts_params(scenario, profile)
+    fp32_stream = (scenario.precision.mixed and not cast) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
     )
     res = 4 if fp32_stream else c
@@ -69,8 +73,8 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
         compute=c,
         residual=res,
         norm_out=res,
-        adapter=adapter_bytes(profile, scenario.precision),
-        autocast=runs_under_autocast(scenario, profile),
+        adapter=c if cast else adapter_bytes(profile, scenario.precision),
+        autocast=runs_under_autocast(scenario, profile) and not cast,  # nothing left to cast once the params are
     )
 
 
@@ -95,6 +99,7 @@ class Block:
     full: bool
     lora_dropout: float
     q_saves: bool  # the 4-bit matmul saves its input (bnb <= 0.43.1)
+    saves_inputs: bool  # every nn.Linear saves its input (ZeRO-3's memory-efficient linear)
     # keyed by (name, in_features): Qwen 1 has two linears named c_proj (attention and MLP)
     adapted: dict[tuple[str, int], Adapter] = field(compare=False)
     n_adapters: dict[tuple[str, int], int] = field(compare=False)
@@ -123,6 +128,7 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         dt=dtypes_for(sc, profile), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
         lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
         q_saves=quantized and profile.qlora_saves_input,
+        saves_inputs=zero3_linear_saves_inputs(spec, sc, quantized),
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
         attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
         wrapped_experts=any(ad.param_wrapper and ad.per_layer > 1 for ad in adapters),
@@ -206,7 +212,7 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # the folded weight needs a gradient: the expert matmul keeps its (gathered) input
         out.add(in_key, in_bytes * tokens * lin.in_features)
         return
-    if blk.full or blk.q_saves:
+    if blk.full or blk.q_saves or blk.saves_inputs:
         if blk.dt.autocast:
             out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
         else:
@@ -383,6 +389,10 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
         # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
         mlp = c * tokens * width
+        if profile.lora_product_temporary:
+            # matmul_lora's `out += (X @ A) @ (s * B)` adds a second (T, I) tensor while DW is built
+            # (unsloth@0e0d8fc kernels/utils.py, see FrameworkProfile.lora_product_temporary)
+            mlp = 2 * c * tokens * width
     if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
         # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),

@@ -121,7 +121,11 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     ``loss_only``: the loss's tensors alone (what a batch's length sizes).
     """
     from vramfit.estimate.loss import vocab_rows
+    from vramfit.estimate.unsloth import replays_step, step_events
 
+    if replays_step(r.spec, r.sc, r.profile):
+        per_element = r.parts.optimizer_state / max(1, r.parts.num_trainable)
+        return step_events(r.spec, r.sc, per_element) if not loss_only else []
     unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
     spec = r.spec
     weight = max([x.in_features * x.out_features for x in spec.block_linears]
@@ -144,13 +148,15 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     other = 0 if loss_only else 1
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
+    kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
     saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - r.loss.saved, unit))
+    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
     free(auto)
-    grad = alloc(r.loss.backward_peak - r.loss.saved, unit)
+    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
     free(saved)
     free(grad)
     free(alloc(other * r.dequant))
+    free(kept)
     return ev
 
 

@@ -125,5 +125,18 @@ TORCHTUNE_OUTPUT_CHUNKS = Constant(
 LITGPT_LM_HEAD_CHUNK = Constant(
     128, "tokens", "Lightning-AI/lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)"
 )
+
+# --- Unsloth 2024.12 (the release of its published long-context tables) ---
+UNSLOTH_ROPE_INITIAL_ROWS = Constant(
+    4 * 8192, "positions",
+    "unslothai/unsloth@0e0d8fc (2024.12.3) unsloth/models/llama.py LlamaExtendedRotaryEmbedding.__init__: "
+    "'Dynamic RoPE we first set it to a max of 4 * 8192 tokens', current_rope_size = min(4 * 8192, "
+    "max_position_embeddings)",
+)
+UNSLOTH_ROPE_GROWTH = Constant(
+    8192, "positions",
+    "unslothai/unsloth@0e0d8fc (2024.12.3) unsloth/models/llama.py extend_rope_embedding: 'Iteratively grow by "
+    "increments of 8192'",
+)
 # (Liger's fused linear+CE chunk rule is code, not a number: estimate/loss.py cites
 # linkedin/Liger-Kernel v0.5.2 ops/fused_linear_cross_entropy.py next to it.)

@@ -100,9 +100,14 @@ def activations(step: Step) -> Iterator[Contribution]:
 
 
 def logits_loss(step: Step) -> Iterator[Contribution]:
+    """The loss's tensors; logits a loop keeps (``loss.kept``) stay through backward and the optimizer step."""
+    kept = step.loss.kept
     yield Contribution("logits_loss", F, step.loss.forward_peak)
     yield Contribution("logits_loss", BL, step.loss.backward_peak)
-    yield Contribution("logits_loss", BE, step.loss.held)
+    yield Contribution("logits_loss", BB, kept)
+    yield Contribution("logits_loss", BE, step.loss.held + kept)
+    yield Contribution("logits_loss", BT, kept)
+    yield Contribution("logits_loss", OPT, kept)
 
 
 def communication(step: Step) -> Iterator[Contribution]:
@@ -117,15 +122,29 @@ def communication(step: Step) -> Iterator[Contribution]:
 
 
 def temporaries(step: Step) -> Iterator[Contribution]:
-    """De-quantized weights, the block backward working set, the optimizer step's temporaries."""
-    yield Contribution("temporaries", F, step.dequant)
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant)
+    """De-quantized weights, the block backward working set, the optimizer step's temporaries; ZeRO-3's host
+    partition copies (``step.fetch_copy``): the output layer's is made when it is fetched at the end of forward,
+    before the logits exist, so forward's high point is the larger of the two moments."""
+    fwd_copy, block_copy = step.fetch_copy
+    yield Contribution("temporaries", F, step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak))
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
     yield Contribution("temporaries", BE, step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)
 
 
-CONTRIBUTORS: tuple[Contributor, ...] = (model_state, gradients, activations, logits_loss, communication, temporaries)
+def framework_buffers(step: Step) -> Iterator[Contribution]:
+    """Buffers a framework keeps beside the model state from the first step on: Unsloth 2024.12's
+    per-layer RoPE cos/sin caches (:func:`vramfit.estimate.unsloth.rope_cache_bytes`)."""
+    from vramfit.estimate.unsloth import rope_cache_bytes
+
+    rope = rope_cache_bytes(step.spec, step.sc, step.profile)
+    for phase in _ALL:
+        yield Contribution("rope_cache", phase, rope)
+
+
+CONTRIBUTORS: tuple[Contributor, ...] = (
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

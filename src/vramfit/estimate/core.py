@@ -50,6 +50,7 @@ from vramfit.scenario import (
 )
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+_BNB_4BIT = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Parts:
     host: int = 0
     num_trainable: int = 0
     param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
+    quant_state: int = 0  # of quantized_base: 4-bit quantization state kept whole on every GPU
 
 
 def experts_quantized(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -128,7 +130,9 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             continue
         if _is_quantized_linear(t, sc, profile, spec):
             q = quantized_weight_bytes(t.shape[0], t.shape[1], sc.quantize)
-            p.quantized_base += shard(round_allocation(q) * t.count, shd.weights)
+            kept = _module_quant_state(t, sc, profile, shd, q)
+            p.quantized_base += shard(round_allocation(q - kept) * t.count, shd.weights) + round_allocation(kept) * t.count
+            p.quant_state += round_allocation(kept) * t.count
             sizes.append((q, t.count))
             continue
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
@@ -141,6 +145,17 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         sizes.append((t.numel * w, t.count))
     p.param_tensors = tuple(sizes)
     return trainable
+
+
+def _module_quant_state(t: ParamTensor, sc: Scenario, profile: FrameworkProfile, shd: Sharding, q: int) -> int:
+    """Bytes of a 4-bit weight's quantization state (absmax, nested absmax, code) that FSDP/ZeRO-3 neither shard
+    nor offload: bitsandbytes >= 0.43.0 keeps the QuantState on the Linear4bit module (nn/modules.py Params4bit
+    ``self.module.quant_state = quant_state``; fix_4bit_weight_quant_state_from_module: "the quant state got lost when
+    the parameter got converted. This happens for example for fsdp"), and only parameters are sharded."""
+    sharded = shd.weights > 1 or shd.weights_on_host
+    if not (sharded and profile.qlora_module_quant_state) or sc.quantize not in _BNB_4BIT:
+        return 0
+    return q - -(-t.numel // 2)  # all but the packed 4-bit data (two per byte)
 
 
 def _secondary(t: ParamTensor, shd: Sharding) -> int:
@@ -202,8 +217,9 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4)
         p.gradients = 0
     if shd.weights_on_host:
-        p.host += p.weights + p.quantized_base + p.adapters
-        p.weights = p.quantized_base = p.adapters = 0
+        p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
+        p.weights = p.adapters = 0
+        p.quantized_base = p.quant_state
     if sc.parallelism is Parallelism.ZERO3:
         _zero3_persistent(p, spec, sc, profile, shd, adapters)
     return p, adapters
@@ -285,14 +301,9 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
         per_elem = 2.0
     else:
         per_elem = layer / max(1, elems)
-    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
-    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
-        head *= 2
-    largest_block = max(
-        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
-         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
-    model = layer * spec.num_hidden_layers + head
-    return ipg + ds.gathered_bytes(z, per_elem, max(head, largest_block), model)
+    largest, _ = ds.zero3_largest(spec, sc, profile)
+    model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
+    return ipg + ds.gathered_bytes(z, per_elem, largest, model)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

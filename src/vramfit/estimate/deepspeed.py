@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vramfit.choices import Method, Offload, Parallelism, Quantize
 from vramfit.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.models.spec import ModelSpec
+    from vramfit.scenario import Scenario
 
 AUTO = "auto"
 KEY = "deepspeed_config"
@@ -37,7 +43,8 @@ _INT_KEYS = {
 #: HfTrainerDeepSpeedConfig.trainer_config_finalize: reduce_bucket_size = h*h;
 #: stage3_prefetch_bucket_size = int(0.9*h*h); stage3_param_persistence_threshold = 10*h)
 _AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
-_BOOL_KEYS = ("overlap_comm", "contiguous_gradients")
+#: memory_efficient_linear defaults to True (DeepSpeedZeroConfig.memory_efficient_linear, same file)
+_BOOL_KEYS = ("overlap_comm", "contiguous_gradients", "memory_efficient_linear")
 #: every zero_optimization key this module reads besides the stage and offload sections
 SIZING_KEYS = (*_INT_KEYS, *_BOOL_KEYS)
 _MAX = 10**15  # catches typos before arithmetic
@@ -59,6 +66,7 @@ class DeepSpeedConfig:
     stage3_param_persistence_threshold: int | str | None = None
     stage3_max_live_parameters: int | str | None = None
     stage3_max_reuse_distance: int | str | None = None
+    memory_efficient_linear: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """DeepSpeed's JSON layout, only the keys that were given."""
@@ -99,6 +107,7 @@ class ZeroBuffers:
     persistence_threshold: int
     max_live_parameters: int
     max_reuse_distance: int
+    memory_efficient_linear: bool = True
 
 
 def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBuffers:
@@ -122,6 +131,7 @@ def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBu
         num("reduce_bucket_size"), num("allgather_bucket_size"), overlap, contiguous, num("sub_group_size"),
         num("stage3_prefetch_bucket_size"), num("stage3_param_persistence_threshold"),
         num("stage3_max_live_parameters"), num("stage3_max_reuse_distance"),
+        cfg.memory_efficient_linear is not False,
     )
 
 
@@ -266,3 +276,59 @@ def fp32_grad_partition(trainable_partition_numel: int) -> int:
     copies them to fp32 for the optimizer (DeepSpeed v0.19.6 stage_1_and_2.py step: ``single_grad_partition =
     flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, freed after _optimizer_step); bytes."""
     return 4 * trainable_partition_numel
+
+
+def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:
+    """ZeRO-3 with offload_param: a fetch copies the parameter's host partition to the GPU before the all-gather
+    (DeepSpeed v0.19.6 partition_parameters.py _all_gather_sequential: ``param_ds_tensor.to(current_device)``), on
+    top of the gathered buffer: the largest parameter's partition, bytes. On one GPU DeepSpeed >= 0.9.0 skips the
+    gather (NoGatherHandle: the one copy is the gathered parameter); before v0.9.0 the whole parameter was copied,
+    then gathered into a second buffer (``gathers_on_one_gpu``, v0.8.3 all_gather_coalesced)."""
+    if num_gpus == 1:
+        return largest_bytes if gathers_on_one_gpu else 0
+    return -(-largest_bytes // num_gpus)
+
+
+def linear_saves_inputs(z: ZeroBuffers) -> bool:
+    """ZeRO-3's zero.Init (memory_efficient_linear, the default) replaces torch.nn.functional.linear for the rest of
+    the process (DeepSpeed v0.19.6 partition_parameters.py _enable_mem_efficient_linear: "This will persist unless
+    manually reset") by LinearFunctionForZeroStage3, whose setup_context saves input, weight and bias
+    (runtime/zero/linear.py ``ctx.save_for_backward(input, weight, bias)``): every nn.Linear keeps its input, frozen
+    or not (torch's own linear keeps it only for a weight gradient); the weight is the partitioned parameter."""
+    return z.memory_efficient_linear
+
+
+def zero3_linear_saves_inputs(spec: ModelSpec, sc: Scenario, quantized: bool) -> bool:
+    """ZeRO-3 replaces F.linear (:func:`linear_saves_inputs`); a 4-bit base layer runs
+    bitsandbytes' matmul_4bit, not F.linear, so only unquantized frozen linears change."""
+    if sc.parallelism is not Parallelism.ZERO3 or quantized or sc.method is Method.FULL:
+        return False
+    return linear_saves_inputs(resolve(sc.deepspeed_config, spec.hidden_size, 3))
+
+
+def largest_head(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the output layer (or tied embedding) as ZeRO-3 gathers it."""
+    head = (spec.lm_head_params or spec.embedding_params) * sc.precision.compute_bytes
+    return 2 * head if sc.method is Method.QLORA and profile.qlora_unquantized_fp32 else head
+
+
+def zero3_largest(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
+    """(largest parameter, largest block linear) in bytes as ZeRO-3 gathers them."""
+    from vramfit.estimate.state import quantized_weight_bytes
+
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    block = max(
+        (quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize) if quantized else
+         lin.in_features * lin.out_features * sc.precision.compute_bytes) for lin in spec.block_linears)
+    return max(largest_head(spec, sc, profile), block), block
+
+
+def zero3_fetch_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
+    """ZeRO-3 with offload_param: the host partition a fetch copies to the GPU before its all-gather
+    (:func:`host_partition_copy`), bytes: (the largest parameter's, fetched at the output
+    layer at the end of forward; the largest block linear's, fetched while a block runs backward)."""
+    if sc.parallelism is not Parallelism.ZERO3 or sc.offload is not Offload.OPTIMIZER_PARAMS:
+        return 0, 0
+    largest, block = zero3_largest(spec, sc, profile)
+    one = profile.ds_gathers_on_one_gpu
+    return host_partition_copy(largest, sc.num_gpus, one), host_partition_copy(block, sc.num_gpus, one)

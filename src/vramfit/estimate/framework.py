@@ -33,6 +33,14 @@ class LossLayout(str, Enum):
     # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
     # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
     UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+    # unsloth@0e0d8fc (2024.12.3) models/llama.py CausalLM forward: unsloth_zoo@bb133c7 loss_utils
+    # fused_linear_cross_entropy -> Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py): no logits;
+    # its backward allocates zeros_like for the hidden states and for the whole lm_head weight (estimate/loss.py)
+    APPLE_CCE = "apple-cce"
+    # transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`, then
+    # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
+    # PR #35646, merged 2025-01-13, "to reduce memory overhead")
+    HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,9 @@ class FrameworkProfile:
     # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
     # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
+    # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
+    # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
+    qlora_module_quant_state: bool = False
     # the model runs transformers' modelling code (transformers v5.24.0): masking_utils builds a real
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
     # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
@@ -149,9 +160,19 @@ class FrameworkProfile:
     # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
     # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
     mixed_casts_params: bool = False
+    # the same cast under FSDP only, besides autocast (accelerate v0.28.0/v1.15.0 state.py fsdp_plugin.set_mixed_precision
+    # -> utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype))
+    fsdp_mixed_casts_params: bool = False
+    # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
+    # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
+    ds_gathers_on_one_gpu: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # recipes (method, several GPUs) that run the compiled standard loss; None: all. torchtune v0.4.0 full_finetune_*.py
+    # and lora_finetune_distributed.py drop what training.compile_loss(self._loss_fn) returns (CrossEntropyLoss stays
+    # eager; the chunked loss is patched in place); lora_finetune_single_device.py assigns it
+    compiled_loss_recipes: tuple[tuple[Method, bool], ...] | None = None
     # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
     # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
     rmsnorm_kernel: bool = False
@@ -167,6 +188,18 @@ class FrameworkProfile:
     # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
     # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
     offload_ckpt_block_tensors: int = 2
+    # LoRA matmuls add the adapter product out of place, an output-sized temporary: unsloth@0e0d8fc
+    # kernels/utils.py matmul_lora `out += (X @ A.to(dtype)) @ (s * B.to(dtype))` (in place, `out.addmm_`, since
+    # unsloth@4f16602), so LoRA_MLP.backward's DW = matmul_lora(dY, downW.t(), ...) holds two (T, I) tensors
+    lora_product_temporary: bool = False
+    # every attention layer owns a RoPE cos/sin cache in the compute dtype that grows with the sequence
+    # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
+    # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
+    rope_cache_per_layer: bool = False
+    # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
+    # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
+    # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
+    step_allocation_order: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -187,8 +220,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
+        qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
+        fsdp_mixed_casts_params=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -204,11 +239,20 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
             ),
             FrameworkVersion(
+                "transformers-4.47",
+                "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
+            ),
+            FrameworkVersion(
                 "peft-0.11",
                 "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
+                             (("ds_gathers_on_one_gpu", True),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
@@ -229,6 +273,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
@@ -299,41 +344,21 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     version="torchtitan@9dec370",
 )
-PROFILES[Framework.UNSLOTH] = FrameworkProfile(
-    name="unsloth",
-    # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
-    # unsloth_zoo prepare_model_for_training(train_layernorms=False, train_embedding=False,
-    # train_lm_head=False, float32_mixed_precision=True): the trainable LoRA A/B become fp32, the
-    # only fp32 tensors (norms, embeddings, lm_head stay in the load dtype)
-    adapters_fp32=True,
-    lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
-    lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
-    fused_qkv_lora=False,
-    rmsnorm_upcast=True,
-    expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
-    # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
-    qlora_unquantized_fp32=False,
-    qlora_saves_input=False,
-    qlora_quantizes_lm_head=False,
-    standard_loss=LossLayout.UNSLOTH_FUSED_CE,
-    torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
-    rmsnorm_kernel=True,
-    lora_fused_autograd=True,
-    offload_ckpt_block_tensors=5,
-    # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
-    default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
-                       (Method.QLORA, Precision.BF16_TRUE)),
-    version="unsloth@015bdef",
-)
+# the Unsloth profile and its 2024.12 release live in estimate/unsloth.py (imported here, after the classes it uses)
+from vramfit.estimate.unsloth import UNSLOTH_PROFILE  # noqa: E402
+
+PROFILES[Framework.UNSLOTH] = UNSLOTH_PROFILE
 
 
 def profile_for(framework: Framework, version: str | None = None) -> FrameworkProfile:
-    """The framework's profile, with an older release's changes applied when ``version`` names one."""
+    """The profile with the changes of the older release(s) ``version`` names (``+`` joins several)."""
     profile = PROFILES[framework]
-    for old in profile.older_versions:
-        if old.name == version:
-            return replace(profile, version=old.name, **dict(old.changes))
-    return profile
+    named = {old.name: old for old in profile.older_versions}
+    parts = [] if version is None or version == profile.version else version.split("+")
+    if not parts or any(p not in named for p in parts):
+        return profile
+    changes = {k: v for p in parts for k, v in named[p].changes}
+    return replace(profile, version=version, **changes)
 
 
 def known_versions(framework: Framework) -> list[str]:
@@ -342,10 +367,11 @@ def known_versions(framework: Framework) -> list[str]:
 
 
 def check_version(framework: Framework, value: Any) -> str:
-    """A framework_version the profile knows, else one ScenarioError listing them."""
+    """A framework_version the profile knows (older releases joinable by ``+``), else one ScenarioError."""
     valid = known_versions(framework)
     text = value.strip() if isinstance(value, str) else value
-    if text not in valid:
+    older = valid[1:] if PROFILES[framework].version else valid
+    if text not in valid and not (isinstance(text, str) and all(p in older for p in text.split("+"))):
         raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
     return text
 
@@ -376,6 +402,12 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     if profile.adapters_fp32:
         return 4
     return precision.param_bytes
+
+
+def casts_params(scenario, profile: FrameworkProfile) -> bool:
+    """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
+    fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp))
 
 
 def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:

@@ -7,7 +7,7 @@ of the block activations. V = vocabulary rows of the output layer, T = tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
@@ -22,6 +22,7 @@ class LossMemory:
     backward_peak: int  # extra at the high point of the loss backward (saved included)
     detail: str
     held: int = 0  # still alive at the end of backward (logits the training loop keeps referenced)
+    kept: int = 0  # the model's returned logits, kept by the loop through backward and the optimizer step
 
 
 def vocab_rows(spec: ModelSpec) -> int:
@@ -36,7 +37,39 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     return 2
 
 
+def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
+    """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
+    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
+        return False
+    recipes = profile.compiled_loss_recipes
+    return (scenario.loss is Loss.CHUNKED or recipes is None
+            or (scenario.method, scenario.num_gpus > 1) in recipes)
+
+
 def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
+    """The loss's figures (:func:`step_loss`), plus the logits a loop that ``keeps_outputs`` holds on to."""
+    m = step_loss(spec, sc, profile)
+    kept = returned_logits_bytes(spec, sc, profile) if sc.keeps_outputs and not m.held else 0
+    if not kept:
+        return m
+    # e.g. AnswerDotAI/fsdp_qlora@4cd6923 train.py: `output = model(...)` (l. 841) is set to None only after
+    # optimizer.step() (l. 894), so output.logits outlives the loss backward, every block's backward and the step
+    return replace(m, backward_peak=m.backward_peak + kept, kept=kept,
+                   detail=m.detail + "; the loop keeps the returned logits until after the optimizer step")
+
+
+def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the logits the model returns: fp32 where the model upcasts them (transformers < 4.45
+    ``logits.float()``, torchtune ``self.output(h).float()``), else the logits dtype; none with a fused loss
+    (no logits exist) or Unsloth's fused cross-entropy."""
+    if sc.loss is Loss.FUSED or profile.standard_loss is LossLayout.UNSLOTH_FUSED_CE:
+        return 0
+    upcast = sc.loss is Loss.STANDARD and profile.standard_loss in (LossLayout.HF_UPCAST_IN_MODEL,
+                                                                    LossLayout.TORCHTUNE_UPCAST_IN_MODEL)
+    return (4 if upcast else logits_bytes_per_element(sc, profile)) * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
+
+
+def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
     T = sc.micro_batch_size * sc.seq_len
     V = vocab_rows(spec)
     TV = T * V
@@ -51,15 +84,19 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
         grad_in = sc.precision.compute_bytes * T * spec.hidden_size
         transient = chunk * V * (lb + 4 + 4)
         return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
-    if sc.compile and sc.loss is not Loss.FUSED and profile.compile_scope is CompileScope.MODEL_AND_LOSS:
+    if compiles_loss(sc, profile):
         # compiled cross-entropy: the fp32 upcast and log_softmax fuse into the kernel, and the
-        # backward recomputes them from the saved model-dtype logits and the per-token logsumexp
-        # (inductor min-cut partitioner); per chunk for the chunked loss
+        # backward recomputes them from the saved input logits and the per-token logsumexp
+        # (inductor min-cut partitioner); per chunk for the chunked loss. The standard loss's input is
+        # the model's fp32 logits when the model upcasts (torchtune v0.4.0 transformer.py
+        # `self.output(h).float()`, outside the compiled layers): the 16-bit logits die at the cast
         n = TORCHTUNE_OUTPUT_CHUNKS.value if sc.loss is Loss.CHUNKED else 1
-        saved = lb * TV + 4 * T
+        ib = 4 if sc.loss is not Loss.CHUNKED and profile.standard_loss is LossLayout.TORCHTUNE_UPCAST_IN_MODEL else lb
+        saved = ib * TV + 4 * T
         per = -(-TV // n)
         # forward: logsumexp computed in-kernel (no fp32 copy); backward: one chunk's logit gradient
-        return LossMemory(saved, saved, saved + lb * per, f"compiled cross-entropy over {n} chunk(s)")
+        fwd = max(saved, lb * TV + up * TV) if ib == 4 else saved
+        return LossMemory(saved, fwd, saved + ib * per, f"compiled cross-entropy over {n} chunk(s)")
     if sc.loss is Loss.CHUNKED:
         n = TORCHTUNE_OUTPUT_CHUNKS.value
         per = -(-TV // n)
@@ -95,6 +132,8 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         # ("target_gb ... default detects VRAM left"), so it never sets the peak on its own.
         grad_in = sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * spec.hidden_size
         return LossMemory(grad_in, grad_in, grad_in, "Unsloth fused CE (no logits, chunk sized to free VRAM)")
+    if style is LossLayout.APPLE_CCE:
+        return _apple_cce(spec, sc)
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
         # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
         # logits dtype (no upcast), its log_softmax output saved
@@ -118,6 +157,13 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
+    if style is LossLayout.HF_UPCAST_SHIFTED_IN_LOSS:
+        # transformers 4.46-4.48 ForCausalLMLoss: the model's 16-bit logits, their fp32 copy and the shifted
+        # .contiguous() fp32 copy are all alive while cross_entropy's log_softmax writes (and saves) its fp32 output;
+        # backward as below (the slice's backward scatters into a fresh fp32 buffer after the two gradients die)
+        saved = 4 * TV
+        return LossMemory(saved, lb * TV + up * TV + 4 * TV + saved, saved + 4 * TV + 4 * TV,
+                          "model-dtype logits, fp32 upcast and shifted fp32 copy in ForCausalLMLoss (transformers 4.46-4.48)")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;
@@ -126,3 +172,22 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     fwd = lb * TV + up * TV + 4 * TV
     bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
     return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")
+
+
+def _apple_cce(spec: ModelSpec, sc: Scenario) -> LossMemory:
+    """Apple's Cut Cross-Entropy as Unsloth 2024.12 calls it (unsloth_zoo@bb133c7 loss_utils.fused_linear_cross_entropy,
+    shift=True, filter_eps="auto"); apple/ml-cross-entropy@1f3ebdb:
+
+    - forward (cce.py LinearCrossEntropyFunction): no logits; ``save_for_backward(e, c, lse, targets, valids,
+      logit_avg)``: the final norm's (T, h) output, the fp32 log-sum-exp per token, the valid positions
+      (utils.py _build_flat_valids: int32 indices summed to int64) and a (V,) fp32 logit average;
+      indexed_neg_dot adds a (T,) fp32 tensor while the loss is formed;
+    - backward (cce_backward.py cce_backward_kernel): ``de = torch.zeros_like(e)`` and ``dc = torch.zeros_like(c)``:
+      a gradient buffer the size of the whole lm_head weight, allocated even though the head is frozen."""
+    T = sc.micro_batch_size * sc.seq_len
+    c = sc.precision.compute_bytes
+    V = vocab_rows(spec)
+    saved = c * T * spec.hidden_size + 4 * T + 8 * T + 4 * V
+    de, dc = c * T * spec.hidden_size, c * V * spec.hidden_size
+    return LossMemory(saved, saved + 4 * T, saved + de + dc,
+                      "Apple Cut Cross-Entropy (no logits; its backward allocates the lm_head-sized dc)")

@@ -131,6 +131,9 @@ class EstimateResult:
     fits: tuple[FitInfo, ...] = field(default=())
     # the measured cases nearest to this path and our errors on them (estimate/accuracy.py); None: not computed
     accuracy: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: tensor/pipeline/context parallel: each pipeline rank's share (vramfit.estimate.ranks.RankMemory), the
+    #: most loaded one being ``peak``; empty when every rank holds the same
+    ranks: tuple[Any, ...] = ()
 
     def component(self, name: str) -> int:
         """Bytes of a named component (0 if absent)."""
@@ -147,4 +150,5 @@ class EstimateResult:
             "fits": [f.to_dict() for f in self.fits],
             "assumptions": list(self.assumptions),
             "accuracy": self.accuracy,
+            "ranks": [r.to_dict() for r in self.ranks],
         }

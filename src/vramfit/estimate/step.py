@@ -27,6 +27,7 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
     sliding_window_masks,
 )
+from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
@@ -78,6 +79,8 @@ class Step:
     lm_head_trainable: bool
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
+    ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
+    fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -159,6 +162,12 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and not held:
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    from vramfit.estimate.unsloth import replays_step
+
+    if layer_grads and replays_step(spec, sc, profile):
+        # the replayed offloaded step frees nothing as backward proceeds (its block inputs are on the host), so its
+        # high point is the last block's backward, with every other block's gradients made (estimate/unsloth.py)
+        layer_grads = parts.gradients
     return held, head_grad, layer_grads
 
 
@@ -190,6 +199,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     from vramfit.estimate import stages
     from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
 
+    if sc.model_parallel_size > 1:
+        from vramfit.estimate.ranks import model_parallel_step
+
+        return model_parallel_step(spec, sc, card, compute)
     user_sc, sc = sc, vision.lm_scenario(spec, stages.policy_scenario(sc))
     profile = scenario_profile(sc)
     if profile.untied_head_copy and spec.tie_word_embeddings:
@@ -212,6 +225,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
-        held, head_grad, layer_grads, lm_head_trainable, card=card,
+        held, head_grad, layer_grads, lm_head_trainable, card=card, fetch_copy=zero3_fetch_copies(spec, sc, profile),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -6,6 +6,8 @@
 - ``deepspeed``: a DeepSpeed config JSON (ZeRO stage, offload, batch sizes, bf16/fp16);
 - ``fsdp``: an Accelerate FSDP config YAML (``fsdp_config`` keys; ZeRO-3 -> FULL_SHARD, ZeRO-2 ->
   SHARD_GRAD_OP);
+- ``torchtitan``: its TOML job config (``[parallelism]``: FSDP, tensor, pipeline, context degrees and the
+  schedule) and a torchrun line or Slurm script (:mod:`vramfit.plan.export_titan`);
 - ``trl``: ``train.py`` (TRL ``SFTTrainer``, PEFT LoRA, bitsandbytes 4-bit for QLoRA) and its
   ``train_config.yaml`` (TRL's own ``--config`` file: ``SFTConfig`` and ``ModelConfig`` fields), plus the
   Accelerate file (and DeepSpeed JSON) above.
@@ -26,7 +28,7 @@ from vramfit.errors import ScenarioError
 from vramfit.plan import export_nodes as nodes
 from vramfit.plan.report import Plan
 
-ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl")
+ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl", "torchtitan")
 OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
@@ -182,9 +184,14 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
         raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
     notes: list[str] = []
     stage = plan.scenario.get("stage", "sft")
-    if stage != "sft":  # issue 15: the plan is sized for the stage; its trainer config is not exported yet
+    if stage == "ppo":  # PPO left TRL after v1.9.0 (export_stages.py)
         notes.append(f"the plan is sized for stage {stage}, but these files run the supervised step (SFTTrainer): "
                      f"write the {stage.upper()}Config yourself with the same batch, length and sharding")
+    if engine == "torchtitan":
+        from vramfit.plan.export_titan import titan_files
+
+        files, command, more = titan_files(plan)
+        return Export(engine, files, command, tuple(notes + more))
     shard = _shard(plan, engine, notes)
     files: dict[str, str] = {}
     if shard == "deepspeed":

@@ -142,13 +142,24 @@ def fit(
     )
 
 
-def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int) -> int | None:
+COUNTERS = ("device", "reserved", "allocated")
+
+
+def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int, counter: str = "device") -> int | None:
     """The longest ``seq_len`` whose estimate fits ``budget_bytes`` per GPU (fit's own search, with a
-    budget instead of a catalog card); ``None`` when one token does not fit."""
+    budget instead of a catalog card); ``None`` when one token does not fit. ``counter``: the figure held
+    to the budget, ``device`` (fit's own rule, paging allowed) or the PyTorch counter ``reserved`` /
+    ``allocated`` (what a publication that reports ``torch.cuda.max_memory_reserved()`` compared)."""
+    if counter not in COUNTERS:
+        raise ScenarioError("counter", f"unknown memory counter {counter!r}", list(COUNTERS))
     ev = Evaluator(parse_scenario(scenario))
 
     def ok(s: int) -> bool:
         r = ev.try_estimate(seq_len=s)
-        return not isinstance(r, ScenarioError) and fits(r, budget_bytes)
+        if isinstance(r, ScenarioError):
+            return False
+        if counter == "device":
+            return fits(r, budget_bytes)
+        return getattr(r.peak, f"{counter}_bytes") <= budget_bytes
 
     return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN)

@@ -3,7 +3,8 @@
 Each figure is a published measurement (cited next to it) or, where marked *design*, derived from
 the design rows of ``benchmarks/data/throughput/published.jsonl`` (``"design": true``: the Qwen-1
 1.8B rows and the torchtune README @30b8519e8 rows); the benchmark reports its score on the other
-rows too. Nothing here is fitted to a single row.
+rows too. Nothing here is fitted to a single row. Rows that ran on a card the catalog lacks name a
+benchmark card (``benchmarks/data/throughput/cards.csv``, cited per row).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramfit.estimate.constants import Constant
-from vramfit.gpus import GPU
+from vramfit.gpus import GPU, Arch
 
 _MAMF = ("stas00/ml-engineering compute/accelerator/README.md (@b9e2972), 'Maximum Achievable Matmul FLOPS "
          "comparison table' (BF16 matmul, best shape, torch + CUDA 12.1-12.5 / ROCm 6.2)")
@@ -32,11 +33,12 @@ GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
     "cards without a MAMF measurement get the lowest NVIDIA one",
 )
-_HOPPER = ("h100-pcie", "h100-sxm", "h100-nvl", "h200-sxm", "h200-nvl", "gh200-96gb", "gh200-144gb")
-#: FlashAttention-2 forward+backward throughput as a fraction of the dense BF16 peak, by card.
+#: FlashAttention-2 forward+backward throughput as a fraction of the dense BF16 peak, by the card's
+#: architecture (``GPU.arch``, from gpus.csv ``architecture``: a user or benchmark card of that
+#: architecture gets it too).
 ATTENTION_EFFICIENCY = {
-    gid: Constant(0.35, "of peak", "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: "
-                       "FlashAttention-2 reaches only 35 % utilisation on the H100") for gid in _HOPPER
+    Arch.HOPPER: Constant(0.35, "of peak", "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: "
+                       "FlashAttention-2 reaches only 35 % utilisation on the H100"),
 }
 ATTENTION_EFFICIENCY_DEFAULT = Constant(
     0.68, "of peak",
@@ -85,6 +87,22 @@ NO_P2P_NOTE = (
 )
 
 
+HOST_DRAM_BYTES_PER_GPU = Constant(
+    51.2e9, "bytes/s of host DRAM bandwidth per GPU (CPU optimizer step)",
+    "NVIDIA DGX A100 User Guide, 'Hardware Overview': 2 x AMD EPYC 7742, 8 DDR4-3200 channels per socket "
+    "(25.6 GB/s each, JEDEC DDR4-3200) = 409.6 GB/s for 8 GPUs; DGX H100 (2 x Xeon 8480C, 8 DDR5-4800 "
+    "channels each, 614 GB/s for 8 GPUs) is within 1.5x",
+    "an offloaded optimizer step (DeepSpeed CPU-Adam, FSDP CPU offload with torch's fused CPU AdamW) is "
+    "memory-bound: it reads weight, gradient and two moments and writes three of them per parameter",
+)
+PAGED_NOTE = (
+    "bitsandbytes paged optimizers keep their state in CUDA managed memory (bitsandbytes "
+    "optim/optimizer.py get_state_buffer -> F.get_paged; QLoRA, Dettmers et al. 2023, sec. 2 'Paged "
+    "Optimizers'): what does not fit the card is evicted to host RAM and paged back for its update, so "
+    "each optimizer step moves the paged-out bytes in and out over the host link"
+)
+
+
 @dataclass(frozen=True)
 class CardSpeed:
     """The rates of one card the speed model reads."""
@@ -104,7 +122,7 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
         return None
     peak = g.bf16_tflops * 1e12
     gemm = GEMM_EFFICIENCY.get(g.gpu_id, GEMM_EFFICIENCY_DEFAULT).value
-    attn = ATTENTION_EFFICIENCY.get(g.gpu_id, ATTENTION_EFFICIENCY_DEFAULT).value
+    attn = ATTENTION_EFFICIENCY.get(g.arch, ATTENTION_EFFICIENCY_DEFAULT).value
     p2p = g.peer_to_peer  # gpus.csv column peer_to_peer (see NO_P2P_NOTE)
     peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
     bw = g.mem_bandwidth_gbs * 1e9
@@ -113,7 +131,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
-SPEED_ERROR_MEDIAN = 0.13
-SPEED_ERROR_P90 = 0.58
+SPEED_ERROR_MEDIAN = 0.10
+SPEED_ERROR_P90 = 0.47
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): MAMF matmuls, FlashAttention-2, memory-bound ops, "
-                "de-quantization, launch overheads, links; scored by benchmarks/throughput.py")
+                "de-quantization, launch overheads, links, ZeRO-3 prefetch, CPU optimizer, paging; scored by "
+                "benchmarks/throughput.py")

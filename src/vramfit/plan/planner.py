@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from vramfit.calibration import Calibration
+from vramfit.choices import Generation, Stage
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan import vllm_split
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
@@ -27,7 +29,7 @@ from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs
-from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours
+from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours, time_band
 from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB, GiB
@@ -41,7 +43,8 @@ HOST_RAM_PER_GPU = Constant(
 
 ASSUMPTIONS = (
     f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
-    "preferred); data parallel with DDP, ZeRO or FSDP as exported, no tensor or pipeline parallelism.",
+    "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
+    "tensor parallel inside a node and pipeline stages across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
     "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
@@ -104,8 +107,13 @@ def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
     net = network_for(base.interconnect, g.gpu_id)
     how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
            "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
-    layout = how[c.parallelism] if c.parallelism in HYBRID else f"{c.parallelism} over all {c.num_gpus} ranks"
-    copies, where = loading_copies(c.parallelism, GPUS_PER_NODE)
+    from vramfit.plan import layouts
+
+    par, tp, pp = layouts.parse(c.parallelism)
+    layout = how[par] if par in HYBRID else f"{par} over all {c.num_gpus // (tp * pp)} ranks" if tp * pp == 1 else (
+        f"tensor parallel {tp} inside each node, {pp} pipeline stage{'s' * (pp > 1)} (1f1b), fsdp over the other "
+        f"{c.num_gpus // (tp * pp)} ranks (torchtitan)")
+    copies, where = loading_copies(par, GPUS_PER_NODE)
     load = f"; loading needs {copies * 2 * num_params / GB:,.0f} GB of host RAM on {where} (16-bit checkpoint)"
     return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}" + load
 
@@ -145,6 +153,7 @@ def plan(
     sc = parse_scenario(scenario)
     eff, tokens, ep, budget, margin, u = _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd,
                                                           safety_margin, mfu, sc, dataset)
+    vllm_split.check(sc, eff, max_gpus)
     all_counts, counts = _gpu_counts_for(max_gpus, eff)
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
     named, cards = _named_cards(gpu_ids, sc)
@@ -152,12 +161,14 @@ def plan(
     user_mfu = u if mfu is not None else None
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     ev = Evaluator(sc, calibration)
-    own = ev.estimate()
+    # colocated vLLM takes a share of the card: the user's own figure is on the first card searched
+    own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, user_mfu)
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
-    plans, excluded, blocked = _ranked_plans(search, cards, sc, wanted, margin, counts, all_counts, order, dataset, ep,
-                                             total, eff, budget, num_params, trainable, tokens, kept, deadline)
+    rank_args = (wanted, margin, counts, all_counts, order, dataset, ep, total, eff, budget, num_params, trainable,
+                 tokens, kept, deadline)
+    plans, excluded, blocked = _ranked_with_vllm(search, cards, sc, calibration, user_mfu, rank_args)
     changes = _changes_for_named(named if with_changes else None, blocked, ev, sc, margin, calibration, user_mfu, eff)
     assumptions = _report_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin,
                                       calibration, dataset)
@@ -169,6 +180,26 @@ def plan(
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
+
+
+def _ranked_with_vllm(search: Search, cards: list[GPU], sc: Scenario, calibration: Calibration | None, user_mfu,
+                      rank_args: tuple) -> tuple[list, list, set]:
+    """:func:`_ranked_plans`; GRPO with a vLLM server takes cards of the node for it (vllm_split), and
+    colocated vLLM is ranked against that split: the same job with vLLM on cards of its own."""
+    num_params = rank_args[10]
+    if sc.generation is Generation.VLLM_SERVER and sc.stage is Stage.GRPO:
+        search.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    colocated = _ranked_plans(search, cards, sc, *rank_args)
+    if not (vllm_split.wants_split(sc) and sc.generation is Generation.VLLM_COLOCATE):
+        return colocated
+    server = vllm_split.as_server(sc)
+    ev = Evaluator(server, calibration)
+    split = Search(ev, search.eff, model_flops(ev.spec, sc.seq_len), search.trainable, user_mfu)
+    split.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    plans, _, blocked = _ranked_plans(split, cards, server, *rank_args)
+    both = sorted([*colocated[0], *plans], key=lambda p: _rank(p, rank_args[4]))
+    planned = {p.gpu_id for p in both}
+    return both, [e for e in colocated[1] if e.gpu_id not in planned], colocated[2] & blocked
 
 
 def _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario,
@@ -212,6 +243,12 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
         limit = limit_bytes(g, margin)
         per_node = node_limit(g, GPUS_PER_NODE)  # several nodes only of cards rented in nodes of 8
         mine = tuple(n for n in counts if n <= per_node or per_node == GPUS_PER_NODE)
+        server = search.server_of(g) if search.server_of else 0
+        if server is None:
+            excluded.append(Excluded(g.gpu_id, f"the vLLM server does not hold the model on {vllm_split.TENSOR_PARALLEL[-1]}"
+                                               f" x {g.gpu_id} (16-bit weights in {vllm_split.VLLM_SERVE_UTILIZATION:g} of each)"))
+            continue
+        mine = tuple(n for n in mine if not server or n + server <= per_node)  # the server shares the node
         lacking = []
         lacks = stack_of(g).lacks
         for n in mine:
@@ -290,14 +327,15 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
     speed = search.speed(c, mb, g)
     hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
-    billed = billed_gpus(g, c.num_gpus)
+    server = search.server_of(g) if search.server_of else 0  # vLLM server cards on the node, paid for too
+    billed = billed_gpus(g, c.num_gpus + server)
     lo = run_cost(hours, billed, g.price_low) if hours is not None else None
     hi = run_cost(hours, billed, g.price_high) if hours is not None else None
     per_m = (g.price_low * billed / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
     return Plan(
-        gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=per // mb,
+        gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=sc.grad_accum,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
         allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
@@ -305,11 +343,12 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
-        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params),
+        price_details=g.price_details,
+        notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params) + ((vllm_split.note(server),) if server else ()),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
         measured_path=bool(r.accuracy and r.accuracy["measured_path"]),
-        accuracy_note=r.accuracy["note"] if r.accuracy else "",
+        accuracy_note=r.accuracy["note"] if r.accuracy else "", hours_range=time_band(hours, search.mfu),
     )
 
 

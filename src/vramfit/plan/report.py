@@ -51,6 +51,8 @@ class Plan:
     # quantization: estimate/accuracy.py); accuracy_note says which, or that none does
     measured_path: bool = False
     accuracy_note: str = ""
+    # hours at the speed model's p90 error either way (throughput.time_band); None with --mfu or no hours
+    hours_range: tuple[float, float] | None = None
 
     @property
     def tokens_per_s(self) -> float | None:

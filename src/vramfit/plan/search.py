@@ -17,8 +17,10 @@ import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from vramfit.choices import Generation
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
+from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
@@ -26,6 +28,7 @@ from vramfit.plan.screen import CKPT_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
 from vramfit.scenario import (
     Checkpointing,
+    Framework,
     Loss,
     Method,
     Offload,
@@ -46,10 +49,12 @@ HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
 
 def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
     """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
-    above one node."""
+    above one node; a layout's tensor and pipeline degrees (``fsdp+tp8+pp2``, :mod:`vramfit.plan.layouts`)."""
+    parallelism, tp, pp = layouts.parse(parallelism)
     keys: dict[str, Any] = {"parallelism": HYBRID.get(parallelism, parallelism),
                             "num_nodes": max(1, num_gpus // GPUS_PER_NODE)}
     keys["shard_scope"] = "node" if parallelism in HYBRID else "all"
+    keys["tensor_parallel"], keys["pipeline_parallel"] = tp, pp
     return keys
 
 
@@ -64,10 +69,14 @@ class Config(NamedTuple):
     loss: str
 
     def keys(self, micro_batch: int, grad_accum: int) -> dict[str, Any]:
+        """``grad_accum`` per GPU's share of the batch; a layout's data-parallel rank runs the batch of its
+        ``tp x pp`` GPUs, as that many times the micro-batches (the same effective batch)."""
+        nk = node_keys(self.num_gpus, self.parallelism)
         return {
-            "num_gpus": self.num_gpus, **node_keys(self.num_gpus, self.parallelism), "offload": self.offload,
+            "num_gpus": self.num_gpus, **nk, "offload": self.offload,
             "gradient_checkpointing": self.gradient_checkpointing, "optimizer": self.optimizer,
-            "loss": self.loss, "micro_batch_size": micro_batch, "grad_accum": grad_accum,
+            "loss": self.loss, "micro_batch_size": micro_batch,
+            "grad_accum": grad_accum * nk["tensor_parallel"] * nk["pipeline_parallel"],
         }
 
     def compromises(self, base: Scenario) -> float:
@@ -76,16 +85,19 @@ class Config(NamedTuple):
         s += {"none": 0.0, "selective": 0.1, "selective-op": 0.15, "full": 0.2, "offload": 0.3}[
             self.gradient_checkpointing]
         s += 0.3 if self.parallelism in HYBRID else 0.0
+        s += 0.3 * (self.parallelism.count(layouts.SEP))  # each model-parallel dimension: a harder run
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
         s += 0.2 if self.loss != base.loss.value else 0.0
         return round(s, 6)  # 0.1 + 0.2 ranks equal to 0.3
 
 
-def configs_for(n: int, base: Scenario) -> list[Config]:
-    """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP)."""
+def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
+    """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
+    ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
+    (FSDP over the remaining ranks, no offload)."""
     full = base.method is Method.FULL
-    fsdp = base.parallelism in _FSDP
+    fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
     strategies = [("none", "none")] if n == 1 else [("ddp", "none")]
     if n > 1 and full:
@@ -104,7 +116,11 @@ def configs_for(n: int, base: Scenario) -> list[Config]:
     if full and base.optimizer is Optimizer.ADAMW:
         opts.append(Optimizer.ADAMW_8BIT.value)
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
-    return [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
+    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
+    if spec is not None and n > 1 and layouts.searched(base):
+        out += [Config(n, layouts.name("fsdp", tp, pp), "none", c, base.optimizer.value, base.loss.value)
+                for tp, pp in layouts.layouts_for(n, spec) for c in ckpts]
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -138,6 +154,9 @@ class Search:
         self.figs = Figures(ev, self.per_gpu)
         self.classes = dict(gpu_classes())
         self.shifts = dict(class_shifts())
+        self.server_of = None  # GRPO with a vLLM server: card -> server GPUs beside training (vllm_split)
+        if ev.base.generation is Generation.VLLM_COLOCATE:  # vLLM takes a share of each card: every figure its own
+            self.classes, self.shifts = {g: g for g in self.classes if g}, {}
         if ev.calibration is not None:  # a calibrated card's figure is its own: no class, no constant shift
             mine = {g for g in self.classes if g and ev.calibration.for_card(g)}
             self.classes.update({g: g for g in mine})
@@ -155,7 +174,7 @@ class Search:
 
     def configs(self, n: int) -> list[Config]:
         if n not in self._configs:
-            self._configs[n] = configs_for(n, self.ev.base)
+            self._configs[n] = configs_for(n, self.ev.base, self.ev.spec)
             self._comp.update({c: c.compromises(self.ev.base) for c in self._configs[n]})
         return self._configs[n]
 
@@ -168,7 +187,8 @@ class Search:
                 self.ev.base, num_gpus=c.num_gpus, parallelism=Parallelism(nk["parallelism"]),
                 num_nodes=nk["num_nodes"], shard_scope=ShardScope(nk["shard_scope"]), offload=Offload(c.offload),
                 gradient_checkpointing=Checkpointing(c.gradient_checkpointing), micro_batch_size=mb,
-                grad_accum=self.per_gpu(c.num_gpus) // mb,
+                grad_accum=self.per_gpu(c.num_gpus) // mb * nk["tensor_parallel"] * nk["pipeline_parallel"],
+                tensor_parallel=nk["tensor_parallel"], pipeline_parallel=nk["pipeline_parallel"],
             )
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]

@@ -18,8 +18,10 @@ applied to every FLOP the GPU executes (recompute included), i.e. used as a hard
 utilisation. QLoRA also de-quantizes every 4-bit weight in forward, backward and each recompute: a
 memory-bound pass (read 0.5 B + scales, write 2 B per weight) timed at the card's memory bandwidth,
 once per micro-batch. Multi-GPU traffic (ZeRO paper, Rajbhandari et al. 2020, sec. 7: DP 2 Psi,
-ZeRO-3 3 Psi) and activation offload (block inputs out and back over the host link, on CUDA
-streams) are assumed to overlap with compute; optimizer/weight offload traffic does not.
+ZeRO-3 3 Psi; bytes in :mod:`vramfit.plan.traffic`) and activation offload (block inputs out and back
+over the host link, on CUDA streams) overlap with compute, except ZeRO-3's gathers past DeepSpeed's
+prefetch bucket and, without peer-to-peer, all GPU-to-GPU traffic (:func:`mechanism_step_time`);
+optimizer/weight offload traffic, the offloaded optimizer step and paged optimizer state do not.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
+from vramfit.plan import layouts
 from vramfit.plan.kernels import CardSpeed
+from vramfit.plan.traffic import comm_bytes, split_nodes, zero3_exposed_share, zero3_gather_bytes
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
 MFU_DEFAULT = Constant(
@@ -62,6 +66,9 @@ class ModelFlops:
     block_input_elems_per_token: int = 0  # layers x hidden: what activation offload moves per token
     num_layers: int = 0
     elem_bytes_per_token_fwd: int = 0  # memory-bound (elementwise) traffic of one forward, all layers + loss
+    hidden_size: int = 0  # what tensor/pipeline parallel send per token (plan/layouts.py); sizes DeepSpeed's
+    # "auto" prefetch bucket (:func:`zero3_exposed_share`)
+    kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -80,7 +87,8 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
     attn += 4 * seq_len * d_attn * max(0, spec.num_hidden_layers - len(types))
     quant = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears)
     return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size,
-                      spec.num_hidden_layers, elementwise_bytes_per_token(spec))
+                      spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size,
+                      spec.num_key_value_heads * (spec.head_dim + spec.v_dim))
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -142,10 +150,18 @@ class Work:
     zero3: bool = False  # DeepSpeed ZeRO-3 hooks (per-layer overhead)
     compiled: bool = False
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
-    opt_bytes: float = 0.0  # optimizer step traffic in GPU memory (0 when offloaded)
-    # several nodes (:func:`_split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
+    opt_bytes: float = 0.0  # optimizer step memory traffic per GPU
+    opt_on_host: bool = False  # offloaded: the step runs on the CPU at host DRAM speed (kernels.HOST_DRAM_BYTES_PER_GPU)
+    # several nodes (:func:`traffic.split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
     net_bytes: float = 0.0
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
+    exposed_peer_bytes: float = 0.0  # part of peer_bytes no prefetch hides (ZeRO-3 gathers past its bucket)
+    exposed_net_bytes: float = 0.0  # the same of net_bytes
+    # tensor/pipeline parallel (plan/layouts.py): on the critical path, not overlapped
+    tp_bytes: float = 0.0  # tensor-parallel collectives per GPU per step, over the node's GPU-to-GPU link
+    bubble: float = 0.0  # pipeline bubble as a fraction of the compute time
+    pp_bytes: float = 0.0  # pipeline sends per GPU per step (the network when stages are on other nodes)
+    pp_net: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,33 +179,12 @@ class Speed:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: int) -> tuple[float, float]:
-    """(GPU-to-GPU bytes, host-link bytes) per GPU per optimizer step.
-
-    ZeRO-3/FSDP gather each layer's weights again for the recomputed forward (full checkpointing).
-    """
-    n, ga = sc.num_gpus, sc.grad_accum
-    ring = (n - 1) / n if n > 1 else 0.0
-    p = sc.parallelism
-    if n == 1 or p is Parallelism.NONE:
-        peer = 0.0
-    elif p in (Parallelism.DDP, Parallelism.ZERO1):
-        peer = 2 * ring * grad_bytes  # all-reduce of the gradients once per step (no_sync between)
-    elif p in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
-        peer = ring * grad_bytes * ga + ring * trainable16  # reduce-scatter each micro-batch, gather params
-    else:  # zero3 / fsdp: gather the weights for forward and backward of every micro-batch
-        gathers = 3 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 2
-        peer = (gathers * ring * param_bytes + ring * grad_bytes) * ga
-    host = 0.0
-    if sc.offload is not Offload.NONE:
-        host = (grad_bytes + trainable16) / n  # gradients out, updated 16-bit weights back
-    if sc.offload is Offload.OPTIMIZER_PARAMS:
-        host += 2 * param_bytes / n * ga  # each GPU's weight shard fetched for forward and backward
-    return peer, host
-
-
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     """The card-independent work of one optimizer step of ``sc`` per GPU."""
+    if sc.model_parallel_size > 1:
+        from vramfit.plan.layouts import model_parallel_work
+
+        return model_parallel_work(sc, mf, trainable_params, step_work)
     lora = 0 if sc.method is Method.FULL else trainable_params
     model = train_flops_per_token(mf, sc.method, lora)
     hw = model + recompute_flops_per_token(mf, sc.gradient_checkpointing, lora)
@@ -207,55 +202,20 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         param_bytes = mf.num_params * wbytes
     mixed_ddp = sc.precision.mixed and sc.parallelism is Parallelism.DDP
     grad_bytes = trainable_params * (4 if mixed_ddp or sc.precision is Precision.FP32 else 2)
-    peer_b, host_b = _comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
-    peer_b, net_b, hops = _split_nodes(sc, peer_b, param_bytes, grad_bytes, mf.num_layers)
+    peer_b, host_b = comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
+    peer_b, net_b, hops = split_nodes(sc, peer_b, param_bytes, grad_bytes, mf.num_layers)
     stream = 0.0
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
     mech = _mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
+    if sc.parallelism is Parallelism.ZERO3:
+        share = zero3_exposed_share(sc, mf.hidden_size, mf.quantizable_params / max(1, mf.num_layers))
+        inside, across = zero3_gather_bytes(sc, param_bytes)
+        mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = share * inside, share * across
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
                 **mech, net_bytes=net_b, net_hops=hops)
-
-
-def _split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, layers: int) -> tuple[float, float, int]:
-    """(bytes at the node's GPU-to-GPU rate, bytes at the inter-node bus rate, inter-node ring steps) per GPU
-    per optimizer step; one node: ``(peer, 0, 0)``.
-
-    A ring over ranks of several nodes runs at the bus bandwidth of its slowest hop, the node's NICs
-    (:mod:`vramfit.nodes`), so flat DDP/ZeRO/FSDP traffic all moves there. HSDP (``shard_scope=node``
-    on FSDP) all-gathers and reduce-scatters inside the node, then all-reduces each rank's gradient
-    shard (1/g) with its peers on the other nodes: g such rings share the node's NICs, which is
-    ``2 (k-1)/k x grad_bytes`` at the NIC rate, every micro-batch (FSDP reduces each backward unless
-    told not to). ZeRO++ hpZ (ZeRO-3, ``shard_scope=node``) gathers only the forward weights across
-    nodes; the backward (and recompute) gathers read the node-local copy (Wang et al. 2023, ZeRO++,
-    arXiv:2306.10209, sec. 3.2). Latency: one inter-node step per node boundary per ring collective,
-    one collective per layer per gather or reduce (NCCL tuning.cc ``nInterSteps``).
-    """
-    k, g, n, ga = sc.num_nodes, sc.gpus_per_node, sc.num_gpus, sc.grad_accum
-    if k <= 1 or not peer:
-        return peer, 0.0, 0
-    ring_all, ring_node = (n - 1) / n, (g - 1) / g
-    full_ckpt = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
-    gathers = 3 if full_ckpt else 2
-    p = sc.parallelism
-    if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1):
-        return 0.0, peer, 2 * (k - 1) * layers  # gradient all-reduce (bucketed: about one per layer)
-    node = sc.shard_scope.value == "node"
-    if node and p in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):
-        if p is Parallelism.FSDP:
-            inside = (gathers * ring_node * param_bytes + ring_node * grad_bytes) * ga
-        else:  # SHARD_GRAD_OP: weights gathered once per step, as in _comm_bytes
-            inside = ring_node * grad_bytes * ga + ring_node * param_bytes
-        across = 2 * (k - 1) / k * grad_bytes * ga
-        return inside, across, 2 * (k - 1) * layers * ga
-    if node and p is Parallelism.ZERO3:
-        inside = (gathers - 1) * ring_node * param_bytes * ga
-        across = (ring_all * param_bytes + ring_all * grad_bytes) * ga
-        return inside, across, 2 * (k - 1) * layers * ga
-    per_mb = (gathers + 1) if p in (Parallelism.ZERO3, Parallelism.FSDP) else 2
-    return 0.0, peer, (k - 1) * layers * per_mb * ga
 
 
 def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
@@ -288,19 +248,22 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     mm_per_token = hw - (3 + recompute_attn) * a
     skip = 1.0 if sc.attention.value == "eager" else _CAUSAL_SKIP
     attn_per_token = a * skip * (1 + ATTN_BACKWARD_RATIO.value + recompute_attn)
-    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)  # fwd, bwd = 2 fwd, recompute
+    # fwd, bwd = 2 fwd, recompute; torchtitan's op policy recomputes every op outside its _save_list (mm,
+    # sdpa, reduce_scatter, abs, max: torchtitan@9dec370 parallelize_llama.py), i.e. all memory-bound ones
+    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD, Checkpointing.SELECTIVE_OP) else 0)
     gptq = 0.0
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
     shards = sc.num_gpus if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3,
                                               Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
-    opt = 0.0 if sc.offload is not Offload.NONE else trainable / shards * 7 * state  # read p,g,m,v; write p,m,v
+    opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + _lora_bytes_per_token_fwd(sc, lora)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
             "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
+            "opt_on_host": sc.offload is not Offload.NONE,
             "zero3": sc.parallelism is Parallelism.ZERO3}
 
 
@@ -314,23 +277,26 @@ def step_time(
     host_gbs: float,
     card: CardSpeed | None = None,
     net: tuple[float, float] = (0.0, 0.0),
+    paged_bytes: float = 0.0,
 ) -> Speed:
     """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
     ``peer_gbs``/``host_gbs``: GPU-to-GPU and host-link bandwidth per direction (GB/s). With ``card``
     (:func:`kernels.card_speed`) the compute is timed by mechanism (:func:`mechanism_step_time`) and
     ``mfu`` is not read. ``net``: (bus bytes/s, latency s) of rings that span nodes (:func:`net_rate`).
+    ``paged_bytes``: paged optimizer state that lives in host RAM on this card (``verdict.result_paging``),
+    paged in and out once per step over the host link (:data:`kernels.PAGED_NOTE`).
     """
     if card is not None:
-        return mechanism_step_time(w, card, net)
+        return mechanism_step_time(w, card, net, paged_bytes)
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
-    compute = w.flops / (peak_tflops * 1e12 * mfu) + dequant
+    compute = w.flops / (peak_tflops * 1e12 * mfu) * (1 + w.bubble) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
-    host = w.host_bytes / (host_gbs * 1e9) if w.host_bytes else 0.0
+    host = (w.host_bytes + 2 * paged_bytes) / (host_gbs * 1e9)
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
-    across, exposed = _net_seconds(w, net)
+    across, waits, exposed = _net_seconds(w, net)
     comm += across
-    step = max(compute, comm, stream) + host + exposed
+    step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
@@ -340,32 +306,36 @@ def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tup
     return min(peer_bytes_s, node_bytes_s), latency_us * 1e-6
 
 
-def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float]:
-    """(overlapped, exposed) seconds of the inter-node traffic of one step.
+def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float, float]:
+    """(seconds of the inter-node traffic of one step, seconds of it no prefetch hides, seconds that add).
 
     FSDP and ZeRO-3 prefetch the next layer's all-gather while a layer computes and reduce gradients
     while backward goes on (torch FSDP2 ``_fsdp_param_group.py`` prefetch; DeepSpeed stage3 prefetch
     bucket); DDP all-reduces buckets during backward. What cannot hide is one layer's share per
-    micro-batch (the first all-gather, the last reduce) and the latency of every inter-node step.
+    micro-batch (the first all-gather, the last reduce), ZeRO-3's gathers past its prefetch bucket
+    (``exposed_net_bytes``) and the latency of every inter-node step.
     """
     if not w.net_bytes:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     bw, lat = net
-    across = w.net_bytes / bw
-    return across, across / max(1, w.layers) + w.net_hops * lat
+    across, waits = w.net_bytes / bw, w.exposed_net_bytes / bw
+    return across, waits, waits + (across - waits) / max(1, w.layers) + w.net_hops * lat
 
 
-def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0)) -> Speed:
+def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 0.0),
+                        paged_bytes: float = 0.0) -> Speed:
     """Seconds per optimizer step from the work's mechanisms on one card.
 
     Per micro-batch: matmuls at the card's sustained GEMM rate, attention at the FlashAttention rate,
     memory-bound ops and NF4 de-quantization at the memory bandwidth, GPTQ de-quantization at its
     kernel rate, and a fixed launch overhead per layer (eager or compiled). Per step: the optimizer's
-    memory traffic. GPU-to-GPU traffic overlaps with compute where the cards have peer-to-peer access,
-    else it adds; offload traffic over the host link adds.
+    memory traffic, in GPU memory or, offloaded, in host DRAM (``host_s``). GPU-to-GPU traffic overlaps
+    with compute where the cards have peer-to-peer access, else it adds; offload traffic over the host
+    link and paged optimizer state (in and out, ``paged_bytes`` each way) add.
     """
     from vramfit.plan.kernels import (
         GPTQ_DEQUANT_S_PER_GWEIGHT,
+        HOST_DRAM_BYTES_PER_GPU,
         LAYER_OVERHEAD_S,
         REFERENCE_BANDWIDTH,
         ZERO3_LAYER_OVERHEAD_S,
@@ -378,19 +348,36 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
     mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
     dequant = w.n_micro * (gptq + nf4)
-    compute = w.n_micro * mb + dequant + w.opt_bytes / c.mem_bytes
+    compute = w.n_micro * mb * (1 + w.bubble) + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
-    host = w.host_bytes / c.host_bytes if w.host_bytes else 0.0
+    host = (w.host_bytes + 2 * paged_bytes) / c.host_bytes
+    if w.opt_on_host:
+        host += w.opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
     stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
-    across, exposed = _net_seconds(w, net)
+    across, net_waits, exposed = _net_seconds(w, net)
     comm += across
-    step = (max(compute, comm, stream) if c.p2p else max(compute, stream) + comm) + host + exposed
+    if c.p2p:  # what prefetch cannot hide adds; the rest overlaps with compute
+        waits = w.exposed_peer_bytes / c.peer_bytes
+        step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
+    else:
+        step = max(compute, stream) + comm - net_waits + host + exposed
+    step += layouts.blocking_seconds(w, c.peer_bytes, net)
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
 
 
 def run_hours(total_tokens: float, tokens_per_s: float) -> float:
     """Wall-clock hours to train ``total_tokens`` (dataset tokens x epochs) at ``tokens_per_s``."""
     return total_tokens / tokens_per_s / 3600.0
+
+
+def time_band(hours: float | None, mfu: float | None) -> tuple[float, float] | None:
+    """``hours`` at the mechanism model's p90 error either way (``kernels.SPEED_ERROR_P90``: 90 % of the
+    published throughputs lie inside); None without hours or when a user utilisation (``mfu``) times it."""
+    from vramfit.plan.kernels import SPEED_ERROR_P90
+
+    if hours is None or mfu is not None:
+        return None
+    return hours * (1 - SPEED_ERROR_P90), hours * (1 + SPEED_ERROR_P90)
 
 
 def run_cost(hours: float, num_gpus: int, usd_per_gpu_hour: float | None) -> float | None:

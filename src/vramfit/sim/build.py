@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from vramfit.errors import ModelError, ScenarioError
+from vramfit.estimate.framework import scenario_profile
 from vramfit.scenario import ALL_LINEAR, Attention, Checkpointing, Method, Precision, Quantize, Scenario
 
 #: Keys that hold the number of decoder layers, by config family.
@@ -62,6 +63,8 @@ class BuiltModel:
     vocab_size: int
     assumptions: list[str] = field(default_factory=list)
     offload_hooks: Any = None  # set for gradient_checkpointing=offload on fake tensors
+    # FSDP2 MixedPrecisionPolicy(param_dtype=...) with no autocast: the profile's mixed_casts_params (torchtitan)
+    mp_param_dtype: torch.dtype | None = None
     images: Any = None  # sim.images.ImageInputs of a vision-language batch, None for text only
 
     @property
@@ -177,8 +180,15 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
     if scenario.method is not Method.FULL:
         model = _apply_lora(model, scenario, assumptions)
     model.train()
-    return BuiltModel(model, causal_lm, depth, autocast_dtype_for(scenario, compute_dtype), compute_dtype,
-                      vocab, assumptions, offload_hooks, images)
+    autocast = autocast_dtype_for(scenario, compute_dtype)
+    mp_cast = None
+    if autocast is not None and scenario_profile(scenario).mixed_casts_params:
+        # torchtitan@9dec370 parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(param_dtype=bf16,
+        # reduce_dtype=fp32) and no torch.autocast; the all-gathered 16-bit parameters make every activation 16-bit
+        autocast, mp_cast = None, compute_dtype
+        assumptions.append("Mixed precision as torchtitan runs it: FSDP2 MixedPrecisionPolicy(param_dtype="
+                           f"{str(compute_dtype).removeprefix('torch.')}, reduce_dtype=float32), no autocast.")
+    return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast, images)
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:
@@ -217,12 +227,17 @@ def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:
 def _check_supported(scenario: Scenario) -> None:
     from vramfit.scenario import Framework
 
-    if scenario.framework is not Framework.HF:
-        raise ScenarioError("framework", f"the simulator runs transformers + PEFT code; {scenario.framework.value} "
-                            "is estimator-only", ["hf"])
-    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP:
-        # torchtitan's op policy wraps torchtitan's own blocks; transformers has no such mode
-        raise ScenarioError("gradient_checkpointing", "selective-op (torchtitan's op policy) is estimator-only",
+    if scenario.framework not in (Framework.HF, Framework.TORCHTITAN):
+        raise ScenarioError("framework", f"the simulator runs transformers + PEFT code (and torchtitan's FSDP2 and "
+                            f"activation-checkpointing policies); {scenario.framework.value} is estimator-only",
+                            ["hf", "torchtitan"])
+    if scenario.framework is Framework.TORCHTITAN and scenario.method is not Method.FULL:
+        raise ScenarioError("method", "torchtitan trains every weight: the simulator runs it with method=full",
+                            ["full"])
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP and scenario.framework is not Framework.TORCHTITAN:
+        # torchtitan's op policy (sim/checkpointing.py); transformers has no such mode
+        raise ScenarioError("gradient_checkpointing", "selective-op is torchtitan's op policy: simulated with "
+                            "framework=torchtitan only",
                             [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
     if scenario.method is Method.QLORA and scenario.quantize not in (
         Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ
@@ -234,6 +249,11 @@ def _check_supported(scenario: Scenario) -> None:
 def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     mode = scenario.gradient_checkpointing
     if mode in (Checkpointing.NONE, Checkpointing.SELECTIVE):
+        return None
+    if mode is Checkpointing.SELECTIVE_OP:
+        from vramfit.sim.checkpointing import install_op_sac
+
+        install_op_sac(model, assumptions)
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -101,3 +101,39 @@ def install_offload(model: Any, assumptions: list[str]) -> OffloadHooks:
         "recompute; host copies are not in the GPU figures."
     )
     return hooks
+
+
+def _op_sac_context() -> Any:
+    """torchtitan@9dec370 parallelisms/parallelize_llama.py _apply_ac_to_transformer_block, ac_mode="selective",
+    selective_ac_option="op": a fresh per-block counter; save the output of every op in ``_save_list`` (mm, SDPA
+    flash/efficient, reduce_scatter, max) except every second mm, recompute everything else."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default, aten.max.default}
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def install_op_sac(model: Any, assumptions: list[str]) -> None:
+    """torchtitan's op-level selective activation checkpointing around every decoder layer
+    (``checkpoint_wrapper(..., context_fn=selective_checkpointing_context_fn, preserve_rng_state=False)``)."""
+    from torch.utils.checkpoint import checkpoint
+
+    func = functools.partial(checkpoint, use_reentrant=False, context_fn=_op_sac_context, preserve_rng_state=False)
+    model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func)
+    assumptions.append(
+        "Op-level selective checkpointing as torchtitan's policy: each decoder layer under torch.utils.checkpoint "
+        "with a selective context that saves every mm output but every second one and the SDPA outputs."
+    )

@@ -54,8 +54,9 @@ def shard_model(built: BuiltModel, sc: Scenario) -> None:
 
 def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard: Any) -> None:
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": True}
-    if built.autocast_dtype is not None:
-        kwargs["mp_policy"] = policy(param_dtype=built.autocast_dtype, reduce_dtype=torch.float32)
+    param_dtype = built.autocast_dtype or built.mp_param_dtype
+    if param_dtype is not None:
+        kwargs["mp_policy"] = policy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for layer in decoder_layers(built.model):
         fully_shard(layer, **kwargs)
     fully_shard(built.model, **kwargs)
@@ -63,5 +64,5 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
         f"FSDP2 full shard (fully_shard per decoder layer and on the root, reshard_after_forward=True) over "
         f"{sc.num_gpus} ranks on a fake process group; figures are rank 0's."
         + (" Mixed precision: fp32 shards all-gathered in 16 bits (MixedPrecisionPolicy)."
-           if built.autocast_dtype is not None else "")
+           if param_dtype is not None else "")
     )

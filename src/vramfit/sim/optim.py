@@ -40,6 +40,11 @@ def make_optimizer(scenario: Scenario, params: list[torch.nn.Parameter], tracker
 ]:
     """The optimizer over ``params`` and a sentence saying which implementation runs."""
     opt = scenario.optimizer
+    if opt is Optimizer.ADAMW and _foreach(scenario):
+        # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
+        return torch.optim.AdamW(params, lr=LR, weight_decay=0.0, foreach=True), (
+            "Optimizer: torch.optim.AdamW(foreach=True), the framework's default (torch._foreach_* temporaries)."
+        )
     if opt is Optimizer.ADAMW:
         return torch.optim.AdamW(params, lr=LR, weight_decay=0.0, fused=True), (
             "Optimizer: torch.optim.AdamW(fused=True), HF Trainer's default adamw_torch_fused (torch >= 2.8); "
@@ -64,6 +69,12 @@ def make_optimizer(scenario: Scenario, params: list[torch.nn.Parameter], tracker
             "parameter-sized temporaries); torchao itself is not run."
         )
     return _bnb_optimizer(opt, params, tracker)
+
+
+def _foreach(scenario: Scenario) -> bool:
+    from vramfit.estimate.framework import OptimizerImpl, scenario_profile
+
+    return scenario_profile(scenario).torch_optimizer_impl is OptimizerImpl.FOREACH
 
 
 def _bnb_optimizer(opt: Optimizer, params: list[torch.nn.Parameter], tracker: Any) -> tuple[Any, str]:

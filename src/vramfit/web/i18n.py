@@ -180,6 +180,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "c.temporaries": ("temporaries", "temporários"),
     "c.comm_buffers": ("communication buffers", "buffers de comunicação"),
     "c.workspaces": ("cuBLAS workspaces", "workspaces cuBLAS"),
+    "c.rope_cache": ("RoPE caches, one per layer", "caches RoPE, um por camada"),
     "c.allocator_overhead": ("allocator slack", "folga do alocador"),
     "c.cuda_context": ("CUDA context", "contexto CUDA"),
     "c.nccl": ("NCCL buffers", "buffers NCCL"),

@@ -5,7 +5,7 @@
   const cfg = VF.config();
   const T = cfg.strings;
   const R = window.VFTr;
-  const ENGINES = ["accelerate", "deepspeed", "fsdp", "trl"];
+  const ENGINES = ["accelerate", "deepspeed", "fsdp", "trl", "torchtitan"];
   let body = null;  // the /api/plan body of the table on screen
   let engine = "trl";
 

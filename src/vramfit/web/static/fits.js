@@ -80,7 +80,8 @@
     cell(tr, "× " + p.num_gpus, "num");
     cell(tr, VF.fmtGiB(p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
     cell(tr, p.tokens_per_s ? VF.fmtNum(p.tokens_per_s, 0) : "—", "num");
-    cell(tr, hours(p.hours), "num");
+    const time = cell(tr, hours(p.hours), "num");
+    if (p.hours_range) time.append(small(hours(p.hours_range[0]) + "–" + hours(p.hours_range[1]), "band"));  // p90 band
     cell(tr, usd(p.cost_usd_low, p.cost_usd_high), "num");
     cell(tr, p.usd_per_gpu_hour_low == null ? "—" : usd(perHour(p)) + "/h", "num");
     const disk = cell(tr, bytes(p.disk && p.disk.total_bytes), "num");

@@ -1,0 +1,223 @@
+"""Per-rank memory under tensor, pipeline and context parallelism, as torchtitan v0.3.0 shards a Llama
+block; the most loaded rank is the peak.
+
+The step is first built for the data-parallel view of the run (FSDP over ``dp_shard x cp`` ranks,
+torchtitan ``distributed/parallel_dims.py``: ``fsdp = self.dp_shard * self.cp``), then each rank keeps:
+
+- **model state**: its pipeline stage's layers split ``t`` ways (wq/wk/wv/w1/w3 column-wise, wo/w2
+  row-wise: torchtitan ``models/llama3/sharding.py``), the first stage the token embeddings (vocab-sharded,
+  Megatron ``VocabParallelEmbedding``), the last the final norm and the output layer (column-wise over the
+  vocabulary): :func:`vramfit.estimate.model_parallel.stage_params`;
+- **activations, tensor by tensor** (sequence parallel on, torchtitan's ``enable_sequence_parallel = True``):
+  the norms and the residual stream run on ``Shard(1)`` (``/t``); the attention and MLP inputs are
+  all-gathered to ``Replicate()`` before wq/wk/wv and w1/w3 (``PrepareModuleInput``), and the matmuls save
+  that gathered tensor whole; heads and the MLP's inner width are ``/t``. Megatron-LM instead keeps the
+  sharded input and gathers it again in backward (Korthikanti et al. 2022 sec. 4.2.2, eq. 4: everything
+  ``/t``), which :mod:`vramfit.estimate.model_parallel` models and the tests compare;
+- **context parallel**: every token-shaped tensor ``/c`` (each rank holds ``s/c`` tokens, Megatron-LM
+  ``docs/source/api-guide/context_parallel.rst``), plus ring attention's receive buffer for the next
+  rank's keys and values (torch v2.13.0 ``distributed/tensor/experimental/_context_parallel/_attention.py``
+  ``_templated_ring_attention``: ``next_kv = rotater.exchange_buffers(...)`` while the current chunk computes);
+- **micro-batches in flight** (``grad_accum`` pipeline micro-batches per step): 1F1B stage ``i`` of ``p``
+  holds ``min(p - i, m)`` (Narayanan et al. 2021 sec. 2.2.1: ``p - i - 1`` warm-up forwards, then one
+  forward before each backward); interleaved with ``v`` chunks per rank, rank ``i`` holds
+  ``(v - 1) * p + 2 * (p - i - 1) + 1`` chunk micro-batches (torch v2.13.0
+  ``distributed/pipelining/schedules.py`` ``_get_warmup_ops`` with ``p`` micro-batches per round, plus the
+  first steady-state forward; the same count as Megatron-LM's ``num_warmup_microbatches`` in
+  ``core/pipeline_parallel/schedules.py``), i.e. the first rank ``1 + (p - 1)/(p v)`` times ``p`` stages'
+  worth, Korthikanti et al. eq. 5 / sec. 4.2.3;
+- **logits and loss** on the last stage only, vocabulary-sharded (torchtitan's loss parallel: the output
+  layer's ``Shard(-1)``) and ``/c``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.estimate.loss import LossMemory
+from vramfit.estimate.model_parallel import Layout, stage_params
+from vramfit.estimate.state import shard
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+    from vramfit.models.spec import ModelSpec
+    from vramfit.scenario import Scenario
+
+#: torchtitan TP with sequence parallel: how each saved tensor of a block is split over ``t`` ranks
+#: (module docstring). Keys are :func:`vramfit.estimate.activations.block_saved`'s.
+GATHERED = frozenset({"attn_in", "mlp_in", "block_in.gathered"})  # all-gathered inputs of column-wise linears
+
+
+def tp_split(key: str) -> bool:
+    """True when a saved tensor is ``1/t`` per rank; False when every rank keeps it whole."""
+    if key in GATHERED:
+        return False
+    if key.startswith(("norm", "block_in", "resid_mid")):  # Shard(1) under SequenceParallel
+        return True
+    return key in ("q", "k", "v", "mlp_mid") or key.startswith(("attn.", "mlp."))  # heads, inner width
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One pipeline rank's share: which stage, its parameters and layers, micro-batches in flight, its peak."""
+
+    stage: int
+    role: str  # "first stage", "last stage", "every rank"
+    params: int  # parameters held by this rank before data-parallel sharding
+    layers: int
+    in_flight: float  # micro-batches (chunk micro-batches / v for interleaved) whose activations it holds
+    allocated_bytes: int = 0  # the rank's allocated peak
+    activations_bytes: int = 0  # its saved activations at their high point (end of forward)
+    breakdown: tuple[tuple[str, int], ...] = ()  # what is alive at the rank's peak
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["breakdown"] = dict(self.breakdown)
+        return d
+
+
+def layout_of(sc: Scenario) -> Layout:
+    return Layout(t=sc.tensor_parallel, p=sc.pipeline_parallel, c=sc.context_parallel, sequence_parallel=True,
+                  interleave=sc.pipeline_virtual_stages)
+
+
+def data_parallel_view(sc: Scenario) -> Scenario:
+    """The scenario as its FSDP mesh sees it: ``dp_shard x cp`` ranks (num_nodes kept dividing them)."""
+    ranks = sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)
+    return replace(sc, num_gpus=ranks, num_nodes=math.gcd(ranks, sc.num_nodes), tensor_parallel=1,
+                   pipeline_parallel=1, context_parallel=1, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
+                   pipeline_virtual_stages=1)
+
+
+def in_flight(stage: int, sc: Scenario) -> float:
+    """Micro-batches of activations stage ``stage`` holds at its peak (module docstring for the sources)."""
+    p, v, m = sc.pipeline_parallel, sc.pipeline_virtual_stages, sc.grad_accum
+    if p == 1:
+        return 1.0
+    if sc.pipeline_schedule is PipelineSchedule.INTERLEAVED:
+        per_round = m // max(1, m // p)  # torch's microbatches_per_round: p when m is a multiple of p
+        chunks = (v - 1) * per_round + 2 * (p - stage - 1) + 1
+        return min(chunks, m * v) / v
+    return float(min(p - stage, m))
+
+
+def rank_shapes(spec: ModelSpec, sc: Scenario) -> list[RankMemory]:
+    """The first and the last pipeline stage (one rank when there is no pipeline)."""
+    lay = layout_of(sc)
+    L = spec.num_hidden_layers
+    head = spec.lm_head_params or spec.embedding_params
+    layer = (spec.num_params - spec.embedding_params - spec.lm_head_params - spec.final_norm_params) // L
+    per_chunk = -(-L // (lay.p * lay.interleave))
+    layers = min(L, per_chunk * lay.interleave)
+    first, middle = stage_params(layers, layer, spec.embedding_params, replace(lay, p=1))
+    last = middle + head // lay.t + spec.final_norm_params
+    if lay.p == 1:  # a tied output layer is the embedding itself: counted once
+        return [RankMemory(0, "every rank", first + spec.lm_head_params // lay.t + spec.final_norm_params, layers, 1.0)]
+    return [RankMemory(0, "first stage", first, layers, in_flight(0, sc)),
+            RankMemory(lay.p - 1, "last stage", last, layers, in_flight(lay.p - 1, sc))]
+
+
+def _tp_ratio(step: Step, t: int) -> float:
+    """Per-rank over whole bytes of one block's saved tensors under torchtitan TP + SP."""
+    items = step.acts.saved.items
+    whole = sum(items.values())
+    return sum(v / t if tp_split(k) else v for k, v in items.items()) / whole if whole else 1.0
+
+
+def _activations(step: Step, rank: RankMemory, sc: Scenario, last: bool):
+    """The rank's saved tensors: its layers' share x micro-batches in flight, ``/t`` as torchtitan splits
+    them, ``/c`` for context parallel; full checkpointing keeps block inputs (``Shard(1)``: ``/t``)."""
+    a, L = step.acts, step.spec.num_hidden_layers
+    t, c = sc.tensor_parallel, sc.context_parallel
+    ratio = 1 / t if sc.gradient_checkpointing is Checkpointing.FULL else _tp_ratio(step, t)
+    blocks = round(a.blocks / L * rank.layers * rank.in_flight * ratio / c)
+    kv = sum(v for k, v in a.saved.items.items() if k in ("k", "v")) / t / c
+    # outside the blocks: the final norm runs on Shard(1) (/t), the output layer saves its all-gathered input
+    # whole (torchtitan: norm SequenceParallel, output ColwiseParallel(input_layouts=Shard(1)))
+    head_in = step.sc.precision.compute_bytes * step.sc.tokens_per_micro_batch * step.spec.hidden_size
+    head_in = min(head_in, a.outside_blocks) if step.lm_head_trainable else 0
+    outside = ((a.outside_blocks - head_in) / t + head_in) / c
+    return replace(a, blocks=blocks, per_layer=round(a.per_layer * _tp_ratio(step, t) / c),
+                   recompute=round(a.recompute * ratio / c), outside_blocks=round(outside) if last else 0,
+                   masks=0), round(kv if c > 1 else 0)
+
+
+def _comm(step: Step, sc: Scenario, base: Scenario, root_params: int, frac: float) -> int:
+    """FSDP: two blocks' all-gather buffers (``/t``) plus this stage's root unit gathered; DDP: buckets."""
+    from vramfit.estimate.core import _layer_param_bytes
+
+    if base.parallelism is Parallelism.DDP:
+        return round(step.parts.comm_buffers * frac)
+    if base.parallelism is not Parallelism.FSDP:
+        return 0
+    layer = _layer_param_bytes(step.spec, base, step.profile) // sc.tensor_parallel
+    root = root_params * base.precision.compute_bytes if step.profile.fsdp_root_gathered else 0
+    return FSDP_INFLIGHT_ALLGATHERS.value * layer + root - shard(root, base.shard_group)
+
+
+def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step:
+    """The step one rank runs: state, activations, loss and buffers scaled to its share."""
+    from vramfit.estimate.contributions import phase_breakdowns
+
+    spec, t, c = step.spec, sc.tensor_parallel, sc.context_parallel
+    first, last = rank.role != "last stage", rank.role != "first stage"
+    frac = rank.params / spec.num_params
+    p = step.parts
+    acts, ring = _activations(step, rank, sc, last)
+    # the root FSDP unit: embeddings (first stage), final norm and output layer (last; a tied one is the
+    # embedding, a second copy only on a last stage that is not also the first)
+    head = spec.lm_head_params or (0 if first else spec.embedding_params)
+    root = (spec.embedding_params // t if first else 0) + ((head // t + spec.final_norm_params) if last else 0)
+    state = {k: round(getattr(p, k) * frac) for k in ("weights", "master_weights", "gradients", "optimizer_state",
+                                                     "paged_optimizer_state", "autocast_copies")}
+    parts = replace(p, **state, activations=acts.total, host=round(p.host * frac),
+                    logits_loss=p.logits_loss // (t * c) if last else 0,
+                    comm_buffers=_comm(step, sc, step.sc, root, frac),
+                    temporaries=max(round(step.block_transient * _tp_ratio(step, t) / c) + ring, round(step.opt_temp * frac)))
+    loss = step.loss
+    loss = LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
+                      loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c),
+                      loss.kept // (t * c)) if last else \
+        LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
+    out = replace(step, sc=sc, parts=parts, acts=acts, loss=loss, autocast_forward=round(step.autocast_forward * frac),
+                  block_transient=round(step.block_transient * _tp_ratio(step, t) / c) + ring,
+                  opt_temp=round(step.opt_temp * frac), held_grads=round(step.held_grads * frac),
+                  head_grad=step.head_grad // t if last else 0, layer_grads=step.layer_grads // t,
+                  lm_head_trainable=step.lm_head_trainable and last)
+    return replace(out, phases=phase_breakdowns(out, contributors))
+
+
+def model_parallel_step(spec: ModelSpec, sc: Scenario, card, compute: Callable) -> Step:
+    """The most loaded rank's step of a tensor/pipeline/context-parallel run, every rank's summary in ``ranks``."""
+    from vramfit.estimate.contributions import CONTRIBUTORS
+    from vramfit.layout_keys import check_against_model
+
+    check_against_model(sc, spec.num_attention_heads, spec.num_key_value_heads, spec.num_hidden_layers)
+    base = compute(spec, data_parallel_view(sc), card)
+    steps = []
+    for rank in rank_shapes(spec, sc):
+        s = _rank_step(base, sc, rank, CONTRIBUTORS)
+        peak = max(s.phases, key=lambda b: sum(dict(b.parts).values()))
+        total = sum(dict(peak.parts).values())
+        steps.append((total, s, replace(rank, allocated_bytes=total, activations_bytes=s.acts.total,
+                                        breakdown=tuple(sorted(peak.parts)))))
+    total, step, _ = max(steps, key=lambda x: x[0])
+    return replace(step, ranks=tuple(r for _, _, r in steps))
+
+
+def layout_note(sc: Scenario, ranks: tuple[RankMemory, ...]) -> str:
+    """The assumption that says how the ranks were laid out and which one is the peak."""
+    peak = max(ranks, key=lambda r: r.allocated_bytes)
+    pp = (f"{sc.pipeline_parallel} pipeline stages ({sc.pipeline_schedule.value}"
+          + (f", {sc.pipeline_virtual_stages} chunks per GPU" if sc.pipeline_virtual_stages > 1 else "")
+          + f", {sc.grad_accum} micro-batches per step)") if sc.pipeline_parallel > 1 else "no pipeline"
+    return (f"Model parallel as torchtitan v0.3.0 shards it: tensor {sc.tensor_parallel} (sequence parallel on), {pp}, "
+            f"context {sc.context_parallel}; FSDP over the remaining {sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)}"
+            f" ranks (dp_shard × cp). Per rank; the peak is the {peak.role} ({peak.layers} layers, "
+            f"{peak.in_flight:g} micro-batches in flight); see 'ranks' for each.")

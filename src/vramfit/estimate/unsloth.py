@@ -1,0 +1,268 @@
+"""The Unsloth framework profile, and the 2024.12 release that produced its published long-context tables.
+
+Unsloth's README tables ("Context length benchmarks", added in unslothai/unsloth@3e9ed3cc on 2025-01-14 from
+the Llama 3.3 blog of 2024-12-10) were measured with Unsloth 2024.12.x: unslothai/unsloth@0e0d8fc ("Llama 3.3",
+2024-12-06, ``__version__ = "2024.12.3"``) with unslothai/unsloth-zoo@bb133c7 (2024-12-07). That code keeps
+different tensors from today's (the default profile, unsloth@015bdef): Apple's Cut Cross-Entropy instead of
+Unsloth's own fused loss, the first offloaded checkpointer, out-of-place LoRA products and a RoPE cache per
+layer. ``framework_version: unsloth-2024.12`` selects it.
+"""
+
+from __future__ import annotations
+
+from vramfit.estimate.constants import UNSLOTH_ROPE_GROWTH, UNSLOTH_ROPE_INITIAL_ROWS
+from vramfit.estimate.framework import FrameworkProfile, FrameworkVersion, LossLayout, OptimizerImpl
+from vramfit.models.spec import ModelSpec, PositionEncoding
+from vramfit.scenario import Method, Precision, Scenario
+
+UNSLOTH_2024_12 = FrameworkVersion(
+    "unsloth-2024.12",
+    "unslothai/unsloth@0e0d8fc (2024.12.3) + unslothai/unsloth-zoo@bb133c7: Apple Cut Cross-Entropy loss, "
+    "Unsloth_Offloaded_Gradient_Checkpointer, matmul_lora's out-of-place LoRA product, a RoPE cache per layer",
+    (
+        # unsloth@0e0d8fc models/llama.py CausalLM_fast_forward: `if not RETURN_LOGITS and HAS_CUT_CROSS_ENTROPY
+        # and labels is not None: loss = fused_linear_cross_entropy(hidden_states, lm_head, labels, ...)`
+        ("standard_loss", LossLayout.APPLE_CCE),
+        # unsloth-zoo@bb133c7 unsloth_zoo/gradient_checkpointing.py Unsloth_Offloaded_Gradient_Checkpointer: forward
+        # keeps only `hidden_states.to("cpu")`; backward copies it back (the norm's saved input, counted with the
+        # block), recomputes and holds `output` through `torch.autograd.backward(output, dY)`, with dY alive. Third:
+        # the embedding output, a leaf once enable_input_require_grads has run (unsloth@0e0d8fc models/_utils.py
+        # prepare_model_for_kbit_training, use_reentrant=True), held by its AccumulateGrad node (torch
+        # csrc/autograd/functions/accumulate_grad.h `Variable variable`) until backward ends. No prefetched input.
+        ("offload_ckpt_block_tensors", 3),
+        ("lora_product_temporary", True),
+        ("rope_cache_per_layer", True),
+        ("step_allocation_order", True),
+    ),
+)
+
+UNSLOTH_PROFILE = FrameworkProfile(
+    name="unsloth",
+    # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
+    # unsloth_zoo prepare_model_for_training(train_layernorms=False, train_embedding=False,
+    # train_lm_head=False, float32_mixed_precision=True): the trainable LoRA A/B become fp32, the
+    # only fp32 tensors (norms, embeddings, lm_head stay in the load dtype)
+    adapters_fp32=True,
+    lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
+    lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
+    fused_qkv_lora=False,
+    rmsnorm_upcast=True,
+    expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
+    # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
+    qlora_unquantized_fp32=False,
+    qlora_saves_input=False,
+    qlora_quantizes_lm_head=False,
+    standard_loss=LossLayout.UNSLOTH_FUSED_CE,
+    torch_optimizer_impl=OptimizerImpl.FUSED,  # runs the HF Trainer (see the hf profile)
+    rmsnorm_kernel=True,
+    lora_fused_autograd=True,
+    offload_ckpt_block_tensors=5,
+    # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
+    default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
+                       (Method.QLORA, Precision.BF16_TRUE)),
+    version="unsloth@015bdef",
+    older_versions=(UNSLOTH_2024_12,),
+)
+
+
+def rope_cache_rows(spec: ModelSpec, sc: Scenario) -> int:
+    """Positions each layer's cos/sin cache holds once a ``seq_len`` batch has run.
+
+    unsloth@0e0d8fc models/llama.py LlamaExtendedRotaryEmbedding (Llama 3.x; LlamaRotaryEmbedding alike): built
+    at ``min(4 * 8192, max_position_embeddings)`` rows; ``extend_rope_embedding`` regrows it to the sequence length
+    rounded up to 8192 and never shrinks it."""
+    initial = UNSLOTH_ROPE_INITIAL_ROWS.value
+    if spec.max_position_embeddings:
+        initial = min(initial, spec.max_position_embeddings)
+    growth = UNSLOTH_ROPE_GROWTH.value
+    return max(initial, -(-sc.seq_len // growth) * growth)
+
+
+def rope_cache_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The per-layer RoPE caches on the GPU: layers x (cos, sin) x rows x head_dim in the compute dtype.
+
+    Each layer's attention builds its own module (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling rewrites
+    LlamaAttention.__init__ to ``self.rotary_emb = LlamaExtendedRotaryEmbedding(...)``); the first cache is made
+    in the default dtype that from_pretrained(torch_dtype=...) sets while the model is built, a regrown one in
+    ``x.dtype`` (``_set_cos_sin_cache(..., dtype = x.dtype)``): the compute dtype either way."""
+    if not profile.rope_cache_per_layer or spec.position_encoding is not PositionEncoding.ROPE:
+        return 0
+    per_layer = 2 * rope_cache_rows(spec, sc) * spec.head_dim * sc.precision.compute_bytes
+    return spec.num_hidden_layers * per_layer
+
+
+class _Events:
+    """A :func:`vramfit.estimate.allocator.transient_reserved` event list built with named handles."""
+
+    def __init__(self) -> None:
+        self.ev: list[int] = []
+        self.n = 0
+
+    def a(self, nbytes: int) -> int:
+        self.ev.append(max(0, int(nbytes)))
+        self.n += 1
+        return self.n
+
+    def f(self, *handles: int) -> None:
+        self.ev.extend(-h for h in handles)
+
+
+def _dims(spec: ModelSpec, sc: Scenario) -> dict[str, int]:
+    from vramfit.estimate.activations import mlp_width
+
+    T, c, h = sc.micro_batch_size * sc.seq_len, sc.precision.compute_bytes, spec.hidden_size
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    width = mlp_width(spec)
+    w = c if sc.method is Method.QLORA else 0  # fast_dequantize returns a 16-bit weight as it is
+    return dict(T=T, c=c, H=c * T * h, Q=c * T * q, KV=c * T * kv, I=c * T * width, XA=c * T * sc.lora_rank,
+                lse=4 * T * spec.num_attention_heads, rstd=4 * T, Wq=w * h * q, Wkv=w * h * kv, Wmlp=w * h * width)
+
+
+def replays_step(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Whether :func:`step_events` describes this scenario's step: a release whose allocation order is modelled
+    (``profile.step_allocation_order``), LoRA through the fused autograd functions on a dense gated-MLP RoPE
+    decoder, flash attention, offloaded checkpointing."""
+    from vramfit.estimate.attention import runs_eager_attention
+    from vramfit.scenario import Checkpointing
+
+    return (
+        profile.step_allocation_order and sc.method is not Method.FULL and spec.gated_mlp and not spec.num_experts
+        and spec.position_encoding is PositionEncoding.ROPE and sc.gradient_checkpointing is Checkpointing.OFFLOAD
+        and not runs_eager_attention(spec, sc, profile)
+    )
+
+
+def _lora_matmul(e: _Events, d: dict[str, int], out: int, weight: int) -> int:
+    """unsloth@0e0d8fc kernels/utils.py matmul_lora: fast_dequantize's 16-bit weight, the output, the weight freed,
+    then ``out += (X @ A) @ (s * B)``: the (T, r) product and an output-sized temporary."""
+    w = e.a(weight)
+    o = e.a(out)
+    e.f(w)
+    xa = e.a(d["XA"])
+    tmp = e.a(out)
+    e.f(tmp, xa)
+    return o
+
+
+def _layer_forward(e: _Events, d: dict[str, int], rope_rows: int, head_dim: int) -> dict[str, int]:
+    """One LlamaDecoderLayer_fast_forward (unsloth@0e0d8fc models/llama.py) in allocation order; returns the
+    tensors still alive at its end that autograd keeps (all of them freed again under no_grad by the caller).
+    ``rope_rows``: the layer's RoPE cache regrown on this call (LlamaExtendedRotaryEmbedding._set_cos_sin_cache:
+    fp32 arange, outer, cat and cos/sin, then the compute-dtype copy); 0 when it already fits."""
+    t: dict[str, int] = {"y1": e.a(d["H"]), "r1": e.a(d["rstd"])}  # Fast_RMS_Layernorm: Y and fp32 r
+    t["q"] = _lora_matmul(e, d, d["Q"], d["Wq"])  # LoRA_QKV.forward
+    t["k"] = _lora_matmul(e, d, d["KV"], d["Wkv"])
+    t["v"] = _lora_matmul(e, d, d["KV"], d["Wkv"])
+    if rope_rows:
+        for name in ("cos", "sin"):
+            ar = e.a(4 * rope_rows)
+            freqs = e.a(4 * rope_rows * head_dim // 2)
+            e.f(ar)
+            emb = e.a(4 * rope_rows * head_dim)
+            e.f(freqs)
+            fp32 = e.a(4 * rope_rows * head_dim)
+            t[name] = e.a(d["c"] * rope_rows * head_dim)
+            e.f(fp32, emb)
+    t["attn"], t["lse"] = e.a(d["Q"]), e.a(d["lse"])  # flash_attn_func: out and the fp32 softmax_lse
+    o = _lora_matmul(e, d, d["H"], d["Wq"])  # LoRA_W (o_proj)
+    t["h1"] = e.a(d["H"])  # residual + attention output
+    e.f(o)
+    t["y2"], t["r2"] = e.a(d["H"]), e.a(d["rstd"])
+    t["e"] = _lora_matmul(e, d, d["I"], d["Wmlp"])  # LoRA_MLP.forward: gate, up, swiglu, down
+    t["g"] = _lora_matmul(e, d, d["I"], d["Wmlp"])
+    swiglu = e.a(d["I"])
+    mlp_out = _lora_matmul(e, d, d["H"], d["Wmlp"])
+    e.f(swiglu)
+    t["out"] = e.a(d["H"])  # residual + MLP output
+    e.f(mlp_out)
+    return t
+
+
+def _layer_backward(e: _Events, d: dict[str, int], t: dict[str, int], gqa: bool,
+                    grads: dict[str, list[int]], kept: list[int]) -> int:
+    """``torch.autograd.backward(output, dY)`` through one recomputed layer (unsloth@0e0d8fc kernels/fast_lora.py,
+    rms_layernorm.py, flash-attn 2 mha_bwd); ``t``: the recompute's tensors. Returns the input's gradient.
+    ``grads``: the layer's LoRA gradients (fp32 like their weights) per group, made by AccumulateGrad when
+    LoRA_MLP's and LoRA_QKV's backward return, and kept until the optimizer step (their handles go to ``kept``)."""
+    dw = _lora_matmul(e, d, d["I"], d["Wmlp"])  # LoRA_MLP.backward: DW = matmul_lora(dY, downW.t(), ...)
+    for _ in range(2):  # dX = df @ upW.T into X in place, then the de @ gateW.T and LoRA terms as temporaries
+        w = e.a(d["Wmlp"])
+        e.f(w)
+        tmp = e.a(d["H"])
+        e.f(tmp)
+    e.f(dw, t["e"], t["g"], t["r2"])
+    kept += [e.a(size) for size in grads["mlp"]]
+    gh1 = e.a(d["H"])  # autograd sums dY and the norm's dX (written over y2) into h1's gradient
+    e.f(t["y2"], t["h1"])
+    da = _lora_matmul(e, d, d["H"], d["Wq"])  # LoRA_W.backward: dX = dY @ W.T + the LoRA term
+    dqkv = [e.a(d["Q"]), e.a(d["KV"]), e.a(d["KV"])]  # flash-attn dq, dk, dv
+    work = [e.a(d["lse"]), e.a(2 * d["Q"])]  # softmax_d and the fp32 dq_accum
+    if gqa:
+        work += [e.a(d["Q"]), e.a(d["Q"])]  # dk_expanded, dv_expanded (summed into dk, dv)
+    e.f(*work, da, t["q"], t["k"], t["v"], t["attn"], t["lse"])
+    for weight in (d["Wq"], d["Wkv"], d["Wkv"]):  # LoRA_QKV.backward: dX into X, one product per projection
+        w = e.a(weight)
+        e.f(w)
+        tmp = e.a(d["H"])
+        e.f(tmp)
+    e.f(*dqkv, t["r1"], t["y1"])
+    kept += [e.a(size) for size in grads["attn"]]
+    return gh1
+
+
+def _micro_batch(e: _Events, d: dict[str, int], spec: ModelSpec, regrow: int, caches: list[int],
+                 grads: dict[str, list[int]]) -> list[int]:
+    """One forward and backward (see :func:`step_events`); ``regrow``: the rows each layer's RoPE cache grows to
+    on this pass (0: none), its old cache in ``caches`` freed then. Returns the gradients' handles."""
+    emb = prev = e.a(d["H"])
+    for _ in range(spec.num_hidden_layers):
+        t = _layer_forward(e, d, regrow, spec.head_dim)
+        if "cos" in t:
+            e.f(*caches[:2])
+            del caches[:2]
+        e.f(*(v for k, v in t.items() if k not in ("out", "cos", "sin")))
+        if prev != emb:
+            e.f(prev)
+        prev = t["out"]
+    final = [e.a(d["H"]), e.a(d["rstd"]), e.a(12 * d["T"])]  # final norm output and rstd; CCE's lse and valids
+    dy = e.a(d["H"])  # cce_backward_kernel: de = zeros_like(e) ...
+    e.f(e.a(d["c"] * (spec.lm_head_params or spec.embedding_params)))  # ... and dc = zeros_like(lm_head.weight)
+    e.f(*final, prev)  # the final norm's backward writes its dX over de
+    kept: list[int] = []
+    for _ in range(spec.num_hidden_layers):
+        x = e.a(d["H"])
+        t = _layer_forward(e, d, 0, spec.head_dim)
+        grad = _layer_backward(e, d, t, spec.num_key_value_heads < spec.num_attention_heads, grads, kept)
+        e.f(dy, t["out"], x)
+        dy = grad
+    e.f(dy, emb)
+    return kept
+
+
+def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float) -> list[int]:
+    """The big allocations of two Unsloth 2024.12 training steps in order, for the caching-allocator replay (what
+    the reserved figure is made of: a request no cached block fits opens a new segment, and a large cached block
+    split for a smaller request no longer serves its own size). Each step: the forward under the offloaded
+    checkpointer's no_grad (every layer's tensors freed but its output; the embedding output kept, see
+    UNSLOTH_2024_12), the Cut Cross-Entropy forward and backward (estimate/loss.py _apple_cce), then each layer's
+    recompute and backward (unsloth-zoo@bb133c7 Unsloth_Offloaded_Gradient_Checkpointer.backward: the input copied
+    back first). The first step's forward regrows every layer's RoPE cache; its optimizer step makes the states
+    (``state_per_element`` bytes per trainable element, two tensors per weight) where the allocator then has room,
+    and zero_grad(set_to_none=True) frees the gradients: the second step runs in what the first left."""
+    d = _dims(spec, sc)
+    e = _Events()
+    ab = 4  # the LoRA weights are fp32 (UNSLOTH_PROFILE.adapters_fp32), and so their gradients
+    grads: dict[str, list[int]] = {"attn": [], "mlp": []}
+    for lin in spec.block_linears:
+        if lin.name in sc.lora_targets and lin.group in grads:
+            grads[lin.group] += [ab * sc.lora_rank * lin.in_features, ab * lin.out_features * sc.lora_rank]
+    rows = rope_cache_rows(spec, sc)
+    initial = min(UNSLOTH_ROPE_INITIAL_ROWS.value, spec.max_position_embeddings or UNSLOTH_ROPE_INITIAL_ROWS.value)
+    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]  # built with the model
+    kept = _micro_batch(e, d, spec, rows if rows > initial else 0, caches, grads)
+    for size in [g for _ in range(spec.num_hidden_layers) for g in grads["mlp"] + grads["attn"]]:
+        for _ in range(2):  # e.g. exp_avg and exp_avg_sq (or bitsandbytes' state1, state2)
+            e.a(int(size // ab * state_per_element / 2))
+    e.f(*kept)
+    e.f(*_micro_batch(e, d, spec, 0, caches, grads))
+    return e.ev

@@ -1,0 +1,131 @@
+"""A plan written for torchtitan: a TOML job config with its ``[parallelism]`` section, and a torchrun launch
+(one node) or an sbatch script running torchrun on every node.
+
+The TOML has the layout of torchtitan's ``--job.config_file`` files (``torchtitan/models/llama3/train_configs/
+*.toml`` before v0.3.0: ``[job]``, ``[model]``, ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``),
+which the launch line runs; v0.3.0 dropped TOML files and takes the same fields as command-line overrides
+(``--parallelism.tensor_parallel_degree 8``: its ``ConfigManager`` builds them with tyro from
+``torchtitan/config/configs.py`` ``ParallelismConfig``), given in a note. Field names and schedule names are theirs:
+
+- ``data_parallel_shard_degree``: FSDP ranks, ``world / (dp_replicate x cp x tp x pp)``
+  (``distributed/parallel_dims.py`` ``_validate``: the product must equal the world size);
+- ``pipeline_parallel_schedule``: ``1F1B`` or ``Interleaved1F1B`` (torch v2.13.0
+  ``distributed/pipelining/schedules.py`` ``get_schedule_class``); ``pipeline_parallel_microbatch_size``:
+  the plan's micro-batch;
+- ``training.local_batch_size``: sequences per data-parallel rank per forward (the micro-batch; with a pipeline,
+  the micro-batches it splits into ``pipeline_parallel_microbatch_size`` pieces); ``global_batch_size``: the
+  effective batch, from which torchtitan derives the accumulation steps (``trainer.py``:
+  ``global_batch_size // (local_batch_size * batch_degree)``);
+- ``activation_checkpoint.mode``: ``none`` / ``full`` / ``selective`` (``ActivationCheckpointingConfig``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.plan import export_nodes as nodes
+from vramfit.plan.report import Plan
+
+TOML_FILE = "torchtitan.toml"
+SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}
+AC_MODE = {"none": "none", "full": "full", "selective": "selective", "selective-op": "selective", "offload": "full"}
+
+
+def parallelism(plan: Plan) -> dict[str, Any]:
+    """The ``[parallelism]`` section of a plan (torchtitan's field names)."""
+    sc = plan.scenario
+    tp, pp, cp = (int(sc.get(k, 1) or 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel"))
+    hybrid = nodes.hybrid(plan) and sc.get("parallelism") == "fsdp"
+    replicate = nodes.nodes_of(plan) if hybrid else 1
+    if sc.get("parallelism") == "ddp":
+        replicate = plan.num_gpus // (tp * pp * cp)
+    out: dict[str, Any] = {
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": plan.num_gpus // (replicate * cp * tp * pp),
+        "tensor_parallel_degree": tp, "enable_sequence_parallel": True,
+        "pipeline_parallel_degree": pp, "context_parallel_degree": cp,
+    }
+    if pp > 1:
+        out["pipeline_parallel_schedule"] = SCHEDULES[sc.get("pipeline_schedule", "1f1b")]
+        out["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
+    return out
+
+
+def sections(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Every section of the TOML job config."""
+    sc = plan.scenario
+    par = parallelism(plan)
+    local = plan.micro_batch_size * (plan.grad_accum if par["pipeline_parallel_degree"] > 1 else 1)
+    return {
+        "job": {"description": f"vramfit plan: {plan.label}"},
+        "model": {"hf_assets_path": sc.get("model") or "<your model folder>"},
+        "training": {"local_batch_size": local, "global_batch_size": plan.effective_batch, "seq_len": int(sc["seq_len"]),
+                     "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32",
+                     "enable_cpu_offload": plan.offload != "none"},
+        "parallelism": par,
+        "activation_checkpoint": {"mode": AC_MODE[plan.gradient_checkpointing]},
+        "compile": {"enable": bool(sc.get("compile"))},
+    }
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def toml_text(plan: Plan) -> str:
+    out = [f"# vramfit plan: {plan.label}"]
+    for name, body in sections(plan).items():
+        out.append(f"\n[{name}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(out) + "\n"
+
+
+def overrides(plan: Plan) -> list[str]:
+    """The ``[parallelism]`` and batch fields as torchtitan v0.3.0 command-line overrides: tyro's flags,
+    dashed names, booleans as ``--x`` / ``--no-x`` (tyro's defaults, which its ConfigManager keeps)."""
+    s = sections(plan)
+    keys = [("parallelism", k) for k in s["parallelism"]] + [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len")]
+    out = []
+    for sec, k in keys:
+        v, flag = s[sec][k], k.replace("_", "-")
+        out.append(f"--{sec}.{'' if v else 'no-'}{flag}" if isinstance(v, bool) else f"--{sec}.{flag} {v}")
+    return out
+
+
+def launch_line(plan: Plan, rendezvous: str) -> str:
+    """torchrun over the node's GPUs running torchtitan's trainer on the TOML (releases before 0.3; the
+    0.3 form is in the export's notes)."""
+    return (f"torchrun --nnodes {nodes.nodes_of(plan)} --nproc_per_node {nodes.per_node(plan)} {rendezvous}"
+            f"-m torchtitan.train --job.config_file {TOML_FILE}")
+
+
+def slurm_script(plan: Plan) -> str:
+    """An sbatch script: one task per node, each running torchrun with a c10d rendezvous on the first node."""
+    rdzv = f"--rdzv_backend c10d --rdzv_endpoint $MAIN_HOST:{nodes.PORT} --rdzv_id $SLURM_JOB_ID "
+    return f"""#!/bin/bash
+# vramfit plan: {plan.label}
+#SBATCH --job-name=vramfit
+#SBATCH --nodes={nodes.nodes_of(plan)}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={nodes.per_node(plan)}
+#SBATCH --exclusive
+set -euo pipefail
+export MAIN_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun {launch_line(plan, rdzv)}
+"""
+
+
+def titan_files(plan: Plan) -> tuple[dict[str, str], str, list[str]]:
+    """(files, command, notes) of the torchtitan export."""
+    files = {TOML_FILE: toml_text(plan)}
+    notes = ["model.hf_assets_path: the folder of the Hugging Face checkpoint and tokenizer torchtitan loads",
+             "torchtitan 0.3 reads no TOML: run -m torchtitan.train --module llama3 --config <config_registry_function> "
+             + " ".join(overrides(plan))]
+    if nodes.nodes_of(plan) > 1:
+        files[nodes.SLURM_FILE] = slurm_script(plan)
+        return files, f"sbatch {nodes.SLURM_FILE}", notes
+    return files, launch_line(plan, "--standalone "), notes

@@ -1,0 +1,112 @@
+"""Unsloth 2024.12, the release behind its published long-context tables (issue 13): Apple's Cut Cross-Entropy,
+the first offloaded checkpointer, matmul_lora's out-of-place product, per-layer RoPE caches, and the step replayed
+through the caching allocator for the reserved figure."""
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate import estimate
+from vramfit.estimate.allocator import round_allocation, transient_reserved
+from vramfit.estimate.core import reserved_for_tensors, rounded_sum
+from vramfit.estimate.framework import LossLayout, profile_for
+from vramfit.estimate.step import compute
+from vramfit.estimate.unsloth import replays_step, rope_cache_bytes, step_events
+from vramfit.models import resolve_model
+from vramfit.plan.fit import max_seq_len_within
+from vramfit.scenario import Framework, parse_scenario
+
+MODEL = "meta-llama/Llama-3.1-8B"
+SPEC = resolve_model(MODEL).spec
+H, W, L, V = 4096, 14336, 32, 128256  # hidden, MLP width, layers, vocabulary
+ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _sc(seq_len=65536, version="unsloth-2024.12", **keys):
+    base = {"model": MODEL, "framework": "unsloth", "method": "qlora", "quantize": "nf4-dq", "lora_rank": 32,
+            "lora_targets": ALL, "attention": "flash", "optimizer": "adamw-8bit", "seq_len": seq_len,
+            "gradient_checkpointing": "offload", **keys}
+    if version:
+        base["framework_version"] = version
+    return parse_scenario(base)
+
+
+def test_the_2024_release_is_a_version_of_the_unsloth_profile():
+    now, old = profile_for(Framework.UNSLOTH), profile_for(Framework.UNSLOTH, "unsloth-2024.12")
+    assert now.standard_loss is LossLayout.UNSLOTH_FUSED_CE and old.standard_loss is LossLayout.APPLE_CCE
+    assert (now.offload_ckpt_block_tensors, old.offload_ckpt_block_tensors) == (5, 3)
+    assert not now.rope_cache_per_layer and old.rope_cache_per_layer and old.lora_product_temporary
+    assert old.version == "unsloth-2024.12"
+    with pytest.raises(ScenarioError) as err:
+        _sc(version="unsloth-2023")
+    assert err.value.key == "framework_version" and "unsloth-2024.12" in str(err.value)
+
+
+def test_each_layer_keeps_a_rope_cache_grown_in_steps_of_8192():
+    old = profile_for(Framework.UNSLOTH, "unsloth-2024.12")
+    per_row = L * 2 * 128 * 2  # layers x (cos, sin) x head_dim x bf16
+    assert rope_cache_bytes(SPEC, _sc(65536), old) == 65536 * per_row == 2**30
+    assert rope_cache_bytes(SPEC, _sc(40000), old) == 40960 * per_row  # regrown to a multiple of 8192
+    assert rope_cache_bytes(SPEC, _sc(2972), old) == 32768 * per_row  # never below the 4 x 8192 it is built with
+    assert rope_cache_bytes(SPEC, _sc(65536, None), profile_for(Framework.UNSLOTH)) == 0
+    parts = dict(estimate(_sc(65536)).peak.breakdown)
+    assert parts["rope_cache"] == 2**30 and "rope_cache" not in dict(estimate(_sc(65536, None)).peak.breakdown)
+
+
+def test_cut_cross_entropy_keeps_no_logits_but_allocates_a_head_sized_gradient():
+    T = 65536
+    loss = compute(SPEC, _sc(T)).loss
+    assert loss.saved == 2 * T * H + 12 * T + 4 * V  # e, fp32 lse, int64 valid positions, fp32 logit average
+    assert loss.backward_peak - loss.saved == 2 * T * H + 2 * V * H  # de and dc = zeros_like(lm_head.weight)
+    assert loss.forward_peak == loss.saved + 4 * T
+
+
+def test_the_out_of_place_lora_product_doubles_the_mlp_backward_working_set():
+    T = 65536
+    assert compute(SPEC, _sc(T)).block_transient == 2 * 2 * T * W
+    # in place (today's matmul_lora): the one (T, I) tensor is below flash attention's backward working set
+    flash = 2 * T * 128 * (2 * 32 + 2 * 8) + 4 * T * 32 * 128
+    assert 2 * T * W < flash == compute(SPEC, _sc(T, None)).block_transient
+
+
+def test_offload_keeps_three_block_tensors_and_every_gradient_at_the_last_block():
+    T = 65536
+    step = compute(SPEC, _sc(T))
+    assert step.acts.blocks == 3 * round_allocation(2 * T * H)  # recomputed output, dY, embedding output
+    assert step.layer_grads == step.parts.gradients  # the block inputs are on the host: nothing shrinks
+    assert compute(SPEC, _sc(T, None)).layer_grads == step.parts.gradients // L
+
+
+def test_reserved_is_the_allocated_peak_plus_what_the_replayed_step_leaves_cached():
+    sc = _sc(131072)
+    assert replays_step(SPEC, sc, profile_for(Framework.UNSLOTH, "unsloth-2024.12"))
+    st = compute(SPEC, sc)
+    peak, reserved = transient_reserved(step_events(SPEC, sc, st.parts.optimizer_state / st.parts.num_trainable))
+    cached = (reserved - peak) // 2**21 * 2**21
+    assert cached > 2**30  # multi-GiB blocks split for smaller requests no longer serve their own size
+    r = estimate(sc)
+    slack = reserved_for_tensors(st.parts.param_tensors) - rounded_sum(st.parts.param_tensors)
+    assert r.peak.reserved_bytes == r.peak.allocated_bytes + slack + cached
+    assert not replays_step(SPEC, _sc(131072, None), profile_for(Framework.UNSLOTH))
+
+
+def test_max_seq_len_within_holds_the_named_counter_to_the_budget():
+    budget = 24 * 2**30
+    s = max_seq_len_within(_sc(1024), budget, "reserved")
+    peak = lambda n: estimate(_sc(n)).peak.reserved_bytes  # noqa: E731
+    assert peak(s) <= budget < peak(s + 1)
+    assert max_seq_len_within(_sc(1024), budget) < s  # the device figure adds the CUDA context
+    with pytest.raises(ScenarioError) as err:
+        max_seq_len_within(_sc(1024), budget, "nvidia-smi")
+    assert err.value.key == "counter" and "reserved" in str(err.value)
+
+
+def test_transformers_4_47_loss_keeps_a_shifted_fp32_copy_of_the_logits():
+    """The HF + FA2 column ran transformers 4.47 (December 2024): ForCausalLMLoss upcast the logits and made a
+    shifted .contiguous() fp32 copy (huggingface/transformers PR #35646 removed it)."""
+    base = {"model": MODEL, "method": "qlora", "quantize": "nf4-dq", "lora_rank": 32, "lora_targets": ALL,
+            "attention": "flash", "seq_len": 4096, "gradient_checkpointing": "full"}
+    old = compute(SPEC, parse_scenario({**base, "framework_version": "transformers-4.47"})).loss
+    new = compute(SPEC, parse_scenario(base)).loss
+    TV = 4096 * V
+    assert old.forward_peak == (2 + 4 + 4 + 4) * TV and new.forward_peak == (2 + 4 + 4) * TV
+    assert old.saved == new.saved == 4 * TV and old.backward_peak == new.backward_peak == 12 * TV

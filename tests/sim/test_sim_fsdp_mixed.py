@@ -1,0 +1,29 @@
+"""Estimator vs simulator under FSDP with ``bf16-mixed`` (issue 13, part 3): accelerate's FSDP MixedPrecision casts
+the parameters to bf16, so activations are bf16 with no autocast copies. The simulator runs the real FSDP2
+MixedPrecisionPolicy on fake tensors; before the estimator modelled the cast it was 6-11 % high here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from simconfigs import catalog_config
+
+from vramfit.estimate import estimate
+from vramfit.sim import simulate
+
+LAYERS = 3
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_fsdp_mixed_precision_estimate_matches_the_simulator(tmp_path, method):
+    cfg = catalog_config("meta-llama/Llama-3.2-1B")
+    cfg["num_hidden_layers"] = LAYERS
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    sc = {"model": str(path), "method": method, "precision": "bf16-mixed", "seq_len": 2048, "micro_batch_size": 2,
+          "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "lora_targets": "all-linear"}
+    sim = simulate(sc, layers=LAYERS).result.peak
+    est = estimate(sc).peak
+    detail = f"simulated {dict(sim.breakdown)}; estimated {dict(est.breakdown)}"
+    assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.03), detail
