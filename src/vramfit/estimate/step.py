@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramfit.estimate import activations as act
+from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
@@ -50,6 +51,8 @@ class Activations:
     outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
     masks: int  # sliding-window SDPA biases
     host: int  # offloaded block inputs
+    tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
+    tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
 
     @property
     def total(self) -> int:
@@ -113,6 +116,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
@@ -129,8 +133,9 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     else:  # offload: block inputs in host memory; on the GPU as many as the profile says
         blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer, L * block_in
     return Activations(
-        saved, per_layer, blocks, recompute,
+        saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
+        tower, tower_recompute,
     )
 
 
@@ -221,7 +226,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         from vramfit.estimate.ranks import model_parallel_step
 
         return model_parallel_step(spec, sc, card, compute)
-    user_sc, sc = sc, stages.policy_scenario(sc)
+    user_sc, sc = sc, vision.lm_scenario(spec, stages.policy_scenario(sc))
     profile = scenario_profile(sc)
     if profile.untied_head_copy and spec.tie_word_embeddings:
         spec = replace(spec, tie_word_embeddings=False, lm_head_params=spec.embedding_params)
