@@ -1,0 +1,133 @@
+"""What FSDP1 leaves reserved when it wraps a model held on the host, and the all-gather pool beside it.
+
+Two allocator mechanisms, replayed through the simulator's caching-allocator model
+(:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, pytorch/pytorch@eb42ad6e
+``c10/cuda/CUDACachingAllocator.cpp``):
+
+1. Wrap residue. ``FullyShardedDataParallel(module, device_id=...)`` on a model whose parameters are on
+   the CPU builds every unit in turn, innermost first (torch v2.13.0 distributed/fsdp/_init_utils.py
+   ``_init_param_handle_from_module``): ``_move_module_to_device`` copies the unit's parameters to the
+   GPU one tensor at a time (``param.data = param.to(device)``), ``FlatParamHandle`` concatenates them
+   into the unsharded flat parameter (_flat_param.py ``flatten_tensors_into_flat_param``: ``torch.cat``),
+   ``shard()`` clones this rank's chunk (``_get_shard``: ``chunk.clone()``) and frees the flat parameter
+   (``_typed_storage()._resize_(0)``); the moved originals die when ``managed_params`` goes out of scope.
+   Each large request opens a segment of its own the first time; the freed ones stay cached
+   (no ``empty_cache``), so ``memory_reserved`` after wrapping exceeds the shards by the largest units'
+   transients. ``sync_module_states``' broadcast bucket (``_sync_params_and_buffers``, <= 250 MiB) is
+   freed before the flat parameter of the same size is allocated, which reuses it: no segment of its own.
+   Rank 0 is modelled (the rank the measurements report; the others ``to_empty`` the same tensors).
+   Which engines do this is profile data (``fsdp1_host_wrap``).
+2. Per-stream pools. FSDP1 allocates each unit's padded unsharded flat parameter on its unshard stream
+   (_runtime_utils.py ``_unshard``: ``with state._device_handle.stream(unshard_stream): handle.unshard()``,
+   _flat_param.py ``_alloc_padded_unsharded_flat_param``); blocks cached on one stream are never reused on
+   another (CUDACachingAllocator.cpp: "Once freed, blocks can be re-allocated on the same stream, but not
+   on any other stream"), so the all-gather outputs (the root unit, gathered from forward to the end of
+   backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units) open segments beside the wrap residue, which
+   only the default stream can reuse.
+
+The floor is what both leave reserved before the first forward's default-stream tensors: the wrap replay's
+reserved bytes, the all-gather segments, and the persistent bytes the units do not hold (e.g. 4-bit
+quantization states kept whole on the module).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.scenario import Method, Offload, Parallelism, Quantize
+
+UNSHARD_STREAM = 1  # any stream other than the default stream 0
+
+
+def _weight_bytes(lin, sc) -> int:
+    """Bytes of one linear's ``weight`` parameter as FSDP flattens it."""
+    n = lin.in_features * lin.out_features
+    if sc.quantize is Quantize.NONE or sc.method is Method.FULL:
+        return n * sc.precision.param_bytes
+    if sc.quantize in (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ):
+        # bitsandbytes Params4bit: two 4-bit codes per byte; absmax and code live in quant_state, outside the flat param
+        return -(-n // 2)
+    from vramfit.estimate.state import quantized_weight_bytes
+
+    return quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize)
+
+
+def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, ...], ...]:
+    """FSDP units in construction order, each as the byte sizes of its tensors in move order.
+
+    Per decoder block: each LoRA A/B tensor is a unit of its own (FSDP1 flattens tensors of uniform
+    ``requires_grad`` only when ``use_orig_params=False``: _flat_param.py ``_validate_tensors_to_flatten``;
+    AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 474 wraps every trainable leaf), then the block (norms first:
+    ``_move_module_to_device`` walks the module breadth-first, then the linears and biases); last the root
+    (embeddings, final norm, output layer).
+    """
+    L, b = spec.num_hidden_layers, sc.precision.param_bytes
+    units: list[tuple[int, ...]] = []
+    for layer in range(L):
+        for ad in adapters:
+            if ad.per_layer and layer < (ad.layers or L):
+                for t in ad.tensors(sc.lora_rank, L):
+                    units.extend([(t.numel * adapter_elem_bytes,)] * ad.per_layer)
+        tensors = [spec.block_norm_params * b] if spec.block_norm_params else []
+        for lin in spec.block_linears:
+            if layer < spec.layers_of(lin):
+                tensors += [_weight_bytes(lin, sc)] * lin.count
+                tensors += [lin.out_features * b] * (lin.count if lin.bias else 0)
+        units.append(tuple(tensors))
+    units += [(t.numel * adapter_elem_bytes,) for ad in adapters if not ad.per_layer
+              for t in ad.tensors(sc.lora_rank, L)]  # adapters on lm_head / embed_tokens
+    root = (spec.embedding_params * b, spec.final_norm_params * b, spec.lm_head_params * b)
+    units.append(tuple(n for n in root if n))
+    return tuple(units)
+
+
+@lru_cache(maxsize=1024)
+def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
+                gathered: tuple[int, ...] = (), shards_to_host: bool = False) -> tuple[int, int]:
+    """(allocated, reserved) after building ``units`` as FSDP1 does on rank 0 of ``group`` ranks
+    (``elem``: bytes per flat-parameter element), then all-gathering ``gathered`` (bytes, held at once)
+    on the unshard stream. ``shards_to_host``: ``CPUOffload(offload_params=True)`` moves each shard to the
+    CPU once built (_init_utils.py ``_init_param_handle_from_params``: ``handle.flat_param_to(cpu_device)``)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    a = CachingAllocatorModel()
+    for tensors in units:
+        originals = [a.malloc(n) for n in tensors]
+        total = sum(tensors)
+        flat = a.malloc(total)
+        kept = a.malloc(elem * -(-(total // elem) // group))  # this rank's shard
+        a.free(flat)
+        if shards_to_host:
+            a.free(kept)
+        for block in originals:
+            a.free(block)
+    for n in gathered:
+        a.malloc(n, UNSHARD_STREAM)
+    return a.stats.allocated, a.stats.reserved
+
+
+def gathered_units(spec, sc, units: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The unsharded flat parameters held on the unshard stream at once: the root unit's and
+    ``FSDP_INFLIGHT_ALLGATHERS`` of the largest block unit's (rate limiter, torch v2.13.0 _limiter_utils.py)."""
+    largest = max((sum(u) for u in units[:-1]), default=0)
+    return (sum(units[-1]),) + (largest,) * FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def host_wrap_floor(r) -> int:
+    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
+    (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
+    sc = r.sc
+    if not r.profile.fsdp1_host_wrap or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2:
+        return 0
+    from vramfit.estimate.framework import adapter_bytes
+
+    units = wrap_units(r.spec, sc, r.adapters, adapter_bytes(r.profile, sc.precision))
+    elem, host = sc.precision.param_bytes, sc.offload is Offload.OPTIMIZER_PARAMS
+    shards, _ = replay_wrap(units, sc.shard_group, elem, (), host)
+    _, reserved = replay_wrap(units, sc.shard_group, elem, gathered_units(r.spec, sc, units), host)
+    persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
+    return reserved + max(0, persistent - shards)
+
+
+__all__ = ["host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]
