@@ -10,7 +10,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
-from vramfit.estimate.fsdp_wrap import host_wrap_floor
+from vramfit.estimate.fsdp_reserved import fsdp_reserved
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -213,7 +213,7 @@ def estimate_spec(
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
-    reserved = max(reserved, host_wrap_floor(r))  # FSDP1's wrap residue and all-gather pool (estimate/fsdp_wrap.py)
+    reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # side-stream pools, host wrap (estimate/fsdp_reserved.py)
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)

@@ -114,7 +114,7 @@ class FrameworkProfile:
     # FSDP (parallelism fsdp) is FSDP1 wrapping a model loaded on the host: FullyShardedDataParallel(model,
     # device_id=...) moves, flattens and shards one unit at a time on the GPU (accelerate v0.28.0 accelerator.py
     # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
-    # transients stay reserved (estimate/fsdp_wrap.py). FSDP2 engines shard on the meta device instead.
+    # transients stay reserved (estimate/fsdp_reserved.py). FSDP2 engines shard on the meta device instead.
     fsdp1_host_wrap: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies

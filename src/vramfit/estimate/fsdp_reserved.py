@@ -1,10 +1,20 @@
-"""What FSDP1 leaves reserved when it wraps a model held on the host, and the all-gather pool beside it.
+"""Reserved memory that FSDP's side streams and its wrapping of a host-resident model add.
 
-Two allocator mechanisms, replayed through the simulator's caching-allocator model
+Three allocator mechanisms, replayed through the simulator's caching-allocator model
 (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, pytorch/pytorch@eb42ad6e
-``c10/cuda/CUDACachingAllocator.cpp``):
+``c10/cuda/CUDACachingAllocator.cpp``). The common rule: blocks cached on one stream are never reused on
+another ("Once freed, blocks can be re-allocated on the same stream, but not on any other stream").
 
-1. Wrap residue. ``FullyShardedDataParallel(module, device_id=...)`` on a model whose parameters are on
+1. Sharded gradients on the reduce-scatter stream. FSDP2 allocates each unit's reduce-scatter output,
+   whose views become the sharded ``.grad``, on its reduce-scatter stream (torch v2.13.0
+   distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_reduce``: "The RS output is allocated in
+   the RS stream and used in the default stream (for optimizer)"); FSDP1 allocates the sharded gradient on
+   its post-backward stream (_runtime_utils.py ``_post_backward_hook``: ``with
+   state._device_handle.stream(state._post_backward_stream)`` -> ``_get_reduce_scatter_tensors``:
+   ``torch.empty_like(chunks[0])``). ``zero_grad(set_to_none=True)`` frees them into that stream's pool,
+   where the next forward's activations (default stream) cannot reuse them: the reserved figure is the
+   default stream's high-water (every phase without its sharded gradients) plus that pool.
+2. Wrap residue. ``FullyShardedDataParallel(module, device_id=...)`` on a model whose parameters are on
    the CPU builds every unit in turn, innermost first (torch v2.13.0 distributed/fsdp/_init_utils.py
    ``_init_param_handle_from_module``): ``_move_module_to_device`` copies the unit's parameters to the
    GPU one tensor at a time (``param.data = param.to(device)``), ``FlatParamHandle`` concatenates them
@@ -17,17 +27,15 @@ Two allocator mechanisms, replayed through the simulator's caching-allocator mod
    freed before the flat parameter of the same size is allocated, which reuses it: no segment of its own.
    Rank 0 is modelled (the rank the measurements report; the others ``to_empty`` the same tensors).
    Which engines do this is profile data (``fsdp1_host_wrap``).
-2. Per-stream pools. FSDP1 allocates each unit's padded unsharded flat parameter on its unshard stream
+3. All-gather pool. FSDP1 allocates each unit's padded unsharded flat parameter on its unshard stream
    (_runtime_utils.py ``_unshard``: ``with state._device_handle.stream(unshard_stream): handle.unshard()``,
-   _flat_param.py ``_alloc_padded_unsharded_flat_param``); blocks cached on one stream are never reused on
-   another (CUDACachingAllocator.cpp: "Once freed, blocks can be re-allocated on the same stream, but not
-   on any other stream"), so the all-gather outputs (the root unit, gathered from forward to the end of
-   backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units) open segments beside the wrap residue, which
-   only the default stream can reuse.
+   _flat_param.py ``_alloc_padded_unsharded_flat_param``): the root unit, gathered from forward to the end
+   of backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units open segments beside the wrap residue.
 
-The floor is what both leave reserved before the first forward's default-stream tensors: the wrap replay's
-reserved bytes, the all-gather segments, and the persistent bytes the units do not hold (e.g. 4-bit
-quantization states kept whole on the module).
+The host-wrap floor is what 2 and 3 leave reserved before the first forward, plus the gradient pool of 1
+and the persistent bytes the units do not hold (e.g. 4-bit quantization states kept whole on the module).
+Not modelled: FSDP1's cast of the unsharded gradient to a different ``reduce_dtype`` and its padding copy
+(both on the post-backward stream, freed per unit), ``record_stream``'s deferred frees.
 """
 
 from __future__ import annotations
@@ -114,6 +122,34 @@ def gathered_units(spec, sc, units: tuple[tuple[int, ...], ...]) -> tuple[int, .
     return (sum(units[-1]),) + (largest,) * FSDP_INFLIGHT_ALLGATHERS.value
 
 
+# the parallelisms whose sharded gradients live on a side stream (mechanism 1: FSDP1 FULL_SHARD /
+# SHARD_GRAD_OP and FSDP2 reduce-scatter them the same way)
+GRADS_ON_SIDE_STREAM = frozenset({Parallelism.FSDP, Parallelism.FSDP_GRAD_OP})
+
+
+def gradient_pool(r, phases: dict[str, dict[str, int]]) -> int:
+    """Bytes of sharded gradients cached on the reduce-scatter stream: the most any phase holds
+    (0 unless the parallelism reduce-scatters on a side stream across several GPUs)."""
+    if r.sc.parallelism not in GRADS_ON_SIDE_STREAM or r.sc.shard_group < 2:
+        return 0
+    return max((parts.get("gradients", 0) for parts in phases.values()), default=0)
+
+
+def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved: int) -> int:
+    """``reserved`` raised to what FSDP's side-stream pools and host wrap hold (module docstring).
+
+    ``phases``: each phase's allocated components; ``allocated``: the peak phase's total; ``reserved``:
+    the single-stream figure. The default stream's high-water is every phase without its sharded
+    gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
+    """
+    pool = gradient_pool(r, phases)
+    if pool:
+        default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
+        reserved = max(reserved, default_peak + (reserved - allocated) + pool)
+    floor = host_wrap_floor(r)
+    return max(reserved, floor + pool) if floor else reserved
+
+
 def host_wrap_floor(r) -> int:
     """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
     (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
@@ -130,4 +166,4 @@ def host_wrap_floor(r) -> int:
     return reserved + max(0, persistent - shards)
 
 
-__all__ = ["host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]
+__all__ = ["fsdp_reserved", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]

@@ -1,10 +1,17 @@
-"""FSDP1's wrap residue and its all-gather pool on the unshard stream (estimate/fsdp_wrap.py)."""
+"""FSDP side-stream pools and the wrap residue of a host-resident model (estimate/fsdp_reserved.py)."""
 
 import dataclasses
 
 from vramfit.estimate import estimate
 from vramfit.estimate.framework import adapter_bytes
-from vramfit.estimate.fsdp_wrap import gathered_units, host_wrap_floor, replay_wrap, wrap_units
+from vramfit.estimate.fsdp_reserved import (
+    fsdp_reserved,
+    gathered_units,
+    gradient_pool,
+    host_wrap_floor,
+    replay_wrap,
+    wrap_units,
+)
 from vramfit.estimate.step import compute
 from vramfit.models import resolve_model
 from vramfit.scenario import parse_scenario
@@ -73,3 +80,25 @@ def test_the_estimate_never_reserves_less_than_the_floor_and_only_where_fsdp1_wr
     assert host_wrap_floor(no_wrap) == 0
     assert host_wrap_floor(compute(LLAMA2, _sc(parallelism="ddp"))) == 0
     assert host_wrap_floor(compute(LLAMA2, _sc(framework="torchtune"))) == 0
+
+
+PHASES = {"forward": {"activations": 10 * MiB, "weights": 2 * MiB},
+          "optimizer-step": {"gradients": 4 * MiB, "optimizer_state": 3 * MiB, "weights": 2 * MiB}}
+
+
+def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
+    # the forward's 12 MiB cannot reuse the 4 MiB of gradients freed by zero_grad on the reduce-scatter
+    # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8))
+    assert gradient_pool(r, PHASES) == 4 * MiB
+    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB
+    # a gradient-heavy phase: 9 MiB without gradients is under the forward's 12
+    heavy = {**PHASES, "optimizer-step": {"gradients": 8 * MiB, "optimizer_state": 7 * MiB, "weights": 2 * MiB}}
+    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB
+
+
+def test_no_gradient_pool_without_a_reduce_scatter_stream():
+    for keys in ({"parallelism": "ddp"}, {"num_gpus": 1, "parallelism": "none"}):
+        r = compute(LLAMA2, _sc(method="full", framework="torchtitan", **keys))
+        assert gradient_pool(r, PHASES) == 0
+        assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 13 * MiB
