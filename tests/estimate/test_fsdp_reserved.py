@@ -102,3 +102,18 @@ def test_no_gradient_pool_without_a_reduce_scatter_stream():
         r = compute(LLAMA2, _sc(method="full", framework="torchtitan", **keys))
         assert gradient_pool(r, PHASES) == 0
         assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 13 * MiB
+
+
+def test_the_estimate_states_the_pools_it_adds():
+    # the Answer.AI LoRA 512-token row: the wrap residue, all-gather and gradient pools bind
+    e = estimate(_sc(micro_batch_size=1, framework="hf", framework_version="transformers-4.44+peft-0.11",
+                     keeps_outputs=True))
+    r = compute(LLAMA2, e.scenario)
+    pool = gradient_pool(r, {p.phase: dict(p.breakdown) for p in e.phases})
+    assert pool == sum(v for k, v in dict(e.phases[-1].breakdown).items() if k == "gradients") > 0
+    assert e.peak.reserved_bytes == host_wrap_floor(r) + pool
+    text = " ".join(e.assumptions)
+    assert "FSDP1 leaves wrapping a model loaded on the CPU" in text
+    assert 100 * pool >= e.peak.reserved_bytes  # 0.13 GiB of LoRA gradients: over the 1 % note threshold
+    assert "0.13 GiB of sharded gradients cached on FSDP's reduce-scatter stream" in text
+    assert not any("reduce-scatter stream" in a for a in estimate(_sc(parallelism="ddp")).assumptions)

@@ -10,7 +10,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
-from vramfit.estimate.fsdp_reserved import fsdp_reserved
+from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -119,7 +119,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
-    return out
+    return out + fsdp_reserved_notes(r, reserved)
 
 
 def _gpus_note(sc: Scenario) -> str | None:

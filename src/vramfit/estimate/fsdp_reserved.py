@@ -150,6 +150,21 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     return max(reserved, floor + pool) if floor else reserved
 
 
+def fsdp_reserved_notes(r, reserved: int) -> list[str]:
+    """The assumptions behind the side-stream and host-wrap terms, where they add to ``reserved`` (the
+    gradient pool from 1 % of it: a presentation threshold, below it the pool is within the figure's rounding)."""
+    phases = {p.phase.value: dict(p.parts) for p in r.phases}
+    pool, floor, out = gradient_pool(r, phases), host_wrap_floor(r), []
+    if 100 * pool >= reserved > 0:
+        out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
+                   "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
+    if floor and reserved == floor + pool:
+        out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
+                   "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
+                   "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+    return out
+
+
 def host_wrap_floor(r) -> int:
     """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
     (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
@@ -166,4 +181,4 @@ def host_wrap_floor(r) -> int:
     return reserved + max(0, persistent - shards)
 
 
-__all__ = ["fsdp_reserved", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]
+__all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]
