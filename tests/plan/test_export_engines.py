@@ -283,8 +283,9 @@ def test_every_nested_accelerate_key_is_a_launch_option(engine):
     assert len(seen) >= 2 and seen <= options, seen - options
 
 
-def test_a_stage_plan_says_its_export_runs_the_supervised_step():
+def test_a_stage_plan_exports_its_own_trl_config():
+    """Issue 15: a DPO plan's files run DPOTrainer (test_export_stages.py parses and runs them), not SFT."""
     rows = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "dpo"}, gpu_ids=["l40s"]).plans
     ex = export_plan(rows[0], "trl")
-    assert ("the plan is sized for stage dpo, but these files run the supervised step (SFTTrainer): write the "
-            "DPOConfig yourself with the same batch, length and sharding") in ex.notes
+    assert "trl.DPOConfig fields" in ex.files["train_config.yaml"] and "stage: dpo" in ex.files["train_config.yaml"]
+    assert not any("supervised step" in n for n in ex.notes)

@@ -40,8 +40,8 @@ def test_simulate_user_error_is_one_line(tmp_path):
 
 
 def test_simulate_refuses_a_training_stage_in_one_line():
-    res = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--stage", "dpo"])
+    res = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--stage", "kto"])
     assert res.exit_code == 2
     assert res.output.strip().splitlines()[-1] == (
-        "error: stage: the simulator traces the supervised step only; dpo (its reference pass, rollouts) is "
-        "estimator-only for now: use `vramfit estimate` (valid values: sft)")
+        "error: stage: the simulator runs TRL's DPO and GRPO loss steps; kto is estimator-only for now: use "
+        "`vramfit estimate` (valid values: sft, dpo, grpo)")

@@ -51,7 +51,7 @@ class StepPhase(str, Enum):
 _TRACE_MARKS = {StepPhase.OPTIMIZER_STEP: "optimizer"}
 _BY_MARK = {
     p.trace_mark: p
-    for p in (StepPhase.LOAD, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.ZERO_GRAD, StepPhase.OPTIMIZER_STEP)
+    for p in (StepPhase.LOAD, StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.ZERO_GRAD, StepPhase.OPTIMIZER_STEP)
 }
 
 

@@ -184,7 +184,7 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
         raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
     notes: list[str] = []
     stage = plan.scenario.get("stage", "sft")
-    if stage != "sft":  # issue 15: the plan is sized for the stage; its trainer config is not exported yet
+    if stage == "ppo":  # PPO left TRL after v1.9.0 (export_stages.py)
         notes.append(f"the plan is sized for stage {stage}, but these files run the supervised step (SFTTrainer): "
                      f"write the {stage.upper()}Config yourself with the same batch, length and sharding")
     if engine == "torchtitan":

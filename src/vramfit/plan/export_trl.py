@@ -2,7 +2,8 @@
 
 ``train_config.yaml`` is TRL's own ``--config`` file for ``TrlParser((DataArguments, SFTConfig, ModelConfig))``:
 flat keys, each a field of ``trl.SFTConfig`` or ``trl.ModelConfig`` (TRL 1.x, ``trl/trainer/model_config.py``),
-so TRL's parser rejects a key it does not know.
+so TRL's parser rejects a key it does not know. A preference or RL stage writes its own config class's
+fields instead (:mod:`vramfit.plan.export_stages`) and ``stage``, which picks the trainer in ``train.py``.
 """
 
 from __future__ import annotations
@@ -110,9 +111,12 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
 
 def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, str]:
     """``train_config.yaml`` (model fields, then SFTConfig fields) and ``train.py``."""
+    from vramfit.plan.export_stages import CONFIG_CLASS, stage_args
+
+    config = CONFIG_CLASS.get(plan.scenario.get("stage", "sft"), "SFTConfig")
     head = (f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
             f" -> {gib(plan.device_bytes, 1)} GiB of {gib(plan.usable_bytes, 1)} GiB per GPU (estimated)\n"
-            f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.SFTConfig fields\n"
+            f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.{config} fields\n"
             f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
-    body = _yaml(_model_args(plan, notes)) + _yaml(_sft_args(plan, shard, epochs, notes))
+    body = _yaml(_model_args(plan, notes)) + _yaml(stage_args(plan, _sft_args(plan, shard, epochs, notes), notes))
     return {TRL_CONFIG_FILE: head + body, SCRIPT: script_text()}

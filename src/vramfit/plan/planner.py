@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from vramfit.calibration import Calibration
+from vramfit.choices import Generation, Stage
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.plan import vllm_split
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
@@ -151,6 +153,7 @@ def plan(
     sc = parse_scenario(scenario)
     eff, tokens, ep, budget, margin, u = _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd,
                                                           safety_margin, mfu, sc, dataset)
+    vllm_split.check(sc, eff, max_gpus)
     all_counts, counts = _gpu_counts_for(max_gpus, eff)
     kept = parse_count("checkpoints_kept", checkpoints_kept, 0, 1000)
     named, cards = _named_cards(gpu_ids, sc)
@@ -158,12 +161,14 @@ def plan(
     user_mfu = u if mfu is not None else None
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     ev = Evaluator(sc, calibration)
-    own = ev.estimate()
+    # colocated vLLM takes a share of the card: the user's own figure is on the first card searched
+    own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, user_mfu)
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
-    plans, excluded, blocked = _ranked_plans(search, cards, sc, wanted, margin, counts, all_counts, order, dataset, ep,
-                                             total, eff, budget, num_params, trainable, tokens, kept, deadline)
+    rank_args = (wanted, margin, counts, all_counts, order, dataset, ep, total, eff, budget, num_params, trainable,
+                 tokens, kept, deadline)
+    plans, excluded, blocked = _ranked_with_vllm(search, cards, sc, calibration, user_mfu, rank_args)
     changes = _changes_for_named(named if with_changes else None, blocked, ev, sc, margin, calibration, user_mfu, eff)
     assumptions = _report_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin,
                                       calibration, dataset)
@@ -175,6 +180,26 @@ def plan(
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,
         search_estimates=ev.calls, sort=order, deadline_hours=deadline, stacks=wanted,
     )
+
+
+def _ranked_with_vllm(search: Search, cards: list[GPU], sc: Scenario, calibration: Calibration | None, user_mfu,
+                      rank_args: tuple) -> tuple[list, list, set]:
+    """:func:`_ranked_plans`; GRPO with a vLLM server takes cards of the node for it (vllm_split), and
+    colocated vLLM is ranked against that split: the same job with vLLM on cards of its own."""
+    num_params = rank_args[10]
+    if sc.generation is Generation.VLLM_SERVER and sc.stage is Stage.GRPO:
+        search.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    colocated = _ranked_plans(search, cards, sc, *rank_args)
+    if not (vllm_split.wants_split(sc) and sc.generation is Generation.VLLM_COLOCATE):
+        return colocated
+    server = vllm_split.as_server(sc)
+    ev = Evaluator(server, calibration)
+    split = Search(ev, search.eff, model_flops(ev.spec, sc.seq_len), search.trainable, user_mfu)
+    split.server_of = lambda g: vllm_split.server_gpus(num_params, g)
+    plans, _, blocked = _ranked_plans(split, cards, server, *rank_args)
+    both = sorted([*colocated[0], *plans], key=lambda p: _rank(p, rank_args[4]))
+    planned = {p.gpu_id for p in both}
+    return both, [e for e in colocated[1] if e.gpu_id not in planned], colocated[2] & blocked
 
 
 def _checked_amounts(effective_batch, dataset_tokens, epochs, budget_usd, safety_margin, mfu, sc: Scenario,
@@ -218,6 +243,12 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
         limit = limit_bytes(g, margin)
         per_node = node_limit(g, GPUS_PER_NODE)  # several nodes only of cards rented in nodes of 8
         mine = tuple(n for n in counts if n <= per_node or per_node == GPUS_PER_NODE)
+        server = search.server_of(g) if search.server_of else 0
+        if server is None:
+            excluded.append(Excluded(g.gpu_id, f"the vLLM server does not hold the model on {vllm_split.TENSOR_PARALLEL[-1]}"
+                                               f" x {g.gpu_id} (16-bit weights in {vllm_split.VLLM_SERVE_UTILIZATION:g} of each)"))
+            continue
+        mine = tuple(n for n in mine if not server or n + server <= per_node)  # the server shares the node
         lacking = []
         lacks = stack_of(g).lacks
         for n in mine:
@@ -296,7 +327,8 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
     speed = search.speed(c, mb, g)
     hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
-    billed = billed_gpus(g, c.num_gpus)
+    server = search.server_of(g) if search.server_of else 0  # vLLM server cards on the node, paid for too
+    billed = billed_gpus(g, c.num_gpus + server)
     lo = run_cost(hours, billed, g.price_low) if hours is not None else None
     hi = run_cost(hours, billed, g.price_high) if hours is not None else None
     per_m = (g.price_low * billed / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
@@ -311,7 +343,8 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
-        price_details=g.price_details, notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params),
+        price_details=g.price_details,
+        notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params) + ((vllm_split.note(server),) if server else ()),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
         measured_path=bool(r.accuracy and r.accuracy["measured_path"]),

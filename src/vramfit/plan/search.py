@@ -17,6 +17,7 @@ import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from vramfit.choices import Generation
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -153,6 +154,9 @@ class Search:
         self.figs = Figures(ev, self.per_gpu)
         self.classes = dict(gpu_classes())
         self.shifts = dict(class_shifts())
+        self.server_of = None  # GRPO with a vLLM server: card -> server GPUs beside training (vllm_split)
+        if ev.base.generation is Generation.VLLM_COLOCATE:  # vLLM takes a share of each card: every figure its own
+            self.classes, self.shifts = {g: g for g in self.classes if g}, {}
         if ev.calibration is not None:  # a calibrated card's figure is its own: no class, no constant shift
             mine = {g for g in self.classes if g and ev.calibration.for_card(g)}
             self.classes.update({g: g for g in mine})

@@ -130,7 +130,7 @@ def _sub_segments(trace: Trace, label: str, start: int, end: int, windows: tuple
     return out
 
 
-_TIMELINE_NAMES = {StepPhase.FORWARD: "forward", StepPhase.BACKWARD: "backward", StepPhase.OPTIMIZER_STEP: "optimizer step"}
+_TIMELINE_NAMES = {StepPhase.SCORE: "scoring pass", StepPhase.FORWARD: "forward", StepPhase.BACKWARD: "backward", StepPhase.OPTIMIZER_STEP: "optimizer step"}
 
 
 def _timeline(s: Summary, label: str, peak: int, after: int) -> None:

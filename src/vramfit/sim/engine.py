@@ -39,9 +39,9 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
 
 
 def _check(sc: Scenario) -> None:
-    if sc.stage.value != "sft":
-        raise ScenarioError("stage", f"the simulator traces the supervised step only; {sc.stage.value} (its reference "
-                            "pass, rollouts) is estimator-only for now: use `vramfit estimate`", ["sft"])
+    from vramfit.sim.stages import check
+
+    check(sc)
     if sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
         raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2 full shard; {sc.parallelism.value} "
                             "is estimator-only", ["none", "fsdp"])
@@ -142,6 +142,7 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
 
     report("building")
     built = build_model(config, sc, depth)
+    reference = _reference_copy(config, sc, depth)
     if sc.parallelism is Parallelism.FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
@@ -149,9 +150,26 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
             step = run_training(built, sc, progress=report, prepare=lambda b: shard_model(b, sc),
                                 workspaces=workspaces_for(sc))
     else:
-        step = run_training(built, sc, progress=report, workspaces=workspaces_for(sc))
+        step = run_training(built, sc, progress=report, workspaces=workspaces_for(sc), reference=reference)
     return summarize(step.trace, sc.method is Method.FULL, windows), step.num_params, step.num_trainable, \
         built.assumptions + step.assumptions
+
+
+def _reference_copy(config: dict, sc: Scenario, depth: int) -> Any:
+    """The frozen reference of full fine-tuning: the same model loaded again with the policy's dtype
+    (dpo_trainer.py:909-927, grpo_trainer.py:984-1003), in eval mode, nothing trainable."""
+    from dataclasses import replace
+
+    from vramfit.choices import Checkpointing
+    from vramfit.sim.build import build_model
+    from vramfit.sim.stages import reference_copy
+
+    if not reference_copy(sc):
+        return None
+    ref = build_model(config, replace(sc, gradient_checkpointing=Checkpointing.NONE), depth)
+    ref.model.requires_grad_(False)
+    ref.model.eval()
+    return ref
 
 
 def workspaces_for(sc: Scenario) -> list[int]:
@@ -162,7 +180,7 @@ def workspaces_for(sc: Scenario) -> list[int]:
     return [(CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value, CUBLASLT_WORKSPACE.value]
 
 
-_TRACED = (StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP)
+_TRACED = (StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP)
 
 
 def _phase_kind(label: str) -> str:

@@ -40,7 +40,7 @@ class StepResult:
 def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", fake: bool = True,
                  progress: Callable[[str], None] | None = None,
                  prepare: Callable[[BuiltModel], Any] | None = None,
-                 workspaces: list[int] | None = None) -> StepResult:
+                 workspaces: list[int] | None = None, reference: BuiltModel | None = None) -> StepResult:
     """Materialise ``built`` on ``device`` and trace ``ITERATIONS`` optimizer steps.
 
     ``workspaces``: bytes of the cuBLAS/cuBLASLt workspaces a CUDA run allocates on the first matmul of
@@ -48,6 +48,7 @@ def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", 
     keeps one per handle and stream, pytorch/pytorch PR #180283 "Thread-local cuBLAS(Lt) workspace maps").
     Fake runs book them as never-freed synthetic allocations; real runs allocate them for real.
     ``prepare(built)``: called on the ``meta`` model before it is materialised (FSDP2 sharding).
+    ``reference``: a frozen reference copy (DPO/GRPO full fine-tuning), materialised beside the policy.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -60,8 +61,13 @@ def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", 
         if built.offload_hooks is not None:
             built.offload_hooks.tracker = tracker
         _register_model(built, tracker)
+        if reference is not None:
+            _register_model(materialize(reference, device), tracker)
+        from vramfit.sim.stages import runner_for
+
+        runner = runner_for(scenario, built, reference, lambda: _autocast(built, device))
         try:
-            return _loop(built, scenario, tracker, device, fake, progress, workspaces if fake else None)
+            return _loop(built, scenario, tracker, device, fake, progress, workspaces if fake else None, runner)
         finally:
             tracker.close()
 
@@ -87,29 +93,26 @@ def _workspace(tracker: LiveTracker, sizes: list[int] | None, thread: str) -> No
 
 
 def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str, fake: bool,
-          progress: Callable[[str], None] | None, workspaces: list[int] | None) -> StepResult:
-    from vramfit.sim.optim import in_backward_optimizers, make_optimizer, optimizer_state_tensors
+          progress: Callable[[str], None] | None, workspaces: list[int] | None, runner: Any = None) -> StepResult:
+    from vramfit.sim.optim import optimizer_state_tensors
 
     model = built.model
     params = built.trainable_parameters()
-    assumptions: list[str] = []
-    if scenario.optimizer_in_backward:
-        opts, text = in_backward_optimizers(scenario, params, tracker)
-        optimizers = list(opts.values())
-    else:
-        opt, text = make_optimizer(scenario, params, tracker)
-        optimizers = [opt]
-    assumptions.append(text)
+    optimizers, text = _optimizers(scenario, params, tracker)
+    assumptions: list[str] = [text]
     tracker.watch_modules(model, built.lm_head)
     tracker.watch_layers(decoder_layers(model))
     fp16_scaled = scenario.precision is Precision.FP16_MIXED
     if fp16_scaled:
         assumptions.append("fp16-mixed: loss scaled and gradients unscaled in place (GradScaler); the inf check "
                            "is a scalar and is not simulated.")
-    B, S = scenario.micro_batch_size, scenario.seq_len
+    B, S = runner.rows if runner else scenario.micro_batch_size, scenario.seq_len
     with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions), \
-            _transformers_as_on_cuda(fake):
+            _transformers_as_on_cuda(fake), runner.context() if runner else contextlib.nullcontext():
         for it in range(1, ITERATIONS + 1):
+            if runner and runner.has_score_phase:
+                tracker.mark(f"it{it}.{StepPhase.SCORE.trace_mark}")
+                runner.score(device)
             for mb in range(1, scenario.grad_accum + 1):
                 tag = f"it{it}.mb{mb}"
                 if progress:
@@ -121,7 +124,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 ids = torch.randint(0, built.vocab_size, (B, S), device=device)
                 labels = ids.clone()
                 with _autocast(built, device):
-                    loss = _forward_loss(built, scenario, ids, labels)
+                    loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels)
                 loss = loss / scenario.grad_accum
                 del ids, labels
                 if progress:
@@ -159,6 +162,17 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
         assumptions.append("Gradient clipping: torch.nn.utils.clip_grad_norm_(max_norm=1.0), HF Trainer default.")
     num_params, num_trainable = _count_params(built)
     return StepResult(tracker.trace, num_params, num_trainable, assumptions)
+
+
+def _optimizers(scenario: Scenario, params: list[torch.nn.Parameter], tracker: LiveTracker) -> tuple[list, str]:
+    """The step's optimizers (one per parameter when the step runs in backward) and what they are, in words."""
+    from vramfit.sim.optim import in_backward_optimizers, make_optimizer
+
+    if scenario.optimizer_in_backward:
+        opts, text = in_backward_optimizers(scenario, params, tracker)
+        return list(opts.values()), text
+    opt, text = make_optimizer(scenario, params, tracker)
+    return [opt], text
 
 
 def _backward(loss: torch.Tensor) -> None:

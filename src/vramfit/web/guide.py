@@ -145,7 +145,45 @@ def accumulation() -> dict[str, Any]:
         {"id": c, "name": get_gpu(c).name} for c in ("rtx4090", "a100-80gb-sxm")]}
 
 
+#: Training stages of the stage table: (id, scenario keys on top of a 7B, 2,048 tokens, LoRA unless full).
+#: GRPO: 8 completions of 512 tokens per prompt generated at once (grad_accum 8, TRL's steps_per_generation).
+_GRPO = {"stage": "grpo", "completion_len": 512, "num_generations": 8, "grad_accum": 8}
+STAGE_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("sft-lora", {"method": "lora"}),
+    ("dpo-lora", {"method": "lora", "stage": "dpo"}),
+    ("sft-full", {"method": "full"}),
+    ("dpo-full", {"method": "full", "stage": "dpo"}),
+    ("grpo-hf", {"method": "lora", **_GRPO}),
+    ("grpo-colocate", {"method": "lora", **_GRPO, "generation": "vllm-colocate", "gpu": "h100-sxm"}),
+    ("grpo-server", {"method": "lora", **_GRPO, "generation": "vllm-server"}),
+)
+_TRAINING = ("forward", "backward-loss", "backward-block", "backward-end", "backward-end-tied", "optimizer-step")
+
+
+@lru_cache(maxsize=1)
+def stages() -> dict[str, Any]:
+    """Why DPO and GRPO cost what they do: the peak per GPU of each stage beside its SFT step, the phase
+    holding it, and what the stage adds (reference copy, scoring pass, KV cache, vLLM's share)."""
+    model = SIZES[0][1]
+    rows = []
+    for sid, extra in STAGE_ROWS:
+        keys = {"model": model, "seq_len": 2048, **extra}
+        r = estimate(keys)
+        phases = {p.phase: p for p in r.phases}
+        parts = {k: v for p in r.phases for k, v in p.breakdown}
+        gen = dict(phases["generate"].breakdown) if "generate" in phases else {}
+        rows.append({
+            "id": sid, "link": calc_link(keys), "peak_gib": gib(r.peak.device_bytes), "phase": r.peak.phase,
+            "train_gib": gib(max(p.allocated_bytes for k, p in phases.items() if k in _TRAINING)),
+            "score_gib": gib(phases["score"].allocated_bytes) if "score" in phases else None,
+            "generate_gib": gib(phases["generate"].allocated_bytes) if "generate" in phases else None,
+            "reference_gib": gib(parts.get("reference_model", 0)),
+            "engine_gib": gib(gen.get("kv_cache", 0) + gen.get("generation_transient", 0) + gen.get("vllm", 0)),
+        })
+    return {"model": model, "rows": rows, "by": {row["id"]: row for row in rows}}
+
+
 def guide_data() -> dict[str, Any]:
     """Everything the guide templates show, and the figure data its script draws."""
     return {"sizing": sizing(), "lora": lora_share(), "breakdown": breakdown(),
-            "seq": seq_curves(), "accum": accumulation()}
+            "seq": seq_curves(), "accum": accumulation(), "stages": stages()}

@@ -247,6 +247,34 @@ RULES: list[tuple[str, str]] = [
      r"yourself with the same batch, length and sharding$",
      "o plano foi dimensionado para a etapa $1, mas estes ficheiros correm o passo supervisionado (SFTTrainer): "
      "escreve tu o $2 com o mesmo lote, comprimento e repartição"),
+    # ---- preference and RL stages (vramfit.plan.export_stages, vramfit.plan.vllm_split)
+    (r"^(\w+): TRL scores log-probs with its own fused LM head; use_liger_kernel is not written$",
+     "$1: o TRL calcula as log-probabilidades com a sua própria camada de saída fundida; use_liger_kernel não se escreve"),
+    (r"^reference copy beside LoRA: train\.py passes ref_model=None, so TRL disables the adapters instead "
+     r"\(less memory than planned\)$",
+     "cópia de referência ao lado do LoRA: o train.py passa ref_model=None, e o TRL desliga antes os adaptadores "
+     "(menos memória do que a planeada)"),
+    (r"^vllm-server: start `trl vllm-serve --model <model>` on GPUs of its own first \(CUDA_VISIBLE_DEVICES set "
+     r"apart from the training GPUs\)$",
+     "vllm-server: arranca primeiro `trl vllm-serve --model <model>` em GPUs próprias (CUDA_VISIBLE_DEVICES "
+     "separado das GPUs de treino)"),
+    (r"^grpo: train\.py needs --reward_model \(a sequence-classification model path or id\) to score the completions$",
+     "grpo: o train.py precisa de --reward_model (caminho ou id de um modelo de classificação de sequências) para "
+     "pontuar as completações"),
+    (r"^\+ (\d+) GPUs? of the node for the vLLM server \(trl vllm-serve, tensor parallel (\d+)\); the time counts "
+     r"training only, the cost all the cards$",
+     "+ $1 GPU(s) do nó para o servidor vLLM (trl vllm-serve, paralelismo de tensores $2); o tempo conta só o "
+     "treino, o custo todas as placas"),
+    (r"^the vLLM server does not hold the model on (\d+) x (\S+) \(16-bit weights in (\S+) of each\)$",
+     "o servidor vLLM não comporta o modelo em $1 × $2 (pesos de 16 bits em ⟨$3⟩ de cada uma)"),
+    (r"^effective_batch: grpo needs the completions per step to be a multiple of num_generations \((\d+)\), as TRL "
+     r"requires; got (\d+)$",
+     "effective_batch: o grpo precisa de que as completações por passo sejam um múltiplo de num_generations ($1), "
+     "como o TRL exige; recebido: $2"),
+    (r"^generation: vllm-server runs vLLM on GPUs of its own beside the training ones: max_gpus (\d+) leaves none "
+     r"for it; raise max_gpus or colocate",
+     "generation: o vllm-server corre o vLLM em GPUs próprias, ao lado das de treino: max_gpus $1 não lhe deixa "
+     "nenhuma; aumenta max_gpus ou partilha a placa (vllm-colocate)"),
     # ---- how far to trust the figure (vramfit.estimate.accuracy: result.accuracy.note)
     (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\): our error (\S+) % to (\S+) %, "
      r"median \|error\| (\S+) %$",

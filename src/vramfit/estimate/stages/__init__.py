@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Method, Reference, Stage
+from vramfit.choices import Loss, Method, Reference, Stage
 from vramfit.estimate.phases import StepPhase
 from vramfit.stage_keys import GENERATES, PREFERENCE, REFERENCE_FREE
 
@@ -102,10 +102,16 @@ def finish(step: Step) -> Step:
     """The stage's changes to the policy's SFT step before its phases are summed (its loss tensors)."""
     if step.sc.stage is Stage.SFT:
         return step
-    from vramfit.estimate.stages.preference import stage_loss
+    from vramfit.estimate.stages.preference import FUSED_HEAD, stage_loss
 
     loss = stage_loss(step)
-    return replace(step, loss=loss, parts=replace(step.parts, logits_loss=loss.forward_peak))
+    parts = replace(step.parts, logits_loss=loss.forward_peak)
+    if step.sc.stage in FUSED_HEAD and step.sc.loss is Loss.STANDARD and parts.autocast_copies:
+        # TRL's fused head never calls the output layer, so autocast makes no copy of its weight
+        # (core.autocast_copies counts 2 bytes per head parameter; the slices are in the loss)
+        head = step.spec.lm_head_params or step.spec.embedding_params
+        parts = replace(parts, autocast_copies=max(0, parts.autocast_copies - 2 * head))
+    return replace(step, loss=loss, parts=parts)
 
 
 def assumptions(step: Step) -> list[str]:

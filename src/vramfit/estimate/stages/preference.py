@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
@@ -72,15 +73,24 @@ FUSED_HEAD = (Stage.DPO, Stage.KTO, Stage.GRPO)
 TOKEN_TILE, VOCAB_TILE = 4096, 32768  # chunked_logprob.py:31 TOKEN_CHUNK_SIZE, utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE
 
 
-def chunked_logprobs(N: int, V: int, H: int, cb: int, head_grad: bool, detail: str) -> LossMemory:
+def chunked_logprobs(N: int, V: int, H: int, cb: int, head_grad_bytes: int, detail: str,
+                     weight_cast: bool = False) -> LossMemory:
     """``ChunkedLogProbFunction`` over N tokens: saved the masked hidden states (cb·N·H), int64
     targets and fp32 log_z (12·N); forward: one [4096, 32768] tile in the compute dtype and six fp32
     per-token accumulators; backward: the fp32 input gradient (4·N·H) and its cast (cb·N·H), the
-    tile, and the fp32 weight gradient (4·V·H) when the output layer trains."""
+    tile, and, when the output layer trains (``head_grad_bytes`` per element, 0 when frozen), the fp32
+    weight gradient (4·V·H) alive with its cast to the weight's dtype: ``grad_weight.to(weight.dtype)``
+    in the return statement (kernels/chunked_logprob.py:407-413, 457; no copy for an fp32 weight).
+    ``weight_cast``: an fp32 head under autocast is cast one 32768-row slice at a time, never whole
+    (so no autocast copy of it): one slice in the forward's ``torch.mm`` argument (:356), two in the
+    backward, where ``w_chunk = weight[start:end].to(compute_dtype)`` (:423) is made before the
+    previous slice is released."""
     tile = cb * min(N, TOKEN_TILE) * min(V, VOCAB_TILE)
+    cast = cb * min(V, VOCAB_TILE) * H if weight_cast else 0
     saved = cb * N * H + 12 * N
-    backward = saved + (4 + cb) * N * H + tile + (4 * V * H if head_grad else 0)
-    return LossMemory(saved, saved + tile + 6 * 4 * N, backward, detail)
+    head = (4 + (head_grad_bytes if head_grad_bytes != 4 else 0)) * V * H if head_grad_bytes else 0
+    backward = saved + (4 + cb) * N * H + tile + 2 * cast + head
+    return LossMemory(saved, saved + tile + cast + 6 * 4 * N, backward, detail)
 
 
 def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemory:
@@ -105,8 +115,10 @@ def stage_loss(step: Step) -> LossMemory:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
     if sc.stage in FUSED_HEAD:
-        return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, step.lm_head_trainable,
-                                f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens")
+        head = sc.precision.param_bytes if step.lm_head_trainable else 0
+        return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
+                                f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
+                                weight_cast=runs_under_autocast(sc, step.profile))
     lb = logits_bytes_per_element(sc, step.profile)
     return selective_logps(T, sc.seq_len, V, lb,
                            f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
@@ -148,8 +160,8 @@ def reference_model(step: Step) -> Iterator[Contribution]:
 
 
 def preference_score(step: Step) -> Iterator[Contribution]:
-    """The reference (and KTO's KL) pass at the end of the policy's forward: everything alive then,
-    plus the pass's logits. KTO runs one completion per example and the KL pass
+    """The reference (and KTO's KL) pass at the end of the policy's forward: everything alive then
+    (the policy's loss reduced to its saved tensors), plus the pass's logits. KTO runs one completion per example and the KL pass
     under no_grad (kto_trainer.py:1337 _compute_kl_logps) and the reference pass one after the other."""
     from vramfit.estimate.contributions import CONTRIBUTORS
     from vramfit.estimate.stages import PAIRED
@@ -160,7 +172,10 @@ def preference_score(step: Step) -> Iterator[Contribution]:
     for core in CONTRIBUTORS:
         for c in core(step):
             if c.phase is StepPhase.FORWARD:
-                yield Contribution(c.name, SCORE, c.bytes)
+                # the policy's loss is done: its saved tensors stay, its forward tile is freed
+                # (mm_buf is local to ChunkedLogProbFunction.forward, kernels/chunked_logprob.py:347)
+                kept = step.loss.saved if c.name == "logits_loss" else c.bytes
+                yield Contribution(c.name, SCORE, kept)
     seqs = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size
     yield from scoring_pass(step, seqs, sc.seq_len, seqs * sc.seq_len)
 
