@@ -1,7 +1,6 @@
 """The planner's parallel layouts: searched for torchtitan full fine-tuning, timed with TP collectives over
 NVLink, the pipeline bubble and data-parallel rings on the node's NICs; the whole search under 1 s."""
 
-import time
 
 import pytest
 
@@ -54,10 +53,9 @@ def test_bubble_shrinks_with_interleaving():
 
 
 @pytest.mark.parametrize("model,eff", [("meta-llama/Llama-3.1-70B", 64), ("meta-llama/Llama-3.1-405B", 256)])
-def test_full_fine_tuning_search_with_layouts_under_a_second(model, eff):
-    start = time.process_time()
+def test_full_fine_tuning_search_with_layouts(model, eff):
+    # its speed (the whole search under 1 s) is checked by `benchmarks/plan_speed.py --nodes`, not here
     r = plan({**BASE, "model": model}, effective_batch=eff, max_gpus=256, dataset_tokens="100M", with_changes=False)
-    assert time.process_time() - start < 1.0
     assert len(r.plans) > 100 and all(p.hours and p.cost_usd_low for p in r.plans if p.usd_per_gpu_hour_low)
     laid = [p for p in r.plans if p.scenario["tensor_parallel"] > 1]
     assert laid, "no tensor-parallel plan won on any card"
