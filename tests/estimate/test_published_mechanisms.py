@@ -118,3 +118,36 @@ def test_bitsandbytes_quant_state_is_neither_sharded_nor_offloaded():
     assert single.parts.quant_state == 0  # nothing sharded: counted with the weights as before
     tune = compute(SPEC_70B, _peft_fsdp(**keys, framework="torchtune"))
     assert tune.parts.quant_state == 0  # torchao NF4Tensor shards its scalers with the data
+
+
+def test_the_output_layer_gradient_is_made_whole_in_its_compute_dtype():
+    """A sharded full fine-tune still makes the output layer's whole gradient in the dtype autograd computes it
+    (bf16 here) before FSDP reduce-scatters or offloads it; it was sized from the per-GPU shards (1 byte per
+    element at 8 GPUs). TT_README_2409-6: Llama 3.1 70B full, FSDP2 with CPU offload, 8 GPUs."""
+    spec = resolve_model("meta-llama/Llama-3.1-70B-Instruct").spec
+    sc = parse_scenario({"model": "meta-llama/Llama-3.1-70B-Instruct", "framework": "torchtune", "method": "full",
+                         "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full", "loss": "chunked",
+                         "num_gpus": 8, "parallelism": "fsdp", "offload": "optimizer+params"})
+    assert compute(spec, sc).head_grad == round_allocation(2 * 128256 * 8192)
+    mixed = parse_scenario({**sc.to_dict(), "framework": "hf", "precision": "bf16-mixed", "offload": "none"})
+    assert compute(spec, mixed).head_grad == round_allocation(2 * 128256 * 8192)  # FSDP's bf16 parameters
+    ddp = parse_scenario({**mixed.to_dict(), "parallelism": "ddp"})
+    assert compute(spec, ddp).head_grad == round_allocation(4 * 128256 * 8192)  # fp32 parameters under autocast
+
+
+def test_fsdp_full_fine_tune_has_an_end_of_backward_phase():
+    """Every sharded gradient, one block's whole gradients (before the reduce-scatter) and, while the root unit
+    waits for the embedding's gradient, the output layer's whole gradient (tests/sim/test_sim_fsdp_mixed.py checks
+    the total against the simulator's FSDP2 trace)."""
+    spec = resolve_model("meta-llama/Llama-2-7b-hf").spec
+    keys = {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "seq_len": 1024,
+            "gradient_checkpointing": "full", "num_gpus": 8, "parallelism": "fsdp"}
+    step = compute(spec, parse_scenario(keys))
+    block = sum(x.weight_params + x.bias_params for x in spec.block_linears) + spec.block_norm_params
+    assert step.block_grads == round_allocation(2 * block)  # bf16: FSDP's parameter cast
+    end = {p.phase.value: dict(p.parts) for p in step.phases}["backward-end"]
+    assert end["gradients"] == step.parts.gradients + step.block_grads + step.head_grad
+    tune = compute(spec, parse_scenario({**keys, "framework": "torchtune", "precision": "bf16-true"}))
+    end = {p.phase.value: dict(p.parts) for p in tune.phases}["backward-end"]
+    assert end["gradients"] == tune.parts.gradients + tune.block_grads  # output sharded as a unit of its own
+    assert compute(spec, parse_scenario({**keys, "parallelism": "ddp"})).block_grads == 0

@@ -214,24 +214,6 @@ def _attention_and_loss(r: KeyReader) -> None:
         r.not_modelled(k, LIGER_NOT_MODELLED)
 
 
-def _parallelism(r: KeyReader) -> tuple[dict[str, Any], list, tuple[Path, ...]]:
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    fsdp_cfg = r.sub("fsdp_config")
-    if ds and (fsdp or fsdp_cfg):
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if ds:
-        path = hf.resolve_path(r, "deepspeed", ds)
-        out, entries = hf.read_deepspeed(r, "deepspeed", path)
-        return out, entries, (path,)
-    if fsdp or fsdp_cfg:
-        layout = hf.fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
-        hf.mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
-        if fsdp:
-            r.set("fsdp", "parallelism", layout["parallelism"])
-        return layout, [], ()
-    return {}, [], ()
-
-
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "axolotl", data, SOURCE)
     model = r.get("base_model")
@@ -280,7 +262,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for k in ("unsloth_cross_entropy_loss", "unsloth_lora_mlp", "unsloth_lora_qkv", "unsloth_lora_o",
               "unsloth_rms_norm", "unsloth_rope"):
         r.not_modelled(k, UNSLOTH)
-    layout, extra, companions = _parallelism(r)
+    layout, extra, companions = hf.trainer_parallelism(r, config_alone=True)
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)

@@ -26,6 +26,9 @@ HF_OPTIMIZER_NAMES: dict[str, str] = {
     "sgd": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
 
+#: Where the TrainingArguments defaults the HF-Trainer readers fill in come from.
+TRAINING_ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
@@ -149,6 +152,25 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
 
 FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit models the sharding and offload only"
 
+#: ``TrainingArguments`` keys with no effect on a training step's memory (transformers 5.24.0
+#: src/transformers/training_args.py; ``overwrite_output_dir`` and ``group_by_length`` are 4.x fields that
+#: configs still carry), ignored by the readers of HF-Trainer configs (TRL, LLaMA-Factory). A reader's own
+#: list goes first, so its reason wins for a key both name (LLaMA-Factory's ``eval_dataset`` is data).
+TRAINING_ARGS_IGNORED = [
+    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
+    ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
+    ("eval_*", "evaluation"), ("per_device_eval_batch_size", "evaluation"), ("do_eval", "evaluation"), ("do_train", "mode"),
+    ("do_predict", "inference"), ("load_best_model_at_end", "evaluation"), ("metric_for_best_model", "evaluation"),
+    ("push_to_hub", "upload"), ("hub_*", "upload"), ("learning_rate", "schedule"), ("lr_scheduler_*", "schedule"),
+    ("warmup_*", "schedule"), ("num_train_epochs", "schedule"), ("max_steps", "schedule"),
+    ("weight_decay", "optimizer hyperparameter"), ("adam_*", "optimizer hyperparameter"),
+    ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"), ("seed", "randomness"),
+    ("data_seed", "randomness"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
+    ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
+    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("fsdp_config.*", FSDP_CONFIG_IGNORED),
+    ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
+]
+
 
 def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[str, Any]) -> None:
     """Record the fsdp_config keys that decided the layout as read."""
@@ -157,6 +179,27 @@ def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[s
             r.get(f"{prefix}.{k}")
             r.set(f"{prefix}.{k}", "parallelism", layout["parallelism"])
             r.set(f"{prefix}.{k}", "offload", layout["offload"])
+
+
+def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[str, Any], list[Entry], tuple[Path, ...]]:
+    """(layout keys, DeepSpeed entries, companion files) from a Trainer config's ``deepspeed`` JSON or
+    ``fsdp`` words and ``fsdp_config``; ``config_alone``: an ``fsdp_config`` without ``fsdp`` turns FSDP
+    on too (Axolotl). Nothing of either: ``({}, [], ())``."""
+    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
+    fsdp_cfg = r.sub("fsdp_config")
+    if ds and (fsdp or (config_alone and fsdp_cfg)):
+        raise r.error("deepspeed and fsdp are both set; choose one")
+    if ds:
+        path = resolve_path(r, "deepspeed", ds)
+        out, entries = read_deepspeed(r, "deepspeed", path)
+        return out, entries, (path,)
+    if fsdp or (config_alone and fsdp_cfg):
+        layout = fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
+        mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
+        if fsdp:
+            r.set("fsdp", "parallelism", layout["parallelism"])
+        return layout, [], ()
+    return {}, [], ()
 
 
 def launcher_gpus(r: KeyReader) -> None:

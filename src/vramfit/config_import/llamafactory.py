@@ -14,34 +14,30 @@ _R = "hiyouga/LLaMA-Factory@ff6d4d1"
 FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
 DATA_SRC = f"{_R} src/llamafactory/hparams/data_args.py"
 MODEL_SRC = f"{_R} src/llamafactory/hparams/model_args.py"
-ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+ARGS_SRC = hf.TRAINING_ARGS_SRC
 SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
 
 WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "cutoff_len", "lora_rank": "lora_rank", "optimizer": "optim",
               "gradient_checkpointing": "disable_gradient_checkpointing", "loss": "enable_liger_kernel"}
 
+#: LLaMA-Factory's own keys with no memory effect; then the TrainingArguments ones (hf_common).
 IGNORED = [
-    ("do_train", "mode"), ("template", "data"), ("dataset", "data"), ("dataset_dir", "data"), ("eval_dataset", "data"),
-    ("overwrite_cache", "data"), ("preprocessing_num_workers", "data"), ("dataloader_*", "data loading"),
+    ("template", "data"), ("dataset", "data"), ("dataset_dir", "data"), ("eval_dataset", "data"),
+    ("overwrite_cache", "data"), ("preprocessing_num_workers", "data"),
     ("max_samples", "data"), ("val_size", "evaluation"), ("tokenized_path", "path"), ("mix_strategy", "data"),
-    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("logging_steps", "logging"), ("plot_loss", "logging"),
-    ("report_to", "logging"), ("run_name", "logging"), ("save_*", "checkpoint saving"), ("learning_rate", "schedule"),
-    ("num_train_epochs", "schedule"), ("max_steps", "schedule"), ("lr_scheduler_type", "schedule"),
-    ("warmup_*", "schedule"), ("weight_decay", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
-    ("ddp_*", "launcher"), ("resume_from_checkpoint", "path"), ("per_device_eval_batch_size", "evaluation"),
-    ("eval_*", "evaluation"), ("trust_remote_code", "loading"), ("image_*", "multimodal inputs"),
-    ("video_*", "multimodal inputs"), ("enable_thinking", "data"), ("seed", "randomness"), ("pref_beta", "loss weight"),
+    ("plot_loss", "logging"), ("trust_remote_code", "loading"), ("image_*", "multimodal inputs"),
+    ("video_*", "multimodal inputs"), ("enable_thinking", "data"), ("pref_beta", "loss weight"),
     ("pref_loss", "loss choice of a preference stage"), ("adapter_name_or_path", "path"), ("export_*", "export"),
-    ("tf32", "matmul precision: no memory effect"), ("hub_*", "upload"), ("push_to_hub", "upload"),
     ("train_on_prompt", "which tokens carry loss"), ("streaming", "data loading"), ("buffer_size", "data loading"),
-    ("infer_backend", "inference"), ("do_predict", "inference"), ("predict_with_generate", "inference"),
-    ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"), ("adam_beta*", "optimizer hyperparameter"),
+    ("infer_backend", "inference"), ("predict_with_generate", "inference"),
+    ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"),
     ("ray_*", "launcher"), ("use_dft_loss", "loss weighting: no memory effect"), ("use_eaft_loss", "loss weighting"),
-    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
+    ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
     ("use_asft_loss", "loss weighting"), ("asft_*", "loss weighting"), ("use_reentrant_gc", "recompute style"),
     ("gradient_checkpointing", "LLaMA-Factory turns checkpointing on unless disable_gradient_checkpointing"),
-    ("gradient_checkpointing_kwargs.*", "recompute style"), ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
+    ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
+    *hf.TRAINING_ARGS_IGNORED,
 ]
 
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
@@ -152,21 +148,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)
-    extra, companions = [], ()
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    if ds and fsdp:
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if fsdp:
-        layout = hf.fsdp_layout(r, "fsdp", fsdp, r.sub("fsdp_config"))
-        hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), layout)
-        r.set("fsdp", "parallelism", layout["parallelism"])
-        r.out.update(layout)
-        hf.launcher_gpus(r)
-    if ds:
-        p = hf.resolve_path(r, "deepspeed", ds)
-        out, extra = hf.read_deepspeed(r, "deepspeed", p)
-        r.out.update(out)
-        companions = (p,)
+    layout, extra, companions = hf.trainer_parallelism(r)
+    r.out.update(layout)
+    if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

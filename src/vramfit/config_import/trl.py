@@ -11,7 +11,7 @@ from vramfit.config_import.report import Imported, KeyReader
 
 SFT_SRC = "trl 1.16.0 trl/trainer/sft_config.py"
 MODEL_SRC = "trl 1.16.0 trl/trainer/model_config.py"
-ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
+ARGS_SRC = hf.TRAINING_ARGS_SRC
 #: PEFT's per-architecture default targets for Llama-style decoders when target_modules is None.
 PEFT_TARGETS_SRC = "peft 0.21.2 src/peft/utils/constants.py (llama: q_proj, v_proj)"
 SOURCE = f"{SFT_SRC}; {MODEL_SRC}; {ARGS_SRC}"
@@ -20,21 +20,13 @@ WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "
               "seq_len": "max_length", "lora_rank": "lora_r", "optimizer": "optim",
               "gradient_checkpointing": "gradient_checkpointing", "loss": "use_liger_kernel"}
 
+#: SFTConfig and ModelConfig keys with no memory effect; then the TrainingArguments ones (hf_common).
 IGNORED = [
-    ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
-    ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
-    ("eval_*", "evaluation"), ("per_device_eval_batch_size", "evaluation"), ("do_eval", "evaluation"), ("do_train", "mode"),
-    ("load_best_model_at_end", "evaluation"), ("metric_for_best_model", "evaluation"), ("push_to_hub", "upload"),
-    ("hub_*", "upload"), ("learning_rate", "schedule"), ("lr_scheduler_*", "schedule"), ("warmup_*", "schedule"),
-    ("num_train_epochs", "schedule"), ("max_steps", "schedule"), ("weight_decay", "optimizer hyperparameter"),
-    ("adam_*", "optimizer hyperparameter"), ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"),
-    ("seed", "randomness"), ("data_seed", "randomness"), ("dataset_*", "data"), ("dataloader_*", "data loading"),
-    ("remove_unused_columns", "data"), ("completion_only_loss", "which tokens carry loss"),
+    ("dataset_*", "data"), ("completion_only_loss", "which tokens carry loss"),
     ("assistant_only_loss", "which tokens carry loss"), ("chat_template_path", "data"), ("eos_token", "tokenizer"),
-    ("pad_token", "tokenizer"), ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
-    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("model_revision", "download"),
-    ("trust_remote_code", "loading"), ("lora_task_type", "adapter head type"), ("packing_strategy", "data layout"),
-    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
+    ("pad_token", "tokenizer"), ("model_revision", "download"), ("trust_remote_code", "loading"),
+    ("lora_task_type", "adapter head type"), ("packing_strategy", "data layout"),
+    *hf.TRAINING_ARGS_IGNORED,
 ]
 
 
@@ -125,22 +117,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _model(r)
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    fsdp_cfg = r.sub("fsdp_config")
-    extra, companions = [], ()
-    if ds and fsdp:
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if ds:
-        p = hf.resolve_path(r, "deepspeed", ds)
-        out, extra = hf.read_deepspeed(r, "deepspeed", p)
-        r.out.update(out)
-        companions = (p,)
-    elif fsdp:
-        layout = hf.fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
-        hf.mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
-        r.set("fsdp", "parallelism", layout["parallelism"])
-        r.out.update(layout)
-    if ds or fsdp:
+    layout, extra, companions = hf.trainer_parallelism(r)
+    r.out.update(layout)
+    if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
     keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else WRITE_KEYS

@@ -39,6 +39,13 @@ def _fsdp_frozen_gathered(step: Step) -> bool:
     )
 
 
+def _sharded_full_end(step: Step) -> bool:
+    """FSDP full fine-tuning: the end of backward, where every sharded gradient exists while the first block's
+    whole gradients, the gathered root and the next unit are still on the GPU (the simulator's FSDP2 trace peaks
+    there under checkpointing; ``Step.block_grads``)."""
+    return step.block_grads > 0
+
+
 def _tied_end(step: Step) -> bool:
     """Tied embeddings: the embedding's own gradient (embedding_dense_backward, V x H) meets the
     output layer's, still in autograd's input buffer, at the very end of backward."""
@@ -52,7 +59,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
     BL: lambda step: True,
     BB: lambda step: True,
-    BE: _fsdp_frozen_gathered,
+    BE: lambda step: _fsdp_frozen_gathered(step) or _sharded_full_end(step),
     BT: _tied_end,
     OPT: lambda step: not step.sc.optimizer_in_backward,
 }
@@ -96,7 +103,10 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", F, held)
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
-    yield Contribution("gradients", BE, all_grads)
+    # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
+    # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
+    root = head if step.profile.fsdp_root_gathered else 0
+    yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
     yield Contribution("gradients", OPT, all_grads)
 
@@ -131,7 +141,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     gathered = step.parts.weights + step.parts.quantized_base
     for phase in (F, BL, BB, BT):
         yield Contribution("comm_buffers", phase, comm)
-    yield Contribution("comm_buffers", BE, comm + gathered * step.sc.num_gpus)
+    yield Contribution("comm_buffers", BE, comm + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 
 

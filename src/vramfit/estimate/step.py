@@ -20,6 +20,7 @@ from vramfit.estimate.constants import (
 )
 from vramfit.estimate.core import (
     Parts,
+    _ds_mixed,
     autocast_block_copies,
     autocast_copies,
     comm_buffers,
@@ -28,7 +29,7 @@ from vramfit.estimate.core import (
     sliding_window_masks,
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
-from vramfit.estimate.framework import FrameworkProfile, runs_under_autocast, scenario_profile
+from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -82,6 +83,7 @@ class Step:
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
+    block_grads: int = 0  # FSDP full fine-tuning: one block's whole gradients before their reduce-scatter
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -161,6 +163,10 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
+    if sc.method is Method.FULL:
+        # the output layer's gradient as autograd makes it, whole, before any reduce-scatter or offload (the
+        # per-GPU ``parts.gradients`` are the sharded, possibly host-side copies): the dtype it is computed in
+        grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
     if lm_head_trainable and not held:
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
@@ -198,6 +204,23 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, parts: Parts, grad_bytes_
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
     return max(0, parts.gradients - later)
+
+
+def _grad_dtype_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes per element of a full fine-tune's gradient as autograd makes it, whole, before any reduce-scatter or
+    offload: the dtype the parameters run in (16-bit under FSDP's parameter cast or the DeepSpeed engine)."""
+    return sc.precision.compute_bytes if casts_params(sc, profile) or _ds_mixed(sc) else sc.precision.param_bytes
+
+
+def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """One decoder block's whole gradients under FSDP full fine-tuning (FULL_SHARD / SHARD_GRAD_OP), made by its
+    backward before FSDP copies them into the reduce-scatter input (torch v2.13.0 distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py foreach_reduce); 0 where gradients are not sharded or the step runs in backward."""
+    if (sc.method is not Method.FULL or sc.num_gpus < 2 or sc.optimizer_in_backward
+            or sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)):
+        return 0
+    params = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
+    return round_allocation(params * _grad_dtype_bytes(sc, profile))
 
 
 def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
@@ -256,6 +279,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
-        fetch_copy=zero3_fetch_copies(spec, sc, profile),
+        fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -141,63 +141,82 @@ def to_calibration(rep: CalibrationReport) -> Calibration:
                         for o in rep.overheads})
 
 
-def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | None = None) -> CalibrationReport:
-    """Score the estimator on ``records`` (see the module docstring)."""
-    if estimator is None:
-        from vramfit.estimate import estimate as estimator
-    recs = list(records)
-    groups: dict[tuple[str, str], Group] = {}
-    samples: dict[tuple[str, str], dict[str, list[tuple[float, str]]]] = {}
-    over: dict[str, list[tuple[int, int, int, int, int]]] = {}
-    skipped: list[tuple[str, str]] = []
-    cards: dict[str, set[str]] = {}
-    scored = stored_used = 0
-    for rec in recs:
+@dataclass
+class _Tally:
+    """What :func:`calibrate` gathers run by run, before it summarises."""
+
+    groups: dict[tuple[str, str], Group] = field(default_factory=dict)
+    samples: dict[tuple[str, str], dict[str, list[tuple[float, str]]]] = field(default_factory=dict)
+    over: dict[str, list[tuple[int, int, int, int, int]]] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    cards: dict[str, set[str]] = field(default_factory=dict)
+    scored: int = 0
+    stored_used: int = 0
+
+    def add(self, rec: RunRecord, estimator: Callable[[dict], Any]) -> None:
         if rec.status == "error":
-            skipped.append((rec.id, "status error"))
-            continue
+            self.skipped.append((rec.id, "status error"))
+            return
         est, from_stored, why = _estimate(rec, estimator)
         if est is None:
-            skipped.append((rec.id, why))
-            continue
+            self.skipped.append((rec.id, why))
+            return
         key = (rec.gpu_family, str(rec.scenario.get("method", "lora")))
-        g = groups.setdefault(key, Group(*key))
+        g = self.groups.setdefault(key, Group(*key))
         g.runs += 1
-        total = rec.environment.get("gpu_total_bytes")
-        if rec.status == "oom":
-            g.oom_runs += 1
-        if isinstance(total, int) and total > 0:
-            fits = est["device_bytes"] <= total
-            if (rec.status == "ok") == fits:
-                g.fit_correct += 1
-            elif rec.status == "oom":
-                g.fit_missed_oom += 1
-            else:
-                g.fit_false_alarm += 1
+        _count_fit(g, rec, est)
         if rec.status != "ok":
-            continue
+            return
         figures = {m: rec.counter(m) for m in COUNTERS if rec.counter(m)}
         if not figures:
-            skipped.append((rec.id, "no measured figure"))
-            continue
-        scored += 1
-        stored_used += from_stored
+            self.skipped.append((rec.id, "no measured figure"))
+            return
+        self.scored += 1
+        self.stored_used += from_stored
+        self._add_figures(key, rec, figures, est)
+
+    def _add_figures(self, key: tuple[str, str], rec: RunRecord, figures: dict[str, int], est: dict[str, int]) -> None:
+        """The run's signed errors, and (single-GPU runs with all three counters) its implied overheads."""
         for metric, measured in figures.items():
-            samples.setdefault(key, {}).setdefault(metric, []).append((signed_error(metric, measured, est), rec.id))
+            self.samples.setdefault(key, {}).setdefault(metric, []).append(
+                (signed_error(metric, measured, est), rec.id))
         single = int(rec.scenario.get("num_gpus", 1)) == 1 and rec.scenario.get("optimizer") not in PAGED
         if single and all(figures.get(m) for m in ("allocated", "reserved", "device")):
-            cards.setdefault(rec.gpu_family, set()).add(_card_name(rec))
-            over.setdefault(rec.gpu_family, []).append((
+            self.cards.setdefault(rec.gpu_family, set()).add(_card_name(rec))
+            self.over.setdefault(rec.gpu_family, []).append((
                 figures["device"] - figures["reserved"], figures["reserved"] - figures["allocated"],
                 figures["allocated"], est["reserved_bytes"] - est["allocated_bytes"], _context_bytes(rec.scenario)))
-    for key, by_metric in samples.items():
+
+
+def _count_fit(g: Group, rec: RunRecord, est: dict[str, int]) -> None:
+    """Count the run as out of memory, and score the fit verdict where the card's total memory is known."""
+    total = rec.environment.get("gpu_total_bytes")
+    if rec.status == "oom":
+        g.oom_runs += 1
+    if isinstance(total, int) and total > 0:
+        fits = est["device_bytes"] <= total
+        if (rec.status == "ok") == fits:
+            g.fit_correct += 1
+        elif rec.status == "oom":
+            g.fit_missed_oom += 1
+        else:
+            g.fit_false_alarm += 1
+
+
+def _fill_errors(tally: _Tally) -> None:
+    """Each group's per-counter error summary from its samples."""
+    for key, by_metric in tally.samples.items():
         for metric, vals in by_metric.items():
             errs = [e for e, _ in vals]
             worst = max(vals, key=lambda v: abs(v[0]))
-            groups[key].errors[metric] = MetricError(metric, len(vals), statistics.fmean(errs),
-                                                     statistics.fmean(abs(e) for e in errs), worst[0], worst[1])
+            tally.groups[key].errors[metric] = MetricError(metric, len(vals), statistics.fmean(errs),
+                                                           statistics.fmean(abs(e) for e in errs), worst[0], worst[1])
+
+
+def _overheads(tally: _Tally) -> list[Overhead]:
+    """Per GPU family: the medians of the implied context and allocator overheads."""
     overheads = []
-    for fam, rows in sorted(over.items()):
+    for fam, rows in sorted(tally.over.items()):
         ctx = [r[0] for r in rows]
         overheads.append(Overhead(
             gpu_family=fam, runs=len(rows),
@@ -206,7 +225,20 @@ def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | N
             allocator_median_bytes=int(statistics.median(r[1] for r in rows)),
             allocator_median_fraction=statistics.median(r[1] / r[2] for r in rows if r[2]),
             estimator_allocator_median_bytes=int(statistics.median(r[3] for r in rows)),
-            gpus=sorted(cards.get(fam, ())),
+            gpus=sorted(tally.cards.get(fam, ())),
         ))
-    ordered = [groups[k] for k in sorted(groups)]
-    return CalibrationReport(len(recs), scored, ordered, overheads, skipped, stored_used)
+    return overheads
+
+
+def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | None = None) -> CalibrationReport:
+    """Score the estimator on ``records`` (see the module docstring)."""
+    if estimator is None:
+        from vramfit.estimate import estimate as estimator
+    recs = list(records)
+    tally = _Tally()
+    for rec in recs:
+        tally.add(rec, estimator)
+    _fill_errors(tally)
+    overheads = _overheads(tally)
+    ordered = [tally.groups[k] for k in sorted(tally.groups)]
+    return CalibrationReport(len(recs), tally.scored, ordered, overheads, tally.skipped, tally.stored_used)

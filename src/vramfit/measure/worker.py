@@ -31,6 +31,40 @@ def setup_error(message: str) -> dict[str, Any]:
     return {"status": "setup-error", "error": message}
 
 
+def _request_probe(request: dict[str, Any], device: str, device_type: str, rank: int) -> MemoryProbe:
+    """The probe the request names (before anything touches CUDA: the NVML baseline is taken here)."""
+    kind = request.get("probe") or ("cuda" if device_type == "cuda" else "none")
+    spec = dict(request.get("probe_spec") or {})
+    if spec.get("oom_rank") is not None and int(spec["oom_rank"]) != rank:
+        spec.pop("oom_at", None)  # tests: only that rank runs out of memory
+    return make_probe(kind, device, spec)
+
+
+def _device_error(device_type: str, local_rank: int, num_gpus: int) -> dict[str, Any] | None:
+    """A setup error when the requested device is not there, else None."""
+    import torch
+
+    if device_type == "cuda" and not torch.cuda.is_available():
+        return setup_error("no CUDA GPU is visible to PyTorch here: `vramfit measure` needs one "
+                           "(--device cpu runs the harness without memory figures)")
+    if device_type == "cuda" and local_rank >= torch.cuda.device_count():
+        return setup_error(f"num_gpus={num_gpus} but only {torch.cuda.device_count()} GPU(s) are visible")
+    return None
+
+
+def _build_failed(exc: Exception, base: dict[str, Any], probe: MemoryProbe, device: str, world: int) -> dict[str, Any]:
+    """The result when building the model raised: an out-of-memory result, or a setup error."""
+    from vramfit.measure.env import capture
+    from vramfit.measure.loop import first_line
+
+    if not is_oom(exc):
+        return setup_error(f"building the model failed: {first_line(exc)}")
+    peaks = probe.peaks() if hasattr(probe, "peaks") else {}
+    return {**base, "status": "oom", "steps_done": 0, "step_times_s": [], "failed_at": "build",
+            "error": first_line(exc), **peaks, "load": {},
+            "environment": capture(device, world, probe.method), "assumptions": []}
+
+
 def execute(request: dict[str, Any], probe: MemoryProbe | None = None) -> dict[str, Any]:
     """Run one measurement in this process (this rank) and return its result dict."""
     try:
@@ -43,24 +77,15 @@ def execute(request: dict[str, Any], probe: MemoryProbe | None = None) -> dict[s
     if world != scenario.num_gpus:
         return setup_error(f"num_gpus is {scenario.num_gpus} but {world} processes were started")
     device = f"cuda:{local_rank}" if device_type == "cuda" else "cpu"
-    if probe is None:  # before anything touches CUDA: the NVML baseline is taken here
-        kind = request.get("probe") or ("cuda" if device_type == "cuda" else "none")
-        spec = dict(request.get("probe_spec") or {})
-        if spec.get("oom_rank") is not None and int(spec["oom_rank"]) != rank:
-            spec.pop("oom_at", None)  # tests: only that rank runs out of memory
-        probe = make_probe(kind, device, spec)
-    import torch
-
-    if device_type == "cuda" and not torch.cuda.is_available():
-        return setup_error("no CUDA GPU is visible to PyTorch here: `vramfit measure` needs one "
-                           "(--device cpu runs the harness without memory figures)")
-    if device_type == "cuda" and local_rank >= torch.cuda.device_count():
-        return setup_error(f"num_gpus={scenario.num_gpus} but only {torch.cuda.device_count()} GPU(s) are visible")
+    if probe is None:
+        probe = _request_probe(request, device, device_type, rank)
+    if (error := _device_error(device_type, local_rank, scenario.num_gpus)) is not None:
+        return error
     if world > 1:
         dist.init(device_type, local_rank)
     from vramfit.measure.build import build_run, model_config
     from vramfit.measure.env import capture
-    from vramfit.measure.loop import first_line, run_steps
+    from vramfit.measure.loop import run_steps
 
     base: dict[str, Any] = {"rank": rank, "world_size": world}
     try:
@@ -71,12 +96,7 @@ def execute(request: dict[str, Any], probe: MemoryProbe | None = None) -> dict[s
     except KeyboardInterrupt:
         raise
     except Exception as exc:
-        if not is_oom(exc):
-            return setup_error(f"building the model failed: {first_line(exc)}")
-        peaks = probe.peaks() if hasattr(probe, "peaks") else {}
-        return {**base, "status": "oom", "steps_done": 0, "step_times_s": [], "failed_at": "build",
-                "error": first_line(exc), **peaks, "load": {},
-                "environment": capture(device, world, probe.method), "assumptions": []}
+        return _build_failed(exc, base, probe, device, world)
     result = run_steps(model, scenario, vocab_size=built.vocab_size, steps=steps, device=device, probe=probe,
                        autocast_dtype=built.autocast_dtype, no_sync=no_sync, seed=int(request.get("seed", 0)) + rank)
     return {
