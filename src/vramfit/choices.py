@@ -79,6 +79,21 @@ class QuantizeExperts(_Choice):
     NO = "no"
 
 
+class FreezeVision(_Choice):
+    """Whether a vision-language model's vision tower and projector stay frozen.
+
+    ``auto`` follows the framework: HF Trainer trains every parameter in full fine-tuning and PEFT's
+    ``all-linear`` adapts the tower's linears too (peft v0.21.2 tuners/tuners_utils.py
+    _maybe_include_all_linear_layers excludes only the output layer), Unsloth's
+    FastVisionModel.get_peft_model defaults to finetune_vision_layers=True; so the tower trains.
+    ``yes`` freezes it (ms-swift's freeze_vit), ``no`` trains it.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class Optimizer(_Choice):
     ADAMW = "adamw"
     ADAMW_8BIT = "adamw-8bit"

@@ -21,6 +21,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Attention,
     Checkpointing,
     Framework,
+    FreezeVision,
     Generation,
     Interconnect,
     KbitPrepare,
@@ -105,6 +106,10 @@ class Scenario:
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     pipeline_virtual_stages: int = 1
     context_parallel: int = 1
+    images_per_sample: int = 0  # vision-language models: images in each sequence (extension)
+    image_height: int = 448  # pixels of each image, before the processor resizes or tiles it
+    image_width: int = 448
+    freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
 
     @property
     def trains_adapters(self) -> bool:
@@ -276,6 +281,17 @@ FIELDS: tuple[FieldSpec, ...] = (
           "rates and sources in data/interconnects.csv.", ("Network between nodes", "Rede entre nós"),
           choices=Interconnect),
     *LAYOUT_FIELDS(Field, CH, INT, MAX_GPUS),
+    Field("images_per_sample", INT, "Vision-language models: images in each sequence; their tokens (the model's "
+          "processor rule) are added to seq_len and the vision tower runs on them.", ("Images per sample",
+                                                                                 "Imagens por amostra"),
+          unit="images", limits=(0, 256)),
+    Field("image_height", INT, "Height of each image in pixels, before the processor resizes or tiles it.",
+          ("Image height", "Altura da imagem"), unit="pixels", limits=(1, 16384)),
+    Field("image_width", INT, "Width of each image in pixels, before the processor resizes or tiles it.",
+          ("Image width", "Largura da imagem"), unit="pixels", limits=(1, 16384)),
+    Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
+          "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
+          ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 

@@ -45,7 +45,11 @@ def test_shared_expert_adds_a_dense_gated_mlp_per_token():
     no_shared = saved(spec_from_hf_config({**DS, "n_shared_experts": 0}))
     for key in ("shared.gate_out", "shared.act_out", "shared.up_out", "shared.mid"):
         assert with_shared[key] == C * T * 256
-    assert sum(with_shared.values()) - sum(no_shared.values()) == 4 * C * T * 256
+    # and the 16-bit norm output its gate/up read: DeepSeek's router keeps its own fp32 copy
+    # (DeepseekV3TopkRouter: F.linear(hidden_states.type(torch.float32), ...)), so without the shared
+    # expert nothing keeps it
+    assert with_shared["router.fp32_in"] == no_shared["router.fp32_in"] == 4 * T * 1024
+    assert sum(with_shared.values()) - sum(no_shared.values()) == 4 * C * T * 256 + C * T * 1024
 
 
 def test_attention_sinks_add_one_softmax_column():

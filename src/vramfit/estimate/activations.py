@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
+from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec, NormType
 from vramfit.scenario import Attention, Method, Precision, Scenario
@@ -103,6 +104,10 @@ class Block:
     adapted: dict[tuple[str, int], Adapter] = field(compare=False)
     n_adapters: dict[tuple[str, int], int] = field(compare=False)
     attn_names: frozenset[str] = frozenset()
+    # PEFT ParamWrappers on the fused experts (Adapter.param_wrapper): folded into the weight, so the
+    # expert matmuls save their inputs as in full fine-tuning and no LoRA branch runs
+    wrapped_experts: bool = False
+    expert_bytes: int = 2  # of the expert weights and the expert path (moe_lora.expert_bytes)
 
     def group(self, name: str) -> list[Linear]:
         return [lin for lin in self.spec.block_linears if lin.group == name]
@@ -112,7 +117,7 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
     # the walk is of the MoE block: adapters only on the dense layers' MLP (DeepSeek-V3's first
     # layers, group "dense_mlp") are not in it
     walked = {(x.name, x.in_features, x.out_features) for x in spec.block_linears if x.group != "dense_mlp"}
-    per_layer = [ad for ad in adapters if ad.per_layer and (
+    per_layer = [ad for ad in adapters if ad.per_layer and not ad.param_wrapper and not ad.vision and (
         not ad.layers or (ad.target, ad.in_features, ad.out_features) in walked)]
     n_adapters: dict[tuple[str, int], int] = {}
     for ad in per_layer:
@@ -126,6 +131,8 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         saves_inputs=zero3_linear_saves_inputs(spec, sc, quantized),
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,
         attn_names=frozenset(lin.name for lin in spec.block_linears if lin.group == "attn"),
+        wrapped_experts=any(ad.param_wrapper and ad.per_layer > 1 for ad in adapters),
+        expert_bytes=expert_bytes(spec, sc, profile, quantized),
     )
 
 
@@ -200,6 +207,10 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # Unsloth LoRA_QKV / LoRA_W / LoRA_MLP save the input X only (fast_lora.py save_for_backward)
         if (lin.name, lin.in_features) in blk.adapted:
             out.add(in_key, in_bytes * tokens * lin.in_features)
+        return
+    if blk.wrapped_experts and lin.group in ("expert", "router"):
+        # the folded weight needs a gradient: the expert matmul keeps its (gathered) input
+        out.add(in_key, in_bytes * tokens * lin.in_features)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
         if blk.dt.autocast:
@@ -302,10 +313,14 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
     mlp_lins = blk.group("mlp") + blk.group("expert")
     if moe:
         for lin in blk.group("router"):
-            _linear_input(blk, out, lin, mlp_in_key, dt.norm_out, blk.T)
+            if spec.router_fp32:
+                _linear_input(blk, out, lin, "router.fp32_in", 4, blk.T)
+            else:
+                _linear_input(blk, out, lin, mlp_in_key, dt.norm_out, blk.T)
         out.add("router.softmax_fp32", 4 * blk.T * spec.num_experts)
-        out.add("experts.gathered_in", c * tokens * spec.hidden_size)
-        out.add("experts.weighted_out", c * tokens * spec.hidden_size)
+        e = blk.expert_bytes
+        out.add("experts.gathered_in", e * tokens * spec.hidden_size)
+        out.add("experts.weighted_out", e * tokens * spec.hidden_size)
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
     down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
     for lin in mlp_lins:
@@ -314,7 +329,8 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
         if lin is down:
             _linear_input(blk, out, lin, "mlp_mid", dt.norm_out if fp32_mlp else c, tokens)
         else:
-            _linear_input(blk, out, lin, "experts.gathered_in" if moe else mlp_in_key, c if moe else dt.norm_out, tokens)
+            _linear_input(blk, out, lin, "experts.gathered_in" if moe else mlp_in_key,
+                          blk.expert_bytes if moe else dt.norm_out, tokens)
     return mlp_lins
 
 
@@ -337,12 +353,9 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    names = {x.name for x in mlp_lins}
     _shared_experts_saved(blk, out, mlp_in_key, m)
-    if moe and profile.runs_transformers_modeling and any(a.target in names for a in blk.adapters if a.per_layer):
-        # peft LoRA on 3-D expert parameters (ParamWrapper) materialises W + delta W per expert
-        # weight and the expert matmuls keep it for backward
-        out.add("experts.merged_weights", blk.dt.compute * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
+    if moe and blk.wrapped_experts:
+        folded_expert_weights(blk, out, mlp_lins)
 
 
 def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:

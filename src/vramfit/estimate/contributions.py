@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
+from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -21,11 +22,11 @@ if TYPE_CHECKING:
 
 Contributor = Callable[["Step"], Iterable[Contribution]]
 
-F, BL, BB, BE, BT, OPT = (
-    StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK,
+F, BL, BB, BV, BE, BT, OPT = (
+    StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
     StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP,
 )
-_ALL = (F, BL, BB, BE, BT, OPT)
+_ALL = (F, BL, BB, BV, BE, BT, OPT)
 
 
 def _fsdp_frozen_gathered(step: Step) -> bool:
@@ -59,6 +60,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
     BL: lambda step: True,
     BB: lambda step: True,
+    BV: lambda step: step.acts.tower > 0,
     BE: lambda step: _fsdp_frozen_gathered(step) or _sharded_full_end(step),
     BT: _tied_end,
     OPT: lambda step: not step.sc.optimizer_in_backward,
@@ -103,6 +105,8 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", F, held)
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
+    # the language model's all made, the tower's up to its last block
+    yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
@@ -117,6 +121,7 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", F, a.total)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
+    yield Contribution("activations", BV, a.tower + a.tower_recompute)
     yield Contribution("activations", BE, a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
@@ -139,7 +144,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     after backward; FSDP frozen units gathered at the end of backward are a separate allocation."""
     comm = step.parts.comm_buffers
     gathered = step.parts.weights + step.parts.quantized_base
-    for phase in (F, BL, BB, BT):
+    for phase in (F, BL, BB, BV, BT):
         yield Contribution("comm_buffers", phase, comm)
     yield Contribution("comm_buffers", BE, comm + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
@@ -152,6 +157,7 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     fwd_copy, block_copy = step.fetch_copy
     yield Contribution("temporaries", F, step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak))
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
+    yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
     yield Contribution("temporaries", BE, step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)
 

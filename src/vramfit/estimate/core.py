@@ -34,6 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
+from vramfit.estimate.vision import trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -90,6 +91,8 @@ def _is_quantized_linear(
 ) -> bool:
     if sc.quantize is Quantize.NONE:
         return False
+    if t.kind in ("vision_linear", "vision_unused_linear"):
+        return True  # exactly nn.Linear in every tower the readers describe
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:
@@ -108,8 +111,11 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     pb = sc.precision.param_bytes
     sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []
+    # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
+    frozen_tower = not trains_vision(sc, profile) or not sc.images_per_sample
     for t in base_tensors(spec):
-        if sc.method is Method.FULL:
+        frozen = t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
+        if sc.method is Method.FULL and not frozen:
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4
             elif sc.precision.mixed:  # torch AMP: the fp32 parameters are the master copy
@@ -186,15 +192,18 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     hpz = sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
     ds_mixed = _ds_mixed(sc)
-    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora)
+    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
+    adapters += vision_adapters(spec, sc, profile)
     trainable = _base_state(p, spec, sc, profile, shd)
     ab = adapter_bytes(profile, sc.precision)
-    for t in adapter_tensors(adapters, sc.lora_rank, spec.num_hidden_layers):
-        stored = 2 if ds_mixed else ab
-        p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
-        if ds_mixed:
-            p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
-        trainable.append((t, stored))
+    for ad in adapters:
+        for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers):
+            stored = 2 if ds_mixed else ab
+            p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
+            if ds_mixed:
+                p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
+            if not (ad.vision and not sc.images_per_sample):  # a tower that sees no image: no gradient
+                trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
     if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:
         from vramfit.estimate import deepspeed as ds

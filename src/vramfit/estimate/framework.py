@@ -129,6 +129,11 @@ class FrameworkProfile:
     # transformers v5.24.0 integrations/bitsandbytes.py quantizes only modules whose type is exactly
     # nn.Linear (Falcon's FalconLinear stays unquantized) and never the 3-D expert parameters
     quantizes_exact_linear_only: bool = False
+    # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
+    # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
+    # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
+    # finetune_vision_layers=True)
+    freezes_vision: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)

@@ -25,6 +25,7 @@ class StepPhase(str, Enum):
     BACKWARD = "backward"  # the whole backward, as the simulator traces it
     BACKWARD_LOSS = "backward-loss"  # start of backward: the loss and logits gradients
     BACKWARD_BLOCK = "backward-block"  # inside one block's backward (recompute, working set)
+    BACKWARD_VISION = "backward-vision"  # a VLM's vision tower, after the language model's whole backward
     BACKWARD_END = "backward-end"  # end of backward with FSDP frozen units still gathered
     BACKWARD_END_TIED = "backward-end-tied"  # tied embeddings: both gradients of the shared weight
     ZERO_GRAD = "zero_grad"  # gradients released (set_to_none=True)

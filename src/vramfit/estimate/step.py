@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramfit.estimate import activations as act
+from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
@@ -51,6 +52,8 @@ class Activations:
     outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
     masks: int  # sliding-window SDPA biases
     host: int  # offloaded block inputs
+    tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
+    tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
 
     @property
@@ -117,6 +120,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
@@ -136,9 +140,9 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     # fixed number at a time (profile.offload_ckpt_block_tensors), so the GPU holds as many as before
     lowest = blocks if ck is Checkpointing.OFFLOAD else blocks // L
     return Activations(
-        saved, per_layer, blocks, recompute,
+        saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
-        lowest,
+        tower, tower_recompute, lowest + tower,
     )
 
 
@@ -177,10 +181,11 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # the replayed offloaded step frees nothing as backward proceeds (its block inputs are on the host), so its
         # high point is the last block's backward, with every other block's gradients made (estimate/unsloth.py)
         layer_grads = parts.gradients
-    return held, head_grad, layer_grads, _lowest_block_grads(spec, sc, parts, grad_bytes_per, held)
+    return held, head_grad, layer_grads, _lowest_block_grads(spec, sc, profile, parts, grad_bytes_per, held)
 
 
-def _lowest_block_grads(spec: ModelSpec, sc: Scenario, parts: Parts, grad_bytes_per: int, held: int) -> int:
+def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts, grad_bytes_per: int,
+                        held: int) -> int:
     """Gradients alive inside the lowest block's backward: every one but the input embedding's.
 
     Autograd runs the blocks' backward from the top down, and each parameter's ``.grad`` is set when its
@@ -203,6 +208,8 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, parts: Parts, grad_bytes_
                     if x is not first and not x.layers)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
+    # a trained vision tower runs its backward after the language model's (estimate/vision.py)
+    later += vision.tower_grads_pending(spec, sc, profile)
     return max(0, parts.gradients - later)
 
 
@@ -255,7 +262,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         from vramfit.estimate.ranks import model_parallel_step
 
         return model_parallel_step(spec, sc, card, compute)
-    user_sc, sc = sc, stages.policy_scenario(sc)
+    user_sc, sc = sc, vision.lm_scenario(spec, stages.policy_scenario(sc))
     profile = scenario_profile(sc)
     if profile.untied_head_copy and spec.tie_word_embeddings:
         spec = replace(spec, tie_word_embeddings=False, lm_head_params=spec.embedding_params)

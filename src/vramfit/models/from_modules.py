@@ -142,5 +142,20 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         num_experts=experts, num_experts_per_tok=int(getattr(text, "num_experts_per_tok", 0) or 0),
         moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
+        peft_moe_names=_peft_moe_names(model_type) if experts else (),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
     )
+
+
+def _peft_moe_names(model_type: str) -> tuple[str, ...]:
+    """The names PEFT moves from ``all-linear`` to this model type's fused experts (see
+    ``ModelSpec.peft_moe_names``), read from peft v0.21.2 utils/transformers_weight_conversion.py
+    (model types whose conversion pattern has fused MoE targets); () without peft."""
+    try:
+        from peft.utils import transformers_weight_conversion as conv
+    except ImportError:
+        return ()
+    base = getattr(conv, "_MODEL_TO_CONVERSION_PATTERN", {}).get(model_type)
+    if not getattr(conv, "_MOE_FUSED_TARGETS", {}).get(base):
+        return ()
+    return tuple(getattr(conv, "_MOE_TARGET_MODULE_MAPPING", {}).get(base, {}))

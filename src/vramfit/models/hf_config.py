@@ -26,7 +26,7 @@ _LLAMA_LIKE = {
     "phi3": False,
 }
 # families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
-_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "qwen2_5_vl")
+_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )
@@ -137,9 +137,10 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         spec.extra["text_config_of"] = "gemma3"
         vision = config.get("vision_config")
         if isinstance(vision, Mapping):  # the multimodal checkpoint carries its SigLIP tower
-            from vramfit.models.hf_vlm import gemma3_vision_params
+            from vramfit.models.hf_vlm import gemma3_vision_params, gemma3_vision_tower
 
-            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size))
+            spec = replace(spec, vision_params=gemma3_vision_params(vision, spec.hidden_size),
+                           vision=gemma3_vision_tower(config))
         return check_spec(spec)
     builder = _builders().get(model_type)
     if builder is None:  # any other decoder transformers ships, read from its real modules
@@ -201,6 +202,9 @@ def _embeddings(vocab: int, hidden: int, tie: bool, lm_head_bias: bool = False) 
 
 
 # ------------------------------------------------------------------ Llama-style decoders
+#: peft v0.21.2 utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING["qwen2_moe"] (the
+#: names moved to target_parameters; ModelSpec.peft_moe_names)
+PEFT_QWEN2_MOE_NAMES = ("gate", "gate_proj", "up_proj", "down_proj")
 def _moe_layout(c: _Cfg, layers: int) -> bool:
     """Whether every layer of a Qwen3-MoE style config is sparse (True) or every one dense."""
     experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
@@ -240,7 +244,7 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
     if mt == "mixtral":
         experts = c.int("num_local_experts")
         moe = {"num_experts": experts, "num_experts_per_tok": c.int("num_experts_per_tok"),
-               "moe_intermediate_size": inter}
+               "moe_intermediate_size": inter, "peft_moe_names": ("gate", "w1", "w3", "w2")}
         return [Linear("gate", hidden, experts, False, "router"),
                 Linear("w1", hidden, inter, False, "expert", experts),
                 Linear("w3", hidden, inter, False, "expert", experts),
@@ -249,7 +253,8 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
         moe_inter = c.int("moe_intermediate_size")
-        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter}
+        moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter,
+               "peft_moe_names": PEFT_QWEN2_MOE_NAMES}
         return [Linear("gate", hidden, experts, False, "router"),
                 Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
                 Linear("up_proj", hidden, moe_inter, False, "expert", experts),

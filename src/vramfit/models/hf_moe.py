@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vramfit.errors import ModelError
-from vramfit.models.hf_config import _Cfg, _common, _embeddings, _family, _heads, _layer_types
+from vramfit.models.hf_config import (
+    PEFT_QWEN2_MOE_NAMES,
+    _Cfg,
+    _common,
+    _embeddings,
+    _family,
+    _heads,
+    _layer_types,
+)
 from vramfit.models.spec import Linear, ModelSpec, NormType
 
 
@@ -76,7 +84,7 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
         gated_mlp=True, block_linears=tuple(attn + mlp), block_norm_params=2 * hidden + latent_norms,
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if sparse else 0,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=moe_inter,
-        **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
+        peft_moe_names=PEFT_QWEN2_MOE_NAMES if sparse else (), router_fp32=True, **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
         **_common(c),
     )
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from vramfit.errors import ModelError
 from vramfit.models.hf_config import _Cfg, _llama_like
-from vramfit.models.spec import ModelSpec
+from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding, VisionTower
 
 # Qwen2_5_VLVisionConfig defaults (transformers v5.24.0 configuration_qwen2_5_vl.py)
 _QWEN25_VISION_DEFAULTS = {
@@ -51,7 +51,91 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     text = c.data.get("text_config")
     merged = {**c.data, **(text if isinstance(text, Mapping) else {}), "model_type": "qwen2"}
     spec = _llama_like(_Cfg(merged, "qwen2"))
-    return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision))
+    v = {**_QWEN25_VISION_DEFAULTS, "num_heads": 16, **vision}
+    h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
+    block = _encoder_block("qwen2_5_vl_vision", h, int(v["depth"]), int(v["num_heads"]), (
+        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
+        Linear("gate_proj", h, inter, True, "mlp"), Linear("up_proj", h, inter, True, "mlp"),
+        Linear("down_proj", inter, h, True, "mlp")), NormType.RMSNORM, PositionEncoding.ROPE, fused_qkv="qkv")
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    projector = (Linear("mlp.0", merged, merged, True, "projector"),
+                 Linear("mlp.2", merged, int(v["out_hidden_size"]), True, "projector"))
+    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector)
+    return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision), vision=tower)
+
+
+def _encoder_block(name: str, h: int, depth: int, heads: int, linears: tuple[Linear, ...], norm: NormType,
+                   positions: PositionEncoding, act_saves: int = 1, fused_qkv: str = "") -> ModelSpec:
+    """One block of a vision encoder as a :class:`ModelSpec` the activation walk reads (no embeddings,
+    no head; ``num_hidden_layers`` = the encoder's depth; every block attends over its whole image)."""
+    gated = any(lin.name == "up_proj" for lin in linears)
+    norms = 2 * h * (2 if norm is NormType.LAYERNORM else 1)
+    return ModelSpec(
+        model_type=name, hidden_size=h, num_hidden_layers=depth, num_attention_heads=heads,
+        num_key_value_heads=heads, head_dim=h // heads, intermediate_size=linears[-1].in_features,
+        vocab_size=0, tie_word_embeddings=False, hidden_act="", gated_mlp=gated, block_linears=linears,
+        block_norm_params=norms, final_norm_params=0, embedding_params=0, lm_head_params=0, norm_type=norm,
+        position_encoding=positions, act_saved_tensors=act_saves, fused_qkv=fused_qkv)
+
+
+def _vit_block(name: str, vision: Mapping, act_saves: int) -> ModelSpec:
+    """A CLIP / SigLIP encoder layer: LayerNorms, biased q/k/v/out_proj, fc1 -> activation -> fc2."""
+    h, inter = int(vision["hidden_size"]), int(vision["intermediate_size"])
+    return _encoder_block(name, h, int(vision["num_hidden_layers"]), int(vision["num_attention_heads"]), (
+        *(Linear(n, h, h, True, "attn") for n in ("q_proj", "k_proj", "v_proj")),
+        Linear("out_proj", h, h, True, "attn"), Linear("fc1", h, inter, True, "mlp"),
+        Linear("fc2", inter, h, True, "mlp")), NormType.LAYERNORM, PositionEncoding.LEARNED, act_saves)
+
+
+# CLIPVisionConfig defaults (transformers v5.24.0 models/clip/configuration_clip.py), LLaVA-1.5's
+# tower (openai/clip-vit-large-patch14-336) where LlavaConfig fills them in
+_CLIP_LLAVA_DEFAULTS = {
+    "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+    "image_size": 336, "patch_size": 14, "num_channels": 3, "hidden_act": "quick_gelu",
+}
+# QuickGELUActivation: input * sigmoid(1.702 * input): the product saves the input and sigmoid's
+# output (transformers v5.24.0 activations.py); native GELU saves its input only
+_ACT_SAVES = {"quick_gelu": 2}
+
+
+def clip_vision_params(vision: Mapping) -> int:
+    """CLIPVisionModel: class embedding, Conv2d patch embedding (no bias), positions, pre/post LayerNorm,
+    encoder layers (transformers v5.24.0 models/clip/modeling_clip.py)."""
+    h, inter, layers = int(vision["hidden_size"]), int(vision["intermediate_size"]), int(vision["num_hidden_layers"])
+    p = int(vision["patch_size"])
+    positions = (int(vision["image_size"]) // p) ** 2 + 1
+    embeddings = h + int(vision["num_channels"]) * p * p * h + positions * h
+    layer = 2 * 2 * h + 4 * (h * h + h) + h * inter + inter + inter * h + h
+    return embeddings + 2 * 2 * h + layers * layer
+
+
+def _llava(c: _Cfg) -> ModelSpec:
+    """LLaVA (1.5): the language model of ``text_config`` (Llama by default), a CLIP tower and the
+    two-layer projector (LlavaMultiModalProjector: linear_1, GELU, linear_2, biased by
+    ``multimodal_projector_bias``; transformers v5.24.0 models/llava/modeling_llava.py)."""
+    text = c.data.get("text_config")
+    if not isinstance(text, Mapping):
+        raise ModelError(f"config.json of model_type {c.model_type!r} is missing 'text_config'")
+    mt = str(text.get("model_type", "llama"))
+    spec = _llama_like(_Cfg({**text, "model_type": mt}, mt))
+    vision = {**_CLIP_LLAVA_DEFAULTS, **(c.data.get("vision_config") or {})}
+    layers = c.data.get("vision_feature_layer", -2)
+    feature = int(vision["hidden_size"]) * (len(layers) if isinstance(layers, list) else 1)
+    t = spec.hidden_size
+    bias = c.bool("multimodal_projector_bias", default=True)
+    projector = feature * t + t * t + (2 * t if bias else 0)
+    block = _vit_block("clip_vision_model", vision, _ACT_SAVES.get(str(vision["hidden_act"]), 1))
+    # LlavaModel.get_image_features reads hidden_states[vision_feature_layer]: the layers after it and
+    # CLIP's post_layernorm take no part in the loss
+    deepest = max(layers) if isinstance(layers, list) else layers
+    unused = -deepest - 1 if isinstance(deepest, int) and deepest < 0 else 0
+    h = block.hidden_size
+    unused_params = unused * block.block_params + 2 * h
+    image_config = {"model_type": "llava", "vision_config": vision,
+                    "vision_feature_select_strategy": c.data.get("vision_feature_select_strategy", "default")}
+    return replace(spec, model_type="llava", vision_params=clip_vision_params(vision) + projector,
+                   vision=VisionTower(block, image_config, unused, unused_params, projector=(
+                       Linear("linear_1", feature, t, bias, "projector"), Linear("linear_2", t, t, bias, "projector"))))
 
 
 # SiglipVisionConfig defaults (transformers v5.24.0 models/siglip/configuration_siglip.py)
@@ -85,4 +169,24 @@ def gemma3_vision_params(vision: Mapping, text_hidden: int) -> int:
     return siglip_vision_params(vision) + v * text_hidden + v
 
 
-BUILDERS = {"qwen2_5_vl": _qwen2_5_vl}
+def _llava_next(c: _Cfg) -> ModelSpec:
+    """LLaVA-NeXT: LLaVA's layout plus the learned ``image_newline`` row separator (text hidden size)
+    (transformers v5.24.0 models/llava_next/modeling_llava_next.py LlavaNextModel); the anyres crops
+    change the image tokens (vlm_tokens), not the parameters."""
+    spec = _llava(c)
+    pinpoints = c.data.get("image_grid_pinpoints")
+    image_config = {**spec.vision.image_config, "model_type": "llava_next",
+                    **({"image_grid_pinpoints": pinpoints} if pinpoints else {})}
+    return replace(spec, model_type="llava_next", vision_params=spec.vision_params + spec.hidden_size,
+                   vision=replace(spec.vision, image_config=image_config))
+
+
+def gemma3_vision_tower(config: Mapping) -> VisionTower:
+    """Gemma 3's SigLIP encoder block (gelu_pytorch_tanh: native GELU) and its fixed-token rule."""
+    vision = {**_SIGLIP_DEFAULTS, "num_attention_heads": 12, **(config.get("vision_config") or {})}
+    block = _vit_block("siglip_vision_model", vision, 1)
+    return VisionTower(block, {"model_type": "gemma3", "vision_config": vision,
+                               "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)})
+
+
+BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next}

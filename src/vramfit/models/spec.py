@@ -65,6 +65,24 @@ class Linear:
 
 
 @dataclass(frozen=True)
+class VisionTower:
+    """A vision-language model's vision tower as the estimator walks it: one encoder block
+    (``block``, a :class:`ModelSpec` with no embeddings or head, ``num_hidden_layers`` = depth) and
+    the config fields its processor's token rule reads (``vramfit.models.vlm_tokens``)."""
+
+    block: ModelSpec
+    image_config: dict = field(default_factory=dict, compare=False, hash=False)
+    # encoder layers after the one whose output the projector reads (LLaVA vision_feature_layer=-2: the
+    # last layer) and their parameters (with the post-norm): they run, but get no gradient
+    unused_layers: int = 0
+    unused_params: int = 0
+    # the projector's nn.Linear modules in order, an activation between consecutive ones (LLaVA
+    # linear_1 -> GELU -> linear_2; Qwen2.5-VL merger mlp.0 -> GELU -> mlp.2); each reads one row per
+    # image token of the language model
+    projector: tuple[Linear, ...] = ()
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer, enough to count every parameter exactly.
 
@@ -144,9 +162,23 @@ class ModelSpec:
     # a learned per-head sink logit joins the softmax (gpt-oss, transformers v5.24.0
     # models/gpt_oss/modeling_gpt_oss.py eager_attention_forward: cat([scores, sinks]) then softmax)
     attention_sinks: bool = False
+    # the transformers-v4 module names PEFT moves from ``all-linear`` to ``target_parameters`` for this
+    # family: peft v0.21.2 utils/transformers_weight_conversion.py _convert_peft_config_moe, for the model
+    # types whose conversion pattern is mixtral (gate, w1, w3, w2) or qwen2_moe (gate, gate_proj, up_proj,
+    # down_proj). The fused 3-D experts then get ParamWrappers (gate_up_proj at rank 2r, down_proj) and
+    # the router weight one; modules still bearing those names (shared experts, dense MLPs) keep no
+    # adapter. Empty: all-linear leaves fused experts and non-Linear routers alone (gpt-oss, Llama 4).
+    peft_moe_names: tuple[str, ...] = ()
+    # the router runs in fp32 on an fp32 copy of its input, kept when its weight needs a gradient
+    # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
+    # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
+    router_fp32: bool = False
     # vision tower + multimodal projector parameters of a vision-language checkpoint (counted in
     # num_params; their weights are held, their activations are not walked)
     vision_params: int = 0
+    # the vision tower's block and image-token rule (hf_vlm.py), where the reader knows them; None: the
+    # tower's weights are held, its activations not modelled
+    vision: VisionTower | None = field(default=None, compare=False, hash=False)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

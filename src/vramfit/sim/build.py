@@ -65,6 +65,7 @@ class BuiltModel:
     offload_hooks: Any = None  # set for gradient_checkpointing=offload on fake tensors
     # FSDP2 MixedPrecisionPolicy(param_dtype=...) with no autocast: the profile's mixed_casts_params (torchtitan)
     mp_param_dtype: torch.dtype | None = None
+    images: Any = None  # sim.images.ImageInputs of a vision-language batch, None for text only
 
     @property
     def lm_head(self) -> torch.nn.Module:
@@ -129,8 +130,11 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
     """Build the scenario's model on ``meta`` with ``layers`` decoder layers (default: all)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from vramfit.sim.images import image_inputs
+
     _check_supported(scenario)
-    # a vision-language checkpoint is built whole (vision tower included) and fed text only
+    images = image_inputs(config, scenario)
+    # a vision-language checkpoint is built whole (vision tower included); fed images when the scenario has some
     auto = AutoModelForImageTextToText if isinstance(config.get("vision_config"), dict) else AutoModelForCausalLM
     depth = layers if layers is not None else num_layers_of(config)
     cfg = hf_config(config, depth, scenario.attention)
@@ -184,7 +188,7 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         autocast, mp_cast = None, compute_dtype
         assumptions.append("Mixed precision as torchtitan runs it: FSDP2 MixedPrecisionPolicy(param_dtype="
                            f"{str(compute_dtype).removeprefix('torch.')}, reduce_dtype=float32), no autocast.")
-    return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast)
+    return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast, images)
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:

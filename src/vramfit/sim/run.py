@@ -21,6 +21,7 @@ import torch
 
 from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Loss, Precision, Scenario
+from vramfit.sim import images
 from vramfit.sim.build import BuiltModel, materialize
 from vramfit.sim.trace import BUFFER, PARAM, LiveTracker, Trace
 
@@ -121,12 +122,11 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.in_logits = False
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "forward thread")
-                ids = torch.randint(0, built.vocab_size, (B, S), device=device)
-                labels = ids.clone()
+                ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, built.compute_dtype, device)
                 with _autocast(built, device):
-                    loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels)
+                    loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
                 loss = loss / scenario.grad_accum
-                del ids, labels
+                del ids, labels, pixels
                 if progress:
                     progress(f"{tag} backward")
                 tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
@@ -196,9 +196,10 @@ def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> Non
                 tracker.trace.grad_sids.add(sid)
 
 
-def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    if scenario.loss is Loss.STANDARD:
-        out = built.model(input_ids=ids, labels=labels)
+def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
+                  pixels: dict | None = None) -> torch.Tensor:
+    if scenario.loss is Loss.STANDARD or pixels:
+        out = built.model(input_ids=ids, labels=labels, **(pixels or {}))
         loss = out.loss
         del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
         return loss
@@ -252,6 +253,11 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
         masking = sys.modules.get("transformers.masking_utils")
         if masking is not None and hasattr(masking, "find_packed_sequence_indices"):
             patches.append((masking, "find_packed_sequence_indices", lambda position_ids: None))
+        # a vision-language model checks that its placeholder count matches the image features by
+        # reading values (torch_compilable_check); the simulated batch places exactly that many
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("transformers.models.") and hasattr(mod, "torch_compilable_check"):
+                patches.append((mod, "torch_compilable_check", lambda *args, **kwargs: None))
         moe = sys.modules.get("transformers.integrations.moe")
         if moe is not None and hasattr(moe, "_can_use_grouped_mm"):
             patches.append((moe, "_can_use_grouped_mm", lambda input, weight, offs: weight.dtype == torch.bfloat16))

@@ -1,0 +1,35 @@
+"""LoRA and QLoRA on transformers-5 fused experts, as the activation walk needs them.
+
+PEFT 0.21's ParamWrapper folds the adapter into the 3-D expert weight (``ModelSpec.peft_moe_names``,
+``Adapter.param_wrapper``); QLoRA leaves those weights unquantized and fp32."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramfit.estimate.framework import FrameworkProfile
+from vramfit.models.spec import Linear, ModelSpec
+from vramfit.scenario import Scenario
+
+
+def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quantized: bool) -> int:
+    """Element size of the expert weights and the tensors the expert path makes: fp32 where QLoRA
+    leaves the fused experts unquantized and prepare_model_for_kbit_training upcasts them (peft v0.21.2
+    utils/other.py casts every non-4-bit 16-bit parameter to fp32; the simulator traces the gathered
+    input, the grouped matmuls and the folded weight in fp32)."""
+    from vramfit.estimate.core import experts_quantized
+
+    fp32 = (quantized and profile.qlora_unquantized_fp32 and profile.runs_transformers_modeling
+            and not experts_quantized(sc, profile))
+    return 4 if spec.num_experts and fp32 else sc.precision.compute_bytes
+
+
+def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
+    """PEFT's ParamWrapper (_LoraFactorsProxy) materialises ``baddbmm(W, lhs, rhs)`` per expert
+    weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, the 16-bit copies
+    of A and B (peft v0.21.2 tuners/lora/layer.py). ``blk``/``out``: the walk's Block and Saved."""
+    out.add("experts.merged_weights", blk.expert_bytes * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
+    rank = blk.sc.lora_rank
+    factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
+                  for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
+    out.add("experts.lora_factors", blk.dt.compute * factors)

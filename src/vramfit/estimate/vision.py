@@ -1,0 +1,142 @@
+"""The vision tower of a vision-language model in a training step (``ModelSpec.vision``).
+
+- The image placeholder tokens join the language model's sequence: ``seq_len`` text tokens plus
+  ``images_per_sample`` x the processor's tokens per image (``vramfit.models.vlm_tokens``).
+- Trained (full fine-tuning, or PEFT adapters on its linears): each encoder block keeps the tensors
+  the same walk as a decoder block finds (:func:`vramfit.estimate.activations.block_saved`) over all
+  the micro-batch's image patches; under gradient checkpointing only the block inputs (transformers
+  v5.24.0 makes every encoder layer a GradientCheckpointingLayer). Frozen, it keeps nothing for
+  backward: pixel values and frozen weights need no gradient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
+from vramfit.estimate.params import Adapter, resolve_adapters
+from vramfit.models.spec import ModelSpec
+from vramfit.models.vlm_tokens import ImageTokens, image_tokens
+from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
+
+
+def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
+    """Patches and language-model tokens of one of the scenario's images; None without images."""
+    if spec.vision is None or not sc.images_per_sample:
+        return None
+    return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
+
+
+def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
+    """The scenario as the language model sees it: its sequence includes the image tokens."""
+    img = per_image(spec, sc)
+    if img is None:
+        return sc
+    return dataclasses.replace(sc, seq_len=sc.seq_len + sc.images_per_sample * img.lm_tokens)
+
+
+def trains_vision(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Whether the tower and projector train: ``freeze_vision``, ``auto`` = the framework's."""
+    if sc.freeze_vision is FreezeVision.AUTO:
+        return not profile.freezes_vision
+    return sc.freeze_vision is FreezeVision.NO
+
+
+def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> list[Adapter]:
+    """LoRA adapters on the tower's block linears: ``all-linear`` reaches them (PEFT matches every
+    nn.Linear but the output layer), named targets where a tower linear bears the name."""
+    if spec.vision is None or sc.method is Method.FULL or not trains_vision(sc, profile):
+        return []
+    block = spec.vision.block
+    if ALL_LINEAR in sc.lora_targets:
+        found = resolve_adapters(block, dataclasses.replace(sc, lora_targets=(ALL_LINEAR,)), False)
+    else:
+        found = [Adapter(x.name, x.in_features, x.out_features, x.count)
+                 for x in block.block_linears if x.name in sc.lora_targets]
+    tower = [dataclasses.replace(ad, layers=block.num_hidden_layers, vision=True) for ad in found]
+    projector = [Adapter(x.name, x.in_features, x.out_features, 1, layers=1, vision=True)
+                 for x in spec.vision.projector if ALL_LINEAR in sc.lora_targets or x.name in sc.lora_targets]
+    return tower + projector
+
+
+def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                       adapters: list[Adapter]) -> tuple[int, int]:
+    """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing)."""
+    from vramfit.estimate import activations as act
+
+    img = per_image(spec, sc)
+    if img is None or not trains_vision(sc, profile):
+        return 0, 0
+    block = spec.vision.block
+    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
+    own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
+    from vramfit.scenario import Quantize
+
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    saved = act.block_saved(block, vsc, profile, own, quantized)
+    per_layer = sum(round_allocation(v) for v in saved.items.values())
+    # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
+    # forward returns, where the activations peak
+    depth = block.num_hidden_layers
+    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.lm_tokens)
+    if sc.gradient_checkpointing is Checkpointing.NONE:
+        return depth * per_layer + head, 0
+    return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
+
+
+def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+                     tokens: int) -> int:
+    """What the projector keeps over its ``tokens`` rows: each linear's input for its weight gradient
+    (full) or its adapter's fp32 copy and rank-wide output (PEFT casts the input to the adapter dtype,
+    peft v0.21.2 tuners/lora/layer.py Linear.forward), the activation's input between the linears
+    (GELU saves its input; autograd formulas, tools/autograd/derivatives.yaml)."""
+    c, ab = sc.precision.compute_bytes, adapter_bytes(profile, sc.precision)
+    adapted = {ad.target for ad in adapters if ad.vision and ad.layers == 1}
+    full = sc.method is Method.FULL
+    total, grad_flows = 0, full
+    for i, lin in enumerate(spec.vision.projector):
+        if i:
+            total += round_allocation(c * tokens * lin.in_features) if grad_flows else 0  # the activation
+        if full:
+            total += round_allocation(c * tokens * lin.in_features)
+        elif lin.name in adapted:
+            x = ab if profile.lora_casts_input else c
+            total += round_allocation(x * tokens * lin.in_features) + round_allocation(ab * tokens * sc.lora_rank)
+            grad_flows = True
+    return total
+
+
+def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The working set of one tower block's backward (the decoder block's rule over the patches)."""
+    from vramfit.estimate import activations as act
+
+    img = per_image(spec, sc)
+    if img is None:
+        return 0
+    block = spec.vision.block
+    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    base = act.block_backward_transient(block, dataclasses.replace(sc, micro_batch_size=1, seq_len=patches), profile)
+    if block.gated_mlp or block.act_saved_tensors < 2:
+        return base
+    # a python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op: the
+    # output gradient, the two product gradients and sigmoid's input gradient are alive together
+    # (autograd formulas of mul and sigmoid, tools/autograd/derivatives.yaml)
+    return max(base, (2 + block.act_saved_tensors) * sc.precision.compute_bytes * patches * block.intermediate_size)
+
+
+def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Gradient bytes of the tower not yet made while its last block runs backward (all its blocks
+    but that one; the embeddings' too): the tower's backward comes after the language model's."""
+    if spec.vision is None or not sc.images_per_sample or not trains_vision(sc, profile):
+        return 0
+    block = spec.vision.block
+    if sc.method is Method.FULL:
+        trained = spec.vision_params - spec.vision.unused_params
+        projector = sum(x.params for x in spec.vision.projector)
+        return max(0, trained - projector - block.block_params) * sc.precision.param_bytes
+    ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank
+    per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)
+                    if ad.layers == block.num_hidden_layers)
+    return (block.num_hidden_layers - 1) * per_block * ab

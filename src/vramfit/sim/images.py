@@ -1,0 +1,70 @@
+"""Image inputs for a vision-language model's simulated step (``images_per_sample`` > 0).
+
+Each sequence holds ``images_per_sample`` runs of the model's image placeholder token (as many as
+its processor puts there: ``vramfit.models.vlm_tokens``) after ``seq_len`` text tokens' worth of
+ids, and the batch carries the pixel values the processor would produce: for LLaVA and Gemma 3 a
+fixed (images, 3, image_size, image_size) tensor (the processors resize/crop every image to the
+tower's size: transformers v5.24.0 models/llava/image_processing_llava.py crop_size,
+models/gemma3/image_processing_gemma3.py size). Image positions are masked out of the labels
+(-100), as TRL's vision collators do.
+
+Qwen2/2.5/3-VL are not fed: their towers read ``image_grid_thw`` values (window indices,
+``cu_seqlens``, rotary positions via ``.tolist()``), shapes that fake tensors cannot compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vramfit.errors import ModelError
+from vramfit.scenario import Scenario
+
+#: model types whose pixel input has a fixed shape (see the module docstring)
+FIXED_PIXELS = ("llava", "gemma3")
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    tokens_per_image: int
+    image_token_id: int
+    image_size: int
+    images_per_sample: int
+
+
+def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
+    """What the scenario's images add to each micro-batch; None for a text-only batch."""
+    if not sc.images_per_sample:
+        return None
+    model_type = config.get("model_type")
+    if model_type not in FIXED_PIXELS:
+        raise ModelError(f"the simulator feeds images to {', '.join(FIXED_PIXELS)} only: {model_type!r} computes "
+                         "shapes from image_grid_thw values, which fake tensors do not hold; use `vramfit estimate`")
+    from vramfit.models.hf_config import spec_from_hf_config
+    from vramfit.models.vlm_tokens import image_tokens
+
+    spec = spec_from_hf_config(config)
+    if spec.vision is None:
+        raise ModelError(f"{model_type!r} config has no vision_config: it cannot take images")
+    tokens = image_tokens(spec.vision.image_config, sc.image_height, sc.image_width).lm_tokens
+    token_id = config.get("image_token_id", config.get("image_token_index"))
+    if not isinstance(token_id, int):
+        raise ModelError("config.json has no image_token_id: the image placeholder cannot be placed")
+    size = int(spec.vision.image_config["vision_config"]["image_size"])
+    return ImageInputs(tokens, token_id, size, sc.images_per_sample)
+
+
+def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
+          device: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(input_ids, labels, the model's image keyword arguments) of one micro-batch."""
+    n = images.images_per_sample * images.tokens_per_image if images else 0
+    ids = torch.randint(0, vocab, (B, S + n), device=device)
+    if images is None:
+        return ids, ids.clone(), {}
+    ids[:, :n] = images.image_token_id
+    labels = ids.clone()
+    labels[:, :n] = -100
+    pixels = torch.empty(B * images.images_per_sample, 3, images.image_size, images.image_size,
+                         dtype=dtype, device=device)
+    return ids, labels, {"pixel_values": pixels}
