@@ -62,3 +62,34 @@ def test_replay_skips_host_allocations_and_reports_per_event_counters():
     assert allocated[1] == allocated[0]  # sid 1 is host memory
     assert stats.peak_allocated == 10 * MiB + 4 * MiB
     assert reserved[-1] == stats.peak_reserved
+
+
+def test_a_block_cached_on_one_stream_is_not_reused_by_another():
+    # CUDACachingAllocator.cpp: "Once freed, blocks can be re-allocated on the same stream, but not on
+    # any other stream": a freed 100 MiB all-gather output on a side stream stays cached there
+    a = CachingAllocatorModel()
+    a.free(a.malloc(100 * MiB, stream=1))
+    a.malloc(100 * MiB)  # the default stream opens a segment of its own
+    assert a.stats.reserved == 200 * MiB and a.stats.segments == 2
+    a.malloc(60 * MiB, stream=1)  # the side stream reuses (and splits) its cached block
+    assert a.stats.reserved == 200 * MiB
+    assert a.stats.allocated == 160 * MiB
+
+
+def test_split_remainder_stays_on_its_stream_and_merges_back():
+    a = CachingAllocatorModel()
+    x = a.malloc(30 * MiB, stream=2)
+    a.free(x)
+    y = a.malloc(10 * MiB, stream=2)  # splits: 20 MiB remain cached on stream 2
+    a.malloc(20 * MiB)  # stream 0 cannot take that remainder
+    assert a.stats.reserved == 50 * MiB
+    a.free(y)
+    a.malloc(30 * MiB, stream=2)  # 10 + 20 merged back into the whole segment
+    assert a.stats.reserved == 50 * MiB and a.stats.allocated == 50 * MiB
+
+
+def test_replay_puts_the_mapped_sids_on_their_stream():
+    # sid 0 (80 MiB) allocated on stream 1 and freed; sid 1 (80 MiB) on the default stream
+    events, nbytes = [0, ~0, 1, ~1], [80 * MiB, 80 * MiB]
+    assert replay(events, nbytes)[2].peak_reserved == 80 * MiB
+    assert replay(events, nbytes, streams={0: 1})[2].peak_reserved == 160 * MiB

@@ -10,6 +10,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -118,7 +119,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
     note = length_variation_note(r, reserved)
     if note:
         out.append(note)
-    return out
+    return out + fsdp_reserved_notes(r, reserved)
 
 
 def _gpus_note(sc: Scenario) -> str | None:
@@ -212,12 +213,12 @@ def estimate_spec(
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
+    reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
-    A, R, D = "allocated", "reserved", "device"
-    P = Phase
+    A, R, D, P = "allocated", "reserved", "device", Phase
     comps = [
         Component("weights", parts.weights, P.PERSISTENT, A, "16-bit or fp32 model weights held on this GPU"),
         Component("quantized_base", parts.quantized_base, P.PERSISTENT, A, f"{sc.quantize.value} storage of the frozen linears"),

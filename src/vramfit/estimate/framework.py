@@ -111,6 +111,11 @@ class FrameworkProfile:
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
     fsdp_root_gathered: bool = True
+    # FSDP (parallelism fsdp) is FSDP1 wrapping a model loaded on the host: FullyShardedDataParallel(model,
+    # device_id=...) moves, flattens and shards one unit at a time on the GPU (accelerate v0.28.0 accelerator.py
+    # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
+    # transients stay reserved (estimate/fsdp_reserved.py). FSDP2 engines shard on the meta device instead.
+    fsdp1_host_wrap: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -224,6 +229,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
         fsdp_mixed_casts_params=True,
+        fsdp1_host_wrap=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and

@@ -15,7 +15,12 @@ replaying the simulator's event log through the allocator's rules with default s
 - ``free_block`` merges a freed block with free neighbours in its segment; segments are never returned
   (no ``empty_cache``, no OOM retry: the simulated card is unbounded).
 
-One stream only (the default stream; the autograd engine runs CUDA backward ops on the forward's stream).
+Streams: a block belongs to the stream it was allocated on (``Block::stream``); the file's header
+comment: "Once freed, blocks can be re-allocated on the same stream, but not on any other stream"
+(``get_free_block`` searches the pool ordered by ``(stream, size, address)`` from the request's stream
+and takes no block of another), so each stream keeps a cached pool of its own. ``malloc(nbytes, stream)``; stream 0 is the default stream (the autograd engine runs CUDA
+backward ops on the forward's stream). ``record_stream``'s deferred free (the block returns to its
+stream's pool once the recorded streams' events complete) is not modelled: a free takes effect at once.
 Expandable segments, ``max_split_size_mb`` and ``roundup_power2_divisions`` are not modelled.
 """
 
@@ -29,10 +34,10 @@ from vramfit.estimate.constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE
 
 
 class _Block:
-    __slots__ = ("seg", "offset", "size", "free", "prev", "next", "small")
+    __slots__ = ("seg", "offset", "size", "free", "prev", "next", "small", "stream")
 
-    def __init__(self, seg: int, offset: int, size: int, small: bool) -> None:
-        self.seg, self.offset, self.size, self.small = seg, offset, size, small
+    def __init__(self, seg: int, offset: int, size: int, small: bool, stream: int = 0) -> None:
+        self.seg, self.offset, self.size, self.small, self.stream = seg, offset, size, small, stream
         self.free = True
         self.prev: _Block | None = None
         self.next: _Block | None = None
@@ -53,27 +58,27 @@ class ReplayStats:
 
 
 class CachingAllocatorModel:
-    """The caching allocator's block bookkeeping for one device and one stream."""
+    """The caching allocator's block bookkeeping for one device: a small and a large pool per stream."""
 
     def __init__(self) -> None:
-        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self._free: dict[tuple[int, bool], list[tuple[int, int, int]]] = {}
         self._blocks: dict[tuple[int, int, int], _Block] = {}
         self.stats = ReplayStats()
         self._next_seg = 0
 
-    def malloc(self, nbytes: int) -> _Block | None:
+    def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
         size = round_allocation(nbytes)
         if size == 0:
             return None
         small = size <= K_SMALL_SIZE.value
-        pool = self._free[small]
+        pool = self._free.setdefault((stream, small), [])
         i = bisect.bisect_left(pool, (size, -1, -1))
         if i < len(pool):
             key = pool.pop(i)
             block = self._blocks.pop(key)
         else:
             seg = segment_size(size)
-            block = _Block(self._next_seg, 0, seg, small)
+            block = _Block(self._next_seg, 0, seg, small, stream)
             self._next_seg += 1
             self.stats.reserved += seg
             self.stats.segments += 1
@@ -81,7 +86,7 @@ class CachingAllocatorModel:
         remaining = block.size - size
         split = remaining >= K_MIN_BLOCK_SIZE.value if small else remaining > K_SMALL_SIZE.value
         if split:
-            rest = _Block(block.seg, block.offset + size, remaining, small)
+            rest = _Block(block.seg, block.offset + size, remaining, small, block.stream)
             rest.prev, rest.next = block, block.next
             if block.next is not None:
                 block.next.prev = rest
@@ -115,24 +120,25 @@ class CachingAllocatorModel:
 
     def _insert(self, block: _Block) -> None:
         key = block.key()
-        bisect.insort(self._free[block.small], key)
+        bisect.insort(self._free.setdefault((block.stream, block.small), []), key)
         self._blocks[key] = block
 
     def _remove(self, block: _Block) -> None:
         key = block.key()
-        pool = self._free[block.small]
+        pool = self._free[(block.stream, block.small)]
         i = bisect.bisect_left(pool, key)
         del pool[i]
         del self._blocks[key]
 
 
-def replay(events: list[int], nbytes: list[int], skip: set[int] | frozenset[int] = frozenset()) -> tuple[
-    list[int], list[int], ReplayStats
-]:
+def replay(events: list[int], nbytes: list[int], skip: set[int] | frozenset[int] = frozenset(),
+           streams: dict[int, int] | None = None) -> tuple[list[int], list[int], ReplayStats]:
     """Replay ``events`` (sid = allocation, ``~sid`` = free); return allocated and reserved after each event.
 
-    ``skip``: sids that do not live on the device (host/paged memory).
+    ``skip``: sids that do not live on the device (host/paged memory). ``streams``: the stream each
+    sid is allocated on, for sids not on the default stream 0 (e.g. an engine's all-gather outputs).
     """
+    streams = streams or {}
     alloc = CachingAllocatorModel()
     live: dict[int, _Block | None] = {}
     allocated: list[int] = []
@@ -140,7 +146,7 @@ def replay(events: list[int], nbytes: list[int], skip: set[int] | frozenset[int]
     for ev in events:
         if ev >= 0:
             if ev not in skip:
-                live[ev] = alloc.malloc(nbytes[ev])
+                live[ev] = alloc.malloc(nbytes[ev], streams.get(ev, 0))
         else:
             sid = ~ev
             if sid in live:

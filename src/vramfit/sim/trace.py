@@ -54,6 +54,9 @@ class Trace:
     events: list[int] = field(default_factory=list)
     marks: list[tuple[int, str]] = field(default_factory=list)
     host: set[int] = field(default_factory=set)
+    # the stream each sid was allocated on, for sids not on the default stream (FSDP2's reduce-scatter
+    # outputs, all-gather buffers): the allocator caches blocks per stream (sim/cuda_allocator.py)
+    streams: dict[int, int] = field(default_factory=dict)
     # sids of the tensors that are parameter gradients / optimizer state / trainable params
     grad_sids: set[int] = field(default_factory=set)
     state_sids: set[int] = field(default_factory=set)
@@ -119,6 +122,10 @@ class LiveTracker(TorchDispatchMode):
 
         self._node_id, self._note_accumulation = node_id, note_accumulation
         self._restore: list[tuple[Any, str, Any]] = []
+        # FSDP2 on the fake process group runs on CPU device handles: torch.cpu.stream() switches
+        # torch.cpu.current_stream() as torch.cuda.stream() would on a GPU
+        self._default_stream = torch.cpu.current_stream()
+        self._stream_ids: dict[int, int] = {}
 
     # ---------------------------------------------------------------- registration
     def track(self, t: torch.Tensor, kind: str = OP, op: str = "", host: bool = False) -> list[int]:
@@ -161,6 +168,9 @@ class LiveTracker(TorchDispatchMode):
         tr.shapes.append(shape)
         tr.dtypes.append(dtype)
         tr.events.append(sid)
+        stream = torch.cpu.current_stream()
+        if stream is not self._default_stream:
+            tr.streams[sid] = self._stream_ids.setdefault(id(stream), len(self._stream_ids) + 1)
         if self.in_logits and kind in (OP, SYNTHETIC):
             tr.logits_sids.add(sid)
         if self.in_backward and kind == OP:

@@ -82,6 +82,16 @@ RULES: list[tuple[str, str]] = [
      "lotes de comprimento variável mudam-na: um lote mais longo que todos os anteriores abre segmentos novos e os "
      "antigos continuam reservados (sem empty_cache), até outro tanto por cada novo comprimento máximo; agrupe ou "
      "preencha até um comprimento fixo para manter este valor."),
+    (r"^Reserved includes " + _N + r" GiB of sharded gradients cached on FSDP's reduce-scatter stream: after "
+     r"zero_grad their blocks serve only later reduce-scatters, not the forward\.$",
+     "A memória reservada inclui ⟨$1⟩ GiB de gradientes particionados em cache na stream de reduce-scatter do FSDP: "
+     "depois do zero_grad os seus blocos só servem reduce-scatters seguintes, não o forward."),
+    (r"^Reserved \(" + _N + r" GiB\) is what FSDP1 leaves wrapping a model loaded on the CPU \(each unit's moved and "
+     r"flattened parameters stay cached\) plus the all-gather segments of its unshard stream; "
+     r"torch\.cuda\.empty_cache\(\) after wrapping releases the first part\.$",
+     "A memória reservada (⟨$1⟩ GiB) é o que o FSDP1 deixa ao envolver um modelo carregado na CPU (os parâmetros "
+     "movidos e achatados de cada unidade ficam em cache) mais os segmentos de all-gather da sua stream de "
+     "unshard; torch.cuda.empty_cache() depois de envolver liberta a primeira parte."),
     (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
      "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
      "bloco à frente."),

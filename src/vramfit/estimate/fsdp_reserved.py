@@ -1,0 +1,184 @@
+"""Reserved memory that FSDP's side streams and its wrapping of a host-resident model add.
+
+Three allocator mechanisms, replayed through the simulator's caching-allocator model
+(:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, pytorch/pytorch@eb42ad6e
+``c10/cuda/CUDACachingAllocator.cpp``). The common rule: blocks cached on one stream are never reused on
+another ("Once freed, blocks can be re-allocated on the same stream, but not on any other stream").
+
+1. Sharded gradients on the reduce-scatter stream. FSDP2 allocates each unit's reduce-scatter output,
+   whose views become the sharded ``.grad``, on its reduce-scatter stream (torch v2.13.0
+   distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_reduce``: "The RS output is allocated in
+   the RS stream and used in the default stream (for optimizer)"); FSDP1 allocates the sharded gradient on
+   its post-backward stream (_runtime_utils.py ``_post_backward_hook``: ``with
+   state._device_handle.stream(state._post_backward_stream)`` -> ``_get_reduce_scatter_tensors``:
+   ``torch.empty_like(chunks[0])``). ``zero_grad(set_to_none=True)`` frees them into that stream's pool,
+   where the next forward's activations (default stream) cannot reuse them: the reserved figure is the
+   default stream's high-water (every phase without its sharded gradients) plus that pool.
+2. Wrap residue. ``FullyShardedDataParallel(module, device_id=...)`` on a model whose parameters are on
+   the CPU builds every unit in turn, innermost first (torch v2.13.0 distributed/fsdp/_init_utils.py
+   ``_init_param_handle_from_module``): ``_move_module_to_device`` copies the unit's parameters to the
+   GPU one tensor at a time (``param.data = param.to(device)``), ``FlatParamHandle`` concatenates them
+   into the unsharded flat parameter (_flat_param.py ``flatten_tensors_into_flat_param``: ``torch.cat``),
+   ``shard()`` clones this rank's chunk (``_get_shard``: ``chunk.clone()``) and frees the flat parameter
+   (``_typed_storage()._resize_(0)``); the moved originals die when ``managed_params`` goes out of scope.
+   Each large request opens a segment of its own the first time; the freed ones stay cached
+   (no ``empty_cache``), so ``memory_reserved`` after wrapping exceeds the shards by the largest units'
+   transients. ``sync_module_states``' broadcast bucket (``_sync_params_and_buffers``, <= 250 MiB) is
+   freed before the flat parameter of the same size is allocated, which reuses it: no segment of its own.
+   Rank 0 is modelled (the rank the measurements report; the others ``to_empty`` the same tensors).
+   Which engines do this is profile data (``fsdp1_host_wrap``).
+3. All-gather pool. FSDP1 allocates each unit's padded unsharded flat parameter on its unshard stream
+   (_runtime_utils.py ``_unshard``: ``with state._device_handle.stream(unshard_stream): handle.unshard()``,
+   _flat_param.py ``_alloc_padded_unsharded_flat_param``): the root unit, gathered from forward to the end
+   of backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units open segments beside the wrap residue.
+
+The host-wrap floor is what 2 and 3 leave reserved before the first forward, plus the gradient pool of 1
+and the persistent bytes the units do not hold (e.g. 4-bit quantization states kept whole on the module).
+Not modelled: FSDP1's cast of the unsharded gradient to a different ``reduce_dtype`` and its padding copy
+(both on the post-backward stream, freed per unit), ``record_stream``'s deferred frees.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.scenario import Method, Offload, Parallelism, Quantize
+
+UNSHARD_STREAM = 1  # any stream other than the default stream 0
+
+
+def _weight_bytes(lin, sc) -> int:
+    """Bytes of one linear's ``weight`` parameter as FSDP flattens it."""
+    n = lin.in_features * lin.out_features
+    if sc.quantize is Quantize.NONE or sc.method is Method.FULL:
+        return n * sc.precision.param_bytes
+    if sc.quantize in (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ):
+        # bitsandbytes Params4bit: two 4-bit codes per byte; absmax and code live in quant_state, outside the flat param
+        return -(-n // 2)
+    from vramfit.estimate.state import quantized_weight_bytes
+
+    return quantized_weight_bytes(lin.out_features, lin.in_features, sc.quantize)
+
+
+def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, ...], ...]:
+    """FSDP units in construction order, each as the byte sizes of its tensors in move order.
+
+    Per decoder block: each LoRA A/B tensor is a unit of its own (FSDP1 flattens tensors of uniform
+    ``requires_grad`` only when ``use_orig_params=False``: _flat_param.py ``_validate_tensors_to_flatten``;
+    AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 474 wraps every trainable leaf), then the block (norms first:
+    ``_move_module_to_device`` walks the module breadth-first, then the linears and biases); last the root
+    (embeddings, final norm, output layer).
+    """
+    L, b = spec.num_hidden_layers, sc.precision.param_bytes
+    units: list[tuple[int, ...]] = []
+    for layer in range(L):
+        for ad in adapters:
+            if ad.per_layer and layer < (ad.layers or L):
+                for t in ad.tensors(sc.lora_rank, L):
+                    units.extend([(t.numel * adapter_elem_bytes,)] * ad.per_layer)
+        tensors = [spec.block_norm_params * b] if spec.block_norm_params else []
+        for lin in spec.block_linears:
+            if layer < spec.layers_of(lin):
+                tensors += [_weight_bytes(lin, sc)] * lin.count
+                tensors += [lin.out_features * b] * (lin.count if lin.bias else 0)
+        units.append(tuple(tensors))
+    units += [(t.numel * adapter_elem_bytes,) for ad in adapters if not ad.per_layer
+              for t in ad.tensors(sc.lora_rank, L)]  # adapters on lm_head / embed_tokens
+    root = (spec.embedding_params * b, spec.final_norm_params * b, spec.lm_head_params * b)
+    units.append(tuple(n for n in root if n))
+    return tuple(units)
+
+
+@lru_cache(maxsize=1024)
+def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
+                gathered: tuple[int, ...] = (), shards_to_host: bool = False) -> tuple[int, int]:
+    """(allocated, reserved) after building ``units`` as FSDP1 does on rank 0 of ``group`` ranks
+    (``elem``: bytes per flat-parameter element), then all-gathering ``gathered`` (bytes, held at once)
+    on the unshard stream. ``shards_to_host``: ``CPUOffload(offload_params=True)`` moves each shard to the
+    CPU once built (_init_utils.py ``_init_param_handle_from_params``: ``handle.flat_param_to(cpu_device)``)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    a = CachingAllocatorModel()
+    for tensors in units:
+        originals = [a.malloc(n) for n in tensors]
+        total = sum(tensors)
+        flat = a.malloc(total)
+        kept = a.malloc(elem * -(-(total // elem) // group))  # this rank's shard
+        a.free(flat)
+        if shards_to_host:
+            a.free(kept)
+        for block in originals:
+            a.free(block)
+    for n in gathered:
+        a.malloc(n, UNSHARD_STREAM)
+    return a.stats.allocated, a.stats.reserved
+
+
+def gathered_units(spec, sc, units: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The unsharded flat parameters held on the unshard stream at once: the root unit's and
+    ``FSDP_INFLIGHT_ALLGATHERS`` of the largest block unit's (rate limiter, torch v2.13.0 _limiter_utils.py)."""
+    largest = max((sum(u) for u in units[:-1]), default=0)
+    return (sum(units[-1]),) + (largest,) * FSDP_INFLIGHT_ALLGATHERS.value
+
+
+# the parallelisms whose sharded gradients live on a side stream (mechanism 1: FSDP1 FULL_SHARD /
+# SHARD_GRAD_OP and FSDP2 reduce-scatter them the same way)
+GRADS_ON_SIDE_STREAM = frozenset({Parallelism.FSDP, Parallelism.FSDP_GRAD_OP})
+
+
+def gradient_pool(r, phases: dict[str, dict[str, int]]) -> int:
+    """Bytes of sharded gradients cached on the reduce-scatter stream: the most any phase holds
+    (0 unless the parallelism reduce-scatters on a side stream across several GPUs)."""
+    if r.sc.parallelism not in GRADS_ON_SIDE_STREAM or r.sc.shard_group < 2:
+        return 0
+    return max((parts.get("gradients", 0) for parts in phases.values()), default=0)
+
+
+def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved: int) -> int:
+    """``reserved`` raised to what FSDP's side-stream pools and host wrap hold (module docstring).
+
+    ``phases``: each phase's allocated components; ``allocated``: the peak phase's total; ``reserved``:
+    the single-stream figure. The default stream's high-water is every phase without its sharded
+    gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
+    """
+    pool = gradient_pool(r, phases)
+    if pool:
+        default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
+        reserved = max(reserved, default_peak + (reserved - allocated) + pool)
+    floor = host_wrap_floor(r)
+    return max(reserved, floor + pool) if floor else reserved
+
+
+def fsdp_reserved_notes(r, reserved: int) -> list[str]:
+    """The assumptions behind the side-stream and host-wrap terms, where they add to ``reserved`` (the
+    gradient pool from 1 % of it: a presentation threshold, below it the pool is within the figure's rounding)."""
+    phases = {p.phase.value: dict(p.parts) for p in r.phases}
+    pool, floor, out = gradient_pool(r, phases), host_wrap_floor(r), []
+    if 100 * pool >= reserved > 0:
+        out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
+                   "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
+    if floor and reserved == floor + pool:
+        out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
+                   "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
+                   "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+    return out
+
+
+def host_wrap_floor(r) -> int:
+    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
+    (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
+    sc = r.sc
+    if not r.profile.fsdp1_host_wrap or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2:
+        return 0
+    from vramfit.estimate.framework import adapter_bytes
+
+    units = wrap_units(r.spec, sc, r.adapters, adapter_bytes(r.profile, sc.precision))
+    elem, host = sc.precision.param_bytes, sc.offload is Offload.OPTIMIZER_PARAMS
+    shards, _ = replay_wrap(units, sc.shard_group, elem, (), host)
+    _, reserved = replay_wrap(units, sc.shard_group, elem, gathered_units(r.spec, sc, units), host)
+    persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
+    return reserved + max(0, persistent - shards)
+
+
+__all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]

@@ -1,0 +1,119 @@
+"""FSDP side-stream pools and the wrap residue of a host-resident model (estimate/fsdp_reserved.py)."""
+
+import dataclasses
+
+from vramfit.estimate import estimate
+from vramfit.estimate.framework import adapter_bytes
+from vramfit.estimate.fsdp_reserved import (
+    fsdp_reserved,
+    gathered_units,
+    gradient_pool,
+    host_wrap_floor,
+    replay_wrap,
+    wrap_units,
+)
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+MiB = 2**20
+LLAMA2 = resolve_model("meta-llama/Llama-2-7b-hf").spec  # h 4096, intermediate 11008, 32 layers, vocab 32000
+
+
+def _sc(**keys):
+    return parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "micro_batch_size": 1,
+                           "seq_len": 512, "gradient_checkpointing": "full", "num_gpus": 2,
+                           "parallelism": "fsdp", "precision": "bf16-true", "lora_rank": 64,
+                           "lora_targets": ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
+                           **keys})
+
+
+def test_one_unit_leaves_its_flat_parameter_and_originals_cached():
+    # two 30 MiB parameters moved (a segment each), the 60 MiB flat parameter (a segment), this rank's
+    # 30 MiB shard (no cached block is free yet: a segment); then flat and originals are freed, cached
+    assert replay_wrap(((30 * MiB, 30 * MiB),), 2, 2) == (30 * MiB, 150 * MiB)
+    # a second such unit reuses the cached originals and flat parameter; only its shard is new
+    assert replay_wrap(((30 * MiB, 30 * MiB),) * 2, 2, 2) == (60 * MiB, 180 * MiB)
+
+
+def test_the_all_gather_pool_cannot_reuse_the_wrap_residue():
+    # the 60 MiB flat block cached on the default stream would serve a 60 MiB all-gather on one stream;
+    # on the unshard stream it opens a segment of its own
+    assert replay_wrap(((30 * MiB, 30 * MiB),), 2, 2, (60 * MiB,)) == (90 * MiB, 210 * MiB)
+
+
+def test_offloaded_shards_leave_only_the_residue():
+    # CPUOffload(offload_params=True): each shard moves to the host once built
+    assert replay_wrap(((30 * MiB, 30 * MiB),), 2, 2, (), True) == (0, 150 * MiB)
+
+
+def test_units_follow_the_wrapping_order_of_lora_leaves_then_block_then_root():
+    sc = _sc(framework_version="transformers-4.44+peft-0.11")  # peft < 0.12: bf16 adapters
+    r = compute(LLAMA2, sc)
+    units = wrap_units(LLAMA2, r.sc, r.adapters, adapter_bytes(r.profile, r.sc.precision))
+    h, f = 4096, 11008
+    per_block = 6 * 2 + 1  # an A and a B unit per adapted linear, then the block
+    assert len(units) == 32 * per_block + 1
+    block = units[per_block - 1]
+    assert block[0] == 2 * h * 2  # the two RMSNorm weights (bf16)
+    assert sorted(block[1:]) == sorted([h * h * 2] * 4 + [h * f * 2] * 3)  # q k v o, gate up down
+    a = [64 * h * 2] * 5 + [64 * f * 2]  # lora_A (r x in): q k v gate up, down
+    b = [h * 64 * 2] * 3 + [f * 64 * 2] * 2 + [h * 64 * 2]  # lora_B (out x r)
+    assert sorted(u[0] for u in units[:per_block - 1]) == sorted(a + b)
+    assert units[-1] == (32000 * h * 2, h * 2, 32000 * h * 2)  # embed_tokens, norm, lm_head
+    assert gathered_units(LLAMA2, r.sc, units) == (sum(units[-1]), sum(block), sum(block))
+
+
+def test_the_4bit_block_flattens_packed_codes_only():
+    r = compute(LLAMA2, _sc(method="qlora", quantize="nf4-dq"))
+    units = wrap_units(LLAMA2, r.sc, r.adapters, adapter_bytes(r.profile, r.sc.precision))
+    assert sum(units[12][1:]) == (4 * 4096 * 4096 + 3 * 4096 * 11008) // 2  # Params4bit: two codes a byte
+
+
+def test_the_estimate_never_reserves_less_than_the_floor_and_only_where_fsdp1_wraps_from_host():
+    sc = _sc(framework="hf")
+    r = compute(LLAMA2, sc)
+    floor = host_wrap_floor(r)
+    assert floor > 0
+    assert estimate(sc).peak.reserved_bytes >= floor
+    no_wrap = dataclasses.replace(r, profile=dataclasses.replace(r.profile, fsdp1_host_wrap=False))
+    assert host_wrap_floor(no_wrap) == 0
+    assert host_wrap_floor(compute(LLAMA2, _sc(parallelism="ddp"))) == 0
+    assert host_wrap_floor(compute(LLAMA2, _sc(framework="torchtune"))) == 0
+
+
+PHASES = {"forward": {"activations": 10 * MiB, "weights": 2 * MiB},
+          "optimizer-step": {"gradients": 4 * MiB, "optimizer_state": 3 * MiB, "weights": 2 * MiB}}
+
+
+def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
+    # the forward's 12 MiB cannot reuse the 4 MiB of gradients freed by zero_grad on the reduce-scatter
+    # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8))
+    assert gradient_pool(r, PHASES) == 4 * MiB
+    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB
+    # a gradient-heavy phase: 9 MiB without gradients is under the forward's 12
+    heavy = {**PHASES, "optimizer-step": {"gradients": 8 * MiB, "optimizer_state": 7 * MiB, "weights": 2 * MiB}}
+    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB
+
+
+def test_no_gradient_pool_without_a_reduce_scatter_stream():
+    for keys in ({"parallelism": "ddp"}, {"num_gpus": 1, "parallelism": "none"}):
+        r = compute(LLAMA2, _sc(method="full", framework="torchtitan", **keys))
+        assert gradient_pool(r, PHASES) == 0
+        assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 13 * MiB
+
+
+def test_the_estimate_states_the_pools_it_adds():
+    # the Answer.AI LoRA 512-token row: the wrap residue, all-gather and gradient pools bind
+    e = estimate(_sc(micro_batch_size=1, framework="hf", framework_version="transformers-4.44+peft-0.11",
+                     keeps_outputs=True))
+    r = compute(LLAMA2, e.scenario)
+    pool = gradient_pool(r, {p.phase: dict(p.breakdown) for p in e.phases})
+    assert pool == sum(v for k, v in dict(e.phases[-1].breakdown).items() if k == "gradients") > 0
+    assert e.peak.reserved_bytes == host_wrap_floor(r) + pool
+    text = " ".join(e.assumptions)
+    assert "FSDP1 leaves wrapping a model loaded on the CPU" in text
+    assert 100 * pool >= e.peak.reserved_bytes  # 0.13 GiB of LoRA gradients: over the 1 % note threshold
+    assert "0.13 GiB of sharded gradients cached on FSDP's reduce-scatter stream" in text
+    assert not any("reduce-scatter stream" in a for a in estimate(_sc(parallelism="ddp")).assumptions)
