@@ -208,8 +208,13 @@ def _lora_input(blk: Block, out: Saved, tag: str, in_key: str, x_bytes: int, wid
     c, ab, profile = blk.dt.compute, blk.dt.adapter, blk.profile
     if blk.dt.autocast and blk.lora_dropout == 0:
         # under autocast lora_A runs in 16 bits: it saves autocast's 16-bit copy of its input
-        # (PEFT's fp32 cast, if any, is not kept)
-        if x_bytes == c:
+        # (PEFT's fp32 cast, if any, is not kept). PEFT casts the input to lora_A's dtype first (peft 0.21.2
+        # tuners/lora/layer.py Linear.forward: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`), so a
+        # 16-bit input to fp32 adapters goes up to fp32 and autocast makes lora_A a fresh 16-bit copy;
+        # bitsandbytes layers skip that cast under autocast (tuners/lora/bnb.py Linear4bit.forward:
+        # `requires_conversion = not torch.is_autocast_enabled()`)
+        upcast = profile.lora_casts_input and ab != c and not blk.quantized
+        if x_bytes == c and not upcast:
             out.add(in_key, x_bytes * width)
         else:
             out.add(tag + ".autocast_in", c * width)
@@ -224,6 +229,9 @@ def _lora_input(blk: Block, out: Saved, tag: str, in_key: str, x_bytes: int, wid
 
 def _lora_branches(blk: Block, out: Saved, lin: Linear, ad: Adapter, in_key: str, in_bytes: int, tokens: int) -> None:
     profile, ab, rank = blk.profile, blk.dt.adapter, blk.sc.lora_rank
+    # lora_B saves lora_A's output: autocast's 16-bit matmul output under autocast (the simulator traces a
+    # (T, r) bf16 tensor per branch for HF bf16-mixed LoRA), else the adapter dtype
+    a_out = blk.dt.compute if blk.dt.autocast else ab
     # lit-gpt runs one dropout and one lora_A for all enabled q/k/v slices of its fused qkv linear
     shared = profile.fused_qkv_lora and lin.group == "attn" and in_key == "attn_in"
     k = 1 if profile.fused_qkv_lora else blk.n_adapters[(lin.name, lin.in_features)]
@@ -232,13 +240,13 @@ def _lora_branches(blk: Block, out: Saved, lin: Linear, ad: Adapter, in_key: str
         _lora_input(blk, out, tag, in_key, in_bytes, tokens * lin.in_features)
         if shared:
             fused = [x for x in blk.adapters if x.per_layer and x.target in blk.attn_names]
-            out.add(tag + ".a_out", ab * tokens * rank * sum(x.slices for x in fused))
+            out.add(tag + ".a_out", a_out * tokens * rank * sum(x.slices for x in fused))
             # lit-gpt LoRAQKVLinear.zero_pad scatters lora_B's output with index_copy, whose
             # backward formula references `source` (derivatives.yaml: expand_as(source)), so
             # autograd saves that (T, enabled q/k/v width) tensor
             out.add(tag + ".zero_pad_source", ab * tokens * sum(x.out_features for x in fused))
         else:
-            out.add(tag + ".a_out", ab * tokens * rank * ad.slices)
+            out.add(tag + ".a_out", a_out * tokens * rank * ad.slices)
 
 
 def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:

@@ -75,17 +75,36 @@ def model_state(step: Step) -> Iterator[Contribution]:
             yield Contribution(name, phase, getattr(p, name))
 
 
+def _block_position(step: Step) -> tuple[int, int, int]:
+    """(gradients, activations, autocast copies) inside the block backward that holds more: the top block's
+    or the lowest's.
+
+    Top: every block's kept tensors, the output layer's and one block's gradients. Lowest: only its own kept
+    tensors (``acts.lowest``) and autocast weight copies (``step.lowest_autocast``), but every gradient made
+    so far (``step.lowest_grads``). Both add the same recompute and working set. Going down, each block
+    frees what it kept and adds its gradients, so the high point is at one end: the lowest block when a
+    block's gradients outweigh what it keeps (full fine-tuning with checkpointing at a few thousand tokens
+    per micro-batch, as the simulator traces it)."""
+    a = step.acts
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
+           step.parts.autocast_copies)
+    if not step.lowest_grads:
+        return top
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast)
+    return lowest if sum(lowest) > sum(top) else top
+
+
 def gradients(step: Step) -> Iterator[Contribution]:
     """Gradients: held between micro-batches, then created during backward.
 
     One cross-entropy: the output layer's weight gradient is made after the fp32 logits gradients
     are freed (nll_loss_backward, _log_softmax_backward_data, then MmBackward), so it belongs to the
     block phase; chunked: the first chunk's matmul backward creates it while the other chunks' saved
-    logits are still alive."""
+    logits are still alive. The block phase sits at the top or the lowest block (:func:`_block_position`)."""
     all_grads, held, head = step.parts.gradients, step.held_grads, step.head_grad
     yield Contribution("gradients", F, held)
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
-    yield Contribution("gradients", BB, held + head + step.layer_grads)
+    yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
     yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
@@ -101,12 +120,12 @@ def activations(step: Step) -> Iterator[Contribution]:
     a, kept = step.acts, step.parts.autocast_copies
     yield Contribution("activations", F, a.total)
     yield Contribution("activations", BL, a.total)
-    yield Contribution("activations", BB, a.total - a.outside_blocks + a.recompute)
+    yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, a.tower + a.tower_recompute)
     yield Contribution("activations", BE, a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
-    yield Contribution("autocast_copies", BB, kept)
+    yield Contribution("autocast_copies", BB, _block_position(step)[2])
 
 
 def logits_loss(step: Step) -> Iterator[Contribution]:

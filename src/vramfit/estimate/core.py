@@ -369,6 +369,20 @@ def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
     return 2 * trainable, 2 * head
 
 
+def autocast_block_copies(spec: ModelSpec, sc: Scenario) -> int:
+    """16-bit copies of one block's linear weights, alive in that block's backward under autocast.
+
+    The output layer's and the upper blocks' copies are freed once their matmul backward has run (the
+    graph releases a node's saved tensors after it runs, retain_graph=False); the block in backward keeps
+    its own: saved in forward, or made again by its recompute, which torch.utils.checkpoint runs under the
+    forward's autocast state (torch 2.13 torch/utils/checkpoint.py, ``device_autocast_ctx`` in
+    ``_checkpoint_without_reentrant_generator``'s recompute_fn). 4-bit weights are de-quantized instead.
+    """
+    if sc.quantize is not Quantize.NONE and sc.method is not Method.FULL:
+        return 0
+    return 2 * sum(x.weight_params for x in spec.block_linears)
+
+
 def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
                    transients: list[int] | tuple[int, ...] = ()) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.

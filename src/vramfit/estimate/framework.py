@@ -193,6 +193,10 @@ class FrameworkProfile:
     # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
     # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
     offload_ckpt_block_tensors: int = 2
+    # of those, the next block's input prefetched ahead (transformers v5.24.0 activation_checkpointing_enable
+    # (offload=True): the restored input and the prefetched next one, above); the lowest block has no next
+    # one, so its backward holds one fewer. Unsloth (unsloth-zoo@36ff5fc) prefetches nothing.
+    offload_ckpt_prefetched: int = 1
     # LoRA matmuls add the adapter product out of place, an output-sized temporary: unsloth@0e0d8fc
     # kernels/utils.py matmul_lora `out += (X @ A.to(dtype)) @ (s * B.to(dtype))` (in place, `out.addmm_`, since
     # unsloth@4f16602), so LoRA_MLP.backward's DW = matmul_lora(dY, downW.t(), ...) holds two (T, I) tensors

@@ -215,6 +215,7 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
                   block_transient=round(step.block_transient * _tp_ratio(step, t) / c) + ring,
                   opt_temp=round(step.opt_temp * frac), held_grads=round(step.held_grads * frac),
                   head_grad=step.head_grad // t if last else 0, layer_grads=step.layer_grads // t,
+                  lowest_grads=0,  # the lowest-block position is modelled for data parallelism only
                   block_grads=step.block_grads // t,
                   lm_head_trainable=step.lm_head_trainable and last)
     return replace(out, phases=phase_breakdowns(out, contributors))

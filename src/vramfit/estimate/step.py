@@ -22,6 +22,7 @@ from vramfit.estimate.constants import (
 from vramfit.estimate.core import (
     Parts,
     _ds_mixed,
+    autocast_block_copies,
     autocast_copies,
     comm_buffers,
     model_state,
@@ -53,6 +54,7 @@ class Activations:
     host: int  # offloaded block inputs
     tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
+    lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
 
     @property
     def total(self) -> int:
@@ -78,6 +80,8 @@ class Step:
     head_grad: int  # the output layer's weight gradient
     layer_grads: int  # one block's weight gradients during its backward
     lm_head_trainable: bool
+    lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
+    lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
@@ -132,10 +136,15 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         blocks, recompute = L * block_in, per_layer
     else:  # offload: block inputs in host memory; on the GPU as many as the profile says
         blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer, L * block_in
+    # the lowest block's backward: the blocks above have consumed what they kept; offloaded inputs come back a
+    # fixed number at a time (profile.offload_ckpt_block_tensors), less the next block's prefetched input,
+    # which the lowest block does not have (profile.offload_ckpt_prefetched)
+    lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
+              if ck is Checkpointing.OFFLOAD else blocks // L)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
-        tower, tower_recompute,
+        tower, tower_recompute, lowest + tower,
     )
 
 
@@ -153,8 +162,8 @@ def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
 
 
 def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
-                     lm_head_trainable: bool) -> tuple[int, int, int]:
-    """(held between micro-batches, the output layer's, one block's) gradient bytes."""
+                     lm_head_trainable: bool) -> tuple[int, int, int, int]:
+    """(held between micro-batches, the output layer's, one block's, in the lowest block's backward) gradient bytes."""
     in_bwd = sc.optimizer_in_backward
     held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
@@ -174,7 +183,36 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # the replayed offloaded step frees nothing as backward proceeds (its block inputs are on the host), so its
         # high point is the last block's backward, with every other block's gradients made (estimate/unsloth.py)
         layer_grads = parts.gradients
-    return held, head_grad, layer_grads
+    return held, head_grad, layer_grads, _lowest_block_grads(spec, sc, profile, parts, grad_bytes_per, held)
+
+
+def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts, grad_bytes_per: int,
+                        held: int) -> int:
+    """Gradients alive inside the lowest block's backward: every one but the input embedding's.
+
+    Autograd runs the blocks' backward from the top down, and each parameter's ``.grad`` is set when its
+    AccumulateGrad node runs (torch/csrc/autograd/functions/accumulate_grad.h), so by the lowest block every
+    block above, the final norm and the output layer have theirs; the input embedding's
+    (embedding_dense_backward) comes after it. Tied embeddings: the shared weight's gradient already exists,
+    from the output layer's matmul backward (a fused loss makes it in forward), so nothing is left out; its
+    second share meets it at the end of backward (``BACKWARD_END_TIED``). Of the lowest block's own, only the
+    MLP's output linear has its gradient at the block phase's moment (the MLP backward, with the whole recompute
+    alive and the working set of the next linears): the simulator traces 966,986,752 B for Qwen2.5-0.5B,
+    every gradient but layer 0's gate, up, attention and norm ones. 0 when nothing grows during backward:
+    gradients held between micro-batches (all exist from the start) or freed as made (optimizer in backward)."""
+    if held or sc.optimizer_in_backward or not parts.num_trainable:
+        return 0
+    later = 0
+    if sc.method is Method.FULL:
+        mlp = [x for x in spec.block_linears if x.group in ("mlp", "expert") and not x.layers]
+        first = next((x for x in mlp if x.out_features == spec.hidden_size), None)
+        later = sum(round_allocation(x.params * grad_bytes_per) for x in spec.block_linears
+                    if x is not first and not x.layers)
+        if not spec.tie_word_embeddings:
+            later += round_allocation(spec.embedding_params * grad_bytes_per)
+    # a trained vision tower runs its backward after the language model's (estimate/vision.py)
+    later += vision.tower_grads_pending(spec, sc, profile)
+    return max(0, parts.gradients - later)
 
 
 def _grad_dtype_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
@@ -233,9 +271,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
-    autocast_fwd = autocast_kept = 0
+    autocast_fwd = autocast_kept = lowest_autocast = 0
     if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, *_DS):
         autocast_fwd, autocast_kept = autocast_copies(spec, sc)
+        lowest_autocast = autocast_block_copies(spec, sc)
     loss = loss_memory(spec, sc, profile)
     tb = act.block_backward_transient(spec, sc, profile)
     dequant = _dequant(spec, sc, profile)
@@ -245,10 +284,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
-    held, head_grad, layer_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
+    held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
-        held, head_grad, layer_grads, lm_head_trainable, card=card, fetch_copy=zero3_fetch_copies(spec, sc, profile),
-        block_grads=_fsdp_block_grads(spec, sc, profile),
+        held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
+        fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

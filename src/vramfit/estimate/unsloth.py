@@ -30,6 +30,7 @@ UNSLOTH_2024_12 = FrameworkVersion(
         # prepare_model_for_kbit_training, use_reentrant=True), held by its AccumulateGrad node (torch
         # csrc/autograd/functions/accumulate_grad.h `Variable variable`) until backward ends. No prefetched input.
         ("offload_ckpt_block_tensors", 3),
+        ("offload_ckpt_prefetched", 0),
         ("lora_product_temporary", True),
         ("rope_cache_per_layer", True),
         ("step_allocation_order", True),
@@ -57,6 +58,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     rmsnorm_kernel=True,
     lora_fused_autograd=True,
     offload_ckpt_block_tensors=5,
+    offload_ckpt_prefetched=0,  # the input comes back into one GPU_BUFFER when its block's backward starts
     # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
