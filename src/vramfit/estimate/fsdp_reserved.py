@@ -71,18 +71,21 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
     (embeddings, final norm, output layer).
     """
     L, b = spec.num_hidden_layers, sc.precision.param_bytes
+    # each linear's and adapter's tensors once, not once per layer: a layer only decides which apply
+    linears = [(spec.layers_of(lin), [_weight_bytes(lin, sc)] * lin.count
+                + [lin.out_features * b] * (lin.count if lin.bias else 0)) for lin in spec.block_linears]
+    per_layer = [(ad.layers or L, [(t.numel * adapter_elem_bytes,) for t in ad.tensors(sc.lora_rank, L)
+                                   for _ in range(ad.per_layer)]) for ad in adapters if ad.per_layer]
+    norms = [spec.block_norm_params * b] if spec.block_norm_params else []
     units: list[tuple[int, ...]] = []
+    block: tuple[int, ...] | None = None
     for layer in range(L):
-        for ad in adapters:
-            if ad.per_layer and layer < (ad.layers or L):
-                for t in ad.tensors(sc.lora_rank, L):
-                    units.extend([(t.numel * adapter_elem_bytes,)] * ad.per_layer)
-        tensors = [spec.block_norm_params * b] if spec.block_norm_params else []
-        for lin in spec.block_linears:
-            if layer < spec.layers_of(lin):
-                tensors += [_weight_bytes(lin, sc)] * lin.count
-                tensors += [lin.out_features * b] * (lin.count if lin.bias else 0)
-        units.append(tuple(tensors))
+        for layers, ad_units in per_layer:
+            if layer < layers:
+                units.extend(ad_units)
+        if block is None or any(layers == layer for layers, _ in linears):  # the block's linears change here
+            block = tuple(norms + [n for layers, sizes in linears if layer < layers for n in sizes])
+        units.append(block)
     units += [(t.numel * adapter_elem_bytes,) for ad in adapters if not ad.per_layer
               for t in ad.tensors(sc.lora_rank, L)]  # adapters on lm_head / embed_tokens
     root = (spec.embedding_params * b, spec.final_norm_params * b, spec.lm_head_params * b)
