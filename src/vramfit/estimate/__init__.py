@@ -61,7 +61,7 @@ def _experts_note(sc: Scenario, prof) -> str:
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
-def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
+def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
@@ -115,7 +115,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
         from vramfit.estimate.ranks import layout_note
 
         out.append(layout_note(sc, r.ranks))
-    note = length_variation_note(r, reserved)
+    note = length_variation_note(r, reserved, events)
     if note:
         out.append(note)
     return out + fsdp_reserved_notes(r, reserved)
@@ -211,14 +211,15 @@ def estimate_spec(
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
-    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
+    events = step_transients(r)
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events)
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
-    assumptions = list(notes) + _assumptions(sc, r, spec, reserved) + ([fc.note()] if fc is not None else [])
+    assumptions = list(notes) + _assumptions(sc, r, spec, reserved, events) + ([fc.note()] if fc is not None else [])
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
