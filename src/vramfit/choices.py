@@ -32,17 +32,17 @@ class Precision(_Choice):
 
     @property
     def mixed(self) -> bool:
-        return self in (Precision.BF16_MIXED, Precision.FP16_MIXED)
+        return self in _MIXED
 
     @property
     def param_bytes(self) -> int:
         """Bytes per element of the stored (trainable) weights: fp32 master for ``-mixed``."""
-        return 2 if self in (Precision.BF16_TRUE, Precision.FP16_TRUE) else 4
+        return 2 if self in _TRUE_16 else 4
 
     @property
     def compute_bytes(self) -> int:
         """Bytes per element of activations (autocast dtype for ``-mixed``)."""
-        return 4 if self is Precision.FP32 else 2
+        return 4 if self is _FP32 else 2
 
     @property
     def meaning(self) -> str:
@@ -54,6 +54,13 @@ class Precision(_Choice):
             return (f"fp32 weights (the master copy), gradients and optimizer states; {half} autocast compute "
                     "(full fine-tuning with AdamW: 16 B per parameter)")
         return f"{half} weights, gradients and optimizer states, no fp32 master copy (full fine-tuning with AdamW: 8 B per parameter)"
+
+
+# the members as module constants: the properties above run several times per estimate, and a class
+# attribute lookup of an enum member goes through Enum's descriptor (Python 3.11 enum.py)
+_MIXED = (Precision.BF16_MIXED, Precision.FP16_MIXED)
+_TRUE_16 = (Precision.BF16_TRUE, Precision.FP16_TRUE)
+_FP32 = Precision.FP32
 
 
 class Quantize(_Choice):

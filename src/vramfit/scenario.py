@@ -14,6 +14,7 @@ import copy
 import math
 from dataclasses import dataclass, fields
 from enum import Enum
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,17 +149,17 @@ class Scenario:
         # one level, no deep copy (dataclasses.asdict recursed into every value: a fifth of a web
         # request's time); nested values are copied where they are containers
         out: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "deepspeed_config" and v is not None:
-                v = v.to_dict()
-            elif isinstance(v, Enum):
+        for name in _field_names():
+            v = getattr(self, name)
+            if isinstance(v, Enum):
                 v = v.value
+            elif name == "deepspeed_config" and v is not None:
+                v = v.to_dict()
             elif isinstance(v, (tuple, list)):
                 v = [x.value if isinstance(x, Enum) else x for x in v]
             elif isinstance(v, dict):
                 v = copy.deepcopy(v)
-            out[f.name] = v
+            out[name] = v
         return out
 
     def replace(self, **changes: Any) -> Scenario:
@@ -408,6 +409,12 @@ def fraction(key: str, value: Any, lo_open: bool) -> float:
         rng = "above 0 and at most 1" if lo_open else "from 0 up to (not including) 1"
         raise ScenarioError(key, f"must be a fraction {rng}, got {shown(value)}")
     return out
+
+
+@cache
+def _field_names() -> tuple[str, ...]:
+    """The scenario's keys in declaration order (``dataclasses.fields`` rebuilds them on every call)."""
+    return tuple(f.name for f in fields(Scenario))
 
 
 def parse_scenario(data: Any) -> Scenario:

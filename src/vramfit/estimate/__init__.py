@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
@@ -62,7 +61,7 @@ def _experts_note(sc: Scenario, prof) -> str:
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
-def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
+def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
@@ -116,7 +115,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0) -> list[str]:
         from vramfit.estimate.ranks import layout_note
 
         out.append(layout_note(sc, r.ranks))
-    note = length_variation_note(r, reserved)
+    note = length_variation_note(r, reserved, events)
     if note:
         out.append(note)
     return out + fsdp_reserved_notes(r, reserved)
@@ -212,50 +211,68 @@ def estimate_spec(
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
-    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, step_transients(r))
+    events = step_transients(r)
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events)
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
-    A, R, D, P = "allocated", "reserved", "device", Phase
-    comps = [
-        Component("weights", parts.weights, P.PERSISTENT, A, "16-bit or fp32 model weights held on this GPU"),
-        Component("quantized_base", parts.quantized_base, P.PERSISTENT, A, f"{sc.quantize.value} storage of the frozen linears"),
-        Component("adapters", parts.adapters, P.PERSISTENT, A, "LoRA A and B matrices"),
-        Component("master_weights", parts.master_weights, P.PERSISTENT, A, "fp32 master copy of trainable weights"
-                  + (" and ZeRO-3's fp32 sub-group gradient buffer" if sc.parallelism.value == "zero3" else "")),
-        Component("gradients", parts.gradients, P.ACCUMULATION if sc.grad_accum > 1 else P.BACKWARD, A, "gradients of trainable parameters"),
-        Component("optimizer_state", parts.optimizer_state, P.AFTER_FIRST_STEP, A, f"{sc.optimizer.value} state"),
-        Component("paged_optimizer_state", parts.paged_optimizer_state, P.AFTER_FIRST_STEP, D, "bitsandbytes paged state in CUDA managed memory"),
-        Component("activations", parts.activations, P.FORWARD_BACKWARD, A, "tensors saved for backward (all blocks, final norm)"),
-        Component("autocast_copies", parts.autocast_copies, P.FORWARD_BACKWARD, A, "16-bit weight copies made by autocast"),
-        Component("logits_loss", parts.logits_loss, P.TRANSIENT, A, r.loss.detail),
-        Component("temporaries", parts.temporaries, P.TRANSIENT, A, "block backward working set / de-quantization / optimizer step"),
-        Component("comm_buffers", parts.comm_buffers, P.FORWARD_BACKWARD, A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
-        Component("workspaces", parts.workspaces, P.PERSISTENT, A, "cuBLAS and cuBLASLt workspaces"),
-        Component("rope_cache", 0, P.PERSISTENT, A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
-        Component("allocator_overhead", reserved - allocated, P.PROCESS, R, "caching allocator: reserved but not allocated"),
-        Component("cuda_context", ctx, P.PROCESS, D, "CUDA context and kernels (outside PyTorch)"),
-        Component("nccl", nccl, P.PROCESS, D, "NCCL communication buffers"),
-    ]
-    # one size per component: what is alive at the peak (the per-phase breakdowns show how each
-    # changes across the step); so the allocated components sum to the allocated peak
-    at_peak = breakdowns[peak_phase]
-    comps = [replace(c, bytes=at_peak.get(c.name, 0)) if c.counted_in == A else c for c in comps]
-    from vramfit.estimate.stages import COMPONENTS
-
-    comps[-3:-3] = [Component(n, at_peak.get(n, 0), COMPONENTS[n][0], A, COMPONENTS[n][1]) for n in COMPONENTS]
-    comps = [c for c in comps if c.bytes]
-    assumptions = list(notes) + _assumptions(sc, r, spec, reserved) + ([fc.note()] if fc is not None else [])
+    comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
+    assumptions = list(notes) + _assumptions(sc, r, spec, reserved, events) + ([fc.note()] if fc is not None else [])
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
         peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items()))),
-        components=tuple(comps),
+        components=comps,
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
         accuracy=accuracy_for(sc),
         ranks=r.ranks,
     )
+
+
+_A = "allocated"
+# the components of the step in report order: name, phase (None: worked out per scenario), the first
+# counter that sees it, detail (None: worked out per scenario)
+_STEP_COMPONENTS = (
+    ("weights", Phase.PERSISTENT, _A, "16-bit or fp32 model weights held on this GPU"),
+    ("quantized_base", Phase.PERSISTENT, _A, None),
+    ("adapters", Phase.PERSISTENT, _A, "LoRA A and B matrices"),
+    ("master_weights", Phase.PERSISTENT, _A, None),
+    ("gradients", None, _A, "gradients of trainable parameters"),
+    ("optimizer_state", Phase.AFTER_FIRST_STEP, _A, None),
+    ("paged_optimizer_state", Phase.AFTER_FIRST_STEP, "device", "bitsandbytes paged state in CUDA managed memory"),
+    ("activations", Phase.FORWARD_BACKWARD, _A, "tensors saved for backward (all blocks, final norm)"),
+    ("autocast_copies", Phase.FORWARD_BACKWARD, _A, "16-bit weight copies made by autocast"),
+    ("logits_loss", Phase.TRANSIENT, _A, None),
+    ("temporaries", Phase.TRANSIENT, _A, "block backward working set / de-quantization / optimizer step"),
+    ("comm_buffers", Phase.FORWARD_BACKWARD, _A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
+    ("workspaces", Phase.PERSISTENT, _A, "cuBLAS and cuBLASLt workspaces"),
+    ("rope_cache", Phase.PERSISTENT, _A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
+)
+
+
+def _components(sc: Scenario, r: Step, at_peak: dict[str, int], slack: int, ctx: int, nccl: int) -> tuple[Component, ...]:
+    """The non-zero components. One size per allocated component: what is alive at the peak (``at_peak``;
+    the per-phase breakdowns show how each changes across the step), so they sum to the allocated peak;
+    then the allocator's ``slack``, the CUDA context and NCCL."""
+    from vramfit.estimate.stages import COMPONENTS
+
+    detail = {
+        "quantized_base": f"{sc.quantize.value} storage of the frozen linears",
+        "master_weights": "fp32 master copy of trainable weights"
+        + (" and ZeRO-3's fp32 sub-group gradient buffer" if sc.parallelism.value == "zero3" else ""),
+        "optimizer_state": f"{sc.optimizer.value} state",
+        "logits_loss": r.loss.detail,
+    }
+    grads = Phase.ACCUMULATION if sc.grad_accum > 1 else Phase.BACKWARD
+    sizes = dict(at_peak, paged_optimizer_state=r.parts.paged_optimizer_state)  # paged: device figure only
+    out = [Component(name, sizes[name], phase or grads, where, text if text is not None else detail[name])
+           for name, phase, where, text in _STEP_COMPONENTS if sizes.get(name)]
+    out += [Component(n, at_peak[n], COMPONENTS[n][0], _A, COMPONENTS[n][1]) for n in COMPONENTS if at_peak.get(n)]
+    tail = (("allocator_overhead", slack, "reserved", "caching allocator: reserved but not allocated"),
+            ("cuda_context", ctx, "device", "CUDA context and kernels (outside PyTorch)"),
+            ("nccl", nccl, "device", "NCCL communication buffers"))
+    return tuple(out + [Component(n, b, Phase.PROCESS, where, text) for n, b, where, text in tail if b])

@@ -27,8 +27,10 @@ def round_allocation(nbytes: int) -> int:
     """
     if nbytes <= 0:
         return 0
-    m = K_MIN_BLOCK_SIZE.value
-    return max(m, -(-nbytes // m) * m)
+    return -(-nbytes // _MIN_BLOCK) * _MIN_BLOCK  # >= one block for any nbytes > 0
+
+
+_MIN_BLOCK = K_MIN_BLOCK_SIZE.value  # read once: round_allocation runs ~100 times per estimate
 
 
 def segment_size(nbytes: int) -> int:
@@ -160,7 +162,7 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     return ev
 
 
-def length_variation_note(r, reserved: int) -> str | None:
+def length_variation_note(r, reserved: int, events: list[int] | None = None) -> str | None:
     """The assumption to state when the loss's tensors hold most of the transient segments: their
     size is tokens x vocabulary, so the reserved figure then depends on how batch lengths vary.
 
@@ -170,10 +172,11 @@ def length_variation_note(r, reserved: int) -> str | None:
     for its loss tensors while the shorter batches' segments stay; shorter batches split cached blocks
     and add nothing. Fixed-length (packed or padded) batches replay the same sizes every step.
     Stated when those segments are more than half the transient ones and at least 1 % of ``reserved``
-    (a presentation threshold: below it the dependence is within the figure's rounding).
+    (a presentation threshold: below it the dependence is within the figure's rounding). ``events``: the
+    step's :func:`step_transients`, when the caller already has them.
     """
     loss_reserved = transient_reserved(step_transients(r, loss_only=True))[1]
-    total = transient_reserved(step_transients(r))[1]
+    total = transient_reserved(step_transients(r) if events is None else events)[1]
     if 2 * loss_reserved <= total or 100 * loss_reserved < reserved:
         return None
     return (

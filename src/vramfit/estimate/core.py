@@ -172,17 +172,17 @@ def _ds_mixed(sc: Scenario) -> bool:
 
 def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> int:
     """Gradients and optimizer state of the trainable tensors; returns the optimizer's host bytes."""
-    ds_mixed = _ds_mixed(sc)
+    fp32_states = _ds_mixed(sc) or (sc.precision.mixed and sc.method is Method.FULL)
     opt_host = 0
     for t, dtype_bytes in trainable:
         p.num_trainable += t.total
         grad = round_allocation(t.numel * dtype_bytes) * t.count
         p.gradients += shard(grad, shd.grads)
-        state_bytes = 4 if ds_mixed else (4 if sc.precision.mixed and sc.method is Method.FULL else dtype_bytes)
-        st = optimizer_state_bytes(t, sc.optimizer, state_bytes)
-        p.optimizer_state += shard(st.device_bytes, shd.optimizer)
+        st = optimizer_state_bytes(t, sc.optimizer, 4 if fp32_states else dtype_bytes)
+        device = shard(st.device_bytes, shd.optimizer)
+        p.optimizer_state += device
         p.paged_optimizer_state += shard(st.paged_bytes, shd.optimizer)
-        opt_host += shard(st.device_bytes, shd.optimizer)
+        opt_host += device
     return opt_host
 
 

@@ -41,9 +41,10 @@ Not modelled: FSDP1's cast of the unsharded gradient to a different ``reduce_dty
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
-from vramfit.scenario import Method, Offload, Parallelism, Quantize
+from vramfit.scenario import Method, Offload, Parallelism, Precision, Quantize
 
 UNSHARD_STREAM = 1  # any stream other than the default stream 0
 
@@ -71,18 +72,22 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
     (embeddings, final norm, output layer).
     """
     L, b = spec.num_hidden_layers, sc.precision.param_bytes
+    # each linear's and adapter's tensors once, not once per layer: a layer only decides which apply
+    linears = [(spec.layers_of(lin), [_weight_bytes(lin, sc)] * lin.count
+                + [lin.out_features * b] * (lin.count if lin.bias else 0)) for lin in spec.block_linears]
+    per_layer = [(ad.layers or L, [(t.numel * adapter_elem_bytes,) for t in ad.tensors(sc.lora_rank, L)
+                                   for _ in range(ad.per_layer)]) for ad in adapters if ad.per_layer]
+    norms = [spec.block_norm_params * b] if spec.block_norm_params else []
+    changes = {layers for layers, _ in linears}  # the layers where the block's set of linears changes
     units: list[tuple[int, ...]] = []
+    block: tuple[int, ...] | None = None
     for layer in range(L):
-        for ad in adapters:
-            if ad.per_layer and layer < (ad.layers or L):
-                for t in ad.tensors(sc.lora_rank, L):
-                    units.extend([(t.numel * adapter_elem_bytes,)] * ad.per_layer)
-        tensors = [spec.block_norm_params * b] if spec.block_norm_params else []
-        for lin in spec.block_linears:
-            if layer < spec.layers_of(lin):
-                tensors += [_weight_bytes(lin, sc)] * lin.count
-                tensors += [lin.out_features * b] * (lin.count if lin.bias else 0)
-        units.append(tuple(tensors))
+        for layers, ad_units in per_layer:
+            if layer < layers:
+                units.extend(ad_units)
+        if block is None or layer in changes:
+            block = tuple(norms + [n for layers, sizes in linears if layer < layers for n in sizes])
+        units.append(block)
     units += [(t.numel * adapter_elem_bytes,) for ad in adapters if not ad.per_layer
               for t in ad.tensors(sc.lora_rank, L)]  # adapters on lm_head / embed_tokens
     root = (spec.embedding_params * b, spec.final_norm_params * b, spec.lm_head_params * b)
@@ -165,6 +170,28 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=256)
+def _replay_host_wrap(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int, group: int,
+                      host: bool) -> tuple[int, int]:
+    """(shards allocated, reserved with the all-gather segments) of :func:`replay_wrap`: a pure function of
+    the architecture and the scenario keys ``wrap_units`` reads, so it is worked out once per combination
+    (an estimate asks twice: for the figure and for its note)."""
+    sc = _WrapKeys(quantize, method, precision, lora_rank)
+    units = wrap_units(spec, sc, adapters, adapter_elem)
+    shards, _ = replay_wrap(units, group, precision.param_bytes, (), host)
+    _, reserved = replay_wrap(units, group, precision.param_bytes, gathered_units(spec, sc, units), host)
+    return shards, reserved
+
+
+class _WrapKeys(NamedTuple):
+    """The scenario keys :func:`wrap_units` and :func:`_weight_bytes` read."""
+
+    quantize: Quantize
+    method: Method
+    precision: Precision
+    lora_rank: int
+
+
 def host_wrap_floor(r) -> int:
     """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
     (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
@@ -173,10 +200,9 @@ def host_wrap_floor(r) -> int:
         return 0
     from vramfit.estimate.framework import adapter_bytes
 
-    units = wrap_units(r.spec, sc, r.adapters, adapter_bytes(r.profile, sc.precision))
-    elem, host = sc.precision.param_bytes, sc.offload is Offload.OPTIMIZER_PARAMS
-    shards, _ = replay_wrap(units, sc.shard_group, elem, (), host)
-    _, reserved = replay_wrap(units, sc.shard_group, elem, gathered_units(r.spec, sc, units), host)
+    shards, reserved = _replay_host_wrap(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
+                                         adapter_bytes(r.profile, sc.precision), sc.shard_group,
+                                         sc.offload is Offload.OPTIMIZER_PARAMS)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 

@@ -7,6 +7,7 @@ this one inventory, so tied embeddings, fused projections and MoE experts are ha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from vramfit.errors import ScenarioError
 from vramfit.models.spec import Linear, ModelSpec
@@ -29,10 +30,7 @@ class ParamTensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return prod(self.shape)
 
     @property
     def total(self) -> int:
