@@ -5,11 +5,11 @@ import dataclasses
 from vramfit.estimate import estimate
 from vramfit.estimate.framework import adapter_bytes
 from vramfit.estimate.fsdp_reserved import (
+    SYNC_BUCKET_BYTES,
     fsdp_reserved,
     gathered_units,
     gradient_pool,
     host_wrap_floor,
-    SYNC_BUCKET_BYTES,
     replay_wrap,
     sync_buckets,
     wrap_units,
