@@ -2,7 +2,12 @@
 (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp; shared/design/cuda-memory-facts.md section 1)."""
 
 from vramfit.estimate import estimate, resolve_spec
-from vramfit.estimate.allocator import length_variation_note, step_transients, transient_reserved
+from vramfit.estimate.allocator import (
+    length_variation_note,
+    nograd_mlp_bytes,
+    step_transients,
+    transient_reserved,
+)
 from vramfit.estimate.step import compute
 from vramfit.scenario import parse_scenario
 
@@ -76,3 +81,20 @@ def test_length_variation_is_stated_when_loss_tensors_dominate():
     assert any(a.startswith("Reserved memory assumes") for a in estimate(LORA).assumptions)
     # Liger's fused loss keeps only chunk-sized tensors: not stated
     assert not any(a.startswith("Reserved memory assumes") for a in estimate({**LORA, "loss": "fused"}).assumptions)
+
+
+def test_the_checkpointed_no_grad_mlp_leaves_segments_the_loss_cannot_reuse():
+    # Llama-3.1-8B, 2048 tokens, full checkpointing: act_fn(gate), up and their product are 2048 x 14336
+    # bf16 = 56 MiB each, live at once in the no-grad forward; cached, none can serve a 1002 MiB fp32 loss
+    # tensor, so their 3 x 56 MiB stay reserved beside the loss's segments
+    assert nograd_mlp_bytes(_step(**LORA)) == 0  # no checkpointing: those tensors are saved activations
+    ckpt = _step(**LORA, gradient_checkpointing="full")
+    assert nograd_mlp_bytes(ckpt) == 2048 * 14336 * 2 == 56 * MiB
+    ev = step_transients(ckpt)
+    assert ev[:6] == [56 * MiB] * 3 + [-1, -2, -3]
+    assert transient_reserved(ev) == (3 * 1002 * MiB, 3 * 1002 * MiB + 502 * MiB + 3 * 56 * MiB)
+    # a micro-batch of 2: the working set doubles (3 x 112 MiB), still under one loss tensor; with the
+    # 1002 MiB bf16 logits segment (2 x 501, already a 2 MiB multiple) it is what stays cached
+    two = step_transients(_step(**LORA, gradient_checkpointing="full", micro_batch_size=2))
+    peak, reserved = transient_reserved(two)
+    assert reserved - peak == (1002 + 3 * 112) * MiB

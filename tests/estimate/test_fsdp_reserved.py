@@ -5,11 +5,13 @@ import dataclasses
 from vramfit.estimate import estimate
 from vramfit.estimate.framework import adapter_bytes
 from vramfit.estimate.fsdp_reserved import (
+    SYNC_BUCKET_BYTES,
     fsdp_reserved,
     gathered_units,
     gradient_pool,
     host_wrap_floor,
     replay_wrap,
+    sync_buckets,
     wrap_units,
 )
 from vramfit.estimate.step import compute
@@ -55,8 +57,8 @@ def test_units_follow_the_wrapping_order_of_lora_leaves_then_block_then_root():
     per_block = 6 * 2 + 1  # an A and a B unit per adapted linear, then the block
     assert len(units) == 32 * per_block + 1
     block = units[per_block - 1]
-    assert block[0] == 2 * h * 2  # the two RMSNorm weights (bf16)
-    assert sorted(block[1:]) == sorted([h * h * 2] * 4 + [h * f * 2] * 3)  # q k v o, gate up down
+    assert block[-1] == 2 * h * 2  # the two RMSNorm weights (bf16), last in module.parameters() order
+    assert block[:-1] == (h * h * 2,) * 4 + (h * f * 2,) * 3  # q k v o, gate up down
     a = [64 * h * 2] * 5 + [64 * f * 2]  # lora_A (r x in): q k v gate up, down
     b = [h * 64 * 2] * 3 + [f * 64 * 2] * 2 + [h * 64 * 2]  # lora_B (out x r)
     assert sorted(u[0] for u in units[:per_block - 1]) == sorted(a + b)
@@ -67,7 +69,44 @@ def test_units_follow_the_wrapping_order_of_lora_leaves_then_block_then_root():
 def test_the_4bit_block_flattens_packed_codes_only():
     r = compute(LLAMA2, _sc(method="qlora", quantize="nf4-dq"))
     units = wrap_units(LLAMA2, r.sc, r.adapters, adapter_bytes(r.profile, r.sc.precision))
-    assert sum(units[12][1:]) == (4 * 4096 * 4096 + 3 * 4096 * 11008) // 2  # Params4bit: two codes a byte
+    assert sum(units[12][:-1]) == (4 * 4096 * 4096 + 3 * 4096 * 11008) // 2  # Params4bit: two codes a byte
+
+
+def test_sync_module_states_buckets_close_at_250_mib_and_copy_only_multi_tensor_buckets():
+    h, f = 4096 * 4096 * 2, 4096 * 11008 * 2  # bf16 q/k/v/o and gate/up/down of Llama-2-7B
+    # q k v o gate up = 128 + 172 MiB reaches 250 MiB: one 300 MiB copy; down + norms: an 86 MiB copy
+    assert sync_buckets((h,) * 4 + (f,) * 3 + (16384,), SYNC_BUCKET_BYTES) == [4 * h + 2 * f, f + 16384]
+    # the root: embed_tokens alone reaches 250 MiB (a view, nothing allocated); norm + lm_head are copied
+    emb = 32000 * 4096 * 2
+    assert sync_buckets((emb, 8192, emb), SYNC_BUCKET_BYTES) == [0, 8192 + emb]
+    # a 4-bit block (96.5 MiB) is one bucket the size of its flat parameter
+    assert sync_buckets((h // 4,) * 4 + (f // 4,) * 3, SYNC_BUCKET_BYTES) == [h + 3 * f // 4]
+
+
+def test_broadcast_buckets_leave_segments_a_larger_flat_parameter_cannot_reuse():
+    # two 20 MiB tensors under a 16 MiB limit: buckets [20] (a view) and [20]: no copy, nothing added
+    assert replay_wrap(((20 * MiB, 20 * MiB),), 2, 2, (), False, 16 * MiB) == replay_wrap(((20 * MiB, 20 * MiB),), 2, 2)
+    # three 20 MiB tensors under a 32 MiB limit: a 40 MiB copy (two tensors) then [20] (a view); the 60 MiB
+    # flat parameter cannot use the cached 40 MiB block (a segment of its own), the 30 MiB shard then splits
+    # it: originals 60 + bucket 40 + flat 60 = 160 MiB reserved, against 150 without the broadcast
+    units = ((20 * MiB,) * 3,)
+    assert replay_wrap(units, 2, 2)[1] == 150 * MiB
+    assert replay_wrap(units, 2, 2, (), False, 32 * MiB)[1] == 160 * MiB
+
+
+def test_an_offloaded_unshard_copies_the_shard_in_on_a_third_stream():
+    # gathering a 60 MiB unit whose 30 MiB shard is on the host: the shard copy (pre-unshard stream) and
+    # the 60 MiB unsharded parameter (unshard stream) open segments the wrap residue cannot serve
+    assert replay_wrap(((30 * MiB, 30 * MiB),), 2, 2, (60 * MiB,), True) == (60 * MiB, 240 * MiB)
+
+
+def test_the_profile_says_which_wrap_broadcasts():
+    sc = _sc(framework="hf", framework_version="transformers-4.44+peft-0.11")  # the Answer.AI LoRA rows
+    r = compute(LLAMA2, sc)
+    assert r.profile.fsdp1_sync_module_states
+    quiet = dataclasses.replace(r, profile=dataclasses.replace(r.profile, fsdp1_sync_module_states=False))
+    # the 16-bit blocks' 300 MiB buckets stay cached beside the flat parameters
+    assert host_wrap_floor(r) > host_wrap_floor(quiet)
 
 
 def test_the_estimate_never_reserves_less_than_the_floor_and_only_where_fsdp1_wraps_from_host():

@@ -109,14 +109,15 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     """The big tensors one micro-batch frees again, as :func:`transient_reserved` events, in the order
     the step makes them (``r``: a :class:`vramfit.estimate.step.Step`).
 
-    Forward: autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
+    Forward: under full checkpointing the no-grad MLP working set (:func:`nograd_mlp_bytes`), then
+    autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
     then the loss's saved tensors and its forward working set; backward: the loss gradient (the
     saved tensors freed after it), the de-quantized weight again. The loss figures are sums of
     tensors of at most one fp32 logits row block (``4 * tokens * vocab``), so each is cut into
     tensors of that size plus a remainder: a cached fp32 block serves the next fp32 request, a
     smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
     largest weight; the de-quantized weight is one tensor.
-    Not replayed: activations and gradients (their rounding is counted per tensor elsewhere) and the
+    Not replayed: saved activations and gradients (their rounding is counted per tensor elsewhere) and the
     optimizer's foreach temporaries: replayed, those reuse cached loss blocks once the micro-batch
     makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
     effect, but the planner's search assumes memory grows with the micro-batch).
@@ -148,6 +149,8 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
         ev.extend(-k for k in ks)
 
     other = 0 if loss_only else 1
+    mlp = other * nograd_mlp_bytes(r)
+    free(alloc((3 if r.spec.gated_mlp else 2) * mlp, mlp))  # the checkpointed no-grad MLP working set
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
     kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
@@ -160,6 +163,26 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     free(alloc(other * r.dequant))
     free(kept)
     return ev
+
+
+def nograd_mlp_bytes(r) -> int:
+    """Bytes of one intermediate-size tensor of a dense block's MLP (0 unless every block is checkpointed).
+
+    Under full checkpointing the forward runs each block without grad, so nothing is saved and its
+    intermediates are freed as the block goes: transformers v4.40.0 models/llama/modeling_llama.py
+    LlamaMLP.forward ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` holds ``act_fn(gate)``, ``up`` and
+    their product (three ``tokens x intermediate_size`` tensors in the compute dtype) at once; a plain MLP
+    (models/gpt_neox/modeling_gpt_neox.py GPTNeoXMLP ``dense_4h_to_h(act(dense_h_to_4h(x)))``) two. Replayed before
+    the loss, their cached blocks are smaller than the loss's fp32 ``tokens x vocab`` tensors, which then open
+    segments of their own (benchmarks/data/measured/README.md, AAI_FSDPQLORA_2403: the reserved figure grows
+    past allocated with the micro-batch).
+    """
+    from vramfit.choices import Checkpointing
+
+    sc, spec = r.sc, r.spec
+    if sc.gradient_checkpointing is not Checkpointing.FULL or spec.num_experts:
+        return 0
+    return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * sc.precision.compute_bytes
 
 
 def length_variation_note(r, reserved: int, events: list[int] | None = None) -> str | None:

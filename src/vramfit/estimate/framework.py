@@ -116,6 +116,11 @@ class FrameworkProfile:
     # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
     # transients stay reserved (estimate/fsdp_reserved.py). FSDP2 engines shard on the meta device instead.
     fsdp1_host_wrap: bool = False
+    # that wrap runs with sync_module_states=True: rank 0 broadcasts each unit's moved tensors in coalesced
+    # buckets before flattening them (estimate/fsdp_reserved.py); AnswerDotAI/fsdp_qlora@4cd6923 train.py
+    # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
+    # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
+    fsdp1_sync_module_states: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -234,6 +239,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         quantizes_exact_linear_only=True,
         fsdp_mixed_casts_params=True,
         fsdp1_host_wrap=True,
+        fsdp1_sync_module_states=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and

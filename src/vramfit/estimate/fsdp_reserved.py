@@ -23,14 +23,25 @@ another ("Once freed, blocks can be re-allocated on the same stream, but not on 
    (``_typed_storage()._resize_(0)``); the moved originals die when ``managed_params`` goes out of scope.
    Each large request opens a segment of its own the first time; the freed ones stay cached
    (no ``empty_cache``), so ``memory_reserved`` after wrapping exceeds the shards by the largest units'
-   transients. ``sync_module_states``' broadcast bucket (``_sync_params_and_buffers``, <= 250 MiB) is
-   freed before the flat parameter of the same size is allocated, which reuses it: no segment of its own.
+   transients. With ``sync_module_states=True`` rank 0 first broadcasts the moved tensors
+   (_init_utils.py ``_sync_module_params_and_buffers`` -> ``_sync_params_and_buffers(...,
+   PARAM_BROADCAST_BUCKET_SIZE = 250 MiB)`` -> ``dist._broadcast_coalesced``): torch/csrc/distributed/c10d
+   comm.cpp ``broadcast_coalesced`` flattens each bucket into one tensor (``flatten_dense_tensors``) with
+   "a maximum of 2 in flight broadcast operations", and reducer.cpp ``compute_bucket_assignment_by_size``
+   closes a bucket once its size reaches the limit. A unit under 250 MiB (a 4-bit block) is one bucket the
+   size of its flat parameter, which then reuses it; a larger unit (a 16-bit 7B block, the root's embedding
+   and lm_head) leaves buckets in separate segments no later flat parameter of that size can reuse.
    Rank 0 is modelled (the rank the measurements report; the others ``to_empty`` the same tensors).
-   Which engines do this is profile data (``fsdp1_host_wrap``).
+   Which engines do this is profile data (``fsdp1_host_wrap``, ``fsdp1_sync_module_states``).
 3. All-gather pool. FSDP1 allocates each unit's padded unsharded flat parameter on its unshard stream
    (_runtime_utils.py ``_unshard``: ``with state._device_handle.stream(unshard_stream): handle.unshard()``,
    _flat_param.py ``_alloc_padded_unsharded_flat_param``): the root unit, gathered from forward to the end
-   of backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units open segments beside the wrap residue.
+   of backward, and ``FSDP_INFLIGHT_ALLGATHERS`` block units open segments beside the wrap residue. Under
+   ``CPUOffload(offload_params=True)`` each unshard first copies the host shard to the GPU on a third
+   stream (``_unshard``: ``with state._device_handle.stream(pre_unshard_stream): handle.pre_unshard()``;
+   _flat_param.py ``pre_unshard``: ``self.flat_param_to(self.device, non_blocking=True)``), freed once the
+   all-gather has read it (``_use_unsharded_flat_param`` rebinds ``flat_param.data``): that stream's pool
+   holds the largest shard copied (one at a time).
 
 The host-wrap floor is what 2 and 3 leave reserved before the first forward, plus the gradient pool of 1
 and the persistent bytes the units do not hold (e.g. 4-bit quantization states kept whole on the module).
@@ -47,6 +58,24 @@ from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.scenario import Method, Offload, Parallelism, Precision, Quantize
 
 UNSHARD_STREAM = 1  # any stream other than the default stream 0
+PRE_UNSHARD_STREAM = 2  # FSDP1's third stream (the offloaded shard's host-to-device copy)
+# torch v2.13.0 distributed/fsdp/_init_utils.py PARAM_BROADCAST_BUCKET_SIZE = int(250 * 1024 * 1024)
+SYNC_BUCKET_BYTES = 250 * 2**20
+SYNC_IN_FLIGHT = 2  # torch/csrc/distributed/c10d/comm.cpp broadcast_coalesced: max_in_flight = 2
+
+
+def sync_buckets(tensors: tuple[int, ...], limit: int) -> list[int]:
+    """Bytes each coalesced broadcast bucket of ``tensors`` (in parameter order) allocates: a bucket
+    closes once it reaches ``limit`` (reducer.cpp ``compute_bucket_assignment_by_size``: ``if (bucket.size
+    >= limit)``); a bucket of several tensors is copied into one (torch/csrc/utils/tensor_flatten.h
+    ``flatten_dense_tensors``: ``at::cat``), a bucket of one is a view of it (``tensors.size() == 1``): 0."""
+    out, cur, count = [], 0, 0
+    for n in tensors:
+        cur, count = cur + n, count + 1
+        if cur >= limit:
+            out.append(cur if count > 1 else 0)
+            cur, count = 0, 0
+    return out + [cur if count > 1 else 0] if count else out
 
 
 def _weight_bytes(lin, sc) -> int:
@@ -67,9 +96,10 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
 
     Per decoder block: each LoRA A/B tensor is a unit of its own (FSDP1 flattens tensors of uniform
     ``requires_grad`` only when ``use_orig_params=False``: _flat_param.py ``_validate_tensors_to_flatten``;
-    AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 474 wraps every trainable leaf), then the block (norms first:
-    ``_move_module_to_device`` walks the module breadth-first, then the linears and biases); last the root
-    (embeddings, final norm, output layer).
+    AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 474 wraps every trainable leaf), then the block in
+    ``module.parameters()`` order (the linears with their biases, then the norms: the order
+    ``sync_module_states`` buckets them in; the norms are small-pool blocks, so that ``_move_module_to_device``
+    moves them first does not change the large segments); last the root (embeddings, final norm, output layer).
     """
     L, b = spec.num_hidden_layers, sc.precision.param_bytes
     # each linear's and adapter's tensors once, not once per layer: a layer only decides which apply
@@ -86,7 +116,7 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
             if layer < layers:
                 units.extend(ad_units)
         if block is None or layer in changes:
-            block = tuple(norms + [n for layers, sizes in linears if layer < layers for n in sizes])
+            block = tuple([n for layers, sizes in linears if layer < layers for n in sizes] + norms)
         units.append(block)
     units += [(t.numel * adapter_elem_bytes,) for ad in adapters if not ad.per_layer
               for t in ad.tensors(sc.lora_rank, L)]  # adapters on lm_head / embed_tokens
@@ -97,16 +127,20 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
 
 @lru_cache(maxsize=1024)
 def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
-                gathered: tuple[int, ...] = (), shards_to_host: bool = False) -> tuple[int, int]:
+                gathered: tuple[int, ...] = (), shards_to_host: bool = False,
+                sync_bucket: int = 0) -> tuple[int, int]:
     """(allocated, reserved) after building ``units`` as FSDP1 does on rank 0 of ``group`` ranks
     (``elem``: bytes per flat-parameter element), then all-gathering ``gathered`` (bytes, held at once)
     on the unshard stream. ``shards_to_host``: ``CPUOffload(offload_params=True)`` moves each shard to the
-    CPU once built (_init_utils.py ``_init_param_handle_from_params``: ``handle.flat_param_to(cpu_device)``)."""
+    CPU once built (_init_utils.py ``_init_param_handle_from_params``: ``handle.flat_param_to(cpu_device)``)
+    and each all-gather first copies its shard in (module docstring, 3). ``sync_bucket``: the broadcast
+    bucket limit of ``sync_module_states`` (0: no broadcast)."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
     for tensors in units:
         originals = [a.malloc(n) for n in tensors]
+        _broadcast(a, sync_buckets(tensors, sync_bucket) if sync_bucket else [])
         total = sum(tensors)
         flat = a.malloc(total)
         kept = a.malloc(elem * -(-(total // elem) // group))  # this rank's shard
@@ -116,8 +150,21 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
         for block in originals:
             a.free(block)
     for n in gathered:
+        copy = a.malloc(elem * -(-(n // elem) // group), PRE_UNSHARD_STREAM) if shards_to_host else None
         a.malloc(n, UNSHARD_STREAM)
+        a.free(copy)
     return a.stats.allocated, a.stats.reserved
+
+
+def _broadcast(a, buckets: list[int]) -> None:
+    """Replay ``broadcast_coalesced``: each bucket's flat tensor lives until the bucket two later starts."""
+    live: list = []
+    for n in buckets:
+        if len(live) >= SYNC_IN_FLIGHT:
+            a.free(live.pop(0))
+        live.append(a.malloc(n))
+    for block in live:
+        a.free(block)
 
 
 def gathered_units(spec, sc, units: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -172,14 +219,14 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _replay_host_wrap(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int, group: int,
-                      host: bool) -> tuple[int, int]:
+                      host: bool, bucket: int) -> tuple[int, int]:
     """(shards allocated, reserved with the all-gather segments) of :func:`replay_wrap`: a pure function of
     the architecture and the scenario keys ``wrap_units`` reads, so it is worked out once per combination
     (an estimate asks twice: for the figure and for its note)."""
     sc = _WrapKeys(quantize, method, precision, lora_rank)
     units = wrap_units(spec, sc, adapters, adapter_elem)
-    shards, _ = replay_wrap(units, group, precision.param_bytes, (), host)
-    _, reserved = replay_wrap(units, group, precision.param_bytes, gathered_units(spec, sc, units), host)
+    shards, _ = replay_wrap(units, group, precision.param_bytes, (), host, bucket)
+    _, reserved = replay_wrap(units, group, precision.param_bytes, gathered_units(spec, sc, units), host, bucket)
     return shards, reserved
 
 
@@ -200,11 +247,13 @@ def host_wrap_floor(r) -> int:
         return 0
     from vramfit.estimate.framework import adapter_bytes
 
+    bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
     shards, reserved = _replay_host_wrap(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
                                          adapter_bytes(r.profile, sc.precision), sc.shard_group,
-                                         sc.offload is Offload.OPTIMIZER_PARAMS)
+                                         sc.offload is Offload.OPTIMIZER_PARAMS, bucket)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 
 
-__all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units", "gathered_units"]
+__all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
+           "gathered_units", "sync_buckets"]
