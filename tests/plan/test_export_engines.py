@@ -20,8 +20,6 @@ from vramfit.plan.export import export_plan
 
 def plan_rows() -> dict:
     """Plans of every shape the exports write (parallelism, offload, precision, method), by name."""
-    qwen = plan({"model": "Qwen/Qwen2.5-32B", "method": "lora", "seq_len": 8192},  # issue 11 item 1
-                gpu_ids=["h100-sxm"], effective_batch=16, dataset_tokens="100M").plans
     # issue 22: ZeRO-3's gathers past the prefetch bucket are timed, so 8 x H100 run Qwen2.5-32B faster with DDP;
     # Qwen2.5-72B still needs ZeRO-3 there
     qwen7 = plan({"model": "Qwen/Qwen2.5-7B", "method": "lora", "seq_len": 32768}, gpu_ids=["h100-sxm"],
