@@ -1,0 +1,80 @@
+"""Idefics3 / SmolVLM and InternVL towers: the described encoder block and projector hold exactly the
+parameters transformers builds on the meta device, and the estimate moves with the image's tiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vramfit.estimate import estimate
+from vramfit.models.hf_config import spec_from_hf_config
+
+TEXT = dict(model_type="llama", hidden_size=512, intermediate_size=1408, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=4, vocab_size=4096)
+SMOLVLM = dict(model_type="smolvlm", scale_factor=4, image_token_id=4000, text_config=TEXT,
+               vision_config=dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=3,
+                                  num_attention_heads=6, image_size=512, patch_size=16))
+INTERNVL = dict(model_type="internvl", image_token_id=4000, downsample_ratio=0.5,
+                text_config={**TEXT, "model_type": "qwen2"},
+                vision_config=dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=3,
+                                   num_attention_heads=6, image_size=[448, 448], patch_size=[14, 14],
+                                   use_qk_norm=True, norm_type="rms_norm"))
+
+
+def _meta(config):
+    torch = pytest.importorskip("torch")
+    from transformers import CONFIG_MAPPING, AutoModelForImageTextToText
+
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(CONFIG_MAPPING[config["model_type"]].from_dict(config))
+
+
+@pytest.mark.parametrize("config", [SMOLVLM, {**SMOLVLM, "model_type": "idefics3", "scale_factor": 2}, INTERNVL],
+                         ids=["smolvlm", "idefics3", "internvl"])
+def test_tower_block_and_projector_are_transformers_parameters(config):
+    model = _meta(config)
+    spec = spec_from_hf_config(config)
+    tower = spec.vision
+    layers = next(m for n, m in model.named_modules() if n.endswith("encoder.layers") or n.endswith("encoder.layer"))
+    assert tower.block.num_hidden_layers == len(layers) == 3
+    assert tower.block.block_params == sum(p.numel() for p in layers[0].parameters())
+    linears = {n.rsplit(".", 1)[-1]: m for n, m in model.named_modules()
+               if ("connector" in n or "multi_modal_projector" in n) and type(m).__name__ == "Linear"}
+    assert [x.name for x in tower.projector] == list(linears)
+    assert sum(x.params for x in tower.projector) == sum(p.numel() for m in linears.values() for p in m.parameters())
+    # the whole tower, connector and projector are vision parameters; the total is transformers'
+    vision = sum(p.numel() for n, p in model.named_parameters() if "text_model" not in n and "language_model" not in n
+                 and "lm_head" not in n)
+    assert spec.vision_params == vision
+    assert spec.num_params == sum(p.numel() for p in model.parameters())
+
+
+# (small image, large image, tower images of each): SmolVLM rescales the longest edge to 4 x 512 px
+# and splits it into 512-px sub-images plus the global one (1024 x 512 -> 4 x 2 + 1, 1024 x 1024 ->
+# 4 x 4 + 1); InternVL picks 448-px tiles by aspect ratio (400 x 400 -> 1, 1024 x 2048 -> 4 x 2 +
+# thumbnail: at equal aspect, more tiles while the image covers half their area)
+SIZES = {"smolvlm": ((512, 1024), (1024, 1024), 9, 17), "internvl": ((400, 400), (1024, 2048), 1, 9)}
+
+
+@pytest.mark.parametrize("config", [SMOLVLM, INTERNVL], ids=["smolvlm", "internvl"])
+def test_estimate_moves_with_the_image_tiles(config, tmp_path):
+    pytest.importorskip("torch")
+    from vramfit.estimate import vision
+    from vramfit.scenario import parse_scenario
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    (sh, sw), (lh, lw), n_small, n_large = SIZES[config["model_type"]]
+    base = {"model": str(path), "method": "full", "images_per_sample": 1, "seq_len": 256, "freeze_vision": "no"}
+    spec = spec_from_hf_config(config)
+    side = (512 // 16) ** 2 if config is SMOLVLM else (448 // 14) ** 2 + 1
+    for (h, w), n in (((sh, sw), n_small), ((lh, lw), n_large)):
+        img = vision.per_image(spec, parse_scenario({**base, "image_height": h, "image_width": w}))
+        assert img.vision_patches == n * side
+    small = estimate({**base, "image_height": sh, "image_width": sw})
+    large = estimate({**base, "image_height": lh, "image_width": lw})
+    frozen = estimate({**base, "image_height": lh, "image_width": lw, "freeze_vision": "yes"})
+    assert small.peak.allocated_bytes < large.peak.allocated_bytes
+    assert frozen.peak.allocated_bytes < large.peak.allocated_bytes
+    assert large.model.num_trainable_params == spec.num_params
