@@ -78,3 +78,23 @@ def test_estimate_moves_with_the_image_tiles(config, tmp_path):
     assert small.peak.allocated_bytes < large.peak.allocated_bytes
     assert frozen.peak.allocated_bytes < large.peak.allocated_bytes
     assert large.model.num_trainable_params == spec.num_params
+
+
+def test_a_vlm_without_a_tower_description_refuses_images(tmp_path):
+    """Llama 3.2 Vision reads its tiles through cross-attention layers, which the estimator does not
+    model: images are refused in one line naming the key, text-only estimates still run."""
+    pytest.importorskip("torch")
+    from transformers import MllamaConfig
+
+    from vramfit.errors import ScenarioError
+
+    cfg = MllamaConfig().to_dict()
+    cfg["text_config"].update(num_hidden_layers=4, cross_attention_layers=[1], hidden_size=512, intermediate_size=1024,
+                              num_attention_heads=8, num_key_value_heads=2)
+    cfg["vision_config"].update(num_hidden_layers=2, num_global_layers=1, hidden_size=256, intermediate_size=512,
+                                attention_heads=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert estimate({"model": str(path), "method": "full"}).peak.allocated_bytes > 0
+    with pytest.raises(ScenarioError, match="^images_per_sample: images of model_type 'mllama' are not modelled"):
+        estimate({"model": str(path), "method": "full", "images_per_sample": 1})

@@ -16,6 +16,8 @@ import dataclasses
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, resolve_adapters
+from vramfit.errors import ScenarioError
+from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec
 from vramfit.models.vlm_tokens import ImageTokens, image_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
@@ -23,9 +25,18 @@ from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Sc
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of one of the scenario's images; None without images."""
-    if spec.vision is None or not sc.images_per_sample:
+    if not sc.images_per_sample:
+        return None
+    if spec.vision is None:
+        if spec.vision_params:  # a vision-language checkpoint whose tower vramfit does not describe
+            raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
+                                f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
         return None
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
+
+
+# the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
+TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
