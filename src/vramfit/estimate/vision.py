@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from vramfit.errors import ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, resolve_adapters
-from vramfit.errors import ScenarioError
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec
 from vramfit.models.vlm_tokens import ImageTokens, image_tokens
