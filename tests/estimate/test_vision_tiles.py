@@ -98,3 +98,21 @@ def test_a_vlm_without_a_tower_description_refuses_images(tmp_path):
     assert estimate({"model": str(path), "method": "full"}).peak.allocated_bytes > 0
     with pytest.raises(ScenarioError, match="^images_per_sample: images of model_type 'mllama' are not modelled"):
         estimate({"model": str(path), "method": "full", "images_per_sample": 1})
+
+
+def test_internvl_layer_scale_saves_both_branch_outputs_under_full_training():
+    pytest.importorskip("torch")
+    import dataclasses
+
+    from vramfit.estimate import vision
+    from vramfit.estimate.framework import PROFILES
+    from vramfit.scenario import Framework, parse_scenario
+
+    spec = spec_from_hf_config(INTERNVL)
+    plain = dataclasses.replace(spec, vision=dataclasses.replace(spec.vision, layer_scale=False))
+    sc = parse_scenario({"model": "x", "method": "full", "images_per_sample": 1, "image_height": 448,
+                         "image_width": 448, "freeze_vision": "no", "gradient_checkpointing": "none"})
+    hf = PROFILES[Framework.HF]
+    scaled, base = vision.vision_activations(spec, sc, hf, [])[0], vision.vision_activations(plain, sc, hf, [])[0]
+    # 3 layers x (lambda_1, lambda_2) x 1025 patches (1 tile: 32 x 32 + CLS) x 384 x bf16, rounded to 512 B
+    assert scaled - base == 3 * 2 * (-(-(2 * 1025 * 384) // 512) * 512)

@@ -88,6 +88,10 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     saved = act.block_saved(block, vsc, profile, own, quantized)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    if spec.vision.layer_scale and sc.method is Method.FULL:
+        # a trained layer-scale vector (InternViT lambda_1 * attention, lambda_2 * mlp) saves the branch
+        # output it multiplies for its own gradient (mul: other's value, tools/autograd/derivatives.yaml)
+        per_layer += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers

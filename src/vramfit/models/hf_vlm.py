@@ -238,7 +238,7 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
                     **{k: config[k] for k in ("min_patches", "max_patches") if k in config}}
     return VisionTower(block, image_config, unused, unused * block.block_params, projector=(
         Linear("linear_1", shuffled, text_hidden, True, "projector"),
-        Linear("linear_2", text_hidden, text_hidden, True, "projector")))
+        Linear("linear_2", text_hidden, text_hidden, True, "projector")), layer_scale=True)
 
 
 # towers attached to a spec read from transformers' modules (models/from_modules.py)

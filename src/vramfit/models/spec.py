@@ -80,6 +80,8 @@ class VisionTower:
     # linear_1 -> GELU -> linear_2; Qwen2.5-VL merger mlp.0 -> GELU -> mlp.2); each reads one row per
     # image token of the language model
     projector: tuple[Linear, ...] = ()
+    # each block scales its attention and MLP branches by learned vectors (InternViT lambda_1/lambda_2)
+    layer_scale: bool = False
 
 
 @dataclass(frozen=True)
