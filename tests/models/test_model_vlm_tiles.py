@@ -53,6 +53,7 @@ def test_idefics3_smolvlm_tokens_match_the_processor(height, width, tile, family
     got = image_tokens(cfg, height, width)
     assert got.lm_tokens == expected
     assert got.vision_patches == max(patches, 1) * (seq * scale**2)
+    assert got.features == max(patches, 1) * seq  # the connector's rows: no framing tokens
 
 
 @pytest.mark.parametrize(("height", "width"), SIZES)
@@ -70,6 +71,7 @@ def test_internvl_tiles_match_the_processor(height, width):
                        height, width)
     assert got.lm_tokens == 2 + 256 * tiles  # processing_internvl.py: BOI + EOI + image_seq_length per tile
     assert got.vision_patches == tiles * (32 * 32 + 1)
+    assert got.features == 256 * tiles  # the projector's rows: the CLS dropped, 2 x 2 patches shuffled into one
 
 
 def test_idefics3_small_image_is_one_global_image():

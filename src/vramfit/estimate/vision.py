@@ -95,7 +95,7 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
-    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.lm_tokens)
+    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.features)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return depth * per_layer + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer

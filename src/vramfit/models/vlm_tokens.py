@@ -56,6 +56,12 @@ class ImageTokens:
 
     vision_patches: int  # sequence length of the vision tower for this image
     lm_tokens: int  # placeholder tokens the image adds to the language model's sequence
+    # rows the projector reads (the image features without the text framing tokens); None: lm_tokens
+    projector_rows: int | None = None
+
+    @property
+    def features(self) -> int:
+        return self.lm_tokens if self.projector_rows is None else self.projector_rows
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -180,7 +186,7 @@ def _idefics3(config: Mapping, height: int, width: int, min_pixels: int | None, 
     rows, cols = idefics3_grid(height, width, int(config.get("longest_edge", 4 * tile)), tile)
     seq = (size // patch) ** 2 // int(config.get("scale_factor", 2)) ** 2
     tokens = seq + 3 + rows * ((seq + 2) * cols + 1)
-    return ImageTokens((rows * cols + 1) * (size // patch) ** 2, tokens)
+    return ImageTokens((rows * cols + 1) * (size // patch) ** 2, tokens, (rows * cols + 1) * seq)
 
 
 def internvl_grid(height: int, width: int, tile: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
@@ -209,7 +215,7 @@ def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, 
     cols, rows = internvl_grid(height, width, size, int(config.get("min_patches", 1)), int(config.get("max_patches", 12)))
     tiles = 1 + (cols * rows if cols * rows > 1 else 0)
     seq = int((size // patch) ** 2 * float(config.get("downsample_ratio", 0.5)) ** 2)
-    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles)
+    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles)
 
 
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
