@@ -229,7 +229,7 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
         Linear("projection_layer", h, h, True, "attn"), Linear("fc1", h, inter, True, "mlp"),
         Linear("fc2", inter, h, True, "mlp")), norm, PositionEncoding.LEARNED)
     extra = 2 * h + (2 * h if v["use_qk_norm"] else 0)  # lambda_1, lambda_2; q_norm, k_norm
-    block = replace(block, block_norm_params=block.block_norm_params + extra)
+    block = replace(block, block_norm_params=block.block_norm_params + extra, qk_norm=bool(v["use_qk_norm"]))
     ratio = float(config.get("downsample_ratio", 0.5))
     layer = config.get("vision_feature_layer", -1)
     unused = -layer - 1 if isinstance(layer, int) and layer < 0 else 0
