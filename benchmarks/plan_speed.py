@@ -3,7 +3,8 @@
 Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200] [--budget-on cpu|wall] [--nodes]
 
 ``--nodes``: the several-node cases instead (70B and 405B full fine-tuning up to 256 GPUs, with torchtitan's
-tensor/pipeline layouts searched too; issue 19: the whole search under 1 s, ``--budget-ms 1000``).
+tensor/pipeline layouts searched too: 1F1B and interleaved, HSDP beside TP, context parallel from 16k tokens;
+issue 19: the whole search under 1 s, ``--budget-ms 1000``).
 
 Each case is planned ``--repeat`` times in a fresh process state except for the one-time catalog
 probe (done before timing, as in a running CLI/web process). Reports the median and best wall time,

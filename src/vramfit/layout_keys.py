@@ -82,13 +82,32 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
         _refuse("parallelism", "torchtitan combines tensor/pipeline/context parallelism with FSDP2 or plain "
                                "replication", ["fsdp", "ddp"])
     if kw.get("shard_scope") is ShardScope.NODE:
-        _refuse("shard_scope", "with model parallelism torchtitan's FSDP mesh is dp_shard × cp; use all", ["all"])
+        _check_hsdp(world, kw.get("num_nodes", 1), t, p, c)
     seq = kw.get("seq_len", 2048)
     if c > 1 and seq % (2 * c):
         # torch v2.13.0 distributed/tensor/experimental/_context_parallel/_load_balancer.py
         # _HeadTailLoadBalancer: `if seq_length % (world_size * 2) != 0: raise`
         _refuse("context_parallel", f"seq_len ({seq}) must split into 2 × context_parallel = {2 * c} equal chunks "
                                     "(torch's head-tail load balancer)")
+
+
+def hsdp_group(world: int, nodes: int, t: int, p: int) -> int:
+    """HSDP beside model parallelism: the data-parallel ranks (``dp_shard x cp``) of one node, over which FSDP
+    shards; the other data-parallel ranks are replicas (torchtitan ``ParallelDims``: ``dp_replicate x dp_shard``,
+    the mesh ``("pp", "dp_replicate", "fsdp", "tp")`` putting ``tp`` then ``fsdp`` innermost)."""
+    ranks = world // (t * p)
+    return max(1, min(ranks, world // nodes // t))
+
+
+def _check_hsdp(world: int, nodes: int, t: int, p: int, c: int) -> None:
+    g = world // nodes
+    if t * c > g:
+        _refuse("shard_scope", f"HSDP shards inside a node: tensor_parallel × context_parallel ({t * c}) must fit its "
+                               f"{g} GPUs", ["all"])
+    ranks, group = world // (t * p), hsdp_group(world, nodes, t, p)
+    if ranks % group:
+        _refuse("shard_scope", f"HSDP needs whole nodes of data-parallel ranks: {ranks} ranks do not split into "
+                               f"replicas of {group}; make pipeline_parallel divide num_nodes ({nodes})", ["all"])
 
 
 def check_against_model(sc, num_heads: int, num_kv_heads: int, layers: int) -> None:

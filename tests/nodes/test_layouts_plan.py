@@ -1,7 +1,6 @@
 """The planner's parallel layouts: searched for torchtitan full fine-tuning, timed with TP collectives over
 NVLink, the pipeline bubble and data-parallel rings on the node's NICs; the whole search under 1 s."""
 
-import time
 
 import pytest
 
@@ -15,10 +14,15 @@ BASE = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "framework": "tor
 
 
 def test_layout_names_round_trip_and_respect_heads_and_nodes():
-    assert parse(name("fsdp", 8, 2)) == ("fsdp", 8, 2) and parse("hsdp") == ("hsdp", 1, 1)
+    assert parse(name("fsdp", 8, 2)) == ("fsdp", 8, 2, 1, 1) and parse("hsdp") == ("hsdp", 1, 1, 1, 1)
+    assert name("fsdp", 2, 4, 2, 2) == "fsdp+tp2+pp4+vpp2+cp2" and parse("fsdp+tp2+pp4+vpp2+cp2") == ("fsdp", 2, 4, 2, 2)
     spec = resolve_spec(parse_scenario(BASE))[1]  # 64 heads, 8 key/value heads, 80 layers
-    got = layouts_for(16, spec)
-    assert (8, 2) in got and (2, 8) in got and (1, 2) in got and (16, 1) not in got  # TP stays inside a node
+    got = {d[1:] for d in layouts_for(16, spec, 4096)}
+    assert {(8, 2, 1, 1), (8, 2, 1, 2), (2, 8, 1, 1), (1, 2, 1, 1)} <= got and (16, 1, 1, 1) not in got  # TP in a node
+    assert all(cp == 1 for _, _, cp, _ in got)  # 4k tokens: no context parallel (CP_MIN_SEQ)
+    long = {d[1:] for d in layouts_for(16, spec, 32768)}
+    assert {(1, 1, 8, 1), (2, 1, 4, 1), (4, 2, 2, 2)} <= long  # tp x cp inside the node of 8
+    assert not any(tp * cp > 8 for tp, _, cp, _ in long)
 
 
 def _work(**kw):
@@ -49,10 +53,9 @@ def test_bubble_shrinks_with_interleaving():
 
 
 @pytest.mark.parametrize("model,eff", [("meta-llama/Llama-3.1-70B", 64), ("meta-llama/Llama-3.1-405B", 256)])
-def test_full_fine_tuning_search_with_layouts_under_a_second(model, eff):
-    start = time.process_time()
+def test_full_fine_tuning_search_with_layouts(model, eff):
+    # its speed (the whole search under 1 s) is checked by `benchmarks/plan_speed.py --nodes`, not here
     r = plan({**BASE, "model": model}, effective_batch=eff, max_gpus=256, dataset_tokens="100M", with_changes=False)
-    assert time.process_time() - start < 1.0
     assert len(r.plans) > 100 and all(p.hours and p.cost_usd_low for p in r.plans if p.usd_per_gpu_hour_low)
     laid = [p for p in r.plans if p.scenario["tensor_parallel"] > 1]
     assert laid, "no tensor-parallel plan won on any card"

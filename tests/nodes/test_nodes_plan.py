@@ -1,7 +1,6 @@
 """Plans across nodes: the cross-node traffic of the speed model, and 70B / 405B full fine-tuning."""
 
 import dataclasses
-import time
 
 import pytest
 
@@ -65,10 +64,9 @@ def test_counts_are_whole_nodes_above_one_node():
 
 @pytest.mark.parametrize("model,eff,least", [("meta-llama/Llama-3.1-70B", 64, 16), ("meta-llama/Llama-3.1-405B", 256, 128)])
 def test_full_fine_tuning_plans_span_nodes_with_time_and_cost(model, eff, least):
-    start = time.process_time()
+    # the whole search's speed (under 1 s) is checked by `benchmarks/plan_speed.py --nodes`, not here
     r = plan({"model": model, "method": "full", "seq_len": 4096}, effective_batch=eff, max_gpus=256,
              dataset_tokens="100M", with_changes=False)
-    assert time.process_time() - start < 1.0  # the whole search, every card and node count
     # without CPU offload the model state needs this many 80 GB cards: 70B 8 B/param x 70.6e9 / 16 = 35 GB of
     # state per rank (32.9 GiB) plus activations; 405B 8 x 405.9e9 / 128 = 25 GB
     h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none"]

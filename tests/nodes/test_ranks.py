@@ -89,10 +89,11 @@ def test_tensor_parallel_block_is_torchtitans_sequence_parallel_layout():
     tp = _est(model="meta-llama/Llama-3.1-8B", num_gpus=8, tensor_parallel=8, seq_len=4096)
     per_layer_one = (split + 2 * 2 * T * h)
     blocks_tp = tp.ranks[0].activations_bytes
-    # outside the blocks: the final norm's fp32 input (4Th, Shard(1): /t) and the output layer's all-gathered
-    # bf16 input (2Th, whole)
-    assert one.component("activations") - 32 * per_layer_one == 6 * T * h
-    assert blocks_tp == pytest.approx(32 * expected + 4 * T * h / t + 2 * T * h, rel=0.002)
+    # outside the blocks: the final norm's as a block norm's (fp32 input 4Th, fp32 rstd 4T, bf16 normed 2Th;
+    # Shard(1): /t) and the output layer's all-gathered bf16 input (2Th, whole)
+    final_norm = 4 * T * h + 4 * T + 2 * T * h
+    assert one.component("activations") - 32 * per_layer_one == final_norm + 2 * T * h
+    assert blocks_tp == pytest.approx(32 * expected + final_norm / t + 2 * T * h, rel=0.002)
     # Megatron-LM's sequence parallel keeps the sharded inputs (eq. 4: all /t): torchtitan holds 2 x 2Th more
     assert expected - (split + 4 * T * h) / t == pytest.approx(4 * T * h * (1 - 1 / t))
 

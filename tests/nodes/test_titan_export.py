@@ -23,9 +23,10 @@ def plans():
     return r.plans
 
 
-def _with_layout(p, tp, pp):
-    sc = {**p.scenario, "tensor_parallel": tp, "pipeline_parallel": pp}
-    dp = p.num_gpus // (tp * pp)
+def _with_layout(p, tp, pp, cp=1, vpp=1):
+    sc = {**p.scenario, "tensor_parallel": tp, "pipeline_parallel": pp, "context_parallel": cp,
+          "pipeline_virtual_stages": vpp, "pipeline_schedule": "interleaved-1f1b" if vpp > 1 else "1f1b"}
+    dp = p.num_gpus // (tp * pp * cp)
     return dataclasses.replace(p, scenario=sc, grad_accum=p.effective_batch // (p.micro_batch_size * dp))
 
 
@@ -65,13 +66,13 @@ def test_tensor_parallel_plan_loads_in_torchtitan(plans):
     assert ex.command == "sbatch launch.slurm" and "--nnodes 8 --nproc_per_node 8" in ex.files["launch.slurm"]
 
 
-@pytest.mark.parametrize("tp,pp", [(8, 2), (4, 4), (2, 1)])
-def test_layouts_written_for_torchtitan(plans, tp, pp):
-    p = _with_layout(next(x for x in plans if x.num_gpus == 64), tp, pp)
+@pytest.mark.parametrize("tp,pp,cp,vpp", [(8, 2, 1, 1), (4, 4, 1, 1), (2, 1, 1, 1), (2, 2, 4, 1), (1, 4, 8, 2)])
+def test_layouts_written_for_torchtitan(plans, tp, pp, cp, vpp):
+    p = _with_layout(next(x for x in plans if x.num_gpus == 64), tp, pp, cp, vpp)
     ex, dims = _check_with_torchtitan(p)
-    assert (dims.tp, dims.pp, dims.dp_shard) == (tp, pp, 64 // (tp * pp))
-    if pp > 1:
-        assert "pipeline_parallel_schedule = \"1F1B\"" in ex.files[TOML_FILE]
+    assert (dims.tp, dims.pp, dims.cp, dims.dp_shard) == (tp, pp, cp, 64 // (tp * pp * cp))
+    if pp > 1:  # interleaved: torchtitan's default of 2 stages per rank (pipeline_parallel.py), the plan's vpp
+        assert f"pipeline_parallel_schedule = \"{'Interleaved1F1B' if vpp > 1 else '1F1B'}\"" in ex.files[TOML_FILE]
 
 
 def test_wrong_degrees_are_refused_by_torchtitan(plans):

@@ -96,8 +96,8 @@ def test_paged_state_moves_in_and_out_each_step():
     e = ev.estimate()
     out = result_paging(e, limit_bytes(g, 0.0))
     assert e.component("paged_optimizer_state") == 53_905_195_008
-    assert out == e.peak.device_bytes - limit_bytes(g, 0.0) == 48_166_633_472
-    assert 2 * out / 31.5e9 == pytest.approx(3.0582, abs=1e-4)
+    assert out == e.peak.device_bytes - limit_bytes(g, 0.0) == 48_233_775_104
+    assert 2 * out / 31.5e9 == pytest.approx(3.0625, abs=1e-4)
 
 
 def test_op_level_selective_checkpointing_reruns_the_memory_bound_ops():

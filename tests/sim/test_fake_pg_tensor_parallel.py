@@ -6,8 +6,8 @@ vocab-parallel embeddings and output) on a tiny Llama, on the CPU. Rank 0's shar
 tensors autograd saves in forward are compared with the estimator's per-rank figures.
 
 The estimator models the CUDA kernels; on the CPU ``nn.RMSNorm`` runs the composite path, which keeps the
-fp32 normalised tensor for the weight's gradient (4 bytes per element, where CUDA's saved copy is the bf16 one)
-and, for the final norm, that tensor and its rstd besides the input; the embedding keeps its int64 token ids.
+fp32 normalised tensor for the weight's gradient (4 bytes per element, where CUDA's saved copy is the bf16 one),
+the final norm as the blocks' norms; the embedding keeps its int64 token ids.
 Those CPU-only bytes are derived tensor by tensor below and are the whole difference (without them the
 estimate is 10.5 %, 9.7 % and 8.4 % under the CPU run at tp 1, 2, 4; with them, exact to the byte).
 """
@@ -159,9 +159,8 @@ def measure(tp: int) -> tuple[int, int, int]:
 def cpu_only_bytes(tp: int) -> int:
     """Bytes the CPU kernels keep that the CUDA path the estimator models does not (module docstring)."""
     T = S // tp  # tokens per rank on the sequence-parallel norms
-    block_norms = 2 * L * (4 - 2) * T * H  # fp32 normalised tensor instead of the bf16 one
-    final_norm = 4 * T * H + 4 * T  # fp32 normalised tensor and rstd
-    return block_norms + final_norm + 8 * S  # + int64 token ids (replicated over TP)
+    norms = (2 * L + 1) * (4 - 2) * T * H  # fp32 normalised tensor instead of the bf16 one, blocks' and final
+    return norms + 8 * S  # + int64 token ids (replicated over TP)
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
@@ -171,9 +170,9 @@ def test_fsdp2_plus_tensor_parallel_rank_matches_the_estimate(tp):
                          "num_gpus": WORLD, "tensor_parallel": tp, "seq_len": S})
     r = estimate_spec(sc, spec_from_hf_config(CONFIG), "tiny-llama")
     forward = dict(next(p for p in r.phases if p.phase == "forward").breakdown)
-    # parameters: fp32 shards of 1/(dp) of each TP shard; the estimator splits the norms' weights over TP
-    # too (torchtitan replicates them): 2 x 256 x 2 layers + 256 of 2.1 M parameters
-    assert r.component("master_weights") == pytest.approx(params, rel=0.002)
+    # parameters: fp32 shards of 1/(dp) of each TP shard, the norms' weights whole on every TP rank as torchtitan
+    # keeps them (the final norm's too, counted whole on the last stage)
+    assert r.component("master_weights") == params
     # activations: the estimator's per-rank layout plus the CPU kernels' own tensors, exactly
     assert forward["activations"] + cpu_only_bytes(tp) == saved
     # every layer's wq/wk/wv and w1/w3 inputs, and the output layer's, are all-gathered and kept whole

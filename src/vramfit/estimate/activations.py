@@ -23,8 +23,9 @@ from vramfit.estimate.attention import attention_core_saved, runs_eager_attentio
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
 from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
+from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
-from vramfit.models.spec import Linear, ModelSpec, NormType
+from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Attention, Method, Precision, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
@@ -160,28 +161,8 @@ def block_saved(
 # --- norms on the residual stream -------------------------------------------------------------
 def _norm(blk: Block, out: Saved, key: str, src_key: str, src_bytes: int) -> None:
     """A norm over a (T, h) tensor whose storage is ``src_key``."""
-    T, h, c = blk.T, blk.spec.hidden_size, blk.dt.compute
-    layernorm = blk.spec.norm_type is NormType.LAYERNORM
-    if layernorm or not blk.profile.rmsnorm_upcast:
-        out.add(src_key, src_bytes * T * h)  # LayerNorm / lit-gpt RMSNorm save the input itself
-        out.add(key + ".stats", 2 * 4 * T)  # fp32 mean and rstd per token (native_layer_norm)
-        if not layernorm and blk.full:
-            out.add(key + ".normed", c * T * h)
-        return
-    if blk.sc.compile or blk.profile.rmsnorm_kernel:
-        # a fused kernel (Unsloth's Triton RMSNorm, see FrameworkProfile.rmsnorm_kernel) or inductor fuses the norm into one kernel whose backward recomputes from the input and
-        # the fp32 rstd (min-cut partitioner, torch/_functorch/partitioners.py)
-        out.add(src_key, src_bytes * T * h)
-        out.add(key + ".rstd", 4 * T)
-        return
-    # upcast RMSNorm: x.to(float32) (an alias when already fp32) is saved by pow and mul
-    if src_bytes == 4:
-        out.add(src_key, 4 * T * h)
-    else:
-        out.add(key + ".fp32_in", 4 * T * h)
-    out.add(key + ".rstd", 4 * T)
-    if blk.full:
-        out.add(key + ".normed", (4 if blk.spec.norm_one_plus_weight else src_bytes) * T * h)
+    norm_saved(out, NormSite(blk.spec, blk.profile, blk.sc.compile, blk.T, blk.dt.compute, blk.full), key, src_key,
+               src_bytes)
 
 
 def _block_norms(blk: Block, out: Saved) -> str:
@@ -429,12 +410,15 @@ def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
 
 
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
-    """Saved tensors outside the blocks: the final norm, lm_head input, eager attention mask."""
+    """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
+    its weight trains in full fine-tuning), lm_head input, eager attention mask."""
     dt = dtypes_for(sc, profile)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
-    rms_upcast = profile.rmsnorm_upcast and spec.norm_type is NormType.RMSNORM and not profile.rmsnorm_kernel
-    total = 4 * T * h if rms_upcast else dt.residual * T * h
+    final = Saved()
+    norm_saved(final, NormSite(spec, profile, sc.compile, T, dt.compute, sc.method is Method.FULL), "final_norm",
+               "final_norm.in", dt.residual)
+    total = final.total
     if lm_head_trainable:
         total += dt.compute * T * h
     if sc.attention is Attention.EAGER:

@@ -14,6 +14,13 @@ torchtitan ``distributed/parallel_dims.py``: ``fsdp = self.dp_shard * self.cp``)
   that gathered tensor whole; heads and the MLP's inner width are ``/t``. Megatron-LM instead keeps the
   sharded input and gathers it again in backward (Korthikanti et al. 2022 sec. 4.2.2, eq. 4: everything
   ``/t``), which :mod:`vramfit.estimate.model_parallel` models and the tests compare;
+- **MoE blocks** (torchtitan v0.3.0 ``models/common/moe_sharding.py``, expert parallel off): the routed experts'
+  weights split over the inner width (``w1_EFD``/``w3_EFD`` ``Shard(1)``, ``w2_EDF`` ``Shard(2)``,
+  ``models/qwen3/sharding.py`` ``_GROUPED_EXPERTS_PARAM_LAYOUT``), the shared expert column-/row-wise like a
+  dense MLP, the router gate replicated (``_router_sharding_config``: ``tp=spmd.R``); the experts' input is
+  all-gathered (``pre_experts_input_layout = Replicate``), so every rank keeps the routed tokens whole and
+  their inner activations ``/t``; norms' weights stay whole on every rank, the q/k norms run on the head
+  dimension (``qk_norm`` ``Shard(2)``: ``/t``);
 - **context parallel**: every token-shaped tensor ``/c`` (each rank holds ``s/c`` tokens, Megatron-LM
   ``docs/source/api-guide/context_parallel.rst``), plus ring attention's receive buffer for the next
   rank's keys and values (torch v2.13.0 ``distributed/tensor/experimental/_context_parallel/_attention.py``
@@ -36,12 +43,13 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule
+from vramfit.choices import Checkpointing, Parallelism, PipelineSchedule, ShardScope
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.estimate.loss import LossMemory
-from vramfit.estimate.model_parallel import Layout, stage_params
+from vramfit.estimate.model_parallel import Layout
 from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
@@ -55,12 +63,22 @@ GATHERED = frozenset({"attn_in", "mlp_in", "block_in.gathered"})  # all-gathered
 
 
 def tp_split(key: str) -> bool:
-    """True when a saved tensor is ``1/t`` per rank; False when every rank keeps it whole."""
+    """True when a saved tensor is ``1/t`` per rank; False when every rank keeps it whole (the gathered inputs,
+    MoE's routed tokens ``experts.*`` and router scores ``router.*``)."""
     if key in GATHERED:
         return False
     if key.startswith(("norm", "block_in", "resid_mid")):  # Shard(1) under SequenceParallel
         return True
-    return key in ("q", "k", "v", "mlp_mid") or key.startswith(("attn.", "mlp."))  # heads, inner width
+    # heads (q/k norms on Shard(2)), the MLP's and the shared expert's inner width
+    return key in ("q", "k", "v", "mlp_mid") or key.startswith(("attn.", "mlp.", "q_norm.", "k_norm.", "shared."))
+
+
+def tp_layer_params(spec: ModelSpec, t: int) -> int:
+    """One decoder layer's parameters on one of ``t`` tensor-parallel ranks (mean over layers): the linears
+    split ``t`` ways, the MoE router and the norms whole (module docstring)."""
+    L = spec.num_hidden_layers
+    lin = sum(x.params * spec.layers_of(x) // (1 if x.group == "router" else t) for x in spec.block_linears)
+    return lin // L + spec.block_norm_params
 
 
 @dataclass(frozen=True)
@@ -88,9 +106,17 @@ def layout_of(sc: Scenario) -> Layout:
 
 
 def data_parallel_view(sc: Scenario) -> Scenario:
-    """The scenario as its FSDP mesh sees it: ``dp_shard x cp`` ranks (num_nodes kept dividing them)."""
-    ranks = sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)
-    return replace(sc, num_gpus=ranks, num_nodes=math.gcd(ranks, sc.num_nodes), tensor_parallel=1,
+    """The scenario as its FSDP mesh sees it: ``dp_shard x cp`` ranks (num_nodes kept dividing them); with HSDP
+    (``shard_scope=node``) as many "nodes" as replicas, so that its shard group is a node's data-parallel ranks
+    (:func:`vramfit.layout_keys.hsdp_group`)."""
+    from vramfit.layout_keys import hsdp_group
+
+    t, p = sc.tensor_parallel, sc.pipeline_parallel
+    ranks = sc.num_gpus // (t * p)
+    nodes = math.gcd(ranks, sc.num_nodes)
+    if sc.shard_scope is ShardScope.NODE:
+        nodes = ranks // hsdp_group(sc.num_gpus, sc.num_nodes, t, p)
+    return replace(sc, num_gpus=ranks, num_nodes=nodes, tensor_parallel=1,
                    pipeline_parallel=1, context_parallel=1, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
                    pipeline_virtual_stages=1)
 
@@ -112,10 +138,10 @@ def rank_shapes(spec: ModelSpec, sc: Scenario) -> list[RankMemory]:
     lay = layout_of(sc)
     L = spec.num_hidden_layers
     head = spec.lm_head_params or spec.embedding_params
-    layer = (spec.num_params - spec.embedding_params - spec.lm_head_params - spec.final_norm_params) // L
     per_chunk = -(-L // (lay.p * lay.interleave))
     layers = min(L, per_chunk * lay.interleave)
-    first, middle = stage_params(layers, layer, spec.embedding_params, replace(lay, p=1))
+    middle = layers * tp_layer_params(spec, lay.t)
+    first = middle + spec.embedding_params // lay.t  # vocab-parallel embedding
     last = middle + head // lay.t + spec.final_norm_params
     if lay.p == 1:  # a tied output layer is the embedding itself: counted once
         return [RankMemory(0, "every rank", first + spec.lm_head_params // lay.t + spec.final_norm_params, layers, 1.0)]
@@ -194,13 +220,20 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
     return replace(out, phases=phase_breakdowns(out, contributors))
 
 
+@lru_cache(maxsize=64)
+def _view_step(spec: ModelSpec, view: Scenario, card, compute: Callable) -> Step:
+    """The data-parallel view's step, shared by the layouts whose view is the same (a pipeline and its
+    interleaved twin; ``tp x pp`` pairs with as many data-parallel ranks): the planner tries many."""
+    return compute(spec, view, card)
+
+
 def model_parallel_step(spec: ModelSpec, sc: Scenario, card, compute: Callable) -> Step:
     """The most loaded rank's step of a tensor/pipeline/context-parallel run, every rank's summary in ``ranks``."""
     from vramfit.estimate.contributions import CONTRIBUTORS
     from vramfit.layout_keys import check_against_model
 
     check_against_model(sc, spec.num_attention_heads, spec.num_key_value_heads, spec.num_hidden_layers)
-    base = compute(spec, data_parallel_view(sc), card)
+    base = _view_step(spec, data_parallel_view(sc), card, compute)
     steps = []
     for rank in rank_shapes(spec, sc):
         s = _rank_step(base, sc, rank, CONTRIBUTORS)
@@ -218,7 +251,10 @@ def layout_note(sc: Scenario, ranks: tuple[RankMemory, ...]) -> str:
     pp = (f"{sc.pipeline_parallel} pipeline stages ({sc.pipeline_schedule.value}"
           + (f", {sc.pipeline_virtual_stages} chunks per GPU" if sc.pipeline_virtual_stages > 1 else "")
           + f", {sc.grad_accum} micro-batches per step)") if sc.pipeline_parallel > 1 else "no pipeline"
+    view = data_parallel_view(sc)
+    dp = (f"HSDP: FSDP over the {view.shard_group} data-parallel ranks of a node (dp_shard × cp), replicated "
+          f"{view.num_nodes} times (dp_replicate)" if sc.shard_scope is ShardScope.NODE else
+          f"FSDP over the remaining {view.num_gpus} ranks (dp_shard × cp)")
     return (f"Model parallel as torchtitan v0.3.0 shards it: tensor {sc.tensor_parallel} (sequence parallel on), {pp}, "
-            f"context {sc.context_parallel}; FSDP over the remaining {sc.num_gpus // (sc.tensor_parallel * sc.pipeline_parallel)}"
-            f" ranks (dp_shard × cp). Per rank; the peak is the {peak.role} ({peak.layers} layers, "
+            f"context {sc.context_parallel}; {dp}. Per rank; the peak is the {peak.role} ({peak.layers} layers, "
             f"{peak.in_flight:g} micro-batches in flight); see 'ranks' for each.")

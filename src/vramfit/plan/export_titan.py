@@ -7,6 +7,7 @@ which the launch line runs; v0.3.0 dropped TOML files and takes the same fields 
 (``--parallelism.tensor_parallel_degree 8``: its ``ConfigManager`` builds them with tyro from
 ``torchtitan/config/configs.py`` ``ParallelismConfig``), given in a note. Field names and schedule names are theirs:
 
+- ``data_parallel_replicate_degree``: HSDP's replicas (the data-parallel ranks over a node's), else 1 (DDP: all);
 - ``data_parallel_shard_degree``: FSDP ranks, ``world / (dp_replicate x cp x tp x pp)``
   (``distributed/parallel_dims.py`` ``_validate``: the product must equal the world size);
 - ``pipeline_parallel_schedule``: ``1F1B`` or ``Interleaved1F1B`` (torch v2.13.0
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramfit.layout_keys import hsdp_group
 from vramfit.plan import export_nodes as nodes
 from vramfit.plan.report import Plan
 
@@ -36,7 +38,8 @@ def parallelism(plan: Plan) -> dict[str, Any]:
     sc = plan.scenario
     tp, pp, cp = (int(sc.get(k, 1) or 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel"))
     hybrid = nodes.hybrid(plan) and sc.get("parallelism") == "fsdp"
-    replicate = nodes.nodes_of(plan) if hybrid else 1
+    # HSDP: FSDP over a node's data-parallel ranks, the rest replicas (layout_keys.hsdp_group)
+    replicate = plan.num_gpus // (tp * pp) // hsdp_group(plan.num_gpus, nodes.nodes_of(plan), tp, pp) if hybrid else 1
     if sc.get("parallelism") == "ddp":
         replicate = plan.num_gpus // (tp * pp * cp)
     out: dict[str, Any] = {

@@ -14,22 +14,28 @@ when ``tp`` divides the GPUs of a node; pipeline stages are the farthest apart, 
   doc/PERFORMANCE.md). Blocking: each layer waits for it (no async TP assumed);
 - pipeline parallel: the bubble, ``(p - 1) / (m v)`` of the compute (Narayanan et al. 2021 sec. 2.2.1-2.2.2),
   and each micro-batch's activation sent forward and its gradient back, ``2 x A / t`` per stage boundary;
+  interleaved with ``v`` chunks per rank, each micro-batch crosses every rank ``v`` times, so ``v`` times the
+  sends (Narayanan et al. 2021 sec. 2.2.2: "the amount of communication also increases by v");
 - context parallel: the ring passes every other rank's keys and values once in forward and, with their
   gradients, twice in backward: ``3 (c-1)/c x`` one layer's K,V per micro-batch (torch v2.13.0
   ``_context_parallel/_attention.py`` ring), overlapped with attention;
 - data parallel (FSDP over ``dp_shard x cp``): the engine's ring traffic of the rank's ``1/(t p)`` share of
   the model. Rings that span nodes share the node's NICs with the other ``gpus_per_node / r`` rings of the
   node (``r`` = ranks of one ring inside a node), so their bytes count that many times at the node's rate.
+  HSDP (``dp_replicate x dp_shard``, ``shard_scope=node``): gathers and reduce-scatters inside the node, the
+  gradient shards all-reduced across the replicas (:func:`vramfit.plan.traffic.split_nodes`), those rings
+  sharing the NICs the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from vramfit.choices import Checkpointing, Framework, Method
+from vramfit.choices import Checkpointing, Framework, Method, ShardScope
 from vramfit.estimate.ranks import data_parallel_view
 from vramfit.gpus import GPUS_PER_NODE
 
@@ -41,19 +47,41 @@ if TYPE_CHECKING:
 #: Tensor-parallel degrees tried (within a node of 8 over NVLink), pipeline degrees tried (across nodes).
 TP_DEGREES = (2, 4, 8)
 PP_DEGREES = (1, 2, 4, 8)
+#: Context-parallel degrees tried, with ``tp x cp`` inside a node: the ring passes keys and values every layer
+#: (torchtitan's mesh puts ``cp`` just outside ``tp``, so such a ring stays on NVLink).
+CP_DEGREES = (1, 2, 4, 8)
+#: Context parallel is tried from this sequence length, where the engines that ship it start using it: NVIDIA
+#: NeMo's long-context recipes turn CP on for their 16k and 64k Llama 3 recipes, not for the default 8k ones
+#: (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/index.html, "Long Context Recipes").
+CP_MIN_SEQ = 16384
+#: Interleaved 1F1B is tried with torchtitan's default of two model chunks per pipeline rank (v0.3.0
+#: ``distributed/pipeline_parallel.py``: ``stages_per_rank = 1 if is_single_stage_schedule else 2``).
+VIRTUAL_STAGES = 2
 SEP = "+"
+_PART = re.compile(r"^(tp|pp|vpp|cp)(\d+)$")
 
 
-def name(parallelism: str, tp: int, pp: int) -> str:
-    """A plan's sharding name with its layout, e.g. ``fsdp+tp8+pp2`` (``fsdp`` alone without one)."""
-    return parallelism + (f"{SEP}tp{tp}" if tp > 1 else "") + (f"{SEP}pp{pp}" if pp > 1 else "")
+class Degrees(NamedTuple):
+    """A plan's engine parallelism and model-parallel degrees (``vpp``: model chunks per pipeline rank)."""
+
+    parallelism: str
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    vpp: int = 1
 
 
-def parse(text: str) -> tuple[str, int, int]:
-    """(engine parallelism, tp, pp) of a plan's sharding name."""
-    parts = text.split(SEP)
-    deg = {p[:2]: int(p[2:]) for p in parts[1:]}
-    return parts[0], deg.get("tp", 1), deg.get("pp", 1)
+def name(parallelism: str, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1) -> str:
+    """A plan's sharding name with its layout, e.g. ``fsdp+tp8+pp2+vpp2+cp2`` (``fsdp`` alone without one)."""
+    parts = [parallelism] + [f"{k}{d}" for k, d in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp)) if d > 1]
+    return SEP.join(parts)
+
+
+def parse(text: str) -> Degrees:
+    """The :class:`Degrees` of a plan's sharding name (the inverse of :func:`name`)."""
+    head, *rest = text.split(SEP)
+    deg = {m.group(1): int(m.group(2)) for m in map(_PART.match, rest) if m}
+    return Degrees(head, **deg)
 
 
 def searched(base: Scenario) -> bool:
@@ -61,15 +89,41 @@ def searched(base: Scenario) -> bool:
     return base.framework is Framework.TORCHTITAN and base.method is Method.FULL
 
 
-def layouts_for(n: int, spec: ModelSpec) -> list[tuple[int, int]]:
-    """(tp, pp) pairs for ``n`` GPUs: tp divides the heads and a node, pp leaves a layer per stage."""
+def interleaving_pays(tp: int, pp: int, cp: int, tie: float) -> bool:
+    """Whether interleaving can make a pipeline more than ``tie`` faster than its 1F1B twin.
+
+    Interleaving holds at least as much (its first rank ``1 + (p-1)/(p v)`` times 1F1B's micro-batches,
+    :func:`vramfit.estimate.ranks.in_flight`) and sends ``v`` times more; what it saves is the bubble, from
+    ``b = (p-1)/m`` to ``b/v`` of the compute. The bubble is largest with the fewest micro-batches, ``m = tp pp cp``
+    (one per GPU of the group), so the step is at most ``b (1 - 1/v) / (1 + b)`` shorter; when that is within the
+    planner's tie the 1F1B twin (fewer compromises, less memory) is the pick whenever the interleaved one would be.
+    """
+    b = (pp - 1) / (tp * pp * cp)
+    return b * (1 - 1 / VIRTUAL_STAGES) / (1 + b) > 1 - 1 / (1 + tie)
+
+
+def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0) -> list[Degrees]:
+    """Layouts for ``n`` GPUs: tp divides the heads and a node, ``tp x cp`` inside a node with ``seq_len`` long
+    enough for context parallel (:data:`CP_MIN_SEQ`) and split into ``2 cp`` chunks, a layer per pipeline chunk;
+    a pipeline also interleaved (:data:`VIRTUAL_STAGES` chunks per rank) where that can beat ``tie``
+    (:func:`interleaving_pays`); on several nodes, layouts without a pipeline also as HSDP (sharded over the
+    node's data-parallel ranks, replicated across nodes; with a pipeline the stages already sit on other nodes,
+    and the search stays within its time budget)."""
     out = []
+    node = min(n, GPUS_PER_NODE)
+    cps = [c for c in CP_DEGREES if c == 1 or (seq_len >= CP_MIN_SEQ and seq_len % (2 * c) == 0)]
     for tp in (1, *TP_DEGREES):
-        if tp > min(n, GPUS_PER_NODE) or spec.num_attention_heads % tp or spec.num_key_value_heads % tp:
+        if tp > node or spec.num_attention_heads % tp or spec.num_key_value_heads % tp:
             continue
-        for pp in PP_DEGREES:
-            if (tp, pp) != (1, 1) and n % (tp * pp) == 0 and pp <= spec.num_hidden_layers:
-                out.append((tp, pp))
+        for cp in (c for c in cps if tp * c <= node):
+            for pp in PP_DEGREES:
+                if (tp, pp, cp) == (1, 1, 1) or n % (tp * pp * cp) or pp > spec.num_hidden_layers:
+                    continue
+                out.append(Degrees("fsdp", tp, pp, cp))
+                if pp == 1 and n > GPUS_PER_NODE:
+                    out.append(Degrees("hsdp", tp, pp, cp))
+                if pp > 1 and pp * VIRTUAL_STAGES <= spec.num_hidden_layers and interleaving_pays(tp, pp, cp, tie):
+                    out.append(Degrees("fsdp", tp, pp, cp, VIRTUAL_STAGES))
     return out
 
 
@@ -84,8 +138,9 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     """The per-GPU work of one step of a tensor/pipeline/context-parallel run (module docstring)."""
     t, p, c = sc.tensor_parallel, sc.pipeline_parallel, sc.context_parallel
     view = data_parallel_view(sc)
-    single = dataclasses.replace(view, num_gpus=view.num_gpus, num_nodes=1)  # ring bytes, placed below
-    w = step_work(single, mf, trainable)
+    hsdp = view.shard_scope is ShardScope.NODE and view.num_nodes > 1
+    # flat FSDP: ring bytes, placed below; HSDP: split inside/across by traffic.split_nodes on the view
+    w = step_work(view if hsdp else dataclasses.replace(view, num_nodes=1), mf, trainable)
     share, mp = t * p * c, t * p
     ga, g = sc.grad_accum, sc.gpus_per_node
     act = sc.micro_batch_size * sc.seq_len / c * mf.hidden_size * sc.precision.compute_bytes
@@ -98,7 +153,10 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     waits = (w.exposed_peer_bytes + w.exposed_net_bytes) / mp  # ZeRO-3's unhidden gathers (none for FSDP)
     inside, nodes = _ring_placement(sc, view.num_gpus)
     peer, net, hops, exposed = dp_bytes, 0.0, 0, (waits, 0.0)
-    if nodes > 1:
+    if hsdp:  # shards gathered inside the node; each replica ring (one per node rank) shares the node's NICs
+        peer, net = w.peer_bytes / mp, w.net_bytes / mp * (g / view.gpus_per_node)
+        hops = 2 * (view.num_nodes - 1) * layers * ga
+    elif nodes > 1:
         peer, net, hops = 0.0, dp_bytes * (g / inside), 2 * (nodes - 1) * layers * ga
         exposed = (0.0, waits * (g / inside))
     if t * c <= g:
@@ -113,7 +171,7 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
         tokens_per_step=w.tokens_per_step // c, mm_flops_mb=w.mm_flops_mb / share,
         attn_flops_mb=w.attn_flops_mb / share, elem_bytes_mb=w.elem_bytes_mb / share, layers=layers,
         opt_bytes=w.opt_bytes / mp, stream_bytes=w.stream_bytes / share, tp_bytes=tp_bytes,
-        bubble=(p - 1) / (ga * v) if p > 1 else 0.0, pp_bytes=(2 * act / t * ga) if p > 1 else 0.0, pp_net=pp_net,
+        bubble=(p - 1) / (ga * v) if p > 1 else 0.0, pp_bytes=(2 * act / t * ga * v) if p > 1 else 0.0, pp_net=pp_net,
     )
 
 

@@ -44,7 +44,7 @@ HOST_RAM_PER_GPU = Constant(
 ASSUMPTIONS = (
     f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
-    "tensor parallel inside a node and pipeline stages across nodes (plan/layouts.py).",
+    "tensor and context parallel inside a node, pipeline stages (1f1b or interleaved) across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
     "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
@@ -109,13 +109,24 @@ def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
            "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
     from vramfit.plan import layouts
 
-    par, tp, pp = layouts.parse(c.parallelism)
-    layout = how[par] if par in HYBRID else f"{par} over all {c.num_gpus // (tp * pp)} ranks" if tp * pp == 1 else (
-        f"tensor parallel {tp} inside each node, {pp} pipeline stage{'s' * (pp > 1)} (1f1b), fsdp over the other "
-        f"{c.num_gpus // (tp * pp)} ranks (torchtitan)")
-    copies, where = loading_copies(par, GPUS_PER_NODE)
+    d = layouts.parse(c.parallelism)
+    mp = d.tp * d.pp * d.cp
+    layout = how[d.parallelism] if d.parallelism in HYBRID and mp == 1 else \
+        f"{d.parallelism} over all {c.num_gpus} ranks" if mp == 1 else _layout_words(d, c.num_gpus)
+    copies, where = loading_copies(d.parallelism, GPUS_PER_NODE)
     load = f"; loading needs {copies * 2 * num_params / GB:,.0f} GB of host RAM on {where} (16-bit checkpoint)"
     return f"{c.num_gpus // GPUS_PER_NODE} nodes of {GPUS_PER_NODE}; {layout}; timed over {net.name}" + load
+
+
+def _layout_words(d, num_gpus: int) -> str:
+    """How a torchtitan layout (:class:`layouts.Degrees`) places its ranks, in words."""
+    sched = f"interleaved, {d.vpp} chunks per GPU" if d.vpp > 1 else "1f1b"
+    cp = f", context parallel {d.cp} inside each node" if d.cp > 1 else ""
+    dp = (f"HSDP over the other {num_gpus // (d.tp * d.pp)} ranks (sharded inside a node: dp_shard × cp, replicated "
+          "across nodes: dp_replicate" if d.parallelism == "hsdp" else
+          f"fsdp over the other {num_gpus // (d.tp * d.pp)} ranks (dp_shard × cp")
+    return (f"tensor parallel {d.tp} inside each node{cp}, {d.pp} pipeline stage{'s' * (d.pp > 1)} ({sched}), {dp}, "
+            "torchtitan)")
 
 
 def plan(

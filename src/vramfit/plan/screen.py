@@ -11,16 +11,21 @@ by tests/plan/test_search.py, as is the search's result against trying every pai
   holds none and is compared with nothing else;
 - with the same sharding and offload, a setting that saves more in every way (checkpointing
   none < selective < full < offload, fused loss, 8-bit optimizer state) uses no more device memory;
-- and no more host memory, unless only it offloads activations (checkpointing ``offload``).
+- and no more host memory, unless only it offloads activations (checkpointing ``offload``);
+- a pipeline run with 1F1B uses no more memory than its interleaved twin (same degrees, ``+vpp2``): the
+  interleaved ranks hold as many layers or more and more micro-batches in flight (:mod:`vramfit.plan.layouts`).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.verdict import PAGED_COMPONENT
 
+#: what an interleaved pipeline adds to its 1F1B twin's sharding name (layouts.name)
+INTERLEAVED = f"{layouts.SEP}vpp{layouts.VIRTUAL_STAGES}"
 # selective-op (torchtitan) keeps a subset of what selective keeps, more than full
 CKPT_RANK = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}
 
@@ -30,9 +35,15 @@ class Fig(NamedTuple):
     host: int
 
 
+def _sharding_no_more(a, b) -> bool:
+    """Same offload, and the same sharding name or ``a`` the 1F1B twin of interleaved ``b``."""
+    return a.offload == b.offload and (a.parallelism == b.parallelism or b.parallelism.replace(INTERLEAVED, "") == a.parallelism)
+
+
 def saves_more(a, b) -> bool:
-    """Whether setting ``a`` saves at least as much device memory as ``b`` in every way (same sharding/offload)."""
-    return (a[1:3] == b[1:3] and CKPT_RANK[a.gradient_checkpointing] >= CKPT_RANK[b.gradient_checkpointing]
+    """Whether setting ``a`` saves at least as much device memory as ``b`` in every way (same sharding/offload,
+    or ``a`` the 1F1B twin of an interleaved ``b``)."""
+    return (_sharding_no_more(a, b) and CKPT_RANK[a.gradient_checkpointing] >= CKPT_RANK[b.gradient_checkpointing]
             and (a.loss == "fused" or a.loss == b.loss) and ("8bit" in a.optimizer or a.optimizer == b.optimizer))
 
 

@@ -34,6 +34,7 @@ from vramfit.scenario import (
     Offload,
     Optimizer,
     Parallelism,
+    PipelineSchedule,
     Scenario,
     ShardScope,
 )
@@ -49,13 +50,13 @@ HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
 
 def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
     """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
-    above one node; a layout's tensor and pipeline degrees (``fsdp+tp8+pp2``, :mod:`vramfit.plan.layouts`)."""
-    parallelism, tp, pp = layouts.parse(parallelism)
-    keys: dict[str, Any] = {"parallelism": HYBRID.get(parallelism, parallelism),
-                            "num_nodes": max(1, num_gpus // GPUS_PER_NODE)}
-    keys["shard_scope"] = "node" if parallelism in HYBRID else "all"
-    keys["tensor_parallel"], keys["pipeline_parallel"] = tp, pp
-    return keys
+    above one node; a layout's tensor, pipeline and context degrees (``fsdp+tp8+pp2+vpp2+cp2``,
+    :mod:`vramfit.plan.layouts`)."""
+    d = layouts.parse(parallelism)
+    return {"parallelism": HYBRID.get(d.parallelism, d.parallelism), "num_nodes": max(1, num_gpus // GPUS_PER_NODE),
+            "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
+            "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
+            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
 
 
 class Config(NamedTuple):
@@ -70,13 +71,13 @@ class Config(NamedTuple):
 
     def keys(self, micro_batch: int, grad_accum: int) -> dict[str, Any]:
         """``grad_accum`` per GPU's share of the batch; a layout's data-parallel rank runs the batch of its
-        ``tp x pp`` GPUs, as that many times the micro-batches (the same effective batch)."""
+        ``tp x pp x cp`` GPUs, as that many times the micro-batches (the same effective batch)."""
         nk = node_keys(self.num_gpus, self.parallelism)
         return {
             "num_gpus": self.num_gpus, **nk, "offload": self.offload,
             "gradient_checkpointing": self.gradient_checkpointing, "optimizer": self.optimizer,
             "loss": self.loss, "micro_batch_size": micro_batch,
-            "grad_accum": grad_accum * nk["tensor_parallel"] * nk["pipeline_parallel"],
+            "grad_accum": grad_accum * _model_parallel(nk),
         }
 
     def compromises(self, base: Scenario) -> float:
@@ -84,7 +85,7 @@ class Config(NamedTuple):
         s = {"none": 0.0, "optimizer": 2.0, "optimizer+params": 3.0}[self.offload]
         s += {"none": 0.0, "selective": 0.1, "selective-op": 0.15, "full": 0.2, "offload": 0.3}[
             self.gradient_checkpointing]
-        s += 0.3 if self.parallelism in HYBRID else 0.0
+        s += 0.3 if layouts.parse(self.parallelism).parallelism in HYBRID else 0.0
         s += 0.3 * (self.parallelism.count(layouts.SEP))  # each model-parallel dimension: a harder run
         s += 0.2 if self.parallelism in ("zero3", "fsdp") else 0.1 if self.parallelism in ("zero2", "fsdp-grad-op") else 0
         s += 0.5 if self.optimizer != base.optimizer.value else 0.0
@@ -118,9 +119,16 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
     if spec is not None and n > 1 and layouts.searched(base):
-        out += [Config(n, layouts.name("fsdp", tp, pp), "none", c, base.optimizer.value, base.loss.value)
-                for tp, pp in layouts.layouts_for(n, spec) for c in ckpts]
+        # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
+        # (distributed/activation_checkpoint.py): none offloads them to the host
+        out += [Config(n, layouts.name(*d), "none", c, base.optimizer.value, base.loss.value)
+                for d in layouts.layouts_for(n, spec, base.seq_len, TIE) for c in ckpts if c != "offload"]
     return out
+
+
+def _model_parallel(keys: dict[str, Any]) -> int:
+    """GPUs that share one micro-batch (tensor x pipeline x context parallel) in :func:`node_keys`'s keys."""
+    return keys["tensor_parallel"] * keys["pipeline_parallel"] * keys["context_parallel"]
 
 
 @lru_cache(maxsize=256)
@@ -149,7 +157,7 @@ class Search:
         self._comp: dict[Config, float] = {}
         self._layouts: dict[tuple, Layout] = {}
         self._spt: dict[tuple[tuple, int, str], float] = {}
-        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed) for speed()
+        self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed, net) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.figs = Figures(ev, self.per_gpu)
         self.classes = dict(gpu_classes())
@@ -187,8 +195,10 @@ class Search:
                 self.ev.base, num_gpus=c.num_gpus, parallelism=Parallelism(nk["parallelism"]),
                 num_nodes=nk["num_nodes"], shard_scope=ShardScope(nk["shard_scope"]), offload=Offload(c.offload),
                 gradient_checkpointing=Checkpointing(c.gradient_checkpointing), micro_batch_size=mb,
-                grad_accum=self.per_gpu(c.num_gpus) // mb * nk["tensor_parallel"] * nk["pipeline_parallel"],
+                grad_accum=self.per_gpu(c.num_gpus) // mb * _model_parallel(nk),
                 tensor_parallel=nk["tensor_parallel"], pipeline_parallel=nk["pipeline_parallel"],
+                context_parallel=nk["context_parallel"], pipeline_virtual_stages=nk["pipeline_virtual_stages"],
+                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]),
             )
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]
@@ -198,18 +208,19 @@ class Search:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
-        net = network_for(self.ev.base.interconnect, g.gpu_id)
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card, net=net_rate(link[0] * 1e9, net.node_bytes_s, net.latency_us),
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3],
         )
 
     def _link(self, g: GPU, n: int) -> tuple:
-        """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`) of ``n`` x ``g``."""
+        """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`, network rates) of ``n`` x ``g``."""
         link = self._links.get((g.gpu_id, n))
         if link is None:
             peer = peer_gbs(g, n)
-            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer))
+            net = network_for(self.ev.base.interconnect, g.gpu_id)
+            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer),
+                                                 net_rate(peer * 1e9, net.node_bytes_s, net.latency_us))
         return link
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
