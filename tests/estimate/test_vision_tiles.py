@@ -80,24 +80,61 @@ def test_estimate_moves_with_the_image_tiles(config, tmp_path):
     assert large.model.num_trainable_params == spec.num_params
 
 
-def test_a_vlm_without_a_tower_description_refuses_images(tmp_path):
-    """Llama 3.2 Vision reads its tiles through cross-attention layers, which the estimator does not
-    model: images are refused in one line naming the key, text-only estimates still run."""
+MLLAMA_TEXT = dict(num_hidden_layers=4, cross_attention_layers=[1], hidden_size=512, intermediate_size=1024,
+                   num_attention_heads=8, num_key_value_heads=2)
+MLLAMA_VISION = dict(num_hidden_layers=2, num_global_layers=1, hidden_size=256, intermediate_size=512,
+                     attention_heads=4, image_size=560)
+
+
+def _mllama_config():
     pytest.importorskip("torch")
     from transformers import MllamaConfig
 
+    cfg = MllamaConfig().to_dict()
+    cfg["text_config"].update(MLLAMA_TEXT)
+    cfg["vision_config"].update(MLLAMA_VISION)
+    return cfg
+
+
+def test_mllama_tower_is_transformers_and_its_images_are_refused(tmp_path):
+    """Llama 3.2 Vision: the local and gated global encoder layers and the projector are described
+    exactly; the language model reads the tiles through cross-attention layers, which the estimator
+    does not model, so images are refused in one line naming the key; text-only estimates run."""
     from vramfit.errors import ScenarioError
 
-    cfg = MllamaConfig().to_dict()
-    cfg["text_config"].update(num_hidden_layers=4, cross_attention_layers=[1], hidden_size=512, intermediate_size=1024,
-                              num_attention_heads=8, num_key_value_heads=2)
-    cfg["vision_config"].update(num_hidden_layers=2, num_global_layers=1, hidden_size=256, intermediate_size=512,
-                                attention_heads=4)
+    cfg = _mllama_config()
+    model = _meta({**cfg, "text_config": {**cfg["text_config"], "model_type": "mllama_text_model"}})
+    spec = spec_from_hf_config(cfg)
+    vm = model.model.vision_model
+    assert spec.vision.block.num_hidden_layers == 3  # 2 local + 1 global
+    assert spec.vision.block.block_params == sum(p.numel() for p in vm.transformer.layers[0].parameters())
+    assert sum(p.numel() for p in vm.global_transformer.layers[0].parameters()) == spec.vision.block.block_params + 2
+    assert spec.vision.projector[0].params == sum(p.numel() for p in model.model.multi_modal_projector.parameters())
+    assert spec.vision_params == sum(p.numel() for p in vm.parameters()) + spec.vision.projector[0].params
+    assert spec.num_params == sum(p.numel() for p in model.parameters())
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert estimate({"model": str(path), "method": "full"}).peak.allocated_bytes > 0
-    with pytest.raises(ScenarioError, match="^images_per_sample: images of model_type 'mllama' are not modelled"):
+    with pytest.raises(ScenarioError, match="^images_per_sample: images of model_type 'mllama' are not modelled: "
+                                            "its language model reads them through cross-attention layers"):
         estimate({"model": str(path), "method": "full", "images_per_sample": 1})
+
+
+def test_a_vlm_without_a_tower_description_refuses_images(tmp_path):
+    from vramfit.errors import ScenarioError
+
+    cfg = {**_mllama_config(), "model_type": "mllama"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    import dataclasses
+
+    from vramfit.estimate import vision
+    from vramfit.scenario import parse_scenario
+
+    spec = dataclasses.replace(spec_from_hf_config(cfg), vision=None)
+    with pytest.raises(ScenarioError, match="^images_per_sample: .*'mllama' are not modelled \\(no vision-tower "
+                                            "description\\); modelled: gemma3, idefics3, internvl, llava"):
+        vision.per_image(spec, parse_scenario({"model": str(path), "images_per_sample": 1}))
 
 
 def test_internvl_layer_scale_saves_both_branch_outputs_under_full_training():

@@ -32,11 +32,14 @@ def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
             raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
                                 f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
         return None
+    if spec.vision.cross_attention:
+        raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled: its "
+                            "language model reads them through cross-attention layers", valid=("0",))
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
 
 
 # the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
-TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
+TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"} - {"mllama"}))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:

@@ -241,8 +241,34 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
         Linear("linear_2", text_hidden, text_hidden, True, "projector")), layer_scale=True)
 
 
+# MllamaVisionConfig defaults (transformers v5.24.0 models/mllama/configuration_mllama.py)
+_MLLAMA_VISION_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
+                           "num_global_layers": 8, "attention_heads": 16, "image_size": 448, "patch_size": 14,
+                           "max_num_tiles": 4, "vision_output_dim": 7680}
+
+
+def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Llama 3.2 Vision: ``num_hidden_layers`` local and ``num_global_layers`` gated global encoder
+    layers (MllamaVisionEncoderLayer: LayerNorms, bias-free q/k/v/o_proj, fc1 -> GELU -> fc2 biased;
+    a global layer adds the scalar gate_attn and gate_ffn), read as one block of their summed depth;
+    the projector is one biased Linear(vision_output_dim, text hidden) over every tile's patches
+    (transformers v5.24.0 models/mllama/modeling_mllama.py). Its output feeds the language model's
+    cross-attention layers (``cross_attention``), not placeholder tokens."""
+    v = {**_MLLAMA_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
+    depth = int(v["num_hidden_layers"]) + int(v["num_global_layers"])
+    block = _encoder_block("mllama_vision_model", h, depth, int(v["attention_heads"]), (
+        *(Linear(n, h, h, False, "attn") for n in ("q_proj", "k_proj", "v_proj", "o_proj")),
+        Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.LEARNED)
+    projector = Linear("multi_modal_projector", int(v["vision_output_dim"]), text_hidden, True, "projector")
+    return VisionTower(block, {"model_type": "mllama", "vision_config": v}, projector=(projector,),
+                       cross_attention=True)
+
+
 # towers attached to a spec read from transformers' modules (models/from_modules.py)
-TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower}
+TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower,
+          "mllama": _mllama_tower}
 
 
 def attach_tower(spec: ModelSpec, config: Mapping) -> ModelSpec:
