@@ -71,5 +71,5 @@ def test_llava_next_runs_the_tower_on_every_crop():
 
 
 def test_unmodelled_family_is_one_clear_line():
-    with pytest.raises(ModelError, match="mllama.*not modelled; modelled: gemma3, llava, llava_next, qwen2_5_vl"):
-        image_tokens({"model_type": "mllama"}, 336, 336)
+    with pytest.raises(ModelError, match="paligemma.*not modelled; modelled: gemma3, idefics3, internvl, llava"):
+        image_tokens({"model_type": "paligemma"}, 336, 336)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from vramfit.errors import ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, resolve_adapters
+from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec
 from vramfit.models.vlm_tokens import ImageTokens, image_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
@@ -23,9 +25,21 @@ from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Sc
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of one of the scenario's images; None without images."""
-    if spec.vision is None or not sc.images_per_sample:
+    if not sc.images_per_sample:
         return None
+    if spec.vision is None:
+        if spec.vision_params:  # a vision-language checkpoint whose tower vramfit does not describe
+            raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
+                                f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
+        return None
+    if spec.vision.cross_attention:
+        raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled: its "
+                            "language model reads them through cross-attention layers", valid=("0",))
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
+
+
+# the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
+TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"} - {"mllama"}))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
@@ -77,10 +91,14 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     saved = act.block_saved(block, vsc, profile, own, quantized)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    if spec.vision.layer_scale and sc.method is Method.FULL:
+        # a trained layer-scale vector (InternViT lambda_1 * attention, lambda_2 * mlp) saves the branch
+        # output it multiplies for its own gradient (mul: other's value, tools/autograd/derivatives.yaml)
+        per_layer += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
-    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.lm_tokens)
+    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.features)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return depth * per_layer + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer

@@ -127,7 +127,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     layer_total = sum(p.numel() for p in layers.parameters())
     norm_per_layer = other // L
     vision = sum(p.numel() for name, p in model.named_parameters()
-                 if any(v in name for v in ("vision", "visual", "multi_modal_projector")))
+                 if any(v in name for v in ("vision", "visual", "multi_modal_projector", ".connector.")))
     rest = total - layer_total - embed - head - vision + (other - norm_per_layer * L)
     kv = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or hidden // heads

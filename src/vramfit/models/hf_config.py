@@ -147,7 +147,10 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
         from vramfit.models.from_modules import spec_from_transformers
 
         try:
-            return check_spec(spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}"))
+            from vramfit.models.hf_vlm import attach_tower
+
+            spec = spec_from_transformers(dict(config), f"unsupported model_type {model_type!r}")
+            return check_spec(attach_tower(spec, config))
         except ModelError as exc:
             raise ModelError(str(exc).removeprefix(f"{exc.key}: "), valid=SUPPORTED_MODEL_TYPES) from None
     return check_spec(builder(_Cfg(config, model_type)))

@@ -190,3 +190,90 @@ def gemma3_vision_tower(config: Mapping) -> VisionTower:
 
 
 BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next}
+
+
+# Idefics3VisionConfig / SmolVLMVisionConfig defaults (transformers v5.24.0 configuration_idefics3.py)
+_IDEFICS3_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 3072, "num_hidden_layers": 12,
+                             "num_attention_heads": 16, "image_size": 224, "patch_size": 32}
+
+
+def _idefics3_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Idefics3 / SmolVLM: a SigLIP-style encoder (Idefics3EncoderLayer: LayerNorms, biased
+    q/k/v/out_proj, fc1 -> gelu_pytorch_tanh -> fc2) read at its last layer, then the connector's
+    pixel shuffle and one bias-free ``modality_projection.proj`` (vision hidden x scale**2 -> text
+    hidden) (transformers v5.24.0 models/idefics3/modeling_idefics3.py Idefics3Connector)."""
+    vision = {**_IDEFICS3_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    scale = int(config.get("scale_factor", 2))
+    block = _vit_block(f"{config['model_type']}_vision", vision, 1)
+    image_config = {"model_type": config["model_type"], "vision_config": vision, "scale_factor": scale}
+    proj = Linear("proj", block.hidden_size * scale * scale, text_hidden, False, "projector")
+    return VisionTower(block, image_config, projector=(proj,))
+
+
+# InternVLVisionConfig defaults (transformers v5.24.0 models/internvl/configuration_internvl.py)
+_INTERNVL_VISION_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                             "num_attention_heads": 16, "image_size": [448, 448], "patch_size": [14, 14],
+                             "attention_bias": False, "use_qk_norm": False, "norm_type": "layer_norm"}
+
+
+def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """InternVL: InternViT layers (q/k/v_proj biased by ``attention_bias``, biased projection_layer,
+    optional q/k RMSNorms, layernorm_before/after, layer-scale lambda_1/2, fc1 -> GELU -> fc2) with
+    the CLS token, then pixel shuffle (``downsample_ratio`` 0.5) and InternVLMultiModalProjector
+    (LayerNorm, linear_1, GELU, linear_2) (transformers v5.24.0 models/internvl/modeling_internvl.py)."""
+    v = {**_INTERNVL_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter, bias = int(v["hidden_size"]), int(v["intermediate_size"]), bool(v["attention_bias"])
+    norm = NormType.RMSNORM if v["norm_type"] == "rms_norm" else NormType.LAYERNORM
+    block = _encoder_block("internvl_vision", h, int(v["num_hidden_layers"]), int(v["num_attention_heads"]), (
+        *(Linear(n, h, h, bias, "attn") for n in ("q_proj", "k_proj", "v_proj")),
+        Linear("projection_layer", h, h, True, "attn"), Linear("fc1", h, inter, True, "mlp"),
+        Linear("fc2", inter, h, True, "mlp")), norm, PositionEncoding.LEARNED)
+    extra = 2 * h + (2 * h if v["use_qk_norm"] else 0)  # lambda_1, lambda_2; q_norm, k_norm
+    block = replace(block, block_norm_params=block.block_norm_params + extra, qk_norm=bool(v["use_qk_norm"]))
+    ratio = float(config.get("downsample_ratio", 0.5))
+    layer = config.get("vision_feature_layer", -1)
+    unused = -layer - 1 if isinstance(layer, int) and layer < 0 else 0
+    shuffled = h * int(1 / ratio) ** 2
+    image_config = {"model_type": "internvl", "vision_config": v, "downsample_ratio": ratio,
+                    **{k: config[k] for k in ("min_patches", "max_patches") if k in config}}
+    return VisionTower(block, image_config, unused, unused * block.block_params, projector=(
+        Linear("linear_1", shuffled, text_hidden, True, "projector"),
+        Linear("linear_2", text_hidden, text_hidden, True, "projector")), layer_scale=True)
+
+
+# MllamaVisionConfig defaults (transformers v5.24.0 models/mllama/configuration_mllama.py)
+_MLLAMA_VISION_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
+                           "num_global_layers": 8, "attention_heads": 16, "image_size": 448, "patch_size": 14,
+                           "max_num_tiles": 4, "vision_output_dim": 7680}
+
+
+def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Llama 3.2 Vision: ``num_hidden_layers`` local and ``num_global_layers`` gated global encoder
+    layers (MllamaVisionEncoderLayer: LayerNorms, bias-free q/k/v/o_proj, fc1 -> GELU -> fc2 biased;
+    a global layer adds the scalar gate_attn and gate_ffn), read as one block of their summed depth;
+    the projector is one biased Linear(vision_output_dim, text hidden) over every tile's patches
+    (transformers v5.24.0 models/mllama/modeling_mllama.py). Its output feeds the language model's
+    cross-attention layers (``cross_attention``), not placeholder tokens."""
+    v = {**_MLLAMA_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
+    depth = int(v["num_hidden_layers"]) + int(v["num_global_layers"])
+    block = _encoder_block("mllama_vision_model", h, depth, int(v["attention_heads"]), (
+        *(Linear(n, h, h, False, "attn") for n in ("q_proj", "k_proj", "v_proj", "o_proj")),
+        Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.LEARNED)
+    projector = Linear("multi_modal_projector", int(v["vision_output_dim"]), text_hidden, True, "projector")
+    return VisionTower(block, {"model_type": "mllama", "vision_config": v}, projector=(projector,),
+                       cross_attention=True)
+
+
+# towers attached to a spec read from transformers' modules (models/from_modules.py)
+TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower,
+          "mllama": _mllama_tower}
+
+
+def attach_tower(spec: ModelSpec, config: Mapping) -> ModelSpec:
+    """``spec`` with the vision tower of ``config``'s family, where one is described here."""
+    build = TOWERS.get(str(config.get("model_type")))
+    if build is None or not isinstance(config.get("vision_config"), Mapping):
+        return spec
+    return replace(spec, vision=build(config, spec.hidden_size))

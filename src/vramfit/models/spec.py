@@ -80,6 +80,11 @@ class VisionTower:
     # linear_1 -> GELU -> linear_2; Qwen2.5-VL merger mlp.0 -> GELU -> mlp.2); each reads one row per
     # image token of the language model
     projector: tuple[Linear, ...] = ()
+    # each block scales its attention and MLP branches by learned vectors (InternViT lambda_1/lambda_2)
+    layer_scale: bool = False
+    # the language model reads the image through cross-attention layers (Llama 3.2 Vision), which the
+    # estimator does not model: images are refused
+    cross_attention: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,23 @@ placeholder tokens the language model's sequence gains. Rules as transformers v5
   (models/llava_next/processing_llava_next.py _get_number_of_features, _get_unpadded_features).
 - Gemma 3: a fixed ``mm_tokens_per_image`` (256) per image, pan & scan off (the default)
   (models/gemma3/processing_gemma3.py _get_num_multimodal_tokens: image_seq_length per image).
+- Llama 3.2 Vision (mllama): the image is fitted to the best canvas of 560-px tiles (at most
+  ``max_num_tiles`` = 4; image_processing_pil_mllama.py get_optimal_tiled_canvas); the processor
+  packs every image to ``max_num_tiles`` tiles (pack_images), so the tower runs 4 tiles of
+  (560/14)**2 patches + CLS, padded to a multiple of 8 (modeling_mllama.py MllamaVisionModel.forward:
+  1601 -> 1608) whatever the image; the language model gets one ``<|image|>`` token and reads the
+  tiles through its cross-attention layers.
+- Idefics3 / SmolVLM: the image is split into ``max_image_size``-px sub-images plus a global image
+  (image_processing_pil_idefics3.py get_number_of_image_patches); each is one tower image of
+  (image_size/patch)**2 patches, pixel-shuffled to ``image_seq_len`` = patches / scale_factor**2
+  tokens, framed by fake-image, row/column and newline tokens (processing_idefics3.py
+  _get_num_multimodal_tokens; a tokenizer that merges "\n\n", as the checkpoints' do, adds none).
+- InternVL: dynamic 448-px tiles, the grid whose aspect ratio is nearest the image's among
+  ``min_patches``..``max_patches`` tiles plus a thumbnail when the grid is not 1 x 1
+  (got_ocr2/image_processing_pil_got_ocr2.py get_optimal_tiled_canvas, get_number_of_image_patches);
+  each tile is (448/14)**2 patches + CLS in the tower and ``image_seq_length`` (256, after the 0.5
+  pixel shuffle) LM tokens, plus the start/end image tokens (processing_internvl.py
+  _get_num_multimodal_tokens).
 """
 
 from __future__ import annotations
@@ -39,6 +56,12 @@ class ImageTokens:
 
     vision_patches: int  # sequence length of the vision tower for this image
     lm_tokens: int  # placeholder tokens the image adds to the language model's sequence
+    # rows the projector reads (the image features without the text framing tokens); None: lm_tokens
+    projector_rows: int | None = None
+
+    @property
+    def features(self) -> int:
+        return self.lm_tokens if self.projector_rows is None else self.projector_rows
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -113,8 +136,91 @@ def _gemma3(config: Mapping, height: int, width: int, min_pixels: int | None, ma
     return ImageTokens(side * side, int(config.get("mm_tokens_per_image", 256)))
 
 
+def mllama_canvas(height: int, width: int, max_tiles: int, tile: int) -> tuple[int, int]:
+    """(canvas height, width) in pixels: transformers v5.24.0 image_processing_pil_mllama.py
+    ``get_optimal_tiled_canvas`` (its arrangements are (w, h) pairs read back as (h, w), kept here)."""
+    canvases = [(a * tile, b * tile) for a in range(1, max_tiles + 1) for b in range(1, max_tiles + 1)
+                if a * b <= max_tiles]
+    scales = [min(ch / height, cw / width) for ch, cw in canvases]
+    up = [s for s in scales if s >= 1]
+    chosen = min(up) if up else max(scales)
+    return min((c for c, s in zip(canvases, scales, strict=True) if s == chosen), key=lambda c: c[0] * c[1])
+
+
+def _mllama(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    vision = config.get("vision_config") or {}
+    side = int(vision.get("image_size", 560)) // int(vision.get("patch_size", 14))
+    per_tile = side * side + 1
+    per_tile += (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
+    return ImageTokens(int(vision.get("max_num_tiles", 4)) * per_tile, 1)
+
+
+def idefics3_grid(height: int, width: int, longest_edge: int, tile: int) -> tuple[int, int]:
+    """(rows, columns) of sub-images, (0, 0) when the image is not split: transformers v5.24.0
+    image_processing_pil_idefics3.py ``get_number_of_image_patches`` (with its two resize helpers)."""
+    if width >= height:  # _resize_output_size_rescale_to_max_len
+        h, w = int(longest_edge / (width / height)), longest_edge
+        h += h % 2
+    else:
+        h, w = longest_edge, int(longest_edge * (width / height))
+        w += w % 2
+    h, w = max(h, 1), max(w, 1)
+    ratio = w / h  # _resize_output_size_scale_below_upper_bound, MAX_IMAGE_SIZE = 4096
+    if w >= h and w > 4096:
+        h, w = int(4096 / ratio), 4096
+    elif h > w and h > 4096:
+        h, w = 4096, int(4096 * ratio)
+    h, w = max(h, 1), max(w, 1)
+    rh, rw = math.ceil(h / tile) * tile, math.ceil(w / tile) * tile
+    if rh > tile or rw > tile:
+        return math.ceil(rh / tile), math.ceil(rw / tile)
+    return 0, 0
+
+
+def _idefics3(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    vision = config.get("vision_config") or {}
+    size, patch = int(vision.get("image_size", 364)), int(vision.get("patch_size", 14))
+    # the checkpoints' preprocessor_config.json: max_image_size = the tower's image_size, size
+    # longest_edge = 4 x that (the processor class defaults, 364 and 4 x 364, for Idefics3)
+    tile = int(config.get("max_image_size", size))
+    rows, cols = idefics3_grid(height, width, int(config.get("longest_edge", 4 * tile)), tile)
+    seq = (size // patch) ** 2 // int(config.get("scale_factor", 2)) ** 2
+    tokens = seq + 3 + rows * ((seq + 2) * cols + 1)
+    return ImageTokens((rows * cols + 1) * (size // patch) ** 2, tokens, (rows * cols + 1) * seq)
+
+
+def internvl_grid(height: int, width: int, tile: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
+    """(columns, rows): transformers v5.24.0 got_ocr2/image_processing_pil_got_ocr2.py
+    ``get_optimal_tiled_canvas`` (InternVL's processor uses GOT-OCR2's image processor)."""
+    grids = sorted(((a, b) for a in range(1, max_tiles + 1) for b in range(1, max_tiles + 1)
+                    if min_tiles <= a * b <= max_tiles), key=lambda g: g[0] * g[1])
+    aspect, area = width / height, width * height
+    best, best_diff = (1, 1), float("inf")
+    for g in grids:
+        diff = abs(aspect - g[0] / g[1])
+        if diff < best_diff:
+            best, best_diff = g, diff
+        elif diff == best_diff and area > 0.5 * tile * tile * g[0] * g[1]:
+            best = g
+    return best
+
+
+def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    vision = config.get("vision_config") or {}
+    size = vision.get("image_size", 448)
+    size = int(size[0] if isinstance(size, list) else size)
+    patch = vision.get("patch_size", 14)
+    patch = int(patch[0] if isinstance(patch, list) else patch)
+    # processing_internvl.py: crop_to_patches=True; GotOcr2 defaults min_patches 1, max_patches 12
+    cols, rows = internvl_grid(height, width, size, int(config.get("min_patches", 1)), int(config.get("max_patches", 12)))
+    tiles = 1 + (cols * rows if cols * rows > 1 else 0)
+    seq = int((size // patch) ** 2 * float(config.get("downsample_ratio", 0.5)) ** 2)
+    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles)
+
+
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
-          "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3}
+          "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3,
+          "mllama": _mllama, "idefics3": _idefics3, "smolvlm": _idefics3, "internvl": _internvl}
 SUPPORTED = tuple(sorted(_RULES))
 
 

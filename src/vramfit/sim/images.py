@@ -8,6 +8,10 @@ tower's size: transformers v5.24.0 models/llava/image_processing_llava.py crop_s
 models/gemma3/image_processing_gemma3.py size). Image positions are masked out of the labels
 (-100), as TRL's vision collators do.
 
+InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_tokens), a fixed
+(tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
+tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
+
 Qwen2/2.5/3-VL are not fed: their towers read ``image_grid_thw`` values (window indices,
 ``cu_seqlens``, rotary positions via ``.tolist()``), shapes that fake tensors cannot compute.
 """
@@ -22,7 +26,7 @@ from vramfit.errors import ModelError
 from vramfit.scenario import Scenario
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3")
+FIXED_PIXELS = ("llava", "gemma3", "internvl")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class ImageInputs:
     image_token_id: int
     image_size: int
     images_per_sample: int
+    features_per_image: int = 0  # image-token positions (the projector's rows); 0: tokens_per_image
+    tiles_per_image: int = 1  # tower images per image
 
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
@@ -47,12 +53,15 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
     spec = spec_from_hf_config(config)
     if spec.vision is None:
         raise ModelError(f"{model_type!r} config has no vision_config: it cannot take images")
-    tokens = image_tokens(spec.vision.image_config, sc.image_height, sc.image_width).lm_tokens
+    img = image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
     token_id = config.get("image_token_id", config.get("image_token_index"))
     if not isinstance(token_id, int):
         raise ModelError("config.json has no image_token_id: the image placeholder cannot be placed")
-    size = int(spec.vision.image_config["vision_config"]["image_size"])
-    return ImageInputs(tokens, token_id, size, sc.images_per_sample)
+    size = spec.vision.image_config["vision_config"]["image_size"]
+    size = int(size[0] if isinstance(size, list | tuple) else size)
+    side = (size // spec.vision.image_config["vision_config"].get("patch_size", [14])[0]) if model_type == "internvl" else 0
+    tiles = img.vision_patches // (side * side + 1) if side else 1
+    return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles)
 
 
 def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
@@ -62,9 +71,10 @@ def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.d
     ids = torch.randint(0, vocab, (B, S + n), device=device)
     if images is None:
         return ids, ids.clone(), {}
-    ids[:, :n] = images.image_token_id
+    features = images.features_per_image or images.tokens_per_image
+    ids[:, :images.images_per_sample * features] = images.image_token_id  # the framing tokens: text ids
     labels = ids.clone()
     labels[:, :n] = -100
-    pixels = torch.empty(B * images.images_per_sample, 3, images.image_size, images.image_size,
-                         dtype=dtype, device=device)
+    pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
+                         images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}

