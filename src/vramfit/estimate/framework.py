@@ -173,6 +173,12 @@ class FrameworkProfile:
     # the same cast under FSDP only, besides autocast (accelerate v0.28.0/v1.15.0 state.py fsdp_plugin.set_mixed_precision
     # -> utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype))
     fsdp_mixed_casts_params: bool = False
+    # that cast's policy reduces gradients and casts outputs in the parameter dtype too, not fp32 (accelerate v1.15.0
+    # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision, called from state.py
+    # AcceleratorState.__init__: `dtype_args = {"param_dtype": dtype, "reduce_dtype": dtype}` plus
+    # `buffer_dtype` (FSDP1) or `output_dtype=dtype` (FSDP2)); torchtitan@9dec370 reduces in fp32
+    # (parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32))
+    fsdp_reduce_in_param_dtype: bool = False
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
@@ -238,6 +244,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
         fsdp_mixed_casts_params=True,
+        fsdp_reduce_in_param_dtype=True,
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets

@@ -9,8 +9,11 @@ all-gather outputs are allocated and freed by FSDP2 itself (storage ``resize_``)
 all-gathers of implicit forward prefetch and the reduce-scatter buffers of backward appear as FSDP2
 allocates them. Collective outputs hold no data, which does not change memory.
 
-Mixed precision: ``-mixed`` precisions shard fp32 parameters and all-gather them in the 16-bit dtype
-(``MixedPrecisionPolicy(param_dtype=bf16/fp16, reduce_dtype=fp32)``), as accelerate configures FSDP2.
+Mixed precision: ``-mixed`` precisions shard fp32 parameters and all-gather them in the 16-bit dtype. The
+reduce dtype is the profile's: accelerate (the HF profile, ``fsdp_reduce_in_param_dtype``) builds
+``MixedPrecisionPolicy(param_dtype=d, reduce_dtype=d, output_dtype=d)`` (accelerate v1.15.0
+utils/dataclasses.py ``FullyShardedDataParallelPlugin.set_mixed_precision``), so the reduce-scatter input is
+16-bit; torchtitan reduces in fp32, an fp32 reduce-scatter input twice the block's 16-bit gradients.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import torch
 
+from vramfit.estimate.framework import scenario_profile
 from vramfit.scenario import Scenario
 from vramfit.sim.build import BuiltModel
 from vramfit.sim.run import decoder_layers
@@ -55,14 +59,18 @@ def shard_model(built: BuiltModel, sc: Scenario) -> None:
 def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard: Any) -> None:
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": True}
     param_dtype = built.autocast_dtype or built.mp_param_dtype
+    # accelerate's policy keeps every dtype the parameter one (module docstring); torchtitan's reduces in fp32
+    in_param_dtype = param_dtype is not None and scenario_profile(sc).fsdp_reduce_in_param_dtype
+    reduce_dtype = param_dtype if in_param_dtype else torch.float32
     if param_dtype is not None:
-        kwargs["mp_policy"] = policy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = policy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                     output_dtype=param_dtype if in_param_dtype else None)
     for layer in decoder_layers(built.model):
         fully_shard(layer, **kwargs)
     fully_shard(built.model, **kwargs)
     built.assumptions.append(
         f"FSDP2 full shard (fully_shard per decoder layer and on the root, reshard_after_forward=True) over "
         f"{sc.num_gpus} ranks on a fake process group; figures are rank 0's."
-        + (" Mixed precision: fp32 shards all-gathered in 16 bits (MixedPrecisionPolicy)."
-           if param_dtype is not None else "")
+        + (" Mixed precision: fp32 shards all-gathered in 16 bits, gradients reduce-scattered in "
+           f"{str(reduce_dtype).removeprefix('torch.')} (MixedPrecisionPolicy)." if param_dtype is not None else "")
     )
