@@ -176,7 +176,8 @@ class FrameworkProfile:
     # that cast's policy reduces gradients and casts outputs in the parameter dtype too, not fp32 (accelerate v1.15.0
     # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision, called from state.py
     # AcceleratorState.__init__: `dtype_args = {"param_dtype": dtype, "reduce_dtype": dtype}` plus
-    # `buffer_dtype` (FSDP1) or `output_dtype=dtype` (FSDP2)); torchtitan@9dec370 reduces in fp32
+    # `buffer_dtype` (FSDP1) or `output_dtype=dtype` (FSDP2); the same reduce_dtype in every release from v0.12.0,
+    # where the policy first appears, FSDP2's output_dtype from v1.6.0); torchtitan@9dec370 reduces in fp32
     # (parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32))
     fsdp_reduce_in_param_dtype: bool = False
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
