@@ -112,13 +112,28 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def format_markdown(summary: dict) -> str:
+    """The summary as a Markdown table (the README's speed table, scripts/gen_examples.py)."""
+    lines = ["| rows | n | median abs. error | p90 abs. error | before (one utilisation) median / p90 | 6N rule median / p90 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for g, s in summary.items():
+        m, o, n = s["model"], s["old"], s["naive"]
+        lines.append(f"| {g} | {m['n']} | {m['median']:.0%} | {m['p90']:.0%} | {o['median']:.0%} / {o['p90']:.0%} "
+                     f"| {n['median']:.0%} / {n['p90']:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--rows", action="store_true", help="print every row's prediction and error")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="the summary as a Markdown table")
     a = ap.parse_args(argv)
     res = score(load(a.data))
+    if a.markdown:
+        print(format_markdown(res["summary"]), end="")
+        return 0
     if a.json:
         print(json.dumps(res if a.rows else res["summary"], indent=1))
         return 0

@@ -116,13 +116,13 @@ def guide_claims_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def accuracy_table() -> str:
-    """The validation table: ``python benchmarks/accuracy.py --markdown`` on benchmarks/data/measured/."""
+def _benchmark_markdown(name: str) -> str:
+    """``python benchmarks/NAME.py --markdown``, run in this process."""
     import contextlib
     import importlib.util
     import io
 
-    spec = importlib.util.spec_from_file_location("vramfit_accuracy_bench", ROOT / "benchmarks" / "accuracy.py")
+    spec = importlib.util.spec_from_file_location(f"vramfit_{name}_bench", ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
@@ -132,7 +132,18 @@ def accuracy_table() -> str:
     return buf.getvalue()
 
 
-TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table}
+def accuracy_table() -> str:
+    """The validation table: ``python benchmarks/accuracy.py --markdown`` on benchmarks/data/measured/."""
+    return _benchmark_markdown("accuracy")
+
+
+def speed_table() -> str:
+    """The speed validation table: ``python benchmarks/throughput.py --markdown`` on its published rows."""
+    return _benchmark_markdown("throughput")
+
+
+TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table,
+          "speed": speed_table}
 TABLE = re.compile(r"<!-- generated: (?P<name>[a-z-]+) -->\n(?P<body>.*?)<!-- /generated -->\n", re.S)
 
 
