@@ -37,6 +37,19 @@ from torch.utils._pytree import tree_map
 _LOW = (torch.float16, torch.bfloat16)
 
 
+@contextlib.contextmanager
+def patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(module, name, replacement)`` set for the block, the originals put back after it."""
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    for mod, name, fn in patches:
+        setattr(mod, name, fn)
+    try:
+        yield
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+
+
 def _fp32_funcs() -> set[Any]:
     T = torch.Tensor
     return {

@@ -261,14 +261,10 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
         moe = sys.modules.get("transformers.integrations.moe")
         if moe is not None and hasattr(moe, "_can_use_grouped_mm"):
             patches.append((moe, "_can_use_grouped_mm", lambda input, weight, offs: weight.dtype == torch.bfloat16))
-    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
-    for mod, name, fn in patches:
-        setattr(mod, name, fn)
-    try:
+    from vramfit.sim.cuda_emulation import patched
+
+    with patched(patches):
         yield
-    finally:
-        for mod, name, fn in saved:
-            setattr(mod, name, fn)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

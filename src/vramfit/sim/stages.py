@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from vramfit.choices import Generation, Method, Reference, Stage
 from vramfit.scenario import Scenario
+from vramfit.sim.cuda_emulation import patched
 
 aten = torch.ops.aten
 SIMULATED = (Stage.DPO, Stage.GRPO)
@@ -87,18 +88,6 @@ def _addmm_fp32_cuda(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Non
         torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
     else:
         acc.addmm_(a, b)
-
-
-@contextlib.contextmanager
-def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
-    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
-    for mod, name, fn in patches:
-        setattr(mod, name, fn)
-    try:
-        yield
-    finally:
-        for mod, name, fn in saved:
-            setattr(mod, name, fn)
 
 
 class _Accelerator:
@@ -169,7 +158,7 @@ class StageRunner:
                    # transformers reads a fake mask as "tracing" and keeps it; real all-ones masks are dropped
                    # for SDPA's is_causal (masking_utils._ignore_causal_mask_sdpa), as here
                    (masking, "is_tracing", lambda tensor=None: False)]
-        with _patched(patches), _AsOnCuda(self.true_counts):
+        with patched(patches), _AsOnCuda(self.true_counts):
             yield
 
     def score(self, device: str) -> None:
