@@ -73,11 +73,21 @@ if TYPE_CHECKING:
 GATHERED = frozenset({"attn_in", "mlp_in", "block_in.gathered"})  # all-gathered inputs of column-wise linears
 
 
-def tp_split(key: str, ep: int = 1) -> bool:
+def ep_sharded_keys(spec: ModelSpec, ep: int) -> tuple[str, ...]:
+    """Saved tensors that expert parallel keeps on the rank's sequence shard: the router's and the routed
+    experts' (their inputs stay ``Shard(1)``), and the MoE input itself unless a shared expert all-gathers it
+    (``_shared_experts_sharding_configs``: ``desired_input_layout`` ``Replicate``)."""
+    if ep == 1:
+        return ()
+    shared = any(x.group == "shared_expert" for x in spec.block_linears)
+    return ("experts.", "router.") + (() if shared else ("mlp_in",))
+
+
+def tp_split(key: str, ep_keys: tuple[str, ...] = ()) -> bool:
     """True when a saved tensor is ``1/t`` per rank; False when every rank keeps it whole (the gathered inputs,
     MoE's routed tokens ``experts.*`` and router scores ``router.*``, unless expert parallel keeps them on the
-    rank's sequence shard)."""
-    if ep > 1 and key.startswith(("experts.", "router.")):
+    rank's sequence shard: ``ep_keys``, :func:`ep_sharded_keys`)."""
+    if ep_keys and key.startswith(ep_keys):
         return True
     if key in GATHERED:
         return False
@@ -171,7 +181,8 @@ def _tp_ratio(step: Step, t: int, ep: int = 1) -> float:
     """Per-rank over whole bytes of one block's saved tensors under torchtitan TP + SP."""
     items = step.acts.saved.items
     whole = sum(items.values())
-    return sum(v / t if tp_split(k, ep) else v for k, v in items.items()) / whole if whole else 1.0
+    keys = ep_sharded_keys(step.spec, ep)
+    return sum(v / t if tp_split(k, keys) else v for k, v in items.items()) / whole if whole else 1.0
 
 
 def a2a_buffers(step: Step, sc: Scenario) -> int:
