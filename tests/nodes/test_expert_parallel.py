@@ -119,3 +119,11 @@ def test_export_writes_expert_parallel_degree_that_torchtitan_builds():
         assert (dims.get_mesh("ep").size(), dims.get_mesh("efsdp").size()) == (8, 2)  # efsdp = 16 * 1 * 1 / 8
     finally:
         dist.destroy_process_group()
+
+
+def test_the_simulator_refuses_expert_parallel_in_one_line():
+    out = CliRunner().invoke(app, ["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--method", "full", "--framework",
+                                   "torchtitan", "--parallelism", "fsdp", "--num-gpus", "8", "--expert-parallel", "8"])
+    assert out.exit_code == 2
+    assert out.output.strip().splitlines() == [
+        "error: expert_parallel: the simulator runs no expert parallelism; it is estimator-only (valid values: 1)"]
