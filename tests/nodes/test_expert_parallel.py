@@ -127,3 +127,18 @@ def test_the_simulator_refuses_expert_parallel_in_one_line():
     assert out.exit_code == 2
     assert out.output.strip().splitlines() == [
         "error: expert_parallel: the simulator runs no expert parallelism; it is estimator-only (valid values: 1)"]
+
+
+def test_step_time_adds_the_blocking_all_to_all():
+    from vramfit.plan.throughput import model_flops, step_time, step_work
+
+    sc = parse_scenario({**QWEN, "expert_parallel": 8})
+    _, spec, _, _ = resolve_spec(sc)
+    mf = model_flops(spec, T)
+    assert mf.routed_elems_per_token == L * K * H
+    # dispatch + combine in forward and in backward, 7/8 of each leaving the rank, bf16
+    w8, w1 = step_work(sc, mf, spec.num_params), step_work(dataclasses.replace(sc, expert_parallel=1), mf, N)
+    assert w8.ep_bytes == 4 * 7 / 8 * T * L * K * H * 2 == 22_548_578_304
+    assert not w8.ep_net and w1.ep_bytes == 0
+    kw = {"peak_tflops": 989, "mfu": 0.4, "mem_bandwidth_gbs": 3350, "peer_gbs": 450, "host_gbs": 25}
+    assert step_time(w8, **kw).step_s - step_time(w1, **kw).step_s == pytest.approx(22_548_578_304 / 450e9)
