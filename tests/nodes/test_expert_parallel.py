@@ -142,3 +142,17 @@ def test_step_time_adds_the_blocking_all_to_all():
     assert not w8.ep_net and w1.ep_bytes == 0
     kw = {"peak_tflops": 989, "mfu": 0.4, "mem_bandwidth_gbs": 3350, "peer_gbs": 450, "host_gbs": 25}
     assert step_time(w8, **kw).step_s - step_time(w1, **kw).step_s == pytest.approx(22_548_578_304 / 450e9)
+
+
+@pytest.mark.parametrize("extra,valid", [({"expert_parallel": 3}, ["1", "2", "4", "8"]),
+                                         ({"num_gpus": 24, "expert_parallel": 3}, ["1", "2", "4", "8", "16", "32",
+                                                                                   "64", "128"])])
+def test_the_web_api_answers_422_naming_the_key(extra, valid):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    with TestClient(create_app(), base_url="http://localhost") as c:
+        r = c.post("/api/estimate", json={**QWEN, **extra})
+    assert r.status_code == 422 and r.json()["key"] == "expert_parallel" and r.json()["valid"] == valid
