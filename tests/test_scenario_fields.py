@@ -48,7 +48,7 @@ _STAGE_CONTEXT = {
     "num_nodes": {"num_gpus": 100_000, "parallelism": "fsdp"},  # nodes divide the GPUs
     # model-parallel degrees divide the GPUs, on torchtitan full fine-tuning
     **{k: {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full", "seq_len": 200_000}
-       for k in ("tensor_parallel", "pipeline_parallel", "context_parallel")},
+       for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")},
     "pipeline_parallel": {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full",
                           "grad_accum": 100_000},  # 1F1B: at least as many micro-batches as stages
     "pipeline_virtual_stages": {"pipeline_parallel": 2, "pipeline_schedule": "interleaved-1f1b", "num_gpus": 2,

@@ -15,7 +15,7 @@ from vramfit.choices import Framework, Method, Parallelism, PipelineSchedule, Sh
 from vramfit.errors import ScenarioError
 
 LAYOUT_KEYS = ("tensor_parallel", "pipeline_parallel", "pipeline_schedule", "pipeline_virtual_stages",
-               "context_parallel")
+               "context_parallel", "expert_parallel")
 
 
 def LAYOUT_FIELDS(Field, CH, INT, max_gpus: int) -> tuple:  # noqa: N802, N803 - rows of the scenario table
@@ -35,6 +35,9 @@ def LAYOUT_FIELDS(Field, CH, INT, max_gpus: int) -> tuple:  # noqa: N802, N803 -
         Field("context_parallel", INT, "Context-parallel degree: each sequence split over this many GPUs (ring "
               "attention); seq_len must divide into 2 × this many chunks.",
               ("Context parallel", "Paralelismo de contexto"), unit="GPUs", limits=(1, max_gpus)),
+        Field("expert_parallel", INT, "Expert-parallel degree (MoE models): the routed experts split over this many "
+              "GPUs, whole experts each, borrowed from the FSDP × tensor-parallel ranks; must divide the experts.",
+              ("Expert parallel", "Paralelismo de especialistas"), unit="GPUs", limits=(1, max_gpus)),
     )
 
 
@@ -64,7 +67,8 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
         # ScheduleInterleaved1F1B: n_microbatches must be a multiple of the rounds, max(1, m // p)
         _refuse("grad_accum", f"must be a multiple of its rounds of {p} micro-batches for interleaved-1f1b "
                               f"(torch's ScheduleInterleaved1F1B); got {m}")
-    if t * p * c == 1:
+    e = kw.get("expert_parallel", 1)
+    if t * p * c * e == 1:
         return
     world = kw.get("num_gpus", 1)
     if world % (t * p * c):
@@ -72,7 +76,7 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
                             f"({t} × {p} × {c} = {t * p * c}); got {world}", [str(t * p * c * k) for k in (1, 2, 4, 8)])
     if kw.get("framework", Framework.HF) is not Framework.TORCHTITAN:
         # torchtitan is the engine whose tensor/pipeline/context sharding is modelled and exported
-        _refuse("framework", "tensor, pipeline and context parallelism are modelled as torchtitan runs them; "
+        _refuse("framework", "tensor, pipeline, context and expert parallelism are modelled as torchtitan runs them; "
                              "set framework=torchtitan", ["torchtitan"])
     if kw.get("method", Method.LORA) is not Method.FULL:
         _refuse("method", "torchtitan trains every weight: model parallelism needs method=full", ["full"])
@@ -83,6 +87,8 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
                                "replication", ["fsdp", "ddp"])
     if kw.get("shard_scope") is ShardScope.NODE:
         _check_hsdp(world, kw.get("num_nodes", 1), t, p, c)
+    if e > 1:
+        _check_ep(kw, world, t, p, e)
     seq = kw.get("seq_len", 2048)
     if c > 1 and seq % (2 * c):
         # torch v2.13.0 distributed/tensor/experimental/_context_parallel/_load_balancer.py
@@ -110,9 +116,38 @@ def _check_hsdp(world: int, nodes: int, t: int, p: int, c: int) -> None:
                                f"replicas of {group}; make pipeline_parallel divide num_nodes ({nodes})", ["all"])
 
 
-def check_against_model(sc, num_heads: int, num_kv_heads: int, layers: int) -> None:
+def expert_region(world: int, nodes: int, t: int, p: int, hsdp: bool) -> int:
+    """The ranks one copy of the experts spreads over, ``dp_shard x cp x tp`` (torchtitan v0.3.0
+    ``config/configs.py`` ``expert_parallel_degree``: "dp_shard * cp * tp == efsdp * ep"; ``pp`` and
+    ``dp_replicate`` are outer): the world over the pipeline stages and the HSDP replicas."""
+    return world // p // ((world // (t * p)) // hsdp_group(world, nodes, t, p) if hsdp else 1)
+
+
+def _check_ep(kw: dict[str, Any], world: int, t: int, p: int, e: int) -> None:
+    if kw["parallelism"] is not Parallelism.FSDP:
+        # torchtitan wraps the experts in FSDP over its efsdp mesh whenever ep > 1 (parallel_dims.py
+        # _mesh_exist: "we need FSDP wrapping to help the MoE layers do mixed precision training")
+        _refuse("parallelism", "expert parallelism is modelled with FSDP2 (torchtitan shards the experts over "
+                               "its efsdp mesh)", ["fsdp"])
+    region = expert_region(world, kw.get("num_nodes", 1), t, p, kw.get("shard_scope") is ShardScope.NODE)
+    if region % e:
+        # torchtitan v0.3.0 parallel_dims.py build_mesh: efsdp = dp_shard * cp * tp // ep, the sparse mesh
+        # ("pp", "dp_replicate", "efsdp", "ep") must cover the same ranks as the dense one
+        _refuse("expert_parallel", f"must divide the dp_shard × context_parallel × tensor_parallel ranks ({region}) "
+                                   f"that torchtitan's expert mesh borrows from; got {e}",
+                [str(d) for d in range(1, region + 1) if region % d == 0])
+
+
+def check_against_model(sc, num_heads: int, num_kv_heads: int, layers: int, experts: int = 0) -> None:
     """Degrees the architecture must allow: heads split evenly over TP ranks (torchtitan shards wq/wk/wv
-    column-wise, whole heads per rank), at least one layer per pipeline chunk."""
+    column-wise, whole heads per rank), at least one layer per pipeline chunk, whole routed experts per EP rank
+    (torchtitan ``moe_sharding.py`` ``expert_param_placement_sparse``: ``EP: Shard(0)`` on the expert dim)."""
+    e = sc.expert_parallel
+    if e > 1 and not experts:
+        _refuse("expert_parallel", "needs a mixture-of-experts model; this model has no routed experts", ["1"])
+    if experts % e:
+        _refuse("expert_parallel", f"must divide the model's {experts} routed experts; got {e}",
+                [str(d) for d in range(1, experts + 1) if experts % d == 0])
     t = sc.tensor_parallel
     if num_heads % t or num_kv_heads % t:
         ok = [str(d) for d in range(1, num_kv_heads + 1) if num_heads % d == 0 and num_kv_heads % d == 0]

@@ -107,6 +107,7 @@ class Scenario:
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     pipeline_virtual_stages: int = 1
     context_parallel: int = 1
+    expert_parallel: int = 1  # borrows from dp_shard x cp x tp ranks (torchtitan efsdp), not in model_parallel_size
     images_per_sample: int = 0  # vision-language models: images in each sequence (extension)
     image_height: int = 448  # pixels of each image, before the processor resizes or tiles it
     image_width: int = 448
@@ -135,6 +136,11 @@ class Scenario:
     def model_parallel_size(self) -> int:
         """Ranks that share one micro-batch: tensor x pipeline x context parallel."""
         return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    @property
+    def per_rank_layout(self) -> bool:
+        """Ranks differ beyond data-parallel sharding: model parallelism or expert parallelism."""
+        return self.model_parallel_size > 1 or self.expert_parallel > 1
 
     @property
     def data_parallel_size(self) -> int:

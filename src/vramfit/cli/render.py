@@ -64,7 +64,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
 
 def render_ranks(r: EstimateResult, console: Console) -> None:
     """Tensor/pipeline/context parallel: each pipeline rank's share, the most loaded one marked."""
-    t = Table(title="Per rank (tensor / pipeline / context parallel)", title_justify="left")
+    t = Table(title="Per rank (tensor / pipeline / context / expert parallel)", title_justify="left")
     for col in ("rank", "layers", "micro-batches in flight", "parameters", "activations GiB", "allocated GiB"):
         t.add_column(col, justify="left" if col == "rank" else "right")
     top = max(x.allocated_bytes for x in r.ranks)

@@ -123,7 +123,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
 
 def _gpus_note(sc: Scenario) -> str | None:
     """How the GPUs of the scenario are laid out (one node, several nodes, or more than a node holds)."""
-    if sc.model_parallel_size > 1:  # the layout's own note (estimate/ranks.py layout_note) says the rest
+    if sc.per_rank_layout:  # the layout's own note (estimate/ranks.py layout_note) says the rest
         return f"{sc.num_nodes} nodes of {sc.gpus_per_node} GPUs." if sc.num_nodes > 1 else None
     if sc.num_nodes > 1:
         return _nodes_note(sc)

@@ -33,6 +33,17 @@ torchtitan ``distributed/parallel_dims.py``: ``fsdp = self.dp_shard * self.cp``)
   first steady-state forward; the same count as Megatron-LM's ``num_warmup_microbatches`` in
   ``core/pipeline_parallel/schedules.py``), i.e. the first rank ``1 + (p - 1)/(p v)`` times ``p`` stages'
   worth, Korthikanti et al. eq. 5 / sec. 4.2.3;
+- **expert parallel** ``ep`` (torchtitan v0.3.0 ``models/common/moe_sharding.py`` ``expert_param_placement_sparse``:
+  ``EP: Shard(0)``, the expert dim): each rank holds ``E/ep`` whole routed experts (no TP split on them), FSDP-
+  sharded over ``efsdp = dp_shard * cp * tp / ep`` (``distributed/parallel_dims.py`` ``build_mesh``), so the
+  sharded state per rank is ``experts / (dp_shard * cp * tp)``, the same as under TP; the all-gathered working
+  copy of a block holds ``E/ep`` experts. The router and the routed experts run on the rank's own
+  sequence-sharded tokens (``_router_sharding_config`` / ``_routed_experts_sharding_configs`` with EP on:
+  ``dense_sequence_parallel_placement``: ``/t``), dispatched by all-to-all (``models/common/token_dispatcher.py``
+  ``AllToAllTokenDispatcher.dispatch``: ``_local_reorder`` to ``(N, D)``, ``N = tokens x top_k``, then
+  ``all_to_all_single`` into ``(R, D)`` and ``_permute`` into the experts' saved input): send and receive
+  buffers, ``2 x N x D``, live beside each other (the combine mirrors it); with balanced routing ``R = N``, so
+  the saved expert activations per rank are those of its own tokens (imbalance is not modelled);
 - **logits and loss** on the last stage only, vocabulary-sharded (torchtitan's loss parallel: the output
   layer's ``Shard(-1)``) and ``/c``.
 """
@@ -62,9 +73,22 @@ if TYPE_CHECKING:
 GATHERED = frozenset({"attn_in", "mlp_in", "block_in.gathered"})  # all-gathered inputs of column-wise linears
 
 
-def tp_split(key: str) -> bool:
+def ep_sharded_keys(spec: ModelSpec, ep: int) -> tuple[str, ...]:
+    """Saved tensors that expert parallel keeps on the rank's sequence shard: the router's and the routed
+    experts' (their inputs stay ``Shard(1)``), and the MoE input itself unless a shared expert all-gathers it
+    (``_shared_experts_sharding_configs``: ``desired_input_layout`` ``Replicate``)."""
+    if ep == 1:
+        return ()
+    shared = any(x.group == "shared_expert" for x in spec.block_linears)
+    return ("experts.", "router.") + (() if shared else ("mlp_in",))
+
+
+def tp_split(key: str, ep_keys: tuple[str, ...] = ()) -> bool:
     """True when a saved tensor is ``1/t`` per rank; False when every rank keeps it whole (the gathered inputs,
-    MoE's routed tokens ``experts.*`` and router scores ``router.*``)."""
+    MoE's routed tokens ``experts.*`` and router scores ``router.*``, unless expert parallel keeps them on the
+    rank's sequence shard: ``ep_keys``, :func:`ep_sharded_keys`)."""
+    if ep_keys and key.startswith(ep_keys):
+        return True
     if key in GATHERED:
         return False
     if key.startswith(("norm", "block_in", "resid_mid")):  # Shard(1) under SequenceParallel
@@ -73,11 +97,15 @@ def tp_split(key: str) -> bool:
     return key in ("q", "k", "v", "mlp_mid") or key.startswith(("attn.", "mlp.", "q_norm.", "k_norm.", "shared."))
 
 
-def tp_layer_params(spec: ModelSpec, t: int) -> int:
+def tp_layer_params(spec: ModelSpec, t: int, ep: int = 1) -> int:
     """One decoder layer's parameters on one of ``t`` tensor-parallel ranks (mean over layers): the linears
-    split ``t`` ways, the MoE router and the norms whole (module docstring)."""
+    split ``t`` ways, the MoE router and the norms whole, the routed experts ``ep`` ways when expert parallel
+    is on (module docstring)."""
+    def ways(group: str) -> int:
+        return 1 if group == "router" else ep if group == "expert" and ep > 1 else t
+
     L = spec.num_hidden_layers
-    lin = sum(x.params * spec.layers_of(x) // (1 if x.group == "router" else t) for x in spec.block_linears)
+    lin = sum(x.params * spec.layers_of(x) // ways(x.group) for x in spec.block_linears)
     return lin // L + spec.block_norm_params
 
 
@@ -117,7 +145,7 @@ def data_parallel_view(sc: Scenario) -> Scenario:
     if sc.shard_scope is ShardScope.NODE:
         nodes = ranks // hsdp_group(sc.num_gpus, sc.num_nodes, t, p)
     return replace(sc, num_gpus=ranks, num_nodes=nodes, tensor_parallel=1,
-                   pipeline_parallel=1, context_parallel=1, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
+                   pipeline_parallel=1, context_parallel=1, expert_parallel=1, pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
                    pipeline_virtual_stages=1)
 
 
@@ -140,7 +168,7 @@ def rank_shapes(spec: ModelSpec, sc: Scenario) -> list[RankMemory]:
     head = spec.lm_head_params or spec.embedding_params
     per_chunk = -(-L // (lay.p * lay.interleave))
     layers = min(L, per_chunk * lay.interleave)
-    middle = layers * tp_layer_params(spec, lay.t)
+    middle = layers * tp_layer_params(spec, lay.t, sc.expert_parallel)
     first = middle + spec.embedding_params // lay.t  # vocab-parallel embedding
     last = middle + head // lay.t + spec.final_norm_params
     if lay.p == 1:  # a tied output layer is the embedding itself: counted once
@@ -149,19 +177,30 @@ def rank_shapes(spec: ModelSpec, sc: Scenario) -> list[RankMemory]:
             RankMemory(lay.p - 1, "last stage", last, layers, in_flight(lay.p - 1, sc))]
 
 
-def _tp_ratio(step: Step, t: int) -> float:
+def _tp_ratio(step: Step, t: int, ep: int = 1) -> float:
     """Per-rank over whole bytes of one block's saved tensors under torchtitan TP + SP."""
     items = step.acts.saved.items
     whole = sum(items.values())
-    return sum(v / t if tp_split(k) else v for k, v in items.items()) / whole if whole else 1.0
+    keys = ep_sharded_keys(step.spec, ep)
+    return sum(v / t if tp_split(k, keys) else v for k, v in items.items()) / whole if whole else 1.0
+
+
+def a2a_buffers(step: Step, sc: Scenario) -> int:
+    """Expert parallel's dispatch: the all-to-all send and receive buffers of the rank's routed tokens, each
+    ``tokens / (t x c) x top_k x hidden`` in the compute dtype (module docstring); 0 without expert parallel."""
+    if sc.expert_parallel == 1:
+        return 0
+    spec = step.spec
+    tokens = sc.tokens_per_micro_batch // (sc.tensor_parallel * sc.context_parallel)
+    return 2 * tokens * spec.num_experts_per_tok * spec.hidden_size * step.sc.precision.compute_bytes
 
 
 def _activations(step: Step, rank: RankMemory, sc: Scenario, last: bool):
     """The rank's saved tensors: its layers' share x micro-batches in flight, ``/t`` as torchtitan splits
     them, ``/c`` for context parallel; full checkpointing keeps block inputs (``Shard(1)``: ``/t``)."""
     a, L = step.acts, step.spec.num_hidden_layers
-    t, c = sc.tensor_parallel, sc.context_parallel
-    ratio = 1 / t if sc.gradient_checkpointing is Checkpointing.FULL else _tp_ratio(step, t)
+    t, c, ep = sc.tensor_parallel, sc.context_parallel, sc.expert_parallel
+    ratio = 1 / t if sc.gradient_checkpointing is Checkpointing.FULL else _tp_ratio(step, t, ep)
     blocks = round(a.blocks / L * rank.layers * rank.in_flight * ratio / c)
     kv = sum(v for k, v in a.saved.items.items() if k in ("k", "v")) / t / c
     # outside the blocks: the final norm runs on Shard(1) (/t), the output layer saves its all-gathered input
@@ -169,7 +208,7 @@ def _activations(step: Step, rank: RankMemory, sc: Scenario, last: bool):
     head_in = step.sc.precision.compute_bytes * step.sc.tokens_per_micro_batch * step.spec.hidden_size
     head_in = min(head_in, a.outside_blocks) if step.lm_head_trainable else 0
     outside = ((a.outside_blocks - head_in) / t + head_in) / c
-    return replace(a, blocks=blocks, per_layer=round(a.per_layer * _tp_ratio(step, t) / c),
+    return replace(a, blocks=blocks, per_layer=round(a.per_layer * _tp_ratio(step, t, ep) / c),
                    recompute=round(a.recompute * ratio / c), outside_blocks=round(outside) if last else 0,
                    masks=0), round(kv if c > 1 else 0)
 
@@ -183,6 +222,9 @@ def _comm(step: Step, sc: Scenario, base: Scenario, root_params: int, frac: floa
     if base.parallelism is not Parallelism.FSDP:
         return 0
     layer = _layer_param_bytes(step.spec, base, step.profile) // sc.tensor_parallel
+    if sc.expert_parallel > 1:  # E/ep whole experts gathered instead of every expert's 1/t (module docstring)
+        t = sc.tensor_parallel
+        layer = layer * tp_layer_params(step.spec, t, sc.expert_parallel) // tp_layer_params(step.spec, t)
     root = root_params * base.precision.compute_bytes if step.profile.fsdp_root_gathered else 0
     return FSDP_INFLIGHT_ALLGATHERS.value * layer + root - shard(root, base.shard_group)
 
@@ -191,9 +233,10 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
     """The step one rank runs: state, activations, loss and buffers scaled to its share."""
     from vramfit.estimate.contributions import phase_breakdowns
 
-    spec, t, c = step.spec, sc.tensor_parallel, sc.context_parallel
+    spec, t, c, ep = step.spec, sc.tensor_parallel, sc.context_parallel, sc.expert_parallel
     first, last = rank.role != "last stage", rank.role != "first stage"
-    frac = rank.params / spec.num_params
+    # sharded state: experts / (ep x efsdp) = experts / (dp_shard x cp x t), as under TP (module docstring)
+    frac = (rank.params + rank.layers * (tp_layer_params(spec, t) - tp_layer_params(spec, t, ep))) / spec.num_params
     p = step.parts
     acts, ring = _activations(step, rank, sc, last)
     # the root FSDP unit: embeddings (first stage), final norm and output layer (last; a tied one is the
@@ -205,14 +248,15 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
     parts = replace(p, **state, activations=acts.total, host=round(p.host * frac),
                     logits_loss=p.logits_loss // (t * c) if last else 0,
                     comm_buffers=_comm(step, sc, step.sc, root, frac),
-                    temporaries=max(round(step.block_transient * _tp_ratio(step, t) / c) + ring, round(step.opt_temp * frac)))
+                    temporaries=max(round(step.block_transient * _tp_ratio(step, t, ep) / c) + ring,
+                                    a2a_buffers(step, sc), round(step.opt_temp * frac)))
     loss = step.loss
     loss = LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
                       loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c),
                       loss.kept // (t * c)) if last else \
         LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
     out = replace(step, sc=sc, parts=parts, acts=acts, loss=loss, autocast_forward=round(step.autocast_forward * frac),
-                  block_transient=round(step.block_transient * _tp_ratio(step, t) / c) + ring,
+                  block_transient=max(round(step.block_transient * _tp_ratio(step, t, ep) / c) + ring, a2a_buffers(step, sc)),
                   opt_temp=round(step.opt_temp * frac), held_grads=round(step.held_grads * frac),
                   head_grad=step.head_grad // t if last else 0, layer_grads=step.layer_grads // t,
                   lowest_grads=0,  # the lowest-block position is modelled for data parallelism only
@@ -233,7 +277,8 @@ def model_parallel_step(spec: ModelSpec, sc: Scenario, card, compute: Callable) 
     from vramfit.estimate.contributions import CONTRIBUTORS
     from vramfit.layout_keys import check_against_model
 
-    check_against_model(sc, spec.num_attention_heads, spec.num_key_value_heads, spec.num_hidden_layers)
+    check_against_model(sc, spec.num_attention_heads, spec.num_key_value_heads, spec.num_hidden_layers,
+                        spec.num_experts)
     base = _view_step(spec, data_parallel_view(sc), card, compute)
     steps = []
     for rank in rank_shapes(spec, sc):
@@ -256,6 +301,8 @@ def layout_note(sc: Scenario, ranks: tuple[RankMemory, ...]) -> str:
     dp = (f"HSDP: FSDP over the {view.shard_group} data-parallel ranks of a node (dp_shard × cp), replicated "
           f"{view.num_nodes} times (dp_replicate)" if sc.shard_scope is ShardScope.NODE else
           f"FSDP over the remaining {view.num_gpus} ranks (dp_shard × cp)")
+    ep = (f"; expert parallel {sc.expert_parallel} (each rank holds 1/{sc.expert_parallel} of the routed experts, "
+          f"tokens exchanged by all-to-all)") if sc.expert_parallel > 1 else ""
     return (f"Model parallel as torchtitan v0.3.0 shards it: tensor {sc.tensor_parallel} (sequence parallel on), {pp}, "
-            f"context {sc.context_parallel}; {dp}. Per rank; the peak is the {peak.role} ({peak.layers} layers, "
+            f"context {sc.context_parallel}{ep}; {dp}. Per rank; the peak is the {peak.role} ({peak.layers} layers, "
             f"{peak.in_flight:g} micro-batches in flight); see 'ranks' for each.")

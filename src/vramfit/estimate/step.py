@@ -260,7 +260,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     from vramfit.estimate import stages
     from vramfit.estimate.contributions import CONTRIBUTORS, phase_breakdowns
 
-    if sc.model_parallel_size > 1:
+    if sc.per_rank_layout:
         from vramfit.estimate.ranks import model_parallel_step
 
         return model_parallel_step(spec, sc, card, compute)

@@ -48,6 +48,9 @@ def parallelism(plan: Plan) -> dict[str, Any]:
         "tensor_parallel_degree": tp, "enable_sequence_parallel": True,
         "pipeline_parallel_degree": pp, "context_parallel_degree": cp,
     }
+    ep = int(sc.get("expert_parallel", 1) or 1)
+    if ep > 1:  # ParallelismConfig.expert_parallel_degree: borrows from dp_shard x cp x tp (efsdp = that / ep)
+        out["expert_parallel_degree"] = ep
     if pp > 1:
         out["pipeline_parallel_schedule"] = SCHEDULES[sc.get("pipeline_schedule", "1f1b")]
         out["pipeline_parallel_microbatch_size"] = plan.micro_batch_size

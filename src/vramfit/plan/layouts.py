@@ -24,7 +24,13 @@ when ``tp`` divides the GPUs of a node; pipeline stages are the farthest apart, 
   node (``r`` = ranks of one ring inside a node), so their bytes count that many times at the node's rate.
   HSDP (``dp_replicate x dp_shard``, ``shard_scope=node``): gathers and reduce-scatters inside the node, the
   gradient shards all-reduced across the replicas (:func:`vramfit.plan.traffic.split_nodes`), those rings
-  sharing the NICs the same way.
+  sharing the NICs the same way;
+- expert parallel: per MoE layer and micro-batch the dispatch and the combine all-to-all in forward, both again
+  in backward, again with full recomputation (torchtitan v0.3.0 ``models/common/token_dispatcher.py``
+  ``AllToAllTokenDispatcher``), each sending ``(ep-1)/ep`` of the rank's ``tokens / (t c) x top_k x hidden``
+  (nccl-tests doc/PERFORMANCE.md: alltoall bus bandwidth ``= algbw x (n-1)/n``). Blocking: the experts wait for
+  their tokens. The ``ep`` ranks are innermost in torchtitan's sparse mesh ``("pp", "dp_replicate", "efsdp",
+  "ep")``, so inside a node when ``ep`` divides its GPUs.
 """
 
 from __future__ import annotations
@@ -175,10 +181,22 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     )
 
 
+def expert_parallel_work(sc: Scenario, mf: ModelFlops, w: Work) -> Work:
+    """``w`` (the run without expert parallel) plus the all-to-all of its routed tokens (module docstring)."""
+    ep, passes = sc.expert_parallel, 4 + (2 if sc.gradient_checkpointing in (Checkpointing.FULL,
+                                                                             Checkpointing.OFFLOAD) else 0)
+    tokens = sc.micro_batch_size * sc.seq_len / (sc.tensor_parallel * sc.context_parallel)
+    moved = passes * (ep - 1) / ep * tokens * mf.routed_elems_per_token * sc.precision.compute_bytes
+    return dataclasses.replace(w, ep_bytes=moved * sc.grad_accum / sc.pipeline_parallel,
+                               ep_net=ep > sc.gpus_per_node)
+
+
 def blocking_seconds(w: Work, peer_bytes_s: float, net: tuple[float, float]) -> float:
-    """Seconds of tensor-parallel collectives (blocking: each layer waits for its all-gather/reduce-scatter)
-    and pipeline sends, over the link they cross (``w.pp_net``: the network's bus rate)."""
-    if not (w.tp_bytes or w.pp_bytes):
+    """Seconds of tensor-parallel collectives (blocking: each layer waits for its all-gather/reduce-scatter),
+    pipeline sends and expert-parallel all-to-alls, over the link they cross (``w.pp_net``, ``w.ep_net``: the
+    network's bus rate)."""
+    if not (w.tp_bytes or w.pp_bytes or w.ep_bytes):
         return 0.0
     pp_rate = net[0] if (w.pp_net and net[0]) else peer_bytes_s
-    return w.tp_bytes / peer_bytes_s + w.pp_bytes / pp_rate
+    ep_rate = net[0] if (w.ep_net and net[0]) else peer_bytes_s
+    return w.tp_bytes / peer_bytes_s + w.pp_bytes / pp_rate + w.ep_bytes / ep_rate

@@ -26,7 +26,7 @@ optimizer/weight offload traffic, the offloaded optimizer step and paged optimiz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
@@ -69,6 +69,7 @@ class ModelFlops:
     hidden_size: int = 0  # what tensor/pipeline parallel send per token (plan/layouts.py); sizes DeepSpeed's
     # "auto" prefetch bucket (:func:`zero3_exposed_share`)
     kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
+    routed_elems_per_token: int = 0  # MoE layers x top_k x hidden: what expert parallel's all-to-all moves
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -88,7 +89,9 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
     quant = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears)
     return ModelFlops(n_mm, head, attn, quant, spec.num_params, spec.num_hidden_layers * spec.hidden_size,
                       spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size,
-                      spec.num_key_value_heads * (spec.head_dim + spec.v_dim))
+                      spec.num_key_value_heads * (spec.head_dim + spec.v_dim),
+                      max((spec.layers_of(x) for x in spec.block_linears if x.group == "expert"), default=0)
+                      * spec.num_experts_per_tok * spec.hidden_size)
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -162,6 +165,8 @@ class Work:
     bubble: float = 0.0  # pipeline bubble as a fraction of the compute time
     pp_bytes: float = 0.0  # pipeline sends per GPU per step (the network when stages are on other nodes)
     pp_net: bool = False
+    ep_bytes: float = 0.0  # expert parallel's all-to-all per GPU per step (blocking; plan/layouts.py)
+    ep_net: bool = False  # the expert-parallel group spans nodes
 
 
 @dataclass(frozen=True)
@@ -181,9 +186,11 @@ class Speed:
 
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     """The card-independent work of one optimizer step of ``sc`` per GPU."""
-    if sc.model_parallel_size > 1:
-        from vramfit.plan.layouts import model_parallel_work
+    if sc.per_rank_layout:
+        from vramfit.plan.layouts import expert_parallel_work, model_parallel_work
 
+        if sc.expert_parallel > 1:
+            return expert_parallel_work(sc, mf, step_work(replace(sc, expert_parallel=1), mf, trainable_params))
         return model_parallel_work(sc, mf, trainable_params, step_work)
     lora = 0 if sc.method is Method.FULL else trainable_params
     model = train_flops_per_token(mf, sc.method, lora)

@@ -234,6 +234,8 @@ def _check_supported(scenario: Scenario) -> None:
     if scenario.framework is Framework.TORCHTITAN and scenario.method is not Method.FULL:
         raise ScenarioError("method", "torchtitan trains every weight: the simulator runs it with method=full",
                             ["full"])
+    if scenario.expert_parallel > 1:  # the fake process group runs no all-to-all token dispatch
+        raise ScenarioError("expert_parallel", "the simulator runs no expert parallelism; it is estimator-only", ["1"])
     if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP and scenario.framework is not Framework.TORCHTITAN:
         # torchtitan's op policy (sim/checkpointing.py); transformers has no such mode
         raise ScenarioError("gradient_checkpointing", "selective-op is torchtitan's op policy: simulated with "
