@@ -98,3 +98,19 @@ def test_gradient_merge_is_folded_into_the_first_gradient():
     folded = fold_accumulations(tr.trace)
     assert len(folded.events) == len(tr.trace.events) - 2
     assert summarize(folded, True).peak_allocated <= summarize(tr.trace, True).peak_allocated
+
+
+def test_autocast_query_answers_as_on_cuda_under_cpu_autocast():
+    # PEFT's bitsandbytes LoRA layers cast their input to the adapter dtype only when the no-argument
+    # (CUDA) query says autocast is off (peft v0.21.2 tuners/lora/bnb.py); a CUDA run under autocast says on
+    from vramfit.sim.cuda_emulation import cuda_autocast_query, patched
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled() is False  # what the unpatched fake CPU run answered
+        with patched(cuda_autocast_query()):
+            assert torch.is_autocast_enabled() is True
+            assert torch.is_autocast_enabled("cuda") is True
+            assert torch.is_autocast_enabled("cpu") is True
+    with patched(cuda_autocast_query()):
+        assert torch.is_autocast_enabled() is False
+    assert torch.is_autocast_enabled() is False

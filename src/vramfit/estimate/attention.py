@@ -49,6 +49,18 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     )
 
 
+def _qkv_out_fp32(blk: Block) -> bool:
+    """Whether the q/k/v projections return fp32 under autocast: bitsandbytes ``Linear4bit`` returns its
+    input's dtype (bitsandbytes 0.50.2 nn/modules.py ``Linear4bit.forward``: ``.to(inp_dtype)``) and PEFT's
+    fp32 norms feed it fp32 (peft v0.21.2 utils/other.py ``prepare_model_for_kbit_training``). The
+    attention kernel then takes autocast's 16-bit copies of q, k and v and saves those; a fused qkv
+    output is not kept (the simulator's trace: three ``_to_copy`` tensors of the kernel's inputs). Linears
+    the quantizer leaves alone (``linear_subclass``: FalconLinear) return autocast's 16-bit output."""
+    unquantized = blk.spec.linear_subclass and blk.profile.quantizes_exact_linear_only
+    return (blk.quantized and blk.profile.qlora_unquantized_fp32 and blk.dt.autocast and blk.dt.norm_out == 4
+            and not unquantized)
+
+
 def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
     """q/k norms and the q, k, v tensors the kernel keeps."""
     spec, c = blk.spec, blk.dt.compute
@@ -71,7 +83,7 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
         out.add("k", k_saved)
         out.add("kv_b_out", c * blk.T * spec.num_key_value_heads * (nope + spec.v_dim))
         return
-    if fused_qkv and not expand:
+    if fused_qkv and not expand and not _qkv_out_fp32(blk):
         # v (and q, k without rotary) are views of the fused projection output: the whole
         # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
         out.add("qkv_fused", c * (q_el + 2 * kv_el))

@@ -135,13 +135,48 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         return 0
     block = spec.vision.block
     patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
-    base = act.block_backward_transient(block, dataclasses.replace(sc, micro_batch_size=1, seq_len=patches), profile)
+    vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
+    base = max(act.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
     if block.gated_mlp or block.act_saved_tensors < 2:
         return base
     # a python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op: the
     # output gradient, the two product gradients and sigmoid's input gradient are alive together
     # (autograd formulas of mul and sigmoid, tools/autograd/derivatives.yaml)
     return max(base, (2 + block.act_saved_tensors) * sc.precision.compute_bytes * patches * block.intermediate_size)
+
+
+def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile) -> int:
+    """What the last tower block's re-run forward holds beside its saved tensors, under full checkpointing
+    with LoRA on the MLP's output linear (``vsc``: the tower's patches as one sequence).
+
+    Non-reentrant checkpointing stops the re-run once the last saved tensor is made (torch 2.13
+    ``utils/checkpoint.py`` ``_StopRecomputationError``, early stop on by default): here lora_B's input
+    inside the output linear, while the block's frames still hold the activation's output (that linear's
+    input), the second norm's output, a layer scale's product (transformers v5.24.0
+    models/internvl/modeling_internvl.py ``InternVLVisionLayer.forward``: ``attention_output`` lives until the
+    block returns), the base layer's result and its clone (peft v0.21.2 tuners/lora/bnb.py
+    ``Linear4bit.forward``: ``result = result.clone()``, the original then freed) and lora_B's output;
+    beside them the gradient arriving at the tower's output. The simulator's trace of InternVL under QLoRA
+    shows each of these at the peak. Under QLoRA the MLP runs in fp32 (``Linear4bit`` returns its input's
+    dtype, bitsandbytes 0.50.2 nn/modules.py) and the layer scale is an fp32 parameter (peft v0.21.2
+    utils/other.py ``prepare_model_for_kbit_training``), as the residual stream is."""
+    from vramfit.estimate import activations as act
+
+    block = spec.vision.block
+    down = next((x for x in block.block_linears if x.group == "mlp" and x.out_features == block.hidden_size), None)
+    adapted = {ad.target for ad in vision_adapters(spec, vsc, profile)}
+    ckpt = vsc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    if not ckpt or down is None or down.name not in adapted:
+        return 0
+    dt = act.dtypes_for(vsc, profile)
+    fp32_mlp = vsc.method is Method.QLORA and profile.qlora_unquantized_fp32
+    m = dt.norm_out if fp32_mlp else dt.compute
+    T, h = vsc.seq_len, block.hidden_size
+    scale = dt.residual * T * h if spec.vision.layer_scale else 0
+    result = m * T * h  # the base layer's output (PEFT's bnb clone replaces it: one is alive)
+    lora_b = (dt.compute if dt.autocast else dt.adapter) * T * h
+    return sum(round_allocation(x) for x in (
+        m * T * act.mlp_width(block), dt.norm_out * T * h, scale, result, lora_b, dt.residual * T * h))
 
 
 def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

@@ -18,6 +18,14 @@ Two things are made to behave as on a CUDA device (sm80+), on fake CPU runs only
    ``layer_norm``, ``softmax``, ``sum`` ... run in fp32 and return fp32 on CUDA, but stay in the
    low-precision dtype under CPU autocast. Ops reached only from C++ (inside ``cross_entropy``) are not
    seen; transformers upcasts logits explicitly before its loss anyway.
+3. :func:`cuda_autocast_query`: ``torch.is_autocast_enabled()`` without a device type asks about CUDA
+   autocast (torch 2.13 ``torch/__init__.py``: the no-argument form is the deprecated CUDA query), which
+   a fake CPU run leaves off while CPU autocast is on. Libraries branch on it: PEFT's bitsandbytes LoRA
+   layers cast the input to the adapter dtype and the output back only when it is off (peft v0.21.2
+   ``tuners/lora/bnb.py`` ``Linear4bit.forward``: ``requires_conversion = not torch.is_autocast_enabled()``),
+   so without the patch a 16-bit input to an fp32 adapter made an fp32 copy and autocast's 16-bit copy of
+   that, which lora_A saves, where a CUDA run saves nothing new. Under the patch that query (and the
+   ``"cuda"`` one) answers what CPU autocast's state is, as it would on CUDA.
 
 The flash and efficient backward kernels allocate scratch that their fake kernels do not show; see
 :func:`flash_backward_scratch` and :func:`efficient_backward_scratch` (registered as tracker transients).
@@ -48,6 +56,17 @@ def patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
+
+
+def cuda_autocast_query() -> list[tuple[Any, str, Any]]:
+    """The :func:`patched` entry that makes ``torch.is_autocast_enabled()`` (no device, or ``"cuda"``)
+    report CPU autocast's state, as a CUDA run reports CUDA autocast's (module docstring, item 3)."""
+    orig = torch.is_autocast_enabled
+
+    def is_autocast_enabled(device_type: str | None = None) -> bool:
+        return orig("cpu") if device_type in (None, "cuda") else orig(device_type)
+
+    return [(torch, "is_autocast_enabled", is_autocast_enabled)]
 
 
 def _fp32_funcs() -> set[Any]:
