@@ -12,7 +12,10 @@ A generated example is marked in the Markdown::
 Options after the command, separated by ``;``: ``columns=N`` (terminal width, default 100), ``cwd=PATH``
 (relative to the repository root; default the root), ``stderr`` (show stderr only), ``head=N`` (the first N
 lines, then ``…``), ``tmpdb`` (a fresh runs database for ``runs``/``calibrate``), ``noserve`` (``vramfit serve``: print its start line, do not start the server).
-A generated table is marked ``<!-- generated: NAME -->`` … ``<!-- /generated -->`` (NAME in :data:`TABLES`). Commands run in-process
+A generated table is marked ``<!-- generated: NAME -->`` … ``<!-- /generated -->`` (NAME in :data:`TABLES`).
+``<!-- snippet -->`` before a ```` ```python ```` block makes the plain block after it that code's printed
+output; ``<!-- stderr example -->`` before a block holding one ``vramfit …`` line makes the plain block after
+it that command's stderr (both run from the repository root). Commands run in-process
 through the real Typer app with no user calibration file. ``docs/commands/<name>.md`` (one page per
 command, its ``--help``) and the Commands section of ``mkdocs.yml`` are written from the app's command
 list, so a new command gets its page.
@@ -147,8 +150,48 @@ TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "acc
 TABLE = re.compile(r"<!-- generated: (?P<name>[a-z-]+) -->\n(?P<body>.*?)<!-- /generated -->\n", re.S)
 
 
+SNIPPET = re.compile(r"(?P<head><!-- snippet -->\n```python\n(?P<code>.*?)\n```\n```\n)(?P<out>.*?)```\n", re.S)
+STDERR = re.compile(r"(?P<head><!-- stderr example -->\n```\n(?P<cmd>vramfit [^\n]*)\n```\n```\n)(?P<out>.*?)\n```\n", re.S)
+
+
+def _snippet_output(code: str) -> str:
+    """What the Python ``code`` prints, run from the repository root."""
+    import contextlib
+    import io
+
+    out, here = io.StringIO(), os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs snippet", "exec"), {})
+    finally:
+        os.chdir(here)
+    return out.getvalue()
+
+
+def _stderr_output(cmd: str) -> str:
+    """The stderr of ``vramfit …`` (one line, split on spaces) run in-process from the repository root."""
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        r = CliRunner().invoke(app, cmd.split()[1:])
+    finally:
+        os.chdir(here)
+    if r.exit_code != 0:
+        raise SystemExit(f"{cmd}: exit {r.exit_code}\n{r.output}")
+    return r.stderr.rstrip("\n")
+
+
 def _tables(text: str) -> str:
-    return TABLE.sub(lambda m: f"<!-- generated: {m.group('name')} -->\n{TABLES[m.group('name')]()}<!-- /generated -->\n", text)
+    """``text`` with its generated tables, snippet outputs and stderr examples refreshed."""
+    text = TABLE.sub(lambda m: f"<!-- generated: {m.group('name')} -->\n{TABLES[m.group('name')]()}<!-- /generated -->\n",
+                     text)
+    text = SNIPPET.sub(lambda m: m.group("head") + _snippet_output(m.group("code")) + "```\n", text)
+    return STDERR.sub(lambda m: m.group("head") + _stderr_output(m.group("cmd")) + "\n```\n", text)
 
 
 def markdown_files() -> list[Path]:
@@ -223,7 +266,7 @@ def check() -> list[str]:
     for path in markdown_files():
         text = path.read_text(encoding="utf-8")
         if _tables(text) != text:
-            stale.append(f"{path.relative_to(ROOT)}: a generated table")
+            stale.append(f"{path.relative_to(ROOT)}: a generated table or output")
     pages = command_pages()
     for path, text in pages.items():
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
