@@ -93,15 +93,10 @@ def load(path: Path) -> list[dict]:
 @contextlib.contextmanager
 def bench_cards():
     """:data:`CARDS` in the catalog while scoring (so their ``gpu`` ids resolve), then the catalog as before."""
-    from vramfit import gpus
+    from vramfit.gpus import user_gpus_added
 
-    before = list(gpus._user_files)
-    gpus.load_user_gpus(CARDS)
-    try:
+    with user_gpus_added(CARDS):
         yield
-    finally:
-        gpus._user_files[:] = before
-        gpus._catalog_cache = None
 
 
 def format_summary(summary: dict) -> str:

@@ -19,11 +19,13 @@ cells it fills (a price-only file is enough); a new ``gpu_id`` needs at least ``
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import io
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -337,17 +339,31 @@ def load_user_gpus(path: str | Path) -> list[str]:
     try:
         _catalog()
     except ScenarioError:
-        _user_files[:] = previous
-        _catalog_cache = None
+        _restore_user_files(previous)
         raise
     return ids
 
 
+def _restore_user_files(files: list[Path]) -> None:
+    global _catalog_cache
+    _user_files[:] = files
+    _catalog_cache = None
+
+
+@contextlib.contextmanager
+def user_gpus_added(path: str | Path) -> Iterator[list[str]]:
+    """The catalog with ``path``'s cards added (:func:`load_user_gpus`) for the block, as before after it."""
+    previous = list(_user_files)
+    ids = load_user_gpus(path)
+    try:
+        yield ids
+    finally:
+        _restore_user_files(previous)
+
+
 def reset_user_gpus() -> None:
     """Forget user files loaded with :func:`load_user_gpus` (and re-read the config directory)."""
-    global _catalog_cache
-    _user_files.clear()
-    _catalog_cache = None
+    _restore_user_files([])
 
 
 def list_gpus() -> list[GPU]:

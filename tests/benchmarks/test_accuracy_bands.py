@@ -1,17 +1,15 @@
 """src/vramfit/data/accuracy.json (each estimate's error band) matches the benchmark it is written from."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from benchmark_modules import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("accuracy_bench", ROOT / "benchmarks" / "accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("accuracy")
 
 
 def test_the_band_data_is_up_to_date():

@@ -1,9 +1,9 @@
 """Unsloth's published maximum-context tables, through the planner's max-sequence search (issue 13)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
+from benchmark_modules import load_benchmark
 from vramfit import estimate
 from vramfit.plan.fit import max_seq_len_within
 from vramfit.scenario import parse_scenario
@@ -14,10 +14,7 @@ ROWS = [json.loads(x) for x in DATA.read_text().splitlines() if x.strip()]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("max_context", ROOT / "benchmarks" / "max_context.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("max_context")
 
 
 def test_rows_are_valid_scenarios_with_a_budget():

@@ -1,10 +1,10 @@
 """benchmarks/data/measured/found.jsonl: published peaks found later, in the row schema of the README."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
+from benchmark_modules import load_benchmark
 from vramfit.measure.records import parse_lines
 from vramfit.scenario import parse_scenario
 
@@ -15,10 +15,7 @@ FIELDS = {"id", "source_id", "source", "scenario", "measured", "seq_exact", "con
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("accuracy_bench", ROOT / "benchmarks" / "accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("accuracy")
 
 
 def test_rows_follow_the_schema_and_parse():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_modules import load_benchmark
 from vramfit import estimate
 from vramfit.measure.records import parse_lines
 from vramfit.models import resolve_model
@@ -18,10 +18,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_grid.py"
 
 
 def _grid_module():
-    spec = importlib.util.spec_from_file_location("gpu_grid", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_grid")
 
 
 def test_grid_covers_what_the_issue_asks():

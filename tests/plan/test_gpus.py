@@ -60,6 +60,15 @@ def test_user_file_adds_a_card_with_its_own_usable_memory(tmp_path):
     assert g.usable_bytes == 30000 * MiB and g.usable_kind == "user" and g.price_high == 0.5
 
 
+def test_user_cards_added_for_a_block_only(tmp_path):
+    f = tmp_path / "mine.csv"
+    f.write_text("gpu_id,name,memory_gb,bf16_fp16_dense_tflops\nblock-card,Block Card,32,100\n", encoding="utf-8")
+    with gpus.user_gpus_added(f) as ids:
+        assert ids == ["block-card"] and get_gpu("block-card").memory_gb == 32
+    with pytest.raises(ScenarioError, match="block-card"):
+        get_gpu("block-card")
+
+
 def test_config_directory_file_is_read(tmp_path, monkeypatch):
     monkeypatch.setenv("VRAMFIT_CONFIG_DIR", str(tmp_path))
     (tmp_path / "gpus.csv").write_text("gpu_id,price_usd_per_gpu_hr_low\nrtx4090,0.11\n", encoding="utf-8")

@@ -1,10 +1,10 @@
 """The speed model's mechanisms added for issue 22, each checked against its formula by hand."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from benchmark_modules import load_benchmark
 from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
@@ -16,10 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("throughput_bench", ROOT / "benchmarks" / "throughput.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("throughput")
 
 
 def _work(sc: dict):

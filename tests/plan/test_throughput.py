@@ -86,14 +86,9 @@ def test_multi_gpu_traffic_over_pcie_can_dominate():
 # --- the mechanism model (kernels.py) and its benchmark against published throughputs ----------
 
 def _bench():
-    import importlib.util
-    from pathlib import Path
+    from benchmark_modules import load_benchmark
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
-    spec = importlib.util.spec_from_file_location("throughput_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("throughput")
 
 
 def test_benchmark_summary_beats_the_old_model():
