@@ -32,7 +32,13 @@ from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
 from vramfit.plan.kernels import CardSpeed
-from vramfit.plan.traffic import comm_bytes, split_nodes, zero3_exposed_share, zero3_gather_bytes
+from vramfit.plan.traffic import (
+    comm_bytes,
+    fsdp_serial_gather_bytes,
+    split_nodes,
+    zero3_exposed_share,
+    zero3_gather_bytes,
+)
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
 MFU_DEFAULT = Constant(
@@ -219,10 +225,20 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         share = zero3_exposed_share(sc, mf.hidden_size, mf.quantizable_params / max(1, mf.num_layers))
         inside, across = zero3_gather_bytes(sc, param_bytes)
         mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = share * inside, share * across
+    elif sc.method is not Method.FULL and _lora_units_nested(sc):
+        mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = fsdp_serial_gather_bytes(sc, param_bytes)
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
                 **mech, net_bytes=net_b, net_hops=hops)
+
+
+def _lora_units_nested(sc: Scenario) -> bool:
+    """The framework wraps LoRA adapters as FSDP1 units nested in the layers' units (profile
+    ``fsdp_lora_units_nested``; :func:`traffic.fsdp_serial_gather_bytes`)."""
+    from vramfit.estimate.framework import scenario_profile
+
+    return sc.parallelism is Parallelism.FSDP and scenario_profile(sc).fsdp_lora_units_nested
 
 
 def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
