@@ -24,7 +24,7 @@ from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.rental import needs
-from vramfit.plan.screen import CKPT_RANK, Figures, Screen
+from vramfit.plan.screen import CKPT_RANK, OPTIMIZER_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
 from vramfit.scenario import (
     Checkpointing,
@@ -57,6 +57,18 @@ def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
             "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
             "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
             "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
+
+
+#: bitsandbytes paged optimizers tried beside an AdamW (HF Trainer optim paged_adamw_8bit; torchtune
+#: and litgpt take bitsandbytes.optim.PagedAdamW8bit as their optimizer component); the 8-bit one only: it pages
+#: a quarter of the bytes of the 32-bit one, which would add a setting to search for no memory it saves on the card
+PAGED_FOR = {Optimizer.ADAMW: [Optimizer.PAGED_ADAMW_8BIT.value], Optimizer.ADAMW_8BIT: [Optimizer.PAGED_ADAMW_8BIT.value]}
+
+
+def timing(c) -> tuple:
+    """What the speed model reads of a setting: GPUs, sharding, offload, checkpointing, and whether its
+    optimizer state is paged (which one: timed with its paging, :meth:`Search.speed`); loss and other optimizers not."""
+    return (*c[:4], c.optimizer if "paged" in c.optimizer else "")
 
 
 class Config(NamedTuple):
@@ -116,6 +128,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW:
         opts.append(Optimizer.ADAMW_8BIT.value)
+    if full and base.framework is not Framework.TORCHTITAN:
+        opts += PAGED_FOR.get(base.optimizer, [])  # torchtitan builds torch.optim optimizers only
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
     if spec is not None and n > 1 and layouts.searched(base):
@@ -187,7 +201,7 @@ class Search:
         return self._configs[n]
 
     def work(self, c: Config, mb: int) -> Work:
-        key = (c[:4], mb)  # optimizer and loss are not timed: one work for the four variants
+        key = (c[:4], mb)  # optimizer and loss are not timed (paging is, in speed()): one work for the variants
         if key not in self._work:
             # the speed model reads only these keys: set them without re-validating the scenario
             nk = node_keys(c.num_gpus, c.parallelism)
@@ -203,15 +217,26 @@ class Search:
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]
 
-    def speed(self, c: Config, mb: int, g: GPU) -> Speed | None:
+    def speed(self, c: Config, mb: int, g: GPU, paged: int | None = None) -> Speed | None:
+        """The step time of ``c``; a paged optimizer's state moves over the host link as ``paged`` bytes paged
+        out (``verdict.result_paging``), or, None, all of it (an upper bound: the search's ranking)."""
         if not g.bf16_tflops:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
+        if paged is None:
+            paged = self.paged_state(c) if "paged" in c.optimizer else 0
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3],
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged,
         )
+
+    def paged_state(self, c: Config) -> int:
+        """Bytes of optimizer state per GPU of a paged optimizer: two moments of each trainable parameter in
+        fp32 (4 B each), or 8-bit (1 B each; bitsandbytes optim/optimizer.py Optimizer2State, optim_bits),
+        sharded over the GPUs by ZeRO/FSDP."""
+        shards = c.num_gpus if layouts.parse(c.parallelism).parallelism not in ("none", "ddp") else 1
+        return int(self.trainable * (2 if "8bit" in c.optimizer else 8) // shards)
 
     def _link(self, g: GPU, n: int) -> tuple:
         """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`, network rates) of ``n`` x ``g``."""
@@ -225,7 +250,7 @@ class Search:
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
         """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
-        key = (c[:4], mb, g.gpu_id)  # as in work(): the speed model reads neither optimizer nor loss
+        key = (timing(c), mb, g.gpu_id)  # the speed model reads neither optimizer (but paging) nor loss
         t = self._spt.get(key)
         if t is None:
             s = self.speed(c, mb, g)
@@ -347,16 +372,16 @@ class Search:
         for c in lay.by_comp:
             if pick and comp[c] > pick[1]:
                 break
-            if bound[c[:4]] > band:
+            if bound[timing(c)] > band:
                 continue
-            ref, within = found.get(c[:4], ((), 0.0))
+            ref, within = found.get(timing(c), ((), 0.0))
             if ref is None and within >= band:
                 continue  # its most saving sibling has no micro-batch within the band: neither has c
             ref = ref or ()
-            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[c[:4]])
+            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[timing(c)])
             if pick and hope + (index[c],) > _tie_break(pick):
                 continue
-            hit = ref if ref and lay.savers[c[:4]] == c else look(c, band)
+            hit = ref if ref and lay.savers[timing(c)] == c else look(c, band)
             if hit and hit[0] <= band and (pick is None or _tie_break(hit) < _tie_break(pick)):
                 pick = hit
         return None if pick is None else (pick[4], -pick[2])
@@ -375,7 +400,7 @@ class Layout:
         self.savers: dict[tuple, Config] = {}
         groups: dict[tuple, Config] = {}
         for c in sorted(allowed, key=self.rank.get):
-            self.savers.setdefault(c[:4], c)
+            self.savers.setdefault(timing(c), c)
             groups.setdefault(c[:3], c)
         self.group_saver = {c: groups[c[:3]] for c in allowed}
 
@@ -386,7 +411,7 @@ def _tie_break(x: tuple) -> tuple:
 
 
 def _saving_rank(c: Config) -> tuple:
-    """Most memory-saving first: offload, checkpointing, fused loss, 8-bit optimizer state."""
+    """Most memory-saving first: offload, checkpointing, fused loss, paged then 8-bit optimizer state."""
     return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
             -CKPT_RANK[c.gradient_checkpointing],
-            c.loss != "fused", "8bit" not in c.optimizer)
+            c.loss != "fused", -OPTIMIZER_RANK.get(c.optimizer, 0))
