@@ -65,6 +65,12 @@ LAYER_OVERHEAD_S = {
         "+27 % tokens/s at 2 x 4096 tokens); an eighth of eager, an assumption within the design rows' noise",
     ),
 }
+DECODE_LAYER_OVERHEAD_S = Constant(
+    LAYER_OVERHEAD_S["eager"].value / 4, "s per layer per decode step (transformers generate)",
+    "a quarter of LAYER_OVERHEAD_S['eager']: a training micro-batch dispatches the block's forward, its "
+    "recompute and a backward of about twice the forward's kernels (each linear's input and weight gradients), "
+    "about four forwards; a decode step dispatches one",
+)
 GPTQ_DEQUANT_S_PER_GWEIGHT = Constant(
     0.0126, "s per 10^9 4-bit weights per pass (A100)",
     "design: Qwen-1 1.8B Q-LoRA minus LoRA at seq 256, 512, 1024 (0.4, 0.4, 0.3 s/it; mean 0.367 s over "
