@@ -121,9 +121,21 @@ class CardSpeed:
     p2p: bool  # GPU-to-GPU copies overlap with compute
 
 
-def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
+HGX_GPUS_PER_HOST_UPLINK = Constant(
+    2, "GPUs behind one PCIe x16 uplink to the CPU on an SXM (HGX) baseboard",
+    "NVIDIA DGX A100 (developer.nvidia.com/blog/defining-ai-innovation-with-dgx-a100, 'System architecture'): "
+    "four PCIe Gen4 switches for eight A100s, two GPUs and their NICs per switch, one x16 link from each switch "
+    "to the CPU; HGX B200 `nvidia-smi topo -m` shows GPU0/GPU1 PIX to the same NICs (the-dsvolk.github.io "
+    "ai-perf B200 explorer)",
+    "when every GPU of the node moves offloaded or paged state at once, each gets half of the uplink",
+)
+
+
+def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpeed | None:
     """:class:`CardSpeed` of a catalog card; None without a BF16 peak or a memory bandwidth (a user card
-    may omit them: the planner then times it with the utilisation rule, ``throughput.MFU_DEFAULT``)."""
+    may omit them: the planner then times it with the utilisation rule, ``throughput.MFU_DEFAULT``).
+    ``gpus``: GPUs of the run on the node; on SXM baseboards pairs of them share a host uplink
+    (:data:`HGX_GPUS_PER_HOST_UPLINK`), which halves what each moves to and from the host at once."""
     if not g.bf16_tflops or not g.mem_bandwidth_gbs:
         return None
     peak = g.bf16_tflops * 1e12
@@ -132,7 +144,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
     p2p = g.peer_to_peer  # gpus.csv column peer_to_peer (see NO_P2P_NOTE)
     peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
     bw = g.mem_bandwidth_gbs * 1e9
-    return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9, p2p)
+    share = min(gpus, int(HGX_GPUS_PER_HOST_UPLINK.value)) if "SXM" in g.form_factor else 1  # gpus.csv form_factor
+    return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9 / max(1, share), p2p)
 
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of

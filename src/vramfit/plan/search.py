@@ -244,7 +244,7 @@ class Search:
         if link is None:
             peer = peer_gbs(g, n)
             net = network_for(self.ev.base.interconnect, g.gpu_id)
-            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer),
+            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer, min(n, GPUS_PER_NODE)),
                                                  net_rate(peer * 1e9, net.node_bytes_s, net.latency_us))
         return link
 
