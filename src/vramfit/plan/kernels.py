@@ -29,6 +29,22 @@ GEMM_EFFICIENCY: dict[str, Constant] = {
     "mi300x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS"),
     "mi325x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS (MI325X: same CDNA3 compute die)"),
 }
+_TPT = ("zzc0721/torch-performance-test-data database.md (@0785868), torch matmul TFLOPS, the best of 1024^2 to "
+        "10240^2 BF16 (its test.py)")
+GEMM_EFFICIENCY.update({
+    # GeForce cards boost past the clock their spec sheet's peak is computed at: the measured best reaches it
+    "rtx4090": Constant(1.008, "measured / peak", _TPT + ": RTX 4090 24GB rows 170.06, 173.31, 162.39, 163.09 "
+                        "(median 166.6) of 165.2 TFLOPS"),
+    "rtx3090": Constant(1.079, "measured / peak", _TPT + ": RTX 3090 rows 76.34, 76.68, 76.58 (median 76.58) of 71"),
+    "rtx5090": Constant(1.139, "measured / peak", _TPT + ": RTX 5090 32GB rows 236.03, 242.18 (mean 239.1) of 210"),
+    "rtxa6000": Constant(0.797, "measured / peak", _TPT + ": RTX A6000 123.34 of 154.8 TFLOPS"),
+    "l40s": Constant(0.743, "measured / peak", _TPT + ": L40S 269.15 of 362.05 TFLOPS"),
+    "rtx6000ada": Constant(0.743, "measured / peak", _TPT + ": L40S 269.15 of 362.05 TFLOPS",
+                           "no row of its own: the L40S is the same AD102 with 142 SMs, at 350 W against its 300 W"),
+    "rtxpro6000-blackwell": Constant(0.821, "measured / peak", _TPT + ": RTX PRO 6000 Workstation 417.98, Server "
+                                     "Edition 409.42 (mean 413.7) of 504 TFLOPS"),
+    "h200-sxm": Constant(0.799, "measured / peak", _TPT + ": H200 790.29 of 989 TFLOPS (MAMF table: no H200 row)"),
+})
 GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
     "cards without a MAMF measurement get the lowest NVIDIA one",
