@@ -31,6 +31,13 @@ def test_paged_optimizer_is_searched_where_the_framework_runs_it(sc, paged):
     assert ("paged-adamw-8bit" in opts) is paged
 
 
+def test_paged_state_is_never_combined_with_cpu_offload():
+    """ZeRO/FSDP offload steps the optimizer on the host: a paged optimizer has nothing left to page."""
+    cs = configs_for(4, parse_scenario({"model": Q, "method": "full"}))
+    assert {c.offload for c in cs if "paged" in c.optimizer} == {"none"}
+    assert {c.offload for c in cs} == {"none", "optimizer", "optimizer+params"}
+
+
 def test_paged_setting_is_timed_apart_and_saves_more_than_8bit_adamw():
     a = Config(2, "fsdp", "none", "full", "paged-adamw-8bit", "standard")
     b = a._replace(optimizer="adamw-8bit")

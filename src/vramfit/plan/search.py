@@ -131,7 +131,10 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if full and base.framework is not Framework.TORCHTITAN:
         opts += PAGED_FOR.get(base.optimizer, [])  # torchtitan builds torch.optim optimizers only
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
-    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
+    # a paged optimizer keeps its state on the card (paged out by the driver): never with ZeRO/FSDP CPU offload,
+    # whose optimizer steps on the host (DeepSpeed CPUAdam, torch's CPU AdamW)
+    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
+           if o == "none" or "paged" not in opt]
     if spec is not None and n > 1 and layouts.searched(base):
         # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
         # (distributed/activation_checkpoint.py): none offloads them to the host
