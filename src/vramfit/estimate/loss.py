@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
-from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
+from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout, runs_under_autocast
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Method, Precision, Scenario
 
@@ -35,6 +35,17 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     if sc.precision is Precision.FP32:
         return 4
     return 2
+
+
+def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:
+    """How many times the output layer runs per micro-batch: once per 128-token chunk under lit-gpt's
+    chunked head (lit-gpt@8641822 lit_gpt/lora.py GPT.forward: ``[self.lm_head(x_i) for x_i in
+    x.split(lm_head_chunk_size, dim=1)]``, chunks along the sequence), else once."""
+    if sc.loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.LITGPT_CHUNKED_HEAD:
+        return 1
+    if profile.full_unchunked_logits and sc.method is Method.FULL:
+        return 1
+    return -(-sc.seq_len // LITGPT_LM_HEAD_CHUNK.value)
 
 
 def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
@@ -135,13 +146,15 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     if style is LossLayout.APPLE_CCE:
         return _apple_cce(spec, sc)
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
-        # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
-        # logits dtype (no upcast), its log_softmax output saved
-        saved = 2 * lb * TV
-        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
-        return LossMemory(
-            saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV
-        )
+        # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk, its
+        # log_softmax output saved: in the logits dtype, or fp32 under autocast, which runs log_softmax in
+        # fp32 (ATen autocast_mode.h AT_FORALL_FP32_SET_OPT_DTYPE) from an fp32 copy of the chunk
+        ls = 4 if runs_under_autocast(sc, profile) else lb
+        saved = lb * TV + ls * TV
+        per = sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
+        cast = ls * per if ls != lb else 0
+        return LossMemory(saved, saved + cast, saved + 2 * ls * per + (lb * per if cast else 0),
+                          "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV)
     if style is LossLayout.TORCHTUNE_UPCAST_IN_MODEL:
         # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
         # log_softmax output; the recipe deletes the logits before backward
