@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
-from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout, runs_under_autocast
+from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Method, Precision, Scenario
 
@@ -146,15 +146,16 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     if style is LossLayout.APPLE_CCE:
         return _apple_cce(spec, sc)
     if style is LossLayout.LITGPT_CHUNKED_HEAD:
-        # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk, its
-        # log_softmax output saved: in the logits dtype, or fp32 under autocast, which runs log_softmax in
-        # fp32 (ATen autocast_mode.h AT_FORALL_FP32_SET_OPT_DTYPE) from an fp32 copy of the chunk
-        ls = 4 if runs_under_autocast(sc, profile) else lb
-        saved = lb * TV + ls * TV
+        # lm_head in 128-token chunks (B x 128 tokens each) kept in a list through backward. Fabric hands the
+        # model's outputs back in the default dtype, fp32 (Lightning@71aed75 fabric/wrappers.py _FabricModule.forward:
+        # `output = self._precision.convert_output(output)`; plugins/precision/half.py, amp.py, bitsandbytes.py
+        # convert_output: `.to(torch.get_default_dtype())`): the loop holds fp32 chunks (the 16-bit ones die once all
+        # are converted), and chunked_cross_entropy, outside the forward's autocast, saves each chunk's fp32
+        # log_softmax; backward: fp32 gradients of nll_loss and log_softmax, then the cast back to the logits dtype
         per = sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
-        cast = ls * per if ls != lb else 0
-        return LossMemory(saved, saved + cast, saved + 2 * ls * per + (lb * per if cast else 0),
-                          "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV)
+        saved = 4 * TV + 4 * TV
+        return LossMemory(saved, max(saved, lb * TV + 4 * TV), saved + 2 * 4 * per + lb * per,
+                          "lit-gpt chunked lm_head, fp32 outputs from Fabric, chunked_cross_entropy", held=4 * TV)
     if style is LossLayout.TORCHTUNE_UPCAST_IN_MODEL:
         # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
         # log_softmax output; the recipe deletes the logits before backward
