@@ -58,6 +58,11 @@ def test_fused_qkv_slices_under_autocast_keep_16_bit_copies():
     # q, k and v all adapted: zero_pad returns its input, nothing is scattered
     qkv = _saved(NEOX, _sc("stabilityai/stablelm-base-alpha-3b", lora_targets=["q_proj", "k_proj", "v_proj"]))
     assert "attn_in.lora.zero_pad_source" not in qkv and qkv["attn_in.lora.a_out"] == 2 * T * 24
+    # naming the fused layer is the same three slices in lit-gpt: lora_A is (3r, in)
+    fused = _sc("stabilityai/stablelm-base-alpha-3b", lora_targets=["query_key_value"])
+    assert _saved(NEOX, fused) == qkv
+    _, adapters = model_state(NEOX, fused, profile_for(Framework.LITGPT))
+    assert [(a.target, a.slices, a.out_features) for a in adapters] == [("query_key_value", 3, 12288)]
 
 
 def test_a_frozen_fp32_head_is_cast_once_per_128_token_chunk():
