@@ -184,11 +184,12 @@ def _litgpt_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, TV: i
       the split's backward assembles the whole fp32 logits gradient at once."""
     per = sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
     saved = 4 * TV + 4 * TV
-    fwd = max(saved, lb * TV + 4 * TV)  # the 16-bit logits and their fp32 conversion, then the loss
+    fwd = max(saved, lb * TV + 4 * TV)  # the logits and their fp32 conversion, then the loss
     if profile.full_unchunked_logits and sc.method is Method.FULL:
         return LossMemory(saved, fwd, saved + 4 * TV + 2 * 4 * per,
                           "litgpt full.py: unchunked logits, fp32 from Fabric, chunked_cross_entropy", held=4 * TV)
-    return LossMemory(saved, fwd, saved + 2 * 4 * per + lb * per,
+    cast_back = lb * per if lb != 4 else 0  # `.to(fp32)` of fp32 logits is the tensor itself: no cast to undo
+    return LossMemory(saved, fwd, saved + 2 * 4 * per + cast_back,
                       "lit-gpt chunked lm_head, fp32 outputs from Fabric, chunked_cross_entropy", held=4 * TV)
 
 
