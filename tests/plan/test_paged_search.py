@@ -6,8 +6,9 @@ from vramfit.gpus import get_gpu
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.kernels import card_speed
+from vramfit.plan.paged import paged_state, timing
 from vramfit.plan.screen import saves_more
-from vramfit.plan.search import Config, Search, configs_for, timing
+from vramfit.plan.search import Config, Search, configs_for
 from vramfit.plan.throughput import model_flops
 from vramfit.scenario import parse_scenario
 
@@ -51,7 +52,7 @@ def test_paging_adds_its_bytes_in_and_out_over_the_host_link():
     g = get_gpu("rtx4090")
     c = Config(2, "fsdp", "none", "full", "paged-adamw-8bit", "standard")
     state = s.trainable * 2 // 2  # two 8-bit moments per parameter, sharded over 2 GPUs
-    assert s.paged_state(c) == state
+    assert paged_state(s.trainable, c) == state
     worst, none = s.speed(c, 4, g), s.speed(c, 4, g, paged=0)
     host = card_speed(g).host_bytes
     assert worst.step_s - none.step_s == pytest.approx(2 * state / host, rel=1e-9)

@@ -23,6 +23,7 @@ from vramfit.nodes import network_for
 from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
+from vramfit.plan.paged import PAGED_FOR, paged_state, timing
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, OPTIMIZER_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
@@ -57,18 +58,6 @@ def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
             "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
             "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
             "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
-
-
-#: bitsandbytes paged optimizers tried beside an AdamW (HF Trainer optim paged_adamw_8bit; torchtune
-#: and litgpt take bitsandbytes.optim.PagedAdamW8bit as their optimizer component); the 8-bit one only: it pages
-#: a quarter of the bytes of the 32-bit one, which would add a setting to search for no memory it saves on the card
-PAGED_FOR = {Optimizer.ADAMW: [Optimizer.PAGED_ADAMW_8BIT.value], Optimizer.ADAMW_8BIT: [Optimizer.PAGED_ADAMW_8BIT.value]}
-
-
-def timing(c) -> tuple:
-    """What the speed model reads of a setting: GPUs, sharding, offload, checkpointing, and whether its
-    optimizer state is paged (which one: timed with its paging, :meth:`Search.speed`); loss and other optimizers not."""
-    return (*c[:4], c.optimizer if "paged" in c.optimizer else "")
 
 
 class Config(NamedTuple):
@@ -131,10 +120,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if full and base.framework is not Framework.TORCHTITAN:
         opts += PAGED_FOR.get(base.optimizer, [])  # torchtitan builds torch.optim optimizers only
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
-    # a paged optimizer keeps its state on the card (paged out by the driver): never with ZeRO/FSDP CPU offload,
-    # whose optimizer steps on the host (DeepSpeed CPUAdam, torch's CPU AdamW)
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
-           if o == "none" or "paged" not in opt]
+           if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
     if spec is not None and n > 1 and layouts.searched(base):
         # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
         # (distributed/activation_checkpoint.py): none offloads them to the host
@@ -221,25 +208,17 @@ class Search:
         return self._work[key]
 
     def speed(self, c: Config, mb: int, g: GPU, paged: int | None = None) -> Speed | None:
-        """The step time of ``c``; a paged optimizer's state moves over the host link as ``paged`` bytes paged
-        out (``verdict.result_paging``), or, None, all of it (an upper bound: the search's ranking)."""
+        """The step time of ``c``; paged optimizer state moves as ``paged`` bytes, None: all of it (plan/paged.py)."""
         if not g.bf16_tflops:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
         if paged is None:
-            paged = self.paged_state(c) if "paged" in c.optimizer else 0
+            paged = paged_state(self.trainable, c) if "paged" in c.optimizer else 0
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
             peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged,
         )
-
-    def paged_state(self, c: Config) -> int:
-        """Bytes of optimizer state per GPU of a paged optimizer: two moments of each trainable parameter in
-        fp32 (4 B each), or 8-bit (1 B each; bitsandbytes optim/optimizer.py Optimizer2State, optim_bits),
-        sharded over the GPUs by ZeRO/FSDP."""
-        shards = c.num_gpus if layouts.parse(c.parallelism).parallelism not in ("none", "ddp") else 1
-        return int(self.trainable * (2 if "8bit" in c.optimizer else 8) // shards)
 
     def _link(self, g: GPU, n: int) -> tuple:
         """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`, network rates) of ``n`` x ``g``."""
