@@ -42,12 +42,16 @@ def _check(sc: Scenario) -> None:
     from vramfit.sim.stages import check
 
     check(sc)
-    if sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
-        raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2 full shard; {sc.parallelism.value} "
-                            "is estimator-only", ["none", "fsdp"])
-    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP):
+    from vramfit.sim import deepspeed_zero
+
+    if deepspeed_zero.is_deepspeed(sc):  # DeepSpeed's own engine on fake tensors (sim/deepspeed_zero.py)
+        deepspeed_zero.check(sc)
+    elif sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
+        raise ScenarioError("parallelism", f"the simulator runs one GPU, FSDP2 full shard or DeepSpeed "
+                            f"ZeRO; {sc.parallelism.value} is estimator-only", ["none", "fsdp", "zero1", "zero2", "zero3"])
+    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP) and not deepspeed_zero.is_deepspeed(sc):
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
-                            ["none", "fsdp"])
+                            ["none", "fsdp", "zero1", "zero2", "zero3"])
     if sc.offload.value != "none":
         raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
     if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
@@ -143,7 +147,11 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
     report("building")
     built = build_model(config, sc, depth)
     reference = _reference_copy(config, sc, depth)
-    if sc.parallelism is Parallelism.FSDP:
+    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+        from vramfit.sim.deepspeed_zero import run_deepspeed
+
+        step = run_deepspeed(built, sc, progress=report, workspaces=workspaces_for(sc))
+    elif sc.parallelism is Parallelism.FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
         with fake_process_group(sc.num_gpus):
@@ -225,4 +233,4 @@ def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], nu
     )
     top = tuple(SimTensor(t.bytes, t.shape, t.dtype, t.component, t.where, t.op) for t in s.top.get(label, []))
     return SimulationResult(est, tuple(s.timeline.items()), top, depths, full, label, seconds,
-                            world_size=sc.num_gpus if sc.parallelism is Parallelism.FSDP else 1)
+                            world_size=sc.num_gpus if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP) else 1)
