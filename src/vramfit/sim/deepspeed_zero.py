@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +43,10 @@ from vramfit.errors import ScenarioError
 from vramfit.scenario import Scenario
 
 STAGES = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}
-PRECISIONS = (Precision.BF16_MIXED, Precision.FP16_MIXED, Precision.FP32)
+#: the engine holds the module in bf16/fp16 with an fp32 master partition for "-true" and "-mixed" alike (HF
+#: TrainingArguments bf16/fp16 -> the config's "bf16"/"fp16" "auto"): both precisions run the same engine
+_BF16 = (Precision.BF16_MIXED, Precision.BF16_TRUE)
+_FP16 = (Precision.FP16_MIXED, Precision.FP16_TRUE)
 MAX_GRAD_NORM = 1.0  # HF TrainingArguments.max_grad_norm default -> DeepSpeed "gradient_clipping" ("auto")
 
 
@@ -57,9 +61,6 @@ def check(sc: Scenario) -> None:
     if sc.offload is not Offload.NONE:
         raise ScenarioError("offload", "ZeRO CPU offload steps DeepSpeedCPUAdam, a compiled op; the simulator runs "
                             "ZeRO without offload (the estimator models offload)", ["none"])
-    if sc.precision not in PRECISIONS:
-        raise ScenarioError("precision", f"the simulator runs DeepSpeed with its bf16/fp16 engine or fp32; "
-                            f"{sc.precision.value} is estimator-only with ZeRO", [p.value for p in PRECISIONS])
     if sc.optimizer_in_backward:
         raise ScenarioError("optimizer_in_backward", "DeepSpeed steps its own optimizer after backward", ["false"])
 
@@ -82,8 +83,7 @@ def ds_config(sc: Scenario, hidden_size: int) -> dict[str, Any]:
     return {"train_micro_batch_size_per_gpu": sc.micro_batch_size, "gradient_accumulation_steps": sc.grad_accum,
             "train_batch_size": sc.micro_batch_size * sc.grad_accum * sc.num_gpus,
             "gradient_clipping": MAX_GRAD_NORM, "zero_optimization": zero, "zero_allow_untested_optimizer": True,
-            "bf16": {"enabled": sc.precision is Precision.BF16_MIXED},
-            "fp16": {"enabled": sc.precision is Precision.FP16_MIXED}}
+            "bf16": {"enabled": sc.precision in _BF16}, "fp16": {"enabled": sc.precision in _FP16}}
 
 
 class ScalarValues(TorchDispatchMode):
@@ -157,6 +157,18 @@ def zero_state_tensors(engine: Any) -> list[torch.Tensor]:
     return out
 
 
+def zero_grad_tensors(engine: Any) -> list[torch.Tensor]:
+    """The 16-bit gradient buffers ZeRO keeps (``gradients`` in the result): ZeRO-1/2's partition of reduced
+    gradients (stage_1_and_2.py ``grads_in_partition``), ZeRO-3's flat partitioned-gradient buffer (stage3.py
+    ``grad_partitions_flat_buffer``), and the IPG bucket buffers both fill during backward (``ipg_buckets``)."""
+    zopt = engine.optimizer
+    out = [getattr(zopt, name, None) for name in ("grads_in_partition", "grad_partitions_flat_buffer")]
+    for bucket in (getattr(zopt, "ipg_buckets", None) or {}).values():
+        buf = getattr(bucket, "buffer", None)  # a list of buffers (ZeRO-1/2) or one tensor (ZeRO-3)
+        out.extend(buf if isinstance(buf, list) else [buf])
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
 def assumptions(sc: Scenario, config: dict) -> list[str]:
     z = config["zero_optimization"]
     keys = ", ".join(f"{k}={v}" for k, v in z.items() if k != "stage")
@@ -179,27 +191,42 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
     from vramfit.sim.build import materialize
     from vramfit.sim.optim import make_optimizer
     from vramfit.sim.run import StepResult, _count_params, _register_model, _workspace
-    from vramfit.sim.trace import PARAM, LiveTracker
+    from vramfit.sim.trace import LiveTracker
 
     config = ds_config(sc, int(built.model.config.hidden_size))
     tracker = LiveTracker()
-    with deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, FakeTensorMode(allow_non_fake_inputs=True), tracker:
+    with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, \
+            FakeTensorMode(allow_non_fake_inputs=True), tracker:
+        # ZeRO-1/2 asserts each partition's data_ptr() alignment, which torch 2.13 answers for a fake tensor with
+        # a deprecation warning (stage_1_and_2.py: partitioned_data.data_ptr() % alignment == 0)
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
         materialize(built, "cpu")
         _register_model(built, tracker)
         optimizer, text = make_optimizer(sc, built.trainable_parameters(), tracker)
         with ScalarValues():
             engine = initialize(deepspeed, built.model, optimizer, config)
-        for p in [*built.model.parameters(), *(getattr(p, "ds_tensor", None) for p in built.model.parameters())]:
-            if p is not None:  # the flat 16-bit buffer / ZeRO-3 partitions the parameters now live in
-                for sid in tracker.track(p, PARAM, "parameter"):
-                    tracker.trace.kinds[sid] = PARAM
-                    tracker.trace.trainable_sids.add(sid)
+        _book_parameters(built.model, tracker)
         try:
             _ds_loop(engine, built, sc, tracker, progress, workspaces, StepPhase, _workspace)
         finally:
             tracker.close()
         num_params, num_trainable = _count_params(built)
     return StepResult(tracker.trace, num_params, num_trainable, [text, *assumptions(sc, config)])
+
+
+def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
+    """Book what the parameters live in after ``initialize`` as parameters: ZeRO-1/2's flat 16-bit buffer (the
+    parameters are views of it), ZeRO-3's ``ds_tensor`` partitions (the full ``data`` is empty between uses)."""
+    from vramfit.sim.trace import PARAM
+
+    for p in model.parameters():
+        for t in (p, getattr(p, "ds_tensor", None)):
+            if t is None:
+                continue
+            for sid in tracker.track(t, PARAM, "parameter"):
+                tracker.trace.kinds[sid] = PARAM
+                if p.requires_grad:
+                    tracker.trace.trainable_sids.add(sid)
 
 
 def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Callable[[str], None] | None,
@@ -209,8 +236,7 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
 
     tracker.watch_modules(built.model, built.lm_head)
     tracker.watch_layers(decoder_layers(built.model))
-    dtype = torch.bfloat16 if sc.precision is Precision.BF16_MIXED else (
-        torch.float16 if sc.precision is Precision.FP16_MIXED else torch.float32)
+    dtype = torch.bfloat16 if sc.precision in _BF16 else (torch.float16 if sc.precision in _FP16 else torch.float32)
     with _cuda_semantics(True, False, []), _transformers_as_on_cuda(True), ScalarValues():
         for it in range(1, ITERATIONS + 1):
             for mb in range(1, sc.grad_accum + 1):
@@ -237,8 +263,7 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
                 if mb == sc.grad_accum:
                     tracker.mark(f"it{it}.{StepPhase.OPTIMIZER_STEP.trace_mark}")
                 engine.step()  # steps the optimizer only at the accumulation boundary
-            for t in zero_state_tensors(engine):
-                sid = tracker.sid_of(t)
-                if sid is not None:
-                    tracker.trace.state_sids.add(sid)
+            for tensors, sids in ((zero_state_tensors(engine), tracker.trace.state_sids),
+                                  (zero_grad_tensors(engine), tracker.trace.grad_sids)):
+                sids.update(sid for sid in map(tracker.sid_of, tensors) if sid is not None)
         tracker.mark("end")
