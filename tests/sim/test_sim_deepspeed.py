@@ -103,3 +103,20 @@ def test_offload_is_refused_in_one_line(model_path):
     with pytest.raises(ScenarioError) as exc:
         simulate({**_scenario(model_path, "zero3"), "offload": "optimizer"})
     assert exc.value.key == "offload" and "DeepSpeedCPUAdam" in str(exc.value)
+
+
+def test_cli_simulates_a_zero_scenario(model_path):
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    args = ["simulate", "--model", model_path, "--method", "full", "--precision", "bf16-mixed", "--seq-len", "64",
+            "--num-gpus", "2", "--parallelism", "zero2", "--full-depth", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["simulation"]["layers_traced"] == [LAYERS]
+    assert any("DeepSpeed ZeRO-2 engine" in a for a in data["assumptions"])
+    res = CliRunner().invoke(app, [*args[:-1], "--offload", "optimizer"])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1].startswith("error: offload: ZeRO CPU offload steps DeepSpeedCPUAdam")

@@ -56,6 +56,11 @@ def is_deepspeed(sc: Scenario) -> bool:
 
 def check(sc: Scenario) -> None:
     """What the DeepSpeed path of the simulator runs; one line naming the field otherwise."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ScenarioError("parallelism", f"simulating {sc.parallelism.value} runs DeepSpeed itself: install it "
+                            "(pip install 'vramfit[export]'), or simulate without ZeRO", ["none", "fsdp"])
     if sc.framework is not Framework.HF:
         raise ScenarioError("framework", "the simulator runs DeepSpeed ZeRO under the HF Trainer", ["hf"])
     if sc.offload is not Offload.NONE:
