@@ -50,10 +50,6 @@ _FP16 = (Precision.FP16_MIXED, Precision.FP16_TRUE)
 MAX_GRAD_NORM = 1.0  # HF TrainingArguments.max_grad_norm default -> DeepSpeed "gradient_clipping" ("auto")
 
 
-def is_deepspeed(sc: Scenario) -> bool:
-    return sc.parallelism in STAGES
-
-
 def check(sc: Scenario) -> None:
     """What the DeepSpeed path of the simulator runs; one line naming the field otherwise."""
     import importlib.util
@@ -66,6 +62,9 @@ def check(sc: Scenario) -> None:
     if sc.offload is not Offload.NONE:
         raise ScenarioError("offload", "ZeRO CPU offload steps DeepSpeedCPUAdam, a compiled op; the simulator runs "
                             "ZeRO without offload (the estimator models offload)", ["none"])
+    if sc.shard_scope.value != "all":  # ZeRO++ hpZ (zero_hpz_partition_size) is not passed to the engine
+        raise ScenarioError("shard_scope", "the simulator runs ZeRO over every rank; ZeRO++ hpZ is estimator-only",
+                            ["all"])
     if sc.optimizer_in_backward:
         raise ScenarioError("optimizer_in_backward", "DeepSpeed steps its own optimizer after backward", ["false"])
 

@@ -30,6 +30,9 @@ _COMPONENT_INFO = {
 }
 
 
+_ZERO = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+
+
 def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
     """(model id, config.json dict, origin, notes, num_params) for a scenario."""
     from vramfit.models.catalog import resolve_generic, resolve_model
@@ -42,14 +45,14 @@ def _check(sc: Scenario) -> None:
     from vramfit.sim.stages import check
 
     check(sc)
-    from vramfit.sim import deepspeed_zero
+    if sc.parallelism in _ZERO:  # DeepSpeed's own engine on fake tensors (sim/deepspeed_zero.py)
+        from vramfit.sim.deepspeed_zero import check as check_zero
 
-    if deepspeed_zero.is_deepspeed(sc):  # DeepSpeed's own engine on fake tensors (sim/deepspeed_zero.py)
-        deepspeed_zero.check(sc)
+        check_zero(sc)
     elif sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
         raise ScenarioError("parallelism", f"the simulator runs one GPU, FSDP2 full shard or DeepSpeed "
                             f"ZeRO; {sc.parallelism.value} is estimator-only", ["none", "fsdp", "zero1", "zero2", "zero3"])
-    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP) and not deepspeed_zero.is_deepspeed(sc):
+    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP) and sc.parallelism not in _ZERO:
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
                             ["none", "fsdp", "zero1", "zero2", "zero3"])
     if sc.offload.value != "none":
@@ -147,7 +150,7 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
     report("building")
     built = build_model(config, sc, depth)
     reference = _reference_copy(config, sc, depth)
-    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+    if sc.parallelism in _ZERO:
         from vramfit.sim.deepspeed_zero import run_deepspeed
 
         step = run_deepspeed(built, sc, progress=report, workspaces=workspaces_for(sc))
