@@ -157,3 +157,16 @@ def test_zero2_reduce_buckets_live_after_the_loss(runs, model_path):
     est = estimate(_bucket_scenario(model_path, "zero2", BUCKET)).peak.allocated_bytes \
         - estimate(_scenario(model_path, "zero2")).peak.allocated_bytes
     assert est == 2 * 2 * (BUCKET - HIDDEN * HIDDEN) and 0.45 * est < sim < 0.5 * est
+
+
+def test_fp32_zero2_still_clones_the_master_partition(model_path):
+    """fp32 ZeRO-2: DeepSpeed copies this rank's partition for the optimizer whatever the dtype (DeepSpeed 0.19.8
+    stage_1_and_2.py: ``weights_partition = ...[partition_id].detach().clone().to(dtype=master_weights_and_grads_dtype)``),
+    so the engine holds the flat fp32 weights, their partition copy and two Adam states. The estimator has no
+    master copy without 16-bit weights (``core._ds_mixed``) and is 8 % low here by that partition (open: issue 13)."""
+    sc = {**_scenario(model_path, "zero2", "fp32"), "seq_len": 256, "micro_batch_size": 1, "attention": "sdpa"}
+    sim = simulate(sc, layers=LAYERS).result.peak
+    est = estimate(sc).peak
+    partition = 4 * estimate(sc).model.num_params // 2
+    assert dict(sim.breakdown)["optimizer_state"] == pytest.approx(3 * partition, abs=3 * 4096)
+    assert sim.allocated_bytes - est.allocated_bytes == pytest.approx(partition, rel=0.15)
