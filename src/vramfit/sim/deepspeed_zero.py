@@ -10,7 +10,8 @@ gather/release under ``stage3_max_live_parameters`` with the prefetch bucket and
 Trainer side follows transformers 5.24.0 ``integrations/deepspeed.py``: the config's "auto" values as
 ``trainer_config_finalize`` fills them (here through :func:`vramfit.estimate.deepspeed.resolve`), the
 Trainer's own optimizer passed to the engine when the config has no ``optimizer`` section
-(``deepspeed_optim_sched``), no autocast (the engine casts the module to bf16/fp16), and per micro-batch
+(``deepspeed_optim_sched``), no autocast (accelerate 1.15.0 accelerator.py leaves ``native_amp`` off for
+``DistributedType.DEEPSPEED``; the engine casts the module to bf16/fp16 itself), and per micro-batch
 ``engine.backward(loss)`` then ``engine.step()`` (accelerate ``DeepSpeedEngineWrapper.backward``).
 
 Four things DeepSpeed does that a one-process fake run cannot, each replaced with what a real run does:
@@ -18,8 +19,8 @@ Four things DeepSpeed does that a one-process fake run cannot, each replaced wit
 - ``.item()`` on a fake tensor has no value (``aten._local_scalar_dense``): :class:`ScalarValues` answers
   "no overflow" (bool/int flags: ``has_overflow``, ``is_invalid_grad_norm``) and 1.0 for floats (the
   optimizer step count, the grad norm): a step that is taken, as in a run without overflow.
-- ``DeepSpeedEngine`` moves the module with ``module.to(device)``, which swaps every fake parameter and
-  fails on the weak references DeepSpeed holds; the model is already on the device, so the engine gets
+- ``DeepSpeedEngine`` moves the module with ``module.to(device)``, which for fake parameters always goes
+  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is already there, so it gets
   ``dont_change_device=True`` (its own constructor argument).
 - ZeRO-3's ``assert_ints_same_as_other_ranks`` checks that ranks agree on the module order by
   broadcasting from rank 0 and reading the values back; on one process rank 0 compares with itself.
