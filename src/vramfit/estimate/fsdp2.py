@@ -1,0 +1,129 @@
+"""What FSDP2 (``fully_shard``) does differently from the generic FSDP model, for the profiles that run it
+(``FrameworkProfile.fsdp2``: torchtune, torchtitan).
+
+1. The reduce-scatter input. Each unit's post-backward copies the whole gradients of its parameters into one
+   flat buffer in the reduce dtype and reduce-scatters it into a 1/N output (FSDP2 as of torch 2.4,
+   torch/distributed/_composable/fsdp/_fsdp_collectives.py ``foreach_reduce``): ``reduce_scatter_input =
+   torch.empty((reduce_scatter_input_numel,), dtype=reduce_dtype)``, ``foreach_reduce_scatter_copy_in``
+   (``torch._chunk_cat(unsharded_grads, ..., out=reduce_scatter_input)``), then ``unsharded_grads.clear()``;
+   ``reduce_scatter_input_numel`` sums the gradients padded on dim 0 to a multiple of the world size
+   (``_get_dim0_padded_size``), ``reduce_dtype`` is the MixedPrecisionPolicy's, else the gradient's. From
+   torch 2.5 (pytorch/pytorch#129721, "[FSDP2] Ran reduce-scatter copy-in in default stream", merged
+   2024-06-28) the input is allocated on the default stream and ``FSDPParamGroup.post_backward`` keeps it
+   (``self.comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, ...)``) until the next
+   unit's post-backward drops it, "to overlap up to the current reduce-scatter": one block's input is alive
+   through the next block's backward, and the end of backward holds a unit's whole gradients beside its
+   input. Full fine-tuning only: a LoRA unit's gradients are its adapters', a few MiB. (The default stream
+   reuses the freed input, so it adds nothing reserved beyond these moments.)
+2. Blocks resharded after forward. ``fully_shard(block, reshard_after_forward=True)`` frees each block's
+   unsharded parameters in its post-forward, and the root's post-forward frees the last all-gather result
+   (torch 2.4/2.5 _composable/fsdp/_fsdp_state.py ``_post_forward``: ``self._comm_ctx.all_gather_state = None  # free the
+   all-gather result``); a block is gathered again only when its pre-backward hook fires, i.e. once the
+   gradient of its output exists, after the loss and the output layer's backward (``_register_pre_backward_hook``
+   on the block's outputs). So at the logits and the loss only the root unit is gathered (plus the last block
+   where the framework keeps it, ``fsdp2_last_block_kept``), and forward's high point is either that moment
+   or a block's (two blocks' all-gathers and its de-quantized weight), not both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.scenario import Method, Parallelism
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+
+def _runs_fsdp2(step: Step) -> bool:
+    sc = step.sc
+    return (step.profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1
+            and not sc.per_rank_layout)  # a model-parallel rank's buffers are its own (estimate/ranks.py)
+
+
+def _padded(numel: int, rows: int, world: int) -> int:
+    """Elements of a ``rows x (numel / rows)`` gradient padded on dim 0 to a multiple of ``world``."""
+    return -(-rows // world) * world * (numel // rows) if rows else numel
+
+
+def _reduce_bytes(step: Step) -> int:
+    """Bytes per element of the reduce dtype: fp32 under a MixedPrecisionPolicy(param_dtype=16-bit,
+    reduce_dtype=fp32) (torchtitan@9dec370 apply_fsdp), else the gradient's dtype (torchtune runs no policy)."""
+    from vramfit.estimate.framework import casts_params
+
+    sc, profile = step.sc, step.profile
+    if casts_params(sc, profile):
+        return sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4
+    return sc.precision.param_bytes
+
+
+def _applies(step: Step) -> bool:
+    """Full fine-tuning under FSDP2 with the step after backward (in-backward steps are not modelled here)."""
+    return _runs_fsdp2(step) and step.sc.method is Method.FULL and not step.sc.optimizer_in_backward
+
+
+def _block_elements(spec, world: int) -> int:
+    """Elements of one block's flat reduce-scatter input (each weight padded on dim 0)."""
+    return sum((_padded(lin.in_features * lin.out_features, lin.out_features, world) + (lin.out_features if lin.bias
+                else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
+
+
+def reduce_scatter_input(step: Step) -> int:
+    """Bytes of the largest unit's flat reduce-scatter input (module docstring, 1); 0 where it does not apply."""
+    sc, spec = step.sc, step.spec
+    if not _applies(step):
+        return 0
+    world = sc.shard_group
+    block = _block_elements(spec, world)
+    embed = _padded(spec.embedding_params, spec.vocab_size, world)
+    head = _padded(spec.lm_head_params, spec.vocab_size, world)
+    if step.profile.fsdp_root_gathered:  # one root unit: embeddings, final norm, output layer
+        units = (block, embed + head + spec.final_norm_params)
+    else:  # torchtune custom_sharded_layers: tok_embeddings and output are units of their own
+        units = (block, embed, head)
+    return round_allocation(max(units) * _reduce_bytes(step))
+
+
+def blocks_freed_at_loss(step: Step) -> int:
+    """Bytes of the gathered block units in ``parts.comm_buffers`` that are resharded while the logits and the
+    loss are alive (module docstring, 2); 0 outside FSDP2."""
+    if not _runs_fsdp2(step):
+        return 0
+    from vramfit.estimate.core import _layer_param_bytes
+
+    layer = _layer_param_bytes(step.spec, step.sc, step.profile)
+    kept = 1 if step.profile.fsdp2_last_block_kept else 0
+    blocks = min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * layer)
+    return max(0, blocks - kept * layer)
+
+
+def forward_at_logits(step: Step) -> bool | None:
+    """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
+    where forward adds both (the generic model)."""
+    freed = blocks_freed_at_loss(step)
+    if not freed:
+        return None
+    fwd_copy = step.fetch_copy[0]
+    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
+    return step.loss.forward_peak >= block_moment
+
+
+def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
+    """Bytes the held reduce-scatter input adds in a block's backward (module docstring, 1): the block above's.
+    The ``top`` block's holds the output layer's where that is a unit of its own (torchtune's
+    custom_sharded_layers, ``fsdp_root_gathered`` unset), which replaces the layer's whole gradient (counted as
+    ``step.head_grad``): only a wider reduce dtype adds; a root unit reduce-scatters last."""
+    if not _applies(step):
+        return 0
+    world, spec = step.sc.shard_group, step.spec
+    if top:
+        if not spec.lm_head_params or step.profile.fsdp_root_gathered:
+            return 0
+        head = round_allocation(_padded(spec.lm_head_params, spec.vocab_size, world) * _reduce_bytes(step))
+        return max(0, head - step.head_grad)
+    return round_allocation(_block_elements(spec, world) * _reduce_bytes(step))
+
+
+__all__ = ["reduce_scatter_input", "held_reduce_scatter_input", "blocks_freed_at_loss", "forward_at_logits"]
