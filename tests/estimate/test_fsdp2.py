@@ -8,6 +8,7 @@ from vramfit.estimate.framework import profile_for
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
     forward_at_logits,
+    gathered_blocks,
     held_reduce_scatter_input,
     reduce_scatter_input,
 )
@@ -38,9 +39,12 @@ def test_torchtitan_reduce_scatter_input_is_the_root_unit_in_fp32():
     assert reduce_scatter_input(step) == 4 * (2 * V * 4096 + 4096)
     # through a lower block's backward the block above's fp32 input is held
     assert held_reduce_scatter_input(step) == 4 * BLOCK_8B
-    # the end of backward adds the input beside the first block's whole gradients
+    # the end of backward: the lowest block resharded before its reduce, no block left to prefetch, so only the
+    # root stays gathered, beside the largest unit's input
     end = _phase(step, "backward-end")
-    assert end["comm_buffers"] == step.parts.comm_buffers + 4 * (2 * V * 4096 + 4096)
+    blocks = 2 * _layer_param_bytes(L8, step.sc, step.profile)
+    assert gathered_blocks(step) == blocks
+    assert end["comm_buffers"] == step.parts.comm_buffers - blocks + 4 * (2 * V * 4096 + 4096)
 
 
 def test_torchtune_reduces_in_bf16_and_shards_the_output_layer_on_its_own():

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
+    end_of_backward_comm,
     forward_at_logits,
     held_reduce_scatter_input,
-    reduce_scatter_input,
 )
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
@@ -161,7 +161,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     for phase in (BV, BT):
         yield Contribution("comm_buffers", phase, comm)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
-    end = comm + reduce_scatter_input(step) if step.block_grads else comm
+    end = end_of_backward_comm(step) if step.block_grads else comm
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 

@@ -86,17 +86,35 @@ def reduce_scatter_input(step: Step) -> int:
     return round_allocation(max(units) * _reduce_bytes(step))
 
 
-def blocks_freed_at_loss(step: Step) -> int:
-    """Bytes of the gathered block units in ``parts.comm_buffers`` that are resharded while the logits and the
-    loss are alive (module docstring, 2); 0 outside FSDP2."""
+def gathered_blocks(step: Step) -> int:
+    """Bytes of the block units' all-gathers in ``parts.comm_buffers`` under FSDP2 (0 elsewhere)."""
     if not _runs_fsdp2(step):
         return 0
     from vramfit.estimate.core import _layer_param_bytes
 
     layer = _layer_param_bytes(step.spec, step.sc, step.profile)
-    kept = 1 if step.profile.fsdp2_last_block_kept else 0
-    blocks = min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * layer)
-    return max(0, blocks - kept * layer)
+    return min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * layer)
+
+
+def blocks_freed_at_loss(step: Step) -> int:
+    """Bytes of the gathered block units in ``parts.comm_buffers`` that are resharded while the logits and the
+    loss are alive (module docstring, 2); 0 outside FSDP2."""
+    blocks = gathered_blocks(step)
+    if not blocks or not step.profile.fsdp2_last_block_kept:
+        return blocks
+    from vramfit.estimate.core import _layer_param_bytes
+
+    return max(0, blocks - _layer_param_bytes(step.spec, step.sc, step.profile))
+
+
+def end_of_backward_comm(step: Step) -> int:
+    """Communication buffers when the lowest block reduce-scatters (module docstring, 1): its post-backward
+    reshards it before ``foreach_reduce`` (``FSDPParamGroup.post_backward``: ``self.reshard()``, then the
+    reduce) and no block is left to prefetch, so only the root unit stays gathered, beside the largest unit's
+    flat input. ``parts.comm_buffers`` elsewhere."""
+    comm = step.parts.comm_buffers
+    rs = reduce_scatter_input(step)
+    return comm - gathered_blocks(step) + rs if rs else comm
 
 
 def forward_at_logits(step: Step) -> bool | None:
@@ -126,4 +144,5 @@ def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
     return round_allocation(_block_elements(spec, world) * _reduce_bytes(step))
 
 
-__all__ = ["reduce_scatter_input", "held_reduce_scatter_input", "blocks_freed_at_loss", "forward_at_logits"]
+__all__ = ["reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
+           "end_of_backward_comm", "forward_at_logits"]
