@@ -7,6 +7,7 @@ from vramfit.estimate.core import _layer_param_bytes
 from vramfit.estimate.framework import profile_for
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
+    end_of_backward,
     forward_at_logits,
     gathered_blocks,
     held_reduce_scatter_input,
@@ -35,16 +36,21 @@ def _phase(step, name):
 
 def test_torchtitan_reduce_scatter_input_is_the_root_unit_in_fp32():
     step = compute(L8, _sc(framework="torchtitan"))
-    # one root unit (tok_embeddings, norm, output) is the largest; MixedPrecisionPolicy(reduce_dtype=fp32)
-    assert reduce_scatter_input(step) == 4 * (2 * V * 4096 + 4096)
-    # through a lower block's backward the block above's fp32 input is held
-    assert held_reduce_scatter_input(step) == 4 * BLOCK_8B
-    # the end of backward: the lowest block resharded before its reduce, no block left to prefetch, so only the
-    # root stays gathered, beside the largest unit's input
-    end = _phase(step, "backward-end")
+    root_in = 4 * (2 * V * 4096 + 4096)  # one root unit (tok_embeddings, norm, output); reduce_dtype=fp32
+    assert reduce_scatter_input(step) == root_in
+    # the lowest block's backward holds the fp32 input of the block above and has no block below to prefetch
     blocks = 2 * _layer_param_bytes(L8, step.sc, step.profile)
-    assert gathered_blocks(step) == blocks
-    assert end["comm_buffers"] == step.parts.comm_buffers - blocks + 4 * (2 * V * 4096 + 4096)
+    assert gathered_blocks(step) == blocks == 2 * 2 * BLOCK_8B
+    assert held_reduce_scatter_input(step) == 4 * BLOCK_8B - 2 * BLOCK_8B
+    # the end of backward peaks at the root's reduce-scatter: its input and the embedding's bf16 gradient (made
+    # after the lowest block's backward) beside every sharded gradient and the output layer's; the blocks, their
+    # gradients, recompute and working set are gone, and the root was resharded before its reduce
+    at_root, comm, embed_grad = end_of_backward(step)
+    assert at_root and comm == root_in and embed_grad == 2 * V * 4096
+    end = _phase(step, "backward-end")
+    assert end["comm_buffers"] == root_in
+    assert end["gradients"] == step.parts.gradients + step.head_grad + 2 * V * 4096
+    assert "activations" not in end and "temporaries" not in end
 
 
 def test_torchtune_reduces_in_bf16_and_shards_the_output_layer_on_its_own():
@@ -64,7 +70,7 @@ def test_no_reduce_scatter_input_for_lora_fsdp1_or_the_step_in_backward():
 def test_the_lowest_block_backward_holds_the_block_aboves_input():
     step = compute(L8, _sc(framework="torchtitan", seq_len=512, micro_batch_size=1))
     grads, _, _, held = _block_position(step)
-    assert held == 4 * BLOCK_8B and grads == step.held_grads + step.lowest_grads  # the lowest position
+    assert held == 2 * BLOCK_8B and grads == step.held_grads + step.lowest_grads  # the lowest position
     assert _phase(step, "backward-block")["comm_buffers"] == step.parts.comm_buffers + held
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
-    end_of_backward_comm,
+    end_of_backward,
     forward_at_logits,
     held_reduce_scatter_input,
 )
@@ -118,7 +118,11 @@ def gradients(step: Step) -> Iterator[Contribution]:
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
-    yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
+    end = end_of_backward(step)  # FSDP2: the lowest block's reduce-scatter or the last unit's (estimate/fsdp2.py)
+    if end is not None and end[0]:
+        yield Contribution("gradients", BE, all_grads + root + end[2])
+    else:
+        yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
     yield Contribution("gradients", OPT, all_grads)
 
@@ -130,7 +134,8 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, a.tower + a.tower_recompute)
-    yield Contribution("activations", BE, a.recompute)
+    end = end_of_backward(step)
+    yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
     yield Contribution("autocast_copies", BB, _block_position(step)[2])
@@ -161,7 +166,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     for phase in (BV, BT):
         yield Contribution("comm_buffers", phase, comm)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
-    end = end_of_backward_comm(step) if step.block_grads else comm
+    fsdp2_end = end_of_backward(step)
+    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 
@@ -175,7 +181,8 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
-    yield Contribution("temporaries", BE, step.block_transient)
+    end = end_of_backward(step)
+    yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)
 
 

@@ -23,6 +23,10 @@
    on the block's outputs). So at the logits and the loss only the root unit is gathered (plus the last block
    where the framework keeps it, ``fsdp2_last_block_kept``), and forward's high point is either that moment
    or a block's (two blocks' all-gathers and its de-quantized weight), not both.
+3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
+   (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
+   shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
+   all but its shard (the simulator's torchtitan trace holds both).
 """
 
 from __future__ import annotations
@@ -70,20 +74,24 @@ def _block_elements(spec, world: int) -> int:
                 else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
 
 
+def _units(step: Step) -> tuple[int, int]:
+    """Elements of (one block's, the last unit's) flat reduce-scatter input. The last unit to reduce-scatter is
+    the root (tok_embeddings, final norm, output layer) where those are one unit, else torchtune's
+    tok_embeddings unit (custom_sharded_layers; its output unit reduce-scatters first, right after its backward)."""
+    spec, world = step.spec, step.sc.shard_group
+    embed = _padded(spec.embedding_params, spec.vocab_size, world)
+    if step.profile.fsdp_root_gathered:
+        return _block_elements(spec, world), embed + _padded(spec.lm_head_params, spec.vocab_size, world) + \
+            spec.final_norm_params
+    return _block_elements(spec, world), embed
+
+
 def reduce_scatter_input(step: Step) -> int:
     """Bytes of the largest unit's flat reduce-scatter input (module docstring, 1); 0 where it does not apply."""
-    sc, spec = step.sc, step.spec
     if not _applies(step):
         return 0
-    world = sc.shard_group
-    block = _block_elements(spec, world)
-    embed = _padded(spec.embedding_params, spec.vocab_size, world)
-    head = _padded(spec.lm_head_params, spec.vocab_size, world)
-    if step.profile.fsdp_root_gathered:  # one root unit: embeddings, final norm, output layer
-        units = (block, embed + head + spec.final_norm_params)
-    else:  # torchtune custom_sharded_layers: tok_embeddings and output are units of their own
-        units = (block, embed, head)
-    return round_allocation(max(units) * _reduce_bytes(step))
+    sizes = (*_units(step), _padded(step.spec.lm_head_params, step.spec.vocab_size, step.sc.shard_group))
+    return round_allocation(max(sizes) * _reduce_bytes(step))
 
 
 def gathered_blocks(step: Step) -> int:
@@ -107,14 +115,29 @@ def blocks_freed_at_loss(step: Step) -> int:
     return max(0, blocks - _layer_param_bytes(step.spec, step.sc, step.profile))
 
 
-def end_of_backward_comm(step: Step) -> int:
-    """Communication buffers when the lowest block reduce-scatters (module docstring, 1): its post-backward
-    reshards it before ``foreach_reduce`` (``FSDPParamGroup.post_backward``: ``self.reshard()``, then the
-    reduce) and no block is left to prefetch, so only the root unit stays gathered, beside the largest unit's
-    flat input. ``parts.comm_buffers`` elsewhere."""
-    comm = step.parts.comm_buffers
-    rs = reduce_scatter_input(step)
-    return comm - gathered_blocks(step) + rs if rs else comm
+def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
+    """FSDP2 full fine-tuning, the end of backward (module docstring, 1): (whether its high point is the last
+    unit's reduce-scatter rather than the lowest block's, the communication buffers then, the gradients the last
+    unit adds then); None elsewhere.
+
+    The lowest block's post-backward reshards it before ``foreach_reduce`` (``FSDPParamGroup.post_backward``:
+    ``self.reshard()``, then the reduce) and leaves nothing to prefetch: the root stays gathered beside the
+    block's flat input. The last unit (the root, or torchtune's tok_embeddings unit) then reshards too and
+    reduce-scatters its gradients, the embedding's among them (made after the lowest block's backward), while
+    the block's gradients, recompute and working set are gone."""
+    if not _applies(step):
+        return None
+    block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
+    root = step.parts.comm_buffers - gathered_blocks(step)
+    grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
+    at_block = step.block_grads + step.acts.recompute + step.block_transient + root + block
+    return grad + last > at_block, (last if grad + last > at_block else root + block), grad
+
+
+def _grad_bytes(step: Step) -> int:
+    from vramfit.estimate.step import _grad_dtype_bytes
+
+    return _grad_dtype_bytes(step.sc, step.profile)
 
 
 def forward_at_logits(step: Step) -> bool | None:
@@ -129,10 +152,13 @@ def forward_at_logits(step: Step) -> bool | None:
 
 
 def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
-    """Bytes the held reduce-scatter input adds in a block's backward (module docstring, 1): the block above's.
-    The ``top`` block's holds the output layer's where that is a unit of its own (torchtune's
-    custom_sharded_layers, ``fsdp_root_gathered`` unset), which replaces the layer's whole gradient (counted as
-    ``step.head_grad``): only a wider reduce dtype adds; a root unit reduce-scatters last."""
+    """Bytes a block's backward holds beyond ``parts.comm_buffers`` (module docstring, 1), at the lowest block
+    unless ``top``. The lowest block holds the input of the block above it, and has no block below to prefetch
+    (its pre-backward would prefetch the unit that ran forward before it: the root, gathered already), so one
+    block's all-gather less. The top block holds the output layer's input where that is a unit of its own
+    (torchtune's custom_sharded_layers, ``fsdp_root_gathered`` unset), which replaces the layer's whole
+    gradient (counted as ``step.head_grad``): only a wider reduce dtype adds; a root unit reduce-scatters last.
+    May be negative (a bf16 input smaller than the block's all-gather it stands beside)."""
     if not _applies(step):
         return 0
     world, spec = step.sc.shard_group, step.spec
@@ -141,8 +167,9 @@ def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
             return 0
         head = round_allocation(_padded(spec.lm_head_params, spec.vocab_size, world) * _reduce_bytes(step))
         return max(0, head - step.head_grad)
-    return round_allocation(_block_elements(spec, world) * _reduce_bytes(step))
+    held = round_allocation(_block_elements(spec, world) * _reduce_bytes(step))
+    return held - gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
 
 
 __all__ = ["reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
-           "end_of_backward_comm", "forward_at_logits"]
+           "end_of_backward", "forward_at_logits"]
