@@ -3,10 +3,8 @@ own fully_shard, for a Llama whose blocks outweigh its logits, so the reduce-sca
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from simconfigs import tiny
+from simconfigs import titan_llama
 
 from vramfit.estimate import estimate
 from vramfit.sim import simulate
@@ -16,11 +14,7 @@ LAYERS = 4
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> str:
-    cfg = tiny("meta-llama/Llama-3.2-1B", layers=LAYERS, hidden=2048, vocab=2048)
-    cfg.update(num_key_value_heads=cfg["num_attention_heads"], tie_word_embeddings=False)
-    path = tmp_path_factory.mktemp("fsdp2") / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
+    return titan_llama(tmp_path_factory.mktemp("fsdp2"), LAYERS, hidden=2048, vocab=2048)
 
 
 def test_the_end_of_backward_holds_the_reduce_scatter_input_not_the_gathered_blocks(llama):

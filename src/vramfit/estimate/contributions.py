@@ -82,8 +82,8 @@ def model_state(step: Step) -> Iterator[Contribution]:
 
 
 def _block_position(step: Step) -> tuple[int, int, int, int]:
-    """(gradients, activations, autocast copies, held reduce-scatter input) inside the block backward that holds
-    more: the top block's or the lowest's.
+    """(gradients, activations, autocast copies, FSDP2's communication bytes beyond ``parts.comm_buffers``) inside
+    the block backward that holds more: the top block's or the lowest's.
 
     Top: every block's kept tensors, the output layer's and one block's gradients. Lowest: only its own kept
     tensors (``acts.lowest``) and autocast weight copies (``step.lowest_autocast``), but every gradient made
@@ -91,7 +91,7 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     frees what it kept and adds its gradients, so the high point is at one end: the lowest block when a
     block's gradients outweigh what it keeps (full fine-tuning with checkpointing at a few thousand tokens
     per micro-batch, as the simulator traces it). FSDP2 keeps the unit above's reduce-scatter input through a
-    block's backward (estimate/fsdp2.py)."""
+    block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
            step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
