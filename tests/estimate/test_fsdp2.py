@@ -12,6 +12,7 @@ from vramfit.estimate.fsdp2 import (
     gathered_blocks,
     held_reduce_scatter_input,
     reduce_scatter_input,
+    second_lowest_block,
 )
 from vramfit.estimate.step import compute
 from vramfit.models import resolve_model
@@ -67,11 +68,21 @@ def test_no_reduce_scatter_input_for_lora_fsdp1_or_the_step_in_backward():
         assert reduce_scatter_input(compute(L8, _sc(**keys))) == 0, keys
 
 
-def test_the_lowest_block_backward_holds_the_block_aboves_input():
+def test_a_middle_block_holds_two_gathered_blocks_its_whole_gradients_and_the_input_above():
     step = compute(L8, _sc(framework="torchtitan", seq_len=512, micro_batch_size=1))
-    grads, _, _, held = _block_position(step)
-    assert held == 2 * BLOCK_8B and grads == step.held_grads + step.lowest_grads  # the lowest position
-    assert _phase(step, "backward-block")["comm_buffers"] == step.parts.comm_buffers + held
+    p = step.parts
+    grads, acts, _, extra = second_lowest_block(step)
+    assert extra == 4 * BLOCK_8B  # the block above's fp32 input (both gathered blocks are in comm_buffers)
+    assert step.block_grads == 2 * BLOCK_8B  # its own whole bf16 gradients, before its post-backward
+    # every unit above reduced to its shard, the root's output layer whole (the root reduces last)
+    unreduced = 2 * BLOCK_8B + 2 * V * 4096
+    assert grads == p.gradients - p.gradients * unreduced // p.num_trainable + step.head_grad + 2 * BLOCK_8B
+    assert acts == step.acts.lowest + step.acts.blocks // 32 + step.acts.recompute  # two blocks' kept tensors
+    # the lowest block instead: one block gathered (nothing below to prefetch) beside the input above it
+    assert held_reduce_scatter_input(step) == 4 * BLOCK_8B - 2 * BLOCK_8B
+    chosen = _block_position(step)
+    assert chosen == (grads, acts, 0, extra)  # the middle block holds the most here
+    assert _phase(step, "backward-block")["comm_buffers"] == p.comm_buffers + extra
 
 
 def test_blocks_are_resharded_while_the_loss_is_alive():

@@ -28,3 +28,15 @@ def test_the_end_of_backward_holds_the_reduce_scatter_input_not_the_gathered_blo
     # backward (its whole gradients and their fp32 flat input) stays under the traced backward high point
     assert phases["backward-end"] <= sim_backward * 1.03
     assert est.peak.allocated_bytes == pytest.approx(sim.peak.allocated_bytes, rel=0.03)
+
+
+def test_a_middle_blocks_backward_is_the_high_point_on_eight_gpus(llama):
+    """On 8 GPUs the sharded state is small and the step peaks inside backward, between the top and the lowest
+    block: two gathered blocks, the block above's fp32 reduce-scatter input and the block's whole gradients
+    (estimate/fsdp2.py second_lowest_block; without it the estimate read 14 % under the trace)."""
+    sc = {"model": llama, "framework": "torchtitan", "method": "full", "num_gpus": 8, "parallelism": "fsdp",
+          "seq_len": 256, "attention": "flash", "gradient_checkpointing": "full"}
+    sim = simulate(sc, layers=LAYERS).result
+    est = estimate(sc)
+    assert est.peak.phase == "backward-block"
+    assert est.peak.allocated_bytes == pytest.approx(sim.peak.allocated_bytes, rel=0.03)

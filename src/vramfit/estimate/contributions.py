@@ -17,6 +17,7 @@ from vramfit.estimate.fsdp2 import (
     end_of_backward,
     forward_at_logits,
     held_reduce_scatter_input,
+    second_lowest_block,
 )
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
@@ -99,7 +100,7 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
         return top
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
               held_reduce_scatter_input(step))
-    return lowest if sum(lowest) > sum(top) else top
+    return max((top, lowest, second_lowest_block(step) or top), key=sum)
 
 
 def gradients(step: Step) -> Iterator[Contribution]:

@@ -171,5 +171,24 @@ def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
     return held - gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
 
 
-__all__ = ["reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
+def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
+    """FSDP2 full fine-tuning: (gradients, activations, autocast copies, communication bytes beyond
+    ``parts.comm_buffers``) at the end of the second-lowest block's backward, before its post-backward; None
+    elsewhere. The high point of the blocks between the top and the lowest (module docstring, 1): the block and
+    the one below it, prefetched, gathered; the input of the block above held; the block's whole gradients
+    made; every block above reduced to its shard (the output layer whole while the root waits, counted in
+    ``step.head_grad``); two blocks' kept tensors."""
+    L = step.spec.num_hidden_layers
+    if not _applies(step) or L < 3 or not step.parts.num_trainable:
+        return None
+    a, p = step.acts, step.parts
+    block_params = _block_elements(step.spec, 1)
+    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if step.head_grad else 0)
+    shards = p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
+    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
+    grads = step.held_grads + shards + step.head_grad + step.block_grads
+    return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
+
+
+__all__ = ["second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
            "end_of_backward", "forward_at_logits"]
