@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.choices import Generation
+from vramfit.estimate.framework import scenario_profile
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -50,13 +51,13 @@ HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
 
 def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
     """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
-    above one node; a layout's tensor, pipeline and context degrees (``fsdp+tp8+pp2+vpp2+cp2``,
+    above one node; a layout's tensor, pipeline, context and expert degrees (``fsdp+tp8+pp2+vpp2+cp2+ep8``,
     :mod:`vramfit.plan.layouts`)."""
     d = layouts.parse(parallelism)
     return {"parallelism": HYBRID.get(d.parallelism, d.parallelism), "num_nodes": max(1, num_gpus // GPUS_PER_NODE),
             "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
             "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
-            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
+            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b", "expert_parallel": d.ep}
 
 
 class Config(NamedTuple):
@@ -96,7 +97,8 @@ class Config(NamedTuple):
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
-    (FSDP over the remaining ranks, no offload)."""
+    (FSDP over the remaining ranks, no offload), and for a mixture-of-experts model on an engine whose profile
+    runs expert parallelism, the expert-parallel degrees of :func:`layouts.expert_layouts`."""
     full = base.method is Method.FULL
     fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
@@ -121,8 +123,12 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if spec is not None and n > 1 and layouts.searched(base):
         # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
         # (distributed/activation_checkpoint.py): none offloads them to the host
-        out += [Config(n, layouts.name(*d), "none", c, base.optimizer.value, base.loss.value)
-                for d in layouts.layouts_for(n, spec, base.seq_len, TIE) for c in ckpts if c != "offload"]
+        ep = scenario_profile(base).expert_parallel  # MoE models: expert-parallel degrees where the engine runs them
+        for d in layouts.layouts_for(n, spec, base.seq_len, TIE, ep):
+            # FSDP/HSDP with expert parallel alone competes with plain FSDP: with the same speed-neutral savers
+            plain_ep = d.ep > 1 and d.tp * d.pp * d.cp == 1
+            out += [Config(n, layouts.name(*d), "none", c, opt, loss) for c in ckpts if c != "offload"
+                    for opt in (opts if plain_ep else opts[:1]) for loss in (losses if plain_ep else losses[:1])]
     return out
 
 
@@ -198,7 +204,7 @@ class Search:
                 grad_accum=self.per_gpu(c.num_gpus) // mb * _model_parallel(nk),
                 tensor_parallel=nk["tensor_parallel"], pipeline_parallel=nk["pipeline_parallel"],
                 context_parallel=nk["context_parallel"], pipeline_virtual_stages=nk["pipeline_virtual_stages"],
-                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]),
+                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]), expert_parallel=nk["expert_parallel"],
             )
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]
