@@ -20,6 +20,7 @@ ADDED = {
     "Qwen/Qwen2-VL-7B-Instruct": (8_291_375_616, "8.29B"),
     "Qwen/Qwen2.5-VL-32B-Instruct": (33_452_718_336, "33.5B"),
     "Qwen/Qwen2.5-VL-72B-Instruct": (73_410_777_344, "73.4B"),
+    "Qwen/Qwen3-235B-A22B": (235_093_634_560, "235B"),
     "Qwen/Qwen3-VL-2B-Instruct": (2_127_532_032, "2.13B"),
     "Qwen/Qwen3-VL-4B-Instruct": (4_437_815_808, "4.44B"),
     "Qwen/Qwen3-VL-8B-Instruct": (8_767_123_696, "8.77B"),
@@ -108,6 +109,13 @@ def test_gemma3_instruct_ids_are_the_whole_multimodal_checkpoint():
     assert resolve_model("unsloth/gemma-3-4b-it").id == "google/gemma-3-4b-it"
     text_only = resolve_model("google/gemma-3-4b-pt").spec
     assert resolve_model("google/gemma-3-4b-it").spec.num_params - text_only.num_params == 419_816_304
+
+
+def test_qwen3_235b_active_parameters():
+    # Qwen3 model card: 235B total, 22B activated (8 of 128 experts a token, 94 layers)
+    spec = resolve_model("Qwen/Qwen3-235B-A22B").spec
+    assert spec.active_params_per_token == 22_190_763_520
+    assert BY_ID["Qwen/Qwen3-235B-A22B"]["published_active_params_rounded"] == "22B"
 
 
 def test_moe_vision_language_entries_have_experts():
