@@ -129,6 +129,12 @@ class FrameworkProfile:
     # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
     # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
+    # the 4-bit weights were quantized from an fp16 copy, so bitsandbytes de-quantizes them to fp16 and
+    # MatMul4Bit's `.to(A.dtype)` makes a second, bf16 copy under bf16 compute (Lightning@71aed75
+    # fabric/plugins/precision/bitsandbytes.py _Linear4bit._quantize_weight: `weight.contiguous().to(device="cuda",
+    # dtype=torch.half)` then quantize_4bit; bitsandbytes 0.41.1 functional.py quantize_4bit keeps `A.dtype` in the
+    # state, dequantize_4bit allocates `out` in it; autograd/_functions.py MatMul4Bit: dequantize_4bit(B, state).to(A.dtype))
+    qlora_dequant_via_fp16: bool = False
     # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
     # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
     qlora_module_quant_state: bool = False
@@ -319,6 +325,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_unquantized_fp32=False,
         qlora_saves_input=True,
         qlora_quantizes_lm_head=True,
+        qlora_dequant_via_fp16=True,
         standard_loss=LossLayout.LITGPT_CHUNKED_HEAD,
         torch_optimizer_impl=OptimizerImpl.FOREACH,  # torch v2.1.0 torch/optim/adamw.py: foreach default on CUDA
         # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
