@@ -51,6 +51,7 @@ ADDED = {
     "ibm-granite/granite-3.1-2b-instruct": (2_533_531_648, "2.53B"),
     "ibm-granite/granite-3.1-8b-instruct": (8_170_848_256, "8.17B"),
     "ibm-granite/granite-3.3-8b-instruct": (8_170_864_640, "8.17B"),
+    "ibm-granite/granite-3.1-3b-a800m-instruct": (3_298_793_472, "3.3B"),
 }
 VISION = [m for m in ADDED if "vision_config" in BY_ID[m]["config"]]
 
@@ -118,6 +119,13 @@ def test_qwen3_235b_active_parameters():
     assert BY_ID["Qwen/Qwen3-235B-A22B"]["published_active_params_rounded"] == "22B"
 
 
+def test_granite_moe_active_parameters():
+    # "3b-a800m": 8 of 40 experts a token, about 800M active without the embedding lookup
+    spec = resolve_model("ibm-granite/granite-3.1-3b-a800m-instruct").spec
+    assert (spec.num_experts, spec.num_experts_per_tok) == (40, 8)
+    assert spec.active_params_per_token - spec.embedding_params == 807_372_288
+
+
 def test_moe_vision_language_entries_have_experts():
     for model_id in ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct"):
         spec = resolve_model(model_id).spec
@@ -137,7 +145,7 @@ STORED = [e["id"] for e in load_catalog() if "spec" in e]
 def test_entries_without_a_torch_free_reader_store_their_spec():
     from vramfit.models.hf_config import SUPPORTED_MODEL_TYPES
 
-    assert len(STORED) == 22
+    assert len(STORED) == 23
     assert all(BY_ID[m]["config"]["model_type"] not in SUPPORTED_MODEL_TYPES for m in STORED)
     assert not [e["id"] for e in load_catalog() if "spec" not in e
                 and e["config"]["model_type"] not in SUPPORTED_MODEL_TYPES]
