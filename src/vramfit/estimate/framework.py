@@ -121,6 +121,12 @@ class FrameworkProfile:
     # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
     # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
     fsdp1_sync_module_states: bool = False
+    # FSDP (parallelism fsdp) wraps each trainable leaf (every LoRA A and B) as an FSDP1 unit of its own nested in
+    # its decoder layer's unit (peft v0.21.2 utils/other.py fsdp_auto_wrap_policy: lambda_policy_fn;
+    # AnswerDotAI/fsdp_qlora@05ed9f2 train.py get_wrapping_policy), under FSDP1's all-gather rate limiter
+    # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
+    # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
+    fsdp_lora_units_nested: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -258,6 +264,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_reduce_in_param_dtype=True,
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
+        fsdp_lora_units_nested=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
