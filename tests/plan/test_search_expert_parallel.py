@@ -4,12 +4,11 @@ dense model never does."""
 
 from __future__ import annotations
 
-import dataclasses
 from unittest import mock
 
 import pytest
 
-import vramfit.plan.search as search_module
+import vramfit.plan.layouts as layouts_module
 from vramfit.estimate import resolve_spec
 from vramfit.estimate.framework import scenario_profile
 from vramfit.models import load_catalog, spec_from_hf_config
@@ -54,8 +53,7 @@ def test_dense_models_and_engines_without_expert_parallel_never_get_it():
     assert not [c for c in configs_for(16, dense, resolve_spec(dense)[1]) if "+ep" in c.parallelism]
     moe = parse_scenario({**TITAN, "model": MIXTRAL})
     assert [c for c in configs_for(8, moe, _spec(MIXTRAL)) if "+ep" in c.parallelism]
-    off = lambda sc: dataclasses.replace(scenario_profile(sc), expert_parallel=False)  # noqa: E731
-    with mock.patch.object(search_module, "scenario_profile", off):
+    with mock.patch.object(layouts_module, "runs_expert_parallel", lambda sc: False):
         assert not [c for c in configs_for(8, moe, _spec(MIXTRAL)) if "+ep" in c.parallelism]
     assert not scenario_profile(parse_scenario({**TITAN, "framework": "hf", "model": MIXTRAL})).expert_parallel
 
@@ -83,8 +81,8 @@ def test_expert_parallel_trades_expert_ring_bytes_for_all_to_all():
 
 
 def _plans(model: str, gpu: str, max_gpus: int, eff: int, seq: int, ep: bool = True):
-    profile = scenario_profile if ep else (lambda sc: dataclasses.replace(scenario_profile(sc), expert_parallel=False))
-    with mock.patch.object(search_module, "scenario_profile", profile):
+    runs = layouts_module.runs_expert_parallel if ep else (lambda sc: False)
+    with mock.patch.object(layouts_module, "runs_expert_parallel", runs):
         return plan({**TITAN, "model": model, "seq_len": seq}, effective_batch=eff, dataset_tokens="100M",
                     gpu_ids=[gpu], max_gpus=max_gpus, with_changes=False).plans
 

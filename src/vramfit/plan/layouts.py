@@ -142,6 +142,18 @@ def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0, exp
     return out + (expert_layouts(n, spec.num_experts, out) if expert_parallel and spec.num_experts else [])
 
 
+def runs_expert_parallel(base: Scenario) -> bool:
+    """Whether the scenario's engine runs expert parallelism (its profile's ``expert_parallel``)."""
+    from vramfit.estimate.framework import scenario_profile
+
+    return scenario_profile(base).expert_parallel
+
+
+def plain_expert_parallel(d: Degrees) -> bool:
+    """FSDP or HSDP with expert parallel and no tensor, pipeline or context parallel."""
+    return d.ep > 1 and d.tp * d.pp * d.cp == 1
+
+
 def expert_layouts(n: int, experts: int, dense: list[Degrees]) -> list[Degrees]:
     """FSDP and HSDP alone and each 1F1B/no-pipeline layout of ``dense``, with the largest expert-parallel degree
     of :data:`EP_DEGREES` that divides the ``experts``, fits a node and divides the ranks the expert mesh borrows

@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.choices import Generation
-from vramfit.estimate.framework import scenario_profile
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -98,8 +97,7 @@ class Config(NamedTuple):
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
-    (FSDP over the remaining ranks, no offload), and for a mixture-of-experts model on an engine whose profile
-    runs expert parallelism, the expert-parallel degrees of :func:`layouts.expert_layouts`."""
+    (FSDP over the remaining ranks, no offload; MoE models: EP degrees where the profile runs them)."""
     full = base.method is Method.FULL
     fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
@@ -125,14 +123,11 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
            if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
     if spec is not None and n > 1 and layouts.searched(base):
-        # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
-        # (distributed/activation_checkpoint.py): none offloads them to the host
-        ep = scenario_profile(base).expert_parallel  # MoE models: expert-parallel degrees where the engine runs them
-        for d in layouts.layouts_for(n, spec, base.seq_len, TIE, ep):
-            # FSDP/HSDP with expert parallel alone competes with plain FSDP: with the same speed-neutral savers
-            plain_ep = d.ep > 1 and d.tp * d.pp * d.cp == 1
-            out += [Config(n, layouts.name(*d), "none", c, opt, loss) for c in ckpts if c != "offload"
-                    for opt in (opts if plain_ep else opts[:1]) for loss in (losses if plain_ep else losses[:1])]
+        # torchtitan v0.3.0 offloads no activations (activation_checkpoint.py); FSDP/HSDP + EP: FSDP's savers
+        for d in layouts.layouts_for(n, spec, base.seq_len, TIE, layouts.runs_expert_parallel(base)):
+            k = None if layouts.plain_expert_parallel(d) else 1
+            out += [Config(n, layouts.name(*d), "none", c, o, x) for c in ckpts if c != "offload" for o in opts[:k]
+                    for x in losses[:k]]
     return out
 
 
