@@ -139,6 +139,13 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    return a.stats.allocated, a.stats.reserved
+
+
+def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
+               shards_to_host: bool, sync_bucket: int) -> None:
+    """Replay :func:`replay_wrap`'s wrap and all-gathers on allocator ``a`` (the step may follow on it)."""
     for tensors in units:
         originals = [a.malloc(n) for n in tensors]
         _broadcast(a, sync_buckets(tensors, sync_bucket) if sync_bucket else [])
@@ -154,7 +161,6 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
         copy = a.malloc(elem * -(-(n // elem) // group), PRE_UNSHARD_STREAM) if shards_to_host else None
         a.malloc(n, UNSHARD_STREAM)
         a.free(copy)
-    return a.stats.allocated, a.stats.reserved
 
 
 def _broadcast(a, buckets: list[int]) -> None:
@@ -200,7 +206,11 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
     floor = host_wrap_floor(r)
-    return max(reserved, floor + pool) if floor else reserved
+    if not floor:
+        return reserved
+    # the residue is a floor for a step that fits in it, and stays beside the step's own segments where the
+    # step's tensors are too large for its blocks (estimate/wrap_step.py)
+    return max(reserved + wrap_residue(r), floor + pool)
 
 
 def fsdp_reserved_notes(r, reserved: int) -> list[str]:
@@ -219,16 +229,13 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def _replay_host_wrap(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int, group: int,
-                      host: bool, bucket: int) -> tuple[int, int]:
-    """(shards allocated, reserved with the all-gather segments) of :func:`replay_wrap`: a pure function of
-    the architecture and the scenario keys ``wrap_units`` reads, so it is worked out once per combination
-    (an estimate asks twice: for the figure and for its note)."""
+def _wrap_plan(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int
+               ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """(units, gathered) of :func:`wrap_units` and :func:`gathered_units`: a pure function of the architecture
+    and the scenario keys ``wrap_units`` reads, so it is worked out once per combination."""
     sc = _WrapKeys(quantize, method, precision, lora_rank)
     units = wrap_units(spec, sc, adapters, adapter_elem)
-    shards, _ = replay_wrap(units, group, precision.param_bytes, (), host, bucket)
-    _, reserved = replay_wrap(units, group, precision.param_bytes, gathered_units(spec, sc, units), host, bucket)
-    return shards, reserved
+    return units, gathered_units(spec, sc, units)
 
 
 class _WrapKeys(NamedTuple):
@@ -240,21 +247,42 @@ class _WrapKeys(NamedTuple):
     lora_rank: int
 
 
-def host_wrap_floor(r) -> int:
-    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
-    (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
+def _wrap_args(r) -> tuple | None:
+    """:func:`replay_wrap`'s arguments for this step, the all-gathered units included (None where the engine
+    does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
     sc = r.sc
     if not r.profile.fsdp1_host_wrap or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2:
-        return 0
+        return None
     from vramfit.estimate.framework import adapter_bytes
 
+    units, gathered = _wrap_plan(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
+                                 adapter_bytes(r.profile, sc.precision))
     bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
-    shards, reserved = _replay_host_wrap(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
-                                         adapter_bytes(r.profile, sc.precision), sc.shard_group,
-                                         sc.offload is Offload.OPTIMIZER_PARAMS, bucket)
+    return units, sc.shard_group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket
+
+
+def host_wrap_floor(r) -> int:
+    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
+    (0 where the engine does not: see :func:`_wrap_args`)."""
+    args = _wrap_args(r)
+    if args is None:
+        return 0
+    units, group, elem, gathered, host, bucket = args
+    shards, _ = replay_wrap(units, group, elem, (), host, bucket)
+    _, reserved = replay_wrap(units, group, elem, gathered, host, bucket)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 
 
+def wrap_residue(r) -> int:
+    """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped."""
+    args = _wrap_args(r)
+    if args is None:
+        return 0
+    from vramfit.estimate.wrap_step import step_program, unreused_residue
+
+    return unreused_residue(*args, step_program(r))
+
+
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
-           "gathered_units", "sync_buckets"]
+           "gathered_units", "sync_buckets", "build_wrap", "wrap_residue"]

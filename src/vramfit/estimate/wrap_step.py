@@ -1,0 +1,134 @@
+"""The FSDP1 wrap residue and the training step in one caching allocator.
+
+FSDP1 wrapping a model that was loaded on the CPU leaves cached blocks on the default stream (the moved
+originals, the flattened parameters, ``sync_module_states``' broadcast buckets: estimate/fsdp_reserved.py,
+mechanism 2), and the training loop does not release them: neither AnswerDotAI/fsdp_qlora@4cd6923 train.py
+(its ``torch.cuda.empty_cache()``, l. 634, runs before the wrap; ``reset_peak_memory_stats``, l. 809, after it
+keeps the residue in the figure) nor the HF Trainer calls ``empty_cache`` between ``accelerator.prepare`` and
+the first step. The step's tensors are served from that residue only where a cached block is large enough:
+``get_free_block`` takes the smallest cached block of the request's pool and stream that fits, and a block
+never grows past its own segment (pytorch/pytorch@eb42ad6e ``c10/cuda/CUDACachingAllocator.cpp``:
+``try_merge_blocks`` joins neighbours inside one segment only). So the residue is a floor only while the
+step's tensors are small enough to live in it; once they are larger (a bigger micro-batch or longer
+sequence: block inputs, the no-grad MLP working set, the loss's fp32 logits), they open segments of their
+own beside it, and the part of the residue no step tensor fits in stays reserved on top.
+
+This module replays both in one allocator (the simulator's :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`)
+and returns the residue the step leaves unused. The step's program (:func:`step_program`) is the sequence of
+default-stream tensors the step model already knows, in the order the step makes them:
+
+- forward, per decoder block under full checkpointing: the no-grad MLP working set
+  (:func:`vramfit.estimate.allocator.nograd_mlp_bytes`) and the block's output, which the next block's
+  checkpoint keeps until that block's backward (torch/utils/checkpoint.py ``CheckpointFunction.forward``:
+  ``ctx.save_for_backward(*tensor_inputs)``); other policies keep the block's saved tensors instead;
+- the loss and the other transients of :func:`vramfit.estimate.allocator.step_transients`;
+- backward, top block first: the block's recomputed saved tensors (``Step.saved``) and its backward working
+  set (``Step.block_transient``), freed with the block's checkpoint once its backward has run.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from vramfit.scenario import Checkpointing
+
+
+class _Program:
+    """Events in :func:`vramfit.estimate.allocator.transient_reserved`'s form, built with handles."""
+
+    def __init__(self) -> None:
+        self.events: list[int] = []
+        self.count = 0  # allocations so far (handles are 1-based)
+
+    def alloc(self, n: int, cut: int = 0) -> list[int]:
+        """Allocate ``n`` bytes as tensors of at most ``cut`` bytes (0: one tensor); their handles."""
+        out: list[int] = []
+        while n > 0:
+            size = min(n, cut) if cut else n
+            self.events.append(size)
+            self.count += 1
+            out.append(self.count)
+            n -= size
+        return out
+
+    def free(self, handles: list[int]) -> None:
+        self.events.extend(-k for k in handles)
+
+    def extend(self, events: list[int]) -> None:
+        """Append another program's events, its handles shifted past this one's."""
+        base = self.count
+        for ev in events:
+            self.events.append(ev if ev >= 0 else ev - base)
+            self.count += ev >= 0
+
+
+def step_program(r) -> tuple[int, ...]:
+    """The step's default-stream tensors in order (module docstring), as allocator events
+    (``r``: a :class:`vramfit.estimate.step.Step`)."""
+    from vramfit.estimate.activations import block_input_bytes
+    from vramfit.estimate.allocator import nograd_mlp_bytes, round_allocation, step_transients
+
+    sc, spec = r.sc, r.spec
+    p = _Program()
+    layers = spec.num_hidden_layers
+    full = sc.gradient_checkpointing is Checkpointing.FULL
+    block_in = block_input_bytes(spec, sc, r.profile)
+    mlp = nograd_mlp_bytes(r)
+    kept = [round_allocation(n) for n in r.saved.items.values() if n]
+    held: list[list[int]] = []
+    x = p.alloc(block_in)  # the embedding output: the lowest block's input
+    for _ in range(layers):
+        if full:
+            work = p.alloc((3 if spec.gated_mlp else 2) * mlp, mlp)
+            out = p.alloc(block_in)
+            p.free(work)
+            held.append(x)
+            x = out
+        else:
+            held.append([h for n in kept for h in p.alloc(n)])
+    p.extend(step_transients(r))
+    p.free(x)
+    for handles in reversed(held):
+        if full:  # the recompute, then the block's backward working set
+            recomputed = [h for n in kept for h in p.alloc(n)]
+            p.free(p.alloc(r.block_transient, max(kept, default=0)))
+            p.free(recomputed)
+        else:
+            p.free(p.alloc(r.block_transient, max(kept, default=0)))
+        p.free(handles)
+    return tuple(p.events)
+
+
+@lru_cache(maxsize=256)
+def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
+                     shards_to_host: bool, sync_bucket: int, program: tuple[int, ...]) -> int:
+    """Bytes of the wrap residue (cached, free blocks after :func:`vramfit.estimate.fsdp_reserved.replay_wrap`)
+    that the step's ``program`` leaves unused: the segments the program opens on its own (replayed alone)
+    minus those it opens after the wrap, subtracted from the residue. 0 when the step fits in the residue
+    entirely or uses all of it."""
+    from vramfit.estimate.fsdp_reserved import build_wrap
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    a = CachingAllocatorModel()
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    residue = a.stats.reserved - a.stats.allocated
+    before = a.stats.reserved
+    after_wrap = _replay(a, program)
+    alone = _replay(CachingAllocatorModel(), program)
+    reused = alone - (after_wrap - before)
+    return max(0, residue - reused)
+
+
+def _replay(a, events: tuple[int, ...]) -> int:
+    """Run ``events`` on allocator ``a``; its peak reserved bytes."""
+    blocks: list = []
+    for ev in events:
+        if ev >= 0:
+            blocks.append(a.malloc(ev))
+        else:
+            a.free(blocks[-ev - 1])
+            blocks[-ev - 1] = None
+    return a.stats.peak_reserved
+
+
+__all__ = ["step_program", "unreused_residue"]
