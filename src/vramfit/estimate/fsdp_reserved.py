@@ -225,6 +225,10 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
         out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
                    "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
                    "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+    elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
+        out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
+                   "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
+                   "torch.cuda.empty_cache() after wrapping releases it.")
     return out
 
 
@@ -247,7 +251,7 @@ class _WrapKeys(NamedTuple):
     lora_rank: int
 
 
-def _wrap_args(r) -> tuple | None:
+def wrap_args(r) -> tuple | None:
     """:func:`replay_wrap`'s arguments for this step, the all-gathered units included (None where the engine
     does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
     sc = r.sc
@@ -263,8 +267,8 @@ def _wrap_args(r) -> tuple | None:
 
 def host_wrap_floor(r) -> int:
     """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
-    (0 where the engine does not: see :func:`_wrap_args`)."""
-    args = _wrap_args(r)
+    (0 where the engine does not: see :func:`wrap_args`)."""
+    args = wrap_args(r)
     if args is None:
         return 0
     units, group, elem, gathered, host, bucket = args
@@ -276,7 +280,7 @@ def host_wrap_floor(r) -> int:
 
 def wrap_residue(r) -> int:
     """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped."""
-    args = _wrap_args(r)
+    args = wrap_args(r)
     if args is None:
         return 0
     from vramfit.estimate.wrap_step import step_program, unreused_residue
@@ -285,4 +289,4 @@ def wrap_residue(r) -> int:
 
 
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
-           "gathered_units", "sync_buckets", "build_wrap", "wrap_residue"]
+           "gathered_units", "sync_buckets", "build_wrap", "wrap_args", "wrap_residue"]

@@ -79,6 +79,7 @@ def step_program(r) -> tuple[int, ...]:
     x = p.alloc(block_in)  # the embedding output: the lowest block's input
     for _ in range(layers):
         if full:
+            _nograd_block(p, kept)
             work = p.alloc((3 if spec.gated_mlp else 2) * mlp, mlp)
             out = p.alloc(block_in)
             p.free(work)
@@ -91,12 +92,23 @@ def step_program(r) -> tuple[int, ...]:
     for handles in reversed(held):
         if full:  # the recompute, then the block's backward working set
             recomputed = [h for n in kept for h in p.alloc(n)]
-            p.free(p.alloc(r.block_transient, max(kept, default=0)))
+            p.free(p.alloc(r.block_transient, block_in))
             p.free(recomputed)
         else:
-            p.free(p.alloc(r.block_transient, max(kept, default=0)))
+            p.free(p.alloc(r.block_transient, block_in))
         p.free(handles)
     return tuple(p.events)
+
+
+def _nograd_block(p: _Program, tensors: list[int]) -> None:
+    """A block's forward without grad: each op output dies once its consumer's output exists."""
+    live: list[list[int]] = []
+    for n in tensors:
+        live.append(p.alloc(n))
+        if len(live) > 2:
+            p.free(live.pop(0))
+    for handles in live:
+        p.free(handles)
 
 
 @lru_cache(maxsize=256)
