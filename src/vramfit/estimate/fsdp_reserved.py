@@ -228,7 +228,9 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
     elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
         out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
                    "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
-                   "torch.cuda.empty_cache() after wrapping releases it.")
+                   f"worked out for micro-batches of {r.sc.seq_len} tokens (how much of it the step reuses depends on "
+                   "its tensors' sizes, so variable-length batches change it); torch.cuda.empty_cache() after "
+                   "wrapping releases it.")
     return out
 
 
