@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 from simconfigs import catalog_config
 
-from vramfit.estimate.fsdp_reserved import wrap_args, build_wrap
+from vramfit.estimate.fsdp_reserved import build_wrap, wrap_args
 from vramfit.estimate.step import compute
 from vramfit.estimate.wrap_step import step_program, unreused_residue
 from vramfit.models import resolve_model

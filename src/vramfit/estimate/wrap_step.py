@@ -133,13 +133,9 @@ def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, 
 
 def _replay(a, events: tuple[int, ...]) -> int:
     """Run ``events`` on allocator ``a``; its peak reserved bytes."""
-    blocks: list = []
-    for ev in events:
-        if ev >= 0:
-            blocks.append(a.malloc(ev))
-        else:
-            a.free(blocks[-ev - 1])
-            blocks[-ev - 1] = None
+    from vramfit.estimate.allocator import run_events
+
+    run_events(a, events)
     return a.stats.peak_reserved
 
 
