@@ -4,8 +4,8 @@ FSDP1 wrapping a model that was loaded on the CPU leaves cached blocks on the de
 originals, the flattened parameters, ``sync_module_states``' broadcast buckets: estimate/fsdp_reserved.py,
 mechanism 2), and the training loop does not release them: neither AnswerDotAI/fsdp_qlora@4cd6923 train.py
 (its ``torch.cuda.empty_cache()``, l. 634, runs before the wrap; ``reset_peak_memory_stats``, l. 809, after it
-keeps the residue in the figure) nor the HF Trainer calls ``empty_cache`` between ``accelerator.prepare`` and
-the first step. The step's tensors are served from that residue only where a cached block is large enough:
+keeps the residue in the figure) nor the HF Trainer, which empties the cache only every
+``torch_empty_cache_steps`` steps (transformers TrainingArguments, default None: never). The step's tensors are served from that residue only where a cached block is large enough:
 ``get_free_block`` takes the smallest cached block of the request's pool and stream that fits, and a block
 never grows past its own segment (pytorch/pytorch@eb42ad6e ``c10/cuda/CUDACachingAllocator.cpp``:
 ``try_merge_blocks`` joins neighbours inside one segment only). So the residue is a floor only while the
@@ -17,10 +17,14 @@ This module replays both in one allocator (the simulator's :class:`vramfit.sim.c
 and returns the residue the step leaves unused. The step's program (:func:`step_program`) is the sequence of
 default-stream tensors the step model already knows, in the order the step makes them:
 
-- forward, per decoder block under full checkpointing: the no-grad MLP working set
+- forward, per decoder block under full checkpointing: the block's tensors as its no-grad forward makes them
+  (the saved tensors of ``Step.saved`` in order, each freed once the next two exist: under ``no_grad`` an op's
+  output dies with its consumer), the no-grad MLP working set
   (:func:`vramfit.estimate.allocator.nograd_mlp_bytes`) and the block's output, which the next block's
   checkpoint keeps until that block's backward (torch/utils/checkpoint.py ``CheckpointFunction.forward``:
-  ``ctx.save_for_backward(*tensor_inputs)``); other policies keep the block's saved tensors instead;
+  ``ctx.save_for_backward(*tensor_inputs)``); any other policy is replayed as keeping every block's saved
+  tensors (at most what it keeps: the more the step holds, the more of the residue it reuses, so the term
+  it yields is then a lower bound);
 - the loss and the other transients of :func:`vramfit.estimate.allocator.step_transients`;
 - backward, top block first: the block's recomputed saved tensors (``Step.saved``) and its backward working
   set (``Step.block_transient``), freed with the block's checkpoint once its backward has run.
