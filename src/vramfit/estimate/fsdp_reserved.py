@@ -285,9 +285,10 @@ def wrap_residue(r) -> int:
     args = wrap_args(r)
     if args is None:
         return 0
-    from vramfit.estimate.wrap_step import step_program, unreused_residue
+    from vramfit.estimate.wrap_step import step_alone, step_program, unreused_residue
 
-    return unreused_residue(*args, step_program(r))
+    program = step_program(r)
+    return unreused_residue(*args, program, step_alone(r, program))
 
 
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
