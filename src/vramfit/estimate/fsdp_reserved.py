@@ -45,6 +45,8 @@ another ("Once freed, blocks can be re-allocated on the same stream, but not on 
 
 The host-wrap floor is what 2 and 3 leave reserved before the first forward, plus the gradient pool of 1
 and the persistent bytes the units do not hold (e.g. 4-bit quantization states kept whole on the module).
+The floor binds while the step fits in that residue; the part of the residue the step's tensors are too
+large for stays beside the step's own segments (estimate/wrap_step.py, :func:`wrap_residue`).
 Not modelled: FSDP1's cast of the unsharded gradient to a different ``reduce_dtype`` (none under accelerate's
 policy, which reduces in the parameter dtype: profile ``fsdp_reduce_in_param_dtype``) and its padding copy
 (both on the post-backward stream, freed per unit), ``record_stream``'s deferred frees.
