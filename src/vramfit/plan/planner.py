@@ -336,7 +336,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     r = ev.estimate(**keys, gpu=cls or None)  # same figure as gpu=g: one estimate per estimator class
     sc = r.scenario
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
-    speed = search.speed(c, mb, g)
+    speed = search.speed(c, mb, g, paged=result_paging(r, limit) or 0)  # what pages out on this card
     hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
     server = search.server_of(g) if search.server_of else 0  # vLLM server cards on the node, paid for too
     billed = billed_gpus(g, c.num_gpus + server)
