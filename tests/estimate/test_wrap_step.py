@@ -76,3 +76,20 @@ def test_the_answer_ai_512_token_run_leaves_most_of_the_residue_unused():
 def test_no_residue_where_fsdp1_does_not_wrap_from_the_host():
     assert wrap_residue(compute(LLAMA2, _aai(parallelism="ddp"))) == 0
     assert wrap_residue(compute(LLAMA2, _aai(framework="torchtune", framework_version="torchtune-0.4"))) == 0
+
+
+def test_a_clone_of_the_allocator_replays_like_the_original():
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel
+
+    a = CachingAllocatorModel()
+    kept = a.malloc(30 * MiB)
+    for n in (60 * MiB, 30 * MiB, 3 * MiB, 100):  # the 30 and 3 MiB split the cached 60 MiB block; 100 B: a
+        a.free(a.malloc(n))  # 2 MiB small-pool segment
+    b = a.clone()
+    assert vars(b.stats) == vars(a.stats)
+    for m in (a, b):  # the same requests: 50 MiB splits the cached 60 MiB block, 70 MiB opens a segment
+        m.malloc(50 * MiB)
+        m.malloc(70 * MiB)
+    assert vars(b.stats) == vars(a.stats) and a.stats.reserved == (30 + 60 + 2 + 70) * MiB
+    a.free(kept)  # the clone does not share the original's blocks
+    assert b.stats.allocated == a.stats.allocated + 30 * MiB

@@ -211,7 +211,10 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     if not floor:
         return reserved
     # the residue is a floor for a step that fits in it, and stays beside the step's own segments where the
-    # step's tensors are too large for its blocks (estimate/wrap_step.py)
+    # step's tensors are too large for its blocks (estimate/wrap_step.py); no replay where even the whole
+    # residue beside the step stays under the floor
+    if reserved + residue_bound(r) <= floor + pool:
+        return floor + pool
     return max(reserved + wrap_residue(r), floor + pool)
 
 
@@ -282,8 +285,33 @@ def host_wrap_floor(r) -> int:
     return reserved + max(0, persistent - shards)
 
 
+def residue_bound(r) -> int:
+    """The whole wrap residue (reserved less allocated after the wrap and its all-gathers): the most
+    :func:`wrap_residue` can be."""
+    args = wrap_args(r)
+    if args is None:
+        return 0
+    allocated, reserved = replay_wrap(*args)
+    return reserved - allocated
+
+
 def wrap_residue(r) -> int:
-    """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped."""
+    """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped.
+    A step is a pure function of its architecture, scenario, card and profile, so the figure is kept per
+    those (an estimate asks twice: for the figure and for its note)."""
+    key = (r.spec, r.sc, r.card, r.profile)
+    if key not in _RESIDUES:
+        if len(_RESIDUES) >= _RESIDUES_KEPT:
+            _RESIDUES.clear()
+        _RESIDUES[key] = _wrap_residue(r)
+    return _RESIDUES[key]
+
+
+_RESIDUES: dict = {}
+_RESIDUES_KEPT = 512  # a bound on the cache, not a memory figure
+
+
+def _wrap_residue(r) -> int:
     args = wrap_args(r)
     if args is None:
         return 0
@@ -294,4 +322,4 @@ def wrap_residue(r) -> int:
 
 
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
-           "gathered_units", "sync_buckets", "build_wrap", "wrap_args", "wrap_residue"]
+           "gathered_units", "sync_buckets", "build_wrap", "residue_bound", "wrap_args", "wrap_residue"]

@@ -75,6 +75,7 @@ def step_program(r) -> tuple[int, ...]:
     (``r``: a :class:`vramfit.estimate.step.Step`)."""
     from vramfit.estimate.activations import block_input_bytes
     from vramfit.estimate.allocator import nograd_mlp_bytes, round_allocation, step_transients
+    from vramfit.estimate.constants import K_SMALL_SIZE
 
     sc, spec = r.sc, r.spec
     p = _Program()
@@ -82,7 +83,8 @@ def step_program(r) -> tuple[int, ...]:
     full = sc.gradient_checkpointing is Checkpointing.FULL
     block_in = block_input_bytes(spec, sc, r.profile)
     mlp = nograd_mlp_bytes(r)
-    kept = [round_allocation(n) for n in r.saved.items.values() if n]
+    # the small pool's tensors (<= 1 MiB) never take a block of the large pool the residue is in (get_pool)
+    kept = [round_allocation(n) for n in r.saved.items.values() if n > K_SMALL_SIZE.value]
     held: list[list[int]] = []
     x = p.alloc(block_in)  # the embedding output: the lowest block's input
     for _ in range(layers):
@@ -126,16 +128,26 @@ def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, 
     that the step's ``program`` leaves unused: the residue less what the step no longer has to reserve for
     itself, i.e. its reserved bytes on its own (``alone``; -1: the program's own replay) minus the segments it
     opens after the wrap."""
-    from vramfit.estimate.fsdp_reserved import build_wrap
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
-    a = CachingAllocatorModel()
-    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    a = _wrapped(units, group, elem, gathered, shards_to_host, sync_bucket).clone()
     residue, before = a.stats.reserved - a.stats.allocated, a.stats.reserved
     after_wrap = _replay(a, program)[1]
     if alone < 0:
         alone = _replay(CachingAllocatorModel(), program)[1]
     return max(0, residue - (alone - (after_wrap - before)))
+
+
+@lru_cache(maxsize=64)
+def _wrapped(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
+             shards_to_host: bool, sync_bucket: int):
+    """The allocator as the wrap leaves it (built once per model and sharding; callers replay on a copy)."""
+    from vramfit.estimate.fsdp_reserved import build_wrap
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    a = CachingAllocatorModel()
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    return a
 
 
 def step_alone(r, program: tuple[int, ...]) -> int:
@@ -145,11 +157,27 @@ def step_alone(r, program: tuple[int, ...]) -> int:
     added to count the step's own fragmentation once, the same way (and the sum grows with the micro-batch)."""
     from vramfit.estimate.allocator import step_transients, transient_reserved
     from vramfit.estimate.constants import K_ROUND_LARGE
-    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     peak, reserved = transient_reserved(step_transients(r))
     unit = K_ROUND_LARGE.value
-    return _replay(CachingAllocatorModel(), program)[0] + (reserved - peak) // unit * unit
+    return _allocated_peak(program) + (reserved - peak) // unit * unit
+
+
+def _allocated_peak(program: tuple[int, ...]) -> int:
+    """The program's allocated high point on its own: its live tensors at their ``round_size`` (a block the
+    allocator hands out unsplit would add under 1 MiB)."""
+    from vramfit.estimate.allocator import round_allocation
+
+    sizes: list[int] = []
+    live = peak = 0
+    for ev in program:
+        if ev >= 0:
+            sizes.append(round_allocation(ev))
+            live += sizes[-1]
+            peak = max(peak, live)
+        else:
+            live -= sizes[-ev - 1]
+    return peak
 
 
 def _replay(a, events: tuple[int, ...]) -> tuple[int, int]:
