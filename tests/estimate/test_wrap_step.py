@@ -93,3 +93,12 @@ def test_a_clone_of_the_allocator_replays_like_the_original():
     assert vars(b.stats) == vars(a.stats) and a.stats.reserved == (30 + 60 + 2 + 70) * MiB
     a.free(kept)  # the clone does not share the original's blocks
     assert b.stats.allocated == a.stats.allocated + 30 * MiB
+
+
+def test_the_figure_still_grows_with_the_micro_batch():
+    # the planner's search assumes it (plan/fit.py bisect_largest); the residue term shrinks as the step grows,
+    # counted so that the sum does not (step_alone)
+    for method, seq in (("lora", 512), ("qlora", 512), ("lora", 2048), ("qlora", 2048)):
+        keys = {"method": method, "seq_len": seq} | ({"quantize": "nf4-dq"} if method == "qlora" else {})
+        figures = [estimate(_aai(micro_batch_size=b, **keys)).peak.device_bytes for b in range(1, 9)]
+        assert figures == sorted(figures), (method, seq)
