@@ -233,6 +233,10 @@ class FrameworkProfile:
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
     step_allocation_order: bool = False
+    # the engine runs expert parallelism for mixture-of-experts models (the planner proposes EP degrees):
+    # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
+    # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
+    expert_parallel: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -355,6 +359,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 
 PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
+    expert_parallel=True,
     adapters_fp32=False,  # torchtitan trains every weight: no adapters
     lora_casts_input=False,
     lora_dropout_default=0.0,
