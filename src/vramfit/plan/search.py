@@ -51,13 +51,13 @@ HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
 
 def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
     """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
-    above one node; a layout's tensor, pipeline and context degrees (``fsdp+tp8+pp2+vpp2+cp2``,
+    above one node; a layout's tensor, pipeline, context and expert degrees (``fsdp+tp8+pp2+vpp2+cp2+ep8``,
     :mod:`vramfit.plan.layouts`)."""
     d = layouts.parse(parallelism)
     return {"parallelism": HYBRID.get(d.parallelism, d.parallelism), "num_nodes": max(1, num_gpus // GPUS_PER_NODE),
             "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
             "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
-            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
+            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b", "expert_parallel": d.ep}
 
 
 class Config(NamedTuple):
@@ -97,7 +97,7 @@ class Config(NamedTuple):
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
-    (FSDP over the remaining ranks, no offload)."""
+    (FSDP over the remaining ranks, no offload; MoE models: EP degrees where the profile runs them)."""
     full = base.method is Method.FULL
     fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
@@ -123,10 +123,11 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
            if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
     if spec is not None and n > 1 and layouts.searched(base):
-        # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
-        # (distributed/activation_checkpoint.py): none offloads them to the host
-        out += [Config(n, layouts.name(*d), "none", c, base.optimizer.value, base.loss.value)
-                for d in layouts.layouts_for(n, spec, base.seq_len, TIE) for c in ckpts if c != "offload"]
+        # torchtitan v0.3.0 offloads no activations (activation_checkpoint.py); FSDP/HSDP + EP: FSDP's savers
+        for d in layouts.layouts_for(n, spec, base.seq_len, TIE, layouts.runs_expert_parallel(base)):
+            k = None if layouts.plain_expert_parallel(d) else 1
+            out += [Config(n, layouts.name(*d), "none", c, o, x) for c in ckpts if c != "offload" for o in opts[:k]
+                    for x in losses[:k]]
     return out
 
 
@@ -202,7 +203,7 @@ class Search:
                 grad_accum=self.per_gpu(c.num_gpus) // mb * _model_parallel(nk),
                 tensor_parallel=nk["tensor_parallel"], pipeline_parallel=nk["pipeline_parallel"],
                 context_parallel=nk["context_parallel"], pipeline_virtual_stages=nk["pipeline_virtual_stages"],
-                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]),
+                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]), expert_parallel=nk["expert_parallel"],
             )
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]

@@ -78,6 +78,7 @@ class ModelFlops:
     # "auto" prefetch bucket (:func:`zero3_exposed_share`)
     kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
     routed_elems_per_token: int = 0  # MoE layers x top_k x hidden: what expert parallel's all-to-all moves
+    routed_expert_params: int = 0  # the routed experts' parameters, all layers (expert parallel shards them whole)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -99,7 +100,8 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
                       spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size,
                       spec.num_key_value_heads * (spec.head_dim + spec.v_dim),
                       max((spec.layers_of(x) for x in spec.block_linears if x.group == "expert"), default=0)
-                      * spec.num_experts_per_tok * spec.hidden_size)
+                      * spec.num_experts_per_tok * spec.hidden_size,
+                      sum(x.params * spec.layers_of(x) for x in spec.block_linears if x.group == "expert"))
 
 
 def train_flops_per_token(mf: ModelFlops, method: Method, lora_params: int = 0) -> int:
