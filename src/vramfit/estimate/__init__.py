@@ -106,7 +106,12 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
-    if sc.precision.mixed:
+    from vramfit.estimate.framework import ds_engine_cast
+
+    if sc.precision.mixed and ds_engine_cast(sc, r.profile):
+        out.append("Mixed precision: the engine holds the weights in 16 bits (fp32 master copy in the "
+                   "optimizer's partitions), no autocast: 16-bit activations.")
+    elif sc.precision.mixed:
         out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
     gpus = _gpus_note(sc)
     if gpus:
@@ -262,8 +267,7 @@ def _components(sc: Scenario, r: Step, at_peak: dict[str, int], slack: int, ctx:
 
     detail = {
         "quantized_base": f"{sc.quantize.value} storage of the frozen linears",
-        "master_weights": "fp32 master copy of trainable weights"
-        + (" and ZeRO-3's fp32 sub-group gradient buffer" if sc.parallelism.value == "zero3" else ""),
+        "master_weights": "fp32 master copy of trainable weights",
         "optimizer_state": f"{sc.optimizer.value} state",
         "logits_loss": r.loss.detail,
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from vramfit.estimate.deepspeed import ipg_made_in_backward
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
     end_of_backward,
@@ -161,8 +162,9 @@ def communication(step: Step) -> Iterator[Contribution]:
     gathered = step.parts.weights + step.parts.quantized_base
     # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
     at_loss = comm - blocks_freed_at_loss(step)
-    yield Contribution("comm_buffers", F, at_loss if forward_at_logits(step) else comm)
-    yield Contribution("comm_buffers", BL, at_loss)
+    late = comm if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
+    yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
+    yield Contribution("comm_buffers", BL, at_loss - late)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
     for phase in (BV, BT):
         yield Contribution("comm_buffers", phase, comm)

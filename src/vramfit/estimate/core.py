@@ -118,6 +118,8 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         if sc.method is Method.FULL and not frozen:
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4
+            elif _ds_fp32_master(sc):
+                w, m = pb, 4
             elif sc.precision.mixed:  # torch AMP: the fp32 parameters are the master copy
                 w, m = 0, 4
             else:
@@ -170,6 +172,15 @@ def _ds_mixed(sc: Scenario) -> bool:
     return sc.parallelism in _DS and sc.precision is not Precision.FP32
 
 
+def _ds_fp32_master(sc: Scenario) -> bool:
+    """fp32 ZeRO-1/2 still copy this rank's partition for the optimizer: DeepSpeed 0.19.8
+    runtime/zero/stage_1_and_2.py ``weights_partition = self.parallel_partitioned_bit16_groups[i][partition_id]
+    .detach().clone().to(device=self.device, dtype=self.master_weights_and_grads_dtype)`` clones whatever the dtype;
+    ZeRO-3 reuses its fp32 partition when it is already the master dtype on the GPU (stage3.py
+    _create_fp32_partitions: ``fp32_partitioned_groups_flat.append(self.fp16_partitioned_groups_flat[i])``)."""
+    return sc.precision is Precision.FP32 and sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2)
+
+
 def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> int:
     """Gradients and optimizer state of the trainable tensors; returns the optimizer's host bytes."""
     fp32_states = _ds_mixed(sc) or (sc.precision.mixed and sc.method is Method.FULL)
@@ -200,16 +211,11 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers):
             stored = 2 if ds_mixed else ab
             p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
-            if ds_mixed:
+            if ds_mixed or _ds_fp32_master(sc):
                 p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
             if not (ad.vision and not sc.images_per_sample):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
-    if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:
-        from vramfit.estimate import deepspeed as ds
-
-        z = ds.resolve(sc.deepspeed_config, spec.hidden_size, 3)
-        p.master_weights += ds.subgroup_grad_buffer(z, -(-p.num_trainable // sc.num_gpus))
     if shd.optimizer_on_host:
         p.host += opt_host + p.master_weights + p.gradients
         p.optimizer_state = 0

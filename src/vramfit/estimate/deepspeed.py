@@ -241,6 +241,24 @@ def ipg_bytes(z: ZeroBuffers, stage: int, dtype_bytes: int) -> int:
     return copies * z.reduce_bucket_size * dtype_bytes
 
 
+def ipg_made_in_backward(sc: Scenario) -> bool:
+    """ZeRO-1/2 allocate their IPG buckets at the first parameter-gradient hook and drop them at the end of backward
+    (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py process_gradients -> setup_buckets: ``buf_0``/``buf_1 =
+    torch.empty(self.reduce_bucket_size, ...)``; independent_gradient_partition_epilogue -> _release_ipg_buffers:
+    ``bucket.buffer.clear()``): not live in forward nor at the loss's backward. ZeRO-3 allocates its bucket at init
+    (stage3.py ``bucket.buffer = torch.empty(self.reduce_bucket_size, ...)``) and keeps it."""
+    return sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2)
+
+
+def zero3_grads_resident(sc: Scenario) -> bool:
+    """ZeRO-3 keeps this rank's 16-bit gradient partitions in one flat buffer allocated at init and kept for the
+    whole run (DeepSpeed 0.19.8 runtime/zero/stage3.py ``self.grad_partitions_flat_buffer = torch.zeros(sum(
+    p.partition_numel() for p in all_params), dtype=self.gradient_accumulation_dtype, device=self.device)``;
+    on the host with optimizer offload, ``self.device`` cpu): held from the first step on, not made in backward.
+    Each parameter's whole gradient is still made by autograd before the hook reduces it into the buffer."""
+    return sc.parallelism is Parallelism.ZERO3 and not sc.optimizer_in_backward
+
+
 def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: int, model_bytes: int) -> int:
     """ZeRO-3 parameters gathered at once on one GPU.
 
@@ -257,10 +275,12 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
 
 
 def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
-    """ZeRO-3 without optimizer offload: the fp32 gradient buffer of the largest optimizer sub-group,
-    allocated once on the GPU (DeepSpeed v0.19.6 stage3.py initialize_optimizer_states: ``gradient_buffer =
-    torch.zeros(largest_numel, dtype=fp32 partition dtype, device=self.device)``, the sub-groups cut at
-    sub_group_size elements of partitions by _create_fp16_sub_groups); bytes per GPU."""
+    """ZeRO-3 without optimizer offload: the fp32 gradient of the largest optimizer sub-group (sub-groups cut at
+    sub_group_size elements of partitions by _create_fp16_sub_groups), bytes per GPU. It exists only inside the
+    step: DeepSpeed 0.19.8 runtime/zero/stage3.py _prepare_fp32_grad_for_sub_group makes it
+    (``self.flatten(self.averaged_gradients[sub_group_id]).to(fp32 dtype)``) and _release_sub_group drops it
+    (``fp32_partitioned_groups_flat[sub_group_id].grad = None``); the init-time ``gradient_buffer`` of
+    initialize_optimizer_states is let go at its end (``if not self.offload_optimizer: ... group.grad = None``)."""
     return 4 * min(z.sub_group_size, trainable_partition_numel)
 
 

@@ -192,6 +192,13 @@ class FrameworkProfile:
     # where the policy first appears, FSDP2's output_dtype from v1.6.0); torchtitan@9dec370 reduces in fp32
     # (parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32))
     fsdp_reduce_in_param_dtype: bool = False
+    # ``-mixed`` under DeepSpeed ZeRO is the engine's cast, not autocast: the engine casts the module's parameters to
+    # bf16/fp16 (DeepSpeed 0.19.8 runtime/engine.py _configure_distributed_model -> _cast_module_mixed_precision) and
+    # keeps fp32 only in the optimizer's master partitions, and the trainer runs no autocast (accelerate 1.15.0
+    # accelerator.py: native_amp stays False for DistributedType.DEEPSPEED, bf16 and fp16 alike; Lightning 2.x
+    # fabric/plugins/precision/deepspeed.py DeepSpeedPrecision.forward_context: no autocast either), so activations
+    # and the residual stream are 16-bit
+    ds_mixed_is_engine_cast: bool = True
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
@@ -471,7 +478,14 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
 def casts_params(scenario, profile: FrameworkProfile) -> bool:
     """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
     fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
-    return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp))
+    return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp)
+                                         or ds_engine_cast(scenario, profile))
+
+
+def ds_engine_cast(scenario, profile: FrameworkProfile) -> bool:
+    """``-mixed`` under DeepSpeed ZeRO is the engine's 16-bit cast with autocast off (``ds_mixed_is_engine_cast``)."""
+    return profile.ds_mixed_is_engine_cast and scenario.parallelism in (
+        Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
 def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
@@ -479,7 +493,7 @@ def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
     (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs it under autocast; without
     it the fp32 norms would make every activation fp32."""
     if scenario.precision.mixed:
-        return not profile.mixed_casts_params
+        return not (profile.mixed_casts_params or ds_engine_cast(scenario, profile))
     return (
         scenario.method is Method.QLORA
         and profile.qlora_unquantized_fp32

@@ -166,8 +166,11 @@ def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
 def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
                      lm_head_trainable: bool) -> tuple[int, int, int, int]:
     """(held between micro-batches, the output layer's, one block's, in the lowest block's backward) gradient bytes."""
+    from vramfit.estimate.deepspeed import zero3_grads_resident
+
     in_bwd = sc.optimizer_in_backward
-    held = parts.gradients if (sc.grad_accum > 1 and not in_bwd) else 0
+    resident = zero3_grads_resident(sc)  # ZeRO-3's flat gradient buffer: held from init on
+    held = parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
@@ -176,7 +179,7 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # per-GPU ``parts.gradients`` are the sharded, possibly host-side copies): the dtype it is computed in
         grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
-    if lm_head_trainable and not held:
+    if lm_head_trainable and (not held or resident):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
     from vramfit.estimate.unsloth import replays_step
@@ -251,6 +254,11 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
             # (ZeRO-1 frees the gradients outside its partition first: the whole 16-bit gradients counted in this
             # phase already bound the partition's copies from 4 GPUs up)
             temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
+        if sc.parallelism is Parallelism.ZERO3:
+            from vramfit.estimate.deepspeed import resolve, subgroup_grad_buffer
+
+            z = resolve(sc.deepspeed_config, spec.hidden_size, 3)
+            temp = max(temp, subgroup_grad_buffer(z, -(-parts.num_trainable // sc.num_gpus)))
     return temp
 
 
