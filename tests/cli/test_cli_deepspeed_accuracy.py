@@ -21,7 +21,9 @@ def test_inline_deepspeed_config_sizes_the_reduce_bucket():
     d = json.loads(r.output)
     assert d["scenario"]["parallelism"] == "zero2"
     assert d["scenario"]["deepspeed_config"] == {"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}
-    assert {c["name"]: c["bytes"] for c in d["components"]}["comm_buffers"] == 500_000_000 * 2  # one bf16 bucket
+    # one bf16 bucket (overlap_comm off), from the first gradient hook on: in the blocks' backward
+    block = next(p for p in d["phases"] if p["phase"] == "backward-block")
+    assert block["breakdown"]["comm_buffers"] == 500_000_000 * 2
     assert d["accuracy"]["measured_path"] is False
 
 

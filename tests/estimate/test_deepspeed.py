@@ -86,16 +86,32 @@ def test_bad_configs_get_one_line_naming_the_key(keys, words):
     assert e.value.key == "deepspeed_config" and "\n" not in str(e.value)
 
 
-def test_zero3_keeps_one_subgroups_fp32_gradients_and_takes_the_norm_in_float64():
+def test_zero3_makes_one_subgroups_fp32_gradients_in_the_step_and_takes_the_norm_in_float64():
+    """The fp32 sub-group gradient exists only inside the step (DeepSpeed 0.19.8 stage3.py
+    _prepare_fp32_grad_for_sub_group / _release_sub_group); the init-time buffer is let go
+    (initialize_optimizer_states: ``group.grad = None`` without offload): nothing of it between steps."""
     sc = _sc(num_gpus=8, parallelism="zero3")
     base = compute(LLAMA, sc)
     small = compute(LLAMA, sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "sub_group_size": 1e8}}))
+    assert base.parts.master_weights == small.parts.master_weights  # the fp32 master partition only
     # the 8B model's per-GPU partition (1.0e9 elements) is above both sub_group_size values
-    assert base.parts.master_weights - small.parts.master_weights == 4 * (1_000_000_000 - 100_000_000)
+    assert base.opt_temp == 4 * 1_000_000_000
+    # with 1e8-element sub-groups the float64 copy of the largest gradient partition is larger (the 128256 x 4096
+    # output layer over 8 GPUs)
+    assert small.opt_temp == 8 * (-(-128256 * 4096 // 8))
     off = compute(LLAMA, sc.replace(offload="optimizer"))
-    assert off.parts.master_weights == 0  # offloaded: the sub-group buffer lives in pinned host memory
-    # float64 copy of the largest gradient partition (the 128256 x 4096 output layer over 8 GPUs)
-    assert base.opt_temp == 8 * (-(-128256 * 4096 // 8))
+    assert off.parts.master_weights == 0 and off.opt_temp == 0  # offloaded: the step runs on the host
+
+
+def test_zero3_holds_its_flat_gradient_partitions_from_init():
+    """stage3.py ``grad_partitions_flat_buffer`` (16-bit, this rank's partitions) is allocated at init and kept:
+    held at the loss's backward with or without gradient accumulation."""
+    sc = _sc(num_gpus=8, parallelism="zero3")
+    for s in (sc, sc.replace(grad_accum=4)):
+        step = compute(LLAMA, s)
+        assert step.held_grads == step.parts.gradients == 2 * 8_030_261_248 // 8  # bf16, Llama-3.1-8B over 8 GPUs
+        bl = dict(next(p for p in step.phases if p.phase.value == "backward-loss").parts)
+        assert bl["gradients"] == step.parts.gradients
 
 
 def test_qlora_under_deepspeed_has_no_fp32_upcast():

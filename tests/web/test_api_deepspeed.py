@@ -10,7 +10,8 @@ def test_pasted_deepspeed_config_is_read_and_a_path_is_refused(client):
     r = client.post("/api/estimate", json={"model": MODEL, "method": "full", "num_gpus": 4, "deepspeed_config": ds})
     assert r.status_code == 200, r.text
     d = r.json()
-    assert {c["name"]: c["bytes"] for c in d["components"]}["comm_buffers"] == 100_000_000 * 2
+    block = next(p for p in d["phases"] if p["phase"] == "backward-block")  # ZeRO-2's bucket: from the first hook on
+    assert block["breakdown"]["comm_buffers"] == 100_000_000 * 2
     assert d["accuracy"]["path"]["sharding"] == "zero2" and d["accuracy"]["measured_path"] is False
     bad = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": "/etc/hostname"})
     assert bad.status_code == 422 and "paste the DeepSpeed config's JSON" in bad.text
