@@ -104,22 +104,22 @@ def test_premises_of_the_search():
 
 
 def test_gaudi_takes_the_best_setting_its_stack_runs():
-    """7B full fine-tuning on Gaudi 2: on 2, 4 and 8 cards the best setting overall uses 8-bit AdamW or the
-    fused loss, which SynapseAI lacks (no bitsandbytes optimizers, no Triton); the plan takes the best
-    setting the stack runs instead of dropping those card counts."""
+    """7B full fine-tuning on Gaudi 2: on one card the best setting overall uses paged 8-bit AdamW, which
+    SynapseAI lacks (no bitsandbytes optimizers, no Triton); the plan takes the best setting the stack runs
+    instead of dropping that card count. (From 2 cards ZeRO-2 with plain AdamW is best overall: under DeepSpeed
+    bf16-mixed is the engine's 16-bit cast, 16-bit activations, estimate/framework.py ds_mixed_is_engine_cast.)"""
     s = _search(*GRID[0])
     g = get_gpu("gaudi2")
     lacks = stack_of(g).lacks
-    for n in (2, 4, 8):
-        overall = s.best(g, n, limit_bytes(g, 0.05), HOST_RAM_PER_GPU.value)
-        assert set(needs(overall[0]._asdict())) & set(lacks), n
+    overall = s.best(g, 1, limit_bytes(g, 0.05), HOST_RAM_PER_GPU.value)
+    assert set(needs(overall[0]._asdict())) & set(lacks)
     rep = plan(GRID[0][0], effective_batch=64, dataset_tokens="50M", gpu_ids=["gaudi2"], with_changes=False)
     assert sorted(p.num_gpus for p in rep.plans) == [1, 2, 4, 8] and not rep.excluded
     assert all(p.optimizer == "adamw" and p.loss == "standard" for p in rep.plans)
     eight = next(p for p in rep.plans if p.num_gpus == 8)
-    assert (eight.parallelism, eight.offload, eight.gradient_checkpointing, eight.micro_batch_size) == ("zero2", "none", "none", 2)
-    assert _exhaustive(s, "gaudi2", 8) == (_plan_config(eight), 2)
-    assert eight.tokens_per_s == pytest.approx(1 / s._seconds_per_token(_exhaustive(s, "gaudi2", 8)[0], 2, g))
+    assert (eight.parallelism, eight.offload, eight.gradient_checkpointing, eight.micro_batch_size) == ("zero2", "none", "none", 4)
+    assert _exhaustive(s, "gaudi2", 8) == (_plan_config(eight), 4)
+    assert eight.tokens_per_s == pytest.approx(1 / s._seconds_per_token(_exhaustive(s, "gaudi2", 8)[0], 4, g))
 
 
 def _plan_config(p) -> Config:
