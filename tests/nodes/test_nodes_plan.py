@@ -69,8 +69,9 @@ def test_full_fine_tuning_plans_span_nodes_with_time_and_cost(model, eff, least)
              dataset_tokens="100M", with_changes=False)
     # without CPU offload the model state needs this many 80 GB cards: 70B 8 B/param x 70.6e9 / 16 = 35 GB of
     # state per rank (32.9 GiB) plus activations; 405B 8 x 405.9e9 / 128 = 25 GB
-    # (paged optimizer state lives in host RAM too: those plans need fewer cards)
-    h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none" and "paged" not in p.optimizer]
+    # (the planner may page the 8-bit optimizer state to host RAM at that count: ZeRO-3 holds its flat 16-bit
+    # gradient partitions from init, DeepSpeed 0.19.8 stage3.py grad_partitions_flat_buffer)
+    h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none"]
     assert min(p.num_gpus for p in h100) == least
     multi = [p for p in r.plans if p.num_gpus > 8]
     assert len(multi) >= 20
