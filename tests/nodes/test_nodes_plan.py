@@ -89,7 +89,8 @@ def test_two_nodes_are_not_twice_as_fast_over_ethernet():
     # over 3.2 Tb/s InfiniBand 64 GPUs run about 3x the tokens/s of 16; over 100 GbE about 1.1x. (Issue 22:
     # ZeRO-3's gathers past its prefetch bucket wait, a fixed cost per micro-batch, and 64 GPUs run micro-batch
     # 1 against 16's 4: 3.4x before that was timed.)
-    assert ib[64].tokens_per_s / ib[16].tokens_per_s == pytest.approx(3.02, abs=0.01)
+    # (3.03: 16 GPUs page their 8-bit AdamW state now that ZeRO-3's flat gradient partitions are held from init)
+    assert ib[64].tokens_per_s / ib[16].tokens_per_s == pytest.approx(3.03, abs=0.01)
     assert eth[64].tokens_per_s / eth[16].tokens_per_s == pytest.approx(1.12, abs=0.01)
     assert eth[16].scenario["shard_scope"] == "node"  # hpZ: backward gathers stay in the node
 
