@@ -106,13 +106,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
-    from vramfit.estimate.framework import ds_engine_cast
-
-    if sc.precision.mixed and ds_engine_cast(sc, r.profile):
-        out.append("Mixed precision: the engine holds the weights in 16 bits (fp32 master copy in the "
-                   "optimizer's partitions), no autocast: 16-bit activations.")
-    elif sc.precision.mixed:
-        out.append("Mixed precision: fp32 weights with 16-bit autocast copies kept for backward.")
+    if sc.precision.mixed:
+        out.append(_mixed_note(sc, r))
     gpus = _gpus_note(sc)
     if gpus:
         out.append(gpus)
@@ -124,6 +119,16 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     if note:
         out.append(note)
     return out + fsdp_reserved_notes(r, reserved)
+
+
+def _mixed_note(sc: Scenario, r: Step) -> str:
+    """What ``-mixed`` runs as: autocast over fp32 weights, or the DeepSpeed engine's 16-bit cast."""
+    from vramfit.estimate.framework import ds_engine_cast
+
+    if ds_engine_cast(sc, r.profile):
+        return ("Mixed precision: the engine holds the weights in 16 bits (fp32 master copy in the "
+                "optimizer's partitions), no autocast: 16-bit activations.")
+    return "Mixed precision: fp32 weights with 16-bit autocast copies kept for backward."
 
 
 def _gpus_note(sc: Scenario) -> str | None:
