@@ -95,6 +95,10 @@ RULES: list[tuple[str, str]] = [
     (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
      "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
      "bloco à frente."),
+    (r"^Mixed precision: the engine holds the weights in 16 bits \(fp32 master copy in the optimizer's partitions\), "
+     r"no autocast: 16-bit activations\.$",
+     "Precisão mista: o motor guarda os pesos em 16 bits (cópia mestre fp32 nas partições do otimizador), "
+     "sem autocast: ativações de 16 bits."),
     (r"^Mixed precision: fp32 weights with 16-bit autocast copies kept for backward\.$",
      "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
     (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
