@@ -160,18 +160,21 @@ def test_zero2_reduce_buckets_live_after_the_loss(runs, model_path):
     assert big.allocated_bytes == pytest.approx(res.peak.allocated_bytes, rel=0.03)
 
 
-@pytest.mark.parametrize("stage", ["zero1", "zero2"])
-def test_fp32_zero12_clones_the_master_partition(model_path, stage):
-    """fp32 ZeRO-1/2: DeepSpeed copies this rank's partition for the optimizer whatever the dtype (DeepSpeed 0.19.8
-    stage_1_and_2.py: ``weights_partition = ...[partition_id].detach().clone().to(dtype=master_weights_and_grads_dtype)``),
-    so the engine holds the flat fp32 weights, their partition copy and two Adam states; the estimator does too."""
+@pytest.mark.parametrize(("stage", "rel"), [("zero1", 0.02), ("zero2", 0.02), ("zero3", 0.025)])
+def test_fp32_zero_clones_the_master_partition(model_path, stage, rel):
+    """fp32 ZeRO: DeepSpeed copies this rank's partition for the optimizer whatever the dtype (DeepSpeed 0.19.8
+    stage_1_and_2.py: ``weights_partition = ...[partition_id].detach().clone().to(dtype=master_weights_and_grads_dtype)``;
+    stage3.py's reuse test compares ``tensor.device == self.device``, a torch.device with the string 'cuda:0', never
+    equal), so the engine holds the fp32 weights, their partition copy and two Adam states; the estimator does too.
+    ZeRO-3: simulator 104,765,440 B, estimator 102,543,360 (-2.1 %; the 2.2 MB left is not traced yet, hence 2.5 %
+    there; -8.6 % before the clone was modelled)."""
     sc = {**_scenario(model_path, stage, "fp32"), "seq_len": 256, "micro_batch_size": 1, "attention": "sdpa"}
     sim = simulate(sc, layers=LAYERS).result.peak
     est = estimate(sc)
     partition = 4 * est.model.num_params // 2
     assert dict(sim.breakdown)["optimizer_state"] == pytest.approx(3 * partition, abs=3 * 4096)
     assert dict(est.peak.breakdown)["master_weights"] == pytest.approx(partition, abs=4096)
-    assert est.peak.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.02)
+    assert est.peak.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=rel)
 
 
 def test_whole_llama_1b_zero3_on_8_ranks():

@@ -173,12 +173,14 @@ def _ds_mixed(sc: Scenario) -> bool:
 
 
 def _ds_fp32_master(sc: Scenario) -> bool:
-    """fp32 ZeRO-1/2 still copy this rank's partition for the optimizer: DeepSpeed 0.19.8
-    runtime/zero/stage_1_and_2.py ``weights_partition = self.parallel_partitioned_bit16_groups[i][partition_id]
-    .detach().clone().to(device=self.device, dtype=self.master_weights_and_grads_dtype)`` clones whatever the dtype;
-    ZeRO-3 reuses its fp32 partition when it is already the master dtype on the GPU (stage3.py
-    _create_fp32_partitions: ``fp32_partitioned_groups_flat.append(self.fp16_partitioned_groups_flat[i])``)."""
-    return sc.precision is Precision.FP32 and sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2)
+    """fp32 ZeRO still copies this rank's partition for the optimizer. ZeRO-1/2 clone whatever the dtype (DeepSpeed
+    0.19.8 runtime/zero/stage_1_and_2.py ``weights_partition = self.parallel_partitioned_bit16_groups[i][partition_id]
+    .detach().clone().to(device=self.device, dtype=self.master_weights_and_grads_dtype)``). ZeRO-3 would reuse an
+    fp32 partition already on its device (stage3.py _create_fp32_partitions: ``...dtype == self.master_weights_and_
+    grads_dtype and self.fp16_partitioned_groups_flat[i].device == self.device``), but ``self.device`` is the string
+    ``get_accelerator().current_device_name()`` ('cuda:0') and ``torch.device('cuda:0') == 'cuda:0'`` is False in
+    torch 2.13, so it takes the ``converted.clone().detach()`` branch too."""
+    return sc.precision is Precision.FP32 and sc.parallelism in _DS
 
 
 def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> int:
