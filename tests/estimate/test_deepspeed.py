@@ -92,11 +92,11 @@ def test_zero3_makes_one_subgroups_fp32_gradients_in_the_step_and_takes_the_norm
     (initialize_optimizer_states: ``group.grad = None`` without offload): nothing of it between steps."""
     sc = _sc(num_gpus=8, parallelism="zero3")
     base = compute(LLAMA, sc)
-    small = compute(LLAMA, sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "sub_group_size": 1e8}}))
+    small = compute(LLAMA, sc.replace(deepspeed_config={"zero_optimization": {"stage": 3, "sub_group_size": 5e7}}))
     assert base.parts.master_weights == small.parts.master_weights  # the fp32 master partition only
     # the 8B model's per-GPU partition (1.0e9 elements) is above both sub_group_size values
-    assert base.opt_temp == 4 * 1_000_000_000
-    # with 1e8-element sub-groups the float64 copy of the largest gradient partition is larger (the 128256 x 4096
+    assert base.opt_temp == (2 + 4) * 1_000_000_000  # the flat bf16 sub-group gradient and its fp32 cast
+    # with 5e7-element sub-groups (6 x 5e7 = 300 MB) the float64 copy of the largest gradient partition is larger (the 128256 x 4096
     # output layer over 8 GPUs)
     assert small.opt_temp == 8 * (-(-128256 * 4096 // 8))
     off = compute(LLAMA, sc.replace(offload="optimizer"))
@@ -139,5 +139,5 @@ def test_zero3_keeps_parameters_under_the_persistence_threshold_whole_on_every_g
 
 def test_zero2_step_copies_its_gradient_partition_to_fp32():
     step = compute(LLAMA, _sc(parallelism="zero2"))  # 4 GPUs, full fine-tuning, no offload
-    assert step.opt_temp == 4 * -(-step.parts.num_trainable // 4)
+    assert step.opt_temp == (2 + 4) * -(-step.parts.num_trainable // 4)  # the flat bf16 partition and its fp32 cast
     assert compute(LLAMA, _sc(parallelism="zero2", offload="optimizer")).opt_temp == 0  # the step runs on the CPU

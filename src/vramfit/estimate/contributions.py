@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from vramfit.estimate.deepspeed import ipg_made_in_backward
+from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
     end_of_backward,
@@ -126,7 +126,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
-    yield Contribution("gradients", OPT, all_grads)
+    yield Contribution("gradients", OPT, zero1_step_grads(step.sc, all_grads))
 
 
 def activations(step: Step) -> Iterator[Contribution]:

@@ -280,8 +280,9 @@ def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
     step: DeepSpeed 0.19.8 runtime/zero/stage3.py _prepare_fp32_grad_for_sub_group makes it
     (``self.flatten(self.averaged_gradients[sub_group_id]).to(fp32 dtype)``) and _release_sub_group drops it
     (``fp32_partitioned_groups_flat[sub_group_id].grad = None``); the init-time ``gradient_buffer`` of
-    initialize_optimizer_states is let go at its end (``if not self.offload_optimizer: ... group.grad = None``)."""
-    return 4 * min(z.sub_group_size, trainable_partition_numel)
+    initialize_optimizer_states is let go at its end (``if not self.offload_optimizer: ... group.grad = None``).
+    The flat 16-bit copy the cast reads is alive with it (:func:`fp32_grad_partition`)."""
+    return fp32_grad_partition(min(z.sub_group_size, trainable_partition_numel))
 
 
 def grad_norm_transient(largest_param_partition_numel: int) -> int:
@@ -291,11 +292,23 @@ def grad_norm_transient(largest_param_partition_numel: int) -> int:
     return 8 * largest_param_partition_numel
 
 
-def fp32_grad_partition(trainable_partition_numel: int) -> int:
-    """ZeRO-1/2 without optimizer offload: the step flattens the 16-bit gradients of this GPU's partition and
-    copies them to fp32 for the optimizer (DeepSpeed v0.19.6 stage_1_and_2.py step: ``single_grad_partition =
-    flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, freed after _optimizer_step); bytes."""
-    return 4 * trainable_partition_numel
+def fp32_grad_partition(partition_numel: int) -> int:
+    """Without optimizer offload the step flattens this GPU's 16-bit gradient partition and casts it to fp32 for the
+    optimizer, both alive inside the cast: 2 + 4 bytes per element. ZeRO-1/2 (DeepSpeed 0.19.8
+    runtime/zero/stage_1_and_2.py step: ``flat_grad_partition = self.flatten(self.averaged_gradients[i])``,
+    ``single_grad_partition = flat_grad_partition.to(self.single_partition_of_fp32_groups[i].dtype)``, then ``del
+    flat_grad_partition``; the fp32 one freed after _optimizer_step); ZeRO-3 per sub-group (stage3.py
+    _prepare_fp32_grad_for_sub_group: ``self.flatten(self.averaged_gradients[sub_group_id]).to(fp32 dtype)``)."""
+    return (2 + 4) * partition_numel
+
+
+def zero1_step_grads(sc: Scenario, all_grads: int) -> int:
+    """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
+    step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``
+    before the flatten): its partition's share is left at the step, bytes."""
+    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is not Offload.NONE:
+        return all_grads
+    return -(-all_grads // (sc.shard_group or sc.num_gpus))
 
 
 def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:

@@ -250,9 +250,7 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
 
         if sc.method is Method.FULL:
             temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
-        if sc.parallelism is Parallelism.ZERO2:
-            # (ZeRO-1 frees the gradients outside its partition first: the whole 16-bit gradients counted in this
-            # phase already bound the partition's copies from 4 GPUs up)
+        if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
             temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
         if sc.parallelism is Parallelism.ZERO3:
             from vramfit.estimate.deepspeed import resolve, subgroup_grad_buffer
