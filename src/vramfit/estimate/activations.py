@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
-from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
+from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights, fused_expert_bank
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
@@ -193,6 +193,10 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # the folded weight needs a gradient: the expert matmul keeps its (gathered) input
         out.add(in_key, in_bytes * tokens * lin.in_features)
         return
+    if lin.group == "expert" and not blk.full and fused_expert_bank(blk):
+        # a frozen 3-D expert bank: the grouped matmul (aten::_grouped_mm, torch 2.13 derivatives.yaml) keeps
+        # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
+        return
     if blk.full or blk.q_saves or blk.saves_inputs:
         if blk.dt.autocast:
             out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
@@ -300,7 +304,8 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
                 _linear_input(blk, out, lin, mlp_in_key, dt.norm_out, blk.T)
         out.add("router.softmax_fp32", 4 * blk.T * spec.num_experts)
         e = blk.expert_bytes
-        out.add("experts.gathered_in", e * tokens * spec.hidden_size)
+        if blk.full or not fused_expert_bank(blk):  # else only for a ParamWrapper's folded weight (_linear_input)
+            out.add("experts.gathered_in", e * tokens * spec.hidden_size)
         out.add("experts.weighted_out", e * tokens * spec.hidden_size)
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
     down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)

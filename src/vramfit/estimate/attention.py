@@ -96,6 +96,15 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
         out.add("v", k_saved)
 
 
+def sinks_fp32(blk: Block) -> bool:
+    """gpt-oss's learned sink logits are an fp32 parameter wherever the step keeps its 16-bit parameters in
+    fp32 (the fp32 residual stream: ``-mixed`` weights, PEFT's upcast for QLoRA): transformers v5.24.0
+    models/gpt_oss/modeling_gpt_oss.py eager_attention_forward concatenates them to the 16-bit scores
+    (``torch.cat`` promotes to fp32) and softmaxes in that dtype, and under autocast ``probs @ v`` saves a
+    16-bit copy of the probabilities."""
+    return blk.spec.attention_sinks and blk.dt.residual == 4
+
+
 def _eager_scores_saved(blk: Block, out: Saved) -> None:
     """Eager attention keeps [B, H, S, S] score tensors."""
     spec, c = blk.spec, blk.dt.compute
@@ -103,13 +112,14 @@ def _eager_scores_saved(blk: Block, out: Saved) -> None:
     # after (gpt-oss eager_attention_forward); the slice is a view that keeps the (S, S + 1) output
     cols = blk.sc.seq_len + (1 if spec.attention_sinks else 0)
     scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * cols
-    upcast = spec.eager_softmax_fp32
+    upcast = spec.eager_softmax_fp32 or sinks_fp32(blk)
     out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
     if spec.attention_dropout > 0:
         out.add("attn.dropout_mask", scores)  # bool mask
         out.add("attn.dropout_out", c * scores)  # saved by probs @ v
     elif upcast and c != 4:
-        out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
+        # the 16-bit cast saved by probs @ v (of the (S, S) slice, with sinks)
+        out.add("attn.probs", c * blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len ** 2)
     if spec.attn_logit_softcapping:
         out.add("attn.softcap_tanh", c * scores)
 

@@ -24,6 +24,13 @@ def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quant
     return 4 if spec.num_experts and fp32 else sc.precision.compute_bytes
 
 
+def fused_expert_bank(blk: Any) -> bool:
+    """The experts are transformers 5's 3-D parameter banks run by one grouped matmul (integrations/moe.py,
+    v5.24.0), which no LoRA branch reads; other frameworks loop over per-expert linears. ``blk``: the
+    walk's Block."""
+    return blk.profile.runs_transformers_modeling
+
+
 def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
     """PEFT's ParamWrapper (_LoraFactorsProxy) materialises ``baddbmm(W, lhs, rhs)`` per expert
     weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, the 16-bit copies
