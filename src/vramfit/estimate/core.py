@@ -93,13 +93,12 @@ def _is_quantized_linear(
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
         return True  # exactly nn.Linear in every tower the readers describe
+    if t.kind == "expert":
+        return experts_quantized(sc, profile)
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:
                 return False  # FalconLinear is not exactly nn.Linear
-        experts = {lin.name for lin in spec.block_linears if lin.group == "expert"} if spec is not None else ()
-        if t.name in experts:
-            return experts_quantized(sc, profile)
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 

@@ -40,3 +40,26 @@ def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
     factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
                   for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
     out.add("experts.lora_factors", blk.dt.compute * factors)
+
+
+#: the linears only the MoE layers hold
+_MOE_GROUPS = ("router", "expert", "shared_expert")
+
+
+def dense_layers(spec: ModelSpec) -> tuple[ModelSpec, int] | None:
+    """The dense layers of a model that mixes them with MoE layers, as a block of their own for the
+    activation walk: (that block's spec, how many layers). DeepSeek-V2/V3 ``first_k_dense_replace``
+    (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3DecoderLayer: ``DeepseekV3MLP``
+    below it, ``DeepseekV3MoE`` from it on), Llama 4 ``interleave_moe_layer_step`` (modeling_llama4.py
+    Llama4TextDecoderLayer ``is_moe_layer``). ``None`` when every layer is of one kind."""
+    from dataclasses import replace
+
+    dense = [lin for lin in spec.block_linears if lin.group == "dense_mlp"]
+    if not dense or not spec.num_experts:
+        return None
+    mlp = tuple(replace(lin, group="mlp", layers=0) for lin in dense)
+    kept = tuple(lin for lin in spec.block_linears if lin.group not in _MOE_GROUPS and lin.group != "dense_mlp")
+    down = next((lin for lin in mlp if lin.out_features == spec.hidden_size), mlp[-1])
+    block = replace(spec, block_linears=kept + mlp, num_experts=0, moe_intermediate_size=0,
+                    intermediate_size=down.in_features, peft_moe_names=(), router_fp32=False)
+    return block, max(lin.layers for lin in dense)
