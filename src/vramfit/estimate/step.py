@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate import activations as act
 from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.attention import sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
     CUBLAS_WORKSPACE,
@@ -51,7 +52,7 @@ class Activations:
     blocks: int  # all blocks as kept under the checkpointing policy
     recompute: int  # re-created inside one block's backward (checkpointing)
     outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
-    masks: int  # sliding-window SDPA biases
+    masks: int  # sliding-window SDPA biases (and the k/v a masked sliding layer repeats to every head)
     host: int  # offloaded block inputs
     tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
@@ -145,7 +146,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
               if ck is Checkpointing.OFFLOAD else blocks // L)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
-        act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
+        act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower,
     )
 
