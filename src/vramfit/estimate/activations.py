@@ -323,7 +323,7 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
 def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     spec, profile = blk.spec, blk.profile
     moe = bool(spec.num_experts)
-    tokens = blk.T * spec.num_experts_per_tok if moe else blk.T
+    tokens = blk.T * spec.expert_rows_per_token if moe else blk.T
     width = mlp_width(spec)
     mlp_lins = _mlp_linears(blk, out, mlp_in_key, tokens)
     act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
@@ -376,7 +376,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     b, s = sc.micro_batch_size, sc.seq_len
     T = b * s
     a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
+    tokens = T * (spec.expert_rows_per_token if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
     if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
