@@ -138,3 +138,16 @@ def test_qlora_quantizes_dense_and_shared_down_proj_but_not_the_expert_bank():
     quantized = {(t.name, t.shape) for t in base_tensors(spec) if _is_quantized_linear(t, sc, HF, spec)}
     assert ("down_proj", (1024, 2048)) in quantized and ("down_proj", (1024, 256)) in quantized  # dense, shared
     assert not any(t.kind == "expert" and _is_quantized_linear(t, sc, HF, spec) for t in base_tensors(spec))
+
+
+def test_mixed_precision_expert_path_is_fp32_and_gets_no_autocast_copy():
+    """bf16-mixed: the fp32 expert banks run transformers' grouped matmul, which autocast does not cover, so
+    the routed tensors are fp32 and only the attention/router linears get 16-bit copies."""
+    from vramfit.estimate.moe_lora import autocast_cast_spec
+
+    spec = spec_from_hf_config(GPT_OSS)
+    mixed = parse_scenario({"model": "generic:1B", "method": "lora", "seq_len": T, "precision": "bf16-mixed"})
+    items = block_saved(spec, mixed, HF, [], False).items
+    assert items["mlp.gate_out"] == 4 * 2 * T * 256 and items["experts.weighted_out"] == 4 * 2 * T * 256
+    cast = autocast_cast_spec(spec, HF)
+    assert {x.group for x in cast.block_linears} == {"attn", "router"}

@@ -53,13 +53,17 @@ def test_all_linear_adapters_are_peft_s(config_file, family):
 # grouped_mm_fallback op (both operands saved, a weight-sized grad_weight made), where CUDA runs
 # aten::_grouped_mm (nothing but the weight saved for a frozen bank); and the estimator kept a 16-bit
 # softmax where the fp32 sinks make it fp32 plus a 16-bit copy for probs @ v
-CASES = [("deepseek_v3", "lora"), ("deepseek_v3", "qlora"), ("mixtral", "lora"), ("mixtral", "qlora"),
-         ("gpt_oss", "lora"), ("gpt_oss", "qlora")]
+# bf16-mixed LoRA (gpt-oss +8.6 %, Mixtral -5.6 % before): the fp32 banks run the grouped matmuls in fp32
+# (not autocast), so the expert path's tensors are fp32 and autocast makes no 16-bit copy of the banks
+CASES = [("deepseek_v3", "lora", "bf16-true"), ("deepseek_v3", "qlora", "bf16-true"),
+         ("mixtral", "lora", "bf16-true"), ("mixtral", "qlora", "bf16-true"),
+         ("gpt_oss", "lora", "bf16-true"), ("gpt_oss", "qlora", "bf16-true"),
+         ("gpt_oss", "lora", "bf16-mixed"), ("mixtral", "lora", "bf16-mixed")]
 
 
-@pytest.mark.parametrize(("family", "method"), CASES)
-def test_moe_adapters_estimator_agrees_with_simulator(config_file, family, method):
-    sc = {"model": config_file(FAMILIES[family]), "method": method, "seq_len": 512, "precision": "bf16-true"}
+@pytest.mark.parametrize(("family", "method", "precision"), CASES)
+def test_moe_adapters_estimator_agrees_with_simulator(config_file, family, method, precision):
+    sc = {"model": config_file(FAMILIES[family]), "method": method, "seq_len": 512, "precision": precision}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)

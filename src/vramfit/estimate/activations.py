@@ -328,7 +328,9 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     mlp_lins = _mlp_linears(blk, out, mlp_in_key, tokens)
     act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
-    m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
+    shared_m = m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
+    if moe and fused_expert_bank(blk):
+        m = max(m, blk.expert_bytes)  # fp32 banks under -mixed: the grouped matmuls return fp32
     if spec.gated_mlp:
         out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
         # compiled, or Unsloth's LoRA_MLP (saves X, e, g only): act(gate) is recomputed in backward
@@ -339,7 +341,7 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    _shared_experts_saved(blk, out, mlp_in_key, m)
+    _shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
 

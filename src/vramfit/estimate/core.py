@@ -358,7 +358,7 @@ def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
     output layer's weight is cast even when tied to the embeddings.
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
+    block = 0 if quantized else sum(x.weight_params * spec.layers_of(x) for x in spec.block_linears)
     head = spec.lm_head_params or spec.embedding_params
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return 0, 2 * (block + head)

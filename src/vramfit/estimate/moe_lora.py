@@ -18,10 +18,25 @@ def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quant
     utils/other.py casts every non-4-bit 16-bit parameter to fp32; the simulator traces the gathered
     input, the grouped matmuls and the folded weight in fp32)."""
     from vramfit.estimate.core import experts_quantized
+    from vramfit.estimate.framework import casts_params
 
     fp32 = (quantized and profile.qlora_unquantized_fp32 and profile.runs_transformers_modeling
             and not experts_quantized(sc, profile))
-    return 4 if spec.num_experts and fp32 else sc.precision.compute_bytes
+    # -mixed: fp32 banks, and the grouped matmul is not autocast (transformers v5.24.0 integrations/moe.py
+    # _grouped_mm casts the input to the weight's dtype instead), so the whole expert path runs in fp32
+    mixed = sc.precision.mixed and profile.runs_transformers_modeling and not casts_params(sc, profile)
+    return 4 if spec.num_experts and (fp32 or mixed) else sc.precision.compute_bytes
+
+
+def autocast_cast_spec(spec: ModelSpec, profile: FrameworkProfile) -> ModelSpec:
+    """The spec whose block linears autocast casts to 16 bits: transformers 5's 3-D expert banks go through
+    the grouped matmul, which autocast does not cover (integrations/moe.py ``_grouped_mm``: no autocast
+    entry, the input is cast to the bank's dtype), so they get no 16-bit copy."""
+    from dataclasses import replace
+
+    if not spec.num_experts or not profile.runs_transformers_modeling:
+        return spec
+    return replace(spec, block_linears=tuple(x for x in spec.block_linears if x.group != "expert"))
 
 
 def fused_expert_bank(blk: Any) -> bool:

@@ -33,7 +33,7 @@ from vramfit.estimate.core import (
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, loss_memory
-from vramfit.estimate.moe_lora import dense_layers
+from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
@@ -291,8 +291,9 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
     if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, *_DS):
-        autocast_fwd, autocast_kept = autocast_copies(spec, sc)
-        lowest_autocast = autocast_block_copies(spec, sc)
+        cast = autocast_cast_spec(spec, profile)
+        autocast_fwd, autocast_kept = autocast_copies(cast, sc)
+        lowest_autocast = autocast_block_copies(cast, sc)
     loss = loss_memory(spec, sc, profile)
     tb = act.block_backward_transient(spec, sc, profile)
     dequant = _dequant(spec, sc, profile)
