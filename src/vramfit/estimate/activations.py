@@ -36,6 +36,16 @@ class Saved:
     """Named saved tensors of one block; a key is counted once however many ops save it."""
 
     items: dict[str, int] = field(default_factory=dict)
+    mlp_start: int = 0  # items from this index on are the MLP's (block_saved walks it last)
+
+    @property
+    def freed_before_sink_softmax_backward(self) -> int:
+        """Saved bytes of the block that autograd has freed (each node's once it has run, retain_graph=False)
+        when the working set of a sink softmax's backward peaks: the MLP's (its backward runs first),
+        o_proj's input, the probabilities ``probs @ v`` kept and the softmax's own output (the simulator's
+        trace of gpt-oss: the three [B, H, S, S + 1] gradients alive, none of those)."""
+        mlp = sum(list(self.items.values())[self.mlp_start:]) if self.mlp_start else 0
+        return mlp + sum(self.items.get(k, 0) for k in ("attn_out", "attn.probs", "attn.softmax_out"))
 
     def add(self, key: str, nbytes: int) -> None:
         if nbytes > 0 and key not in self.items:
@@ -154,6 +164,7 @@ def block_saved(
     eager = runs_eager_attention(spec, sc, profile)
     _attention_linears(blk, out, eager)
     attention_core_saved(blk, out, bool(spec.fused_qkv) or profile.fused_qkv_lora, eager)
+    out.mlp_start = len(out.items)
     _mlp_saved(blk, out, mlp_in_key)
     return out
 
@@ -365,8 +376,11 @@ def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> No
     out.add("shared.up_out", m * T * width)
 
 
-def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
     """Largest working set of gradient tensors inside one block's backward, beyond saved tensors.
+
+    ``freed``: the block's saved bytes already freed when a sink softmax's backward peaks
+    (``Saved.freed_before_sink_softmax_backward``); that working set is counted net of them.
 
     Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
     MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
@@ -394,7 +408,9 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
         # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
         sink = 1 if spec.attention_sinks else 0
-        attn = (2 + sink) * c * b * a * s * (s + sink)
+        # fp32 sinks (attention.sinks_fp32: fp32 parameters) make that softmax and its gradients fp32
+        sm = 4 if spec.attention_sinks and dt.residual == 4 else c
+        attn = (2 + sink) * sm * b * a * s * (s + sink) - (freed if sink else 0)
     elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
