@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
-from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights, fused_expert_bank
+from vramfit.estimate.moe_lora import (
+    expert_bytes,
+    folded_expert_weights,
+    fused_expert_bank,
+    shared_experts_saved,
+)
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
@@ -352,28 +357,9 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    _shared_experts_saved(blk, out, mlp_in_key, shared_m)
+    shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
-
-
-def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:
-    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
-    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward)."""
-    lins = blk.group("shared_expert")
-    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
-    if down is None:
-        return
-    T, width = blk.T, down.in_features
-    for lin in lins:
-        if lin is down:
-            _linear_input(blk, out, lin, "shared.mid", m, T)
-        else:
-            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
-    out.add("shared.gate_out", m * T * width)
-    if not blk.sc.compile:
-        out.add("shared.act_out", m * T * width)
-    out.add("shared.up_out", m * T * width)
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:

@@ -78,3 +78,25 @@ def dense_layers(spec: ModelSpec) -> tuple[ModelSpec, int] | None:
     block = replace(spec, block_linears=kept + mlp, num_experts=0, moe_intermediate_size=0,
                     intermediate_size=down.in_features, peft_moe_names=(), router_fp32=False)
     return block, max(lin.layers for lin in dense)
+
+
+def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
+    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
+    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward). ``blk``/``out``:
+    the walk's Block and Saved; ``m``: bytes of its intermediate tensors."""
+    from vramfit.estimate.activations import _linear_input
+
+    lins = blk.group("shared_expert")
+    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
+    if down is None:
+        return
+    T, width = blk.T, down.in_features
+    for lin in lins:
+        if lin is down:
+            _linear_input(blk, out, lin, "shared.mid", m, T)
+        else:
+            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
+    out.add("shared.gate_out", m * T * width)
+    if not blk.sc.compile:
+        out.add("shared.act_out", m * T * width)
+    out.add("shared.up_out", m * T * width)
