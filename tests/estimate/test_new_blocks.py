@@ -151,3 +151,14 @@ def test_mixed_precision_expert_path_is_fp32_and_gets_no_autocast_copy():
     assert items["mlp.gate_out"] == 4 * 2 * T * 256 and items["experts.weighted_out"] == 4 * 2 * T * 256
     cast = autocast_cast_spec(spec, HF)
     assert {x.group for x in cast.block_linears} == {"attn", "router"}
+
+
+def test_llama4_experts_run_every_token():
+    """Llama4TextMoe: the tokens repeated num_experts times, one bmm per bank (16 experts, top-1)."""
+    cfg = dict(model_type="llama4_text", hidden_size=512, intermediate_size=1024, intermediate_size_mlp=2048,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+               num_local_experts=16, num_experts_per_tok=1, vocab_size=8192, interleave_moe_layer_step=2)
+    spec = spec_from_hf_config(cfg)
+    assert spec.expert_rows_per_token == 16
+    items = saved(spec)
+    assert items["mlp.gate_out"] == C * 16 * T * 1024 and items["experts.gathered_in"] == C * 16 * T * 512

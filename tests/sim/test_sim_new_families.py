@@ -46,3 +46,26 @@ def test_vlm_lora_text_only_agrees(tmp_path):
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "estimator side, +4.2 %: its block-backward moment counts every saved tensor and an average layer's "
+    "gradients (42 MiB), where the trace's peak in the top MoE block has its experts' down input freed and only "
+    "down_proj's and the shared expert's gradients made (27 MiB)"))
+def test_llama4_interleaved_full_finetuning(tmp_path):
+    """Llama 4 text with interleave_moe_layer_step=2 (a dense MLP, then routed + shared experts): every expert
+    runs every token (Llama4TextMoe repeats the tokens num_experts times into one bmm), so the expert path
+    has T x num_experts rows; with T x top_k the estimator was -17.8 %. LoRA is not tried: peft's
+    all-linear wraps Llama4Router, whose forward returns a tuple (test_sim_catalog.py)."""
+    from simconfigs import tiny
+
+    text = tiny("meta-llama/Llama-4-Scout-17B-16E", layers=4, hidden=512, vocab=8192)["text_config"]
+    text.update(interleave_moe_layer_step=2, intermediate_size=1024, intermediate_size_mlp=2048,
+                model_type="llama4_text")
+    text.pop("moe_layers", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(text))
+    sc = {"model": str(path), "method": "full", "seq_len": 512, "precision": "bf16-true"}
+    sim = simulate(sc, layers=4).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.03, (est, sim)
