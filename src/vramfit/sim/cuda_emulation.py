@@ -27,6 +27,9 @@ Two things are made to behave as on a CUDA device (sm80+), on fake CPU runs only
    that, which lora_A saves, where a CUDA run saves nothing new. Under the patch that query (and the
    ``"cuda"`` one) answers what CPU autocast's state is, as it would on CUDA.
 
+4. :func:`grouped_mm_as_on_cuda`: transformers' MoE grouped matmul for fp32/fp16 expert banks, which the
+   op's fake kernel refuses, with the op's own autograd (:class:`_GroupedMMFallback`).
+
 The flash and efficient backward kernels allocate scratch that their fake kernels do not show; see
 :func:`flash_backward_scratch` and :func:`efficient_backward_scratch` (registered as tracker transients).
 """
