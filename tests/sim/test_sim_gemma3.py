@@ -19,20 +19,21 @@ from vramfit.estimate import estimate
 from vramfit.sim import simulate
 
 LAYERS = 6
-#: google/gemma-3-4b-it config.json vision_config (SigLIP, no pooling head)
-SIGLIP = {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
-          "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}
 
 
 def _text(model: str) -> dict:
     return {**catalog_config(model), "num_hidden_layers": LAYERS}
 
 
+def _multimodal(model: str) -> dict:
+    """The catalog's gemma3 config (its SigLIP vision_config included), the language model cut."""
+    cfg = catalog_config(model)
+    return {**cfg, "text_config": {**cfg["text_config"], "num_hidden_layers": LAYERS}}
+
+
 CONFIGS = {
-    "gemma3_text": (lambda: _text("google/gemma-3-1b-it"), 1024),  # window 512
-    "gemma3": (lambda: {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-                        "text_config": _text("google/gemma-3-4b-it"), "vision_config": SIGLIP,
-                        "mm_tokens_per_image": 256, "torch_dtype": "bfloat16"}, 2048),  # window 1024
+    "gemma3_text": (lambda: _text("google/gemma-3-1b-pt"), 1024),  # window 512
+    "gemma3": (lambda: _multimodal("google/gemma-3-4b-it"), 2048),  # window 1024
 }
 
 
@@ -56,7 +57,7 @@ def test_masked_sliding_layers_keep_k_and_v_repeated_to_every_head(config_file):
 
     hf = next(p for p in (PROFILES.values() if isinstance(PROFILES, dict) else PROFILES)
               if p.runs_transformers_modeling)
-    spec = spec_from_hf_config(_text("google/gemma-3-1b-it"))
+    spec = spec_from_hf_config(_text("google/gemma-3-1b-pt"))
 
     def repeat(seq: int) -> int:
         return sliding_layers_kv_repeat(spec, parse_scenario({"model": "generic:1B", "seq_len": seq}), hf)
