@@ -12,8 +12,8 @@ TRL 1.16.0 (the version the config import reads; file:line in the installed pack
   ``ChunkedLogProbFunction`` projects [4096 tokens x 32768 vocabulary] tiles and never builds the
   logits (trl/kernels/chunked_logprob.py:30, 341-386, 406-413); the reference pass runs under
   ``torch.no_grad`` inside the policy's loss (dpo_trainer.py:1285-1340);
-* ORPO and CPO/SimPO (trl/experimental/orpo, trl/experimental/cpo ``concatenated_forward``) build the
-  full logits and take ``selective_log_softmax``, a per-row loop (trainer/utils.py:538-600).
+* ORPO and CPO/SimPO build the full logits, take their log-probs with TRL's Triton kernel and add a
+  cross-entropy over the chosen half (:mod:`.profiles` says which stage does what, with the sources).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.stages.profiles import FUSED_HEAD, PAIRED, STAGE_PROFILES, LogProbs
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -61,15 +62,11 @@ def policy_tokens(sc: Scenario) -> int:
     prompt's share is not a scenario key: an upper bound); GRPO: the completion only, the prompt's
     labels are -100 (grpo_trainer.py:1495-1498); PPO: the whole sequence (its ``forward`` returns the
     full logits, sliced afterwards; trl v1.9.0 trl/experimental/ppo/ppo_trainer.py)."""
-    from vramfit.estimate.stages import PAIRED
-
     if sc.stage is Stage.GRPO:
         return sc.micro_batch_size * sc.completion_len
     return (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size * sc.seq_len
 
 
-#: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
-FUSED_HEAD = (Stage.DPO, Stage.KTO, Stage.GRPO)
 TOKEN_TILE, VOCAB_TILE = 4096, 32768  # chunked_logprob.py:31 TOKEN_CHUNK_SIZE, utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE
 
 
@@ -107,19 +104,47 @@ def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemor
     return LossMemory(4 * TV, 4 * TV + 4 * row * V, 3 * 4 * TV, detail)
 
 
+def logits_kernel_logps(T: int, V: int, lb: int, chosen_nll: bool, copies_chosen: bool, detail: str) -> LossMemory:
+    """Full logits of T tokens (F = lb·T·V bytes), TRL's Triton log-prob kernel over them and, with
+    ``chosen_nll``, ``nn.CrossEntropyLoss`` over the chosen half (h = F/2) first.
+
+    - cross-entropy: ``logits[..., :-1, :].contiguous()`` of the chosen half copies it (h, freed when
+      ``cross_entropy_loss`` returns) unless it is one sequence (``copies_chosen`` false: the slice is already
+      contiguous); ``log_softmax`` writes and saves h in the logits' dtype (cpo_trainer.py:826-837);
+    - kernel (kernels/logprob_entropy.py:146-197): saves the logits themselves (they outlive the caller's
+      reference) and two fp32 per-token vectors (log_z, expected_logit) of its four (16·T bytes);
+    - backward: the kernel's ``grad_logits = torch.empty_like(logits)`` (:208) next to the saved logits,
+      then the shift's slice backward writes a zero-filled F; the cross-entropy's branch runs after it (its
+      nodes are older: autograd runs the highest sequence number first) next to that F: nll_loss's and
+      log_softmax's gradients (h each) with the saved h, then its two slices' zero-filled h and F,
+      summed in place into the buffered F. Each step peaks at 2F + h (F + 3h with the saved one).
+    Traced on CPU with TRL 1.16.0's own ``concatenated_forward`` (tests/estimate/test_stages.py)."""
+    F = lb * T * V
+    h = F // 2 if chosen_nll else 0
+    saved = F + h + 8 * T
+    forward = F + h + max(h if copies_chosen else 0, 16 * T)
+    return LossMemory(saved, forward, 2 * F + h + 8 * T, detail)
+
+
 def stage_loss(step: Step) -> LossMemory:
     """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
-    of it over the policy's tokens): TRL's fused LM head or ``selective_log_softmax`` on the logits."""
+    of it over the policy's tokens), as the stage's profile says TRL computes its log-probs."""
     sc = step.sc
     if sc.loss is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
-    if sc.stage in FUSED_HEAD:
+    prof = STAGE_PROFILES[sc.stage]
+    if prof.logprobs is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))
     lb = logits_bytes_per_element(sc, step.profile)
+    if prof.logprobs is LogProbs.LOGITS_KERNEL:
+        nll = " and the chosen half's cross-entropy" if prof.chosen_nll else ""
+        return logits_kernel_logps(T, V, lb, prof.chosen_nll, sc.micro_batch_size > 1,
+                                   f"{sc.stage.value} log-probs: full logits, TRL's Triton log-prob kernel{nll} "
+                                   f"over {T:,} tokens")
     return selective_logps(T, sc.seq_len, V, lb,
                            f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
 
@@ -164,7 +189,6 @@ def preference_score(step: Step) -> Iterator[Contribution]:
     (the policy's loss reduced to its saved tensors), plus the pass's logits. KTO runs one completion per example and the KL pass
     under no_grad (kto_trainer.py:1337 _compute_kl_logps) and the reference pass one after the other."""
     from vramfit.estimate.contributions import CONTRIBUTORS
-    from vramfit.estimate.stages import PAIRED
 
     sc = step.sc
     if sc.stage in GENERATES:
@@ -185,7 +209,7 @@ CONTRIBUTORS = (reference_model, preference_score)
 
 def describe(step: Step) -> list[str]:
     """The stage's assumptions, in words."""
-    from vramfit.estimate.stages import PAIRED, reference
+    from vramfit.estimate.stages import reference
 
     sc = step.sc
     ref = reference(sc)
