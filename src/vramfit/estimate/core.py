@@ -274,6 +274,8 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
             root *= 2
+        if profile.fsdp2:  # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
+            return gathered + root
         return gathered + root - shard(root, sc.shard_group)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         return 2 * layer  # unsharded gradients of the unit being reduce-scattered

@@ -229,6 +229,13 @@ class FrameworkProfile:
     # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
     # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
     rope_cache_per_layer: bool = False
+    # parallelism fsdp is FSDP2 fully_shard (torchtune v0.4.0 training/_distributed.py shard_model, torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp): per-parameter gradients copied into one flat reduce-scatter input, blocks
+    # resharded after forward (estimate/fsdp2.py)
+    fsdp2: bool = False
+    # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
+    # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
+    fsdp2_last_block_kept: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
@@ -315,11 +322,23 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_root_gathered=False,
         attn_output_copied=True,
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
+        fsdp2=True,
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
         version="torchtune-0.4",
+        older_versions=(
+            FrameworkVersion(
+                "torchtune-0.1",
+                "torchtune@c69fba18b (2024-04, v0.1) recipes/*_finetune_distributed.py: FSDP1 "
+                "FullyShardedDataParallel(model, auto_wrap_policy=TransformerDecoderLayer (+ each LoRA A/B: "
+                "utils.lora_fsdp_wrap_policy), device_id=..., sync_module_states=True) over the model rank 0 loaded on "
+                "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward",
+                (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp_root_gathered", True)),
+            ),
+        ),
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -381,6 +400,8 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
     fsdp_root_gathered=True,
     mixed_casts_params=True,
+    fsdp2=True,
+    fsdp2_last_block_kept=True,
     compile_scope=CompileScope.BLOCKS,
     # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
