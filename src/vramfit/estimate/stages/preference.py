@@ -27,7 +27,7 @@ from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
-from vramfit.estimate.stages.profiles import FUSED_HEAD, PAIRED, STAGE_PROFILES, LogProbs
+from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, logprobs_path
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -126,6 +126,18 @@ def logits_kernel_logps(T: int, V: int, lb: int, chosen_nll: bool, copies_chosen
     return LossMemory(saved, forward, 2 * F + h + 8 * T, detail)
 
 
+def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+    """TRL <= 0.14 ``torch.gather(logits.log_softmax(-1), ...)`` over the shifted view ``logits[:, :-1, :]``
+    (F = lb·T·V), after the chosen half's cross-entropy (h, :func:`logits_kernel_logps`). Forward: CUDA's
+    ``host_softmax`` makes the strided view contiguous first (aten/src/ATen/native/cuda/SoftMax.cu ``auto
+    input = input_.contiguous()``: F) next to its output (F, saved; gather saves the same tensor) and the
+    logits. Backward: ``gather_backward``'s zero-filled F and ``_log_softmax_backward_data``'s F next to the
+    saved ones; the logits are dropped with the outputs before backward. Traced on CPU (the internal copy
+    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py)."""
+    F = lb * T * V
+    return LossMemory(F + h, 3 * F + h, 3 * F + h, detail)
+
+
 def stage_loss(step: Step) -> LossMemory:
     """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
     of it over the policy's tokens), as the stage's profile says TRL computes its log-probs."""
@@ -133,20 +145,30 @@ def stage_loss(step: Step) -> LossMemory:
     if sc.loss is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
-    prof = STAGE_PROFILES[sc.stage]
-    if prof.logprobs is LogProbs.FUSED_HEAD:
+    path, nll = logprobs_path(sc.stage, step.profile), STAGE_PROFILES[sc.stage].chosen_nll
+    if path is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))
     lb = logits_bytes_per_element(sc, step.profile)
-    if prof.logprobs is LogProbs.LOGITS_KERNEL:
-        nll = " and the chosen half's cross-entropy" if prof.chosen_nll else ""
-        return logits_kernel_logps(T, V, lb, prof.chosen_nll, sc.micro_batch_size > 1,
-                                   f"{sc.stage.value} log-probs: full logits, TRL's Triton log-prob kernel{nll} "
-                                   f"over {T:,} tokens")
-    return selective_logps(T, sc.seq_len, V, lb,
-                           f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
+    what = {LogProbs.LOGITS_KERNEL: "TRL's Triton log-prob kernel", LogProbs.ROW_LOOP: "selective_log_softmax",
+            LogProbs.FULL_LOG_SOFTMAX: "log_softmax of all of them"}[path]
+    detail = (f"{sc.stage.value} log-probs: full logits, {what}"
+              + (" and the chosen half's cross-entropy" if nll else "") + f" over {T:,} tokens (TRL)")
+    if path is LogProbs.LOGITS_KERNEL:
+        return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
+    h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
+    if path is LogProbs.FULL_LOG_SOFTMAX:
+        return full_log_softmax(T, V, lb, h, detail)
+    return row_loop_logps(T, sc.seq_len, V, lb, h, detail)
+
+
+def row_loop_logps(T: int, row: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+    """:func:`selective_logps` after the chosen half's cross-entropy, whose saved h is alive throughout
+    (its own backward branch, F + 3h, stays below the loop's)."""
+    loop = selective_logps(T, row, V, lb, detail)
+    return LossMemory(loop.saved + h, loop.forward_peak + h, loop.backward_peak + h, detail)
 
 
 def no_grad_block(step: Step, tokens: int) -> int:
@@ -162,7 +184,7 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
     block's working set, then the head: the fused head's masked hidden states, tile and fp32
     accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if sc.stage in FUSED_HEAD:
+    if logprobs_path(sc.stage, step.profile) is LogProbs.FUSED_HEAD:
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
     else:

@@ -12,14 +12,24 @@ TRL 1.16.0 (file:line in the installed package; PPO, removed after v1.9.0, read 
   when ``cpo_alpha != 0`` (cpo_trainer.py:842-845), whose default is 1.0 (cpo_config.py:132-134; ms-swift's
   ``--rlhf_type simpo`` keeps it: swift/llm/argument/rlhf_args.py ``cpo_alpha: float = 1.``);
 * PPO takes ``selective_log_softmax`` of v1.9.0, a per-row loop (ppo_trainer.py:703, 823).
+
+Older TRL releases (``framework_version`` trl-0.29, trl-0.14; FrameworkProfile.trl_logits_logprobs) take
+the full-logits stages' log-probs with other code: v0.15.0-v0.29.1 ``selective_log_softmax`` without the
+Triton branch (trl/trainer/utils.py at v0.29.1), the row loop; v0.11.4-v0.14.0 ``get_batch_logps``
+``torch.gather(logits.log_softmax(-1), dim=2, ...)`` (trl/trainer/cpo_trainer.py:672 at v0.11.4, :714 at
+v0.14.0; orpo_trainer.py:684 at v0.11.4), the whole log_softmax at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from vramfit.choices import Stage
+
+if TYPE_CHECKING:
+    from vramfit.estimate.framework import FrameworkProfile
 
 
 class LogProbs(str, Enum):
@@ -28,6 +38,7 @@ class LogProbs(str, Enum):
     FUSED_HEAD = "fused-head"  # ChunkedLogProbFunction: [4096 x 32768] tiles of hidden @ W, no logits
     LOGITS_KERNEL = "logits-kernel"  # full logits, then the Triton log-prob/entropy kernel over them
     ROW_LOOP = "row-loop"  # full logits, then log_softmax (16-bit) or logsumexp (fp32) one sequence at a time
+    FULL_LOG_SOFTMAX = "full-log-softmax"  # full logits, torch.gather(logits.log_softmax(-1), ...) at once
 
 
 @dataclass(frozen=True)
@@ -57,3 +68,11 @@ STAGE_PROFILES: dict[Stage, StageProfile] = {
 PAIRED = tuple(s for s, p in STAGE_PROFILES.items() if p.paired)
 #: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
 FUSED_HEAD = tuple(s for s, p in STAGE_PROFILES.items() if p.logprobs is LogProbs.FUSED_HEAD)
+
+
+def logprobs_path(stage: Stage, framework: FrameworkProfile) -> LogProbs:
+    """The log-prob code of ``stage`` under the framework's release: an older TRL's, for the stages that
+    build the full logits (the fused head's stages changed more than their log-prob call: not modelled)."""
+    own = STAGE_PROFILES[stage].logprobs
+    older = framework.trl_logits_logprobs
+    return older if older is not None and own is LogProbs.LOGITS_KERNEL else own
