@@ -66,6 +66,9 @@ def test_older_trl_releases_take_other_log_prob_code():
     assert (full.saved, full.forward_peak, full.backward_peak) == (F + h, 3 * F + h, 3 * F + h) == (
         1_866_989_568, 4_356_308_992, 4_356_308_992)
     assert "log_softmax of all of them and the chosen half's cross-entropy" in full.detail
+    # transformers 4.44's model returns fp32 logits (`logits.float()`), which TRL takes as they are: F doubles
+    old = step("Qwen/Qwen2.5-3B", framework_version="transformers-4.44+trl-0.14", **keys).loss
+    assert (old.saved, old.forward_peak) == (2 * (F + h), 2 * (3 * F + h))
     # the fused head's stages keep TRL 1.16.0's code under an older TRL (not modelled for them)
     dpo = {"stage": "dpo", "method": "lora"}
     assert step("Qwen/Qwen2.5-3B", framework_version="trl-0.14", **dpo).loss == step("Qwen/Qwen2.5-3B", **dpo).loss

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import runs_under_autocast
-from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
+from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
 from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, logprobs_path
@@ -151,7 +151,11 @@ def stage_loss(step: Step) -> LossMemory:
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))
-    lb = logits_bytes_per_element(sc, step.profile)
+    # the logits as the model returns them: fp32 where it upcasts (transformers < 4.45 `logits.float()`, TRL
+    # never upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes)
+    # (none returned under Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)
+    lb = (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
+          or logits_bytes_per_element(sc, step.profile))
     what = {LogProbs.LOGITS_KERNEL: "TRL's Triton log-prob kernel", LogProbs.ROW_LOOP: "selective_log_softmax",
             LogProbs.FULL_LOG_SOFTMAX: "log_softmax of all of them"}[path]
     detail = (f"{sc.stage.value} log-probs: full logits, {what}"
