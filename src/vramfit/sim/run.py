@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vramfit.errors import ModelError
 from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Loss, Precision, Scenario
 from vramfit.sim import images
@@ -199,13 +200,30 @@ def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> Non
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
                   pixels: dict | None = None) -> torch.Tensor:
     if scenario.loss is Loss.STANDARD or pixels:
-        out = built.model(input_ids=ids, labels=labels, **(pixels or {}))
+        out = _library_forward(built.model, input_ids=ids, labels=labels, **(pixels or {}))
         loss = out.loss
         del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
         return loss
     from vramfit.sim.losses import chunked_or_fused_loss
 
     return chunked_or_fused_loss(built, scenario, ids, labels)
+
+
+def _library_forward(model, **inputs):
+    """The model's own forward; an AttributeError raised inside transformers or peft on a valid config is the
+    library's (the same happens on a GPU), told in one line instead of a traceback. Known cases: transformers
+    v5.24.0 models/llama4/modeling_llama4.py Llama4ForConditionalGeneration.forward reads
+    ``outputs.image_outputs``, which its language model's output never has; peft 0.21.2 tuners/lora/layer.py
+    (l. 1089) reads ``result.dtype`` on Llama4Router, an nn.Linear whose forward returns a tuple."""
+    try:
+        return model(**inputs)
+    except AttributeError as exc:
+        import peft
+        import transformers
+
+        raise ModelError(f"transformers {transformers.__version__} / peft {peft.__version__} cannot run "
+                         f"{type(model).__name__}'s forward on this config ({exc}); the library fails the same "
+                         "way on a GPU, so there is nothing to simulate") from exc
 
 
 @contextlib.contextmanager
