@@ -38,5 +38,5 @@ def test_qwen_vl_images_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.models import resolve_model
 
     cfg = dict(resolve_model("Qwen/Qwen2.5-VL-3B-Instruct").config, num_hidden_layers=2)
-    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl only.*image_grid_thw"):
+    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama only.*image_grid_thw"):
         simulate({"model": config_file(cfg), "method": "lora", "images_per_sample": 1}, layers=2)

@@ -119,6 +119,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
+    # Llama 3.2 Vision: its cross-attention layers over the image features, beside the walked decoder layers
+    cross, cross_recompute = vision.cross_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
@@ -141,6 +143,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     # which the lowest block does not have (profile.offload_ckpt_prefetched)
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
+    blocks, recompute = blocks + cross, max(recompute, cross_recompute)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,

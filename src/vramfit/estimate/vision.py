@@ -32,14 +32,11 @@ def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
             raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
                                 f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
         return None
-    if spec.vision.cross_attention:
-        raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled: its "
-                            "language model reads them through cross-attention layers", valid=("0",))
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
 
 
 # the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
-TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"} - {"mllama"}))
+TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
@@ -77,11 +74,29 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
 def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
                        adapters: list[Adapter]) -> tuple[int, int]:
     """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing)."""
-    from vramfit.estimate import activations as act
-
     img = per_image(spec, sc)
     if img is None or not trains_vision(sc, profile):
         return 0, 0
+    return _tower_activations(spec, sc, profile, adapters, img)
+
+
+def cross_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                      adapters: list[Adapter]) -> tuple[int, int]:
+    """(bytes a cross-attention model's language model keeps beyond its walked decoder layers, the bytes one of
+    its cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
+    (:func:`lm_scenario`). (0, 0) without images or cross-attention layers."""
+    img = per_image(spec, sc)
+    if img is None or not spec.vision.cross_attention:
+        return 0, 0
+    from vramfit.estimate.cross_attention import cross_attention_activations
+
+    return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
+
+
+def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+                       img: ImageTokens) -> tuple[int, int]:
+    from vramfit.estimate import activations as act
+
     block = spec.vision.block
     patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
@@ -99,8 +114,13 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
     head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.features)
-    if sc.gradient_checkpointing is Checkpointing.NONE:
-        return depth * per_layer + head, 0
+    c, images = sc.precision.compute_bytes, sc.micro_batch_size * sc.images_per_sample
+    if spec.vision.attention_mask:  # one (P, P) float mask per image, saved by every layer's attention
+        head += round_allocation(c * images * img.vision_patches ** 2)
+    gates = spec.vision.gated_layers if sc.method is Method.FULL else 0
+    per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
+    if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
+        return depth * per_layer + gates * per_gated + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
 
 

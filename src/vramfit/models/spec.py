@@ -82,9 +82,22 @@ class VisionTower:
     projector: tuple[Linear, ...] = ()
     # each block scales its attention and MLP branches by learned vectors (InternViT lambda_1/lambda_2)
     layer_scale: bool = False
-    # the language model reads the image through cross-attention layers (Llama 3.2 Vision), which the
-    # estimator does not model: images are refused
-    cross_attention: bool = False
+    # decoder layers that read the image through cross-attention instead of placeholder tokens (Llama 3.2
+    # Vision ``cross_attention_layers``; estimate/cross_attention.py); 0: the image is in the sequence
+    cross_attention_layers: int = 0
+    # the tower's layers run under gradient checkpointing when the model's is on (False: plain nn.Module
+    # layers, Mllama's MllamaVisionEncoderLayer in transformers v5.24.0 models/mllama/modeling_mllama.py)
+    checkpointed: bool = True
+    # encoder layers that scale their attention and MLP outputs by a learned tanh gate (Mllama's global
+    # layers: ``gate_attn.tanh() * hidden_states``), which saves each branch's output for the gate's gradient
+    gated_layers: int = 0
+    # the tower's attention takes a float (images, 1, P, P) mask over each image's P patches (Mllama's
+    # aspect-ratio mask, modeling_mllama.py _prepare_aspect_ratio_attention_mask), saved by every layer's kernel
+    attention_mask: bool = False
+
+    @property
+    def cross_attention(self) -> bool:
+        return self.cross_attention_layers > 0
 
 
 @dataclass(frozen=True)

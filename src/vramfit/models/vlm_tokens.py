@@ -150,9 +150,10 @@ def mllama_canvas(height: int, width: int, max_tiles: int, tile: int) -> tuple[i
 def _mllama(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     vision = config.get("vision_config") or {}
     side = int(vision.get("image_size", 560)) // int(vision.get("patch_size", 14))
-    per_tile = side * side + 1
-    per_tile += (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
-    return ImageTokens(int(vision.get("max_num_tiles", 4)) * per_tile, 1)
+    tiles, per_tile = int(vision.get("max_num_tiles", 4)), side * side + 1
+    padded = per_tile + (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
+    # the projector reads every tile's unpadded patches (the padding is sliced off before it)
+    return ImageTokens(tiles * padded, 1, tiles * per_tile)
 
 
 def idefics3_grid(height: int, width: int, longest_edge: int, tile: int) -> tuple[int, int]:

@@ -12,6 +12,11 @@ InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_t
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
 
+Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` tiles (pixel values
+(batch, images, tiles, 3, image_size, image_size), aspect-ratio ids and tile masks), puts one
+``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
+(transformers v5.24.0 models/mllama/processing_mllama.py, image_processing_pil_mllama.py pack_images).
+
 Qwen2/2.5/3-VL are not fed: their towers read ``image_grid_thw`` values (window indices,
 ``cu_seqlens``, rotary positions via ``.tolist()``), shapes that fake tensors cannot compute.
 """
@@ -26,7 +31,7 @@ from vramfit.errors import ModelError
 from vramfit.scenario import Scenario
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3", "internvl")
+FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class ImageInputs:
     images_per_sample: int
     features_per_image: int = 0  # image-token positions (the projector's rows); 0: tokens_per_image
     tiles_per_image: int = 1  # tower images per image
+    cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
 
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
@@ -61,7 +67,10 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
     size = int(size[0] if isinstance(size, list | tuple) else size)
     side = (size // spec.vision.image_config["vision_config"].get("patch_size", [14])[0]) if model_type == "internvl" else 0
     tiles = img.vision_patches // (side * side + 1) if side else 1
-    return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles)
+    if spec.vision.cross_attention:
+        tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
+    return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
+                       spec.vision.cross_attention)
 
 
 def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
@@ -75,6 +84,21 @@ def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.d
     ids[:, :images.images_per_sample * features] = images.image_token_id  # the framing tokens: text ids
     labels = ids.clone()
     labels[:, :n] = -100
+    if images.cross_attention:
+        return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}
+
+
+def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dtype, device: str) -> dict:
+    """mllama's keyword arguments: every tile of every image present and attended by every token
+    (MllamaForConditionalGeneration.forward: pixel_values, aspect_ratio_ids, aspect_ratio_mask,
+    cross_attention_mask)."""
+    n, t = images.images_per_sample, images.tiles_per_image
+    return {
+        "pixel_values": torch.empty(B, n, t, 3, images.image_size, images.image_size, dtype=dtype, device=device),
+        "aspect_ratio_ids": torch.ones(B, n, dtype=torch.long, device=device),
+        "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
+        "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
+    }
