@@ -58,7 +58,9 @@ def cross_attention_activations(spec: ModelSpec, lm: Scenario, profile: Framewor
     per_cross = sum(round_allocation(v) for v in cross.values())
     c, B = lm.precision.compute_bytes, lm.micro_batch_size
     states = round_allocation(c * B * vision_rows * spec.hidden_size)
-    mask = round_allocation(c * B * lm.seq_len * vision_rows)  # (B, 1, S, V) in the model dtype
+    # (B, 1, S, V) in the model's dtype (``dtype=self.dtype``: its first parameter's, fp32 once PEFT's
+    # prepare_model_for_kbit_training or a mixed-precision master copy made the parameters fp32)
+    mask = round_allocation(act.dtypes_for(lm, profile).residual * B * lm.seq_len * vision_rows)
     ckpt = lm.gradient_checkpointing is not Checkpointing.NONE
     kv_copied = any(k.startswith(("k_proj.", "v_proj.")) and k.endswith("cast_in") for k in cross)
     keeps_states = lm.method is Method.FULL or ckpt or not kv_copied

@@ -55,6 +55,7 @@ class Activations:
     tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
+    forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
 
     @property
     def total(self) -> int:
@@ -147,7 +148,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
-        tower, tower_recompute, lowest + tower,
+        tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
     )
 
 

@@ -117,11 +117,30 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     c, images = sc.precision.compute_bytes, sc.micro_batch_size * sc.images_per_sample
     if spec.vision.attention_mask:  # one (P, P) float mask per image, saved by every layer's attention
         head += round_allocation(c * images * img.vision_patches ** 2)
+    if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
+        head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
     gates = spec.vision.gated_layers if sc.method is Method.FULL else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
         return depth * per_layer + gates * per_gated + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
+
+
+def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The tower's output the model's output object holds through the forward (``VisionTower.output_held``),
+    where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
+    autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
+    tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
+    img = per_image(spec, sc)
+    if img is None or not spec.vision.output_held or not spec.vision.projector:
+        return 0
+    from vramfit.estimate import activations as act
+
+    dt = act.dtypes_for(sc, profile)
+    if sc.method is Method.FULL and trains_vision(sc, profile) and not dt.autocast:
+        return 0
+    rows = sc.micro_batch_size * sc.images_per_sample * img.features
+    return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
 
 
 def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],

@@ -269,7 +269,7 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
     cross = len(text.get("cross_attention_layers", _MLLAMA_CROSS_LAYERS))
     return VisionTower(block, {"model_type": "mllama", "vision_config": v}, projector=(projector,),
                        cross_attention_layers=cross, checkpointed=False, gated_layers=int(v["num_global_layers"]),
-                       attention_mask=True)
+                       attention_mask=True, output_held=True, stacks=2)
 
 
 # towers attached to a spec read from transformers' modules (models/from_modules.py)

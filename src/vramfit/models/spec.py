@@ -94,6 +94,12 @@ class VisionTower:
     # the tower's attention takes a float (images, 1, P, P) mask over each image's P patches (Mllama's
     # aspect-ratio mask, modeling_mllama.py _prepare_aspect_ratio_attention_mask), saved by every layer's kernel
     attention_mask: bool = False
+    # the model's output object holds the tower's output (the projector's input) until the loss is taken
+    # (MllamaModel.forward returns ``image_outputs=vision_outputs``); a trainer drops it before backward
+    output_held: bool = False
+    # a norm between encoder stacks keeps the lower stack's output beside the upper stack's input (Mllama:
+    # the local encoder's output through ``layernorm_post`` and the post-tile embedding before the global one)
+    stacks: int = 1
 
     @property
     def cross_attention(self) -> bool:
