@@ -40,3 +40,10 @@ def test_qwen_vl_images_are_refused_by_the_simulator_in_one_line(config_file):
     cfg = dict(resolve_model("Qwen/Qwen2.5-VL-3B-Instruct").config, num_hidden_layers=2)
     with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama only.*image_grid_thw"):
         simulate({"model": config_file(cfg), "method": "lora", "images_per_sample": 1}, layers=2)
+
+
+def test_video_frames_are_refused_by_the_simulator_in_one_line(config_file):
+    from vramfit.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="^frames_per_sample: the simulator feeds no video frames"):
+        simulate({"model": config_file(LLAVA), "method": "lora", "frames_per_sample": 4}, layers=3)

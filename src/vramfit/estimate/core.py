@@ -112,7 +112,7 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []
     # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
-    frozen_tower = not trains_vision(sc, profile) or not sc.images_per_sample
+    frozen_tower = not trains_vision(sc, profile) or not sc.sees_pixels
     for t in base_tensors(spec):
         frozen = t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
         if sc.method is Method.FULL and not frozen:
@@ -202,7 +202,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
             if ds_mixed:
                 p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
-            if not (ad.vision and not sc.images_per_sample):  # a tower that sees no image: no gradient
+            if not (ad.vision and not sc.sees_pixels):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
     if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:

@@ -1,7 +1,8 @@
 """The vision tower of a vision-language model in a training step (``ModelSpec.vision``).
 
 - The image placeholder tokens join the language model's sequence: ``seq_len`` text tokens plus
-  ``images_per_sample`` x the processor's tokens per image (``vramfit.models.vlm_tokens``).
+  ``images_per_sample`` x the processor's tokens per image and the tokens of ``frames_per_sample`` video
+  frames (``vramfit.models.vlm_tokens``); the tower runs over all their patches.
 - Trained (full fine-tuning, or PEFT adapters on its linears): each encoder block keeps the tensors
   the same walk as a decoder block finds (:func:`vramfit.estimate.activations.block_saved`) over all
   the micro-batch's image patches; under gradient checkpointing only the block inputs (transformers
@@ -19,7 +20,7 @@ from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, resolve_adapters
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec
-from vramfit.models.vlm_tokens import ImageTokens, image_tokens
+from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, image_tokens, video_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
 
 
@@ -39,12 +40,32 @@ def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
 TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
 
 
+def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
+    """Patches and language-model tokens of the scenario's video frames; None without frames."""
+    if not sc.frames_per_sample:
+        return None
+    if spec.vision is None or spec.model_type not in VIDEO_SUPPORTED:
+        raise ScenarioError("frames_per_sample", f"video frames of model_type {spec.model_type!r} are not modelled; "
+                            f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}", valid=("0",))
+    return video_tokens(spec.vision.image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+
+
+def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
+    """Patches, language-model tokens and projector rows of one sequence's images and video together."""
+    img, video = per_image(spec, sc), per_video(spec, sc)
+    if img is None and video is None:
+        return None
+    parts = [(sc.images_per_sample, img), (1, video)]
+    return ImageTokens(sum(n * x.vision_patches for n, x in parts if x), sum(n * x.lm_tokens for n, x in parts if x),
+                       sum(n * x.features for n, x in parts if x))
+
+
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
-    """The scenario as the language model sees it: its sequence includes the image tokens."""
-    img = per_image(spec, sc)
-    if img is None:
+    """The scenario as the language model sees it: its sequence includes the image and video tokens."""
+    pix = per_sample(spec, sc)
+    if pix is None:
         return sc
-    return dataclasses.replace(sc, seq_len=sc.seq_len + sc.images_per_sample * img.lm_tokens)
+    return dataclasses.replace(sc, seq_len=sc.seq_len + pix.lm_tokens)
 
 
 def trains_vision(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -74,10 +95,10 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
 def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
                        adapters: list[Adapter]) -> tuple[int, int]:
     """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing)."""
-    img = per_image(spec, sc)
-    if img is None or not trains_vision(sc, profile):
+    pix = per_sample(spec, sc)
+    if pix is None or not trains_vision(sc, profile):
         return 0, 0
-    return _tower_activations(spec, sc, profile, adapters, img)
+    return _tower_activations(spec, sc, profile, adapters, pix)
 
 
 def cross_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
@@ -94,11 +115,11 @@ def cross_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
 
 
 def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
-                       img: ImageTokens) -> tuple[int, int]:
+                       pix: ImageTokens) -> tuple[int, int]:
     from vramfit.estimate import activations as act
 
     block = spec.vision.block
-    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
     from vramfit.scenario import Quantize
@@ -113,10 +134,10 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
-    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.features)
-    c, images = sc.precision.compute_bytes, sc.micro_batch_size * sc.images_per_sample
-    if spec.vision.attention_mask:  # one (P, P) float mask per image, saved by every layer's attention
-        head += round_allocation(c * images * img.vision_patches ** 2)
+    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    c, img = sc.precision.compute_bytes, per_image(spec, sc)
+    if spec.vision.attention_mask and img:  # one (P, P) float mask per image, saved by every layer's attention
+        head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
     if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
         head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
     gates = spec.vision.gated_layers if sc.method is Method.FULL else 0
@@ -169,11 +190,11 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     """The working set of one tower block's backward (the decoder block's rule over the patches)."""
     from vramfit.estimate import activations as act
 
-    img = per_image(spec, sc)
-    if img is None:
+    pix = per_sample(spec, sc)
+    if pix is None:
         return 0
     block = spec.vision.block
-    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     base = max(act.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
     if block.gated_mlp or block.act_saved_tensors < 2:
@@ -221,7 +242,7 @@ def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile)
 def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Gradient bytes of the tower not yet made while its last block runs backward (all its blocks
     but that one; the embeddings' too): the tower's backward comes after the language model's."""
-    if spec.vision is None or not sc.images_per_sample or not trains_vision(sc, profile):
+    if spec.vision is None or not sc.sees_pixels or not trains_vision(sc, profile):
         return 0
     block = spec.vision.block
     if sc.method is Method.FULL:

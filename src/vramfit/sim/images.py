@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vramfit.errors import ModelError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.scenario import Scenario
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
@@ -47,6 +47,9 @@ class ImageInputs:
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
     """What the scenario's images add to each micro-batch; None for a text-only batch."""
+    if sc.frames_per_sample:
+        raise ScenarioError("frames_per_sample", "the simulator feeds no video frames (Qwen-VL's video grid drives "
+                            "its forward's shapes); use `vramfit estimate`", valid=("0",))
     if not sc.images_per_sample:
         return None
     model_type = config.get("model_type")
