@@ -140,7 +140,13 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
     if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
         head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
-    gates = spec.vision.gated_layers if sc.method is Method.FULL else 0
+    full = sc.method is Method.FULL
+    if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
+        per_layer += round_allocation(c * patches * block.hidden_size)
+    if spec.vision.projector_rmsnorm:
+        head += round_allocation(4 * patches * block.hidden_size) + round_allocation(4 * patches)
+        head += round_allocation(c * patches * block.hidden_size) if full else 0
+    gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
         return depth * per_layer + gates * per_gated + head, 0

@@ -60,7 +60,8 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     merged = h * int(v["spatial_merge_size"]) ** 2
     projector = (Linear("mlp.0", merged, merged, True, "projector"),
                  Linear("mlp.2", merged, int(v["out_hidden_size"]), True, "projector"))
-    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector)
+    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector,
+                        segmented_attention=True, projector_rmsnorm=True)
     return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision), vision=tower)
 
 

@@ -100,6 +100,13 @@ class VisionTower:
     # a norm between encoder stacks keeps the lower stack's output beside the upper stack's input (Mllama:
     # the local encoder's output through ``layernorm_post`` and the post-tile embedding before the global one)
     stacks: int = 1
+    # SDPA runs once per attention segment (image, frame or window) and ``torch.cat`` joins the outputs: a
+    # new tensor beside the kernels' saved outputs, which the output projection saves when its weight trains
+    # (transformers v5.24.0 models/qwen2_5_vl/modeling_qwen2_5_vl.py Qwen2_5_VLVisionAttention.forward)
+    segmented_attention: bool = False
+    # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
+    # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
+    projector_rmsnorm: bool = False
 
     @property
     def cross_attention(self) -> bool:

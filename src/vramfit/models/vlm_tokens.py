@@ -81,13 +81,20 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-def _qwen_vl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+def qwen_grid(config: Mapping, height: int, width: int, min_pixels: int | None = None,
+              max_pixels: int | None = None) -> tuple[int, int]:
+    """(rows, columns) of patches of one image for Qwen2/2.5/3-VL (``image_grid_thw``'s h and w)."""
     vision = config.get("vision_config") or {}
     patch = int(vision.get("patch_size", 14))
     merge = int(vision.get("spatial_merge_size", 2))
     h, w = smart_resize(height, width, patch * merge, min_pixels or QWEN_MIN_PIXELS, max_pixels or QWEN_MAX_PIXELS)
-    patches = (h // patch) * (w // patch)
-    return ImageTokens(patches, patches // (merge * merge))
+    return h // patch, w // patch
+
+
+def _qwen_vl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+    gh, gw = qwen_grid(config, height, width, min_pixels, max_pixels)
+    return ImageTokens(gh * gw, gh * gw // (merge * merge))
 
 
 def _llava(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:

@@ -17,18 +17,20 @@ Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` 
 ``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
 (transformers v5.24.0 models/mllama/processing_mllama.py, image_processing_pil_mllama.py pack_images).
 
-Qwen2/2.5/3-VL are not fed: their towers read ``image_grid_thw`` values (window indices,
-``cu_seqlens``, rotary positions via ``.tolist()``), shapes that fake tensors cannot compute.
+Qwen2.5-VL: its forward reads ``image_grid_thw`` and the ids as values; sim/image_grid.py feeds them as
+fake-tensor constants.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from vramfit.errors import ModelError, ScenarioError
 from vramfit.scenario import Scenario
+from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, grid_inputs
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
 FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama")
@@ -45,7 +47,7 @@ class ImageInputs:
     cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
 
 
-def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
+def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     """What the scenario's images add to each micro-batch; None for a text-only batch."""
     if sc.frames_per_sample:
         raise ScenarioError("frames_per_sample", "the simulator feeds no video frames (Qwen-VL's video grid drives "
@@ -53,9 +55,12 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
     if not sc.images_per_sample:
         return None
     model_type = config.get("model_type")
+    if model_type in GRID_FAMILIES:
+        return grid_inputs(config, sc)
     if model_type not in FIXED_PIXELS:
-        raise ModelError(f"the simulator feeds images to {', '.join(FIXED_PIXELS)} only: {model_type!r} computes "
-                         "shapes from image_grid_thw values, which fake tensors do not hold; use `vramfit estimate`")
+        fed = ", ".join((*FIXED_PIXELS, *GRID_FAMILIES))
+        raise ModelError(f"the simulator feeds images to {fed} only: {model_type!r} is not modelled there; "
+                         "use `vramfit estimate`")
     from vramfit.models.hf_config import spec_from_hf_config
     from vramfit.models.vlm_tokens import image_tokens
 
@@ -76,9 +81,16 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
                        spec.vision.cross_attention)
 
 
-def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
+def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
+    """Around the forward and backward: a grid family's integer inputs keep their values (sim/image_grid.py)."""
+    return constants_kept() if isinstance(images, GridInputs) else contextlib.nullcontext()
+
+
+def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
           device: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(input_ids, labels, the model's image keyword arguments) of one micro-batch."""
+    if isinstance(images, GridInputs):
+        return images.batch(vocab, B, S, dtype, device)
     n = images.images_per_sample * images.tokens_per_image if images else 0
     ids = torch.randint(0, vocab, (B, S + n), device=device)
     if images is None:
