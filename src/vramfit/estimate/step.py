@@ -120,8 +120,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
-    # Llama 3.2 Vision: its cross-attention layers over the image features, beside the walked decoder layers
-    cross, cross_recompute = vision.cross_activations(spec, sc, profile, adapters)
+    # a VLM's image side of the language model (Llama 3.2 Vision's cross-attention layers) beside the walked layers
+    cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))

@@ -19,7 +19,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, resolve_adapters
 from vramfit.models import hf_vlm
-from vramfit.models.spec import ModelSpec
+from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, image_tokens, video_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
 
@@ -101,16 +101,26 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     return _tower_activations(spec, sc, profile, adapters, pix)
 
 
-def cross_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
-                      adapters: list[Adapter]) -> tuple[int, int]:
-    """(bytes a cross-attention model's language model keeps beyond its walked decoder layers, the bytes one of
-    its cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
-    (:func:`lm_scenario`). (0, 0) without images or cross-attention layers."""
-    img = per_image(spec, sc)
-    if img is None or not spec.vision.cross_attention:
+def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                         adapters: list[Adapter]) -> tuple[int, int]:
+    """(bytes the language model keeps for its images beyond its walked decoder layers, the bytes one of its
+    cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
+    (:func:`lm_scenario`). Placeholder models merge the image features into the token embeddings
+    (``masked_scatter``: a new tensor), so under checkpointing with adapters the embedding output, a leaf
+    that requires grad (modeling_utils.py ``enable_input_require_grads``), is kept beside it."""
+    if spec.vision is None or not sc.sees_pixels:
         return 0, 0
+    if not spec.vision.cross_attention:
+        leaf = sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL
+        if not leaf:
+            return 0, 0
+        from vramfit.estimate import activations as act
+
+        rows = sc.micro_batch_size * sc.seq_len
+        return round_allocation(act.dtypes_for(sc, profile).residual * rows * spec.hidden_size), 0
     from vramfit.estimate.cross_attention import cross_attention_activations
 
+    img = per_image(spec, sc)
     return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
 
 
@@ -134,23 +144,35 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
-    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    head = projector_kept(spec, sc, profile, adapters)
     c, img = sc.precision.compute_bytes, per_image(spec, sc)
     if spec.vision.attention_mask and img:  # one (P, P) float mask per image, saved by every layer's attention
         head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
     if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
         head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
+    head += _stem_kept(spec, sc, patches)
     full = sc.method is Method.FULL
     if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
         per_layer += round_allocation(c * patches * block.hidden_size)
-    if spec.vision.projector_rmsnorm:
-        head += round_allocation(4 * patches * block.hidden_size) + round_allocation(4 * patches)
-        head += round_allocation(c * patches * block.hidden_size) if full else 0
     gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
         return depth * per_layer + gates * per_gated + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
+
+
+def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
+    """Tower tensors outside its blocks that backward keeps: a rotary tower's fp32 cos and sin over every patch
+    (Qwen2_5_VisionTransformerPretrainedModel.forward passes them to every block); under checkpointing with
+    adapters, the patch embedding's output, which transformers makes a leaf that requires grad
+    (modeling_utils.py ``enable_input_require_grads``, run by ``gradient_checkpointing_enable``, hooks the input
+    embeddings of every sub-model: the tower's patch embedding too), held by its AccumulateGrad node."""
+    block, total = spec.vision.block, 0
+    if block.position_encoding is PositionEncoding.ROPE:
+        total += 2 * round_allocation(4 * patches * block.head_dim)
+    if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
+        total += round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
+    return total
 
 
 def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -168,6 +190,19 @@ def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
         return 0
     rows = sc.micro_batch_size * sc.images_per_sample * img.features
     return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
+
+
+def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """What the trained projector keeps for backward."""
+    pix = per_sample(spec, sc)
+    if pix is None or not trains_vision(sc, profile):
+        return 0
+    kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    if spec.vision.projector_rmsnorm:
+        patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
+        kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
+        kept += round_allocation(sc.precision.compute_bytes * patches * h) if sc.method is Method.FULL else 0
+    return kept
 
 
 def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],

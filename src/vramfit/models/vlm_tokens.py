@@ -262,6 +262,18 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     one LM token per merge x merge patches (``get_number_of_video_patches``, processing_qwen2_vl.py).
     Qwen3-VL frames every temporal patch's tokens with vision start / end tokens (processing_qwen3_vl.py
     ``replace_video_token``); its "<t seconds>" timestamps are text, in ``seq_len``."""
+    grid_t, gh, gw = video_grid(config, frames, height, width)
+    merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+    pads = grid_t * gh * gw // (merge * merge)
+    return ImageTokens(grid_t * gh * gw, pads + (2 * grid_t if _is_qwen3(config) else 0), pads)
+
+
+def _is_qwen3(config: Mapping) -> bool:
+    return str(config.get("model_type")).startswith("qwen3")
+
+
+def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[int, int, int]:
+    """(temporal patches, rows, columns) of one video: ``video_grid_thw`` as the video processor makes it."""
     model_type = str(config.get("model_type"))
     if model_type not in VIDEO_SUPPORTED:
         raise ModelError(f"video frames of model_type {model_type!r} are not modelled; modelled: "
@@ -269,7 +281,7 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     if frames < 1 or height < 1 or width < 1:
         raise ModelError(f"video size must be positive, got {frames} frames of {height}x{width}")
     vision = config.get("vision_config") or {}
-    qwen3 = model_type.startswith("qwen3")
+    qwen3 = _is_qwen3(config)
     patch = int(vision.get("patch_size", 16 if qwen3 else 14))
     merge = int(vision.get("spatial_merge_size", 2))
     temporal = int(vision.get("temporal_patch_size", 2))
@@ -278,10 +290,7 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
         h, w = qwen3_video_resize(frames, height, width, patch * merge, temporal, lo, hi)
     else:
         h, w = smart_resize(height, width, patch * merge, lo, hi)
-    grid_t = -(-frames // temporal)
-    patches = grid_t * (h // patch) * (w // patch)
-    pads = patches // (merge * merge)
-    return ImageTokens(patches, pads + (2 * grid_t if qwen3 else 0), pads)
+    return -(-frames // temporal), h // patch, w // patch
 
 
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,

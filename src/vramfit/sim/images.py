@@ -49,14 +49,14 @@ class ImageInputs:
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     """What the scenario's images add to each micro-batch; None for a text-only batch."""
+    model_type = config.get("model_type")
+    if model_type in GRID_FAMILIES and sc.sees_pixels:
+        return grid_inputs(config, sc)
     if sc.frames_per_sample:
-        raise ScenarioError("frames_per_sample", "the simulator feeds no video frames (Qwen-VL's video grid drives "
-                            "its forward's shapes); use `vramfit estimate`", valid=("0",))
+        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {', '.join(GRID_FAMILIES)} "
+                            f"only, not {model_type!r}; use `vramfit estimate`", valid=("0",))
     if not sc.images_per_sample:
         return None
-    model_type = config.get("model_type")
-    if model_type in GRID_FAMILIES:
-        return grid_inputs(config, sc)
     if model_type not in FIXED_PIXELS:
         fed = ", ".join((*FIXED_PIXELS, *GRID_FAMILIES))
         raise ModelError(f"the simulator feeds images to {fed} only: {model_type!r} is not modelled there; "
