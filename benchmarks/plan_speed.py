@@ -1,10 +1,11 @@
 """Time a full plan search over the whole GPU catalog (every card x 1, 2, 4, 8 GPUs).
 
-Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200] [--budget-on cpu|wall] [--nodes]
+Usage: python benchmarks/plan_speed.py [--repeat N] [--json] [--budget-ms 200] [--budget-on cpu|wall] [--nodes | --moe]
 
 ``--nodes``: the several-node cases instead (70B and 405B full fine-tuning up to 256 GPUs, with torchtitan's
 tensor/pipeline layouts searched too: 1F1B and interleaved, HSDP beside TP, context parallel from 16k tokens;
-issue 19: the whole search under 1 s, ``--budget-ms 1000``).
+issue 19: the whole search under 1 s, ``--budget-ms 1000``). ``--moe``: Qwen3-30B-A3B and DeepSeek-V3 the same way,
+expert-parallel degrees searched as well (issue 16).
 
 Each case is planned ``--repeat`` times in a fresh process state except for the one-time catalog
 probe (done before timing, as in a running CLI/web process). Reports the median and best wall time,
@@ -47,6 +48,13 @@ NODE_CASES: tuple[tuple[str, dict, dict], ...] = tuple(
      {"effective_batch": eff, "dataset_tokens": "100M", "max_gpus": 256})
     for size, eff in (("70B", 64), ("405B", 256)) for fw in ("hf", "torchtitan"))
 
+#: ``--moe``: mixture-of-experts full fine-tuning with torchtitan up to 256 GPUs, expert parallel searched too
+MOE_CASES: tuple[tuple[str, dict, dict], ...] = tuple(
+    (f"{name} full, torchtitan, up to 256 GPUs", {"model": model, "method": "full", "seq_len": 4096,
+                                                "framework": "torchtitan"},
+     {"effective_batch": eff, "dataset_tokens": "100M", "max_gpus": 256})
+    for name, model, eff in (("Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", 64), ("DeepSeek-V3", "deepseek-ai/DeepSeek-V3", 256)))
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,10 +63,11 @@ def main() -> int:
     ap.add_argument("--budget-on", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--nodes", action="store_true", help="the several-node cases (70B/405B full fine-tuning)")
+    ap.add_argument("--moe", action="store_true", help="the several-node MoE cases (expert parallel searched)")
     args = ap.parse_args()
     gpu_classes()  # one-time probe of the catalog, cached for the process
     rows = []
-    for name, scenario, kwargs in NODE_CASES if args.nodes else CASES:
+    for name, scenario, kwargs in MOE_CASES if args.moe else NODE_CASES if args.nodes else CASES:
         times, cpu = [], []
         for _ in range(args.repeat):
             t0, c0 = time.perf_counter(), time.process_time()

@@ -51,7 +51,7 @@ def predict(scenario: dict) -> dict:
     paged = result_paging(est, limit_bytes(g, 0.0))  # the driver evicts at the card's usable memory
     if paged is None:  # over even with all of it evicted (the run did run): all of it pages
         paged = est.component(PAGED_COMPONENT)
-    new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus)), paged_bytes=paged, **links)
+    new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus), sc.gpus_per_node), paged_bytes=paged, **links)
     old = step_time(w, mfu=MFU_DEFAULT.value, **links)
     naive = sc.num_gpus * g.bf16_tflops * 1e12 * MFU_DEFAULT.value / (6 * mf.num_params)
     return {"model": new.tokens_per_s, "old": old.tokens_per_s, "naive": naive}

@@ -20,10 +20,10 @@ def test_the_band_data_is_up_to_date():
     fresh = bench.bands_text(bench.bands(bench.score(rows), paths))
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
     cases = {c["id"]: c["error"] for c in json.loads(fresh)["cases"]}
-    # every SFT row of every set; the DPO rows (stages.jsonl, SWIFT_EX_2601-3) would land on SFT paths
+    # every SFT row of every set; the DPO/SimPO rows (stages.jsonl, SWIFT_EX_2601-3/-10) would land on SFT paths
     sft = [r["id"] for r in rows if r["scenario"].get("stage", "sft") == "sft"]
-    assert list(cases) == sft and len(sft) == len(rows) - 2 >= 106
-    assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases
+    assert list(cases) == sft and len(sft) == len(rows) - 3 >= 120
+    assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases and "SWIFT_EX_2601-10" not in cases
     assert cases["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
     # a found row on the counter its source measured: fsdp_qlora's peak allocated, LoRA on 2 GPUs at 512
     assert cases["AAI_FSDPQLORA_2403-5"] == -0.0256  # with the loop-kept fp32 logits (keeps_outputs); -0.0329 without
@@ -32,11 +32,12 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (75 of 108):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (83 of 123):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
-    # hf: the 7 PEFT rows of public.jsonl and the 19 exact-length fsdp_qlora rows of found.jsonl
-    assert lines["hf"][1] == "26" and lines["litgpt"][1] == "28" and lines["torchtune"][1] == "17"
+    # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows and a packed ms-swift row of found.jsonl
+    assert lines["hf"][1] == "34" and lines["litgpt"][1] == "28" and lines["torchtune"][1] == "17"
     assert lines["torchtitan"][1] == "4" and lines["AAI_FSDPQLORA_2403"][1] == "19"
+    assert lines["AXOLOTL_EX_2508"][1] == "7"
 
 
 def test_one_set_alone_scores_as_before(capsys):
@@ -48,4 +49,4 @@ def test_one_set_alone_scores_as_before(capsys):
     assert bench.main(["--all", "--data", str(bench.MEASURED / "found.jsonl"),
                        "--data", str(bench.MEASURED / "stages.jsonl")]) == 0
     lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()}
-    assert lines["SWIFT_EX_2601"][1] == "4" and lines["PEFT_MMQA_2607"][1] == "4" and lines["ODYN_DPO_2607"][1] == "1"
+    assert lines["SWIFT_EX_2601"][1] == "10" and lines["PEFT_MMQA_2607"][1] == "4" and lines["ODYN_DPO_2607"][1] == "1"

@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 27
+    assert len(ROWS) == 42
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 27
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 42
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -53,6 +53,14 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["AAI_FSDPQLORA_2403-5"]["measured"]["bytes"] == round(8.28 * 2**30)
     assert by_id["SWIFT_EX_2601-1"]["measured"]["bytes"] == 18 * 2**30  # '# 18GiB * 2'
     assert by_id["SWIFT_EX_2601-4"]["measured"]["bytes"] == 42 * 10**9  # '# 42GB'
+    assert by_id["SWIFT_EX_2601-5"]["measured"]["bytes"] == 22 * 10**9  # packing/llm.sh '# 22GB'
+    assert by_id["SWIFT_EX_2601-6"]["measured"]["bytes"] == 76 * 2**30  # full/train.sh '# 76GiB'
+    # axolotl's READMEs: '~44GiB' (device_mem_reserved, GiB), 'about 21GB VRAM', 'about 19.1 GiB VRAM'
+    assert by_id["AXOLOTL_EX_2508-1"]["measured"] == {"metric": "reserved", "bytes": 44 * 2**30}
+    assert by_id["AXOLOTL_EX_2508-5"]["measured"]["bytes"] == 21 * 10**9
+    assert by_id["AXOLOTL_EX_2508-7"]["measured"]["bytes"] == round(19.1 * 2**30)
+    # Unsloth's notebooks print max_memory_reserved / 1024**3 as 'GB'
+    assert by_id["UNSLOTH_NB_2509-1"]["measured"] == {"metric": "reserved", "bytes": round(42.789 * 2**30)}
 
 
 def test_missing_scenario_keys_are_said_and_marked_low():

@@ -15,12 +15,16 @@ def test_a_measured_path_lists_its_cases_and_errors():
 
 
 def test_a_path_without_measurement_says_so_and_gives_the_nearest():
-    a = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
+    a = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "num_gpus": 2, "parallelism": "zero2"}).accuracy
     assert not a["measured_path"]
-    assert a["note"].startswith("no measurement behind this path (hf · qlora · none · none · bnb-4bit)")
-    # nearest: the same framework, method and quantization under ZeRO-3/FSDP/DDP (sharding differs):
-    # the PEFT docs' 70B runs and Answer.AI's 2-GPU fsdp_qlora runs without CPU offload (found.jsonl)
+    assert a["note"].startswith("no measurement behind this path (hf · qlora · zero2 · none · bnb-4bit)")
+    # nearest: the same framework, method and quantization under other sharding: the PEFT docs' 70B runs,
+    # Answer.AI's 2-GPU fsdp_qlora runs without CPU offload, the single-GPU axolotl and ms-swift QLoRA (found.jsonl)
     assert a["matched_fields"] == ["framework", "method", "offload", "quantization"]
-    assert a["cases"] == ["PEFT_DOCS-119", "PEFT_DOCS-122"] + [f"AAI_FSDPQLORA_2403-{n}" for n in (1, 2, 7, 8, 11, 13)]
+    assert a["cases"] == (["PEFT_DOCS-119", "PEFT_DOCS-122"] + [f"AAI_FSDPQLORA_2403-{n}" for n in (1, 2, 7, 8, 11, 13)]
+                          + [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7"])
+    # single-GPU hf QLoRA is measured now (axolotl's 24B QLoRA recipes, ms-swift's bnb script)
+    one = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
+    assert one["measured_path"] and one["cases"] == [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7"]
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     assert lit["measured_path"] and len(lit["cases"]) == 10

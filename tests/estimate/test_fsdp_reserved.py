@@ -12,6 +12,7 @@ from vramfit.estimate.fsdp_reserved import (
     host_wrap_floor,
     replay_wrap,
     sync_buckets,
+    wrap_residue,
     wrap_units,
 )
 from vramfit.estimate.step import compute
@@ -150,9 +151,12 @@ def test_the_estimate_states_the_pools_it_adds():
     r = compute(LLAMA2, e.scenario)
     pool = gradient_pool(r, {p.phase: dict(p.breakdown) for p in e.phases})
     assert pool == sum(v for k, v in dict(e.phases[-1].breakdown).items() if k == "gradients") > 0
-    assert e.peak.reserved_bytes == host_wrap_floor(r) + pool
+    # the step's own figure plus the residue it cannot reuse (estimate/wrap_step.py) is above the floor
+    residue = wrap_residue(r)
+    assert e.peak.reserved_bytes > host_wrap_floor(r) + pool
+    assert residue > 0 and 100 * residue >= e.peak.reserved_bytes
     text = " ".join(e.assumptions)
-    assert "FSDP1 leaves wrapping a model loaded on the CPU" in text
+    assert f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model" in text
     assert 100 * pool >= e.peak.reserved_bytes  # 0.13 GiB of LoRA gradients: over the 1 % note threshold
     assert "0.13 GiB of sharded gradients cached on FSDP's reduce-scatter stream" in text
     assert not any("reduce-scatter stream" in a for a in estimate(_sc(parallelism="ddp")).assumptions)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from vramfit.estimate.framework import LossLayout, profile_for
-from vramfit.estimate.loss import loss_memory, vocab_rows
+from vramfit.estimate.loss import head_calls, loss_memory, vocab_rows
 from vramfit.models import resolve_model
 from vramfit.scenario import Framework, parse_scenario
 
@@ -40,7 +40,25 @@ def test_torchtune_upcasts_in_the_model():
 def test_litgpt_keeps_its_chunked_logits_through_backward():
     m = _loss("litgpt")
     chunk = 128 * 128256  # lm_head_chunk_size=128 tokens
-    assert (m.saved, m.forward_peak, m.backward_peak, m.held) == (4 * TV, 4 * TV, 4 * TV + 4 * chunk, 2 * TV)
+    # Fabric converts the returned chunks to fp32 (held), cross_entropy saves fp32 log_softmax; backward: the fp32
+    # gradients of nll_loss and log_softmax of one chunk and its cast back to bf16
+    assert (m.saved, m.forward_peak, m.backward_peak, m.held) == (8 * TV, 8 * TV, 8 * TV + 10 * chunk, 4 * TV)
+    assert m.saved == 1_050_673_152
+
+
+def test_litgpt_chunks_hold_the_whole_micro_batch():
+    # x.split(128, dim=1): a chunk is micro_batch_size x 128 tokens
+    one, four = _loss("litgpt"), _loss("litgpt", micro_batch_size=4)
+    assert four.backward_peak - four.saved == 4 * (one.backward_peak - one.saved) == 4 * 10 * 128 * 128256
+
+
+def test_litgpt_runs_its_head_once_per_128_token_chunk():
+    sc = parse_scenario({"params": "1B", "method": "lora", "seq_len": 1034, "framework": "litgpt"})
+    assert head_calls(sc, profile_for(Framework.LITGPT)) == 9  # ceil(1034 / 128)
+    assert head_calls(sc, profile_for(Framework.HF)) == 1
+    full = parse_scenario({"params": "1B", "method": "full", "seq_len": 1034, "framework": "litgpt",
+                           "framework_version": "litgpt-2024"})
+    assert head_calls(full, profile_for(Framework.LITGPT, "litgpt-2024")) == 1  # full.py: unchunked logits
 
 
 def test_chunked_loss_over_eight_chunks():

@@ -96,10 +96,13 @@ def test_published_vlm_rows_lie_between_allocated_and_device():
 
     path = Path(__file__).resolve().parents[2] / "benchmarks/data/measured/vlm.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    assert len(rows) == 2
+    assert len(rows) == 3
     for row in rows:
         peak = estimate(row["scenario"]).peak
         assert row["measured"]["metric"] == "unknown" and row["source"]
+        if row["id"] == "MSSWIFT_VLM-3":  # COCO captions, frozen tower: 22 GiB against 18.0 GiB device (README: still off)
+            assert peak.device_bytes < 0.85 * row["measured"]["bytes"]
+            continue
         assert peak.allocated_bytes <= row["measured"]["bytes"] <= peak.device_bytes, row["id"]
 
 

@@ -3,7 +3,8 @@
 Not a test (pytest does not collect it) and not used at run time: it needs torch and
 transformers, which vramfit itself does not. For every catalog entry it builds the real
 transformers model from the stored ``config`` on the meta device (no memory, no download) and
-counts ``sum(p.numel() for p in model.parameters())`` (tied weights counted once). Qwen 1 is a
+counts ``sum(p.numel() for p in model.parameters())`` (tied weights counted once); entries of families
+without a torch-free reader also get the spec read from those modules (``"spec"``). Qwen 1 is a
 remote-code model that transformers does not ship; its count is computed by hand here from the
 published ``modeling_qwen.py`` layout, independently of ``vramfit.models.hf_config``.
 
@@ -53,6 +54,9 @@ def count_transformers(cfg: dict) -> int:
 def main() -> None:
     import transformers
 
+    from vramfit.models.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+    from vramfit.models.spec_data import spec_to_data
+
     data = json.loads(CATALOG.read_text())
     changed = 0
     for entry in data["models"]:
@@ -69,6 +73,8 @@ def main() -> None:
         if old != n or entry.get("published_params_source") != src:
             changed += 1
         entry["published_params"], entry["published_params_source"] = n, src
+        if cfg["model_type"] not in SUPPORTED_MODEL_TYPES:  # read from transformers' modules: stored, torch-free
+            entry["spec"] = spec_to_data(spec_from_hf_config(cfg))
     if "--write" in sys.argv:
         CATALOG.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {CATALOG} ({changed} entries changed)")

@@ -74,8 +74,10 @@ def test_entry_is_complete(entry):
     config = entry["config"]
     assert config["model_type"] and config["architectures"]
     for key in ("hidden_size", "num_attention_heads", "vocab_size"):
-        # multimodal configs (Llama 4) keep the language model's shape in text_config
-        assert key in config or key in config.get("text_config", {}) or config["model_type"] == "bloom", key
+        # multimodal configs (Llama 4) keep the language model's shape in text_config; Gemma 3's lists only
+        # what differs from Gemma3TextConfig's defaults (the reader's _GEMMA3_TEXT_DEFAULTS)
+        assert (key in config or key in config.get("text_config", {})
+                or config["model_type"] in ("bloom", "gemma3")), key
 
 
 def test_required_entries_present():
@@ -119,7 +121,7 @@ def test_search_models():
     assert [e["id"] for e in search_models("LLAMA-2-7B-CHAT")] == ["meta-llama/Llama-2-7b-hf"]
     assert {e["id"] for e in search_models("gemma-3")} == {
         "google/gemma-3-1b-pt", "google/gemma-3-4b-pt", "google/gemma-3-12b-pt",
-        "google/gemma-3-27b-pt",
+        "google/gemma-3-27b-pt", "google/gemma-3-4b-it", "google/gemma-3-12b-it", "google/gemma-3-27b-it",
     }
     assert search_models("falcon") == [BY_ID["tiiuae/falcon-7b"], BY_ID["tiiuae/falcon-40b"]]
     assert search_models("no-such-model-anywhere") == []

@@ -14,13 +14,14 @@ BASE = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "framework": "tor
 
 
 def test_layout_names_round_trip_and_respect_heads_and_nodes():
-    assert parse(name("fsdp", 8, 2)) == ("fsdp", 8, 2, 1, 1) and parse("hsdp") == ("hsdp", 1, 1, 1, 1)
-    assert name("fsdp", 2, 4, 2, 2) == "fsdp+tp2+pp4+vpp2+cp2" and parse("fsdp+tp2+pp4+vpp2+cp2") == ("fsdp", 2, 4, 2, 2)
+    assert parse(name("fsdp", 8, 2)) == ("fsdp", 8, 2, 1, 1, 1) and parse("hsdp") == ("hsdp", 1, 1, 1, 1, 1)
+    assert name("fsdp", 2, 4, 2, 2) == "fsdp+tp2+pp4+vpp2+cp2" and parse("fsdp+tp2+pp4+vpp2+cp2") == ("fsdp", 2, 4, 2, 2, 1)
+    assert name("fsdp", 2, ep=8) == "fsdp+tp2+ep8" and parse("fsdp+tp2+ep8") == ("fsdp", 2, 1, 1, 1, 8)
     spec = resolve_spec(parse_scenario(BASE))[1]  # 64 heads, 8 key/value heads, 80 layers
-    got = {d[1:] for d in layouts_for(16, spec, 4096)}
+    got = {d[1:5] for d in layouts_for(16, spec, 4096)}
     assert {(8, 2, 1, 1), (8, 2, 1, 2), (2, 8, 1, 1), (1, 2, 1, 1)} <= got and (16, 1, 1, 1) not in got  # TP in a node
     assert all(cp == 1 for _, _, cp, _ in got)  # 4k tokens: no context parallel (CP_MIN_SEQ)
-    long = {d[1:] for d in layouts_for(16, spec, 32768)}
+    long = {d[1:5] for d in layouts_for(16, spec, 32768)}
     assert {(1, 1, 8, 1), (2, 1, 4, 1), (4, 2, 2, 2)} <= long  # tp x cp inside the node of 8
     assert not any(tp * cp > 8 for tp, _, cp, _ in long)
 

@@ -69,13 +69,14 @@ def test_full_fine_tuning_plans_span_nodes_with_time_and_cost(model, eff, least)
              dataset_tokens="100M", with_changes=False)
     # without CPU offload the model state needs this many 80 GB cards: 70B 8 B/param x 70.6e9 / 16 = 35 GB of
     # state per rank (32.9 GiB) plus activations; 405B 8 x 405.9e9 / 128 = 25 GB
-    h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none"]
+    # (paged optimizer state lives in host RAM too: those plans need fewer cards)
+    h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none" and "paged" not in p.optimizer]
     assert min(p.num_gpus for p in h100) == least
     multi = [p for p in r.plans if p.num_gpus > 8]
     assert len(multi) >= 20
     for p in multi[:10]:
         assert p.scenario["num_nodes"] == p.num_gpus // 8
-        assert p.hours > 0 and p.cost_usd_low > 0 and p.device_bytes <= p.limit_bytes
+        assert p.hours > 0 and p.cost_usd_low > 0 and p.headroom_bytes >= 0  # paged state may page out
     assert any("whole nodes of 8" in a for a in r.assumptions)
 
 

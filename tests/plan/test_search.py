@@ -142,10 +142,11 @@ def test_planner_variants_are_the_validated_scenarios():
 
 
 def test_plan_search_stays_cheap():
-    """7B full fine-tuning over the catalog: trying every pair takes over 1,100 estimates (4 counts x 36-60
-    settings x 4-7 micro-batches); the search makes a few hundred."""
+    """7B full fine-tuning over the catalog: trying every pair takes over 1,400 estimates (4 counts x 48-78
+    settings, with the paged 8-bit AdamW, x 4-7 micro-batches); the search makes a few hundred (312 before
+    the paged optimizer was searched, 409 with it)."""
     rep = plan(GRID[0][0], effective_batch=64, dataset_tokens="50M", with_changes=False)
-    assert len(rep.plans) > 100 and rep.search_estimates <= 360
+    assert len(rep.plans) > 100 and rep.search_estimates <= 430
     assert math.isfinite(rep.plans[0].tokens_per_s)
 
 

@@ -94,12 +94,14 @@ def _bench():
 def test_benchmark_summary_beats_the_old_model():
     """105 published rows (87 held out): the mechanism model's median and p90 error pass thresholds that
     the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still.
-    Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %."""
+    Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %; before the
+    FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.105 and s["all"]["model"]["p90"] <= 0.48
-    assert s["held_out"]["model"]["median"] <= 0.125 and s["held_out"]["model"]["p90"] <= 0.48
+    assert s["all"]["model"]["median"] <= 0.09 and s["all"]["model"]["p90"] <= 0.36
+    assert s["held_out"]["model"]["median"] <= 0.08 and s["held_out"]["model"]["p90"] <= 0.40
+    assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
     assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
     assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.29
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
@@ -177,8 +179,14 @@ def test_traffic_adds_without_p2p_and_overlaps_with_it():
     # recompute) x 1/2 (ring of 2) = 13.5 GB at 15.75 GB/s (PCIe 4.0 x16 / 2: through host memory) = 0.8557 s,
     # plus the adapters' gradients
     assert geforce.comm_s == pytest.approx(0.8582, rel=1e-3)
-    _, a100 = _speed({**base, "gpu": "a100-80gb-sxm"})
-    assert a100.step_s == pytest.approx(a100.compute_s)  # 300 GB/s per direction: hidden under compute
+    # torchtune's FSDP2 prefetches: 300 GB/s per direction, hidden under compute
+    _, a100 = _speed({**base, "gpu": "a100-80gb-sxm", "framework": "torchtune"})
+    assert a100.step_s == pytest.approx(a100.compute_s)
+    # PEFT's LoRA units nested in FSDP1's layer units under its rate limiter: every gather waits
+    # (tests/plan/test_fsdp_lora_units.py), 13.5 GB at 300 GB/s
+    w, hf = _speed({**base, "gpu": "a100-80gb-sxm"})
+    assert hf.step_s == pytest.approx(hf.compute_s + w.exposed_peer_bytes / 300e9)
+    assert w.exposed_peer_bytes == pytest.approx(6_738_415_616 * 2, rel=0.01)
 
 
 def test_zero3_hooks_add_a_fixed_cost_per_layer_and_micro_batch():

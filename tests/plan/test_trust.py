@@ -67,8 +67,9 @@ def test_seq_len_accepts_a_k_suffix_as_context_lengths_are_named():
 def test_models_search_is_the_and_of_its_words():
     from vramfit.models import search_models
 
-    assert [e["id"] for e in search_models("qwen2.5 32b")] == ["Qwen/Qwen2.5-32B"]
-    assert [e["id"] for e in search_models(["QWEN2.5", "32B"])] == ["Qwen/Qwen2.5-32B"]
+    both = ["Qwen/Qwen2.5-32B", "Qwen/Qwen2.5-VL-32B-Instruct"]  # every word in each, in catalog order
+    assert [e["id"] for e in search_models("qwen2.5 32b")] == both
+    assert [e["id"] for e in search_models(["QWEN2.5", "32B"])] == both
     r = _cli("models", "qwen2.5", "32b")
     assert r.exit_code == 0 and "Qwen/Qwen2.5-32B" in r.stdout and "Qwen/Qwen2.5-7B" not in r.stdout
 

@@ -56,3 +56,16 @@ def _shrink(cfg: dict, layers: int, hidden: int, vocab: int) -> dict:
     if isinstance(cfg.get("sliding_window"), int):
         cfg["sliding_window"] = 4096
     return cfg
+
+
+def titan_llama(folder, layers: int, hidden: int, vocab: int) -> str:
+    """A tiny Llama as torchtitan runs it, written to ``folder``/config.json: torchtitan repeats k/v to every head
+    before SDPA and unties the output layer, so with as many k/v heads as query heads and untied embeddings the
+    transformers model runs the same tensors."""
+    import json
+
+    cfg = tiny("meta-llama/Llama-3.2-1B", layers=layers, hidden=hidden, vocab=vocab)
+    cfg.update(num_key_value_heads=cfg["num_attention_heads"], tie_word_embeddings=False)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)

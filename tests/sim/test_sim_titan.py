@@ -4,10 +4,8 @@ fake tensors for a tiny Llama and compared with the estimator's torchtitan profi
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from simconfigs import tiny
+from simconfigs import titan_llama
 
 from vramfit.estimate import estimate, resolve_spec
 from vramfit.estimate.activations import op_sac_saved
@@ -20,13 +18,7 @@ LAYERS = 2
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> str:
-    cfg = tiny("meta-llama/Llama-3.2-1B", layers=LAYERS, hidden=256, vocab=2048)
-    # torchtitan repeats k/v to every head before SDPA and unties the output layer: with as many k/v heads as
-    # query heads and untied embeddings the transformers model runs the same tensors
-    cfg.update(num_key_value_heads=cfg["num_attention_heads"], tie_word_embeddings=False)
-    path = tmp_path_factory.mktemp("titan") / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
+    return titan_llama(tmp_path_factory.mktemp("titan"), LAYERS, hidden=256, vocab=2048)
 
 
 def _sc(model: str, gc: str) -> dict:

@@ -26,7 +26,7 @@ from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
-from vramfit.scenario import Attention, Method, Precision, Scenario
+from vramfit.scenario import Attention, Method, Precision, Quantize, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
 
@@ -219,8 +219,11 @@ def _lora_input(blk: Block, out: Saved, tag: str, in_key: str, x_bytes: int, wid
         else:
             out.add(tag + ".autocast_in", c * width)
     elif blk.lora_dropout > 0:
-        out.add(tag + ".dropout_mask", width)
-        out.add(tag + ".dropout_out", (ab if profile.lora_casts_input else x_bytes) * width)
+        out.add(tag + ".dropout_mask", width)  # native_dropout's bool mask (CUDA fused dropout)
+        # under autocast lora_A runs in 16 bits and saves autocast's copy of the dropout output, the
+        # (fp32) output itself dies at once (ATen autocast_mode.h: linear/conv1d in AT_FORALL_LOWER_PRECISION_FP)
+        kept = c if blk.dt.autocast else (ab if profile.lora_casts_input else x_bytes)
+        out.add(tag + ".dropout_out", kept * width)
     elif profile.lora_casts_input and ab != x_bytes:
         out.add(tag + ".cast_in", ab * width)
     else:
@@ -239,21 +242,34 @@ def _lora_branches(blk: Block, out: Saved, lin: Linear, ad: Adapter, in_key: str
         tag = "attn_in.lora" if shared else f"{lin.name}.lora{i}"
         _lora_input(blk, out, tag, in_key, in_bytes, tokens * lin.in_features)
         if shared:
-            fused = [x for x in blk.adapters if x.per_layer and x.target in blk.attn_names]
-            out.add(tag + ".a_out", a_out * tokens * rank * sum(x.slices for x in fused))
-            # lit-gpt LoRAQKVLinear.zero_pad scatters lora_B's output with index_copy, whose
-            # backward formula references `source` (derivatives.yaml: expand_as(source)), so
-            # autograd saves that (T, enabled q/k/v width) tensor
-            out.add(tag + ".zero_pad_source", ab * tokens * sum(x.out_features for x in fused))
+            _fused_qkv_lora(blk, out, tag, a_out, tokens)
         else:
             out.add(tag + ".a_out", a_out * tokens * rank * ad.slices)
+
+
+def _fused_qkv_lora(blk: Block, out: Saved, tag: str, a_out: int, tokens: int) -> None:
+    """lit-gpt@8641822 lit_gpt/lora.py LoRAQKVLinear.forward: one lora_A for the enabled q/k/v slices
+    (``after_A``, T x k*r, saved by the conv1d that applies lora_B), then ``zero_pad`` scatters the conv1d
+    output into a zeros tensor of the whole qkv width with ``index_copy``, whose backward formula references
+    ``source`` (derivatives.yaml: ``grad.index_select(dim, index).expand_as(source)``): autograd keeps that
+    (T, enabled width) tensor, in autocast's 16 bits under autocast (conv1d runs in the lower precision).
+    With q, k and v all enabled ``zero_pad`` returns its input: nothing is scattered."""
+    spec = blk.spec
+    fused = [x for x in blk.adapters if x.per_layer and x.target in blk.attn_names]
+    out.add(tag + ".a_out", a_out * tokens * blk.sc.lora_rank * sum(x.slices for x in fused))
+    enabled = sum(x.out_features for x in fused)
+    whole = (spec.num_attention_heads + 2 * spec.num_key_value_heads) * spec.head_dim
+    if enabled < whole:
+        out.add(tag + ".zero_pad_source", a_out * tokens * enabled)
 
 
 def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     spec = blk.spec
     attn_lins = blk.group("attn")
+    # the output projection reads the attention output and comes last in the block (q, k, v, o): searched from
+    # the end, since a square q_proj (a * d == hidden) has the same shape
     o_lin = next(
-        (x for x in attn_lins if x.out_features == spec.hidden_size
+        (x for x in reversed(attn_lins) if x.out_features == spec.hidden_size
          and x.in_features == spec.num_attention_heads * spec.v_dim),
         None,
     )
@@ -427,7 +443,10 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     norm_saved(final, NormSite(spec, profile, sc.compile, T, dt.compute, sc.method is Method.FULL), "final_norm",
                "final_norm.in", dt.residual)
     total = final.total
-    if lm_head_trainable:
+    # the output layer keeps its input when its weight trains, or when it is a 4-bit layer whose matmul saves
+    # its input (bnb <= 0.43.1 MatMul4Bit `ctx.tensors = (A, B)`, with the head quantized: lit-gpt@8641822)
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    if lm_head_trainable or (quantized and profile.qlora_saves_input and profile.qlora_quantizes_lm_head):
         total += dt.compute * T * h
     if sc.attention is Attention.EAGER:
         total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len

@@ -95,6 +95,13 @@ def _replay(events: tuple[int, ...]) -> tuple[int, int]:
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     model = CachingAllocatorModel()
+    run_events(model, events)
+    return model.stats.peak_allocated, model.stats.peak_reserved
+
+
+def run_events(model, events: tuple[int, ...] | list[int]) -> None:
+    """Run :func:`transient_reserved`-style ``events`` on ``model`` (a ``CachingAllocatorModel``, possibly
+    holding blocks already: estimate/wrap_step.py replays the step after the FSDP wrap)."""
     blocks = []
     for ev in events:
         if ev >= 0:
@@ -102,7 +109,6 @@ def _replay(events: tuple[int, ...]) -> tuple[int, int]:
         else:
             model.free(blocks[-ev - 1])
             blocks[-ev - 1] = None
-    return model.stats.peak_allocated, model.stats.peak_reserved
 
 
 def step_transients(r, loss_only: bool = False) -> list[int]:

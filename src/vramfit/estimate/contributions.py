@@ -12,6 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from vramfit.estimate.fsdp2 import (
+    blocks_freed_at_loss,
+    end_of_backward,
+    forward_at_logits,
+    held_reduce_scatter_input,
+    second_lowest_block,
+)
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
@@ -75,23 +82,25 @@ def model_state(step: Step) -> Iterator[Contribution]:
             yield Contribution(name, phase, getattr(p, name))
 
 
-def _block_position(step: Step) -> tuple[int, int, int]:
-    """(gradients, activations, autocast copies) inside the block backward that holds more: the top block's
-    or the lowest's.
+def _block_position(step: Step) -> tuple[int, int, int, int]:
+    """(gradients, activations, autocast copies, FSDP2's communication bytes beyond ``parts.comm_buffers``) inside
+    the block backward that holds more: the top block's or the lowest's.
 
     Top: every block's kept tensors, the output layer's and one block's gradients. Lowest: only its own kept
     tensors (``acts.lowest``) and autocast weight copies (``step.lowest_autocast``), but every gradient made
     so far (``step.lowest_grads``). Both add the same recompute and working set. Going down, each block
     frees what it kept and adds its gradients, so the high point is at one end: the lowest block when a
     block's gradients outweigh what it keeps (full fine-tuning with checkpointing at a few thousand tokens
-    per micro-batch, as the simulator traces it)."""
+    per micro-batch, as the simulator traces it). FSDP2 keeps the unit above's reduce-scatter input through a
+    block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
-           step.parts.autocast_copies)
+           step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:
         return top
-    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast)
-    return lowest if sum(lowest) > sum(top) else top
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
+              held_reduce_scatter_input(step))
+    return max((top, lowest, second_lowest_block(step) or top), key=sum)
 
 
 def gradients(step: Step) -> Iterator[Contribution]:
@@ -110,7 +119,11 @@ def gradients(step: Step) -> Iterator[Contribution]:
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
-    yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
+    end = end_of_backward(step)  # FSDP2: the lowest block's reduce-scatter or the last unit's (estimate/fsdp2.py)
+    if end is not None and end[0]:
+        yield Contribution("gradients", BE, all_grads + root + end[2])
+    else:
+        yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
     yield Contribution("gradients", OPT, all_grads)
 
@@ -122,7 +135,8 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, a.tower + a.tower_recompute)
-    yield Contribution("activations", BE, a.recompute)
+    end = end_of_backward(step)
+    yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
     yield Contribution("autocast_copies", BB, _block_position(step)[2])
@@ -131,7 +145,8 @@ def activations(step: Step) -> Iterator[Contribution]:
 def logits_loss(step: Step) -> Iterator[Contribution]:
     """The loss's tensors; logits a loop keeps (``loss.kept``) stay through backward and the optimizer step."""
     kept = step.loss.kept
-    yield Contribution("logits_loss", F, step.loss.forward_peak)
+    # FSDP2: forward's high point is the logits or a block's all-gathers, not both (estimate/fsdp2.py)
+    yield Contribution("logits_loss", F, 0 if forward_at_logits(step) is False else step.loss.forward_peak)
     yield Contribution("logits_loss", BL, step.loss.backward_peak)
     yield Contribution("logits_loss", BB, kept)
     yield Contribution("logits_loss", BE, step.loss.held + kept)
@@ -144,9 +159,17 @@ def communication(step: Step) -> Iterator[Contribution]:
     after backward; FSDP frozen units gathered at the end of backward are a separate allocation."""
     comm = step.parts.comm_buffers
     gathered = step.parts.weights + step.parts.quantized_base
-    for phase in (F, BL, BB, BV, BT):
+    # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
+    at_loss = comm - blocks_freed_at_loss(step)
+    yield Contribution("comm_buffers", F, at_loss if forward_at_logits(step) else comm)
+    yield Contribution("comm_buffers", BL, at_loss)
+    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
+    for phase in (BV, BT):
         yield Contribution("comm_buffers", phase, comm)
-    yield Contribution("comm_buffers", BE, comm + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
+    # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
+    fsdp2_end = end_of_backward(step)
+    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm
+    yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 
 
@@ -155,10 +178,12 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     partition copies (``step.fetch_copy``): the output layer's is made when it is fetched at the end of forward,
     before the logits exist, so forward's high point is the larger of the two moments."""
     fwd_copy, block_copy = step.fetch_copy
-    yield Contribution("temporaries", F, step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak))
+    at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
+    yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
-    yield Contribution("temporaries", BE, step.block_transient)
+    end = end_of_backward(step)
+    yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)
 
 

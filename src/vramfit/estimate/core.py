@@ -274,6 +274,8 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
             root *= 2
+        if profile.fsdp2:  # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
+            return gathered + root
         return gathered + root - shard(root, sc.shard_group)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         return 2 * layer  # unsharded gradients of the unit being reduce-scattered
@@ -349,18 +351,19 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     return layers * round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
 
 
-def autocast_copies(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
+def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple[int, int]:
     """16-bit weight copies made by autocast: (extra at the end of forward, alive into backward).
 
     Autocast caches the cast of leaf tensors that require grad for the whole autocast region
     (ATen autocast_mode.cpp ``cached_cast``); frozen weights are cast at each use. Either copy is
     kept by the matmul's backward (the input gradient needs the weight) unless the block is
     checkpointed. 4-bit weights are de-quantized by bitsandbytes, never cast by autocast. The
-    output layer's weight is cast even when tied to the embeddings.
+    output layer's weight is cast even when tied to the embeddings; a frozen one once per call when
+    the framework runs it ``head_calls`` times (lit-gpt's 128-token chunks, :func:`loss.head_calls`).
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
-    head = spec.lm_head_params or spec.embedding_params
+    head = (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return 0, 2 * (block + head)
     # checkpointed blocks save nothing; the trainable weights' cached copies live until the forward's

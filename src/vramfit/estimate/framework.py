@@ -121,6 +121,12 @@ class FrameworkProfile:
     # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
     # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
     fsdp1_sync_module_states: bool = False
+    # FSDP (parallelism fsdp) wraps each trainable leaf (every LoRA A and B) as an FSDP1 unit of its own nested in
+    # its decoder layer's unit (peft v0.21.2 utils/other.py fsdp_auto_wrap_policy: lambda_policy_fn;
+    # AnswerDotAI/fsdp_qlora@05ed9f2 train.py get_wrapping_policy), under FSDP1's all-gather rate limiter
+    # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
+    # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
+    fsdp_lora_units_nested: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -129,6 +135,12 @@ class FrameworkProfile:
     # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
     # (bnb <= 0.49, torchao NF4's weight.to(dtype))
     qlora_fused_max_tokens: int = 0
+    # the 4-bit weights were quantized from an fp16 copy, so bitsandbytes de-quantizes them to fp16 and
+    # MatMul4Bit's `.to(A.dtype)` makes a second, bf16 copy under bf16 compute (Lightning@71aed75
+    # fabric/plugins/precision/bitsandbytes.py _Linear4bit._quantize_weight: `weight.contiguous().to(device="cuda",
+    # dtype=torch.half)` then quantize_4bit; bitsandbytes 0.41.1 functional.py quantize_4bit keeps `A.dtype` in the
+    # state, dequantize_4bit allocates `out` in it; autograd/_functions.py MatMul4Bit: dequantize_4bit(B, state).to(A.dtype))
+    qlora_dequant_via_fp16: bool = False
     # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
     # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
     qlora_module_quant_state: bool = False
@@ -217,10 +229,21 @@ class FrameworkProfile:
     # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
     # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
     rope_cache_per_layer: bool = False
+    # parallelism fsdp is FSDP2 fully_shard (torchtune v0.4.0 training/_distributed.py shard_model, torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp): per-parameter gradients copied into one flat reduce-scatter input, blocks
+    # resharded after forward (estimate/fsdp2.py)
+    fsdp2: bool = False
+    # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
+    # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
+    fsdp2_last_block_kept: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
     step_allocation_order: bool = False
+    # the engine runs expert parallelism for mixture-of-experts models (the planner proposes EP degrees):
+    # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
+    # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
+    expert_parallel: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -248,6 +271,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_reduce_in_param_dtype=True,
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
+        fsdp_lora_units_nested=True,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -298,11 +322,23 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_root_gathered=False,
         attn_output_copied=True,
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
+        fsdp2=True,
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
         # build the model in that dtype (training.set_default_dtype) with no fp32 master copy
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
         version="torchtune-0.4",
+        older_versions=(
+            FrameworkVersion(
+                "torchtune-0.1",
+                "torchtune@c69fba18b (2024-04, v0.1) recipes/*_finetune_distributed.py: FSDP1 "
+                "FullyShardedDataParallel(model, auto_wrap_policy=TransformerDecoderLayer (+ each LoRA A/B: "
+                "utils.lora_fsdp_wrap_policy), device_id=..., sync_module_states=True) over the model rank 0 loaded on "
+                "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward",
+                (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp_root_gathered", True)),
+            ),
+        ),
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
@@ -315,6 +351,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_unquantized_fp32=False,
         qlora_saves_input=True,
         qlora_quantizes_lm_head=True,
+        qlora_dequant_via_fp16=True,
         standard_loss=LossLayout.LITGPT_CHUNKED_HEAD,
         torch_optimizer_impl=OptimizerImpl.FOREACH,  # torch v2.1.0 torch/optim/adamw.py: foreach default on CUDA
         # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
@@ -341,6 +378,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 
 PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
+    expert_parallel=True,
     adapters_fp32=False,  # torchtitan trains every weight: no adapters
     lora_casts_input=False,
     lora_dropout_default=0.0,
@@ -362,6 +400,8 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
     fsdp_root_gathered=True,
     mixed_casts_params=True,
+    fsdp2=True,
+    fsdp2_last_block_kept=True,
     compile_scope=CompileScope.BLOCKS,
     # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),

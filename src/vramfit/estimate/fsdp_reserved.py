@@ -45,6 +45,8 @@ another ("Once freed, blocks can be re-allocated on the same stream, but not on 
 
 The host-wrap floor is what 2 and 3 leave reserved before the first forward, plus the gradient pool of 1
 and the persistent bytes the units do not hold (e.g. 4-bit quantization states kept whole on the module).
+The floor binds while the step fits in that residue; the part of the residue the step's tensors are too
+large for stays beside the step's own segments (estimate/wrap_step.py, :func:`wrap_residue`).
 Not modelled: FSDP1's cast of the unsharded gradient to a different ``reduce_dtype`` (none under accelerate's
 policy, which reduces in the parameter dtype: profile ``fsdp_reduce_in_param_dtype``) and its padding copy
 (both on the post-backward stream, freed per unit), ``record_stream``'s deferred frees.
@@ -139,6 +141,13 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    return a.stats.allocated, a.stats.reserved
+
+
+def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
+               shards_to_host: bool, sync_bucket: int) -> None:
+    """Replay :func:`replay_wrap`'s wrap and all-gathers on allocator ``a`` (the step may follow on it)."""
     for tensors in units:
         originals = [a.malloc(n) for n in tensors]
         _broadcast(a, sync_buckets(tensors, sync_bucket) if sync_bucket else [])
@@ -154,7 +163,6 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
         copy = a.malloc(elem * -(-(n // elem) // group), PRE_UNSHARD_STREAM) if shards_to_host else None
         a.malloc(n, UNSHARD_STREAM)
         a.free(copy)
-    return a.stats.allocated, a.stats.reserved
 
 
 def _broadcast(a, buckets: list[int]) -> None:
@@ -200,7 +208,14 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
     floor = host_wrap_floor(r)
-    return max(reserved, floor + pool) if floor else reserved
+    if not floor:
+        return reserved
+    # the residue is a floor for a step that fits in it, and stays beside the step's own segments where the
+    # step's tensors are too large for its blocks (estimate/wrap_step.py); no replay where even the whole
+    # residue beside the step stays under the floor
+    if reserved + residue_bound(r) <= floor + pool:
+        return floor + pool
+    return max(reserved + wrap_residue(r), floor + pool)
 
 
 def fsdp_reserved_notes(r, reserved: int) -> list[str]:
@@ -215,20 +230,23 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
         out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
                    "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
                    "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+    elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
+        out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
+                   "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
+                   f"worked out for micro-batches of {r.sc.seq_len} tokens (how much of it the step reuses depends on "
+                   "its tensors' sizes, so variable-length batches change it); torch.cuda.empty_cache() after "
+                   "wrapping releases it.")
     return out
 
 
 @lru_cache(maxsize=256)
-def _replay_host_wrap(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int, group: int,
-                      host: bool, bucket: int) -> tuple[int, int]:
-    """(shards allocated, reserved with the all-gather segments) of :func:`replay_wrap`: a pure function of
-    the architecture and the scenario keys ``wrap_units`` reads, so it is worked out once per combination
-    (an estimate asks twice: for the figure and for its note)."""
+def _wrap_plan(spec, quantize, method, precision, lora_rank, adapters, adapter_elem: int
+               ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """(units, gathered) of :func:`wrap_units` and :func:`gathered_units`: a pure function of the architecture
+    and the scenario keys ``wrap_units`` reads, so it is worked out once per combination."""
     sc = _WrapKeys(quantize, method, precision, lora_rank)
     units = wrap_units(spec, sc, adapters, adapter_elem)
-    shards, _ = replay_wrap(units, group, precision.param_bytes, (), host, bucket)
-    _, reserved = replay_wrap(units, group, precision.param_bytes, gathered_units(spec, sc, units), host, bucket)
-    return shards, reserved
+    return units, gathered_units(spec, sc, units)
 
 
 class _WrapKeys(NamedTuple):
@@ -240,21 +258,68 @@ class _WrapKeys(NamedTuple):
     lora_rank: int
 
 
-def host_wrap_floor(r) -> int:
-    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
-    (0 where the engine does not: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
+def wrap_args(r) -> tuple | None:
+    """:func:`replay_wrap`'s arguments for this step, the all-gathered units included (None where the engine
+    does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
     sc = r.sc
     if not r.profile.fsdp1_host_wrap or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2:
-        return 0
+        return None
     from vramfit.estimate.framework import adapter_bytes
 
+    units, gathered = _wrap_plan(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
+                                 adapter_bytes(r.profile, sc.precision))
     bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
-    shards, reserved = _replay_host_wrap(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
-                                         adapter_bytes(r.profile, sc.precision), sc.shard_group,
-                                         sc.offload is Offload.OPTIMIZER_PARAMS, bucket)
+    return units, sc.shard_group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket
+
+
+def host_wrap_floor(r) -> int:
+    """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
+    (0 where the engine does not: see :func:`wrap_args`)."""
+    args = wrap_args(r)
+    if args is None:
+        return 0
+    units, group, elem, gathered, host, bucket = args
+    shards, _ = replay_wrap(units, group, elem, (), host, bucket)
+    _, reserved = replay_wrap(units, group, elem, gathered, host, bucket)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 
 
+def residue_bound(r) -> int:
+    """The whole wrap residue (reserved less allocated after the wrap and its all-gathers): the most
+    :func:`wrap_residue` can be."""
+    args = wrap_args(r)
+    if args is None:
+        return 0
+    allocated, reserved = replay_wrap(*args)
+    return reserved - allocated
+
+
+def wrap_residue(r) -> int:
+    """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped.
+    A step is a pure function of its architecture, scenario, card and profile, so the figure is kept per
+    those (an estimate asks twice: for the figure and for its note)."""
+    key = (r.spec, r.sc, r.card, r.profile)
+    if key not in _RESIDUES:
+        if len(_RESIDUES) >= _RESIDUES_KEPT:
+            _RESIDUES.clear()
+        _RESIDUES[key] = _wrap_residue(r)
+    return _RESIDUES[key]
+
+
+_RESIDUES: dict = {}
+_RESIDUES_KEPT = 512  # a bound on the cache, not a memory figure
+
+
+def _wrap_residue(r) -> int:
+    args = wrap_args(r)
+    if args is None:
+        return 0
+    from vramfit.estimate.wrap_step import step_alone, step_program, unreused_residue
+
+    program = step_program(r)
+    return unreused_residue(*args, program, step_alone(r, program))
+
+
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
-           "gathered_units", "sync_buckets"]
+           "gathered_units", "sync_buckets", "build_wrap", "residue_bound", "wrap_args", "wrap_residue"]

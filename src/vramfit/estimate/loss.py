@@ -37,6 +37,17 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     return 2
 
 
+def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:
+    """How many times the output layer runs per micro-batch: once per 128-token chunk under lit-gpt's
+    chunked head (lit-gpt@8641822 lit_gpt/lora.py GPT.forward: ``[self.lm_head(x_i) for x_i in
+    x.split(lm_head_chunk_size, dim=1)]``, chunks along the sequence), else once."""
+    if sc.loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.LITGPT_CHUNKED_HEAD:
+        return 1
+    if profile.full_unchunked_logits and sc.method is Method.FULL:
+        return 1
+    return -(-sc.seq_len // LITGPT_LM_HEAD_CHUNK.value)
+
+
 def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
     """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
     if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
@@ -117,14 +128,8 @@ def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossM
 def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, style: LossLayout,
                          TV: int, lb: int, up: int) -> LossMemory:
     """Logits and cross-entropy without soft-capping (see :func:`loss_memory`)."""
-    if style is LossLayout.LITGPT_CHUNKED_HEAD and profile.full_unchunked_logits and sc.method is Method.FULL:
-        # litgpt@0077627 finetune/full.py: one (B, T, V) logits tensor, held by the loop through backward;
-        # chunked_cross_entropy's 128-token chunks each save their log_softmax (logits dtype); the split's
-        # backward assembles the whole logits gradient at once
-        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
-        saved = 2 * lb * TV
-        return LossMemory(saved, saved, saved + lb * TV + 2 * lb * per,
-                          "litgpt full.py: unchunked logits + chunked_cross_entropy", held=lb * TV)
+    if style is LossLayout.LITGPT_CHUNKED_HEAD:
+        return _litgpt_loss(spec, sc, profile, TV, lb)
     if style is LossLayout.UNSLOTH_FUSED_CE:
         # unsloth_zoo loss_utils.unsloth_fused_ce_loss (called from unsloth@015bdef models/llama.py
         # with target_gb=None): no (T, V) logits; per chunk X_j @ W, fp32 CE and its gradient, the
@@ -134,14 +139,6 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         return LossMemory(grad_in, grad_in, grad_in, "Unsloth fused CE (no logits, chunk sized to free VRAM)")
     if style is LossLayout.APPLE_CCE:
         return _apple_cce(spec, sc)
-    if style is LossLayout.LITGPT_CHUNKED_HEAD:
-        # lm_head in 128-token chunks kept in a list through backward; cross_entropy per chunk in the
-        # logits dtype (no upcast), its log_softmax output saved
-        saved = 2 * lb * TV
-        per = LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
-        return LossMemory(
-            saved, saved, saved + 2 * lb * per, "lit-gpt chunked lm_head + chunked_cross_entropy", held=lb * TV
-        )
     if style is LossLayout.TORCHTUNE_UPCAST_IN_MODEL:
         # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
         # log_softmax output; the recipe deletes the logits before backward
@@ -172,6 +169,28 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     fwd = lb * TV + up * TV + 4 * TV
     bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
     return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")
+
+
+def _litgpt_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, TV: int, lb: int) -> LossMemory:
+    """lit-gpt's loop under Fabric. Fabric hands the model's outputs back in the default dtype, fp32
+    (Lightning@71aed75 fabric/wrappers.py _FabricModule.forward: `output = self._precision.convert_output(output)`;
+    plugins/precision/half.py, amp.py, bitsandbytes.py convert_output: `.to(torch.get_default_dtype())`): the loop
+    holds fp32 logits (the 16-bit ones die once converted) and chunked_cross_entropy, outside the forward's
+    autocast, saves each 128-token chunk's fp32 log_softmax.
+
+    - LoRA (lit-gpt@8641822 finetune/lora.py ``model(input_ids, lm_head_chunk_size=128)``): a list of
+      (B, 128, V) chunks; backward of one chunk: fp32 gradients of nll_loss and log_softmax, then the cast back.
+    - full fine-tuning in litgpt@0077627 finetune/full.py ``logits = model(input_ids)``: one (B, T, V) tensor;
+      the split's backward assembles the whole fp32 logits gradient at once."""
+    per = sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
+    saved = 4 * TV + 4 * TV
+    fwd = max(saved, lb * TV + 4 * TV)  # the logits and their fp32 conversion, then the loss
+    if profile.full_unchunked_logits and sc.method is Method.FULL:
+        return LossMemory(saved, fwd, saved + 4 * TV + 2 * 4 * per,
+                          "litgpt full.py: unchunked logits, fp32 from Fabric, chunked_cross_entropy", held=4 * TV)
+    cast_back = lb * per if lb != 4 else 0  # `.to(fp32)` of fp32 logits is the tensor itself: no cast to undo
+    return LossMemory(saved, fwd, saved + 2 * 4 * per + cast_back,
+                      "lit-gpt chunked lm_head, fp32 outputs from Fabric, chunked_cross_entropy", held=4 * TV)
 
 
 def _apple_cce(spec: ModelSpec, sc: Scenario) -> LossMemory:

@@ -152,7 +152,10 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool,
     used: set[str] = set()
 
     def add(lin: Linear, out: int | None = None) -> None:
-        adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count, layers=lin.layers))
+        # lit-gpt adapts a fused qkv linear as its three slices (lit_gpt/lora.py LoRAQKVLinear with
+        # enable_lora=(True, True, True): lora_A is (3r, in))
+        k = len(_QKV_NAMES) if fuse_qkv_slices and lin.name == spec.fused_qkv else 1
+        adapters.append(Adapter(lin.name, lin.in_features, out or lin.out_features, lin.count, k, layers=lin.layers))
 
     for lin in spec.block_linears:
         if ALL_LINEAR in targets and fused_experts and (

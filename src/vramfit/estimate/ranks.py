@@ -226,7 +226,8 @@ def _comm(step: Step, sc: Scenario, base: Scenario, root_params: int, frac: floa
         t = sc.tensor_parallel
         layer = layer * tp_layer_params(step.spec, t, sc.expert_parallel) // tp_layer_params(step.spec, t)
     root = root_params * base.precision.compute_bytes if step.profile.fsdp_root_gathered else 0
-    return FSDP_INFLIGHT_ALLGATHERS.value * layer + root - shard(root, base.shard_group)
+    # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
+    return FSDP_INFLIGHT_ALLGATHERS.value * layer + root - (0 if step.profile.fsdp2 else shard(root, base.shard_group))
 
 
 def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step:

@@ -31,7 +31,7 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
-from vramfit.estimate.loss import LossMemory, loss_memory
+from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
@@ -154,15 +154,17 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """bnb MatMul4Bit forward/backward: F.dequantize_4bit(B).to(A.dtype) -> one full weight in the
-    compute dtype (+ fp32 absmax when double-quantized) (bitsandbytes autograd/_functions.py:315,346);
-    none while the fused kernel runs (``profile.qlora_fused_max_tokens``)."""
+    compute dtype (+ fp32 absmax when double-quantized) (bitsandbytes autograd/_functions.py:315,346), two
+    when the state's dtype is not the compute dtype; none while the fused kernel runs (``profile.qlora_fused_max_tokens``)."""
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if not quantized or sc.micro_batch_size * sc.seq_len <= profile.qlora_fused_max_tokens:
         return 0
     biggest_q = max(lin.in_features * lin.out_features for lin in spec.block_linears)
     if profile.qlora_quantizes_lm_head:
         biggest_q = max(biggest_q, spec.lm_head_params or spec.embedding_params)
-    return sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
+    # an fp16 de-quantized weight cast to bf16: both copies alive in the `.to` (profile.qlora_dequant_via_fp16)
+    copies = 2 if profile.qlora_dequant_via_fp16 and sc.precision in (Precision.BF16_TRUE, Precision.BF16_MIXED) else 1
+    return copies * sc.precision.compute_bytes * biggest_q + 4 * (-(-biggest_q // BNB_4BIT_BLOCK.value))
 
 
 def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
@@ -277,7 +279,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
     if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, *_DS):
-        autocast_fwd, autocast_kept = autocast_copies(spec, sc)
+        autocast_fwd, autocast_kept = autocast_copies(spec, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(spec, sc)
     loss = loss_memory(spec, sc, profile)
     tb = act.block_backward_transient(spec, sc, profile)

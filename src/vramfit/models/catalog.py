@@ -142,8 +142,18 @@ def resolve_generic(size: str | int, requested: str = "") -> ResolvedModel:
 # ---------------------------------------------------------------------------------- helpers
 @lru_cache(maxsize=256)
 def _catalog_spec(model_id: str) -> ModelSpec:
-    """Specs of catalog entries never change at run time: parse each config once."""
-    return spec_from_hf_config(_index()[model_id.lower()]["config"])
+    """Specs of catalog entries never change at run time: parse each config once. An entry of a family read
+    from transformers' modules carries that reading (``"spec"``, :mod:`vramfit.models.spec_data`), used where
+    torch or transformers are missing: the catalog needs neither."""
+    entry = _index()[model_id.lower()]
+    try:
+        return spec_from_hf_config(entry["config"])
+    except ModelError:
+        if "spec" not in entry:
+            raise
+        from vramfit.models.spec_data import spec_from_data
+
+        return spec_from_data(entry["spec"])
 
 
 def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:

@@ -106,7 +106,7 @@ class _Ctx:
         peer = peer_gbs(g, sc.num_gpus)
         s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
                       peer_gbs=peer, host_gbs=g.host_link_gbs,
-                      card=card_speed(g, peer) if self.mfu is None else None)  # None: the mechanism model
+                      card=card_speed(g, peer, sc.gpus_per_node) if self.mfu is None else None)  # None: the mechanism model
         return 1.0 / s.tokens_per_s
 
     def measure(self, ch: Change) -> Change:

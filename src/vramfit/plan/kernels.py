@@ -29,6 +29,22 @@ GEMM_EFFICIENCY: dict[str, Constant] = {
     "mi300x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS"),
     "mi325x": Constant(0.601, "MAMF / peak", _MAMF + ": MI300X 781.9 of 1300 TFLOPS (MI325X: same CDNA3 compute die)"),
 }
+_TPT = ("zzc0721/torch-performance-test-data database.md (@0785868), torch matmul TFLOPS, the best of 1024^2 to "
+        "10240^2 BF16 (its test.py)")
+GEMM_EFFICIENCY.update({
+    # GeForce cards boost past the clock their spec sheet's peak is computed at: the measured best reaches it
+    "rtx4090": Constant(1.008, "measured / peak", _TPT + ": RTX 4090 24GB rows 170.06, 173.31, 162.39, 163.09 "
+                        "(median 166.6) of 165.2 TFLOPS"),
+    "rtx3090": Constant(1.079, "measured / peak", _TPT + ": RTX 3090 rows 76.34, 76.68, 76.58 (median 76.58) of 71"),
+    "rtx5090": Constant(1.139, "measured / peak", _TPT + ": RTX 5090 32GB rows 236.03, 242.18 (mean 239.1) of 210"),
+    "rtxa6000": Constant(0.797, "measured / peak", _TPT + ": RTX A6000 123.34 of 154.8 TFLOPS"),
+    "l40s": Constant(0.743, "measured / peak", _TPT + ": L40S 269.15 of 362.05 TFLOPS"),
+    "rtx6000ada": Constant(0.743, "measured / peak", _TPT + ": L40S 269.15 of 362.05 TFLOPS",
+                           "no row of its own: the L40S is the same AD102 with 142 SMs, at 350 W against its 300 W"),
+    "rtxpro6000-blackwell": Constant(0.821, "measured / peak", _TPT + ": RTX PRO 6000 Workstation 417.98, Server "
+                                     "Edition 409.42 (mean 413.7) of 504 TFLOPS"),
+    "h200-sxm": Constant(0.799, "measured / peak", _TPT + ": H200 790.29 of 989 TFLOPS (MAMF table: no H200 row)"),
+})
 GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
     "cards without a MAMF measurement get the lowest NVIDIA one",
@@ -65,6 +81,12 @@ LAYER_OVERHEAD_S = {
         "+27 % tokens/s at 2 x 4096 tokens); an eighth of eager, an assumption within the design rows' noise",
     ),
 }
+DECODE_LAYER_OVERHEAD_S = Constant(
+    LAYER_OVERHEAD_S["eager"].value / 4, "s per layer per decode step (transformers generate)",
+    "a quarter of LAYER_OVERHEAD_S['eager']: a training micro-batch dispatches the block's forward, its "
+    "recompute and a backward of about twice the forward's kernels (each linear's input and weight gradients), "
+    "about four forwards; a decode step dispatches one",
+)
 GPTQ_DEQUANT_S_PER_GWEIGHT = Constant(
     0.0126, "s per 10^9 4-bit weights per pass (A100)",
     "design: Qwen-1 1.8B Q-LoRA minus LoRA at seq 256, 512, 1024 (0.4, 0.4, 0.3 s/it; mean 0.367 s over "
@@ -115,9 +137,21 @@ class CardSpeed:
     p2p: bool  # GPU-to-GPU copies overlap with compute
 
 
-def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
+HGX_GPUS_PER_HOST_UPLINK = Constant(
+    2, "GPUs behind one PCIe x16 uplink to the CPU on an SXM (HGX) baseboard",
+    "NVIDIA DGX A100 (developer.nvidia.com/blog/defining-ai-innovation-with-dgx-a100, 'System architecture'): "
+    "four PCIe Gen4 switches for eight A100s, two GPUs and their NICs per switch, one x16 link from each switch "
+    "to the CPU; HGX B200 `nvidia-smi topo -m` shows GPU0/GPU1 PIX to the same NICs (the-dsvolk.github.io "
+    "ai-perf B200 explorer)",
+    "when every GPU of the node moves offloaded or paged state at once, each gets half of the uplink",
+)
+
+
+def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpeed | None:
     """:class:`CardSpeed` of a catalog card; None without a BF16 peak or a memory bandwidth (a user card
-    may omit them: the planner then times it with the utilisation rule, ``throughput.MFU_DEFAULT``)."""
+    may omit them: the planner then times it with the utilisation rule, ``throughput.MFU_DEFAULT``).
+    ``gpus``: GPUs of the run on the node; on SXM baseboards pairs of them share a host uplink
+    (:data:`HGX_GPUS_PER_HOST_UPLINK`), which halves what each moves to and from the host at once."""
     if not g.bf16_tflops or not g.mem_bandwidth_gbs:
         return None
     peak = g.bf16_tflops * 1e12
@@ -126,13 +160,15 @@ def card_speed(g: GPU, peer_gbs: float | None = None) -> CardSpeed | None:
     p2p = g.peer_to_peer  # gpus.csv column peer_to_peer (see NO_P2P_NOTE)
     peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
     bw = g.mem_bandwidth_gbs * 1e9
-    return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9, p2p)
+    share = min(gpus, int(HGX_GPUS_PER_HOST_UPLINK.value)) if "SXM" in g.form_factor else 1  # gpus.csv form_factor
+    return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9 / max(1, share), p2p)
 
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
-SPEED_ERROR_MEDIAN = 0.10
-SPEED_ERROR_P90 = 0.47
-SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): MAMF matmuls, FlashAttention-2, memory-bound ops, "
-                "de-quantization, launch overheads, links, ZeRO-3 prefetch, CPU optimizer, paging; scored by "
+SPEED_ERROR_MEDIAN = 0.09
+SPEED_ERROR_P90 = 0.35
+SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "
+                "ops, de-quantization, launch overheads, links, ZeRO-3 prefetch, FSDP1 rate limiter, CPU optimizer, "
+                "paging, rollout generation; scored by "
                 "benchmarks/throughput.py")

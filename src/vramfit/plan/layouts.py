@@ -63,23 +63,31 @@ CP_MIN_SEQ = 16384
 #: Interleaved 1F1B is tried with torchtitan's default of two model chunks per pipeline rank (v0.3.0
 #: ``distributed/pipeline_parallel.py``: ``stages_per_rank = 1 if is_single_stage_schedule else 2``).
 VIRTUAL_STAGES = 2
+#: Expert-parallel degrees tried for mixture-of-experts models: whole experts per rank (they divide the routed
+#: experts, torchtitan ``moe_sharding.py`` ``Shard(0)`` on the expert dim) over ranks of one node (``ep`` is innermost
+#: in torchtitan's sparse mesh, so such a group's all-to-alls stay on NVLink), borrowed from the ``dp_shard x cp x tp``
+#: ranks (:func:`vramfit.layout_keys.expert_region`).
+EP_DEGREES = (2, 4, 8)
 SEP = "+"
-_PART = re.compile(r"^(tp|pp|vpp|cp)(\d+)$")
+_PART = re.compile(r"^(tp|pp|vpp|cp|ep)(\d+)$")
 
 
 class Degrees(NamedTuple):
-    """A plan's engine parallelism and model-parallel degrees (``vpp``: model chunks per pipeline rank)."""
+    """A plan's engine parallelism and model-parallel degrees (``vpp``: model chunks per pipeline rank; ``ep``: the
+    expert-parallel degree, borrowed from the data-parallel ranks)."""
 
     parallelism: str
     tp: int = 1
     pp: int = 1
     cp: int = 1
     vpp: int = 1
+    ep: int = 1
 
 
-def name(parallelism: str, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1) -> str:
-    """A plan's sharding name with its layout, e.g. ``fsdp+tp8+pp2+vpp2+cp2`` (``fsdp`` alone without one)."""
-    parts = [parallelism] + [f"{k}{d}" for k, d in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp)) if d > 1]
+def name(parallelism: str, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, ep: int = 1) -> str:
+    """A plan's sharding name with its layout, e.g. ``fsdp+tp8+pp2+vpp2+cp2+ep8`` (``fsdp`` alone without one)."""
+    parts = [parallelism] + [f"{k}{d}" for k, d in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep))
+                             if d > 1]
     return SEP.join(parts)
 
 
@@ -108,13 +116,14 @@ def interleaving_pays(tp: int, pp: int, cp: int, tie: float) -> bool:
     return b * (1 - 1 / VIRTUAL_STAGES) / (1 + b) > 1 - 1 / (1 + tie)
 
 
-def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0) -> list[Degrees]:
+def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0, expert_parallel: bool = False) -> list[Degrees]:
     """Layouts for ``n`` GPUs: tp divides the heads and a node, ``tp x cp`` inside a node with ``seq_len`` long
     enough for context parallel (:data:`CP_MIN_SEQ`) and split into ``2 cp`` chunks, a layer per pipeline chunk;
     a pipeline also interleaved (:data:`VIRTUAL_STAGES` chunks per rank) where that can beat ``tie``
     (:func:`interleaving_pays`); on several nodes, layouts without a pipeline also as HSDP (sharded over the
     node's data-parallel ranks, replicated across nodes; with a pipeline the stages already sit on other nodes,
-    and the search stays within its time budget)."""
+    and the search stays within its time budget); with ``expert_parallel`` (the engine runs it) and a
+    mixture-of-experts ``spec``, each also with the expert-parallel degrees of :func:`expert_layouts`."""
     out = []
     node = min(n, GPUS_PER_NODE)
     cps = [c for c in CP_DEGREES if c == 1 or (seq_len >= CP_MIN_SEQ and seq_len % (2 * c) == 0)]
@@ -130,6 +139,39 @@ def layouts_for(n: int, spec: ModelSpec, seq_len: int = 0, tie: float = 0.0) -> 
                     out.append(Degrees("hsdp", tp, pp, cp))
                 if pp > 1 and pp * VIRTUAL_STAGES <= spec.num_hidden_layers and interleaving_pays(tp, pp, cp, tie):
                     out.append(Degrees("fsdp", tp, pp, cp, VIRTUAL_STAGES))
+    return out + (expert_layouts(n, spec.num_experts, out) if expert_parallel and spec.num_experts else [])
+
+
+def runs_expert_parallel(base: Scenario) -> bool:
+    """Whether the scenario's engine runs expert parallelism (its profile's ``expert_parallel``)."""
+    from vramfit.estimate.framework import scenario_profile
+
+    return scenario_profile(base).expert_parallel
+
+
+def plain_expert_parallel(d: Degrees) -> bool:
+    """FSDP or HSDP with expert parallel and no tensor, pipeline or context parallel."""
+    return d.ep > 1 and d.tp * d.pp * d.cp == 1
+
+
+def expert_layouts(n: int, experts: int, dense: list[Degrees]) -> list[Degrees]:
+    """FSDP and HSDP alone and each 1F1B/no-pipeline layout of ``dense``, with the largest expert-parallel degree
+    of :data:`EP_DEGREES` that divides the ``experts``, fits a node and divides the ranks the expert mesh borrows
+    from (torchtitan v0.3.0 ``config/configs.py``: "dp_shard * cp * tp == efsdp * ep").
+
+    One degree per layout keeps the search within its time budget; the largest is the one that can win: what
+    expert parallel saves, the experts gathered per layer and their FSDP ring bytes, shrinks as ``1/ep``, while its
+    all-to-all grows only as ``(ep-1)/ep`` (from 1/2 to 7/8 of the routed tokens, :func:`expert_parallel_work`).
+    Interleaved pipelines are left without: their 1F1B twin with the same degree holds less and is tried."""
+    from vramfit.layout_keys import expert_region
+
+    nodes = max(1, n // GPUS_PER_NODE)
+    bases = [Degrees("fsdp"), *([Degrees("hsdp")] if n > GPUS_PER_NODE else []), *(d for d in dense if d.vpp == 1)]
+    out = []
+    for d in bases:
+        region = expert_region(n, nodes, d.tp, d.pp, d.parallelism == "hsdp")
+        fits = [ep for ep in EP_DEGREES if ep <= min(n, GPUS_PER_NODE) and experts % ep == 0 and region % ep == 0]
+        out += [d._replace(ep=fits[-1])] if fits else []
     return out
 
 
@@ -182,13 +224,38 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
 
 
 def expert_parallel_work(sc: Scenario, mf: ModelFlops, w: Work) -> Work:
-    """``w`` (the run without expert parallel) plus the all-to-all of its routed tokens (module docstring)."""
+    """``w`` (the run without expert parallel) plus the all-to-all of its routed tokens, less the FSDP traffic of
+    the routed experts inside the node (module docstring)."""
     ep, passes = sc.expert_parallel, 4 + (2 if sc.gradient_checkpointing in (Checkpointing.FULL,
                                                                              Checkpointing.OFFLOAD) else 0)
     tokens = sc.micro_batch_size * sc.seq_len / (sc.tensor_parallel * sc.context_parallel)
     moved = passes * (ep - 1) / ep * tokens * mf.routed_elems_per_token * sc.precision.compute_bytes
     return dataclasses.replace(w, ep_bytes=moved * sc.grad_accum / sc.pipeline_parallel,
-                               ep_net=ep > sc.gpus_per_node)
+                               ep_net=ep > sc.gpus_per_node, peer_bytes=w.peer_bytes * _expert_ring_share(sc, mf))
+
+
+def _expert_ring_share(sc: Scenario, mf: ModelFlops) -> float:
+    """The share of the data-parallel ring bytes inside a node left under expert parallel.
+
+    torchtitan v0.3.0 ``distributed/parallel_dims.py`` shards the routed experts with FSDP over the ``efsdp`` mesh,
+    ``dp_shard x cp x tp / ep`` ranks, each holding ``E / ep`` whole experts; without expert parallel every rank
+    gathers its ``1/t`` of every expert over the ``dp_shard x cp`` ranks. A ring moves ``(g-1)/g`` of what it
+    gathers per rank (nccl-tests doc/PERFORMANCE.md), so the experts' share of the bytes is scaled by
+    ``(t/ep) x ((e-1)/e) / ((d-1)/d)`` (``e`` = efsdp, ``d`` = dp_shard x cp), none at all when ``ep`` covers the
+    region. Across nodes the NICs of a node carry every expert's shard either way (``ep`` rings of ``E/ep``
+    experts each), so the network's bytes stay as they are."""
+    from vramfit.layout_keys import expert_region
+
+    if not mf.num_params or not mf.routed_expert_params:
+        return 1.0
+    t, ep = sc.tensor_parallel, sc.expert_parallel
+    region = expert_region(sc.num_gpus, sc.num_nodes, t, sc.pipeline_parallel, sc.shard_scope is ShardScope.NODE)
+    d, e = region // t, region // ep
+    if d <= 1:
+        return 1.0
+    scale = (t / ep) * ((e - 1) / e) / ((d - 1) / d)
+    share = mf.routed_expert_params / mf.num_params
+    return 1.0 - share + share * scale
 
 
 def blocking_seconds(w: Work, peer_bytes_s: float, net: tuple[float, float]) -> float:

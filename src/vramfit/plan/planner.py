@@ -8,7 +8,7 @@ from vramfit.calibration import Calibration
 from vramfit.choices import Generation, Stage
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
-from vramfit.plan import vllm_split
+from vramfit.plan import layouts, vllm_split
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
 from vramfit.plan.evaluate import Evaluator
@@ -79,6 +79,10 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
         out.append(f"{c.optimizer}: bitsandbytes 8-bit AdamW instead of {base.optimizer.value}")
     if c.num_gpus > GPUS_PER_NODE:
         out.append(_nodes_note(g, c, base, num_params))
+    ep = layouts.parse(c.parallelism).ep
+    if ep > 1:
+        out.append(f"expert parallel {ep} (torchtitan expert_parallel_degree): the routed experts split whole over {ep} "
+                   "GPUs of a node, their tokens exchanged by all-to-all")
     if host:
         per = "per node" if c.num_gpus > GPUS_PER_NODE else "for the node"
         node = f" ({host * min(c.num_gpus, GPUS_PER_NODE) / GiB:,.0f} GiB {per})" if c.num_gpus > 1 else ""
@@ -107,7 +111,6 @@ def _nodes_note(g: GPU, c: Config, base: Scenario, num_params: int) -> str:
     net = network_for(base.interconnect, g.gpu_id)
     how = {"hsdp": "HSDP: sharded inside each node, replicated across nodes (FSDP2 2-D mesh / HYBRID_SHARD)",
            "zero3-hpz": "ZeRO-3 with ZeRO++ hpZ (zero_hpz_partition_size 8): backward gathers stay inside the node"}
-    from vramfit.plan import layouts
 
     d = layouts.parse(c.parallelism)
     mp = d.tp * d.pp * d.cp
@@ -336,7 +339,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     r = ev.estimate(**keys, gpu=cls or None)  # same figure as gpu=g: one estimate per estimator class
     sc = r.scenario
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
-    speed = search.speed(c, mb, g)
+    speed = search.speed(c, mb, g, paged=result_paging(r, limit) or 0)  # what pages out on this card
     hours = run_hours(total, speed.tokens_per_s) if (speed and total) else None
     server = search.server_of(g) if search.server_of else 0  # vLLM server cards on the node, paid for too
     billed = billed_gpus(g, c.num_gpus + server)

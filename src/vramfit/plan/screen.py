@@ -28,6 +28,9 @@ from vramfit.plan.verdict import PAGED_COMPONENT
 INTERLEAVED = f"{layouts.SEP}vpp{layouts.VIRTUAL_STAGES}"
 # selective-op (torchtitan) keeps a subset of what selective keeps, more than full
 CKPT_RANK = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}
+# what an optimizer keeps on the card: paged state may all page out (Fig.device excludes it), 8-bit keeps a
+# quarter of AdamW's (other optimizers rank as AdamW: only the same one is ordered against them)
+OPTIMIZER_RANK = {"adamw-8bit": 1, "paged-adamw": 2, "paged-adamw-8bit": 2}
 
 
 class Fig(NamedTuple):
@@ -44,7 +47,11 @@ def saves_more(a, b) -> bool:
     """Whether setting ``a`` saves at least as much device memory as ``b`` in every way (same sharding/offload,
     or ``a`` the 1F1B twin of an interleaved ``b``)."""
     return (_sharding_no_more(a, b) and CKPT_RANK[a.gradient_checkpointing] >= CKPT_RANK[b.gradient_checkpointing]
-            and (a.loss == "fused" or a.loss == b.loss) and ("8bit" in a.optimizer or a.optimizer == b.optimizer))
+            and (a.loss == "fused" or a.loss == b.loss) and (a.optimizer == b.optimizer or _opt_rank(a) > _opt_rank(b)))
+
+
+def _opt_rank(c) -> int:
+    return OPTIMIZER_RANK.get(c.optimizer, 0)
 
 
 def host_no_more(a, b) -> bool:

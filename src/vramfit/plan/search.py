@@ -23,8 +23,9 @@ from vramfit.nodes import network_for
 from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
+from vramfit.plan.paged import PAGED_FOR, paged_state, timing
 from vramfit.plan.rental import needs
-from vramfit.plan.screen import CKPT_RANK, Figures, Screen
+from vramfit.plan.screen import CKPT_RANK, OPTIMIZER_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
 from vramfit.scenario import (
     Checkpointing,
@@ -50,13 +51,13 @@ HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}
 
 def node_keys(num_gpus: int, parallelism: str) -> dict[str, Any]:
     """The scenario keys of a plan's sharding name on ``num_gpus``: whole nodes of :data:`GPUS_PER_NODE`
-    above one node; a layout's tensor, pipeline and context degrees (``fsdp+tp8+pp2+vpp2+cp2``,
+    above one node; a layout's tensor, pipeline, context and expert degrees (``fsdp+tp8+pp2+vpp2+cp2+ep8``,
     :mod:`vramfit.plan.layouts`)."""
     d = layouts.parse(parallelism)
     return {"parallelism": HYBRID.get(d.parallelism, d.parallelism), "num_nodes": max(1, num_gpus // GPUS_PER_NODE),
             "shard_scope": "node" if d.parallelism in HYBRID else "all", "tensor_parallel": d.tp,
             "pipeline_parallel": d.pp, "context_parallel": d.cp, "pipeline_virtual_stages": d.vpp,
-            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b"}
+            "pipeline_schedule": "interleaved-1f1b" if d.vpp > 1 else "1f1b", "expert_parallel": d.ep}
 
 
 class Config(NamedTuple):
@@ -96,7 +97,7 @@ class Config(NamedTuple):
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
-    (FSDP over the remaining ranks, no offload)."""
+    (FSDP over the remaining ranks, no offload; MoE models: EP degrees where the profile runs them)."""
     full = base.method is Method.FULL
     fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
@@ -116,13 +117,17 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW:
         opts.append(Optimizer.ADAMW_8BIT.value)
+    if full and base.framework is not Framework.TORCHTITAN:
+        opts += PAGED_FOR.get(base.optimizer, [])  # torchtitan builds torch.optim optimizers only
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
-    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses]
+    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
+           if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
     if spec is not None and n > 1 and layouts.searched(base):
-        # torchtitan v0.3.0 checkpoints activations with FullAC, SelectiveAC or MemoryBudgetAC
-        # (distributed/activation_checkpoint.py): none offloads them to the host
-        out += [Config(n, layouts.name(*d), "none", c, base.optimizer.value, base.loss.value)
-                for d in layouts.layouts_for(n, spec, base.seq_len, TIE) for c in ckpts if c != "offload"]
+        # torchtitan v0.3.0 offloads no activations (activation_checkpoint.py); FSDP/HSDP + EP: FSDP's savers
+        for d in layouts.layouts_for(n, spec, base.seq_len, TIE, layouts.runs_expert_parallel(base)):
+            k = None if layouts.plain_expert_parallel(d) else 1
+            out += [Config(n, layouts.name(*d), "none", c, o, x) for c in ckpts if c != "offload" for o in opts[:k]
+                    for x in losses[:k]]
     return out
 
 
@@ -187,7 +192,7 @@ class Search:
         return self._configs[n]
 
     def work(self, c: Config, mb: int) -> Work:
-        key = (c[:4], mb)  # optimizer and loss are not timed: one work for the four variants
+        key = (c[:4], mb)  # optimizer and loss are not timed (paging is, in speed()): one work for the variants
         if key not in self._work:
             # the speed model reads only these keys: set them without re-validating the scenario
             nk = node_keys(c.num_gpus, c.parallelism)
@@ -198,19 +203,22 @@ class Search:
                 grad_accum=self.per_gpu(c.num_gpus) // mb * _model_parallel(nk),
                 tensor_parallel=nk["tensor_parallel"], pipeline_parallel=nk["pipeline_parallel"],
                 context_parallel=nk["context_parallel"], pipeline_virtual_stages=nk["pipeline_virtual_stages"],
-                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]),
+                pipeline_schedule=PipelineSchedule(nk["pipeline_schedule"]), expert_parallel=nk["expert_parallel"],
             )
             self._work[key] = step_work(sc, self.mf, self.trainable)
         return self._work[key]
 
-    def speed(self, c: Config, mb: int, g: GPU) -> Speed | None:
+    def speed(self, c: Config, mb: int, g: GPU, paged: int | None = None) -> Speed | None:
+        """The step time of ``c``; paged optimizer state moves as ``paged`` bytes, None: all of it (plan/paged.py)."""
         if not g.bf16_tflops:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
+        if paged is None:
+            paged = paged_state(self.trainable, c) if "paged" in c.optimizer else 0
         return step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3],
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged,
         )
 
     def _link(self, g: GPU, n: int) -> tuple:
@@ -219,13 +227,13 @@ class Search:
         if link is None:
             peer = peer_gbs(g, n)
             net = network_for(self.ev.base.interconnect, g.gpu_id)
-            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer),
+            link = self._links[(g.gpu_id, n)] = (peer, g.host_link_gbs, card_speed(g, peer, min(n, GPUS_PER_NODE)),
                                                  net_rate(peer * 1e9, net.node_bytes_s, net.latency_us))
         return link
 
     def _seconds_per_token(self, c: Config, mb: int, g: GPU) -> float:
         """Seconds per trained token (all GPUs): :func:`throughput.step_time` through :meth:`speed`, memoised."""
-        key = (c[:4], mb, g.gpu_id)  # as in work(): the speed model reads neither optimizer nor loss
+        key = (timing(c), mb, g.gpu_id)  # the speed model reads neither optimizer (but paging) nor loss
         t = self._spt.get(key)
         if t is None:
             s = self.speed(c, mb, g)
@@ -347,16 +355,16 @@ class Search:
         for c in lay.by_comp:
             if pick and comp[c] > pick[1]:
                 break
-            if bound[c[:4]] > band:
+            if bound[timing(c)] > band:
                 continue
-            ref, within = found.get(c[:4], ((), 0.0))
+            ref, within = found.get(timing(c), ((), 0.0))
             if ref is None and within >= band:
                 continue  # its most saving sibling has no micro-batch within the band: neither has c
             ref = ref or ()
-            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[c[:4]])
+            hope = (comp[c], ref[2], ref[0]) if ref else (comp[c], -top, bound[timing(c)])
             if pick and hope + (index[c],) > _tie_break(pick):
                 continue
-            hit = ref if ref and lay.savers[c[:4]] == c else look(c, band)
+            hit = ref if ref and lay.savers[timing(c)] == c else look(c, band)
             if hit and hit[0] <= band and (pick is None or _tie_break(hit) < _tie_break(pick)):
                 pick = hit
         return None if pick is None else (pick[4], -pick[2])
@@ -375,7 +383,7 @@ class Layout:
         self.savers: dict[tuple, Config] = {}
         groups: dict[tuple, Config] = {}
         for c in sorted(allowed, key=self.rank.get):
-            self.savers.setdefault(c[:4], c)
+            self.savers.setdefault(timing(c), c)
             groups.setdefault(c[:3], c)
         self.group_saver = {c: groups[c[:3]] for c in allowed}
 
@@ -386,7 +394,7 @@ def _tie_break(x: tuple) -> tuple:
 
 
 def _saving_rank(c: Config) -> tuple:
-    """Most memory-saving first: offload, checkpointing, fused loss, 8-bit optimizer state."""
+    """Most memory-saving first: offload, checkpointing, fused loss, paged then 8-bit optimizer state."""
     return (-{"none": 0, "optimizer": 1, "optimizer+params": 2}[c.offload],
             -CKPT_RANK[c.gradient_checkpointing],
-            c.loss != "fused", "8bit" not in c.optimizer)
+            c.loss != "fused", -OPTIMIZER_RANK.get(c.optimizer, 0))

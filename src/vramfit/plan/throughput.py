@@ -31,8 +31,16 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
+from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd
 from vramfit.plan.kernels import CardSpeed
-from vramfit.plan.traffic import comm_bytes, split_nodes, zero3_exposed_share, zero3_gather_bytes
+from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
+from vramfit.plan.traffic import (
+    comm_bytes,
+    fsdp_serial_gather_bytes,
+    split_nodes,
+    zero3_exposed_share,
+    zero3_gather_bytes,
+)
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
 
 MFU_DEFAULT = Constant(
@@ -70,6 +78,7 @@ class ModelFlops:
     # "auto" prefetch bucket (:func:`zero3_exposed_share`)
     kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
     routed_elems_per_token: int = 0  # MoE layers x top_k x hidden: what expert parallel's all-to-all moves
+    routed_expert_params: int = 0  # the routed experts' parameters, all layers (expert parallel shards them whole)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -91,25 +100,8 @@ def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
                       spec.num_hidden_layers, elementwise_bytes_per_token(spec), spec.hidden_size,
                       spec.num_key_value_heads * (spec.head_dim + spec.v_dim),
                       max((spec.layers_of(x) for x in spec.block_linears if x.group == "expert"), default=0)
-                      * spec.num_experts_per_tok * spec.hidden_size)
-
-
-def elementwise_bytes_per_token(spec: ModelSpec) -> int:
-    """Bytes the memory-bound ops of one forward move per token (all layers, then the loss).
-
-    Counted from the operations of a transformers decoder block in eager mode (e.g.
-    ``LlamaDecoderLayer``, transformers v4.44): each RMSNorm upcasts to fp32 and runs ~5 kernels
-    (about 40 bytes per element), two residual adds (read 2, write 1 element), RoPE on q and k
-    (read + write), the MLP activation (SiLU then multiply: read 3, write 2 elements of the MLP width,
-    or read 1 write 1 ungated) at 2 bytes per element. The loss reads the bf16 logits, upcasts them and
-    runs log-softmax: about 16 bytes per vocabulary entry per token.
-    """
-    h = spec.hidden_size
-    inter = spec.moe_intermediate_size * max(1, spec.num_experts_per_tok) if spec.num_experts else spec.intermediate_size
-    dq, dkv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
-    norms = 2 * 40 * h
-    elems = 2 * 3 * h + 2 * (dq + dkv) + (5 if spec.gated_mlp else 2) * inter
-    return spec.num_hidden_layers * (norms + 2 * elems) + 16 * spec.vocab_size
+                      * spec.num_experts_per_tok * spec.hidden_size,
+                      sum(x.params * spec.layers_of(x) for x in spec.block_linears if x.group == "expert"))
 
 
 def train_flops_per_token(mf: ModelFlops, method: Method, lora_params: int = 0) -> int:
@@ -167,6 +159,7 @@ class Work:
     pp_net: bool = False
     ep_bytes: float = 0.0  # expert parallel's all-to-all per GPU per step (blocking; plan/layouts.py)
     ep_net: bool = False  # the expert-parallel group spans nodes
+    rollout: Rollout | None = None  # GRPO/PPO: the step's generation (plan/rollout.py), before it trains
 
 
 @dataclass(frozen=True)
@@ -177,8 +170,9 @@ class Speed:
     dequant_s: float  # part of compute_s
     comm_s: float
     host_s: float
-    step_s: float
+    step_s: float  # generate_s included
     tokens_per_s: float  # over all GPUs
+    generate_s: float = 0.0  # GRPO/PPO rollout generation (plan/rollout.py)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -219,25 +213,20 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         share = zero3_exposed_share(sc, mf.hidden_size, mf.quantizable_params / max(1, mf.num_layers))
         inside, across = zero3_gather_bytes(sc, param_bytes)
         mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = share * inside, share * across
+    elif sc.method is not Method.FULL and _lora_units_nested(sc):
+        mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = fsdp_serial_gather_bytes(sc, param_bytes)
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
     return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
-                **mech, net_bytes=net_b, net_hops=hops)
+                **mech, net_bytes=net_b, net_hops=hops, rollout=rollout_work(sc, mf))
 
 
-def _lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
-    """Memory-bound bytes of the adapters in one forward, per token (bf16, 2 bytes per element).
+def _lora_units_nested(sc: Scenario) -> bool:
+    """The framework wraps LoRA adapters as FSDP1 units nested in the layers' units (profile
+    ``fsdp_lora_units_nested``; :func:`traffic.fsdp_serial_gather_bytes`)."""
+    from vramfit.estimate.framework import scenario_profile
 
-    peft ``lora.Linear.forward`` (peft v0.11): ``result + lora_B(lora_A(dropout(x))) * scaling``. Per
-    adapted linear (in -> out) a token reads its input for ``lora_A`` (in elements), and the skinny
-    ``lora_B`` output is written, scaled and added to the base output (about 3 x out); dropout > 0
-    copies the input (read + write, 2 x in). The sum of ``in + out`` over all adapters is the adapter
-    parameter count / rank, so ``(2 + dropout) x lora_params / rank`` elements, a symmetric-shape reading.
-    """
-    if not lora_params or sc.method is Method.FULL:
-        return 0
-    dropout = sc.lora_dropout if sc.lora_dropout is not None else 0.0
-    return 2 * (2 + (1 if dropout > 0 else 0)) * lora_params // sc.lora_rank
+    return sc.parallelism is Parallelism.FSDP and scenario_profile(sc).fsdp_lora_units_nested
 
 
 #: Executed share of the counted attention FLOPs: FlashAttention/SDPA skip the masked half of a causal
@@ -265,7 +254,7 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
                                               Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
-    elem = mf.elem_bytes_per_token_fwd + _lora_bytes_per_token_fwd(sc, lora)
+    elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
             "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
@@ -304,7 +293,17 @@ def step_time(
     across, waits, exposed = _net_seconds(w, net)
     comm += across
     step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
-    return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
+    gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9)
+    return Speed(compute, dequant, comm, host, step + gen, w.tokens_per_step / (step + gen), gen)
+
+
+def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float) -> float:
+    """Rollout seconds of a step (:func:`rollout.rollout_seconds`); 0 without a memory bandwidth."""
+    from vramfit.plan.kernels import DECODE_LAYER_OVERHEAD_S
+
+    if w.rollout is None or not mem_bytes:
+        return 0.0
+    return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value)
 
 
 def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tuple[float, float]:
@@ -368,8 +367,8 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
         step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
     else:
         step = max(compute, stream) + comm - net_waits + host + exposed
-    step += layouts.blocking_seconds(w, c.peer_bytes, net)
-    return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step)
+    step += layouts.blocking_seconds(w, c.peer_bytes, net) + (gen := _generate_seconds(w, c.gemm_flops, c.mem_bytes))
+    return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step, gen)
 
 
 def run_hours(total_tokens: float, tokens_per_s: float) -> float:

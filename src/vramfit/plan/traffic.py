@@ -115,3 +115,25 @@ def split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, la
         return inside, across, 2 * (k - 1) * layers * ga
     per_mb = (gathers + 1) if p in (Parallelism.ZERO3, Parallelism.FSDP) else 2
     return 0.0, peer, (k - 1) * layers * per_mb * ga
+
+
+def fsdp_serial_gather_bytes(sc: Scenario, param_bytes: int) -> tuple[float, float]:
+    """(inside the node, across nodes) bytes of FSDP weight all-gathers per GPU per step that wait on the
+    critical path when LoRA units nest in the decoder layers' units under FSDP1's rate limiter.
+
+    ``_unshard`` waits on the oldest of the last two free events before it issues an all-gather
+    (torch v2.13.0 distributed/fsdp/_runtime_utils.py ``_unshard``: ``_free_event_queue.dequeue_if_needed()``
+    then ``event.synchronize()``; ``_limiter_utils.py`` ``_max_num_inflight_all_gathers = 2``), and every
+    nested LoRA unit records one when it reshards. The last two are the final adapters of the running layer,
+    so the next layer's gather is issued only when that layer's compute is nearly done, and the GPU waits for
+    it: every weight gather of the step adds instead of hiding behind compute (forward and backward alike).
+    """
+    n, k, g, ga = sc.num_gpus, sc.num_nodes, sc.gpus_per_node, sc.grad_accum
+    if sc.parallelism is not Parallelism.FSDP or n == 1:
+        return 0.0, 0.0
+    gathers = weight_gathers(sc)
+    if k <= 1:
+        return gathers * (n - 1) / n * param_bytes * ga, 0.0
+    if sc.shard_scope.value == "node":  # HSDP: shards and gathers inside the node
+        return gathers * (g - 1) / g * param_bytes * ga, 0.0
+    return 0.0, gathers * (n - 1) / n * param_bytes * ga

@@ -118,6 +118,30 @@ class CachingAllocatorModel:
                 block.size += nb.size
         self._insert(block)
 
+    def clone(self) -> CachingAllocatorModel:
+        """A copy to replay on (the estimator replays each step after one cached wrap). Only segments that hold
+        a free block are copied: a fully allocated one is never searched or merged into, and its blocks belong
+        to whoever allocated them; the statistics are copied whole."""
+        new = CachingAllocatorModel()
+        new.stats = ReplayStats(**vars(self.stats))
+        new._next_seg = self._next_seg
+        heads = {}
+        for block in self._blocks.values():
+            while block.prev is not None:
+                block = block.prev
+            heads[(block.seg, block.stream, block.small)] = block
+        for head in heads.values():
+            prev = None
+            while head is not None:
+                copy = _Block(head.seg, head.offset, head.size, head.small, head.stream)
+                copy.free, copy.prev = head.free, prev
+                if prev is not None:
+                    prev.next = copy
+                if copy.free:
+                    new._insert(copy)
+                prev, head = copy, head.next
+        return new
+
     def _insert(self, block: _Block) -> None:
         key = block.key()
         bisect.insort(self._free.setdefault((block.stream, block.small), []), key)

@@ -1,0 +1,194 @@
+"""What FSDP2 (``fully_shard``) does differently from the generic FSDP model, for the profiles that run it
+(``FrameworkProfile.fsdp2``: torchtune, torchtitan).
+
+1. The reduce-scatter input. Each unit's post-backward copies the whole gradients of its parameters into one
+   flat buffer in the reduce dtype and reduce-scatters it into a 1/N output (FSDP2 as of torch 2.4,
+   torch/distributed/_composable/fsdp/_fsdp_collectives.py ``foreach_reduce``): ``reduce_scatter_input =
+   torch.empty((reduce_scatter_input_numel,), dtype=reduce_dtype)``, ``foreach_reduce_scatter_copy_in``
+   (``torch._chunk_cat(unsharded_grads, ..., out=reduce_scatter_input)``), then ``unsharded_grads.clear()``;
+   ``reduce_scatter_input_numel`` sums the gradients padded on dim 0 to a multiple of the world size
+   (``_get_dim0_padded_size``), ``reduce_dtype`` is the MixedPrecisionPolicy's, else the gradient's. From
+   torch 2.5 (pytorch/pytorch#129721, "[FSDP2] Ran reduce-scatter copy-in in default stream", merged
+   2024-06-28) the input is allocated on the default stream and ``FSDPParamGroup.post_backward`` keeps it
+   (``self.comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, ...)``) until the next
+   unit's post-backward drops it, "to overlap up to the current reduce-scatter": one block's input is alive
+   through the next block's backward, and the end of backward holds a unit's whole gradients beside its
+   input. Full fine-tuning only: a LoRA unit's gradients are its adapters', a few MiB. (The default stream
+   reuses the freed input, so it adds nothing reserved beyond these moments.)
+2. Blocks resharded after forward. ``fully_shard(block, reshard_after_forward=True)`` frees each block's
+   unsharded parameters in its post-forward, and the root's post-forward frees the last all-gather result
+   (torch 2.4/2.5 _composable/fsdp/_fsdp_state.py ``_post_forward``: ``self._comm_ctx.all_gather_state = None  # free the
+   all-gather result``); a block is gathered again only when its pre-backward hook fires, i.e. once the
+   gradient of its output exists, after the loss and the output layer's backward (``_register_pre_backward_hook``
+   on the block's outputs). So at the logits and the loss only the root unit is gathered (plus the last block
+   where the framework keeps it, ``fsdp2_last_block_kept``), and forward's high point is either that moment
+   or a block's (two blocks' all-gathers and its de-quantized weight), not both.
+3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
+   (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
+   shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
+   all but its shard (the simulator's torchtitan trace holds both).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.scenario import Method, Parallelism
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+
+def _runs_fsdp2(step: Step) -> bool:
+    sc = step.sc
+    return (step.profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1
+            and not sc.per_rank_layout)  # a model-parallel rank's buffers are its own (estimate/ranks.py)
+
+
+def _padded(numel: int, rows: int, world: int) -> int:
+    """Elements of a ``rows x (numel / rows)`` gradient padded on dim 0 to a multiple of ``world``."""
+    return -(-rows // world) * world * (numel // rows) if rows else numel
+
+
+def _reduce_bytes(step: Step) -> int:
+    """Bytes per element of the reduce dtype: fp32 under a MixedPrecisionPolicy(param_dtype=16-bit,
+    reduce_dtype=fp32) (torchtitan@9dec370 apply_fsdp), else the gradient's dtype (torchtune runs no policy)."""
+    from vramfit.estimate.framework import casts_params
+
+    sc, profile = step.sc, step.profile
+    if casts_params(sc, profile):
+        return sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4
+    return sc.precision.param_bytes
+
+
+def _applies(step: Step) -> bool:
+    """Full fine-tuning under FSDP2 with the step after backward (in-backward steps are not modelled here)."""
+    return _runs_fsdp2(step) and step.sc.method is Method.FULL and not step.sc.optimizer_in_backward
+
+
+def _block_elements(spec, world: int) -> int:
+    """Elements of one block's flat reduce-scatter input (each weight padded on dim 0)."""
+    return sum((_padded(lin.in_features * lin.out_features, lin.out_features, world) + (lin.out_features if lin.bias
+                else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
+
+
+def _units(step: Step) -> tuple[int, int]:
+    """Elements of (one block's, the last unit's) flat reduce-scatter input. The last unit to reduce-scatter is
+    the root (tok_embeddings, final norm, output layer) where those are one unit, else torchtune's
+    tok_embeddings unit (custom_sharded_layers; its output unit reduce-scatters first, right after its backward)."""
+    spec, world = step.spec, step.sc.shard_group
+    embed = _padded(spec.embedding_params, spec.vocab_size, world)
+    if step.profile.fsdp_root_gathered:
+        return _block_elements(spec, world), embed + _padded(spec.lm_head_params, spec.vocab_size, world) + \
+            spec.final_norm_params
+    return _block_elements(spec, world), embed
+
+
+def reduce_scatter_input(step: Step) -> int:
+    """Bytes of the largest unit's flat reduce-scatter input (module docstring, 1); 0 where it does not apply."""
+    if not _applies(step):
+        return 0
+    sizes = (*_units(step), _padded(step.spec.lm_head_params, step.spec.vocab_size, step.sc.shard_group))
+    return round_allocation(max(sizes) * _reduce_bytes(step))
+
+
+def gathered_blocks(step: Step) -> int:
+    """Bytes of the block units' all-gathers in ``parts.comm_buffers`` under FSDP2 (0 elsewhere)."""
+    if not _runs_fsdp2(step):
+        return 0
+    from vramfit.estimate.core import _layer_param_bytes
+
+    layer = _layer_param_bytes(step.spec, step.sc, step.profile)
+    return min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * layer)
+
+
+def blocks_freed_at_loss(step: Step) -> int:
+    """Bytes of the gathered block units in ``parts.comm_buffers`` that are resharded while the logits and the
+    loss are alive (module docstring, 2); 0 outside FSDP2."""
+    blocks = gathered_blocks(step)
+    if not blocks or not step.profile.fsdp2_last_block_kept:
+        return blocks
+    from vramfit.estimate.core import _layer_param_bytes
+
+    return max(0, blocks - _layer_param_bytes(step.spec, step.sc, step.profile))
+
+
+def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
+    """FSDP2 full fine-tuning, the end of backward (module docstring, 1): (whether its high point is the last
+    unit's reduce-scatter rather than the lowest block's, the communication buffers then, the gradients the last
+    unit adds then); None elsewhere.
+
+    The lowest block's post-backward reshards it before ``foreach_reduce`` (``FSDPParamGroup.post_backward``:
+    ``self.reshard()``, then the reduce) and leaves nothing to prefetch: the root stays gathered beside the
+    block's flat input. The last unit (the root, or torchtune's tok_embeddings unit) then reshards too and
+    reduce-scatters its gradients, the embedding's among them (made after the lowest block's backward), while
+    the block's gradients, recompute and working set are gone."""
+    if not _applies(step):
+        return None
+    block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
+    root = step.parts.comm_buffers - gathered_blocks(step)
+    grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
+    at_block = step.block_grads + step.acts.recompute + step.block_transient + root + block
+    return grad + last > at_block, (last if grad + last > at_block else root + block), grad
+
+
+def _grad_bytes(step: Step) -> int:
+    from vramfit.estimate.step import _grad_dtype_bytes
+
+    return _grad_dtype_bytes(step.sc, step.profile)
+
+
+def forward_at_logits(step: Step) -> bool | None:
+    """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
+    where forward adds both (the generic model)."""
+    freed = blocks_freed_at_loss(step)
+    if not freed:
+        return None
+    fwd_copy = step.fetch_copy[0]
+    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
+    return step.loss.forward_peak >= block_moment
+
+
+def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
+    """Bytes a block's backward holds beyond ``parts.comm_buffers`` (module docstring, 1), at the lowest block
+    unless ``top``. The lowest block holds the input of the block above it, and has no block below to prefetch
+    (its pre-backward would prefetch the unit that ran forward before it: the root, gathered already), so one
+    block's all-gather less. The top block holds the output layer's input where that is a unit of its own
+    (torchtune's custom_sharded_layers, ``fsdp_root_gathered`` unset), which replaces the layer's whole
+    gradient (counted as ``step.head_grad``): only a wider reduce dtype adds; a root unit reduce-scatters last.
+    May be negative (a bf16 input smaller than the block's all-gather it stands beside)."""
+    if not _applies(step):
+        return 0
+    world, spec = step.sc.shard_group, step.spec
+    if top:
+        if not spec.lm_head_params or step.profile.fsdp_root_gathered:
+            return 0
+        head = round_allocation(_padded(spec.lm_head_params, spec.vocab_size, world) * _reduce_bytes(step))
+        return max(0, head - step.head_grad)
+    held = round_allocation(_block_elements(spec, world) * _reduce_bytes(step))
+    return held - gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
+    """FSDP2 full fine-tuning: (gradients, activations, autocast copies, communication bytes beyond
+    ``parts.comm_buffers``) at the end of the second-lowest block's backward, before its post-backward; None
+    elsewhere. The high point of the blocks between the top and the lowest (module docstring, 1): the block and
+    the one below it, prefetched, gathered; the input of the block above held; the block's whole gradients
+    made; every block above reduced to its shard (the output layer whole while the root waits, counted in
+    ``step.head_grad``); two blocks' kept tensors."""
+    L = step.spec.num_hidden_layers
+    if not _applies(step) or L < 3 or not step.parts.num_trainable:
+        return None
+    a, p = step.acts, step.parts
+    block_params = _block_elements(step.spec, 1)
+    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if step.head_grad else 0)
+    shards = p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
+    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
+    grads = step.held_grads + shards + step.head_grad + step.block_grads
+    return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
+
+
+__all__ = ["second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
+           "end_of_backward", "forward_at_logits"]

@@ -1,0 +1,43 @@
+"""Memory-bound (elementwise) traffic of a training step per token, split from :mod:`vramfit.plan.throughput`.
+
+What the speed model times at the card's memory bandwidth besides de-quantization: the eager ops of a
+decoder block and the loss, and the LoRA adapters' skinny matmuls and adds.
+"""
+
+from __future__ import annotations
+
+from vramfit.models.spec import ModelSpec
+from vramfit.scenario import Method, Scenario
+
+
+def elementwise_bytes_per_token(spec: ModelSpec) -> int:
+    """Bytes the memory-bound ops of one forward move per token (all layers, then the loss).
+
+    Counted from the operations of a transformers decoder block in eager mode (e.g.
+    ``LlamaDecoderLayer``, transformers v4.44): each RMSNorm upcasts to fp32 and runs ~5 kernels
+    (about 40 bytes per element), two residual adds (read 2, write 1 element), RoPE on q and k
+    (read + write), the MLP activation (SiLU then multiply: read 3, write 2 elements of the MLP width,
+    or read 1 write 1 ungated) at 2 bytes per element. The loss reads the bf16 logits, upcasts them and
+    runs log-softmax: about 16 bytes per vocabulary entry per token.
+    """
+    h = spec.hidden_size
+    inter = spec.moe_intermediate_size * max(1, spec.num_experts_per_tok) if spec.num_experts else spec.intermediate_size
+    dq, dkv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    norms = 2 * 40 * h
+    elems = 2 * 3 * h + 2 * (dq + dkv) + (5 if spec.gated_mlp else 2) * inter
+    return spec.num_hidden_layers * (norms + 2 * elems) + 16 * spec.vocab_size
+
+
+def lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
+    """Memory-bound bytes of the adapters in one forward, per token (bf16, 2 bytes per element).
+
+    peft ``lora.Linear.forward`` (peft v0.11): ``result + lora_B(lora_A(dropout(x))) * scaling``. Per
+    adapted linear (in -> out) a token reads its input for ``lora_A`` (in elements), and the skinny
+    ``lora_B`` output is written, scaled and added to the base output (about 3 x out); dropout > 0
+    copies the input (read + write, 2 x in). The sum of ``in + out`` over all adapters is the adapter
+    parameter count / rank, so ``(2 + dropout) x lora_params / rank`` elements, a symmetric-shape reading.
+    """
+    if not lora_params or sc.method is Method.FULL:
+        return 0
+    dropout = sc.lora_dropout if sc.lora_dropout is not None else 0.0
+    return 2 * (2 + (1 if dropout > 0 else 0)) * lora_params // sc.lora_rank
