@@ -68,3 +68,14 @@ def cross_attention_activations(spec: ModelSpec, lm: Scenario, profile: Framewor
     if lm.gradient_checkpointing is Checkpointing.NONE:
         return n * (per_cross - per_self) + shared, 0
     return shared, per_cross
+
+
+def skipped_layers_bytes(spec: ModelSpec, lm: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """What the cross-attention layers would keep as walked decoder layers, which a text-only step skips
+    (``MllamaTextModel.forward``: ``continue`` when a cross-attention layer has no cross_attention_states)."""
+    quantized = lm.quantize is not Quantize.NONE and lm.method is not Method.FULL
+    if lm.gradient_checkpointing is Checkpointing.NONE:
+        per_layer = sum(round_allocation(v) for v in act.block_saved(spec, lm, profile, adapters, quantized).items.values())
+    else:
+        per_layer = round_allocation(act.block_input_bytes(spec, lm, profile))
+    return spec.vision.cross_attention_layers * per_layer

@@ -105,9 +105,14 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
                          adapters: list[Adapter]) -> tuple[int, int]:
     """(bytes the language model keeps for its images beyond its walked decoder layers, the bytes one of its
     cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
-    (:func:`lm_scenario`). Placeholder models merge the image features into the token embeddings
+    (:func:`lm_scenario`). Without images a cross-attention model's text forward skips those layers: their
+    share of the walked layers is taken back (a negative figure). Placeholder models merge the image features into the token embeddings
     (``masked_scatter``: a new tensor), so under checkpointing with adapters the embedding output, a leaf
     that requires grad (modeling_utils.py ``enable_input_require_grads``), is kept beside it."""
+    if spec.vision is not None and spec.vision.cross_attention and not sc.images_per_sample:
+        from vramfit.estimate.cross_attention import skipped_layers_bytes
+
+        return -skipped_layers_bytes(spec, sc, profile, adapters), 0
     if spec.vision is None or not sc.sees_pixels:
         return 0, 0
     if not spec.vision.cross_attention:
