@@ -39,12 +39,11 @@ def test_mllama_with_an_image_agrees(config_file, method, gc):
 
 
 
-@pytest.mark.parametrize("gc", ["none", "full"])
-def test_text_only_steps_skip_the_cross_attention_layers(config_file, gc):
+@pytest.mark.parametrize(("method", "gc"), [(m, g) for m in ("full", "lora") for g in ("none", "full")])
+def test_text_only_steps_skip_the_cross_attention_layers(config_file, method, gc):
     """Without images MllamaTextModel.forward skips its cross-attention layers: their share of the decoder
-    layers' activations is taken back (LoRA; full fine-tuning still counts gradients and optimizer state
-    for those layers' weights, which get none)."""
-    sc = {"model": config_file(_config()), "method": "lora", "seq_len": 1024, "precision": "bf16-true",
+    layers' activations is taken back, and their weights get no gradient and no optimizer state."""
+    sc = {"model": config_file(_config()), "method": method, "seq_len": 1024, "precision": "bf16-true",
           "gradient_checkpointing": gc}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes

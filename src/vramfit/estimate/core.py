@@ -34,7 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
-from vramfit.estimate.vision import trains_vision, vision_adapters
+from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -113,8 +113,8 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     trainable: list[tuple[ParamTensor, int]] = []
     # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
     frozen_tower = not trains_vision(sc, profile) or not sc.sees_pixels
-    for t in base_tensors(spec):
-        frozen = t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
+    for t, unused in skipped_layers_split(base_tensors(spec), spec, sc):
+        frozen = unused or t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
         if sc.method is Method.FULL and not frozen:
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4

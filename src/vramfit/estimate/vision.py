@@ -17,7 +17,7 @@ import dataclasses
 from vramfit.errors import ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
-from vramfit.estimate.params import Adapter, resolve_adapters
+from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, image_tokens, video_tokens
@@ -99,6 +99,22 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     if pix is None or not trains_vision(sc, profile):
         return 0, 0
     return _tower_activations(spec, sc, profile, adapters, pix)
+
+
+def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
+    """(tensor, never gets a gradient) for every base tensor: a text-only step of a cross-attention model skips
+    its cross-attention layers (MllamaTextModel.forward), whose weights then get no gradient and no optimizer
+    state (torch.optim skips ``grad is None``); their share of each per-layer tensor is split off."""
+    skipped = spec.vision.cross_attention_layers if spec.vision is not None and not sc.images_per_sample else 0
+    out: list[tuple[ParamTensor, bool]] = []
+    L = spec.num_hidden_layers
+    for t in tensors:
+        share = t.count * skipped // L if t.kind in ("linear", "bias") or t.name == "block_norms" else 0
+        if share and t.count % L == 0:
+            out += [(dataclasses.replace(t, count=t.count - share), False), (dataclasses.replace(t, count=share), True)]
+        else:
+            out.append((t, False))
+    return out
 
 
 def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
