@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from vramfit.errors import ScenarioError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec, PositionEncoding
-from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, image_tokens, video_tokens
+from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
 
 
@@ -44,10 +44,14 @@ def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of the scenario's video frames; None without frames."""
     if not sc.frames_per_sample:
         return None
-    if spec.vision is None or spec.model_type not in VIDEO_SUPPORTED:
-        raise ScenarioError("frames_per_sample", f"video frames of model_type {spec.model_type!r} are not modelled; "
-                            f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}", valid=("0",))
-    return video_tokens(spec.vision.image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+    refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "
+               f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}")
+    if spec.vision is None or not has_video_rule(spec.vision.image_config):
+        raise ScenarioError("frames_per_sample", refused, valid=("0",))
+    try:
+        return video_tokens(spec.vision.image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+    except ModelError as exc:  # a video the processor refuses (fewer frames than a temporal patch ...)
+        raise ScenarioError("frames_per_sample", str(exc).removeprefix("model: "), valid=("0",)) from None
 
 
 def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:

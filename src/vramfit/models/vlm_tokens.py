@@ -268,6 +268,11 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     return ImageTokens(grid_t * gh * gw, pads + (2 * grid_t if _is_qwen3(config) else 0), pads)
 
 
+def has_video_rule(config: Mapping) -> bool:
+    """Whether the family of ``config`` (a tower's image config) has a video rule here."""
+    return str(config.get("model_type")) in VIDEO_SUPPORTED
+
+
 def _is_qwen3(config: Mapping) -> bool:
     return str(config.get("model_type")).startswith("qwen3")
 
