@@ -57,6 +57,7 @@ class Activations:
     tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
+    forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
 
     @property
     def total(self) -> int:
@@ -121,6 +122,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
+    # a VLM's image side of the language model (Llama 3.2 Vision's cross-attention layers) beside the walked layers
+    cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
@@ -144,10 +147,12 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     # which the lowest block does not have (profile.offload_ckpt_prefetched)
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
+    blocks, recompute = blocks + cross, max(recompute, cross_recompute)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
-        act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
-        tower, tower_recompute, lowest + tower,
+        act.model_extra_saved(spec, sc, profile, lm_head_trainable),
+        sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
+        tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
     )
 
 

@@ -124,7 +124,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "forward thread")
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, built.compute_dtype, device)
-                with _autocast(built, device):
+                with _autocast(built, device), images.values_kept(built.images):
                     loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
                 loss = loss / scenario.grad_accum
                 del ids, labels, pixels
@@ -135,7 +135,8 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.in_backward = True
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "autograd thread")
-                _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
+                with images.values_kept(built.images):  # a checkpointed block's re-run reads them too
+                    _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
                 del loss
                 tracker.in_backward = False
             _record_grads(tracker, params)
