@@ -273,9 +273,33 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
                        attention_mask=True, output_held=True, stacks=2)
 
 
+# Qwen2VLVisionConfig defaults (transformers v5.24.0 models/qwen2_vl/configuration_qwen2_vl.py)
+_QWEN2_VISION_DEFAULTS = {"depth": 32, "embed_dim": 1280, "hidden_size": 3584, "hidden_act": "quick_gelu",
+                          "mlp_ratio": 4, "num_heads": 16, "patch_size": 14, "spatial_merge_size": 2}
+
+
+def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Qwen2-VL: ``depth`` Qwen2VLVisionBlocks of ``embed_dim`` (LayerNorm norm1/norm2, fused biased qkv and
+    proj, full attention over each image, 2-D rotary positions, VisionMlp fc1 -> quick_gelu -> fc2 of width
+    ``int(embed_dim * mlp_ratio)``), then PatchMerger: LayerNorm ``ln_q`` over ``embed_dim``, merge x merge
+    patches joined, mlp.0 -> GELU -> mlp.2 to ``hidden_size`` (transformers v5.24.0
+    models/qwen2_vl/modeling_qwen2_vl.py Qwen2VisionTransformerPretrainedModel). The parameters are counted
+    from the real modules (models/from_modules.py)."""
+    v = {**_QWEN2_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter = int(v["embed_dim"]), int(int(v["embed_dim"]) * float(v["mlp_ratio"]))
+    block = _encoder_block("qwen2_vl_vision", h, int(v["depth"]), int(v["num_heads"]), (
+        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
+        Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    projector = (Linear("mlp.0", merged, merged, True, "projector"),
+                 Linear("mlp.2", merged, int(v["hidden_size"]), True, "projector"))
+    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector)
+
+
 # towers attached to a spec read from transformers' modules (models/from_modules.py)
 TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower,
-          "mllama": _mllama_tower}
+          "mllama": _mllama_tower, "qwen2_vl": _qwen2_vl_tower}
 
 
 def attach_tower(spec: ModelSpec, config: Mapping) -> ModelSpec:

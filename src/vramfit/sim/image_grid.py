@@ -28,7 +28,7 @@ from vramfit.errors import ModelError
 from vramfit.scenario import Scenario
 
 #: model types fed this way
-GRID_FAMILIES = ("qwen2_5_vl",)
+GRID_FAMILIES = ("qwen2_5_vl", "qwen2_vl")
 #: elements of the largest integer tensor kept as a constant: the micro-batch's ids
 _CONSTANT_LIMIT = 1 << 24
 
@@ -53,6 +53,7 @@ class GridInputs:
     merge: int
     window: int
     patch: int
+    windowed: bool = True  # Qwen2.5-VL's window index; Qwen2-VL attends over each whole image
 
     def batch(self, vocab: int, B: int, S: int, dtype: torch.dtype, device: str
               ) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -65,6 +66,13 @@ class GridInputs:
             ids = torch.tensor([row + text] * B, device=device)
             labels = torch.tensor([[-100] * len(row) + text] * B, device=device)
         kwargs: dict = {}
+        if not self.windowed:
+            # Qwen2VLModel.compute_3d_position_ids refuses a grid without the processor's mm_token_type_ids, and
+            # its get_rope_index builds a tensor from 0-d results fake tensors cannot give; the (3, B, S) int64
+            # positions it returns are passed instead, with text positions as values (the shape is what
+            # memory sees; Qwen2.5-VL's forward, fed no token types, takes text positions too)
+            with constants_kept():
+                kwargs["position_ids"] = torch.arange(S + n, device=device).expand(3, B, -1)
         for m in self.media:
             kwargs.update(self._pixels(m, B, dtype, device))
         return ids, labels, kwargs
@@ -76,18 +84,20 @@ class GridInputs:
         from transformers.vision_utils import get_vision_window_index
 
         grids = [list(m.grid)] * (B * m.count)
+        patches = B * m.count * m.grid[0] * m.grid[1] * m.grid[2]
+        pixels = "pixel_values" if m.modality == "image" else "pixel_values_videos"
+        out = {pixels: torch.empty(patches, self.pixel_width, dtype=dtype, device=device)}
+        with constants_kept():
+            out[f"{m.modality}_grid_thw"] = torch.tensor(grids, device=device)
+        if not self.windowed:  # Qwen2VLModel.get_image_features reads the grid alone
+            return out
         with unset_fake_temporarily():  # outside the fake mode: boolean indexing on real integers
             index, cu_window = get_vision_window_index(torch.tensor(grids), self.merge, self.window, self.patch)
             index, cu_window = index.tolist(), cu_window.tolist()
         with constants_kept():
-            grid = torch.tensor(grids, device=device)
-            window_index = torch.tensor(index, device=device)
-            cu_window_seqlens = torch.tensor(cu_window, dtype=torch.int32, device=device)
-        patches = B * m.count * m.grid[0] * m.grid[1] * m.grid[2]
-        pixels = "pixel_values" if m.modality == "image" else "pixel_values_videos"
-        return {pixels: torch.empty(patches, self.pixel_width, dtype=dtype, device=device),
-                f"{m.modality}_grid_thw": grid, f"{m.modality}_window_index": window_index,
-                f"{m.modality}_cu_window_seqlens": cu_window_seqlens}
+            out[f"{m.modality}_window_index"] = torch.tensor(index, device=device)
+            out[f"{m.modality}_cu_window_seqlens"] = torch.tensor(cu_window, dtype=torch.int32, device=device)
+        return out
 
 
 def grid_inputs(config: dict, sc: Scenario) -> GridInputs:
@@ -110,7 +120,7 @@ def grid_inputs(config: dict, sc: Scenario) -> GridInputs:
         grid = video_grid(config, sc.frames_per_sample, sc.image_height, sc.image_width)
         media.append(Media("video", grid, video.lm_tokens, 1, video_id))
     return GridInputs(tuple(media), start, end, int(vision.get("in_channels", 3)) * t * patch * patch, merge,
-                      int(vision.get("window_size", 112)), patch)
+                      int(vision.get("window_size", 112)), patch, config.get("model_type") == "qwen2_5_vl")
 
 
 @contextlib.contextmanager
