@@ -98,3 +98,15 @@ def test_the_checkpointed_no_grad_mlp_leaves_segments_the_loss_cannot_reuse():
     two = step_transients(_step(**LORA, gradient_checkpointing="full", micro_batch_size=2))
     peak, reserved = transient_reserved(two)
     assert reserved - peak == (1002 + 3 * 112) * MiB
+
+
+def test_hf_qlora_no_grad_mlp_working_set_is_fp32():
+    # HF QLoRA: prepare_model_for_kbit_training leaves the norms fp32 and bitsandbytes' Linear4bit returns its
+    # input's dtype, so the checkpointed MLP's intermediates are fp32: 2048 x 14336 x 4 = 112 MiB each
+    # (`vramfit simulate` on this model shows 448 MiB fp32 `_to_copy`/`add` blocks at 8192 tokens); plain
+    # LoRA stays in bf16, and so does a recipe that skips the upcast (kbit_prepare: no)
+    qlora = _step(**{**LORA, "method": "qlora"}, gradient_checkpointing="full")
+    assert nograd_mlp_bytes(qlora) == 2048 * 14336 * 4 == 112 * MiB
+    assert step_transients(qlora)[:6] == [112 * MiB] * 3 + [-1, -2, -3]
+    no_upcast = _step(**{**LORA, "method": "qlora"}, gradient_checkpointing="full", kbit_prepare="no")
+    assert nograd_mlp_bytes(no_upcast) == 56 * MiB

@@ -182,13 +182,23 @@ def nograd_mlp_bytes(r) -> int:
     the loss, their cached blocks are smaller than the loss's fp32 ``tokens x vocab`` tensors, which then open
     segments of their own (benchmarks/data/measured/README.md, AAI_FSDPQLORA_2403: the reserved figure grows
     past allocated with the micro-batch).
+    Their dtype is the MLP's (as in :func:`vramfit.estimate.activations._mlp_saved`): fp32 under HF QLoRA, where
+    ``prepare_model_for_kbit_training`` leaves the norms fp32 and bitsandbytes' Linear4bit returns its input's dtype
+    (bitsandbytes 0.45.0 nn/modules.py l. 484 ``Linear4bit.forward``: ``bnb.matmul_4bit(...).to(inp_dtype)``; the
+    same in 0.50.2); ``vramfit simulate`` (transformers 5.24) shows these fp32 ``tokens x intermediate_size``
+    blocks cached below the loss's segments (448 MiB each for Llama-3.1-8B at 8,192 tokens).
     """
     from vramfit.choices import Checkpointing
+    from vramfit.estimate.activations import dtypes_for
+    from vramfit.scenario import Method, Quantize
 
     sc, spec = r.sc, r.spec
     if sc.gradient_checkpointing is not Checkpointing.FULL or spec.num_experts:
         return 0
-    return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * sc.precision.compute_bytes
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    fp32_mlp = quantized and r.profile.qlora_unquantized_fp32
+    width = dtypes_for(sc, r.profile).norm_out if fp32_mlp else sc.precision.compute_bytes
+    return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * width
 
 
 def length_variation_note(r, reserved: int, events: list[int] | None = None) -> str | None:
