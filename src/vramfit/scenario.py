@@ -273,7 +273,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "

@@ -93,13 +93,12 @@ def _is_quantized_linear(
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
         return True  # exactly nn.Linear in every tower the readers describe
+    if t.kind == "expert":
+        return experts_quantized(sc, profile)
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:
                 return False  # FalconLinear is not exactly nn.Linear
-        experts = {lin.name for lin in spec.block_linears if lin.group == "expert"} if spec is not None else ()
-        if t.name in experts:
-            return experts_quantized(sc, profile)
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 
@@ -362,7 +361,7 @@ def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple
     the framework runs it ``head_calls`` times (lit-gpt's 128-token chunks, :func:`loss.head_calls`).
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
+    block = 0 if quantized else sum(x.weight_params * spec.layers_of(x) for x in spec.block_linears)
     head = (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return 0, 2 * (block + head)

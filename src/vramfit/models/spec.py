@@ -116,6 +116,10 @@ class ModelSpec:
     parallel_attn_mlp: bool = False  # Falcon / Phi-1.5 / Phi-2 / GPT-NeoX style parallel residual
     num_experts: int = 0  # 0 = dense
     num_experts_per_tok: int = 0
+    # every expert runs every token, scaled by its router score (zero where not routed): transformers
+    # v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward repeats the tokens num_experts times
+    # and Llama4TextExperts runs one bmm over the (experts, tokens, hidden) block
+    experts_run_every_token: bool = False
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
@@ -216,6 +220,11 @@ class ModelSpec:
             + self.lm_head_params
             + self.vision_params
         )
+
+    @property
+    def expert_rows_per_token(self) -> int:
+        """Rows each token adds to the expert path's tensors (MoE only)."""
+        return self.num_experts if self.experts_run_every_token else self.num_experts_per_tok
 
     @property
     def active_params_per_token(self) -> int:

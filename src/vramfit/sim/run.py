@@ -242,12 +242,14 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
       position ids, assumes packed sequences and builds a 4-D mask; the simulated batch is one unpadded,
       unpacked sequence per row (positions 0..seq_len-1), for which it returns ``None`` and SDPA runs
       with ``is_causal`` and no mask.
-    - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` (integrations/moe.py
-      ``_can_use_grouped_mm``), whose kernel takes bf16 only; fp32 expert weights (``-mixed``, QLoRA's fp32
-      cast) take the library's ``grouped_mm_fallback`` op instead. Both save the same tensors and return one
-      ``[tokens x top_k, out]`` tensor.
+    - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` for every expert dtype
+      (integrations/moe.py ``_can_use_grouped_mm``); the op's fake kernel takes bf16 only, so fp32 expert
+      weights (``-mixed``, QLoRA's fp32 cast) run :func:`~vramfit.sim.cuda_emulation.grouped_mm_as_on_cuda`,
+      which keeps the op's autograd (no input saved, no weight gradient made for frozen experts).
     """
     import sys
+
+    from vramfit.sim.cuda_emulation import grouped_mm_as_on_cuda, patched
 
     patches = []
     if fake:
@@ -260,9 +262,8 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
             if name.startswith("transformers.models.") and hasattr(mod, "torch_compilable_check"):
                 patches.append((mod, "torch_compilable_check", lambda *args, **kwargs: None))
         moe = sys.modules.get("transformers.integrations.moe")
-        if moe is not None and hasattr(moe, "_can_use_grouped_mm"):
-            patches.append((moe, "_can_use_grouped_mm", lambda input, weight, offs: weight.dtype == torch.bfloat16))
-    from vramfit.sim.cuda_emulation import patched
+        if moe is not None and hasattr(moe, "_grouped_mm"):
+            patches.append((moe, "_grouped_mm", grouped_mm_as_on_cuda))
 
     with patched(patches):
         yield
