@@ -38,16 +38,20 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
     return rm.id, rm.config, rm.origin, tuple(rm.notes), rm.spec.num_params
 
 
+# FSDP2 fully_shard with reshard_after_forward True (fsdp) or False (fsdp-grad-op), sim/fsdp.py
+_FSDP = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+
+
 def _check(sc: Scenario) -> None:
     from vramfit.sim.stages import check
 
     check(sc)
-    if sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
-        raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2 full shard; {sc.parallelism.value} "
-                            "is estimator-only", ["none", "fsdp"])
-    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP):
+    if sc.num_gpus > 1 and sc.parallelism not in _FSDP:
+        raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2; {sc.parallelism.value} "
+                            "is estimator-only", ["none", "fsdp", "fsdp-grad-op"])
+    if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *_FSDP):
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
-                            ["none", "fsdp"])
+                            ["none", "fsdp", "fsdp-grad-op"])
     if sc.offload.value != "none":
         raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
     if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
@@ -143,7 +147,7 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
     report("building")
     built = build_model(config, sc, depth)
     reference = _reference_copy(config, sc, depth)
-    if sc.parallelism is Parallelism.FSDP:
+    if sc.parallelism in _FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
         with fake_process_group(sc.num_gpus):
@@ -225,4 +229,4 @@ def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], nu
     )
     top = tuple(SimTensor(t.bytes, t.shape, t.dtype, t.component, t.where, t.op) for t in s.top.get(label, []))
     return SimulationResult(est, tuple(s.timeline.items()), top, depths, full, label, seconds,
-                            world_size=sc.num_gpus if sc.parallelism is Parallelism.FSDP else 1)
+                            world_size=sc.num_gpus if sc.parallelism in _FSDP else 1)
