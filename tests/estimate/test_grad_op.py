@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from vramfit.estimate import estimate
-from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.core import comm_buffers, model_state
 from vramfit.estimate.framework import scenario_profile
 from vramfit.estimate.state import quantized_weight_bytes
@@ -90,8 +89,8 @@ def test_qlora_keeps_the_gathered_frozen_quantized_base():
     root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * 2
     if profile.qlora_unquantized_fp32:
         root *= 2
-    assert comm_buffers(spec, sc, profile, parts) == spec.num_hidden_layers * block + root + 2 * block
-    assert round_allocation(block) > 0
+    # no block-sized gradient buffers: a LoRA unit reduce-scatters its adapters' gradients only
+    assert comm_buffers(spec, sc, profile, parts) == spec.num_hidden_layers * block + root
     phases = _phases(_sc(framework="hf", method="qlora", quantize="nf4", parallelism="fsdp-grad-op"))
     full = _phases(_sc(framework="hf", method="qlora", quantize="nf4", parallelism="fsdp"))
-    assert phases["backward-loss"] > full["backward-loss"] + (spec.num_hidden_layers - 2) * block
+    assert phases["backward-loss"] > full["backward-loss"] + (spec.num_hidden_layers - 3) * block

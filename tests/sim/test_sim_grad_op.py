@@ -48,16 +48,24 @@ def llama8(tmp_path_factory) -> str:
     return titan_llama(tmp_path_factory.mktemp("gradop8"), 8, hidden=2048, vocab=2048)
 
 
-@pytest.mark.parametrize("framework,extra", [("torchtitan", {}), ("hf", {"precision": "bf16-mixed"}), ("hf", {}),
-                                             ("hf", {"method": "lora"})])
+@pytest.mark.parametrize("framework,extra", [("torchtitan", {}), ("hf", {"precision": "bf16-mixed"}), ("hf", {})])
 def test_the_peak_on_eight_gpus_follows_the_kept_gathered_blocks(llama8, framework, extra):
-    """8 blocks on 8 GPUs: the shards are small and the kept bf16 copies make the peak. Traced: 1.44, 1.40, 1.14 and
-    1.00 GB; estimated +1.0, +4.0, +4.0 and +1.5 % (before, with the unsharded copies missing or counted as
-    persistent weights: -31, 0 (autocast copies stood in for them), +9.7 and -5.5 %)."""
+    """8 blocks on 8 GPUs: the shards are small and the kept bf16 copies make the peak. Traced: 1.44, 1.40 and
+    1.14 GB; estimated +1.0, +4.0 and +4.0 % (before, with the unsharded copies missing or counted as persistent
+    weights: -31, 0 (autocast copies stood in for them) and +9.7 %)."""
     sc = {"model": llama8, "framework": framework, "method": "full", "num_gpus": 8, "parallelism": "fsdp-grad-op",
           "seq_len": 256, "gradient_checkpointing": "full", "attention": "flash" if framework == "torchtitan" else "sdpa",
           **extra}
     sim = simulate(sc, layers=8).result
     est = estimate(sc)
     assert est.peak.allocated_bytes == pytest.approx(sim.peak.allocated_bytes, rel=0.05)
-    assert _forward(est) == pytest.approx(_forward(sim), rel=0.02)
+    assert _forward(est) == pytest.approx(_forward(sim), rel=0.01)
+
+
+def test_qlora_keeps_every_gathered_4bit_block_to_the_end_of_forward(llama8):
+    """The frozen 4-bit base is kept gathered just the same; the adapters' gradients need no block-sized reduce
+    buffer. Forward traced 320.7 MB, estimated -0.7 % (it read +14 % with two block-sized gradient buffers)."""
+    sc = {"model": llama8, "framework": "hf", "method": "qlora", "quantize": "nf4", "num_gpus": 8,
+          "parallelism": "fsdp-grad-op", "seq_len": 256, "gradient_checkpointing": "full"}
+    sim = simulate(sc, layers=8).result
+    assert _forward(estimate(sc)) == pytest.approx(_forward(sim), rel=0.01)

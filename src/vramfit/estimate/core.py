@@ -282,9 +282,10 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         # flat parameter after forward only for RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES (FULL_SHARD, HYBRID_SHARD;
         # _runtime_utils.py _post_forward_reshard) and after backward when gradients sync (_should_free_in_backward).
         # Each gathered copy is a buffer of its own beside the shard (state.sharding_for), in the compute dtype
-        # (quantized for a QLoRA base); a frozen unit is kept just the same. Plus the unsharded gradients of the unit
-        # being reduce-scattered.
-        return spec.num_hidden_layers * layer + _root_gathered_bytes(spec, sc, profile) + 2 * layer
+        # (quantized for a QLoRA base); a frozen unit is kept just the same. Plus, in full fine-tuning, the unsharded
+        # gradients of the unit being reduce-scattered (a LoRA unit's gradients are its adapters', a few MiB)
+        grads = 2 * layer if sc.method is Method.FULL else 0
+        return spec.num_hidden_layers * layer + _root_gathered_bytes(spec, sc, profile) + grads
     return 0
 
 
