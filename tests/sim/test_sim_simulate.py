@@ -150,7 +150,7 @@ def test_fsdp_full_shard_splits_model_state(llama):
 
 def test_unsupported_parallelism_is_a_clear_error(llama):
     with pytest.raises(ScenarioError, match="estimator-only"):
-        simulate({"model": llama, "num_gpus": 2, "parallelism": "zero2"})
+        simulate({"model": llama, "num_gpus": 2, "parallelism": "fsdp-grad-op"})
 
 
 def test_layers_argument(llama):

@@ -133,7 +133,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
 def activations(step: Step) -> Iterator[Contribution]:
     """Saved tensors and autocast weight copies, consumed by backward."""
     a, kept = step.acts, step.parts.autocast_copies
-    yield Contribution("activations", F, a.total)
+    yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, a.tower + a.tower_recompute)

@@ -34,7 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
-from vramfit.estimate.vision import trains_vision, vision_adapters
+from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -93,13 +93,12 @@ def _is_quantized_linear(
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
         return True  # exactly nn.Linear in every tower the readers describe
+    if t.kind == "expert":
+        return experts_quantized(sc, profile)
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:
                 return False  # FalconLinear is not exactly nn.Linear
-        experts = {lin.name for lin in spec.block_linears if lin.group == "expert"} if spec is not None else ()
-        if t.name in experts:
-            return experts_quantized(sc, profile)
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 
@@ -112,9 +111,9 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []
     # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
-    frozen_tower = not trains_vision(sc, profile) or not sc.images_per_sample
-    for t in base_tensors(spec):
-        frozen = t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
+    frozen_tower = not trains_vision(sc, profile) or not sc.sees_pixels
+    for t, unused in skipped_layers_split(base_tensors(spec), spec, sc):
+        frozen = unused or t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
         if sc.method is Method.FULL and not frozen:
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4
@@ -202,7 +201,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
             if ds_mixed:
                 p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
-            if not (ad.vision and not sc.images_per_sample):  # a tower that sees no image: no gradient
+            if not (ad.vision and not sc.sees_pixels):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
     if sc.parallelism is Parallelism.ZERO3 and ds_mixed and not shd.optimizer_on_host:
@@ -378,7 +377,7 @@ def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple
     the framework runs it ``head_calls`` times (lit-gpt's 128-token chunks, :func:`loss.head_calls`).
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
+    block = 0 if quantized else sum(x.weight_params * spec.layers_of(x) for x in spec.block_linears)
     head = (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return 0, 2 * (block + head)

@@ -30,6 +30,9 @@ _COMPONENT_INFO = {
 }
 
 
+_ZERO = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+
+
 def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
     """(model id, config.json dict, origin, notes, num_params) for a scenario."""
     from vramfit.models.catalog import resolve_generic, resolve_model
@@ -46,12 +49,17 @@ def _check(sc: Scenario) -> None:
     from vramfit.sim.stages import check
 
     check(sc)
-    if sc.num_gpus > 1 and sc.parallelism not in _FSDP:
-        raise ScenarioError("parallelism", f"the simulator runs one GPU or FSDP2; {sc.parallelism.value} "
-                            "is estimator-only", ["none", "fsdp", "fsdp-grad-op"])
-    if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *_FSDP):
+    if sc.parallelism in _ZERO:  # DeepSpeed's own engine on fake tensors (sim/deepspeed_zero.py)
+        from vramfit.sim.deepspeed_zero import check as check_zero
+
+        check_zero(sc)
+    elif sc.num_gpus > 1 and sc.parallelism not in _FSDP:
+        raise ScenarioError("parallelism", f"the simulator runs one GPU, FSDP2 (full shard or grad-op) or DeepSpeed "
+                            f"ZeRO; {sc.parallelism.value} is estimator-only",
+                            ["none", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"])
+    if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *_FSDP) and sc.parallelism not in _ZERO:
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
-                            ["none", "fsdp", "fsdp-grad-op"])
+                            ["none", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"])
     if sc.offload.value != "none":
         raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
     if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
@@ -147,7 +155,11 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
     report("building")
     built = build_model(config, sc, depth)
     reference = _reference_copy(config, sc, depth)
-    if sc.parallelism in _FSDP:
+    if sc.parallelism in _ZERO:
+        from vramfit.sim.deepspeed_zero import run_deepspeed
+
+        step = run_deepspeed(built, sc, progress=report, workspaces=workspaces_for(sc))
+    elif sc.parallelism in _FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
         with fake_process_group(sc.num_gpus):
@@ -229,4 +241,4 @@ def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], nu
     )
     top = tuple(SimTensor(t.bytes, t.shape, t.dtype, t.component, t.where, t.op) for t in s.top.get(label, []))
     return SimulationResult(est, tuple(s.timeline.items()), top, depths, full, label, seconds,
-                            world_size=sc.num_gpus if sc.parallelism in _FSDP else 1)
+                            world_size=sc.num_gpus if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP) else 1)

@@ -94,8 +94,8 @@ def _storages(t: torch.Tensor) -> list[tuple[torch.UntypedStorage, torch.Tensor]
             if isinstance(inner, torch.Tensor):
                 out.extend(_storages(inner))
         return out
-    if t.layout is not torch.strided:
-        return []
+    if t.layout is not torch.strided or t.device.type == "meta":  # meta tensors hold no memory (DeepSpeed's
+        return []  # ZeRO-1/2 keeps meta copies of its parameters: stage_1_and_2.py round_robin_bit16_meta)
     return [(t.untyped_storage(), t)]
 
 

@@ -1,0 +1,274 @@
+"""HF Trainer + DeepSpeed ZeRO on fake tensors: the real ``deepspeed.initialize`` engine, rank 0 of ``num_gpus``.
+
+DeepSpeed (tested with 0.19.8) runs on its CPU accelerator (``DS_ACCELERATOR=cpu``) over PyTorch's fake
+process group (:func:`vramfit.sim.fsdp.fake_process_group`), with every parameter, gradient, flat buffer
+and optimizer state a fake tensor that the tracker books. What runs is DeepSpeed's own code: ZeRO-1/2
+flattening the 16-bit parameters and copying this rank's fp32 partition (``stage_1_and_2.py``), the IPG
+gradient buckets of ``reduce_bucket_size`` (two with ``overlap_comm``), ZeRO-3's parameter partitioning,
+gather/release under ``stage3_max_live_parameters`` with the prefetch bucket and persistence threshold
+(``stage3.py``, ``partitioned_param_coordinator.py``), and the step's fp32 gradient partitions. The HF
+Trainer side follows transformers 5.24.0 ``integrations/deepspeed.py``: the config's "auto" values as
+``trainer_config_finalize`` fills them (here through :func:`vramfit.estimate.deepspeed.resolve`), the
+Trainer's own optimizer passed to the engine when the config has no ``optimizer`` section
+(``deepspeed_optim_sched``), no autocast (accelerate 1.15.0 accelerator.py leaves ``native_amp`` off for
+``DistributedType.DEEPSPEED``; the engine casts the module to bf16/fp16 itself), and per micro-batch
+``engine.backward(loss)`` then ``engine.step()`` (accelerate ``DeepSpeedEngineWrapper.backward``).
+
+Four things DeepSpeed does that a one-process fake run cannot, each replaced with what a real run does:
+
+- ``.item()`` on a fake tensor has no value (``aten._local_scalar_dense``): :class:`ScalarValues` answers
+  "no overflow" (bool/int flags: ``has_overflow``, ``is_invalid_grad_norm``) and 1.0 for floats (the
+  optimizer step count, the grad norm): a step that is taken, as in a run without overflow.
+- ``DeepSpeedEngine`` moves the module with ``module.to(device)``, which for fake parameters always goes
+  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is already there, so it gets
+  ``dont_change_device=True`` (its own constructor argument).
+- ZeRO-3's ``assert_ints_same_as_other_ranks`` checks that ranks agree on the module order by
+  broadcasting from rank 0 and reading the values back; on one process rank 0 compares with itself.
+- The CPU accelerator's shared-memory collective kernel (``build_shm_op``) is compiled at backend
+  start; the fake process group never calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from vramfit.choices import Framework, Offload, Parallelism, Precision
+from vramfit.errors import ScenarioError
+from vramfit.scenario import Scenario
+
+STAGES = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}
+#: the engine holds the module in bf16/fp16 with an fp32 master partition for "-true" and "-mixed" alike (HF
+#: TrainingArguments bf16/fp16 -> the config's "bf16"/"fp16" "auto"): both precisions run the same engine
+_BF16 = (Precision.BF16_MIXED, Precision.BF16_TRUE)
+_FP16 = (Precision.FP16_MIXED, Precision.FP16_TRUE)
+MAX_GRAD_NORM = 1.0  # HF TrainingArguments.max_grad_norm default -> DeepSpeed "gradient_clipping" ("auto")
+
+
+def check(sc: Scenario) -> None:
+    """What the DeepSpeed path of the simulator runs; one line naming the field otherwise."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ScenarioError("parallelism", f"simulating {sc.parallelism.value} runs DeepSpeed itself: install it "
+                            "(pip install 'vramfit[export]'), or simulate without ZeRO", ["none", "fsdp"])
+    if sc.framework is not Framework.HF:
+        raise ScenarioError("framework", "the simulator runs DeepSpeed ZeRO under the HF Trainer", ["hf"])
+    if sc.offload is not Offload.NONE:
+        raise ScenarioError("offload", "ZeRO CPU offload steps DeepSpeedCPUAdam, a compiled op; the simulator runs "
+                            "ZeRO without offload (the estimator models offload)", ["none"])
+    if sc.shard_scope.value != "all":  # ZeRO++ hpZ (zero_hpz_partition_size) is not passed to the engine
+        raise ScenarioError("shard_scope", "the simulator runs ZeRO over every rank; ZeRO++ hpZ is estimator-only",
+                            ["all"])
+    if sc.optimizer_in_backward:
+        raise ScenarioError("optimizer_in_backward", "DeepSpeed steps its own optimizer after backward", ["false"])
+
+
+def ds_config(sc: Scenario, hidden_size: int) -> dict[str, Any]:
+    """The DeepSpeed config the engine gets: the scenario's zero_optimization keys with "auto" resolved as
+    the HF Trainer resolves them (the same :func:`vramfit.estimate.deepspeed.resolve` the estimator uses)."""
+    from vramfit.estimate.deepspeed import resolve
+
+    stage = STAGES[sc.parallelism]
+    z = resolve(sc.deepspeed_config, hidden_size, stage)
+    zero = {"stage": stage, "reduce_bucket_size": z.reduce_bucket_size,
+            "allgather_bucket_size": z.allgather_bucket_size, "overlap_comm": z.overlap_comm,
+            "contiguous_gradients": z.contiguous_gradients, "sub_group_size": z.sub_group_size,
+            "stage3_prefetch_bucket_size": z.prefetch_bucket_size,
+            "stage3_param_persistence_threshold": z.persistence_threshold,
+            "stage3_max_live_parameters": z.max_live_parameters,
+            "stage3_max_reuse_distance": z.max_reuse_distance,
+            "memory_efficient_linear": z.memory_efficient_linear}
+    return {"train_micro_batch_size_per_gpu": sc.micro_batch_size, "gradient_accumulation_steps": sc.grad_accum,
+            "train_batch_size": sc.micro_batch_size * sc.grad_accum * sc.num_gpus,
+            "gradient_clipping": MAX_GRAD_NORM, "zero_optimization": zero, "zero_allow_untested_optimizer": True,
+            "bf16": {"enabled": sc.precision in _BF16}, "fp16": {"enabled": sc.precision in _FP16}}
+
+
+class ScalarValues(TorchDispatchMode):
+    """``.item()`` of a fake tensor: no overflow / valid norm for flags, 1.0 for floats (module docstring)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func is torch.ops.aten._local_scalar_dense.default:
+            t = args[0]
+            if t.dtype == torch.bool:
+                return False
+            return 1.0 if t.is_floating_point() else 0
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
+    """Import DeepSpeed on its CPU accelerator over a fake process group, with the module docstring's patches."""
+    from vramfit.sim.cuda_emulation import patched
+    from vramfit.sim.fsdp import fake_process_group
+
+    env = {"DS_ACCELERATOR": "cpu", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        import importlib
+
+        import deepspeed
+        import deepspeed.runtime.zero.partitioned_param_coordinator as coordinator
+
+        ds_comm = importlib.import_module("deepspeed.comm.torch")  # deepspeed.comm.torch the attribute is torch
+
+        class Engine(deepspeed.DeepSpeedEngine):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs["dont_change_device"] = True
+                super().__init__(*args, **kwargs)
+
+        with fake_process_group(world_size), patched([
+            (ds_comm, "build_shm_op", lambda: None), (deepspeed, "DeepSpeedEngine", Engine),
+            (coordinator, "assert_ints_same_as_other_ranks", lambda ints: None),
+        ]):
+            try:
+                yield deepspeed
+            finally:  # DeepSpeed's own teardown of its group cache and backend, so that a next run starts clean
+                from deepspeed.utils import groups
+
+                groups._release_process_group_references(group=None)
+                importlib.import_module("deepspeed.comm.comm").cdb = None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def initialize(deepspeed: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> Any:
+    """``deepspeed.initialize`` as the HF Trainer calls it with its own optimizer; returns the engine."""
+    engine, _opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
+                                              dist_init_required=False)
+    return engine
+
+
+def zero_state_tensors(engine: Any) -> list[torch.Tensor]:
+    """The fp32 master partitions and the wrapped optimizer's states (``optimizer_state`` in the result)."""
+    from vramfit.sim.optim import optimizer_state_tensors
+
+    zopt = engine.optimizer
+    out = list(optimizer_state_tensors(zopt.optimizer))
+    for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
+        out.extend(t for t in getattr(zopt, name, None) or () if isinstance(t, torch.Tensor))
+    return out
+
+
+def zero_grad_tensors(engine: Any) -> list[torch.Tensor]:
+    """The 16-bit gradient buffers ZeRO keeps (``gradients`` in the result): ZeRO-1/2's partition of reduced
+    gradients (stage_1_and_2.py ``grads_in_partition``), ZeRO-3's flat partitioned-gradient buffer (stage3.py
+    ``grad_partitions_flat_buffer``), and the IPG bucket buffers both fill during backward (``ipg_buckets``)."""
+    zopt = engine.optimizer
+    out = [getattr(zopt, name, None) for name in ("grads_in_partition", "grad_partitions_flat_buffer")]
+    for bucket in (getattr(zopt, "ipg_buckets", None) or {}).values():
+        buf = getattr(bucket, "buffer", None)  # a list of buffers (ZeRO-1/2) or one tensor (ZeRO-3)
+        out.extend(buf if isinstance(buf, list) else [buf])
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def assumptions(sc: Scenario, config: dict) -> list[str]:
+    z = config["zero_optimization"]
+    keys = ", ".join(f"{k}={v}" for k, v in z.items() if k != "stage")
+    return [f"DeepSpeed ZeRO-{z['stage']} engine (deepspeed.initialize, DeepSpeed's own code on its CPU accelerator) "
+            f"over {sc.num_gpus} ranks on a fake process group; figures are rank 0's. zero_optimization: {keys}.",
+            "HF Trainer under DeepSpeed: no autocast (the engine holds the module in the 16-bit dtype), the "
+            "Trainer's optimizer handed to the engine, engine.backward + engine.step per micro-batch, "
+            "gradient_clipping=1.0.",
+            "Fake-tensor run: .item() answers no overflow and a finite grad norm; ZeRO-3's cross-rank order "
+            "checks are skipped (one process)."]
+
+
+def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | None = None,
+                  workspaces: list[int] | None = None) -> Any:
+    """Materialise ``built`` on fake CPU tensors, hand it to the DeepSpeed engine and trace ``ITERATIONS``
+    optimizer steps of ``grad_accum`` micro-batches; returns a :class:`vramfit.sim.run.StepResult`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from vramfit.estimate.phases import StepPhase
+    from vramfit.sim.build import materialize
+    from vramfit.sim.optim import make_optimizer
+    from vramfit.sim.run import StepResult, _count_params, _register_model, _workspace
+    from vramfit.sim.trace import LiveTracker
+
+    config = ds_config(sc, int(built.model.config.hidden_size))
+    tracker = LiveTracker()
+    with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, \
+            FakeTensorMode(allow_non_fake_inputs=True), tracker:
+        # ZeRO-1/2 asserts each partition's data_ptr() alignment, which torch 2.13 answers for a fake tensor with
+        # a deprecation warning (stage_1_and_2.py: partitioned_data.data_ptr() % alignment == 0)
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+        materialize(built, "cpu")
+        _register_model(built, tracker)
+        optimizer, text = make_optimizer(sc, built.trainable_parameters(), tracker)
+        with ScalarValues():
+            engine = initialize(deepspeed, built.model, optimizer, config)
+        _book_parameters(built.model, tracker)
+        try:
+            _ds_loop(engine, built, sc, tracker, progress, workspaces, StepPhase, _workspace)
+        finally:
+            tracker.close()
+        num_params, num_trainable = _count_params(built)
+    return StepResult(tracker.trace, num_params, num_trainable, [text, *assumptions(sc, config)])
+
+
+def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
+    """Book what the parameters live in after ``initialize`` as parameters: ZeRO-1/2's flat 16-bit buffer (the
+    parameters are views of it), ZeRO-3's ``ds_tensor`` partitions (the full ``data`` is empty between uses)."""
+    from vramfit.sim.trace import PARAM
+
+    for p in model.parameters():
+        for t in (p, getattr(p, "ds_tensor", None)):
+            if t is None:
+                continue
+            for sid in tracker.track(t, PARAM, "parameter"):
+                tracker.trace.kinds[sid] = PARAM
+                if p.requires_grad:
+                    tracker.trace.trainable_sids.add(sid)
+
+
+def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Callable[[str], None] | None,
+             workspaces: list[int] | None, StepPhase: Any, workspace: Callable) -> None:
+    from vramfit.sim import images
+    from vramfit.sim.run import ITERATIONS, _cuda_semantics, _transformers_as_on_cuda, decoder_layers
+
+    tracker.watch_modules(built.model, built.lm_head)
+    tracker.watch_layers(decoder_layers(built.model))
+    dtype = torch.bfloat16 if sc.precision in _BF16 else (torch.float16 if sc.precision in _FP16 else torch.float32)
+    with _cuda_semantics(True, False, []), _transformers_as_on_cuda(True), ScalarValues():
+        for it in range(1, ITERATIONS + 1):
+            for mb in range(1, sc.grad_accum + 1):
+                tag = f"it{it}.mb{mb}"
+                if progress:
+                    progress(f"{tag} forward")
+                tracker.mark(f"{tag}.{StepPhase.FORWARD.trace_mark}")
+                tracker.in_logits = False
+                if it == 1 and mb == 1:
+                    workspace(tracker, workspaces, "forward thread")
+                ids, labels, pixels = images.batch(built.images, built.vocab_size, sc.micro_batch_size, sc.seq_len,
+                                                   dtype, "cpu")
+                out = engine(input_ids=ids, labels=labels, **(pixels or {}))
+                loss = out.loss
+                del out, ids, labels, pixels
+                tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
+                tracker.in_logits = False
+                tracker.in_backward = True
+                if it == 1 and mb == 1:
+                    workspace(tracker, workspaces, "autograd thread")
+                engine.backward(loss)  # the engine divides by gradient_accumulation_steps itself
+                del loss
+                tracker.in_backward = False
+                if mb == sc.grad_accum:
+                    tracker.mark(f"it{it}.{StepPhase.OPTIMIZER_STEP.trace_mark}")
+                engine.step()  # steps the optimizer only at the accumulation boundary
+            for tensors, sids in ((zero_state_tensors(engine), tracker.trace.state_sids),
+                                  (zero_grad_tensors(engine), tracker.trace.grad_sids)):
+                sids.update(sid for sid in map(tracker.sid_of, tensors) if sid is not None)
+        tracker.mark("end")
