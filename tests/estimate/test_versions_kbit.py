@@ -31,8 +31,10 @@ def test_transformers_before_4_45_makes_fp32_logits_in_the_model():
     new, old = _sc(), _sc(framework_version="transformers-4.44")
     a, b = (loss_memory(LLAMA, s, scenario_profile(s)) for s in (new, old))
     assert a.forward_peak == (2 + 4 + 4) * TV  # bf16 logits, fp32 upcast, log_softmax
-    assert b.forward_peak == (4 + 4 + 4) * TV  # fp32 logits, shifted fp32 copy, log_softmax
+    assert b.forward_peak == (4 + 4) * TV  # fp32 logits, log_softmax: logits[..., :-1, :] of one sequence is contiguous
     assert a.backward_peak == b.backward_peak
+    two = _sc(framework_version="transformers-4.44", micro_batch_size=2)
+    assert loss_memory(LLAMA, two, scenario_profile(two)).forward_peak == (4 + 4 + 4) * 2 * TV  # + the shifted copy
 
 
 def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():

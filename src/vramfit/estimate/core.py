@@ -270,15 +270,31 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         gathered = FSDP_INFLIGHT_ALLGATHERS.value * layer
         if not profile.fsdp_root_gathered:
             return gathered
-        root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
-        if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
-            root *= 2
+        root = _root_gathered_bytes(spec, sc, profile)
         if profile.fsdp2:  # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
             return gathered + root
         return gathered + root - shard(root, sc.shard_group)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
-        return 2 * layer  # unsharded gradients of the unit being reduce-scattered
+        # every unit stays gathered from its forward to its post-backward: FSDP2 ``FSDPParamGroup.reshard`` returns
+        # in forward when ``not self._reshard_after_forward`` and post_backward reshards (``reshard_after_backward``
+        # defaults True), torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_param_group.py; FSDP1 frees the unsharded
+        # flat parameter after forward only for RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES (FULL_SHARD, HYBRID_SHARD;
+        # _runtime_utils.py _post_forward_reshard) and after backward when gradients sync (_should_free_in_backward).
+        # Each gathered copy is a buffer of its own beside the shard (state.sharding_for), in the compute dtype
+        # (quantized for a QLoRA base); a frozen unit is kept just the same. Plus, in full fine-tuning, the unsharded
+        # gradients of the unit being reduce-scattered (a LoRA unit's gradients are its adapters', a few MiB)
+        grads = 2 * layer if sc.method is Method.FULL else 0
+        return spec.num_hidden_layers * layer + _root_gathered_bytes(spec, sc, profile) + grads
     return 0
+
+
+def _root_gathered_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Unsharded bytes of the units outside the blocks (embeddings, final norm, lm_head), gathered in the
+    compute dtype (fp32 for a QLoRA base the profile keeps unquantized in fp32)."""
+    root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+        root *= 2
+    return root
 
 
 def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

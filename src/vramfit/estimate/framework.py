@@ -247,6 +247,9 @@ class FrameworkProfile:
     # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
     # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
     expert_parallel: bool = False
+    # LoRA on a 4-bit linear clones the base layer's output before adding the adapter's (peft v0.14.0 and v0.21.2
+    # tuners/lora/bnb.py Linear4bit.forward: ``result = result.clone()``, "for 4bit, we need to defensively clone")
+    lora_4bit_clones_output: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -267,6 +270,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
+        lora_4bit_clones_output=True,
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
