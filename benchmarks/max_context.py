@@ -8,6 +8,12 @@ max-sequence search (:func:`vramfit.plan.fit.max_seq_len_within`) under the row'
 to the figure the publication measured (``vram.counter``: ``device`` by default, ``reserved`` for a
 ``torch.cuda.max_memory_reserved()`` figure); the error is (ours - published) / published. No constant is
 fitted to any row.
+
+``lines``: each (model, framework) column of the table as a straight line, budget = intercept + slope x tokens
+(least squares), beside the same line through our own figure at the published token counts. Unsloth's rows lie
+on one line to under 1e-4 GiB, i.e. they are a fit of runs, not one run per card (docs/validation.md): the two
+lines say whether a miss is per token (the slope: a tensor per token left out or added) or fixed (the
+intercept: a term held whatever the length, such as Unsloth 2024.12's RoPE caches below 32,768 tokens).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 from pathlib import Path
 
 from vramfit.plan.fit import max_seq_len_within
+from vramfit.scenario import parse_scenario
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "measured" / "max_context.jsonl"
 
@@ -37,6 +44,44 @@ def score(path: Path = DEFAULT_DATA) -> list[dict]:
     return out
 
 
+def _line(points: list[tuple[int, int]]) -> tuple[float, float]:
+    """(intercept bytes, slope bytes per token) of the least-squares line through (tokens, bytes) points."""
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(b for _, b in points) / n
+    slope = sum((t - mx) * (b - my) for t, b in points) / sum((t - mx) ** 2 for t, _ in points)
+    return my - slope * mx, slope
+
+
+def _figure(estimate, row: dict) -> int:
+    """Our figure (the row's counter) at the row's published length."""
+    r = estimate(parse_scenario({**row["scenario"], "seq_len": row["measured"]["tokens"]}))
+    return getattr(r.peak, f"{row['vram'].get('counter', 'device')}_bytes")
+
+
+def lines(path: Path = DEFAULT_DATA) -> list[dict]:
+    """Per (model, framework) with two rows or more: the published budgets against tokens as a line, and our
+    figure (the row's counter) at those token counts as a line."""
+    from vramfit import estimate
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            groups.setdefault((row["scenario"]["model"], row["scenario"]["framework"]), []).append(row)
+    out = []
+    for (model, fw), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        published = [(r["measured"]["tokens"], r["vram"]["bytes"]) for r in rows]
+        ours = [(r["measured"]["tokens"], _figure(estimate, r)) for r in rows]
+        (pa, pb), (oa, ob) = _line(published), _line(ours)
+        out.append({"model": model, "framework": fw, "n": len(rows),
+                    "published": {"intercept_bytes": round(pa), "slope_bytes_per_token": pb},
+                    "ours": {"intercept_bytes": round(oa), "slope_bytes_per_token": ob}})
+    return out
+
+
 def summary(results: list[dict]) -> dict[str, dict]:
     groups: dict[str, list[float]] = {}
     for r in results:
@@ -52,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results = score(args.data)
     if args.json:
-        json.dump({"rows": results, "summary": summary(results)}, sys.stdout, indent=1)
+        json.dump({"rows": results, "summary": summary(results), "lines": lines(args.data)}, sys.stdout, indent=1)
         print()
         return 0
     print(f"{'row':48} {'published':>10} {'ours':>10} {'error':>8}")
@@ -61,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['id']:48} {r['published']:>10,} {r['ours'] or 0:>10,} {err:>8}")
     for fw, s in summary(results).items():
         print(f"{fw}: n={s['n']}  median |err| {s['median_abs']:.1%}  max |err| {s['max_abs']:.1%}")
+    print("as lines (budget = intercept + slope x tokens):")
+    for g in lines(args.data):
+        p, o = g["published"], g["ours"]
+        print(f"  {g['model']} {g['framework']} (n={g['n']}): published {p['intercept_bytes'] / 2**30:.3f} GiB + "
+              f"{p['slope_bytes_per_token']:,.0f} B/token; ours {o['intercept_bytes'] / 2**30:.3f} GiB + "
+              f"{o['slope_bytes_per_token']:,.0f} B/token")
     return 0
 
 

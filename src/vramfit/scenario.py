@@ -111,7 +111,13 @@ class Scenario:
     images_per_sample: int = 0  # vision-language models: images in each sequence (extension)
     image_height: int = 448  # pixels of each image, before the processor resizes or tiles it
     image_width: int = 448
+    frames_per_sample: int = 0  # vision-language models: video frames in each sequence, image_height x image_width
     freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
+
+    @property
+    def sees_pixels(self) -> bool:
+        """Whether the vision tower runs: images or video frames in each sequence."""
+        return bool(self.images_per_sample or self.frames_per_sample)
 
     @property
     def trains_adapters(self) -> bool:
@@ -273,7 +279,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, peft-0.11, deepspeed-0.8, joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
@@ -296,6 +302,10 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Image height", "Altura da imagem"), unit="pixels", limits=(1, 16384)),
     Field("image_width", INT, "Width of each image in pixels, before the processor resizes or tiles it.",
           ("Image width", "Largura da imagem"), unit="pixels", limits=(1, 16384)),
+    Field("frames_per_sample", INT, "Vision-language models: video frames in each sequence (one video, as the "
+          "processor samples it; image_height x image_width each); Qwen2/2.5/3-VL pack 2 frames per temporal patch.",
+          # the bound: Qwen2VLVideoProcessor / Qwen3VLVideoProcessor max_frames = 768 (transformers v5.24.0)
+          ("Video frames per sample", "Quadros de vídeo por amostra"), unit="frames", limits=(0, 768)),
     Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
           "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
           ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),

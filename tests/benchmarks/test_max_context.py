@@ -57,3 +57,23 @@ def test_unsloth_trains_an_order_of_magnitude_longer_context_than_hf_as_publishe
 def test_error_is_reported_per_framework():
     summary = _bench().summary(_bench().score(DATA))
     assert set(summary) == {"unsloth", "hf"} and summary["unsloth"]["n"] == 9 and summary["hf"]["n"] == 7
+
+
+def test_a_line_through_points_on_a_line_is_that_line():
+    a, b = _bench()._line([(1_000, 5_000_000), (3_000, 11_000_000), (10_000, 32_000_000)])
+    assert (round(a), b) == (2_000_000, 3000.0)
+
+
+def test_lines_recover_the_published_table_and_run_through_our_own_figures():
+    """The 8B Unsloth column is the line 7.370 GiB + 227,541 B per token (docs/validation.md, the rows' notes);
+    with two rows (70B) our line passes through our reserved figure at both published lengths."""
+    by = {(g["model"], g["framework"]): g for g in _bench().lines(DATA)}
+    assert set(by) == {("meta-llama/Llama-3.1-8B-Instruct", "unsloth"), ("meta-llama/Llama-3.1-8B-Instruct", "hf"),
+                       ("meta-llama/Llama-3.3-70B-Instruct", "unsloth")}  # the 70B HF column has one row
+    u8 = by[("meta-llama/Llama-3.1-8B-Instruct", "unsloth")]["published"]
+    assert round(u8["slope_bytes_per_token"]) == 227_541 and round(u8["intercept_bytes"] / 2**30, 3) == 7.370
+    ours70 = by[("meta-llama/Llama-3.3-70B-Instruct", "unsloth")]["ours"]
+    for r in (r for r in ROWS if r["id"].startswith("UNSLOTH_CTX_2501-llama33-70b-unsloth")):
+        t = r["measured"]["tokens"]
+        peak = estimate(parse_scenario({**r["scenario"], "seq_len": t})).peak.reserved_bytes
+        assert abs(ours70["intercept_bytes"] + ours70["slope_bytes_per_token"] * t - peak) < 2

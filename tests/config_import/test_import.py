@@ -19,7 +19,8 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
         "keeps_outputs": False, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
-        "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto"}
+        "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto",
+        "frames_per_sample": 0}
 
 EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",

@@ -98,3 +98,29 @@ def test_the_checkpointed_no_grad_mlp_leaves_segments_the_loss_cannot_reuse():
     two = step_transients(_step(**LORA, gradient_checkpointing="full", micro_batch_size=2))
     peak, reserved = transient_reserved(two)
     assert reserved - peak == (1002 + 3 * 112) * MiB
+
+
+def test_hf_qlora_no_grad_mlp_working_set_is_fp32():
+    # HF QLoRA: prepare_model_for_kbit_training leaves the norms fp32 and bitsandbytes' Linear4bit returns its
+    # input's dtype, so the checkpointed MLP's intermediates are fp32: 2048 x 14336 x 4 = 112 MiB each
+    # (`vramfit simulate` on this model shows 448 MiB fp32 `_to_copy`/`add` blocks at 8192 tokens); plain
+    # LoRA stays in bf16, and so does a recipe that skips the upcast (kbit_prepare: no)
+    qlora = _step(**{**LORA, "method": "qlora"}, gradient_checkpointing="full")
+    assert nograd_mlp_bytes(qlora) == 2048 * 14336 * 4 == 112 * MiB
+    # op by op: gate_proj's bf16 matmul_4bit output, its fp32 .to(inp_dtype), PEFT's clone, lora_B's output and
+    # its scaled copy (bf16 under autocast), their fp32 sum; silu; up_proj the same; the product; down_proj's cast
+    gate = [56, 112, -1, 112, -2, 56, 56, -4, 112, -3, -5]
+    up = [56, 112, -8, 112, -9, 56, 56, -11, 112, -10, -12]
+    mlp = gate + [112, -6] + up + [112, -7, -13, 56, -14, -15]
+    events = step_transients(qlora)
+    assert events[:len(mlp)] == [e * MiB if e > 0 else e for e in mlp]
+    # high point in up_proj's sum: silu's output, the clone, the scaled copy and the sum; cached as in `vramfit
+    # simulate`: four fp32 segments and one bf16 (the scaled copy splits the freed fp32 .to copy's block)
+    assert transient_reserved(events[:len(mlp)]) == ((3 * 112 + 56) * MiB, (4 * 112 + 56) * MiB)
+    # adapters on attention only: no clone, no adapter sum: the bf16 output and its fp32 copy per linear
+    attn_only = _step(**{**LORA, "method": "qlora"}, gradient_checkpointing="full",
+                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert step_transients(attn_only)[:13] == [e * MiB if e > 0 else e for e in
+                                                [56, 112, -1, 112, -2, 56, 112, -4, 112, -3, -5, 56, -6]]
+    no_upcast = _step(**{**LORA, "method": "qlora"}, gradient_checkpointing="full", kbit_prepare="no")
+    assert nograd_mlp_bytes(no_upcast) == 56 * MiB

@@ -18,7 +18,7 @@ def _sc(**keys):
 
 def test_versions_are_validated_against_the_profile():
     assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47",
-                                            "peft-0.11", "deepspeed-0.8"]
+                                            "peft-0.11", "deepspeed-0.8", "trl-0.29", "trl-0.14"]
     with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
         _sc(framework_version="transformers-4.30")
     assert e.value.key == "framework_version"
@@ -31,8 +31,10 @@ def test_transformers_before_4_45_makes_fp32_logits_in_the_model():
     new, old = _sc(), _sc(framework_version="transformers-4.44")
     a, b = (loss_memory(LLAMA, s, scenario_profile(s)) for s in (new, old))
     assert a.forward_peak == (2 + 4 + 4) * TV  # bf16 logits, fp32 upcast, log_softmax
-    assert b.forward_peak == (4 + 4 + 4) * TV  # fp32 logits, shifted fp32 copy, log_softmax
+    assert b.forward_peak == (4 + 4) * TV  # fp32 logits, log_softmax: logits[..., :-1, :] of one sequence is contiguous
     assert a.backward_peak == b.backward_peak
+    two = _sc(framework_version="transformers-4.44", micro_batch_size=2)
+    assert loss_memory(LLAMA, two, scenario_profile(two)).forward_peak == (4 + 4 + 4) * 2 * TV  # + the shifted copy
 
 
 def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():

@@ -96,11 +96,14 @@ def _mllama_config():
     return cfg
 
 
-def test_mllama_tower_is_transformers_and_its_images_are_refused(tmp_path):
-    """Llama 3.2 Vision: the local and gated global encoder layers and the projector are described
-    exactly; the language model reads the tiles through cross-attention layers, which the estimator
-    does not model, so images are refused in one line naming the key; text-only estimates run."""
-    from vramfit.errors import ScenarioError
+def test_mllama_tower_and_cross_attention_layers_are_transformers(tmp_path):
+    """Llama 3.2 Vision: the local and gated global encoder layers, the projector and the language model's
+    cross-attention layers are described exactly; an image adds one token to the sequence and the tiles'
+    features to every cross-attention layer, so the estimate with images exceeds the text-only one."""
+    from transformers.models.mllama.modeling_mllama import MllamaCrossAttentionDecoderLayer
+
+    from vramfit.estimate import vision
+    from vramfit.scenario import parse_scenario
 
     cfg = _mllama_config()
     model = _meta({**cfg, "text_config": {**cfg["text_config"], "model_type": "mllama_text_model"}})
@@ -109,15 +112,21 @@ def test_mllama_tower_is_transformers_and_its_images_are_refused(tmp_path):
     assert spec.vision.block.num_hidden_layers == 3  # 2 local + 1 global
     assert spec.vision.block.block_params == sum(p.numel() for p in vm.transformer.layers[0].parameters())
     assert sum(p.numel() for p in vm.global_transformer.layers[0].parameters()) == spec.vision.block.block_params + 2
+    assert spec.vision.gated_layers == len(vm.global_transformer.layers) == 1
     assert spec.vision.projector[0].params == sum(p.numel() for p in model.model.multi_modal_projector.parameters())
     assert spec.vision_params == sum(p.numel() for p in vm.parameters()) + spec.vision.projector[0].params
     assert spec.num_params == sum(p.numel() for p in model.parameters())
+    cross = [m for m in model.model.language_model.layers if isinstance(m, MllamaCrossAttentionDecoderLayer)]
+    assert spec.vision.cross_attention_layers == len(cross) == 1
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    assert estimate({"model": str(path), "method": "full"}).peak.allocated_bytes > 0
-    with pytest.raises(ScenarioError, match="^images_per_sample: images of model_type 'mllama' are not modelled: "
-                                            "its language model reads them through cross-attention layers"):
-        estimate({"model": str(path), "method": "full", "images_per_sample": 1})
+    sc = parse_scenario({"model": str(path), "method": "full", "images_per_sample": 2, "seq_len": 256})
+    # 4 tiles of (560 / 14)^2 + CLS = 1,601 patches, padded to 1,608 in the tower; one <|image|> token each
+    img = vision.per_image(spec, sc)
+    assert (img.vision_patches, img.lm_tokens, img.features) == (4 * 1608, 1, 4 * 1601)
+    assert vision.lm_scenario(spec, sc).seq_len == 258
+    text = estimate({"model": str(path), "method": "full", "seq_len": 256}).peak.allocated_bytes
+    assert estimate({"model": str(path), "method": "full", "seq_len": 256, "images_per_sample": 2}).peak.allocated_bytes > text
 
 
 def test_a_vlm_without_a_tower_description_refuses_images(tmp_path):

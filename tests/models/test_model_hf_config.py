@@ -26,7 +26,7 @@ def test_supported_model_types():
     assert set(SUPPORTED_MODEL_TYPES) == {
         "llama", "mistral", "mixtral", "qwen", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2",
         "gemma3", "gemma3_text", "phi", "phi3", "falcon", "gpt_neox", "olmo2", "bloom",
-        "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl",
+        "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl",
     }
 
 
@@ -161,10 +161,21 @@ def test_qwen3_moe_layers():
     assert spec.num_experts == 128 and spec.num_experts_per_tok == 8
     dense = spec_from_hf_config(config("Qwen/Qwen3-30B-A3B", mlp_only_layers=list(range(48))))
     assert dense.num_experts == 0 and linears(dense)["mlp", "up_proj"].out_features == 6144
-    with pytest.raises(ModelError, match="mixed dense and MoE layers"):
-        spec_from_hf_config(config("Qwen/Qwen3-30B-A3B", decoder_sparse_step=2))
-    with pytest.raises(ModelError, match="mixed dense and MoE layers"):
-        spec_from_hf_config(config("Qwen/Qwen3-30B-A3B", mlp_only_layers=[0]))
+    every_other = spec_from_hf_config(config("Qwen/Qwen3-30B-A3B", decoder_sparse_step=2))
+    assert linears(every_other)["expert", "up_proj"].layers == 24
+    assert linears(every_other)["dense_mlp", "up_proj"].layers == 24
+
+
+@pytest.mark.parametrize(("layout", "params"), [
+    ({}, 4_455_168), ({"decoder_sparse_step": 2}, 3_664_640), ({"mlp_only_layers": [0]}, 4_059_904),
+    ({"decoder_sparse_step": 2, "mlp_only_layers": [1]}, 3_269_376)])
+def test_qwen3_moe_mixed_dense_layers_count_exactly(layout, params):
+    """Layer i is MoE unless in mlp_only_layers or (i + 1) % decoder_sparse_step != 0; the dense layers hold
+    an intermediate_size MLP (figures: transformers 5.24.0 Qwen3MoeForCausalLM on the meta device)."""
+    tiny = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8,
+                num_experts_per_tok=2, vocab_size=1000)
+    assert spec_from_hf_config({**tiny, **layout}).num_params == params
 
 
 @pytest.mark.parametrize("bad", [None, [], "config", 42], ids=["none", "list", "str", "int"])

@@ -83,3 +83,22 @@ def test_siglip_pooling_head_counted_when_used():
     # Gemma3Config() defaults (SigLIP base with its pooling head): 2,723,312,896 on meta
     assert spec_from_hf_config({"model_type": "gemma3", "text_config": {},
                                 "vision_config": {}}).num_params == 2_723_312_896
+
+
+DS_V2 = dict(model_type="deepseek_v2", hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+             num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=8, n_routed_experts=8,
+             n_shared_experts=1, num_experts_per_tok=2, q_lora_rank=None, kv_lora_rank=256, qk_rope_head_dim=32,
+             qk_nope_head_dim=64, v_head_dim=64, vocab_size=8192, first_k_dense_replace=1, topk_method="greedy")
+
+
+@pytest.mark.parametrize(("layout", "params"), [
+    ({}, 42_852_096), ({"first_k_dense_replace": 0}, 43_646_720), ({"q_lora_rank": 384}, 42_558_336),
+    ({"n_shared_experts": 2, "first_k_dense_replace": 2}, 42_843_904), ({"q_lora_rank": "absent"}, 48_754_944)])
+def test_deepseek_v2_counts_exactly(layout, params):
+    """DeepSeek-V2 has V3's module layout (MLA, fused routed experts, shared experts, dense first layers);
+    an absent q_lora_rank is the config class default, 1536 (null: no query compression). Figures:
+    transformers 5.24.0 DeepseekV2ForCausalLM on the meta device."""
+    cfg = {**DS_V2, **layout}
+    if cfg["q_lora_rank"] == "absent":
+        del cfg["q_lora_rank"]
+    assert spec_from_hf_config(cfg).num_params == params

@@ -49,16 +49,32 @@ def test_all_linear_adapters_are_peft_s(config_file, family):
     assert est.model.num_trainable_params == _peft_trainable(cfg)
 
 
-CASES = [("deepseek_v3", "lora"), ("deepseek_v3", "qlora"), ("mixtral", "lora"), ("mixtral", "qlora"),
-         ("gpt_oss", "lora"),
-         pytest.param("gpt_oss", "qlora", marks=pytest.mark.xfail(strict=False, reason=(
-             "simulator side, not yet explained: with the fp32 experts of QLoRA the traced gpt-oss expert "
-             "path keeps only its gathered input (no gate_up / GLU tensors), -8.7 %")))]
+# gpt-oss QLoRA was -8.7 %: the simulator ran fp32 frozen experts through transformers' own
+# grouped_mm_fallback op (both operands saved, a weight-sized grad_weight made), where CUDA runs
+# aten::_grouped_mm (nothing but the weight saved for a frozen bank); and the estimator kept a 16-bit
+# softmax where the fp32 sinks make it fp32 plus a 16-bit copy for probs @ v
+# bf16-mixed LoRA (gpt-oss +8.6 %, Mixtral -5.6 % before): the fp32 banks run the grouped matmuls in fp32
+# (not autocast), so the expert path's tensors are fp32 and autocast makes no 16-bit copy of the banks
+CASES = [("deepseek_v3", "lora", "bf16-true"), ("deepseek_v3", "qlora", "bf16-true"),
+         ("mixtral", "lora", "bf16-true"), ("mixtral", "qlora", "bf16-true"),
+         ("gpt_oss", "lora", "bf16-true"), ("gpt_oss", "qlora", "bf16-true"),
+         ("gpt_oss", "lora", "bf16-mixed"), ("mixtral", "lora", "bf16-mixed")]
 
 
-@pytest.mark.parametrize(("family", "method"), CASES)
-def test_moe_adapters_estimator_agrees_with_simulator(config_file, family, method):
-    sc = {"model": config_file(FAMILIES[family]), "method": method, "seq_len": 512, "precision": "bf16-true"}
+@pytest.mark.parametrize(("family", "method", "precision"), CASES)
+def test_moe_adapters_estimator_agrees_with_simulator(config_file, family, method, precision):
+    sc = {"model": config_file(FAMILIES[family]), "method": method, "seq_len": 512, "precision": precision}
+    sim = simulate(sc, layers=3).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.03, (est, sim)
+
+
+@pytest.mark.parametrize(("method", "seq"), [("full", 1024), ("lora", 2048), ("qlora", 2048)])
+def test_gpt_oss_long_sequences_agree(config_file, method, seq):
+    """Where the eager sink softmax's backward is the block's largest working set (three [B, H, S, S + 1]
+    tensors, fp32 under QLoRA): autograd has freed the MLP's saved tensors, o_proj's input, the kept
+    probabilities and the softmax output by then (full 1024 was +7.1 %, QLoRA 2048 +7.3 % counting them)."""
+    sc = {"model": config_file(GPT_OSS), "method": method, "seq_len": seq, "precision": "bf16-true"}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)

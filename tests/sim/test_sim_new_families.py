@@ -19,11 +19,27 @@ DS = dict(
 )
 
 
-@pytest.mark.parametrize("dense_layers", [0, 1])
-def test_mla_moe_full_finetuning_agrees(tmp_path, dense_layers):
+# with a dense first layer the estimator walked every layer as MoE and counted DeepSeek's dense and shared
+# down_proj (nn.Linear, 4-bit) as unquantized experts by name: LoRA +6.8 %, QLoRA +12.9 % before
+@pytest.mark.parametrize(("dense_layers", "method"), [(0, "full"), (1, "full"), (1, "lora"), (1, "qlora")])
+def test_mla_moe_agrees(tmp_path, dense_layers, method):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**DS, "first_k_dense_replace": dense_layers}))
-    sc = {"model": str(path), "method": "full", "seq_len": 512, "precision": "bf16-true"}
+    sc = {"model": str(path), "method": method, "seq_len": 512, "precision": "bf16-true"}
+    sim = simulate(sc, layers=3).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.03, (est, sim)
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_deepseek_v2_agrees(tmp_path, method):
+    """DeepSeek-V2 (no q compression, one dense first layer) read with V3's builder: it was walked through the
+    generic module reader before (full -3.3 %, LoRA -3.3 %)."""
+    cfg = {k: v for k, v in DS.items() if k not in ("n_group", "topk_group")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+                                "q_lora_rank": None, "first_k_dense_replace": 1, "topk_method": "greedy"}))
+    sc = {"model": str(path), "method": method, "seq_len": 512, "precision": "bf16-true"}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)
@@ -42,5 +58,28 @@ def test_vlm_lora_text_only_agrees(tmp_path):
     path.write_text(json.dumps(cfg))
     sc = {"model": str(path), "method": "lora", "seq_len": 1024}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.03, (est, sim)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "estimator side, +4.2 %: its block-backward moment counts every saved tensor and an average layer's "
+    "gradients (42 MiB), where the trace's peak in the top MoE block has its experts' down input freed and only "
+    "down_proj's and the shared expert's gradients made (27 MiB)"))
+def test_llama4_interleaved_full_finetuning(tmp_path):
+    """Llama 4 text with interleave_moe_layer_step=2 (a dense MLP, then routed + shared experts): every expert
+    runs every token (Llama4TextMoe repeats the tokens num_experts times into one bmm), so the expert path
+    has T x num_experts rows; with T x top_k the estimator was -17.8 %. LoRA is not tried: peft's
+    all-linear wraps Llama4Router, whose forward returns a tuple (test_sim_catalog.py)."""
+    from simconfigs import tiny
+
+    text = tiny("meta-llama/Llama-4-Scout-17B-16E", layers=4, hidden=512, vocab=8192)["text_config"]
+    text.update(interleave_moe_layer_step=2, intermediate_size=1024, intermediate_size_mlp=2048,
+                model_type="llama4_text")
+    text.pop("moe_layers", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(text))
+    sc = {"model": str(path), "method": "full", "seq_len": 512, "precision": "bf16-true"}
+    sim = simulate(sc, layers=4).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)

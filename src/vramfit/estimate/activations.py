@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
-from vramfit.estimate.moe_lora import expert_bytes, folded_expert_weights
+from vramfit.estimate.moe_lora import (
+    expert_bytes,
+    folded_expert_weights,
+    fused_expert_bank,
+    shared_experts_saved,
+)
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
@@ -36,6 +41,16 @@ class Saved:
     """Named saved tensors of one block; a key is counted once however many ops save it."""
 
     items: dict[str, int] = field(default_factory=dict)
+    mlp_start: int = 0  # items from this index on are the MLP's (block_saved walks it last)
+
+    @property
+    def freed_before_sink_softmax_backward(self) -> int:
+        """Saved bytes of the block that autograd has freed (each node's once it has run, retain_graph=False)
+        when the working set of a sink softmax's backward peaks: the MLP's (its backward runs first),
+        o_proj's input, the probabilities ``probs @ v`` kept and the softmax's own output (the simulator's
+        trace of gpt-oss: the three [B, H, S, S + 1] gradients alive, none of those)."""
+        mlp = sum(list(self.items.values())[self.mlp_start:]) if self.mlp_start else 0
+        return mlp + sum(self.items.get(k, 0) for k in ("attn_out", "attn.probs", "attn.softmax_out"))
 
     def add(self, key: str, nbytes: int) -> None:
         if nbytes > 0 and key not in self.items:
@@ -154,6 +169,7 @@ def block_saved(
     eager = runs_eager_attention(spec, sc, profile)
     _attention_linears(blk, out, eager)
     attention_core_saved(blk, out, bool(spec.fused_qkv) or profile.fused_qkv_lora, eager)
+    out.mlp_start = len(out.items)
     _mlp_saved(blk, out, mlp_in_key)
     return out
 
@@ -192,6 +208,10 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
     if blk.wrapped_experts and lin.group in ("expert", "router"):
         # the folded weight needs a gradient: the expert matmul keeps its (gathered) input
         out.add(in_key, in_bytes * tokens * lin.in_features)
+        return
+    if lin.group == "expert" and not blk.full and fused_expert_bank(blk):
+        # a frozen 3-D expert bank: the grouped matmul (aten::_grouped_mm, torch 2.13 derivatives.yaml) keeps
+        # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
         if blk.dt.autocast:
@@ -316,7 +336,8 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
                 _linear_input(blk, out, lin, mlp_in_key, dt.norm_out, blk.T)
         out.add("router.softmax_fp32", 4 * blk.T * spec.num_experts)
         e = blk.expert_bytes
-        out.add("experts.gathered_in", e * tokens * spec.hidden_size)
+        if blk.full or not fused_expert_bank(blk):  # else only for a ParamWrapper's folded weight (_linear_input)
+            out.add("experts.gathered_in", e * tokens * spec.hidden_size)
         out.add("experts.weighted_out", e * tokens * spec.hidden_size)
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
     down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
@@ -334,12 +355,14 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
 def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     spec, profile = blk.spec, blk.profile
     moe = bool(spec.num_experts)
-    tokens = blk.T * spec.num_experts_per_tok if moe else blk.T
+    tokens = blk.T * spec.expert_rows_per_token if moe else blk.T
     width = mlp_width(spec)
     mlp_lins = _mlp_linears(blk, out, mlp_in_key, tokens)
     act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
-    m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
+    shared_m = m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
+    if moe and fused_expert_bank(blk):
+        m = max(m, blk.expert_bytes)  # fp32 banks under -mixed: the grouped matmuls return fp32
     if spec.gated_mlp:
         out.add("mlp.gate_out", m * tokens * width)  # saved by the activation
         # compiled, or Unsloth's LoRA_MLP (saves X, e, g only): act(gate) is recomputed in backward
@@ -350,32 +373,16 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
             out.add("mlp.act_extra", (act_saves - 1) * m * tokens * width)
     else:
         out.add("mlp.fc1_out", act_saves * m * tokens * width)
-    _shared_experts_saved(blk, out, mlp_in_key, m)
+    shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
 
 
-def _shared_experts_saved(blk: Block, out: Saved, mlp_in_key: str, m: int) -> None:
-    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
-    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward)."""
-    lins = blk.group("shared_expert")
-    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
-    if down is None:
-        return
-    T, width = blk.T, down.in_features
-    for lin in lins:
-        if lin is down:
-            _linear_input(blk, out, lin, "shared.mid", m, T)
-        else:
-            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
-    out.add("shared.gate_out", m * T * width)
-    if not blk.sc.compile:
-        out.add("shared.act_out", m * T * width)
-    out.add("shared.up_out", m * T * width)
-
-
-def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
     """Largest working set of gradient tensors inside one block's backward, beyond saved tensors.
+
+    ``freed``: the block's saved bytes already freed when a sink softmax's backward peaks
+    (``Saved.freed_before_sink_softmax_backward``); that working set is counted net of them.
 
     Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
     MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
@@ -387,7 +394,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     b, s = sc.micro_batch_size, sc.seq_len
     T = b * s
     a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    tokens = T * (spec.num_experts_per_tok if spec.num_experts else 1)
+    tokens = T * (spec.expert_rows_per_token if spec.num_experts else 1)
     width = mlp_width(spec)
     mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
     if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
@@ -403,7 +410,9 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
         # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
         sink = 1 if spec.attention_sinks else 0
-        attn = (2 + sink) * c * b * a * s * (s + sink)
+        # fp32 sinks (attention.sinks_fp32: fp32 parameters) make that softmax and its gradients fp32
+        sm = 4 if spec.attention_sinks and dt.residual == 4 else c
+        attn = (2 + sink) * sm * b * a * s * (s + sink) - (freed if sink else 0)
     elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:

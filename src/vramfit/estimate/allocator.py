@@ -154,9 +154,9 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     def free(ks: list[int]) -> None:
         ev.extend(-k for k in ks)
 
+    if not loss_only:
+        _nograd_mlp(r, alloc, free)  # the checkpointed no-grad MLP working set
     other = 0 if loss_only else 1
-    mlp = other * nograd_mlp_bytes(r)
-    free(alloc((3 if r.spec.gated_mlp else 2) * mlp, mlp))  # the checkpointed no-grad MLP working set
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
     kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
@@ -171,6 +171,56 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     return ev
 
 
+def _nograd_mlp(r, alloc, free) -> None:
+    """Replay the checkpointed no-grad MLP (:func:`nograd_mlp_bytes`) with :func:`step_transients`' ``alloc`` and
+    ``free``: three (gated) or two tensors of its width, or, op by op, a gated MLP whose 4-bit linears return fp32
+    (HF QLoRA: the norms are fp32) under autocast, where bitsandbytes and PEFT add copies of each output
+    (``vramfit simulate`` on Llama-3.1-8B makes four fp32 and one 16-bit ``tokens x intermediate`` segments here):
+
+    - bitsandbytes 0.45.0 nn/modules.py l. 478-484 ``Linear4bit.forward``: ``x.to(self.compute_dtype)``, then
+      ``bnb.matmul_4bit(...).to(inp_dtype)``: a 16-bit output and its fp32 copy (same in 0.50.2);
+    - peft v0.14.0 tuners/lora/bnb.py ``Linear4bit.forward`` (LoRA on that linear): ``result = result.clone()``,
+      then ``result = result + lora_B(lora_A(dropout(x))) * scaling``: lora_B's output and its scaled copy in
+      16 bits (autocast), their fp32 sum;
+    - transformers v4.47.1 models/llama/modeling_llama.py ``LlamaMLP.forward``:
+      ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``; down_proj casts its fp32 input to 16 bits (as above).
+    """
+    mlp = nograd_mlp_bytes(r)
+    spec, c = r.spec, r.sc.precision.compute_bytes
+    tokens = r.sc.micro_batch_size * r.sc.seq_len
+    width = mlp // max(1, tokens * spec.intermediate_size)
+    ins = [x for x in spec.block_linears if x.group == "mlp" and x.out_features == spec.intermediate_size]
+    if not (mlp and spec.gated_mlp and len(ins) == 2 and width != c and r.profile.lora_4bit_clones_output):
+        free(alloc((3 if spec.gated_mlp else 2) * mlp, mlp))
+        return
+    adapted = {a.target for a in r.adapters}
+    half = c * tokens * spec.intermediate_size
+
+    def linear(name: str) -> list[int]:
+        out = alloc(half)  # matmul_4bit's 16-bit output
+        wide = alloc(mlp)  # .to(inp_dtype)
+        free(out)
+        if name not in adapted:
+            return wide
+        clone = alloc(mlp)
+        free(wide)
+        b_out = alloc(half)
+        scaled = alloc(half)
+        free(b_out)
+        total = alloc(mlp)
+        free(clone + scaled)
+        return total
+
+    gate = linear(ins[0].name)
+    act = alloc(mlp)
+    free(gate)
+    up = linear(ins[1].name)
+    prod = alloc(mlp)
+    free(act + up)
+    down_in = alloc(half)  # down_proj's x.to(compute_dtype)
+    free(prod + down_in)
+
+
 def nograd_mlp_bytes(r) -> int:
     """Bytes of one intermediate-size tensor of a dense block's MLP (0 unless every block is checkpointed).
 
@@ -182,13 +232,23 @@ def nograd_mlp_bytes(r) -> int:
     the loss, their cached blocks are smaller than the loss's fp32 ``tokens x vocab`` tensors, which then open
     segments of their own (benchmarks/data/measured/README.md, AAI_FSDPQLORA_2403: the reserved figure grows
     past allocated with the micro-batch).
+    Their dtype is the MLP's (as in :func:`vramfit.estimate.activations._mlp_saved`): fp32 under HF QLoRA, where
+    ``prepare_model_for_kbit_training`` leaves the norms fp32 and bitsandbytes' Linear4bit returns its input's dtype
+    (bitsandbytes 0.45.0 nn/modules.py l. 484 ``Linear4bit.forward``: ``bnb.matmul_4bit(...).to(inp_dtype)``; the
+    same in 0.50.2); ``vramfit simulate`` (transformers 5.24) shows these fp32 ``tokens x intermediate_size``
+    blocks cached below the loss's segments (448 MiB each for Llama-3.1-8B at 8,192 tokens).
     """
     from vramfit.choices import Checkpointing
+    from vramfit.estimate.activations import dtypes_for
+    from vramfit.scenario import Method, Quantize
 
     sc, spec = r.sc, r.spec
     if sc.gradient_checkpointing is not Checkpointing.FULL or spec.num_experts:
         return 0
-    return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * sc.precision.compute_bytes
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    fp32_mlp = quantized and r.profile.qlora_unquantized_fp32
+    width = dtypes_for(sc, r.profile).norm_out if fp32_mlp else sc.precision.compute_bytes
+    return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * width
 
 
 def length_variation_note(r, reserved: int, events: list[int] | None = None) -> str | None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec, PositionEncoding
-from vramfit.scenario import Attention, Scenario
+from vramfit.scenario import Attention, Checkpointing, Scenario
 
 if TYPE_CHECKING:
     from vramfit.estimate.activations import Block, Saved
@@ -47,6 +47,27 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     return spec.num_key_value_heads < spec.num_attention_heads and (
         eager or profile.expands_kv_for_sdpa or windowed
     )
+
+
+def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Models that mix sliding-window and full-attention layers (``layer_types``: Gemma 2/3, gpt-oss): on a
+    sliding layer whose window is shorter than the sequence transformers builds a mask, so SDPA gets no
+    ``enable_gqa`` and ``repeat_kv`` expands k and v to every query head first (transformers v5.24.0
+    integrations/sdpa_attention.py ``use_gqa_in_sdpa``: only without a mask); the kernel saves the expanded
+    copies. The walk keeps the full layers' un-expanded k and v; this adds the difference on each such sliding
+    layer (the simulator's trace of Gemma 3: three [B, heads, S, D] q/k/v tensors on its sliding layers)."""
+    window = spec.sliding_window
+    if (not profile.runs_transformers_modeling or not spec.layer_types or not window or sc.seq_len <= window
+            or sc.attention is not Attention.SDPA or sc.gradient_checkpointing is not Checkpointing.NONE
+            or spec.num_key_value_heads >= spec.num_attention_heads or runs_eager_attention(spec, sc, profile)):
+        return 0  # eager attention repeats k/v on every layer (the walk's _expands_kv)
+    from vramfit.estimate.allocator import round_allocation
+
+    layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
+    c, T, d = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len, spec.head_dim
+    expanded = round_allocation(c * T * spec.num_attention_heads * d)
+    own = round_allocation(c * T * spec.num_key_value_heads * d)
+    return layers * 2 * (expanded - own)
 
 
 def _qkv_out_fp32(blk: Block) -> bool:
@@ -96,6 +117,15 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
         out.add("v", k_saved)
 
 
+def sinks_fp32(blk: Block) -> bool:
+    """gpt-oss's learned sink logits are an fp32 parameter wherever the step keeps its 16-bit parameters in
+    fp32 (the fp32 residual stream: ``-mixed`` weights, PEFT's upcast for QLoRA): transformers v5.24.0
+    models/gpt_oss/modeling_gpt_oss.py eager_attention_forward concatenates them to the 16-bit scores
+    (``torch.cat`` promotes to fp32) and softmaxes in that dtype, and under autocast ``probs @ v`` saves a
+    16-bit copy of the probabilities."""
+    return blk.spec.attention_sinks and blk.dt.residual == 4
+
+
 def _eager_scores_saved(blk: Block, out: Saved) -> None:
     """Eager attention keeps [B, H, S, S] score tensors."""
     spec, c = blk.spec, blk.dt.compute
@@ -103,13 +133,14 @@ def _eager_scores_saved(blk: Block, out: Saved) -> None:
     # after (gpt-oss eager_attention_forward); the slice is a view that keeps the (S, S + 1) output
     cols = blk.sc.seq_len + (1 if spec.attention_sinks else 0)
     scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * cols
-    upcast = spec.eager_softmax_fp32
+    upcast = spec.eager_softmax_fp32 or sinks_fp32(blk)
     out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
     if spec.attention_dropout > 0:
         out.add("attn.dropout_mask", scores)  # bool mask
         out.add("attn.dropout_out", c * scores)  # saved by probs @ v
     elif upcast and c != 4:
-        out.add("attn.probs", c * scores)  # the 16-bit cast saved by probs @ v
+        # the 16-bit cast saved by probs @ v (of the (S, S) slice, with sinks)
+        out.add("attn.probs", c * blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len ** 2)
     if spec.attn_logit_softcapping:
         out.add("attn.softcap_tanh", c * scores)
 

@@ -20,6 +20,7 @@ from vramfit.estimate.fsdp2 import (
     held_reduce_scatter_input,
     second_lowest_block,
 )
+from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
@@ -99,8 +100,9 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
            step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:
         return top
+    # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
-              held_reduce_scatter_input(step))
+              held_reduce_scatter_input(step) - resharded_above_lowest(step))
     return max((top, lowest, second_lowest_block(step) or top), key=sum)
 
 
@@ -132,7 +134,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
 def activations(step: Step) -> Iterator[Contribution]:
     """Saved tensors and autocast weight copies, consumed by backward."""
     a, kept = step.acts, step.parts.autocast_copies
-    yield Contribution("activations", F, a.total)
+    yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, a.tower + a.tower_recompute)
@@ -166,11 +168,11 @@ def communication(step: Step) -> Iterator[Contribution]:
     yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
     yield Contribution("comm_buffers", BL, at_loss - late)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
-    for phase in (BV, BT):
-        yield Contribution("comm_buffers", phase, comm)
+    for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
+        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step))
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
-    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm
+    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm - resharded_above_lowest(step)
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 

@@ -34,7 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
-from vramfit.estimate.vision import trains_vision, vision_adapters
+from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Attention,
@@ -93,13 +93,12 @@ def _is_quantized_linear(
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
         return True  # exactly nn.Linear in every tower the readers describe
+    if t.kind == "expert":
+        return experts_quantized(sc, profile)
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:
                 return False  # FalconLinear is not exactly nn.Linear
-        experts = {lin.name for lin in spec.block_linears if lin.group == "expert"} if spec is not None else ()
-        if t.name in experts:
-            return experts_quantized(sc, profile)
         return True
     return t.kind == "lm_head" and profile.qlora_quantizes_lm_head
 
@@ -112,9 +111,9 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     sizes: list[tuple[int, int]] = []
     trainable: list[tuple[ParamTensor, int]] = []
     # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
-    frozen_tower = not trains_vision(sc, profile) or not sc.images_per_sample
-    for t in base_tensors(spec):
-        frozen = t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
+    frozen_tower = not trains_vision(sc, profile) or not sc.sees_pixels
+    for t, unused in skipped_layers_split(base_tensors(spec), spec, sc):
+        frozen = unused or t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
         if sc.method is Method.FULL and not frozen:
             if ds_mixed:  # DeepSpeed: 16-bit params + fp32 master in the optimizer partition
                 w, m = 2, 4
@@ -215,7 +214,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             p.adapters += shard(round_allocation(t.numel * stored) * t.count, shd.weights)
             if ds_mixed or _ds_fp32_master(sc):
                 p.master_weights += shard(round_allocation(t.numel * 4) * t.count, shd.optimizer)
-            if not (ad.vision and not sc.images_per_sample):  # a tower that sees no image: no gradient
+            if not (ad.vision and not sc.sees_pixels):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
     if shd.optimizer_on_host:
@@ -279,15 +278,31 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         gathered = FSDP_INFLIGHT_ALLGATHERS.value * layer
         if not profile.fsdp_root_gathered:
             return gathered
-        root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
-        if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
-            root *= 2
+        root = _root_gathered_bytes(spec, sc, profile)
         if profile.fsdp2:  # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
             return gathered + root
         return gathered + root - shard(root, sc.shard_group)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
-        return 2 * layer  # unsharded gradients of the unit being reduce-scattered
+        # every unit stays gathered from its forward to its post-backward: FSDP2 ``FSDPParamGroup.reshard`` returns
+        # in forward when ``not self._reshard_after_forward`` and post_backward reshards (``reshard_after_backward``
+        # defaults True), torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_param_group.py; FSDP1 frees the unsharded
+        # flat parameter after forward only for RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES (FULL_SHARD, HYBRID_SHARD;
+        # _runtime_utils.py _post_forward_reshard) and after backward when gradients sync (_should_free_in_backward).
+        # Each gathered copy is a buffer of its own beside the shard (state.sharding_for), in the compute dtype
+        # (quantized for a QLoRA base); a frozen unit is kept just the same. Plus, in full fine-tuning, the unsharded
+        # gradients of the unit being reduce-scattered (a LoRA unit's gradients are its adapters', a few MiB)
+        grads = 2 * layer if sc.method is Method.FULL else 0
+        return spec.num_hidden_layers * layer + _root_gathered_bytes(spec, sc, profile) + grads
     return 0
+
+
+def _root_gathered_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Unsharded bytes of the units outside the blocks (embeddings, final norm, lm_head), gathered in the
+    compute dtype (fp32 for a QLoRA base the profile keeps unquantized in fp32)."""
+    root = (spec.embedding_params + spec.lm_head_params + spec.final_norm_params) * sc.precision.compute_bytes
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+        root *= 2
+    return root
 
 
 def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -370,7 +385,7 @@ def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple
     the framework runs it ``head_calls`` times (lit-gpt's 128-token chunks, :func:`loss.head_calls`).
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    block = 0 if quantized else sum(x.weight_params for x in spec.block_linears) * spec.num_hidden_layers
+    block = 0 if quantized else sum(x.weight_params * spec.layers_of(x) for x in spec.block_linears)
     head = (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
     if sc.gradient_checkpointing is Checkpointing.NONE:
         return 0, 2 * (block + head)

@@ -13,6 +13,7 @@ from typing import Any
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
+from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 
@@ -171,6 +172,8 @@ class FrameworkProfile:
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
+    # an older TRL's log-prob code for ORPO and CPO/SimPO (estimate/stages/profiles.py); None: TRL 1.16.0's kernel
+    trl_logits_logprobs: LogProbs | None = None
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""
@@ -251,6 +254,9 @@ class FrameworkProfile:
     # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
     # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
     expert_parallel: bool = False
+    # LoRA on a 4-bit linear clones the base layer's output before adding the adapter's (peft v0.14.0 and v0.21.2
+    # tuners/lora/bnb.py Linear4bit.forward: ``result = result.clone()``, "for 4bit, we need to defensively clone")
+    lora_4bit_clones_output: bool = False
 
 
 PROFILES: dict[Framework, FrameworkProfile] = {
@@ -271,6 +277,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
         qlora_fused_max_tokens=BNB_GEMM_4BIT_FUSED_MAX_TOKENS.value,
+        lora_4bit_clones_output=True,
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
@@ -308,6 +315,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),
+            FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
+                             "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
+                             (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),
+            FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
+                             "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
+                             (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(

@@ -149,18 +149,26 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     if style is LossLayout.HF_UPCAST_IN_MODEL:
         # transformers < 4.45: logits.float() in the model (the 16-bit logits die at once unless already
         # fp32), the shifted .contiguous() fp32 copy, log_softmax's fp32 output saved; the Trainer drops
-        # the outputs (and both fp32 logits tensors) before backward
+        # the outputs (and both fp32 logits tensors) before backward. transformers v4.44.2 modeling_llama.py
+        # l. 1214 ``shift_logits = logits[..., :-1, :].contiguous()``: no copy at micro-batch 1 (see below)
         saved = 4 * TV
-        fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV + 4 * TV)
+        shifted = 4 * TV if sc.micro_batch_size > 1 else 0
+        fwd = max(lb * TV + up * TV, 4 * TV + shifted + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
-        return LossMemory(saved, fwd, bwd, "fp32 logits from the model (transformers < 4.45), shifted copy, CrossEntropyLoss")
+        copy = "shifted copy" if shifted else "no shifted copy at micro-batch 1"
+        return LossMemory(saved, fwd, bwd, f"fp32 logits from the model (transformers < 4.45), {copy}, CrossEntropyLoss")
     if style is LossLayout.HF_UPCAST_SHIFTED_IN_LOSS:
         # transformers 4.46-4.48 ForCausalLMLoss: the model's 16-bit logits, their fp32 copy and the shifted
         # .contiguous() fp32 copy are all alive while cross_entropy's log_softmax writes (and saves) its fp32 output;
-        # backward as below (the slice's backward scatters into a fresh fp32 buffer after the two gradients die)
+        # backward as below (the slice's backward scatters into a fresh fp32 buffer after the two gradients die).
+        # With one sequence per micro-batch there is no copy: logits[..., :-1, :] of a (1, T, V) tensor is already
+        # contiguous (torch 2.13 c10/core/Contiguity.h _compute_contiguous skips size-1 dims), so
+        # .contiguous() returns it (`vramfit simulate` with 4.47.1's ForCausalLMLoss patched in: no copy at mb 1)
         saved = 4 * TV
-        return LossMemory(saved, lb * TV + up * TV + 4 * TV + saved, saved + 4 * TV + 4 * TV,
-                          "model-dtype logits, fp32 upcast and shifted fp32 copy in ForCausalLMLoss (transformers 4.46-4.48)")
+        shifted = 4 * TV if sc.micro_batch_size > 1 else 0
+        copy = "shifted fp32 copy" if shifted else "no shifted copy at micro-batch 1"
+        return LossMemory(saved, lb * TV + up * TV + shifted + saved, saved + 4 * TV + 4 * TV,
+                          f"model-dtype logits, fp32 upcast and {copy} in ForCausalLMLoss (transformers 4.46-4.48)")
     if style is not LossLayout.HF_UPCAST_IN_LOSS:
         raise ValueError(f"no logits/loss model for loss layout {style!r}; valid: {[x.value for x in LossLayout]}")
     # transformers >= 4.46 ForCausalLMLoss (loss/loss_utils.py): logits.float() then cross_entropy;

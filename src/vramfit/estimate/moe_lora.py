@@ -18,10 +18,32 @@ def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quant
     utils/other.py casts every non-4-bit 16-bit parameter to fp32; the simulator traces the gathered
     input, the grouped matmuls and the folded weight in fp32)."""
     from vramfit.estimate.core import experts_quantized
+    from vramfit.estimate.framework import casts_params
 
     fp32 = (quantized and profile.qlora_unquantized_fp32 and profile.runs_transformers_modeling
             and not experts_quantized(sc, profile))
-    return 4 if spec.num_experts and fp32 else sc.precision.compute_bytes
+    # -mixed: fp32 banks, and the grouped matmul is not autocast (transformers v5.24.0 integrations/moe.py
+    # _grouped_mm casts the input to the weight's dtype instead), so the whole expert path runs in fp32
+    mixed = sc.precision.mixed and profile.runs_transformers_modeling and not casts_params(sc, profile)
+    return 4 if spec.num_experts and (fp32 or mixed) else sc.precision.compute_bytes
+
+
+def autocast_cast_spec(spec: ModelSpec, profile: FrameworkProfile) -> ModelSpec:
+    """The spec whose block linears autocast casts to 16 bits: transformers 5's 3-D expert banks go through
+    the grouped matmul, which autocast does not cover (integrations/moe.py ``_grouped_mm``: no autocast
+    entry, the input is cast to the bank's dtype), so they get no 16-bit copy."""
+    from dataclasses import replace
+
+    if not spec.num_experts or not profile.runs_transformers_modeling:
+        return spec
+    return replace(spec, block_linears=tuple(x for x in spec.block_linears if x.group != "expert"))
+
+
+def fused_expert_bank(blk: Any) -> bool:
+    """The experts are transformers 5's 3-D parameter banks run by one grouped matmul (integrations/moe.py,
+    v5.24.0), which no LoRA branch reads; other frameworks loop over per-expert linears. ``blk``: the
+    walk's Block."""
+    return blk.profile.runs_transformers_modeling
 
 
 def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
@@ -33,3 +55,48 @@ def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
     factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
                   for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
     out.add("experts.lora_factors", blk.dt.compute * factors)
+
+
+#: the linears only the MoE layers hold
+_MOE_GROUPS = ("router", "expert", "shared_expert")
+
+
+def dense_layers(spec: ModelSpec) -> tuple[ModelSpec, int] | None:
+    """The dense layers of a model that mixes them with MoE layers, as a block of their own for the
+    activation walk: (that block's spec, how many layers). DeepSeek-V2/V3 ``first_k_dense_replace``
+    (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3DecoderLayer: ``DeepseekV3MLP``
+    below it, ``DeepseekV3MoE`` from it on), Llama 4 ``interleave_moe_layer_step`` (modeling_llama4.py
+    Llama4TextDecoderLayer ``is_moe_layer``). ``None`` when every layer is of one kind."""
+    from dataclasses import replace
+
+    dense = [lin for lin in spec.block_linears if lin.group == "dense_mlp"]
+    if not dense or not spec.num_experts:
+        return None
+    mlp = tuple(replace(lin, group="mlp", layers=0) for lin in dense)
+    kept = tuple(lin for lin in spec.block_linears if lin.group not in _MOE_GROUPS and lin.group != "dense_mlp")
+    down = next((lin for lin in mlp if lin.out_features == spec.hidden_size), mlp[-1])
+    block = replace(spec, block_linears=kept + mlp, num_experts=0, moe_intermediate_size=0,
+                    intermediate_size=down.in_features, peft_moe_names=(), router_fp32=False)
+    return block, max(lin.layers for lin in dense)
+
+
+def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
+    """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
+    ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward). ``blk``/``out``:
+    the walk's Block and Saved; ``m``: bytes of its intermediate tensors."""
+    from vramfit.estimate.activations import _linear_input
+
+    lins = blk.group("shared_expert")
+    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
+    if down is None:
+        return
+    T, width = blk.T, down.in_features
+    for lin in lins:
+        if lin is down:
+            _linear_input(blk, out, lin, "shared.mid", m, T)
+        else:
+            _linear_input(blk, out, lin, mlp_in_key, blk.dt.norm_out, T)
+    out.add("shared.gate_out", m * T * width)
+    if not blk.sc.compile:
+        out.add("shared.act_out", m * T * width)
+    out.add("shared.up_out", m * T * width)

@@ -26,7 +26,7 @@ class ParamTensor:
     name: str
     shape: tuple[int, ...]
     count: int
-    kind: str  # embedding | lm_head | linear | bias | norm | vision | lora_A | lora_B
+    kind: str  # embedding | lm_head | linear | expert | bias | norm | vision | lora_A | lora_B
 
     @property
     def numel(self) -> int:
@@ -72,7 +72,10 @@ def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
         out.append(ParamTensor("embed_extra", (rest,), 1, "embedding"))
     for lin in spec.block_linears:
         n = lin.count * spec.layers_of(lin)
-        out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), n, "linear"))
+        # a bank of experts is one 3-D parameter, told apart from an nn.Linear of the same name (DeepSeek's
+        # dense and shared-expert down_proj beside the experts' down_proj)
+        kind = "expert" if lin.group == "expert" else "linear"
+        out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), n, kind))
         if lin.bias:
             out.append(ParamTensor(f"{lin.name}.bias", (lin.out_features,), n, "bias"))
     if spec.block_norm_params:

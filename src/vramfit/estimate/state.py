@@ -138,7 +138,10 @@ def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload, shar
     """How ZeRO (Rajbhandari et al. 2020, sec. 5) and FSDP split model state over ``num_gpus``.
 
     ZeRO-1 partitions optimizer state (incl. fp32 master), ZeRO-2 adds gradients, ZeRO-3 adds
-    parameters; FSDP FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2. Offload (ZeRO-Offload, FSDP
+    parameters; FSDP FULL_SHARD = ZeRO-3. FSDP SHARD_GRAD_OP stores its parameters sharded too (FSDP1 keeps the
+    flat parameter's ``_local_shard`` and gathers into a ``_full_param_padded`` of its own, torch v2.13.0
+    distributed/fsdp/_flat_param.py; FSDP2 keeps the DTensor shard): only the unsharded copies live longer, from
+    each unit's forward to its post-backward, counted as communication buffers (core.comm_buffers). Offload (ZeRO-Offload, FSDP
     ``CPUOffload``) moves the optimizer state (and gradients, which the CPU step reads) to host
     memory, and with parameter offload the sharded parameters too.
 
@@ -153,9 +156,9 @@ def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload, shar
     w = g = o = 1
     if parallelism in (Parallelism.ZERO1,):
         o = n
-    elif parallelism in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
+    elif parallelism is Parallelism.ZERO2:
         g = o = n
-    elif parallelism in (Parallelism.ZERO3, Parallelism.FSDP):
+    elif parallelism in (Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):
         w = g = o = n
     opt_host = offload is not Offload.NONE
     return Sharding(

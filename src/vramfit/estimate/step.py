@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate import activations as act
 from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.attention import sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
     CUBLAS_WORKSPACE,
@@ -32,6 +33,7 @@ from vramfit.estimate.core import (
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
+from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.gpus import GPU, Arch
@@ -50,11 +52,12 @@ class Activations:
     blocks: int  # all blocks as kept under the checkpointing policy
     recompute: int  # re-created inside one block's backward (checkpointing)
     outside_blocks: int  # final norm, lm_head input, eager mask ... (model_extra_saved)
-    masks: int  # sliding-window SDPA biases
+    masks: int  # sliding-window SDPA biases (and the k/v a masked sliding layer repeats to every head)
     host: int  # offloaded block inputs
     tower: int = 0  # a VLM's trained vision tower: its blocks as kept (part of blocks)
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
+    forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
 
     @property
     def total(self) -> int:
@@ -119,33 +122,53 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         # so a block keeps every linear's weight in 16 bits (the recomputed block, under checkpointing)
         saved.add("gptq.dequantized_weights", sc.precision.compute_bytes * sum(
             lin.in_features * lin.out_features * lin.count for lin in spec.block_linears))
+    # a VLM's image side of the language model (Llama 3.2 Vision's cross-attention layers) beside the walked layers
+    cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
     if ck is Checkpointing.NONE:
-        blocks, recompute = L * per_layer, 0
+        blocks, recompute = layers_sum, 0
     elif ck is Checkpointing.SELECTIVE:
         kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
-        blocks, recompute = L * (per_layer - kernel), kernel
+        blocks, recompute = layers_sum - L * kernel, kernel
     elif ck is Checkpointing.SELECTIVE_OP:
         kept = act.op_sac_saved(spec, sc, profile)
-        blocks, recompute = L * (block_in + kept), max(0, per_layer - kept)
+        blocks, recompute = L * (block_in + kept), max(0, per_layer_max - kept)
     elif ck is Checkpointing.FULL:
-        blocks, recompute = L * block_in, per_layer
+        blocks, recompute = L * block_in, per_layer_max
     else:  # offload: block inputs in host memory; on the GPU as many as the profile says
-        blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer, L * block_in
+        blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer_max, L * block_in
     # the lowest block's backward: the blocks above have consumed what they kept; offloaded inputs come back a
     # fixed number at a time (profile.offload_ckpt_block_tensors), less the next block's prefetched input,
     # which the lowest block does not have (profile.offload_ckpt_prefetched)
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
+    blocks, recompute = blocks + cross, max(recompute, cross_recompute)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
-        act.model_extra_saved(spec, sc, profile, lm_head_trainable), sliding_window_masks(spec, sc, profile), host,
-        tower, tower_recompute, lowest + tower,
+        act.model_extra_saved(spec, sc, profile, lm_head_trainable),
+        sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
+        tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
     )
+
+
+def _layer_kinds(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, quantized: bool,
+                 saved: act.Saved) -> tuple[int, int]:
+    """(every block's saved bytes together, the largest block's): the MoE block walked for the MoE layers,
+    a dense MLP block for the dense ones (moe_lora.dense_layers). The attention part is the same in both."""
+    per_layer = sum(round_allocation(v) for v in saved.items.values())
+    L = spec.num_hidden_layers
+    mixed = dense_layers(spec)
+    if mixed is None:
+        return L * per_layer, per_layer
+    block, n_dense = mixed
+    own = [ad for ad in adapters if not ad.param_wrapper]  # the expert banks' ParamWrappers are not in it
+    dense = sum(round_allocation(v) for v in act.block_saved(block, sc, profile, own, quantized).items.values())
+    return (L - n_dense) * per_layer + n_dense * dense, max(per_layer, dense)
 
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -280,11 +303,13 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
-    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, *_DS):
-        autocast_fwd, autocast_kept = autocast_copies(spec, sc, head_calls(sc, profile))
-        lowest_autocast = autocast_block_copies(spec, sc)
+    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast
+    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS):
+        cast = autocast_cast_spec(spec, profile)
+        autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
+        lowest_autocast = autocast_block_copies(cast, sc)
     loss = loss_memory(spec, sc, profile)
-    tb = act.block_backward_transient(spec, sc, profile)
+    tb = act.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
     parts = replace(

@@ -1,7 +1,8 @@
 """The vision tower of a vision-language model in a training step (``ModelSpec.vision``).
 
 - The image placeholder tokens join the language model's sequence: ``seq_len`` text tokens plus
-  ``images_per_sample`` x the processor's tokens per image (``vramfit.models.vlm_tokens``).
+  ``images_per_sample`` x the processor's tokens per image and the tokens of ``frames_per_sample`` video
+  frames (``vramfit.models.vlm_tokens``); the tower runs over all their patches.
 - Trained (full fine-tuning, or PEFT adapters on its linears): each encoder block keeps the tensors
   the same walk as a decoder block finds (:func:`vramfit.estimate.activations.block_saved`) over all
   the micro-batch's image patches; under gradient checkpointing only the block inputs (transformers
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from vramfit.errors import ScenarioError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
-from vramfit.estimate.params import Adapter, resolve_adapters
+from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters
 from vramfit.models import hf_vlm
-from vramfit.models.spec import ModelSpec
-from vramfit.models.vlm_tokens import ImageTokens, image_tokens
+from vramfit.models.spec import ModelSpec, PositionEncoding
+from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
 from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
 
 
@@ -32,22 +33,43 @@ def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
             raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
                                 f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
         return None
-    if spec.vision.cross_attention:
-        raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled: its "
-                            "language model reads them through cross-attention layers", valid=("0",))
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
 
 
 # the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
-TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"} - {"mllama"}))
+TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
+
+
+def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
+    """Patches and language-model tokens of the scenario's video frames; None without frames."""
+    if not sc.frames_per_sample:
+        return None
+    refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "
+               f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}")
+    if spec.vision is None or not has_video_rule(spec.vision.image_config):
+        raise ScenarioError("frames_per_sample", refused, valid=("0",))
+    try:
+        return video_tokens(spec.vision.image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+    except ModelError as exc:  # a video the processor refuses (fewer frames than a temporal patch ...)
+        raise ScenarioError("frames_per_sample", str(exc).removeprefix("model: "), valid=("0",)) from None
+
+
+def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
+    """Patches, language-model tokens and projector rows of one sequence's images and video together."""
+    img, video = per_image(spec, sc), per_video(spec, sc)
+    if img is None and video is None:
+        return None
+    parts = [(sc.images_per_sample, img), (1, video)]
+    return ImageTokens(sum(n * x.vision_patches for n, x in parts if x), sum(n * x.lm_tokens for n, x in parts if x),
+                       sum(n * x.features for n, x in parts if x))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
-    """The scenario as the language model sees it: its sequence includes the image tokens."""
-    img = per_image(spec, sc)
-    if img is None:
+    """The scenario as the language model sees it: its sequence includes the image and video tokens."""
+    pix = per_sample(spec, sc)
+    if pix is None:
         return sc
-    return dataclasses.replace(sc, seq_len=sc.seq_len + sc.images_per_sample * img.lm_tokens)
+    return dataclasses.replace(sc, seq_len=sc.seq_len + pix.lm_tokens)
 
 
 def trains_vision(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -77,13 +99,62 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
 def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
                        adapters: list[Adapter]) -> tuple[int, int]:
     """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing)."""
-    from vramfit.estimate import activations as act
+    pix = per_sample(spec, sc)
+    if pix is None or not trains_vision(sc, profile):
+        return 0, 0
+    return _tower_activations(spec, sc, profile, adapters, pix)
+
+
+def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
+    """(tensor, never gets a gradient) for every base tensor: a text-only step of a cross-attention model skips
+    its cross-attention layers (MllamaTextModel.forward), whose weights then get no gradient and no optimizer
+    state (torch.optim skips ``grad is None``); their share of each per-layer tensor is split off."""
+    skipped = spec.vision.cross_attention_layers if spec.vision is not None and not sc.images_per_sample else 0
+    out: list[tuple[ParamTensor, bool]] = []
+    L = spec.num_hidden_layers
+    for t in tensors:
+        share = t.count * skipped // L if t.kind in ("linear", "bias") or t.name == "block_norms" else 0
+        if share and t.count % L == 0:
+            out += [(dataclasses.replace(t, count=t.count - share), False), (dataclasses.replace(t, count=share), True)]
+        else:
+            out.append((t, False))
+    return out
+
+
+def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                         adapters: list[Adapter]) -> tuple[int, int]:
+    """(bytes the language model keeps for its images beyond its walked decoder layers, the bytes one of its
+    cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
+    (:func:`lm_scenario`). Without images a cross-attention model's text forward skips those layers: their
+    share of the walked layers is taken back (a negative figure). Placeholder models merge the image features into the token embeddings
+    (``masked_scatter``: a new tensor), so under checkpointing with adapters the embedding output, a leaf
+    that requires grad (modeling_utils.py ``enable_input_require_grads``), is kept beside it."""
+    if spec.vision is not None and spec.vision.cross_attention and not sc.images_per_sample:
+        from vramfit.estimate.cross_attention import skipped_layers_bytes
+
+        return -skipped_layers_bytes(spec, sc, profile, adapters), 0
+    if spec.vision is None or not sc.sees_pixels:
+        return 0, 0
+    if not spec.vision.cross_attention:
+        leaf = sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL
+        if not leaf:
+            return 0, 0
+        from vramfit.estimate import activations as act
+
+        rows = sc.micro_batch_size * sc.seq_len
+        return round_allocation(act.dtypes_for(sc, profile).residual * rows * spec.hidden_size), 0
+    from vramfit.estimate.cross_attention import cross_attention_activations
 
     img = per_image(spec, sc)
-    if img is None or not trains_vision(sc, profile):
-        return 0, 0
+    return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
+
+
+def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+                       pix: ImageTokens) -> tuple[int, int]:
+    from vramfit.estimate import activations as act
+
     block = spec.vision.block
-    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
     from vramfit.scenario import Quantize
@@ -98,10 +169,65 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
-    head = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * sc.images_per_sample * img.features)
-    if sc.gradient_checkpointing is Checkpointing.NONE:
-        return depth * per_layer + head, 0
+    head = projector_kept(spec, sc, profile, adapters)
+    c, img = sc.precision.compute_bytes, per_image(spec, sc)
+    if spec.vision.attention_mask and img:  # one (P, P) float mask per image, saved by every layer's attention
+        head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
+    if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
+        head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
+    head += _stem_kept(spec, sc, patches)
+    full = sc.method is Method.FULL
+    if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
+        per_layer += round_allocation(c * patches * block.hidden_size)
+    gates = spec.vision.gated_layers if full else 0
+    per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
+    if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
+        return depth * per_layer + gates * per_gated + head, 0
     return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
+
+
+def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
+    """Tower tensors outside its blocks that backward keeps: a rotary tower's fp32 cos and sin over every patch
+    (Qwen2_5_VisionTransformerPretrainedModel.forward passes them to every block); under checkpointing with
+    adapters, the patch embedding's output, which transformers makes a leaf that requires grad
+    (modeling_utils.py ``enable_input_require_grads``, run by ``gradient_checkpointing_enable``, hooks the input
+    embeddings of every sub-model: the tower's patch embedding too), held by its AccumulateGrad node."""
+    block, total = spec.vision.block, 0
+    if block.position_encoding is PositionEncoding.ROPE:
+        total += 2 * round_allocation(4 * patches * block.head_dim)
+    if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
+        total += round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
+    return total
+
+
+def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The tower's output the model's output object holds through the forward (``VisionTower.output_held``),
+    where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
+    autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
+    tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
+    img = per_image(spec, sc)
+    if img is None or not spec.vision.output_held or not spec.vision.projector:
+        return 0
+    from vramfit.estimate import activations as act
+
+    dt = act.dtypes_for(sc, profile)
+    if sc.method is Method.FULL and trains_vision(sc, profile) and not dt.autocast:
+        return 0
+    rows = sc.micro_batch_size * sc.images_per_sample * img.features
+    return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
+
+
+def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """What the trained projector keeps for backward."""
+    pix = per_sample(spec, sc)
+    if pix is None or not trains_vision(sc, profile):
+        return 0
+    kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    if spec.vision.projector_rmsnorm:
+        patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
+        kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
+        kept += round_allocation(sc.precision.compute_bytes * patches * h) if sc.method is Method.FULL else 0
+    return kept
 
 
 def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
@@ -130,11 +256,11 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     """The working set of one tower block's backward (the decoder block's rule over the patches)."""
     from vramfit.estimate import activations as act
 
-    img = per_image(spec, sc)
-    if img is None:
+    pix = per_sample(spec, sc)
+    if pix is None:
         return 0
     block = spec.vision.block
-    patches = sc.micro_batch_size * sc.images_per_sample * img.vision_patches
+    patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     base = max(act.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
     if block.gated_mlp or block.act_saved_tensors < 2:
@@ -182,7 +308,7 @@ def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile)
 def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Gradient bytes of the tower not yet made while its last block runs backward (all its blocks
     but that one; the embeddings' too): the tower's backward comes after the language model's."""
-    if spec.vision is None or not sc.images_per_sample or not trains_vision(sc, profile):
+    if spec.vision is None or not sc.sees_pixels or not trains_vision(sc, profile):
         return 0
     block = spec.vision.block
     if sc.method is Method.FULL:

@@ -26,7 +26,7 @@ _LLAMA_LIKE = {
     "phi3": False,
 }
 # families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
-_OTHER_MODULE_TYPES = ("deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl")
+_OTHER_MODULE_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )
@@ -208,22 +208,16 @@ def _embeddings(vocab: int, hidden: int, tie: bool, lm_head_bias: bool = False) 
 #: peft v0.21.2 utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING["qwen2_moe"] (the
 #: names moved to target_parameters; ModelSpec.peft_moe_names)
 PEFT_QWEN2_MOE_NAMES = ("gate", "gate_proj", "up_proj", "down_proj")
-def _moe_layout(c: _Cfg, layers: int) -> bool:
-    """Whether every layer of a Qwen3-MoE style config is sparse (True) or every one dense."""
+def _moe_layout(c: _Cfg, layers: int) -> int:
+    """How many layers of a Qwen3-MoE style config are sparse: layer i is MoE when it is not in
+    ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (transformers v5.24.0
+    models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeDecoderLayer); the others hold a dense MLP."""
     experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
     step = c.int("decoder_sparse_step", default=1)
     dense_only = c.get("mlp_only_layers", default=[])
     if not isinstance(dense_only, list):
         raise ModelError("config.json 'mlp_only_layers' must be a list of layer indices")
-    sparse = [
-        i not in dense_only and experts > 0 and (i + 1) % step == 0 for i in range(layers)
-    ]
-    if all(sparse) or not any(sparse):
-        return all(sparse)
-    raise ModelError(
-        "mixed dense and MoE layers (decoder_sparse_step / mlp_only_layers) are not supported: "
-        f"{sum(sparse)} of {layers} layers are sparse"
-    )
+    return sum(1 for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
 
 
 def _llama_attention(c: _Cfg, hidden: int, q_out: int, kv_out: int) -> list[Linear]:
@@ -252,16 +246,22 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
                 Linear("w1", hidden, inter, False, "expert", experts),
                 Linear("w3", hidden, inter, False, "expert", experts),
                 Linear("w2", inter, hidden, False, "expert", experts)], moe
-    if mt == "qwen3_moe" and _moe_layout(c, layers):
+    sparse = _moe_layout(c, layers) if mt == "qwen3_moe" else 0
+    if sparse:
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
         moe_inter = c.int("moe_intermediate_size")
         moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter,
                "peft_moe_names": PEFT_QWEN2_MOE_NAMES}
-        return [Linear("gate", hidden, experts, False, "router"),
-                Linear("gate_proj", hidden, moe_inter, False, "expert", experts),
-                Linear("up_proj", hidden, moe_inter, False, "expert", experts),
-                Linear("down_proj", moe_inter, hidden, False, "expert", experts)], moe
+        k = 0 if sparse == layers else sparse  # Linear.layers: 0 = every layer
+        out = [Linear("gate", hidden, experts, False, "router", layers=k),
+               Linear("gate_proj", hidden, moe_inter, False, "expert", experts, layers=k),
+               Linear("up_proj", hidden, moe_inter, False, "expert", experts, layers=k),
+               Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=k)]
+        if k:  # the dense layers' Qwen3MoeMLP at intermediate_size
+            out += [Linear(n, i, o, False, "dense_mlp", layers=layers - sparse)
+                    for n, i, o in (("gate_proj", hidden, inter), ("up_proj", hidden, inter), ("down_proj", inter, hidden))]
+        return out, moe
     if mt == "phi3":
         return [Linear("gate_up_proj", hidden, 2 * inter, False, "mlp"),
                 Linear("down_proj", inter, hidden, False, "mlp")], {}

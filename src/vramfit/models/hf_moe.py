@@ -30,7 +30,9 @@ def _mla_attention(c: _Cfg, hidden: int, heads: int) -> tuple[list[Linear], int,
     rope = c.int("qk_rope_head_dim")
     v_dim = c.int("v_head_dim")
     kv_rank = c.int("kv_lora_rank")
-    q_rank = c.int("q_lora_rank", default=0, minimum=0)
+    # absent: the config classes' default, 1536 (transformers v5.24.0 configuration_deepseek_v2.py and
+    # configuration_deepseek_v3.py); null: no query compression (q_proj)
+    q_rank = c.int("q_lora_rank", default=0, minimum=0) if "q_lora_rank" in c.data else 1536
     bias = c.bool("attention_bias", default=False)
     qk = nope + rope
     if q_rank:
@@ -179,7 +181,7 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
         gated_mlp=True, block_linears=tuple(linears), block_norm_params=2 * hidden,  # qk L2 norm: no weight
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if moe else 0,
         num_experts_per_tok=c.int("num_experts_per_tok", default=1), moe_intermediate_size=inter,
-        sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
+        experts_run_every_token=bool(moe), sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
         layer_types=_layer_types(c, layers, None),
         **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
@@ -210,4 +212,4 @@ def _llama4(c: _Cfg) -> ModelSpec:
     return replace(spec, model_type="llama4", vision_params=extra)
 
 
-BUILDERS = {"deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4_text}
+BUILDERS = {"deepseek_v2": _deepseek_v3, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4_text}

@@ -60,7 +60,8 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     merged = h * int(v["spatial_merge_size"]) ** 2
     projector = (Linear("mlp.0", merged, merged, True, "projector"),
                  Linear("mlp.2", merged, int(v["out_hidden_size"]), True, "projector"))
-    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector)
+    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector,
+                        segmented_attention=True, projector_rmsnorm=True)
     return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision), vision=tower)
 
 
@@ -245,6 +246,8 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
 _MLLAMA_VISION_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
                            "num_global_layers": 8, "attention_heads": 16, "image_size": 448, "patch_size": 14,
                            "max_num_tiles": 4, "vision_output_dim": 7680}
+# MllamaTextConfig default cross_attention_layers (transformers v5.24.0 configuration_mllama.py)
+_MLLAMA_CROSS_LAYERS = [3, 8, 13, 18, 23, 28, 33, 38]
 
 
 def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
@@ -253,7 +256,8 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
     a global layer adds the scalar gate_attn and gate_ffn), read as one block of their summed depth;
     the projector is one biased Linear(vision_output_dim, text hidden) over every tile's patches
     (transformers v5.24.0 models/mllama/modeling_mllama.py). Its output feeds the language model's
-    cross-attention layers (``cross_attention``), not placeholder tokens."""
+    ``cross_attention_layers`` (MllamaCrossAttentionDecoderLayer), not placeholder tokens. The encoder
+    layers are plain nn.Modules: never checkpointed."""
     v = {**_MLLAMA_VISION_DEFAULTS, **(config.get("vision_config") or {})}
     h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
     depth = int(v["num_hidden_layers"]) + int(v["num_global_layers"])
@@ -262,13 +266,40 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
         Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
         NormType.LAYERNORM, PositionEncoding.LEARNED)
     projector = Linear("multi_modal_projector", int(v["vision_output_dim"]), text_hidden, True, "projector")
+    text = config.get("text_config") or {}
+    cross = len(text.get("cross_attention_layers", _MLLAMA_CROSS_LAYERS))
     return VisionTower(block, {"model_type": "mllama", "vision_config": v}, projector=(projector,),
-                       cross_attention=True)
+                       cross_attention_layers=cross, checkpointed=False, gated_layers=int(v["num_global_layers"]),
+                       attention_mask=True, output_held=True, stacks=2)
+
+
+# Qwen2VLVisionConfig defaults (transformers v5.24.0 models/qwen2_vl/configuration_qwen2_vl.py)
+_QWEN2_VISION_DEFAULTS = {"depth": 32, "embed_dim": 1280, "hidden_size": 3584, "hidden_act": "quick_gelu",
+                          "mlp_ratio": 4, "num_heads": 16, "patch_size": 14, "spatial_merge_size": 2}
+
+
+def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Qwen2-VL: ``depth`` Qwen2VLVisionBlocks of ``embed_dim`` (LayerNorm norm1/norm2, fused biased qkv and
+    proj, full attention over each image, 2-D rotary positions, VisionMlp fc1 -> quick_gelu -> fc2 of width
+    ``int(embed_dim * mlp_ratio)``), then PatchMerger: LayerNorm ``ln_q`` over ``embed_dim``, merge x merge
+    patches joined, mlp.0 -> GELU -> mlp.2 to ``hidden_size`` (transformers v5.24.0
+    models/qwen2_vl/modeling_qwen2_vl.py Qwen2VisionTransformerPretrainedModel). The parameters are counted
+    from the real modules (models/from_modules.py)."""
+    v = {**_QWEN2_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter = int(v["embed_dim"]), int(int(v["embed_dim"]) * float(v["mlp_ratio"]))
+    block = _encoder_block("qwen2_vl_vision", h, int(v["depth"]), int(v["num_heads"]), (
+        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
+        Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    projector = (Linear("mlp.0", merged, merged, True, "projector"),
+                 Linear("mlp.2", merged, int(v["hidden_size"]), True, "projector"))
+    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector)
 
 
 # towers attached to a spec read from transformers' modules (models/from_modules.py)
 TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower,
-          "mllama": _mllama_tower}
+          "mllama": _mllama_tower, "qwen2_vl": _qwen2_vl_tower}
 
 
 def attach_tower(spec: ModelSpec, config: Mapping) -> ModelSpec:

@@ -82,9 +82,35 @@ class VisionTower:
     projector: tuple[Linear, ...] = ()
     # each block scales its attention and MLP branches by learned vectors (InternViT lambda_1/lambda_2)
     layer_scale: bool = False
-    # the language model reads the image through cross-attention layers (Llama 3.2 Vision), which the
-    # estimator does not model: images are refused
-    cross_attention: bool = False
+    # decoder layers that read the image through cross-attention instead of placeholder tokens (Llama 3.2
+    # Vision ``cross_attention_layers``; estimate/cross_attention.py); 0: the image is in the sequence
+    cross_attention_layers: int = 0
+    # the tower's layers run under gradient checkpointing when the model's is on (False: plain nn.Module
+    # layers, Mllama's MllamaVisionEncoderLayer in transformers v5.24.0 models/mllama/modeling_mllama.py)
+    checkpointed: bool = True
+    # encoder layers that scale their attention and MLP outputs by a learned tanh gate (Mllama's global
+    # layers: ``gate_attn.tanh() * hidden_states``), which saves each branch's output for the gate's gradient
+    gated_layers: int = 0
+    # the tower's attention takes a float (images, 1, P, P) mask over each image's P patches (Mllama's
+    # aspect-ratio mask, modeling_mllama.py _prepare_aspect_ratio_attention_mask), saved by every layer's kernel
+    attention_mask: bool = False
+    # the model's output object holds the tower's output (the projector's input) until the loss is taken
+    # (MllamaModel.forward returns ``image_outputs=vision_outputs``); a trainer drops it before backward
+    output_held: bool = False
+    # a norm between encoder stacks keeps the lower stack's output beside the upper stack's input (Mllama:
+    # the local encoder's output through ``layernorm_post`` and the post-tile embedding before the global one)
+    stacks: int = 1
+    # SDPA runs once per attention segment (image, frame or window) and ``torch.cat`` joins the outputs: a
+    # new tensor beside the kernels' saved outputs, which the output projection saves when its weight trains
+    # (transformers v5.24.0 models/qwen2_5_vl/modeling_qwen2_5_vl.py Qwen2_5_VLVisionAttention.forward)
+    segmented_attention: bool = False
+    # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
+    # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
+    projector_rmsnorm: bool = False
+
+    @property
+    def cross_attention(self) -> bool:
+        return self.cross_attention_layers > 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +142,10 @@ class ModelSpec:
     parallel_attn_mlp: bool = False  # Falcon / Phi-1.5 / Phi-2 / GPT-NeoX style parallel residual
     num_experts: int = 0  # 0 = dense
     num_experts_per_tok: int = 0
+    # every expert runs every token, scaled by its router score (zero where not routed): transformers
+    # v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward repeats the tokens num_experts times
+    # and Llama4TextExperts runs one bmm over the (experts, tokens, hidden) block
+    experts_run_every_token: bool = False
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
@@ -216,6 +246,11 @@ class ModelSpec:
             + self.lm_head_params
             + self.vision_params
         )
+
+    @property
+    def expert_rows_per_token(self) -> int:
+        """Rows each token adds to the expert path's tensors (MoE only)."""
+        return self.num_experts if self.experts_run_every_token else self.num_experts_per_tok
 
     @property
     def active_params_per_token(self) -> int:

@@ -81,13 +81,20 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-def _qwen_vl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+def qwen_grid(config: Mapping, height: int, width: int, min_pixels: int | None = None,
+              max_pixels: int | None = None) -> tuple[int, int]:
+    """(rows, columns) of patches of one image for Qwen2/2.5/3-VL (``image_grid_thw``'s h and w)."""
     vision = config.get("vision_config") or {}
     patch = int(vision.get("patch_size", 14))
     merge = int(vision.get("spatial_merge_size", 2))
     h, w = smart_resize(height, width, patch * merge, min_pixels or QWEN_MIN_PIXELS, max_pixels or QWEN_MAX_PIXELS)
-    patches = (h // patch) * (w // patch)
-    return ImageTokens(patches, patches // (merge * merge))
+    return h // patch, w // patch
+
+
+def _qwen_vl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
+    merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+    gh, gw = qwen_grid(config, height, width, min_pixels, max_pixels)
+    return ImageTokens(gh * gw, gh * gw // (merge * merge))
 
 
 def _llava(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
@@ -150,9 +157,10 @@ def mllama_canvas(height: int, width: int, max_tiles: int, tile: int) -> tuple[i
 def _mllama(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     vision = config.get("vision_config") or {}
     side = int(vision.get("image_size", 560)) // int(vision.get("patch_size", 14))
-    per_tile = side * side + 1
-    per_tile += (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
-    return ImageTokens(int(vision.get("max_num_tiles", 4)) * per_tile, 1)
+    tiles, per_tile = int(vision.get("max_num_tiles", 4)), side * side + 1
+    padded = per_tile + (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
+    # the projector reads every tile's unpadded patches (the padding is sliced off before it)
+    return ImageTokens(tiles * padded, 1, tiles * per_tile)
 
 
 def idefics3_grid(height: int, width: int, longest_edge: int, tile: int) -> tuple[int, int]:
@@ -218,10 +226,83 @@ def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, 
     return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles)
 
 
+# Qwen2VLVideoProcessor (Qwen2-VL and Qwen2.5-VL) and Qwen3VLVideoProcessor defaults, transformers v5.24.0
+# models/qwen2_vl/video_processing_qwen2_vl.py and models/qwen3_vl/video_processing_qwen3_vl.py: ``size``
+# shortest_edge / longest_edge, the min / max pixels (per frame for Qwen2; of all the frames together for Qwen3)
+_VIDEO_PIXELS = {"qwen2": (128 * 28 * 28, 28 * 28 * 768), "qwen3": (128 * 32 * 32, 32 * 32 * 768)}
+
+
+def qwen3_video_resize(frames: int, height: int, width: int, factor: int, temporal: int, min_pixels: int,
+                       max_pixels: int) -> tuple[int, int]:
+    """transformers v5.24.0 models/qwen3_vl/video_processing_qwen3_vl.py ``smart_resize``: the pixel bounds
+    hold for the frame count rounded to the temporal patch times each frame's area."""
+    if frames < temporal:
+        raise ModelError(f"frames_per_sample must be at least the temporal patch size {temporal}, got {frames}")
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise ModelError(f"image aspect ratio must be below 200, got {height}x{width}")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def video_tokens(config: Mapping, frames: int, height: int, width: int) -> ImageTokens:
+    """Vision-tower patches and language-model tokens of one video of ``frames`` sampled frames of
+    ``height`` x ``width``. Qwen2/2.5/3-VL: the frames are padded to a multiple of ``temporal_patch_size``
+    (the last frame repeated, ``patchify``); each temporal patch is one (h/patch) x (w/patch) grid;
+    one LM token per merge x merge patches (``get_number_of_video_patches``, processing_qwen2_vl.py).
+    Qwen3-VL frames every temporal patch's tokens with vision start / end tokens (processing_qwen3_vl.py
+    ``replace_video_token``); its "<t seconds>" timestamps are text, in ``seq_len``."""
+    grid_t, gh, gw = video_grid(config, frames, height, width)
+    merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
+    pads = grid_t * gh * gw // (merge * merge)
+    return ImageTokens(grid_t * gh * gw, pads + (2 * grid_t if _is_qwen3(config) else 0), pads)
+
+
+def has_video_rule(config: Mapping) -> bool:
+    """Whether the family of ``config`` (a tower's image config) has a video rule here."""
+    return str(config.get("model_type")) in VIDEO_SUPPORTED
+
+
+def _is_qwen3(config: Mapping) -> bool:
+    return str(config.get("model_type")).startswith("qwen3")
+
+
+def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[int, int, int]:
+    """(temporal patches, rows, columns) of one video: ``video_grid_thw`` as the video processor makes it."""
+    model_type = str(config.get("model_type"))
+    if model_type not in VIDEO_SUPPORTED:
+        raise ModelError(f"video frames of model_type {model_type!r} are not modelled; modelled: "
+                         f"{', '.join(VIDEO_SUPPORTED)}")
+    if frames < 1 or height < 1 or width < 1:
+        raise ModelError(f"video size must be positive, got {frames} frames of {height}x{width}")
+    vision = config.get("vision_config") or {}
+    qwen3 = _is_qwen3(config)
+    patch = int(vision.get("patch_size", 16 if qwen3 else 14))
+    merge = int(vision.get("spatial_merge_size", 2))
+    temporal = int(vision.get("temporal_patch_size", 2))
+    lo, hi = _VIDEO_PIXELS["qwen3" if qwen3 else "qwen2"]
+    if qwen3:
+        h, w = qwen3_video_resize(frames, height, width, patch * merge, temporal, lo, hi)
+    else:
+        h, w = smart_resize(height, width, patch * merge, lo, hi)
+    return -(-frames // temporal), h // patch, w // patch
+
+
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
           "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3,
           "mllama": _mllama, "idefics3": _idefics3, "smolvlm": _idefics3, "internvl": _internvl}
 SUPPORTED = tuple(sorted(_RULES))
+VIDEO_SUPPORTED = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def image_tokens(config: Mapping, height: int, width: int, *, min_pixels: int | None = None,

@@ -27,6 +27,9 @@ Two things are made to behave as on a CUDA device (sm80+), on fake CPU runs only
    that, which lora_A saves, where a CUDA run saves nothing new. Under the patch that query (and the
    ``"cuda"`` one) answers what CPU autocast's state is, as it would on CUDA.
 
+4. :func:`grouped_mm_as_on_cuda`: transformers' MoE grouped matmul for fp32/fp16 expert banks, which the
+   op's fake kernel refuses, with the op's own autograd (:class:`_GroupedMMFallback`).
+
 The flash and efficient backward kernels allocate scratch that their fake kernels do not show; see
 :func:`flash_backward_scratch` and :func:`efficient_backward_scratch` (registered as tracker transients).
 """
@@ -207,3 +210,43 @@ def scratch_rules() -> dict[Any, Any]:
 
 
 __all__ = ["CudaSemantics", "cuda_sdpa", "cuda_sdpa_patch", "scratch_rules"]
+
+
+class _GroupedMMFallback(torch.autograd.Function):
+    """``aten::_grouped_mm`` for a dtype its meta kernel refuses (fp32, fp16), as CUDA runs it.
+
+    On CUDA (sm80+) transformers v5.24.0 calls ``F.grouped_mm`` for every expert dtype
+    (integrations/moe.py ``_can_use_grouped_mm`` returns the compute capability test alone), and torch
+    2.13 runs a non-bf16 call through the op's own loop of ``mm_out`` (aten/src/ATen/native/GroupedMMUtils.h
+    ``_grouped_mm_fallback``). The autograd formula is the op's, not that of transformers' own
+    ``grouped_mm_fallback`` custom op (which saves both operands and always makes a weight-sized
+    ``grad_weight``): autograd keeps the input only when the weight needs a gradient, the weight only when
+    the input does, and makes only the gradients asked for (checked on the installed torch:
+    ``saved_tensors_hooks`` around ``F.grouped_mm`` with a frozen weight see the weight and the offsets
+    alone). The forward and input-gradient matmuls call transformers' fallback op only for its fake kernel
+    (one new ``[rows, out]`` tensor)."""
+
+    @staticmethod
+    def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        needs_input, needs_weight = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(input if needs_weight else None, weight if needs_input else None)
+        ctx.offs, ctx.weight_shape = offs, weight.shape
+        return torch.ops.transformers.grouped_mm_fallback(input, weight, offs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        input, weight = ctx.saved_tensors
+        grad_input = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_input = torch.ops.transformers.grouped_mm_fallback(grad, weight.transpose(-2, -1), ctx.offs)
+        if ctx.needs_input_grad[1]:  # _grouped_mm(input.T, grad, offs): one [experts, in, out] tensor
+            grad_weight = grad.new_empty(ctx.weight_shape)
+        return grad_input, grad_weight, None
+
+
+def grouped_mm_as_on_cuda(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Replaces transformers' ``integrations.moe._grouped_mm`` on fake runs: bf16 takes the real op (its
+    fake kernel), any other dtype :class:`_GroupedMMFallback`."""
+    if weight.dtype == torch.bfloat16:
+        return F.grouped_mm(input.to(weight.dtype), weight, offs=offs)
+    return _GroupedMMFallback.apply(input.to(weight.dtype), weight, offs)

@@ -41,6 +41,10 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
     return rm.id, rm.config, rm.origin, tuple(rm.notes), rm.spec.num_params
 
 
+# FSDP2 fully_shard with reshard_after_forward True (fsdp) or False (fsdp-grad-op), sim/fsdp.py
+_FSDP = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+
+
 def _check(sc: Scenario) -> None:
     from vramfit.sim.stages import check
 
@@ -49,12 +53,13 @@ def _check(sc: Scenario) -> None:
         from vramfit.sim.deepspeed_zero import check as check_zero
 
         check_zero(sc)
-    elif sc.num_gpus > 1 and sc.parallelism is not Parallelism.FSDP:
-        raise ScenarioError("parallelism", f"the simulator runs one GPU, FSDP2 full shard or DeepSpeed "
-                            f"ZeRO; {sc.parallelism.value} is estimator-only", ["none", "fsdp", "zero1", "zero2", "zero3"])
-    if sc.parallelism not in (Parallelism.NONE, Parallelism.FSDP, Parallelism.DDP) and sc.parallelism not in _ZERO:
+    elif sc.num_gpus > 1 and sc.parallelism not in _FSDP:
+        raise ScenarioError("parallelism", f"the simulator runs one GPU, FSDP2 (full shard or grad-op) or DeepSpeed "
+                            f"ZeRO; {sc.parallelism.value} is estimator-only",
+                            ["none", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"])
+    if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *_FSDP) and sc.parallelism not in _ZERO:
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
-                            ["none", "fsdp", "zero1", "zero2", "zero3"])
+                            ["none", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"])
     if sc.offload.value != "none":
         raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
     if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
@@ -154,7 +159,7 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
         from vramfit.sim.deepspeed_zero import run_deepspeed
 
         step = run_deepspeed(built, sc, progress=report, workspaces=workspaces_for(sc))
-    elif sc.parallelism is Parallelism.FSDP:
+    elif sc.parallelism in _FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
         with fake_process_group(sc.num_gpus):

@@ -1,11 +1,11 @@
-"""FSDP2 full shard on a fake process group: the memory of rank 0 of ``num_gpus``.
+"""FSDP2 on a fake process group: the memory of rank 0 of ``num_gpus``.
 
 PyTorch's fake backend (``torch.testing._internal.distributed.fake_pg.FakeStore`` with
 ``init_process_group("fake")``) accepts every collective without communicating, so the real FSDP2
 code runs in one process: ``fully_shard`` on every decoder layer, then on the root model
-(``reshard_after_forward=True``, the full-shard strategy), as torchtitan and accelerate's FSDP2 plugin
-wrap transformer blocks. Sharded parameters are DTensors whose local shards are the tracked storage;
-all-gather outputs are allocated and freed by FSDP2 itself (storage ``resize_``), so the two in-flight
+(``reshard_after_forward=True``, the full-shard strategy; ``False`` for ``fsdp-grad-op``, FSDP1's
+SHARD_GRAD_OP), as torchtitan and accelerate's FSDP2 plugin wrap transformer blocks. Sharded parameters
+are DTensors whose local shards are the tracked storage; all-gather outputs are allocated and freed by FSDP2 itself (storage ``resize_``), so the two in-flight
 all-gathers of implicit forward prefetch and the reduce-scatter buffers of backward appear as FSDP2
 allocates them. Collective outputs hold no data, which does not change memory.
 
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from vramfit.estimate.framework import scenario_profile
-from vramfit.scenario import Scenario
+from vramfit.scenario import Parallelism, Scenario
 from vramfit.sim.build import BuiltModel
 from vramfit.sim.run import decoder_layers
 
@@ -57,7 +57,8 @@ def shard_model(built: BuiltModel, sc: Scenario) -> None:
 
 
 def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard: Any) -> None:
-    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": True}
+    reshard = sc.parallelism is Parallelism.FSDP  # fsdp-grad-op keeps every unit gathered until its backward
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     param_dtype = built.autocast_dtype or built.mp_param_dtype
     # accelerate's policy keeps every dtype the parameter one (module docstring); torchtitan's reduces in fp32
     in_param_dtype = param_dtype is not None and scenario_profile(sc).fsdp_reduce_in_param_dtype
@@ -69,7 +70,8 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
         fully_shard(layer, **kwargs)
     fully_shard(built.model, **kwargs)
     built.assumptions.append(
-        f"FSDP2 full shard (fully_shard per decoder layer and on the root, reshard_after_forward=True) over "
+        f"FSDP2 {'full shard' if reshard else 'grad-op shard'} (fully_shard per decoder layer and on the root, "
+        f"reshard_after_forward={reshard}) over "
         f"{sc.num_gpus} ranks on a fake process group; figures are rank 0's."
         + (" Mixed precision: fp32 shards all-gathered in 16 bits, gradients reduce-scattered in "
            f"{str(reduce_dtype).removeprefix('torch.')} (MixedPrecisionPolicy)." if param_dtype is not None else "")

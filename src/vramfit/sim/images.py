@@ -12,21 +12,28 @@ InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_t
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
 
-Qwen2/2.5/3-VL are not fed: their towers read ``image_grid_thw`` values (window indices,
-``cu_seqlens``, rotary positions via ``.tolist()``), shapes that fake tensors cannot compute.
+Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` tiles (pixel values
+(batch, images, tiles, 3, image_size, image_size), aspect-ratio ids and tile masks), puts one
+``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
+(transformers v5.24.0 models/mllama/processing_mllama.py, image_processing_pil_mllama.py pack_images).
+
+Qwen2.5-VL: its forward reads ``image_grid_thw`` and the ids as values; sim/image_grid.py feeds them as
+fake-tensor constants.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
-from vramfit.errors import ModelError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.scenario import Scenario
+from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, grid_inputs
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3", "internvl")
+FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama")
 
 
 @dataclass(frozen=True)
@@ -37,16 +44,23 @@ class ImageInputs:
     images_per_sample: int
     features_per_image: int = 0  # image-token positions (the projector's rows); 0: tokens_per_image
     tiles_per_image: int = 1  # tower images per image
+    cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
 
 
-def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
+def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     """What the scenario's images add to each micro-batch; None for a text-only batch."""
+    model_type = config.get("model_type")
+    if model_type in GRID_FAMILIES and sc.sees_pixels:
+        return grid_inputs(config, sc)
+    if sc.frames_per_sample:
+        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {', '.join(GRID_FAMILIES)} "
+                            f"only, not {model_type!r}; use `vramfit estimate`", valid=("0",))
     if not sc.images_per_sample:
         return None
-    model_type = config.get("model_type")
     if model_type not in FIXED_PIXELS:
-        raise ModelError(f"the simulator feeds images to {', '.join(FIXED_PIXELS)} only: {model_type!r} computes "
-                         "shapes from image_grid_thw values, which fake tensors do not hold; use `vramfit estimate`")
+        fed = ", ".join((*FIXED_PIXELS, *GRID_FAMILIES))
+        raise ModelError(f"the simulator feeds images to {fed} only: {model_type!r} is not modelled there; "
+                         "use `vramfit estimate`")
     from vramfit.models.hf_config import spec_from_hf_config
     from vramfit.models.vlm_tokens import image_tokens
 
@@ -61,12 +75,22 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | None:
     size = int(size[0] if isinstance(size, list | tuple) else size)
     side = (size // spec.vision.image_config["vision_config"].get("patch_size", [14])[0]) if model_type == "internvl" else 0
     tiles = img.vision_patches // (side * side + 1) if side else 1
-    return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles)
+    if spec.vision.cross_attention:
+        tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
+    return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
+                       spec.vision.cross_attention)
 
 
-def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
+def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
+    """Around the forward and backward: a grid family's integer inputs keep their values (sim/image_grid.py)."""
+    return constants_kept() if isinstance(images, GridInputs) else contextlib.nullcontext()
+
+
+def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
           device: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(input_ids, labels, the model's image keyword arguments) of one micro-batch."""
+    if isinstance(images, GridInputs):
+        return images.batch(vocab, B, S, dtype, device)
     n = images.images_per_sample * images.tokens_per_image if images else 0
     ids = torch.randint(0, vocab, (B, S + n), device=device)
     if images is None:
@@ -75,6 +99,21 @@ def batch(images: ImageInputs | None, vocab: int, B: int, S: int, dtype: torch.d
     ids[:, :images.images_per_sample * features] = images.image_token_id  # the framing tokens: text ids
     labels = ids.clone()
     labels[:, :n] = -100
+    if images.cross_attention:
+        return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}
+
+
+def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dtype, device: str) -> dict:
+    """mllama's keyword arguments: every tile of every image present and attended by every token
+    (MllamaForConditionalGeneration.forward: pixel_values, aspect_ratio_ids, aspect_ratio_mask,
+    cross_attention_mask)."""
+    n, t = images.images_per_sample, images.tiles_per_image
+    return {
+        "pixel_values": torch.empty(B, n, t, 3, images.image_size, images.image_size, dtype=dtype, device=device),
+        "aspect_ratio_ids": torch.ones(B, n, dtype=torch.long, device=device),
+        "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
+        "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
+    }

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vramfit.errors import ModelError
 from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Loss, Precision, Scenario
 from vramfit.sim import images
@@ -123,7 +124,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "forward thread")
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, built.compute_dtype, device)
-                with _autocast(built, device):
+                with _autocast(built, device), images.values_kept(built.images):
                     loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
                 loss = loss / scenario.grad_accum
                 del ids, labels, pixels
@@ -134,7 +135,8 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.in_backward = True
                 if it == 1 and mb == 1:
                     _workspace(tracker, workspaces, "autograd thread")
-                _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
+                with images.values_kept(built.images):  # a checkpointed block's re-run reads them too
+                    _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
                 del loss
                 tracker.in_backward = False
             _record_grads(tracker, params)
@@ -199,13 +201,30 @@ def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> Non
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
                   pixels: dict | None = None) -> torch.Tensor:
     if scenario.loss is Loss.STANDARD or pixels:
-        out = built.model(input_ids=ids, labels=labels, **(pixels or {}))
+        out = _library_forward(built.model, input_ids=ids, labels=labels, **(pixels or {}))
         loss = out.loss
         del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
         return loss
     from vramfit.sim.losses import chunked_or_fused_loss
 
     return chunked_or_fused_loss(built, scenario, ids, labels)
+
+
+def _library_forward(model, **inputs):
+    """The model's own forward; an AttributeError raised inside transformers or peft on a valid config is the
+    library's (the same happens on a GPU), told in one line instead of a traceback. Known cases: transformers
+    v5.24.0 models/llama4/modeling_llama4.py Llama4ForConditionalGeneration.forward reads
+    ``outputs.image_outputs``, which its language model's output never has; peft 0.21.2 tuners/lora/layer.py
+    (l. 1089) reads ``result.dtype`` on Llama4Router, an nn.Linear whose forward returns a tuple."""
+    try:
+        return model(**inputs)
+    except AttributeError as exc:
+        import peft
+        import transformers
+
+        raise ModelError(f"transformers {transformers.__version__} / peft {peft.__version__} cannot run "
+                         f"{type(model).__name__}'s forward on this config ({exc}); the library fails the same "
+                         "way on a GPU, so there is nothing to simulate") from exc
 
 
 @contextlib.contextmanager
@@ -242,12 +261,14 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
       position ids, assumes packed sequences and builds a 4-D mask; the simulated batch is one unpadded,
       unpacked sequence per row (positions 0..seq_len-1), for which it returns ``None`` and SDPA runs
       with ``is_causal`` and no mask.
-    - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` (integrations/moe.py
-      ``_can_use_grouped_mm``), whose kernel takes bf16 only; fp32 expert weights (``-mixed``, QLoRA's fp32
-      cast) take the library's ``grouped_mm_fallback`` op instead. Both save the same tensors and return one
-      ``[tokens x top_k, out]`` tensor.
+    - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` for every expert dtype
+      (integrations/moe.py ``_can_use_grouped_mm``); the op's fake kernel takes bf16 only, so fp32 expert
+      weights (``-mixed``, QLoRA's fp32 cast) run :func:`~vramfit.sim.cuda_emulation.grouped_mm_as_on_cuda`,
+      which keeps the op's autograd (no input saved, no weight gradient made for frozen experts).
     """
     import sys
+
+    from vramfit.sim.cuda_emulation import grouped_mm_as_on_cuda, patched
 
     patches = []
     if fake:
@@ -260,9 +281,8 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
             if name.startswith("transformers.models.") and hasattr(mod, "torch_compilable_check"):
                 patches.append((mod, "torch_compilable_check", lambda *args, **kwargs: None))
         moe = sys.modules.get("transformers.integrations.moe")
-        if moe is not None and hasattr(moe, "_can_use_grouped_mm"):
-            patches.append((moe, "_can_use_grouped_mm", lambda input, weight, offs: weight.dtype == torch.bfloat16))
-    from vramfit.sim.cuda_emulation import patched
+        if moe is not None and hasattr(moe, "_grouped_mm"):
+            patches.append((moe, "_grouped_mm", grouped_mm_as_on_cuda))
 
     with patched(patches):
         yield

@@ -16,19 +16,13 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Loss, Method, Reference, Stage
 from vramfit.estimate.phases import StepPhase
+from vramfit.estimate.stages.profiles import FUSED_HEAD, PAIRED
 from vramfit.stage_keys import GENERATES, PREFERENCE, REFERENCE_FREE
 
 if TYPE_CHECKING:
     from vramfit.estimate.contributions import Contributor
     from vramfit.estimate.step import Step
     from vramfit.scenario import Scenario
-
-#: Stages whose chosen and rejected completions run as one concatenated batch (the micro-batch counts
-#: pairs): DPO ``torch.cat((prompt_ids, completion_ids))`` of chosen then rejected
-#: (trl/trainer/dpo_trainer.py:351); ORPO and CPO/SimPO ``concatenated_forward``
-#: (trl/experimental/orpo/orpo_trainer.py, trl/experimental/cpo/cpo_trainer.py). KTO scores one
-#: completion per example (trl/trainer/kto_trainer.py).
-PAIRED = (Stage.DPO, Stage.ORPO, Stage.SIMPO)
 
 
 #: The components a stage adds: (when live, what it is), as the result's component table shows them.
@@ -102,7 +96,7 @@ def finish(step: Step) -> Step:
     """The stage's changes to the policy's SFT step before its phases are summed (its loss tensors)."""
     if step.sc.stage is Stage.SFT:
         return step
-    from vramfit.estimate.stages.preference import FUSED_HEAD, stage_loss
+    from vramfit.estimate.stages.preference import stage_loss
 
     loss = stage_loss(step)
     parts = replace(step.parts, logits_loss=loss.forward_peak)

@@ -12,8 +12,8 @@ TRL 1.16.0 (the version the config import reads; file:line in the installed pack
   ``ChunkedLogProbFunction`` projects [4096 tokens x 32768 vocabulary] tiles and never builds the
   logits (trl/kernels/chunked_logprob.py:30, 341-386, 406-413); the reference pass runs under
   ``torch.no_grad`` inside the policy's loss (dpo_trainer.py:1285-1340);
-* ORPO and CPO/SimPO (trl/experimental/orpo, trl/experimental/cpo ``concatenated_forward``) build the
-  full logits and take ``selective_log_softmax``, a per-row loop (trainer/utils.py:538-600).
+* ORPO and CPO/SimPO build the full logits, take their log-probs with TRL's Triton kernel and add a
+  cross-entropy over the chosen half (:mod:`.profiles` says which stage does what, with the sources).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import runs_under_autocast
-from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, vocab_rows
+from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, logprobs_path
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -61,15 +62,11 @@ def policy_tokens(sc: Scenario) -> int:
     prompt's share is not a scenario key: an upper bound); GRPO: the completion only, the prompt's
     labels are -100 (grpo_trainer.py:1495-1498); PPO: the whole sequence (its ``forward`` returns the
     full logits, sliced afterwards; trl v1.9.0 trl/experimental/ppo/ppo_trainer.py)."""
-    from vramfit.estimate.stages import PAIRED
-
     if sc.stage is Stage.GRPO:
         return sc.micro_batch_size * sc.completion_len
     return (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size * sc.seq_len
 
 
-#: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
-FUSED_HEAD = (Stage.DPO, Stage.KTO, Stage.GRPO)
 TOKEN_TILE, VOCAB_TILE = 4096, 32768  # chunked_logprob.py:31 TOKEN_CHUNK_SIZE, utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE
 
 
@@ -107,21 +104,75 @@ def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemor
     return LossMemory(4 * TV, 4 * TV + 4 * row * V, 3 * 4 * TV, detail)
 
 
+def logits_kernel_logps(T: int, V: int, lb: int, chosen_nll: bool, copies_chosen: bool, detail: str) -> LossMemory:
+    """Full logits of T tokens (F = lb·T·V bytes), TRL's Triton log-prob kernel over them and, with
+    ``chosen_nll``, ``nn.CrossEntropyLoss`` over the chosen half (h = F/2) first.
+
+    - cross-entropy: ``logits[..., :-1, :].contiguous()`` of the chosen half copies it (h, freed when
+      ``cross_entropy_loss`` returns) unless it is one sequence (``copies_chosen`` false: the slice is already
+      contiguous); ``log_softmax`` writes and saves h in the logits' dtype (cpo_trainer.py:826-837);
+    - kernel (kernels/logprob_entropy.py:146-197): saves the logits themselves (they outlive the caller's
+      reference) and two fp32 per-token vectors (log_z, expected_logit) of its four (16·T bytes);
+    - backward: the kernel's ``grad_logits = torch.empty_like(logits)`` (:208) next to the saved logits,
+      then the shift's slice backward writes a zero-filled F; the cross-entropy's branch runs after it (its
+      nodes are older: autograd runs the highest sequence number first) next to that F: nll_loss's and
+      log_softmax's gradients (h each) with the saved h, then its two slices' zero-filled h and F,
+      summed in place into the buffered F. Each step peaks at 2F + h (F + 3h with the saved one).
+    Traced on CPU with TRL 1.16.0's own ``concatenated_forward`` (tests/estimate/test_stages.py)."""
+    F = lb * T * V
+    h = F // 2 if chosen_nll else 0
+    saved = F + h + 8 * T
+    forward = F + h + max(h if copies_chosen else 0, 16 * T)
+    return LossMemory(saved, forward, 2 * F + h + 8 * T, detail)
+
+
+def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+    """TRL <= 0.14 ``torch.gather(logits.log_softmax(-1), ...)`` over the shifted view ``logits[:, :-1, :]``
+    (F = lb·T·V), after the chosen half's cross-entropy (h, :func:`logits_kernel_logps`). Forward: CUDA's
+    ``host_softmax`` makes the strided view contiguous first (aten/src/ATen/native/cuda/SoftMax.cu ``auto
+    input = input_.contiguous()``: F) next to its output (F, saved; gather saves the same tensor) and the
+    logits. Backward: ``gather_backward``'s zero-filled F and ``_log_softmax_backward_data``'s F next to the
+    saved ones; the logits are dropped with the outputs before backward. Traced on CPU (the internal copy
+    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py)."""
+    F = lb * T * V
+    return LossMemory(F + h, 3 * F + h, 3 * F + h, detail)
+
+
 def stage_loss(step: Step) -> LossMemory:
     """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
-    of it over the policy's tokens): TRL's fused LM head or ``selective_log_softmax`` on the logits."""
+    of it over the policy's tokens), as the stage's profile says TRL computes its log-probs."""
     sc = step.sc
     if sc.loss is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
-    if sc.stage in FUSED_HEAD:
+    path, nll = logprobs_path(sc.stage, step.profile), STAGE_PROFILES[sc.stage].chosen_nll
+    if path is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))
-    lb = logits_bytes_per_element(sc, step.profile)
-    return selective_logps(T, sc.seq_len, V, lb,
-                           f"{sc.stage.value} log-probs: selective_log_softmax over {T:,} tokens (TRL)")
+    # the logits as the model returns them: fp32 where it upcasts (transformers < 4.45 `logits.float()`, TRL
+    # never upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes)
+    # (none returned under Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)
+    lb = (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
+          or logits_bytes_per_element(sc, step.profile))
+    what = {LogProbs.LOGITS_KERNEL: "TRL's Triton log-prob kernel", LogProbs.ROW_LOOP: "selective_log_softmax",
+            LogProbs.FULL_LOG_SOFTMAX: "log_softmax of all of them"}[path]
+    detail = (f"{sc.stage.value} log-probs: full logits, {what}"
+              + (" and the chosen half's cross-entropy" if nll else "") + f" over {T:,} tokens (TRL)")
+    if path is LogProbs.LOGITS_KERNEL:
+        return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
+    h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
+    if path is LogProbs.FULL_LOG_SOFTMAX:
+        return full_log_softmax(T, V, lb, h, detail)
+    return row_loop_logps(T, sc.seq_len, V, lb, h, detail)
+
+
+def row_loop_logps(T: int, row: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+    """:func:`selective_logps` after the chosen half's cross-entropy, whose saved h is alive throughout
+    (its own backward branch, F + 3h, stays below the loop's)."""
+    loop = selective_logps(T, row, V, lb, detail)
+    return LossMemory(loop.saved + h, loop.forward_peak + h, loop.backward_peak + h, detail)
 
 
 def no_grad_block(step: Step, tokens: int) -> int:
@@ -137,7 +188,7 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
     block's working set, then the head: the fused head's masked hidden states, tile and fp32
     accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if sc.stage in FUSED_HEAD:
+    if logprobs_path(sc.stage, step.profile) is LogProbs.FUSED_HEAD:
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
     else:
@@ -164,7 +215,6 @@ def preference_score(step: Step) -> Iterator[Contribution]:
     (the policy's loss reduced to its saved tensors), plus the pass's logits. KTO runs one completion per example and the KL pass
     under no_grad (kto_trainer.py:1337 _compute_kl_logps) and the reference pass one after the other."""
     from vramfit.estimate.contributions import CONTRIBUTORS
-    from vramfit.estimate.stages import PAIRED
 
     sc = step.sc
     if sc.stage in GENERATES:
@@ -185,7 +235,7 @@ CONTRIBUTORS = (reference_model, preference_score)
 
 def describe(step: Step) -> list[str]:
     """The stage's assumptions, in words."""
-    from vramfit.estimate.stages import PAIRED, reference
+    from vramfit.estimate.stages import reference
 
     sc = step.sc
     ref = reference(sc)
