@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vramfit.estimate.activations import block_saved, model_extra_saved
+from vramfit.estimate.activations import block_saved
+from vramfit.estimate.block_extras import model_extra_saved
 from vramfit.estimate.core import model_state
 from vramfit.estimate.framework import profile_for
 from vramfit.estimate.loss import loss_memory

@@ -4,7 +4,7 @@ the bf16 normalised tensor when the weight trains), counted with autograd's save
 
 import pytest
 
-from vramfit.estimate.activations import model_extra_saved
+from vramfit.estimate.block_extras import model_extra_saved
 from vramfit.estimate.framework import profile_for
 from vramfit.models import resolve_model
 from vramfit.scenario import Framework, parse_scenario

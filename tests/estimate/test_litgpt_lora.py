@@ -2,7 +2,8 @@
 LoRAQKVLinear keeps, the output projection found among square attention linears, the chunked head under
 autocast and the 4-bit weights Lightning quantized from fp16."""
 
-from vramfit.estimate.activations import block_saved, model_extra_saved
+from vramfit.estimate.activations import block_saved
+from vramfit.estimate.block_extras import model_extra_saved
 from vramfit.estimate.core import model_state
 from vramfit.estimate.framework import profile_for
 from vramfit.estimate.step import compute

@@ -64,7 +64,7 @@ def test_attention_sinks_add_one_softmax_column():
 
 
 def test_sink_softmax_backward_transient_in_bf16():
-    from vramfit.estimate.activations import block_backward_transient
+    from vramfit.estimate.block_extras import block_backward_transient
 
     cfg = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,

@@ -3,8 +3,8 @@
 import json
 
 from vramfit.estimate import estimate
-from vramfit.estimate.activations import op_sac_saved
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.block_extras import op_sac_saved
 from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.step import compute
 from vramfit.models import resolve_model

@@ -1,7 +1,7 @@
 """The FSDP1 wrap residue and the step in one caching allocator (estimate/wrap_step.py)."""
 
 from vramfit.estimate import estimate
-from vramfit.estimate.activations import block_input_bytes
+from vramfit.estimate.block_extras import block_input_bytes
 from vramfit.estimate.fsdp_reserved import host_wrap_floor, wrap_residue
 from vramfit.estimate.step import compute
 from vramfit.estimate.wrap_step import step_program, unreused_residue

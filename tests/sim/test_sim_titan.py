@@ -8,7 +8,7 @@ import pytest
 from simconfigs import titan_llama
 
 from vramfit.estimate import estimate, resolve_spec
-from vramfit.estimate.activations import op_sac_saved
+from vramfit.estimate.block_extras import op_sac_saved
 from vramfit.estimate.framework import scenario_profile
 from vramfit.scenario import parse_scenario
 from vramfit.sim import simulate

@@ -31,7 +31,7 @@ from vramfit.estimate.moe_lora import (
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
-from vramfit.scenario import Attention, Method, Precision, Quantize, Scenario
+from vramfit.scenario import Method, Precision, Scenario
 
 __all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
 
@@ -376,89 +376,3 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
-
-
-def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
-    """Largest working set of gradient tensors inside one block's backward, beyond saved tensors.
-
-    ``freed``: the block's saved bytes already freed when a sink softmax's backward peaks
-    (``Saved.freed_before_sink_softmax_backward``); that working set is counted net of them.
-
-    Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
-    MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
-    accumulator of FlashAttention-2 (Dao 2023, Algorithm 2). Eager: grad of the probabilities and
-    the fp32 softmax gradient (input and output).
-    """
-    dt = dtypes_for(sc, profile)
-    c = dt.compute
-    b, s = sc.micro_batch_size, sc.seq_len
-    T = b * s
-    a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    tokens = T * (spec.expert_rows_per_token if spec.num_experts else 1)
-    width = mlp_width(spec)
-    mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
-    if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
-        # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
-        # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
-        mlp = c * tokens * width
-        if profile.lora_product_temporary:
-            # matmul_lora's `out += (X @ A) @ (s * B)` adds a second (T, I) tensor while DW is built
-            # (unsloth@0e0d8fc kernels/utils.py, see FrameworkProfile.lora_product_temporary)
-            mlp = 2 * c * tokens * width
-    if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
-        # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
-        # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
-        # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)
-        sink = 1 if spec.attention_sinks else 0
-        # fp32 sinks (attention.sinks_fp32: fp32 parameters) make that softmax and its gradients fp32
-        sm = 4 if spec.attention_sinks and dt.residual == 4 else c
-        attn = (2 + sink) * sm * b * a * s * (s + sink) - (freed if sink else 0)
-    elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
-        attn = (c + 8) * b * a * s * s
-    else:
-        attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
-    return max(mlp, attn)
-
-
-def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Bytes one block keeps under torchtitan's op-level selective AC (``selective-op``), besides its input.
-
-    torchtitan@9dec370 parallelisms/parallelize_llama.py _apply_ac_to_transformer_block: the policy
-    counts aten.mm calls per block forward and saves an op's output when the op is in ``_save_list``
-    (mm, SDPA flash/efficient, reduce_scatter, max) "except every second mm": the 1st, 3rd, 5th ...
-    linear's output (block order q, k, v, o, gate, up, down) and SDPA's output and fp32 log-sum-exp
-    are kept; everything else is recomputed. Each tensor rounded by the allocator."""
-    from vramfit.estimate.allocator import round_allocation
-
-    c, T = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len
-    kept = [round_allocation(c * T * lin.out_features) for i, lin in enumerate(spec.block_linears) if i % 2 == 0]
-    a, d = spec.num_attention_heads, spec.head_dim
-    return sum(kept) + round_allocation(c * T * a * d) + round_allocation(4 * T * a)
-
-
-def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """The block input a checkpointed block keeps (its ``hidden_states`` argument)."""
-    dt = dtypes_for(sc, profile)
-    return dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size
-
-
-def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
-    """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
-    its weight trains in full fine-tuning), lm_head input, eager attention mask."""
-    dt = dtypes_for(sc, profile)
-    T = sc.micro_batch_size * sc.seq_len
-    h = spec.hidden_size
-    final = Saved()
-    norm_saved(final, NormSite(spec, profile, sc.compile, T, dt.compute, sc.method is Method.FULL), "final_norm",
-               "final_norm.in", dt.residual)
-    total = final.total
-    # the output layer keeps its input when its weight trains, or when it is a 4-bit layer whose matmul saves
-    # its input (bnb <= 0.43.1 MatMul4Bit `ctx.tensors = (A, B)`, with the head quantized: lit-gpt@8641822)
-    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    if lm_head_trainable or (quantized and profile.qlora_saves_input and profile.qlora_quantizes_lm_head):
-        total += dt.compute * T * h
-    if sc.attention is Attention.EAGER:
-        total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len
-    if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
-        total += dt.compute * T * h
-    return total

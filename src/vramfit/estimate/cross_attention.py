@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from vramfit.estimate import activations as act
+from vramfit.estimate import block_extras as extras
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.params import Adapter
@@ -77,5 +78,5 @@ def skipped_layers_bytes(spec: ModelSpec, lm: Scenario, profile: FrameworkProfil
     if lm.gradient_checkpointing is Checkpointing.NONE:
         per_layer = sum(round_allocation(v) for v in act.block_saved(spec, lm, profile, adapters, quantized).items.values())
     else:
-        per_layer = round_allocation(act.block_input_bytes(spec, lm, profile))
+        per_layer = round_allocation(extras.block_input_bytes(spec, lm, profile))
     return spec.vision.cross_attention_layers * per_layer

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vramfit.estimate import activations as act
+from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.attention import sliding_layers_kv_repeat
@@ -127,7 +128,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
-    block_in = round_allocation(act.block_input_bytes(spec, sc, profile))
+    block_in = round_allocation(extras.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
     if ck is Checkpointing.NONE:
@@ -136,7 +137,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
         blocks, recompute = layers_sum - L * kernel, kernel
     elif ck is Checkpointing.SELECTIVE_OP:
-        kept = act.op_sac_saved(spec, sc, profile)
+        kept = extras.op_sac_saved(spec, sc, profile)
         blocks, recompute = L * (block_in + kept), max(0, per_layer_max - kept)
     elif ck is Checkpointing.FULL:
         blocks, recompute = L * block_in, per_layer_max
@@ -150,7 +151,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     blocks, recompute = blocks + cross, max(recompute, cross_recompute)
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
-        act.model_extra_saved(spec, sc, profile, lm_head_trainable),
+        extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
     )
@@ -309,7 +310,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)
     loss = loss_memory(spec, sc, profile)
-    tb = act.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
+    tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
     parts = replace(

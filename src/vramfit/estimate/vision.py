@@ -152,6 +152,7 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
 def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
                        pix: ImageTokens) -> tuple[int, int]:
     from vramfit.estimate import activations as act
+    from vramfit.estimate import block_extras as extras
 
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
@@ -183,7 +184,7 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
         return depth * per_layer + gates * per_gated + head, 0
-    return depth * round_allocation(act.block_input_bytes(block, vsc, profile)) + head, per_layer
+    return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)) + head, per_layer
 
 
 def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
@@ -254,7 +255,7 @@ def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, a
 
 def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The working set of one tower block's backward (the decoder block's rule over the patches)."""
-    from vramfit.estimate import activations as act
+    from vramfit.estimate import block_extras as extras
 
     pix = per_sample(spec, sc)
     if pix is None:
@@ -262,7 +263,7 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    base = max(act.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
+    base = max(extras.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
     if block.gated_mlp or block.act_saved_tensors < 2:
         return base
     # a python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op: the

@@ -75,8 +75,8 @@ class _Program:
 def step_program(r) -> tuple[int, ...]:
     """The step's default-stream tensors in order (module docstring), as allocator events
     (``r``: a :class:`vramfit.estimate.step.Step`)."""
-    from vramfit.estimate.activations import block_input_bytes
     from vramfit.estimate.allocator import nograd_mlp_bytes, round_allocation, step_transients
+    from vramfit.estimate.block_extras import block_input_bytes
     from vramfit.estimate.constants import K_SMALL_SIZE
 
     sc, spec = r.sc, r.spec
