@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 
 
 def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
-    """Eager attention also when the model cannot use SDPA: BLOOM (ALiBi) and, in transformers,
-    models with attention-logit soft-capping (Gemma 2), which SDPA kernels cannot apply."""
-    if sc.attention is Attention.EAGER or not spec.sdpa_supported:
+    """Eager attention also when the model has no path for the asked kernel: BLOOM (ALiBi) has neither SDPA
+    nor flash; gpt-oss has no SDPA path but a flash one (``attention: flash`` runs a kernel taking its
+    sinks, FA3's ``s_aux``: it saves q, k, v, the output and the fp32 log-sum-exp like any flash call,
+    the sinks being a parameter already counted); and, in transformers, models with attention-logit
+    soft-capping (Gemma 2), which SDPA kernels cannot apply."""
+    supported = spec.flash_supported if sc.attention is Attention.FLASH else spec.sdpa_supported
+    if sc.attention is Attention.EAGER or not supported:
         return True
     return profile.runs_transformers_modeling and bool(spec.attn_logit_softcapping)
 

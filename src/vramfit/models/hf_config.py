@@ -496,6 +496,7 @@ def _bloom(c: _Cfg) -> ModelSpec:
         block_linears=linears, block_norm_params=4 * hidden, final_norm_params=4 * hidden,
         norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.ALIBI, embedding_norm=True,
         sdpa_supported=False,  # transformers v5.24.0 BloomPreTrainedModel has no _supports_sdpa
+        flash_supported=False,  # nor _supports_flash_attn (PreTrainedModel's default: False)
         fused_qkv="query_key_value",
         **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )

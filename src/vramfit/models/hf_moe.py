@@ -125,7 +125,9 @@ def _gpt_oss(c: _Cfg) -> ModelSpec:
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=inter,
         sliding_window=c.int("sliding_window", default=128),
         layer_types=_layer_types(c, layers, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention"),
-        attention_sinks=True, sdpa_supported=False,  # GptOssPreTrainedModel._supports_sdpa = False
+        # transformers v5.24.0 models/gpt_oss/modeling_gpt_oss.py GptOssPreTrainedModel: _supports_sdpa = False,
+        # _supports_flash_attn = True (the sinks go to the kernel as s_aux, e.g. vllm-flash-attn3)
+        attention_sinks=True, sdpa_supported=False, flash_supported=True,
         eager_softmax_fp32=False,  # softmax(combined_logits, dtype=combined_logits.dtype)
         **family, **_embeddings(vocab, hidden, tie), **_common(c),
     )

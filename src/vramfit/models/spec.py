@@ -167,6 +167,9 @@ class ModelSpec:
     embedding_norm: bool = False
     # the family's transformers modelling has an SDPA path (BLOOM: eager only, for ALiBi)
     sdpa_supported: bool = True
+    # the family's transformers modelling has a flash-attention path (``_supports_flash_attn``; transformers
+    # v5.24.0 modeling_utils.py PreTrainedModel defaults it to False: BLOOM has none, gpt-oss sets True)
+    flash_supported: bool = True
     # eager softmax upcasts the scores to fp32 (``softmax(..., dtype=torch.float32)`` in Llama-style
     # eager_attention_forward); False for GPT-2 style softmax in the compute dtype
     eager_softmax_fp32: bool = True
