@@ -211,3 +211,12 @@ def test_lora_under_zero_within_two_percent(model_path, stage):
     sc = {**_scenario(model_path, stage), "method": "lora", "gradient_checkpointing": "full"}
     sim = simulate(sc, layers=LAYERS).result.peak.allocated_bytes
     assert estimate(sc).peak.allocated_bytes == pytest.approx(sim, rel=0.02)
+
+
+def test_zero3_run_leaves_torch_linear_as_it_was(runs):
+    """ZeRO-3 swaps torch.nn.functional.linear for zero3_linear_wrap for the rest of the process; a later
+    simulation in the same process (tests, the web service) must run plain torch again."""
+    import torch.nn.functional as F
+
+    assert runs["zero3"].peak.allocated_bytes > 0  # the ZeRO-3 engine has run in this process
+    assert F.linear.__name__ == "linear" and type(F.linear).__name__ == "builtin_function_or_method"

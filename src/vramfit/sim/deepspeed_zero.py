@@ -128,6 +128,10 @@ def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
         with fake_process_group(world_size), patched([
             (ds_comm, "build_shm_op", lambda: None), (deepspeed, "DeepSpeedEngine", Engine),
             (coordinator, "assert_ints_same_as_other_ranks", lambda ints: None),
+            # ZeRO-3 replaces torch.nn.functional.linear with zero3_linear_wrap for the rest of the process
+            # (deepspeed 0.19.8 runtime/zero/partition_parameters.py l. 419); it stays in place during this run,
+            # as on a GPU, and the original is put back after it so that a next simulation runs plain torch
+            (torch.nn.functional, "linear", torch.nn.functional.linear),
         ]):
             try:
                 yield deepspeed
