@@ -1,13 +1,13 @@
 """Framework profiles: typed choices, pinned sources, and the helpers that read them."""
 
 import ast
+import inspect
 import re
 from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
-from vramfit.estimate import framework
 from vramfit.estimate.core import Parts, optimizer_temporaries
 from vramfit.estimate.framework import (
     PROFILES,
@@ -26,7 +26,7 @@ PINNED = re.compile(r"(@[0-9a-f]{7,40}\b|\bv?\d+\.\d+(\.\d+)?\b)")
 
 def _field_comments() -> dict[str, str]:
     """The comment block above each FrameworkProfile field, plus its inline comment."""
-    lines = Path(framework.__file__).read_text().splitlines()
+    lines = Path(inspect.getsourcefile(FrameworkProfile)).read_text().splitlines()
     cls = next(n for n in ast.parse("\n".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == "FrameworkProfile")
     out = {}
     for node in cls.body:

@@ -1,0 +1,256 @@
+"""The typed fields of a framework profile (estimate/framework.py holds the profiles and their helpers).
+
+Each field names the code (file and version) it models; every choice with more than two values is an enum,
+and code never compares the display ``name``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from vramfit.estimate.stages.profiles import LogProbs
+from vramfit.scenario import Method, Precision
+
+
+class LossLayout(str, Enum):
+    """How logits and the cross-entropy are laid out for ``loss="standard"`` (see estimate/loss.py)."""
+
+    # transformers v4.46.0 (PR #33902) loss/loss_utils.py ForCausalLMLoss: model-dtype logits,
+    # ``logits.float()`` inside the loss
+    HF_UPCAST_IN_LOSS = "hf-upcast-in-loss"
+    # torchtune v0.4.0 modules/transformer.py TransformerDecoder: ``self.output(h).float()``
+    TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
+    # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
+    LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
+    # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
+    # in the model, then `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss
+    HF_UPCAST_IN_MODEL = "hf-upcast-in-model"
+    # unsloth@015bdef unsloth/models/llama.py CausalLM forward: no logits (UNSLOTH_RETURN_LOGITS=0),
+    # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
+    # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
+    UNSLOTH_FUSED_CE = "unsloth-fused-ce"
+    # unsloth@0e0d8fc (2024.12.3) models/llama.py CausalLM forward: unsloth_zoo@bb133c7 loss_utils
+    # fused_linear_cross_entropy -> Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py): no logits;
+    # its backward allocates zeros_like for the hidden states and for the whole lm_head weight (estimate/loss.py)
+    APPLE_CCE = "apple-cce"
+    # transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`, then
+    # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
+    # PR #35646, merged 2025-01-13, "to reduce memory overhead")
+    HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
+
+
+@dataclass(frozen=True)
+class FrameworkVersion:
+    """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
+
+    name: str  # the scenario's framework_version value
+    source: str  # the release and file where the behaviour differs
+    changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
+
+
+class CompileScope(str, Enum):
+    """What ``compile: true`` compiles (the scenario switch; the framework decides the scope)."""
+
+    MODEL_AND_LOSS = "model-and-loss"  # torch.compile(model) and the loss (torchtune compile: True)
+    # torchtitan@9dec370 parallelize_llama.py apply_compile: torch.compile(transformer_block,
+    # fullgraph=True) per block; train.py keeps loss_fn eager ("compiling loss function causes
+    # CUDA errors, turning off for now")
+    BLOCKS = "blocks"
+
+
+class OptimizerImpl(str, Enum):
+    """torch.optim implementation the framework's AdamW runs (torch v2.13.0 torch/optim/adamw.py)."""
+
+    FUSED = "fused"  # _fused_adamw: one kernel, no parameter-sized temporaries
+    FOREACH = "foreach"  # _multi_tensor_adamw: torch._foreach_sqrt copies the second moment
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    name: str  # display text only: never compared
+    # LoRA adapter weights are fp32 whatever the base dtype (PEFT >= 0.12 autocast_adapter_dtype=True,
+    # peft v0.21.2 src/peft/tuners/tuners_utils.py cast_adapter_dtype); else the model's parameter dtype.
+    adapters_fp32: bool
+    # PEFT LoRA casts the layer input to the adapter dtype (peft v0.21.2
+    # tuners/tuners_utils.py BaseTunerLayer._cast_input_dtype),
+    # a new tensor per adapted layer when the dtypes differ.
+    lora_casts_input: bool
+    # LoRA dropout when the scenario sets none (peft v0.21.2 LoraConfig 0.0, torchtune v0.4.0
+    # LoRALinear 0.0, lit-gpt@8641822 finetune/lora.py 0.05)
+    lora_dropout_default: float
+    # litgpt fuses q,k,v into one linear; its LoRAQKVLinear runs one dropout and one lora_A for the
+    # enabled slices (lit-gpt@8641822 lit_gpt/lora.py).
+    fused_qkv_lora: bool
+    # RMSNorm computes in fp32 and autograd keeps the fp32 input (transformers v5.24.0 LlamaRMSNorm,
+    # torchtune v0.4.0 modules/rms_norm.py); lit-gpt@8641822 RMSNorm computes in the input dtype.
+    rmsnorm_upcast: bool
+    # GQA: k,v expanded to all heads before SDPA (torchtune v0.4.0 modules/attention.py, lit-gpt@8641822);
+    # transformers v5.24.0 passes enable_gqa to SDPA when there is no padding mask
+    # (integrations/sdpa_attention.py use_gqa_in_sdpa).
+    expands_kv_for_sdpa: bool
+    # QLoRA: non-quantized parameters cast to fp32 by peft prepare_model_for_kbit_training
+    # (peft v0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training: param.data.to(torch.float32)).
+    qlora_unquantized_fp32: bool
+    # bitsandbytes <= 0.43.1 MatMul4Bit saved its input (ctx.tensors = (A, B)); lit-gpt@8641822 ran bnb 0.41.
+    qlora_saves_input: bool
+    # lit-gpt@8641822 quantized every nn.Linear, lm_head included (Fabric BitsandbytesPrecision, no ignore list).
+    qlora_quantizes_lm_head: bool
+    # how logits and loss are laid out for loss="standard" (transformers v4.46.0, torchtune v0.4.0,
+    # lit-gpt@8641822: one LossLayout member each, which cites the code)
+    standard_loss: LossLayout
+    # the torch AdamW implementation the framework's default recipe runs (torch v2.13.0 torch/optim/adamw.py)
+    torch_optimizer_impl: OptimizerImpl
+    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982; what the lit-gpt@8641822
+    # measurements show): frozen parameters all-gathered in backward stay unsharded until the end of backward
+    fsdp_frozen_stay_gathered: bool = False
+    # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
+    # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
+    # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
+    fsdp_root_gathered: bool = True
+    # FSDP (parallelism fsdp) is FSDP1 wrapping a model loaded on the host: FullyShardedDataParallel(model,
+    # device_id=...) moves, flattens and shards one unit at a time on the GPU (accelerate v0.28.0 accelerator.py
+    # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
+    # transients stay reserved (estimate/fsdp_reserved.py). FSDP2 engines shard on the meta device instead.
+    fsdp1_host_wrap: bool = False
+    # that wrap runs with sync_module_states=True: rank 0 broadcasts each unit's moved tensors in coalesced
+    # buckets before flattening them (estimate/fsdp_reserved.py); AnswerDotAI/fsdp_qlora@4cd6923 train.py
+    # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
+    # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
+    fsdp1_sync_module_states: bool = False
+    # FSDP (parallelism fsdp) wraps each trainable leaf (every LoRA A and B) as an FSDP1 unit of its own nested in
+    # its decoder layer's unit (peft v0.21.2 utils/other.py fsdp_auto_wrap_policy: lambda_policy_fn;
+    # AnswerDotAI/fsdp_qlora@05ed9f2 train.py get_wrapping_policy), under FSDP1's all-gather rate limiter
+    # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
+    # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
+    fsdp_lora_units_nested: bool = False
+    # the attention output reaches o_proj as a copy: torchtune runs packed batches through
+    # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
+    # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
+    attn_output_copied: bool = False
+    # tokens per micro-batch up to which the 4-bit matmul runs without de-quantizing the weight
+    # (bitsandbytes@0.50.2, constants.BNB_GEMM_4BIT_FUSED_MAX_TOKENS); 0 = always de-quantizes
+    # (bnb <= 0.49, torchao NF4's weight.to(dtype))
+    qlora_fused_max_tokens: int = 0
+    # the 4-bit weights were quantized from an fp16 copy, so bitsandbytes de-quantizes them to fp16 and
+    # MatMul4Bit's `.to(A.dtype)` makes a second, bf16 copy under bf16 compute (Lightning@71aed75
+    # fabric/plugins/precision/bitsandbytes.py _Linear4bit._quantize_weight: `weight.contiguous().to(device="cuda",
+    # dtype=torch.half)` then quantize_4bit; bitsandbytes 0.41.1 functional.py quantize_4bit keeps `A.dtype` in the
+    # state, dequantize_4bit allocates `out` in it; autograd/_functions.py MatMul4Bit: dequantize_4bit(B, state).to(A.dtype))
+    qlora_dequant_via_fp16: bool = False
+    # FSDP/ZeRO-3 keep each 4-bit weight's quantization state whole on every GPU (bitsandbytes >= 0.43.0 holds it on
+    # the Linear4bit module, see core._module_quant_state); torchao's NF4Tensor shards its scalers with the data
+    qlora_module_quant_state: bool = False
+    # the model runs transformers' modelling code (transformers v5.24.0): masking_utils builds a real
+    # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
+    # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
+    runs_transformers_modeling: bool = False
+    # transformers v5.24.0 integrations/bitsandbytes.py quantizes only modules whose type is exactly
+    # nn.Linear (Falcon's FalconLinear stays unquantized) and never the 3-D expert parameters
+    quantizes_exact_linear_only: bool = False
+    # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
+    # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
+    # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
+    # finetune_vision_layers=True)
+    freezes_vision: bool = False
+    # the precision a user of this framework gets when the scenario does not say, per method
+    # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
+    # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
+    default_precision: tuple[tuple[Method, Precision], ...] = (
+        (Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE), (Method.QLORA, Precision.BF16_TRUE))
+    # tied input/output embeddings are loaded as two tensors (litgpt@0077627 finetune/full.py validate_args
+    # refuses `tie_embeddings`, so lm_head is a separate copy of the embedding weights)
+    untied_head_copy: bool = False
+    # FSDP gradient accumulation under Fabric's no_backward_sync keeps unsharded gradients between
+    # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
+    # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
+    fsdp_unsharded_accum_grads: bool = False
+    # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
+    # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
+    full_unchunked_logits: bool = False
+    # an older TRL's log-prob code for ORPO and CPO/SimPO (estimate/stages/profiles.py); None: TRL 1.16.0's kernel
+    trl_logits_logprobs: LogProbs | None = None
+    # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
+    # peft v0.21.2; each profile names its own)
+    version: str = ""
+    # older releases whose code keeps different tensors, each citing the release that differs
+    # (e.g. transformers v4.44.2 logits.float(), peft v0.11.1 base-dtype adapters)
+    older_versions: tuple[FrameworkVersion, ...] = ()
+    # ``-mixed`` is FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), not autocast:
+    # the all-gathered parameters are bf16, so activations and the residual stream are bf16; fp32
+    # lives only in the sharded parameters, gradients and optimizer states (torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_api.py)
+    mixed_casts_params: bool = False
+    # the same cast under FSDP only, besides autocast (accelerate v0.28.0/v1.15.0 state.py fsdp_plugin.set_mixed_precision
+    # -> utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecision(param_dtype=dtype))
+    fsdp_mixed_casts_params: bool = False
+    # that cast's policy reduces gradients and casts outputs in the parameter dtype too, not fp32 (accelerate v1.15.0
+    # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision, called from state.py
+    # AcceleratorState.__init__: `dtype_args = {"param_dtype": dtype, "reduce_dtype": dtype}` plus
+    # `buffer_dtype` (FSDP1) or `output_dtype=dtype` (FSDP2); the same reduce_dtype in every release from v0.12.0,
+    # where the policy first appears, FSDP2's output_dtype from v1.6.0); torchtitan@9dec370 reduces in fp32
+    # (parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32))
+    fsdp_reduce_in_param_dtype: bool = False
+    # ``-mixed`` under DeepSpeed ZeRO is the engine's cast, not autocast: the engine casts the module's parameters to
+    # bf16/fp16 (DeepSpeed 0.19.8 runtime/engine.py _configure_distributed_model -> _cast_module_mixed_precision) and
+    # keeps fp32 only in the optimizer's master partitions, and the trainer runs no autocast (accelerate 1.15.0
+    # accelerator.py: native_amp stays False for DistributedType.DEEPSPEED, bf16 and fp16 alike; Lightning 2.x
+    # fabric/plugins/precision/deepspeed.py DeepSpeedPrecision.forward_context: no autocast either), so activations
+    # and the residual stream are 16-bit
+    ds_mixed_is_engine_cast: bool = True
+    # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
+    # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
+    ds_gathers_on_one_gpu: bool = False
+    # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
+    # compiles each block, loss eager: one CompileScope member each)
+    compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
+    # recipes (method, several GPUs) that run the compiled standard loss; None: all. torchtune v0.4.0 full_finetune_*.py
+    # and lora_finetune_distributed.py drop what training.compile_loss(self._loss_fn) returns (CrossEntropyLoss stays
+    # eager; the chunked loss is patched in place); lora_finetune_single_device.py assigns it
+    compiled_loss_recipes: tuple[tuple[Method, bool], ...] | None = None
+    # RMSNorm is one Triton kernel that saves its 16-bit input and the fp32 rstd per row
+    # (unsloth@015bdef unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm: save_for_backward(X, W, r))
+    rmsnorm_kernel: bool = False
+    # LoRA_MLP / LoRA_QKV / LoRA_W autograd functions (unsloth@015bdef unsloth/kernels/fast_lora.py):
+    # each saves only its input X (the MLP also the gate and up outputs e, g); lora_A's output is
+    # recomputed in backward, and the SwiGLU backward overwrites e, g and the down-proj gradient in place
+    lora_fused_autograd: bool = False
+    # block-input-sized tensors on the GPU during one block's backward under gradient_checkpointing
+    # "offload": the restored input and the prefetched next one (transformers v5.24.0
+    # activation_checkpointing_enable(offload=True), torch saved_tensors_hooks). Unsloth's
+    # "unsloth" mode (unsloth-zoo@36ff5fc unsloth_zoo/gradient_checkpointing.py
+    # UnslothCheckpointFunction): the input copied back into one GPU_BUFFER, the last layer's input
+    # never offloaded (CURRENT_GC_INDEX == LAST_GC_INDEX), and in backward the incoming dY, the
+    # recomputed block output and the input's .grad (torch.autograd.backward(outputs, args); inp.grad)
+    offload_ckpt_block_tensors: int = 2
+    # of those, the next block's input prefetched ahead (transformers v5.24.0 activation_checkpointing_enable
+    # (offload=True): the restored input and the prefetched next one, above); the lowest block has no next
+    # one, so its backward holds one fewer. Unsloth (unsloth-zoo@36ff5fc) prefetches nothing.
+    offload_ckpt_prefetched: int = 1
+    # LoRA matmuls add the adapter product out of place, an output-sized temporary: unsloth@0e0d8fc
+    # kernels/utils.py matmul_lora `out += (X @ A.to(dtype)) @ (s * B.to(dtype))` (in place, `out.addmm_`, since
+    # unsloth@4f16602), so LoRA_MLP.backward's DW = matmul_lora(dY, downW.t(), ...) holds two (T, I) tensors
+    lora_product_temporary: bool = False
+    # every attention layer owns a RoPE cos/sin cache in the compute dtype that grows with the sequence
+    # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
+    # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
+    rope_cache_per_layer: bool = False
+    # parallelism fsdp is FSDP2 fully_shard (torchtune v0.4.0 training/_distributed.py shard_model, torchtitan@9dec370
+    # parallelize_llama.py apply_fsdp): per-parameter gradients copied into one flat reduce-scatter input, blocks
+    # resharded after forward (estimate/fsdp2.py)
+    fsdp2: bool = False
+    # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
+    # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
+    fsdp2_last_block_kept: bool = False
+    # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
+    # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
+    # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
+    step_allocation_order: bool = False
+    # the engine runs expert parallelism for mixture-of-experts models (the planner proposes EP degrees):
+    # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
+    # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
+    expert_parallel: bool = False
+    # LoRA on a 4-bit linear clones the base layer's output before adding the adapter's (peft v0.14.0 and v0.21.2
+    # tuners/lora/bnb.py Linear4bit.forward: ``result = result.clone()``, "for 4bit, we need to defensively clone")
+    lora_4bit_clones_output: bool = False
