@@ -24,14 +24,12 @@ from vramfit.estimate.constants import (
 from vramfit.estimate.core import (
     Parts,
     _ds_mixed,
-    autocast_block_copies,
-    autocast_copies,
     comm_buffers,
     model_state,
     optimizer_temporaries,
-    sliding_window_masks,
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
+from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers

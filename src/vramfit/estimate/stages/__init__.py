@@ -102,7 +102,7 @@ def finish(step: Step) -> Step:
     parts = replace(step.parts, logits_loss=loss.forward_peak)
     if step.sc.stage in FUSED_HEAD and step.sc.loss is Loss.STANDARD and parts.autocast_copies:
         # TRL's fused head never calls the output layer, so autocast makes no copy of its weight
-        # (core.autocast_copies counts 2 bytes per head parameter; the slices are in the loss)
+        # (forward_extras.autocast_copies counts 2 bytes per head parameter; the slices are in the loss)
         head = step.spec.lm_head_params or step.spec.embedding_params
         parts = replace(parts, autocast_copies=max(0, parts.autocast_copies - 2 * head))
     return replace(step, loss=loss, parts=parts)
