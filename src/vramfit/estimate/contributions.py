@@ -21,6 +21,7 @@ from vramfit.estimate.fsdp2 import (
     second_lowest_block,
 )
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
+from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
@@ -64,6 +65,7 @@ def _tied_end(step: Step) -> bool:
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
 PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
+    StepPhase.LOAD: dequantizes_on_gpu,  # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py)
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
@@ -202,7 +204,7 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
 
 
 CONTRIBUTORS: tuple[Contributor, ...] = (
-    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers)
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_phase)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

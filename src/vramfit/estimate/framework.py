@@ -44,6 +44,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         quantizes_exact_linear_only=True,
+        mxfp4_index_bytes=4,  # transformers v5.24.0 integrations/mxfp4.py l. 270: .to(torch.int)
         fsdp_mixed_casts_params=True,
         fsdp_reduce_in_param_dtype=True,
         fsdp1_host_wrap=True,
@@ -75,6 +76,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
+                             "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
+                             "together (v5.24.0: int32, one at a time)",
+                             (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),

@@ -149,6 +149,14 @@ class FrameworkProfile:
     # transformers v5.24.0 integrations/bitsandbytes.py quantizes only modules whose type is exactly
     # nn.Linear (Falcon's FalconLinear stays unquantized) and never the 3-D expert parameters
     quantizes_exact_linear_only: bool = False
+    # MXFP4 expert banks (spec.experts_mxfp4) de-quantized to bf16 at load (Mxfp4Config(dequantize=True), the
+    # only trainable path: quantizers/quantizer_mxfp4.py is_trainable): the integer type of the nibble indices
+    # _convert_moe_packed_tensors makes per byte of blocks; transformers v5.24.0 integrations/mxfp4.py l. 270-277
+    # `(blk & 0x0F).to(torch.int)` (4 B), deleted before the high nibble's; 0 = the framework loads no MXFP4
+    mxfp4_index_bytes: int = 0
+    # both nibble index tensors alive at once (transformers v4.55.0 integrations/mxfp4.py l. 119-120: int64
+    # idx_lo and idx_hi made before either is used)
+    mxfp4_indices_together: bool = False
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model

@@ -153,7 +153,16 @@ def spec_from_hf_config(config: dict) -> ModelSpec:
             return check_spec(attach_tower(spec, config))
         except ModelError as exc:
             raise ModelError(str(exc).removeprefix(f"{exc.key}: "), valid=SUPPORTED_MODEL_TYPES) from None
-    return check_spec(builder(_Cfg(config, model_type)))
+    return check_spec(_with_checkpoint_format(builder(_Cfg(config, model_type)), config))
+
+
+def _with_checkpoint_format(spec: ModelSpec, config: Mapping) -> ModelSpec:
+    """MXFP4 expert banks in the checkpoint (quantization_config quant_method "mxfp4", transformers v5.24.0
+    quantizers/auto.py AUTO_QUANTIZER_MAPPING): de-quantized at load, which costs a transient (estimate/mxfp4_load.py)."""
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping) and quant.get("quant_method") == "mxfp4" and spec.num_experts:
+        return replace(spec, experts_mxfp4=True)
+    return spec
 
 
 # ------------------------------------------------------------------------------------ helpers

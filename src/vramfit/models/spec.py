@@ -200,6 +200,9 @@ class ModelSpec:
     # a learned per-head sink logit joins the softmax (gpt-oss, transformers v5.24.0
     # models/gpt_oss/modeling_gpt_oss.py eager_attention_forward: cat([scores, sinks]) then softmax)
     attention_sinks: bool = False
+    # the checkpoint stores the expert banks as MXFP4 blocks (uint8, two 4-bit values a byte) and scales (one
+    # uint8 per 32 values): config.json quantization_config quant_method "mxfp4" (openai/gpt-oss-*)
+    experts_mxfp4: bool = False
     # the transformers-v4 module names PEFT moves from ``all-linear`` to ``target_parameters`` for this
     # family: peft v0.21.2 utils/transformers_weight_conversion.py _convert_peft_config_moe, for the model
     # types whose conversion pattern is mixtral (gate, w1, w3, w2) or qwen2_moe (gate, gate_proj, up_proj,

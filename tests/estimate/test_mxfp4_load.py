@@ -1,0 +1,54 @@
+"""The load-time de-quantization of an MXFP4 checkpoint's experts (estimate/mxfp4_load.py)."""
+
+from vramfit.estimate import estimate
+from vramfit.estimate.framework import PROFILES, profile_for
+from vramfit.estimate.mxfp4_load import dequant_transient
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.models.catalog import load_catalog
+from vramfit.models.hf_config import spec_from_hf_config
+from vramfit.scenario import Framework, parse_scenario
+
+GPT_OSS = resolve_model("openai/gpt-oss-20b").spec
+# gpt-oss-20b gate_up_proj bank: 32 experts x 2880 x 5760 values, two a byte; scales one byte per 32 values
+BLOCKS = 32 * 2880 * 5760 // 2
+SCALES = BLOCKS // 16
+
+
+def _lora(**keys):
+    """AXOLOTL_EX_2508-1 (benchmarks/data/measured/found.jsonl): gpt-oss-20b LoRA on one GPU."""
+    return parse_scenario({"model": "openai/gpt-oss-20b", "method": "lora", "precision": "bf16-true", "lora_rank": 8,
+                           "lora_targets": "all-linear", "micro_batch_size": 1, "seq_len": 4096,
+                           "gradient_checkpointing": "offload", "attention": "flash", "loss": "fused",
+                           "optimizer": "adamw-8bit", "framework": "hf", **keys})
+
+
+def test_the_config_quantization_marks_the_experts_mxfp4():
+    assert GPT_OSS.experts_mxfp4
+    config = dict(next(e for e in load_catalog() if e["id"] == "openai/gpt-oss-20b")["config"])
+    del config["quantization_config"]
+    assert not spec_from_hf_config(config).experts_mxfp4
+    assert not resolve_model("mistralai/Mixtral-8x7B-v0.1").spec.experts_mxfp4
+
+
+def test_the_transient_follows_the_index_type_of_each_release():
+    step = compute(GPT_OSS, _lora())
+    # v5.24.0: blocks, uint8 + int32 scales, one int32 index tensor and its bf16 lut values at a time
+    assert dequant_transient(step) == BLOCKS * (1 + 4 + 2) + SCALES * 5 == 1_940_889_600
+    old = compute(GPT_OSS, _lora(framework_version="transformers-4.55"))
+    assert old.profile == profile_for(Framework.HF, "transformers-4.55")
+    # v4.55.0: both int64 index tensors alive together
+    assert dequant_transient(old) == BLOCKS * (1 + 16 + 2) + SCALES * 5 == 5_125_939_200
+
+
+def test_the_load_is_the_peak_of_the_one_gpu_lora_run():
+    res = estimate(_lora(framework_version="transformers-4.55"))
+    load = next(p for p in res.phases if p.phase == "load")
+    assert dict(load.breakdown) == {"weights": compute(GPT_OSS, _lora()).parts.weights, "temporaries": 5_125_939_200}
+    assert res.peak.phase == "load" and res.peak.allocated_bytes == load.allocated_bytes
+
+
+def test_no_load_phase_where_fsdp_loads_through_the_host_or_the_framework_loads_no_mxfp4():
+    fsdp = estimate(_lora(num_gpus=8, parallelism="fsdp", framework_version="transformers-4.55"))
+    assert "load" not in [p.phase for p in fsdp.phases]
+    assert PROFILES[Framework.TORCHTUNE].mxfp4_index_bytes == 0
