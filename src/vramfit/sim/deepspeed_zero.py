@@ -199,7 +199,7 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
     from vramfit.estimate.phases import StepPhase
     from vramfit.sim.build import materialize
     from vramfit.sim.optim import make_optimizer
-    from vramfit.sim.run import StepResult, _count_params, _register_model, _workspace
+    from vramfit.sim.run import StepResult, _count_params, _register_model
     from vramfit.sim.trace import LiveTracker
 
     config = ds_config(sc, int(built.model.config.hidden_size))
@@ -216,7 +216,7 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
             engine = initialize(deepspeed, built.model, optimizer, config)
         _book_parameters(built.model, tracker)
         try:
-            _ds_loop(engine, built, sc, tracker, progress, workspaces, StepPhase, _workspace)
+            _ds_loop(engine, built, sc, tracker, progress, workspaces, StepPhase)
         finally:
             tracker.close()
         num_params, num_trainable = _count_params(built)
@@ -239,9 +239,16 @@ def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
 
 
 def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Callable[[str], None] | None,
-             workspaces: list[int] | None, StepPhase: Any, workspace: Callable) -> None:
+             workspaces: list[int] | None, StepPhase: Any) -> None:
     from vramfit.sim import images
-    from vramfit.sim.run import ITERATIONS, _cuda_semantics, _transformers_as_on_cuda, decoder_layers
+    from vramfit.sim.run import (
+        ITERATIONS,
+        _cuda_semantics,
+        _transformers_as_on_cuda,
+        decoder_layers,
+        mark_backward,
+        mark_forward,
+    )
 
     tracker.watch_modules(built.model, built.lm_head)
     tracker.watch_layers(decoder_layers(built.model))
@@ -249,23 +256,13 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
     with _cuda_semantics(True, False, []), _transformers_as_on_cuda(True), ScalarValues():
         for it in range(1, ITERATIONS + 1):
             for mb in range(1, sc.grad_accum + 1):
-                tag = f"it{it}.mb{mb}"
-                if progress:
-                    progress(f"{tag} forward")
-                tracker.mark(f"{tag}.{StepPhase.FORWARD.trace_mark}")
-                tracker.in_logits = False
-                if it == 1 and mb == 1:
-                    workspace(tracker, workspaces, "forward thread")
+                tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, sc.micro_batch_size, sc.seq_len,
                                                    dtype, "cpu")
                 out = engine(input_ids=ids, labels=labels, **(pixels or {}))
                 loss = out.loss
                 del out, ids, labels, pixels
-                tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
-                tracker.in_logits = False
-                tracker.in_backward = True
-                if it == 1 and mb == 1:
-                    workspace(tracker, workspaces, "autograd thread")
+                mark_backward(tracker, workspaces, tag, progress)
                 engine.backward(loss)  # the engine divides by gradient_accumulation_steps itself
                 del loss
                 tracker.in_backward = False

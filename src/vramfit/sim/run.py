@@ -116,25 +116,13 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.mark(f"it{it}.{StepPhase.SCORE.trace_mark}")
                 runner.score(device)
             for mb in range(1, scenario.grad_accum + 1):
-                tag = f"it{it}.mb{mb}"
-                if progress:
-                    progress(f"{tag} forward")
-                tracker.mark(f"{tag}.{StepPhase.FORWARD.trace_mark}")
-                tracker.in_logits = False
-                if it == 1 and mb == 1:
-                    _workspace(tracker, workspaces, "forward thread")
+                tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, built.compute_dtype, device)
                 with _autocast(built, device), images.values_kept(built.images):
                     loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
                 loss = loss / scenario.grad_accum
                 del ids, labels, pixels
-                if progress:
-                    progress(f"{tag} backward")
-                tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
-                tracker.in_logits = False
-                tracker.in_backward = True
-                if it == 1 and mb == 1:
-                    _workspace(tracker, workspaces, "autograd thread")
+                mark_backward(tracker, workspaces, tag, progress)
                 with images.values_kept(built.images):  # a checkpointed block's re-run reads them too
                     _backward(loss * FP16_LOSS_SCALE if fp16_scaled else loss)
                 del loss
@@ -197,6 +185,32 @@ def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> Non
             if sid is not None:
                 tracker.trace.grad_sids.add(sid)
 
+
+
+def mark_forward(tracker: LiveTracker, workspaces: list[int] | None, it: int, mb: int,
+                 progress: Callable[[str], None] | None) -> str:
+    """Marks micro-batch ``mb`` of iteration ``it`` entering its forward (with the forward thread's workspace on
+    the first); returns the micro-batch's tag."""
+    tag = f"it{it}.mb{mb}"
+    if progress:
+        progress(f"{tag} forward")
+    tracker.mark(f"{tag}.{StepPhase.FORWARD.trace_mark}")
+    tracker.in_logits = False
+    if it == 1 and mb == 1:
+        _workspace(tracker, workspaces, "forward thread")
+    return tag
+
+
+def mark_backward(tracker: LiveTracker, workspaces: list[int] | None, tag: str,
+                  progress: Callable[[str], None] | None) -> None:
+    """Marks the micro-batch ``tag`` entering its backward (with the autograd thread's workspace on the first)."""
+    if progress:
+        progress(f"{tag} backward")
+    tracker.mark(f"{tag}.{StepPhase.BACKWARD.trace_mark}")
+    tracker.in_logits = False
+    tracker.in_backward = True
+    if tag == "it1.mb1":
+        _workspace(tracker, workspaces, "autograd thread")
 
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
                   pixels: dict | None = None) -> torch.Tensor:
