@@ -38,11 +38,11 @@ class Rollout:
     eager_layers: int  # layers dispatched from Python per decode step (0: CUDA graphs)
 
 
-#: bytes per 4-bit weight per decode step under transformers generate: bitsandbytes MatMul4Bit de-quantizes
-#: (reads 0.5 B, writes 2 B: throughput.DEQUANT_BYTES_PER_WEIGHT) for any input of more than one token
-#: row (bitsandbytes autograd/_functions.py matmul_4bit: the fused gemv only when ``A.numel() == A.shape[-1]``),
+#: bytes the matmul reads per de-quantized weight under transformers generate: bitsandbytes MatMul4Bit
+#: de-quantizes (throughput.dequant_bytes_per_weight) for any input of more than one token row
+#: (bitsandbytes autograd/_functions.py matmul_4bit: the fused gemv only when ``A.numel() == A.shape[-1]``),
 #: then the matmul reads the 2-byte copy
-_QLORA_HF_DECODE_BYTES = 2.5 + 2.0
+_DEQUANTIZED_READ_BYTES = 2.0
 
 
 def rollout_work(sc, mf) -> Rollout | None:
@@ -56,7 +56,10 @@ def rollout_work(sc, mf) -> Rollout | None:
     dense = mf.routed_elems_per_token == 0
     read = mf.matmul_params if dense else mf.num_params
     if sc.method is Method.QLORA and sc.generation is Generation.HF and sc.quantize is not Quantize.NONE:
-        weights = mf.quantizable_params * _QLORA_HF_DECODE_BYTES + (read - mf.quantizable_params) * 2
+        from vramfit.plan.throughput import dequant_bytes_per_weight  # throughput imports this module
+
+        per = dequant_bytes_per_weight(sc) + _DEQUANTIZED_READ_BYTES
+        weights = mf.quantizable_params * per + (read - mf.quantizable_params) * 2
     else:  # bf16 weights (TRL merges LoRA adapters into the weights it loads into vLLM)
         weights = read * 2
     eager = mf.num_layers if sc.generation is Generation.HF else 0

@@ -41,7 +41,7 @@ from vramfit.plan.traffic import (
     zero3_exposed_share,
     zero3_gather_bytes,
 )
-from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Scenario
+from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
 
 MFU_DEFAULT = Constant(
     0.40,
@@ -60,6 +60,11 @@ DEQUANT_BYTES_PER_WEIGHT = Constant(
     "add under 0.07 B",
 )
 INT8_DEQUANT_BYTES_PER_WEIGHT = Constant(3.0, "bytes per int8 weight per de-quantization", "reads 1 B, writes 2 B")
+
+
+def dequant_bytes_per_weight(sc: Scenario) -> float:
+    """Bytes moved per quantized weight each time a matmul de-quantizes it (int8 or 4-bit)."""
+    return (INT8_DEQUANT_BYTES_PER_WEIGHT if sc.quantize is Quantize.INT8 else DEQUANT_BYTES_PER_WEIGHT).value
 
 
 @dataclass(frozen=True)
@@ -194,8 +199,7 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     dequant = 0.0
     if sc.method is Method.QLORA:
         passes = 2 + (1 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
-        per = INT8_DEQUANT_BYTES_PER_WEIGHT.value if sc.quantize.value == "int8" else DEQUANT_BYTES_PER_WEIGHT.value
-        dequant = ga * passes * mf.quantizable_params * per
+        dequant = ga * passes * mf.quantizable_params * dequant_bytes_per_weight(sc)
     wbytes = 4 if sc.precision is Precision.FP32 else 2
     if sc.method is Method.QLORA:
         param_bytes = mf.quantizable_params // 2 + (mf.num_params - mf.quantizable_params) * wbytes
