@@ -102,7 +102,13 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
-        out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+        back = "prefetched one block ahead" if prof.offload_ckpt_prefetched else "brought back when its block's backward runs"
+        out.append(f"Activation offload: checkpointed block inputs in pinned host memory, {back}.")
+    from vramfit.estimate.moe_kernel import note as moe_note
+
+    moe = moe_note(spec, sc, prof)
+    if moe:
+        out.append(moe)
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))

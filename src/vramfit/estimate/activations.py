@@ -28,6 +28,7 @@ from vramfit.estimate.moe_lora import (
     fused_expert_bank,
     shared_experts_saved,
 )
+from vramfit.estimate.moe_kernel import weight_copies_saved
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
@@ -376,3 +377,8 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
+    # transformers 4's indexed per-expert loop keeps a copy of every hit expert's weights (estimate/moe_kernel.py);
+    # under autocast its matmul keeps autocast's 16-bit cast of the copy
+    copies = weight_copies_saved(spec, blk.sc, profile, blk.dt.compute if blk.dt.autocast else blk.expert_bytes)
+    if copies:
+        out.add("experts.weight_copies", copies)
