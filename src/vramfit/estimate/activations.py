@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
+from vramfit.estimate.moe_kernel import weight_copies_saved
 from vramfit.estimate.moe_lora import (
     expert_bytes,
     folded_expert_weights,
     fused_expert_bank,
     shared_experts_saved,
 )
-from vramfit.estimate.moe_kernel import weight_copies_saved
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.estimate.params import Adapter
 from vramfit.models.spec import Linear, ModelSpec
