@@ -78,7 +78,7 @@ NOT_MODELLED = {
     "lora_mlp_kernel": "Axolotl's fused LoRA Triton kernels", "lora_qkv_kernel": "Axolotl's fused LoRA Triton kernels",
     "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage not read (GRPO sizes are)",
     "qat": "quantization-aware training", "diffusion": "diffusion-LM training", "vllm": "the vLLM generation server of GRPO",
-    "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
+    "use_scattermoe": "MoE expert kernels",
     "use_sonicmoe": "MoE expert kernels", "experts_implementation": "MoE expert kernels",
     "llama4_linearized_experts": "MoE expert kernels", "max_packed_sequence_len": "legacy packing length",
     "dp_shard_size": "N-D parallel layouts", "dp_replicate_size": "N-D parallel layouts",
@@ -144,6 +144,23 @@ def _adapter(r: KeyReader) -> None:
         raise r.error("an adapter needs lora_target_modules or lora_target_linear: true")
     if r.has("lora_modules_to_save"):
         r.not_modelled("lora_modules_to_save", "fully trained copies of embed_tokens/lm_head are not counted")
+
+
+#: use_kernels: true -> from_pretrained(use_kernels=True), which kernelizes on the device the model loaded to
+#: (transformers v4.55.0 modeling_utils.py l. 5085-5093); the hub maps MegaBlocksMoeMLP for cuda and rocm only
+#: (integrations/hub_kernels.py l. 63-80) and kernels v0.9.0 layer.py l. 880-888 keeps the model's own forward
+#: elsewhere. Axolotl loads on the CPU under FSDP and ZeRO-3 (loaders/model.py _set_device_map_config sets no
+#: device_map) and on one GPU under its accelerate launcher (utils/config/__init__.py choose_device: device_map None
+#: once ACCELERATE_USE_* is set, which accelerate's launch always sets); the same at ba3dba3e4 and 067b021
+KERNELS_ON_CPU = ("Axolotl loads the model on the CPU (FSDP, ZeRO-3, or one GPU under accelerate launch), where "
+                  "kernelize finds no MegaBlocksMoeMLP, so the model's own experts forward runs; DDP on several GPUs "
+                  "loads each copy on its GPU and the hub kernel runs there: pass --moe-kernel megablocks")
+
+
+def _moe_kernel(r: KeyReader) -> None:
+    if r.get("use_kernels", False, SOURCE):
+        r.set("use_kernels", "moe_kernel", "none")
+        r.entries["use_kernels"].note = KERNELS_ON_CPU
 
 
 def _precision(r: KeyReader, method: str) -> str:
@@ -251,6 +268,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)
+    _moe_kernel(r)
     _attention_and_loss(r)
     compile_ = r.get("torch_compile")
     if compile_ is not None:
