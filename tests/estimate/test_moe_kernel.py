@@ -75,13 +75,16 @@ def test_a_bad_value_is_one_line_naming_the_key():
     assert res.exit_code == 2 and "moe_kernel" in res.output and "Traceback" not in res.output
 
 
-def test_hf_activation_offload_keeps_one_block_input_on_the_gpu():
-    # TRL's OffloadActivations (trl v0.20.0): the block input comes back when its backward unpacks it, no prefetch
-    sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 2048,
-                         "gradient_checkpointing": "offload"})
-    step = compute(resolve_model(sc.model).spec, sc)
-    acts, one = step.acts, block_input_bytes(step.spec, sc, step.profile)
+def test_offload_under_transformers_4_55_is_trls_offload_activations():
+    # 4.55 has no activation_checkpointing_enable(offload=True): TRL's OffloadActivations (trl v0.20.0) brings one
+    # block input back when its backward unpacks it, no prefetch; v5.24's save_on_cpu keeps two (the profile's default)
+    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 2048, "gradient_checkpointing": "offload"}
+    old, new = (compute(resolve_model(keys["model"]).spec, parse_scenario({**keys, **v}))
+                for v in ({"framework_version": "transformers-4.55"}, {}))
+    one = block_input_bytes(old.spec, old.sc, old.profile)
     assert one == 2 * 2048 * 4096
-    assert acts.blocks == acts.lowest == one
-    assert acts.host == 32 * one
-    assert any("brought back when its block's backward runs" in a for a in estimate(sc).assumptions)
+    assert (old.acts.blocks, old.acts.lowest, old.acts.host) == (one, one, 32 * one)
+    assert (new.acts.blocks, new.acts.lowest) == (2 * one, one)
+    assert any("brought back when its block's backward runs" in a
+               for a in estimate({**keys, "framework_version": "transformers-4.55"}).assumptions)
+    assert any("prefetched one block ahead" in a for a in estimate(keys).assumptions)

@@ -50,13 +50,6 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
-        # gradient_checkpointing "offload" in the HF stack is TRL's OffloadActivations (trl v0.20.0
-        # models/activation_offloading.py, from torchtune; TRL SFTConfig activation_offloading and Axolotl's
-        # activation_offloading: true use it): saved_tensors_hooks copy each checkpointed block's saved inputs to
-        # pinned host memory and bring one back when its block's backward unpacks it (no prefetch); the block
-        # above's is dropped once the node that unpacked the next one has run
-        offload_ckpt_block_tensors=1,
-        offload_ckpt_prefetched=0,
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -86,8 +79,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
-                             "GptOssExperts.forward: the per-expert training loop (v5.24.0: grouped_mm)",
-                             (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True))),
+                             "GptOssExperts.forward: the per-expert training loop (v5.24.0: grouped_mm); modeling_utils.py "
+                             "has no activation_checkpointing_enable(offload=True) (v5.24.0 save_on_cpu), so offload is "
+                             "TRL's OffloadActivations (trl v0.20.0 models/activation_offloading.py, Axolotl's "
+                             "activation_offloading: true): a block's input comes back when its backward unpacks it, no "
+                             "prefetch, the block above's dropped once the node that unpacked it has run",
+                             (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
+                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),
