@@ -88,3 +88,11 @@ def test_offload_under_transformers_4_55_is_trls_offload_activations():
     assert any("brought back when its block's backward runs" in a
                for a in estimate({**keys, "framework_version": "transformers-4.55"}).assumptions)
     assert any("prefetched one block ahead" in a for a in estimate(keys).assumptions)
+
+
+def test_the_simulator_refuses_the_hub_kernel_in_one_line():
+    from vramfit.sim import simulate
+
+    with pytest.raises(ScenarioError) as e:
+        simulate({"model": "openai/gpt-oss-20b", "method": "full", "moe_kernel": "megablocks"})
+    assert str(e.value).startswith("moe_kernel: kernels-community/megablocks runs compiled CUDA ops")
