@@ -12,7 +12,6 @@ GPT_OSS_FFT = """base_model: openai/gpt-oss-20b
 use_kernels: true
 plugins:
   - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin
-cut_cross_entropy: true
 sequence_len: 4096
 sample_packing: true
 gradient_accumulation_steps: 2
@@ -37,9 +36,17 @@ def test_use_kernels_under_fsdp_keeps_the_models_own_experts_forward(tmp_path):
     imp = from_config(p)
     sc = imp.scenario
     assert (sc.moe_kernel.value, sc.gradient_checkpointing.value, sc.parallelism.value) == ("none", "offload", "fsdp")
+    # listing the plugin turns Cut Cross-Entropy on (its args default cut_cross_entropy to True)
+    assert sc.loss.value == "fused"
     line = next(x.strip() for x in imp.lines() if "use_kernels:" in x)
     assert line.startswith("read     use_kernels: True → moe_kernel=none  [Axolotl loads the model on the CPU")
     assert "pass --moe-kernel megablocks" in line
+
+
+def test_cut_cross_entropy_false_keeps_the_standard_loss(tmp_path):
+    p = tmp_path / "no-cce.yaml"
+    p.write_text(GPT_OSS_FFT + "cut_cross_entropy: false\n")
+    assert from_config(p).scenario.loss.value == "standard"
 
 
 def test_no_use_kernels_leaves_the_default(tmp_path):

@@ -14,6 +14,8 @@ _SRC = "axolotl-ai-cloud/axolotl@067b021"
 SOURCE = f"{_SRC} src/axolotl/utils/schemas/config.py"
 #: micro_batch_size, gradient_accumulation_steps and optimizer defaults live in the training schema.
 TRAINING_SRC = f"{_SRC} src/axolotl/utils/schemas/training.py"
+#: listing CutCrossEntropyPlugin turns it on: its args default ``cut_cross_entropy`` to True
+CCE_SRC = f"{_SRC} src/axolotl/integrations/cut_cross_entropy/args.py: cut_cross_entropy defaults to True"
 #: Axolotl builds its BitsAndBytesConfig with nf4 and double quantization for adapter: qlora.
 QLORA_SRC = f"{_SRC} src/axolotl/loaders/model.py: bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant True"
 
@@ -218,7 +220,10 @@ def _attention(r: KeyReader) -> None:
 def _attention_and_loss(r: KeyReader) -> None:
     _attention(r)
     plugins = r.get("plugins") or []
-    fused = r.get("liger_fused_linear_cross_entropy") or r.get("cut_cross_entropy")
+    # the plugin's own default: src/axolotl/integrations/cut_cross_entropy/args.py `cut_cross_entropy = True`
+    cce_listed = any(str(p).endswith("CutCrossEntropyPlugin") for p in plugins)
+    cce = r.get("cut_cross_entropy", True, CCE_SRC) if cce_listed else r.get("cut_cross_entropy")
+    fused = r.get("liger_fused_linear_cross_entropy") or cce
     if fused:
         need = "LigerPlugin" if r.has("liger_fused_linear_cross_entropy") else "CutCrossEntropyPlugin"
         if not any(str(p).endswith(need) for p in plugins):
