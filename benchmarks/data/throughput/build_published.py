@@ -61,6 +61,14 @@ TT = {
    {10: 7075, 11: 8998, 12: 9174, 13: 7210, 14: 7309, 15: 7301, 16: 6960, 17: 8210, 18: 8035}),
 }
 compiled_2409 = True  # README note: "torch compile enabled"
+# torchtune @0217d44c2 distributed recipes log rank 0's own count: recipes/full_finetune_distributed.py:475
+# ``num_tokens += input_ids.numel()`` (that rank's micro-batches only, no all-reduce) and :506-513
+# ``tokens_per_second = num_tokens / time_per_step`` logged ``if ... self._is_rank_zero``; the same in
+# recipes/lora_finetune_distributed.py:550, :585-589. The 2 x and 4 x RTX 4090 cells are therefore per GPU.
+# The 8 x A100 70B cells cannot be: 3,384 and 2,032 tokens/s per GPU would take 9.3e14 and 1.1e15 FLOP/s
+# per GPU (LoRA 4 N, full 6 N x 4/3 recompute, N = 69e9), 3-4x the A100's 312 TFLOPS dense peak, so
+# those are read as totals over the 8 GPUs.
+PER_RANK_2405 = {21, 23}
 for sid, (src, design, vals) in TT.items():
     for k, tps in vals.items():
         r = mem[f"{sid}-{k}"]
@@ -74,6 +82,11 @@ for sid, (src, design, vals) in TT.items():
             sc["compile"] = k == 19  # footnote ** 'Uses torch compile' on the QLoRA row only
         else:
             sc["compile"] = k >= 11  # '+ Compile' and every later row keep compile on
+        if sid == "TT_README_2405" and k in PER_RANK_2405:
+            add(f"{sid}-{k}", sid, src + row, sc, tps * sc["num_gpus"], design=design,
+                notes=f"tokens/s = {sc['num_gpus']} GPUs x the cell: torchtune @0217d44c2's distributed recipes log rank 0's "
+                      "tokens/s (num_tokens += input_ids.numel() on that rank, logged if _is_rank_zero). " + r["notes"][:200])
+            continue
         add(f"{sid}-{k}", sid, src + row, sc, tps, design=design,
             notes="tokens/s over all GPUs (the table's 8x A100 70B rows cannot be per GPU: that would exceed the peak). " + r["notes"][:200])
 
@@ -85,13 +98,17 @@ for tab, n, rowname, tps, comp in [(1, 8, "FSDP", 5762, False), (1, 8, "FSDP + t
           "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 8192, "grad_accum": 1,
           "gradient_checkpointing": "selective-op", "attention": "sdpa", "num_gpus": n, "parallelism": "fsdp",
           "gpu": "h100-96gb-hbm2e-500w", "compile": comp}
+    if n > 8:  # the doc: 8 GPUs per host, hosts on an RDMA network of 400 Gb/s per GPU (8 x 400 Gb/s = ib-3200's rate)
+        sc.update(num_nodes=n // 8, interconnect="ib-3200")
     add(f"TITAN-T{tab}-{n}-{'compile' if comp else 'eager'}", "TORCHTITAN_PERF", TTN + f"Table {tab}, row '{rowname}', TPS/GPU {tps}",
         sc, tps * n, notes="Llama 3.1 8B pre-training step (same computation as full fine-tuning), seq 8192 (torchtitan llama3_8b.toml), "
         "FSDP2 mixed precision bf16 params / fp32 reduce. Its 'selective' AC is op-level (torchtitan@9dec370 "
         "llama3_8b.toml mode 'selective', selective_ac_option 'op'; parallelize_llama.py _save_list: saves mm, sdpa, "
         "reduce_scatter outputs except every second mm, recomputes the rest): scenario 'selective-op'. "
         "Card: H100 96 GB HBM2e 2.4 TB/s at 500 W, 'peak between SXM and NVL' (the doc): benchmark card "
-        "h100-96gb-hbm2e-500w in cards.csv (was h100-sxm and 'selective' before 2026-12-01). 128-GPU rows: 400 Gb/s RDMA per GPU between hosts.")
+        "h100-96gb-hbm2e-500w in cards.csv (was h100-sxm and 'selective' before 2026-12-01). 128-GPU rows: 16 hosts of 8 "
+        "(num_nodes 16), 400 Gb/s RDMA per GPU between hosts (interconnect ib-3200: 8 x 400 Gb/s RDMA per node; Grand "
+        "Teton's backend network, same rate; the rows said one node before this correction).")
 
 # --- Answer.AI fsdp_qlora benchmarks_03_2024.md (1024 dummy samples at context length; time = whole run)
 AA = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md @05ed9f2a60f96a0795cb082bceab70a9b19fd213, "

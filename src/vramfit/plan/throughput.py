@@ -297,17 +297,18 @@ def step_time(
     across, waits, exposed = _net_seconds(w, net)
     comm += across
     step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
-    gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9)
+    gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9, peer_gbs * 1e9)
     return Speed(compute, dequant, comm, host, step + gen, w.tokens_per_step / (step + gen), gen)
 
 
-def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float) -> float:
-    """Rollout seconds of a step (:func:`rollout.rollout_seconds`); 0 without a memory bandwidth."""
+def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float, peer_bytes: float) -> float:
+    """Rollout seconds of a step (:func:`rollout.rollout_seconds`: generation, its weight gather and the
+    reference pass); 0 without a memory bandwidth."""
     from vramfit.plan.kernels import DECODE_LAYER_OVERHEAD_S
 
     if w.rollout is None or not mem_bytes:
         return 0.0
-    return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value)
+    return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value, peer_bytes)
 
 
 def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tuple[float, float]:
@@ -371,7 +372,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
         step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
     else:
         step = max(compute, stream) + comm - net_waits + host + exposed
-    step += layouts.blocking_seconds(w, c.peer_bytes, net) + (gen := _generate_seconds(w, c.gemm_flops, c.mem_bytes))
+    step += layouts.blocking_seconds(w, c.peer_bytes, net) + (gen := _generate_seconds(w, c.gemm_flops, c.mem_bytes, c.peer_bytes))
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step, gen)
 
 
