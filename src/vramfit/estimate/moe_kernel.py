@@ -4,8 +4,10 @@ transformers v4.55.0 models/gpt_oss/modeling_gpt_oss.py ``GptOssExperts.forward`
 (l. 93-113): ``expert_hitted = ....nonzero()`` (l. 100) yields one-element index tensors, and
 ``current_state @ self.gate_up_proj[expert_idx]`` (l. 105), ``gated_output @ self.down_proj[expert_idx]`` (l. 111)
 index the 3-D banks with them. Advanced indexing copies: each expert hit makes a ``(1, H, 2I)`` and a
-``(1, I, H)`` copy of its weights (and of its bias rows), and the matmul keeps the copy for the gradient of its
-input, so a block's backward starts with every hit expert's weights copied once more. Where the banks train
+``(1, I, H)`` copy of its weights, and the matmul keeps the copy for the gradient of its input, so a block's
+backward starts with every hit expert's weights copied once more (the bias rows' copies feed an add, which keeps
+nothing). A CPU run of that forward on small shapes under ``saved_tensors_hooks`` keeps exactly one storage of
+each copy per expert hit, and its backward calls ``new_zeros`` with each bank's shape once per expert. Where the banks train
 (full fine-tuning), each copy's ``IndexBackward0`` (torch v2.13.0 autograd/generated/Functions.h: it keeps the
 indices and the bank's sizes only) returns ``index_backward(grad.new_zeros(self.sizes()), ...)``
 (tools/autograd/derivatives.yaml ``index.Tensor``): a zero-filled gradient the size of the whole bank, one per
@@ -47,10 +49,10 @@ def experts_hit(spec: ModelSpec, sc: Scenario) -> int:
 
 
 def weight_copies_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, elem: int) -> int:
-    """Bytes of the indexed expert weight and bias copies one block keeps for backward (``elem`` bytes each)."""
+    """Bytes of the indexed expert weight copies one block keeps for backward (``elem`` bytes each)."""
     if not indexed_loop(spec, sc, profile):
         return 0
-    per_expert = sum((lin.weight_params + lin.bias_params) // lin.count for lin in _banks(spec))
+    per_expert = sum(lin.weight_params // lin.count for lin in _banks(spec))
     return elem * experts_hit(spec, sc) * per_expert
 
 
