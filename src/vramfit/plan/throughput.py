@@ -31,7 +31,11 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
-from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd
+from vramfit.plan.elementwise import (
+    elementwise_bytes_per_token,
+    lora_4bit_clone_bytes_per_token,
+    lora_bytes_per_token_fwd,
+)
 from vramfit.plan.kernels import CardSpeed
 from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
 from vramfit.plan.traffic import (
@@ -225,12 +229,17 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
                 **mech, net_bytes=net_b, net_hops=hops, rollout=rollout_work(sc, mf))
 
 
+def _profile(sc: Scenario):
+    """The scenario's framework profile (version included)."""
+    from vramfit.estimate.framework import scenario_profile
+
+    return scenario_profile(sc)
+
+
 def _lora_units_nested(sc: Scenario) -> bool:
     """The framework wraps LoRA adapters as FSDP1 units nested in the layers' units (profile
     ``fsdp_lora_units_nested``; :func:`traffic.fsdp_serial_gather_bytes`)."""
-    from vramfit.estimate.framework import scenario_profile
-
-    return sc.parallelism is Parallelism.FSDP and scenario_profile(sc).fsdp_lora_units_nested
+    return sc.parallelism is Parallelism.FSDP and _profile(sc).fsdp_lora_units_nested
 
 
 #: Executed share of the counted attention FLOPs: FlashAttention/SDPA skip the masked half of a causal
@@ -259,9 +268,12 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
+    # PEFT's clone of a 4-bit base output runs in the forward and the recompute only (elementwise.py)
+    clone = lora_4bit_clone_bytes_per_token(sc, lora, _profile(sc).lora_4bit_clones_output) * (
+        1 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
-            "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
+            "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "opt_on_host": sc.offload is not Offload.NONE,
             "zero3": sc.parallelism is Parallelism.ZERO3}
