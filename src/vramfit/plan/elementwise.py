@@ -7,7 +7,7 @@ decoder block and the loss, and the LoRA adapters' skinny matmuls and adds.
 from __future__ import annotations
 
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Method, Quantize, Scenario
+from vramfit.scenario import Checkpointing, Method, Quantize, Scenario
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -61,3 +61,12 @@ def lora_4bit_clone_bytes_per_token(sc: Scenario, lora_params: int, clones: bool
     if not (clones and lora_params and sc.method is Method.QLORA and sc.quantize in _BNB_4BIT):
         return 0
     return 2 * 2 * (lora_params // sc.lora_rank) // 2
+
+
+def lora_clone_bytes(sc: Scenario, lora_params: int) -> int:
+    """:func:`lora_4bit_clone_bytes_per_token` over a micro-batch's passes: the forward, and the recompute
+    under full or offloaded checkpointing; 0 where the framework profile does not clone."""
+    from vramfit.estimate.framework import scenario_profile
+
+    passes = 1 + (1 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
+    return passes * lora_4bit_clone_bytes_per_token(sc, lora_params, scenario_profile(sc).lora_4bit_clones_output)

@@ -31,11 +31,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
-from vramfit.plan.elementwise import (
-    elementwise_bytes_per_token,
-    lora_4bit_clone_bytes_per_token,
-    lora_bytes_per_token_fwd,
-)
+from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd, lora_clone_bytes
 from vramfit.plan.kernels import CardSpeed
 from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
 from vramfit.plan.traffic import (
@@ -229,17 +225,12 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
                 **mech, net_bytes=net_b, net_hops=hops, rollout=rollout_work(sc, mf))
 
 
-def _profile(sc: Scenario):
-    """The scenario's framework profile (version included)."""
-    from vramfit.estimate.framework import scenario_profile
-
-    return scenario_profile(sc)
-
-
 def _lora_units_nested(sc: Scenario) -> bool:
     """The framework wraps LoRA adapters as FSDP1 units nested in the layers' units (profile
     ``fsdp_lora_units_nested``; :func:`traffic.fsdp_serial_gather_bytes`)."""
-    return sc.parallelism is Parallelism.FSDP and _profile(sc).fsdp_lora_units_nested
+    from vramfit.estimate.framework import scenario_profile
+
+    return sc.parallelism is Parallelism.FSDP and scenario_profile(sc).fsdp_lora_units_nested
 
 
 #: Executed share of the counted attention FLOPs: FlashAttention/SDPA skip the masked half of a causal
@@ -268,9 +259,7 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
-    # PEFT's clone of a 4-bit base output runs in the forward and the recompute only (elementwise.py)
-    clone = lora_4bit_clone_bytes_per_token(sc, lora, _profile(sc).lora_4bit_clones_output) * (
-        1 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
+    clone = lora_clone_bytes(sc, lora)  # PEFT's clone of 4-bit outputs (forward, recompute)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
             "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
