@@ -112,16 +112,21 @@ for tab, n, rowname, tps, comp in [(1, 8, "FSDP", 5762, False), (1, 8, "FSDP + t
 
 # --- Answer.AI fsdp_qlora benchmarks_03_2024.md (1024 dummy samples at context length; time = whole run)
 AA = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md @05ed9f2a60f96a0795cb082bceab70a9b19fd213, "
-def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, design=False, notes=""):
+def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, design=False, notes="", ga=1, ckpt="full"):
+    # train.py @4cd6923 (the code the memory rows of this write-up cite, found.jsonl AAI_FSDPQLORA_2403):
+    # lora_target_modules "all" = k, q, v, up, down, gate (l. 1054-1055; no o_proj at any commit), lora_alpha 16,
+    # replace_linear(..., Linear4bit, quant_type='nf4') with bnb's default compress_statistics=True (nf4-dq)
     sc = {"model": model, "framework": "hf", "method": method, "precision": "bf16-true", "lora_rank": 64,
-          "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-          "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": 1, "gradient_checkpointing": "full", "attention": "sdpa",
-          "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
+          "lora_alpha": 16, "lora_targets": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
+          "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": ga, "gradient_checkpointing": ckpt,
+          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
     if method == "qlora":
-        sc["quantize"] = "nf4"
+        sc["quantize"] = "nf4-dq"
     add(id, "ANSWERAI_FSDP_QLORA", AA + where, sc, 1024 * ctx / secs, design=design,
         notes="tokens/s = 1024 samples x context length / Time (s) (the Mistral rows' text confirms: 2,200 tokens/s per GPU at 483 s). "
-              "train.py defaults: lora_rank 64, all linear targets, FSDP activation checkpointing, bnb NF4 with quant_storage bf16. " + notes)
+              "train.py @4cd6923 defaults: lora_rank 64, lora_alpha 16, lora_target_modules 'all' = k, q, v, up, down, gate "
+              "(no o_proj, l. 1054-1055), FSDP activation checkpointing, bnb NF4 with compress_statistics (double quantization) "
+              "and quant_storage bf16 (l. 586-587). " + notes)
 L7, Y34, L70, M7 = "meta-llama/Llama-2-7b-hf", "01-ai/Yi-34B", "meta-llama/Llama-2-70b-hf", "mistral-community/Mistral-7B-v0.2"
 w4 = "'Case Study: A Dual 4090' / 'Llama-2 7B' table, row "
 for i, (meth, off, ddp, bs, t) in enumerate([("lora", False, True, 4, 437), ("lora", False, False, 6, 481), ("lora", True, False, 10, 482),
@@ -141,7 +146,13 @@ HW = [("A5000 24GB", "rtxa5000", 2, True, 2, 9688), ("A5000 24GB", "rtxa5000", 4
 for name, gid, n, off, bs, t in HW:
     aa(f"AA-HW-{gid}-{n}", f"'Recommendations for Different Hardware Configurations' table, row '{name} | {n} | {off} | {bs}', Time {t}",
        L70, "qlora", n, gid, bs, 2048, t, "fsdp", "optimizer+params" if off else "none",
-       notes="Llama-2 70B QLoRA; 'CPU+Activation Offload' True = FSDP CPU offload plus activation offload." if off else "Llama-2 70B QLoRA.")
+       ga=max(1, round(32 / (bs * n))), ckpt="offload" if off else "full",
+       notes="Llama-2 70B QLoRA. The section: 'effective batch size of 32 (or the closest we could get)': grad_accum = "
+             "the nearest whole number of micro-batches to 32 samples (train.py gradient_accumulation_steps; no_sync False, "
+             "so gradients are still reduced every micro-batch). " + (
+             "'CPU+Activation Offload' True = --use_cpu_offload (FSDP CPUOffload(offload_params=True)) plus "
+             "--use_activation_cpu_offload: train.py @4cd6923 l. 765-768 offload_wrapper(model) (torch save_on_cpu over the "
+             "whole forward): the checkpointed layers' saved inputs in pinned host memory (scenario gradient_checkpointing offload)." if off else ""))
 with open(OUT, "w") as f:
     for r in rows:
         f.write(json.dumps(r) + "\n")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
-from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd
+from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd, lora_clone_bytes
 from vramfit.plan.kernels import CardSpeed
 from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
 from vramfit.plan.traffic import (
@@ -259,9 +259,10 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
+    clone = lora_clone_bytes(sc, lora)  # PEFT's clone of 4-bit outputs (forward, recompute)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
-            "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
+            "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "opt_on_host": sc.offload is not Offload.NONE,
             "zero3": sc.parallelism is Parallelism.ZERO3}
