@@ -145,6 +145,14 @@ class Parallelism(_Choice):
     ZERO3 = "zero3"
     FSDP = "fsdp"
     FSDP_GRAD_OP = "fsdp-grad-op"
+    # FSDP1 ShardingStrategy.NO_SHARD: every unit's FlatParameter whole on every rank, gradients all-reduced
+    # in place, no all-gather (torch v2.13.0 distributed/fsdp/_flat_param.py ``shard``/``needs_unshard``,
+    # _runtime_utils.py ``_reduce_grad_no_shard``), but wrapped the FSDP way (estimate/no_shard.py)
+    FSDP_NO_SHARD = "fsdp-no-shard"
+
+
+#: the parallelisms that run PyTorch FSDP (any sharding strategy)
+FSDP_FAMILY = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, Parallelism.FSDP_NO_SHARD)
 
 
 class Framework(_Choice):

@@ -141,9 +141,11 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
         raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
     if hybrid:
         grad_op = grad_op or "ZERO2" in strategy
-    if "no_shard" in words or strategy in ("NO_SHARD", "3"):
-        return {"parallelism": "ddp", "offload": "none"}
     offload = "offload" in words or bool(opts.get("offload_params"))
+    if "no_shard" in words or strategy in ("NO_SHARD", "3"):  # FSDP1 wrapping, nothing sharded
+        if offload:
+            raise r.error(f"{key}: CPU offload with NO_SHARD is not modelled; use FULL_SHARD with offload")
+        return {"parallelism": "fsdp-no-shard", "offload": "none"}
     if offload and grad_op:
         raise r.error(f"{key}: parameter offload needs full sharding (FULL_SHARD), not SHARD_GRAD_OP")
     out = {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}

@@ -269,6 +269,10 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         return parts.gradients
     if sc.parallelism in _DS:
         return _zero_buffers(spec, sc, profile)
+    if sc.parallelism is Parallelism.FSDP_NO_SHARD:  # no all-gather, gradients all-reduced in place
+        from vramfit.estimate.no_shard import mixed_precision_copies
+
+        return mixed_precision_copies(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     if sc.parallelism is Parallelism.FSDP:
         # two all-gathers in flight (FSDP_INFLIGHT_ALLGATHERS); the root unit (embeddings, final

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
@@ -264,7 +265,7 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
 
 def casts_params(scenario, profile: FrameworkProfile) -> bool:
     """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
-    fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    fsdp = scenario.parallelism in FSDP_FAMILY
     return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp)
                                          or ds_engine_cast(scenario, profile))
 

@@ -303,8 +303,11 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
-    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast
-    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS):
+    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
+    # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
+    no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
+    if (runs_under_autocast(sc, profile) and not no_shard_cast
+            and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)

@@ -55,7 +55,7 @@ def _engine_of(plan: Plan) -> str:
     p = plan.parallelism
     if p in ("zero1", "zero2", "zero3"):
         return "deepspeed"
-    if p in ("fsdp", "fsdp-grad-op"):
+    if p in ("fsdp", "fsdp-grad-op", "fsdp-no-shard"):
         return "fsdp"
     return "ddp" if plan.num_gpus > 1 else "single"
 
@@ -103,7 +103,8 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
 
 
 def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
-    shard = "SHARD_GRAD_OP" if plan.parallelism in ("zero2", "fsdp-grad-op", "zero1") else "FULL_SHARD"
+    shard = ("SHARD_GRAD_OP" if plan.parallelism in ("zero2", "fsdp-grad-op", "zero1")
+             else "NO_SHARD" if plan.parallelism == "fsdp-no-shard" else "FULL_SHARD")
     if plan.offload == "optimizer":
         notes.append("FSDP offloads parameters together with the optimizer state (CPUOffload(offload_params=True))")
     return {
