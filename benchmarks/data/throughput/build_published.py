@@ -132,7 +132,7 @@ w4 = "'Case Study: A Dual 4090' / 'Llama-2 7B' table, row "
 for i, (meth, off, ddp, bs, t) in enumerate([("lora", False, True, 4, 437), ("lora", False, False, 6, 481), ("lora", True, False, 10, 482),
                                              ("qlora", False, True, 8, 450), ("qlora", False, False, 10, 466), ("qlora", True, False, 12, 464)]):
     aa(f"AA-4090-7B-{i+1}", w4 + f"'{meth.upper() if meth=='lora' else 'QLoRA'} | CPU Offload {off} | DDP {ddp} | {bs}', Time {t}",
-       L7, meth, 2, "rtx4090", bs, 2048, t, "ddp" if ddp else "fsdp", "optimizer+params" if off else "none",
+       L7, meth, 2, "rtx4090", bs, 2048, t, "fsdp-no-shard" if ddp else "fsdp", "optimizer+params" if off else "none",
        notes="2x RTX 4090 without NVLink, full PCIe 4.0 x16 each; 'DDP' = FSDP NO_SHARD.")
 aa("AA-4090-34B-1", "'Dual 4090' / 'Yi 34B' table, row 'QLoRA | False | 2', Time 2,072", Y34, "qlora", 2, "rtx4090", 2, 2048, 2072, "fsdp", "none")
 aa("AA-4090-34B-2", "'Dual 4090' / 'Yi 34B' table, row 'QLoRA | True | 4', Time 2,061", Y34, "qlora", 2, "rtx4090", 4, 2048, 2061, "fsdp", "optimizer+params")

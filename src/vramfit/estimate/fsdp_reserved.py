@@ -230,9 +230,11 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
         out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
                    "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
     if floor and reserved == floor + pool:
+        gathers = ("" if r.sc.parallelism is Parallelism.FSDP_NO_SHARD  # no all-gather (estimate/no_shard.py)
+                   else " plus the all-gather segments of its unshard stream")
         out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
-                   "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
-                   "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+                   f"(each unit's moved and flattened parameters stay cached){gathers}; torch.cuda.empty_cache() "
+                   "after wrapping releases the first part.")
     elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
         out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
                    "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
