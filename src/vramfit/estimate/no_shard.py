@@ -15,7 +15,7 @@ What torch v2.13.0 keeps (distributed/fsdp):
 - ``_runtime_utils.py`` ``_reduce_grad_no_shard``: ``dist.all_reduce(flat_param.grad)`` in place; the
   gradient "is produced in the computation stream" (``_cast_grad_to_param_dtype``). No reduce-scatter buffer,
   no gradient pool on a side stream, and no DDP bucket copy of the gradients (core.comm_buffers).
-- ``_init_utils.py``: FSDP clamps any strategy to NO_SHARD at world size 1, so the wrap residue of a model
+- ``_init_utils.py`` ``_init_core_state``: FSDP clamps any strategy to NO_SHARD at world size 1, so the wrap residue of a model
   loaded on the CPU (estimate/fsdp_reserved.py, mechanism 2) is :func:`fsdp_reserved.build_wrap` with a group of
   one: the moved originals and ``sync_module_states``' broadcast buckets freed, the flat parameter kept.
 
