@@ -77,6 +77,9 @@ def check_measurable(scenario: Scenario) -> None:
     if par.startswith("zero"):
         raise ScenarioError("parallelism", "DeepSpeed ZeRO runs are not supported by vramfit measure yet",
                             ["none", "ddp", "fsdp", "fsdp-grad-op"])
+    if par == "fsdp-no-shard":  # the harness wraps with FSDP2 fully_shard (measure/dist.py), which has no NO_SHARD
+        raise ScenarioError("parallelism", "FSDP1 NO_SHARD is not measurable yet (vramfit measure runs FSDP2)",
+                            ["none", "ddp", "fsdp", "fsdp-grad-op"])
     if scenario.offload.value == "optimizer":
         raise ScenarioError("offload", "FSDP offloads parameters, gradients and optimizer state together",
                             ["none", "optimizer+params"])
