@@ -99,6 +99,8 @@ class Scenario:
     generation: Generation = Generation.HF
     vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
     vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
+    cpo_alpha: float | None = None  # simpo: weight of the NLL on the chosen half (None: TRL's 1.0; stage_keys)
+    rpo_alpha: float | None = None  # dpo: weight of the RPO NLL on the chosen half (None: no NLL term)
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)

@@ -27,7 +27,7 @@ from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
-from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, logprobs_path
+from vramfit.estimate.stages.profiles import PAIRED, LogProbs, chosen_nll, logprobs_path
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -145,7 +145,8 @@ def stage_loss(step: Step) -> LossMemory:
     if sc.loss is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
-    path, nll = logprobs_path(sc.stage, step.profile), STAGE_PROFILES[sc.stage].chosen_nll
+    path = logprobs_path(sc.stage, step.profile)
+    nll = chosen_nll(sc, path)
     if path is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
