@@ -92,8 +92,8 @@ def _check_reference(kw: dict) -> None:
 
 def _set_nll_weights(kw: dict, raw: dict) -> None:
     """``cpo_alpha`` (simpo; TRL's 1.0 when not given) and ``rpo_alpha`` (dpo): numbers >= 0 of their own stage."""
-    from vramfit.scenario import finite_number
     from vramfit.safe_input import shown
+    from vramfit.scenario import finite_number
 
     for key, stage in (("cpo_alpha", Stage.SIMPO), ("rpo_alpha", Stage.DPO)):
         _only_with(kw, raw, key, (stage,), key in raw)
