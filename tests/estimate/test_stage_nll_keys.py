@@ -105,3 +105,13 @@ def test_importers_map_the_weights(tmp_path):
     # LLaMA-Factory's own SimPO loss has no chosen-half cross-entropy; pref_ftx reads the per-token log-probs
     assert (imp.scenario.stage.value, imp.scenario.cpo_alpha, imp.scenario.rpo_alpha) == ("simpo", 0.0, None)
     assert any(line.strip().startswith("ignored  pref_ftx") for line in imp.lines())
+
+
+def test_the_reference_pass_takes_the_log_probs_the_same_way():
+    """adapters-off reference pass (no_grad): trl-0.14 holds the logits, host_softmax's contiguous copy of the
+    shifted view and the log_softmax output together (3F); trl-0.29's row loop one sequence's at a time (F + F/2)."""
+    def score(version):
+        r = estimate({"model": MODEL, "method": "lora", "stage": "dpo", "framework_version": version}).to_dict()
+        return next(p["breakdown"]["score_logits"] for p in r["phases"] if p["phase"] == "score")
+    assert score("trl-0.14") == 3 * F == 3_152_019_456
+    assert score("trl-0.29") == F + F // 2

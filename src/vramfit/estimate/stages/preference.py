@@ -27,7 +27,7 @@ from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
-from vramfit.estimate.stages.profiles import PAIRED, LogProbs, chosen_nll, logprobs_path
+from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, chosen_nll, logprobs_path
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -187,11 +187,16 @@ def no_grad_block(step: Step, tokens: int) -> int:
 def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[Contribution]:
     """A no_grad log-prob pass over ``sequences`` x ``row`` tokens that scores ``scored`` tokens: one
     block's working set, then the head: the fused head's masked hidden states, tile and fp32
-    accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
+    accumulators, or the full logits and one row's log_softmax (utils.py:538-600), or, where the whole
+    log_softmax is taken at once (TRL <= 0.14 ``get_batch_logps``), the logits, ``host_softmax``'s contiguous
+    copy of their shifted view and its output together (:func:`full_log_softmax`'s forward, no_grad)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if logprobs_path(sc.stage, step.profile) is LogProbs.FUSED_HEAD:
+    path = logprobs_path(sc.stage, step.profile)
+    if path is LogProbs.FUSED_HEAD:
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
+    elif path is LogProbs.FULL_LOG_SOFTMAX:
+        head = 3 * logits_bytes_per_element(sc, step.profile) * scored * V
     else:
         lb = logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
@@ -243,6 +248,10 @@ def describe(step: Step) -> list[str]:
     batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
              if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
     out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
+    if logprobs_path(sc.stage, step.profile) is not STAGE_PROFILES[sc.stage].logprobs:
+        out.append(f"Log-probs as the TRL of framework_version {sc.framework_version} took them (before TRL 1.0): "
+                   "from the full logits" + (", and the chosen half's cross-entropy" if chosen_nll(
+                       sc, logprobs_path(sc.stage, step.profile)) else "") + ".")
     how = {
         Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
                         + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")
