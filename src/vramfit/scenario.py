@@ -237,7 +237,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("lora_targets", Kind.NAMES, "Modules that get adapters: names (q_proj,v_proj) or all-linear.",
           ("Target modules", "Módulos alvo")),
     Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
-          "when the card is full.", ("Optimizer", "Otimizador"), choices=Optimizer),
+          "when the card is full; adamw-8bit is bitsandbytes' AdamW8bit, adamw-8bit-torchao and adamw-4bit torchao's "
+          "(a compiled fp32 step per parameter).", ("Optimizer", "Otimizador"), choices=Optimizer),
     Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
     Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),

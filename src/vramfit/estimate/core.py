@@ -334,8 +334,9 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
 
     torch foreach AdamW: ``torch._foreach_sqrt(exp_avg_sqs)`` copies the whole second moment of a
     (device, dtype) group (torch/optim/adamw.py ``_multi_tensor_adamw``); fused: none assumed.
-    Adafactor: fp32 copies of grad, param and update of one parameter at a time. torchao 4-bit:
-    both states of one parameter dequantized to fp32.
+    Adafactor: fp32 copies of grad, param and update of one parameter at a time. torchao 4-bit and
+    8-bit: both states of one parameter dequantized to fp32 (:func:`torchao_step_bytes`). bitsandbytes
+    8-bit: none (its blockwise kernel updates the uint8 states in place).
     """
     if sc.offload is not sc.offload.NONE:
         return 0
@@ -347,9 +348,33 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
         # the assignment), then `-update * lr`: up to four full-size fp32 tensors
         copies = 2 + (0 if sc.precision.param_bytes == 4 else 2)
         return copies * 4 * largest_param
-    if sc.optimizer is Optimizer.ADAMW_4BIT:
-        return 2 * 4 * largest_param
+    if sc.optimizer in TORCHAO_OPTIMIZERS:
+        return torchao_step_bytes(largest_param)
     return 0
+
+
+#: torchao's low-bit AdamW (one per-parameter step, :func:`torchao_step_bytes`).
+TORCHAO_OPTIMIZERS = (Optimizer.ADAMW_4BIT, Optimizer.ADAMW_8BIT_TORCHAO)
+
+
+def torchao_step_bytes(numel: int) -> int:
+    """One parameter's torchao step: ``single_param_adam`` keeps fp32 copies of both updated states
+    (``new_exp_avg = exp_avg.lerp(grad, 1 - beta1)``, ``new_exp_avg_sq = ...``: the quantized states
+    dequantize to fp32, "keep high precision copy for param update") alive until the parameter's update
+    (pytorch/ao v0.6.1 torchao/prototype/low_bit_optim/adam.py; v0.11.0 torchao/optim/adam.py)."""
+    return 2 * 4 * numel
+
+
+def in_backward_steps(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
+    """The optimizer's temporaries when its step runs in backward (torchtune ``optimizer_in_bwd``: each
+    parameter's step in its ``register_post_accumulate_grad_hook``, recipes/full_finetune_single_device.py
+    v0.4.0): (a block's largest linear, stepped inside that block's backward; the input embedding, stepped last,
+    at the end of backward, beside its gradient). torchao's optimizers only (:func:`torchao_step_bytes`; fused
+    torch AdamW and bitsandbytes' kernels make none); full fine-tuning (the adapters' are a few MiB)."""
+    if not sc.optimizer_in_backward or sc.optimizer not in TORCHAO_OPTIMIZERS or sc.method is not Method.FULL:
+        return 0, 0
+    block = max(lin.in_features * lin.out_features for lin in spec.block_linears)
+    return torchao_step_bytes(block), torchao_step_bytes(spec.embedding_params)
 
 
 def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
