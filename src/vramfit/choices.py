@@ -260,3 +260,17 @@ class PipelineSchedule(_Choice):
 
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved-1f1b"
+
+
+class MoeKernel(_Choice):
+    """What runs a mixture-of-experts block's experts: the modelling code's own forward, or a hub kernel.
+
+    ``none``: the model's own experts forward at the modelled framework version (transformers v5.24.0
+    integrations/moe.py grouped_mm; transformers-4.55 gpt-oss: GptOssExperts' per-expert training loop).
+    ``megablocks``: ``from_pretrained(use_kernels=True)`` replaced the block's forward by kernels-community/megablocks
+    ``MegaBlocksMoeMLP`` (transformers v4.55.0 integrations/hub_kernels.py, on a model that kernelize saw on a CUDA
+    device): tokens binned per expert, two batched matmuls on the banks themselves (no weight copies).
+    """
+
+    NONE = "none"
+    MEGABLOCKS = "megablocks"

@@ -28,6 +28,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     KbitPrepare,
     Loss,
     Method,
+    MoeKernel,
     Offload,
     Optimizer,
     Parallelism,
@@ -115,6 +116,7 @@ class Scenario:
     image_width: int = 448
     frames_per_sample: int = 0  # vision-language models: video frames in each sequence, image_height x image_width
     freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
+    moe_kernel: MoeKernel = MoeKernel.NONE  # what runs the MoE experts: the model's own forward or a hub kernel
 
     @property
     def sees_pixels(self) -> bool:
@@ -282,7 +284,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, transformers-4.55, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
@@ -312,6 +314,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
           "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
           ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),
+    Field("moe_kernel", CH, "Mixture-of-experts: what runs the experts? none = the model's own forward at the framework "
+          "version (transformers-4.55 gpt-oss: a per-expert loop that copies each expert's weights); megablocks = the "
+          "kernels hub's MegaBlocksMoeMLP (use_kernels=True on a model loaded on the GPU).",
+          ("MoE experts kernel", "Kernel dos especialistas MoE"), choices=MoeKernel),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 

@@ -21,7 +21,7 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "keeps_outputs": False, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
         "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto",
-        "frames_per_sample": 0}
+        "frames_per_sample": 0, "moe_kernel": "none"}
 
 EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
