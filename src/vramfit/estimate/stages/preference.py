@@ -126,16 +126,19 @@ def logits_kernel_logps(T: int, V: int, lb: int, chosen_nll: bool, copies_chosen
     return LossMemory(saved, forward, 2 * F + h + 8 * T, detail)
 
 
-def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str, nll_after: bool = False) -> LossMemory:
     """TRL <= 0.14 ``torch.gather(logits.log_softmax(-1), ...)`` over the shifted view ``logits[:, :-1, :]``
     (F = lb·T·V), after the chosen half's cross-entropy (h, :func:`logits_kernel_logps`). Forward: CUDA's
     ``host_softmax`` makes the strided view contiguous first (aten/src/ATen/native/cuda/SoftMax.cu ``auto
     input = input_.contiguous()``: F) next to its output (F, saved; gather saves the same tensor) and the
     logits. Backward: ``gather_backward``'s zero-filled F and ``_log_softmax_backward_data``'s F next to the
     saved ones; the logits are dropped with the outputs before backward. Traced on CPU (the internal copy
-    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py)."""
+    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py). ``nll_after``: DPO's RPO
+    cross-entropy runs after the log-probs (v0.14.0 dpo_trainer.py:1214 then :1242-1250; swift's DPOTrainer at
+    40c8406fb the same), when the copy is freed: the logits, the saved F, the chosen slice's copy (none for one
+    pair) and its h stay within 3F, so the forward peak is the gather's 3F."""
     F = lb * T * V
-    return LossMemory(F + h, 3 * F + h, 3 * F + h, detail)
+    return LossMemory(F + h, 3 * F + (0 if nll_after else h), 3 * F + h, detail)
 
 
 def stage_loss(step: Step) -> LossMemory:
@@ -165,7 +168,7 @@ def stage_loss(step: Step) -> LossMemory:
         return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
     h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
     if path is LogProbs.FULL_LOG_SOFTMAX:
-        return full_log_softmax(T, V, lb, h, detail)
+        return full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO)
     return row_loop_logps(T, sc.seq_len, V, lb, h, detail)
 
 
