@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.core import in_backward_steps
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
@@ -27,6 +26,7 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
+from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
 from vramfit.scenario import Loss, Method, Parallelism
 

@@ -255,6 +255,9 @@ def describe(step: Step) -> list[str]:
         out.append(f"Log-probs as the TRL of framework_version {sc.framework_version} took them (before TRL 1.0): "
                    "from the full logits" + (", and the chosen half's cross-entropy" if chosen_nll(
                        sc, logprobs_path(sc.stage, step.profile)) else "") + ".")
+    elif sc.rpo_alpha is not None:
+        out.append(f"rpo_alpha {sc.rpo_alpha:g}: TRL 1.16's RPO term (loss_type sft) reads the fused head's per-token "
+                   "log-probs of the chosen half: no tensor of its own.")
     how = {
         Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
                         + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")
