@@ -107,6 +107,9 @@ class Optimizer(_Choice):
     PAGED_ADAMW = "paged-adamw"
     PAGED_ADAMW_8BIT = "paged-adamw-8bit"
     ADAMW_4BIT = "adamw-4bit"
+    # torchao AdamW8bit (torchao.prototype.low_bit_optim / torchao.optim): its own 8-bit state and a compiled
+    # per-parameter step in fp32; "adamw-8bit" is bitsandbytes' AdamW8bit (estimate/state.py has both formats)
+    ADAMW_8BIT_TORCHAO = "adamw-8bit-torchao"
     ADAFACTOR = "adafactor"
     SGD = "sgd"
     SGD_MOMENTUM = "sgd-momentum"

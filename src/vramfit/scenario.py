@@ -100,6 +100,8 @@ class Scenario:
     generation: Generation = Generation.HF
     vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
     vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
+    cpo_alpha: float | None = None  # simpo: weight of the NLL on the chosen half (None: TRL's 1.0; stage_keys)
+    rpo_alpha: float | None = None  # dpo: weight of the RPO NLL on the chosen half (None: no NLL term)
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
@@ -237,7 +239,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("lora_targets", Kind.NAMES, "Modules that get adapters: names (q_proj,v_proj) or all-linear.",
           ("Target modules", "Módulos alvo")),
     Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
-          "when the card is full.", ("Optimizer", "Otimizador"), choices=Optimizer),
+          "when the card is full; adamw-8bit is bitsandbytes' AdamW8bit, adamw-8bit-torchao and adamw-4bit torchao's "
+          "(a compiled fp32 step per parameter).", ("Optimizer", "Otimizador"), choices=Optimizer),
     Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
     Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),

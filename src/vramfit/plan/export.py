@@ -32,7 +32,7 @@ ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl", "torchtita
 OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
-    "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
+    "adamw-8bit-torchao": "adamw_torch_8bit", "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
 SCRIPT = "train.py"  # the one script name every export launches
 TRL_CONFIG_FILE = "train_config.yaml"
