@@ -558,6 +558,9 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
             "parallelism", f"{num_gpus} GPUs need a way to split the work", [p for p in Parallelism.values() if p != "none"]
         )
     offload = kw.get("offload", Offload.NONE)
+    if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:
+        raise ScenarioError("offload", "CPU offload under FSDP NO_SHARD is not modelled; shard with fsdp to offload",
+                            ["none"])
     if offload is not Offload.NONE and kw["parallelism"] not in (
         Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP
     ):

@@ -92,3 +92,9 @@ def test_traffic_is_an_all_reduce_of_the_gradients():
     ns = comm_bytes(parse_scenario({**kw, "parallelism": "fsdp-no-shard"}), 10**9, 10**8, 10**8)
     ddp = comm_bytes(parse_scenario({**kw, "parallelism": "ddp"}), 10**9, 10**8, 10**8)
     assert ns == ddp == (2 * 3 / 4 * 10**8, 0.0)
+
+
+def test_offload_under_no_shard_is_one_clear_line():
+    with pytest.raises(ScenarioError) as ei:
+        parse_scenario({"model": QWEN, "num_gpus": 2, "parallelism": "fsdp-no-shard", "offload": "optimizer"})
+    assert ei.value.key == "offload" and "NO_SHARD" in str(ei.value) and "\n" not in str(ei.value)
