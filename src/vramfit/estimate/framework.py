@@ -21,7 +21,7 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
     OptimizerImpl,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
+from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parallelism, Precision, Quantize
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -51,6 +51,18 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        fsdp2_variant=FrameworkVersion(
+            "fsdp2",
+            "accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model (fsdp_version: 2): fully_shard on each "
+            "decoder layer (transformer auto wrap policy, l. 850-855), the tail and the root (l. 857-885), "
+            "MixedPrecisionPolicy from the Trainer's mixed precision (l. 779), trainable weights upcast to fp32 under "
+            "it (l. 815-820, = bf16-mixed); with cpu_ram_efficient_loading the model is sharded on the meta device "
+            "(l. 830-848), no flat parameters and no host-wrap residue. LoRA: one unit per layer, no nested adapter "
+            "units: the Trainer builds the optimizer before prepare under FSDP2 (transformers v5.24.0 trainer.py "
+            "l. 1719-1721), so update_fsdp_plugin_peft (l. 1760-1762) never swaps in peft's policy",
+            (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
+             ("fsdp_lora_units_nested", False), ("fsdp2_tail_unit", True)),
+        ),
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -242,7 +254,7 @@ def scenario_profile(sc) -> FrameworkProfile:
     ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
     ``is_gptq_quantized``)."""
-    profile = profile_for(sc.framework, sc.framework_version)
+    profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES
@@ -254,6 +266,25 @@ def scenario_profile(sc) -> FrameworkProfile:
         # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
         upcast = False
     return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
+
+
+def with_fsdp_version(profile: FrameworkProfile, sc) -> FrameworkProfile:
+    """The profile with its FSDP2 variant's changes where the scenario picks ``fsdp_version: 2`` under FSDP."""
+    variant = profile.fsdp2_variant
+    if variant is None or sc.fsdp_version is not FsdpVersion.V2 or sc.parallelism not in FSDP_FAMILY:
+        return profile
+    return replace(profile, **dict(variant.changes))
+
+
+def check_fsdp_version(kw: dict[str, Any]) -> None:
+    """An explicit ``fsdp_version`` the framework can run under the scenario's parallelism, else one ScenarioError."""
+    framework = kw.get("framework", Framework.HF)
+    profile = profile_for(framework, kw.get("framework_version"))
+    wanted, own = kw["fsdp_version"], FsdpVersion.V2 if profile.fsdp2 else FsdpVersion.V1
+    if wanted is not own and profile.fsdp2_variant is None:
+        raise ScenarioError("fsdp_version", f"{framework.value} runs FSDP{own.value} only", ["auto", own.value])
+    if wanted is FsdpVersion.V2 and kw.get("parallelism") is Parallelism.FSDP_NO_SHARD:
+        raise ScenarioError("fsdp_version", "FSDP2 has no NO_SHARD strategy (fsdp-no-shard is FSDP1's)", ["auto", "1"])
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

@@ -255,6 +255,13 @@ class FrameworkProfile:
     # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
     # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
     fsdp2_last_block_kept: bool = False
+    # the FSDP2 the scenario can pick instead (fsdp_version: 2): the fields it changes, with its source; None: the
+    # framework runs one FSDP only (FrameworkProfile.fsdp2 says which)
+    fsdp2_variant: FrameworkVersion | None = None
+    # FSDP2 units beyond the blocks as accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model l. 857-885 builds
+    # them: the input embedding a unit of its own (untied), the final norm and lm_head one unit (the embedding in it
+    # when tied) with reshard_after_forward=False, then the root with torch's default (False for the root)
+    fsdp2_tail_unit: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
