@@ -20,7 +20,10 @@ from vramfit.estimate.fsdp2 import (
     end_of_backward,
     forward_at_logits,
     held_reduce_scatter_input,
+    root_resharded,
     second_lowest_block,
+    split_root,
+    tail_gather_output,
 )
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
@@ -127,7 +130,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
-    root = head if step.profile.fsdp_root_gathered else 0
+    root = head if step.profile.fsdp_root_gathered and not split_root(step) else 0
     end = end_of_backward(step)  # FSDP2: the lowest block's reduce-scatter or the last unit's (estimate/fsdp2.py)
     if end is not None and end[0]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
@@ -174,14 +177,18 @@ def communication(step: Step) -> Iterator[Contribution]:
     # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
     at_loss = comm - blocks_freed_at_loss(step)
     late = comm if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
-    yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
-    yield Contribution("comm_buffers", BL, at_loss - late)
-    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
+    # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
+    fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
+    at_logits = at_loss + tail_gather_output(step)
+    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root)
+    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
-        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step))
+        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
-    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm - resharded_above_lowest(step)
+    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
+        comm - resharded_above_lowest(step) - bwd_root
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
 

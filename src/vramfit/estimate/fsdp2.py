@@ -23,6 +23,18 @@
    on the block's outputs). So at the logits and the loss only the root unit is gathered (plus the last block
    where the framework keeps it, ``fsdp2_last_block_kept``), and forward's high point is either that moment
    or a block's (two blocks' all-gathers and its de-quantized weight), not both.
+4. accelerate's units (profile ``fsdp2_tail_unit``; accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model
+   l. 857-885). An untied input embedding is a unit of its own, resharded after forward like a block; the final
+   norm and lm_head are one unit with ``reshard_after_forward=False``, gathered from the end of forward until
+   their post-backward, which runs (and reshards them) before the top block's backward. So the logits and the
+   loss see the tail gathered and not the embedding; backward's blocks see neither, bar the embedding the lowest
+   block prefetches, and the embedding is the last unit to reduce-scatter (the tail reduce-scatters right after
+   the output layer's backward). Tied, the embedding is in the tail unit: the whole root stays gathered.
+   The untied tail is the last unit gathered in forward, and its all-gather output outlives the copy-out into
+   the unsharded parameters until the root's post-forward (torch v2.13.0 distributed/fsdp/_fully_shard/
+   _fsdp_param_group.py ``wait_for_unshard`` keeps ``comm_ctx.all_gather_state`` for the next unit's copy-out;
+   _fsdp_state.py ``_post_forward`` of the root frees it); transformers computes the loss inside the model's
+   forward when labels are given, so the forward's logits and loss see the tail gathered twice.
 3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
    (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
    shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
@@ -74,13 +86,37 @@ def _block_elements(spec, world: int) -> int:
                 else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
 
 
+def split_root(step: Step) -> bool:
+    """accelerate's untied embedding and tail units instead of one gathered root (module docstring, 4)."""
+    return _runs_fsdp2(step) and step.profile.fsdp2_tail_unit and bool(step.spec.lm_head_params)
+
+
+def root_resharded(step: Step, backward: bool) -> int:
+    """Bytes of the gathered root in ``parts.comm_buffers`` that accelerate's split units leave resharded (module
+    docstring, 4): the embedding's at the logits and the loss, the tail's (norm and lm_head) in backward's blocks."""
+    if not split_root(step):
+        return 0
+    from vramfit.estimate.core import _root_gathered_bytes
+
+    spec = step.spec
+    root = _root_gathered_bytes(spec, step.sc, step.profile)
+    whole = spec.embedding_params + spec.lm_head_params + spec.final_norm_params
+    part = spec.lm_head_params + spec.final_norm_params if backward else spec.embedding_params
+    return root * part // whole
+
+
+def tail_gather_output(step: Step) -> int:
+    """Bytes of the untied tail unit's all-gather output alive at forward's logits and loss (module docstring, 4)."""
+    return root_resharded(step, backward=True)
+
+
 def _units(step: Step) -> tuple[int, int]:
     """Elements of (one block's, the last unit's) flat reduce-scatter input. The last unit to reduce-scatter is
     the root (tok_embeddings, final norm, output layer) where those are one unit, else torchtune's
     tok_embeddings unit (custom_sharded_layers; its output unit reduce-scatters first, right after its backward)."""
     spec, world = step.spec, step.sc.shard_group
     embed = _padded(spec.embedding_params, spec.vocab_size, world)
-    if step.profile.fsdp_root_gathered:
+    if step.profile.fsdp_root_gathered and not split_root(step):
         return _block_elements(spec, world), embed + _padded(spec.lm_head_params, spec.vocab_size, world) + \
             spec.final_norm_params
     return _block_elements(spec, world), embed
@@ -128,7 +164,7 @@ def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
     if not _applies(step):
         return None
     block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
-    root = step.parts.comm_buffers - gathered_blocks(step)
+    root = step.parts.comm_buffers - gathered_blocks(step) - root_resharded(step, backward=True)
     grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
     at_block = step.block_grads + step.acts.recompute + step.block_transient + root + block
     return grad + last > at_block, (last if grad + last > at_block else root + block), grad
@@ -148,7 +184,7 @@ def forward_at_logits(step: Step) -> bool | None:
         return None
     fwd_copy = step.fetch_copy[0]
     block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
-    return step.loss.forward_peak >= block_moment
+    return step.loss.forward_peak + tail_gather_output(step) >= block_moment
 
 
 def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
@@ -183,12 +219,13 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
         return None
     a, p = step.acts, step.parts
     block_params = _block_elements(step.spec, 1)
-    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if step.head_grad else 0)
+    head = 0 if split_root(step) else step.head_grad  # accelerate's tail reduce-scatters first (docstring, 4)
+    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if head else 0)
     shards = p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
     held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
-    grads = step.held_grads + shards + step.head_grad + step.block_grads
+    grads = step.held_grads + shards + head + step.block_grads
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
+__all__ = ["split_root", "root_resharded", "tail_gather_output", "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
            "end_of_backward", "forward_at_logits"]
