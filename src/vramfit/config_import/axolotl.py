@@ -103,6 +103,15 @@ NOT_MODELLED = {
 }
 
 
+def _fsdp_version(r: KeyReader, layout: dict) -> None:
+    """Axolotl's top-level ``fsdp_version`` under FSDP. Its FSDP2 is its own patched fsdp2_prepare_model (axolotl
+    monkeypatch/accelerate/fsdp2.py), modelled as accelerate's: fully_shard units, no flat parameters."""
+    if layout.get("parallelism", "").startswith("fsdp") and r.has("fsdp_version"):
+        layout.update(hf.fsdp_version(r, "fsdp_version", r.get("fsdp_version")))
+        if "fsdp_version" in layout:
+            r.set("fsdp_version", "fsdp_version", layout["fsdp_version"])
+
+
 def _method(r: KeyReader) -> tuple[str, str]:
     adapter = r.get("adapter", None, f"{SOURCE}: no adapter = full fine-tuning")
     in4, in8 = bool(r.get("load_in_4bit", False, SOURCE)), bool(r.get("load_in_8bit", False, SOURCE))
@@ -286,12 +295,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
               "unsloth_rms_norm", "unsloth_rope"):
         r.not_modelled(k, UNSLOTH)
     layout, extra, companions = hf.trainer_parallelism(r, config_alone=True)
-    if layout.get("parallelism", "").startswith("fsdp") and r.has("fsdp_version"):
-        # Axolotl's FSDP2 is its own patched fsdp2_prepare_model (axolotl monkeypatch/accelerate/fsdp2.py), modelled
-        # as accelerate's: fully_shard units, no flat parameters
-        layout.update(hf.fsdp_version(r, "fsdp_version", r.get("fsdp_version")))
-        if "fsdp_version" in layout:
-            r.set("fsdp_version", "fsdp_version", layout["fsdp_version"])
+    _fsdp_version(r, layout)
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)
