@@ -55,3 +55,11 @@ def test_fsdp2_leaves_no_host_wrap_residue_and_reduces_the_tail_first():
     assert (p1.phase, p2.phase) == ("backward-end", "backward-block")
     assert p1.reserved_bytes - p2.reserved_bytes > 8 * 2**30  # 30.5 vs 21.5 GiB (Llama-3.1-8B, 8 GPUs)
     assert p2.reserved_bytes >= p2.allocated_bytes
+
+
+def test_axolotls_fsdp2_has_no_tail_unit():
+    """axolotl@ba3dba3e4 monkeypatch/accelerate/fsdp2.py wraps the decoder layers and the root only."""
+    prof = scenario_profile(parse_scenario({**BASE, "fsdp_version": 2, "framework_version": "axolotl-0.12"}))
+    assert (prof.fsdp2, prof.fsdp1_host_wrap, prof.fsdp2_tail_unit, prof.fsdp_root_gathered) == (True, False, False, True)
+    # without fsdp_version 2 the release changes nothing under FSDP1
+    assert scenario_profile(parse_scenario({**BASE, "framework_version": "axolotl-0.12"})).fsdp2 is False

@@ -20,6 +20,7 @@ from vramfit.estimate.fsdp2 import (
     end_of_backward,
     forward_at_logits,
     held_reduce_scatter_input,
+    prefetched_at_loss_backward,
     root_resharded,
     second_lowest_block,
     split_root,
@@ -181,7 +182,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
     yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
-    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root)
+    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
         yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)

@@ -23,6 +23,11 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parallelism, Precision, Quantize
 
+# what any FSDP2 fully_shard wrapping changes against FSDP1's host wrap (estimate/fsdp2.py): no flat parameters, no
+# host-wrap residue or sync buckets, no nested LoRA units
+_FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
+                ("fsdp_lora_units_nested", False))
+
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
         name="transformers + PEFT",
@@ -51,6 +56,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        loss_in_model_forward=True,
         fsdp2_variant=FrameworkVersion(
             "fsdp2",
             "accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model (fsdp_version: 2): fully_shard on each "
@@ -60,8 +66,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             "(l. 830-848), no flat parameters and no host-wrap residue. LoRA: one unit per layer, no nested adapter "
             "units: the Trainer builds the optimizer before prepare under FSDP2 (transformers v5.24.0 trainer.py "
             "l. 1719-1721), so update_fsdp_plugin_peft (l. 1760-1762) never swaps in peft's policy",
-            (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
-             ("fsdp_lora_units_nested", False), ("fsdp2_tail_unit", True)),
+            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True)),
         ),
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
@@ -99,6 +104,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "prefetch, the block above's dropped once the node that unpacked it has run",
                              (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
                               ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
+            FrameworkVersion("axolotl-0.12", "axolotl-ai-cloud/axolotl@ba3dba3e4 (0.12.0.dev) "
+                             "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
+                             "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
+                             "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights",
+                             (("fsdp2_variant", FrameworkVersion("fsdp2", "axolotl@ba3dba3e4", _FSDP2_UNITS)),)),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),

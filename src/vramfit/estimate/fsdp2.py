@@ -35,6 +35,11 @@
    _fsdp_param_group.py ``wait_for_unshard`` keeps ``comm_ctx.all_gather_state`` for the next unit's copy-out;
    _fsdp_state.py ``_post_forward`` of the root frees it); transformers computes the loss inside the model's
    forward when labels are given, so the forward's logits and loss see the tail gathered twice.
+5. The root's pre-backward prefetch. FSDP2 registers a unit's pre-backward hook on its forward outputs and, in it,
+   prefetches the unit that ran forward before it (torch v2.13.0 _fsdp_state.py ``_pre_backward`` ->
+   _fsdp_param_group.py ``_backward_prefetch``). Where the loss is computed inside the model's forward (profile
+   ``loss_in_model_forward``) and the root unit holds the output layer (no tail unit), that hook fires on the loss's
+   gradient: the last block is all-gathered while the loss's backward runs.
 3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
    (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
    shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
@@ -103,6 +108,15 @@ def root_resharded(step: Step, backward: bool) -> int:
     whole = spec.embedding_params + spec.lm_head_params + spec.final_norm_params
     part = spec.lm_head_params + spec.final_norm_params if backward else spec.embedding_params
     return root * part // whole
+
+
+def prefetched_at_loss_backward(step: Step) -> int:
+    """Bytes of the last block's all-gather the root's pre-backward prefetches during the loss's backward (module
+    docstring, 5); 0 where the framework keeps that block gathered anyway or the root holds no output layer."""
+    prof = step.profile
+    if not prof.loss_in_model_forward or prof.fsdp2_last_block_kept or split_root(step) or not prof.fsdp_root_gathered:
+        return 0
+    return gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
 
 
 def tail_gather_output(step: Step) -> int:
@@ -227,5 +241,5 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["split_root", "root_resharded", "tail_gather_output", "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
+__all__ = ["prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output", "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
            "end_of_backward", "forward_at_logits"]

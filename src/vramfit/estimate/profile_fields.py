@@ -262,6 +262,10 @@ class FrameworkProfile:
     # them: the input embedding a unit of its own (untied), the final norm and lm_head one unit (the embedding in it
     # when tied) with reshard_after_forward=False, then the root with torch's default (False for the root)
     fsdp2_tail_unit: bool = False
+    # the loss is computed inside the model's forward (transformers v5.24.0 LlamaForCausalLM.forward:
+    # `loss = self.loss_function(logits=logits, labels=labels, ...)` when the Trainer passes labels), so an FSDP2 root
+    # unit's pre-backward fires on the loss's gradient, before the loss's backward (estimate/fsdp2.py, 5)
+    loss_in_model_forward: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
