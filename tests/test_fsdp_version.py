@@ -63,3 +63,12 @@ def test_axolotls_fsdp2_has_no_tail_unit():
     assert (prof.fsdp2, prof.fsdp1_host_wrap, prof.fsdp2_tail_unit, prof.fsdp_root_gathered) == (True, False, False, True)
     # without fsdp_version 2 the release changes nothing under FSDP1
     assert scenario_profile(parse_scenario({**BASE, "framework_version": "axolotl-0.12"})).fsdp2 is False
+
+
+def test_fsdp2_is_a_path_of_its_own_and_says_what_it_leaves_out():
+    """No published measurement ran accelerate's FSDP2, so the accuracy band says so; the assumptions name the code."""
+    r = estimate({**BASE, "method": "lora", "fsdp_version": 2})
+    acc = r.to_dict()["accuracy"]
+    assert (acc["path"]["sharding"], acc["measured_path"]) == ("fsdp+fsdp2", False)
+    assert any(a.startswith("FSDP2 (fsdp_version 2) as accelerate 1.15's fsdp2_prepare_model") for a in r.assumptions)
+    assert estimate({**BASE, "method": "lora"}).to_dict()["accuracy"]["path"]["sharding"] == "fsdp"

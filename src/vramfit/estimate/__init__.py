@@ -9,6 +9,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.result import (
     Component,
@@ -117,7 +118,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note:
         out.append(note)
-    return out + fsdp_reserved_notes(r, reserved)
+    return out + fsdp_reserved_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 
 def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:

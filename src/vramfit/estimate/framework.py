@@ -58,7 +58,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_lora_units_nested=True,
         loss_in_model_forward=True,
         fsdp2_variant=FrameworkVersion(
-            "fsdp2",
+            "accelerate 1.15's fsdp2_prepare_model",
             "accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model (fsdp_version: 2): fully_shard on each "
             "decoder layer (transformer auto wrap policy, l. 850-855), the tail and the root (l. 857-885), "
             "MixedPrecisionPolicy from the Trainer's mixed precision (l. 779), trainable weights upcast to fp32 under "
@@ -108,7 +108,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
                              "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
                              "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights",
-                             (("fsdp2_variant", FrameworkVersion("fsdp2", "axolotl@ba3dba3e4", _FSDP2_UNITS)),)),
+                             (("fsdp2_variant", FrameworkVersion("axolotl@ba3dba3e4's fsdp2_prepare_model", "see axolotl-0.12",
+                                                                _FSDP2_UNITS)),)),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.scenario import Method, Parallelism
@@ -89,6 +90,15 @@ def _block_elements(spec, world: int) -> int:
     """Elements of one block's flat reduce-scatter input (each weight padded on dim 0)."""
     return sum((_padded(lin.in_features * lin.out_features, lin.out_features, world) + (lin.out_features if lin.bias
                 else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
+
+
+def fsdp2_notes(sc, profile) -> list[str]:
+    """The assumption a scenario that picked FSDP2 (``fsdp_version: 2``) gets: whose wrapping, and what is left out."""
+    variant = profile.fsdp2_variant
+    if variant is None or not profile.fsdp2 or sc.parallelism not in FSDP_FAMILY or sc.num_gpus == 1:
+        return []
+    return [f"FSDP2 (fsdp_version 2) as {variant.name} wraps it; the transients of loading and "
+            "sharding the model (each full tensor on the GPU before its shard) are not counted in the reserved figure."]
 
 
 def split_root(step: Step) -> bool:
@@ -241,5 +251,6 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output", "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
-           "end_of_backward", "forward_at_logits"]
+__all__ = ["fsdp2_notes", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
+           "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
+           "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]
