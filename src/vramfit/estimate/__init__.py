@@ -233,7 +233,7 @@ def estimate_spec(
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
-    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events)
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events, r.profile.alloc_conf)
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None

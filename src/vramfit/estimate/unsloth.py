@@ -10,6 +10,7 @@ layer. ``framework_version: unsloth-2024.12`` selects it.
 
 from __future__ import annotations
 
+from vramfit.estimate.allocator import parse_alloc_conf
 from vramfit.estimate.constants import UNSLOTH_ROPE_GROWTH, UNSLOTH_ROPE_INITIAL_ROWS
 from vramfit.estimate.framework import FrameworkProfile, FrameworkVersion, LossLayout, OptimizerImpl
 from vramfit.models.spec import ModelSpec, PositionEncoding
@@ -34,6 +35,10 @@ UNSLOTH_2024_12 = FrameworkVersion(
         ("lora_product_temporary", True),
         ("rope_cache_per_layer", True),
         ("step_allocation_order", True),
+        # unsloth@0e0d8fc unsloth/__init__.py (torch >= 2.2), on import: "Reduce VRAM usage by reducing
+        # fragmentation"; gone from today's release (unsloth@015bdef sets no PYTORCH_CUDA_ALLOC_CONF)
+        ("alloc_conf", parse_alloc_conf(
+            "expandable_segments:True,roundup_power2_divisions:[64:128,256:64,>:32]")),
     ),
 )
 
