@@ -200,7 +200,7 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
 
     if replays_step(r.spec, r.sc, r.profile):
         per_element = r.parts.optimizer_state / max(1, r.parts.num_trainable)
-        return step_events(r.spec, r.sc, per_element) if not loss_only else []
+        return step_events(r.spec, r.sc, per_element, r.parts.param_tensors) if not loss_only else []
     unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
     spec = r.spec
     weight = max([x.in_features * x.out_features for x in spec.block_linears]
