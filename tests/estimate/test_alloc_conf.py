@@ -60,3 +60,12 @@ def test_the_replay_reports_the_conf_rounding_and_the_plain_peak_without_it():
     assert plain_peak(events) == 300 * MiB + 512
     assert transient_reserved(events, UNSLOTH) == (304 * MiB, 320 * MiB)  # 304 MiB mapped in 20 MiB pages
     assert transient_reserved(events) == (300 * MiB + 512, 302 * MiB)  # one segment, 2 MiB rounding
+
+
+def test_a_clone_keeps_the_free_end_of_the_segment():
+    a = CachingAllocatorModel(UNSLOTH)
+    a.malloc(40 * MiB)
+    a.free(a.malloc(60 * MiB))
+    b = a.clone()
+    b.malloc(70 * MiB)  # the free 60 MiB end grows by one 20 MiB page, as it would have in the original
+    assert b.stats.reserved == 120 * MiB and a.stats.reserved == 100 * MiB

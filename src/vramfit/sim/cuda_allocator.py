@@ -163,7 +163,7 @@ class CachingAllocatorModel:
         """A copy to replay on (the estimator replays each step after one cached wrap). Only segments that hold
         a free block are copied: a fully allocated one is never searched or merged into, and its blocks belong
         to whoever allocated them; the statistics are copied whole."""
-        new = CachingAllocatorModel()
+        new = CachingAllocatorModel(self.conf)
         new.stats = ReplayStats(**vars(self.stats))
         new._next_seg = self._next_seg
         heads = {}
@@ -180,6 +180,8 @@ class CachingAllocatorModel:
                     prev.next = copy
                 if copy.free:
                     new._insert(copy)
+                if self._tail.get((head.stream, head.small)) is head:
+                    new._tail[(head.stream, head.small)] = copy
                 prev, head = copy, head.next
         return new
 
