@@ -208,7 +208,7 @@ def _idefics3_tower(config: Mapping, text_hidden: int) -> VisionTower:
     block = _vit_block(f"{config['model_type']}_vision", vision, 1)
     image_config = {"model_type": config["model_type"], "vision_config": vision, "scale_factor": scale}
     proj = Linear("proj", block.hidden_size * scale * scale, text_hidden, False, "projector")
-    return VisionTower(block, image_config, projector=(proj,))
+    return VisionTower(block, image_config, projector=(proj,), post_norm_held=True, pixels_copied=True)
 
 
 # InternVLVisionConfig defaults (transformers v5.24.0 models/internvl/configuration_internvl.py)

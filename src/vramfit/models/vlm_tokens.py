@@ -58,6 +58,8 @@ class ImageTokens:
     lm_tokens: int  # placeholder tokens the image adds to the language model's sequence
     # rows the projector reads (the image features without the text framing tokens); None: lm_tokens
     projector_rows: int | None = None
+    # pixel values the processor gives for the image (elements; 0: not described, counted as none)
+    pixels: int = 0
 
     @property
     def features(self) -> int:
@@ -194,7 +196,8 @@ def _idefics3(config: Mapping, height: int, width: int, min_pixels: int | None, 
     rows, cols = idefics3_grid(height, width, int(config.get("longest_edge", 4 * tile)), tile)
     seq = (size // patch) ** 2 // int(config.get("scale_factor", 2)) ** 2
     tokens = seq + 3 + rows * ((seq + 2) * cols + 1)
-    return ImageTokens((rows * cols + 1) * (size // patch) ** 2, tokens, (rows * cols + 1) * seq)
+    tiles = rows * cols + 1
+    return ImageTokens(tiles * (size // patch) ** 2, tokens, tiles * seq, tiles * 3 * size * size)
 
 
 def internvl_grid(height: int, width: int, tile: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
@@ -223,7 +226,7 @@ def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, 
     cols, rows = internvl_grid(height, width, size, int(config.get("min_patches", 1)), int(config.get("max_patches", 12)))
     tiles = 1 + (cols * rows if cols * rows > 1 else 0)
     seq = int((size // patch) ** 2 * float(config.get("downsample_ratio", 0.5)) ** 2)
-    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles)
+    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles, tiles * 3 * size * size)
 
 
 # Qwen2VLVideoProcessor (Qwen2-VL and Qwen2.5-VL) and Qwen3VLVideoProcessor defaults, transformers v5.24.0

@@ -12,6 +12,14 @@ InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_t
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
 
+Idefics3 / SmolVLM: every image is its sub-images plus the global image (vlm_tokens), a
+(batch, tiles, 3, size, size) tensor and a (batch, tiles, size, size) ``pixel_attention_mask``;
+``get_image_features`` reads their values (padding images dropped by boolean indexing, the per-row
+image counts by ``tolist``, the patch mask; transformers v5.24.0 models/idefics3/modeling_idefics3.py,
+models/smolvlm/modeling_smolvlm.py). Both are made fake-tensor constants (sim/image_grid.py), all ones
+(every tile real, every pixel valid, as the processor gives for an unpadded batch), so that bookkeeping
+runs for real and the tower sees no mask (create_bidirectional_mask drops an all-true one).
+
 Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` tiles (pixel values
 (batch, images, tiles, 3, image_size, image_size), aspect-ratio ids and tile masks), puts one
 ``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
@@ -33,7 +41,9 @@ from vramfit.scenario import Scenario
 from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, grid_inputs
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama")
+FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama", "idefics3", "smolvlm")
+#: model types whose pixel values and pixel mask are read as values (see the module docstring)
+_VALUE_PIXELS = ("idefics3", "smolvlm")
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,13 @@ class ImageInputs:
     features_per_image: int = 0  # image-token positions (the projector's rows); 0: tokens_per_image
     tiles_per_image: int = 1  # tower images per image
     cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
+    pixel_mask: bool = False  # Idefics3 / SmolVLM: (batch, tiles, ...) constant pixels and pixel_attention_mask
+    rows: int = 1  # sequences per micro-batch (the constants' size bound)
+
+    @property
+    def pixel_numel(self) -> int:
+        """Elements of one micro-batch's pixel values."""
+        return self.rows * self.images_per_sample * self.tiles_per_image * 3 * self.image_size ** 2
 
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
@@ -73,17 +90,27 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
         raise ModelError("config.json has no image_token_id: the image placeholder cannot be placed")
     size = spec.vision.image_config["vision_config"]["image_size"]
     size = int(size[0] if isinstance(size, list | tuple) else size)
-    side = (size // spec.vision.image_config["vision_config"].get("patch_size", [14])[0]) if model_type == "internvl" else 0
-    tiles = img.vision_patches // (side * side + 1) if side else 1
+    patch = spec.vision.image_config["vision_config"].get("patch_size", 14)
+    side = size // int(patch[0] if isinstance(patch, list | tuple) else patch)
+    tiles = 1  # the tower's images per image: InternVL's tiles (+ CLS each), Idefics3's sub-images + global image
+    if model_type == "internvl":
+        tiles = img.vision_patches // (side * side + 1)
+    elif model_type in _VALUE_PIXELS:
+        tiles = img.vision_patches // (side * side)
     if spec.vision.cross_attention:
         tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
     return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
-                       spec.vision.cross_attention)
+                       spec.vision.cross_attention, model_type in _VALUE_PIXELS,
+                       sc.micro_batch_size)
 
 
 def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
     """Around the forward and backward: a grid family's integer inputs keep their values (sim/image_grid.py)."""
-    return constants_kept() if isinstance(images, GridInputs) else contextlib.nullcontext()
+    if isinstance(images, GridInputs):
+        return constants_kept()
+    if isinstance(images, ImageInputs) and images.pixel_mask:
+        return constants_kept(images.pixel_numel)
+    return contextlib.nullcontext()
 
 
 def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
@@ -101,6 +128,8 @@ def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, d
     labels[:, :n] = -100
     if images.cross_attention:
         return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
+    if images.pixel_mask:
+        return ids, labels, _masked_pixel_inputs(images, B, dtype, device)
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}
@@ -117,3 +146,15 @@ def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dt
         "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
         "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
     }
+
+
+def _masked_pixel_inputs(images: ImageInputs, B: int, dtype: torch.dtype, device: str) -> dict:
+    """Idefics3 / SmolVLM's ``pixel_values`` (batch, tiles, 3, size, size) and ``pixel_attention_mask``
+    (batch, tiles, size, size) as fake-tensor constants of ones (module docstring)."""
+    import numpy as np
+
+    tiles, size = images.images_per_sample * images.tiles_per_image, images.image_size
+    with constants_kept(max(images.pixel_numel, B * images.pixel_numel // images.rows)):
+        pixels = torch.tensor(np.ones((B, tiles, 3, size, size), dtype=np.float32), device=device).to(dtype)
+        mask = torch.tensor(np.ones((B, tiles, size, size), dtype=np.bool_), device=device)
+    return {"pixel_values": pixels, "pixel_attention_mask": mask}
