@@ -36,11 +36,9 @@ def test_llava_with_images_agrees(config_file, method, images, gc):
 def test_unfed_vlm_images_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.errors import ModelError
 
-    cfg = {"model_type": "smolvlm", "image_token_id": 4000, "text_config": LLAVA["text_config"],
-           "vision_config": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1,
-                             "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
-    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama, qwen2_5_vl, qwen2_vl only: "
-                                         "'smolvlm' is not modelled there"):
+    cfg = {**LLAVA, "model_type": "llava_next"}
+    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama, idefics3, smolvlm, qwen2_5_vl, "
+                                         "qwen2_vl only: 'llava_next' is not modelled there"):
         simulate({"model": config_file(cfg), "method": "lora", "images_per_sample": 1}, layers=3)
 
 
