@@ -258,13 +258,30 @@ def qwen3_video_resize(frames: int, height: int, width: int, factor: int, tempor
     return h_bar, w_bar
 
 
+def _llava_next_video_frames(config: Mapping, frames: int) -> ImageTokens:
+    """LLaVA-NeXT-Video: every frame is cropped to the tower's ``image_size`` (the checkpoints' video processor
+    crop; the tower has positions for that size only), runs as one tower image with its CLS token, and is pooled
+    by ``spatial_pool_stride`` to (side / stride)**2 tokens (processing_llava_next_video.py replace_video_token:
+    ``num_image_tokens // 4 * num_frames`` for the stride of 2; modeling_llava_next_video.py LlavaNextVideoPooler)."""
+    vision = config.get("vision_config") or {}
+    size = int(vision.get("image_size", 336))
+    side, stride = size // int(vision.get("patch_size", 14)), int(config.get("spatial_pool_stride", 2))
+    pooled = (side // stride) ** 2
+    return ImageTokens(frames * (side * side + 1), frames * pooled, frames * pooled, frames * 3 * size * size)
+
+
 def video_tokens(config: Mapping, frames: int, height: int, width: int) -> ImageTokens:
     """Vision-tower patches and language-model tokens of one video of ``frames`` sampled frames of
     ``height`` x ``width``. Qwen2/2.5/3-VL: the frames are padded to a multiple of ``temporal_patch_size``
     (the last frame repeated, ``patchify``); each temporal patch is one (h/patch) x (w/patch) grid;
     one LM token per merge x merge patches (``get_number_of_video_patches``, processing_qwen2_vl.py).
     Qwen3-VL frames every temporal patch's tokens with vision start / end tokens (processing_qwen3_vl.py
-    ``replace_video_token``); its "<t seconds>" timestamps are text, in ``seq_len``."""
+    ``replace_video_token``); its "<t seconds>" timestamps are text, in ``seq_len``. LLaVA-NeXT-Video: pooled
+    frames (:func:`_llava_next_video_frames`)."""
+    if config.get("model_type") == "llava_next_video":
+        if frames < 1:
+            raise ModelError(f"frames_per_sample must be positive, got {frames}")
+        return _llava_next_video_frames(config, frames)
     grid_t, gh, gw = video_grid(config, frames, height, width)
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     pads = grid_t * gh * gw // (merge * merge)
@@ -302,10 +319,10 @@ def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[i
 
 
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
-          "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3,
+          "llava": _llava, "llava_next": _llava_next, "llava_next_video": _llava_next, "gemma3": _gemma3,
           "mllama": _mllama, "idefics3": _idefics3, "smolvlm": _idefics3, "internvl": _internvl}
 SUPPORTED = tuple(sorted(_RULES))
-VIDEO_SUPPORTED = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
+VIDEO_SUPPORTED = ("llava_next_video", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def image_tokens(config: Mapping, height: int, width: int, *, min_pixels: int | None = None,

@@ -20,6 +20,10 @@ models/smolvlm/modeling_smolvlm.py). Both are made fake-tensor constants (sim/im
 (every tile real, every pixel valid, as the processor gives for an unpadded batch), so that bookkeeping
 runs for real and the tower sees no mask (create_bidirectional_mask drops an all-true one).
 
+LLaVA-NeXT-Video (frames, no images): one (batch, frames, 3, image_size, image_size) ``pixel_values_videos``
+tensor and the pooled frames' video tokens (transformers v5.24.0 models/llava_next_video/
+modeling_llava_next_video.py get_video_features; vlm_tokens).
+
 Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` tiles (pixel values
 (batch, images, tiles, 3, image_size, image_size), aspect-ratio ids and tile masks), puts one
 ``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
@@ -42,6 +46,8 @@ from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, gr
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
 FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama", "idefics3", "smolvlm")
+#: model types fed video frames as one fixed-shape tensor (see the module docstring)
+POOLED_VIDEO = ("llava_next_video",)
 #: model types whose pixel values and pixel mask are read as values (see the module docstring)
 _VALUE_PIXELS = ("idefics3", "smolvlm")
 
@@ -57,6 +63,7 @@ class ImageInputs:
     cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
     pixel_mask: bool = False  # Idefics3 / SmolVLM: (batch, tiles, ...) constant pixels and pixel_attention_mask
     rows: int = 1  # sequences per micro-batch (the constants' size bound)
+    video: bool = False  # LLaVA-NeXT-Video's frames: (batch, frames, ...) ``pixel_values_videos``
 
     @property
     def pixel_numel(self) -> int:
@@ -70,8 +77,11 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     if model_type in GRID_FAMILIES and sc.sees_pixels:
         return grid_inputs(config, sc)
     if sc.frames_per_sample:
-        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {', '.join(GRID_FAMILIES)} "
-                            f"only, not {model_type!r}; use `vramfit estimate`", valid=("0",))
+        if model_type in POOLED_VIDEO and not sc.images_per_sample:
+            return _pooled_video(config, sc)
+        fed = ", ".join((*GRID_FAMILIES, *(f"{t} (without images)" for t in POOLED_VIDEO)))
+        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {fed} only, not "
+                            f"{model_type!r} with these inputs; use `vramfit estimate`", valid=("0",))
     if not sc.images_per_sample:
         return None
     if model_type not in FIXED_PIXELS:
@@ -130,6 +140,9 @@ def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, d
         return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
     if images.pixel_mask:
         return ids, labels, _masked_pixel_inputs(images, B, dtype, device)
+    if images.video:
+        shape = (B, images.tiles_per_image, 3, images.image_size, images.image_size)
+        return ids, labels, {"pixel_values_videos": torch.empty(shape, dtype=dtype, device=device)}
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}
@@ -146,6 +159,16 @@ def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dt
         "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
         "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
     }
+
+
+def _pooled_video(config: dict, sc: Scenario) -> ImageInputs:
+    """LLaVA-NeXT-Video's frames: one video of ``frames_per_sample`` frames, its pooled tokens in the text."""
+    from vramfit.models.vlm_tokens import video_tokens
+
+    token_id = config.get("video_token_id", config.get("video_token_index", 32000))  # LlavaNextVideoConfig default
+    size = int((config.get("vision_config") or {}).get("image_size", 336))
+    video = video_tokens(config, sc.frames_per_sample, sc.image_height, sc.image_width)
+    return ImageInputs(video.lm_tokens, int(token_id), size, 1, video.features, sc.frames_per_sample, video=True)
 
 
 def _masked_pixel_inputs(images: ImageInputs, B: int, dtype: torch.dtype, device: str) -> dict:
