@@ -96,7 +96,7 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
 def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario, own: bool = False) -> int:
     """The gradient at the tower's output while its top block runs backward: in the residual stream's dtype and,
     when the projector's first linear carries an adapter outside autocast, the adapter-dtype gradient its LoRA
-    path gives the input and that gradient's cast back (the simulator's trace of SmolVLM under LoRA shows both
+    path gives its input (its rows x in_features) and that gradient's cast back (the simulator's trace of SmolVLM under LoRA shows both
     at the peak); under checkpointing with adapters, the gradient of the token-embedding output that
     ``enable_input_require_grads`` made a leaf (AccumulateGrad keeps it). ``own``: the block's own term only."""
     from vramfit.estimate import activations as act
@@ -106,9 +106,10 @@ def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Sce
     total = round_allocation(dt.residual * T * h)
     if own:
         return total
-    first = spec.vision.projector[0].name if spec.vision.projector else None
-    if not dt.autocast and any(ad.target == first for ad in vision_adapters(spec, sc, profile)):
-        total += round_allocation(adapter_bytes(profile, sc.precision) * T * h) + round_allocation(dt.compute * T * h)
+    first = spec.vision.projector[0] if spec.vision.projector else None
+    if first and not dt.autocast and any(ad.target == first.name for ad in vision_adapters(spec, sc, profile)):
+        x = sc.micro_batch_size * per_sample(spec, sc).features * first.in_features  # the projector's input
+        total += round_allocation(adapter_bytes(profile, sc.precision) * x) + round_allocation(dt.compute * x)
     if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
         total += round_allocation(dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size)
     return total
