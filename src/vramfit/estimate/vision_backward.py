@@ -82,15 +82,25 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     base = extras.block_backward_transient(block, vsc, profile)
     if not block.gated_mlp and block.act_saved_tensors >= 2:
-        # a python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op: the
-        # output gradient, the two product gradients and sigmoid's input gradient are alive together
-        # (autograd formulas of mul and sigmoid, tools/autograd/derivatives.yaml)
-        base = max(base, (2 + block.act_saved_tensors) * sc.precision.compute_bytes * patches * block.intermediate_size)
+        base = max(base, _composed_activation_backward(block, sc, profile, patches))
     released = _released(spec, sc, profile) if trains_vision(sc, profile) else 0
     if not released:
         return max(base, _recompute_locals(spec, vsc, profile) + _arriving(spec, sc, profile, vsc, own=True))
     grad = _arriving(spec, sc, profile, vsc)
     return grad + max(base, _recompute_locals(spec, vsc, profile) + released, _input_linear_locals(spec, sc, vsc, profile))
+
+
+def _composed_activation_backward(block: ModelSpec, sc: Scenario, profile: FrameworkProfile, patches: int) -> int:
+    """A python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op (autograd formulas
+    of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient, the two product
+    gradients and sigmoid's input gradient are alive together. Under QLoRA the tower's MLP runs in fp32 (Linear4bit
+    returns its input's dtype, bitsandbytes 0.50.2 nn/modules.py; the residual stream is fp32): the arriving
+    gradient's fp32 cast and the two fp32 product gradients are the peak (the simulator's trace of LLaVA-NeXT-Video
+    under QLoRA with checkpointing), the cast freed once the product's backward ran."""
+    TI = patches * block.intermediate_size
+    if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
+        return (1 + block.act_saved_tensors) * 4 * TI
+    return (2 + block.act_saved_tensors) * sc.precision.compute_bytes * TI
 
 
 def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario, own: bool = False) -> int:
