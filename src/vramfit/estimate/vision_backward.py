@@ -106,9 +106,10 @@ def _composed_activation_backward(block: ModelSpec, sc: Scenario, profile: Frame
 def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario, own: bool = False) -> int:
     """The gradient at the tower's output while its top block runs backward: in the residual stream's dtype and,
     when the projector's first linear carries an adapter outside autocast, the adapter-dtype gradient its LoRA
-    path gives its input (its rows x in_features) and that gradient's cast back (the simulator's trace of SmolVLM under LoRA shows both
-    at the peak); under checkpointing with adapters, the gradient of the token-embedding output that
-    ``enable_input_require_grads`` made a leaf (AccumulateGrad keeps it). ``own``: the block's own term only."""
+    path gives its input (its rows x in_features) and that gradient's cast back (the simulator's trace of
+    SmolVLM under LoRA shows both at the peak); under checkpointing with adapters, the gradient of the
+    token-embedding output that ``enable_input_require_grads`` made a leaf (AccumulateGrad keeps it).
+    ``own``: the block's own term only."""
     from vramfit.estimate import activations as act
 
     dt = act.dtypes_for(vsc, profile)
