@@ -137,7 +137,7 @@ def test_moe_vision_language_entries_have_experts():
 
 def test_search_finds_the_new_families():
     assert {e["id"] for e in search_models("qwen2-vl")} == {"Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-7B-Instruct"}
-    assert len(search_models("internvl3")) == 4
+    assert len(search_models("internvl3")) == 6  # 1B, 2B, 8B, 14B, 38B, 78B
     assert {e["id"] for e in search_models("smollm2")} == {
         "HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-1.7B"}
 
@@ -148,7 +148,7 @@ STORED = [e["id"] for e in load_catalog() if "spec" in e]
 def test_entries_without_a_torch_free_reader_store_their_spec():
     from vramfit.models.hf_config import SUPPORTED_MODEL_TYPES
 
-    assert len(STORED) == 23
+    assert len(STORED) == 26
     assert all(BY_ID[m]["config"]["model_type"] not in SUPPORTED_MODEL_TYPES for m in STORED)
     assert not [e["id"] for e in load_catalog() if "spec" not in e
                 and e["config"]["model_type"] not in SUPPORTED_MODEL_TYPES]
