@@ -91,7 +91,7 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
         found = [Adapter(x.name, x.in_features, x.out_features, x.count)
                  for x in block.block_linears if x.name in sc.lora_targets]
     tower = [dataclasses.replace(ad, layers=block.num_hidden_layers, vision=True) for ad in found]
-    projector = [Adapter(x.name, x.in_features, x.out_features, 1, layers=1, vision=True)
+    projector = [Adapter(x.name, x.in_features, x.out_features, spec.vision.mergers, layers=1, vision=True)
                  for x in spec.vision.projector if ALL_LINEAR in sc.lora_targets or x.name in sc.lora_targets]
     return tower + projector
 
@@ -223,7 +223,7 @@ def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, ada
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
         return 0
-    kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    kept = spec.vision.mergers * _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
     if spec.vision.projector_rmsnorm:
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
@@ -314,7 +314,7 @@ def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     block = spec.vision.block
     if sc.method is Method.FULL:
         trained = spec.vision_params - spec.vision.unused_params
-        projector = sum(x.params for x in spec.vision.projector)
+        projector = spec.vision.mergers * sum(x.params for x in spec.vision.projector)
         return max(0, trained - projector - block.block_params) * sc.precision.param_bytes
     ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank
     per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)

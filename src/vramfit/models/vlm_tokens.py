@@ -87,7 +87,9 @@ def qwen_grid(config: Mapping, height: int, width: int, min_pixels: int | None =
     vision = config.get("vision_config") or {}
     patch = int(vision.get("patch_size", 14))
     merge = int(vision.get("spatial_merge_size", 2))
-    h, w = smart_resize(height, width, patch * merge, min_pixels or QWEN_MIN_PIXELS, max_pixels or QWEN_MAX_PIXELS)
+    lo = min_pixels or int(config.get("min_pixels", QWEN_MIN_PIXELS))  # a checkpoint's bounds (models/hf_vlm.py)
+    hi = max_pixels or int(config.get("max_pixels", QWEN_MAX_PIXELS))
+    h, w = smart_resize(height, width, patch * merge, lo, hi)
     return h // patch, w // patch
 
 

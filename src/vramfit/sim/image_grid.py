@@ -28,7 +28,7 @@ from vramfit.errors import ModelError
 from vramfit.scenario import Scenario
 
 #: model types fed this way
-GRID_FAMILIES = ("qwen2_5_vl", "qwen2_vl")
+GRID_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
 #: elements of the largest integer tensor kept as a constant: the micro-batch's ids
 _CONSTANT_LIMIT = 1 << 24
 
