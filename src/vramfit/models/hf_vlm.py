@@ -304,6 +304,10 @@ _QWEN3_VISION_DEFAULTS = {"depth": 27, "hidden_size": 1152, "hidden_act": "gelu_
 # the image processor's pixel bounds of the Qwen3-VL checkpoints (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json:
 # size shortest_edge 65536, longest_edge 16777216, read by Qwen2VLImageProcessor in place of its class defaults)
 QWEN3_IMAGE_PIXELS = {"min_pixels": 65536, "max_pixels": 16777216}
+# Qwen3VLVideoProcessor (transformers v5.24.0 models/qwen3_vl/video_processing_qwen3_vl.py): ``size`` shortest_edge
+# 128 * 32 * 32 / longest_edge 32 * 32 * 768 bound all the sampled frames together (its ``smart_resize`` takes the
+# frame count); processing_qwen3_vl.py ``replace_video_token`` puts vision start / end around each temporal patch
+QWEN3_VIDEO = {"video_pixels": (128 * 32 * 32, 32 * 32 * 768), "video_pixels_per_clip": True, "video_frame_markers": 2}
 
 
 def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
@@ -322,7 +326,7 @@ def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     merged = h * int(v["spatial_merge_size"]) ** 2
     projector = (Linear("linear_fc1", merged, merged, True, "projector"),
                  Linear("linear_fc2", merged, int(v["out_hidden_size"]), True, "projector"))
-    image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS}
+    image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS, **QWEN3_VIDEO}
     return VisionTower(block, image_config, projector=projector, segmented_attention=True,
                        deepstack_mergers=len(v["deepstack_visual_indexes"]))
 
