@@ -24,7 +24,7 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
-from vramfit.estimate.vision import projector_kept, tower_backward_transient, tower_grads_pending
+from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -133,20 +133,13 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", OPT, zero1_step_grads(step.sc, all_grads))
 
 
-def _projector_consumed(step: Step) -> int:
-    """What the projector (and Qwen3-VL's DeepStack mergers) kept: its backward runs as the language model's
-    gradient reaches the image positions, before the tower's blocks run theirs (autograd runs a node once its
-    gradients are in; the simulator's trace shows them freed by then)."""
-    return projector_kept(step.spec, step.sc, step.profile, list(step.adapters))
-
-
 def activations(step: Step) -> Iterator[Contribution]:
     """Saved tensors and autocast weight copies, consumed by backward."""
     a, kept = step.acts, step.parts.autocast_copies
     yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
-    yield Contribution("activations", BV, a.tower - _projector_consumed(step) + a.tower_recompute)
+    yield Contribution("activations", BV, a.tower + a.tower_recompute)
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
