@@ -178,13 +178,22 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
     head += _stem_kept(spec, sc, patches)
     full = sc.method is Method.FULL
-    if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
-        per_layer += round_allocation(c * patches * block.hidden_size)
+    if spec.vision.segmented_attention and (full or _out_proj_saves_input(block, saved, own)):
+        per_layer += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
     gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
         return depth * per_layer + gates * per_gated + head, 0
     return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)) + head, per_layer
+
+
+def _out_proj_saves_input(block: ModelSpec, saved, adapters: list[Adapter]) -> bool:
+    """The attention's output projection saves its own input, the joined segment outputs (not the kernels' outputs):
+    an adapter on it whose input is not cast to another dtype first (peft v0.21.2 tuners/lora/layer.py Linear.forward:
+    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, a no-op where the dtypes agree: lora_A's matmul saves x)."""
+    proj = [x for x in block.block_linears if x.group == "attn"][-1]
+    adapted = any(ad.target == proj.name for ad in adapters)
+    return adapted and not any(k.startswith(f"{proj.name}.") and k.endswith("autocast_in") for k in saved.items)
 
 
 def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
@@ -206,6 +215,8 @@ def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
     autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
     tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
+    if spec.vision is not None and spec.vision.deepstack_mergers:
+        return _deepstack_outputs_held(spec, sc, profile)
     img = per_image(spec, sc)
     if img is None or not spec.vision.output_held or not spec.vision.projector:
         return 0
@@ -216,6 +227,23 @@ def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
         return 0
     rows = sc.micro_batch_size * sc.images_per_sample * img.features
     return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
+
+
+def _deepstack_outputs_held(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Qwen3-VL: the model's output object holds the tower's output until the loss is taken
+    (transformers v5.24.0 models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLForConditionalGeneration.forward returns
+    ``image_outputs`` / ``video_outputs``, BaseModelOutputWithDeepstackFeatures): every merger's output, which
+    ``masked_scatter`` and the DeepStack add read without saving, and the last block's output, which only a
+    trained merger's LayerNorm saves (beside what ``projector_kept`` counts); in the residual stream's dtype."""
+    pix = per_sample(spec, sc)
+    if pix is None:
+        return 0
+    from vramfit.estimate import activations as act
+
+    r, tower = act.dtypes_for(sc, profile).residual, spec.vision
+    rows, patches = sc.micro_batch_size * pix.features, sc.micro_batch_size * pix.vision_patches
+    merged = tower.mergers * round_allocation(r * rows * tower.projector[-1].out_features)
+    return merged + round_allocation(r * patches * tower.block.hidden_size)
 
 
 def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
