@@ -60,7 +60,7 @@ def test_qwen2_video_rule_is_the_processor_s():
 def test_qwen3_video_rule_is_the_processor_s():
     tree = _source("qwen3_vl/video_processing_qwen3_vl.py")
     d = _defaults(tree)
-    assert (d["size"]["shortest_edge"], d["size"]["longest_edge"]) == QWEN3_VIDEO["video_pixels"]
+    assert (d["size"]["shortest_edge"], d["size"]["longest_edge"]) == tuple(QWEN3_VIDEO["video_pixels"])
     assert (d["patch_size"], d["temporal_patch_size"], d["merge_size"]) == (16, 2, 2)
     theirs = _function(tree, "smart_resize")
     for f, h, w in SIZES:

@@ -307,7 +307,7 @@ QWEN3_IMAGE_PIXELS = {"min_pixels": 65536, "max_pixels": 16777216}
 # Qwen3VLVideoProcessor (transformers v5.24.0 models/qwen3_vl/video_processing_qwen3_vl.py): ``size`` shortest_edge
 # 128 * 32 * 32 / longest_edge 32 * 32 * 768 bound all the sampled frames together (its ``smart_resize`` takes the
 # frame count); processing_qwen3_vl.py ``replace_video_token`` puts vision start / end around each temporal patch
-QWEN3_VIDEO = {"video_pixels": (128 * 32 * 32, 32 * 32 * 768), "video_pixels_per_clip": True, "video_frame_markers": 2}
+QWEN3_VIDEO = {"video_pixels": [128 * 32 * 32, 32 * 32 * 768], "video_pixels_per_clip": True, "video_frame_markers": 2}
 
 
 def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
