@@ -238,7 +238,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
     # a trained vision tower runs its backward after the language model's (estimate/vision.py)
-    later += vision.tower_grads_pending(spec, sc, profile)
+    later += vision.tower_grads_pending(spec, sc, profile, lm_block=True)
     return max(0, parts.gradients - later)
 
 

@@ -157,7 +157,9 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
+    # the blocks' adapters only: a projector linear may bear a block linear's name (Qwen3-VL's linear_fc1/linear_fc2)
+    own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters
+           if ad.vision and ad.layers == block.num_hidden_layers]
     from vramfit.scenario import Quantize
 
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
@@ -334,16 +336,21 @@ def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile)
         m * T * act.mlp_width(block), dt.norm_out * T * h, scale, result, lora_b, dt.residual * T * h))
 
 
-def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_block: bool = False) -> int:
     """Gradient bytes of the tower not yet made while its last block runs backward (all its blocks
-    but that one; the embeddings' too): the tower's backward comes after the language model's."""
+    but that one; the embeddings' too): the tower's backward comes after the language model's.
+    ``lm_block``: while the language model's lowest block runs backward, when the projector's (and the DeepStack
+    mergers') are not made either: autograd's ready queue runs the node made latest first (torch 2.13
+    include/torch/csrc/autograd/engine.h ``ReadyQueue::CompareNodeTaskTime``: the higher sequence number), and the projector's nodes were
+    made before any decoder layer's (full fine-tuning; an adapter's are a few rank-wide matrices)."""
     if spec.vision is None or not sc.sees_pixels or not trains_vision(sc, profile):
         return 0
     block = spec.vision.block
     if sc.method is Method.FULL:
         trained = spec.vision_params - spec.vision.unused_params
         projector = spec.vision.mergers * sum(x.params for x in spec.vision.projector)
-        return max(0, trained - projector - block.block_params) * sc.precision.param_bytes
+        made = 0 if lm_block else projector + block.block_params
+        return max(0, trained - made) * sc.precision.param_bytes
     ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank
     per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)
                     if ad.layers == block.num_hidden_layers)
