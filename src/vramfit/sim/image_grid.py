@@ -13,7 +13,10 @@ runs: the integer bookkeeping runs for real on the CPU, the floating tensors sta
 before, outside the fake mode, and passed in as the keyword arguments transformers pops
 (``window_index``, ``cu_window_seqlens``). Each image is ``<|vision_start|>``, its image tokens and
 ``<|vision_end|>``, at the start of the sequence (as the chat template puts it before the text); the
-start/end tokens are part of ``seq_len``'s text, as the estimator counts them.
+start/end tokens are part of ``seq_len``'s text, as the estimator counts them. Qwen3-VL (dense and MoE) runs the
+same way, with each temporal patch of a video framed by its own start/end tokens (processing_qwen3_vl.py); its
+DeepStack add indexes the hidden states with the placeholder mask (models/qwen3_vl/modeling_qwen3_vl.py
+``Qwen3VLTextModel._deepstack_process``), a mask computed from the constant ids alone, so its row count is known.
 """
 
 from __future__ import annotations
