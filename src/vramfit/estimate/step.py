@@ -243,7 +243,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
     # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
-    later += tower_grads_pending(spec, sc, profile, embedding=False)
+    later += tower_grads_pending(spec, sc, profile, embedding=False, lm_block=True)
     return max(0, parts.gradients - later)
 
 

@@ -91,7 +91,7 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
         found = [Adapter(x.name, x.in_features, x.out_features, x.count)
                  for x in block.block_linears if x.name in sc.lora_targets]
     tower = [dataclasses.replace(ad, layers=block.num_hidden_layers, vision=True) for ad in found]
-    projector = [Adapter(x.name, x.in_features, x.out_features, 1, layers=1, vision=True)
+    projector = [Adapter(x.name, x.in_features, x.out_features, spec.vision.mergers, layers=1, vision=True)
                  for x in spec.vision.projector if ALL_LINEAR in sc.lora_targets or x.name in sc.lora_targets]
     return tower + projector
 
@@ -163,6 +163,7 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
+    own = tower_block_adapters(block, adapters)
     saved = tower_block_saved(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     if spec.vision.layer_scale and sc.method is Method.FULL:
@@ -184,8 +185,8 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     if spec.vision.pixels_copied and sc.method is Method.FULL:  # the patch embedding's weight saves its input
         head += round_allocation(c * sc.micro_batch_size * pix.pixels)
     full = sc.method is Method.FULL
-    if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
-        per_layer += round_allocation(c * patches * block.hidden_size)
+    if spec.vision.segmented_attention and (full or _out_proj_saves_input(block, saved, own)):
+        per_layer += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
     gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
@@ -200,9 +201,16 @@ def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
 
     patches = sc.micro_batch_size * per_sample(spec, sc).vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
+    own = tower_block_adapters(spec.vision.block, adapters)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     return act.block_saved(spec.vision.block, vsc, profile, own, quantized)
+
+
+def tower_block_adapters(block: ModelSpec, adapters: list[Adapter]) -> list[Adapter]:
+    """The tower blocks' own adapters, as one block's: a projector linear may bear a block linear's name
+    (Qwen3-VL's merger ``linear_fc1``/``linear_fc2``), so only those on every block count."""
+    return [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters
+            if ad.vision and ad.layers == block.num_hidden_layers]
 
 
 def tower_head_consumed(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
@@ -216,6 +224,15 @@ def tower_head_consumed(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         consumed += round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * pix.vision_patches
                                      * spec.vision.block.hidden_size)
     return consumed
+
+
+def _out_proj_saves_input(block: ModelSpec, saved, adapters: list[Adapter]) -> bool:
+    """The attention's output projection saves its own input, the joined segment outputs (not the kernels' outputs):
+    an adapter on it whose input is not cast to another dtype first (peft v0.21.2 tuners/lora/layer.py Linear.forward:
+    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, a no-op where the dtypes agree: lora_A's matmul saves x)."""
+    proj = [x for x in block.block_linears if x.group == "attn"][-1]
+    adapted = any(ad.target == proj.name for ad in adapters)
+    return adapted and not any(k.startswith(f"{proj.name}.") and k.endswith("autocast_in") for k in saved.items)
 
 
 def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
@@ -255,6 +272,8 @@ def _held_tower_output(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
     autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
     tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
+    if spec.vision is not None and spec.vision.deepstack_mergers:
+        return _deepstack_outputs_held(spec, sc, profile)
     img = per_image(spec, sc)
     if img is None or not spec.vision.output_held or not spec.vision.projector:
         return 0
@@ -267,12 +286,29 @@ def _held_tower_output(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
 
 
+def _deepstack_outputs_held(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Qwen3-VL: the model's output object holds the tower's output until the loss is taken
+    (transformers v5.24.0 models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLForConditionalGeneration.forward returns
+    ``image_outputs`` / ``video_outputs``, BaseModelOutputWithDeepstackFeatures): every merger's output, which
+    ``masked_scatter`` and the DeepStack add read without saving, and the last block's output, which only a
+    trained merger's LayerNorm saves (beside what ``projector_kept`` counts); in the residual stream's dtype."""
+    pix = per_sample(spec, sc)
+    if pix is None:
+        return 0
+    from vramfit.estimate import activations as act
+
+    r, tower = act.dtypes_for(sc, profile).residual, spec.vision
+    rows, patches = sc.micro_batch_size * pix.features, sc.micro_batch_size * pix.vision_patches
+    merged = tower.mergers * round_allocation(r * rows * tower.projector[-1].out_features)
+    return merged + round_allocation(r * patches * tower.block.hidden_size)
+
+
 def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
     """What the trained projector keeps for backward."""
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
         return 0
-    kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    kept = spec.vision.mergers * _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
     if spec.vision.projector_rmsnorm:
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)

@@ -182,12 +182,16 @@ def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile)
 
 
 def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, embedding: bool = True,
-                        lowest: bool = False) -> int:
+                        lowest: bool = False, lm_block: bool = False) -> int:
     """Gradient bytes not yet made while the tower's top block (``lowest``: its lowest block) runs its activation's
     backward: the tower's but the projector's, the blocks above's and that block's MLP output linear's (the
     embeddings' too), and under full fine-tuning of a placeholder model the untied token embedding's (its lookup
     ran before the tower, so its backward runs last; a cross-attention model runs the tower first);
-    ``embedding=False``: the caller counts that one itself."""
+    ``embedding=False``: the caller counts that one itself. ``lm_block``: while the language model's lowest block
+    runs backward, when the projector's (and the DeepStack mergers') are not made either: autograd's ready queue
+    runs the node made latest first (torch 2.13 include/torch/csrc/autograd/engine.h
+    ``ReadyQueue::CompareNodeTaskTime``: the higher sequence number), and the projector's nodes were made before
+    any decoder layer's (full fine-tuning; an adapter's are a few rank-wide matrices)."""
     if spec.vision is None or not sc.sees_pixels or not trains_vision(sc, profile):
         return 0
     block = spec.vision.block
@@ -195,8 +199,10 @@ def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     above = block.num_hidden_layers - 1 if lowest else 0
     if sc.method is Method.FULL:
         trained = spec.vision_params - spec.vision.unused_params
-        projector = sum(x.params for x in spec.vision.projector)
+        projector = spec.vision.mergers * sum(x.params for x in spec.vision.projector)
         made = (down.params if down is not None and not block.gated_mlp else block.block_params) + above * block.block_params
+        if lm_block:
+            projector = made = 0
         later = embedding and not (spec.vision.cross_attention or spec.tie_word_embeddings)
         return (max(0, trained - projector - made) + (spec.embedding_params if later else 0)) * sc.precision.param_bytes
     ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank

@@ -117,10 +117,21 @@ class VisionTower:
     # .contiguous()``), the copy saved by the patch embedding when its weight trains; the batch carries a
     # ``pixel_attention_mask`` of one byte per pixel and channel-less
     pixels_copied: bool = False
+    # DeepStack (Qwen3-VL): this many more mergers, each the projector's linears behind a LayerNorm over the
+    # merged width, read the outputs of as many tower blocks; their features are added to the outputs of the
+    # first as many decoder layers at the image positions (transformers v5.24.0
+    # models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLVisionModel.deepstack_merger_list,
+    # Qwen3VLTextModel._deepstack_process)
+    deepstack_mergers: int = 0
 
     @property
     def cross_attention(self) -> bool:
         return self.cross_attention_layers > 0
+
+    @property
+    def mergers(self) -> int:
+        """Copies of the projector that run: the merger and the DeepStack mergers."""
+        return 1 + self.deepstack_mergers
 
 
 @dataclass(frozen=True)
