@@ -30,7 +30,6 @@ import json
 import pytest
 from simconfigs import tiny
 
-from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
 from vramfit.scenario import parse_scenario
 from vramfit.sim import simulate
@@ -98,12 +97,6 @@ def test_auto_buckets_resolved_as_the_hf_trainer_does(model_path):
     assert z["stage3_param_persistence_threshold"] == 2_560 and z["overlap_comm"] is True
 
 
-def test_offload_is_refused_in_one_line(model_path):
-    with pytest.raises(ScenarioError) as exc:
-        simulate({**_scenario(model_path, "zero3"), "offload": "optimizer"})
-    assert exc.value.key == "offload" and "DeepSpeedCPUAdam" in str(exc.value)
-
-
 def test_cli_simulates_a_zero_scenario(model_path):
     from typer.testing import CliRunner
 
@@ -116,9 +109,10 @@ def test_cli_simulates_a_zero_scenario(model_path):
     data = json.loads(res.stdout)
     assert data["simulation"]["layers_traced"] == [LAYERS]
     assert any("DeepSpeed ZeRO-2 engine" in a for a in data["assumptions"])
-    res = CliRunner().invoke(app, [*args[:-1], "--offload", "optimizer"])
+    res = CliRunner().invoke(app, [*args[:-1], "--parallelism", "fsdp", "--offload", "optimizer"])
     assert res.exit_code == 2
-    assert res.output.strip().splitlines()[-1].startswith("error: offload: ZeRO CPU offload steps DeepSpeedCPUAdam")
+    assert res.output.strip().splitlines()[-1].startswith("error: offload: CPU offload of model state is simulated "
+                                                          "under DeepSpeed ZeRO only")
 
 
 def _bucket_scenario(path: str, stage: str, bucket: int) -> dict:

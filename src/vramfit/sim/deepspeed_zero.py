@@ -14,6 +14,15 @@ Trainer's own optimizer passed to the engine when the config has no ``optimizer`
 ``DistributedType.DEEPSPEED``; the engine casts the module to bf16/fp16 itself), and per micro-batch
 ``engine.backward(loss)`` then ``engine.step()`` (accelerate ``DeepSpeedEngineWrapper.backward``).
 
+The GPU is the fake device ``cpu:0`` and the host plain ``cpu`` (:data:`GPU`, :func:`gpu_labelled_accelerator`):
+fake tensors keep the index, so ZeRO-Offload's host tensors (``offload_optimizer``: fp32 partitions, their
+gradients and the optimizer states; ``offload_param``: the 16-bit partitions) are host memory in the trace, and
+its copies between the two are real copies. The Trainer's AdamW steps the host partitions
+(``zero_force_ds_cpu_optimizer: false``, runtime/engine.py ``_configure_optimizer``): DeepSpeedCPUAdam, which the
+HF configs' ``optimizer`` section selects, is a compiled kernel that reads real memory; it updates the same host
+tensors in place, so the GPU figures are the same. ZeRO++ hpZ passes ``zero_hpz_partition_size`` (the GPUs of a
+node); its secondary group is a sub-group of the fake process group.
+
 Four things DeepSpeed does that a one-process fake run cannot, each replaced with what a real run does:
 
 - ``.item()`` on a fake tensor has no value (``aten._local_scalar_dense``): :class:`ScalarValues` answers
@@ -227,7 +236,10 @@ def assumptions(sc: Scenario, config: dict) -> list[str]:
             "Trainer's optimizer handed to the engine, engine.backward + engine.step per micro-batch, "
             "gradient_clipping=1.0.",
             "Fake-tensor run: .item() answers no overflow and a finite grad norm; ZeRO-3's cross-rank order "
-            "checks are skipped (one process)."]
+            "checks are skipped (one process).",
+            *(["CPU offload: the offloaded tensors are host memory, not in the GPU figures; the Trainer's AdamW steps "
+               "them on the host (zero_force_ds_cpu_optimizer=false) where DeepSpeedCPUAdam would, in place."]
+              if sc.offload is not Offload.NONE else [])]
 
 
 def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | None = None,
