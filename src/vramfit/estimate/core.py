@@ -157,6 +157,11 @@ def _module_quant_state(t: ParamTensor, sc: Scenario, profile: FrameworkProfile,
     return q - -(-t.numel // 2)  # all but the packed 4-bit data (two per byte)
 
 
+def _hpz(sc: Scenario) -> int:
+    """ZeRO++ hpZ's secondary group size (``zero_hpz_partition_size`` = the GPUs of a node); 0 without hpZ."""
+    return sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
+
+
 def _secondary(t: ParamTensor, shd: Sharding) -> int:
     """ZeRO++ hpZ's second, node-local shard of a weight in 16 bits (``Sharding.secondary_weights``)."""
     return shard(round_allocation(t.numel * 2) * t.count, shd.secondary_weights) if shd.secondary_weights else 0
@@ -199,8 +204,7 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
     """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
     p = Parts()
-    hpz = sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
-    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
+    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     adapters += vision_adapters(spec, sc, profile)
@@ -326,7 +330,8 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
         per_elem = layer / max(1, elems)
     largest, _ = ds.zero3_largest(spec, sc, profile)
     model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
-    return ipg + ds.gathered_bytes(z, per_elem, largest, model)
+    gathered = ds.gathered_bytes(z, per_elem, largest, model)
+    return ipg + ds.hpz_gathered(gathered, largest, _hpz(sc), sc.method is Method.FULL)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

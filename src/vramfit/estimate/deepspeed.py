@@ -274,6 +274,24 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
     return min(model_bytes, live)
 
 
+def hpz_gathered(gathered: int, largest: int, hpz: int, trains_base: bool) -> int:
+    """ZeRO-3 gathered parameters with ZeRO++ hpZ, less the secondary partitions that do not exist while they are
+    gathered, bytes per GPU. A parameter's node-local secondary partition is made when the gathered parameter is
+    partitioned again (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py ``_partition`` ->
+    ``_partition_param_sec``: ``torch.empty(secondary_partition_size, ...)`` only if ``ds_secondary_tensor is None``)
+    and dropped after every step for the optimizer's parameters (stage3.py ``_post_step`` ->
+    ``invalidate_secondary_tensor`` walks ``self.fp16_groups``, the trainable ones; frozen ones keep theirs). From the
+    second step on, a trainable parameter kept gathered in forward (partitioned_param_coordinator.py
+    ``__params_to_release`` keeps those reused within stage3_max_reuse_distance) has no secondary partition until it
+    is released in backward: its 1/hpz share (``secondary_partition_size = tensor_size // num_ranks_in_param_group``)
+    is not live beside the gathered copy. The first step (trace not yet complete) releases every module's parameters
+    after use, so all secondaries and the one parameter in use (``largest``) are live. The model-state figure
+    counts every secondary; this returns the gathered bytes that go with it at the larger of the two steps."""
+    if hpz <= 1 or not trains_base:
+        return gathered
+    return max(gathered - gathered // hpz, largest)
+
+
 def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
     """ZeRO-3 without optimizer offload: the fp32 gradient of the largest optimizer sub-group (sub-groups cut at
     sub_group_size elements of partitions by _create_fp16_sub_groups), bytes per GPU. It exists only inside the
