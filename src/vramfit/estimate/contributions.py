@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
+from vramfit.estimate.deepspeed import ipg_made_in_backward, offload_grad_staging, zero1_step_grads
 from vramfit.estimate.fsdp2 import (
     blocks_freed_at_loss,
     end_of_backward,
@@ -166,7 +166,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     gathered = step.parts.weights + step.parts.quantized_base
     # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
     at_loss = comm - blocks_freed_at_loss(step)
-    late = comm if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
+    staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
+    late = comm - staging if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
     yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
     yield Contribution("comm_buffers", BL, at_loss - late)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
@@ -176,7 +177,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm - resharded_above_lowest(step)
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
-    yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
+    yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else staging)
 
 
 def temporaries(step: Step) -> Iterator[Contribution]:

@@ -317,7 +317,7 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
     ipg = ds.ipg_bytes(z, stage, grad_dtype)
     if stage < 3:
-        return ipg
+        return ipg + ds.offload_grad_staging(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
