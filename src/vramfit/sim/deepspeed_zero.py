@@ -29,8 +29,12 @@ Four things DeepSpeed does that a one-process fake run cannot, each replaced wit
   "no overflow" (bool/int flags: ``has_overflow``, ``is_invalid_grad_norm``) and 1.0 for floats (the
   optimizer step count, the grad norm): a step that is taken, as in a run without overflow.
 - ``DeepSpeedEngine`` moves the module with ``module.to(device)``, which for fake parameters always goes
-  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is already there, so it gets
-  ``dont_change_device=True`` (its own constructor argument).
+  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is put on the GPU before, so it
+  gets ``dont_change_device=True`` (its own constructor argument). As the HF Trainer leaves the model on the host
+  under DeepSpeed (transformers 5.24.0 trainer.py ``place_model_on_device`` is False with ``is_deepspeed_enabled``),
+  the engine casts the parameters there and only their 16-bit copies reach the GPU (engine.py
+  ``_configure_distributed_model``: ``_cast_module_mixed_precision``, then ``self.module.to(self.device)``); the
+  simulator makes the same cast on the meta model (:func:`engine_cast`), then materialises it on the GPU.
 - ZeRO-3's ``assert_ints_same_as_other_ranks`` checks that ranks agree on the module order by
   broadcasting from rank 0 and reading the values back; on one process rank 0 compares with itself.
 - The CPU accelerator's shared-memory collective kernel (``build_shm_op``) is compiled at backend
@@ -197,6 +201,19 @@ def gpu_labelled_accelerator() -> Iterator[None]:
         real_accelerator.ds_accelerator = saved
 
 
+def engine_cast(model: torch.nn.Module, sc: Scenario) -> None:
+    """The engine's 16-bit cast of the (meta) parameters, buffers left as they are (DeepSpeed 0.19.8 engine.py
+    ``_cast_module_mixed_precision``: ``p.data = p.data.to(param_dtype)`` for floating parameters; buffers only
+    with a ``buffer_dtype``, unset by default)."""
+    dtype = torch.bfloat16 if sc.precision in _BF16 else (torch.float16 if sc.precision in _FP16 else None)
+    if dtype is None:
+        return
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+
+
 def initialize(deepspeed: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> Any:
     """``deepspeed.initialize`` as the HF Trainer calls it with its own optimizer; returns the engine."""
     engine, _opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
@@ -255,6 +272,7 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
     from vramfit.sim.trace import LiveTracker
 
     config = ds_config(sc, int(built.model.config.hidden_size))
+    engine_cast(built.model, sc)  # on the host, before the engine moves the model (module docstring)
     tracker = LiveTracker()
     with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, \
             FakeTensorMode(allow_non_fake_inputs=True), tracker:
