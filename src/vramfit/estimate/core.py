@@ -311,13 +311,14 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     """ZeRO reduce buckets and (stage 3) gathered parameters, sized from the scenario's DeepSpeed config
     (estimate/deepspeed.py; the HF docs' example config when none is given)."""
     from vramfit.estimate import deepspeed as ds
+    from vramfit.estimate import ds_offload
 
     stage = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}[sc.parallelism]
     z = ds.resolve(sc.deepspeed_config, spec.hidden_size, stage)
     grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
     ipg = ds.ipg_bytes(z, stage, grad_dtype)
     if stage < 3:
-        return ipg + ds.offload_grad_staging(spec, sc, profile)
+        return ipg + ds_offload.offload_grad_staging(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params

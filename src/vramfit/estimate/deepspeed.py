@@ -274,21 +274,6 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
     return min(model_bytes, live)
 
 
-def offload_grad_staging(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """ZeRO-1/2 with optimizer offload: a GPU buffer of the largest trainable parameter's size in the 16-bit (engine)
-    dtype, allocated at init and kept, through which each reduced gradient is copied to the host fp32 gradient
-    partition (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py __init__: ``self.temp_grad_buffer_for_gpu_offload =
-    torch.zeros(largest_param_numel, device=get_accelerator().current_device_name(), dtype=self.dtype)``, the
-    largest over ``self.bit16_groups``, the trainable parameters); bytes. Full fine-tuning: the output layer or
-    embedding, or the largest block linear; adapters: a LoRA matrix, rank x the widest linear side."""
-    if sc.offload is Offload.NONE or sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2):
-        return 0
-    if sc.method is Method.FULL:
-        return zero3_largest(spec, sc, profile)[0]
-    widest = max(max(lin.in_features, lin.out_features) for lin in spec.block_linears)
-    return sc.lora_rank * widest * sc.precision.compute_bytes
-
-
 def hpz_gathered(gathered: int, largest: int, hpz: int, trains_base: bool) -> int:
     """ZeRO-3 gathered parameters with ZeRO++ hpZ, less the secondary partitions that do not exist while they are
     gathered, bytes per GPU. A parameter's node-local secondary partition is made when the gathered parameter is

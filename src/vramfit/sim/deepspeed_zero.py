@@ -169,6 +169,7 @@ def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
 #: between them copies), so the tracker counts what lives on ``cpu`` as host memory.
 GPU = torch.device("cpu", 0)
 HOST = torch.device("cpu")
+ROOMY_CARD = 1 << 50  # bytes of free accelerator memory the engine sees: more than any model here
 
 
 @contextlib.contextmanager
@@ -192,6 +193,11 @@ def gpu_labelled_accelerator() -> Iterator[None]:
 
         def on_accelerator(self, tensor: torch.Tensor) -> bool:
             return tensor.device == GPU
+
+        def available_memory(self, device_index: int | None = None) -> int:
+            # the CPU accelerator answers the host's free RAM; a card with room for ZeRO-1/2's flat buffer
+            # (stage_1_and_2.py flatten_on_accelerator; estimate/ds_load.py takes the same with no card named)
+            return ROOMY_CARD
 
     saved = real_accelerator.ds_accelerator
     real_accelerator.ds_accelerator = GpuLabelled()
