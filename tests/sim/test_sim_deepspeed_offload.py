@@ -140,16 +140,18 @@ def test_zero2_load_holds_the_weights_and_their_flat_copy(tmp_path):
     ``flatten_dense_tensors_aligned``, on the accelerator when it has room): with the optimizer offloaded over 8
     ranks and a short sequence that is the run's peak, twice the 16-bit weights; the estimator's load phase
     (estimate/ds_load.py). The whole Llama-3.2-1B on 8 ranks with offload peaks there too (4,945,220,608 B;
-    estimator -0.04 %, -5.4 % before)."""
+    estimator +0.35 % with the 19 MB of workspaces it counts there, -5.4 % before)."""
     sc = {**_scenario(_config(tmp_path, 768, 2048, 4), "zero2", offload="optimizer"), "seq_len": 16,
           "micro_batch_size": 1, "num_gpus": 8}
     sim = simulate(sc, layers=4).result.peak
     est = estimate(sc)
     assert sim.phase == est.peak.phase == "load"
     assert dict(est.peak.breakdown)["temporaries"] == dict(est.peak.breakdown)["weights"] == 2 * est.model.num_params
-    # the caching allocator's rounding of the 29 parameters still there (1.56 MB here) is not estimated
-    slack = dict(sim.breakdown)["allocator_slack"]
-    assert est.peak.allocated_bytes == pytest.approx(sim.allocated_bytes - slack, rel=0.001)
+    # the caching allocator's rounding of the 29 parameters still there (1.56 MB here) is not estimated; the
+    # estimator's load counts the cuBLAS workspaces the first matmul makes (estimate/ds_load.py: the planner's
+    # constant card shift)
+    slack, ws = dict(sim.breakdown)["allocator_slack"], dict(est.peak.breakdown)["workspaces"]
+    assert est.peak.allocated_bytes - ws == pytest.approx(sim.allocated_bytes - slack, rel=0.001)
 
 
 def test_zero2_offload_takes_each_gradient_norm_in_float64_on_the_gpu(tmp_path):

@@ -9,8 +9,12 @@ first (``param.cpu_data = param.data.cpu()``) and copies the flat buffer back, n
 fp32 master partition, the optimizer states and the offload staging buffer come after the flatten, so the
 load's high point is the model's weights and one copy of its trainable 16-bit weights. The HF Trainer leaves the
 model on the host until the engine moves it there (transformers 5.24.0 trainer.py ``place_model_on_device``),
-after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). With no target card the card is
-taken to have the room (as the simulator's engine does); with one, its usable bytes less the weights decide.
+after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). The card is taken to have the room
+(as the simulator's engine does): a card without it flattens on the host and never holds both, so the figure
+can only be high there, and it stays one figure per scenario that a card class shifts by a constant (the
+planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
+workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
+(estimate/step.py ``_workspaces``).
 """
 
 from __future__ import annotations
@@ -32,24 +36,17 @@ def flat_copy(step: Step) -> int:
     return p.weights if step.sc.method is Method.FULL else p.adapters
 
 
-def resident(step: Step) -> int:
-    """The model on the GPU when the flatten starts."""
-    p = step.parts
-    return p.weights + p.quantized_base + p.adapters
-
-
 def flattens_on_gpu(step: Step) -> bool:
     """ZeRO-1/2 flatten on the accelerator: the card holds the buffer beside the weights (module docstring)."""
-    if step.sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2) or not flat_copy(step):
-        return False
-    return step.card is None or step.card.usable_bytes - resident(step) >= flat_copy(step)
+    return step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
 
 
 def flatten_load_phase(step: Step) -> Iterator[Contribution]:
-    """The load's high point under ZeRO-1/2: the weights and the flat copy of the trainable ones."""
+    """The load's high point under ZeRO-1/2: the weights and the flat copy of the trainable ones (and the
+    workspaces, module docstring)."""
     if not flattens_on_gpu(step):
         return
     p = step.parts
-    for name in ("weights", "quantized_base", "adapters"):
+    for name in ("weights", "quantized_base", "adapters", "workspaces"):
         yield Contribution(name, StepPhase.LOAD, getattr(p, name))
     yield Contribution("temporaries", StepPhase.LOAD, flat_copy(step))
