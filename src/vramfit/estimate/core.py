@@ -37,6 +37,7 @@ from vramfit.estimate.state import (
 from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
+    Checkpointing,
     Method,
     Optimizer,
     Parallelism,
@@ -332,7 +333,12 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     largest, _ = ds.zero3_largest(spec, sc, profile)
     model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
     gathered = ds.gathered_bytes(z, per_elem, largest, model)
-    return ipg + ds.hpz_gathered(gathered, largest, _hpz(sc), sc.method is Method.FULL)
+    if sc.method is not Method.FULL:  # a frozen base keeps its secondary partitions (ds.hpz_gathered)
+        return ipg + gathered
+    head = spec.lm_head_params or spec.embedding_params
+    recompute = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    kept = ds.reuse_kept_bytes(z, spec.num_hidden_layers, elems, head, recompute, per_elem)
+    return ipg + ds.hpz_gathered(gathered, largest, _hpz(sc), kept)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:
