@@ -8,20 +8,30 @@ the fp32 master partitions, the Adam states, the fp32 gradient partitions (and w
 parameter partitions) as host memory. The Trainer's AdamW steps the host partitions (``zero_force_ds_cpu_optimizer``
 false; DeepSpeedCPUAdam, the compiled op the HF configs select, writes the same host tensors in place).
 
-Rank 0's peak allocated (the loss's backward of the second step), simulator vs estimator:
+Rank 0's peak allocated (the loss's backward of the second step), simulator vs estimator before (main) and now:
 
-| case | simulator | estimator |
-|---|---|---|
-| ZeRO-2 offload optimizer, full | 120,577,536 | 120,431,104 (-0.12 %; -1.86 % before) |
-| ZeRO-3 offload optimizer, full | 122,543,616 | 121,876,992 (-0.54 %) |
-| ZeRO-3 offload optimizer+params, full | 118,611,456 | 118,469,120 (-0.12 %) |
-| ZeRO-3 hpZ (4 GPUs, 2 nodes), full | 132,770,304 | 132,108,928 (-0.50 %; +2.07 % before) |
+| case | simulator | estimator before | estimator now |
+|---|---|---|---|
+| ZeRO-2 offload optimizer, full | 120,577,536 | -1.86 % | 120,431,104 (-0.12 %) |
+| ZeRO-3 offload optimizer, full | 122,543,616 | -0.54 % | 121,876,992 (-0.54 %) |
+| ZeRO-3 offload optimizer+params, full | 118,611,456 | -0.12 % | 118,469,120 (-0.12 %) |
+| ZeRO-3 hpZ (4 GPUs, 2 nodes), full | 132,770,304 | +2.07 % | 132,108,928 (-0.50 %) |
+| ZeRO-2 offload optimizer, LoRA | 80,117,248 | -0.19 % | 79,979,008 (-0.17 %) |
+| ZeRO-3 offload optimizer, LoRA | 84,430,848 | -1.39 % | 83,259,904 (-1.39 %) |
+| ZeRO-3 offload optimizer+params, LoRA | 80,756,224 | -1.42 % | 79,606,272 (-1.42 %) |
+| ZeRO-3 hpZ, LoRA | 86,927,360 | -1.34 % | 85,760,768 (-1.34 %) |
 
-The hpZ fix (estimate/deepspeed.py ``hpz_gathered``): from the second step on, trainable parameters kept gathered in
-forward have no secondary partition (stage3.py ``_post_step`` -> ``invalidate_secondary_tensor`` drops those of the
-optimizer's parameters; ``_partition_param_sec`` makes one only when a gathered parameter is partitioned again), so
-the estimator no longer adds the secondary share of what is gathered. Frozen parameters keep theirs (LoRA: the
-engine's hpZ adds 3,412,480 B, the estimator 3,410,176).
+(LoRA: all-linear rank 16, full checkpointing.) What moved, each where DeepSpeed 0.19.8 does it:
+
+- ZeRO-1/2 offload keeps a GPU staging buffer of the largest trainable parameter (stage_1_and_2.py
+  ``temp_grad_buffer_for_gpu_offload``; estimate/ds_offload.py ``offload_grad_staging``).
+- ZeRO-1/2 offload takes each gradient's norm in float64 on the GPU at the boundary (``set_norm_for_param_grad_in_gpu``;
+  ``offload_norm_transient``), and ZeRO-1/2's init holds the 16-bit weights and their flat copy
+  (``flatten_dense_tensors_aligned``; estimate/ds_load.py): the whole Llama-3.2-1B on 8 ranks with offload
+  (seq 1024, full checkpointing) peaks at that load, 4,945,220,608 B, estimator +0.35 % (-16.1 % before).
+- hpZ: trainable parameters kept gathered from forward to backward have no secondary partition at the loss (stage3.py
+  ``_post_step`` -> ``invalidate_secondary_tensor``; ``_partition_param_sec``; the coordinator's
+  stage3_max_reuse_distance; estimate/deepspeed.py ``hpz_gathered``, ``reuse_kept_bytes``); frozen ones keep theirs.
 """
 
 from __future__ import annotations
@@ -140,7 +150,7 @@ def test_zero2_load_holds_the_weights_and_their_flat_copy(tmp_path):
     ``flatten_dense_tensors_aligned``, on the accelerator when it has room): with the optimizer offloaded over 8
     ranks and a short sequence that is the run's peak, twice the 16-bit weights; the estimator's load phase
     (estimate/ds_load.py). The whole Llama-3.2-1B on 8 ranks with offload peaks there too (4,945,220,608 B;
-    estimator +0.35 % with the 19 MB of workspaces it counts there, -5.4 % before)."""
+    estimator +0.35 % with the 19 MB of workspaces it counts there, -16.1 % on main)."""
     sc = {**_scenario(_config(tmp_path, 768, 2048, 4), "zero2", offload="optimizer"), "seq_len": 16,
           "micro_batch_size": 1, "num_gpus": 8}
     sim = simulate(sc, layers=4).result.peak
@@ -158,7 +168,7 @@ def test_zero2_offload_takes_each_gradient_norm_in_float64_on_the_gpu(tmp_path):
     """At the accumulation boundary each gradient's norm is taken in float64 from this rank's slice of it
     (stage_1_and_2.py ``set_norm_for_param_grad_in_gpu``): with a 32000 x 512 tied embedding over 2 ranks, 8 bytes
     x its 10.5M elements of the partition at the end of backward, 84 MB beside a 42 MB model. Simulator
-    213,927,936 B, estimator -0.74 % (-39.5 % before: estimate/ds_offload.py ``offload_norm_transient``)."""
+    213,927,936 B, estimator -0.74 % (-54.8 % on main, without it and the staging buffer: estimate/ds_offload.py ``offload_norm_transient``)."""
     sc = {**_scenario(_config(tmp_path, 512, 32000, 2), "zero2", offload="optimizer"), "seq_len": 32,
           "micro_batch_size": 1}
     run = simulate(sc, layers=2)
