@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
 from vramfit.estimate.fsdp2 import (
+    _grad_bytes,
     blocks_freed_at_loss,
     end_of_backward,
     forward_at_logits,
@@ -26,7 +28,8 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
-from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
+from vramfit.estimate.torchao_optim import in_backward_steps
+from vramfit.estimate.vision_backward import tower_backward_transient, tower_position
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -34,11 +37,11 @@ if TYPE_CHECKING:
 
 Contributor = Callable[["Step"], Iterable[Contribution]]
 
-F, BL, BB, BV, BE, BT, OPT = (
+F, BL, BB, BV, BE, BT, BS, OPT = (
     StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
-    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP,
+    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP,
 )
-_ALL = (F, BL, BB, BV, BE, BT, OPT)
+_ALL = (F, BL, BB, BV, BE, BT, BS, OPT)
 
 
 def _fsdp_frozen_gathered(step: Step) -> bool:
@@ -77,6 +80,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     BV: lambda step: step.acts.tower > 0,
     BE: lambda step: _fsdp_frozen_gathered(step) or _sharded_full_end(step),
     BT: _tied_end,
+    BS: lambda step: in_backward_steps(step.spec, step.sc)[1] > 0,
     OPT: lambda step: not step.sc.optimizer_in_backward,
 }
 
@@ -123,7 +127,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
-    yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
+    yield Contribution("gradients", BV, tower_position(step)[0])
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
@@ -133,6 +137,9 @@ def gradients(step: Step) -> Iterator[Contribution]:
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
+    # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
+    # output layer's share was summed into it in autograd's input buffer)
+    yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
     yield Contribution("gradients", OPT, zero1_step_grads(step.sc, all_grads))
 
 
@@ -142,7 +149,7 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
-    yield Contribution("activations", BV, a.tower + a.tower_recompute)
+    yield Contribution("activations", BV, tower_position(step)[1])
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
@@ -191,12 +198,14 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
     head, block = _reduced_numel(step)
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy
+    block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step
                        + offload_norm_transient(step.sc, max(block, 0 if step.spec.tie_word_embeddings else head),
                                                 step.parts.num_trainable))
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
+    yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
     # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward
     yield Contribution("temporaries", BT, offload_norm_transient(step.sc, head, step.parts.num_trainable))

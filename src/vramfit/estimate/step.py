@@ -32,9 +32,11 @@ from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
+from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
@@ -57,6 +59,8 @@ class Activations:
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
+    tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
+    tower_backward_lowest: int = 0  # kept while its lowest block does
 
     @property
     def total(self) -> int:
@@ -152,6 +156,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
+        *tower_backward_kept(spec, sc, profile, adapters),
     )
 
 
@@ -237,8 +242,8 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
                     if x is not first and not x.layers)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
-    # a trained vision tower runs its backward after the language model's (estimate/vision.py)
-    later += vision.tower_grads_pending(spec, sc, profile)
+    # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
+    later += tower_grads_pending(spec, sc, profile, embedding=False)
     return max(0, parts.gradients - later)
 
 
@@ -302,13 +307,18 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
-    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast
-    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS):
+    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
+    # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
+    no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
+    if (runs_under_autocast(sc, profile) and not no_shard_cast
+            and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
+    # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
+    tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
     parts = replace(

@@ -107,6 +107,16 @@ class VisionTower:
     # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
     # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
     projector_rmsnorm: bool = False
+    # the tower ends in a LayerNorm (Idefics3 / SmolVLM ``post_layernorm``) that saves the last block's output
+    # when it trains; its output, held by the model's output object (``image_outputs.last_hidden_state``),
+    # is copied by the connector's pixel shuffle (a reshape of a permuted view), and the projector's output by
+    # the image features' list (``pooler_output``) until the loss is taken (transformers v5.24.0
+    # models/idefics3/modeling_idefics3.py Idefics3Model.get_image_features, Idefics3Connector.pixel_shuffle)
+    post_norm_held: bool = False
+    # the model copies the pixel values (Idefics3 / SmolVLM drop padding images: ``pixel_values[real_images_inds]
+    # .contiguous()``), the copy saved by the patch embedding when its weight trains; the batch carries a
+    # ``pixel_attention_mask`` of one byte per pixel and channel-less
+    pixels_copied: bool = False
 
     @property
     def cross_attention(self) -> bool:
@@ -203,6 +213,11 @@ class ModelSpec:
     # the checkpoint stores the expert banks as MXFP4 blocks (uint8, two 4-bit values a byte) and scales (one
     # uint8 per 32 values): config.json quantization_config quant_method "mxfp4" (openai/gpt-oss-*)
     experts_mxfp4: bool = False
+    # transformers 4 keeps the experts as 3-D banks and its training forward loops over the experts hit, indexing
+    # each bank with a one-element index tensor (transformers v4.55.0 models/gpt_oss/modeling_gpt_oss.py
+    # GptOssExperts.forward, ``if self.training`` branch: ``self.gate_up_proj[expert_idx]``, ``self.down_proj[expert_idx]``,
+    # expert_idx from ``nonzero()``): advanced indexing copies the expert's weights (estimate/moe_kernel.py)
+    experts_v4_indexed_loop: bool = False
     # the transformers-v4 module names PEFT moves from ``all-linear`` to ``target_parameters`` for this
     # family: peft v0.21.2 utils/transformers_weight_conversion.py _convert_peft_config_moe, for the model
     # types whose conversion pattern is mixtral (gate, w1, w3, w2) or qwen2_moe (gate, gate_proj, up_proj,
