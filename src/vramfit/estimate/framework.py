@@ -131,7 +131,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "utils.lora_fsdp_wrap_policy), device_id=..., sync_module_states=True) over the model rank 0 loaded on "
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
-                 ("fsdp_root_gathered", True)),
+                 ("fsdp_root_gathered", True),
+                 # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
+                 # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
+                 ("nf4_load_on_gpu", True)),
             ),
         ),
     ),
