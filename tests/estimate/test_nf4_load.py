@@ -11,7 +11,7 @@ from vramfit.scenario import Framework, parse_scenario
 
 MODEL = "meta-llama/Llama-2-7b-hf"
 SPEC = resolve_model(MODEL).spec
-H, I = 4096, 11008
+H, W = 4096, 11008
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # pytorch/torchtune@0914d5cfb docs/source/tutorials/qlora_finetune.rst: QLoRA "Peak memory reserved, model init"
 # 9.13 GB and "..., training" 9.29 GB (GB = 1e9; torchtune/utils/memory.py divides by 1e9)
@@ -42,7 +42,7 @@ def test_only_torchtune_0_1_quantizes_on_the_gpu_at_load():
 def test_to_nf4_peaks_with_the_two_numel_by_16_bf16_tensors():
     """quantize_tensor_nearest's (value - nf4) and its .abs() (32 B per weight each) beside scaled_blocks (2 B),
     the kept quantization_factor storage and int8 scalers, and the second get_block_absmax's scalers."""
-    n = H * I
+    n = H * W
     p = _Replay()
     kept = p.to_nf4(n)
     expected = sum(round_allocation(x) for x in (n // 32, n // 64, n // 32, 2 * n, 32 * n, 32 * n))
@@ -55,7 +55,7 @@ def test_only_lora_linears_are_nf4_in_torchtune_module_order():
     r = _step(lora_targets=["q_proj", "v_proj"])
     assert block_weights(SPEC, r.adapters) == (
         (H * H, True), (H * H, False), (H * H, True), (H * H, False),  # q, k, v, output_proj
-        (H * I, False), (I * H, False), (H * I, False))  # w1 (gate), w2 (down), w3 (up)
+        (H * W, False), (W * H, False), (H * W, False))  # w1 (gate), w2 (down), w3 (up)
 
 
 def test_llama2_7b_load_leaves_what_the_tutorial_logged_after_model_init():
@@ -88,3 +88,15 @@ def test_no_load_term_off_the_one_gpu_nf4_path():
     assert load_floor(_step(method="lora", quantize="none")) == 0
     assert load_floor(_step(quantize="int8")) == 0
     assert load_floor(_step(num_gpus=2, parallelism="ddp")) == 0
+
+
+def test_torchtune_0_1_recipes_run_lora_dropout_and_foreach_adamw():
+    """torchtune@c69fba18b lora_llama2_7b(lora_dropout=0.05) and configs' plain torch.optim.AdamW (foreach by
+    default in torch 2.2); torchtune 0.4 LoRALinear(dropout=0.0) and `fused: True`."""
+    old, new = profile_for(Framework.TORCHTUNE, "torchtune-0.1"), profile_for(Framework.TORCHTUNE)
+    assert (old.lora_dropout_default, new.lora_dropout_default) == (0.05, 0.0)
+    assert (old.torch_optimizer_impl.value, new.torch_optimizer_impl.value) == ("foreach", "fused")
+    r = _step(method="lora", quantize="none", lora_targets=["q_proj", "v_proj"], gradient_checkpointing="none")
+    # each of q and v keeps native_dropout's bool mask and its bf16 output: 3 B per input element
+    assert r.saved.items["q_proj.lora0.dropout_mask"] == 2 * 512 * H
+    assert r.saved.items["q_proj.lora0.dropout_out"] == 2 * 2 * 512 * H

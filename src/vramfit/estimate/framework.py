@@ -134,7 +134,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("fsdp_root_gathered", True),
                  # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
                  # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
-                 ("nf4_load_on_gpu", True)),
+                 ("nf4_load_on_gpu", True),
+                 # torchtune@c69fba18b torchtune/models/llama2/_model_builders.py lora_llama2_7b(lora_dropout=0.05)
+                 ("lora_dropout_default", 0.05),
+                 # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
+                 # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
             ),
         ),
     ),
