@@ -81,6 +81,22 @@ def test_sixteen_frames_of_a_720p_video_on_qwen2_5_vl():
 
 
 def test_families_without_a_video_rule_are_named():
-    with pytest.raises(ModelError, match="video frames of model_type 'llava' are not modelled; modelled: qwen2_5_vl, "
-                                         "qwen2_vl, qwen3_vl, qwen3_vl_moe"):
+    with pytest.raises(ModelError, match="video frames of model_type 'llava' are not modelled; modelled: llava_next_video, "
+                                         "qwen2_5_vl, qwen2_vl, qwen3_vl, qwen3_vl_moe"):
         video_tokens({"model_type": "llava"}, 8, 448, 448)
+
+
+def test_llava_next_video_frames_are_pooled_as_transformers_pools_them():
+    """Each 336-px frame: 24 x 24 patches + CLS in the tower, LlavaNextVideoPooler's 2 x 2 average pool to
+    12 x 12 = 144 tokens (the processor's ``num_image_tokens // 4 * num_frames``): shapes from transformers' own
+    pooler on the meta device."""
+    torch = pytest.importorskip("torch")
+    from transformers import LlavaNextVideoConfig
+    from transformers.models.llava_next_video.modeling_llava_next_video import LlavaNextVideoPooler
+
+    config = LlavaNextVideoConfig()
+    pooled = LlavaNextVideoPooler(config).to("meta")(torch.empty(8, 576, 1024, device="meta"))
+    tokens = video_tokens(config.to_dict(), 8, 720, 1280)
+    assert tuple(pooled.shape) == (8, 144, 1024)
+    assert (tokens.vision_patches, tokens.lm_tokens, tokens.features) == (8 * 577, 8 * 144, 8 * 144)
+    assert tokens.pixels == 8 * 3 * 336 * 336

@@ -27,7 +27,7 @@ from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
-from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
+from vramfit.estimate.vision_backward import tower_backward_transient, tower_position
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
-    yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
+    yield Contribution("gradients", BV, tower_position(step)[0])
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
@@ -146,7 +146,7 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
-    yield Contribution("activations", BV, a.tower + a.tower_recompute)
+    yield Contribution("activations", BV, tower_position(step)[1])
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)

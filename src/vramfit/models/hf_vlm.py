@@ -190,7 +190,22 @@ def gemma3_vision_tower(config: Mapping) -> VisionTower:
                                "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)})
 
 
-BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next}
+def _llava_next_video(c: _Cfg) -> ModelSpec:
+    """LLaVA-NeXT-Video: LLaVA-NeXT's layout (images: anyres tiles) plus ``vision_resampler``, the video frames'
+    LlavaNextVideoPooler over each frame's patch grid: average or max pooling (no parameters) or a Conv2d of
+    ``spatial_pool_stride`` (transformers v5.24.0 models/llava_next_video/modeling_llava_next_video.py)."""
+    spec = _llava_next(c)
+    vision = spec.vision.image_config["vision_config"]
+    stride, mode = c.data.get("spatial_pool_stride", 2), c.data.get("spatial_pool_mode", "average")
+    h = int(vision["hidden_size"])
+    out = int(c.data.get("spatial_pool_out_channels") or h)
+    pool = h * out * stride * stride + out if mode == "conv" else 0
+    image_config = {**spec.vision.image_config, "model_type": "llava_next_video", "spatial_pool_stride": stride}
+    return replace(spec, model_type="llava_next_video", vision_params=spec.vision_params + pool,
+                   vision=replace(spec.vision, image_config=image_config))
+
+
+BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next, "llava_next_video": _llava_next_video}
 
 
 # Idefics3VisionConfig / SmolVLMVisionConfig defaults (transformers v5.24.0 configuration_idefics3.py)
@@ -208,7 +223,7 @@ def _idefics3_tower(config: Mapping, text_hidden: int) -> VisionTower:
     block = _vit_block(f"{config['model_type']}_vision", vision, 1)
     image_config = {"model_type": config["model_type"], "vision_config": vision, "scale_factor": scale}
     proj = Linear("proj", block.hidden_size * scale * scale, text_hidden, False, "projector")
-    return VisionTower(block, image_config, projector=(proj,))
+    return VisionTower(block, image_config, projector=(proj,), post_norm_held=True, pixels_copied=True)
 
 
 # InternVLVisionConfig defaults (transformers v5.24.0 models/internvl/configuration_internvl.py)

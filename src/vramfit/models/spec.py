@@ -107,6 +107,16 @@ class VisionTower:
     # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
     # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
     projector_rmsnorm: bool = False
+    # the tower ends in a LayerNorm (Idefics3 / SmolVLM ``post_layernorm``) that saves the last block's output
+    # when it trains; its output, held by the model's output object (``image_outputs.last_hidden_state``),
+    # is copied by the connector's pixel shuffle (a reshape of a permuted view), and the projector's output by
+    # the image features' list (``pooler_output``) until the loss is taken (transformers v5.24.0
+    # models/idefics3/modeling_idefics3.py Idefics3Model.get_image_features, Idefics3Connector.pixel_shuffle)
+    post_norm_held: bool = False
+    # the model copies the pixel values (Idefics3 / SmolVLM drop padding images: ``pixel_values[real_images_inds]
+    # .contiguous()``), the copy saved by the patch embedding when its weight trains; the batch carries a
+    # ``pixel_attention_mask`` of one byte per pixel and channel-less
+    pixels_copied: bool = False
 
     @property
     def cross_attention(self) -> bool:

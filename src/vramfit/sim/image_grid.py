@@ -124,12 +124,13 @@ def grid_inputs(config: dict, sc: Scenario) -> GridInputs:
 
 
 @contextlib.contextmanager
-def constants_kept() -> Iterator[None]:
-    """While the forward runs: the ids and grid (and what is computed from them alone) keep their values."""
+def constants_kept(numel: int = 0) -> Iterator[None]:
+    """While the forward runs: the ids and grid (and what is computed from them alone) keep their values;
+    ``numel``: the largest such tensor when it exceeds the ids' limit (Idefics3's pixel values, sim/images.py)."""
     from torch._subclasses import fake_tensor
 
     old = fake_tensor.CONSTANT_NUMEL_LIMIT
-    fake_tensor.CONSTANT_NUMEL_LIMIT = _CONSTANT_LIMIT
+    fake_tensor.CONSTANT_NUMEL_LIMIT = max(_CONSTANT_LIMIT, numel)
     try:
         yield
     finally:
