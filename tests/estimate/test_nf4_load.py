@@ -82,6 +82,9 @@ def test_the_load_term_grows_with_the_micro_batch_and_says_so():
     assert figures == sorted(figures)
     notes = " ".join(estimate(_sc()).assumptions)
     assert "un-chunked to_nf4" in notes and "empty_cache" in notes
+    # the 512-token step fits in the load's cached blocks: no longer batch up to it opens a segment
+    assert "variable-length batches" not in notes
+    assert "variable-length batches" in " ".join(estimate(_sc(micro_batch_size=4, seq_len=2048)).assumptions)
 
 
 def test_no_load_term_off_the_one_gpu_nf4_path():

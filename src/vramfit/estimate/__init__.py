@@ -10,7 +10,7 @@ from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
-from vramfit.estimate.nf4_load import load_notes, load_reserved
+from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -116,7 +116,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
 
         out.append(layout_note(sc, r.ranks))
     note = length_variation_note(r, reserved, events)
-    if note:
+    if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
     return out + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved)
 

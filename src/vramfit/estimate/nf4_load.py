@@ -224,6 +224,11 @@ def load_reserved(r, allocated: int, reserved: int) -> int:
     return max(reserved, floor + opened + max(0, allocated - persistent - program_peak))
 
 
+def step_fits_in_load(r) -> bool:
+    """Whether the step's tensors all fit in the load's cached blocks (it opens no segment of its own)."""
+    return bool(load_floor(r)) and step_on_load(r)[0] == 0
+
+
 def load_notes(r, reserved: int) -> list[str]:
     """The assumption behind the load term, where it sets ``reserved`` (module docstring)."""
     floor = load_floor(r)
@@ -239,4 +244,4 @@ def load_notes(r, reserved: int) -> list[str]:
 
 
 __all__ = ["block_weights", "load_floor", "load_notes", "load_reserved", "load_state", "loads_nf4_on_gpu",
-           "step_on_load"]
+           "step_fits_in_load", "step_on_load"]
