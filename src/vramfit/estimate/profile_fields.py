@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from vramfit.estimate.allocator import AllocatorConf
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Precision
 
@@ -270,6 +271,10 @@ class FrameworkProfile:
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
     step_allocation_order: bool = False
+    # the PYTORCH_CUDA_ALLOC_CONF the framework sets on import (unsloth@0e0d8fc unsloth/__init__.py), honoured by the
+    # replayed step's allocator model as pytorch/pytorch v2.5.1 c10/cuda/CUDACachingAllocator.cpp does
+    # (estimate/allocator.py AllocatorConf); None: torch's defaults
+    alloc_conf: AllocatorConf | None = None
     # the engine runs expert parallelism for mixture-of-experts models (the planner proposes EP degrees):
     # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
     # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it
@@ -277,3 +282,8 @@ class FrameworkProfile:
     # LoRA on a 4-bit linear clones the base layer's output before adding the adapter's (peft v0.14.0 and v0.21.2
     # tuners/lora/bnb.py Linear4bit.forward: ``result = result.clone()``, "for 4bit, we need to defensively clone")
     lora_4bit_clones_output: bool = False
+    # one-GPU QLoRA builds the model on the GPU and quantizes each LoRA linear's weight there with torchao 0.1's
+    # un-chunked to_nf4, at build and again in load_state_dict, with no empty_cache after: the transients' segments
+    # stay reserved (estimate/nf4_load.py; pytorch/torchtune@0914d5cfb recipes/lora_finetune_single_device.py,
+    # pytorch/ao@v0.1 torchao/dtypes/nf4tensor.py quantize_tensor_nearest)
+    nf4_load_on_gpu: bool = False

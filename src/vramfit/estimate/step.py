@@ -36,6 +36,7 @@ from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
@@ -58,6 +59,8 @@ class Activations:
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
+    tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
+    tower_backward_lowest: int = 0  # kept while its lowest block does
 
     @property
     def total(self) -> int:
@@ -153,6 +156,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
+        *tower_backward_kept(spec, sc, profile, adapters),
     )
 
 
@@ -238,8 +242,8 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
                     if x is not first and not x.layers)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
-    # a trained vision tower runs its backward after the language model's (estimate/vision.py)
-    later += vision.tower_grads_pending(spec, sc, profile)
+    # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
+    later += tower_grads_pending(spec, sc, profile, embedding=False, lm_block=True)
     return max(0, parts.gradients - later)
 
 
