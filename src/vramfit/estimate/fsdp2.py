@@ -1,5 +1,5 @@
 """What FSDP2 (``fully_shard``) does differently from the generic FSDP model, for the profiles that run it
-(``FrameworkProfile.fsdp2``: torchtune, torchtitan).
+(``FrameworkProfile.fsdp2``: torchtune, torchtitan; hf with ``fsdp_version: 2``, its ``fsdp2_variant``).
 
 1. The reduce-scatter input. Each unit's post-backward copies the whole gradients of its parameters into one
    flat buffer in the reduce dtype and reduce-scatters it into a 1/N output (FSDP2 as of torch 2.4,
@@ -23,6 +23,10 @@
    on the block's outputs). So at the logits and the loss only the root unit is gathered (plus the last block
    where the framework keeps it, ``fsdp2_last_block_kept``), and forward's high point is either that moment
    or a block's (two blocks' all-gathers and its de-quantized weight), not both.
+3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
+   (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
+   shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
+   all but its shard (the simulator's torchtitan trace holds both).
 4. accelerate's units (profile ``fsdp2_tail_unit``; accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model
    l. 857-885). An untied input embedding is a unit of its own, resharded after forward like a block; the final
    norm and lm_head are one unit with ``reshard_after_forward=False``, gathered from the end of forward until
@@ -32,18 +36,15 @@
    the output layer's backward). Tied, the embedding is in the tail unit: the whole root stays gathered.
    The untied tail is the last unit gathered in forward, and its all-gather output outlives the copy-out into
    the unsharded parameters until the root's post-forward (torch v2.13.0 distributed/fsdp/_fully_shard/
-   _fsdp_param_group.py ``wait_for_unshard`` keeps ``comm_ctx.all_gather_state`` for the next unit's copy-out;
-   _fsdp_state.py ``_post_forward`` of the root frees it); transformers computes the loss inside the model's
-   forward when labels are given, so the forward's logits and loss see the tail gathered twice.
+   _fsdp_param_group.py l. 417-483 ``wait_for_unshard``/``unshard`` keep ``comm_ctx.all_gather_state`` for
+   the next unit's copy-out; _fsdp_state.py l. 324-342 ``_post_forward`` of the root frees it); transformers
+   computes the loss inside the model's forward when labels are given, so the forward's logits and loss see
+   the tail gathered twice.
 5. The root's pre-backward prefetch. FSDP2 registers a unit's pre-backward hook on its forward outputs and, in it,
-   prefetches the unit that ran forward before it (torch v2.13.0 _fsdp_state.py ``_pre_backward`` ->
-   _fsdp_param_group.py ``_backward_prefetch``). Where the loss is computed inside the model's forward (profile
+   prefetches the unit that ran forward before it (torch v2.13.0 _fsdp_state.py l. 381 ``_pre_backward`` ->
+   _fsdp_param_group.py l. 795 ``_backward_prefetch``). Where the loss is computed inside the model's forward (profile
    ``loss_in_model_forward``) and the root unit holds the output layer (no tail unit), that hook fires on the loss's
    gradient: the last block is all-gathered while the loss's backward runs.
-3. The gathered root is a buffer of its own. ``foreach_all_gather`` allocates the whole unit's all-gather output
-   (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
-   shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
-   all but its shard (the simulator's torchtitan trace holds both).
 """
 
 from __future__ import annotations
