@@ -103,8 +103,11 @@ def test_importers_map_the_weights(tmp_path):
     lf.write_text(f"model_name_or_path: {MODEL}\nstage: dpo\npref_loss: simpo\npref_ftx: 0.5\nfinetuning_type: lora\n"
                   "bf16: true\ncutoff_len: 1024\n")
     imp = from_config(lf)
-    # LLaMA-Factory's own SimPO loss has no chosen-half cross-entropy; pref_ftx reads the per-token log-probs
-    assert (imp.scenario.stage.value, imp.scenario.cpo_alpha, imp.scenario.rpo_alpha) == ("simpo", 0.0, None)
+    # LLaMA-Factory's own SimPO loss has no chosen-half cross-entropy, pref_ftx reads the per-token log-probs:
+    # its trainers' profile says so (framework_version llamafactory-0.9, tests/estimate/test_stage_fidelity.py)
+    sc = imp.scenario
+    assert (sc.stage.value, sc.cpo_alpha, sc.rpo_alpha, sc.framework_version) == ("simpo", 1.0, None, "llamafactory-0.9")
+    assert "chosen half" not in compute(resolve_model(MODEL).spec, sc, None).loss.detail
     assert any(line.strip().startswith("ignored  pref_ftx") for line in imp.lines())
 
 

@@ -9,10 +9,11 @@ settings sit under ``trl:`` (``num_generations``, ``max_completion_length``, ``u
 Axolotl passes ``cpo_alpha`` to TRL's CPOConfig for ``rl: simpo`` (src/axolotl/core/builders/rl.py:139-140).
 LLaMA-Factory: ``stage`` = pt, sft, rm, ppo, dpo, kto; a dpo stage with ``pref_loss`` orpo or simpo
 loads no reference (``use_ref_model = stage == "dpo" and pref_loss not in ["orpo", "simpo"]``,
-hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/finetuning_args.py). Its simpo is its own
-``CustomDPOTrainer.simpo_loss`` on the summed log-probs, with no cross-entropy over the chosen logits
-(``cpo_alpha`` 0), and its ``pref_ftx`` term is ``-policy_chosen_logps_avg``, the same per-token log-probs
-(src/llamafactory/train/dpo/trainer.py:160-166, 300-302): no tensor of its own, so not ``rpo_alpha``.
+hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/finetuning_args.py). Its dpo and kto stages run its own
+trainers, not TRL's: ``framework_version`` llamafactory-0.9 (estimate/framework.py) says what they compute —
+fp32 logits and the whole ``log_softmax`` (src/llamafactory/train/dpo/trainer.py:230, trainer_utils.py:612), its
+orpo's SFT term ``-chosen_logps`` (:150-157), simpo's loss (:160-166) and ``pref_ftx`` (:300-302) all on those
+per-token log-probs: no cross-entropy over the chosen logits, no tensor of their own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo"}
 LLAMAFACTORY_STAGE = {"dpo": "dpo", "kto": "kto", "ppo": "ppo"}
+LLAMAFACTORY_TRAINERS = "llamafactory-0.9"  # its CustomDPOTrainer / CustomKTOTrainer (ppo runs TRL's PPOTrainer)
 
 
 def axolotl_stage(r: KeyReader) -> None:
@@ -68,11 +70,12 @@ def llamafactory_stage(r: KeyReader, stage: str, source: str) -> None:
         mapped = loss if loss in ("orpo", "simpo") else "dpo"
         r.set("pref_loss", "stage", mapped)
         r.set("stage", "stage", mapped)
-        if mapped == "simpo":  # LLaMA-Factory's own SimPO loss: no chosen-half cross-entropy (module docstring)
-            r.set("pref_loss", "cpo_alpha", 0)
+        r.set("stage", "framework_version", LLAMAFACTORY_TRAINERS)
         return
     if stage in LLAMAFACTORY_STAGE:
         r.set("stage", "stage", LLAMAFACTORY_STAGE[stage])
+        if stage == "kto":
+            r.set("stage", "framework_version", LLAMAFACTORY_TRAINERS)
         if stage == "ppo":
             r.mark("stage", "ppo: modelled as TRL's PPO with a separate, fully trained value model; LLaMA-Factory puts "
                             "the value head on the policy itself, so the value model is an over-count")

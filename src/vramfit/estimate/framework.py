@@ -119,6 +119,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
                              "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),
+            FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
+                             "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
+                             "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
+                             "terms from those log-probs; the full fine-tune's reference in the compute dtype",
+                             (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
+                              ("chosen_nll_in_logps", True), ("reference_compute_dtype", True))),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(

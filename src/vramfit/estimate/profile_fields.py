@@ -184,6 +184,17 @@ class FrameworkProfile:
     full_unchunked_logits: bool = False
     # an older TRL's log-prob code for ORPO and CPO/SimPO (estimate/stages/profiles.py); None: TRL 1.16.0's kernel
     trl_logits_logprobs: LogProbs | None = None
+    # the preference trainer casts the model's logits to fp32 before its log-probs
+    # (hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/train/dpo/trainer.py:230, kto/trainer.py:179 `.logits.to(torch.float32)`)
+    stage_logits_fp32: bool = False
+    # ORPO's SFT term and the pref_ftx/SimPO terms are the mean of the per-token log-probs already held
+    # (LLaMA-Factory@ff6d4d1 dpo/trainer.py:150-157 odds_ratio_loss `sft_loss = -chosen_logps`, :300-302): no
+    # cross-entropy over the chosen half's logits, whatever cpo_alpha/rpo_alpha say
+    chosen_nll_in_logps: bool = False
+    # a full fine-tune's frozen reference copy is loaded in the compute dtype, never upcast to fp32
+    # (LLaMA-Factory@ff6d4d1 model/adapter.py:310 `if is_trainable and cast_trainable_params_to_fp32`;
+    # trainer_utils.py:136-146 create_ref_model loads it with is_trainable=False)
+    reference_compute_dtype: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""

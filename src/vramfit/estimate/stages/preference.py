@@ -51,6 +51,8 @@ def frozen_copy_bytes(step: Step) -> int:
     if sc.method is not Method.FULL:
         return p.weights + p.quantized_base
     per = 2 if sc.parallelism in _ZERO and sc.precision is not Precision.FP32 else sc.precision.param_bytes
+    if step.profile.reference_compute_dtype:  # loaded untrainable: never upcast (FrameworkProfile field's source)
+        per = sc.precision.compute_bytes
     total = sum(round_allocation(t.numel * per) * t.count for t in base_tensors(step.spec))
     return shard(total, sc.num_gpus) if sc.parallelism in _SHARDS_REFERENCE else total
 
@@ -90,16 +92,18 @@ def chunked_logprobs(N: int, V: int, H: int, cb: int, head_grad_bytes: int, deta
     return LossMemory(saved, saved + tile + cast + 6 * 4 * N, backward, detail)
 
 
-def selective_logps(T: int, row: int, V: int, lb: int, detail: str) -> LossMemory:
+def selective_logps(T: int, row: int, V: int, lb: int, detail: str, rows_log_softmax: bool = False) -> LossMemory:
     """``selective_log_softmax`` with autograd over T tokens (rows of ``row`` tokens), V vocabulary.
 
     16-bit logits: each row's ``log_softmax`` output is saved by its backward (lb·T·V) while the logits
     are alive (forward: 2·lb·T·V); backward: the rows' gradients are all held until ``UnbindBackward``
     stacks them into the logits gradient (2·lb·T·V). fp32 logits: ``gather`` + per-row ``logsumexp``,
     which saves its input (the logits, 4·T·V) and makes one row's exp at a time; backward: the
-    gather's full-size zero-filled gradient, the rows' logsumexp gradients and their stack (3·4·T·V)."""
+    gather's full-size zero-filled gradient, the rows' logsumexp gradients and their stack (3·4·T·V).
+    ``rows_log_softmax``: TRL v0.14.0 GRPO's own loop, ``log_softmax`` per row whatever the dtype
+    (grpo_trainer.py:437-440): the 16-bit formula at fp32 sizes."""
     TV = T * V
-    if lb == 2:
+    if lb == 2 or rows_log_softmax:
         return LossMemory(lb * TV, 2 * lb * TV, 2 * lb * TV, detail)
     return LossMemory(4 * TV, 4 * TV + 4 * row * V, 3 * 4 * TV, detail)
 
@@ -149,7 +153,7 @@ def stage_loss(step: Step) -> LossMemory:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
     path = logprobs_path(sc.stage, step.profile)
-    nll = chosen_nll(sc, path)
+    nll = chosen_nll(sc, path, step.profile)
     if path is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
@@ -158,8 +162,7 @@ def stage_loss(step: Step) -> LossMemory:
     # the logits as the model returns them: fp32 where it upcasts (transformers < 4.45 `logits.float()`, TRL
     # never upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes)
     # (none returned under Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)
-    lb = (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
-          or logits_bytes_per_element(sc, step.profile))
+    lb = stage_logits_bytes(step)
     what = {LogProbs.LOGITS_KERNEL: "TRL's Triton log-prob kernel", LogProbs.ROW_LOOP: "selective_log_softmax",
             LogProbs.FULL_LOG_SOFTMAX: "log_softmax of all of them"}[path]
     detail = (f"{sc.stage.value} log-probs: full logits, {what}"
@@ -168,14 +171,49 @@ def stage_loss(step: Step) -> LossMemory:
         return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
     h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
     if path is LogProbs.FULL_LOG_SOFTMAX:
-        return full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO)
-    return row_loop_logps(T, sc.seq_len, V, lb, h, detail)
+        return pre_1_0_copies(step, full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO), lb * T * V,
+                              logits_saved=False)
+    rows_log_softmax = STAGE_PROFILES[sc.stage].rows_before_1_0 and step.profile.trl_logits_logprobs is not path
+    row = sc.completion_len if sc.stage is Stage.GRPO else sc.seq_len
+    return pre_1_0_copies(step, row_loop_logps(T, row, V, lb, h, detail, rows_log_softmax), lb * T * V,
+                          logits_saved=lb == 4 and not rows_log_softmax)
 
 
-def row_loop_logps(T: int, row: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+def stage_logits_bytes(step: Step) -> int:
+    """Bytes per element of the logits the stage's log-probs read: fp32 where the trainer casts them
+    (FrameworkProfile.stage_logits_fp32) or the model upcasts (transformers < 4.45 ``logits.float()``, TRL never
+    upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes; none returned under
+    Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)."""
+    sc, V = step.sc, vocab_rows(step.spec)
+    if step.profile.stage_logits_fp32:
+        return 4  # the cast's 16-bit source is dropped with the model's output, below the log-probs' 3F
+    return (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
+            or logits_bytes_per_element(sc, step.profile))
+
+
+def pre_1_0_copies(step: Step, loss: LossMemory, F: int, logits_saved: bool) -> LossMemory:
+    """The copies of the logits (F bytes) a stage made before TRL 1.0 after (KTO) or before (GRPO) its log-probs.
+
+    KTO (``StageProfile.copies_logits``): the chosen and rejected rows' logits, copied for the metrics
+    (v0.14.0 kto_trainer.py:1112-1113, v0.29.1 experimental/kto/kto_trainer.py:974-975; LLaMA-Factory@ff6d4d1
+    kto/trainer.py:194-196), F together, alive with the logits and the saved tensors until the loss is reduced
+    (``logits_saved``: the fp32 row loop's saved tensor is the logits themselves). GRPO v0.15.0-v0.29.1: ``logits / self.temperature``
+    (grpo_trainer.py:1069 at v0.29.1) is a second F next to the logits it divides."""
+    sc, prof = step.sc, STAGE_PROFILES[step.sc.stage]
+    path = logprobs_path(sc.stage, step.profile)
+    if prof.copies_logits:
+        alive = loss.saved + (0 if logits_saved else F) + F
+        return LossMemory(loss.saved, max(loss.forward_peak, alive), loss.backward_peak, loss.detail)
+    if prof.rows_before_1_0 and step.profile.trl_logits_logprobs is path:
+        return LossMemory(loss.saved, max(loss.forward_peak, 2 * F), loss.backward_peak, loss.detail)
+    return loss
+
+
+def row_loop_logps(T: int, row: int, V: int, lb: int, h: int, detail: str,
+                   rows_log_softmax: bool = False) -> LossMemory:
     """:func:`selective_logps` after the chosen half's cross-entropy, whose saved h is alive throughout
     (its own backward branch, F + 3h, stays below the loop's)."""
-    loop = selective_logps(T, row, V, lb, detail)
+    loop = selective_logps(T, row, V, lb, detail, rows_log_softmax)
     return LossMemory(loop.saved + h, loop.forward_peak + h, loop.backward_peak + h, detail)
 
 
@@ -199,7 +237,7 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
     elif path is LogProbs.FULL_LOG_SOFTMAX:
-        head = 3 * logits_bytes_per_element(sc, step.profile) * scored * V
+        head = 3 * (4 if step.profile.stage_logits_fp32 else logits_bytes_per_element(sc, step.profile)) * scored * V
     else:
         lb = logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
@@ -252,9 +290,10 @@ def describe(step: Step) -> list[str]:
              if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
     out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
     if logprobs_path(sc.stage, step.profile) is not STAGE_PROFILES[sc.stage].logprobs:
-        out.append(f"Log-probs as the TRL of framework_version {sc.framework_version} took them (before TRL 1.0): "
-                   "from the full logits" + (", and the chosen half's cross-entropy" if chosen_nll(
-                       sc, logprobs_path(sc.stage, step.profile)) else "") + ".")
+        out.append(f"Log-probs as framework_version {sc.framework_version} takes them (TRL before 1.0 or its own trainer): "
+                   "from the full logits" + (" cast to fp32" if step.profile.stage_logits_fp32 else "")
+                   + (", and the chosen half's cross-entropy" if chosen_nll(
+                       sc, logprobs_path(sc.stage, step.profile), step.profile) else "") + ".")
     elif sc.rpo_alpha is not None:
         out.append(f"rpo_alpha {sc.rpo_alpha:g}: TRL 1.16's RPO term (loss_type sft) reads the fused head's per-token "
                    "log-probs of the chosen half: no tensor of its own.")

@@ -27,6 +27,15 @@ trl/trainer/dpo_trainer.py:1214 the gather; v0.28.0 :1686 and v0.29.1 :1151 ``se
 with ``rpo_alpha`` set (any value, 0 included: ``if self.args.rpo_alpha is not None``) adds
 ``F.cross_entropy(torch.flatten(logits[:num_examples, :-1], end_dim=1), ...)`` over the chosen half
 (v0.14.0 :1242-1250, v0.28.0 :1706-1714), the same tensors as CPO's; v0.29.1 dropped ``rpo_alpha``.
+KTO before 1.0 took them from ``outputs.logits`` too (v0.14.0 trl/trainer/kto_trainer.py:1035 the gather of
+``log_softmax``; v0.29.1 trl/experimental/kto/kto_trainer.py:929 ``selective_log_softmax``) and returns
+copies of the chosen and rejected rows' logits for its metrics (v0.14.0 :1112-1113 ``completion_logits[chosen_idx,
+...]``, v0.29.1 :974-975 ``index_select``; ``StageProfile.copies_logits``). GRPO before 1.0 asks the model for the
+completion's logits only (``num_logits_to_keep``/``logits_to_keep`` + 1) and loops over the rows: v0.14.0
+trl/trainer/grpo_trainer.py:430-441 ``logits_row.log_softmax`` per row; v0.15.0-v0.29.1 ``selective_log_softmax``
+after ``logits = logits / self.temperature``, a copy alive with the logits it divides (v0.29.1 :1062-1071).
+LLaMA-Factory runs its own trainers (``framework_version`` llamafactory-0.9, FrameworkProfile.stage_logits_fp32,
+chosen_nll_in_logps): fp32 logits, the whole ``log_softmax``, no chosen-half cross-entropy.
 """
 
 from __future__ import annotations
@@ -68,7 +77,9 @@ class StageProfile:
     logprobs: LogProbs
     chosen_nll: ChosenNLL  # nn.CrossEntropyLoss over the chosen half's full logits, next to the log-probs
     source: str
-    logits_before_1_0: bool = False  # a fused-head stage that built the full logits in TRL < 1.0 (DPO)
+    logits_before_1_0: bool = False  # a fused-head stage that built the full logits in TRL < 1.0 (DPO, KTO)
+    rows_before_1_0: bool = False  # ... one row at a time whatever the release before 1.0 (GRPO)
+    copies_logits: bool = False  # before 1.0: the chosen and rejected rows' logits copied for metrics (KTO)
 
 
 STAGE_PROFILES: dict[Stage, StageProfile] = {
@@ -76,13 +87,15 @@ STAGE_PROFILES: dict[Stage, StageProfile] = {
                             "trl 1.16.0 trainer/dpo_trainer.py:351 (chosen then rejected), :1285 _compute_loss",
                             logits_before_1_0=True),
     Stage.KTO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER,
-                            "trl 1.16.0 trainer/kto_trainer.py: one completion"),
+                            "trl 1.16.0 trainer/kto_trainer.py: one completion", logits_before_1_0=True,
+                            copies_logits=True),
     Stage.ORPO: StageProfile(True, LogProbs.LOGITS_KERNEL, ChosenNLL.ALWAYS,
                              "trl 1.16.0 experimental/orpo/orpo_trainer.py:745-825 concatenated_forward"),
     Stage.SIMPO: StageProfile(True, LogProbs.LOGITS_KERNEL, ChosenNLL.CPO_ALPHA,
                               "trl 1.16.0 experimental/cpo/cpo_trainer.py:792-862 concatenated_forward, "
                               "loss_type simpo"),
-    Stage.GRPO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER, "trl 1.16.0 trainer/grpo_trainer.py:2505"),
+    Stage.GRPO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER, "trl 1.16.0 trainer/grpo_trainer.py:2505",
+                             rows_before_1_0=True),
     Stage.PPO: StageProfile(False, LogProbs.ROW_LOOP, ChosenNLL.NEVER,
                             "trl v1.9.0 experimental/ppo/ppo_trainer.py:703, 823"),
 }
@@ -95,17 +108,21 @@ FUSED_HEAD = tuple(s for s, p in STAGE_PROFILES.items() if p.logprobs is LogProb
 
 def logprobs_path(stage: Stage, framework: FrameworkProfile) -> LogProbs:
     """The log-prob code of ``stage`` under the framework's release: an older TRL's for the stages that
-    build the full logits and for DPO, which built them before 1.0 (KTO and GRPO before 1.0: not modelled
-    apart, their fused head is kept)."""
+    build the full logits and for DPO and KTO, which built them before 1.0; GRPO's row loop before 1.0."""
     prof = STAGE_PROFILES[stage]
     older = framework.trl_logits_logprobs
+    if older is not None and prof.rows_before_1_0:
+        return LogProbs.ROW_LOOP
     if older is not None and (prof.logprobs is LogProbs.LOGITS_KERNEL or prof.logits_before_1_0):
         return older
     return prof.logprobs
 
 
-def chosen_nll(sc: Scenario, path: LogProbs) -> bool:
-    """Whether the policy's loss adds the cross-entropy over the chosen half's full logits."""
+def chosen_nll(sc: Scenario, path: LogProbs, framework: FrameworkProfile) -> bool:
+    """Whether the policy's loss adds the cross-entropy over the chosen half's full logits (never where the
+    trainer takes its SFT term from the per-token log-probs: FrameworkProfile.chosen_nll_in_logps)."""
+    if framework.chosen_nll_in_logps:
+        return False
     rule = STAGE_PROFILES[sc.stage].chosen_nll
     if rule is ChosenNLL.CPO_ALPHA:
         return sc.cpo_alpha != 0  # None: CPOConfig's 1.0 (cpo_trainer.py:842 `if self.cpo_alpha == 0`)
