@@ -94,3 +94,22 @@ def test_llamafactory_import_runs_its_trainers(tmp_path):
     spec = resolve_model(orpo.model).spec
     step = compute(spec, orpo, None)
     assert step.loss.saved == 4 * T * spec.vocab_size and "chosen half" not in step.loss.detail
+
+
+def score_phase(**keys):
+    r = estimate({"model": MODEL, "method": "lora", **keys}).to_dict()
+    b = next(p["breakdown"] for p in r["phases"] if p["phase"] == "score")
+    return b["logits_loss"], b["score_logits"]
+
+
+def test_the_reference_pass_runs_next_to_the_policys_held_logits():
+    """KTO before 1.0 holds the policy's chosen/rejected copies (F) through the reference pass, whose own no_grad
+    forward makes logits and copies too (2F; trl-0.14's whole log_softmax 3F). LLaMA-Factory's DPO holds its
+    fp32 logits (split views) there: saved F + held F, and the reference pass's 3F. TRL's DPO holds nothing."""
+    F = 2 * 2048 * V
+    assert score_phase(stage="kto", framework_version="trl-0.29") == (2 * F, 2 * F)
+    assert score_phase(stage="kto", framework_version="trl-0.14") == (2 * F, 3 * F)
+    F32 = 4 * 4096 * V
+    assert score_phase(stage="dpo", framework_version="llamafactory-0.9") == (2 * F32, 3 * F32) == (
+        4_978_638_848, 7_467_958_272)
+    assert score_phase(stage="dpo", framework_version="trl-0.14") == (F32 // 2, 3 * F32 // 2)

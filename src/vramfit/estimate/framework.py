@@ -124,7 +124,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
                              "terms from those log-probs; the full fine-tune's reference in the compute dtype",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
-                              ("chosen_nll_in_logps", True), ("reference_compute_dtype", True))),
+                              ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
+                              ("keeps_policy_logits", True))),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(

@@ -195,6 +195,10 @@ class FrameworkProfile:
     # (LLaMA-Factory@ff6d4d1 model/adapter.py:310 `if is_trainable and cast_trainable_params_to_fp32`;
     # trainer_utils.py:136-146 create_ref_model loads it with is_trainable=False)
     reference_compute_dtype: bool = False
+    # the policy's (fp32) logits stay alive through the reference pass: LLaMA-Factory@ff6d4d1 dpo/trainer.py:239
+    # `chosen_logits, rejected_logits = all_logits.split(batch_size, dim=0)` (views) are held by
+    # get_batch_loss_metrics (:289-290) while compute_reference_log_probs runs (:293); TRL reduces them to means
+    keeps_policy_logits: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""

@@ -241,7 +241,23 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
     else:
         lb = logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
+        if STAGE_PROFILES[sc.stage].copies_logits:  # the pass's own logits and their chosen/rejected copies
+            head = max(head, 2 * lb * scored * V)  # (pre_1_0_copies), made under no_grad too
     yield Contribution("score_logits", SCORE, max(head, no_grad_block(step, sequences * row)))
+
+
+def held_logits(step: Step) -> int:
+    """The policy's logits still referenced when the reference pass runs: the chosen/rejected copies of KTO before
+    TRL 1.0 (v0.14.0 kto_trainer.py:1202-1234: get_batch_loss_metrics holds them from forward() through the
+    reference forward; LLaMA-Factory@ff6d4d1 kto/trainer.py:231-236 the same), or the logits themselves where
+    the trainer keeps views of them (FrameworkProfile.keeps_policy_logits)."""
+    sc = step.sc
+    path = logprobs_path(sc.stage, step.profile)
+    if path is LogProbs.FUSED_HEAD or sc.loss is not Loss.STANDARD:
+        return 0
+    if STAGE_PROFILES[sc.stage].copies_logits or step.profile.keeps_policy_logits:
+        return stage_logits_bytes(step) * policy_tokens(sc) * vocab_rows(step.spec)
+    return 0
 
 
 def reference_model(step: Step) -> Iterator[Contribution]:
@@ -271,7 +287,7 @@ def preference_score(step: Step) -> Iterator[Contribution]:
             if c.phase is StepPhase.FORWARD:
                 # the policy's loss is done: its saved tensors stay, its forward tile is freed
                 # (mm_buf is local to ChunkedLogProbFunction.forward, kernels/chunked_logprob.py:347)
-                kept = step.loss.saved if c.name == "logits_loss" else c.bytes
+                kept = step.loss.saved + held_logits(step) if c.name == "logits_loss" else c.bytes
                 yield Contribution(c.name, SCORE, kept)
     seqs = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size
     yield from scoring_pass(step, seqs, sc.seq_len, seqs * sc.seq_len)
