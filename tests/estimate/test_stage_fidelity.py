@@ -99,7 +99,7 @@ def test_llamafactory_import_runs_its_trainers(tmp_path):
 def score_phase(**keys):
     r = estimate({"model": MODEL, "method": "lora", **keys}).to_dict()
     b = next(p["breakdown"] for p in r["phases"] if p["phase"] == "score")
-    return b["logits_loss"], b["score_logits"]
+    return b.get("logits_loss"), b["score_logits"]
 
 
 def test_the_reference_pass_runs_next_to_the_policys_held_logits():
@@ -113,3 +113,12 @@ def test_the_reference_pass_runs_next_to_the_policys_held_logits():
     assert score_phase(stage="dpo", framework_version="llamafactory-0.9") == (2 * F32, 3 * F32) == (
         4_978_638_848, 7_467_958_272)
     assert score_phase(stage="dpo", framework_version="trl-0.14") == (F32 // 2, 3 * F32 // 2)
+
+
+def test_grpo_scoring_pass_before_1_0():
+    """The no_grad old-policy/reference pass over 4 completions of 512 tokens (F = 4·512·V in bf16): v0.29.1's
+    ``logits / temperature`` copy next to the logits (2F); v0.14.0 one row's log_softmax next to them (F + F/4)."""
+    F = 2 * 4 * 512 * V
+    keys = {"stage": "grpo", "reference": "adapters-off", "micro_batch_size": 4, "num_generations": 4}
+    assert score_phase(framework_version="trl-0.29", **keys)[1] == 2 * F == 1_244_659_712
+    assert score_phase(framework_version="trl-0.14", **keys)[1] == F + F // 4

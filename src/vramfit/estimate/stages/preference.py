@@ -241,8 +241,11 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
     else:
         lb = logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
-        if STAGE_PROFILES[sc.stage].copies_logits:  # the pass's own logits and their chosen/rejected copies
-            head = max(head, 2 * lb * scored * V)  # (pre_1_0_copies), made under no_grad too
+        prof = STAGE_PROFILES[sc.stage]
+        if prof.copies_logits or (prof.rows_before_1_0 and step.profile.trl_logits_logprobs is path):
+            # the pass's own logits and their KTO chosen/rejected copies or GRPO's `logits / temperature`
+            # (pre_1_0_copies), made under no_grad too
+            head = max(head, 2 * lb * scored * V)
     yield Contribution("score_logits", SCORE, max(head, no_grad_block(step, sequences * row)))
 
 
