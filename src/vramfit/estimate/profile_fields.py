@@ -265,7 +265,8 @@ class FrameworkProfile:
     # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
     # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
     fsdp2_last_block_kept: bool = False
-    # the FSDP2 the scenario can pick instead (fsdp_version: 2): the fields it changes, with its source; None: the
+    # the FSDP2 the scenario can pick instead (fsdp_version: 2; hf: accelerate v1.15.0 utils/fsdp_utils.py
+    # fsdp2_prepare_model): the fields it changes, with its source; None: the
     # framework runs one FSDP only (FrameworkProfile.fsdp2 says which)
     fsdp2_variant: FrameworkVersion | None = None
     # FSDP2 units beyond the blocks as accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model l. 857-885 builds
