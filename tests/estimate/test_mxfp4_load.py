@@ -79,3 +79,12 @@ def test_axolotl_loads_to_the_host_except_under_multi_gpu_ddp():
     ddp = estimate(_lora(num_gpus=2, parallelism="ddp", framework_version="transformers-4.55+axolotl-0.12"))
     load = next(p for p in ddp.phases if p.phase == "load")
     assert dict(load.breakdown) == {"weights": compute(GPT_OSS, _lora()).parts.weights, "temporaries": 5_125_939_200}
+
+
+def test_the_indices_of_a_bank_larger_than_one_chunk_cover_one_chunk():
+    big = resolve_model("openai/gpt-oss-120b").spec
+    blocks = 128 * 2880 * 5760 // 2  # gate_up_proj bank: 128 experts, 66_355_200 rows of 16 bytes
+    chunk = 32768 * 1024 * 16  # rows_per_chunk rows: the loop's indices and lut values cover one chunk
+    assert blocks > chunk
+    step = compute(big, parse_scenario({"model": "openai/gpt-oss-120b", "method": "lora", "framework": "hf"}))
+    assert dequant_transient(step) == blocks + (blocks // 16) * 5 + chunk * (4 + 2) == 4_614_684_672

@@ -12,7 +12,8 @@ Its high point, per byte of ``blocks`` (two 4-bit values):
 * ``out``, the bf16 result (4 B): the same size as the final parameter, which is the
   ``transpose(1, 2).contiguous()`` copy made after the loop, so it is counted as the weight;
 * the nibble indices ``(blk & 0x0F).to(...)`` (``profile.mxfp4_index_bytes``, both alive at once where
-  ``profile.mxfp4_indices_together``) and ``lut[idx]``, one bf16 value per index (2 B).
+  ``profile.mxfp4_indices_together``) and ``lut[idx]``, one bf16 value per index (2 B), for one chunk of
+  ``rows_per_chunk`` rows at a time (512 MiB of blocks: gpt-oss-120b's banks take two, gpt-oss-20b's one).
 
 Nothing empties the cache when the weights load to the GPU (v4.55.0 l. 329-330 calls
 ``torch.cuda.empty_cache()`` only for a CPU target), so ``max_memory_reserved`` keeps this high point; it
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
 
 _BF16_BYTES = 2  # Mxfp4Dequantize converts to the parameter's dtype: bf16 (FP4_VALUES lut in that dtype)
+# the loop converts `rows_per_chunk: int = 32768 * 1024` rows of blocks at a time (transformers v4.55.0
+# integrations/mxfp4.py l. 89, 112-127; v5.24.0 l. 234, 256-281), a row being one scale's 32 values in 16 bytes
+_CHUNK_BYTES = 32768 * 1024 * 16
 
 
 def loads_on_host(step: Step) -> bool:
@@ -65,7 +69,7 @@ def dequant_transient(step: Step) -> int:
     blocks = _largest_bank_blocks(step)
     indices = step.profile.mxfp4_index_bytes * (2 if step.profile.mxfp4_indices_together else 1)
     scales = blocks // 16 + 4 * (blocks // 16)  # uint8 scale and its int32 copy, one per 16 bytes (32 values)
-    return blocks + scales + blocks * (indices + _BF16_BYTES)
+    return blocks + scales + min(blocks, _CHUNK_BYTES) * (indices + _BF16_BYTES)  # indices and lut[idx]: one chunk
 
 
 def host_load_transient(step: Step) -> int:
