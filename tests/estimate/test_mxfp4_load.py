@@ -88,3 +88,13 @@ def test_the_indices_of_a_bank_larger_than_one_chunk_cover_one_chunk():
     assert blocks > chunk
     step = compute(big, parse_scenario({"model": "openai/gpt-oss-120b", "method": "lora", "framework": "hf"}))
     assert dequant_transient(step) == blocks + (blocks // 16) * 5 + chunk * (4 + 2) == 4_614_684_672
+
+
+def test_the_conversion_and_zero2s_flatten_are_two_moments_the_higher_counts():
+    weights = compute(GPT_OSS, _lora()).parts.weights
+    lora = estimate(_lora(num_gpus=2, parallelism="zero2", framework_version="transformers-4.55"))
+    load = next(p for p in lora.phases if p.phase == "load")
+    assert dict(load.breakdown) == {"weights": weights, "temporaries": 5_125_939_200}  # weights once, not twice
+    full = estimate(_lora(method="full", num_gpus=2, parallelism="zero2", framework_version="transformers-4.55"))
+    load = dict(next(p for p in full.phases if p.phase == "load").breakdown)
+    assert load["weights"] == load["temporaries"] == compute(GPT_OSS, _lora(method="full")).parts.weights  # the flatten
