@@ -238,9 +238,15 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
         yield Contribution("rope_cache", phase, rope)
 
 
+def load_high_point(step: Step) -> Iterator[Contribution]:
+    """The load phase: the MXFP4 conversion (in from_pretrained) and ZeRO-1/2's flatten (in the engine's
+    initialisation, after the model has loaded) happen one after the other, so the higher of the two counts."""
+    loads = [list(load_phase(step)), list(flatten_load_phase(step))]
+    yield from max(loads, key=lambda cs: sum(c.bytes for c in cs))
+
+
 CONTRIBUTORS: tuple[Contributor, ...] = (
-    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_phase,
-    flatten_load_phase)
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_high_point)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

@@ -103,13 +103,25 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "activation_offloading: true): a block's input comes back when its backward unpacks it, no "
                              "prefetch, the block above's dropped once the node that unpacked it has run",
                              (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
+                              ("mxfp4_host_dequant_on_gpu", True),
                               ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
             FrameworkVersion("axolotl-0.12", "axolotl-ai-cloud/axolotl@ba3dba3e4 (0.12.0.dev) "
                              "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
                              "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
-                             "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights",
+                             "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights; "
+                             "from_pretrained gets no device_map except under plain multi-GPU DDP, so the weights load "
+                             "to the host",
                              (("fsdp2_variant", FrameworkVersion("axolotl@ba3dba3e4's fsdp2_prepare_model", "see axolotl-0.12",
-                                                                _FSDP2_UNITS)),)),
+                                                                _FSDP2_UNITS)),
+                              # axolotl@ba3dba3e4 cli/config.py l. 231-233: prepare_optim_env (utils/trainer.py l. 541,
+                              # 573: ACCELERATE_USE_DEEPSPEED / _FSDP) runs before normalize_config, whose choose_device
+                              # (utils/config/__init__.py l. 54-58) drops device_map once any ACCELERATE_USE_* is set;
+                              # the CLI's default launcher is `accelerate launch` (cli/main.py l. 38, 84-86), whose
+                              # one-process launcher always sets ACCELERATE_USE_CPU (accelerate@9359a0194
+                              # utils/launch.py l. 133) and whose multi-GPU one sets none without FSDP; FSDP itself sets
+                              # no device_map (loaders/model.py l. 540-549; QLoRA+FSDP excepted, l. 543-546)
+                              ("weights_load_host", (Parallelism.NONE, *FSDP_FAMILY, Parallelism.ZERO1, Parallelism.ZERO2,
+                                                     Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),

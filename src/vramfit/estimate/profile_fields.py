@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import AllocatorConf
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Method, Precision
+from vramfit.scenario import Method, Parallelism, Precision
 
 
 class LossLayout(str, Enum):
@@ -162,6 +163,14 @@ class FrameworkProfile:
     # both nibble index tensors alive at once (transformers v4.55.0 integrations/mxfp4.py l. 119-120: int64
     # idx_lo and idx_hi made before either is used)
     mxfp4_indices_together: bool = False
+    # the parallelisms under which the framework calls from_pretrained with no device_map, so the weights load into
+    # host memory and the engine moves (or shards) them afterwards: FSDP and ZeRO-3 by default (transformers v4.55.0
+    # modeling_utils.py l. 848-849: `if device_map is None: param_device = "cpu"`); estimate/mxfp4_load.py
+    weights_load_host: tuple[Parallelism, ...] = (*FSDP_FAMILY, Parallelism.ZERO3)
+    # an MXFP4 bank loaded to the host is still de-quantized on the GPU: transformers v4.55.0 integrations/mxfp4.py
+    # l. 93-96 moves CPU blocks and scales to CUDA whenever it is available, l. 327-330 moves the result back and
+    # empties the cache (v5.24.0 _convert_moe_packed_tensors converts on the blocks' own device)
+    mxfp4_host_dequant_on_gpu: bool = False
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
@@ -271,7 +280,8 @@ class FrameworkProfile:
     # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
     # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
     fsdp2_last_block_kept: bool = False
-    # the FSDP2 the scenario can pick instead (fsdp_version: 2): the fields it changes, with its source; None: the
+    # the FSDP2 the scenario can pick instead (fsdp_version: 2; hf: accelerate v1.15.0 utils/fsdp_utils.py
+    # fsdp2_prepare_model): the fields it changes, with its source; None: the
     # framework runs one FSDP only (FrameworkProfile.fsdp2 says which)
     fsdp2_variant: FrameworkVersion | None = None
     # FSDP2 units beyond the blocks as accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model l. 857-885 builds
