@@ -24,7 +24,12 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
-from vramfit.estimate.vision import tower_backward_transient, tower_grads_pending
+from vramfit.estimate.vision import (
+    embeds_grad_pending,
+    tower_backward_transient,
+    tower_block_position,
+    tower_grads_pending,
+)
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -108,6 +113,11 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     return max((top, lowest, second_lowest_block(step) or top), key=sum)
 
 
+def _tower_position(step: Step) -> tuple[int, int] | None:
+    """The tower block backward's (gradients, activations) at its top or lowest block (estimate/vision.py)."""
+    return tower_block_position(step.spec, step.sc, step.profile, step.acts.tower_parts, step.parts.gradients)
+
+
 def gradients(step: Step) -> Iterator[Contribution]:
     """Gradients: held between micro-batches, then created during backward.
 
@@ -120,7 +130,8 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
-    yield Contribution("gradients", BV, all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
+    tower = _tower_position(step)
+    yield Contribution("gradients", BV, tower[0] if tower else all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
@@ -139,7 +150,8 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
-    yield Contribution("activations", BV, a.tower + a.tower_recompute)
+    tower = _tower_position(step)
+    yield Contribution("activations", BV, tower[1] if tower else a.tower + a.tower_recompute)
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
@@ -187,7 +199,8 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
-    yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
+    yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
+                       + embeds_grad_pending(step.spec, step.sc))
     end = end_of_backward(step)
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", OPT, step.opt_temp)

@@ -58,6 +58,7 @@ class Activations:
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
     top_consumed: int = 0  # the top block's saved tensors freed by its MLP core's backward (block_extras)
+    tower_parts: vision.TowerKept | None = None  # a trained tower's kept tensors by part
 
     @property
     def total(self) -> int:
@@ -126,7 +127,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
-    tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
+    tower, tower_recompute, tower_parts = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(extras.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
@@ -153,7 +154,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
-        extras.consumed_before_mlp_core(saved) if ck is not Checkpointing.SELECTIVE_OP else 0,
+        extras.consumed_before_mlp_core(saved) if ck is not Checkpointing.SELECTIVE_OP else 0, tower_parts,
     )
 
 

@@ -97,12 +97,13 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
 
 
 def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
-                       adapters: list[Adapter]) -> tuple[int, int]:
-    """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing)."""
+                       adapters: list[Adapter]) -> tuple[int, int, TowerKept | None]:
+    """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing, by part)."""
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
-        return 0, 0
-    return _tower_activations(spec, sc, profile, adapters, pix)
+        return 0, 0, None
+    t = tower_kept(spec, sc, profile, adapters, pix)
+    return t.kept, t.per_layer if t.checkpointed else 0, t
 
 
 def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
@@ -149,8 +150,28 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
 
 
-def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
-                       pix: ImageTokens) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class TowerKept:
+    """One trained tower's kept tensors by part (bytes, each rounded by the allocator)."""
+
+    per_layer: int  # one block without checkpointing (a layer scale's and segments' extras included)
+    block_in: int  # a checkpointed block's input
+    depth: int
+    head: int  # the projector's, masks, stacks' and stem's: outside the blocks
+    projector: int  # of ``head``: what the projector (the merger) keeps
+    gates: int  # gated layers' branch outputs (Mllama), all of them
+    checkpointed: bool
+    consumed: int  # of one block's saved: freed by its MLP core's backward (block_extras.consumed_before_mlp_core)
+
+    @property
+    def kept(self) -> int:
+        if self.checkpointed:
+            return self.depth * self.block_in + self.head
+        return self.depth * self.per_layer + self.gates + self.head
+
+
+def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+               pix: ImageTokens) -> TowerKept:
     from vramfit.estimate import activations as act
     from vramfit.estimate import block_extras as extras
 
@@ -169,9 +190,8 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         per_layer += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
-    depth = block.num_hidden_layers
-    head = projector_kept(spec, sc, profile, adapters)
-    c, img = sc.precision.compute_bytes, per_image(spec, sc)
+    projector = projector_kept(spec, sc, profile, adapters)
+    head, c, img = projector, sc.precision.compute_bytes, per_image(spec, sc)
     if spec.vision.attention_mask and img:  # one (P, P) float mask per image, saved by every layer's attention
         head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
     if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
@@ -180,11 +200,10 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     full = sc.method is Method.FULL
     if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
         per_layer += round_allocation(c * patches * block.hidden_size)
-    gates = spec.vision.gated_layers if full else 0
-    per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
-    if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
-        return depth * per_layer + gates * per_gated + head, 0
-    return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)) + head, per_layer
+    gates = (spec.vision.gated_layers if full else 0) * 2 * round_allocation(c * patches * block.hidden_size)
+    ckpt = sc.gradient_checkpointing is not Checkpointing.NONE and spec.vision.checkpointed
+    return TowerKept(per_layer, round_allocation(extras.block_input_bytes(block, vsc, profile)), block.num_hidden_layers,
+                     head, projector, gates, ckpt, extras.consumed_before_mlp_core(saved))
 
 
 def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
@@ -223,11 +242,16 @@ def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, ada
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
         return 0
+    from vramfit.estimate import activations as act
+
     kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
     if spec.vision.projector_rmsnorm:
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
         kept += round_allocation(sc.precision.compute_bytes * patches * h) if sc.method is Method.FULL else 0
+    if spec.vision.projector_layernorm:  # its input (the last block's output) and fp32 mean and rstd per patch
+        patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
+        kept += round_allocation(act.dtypes_for(sc, profile).residual * patches * h) + 2 * round_allocation(4 * patches)
     return kept
 
 
@@ -320,3 +344,44 @@ def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)
                     if ad.layers == block.num_hidden_layers)
     return (block.num_hidden_layers - 1) * per_block * ab
+
+
+def tower_block_position(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, t: TowerKept | None,
+                         all_grads: int) -> tuple[int, int] | None:
+    """(gradients, activations) inside the tower block backward that holds more: the top block's or the lowest's.
+
+    Both sit at the block's MLP core backward (``t.consumed`` freed, block_extras.consumed_before_mlp_core) after
+    the merger's backward, the tower's last module, has freed what it kept (``t.projector``). A placeholder
+    model embeds the text before it runs the tower (transformers v5.24.0 modeling_qwen2_5_vl.py
+    Qwen2_5_VLModel.forward: ``get_input_embeddings()(input_ids)``, then the image and video features
+    ``masked_scatter``-ed into them), so the untied input embedding's gradient comes after the whole tower's
+    backward (autograd runs the later node first). Top: every block's kept tensors, the top block's MLP output
+    gradients; lowest (full fine-tuning): its own kept tensors, every block's gradients above. ``None``: the
+    older single position: LoRA (its few gradients: the top always holds more) and a cross-attention model (Mllama:
+    its tower's output feeds the decoder's cross-attention layers, not the embeddings)."""
+    if t is None or sc.method is not Method.FULL or spec.vision.cross_attention:
+        return None
+    pb, block = sc.precision.param_bytes, spec.vision.block
+    down = next((x for x in block.block_linears if x.group == "mlp" and x.out_features == block.hidden_size), None)
+    own_later = block.block_params - (down.params if down else 0)  # the block's gradients not yet made
+    embedding = 0 if spec.vision.cross_attention or spec.tie_word_embeddings else spec.embedding_params
+    stem = spec.vision_params - spec.vision.unused_params - sum(x.params for x in spec.vision.projector) \
+        - t.depth * block.block_params
+    recompute = t.per_layer if t.checkpointed else 0
+    top = (all_grads - (embedding + stem + (t.depth - 1) * block.block_params + own_later) * pb,
+           t.kept - t.projector + recompute - t.consumed)
+    own = t.block_in if t.checkpointed else t.per_layer
+    lowest = (all_grads - (embedding + stem + own_later) * pb,
+              own + t.head - t.projector + recompute - t.consumed)
+    return max(top, lowest, key=sum)
+
+
+def embeds_grad_pending(spec: ModelSpec, sc: Scenario) -> int:
+    """Full fine-tuning of a placeholder model: the gradient of the merged input embeddings (``masked_scatter``'s
+    backward for ``inputs_embeds``, B x (text + image tokens) x H) waits in the embedding's backward node through
+    the whole tower backward (the embedding ran first, :func:`tower_block_position`)."""
+    pix = per_sample(spec, sc)
+    if pix is None or sc.method is not Method.FULL or spec.vision.cross_attention:
+        return 0
+    return round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * (sc.seq_len + pix.lm_tokens)
+                            * spec.hidden_size)

@@ -107,6 +107,9 @@ class VisionTower:
     # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
     # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
     projector_rmsnorm: bool = False
+    # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
+    # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
+    projector_layernorm: bool = False
 
     @property
     def cross_attention(self) -> bool:
