@@ -34,10 +34,11 @@ CARDS = HERE / "data" / "throughput" / "cards.csv"
 def predict(scenario: dict) -> dict:
     """Predicted tokens/s of one scenario: mechanism model, old 0.40-MFU model and the naive 6N rule."""
     from vramfit.gpus import get_gpu
+    from vramfit.nodes import network_for
     from vramfit.plan.evaluate import Evaluator
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
-    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
+    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, net_rate, step_time, step_work
     from vramfit.plan.verdict import PAGED_COMPONENT, limit_bytes, result_paging
 
     ev = Evaluator(scenario)
@@ -51,7 +52,10 @@ def predict(scenario: dict) -> dict:
     paged = result_paging(est, limit_bytes(g, 0.0))  # the driver evicts at the card's usable memory
     if paged is None:  # over even with all of it evicted (the run did run): all of it pages
         paged = est.component(PAGED_COMPONENT)
-    new = step_time(w, mfu=MFU_DEFAULT.value, card=card_speed(g, peer_gbs(g, sc.num_gpus), sc.gpus_per_node), paged_bytes=paged, **links)
+    net = network_for(sc.interconnect, g.gpu_id)  # rings that span nodes (num_nodes > 1), as the planner times them
+    card = card_speed(g, peer_gbs(g, sc.num_gpus), sc.gpus_per_node)
+    links["net"] = net_rate(links["peer_gbs"] * 1e9, net.node_bytes_s, net.latency_us)
+    new = step_time(w, mfu=MFU_DEFAULT.value, card=card, paged_bytes=paged, **links)
     old = step_time(w, mfu=MFU_DEFAULT.value, **links)
     naive = sc.num_gpus * g.bf16_tflops * 1e12 * MFU_DEFAULT.value / (6 * mf.num_params)
     return {"model": new.tokens_per_s, "old": old.tokens_per_s, "naive": naive}

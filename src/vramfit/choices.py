@@ -107,6 +107,9 @@ class Optimizer(_Choice):
     PAGED_ADAMW = "paged-adamw"
     PAGED_ADAMW_8BIT = "paged-adamw-8bit"
     ADAMW_4BIT = "adamw-4bit"
+    # torchao AdamW8bit (torchao.prototype.low_bit_optim / torchao.optim): its own 8-bit state and a compiled
+    # per-parameter step in fp32; "adamw-8bit" is bitsandbytes' AdamW8bit (estimate/state.py has both formats)
+    ADAMW_8BIT_TORCHAO = "adamw-8bit-torchao"
     ADAFACTOR = "adafactor"
     SGD = "sgd"
     SGD_MOMENTUM = "sgd-momentum"
@@ -145,6 +148,14 @@ class Parallelism(_Choice):
     ZERO3 = "zero3"
     FSDP = "fsdp"
     FSDP_GRAD_OP = "fsdp-grad-op"
+    # FSDP1 ShardingStrategy.NO_SHARD: every unit's FlatParameter whole on every rank, gradients all-reduced
+    # in place, no all-gather (torch v2.13.0 distributed/fsdp/_flat_param.py ``shard``/``needs_unshard``,
+    # _runtime_utils.py ``_reduce_grad_no_shard``), but wrapped the FSDP way (estimate/no_shard.py)
+    FSDP_NO_SHARD = "fsdp-no-shard"
+
+
+#: the parallelisms that run PyTorch FSDP (any sharding strategy)
+FSDP_FAMILY = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, Parallelism.FSDP_NO_SHARD)
 
 
 class Framework(_Choice):
@@ -257,3 +268,17 @@ class PipelineSchedule(_Choice):
 
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved-1f1b"
+
+
+class MoeKernel(_Choice):
+    """What runs a mixture-of-experts block's experts: the modelling code's own forward, or a hub kernel.
+
+    ``none``: the model's own experts forward at the modelled framework version (transformers v5.24.0
+    integrations/moe.py grouped_mm; transformers-4.55 gpt-oss: GptOssExperts' per-expert training loop).
+    ``megablocks``: ``from_pretrained(use_kernels=True)`` replaced the block's forward by kernels-community/megablocks
+    ``MegaBlocksMoeMLP`` (transformers v4.55.0 integrations/hub_kernels.py, on a model that kernelize saw on a CUDA
+    device): tokens binned per expert, two batched matmuls on the banks themselves (no weight copies).
+    """
+
+    NONE = "none"
+    MEGABLOCKS = "megablocks"

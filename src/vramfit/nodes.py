@@ -86,6 +86,6 @@ def loading_copies(parallelism: str, gpus_per_node: int) -> tuple[int, str]:
     """
     if parallelism in ("zero3", "zero3-hpz"):
         return 1, "the first node"
-    if parallelism in ("fsdp", "fsdp-grad-op", "hsdp"):
+    if parallelism in ("fsdp", "fsdp-grad-op", "fsdp-no-shard", "hsdp"):
         return 1, "each node"
     return gpus_per_node, "each node"

@@ -28,6 +28,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     KbitPrepare,
     Loss,
     Method,
+    MoeKernel,
     Offload,
     Optimizer,
     Parallelism,
@@ -99,6 +100,8 @@ class Scenario:
     generation: Generation = Generation.HF
     vllm_gpu_memory_utilization: float | None = None  # vllm-colocate: fraction of the card (None: TRL's 0.3)
     vllm_sleep: bool = False  # vllm-colocate: vllm_enable_sleep_mode (frees vLLM memory while training)
+    cpo_alpha: float | None = None  # simpo: weight of the NLL on the chosen half (None: TRL's 1.0; stage_keys)
+    rpo_alpha: float | None = None  # dpo: weight of the RPO NLL on the chosen half (None: no NLL term)
     num_nodes: int = 1  # machines the num_gpus are spread over, num_gpus / num_nodes each (extension)
     shard_scope: ShardScope = ShardScope.ALL  # ZeRO/FSDP over every rank, or inside a node (HSDP, hpZ)
     interconnect: Interconnect = Interconnect.AUTO  # the network between nodes (data/interconnects.csv)
@@ -113,6 +116,7 @@ class Scenario:
     image_width: int = 448
     frames_per_sample: int = 0  # vision-language models: video frames in each sequence, image_height x image_width
     freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
+    moe_kernel: MoeKernel = MoeKernel.NONE  # what runs the MoE experts: the model's own forward or a hub kernel
 
     @property
     def sees_pixels(self) -> bool:
@@ -235,7 +239,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("lora_targets", Kind.NAMES, "Modules that get adapters: names (q_proj,v_proj) or all-linear.",
           ("Target modules", "Módulos alvo")),
     Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
-          "when the card is full.", ("Optimizer", "Otimizador"), choices=Optimizer),
+          "when the card is full; adamw-8bit is bitsandbytes' AdamW8bit, adamw-8bit-torchao and adamw-4bit torchao's "
+          "(a compiled fp32 step per parameter).", ("Optimizer", "Otimizador"), choices=Optimizer),
     Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
     Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),
@@ -279,7 +284,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, transformers-4.55, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
@@ -309,6 +314,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
           "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
           ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),
+    Field("moe_kernel", CH, "Mixture-of-experts: what runs the experts? none = the model's own forward at the framework "
+          "version (transformers-4.55 gpt-oss: a per-expert loop that copies each expert's weights); megablocks = the "
+          "kernels hub's MegaBlocksMoeMLP (use_kernels=True on a model loaded on the GPU).",
+          ("MoE experts kernel", "Kernel dos especialistas MoE"), choices=MoeKernel),
 )
 del CH, INT, NUM, BOOL, TXT, Field
 
@@ -549,6 +558,9 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
             "parallelism", f"{num_gpus} GPUs need a way to split the work", [p for p in Parallelism.values() if p != "none"]
         )
     offload = kw.get("offload", Offload.NONE)
+    if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:
+        raise ScenarioError("offload", "CPU offload under FSDP NO_SHARD is not modelled; shard with fsdp to offload",
+                            ["none"])
     if offload is not Offload.NONE and kw["parallelism"] not in (
         Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP
     ):

@@ -19,6 +19,7 @@ GRPO_NUM_GENERATIONS = 8
 GRPO_COMPLETION_LEN = 512
 PPO_COMPLETION_LEN = 53
 VLLM_GPU_MEMORY_UTILIZATION = 0.3
+CPO_ALPHA = 1.0  # trl 1.16.0 experimental/cpo/cpo_config.py:132 `cpo_alpha: float = field(default=1.0)`
 
 PREFERENCE = (Stage.DPO, Stage.KTO, Stage.ORPO, Stage.SIMPO)
 REFERENCE_FREE = (Stage.SFT, Stage.ORPO, Stage.SIMPO)
@@ -48,12 +49,19 @@ def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows
               default_note=f"{VLLM_GPU_MEMORY_UTILIZATION} with vllm-colocate (TRL), else none"),
         Field("vllm_sleep", BOOL, "vllm-colocate: sleep mode, vLLM frees its memory while the model trains.",
               ("vLLM sleep mode", "Modo sleep do vLLM")),
+        Field("cpo_alpha", NUM, "simpo: weight of the NLL (cross-entropy) on the chosen completions; 0 = pure SimPO, "
+              "no cross-entropy over the chosen half's logits.", ("CPO alpha (chosen NLL)", "Alfa do CPO (NLL do "
+              "escolhido)"), range_note="≥ 0", default_note=f"{CPO_ALPHA} for simpo (TRL CPOConfig), else none"),
+        Field("rpo_alpha", NUM, "dpo: weight of the RPO NLL on the chosen completions (TRL DPOConfig rpo_alpha, "
+              "loss_type sft); a cross-entropy over the chosen half's logits where the DPO trainer builds them "
+              "(TRL < 1.0).", ("RPO alpha (chosen NLL)", "Alfa do RPO (NLL do escolhido)"), range_note="≥ 0",
+              default_note="none (no NLL term)"),
     )
 
 
 #: Keys that follow ``stage``: a scenario's ``replace(stage=...)`` drops them unless given.
 STAGE_FOLLOWERS = ("reference", "num_generations", "completion_len", "generation", "vllm_gpu_memory_utilization",
-                   "vllm_sleep")
+                   "vllm_sleep", "cpo_alpha", "rpo_alpha")
 
 
 def _only_with(kw: dict, raw: dict, key: str, stages: tuple[Stage, ...], given: bool) -> None:
@@ -82,6 +90,22 @@ def _check_reference(kw: dict) -> None:
                             ["auto", "copy", "adapters-off", "precomputed"])
 
 
+def _set_nll_weights(kw: dict, raw: dict) -> None:
+    """``cpo_alpha`` (simpo; TRL's 1.0 when not given) and ``rpo_alpha`` (dpo): numbers >= 0 of their own stage."""
+    from vramfit.safe_input import shown
+    from vramfit.scenario import finite_number
+
+    for key, stage in (("cpo_alpha", Stage.SIMPO), ("rpo_alpha", Stage.DPO)):
+        _only_with(kw, raw, key, (stage,), key in raw)
+        if key in raw:
+            value = finite_number(key, raw[key], "a number ≥ 0")
+            if value < 0:
+                raise ScenarioError(key, f"must be a number ≥ 0, got {shown(raw[key])}")
+            kw[key] = value
+    if kw["stage"] is Stage.SIMPO:
+        kw.setdefault("cpo_alpha", CPO_ALPHA)
+
+
 def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
     """Fill the stage keys' defaults into ``kw`` and reject keys of another stage and bad combinations."""
     kw.setdefault("stage", Stage.SFT)
@@ -90,6 +114,7 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
     _only_with(kw, raw, "completion_len", GENERATES, "completion_len" in raw)
     _only_with(kw, raw, "generation", (Stage.GRPO,), kw.get("generation", Generation.HF) is not Generation.HF)
     _check_reference(kw)
+    _set_nll_weights(kw, raw)
     colocate = kw.get("generation") is Generation.VLLM_COLOCATE
     for key in ("vllm_gpu_memory_utilization", "vllm_sleep"):
         if key in raw and raw[key] not in (False, "false") and not colocate:

@@ -16,11 +16,12 @@ DS_Z3 = {'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'cpu'
 BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
-        "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
+        "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,
+        "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
         "keeps_outputs": False, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
         "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto",
-        "frames_per_sample": 0}
+        "frames_per_sample": 0, "moe_kernel": "none"}
 
 EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",

@@ -59,3 +59,57 @@ def test_grpo_plans_show_generation_time():
     r = plan({"model": Q, "method": "lora", "stage": "grpo", "seq_len": 1024}, gpu_ids=["a100-80gb-sxm"],
              effective_batch=16, dataset_tokens="1M")
     assert r.plans and all(p.speed.generate_s > 0 for p in r.plans)
+
+
+def _rollout_on_a100(extra: dict):
+    from vramfit.plan.search import peer_gbs
+
+    s, mf, _ = _work({**GRPO, **extra})
+    g = get_gpu("a100-80gb-sxm")
+    return s, mf, rollout_work(s, mf), card_speed(g, peer_gbs(g, s.num_gpus), s.gpus_per_node)
+
+
+def _added(r: Rollout, c) -> float:
+    """Seconds the reference pass and the weight gather add to the generation of ``r`` on ``c``."""
+    o = DECODE_LAYER_OVERHEAD_S.value
+    bare = replace(r, ref_passes=0, gather_bytes=0.0)
+    return (rollout_seconds(r, c.gemm_flops, c.mem_bytes, o, c.peer_bytes)
+            - rollout_seconds(bare, c.gemm_flops, c.mem_bytes, o, c.peer_bytes))
+
+
+@pytest.mark.parametrize("extra", [{"reference": "adapters-off"}, {"method": "full", "reference": "copy"}])
+def test_beta_adds_the_reference_forward(extra):
+    # TRL 1.16.0 grpo_trainer.py:2710-2739: beta != 0 scores the 16 sequences x 1024 tokens of each GPU with one
+    # no-grad forward in chunks of per_device_train_batch_size (8): 2 N_mm + half the attention FLOPs per token
+    s, mf, r, c = _rollout_on_a100(extra)
+    assert (r.ref_passes, r.ref_layers) == (2, 24)
+    assert r.ref_flops == 16 * 1024 * (2 * 494_032_768 + 0.5 * 88_080_384) == pytest.approx(1.6910e13, rel=1e-4)
+    # 1.691e13 FLOPs at the A100's 268.0 TFLOP/s matmul rate (63.1 ms) + 2 chunks x 24 layers x 0.9 ms dispatch
+    assert _added(r, c) == pytest.approx(1.6910e13 / 268.008e12 + 2 * 24 * 0.9e-3, rel=1e-4)
+    assert _added(r, c) == pytest.approx(0.1063, abs=1e-4)
+    # beta = 0 (TRL's default, reference auto -> none): no reference pass
+    assert _rollout_on_a100({})[2].ref_passes == 0
+
+
+def test_zero3_gathers_the_model_once_before_generating():
+    # trl/models/utils.py:141-150: GatheredParameters(model.parameters()) around generate; each of 4 GPUs
+    # receives the 3 other quarters of the 494M bf16 weights (741 MB) over NVLink (300 GB/s per direction)
+    s, mf, r, c = _rollout_on_a100({"method": "full", "parallelism": "zero3", "num_gpus": 4})
+    assert r.gather_bytes == 494_032_768 * 2 * 3 / 4 and not r.gather_per_forward
+    assert _added(r, c) == pytest.approx(741_049_152 / 300e9)  # 2.47 ms, once per step
+    # vLLM generates from its own copy of the weights: no gather before generate
+    assert _rollout_on_a100({"method": "full", "parallelism": "zero3", "num_gpus": 4,
+                             "generation": "vllm-colocate"})[2].gather_bytes == 0.0
+
+
+def test_fsdp_gathers_in_every_forward_of_generate():
+    # summon_full_params(recurse=False) materializes only the root's parameters (trl/distributed.py:74-91):
+    # the prefill and each of the 256 decode steps all-gather the layers again, overlapped with their compute
+    s, mf, r, c = _rollout_on_a100({"method": "full", "parallelism": "fsdp", "num_gpus": 4})
+    assert r.gather_per_forward and r.gather_bytes == 741_049_152
+    per_fwd = 741_049_152 / 300e9
+    kv = 16 * r.kv_bytes_per_token * (256 * 768 + 256 * 255 / 2)
+    decode_memory = (256 * r.weight_bytes + kv) / c.mem_bytes
+    prefill = 16 * 768 * r.flops_per_token / c.gemm_flops
+    assert _added(r, c) == pytest.approx(max(prefill, per_fwd) - prefill + max(256 * per_fwd, decode_memory) - decode_memory)
+    assert _added(r, c) == pytest.approx(0.4862, abs=1e-4)

@@ -95,17 +95,20 @@ def test_benchmark_summary_beats_the_old_model():
     """105 published rows (87 held out): the mechanism model's median and p90 error pass thresholds that
     the 0.40-MFU rule fails (median 38 %, p90 171 %); the naive 6N rule's tail is worse still.
     Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %; before the
-    FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %."""
+    FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %;
+    before torchtune 0.1's per-rank tokens/s (2 x / 4 x RTX 4090 rows) and the 128-GPU torchtitan rows' 16 hosts:
+    8.6 %/35.3 % (held out 7.6 %/39.1 %)."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.09 and s["all"]["model"]["p90"] <= 0.36
-    assert s["held_out"]["model"]["median"] <= 0.08 and s["held_out"]["model"]["p90"] <= 0.40
+    assert s["all"]["model"]["median"] <= 0.08 and s["all"]["model"]["p90"] <= 0.31
+    assert s["held_out"]["model"]["median"] <= 0.075 and s["held_out"]["model"]["p90"] <= 0.31
+    assert s["TT_README_2405"]["model"]["median"] <= 0.17 and s["TT_README_2405"]["model"]["p90"] <= 0.39
     assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
     assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
-    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.29
+    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.27
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
-    assert s["all"]["naive"]["p90"] > 2.0
+    assert s["all"]["naive"]["p90"] > 1.5
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
 
     assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(s["all"]["model"]["median"], 2), round(s["all"]["model"]["p90"], 2))

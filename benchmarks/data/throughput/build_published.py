@@ -61,6 +61,14 @@ TT = {
    {10: 7075, 11: 8998, 12: 9174, 13: 7210, 14: 7309, 15: 7301, 16: 6960, 17: 8210, 18: 8035}),
 }
 compiled_2409 = True  # README note: "torch compile enabled"
+# torchtune @0217d44c2 distributed recipes log rank 0's own count: recipes/full_finetune_distributed.py:475
+# ``num_tokens += input_ids.numel()`` (that rank's micro-batches only, no all-reduce) and :506-513
+# ``tokens_per_second = num_tokens / time_per_step`` logged ``if ... self._is_rank_zero``; the same in
+# recipes/lora_finetune_distributed.py:550, :585-589. The 2 x and 4 x RTX 4090 cells are therefore per GPU.
+# The 8 x A100 70B cells cannot be: 3,384 and 2,032 tokens/s per GPU would take 9.3e14 and 1.1e15 FLOP/s
+# per GPU (LoRA 4 N, full 6 N x 4/3 recompute, N = 69e9), 3-4x the A100's 312 TFLOPS dense peak, so
+# those are read as totals over the 8 GPUs.
+PER_RANK_2405 = {21, 23}
 for sid, (src, design, vals) in TT.items():
     for k, tps in vals.items():
         r = mem[f"{sid}-{k}"]
@@ -74,6 +82,11 @@ for sid, (src, design, vals) in TT.items():
             sc["compile"] = k == 19  # footnote ** 'Uses torch compile' on the QLoRA row only
         else:
             sc["compile"] = k >= 11  # '+ Compile' and every later row keep compile on
+        if sid == "TT_README_2405" and k in PER_RANK_2405:
+            add(f"{sid}-{k}", sid, src + row, sc, tps * sc["num_gpus"], design=design,
+                notes=f"tokens/s = {sc['num_gpus']} GPUs x the cell: torchtune @0217d44c2's distributed recipes log rank 0's "
+                      "tokens/s (num_tokens += input_ids.numel() on that rank, logged if _is_rank_zero). " + r["notes"][:200])
+            continue
         add(f"{sid}-{k}", sid, src + row, sc, tps, design=design,
             notes="tokens/s over all GPUs (the table's 8x A100 70B rows cannot be per GPU: that would exceed the peak). " + r["notes"][:200])
 
@@ -85,32 +98,41 @@ for tab, n, rowname, tps, comp in [(1, 8, "FSDP", 5762, False), (1, 8, "FSDP + t
           "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 8192, "grad_accum": 1,
           "gradient_checkpointing": "selective-op", "attention": "sdpa", "num_gpus": n, "parallelism": "fsdp",
           "gpu": "h100-96gb-hbm2e-500w", "compile": comp}
+    if n > 8:  # the doc: 8 GPUs per host, hosts on an RDMA network of 400 Gb/s per GPU (8 x 400 Gb/s = ib-3200's rate)
+        sc.update(num_nodes=n // 8, interconnect="ib-3200")
     add(f"TITAN-T{tab}-{n}-{'compile' if comp else 'eager'}", "TORCHTITAN_PERF", TTN + f"Table {tab}, row '{rowname}', TPS/GPU {tps}",
         sc, tps * n, notes="Llama 3.1 8B pre-training step (same computation as full fine-tuning), seq 8192 (torchtitan llama3_8b.toml), "
         "FSDP2 mixed precision bf16 params / fp32 reduce. Its 'selective' AC is op-level (torchtitan@9dec370 "
         "llama3_8b.toml mode 'selective', selective_ac_option 'op'; parallelize_llama.py _save_list: saves mm, sdpa, "
         "reduce_scatter outputs except every second mm, recomputes the rest): scenario 'selective-op'. "
         "Card: H100 96 GB HBM2e 2.4 TB/s at 500 W, 'peak between SXM and NVL' (the doc): benchmark card "
-        "h100-96gb-hbm2e-500w in cards.csv (was h100-sxm and 'selective' before 2026-12-01). 128-GPU rows: 400 Gb/s RDMA per GPU between hosts.")
+        "h100-96gb-hbm2e-500w in cards.csv (was h100-sxm and 'selective' before 2026-12-01). 128-GPU rows: 16 hosts of 8 "
+        "(num_nodes 16), 400 Gb/s RDMA per GPU between hosts (interconnect ib-3200: 8 x 400 Gb/s RDMA per node; Grand "
+        "Teton's backend network, same rate; the rows said one node before this correction).")
 
 # --- Answer.AI fsdp_qlora benchmarks_03_2024.md (1024 dummy samples at context length; time = whole run)
 AA = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md @05ed9f2a60f96a0795cb082bceab70a9b19fd213, "
-def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, design=False, notes=""):
+def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, design=False, notes="", ga=1, ckpt="full"):
+    # train.py @4cd6923 (the code the memory rows of this write-up cite, found.jsonl AAI_FSDPQLORA_2403):
+    # lora_target_modules "all" = k, q, v, up, down, gate (l. 1054-1055; no o_proj at any commit), lora_alpha 16,
+    # replace_linear(..., Linear4bit, quant_type='nf4') with bnb's default compress_statistics=True (nf4-dq)
     sc = {"model": model, "framework": "hf", "method": method, "precision": "bf16-true", "lora_rank": 64,
-          "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-          "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": 1, "gradient_checkpointing": "full", "attention": "sdpa",
-          "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
+          "lora_alpha": 16, "lora_targets": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
+          "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": ga, "gradient_checkpointing": ckpt,
+          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
     if method == "qlora":
-        sc["quantize"] = "nf4"
+        sc["quantize"] = "nf4-dq"
     add(id, "ANSWERAI_FSDP_QLORA", AA + where, sc, 1024 * ctx / secs, design=design,
         notes="tokens/s = 1024 samples x context length / Time (s) (the Mistral rows' text confirms: 2,200 tokens/s per GPU at 483 s). "
-              "train.py defaults: lora_rank 64, all linear targets, FSDP activation checkpointing, bnb NF4 with quant_storage bf16. " + notes)
+              "train.py @4cd6923 defaults: lora_rank 64, lora_alpha 16, lora_target_modules 'all' = k, q, v, up, down, gate "
+              "(no o_proj, l. 1054-1055), FSDP activation checkpointing, bnb NF4 with compress_statistics (double quantization) "
+              "and quant_storage bf16 (l. 586-587). " + notes)
 L7, Y34, L70, M7 = "meta-llama/Llama-2-7b-hf", "01-ai/Yi-34B", "meta-llama/Llama-2-70b-hf", "mistral-community/Mistral-7B-v0.2"
 w4 = "'Case Study: A Dual 4090' / 'Llama-2 7B' table, row "
 for i, (meth, off, ddp, bs, t) in enumerate([("lora", False, True, 4, 437), ("lora", False, False, 6, 481), ("lora", True, False, 10, 482),
                                              ("qlora", False, True, 8, 450), ("qlora", False, False, 10, 466), ("qlora", True, False, 12, 464)]):
     aa(f"AA-4090-7B-{i+1}", w4 + f"'{meth.upper() if meth=='lora' else 'QLoRA'} | CPU Offload {off} | DDP {ddp} | {bs}', Time {t}",
-       L7, meth, 2, "rtx4090", bs, 2048, t, "ddp" if ddp else "fsdp", "optimizer+params" if off else "none",
+       L7, meth, 2, "rtx4090", bs, 2048, t, "fsdp-no-shard" if ddp else "fsdp", "optimizer+params" if off else "none",
        notes="2x RTX 4090 without NVLink, full PCIe 4.0 x16 each; 'DDP' = FSDP NO_SHARD.")
 aa("AA-4090-34B-1", "'Dual 4090' / 'Yi 34B' table, row 'QLoRA | False | 2', Time 2,072", Y34, "qlora", 2, "rtx4090", 2, 2048, 2072, "fsdp", "none")
 aa("AA-4090-34B-2", "'Dual 4090' / 'Yi 34B' table, row 'QLoRA | True | 4', Time 2,061", Y34, "qlora", 2, "rtx4090", 4, 2048, 2061, "fsdp", "optimizer+params")
@@ -124,7 +146,13 @@ HW = [("A5000 24GB", "rtxa5000", 2, True, 2, 9688), ("A5000 24GB", "rtxa5000", 4
 for name, gid, n, off, bs, t in HW:
     aa(f"AA-HW-{gid}-{n}", f"'Recommendations for Different Hardware Configurations' table, row '{name} | {n} | {off} | {bs}', Time {t}",
        L70, "qlora", n, gid, bs, 2048, t, "fsdp", "optimizer+params" if off else "none",
-       notes="Llama-2 70B QLoRA; 'CPU+Activation Offload' True = FSDP CPU offload plus activation offload." if off else "Llama-2 70B QLoRA.")
+       ga=max(1, round(32 / (bs * n))), ckpt="offload" if off else "full",
+       notes="Llama-2 70B QLoRA. The section: 'effective batch size of 32 (or the closest we could get)': grad_accum = "
+             "the nearest whole number of micro-batches to 32 samples (train.py gradient_accumulation_steps; no_sync False, "
+             "so gradients are still reduced every micro-batch). " + (
+             "'CPU+Activation Offload' True = --use_cpu_offload (FSDP CPUOffload(offload_params=True)) plus "
+             "--use_activation_cpu_offload: train.py @4cd6923 l. 765-768 offload_wrapper(model) (torch save_on_cpu over the "
+             "whole forward): the checkpointed layers' saved inputs in pinned host memory (scenario gradient_checkpointing offload)." if off else ""))
 with open(OUT, "w") as f:
     for r in rows:
         f.write(json.dumps(r) + "\n")

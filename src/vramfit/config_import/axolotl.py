@@ -14,6 +14,8 @@ _SRC = "axolotl-ai-cloud/axolotl@067b021"
 SOURCE = f"{_SRC} src/axolotl/utils/schemas/config.py"
 #: micro_batch_size, gradient_accumulation_steps and optimizer defaults live in the training schema.
 TRAINING_SRC = f"{_SRC} src/axolotl/utils/schemas/training.py"
+#: listing CutCrossEntropyPlugin turns it on: its args default ``cut_cross_entropy`` to True
+CCE_SRC = f"{_SRC} src/axolotl/integrations/cut_cross_entropy/args.py: cut_cross_entropy defaults to True"
 #: Axolotl builds its BitsAndBytesConfig with nf4 and double quantization for adapter: qlora.
 QLORA_SRC = f"{_SRC} src/axolotl/loaders/model.py: bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant True"
 
@@ -70,7 +72,7 @@ IGNORED = [
     ("kto_*", "loss weight of the rl stage"), ("orpo_alpha", "loss weight of the rl stage"), ("dpo_*", "loss weight of the rl stage"),
     ("lora_on_cpu", "loading"), ("quantize_moe_experts", "no quantized base: no effect"), ("use_ray", "launcher"), ("ray_*", "launcher"),
     ("center_rewards_coefficient", "loss weight of the rl stage"), ("simpo_gamma", "loss weight of the rl stage"),
-    ("cpo_alpha", "loss weight of the rl stage"), ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
+    ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
 ]
 
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.
@@ -78,7 +80,7 @@ NOT_MODELLED = {
     "lora_mlp_kernel": "Axolotl's fused LoRA Triton kernels", "lora_qkv_kernel": "Axolotl's fused LoRA Triton kernels",
     "lora_o_kernel": "Axolotl's fused LoRA Triton kernels", "ebft": "EBFT training", "trl": "settings of the rl stage not read (GRPO sizes are)",
     "qat": "quantization-aware training", "diffusion": "diffusion-LM training", "vllm": "the vLLM generation server of GRPO",
-    "use_kernels": "MoE expert kernels", "use_scattermoe": "MoE expert kernels",
+    "use_scattermoe": "MoE expert kernels",
     "use_sonicmoe": "MoE expert kernels", "experts_implementation": "MoE expert kernels",
     "llama4_linearized_experts": "MoE expert kernels", "max_packed_sequence_len": "legacy packing length",
     "dp_shard_size": "N-D parallel layouts", "dp_replicate_size": "N-D parallel layouts",
@@ -146,6 +148,23 @@ def _adapter(r: KeyReader) -> None:
         r.not_modelled("lora_modules_to_save", "fully trained copies of embed_tokens/lm_head are not counted")
 
 
+#: use_kernels: true -> from_pretrained(use_kernels=True), which kernelizes on the device the model loaded to
+#: (transformers v4.55.0 modeling_utils.py l. 5085-5093); the hub maps MegaBlocksMoeMLP for cuda and rocm only
+#: (integrations/hub_kernels.py l. 63-80) and kernels v0.9.0 layer.py l. 880-888 keeps the model's own forward
+#: elsewhere. Axolotl loads on the CPU under FSDP and ZeRO-3 (loaders/model.py _set_device_map_config sets no
+#: device_map) and on one GPU under its accelerate launcher (utils/config/__init__.py choose_device: device_map None
+#: once ACCELERATE_USE_* is set, which accelerate's launch always sets); the same at ba3dba3e4 and 067b021
+KERNELS_ON_CPU = ("Axolotl loads the model on the CPU (FSDP, ZeRO-3, or one GPU under accelerate launch), where "
+                  "kernelize finds no MegaBlocksMoeMLP, so the model's own experts forward runs; DDP on several GPUs "
+                  "loads each copy on its GPU and the hub kernel runs there: pass --moe-kernel megablocks")
+
+
+def _moe_kernel(r: KeyReader) -> None:
+    if r.get("use_kernels", False, SOURCE):
+        r.set("use_kernels", "moe_kernel", "none")
+        r.entries["use_kernels"].note = KERNELS_ON_CPU
+
+
 def _precision(r: KeyReader, method: str) -> str:
     bf16, bf16_load = r.get("bf16", "auto", f"{SOURCE}: 'auto' = bf16 on Ampere and newer"), r.get("bfloat16")
     fp16, fp16_load = bool(r.get("fp16", False, SOURCE)), bool(r.get("float16"))
@@ -201,7 +220,10 @@ def _attention(r: KeyReader) -> None:
 def _attention_and_loss(r: KeyReader) -> None:
     _attention(r)
     plugins = r.get("plugins") or []
-    fused = r.get("liger_fused_linear_cross_entropy") or r.get("cut_cross_entropy")
+    # the plugin's own default: src/axolotl/integrations/cut_cross_entropy/args.py `cut_cross_entropy = True`
+    cce_listed = any(str(p).endswith("CutCrossEntropyPlugin") for p in plugins)
+    cce = r.get("cut_cross_entropy", True, CCE_SRC) if cce_listed else r.get("cut_cross_entropy")
+    fused = r.get("liger_fused_linear_cross_entropy") or cce
     if fused:
         need = "LigerPlugin" if r.has("liger_fused_linear_cross_entropy") else "CutCrossEntropyPlugin"
         if not any(str(p).endswith(need) for p in plugins):
@@ -251,6 +273,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)
+    _moe_kernel(r)
     _attention_and_loss(r)
     compile_ = r.get("torch_compile")
     if compile_ is not None:

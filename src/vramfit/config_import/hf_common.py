@@ -13,8 +13,9 @@ from vramfit.config_import.report import Entry, KeyReader
 #: Axolotl/torchao names (axolotl src/axolotl/utils/schemas/enums.py @ e45ed55) -> vramfit optimizer.
 HF_OPTIMIZERS: dict[str, str] = {
     "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
-    "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "adamw_torch_8bit": "adamw-8bit",
-    "ao_adamw_8bit": "adamw-8bit", "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw",
+    # adamw_torch_8bit: torchao's AdamW8bit (transformers 5.24.0 trainer_optimizer.py:460-467)
+    "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "adamw_torch_8bit": "adamw-8bit-torchao",
+    "ao_adamw_8bit": "adamw-8bit-torchao", "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw",
     "paged_adamw_8bit": "paged-adamw-8bit", "adamw_torch_4bit": "adamw-4bit", "ao_adamw_4bit": "adamw-4bit",
     "adafactor": "adafactor", "sgd": "sgd", "lion_32bit": "lion", "lion_8bit": "lion-8bit",
 }
@@ -23,7 +24,7 @@ HF_OPTIMIZERS: dict[str, str] = {
 HF_OPTIMIZER_NAMES: dict[str, str] = {
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
-    "sgd": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
+    "adamw-8bit-torchao": "adamw_torch_8bit", "sgd": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
 
 #: Where the TrainingArguments defaults the HF-Trainer readers fill in come from.
@@ -141,9 +142,11 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
         raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
     if hybrid:
         grad_op = grad_op or "ZERO2" in strategy
-    if "no_shard" in words or strategy in ("NO_SHARD", "3"):
-        return {"parallelism": "ddp", "offload": "none"}
     offload = "offload" in words or bool(opts.get("offload_params"))
+    if "no_shard" in words or strategy in ("NO_SHARD", "3"):  # FSDP1 wrapping, nothing sharded
+        if offload:
+            raise r.error(f"{key}: CPU offload with NO_SHARD is not modelled; use FULL_SHARD with offload")
+        return {"parallelism": "fsdp-no-shard", "offload": "none"}
     if offload and grad_op:
         raise r.error(f"{key}: parameter offload needs full sharding (FULL_SHARD), not SHARD_GRAD_OP")
     out = {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}

@@ -28,6 +28,7 @@ IGNORED = [
     ("max_samples", "data"), ("val_size", "evaluation"), ("tokenized_path", "path"), ("mix_strategy", "data"),
     ("plot_loss", "logging"), ("trust_remote_code", "loading"), ("image_*", "multimodal inputs"),
     ("video_*", "multimodal inputs"), ("enable_thinking", "data"), ("pref_beta", "loss weight"),
+    ("pref_ftx", "SFT term on the per-token log-probs the loss already holds: no tensor of its own"),
     ("pref_loss", "loss choice of a preference stage"), ("adapter_name_or_path", "path"), ("export_*", "export"),
     ("train_on_prompt", "which tokens carry loss"), ("streaming", "data loading"), ("buffer_size", "data loading"),
     ("infer_backend", "inference"), ("predict_with_generate", "inference"),

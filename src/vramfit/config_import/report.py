@@ -30,7 +30,8 @@ class Entry:
         if self.kind == "default":
             return f"default  {self.key}{val}{to or ' (no effect on its own)'}  [{self.note}]"
         if self.kind == "read":
-            return f"read     {self.key}{val}{to or (f' ({self.note})' if self.note else ' (no effect on its own)')}"
+            why = f"  [{self.note}]" if self.note and to else ""  # a read value's consequence worth saying
+            return f"read     {self.key}{val}{to or (f' ({self.note})' if self.note else ' (no effect on its own)')}{why}"
         if self.kind == "ignored":
             return f"ignored  {self.key} ({self.note})"
         return f"not modelled yet: {self.key}{val}: {self.note}" + (f" → {', '.join(self.becomes)}" if self.becomes else "")

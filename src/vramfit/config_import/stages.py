@@ -6,9 +6,13 @@ src/axolotl/utils/schemas/enums.py); IPO is TRL's DPO trainer with ``loss_type="
 settings sit under ``trl:`` (``num_generations``, ``max_completion_length``, ``use_vllm``,
 ``vllm_mode``, ``vllm_gpu_memory_utilization``, ``vllm_enable_sleep_mode``, ``beta``), passed to
 ``GRPOConfig`` (src/axolotl/utils/schemas/trl.py).
+Axolotl passes ``cpo_alpha`` to TRL's CPOConfig for ``rl: simpo`` (src/axolotl/core/builders/rl.py:139-140).
 LLaMA-Factory: ``stage`` = pt, sft, rm, ppo, dpo, kto; a dpo stage with ``pref_loss`` orpo or simpo
 loads no reference (``use_ref_model = stage == "dpo" and pref_loss not in ["orpo", "simpo"]``,
-hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/finetuning_args.py).
+hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/hparams/finetuning_args.py). Its simpo is its own
+``CustomDPOTrainer.simpo_loss`` on the summed log-probs, with no cross-entropy over the chosen logits
+(``cpo_alpha`` 0), and its ``pref_ftx`` term is ``-policy_chosen_logps_avg``, the same per-token log-probs
+(src/llamafactory/train/dpo/trainer.py:160-166, 300-302): no tensor of its own, so not ``rpo_alpha``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def axolotl_stage(r: KeyReader) -> None:
                      "fine-tuning")
         return
     r.set("rl", "stage", stage)
+    if stage == "simpo" and r.get("cpo_alpha") is not None:
+        r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha"))
     if stage != "grpo":
         return
     for key, target in (("trl.num_generations", "num_generations"), ("trl.max_completion_length", "completion_len")):
@@ -62,6 +68,8 @@ def llamafactory_stage(r: KeyReader, stage: str, source: str) -> None:
         mapped = loss if loss in ("orpo", "simpo") else "dpo"
         r.set("pref_loss", "stage", mapped)
         r.set("stage", "stage", mapped)
+        if mapped == "simpo":  # LLaMA-Factory's own SimPO loss: no chosen-half cross-entropy (module docstring)
+            r.set("pref_loss", "cpo_alpha", 0)
         return
     if stage in LLAMAFACTORY_STAGE:
         r.set("stage", "stage", LLAMAFACTORY_STAGE[stage])

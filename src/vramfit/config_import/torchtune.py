@@ -33,7 +33,9 @@ BUILDERS: dict[str, str] = {
 LORA_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
 OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adamw", "bitsandbytes.optim.AdamW8bit": "adamw-8bit",
               "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit", "bitsandbytes.optim.PagedAdamW": "paged-adamw",
-              "torchao.optim.AdamW8bit": "adamw-8bit", "torchao.optim.AdamW4bit": "adamw-4bit",
+              "torchao.optim.AdamW8bit": "adamw-8bit-torchao", "torchao.optim.AdamW4bit": "adamw-4bit",
+              "torchao.prototype.low_bit_optim.AdamW8bit": "adamw-8bit-torchao",
+              "torchao.prototype.low_bit_optim.AdamW4bit": "adamw-4bit",
               "torch.optim.SGD": "sgd", "bitsandbytes.optim.Lion8bit": "lion-8bit"}
 #: CEWithChunkedOutputLoss chunks the logits' upcast; LinearCrossEntropyLoss computes logits chunk by chunk
 #: with the output projection, never whole (torchtune/modules/loss/).

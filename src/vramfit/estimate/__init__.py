@@ -101,8 +101,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside "
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
-    if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
-        out.append("Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead.")
+    out.extend(_offload_and_experts_notes(sc, spec, prof))
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
@@ -119,6 +118,18 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     if note:
         out.append(note)
     return out + fsdp_reserved_notes(r, reserved)
+
+
+def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
+    """How offloaded block inputs come back (the profile's offload fields), and what ran a MoE block's experts."""
+    from vramfit.estimate.moe_kernel import note as moe_note
+
+    out = []
+    if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
+        back = "prefetched one block ahead" if prof.offload_ckpt_prefetched else "brought back when its block's backward runs"
+        out.append(f"Activation offload: checkpointed block inputs in pinned host memory, {back}.")
+    moe = moe_note(spec, sc, prof)
+    return out + ([moe] if moe else [])
 
 
 def _mixed_note(sc: Scenario, r: Step) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes, casts_params, runs_under_autocast
+from vramfit.estimate.moe_kernel import weight_copies_saved
 from vramfit.estimate.moe_lora import (
     expert_bytes,
     folded_expert_weights,
@@ -376,3 +377,8 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     shared_experts_saved(blk, out, mlp_in_key, shared_m)
     if moe and blk.wrapped_experts:
         folded_expert_weights(blk, out, mlp_lins)
+    # transformers 4's indexed per-expert loop keeps a copy of every hit expert's weights (estimate/moe_kernel.py);
+    # under autocast its matmul keeps autocast's 16-bit cast of the copy
+    copies = weight_copies_saved(spec, blk.sc, profile, blk.dt.compute if blk.dt.autocast else blk.expert_bytes)
+    if copies:
+        out.add("experts.weight_copies", copies)

@@ -86,6 +86,10 @@ BNB_PAGED_MIN_NUMEL = Constant(
 TORCHAO_4BIT_BLOCK = Constant(
     128, "elements", "pytorch/ao v0.11.0 torchao/optim/adam.py AdamW4bit(block_size=128), subclass_4bit.py OptimState4bit"
 )
+TORCHAO_8BIT_BLOCK = Constant(
+    256, "elements", "pytorch/ao v0.6.1 torchao/prototype/low_bit_optim/adam.py AdamW8bit(block_size=256), "
+    "subclass_8bit.py OptimState8bit.zeros: uint8 codes, fp32 scale per block, a 256-entry fp32 qmap"
+)
 TORCHAO_MIN_QUANT_SIZE = Constant(
     4096, "elements", "pytorch/ao v0.11.0 torchao/optim/adam.py _new_buffer: quantized only if p.numel() >= 4096"
 )

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.fsdp2 import (
+    _grad_bytes,
     blocks_freed_at_loss,
     end_of_backward,
     forward_at_logits,
@@ -24,6 +26,7 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
+from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision import (
     embeds_grad_pending,
     tower_backward_transient,
@@ -37,11 +40,11 @@ if TYPE_CHECKING:
 
 Contributor = Callable[["Step"], Iterable[Contribution]]
 
-F, BL, BB, BV, BE, BT, OPT = (
+F, BL, BB, BV, BE, BT, BS, OPT = (
     StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
-    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP,
+    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP,
 )
-_ALL = (F, BL, BB, BV, BE, BT, OPT)
+_ALL = (F, BL, BB, BV, BE, BT, BS, OPT)
 
 
 def _fsdp_frozen_gathered(step: Step) -> bool:
@@ -79,6 +82,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     BV: lambda step: step.acts.tower > 0,
     BE: lambda step: _fsdp_frozen_gathered(step) or _sharded_full_end(step),
     BT: _tied_end,
+    BS: lambda step: in_backward_steps(step.spec, step.sc)[1] > 0,
     OPT: lambda step: not step.sc.optimizer_in_backward,
 }
 
@@ -141,6 +145,9 @@ def gradients(step: Step) -> Iterator[Contribution]:
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
     yield Contribution("gradients", BT, all_grads + head)
+    # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
+    # output layer's share was summed into it in autograd's input buffer)
+    yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
     yield Contribution("gradients", OPT, zero1_step_grads(step.sc, all_grads))
 
 
@@ -198,11 +205,13 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     fwd_copy, block_copy = step.fetch_copy
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy)
+    block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step)
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
                        + embeds_grad_pending(step.spec, step.sc))
     end = end_of_backward(step)
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
+    yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
 
 

@@ -34,6 +34,7 @@ from vramfit.estimate.state import (
     shard,
     sharding_for,
 )
+from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS, torchao_step_bytes
 from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
@@ -269,6 +270,10 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         return parts.gradients
     if sc.parallelism in _DS:
         return _zero_buffers(spec, sc, profile)
+    if sc.parallelism is Parallelism.FSDP_NO_SHARD:  # no all-gather, gradients all-reduced in place
+        from vramfit.estimate.no_shard import mixed_precision_copies
+
+        return mixed_precision_copies(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     if sc.parallelism is Parallelism.FSDP:
         # two all-gathers in flight (FSDP_INFLIGHT_ALLGATHERS); the root unit (embeddings, final
@@ -334,8 +339,9 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
 
     torch foreach AdamW: ``torch._foreach_sqrt(exp_avg_sqs)`` copies the whole second moment of a
     (device, dtype) group (torch/optim/adamw.py ``_multi_tensor_adamw``); fused: none assumed.
-    Adafactor: fp32 copies of grad, param and update of one parameter at a time. torchao 4-bit:
-    both states of one parameter dequantized to fp32.
+    Adafactor: fp32 copies of grad, param and update of one parameter at a time. torchao 4-bit and
+    8-bit: both states of one parameter dequantized to fp32 (:func:`torchao_step_bytes`). bitsandbytes
+    8-bit: none (its blockwise kernel updates the uint8 states in place).
     """
     if sc.offload is not sc.offload.NONE:
         return 0
@@ -347,9 +353,10 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
         # the assignment), then `-update * lr`: up to four full-size fp32 tensors
         copies = 2 + (0 if sc.precision.param_bytes == 4 else 2)
         return copies * 4 * largest_param
-    if sc.optimizer is Optimizer.ADAMW_4BIT:
-        return 2 * 4 * largest_param
+    if sc.optimizer in TORCHAO_OPTIMIZERS:
+        return torchao_step_bytes(largest_param)
     return 0
+
 
 
 def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
@@ -78,8 +79,14 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             ),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
-                             "together (v5.24.0: int32, one at a time)",
-                             (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True))),
+                             "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
+                             "GptOssExperts.forward: the per-expert training loop (v5.24.0: grouped_mm); modeling_utils.py "
+                             "has no activation_checkpointing_enable(offload=True) (v5.24.0 save_on_cpu), so offload is "
+                             "TRL's OffloadActivations (trl v0.20.0 models/activation_offloading.py, Axolotl's "
+                             "activation_offloading: true): a block's input comes back when its backward unpacks it, no "
+                             "prefetch, the block above's dropped once the node that unpacked it has run",
+                             (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
+                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),
@@ -258,7 +265,7 @@ def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
 
 def casts_params(scenario, profile: FrameworkProfile) -> bool:
     """``-mixed`` runs on 16-bit copies of the parameters (FSDP MixedPrecision), not fp32 ones under autocast."""
-    fsdp = scenario.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+    fsdp = scenario.parallelism in FSDP_FAMILY
     return scenario.precision.mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp)
                                          or ds_engine_cast(scenario, profile))
 

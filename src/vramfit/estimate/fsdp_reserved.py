@@ -153,8 +153,11 @@ def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gat
         _broadcast(a, sync_buckets(tensors, sync_bucket) if sync_bucket else [])
         total = sum(tensors)
         flat = a.malloc(total)
-        kept = a.malloc(elem * -(-(total // elem) // group))  # this rank's shard
-        a.free(flat)
+        if group > 1:  # NO_SHARD (any strategy at world size 1) keeps the flat parameter (estimate/no_shard.py)
+            kept = a.malloc(elem * -(-(total // elem) // group))  # this rank's shard
+            a.free(flat)
+        else:
+            kept = flat
         if shards_to_host:
             a.free(kept)
         for block in originals:
@@ -227,9 +230,11 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
         out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
                    "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
     if floor and reserved == floor + pool:
+        gathers = ("" if r.sc.parallelism is Parallelism.FSDP_NO_SHARD  # no all-gather (estimate/no_shard.py)
+                   else " plus the all-gather segments of its unshard stream")
         out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
-                   "(each unit's moved and flattened parameters stay cached) plus the all-gather segments of its "
-                   "unshard stream; torch.cuda.empty_cache() after wrapping releases the first part.")
+                   f"(each unit's moved and flattened parameters stay cached){gathers}; torch.cuda.empty_cache() "
+                   "after wrapping releases the first part.")
     elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
         out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
                    "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
@@ -262,14 +267,20 @@ def wrap_args(r) -> tuple | None:
     """:func:`replay_wrap`'s arguments for this step, the all-gathered units included (None where the engine
     does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
     sc = r.sc
-    if not r.profile.fsdp1_host_wrap or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2:
+    no_shard = sc.parallelism is Parallelism.FSDP_NO_SHARD  # a group of one: the flat parameters kept whole
+    if not r.profile.fsdp1_host_wrap or not (no_shard or sc.parallelism is Parallelism.FSDP and sc.shard_group > 1):
         return None
     from vramfit.estimate.framework import adapter_bytes
 
     units, gathered = _wrap_plan(r.spec, sc.quantize, sc.method, sc.precision, sc.lora_rank, r.adapters,
                                  adapter_bytes(r.profile, sc.precision))
+    if no_shard:  # no all-gather; the MixedPrecision casts where there are any (estimate/no_shard.py)
+        from vramfit.estimate.no_shard import mixed_precision_units
+
+        gathered = mixed_precision_units(units, sc, r.profile)
     bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
-    return units, sc.shard_group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket
+    group = 1 if no_shard else sc.shard_group
+    return units, group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket
 
 
 def host_wrap_floor(r) -> int:

@@ -28,6 +28,8 @@ class StepPhase(str, Enum):
     BACKWARD_VISION = "backward-vision"  # a VLM's vision tower, after the language model's whole backward
     BACKWARD_END = "backward-end"  # end of backward with FSDP frozen units still gathered
     BACKWARD_END_TIED = "backward-end-tied"  # tied embeddings: both gradients of the shared weight
+    # optimizer in backward with a torchao optimizer: the input embedding's step, the last one, and its temporaries
+    BACKWARD_END_STEP = "backward-end-step"
     ZERO_GRAD = "zero_grad"  # gradients released (set_to_none=True)
     OPTIMIZER_STEP = "optimizer-step"  # the optimizer's update and its temporaries
 

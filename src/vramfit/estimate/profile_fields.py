@@ -154,6 +154,10 @@ class FrameworkProfile:
     # _convert_moe_packed_tensors makes per byte of blocks; transformers v5.24.0 integrations/mxfp4.py l. 270-277
     # `(blk & 0x0F).to(torch.int)` (4 B), deleted before the high nibble's; 0 = the framework loads no MXFP4
     mxfp4_index_bytes: int = 0
+    # the modelling code is transformers 4's for the MoE experts: a family whose v4 training forward loops over the
+    # experts with indexed bank copies (spec.experts_v4_indexed_loop, transformers v4.55.0 GptOssExperts.forward) runs
+    # that loop, unless a hub kernel replaces it (scenario moe_kernel); v5.24.0 runs grouped_mm (integrations/moe.py)
+    experts_v4_forward: bool = False
     # both nibble index tensors alive at once (transformers v4.55.0 integrations/mxfp4.py l. 119-120: int64
     # idx_lo and idx_hi made before either is used)
     mxfp4_indices_together: bool = False

@@ -17,6 +17,7 @@ from vramfit.estimate.constants import (
     BNB_PAGED_MIN_NUMEL,
     GPTQ_GROUP_SIZE,
     TORCHAO_4BIT_BLOCK,
+    TORCHAO_8BIT_BLOCK,
     TORCHAO_MIN_QUANT_SIZE,
 )
 from vramfit.estimate.params import ParamTensor
@@ -68,6 +69,9 @@ def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int
       Paged variants put states of >= 1e5 elements in CUDA managed memory (optim/optimizer.py).
     - torchao AdamW4bit: 4-bit codes (two per byte) + fp32 scale per 128 elements, for tensors of
       >= 4096 elements divisible by 128; else ``zeros_like(p)`` (torchao/optim/adam.py).
+    - torchao AdamW8bit: uint8 codes + fp32 scale per 256 elements + its 256-entry fp32 ``qmap`` per state,
+      for tensors of >= 4096 elements divisible by 256; else ``zeros_like(p)``, the parameter's dtype (not
+      bitsandbytes' fp32) (torchao v0.6.1 prototype/low_bit_optim/adam.py ``_new_buffer``, subclass_8bit.py).
     - Adafactor (transformers optimization.py): fp32 row and column second moments for >= 2-D
       tensors, full fp32 ``exp_avg_sq`` for 1-D; no first moment (``beta1=None``).
     - SGD with momentum: one ``momentum_buffer`` in the parameter dtype; Lion: one ``exp_avg``;
@@ -87,6 +91,12 @@ def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int
     elif optimizer is Optimizer.ADAMW_4BIT:
         if n >= TORCHAO_MIN_QUANT_SIZE.value and n % TORCHAO_4BIT_BLOCK.value == 0:
             per = 2 * (_ceil(n, 2) + 4 * (n // TORCHAO_4BIT_BLOCK.value))
+        else:
+            per = 2 * n * param_bytes
+    elif optimizer is Optimizer.ADAMW_8BIT_TORCHAO:
+        block = TORCHAO_8BIT_BLOCK.value
+        if n >= TORCHAO_MIN_QUANT_SIZE.value and n % block == 0:
+            per = 2 * (n + 4 * (n // block) + 4 * 256)
         else:
             per = 2 * n * param_bytes
     elif optimizer is Optimizer.ADAFACTOR:
@@ -117,6 +127,7 @@ _TWO_STATE = (
     Optimizer.ADAMW_8BIT,
     Optimizer.PAGED_ADAMW_8BIT,
     Optimizer.ADAMW_4BIT,
+    Optimizer.ADAMW_8BIT_TORCHAO,
 )
 
 

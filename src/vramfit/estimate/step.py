@@ -32,6 +32,7 @@ from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
+from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -308,13 +309,18 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = 0
-    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast
-    if runs_under_autocast(sc, profile) and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS):
+    # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
+    # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
+    no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
+    if (runs_under_autocast(sc, profile) and not no_shard_cast
+            and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
+    # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
+    tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
     parts = replace(

@@ -68,14 +68,18 @@ def check_measurable(scenario: Scenario) -> None:
     if scenario.method is Method.QLORA and scenario.quantize not in _QUANT_4BIT:
         raise ScenarioError("quantize", f"{scenario.quantize.value} is not measurable yet",
                             [q.value for q in _QUANT_4BIT])
-    if scenario.optimizer.value == "adamw-4bit" and importlib.util.find_spec("torchao") is None:
-        raise ScenarioError("optimizer", "adamw-4bit runs torchao's AdamW4bit: install torchao to measure it")
+    if scenario.optimizer.value in ("adamw-4bit", "adamw-8bit-torchao") and importlib.util.find_spec("torchao") is None:
+        raise ScenarioError("optimizer", f"{scenario.optimizer.value} runs torchao's optimizer: install torchao to "
+                                         "measure it")
     if scenario.loss is not Loss.STANDARD:
         raise ScenarioError("loss", "vramfit measure runs transformers' own loss (labels passed to the model)",
                             ["standard"])
     par = scenario.parallelism.value
     if par.startswith("zero"):
         raise ScenarioError("parallelism", "DeepSpeed ZeRO runs are not supported by vramfit measure yet",
+                            ["none", "ddp", "fsdp", "fsdp-grad-op"])
+    if par == "fsdp-no-shard":  # the harness wraps with FSDP2 fully_shard (measure/dist.py), which has no NO_SHARD
+        raise ScenarioError("parallelism", "FSDP1 NO_SHARD is not measurable yet (vramfit measure runs FSDP2)",
                             ["none", "ddp", "fsdp", "fsdp-grad-op"])
     if scenario.offload.value == "optimizer":
         raise ScenarioError("offload", "FSDP offloads parameters, gradients and optimizer state together",

@@ -106,6 +106,10 @@ def make_optimizer(scenario: Scenario, params: list[Any]) -> tuple[Any, str]:
         from torchao.optim import AdamW4bit
 
         return AdamW4bit(params, lr=1e-4), "Optimizer: torchao.optim.AdamW4bit (HF Trainer adamw_torch_4bit)."
+    if scenario.optimizer is Optimizer.ADAMW_8BIT_TORCHAO:
+        from torchao.optim import AdamW8bit
+
+        return AdamW8bit(params, lr=1e-4), "Optimizer: torchao.optim.AdamW8bit (HF Trainer adamw_torch_8bit)."
     from vramfit.sim.optim import make_optimizer as sim_optimizer
 
     return sim_optimizer(scenario, params)

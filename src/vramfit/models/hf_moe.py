@@ -129,6 +129,7 @@ def _gpt_oss(c: _Cfg) -> ModelSpec:
         # _supports_flash_attn = True (the sinks go to the kernel as s_aux, e.g. vllm-flash-attn3)
         attention_sinks=True, sdpa_supported=False, flash_supported=True,
         eager_softmax_fp32=False,  # softmax(combined_logits, dtype=combined_logits.dtype)
+        experts_v4_indexed_loop=True,  # transformers v4.55.0 GptOssExperts.forward (spec.py)
         **family, **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

@@ -206,6 +206,11 @@ class ModelSpec:
     # the checkpoint stores the expert banks as MXFP4 blocks (uint8, two 4-bit values a byte) and scales (one
     # uint8 per 32 values): config.json quantization_config quant_method "mxfp4" (openai/gpt-oss-*)
     experts_mxfp4: bool = False
+    # transformers 4 keeps the experts as 3-D banks and its training forward loops over the experts hit, indexing
+    # each bank with a one-element index tensor (transformers v4.55.0 models/gpt_oss/modeling_gpt_oss.py
+    # GptOssExperts.forward, ``if self.training`` branch: ``self.gate_up_proj[expert_idx]``, ``self.down_proj[expert_idx]``,
+    # expert_idx from ``nonzero()``): advanced indexing copies the expert's weights (estimate/moe_kernel.py)
+    experts_v4_indexed_loop: bool = False
     # the transformers-v4 module names PEFT moves from ``all-linear`` to ``target_parameters`` for this
     # family: peft v0.21.2 utils/transformers_weight_conversion.py _convert_peft_config_moe, for the model
     # types whose conversion pattern is mixtral (gate, w1, w3, w2) or qwen2_moe (gate, gate_proj, up_proj,

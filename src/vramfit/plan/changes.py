@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramfit.calibration import Calibration
+from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator
@@ -75,7 +76,7 @@ def _candidates(sc: Scenario) -> list[Change]:
         out.append(Change("bf16-true", "pure bf16 weights (no fp32 master copy)", {"precision": "bf16-true"},
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
     n = sc.num_gpus
-    shard = "fsdp" if sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else "zero3"
+    shard = "fsdp" if sc.parallelism in FSDP_FAMILY else "zero3"
     if sc.method is Method.FULL:
         par = sc.parallelism.value if sc.parallelism in (Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP) else (
             "zero2" if n == 1 else shard)
@@ -178,7 +179,7 @@ def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
 
 def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
     sc, extra = ctx.sc, extra or {}
-    shard = "fsdp" if sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else "zero3"
+    shard = "fsdp" if sc.parallelism in FSDP_FAMILY else "zero3"
     eff = sc.effective_batch
     tried = None
     for n in (2, 4, 8):

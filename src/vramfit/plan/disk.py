@@ -32,6 +32,7 @@ _STATE: dict[Optimizer, tuple[float, str]] = {
     Optimizer.ADAMW_8BIT: (2, "b"),
     Optimizer.PAGED_ADAMW_8BIT: (2, "b"),
     Optimizer.ADAMW_4BIT: (1, "b"),
+    Optimizer.ADAMW_8BIT_TORCHAO: (2, "b"),
     Optimizer.ADAFACTOR: (0, "s"),
     Optimizer.SGD: (0, "s"),
     Optimizer.SGD_MOMENTUM: (1, "s"),

@@ -7,7 +7,7 @@ decoder block and the loss, and the LoRA adapters' skinny matmuls and adds.
 from __future__ import annotations
 
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Method, Scenario
+from vramfit.scenario import Checkpointing, Method, Quantize, Scenario
 
 
 def elementwise_bytes_per_token(spec: ModelSpec) -> int:
@@ -41,3 +41,32 @@ def lora_bytes_per_token_fwd(sc: Scenario, lora_params: int) -> int:
         return 0
     dropout = sc.lora_dropout if sc.lora_dropout is not None else 0.0
     return 2 * (2 + (1 if dropout > 0 else 0)) * lora_params // sc.lora_rank
+
+
+#: bitsandbytes 4-bit bases, whose PEFT LoRA layer is ``peft.tuners.lora.bnb.Linear4bit``
+_BNB_4BIT = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ)
+
+
+def lora_4bit_clone_bytes_per_token(sc: Scenario, lora_params: int, clones: bool) -> int:
+    """Bytes per token of one forward that the defensive clone of a 4-bit base's output moves.
+
+    peft tuners/lora/bnb.py ``Linear4bit.forward`` (v0.10.0 and v0.11.1 l. 458, v0.21.2): ``result = self.base_layer(x)`` then
+    ``result = result.clone()`` ("As per Tim Dettmers, for 4bit, we need to defensively clone here") before
+    the adapters are added: each adapted 4-bit linear's output is read and written once more (2 bytes per
+    element). Its backward (``CloneBackward``) passes the gradient through, so only forward passes (and
+    a recompute) pay it. The output widths of all adapters sum to about half of ``lora_params / rank``,
+    the symmetric-shape reading of :func:`lora_bytes_per_token_fwd`. ``clones``: the framework profile's
+    ``lora_4bit_clones_output``.
+    """
+    if not (clones and lora_params and sc.method is Method.QLORA and sc.quantize in _BNB_4BIT):
+        return 0
+    return 2 * 2 * (lora_params // sc.lora_rank) // 2
+
+
+def lora_clone_bytes(sc: Scenario, lora_params: int) -> int:
+    """:func:`lora_4bit_clone_bytes_per_token` over a micro-batch's passes: the forward, and the recompute
+    under full or offloaded checkpointing; 0 where the framework profile does not clone."""
+    from vramfit.estimate.framework import scenario_profile
+
+    passes = 1 + (1 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
+    return passes * lora_4bit_clone_bytes_per_token(sc, lora_params, scenario_profile(sc).lora_4bit_clones_output)

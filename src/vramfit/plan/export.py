@@ -32,7 +32,7 @@ ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl", "torchtita
 OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
-    "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
+    "adamw-8bit-torchao": "adamw_torch_8bit", "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
 SCRIPT = "train.py"  # the one script name every export launches
 TRL_CONFIG_FILE = "train_config.yaml"
@@ -55,7 +55,7 @@ def _engine_of(plan: Plan) -> str:
     p = plan.parallelism
     if p in ("zero1", "zero2", "zero3"):
         return "deepspeed"
-    if p in ("fsdp", "fsdp-grad-op"):
+    if p in ("fsdp", "fsdp-grad-op", "fsdp-no-shard"):
         return "fsdp"
     return "ddp" if plan.num_gpus > 1 else "single"
 
@@ -103,7 +103,8 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
 
 
 def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
-    shard = "SHARD_GRAD_OP" if plan.parallelism in ("zero2", "fsdp-grad-op", "zero1") else "FULL_SHARD"
+    shard = ("SHARD_GRAD_OP" if plan.parallelism in ("zero2", "fsdp-grad-op", "zero1")
+             else "NO_SHARD" if plan.parallelism == "fsdp-no-shard" else "FULL_SHARD")
     if plan.offload == "optimizer":
         notes.append("FSDP offloads parameters together with the optimizer state (CPUOffload(offload_params=True))")
     return {

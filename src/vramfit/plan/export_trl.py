@@ -95,8 +95,9 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         notes.append("chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true (fused) instead")
     if plan.optimizer == "sgd-momentum":  # transformers' "sgd" reads momentum from optim_args (trainer_optimizer.py _get_sgd)
         out["optim_args"] = "momentum=0.9"
-    if plan.optimizer == "adamw-4bit":
-        notes.append("adamw_torch_4bit needs `pip install torchao`")
+    if plan.optimizer in ("adamw-4bit", "adamw-8bit-torchao"):
+        notes.append(f"{'adamw_torch_4bit' if plan.optimizer == 'adamw-4bit' else 'adamw_torch_8bit'} needs "
+                     "`pip install torchao`")
     if sc.get("compile"):
         out["torch_compile"] = True
     if sc.get("optimizer_in_backward"):

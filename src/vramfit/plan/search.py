@@ -17,7 +17,7 @@ import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from vramfit.choices import Generation
+from vramfit.choices import FSDP_FAMILY, Generation
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -43,7 +43,7 @@ from vramfit.scenario import (
 #: Step times within this fraction count as equal: the speed model is not finer than that (MFU alone
 #: varies by more), so a plain setting beats a slightly faster one with more compromises.
 TIE = 0.05
-_FSDP = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+_FSDP = FSDP_FAMILY  # a run on FSDP (NO_SHARD included) is offered FSDP names, not ZeRO
 #: Plan-only names of sharding inside a node across several nodes -> the engine's parallelism (with
 #: shard_scope=node): FSDP HSDP, DeepSpeed ZeRO-3 with ZeRO++ hpZ.
 HYBRID = {"hsdp": "fsdp", "zero3-hpz": "zero3"}

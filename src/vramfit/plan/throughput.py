@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
-from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd
+from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd, lora_clone_bytes
 from vramfit.plan.kernels import CardSpeed
 from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
 from vramfit.plan.traffic import (
@@ -259,9 +259,10 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
+    clone = lora_clone_bytes(sc, lora)  # PEFT's clone of 4-bit outputs (forward, recompute)
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
-            "elem_bytes_mb": float(tokens_mb * elem * fwd_passes),
+            "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "opt_on_host": sc.offload is not Offload.NONE,
             "zero3": sc.parallelism is Parallelism.ZERO3}
@@ -297,17 +298,18 @@ def step_time(
     across, waits, exposed = _net_seconds(w, net)
     comm += across
     step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
-    gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9)
+    gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9, peer_gbs * 1e9)
     return Speed(compute, dequant, comm, host, step + gen, w.tokens_per_step / (step + gen), gen)
 
 
-def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float) -> float:
-    """Rollout seconds of a step (:func:`rollout.rollout_seconds`); 0 without a memory bandwidth."""
+def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float, peer_bytes: float) -> float:
+    """Rollout seconds of a step (:func:`rollout.rollout_seconds`: generation, its weight gather and the
+    reference pass); 0 without a memory bandwidth."""
     from vramfit.plan.kernels import DECODE_LAYER_OVERHEAD_S
 
     if w.rollout is None or not mem_bytes:
         return 0.0
-    return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value)
+    return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value, peer_bytes)
 
 
 def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tuple[float, float]:
@@ -371,7 +373,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
         step = max(compute, comm - waits - net_waits, stream) + waits + host + exposed
     else:
         step = max(compute, stream) + comm - net_waits + host + exposed
-    step += layouts.blocking_seconds(w, c.peer_bytes, net) + (gen := _generate_seconds(w, c.gemm_flops, c.mem_bytes))
+    step += layouts.blocking_seconds(w, c.peer_bytes, net) + (gen := _generate_seconds(w, c.gemm_flops, c.mem_bytes, c.peer_bytes))
     return Speed(compute, dequant, comm, host, step, w.tokens_per_step / step, gen)
 
 

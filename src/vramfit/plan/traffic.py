@@ -19,8 +19,10 @@ def comm_bytes(sc: Scenario, param_bytes: int, grad_bytes: int, trainable16: int
     p = sc.parallelism
     if n == 1 or p is Parallelism.NONE:
         peer = 0.0
-    elif p in (Parallelism.DDP, Parallelism.ZERO1):
-        peer = 2 * ring * grad_bytes  # all-reduce of the gradients once per step (no_sync between)
+    elif p in (Parallelism.DDP, Parallelism.ZERO1, Parallelism.FSDP_NO_SHARD):
+        # all-reduce of the gradients once per step (no_sync between); FSDP NO_SHARD all-reduces each unit's flat
+        # gradient and gathers nothing (torch v2.13.0 distributed/fsdp/_runtime_utils.py _reduce_grad_no_shard)
+        peer = 2 * ring * grad_bytes
     elif p in (Parallelism.ZERO2, Parallelism.FSDP_GRAD_OP):
         peer = ring * grad_bytes * ga + ring * trainable16  # reduce-scatter each micro-batch, gather params
     else:  # zero3 / fsdp: gather the weights for forward and backward of every micro-batch
@@ -99,7 +101,7 @@ def split_nodes(sc: Scenario, peer: float, param_bytes: int, grad_bytes: int, la
     ring_all, ring_node = (n - 1) / n, (g - 1) / g
     gathers = weight_gathers(sc)
     p = sc.parallelism
-    if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1):
+    if p in (Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO1, Parallelism.FSDP_NO_SHARD):
         return 0.0, peer, 2 * (k - 1) * layers  # gradient all-reduce (bucketed: about one per layer)
     node = sc.shard_scope.value == "node"
     if node and p in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):

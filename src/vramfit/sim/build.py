@@ -225,7 +225,7 @@ def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:
 
 
 def _check_supported(scenario: Scenario) -> None:
-    from vramfit.scenario import Framework
+    from vramfit.scenario import Framework, MoeKernel
 
     if scenario.framework not in (Framework.HF, Framework.TORCHTITAN):
         raise ScenarioError("framework", f"the simulator runs transformers + PEFT code (and torchtitan's FSDP2 and "
@@ -234,6 +234,9 @@ def _check_supported(scenario: Scenario) -> None:
     if scenario.framework is Framework.TORCHTITAN and scenario.method is not Method.FULL:
         raise ScenarioError("method", "torchtitan trains every weight: the simulator runs it with method=full",
                             ["full"])
+    if scenario.moe_kernel is not MoeKernel.NONE:  # its ops are compiled CUDA extensions, with no fake-tensor kernels
+        raise ScenarioError("moe_kernel", "kernels-community/megablocks runs compiled CUDA ops (sort, histogram, "
+                            "binned_gather): estimator-only in the simulator", ["none"])
     if scenario.expert_parallel > 1:  # the fake process group runs no all-to-all token dispatch
         raise ScenarioError("expert_parallel", "the simulator runs no expert parallelism; it is estimator-only", ["1"])
     if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP and scenario.framework is not Framework.TORCHTITAN:

@@ -9,6 +9,7 @@
 | ``paged-adamw`` / ``paged-adamw-8bit`` | ``bitsandbytes.optim.PagedAdamW`` / ``PagedAdamW8bit`` | ``paged_adamw_32bit`` / ``_8bit`` |
 | ``lion`` / ``lion-8bit`` | ``bitsandbytes.optim.Lion`` / ``Lion8bit`` | ``lion_32bit`` / ``lion_8bit`` |
 | ``adamw-4bit`` | :class:`AdamW4bitLayout` (torchao ``AdamW4bit``'s state layout) | ``adamw_torch_4bit`` |
+| ``adamw-8bit-torchao`` | :class:`AdamW8bitLayout` (torchao ``AdamW8bit``'s state layout) | ``adamw_torch_8bit`` |
 
 Workarounds for fake tensors, each with the same tensors as the library:
 bitsandbytes builds its quantile maps from data at construction, so the optimizer is constructed with
@@ -32,6 +33,7 @@ LR = 1e-4
 
 BNB_PAGED_MIN_NUMEL = 100_000  # bitsandbytes optim/optimizer.py: 'if not self.is_paged or A.numel() < 1e5'
 TORCHAO_4BIT_BLOCK = 128  # torchao optim AdamW4bit(block_size=128)
+TORCHAO_8BIT_BLOCK = 256  # torchao optim AdamW8bit(block_size=256)
 TORCHAO_MIN_QUANT_SIZE = 4096  # torchao optim _new_buffer: quantized only if p.numel() >= 4096
 
 
@@ -62,11 +64,12 @@ def make_optimizer(scenario: Scenario, params: list[torch.nn.Parameter], tracker
             "Optimizer: transformers Adafactor(scale_parameter=False, relative_step=False) as HF Trainer "
             "optim='adafactor': factored fp32 second moments, no first moment."
         )
-    if opt is Optimizer.ADAMW_4BIT:
-        return AdamW4bitLayout(params, lr=LR), (
-            "Optimizer: torchao AdamW4bit state layout (4-bit codes, fp32 scale per 128-element block, "
-            "tensors under 4096 elements keep plain states; the compiled step is assumed to need no "
-            "parameter-sized temporaries); torchao itself is not run."
+    if opt in (Optimizer.ADAMW_4BIT, Optimizer.ADAMW_8BIT_TORCHAO):
+        layout = AdamW4bitLayout if opt is Optimizer.ADAMW_4BIT else AdamW8bitLayout
+        return layout(params, lr=LR), (
+            f"Optimizer: torchao AdamW{layout.BITS}bit state layout ({layout.BITS}-bit codes, fp32 scale per "
+            f"{layout.BLOCK}-element block, tensors under 4096 elements keep plain states; the compiled step is "
+            "assumed to need no parameter-sized temporaries); torchao itself is not run."
         )
     return _bnb_optimizer(opt, params, tracker)
 
@@ -122,17 +125,19 @@ class AdamW4bitLayout(torch.optim.Optimizer):
     dequantize, update and requantize fuse, so no parameter-sized temporaries are modelled.
     """
 
+    BITS, BLOCK = 4, TORCHAO_4BIT_BLOCK
+
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = LR) -> None:
         super().__init__(params, {"lr": lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0})
 
-    @staticmethod
-    def _buffer(p: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
+    @classmethod
+    def _buffer(cls, p: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
         n = p.numel()
-        if n >= TORCHAO_MIN_QUANT_SIZE and n % TORCHAO_4BIT_BLOCK == 0:
+        if n >= TORCHAO_MIN_QUANT_SIZE and n % cls.BLOCK == 0:
             return {
-                "codes": torch.zeros(math.ceil(n / 2), dtype=torch.uint8, device=p.device),
-                "scale": torch.zeros(n // TORCHAO_4BIT_BLOCK, dtype=torch.float32, device=p.device),
-                "qmap": torch.zeros(16, dtype=torch.float32, device=p.device),
+                "codes": torch.zeros(math.ceil(n * cls.BITS / 8), dtype=torch.uint8, device=p.device),
+                "scale": torch.zeros(n // cls.BLOCK, dtype=torch.float32, device=p.device),
+                "qmap": torch.zeros(2 ** cls.BITS, dtype=torch.float32, device=p.device),
             }
         return torch.zeros_like(p)
 
@@ -158,6 +163,14 @@ class AdamW4bitLayout(torch.optim.Optimizer):
             for v in st.values():
                 out.extend(v.values() if isinstance(v, dict) else [v])
         return out
+
+
+class AdamW8bitLayout(AdamW4bitLayout):
+    """torchao ``AdamW8bit``'s state tensors (pytorch/ao v0.6.1 prototype/low_bit_optim/subclass_8bit.py
+    ``OptimState8bit.zeros``): ``codes`` uint8 ``[numel]``, ``scale`` fp32 ``[numel // 256]``, ``qmap`` fp32
+    ``[256]``; the same rule for small tensors and the same step as :class:`AdamW4bitLayout`."""
+
+    BITS, BLOCK = 8, TORCHAO_8BIT_BLOCK
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -95,6 +95,18 @@ RULES: list[tuple[str, str]] = [
     (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
      "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
      "bloco à frente."),
+    (r"^Activation offload: checkpointed block inputs in pinned host memory, brought back when its block's backward "
+     r"runs\.$",
+     "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host e voltam quando corre o "
+     "backward do seu bloco."),
+    (r"^MoE experts: transformers 4's training loop indexes each expert's weights out of the 3-D banks, a copy per "
+     r"expert kept for backward \(moe_kernel=none; megablocks = the kernels hub's MegaBlocksMoeMLP\)\.$",
+     "Especialistas MoE: o ciclo de treino do transformers 4 indexa os pesos de cada especialista nos bancos 3-D, uma "
+     "cópia por especialista guardada para o backward (moe_kernel=none; megablocks = o MegaBlocksMoeMLP do hub de "
+     "kernels)."),
+    (r"^MoE experts: the kernels hub's MegaBlocksMoeMLP \(tokens binned per expert, batched matmuls on the banks\)\.$",
+     "Especialistas MoE: o MegaBlocksMoeMLP do hub de kernels (tokens agrupados por especialista, produtos de matrizes "
+     "em lote sobre os bancos)."),
     (r"^Mixed precision: the engine holds the weights in 16 bits \(fp32 master copy in the optimizer's partitions\), "
      r"no autocast: 16-bit activations\.$",
      "Precisão mista: o motor guarda os pesos em 16 bits (cópia mestre fp32 nas partições do otimizador), "

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Loss, Method, Reference, Stage
 from vramfit.estimate.phases import StepPhase
-from vramfit.estimate.stages.profiles import FUSED_HEAD, PAIRED
+from vramfit.estimate.stages.profiles import PAIRED, LogProbs, logprobs_path
 from vramfit.stage_keys import GENERATES, PREFERENCE, REFERENCE_FREE
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ def finish(step: Step) -> Step:
 
     loss = stage_loss(step)
     parts = replace(step.parts, logits_loss=loss.forward_peak)
-    if step.sc.stage in FUSED_HEAD and step.sc.loss is Loss.STANDARD and parts.autocast_copies:
+    fused = logprobs_path(step.sc.stage, step.profile) is LogProbs.FUSED_HEAD
+    if fused and step.sc.loss is Loss.STANDARD and parts.autocast_copies:
         # TRL's fused head never calls the output layer, so autocast makes no copy of its weight
         # (forward_extras.autocast_copies counts 2 bytes per head parameter; the slices are in the loss)
         head = step.spec.lm_head_params or step.spec.embedding_params

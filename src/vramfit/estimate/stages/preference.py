@@ -27,7 +27,7 @@ from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
-from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, logprobs_path
+from vramfit.estimate.stages.profiles import PAIRED, STAGE_PROFILES, LogProbs, chosen_nll, logprobs_path
 from vramfit.estimate.state import shard
 from vramfit.stage_keys import GENERATES
 
@@ -126,16 +126,19 @@ def logits_kernel_logps(T: int, V: int, lb: int, chosen_nll: bool, copies_chosen
     return LossMemory(saved, forward, 2 * F + h + 8 * T, detail)
 
 
-def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str) -> LossMemory:
+def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str, nll_after: bool = False) -> LossMemory:
     """TRL <= 0.14 ``torch.gather(logits.log_softmax(-1), ...)`` over the shifted view ``logits[:, :-1, :]``
     (F = lb·T·V), after the chosen half's cross-entropy (h, :func:`logits_kernel_logps`). Forward: CUDA's
     ``host_softmax`` makes the strided view contiguous first (aten/src/ATen/native/cuda/SoftMax.cu ``auto
     input = input_.contiguous()``: F) next to its output (F, saved; gather saves the same tensor) and the
     logits. Backward: ``gather_backward``'s zero-filled F and ``_log_softmax_backward_data``'s F next to the
     saved ones; the logits are dropped with the outputs before backward. Traced on CPU (the internal copy
-    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py)."""
+    is the kernel's own and not seen there; tests/estimate/test_stage_logits.py). ``nll_after``: DPO's RPO
+    cross-entropy runs after the log-probs (v0.14.0 dpo_trainer.py:1214 then :1242-1250; swift's DPOTrainer at
+    40c8406fb the same), when the copy is freed: the logits, the saved F, the chosen slice's copy (none for one
+    pair) and its h stay within 3F, so the forward peak is the gather's 3F."""
     F = lb * T * V
-    return LossMemory(F + h, 3 * F + h, 3 * F + h, detail)
+    return LossMemory(F + h, 3 * F + (0 if nll_after else h), 3 * F + h, detail)
 
 
 def stage_loss(step: Step) -> LossMemory:
@@ -145,7 +148,8 @@ def stage_loss(step: Step) -> LossMemory:
     if sc.loss is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
-    path, nll = logprobs_path(sc.stage, step.profile), STAGE_PROFILES[sc.stage].chosen_nll
+    path = logprobs_path(sc.stage, step.profile)
+    nll = chosen_nll(sc, path)
     if path is LogProbs.FUSED_HEAD:
         head = sc.precision.param_bytes if step.lm_head_trainable else 0
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
@@ -164,7 +168,7 @@ def stage_loss(step: Step) -> LossMemory:
         return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
     h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
     if path is LogProbs.FULL_LOG_SOFTMAX:
-        return full_log_softmax(T, V, lb, h, detail)
+        return full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO)
     return row_loop_logps(T, sc.seq_len, V, lb, h, detail)
 
 
@@ -186,11 +190,16 @@ def no_grad_block(step: Step, tokens: int) -> int:
 def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[Contribution]:
     """A no_grad log-prob pass over ``sequences`` x ``row`` tokens that scores ``scored`` tokens: one
     block's working set, then the head: the fused head's masked hidden states, tile and fp32
-    accumulators, or the full logits and one row's log_softmax (utils.py:538-600)."""
+    accumulators, or the full logits and one row's log_softmax (utils.py:538-600), or, where the whole
+    log_softmax is taken at once (TRL <= 0.14 ``get_batch_logps``), the logits, ``host_softmax``'s contiguous
+    copy of their shifted view and its output together (:func:`full_log_softmax`'s forward, no_grad)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if logprobs_path(sc.stage, step.profile) is LogProbs.FUSED_HEAD:
+    path = logprobs_path(sc.stage, step.profile)
+    if path is LogProbs.FUSED_HEAD:
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
+    elif path is LogProbs.FULL_LOG_SOFTMAX:
+        head = 3 * logits_bytes_per_element(sc, step.profile) * scored * V
     else:
         lb = logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
@@ -242,6 +251,13 @@ def describe(step: Step) -> list[str]:
     batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
              if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
     out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
+    if logprobs_path(sc.stage, step.profile) is not STAGE_PROFILES[sc.stage].logprobs:
+        out.append(f"Log-probs as the TRL of framework_version {sc.framework_version} took them (before TRL 1.0): "
+                   "from the full logits" + (", and the chosen half's cross-entropy" if chosen_nll(
+                       sc, logprobs_path(sc.stage, step.profile)) else "") + ".")
+    elif sc.rpo_alpha is not None:
+        out.append(f"rpo_alpha {sc.rpo_alpha:g}: TRL 1.16's RPO term (loss_type sft) reads the fused head's per-token "
+                   "log-probs of the chosen half: no tensor of its own.")
     how = {
         Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
                         + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")

@@ -9,15 +9,24 @@ TRL 1.16.0 (file:line in the installed package; PPO, removed after v1.9.0, read 
   ``selective_log_softmax`` (trainer/utils.py:538), which on CUDA with Triton (a dependency of the CUDA
   torch wheels) runs ``_LogProbEntropyFunction`` (utils.py:572-574, kernels/logprob_entropy.py:146-240);
   both add a cross-entropy over the chosen half's logits: ORPO always (orpo_trainer.py:800), CPO/SimPO
-  when ``cpo_alpha != 0`` (cpo_trainer.py:842-845), whose default is 1.0 (cpo_config.py:132-134; ms-swift's
-  ``--rlhf_type simpo`` keeps it: swift/llm/argument/rlhf_args.py ``cpo_alpha: float = 1.``);
+  when ``cpo_alpha != 0`` (cpo_trainer.py:842-845, scenario key ``cpo_alpha``), whose default is 1.0
+  (cpo_config.py:132-134; only ``loss_type="alphapo"`` sets it to 0, :176-179; ms-swift's ``--rlhf_type simpo``
+  keeps 1.0: swift/arguments/rlhf_args.py:250 ``cpo_alpha: float = 1.`` at 3602360a5);
+* DPO's RPO term (scenario key ``rpo_alpha``): TRL 1.16.0 has no ``rpo_alpha``; its ``loss_type="sft"``
+  reads the fused head's per-token log-probs of the chosen half (dpo_trainer.py:1495-1502), no tensor of
+  the vocabulary's size;
 * PPO takes ``selective_log_softmax`` of v1.9.0, a per-row loop (ppo_trainer.py:703, 823).
 
 Older TRL releases (``framework_version`` trl-0.29, trl-0.14; FrameworkProfile.trl_logits_logprobs) take
 the full-logits stages' log-probs with other code: v0.15.0-v0.29.1 ``selective_log_softmax`` without the
 Triton branch (trl/trainer/utils.py at v0.29.1), the row loop; v0.11.4-v0.14.0 ``get_batch_logps``
 ``torch.gather(logits.log_softmax(-1), dim=2, ...)`` (trl/trainer/cpo_trainer.py:672 at v0.11.4, :714 at
-v0.14.0; orpo_trainer.py:684 at v0.11.4), the whole log_softmax at once.
+v0.14.0; orpo_trainer.py:684 at v0.11.4), the whole log_softmax at once. DPO had no fused head before 1.0:
+``concatenated_forward`` takes ``outputs.logits`` and their log-probs by the same code (v0.14.0
+trl/trainer/dpo_trainer.py:1214 the gather; v0.28.0 :1686 and v0.29.1 :1151 ``selective_log_softmax``), and
+with ``rpo_alpha`` set (any value, 0 included: ``if self.args.rpo_alpha is not None``) adds
+``F.cross_entropy(torch.flatten(logits[:num_examples, :-1], end_dim=1), ...)`` over the chosen half
+(v0.14.0 :1242-1250, v0.28.0 :1706-1714), the same tensors as CPO's; v0.29.1 dropped ``rpo_alpha``.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from vramfit.choices import Stage
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.scenario import Scenario
 
 
 class LogProbs(str, Enum):
@@ -41,38 +51,64 @@ class LogProbs(str, Enum):
     FULL_LOG_SOFTMAX = "full-log-softmax"  # full logits, torch.gather(logits.log_softmax(-1), ...) at once
 
 
+class ChosenNLL(str, Enum):
+    """When a cross-entropy over the chosen half's full logits runs next to the log-probs."""
+
+    NEVER = "never"
+    ALWAYS = "always"  # ORPO
+    CPO_ALPHA = "cpo-alpha"  # CPO/SimPO: when cpo_alpha != 0 (None: TRL's 1.0)
+    RPO_ALPHA = "rpo-alpha"  # DPO before TRL 1.0: when rpo_alpha is given; never on the fused head
+
+
 @dataclass(frozen=True)
 class StageProfile:
     """One stage's policy step as TRL runs it."""
 
     paired: bool  # chosen and rejected run as one concatenated forward: the micro-batch counts pairs
     logprobs: LogProbs
-    chosen_nll: bool  # nn.CrossEntropyLoss over the chosen half's full logits, next to the log-probs
+    chosen_nll: ChosenNLL  # nn.CrossEntropyLoss over the chosen half's full logits, next to the log-probs
     source: str
+    logits_before_1_0: bool = False  # a fused-head stage that built the full logits in TRL < 1.0 (DPO)
 
 
 STAGE_PROFILES: dict[Stage, StageProfile] = {
-    Stage.DPO: StageProfile(True, LogProbs.FUSED_HEAD, False,
-                            "trl 1.16.0 trainer/dpo_trainer.py:351 (chosen then rejected), :1285 _compute_loss"),
-    Stage.KTO: StageProfile(False, LogProbs.FUSED_HEAD, False, "trl 1.16.0 trainer/kto_trainer.py: one completion"),
-    Stage.ORPO: StageProfile(True, LogProbs.LOGITS_KERNEL, True,
+    Stage.DPO: StageProfile(True, LogProbs.FUSED_HEAD, ChosenNLL.RPO_ALPHA,
+                            "trl 1.16.0 trainer/dpo_trainer.py:351 (chosen then rejected), :1285 _compute_loss",
+                            logits_before_1_0=True),
+    Stage.KTO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER,
+                            "trl 1.16.0 trainer/kto_trainer.py: one completion"),
+    Stage.ORPO: StageProfile(True, LogProbs.LOGITS_KERNEL, ChosenNLL.ALWAYS,
                              "trl 1.16.0 experimental/orpo/orpo_trainer.py:745-825 concatenated_forward"),
-    Stage.SIMPO: StageProfile(True, LogProbs.LOGITS_KERNEL, True,
+    Stage.SIMPO: StageProfile(True, LogProbs.LOGITS_KERNEL, ChosenNLL.CPO_ALPHA,
                               "trl 1.16.0 experimental/cpo/cpo_trainer.py:792-862 concatenated_forward, "
-                              "loss_type simpo, cpo_alpha 1.0"),
-    Stage.GRPO: StageProfile(False, LogProbs.FUSED_HEAD, False, "trl 1.16.0 trainer/grpo_trainer.py:2505"),
-    Stage.PPO: StageProfile(False, LogProbs.ROW_LOOP, False, "trl v1.9.0 experimental/ppo/ppo_trainer.py:703, 823"),
+                              "loss_type simpo"),
+    Stage.GRPO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER, "trl 1.16.0 trainer/grpo_trainer.py:2505"),
+    Stage.PPO: StageProfile(False, LogProbs.ROW_LOOP, ChosenNLL.NEVER,
+                            "trl v1.9.0 experimental/ppo/ppo_trainer.py:703, 823"),
 }
 
 #: Stages whose chosen and rejected completions run as one concatenated batch.
 PAIRED = tuple(s for s, p in STAGE_PROFILES.items() if p.paired)
-#: Stages whose log-probs come from TRL's fused LM head (the rest build the full logits).
+#: Stages whose log-probs come from TRL 1.16's fused LM head (the rest build the full logits).
 FUSED_HEAD = tuple(s for s, p in STAGE_PROFILES.items() if p.logprobs is LogProbs.FUSED_HEAD)
 
 
 def logprobs_path(stage: Stage, framework: FrameworkProfile) -> LogProbs:
-    """The log-prob code of ``stage`` under the framework's release: an older TRL's, for the stages that
-    build the full logits (the fused head's stages changed more than their log-prob call: not modelled)."""
-    own = STAGE_PROFILES[stage].logprobs
+    """The log-prob code of ``stage`` under the framework's release: an older TRL's for the stages that
+    build the full logits and for DPO, which built them before 1.0 (KTO and GRPO before 1.0: not modelled
+    apart, their fused head is kept)."""
+    prof = STAGE_PROFILES[stage]
     older = framework.trl_logits_logprobs
-    return older if older is not None and own is LogProbs.LOGITS_KERNEL else own
+    if older is not None and (prof.logprobs is LogProbs.LOGITS_KERNEL or prof.logits_before_1_0):
+        return older
+    return prof.logprobs
+
+
+def chosen_nll(sc: Scenario, path: LogProbs) -> bool:
+    """Whether the policy's loss adds the cross-entropy over the chosen half's full logits."""
+    rule = STAGE_PROFILES[sc.stage].chosen_nll
+    if rule is ChosenNLL.CPO_ALPHA:
+        return sc.cpo_alpha != 0  # None: CPOConfig's 1.0 (cpo_trainer.py:842 `if self.cpo_alpha == 0`)
+    if rule is ChosenNLL.RPO_ALPHA:
+        return sc.rpo_alpha is not None and path is not LogProbs.FUSED_HEAD
+    return rule is ChosenNLL.ALWAYS

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 GEN, SCORE = StepPhase.GENERATE, StepPhase.SCORE
 TRAINING = (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_END,
-            StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP)
+            StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP)
 PPO_ROLLOUT_CHUNK = 64  # PPOConfig.local_rollout_forward_batch_size (trl/experimental/ppo/ppo_config.py:141)
 
 

@@ -1,0 +1,77 @@
+"""What runs a mixture-of-experts block's experts (scenario ``moe_kernel``), and what transformers 4's loop costs.
+
+transformers v4.55.0 models/gpt_oss/modeling_gpt_oss.py ``GptOssExperts.forward`` trains with a Python loop
+(l. 93-113): ``expert_hitted = ....nonzero()`` (l. 100) yields one-element index tensors, and
+``current_state @ self.gate_up_proj[expert_idx]`` (l. 105), ``gated_output @ self.down_proj[expert_idx]`` (l. 111)
+index the 3-D banks with them. Advanced indexing copies: each expert hit makes a ``(1, H, 2I)`` and a
+``(1, I, H)`` copy of its weights, and the matmul keeps the copy for the gradient of its input, so a block's
+backward starts with every hit expert's weights copied once more (the bias rows' copies feed an add, which keeps
+nothing). A CPU run of that forward on small shapes under ``saved_tensors_hooks`` keeps exactly one storage of
+each copy per expert hit, and its backward calls ``new_zeros`` with each bank's shape once per expert. Where the banks train
+(full fine-tuning), each copy's ``IndexBackward0`` (torch v2.13.0 autograd/generated/Functions.h: it keeps the
+indices and the bank's sizes only) returns ``index_backward(grad.new_zeros(self.sizes()), ...)``
+(tools/autograd/derivatives.yaml ``index.Tensor``): a zero-filled gradient the size of the whole bank, one per
+expert, summed in place into autograd's input buffer for the bank (torch/csrc/autograd/input_buffer.cpp
+``accumulate``). While that buffer holds the bank's gradient, the next expert's zero-filled bank is the
+extra transient.
+
+``moe_kernel: megablocks`` is ``from_pretrained(use_kernels=True)`` on a model that ``kernelize`` saw on a CUDA
+device (transformers v4.55.0 modeling_utils.py l. 5085-5093 kernelizes on ``model.device.type``;
+integrations/hub_kernels.py l. 63-80 maps ``MegaBlocksMoeMLP`` for cuda and rocm only, and kernels v0.9.0
+layer.py l. 880-888 keeps the model's own forward for any other device). kernels-community/megablocks
+(huggingface/kernels-community@885c7a29 megablocks/torch-ext/megablocks/layers.py ``forward_once``,
+``permute_and_compute``, ``mlp_forward``) bins the ``top_k x tokens`` rows per expert (``binned_gather`` to
+``(E, capacity, H)`` with capacity ``int(1.0 x top_k x tokens / E)``) and runs ``torch.bmm`` on the banks
+themselves: the same row-sized tensors as the grouped path the activation walk counts, no weight copies, and
+the bank gradients made once by the matmul backward.
+"""
+
+from __future__ import annotations
+
+from vramfit.estimate.framework import FrameworkProfile
+from vramfit.models.spec import ModelSpec
+from vramfit.scenario import Method, MoeKernel, Scenario
+
+
+def indexed_loop(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """The experts run transformers 4's indexed per-expert loop (module doc)."""
+    return spec.experts_v4_indexed_loop and profile.experts_v4_forward and sc.moe_kernel is MoeKernel.NONE
+
+
+def _banks(spec: ModelSpec) -> list:
+    return [lin for lin in spec.block_linears if lin.group == "expert"]
+
+
+def experts_hit(spec: ModelSpec, sc: Scenario) -> int:
+    """Experts a micro-batch reaches: every one once ``top_k x tokens`` rows can cover them (an upper bound
+    where routing leaves some idle)."""
+    return min(spec.num_experts, spec.num_experts_per_tok * sc.micro_batch_size * sc.seq_len)
+
+
+def weight_copies_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, elem: int) -> int:
+    """Bytes of the indexed expert weight copies one block keeps for backward (``elem`` bytes each)."""
+    if not indexed_loop(spec, sc, profile):
+        return 0
+    per_expert = sum(lin.weight_params // lin.count for lin in _banks(spec))
+    return elem * experts_hit(spec, sc) * per_expert
+
+
+def index_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, grad_bytes: int) -> int:
+    """The zero-filled bank an expert's ``IndexBackward0`` makes while the bank's summed gradient is held, plus that
+    expert's own weight gradient it scatters in; 0 where the banks do not train or the loop does not run."""
+    if sc.method is not Method.FULL or not indexed_loop(spec, sc, profile):
+        return 0
+    largest = max(_banks(spec), key=lambda lin: lin.weight_params)
+    return grad_bytes * (largest.weight_params + largest.weight_params // largest.count)
+
+
+def note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> str | None:
+    """The assumption line for a MoE model's experts path, or None for a dense model."""
+    if not spec.num_experts:
+        return None
+    if indexed_loop(spec, sc, profile):
+        return ("MoE experts: transformers 4's training loop indexes each expert's weights out of the 3-D banks, "
+                "a copy per expert kept for backward (moe_kernel=none; megablocks = the kernels hub's MegaBlocksMoeMLP).")
+    if sc.moe_kernel is MoeKernel.MEGABLOCKS:
+        return "MoE experts: the kernels hub's MegaBlocksMoeMLP (tokens binned per expert, batched matmuls on the banks)."
+    return None
