@@ -39,7 +39,7 @@ def test_a_frozen_tower_keeps_nothing_and_trains_nothing():
     assert frozen.model.num_trainable_params == text_only.model.num_trainable_params
     spec = resolve_model("Qwen/Qwen2.5-VL-3B-Instruct").spec
     sc = parse_scenario({**base, "freeze_vision": "yes"})
-    assert vision.vision_activations(spec, sc, PROFILES[Framework.HF], []) == (0, 0, None)
+    assert vision.vision_activations(spec, sc, PROFILES[Framework.HF], []) == (0, 0)
 
 
 def test_layers_past_the_feature_layer_get_no_gradient(tmp_path):

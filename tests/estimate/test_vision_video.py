@@ -42,7 +42,7 @@ def test_two_frames_are_one_still_image_and_frames_pad_to_temporal_patches():
 @pytest.mark.parametrize(("model", "family"), [("meta-llama/Llama-3.1-8B", "llama")])
 def test_families_without_a_video_rule_are_refused_naming_the_field(model, family):
     with pytest.raises(ScenarioError, match=f"^frames_per_sample: video frames of model_type '{family}' are not "
-                                            "modelled; modelled: qwen2_5_vl"):
+                                            "modelled; modelled: llava_next_video, qwen2_5_vl"):
         estimate({"model": model, "frames_per_sample": 4})
 
 

@@ -34,10 +34,13 @@ ADDED = {
     "google/gemma-3-12b-it": (12_187_325_040, "12.2B"),
     "google/gemma-3-27b-it": (27_432_406_640, "27.4B"),
     "meta-llama/Llama-3.2-11B-Vision": (10_670_220_835, "10.7B"),
+    "meta-llama/Llama-3.2-90B-Vision": (88_593_355_323, "88.6B"),
     "OpenGVLab/InternVL3-1B-hf": (938_193_024, "0.9B"),
     "OpenGVLab/InternVL3-2B-hf": (2_088_957_440, "2.09B"),
     "OpenGVLab/InternVL3-8B-hf": (7_944_373_760, "7.94B"),
     "OpenGVLab/InternVL3-14B-hf": (15_117_256_704, "15.1B"),
+    "OpenGVLab/InternVL3-38B-hf": (38_388_164_992, "38.4B"),
+    "OpenGVLab/InternVL3-78B-hf": (78_408_318_336, "78.4B"),
     "HuggingFaceTB/SmolVLM-Instruct": (2_246_272_880, "2.25B"),
     "HuggingFaceTB/SmolVLM-256M-Instruct": (256_484_928, "256M"),
     "HuggingFaceTB/SmolVLM2-2.2B-Instruct": (2_246_784_880, "2.25B"),
@@ -134,7 +137,7 @@ def test_moe_vision_language_entries_have_experts():
 
 def test_search_finds_the_new_families():
     assert {e["id"] for e in search_models("qwen2-vl")} == {"Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-7B-Instruct"}
-    assert len(search_models("internvl3")) == 4
+    assert len(search_models("internvl3")) == 6  # 1B, 2B, 8B, 14B, 38B, 78B
     assert {e["id"] for e in search_models("smollm2")} == {
         "HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-1.7B"}
 
@@ -145,7 +148,7 @@ STORED = [e["id"] for e in load_catalog() if "spec" in e]
 def test_entries_without_a_torch_free_reader_store_their_spec():
     from vramfit.models.hf_config import SUPPORTED_MODEL_TYPES
 
-    assert len(STORED) == 23
+    assert len(STORED) == 26
     assert all(BY_ID[m]["config"]["model_type"] not in SUPPORTED_MODEL_TYPES for m in STORED)
     assert not [e["id"] for e in load_catalog() if "spec" not in e
                 and e["config"]["model_type"] not in SUPPORTED_MODEL_TYPES]
@@ -186,3 +189,18 @@ def test_catalog_entries_estimate_without_torch(model_id, without_torch):
         spec_from_hf_config(BY_ID[model_id]["config"])
     assert resolve_model(model_id).spec.num_params == ADDED[model_id][0]  # ... the catalog does not
     assert estimate(model=model_id, method="qlora").model.num_params == ADDED[model_id][0]
+
+
+def test_large_vision_entries_share_their_smaller_siblings_towers():
+    """InternVL3-38B and -78B carry the same InternViT-6B (45 layers of 3200, 5,536,496,000 parameters before the
+    projector's LayerNorm and linears), their projectors sized by the text width; Llama 3.2 90B Vision carries
+    11B's tower (863,567,379), its projector Linear(7680, 8192) instead of Linear(7680, 4096)."""
+    def tower(model_id: str) -> int:
+        spec = resolve_model(model_id).spec
+        return spec.vision_params - sum(x.params for x in spec.vision.projector)
+
+    assert tower("OpenGVLab/InternVL3-38B-hf") == tower("OpenGVLab/InternVL3-78B-hf") == 5_536_496_000 + 2 * 12_800
+    assert tower("meta-llama/Llama-3.2-90B-Vision") == tower("meta-llama/Llama-3.2-11B-Vision") == 863_567_379
+    big = resolve_model("meta-llama/Llama-3.2-90B-Vision").spec
+    assert sum(x.params for x in big.vision.projector) == 7680 * 8192 + 8192
+    assert big.vision.cross_attention_layers == 20

@@ -26,7 +26,7 @@ def test_supported_model_types():
     assert set(SUPPORTED_MODEL_TYPES) == {
         "llama", "mistral", "mixtral", "qwen", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2",
         "gemma3", "gemma3_text", "phi", "phi3", "falcon", "gpt_neox", "olmo2", "bloom",
-        "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl",
+        "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "llava_next_video", "qwen2_5_vl",
     }
 
 

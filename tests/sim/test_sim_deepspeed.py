@@ -5,8 +5,8 @@ Measured here (rank 0, allocated at the peak, the loss's backward of the second 
 
 | stage | precision | simulator | estimator before | estimator now |
 |---|---|---|---|---|
-| ZeRO-1 | bf16-mixed | 139,981,824 | | 138,795,008 (-0.85 %) |
-| ZeRO-2 | bf16-mixed | 139,981,824 | 152,164,352 (+8.70 %) | 138,795,008 (-0.85 %) |
+| ZeRO-1 | bf16-mixed | 138,942,464 | | 138,795,008 (-0.11 %) |
+| ZeRO-2 | bf16-mixed | 138,942,464 | 152,164,352 (+8.70 %) | 138,795,008 (-0.11 %) |
 | ZeRO-3 | bf16-mixed | 147,444,224 | 162,265,600 (+10.05 %) | 145,748,224 (-1.15 %) |
 | ZeRO-2 | fp32 (seq 256, batch 1, sdpa) | 89,822,720 | 8 % low | 88,636,928 (-1.32 %) |
 
@@ -21,6 +21,10 @@ estimate/deepspeed.py):
 - ZeRO-3's persistent 16-bit ``grad_partitions_flat_buffer`` (+3.4 MB), allocated at init and kept.
 - ZeRO-1/2's IPG buckets: allocated at the first parameter-gradient hook, released at the end of backward.
 - fp32 ZeRO-1/2 clone the master partition (stage_1_and_2.py ``.detach().clone()``) whatever the dtype.
+
+The ZeRO-1/2 figures moved from 139,981,824 (-0.85 %) when the simulator started casting the model before it reaches
+the GPU, as the engine does on the host under the HF Trainer (sim/deepspeed_zero.py ``engine_cast``): the 1.0 MB of
+allocator rounding that freeing the fp32 parameters on the GPU left at the peak is gone.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import json
 import pytest
 from simconfigs import tiny
 
-from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
 from vramfit.scenario import parse_scenario
 from vramfit.sim import simulate
@@ -98,12 +101,6 @@ def test_auto_buckets_resolved_as_the_hf_trainer_does(model_path):
     assert z["stage3_param_persistence_threshold"] == 2_560 and z["overlap_comm"] is True
 
 
-def test_offload_is_refused_in_one_line(model_path):
-    with pytest.raises(ScenarioError) as exc:
-        simulate({**_scenario(model_path, "zero3"), "offload": "optimizer"})
-    assert exc.value.key == "offload" and "DeepSpeedCPUAdam" in str(exc.value)
-
-
 def test_cli_simulates_a_zero_scenario(model_path):
     from typer.testing import CliRunner
 
@@ -116,9 +113,10 @@ def test_cli_simulates_a_zero_scenario(model_path):
     data = json.loads(res.stdout)
     assert data["simulation"]["layers_traced"] == [LAYERS]
     assert any("DeepSpeed ZeRO-2 engine" in a for a in data["assumptions"])
-    res = CliRunner().invoke(app, [*args[:-1], "--offload", "optimizer"])
+    res = CliRunner().invoke(app, [*args[:-1], "--parallelism", "fsdp", "--offload", "optimizer"])
     assert res.exit_code == 2
-    assert res.output.strip().splitlines()[-1].startswith("error: offload: ZeRO CPU offload steps DeepSpeedCPUAdam")
+    assert res.output.strip().splitlines()[-1].startswith("error: offload: CPU offload of model state is simulated "
+                                                          "under DeepSpeed ZeRO only")
 
 
 def _bucket_scenario(path: str, stage: str, bucket: int) -> dict:
@@ -160,14 +158,13 @@ def test_zero2_reduce_buckets_live_after_the_loss(runs, model_path):
     assert big.allocated_bytes == pytest.approx(res.peak.allocated_bytes, rel=0.03)
 
 
-@pytest.mark.parametrize(("stage", "rel"), [("zero1", 0.02), ("zero2", 0.02), ("zero3", 0.025)])
+@pytest.mark.parametrize(("stage", "rel"), [("zero1", 0.02), ("zero2", 0.02), ("zero3", 0.02)])
 def test_fp32_zero_clones_the_master_partition(model_path, stage, rel):
     """fp32 ZeRO: DeepSpeed copies this rank's partition for the optimizer whatever the dtype (DeepSpeed 0.19.8
     stage_1_and_2.py: ``weights_partition = ...[partition_id].detach().clone().to(dtype=master_weights_and_grads_dtype)``;
     stage3.py's reuse test compares ``tensor.device == self.device``, a torch.device with the string 'cuda:0', never
     equal), so the engine holds the fp32 weights, their partition copy and two Adam states; the estimator does too.
-    ZeRO-3: simulator 104,765,440 B, estimator 102,543,360 (-2.1 %; the 2.2 MB left is not traced yet, hence 2.5 %
-    there; -8.6 % before the clone was modelled)."""
+    ZeRO-3: simulator 104,236,544 B, estimator 102,543,360 (-1.62 %; -8.6 % before the clone was modelled)."""
     sc = {**_scenario(model_path, stage, "fp32"), "seq_len": 256, "micro_batch_size": 1, "attention": "sdpa"}
     sim = simulate(sc, layers=LAYERS).result.peak
     est = estimate(sc)
@@ -179,7 +176,7 @@ def test_fp32_zero_clones_the_master_partition(model_path, stage, rel):
 
 def test_whole_llama_1b_zero3_on_8_ranks():
     """The whole Llama-3.2-1B under ZeRO-3 on 8 ranks (bf16-mixed, seq 1024, full checkpointing): the engine holds
-    6,622,439,936 B at its peak, the estimator 6,630,796,800 (+0.13 %; +5.9 % before the engine's 16-bit cast,
+    6,635,160,064 B at its peak, the estimator 6,630,796,800 (-0.07 %; +5.9 % before the engine's 16-bit cast,
     the step-only sub-group gradient and the held flat gradient partitions)."""
     sc = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "precision": "bf16-mixed", "seq_len": 1024,
           "micro_batch_size": 1, "attention": "flash", "num_gpus": 8, "parallelism": "zero3",

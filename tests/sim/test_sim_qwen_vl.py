@@ -49,9 +49,10 @@ def test_the_image_grid_reaches_the_tower_as_values(config_file):
 
 # 8 frames of 448 x 448: 4 temporal patches of 32 x 32 patches (each its own attention segment), 1,024 tokens.
 # Full fine-tuning with checkpointing was +3.3 % (712,112,128 vs 689,704,960 B): the tower-backward phase counted the
-# merger's saved tensors and every block input at the top block, the untied input embedding's gradient and the
-# recomputed block's fc2/down input, where the trace peaks in the lowest tower block with the merger's and that input
-# freed and the embedding's gradient not made (it comes after the tower's backward); now -1.0 %
+# merger's saved tensors and every block input at the top block and the untied input embedding's gradient, where the
+# trace peaks in the lowest tower block with the merger's freed and the embedding's gradient not made (it comes after
+# the tower's backward), the merged embeddings' gradient waiting for it (estimate/vision_backward.py
+# tower_position, embeds_grad_pending); now -1.9 % (676,477,952 B)
 VIDEO = [pytest.param(m, gc, images, id=f"{m}-gc_{gc}-{images}img") for m, gc, images in
          (("lora", "none", 0), ("full", "none", 0), ("qlora", "full", 0), ("lora", "full", 1), ("full", "full", 0))]
 

@@ -149,9 +149,10 @@ def test_fsdp_full_shard_splits_model_state(llama):
 
 
 def test_unsupported_parallelism_is_a_clear_error(llama):
-    """Every parallelism value runs on the simulator now (fsdp-grad-op: sim/fsdp.py); ZeRO++ hpZ does not."""
-    with pytest.raises(ScenarioError, match="estimator-only"):
-        simulate({"model": llama, "num_gpus": 4, "num_nodes": 2, "parallelism": "zero3", "shard_scope": "node"})
+    """Every parallelism value runs on the simulator now (fsdp-grad-op: sim/fsdp.py; ZeRO++ hpZ:
+    sim/deepspeed_zero.py); CPU offload runs under DeepSpeed ZeRO only."""
+    with pytest.raises(ScenarioError, match="simulated under DeepSpeed ZeRO only"):
+        simulate({"model": llama, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer"})
 
 
 def test_layers_argument(llama):

@@ -36,17 +36,15 @@ def test_llava_with_images_agrees(config_file, method, images, gc):
 def test_unfed_vlm_images_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.errors import ModelError
 
-    cfg = {"model_type": "smolvlm", "image_token_id": 4000, "text_config": LLAVA["text_config"],
-           "vision_config": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1,
-                             "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
-    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama, qwen2_5_vl, qwen2_vl only: "
-                                         "'smolvlm' is not modelled there"):
+    cfg = {**LLAVA, "model_type": "llava_next"}
+    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama, idefics3, smolvlm, qwen2_5_vl, "
+                                         "qwen2_vl, qwen3_vl, qwen3_vl_moe only: 'llava_next' is not modelled there"):
         simulate({"model": config_file(cfg), "method": "lora", "images_per_sample": 1}, layers=3)
 
 
 def test_video_frames_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.errors import ScenarioError
 
-    with pytest.raises(ScenarioError, match="^frames_per_sample: the simulator feeds video frames to qwen2_5_vl, qwen2_vl only, "
-                                            "not .llava."):
+    with pytest.raises(ScenarioError, match="^frames_per_sample: the simulator feeds video frames to qwen2_5_vl, qwen2_vl, "
+                                            r"llava_next_video \(without images\) only, not .llava."):
         simulate({"model": config_file(LLAVA), "method": "lora", "frames_per_sample": 4}, layers=3)

@@ -10,6 +10,7 @@ from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
+from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -115,9 +116,9 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
 
         out.append(layout_note(sc, r.ranks))
     note = length_variation_note(r, reserved, events)
-    if note:
+    if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
-    return out + fsdp_reserved_notes(r, reserved)
+    return out + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved)
 
 
 def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
@@ -235,6 +236,7 @@ def estimate_spec(
     events = step_transients(r)
     reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events)
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
+    reserved = load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     reserved, ctx = adjust(allocated, reserved, ctx, fc)

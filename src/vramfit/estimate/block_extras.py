@@ -9,7 +9,7 @@ from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Attention, Method, Quantize, Scenario
+from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
@@ -105,6 +105,17 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
 #: (transformers v5.24.0 modeling_llama4.py Llama4TextMoe.forward ``out = self.shared_expert(hidden_states)`` after
 #: ``self.experts(routed_in)``), so its backward nodes carry later sequence numbers and autograd runs them first.
 CONSUMED_BEFORE_MLP_CORE = ("mlp_mid", "shared.mid", "shared.gate_out", "shared.act_out", "shared.up_out")
+
+
+def at_top_mlp_core(spec: ModelSpec, sc: Scenario) -> bool:
+    """Whether the block phase's moment is the top block's gated MLP core (:func:`consumed_before_mlp_core`,
+    :func:`grads_before_mlp_core`): not where checkpointing re-creates a cross-attention layer (Mllama fed images:
+    its k/v and mask over every vision row outweigh a self-attention block's, ``cross_attention_activations``), whose
+    attention backward is then the moment: the simulator's trace of the tiny Mllama, full fine-tuning with full
+    checkpointing, peaks in ``language_model.layers.1.cross_attn``'s SDPA backward, below the top block."""
+    v = spec.vision
+    crossed = v is not None and v.cross_attention and sc.images_per_sample > 0
+    return not (crossed and sc.gradient_checkpointing is not Checkpointing.NONE)
 
 
 def consumed_before_mlp_core(saved: Saved) -> int:

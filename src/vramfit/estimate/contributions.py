@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
+from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
+from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
     blocks_freed_at_loss,
@@ -27,12 +29,7 @@ from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
-from vramfit.estimate.vision import (
-    embeds_grad_pending,
-    tower_backward_transient,
-    tower_block_position,
-    tower_grads_pending,
-)
+from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -73,7 +70,8 @@ def _tied_end(step: Step) -> bool:
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
 PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
-    StepPhase.LOAD: dequantizes_on_gpu,  # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py)
+    # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py); ZeRO-1/2's flatten (estimate/ds_load.py)
+    StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step),
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
@@ -117,11 +115,6 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     return max((top, lowest, second_lowest_block(step) or top), key=sum)
 
 
-def _tower_position(step: Step) -> tuple[int, int] | None:
-    """The tower block backward's (gradients, activations) at its top or lowest block (estimate/vision.py)."""
-    return tower_block_position(step.spec, step.sc, step.profile, step.acts.tower_parts, step.parts.gradients)
-
-
 def gradients(step: Step) -> Iterator[Contribution]:
     """Gradients: held between micro-batches, then created during backward.
 
@@ -134,8 +127,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
-    tower = _tower_position(step)
-    yield Contribution("gradients", BV, tower[0] if tower else all_grads - tower_grads_pending(step.spec, step.sc, step.profile))
+    yield Contribution("gradients", BV, tower_position(step)[0])
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
     root = head if step.profile.fsdp_root_gathered else 0
@@ -157,8 +149,7 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", F, a.total + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
-    tower = _tower_position(step)
-    yield Contribution("activations", BV, tower[1] if tower else a.tower + a.tower_recompute)
+    yield Contribution("activations", BV, tower_position(step)[1])
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
@@ -185,7 +176,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     gathered = step.parts.weights + step.parts.quantized_base
     # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
     at_loss = comm - blocks_freed_at_loss(step)
-    late = comm if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
+    staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
+    late = comm - staging if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
     yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
     yield Contribution("comm_buffers", BL, at_loss - late)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
@@ -195,7 +187,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm - resharded_above_lowest(step)
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
-    yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else 0)
+    yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else staging)
 
 
 def temporaries(step: Step) -> Iterator[Contribution]:
@@ -205,14 +197,28 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     fwd_copy, block_copy = step.fetch_copy
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
+    head, block = _reduced_numel(step)
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step)
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step
+                       + offload_norm_transient(step.sc, max(block, 0 if step.spec.tie_word_embeddings else head),
+                                                step.parts.num_trainable))
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
-                       + embeds_grad_pending(step.spec, step.sc))
+                       + embeds_grad_pending(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
+    # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward
+    yield Contribution("temporaries", BT, offload_norm_transient(step.sc, head, step.parts.num_trainable))
+
+
+def _reduced_numel(step: Step) -> tuple[int, int]:
+    """(output layer or embedding, largest block linear) elements whose gradients are reduced, if trained."""
+    if step.sc.method is not Method.FULL:
+        return 0, 0
+    spec = step.spec
+    return spec.lm_head_params or spec.embedding_params, max(lin.in_features * lin.out_features
+                                                             for lin in spec.block_linears)
 
 
 def framework_buffers(step: Step) -> Iterator[Contribution]:
@@ -226,7 +232,8 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
 
 
 CONTRIBUTORS: tuple[Contributor, ...] = (
-    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_phase)
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_phase,
+    flatten_load_phase)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

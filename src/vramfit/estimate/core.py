@@ -38,6 +38,7 @@ from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS, torchao_step_byte
 from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
+    Checkpointing,
     Method,
     Optimizer,
     Parallelism,
@@ -158,6 +159,11 @@ def _module_quant_state(t: ParamTensor, sc: Scenario, profile: FrameworkProfile,
     return q - -(-t.numel // 2)  # all but the packed 4-bit data (two per byte)
 
 
+def _hpz(sc: Scenario) -> int:
+    """ZeRO++ hpZ's secondary group size (``zero_hpz_partition_size`` = the GPUs of a node); 0 without hpZ."""
+    return sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
+
+
 def _secondary(t: ParamTensor, shd: Sharding) -> int:
     """ZeRO++ hpZ's second, node-local shard of a weight in 16 bits (``Sharding.secondary_weights``)."""
     return shard(round_allocation(t.numel * 2) * t.count, shd.secondary_weights) if shd.secondary_weights else 0
@@ -200,8 +206,7 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
     """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
     p = Parts()
-    hpz = sc.gpus_per_node if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else 0
-    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, hpz)
+    shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     adapters += vision_adapters(spec, sc, profile)
@@ -312,13 +317,14 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     """ZeRO reduce buckets and (stage 3) gathered parameters, sized from the scenario's DeepSpeed config
     (estimate/deepspeed.py; the HF docs' example config when none is given)."""
     from vramfit.estimate import deepspeed as ds
+    from vramfit.estimate import ds_offload
 
     stage = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}[sc.parallelism]
     z = ds.resolve(sc.deepspeed_config, spec.hidden_size, stage)
     grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
     ipg = ds.ipg_bytes(z, stage, grad_dtype)
     if stage < 3:
-        return ipg
+        return ipg + ds_offload.offload_grad_staging(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params
@@ -331,7 +337,13 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
         per_elem = layer / max(1, elems)
     largest, _ = ds.zero3_largest(spec, sc, profile)
     model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
-    return ipg + ds.gathered_bytes(z, per_elem, largest, model)
+    gathered = ds.gathered_bytes(z, per_elem, largest, model)
+    if sc.method is not Method.FULL:  # a frozen base keeps its secondary partitions (ds.hpz_gathered)
+        return ipg + gathered
+    head = spec.lm_head_params or spec.embedding_params
+    recompute = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    kept = ds.reuse_kept_bytes(z, spec.num_hidden_layers, elems, head, recompute, per_elem)
+    return ipg + ds.hpz_gathered(gathered, largest, _hpz(sc), kept)
 
 
 def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile, largest_param: int) -> int:

@@ -274,6 +274,39 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
     return min(model_bytes, live)
 
 
+def reuse_kept_bytes(z: ZeroBuffers, layers: int, layer_elems: int, head_elems: int, recompute: bool,
+                     per_elem: float) -> int:
+    """Bytes of the parameters ZeRO-3 keeps gathered from their forward to their backward: a module's parameters
+    are released after its forward unless they are used again within stage3_max_reuse_distance elements of the
+    recorded module order (DeepSpeed 0.19.8 partitioned_param_coordinator.py ``__params_to_release``: walks
+    ``__submodule_order[step_id:]`` adding ``param.ds_numel``). Block ``i`` of ``L`` comes back after the blocks above
+    it in forward, the output layer twice (forward, backward) and the blocks above it in backward, twice each with
+    recomputation (the recomputed forward fetches them again): (L-1-i) x block x (2 or 3) + 2 x head elements. The
+    output layer (or tied embedding) is used again at once."""
+    per_block = 3 if recompute else 2
+    kept = sum(1 for i in range(layers)
+               if (layers - 1 - i) * layer_elems * per_block + 2 * head_elems < z.max_reuse_distance)
+    return int((kept * layer_elems + head_elems) * per_elem)
+
+
+def hpz_gathered(gathered: int, largest: int, hpz: int, kept: int) -> int:
+    """ZeRO-3 gathered parameters with ZeRO++ hpZ, less the secondary partitions that do not exist while they are
+    gathered, bytes per GPU. A parameter's node-local secondary partition is made when the gathered parameter is
+    partitioned again (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py ``_partition`` ->
+    ``_partition_param_sec``: ``torch.empty(secondary_partition_size, ...)`` only if ``ds_secondary_tensor is None``)
+    and dropped after every step for the optimizer's parameters (stage3.py ``_post_step`` ->
+    ``invalidate_secondary_tensor`` walks ``self.fp16_groups``, the trainable ones; frozen ones keep theirs). From the
+    second step on, a trainable parameter kept gathered from forward to backward (``kept`` bytes of them,
+    :func:`reuse_kept_bytes`; 0 when the base is frozen) has no secondary partition at the loss: its 1/hpz share
+    (``secondary_partition_size = tensor_size // num_ranks_in_param_group``) is not live. The first step (trace not
+    yet complete) releases every module's parameters after use, so all secondaries and the one parameter in use
+    (``largest``) are live. The model-state figure counts every secondary; this returns the gathered bytes that go
+    with it at the larger of the two steps."""
+    if hpz <= 1 or not kept:
+        return gathered
+    return max(gathered - min(gathered, kept) // hpz, largest)
+
+
 def subgroup_grad_buffer(z: ZeroBuffers, trainable_partition_numel: int) -> int:
     """ZeRO-3 without optimizer offload: the fp32 gradient of the largest optimizer sub-group (sub-groups cut at
     sub_group_size elements of partitions by _create_fp16_sub_groups), bytes per GPU. It exists only inside the

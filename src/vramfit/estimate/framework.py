@@ -129,9 +129,18 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "torchtune@c69fba18b (2024-04, v0.1) recipes/*_finetune_distributed.py: FSDP1 "
                 "FullyShardedDataParallel(model, auto_wrap_policy=TransformerDecoderLayer (+ each LoRA A/B: "
                 "utils.lora_fsdp_wrap_policy), device_id=..., sync_module_states=True) over the model rank 0 loaded on "
-                "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward",
+                "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
+                "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
-                 ("fsdp_root_gathered", True)),
+                 ("fsdp_root_gathered", True),
+                 # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
+                 # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
+                 ("nf4_load_on_gpu", True),
+                 # torchtune@c69fba18b torchtune/models/llama2/_model_builders.py lora_llama2_7b(lora_dropout=0.05)
+                 ("lora_dropout_default", 0.05),
+                 # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
+                 # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
             ),
         ),
     ),

@@ -114,8 +114,8 @@ def vision_tensors(spec: ModelSpec) -> list[ParamTensor]:
             out.append(ParamTensor(f"vision.{lin.name}.unused", shape, unused, "vision_unused_linear"))
         linear += lin.weight_params * block.num_hidden_layers
     for lin in tower.projector:
-        out.append(ParamTensor(f"vision.{lin.name}", (lin.out_features, lin.in_features), 1, "vision_linear"))
-        linear += lin.weight_params
+        out.append(ParamTensor(f"vision.{lin.name}", (lin.out_features, lin.in_features), tower.mergers, "vision_linear"))
+        linear += lin.weight_params * tower.mergers
     unused_rest = tower.unused_params - unused * sum(x.weight_params for x in block.block_linears)
     out.append(ParamTensor("vision_tower", (spec.vision_params - linear - unused_rest,), 1, "vision"))
     if unused_rest:

@@ -266,3 +266,8 @@ class FrameworkProfile:
     # LoRA on a 4-bit linear clones the base layer's output before adding the adapter's (peft v0.14.0 and v0.21.2
     # tuners/lora/bnb.py Linear4bit.forward: ``result = result.clone()``, "for 4bit, we need to defensively clone")
     lora_4bit_clones_output: bool = False
+    # one-GPU QLoRA builds the model on the GPU and quantizes each LoRA linear's weight there with torchao 0.1's
+    # un-chunked to_nf4, at build and again in load_state_dict, with no empty_cache after: the transients' segments
+    # stay reserved (estimate/nf4_load.py; pytorch/torchtune@0914d5cfb recipes/lora_finetune_single_device.py,
+    # pytorch/ao@v0.1 torchao/dtypes/nf4tensor.py quantize_tensor_nearest)
+    nf4_load_on_gpu: bool = False

@@ -36,6 +36,7 @@ from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
@@ -58,8 +59,9 @@ class Activations:
     tower_recompute: int = 0  # one tower block re-created in its backward (checkpointing)
     lowest: int = 0  # block tensors still kept in the lowest block's backward (the others' consumed)
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
+    tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
+    tower_backward_lowest: int = 0  # kept while its lowest block does
     top_consumed: int = 0  # the top block's saved tensors freed by its MLP core's backward (block_extras)
-    tower_parts: vision.TowerKept | None = None  # a trained tower's kept tensors by part
 
     @property
     def total(self) -> int:
@@ -128,7 +130,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
-    tower, tower_recompute, tower_parts = vision.vision_activations(spec, sc, profile, adapters)
+    tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(extras.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
@@ -155,7 +157,9 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
-        extras.consumed_before_mlp_core(saved) if ck is not Checkpointing.SELECTIVE_OP else 0, tower_parts,
+        *tower_backward_kept(spec, sc, profile, adapters),
+        extras.consumed_before_mlp_core(saved) if ck is not Checkpointing.SELECTIVE_OP
+        and extras.at_top_mlp_core(spec, sc) else 0,
     )
 
 
@@ -208,7 +212,7 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and (not held or resident):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
-    if layer_grads and sc.method is Method.FULL:
+    if layer_grads and sc.method is Method.FULL and extras.at_top_mlp_core(spec, sc):
         # the top block's gradients at the block phase's moment, not an average layer's (estimate/block_extras.py)
         layer_grads = min(layer_grads, extras.grads_before_mlp_core(spec, grad_bytes_per))
     from vramfit.estimate.unsloth import replays_step
@@ -244,8 +248,8 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
                     if x is not first and not x.layers)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
-    # a trained vision tower runs its backward after the language model's (estimate/vision.py)
-    later += vision.tower_grads_pending(spec, sc, profile)
+    # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
+    later += tower_grads_pending(spec, sc, profile, embedding=False, lm_block=True)
     return max(0, parts.gradients - later)
 
 

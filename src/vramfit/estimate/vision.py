@@ -61,7 +61,7 @@ def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
         return None
     parts = [(sc.images_per_sample, img), (1, video)]
     return ImageTokens(sum(n * x.vision_patches for n, x in parts if x), sum(n * x.lm_tokens for n, x in parts if x),
-                       sum(n * x.features for n, x in parts if x))
+                       sum(n * x.features for n, x in parts if x), sum(n * x.pixels for n, x in parts if x))
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
@@ -91,19 +91,24 @@ def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) ->
         found = [Adapter(x.name, x.in_features, x.out_features, x.count)
                  for x in block.block_linears if x.name in sc.lora_targets]
     tower = [dataclasses.replace(ad, layers=block.num_hidden_layers, vision=True) for ad in found]
-    projector = [Adapter(x.name, x.in_features, x.out_features, 1, layers=1, vision=True)
+    projector = [Adapter(x.name, x.in_features, x.out_features, spec.vision.mergers, layers=1, vision=True)
                  for x in spec.vision.projector if ALL_LINEAR in sc.lora_targets or x.name in sc.lora_targets]
     return tower + projector
 
 
 def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
-                       adapters: list[Adapter]) -> tuple[int, int, TowerKept | None]:
-    """(bytes the tower's blocks keep for backward, one block's bytes recomputed under checkpointing, by part)."""
+                       adapters: list[Adapter]) -> tuple[int, int]:
+    """(bytes the tower keeps for backward, one block's bytes recomputed under checkpointing)."""
+    blocks, head, recompute = tower_kept(spec, sc, profile, adapters)
+    return blocks + head, recompute
+
+
+def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> tuple[int, int, int]:
+    """(what the tower's blocks keep, what it keeps outside them, one block's bytes recomputed under checkpointing)."""
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
-        return 0, 0, None
-    t = tower_kept(spec, sc, profile, adapters, pix)
-    return t.kept, t.per_layer if t.checkpointed else 0, t
+        return 0, 0, 0
+    return _tower_activations(spec, sc, profile, adapters, pix)
 
 
 def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
@@ -150,39 +155,16 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
 
 
-@dataclasses.dataclass(frozen=True)
-class TowerKept:
-    """One trained tower's kept tensors by part (bytes, each rounded by the allocator)."""
-
-    per_layer: int  # one block without checkpointing (a layer scale's and segments' extras included)
-    block_in: int  # a checkpointed block's input
-    depth: int
-    head: int  # the projector's, masks, stacks' and stem's: outside the blocks
-    projector: int  # of ``head``: what the projector (the merger) keeps
-    gates: int  # gated layers' branch outputs (Mllama), all of them
-    checkpointed: bool
-    consumed: int  # of one block's saved: freed by its MLP core's backward (block_extras.consumed_before_mlp_core)
-
-    @property
-    def kept(self) -> int:
-        if self.checkpointed:
-            return self.depth * self.block_in + self.head
-        return self.depth * self.per_layer + self.gates + self.head
-
-
-def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
-               pix: ImageTokens) -> TowerKept:
+def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+                       pix: ImageTokens) -> tuple[int, int, int]:
     from vramfit.estimate import activations as act
     from vramfit.estimate import block_extras as extras
 
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    own = [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters if ad.vision]
-    from vramfit.scenario import Quantize
-
-    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    saved = act.block_saved(block, vsc, profile, own, quantized)
+    own = tower_block_adapters(block, adapters)
+    saved = tower_block_saved(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     if spec.vision.layer_scale and sc.method is Method.FULL:
         # a trained layer-scale vector (InternViT lambda_1 * attention, lambda_2 * mlp) saves the branch
@@ -190,20 +172,67 @@ def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapter
         per_layer += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
-    projector = projector_kept(spec, sc, profile, adapters)
-    head, c, img = projector, sc.precision.compute_bytes, per_image(spec, sc)
+    depth = block.num_hidden_layers
+    head = projector_kept(spec, sc, profile, adapters)
+    c, img = sc.precision.compute_bytes, per_image(spec, sc)
     if spec.vision.attention_mask and img:  # one (P, P) float mask per image, saved by every layer's attention
         head += round_allocation(c * sc.micro_batch_size * sc.images_per_sample * img.vision_patches ** 2)
     if spec.vision.stacks > 1:  # each upper stack's input beside the lower stack's output its norm keeps
         head += (spec.vision.stacks - 1) * round_allocation(act.dtypes_for(sc, profile).residual * patches * block.hidden_size)
     head += _stem_kept(spec, sc, patches)
+    if spec.vision.post_norm_held:  # the final LayerNorm saves its input, the last block's output
+        head += round_allocation(c * patches * block.hidden_size)
+    if spec.vision.pixels_copied and sc.method is Method.FULL:  # the patch embedding's weight saves its input
+        head += round_allocation(c * sc.micro_batch_size * pix.pixels)
     full = sc.method is Method.FULL
-    if spec.vision.segmented_attention and full:  # the joined segment outputs, the output projection's input
-        per_layer += round_allocation(c * patches * block.hidden_size)
-    gates = (spec.vision.gated_layers if full else 0) * 2 * round_allocation(c * patches * block.hidden_size)
-    ckpt = sc.gradient_checkpointing is not Checkpointing.NONE and spec.vision.checkpointed
-    return TowerKept(per_layer, round_allocation(extras.block_input_bytes(block, vsc, profile)), block.num_hidden_layers,
-                     head, projector, gates, ckpt, extras.consumed_before_mlp_core(saved))
+    if spec.vision.segmented_attention and (full or _out_proj_saves_input(block, saved, own)):
+        per_layer += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
+    gates = spec.vision.gated_layers if full else 0
+    per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
+    if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
+        return depth * per_layer + gates * per_gated, head, 0
+    return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)), head, per_layer
+
+
+def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):  # noqa: ANN201
+    """One tower block's saved tensors (``activations.Saved``) over the micro-batch's patches as one sequence."""
+    from vramfit.estimate import activations as act
+    from vramfit.scenario import Quantize
+
+    patches = sc.micro_batch_size * per_sample(spec, sc).vision_patches
+    vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
+    own = tower_block_adapters(spec.vision.block, adapters)
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    return act.block_saved(spec.vision.block, vsc, profile, own, quantized)
+
+
+def tower_block_adapters(block: ModelSpec, adapters: list[Adapter]) -> list[Adapter]:
+    """The tower blocks' own adapters, as one block's: a projector linear may bear a block linear's name
+    (Qwen3-VL's merger ``linear_fc1``/``linear_fc2``), so only those on every block count."""
+    return [dataclasses.replace(ad, layers=0, vision=False) for ad in adapters
+            if ad.vision and ad.layers == block.num_hidden_layers]
+
+
+def tower_head_consumed(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """What the trained tower keeps outside its blocks that backward consumes before the blocks' backward: the
+    projector's saved tensors and a final norm's input (``VisionTower.post_norm_held``)."""
+    pix = per_sample(spec, sc)
+    if pix is None or not trains_vision(sc, profile):
+        return 0
+    consumed = projector_kept(spec, sc, profile, adapters)
+    if spec.vision.post_norm_held:
+        consumed += round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * pix.vision_patches
+                                     * spec.vision.block.hidden_size)
+    return consumed
+
+
+def _out_proj_saves_input(block: ModelSpec, saved, adapters: list[Adapter]) -> bool:
+    """The attention's output projection saves its own input, the joined segment outputs (not the kernels' outputs):
+    an adapter on it whose input is not cast to another dtype first (peft v0.21.2 tuners/lora/layer.py Linear.forward:
+    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, a no-op where the dtypes agree: lora_A's matmul saves x)."""
+    proj = [x for x in block.block_linears if x.group == "attn"][-1]
+    adapted = any(ad.target == proj.name for ad in adapters)
+    return adapted and not any(k.startswith(f"{proj.name}.") and k.endswith("autocast_in") for k in saved.items)
 
 
 def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
@@ -221,10 +250,30 @@ def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
 
 
 def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """What lives until the forward returns only: the batch's pixel values (the trainer drops its inputs before
+    backward: transformers Trainer.training_step ``del inputs``), in the compute dtype as the simulator feeds
+    them, with Idefics3's byte-per-pixel mask; the tower's output held by the model's output object
+    (:func:`_held_tower_output`)."""
+    pix = per_sample(spec, sc)
+    if pix is None:
+        return 0
+    B, c = sc.micro_batch_size, sc.precision.compute_bytes
+    held = round_allocation(c * B * pix.pixels)
+    if spec.vision.pixels_copied:
+        held += round_allocation(B * pix.pixels // 3)
+    if spec.vision.post_norm_held:  # the normed tower output and the projector's output (the features' list)
+        held += round_allocation(c * B * pix.vision_patches * spec.vision.block.hidden_size)
+        held += round_allocation(c * B * pix.features * spec.hidden_size)
+    return held + _held_tower_output(spec, sc, profile)
+
+
+def _held_tower_output(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The tower's output the model's output object holds through the forward (``VisionTower.output_held``),
     where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
     autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
     tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
+    if spec.vision is not None and spec.vision.deepstack_mergers:
+        return _deepstack_outputs_held(spec, sc, profile)
     img = per_image(spec, sc)
     if img is None or not spec.vision.output_held or not spec.vision.projector:
         return 0
@@ -237,19 +286,36 @@ def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
 
 
+def _deepstack_outputs_held(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Qwen3-VL: the model's output object holds the tower's output until the loss is taken
+    (transformers v5.24.0 models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLForConditionalGeneration.forward returns
+    ``image_outputs`` / ``video_outputs``, BaseModelOutputWithDeepstackFeatures): every merger's output, which
+    ``masked_scatter`` and the DeepStack add read without saving, and the last block's output, which only a
+    trained merger's LayerNorm saves (beside what ``projector_kept`` counts); in the residual stream's dtype."""
+    pix = per_sample(spec, sc)
+    if pix is None:
+        return 0
+    from vramfit.estimate import activations as act
+
+    r, tower = act.dtypes_for(sc, profile).residual, spec.vision
+    rows, patches = sc.micro_batch_size * pix.features, sc.micro_batch_size * pix.vision_patches
+    merged = tower.mergers * round_allocation(r * rows * tower.projector[-1].out_features)
+    return merged + round_allocation(r * patches * tower.block.hidden_size)
+
+
 def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
     """What the trained projector keeps for backward."""
     pix = per_sample(spec, sc)
     if pix is None or not trains_vision(sc, profile):
         return 0
-    from vramfit.estimate import activations as act
-
-    kept = _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
+    kept = spec.vision.mergers * _projector_saved(spec, sc, profile, adapters, sc.micro_batch_size * pix.features)
     if spec.vision.projector_rmsnorm:
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
         kept += round_allocation(sc.precision.compute_bytes * patches * h) if sc.method is Method.FULL else 0
     if spec.vision.projector_layernorm:  # its input (the last block's output) and fp32 mean and rstd per patch
+        from vramfit.estimate import activations as act
+
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(act.dtypes_for(sc, profile).residual * patches * h) + 2 * round_allocation(4 * patches)
     return kept
@@ -275,113 +341,3 @@ def _projector_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, a
             total += round_allocation(x * tokens * lin.in_features) + round_allocation(ab * tokens * sc.lora_rank)
             grad_flows = True
     return total
-
-
-def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """The working set of one tower block's backward (the decoder block's rule over the patches)."""
-    from vramfit.estimate import block_extras as extras
-
-    pix = per_sample(spec, sc)
-    if pix is None:
-        return 0
-    block = spec.vision.block
-    patches = sc.micro_batch_size * pix.vision_patches
-    vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    base = max(extras.block_backward_transient(block, vsc, profile), _recompute_locals(spec, vsc, profile))
-    if block.gated_mlp or block.act_saved_tensors < 2:
-        return base
-    # a python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op: the
-    # output gradient, the two product gradients and sigmoid's input gradient are alive together
-    # (autograd formulas of mul and sigmoid, tools/autograd/derivatives.yaml)
-    return max(base, (2 + block.act_saved_tensors) * sc.precision.compute_bytes * patches * block.intermediate_size)
-
-
-def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile) -> int:
-    """What the last tower block's re-run forward holds beside its saved tensors, under full checkpointing
-    with LoRA on the MLP's output linear (``vsc``: the tower's patches as one sequence).
-
-    Non-reentrant checkpointing stops the re-run once the last saved tensor is made (torch 2.13
-    ``utils/checkpoint.py`` ``_StopRecomputationError``, early stop on by default): here lora_B's input
-    inside the output linear, while the block's frames still hold the activation's output (that linear's
-    input), the second norm's output, a layer scale's product (transformers v5.24.0
-    models/internvl/modeling_internvl.py ``InternVLVisionLayer.forward``: ``attention_output`` lives until the
-    block returns), the base layer's result and its clone (peft v0.21.2 tuners/lora/bnb.py
-    ``Linear4bit.forward``: ``result = result.clone()``, the original then freed) and lora_B's output;
-    beside them the gradient arriving at the tower's output. The simulator's trace of InternVL under QLoRA
-    shows each of these at the peak. Under QLoRA the MLP runs in fp32 (``Linear4bit`` returns its input's
-    dtype, bitsandbytes 0.50.2 nn/modules.py) and the layer scale is an fp32 parameter (peft v0.21.2
-    utils/other.py ``prepare_model_for_kbit_training``), as the residual stream is."""
-    from vramfit.estimate import activations as act
-
-    block = spec.vision.block
-    down = next((x for x in block.block_linears if x.group == "mlp" and x.out_features == block.hidden_size), None)
-    adapted = {ad.target for ad in vision_adapters(spec, vsc, profile)}
-    ckpt = vsc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
-    if not ckpt or down is None or down.name not in adapted:
-        return 0
-    dt = act.dtypes_for(vsc, profile)
-    fp32_mlp = vsc.method is Method.QLORA and profile.qlora_unquantized_fp32
-    m = dt.norm_out if fp32_mlp else dt.compute
-    T, h = vsc.seq_len, block.hidden_size
-    scale = dt.residual * T * h if spec.vision.layer_scale else 0
-    result = m * T * h  # the base layer's output (PEFT's bnb clone replaces it: one is alive)
-    lora_b = (dt.compute if dt.autocast else dt.adapter) * T * h
-    return sum(round_allocation(x) for x in (
-        m * T * act.mlp_width(block), dt.norm_out * T * h, scale, result, lora_b, dt.residual * T * h))
-
-
-def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Gradient bytes of the tower not yet made while its last block runs backward (all its blocks
-    but that one; the embeddings' too): the tower's backward comes after the language model's."""
-    if spec.vision is None or not sc.sees_pixels or not trains_vision(sc, profile):
-        return 0
-    block = spec.vision.block
-    if sc.method is Method.FULL:
-        trained = spec.vision_params - spec.vision.unused_params
-        projector = sum(x.params for x in spec.vision.projector)
-        return max(0, trained - projector - block.block_params) * sc.precision.param_bytes
-    ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank
-    per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)
-                    if ad.layers == block.num_hidden_layers)
-    return (block.num_hidden_layers - 1) * per_block * ab
-
-
-def tower_block_position(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, t: TowerKept | None,
-                         all_grads: int) -> tuple[int, int] | None:
-    """(gradients, activations) inside the tower block backward that holds more: the top block's or the lowest's.
-
-    Both sit at the block's MLP core backward (``t.consumed`` freed, block_extras.consumed_before_mlp_core) after
-    the merger's backward, the tower's last module, has freed what it kept (``t.projector``). A placeholder
-    model embeds the text before it runs the tower (transformers v5.24.0 modeling_qwen2_5_vl.py
-    Qwen2_5_VLModel.forward: ``get_input_embeddings()(input_ids)``, then the image and video features
-    ``masked_scatter``-ed into them), so the untied input embedding's gradient comes after the whole tower's
-    backward (autograd runs the later node first). Top: every block's kept tensors, the top block's MLP output
-    gradients; lowest (full fine-tuning): its own kept tensors, every block's gradients above. ``None``: the
-    older single position: LoRA (its few gradients: the top always holds more) and a cross-attention model (Mllama:
-    its tower's output feeds the decoder's cross-attention layers, not the embeddings)."""
-    if t is None or sc.method is not Method.FULL or spec.vision.cross_attention:
-        return None
-    pb, block = sc.precision.param_bytes, spec.vision.block
-    down = next((x for x in block.block_linears if x.group == "mlp" and x.out_features == block.hidden_size), None)
-    own_later = block.block_params - (down.params if down else 0)  # the block's gradients not yet made
-    embedding = 0 if spec.vision.cross_attention or spec.tie_word_embeddings else spec.embedding_params
-    stem = spec.vision_params - spec.vision.unused_params - sum(x.params for x in spec.vision.projector) \
-        - t.depth * block.block_params
-    recompute = t.per_layer if t.checkpointed else 0
-    top = (all_grads - (embedding + stem + (t.depth - 1) * block.block_params + own_later) * pb,
-           t.kept - t.projector + recompute - t.consumed)
-    own = t.block_in if t.checkpointed else t.per_layer
-    lowest = (all_grads - (embedding + stem + own_later) * pb,
-              own + t.head - t.projector + recompute - t.consumed)
-    return max(top, lowest, key=sum)
-
-
-def embeds_grad_pending(spec: ModelSpec, sc: Scenario) -> int:
-    """Full fine-tuning of a placeholder model: the gradient of the merged input embeddings (``masked_scatter``'s
-    backward for ``inputs_embeds``, B x (text + image tokens) x H) waits in the embedding's backward node through
-    the whole tower backward (the embedding ran first, :func:`tower_block_position`)."""
-    pix = per_sample(spec, sc)
-    if pix is None or sc.method is not Method.FULL or spec.vision.cross_attention:
-        return 0
-    return round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * (sc.seq_len + pix.lm_tokens)
-                            * spec.hidden_size)

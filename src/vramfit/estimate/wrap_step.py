@@ -162,10 +162,10 @@ def step_alone(r, program: tuple[int, ...]) -> int:
 
     peak, reserved = transient_reserved(step_transients(r))
     unit = K_ROUND_LARGE.value
-    return _allocated_peak(program) + (reserved - peak) // unit * unit
+    return allocated_peak(program) + (reserved - peak) // unit * unit
 
 
-def _allocated_peak(program: tuple[int, ...]) -> int:
+def allocated_peak(program: tuple[int, ...]) -> int:
     """The program's allocated high point on its own: its live tensors at their ``round_size`` (a block the
     allocator hands out unsplit would add under 1 MiB)."""
     from vramfit.estimate.allocator import round_allocation
@@ -190,4 +190,4 @@ def _replay(a, events: tuple[int, ...]) -> tuple[int, int]:
     return a.stats.peak_allocated, a.stats.peak_reserved
 
 
-__all__ = ["step_alone", "step_program", "unreused_residue"]
+__all__ = ["allocated_peak", "step_alone", "step_program", "unreused_residue"]

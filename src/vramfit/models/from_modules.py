@@ -143,8 +143,17 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
+        qk_norm=_has_qk_norm(layers[0]),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
     )
+
+
+def _has_qk_norm(layer: Any) -> bool:
+    """The attention normalizes q and k (modules named ``q_norm`` and ``k_norm``, as transformers v5.24.0 names
+    them in Qwen3 / OLMo 2 / Gemma 3 and in Qwen3-VL's text model, models/qwen3_vl/modeling_qwen3_vl.py
+    Qwen3VLTextAttention): the walk then keeps their saved tensors (estimate/attention.py)."""
+    leaves = {path.rsplit(".", 1)[-1] for path, _ in layer.named_modules()}
+    return {"q_norm", "k_norm"} <= leaves
 
 
 def _peft_moe_names(model_type: str) -> tuple[str, ...]:

@@ -26,7 +26,8 @@ _LLAMA_LIKE = {
     "phi3": False,
 }
 # families with builders in their own modules (vramfit.models.hf_moe, vramfit.models.hf_vlm)
-_OTHER_MODULE_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "qwen2_5_vl")
+_OTHER_MODULE_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "llava", "llava_next", "llava_next_video",
+                       "qwen2_5_vl")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted([*_LLAMA_LIKE, "gemma3", "qwen", "phi", "falcon", "gpt_neox", "bloom", *_OTHER_MODULE_TYPES])
 )

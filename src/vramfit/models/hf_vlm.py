@@ -190,7 +190,22 @@ def gemma3_vision_tower(config: Mapping) -> VisionTower:
                                "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)})
 
 
-BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next}
+def _llava_next_video(c: _Cfg) -> ModelSpec:
+    """LLaVA-NeXT-Video: LLaVA-NeXT's layout (images: anyres tiles) plus ``vision_resampler``, the video frames'
+    LlavaNextVideoPooler over each frame's patch grid: average or max pooling (no parameters) or a Conv2d of
+    ``spatial_pool_stride`` (transformers v5.24.0 models/llava_next_video/modeling_llava_next_video.py)."""
+    spec = _llava_next(c)
+    vision = spec.vision.image_config["vision_config"]
+    stride, mode = c.data.get("spatial_pool_stride", 2), c.data.get("spatial_pool_mode", "average")
+    h = int(vision["hidden_size"])
+    out = int(c.data.get("spatial_pool_out_channels") or h)
+    pool = h * out * stride * stride + out if mode == "conv" else 0
+    image_config = {**spec.vision.image_config, "model_type": "llava_next_video", "spatial_pool_stride": stride}
+    return replace(spec, model_type="llava_next_video", vision_params=spec.vision_params + pool,
+                   vision=replace(spec.vision, image_config=image_config))
+
+
+BUILDERS = {"qwen2_5_vl": _qwen2_5_vl, "llava": _llava, "llava_next": _llava_next, "llava_next_video": _llava_next_video}
 
 
 # Idefics3VisionConfig / SmolVLMVisionConfig defaults (transformers v5.24.0 configuration_idefics3.py)
@@ -208,7 +223,7 @@ def _idefics3_tower(config: Mapping, text_hidden: int) -> VisionTower:
     block = _vit_block(f"{config['model_type']}_vision", vision, 1)
     image_config = {"model_type": config["model_type"], "vision_config": vision, "scale_factor": scale}
     proj = Linear("proj", block.hidden_size * scale * scale, text_hidden, False, "projector")
-    return VisionTower(block, image_config, projector=(proj,))
+    return VisionTower(block, image_config, projector=(proj,), post_norm_held=True, pixels_copied=True)
 
 
 # InternVLVisionConfig defaults (transformers v5.24.0 models/internvl/configuration_internvl.py)
@@ -298,9 +313,44 @@ def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
                        projector_layernorm=True)
 
 
+# Qwen3VLVisionConfig defaults (transformers v5.24.0 models/qwen3_vl/configuration_qwen3_vl.py)
+_QWEN3_VISION_DEFAULTS = {"depth": 27, "hidden_size": 1152, "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 4304,
+                          "num_heads": 16, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                          "out_hidden_size": 3584, "deepstack_visual_indexes": [8, 16, 24]}
+# the image processor's pixel bounds of the Qwen3-VL checkpoints (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json:
+# size shortest_edge 65536, longest_edge 16777216, read by Qwen2VLImageProcessor in place of its class defaults)
+QWEN3_IMAGE_PIXELS = {"min_pixels": 65536, "max_pixels": 16777216}
+# Qwen3VLVideoProcessor (transformers v5.24.0 models/qwen3_vl/video_processing_qwen3_vl.py): ``size`` shortest_edge
+# 128 * 32 * 32 / longest_edge 32 * 32 * 768 bound all the sampled frames together (its ``smart_resize`` takes the
+# frame count); processing_qwen3_vl.py ``replace_video_token`` puts vision start / end around each temporal patch
+QWEN3_VIDEO = {"video_pixels": [128 * 32 * 32, 32 * 32 * 768], "video_pixels_per_clip": True, "video_frame_markers": 2}
+
+
+def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
+    """Qwen3-VL: ``depth`` Qwen3VLVisionBlocks (LayerNorm norm1/norm2, fused biased qkv and proj, full attention
+    over each image, 2-D rotary positions, linear_fc1 -> gelu_pytorch_tanh -> linear_fc2), a biased Conv3d patch
+    embedding plus learned positions interpolated to the grid, then Qwen3VLVisionPatchMerger (LayerNorm over each
+    patch, merge x merge patches joined, linear_fc1 -> GELU -> linear_fc2) and one more merger per
+    ``deepstack_visual_indexes`` entry (its LayerNorm over the joined width) (transformers v5.24.0
+    models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLVisionModel). Parameters are counted from the real modules."""
+    v = {**_QWEN3_VISION_DEFAULTS, **(config.get("vision_config") or {})}
+    h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
+    block = _encoder_block(f"{config['model_type']}_vision", h, int(v["depth"]), int(v["num_heads"]), (
+        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
+        Linear("linear_fc1", h, inter, True, "mlp"), Linear("linear_fc2", inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    projector = (Linear("linear_fc1", merged, merged, True, "projector"),
+                 Linear("linear_fc2", merged, int(v["out_hidden_size"]), True, "projector"))
+    image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS, **QWEN3_VIDEO}
+    return VisionTower(block, image_config, projector=projector, segmented_attention=True,
+                       deepstack_mergers=len(v["deepstack_visual_indexes"]))
+
+
 # towers attached to a spec read from transformers' modules (models/from_modules.py)
 TOWERS = {"idefics3": _idefics3_tower, "smolvlm": _idefics3_tower, "internvl": _internvl_tower,
-          "mllama": _mllama_tower, "qwen2_vl": _qwen2_vl_tower}
+          "mllama": _mllama_tower, "qwen2_vl": _qwen2_vl_tower, "qwen3_vl": _qwen3_vl_tower,
+          "qwen3_vl_moe": _qwen3_vl_tower}
 
 
 def attach_tower(spec: ModelSpec, config: Mapping) -> ModelSpec:

@@ -107,6 +107,22 @@ class VisionTower:
     # the projector starts with an RMSNorm over every patch (Qwen2_5_VLPatchMerger.ln_q): fp32 copy of its
     # input and the rsqrt saved, the normed 16-bit tensor too when its weight trains
     projector_rmsnorm: bool = False
+    # the tower ends in a LayerNorm (Idefics3 / SmolVLM ``post_layernorm``) that saves the last block's output
+    # when it trains; its output, held by the model's output object (``image_outputs.last_hidden_state``),
+    # is copied by the connector's pixel shuffle (a reshape of a permuted view), and the projector's output by
+    # the image features' list (``pooler_output``) until the loss is taken (transformers v5.24.0
+    # models/idefics3/modeling_idefics3.py Idefics3Model.get_image_features, Idefics3Connector.pixel_shuffle)
+    post_norm_held: bool = False
+    # the model copies the pixel values (Idefics3 / SmolVLM drop padding images: ``pixel_values[real_images_inds]
+    # .contiguous()``), the copy saved by the patch embedding when its weight trains; the batch carries a
+    # ``pixel_attention_mask`` of one byte per pixel and channel-less
+    pixels_copied: bool = False
+    # DeepStack (Qwen3-VL): this many more mergers, each the projector's linears behind a LayerNorm over the
+    # merged width, read the outputs of as many tower blocks; their features are added to the outputs of the
+    # first as many decoder layers at the image positions (transformers v5.24.0
+    # models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLVisionModel.deepstack_merger_list,
+    # Qwen3VLTextModel._deepstack_process)
+    deepstack_mergers: int = 0
     # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
     # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
     projector_layernorm: bool = False
@@ -114,6 +130,11 @@ class VisionTower:
     @property
     def cross_attention(self) -> bool:
         return self.cross_attention_layers > 0
+
+    @property
+    def mergers(self) -> int:
+        """Copies of the projector that run: the merger and the DeepStack mergers."""
+        return 1 + self.deepstack_mergers
 
 
 @dataclass(frozen=True)

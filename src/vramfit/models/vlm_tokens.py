@@ -58,6 +58,8 @@ class ImageTokens:
     lm_tokens: int  # placeholder tokens the image adds to the language model's sequence
     # rows the projector reads (the image features without the text framing tokens); None: lm_tokens
     projector_rows: int | None = None
+    # pixel values the processor gives for the image (elements; 0: not described, counted as none)
+    pixels: int = 0
 
     @property
     def features(self) -> int:
@@ -87,7 +89,9 @@ def qwen_grid(config: Mapping, height: int, width: int, min_pixels: int | None =
     vision = config.get("vision_config") or {}
     patch = int(vision.get("patch_size", 14))
     merge = int(vision.get("spatial_merge_size", 2))
-    h, w = smart_resize(height, width, patch * merge, min_pixels or QWEN_MIN_PIXELS, max_pixels or QWEN_MAX_PIXELS)
+    lo = min_pixels or int(config.get("min_pixels", QWEN_MIN_PIXELS))  # a checkpoint's bounds (models/hf_vlm.py)
+    hi = max_pixels or int(config.get("max_pixels", QWEN_MAX_PIXELS))
+    h, w = smart_resize(height, width, patch * merge, lo, hi)
     return h // patch, w // patch
 
 
@@ -194,7 +198,8 @@ def _idefics3(config: Mapping, height: int, width: int, min_pixels: int | None, 
     rows, cols = idefics3_grid(height, width, int(config.get("longest_edge", 4 * tile)), tile)
     seq = (size // patch) ** 2 // int(config.get("scale_factor", 2)) ** 2
     tokens = seq + 3 + rows * ((seq + 2) * cols + 1)
-    return ImageTokens((rows * cols + 1) * (size // patch) ** 2, tokens, (rows * cols + 1) * seq)
+    tiles = rows * cols + 1
+    return ImageTokens(tiles * (size // patch) ** 2, tokens, tiles * seq, tiles * 3 * size * size)
 
 
 def internvl_grid(height: int, width: int, tile: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
@@ -223,13 +228,14 @@ def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, 
     cols, rows = internvl_grid(height, width, size, int(config.get("min_patches", 1)), int(config.get("max_patches", 12)))
     tiles = 1 + (cols * rows if cols * rows > 1 else 0)
     seq = int((size // patch) ** 2 * float(config.get("downsample_ratio", 0.5)) ** 2)
-    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles)
+    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles, tiles * 3 * size * size)
 
 
-# Qwen2VLVideoProcessor (Qwen2-VL and Qwen2.5-VL) and Qwen3VLVideoProcessor defaults, transformers v5.24.0
-# models/qwen2_vl/video_processing_qwen2_vl.py and models/qwen3_vl/video_processing_qwen3_vl.py: ``size``
-# shortest_edge / longest_edge, the min / max pixels (per frame for Qwen2; of all the frames together for Qwen3)
-_VIDEO_PIXELS = {"qwen2": (128 * 28 * 28, 28 * 28 * 768), "qwen3": (128 * 32 * 32, 32 * 32 * 768)}
+# Qwen2VLVideoProcessor defaults (Qwen2-VL and Qwen2.5-VL), transformers v5.24.0
+# models/qwen2_vl/video_processing_qwen2_vl.py ``size`` shortest_edge / longest_edge: the min / max pixels of each
+# frame. A tower's image_config overrides them with typed data (models/hf_vlm.py QWEN3_VIDEO: Qwen3-VL's bounds
+# hold for all the frames together, and it frames each temporal patch's tokens)
+QWEN2_VIDEO_PIXELS = (128 * 28 * 28, 28 * 28 * 768)
 
 
 def qwen3_video_resize(frames: int, height: int, width: int, factor: int, temporal: int, min_pixels: int,
@@ -255,26 +261,39 @@ def qwen3_video_resize(frames: int, height: int, width: int, factor: int, tempor
     return h_bar, w_bar
 
 
+def _llava_next_video_frames(config: Mapping, frames: int) -> ImageTokens:
+    """LLaVA-NeXT-Video: every frame is cropped to the tower's ``image_size`` (the checkpoints' video processor
+    crop; the tower has positions for that size only), runs as one tower image with its CLS token, and is pooled
+    by ``spatial_pool_stride`` to (side / stride)**2 tokens (processing_llava_next_video.py replace_video_token:
+    ``num_image_tokens // 4 * num_frames`` for the stride of 2; modeling_llava_next_video.py LlavaNextVideoPooler)."""
+    vision = config.get("vision_config") or {}
+    size = int(vision.get("image_size", 336))
+    side, stride = size // int(vision.get("patch_size", 14)), int(config.get("spatial_pool_stride", 2))
+    pooled = (side // stride) ** 2
+    return ImageTokens(frames * (side * side + 1), frames * pooled, frames * pooled, frames * 3 * size * size)
+
+
 def video_tokens(config: Mapping, frames: int, height: int, width: int) -> ImageTokens:
     """Vision-tower patches and language-model tokens of one video of ``frames`` sampled frames of
     ``height`` x ``width``. Qwen2/2.5/3-VL: the frames are padded to a multiple of ``temporal_patch_size``
     (the last frame repeated, ``patchify``); each temporal patch is one (h/patch) x (w/patch) grid;
     one LM token per merge x merge patches (``get_number_of_video_patches``, processing_qwen2_vl.py).
-    Qwen3-VL frames every temporal patch's tokens with vision start / end tokens (processing_qwen3_vl.py
-    ``replace_video_token``); its "<t seconds>" timestamps are text, in ``seq_len``."""
+    ``video_frame_markers``: tokens framing every temporal patch's (Qwen3-VL: vision start / end,
+    processing_qwen3_vl.py ``replace_video_token``; its "<t seconds>" timestamps are text, in ``seq_len``).
+    LLaVA-NeXT-Video: pooled frames (:func:`_llava_next_video_frames`)."""
+    if config.get("model_type") == "llava_next_video":
+        if frames < 1:
+            raise ModelError(f"frames_per_sample must be positive, got {frames}")
+        return _llava_next_video_frames(config, frames)
     grid_t, gh, gw = video_grid(config, frames, height, width)
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     pads = grid_t * gh * gw // (merge * merge)
-    return ImageTokens(grid_t * gh * gw, pads + (2 * grid_t if _is_qwen3(config) else 0), pads)
+    return ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads)
 
 
 def has_video_rule(config: Mapping) -> bool:
     """Whether the family of ``config`` (a tower's image config) has a video rule here."""
     return str(config.get("model_type")) in VIDEO_SUPPORTED
-
-
-def _is_qwen3(config: Mapping) -> bool:
-    return str(config.get("model_type")).startswith("qwen3")
 
 
 def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[int, int, int]:
@@ -286,12 +305,11 @@ def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[i
     if frames < 1 or height < 1 or width < 1:
         raise ModelError(f"video size must be positive, got {frames} frames of {height}x{width}")
     vision = config.get("vision_config") or {}
-    qwen3 = _is_qwen3(config)
-    patch = int(vision.get("patch_size", 16 if qwen3 else 14))
+    patch = int(vision.get("patch_size", 14))
     merge = int(vision.get("spatial_merge_size", 2))
     temporal = int(vision.get("temporal_patch_size", 2))
-    lo, hi = _VIDEO_PIXELS["qwen3" if qwen3 else "qwen2"]
-    if qwen3:
+    lo, hi = config.get("video_pixels", QWEN2_VIDEO_PIXELS)
+    if config.get("video_pixels_per_clip"):
         h, w = qwen3_video_resize(frames, height, width, patch * merge, temporal, lo, hi)
     else:
         h, w = smart_resize(height, width, patch * merge, lo, hi)
@@ -299,10 +317,10 @@ def video_grid(config: Mapping, frames: int, height: int, width: int) -> tuple[i
 
 
 _RULES = {"qwen2_vl": _qwen_vl, "qwen2_5_vl": _qwen_vl, "qwen3_vl": _qwen_vl, "qwen3_vl_moe": _qwen_vl,
-          "llava": _llava, "llava_next": _llava_next, "gemma3": _gemma3,
+          "llava": _llava, "llava_next": _llava_next, "llava_next_video": _llava_next, "gemma3": _gemma3,
           "mllama": _mllama, "idefics3": _idefics3, "smolvlm": _idefics3, "internvl": _internvl}
 SUPPORTED = tuple(sorted(_RULES))
-VIDEO_SUPPORTED = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
+VIDEO_SUPPORTED = ("llava_next_video", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def image_tokens(config: Mapping, height: int, width: int, *, min_pixels: int | None = None,

@@ -14,14 +14,27 @@ Trainer's own optimizer passed to the engine when the config has no ``optimizer`
 ``DistributedType.DEEPSPEED``; the engine casts the module to bf16/fp16 itself), and per micro-batch
 ``engine.backward(loss)`` then ``engine.step()`` (accelerate ``DeepSpeedEngineWrapper.backward``).
 
+The GPU is the fake device ``cpu:0`` and the host plain ``cpu`` (:data:`GPU`, :func:`gpu_labelled_accelerator`):
+fake tensors keep the index, so ZeRO-Offload's host tensors (``offload_optimizer``: fp32 partitions, their
+gradients and the optimizer states; ``offload_param``: the 16-bit partitions) are host memory in the trace, and
+its copies between the two are real copies. The Trainer's AdamW steps the host partitions
+(``zero_force_ds_cpu_optimizer: false``, runtime/engine.py ``_configure_optimizer``): DeepSpeedCPUAdam, which the
+HF configs' ``optimizer`` section selects, is a compiled kernel that reads real memory; it updates the same host
+tensors in place, so the GPU figures are the same. ZeRO++ hpZ passes ``zero_hpz_partition_size`` (the GPUs of a
+node); its secondary group is a sub-group of the fake process group.
+
 Four things DeepSpeed does that a one-process fake run cannot, each replaced with what a real run does:
 
 - ``.item()`` on a fake tensor has no value (``aten._local_scalar_dense``): :class:`ScalarValues` answers
   "no overflow" (bool/int flags: ``has_overflow``, ``is_invalid_grad_norm``) and 1.0 for floats (the
   optimizer step count, the grad norm): a step that is taken, as in a run without overflow.
 - ``DeepSpeedEngine`` moves the module with ``module.to(device)``, which for fake parameters always goes
-  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is already there, so it gets
-  ``dont_change_device=True`` (its own constructor argument).
+  through ``torch.utils.swap_tensors`` and fails on their weak references; the model is put on the GPU before, so it
+  gets ``dont_change_device=True`` (its own constructor argument). As the HF Trainer leaves the model on the host
+  under DeepSpeed (transformers 5.24.0 trainer.py ``place_model_on_device`` is False with ``is_deepspeed_enabled``),
+  the engine casts the parameters there and only their 16-bit copies reach the GPU (engine.py
+  ``_configure_distributed_model``: ``_cast_module_mixed_precision``, then ``self.module.to(self.device)``); the
+  simulator makes the same cast on the meta model (:func:`engine_cast`), then materialises it on the GPU.
 - ZeRO-3's ``assert_ints_same_as_other_ranks`` checks that ranks agree on the module order by
   broadcasting from rank 0 and reading the values back; on one process rank 0 compares with itself.
 - The CPU accelerator's shared-memory collective kernel (``build_shm_op``) is compiled at backend
@@ -39,7 +52,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vramfit.choices import Framework, Offload, Parallelism, Precision
+from vramfit.choices import Framework, Offload, Parallelism, Precision, ShardScope
 from vramfit.errors import ScenarioError
 from vramfit.scenario import Scenario
 
@@ -48,6 +61,8 @@ STAGES = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}
 #: TrainingArguments bf16/fp16 -> the config's "bf16"/"fp16" "auto"): both precisions run the same engine
 _BF16 = (Precision.BF16_MIXED, Precision.BF16_TRUE)
 _FP16 = (Precision.FP16_MIXED, Precision.FP16_TRUE)
+#: the HF docs' offload sections (transformers 5.24.0 docs/source/en/deepspeed.md ZeRO-2/ZeRO-3 examples)
+OFFLOAD = {"device": "cpu", "pin_memory": True}
 MAX_GRAD_NORM = 1.0  # HF TrainingArguments.max_grad_norm default -> DeepSpeed "gradient_clipping" ("auto")
 
 
@@ -60,12 +75,6 @@ def check(sc: Scenario) -> None:
                             "(pip install 'vramfit[export]'), or simulate without ZeRO", ["none", "fsdp"])
     if sc.framework is not Framework.HF:
         raise ScenarioError("framework", "the simulator runs DeepSpeed ZeRO under the HF Trainer", ["hf"])
-    if sc.offload is not Offload.NONE:
-        raise ScenarioError("offload", "ZeRO CPU offload steps DeepSpeedCPUAdam, a compiled op; the simulator runs "
-                            "ZeRO without offload (the estimator models offload)", ["none"])
-    if sc.shard_scope.value != "all":  # ZeRO++ hpZ (zero_hpz_partition_size) is not passed to the engine
-        raise ScenarioError("shard_scope", "the simulator runs ZeRO over every rank; ZeRO++ hpZ is estimator-only",
-                            ["all"])
     if sc.optimizer_in_backward:
         raise ScenarioError("optimizer_in_backward", "DeepSpeed steps its own optimizer after backward", ["false"])
 
@@ -85,9 +94,16 @@ def ds_config(sc: Scenario, hidden_size: int) -> dict[str, Any]:
             "stage3_max_live_parameters": z.max_live_parameters,
             "stage3_max_reuse_distance": z.max_reuse_distance,
             "memory_efficient_linear": z.memory_efficient_linear}
+    if sc.offload is not Offload.NONE:
+        zero["offload_optimizer"] = dict(OFFLOAD)
+    if sc.offload is Offload.OPTIMIZER_PARAMS:
+        zero["offload_param"] = dict(OFFLOAD)
+    if sc.shard_scope is ShardScope.NODE:  # ZeRO++ hpZ: a secondary weight partition inside each node
+        zero["zero_hpz_partition_size"] = sc.gpus_per_node
     return {"train_micro_batch_size_per_gpu": sc.micro_batch_size, "gradient_accumulation_steps": sc.grad_accum,
             "train_batch_size": sc.micro_batch_size * sc.grad_accum * sc.num_gpus,
             "gradient_clipping": MAX_GRAD_NORM, "zero_optimization": zero, "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False,
             "bf16": {"enabled": sc.precision in _BF16}, "fp16": {"enabled": sc.precision in _FP16}}
 
 
@@ -125,7 +141,7 @@ def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
                 kwargs["dont_change_device"] = True
                 super().__init__(*args, **kwargs)
 
-        with fake_process_group(world_size), patched([
+        with fake_process_group(world_size), gpu_labelled_accelerator(), patched([
             (ds_comm, "build_shm_op", lambda: None), (deepspeed, "DeepSpeedEngine", Engine),
             (coordinator, "assert_ints_same_as_other_ranks", lambda ints: None),
             # ZeRO-3 replaces torch.nn.functional.linear with zero3_linear_wrap for the rest of the process
@@ -146,6 +162,62 @@ def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+#: the device of the fake tensors that stand for GPU memory; host memory (offload, CPU scalars) is plain "cpu".
+#: Fake tensors keep the index: ``cpu:0`` and ``cpu`` are two devices (an op mixing them fails as on a GPU, ``.to()``
+#: between them copies), so the tracker counts what lives on ``cpu`` as host memory.
+GPU = torch.device("cpu", 0)
+HOST = torch.device("cpu")
+ROOMY_CARD = 1 << 50  # bytes of free accelerator memory the engine sees: more than any model here
+
+
+@contextlib.contextmanager
+def gpu_labelled_accelerator() -> Iterator[None]:
+    """DeepSpeed's CPU accelerator with its current device named ``cpu:0``: ZeRO puts what a GPU holds on
+    ``get_accelerator().current_device_name()`` and what it offloads on ``"cpu"`` (DeepSpeed 0.19.8
+    stage_1_and_2.py ``self.device = get_accelerator().current_device_name() if not self.cpu_offload else 'cpu'``,
+    stage3.py the same with ``OffloadDeviceEnum.cpu``); with the two names apart the run keeps both devices."""
+    from deepspeed.accelerator import real_accelerator
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    class GpuLabelled(CPU_Accelerator):
+        def device_name(self, device_index: int | None = None) -> str:
+            return str(GPU)  # the accelerator's device, as "cuda" names the current GPU
+
+        def current_device_name(self) -> str:
+            return str(GPU)
+
+        def current_device(self) -> int:
+            return 0
+
+        def on_accelerator(self, tensor: torch.Tensor) -> bool:
+            return tensor.device == GPU
+
+        def available_memory(self, device_index: int | None = None) -> int:
+            # the CPU accelerator answers the host's free RAM; a card with room for ZeRO-1/2's flat buffer
+            # (stage_1_and_2.py flatten_on_accelerator; estimate/ds_load.py takes the same with no card named)
+            return ROOMY_CARD
+
+    saved = real_accelerator.ds_accelerator
+    real_accelerator.ds_accelerator = GpuLabelled()
+    try:
+        yield
+    finally:
+        real_accelerator.ds_accelerator = saved
+
+
+def engine_cast(model: torch.nn.Module, sc: Scenario) -> None:
+    """The engine's 16-bit cast of the (meta) parameters, buffers left as they are (DeepSpeed 0.19.8 engine.py
+    ``_cast_module_mixed_precision``: ``p.data = p.data.to(param_dtype)`` for floating parameters; buffers only
+    with a ``buffer_dtype``, unset by default)."""
+    dtype = torch.bfloat16 if sc.precision in _BF16 else (torch.float16 if sc.precision in _FP16 else None)
+    if dtype is None:
+        return
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
 
 
 def initialize(deepspeed: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict) -> Any:
@@ -187,7 +259,10 @@ def assumptions(sc: Scenario, config: dict) -> list[str]:
             "Trainer's optimizer handed to the engine, engine.backward + engine.step per micro-batch, "
             "gradient_clipping=1.0.",
             "Fake-tensor run: .item() answers no overflow and a finite grad norm; ZeRO-3's cross-rank order "
-            "checks are skipped (one process)."]
+            "checks are skipped (one process).",
+            *(["CPU offload: the offloaded tensors are host memory, not in the GPU figures; the Trainer's AdamW steps "
+               "them on the host (zero_force_ds_cpu_optimizer=false) where DeepSpeedCPUAdam would, in place."]
+              if sc.offload is not Offload.NONE else [])]
 
 
 def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | None = None,
@@ -203,13 +278,15 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
     from vramfit.sim.trace import LiveTracker
 
     config = ds_config(sc, int(built.model.config.hidden_size))
+    engine_cast(built.model, sc)  # on the host, before the engine moves the model (module docstring)
     tracker = LiveTracker()
     with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, \
             FakeTensorMode(allow_non_fake_inputs=True), tracker:
         # ZeRO-1/2 asserts each partition's data_ptr() alignment, which torch 2.13 answers for a fake tensor with
         # a deprecation warning (stage_1_and_2.py: partitioned_data.data_ptr() % alignment == 0)
         warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
-        materialize(built, "cpu")
+        tracker.host_device = HOST
+        materialize(built, GPU)
         _register_model(built, tracker)
         optimizer, text = make_optimizer(sc, built.trainable_parameters(), tracker)
         with ScalarValues():
@@ -258,7 +335,7 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
             for mb in range(1, sc.grad_accum + 1):
                 tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, sc.micro_batch_size, sc.seq_len,
-                                                   dtype, "cpu")
+                                                   dtype, GPU)
                 out = engine(input_ids=ids, labels=labels, **(pixels or {}))
                 loss = out.loss
                 del out, ids, labels, pixels

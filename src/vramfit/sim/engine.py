@@ -60,8 +60,9 @@ def _check(sc: Scenario) -> None:
     if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *_FSDP) and sc.parallelism not in _ZERO:
         raise ScenarioError("parallelism", f"{sc.parallelism.value} is estimator-only in the simulator",
                             ["none", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"])
-    if sc.offload.value != "none":
-        raise ScenarioError("offload", "CPU offload of model state is estimator-only in the simulator", ["none"])
+    if sc.offload.value != "none" and sc.parallelism not in _ZERO:  # DeepSpeed offloads in its own engine
+        raise ScenarioError("offload", "CPU offload of model state is simulated under DeepSpeed ZeRO only; "
+                            "set parallelism to zero1, zero2 or zero3, or offload none", ["none"])
     if sc.num_gpus > limits.SIM_MAX_GPUS:  # bounded before work (vramfit.limits gives the reason)
         raise ScenarioError("num_gpus", f"the simulator traces at most {limits.SIM_MAX_GPUS:,} GPUs (SIM_MAX_GPUS); "
                             "the estimator takes more")

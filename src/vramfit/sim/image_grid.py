@@ -13,7 +13,10 @@ runs: the integer bookkeeping runs for real on the CPU, the floating tensors sta
 before, outside the fake mode, and passed in as the keyword arguments transformers pops
 (``window_index``, ``cu_window_seqlens``). Each image is ``<|vision_start|>``, its image tokens and
 ``<|vision_end|>``, at the start of the sequence (as the chat template puts it before the text); the
-start/end tokens are part of ``seq_len``'s text, as the estimator counts them.
+start/end tokens are part of ``seq_len``'s text, as the estimator counts them. Qwen3-VL (dense and MoE) runs the
+same way, with each temporal patch of a video framed by its own start/end tokens (processing_qwen3_vl.py); its
+DeepStack add indexes the hidden states with the placeholder mask (models/qwen3_vl/modeling_qwen3_vl.py
+``Qwen3VLTextModel._deepstack_process``), a mask computed from the constant ids alone, so its row count is known.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from vramfit.errors import ModelError
 from vramfit.scenario import Scenario
 
 #: model types fed this way
-GRID_FAMILIES = ("qwen2_5_vl", "qwen2_vl")
+GRID_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
 #: elements of the largest integer tensor kept as a constant: the micro-batch's ids
 _CONSTANT_LIMIT = 1 << 24
 
@@ -39,9 +42,10 @@ class Media:
 
     modality: str  # "image" or "video": transformers' keyword prefix (utils/generic.py accepts_precomputed_kwargs)
     grid: tuple[int, int, int]  # (t, h, w) patches of one entry
-    tokens: int
+    tokens: int  # placeholder tokens of one entry
     count: int
     token_id: int
+    groups: int = 1  # runs of placeholders, each framed by start / end (Qwen3-VL: one per temporal patch of a video)
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,11 @@ class GridInputs:
     def batch(self, vocab: int, B: int, S: int, dtype: torch.dtype, device: str
               ) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """(input_ids, labels, keyword arguments) of one micro-batch of ``S`` text and the placeholders."""
-        row = [x for m in self.media for _ in range(m.count)
-               for x in (self.start_id, *[m.token_id] * m.tokens, self.end_id)]
-        n = sum(m.count * m.tokens for m in self.media)
+        row = [x for m in self.media for _ in range(m.count * m.groups)
+               for x in (self.start_id, *[m.token_id] * (m.tokens // m.groups), self.end_id)]
+        # the estimator's language-model tokens: the placeholders, and the framing of every run but the first,
+        # whose start / end are text of seq_len (vlm_tokens.video_tokens)
+        n = sum(m.count * (m.tokens + 2 * (m.groups - 1)) for m in self.media)
         text = [11 + t % 1000 for t in range(S + n - len(row))]  # ordinary text ids, no special token
         with constants_kept():
             ids = torch.tensor([row + text] * B, device=device)
@@ -101,10 +107,14 @@ class GridInputs:
 
 
 def grid_inputs(config: dict, sc: Scenario) -> GridInputs:
-    """The sample's images (``images_per_sample``) and video (``frames_per_sample``) as Qwen2.5-VL reads them."""
+    """The sample's images (``images_per_sample``) and video (``frames_per_sample``) as Qwen2.5-VL reads them;
+    patch, merge and processor facts from the tower's description (models/hf_vlm.py), as the estimator reads them."""
+    from vramfit.models.hf_config import spec_from_hf_config
     from vramfit.models.vlm_tokens import qwen_grid, video_grid, video_tokens
 
-    vision = config.get("vision_config") or {}
+    tower = spec_from_hf_config(config).vision
+    image_config = tower.image_config if tower is not None else config
+    vision = image_config.get("vision_config") or {}
     keys = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
     image_id, video_id, start, end = (config.get(k) for k in keys)
     if not all(isinstance(x, int) for x in (image_id, video_id, start, end)):
@@ -113,23 +123,25 @@ def grid_inputs(config: dict, sc: Scenario) -> GridInputs:
     t = int(vision.get("temporal_patch_size", 2))
     media = []
     if sc.images_per_sample:
-        gh, gw = qwen_grid(config, sc.image_height, sc.image_width)
+        gh, gw = qwen_grid(image_config, sc.image_height, sc.image_width)
         media.append(Media("image", (1, gh, gw), gh * gw // merge ** 2, sc.images_per_sample, image_id))
     if sc.frames_per_sample:
-        video = video_tokens(config, sc.frames_per_sample, sc.image_height, sc.image_width)
-        grid = video_grid(config, sc.frames_per_sample, sc.image_height, sc.image_width)
-        media.append(Media("video", grid, video.lm_tokens, 1, video_id))
+        video = video_tokens(image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+        grid = video_grid(image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
+        groups = grid[0] if image_config.get("video_frame_markers") else 1
+        media.append(Media("video", grid, video.features, 1, video_id, groups))
     return GridInputs(tuple(media), start, end, int(vision.get("in_channels", 3)) * t * patch * patch, merge,
                       int(vision.get("window_size", 112)), patch, config.get("model_type") == "qwen2_5_vl")
 
 
 @contextlib.contextmanager
-def constants_kept() -> Iterator[None]:
-    """While the forward runs: the ids and grid (and what is computed from them alone) keep their values."""
+def constants_kept(numel: int = 0) -> Iterator[None]:
+    """While the forward runs: the ids and grid (and what is computed from them alone) keep their values;
+    ``numel``: the largest such tensor when it exceeds the ids' limit (Idefics3's pixel values, sim/images.py)."""
     from torch._subclasses import fake_tensor
 
     old = fake_tensor.CONSTANT_NUMEL_LIMIT
-    fake_tensor.CONSTANT_NUMEL_LIMIT = _CONSTANT_LIMIT
+    fake_tensor.CONSTANT_NUMEL_LIMIT = max(_CONSTANT_LIMIT, numel)
     try:
         yield
     finally:

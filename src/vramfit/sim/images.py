@@ -12,6 +12,18 @@ InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_t
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
 
+Idefics3 / SmolVLM: every image is its sub-images plus the global image (vlm_tokens), a
+(batch, tiles, 3, size, size) tensor and a (batch, tiles, size, size) ``pixel_attention_mask``;
+``get_image_features`` reads their values (padding images dropped by boolean indexing, the per-row
+image counts by ``tolist``, the patch mask; transformers v5.24.0 models/idefics3/modeling_idefics3.py,
+models/smolvlm/modeling_smolvlm.py). Both are made fake-tensor constants (sim/image_grid.py), all ones
+(every tile real, every pixel valid, as the processor gives for an unpadded batch), so that bookkeeping
+runs for real and the tower sees no mask (create_bidirectional_mask drops an all-true one).
+
+LLaVA-NeXT-Video (frames, no images): one (batch, frames, 3, image_size, image_size) ``pixel_values_videos``
+tensor and the pooled frames' video tokens (transformers v5.24.0 models/llava_next_video/
+modeling_llava_next_video.py get_video_features; vlm_tokens).
+
 Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` tiles (pixel values
 (batch, images, tiles, 3, image_size, image_size), aspect-ratio ids and tile masks), puts one
 ``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
@@ -33,7 +45,11 @@ from vramfit.scenario import Scenario
 from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, grid_inputs
 
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama")
+FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama", "idefics3", "smolvlm")
+#: model types fed video frames as one fixed-shape tensor (see the module docstring)
+POOLED_VIDEO = ("llava_next_video",)
+#: model types whose pixel values and pixel mask are read as values (see the module docstring)
+_VALUE_PIXELS = ("idefics3", "smolvlm")
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,14 @@ class ImageInputs:
     features_per_image: int = 0  # image-token positions (the projector's rows); 0: tokens_per_image
     tiles_per_image: int = 1  # tower images per image
     cross_attention: bool = False  # mllama: tiles per image as their own axis, masks for the cross-attention
+    pixel_mask: bool = False  # Idefics3 / SmolVLM: (batch, tiles, ...) constant pixels and pixel_attention_mask
+    rows: int = 1  # sequences per micro-batch (the constants' size bound)
+    video: bool = False  # LLaVA-NeXT-Video's frames: (batch, frames, ...) ``pixel_values_videos``
+
+    @property
+    def pixel_numel(self) -> int:
+        """Elements of one micro-batch's pixel values."""
+        return self.rows * self.images_per_sample * self.tiles_per_image * 3 * self.image_size ** 2
 
 
 def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
@@ -53,8 +77,11 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     if model_type in GRID_FAMILIES and sc.sees_pixels:
         return grid_inputs(config, sc)
     if sc.frames_per_sample:
-        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {', '.join(GRID_FAMILIES)} "
-                            f"only, not {model_type!r}; use `vramfit estimate`", valid=("0",))
+        if model_type in POOLED_VIDEO and not sc.images_per_sample:
+            return _pooled_video(config, sc)
+        fed = ", ".join((*GRID_FAMILIES, *(f"{t} (without images)" for t in POOLED_VIDEO)))
+        raise ScenarioError("frames_per_sample", f"the simulator feeds video frames to {fed} only, not "
+                            f"{model_type!r} with these inputs; use `vramfit estimate`", valid=("0",))
     if not sc.images_per_sample:
         return None
     if model_type not in FIXED_PIXELS:
@@ -73,17 +100,27 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
         raise ModelError("config.json has no image_token_id: the image placeholder cannot be placed")
     size = spec.vision.image_config["vision_config"]["image_size"]
     size = int(size[0] if isinstance(size, list | tuple) else size)
-    side = (size // spec.vision.image_config["vision_config"].get("patch_size", [14])[0]) if model_type == "internvl" else 0
-    tiles = img.vision_patches // (side * side + 1) if side else 1
+    patch = spec.vision.image_config["vision_config"].get("patch_size", 14)
+    side = size // int(patch[0] if isinstance(patch, list | tuple) else patch)
+    tiles = 1  # the tower's images per image: InternVL's tiles (+ CLS each), Idefics3's sub-images + global image
+    if model_type == "internvl":
+        tiles = img.vision_patches // (side * side + 1)
+    elif model_type in _VALUE_PIXELS:
+        tiles = img.vision_patches // (side * side)
     if spec.vision.cross_attention:
         tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
     return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
-                       spec.vision.cross_attention)
+                       spec.vision.cross_attention, model_type in _VALUE_PIXELS,
+                       sc.micro_batch_size)
 
 
 def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
     """Around the forward and backward: a grid family's integer inputs keep their values (sim/image_grid.py)."""
-    return constants_kept() if isinstance(images, GridInputs) else contextlib.nullcontext()
+    if isinstance(images, GridInputs):
+        return constants_kept()
+    if isinstance(images, ImageInputs) and images.pixel_mask:
+        return constants_kept(images.pixel_numel)
+    return contextlib.nullcontext()
 
 
 def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, dtype: torch.dtype,
@@ -101,6 +138,11 @@ def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, d
     labels[:, :n] = -100
     if images.cross_attention:
         return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
+    if images.pixel_mask:
+        return ids, labels, _masked_pixel_inputs(images, B, dtype, device)
+    if images.video:
+        shape = (B, images.tiles_per_image, 3, images.image_size, images.image_size)
+        return ids, labels, {"pixel_values_videos": torch.empty(shape, dtype=dtype, device=device)}
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
     return ids, labels, {"pixel_values": pixels}
@@ -117,3 +159,25 @@ def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dt
         "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
         "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
     }
+
+
+def _pooled_video(config: dict, sc: Scenario) -> ImageInputs:
+    """LLaVA-NeXT-Video's frames: one video of ``frames_per_sample`` frames, its pooled tokens in the text."""
+    from vramfit.models.vlm_tokens import video_tokens
+
+    token_id = config.get("video_token_id", config.get("video_token_index", 32000))  # LlavaNextVideoConfig default
+    size = int((config.get("vision_config") or {}).get("image_size", 336))
+    video = video_tokens(config, sc.frames_per_sample, sc.image_height, sc.image_width)
+    return ImageInputs(video.lm_tokens, int(token_id), size, 1, video.features, sc.frames_per_sample, video=True)
+
+
+def _masked_pixel_inputs(images: ImageInputs, B: int, dtype: torch.dtype, device: str) -> dict:
+    """Idefics3 / SmolVLM's ``pixel_values`` (batch, tiles, 3, size, size) and ``pixel_attention_mask``
+    (batch, tiles, size, size) as fake-tensor constants of ones (module docstring)."""
+    import numpy as np
+
+    tiles, size = images.images_per_sample * images.tiles_per_image, images.image_size
+    with constants_kept(max(images.pixel_numel, B * images.pixel_numel // images.rows)):
+        pixels = torch.tensor(np.ones((B, tiles, 3, size, size), dtype=np.float32), device=device).to(dtype)
+        mask = torch.tensor(np.ones((B, tiles, size, size), dtype=np.bool_), device=device)
+    return {"pixel_values": pixels, "pixel_attention_mask": mask}

@@ -275,6 +275,10 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
       position ids, assumes packed sequences and builds a 4-D mask; the simulated batch is one unpadded,
       unpacked sequence per row (positions 0..seq_len-1), for which it returns ``None`` and SDPA runs
       with ``is_causal`` and no mask.
+    - ``masking_utils._ignore_bidirectional_mask_sdpa``: a vision tower's padding mask made a fake-tensor
+      constant (Idefics3 / SmolVLM's pixel mask, sim/images.py) is read by its value, as transformers reads
+      a CUDA tensor's; otherwise ``is_tracing`` (true for any fake tensor) keeps an all-true mask, which
+      SDPA turns into a float bias the efficient kernel saves, where CUDA runs no mask.
     - MoE experts: on CUDA (sm80+) transformers calls ``F.grouped_mm`` for every expert dtype
       (integrations/moe.py ``_can_use_grouped_mm``); the op's fake kernel takes bf16 only, so fp32 expert
       weights (``-mixed``, QLoRA's fp32 cast) run :func:`~vramfit.sim.cuda_emulation.grouped_mm_as_on_cuda`,
@@ -289,6 +293,9 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
         masking = sys.modules.get("transformers.masking_utils")
         if masking is not None and hasattr(masking, "find_packed_sequence_indices"):
             patches.append((masking, "find_packed_sequence_indices", lambda position_ids: None))
+        if masking is not None and hasattr(masking, "_ignore_bidirectional_mask_sdpa"):
+            patches.append((masking, "_ignore_bidirectional_mask_sdpa",
+                            _mask_read_by_value(masking._ignore_bidirectional_mask_sdpa)))
         # a vision-language model checks that its placeholder count matches the image features by
         # reading values (torch_compilable_check); the simulated batch places exactly that many
         for name, mod in list(sys.modules.items()):
@@ -300,6 +307,16 @@ def _transformers_as_on_cuda(fake: bool) -> Iterator[None]:
 
     with patched(patches):
         yield
+
+
+def _mask_read_by_value(original: Callable[..., bool]) -> Callable[..., bool]:
+    """``_ignore_bidirectional_mask_sdpa`` deciding on a constant fake mask's real value (see above)."""
+
+    def ignore(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+        constant = getattr(padding_mask, "constant", None)
+        return original(padding_mask if constant is None else constant, *args, **kwargs)
+
+    return ignore
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

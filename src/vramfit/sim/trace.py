@@ -112,6 +112,9 @@ class LiveTracker(TorchDispatchMode):
         self.in_logits = False
         self.in_backward = False
         self.host_mode = False  # allocations made now live in host memory
+        # the device whose tensors are host memory when the GPU is another device (the DeepSpeed run:
+        # sim/deepspeed_zero.py GPU); None: every tensor is device memory
+        self.host_device: torch.device | None = None
         self._module_names: dict[int, str] = {}
         self._hook_handles: list[Any] = []
         self._orig_resize: Callable | None = None
@@ -137,7 +140,7 @@ class LiveTracker(TorchDispatchMode):
                 sid = self._new(st.nbytes(), kind, op, tuple(owner.shape), str(owner.dtype).replace("torch.", ""))
                 self._sid[st] = sid
                 self._refs[sid] = weakref.ref(st, self._freer(sid))
-                if host or self.host_mode:
+                if host or self.host_mode or owner.device == self.host_device:
                     self.trace.host.add(sid)
             sids.append(sid)
         return sids

@@ -1,0 +1,52 @@
+"""ZeRO-1/2's initialisation: the 16-bit parameters flattened into one buffer beside themselves.
+
+``DeepSpeedZeroOptimizer.__init__`` (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py) flattens each group of
+trainable 16-bit parameters into one aligned buffer (``flatten_dense_tensors_aligned``: a ``torch.cat`` of the
+parameters) while they still exist, then points them into it (``_update_model_bit16_weights``), which frees the
+originals. It does so on the accelerator when the free memory holds the buffer (``flatten_on_accelerator =
+accelerator.is_available() and available_memory >= flat_buffer_bytes``); otherwise it moves the group to the host
+first (``param.cpu_data = param.data.cpu()``) and copies the flat buffer back, never holding both on the GPU. The
+fp32 master partition, the optimizer states and the offload staging buffer come after the flatten, so the
+load's high point is the model's weights and one copy of its trainable 16-bit weights. The HF Trainer leaves the
+model on the host until the engine moves it there (transformers 5.24.0 trainer.py ``place_model_on_device``),
+after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). The card is taken to have the room
+(as the simulator's engine does): a card without it flattens on the host and never holds both, so the figure
+can only be high there, and it stays one figure per scenario that a card class shifts by a constant (the
+planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
+workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
+(estimate/step.py ``_workspaces``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.scenario import Method, Parallelism
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+
+def flat_copy(step: Step) -> int:
+    """Bytes of the flat 16-bit buffer of the trainable parameters (whole on every rank: ZeRO-1/2 partition it
+    afterwards, ``get_data_parallel_partitions`` views it)."""
+    p = step.parts
+    return p.weights if step.sc.method is Method.FULL else p.adapters
+
+
+def flattens_on_gpu(step: Step) -> bool:
+    """ZeRO-1/2 flatten on the accelerator: the card holds the buffer beside the weights (module docstring)."""
+    return step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
+
+
+def flatten_load_phase(step: Step) -> Iterator[Contribution]:
+    """The load's high point under ZeRO-1/2: the weights and the flat copy of the trainable ones (and the
+    workspaces, module docstring)."""
+    if not flattens_on_gpu(step):
+        return
+    p = step.parts
+    for name in ("weights", "quantized_base", "adapters", "workspaces"):
+        yield Contribution(name, StepPhase.LOAD, getattr(p, name))
+    yield Contribution("temporaries", StepPhase.LOAD, flat_copy(step))
