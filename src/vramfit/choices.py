@@ -188,6 +188,20 @@ class KbitPrepare(_Choice):
     NO = "no"
 
 
+class FsdpVersion(_Choice):
+    """Which FSDP runs ``parallelism: fsdp`` / ``fsdp-grad-op``: FSDP1 (``FullyShardedDataParallel``, flat parameters)
+    or FSDP2 (``fully_shard``, per-parameter DTensor shards).
+
+    ``auto`` follows the framework profile (hf: FSDP1, as accelerate's plugin defaults ``fsdp_version`` to 1,
+    accelerate v1.15.0 utils/dataclasses.py FullyShardedDataParallelPlugin; torchtune and torchtitan: FSDP2).
+    Only the hf profile offers both (accelerate v1.15.0 utils/fsdp_utils.py ``fsdp2_prepare_model``).
+    """
+
+    AUTO = "auto"
+    V1 = "1"
+    V2 = "2"
+
+
 class Offload(_Choice):
     NONE = "none"
     OPTIMIZER = "optimizer"

@@ -23,6 +23,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Checkpointing,
     Framework,
     FreezeVision,
+    FsdpVersion,
     Generation,
     Interconnect,
     KbitPrepare,
@@ -91,6 +92,7 @@ class Scenario:
     kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
     # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
     framework_version: str | None = None
+    fsdp_version: FsdpVersion = FsdpVersion.AUTO  # FSDP1 or FSDP2 under parallelism fsdp (extension)
     # a custom loop keeps `output = model(...)` (its logits) until after optimizer.step() (estimate/loss.py)
     keeps_outputs: bool = False
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
@@ -284,8 +286,12 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, transformers-4.55, peft-0.11, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, transformers-4.55, peft-0.11, axolotl-0.12, deepspeed-0.8, trl-0.29, trl-0.14, joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+    Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
+          "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "
+          "bf16-true = no mixed precision). auto = the framework's (hf: 1; torchtune, torchtitan: 2).",
+          ("FSDP version", "Versão do FSDP"), choices=FsdpVersion),
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
           "the torchtune, lit-gpt and torchtitan recipes drop it.", ("Loop keeps the outputs", "O loop mantém as saídas")),
@@ -376,6 +382,8 @@ def _as_enum(key: str, value: Any) -> _Choice:
     enum = CHOICE_KEYS[key]
     if isinstance(value, enum):
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and key == "fsdp_version":
+        value = str(value)  # YAML/JSON write the version as a number (accelerate's `fsdp_version: 2`)
     if isinstance(value, str):
         text = value.strip().lower()
         for member in enum:
@@ -573,6 +581,10 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
     check_layout_keys(kw)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
+    if kw.get("fsdp_version", FsdpVersion.AUTO) is not FsdpVersion.AUTO:
+        from vramfit.estimate.framework import check_fsdp_version
+
+        check_fsdp_version(kw)
 
 
 def _set_gpu(raw: dict[str, Any], kw: dict[str, Any]) -> None:

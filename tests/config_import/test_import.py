@@ -13,7 +13,7 @@ FIX = Path(__file__).parent / "fixtures"
 #: fixtures/ds_z2.json and ds_z3_offload.json as the scenario holds them (typed zero_optimization keys)
 DS_Z2 = {'zero_optimization': {'stage': 2, 'reduce_bucket_size': 'auto', 'allgather_bucket_size': 500000000, 'overlap_comm': True, 'contiguous_gradients': True}}
 DS_Z3 = {'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'cpu'}, 'offload_param': {'device': 'cpu'}, 'reduce_bucket_size': 'auto', 'overlap_comm': False, 'contiguous_gradients': True, 'stage3_prefetch_bucket_size': 'auto', 'stage3_param_persistence_threshold': 'auto'}}
-BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "fsdp_version": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,

@@ -6,7 +6,7 @@ import pytest
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
-from vramfit.estimate.allocator import round_allocation, transient_reserved
+from vramfit.estimate.allocator import plain_peak, round_allocation, transient_reserved
 from vramfit.estimate.core import reserved_for_tensors, rounded_sum
 from vramfit.estimate.framework import LossLayout, profile_for
 from vramfit.estimate.step import compute
@@ -77,16 +77,27 @@ def test_offload_keeps_three_block_tensors_and_every_gradient_at_the_last_block(
 
 
 def test_reserved_is_the_allocated_peak_plus_what_the_replayed_step_leaves_cached():
+    """Under the release's PYTORCH_CUDA_ALLOC_CONF (expandable segments, power-of-two rounding): the replayed step's
+    reserved figure less its high-water mark at 512-byte rounding, and no per-parameter segment rounding."""
     sc = _sc(131072)
-    assert replays_step(SPEC, sc, profile_for(Framework.UNSLOTH, "unsloth-2024.12"))
+    old = profile_for(Framework.UNSLOTH, "unsloth-2024.12")
+    assert replays_step(SPEC, sc, old) and old.alloc_conf.expandable_segments
     st = compute(SPEC, sc)
-    peak, reserved = transient_reserved(step_events(SPEC, sc, st.parts.optimizer_state / st.parts.num_trainable))
-    cached = (reserved - peak) // 2**21 * 2**21
-    assert cached > 2**30  # multi-GiB blocks split for smaller requests no longer serve their own size
+    resident = st.parts.param_tensors  # loaded after the first RoPE caches, before the step
+    events = step_events(SPEC, sc, st.parts.optimizer_state / st.parts.num_trainable, resident)
+    n = sum(count for _, count in resident)
+    assert events[: 2 * L] == [2 * 32768 * 128] * 2 * L and sum(events[2 * L: 2 * L + n]) == sum(
+        size * count for size, count in resident)
+    peak, reserved = transient_reserved(events, old.alloc_conf)
+    cached = (reserved - plain_peak(events)) // 2**21 * 2**21
+    assert cached > 2**30  # blocks freed between the long-lived RoPE caches, gradients and states stay mapped
+    # each tensor rounded up to a 1/128 or 1/32 step of its power of two (e.g. the 1,002 MiB embedding to 1,008 MiB)
+    assert peak - plain_peak(events) == 28_672_000
     r = estimate(sc)
-    slack = reserved_for_tensors(st.parts.param_tensors) - rounded_sum(st.parts.param_tensors)
-    assert r.peak.reserved_bytes == r.peak.allocated_bytes + slack + cached
+    assert r.peak.reserved_bytes == r.peak.allocated_bytes + cached
+    assert reserved_for_tensors(st.parts.param_tensors) > rounded_sum(st.parts.param_tensors)  # not under expandable
     assert not replays_step(SPEC, _sc(131072, None), profile_for(Framework.UNSLOTH))
+    assert profile_for(Framework.UNSLOTH).alloc_conf is None  # unsloth@015bdef sets no allocator configuration
 
 
 def test_max_seq_len_within_holds_the_named_counter_to_the_budget():

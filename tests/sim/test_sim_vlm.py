@@ -45,6 +45,6 @@ def test_unfed_vlm_images_are_refused_by_the_simulator_in_one_line(config_file):
 def test_video_frames_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.errors import ScenarioError
 
-    with pytest.raises(ScenarioError, match="^frames_per_sample: the simulator feeds video frames to qwen2_5_vl, qwen2_vl, "
-                                            r"llava_next_video \(without images\) only, not .llava."):
+    with pytest.raises(ScenarioError, match="^frames_per_sample: the simulator feeds video frames to qwen2_5_vl, qwen2_vl, qwen3_vl, "
+                                            r"qwen3_vl_moe, llava_next_video \(without images\) only, not .llava."):
         simulate({"model": config_file(LLAVA), "method": "lora", "frames_per_sample": 4}, layers=3)

@@ -53,7 +53,7 @@ IGNORED = [
     ("is_*_derived_model", "model family hint"), ("lora_model_dir", "path"), ("lora_fan_in_fan_out", "adapter layout"),
     ("tf32", "matmul precision: no memory effect"), ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"),
     ("ddp_*", "launcher"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
-    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_version", hf.FSDP_CONFIG_IGNORED),
+    ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_version", "read with the FSDP keys (no FSDP: no effect)"),
     ("plugins", "plugins: their settings are read below"), ("eot_tokens", "tokenizer"), ("processor_type", "tokenizer"),
     ("skip_prepare_dataset", "data"), ("chat_template_*", "data"), ("loss_watchdog_*", "monitoring"),
     ("torchdistx_path", "loading"), ("gptq_groupsize", "GPTQ checkpoint detail"), ("gptq_model_v1", "GPTQ checkpoint detail"),
@@ -101,6 +101,15 @@ NOT_MODELLED = {
     "chunked_cross_entropy": "chunked cross-entropy", "tiled_*": "tiling", "liger_*": LIGER_NOT_MODELLED,
     "torch_dtype": "weights dtype override: precision is taken from bf16/fp16",
 }
+
+
+def _fsdp_version(r: KeyReader, layout: dict) -> None:
+    """Axolotl's top-level ``fsdp_version`` under FSDP. Its FSDP2 is its own patched fsdp2_prepare_model (axolotl
+    monkeypatch/accelerate/fsdp2.py), modelled as accelerate's: fully_shard units, no flat parameters."""
+    if layout.get("parallelism", "").startswith("fsdp") and r.has("fsdp_version"):
+        layout.update(hf.fsdp_version(r, "fsdp_version", r.get("fsdp_version")))
+        if "fsdp_version" in layout:
+            r.set("fsdp_version", "fsdp_version", layout["fsdp_version"])
 
 
 def _method(r: KeyReader) -> tuple[str, str]:
@@ -286,6 +295,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
               "unsloth_rms_norm", "unsloth_rope"):
         r.not_modelled(k, UNSLOTH)
     layout, extra, companions = hf.trainer_parallelism(r, config_alone=True)
+    _fsdp_version(r, layout)
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)

@@ -150,7 +150,19 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
     if offload and grad_op:
         raise r.error(f"{key}: parameter offload needs full sharding (FULL_SHARD), not SHARD_GRAD_OP")
     out = {"parallelism": "fsdp-grad-op" if grad_op else "fsdp", "offload": "optimizer+params" if offload else "none"}
+    out.update(fsdp_version(r, key, opts.get("version")))
     return {**out, "shard_scope": "node"} if hybrid else out
+
+
+def fsdp_version(r: KeyReader, key: str, value: Any) -> dict[str, Any]:
+    """``fsdp_version`` from accelerate's ``fsdp_config.fsdp_version``, the Trainer's ``fsdp_config.version`` or
+    Axolotl's top-level ``fsdp_version`` (accelerate v1.15.0 FullyShardedDataParallelPlugin: 1 or 2); none given:
+    nothing (the framework's, FSDP1)."""
+    if value is None:
+        return {}
+    if str(value).strip() not in ("1", "2"):
+        raise r.error(f"{key}: fsdp_version {value!r} is not an FSDP version (valid values: 1, 2)")
+    return {"fsdp_version": str(value).strip()}
 
 
 FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit models the sharding and offload only"
@@ -182,6 +194,9 @@ def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[s
             r.get(f"{prefix}.{k}")
             r.set(f"{prefix}.{k}", "parallelism", layout["parallelism"])
             r.set(f"{prefix}.{k}", "offload", layout["offload"])
+        elif k.removeprefix("fsdp_") == "version" and "fsdp_version" in layout:
+            r.get(f"{prefix}.{k}")
+            r.set(f"{prefix}.{k}", "fsdp_version", layout["fsdp_version"])
 
 
 def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[str, Any], list[Entry], tuple[Path, ...]]:

@@ -9,6 +9,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import length_variation_note, step_transients
 from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
 from vramfit.estimate.result import (
@@ -118,7 +119,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
-    return out + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved)
+    return out + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 
 def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
@@ -234,7 +235,7 @@ def estimate_spec(
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
-    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events)
+    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events, r.profile.alloc_conf)
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     ctx, nccl = process_bytes(sc)

@@ -15,7 +15,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from vramfit.scenario import Quantize, Scenario
+from vramfit.choices import FSDP_FAMILY
+from vramfit.scenario import FsdpVersion, Quantize, Scenario
 
 FIELDS = ("framework", "method", "sharding", "offload", "quantization")
 #: Nearness when no case is on the path: a field that swaps more of the code that runs weighs more than
@@ -32,6 +33,8 @@ def path_of(sc: Scenario) -> dict[str, str]:
     """The fields that select which code runs; 4-bit bitsandbytes formats share one path; tensor, pipeline and
     context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet)."""
     sharding = sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none"
+    if sc.fsdp_version is FsdpVersion.V2 and sc.parallelism in FSDP_FAMILY:  # another FSDP runs (estimate/fsdp2.py)
+        sharding += "+fsdp2"
     for name, degree in (("tp", sc.tensor_parallel), ("pp", sc.pipeline_parallel), ("cp", sc.context_parallel)):
         sharding += f"+{name}{degree}" if degree > 1 else ""
     return {

@@ -7,6 +7,8 @@ no ``max_split_size_mb``, no expandable segments).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from vramfit.estimate.constants import (
@@ -31,6 +33,69 @@ def round_allocation(nbytes: int) -> int:
 
 
 _MIN_BLOCK = K_MIN_BLOCK_SIZE.value  # read once: round_allocation runs ~100 times per estimate
+
+
+@dataclass(frozen=True)
+class AllocatorConf:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` settings a framework sets and the replay honours (default: none set).
+
+    ``roundup_power2_divisions``: divisions per power-of-two size interval, index ``log2(size) - 20`` clamped to
+    0..15 (``CUDAAllocatorConfig::roundup_power2_divisions``); ``()`` = plain 512-byte rounding.
+    ``expandable_segments``: one growable segment per pool, mapped in pages (:class:`CachingAllocatorModel`)."""
+
+    expandable_segments: bool = False
+    roundup_power2_divisions: tuple[int, ...] = ()
+
+
+def parse_alloc_conf(text: str) -> AllocatorConf:
+    """``PYTORCH_CUDA_ALLOC_CONF`` as torch parses the two keys modelled (pytorch/pytorch v2.5.1
+    c10/cuda/CUDAAllocatorConfig.cpp ``parseArgs``, ``parseRoundUpPower2Divisions``): ``[a:n,...,>:m]`` fills the
+    intervals below the first ``a`` (in MiB) with its ``n``, sets interval ``log2(a)`` to ``n``, and ``>:m`` fills
+    from the last ``a``'s interval to the end (overwriting it); intervals not named stay 0."""
+    expandable, div = False, [0] * 16
+    for key, _, value in (part.partition(":") for part in re.split(r",(?![^\[]*\])", text) if part):
+        if key == "expandable_segments":
+            expandable = value == "True"
+        elif key == "roundup_power2_divisions":
+            first, last = True, 0
+            for item in value.strip("[]").split(","):
+                size, _, n = item.partition(":")
+                if size == ">":
+                    div[last:] = [int(n)] * (16 - last)
+                    continue
+                index = min(int(size).bit_length() - 1, 15)
+                if first:
+                    div[:index] = [int(n)] * index
+                    first = False
+                div[index], last = int(n), index
+    return AllocatorConf(expandable, tuple(div) if any(div) else ())
+
+
+def round_request(nbytes: int, conf: AllocatorConf | None = None) -> int:
+    """``round_size`` under ``conf`` (pytorch/pytorch v2.5.1 c10/cuda/CUDACachingAllocator.cpp): with more than one
+    division for the size's interval and a size above 512 x divisions, up to the next of ``divisions`` equal steps
+    between the powers of two around it (``roundup_power2_next_division``); else :func:`round_allocation`."""
+    if conf is None or not conf.roundup_power2_divisions or nbytes <= 0:
+        return round_allocation(nbytes)
+    divisions = conf.roundup_power2_divisions[min(max(nbytes.bit_length() - 1 - 20, 0), 15)]
+    if divisions <= 1 or nbytes <= _MIN_BLOCK * divisions or nbytes & (nbytes - 1) == 0:
+        return round_allocation(nbytes)
+    step = (1 << (nbytes.bit_length() - 1)) // divisions
+    return -(-nbytes // step) * step
+
+
+def plain_peak(events: list[int] | tuple[int, ...]) -> int:
+    """The allocated high-water mark of ``events`` (:func:`transient_reserved`'s form) at 512-byte rounding: what the
+    estimator's own allocated figure counts, whatever the placement."""
+    sizes, live, peak = [], 0, 0
+    for ev in events:
+        if ev >= 0:
+            sizes.append(round_allocation(ev))
+            live += sizes[-1]
+            peak = max(peak, live)
+        else:
+            live -= sizes[-ev - 1]
+    return peak
 
 
 def segment_size(nbytes: int) -> int:
@@ -74,7 +139,7 @@ def reserved_for_tensors(tensors: list[tuple[int, int]] | tuple[tuple[int, int],
     return large + small_segments
 
 
-def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
+def transient_reserved(events: list[int] | tuple[int, ...], conf: AllocatorConf | None = None) -> tuple[int, int]:
     """(peak allocated, reserved) of a sequence of transient tensors replayed through the caching
     allocator's segment rules (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, the
     simulator's replay of pytorch/pytorch@eb42ad6e ``c10/cuda/CUDACachingAllocator.cpp``).
@@ -86,15 +151,16 @@ def transient_reserved(events: list[int] | tuple[int, ...]) -> tuple[int, int]:
     (``should_split``, ``max_split_size`` unlimited by default); a larger request than any cached
     block opens a new segment rounded to 2 MiB (``get_allocation_size``, kRoundLarge); expandable
     segments are off by default (``torch-docs`` ``expandable_segments``). Reserved only grows.
+    ``conf``: the framework's ``PYTORCH_CUDA_ALLOC_CONF`` (:class:`AllocatorConf`), None for torch's defaults.
     """
-    return _replay(tuple(events))
+    return _replay(tuple(events), conf)
 
 
 @lru_cache(maxsize=4096)  # a pure function of the events: the planner and the web repeat the same steps
-def _replay(events: tuple[int, ...]) -> tuple[int, int]:
+def _replay(events: tuple[int, ...], conf: AllocatorConf | None = None) -> tuple[int, int]:
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
-    model = CachingAllocatorModel()
+    model = CachingAllocatorModel(conf)
     run_events(model, events)
     return model.stats.peak_allocated, model.stats.peak_reserved
 
@@ -134,7 +200,7 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
 
     if replays_step(r.spec, r.sc, r.profile):
         per_element = r.parts.optimizer_state / max(1, r.parts.num_trainable)
-        return step_events(r.spec, r.sc, per_element) if not loss_only else []
+        return step_events(r.spec, r.sc, per_element, r.parts.param_tensors) if not loss_only else []
     unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
     spec = r.spec
     weight = max([x.in_features * x.out_features for x in spec.block_linears]

@@ -22,7 +22,11 @@ from vramfit.estimate.fsdp2 import (
     end_of_backward,
     forward_at_logits,
     held_reduce_scatter_input,
+    prefetched_at_loss_backward,
+    root_resharded,
     second_lowest_block,
+    split_root,
+    tail_gather_output,
 )
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
@@ -130,7 +134,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     yield Contribution("gradients", BV, tower_position(step)[0])
     # FSDP full fine-tuning: the first block's whole gradients before their reduce-scatter, and the output
     # layer's while the root unit waits for the embedding's (profile.fsdp_root_gathered)
-    root = head if step.profile.fsdp_root_gathered else 0
+    root = head if step.profile.fsdp_root_gathered and not split_root(step) else 0
     end = end_of_backward(step)  # FSDP2: the lowest block's reduce-scatter or the last unit's (estimate/fsdp2.py)
     if end is not None and end[0]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
@@ -178,14 +182,18 @@ def communication(step: Step) -> Iterator[Contribution]:
     at_loss = comm - blocks_freed_at_loss(step)
     staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
     late = comm - staging if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
-    yield Contribution("comm_buffers", F, (at_loss if forward_at_logits(step) else comm) - late)
-    yield Contribution("comm_buffers", BL, at_loss - late)
-    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3])
+    # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
+    fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
+    at_logits = at_loss + tail_gather_output(step)
+    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root + prefetched_at_loss_backward(step))
+    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
-        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step))
+        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
-    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else comm - resharded_above_lowest(step)
+    end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
+        comm - resharded_above_lowest(step) - bwd_root
     yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else staging)
 
@@ -231,9 +239,15 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
         yield Contribution("rope_cache", phase, rope)
 
 
+def load_high_point(step: Step) -> Iterator[Contribution]:
+    """The load phase: the MXFP4 conversion (in from_pretrained) and ZeRO-1/2's flatten (in the engine's
+    initialisation, after the model has loaded) happen one after the other, so the higher of the two counts."""
+    loads = [list(load_phase(step)), list(flatten_load_phase(step))]
+    yield from max(loads, key=lambda cs: sum(c.bytes for c in cs))
+
+
 CONTRIBUTORS: tuple[Contributor, ...] = (
-    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_phase,
-    flatten_load_phase)
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_high_point)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.estimate.allocator import reserved_for_tensors, round_allocation, rounded_sum, transient_reserved
+from vramfit.estimate.allocator import (
+    AllocatorConf,
+    plain_peak,
+    reserved_for_tensors,
+    round_allocation,
+    rounded_sum,
+    transient_reserved,
+)
 from vramfit.estimate.constants import (
     CUDA_CONTEXT,
     FSDP_INFLIGHT_ALLGATHERS,
@@ -372,7 +379,7 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
 
 
 def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
-                   transients: list[int] | tuple[int, ...] = ()) -> int:
+                   transients: list[int] | tuple[int, ...] = (), conf: AllocatorConf | None = None) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
 
     Persistent tensors: each large one opens its own segment rounded to 2 MiB
@@ -381,13 +388,18 @@ def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, la
     unused (kRoundLarge, CUDACachingAllocator.cpp). Transients (``transients``, the step's big
     tensors in order, :func:`vramfit.estimate.allocator.step_transients`): the segments they leave
     cached beyond their own high-water mark, e.g. a freed loss working set smaller than the loss
-    gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`).
+    gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`). ``conf``: the framework's
+    allocator settings; under them the transients' reserved figure is set against their high-water mark at the
+    estimator's own 512-byte rounding, so a coarser ``roundup_power2_divisions`` rounding lands in the cached bytes.
     """
     persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
+    if conf is not None and conf.expandable_segments:
+        persistent_slack = 0  # loaded back to back into the one growing segment, no 2 MiB segment per tensor
     act_slack = per_layer_tensors * layers * (K_ROUND_LARGE.value // 2)
     cached = 0
     if transients:
-        peak, reserved = transient_reserved(transients)
+        peak, reserved = transient_reserved(transients, conf)
+        peak = peak if conf is None else plain_peak(transients)
         # whole 2 MiB units only: what is under one unit is the live segments' own kRoundLarge
         # rounding, not a segment left cached (and would wobble with the micro-batch)
         cached = (reserved - peak) // K_ROUND_LARGE.value * K_ROUND_LARGE.value

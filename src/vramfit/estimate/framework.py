@@ -21,7 +21,12 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
     OptimizerImpl,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Framework, KbitPrepare, Method, Parallelism, Precision, Quantize
+from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parallelism, Precision, Quantize
+
+# what any FSDP2 fully_shard wrapping changes against FSDP1's host wrap (estimate/fsdp2.py): no flat parameters, no
+# host-wrap residue or sync buckets, no nested LoRA units
+_FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
+                ("fsdp_lora_units_nested", False))
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -51,6 +56,18 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        loss_in_model_forward=True,
+        fsdp2_variant=FrameworkVersion(
+            "accelerate 1.15's fsdp2_prepare_model",
+            "accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model (fsdp_version: 2): fully_shard on each "
+            "decoder layer (transformer auto wrap policy, l. 850-855), the tail and the root (l. 857-885), "
+            "MixedPrecisionPolicy from the Trainer's mixed precision (l. 779), trainable weights upcast to fp32 under "
+            "it (l. 815-820, = bf16-mixed); with cpu_ram_efficient_loading the model is sharded on the meta device "
+            "(l. 830-848), no flat parameters and no host-wrap residue. LoRA: one unit per layer, no nested adapter "
+            "units: the Trainer builds the optimizer before prepare under FSDP2 (transformers v5.24.0 trainer.py "
+            "l. 1719-1721), so update_fsdp_plugin_peft (l. 1760-1762) never swaps in peft's policy",
+            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True)),
+        ),
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
         # Llama/Mistral/Qwen checkpoints); Trainer(bf16=True) then autocasts over bf16 parameters and
@@ -86,7 +103,25 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "activation_offloading: true): a block's input comes back when its backward unpacks it, no "
                              "prefetch, the block above's dropped once the node that unpacked it has run",
                              (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
+                              ("mxfp4_host_dequant_on_gpu", True),
                               ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
+            FrameworkVersion("axolotl-0.12", "axolotl-ai-cloud/axolotl@ba3dba3e4 (0.12.0.dev) "
+                             "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
+                             "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
+                             "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights; "
+                             "from_pretrained gets no device_map except under plain multi-GPU DDP, so the weights load "
+                             "to the host",
+                             (("fsdp2_variant", FrameworkVersion("axolotl@ba3dba3e4's fsdp2_prepare_model", "see axolotl-0.12",
+                                                                _FSDP2_UNITS)),
+                              # axolotl@ba3dba3e4 cli/config.py l. 231-233: prepare_optim_env (utils/trainer.py l. 541,
+                              # 573: ACCELERATE_USE_DEEPSPEED / _FSDP) runs before normalize_config, whose choose_device
+                              # (utils/config/__init__.py l. 54-58) drops device_map once any ACCELERATE_USE_* is set;
+                              # the CLI's default launcher is `accelerate launch` (cli/main.py l. 38, 84-86), whose
+                              # one-process launcher always sets ACCELERATE_USE_CPU (accelerate@9359a0194
+                              # utils/launch.py l. 133) and whose multi-GPU one sets none without FSDP; FSDP itself sets
+                              # no device_map (loaders/model.py l. 540-549; QLoRA+FSDP excepted, l. 543-546)
+                              ("weights_load_host", (Parallelism.NONE, *FSDP_FAMILY, Parallelism.ZERO1, Parallelism.ZERO2,
+                                                     Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
                              (("ds_gathers_on_one_gpu", True),)),
@@ -251,7 +286,7 @@ def scenario_profile(sc) -> FrameworkProfile:
     ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
     ``is_gptq_quantized``)."""
-    profile = profile_for(sc.framework, sc.framework_version)
+    profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES
@@ -263,6 +298,25 @@ def scenario_profile(sc) -> FrameworkProfile:
         # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
         upcast = False
     return profile if upcast == profile.qlora_unquantized_fp32 else replace(profile, qlora_unquantized_fp32=upcast)
+
+
+def with_fsdp_version(profile: FrameworkProfile, sc) -> FrameworkProfile:
+    """The profile with its FSDP2 variant's changes where the scenario picks ``fsdp_version: 2`` under FSDP."""
+    variant = profile.fsdp2_variant
+    if variant is None or sc.fsdp_version is not FsdpVersion.V2 or sc.parallelism not in FSDP_FAMILY:
+        return profile
+    return replace(profile, **dict(variant.changes))
+
+
+def check_fsdp_version(kw: dict[str, Any]) -> None:
+    """An explicit ``fsdp_version`` the framework can run under the scenario's parallelism, else one ScenarioError."""
+    framework = kw.get("framework", Framework.HF)
+    profile = profile_for(framework, kw.get("framework_version"))
+    wanted, own = kw["fsdp_version"], FsdpVersion.V2 if profile.fsdp2 else FsdpVersion.V1
+    if wanted is not own and profile.fsdp2_variant is None:
+        raise ScenarioError("fsdp_version", f"{framework.value} runs FSDP{own.value} only", ["auto", own.value])
+    if wanted is FsdpVersion.V2 and kw.get("parallelism") is Parallelism.FSDP_NO_SHARD:
+        raise ScenarioError("fsdp_version", "FSDP2 has no NO_SHARD strategy (fsdp-no-shard is FSDP1's)", ["auto", "1"])
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

@@ -1,5 +1,5 @@
 """What FSDP2 (``fully_shard``) does differently from the generic FSDP model, for the profiles that run it
-(``FrameworkProfile.fsdp2``: torchtune, torchtitan).
+(``FrameworkProfile.fsdp2``: torchtune, torchtitan; hf with ``fsdp_version: 2``, its ``fsdp2_variant``).
 
 1. The reduce-scatter input. Each unit's post-backward copies the whole gradients of its parameters into one
    flat buffer in the reduce dtype and reduce-scatters it into a 1/N output (FSDP2 as of torch 2.4,
@@ -27,12 +27,31 @@
    (``all_gather_output = torch.empty((all_gather_input_numel * world_size,), ...)``) and copies the local
    shard into it; the sharded parameter keeps its own storage, so a gathered unit adds all of its bytes, not
    all but its shard (the simulator's torchtitan trace holds both).
+4. accelerate's units (profile ``fsdp2_tail_unit``; accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model
+   l. 857-885). An untied input embedding is a unit of its own, resharded after forward like a block; the final
+   norm and lm_head are one unit with ``reshard_after_forward=False``, gathered from the end of forward until
+   their post-backward, which runs (and reshards them) before the top block's backward. So the logits and the
+   loss see the tail gathered and not the embedding; backward's blocks see neither, bar the embedding the lowest
+   block prefetches, and the embedding is the last unit to reduce-scatter (the tail reduce-scatters right after
+   the output layer's backward). Tied, the embedding is in the tail unit: the whole root stays gathered.
+   The untied tail is the last unit gathered in forward, and its all-gather output outlives the copy-out into
+   the unsharded parameters until the root's post-forward (torch v2.13.0 distributed/fsdp/_fully_shard/
+   _fsdp_param_group.py l. 417-483 ``wait_for_unshard``/``unshard`` keep ``comm_ctx.all_gather_state`` for
+   the next unit's copy-out; _fsdp_state.py l. 324-342 ``_post_forward`` of the root frees it); transformers
+   computes the loss inside the model's forward when labels are given, so the forward's logits and loss see
+   the tail gathered twice.
+5. The root's pre-backward prefetch. FSDP2 registers a unit's pre-backward hook on its forward outputs and, in it,
+   prefetches the unit that ran forward before it (torch v2.13.0 _fsdp_state.py l. 381 ``_pre_backward`` ->
+   _fsdp_param_group.py l. 795 ``_backward_prefetch``). Where the loss is computed inside the model's forward (profile
+   ``loss_in_model_forward``) and the root unit holds the output layer (no tail unit), that hook fires on the loss's
+   gradient: the last block is all-gathered while the loss's backward runs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.scenario import Method, Parallelism
@@ -74,13 +93,55 @@ def _block_elements(spec, world: int) -> int:
                 else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
 
 
+def fsdp2_notes(sc, profile) -> list[str]:
+    """The assumption a scenario that picked FSDP2 (``fsdp_version: 2``) gets: whose wrapping, and what is left out."""
+    variant = profile.fsdp2_variant
+    if variant is None or not profile.fsdp2 or sc.parallelism not in FSDP_FAMILY or sc.num_gpus == 1:
+        return []
+    return [f"FSDP2 (fsdp_version 2) as {variant.name} wraps it; the transients of loading and "
+            "sharding the model (each full tensor on the GPU before its shard) are not counted in the reserved figure."]
+
+
+def split_root(step: Step) -> bool:
+    """accelerate's untied embedding and tail units instead of one gathered root (module docstring, 4)."""
+    return _runs_fsdp2(step) and step.profile.fsdp2_tail_unit and bool(step.spec.lm_head_params)
+
+
+def root_resharded(step: Step, backward: bool) -> int:
+    """Bytes of the gathered root in ``parts.comm_buffers`` that accelerate's split units leave resharded (module
+    docstring, 4): the embedding's at the logits and the loss, the tail's (norm and lm_head) in backward's blocks."""
+    if not split_root(step):
+        return 0
+    from vramfit.estimate.core import _root_gathered_bytes
+
+    spec = step.spec
+    root = _root_gathered_bytes(spec, step.sc, step.profile)
+    whole = spec.embedding_params + spec.lm_head_params + spec.final_norm_params
+    part = spec.lm_head_params + spec.final_norm_params if backward else spec.embedding_params
+    return root * part // whole
+
+
+def prefetched_at_loss_backward(step: Step) -> int:
+    """Bytes of the last block's all-gather the root's pre-backward prefetches during the loss's backward (module
+    docstring, 5); 0 where the framework keeps that block gathered anyway or the root holds no output layer."""
+    prof = step.profile
+    if not prof.loss_in_model_forward or prof.fsdp2_last_block_kept or split_root(step) or not prof.fsdp_root_gathered:
+        return 0
+    return gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def tail_gather_output(step: Step) -> int:
+    """Bytes of the untied tail unit's all-gather output alive at forward's logits and loss (module docstring, 4)."""
+    return root_resharded(step, backward=True)
+
+
 def _units(step: Step) -> tuple[int, int]:
     """Elements of (one block's, the last unit's) flat reduce-scatter input. The last unit to reduce-scatter is
     the root (tok_embeddings, final norm, output layer) where those are one unit, else torchtune's
     tok_embeddings unit (custom_sharded_layers; its output unit reduce-scatters first, right after its backward)."""
     spec, world = step.spec, step.sc.shard_group
     embed = _padded(spec.embedding_params, spec.vocab_size, world)
-    if step.profile.fsdp_root_gathered:
+    if step.profile.fsdp_root_gathered and not split_root(step):
         return _block_elements(spec, world), embed + _padded(spec.lm_head_params, spec.vocab_size, world) + \
             spec.final_norm_params
     return _block_elements(spec, world), embed
@@ -128,7 +189,7 @@ def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
     if not _applies(step):
         return None
     block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
-    root = step.parts.comm_buffers - gathered_blocks(step)
+    root = step.parts.comm_buffers - gathered_blocks(step) - root_resharded(step, backward=True)
     grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
     at_block = step.block_grads + step.acts.recompute + step.block_transient + root + block
     return grad + last > at_block, (last if grad + last > at_block else root + block), grad
@@ -148,7 +209,7 @@ def forward_at_logits(step: Step) -> bool | None:
         return None
     fwd_copy = step.fetch_copy[0]
     block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
-    return step.loss.forward_peak >= block_moment
+    return step.loss.forward_peak + tail_gather_output(step) >= block_moment
 
 
 def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
@@ -183,12 +244,14 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
         return None
     a, p = step.acts, step.parts
     block_params = _block_elements(step.spec, 1)
-    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if step.head_grad else 0)
+    head = 0 if split_root(step) else step.head_grad  # accelerate's tail reduce-scatters first (docstring, 4)
+    unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if head else 0)
     shards = p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
     held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
-    grads = step.held_grads + shards + step.head_grad + step.block_grads
+    grads = step.held_grads + shards + head + step.block_grads
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks", "blocks_freed_at_loss",
-           "end_of_backward", "forward_at_logits"]
+__all__ = ["fsdp2_notes", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
+           "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
+           "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from vramfit.choices import FSDP_FAMILY
+from vramfit.estimate.allocator import AllocatorConf
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Method, Precision
+from vramfit.scenario import Method, Parallelism, Precision
 
 
 class LossLayout(str, Enum):
@@ -161,6 +163,14 @@ class FrameworkProfile:
     # both nibble index tensors alive at once (transformers v4.55.0 integrations/mxfp4.py l. 119-120: int64
     # idx_lo and idx_hi made before either is used)
     mxfp4_indices_together: bool = False
+    # the parallelisms under which the framework calls from_pretrained with no device_map, so the weights load into
+    # host memory and the engine moves (or shards) them afterwards: FSDP and ZeRO-3 by default (transformers v4.55.0
+    # modeling_utils.py l. 848-849: `if device_map is None: param_device = "cpu"`); estimate/mxfp4_load.py
+    weights_load_host: tuple[Parallelism, ...] = (*FSDP_FAMILY, Parallelism.ZERO3)
+    # an MXFP4 bank loaded to the host is still de-quantized on the GPU: transformers v4.55.0 integrations/mxfp4.py
+    # l. 93-96 moves CPU blocks and scales to CUDA whenever it is available, l. 327-330 moves the result back and
+    # empties the cache (v5.24.0 _convert_moe_packed_tensors converts on the blocks' own device)
+    mxfp4_host_dequant_on_gpu: bool = False
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
@@ -255,10 +265,26 @@ class FrameworkProfile:
     # FSDP2 leaves the last block unsharded after forward (torchtitan@9dec370 apply_fsdp: `reshard_after_forward =
     # int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately")
     fsdp2_last_block_kept: bool = False
+    # the FSDP2 the scenario can pick instead (fsdp_version: 2; hf: accelerate v1.15.0 utils/fsdp_utils.py
+    # fsdp2_prepare_model): the fields it changes, with its source; None: the
+    # framework runs one FSDP only (FrameworkProfile.fsdp2 says which)
+    fsdp2_variant: FrameworkVersion | None = None
+    # FSDP2 units beyond the blocks as accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model l. 857-885 builds
+    # them: the input embedding a unit of its own (untied), the final norm and lm_head one unit (the embedding in it
+    # when tied) with reshard_after_forward=False, then the root with torch's default (False for the root)
+    fsdp2_tail_unit: bool = False
+    # the loss is computed inside the model's forward (transformers v5.24.0 LlamaForCausalLM.forward:
+    # `loss = self.loss_function(logits=logits, labels=labels, ...)` when the Trainer passes labels), so an FSDP2 root
+    # unit's pre-backward fires on the loss's gradient, before the loss's backward (estimate/fsdp2.py, 5)
+    loss_in_model_forward: bool = False
     # the release's step is modelled allocation by allocation (estimate/unsloth.py step_events, each step citing its
     # code: unsloth@0e0d8fc, flash-attn 2 mha_bwd) and replayed through the caching allocator model of
     # pytorch/pytorch@eb42ad6e for the reserved figure, in place of the generic transients
     step_allocation_order: bool = False
+    # the PYTORCH_CUDA_ALLOC_CONF the framework sets on import (unsloth@0e0d8fc unsloth/__init__.py), honoured by the
+    # replayed step's allocator model as pytorch/pytorch v2.5.1 c10/cuda/CUDACachingAllocator.cpp does
+    # (estimate/allocator.py AllocatorConf); None: torch's defaults
+    alloc_conf: AllocatorConf | None = None
     # the engine runs expert parallelism for mixture-of-experts models (the planner proposes EP degrees):
     # torchtitan v0.3.0 ParallelismConfig.expert_parallel_degree, the sparse mesh ("pp", "dp_replicate", "efsdp",
     # "ep") of distributed/parallel_dims.py; the other profiles' engines are modelled without it

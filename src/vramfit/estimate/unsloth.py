@@ -10,6 +10,7 @@ layer. ``framework_version: unsloth-2024.12`` selects it.
 
 from __future__ import annotations
 
+from vramfit.estimate.allocator import parse_alloc_conf
 from vramfit.estimate.constants import UNSLOTH_ROPE_GROWTH, UNSLOTH_ROPE_INITIAL_ROWS
 from vramfit.estimate.framework import FrameworkProfile, FrameworkVersion, LossLayout, OptimizerImpl
 from vramfit.models.spec import ModelSpec, PositionEncoding
@@ -34,6 +35,10 @@ UNSLOTH_2024_12 = FrameworkVersion(
         ("lora_product_temporary", True),
         ("rope_cache_per_layer", True),
         ("step_allocation_order", True),
+        # unsloth@0e0d8fc unsloth/__init__.py (torch >= 2.2), on import: "Reduce VRAM usage by reducing
+        # fragmentation"; gone from today's release (unsloth@015bdef sets no PYTORCH_CUDA_ALLOC_CONF)
+        ("alloc_conf", parse_alloc_conf(
+            "expandable_segments:True,roundup_power2_divisions:[64:128,256:64,>:32]")),
     ),
 )
 
@@ -241,7 +246,8 @@ def _micro_batch(e: _Events, d: dict[str, int], spec: ModelSpec, regrow: int, ca
     return kept
 
 
-def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float) -> list[int]:
+def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float,
+                resident: tuple[tuple[int, int], ...] = ()) -> list[int]:
     """The big allocations of two Unsloth 2024.12 training steps in order, for the caching-allocator replay (what
     the reserved figure is made of: a request no cached block fits opens a new segment, and a large cached block
     split for a smaller request no longer serves its own size). Each step: the forward under the offloaded
@@ -250,7 +256,9 @@ def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float) -> list
     recompute and backward (unsloth-zoo@bb133c7 Unsloth_Offloaded_Gradient_Checkpointer.backward: the input copied
     back first). The first step's forward regrows every layer's RoPE cache; its optimizer step makes the states
     (``state_per_element`` bytes per trainable element, two tensors per weight) where the allocator then has room,
-    and zero_grad(set_to_none=True) frees the gradients: the second step runs in what the first left."""
+    and zero_grad(set_to_none=True) frees the gradients: the second step runs in what the first left. ``resident``:
+    the parameters as (bytes, count), loaded after the model is built and so placed after its first RoPE caches (under
+    expandable segments all share one address range: the caches freed at the regrowth are a hole before them)."""
     d = _dims(spec, sc)
     e = _Events()
     ab = 4  # the LoRA weights are fp32 (UNSLOTH_PROFILE.adapters_fp32), and so their gradients
@@ -260,7 +268,12 @@ def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float) -> list
             grads[lin.group] += [ab * sc.lora_rank * lin.in_features, ab * lin.out_features * sc.lora_rank]
     rows = rope_cache_rows(spec, sc)
     initial = min(UNSLOTH_ROPE_INITIAL_ROWS.value, spec.max_position_embeddings or UNSLOTH_ROPE_INITIAL_ROWS.value)
-    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]  # built with the model
+    # built with the model, on "cuda" in each LlamaExtendedRotaryEmbedding.__init__ (unsloth@0e0d8fc models/llama.py),
+    # before from_pretrained loads the weights
+    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]
+    for size, count in resident:
+        for _ in range(count):
+            e.a(size)
     kept = _micro_batch(e, d, spec, rows if rows > initial else 0, caches, grads)
     for size in [g for _ in range(spec.num_hidden_layers) for g in grads["mlp"] + grads["attn"]]:
         for _ in range(2):  # e.g. exp_avg and exp_avg_sq (or bitsandbytes' state1, state2)

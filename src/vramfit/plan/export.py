@@ -107,6 +107,8 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
              else "NO_SHARD" if plan.parallelism == "fsdp-no-shard" else "FULL_SHARD")
     if plan.offload == "optimizer":
         notes.append("FSDP offloads parameters together with the optimizer state (CPUOffload(offload_params=True))")
+    if str(plan.scenario.get("fsdp_version", "auto")) == "2":
+        return _fsdp2_block(plan, shard, notes)
     return {
         "fsdp_activation_checkpointing": plan.gradient_checkpointing != "none",
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -120,7 +122,24 @@ def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_sync_module_states": True,
         "fsdp_use_orig_params": True,
-        "fsdp_version": 1,  # the FSDP the planner models (FlatParameter sharding); keys as trl/accelerate_configs/fsdp1.yaml
+        "fsdp_version": 1,  # the scenario's fsdp_version (auto = 1 for hf); keys as trl/accelerate_configs/fsdp1.yaml
+    }
+
+
+def _fsdp2_block(plan: Plan, shard: str, notes: list[str]) -> dict[str, Any]:
+    """The scenario's ``fsdp_version: 2``: accelerate 1.15's FSDP2 keys (as trl/accelerate_configs/fsdp2.yaml); FSDP2
+    takes ``reshard_after_forward`` as a bool and drops the FSDP1-only keys (FullyShardedDataParallelPlugin
+    .__post_init__, accelerate/utils/dataclasses.py: sync_module_states, use_orig_params, prefetch)."""
+    if nodes.hybrid(plan):
+        notes.append("FSDP2 shards inside the node through accelerate's ParallelismConfig (dp_replicate_size = nodes)")
+    return {
+        "fsdp_activation_checkpointing": plan.gradient_checkpointing != "none",
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_offload_params": plan.offload != "none",
+        "fsdp_reshard_after_forward": shard == "FULL_SHARD",
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_version": 2,
     }
 
 

@@ -21,7 +21,8 @@ comment: "Once freed, blocks can be re-allocated on the same stream, but not on 
 and takes no block of another), so each stream keeps a cached pool of its own. ``malloc(nbytes, stream)``; stream 0 is the default stream (the autograd engine runs CUDA
 backward ops on the forward's stream). ``record_stream``'s deferred free (the block returns to its
 stream's pool once the recorded streams' events complete) is not modelled: a free takes effect at once.
-Expandable segments, ``max_split_size_mb`` and ``roundup_power2_divisions`` are not modelled.
+``max_split_size_mb`` is not modelled; ``expandable_segments`` and ``roundup_power2_divisions`` only where a framework
+sets them (``CachingAllocatorModel(conf)``, :class:`vramfit.estimate.allocator.AllocatorConf`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from vramfit.estimate.allocator import round_allocation, segment_size
-from vramfit.estimate.constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE
+from vramfit.estimate.allocator import AllocatorConf, round_request, segment_size
+from vramfit.estimate.constants import K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE
 
 
 class _Block:
@@ -60,20 +61,24 @@ class ReplayStats:
 class CachingAllocatorModel:
     """The caching allocator's block bookkeeping for one device: a small and a large pool per stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, conf: AllocatorConf | None = None) -> None:
         self._free: dict[tuple[int, bool], list[tuple[int, int, int]]] = {}
         self._blocks: dict[tuple[int, int, int], _Block] = {}
         self.stats = ReplayStats()
         self._next_seg = 0
+        self.conf = conf
+        self._tail: dict[tuple[int, bool], _Block] = {}  # expandable segments: each pool's last mapped block
 
     def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
-        size = round_allocation(nbytes)
+        size = round_request(nbytes, self.conf)
         if size == 0:
             return None
         small = size <= K_SMALL_SIZE.value
         pool = self._free.setdefault((stream, small), [])
         i = bisect.bisect_left(pool, (size, -1, -1))
-        if i < len(pool):
+        if self.conf is not None and self.conf.expandable_segments:
+            block = self._expandable_block(pool, i, size, stream, small)
+        elif i < len(pool):
             key = pool.pop(i)
             block = self._blocks.pop(key)
         else:
@@ -84,7 +89,8 @@ class CachingAllocatorModel:
             self.stats.segments += 1
             self.stats.peak_reserved = max(self.stats.peak_reserved, self.stats.reserved)
         remaining = block.size - size
-        split = remaining >= K_MIN_BLOCK_SIZE.value if small else remaining > K_SMALL_SIZE.value
+        expandable = self.conf is not None and self.conf.expandable_segments  # should_split: any 512 B rest then
+        split = remaining >= K_MIN_BLOCK_SIZE.value if small or expandable else remaining > K_SMALL_SIZE.value
         if split:
             rest = _Block(block.seg, block.offset + size, remaining, small, block.stream)
             rest.prev, rest.next = block, block.next
@@ -93,6 +99,8 @@ class CachingAllocatorModel:
             block.next = rest
             block.size = size
             self._insert(rest)
+            if self._tail.get((stream, small)) is block:
+                self._tail[(stream, small)] = rest
         block.free = False
         self.stats.allocated += block.size
         self.stats.peak_allocated = max(self.stats.peak_allocated, self.stats.allocated)
@@ -115,14 +123,47 @@ class CachingAllocatorModel:
                     block.next = nb.next
                     if nb.next is not None:
                         nb.next.prev = block
+                    if self._tail.get((block.stream, block.small)) is nb:
+                        self._tail[(block.stream, block.small)] = block
                 block.size += nb.size
         self._insert(block)
+
+    def _expandable_block(self, pool: list, i: int, size: int, stream: int, small: bool) -> _Block:
+        """``expandable_segments:True`` (pytorch/pytorch v2.5.1 c10/cuda/CUDACachingAllocator.cpp): one segment per
+        pool and stream, mapped in pages of kSmallBuffer (small pool) or kLargeBuffer (large pool). ``get_free_block``
+        takes the best fit but counts the free block before the unmapped end at the size it could grow to, so it
+        takes that one last; with no fit, ``try_allocate_expandable_block`` maps pages after the last block, merged
+        with it when it is free (``find_expandable_block``). Reserved is the mapped bytes."""
+        tail = self._tail.get((stream, small))
+        fits = [k for k in pool[i:i + 2] if tail is None or k != tail.key()]
+        if fits:
+            pool.remove(fits[0])
+            return self._blocks.pop(fits[0])
+        page = K_SMALL_BUFFER.value if small else K_LARGE_BUFFER.value
+        if tail is not None and tail.free:
+            self._remove(tail)
+            grow = -(-max(0, size - tail.size) // page) * page
+            tail.size += grow
+        else:
+            grow = -(-size // page) * page
+            block = _Block(0 if tail is None else tail.seg, 0 if tail is None else tail.offset + tail.size, grow,
+                           small, stream)
+            if tail is None:
+                block.seg = self._next_seg
+                self._next_seg += 1
+                self.stats.segments += 1
+            else:
+                tail.next, block.prev = block, tail
+            tail = self._tail[(stream, small)] = block
+        self.stats.reserved += grow
+        self.stats.peak_reserved = max(self.stats.peak_reserved, self.stats.reserved)
+        return tail
 
     def clone(self) -> CachingAllocatorModel:
         """A copy to replay on (the estimator replays each step after one cached wrap). Only segments that hold
         a free block are copied: a fully allocated one is never searched or merged into, and its blocks belong
         to whoever allocated them; the statistics are copied whole."""
-        new = CachingAllocatorModel()
+        new = CachingAllocatorModel(self.conf)
         new.stats = ReplayStats(**vars(self.stats))
         new._next_seg = self._next_seg
         heads = {}
@@ -139,6 +180,8 @@ class CachingAllocatorModel:
                     prev.next = copy
                 if copy.free:
                     new._insert(copy)
+                if self._tail.get((head.stream, head.small)) is head:
+                    new._tail[(head.stream, head.small)] = copy
                 prev, head = copy, head.next
         return new
 

@@ -66,6 +66,9 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
     if param_dtype is not None:
         kwargs["mp_policy"] = policy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
                                      output_dtype=param_dtype if in_param_dtype else None)
+    if scenario_profile(sc).fsdp2_tail_unit:
+        _accelerate_fsdp2(built, sc, mesh, kwargs)
+        return
     for layer in decoder_layers(built.model):
         fully_shard(layer, **kwargs)
     fully_shard(built.model, **kwargs)
@@ -76,3 +79,27 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
         + (" Mixed precision: fp32 shards all-gathered in 16 bits, gradients reduce-scattered in "
            f"{str(reduce_dtype).removeprefix('torch.')} (MixedPrecisionPolicy)." if param_dtype is not None else "")
     )
+
+
+def _accelerate_fsdp2(built: BuiltModel, sc: Scenario, mesh: Any, kwargs: dict[str, Any]) -> None:
+    """accelerate's own ``fsdp2_prepare_model`` (v1.15.0 utils/fsdp_utils.py) on the meta model: its transformer
+    auto wrap policy, the embedding and tail units, the root, the fp32 upcast of trainable weights under mixed
+    precision. The plugin is accelerate's (``fsdp_version=2``, ``reshard_after_forward`` from the parallelism, the
+    policy the Trainer's mixed precision sets); ``cpu_ram_efficient_loading`` off: the model is on meta already."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=kwargs["reshard_after_forward"],
+                                            mixed_precision_policy=kwargs.get("mp_policy"),
+                                            auto_wrap_policy="transformer_based_wrap", cpu_ram_efficient_loading=False)
+    accelerator = SimpleNamespace(
+        state=SimpleNamespace(fsdp_plugin=plugin), torch_device_mesh={("dp_shard",): mesh},
+        parallelism_config=SimpleNamespace(fsdp_dim_names=("dp_shard",)), is_main_process=False,
+        mixed_precision="no" if kwargs.get("mp_policy") is None else "bf16", device=torch.device("cpu"))
+    fsdp2_prepare_model(accelerator, built.model)
+    built.assumptions.append(
+        f"FSDP2 as accelerate 1.15 prepares it (fsdp2_prepare_model: fully_shard per decoder layer, the embedding "
+        f"and the final norm + lm_head as units, then the root; reshard_after_forward={kwargs['reshard_after_forward']})"
+        f" over {sc.num_gpus} ranks on a fake process group; figures are rank 0's.")
