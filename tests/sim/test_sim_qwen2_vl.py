@@ -52,10 +52,14 @@ def test_the_tower_description_holds_every_real_parameter():
     assert sum(p.numel() for p in model.model.visual.parameters()) == 15_308_800
 
 
-def test_qwen2_vl_with_video_frames_agrees(config_file):
-    """8 frames of 448 x 448: 4 temporal patches of 32 x 32 patches fed as one ``video_grid_thw`` row."""
-    sc = {"model": config_file(QWEN2), "method": "lora", "seq_len": 512, "precision": "bf16-true",
-          "frames_per_sample": 8, "image_height": 448, "image_width": 448}
+@pytest.mark.parametrize(("method", "gc"), [("lora", "none"), ("full", "full")])
+def test_qwen2_vl_with_video_frames_agrees(config_file, method, gc):
+    """8 frames of 448 x 448: 4 temporal patches of 32 x 32 patches fed as one ``video_grid_thw`` row. Full
+    fine-tuning with checkpointing peaks in the tower's backward: +3.5 % before the tower's top/lowest block positions
+    (estimate/vision_backward.py tower_position), -2.4 % with them, the merger's ln_q and the merged embeddings'
+    pending gradient (627,220,480 vs 642,663,936 B)."""
+    sc = {"model": config_file(QWEN2), "method": method, "seq_len": 512, "precision": "bf16-true",
+          "frames_per_sample": 8, "image_height": 448, "image_width": 448, "gradient_checkpointing": gc}
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)

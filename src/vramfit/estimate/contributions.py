@@ -33,7 +33,7 @@ from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
-from vramfit.estimate.vision_backward import tower_backward_transient, tower_position
+from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
 from vramfit.scenario import Loss, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     per micro-batch, as the simulator traces it). FSDP2 keeps the unit above's reduce-scatter input through a
     block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_consumed,
            step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:
         return top
@@ -210,7 +210,8 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step
                        + offload_norm_transient(step.sc, max(block, 0 if step.spec.tie_word_embeddings else head),
                                                 step.parts.num_trainable))
-    yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile))
+    yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
+                       + embeds_grad_pending(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", BS, end_step)

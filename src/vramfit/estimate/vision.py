@@ -313,6 +313,11 @@ def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, ada
         patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
         kept += round_allocation(4 * patches * h) + round_allocation(4 * patches)
         kept += round_allocation(sc.precision.compute_bytes * patches * h) if sc.method is Method.FULL else 0
+    if spec.vision.projector_layernorm:  # its input (the last block's output) and fp32 mean and rstd per patch
+        from vramfit.estimate import activations as act
+
+        patches, h = sc.micro_batch_size * pix.vision_patches, spec.vision.block.hidden_size
+        kept += round_allocation(act.dtypes_for(sc, profile).residual * patches * h) + 2 * round_allocation(4 * patches)
     return kept
 
 

@@ -90,6 +90,24 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     return grad + max(base, _recompute_locals(spec, vsc, profile) + released, _input_linear_locals(spec, sc, vsc, profile))
 
 
+def embeds_grad_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Full fine-tuning of a placeholder model: the gradient of the merged input embeddings (``masked_scatter``'s
+    backward for ``inputs_embeds``, B x (text + image tokens) x H, in the residual stream's dtype) waits in the
+    token embedding's backward node through the whole tower backward: the text is embedded before the tower runs
+    (transformers v5.24.0 models/qwen2_5_vl/modeling_qwen2_5_vl.py Qwen2_5_VLModel.forward:
+    ``get_input_embeddings()(input_ids)``, then the features ``masked_scatter``-ed into them), so that node runs
+    last (:func:`tower_grads_pending`). The simulator's trace of Qwen2.5-VL video shows it (a ``masked_fill`` output)
+    at the lowest tower block's peak. A cross-attention model runs its tower first; adapters keep the LoRA
+    case's leaf gradient in :func:`_arriving`."""
+    from vramfit.estimate import activations as act
+
+    pix = per_sample(spec, sc)
+    if pix is None or sc.method is not Method.FULL or spec.vision.cross_attention or not trains_vision(sc, profile):
+        return 0
+    tokens = sc.micro_batch_size * (sc.seq_len + pix.lm_tokens)
+    return round_allocation(act.dtypes_for(sc, profile).residual * tokens * spec.hidden_size)
+
+
 def _composed_activation_backward(block: ModelSpec, sc: Scenario, profile: FrameworkProfile, patches: int) -> int:
     """A python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op (autograd formulas
     of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient, the two product

@@ -309,7 +309,8 @@ def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     merged = h * int(v["spatial_merge_size"]) ** 2
     projector = (Linear("mlp.0", merged, merged, True, "projector"),
                  Linear("mlp.2", merged, int(v["hidden_size"]), True, "projector"))
-    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector)
+    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector,
+                       projector_layernorm=True)
 
 
 # Qwen3VLVisionConfig defaults (transformers v5.24.0 models/qwen3_vl/configuration_qwen3_vl.py)

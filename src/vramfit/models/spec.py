@@ -123,6 +123,9 @@ class VisionTower:
     # models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLVisionModel.deepstack_merger_list,
     # Qwen3VLTextModel._deepstack_process)
     deepstack_mergers: int = 0
+    # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
+    # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
+    projector_layernorm: bool = False
 
     @property
     def cross_attention(self) -> bool:
