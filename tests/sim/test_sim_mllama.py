@@ -26,16 +26,7 @@ def _config() -> dict:
     return cfg
 
 
-# full-gc_none: estimator -4.0 % (925,943,300 vs 964,581,376 B), at the loss backward as the trace: the estimate
-# there lacks 13.4 MB of activations (the 4.8 MB of pixel values the batch holds among them) and the 25.2 MB the
-# replay charges for unsplit cached blocks. It passed at -1.4 % only while the block phase over-counted the top
-# block's gradients (an average layer's, 70.7 MB, where the top block has made only down_proj's by its MLP core's
-# backward: estimate/block_extras.py grads_before_mlp_core). full-gc_full: -1.4 % (908,564,650 vs 921,799,168 B): the
-# trace peaks in the cross-attention layer's SDPA backward (its recompute outweighs a self-attention block's), so the
-# top block's MLP-core position does not apply there (block_extras.at_top_mlp_core); with it, -3.4 %
-_LOSS_GAP = pytest.mark.xfail(strict=False, reason="estimate -4.0 % at the loss backward (see CASES)")
-CASES = [pytest.param(m, gc, marks=[_LOSS_GAP] if (m, gc) == ("full", "none") else [])
-         for m in ("full", "lora", "qlora") for gc in ("none", "full")]
+CASES = [pytest.param(m, gc) for m in ("full", "lora", "qlora") for gc in ("none", "full")]
 
 
 @pytest.mark.parametrize(("method", "gc"), CASES, ids=[f"{p.values[0]}-gc_{p.values[1]}" for p in CASES])

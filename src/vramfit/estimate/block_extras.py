@@ -9,7 +9,7 @@ from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
+from vramfit.scenario import Attention, Method, Quantize, Scenario
 
 
 def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
@@ -96,44 +96,3 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total
-
-
-#: Saved keys of a block that autograd has released by the time its gated MLP core (``act(gate) * up``) runs its
-#: backward: the MLP's output linear's input (its MmBackward/BmmBackward ran first and released it,
-#: torch/csrc/autograd/function.h ``release_variables`` after apply with retain_graph=False) and a shared expert's
-#: tensors: Llama 4, DeepSeek-V3 and Qwen2-MoE run the shared expert after the routed experts in forward
-#: (transformers v5.24.0 modeling_llama4.py Llama4TextMoe.forward ``out = self.shared_expert(hidden_states)`` after
-#: ``self.experts(routed_in)``), so its backward nodes carry later sequence numbers and autograd runs them first.
-CONSUMED_BEFORE_MLP_CORE = ("mlp_mid", "shared.mid", "shared.gate_out", "shared.act_out", "shared.up_out")
-
-
-def at_top_mlp_core(spec: ModelSpec, sc: Scenario) -> bool:
-    """Whether the block phase's moment is the top block's gated MLP core (:func:`consumed_before_mlp_core`,
-    :func:`grads_before_mlp_core`): not where checkpointing re-creates a cross-attention layer (Mllama fed images:
-    its k/v and mask over every vision row outweigh a self-attention block's, ``cross_attention_activations``), whose
-    attention backward is then the moment: the simulator's trace of the tiny Mllama, full fine-tuning with full
-    checkpointing, peaks in ``language_model.layers.1.cross_attn``'s SDPA backward, below the top block."""
-    v = spec.vision
-    crossed = v is not None and v.cross_attention and sc.images_per_sample > 0
-    return not (crossed and sc.gradient_checkpointing is not Checkpointing.NONE)
-
-
-def consumed_before_mlp_core(saved: Saved) -> int:
-    """Bytes of one block's saved tensors freed at the block phase's moment (the gated MLP core's backward,
-    where :func:`block_backward_transient` peaks), each rounded by the allocator."""
-    from vramfit.estimate.allocator import round_allocation
-
-    return sum(round_allocation(saved.items.get(k, 0)) for k in CONSUMED_BEFORE_MLP_CORE)
-
-
-def grads_before_mlp_core(spec: ModelSpec, grad_bytes: int) -> int:
-    """The top block's own weight gradients made by that moment (full fine-tuning): the MLP output linear's
-    (the experts' down bank in an MoE layer; the top layer of Llama 4 and DeepSeek is an MoE one) and a shared
-    expert's; the gate/up, router, attention and norm gradients come later in the block's backward."""
-    from vramfit.estimate.allocator import round_allocation
-
-    group = "expert" if spec.num_experts else "mlp"
-    down = next((x for x in spec.block_linears if x.group == group and x.out_features == spec.hidden_size), None)
-    made = [down] if down is not None else []
-    made += [x for x in spec.block_linears if x.group == "shared_expert"]
-    return sum(round_allocation(x.params * grad_bytes) for x in made)

@@ -61,7 +61,6 @@ class Activations:
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
     tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
     tower_backward_lowest: int = 0  # kept while its lowest block does
-    top_consumed: int = 0  # the top block's saved tensors freed by its MLP core's backward (block_extras)
 
     @property
     def total(self) -> int:
@@ -158,8 +157,6 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
         *tower_backward_kept(spec, sc, profile, adapters),
-        extras.consumed_before_mlp_core(saved) if ck is not Checkpointing.SELECTIVE_OP
-        and extras.at_top_mlp_core(spec, sc) else 0,
     )
 
 
@@ -212,9 +209,6 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and (not held or resident):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
-    if layer_grads and sc.method is Method.FULL and extras.at_top_mlp_core(spec, sc):
-        # the top block's gradients at the block phase's moment, not an average layer's (estimate/block_extras.py)
-        layer_grads = min(layer_grads, extras.grads_before_mlp_core(spec, grad_bytes_per))
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):

@@ -39,6 +39,9 @@ def spec_from_transformers(config: dict, unsupported: str) -> ModelSpec:
 @lru_cache(maxsize=32)
 def _cached(config_json: str, unsupported: str) -> ModelSpec:
     import torch
+    from huggingface_hub.errors import (
+        StrictDataclassError,  # transformers' config classes validate their fields
+    )
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = json.loads(config_json)
@@ -48,7 +51,7 @@ def _cached(config_json: str, unsupported: str) -> ModelSpec:
         auto = AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
         with torch.device("meta"):
             model = auto.from_config(cfg)  # never trust_remote_code
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, StrictDataclassError) as exc:
         raise ModelError(f"{unsupported} (transformers cannot build it as a causal LM: {exc})") from None
     return _read(model, cfg.get_text_config(), config["model_type"], unsupported)
 
