@@ -15,26 +15,19 @@ from vramfit.plan.export import export_plan
 FIX = Path(__file__).parent / "fixtures"
 
 
-def _accelerate(tmp_path, **fsdp) -> Path:
-    cfg = yaml.safe_load((FIX / "accelerate_fsdp.yaml").read_text())
-    cfg["fsdp_config"].update(fsdp)
-    path = tmp_path / "accelerate.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
 
 @pytest.mark.parametrize(("version", "want"), [(2, "2"), ("1", "1"), (None, "auto")])
-def test_accelerate_fsdp_version_becomes_the_key(tmp_path, version, want):
+def test_accelerate_fsdp_version_becomes_the_key(version, want, accelerate_config):
     extra = {} if version is None else {"fsdp_version": version}
-    imp = from_config(FIX / "trl_sft_qlora.yaml", _accelerate(tmp_path, **extra))
+    imp = from_config(FIX / "trl_sft_qlora.yaml", accelerate_config(**extra))
     assert (imp.scenario.parallelism.value, imp.scenario.fsdp_version.value) == ("fsdp", want)
     if version is not None:
         assert any("fsdp_config.fsdp_version" in x and f"fsdp_version={want}" in x for x in imp.lines())
 
 
-def test_a_bad_version_is_one_line(tmp_path):
+def test_a_bad_version_is_one_line(accelerate_config):
     with pytest.raises(ScenarioError) as ei:
-        from_config(FIX / "trl_sft_qlora.yaml", _accelerate(tmp_path, fsdp_version=3))
+        from_config(FIX / "trl_sft_qlora.yaml", accelerate_config(fsdp_version=3))
     assert "fsdp_version" in str(ei.value) and "valid values: 1, 2" in str(ei.value) and "\n" not in str(ei.value)
 
 

@@ -15,22 +15,15 @@ from vramfit.plan.export import export_plan
 FIX = Path(__file__).parent / "fixtures"
 
 
-def _accelerate(tmp_path, **fsdp) -> Path:
-    cfg = yaml.safe_load((FIX / "accelerate_fsdp.yaml").read_text())
-    cfg["fsdp_config"].update(fsdp)
-    path = tmp_path / "accelerate.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
 
 @pytest.mark.parametrize("strategy", ["NO_SHARD", "3"])  # accelerate takes the name or FSDP1's enum number
-def test_no_shard_imports_as_fsdp_no_shard(tmp_path, strategy):
-    sc = from_config(FIX / "trl_sft_qlora.yaml", _accelerate(tmp_path, fsdp_sharding_strategy=strategy)).scenario
+def test_no_shard_imports_as_fsdp_no_shard(strategy, accelerate_config):
+    sc = from_config(FIX / "trl_sft_qlora.yaml", accelerate_config(fsdp_sharding_strategy=strategy)).scenario
     assert (sc.num_gpus, sc.parallelism.value, sc.offload.value) == (4, "fsdp-no-shard", "none")
 
 
-def test_no_shard_with_offload_is_one_clear_line(tmp_path):
-    path = _accelerate(tmp_path, fsdp_sharding_strategy="NO_SHARD", fsdp_offload_params=True)
+def test_no_shard_with_offload_is_one_clear_line(accelerate_config):
+    path = accelerate_config(fsdp_sharding_strategy="NO_SHARD", fsdp_offload_params=True)
     with pytest.raises(ScenarioError) as ei:
         from_config(FIX / "trl_sft_qlora.yaml", path)
     msg = str(ei.value)

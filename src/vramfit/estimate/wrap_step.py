@@ -168,18 +168,9 @@ def step_alone(r, program: tuple[int, ...]) -> int:
 def allocated_peak(program: tuple[int, ...]) -> int:
     """The program's allocated high point on its own: its live tensors at their ``round_size`` (a block the
     allocator hands out unsplit would add under 1 MiB)."""
-    from vramfit.estimate.allocator import round_allocation
+    from vramfit.estimate.allocator import plain_peak
 
-    sizes: list[int] = []
-    live = peak = 0
-    for ev in program:
-        if ev >= 0:
-            sizes.append(round_allocation(ev))
-            live += sizes[-1]
-            peak = max(peak, live)
-        else:
-            live -= sizes[-ev - 1]
-    return peak
+    return plain_peak(program)
 
 
 def _replay(a, events: tuple[int, ...]) -> tuple[int, int]:
