@@ -10,6 +10,8 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.vision import (
+    embeds_leaf_bytes,
+    lm_scenario,
     per_sample,
     tower_block_saved,
     tower_head_consumed,
@@ -27,11 +29,13 @@ def tower_backward_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     its blocks as kept (the lowest block's only: the blocks above have consumed theirs), what it keeps outside
     them and the block re-created under checkpointing, less what backward consumed before: the projector's and
     a final norm's saved tensors (:func:`~vramfit.estimate.vision.tower_head_consumed`) and, in a plain MLP,
-    what its output linear saved (:func:`_released`)."""
+    what its output linear saved (:func:`_released`), and the language model's input-embeddings leaf
+    (:func:`~vramfit.estimate.vision.embeds_leaf_bytes`)."""
     blocks, head, recompute = tower_kept(spec, sc, profile, adapters)
     if not blocks + head:
         return 0, 0
     rest = head - tower_head_consumed(spec, sc, profile, adapters) + recompute - _released(spec, sc, profile)
+    rest += embeds_leaf_bytes(spec, sc, profile)  # ``sc`` is the language model's scenario here (estimate/step.py)
     return blocks + rest, blocks // spec.vision.block.num_hidden_layers + rest
 
 
@@ -140,7 +144,8 @@ def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Sce
         x = sc.micro_batch_size * per_sample(spec, sc).features * first.in_features  # the projector's input
         total += round_allocation(adapter_bytes(profile, sc.precision) * x) + round_allocation(dt.compute * x)
     if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
-        total += round_allocation(dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size)
+        # rows: the language model's whole sequence, text and image tokens (the leaf is the merged embeddings)
+        total += round_allocation(dt.residual * sc.micro_batch_size * lm_scenario(spec, sc).seq_len * spec.hidden_size)
     return total
 
 
