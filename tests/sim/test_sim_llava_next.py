@@ -68,12 +68,17 @@ def test_image_tokens_and_pixels_are_the_real_models(height, width):
     assert [f.shape[0] for f in feats] == [ours.lm_tokens]
 
 
-def test_pixel_values_are_float32_unless_deepspeed_casts_them():
+@pytest.mark.parametrize(("keys", "fed"), [
+    ({}, 4),  # the HF Trainer feeds the processor's float32
+    ({"parallelism": "zero2", "num_gpus": 2}, 2),  # Trainer._prepare_input casts to the DeepSpeed engine's dtype
+    ({"framework": "unsloth"}, 2),  # UnslothVisionDataCollator casts to the model's dtype
+])
+def test_pixel_values_are_float32_unless_something_casts_them(keys, fed):
+    from vramfit.estimate.framework import scenario_profile
     from vramfit.estimate.vision import pixel_input_bytes
     from vramfit.scenario import parse_scenario
     from vramfit.sim.images import FED_DTYPE
 
     assert FED_DTYPE.itemsize == 4
-    assert pixel_input_bytes(parse_scenario({"model": "generic:1B", "precision": "bf16-true"})) == 4
-    zero2 = parse_scenario({"model": "generic:1B", "precision": "bf16-true", "parallelism": "zero2", "num_gpus": 2})
-    assert pixel_input_bytes(zero2) == 2
+    sc = parse_scenario({"model": "generic:1B", "precision": "bf16-true", **keys})
+    assert pixel_input_bytes(sc, scenario_profile(sc)) == fed

@@ -258,15 +258,17 @@ def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
     return total
 
 
-def pixel_input_bytes(sc: Scenario) -> int:
+def pixel_input_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
     """Bytes per pixel value as the model receives them. The image processors return float32 (transformers v5.24.0
     image_processing_backends.py ``rescale_and_normalize``: ``images.to(torch.float32)``; the PIL backend's numpy
     arrays likewise) and ``Trainer._prepare_input`` moves them to the GPU uncast, except under DeepSpeed, where it
-    casts floating inputs to the engine's dtype (trainer.py: ``hf_ds_config.dtype()``). Each model then casts
+    casts floating inputs to the engine's dtype (trainer.py: ``hf_ds_config.dtype()``), and where the framework's
+    collator casts them to the model's dtype (``FrameworkProfile.pixels_in_model_dtype``). Each model then casts
     them to its tower's dtype (CLIP/SigLIP ``patch_embedding(pixel_values.to(dtype=target_dtype))``, Qwen-VL
     ``pixel_values.type(self.visual.dtype)``, Idefics3 / InternVL ``pixel_values.to(dtype=self.dtype)``): a copy
     in that dtype, freed after the patch embedding unless its trained weight saves it (:func:`_tower_activations`)."""
-    return sc.precision.compute_bytes if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) else 4
+    cast = profile.pixels_in_model_dtype or sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+    return sc.precision.compute_bytes if cast else 4
 
 
 def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -278,7 +280,7 @@ def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     pix = per_sample(spec, sc)
     if pix is None:
         return 0
-    B, c, fed = sc.micro_batch_size, sc.precision.compute_bytes, pixel_input_bytes(sc)
+    B, c, fed = sc.micro_batch_size, sc.precision.compute_bytes, pixel_input_bytes(sc, profile)
     saved = (fed == c and sc.method is Method.FULL and trains_vision(sc, profile)
              and not spec.vision.pixels_copied)
     held = 0 if saved else round_allocation(fed * B * pix.pixels)
