@@ -182,7 +182,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("lora_dropout_default", 0.05),
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
-                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT)),
             ),
         ),
     ),

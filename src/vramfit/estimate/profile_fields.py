@@ -24,6 +24,11 @@ class LossLayout(str, Enum):
     HF_UPCAST_IN_LOSS = "hf-upcast-in-loss"
     # torchtune v0.4.0 modules/transformer.py TransformerDecoder: ``self.output(h).float()``
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
+    # torchtune@c69fba18b (v0.1) recipes/*_finetune_*.py train loop: the model's fp32 logits, then
+    # `logits = logits[..., :-1, :].contiguous()` (a shifted fp32 copy), `logits.transpose(1, 2)` into
+    # CrossEntropyLoss and no `del logits`: the copy lives through backward and the optimizer step
+    # (torchtune PR #1046, 2024-06-04, added `del logits`: "otherwise it peaks backward memory")
+    TORCHTUNE_SHIFTED_LOGITS_KEPT = "torchtune-shifted-logits-kept"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
     # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
