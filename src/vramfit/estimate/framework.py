@@ -174,6 +174,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),
                  # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
                  # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py

@@ -126,6 +126,11 @@ class FrameworkProfile:
     # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
     # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
     fsdp1_sync_module_states: bool = False
+    # the training loop empties the allocator's cache after that wrap, before the first step: torchtune@c69fba18b
+    # recipes/*_finetune_distributed.py train() -> utils.cleanup_before_training() (torchtune/utils/memory.py:
+    # gc.collect(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()): only the free remainders of
+    # segments that hold a shard stay reserved (estimate/fsdp_reserved.py)
+    fsdp1_empty_cache_after_wrap: bool = False
     # FSDP (parallelism fsdp) wraps each trainable leaf (every LoRA A and B) as an FSDP1 unit of its own nested in
     # its decoder layer's unit (peft v0.21.2 utils/other.py fsdp_auto_wrap_policy: lambda_policy_fn;
     # AnswerDotAI/fsdp_qlora@05ed9f2 train.py get_wrapping_policy), under FSDP1's all-gather rate limiter
