@@ -122,3 +122,17 @@ def test_an_unknown_loss_layout_is_an_error_not_a_fallback():
     used |= {v for p in map(profile_for, Framework) for old in p.older_versions for k, v in old.changes
              if k == "standard_loss"}
     assert used == set(LossLayout)
+
+
+def test_torchtune_01_compiles_the_model_not_the_loss():
+    from vramfit.estimate.loss import compiles_loss
+
+    # torchtune@0217d44c2 lora_finetune_single_device.py: compile: True is utils.wrap_compile(model) only;
+    # v0.4.0 assigns training.compile_loss(self._loss_fn)
+    keys = {"params": "1B", "method": "qlora", "quantize": "nf4", "seq_len": 1024, "framework": "torchtune",
+            "compile": True}
+    old = parse_scenario({**keys, "framework_version": "torchtune-0.1"})
+    assert not compiles_loss(old, profile_for(Framework.TORCHTUNE, "torchtune-0.1"))
+    assert compiles_loss(parse_scenario(keys), profile_for(Framework.TORCHTUNE))
+    m = loss_memory(LLAMA, old, profile_for(Framework.TORCHTUNE, "torchtune-0.1"))
+    assert m.backward_peak == 16 * TV  # the eager loop's loss, as without compile

@@ -185,7 +185,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
                  ("torch_optimizer_impl", OptimizerImpl.FOREACH),
                  # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
-                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT)),
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
+                 # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
+                 ("compiled_loss_recipes", ())),
             ),
         ),
     ),
