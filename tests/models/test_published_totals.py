@@ -7,9 +7,10 @@ billions. Models whose figure was not found are listed in NOT_FOUND, not guessed
 What differs between the count and a page, and why:
 
 - DeepSeek-V3 / R1: the Hub's 684-685B counts the checkpoint's multi-token-prediction (MTP) module, which
-  transformers does not build (``num_nextn_predict_layers`` is read by no module of models/deepseek_v3 in 5.24): one
-  more MoE decoder layer (README_WEIGHTS.md: "11.5B unique parameters") plus ``eh_proj`` and three norms, and its own
-  stored copies of the embedding and output head. The main model is the report's 671B; the test adds the MTP
+  DeepseekV3ForCausalLM does not build: transformers 5.24 keeps it in a model of its own (modeling_layers.py ``MtpModel``
+  from ``config.get_mtp_config()``, for ``generate(use_mtp=True)``; its stored embedding and head are ignored on load):
+  one more MoE decoder layer (README_WEIGHTS.md: "11.5B unique parameters") plus ``eh_proj`` and three norms, and its
+  own stored copies of the embedding and output head. The main model is the report's 671B; the test adds the MTP
   module, counted from transformers' own DeepseekV3DecoderLayer, to reach the Hub's figure.
 - SmolLM2: the page states file sizes only; the bf16 safetensors file holds 2 bytes per parameter (the tied
   embedding stored once), so its "269 MB" is the count x 2 to the megabyte.
