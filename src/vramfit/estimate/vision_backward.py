@@ -114,15 +114,17 @@ def embeds_grad_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
 
 def _composed_activation_backward(block: ModelSpec, sc: Scenario, profile: FrameworkProfile, patches: int) -> int:
     """A python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op (autograd formulas
-    of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient, the two product
-    gradients and sigmoid's input gradient are alive together. Under QLoRA the tower's MLP runs in fp32 (Linear4bit
+    of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient and the two product
+    gradients are alive together at the product's backward, the most at once (the simulator's trace of LLaVA-NeXT-Video
+    under full fine-tuning with checkpointing: the arriving ``mm`` and two ``mul`` outputs; sigmoid's input gradient
+    is made after the product's node frees the output gradient; counting it too put that case 3.5 % over). Under QLoRA the tower's MLP runs in fp32 (Linear4bit
     returns its input's dtype, bitsandbytes 0.50.2 nn/modules.py; the residual stream is fp32): the arriving
     gradient's fp32 cast and the two fp32 product gradients are the peak (the simulator's trace of LLaVA-NeXT-Video
     under QLoRA with checkpointing), the cast freed once the product's backward ran."""
     TI = patches * block.intermediate_size
     if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
         return (1 + block.act_saved_tensors) * 4 * TI
-    return (2 + block.act_saved_tensors) * sc.precision.compute_bytes * TI
+    return (1 + block.act_saved_tensors) * sc.precision.compute_bytes * TI
 
 
 def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario, own: bool = False) -> int:
