@@ -57,6 +57,7 @@ PUBLISHED = {
     "Qwen/Qwen3-VL-235B-A22B-Instruct": ("236B", _HUB_QWEN3_VL),
     "llava-hf/llava-v1.6-mistral-7b-hf": ("8B", "https://huggingface.co/timengelbracht/activity/likes (Hub listing)"),
     "google/gemma-3-27b-it": ("27B", "https://huggingface.co/chen1104/activity/likes (Hub listing of the repo)"),
+    "google/gemma-3-12b-it": ("12B", "https://huggingface.co/pgiulia/collections (Hub listing of the repo)"),
     "meta-llama/Llama-3.2-11B-Vision": ("11B", "https://huggingface.co/astroboy73/activity/likes (Hub listing)"),
     "OpenGVLab/InternVL3-1B-hf": ("0.9B", _HUB_INTERNVL3),
     "OpenGVLab/InternVL3-2B-hf": ("2B", _HUB_INTERNVL3),
@@ -75,7 +76,7 @@ FILE_SIZES = {
 NOT_FOUND = (
     "mistralai/Mistral-Nemo-Base-2407", "mistralai/Mistral-Small-24B-Base-2501", "Qwen/Qwen2.5-VL-32B-Instruct",
     "Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "llava-hf/llava-1.5-7b-hf", "llava-hf/llava-1.5-13b-hf",
-    "google/gemma-3-4b-it", "google/gemma-3-12b-it", "meta-llama/Llama-3.2-90B-Vision", "HuggingFaceTB/SmolVLM-Instruct",
+    "google/gemma-3-4b-it", "meta-llama/Llama-3.2-90B-Vision", "HuggingFaceTB/SmolVLM-Instruct",
     "HuggingFaceTB/SmolVLM2-2.2B-Instruct", "HuggingFaceTB/SmolVLM2-500M-Video-Instruct",
     "HuggingFaceM4/Idefics3-8B-Llama3", "microsoft/Phi-4-mini-instruct", "HuggingFaceTB/SmolLM2-1.7B",
     "HuggingFaceTB/SmolLM3-3B", "ibm-granite/granite-3.1-2b-instruct", "ibm-granite/granite-3.1-8b-instruct",
