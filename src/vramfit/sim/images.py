@@ -8,6 +8,12 @@ tower's size: transformers v5.24.0 models/llava/image_processing_llava.py crop_s
 models/gemma3/image_processing_gemma3.py size). Image positions are masked out of the labels
 (-100), as TRL's vision collators do.
 
+LLaVA-NeXT ("anyres"): every image is its base image and the crops of the best ``image_grid_pinpoints`` grid
+(vlm_tokens), a (images, crops, 3, image_size, image_size) tensor, with ``image_sizes`` (images, 2) made a fake-tensor
+constant: LlavaNextModel.get_image_features and pack_image_features read its values (``image_size_to_num_patches``,
+``get_anyres_image_grid_shape``, ``unpad_image``: ``tolist``; transformers v5.24.0 models/llava_next/modeling_llava_next.py),
+so the unpadded crop grid and the ``image_newline`` column are the real model's.
+
 InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_tokens), a fixed
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
