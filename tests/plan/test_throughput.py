@@ -97,12 +97,14 @@ def test_benchmark_summary_beats_the_old_model():
     Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %; before the
     FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %;
     before torchtune 0.1's per-rank tokens/s (2 x / 4 x RTX 4090 rows) and the 128-GPU torchtitan rows' 16 hosts:
-    8.6 %/35.3 % (held out 7.6 %/39.1 %)."""
+    8.6 %/35.3 % (held out 7.6 %/39.1 %); before torchrun's one CPU thread per rank for the offloaded optimizer
+    step and the torchtune @30b8519e8 "A6000" cells scored on the Ada card they fit: 8 %/31 % (held out 7 %/31 %)."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.08 and s["all"]["model"]["p90"] <= 0.31
-    assert s["held_out"]["model"]["median"] <= 0.075 and s["held_out"]["model"]["p90"] <= 0.31
+    assert s["all"]["model"]["median"] <= 0.08 and s["all"]["model"]["p90"] <= 0.28
+    assert s["held_out"]["model"]["median"] <= 0.07 and s["held_out"]["model"]["p90"] <= 0.28
+    assert s["TT_README_2409"]["model"]["median"] <= 0.115 and s["TT_README_2409"]["model"]["p90"] <= 0.175
     assert s["TT_README_2405"]["model"]["median"] <= 0.17 and s["TT_README_2405"]["model"]["p90"] <= 0.39
     assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
     assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205

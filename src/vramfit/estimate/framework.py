@@ -158,6 +158,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        ranks_single_threaded=True,  # `tune run` = torchrun: OMP_NUM_THREADS=1 per rank (profile_fields.py)
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
         fsdp2=True,
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
