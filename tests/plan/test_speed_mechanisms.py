@@ -208,3 +208,16 @@ def test_zero3_gathers_across_nodes_wait_past_the_bucket_too():
                  "seq_len": 4096, "parallelism": "zero3", "num_gpus": 16, "num_nodes": 2, "shard_scope": "node"})[2]
     assert hpz.exposed_net_bytes == pytest.approx(share * 15 / 16 * 2 * P, rel=1e-12)  # the forward gather only
     assert hpz.exposed_peer_bytes == pytest.approx(share * 2 * 7 / 8 * 2 * P, rel=1e-12)
+
+
+def test_torchtune_01_lora_units_wait_under_fsdp1s_rate_limiter():
+    """torchtune 0.1 wraps each LoRA A and B as an FSDP1 unit inside its layer's (lora_fsdp_wrap_policy), with
+    FSDP's default limit_all_gathers: every weight gather of the step waits, 2 x 7/8 x the weights' bytes per
+    micro-batch; torchtune 0.4's FSDP2 units prefetch, so none waits."""
+    sc = {"model": "meta-llama/Llama-2-70b-hf", "method": "lora", "precision": "bf16-true", "lora_rank": 16,
+          "lora_targets": ["q_proj", "k_proj", "v_proj"], "micro_batch_size": 4, "seq_len": 4096,
+          "gradient_checkpointing": "full", "attention": "sdpa", "num_gpus": 8, "parallelism": "fsdp",
+          "gpu": "a100-80gb-sxm", "framework": "torchtune"}
+    ev, mf, old = _work({**sc, "framework_version": "torchtune-0.1"})
+    assert ev.base.grad_accum == 1 and old.exposed_peer_bytes == pytest.approx(2 * 7 / 8 * mf.num_params * 2, rel=1e-9)
+    assert _work(sc)[2].exposed_peer_bytes == 0.0

@@ -176,6 +176,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
                  ("fsdp_root_gathered", True),
+                 # torchtune@0217d44c2 recipes/lora_finetune_distributed.py l. 332-351: FSDP(..., auto_wrap_policy=
+                 # utils.lora_fsdp_wrap_policy(...)) wraps every LoRA A and B as a unit of its own inside its decoder
+                 # layer's (torchtune/utils/_distributed.py l. 229-240) and leaves limit_all_gathers at FSDP's default
+                 # True (torch v2.13.0 distributed/fsdp/fully_sharded_data_parallel.py l. 411): plan/traffic.py
+                 # fsdp_serial_gather_bytes
+                 ("fsdp_lora_units_nested", True),
                  # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
                  # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
                  ("nf4_load_on_gpu", True),
