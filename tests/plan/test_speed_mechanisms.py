@@ -58,11 +58,11 @@ _OFFLOAD70 = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "precision"
 
 
 def test_offloaded_optimizer_steps_at_host_dram_speed():
-    """70B full on 8 A100 with FSDP CPU offload under a launcher that leaves the CPU threads alone (transformers +
-    PEFT): each rank's AdamW step on the CPU reads weight, gradient and two moments and writes three (7 x 2 B in
+    """70B full on 8 A100 with FSDP CPU offload under a launcher that gives each rank its share of the cores
+    (litgpt: Lightning sets OMP_NUM_THREADS = cpus / processes): each rank's AdamW step on the CPU reads weight, gradient and two moments and writes three (7 x 2 B in
     bf16) for its 1/8 of 70,553,706,496 weights: 123,468,986,368 B at 51.2 GB/s (DGX A100 host DRAM per GPU)
     = 2.4115 s, added to the host time."""
-    ev, _, w = _work({**_OFFLOAD70, "framework": "hf"})
+    ev, _, w = _work({**_OFFLOAD70, "framework": "litgpt"})
     trainable = ev.estimate().model.num_trainable_params
     assert trainable == 70_553_706_496 and w.opt_on_host and w.opt_host_params == 0.0
     assert w.opt_bytes == trainable / 8 * 7 * 2 == 123_468_986_368
@@ -76,13 +76,15 @@ def test_offloaded_optimizer_steps_at_host_dram_speed():
 
 
 def test_torchrun_ranks_step_the_offloaded_optimizer_on_one_thread():
-    """The same run under torchtune (`tune run` = torchrun: OMP_NUM_THREADS=1 per rank): each rank updates its
+    """The same run under torchtune (`tune run` = torchrun: OMP_NUM_THREADS=1 per rank; transformers under
+    `accelerate launch` alike): each rank updates its
     8,819,213,312 bf16 weights at one thread's measured 1.06e9 parameters/s = 8.3200 s instead of 2.4115 s;
     one GPU (one rank, its threads untouched) keeps the DRAM-bound step, as does an fp32 run's slower check."""
     from vramfit.plan.kernels import CPU_ADAM_PARAMS_PER_S_ONE_THREAD, host_optimizer_seconds
 
     ev, _, w = _work({**_OFFLOAD70, "framework": "torchtune"})
     assert w.opt_host_params == 70_553_706_496 / 8 == 8_819_213_312
+    assert _work({**_OFFLOAD70, "framework": "hf"})[2].opt_host_params == w.opt_host_params
     c = card_speed(get_gpu("a100-80gb-sxm"))
     one = w.opt_host_params / CPU_ADAM_PARAMS_PER_S_ONE_THREAD[2].value
     assert one == pytest.approx(8.3200, abs=1e-4)

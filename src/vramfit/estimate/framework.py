@@ -56,6 +56,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        # `accelerate launch` (the Trainer's multi-GPU launcher) exports OMP_NUM_THREADS =
+        # --num_cpu_threads_per_process, default the variable's value or 1 (accelerate v1.14.0 commands/launch.py
+        # l. 1359, utils/launch.py l. 392 prepare_multi_gpu_env); `torchrun` sets 1 too (profile_fields.py)
+        ranks_single_threaded=True,
         loss_in_model_forward=True,
         fsdp2_variant=FrameworkVersion(
             "accelerate 1.15's fsdp2_prepare_model",
@@ -210,6 +214,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
         # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
         fsdp_frozen_stay_gathered=True,
+        # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
+        # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
+        ranks_single_threaded=False,
         # litgpt finetune/full.py and lora.py (Lightning-AI/litgpt@29ece59): `precision = precision or
         # get_default_supported_precision(training=True)` = "bf16-mixed" on bf16 GPUs (litgpt/utils.py);
         # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true

@@ -127,7 +127,8 @@ class FrameworkProfile:
     # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
     # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
     fsdp_lora_units_nested: bool = False
-    # the framework's multi-GPU launcher leaves each rank one CPU thread: torchtune's `tune run` is torch.distributed.run
+    # the framework's multi-GPU launcher leaves each rank one CPU thread (HF: `accelerate launch`, framework.py); torchtune's
+    # `tune run` is torch.distributed.run
     # (torchtune@30b8519e8 torchtune/_cli/run.py l. 18, 81-89 `_run_distributed` calls its run(args)), whose
     # config_from_args sets OMP_NUM_THREADS=1 for every rank when nproc_per_node > 1 and the variable is unset
     # (torch v2.13.0 distributed/run.py l. 872-884), so an offloaded optimizer step (torch's CPU AdamW) runs on one
