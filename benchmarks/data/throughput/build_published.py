@@ -135,7 +135,8 @@ def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, de
     sc = {"model": model, "framework": "hf", "method": method, "precision": "bf16-true", "lora_rank": 64,
           "lora_alpha": 16, "lora_targets": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
           "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": ga, "gradient_checkpointing": ckpt,
-          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
+          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu,
+          "framework_version": "fsdp-qlora"}  # train.py's mp.spawn launcher (framework.py)
     if method == "qlora":
         sc["quantize"] = "nf4-dq"
     add(id, "ANSWERAI_FSDP_QLORA", AA + where, sc, 1024 * ctx / secs, design=design,

@@ -135,6 +135,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
                              "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),
+            FrameworkVersion("fsdp-qlora", "AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1072: its ranks are started by "
+                             "torch.multiprocessing.spawn, which sets no OMP_NUM_THREADS (nor does the script: no "
+                             "set_num_threads), so each rank keeps torch's default threads and an offloaded optimizer step "
+                             "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded",
+                             (("ranks_single_threaded", False),)),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
