@@ -140,7 +140,7 @@ def test_attention_rate_follows_the_architecture_and_the_bench_card():
         g = get_gpu("h100-96gb-hbm2e-500w")
         c = card_speed(g)
     assert g.bf16_tflops == pytest.approx((989 + 835.5) / 2, abs=0.05)
-    assert c.gemm_flops == pytest.approx(912.3e12 * 0.801) and c.attn_flops == pytest.approx(912.3e12 * 0.35)
+    assert c.gemm_flops == pytest.approx(912.3e12 * 0.683) and c.attn_flops == pytest.approx(912.3e12 * 0.35)  # kernels.py
     assert c.mem_bytes == 2400e9 and c.p2p and c.peer_bytes == 450e9
     with pytest.raises(ScenarioError):
         get_gpu("h100-96gb-hbm2e-500w")  # the benchmark card leaves the catalog as it was
