@@ -147,6 +147,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
+                             "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
+                             "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "
+                             "weight_decay) with no fused or foreach argument: torch v2.13.0 torch/optim/adamw.py "
+                             "(_default_to_fused_or_foreach) runs _multi_tensor_adamw on CUDA, whose "
+                             "torch._foreach_sqrt(exp_avg_sqs) copies the second moment",
+                             (("torch_optimizer_impl", OptimizerImpl.FOREACH),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
