@@ -191,6 +191,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),
                  # torchtune@0217d44c2 recipes/lora_finetune_distributed.py l. 332-351: FSDP(..., auto_wrap_policy=
                  # utils.lora_fsdp_wrap_policy(...)) wraps every LoRA A and B as a unit of its own inside its decoder
@@ -205,7 +206,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("lora_dropout_default", 0.05),
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
-                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
+                 # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
+                 ("compiled_loss_recipes", ())),
             ),
         ),
     ),
