@@ -146,6 +146,13 @@ def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
     assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB + AG_IDLE
 
 
+def test_offloaded_shards_are_copied_in_on_the_all_gather_stream():
+    # CPUOffloadPolicy: each unit's host shards come to the GPU on the copy-in stream first (the root's 1/8:
+    # 65,537,024 B, a 32 x 2 MiB segment, which every block's 1/8 then reuses), beside the root's and a block's outputs
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, offload="optimizer+params"))
+    assert allgather_pool_idle(r) == AG_IDLE + 32 * 2 * MiB == 595_574_784
+
+
 def test_allgather_pool_is_fsdp2s_alone():
     # FSDP1 all-gathers into flat parameters on its unshard stream, modelled with the host wrap (mechanism 3)
     assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", num_gpus=8))) == 0

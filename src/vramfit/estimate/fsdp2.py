@@ -62,7 +62,10 @@
    l. 429-432, 478-489), which runs after that unit's all-gather was issued: two units' outputs at once, the
    first unit's (the root, or the embedding's) beside the lowest block's. In backward each output is freed at
    its copy-out and one prefetched block's is in flight, which the step's communication buffers count; the
-   rest of the stream's segments stay reserved (:func:`allgather_pool_idle`).
+   rest of the stream's segments stay reserved (:func:`allgather_pool_idle`). Under ``CPUOffloadPolicy`` the
+   unit's host shards are first copied to the GPU on that stream (``_get_param_all_gather_inputs`` ->
+   _fsdp_param.py l. 839-841 ``sharded_local_tensor.to(self.device, non_blocking=True)``) and stay alive until
+   the output exists (``del param_all_gather_inputs`` after ``all_gather_copy_in``): taken as one block per unit.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
-from vramfit.scenario import Method, Parallelism
+from vramfit.scenario import Method, Offload, Parallelism
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -142,15 +145,23 @@ def allgather_pool_idle(step: Step) -> int:
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     units, a = _gather_units(step), CachingAllocatorModel()
+    group, host = step.sc.shard_group, step.sc.offload is Offload.OPTIMIZER_PARAMS
+
+    def gather(n: int):
+        inputs = a.malloc(-(-n // group)) if host else None  # the host shards' device copies
+        out = a.malloc(n)
+        a.free(inputs)
+        return out
+
     held = None
     for n in units:
-        block = a.malloc(n)
+        block = gather(n)
         a.free(held)
         held = block
     a.free(held)
     # backward: the blocks, top first, and a resharded embedding unit last (the root and the tail stay gathered)
     for n in units[1:1 + step.spec.num_hidden_layers][::-1] + (units[:1] if split_root(step) else []):
-        a.free(a.malloc(n))
+        a.free(gather(n))
     return max(0, a.stats.peak_reserved - units[1])
 
 
