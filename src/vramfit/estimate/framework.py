@@ -138,6 +138,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
+                             "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
+                             "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "
+                             "weight_decay) with no fused or foreach argument: torch v2.13.0 torch/optim/adamw.py "
+                             "(_default_to_fused_or_foreach) runs _multi_tensor_adamw on CUDA, whose "
+                             "torch._foreach_sqrt(exp_avg_sqs) copies the second moment",
+                             (("torch_optimizer_impl", OptimizerImpl.FOREACH),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
@@ -174,6 +181,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),
                  # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
                  # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
@@ -182,7 +190,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("lora_dropout_default", 0.05),
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
-                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
+                 # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
+                 ("compiled_loss_recipes", ())),
             ),
         ),
     ),
