@@ -80,3 +80,15 @@ def test_fsdp2_is_a_path_of_its_own_and_says_what_it_leaves_out():
     assert (acc["path"]["sharding"], acc["measured_path"]) == ("fsdp+fsdp2", False)
     assert any(a.startswith("FSDP2 (fsdp_version 2) as accelerate 1.15's fsdp2_prepare_model") for a in r.assumptions)
     assert estimate({**BASE, "method": "lora"}).to_dict()["accuracy"]["path"]["sharding"] == "fsdp"
+
+
+def test_gradient_accumulation_under_each_accelerate():
+    """accelerate >= 1.11 turns FSDP2's gradient sync off for every micro-batch but the last (no_sync ->
+    set_requires_gradient_sync(False)): the whole gradients accumulate on every GPU. axolotl 0.12's accelerate
+    (@9359a0194) had no FSDP2 no_sync: each micro-batch reduce-scatters into the shards (estimate/fsdp2.py, 6)."""
+    spec = resolve_model(BASE["model"]).spec
+    keys = {**BASE, "fsdp_version": 2, "grad_accum": 2, "num_gpus": 8}
+    acc = compute(spec, parse_scenario(keys))
+    axo = compute(spec, parse_scenario({**keys, "framework_version": "axolotl-0.12"}))
+    assert acc.held_grads == 8 * acc.parts.gradients and acc.head_grad == 0
+    assert axo.held_grads == axo.parts.gradients and axo.head_grad == 128256 * 4096 * 2

@@ -53,7 +53,9 @@
    l. 1131 ``context = getattr(model, "no_sync", context)``, the context the HF Trainer enters for every micro-batch
    but the last, transformers v4.55.0 trainer.py l. 2576). So the gradients held between micro-batches are the
    shards, and each backward makes the same whole-unit gradients, reduce-scatter inputs and output-layer gradient
-   as a single micro-batch's does, beside them.
+   as a single micro-batch's does, beside them. accelerate >= v1.11.0 (PR #3762) turns the sync off instead
+   (``no_sync`` -> ``set_requires_gradient_sync(False)``): the whole gradients are then accumulated unsharded
+   until the last micro-batch (profile ``fsdp_unsharded_accum_grads``: accelerate 1.15's FSDP2, not axolotl 0.12's).
 7. The all-gather outputs' own pool. ``foreach_all_gather`` allocates each unit's all-gather output on the
    all-gather copy-in stream (torch v2.13.0 _fsdp_collectives.py l. 336-356: ``with
    device_handle.stream(all_gather_copy_in_stream)`` ... ``all_gather_output = all_gather_comm.allocate(...)``),
@@ -112,7 +114,8 @@ def accumulates_shards(sc, profile) -> bool:
     """FSDP2 full fine-tuning over several micro-batches (module docstring, 6): the gradients held between them
     are the shards, and every backward still makes each unit's whole gradients, the output layer's included."""
     return (profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1 and not sc.per_rank_layout
-            and sc.method is Method.FULL and not sc.optimizer_in_backward and sc.grad_accum > 1)
+            and sc.method is Method.FULL and not sc.optimizer_in_backward and sc.grad_accum > 1
+            and not profile.fsdp_unsharded_accum_grads)
 
 
 def _block_elements(spec, world: int) -> int:
