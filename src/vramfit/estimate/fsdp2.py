@@ -328,6 +328,7 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["accumulates_shards", "allgather_pool_idle", "fsdp2_notes", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
+__all__ = ["accumulates_shards", "allgather_pool_idle", "fsdp2_notes", "prefetched_at_loss_backward", "split_root",
+           "root_resharded", "tail_gather_output",
            "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
            "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

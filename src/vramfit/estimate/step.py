@@ -271,9 +271,9 @@ def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
 
 def _torchao_stepped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
     """Elements of the largest tensor torchao's per-parameter step updates at once (pytorch/ao v0.12.0
-    torchao/optim/adam.py ``_AdamBase.step``: one ``single_param_adam`` call per trainable parameter): LoRA's largest
-    adapter tensor; in full fine-tuning the largest parameter (a MoE layer's expert bank is one 3-D parameter),
-    under FSDP2 its local shard (``p.to_local()`` of the DTensor, sharded on dim 0: estimate/fsdp2.py)."""
+    torchao/optim/adam.py l. 94-134 ``_AdamBase.step``: one compiled ``single_param_adam`` call per trainable
+    parameter): LoRA's largest adapter tensor; in full fine-tuning the largest parameter (a MoE layer's expert bank is
+    one 3-D parameter), under FSDP2 its local shard (l. 64 ``p.to_local()`` of the DTensor, sharded on dim 0)."""
     if sc.method is not Method.FULL:
         return max((t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)), default=0)
     largest = max([lin.weight_params if lin.group == "expert" else lin.in_features * lin.out_features
