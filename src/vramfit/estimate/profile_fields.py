@@ -137,6 +137,13 @@ class FrameworkProfile:
     # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
     # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
     fsdp_lora_units_nested: bool = False
+    # the framework's multi-GPU launcher leaves each rank one CPU thread (HF: `accelerate launch`, framework.py); torchtune's
+    # `tune run` is torch.distributed.run
+    # (torchtune@30b8519e8 torchtune/_cli/run.py l. 18, 81-89 `_run_distributed` calls its run(args)), whose
+    # config_from_args sets OMP_NUM_THREADS=1 for every rank when nproc_per_node > 1 and the variable is unset
+    # (torch v2.13.0 distributed/run.py l. 872-884), so an offloaded optimizer step (torch's CPU AdamW) runs on one
+    # core per rank (plan/kernels.py CPU_ADAM_PARAMS_PER_S_ONE_THREAD)
+    ranks_single_threaded: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
