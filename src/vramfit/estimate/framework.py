@@ -70,7 +70,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             "(l. 830-848), no flat parameters and no host-wrap residue. LoRA: one unit per layer, no nested adapter "
             "units: the Trainer builds the optimizer before prepare under FSDP2 (transformers v5.24.0 trainer.py "
             "l. 1719-1721), so update_fsdp_plugin_peft (l. 1760-1762) never swaps in peft's policy",
-            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True)),
+            # accelerate >= v1.11.0 (PR #3762) no_sync -> model.set_requires_gradient_sync(False) (v1.11.0
+            # accelerator.py l. 1165), entered by the Trainer for every micro-batch but the last: FSDP2 then keeps
+            # each unit's whole gradients until the last one reduce-scatters (estimate/fsdp2.py, 6)
+            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True), ("fsdp_unsharded_accum_grads", True)),
         ),
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
