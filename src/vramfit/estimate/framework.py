@@ -28,6 +28,12 @@ from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parall
 _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
                 ("fsdp_lora_units_nested", False))
 
+# HF Trainer before the fused default (transformers PR #37358, merged 2025-07, and only on torch >= 2.8):
+# transformers v4.46.3 training_args.py l. 1271 `default_optim = "adamw_torch"`; trainer.py l. 1271-1277 builds
+# torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
+# (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
+_ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
         name="transformers + PEFT",
@@ -79,14 +85,15 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "transformers-4.44",
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
-                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
-                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
-                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
+                "(foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "peft-0.11",

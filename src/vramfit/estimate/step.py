@@ -30,7 +30,13 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
-from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
+from vramfit.estimate.framework import (
+    FrameworkProfile,
+    OptimizerImpl,
+    casts_params,
+    runs_under_autocast,
+    scenario_profile,
+)
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
@@ -39,7 +45,16 @@ from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
+from vramfit.scenario import (
+    Checkpointing,
+    Method,
+    Offload,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Quantize,
+    Scenario,
+)
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
@@ -273,18 +288,28 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
     )
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
-        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient
+        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
 
+        group = -(-parts.num_trainable // sc.num_gpus)  # ZeRO-1/2: one flat fp32 partition per param group
+        if sc.parallelism is Parallelism.ZERO3:  # per sub-group, cut at sub_group_size (_create_fp16_sub_groups)
+            group = min(resolve(sc.deepspeed_config, spec.hidden_size, 3).sub_group_size, group)
+        if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl is OptimizerImpl.FOREACH:
+            temp = ds_foreach_step(group)
         if sc.method is Method.FULL:
             temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
-        if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
-            temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
-        if sc.parallelism is Parallelism.ZERO3:
-            from vramfit.estimate.deepspeed import resolve, subgroup_grad_buffer
-
-            z = resolve(sc.deepspeed_config, spec.hidden_size, 3)
-            temp = max(temp, subgroup_grad_buffer(z, -(-parts.num_trainable // sc.num_gpus)))
+        temp = max(temp, fp32_grad_partition(group))
     return temp
+
+
+def ds_foreach_step(group_numel: int) -> int:
+    """A foreach AdamW step inside DeepSpeed ZeRO (no optimizer offload), bytes: the engine points the optimizer at
+    one flat fp32 tensor, this GPU's partition (ZeRO-1/2) or sub-group (ZeRO-3), whose fp32 gradient is alive through
+    the step (DeepSpeed v0.16.2 and 0.19.8 runtime/zero/stage_1_and_2.py step: ``single_partition_of_fp32_groups[i]
+    .grad = single_grad_partition``, ``self._optimizer_step(i)``, then ``.grad = None``; stage3.py _optimizer_step:
+    ``param_groups[param_group_id]['params'] = [fp32_param]``), and torch's foreach AdamW copies that tensor's whole
+    second moment (torch/optim/adamw.py _multi_tensor_adamw: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``):
+    4 + 4 bytes per element of the group."""
+    return (4 + 4) * group_numel
 
 
 def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
