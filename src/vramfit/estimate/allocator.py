@@ -190,7 +190,7 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
     largest weight; the de-quantized weight is one tensor.
     Not replayed: saved activations and gradients (their rounding is counted per tensor elsewhere) and the
-    optimizer's foreach temporaries: replayed, those reuse cached loss blocks once the micro-batch
+    per-parameter foreach temporaries (DeepSpeed ZeRO-2's flat ones: :func:`zero2_step_reserved`): replayed, those reuse cached loss blocks once the micro-batch
     makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
     effect, but the planner's search assumes memory grows with the micro-batch).
     ``loss_only``: the loss's tensors alone (what a batch's length sizes).
@@ -235,6 +235,39 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     free(alloc(other * r.dequant))
     free(kept)
     return ev
+
+
+def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None) -> int:
+    """Bytes reserved beyond ``step_allocated`` (the optimizer-step phase's allocated bytes) at DeepSpeed ZeRO-2's
+    step without optimizer offload: the segments the micro-batch's loss left cached (``loss_events``,
+    :func:`step_transients`) and those the step's flat partition-sized tensors opened beyond their own live bytes.
+    Each of those is larger than the loss's cached blocks at the usual micro-batch, so it opens a segment of its own,
+    and the freed 16-bit ones cannot serve the fp32 ones; 0 when ZeRO-2 does not run this step.
+
+    DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py (0.19.8 the same without pre-flattened gradients):
+    ``copy_grads_in_partition`` puts this GPU's 16-bit gradients in one ``grads_in_partition`` buffer in backward
+    (``contiguous_gradients``, the default); ``step``: ``self.flatten(self.averaged_gradients[i])`` (16-bit),
+    ``.to(fp32)``, the flat copy dropped, ``free_grad_in_param_list(self.params_in_partition[i])`` and
+    ``averaged_gradients[i] = None`` (the buffer goes), ``self._optimizer_step(i)`` (foreach AdamW:
+    ``torch._foreach_sqrt`` copies the fp32 second moment, :func:`vramfit.estimate.step.ds_foreach_step`), then
+    ``single_partition_of_fp32_groups[i].grad = None``. One param group's partition stands for all: the Trainer's
+    no-decay group (biases, norms) is small."""
+    from vramfit.estimate.framework import OptimizerImpl
+    from vramfit.scenario import Offload, Optimizer, Parallelism, Precision
+
+    sc = r.sc
+    if (sc.parallelism is not Parallelism.ZERO2 or sc.offload is not Offload.NONE or sc.precision is Precision.FP32
+            or sc.num_gpus < 2 or not r.parts.num_trainable):
+        return 0
+    group, c = -(-r.parts.num_trainable // sc.num_gpus), sc.precision.compute_bytes
+    n = sum(1 for e in loss_events if e >= 0)  # the step's allocations are numbered after the loss's
+    step = [c * group, c * group, 4 * group, -(n + 2), -(n + 1)]  # gradients, flat copy, fp32 copy; both 16-bit go
+    if sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH:
+        step += [4 * group, -(n + 4)]
+    step.append(-(n + 3))
+    _, reserved = transient_reserved([*loss_events, *step], conf)
+    live = plain_peak([e if e >= 0 else e + n for e in step])
+    return max(0, reserved - live) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 
 
 def _nograd_mlp(r, alloc, free) -> None:

@@ -294,7 +294,9 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
         if sc.parallelism is Parallelism.ZERO3:  # per sub-group, cut at sub_group_size (_create_fp16_sub_groups)
             group = min(resolve(sc.deepspeed_config, spec.hidden_size, 3).sub_group_size, group)
         if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl is OptimizerImpl.FOREACH:
-            temp = ds_foreach_step(group)
+            # ZeRO-1/2 free the 16-bit partition before _optimizer_step, and this phase counts it as gradients
+            freed = 0 if sc.parallelism is Parallelism.ZERO3 else sc.precision.compute_bytes * group
+            temp = ds_foreach_step(group) - freed
         if sc.method is Method.FULL:
             temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
         temp = max(temp, fp32_grad_partition(group))
@@ -308,7 +310,12 @@ def ds_foreach_step(group_numel: int) -> int:
     .grad = single_grad_partition``, ``self._optimizer_step(i)``, then ``.grad = None``; stage3.py _optimizer_step:
     ``param_groups[param_group_id]['params'] = [fp32_param]``), and torch's foreach AdamW copies that tensor's whole
     second moment (torch/optim/adamw.py _multi_tensor_adamw: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``):
-    4 + 4 bytes per element of the group."""
+    4 + 4 bytes per element of the group. ZeRO-1/2 have freed the 16-bit partition by then (stage_1_and_2.py step:
+    ``free_grad_in_param_list(self.params_in_partition[i])``, ``averaged_gradients[i] = None``), so the moment holds
+    as much as the flatten before it (:func:`vramfit.estimate.deepspeed.fp32_grad_partition`) but in a new segment
+    (:func:`vramfit.estimate.allocator.zero2_step_events`); ZeRO-3's 16-bit gradients stay in their flat buffer.
+    ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B ZeRO-2 on 2 GPUs, foreach vs fused): 0.92 GiB more at the
+    first step's optimizer moment, 4 bytes per partition element."""
     return (4 + 4) * group_numel
 
 
