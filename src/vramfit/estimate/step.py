@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
-from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.allocator import largest_weight, round_allocation, zero12_norm_piece
 from vramfit.estimate.attention import sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
@@ -282,10 +282,7 @@ def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
 def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
     if sc.optimizer_in_backward:
         return 0
-    largest = max(
-        [lin.in_features * lin.out_features for lin in spec.block_linears]
-        + [spec.lm_head_params or spec.embedding_params]
-    )
+    largest = largest_weight(spec)
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
         from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
@@ -297,8 +294,9 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
             # ZeRO-1/2 free the 16-bit partition before _optimizer_step, and this phase counts it as gradients
             freed = 0 if sc.parallelism is Parallelism.ZERO3 else sc.precision.compute_bytes * group
             temp = ds_foreach_step(group) - freed
-        if sc.method is Method.FULL:
-            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
+        if sc.method is Method.FULL:  # ZeRO-3 splits each parameter, ZeRO-1/2 the flat buffer (zero12_norm_piece)
+            zero3 = sc.parallelism is Parallelism.ZERO3
+            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus) if zero3 else zero12_norm_piece(spec, group)))
         temp = max(temp, fp32_grad_partition(group))
     return temp
 
