@@ -13,9 +13,9 @@ from vramfit.scenario import parse_scenario
 from vramfit.sim.cuda_allocator import CachingAllocatorModel
 
 MiB = 1024**2
-# SWIFT_EX_2601-10's shape without the preference stage: Qwen2.5-3B full fine-tuning, ZeRO-2 on 2 GPUs
+# SWIFT_EX_2601-10's shape without the preference stage: Qwen2.5-3B full fine-tuning, ZeRO-2 on 2 GPUs, its releases
 SC = {"model": "Qwen/Qwen2.5-3B", "method": "full", "parallelism": "zero2", "num_gpus": 2, "seq_len": 2048,
-      "framework": "hf", "framework_version": "transformers-4.47"}
+      "framework": "hf", "framework_version": "transformers-4.47+deepspeed-0.18"}
 # the simulator's DeepSpeed 0.19.8 engine on this scenario, full depth, foreach AdamW
 SIM = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
        "parallelism": "zero2", "framework": "hf", "framework_version": "transformers-4.47"}
@@ -78,3 +78,17 @@ def test_zero1_2_norm_takes_the_whole_embedding_on_one_gpu():
     r = _step(**SIM)
     assert alloc.zero12_norm_piece(r.spec, 247_000_000) == 151936 * 896
     assert alloc.zero12_norm_piece(r.spec, 100_000_000) == 100_000_000
+
+
+def test_deepspeed_0_19_leaves_the_moved_parameters_cached_and_0_18_flattens_on_the_host():
+    """DeepSpeed 0.19.8 flattens on the GPU: the 16-bit parameters the engine moved there one by one are freed into the
+    cache (estimate/ds_load.py). `vramfit simulate` (SIM less framework_version, fused AdamW, --full-depth): allocated
+    5.55 GiB, reserved 7.42 GiB (the estimate before this mechanism: 6.57, -11.4 %). Before 0.19.0 each group goes to
+    the host and the cache is emptied first: no flat copy at load, no parameter segments."""
+    modern = {k: v for k, v in SIM.items() if k != "framework_version"}
+    peak = estimate(modern).peak
+    assert peak.allocated_bytes == pytest.approx(5.55 * 2**30, rel=0.01)
+    assert peak.reserved_bytes == pytest.approx(7.42 * 2**30, rel=0.05)
+    old = estimate({**modern, "framework_version": "deepspeed-0.18"})
+    assert not any(p.phase == "load" for p in old.phases)
+    assert old.peak.reserved_bytes < peak.reserved_bytes - 2**30  # the 0.92 GiB of parameter segments and more

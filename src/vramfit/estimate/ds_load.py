@@ -38,7 +38,8 @@ def flat_copy(step: Step) -> int:
 
 def flattens_on_gpu(step: Step) -> bool:
     """ZeRO-1/2 flatten on the accelerator: the card holds the buffer beside the weights (module docstring)."""
-    return step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
+    return (step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
+            and not step.profile.ds_flattens_on_host)
 
 
 def flatten_load_phase(step: Step) -> Iterator[Contribution]:

@@ -130,8 +130,14 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                               ("weights_load_host", (Parallelism.NONE, *FSDP_FAMILY, Parallelism.ZERO1, Parallelism.ZERO2,
                                                      Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
-                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
-                             (("ds_gathers_on_one_gpu", True),)),
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953); ZeRO-1/2 "
+                             "flatten on the host (as deepspeed-0.18)",
+                             (("ds_gathers_on_one_gpu", True), ("ds_flattens_on_host", True))),
+            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329 (the "
+                             "same through v0.18.9): each parameter group moved to the host and empty_cache() before "
+                             "the flatten, no flat copy beside the parameters on the GPU (flatten_on_accelerator "
+                             "arrived in v0.19.0)",
+                             (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
                              (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),
