@@ -259,10 +259,15 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     float64 copy of each gradient in turn (``scaled_global_norm``, :func:`zero12_norm_piece`): the largest opens a
     segment the smaller ones split. One param group's partition stands for all: the Trainer's no-decay group
     (biases, norms) is small. ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B, 2 GPUs, full depth) opens the
-    same float64 (1.01 GiB, the whole embedding on rank 0) and foreach sqrt (0.92 GiB) segments."""
-    from vramfit.estimate.ds_load import flattens_on_gpu
+    same float64 (1.01 GiB, the whole embedding on rank 0) and foreach sqrt (0.92 GiB) segments.
+
+    Not replayed: DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py) leaves the 16-bit parameters the engine
+    moved there one by one cached, up to the whole 16-bit model, which ``max_memory_reserved`` on a roomy card counts
+    (the simulator: Qwen2.5-3B +5.75 GiB). A card without the room gets them back: a failed ``cudaMalloc`` releases
+    the cached blocks and retries (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``:
+    ``release_cached_blocks``), so counting them would refuse runs that fit; the estimate has one figure per card
+    class (the planner's premise, plan/evaluate.py ``class_shifts``)."""
     from vramfit.estimate.framework import OptimizerImpl
-    from vramfit.estimate.params import base_tensors
     from vramfit.scenario import Method, Offload, Optimizer, Parallelism, Precision
 
     sc = r.sc
@@ -273,14 +278,6 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach)
-    if sc.method is Method.FULL and flattens_on_gpu(r):
-        # DeepSpeed 0.19.8 flattens on the GPU (estimate/ds_load.py): the parameters the engine moved there one by
-        # one are freed once they point into the flat buffer, and their segments stay cached for the steps
-        params = [t.numel * sc.precision.compute_bytes for t in base_tensors(r.spec) for _ in range(t.count)]
-        n = len(params) + 1
-        load = [*params, sum(params), *(-k for k in range(1, n))]
-        events = [*load, *(e if e >= 0 else e - n for e in events)]
-        windows = [(a + len(load), b + len(load)) for a, b in windows]
     _, reserved = transient_reserved(events, conf)
     sizes, live, at_step = [], 0, 0
     for i, ev in enumerate(events):  # the live bytes at the step's moments (master and states included)
