@@ -97,16 +97,19 @@ def test_benchmark_summary_beats_the_old_model():
     Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %; before the
     FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %;
     before torchtune 0.1's per-rank tokens/s (2 x / 4 x RTX 4090 rows) and the 128-GPU torchtitan rows' 16 hosts:
-    8.6 %/35.3 % (held out 7.6 %/39.1 %)."""
+    8.6 %/35.3 % (held out 7.6 %/39.1 %); before torchrun's one CPU thread per rank for the offloaded optimizer
+    step, torchtune 0.1's nested LoRA units, the measured/interpolated power-capped H100 matmul rates and the
+    torchtune @30b8519e8 "A6000" cells scored on the Ada card they fit: 8 %/31 % (held out 7 %/31 %)."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.08 and s["all"]["model"]["p90"] <= 0.31
-    assert s["held_out"]["model"]["median"] <= 0.075 and s["held_out"]["model"]["p90"] <= 0.31
+    assert s["all"]["model"]["median"] <= 0.07 and s["all"]["model"]["p90"] <= 0.28
+    assert s["held_out"]["model"]["median"] <= 0.065 and s["held_out"]["model"]["p90"] <= 0.28
+    assert s["TT_README_2409"]["model"]["median"] <= 0.115 and s["TT_README_2409"]["model"]["p90"] <= 0.175
     assert s["TT_README_2405"]["model"]["median"] <= 0.17 and s["TT_README_2405"]["model"]["p90"] <= 0.39
     assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
     assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
-    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.27
+    assert s["TORCHTITAN_PERF"]["model"]["median"] <= 0.095 and s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.165
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 1.5
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
@@ -122,6 +125,19 @@ def test_gemm_rate_is_the_measured_mamf():
     assert a100.gemm_flops == pytest.approx(267.9e12, rel=1e-3)  # ml-engineering MAMF: A100 SXM 267.9 TFLOPS
     assert a100.attn_flops == pytest.approx(312e12 * 0.68)
     assert card_speed(get_gpu("h100-sxm")).attn_flops == pytest.approx(989e12 * 0.35)  # FA2 on Hopper
+    # the 350 W H100 PCIe measured at 495.93 of its 756 TFLOPS (torch-performance-test-data)
+    assert card_speed(get_gpu("h100-pcie")).gemm_flops == pytest.approx(495.93e12, rel=1e-3)
+
+
+def test_power_capped_h100_bench_card_interpolates_the_measured_h100s():
+    """torchtitan's 500 W H100 96GB: 495.93 + (500 - 350) / (700 - 350) x (792.1 - 495.93) = 622.86 TFLOPS."""
+    from vramfit.gpus import get_gpu
+    from vramfit.plan.kernels import card_speed
+
+    with _bench().bench_cards():
+        g = get_gpu("h100-96gb-hbm2e-500w")
+        assert g.bf16_tflops == 912.3 and "500 W" in g.name
+        assert card_speed(g).gemm_flops == pytest.approx(622.86e12, rel=1e-3)
 
 
 def test_geforce_without_nvlink_has_no_p2p_and_adds_comm():

@@ -190,24 +190,23 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     Forward: under full checkpointing the no-grad MLP working set (:func:`nograd_mlp_bytes`), then
     autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
     then the loss's saved tensors and its forward working set; backward: the loss gradient (the
-    saved tensors freed after it), the de-quantized weight again. The loss figures are sums of
+    saved tensors freed after it), the de-quantized weight again. The loss of transformers < 4.45 is replayed
+    tensor by tensor (:func:`_hf_upcast_in_model_loss`); any other loss's figures are sums of
     tensors of at most one fp32 logits row block (``4 * tokens * vocab``), so each is cut into
     tensors of that size plus a remainder: a cached fp32 block serves the next fp32 request, a
     smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
     largest weight; the de-quantized weight is one tensor.
     Not replayed: saved activations and gradients (their rounding is counted per tensor elsewhere) and the
-    per-parameter foreach temporaries (DeepSpeed ZeRO-2's flat ones: :func:`zero2_step_reserved`): replayed, those reuse cached loss blocks once the micro-batch
-    makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
+    per-parameter foreach temporaries (DeepSpeed ZeRO-2's flat ones: :func:`zero2_step_reserved`): replayed, those
+    reuse cached loss blocks once the micro-batch makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
     effect, but the planner's search assumes memory grows with the micro-batch).
     ``loss_only``: the loss's tensors alone (what a batch's length sizes).
     """
-    from vramfit.estimate.loss import vocab_rows
     from vramfit.estimate.unsloth import replays_step, step_events
 
     if replays_step(r.spec, r.sc, r.profile):
         per_element = r.parts.optimizer_state / max(1, r.parts.num_trainable)
         return step_events(r.spec, r.sc, per_element, r.parts.param_tensors) if not loss_only else []
-    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
     spec = r.spec
     weight = largest_weight(spec)
     ev: list[int] = []
@@ -230,13 +229,8 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     other = 0 if loss_only else 1
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
-    kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
-    saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
-    free(auto)
-    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
-    free(saved)
-    free(grad)
+    loss = _hf_upcast_in_model_loss if _upcasts_in_model(r) else _loss_from_figures
+    kept = loss(r, alloc, free, auto)  # the logits the loop keeps to the end of the step (estimate/loss.py)
     free(alloc(other * r.dequant))
     free(kept)
     return ev
@@ -340,6 +334,69 @@ def zero12_norm_piece(spec, partition_numel: int) -> int:
     partition's size. The norm takes a float64 copy of each piece (``get_grad_norm_direct``:
     ``g.data.double()``)."""
     return min(largest_weight(spec), partition_numel)
+
+
+def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
+    """Replay the loss from its figures (:class:`vramfit.estimate.loss.LossMemory`), cut at one fp32 logits block."""
+    from vramfit.estimate.loss import vocab_rows
+
+    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    kept = alloc(r.loss.kept, unit)
+    saved = alloc(r.loss.saved, unit)
+    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
+    free(before_backward)
+    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
+    free(saved + grad)
+    return kept
+
+
+def _upcasts_in_model(r) -> bool:
+    """The loss is the model's cross-entropy over ``logits.float()`` (``HF_UPCAST_IN_MODEL``), not compiled or capped."""
+    from vramfit.estimate.loss import compiles_loss
+    from vramfit.estimate.profile_fields import LossLayout
+    from vramfit.scenario import Loss
+
+    sc, profile = r.sc, r.profile
+    return (sc.loss is Loss.STANDARD and profile.standard_loss is LossLayout.HF_UPCAST_IN_MODEL
+            and not r.spec.final_logit_softcapping and not compiles_loss(sc, profile))
+
+
+def _hf_upcast_in_model_loss(r, alloc, free, before_backward: list[int]) -> list[int]:
+    """Replay the loss of transformers < 4.45 tensor by tensor; the handles of the fp32 logits the loop keeps.
+
+    transformers v4.39.3 (and v4.44.2) models/llama/modeling_llama.py LlamaForCausalLM.forward:
+    ``logits = self.lm_head(hidden_states)`` (16-bit), ``logits = logits.float()`` (the 16-bit tensor dies: the
+    ToCopy node saves nothing), ``shift_logits = logits[..., :-1, :].contiguous()`` (a copy unless one sequence:
+    estimate/loss.py), ``CrossEntropyLoss`` (log_softmax keeps its fp32 output). Backward (torch
+    tools/autograd/derivatives.yaml): nll_loss's gradient, log_softmax's (the first and the saved output die),
+    ``slice_backward`` (aten/src/ATen/native/TensorShape.cpp: ``at::zeros(input_sizes)`` then ``copy_``: a fresh
+    fp32 tensor of the unshifted logits' size while log_softmax's gradient lives), ``_to_copy_backward`` (the
+    gradient back in 16 bits, while the fp32 one lives): half-size tensors, a segment no fp32 one reuses (the sequence
+    is checked against torch's autograd: tests/estimate/test_hf_upcast_loss_replay.py)."""
+    from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
+
+    sc = r.sc
+    # the shifted tensors ((seq_len - 1) x vocab) are counted at the logits' size: the same blocks serve both when the
+    # logits are a 2 MiB multiple (Llama-2 at 2,048 tokens), and the figure keeps growing with the micro-batch as the
+    # planner's search assumes (exact sizes add a segment where the two round to different 2 MiB units)
+    tv = sc.micro_batch_size * sc.seq_len * vocab_rows(r.spec)
+    lb = logits_bytes_per_element(sc, r.profile)
+    half = alloc(lb * tv if lb != 4 else 0)  # fp32 logits: .float() returns them, no copy and no node
+    logits = alloc(4 * tv)
+    free(half)
+    shifted = alloc(4 * tv if sc.micro_batch_size > 1 else 0)
+    saved = alloc(4 * tv)
+    free(shifted)
+    if not r.loss.kept:  # the Trainer drops the outputs before backward
+        free(logits)
+    free(before_backward)
+    nll, lsm = alloc(4 * tv), alloc(4 * tv)
+    free(nll + saved)
+    sliced = alloc(4 * tv)
+    free(lsm)
+    back = alloc(lb * tv if lb != 4 else 0)
+    free(sliced + back)
+    return logits if r.loss.kept else []
 
 
 def _nograd_mlp(r, alloc, free) -> None:

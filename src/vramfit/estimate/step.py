@@ -37,11 +37,13 @@ from vramfit.estimate.framework import (
     runs_under_autocast,
     scenario_profile,
 )
+from vramfit.estimate.fsdp2 import accumulates_shards
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
@@ -221,9 +223,12 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # per-GPU ``parts.gradients`` are the sharded, possibly host-side copies): the dtype it is computed in
         grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
-    if lm_head_trainable and (not held or resident):
+    # FSDP2 accumulates shards: the output layer's whole gradient is made again in each backward (estimate/fsdp2.py, 6)
+    if lm_head_trainable and (not held or resident or accumulates_shards(sc, profile)):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    if accumulates_shards(sc, profile):  # the top block's whole gradients beside the shards (estimate/fsdp2.py, 6)
+        layer_grads = _fsdp_block_grads(spec, sc, profile)
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):
@@ -279,10 +284,27 @@ def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
     return round_allocation(params * _grad_dtype_bytes(sc, profile))
 
 
-def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+def _torchao_stepped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """Elements of the largest tensor torchao's per-parameter step updates at once (pytorch/ao v0.12.0
+    torchao/optim/adam.py l. 94-134 ``_AdamBase.step``: one compiled ``single_param_adam`` call per trainable
+    parameter): LoRA's largest adapter tensor; in full fine-tuning the largest parameter (a MoE layer's expert bank is
+    one 3-D parameter), under FSDP2 its local shard (l. 64 ``p.to_local()`` of the DTensor, sharded on dim 0)."""
+    if sc.method is not Method.FULL:
+        return max((t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)), default=0)
+    largest = max([lin.weight_params if lin.group == "expert" else lin.in_features * lin.out_features
+                   for lin in spec.block_linears] + [spec.embedding_params, spec.lm_head_params])
+    if profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1 and not sc.per_rank_layout:
+        return -(-largest // sc.shard_group)
+    return largest
+
+
+def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
+                                adapters: list[Adapter]) -> int:
     if sc.optimizer_in_backward:
         return 0
     largest = largest_weight(spec)
+    if sc.optimizer in TORCHAO_OPTIMIZERS:
+        largest = _torchao_stepped(spec, sc, profile, adapters)
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
         from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
@@ -350,7 +372,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
     tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
-    opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
+    opt_temp = _optimizer_step_temporaries(spec, sc, profile, state, adapters)
     parts = replace(
         state, workspaces=_workspaces(card), host=state.host + acts.host, activations=acts.total,
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,

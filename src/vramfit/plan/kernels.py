@@ -44,6 +44,13 @@ GEMM_EFFICIENCY.update({
     "rtxpro6000-blackwell": Constant(0.821, "measured / peak", _TPT + ": RTX PRO 6000 Workstation 417.98, Server "
                                      "Edition 409.42 (mean 413.7) of 504 TFLOPS"),
     "h200-sxm": Constant(0.799, "measured / peak", _TPT + ": H200 790.29 of 989 TFLOPS (MAMF table: no H200 row)"),
+    # the 350 W PCIe part reaches a smaller share of its (already lower-clocked) peak than the 700 W SXM one
+    "h100-pcie": Constant(0.656, "measured / peak", _TPT + ": H100 PCIe 495.93 of 756 TFLOPS (bare metal, PyTorch 2.7)"),
+    # benchmark card (benchmarks/data/throughput/cards.csv): torchtitan's H100 96GB HBM2e capped at 500 W. No
+    # measurement of its own: the best BF16 matmul linear in board power between the two measured H100s, 350 W
+    # PCIe 495.93 (above) and 700 W SXM 792.1 (_MAMF), = 622.9 TFLOPS at 500 W, of the card's 912.3 peak
+    "h100-96gb-hbm2e-500w": Constant(0.683, "interpolated / peak", _TPT + " (H100 PCIe 495.93 at 350 W) and " + _MAMF
+                                     + " (H100 SXM 792.1 at 700 W), linear in board power to 500 W: 622.9 of 912.3"),
 })
 GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
@@ -117,6 +124,28 @@ HOST_DRAM_BYTES_PER_GPU = Constant(
     "an offloaded optimizer step (DeepSpeed CPU-Adam, FSDP CPU offload with torch's fused CPU AdamW) is "
     "memory-bound: it reads weight, gradient and two moments and writes three of them per parameter",
 )
+#: One CPU thread's torch AdamW(fused=True) step, parameters per second, by the bytes of the parameter/state dtype:
+#: measured with benchmarks/cpu_adam_thread.py (torch 2.13.0 CPU, torch.set_num_threads(1), 10^8 parameters, best of 5)
+#: on one core of an Intel Xeon with AVX-512 BF16 (2026-12-02): bf16 1.06e9/s, fp32 0.84e9/s; a DGX A100's Zen 2 core
+#: (EPYC 7742, no AVX-512) is not faster. Read where the framework's launcher leaves each rank one thread
+#: (profile ranks_single_threaded) and several ranks share the node.
+CPU_ADAM_PARAMS_PER_S_ONE_THREAD = {
+    2: Constant(1.06e9, "parameters/s, bf16 params/grads/moments", "measured: benchmarks/cpu_adam_thread.py (above)"),
+    4: Constant(0.84e9, "parameters/s, fp32 params/grads/moments", "measured: benchmarks/cpu_adam_thread.py (above)"),
+}
+
+
+def host_optimizer_seconds(opt_bytes: float, one_thread_params: float = 0.0) -> float:
+    """Seconds of an offloaded optimizer step per rank: its memory traffic (``opt_bytes``, 7 x the state dtype's bytes
+    per parameter) at the host DRAM's share per GPU or, where each rank has one CPU thread (``one_thread_params`` > 0:
+    the parameters it updates), the slower of that and one thread's AdamW rate for that dtype."""
+    dram = opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
+    if not one_thread_params:
+        return dram
+    fp32 = opt_bytes / one_thread_params >= 7 * 4
+    return max(dram, one_thread_params / CPU_ADAM_PARAMS_PER_S_ONE_THREAD[4 if fp32 else 2].value)
+
+
 PAGED_NOTE = (
     "bitsandbytes paged optimizers keep their state in CUDA managed memory (bitsandbytes "
     "optim/optimizer.py get_state_buffer -> F.get_paged; QLoRA, Dettmers et al. 2023, sec. 2 'Paged "
@@ -166,8 +195,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
-SPEED_ERROR_MEDIAN = 0.08
-SPEED_ERROR_P90 = 0.31
+SPEED_ERROR_MEDIAN = 0.07
+SPEED_ERROR_P90 = 0.28
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "
                 "ops, de-quantization, launch overheads, links, ZeRO-3 prefetch, FSDP1 rate limiter, CPU optimizer, "
                 "paging, rollout generation; scored by "
