@@ -189,6 +189,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # torchtune v0.4.0 recipes/configs/*/lora_finetune_single_device.yaml: AdamW with fused: True
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
+        fsdp_root_unit_methods=(Method.LORA, Method.QLORA),  # no custom_sharded_layers in their configs
         attn_output_copied=True,
         ranks_single_threaded=True,  # `tune run` = torchrun: OMP_NUM_THREADS=1 per rank (profile_fields.py)
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
@@ -342,6 +343,8 @@ def scenario_profile(sc) -> FrameworkProfile:
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
     ``is_gptq_quantized``)."""
     profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
+    if sc.method in profile.fsdp_root_unit_methods and not profile.fsdp_root_gathered:
+        profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES

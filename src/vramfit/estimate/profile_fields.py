@@ -116,6 +116,14 @@ class FrameworkProfile:
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
     fsdp_root_gathered: bool = True
+    # methods whose recipes leave tok_embeddings and output in the root unit although ``fsdp_root_gathered`` is
+    # unset: torchtune v0.4.0 (and @30b8519e8) sets custom_sharded_layers only in the *_full.yaml configs
+    # (recipes/configs/llama3_1/70B_full.yaml); the LoRA/QLoRA configs set none, so lora_finetune_distributed.py
+    # shards the decoder layers, then fully_shard(model) holds the rest (training/_distributed.py shard_model),
+    # and torch 2.4-2.7 never reshards the root after forward (distributed/_composable/fsdp/_fsdp_state.py
+    # _lazy_init: ``post_forward_mesh_info = None`` for the root, unconditionally until torch 2.8 made it
+    # ``if self._auto_reshard_after_forward``)
+    fsdp_root_unit_methods: tuple[Method, ...] = ()
     # FSDP (parallelism fsdp) is FSDP1 wrapping a model loaded on the host: FullyShardedDataParallel(model,
     # device_id=...) moves, flattens and shards one unit at a time on the GPU (accelerate v0.28.0 accelerator.py
     # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
