@@ -59,3 +59,16 @@ def test_the_peak_grows_by_the_unsharded_gradients_less_the_shards():
     aai = estimate(parse_scenario({**BASE, "framework_version": "fsdp-qlora"})).peak
     assert hf.phase == aai.phase == "backward-loss"
     assert hf.allocated_bytes - aai.allocated_bytes == LLAMA_8B_PARAMS * 2 - 4_015_130_624 == 12_045_391_872
+
+
+def test_shard_grad_op_keeps_every_block_gathered_through_a_no_sync_backward():
+    """FSDP1 frees an unsharded parameter in backward only when gradients sync (_should_free_in_backward)."""
+    from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
+
+    block = 218_112_000 * 2  # one Llama-3.1-8B block gathered in bf16
+    synced = _step(parallelism="fsdp-grad-op", grad_accum=1)
+    assert (resharded_above_lowest(synced), resharded_after_blocks(synced)) == (31 * block, 32 * block)
+    aai = _step(parallelism="fsdp-grad-op", framework_version="fsdp-qlora")
+    assert resharded_above_lowest(aai) == 31 * block == 13_522_944_000
+    no_sync = _step(parallelism="fsdp-grad-op")
+    assert (resharded_above_lowest(no_sync), resharded_after_blocks(no_sync)) == (0, 0)
