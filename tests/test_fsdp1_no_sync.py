@@ -72,3 +72,10 @@ def test_shard_grad_op_keeps_every_block_gathered_through_a_no_sync_backward():
     assert resharded_above_lowest(aai) == 31 * block == 13_522_944_000
     no_sync = _step(parallelism="fsdp-grad-op")
     assert (resharded_above_lowest(no_sync), resharded_after_blocks(no_sync)) == (0, 0)
+
+
+def test_answer_ais_loop_turns_no_sync_on_with_cpu_offload():
+    """fsdp_qlora@4cd6923 train.py l. 1063-1064: --use_cpu_offload with accumulation forces --no_sync."""
+    lora = {"method": "lora", "precision": "bf16-true", "framework_version": "fsdp-qlora"}
+    assert _step(**lora, offload="optimizer+params").held_grads == 83_886_080  # bf16 adapters, whole
+    assert _step(**lora).held_grads == 20_971_520  # fp32 shards of 41,943,040 adapter elements over 8 GPUs

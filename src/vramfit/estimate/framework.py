@@ -151,8 +151,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded; its loop "
                              "enters model.no_sync() only with --no_sync (default False, l. 821, 1012), so the sharded "
                              "gradients accumulate",
-                             # not modelled: l. 1063-1064 turn no_sync on for --use_cpu_offload with grad accumulation
-                             (("ranks_single_threaded", False), ("fsdp_unsharded_accum_grads", False))),
+                             # l. 1063-1064 turn no_sync on for --use_cpu_offload with gradient accumulation
+                             (("ranks_single_threaded", False), ("fsdp_unsharded_accum_grads", False),
+                              ("fsdp_no_sync_when_offloaded", True))),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "

@@ -228,7 +228,9 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
 def fsdp1_no_sync(sc: Scenario, profile: FrameworkProfile) -> bool:
     """FSDP1 (flat parameters) with the gradient sync off for every micro-batch but the last (the profile's
     ``fsdp_unsharded_accum_grads``: the HF Trainer's ``accelerator.no_sync``, Fabric's ``no_backward_sync``)."""
-    return (profile.fsdp_unsharded_accum_grads and not profile.fsdp2 and sc.shard_group > 1
+    no_sync = profile.fsdp_unsharded_accum_grads or (
+        profile.fsdp_no_sync_when_offloaded and sc.offload is Offload.OPTIMIZER_PARAMS)
+    return (no_sync and not profile.fsdp2 and sc.shard_group > 1
             and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP))
 
 
@@ -251,7 +253,12 @@ def _fsdp1_no_sync_grads(sc: Scenario, profile: FrameworkProfile, parts: Parts) 
     ``accelerator.accumulate``, whose no_sync is skipped only with sync_each_batch), and accelerate v1.15.0
     accelerator.py l. 1172-1176 calls the FSDP1 module's own ``no_sync``; accelerate applies MixedPrecision from
     the Trainer's bf16/fp16 (utils/dataclasses.py l. 2109 set_mixed_precision, accelerator.py l. 1950)."""
-    per = sc.precision.compute_bytes if casts_params(sc, profile) or not sc.precision.mixed else sc.precision.param_bytes
+    from vramfit.estimate.framework import adapter_bytes
+
+    if casts_params(sc, profile) or (profile.fsdp_mixed_casts_params and not sc.precision.mixed):
+        per = sc.precision.compute_bytes  # MixedPrecision's param_dtype (accelerate: from the Trainer's bf16/fp16)
+    else:  # no cast: the trainable parameters' own dtype
+        per = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(profile, sc.precision)
     return round_allocation(parts.num_trainable * per)
 
 
