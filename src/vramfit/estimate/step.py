@@ -250,7 +250,8 @@ def _fsdp1_no_sync_grads(sc: Scenario, profile: FrameworkProfile, parts: Parts) 
     bf16 ``.grad`` on each rank after a no_sync micro-batch, fp32 shards of 230,016 B after the synced one; LoRA r8
     on q/v, 4,096 adapter elements -> 8,192 B bf16 unsharded. The HF Trainer enters ``accelerator.no_sync(model)``
     for every micro-batch but the last (transformers v5.24.0 trainer.py l. 1904-1915; v4.44 through
-    ``accelerator.accumulate``, whose no_sync is skipped only with sync_each_batch), and accelerate v1.15.0
+    ``accelerator.accumulate``, which enters ``self.no_sync(m)`` unless gradients sync or sync_each_batch is set:
+    accelerate v0.33.0 accelerator.py l. 1063-1075), and accelerate v1.15.0
     accelerator.py l. 1172-1176 calls the FSDP1 module's own ``no_sync``; accelerate applies MixedPrecision from
     the Trainer's bf16/fp16 (utils/dataclasses.py l. 2109 set_mixed_precision, accelerator.py l. 1950)."""
     from vramfit.estimate.framework import adapter_bytes
