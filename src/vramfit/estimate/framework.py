@@ -28,6 +28,12 @@ from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parall
 _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
                 ("fsdp_lora_units_nested", False))
 
+# HF Trainer before the fused default (transformers PR #37358, merged 2025-07, and only on torch >= 2.8):
+# transformers v4.46.3 training_args.py l. 1271 `default_optim = "adamw_torch"`; trainer.py l. 1271-1277 builds
+# torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
+# (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
+_ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
         name="transformers + PEFT",
@@ -91,14 +97,15 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "transformers-4.44",
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
-                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
-                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
-                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
+                "(foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -137,8 +144,14 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                               ("weights_load_host", (Parallelism.NONE, *FSDP_FAMILY, Parallelism.ZERO1, Parallelism.ZERO2,
                                                      Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
-                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
-                             (("ds_gathers_on_one_gpu", True),)),
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953); ZeRO-1/2 "
+                             "flatten on the host (as deepspeed-0.18)",
+                             (("ds_gathers_on_one_gpu", True), ("ds_flattens_on_host", True))),
+            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329 (the "
+                             "same through v0.18.9): each parameter group moved to the host and empty_cache() before "
+                             "the flatten, no flat copy beside the parameters on the GPU (flatten_on_accelerator "
+                             "arrived in v0.19.0)",
+                             (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
                              (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),

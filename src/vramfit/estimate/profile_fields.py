@@ -193,6 +193,12 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
+    # dtype, not as the processors' float32 (unslothai/unsloth-zoo@ce232d6c unsloth_zoo/vision_utils.py
+    # UnslothVisionDataCollator._cast_pixel_values_dtype_inplace: `batch[key].to(self.dtype)`, the config's dtype);
+    # TRL 1.16.0's DataCollatorForVisionLanguageModeling (trainer/sft_trainer.py) returns the processor's tensors as
+    # they are (estimate/vision.py pixel_input_bytes)
+    pixels_in_model_dtype: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
@@ -259,6 +265,10 @@ class FrameworkProfile:
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
+    # DeepSpeed < 0.19.0 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
+    # (v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329: ``param.cpu_data = param.data.cpu()``,
+    # ``empty_cache()``); 0.19.0 flattens on the accelerator when it has the room (estimate/ds_load.py)
+    ds_flattens_on_host: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
