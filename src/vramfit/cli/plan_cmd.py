@@ -346,7 +346,7 @@ def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
 
 def render_sweep(r, key: str) -> None:
     """The sweep as a table: the three peaks per value, and whether each card holds it."""
-    t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
+    t = Table(title=f"Peak per GPU over {key}; fits = device peak less releasable cache within usable memory less {r.safety_margin:.0%}",
               title_justify="left")
     for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
         t.add_column(col, justify="right")

@@ -53,12 +53,22 @@ class Peak:
     device_bytes: int
     phase: str  # the phase in which the allocated peak happens
     breakdown: tuple[tuple[str, int], ...] = ()  # components live at that moment; sums to allocated
+    #: the device figure a card without headroom needs: cached segments the allocator releases on an OOM retry
+    #: (vramfit.sim.cuda_allocator) not counted; -1: the same as ``device_bytes`` (nothing modelled as releasable)
+    required: int = -1
+
+    @property
+    def required_bytes(self) -> int:
+        """What the run needs on the card (the fit verdict's figure, vramfit.plan.verdict): ``device_bytes`` less
+        the cached segments holding no live block, which ``malloc`` releases and retries before it fails."""
+        return self.device_bytes if self.required < 0 else self.required
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "allocated_bytes": self.allocated_bytes,
             "reserved_bytes": self.reserved_bytes,
             "device_bytes": self.device_bytes,
+            "required_bytes": self.required_bytes,
             "phase": self.phase,
             "breakdown": dict(self.breakdown),
         }
@@ -98,7 +108,7 @@ class ModelInfo:
 class FitInfo:
     """The verdict on one card, made by the planner (``vramfit.plan.verdict``), never by the estimator.
 
-    ``fits``: the device peak per GPU is within ``limit_bytes`` (usable memory less the safety
+    ``fits``: the required peak per GPU (``Peak.required_bytes``) is within ``limit_bytes`` (usable memory less the safety
     margin), with ``paging_bytes`` of paged optimizer state moved to host RAM where that is needed.
     """
 

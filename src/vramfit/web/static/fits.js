@@ -136,7 +136,8 @@
       const tr = body.insertRow();
       tr.className = f.fits ? "ok" : "bad";
       cell(tr, f.name);
-      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(est.peak.device_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
+      // the verdict's figure: the device peak less the cache the allocator releases on an OOM retry (plan/verdict.py)
+      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(est.peak.required_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
     });
     return t;
   }
