@@ -78,7 +78,7 @@
     (p.notes || []).forEach((n) => name.append(small(R.text(n), "plan-note")));
     if (window.VFExport) name.append(window.VFExport.button(p));
     cell(tr, "× " + p.num_gpus, "num");
-    cell(tr, VF.fmtGiB(p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
+    cell(tr, VF.fmtGiB(p.required_bytes || p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
     cell(tr, p.tokens_per_s ? VF.fmtNum(p.tokens_per_s, 0) : "—", "num");
     const time = cell(tr, hours(p.hours), "num");
     if (p.hours_range) time.append(small(hours(p.hours_range[0]) + "–" + hours(p.hours_range[1]), "band"));  // p90 band
