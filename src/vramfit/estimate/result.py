@@ -53,15 +53,14 @@ class Peak:
     device_bytes: int
     phase: str  # the phase in which the allocated peak happens
     breakdown: tuple[tuple[str, int], ...] = ()  # components live at that moment; sums to allocated
-    #: the device figure a card without headroom needs: cached segments the allocator releases on an OOM retry
-    #: (vramfit.sim.cuda_allocator) not counted; -1: the same as ``device_bytes`` (nothing modelled as releasable)
-    required: int = -1
+    #: what the run needs on the card (the fit verdict's figure, vramfit.plan.verdict): ``device_bytes`` less the
+    #: cached segments holding no live block, which the allocator's ``malloc`` releases and retries before it fails
+    #: (vramfit.sim.cuda_allocator); not given (-1): ``device_bytes`` (nothing modelled as releasable)
+    required_bytes: int = -1
 
-    @property
-    def required_bytes(self) -> int:
-        """What the run needs on the card (the fit verdict's figure, vramfit.plan.verdict): ``device_bytes`` less
-        the cached segments holding no live block, which ``malloc`` releases and retries before it fails."""
-        return self.device_bytes if self.required < 0 else self.required
+    def __post_init__(self) -> None:
+        if self.required_bytes < 0:
+            object.__setattr__(self, "required_bytes", self.device_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
