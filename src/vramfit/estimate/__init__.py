@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
-from vramfit.estimate.allocator import length_variation_note, step_transients, transient_required, transient_reserved
+from vramfit.estimate.allocator import (
+    length_variation_note,
+    step_transients,
+    transient_required,
+    transient_reserved,
+    zero2_step_reserved,
+)
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
@@ -263,9 +269,13 @@ def estimate_spec(
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
               required: bool = False) -> int:
     """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
-    core.reserved_bytes), the FSDP and load terms on top (the same path for both, so they differ only there)."""
-    reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, r.profile.alloc_conf,
-                              required)
+    core.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
+    conf = r.profile.alloc_conf
+    reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
+    step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
+    if cached := zero2_step_reserved(r, step_allocated, events, conf):
+        step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
+        reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     return load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
 

@@ -111,8 +111,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     a = step.acts
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
            step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
-    if not step.lowest_grads:
-        return top
+    if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
+        return max((top, second_lowest_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))

@@ -209,10 +209,13 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     the single-stream figure. The default stream's high-water is every phase without its sharded
     gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
     """
+    from vramfit.estimate.fsdp2 import allgather_pool_idle
+
     pool = gradient_pool(r, phases)
     if pool:
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
+    reserved += allgather_pool_idle(r)  # FSDP2's all-gather copy-in stream (estimate/fsdp2.py, 7)
     floor = host_wrap_floor(r)
     if not floor:
         return reserved

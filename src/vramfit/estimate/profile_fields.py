@@ -137,6 +137,13 @@ class FrameworkProfile:
     # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
     # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
     fsdp_lora_units_nested: bool = False
+    # the framework's multi-GPU launcher leaves each rank one CPU thread (HF: `accelerate launch`, framework.py); torchtune's
+    # `tune run` is torch.distributed.run
+    # (torchtune@30b8519e8 torchtune/_cli/run.py l. 18, 81-89 `_run_distributed` calls its run(args)), whose
+    # config_from_args sets OMP_NUM_THREADS=1 for every rank when nproc_per_node > 1 and the variable is unset
+    # (torch v2.13.0 distributed/run.py l. 872-884), so an offloaded optimizer step (torch's CPU AdamW) runs on one
+    # core per rank (plan/kernels.py CPU_ADAM_PARAMS_PER_S_ONE_THREAD)
+    ranks_single_threaded: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -249,6 +256,10 @@ class FrameworkProfile:
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
+    # DeepSpeed < 0.19.0 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
+    # (v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329: ``param.cpu_data = param.data.cpu()``,
+    # ``empty_cache()``); 0.19.0 flattens on the accelerator when it has the room (estimate/ds_load.py)
+    ds_flattens_on_host: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
