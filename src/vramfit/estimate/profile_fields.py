@@ -193,6 +193,12 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
+    # dtype, not as the processors' float32 (unslothai/unsloth-zoo@ce232d6c unsloth_zoo/vision_utils.py
+    # UnslothVisionDataCollator._cast_pixel_values_dtype_inplace: `batch[key].to(self.dtype)`, the config's dtype);
+    # TRL 1.16.0's DataCollatorForVisionLanguageModeling (trainer/sft_trainer.py) returns the processor's tensors as
+    # they are (estimate/vision.py pixel_input_bytes)
+    pixels_in_model_dtype: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
