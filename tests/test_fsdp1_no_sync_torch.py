@@ -1,6 +1,7 @@
 """The torch FSDP1 behaviour estimate/step.py _fsdp1_no_sync_grads rests on, run for real on CPU/gloo with two
 ranks: under ``no_sync`` each trainable FlatParameter keeps its whole unsharded gradient in MixedPrecision's
-param_dtype, a frozen one none; the synced micro-batch leaves the shards in the parameters' dtype."""
+param_dtype (a block unit mixing frozen weights and adapters: the whole block), a frozen one none; the synced
+micro-batch leaves the shards in the parameters' dtype."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    seen = {method: _grads(method) for method in ("full", "lora")}
+    seen = {method: _grads(method) for method in ("full", "lora", "litgpt")}
     if rank == 0:
         with open(out, "w") as f:
             f.write(repr(seen))
@@ -39,20 +40,23 @@ def _grads(method: str) -> list:
                       num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)  # fp32 parameters (bf16-mixed)
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LlamaDecoderLayer})
-    if method == "lora":
+    bf16 = torch.bfloat16
+    if method != "full":
         from peft import LoraConfig, get_peft_model
         from peft.utils.other import fsdp_auto_wrap_policy
 
         model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-        policy = fsdp_auto_wrap_policy(model)  # what the Trainer swaps in (update_fsdp_plugin_peft)
-    bf16 = torch.bfloat16
+        if method == "lora":
+            policy = fsdp_auto_wrap_policy(model)  # what the Trainer swaps in (update_fsdp_plugin_peft)
+        else:  # lit-gpt: bf16-true weights, the block as the only unit (adapters inside it), no autocast
+            model = model.to(bf16)
     model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True, device_id=torch.device("cpu"),
                  mixed_precision=MixedPrecision(param_dtype=bf16, reduce_dtype=bf16, buffer_dtype=bf16))
     ids = torch.randint(0, 256, (1, 16))
     seen = []
     for sync in (False, True):
         with model.no_sync() if not sync else torch.enable_grad():
-            with torch.autocast("cpu", bf16):
+            with torch.autocast("cpu", bf16, enabled=method != "litgpt"):
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
         for h in (m._handle for m in FSDP.fsdp_modules(model) if m._handle is not None):
@@ -91,3 +95,33 @@ def test_lora_holds_only_its_adapters_units(runs):
     held = [g for sync, _, g in seen if not sync and g is not None]
     assert held == [(512, "torch.bfloat16")] * 8  # r8 A and B of q and v in 2 layers: 4,096 elements
     assert sum(1 for sync, _, g in seen if not sync and g is None) == 3  # the frozen units: no gradient
+
+
+LITGPT_BLOCK = 41_088 + 2_048  # one Llama block's frozen weights and its q/v adapters, one FlatParameter
+
+
+def test_litgpt_blocks_hold_their_whole_flat_parameter(runs):
+    """Lightning 2.1's use_orig_params=True with lit-gpt's {Block} units: the adapters share the block's
+    FlatParameter, and its no_sync gradient spans it whole (frozen elements as zeros) until the synced
+    micro-batch shards it; the all-frozen root unit gets none."""
+    seen = runs["litgpt"]
+    held = [g for sync, _, g in seen if not sync]
+    assert held == [None, (LITGPT_BLOCK, "torch.bfloat16"), (LITGPT_BLOCK, "torch.bfloat16")]
+    assert [g for sync, _, g in seen if sync] == [None] + [(LITGPT_BLOCK // 2, "torch.bfloat16")] * 2
+
+
+def test_the_estimator_holds_the_same_bytes(runs):
+    """estimate/step.py _fsdp1_no_sync_grads on the same tiny Llama under the litgpt profile."""
+    from transformers import LlamaConfig
+
+    from vramfit.estimate.step import compute
+    from vramfit.models.hf_config import spec_from_hf_config
+    from vramfit.scenario import parse_scenario
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)
+    sc = parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "framework": "litgpt", "method": "lora",
+                         "precision": "bf16-true", "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"],
+                         "num_gpus": 2, "parallelism": "fsdp", "grad_accum": 2, "seq_len": 16})
+    torch_bytes = sum(g[0] * 2 for sync, _, g in runs["litgpt"] if not sync and g)  # bf16
+    assert compute(spec_from_hf_config(cfg.to_dict()), sc).held_grads == torch_bytes == 172_544

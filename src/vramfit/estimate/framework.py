@@ -257,9 +257,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_dequant_via_fp16=True,
         standard_loss=LossLayout.LITGPT_CHUNKED_HEAD,
         torch_optimizer_impl=OptimizerImpl.FOREACH,  # torch v2.1.0 torch/optim/adamw.py: foreach default on CUDA
-        # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
-        # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
-        fsdp_frozen_stay_gathered=True,
+        # lit-gpt@8641822 finetune/lora.py l. 214-215 runs every micro-batch but the last in
+        # `fabric.no_backward_sync(model, enabled=is_accumulating)`, which Lightning 2.1 (pytorch-lightning@71aed75
+        # src/lightning/fabric/strategies/fsdp.py l. 760-773 _FSDPBackwardSyncControl) turns into FSDP1's no_sync()
+        fsdp_unsharded_accum_grads=True,
+        fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -273,9 +275,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             # named for its year: a later release than the default, kept because users run it
             FrameworkVersion(
                 "litgpt-2024",
-                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unsharded gradients under "
-                "no_backward_sync while accumulating, unchunked logits in full fine-tuning",
-                (("untied_head_copy", True), ("fsdp_unsharded_accum_grads", True), ("full_unchunked_logits", True)),
+                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unchunked logits in full "
+                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822)",
+                (("untied_head_copy", True), ("full_unchunked_logits", True)),
             ),
         ),
     ),

@@ -109,9 +109,6 @@ class FrameworkProfile:
     standard_loss: LossLayout
     # the torch AdamW implementation the framework's default recipe runs (torch v2.13.0 torch/optim/adamw.py)
     torch_optimizer_impl: OptimizerImpl
-    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982; what the lit-gpt@8641822
-    # measurements show): frozen parameters all-gathered in backward stay unsharded until the end of backward
-    fsdp_frozen_stay_gathered: bool = False
     # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
@@ -222,6 +219,11 @@ class FrameworkProfile:
     # ... but only when the parameters are offloaded: AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1063-1064 turns
     # --no_sync on for --use_cpu_offload with gradient accumulation (FSDP1 cannot accumulate offloaded shards)
     fsdp_no_sync_when_offloaded: bool = False
+    # FSDP1 LoRA: each decoder block is one unit whose FlatParameter holds the frozen weights and the adapters
+    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step.py
+    # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
+    # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
+    fsdp_lora_block_units: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False

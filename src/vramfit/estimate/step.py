@@ -218,7 +218,7 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP and profile.fsdp2:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     if sc.grad_accum > 1 and not in_bwd and fsdp1_no_sync(sc, profile):
-        held = _fsdp1_no_sync_grads(sc, profile, parts)
+        held = _fsdp1_no_sync_grads(spec, sc, profile, parts)
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
     if sc.method is Method.FULL:
         # the output layer's gradient as autograd makes it, whole, before any reduce-scatter or offload (the
@@ -249,7 +249,7 @@ def fsdp1_no_sync(sc: Scenario, profile: FrameworkProfile) -> bool:
             and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP))
 
 
-def _fsdp1_no_sync_grads(sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+def _fsdp1_no_sync_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
     """Gradients FSDP1 holds between micro-batches under ``no_sync``: every trainable FlatParameter's whole
     (unpadded, unsharded) gradient, on the GPU even when the shards are offloaded, in the dtype autograd made it in:
     the 16-bit ``param_dtype`` under MixedPrecision (fp32 adapters included), else the parameters' own.
@@ -268,13 +268,25 @@ def _fsdp1_no_sync_grads(sc: Scenario, profile: FrameworkProfile, parts: Parts) 
     ``accelerator.accumulate``, which enters ``self.no_sync(m)`` unless gradients sync or sync_each_batch is set:
     accelerate v0.33.0 accelerator.py l. 1063-1075), and accelerate v1.15.0
     accelerator.py l. 1172-1176 calls the FSDP1 module's own ``no_sync``; accelerate applies MixedPrecision from
-    the Trainer's bf16/fp16 (utils/dataclasses.py l. 2109 set_mixed_precision, accelerator.py l. 1950)."""
+    the Trainer's bf16/fp16 (utils/dataclasses.py l. 2109 set_mixed_precision, accelerator.py l. 1950).
+
+    Adapters sharing their block's unit (``profile.fsdp_lora_block_units``: Lightning's use_orig_params=True):
+    that FlatParameter requires grad when any of its tensors does (_flat_param.py l. 832), the adapters' views are
+    split out of it (``_use_unsharded_views`` l. 1949-2010), so autograd's gradient for it is the whole flat
+    parameter, frozen elements as zeros, in its one dtype: every block whole. CPU/gloo (tests/
+    test_fsdp1_no_sync_torch.py): 43,136 elements per Llama block unit (41,088 frozen + 2,048 adapter)."""
     from vramfit.estimate.framework import adapter_bytes
 
-    if casts_params(sc, profile) or (profile.fsdp_mixed_casts_params and not sc.precision.mixed):
+    cast = casts_params(sc, profile) or (profile.fsdp_mixed_casts_params and not sc.precision.mixed)
+    if cast:
         per = sc.precision.compute_bytes  # MixedPrecision's param_dtype (accelerate: from the Trainer's bf16/fp16)
     else:  # no cast: the trainable parameters' own dtype
         per = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(profile, sc.precision)
+    if sc.method is not Method.FULL and profile.fsdp_lora_block_units and sc.quantize is Quantize.NONE:
+        blocks = (sum(lin.params * spec.layers_of(lin) for lin in spec.block_linears)
+                  + spec.num_hidden_layers * spec.block_norm_params)
+        # one FlatParameter, one dtype: the frozen weights' (param_dtype when FSDP casts)
+        return round_allocation((blocks + parts.num_trainable) * (per if cast else sc.precision.param_bytes))
     return round_allocation(parts.num_trainable * per)
 
 
