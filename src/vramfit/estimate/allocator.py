@@ -153,16 +153,23 @@ def transient_reserved(events: list[int] | tuple[int, ...], conf: AllocatorConf 
     segments are off by default (``torch-docs`` ``expandable_segments``). Reserved only grows.
     ``conf``: the framework's ``PYTORCH_CUDA_ALLOC_CONF`` (:class:`AllocatorConf`), None for torch's defaults.
     """
-    return _replay(tuple(events), conf)
+    return _replay(tuple(events), conf)[:2]
+
+
+def transient_required(events: list[int] | tuple[int, ...], conf: AllocatorConf | None = None) -> int:
+    """The peak bytes of the segments holding a live block in :func:`transient_reserved`'s replay: what the
+    transients need on a card without headroom, where ``malloc`` releases every wholly free cached segment
+    (``release_cached_blocks``) before it fails (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`)."""
+    return _replay(tuple(events), conf)[2]
 
 
 @lru_cache(maxsize=4096)  # a pure function of the events: the planner and the web repeat the same steps
-def _replay(events: tuple[int, ...], conf: AllocatorConf | None = None) -> tuple[int, int]:
+def _replay(events: tuple[int, ...], conf: AllocatorConf | None = None) -> tuple[int, int, int]:
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     model = CachingAllocatorModel(conf)
     run_events(model, events)
-    return model.stats.peak_allocated, model.stats.peak_reserved
+    return model.stats.peak_allocated, model.stats.peak_reserved, model.stats.peak_required
 
 
 def run_events(model, events: tuple[int, ...] | list[int]) -> None:

@@ -16,6 +16,7 @@ from vramfit.estimate.allocator import (
     reserved_for_tensors,
     round_allocation,
     rounded_sum,
+    transient_required,
     transient_reserved,
 )
 from vramfit.estimate.constants import (
@@ -379,7 +380,8 @@ def optimizer_temporaries(sc: Scenario, parts: Parts, profile: FrameworkProfile,
 
 
 def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, layers: int,
-                   transients: list[int] | tuple[int, ...] = (), conf: AllocatorConf | None = None) -> int:
+                   transients: list[int] | tuple[int, ...] = (), conf: AllocatorConf | None = None,
+                   required: bool = False) -> int:
     """``max_memory_reserved``: the allocated peak plus what the caching allocator holds unused.
 
     Persistent tensors: each large one opens its own segment rounded to 2 MiB
@@ -391,6 +393,8 @@ def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, la
     gradient that follows it (:func:`vramfit.estimate.allocator.transient_reserved`). ``conf``: the framework's
     allocator settings; under them the transients' reserved figure is set against their high-water mark at the
     estimator's own 512-byte rounding, so a coarser ``roundup_power2_divisions`` rounding lands in the cached bytes.
+    ``required``: the transients' segments that hold a live block at their peak, not every segment they leave
+    cached (:func:`vramfit.estimate.allocator.transient_required`: what a card without headroom needs).
     """
     persistent_slack = reserved_for_tensors(parts.param_tensors) - rounded_sum(parts.param_tensors)
     if conf is not None and conf.expandable_segments:
@@ -399,6 +403,7 @@ def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, la
     cached = 0
     if transients:
         peak, reserved = transient_reserved(transients, conf)
+        reserved = transient_required(transients, conf) if required else reserved
         peak = peak if conf is None else plain_peak(transients)
         # whole 2 MiB units only: what is under one unit is the live segments' own kRoundLarge
         # rounding, not a segment left cached (and would wobble with the micro-batch)

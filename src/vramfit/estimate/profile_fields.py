@@ -215,6 +215,9 @@ class FrameworkProfile:
     # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
     # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
     fsdp_unsharded_accum_grads: bool = False
+    # ... but only when the parameters are offloaded: AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1063-1064 turns
+    # --no_sync on for --use_cpu_offload with gradient accumulation (FSDP1 cannot accumulate offloaded shards)
+    fsdp_no_sync_when_offloaded: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
