@@ -193,6 +193,10 @@ class FrameworkProfile:
     # l. 93-96 moves CPU blocks and scales to CUDA whenever it is available, l. 327-330 moves the result back and
     # empties the cache (v5.24.0 _convert_moe_packed_tensors converts on the blocks' own device)
     mxfp4_host_dequant_on_gpu: bool = False
+    # the modelling code is transformers 4's for vision encoders: a tower whose v4 encoder checkpoints its layers
+    # (spec.vision.checkpointed_v4, transformers v4.46.2 models/mllama/modeling_mllama.py l. 381-386) runs them under
+    # checkpointing once the model's gradient checkpointing is on; v5.24.0 runs them as plain modules
+    vision_v4_checkpointing: bool = False
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
