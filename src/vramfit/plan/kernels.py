@@ -120,8 +120,8 @@ ZERO3_HOST_S_PER_LAYER = Constant(
     "DeepSpeed's per-module fetch/release and gradient hooks, partitioned_param_coordinator)",
     "on one GPU it overlaps the kernels, the micro-batch taking the longer of the two: with one partition DeepSpeed "
     "v0.12.3 gathers nothing (partition_parameters.py l. 1109-1110 _no_gather_coalesced), and the handle's "
-    "current_stream().synchronize() (l. 80-83) runs inside fetch_sub_module's allgather-stream context "
-    "(partitioned_param_coordinator.py l. 295-303), a side stream with no kernels, so the host never waits on the "
+    "current_stream().synchronize() (l. 80-84) runs inside fetch_sub_module's allgather-stream context "
+    "(partitioned_param_coordinator.py l. 297-303), a side stream with no kernels, so the host never waits on the "
     "compute stream inside a micro-batch but for the reduce events that let it run two gradient buckets ahead "
     "(stage3.py l. 1190-1193); each backward ends with reduce_and_partition_stream.synchronize() (stage3.py l. 1079, "
     "from engine.allreduce_gradients)",
