@@ -88,7 +88,7 @@ def test_multi_gpu_traffic_over_pcie_can_dominate():
 def _bench():
     from benchmark_modules import load_benchmark
 
-    return load_benchmark("throughput")
+    return load_benchmark("speed_accuracy")
 
 
 def test_benchmark_summary_beats_the_old_model():
@@ -258,7 +258,7 @@ def test_zero3_hooks_add_a_fixed_cost_over_several_gpus():
 
 
 def test_readme_shows_the_benchmark_as_it_runs():
-    """docs/planner.md 'Time and cost' quotes the first four summary lines of benchmarks/throughput.py verbatim."""
+    """docs/planner.md 'Time and cost' quotes the first four summary lines of benchmarks/speed_accuracy.py verbatim."""
     from pathlib import Path
 
     b = _bench()

@@ -257,9 +257,9 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
-#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
+#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/speed_accuracy.py``; pinned by a test).
 SPEED_ERROR_MEDIAN = 0.07
 SPEED_ERROR_P90 = 0.22
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "
                 "ops, de-quantization, launch overheads (ZeRO-3 host time beside the kernels), links (NCCL's PCIe peer-to-peer rule), ZeRO-3 prefetch, FSDP1 "
-                "rate limiter, CPU optimizer, paging, rollout generation; scored by benchmarks/throughput.py")
+                "rate limiter, CPU optimizer, paging, rollout generation; scored by benchmarks/speed_accuracy.py")
