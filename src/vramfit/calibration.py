@@ -7,17 +7,19 @@ estimator applies an entry only to a card of the family it was measured on (:fun
 one GPU's calibration never moves another's figure. Light: json and dataclasses only (platformdirs is
 imported only to find the default path).
 
-File (JSON)::
+File (JSON; ``speed_factor`` and ``speed_runs`` optional, files written before them still load)::
 
     {"version": 1, "families": {"h100": {"runs": 7, "cuda_context_bytes": 548405248,
-                                         "allocator_fraction": 0.031, "gpus": ["h100-sxm"]}}}
+                                         "allocator_fraction": 0.031, "gpus": ["h100-sxm"],
+                                         "speed_factor": 1.12, "speed_runs": 5}}}
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,16 @@ class FamilyCalibration:
     cuda_context_bytes: int  # device - reserved: nvidia-smi minus PyTorch's reserved peak
     allocator_fraction: float  # (reserved - allocated) / allocated
     gpus: tuple[str, ...] = ()  # the catalog ids (or device names) the runs were made on, for the note
+    #: median of measured / predicted step time over the family's runs with a step time (the planner's
+    #: mechanism model, ``plan.timing.scenario_speed``); None: times not calibrated
+    speed_factor: float | None = None
+    speed_runs: int = 0  # the runs speed_factor is the median of
+
+    def speed_note(self) -> str:
+        """What the planner says of a time it multiplied by :attr:`speed_factor`."""
+        where = ", ".join(self.gpus) if self.gpus else self.family
+        return (f"times calibrated from {self.speed_runs} run{'s' if self.speed_runs != 1 else ''} on {where} "
+                f"(vramfit calibrate): x{self.speed_factor:.2f}")
 
     def note(self) -> str:
         where = ", ".join(self.gpus) if self.gpus else self.family
@@ -62,6 +74,8 @@ class Calibration:
         fams = {k: {**asdict(v), "gpus": list(v.gpus)} for k, v in sorted(self.families.items())}
         for v in fams.values():
             del v["family"]
+            if v["speed_factor"] is None:  # times not calibrated: the file as before the fields existed
+                del v["speed_factor"], v["speed_runs"]
         return {"version": VERSION, "families": fams}
 
 
@@ -97,8 +111,21 @@ def parse(data: Any, path: str = "") -> Calibration:
         if fc.runs < 1 or fc.cuda_context_bytes < 0 or not 0 <= fc.allocator_fraction < 1:
             raise VramfitError(f"calibration file {path}: family {fam!r}: runs >= 1, cuda_context_bytes >= 0, "
                                "0 <= allocator_fraction < 1")
-        fams[fc.family] = fc
+        fams[fc.family] = replace(fc, **_speed_fields(e, f"calibration file {path}: family {fam!r}"))
     return Calibration(fams, path)
+
+
+def _speed_fields(e: dict, where: str) -> dict[str, Any]:
+    """``speed_factor`` (a finite number > 0, or absent/null) and ``speed_runs`` (an integer >= 1 with a factor)."""
+    factor, runs = e.get("speed_factor"), e.get("speed_runs", 0)
+    if factor is None:
+        return {}
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+        raise VramfitError(f"{where}: speed_factor must be a finite number > 0 (measured / predicted step time), "
+                           f"got {factor!r}")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise VramfitError(f"{where}: speed_runs must be an integer >= 1 with a speed_factor, got {runs!r}")
+    return {"speed_factor": float(factor), "speed_runs": runs}
 
 
 def load(path: str | Path) -> Calibration:

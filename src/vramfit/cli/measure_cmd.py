@@ -286,6 +286,10 @@ def calibrate(
         fams = ", ".join(f"{f} ({c.runs} runs)" for f, c in sorted(cal.families.items()))
         console.print(f"calibration for {fams} written to {written}: estimate, plan, fit, sweep and serve apply it "
                       "to cards of the same family only", highlight=False)
+        for f, c in sorted(cal.families.items()):
+            if c.speed_factor is not None:
+                console.print(f"plan times steps on {f} cards x{c.speed_factor:.3f} (measured / predicted, "
+                              f"{c.speed_runs} runs)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,10 @@ outside the allocator):
   the estimator's own ``reserved − allocated``.
 
 Out-of-memory runs score the fit verdict: the estimate's device figure against the card's total memory.
+
+Speed (runs with a step time on a catalog card): measured step time / the planner's predicted one
+(:func:`vramfit.plan.timing.scenario_speed`, the mechanism model); per GPU family the median ratio is the
+``speed_factor`` the planner multiplies that family's predicted step times by.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ class Overhead:
 
 
 @dataclass
+class SpeedFit:
+    gpu_family: str
+    runs: int
+    factor: float  # median of measured / predicted step time
+    factor_min: float
+    factor_max: float
+    gpus: list[str] = field(default_factory=list)
+
+
+@dataclass
 class CalibrationReport:
     runs: int
     scored: int
@@ -76,6 +90,7 @@ class CalibrationReport:
     overheads: list[Overhead]
     skipped: list[tuple[str, str]]  # (run id, reason)
     stored_estimates: int = 0  # runs scored against their stored estimate
+    speeds: list[SpeedFit] = field(default_factory=list)  # per GPU family: measured / predicted step time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,12 +148,29 @@ def _card_name(rec: RunRecord) -> str:
             or env.get("gpu_name") or rec.gpu_family)
 
 
+def _predicted_step_s(rec: RunRecord) -> tuple[float | None, str]:
+    """(the planner's predicted step time of the run's scenario on its card, why not)."""
+    from vramfit.plan.timing import scenario_speed
+
+    card = _card_name(rec)
+    try:
+        s = scenario_speed(rec.scenario, card)
+    except _STORED_SCENARIO_ERRORS as exc:
+        return None, f"cannot time: {_reason(exc)}"
+    return (s.step_s, "") if s is not None and s.step_s > 0 else (None, f"cannot time: no speed figures for {card}")
+
+
 def to_calibration(rep: CalibrationReport) -> Calibration:
-    """The calibration file's content: each family's measured context and allocator slack (medians)."""
-    return Calibration({o.gpu_family: FamilyCalibration(o.gpu_family, o.runs, max(0, o.context_median_bytes),
-                                                        min(max(0.0, o.allocator_median_fraction), 0.99),
-                                                        tuple(o.gpus))
-                        for o in rep.overheads})
+    """The calibration file's content: each family's measured context and allocator slack (medians), and its
+    step-time factor where runs timed it (a family without memory overheads is not written)."""
+    speeds = {f.gpu_family: f for f in rep.speeds}
+    fams = {}
+    for o in rep.overheads:
+        sp = speeds.get(o.gpu_family)
+        fams[o.gpu_family] = FamilyCalibration(o.gpu_family, o.runs, max(0, o.context_median_bytes),
+                                               min(max(0.0, o.allocator_median_fraction), 0.99), tuple(o.gpus),
+                                               sp.factor if sp else None, sp.runs if sp else 0)
+    return Calibration(fams)
 
 
 @dataclass
@@ -150,6 +182,8 @@ class _Tally:
     over: dict[str, list[tuple[int, int, int, int, int]]] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     cards: dict[str, set[str]] = field(default_factory=dict)
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # measured / predicted step time per family
+    speed_cards: dict[str, set[str]] = field(default_factory=dict)
     scored: int = 0
     stored_used: int = 0
 
@@ -174,6 +208,18 @@ class _Tally:
         self.scored += 1
         self.stored_used += from_stored
         self._add_figures(key, rec, figures, est)
+        self._add_speed(rec)
+
+    def _add_speed(self, rec: RunRecord) -> None:
+        """The run's measured / predicted step time, where it has a step time and its card can be timed."""
+        if not rec.step_time_s or rec.step_time_s <= 0:
+            return
+        predicted, why = _predicted_step_s(rec)
+        if predicted is None:
+            self.skipped.append((rec.id, f"step time not scored: {why}"))
+            return
+        self.ratios.setdefault(rec.gpu_family, []).append(rec.step_time_s / predicted)
+        self.speed_cards.setdefault(rec.gpu_family, set()).add(_card_name(rec))
 
     def _add_figures(self, key: tuple[str, str], rec: RunRecord, figures: dict[str, int], est: dict[str, int]) -> None:
         """The run's signed errors, and (single-GPU runs with all three counters) its implied overheads."""
@@ -230,6 +276,12 @@ def _overheads(tally: _Tally) -> list[Overhead]:
     return overheads
 
 
+def _speeds(tally: _Tally) -> list[SpeedFit]:
+    """Per GPU family: the median of measured / predicted step time."""
+    return [SpeedFit(fam, len(r), statistics.median(r), min(r), max(r), sorted(tally.speed_cards.get(fam, ())))
+            for fam, r in sorted(tally.ratios.items())]
+
+
 def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | None = None) -> CalibrationReport:
     """Score the estimator on ``records`` (see the module docstring)."""
     if estimator is None:
@@ -241,4 +293,5 @@ def calibrate(records: Iterable[RunRecord], estimator: Callable[[dict], Any] | N
     _fill_errors(tally)
     overheads = _overheads(tally)
     ordered = [tally.groups[k] for k in sorted(tally.groups)]
-    return CalibrationReport(len(recs), tally.scored, ordered, overheads, tally.skipped, tally.stored_used)
+    return CalibrationReport(len(recs), tally.scored, ordered, overheads, tally.skipped, tally.stored_used,
+                             _speeds(tally))

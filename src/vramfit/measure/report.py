@@ -143,7 +143,24 @@ def render_calibration(rep: CalibrationReport, console: Any) -> None:
         console.print(o)
     else:
         console.print("[dim]No single-GPU run with all three counters: no overheads to infer yet.[/dim]")
+    _render_speeds(rep, console)
     for run_id, why in rep.skipped[:10]:
         console.print(f"[dim]skipped {run_id}: {why}[/dim]")
     if len(rep.skipped) > 10:
         console.print(f"[dim]… and {len(rep.skipped) - 10} more skipped[/dim]")
+
+
+def _render_speeds(rep: CalibrationReport, console: Any) -> None:
+    """Per GPU family: measured / predicted step time (the planner's speed model), the factor plans apply."""
+    from rich.table import Table
+
+    if not rep.speeds:
+        console.print("[dim]No run with a step time on a card the speed model times: no speed factor yet.[/dim]")
+        return
+    t = Table(title="Step time, measured / predicted by the planner's speed model (medians)", title_justify="left")
+    for col in ("GPU", "runs", "speed factor", "range", "cards"):
+        t.add_column(col, justify="left" if col in ("GPU", "cards") else "right")
+    for f in rep.speeds:
+        t.add_row(f.gpu_family, str(f.runs), f"x{f.factor:.3f}", f"x{f.factor_min:.2f}–x{f.factor_max:.2f}",
+                  escape(", ".join(f.gpus)))
+    console.print(t)

@@ -21,7 +21,7 @@ from vramfit.plan.inputs import (
     parse_count,
     positive_number,
 )
-from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE, card_speed
 from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
@@ -301,7 +301,10 @@ def _report_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, al
                         calibration: Calibration | None, dataset: Any | None) -> list[str]:
     """The plan's assumptions, with the calibration's notes and the dataset's measured lengths when given."""
     assumptions = _plan_assumptions(sc, u, mfu, eff, counts, all_counts, max_gpus, order, deadline, wanted, margin)
-    assumptions += [fc.note() for _, fc in sorted(calibration.families.items())] if calibration is not None else []
+    fams = [fc for _, fc in sorted(calibration.families.items())] if calibration is not None else []
+    assumptions += [fc.note() for fc in fams]
+    assumptions += [fc.speed_note().capitalize() + ": each step time predicted for a card of that family is "
+                    "multiplied by it" for fc in fams if fc.speed_factor is not None and mfu is None]
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
         packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
         assumptions[assumptions.index(packed)] = (
@@ -359,12 +362,20 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
         within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
         price_details=g.price_details,
-        notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params) + ((vllm_split.note(server),) if server else ()),
+        notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params) + ((vllm_split.note(server),) if server else ())
+        + _speed_note(search, g),
         billed_gpus=billed, price_basis=price_basis(g), stack=stack_of(g).name,
         meets_deadline=None if deadline is None or hours is None else hours <= deadline,
         measured_path=bool(r.accuracy and r.accuracy["measured_path"]),
         accuracy_note=r.accuracy["note"] if r.accuracy else "", hours_range=time_band(hours, search.mfu),
     )
+
+
+def _speed_note(search: Search, g: GPU) -> tuple[str, ...]:
+    """The plan's note when its times carry the user's measured step-time factor (``Search.speed``)."""
+    fc = search.ev.calibration.for_card(g.gpu_id) if search.ev.calibration is not None else None
+    timed = fc is not None and fc.speed_factor is not None and search.mfu is None and card_speed(g) is not None
+    return (fc.speed_note(),) if timed else ()
 
 
 def _rank(p: Plan, sort: str = "cost") -> tuple:

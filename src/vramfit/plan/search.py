@@ -27,6 +27,7 @@ from vramfit.plan.paged import PAGED_FOR, paged_state, timing
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, OPTIMIZER_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
+from vramfit.plan.timing import calibrated, speed_factor
 from vramfit.scenario import (
     Checkpointing,
     Framework,
@@ -216,10 +217,12 @@ class Search:
         card = link[2] if self.mfu is None else None
         if paged is None:
             paged = paged_state(self.trainable, c) if "paged" in c.optimizer else 0
-        return step_time(
+        s = step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
             peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged,
         )
+        # the user's measured / predicted factor of this card's family (vramfit calibrate), on the mechanism model only
+        return calibrated(s, speed_factor(self.ev.calibration, g.gpu_id)) if card is not None else s
 
     def _link(self, g: GPU, n: int) -> tuple:
         """(peer GB/s, host GB/s, :class:`kernels.CardSpeed`, network rates) of ``n`` x ``g``."""
