@@ -268,12 +268,13 @@ def estimate_spec(
 
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
               required: bool = False) -> int:
-    """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
-    core.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
+    """The reserved peak (``required``: with the step's transients and the ZeRO-2 step's tensors at the segments that
+    hold a live block, core.reserved_bytes, allocator.zero2_step_reserved), the FSDP and load terms on top (the same
+    path for both, so they differ only there)."""
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
-    if cached := zero2_step_reserved(r, step_allocated, events, conf):
+    if cached := zero2_step_reserved(r, step_allocated, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
