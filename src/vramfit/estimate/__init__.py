@@ -15,6 +15,7 @@ from vramfit.estimate.allocator import (
     zero2_step_reserved,
 )
 from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.ds_load import flatten_events
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
@@ -244,9 +245,10 @@ def estimate_spec(
     reserved = _reserved(r, breakdowns, allocated, tensors, events)
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
-    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it
-    releasable = fc is None and transient_required(events, r.profile.alloc_conf) < transient_reserved(
-        events, r.profile.alloc_conf)[1]
+    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it; wholly free
+    # segments come from the transients or from DeepSpeed 0.19's flatten (estimate/ds_load.py flatten_events)
+    releasable = fc is None and (transient_required(events, r.profile.alloc_conf) < transient_reserved(
+        events, r.profile.alloc_conf)[1] or bool(flatten_events(r)))
     released = reserved - _reserved(r, breakdowns, allocated, tensors, events, True) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state

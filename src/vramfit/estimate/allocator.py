@@ -266,8 +266,8 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py ``flatten_events``) comes first: the 16-bit parameters the
     engine moved there one by one are freed once flattened and stay cached, up to the whole 16-bit model, which
     ``max_memory_reserved`` on a roomy card counts (the simulator: Qwen2.5-3B +5.75 GiB) and later tensors reuse
-    where they fit. ``required``: the bytes beyond ``step_allocated`` of the segments holding a live block at the
-    step instead: a failed ``cudaMalloc`` releases every wholly free cached segment and retries
+    where they fit. ``required``: without the originals' segments left wholly free through the step: a failed
+    ``cudaMalloc`` releases every wholly free cached segment and retries
     (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``), so a card
     without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``)."""
     from vramfit.estimate.framework import OptimizerImpl
@@ -282,29 +282,36 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     from vramfit.estimate.ds_load import flatten_events
 
-    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, flatten_events(r))
-    reserved, at_step, needed = _zero2_replay(tuple(events), tuple(windows), conf)
-    return max(0, (needed if required else reserved) - at_step) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+    load = flatten_events(r)
+    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load)
+    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1)
+    return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 
 
 @lru_cache(maxsize=1024)  # the reserved and the required figure replay the same events
-def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None) -> tuple[int, int, int]:
-    """(peak reserved, peak live bytes in ``windows``, peak bytes of segments holding a live block in ``windows``) of
-    ``events`` replayed through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`."""
+def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None, originals: int) -> tuple[int, int, int]:
+    """(peak reserved, peak live bytes in ``windows``, bytes of the segments the first ``originals`` allocations opened
+    that stay wholly free through ``windows``: what ``release_cached_blocks`` gives back there) of ``events`` replayed
+    through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Only the flatten's originals are taken off:
+    the step's own cached segments stay counted, as in the reserved figure (the planner's search assumes the figure
+    grows with the micro-batch and falls with a fused loss, which reusing the loss's cached segments would break)."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
-    model, blocks, sizes, live, at_step, needed = CachingAllocatorModel(conf), [], [], 0, 0, 0
+    model, blocks, sizes, live, at_step, released, segs = CachingAllocatorModel(conf), [], [], 0, 0, None, set()
     for i, ev in enumerate(events):  # live: the step's bytes at 512-byte rounding (master and states included)
         if ev >= 0:
             blocks.append(model.malloc(ev))
             sizes.append(round_allocation(ev))
             live += sizes[-1]
+            if len(blocks) <= originals and blocks[-1] is not None:
+                segs.add(blocks[-1].seg)
         else:
             model.free(blocks[-ev - 1])
             live -= sizes[-ev - 1]
         if any(a <= i < b for a, b in windows):
-            at_step, needed = max(at_step, live), max(needed, model.stats.required)
-    return model.stats.peak_reserved, at_step, needed
+            free = model.wholly_free_bytes(segs)
+            at_step, released = max(at_step, live), free if released is None else min(released, free)
+    return model.stats.peak_reserved, at_step, released or 0
 
 
 def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool,
