@@ -117,3 +117,14 @@ def test_before_0_19_zero2_flattens_on_the_host():
     modern = {k: v for k, v in SIM.items() if k != "framework_version"}
     assert any(p.phase == "load" for p in estimate(modern).phases)
     assert not any(p.phase == "load" for p in estimate({**modern, "framework_version": "deepspeed-0.18"}).phases)
+
+
+def test_a_step_tensor_that_fits_reuses_a_cached_original():
+    """A 100 MiB original freed after the flatten (300 MiB flat buffer, kept): a 90 MiB step tensor splits its cached
+    segment (best fit, more than 1 MiB left: CUDACachingAllocator.cpp should_split), so reserved stays 400 MiB and the
+    segment, no longer wholly free, is not released; a 110 MiB one opens a segment of its own and the original's
+    100 MiB are released."""
+    fits = alloc._zero2_replay((100 * MiB, 300 * MiB, -1, 90 * MiB), ((3, 4),), None, 1)
+    assert fits == (400 * MiB, 390 * MiB, 0)
+    opens = alloc._zero2_replay((100 * MiB, 300 * MiB, -1, 110 * MiB), ((3, 4),), None, 1)
+    assert opens == (510 * MiB, 410 * MiB, 100 * MiB)
