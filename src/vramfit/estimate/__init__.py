@@ -280,7 +280,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
-    return load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
+    return load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
 
 
 _A = "allocated"
