@@ -15,7 +15,7 @@ can only be high there, and it stays one figure per scenario that a card class s
 planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
 workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
 (estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten):
-:func:`flatten_events` replays them into the ZeRO-2 step's allocator replay (estimate/allocator.py
+:func:`flatten_events` replays them into the ZeRO-2 step's allocator replay (estimate/zero2_step.py
 ``zero2_step_reserved``), where they count in the reserved figure and, left wholly free, not in the required one (a
 card without room gets them back). Releases before 0.19.0 always flatten on the host (v0.16.2 stage_1_and_2.py
 l. 320-329: ``move_to_cpu(self.bit16_groups[i])`` then ``empty_cache()``; profile ``ds_flattens_on_host``, release

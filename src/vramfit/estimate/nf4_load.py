@@ -219,7 +219,7 @@ def load_reserved(r, allocated: int, reserved: int, required: bool = False) -> i
     (:func:`load_floor`), the segments the step's tensors open beyond its cached blocks, and the step's other
     tensors (gradients, optimizer states, workspaces: ``allocated`` less the persistent bytes and the step's
     replayed tensors). The persistent tensors' and the activations' segment rounding that ``reserved`` adds
-    (core.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks.
+    (reserved.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks.
     ``required``: less the load's segments the step leaves wholly free (:func:`step_on_load`), but never below what
     the build and load themselves need (the replay's peak of segments holding a live block)."""
     floor = load_floor(r)
