@@ -155,14 +155,14 @@ def test_the_estimator_holds_the_same_bytes(runs):
 
 
 def test_litgpt_block_backward_makes_two_whole_units_of_gradient(runs):
-    """estimate/step.py mixed_unit_backward_grads: with the gradients held, the top block's backward has every
+    """estimate/fsdp1_units.py mixed_unit_backward_grads: with the gradients held, the top block's backward has every
     frozen weight's gradient (q, k, v, o 64x64, gate, up, down 64x128: 40,960 elements, bf16) buffered for the
     split's backward when it concatenates them into the whole flat gradient (43,136 elements)."""
     from transformers import LlamaConfig
 
     from vramfit.estimate.core import model_state
     from vramfit.estimate.framework import scenario_profile
-    from vramfit.estimate.step import mixed_unit_backward_grads
+    from vramfit.estimate.fsdp1_units import mixed_unit_backward_grads
     from vramfit.models.hf_config import spec_from_hf_config
     from vramfit.scenario import parse_scenario
 
