@@ -141,8 +141,8 @@ def accuracy_table() -> str:
 
 
 def speed_table() -> str:
-    """The speed validation table: ``python benchmarks/throughput.py --markdown`` on its published rows."""
-    return _benchmark_markdown("throughput")
+    """The speed validation table: ``python benchmarks/speed_accuracy.py --markdown`` on its published rows."""
+    return _benchmark_markdown("speed_accuracy")
 
 
 TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table,

@@ -6,8 +6,13 @@ import pytest
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
-from vramfit.estimate.allocator import plain_peak, round_allocation, transient_reserved
-from vramfit.estimate.core import reserved_for_tensors, rounded_sum
+from vramfit.estimate.allocator import (
+    plain_peak,
+    reserved_for_tensors,
+    round_allocation,
+    rounded_sum,
+    transient_reserved,
+)
 from vramfit.estimate.framework import LossLayout, profile_for
 from vramfit.estimate.step import compute
 from vramfit.estimate.unsloth import replays_step, rope_cache_bytes, step_events

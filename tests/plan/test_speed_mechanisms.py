@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    return load_benchmark("throughput")
+    return load_benchmark("speed_accuracy")
 
 
 def _work(sc: dict):

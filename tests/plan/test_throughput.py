@@ -88,7 +88,7 @@ def test_multi_gpu_traffic_over_pcie_can_dominate():
 def _bench():
     from benchmark_modules import load_benchmark
 
-    return load_benchmark("throughput")
+    return load_benchmark("speed_accuracy")
 
 
 def test_benchmark_summary_beats_the_old_model():
@@ -101,16 +101,18 @@ def test_benchmark_summary_beats_the_old_model():
     step, torchtune 0.1's nested LoRA units, the measured/interpolated power-capped H100 matmul rates and the
     torchtune @30b8519e8 "A6000" cells scored on the Ada card they fit: 8 %/31 % (held out 7 %/31 %); before
     NCCL's PCIe peer-to-peer rule (kernels.nccl_pcie_p2p: the rented RTX A5000 / RTX 6000 Ada machines copy through
-    host memory): 7 %/28 % (held out 6.5 %/28 %)."""
+    host memory): 7 %/28 % (held out 6.5 %/28 %); before one-GPU ZeRO-3's host time overlapping its kernels
+    (kernels.ZERO3_HOST_S_PER_LAYER): 6.9 %/24.7 % (design rows 9.5 %/22.9 %; held out unchanged)."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.07 and s["all"]["model"]["p90"] <= 0.25
+    assert s["all"]["model"]["median"] <= 0.065 and s["all"]["model"]["p90"] <= 0.225
+    assert s["design"]["model"]["median"] <= 0.075 and s["design"]["model"]["p90"] <= 0.15
     assert s["held_out"]["model"]["median"] <= 0.065 and s["held_out"]["model"]["p90"] <= 0.235
     assert s["TT_README_2409"]["model"]["median"] <= 0.115 and s["TT_README_2409"]["model"]["p90"] <= 0.175
     assert s["TT_README_2405"]["model"]["median"] <= 0.17 and s["TT_README_2405"]["model"]["p90"] <= 0.39
     assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
-    assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
+    assert s["QWEN1_README"]["model"]["median"] <= 0.06 and s["QWEN1_README"]["model"]["p90"] <= 0.165
     assert s["TORCHTITAN_PERF"]["model"]["median"] <= 0.095 and s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.165
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 1.5
@@ -230,16 +232,33 @@ def test_traffic_adds_without_p2p_and_overlaps_with_it():
     assert w.exposed_peer_bytes == pytest.approx(6_738_415_616 * 2, rel=0.01)
 
 
-def test_zero3_hooks_add_a_fixed_cost_per_layer_and_micro_batch():
+def test_zero3_host_time_runs_beside_the_kernels_on_one_gpu():
+    """One GPU: ZeRO-3 gathers nothing and never blocks the host on the kernels inside a micro-batch (DeepSpeed v0.12.3,
+    kernels.ZERO3_HOST_S_PER_LAYER), so a micro-batch takes the longer of its host time and its kernels."""
+    base = {"model": "Qwen/Qwen-1_8B", "method": "full", "micro_batch_size": 1, "grad_accum": 8,
+            "gradient_checkpointing": "full", "attention": "flash", "gpu": "a100-80gb-sxm", "precision": "bf16-mixed"}
+    w, short = _speed({**base, "seq_len": 256, "parallelism": "zero3"})
+    opt = w.opt_bytes / 2039e9  # the optimizer step's memory traffic at the A100's bandwidth
+    # host-bound: 8 micro-batches x 24 layers x 11.2 ms (Qwen-1 README: 2.1 s/it measured)
+    assert short.step_s == pytest.approx(8 * 24 * 11.2e-3 + opt)
+    _, long_plain = _speed({**base, "seq_len": 8192, "parallelism": "none"})
+    _, long_z3 = _speed({**base, "seq_len": 8192, "parallelism": "zero3"})
+    assert long_z3.step_s == pytest.approx(long_plain.step_s)  # kernel-bound: the host time hides (5.6 s/it measured)
+    assert 8 * 8192 / long_z3.step_s == pytest.approx(10254, rel=0.01)  # README: 11,703 tokens/s
+
+
+def test_zero3_hooks_add_a_fixed_cost_over_several_gpus():
+    """Two GPUs: the host waits on the hooks' all-gathers, so their 5.5 ms per layer per micro-batch adds."""
     base = {"model": "Qwen/Qwen-1_8B", "method": "full", "micro_batch_size": 1, "seq_len": 256, "grad_accum": 8,
-            "gradient_checkpointing": "full", "attention": "flash", "gpu": "a100-80gb-sxm"}
-    _, plain = _speed({**base, "parallelism": "none"})
-    _, z3 = _speed({**base, "parallelism": "zero3"})
-    assert z3.step_s - plain.step_s == pytest.approx(8 * 24 * 5.5e-3)  # Qwen-1 README: 2.1 s/it full vs 1.0 LoRA
+            "gradient_checkpointing": "full", "attention": "flash", "gpu": "a100-80gb-sxm", "num_gpus": 2}
+    _, plain = _speed({**base, "parallelism": "zero2"})
+    w, z3 = _speed({**base, "parallelism": "zero3"})
+    assert w.zero3_partitions == 2
+    assert z3.compute_s - plain.compute_s == pytest.approx(8 * 24 * 5.5e-3)
 
 
 def test_readme_shows_the_benchmark_as_it_runs():
-    """docs/planner.md 'Time and cost' quotes the first four summary lines of benchmarks/throughput.py verbatim."""
+    """docs/planner.md 'Time and cost' quotes the first four summary lines of benchmarks/speed_accuracy.py verbatim."""
     from pathlib import Path
 
     b = _bench()

@@ -7,17 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
-from vramfit.estimate.allocator import (
-    length_variation_note,
-    step_transients,
-    transient_required,
-    transient_reserved,
-    zero2_step_reserved,
-)
-from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
+from vramfit.estimate.reserved import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -27,7 +21,9 @@ from vramfit.estimate.result import (
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.estimate.transients import length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
+from vramfit.estimate.zero2_step import zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -269,7 +265,7 @@ def estimate_spec(
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
               required: bool = False) -> int:
     """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
-    core.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
+    reserved.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())

@@ -69,18 +69,24 @@ class Dtypes:
     norm_out: int  # output of the norms that feed linears
     adapter: int
     autocast: bool
+    mlp: int = 2  # the gated MLP's saved products (gate, act, up)
 
 
-def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
-    """Element sizes of the tensors in a block.
+def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None) -> Dtypes:
+    """Element sizes of the tensors in a block (of ``spec``'s language model; none given: of no listed family).
 
     ``-mixed``: fp32 weights under autocast, so the residual stream and norm outputs are fp32 and
     each linear casts its input to 16 bits, unless the framework casts the parameters themselves
     (:func:`casts_params`: every weight, LoRA's included, is then 16-bit in the step). QLoRA under PEFT's
     ``prepare_model_for_kbit_training``: embeddings and norms are fp32 (peft other.py:202), so the residual
-    stream is fp32 as well.
+    stream is fp32 as well. A model type in ``profile.fp16_forced_fp32_model_types`` asked for in fp16 runs the
+    framework's forced-float32 layout (see that field): fp32 residual stream and MLP products, 16-bit norm outputs.
     """
     c = scenario.precision.compute_bytes
+    if spec is not None and spec.model_type in profile.fp16_forced_fp32_model_types and scenario.precision in (
+            Precision.FP16_TRUE, Precision.FP16_MIXED):
+        return Dtypes(compute=c, residual=4, norm_out=c, adapter=adapter_bytes(profile, scenario.precision),
+                      autocast=False, mlp=4)
     cast = casts_params(scenario, profile)
     fp32_stream = (scenario.precision.mixed and not cast) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
@@ -92,6 +98,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile) -> Dtypes:
         norm_out=res,
         adapter=c if cast else adapter_bytes(profile, scenario.precision),
         autocast=runs_under_autocast(scenario, profile) and not cast,  # nothing left to cast once the params are
+        mlp=c,
     )
 
 
@@ -142,7 +149,7 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
         n_adapters[key] = n_adapters.get(key, 0) + 1
     return Block(
         spec=spec, sc=sc, profile=profile, adapters=tuple(adapters), quantized=quantized,
-        dt=dtypes_for(sc, profile), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
+        dt=dtypes_for(sc, profile, spec), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
         lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
         q_saves=quantized and profile.qlora_saves_input,
         saves_inputs=zero3_linear_saves_inputs(spec, sc, quantized),
@@ -361,7 +368,7 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     mlp_lins = _mlp_linears(blk, out, mlp_in_key, tokens)
     act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
-    shared_m = m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.compute
+    shared_m = m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.mlp
     if moe and fused_expert_bank(blk):
         m = max(m, blk.expert_bytes)  # fp32 banks under -mixed: the grouped matmuls return fp32
     if spec.gated_mlp:

@@ -23,14 +23,14 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     accumulator of FlashAttention-2 (Dao 2023, Algorithm 2). Eager: grad of the probabilities and
     the fp32 softmax gradient (input and output).
     """
-    dt = dtypes_for(sc, profile)
+    dt = dtypes_for(sc, profile, spec)
     c = dt.compute
     b, s = sc.micro_batch_size, sc.seq_len
     T = b * s
     a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
     tokens = T * (spec.expert_rows_per_token if spec.num_experts else 1)
     width = mlp_width(spec)
-    mlp = (3 if spec.gated_mlp else 2) * c * tokens * width
+    mlp = (3 if spec.gated_mlp else 2) * dt.mlp * tokens * width
     if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
         # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
         # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
@@ -72,14 +72,14 @@ def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> in
 
 def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The block input a checkpointed block keeps (its ``hidden_states`` argument)."""
-    dt = dtypes_for(sc, profile)
+    dt = dtypes_for(sc, profile, spec)
     return dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size
 
 
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
     """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
     its weight trains in full fine-tuning), lm_head input, eager attention mask."""
-    dt = dtypes_for(sc, profile)
+    dt = dtypes_for(sc, profile, spec)
     T = sc.micro_batch_size * sc.seq_len
     h = spec.hidden_size
     final = Saved()

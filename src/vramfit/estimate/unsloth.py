@@ -39,6 +39,8 @@ UNSLOTH_2024_12 = FrameworkVersion(
         # fragmentation"; gone from today's release (unsloth@015bdef sets no PYTORCH_CUDA_ALLOC_CONF)
         ("alloc_conf", parse_alloc_conf(
             "expandable_segments:True,roundup_power2_divisions:[64:128,256:64,>:32]")),
+        # before Gemma 3 and FORCE_FLOAT32 (unsloth@49eece4d94, 2025-03-18)
+        ("fp16_forced_fp32_model_types", ()),
     ),
 )
 
@@ -48,7 +50,7 @@ UNSLOTH_2024_11 = FrameworkVersion(
     "gradient_checkpointing on every module that has it (unsloth/models/vision.py l. 384-390), and transformers "
     "4.46.2's MllamaVisionEncoder then checkpoints its layers (models/mllama/modeling_mllama.py l. 381-386); only "
     "this vision-tower behaviour is modelled, the language path is today's",
-    (("vision_v4_checkpointing", True),),
+    (("vision_v4_checkpointing", True), ("fp16_forced_fp32_model_types", ())),
 )
 
 UNSLOTH_PROFILE = FrameworkProfile(
@@ -77,6 +79,11 @@ UNSLOTH_PROFILE = FrameworkProfile(
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
+    # Gemma 3 asked for in fp16 (profile_fields.py: unsloth@6a83bb53a5, the 2025.6 release of the T4 notebooks, and
+    # unsloth-zoo@ce232d6c temporary_patches/gemma.py l. 554, 641 still upcast the embedding and MLP products).
+    # unsloth@015bdef loader.py l. 124-133 lists more families (gemma3n, gemma4, gpt_oss, qwen3_moe, ...), whose
+    # float32 patches differ and are not read: they keep the plain fp16 layout here
+    fp16_forced_fp32_model_types=("gemma3", "gemma3_text"),
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11),
 )

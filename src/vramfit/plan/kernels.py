@@ -103,10 +103,28 @@ GPTQ_DEQUANT_S_PER_GWEIGHT = Constant(
     "scaled by A100 SXM bandwidth / the card's",
 )
 ZERO3_LAYER_OVERHEAD_S = Constant(
-    5.5e-3, "s per layer per micro-batch",
+    5.5e-3, "s per layer per micro-batch, added to the kernels (ZeRO-3 over more than one GPU)",
     "design: Qwen-1 1.8B full-parameter (DeepSpeed ZeRO-3) minus LoRA at seq 256, 512, 1024 "
     "(1.1, 1.2, 1.1 s/it over 8 micro-batches x 24 layers): DeepSpeed's per-module fetch/release hooks "
     "(partitioned_param_coordinator) in forward, backward and recompute",
+    "read as additive where the hooks gather over several GPUs: there the host waits on the all-gathers "
+    "(fetch_sub_module's __ongoing_fetch_events.popleft().synchronize(), DeepSpeed v0.12.3 "
+    "partitioned_param_coordinator.py l. 300-301); the held-out Qwen-1 7B (2 GPUs) and 72B (4 GPUs) ZeRO-3 rows "
+    "fit it (1-14 %, 2-6 %) and would run 11-20 % fast with ZERO3_HOST_S_PER_LAYER's overlap",
+)
+ZERO3_HOST_S_PER_LAYER = Constant(
+    11.2e-3, "s of host (CPU) time per layer per micro-batch under DeepSpeed ZeRO-3",
+    "design: Qwen-1 1.8B full-parameter (DeepSpeed ZeRO-3, 1 GPU) at seq 256, 512, 1024 (2.1, 2.2, 2.2 s/it, README "
+    "@2df8e8a): the mean 2.167 s/it less the 0.025 s optimizer step, over 8 micro-batches x 24 layers, where the "
+    "kernels take 0.10-0.16 s of a micro-batch's 0.27 s: the host side of the step (Python dispatch and "
+    "DeepSpeed's per-module fetch/release and gradient hooks, partitioned_param_coordinator)",
+    "on one GPU it overlaps the kernels, the micro-batch taking the longer of the two: with one partition DeepSpeed "
+    "v0.12.3 gathers nothing (partition_parameters.py l. 1109-1110 _no_gather_coalesced), and the handle's "
+    "current_stream().synchronize() (l. 80-84) runs inside fetch_sub_module's allgather-stream context "
+    "(partitioned_param_coordinator.py l. 297-303), a side stream with no kernels, so the host never waits on the "
+    "compute stream inside a micro-batch but for the reduce events that let it run two gradient buckets ahead "
+    "(stage3.py l. 1190-1193); each backward ends with reduce_and_partition_stream.synchronize() (stage3.py l. 1079, "
+    "from engine.allreduce_gradients)",
 )
 #: The card the GPTQ rate was read on (A100 SXM 80GB, 2039 GB/s: gpus.csv).
 REFERENCE_BANDWIDTH = 2039e9
@@ -239,9 +257,9 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
-#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
+#: benchmarks/data/throughput/published.jsonl; ``python benchmarks/speed_accuracy.py``; pinned by a test).
 SPEED_ERROR_MEDIAN = 0.07
-SPEED_ERROR_P90 = 0.25
+SPEED_ERROR_P90 = 0.22
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "
-                "ops, de-quantization, launch overheads, links (NCCL's PCIe peer-to-peer rule), ZeRO-3 prefetch, FSDP1 "
-                "rate limiter, CPU optimizer, paging, rollout generation; scored by benchmarks/throughput.py")
+                "ops, de-quantization, launch overheads (ZeRO-3 host time beside the kernels), links (NCCL's PCIe peer-to-peer rule), ZeRO-3 prefetch, FSDP1 "
+                "rate limiter, CPU optimizer, paging, rollout generation; scored by benchmarks/speed_accuracy.py")

@@ -320,7 +320,7 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
                "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
                f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
-               f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/throughput.py): read times and costs with that band.")
+               f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/speed_accuracy.py): read times and costs with that band.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")

@@ -147,7 +147,7 @@ class Work:
     attn_flops_mb: float = 0.0  # attention FLOPs the kernel executes in one micro-batch
     elem_bytes_mb: float = 0.0  # memory-bound traffic of one micro-batch
     layers: int = 0  # decoder blocks (fixed per-layer launch overhead)
-    zero3: bool = False  # DeepSpeed ZeRO-3 hooks (per-layer overhead)
+    zero3_partitions: int = 0  # DeepSpeed ZeRO-3's data-parallel partitions (its hooks' host time); 0: not ZeRO-3
     compiled: bool = False
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
     opt_bytes: float = 0.0  # optimizer step memory traffic per GPU
@@ -270,7 +270,7 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
             # torchrun's one OpenMP thread per rank (profile ranks_single_threaded) on a node of several ranks
             "opt_host_params": trainable / shards if (sc.offload is not Offload.NONE and sc.gpus_per_node > 1
                                                       and scenario_profile(sc).ranks_single_threaded) else 0.0,
-            "zero3": sc.parallelism is Parallelism.ZERO3}
+            "zero3_partitions": shards if sc.parallelism is Parallelism.ZERO3 else 0}
 
 
 def step_time(
@@ -354,16 +354,19 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
         GPTQ_DEQUANT_S_PER_GWEIGHT,
         LAYER_OVERHEAD_S,
         REFERENCE_BANDWIDTH,
+        ZERO3_HOST_S_PER_LAYER,
         ZERO3_LAYER_OVERHEAD_S,
         host_optimizer_seconds,
     )
 
     over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
-    if w.zero3:
+    if w.zero3_partitions > 1:  # the host waits on the hooks' all-gathers: their time adds
         over += ZERO3_LAYER_OVERHEAD_S.value * w.layers
     gptq = w.gptq_weights_mb / 1e9 * GPTQ_DEQUANT_S_PER_GWEIGHT.value * REFERENCE_BANDWIDTH / c.mem_bytes
     nf4 = w.dequant_bytes / w.n_micro / c.mem_bytes
     mb = w.mm_flops_mb / c.gemm_flops + w.attn_flops_mb / c.attn_flops + w.elem_bytes_mb / c.mem_bytes + over
+    if w.zero3_partitions == 1:  # nothing to gather: its host side runs beside the kernels, the longer one counts
+        mb = max(mb, ZERO3_HOST_S_PER_LAYER.value * w.layers)
     dequant = w.n_micro * (gptq + nf4)
     compute = w.n_micro * mb * (1 + w.bubble) + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0

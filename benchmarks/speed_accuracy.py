@@ -1,6 +1,6 @@
 """Score the speed model against published training throughputs (benchmarks/data/throughput/published.jsonl).
 
-Usage: python benchmarks/throughput.py [--data PATH] [--rows] [--json]
+Usage: python benchmarks/speed_accuracy.py [--data PATH] [--rows] [--json]
 
 Each row is one published measurement (its exact citation in ``source``) with its setup as a vramfit
 scenario and the measured tokens/s over all GPUs. Three predictions are scored by the absolute

@@ -1,0 +1,72 @@
+"""Unsloth's forced-float32 layout for Gemma 3 asked for in fp16 (FrameworkProfile.fp16_forced_fp32_model_types,
+unslothai/unsloth@6a83bb53a5 loader.py FORCE_FLOAT32, unsloth-zoo temporary_patches/gemma.py): the residual
+stream and the MLP's gate/act/up products are fp32, the norms' outputs and the down projection's input fp16."""
+
+from __future__ import annotations
+
+from vramfit.estimate.activations import block_saved, dtypes_for
+from vramfit.estimate.framework import profile_for
+from vramfit.models.catalog import resolve_model
+from vramfit.scenario import Framework, parse_scenario
+
+T = 512
+GEMMA3 = resolve_model("google/gemma-3-4b-it").spec  # model_type gemma3_text: h 2560, I 10240
+LLAMA = resolve_model("meta-llama/Llama-3.2-1B").spec
+UNSLOTH = profile_for(Framework.UNSLOTH)
+
+
+def _sc(model: str, precision: str, framework: str = "unsloth", version: str | None = None):
+    keys = {"model": model, "method": "full", "seq_len": T, "precision": precision, "framework": framework}
+    if version:
+        keys["framework_version"] = version
+    return parse_scenario(keys)
+
+
+def _items(spec, sc, profile=UNSLOTH):
+    return block_saved(spec, sc, profile, [], False).items
+
+
+def test_gemma3_in_fp16_keeps_an_fp32_residual_stream_and_fp32_mlp_products():
+    h, width = GEMMA3.hidden_size, GEMMA3.intermediate_size
+    items = _items(GEMMA3, _sc("google/gemma-3-4b-it", "fp16-true"))
+    assert items["block_in"] == 4 * T * h  # Gemma3TextScaledWordEmbedding returns fp32; fp32 + fp16 adds to fp32
+    assert items["resid_mid"] == 4 * T * h
+    assert items["mlp.gate_out"] == 4 * T * width  # gate_proj_out.to(torch.float32), saved by act_fn
+    assert items["mlp.act_out"] == 4 * T * width
+    assert items["mlp.up_out"] == 4 * T * width
+    assert items["mlp_in"] == 2 * T * h  # Gemma3RMSNorm returns fp16
+    assert items["mlp_mid"] == 2 * T * width  # intermediate_fp32.to(torch.float16) into down_proj
+    dt = dtypes_for(_sc("google/gemma-3-4b-it", "fp16-true"), UNSLOTH, GEMMA3)
+    assert (dt.residual, dt.norm_out, dt.mlp, dt.autocast) == (4, 2, 4, False)
+
+
+def test_bf16_and_other_families_and_frameworks_keep_the_plain_layout():
+    h, width = GEMMA3.hidden_size, GEMMA3.intermediate_size
+    bf16 = _items(GEMMA3, _sc("google/gemma-3-4b-it", "bf16-true"))
+    assert (bf16["block_in"], bf16["mlp.gate_out"]) == (2 * T * h, 2 * T * width)
+    llama = _items(LLAMA, _sc("meta-llama/Llama-3.2-1B", "fp16-true"))
+    assert llama["block_in"] == 2 * T * LLAMA.hidden_size
+    assert llama["mlp.gate_out"] == 2 * T * LLAMA.intermediate_size
+    hf = profile_for(Framework.HF)
+    assert _items(GEMMA3, _sc("google/gemma-3-4b-it", "fp16-true", "hf"), hf)["mlp.gate_out"] == 2 * T * width
+
+
+def test_releases_before_gemma3_do_not_force_fp32():
+    old = profile_for(Framework.UNSLOTH, "unsloth-2024.12")
+    assert old.fp16_forced_fp32_model_types == ()
+    items = _items(GEMMA3, _sc("google/gemma-3-4b-it", "fp16-true", version="unsloth-2024.12"), old)
+    assert items["block_in"] == 2 * T * GEMMA3.hidden_size
+
+
+def test_the_layout_raises_a_long_gemma3_fp16_estimate_by_its_activations():
+    from vramfit.estimate import estimate
+
+    keys = {"model": "google/gemma-3-4b-it", "method": "qlora", "quantize": "nf4-dq", "seq_len": 2048,
+            "framework": "unsloth", "gradient_checkpointing": "offload"}
+    fp16, bf16 = (estimate(parse_scenario({**keys, "precision": p})) for p in ("fp16-true", "bf16-true"))
+    acts = {r: next(c.bytes for c in r.components if c.name == "activations") for r in (fp16, bf16)}
+    tokens, h, width = 2048, GEMMA3.hidden_size, GEMMA3.intermediate_size
+    # the recomputed block: block_in and resid_mid 2 bytes wider, gate_out and up_out too (LoRA_MLP recomputes
+    # act); the offloaded checkpointer's GPU tensors are residual-sized (offload_ckpt_block_tensors)
+    block = 2 * 2 * tokens * h + 2 * 2 * tokens * width
+    assert acts[fp16] - acts[bf16] == block + UNSLOTH.offload_ckpt_block_tensors * 2 * tokens * h
