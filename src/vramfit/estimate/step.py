@@ -37,6 +37,7 @@ from vramfit.estimate.framework import (
     runs_under_autocast,
     scenario_profile,
 )
+from vramfit.estimate.fsdp1_units import block_units_numel, mixed_block_units, mixed_unit_backward_grads
 from vramfit.estimate.fsdp2 import accumulates_shards
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import index_backward_transient
@@ -231,6 +232,8 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
     if accumulates_shards(sc, profile):  # the top block's whole gradients beside the shards (estimate/fsdp2.py, 6)
         layer_grads = _fsdp_block_grads(spec, sc, profile)
+    # use_orig_params units mixing frozen weights and adapters: the whole unit's weight gradients and their cat
+    layer_grads = max(layer_grads, mixed_unit_backward_grads(spec, sc, profile, parts))
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):
@@ -282,11 +285,9 @@ def _fsdp1_no_sync_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         per = sc.precision.compute_bytes  # MixedPrecision's param_dtype (accelerate: from the Trainer's bf16/fp16)
     else:  # no cast: the trainable parameters' own dtype
         per = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(profile, sc.precision)
-    if sc.method is not Method.FULL and profile.fsdp_lora_block_units and sc.quantize is Quantize.NONE:
-        blocks = (sum(lin.params * spec.layers_of(lin) for lin in spec.block_linears)
-                  + spec.num_hidden_layers * spec.block_norm_params)
+    if mixed_block_units(sc, profile):
         # one FlatParameter, one dtype: the frozen weights' (param_dtype when FSDP casts)
-        return round_allocation((blocks + parts.num_trainable) * (per if cast else sc.precision.param_bytes))
+        return round_allocation(block_units_numel(spec, parts) * (per if cast else sc.precision.param_bytes))
     return round_allocation(parts.num_trainable * per)
 
 
