@@ -109,7 +109,7 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     per micro-batch, as the simulator traces it). FSDP2 keeps the unit above's reduce-scatter input through a
     block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
            step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:
         return top

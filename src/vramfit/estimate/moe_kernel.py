@@ -75,3 +75,38 @@ def note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> str | None
     if sc.moe_kernel is MoeKernel.MEGABLOCKS:
         return "MoE experts: the kernels hub's MegaBlocksMoeMLP (tokens binned per expert, batched matmuls on the banks)."
     return None
+
+
+# --- Llama 4's every-token experts: where the top block's backward peaks ---------------------------------------
+# transformers v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward runs the routed experts
+# (Llama4TextExperts: one bmm over (experts, tokens, hidden), l. 79-84) and then the shared expert, summed in place
+# (``out.add_(routed_out...)``, l. 172-173). Autograd's engine runs ready nodes by decreasing sequence number
+# (torch v2.13.0 csrc/autograd/engine.cpp ``CompareNodeTaskTime``), so the shared expert, built later, runs its whole
+# backward first and frees what it kept. The experts' backward then starts with ``bmm(up * act(gate), down_proj)``:
+# its backward makes the down bank's gradient and frees its saved ``up * act(gate)`` before the product's
+# backward (two more (experts x tokens, I) gradients) is the block's working set. The simulator's trace of a
+# 4-layer interleaved model (tests/sim/test_sim_new_families.py) peaks right there: the top block's shared-expert
+# tensors and experts' down input gone, the shared expert's and the down bank's gradients made (28.3 MB with the
+# output layer's), where an average layer's gradients and every kept tensor were +4.2 %.
+
+
+def every_token_top_freed(spec: ModelSpec, saved_items: dict[str, float]) -> int:
+    """Bytes of the top block's saved tensors freed before its experts' working set (see above): the experts'
+    down input (``mlp_mid``) and everything the shared expert kept (``shared.*``); 0 for other MoE paths."""
+    from vramfit.estimate.allocator import round_allocation
+
+    if not spec.experts_run_every_token:
+        return 0
+    return sum(round_allocation(v) for k, v in saved_items.items() if k == "mlp_mid" or k.startswith("shared."))
+
+
+def every_token_top_grads(spec: ModelSpec, sc: Scenario, grad_bytes: int) -> int:
+    """Full fine-tuning: the gradients the top block has made at that moment, each an allocation of its own: the
+    shared expert's linears and the experts' down bank; 0 where the rule does not apply."""
+    from vramfit.estimate.allocator import round_allocation
+
+    if not spec.experts_run_every_token or sc.method is not Method.FULL:
+        return 0
+    down = [lin for lin in _banks(spec) if lin.out_features == spec.hidden_size]
+    made = [lin for lin in spec.block_linears if lin.group == "shared_expert"] + down[:1]
+    return sum(round_allocation(lin.params * grad_bytes) for lin in made)

@@ -32,7 +32,7 @@ from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
-from vramfit.estimate.moe_kernel import index_backward_transient
+from vramfit.estimate.moe_kernel import every_token_top_freed, every_token_top_grads, index_backward_transient
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -61,6 +61,7 @@ class Activations:
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
     tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
     tower_backward_lowest: int = 0  # kept while its lowest block does
+    top_freed: int = 0  # the top block's kept tensors freed before its working set (moe_kernel.every_token_top_freed)
 
     @property
     def total(self) -> int:
@@ -156,7 +157,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
-        *tower_backward_kept(spec, sc, profile, adapters),
+        *tower_backward_kept(spec, sc, profile, adapters), every_token_top_freed(spec, saved.items),
     )
 
 
@@ -209,6 +210,8 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and (not held or resident):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
+    layer_grads = (every_token_top_grads(spec, sc, grad_bytes_per) or layer_grads) if layer_grads else 0
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):
