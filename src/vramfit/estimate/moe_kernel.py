@@ -107,6 +107,8 @@ def every_token_top_grads(spec: ModelSpec, sc: Scenario, grad_bytes: int) -> int
 
     if not spec.experts_run_every_token or sc.method is not Method.FULL:
         return 0
-    down = [lin for lin in _banks(spec) if lin.out_features == spec.hidden_size]
-    made = [lin for lin in spec.block_linears if lin.group == "shared_expert"] + down[:1]
+    from vramfit.estimate.activations import mlp_down
+
+    down = mlp_down(spec, _banks(spec))
+    made = [lin for lin in spec.block_linears if lin.group == "shared_expert"] + ([down] if down else [])
     return sum(round_allocation(lin.params * grad_bytes) for lin in made)

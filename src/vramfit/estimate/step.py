@@ -14,7 +14,7 @@ from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.attention import sliding_layers_kv_repeat
+from vramfit.estimate.attention import qk_l2_norm_saved, sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
     CUBLAS_WORKSPACE,
@@ -167,13 +167,15 @@ def _layer_kinds(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     a dense MLP block for the dense ones (moe_lora.dense_layers). The attention part is the same in both."""
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     L = spec.num_hidden_layers
+    # Llama 4's weightless q/k norm on its RoPE layers only (attention.qk_l2_norm_saved)
+    l2 = spec.qk_l2_norm_layers * qk_l2_norm_saved(spec, sc.micro_batch_size * sc.seq_len)
     mixed = dense_layers(spec)
     if mixed is None:
-        return L * per_layer, per_layer
+        return L * per_layer + l2, per_layer
     block, n_dense = mixed
     own = [ad for ad in adapters if not ad.param_wrapper]  # the expert banks' ParamWrappers are not in it
     dense = sum(round_allocation(v) for v in act.block_saved(block, sc, profile, own, quantized).items.values())
-    return (L - n_dense) * per_layer + n_dense * dense, max(per_layer, dense)
+    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense)
 
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -240,7 +242,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     later = 0
     if sc.method is Method.FULL:
         mlp = [x for x in spec.block_linears if x.group in ("mlp", "expert") and not x.layers]
-        first = next((x for x in mlp if x.out_features == spec.hidden_size), None)
+        first = act.mlp_down(spec, mlp)
         later = sum(round_allocation(x.params * grad_bytes_per) for x in spec.block_linears
                     if x is not first and not x.layers)
         if not spec.tie_word_embeddings:

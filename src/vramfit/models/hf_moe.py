@@ -146,6 +146,19 @@ def _llama4_moe_layers(c: _Cfg, layers: int) -> int:
     return len(range(step - 1, layers, step))
 
 
+def _llama4_qk_norm_layers(c: _Cfg, layers: int) -> int:
+    """Layers with Llama4TextL2Norm on q and k: ``use_qk_norm`` on the RoPE layers (Llama4TextConfig
+    ``no_rope_layers``: 1 = RoPE; by default every ``no_rope_layer_interval``-th layer, 4, skips it; transformers
+    v5.24.0 models/llama4/configuration_llama4.py and modeling_llama4.py Llama4TextAttention)."""
+    if not c.bool("use_qk_norm", default=True):
+        return 0
+    given = c.data.get("no_rope_layers")
+    if isinstance(given, list) and given:
+        return sum(1 for x in given[:layers] if x)
+    every = c.int("no_rope_layer_interval", default=4)
+    return sum(1 for i in range(layers) if (i + 1) % every != 0)
+
+
 def _llama4_text(c: _Cfg) -> ModelSpec:
     """Llama 4 text model: routed experts (fused 3-D banks) + a shared expert on the MoE layers, a
     wider dense MLP (``intermediate_size_mlp``) on the others, chunked attention on the RoPE layers
@@ -185,7 +198,7 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if moe else 0,
         num_experts_per_tok=c.int("num_experts_per_tok", default=1), moe_intermediate_size=inter,
         experts_run_every_token=bool(moe), sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
-        layer_types=_layer_types(c, layers, None),
+        layer_types=_layer_types(c, layers, None), qk_l2_norm_layers=_llama4_qk_norm_layers(c, layers),
         **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

@@ -184,6 +184,9 @@ class ModelSpec:
     norm_one_plus_weight: bool = False
     # RMSNorm on q and k per head before rotary (Qwen 3, OLMo 2, Gemma 3 q_norm / k_norm)
     qk_norm: bool = False
+    # layers whose attention L2-normalizes q and k without a weight: ``Llama4TextL2Norm`` (transformers v5.24.0
+    # models/llama4/modeling_llama4.py, ``use_qk_norm`` on the RoPE layers only); each keeps fp32 q and k copies
+    qk_l2_norm_layers: int = 0
     # post-attention and post-feedforward norms on the branch outputs too (Gemma 2 / 3)
     sandwich_norms: bool = False
     position_encoding: PositionEncoding = PositionEncoding.ROPE
