@@ -114,7 +114,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     if not step.lowest_grads:
         return top
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
-    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
+    # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))
     return max((top, lowest, second_lowest_block(step) or top), key=sum)
 

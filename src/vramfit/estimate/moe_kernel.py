@@ -112,3 +112,28 @@ def every_token_top_grads(spec: ModelSpec, sc: Scenario, grad_bytes: int) -> int
     down = mlp_down(spec, _banks(spec))
     made = [lin for lin in spec.block_linears if lin.group == "shared_expert"] + ([down] if down else [])
     return sum(round_allocation(lin.params * grad_bytes) for lin in made)
+
+
+def lowest_block_pending(spec: ModelSpec, grad_bytes: int) -> int:
+    """Full fine-tuning: gradient bytes of the decoder blocks not made yet while the lowest walked block runs its
+    MLP backward (``step._lowest_block_grads``): that block's linears but its MLP output one (and, with every-token
+    experts, its shared expert's, made first: see above), and where dense layers sit below the lowest MoE layer
+    (``spec.first_moe_layer``: DeepSeek's ``first_k_dense_replace``, Llama 4's interleaving) every linear and norm
+    of those, whose backward comes after it. The recomputed block of that position is the MoE one (the larger),
+    so the high point is the lowest MoE block, not layer 0: the simulator's Llama 4 trace with checkpointing peaks
+    in layer 1's experts with layer 0's and layer 1's other gradients not made (+8.8 % counting them made)."""
+    from vramfit.estimate.activations import mlp_down
+    from vramfit.estimate.allocator import round_allocation
+
+    below = spec.first_moe_layer
+    # the walked block's own linears: every layer's, plus the MoE ones where dense layers lie below it
+    own = [x for x in spec.block_linears if not x.layers or (below and x.group != "dense_mlp")]
+    made = [mlp_down(spec, [x for x in own if x.group in ("mlp", "expert")])]
+    if spec.experts_run_every_token:
+        made += [x for x in own if x.group == "shared_expert"]
+    later = sum(round_allocation(x.params * grad_bytes) for x in own if not any(x is m for m in made))
+    if below:
+        dense = [x for x in spec.block_linears if x.group in ("attn", "dense_mlp")]
+        later += below * (sum(round_allocation(x.params * grad_bytes) for x in dense)
+                          + round_allocation(spec.block_norm_params * grad_bytes))
+    return later

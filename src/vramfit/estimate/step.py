@@ -32,7 +32,12 @@ from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
-from vramfit.estimate.moe_kernel import every_token_top_freed, every_token_top_grads, index_backward_transient
+from vramfit.estimate.moe_kernel import (
+    every_token_top_freed,
+    every_token_top_grads,
+    index_backward_transient,
+    lowest_block_pending,
+)
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -241,10 +246,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         return 0
     later = 0
     if sc.method is Method.FULL:
-        mlp = [x for x in spec.block_linears if x.group in ("mlp", "expert") and not x.layers]
-        first = act.mlp_down(spec, mlp)
-        later = sum(round_allocation(x.params * grad_bytes_per) for x in spec.block_linears
-                    if x is not first and not x.layers)
+        later = lowest_block_pending(spec, grad_bytes_per)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
     # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
@@ -332,6 +334,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
     held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
+    # a MoE block's backward opens with the grouped experts' un-permute, before the block has made a gradient of its
+    # own: that working set counts net of the block's gradients the block phase adds (block_extras.unpermute_backward)
+    tb = max(tb, extras.unpermute_backward(spec, sc, profile) - layer_grads)
+    parts = replace(parts, temporaries=max(tb + dequant, opt_temp))
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,

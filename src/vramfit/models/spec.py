@@ -170,6 +170,9 @@ class ModelSpec:
     # v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward repeats the tokens num_experts times
     # and Llama4TextExperts runs one bmm over the (experts, tokens, hidden) block
     experts_run_every_token: bool = False
+    # index of the lowest MoE layer where dense layers sit below it (DeepSeek-V2/V3 ``first_k_dense_replace``,
+    # Llama 4 ``interleave_moe_layer_step`` - 1 or the smallest of ``moe_layers``); 0 otherwise
+    first_moe_layer: int = 0
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
