@@ -94,6 +94,7 @@ class Step:
     lm_head_trainable: bool
     lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
     lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
+    head_autocast: int = 0  # the output layer's autocast copy: freed by its matmul backward, before any block's
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
@@ -313,7 +314,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
-    autocast_fwd = autocast_kept = lowest_autocast = 0
+    autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
     # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
@@ -322,6 +323,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)
+        head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
+                                        head_calls(sc, profile))[1]
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
@@ -342,5 +345,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
+        head_autocast=head_autocast,
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))
