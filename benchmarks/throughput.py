@@ -105,7 +105,7 @@ def bench_cards():
 
 def format_summary(summary: dict) -> str:
     lines = [f"{'rows':<26}{'n':>4}  {'model med/p90':>14}  {'old med/p90':>13}  {'6N med/p90':>12}"]
-    for g, s in summary.items():
+    for g, s in ((g, s) for g, s in summary.items() if s["model"]["n"]):
         cells = [f"{s[k]['median']:.0%}/{s[k]['p90']:.0%}" for k in ("model", "old", "naive")]
         lines.append(f"{g:<26}{s['model']['n']:>4}  {cells[0]:>14}  {cells[1]:>13}  {cells[2]:>12}")
     return "\n".join(lines)
@@ -115,7 +115,7 @@ def format_markdown(summary: dict) -> str:
     """The summary as a Markdown table (the README's speed table, scripts/gen_examples.py)."""
     lines = ["| rows | n | median abs. error | p90 abs. error | before (one utilisation) median / p90 | 6N rule median / p90 |",
              "|---|---:|---:|---:|---:|---:|"]
-    for g, s in summary.items():
+    for g, s in ((g, s) for g, s in summary.items() if s["model"]["n"]):
         m, o, n = s["model"], s["old"], s["naive"]
         lines.append(f"| {g} | {m['n']} | {m['median']:.0%} | {m['p90']:.0%} | {o['median']:.0%} / {o['p90']:.0%} "
                      f"| {n['median']:.0%} / {n['p90']:.0%} |")

@@ -56,3 +56,19 @@ def test_no_use_kernels_leaves_the_default(tmp_path):
     assert sc.moe_kernel.value == "none" and sc.gradient_checkpointing.value == "full"
     p.write_text((FIX / "axolotl_full_fsdp.yml").read_text() + "activation_offloading: true\n")
     assert from_config(p).scenario.gradient_checkpointing.value == "offload"
+
+
+def test_an_axolotl_config_runs_the_modelled_axolotl_release(tmp_path):
+    """The importer names Axolotl's release (config_import/axolotl.py AXOLOTL_RELEASE): under fsdp_version 2 the
+    profile wraps as axolotl's own fsdp2_prepare_model (the root unit whole, no embedding or tail unit, no fp32
+    upcast) and the weights load to the host; without it, accelerate's FSDP2 with its tail unit would be modelled."""
+    from vramfit.estimate.framework import scenario_profile
+
+    p = tmp_path / "gpt-oss-fft.yaml"
+    p.write_text(GPT_OSS_FFT)
+    sc = from_config(p).scenario
+    assert sc.framework_version == "axolotl-0.12"
+    profile = scenario_profile(sc)
+    assert profile.fsdp2 and not profile.fsdp2_tail_unit
+    assert profile.fsdp2_variant.name == "axolotl@ba3dba3e4's fsdp2_prepare_model"
+    assert sc.parallelism in profile.weights_load_host

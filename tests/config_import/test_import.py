@@ -24,16 +24,16 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "frames_per_sample": 0, "moe_kernel": "none"}
 
 EXPECTED = {
-    "axolotl_qlora.yml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
+    "axolotl_qlora.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
                           "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                           "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05},
-    "axolotl_full_fsdp.yml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
+    "axolotl_full_fsdp.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
                               "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
                               "parallelism": "fsdp", "offload": "optimizer+params", "framework": "hf", "lora_dropout": None},
-    "axolotl_lora_zero2.yml": {**BASE, "model": "mistralai/Mistral-7B-v0.1", "method": "lora", "precision": "bf16-true",
+    "axolotl_lora_zero2.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "mistralai/Mistral-7B-v0.1", "method": "lora", "precision": "bf16-true",
                                "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                                "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "optimizer": "adamw-8bit",
                                "micro_batch_size": 4, "seq_len": 512, "grad_accum": 1, "gradient_checkpointing": "offload",

@@ -118,3 +118,15 @@ def test_torchtune_0_1_runs_fsdp1_over_a_cpu_loaded_model():
     # the wrap leaves each unit's moved and flattened parameters cached; the root stays gathered
     assert v01.peak.reserved_bytes > new.peak.reserved_bytes
     assert v01.peak.allocated_bytes > new.peak.allocated_bytes
+
+
+def test_accumulated_shards_leave_each_backwards_whole_gradients():
+    """FSDP2 reduce-scatters every micro-batch into the held shards (estimate/fsdp2.py, 6): with grad_accum 2 a
+    middle block's backward holds every shard, the block's whole bf16 gradients and the output layer's whole
+    gradient (the torchtitan root reduce-scatters last), so it never needs less than grad_accum 1."""
+    one, two = (compute(L8, _sc(framework="torchtitan", precision="bf16-true", grad_accum=n)) for n in (1, 2))
+    assert two.held_grads == two.parts.gradients == 2 * (2 * V * 4096 + 32 * BLOCK_8B + 4096) // 8 == 2_007_565_312
+    assert two.head_grad == 2 * V * 4096 == 1_050_673_152
+    assert two.block_grads == 2 * BLOCK_8B == 436_224_000
+    assert _block_position(two)[0] == two.parts.gradients + two.head_grad + two.block_grads
+    assert max(p.total for p in two.phases) >= max(p.total for p in one.phases)

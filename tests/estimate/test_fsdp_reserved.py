@@ -4,6 +4,7 @@ import dataclasses
 
 from vramfit.estimate import estimate
 from vramfit.estimate.framework import adapter_bytes
+from vramfit.estimate.fsdp2 import allgather_pool_idle
 from vramfit.estimate.fsdp_reserved import (
     SYNC_BUCKET_BYTES,
     fsdp_reserved,
@@ -126,15 +127,37 @@ PHASES = {"forward": {"activations": 10 * MiB, "weights": 2 * MiB},
           "optimizer-step": {"gradients": 4 * MiB, "optimizer_state": 3 * MiB, "weights": 2 * MiB}}
 
 
+# torchtitan's FSDP2 on Llama-2-7B, 8 GPUs: the all-gather copy-in stream's idle segments (estimate/fsdp2.py, 7).
+# Forward holds the root's output (embedding + lm_head + norm in bf16: 524,296,192 B, a 251 x 2 MiB segment) beside
+# the lowest block's (404,766,720 B, a 194 x 2 MiB segment); the step's communication buffers count one block's.
+AG_IDLE = 251 * 2 * MiB + 194 * 2 * MiB - 404_766_720
+
+
 def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
     # the forward's 12 MiB cannot reuse the 4 MiB of gradients freed by zero_grad on the reduce-scatter
-    # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4
+    # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4, plus FSDP2's
+    # all-gather stream
     r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8))
     assert gradient_pool(r, PHASES) == 4 * MiB
-    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB
+    assert allgather_pool_idle(r) == AG_IDLE == 528_465_920
+    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB + AG_IDLE
     # a gradient-heavy phase: 9 MiB without gradients is under the forward's 12
     heavy = {**PHASES, "optimizer-step": {"gradients": 8 * MiB, "optimizer_state": 7 * MiB, "weights": 2 * MiB}}
-    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB
+    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB + AG_IDLE
+
+
+def test_offloaded_shards_are_copied_in_on_the_all_gather_stream():
+    # CPUOffloadPolicy: each unit's host shards come to the GPU on the copy-in stream first (the root's 1/8:
+    # 65,537,024 B, a 32 x 2 MiB segment, which every block's 1/8 then reuses), beside the root's and a block's outputs
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, offload="optimizer+params"))
+    assert allgather_pool_idle(r) == AG_IDLE + 32 * 2 * MiB == 595_574_784
+
+
+def test_allgather_pool_is_fsdp2s_alone():
+    # FSDP1 all-gathers into flat parameters on its unshard stream, modelled with the host wrap (mechanism 3)
+    assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", num_gpus=8))) == 0
+    assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=1,
+                                                    parallelism="none"))) == 0
 
 
 def test_no_gradient_pool_without_a_reduce_scatter_stream():

@@ -37,6 +37,32 @@ def test_torchtune_upcasts_in_the_model():
     assert (m.saved, m.forward_peak, m.backward_peak) == (4 * TV, 8 * TV, 12 * TV)
 
 
+def test_torchtune_01_keeps_the_shifted_fp32_logits_through_backward():
+    # torchtune@c69fba18b recipes: `logits = logits[..., :-1, :].contiguous()`, transposed into CrossEntropyLoss,
+    # never deleted; log_softmax over dim 1 copies the transpose contiguous (CUDA host_softmax)
+    sc = parse_scenario({"params": "1B", "method": "lora", "seq_len": 1024, "framework": "torchtune",
+                         "framework_version": "torchtune-0.1"})
+    m = loss_memory(LLAMA, sc, profile_for(Framework.TORCHTUNE, "torchtune-0.1"))
+    assert (m.saved, m.kept, m.forward_peak, m.backward_peak) == (4 * TV, 4 * TV, 12 * TV, 16 * TV)
+    # torchtune 0.4 deletes them (PR #1046): nothing kept, 4 TV less at the loss backward
+    assert _loss("torchtune").kept == 0 and _loss("torchtune").backward_peak == 12 * TV
+
+
+def test_torchtune_01_loss_moves_the_estimate_by_the_kept_copy():
+    from vramfit import estimate
+
+    base = {"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "micro_batch_size": 2, "seq_len": 512,
+            "framework": "torchtune", "gradient_checkpointing": "full"}
+
+    def logits_in_step(sc):
+        phase = next(p for p in estimate(sc).phases if p.phase == "optimizer-step")
+        return dict(phase.breakdown).get("logits_loss", 0)
+
+    # the kept copy, 4 B x (2 x 512 tokens) x 32000, is still alive in torchtune 0.1's optimizer step
+    assert logits_in_step({**base, "framework_version": "torchtune-0.1"}) == 4 * 1024 * 32000
+    assert logits_in_step(base) == 0
+
+
 def test_litgpt_keeps_its_chunked_logits_through_backward():
     m = _loss("litgpt")
     chunk = 128 * 128256  # lm_head_chunk_size=128 tokens
@@ -96,3 +122,17 @@ def test_an_unknown_loss_layout_is_an_error_not_a_fallback():
     used |= {v for p in map(profile_for, Framework) for old in p.older_versions for k, v in old.changes
              if k == "standard_loss"}
     assert used == set(LossLayout)
+
+
+def test_torchtune_01_compiles_the_model_not_the_loss():
+    from vramfit.estimate.loss import compiles_loss
+
+    # torchtune@0217d44c2 lora_finetune_single_device.py: compile: True is utils.wrap_compile(model) only;
+    # v0.4.0 assigns training.compile_loss(self._loss_fn)
+    keys = {"params": "1B", "method": "qlora", "quantize": "nf4", "seq_len": 1024, "framework": "torchtune",
+            "compile": True}
+    old = parse_scenario({**keys, "framework_version": "torchtune-0.1"})
+    assert not compiles_loss(old, profile_for(Framework.TORCHTUNE, "torchtune-0.1"))
+    assert compiles_loss(parse_scenario(keys), profile_for(Framework.TORCHTUNE))
+    m = loss_memory(LLAMA, old, profile_for(Framework.TORCHTUNE, "torchtune-0.1"))
+    assert m.backward_peak == 16 * TV  # the eager loop's loss, as without compile

@@ -75,7 +75,7 @@ def test_estimate_matches_one_gpu_and_adds_the_wrap_residue():
     assert ddp.allocated_bytes > ns.allocated_bytes
     assert ns.reserved_bytes - one.reserved_bytes == 108_576_768
     sc = parse_scenario({**kw, "num_gpus": 2, "parallelism": "fsdp-no-shard"})
-    units, group, elem, gathered, host, bucket = wrap_args(compute(resolve_model(QWEN).spec, sc))
+    units, group, elem, gathered, host, bucket, _ = wrap_args(compute(resolve_model(QWEN).spec, sc))
     assert (group, elem, gathered, host, bucket) == (1, 2, (), False, 250 * MiB)
 
 

@@ -151,3 +151,17 @@ def test_fsdp_full_fine_tune_has_an_end_of_backward_phase():
     end = {p.phase.value: dict(p.parts) for p in tune.phases}["backward-end"]
     assert end["gradients"] == tune.parts.gradients + tune.block_grads  # output sharded as a unit of its own
     assert compute(spec, parse_scenario({**keys, "parallelism": "ddp"})).block_grads == 0
+
+
+def test_peft_method_comparison_runs_foreach_adamw():
+    """peft@51c2ff666 method_comparison/MetaMathQA (PEFT_MMQA_2607): torch.optim.AdamW with no fused/foreach
+    argument runs torch's foreach AdamW on CUDA, whose _foreach_sqrt copies every bf16 second moment during the step;
+    the HF Trainer's default (adamw_torch_fused) has no such copy."""
+    spec = resolve_model("meta-llama/Llama-3.2-3B").spec
+    keys = {"model": "meta-llama/Llama-3.2-3B", "method": "full", "precision": "bf16-true", "micro_batch_size": 4,
+            "seq_len": 768, "gpu": "l40s"}
+    runs = [compute(spec, parse_scenario({**keys, **extra})) for extra in ({}, {"framework_version": "peft-method-comparison"})]
+    step = [{p.phase.value: dict(p.parts) for p in r.phases}["optimizer-step"] for r in runs]
+    assert "temporaries" not in step[0]
+    assert step[1]["temporaries"] == 2 * spec.num_params == 6_425_499_648  # one bf16 copy of exp_avg_sq
+    assert runs[1].parts.optimizer_state == 2 * step[1]["temporaries"]

@@ -45,6 +45,17 @@ def test_step_temporaries_torchao_only():
     assert _phase(bnb, "optimizer-step").get("temporaries", 0) == 0
 
 
+def test_step_temporaries_are_the_largest_tensor_it_steps():
+    """torchao steps each trainable parameter in turn: under LoRA the largest adapter tensor (Llama-3.2-1B's
+    up_proj lora_B, 8192 x 16, in fp32 states' fp32 copies), not a frozen weight; under FSDP2 a DTensor's local
+    shard (the embedding's 128,256 rows over 8 GPUs)."""
+    keys = {"model": MODEL, "precision": "bf16-true", "optimizer": "adamw-8bit-torchao"}
+    lora = estimate({**keys, "method": "lora", "lora_rank": 16, "lora_targets": "all-linear"})
+    assert _phase(lora, "optimizer-step")["temporaries"] == 8 * 8192 * 16 == 1_048_576
+    fsdp2 = estimate({**keys, "method": "full", "framework": "torchtitan", "num_gpus": 8, "parallelism": "fsdp"})
+    assert _phase(fsdp2, "optimizer-step")["temporaries"] == 8 * EMB // 8 == 262_668_288
+
+
 def test_step_in_backward_is_the_embeddings_last():
     keys = {"model": MODEL, "method": "full", "precision": "bf16-true", "optimizer_in_backward": True,
             "framework": "torchtune"}

@@ -96,6 +96,7 @@ def test_published_vlm_rows_lie_between_allocated_and_device():
 
     path = Path(__file__).resolve().parents[2] / "benchmarks/data/measured/vlm.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r["source_id"] == "MSSWIFT_VLM"]  # the Unsloth notebook rows are reserved peaks
     assert len(rows) == 3
     for row in rows:
         peak = estimate(row["scenario"]).peak

@@ -12,7 +12,7 @@ MiB = 2**20
 LLAMA2 = resolve_model("meta-llama/Llama-2-7b-hf").spec
 # one unit of two 30 MiB parameters on 2 ranks (bf16): after the wrap its 60 MiB flat parameter and the two
 # 30 MiB moved originals are cached and free, its 30 MiB shard is allocated (test_fsdp_reserved.py)
-UNIT = (((30 * MiB, 30 * MiB),), 2, 2, (), False, 0)
+UNIT = (((30 * MiB, 30 * MiB),), 2, 2, (), False, 0, False)  # no empty_cache after the wrap
 
 
 def _aai(**keys):
@@ -23,6 +23,24 @@ def _aai(**keys):
                            "gradient_checkpointing": "full", "attention": "sdpa", "num_gpus": 2,
                            "parallelism": "fsdp", "framework": "hf", "keeps_outputs": True,
                            "framework_version": "transformers-4.44+peft-0.11", **keys})
+
+
+def test_torchtune_01_empties_the_cache_after_the_wrap():
+    from vramfit.estimate.fsdp_reserved import replay_wrap
+
+    # the flat parameter and both moved originals sit alone in their segments: empty_cache returns them all
+    assert replay_wrap(*UNIT) == (30 * MiB, 150 * MiB)
+    assert replay_wrap(*UNIT[:-1], True) == (30 * MiB, 30 * MiB)
+    keys = {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "micro_batch_size": 2, "seq_len": 512,
+            "gradient_checkpointing": "full", "num_gpus": 4, "parallelism": "fsdp", "framework": "torchtune"}
+    old = compute(LLAMA2, parse_scenario({**keys, "framework_version": "torchtune-0.1"}))
+    assert old.profile.fsdp1_empty_cache_after_wrap
+    # without utils.cleanup_before_training() the same wrap leaves more cached
+    from dataclasses import replace
+
+    kept = compute(LLAMA2, parse_scenario({**keys, "framework_version": "torchtune-0.1"}))
+    kept = replace(kept, profile=replace(kept.profile, fsdp1_empty_cache_after_wrap=False))
+    assert host_wrap_floor(old) < host_wrap_floor(kept)
 
 
 def test_a_tensor_that_fits_a_cached_block_reuses_it():

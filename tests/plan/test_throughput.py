@@ -97,16 +97,21 @@ def test_benchmark_summary_beats_the_old_model():
     Before the ZeRO-3 prefetch, CPU optimizer, paging and torchtitan-row mechanisms: 13 %/58 %; before the
     FSDP1 rate limiter, the shared HGX host uplink and the measured GeForce/workstation matmul rates: 10 %/47 %;
     before torchtune 0.1's per-rank tokens/s (2 x / 4 x RTX 4090 rows) and the 128-GPU torchtitan rows' 16 hosts:
-    8.6 %/35.3 % (held out 7.6 %/39.1 %)."""
+    8.6 %/35.3 % (held out 7.6 %/39.1 %); before torchrun's one CPU thread per rank for the offloaded optimizer
+    step, torchtune 0.1's nested LoRA units, the measured/interpolated power-capped H100 matmul rates and the
+    torchtune @30b8519e8 "A6000" cells scored on the Ada card they fit: 8 %/31 % (held out 7 %/31 %); before
+    NCCL's PCIe peer-to-peer rule (kernels.nccl_pcie_p2p: the rented RTX A5000 / RTX 6000 Ada machines copy through
+    host memory): 7 %/28 % (held out 6.5 %/28 %)."""
     b = _bench()
     s = b.score(b.load(b.DEFAULT_DATA))["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
-    assert s["all"]["model"]["median"] <= 0.08 and s["all"]["model"]["p90"] <= 0.31
-    assert s["held_out"]["model"]["median"] <= 0.075 and s["held_out"]["model"]["p90"] <= 0.31
+    assert s["all"]["model"]["median"] <= 0.07 and s["all"]["model"]["p90"] <= 0.25
+    assert s["held_out"]["model"]["median"] <= 0.065 and s["held_out"]["model"]["p90"] <= 0.235
+    assert s["TT_README_2409"]["model"]["median"] <= 0.115 and s["TT_README_2409"]["model"]["p90"] <= 0.175
     assert s["TT_README_2405"]["model"]["median"] <= 0.17 and s["TT_README_2405"]["model"]["p90"] <= 0.39
     assert s["ANSWERAI_FSDP_QLORA"]["model"]["median"] <= 0.085
     assert s["QWEN1_README"]["model"]["median"] <= 0.075 and s["QWEN1_README"]["model"]["p90"] <= 0.205
-    assert s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.27
+    assert s["TORCHTITAN_PERF"]["model"]["median"] <= 0.095 and s["TORCHTITAN_PERF"]["model"]["p90"] <= 0.165
     assert s["all"]["old"]["median"] > 0.15 and s["all"]["old"]["p90"] > 0.60
     assert s["all"]["naive"]["p90"] > 1.5
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
@@ -122,6 +127,19 @@ def test_gemm_rate_is_the_measured_mamf():
     assert a100.gemm_flops == pytest.approx(267.9e12, rel=1e-3)  # ml-engineering MAMF: A100 SXM 267.9 TFLOPS
     assert a100.attn_flops == pytest.approx(312e12 * 0.68)
     assert card_speed(get_gpu("h100-sxm")).attn_flops == pytest.approx(989e12 * 0.35)  # FA2 on Hopper
+    # the 350 W H100 PCIe measured at 495.93 of its 756 TFLOPS (torch-performance-test-data)
+    assert card_speed(get_gpu("h100-pcie")).gemm_flops == pytest.approx(495.93e12, rel=1e-3)
+
+
+def test_power_capped_h100_bench_card_interpolates_the_measured_h100s():
+    """torchtitan's 500 W H100 96GB: 495.93 + (500 - 350) / (700 - 350) x (792.1 - 495.93) = 622.86 TFLOPS."""
+    from vramfit.gpus import get_gpu
+    from vramfit.plan.kernels import card_speed
+
+    with _bench().bench_cards():
+        g = get_gpu("h100-96gb-hbm2e-500w")
+        assert g.bf16_tflops == 912.3 and "500 W" in g.name
+        assert card_speed(g).gemm_flops == pytest.approx(622.86e12, rel=1e-3)
 
 
 def test_geforce_without_nvlink_has_no_p2p_and_adds_comm():
@@ -131,6 +149,26 @@ def test_geforce_without_nvlink_has_no_p2p_and_adds_comm():
     g = card_speed(get_gpu("rtx4090"))
     assert not g.p2p and g.peer_bytes == pytest.approx(31.5e9 / 2)  # two PCIe 4.0 x16 hops through the host
     assert card_speed(get_gpu("a100-80gb-sxm")).p2p
+
+
+def test_pcie_cards_follow_nccls_p2p_rule():
+    """NCCL (src/graph/paths.cc ncclTopoCheckP2p) uses PCIe peer-to-peer across the CPU's host bridge only on AMD
+    hosts (before 2.23.4 any count, since then two GPUs); the catalog's node (Intel, no switch) copies through host
+    memory like the GeForce cards, at half the link and not overlapped. NVLink-linked cards keep P2P."""
+    from vramfit.gpus import get_gpu
+    from vramfit.plan.kernels import PCIE_HOST, CpuVendor, PcieHost, card_speed, nccl_pcie_p2p
+
+    assert PCIE_HOST == PcieHost(CpuVendor.INTEL, gpus_behind_one_switch=False)
+    for n in (2, 4, 8):
+        c = card_speed(get_gpu("rtxa5000"), 31.5, n)
+        assert not c.p2p and c.peer_bytes == pytest.approx(31.5e9 / 2)
+        assert not nccl_pcie_p2p(PCIE_HOST, n) and not nccl_pcie_p2p(PCIE_HOST, n, nccl_before_2_23_4=True)
+        assert nccl_pcie_p2p(PcieHost(CpuVendor.INTEL, gpus_behind_one_switch=True), n)
+        assert nccl_pcie_p2p(PcieHost(CpuVendor.AMD, False), n, nccl_before_2_23_4=True)
+        assert nccl_pcie_p2p(PcieHost(CpuVendor.AMD, False), n) is (n <= 2)
+    bridged = card_speed(get_gpu("a100-80gb-pcie"), get_gpu("a100-80gb-pcie").peer_gbs, 2)  # NVLink bridge pair
+    assert bridged.p2p and bridged.peer_bytes == pytest.approx(300e9)
+    assert card_speed(get_gpu("h100-sxm"), 450.0, 8).p2p
 
 
 def _qwen_speed(method: str, seq: int, **kw):

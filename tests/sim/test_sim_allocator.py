@@ -93,3 +93,17 @@ def test_replay_puts_the_mapped_sids_on_their_stream():
     events, nbytes = [0, ~0, 1, ~1], [80 * MiB, 80 * MiB]
     assert replay(events, nbytes)[2].peak_reserved == 80 * MiB
     assert replay(events, nbytes, streams={0: 1})[2].peak_reserved == 160 * MiB
+
+
+def test_empty_cache_returns_only_segments_with_no_block_in_use():
+    # torch.cuda.empty_cache() -> release_blocks: a block spanning its whole segment goes back, a segment that
+    # holds a live block keeps its free remainder cached
+    a = CachingAllocatorModel()
+    gone, kept = a.malloc(30 * MiB), a.malloc(40 * MiB)
+    a.free(kept)
+    kept = a.malloc(20 * MiB)  # splits the 40 MiB segment: 20 MiB in use, 20 MiB free
+    a.free(gone)
+    assert a.stats.reserved == 70 * MiB
+    assert a.empty_cache() == 30 * MiB
+    assert (a.stats.reserved, a.stats.segments, a.stats.allocated) == (40 * MiB, 1, 20 * MiB)
+    assert a.malloc(20 * MiB) is not None and a.stats.reserved == 40 * MiB  # the remainder is still reusable

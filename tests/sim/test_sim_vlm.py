@@ -36,9 +36,10 @@ def test_llava_with_images_agrees(config_file, method, images, gc):
 def test_unfed_vlm_images_are_refused_by_the_simulator_in_one_line(config_file):
     from vramfit.errors import ModelError
 
-    cfg = {**LLAVA, "model_type": "llava_next"}
-    with pytest.raises(ModelError, match="feeds images to llava, gemma3, internvl, mllama, idefics3, smolvlm, qwen2_5_vl, "
-                                         "qwen2_vl, qwen3_vl, qwen3_vl_moe only: 'llava_next' is not modelled there"):
+    cfg = {**LLAVA, "model_type": "llava_next_video"}  # fed video frames only
+    with pytest.raises(ModelError, match="feeds images to llava, llava_next, gemma3, internvl, mllama, idefics3, smolvlm, "
+                                         "qwen2_5_vl, qwen2_vl, qwen3_vl, qwen3_vl_moe only: 'llava_next_video' is not "
+                                         "modelled there"):
         simulate({"model": config_file(cfg), "method": "lora", "images_per_sample": 1}, layers=3)
 
 

@@ -69,6 +69,18 @@ compiled_2409 = True  # README note: "torch compile enabled"
 # per GPU (LoRA 4 N, full 6 N x 4/3 recompute, N = 69e9), 3-4x the A100's 312 TFLOPS dense peak, so
 # those are read as totals over the 8 GPUs.
 PER_RANK_2405 = {21, 23}
+# The @30b8519e8 "1x A6000" cells cannot have run on the Ampere RTX A6000 (gpus.csv rtxa6000: GA102, 154.8 TFLOPS
+# dense BF16 with FP32 accumulate = its FP16-accumulate rate, GA102 whitepaper appendix; measured best matmul 123.3,
+# plan/kernels.py GEMM_EFFICIENCY): the LoRA row's 4,699 tokens/s x 4 N (N = 8.03e9 matmul weights, frozen weights
+# need only input gradients) = 1.51e14 FLOP/s of matmuls alone, 98 % of that peak and 1.22 x its measured best; the
+# full row's 2,579 x 6 N = 1.24e14, above the measured best too. Both run 1.52-1.56 x the same table's RTX 4090 cells
+# (4699/3083, 2579/1650) where an RTX A6000 has 0.74 x the 4090's matmul rate and 0.76 x its memory bandwidth. A 48 GB
+# card of the Ada generation fits the memory column (37.4 / 30.3 GiB) and the speed: "A6000 Ada" is how the RTX 6000
+# Ada is named beside it in the same months (AnswerDotAI/fsdp_qlora benchmarks_03_2024.md, "A6000 Ada 48GB"), so
+# those two rows are scored on rtx6000ada (the memory dataset, ../measured/public.jsonl, keeps the README's name).
+CARD_AS_RUN = {"TT_README_2409-2": "rtx6000ada", "TT_README_2409-4": "rtx6000ada"}
+CARD_NOTE = ("Card: the README says '1x A6000'; scored as rtx6000ada (build_published.py CARD_AS_RUN: the cell's "
+             "matmul FLOP/s exceed the Ampere RTX A6000's measured best). ")
 for sid, (src, design, vals) in TT.items():
     for k, tps in vals.items():
         r = mem[f"{sid}-{k}"]
@@ -87,8 +99,12 @@ for sid, (src, design, vals) in TT.items():
                 notes=f"tokens/s = {sc['num_gpus']} GPUs x the cell: torchtune @0217d44c2's distributed recipes log rank 0's "
                       "tokens/s (num_tokens += input_ids.numel() on that rank, logged if _is_rank_zero). " + r["notes"][:200])
             continue
+        fixed = CARD_AS_RUN.get(f"{sid}-{k}")
+        if fixed:
+            sc["gpu"] = fixed
         add(f"{sid}-{k}", sid, src + row, sc, tps, design=design,
-            notes="tokens/s over all GPUs (the table's 8x A100 70B rows cannot be per GPU: that would exceed the peak). " + r["notes"][:200])
+            notes=(CARD_NOTE if fixed else "") + "tokens/s over all GPUs (the table's 8x A100 70B rows cannot be per GPU: "
+                  "that would exceed the peak). " + r["notes"][:200])
 
 # --- torchtitan docs/performance.md (H100 96GB HBM2e at 500 W on Grand Teton; TPS per GPU)
 TTN = "github.com/pytorch/torchtitan docs/performance.md @d4c86e375 (removed in 820504e20), "
@@ -119,7 +135,8 @@ def aa(id, where, model, method, n, gpu, mb, ctx, secs, parallelism, offload, de
     sc = {"model": model, "framework": "hf", "method": method, "precision": "bf16-true", "lora_rank": 64,
           "lora_alpha": 16, "lora_targets": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
           "lora_dropout": 0.1, "micro_batch_size": mb, "seq_len": ctx, "grad_accum": ga, "gradient_checkpointing": ckpt,
-          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu}
+          "attention": "sdpa", "num_gpus": n, "parallelism": parallelism, "offload": offload, "gpu": gpu,
+          "framework_version": "fsdp-qlora"}  # train.py's mp.spawn launcher (framework.py)
     if method == "qlora":
         sc["quantize"] = "nf4-dq"
     add(id, "ANSWERAI_FSDP_QLORA", AA + where, sc, 1024 * ctx / secs, design=design,

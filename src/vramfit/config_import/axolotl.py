@@ -17,6 +17,12 @@ TRAINING_SRC = f"{_SRC} src/axolotl/utils/schemas/training.py"
 #: listing CutCrossEntropyPlugin turns it on: its args default ``cut_cross_entropy`` to True
 CCE_SRC = f"{_SRC} src/axolotl/integrations/cut_cross_entropy/args.py: cut_cross_entropy defaults to True"
 #: Axolotl builds its BitsAndBytesConfig with nf4 and double quantization for adapter: qlora.
+#: The Axolotl release vramfit models (estimate/framework.py, framework_version axolotl-0.12: axolotl@ba3dba3e4's own
+#: FSDP2 fsdp2_prepare_model, no fp32 upcast, and weights loaded to the host). Unchanged through axolotl@067b021,
+#: whose schema this reader follows: monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model (l. 539) still upcasts
+#: nothing, loaders/model.py l. 616-617 sets no device_map under FSDP, utils/config/__init__.py l. 149-152 drops it
+#: under `accelerate launch`. Which transformers runs is the user's install, so no transformers release is named.
+AXOLOTL_RELEASE = "axolotl-0.12"
 QLORA_SRC = f"{_SRC} src/axolotl/loaders/model.py: bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant True"
 
 #: attn_implementation values (src/axolotl/utils/schemas/enums.py CANONICAL_ATTN_IMPLS, short forms, the
@@ -300,4 +306,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
+    r.out["framework_version"] = AXOLOTL_RELEASE
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
-from vramfit.estimate.allocator import length_variation_note, step_transients
+from vramfit.estimate.allocator import length_variation_note, step_transients, zero2_step_reserved
 from vramfit.estimate.core import process_bytes, reserved_bytes
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
@@ -236,6 +236,9 @@ def estimate_spec(
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
     reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events, r.profile.alloc_conf)
+    if cached := zero2_step_reserved(r, phases.get("optimizer-step", 0), events, r.profile.alloc_conf):
+        step = reserved_bytes(phases["optimizer-step"], parts, tensors, spec.num_hidden_layers, (), r.profile.alloc_conf)
+        reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     ctx, nccl = process_bytes(sc)

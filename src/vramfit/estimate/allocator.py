@@ -177,6 +177,12 @@ def run_events(model, events: tuple[int, ...] | list[int]) -> None:
             blocks[-ev - 1] = None
 
 
+def largest_weight(spec) -> int:
+    """Elements of the model's largest weight: a block linear's or the (un)embedding's."""
+    return max([x.in_features * x.out_features for x in spec.block_linears]
+               + [spec.lm_head_params or spec.embedding_params])
+
+
 def step_transients(r, loss_only: bool = False) -> list[int]:
     """The big tensors one micro-batch frees again, as :func:`transient_reserved` events, in the order
     the step makes them (``r``: a :class:`vramfit.estimate.step.Step`).
@@ -184,27 +190,25 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     Forward: under full checkpointing the no-grad MLP working set (:func:`nograd_mlp_bytes`), then
     autocast's weight copies and each block's de-quantized 4-bit weight (one size, reused),
     then the loss's saved tensors and its forward working set; backward: the loss gradient (the
-    saved tensors freed after it), the de-quantized weight again. The loss figures are sums of
+    saved tensors freed after it), the de-quantized weight again. The loss of transformers < 4.45 is replayed
+    tensor by tensor (:func:`_hf_upcast_in_model_loss`); any other loss's figures are sums of
     tensors of at most one fp32 logits row block (``4 * tokens * vocab``), so each is cut into
     tensors of that size plus a remainder: a cached fp32 block serves the next fp32 request, a
     smaller cached one cannot (a new segment). Autocast's copies are per-weight tensors: cut at the
     largest weight; the de-quantized weight is one tensor.
     Not replayed: saved activations and gradients (their rounding is counted per tensor elsewhere) and the
-    optimizer's foreach temporaries: replayed, those reuse cached loss blocks once the micro-batch
-    makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
+    per-parameter foreach temporaries (DeepSpeed ZeRO-2's flat ones: :func:`zero2_step_reserved`): replayed, those
+    reuse cached loss blocks once the micro-batch makes them large enough, so reserved would shrink as the micro-batch grows (a real allocator
     effect, but the planner's search assumes memory grows with the micro-batch).
     ``loss_only``: the loss's tensors alone (what a batch's length sizes).
     """
-    from vramfit.estimate.loss import vocab_rows
     from vramfit.estimate.unsloth import replays_step, step_events
 
     if replays_step(r.spec, r.sc, r.profile):
         per_element = r.parts.optimizer_state / max(1, r.parts.num_trainable)
         return step_events(r.spec, r.sc, per_element, r.parts.param_tensors) if not loss_only else []
-    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
     spec = r.spec
-    weight = max([x.in_features * x.out_features for x in spec.block_linears]
-                 + [spec.lm_head_params or spec.embedding_params])  # the largest weight, in elements
+    weight = largest_weight(spec)
     ev: list[int] = []
     sizes: list[int] = []
 
@@ -225,16 +229,174 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     other = 0 if loss_only else 1
     auto = alloc(other * r.autocast_forward, 2 * weight)  # one 16-bit copy per weight
     free(alloc(other * r.dequant))
-    kept = alloc(r.loss.kept, unit)  # logits the loop keeps to the end of the step (estimate/loss.py)
-    saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
-    free(auto)
-    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
-    free(saved)
-    free(grad)
+    loss = _hf_upcast_in_model_loss if _upcasts_in_model(r) else _loss_from_figures
+    kept = loss(r, alloc, free, auto)  # the logits the loop keeps to the end of the step (estimate/loss.py)
     free(alloc(other * r.dequant))
     free(kept)
     return ev
+
+
+def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None) -> int:
+    """Bytes reserved beyond ``step_allocated`` (the optimizer-step phase's allocated bytes) at DeepSpeed ZeRO-2's
+    step without optimizer offload: the segments the micro-batch's loss left cached (``loss_events``,
+    :func:`step_transients`) and those the step's flat partition-sized tensors opened beyond their own live bytes.
+    Each of those is larger than the loss's cached blocks at the usual micro-batch, so it opens a segment of its own,
+    and the freed 16-bit ones cannot serve the fp32 ones; 0 when ZeRO-2 does not run this step.
+
+    DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py (0.19.8 the same without pre-flattened gradients):
+    ``copy_grads_in_partition`` puts this GPU's 16-bit gradients in one ``grads_in_partition`` buffer in backward
+    (``contiguous_gradients``, the default); ``step``: ``self.flatten(self.averaged_gradients[i])`` (16-bit),
+    ``.to(fp32)``, the flat copy dropped, ``free_grad_in_param_list(self.params_in_partition[i])`` and
+    ``averaged_gradients[i] = None`` (the buffer goes), ``self._optimizer_step(i)`` (foreach AdamW:
+    ``torch._foreach_sqrt`` copies the fp32 second moment, :func:`vramfit.estimate.step.ds_foreach_step`), then
+    ``single_partition_of_fp32_groups[i].grad = None``. Before the flatten, full fine-tuning's gradient norm takes a
+    float64 copy of each gradient in turn (``scaled_global_norm``, :func:`zero12_norm_piece`): the largest opens a
+    segment the smaller ones split. One param group's partition stands for all: the Trainer's no-decay group
+    (biases, norms) is small. ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B, 2 GPUs, full depth) opens the
+    same float64 (1.01 GiB, the whole embedding on rank 0) and foreach sqrt (0.92 GiB) segments.
+
+    Not replayed: DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py) leaves the 16-bit parameters the engine
+    moved there one by one cached, up to the whole 16-bit model, which ``max_memory_reserved`` on a roomy card counts
+    (the simulator: Qwen2.5-3B +5.75 GiB). A card without the room gets them back: a failed ``cudaMalloc`` releases
+    the cached blocks and retries (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``:
+    ``release_cached_blocks``), so counting them would refuse runs that fit; the estimate has one figure per card
+    class (the planner's premise, plan/evaluate.py ``class_shifts``)."""
+    from vramfit.estimate.framework import OptimizerImpl
+    from vramfit.scenario import Method, Offload, Optimizer, Parallelism, Precision
+
+    sc = r.sc
+    if (sc.parallelism is not Parallelism.ZERO2 or sc.offload is not Offload.NONE or sc.precision is Precision.FP32
+            or sc.num_gpus < 2 or not r.parts.num_trainable):
+        return 0
+    group = -(-r.parts.num_trainable // sc.num_gpus)
+    norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
+    foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
+    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach)
+    _, reserved = transient_reserved(events, conf)
+    sizes, live, at_step = [], 0, 0
+    for i, ev in enumerate(events):  # the live bytes at the step's moments (master and states included)
+        if ev >= 0:
+            sizes.append(round_allocation(ev))
+            live += sizes[-1]
+        else:
+            live -= sizes[-ev - 1]
+        if any(a <= i < b for a, b in windows):
+            at_step = max(at_step, live)
+    return max(0, reserved - at_step) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+
+
+def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool) -> tuple[list[int], list]:
+    """Model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
+    the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
+    is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone goes), and ``initialize_optimizer_states``
+    makes a zero fp32 gradient partition and drops it (``group.grad = None`` without offload): both segments stay
+    cached for the steps to reuse. Each step: the loss's tensors, the 16-bit gradient buffer, the norm's float64
+    copy, the flat 16-bit copy and its fp32 cast, both 16-bit ones dropped, the states (first step:
+    torch/optim/adamw.py ``_init_group`` ``zeros_like`` twice), foreach AdamW's sqrt copy, the fp32 gradient dropped.
+    """
+    ev: list[int] = []
+    count = 0
+
+    def alloc(n: int) -> int:
+        nonlocal count
+        ev.append(n)
+        count += 1
+        return count
+
+    clone = alloc(c * group)
+    alloc(4 * group)  # the fp32 master partition, kept
+    ev.append(-clone)
+    ev.append(-alloc(4 * group))  # the zero gradient of initialize_optimizer_states, made and dropped
+    windows = []
+    for first in (True, False):
+        base = count
+        ev.extend(e if e >= 0 else e - base for e in loss_events)
+        count += sum(1 for e in loss_events if e >= 0)
+        start = len(ev)
+        grads = alloc(c * group)
+        ev.append(-alloc(norm))
+        flat, fp32 = alloc(c * group), alloc(4 * group)
+        ev.extend((-flat, -grads))
+        if first:
+            alloc(4 * group)
+            alloc(4 * group)
+        if foreach:
+            ev.append(-alloc(4 * group))
+        ev.append(-fp32)
+        windows.append((start, len(ev)))
+    return ev, windows
+
+
+def zero12_norm_piece(spec, partition_numel: int) -> int:
+    """Elements of the largest gradient piece one GPU holds under ZeRO-1/2: they partition the flat 16-bit buffer, not
+    each parameter (DeepSpeed v0.16.2 stage_1_and_2.py ``get_data_parallel_partitions``), so a parameter lies whole in
+    one partition unless it straddles a boundary, and the (un)embedding, first or last in the buffer, does up to the
+    partition's size. The norm takes a float64 copy of each piece (``get_grad_norm_direct``:
+    ``g.data.double()``)."""
+    return min(largest_weight(spec), partition_numel)
+
+
+def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
+    """Replay the loss from its figures (:class:`vramfit.estimate.loss.LossMemory`), cut at one fp32 logits block."""
+    from vramfit.estimate.loss import vocab_rows
+
+    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    kept = alloc(r.loss.kept, unit)
+    saved = alloc(r.loss.saved, unit)
+    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
+    free(before_backward)
+    grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
+    free(saved + grad)
+    return kept
+
+
+def _upcasts_in_model(r) -> bool:
+    """The loss is the model's cross-entropy over ``logits.float()`` (``HF_UPCAST_IN_MODEL``), not compiled or capped."""
+    from vramfit.estimate.loss import compiles_loss
+    from vramfit.estimate.profile_fields import LossLayout
+    from vramfit.scenario import Loss
+
+    sc, profile = r.sc, r.profile
+    return (sc.loss is Loss.STANDARD and profile.standard_loss is LossLayout.HF_UPCAST_IN_MODEL
+            and not r.spec.final_logit_softcapping and not compiles_loss(sc, profile))
+
+
+def _hf_upcast_in_model_loss(r, alloc, free, before_backward: list[int]) -> list[int]:
+    """Replay the loss of transformers < 4.45 tensor by tensor; the handles of the fp32 logits the loop keeps.
+
+    transformers v4.39.3 (and v4.44.2) models/llama/modeling_llama.py LlamaForCausalLM.forward:
+    ``logits = self.lm_head(hidden_states)`` (16-bit), ``logits = logits.float()`` (the 16-bit tensor dies: the
+    ToCopy node saves nothing), ``shift_logits = logits[..., :-1, :].contiguous()`` (a copy unless one sequence:
+    estimate/loss.py), ``CrossEntropyLoss`` (log_softmax keeps its fp32 output). Backward (torch
+    tools/autograd/derivatives.yaml): nll_loss's gradient, log_softmax's (the first and the saved output die),
+    ``slice_backward`` (aten/src/ATen/native/TensorShape.cpp: ``at::zeros(input_sizes)`` then ``copy_``: a fresh
+    fp32 tensor of the unshifted logits' size while log_softmax's gradient lives), ``_to_copy_backward`` (the
+    gradient back in 16 bits, while the fp32 one lives): half-size tensors, a segment no fp32 one reuses (the sequence
+    is checked against torch's autograd: tests/estimate/test_hf_upcast_loss_replay.py)."""
+    from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
+
+    sc = r.sc
+    # the shifted tensors ((seq_len - 1) x vocab) are counted at the logits' size: the same blocks serve both when the
+    # logits are a 2 MiB multiple (Llama-2 at 2,048 tokens), and the figure keeps growing with the micro-batch as the
+    # planner's search assumes (exact sizes add a segment where the two round to different 2 MiB units)
+    tv = sc.micro_batch_size * sc.seq_len * vocab_rows(r.spec)
+    lb = logits_bytes_per_element(sc, r.profile)
+    half = alloc(lb * tv if lb != 4 else 0)  # fp32 logits: .float() returns them, no copy and no node
+    logits = alloc(4 * tv)
+    free(half)
+    shifted = alloc(4 * tv if sc.micro_batch_size > 1 else 0)
+    saved = alloc(4 * tv)
+    free(shifted)
+    if not r.loss.kept:  # the Trainer drops the outputs before backward
+        free(logits)
+    free(before_backward)
+    nll, lsm = alloc(4 * tv), alloc(4 * tv)
+    free(nll + saved)
+    sliced = alloc(4 * tv)
+    free(lsm)
+    back = alloc(lb * tv if lb != 4 else 0)
+    free(sliced + back)
+    return logits if r.loss.kept else []
 
 
 def _nograd_mlp(r, alloc, free) -> None:

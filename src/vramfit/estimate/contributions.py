@@ -113,8 +113,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     recast = step.lowest_autocast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
            step.parts.autocast_copies - step.head_autocast + recast, held_reduce_scatter_input(step, top=True))
-    if not step.lowest_grads:
-        return top
+    if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
+        return max((top, second_lowest_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,

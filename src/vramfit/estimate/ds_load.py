@@ -14,7 +14,9 @@ after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). The
 can only be high there, and it stays one figure per scenario that a card class shifts by a constant (the
 planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
 workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
-(estimate/step.py ``_workspaces``).
+(estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten)
+but are not counted: a card without room gets them back (estimate/allocator.py ``zero2_step_reserved``). Releases
+before 0.19.0 always flatten on the host (profile ``ds_flattens_on_host``, release deepspeed-0.18).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def flat_copy(step: Step) -> int:
 
 def flattens_on_gpu(step: Step) -> bool:
     """ZeRO-1/2 flatten on the accelerator: the card holds the buffer beside the weights (module docstring)."""
-    return step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
+    return (step.sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2) and flat_copy(step) > 0
+            and not step.profile.ds_flattens_on_host)
 
 
 def flatten_load_phase(step: Step) -> Iterator[Contribution]:

@@ -28,6 +28,12 @@ from vramfit.scenario import Framework, FsdpVersion, KbitPrepare, Method, Parall
 _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module_states", False),
                 ("fsdp_lora_units_nested", False))
 
+# HF Trainer before the fused default (transformers PR #37358, merged 2025-07, and only on torch >= 2.8):
+# transformers v4.46.3 training_args.py l. 1271 `default_optim = "adamw_torch"`; trainer.py l. 1271-1277 builds
+# torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
+# (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
+_ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
         name="transformers + PEFT",
@@ -56,6 +62,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        # `accelerate launch` (the Trainer's multi-GPU launcher) exports OMP_NUM_THREADS =
+        # --num_cpu_threads_per_process, default the variable's value or 1 (accelerate v1.14.0 commands/launch.py
+        # l. 1359, utils/launch.py l. 392 prepare_multi_gpu_env); `torchrun` sets 1 too (profile_fields.py)
+        ranks_single_threaded=True,
         loss_in_model_forward=True,
         fsdp2_variant=FrameworkVersion(
             "accelerate 1.15's fsdp2_prepare_model",
@@ -66,7 +76,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             "(l. 830-848), no flat parameters and no host-wrap residue. LoRA: one unit per layer, no nested adapter "
             "units: the Trainer builds the optimizer before prepare under FSDP2 (transformers v5.24.0 trainer.py "
             "l. 1719-1721), so update_fsdp_plugin_peft (l. 1760-1762) never swaps in peft's policy",
-            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True)),
+            # accelerate >= v1.11.0 (PR #3762) no_sync -> model.set_requires_gradient_sync(False) (v1.11.0
+            # accelerator.py l. 1165), entered by the Trainer for every micro-batch but the last: FSDP2 then keeps
+            # each unit's whole gradients until the last one reduce-scatters (estimate/fsdp2.py, 6)
+            (*_FSDP2_UNITS, ("fsdp2_tail_unit", True), ("fsdp_unsharded_accum_grads", True)),
         ),
         # bf16-true for every method: transformers 5.24.0 modeling_utils.py from_pretrained sets
         # `dtype = "auto"` when none is given, i.e. the checkpoint's config dtype (bf16 for the catalog's
@@ -79,14 +92,15 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "transformers-4.44",
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
-                "(moved into ForCausalLMLoss by PR #33902, v4.46.0)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL),),
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
-                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13)",
-                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS),),
+                "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
+                "(foreach)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -123,14 +137,25 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                               ("weights_load_host", (Parallelism.NONE, *FSDP_FAMILY, Parallelism.ZERO1, Parallelism.ZERO2,
                                                      Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
-                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953)",
-                             (("ds_gathers_on_one_gpu", True),)),
+                             "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953); ZeRO-1/2 "
+                             "flatten on the host (as deepspeed-0.18)",
+                             (("ds_gathers_on_one_gpu", True), ("ds_flattens_on_host", True))),
+            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329 (the "
+                             "same through v0.18.9): each parameter group moved to the host and empty_cache() before "
+                             "the flatten, no flat copy beside the parameters on the GPU (flatten_on_accelerator "
+                             "arrived in v0.19.0)",
+                             (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
                              (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),
             FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
                              "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),
+            FrameworkVersion("fsdp-qlora", "AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1072: its ranks are started by "
+                             "torch.multiprocessing.spawn, which sets no OMP_NUM_THREADS (nor does the script: no "
+                             "set_num_threads), so each rank keeps torch's default threads and an offloaded optimizer step "
+                             "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded",
+                             (("ranks_single_threaded", False),)),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
@@ -138,6 +163,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
+                             "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
+                             "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "
+                             "weight_decay) with no fused or foreach argument: torch v2.13.0 torch/optim/adamw.py "
+                             "(_default_to_fused_or_foreach) runs _multi_tensor_adamw on CUDA, whose "
+                             "torch._foreach_sqrt(exp_avg_sqs) copies the second moment",
+                             (("torch_optimizer_impl", OptimizerImpl.FOREACH),)),
         ),
     ),
     Framework.TORCHTUNE: FrameworkProfile(
@@ -158,6 +190,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
         attn_output_copied=True,
+        ranks_single_threaded=True,  # `tune run` = torchrun: OMP_NUM_THREADS=1 per rank (profile_fields.py)
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
         fsdp2=True,
         # recipes' configs set `dtype: bf16` (recipes/configs/*/*_full*.yaml, *_lora*.yaml); the recipes
@@ -174,7 +207,14 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),
+                 # torchtune@0217d44c2 recipes/lora_finetune_distributed.py l. 332-351: FSDP(..., auto_wrap_policy=
+                 # utils.lora_fsdp_wrap_policy(...)) wraps every LoRA A and B as a unit of its own inside its decoder
+                 # layer's (torchtune/utils/_distributed.py l. 229-240) and leaves limit_all_gathers at FSDP's default
+                 # True (torch v2.13.0 distributed/fsdp/fully_sharded_data_parallel.py l. 411): plan/traffic.py
+                 # fsdp_serial_gather_bytes
+                 ("fsdp_lora_units_nested", True),
                  # torchtune@0914d5cfb recipes/lora_finetune_single_device.py builds the model on the GPU; torchao
                  # 0.1 (pyproject.toml torchao==0.1) quantizes un-chunked: estimate/nf4_load.py
                  ("nf4_load_on_gpu", True),
@@ -182,7 +222,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("lora_dropout_default", 0.05),
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
-                 ("torch_optimizer_impl", OptimizerImpl.FOREACH)),
+                 ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
+                 # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
+                 ("compiled_loss_recipes", ())),
             ),
         ),
     ),
@@ -203,6 +248,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
         # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
         fsdp_frozen_stay_gathered=True,
+        # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
+        # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
+        ranks_single_threaded=False,
         # litgpt finetune/full.py and lora.py (Lightning-AI/litgpt@29ece59): `precision = precision or
         # get_default_supported_precision(training=True)` = "bf16-mixed" on bf16 GPUs (litgpt/utils.py);
         # lora.py refuses "mixed" with --quantize bnb.*, so QLoRA runs with --precision bf16-true

@@ -45,6 +45,29 @@
    _fsdp_param_group.py l. 795 ``_backward_prefetch``). Where the loss is computed inside the model's forward (profile
    ``loss_in_model_forward``) and the root unit holds the output layer (no tail unit), that hook fires on the loss's
    gradient: the last block is all-gathered while the loss's backward runs.
+6. Gradient accumulation keeps shards. Every micro-batch's post-backward reduce-scatters and adds the result into
+   the sharded gradient (torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_collectives.py l. 710-749
+   ``foreach_reduce``: ``to_accumulate_grad = fsdp_param.sharded_param.grad is not None`` ...
+   ``sharded_param.grad._local_tensor += new_sharded_grad``); nothing skips it: ``FSDPModule`` has no
+   ``no_sync`` (only ``set_requires_gradient_sync``, which accelerate@9359a0194 never calls: accelerator.py
+   l. 1131 ``context = getattr(model, "no_sync", context)``, the context the HF Trainer enters for every micro-batch
+   but the last, transformers v4.55.0 trainer.py l. 2576). So the gradients held between micro-batches are the
+   shards, and each backward makes the same whole-unit gradients, reduce-scatter inputs and output-layer gradient
+   as a single micro-batch's does, beside them. accelerate >= v1.11.0 (PR #3762) turns the sync off instead
+   (``no_sync`` -> ``set_requires_gradient_sync(False)``): the whole gradients are then accumulated unsharded
+   until the last micro-batch (profile ``fsdp_unsharded_accum_grads``: accelerate 1.15's FSDP2, not axolotl 0.12's).
+7. The all-gather outputs' own pool. ``foreach_all_gather`` allocates each unit's all-gather output on the
+   all-gather copy-in stream (torch v2.13.0 _fsdp_collectives.py l. 336-356: ``with
+   device_handle.stream(all_gather_copy_in_stream)`` ... ``all_gather_output = all_gather_comm.allocate(...)``),
+   whose cached blocks no default-stream tensor can take (estimate/fsdp_reserved.py). In forward a unit's output
+   is kept as ``comm_ctx.all_gather_state`` until the next unit's ``wait_for_unshard`` (_fsdp_param_group.py
+   l. 429-432, 478-489), which runs after that unit's all-gather was issued: two units' outputs at once, the
+   first unit's (the root, or the embedding's) beside the lowest block's. In backward each output is freed at
+   its copy-out and one prefetched block's is in flight, which the step's communication buffers count; the
+   rest of the stream's segments stay reserved (:func:`allgather_pool_idle`). Under ``CPUOffloadPolicy`` the
+   unit's host shards are first copied to the GPU on that stream (``_get_param_all_gather_inputs`` ->
+   _fsdp_param.py l. 839-841 ``sharded_local_tensor.to(self.device, non_blocking=True)``) and stay alive until
+   the output exists (``del param_all_gather_inputs`` after ``all_gather_copy_in``): taken as one block per unit.
 """
 
 from __future__ import annotations
@@ -54,7 +77,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
-from vramfit.scenario import Method, Parallelism
+from vramfit.scenario import Method, Offload, Parallelism
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -87,10 +110,62 @@ def _applies(step: Step) -> bool:
     return _runs_fsdp2(step) and step.sc.method is Method.FULL and not step.sc.optimizer_in_backward
 
 
+def accumulates_shards(sc, profile) -> bool:
+    """FSDP2 full fine-tuning over several micro-batches (module docstring, 6): the gradients held between them
+    are the shards, and every backward still makes each unit's whole gradients, the output layer's included."""
+    return (profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1 and not sc.per_rank_layout
+            and sc.method is Method.FULL and not sc.optimizer_in_backward and sc.grad_accum > 1
+            and not profile.fsdp_unsharded_accum_grads)
+
+
 def _block_elements(spec, world: int) -> int:
     """Elements of one block's flat reduce-scatter input (each weight padded on dim 0)."""
     return sum((_padded(lin.in_features * lin.out_features, lin.out_features, world) + (lin.out_features if lin.bias
                 else 0)) * lin.count for lin in spec.block_linears) + spec.block_norm_params
+
+
+def _gather_units(step: Step) -> list[int]:
+    """Bytes of each unit's all-gather output in forward order (module docstring, 3, 4, 7)."""
+    from vramfit.estimate.core import _layer_param_bytes, _root_gathered_bytes
+
+    spec, sc, prof = step.spec, step.sc, step.profile
+    blocks = [_layer_param_bytes(spec, sc, prof)] * spec.num_hidden_layers
+    if prof.fsdp_root_gathered and not split_root(step):
+        return [_root_gathered_bytes(spec, sc, prof), *blocks]
+    root = _root_gathered_bytes(spec, sc, prof)
+    whole = spec.embedding_params + spec.lm_head_params + spec.final_norm_params
+    tail = root * (spec.lm_head_params + spec.final_norm_params) // whole
+    return [root - tail, *blocks, tail]
+
+
+def allgather_pool_idle(step: Step) -> int:
+    """Reserved bytes of FSDP2's all-gather copy-in stream beyond the one prefetched block output the step's
+    communication buffers count (module docstring, 7): the stream's segments replayed through the caching
+    allocator over forward (each output freed once the next unit's is allocated) and backward (one at a time);
+    0 outside FSDP2."""
+    if not _runs_fsdp2(step) or not step.spec.num_hidden_layers:
+        return 0
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    units, a = _gather_units(step), CachingAllocatorModel()
+    group, host = step.sc.shard_group, step.sc.offload is Offload.OPTIMIZER_PARAMS
+
+    def gather(n: int):
+        inputs = a.malloc(-(-n // group)) if host else None  # the host shards' device copies
+        out = a.malloc(n)
+        a.free(inputs)
+        return out
+
+    held = None
+    for n in units:
+        block = gather(n)
+        a.free(held)
+        held = block
+    a.free(held)
+    # backward: the blocks, top first, and a resharded embedding unit last (the root and the tail stay gathered)
+    for n in units[1:1 + step.spec.num_hidden_layers][::-1] + (units[:1] if split_root(step) else []):
+        a.free(gather(n))
+    return max(0, a.stats.peak_reserved - units[1])
 
 
 def fsdp2_notes(sc, profile) -> list[str]:
@@ -246,12 +321,14 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     block_params = _block_elements(step.spec, 1)
     head = 0 if split_root(step) else step.head_grad  # accelerate's tail reduce-scatters first (docstring, 4)
     unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if head else 0)
-    shards = p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
+    # held between micro-batches, every shard exists already (module docstring, 6)
+    shards = 0 if step.held_grads else p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
     held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
     grads = step.held_grads + shards + head + step.block_grads
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["fsdp2_notes", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
+__all__ = ["accumulates_shards", "allgather_pool_idle", "fsdp2_notes", "prefetched_at_loss_backward", "split_root",
+           "root_resharded", "tail_gather_output",
            "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
            "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

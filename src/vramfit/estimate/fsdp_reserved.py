@@ -131,22 +131,23 @@ def wrap_units(spec, sc, adapters, adapter_elem_bytes: int) -> tuple[tuple[int, 
 @lru_cache(maxsize=1024)
 def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
                 gathered: tuple[int, ...] = (), shards_to_host: bool = False,
-                sync_bucket: int = 0) -> tuple[int, int]:
+                sync_bucket: int = 0, release: bool = False) -> tuple[int, int]:
     """(allocated, reserved) after building ``units`` as FSDP1 does on rank 0 of ``group`` ranks
     (``elem``: bytes per flat-parameter element), then all-gathering ``gathered`` (bytes, held at once)
     on the unshard stream. ``shards_to_host``: ``CPUOffload(offload_params=True)`` moves each shard to the
     CPU once built (_init_utils.py ``_init_param_handle_from_params``: ``handle.flat_param_to(cpu_device)``)
     and each all-gather first copies its shard in (module docstring, 3). ``sync_bucket``: the broadcast
-    bucket limit of ``sync_module_states`` (0: no broadcast)."""
+    bucket limit of ``sync_module_states`` (0: no broadcast). ``release``: ``torch.cuda.empty_cache()`` between
+    the wrap and the all-gathers (``fsdp1_empty_cache_after_wrap``)."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
-    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket, release)
     return a.stats.allocated, a.stats.reserved
 
 
 def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
-               shards_to_host: bool, sync_bucket: int) -> None:
+               shards_to_host: bool, sync_bucket: int, release: bool = False) -> None:
     """Replay :func:`replay_wrap`'s wrap and all-gathers on allocator ``a`` (the step may follow on it)."""
     for tensors in units:
         originals = [a.malloc(n) for n in tensors]
@@ -162,6 +163,8 @@ def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gat
             a.free(kept)
         for block in originals:
             a.free(block)
+    if release:
+        a.empty_cache()
     for n in gathered:
         copy = a.malloc(elem * -(-(n // elem) // group), PRE_UNSHARD_STREAM) if shards_to_host else None
         a.malloc(n, UNSHARD_STREAM)
@@ -206,10 +209,13 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     the single-stream figure. The default stream's high-water is every phase without its sharded
     gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
     """
+    from vramfit.estimate.fsdp2 import allgather_pool_idle
+
     pool = gradient_pool(r, phases)
     if pool:
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
+    reserved += allgather_pool_idle(r)  # FSDP2's all-gather copy-in stream (estimate/fsdp2.py, 7)
     floor = host_wrap_floor(r)
     if not floor:
         return reserved
@@ -229,18 +235,22 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
     if 100 * pool >= reserved > 0:
         out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
                    "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
+    # the loop's own empty_cache after the wrap (fsdp1_empty_cache_after_wrap) leaves only free remainders
+    # of segments that hold a shard, which no empty_cache returns
+    release = ("the loop's torch.cuda.empty_cache() after wrapping has returned the segments left wholly free"
+               if r.profile.fsdp1_empty_cache_after_wrap else "torch.cuda.empty_cache() after wrapping releases")
     if floor and reserved == floor + pool:
         gathers = ("" if r.sc.parallelism is Parallelism.FSDP_NO_SHARD  # no all-gather (estimate/no_shard.py)
                    else " plus the all-gather segments of its unshard stream")
         out.append(f"Reserved ({reserved / 2**30:,.2f} GiB) is what FSDP1 leaves wrapping a model loaded on the CPU "
-                   f"(each unit's moved and flattened parameters stay cached){gathers}; torch.cuda.empty_cache() "
-                   "after wrapping releases the first part.")
+                   f"(each unit's moved and flattened parameters stay cached){gathers}; {release}"
+                   f"{'' if r.profile.fsdp1_empty_cache_after_wrap else ' the first part'}.")
     elif floor and 100 * (residue := wrap_residue(r)) >= reserved:
         out.append(f"Reserved includes {residue / 2**30:,.2f} GiB that FSDP1 leaves cached wrapping a model loaded on "
                    "the CPU and the step's tensors are too large to reuse (they open segments beside it); "
                    f"worked out for micro-batches of {r.sc.seq_len} tokens (how much of it the step reuses depends on "
-                   "its tensors' sizes, so variable-length batches change it); torch.cuda.empty_cache() after "
-                   "wrapping releases it.")
+                   f"its tensors' sizes, so variable-length batches change it); {release}"
+                   f"{'' if r.profile.fsdp1_empty_cache_after_wrap else ' it'}.")
     return out
 
 
@@ -280,7 +290,8 @@ def wrap_args(r) -> tuple | None:
         gathered = mixed_precision_units(units, sc, r.profile)
     bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
     group = 1 if no_shard else sc.shard_group
-    return units, group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket
+    return (units, group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket,
+            r.profile.fsdp1_empty_cache_after_wrap)
 
 
 def host_wrap_floor(r) -> int:
@@ -289,9 +300,9 @@ def host_wrap_floor(r) -> int:
     args = wrap_args(r)
     if args is None:
         return 0
-    units, group, elem, gathered, host, bucket = args
-    shards, _ = replay_wrap(units, group, elem, (), host, bucket)
-    _, reserved = replay_wrap(units, group, elem, gathered, host, bucket)
+    units, group, elem, gathered, host, bucket, release = args
+    shards, _ = replay_wrap(units, group, elem, (), host, bucket, release)
+    _, reserved = replay_wrap(units, group, elem, gathered, host, bucket, release)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 

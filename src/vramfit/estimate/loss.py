@@ -75,9 +75,13 @@ def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     (no logits exist) or Unsloth's fused cross-entropy."""
     if sc.loss is Loss.FUSED or profile.standard_loss is LossLayout.UNSLOTH_FUSED_CE:
         return 0
-    upcast = sc.loss is Loss.STANDARD and profile.standard_loss in (LossLayout.HF_UPCAST_IN_MODEL,
-                                                                    LossLayout.TORCHTUNE_UPCAST_IN_MODEL)
+    upcast = sc.loss is Loss.STANDARD and profile.standard_loss in _MODEL_UPCASTS
     return (4 if upcast else logits_bytes_per_element(sc, profile)) * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
+
+
+#: the layouts whose model returns fp32 logits (``logits.float()`` / ``self.output(h).float()`` in the model)
+_MODEL_UPCASTS = (LossLayout.HF_UPCAST_IN_MODEL, LossLayout.TORCHTUNE_UPCAST_IN_MODEL,
+                  LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT)
 
 
 def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
@@ -102,7 +106,8 @@ def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossM
         # the model's fp32 logits when the model upcasts (torchtune v0.4.0 transformer.py
         # `self.output(h).float()`, outside the compiled layers): the 16-bit logits die at the cast
         n = TORCHTUNE_OUTPUT_CHUNKS.value if sc.loss is Loss.CHUNKED else 1
-        ib = 4 if sc.loss is not Loss.CHUNKED and profile.standard_loss is LossLayout.TORCHTUNE_UPCAST_IN_MODEL else lb
+        torchtune_upcast = profile.standard_loss in _MODEL_UPCASTS[1:]
+        ib = 4 if sc.loss is not Loss.CHUNKED and torchtune_upcast else lb
         saved = ib * TV + 4 * T
         per = -(-TV // n)
         # forward: logsumexp computed in-kernel (no fp32 copy); backward: one chunk's logit gradient
@@ -146,6 +151,8 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         fwd = max(lb * TV + up * TV, 4 * TV + 4 * TV)
         bwd = saved + 4 * TV + 4 * TV
         return LossMemory(saved, fwd, bwd, "fp32 logits from the model, CrossEntropyLoss")
+    if style is LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT:
+        return _torchtune_01_loss(TV)
     if style is LossLayout.HF_UPCAST_IN_MODEL:
         # transformers < 4.45: logits.float() in the model (the 16-bit logits die at once unless already
         # fp32), the shifted .contiguous() fp32 copy, log_softmax's fp32 output saved; the Trainer drops
@@ -177,6 +184,23 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     fwd = lb * TV + up * TV + 4 * TV
     bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
     return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")
+
+
+def _torchtune_01_loss(TV: int) -> LossMemory:
+    """torchtune 0.1's loop (recipes/*_finetune_*.py @c69fba18b; :attr:`LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT`).
+
+    Forward: the model's fp32 logits are copied shifted (``.contiguous()``; the unshifted ones die when the name is
+    rebound), CrossEntropyLoss gets the (B, V, T) transpose: log_softmax over dim 1 first makes the input contiguous
+    (pytorch/pytorch aten/src/ATen/native/cuda/SoftMax.cu ``host_softmax``: ``auto input = input_.contiguous()``, read
+    at 000cace5a) and writes its fp32 output, saved for backward: the kept copy, that copy and the output, 3 x 4 TV.
+    Backward: nll_loss's fp32 gradient and log_softmax's, beside its saved output and the kept copy, 4 x 4 TV; the kept
+    copy lives on through every block's backward and the optimizer step. ``vramfit.sim.trace.LiveTracker`` on the loop
+    (CPU tensors): 4.1 x 4 TV at the loss backward, 3.1 x 4 TV with ``del logits`` (torchtune PR #1046), the layout
+    :attr:`LossLayout.TORCHTUNE_UPCAST_IN_MODEL` models."""
+    kept, saved = 4 * TV, 4 * TV
+    return LossMemory(saved, kept + 4 * TV + saved, kept + saved + 4 * TV + 4 * TV,
+                      "fp32 logits from the model, shifted copy kept by the loop (torchtune 0.1), CrossEntropyLoss",
+                      kept=kept)
 
 
 def _litgpt_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, TV: int, lb: int) -> LossMemory:

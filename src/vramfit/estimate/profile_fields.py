@@ -24,6 +24,11 @@ class LossLayout(str, Enum):
     HF_UPCAST_IN_LOSS = "hf-upcast-in-loss"
     # torchtune v0.4.0 modules/transformer.py TransformerDecoder: ``self.output(h).float()``
     TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
+    # torchtune@c69fba18b (v0.1) recipes/*_finetune_*.py train loop: the model's fp32 logits, then
+    # `logits = logits[..., :-1, :].contiguous()` (a shifted fp32 copy), `logits.transpose(1, 2)` into
+    # CrossEntropyLoss and no `del logits`: the copy lives through backward and the optimizer step
+    # (torchtune PR #1046, 2024-06-04, added `del logits`: "otherwise it peaks backward memory")
+    TORCHTUNE_SHIFTED_LOGITS_KEPT = "torchtune-shifted-logits-kept"
     # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
     LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
     # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
@@ -121,12 +126,24 @@ class FrameworkProfile:
     # l. 733 (sync_module_states=args["low_memory"], default True l. 1011), PEFT examples/sft/configs/
     # fsdp_config*.yaml `fsdp_sync_module_states: true` (accelerate's own plugin default is False)
     fsdp1_sync_module_states: bool = False
+    # the training loop empties the allocator's cache after that wrap, before the first step: torchtune@c69fba18b
+    # recipes/*_finetune_distributed.py train() -> utils.cleanup_before_training() (torchtune/utils/memory.py:
+    # gc.collect(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()): only the free remainders of
+    # segments that hold a shard stay reserved (estimate/fsdp_reserved.py)
+    fsdp1_empty_cache_after_wrap: bool = False
     # FSDP (parallelism fsdp) wraps each trainable leaf (every LoRA A and B) as an FSDP1 unit of its own nested in
     # its decoder layer's unit (peft v0.21.2 utils/other.py fsdp_auto_wrap_policy: lambda_policy_fn;
     # AnswerDotAI/fsdp_qlora@05ed9f2 train.py get_wrapping_policy), under FSDP1's all-gather rate limiter
     # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
     # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
     fsdp_lora_units_nested: bool = False
+    # the framework's multi-GPU launcher leaves each rank one CPU thread (HF: `accelerate launch`, framework.py); torchtune's
+    # `tune run` is torch.distributed.run
+    # (torchtune@30b8519e8 torchtune/_cli/run.py l. 18, 81-89 `_run_distributed` calls its run(args)), whose
+    # config_from_args sets OMP_NUM_THREADS=1 for every rank when nproc_per_node > 1 and the variable is unset
+    # (torch v2.13.0 distributed/run.py l. 872-884), so an offloaded optimizer step (torch's CPU AdamW) runs on one
+    # core per rank (plan/kernels.py CPU_ADAM_PARAMS_PER_S_ONE_THREAD)
+    ranks_single_threaded: bool = False
     # the attention output reaches o_proj as a copy: torchtune runs packed batches through
     # flex_attention, whose [B, H, S, D] output `transpose(1, 2).contiguous()` copies
     # (torchtune v0.4.0 modules/attention.py); SDPA flash/efficient outputs are already [B, S, H, D]
@@ -176,6 +193,12 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
+    # dtype, not as the processors' float32 (unslothai/unsloth-zoo@ce232d6c unsloth_zoo/vision_utils.py
+    # UnslothVisionDataCollator._cast_pixel_values_dtype_inplace: `batch[key].to(self.dtype)`, the config's dtype);
+    # TRL 1.16.0's DataCollatorForVisionLanguageModeling (trainer/sft_trainer.py) returns the processor's tensors as
+    # they are (estimate/vision.py pixel_input_bytes)
+    pixels_in_model_dtype: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
@@ -239,6 +262,10 @@ class FrameworkProfile:
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
+    # DeepSpeed < 0.19.0 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
+    # (v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329: ``param.cpu_data = param.data.cpu()``,
+    # ``empty_cache()``); 0.19.0 flattens on the accelerator when it has the room (estimate/ds_load.py)
+    ds_flattens_on_host: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS

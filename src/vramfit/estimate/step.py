@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
-from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.allocator import largest_weight, round_allocation, zero12_norm_piece
 from vramfit.estimate.attention import qk_l2_norm_saved, sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
@@ -30,7 +30,14 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
-from vramfit.estimate.framework import FrameworkProfile, casts_params, runs_under_autocast, scenario_profile
+from vramfit.estimate.framework import (
+    FrameworkProfile,
+    OptimizerImpl,
+    casts_params,
+    runs_under_autocast,
+    scenario_profile,
+)
+from vramfit.estimate.fsdp2 import accumulates_shards
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import (
     every_token_top_freed,
@@ -41,10 +48,20 @@ from vramfit.estimate.moe_kernel import (
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
+from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Offload, Parallelism, Precision, Quantize, Scenario
+from vramfit.scenario import (
+    Checkpointing,
+    Method,
+    Offload,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Quantize,
+    Scenario,
+)
 
 _DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
@@ -215,11 +232,14 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # per-GPU ``parts.gradients`` are the sharded, possibly host-side copies): the dtype it is computed in
         grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
-    if lm_head_trainable and (not held or resident):
+    # FSDP2 accumulates shards: the output layer's whole gradient is made again in each backward (estimate/fsdp2.py, 6)
+    if lm_head_trainable and (not held or resident or accumulates_shards(sc, profile)):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
     # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
     layer_grads = (every_token_top_grads(spec, sc, grad_bytes_per) or layer_grads) if layer_grads else 0
+    if accumulates_shards(sc, profile):  # the top block's whole gradients beside the shards (estimate/fsdp2.py, 6)
+        layer_grads = _fsdp_block_grads(spec, sc, profile)
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):
@@ -272,27 +292,59 @@ def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
     return round_allocation(params * _grad_dtype_bytes(sc, profile))
 
 
-def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+def _torchao_stepped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """Elements of the largest tensor torchao's per-parameter step updates at once (pytorch/ao v0.12.0
+    torchao/optim/adam.py l. 94-134 ``_AdamBase.step``: one compiled ``single_param_adam`` call per trainable
+    parameter): LoRA's largest adapter tensor; in full fine-tuning the largest parameter (a MoE layer's expert bank is
+    one 3-D parameter), under FSDP2 its local shard (l. 64 ``p.to_local()`` of the DTensor, sharded on dim 0)."""
+    if sc.method is not Method.FULL:
+        return max((t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)), default=0)
+    largest = max([lin.weight_params if lin.group == "expert" else lin.in_features * lin.out_features
+                   for lin in spec.block_linears] + [spec.embedding_params, spec.lm_head_params])
+    if profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1 and not sc.per_rank_layout:
+        return -(-largest // sc.shard_group)
+    return largest
+
+
+def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
+                                adapters: list[Adapter]) -> int:
     if sc.optimizer_in_backward:
         return 0
-    largest = max(
-        [lin.in_features * lin.out_features for lin in spec.block_linears]
-        + [spec.lm_head_params or spec.embedding_params]
-    )
+    largest = largest_weight(spec)
+    if sc.optimizer in TORCHAO_OPTIMIZERS:
+        largest = _torchao_stepped(spec, sc, profile, adapters)
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
-        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient
+        from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
 
-        if sc.method is Method.FULL:
-            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus)))
-        if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2):
-            temp = max(temp, fp32_grad_partition(-(-parts.num_trainable // sc.num_gpus)))
-        if sc.parallelism is Parallelism.ZERO3:
-            from vramfit.estimate.deepspeed import resolve, subgroup_grad_buffer
-
-            z = resolve(sc.deepspeed_config, spec.hidden_size, 3)
-            temp = max(temp, subgroup_grad_buffer(z, -(-parts.num_trainable // sc.num_gpus)))
+        group = -(-parts.num_trainable // sc.num_gpus)  # ZeRO-1/2: one flat fp32 partition per param group
+        if sc.parallelism is Parallelism.ZERO3:  # per sub-group, cut at sub_group_size (_create_fp16_sub_groups)
+            group = min(resolve(sc.deepspeed_config, spec.hidden_size, 3).sub_group_size, group)
+        if sc.optimizer is Optimizer.ADAMW and profile.torch_optimizer_impl is OptimizerImpl.FOREACH:
+            # ZeRO-1/2 free the 16-bit partition before _optimizer_step, and this phase counts it as gradients
+            freed = 0 if sc.parallelism is Parallelism.ZERO3 else sc.precision.compute_bytes * group
+            temp = ds_foreach_step(group) - freed
+        if sc.method is Method.FULL:  # ZeRO-3 splits each parameter, ZeRO-1/2 the flat buffer (zero12_norm_piece)
+            zero3 = sc.parallelism is Parallelism.ZERO3
+            temp = max(temp, grad_norm_transient(-(-largest // sc.num_gpus) if zero3 else zero12_norm_piece(spec, group)))
+        temp = max(temp, fp32_grad_partition(group))
     return temp
+
+
+def ds_foreach_step(group_numel: int) -> int:
+    """A foreach AdamW step inside DeepSpeed ZeRO (no optimizer offload), bytes: the engine points the optimizer at
+    one flat fp32 tensor, this GPU's partition (ZeRO-1/2) or sub-group (ZeRO-3), whose fp32 gradient is alive through
+    the step (DeepSpeed v0.16.2 and 0.19.8 runtime/zero/stage_1_and_2.py step: ``single_partition_of_fp32_groups[i]
+    .grad = single_grad_partition``, ``self._optimizer_step(i)``, then ``.grad = None``; stage3.py _optimizer_step:
+    ``param_groups[param_group_id]['params'] = [fp32_param]``), and torch's foreach AdamW copies that tensor's whole
+    second moment (torch/optim/adamw.py _multi_tensor_adamw: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``):
+    4 + 4 bytes per element of the group. ZeRO-1/2 have freed the 16-bit partition by then (stage_1_and_2.py step:
+    ``free_grad_in_param_list(self.params_in_partition[i])``, ``averaged_gradients[i] = None``), so the moment holds
+    as much as the flatten before it (:func:`vramfit.estimate.deepspeed.fp32_grad_partition`) but in a new segment
+    (:func:`vramfit.estimate.allocator.zero2_step_events`); ZeRO-3's 16-bit gradients stay in their flat buffer.
+    ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B ZeRO-2 on 2 GPUs, foreach vs fused): 0.92 GiB more at the
+    first step's optimizer moment, 4 bytes per partition element."""
+    return (4 + 4) * group_numel
 
 
 def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
@@ -330,7 +382,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
     tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
-    opt_temp = _optimizer_step_temporaries(spec, sc, profile, state)
+    opt_temp = _optimizer_step_temporaries(spec, sc, profile, state, adapters)
     parts = replace(
         state, workspaces=_workspaces(card), host=state.host + acts.host, activations=acts.total,
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,

@@ -67,6 +67,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     # FastLanguageModel.from_pretrained(dtype=None) picks bf16 where supported, no fp32 master copy
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
+    pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12,),
 )

@@ -21,7 +21,7 @@ from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
-from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Scenario
+from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Parallelism, Scenario
 
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
@@ -142,17 +142,26 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     if spec.vision is None or not sc.sees_pixels:
         return 0, 0
     if not spec.vision.cross_attention:
-        leaf = sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL
-        if not leaf:
-            return 0, 0
-        from vramfit.estimate import activations as act
-
-        rows = sc.micro_batch_size * sc.seq_len
-        return round_allocation(act.dtypes_for(sc, profile).residual * rows * spec.hidden_size), 0
+        return embeds_leaf_bytes(spec, sc, profile), 0
     from vramfit.estimate.cross_attention import cross_attention_activations
 
     img = per_image(spec, sc)
     return cross_attention_activations(spec, sc, profile, adapters, sc.images_per_sample * img.features)
+
+
+def embeds_leaf_bytes(spec: ModelSpec, lm: Scenario, profile: FrameworkProfile) -> int:
+    """A placeholder model's merged input embeddings under checkpointing with adapters: the token embedding's
+    output is a leaf that requires grad (modeling_utils.py ``enable_input_require_grads``), referenced by its
+    AccumulateGrad node until the graph is freed at the end of backward, so it lives through the tower's backward
+    too (the simulator's trace of LLaVA-NeXT under QLoRA shows it at the tower's peak); B x the language model's
+    sequence (``lm``: :func:`lm_scenario`) x hidden, in the residual stream's dtype."""
+    if (spec.vision is None or spec.vision.cross_attention or not lm.sees_pixels
+            or lm.gradient_checkpointing is Checkpointing.NONE or lm.method is Method.FULL):
+        return 0
+    from vramfit.estimate import activations as act
+
+    rows = lm.micro_batch_size * lm.seq_len
+    return round_allocation(act.dtypes_for(lm, profile).residual * rows * spec.hidden_size)
 
 
 def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
@@ -182,7 +191,7 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     head += _stem_kept(spec, sc, patches)
     if spec.vision.post_norm_held:  # the final LayerNorm saves its input, the last block's output
         head += round_allocation(c * patches * block.hidden_size)
-    if spec.vision.pixels_copied and sc.method is Method.FULL:  # the patch embedding's weight saves its input
+    if sc.method is Method.FULL:  # the patch embedding's weight saves its input: the pixels in the tower's dtype
         head += round_allocation(c * sc.micro_batch_size * pix.pixels)
     full = sc.method is Method.FULL
     if spec.vision.segmented_attention and (full or _out_proj_saves_input(block, saved, own)):
@@ -249,16 +258,32 @@ def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
     return total
 
 
+def pixel_input_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes per pixel value as the model receives them. The image processors return float32 (transformers v5.24.0
+    image_processing_backends.py ``rescale_and_normalize``: ``images.to(torch.float32)``; the PIL backend's numpy
+    arrays likewise) and ``Trainer._prepare_input`` moves them to the GPU uncast, except under DeepSpeed, where it
+    casts floating inputs to the engine's dtype (trainer.py: ``hf_ds_config.dtype()``), and where the framework's
+    collator casts them to the model's dtype (``FrameworkProfile.pixels_in_model_dtype``). Each model then casts
+    them to its tower's dtype (CLIP/SigLIP ``patch_embedding(pixel_values.to(dtype=target_dtype))``, Qwen-VL
+    ``pixel_values.type(self.visual.dtype)``, Idefics3 / InternVL ``pixel_values.to(dtype=self.dtype)``): a copy
+    in that dtype, freed after the patch embedding unless its trained weight saves it (:func:`_tower_activations`)."""
+    cast = profile.pixels_in_model_dtype or sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+    return sc.precision.compute_bytes if cast else 4
+
+
 def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """What lives until the forward returns only: the batch's pixel values (the trainer drops its inputs before
-    backward: transformers Trainer.training_step ``del inputs``), in the compute dtype as the simulator feeds
-    them, with Idefics3's byte-per-pixel mask; the tower's output held by the model's output object
+    """What lives until the forward returns only: the batch's pixel values as the trainer feeds them
+    (:func:`pixel_input_bytes`; the trainer drops its inputs before backward: transformers Trainer.training_step
+    ``del inputs``), unless they are in the tower's dtype already and the trained patch embedding saves them (counted
+    there), with Idefics3's byte-per-pixel mask; the tower's output held by the model's output object
     (:func:`_held_tower_output`)."""
     pix = per_sample(spec, sc)
     if pix is None:
         return 0
-    B, c = sc.micro_batch_size, sc.precision.compute_bytes
-    held = round_allocation(c * B * pix.pixels)
+    B, c, fed = sc.micro_batch_size, sc.precision.compute_bytes, pixel_input_bytes(sc, profile)
+    saved = (fed == c and sc.method is Method.FULL and trains_vision(sc, profile)
+             and not spec.vision.pixels_copied)
+    held = 0 if saved else round_allocation(fed * B * pix.pixels)
     if spec.vision.pixels_copied:
         held += round_allocation(B * pix.pixels // 3)
     if spec.vision.post_norm_held:  # the normed tower output and the projector's output (the features' list)

@@ -10,6 +10,8 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.vision import (
+    embeds_leaf_bytes,
+    lm_scenario,
     per_sample,
     tower_block_saved,
     tower_head_consumed,
@@ -27,11 +29,13 @@ def tower_backward_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     its blocks as kept (the lowest block's only: the blocks above have consumed theirs), what it keeps outside
     them and the block re-created under checkpointing, less what backward consumed before: the projector's and
     a final norm's saved tensors (:func:`~vramfit.estimate.vision.tower_head_consumed`) and, in a plain MLP,
-    what its output linear saved (:func:`_released`)."""
+    what its output linear saved (:func:`_released`), and the language model's input-embeddings leaf
+    (:func:`~vramfit.estimate.vision.embeds_leaf_bytes`)."""
     blocks, head, recompute = tower_kept(spec, sc, profile, adapters)
     if not blocks + head:
         return 0, 0
     rest = head - tower_head_consumed(spec, sc, profile, adapters) + recompute - _released(spec, sc, profile)
+    rest += embeds_leaf_bytes(spec, sc, profile)  # ``sc`` is the language model's scenario here (estimate/step.py)
     return blocks + rest, blocks // spec.vision.block.num_hidden_layers + rest
 
 
@@ -110,15 +114,17 @@ def embeds_grad_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
 
 def _composed_activation_backward(block: ModelSpec, sc: Scenario, profile: FrameworkProfile, patches: int) -> int:
     """A python-composed activation (QuickGELU: x * sigmoid(1.702 x)) runs its backward op by op (autograd formulas
-    of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient, the two product
-    gradients and sigmoid's input gradient are alive together. Under QLoRA the tower's MLP runs in fp32 (Linear4bit
+    of mul and sigmoid, tools/autograd/derivatives.yaml): in the compute dtype the output gradient and the two product
+    gradients are alive together at the product's backward, the most at once (the simulator's trace of LLaVA-NeXT-Video
+    under full fine-tuning with checkpointing: the arriving ``mm`` and two ``mul`` outputs; sigmoid's input gradient
+    is made after the product's node frees the output gradient; counting it too put that case 3.5 % over). Under QLoRA the tower's MLP runs in fp32 (Linear4bit
     returns its input's dtype, bitsandbytes 0.50.2 nn/modules.py; the residual stream is fp32): the arriving
     gradient's fp32 cast and the two fp32 product gradients are the peak (the simulator's trace of LLaVA-NeXT-Video
     under QLoRA with checkpointing), the cast freed once the product's backward ran."""
     TI = patches * block.intermediate_size
     if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
         return (1 + block.act_saved_tensors) * 4 * TI
-    return (2 + block.act_saved_tensors) * sc.precision.compute_bytes * TI
+    return (1 + block.act_saved_tensors) * sc.precision.compute_bytes * TI
 
 
 def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario, own: bool = False) -> int:
@@ -140,7 +146,8 @@ def _arriving(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Sce
         x = sc.micro_batch_size * per_sample(spec, sc).features * first.in_features  # the projector's input
         total += round_allocation(adapter_bytes(profile, sc.precision) * x) + round_allocation(dt.compute * x)
     if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
-        total += round_allocation(dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size)
+        # rows: the language model's whole sequence, text and image tokens (the leaf is the merged embeddings)
+        total += round_allocation(dt.residual * sc.micro_batch_size * lm_scenario(spec, sc).seq_len * spec.hidden_size)
     return total
 
 

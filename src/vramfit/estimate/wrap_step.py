@@ -125,14 +125,15 @@ def _nograd_block(p: _Program, tensors: list[int]) -> None:
 
 @lru_cache(maxsize=256)
 def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
-                     shards_to_host: bool, sync_bucket: int, program: tuple[int, ...], alone: int = -1) -> int:
+                     shards_to_host: bool, sync_bucket: int, release: bool, program: tuple[int, ...],
+                     alone: int = -1) -> int:
     """Bytes of the wrap residue (cached, free blocks after :func:`vramfit.estimate.fsdp_reserved.replay_wrap`)
     that the step's ``program`` leaves unused: the residue less what the step no longer has to reserve for
     itself, i.e. its reserved bytes on its own (``alone``; -1: the program's own replay) minus the segments it
     opens after the wrap."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
-    a = _wrapped(units, group, elem, gathered, shards_to_host, sync_bucket).clone()
+    a = _wrapped(units, group, elem, gathered, shards_to_host, sync_bucket, release).clone()
     residue, before = a.stats.reserved - a.stats.allocated, a.stats.reserved
     after_wrap = _replay(a, program)[1]
     if alone < 0:
@@ -142,13 +143,13 @@ def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, 
 
 @lru_cache(maxsize=64)
 def _wrapped(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
-             shards_to_host: bool, sync_bucket: int):
+             shards_to_host: bool, sync_bucket: int, release: bool = False):
     """The allocator as the wrap leaves it (built once per model and sharding; callers replay on a copy)."""
     from vramfit.estimate.fsdp_reserved import build_wrap
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
-    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket)
+    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket, release)
     return a
 
 

@@ -58,7 +58,7 @@ class ImageTokens:
     lm_tokens: int  # placeholder tokens the image adds to the language model's sequence
     # rows the projector reads (the image features without the text framing tokens); None: lm_tokens
     projector_rows: int | None = None
-    # pixel values the processor gives for the image (elements; 0: not described, counted as none)
+    # pixel values the processor gives for the image (elements, padding tiles included; 0: none)
     pixels: int = 0
 
     @property
@@ -98,7 +98,15 @@ def qwen_grid(config: Mapping, height: int, width: int, min_pixels: int | None =
 def _qwen_vl(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     gh, gw = qwen_grid(config, height, width, min_pixels, max_pixels)
-    return ImageTokens(gh * gw, gh * gw // (merge * merge))
+    return ImageTokens(gh * gw, gh * gw // (merge * merge), pixels=gh * gw * qwen_patch_pixels(config))
+
+
+def qwen_patch_pixels(config: Mapping) -> int:
+    """Pixel values of one Qwen2/2.5/3-VL patch row: channels x temporal_patch_size x patch x patch (the processor's
+    flattened ``pixel_values`` are (patches, that); image_processing_qwen2_vl.py)."""
+    vision = config.get("vision_config") or {}
+    patch = int(vision.get("patch_size", 14))
+    return int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2)) * patch * patch
 
 
 def _llava(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
@@ -106,7 +114,8 @@ def _llava(config: Mapping, height: int, width: int, min_pixels: int | None, max
     side = int(vision.get("image_size", 336)) // int(vision.get("patch_size", 14))
     grid = side * side
     keeps_cls = config.get("vision_feature_select_strategy", "default") == "full"
-    return ImageTokens(grid + 1, grid + (1 if keeps_cls else 0))  # the CLIP tower also runs its CLS token
+    size = int(vision.get("image_size", 336))  # the CLIP tower also runs its CLS token
+    return ImageTokens(grid + 1, grid + (1 if keeps_cls else 0), pixels=3 * size * size)
 
 
 # LlavaNextConfig default image_grid_pinpoints (transformers v5.24.0 configuration_llava_next.py)
@@ -138,13 +147,14 @@ def _llava_next(config: Mapping, height: int, width: int, min_pixels: int | None
     keeps_cls = config.get("vision_feature_select_strategy", "default") == "full"
     tokens = cur_h * cur_w + cur_h + side * side + (1 if keeps_cls else 0)
     crops = 1 + (best_h // size) * (best_w // size)
-    return ImageTokens(crops * (side * side + 1), tokens)
+    return ImageTokens(crops * (side * side + 1), tokens, pixels=crops * 3 * size * size)
 
 
 def _gemma3(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     vision = config.get("vision_config") or {}
-    side = int(vision.get("image_size", 896)) // int(vision.get("patch_size", 14))
-    return ImageTokens(side * side, int(config.get("mm_tokens_per_image", 256)))
+    size = int(vision.get("image_size", 896))
+    side = size // int(vision.get("patch_size", 14))
+    return ImageTokens(side * side, int(config.get("mm_tokens_per_image", 256)), pixels=3 * size * size)
 
 
 def mllama_canvas(height: int, width: int, max_tiles: int, tile: int) -> tuple[int, int]:
@@ -160,11 +170,12 @@ def mllama_canvas(height: int, width: int, max_tiles: int, tile: int) -> tuple[i
 
 def _mllama(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
     vision = config.get("vision_config") or {}
-    side = int(vision.get("image_size", 560)) // int(vision.get("patch_size", 14))
+    size = int(vision.get("image_size", 560))
+    side = size // int(vision.get("patch_size", 14))
     tiles, per_tile = int(vision.get("max_num_tiles", 4)), side * side + 1
     padded = per_tile + (8 - per_tile % 8) % 8  # MllamaVisionModel.forward pads the patches to a multiple of 8
     # the projector reads every tile's unpadded patches (the padding is sliced off before it)
-    return ImageTokens(tiles * padded, 1, tiles * per_tile)
+    return ImageTokens(tiles * padded, 1, tiles * per_tile, tiles * 3 * size * size)
 
 
 def idefics3_grid(height: int, width: int, longest_edge: int, tile: int) -> tuple[int, int]:
@@ -288,7 +299,8 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     grid_t, gh, gw = video_grid(config, frames, height, width)
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     pads = grid_t * gh * gw // (merge * merge)
-    return ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads)
+    return ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads,
+                       grid_t * gh * gw * qwen_patch_pixels(config))
 
 
 def has_video_rule(config: Mapping) -> bool:

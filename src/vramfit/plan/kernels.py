@@ -10,6 +10,7 @@ benchmark card (``benchmarks/data/throughput/cards.csv``, cited per row).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from vramfit.estimate.constants import Constant
 from vramfit.gpus import GPU, Arch
@@ -44,6 +45,13 @@ GEMM_EFFICIENCY.update({
     "rtxpro6000-blackwell": Constant(0.821, "measured / peak", _TPT + ": RTX PRO 6000 Workstation 417.98, Server "
                                      "Edition 409.42 (mean 413.7) of 504 TFLOPS"),
     "h200-sxm": Constant(0.799, "measured / peak", _TPT + ": H200 790.29 of 989 TFLOPS (MAMF table: no H200 row)"),
+    # the 350 W PCIe part reaches a smaller share of its (already lower-clocked) peak than the 700 W SXM one
+    "h100-pcie": Constant(0.656, "measured / peak", _TPT + ": H100 PCIe 495.93 of 756 TFLOPS (bare metal, PyTorch 2.7)"),
+    # benchmark card (benchmarks/data/throughput/cards.csv): torchtitan's H100 96GB HBM2e capped at 500 W. No
+    # measurement of its own: the best BF16 matmul linear in board power between the two measured H100s, 350 W
+    # PCIe 495.93 (above) and 700 W SXM 792.1 (_MAMF), = 622.9 TFLOPS at 500 W, of the card's 912.3 peak
+    "h100-96gb-hbm2e-500w": Constant(0.683, "interpolated / peak", _TPT + " (H100 PCIe 495.93 at 350 W) and " + _MAMF
+                                     + " (H100 SXM 792.1 at 700 W), linear in board power to 500 W: 622.9 of 912.3"),
 })
 GEMM_EFFICIENCY_DEFAULT = Constant(
     0.801, "MAMF / peak", _MAMF + ": lowest NVIDIA entry (H100 SXM 80.1 %)",
@@ -109,6 +117,48 @@ NO_P2P_NOTE = (
 )
 
 
+class CpuVendor(str, Enum):
+    """The host CPU's vendor, as NCCL's topology detection reads it (``ncclTopoCpuType``)."""
+
+    INTEL = "intel"
+    AMD = "amd"
+
+
+@dataclass(frozen=True)
+class PcieHost:
+    """Where a node's PCIe cards sit: the host CPU and whether the GPUs share a PCIe switch."""
+
+    cpu_vendor: CpuVendor
+    gpus_behind_one_switch: bool  # NCCL path PATH_PXB between them; else PATH_PHB/SYS through the CPU
+
+
+#: The node a PCIe card runs in: its GPUs on the CPU's own root ports (no PCIe switch between them) of an Intel
+#: host. The scenario cannot say which host a run had; with this one NCCL copies through host memory in every release
+#: (:func:`nccl_pcie_p2p`), as it does on any host of more than two such GPUs since NCCL 2.23.4.
+PCIE_HOST = PcieHost(CpuVendor.INTEL, gpus_behind_one_switch=False)
+
+
+def nccl_pcie_p2p(host: PcieHost, gpus: int, nccl_before_2_23_4: bool = False) -> bool:
+    """Whether NCCL moves GPU-to-GPU traffic between PCIe-linked GPUs by CUDA peer-to-peer (else its SHM transport
+    stages it through host memory: NVIDIA/nccl src/transport/shm.cc).
+
+    NVIDIA/nccl src/graph/paths.cc ``ncclTopoCheckP2p``: P2P when the path type is at most ``p2pLevel``.
+    v2.19.3-1 .. v2.22.3-1 (@v2.20.5-1 l. 277-300): ``p2pLevel = PATH_SYS``, lowered to ``PATH_PXB`` on Intel (and
+    ARM, Zhaoxin) CPUs. v2.23.4-1 (l. 277-295): ``PATH_PXB`` by default, ``PATH_SYS`` only on AMD hosts with at most
+    two GPUs. ``PATH_PXB``: both GPUs behind PCIe switches, not crossing the CPU's host bridge.
+    """
+    if host.gpus_behind_one_switch:
+        return True
+    if host.cpu_vendor is CpuVendor.AMD:
+        return nccl_before_2_23_4 or gpus <= 2
+    return False
+
+
+def _peer_over_pcie(g: GPU, peer_gbs: float) -> bool:
+    """An NVIDIA PCIe card whose GPU-to-GPU traffic takes the PCIe link (no NVLink bridge or fabric in use)."""
+    return g.vendor == "NVIDIA" and g.form_factor.startswith("PCIe card") and peer_gbs <= g.host_link_gbs
+
+
 HOST_DRAM_BYTES_PER_GPU = Constant(
     51.2e9, "bytes/s of host DRAM bandwidth per GPU (CPU optimizer step)",
     "NVIDIA DGX A100 User Guide, 'Hardware Overview': 2 x AMD EPYC 7742, 8 DDR4-3200 channels per socket "
@@ -117,6 +167,28 @@ HOST_DRAM_BYTES_PER_GPU = Constant(
     "an offloaded optimizer step (DeepSpeed CPU-Adam, FSDP CPU offload with torch's fused CPU AdamW) is "
     "memory-bound: it reads weight, gradient and two moments and writes three of them per parameter",
 )
+#: One CPU thread's torch AdamW(fused=True) step, parameters per second, by the bytes of the parameter/state dtype:
+#: measured with benchmarks/cpu_adam_thread.py (torch 2.13.0 CPU, torch.set_num_threads(1), 10^8 parameters, best of 5)
+#: on one core of an Intel Xeon with AVX-512 BF16 (2026-12-02): bf16 1.06e9/s, fp32 0.84e9/s; a DGX A100's Zen 2 core
+#: (EPYC 7742, no AVX-512) is not faster. Read where the framework's launcher leaves each rank one thread
+#: (profile ranks_single_threaded) and several ranks share the node.
+CPU_ADAM_PARAMS_PER_S_ONE_THREAD = {
+    2: Constant(1.06e9, "parameters/s, bf16 params/grads/moments", "measured: benchmarks/cpu_adam_thread.py (above)"),
+    4: Constant(0.84e9, "parameters/s, fp32 params/grads/moments", "measured: benchmarks/cpu_adam_thread.py (above)"),
+}
+
+
+def host_optimizer_seconds(opt_bytes: float, one_thread_params: float = 0.0) -> float:
+    """Seconds of an offloaded optimizer step per rank: its memory traffic (``opt_bytes``, 7 x the state dtype's bytes
+    per parameter) at the host DRAM's share per GPU or, where each rank has one CPU thread (``one_thread_params`` > 0:
+    the parameters it updates), the slower of that and one thread's AdamW rate for that dtype."""
+    dram = opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
+    if not one_thread_params:
+        return dram
+    fp32 = opt_bytes / one_thread_params >= 7 * 4
+    return max(dram, one_thread_params / CPU_ADAM_PARAMS_PER_S_ONE_THREAD[4 if fp32 else 2].value)
+
+
 PAGED_NOTE = (
     "bitsandbytes paged optimizers keep their state in CUDA managed memory (bitsandbytes "
     "optim/optimizer.py get_state_buffer -> F.get_paged; QLoRA, Dettmers et al. 2023, sec. 2 'Paged "
@@ -157,8 +229,10 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
     peak = g.bf16_tflops * 1e12
     gemm = GEMM_EFFICIENCY.get(g.gpu_id, GEMM_EFFICIENCY_DEFAULT).value
     attn = ATTENTION_EFFICIENCY.get(g.arch, ATTENTION_EFFICIENCY_DEFAULT).value
-    p2p = g.peer_to_peer  # gpus.csv column peer_to_peer (see NO_P2P_NOTE)
-    peer = (peer_gbs if peer_gbs is not None else g.peer_gbs) if p2p else g.host_link_gbs / 2
+    link = peer_gbs if peer_gbs is not None else g.peer_gbs
+    # gpus.csv column peer_to_peer (see NO_P2P_NOTE); over PCIe, NCCL's own rule for the node (PCIE_HOST)
+    p2p = g.peer_to_peer and not (_peer_over_pcie(g, link) and not nccl_pcie_p2p(PCIE_HOST, gpus))
+    peer = link if p2p else g.host_link_gbs / 2
     bw = g.mem_bandwidth_gbs * 1e9
     share = min(gpus, int(HGX_GPUS_PER_HOST_UPLINK.value)) if "SXM" in g.form_factor else 1  # gpus.csv form_factor
     return CardSpeed(peak * gemm, peak * attn, bw, peer * 1e9, g.host_link_gbs * 1e9 / max(1, share), p2p)
@@ -166,9 +240,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 
 #: How far published tokens/s lie from this model (absolute relative error over the 105 rows of
 #: benchmarks/data/throughput/published.jsonl; ``python benchmarks/throughput.py``; pinned by a test).
-SPEED_ERROR_MEDIAN = 0.08
-SPEED_ERROR_P90 = 0.31
+SPEED_ERROR_MEDIAN = 0.07
+SPEED_ERROR_P90 = 0.25
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "
-                "ops, de-quantization, launch overheads, links, ZeRO-3 prefetch, FSDP1 rate limiter, CPU optimizer, "
-                "paging, rollout generation; scored by "
-                "benchmarks/throughput.py")
+                "ops, de-quantization, launch overheads, links (NCCL's PCIe peer-to-peer rule), ZeRO-3 prefetch, FSDP1 "
+                "rate limiter, CPU optimizer, paging, rollout generation; scored by benchmarks/throughput.py")

@@ -152,6 +152,7 @@ class Work:
     gptq_weights_mb: float = 0.0  # GPTQ weights de-quantized per micro-batch (all passes)
     opt_bytes: float = 0.0  # optimizer step memory traffic per GPU
     opt_on_host: bool = False  # offloaded: the step runs on the CPU at host DRAM speed (kernels.HOST_DRAM_BYTES_PER_GPU)
+    opt_host_params: float = 0.0  # offloaded with one CPU thread per rank: its parameters (kernels.CPU_ADAM_PARAMS_PER_S_ONE_THREAD)
     # several nodes (:func:`traffic.split_nodes`): ring bytes per GPU whose bus bandwidth is the node's NICs
     net_bytes: float = 0.0
     net_hops: int = 0  # inter-node ring steps per optimizer step (each costs the network's latency)
@@ -240,6 +241,7 @@ _CAUSAL_SKIP = 0.5
 
 def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, trainable: int, tokens_mb: int) -> dict:
     """Per micro-batch matmul/attention FLOPs, memory-bound bytes and optimizer bytes of ``sc`` per GPU."""
+    from vramfit.estimate.framework import scenario_profile
     from vramfit.plan.kernels import ATTN_BACKWARD_RATIO
 
     ck = sc.gradient_checkpointing
@@ -265,6 +267,9 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
             "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "opt_on_host": sc.offload is not Offload.NONE,
+            # torchrun's one OpenMP thread per rank (profile ranks_single_threaded) on a node of several ranks
+            "opt_host_params": trainable / shards if (sc.offload is not Offload.NONE and sc.gpus_per_node > 1
+                                                      and scenario_profile(sc).ranks_single_threaded) else 0.0,
             "zero3": sc.parallelism is Parallelism.ZERO3}
 
 
@@ -347,10 +352,10 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     """
     from vramfit.plan.kernels import (
         GPTQ_DEQUANT_S_PER_GWEIGHT,
-        HOST_DRAM_BYTES_PER_GPU,
         LAYER_OVERHEAD_S,
         REFERENCE_BANDWIDTH,
         ZERO3_LAYER_OVERHEAD_S,
+        host_optimizer_seconds,
     )
 
     over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
@@ -364,7 +369,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
     host = (w.host_bytes + 2 * paged_bytes) / c.host_bytes
     if w.opt_on_host:
-        host += w.opt_bytes / HOST_DRAM_BYTES_PER_GPU.value
+        host += host_optimizer_seconds(w.opt_bytes, w.opt_host_params)
     stream = w.stream_bytes / c.host_bytes if w.stream_bytes else 0.0
     across, net_waits, exposed = _net_seconds(w, net)
     comm += across

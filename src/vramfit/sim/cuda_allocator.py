@@ -12,8 +12,8 @@ replaying the simulator's event log through the allocator's rules with default s
   else rounded up to 2 MiB; :func:`vramfit.estimate.allocator.segment_size`);
 - ``should_split``: small pool splits when >= 512 B remain, large pool only when > 1 MiB remains; an
   unsplit block is charged whole to ``allocated_bytes``;
-- ``free_block`` merges a freed block with free neighbours in its segment; segments are never returned
-  (no ``empty_cache``, no OOM retry: the simulated card is unbounded).
+- ``free_block`` merges a freed block with free neighbours in its segment; segments are returned only by
+  an explicit :meth:`CachingAllocatorModel.empty_cache` (no OOM retry: the simulated card is unbounded).
 
 Streams: a block belongs to the stream it was allocated on (``Block::stream``); the file's header
 comment: "Once freed, blocks can be re-allocated on the same stream, but not on any other stream"
@@ -158,6 +158,21 @@ class CachingAllocatorModel:
         self.stats.reserved += grow
         self.stats.peak_reserved = max(self.stats.peak_reserved, self.stats.reserved)
         return tail
+
+    def empty_cache(self) -> int:
+        """``torch.cuda.empty_cache()``: every segment none of whose blocks is in use goes back to the driver
+        (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``release_cached_blocks`` ->
+        ``release_blocks``: a block is released when ``!block->prev && !block->next``, i.e. it spans its whole,
+        merged segment); a segment holding a live block keeps its free remainder cached. Expandable segments
+        (unmapping pages) are not modelled. Returns the bytes released."""
+        if self.conf is not None and self.conf.expandable_segments:
+            return 0
+        whole = [b for b in self._blocks.values() if b.prev is None and b.next is None]
+        for block in whole:
+            self._remove(block)
+            self.stats.reserved -= block.size
+            self.stats.segments -= 1
+        return sum(b.size for b in whole)
 
     def clone(self) -> CachingAllocatorModel:
         """A copy to replay on (the estimator replays each step after one cached wrap). Only segments that hold

@@ -8,6 +8,12 @@ tower's size: transformers v5.24.0 models/llava/image_processing_llava.py crop_s
 models/gemma3/image_processing_gemma3.py size). Image positions are masked out of the labels
 (-100), as TRL's vision collators do.
 
+LLaVA-NeXT ("anyres"): every image is its base image and the crops of the best ``image_grid_pinpoints`` grid
+(vlm_tokens), a (images, crops, 3, image_size, image_size) tensor, with ``image_sizes`` (images, 2) made a fake-tensor
+constant: LlavaNextModel.get_image_features and pack_image_features read its values (``image_size_to_num_patches``,
+``get_anyres_image_grid_shape``, ``unpad_image``: ``tolist``; transformers v5.24.0 models/llava_next/modeling_llava_next.py),
+so the unpadded crop grid and the ``image_newline`` column are the real model's.
+
 InternVL: every image is its tiles (dynamic 448-px tiles plus a thumbnail, vlm_tokens), a fixed
 (tiles, 3, 448, 448) tensor; each tile's 256 features fill image-token positions, the start/end image
 tokens around them are text (transformers v5.24.0 models/internvl/processing_internvl.py).
@@ -44,8 +50,13 @@ from vramfit.errors import ModelError, ScenarioError
 from vramfit.scenario import Scenario
 from vramfit.sim.image_grid import GRID_FAMILIES, GridInputs, constants_kept, grid_inputs
 
+#: the pixel values' dtype as the HF Trainer feeds them: the image processors return float32 (transformers v5.24.0
+#: image_processing_backends.py ``rescale_and_normalize``: ``images.to(torch.float32)``) and Trainer._prepare_input
+#: moves them uncast (under DeepSpeed it casts them to the engine's dtype: sim/deepspeed_zero.py feeds that); each
+#: model casts them to its tower's dtype itself (estimate/vision.py ``pixel_input_bytes``)
+FED_DTYPE = torch.float32
 #: model types whose pixel input has a fixed shape (see the module docstring)
-FIXED_PIXELS = ("llava", "gemma3", "internvl", "mllama", "idefics3", "smolvlm")
+FIXED_PIXELS = ("llava", "llava_next", "gemma3", "internvl", "mllama", "idefics3", "smolvlm")
 #: model types fed video frames as one fixed-shape tensor (see the module docstring)
 POOLED_VIDEO = ("llava_next_video",)
 #: model types whose pixel values and pixel mask are read as values (see the module docstring)
@@ -64,6 +75,7 @@ class ImageInputs:
     pixel_mask: bool = False  # Idefics3 / SmolVLM: (batch, tiles, ...) constant pixels and pixel_attention_mask
     rows: int = 1  # sequences per micro-batch (the constants' size bound)
     video: bool = False  # LLaVA-NeXT-Video's frames: (batch, frames, ...) ``pixel_values_videos``
+    image_hw: tuple[int, int] | None = None  # LLaVA-NeXT: (height, width) of every image, ``image_sizes``' rows
 
     @property
     def pixel_numel(self) -> int:
@@ -103,7 +115,7 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
     patch = spec.vision.image_config["vision_config"].get("patch_size", 14)
     side = size // int(patch[0] if isinstance(patch, list | tuple) else patch)
     tiles = 1  # the tower's images per image: InternVL's tiles (+ CLS each), Idefics3's sub-images + global image
-    if model_type == "internvl":
+    if model_type in ("internvl", "llava_next"):  # tiles (LLaVA-NeXT: base image + anyres crops), CLS each
         tiles = img.vision_patches // (side * side + 1)
     elif model_type in _VALUE_PIXELS:
         tiles = img.vision_patches // (side * side)
@@ -111,12 +123,12 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
         tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
     return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
                        spec.vision.cross_attention, model_type in _VALUE_PIXELS,
-                       sc.micro_batch_size)
+                       sc.micro_batch_size, image_hw=(sc.image_height, sc.image_width) if model_type == "llava_next" else None)
 
 
 def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
     """Around the forward and backward: a grid family's integer inputs keep their values (sim/image_grid.py)."""
-    if isinstance(images, GridInputs):
+    if isinstance(images, GridInputs) or (isinstance(images, ImageInputs) and images.image_hw):
         return constants_kept()
     if isinstance(images, ImageInputs) and images.pixel_mask:
         return constants_kept(images.pixel_numel)
@@ -140,6 +152,8 @@ def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, d
         return ids, labels, _cross_attention_inputs(images, B, S + n, dtype, device)
     if images.pixel_mask:
         return ids, labels, _masked_pixel_inputs(images, B, dtype, device)
+    if images.image_hw:
+        return ids, labels, _anyres_inputs(images, B, dtype, device)
     if images.video:
         shape = (B, images.tiles_per_image, 3, images.image_size, images.image_size)
         return ids, labels, {"pixel_values_videos": torch.empty(shape, dtype=dtype, device=device)}
@@ -159,6 +173,18 @@ def _cross_attention_inputs(images: ImageInputs, B: int, S: int, dtype: torch.dt
         "aspect_ratio_mask": torch.ones(B, n, t, dtype=torch.long, device=device),
         "cross_attention_mask": torch.ones(B, S, n, t, dtype=torch.long, device=device),
     }
+
+
+def _anyres_inputs(images: ImageInputs, B: int, dtype: torch.dtype, device: str) -> dict:
+    """LLaVA-NeXT's keyword arguments as LlavaNextImageProcessor gives them: ``pixel_values`` (images, crops, 3,
+    size, size), the base image and the anyres crops of each, and ``image_sizes`` (images, 2), each image's
+    (height, width), a fake-tensor constant: LlavaNextModel.get_image_features reads its values
+    (``image_size_to_num_patches``, ``pack_image_features``: ``tolist``; module docstring)."""
+    n = B * images.images_per_sample
+    shape = (n, images.tiles_per_image, 3, images.image_size, images.image_size)
+    with constants_kept():
+        sizes = torch.tensor([list(images.image_hw)] * n, device=device)
+    return {"pixel_values": torch.empty(shape, dtype=dtype, device=device), "image_sizes": sizes}
 
 
 def _pooled_video(config: dict, sc: Scenario) -> ImageInputs:

@@ -117,7 +117,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 runner.score(device)
             for mb in range(1, scenario.grad_accum + 1):
                 tag = mark_forward(tracker, workspaces, it, mb, progress)
-                ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, built.compute_dtype, device)
+                ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, images.FED_DTYPE, device)
                 with _autocast(built, device), images.values_kept(built.images):
                     loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
                 loss = loss / scenario.grad_accum
