@@ -2,13 +2,9 @@
 (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp; shared/design/cuda-memory-facts.md section 1)."""
 
 from vramfit.estimate import estimate, resolve_spec
-from vramfit.estimate.allocator import (
-    length_variation_note,
-    nograd_mlp_bytes,
-    step_transients,
-    transient_reserved,
-)
+from vramfit.estimate.allocator import transient_reserved
 from vramfit.estimate.step import compute
+from vramfit.estimate.transients import length_variation_note, nograd_mlp_bytes, step_transients
 from vramfit.scenario import parse_scenario
 
 MiB = 1024**2

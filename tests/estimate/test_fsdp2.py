@@ -130,3 +130,20 @@ def test_accumulated_shards_leave_each_backwards_whole_gradients():
     assert two.block_grads == 2 * BLOCK_8B == 436_224_000
     assert _block_position(two)[0] == two.parts.gradients + two.head_grad + two.block_grads
     assert max(p.total for p in two.phases) >= max(p.total for p in one.phases)
+
+
+def test_torchtune_lora_recipes_keep_the_root_unit_gathered():
+    """torchtune v0.4.0 sets custom_sharded_layers only in its *_full.yaml configs: under LoRA/QLoRA,
+    tok_embeddings, norm and output stay in the root unit, which torch 2.4-2.7 never reshards after forward
+    (profile_fields.py fsdp_root_unit_methods)."""
+    assert profile_for(Framework.TORCHTUNE).fsdp_root_gathered is False  # full fine-tuning's own units
+    model = {"model": "meta-llama/Llama-3.1-70B-Instruct", "framework": "torchtune"}
+    full = compute(L70, _sc(**model))
+    lora = compute(L70, _sc(**model, method="lora"))
+    qlora = compute(L70, _sc(**model, method="qlora", quantize="nf4-dq"))
+    assert not full.profile.fsdp_root_gathered
+    assert lora.profile.fsdp_root_gathered and qlora.profile.fsdp_root_gathered
+    root = (2 * V * 8192 + 8192) * 2  # bf16 embedding, output layer and final norm, 4_202_708_992 bytes
+    for step in (lora, qlora):
+        assert step.parts.comm_buffers == 2 * _layer_param_bytes(L70, step.sc, step.profile) + root
+    assert lora.parts.comm_buffers - 2 * _layer_param_bytes(L70, lora.sc, lora.profile) == 4_202_708_992

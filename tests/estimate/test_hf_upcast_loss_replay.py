@@ -1,5 +1,5 @@
 """The loss of transformers < 4.45 (``logits.float()`` in the model) replayed tensor by tensor through the
-caching-allocator model (estimate/allocator.py ``_hf_upcast_in_model_loss``), checked against the tensors torch's
+caching-allocator model (estimate/hf_upcast_loss.py ``_hf_upcast_in_model_loss``), checked against the tensors torch's
 own autograd makes for the same code."""
 
 import weakref
@@ -8,8 +8,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vramfit.estimate import resolve_spec
-from vramfit.estimate.allocator import step_transients, transient_reserved
+from vramfit.estimate.allocator import transient_reserved
 from vramfit.estimate.step import compute
+from vramfit.estimate.transients import step_transients
 from vramfit.scenario import parse_scenario
 
 MiB = 1024**2

@@ -6,8 +6,13 @@ import pytest
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
-from vramfit.estimate.allocator import plain_peak, round_allocation, transient_reserved
-from vramfit.estimate.core import reserved_for_tensors, rounded_sum
+from vramfit.estimate.allocator import (
+    plain_peak,
+    reserved_for_tensors,
+    round_allocation,
+    rounded_sum,
+    transient_reserved,
+)
 from vramfit.estimate.framework import LossLayout, profile_for
 from vramfit.estimate.step import compute
 from vramfit.estimate.unsloth import replays_step, rope_cache_bytes, step_events
@@ -125,3 +130,25 @@ def test_transformers_4_47_loss_keeps_a_shifted_fp32_copy_of_the_logits_from_two
         n = compute(SPEC, parse_scenario({**base, "micro_batch_size": mb})).loss
         assert o.forward_peak == (2 + 4 + copy + 4) * mb * TV and n.forward_peak == (2 + 4 + 4) * mb * TV
         assert o.saved == n.saved == 4 * mb * TV and o.backward_peak == n.backward_peak == 12 * mb * TV
+
+
+def test_unsloth_2024_11_checkpoints_the_mllama_tower_as_transformers_4_46_did():
+    """Unsloth 2024.11.9 on transformers 4.46.2 (UNSLOTH_VLM_NB-4): for_training turns on every module's
+    gradient_checkpointing, and that release's MllamaVisionEncoder checkpoints its 40 layers, so the tower keeps one
+    block input per layer (fp16, micro-batch 2 x 4 tiles x 1608 patches x 1280) instead of every layer's tensors."""
+    import importlib
+
+    vis = importlib.import_module("vramfit.estimate.vision")
+    sc = parse_scenario({"model": "meta-llama/Llama-3.2-11B-Vision", "framework": "unsloth", "method": "qlora",
+                         "quantize": "nf4-dq", "lora_targets": "all-linear", "freeze_vision": "no",
+                         "precision": "fp16-true", "micro_batch_size": 2, "seq_len": 128, "images_per_sample": 1,
+                         "gradient_checkpointing": "full"})
+    spec = resolve_model(sc.model).spec
+    old, now = profile_for(Framework.UNSLOTH, "unsloth-2024.11"), profile_for(Framework.UNSLOTH)
+    assert old.vision_v4_checkpointing and not now.vision_v4_checkpointing
+    blocks, _, recompute = vis.tower_kept(spec, sc, old, vis.vision_adapters(spec, sc, old))
+    assert blocks == 40 * round_allocation(2 * 2 * 4 * 1608 * 1280) == 1_317_273_600
+    full_blocks, _, none = vis.tower_kept(spec, sc, now, vis.vision_adapters(spec, sc, now))
+    assert none == 0 and full_blocks == 40 * recompute  # v5.24.0 keeps every layer's saved tensors
+    assert estimate(sc).peak.allocated_bytes > estimate(parse_scenario(
+        {**sc.to_dict(), "framework_version": "unsloth-2024.11"})).peak.allocated_bytes + 12 * 2**30

@@ -68,7 +68,7 @@ def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():
     assert gptq.acts.recompute == gptq.acts.per_layer >= 2 * layer
 
 
-def test_litgpt_2024_unties_the_head_holds_unsharded_grads_and_unchunked_logits():
+def test_litgpt_2024_unties_the_head_and_computes_unchunked_logits():
     gemma = resolve_model("meta-llama/Llama-3.2-1B").spec  # tied V = 128256, h = 2048
     keys = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "framework": "litgpt", "seq_len": 512}
     old, new = (compute(gemma, parse_scenario({**keys, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
@@ -80,7 +80,8 @@ def test_litgpt_2024_unties_the_head_holds_unsharded_grads_and_unchunked_logits(
     assert new.loss.detail.startswith("litgpt full.py") and new.loss.backward_peak == 8 * TV + 4 * TV + 2 * 4 * 128 * 128256
     fsdp = {**keys, "num_gpus": 4, "parallelism": "fsdp", "grad_accum": 2}
     a, b = (compute(gemma, parse_scenario({**fsdp, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
-    assert b.held_grads == 4 * b.parts.gradients and a.held_grads == a.parts.gradients
+    # both releases accumulate under no_backward_sync (lit-gpt@8641822 finetune/full.py l. 168 already does)
+    assert b.held_grads == 4 * b.parts.gradients and a.held_grads == 4 * a.parts.gradients
 
 
 def test_older_releases_compose_with_plus():

@@ -1,5 +1,5 @@
 """DeepSpeed ZeRO-2's flat partition-sized tensors replayed through the caching allocator from model load to the
-second step (estimate/allocator.py zero2_step_reserved; DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py)."""
+second step (estimate/zero2_step.py zero2_step_reserved; DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py)."""
 
 from dataclasses import replace
 
@@ -7,8 +7,10 @@ import pytest
 
 from vramfit.estimate import allocator as alloc
 from vramfit.estimate import estimate, resolve_spec
+from vramfit.estimate import zero2_step as zero2
 from vramfit.estimate.framework import OptimizerImpl
 from vramfit.estimate.step import compute
+from vramfit.estimate.transients import step_transients
 from vramfit.scenario import parse_scenario
 from vramfit.sim.cuda_allocator import CachingAllocatorModel
 
@@ -31,7 +33,7 @@ def _new_segments(r) -> list[int]:
     """MiB of every segment of 50 MiB or more the replay opens, in order."""
     g = -(-r.parts.num_trainable // r.sc.num_gpus)
     foreach = r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
-    events, _ = alloc._zero2_events(alloc.step_transients(r), g, 2, 8 * alloc.zero12_norm_piece(r.spec, g), foreach)
+    events, _ = zero2._zero2_events(step_transients(r), g, 2, 8 * alloc.zero12_norm_piece(r.spec, g), foreach)
     model, blocks, out = CachingAllocatorModel(), [], []
     for ev in events:
         if ev >= 0:
@@ -55,21 +57,21 @@ def test_the_replay_opens_the_segments_the_engine_opens():
 def test_load_segments_serve_the_loss_and_one_16_bit_partition_is_left_at_the_step():
     r = _step(**SC)
     g = -(-r.parts.num_trainable // 2)
-    loss = alloc.step_transients(r)
+    loss = step_transients(r)
     # the loss's 2.3 GiB fp32 blocks split the cached clone and zero-gradient segments: no segment of their own
     seg = [alloc.segment_size(n * g) // MiB for n in (2, 4)]  # 2 MiB-rounded segments of 16-bit and fp32 partitions
     assert _new_segments(r) == [seg[0]] + [seg[1]] * 5  # clone, master, zero gradient, three at the steps
-    assert alloc.zero2_step_reserved(r, 0, loss) == pytest.approx(2 * g, abs=2 * MiB)
+    assert zero2.zero2_step_reserved(r, 0, loss) == pytest.approx(2 * g, abs=2 * MiB)
     fused = replace(r, profile=replace(r.profile, torch_optimizer_impl=OptimizerImpl.FUSED))
-    assert alloc.zero2_step_reserved(fused, 0, loss) == alloc.zero2_step_reserved(r, 0, loss)
+    assert zero2.zero2_step_reserved(fused, 0, loss) == zero2.zero2_step_reserved(r, 0, loss)
 
 
 def test_the_step_sets_the_reserved_figure_above_the_allocated_peak():
     est = estimate(SC)
     step = next(p for p in est.phases if p.phase == "optimizer-step")
     r = _step(**SC)
-    assert est.peak.reserved_bytes >= step.allocated_bytes + alloc.zero2_step_reserved(r, 0, alloc.step_transients(r))
-    assert alloc.zero2_step_reserved(_step(**{**SC, "parallelism": "zero3"}), 0, []) == 0
+    assert est.peak.reserved_bytes >= step.allocated_bytes + zero2.zero2_step_reserved(r, 0, step_transients(r))
+    assert zero2.zero2_step_reserved(_step(**{**SC, "parallelism": "zero3"}), 0, []) == 0
 
 
 def test_zero1_2_norm_takes_the_whole_embedding_on_one_gpu():

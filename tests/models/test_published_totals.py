@@ -37,6 +37,15 @@ _GPT_OSS = ("gpt-oss model card (arXiv:2508.10925), architecture section as summ
 
 # id -> (published total, where it is published)
 PUBLISHED = {
+    "mistralai/Mistral-Nemo-Base-2407": ("12B", "Mistral AI, 'Mistral NeMo' announcement (2024-07-18; mirrored at "
+                                         "https://nexusnews.pro/mistral-nemo-a-12b-model-for-multilingual-applications): "
+                                         "'a 12 billion-parameter model'"),
+    "mistralai/Mistral-Small-24B-Base-2501": ("24B", "Mistral-Small-24B-Instruct-2501 model card, summarised at "
+                                              "https://www.modelcards.net/documents/548: 'a 24-billion-parameter "
+                                              "instruction-fine-tuned language model ... built on the Mistral-Small-24B-"
+                                              "Base-2501 base model'"),
+    "microsoft/Phi-4-mini-instruct": ("3.8B", "https://ollama.com/library/phi4-mini:3.8b-q4_K_M (the phi4-mini "
+                                      "'3.8b' tag, GGUF of microsoft/Phi-4-mini-instruct)"),
     "deepseek-ai/DeepSeek-V3": ("671B", "https://huggingface.co/deepseek-ai/DeepSeek-V3-Base/commit/"
                                 "32950e40aa550917d1c86e61411183ca3db528d2 README_WEIGHTS.md: main model 'Total parameters: 671B'"),
     "deepseek-ai/DeepSeek-R1": ("671B", "DeepSeek-R1 model card: '671B total parameters' (the DeepSeek-V3 architecture)"),
@@ -74,11 +83,11 @@ FILE_SIZES = {
 }
 # models added for issue 16 whose published total the stored pages did not show (nominal names aside)
 NOT_FOUND = (
-    "mistralai/Mistral-Nemo-Base-2407", "mistralai/Mistral-Small-24B-Base-2501", "Qwen/Qwen2.5-VL-32B-Instruct",
+    "Qwen/Qwen2.5-VL-32B-Instruct",
     "Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "llava-hf/llava-1.5-7b-hf", "llava-hf/llava-1.5-13b-hf",
     "google/gemma-3-4b-it", "meta-llama/Llama-3.2-90B-Vision", "HuggingFaceTB/SmolVLM-Instruct",
     "HuggingFaceTB/SmolVLM2-2.2B-Instruct", "HuggingFaceTB/SmolVLM2-500M-Video-Instruct",
-    "HuggingFaceM4/Idefics3-8B-Llama3", "microsoft/Phi-4-mini-instruct", "HuggingFaceTB/SmolLM2-1.7B",
+    "HuggingFaceM4/Idefics3-8B-Llama3", "HuggingFaceTB/SmolLM2-1.7B",
     "HuggingFaceTB/SmolLM3-3B", "ibm-granite/granite-3.1-2b-instruct", "ibm-granite/granite-3.1-8b-instruct",
     "ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.1-3b-a800m-instruct",
 )

@@ -20,11 +20,16 @@ def _dev(**k):
     return estimate({**SC, "gpu": "rtx4090", **k}).peak.device_bytes
 
 
+def _need(**k):
+    """The figure the verdict compares (verdict.fits): the device peak less the cached segments released on OOM."""
+    return estimate({**SC, "gpu": "rtx4090", **k}).peak.required_bytes
+
+
 def test_largest_micro_batch_and_longest_sequence_are_maximal(rep):
     limit = limit_bytes(get_gpu("rtx4090"), 0.05)
     assert rep.max_micro_batch >= 1 and rep.max_seq_len > 2048
-    assert _dev(micro_batch_size=rep.max_micro_batch) <= limit < _dev(micro_batch_size=rep.max_micro_batch + 1)
-    assert _dev(seq_len=rep.max_seq_len) <= limit < _dev(seq_len=rep.max_seq_len + 1)
+    assert _need(micro_batch_size=rep.max_micro_batch) <= limit < _need(micro_batch_size=rep.max_micro_batch + 1)
+    assert _need(seq_len=rep.max_seq_len) <= limit < _need(seq_len=rep.max_seq_len + 1)
     assert rep.max_seq_len_device_bytes == _dev(seq_len=rep.max_seq_len)
 
 
@@ -32,7 +37,8 @@ def test_grid_marks_what_fits(rep):
     assert len(rep.grid) == len(rep.batches) and all(len(row) == len(rep.seq_lens) for row in rep.grid)
     for row in rep.grid:
         for c in row:
-            assert c.fits == (c.device_bytes <= rep.limit_bytes)
+            assert c.fits == (_need(micro_batch_size=c.micro_batch_size, seq_len=c.seq_len) <= rep.limit_bytes)
+            assert c.device_bytes == _dev(micro_batch_size=c.micro_batch_size, seq_len=c.seq_len)
     first = rep.grid[0][0]
     assert first.device_bytes == _dev(micro_batch_size=rep.batches[0], seq_len=rep.seq_lens[0])
     json.dumps(rep.to_dict())

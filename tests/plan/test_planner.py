@@ -9,6 +9,7 @@ from vramfit.estimate import estimate
 from vramfit.gpus import get_gpu
 from vramfit.plan import changes_to_fit, plan
 from vramfit.plan.evaluate import limit_bytes
+from vramfit.plan.verdict import result_paging
 from vramfit.scenario import parse_scenario
 
 L70 = "meta-llama/Llama-2-70b-hf"
@@ -59,9 +60,10 @@ def test_changes_offered_really_make_it_fit(sc, card):
     before = estimate({**sc, "gpu": card}).peak.device_bytes
     for c in changes:
         applied = parse_scenario({**sc, "gpu": card}).replace(**c.changes)
-        dev = estimate(applied).peak.device_bytes
+        after = estimate(applied).peak
+        dev = after.device_bytes
         assert dev == c.device_bytes and c.saving_bytes == before - dev > 0
-        assert (dev <= limit) == c.fits, c.name
+        assert (after.required_bytes <= limit) == c.fits, c.name  # the verdict's figure (plan/verdict.py)
     ranks = [not c.fits for c in changes]
     assert ranks == sorted(ranks), "changes that fit come first"
     json.dumps([c.to_dict() for c in changes])
@@ -80,11 +82,12 @@ def report():
 def test_every_plan_fits_reaches_the_batch_and_reproduces(report):
     assert len(report.plans) > 40
     for p in report.plans[:: max(1, len(report.plans) // 25)]:
-        assert p.device_bytes <= p.limit_bytes < p.usable_bytes
         assert p.micro_batch_size * p.grad_accum * p.num_gpus == p.effective_batch >= 32
         assert p.num_gpus in (1, 2, 4, 8)
         again = estimate(p.scenario)  # the plan's scenario, with gpu set to the card
         assert again.peak.device_bytes == p.device_bytes, p.label
+        assert again.peak.required_bytes <= p.limit_bytes < p.usable_bytes  # the verdict's figure (plan/verdict.py)
+        assert p.headroom_bytes == p.limit_bytes - again.peak.required_bytes + (result_paging(again, p.limit_bytes) or 0)
 
 
 def test_time_and_cost_follow_from_speed_and_price(report):

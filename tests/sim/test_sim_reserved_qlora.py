@@ -3,7 +3,7 @@
 Llama-3.1-8B (real widths and vocabulary, extrapolated from 3 and 4 layers), 4-bit QLoRA on every linear,
 flash attention, full checkpointing, 16,384 tokens: the loss's fp32 (T, V) tensors open segments of their own,
 and what stays cached below them is the checkpointed no-grad MLP's working set, fp32 under HF QLoRA with
-bitsandbytes' fp32 output copy and PEFT's defensive clone per adapted linear (estimate/allocator.py
+bitsandbytes' fp32 output copy and PEFT's defensive clone per adapted linear (estimate/transients.py
 ``_nograd_mlp``). The estimator was 5.5 % under the simulator here before that was replayed op by op.
 """
 

@@ -73,7 +73,7 @@ def _plan_row(i: int, p) -> list[str]:
     return [
         str(i) + ("" if p.measured_path else "†"), escape(f"{p.num_gpus} × {p.gpu_id}") + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
         f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
-        setting + (f", {extras}" if extras else ""), f"{_gib(p.device_bytes)} / {_gib(p.usable_bytes)}",
+        setting + (f", {extras}" if extras else ""), f"{_gib(p.required_bytes or p.device_bytes)} / {_gib(p.usable_bytes)}",
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
         "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", p.price_basis,
         f"{p.disk.total_bytes / GB:,.0f}",
@@ -346,7 +346,7 @@ def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
 
 def render_sweep(r, key: str) -> None:
     """The sweep as a table: the three peaks per value, and whether each card holds it."""
-    t = Table(title=f"Peak per GPU over {key}; fits = device peak within usable memory less {r.safety_margin:.0%}",
+    t = Table(title=f"Peak per GPU over {key}; fits = peak after cache release ≤ usable less {r.safety_margin:.0%}",
               title_justify="left")
     for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
         t.add_column(col, justify="right")

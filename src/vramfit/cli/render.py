@@ -43,6 +43,9 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     p.add_row("reserved", gib(r.peak.reserved_bytes), gb(r.peak.reserved_bytes), "torch.cuda.max_memory_reserved()")
     p.add_row("[bold]device[/bold]", f"[bold]{gib(r.peak.device_bytes)}[/bold]", gb(r.peak.device_bytes), "nvidia-smi")
     console.print(p)
+    if released_materially(r):
+        console.print(f"needs {gib(r.peak.required_bytes)} GiB when the allocator releases its cache (what the fit "
+                      "verdict counts)")
     phases = ", ".join(f"{x.phase} {gib(x.allocated_bytes)}" for x in r.phases)
     console.print(f"allocated by phase (GiB): {phases}; peak in [bold]{r.peak.phase}[/bold]")
     at_peak = ", ".join(f"{name} {gib(b)}" for name, b in sorted(r.peak.breakdown, key=lambda x: -x[1]))
@@ -60,6 +63,12 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
         console.print(f" • {a}", markup=False)
+
+
+def released_materially(r: EstimateResult) -> bool:
+    """Whether the cache released on an out-of-memory retry is worth a line: at least 1 % of the device peak
+    (a presentation threshold; below it the two figures agree to the table's rounding)."""
+    return 100 * (r.peak.device_bytes - r.peak.required_bytes) >= r.peak.device_bytes
 
 
 def render_ranks(r: EstimateResult, console: Console) -> None:

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
-from vramfit.estimate.allocator import length_variation_note, step_transients, zero2_step_reserved
-from vramfit.estimate.core import process_bytes, reserved_bytes
+from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
+from vramfit.estimate.reserved import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
     EstimateResult,
@@ -21,7 +21,9 @@ from vramfit.estimate.result import (
     PhasePeak,
 )
 from vramfit.estimate.step import Step, compute
+from vramfit.estimate.transients import length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
+from vramfit.estimate.zero2_step import zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -235,14 +237,13 @@ def estimate_spec(
     allocated = phases[peak_phase]
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
-    reserved = reserved_bytes(allocated, parts, tensors, spec.num_hidden_layers, events, r.profile.alloc_conf)
-    if cached := zero2_step_reserved(r, phases.get("optimizer-step", 0), events, r.profile.alloc_conf):
-        step = reserved_bytes(phases["optimizer-step"], parts, tensors, spec.num_hidden_layers, (), r.profile.alloc_conf)
-        reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
-    reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
-    reserved = load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
+    reserved = _reserved(r, breakdowns, allocated, tensors, events)
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
+    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it
+    releasable = fc is None and transient_required(events, r.profile.alloc_conf) < transient_reserved(
+        events, r.profile.alloc_conf)[1]
+    released = reserved - _reserved(r, breakdowns, allocated, tensors, events, True) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
@@ -250,7 +251,8 @@ def estimate_spec(
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
-        peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items()))),
+        peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items())),
+                  device - released),
         components=comps,
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
@@ -258,6 +260,20 @@ def estimate_spec(
         accuracy=accuracy_for(sc),
         ranks=r.ranks,
     )
+
+
+def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
+              required: bool = False) -> int:
+    """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
+    reserved.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
+    conf = r.profile.alloc_conf
+    reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
+    step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
+    if cached := zero2_step_reserved(r, step_allocated, events, conf):
+        step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
+        reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
+    reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
+    return load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
 
 
 _A = "allocated"

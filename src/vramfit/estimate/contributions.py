@@ -48,17 +48,6 @@ F, BL, BB, BV, BE, BT, BS, OPT = (
 _ALL = (F, BL, BB, BV, BE, BT, BS, OPT)
 
 
-def _fsdp_frozen_gathered(step: Step) -> bool:
-    """End of backward: every frozen FSDP unit still gathered on top of the shards (pytorch/pytorch#95805)."""
-    sc = step.sc
-    return (
-        step.profile.fsdp_frozen_stay_gathered
-        and sc.parallelism is Parallelism.FSDP
-        and sc.num_gpus > 1
-        and sc.method is not Method.FULL
-    )
-
-
 def _sharded_full_end(step: Step) -> bool:
     """FSDP full fine-tuning: the end of backward, where every sharded gradient exists while the first block's
     whole gradients, the gathered root and the next unit are still on the GPU (the simulator's FSDP2 trace peaks
@@ -82,7 +71,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     BL: lambda step: True,
     BB: lambda step: True,
     BV: lambda step: step.acts.tower > 0,
-    BE: lambda step: _fsdp_frozen_gathered(step) or _sharded_full_end(step),
+    BE: _sharded_full_end,
     BT: _tied_end,
     BS: lambda step: in_backward_steps(step.spec, step.sc)[1] > 0,
     OPT: lambda step: not step.sc.optimizer_in_backward,
@@ -178,9 +167,8 @@ def logits_loss(step: Step) -> Iterator[Contribution]:
 
 def communication(step: Step) -> Iterator[Contribution]:
     """Data-parallel buffers; DDP buckets live from wrap to exit, ZeRO/FSDP gather buffers are freed
-    after backward; FSDP frozen units gathered at the end of backward are a separate allocation."""
+    after backward."""
     comm = step.parts.comm_buffers
-    gathered = step.parts.weights + step.parts.quantized_base
     # FSDP2 reshards the blocks after forward and gathers them again from their pre-backward (estimate/fsdp2.py)
     at_loss = comm - blocks_freed_at_loss(step)
     staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
@@ -197,7 +185,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
         comm - resharded_above_lowest(step) - bwd_root
-    yield Contribution("comm_buffers", BE, end + (gathered * step.sc.num_gpus if _fsdp_frozen_gathered(step) else 0))
+    yield Contribution("comm_buffers", BE, end)
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else staging)
 
 

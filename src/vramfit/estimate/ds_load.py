@@ -15,7 +15,7 @@ can only be high there, and it stays one figure per scenario that a card class s
 planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
 workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
 (estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten)
-but are not counted: a card without room gets them back (estimate/allocator.py ``zero2_step_reserved``). Releases
+but are not counted: a card without room gets them back (estimate/zero2_step.py ``zero2_step_reserved``). Releases
 before 0.19.0 always flatten on the host (profile ``ds_flattens_on_host``, release deepspeed-0.18).
 """
 

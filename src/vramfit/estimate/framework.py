@@ -62,6 +62,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp1_host_wrap=True,
         fsdp1_sync_module_states=True,
         fsdp_lora_units_nested=True,
+        # FSDP1 gradients synced on the last micro-batch only: the Trainer enters accelerator.no_sync(model) for the
+        # others (transformers v5.24.0 trainer.py l. 1904-1915; accelerate v1.15.0 accelerator.py l. 1172-1176 calls
+        # the FSDP1 module's no_sync), so each GPU holds the whole unsharded gradients in between (estimate/step.py
+        # _fsdp1_no_sync_grads); the FSDP2 variant below keeps them whole too
+        fsdp_unsharded_accum_grads=True,
         # `accelerate launch` (the Trainer's multi-GPU launcher) exports OMP_NUM_THREADS =
         # --num_cpu_threads_per_process, default the variable's value or 1 (accelerate v1.14.0 commands/launch.py
         # l. 1359, utils/launch.py l. 392 prepare_multi_gpu_env); `torchrun` sets 1 too (profile_fields.py)
@@ -125,8 +130,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "tail unit: the root gathered whole, as torchtitan's), no fp32 upcast of trainable weights; "
                              "from_pretrained gets no device_map except under plain multi-GPU DDP, so the weights load "
                              "to the host",
+                             # its accelerate@9359a0194 no_sync is getattr(model, "no_sync") (accelerator.py l. 1131),
+                             # which FSDP2 modules lack: the shards accumulate (estimate/fsdp2.py, 6)
                              (("fsdp2_variant", FrameworkVersion("axolotl@ba3dba3e4's fsdp2_prepare_model", "see axolotl-0.12",
-                                                                _FSDP2_UNITS)),
+                                                                (*_FSDP2_UNITS, ("fsdp_unsharded_accum_grads", False)))),
                               # axolotl@ba3dba3e4 cli/config.py l. 231-233: prepare_optim_env (utils/trainer.py l. 541,
                               # 573: ACCELERATE_USE_DEEPSPEED / _FSDP) runs before normalize_config, whose choose_device
                               # (utils/config/__init__.py l. 54-58) drops device_map once any ACCELERATE_USE_* is set;
@@ -154,8 +161,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("fsdp-qlora", "AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1072: its ranks are started by "
                              "torch.multiprocessing.spawn, which sets no OMP_NUM_THREADS (nor does the script: no "
                              "set_num_threads), so each rank keeps torch's default threads and an offloaded optimizer step "
-                             "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded",
-                             (("ranks_single_threaded", False),)),
+                             "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded; its loop "
+                             "enters model.no_sync() only with --no_sync (default False, l. 821, 1012), so the sharded "
+                             "gradients accumulate",
+                             # l. 1063-1064 turn no_sync on for --use_cpu_offload with gradient accumulation
+                             (("ranks_single_threaded", False), ("fsdp_unsharded_accum_grads", False),
+                              ("fsdp_no_sync_when_offloaded", True))),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
@@ -189,6 +200,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # torchtune v0.4.0 recipes/configs/*/lora_finetune_single_device.yaml: AdamW with fused: True
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
+        fsdp_root_unit_methods=(Method.LORA, Method.QLORA),  # no custom_sharded_layers in their configs
         attn_output_copied=True,
         ranks_single_threaded=True,  # `tune run` = torchrun: OMP_NUM_THREADS=1 per rank (profile_fields.py)
         compiled_loss_recipes=((Method.LORA, False), (Method.QLORA, False)),
@@ -245,9 +257,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_dequant_via_fp16=True,
         standard_loss=LossLayout.LITGPT_CHUNKED_HEAD,
         torch_optimizer_impl=OptimizerImpl.FOREACH,  # torch v2.1.0 torch/optim/adamw.py: foreach default on CUDA
-        # lit-gpt@8641822 LoRA + Lightning FSDPStrategy: measured peaks of 1 + 1/N times the weights
-        # (LIT_RES multi-GPU table) match frozen units kept gathered through backward
-        fsdp_frozen_stay_gathered=True,
+        # lit-gpt@8641822 finetune/lora.py l. 214-215 runs every micro-batch but the last in
+        # `fabric.no_backward_sync(model, enabled=is_accumulating)`, which Lightning 2.1 (pytorch-lightning@71aed75
+        # src/lightning/fabric/strategies/fsdp.py l. 760-773 _FSDPBackwardSyncControl) turns into FSDP1's no_sync()
+        fsdp_unsharded_accum_grads=True,
+        fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -261,9 +275,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             # named for its year: a later release than the default, kept because users run it
             FrameworkVersion(
                 "litgpt-2024",
-                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unsharded gradients under "
-                "no_backward_sync while accumulating, unchunked logits in full fine-tuning",
-                (("untied_head_copy", True), ("fsdp_unsharded_accum_grads", True), ("full_unchunked_logits", True)),
+                "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unchunked logits in full "
+                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822)",
+                (("untied_head_copy", True), ("full_unchunked_logits", True)),
             ),
         ),
     ),
@@ -342,6 +356,8 @@ def scenario_profile(sc) -> FrameworkProfile:
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
     ``is_gptq_quantized``)."""
     profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
+    if sc.method in profile.fsdp_root_unit_methods and not profile.fsdp_root_gathered:
+        profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES

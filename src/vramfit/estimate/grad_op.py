@@ -25,6 +25,14 @@ def _block_bytes(step: Step) -> int:
     sc = step.sc
     if sc.parallelism is not Parallelism.FSDP_GRAD_OP or sc.num_gpus < 2:
         return 0
+    from vramfit.estimate.step import fsdp1_no_sync
+
+    if sc.grad_accum > 1 and not sc.optimizer_in_backward and fsdp1_no_sync(sc, step.profile):
+        # FSDP1 under no_sync frees nothing in backward (_runtime_utils.py _should_free_in_backward: `_sync_gradients
+        # or` a reshard-after-forward strategy), so every micro-batch but the last keeps all blocks gathered
+        # through its backward beside the held gradients (checked on CPU/gloo: SHARD_GRAD_OP's unsharded storage
+        # still allocated after a no_sync backward, freed after the synced one)
+        return 0
     from vramfit.estimate.core import _layer_param_bytes
 
     return _layer_param_bytes(step.spec, sc, step.profile)

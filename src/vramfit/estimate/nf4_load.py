@@ -215,7 +215,7 @@ def load_reserved(r, allocated: int, reserved: int) -> int:
     (:func:`load_floor`), the segments the step's tensors open beyond its cached blocks, and the step's other
     tensors (gradients, optimizer states, workspaces: ``allocated`` less the persistent bytes and the step's
     replayed tensors). The persistent tensors' and the activations' segment rounding that ``reserved`` adds
-    (core.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks."""
+    (reserved.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks."""
     floor = load_floor(r)
     if not floor:
         return reserved

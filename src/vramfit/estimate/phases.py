@@ -26,7 +26,7 @@ class StepPhase(str, Enum):
     BACKWARD_LOSS = "backward-loss"  # start of backward: the loss and logits gradients
     BACKWARD_BLOCK = "backward-block"  # inside one block's backward (recompute, working set)
     BACKWARD_VISION = "backward-vision"  # a VLM's vision tower, after the language model's whole backward
-    BACKWARD_END = "backward-end"  # end of backward with FSDP frozen units still gathered
+    BACKWARD_END = "backward-end"  # end of backward: FSDP full fine-tuning's last unit's gradients beside the shards
     BACKWARD_END_TIED = "backward-end-tied"  # tied embeddings: both gradients of the shared weight
     # optimizer in backward with a torchao optimizer: the input embedding's step, the last one, and its temporaries
     BACKWARD_END_STEP = "backward-end-step"

@@ -109,13 +109,18 @@ class FrameworkProfile:
     standard_loss: LossLayout
     # the torch AdamW implementation the framework's default recipe runs (torch v2.13.0 torch/optim/adamw.py)
     torch_optimizer_impl: OptimizerImpl
-    # FSDP1 before the reshard-only hooks (pytorch/pytorch#95805, PR #101982; what the lit-gpt@8641822
-    # measurements show): frozen parameters all-gathered in backward stay unsharded until the end of backward
-    fsdp_frozen_stay_gathered: bool = False
     # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)
     fsdp_root_gathered: bool = True
+    # methods whose recipes leave tok_embeddings and output in the root unit although ``fsdp_root_gathered`` is
+    # unset: torchtune v0.4.0 (and @30b8519e8) sets custom_sharded_layers only in the *_full.yaml configs
+    # (recipes/configs/llama3_1/70B_full.yaml); the LoRA/QLoRA configs set none, so lora_finetune_distributed.py
+    # shards the decoder layers, then fully_shard(model) holds the rest (training/_distributed.py shard_model),
+    # and torch 2.4-2.7 never reshards the root after forward (distributed/_composable/fsdp/_fsdp_state.py
+    # _lazy_init: ``post_forward_mesh_info = None`` for the root, unconditionally until torch 2.8 made it
+    # ``if self._auto_reshard_after_forward``)
+    fsdp_root_unit_methods: tuple[Method, ...] = ()
     # FSDP (parallelism fsdp) is FSDP1 wrapping a model loaded on the host: FullyShardedDataParallel(model,
     # device_id=...) moves, flattens and shards one unit at a time on the GPU (accelerate v0.28.0 accelerator.py
     # prepare_model passes device_id=self.device; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 724-736); the cached
@@ -188,6 +193,10 @@ class FrameworkProfile:
     # l. 93-96 moves CPU blocks and scales to CUDA whenever it is available, l. 327-330 moves the result back and
     # empties the cache (v5.24.0 _convert_moe_packed_tensors converts on the blocks' own device)
     mxfp4_host_dequant_on_gpu: bool = False
+    # the modelling code is transformers 4's for vision encoders: a tower whose v4 encoder checkpoints its layers
+    # (spec.vision.checkpointed_v4, transformers v4.46.2 models/mllama/modeling_mllama.py l. 381-386) runs them under
+    # checkpointing once the model's gradient checkpointing is on; v5.24.0 runs them as plain modules
+    vision_v4_checkpointing: bool = False
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
@@ -211,6 +220,14 @@ class FrameworkProfile:
     # micro-batches (litgpt@0077627 finetune/full.py `fabric.no_backward_sync(model, enabled=is_accumulating)`;
     # torch v2.13.0 FSDP no_sync docstring: 'accumulating the full model gradients (instead of gradient shards)')
     fsdp_unsharded_accum_grads: bool = False
+    # ... but only when the parameters are offloaded: AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 1063-1064 turns
+    # --no_sync on for --use_cpu_offload with gradient accumulation (FSDP1 cannot accumulate offloaded shards)
+    fsdp_no_sync_when_offloaded: bool = False
+    # FSDP1 LoRA: each decoder block is one unit whose FlatParameter holds the frozen weights and the adapters
+    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step.py
+    # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
+    # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
+    fsdp_lora_block_units: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False

@@ -53,12 +53,21 @@ class Peak:
     device_bytes: int
     phase: str  # the phase in which the allocated peak happens
     breakdown: tuple[tuple[str, int], ...] = ()  # components live at that moment; sums to allocated
+    #: what the run needs on the card (the fit verdict's figure, vramfit.plan.verdict): ``device_bytes`` less the
+    #: cached segments holding no live block, which the allocator's ``malloc`` releases and retries before it fails
+    #: (vramfit.sim.cuda_allocator); not given (-1): ``device_bytes`` (nothing modelled as releasable)
+    required_bytes: int = -1
+
+    def __post_init__(self) -> None:
+        if self.required_bytes < 0:
+            object.__setattr__(self, "required_bytes", self.device_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "allocated_bytes": self.allocated_bytes,
             "reserved_bytes": self.reserved_bytes,
             "device_bytes": self.device_bytes,
+            "required_bytes": self.required_bytes,
             "phase": self.phase,
             "breakdown": dict(self.breakdown),
         }
@@ -98,7 +107,7 @@ class ModelInfo:
 class FitInfo:
     """The verdict on one card, made by the planner (``vramfit.plan.verdict``), never by the estimator.
 
-    ``fits``: the device peak per GPU is within ``limit_bytes`` (usable memory less the safety
+    ``fits``: the required peak per GPU (``Peak.required_bytes``) is within ``limit_bytes`` (usable memory less the safety
     margin), with ``paging_bytes`` of paged optimizer state moved to host RAM where that is needed.
     """
 

@@ -224,8 +224,10 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     in_bwd = sc.optimizer_in_backward
     resident = zero3_grads_resident(sc)  # ZeRO-3's flat gradient buffer: held from init on
     held = parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0
-    if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP:
+    if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP and profile.fsdp2:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
+    if sc.grad_accum > 1 and not in_bwd and fsdp1_no_sync(sc, profile):
+        held = _fsdp1_no_sync_grads(spec, sc, profile, parts)
     grad_bytes_per = max(1, parts.gradients // max(1, parts.num_trainable)) if parts.num_trainable else 0
     if sc.method is Method.FULL:
         # the output layer's gradient as autograd makes it, whole, before any reduce-scatter or offload (the
@@ -247,6 +249,56 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         # high point is the last block's backward, with every other block's gradients made (estimate/unsloth.py)
         layer_grads = parts.gradients
     return held, head_grad, layer_grads, _lowest_block_grads(spec, sc, profile, parts, grad_bytes_per, held)
+
+
+def fsdp1_no_sync(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """FSDP1 (flat parameters) with the gradient sync off for every micro-batch but the last (the profile's
+    ``fsdp_unsharded_accum_grads``: the HF Trainer's ``accelerator.no_sync``, Fabric's ``no_backward_sync``)."""
+    no_sync = profile.fsdp_unsharded_accum_grads or (
+        profile.fsdp_no_sync_when_offloaded and sc.offload is Offload.OPTIMIZER_PARAMS)
+    return (no_sync and not profile.fsdp2 and sc.shard_group > 1
+            and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP))
+
+
+def _fsdp1_no_sync_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:
+    """Gradients FSDP1 holds between micro-batches under ``no_sync``: every trainable FlatParameter's whole
+    (unpadded, unsharded) gradient, on the GPU even when the shards are offloaded, in the dtype autograd made it in:
+    the 16-bit ``param_dtype`` under MixedPrecision (fp32 adapters included), else the parameters' own.
+
+    torch v2.13.0 distributed/fsdp/_runtime_utils.py ``_post_backward_hook`` l. 742-746: with
+    ``not state._sync_gradients`` it reshards the parameter and returns before any cast or reduce-scatter, leaving
+    ``flat_param.grad`` unsharded; _flat_param.py ``prepare_gradient_for_backward`` l. 1627-1630 keeps a gradient
+    of ``_unpadded_unsharded_size`` for the next backward to add into, and ``reshard`` l. 1861-1868 (the
+    ``accumulated_grad_in_no_sync`` views). The last micro-batch's post-backward reduce-scatters it and frees it
+    unit by unit (the sharded gradients of ``parts.gradients`` then). A frozen flat parameter has no gradient, so
+    LoRA holds its adapters' only (peft's fsdp_auto_wrap_policy gives them units of their own). Checked on CPU/gloo
+    with 2 ranks (Llama, 2 layers, MixedPrecision(bf16)): fp32 full fine-tune, 115,008 elements -> 230,016 B of
+    bf16 ``.grad`` on each rank after a no_sync micro-batch, fp32 shards of 230,016 B after the synced one; LoRA r8
+    on q/v, 4,096 adapter elements -> 8,192 B bf16 unsharded. The HF Trainer enters ``accelerator.no_sync(model)``
+    for every micro-batch but the last (transformers v5.24.0 trainer.py l. 1904-1915; v4.44 through
+    ``accelerator.accumulate``, which enters ``self.no_sync(m)`` unless gradients sync or sync_each_batch is set:
+    accelerate v0.33.0 accelerator.py l. 1063-1075), and accelerate v1.15.0
+    accelerator.py l. 1172-1176 calls the FSDP1 module's own ``no_sync``; accelerate applies MixedPrecision from
+    the Trainer's bf16/fp16 (utils/dataclasses.py l. 2109 set_mixed_precision, accelerator.py l. 1950).
+
+    Adapters sharing their block's unit (``profile.fsdp_lora_block_units``: Lightning's use_orig_params=True):
+    that FlatParameter requires grad when any of its tensors does (_flat_param.py l. 832), the adapters' views are
+    split out of it (``_use_unsharded_views`` l. 1949-2010), so autograd's gradient for it is the whole flat
+    parameter, frozen elements as zeros, in its one dtype: every block whole. CPU/gloo (tests/
+    test_fsdp1_no_sync_torch.py): 43,136 elements per Llama block unit (41,088 frozen + 2,048 adapter)."""
+    from vramfit.estimate.framework import adapter_bytes
+
+    cast = casts_params(sc, profile) or (profile.fsdp_mixed_casts_params and not sc.precision.mixed)
+    if cast:
+        per = sc.precision.compute_bytes  # MixedPrecision's param_dtype (accelerate: from the Trainer's bf16/fp16)
+    else:  # no cast: the trainable parameters' own dtype
+        per = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(profile, sc.precision)
+    if sc.method is not Method.FULL and profile.fsdp_lora_block_units and sc.quantize is Quantize.NONE:
+        blocks = (sum(lin.params * spec.layers_of(lin) for lin in spec.block_linears)
+                  + spec.num_hidden_layers * spec.block_norm_params)
+        # one FlatParameter, one dtype: the frozen weights' (param_dtype when FSDP casts)
+        return round_allocation((blocks + parts.num_trainable) * (per if cast else sc.precision.param_bytes))
+    return round_allocation(parts.num_trainable * per)
 
 
 def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts, grad_bytes_per: int,

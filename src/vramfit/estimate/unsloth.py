@@ -42,6 +42,15 @@ UNSLOTH_2024_12 = FrameworkVersion(
     ),
 )
 
+UNSLOTH_2024_11 = FrameworkVersion(
+    "unsloth-2024.11",
+    "unslothai/unsloth@7e7656c5a1 (2024.11.9, the first FastVisionModel) on transformers 4.46.2: for_training sets "
+    "gradient_checkpointing on every module that has it (unsloth/models/vision.py l. 384-390), and transformers "
+    "4.46.2's MllamaVisionEncoder then checkpoints its layers (models/mllama/modeling_mllama.py l. 381-386); only "
+    "this vision-tower behaviour is modelled, the language path is today's",
+    (("vision_v4_checkpointing", True),),
+)
+
 UNSLOTH_PROFILE = FrameworkProfile(
     name="unsloth",
     # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
@@ -69,7 +78,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
     version="unsloth@015bdef",
-    older_versions=(UNSLOTH_2024_12,),
+    older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11),
 )
 
 

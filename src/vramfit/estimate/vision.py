@@ -198,9 +198,19 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         per_layer += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
     gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
-    if sc.gradient_checkpointing is Checkpointing.NONE or not spec.vision.checkpointed:
+    if sc.gradient_checkpointing is Checkpointing.NONE or not tower_checkpointed(spec, profile):
         return depth * per_layer + gates * per_gated, head, 0
     return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)), head, per_layer
+
+
+def tower_checkpointed(spec: ModelSpec, profile: FrameworkProfile) -> bool:
+    """Whether the tower's layers run under the model's gradient checkpointing: always where the modelling code
+    checkpoints them (``VisionTower.checkpointed``), or where only transformers 4's does (``checkpointed_v4``) and the
+    profile runs that code (``vision_v4_checkpointing``; e.g. Unsloth 2024.11.9 on transformers 4.46.2, whose
+    FastBaseVisionModel.for_training sets ``gradient_checkpointing`` on every module that has the attribute,
+    unslothai/unsloth@7e7656c5a1 unsloth/models/vision.py l. 384-390)."""
+    tower = spec.vision
+    return tower.checkpointed or (tower.checkpointed_v4 and profile.vision_v4_checkpointing)
 
 
 def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):  # noqa: ANN201

@@ -14,6 +14,7 @@ from vramfit.estimate.vision import (
     lm_scenario,
     per_sample,
     tower_block_saved,
+    tower_checkpointed,
     tower_head_consumed,
     tower_kept,
     trains_vision,
@@ -62,7 +63,7 @@ def _released(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     saved = tower_block_saved(spec, sc, profile, vision_adapters(spec, sc, profile))
     released = sum(round_allocation(v) for k, v in saved.items.items()
                    if k == "mlp_mid" or k.startswith(f"{down.name}."))
-    if sc.gradient_checkpointing is not Checkpointing.NONE and spec.vision.checkpointed:
+    if sc.gradient_checkpointing is not Checkpointing.NONE and tower_checkpointed(spec, profile):
         released += round_allocation(saved.items.get("block_in", 0))
     return released
 

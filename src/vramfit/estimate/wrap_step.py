@@ -26,12 +26,12 @@ knows, in the order the step makes them:
 - forward, per decoder block under full checkpointing: the block's tensors as its no-grad forward makes them
   (the saved tensors of ``Step.saved`` in order, each freed once the next two exist: under ``no_grad`` an op's
   output dies with its consumer), the no-grad MLP working set
-  (:func:`vramfit.estimate.allocator.nograd_mlp_bytes`) and the block's output, which the next block's
+  (:func:`vramfit.estimate.transients.nograd_mlp_bytes`) and the block's output, which the next block's
   checkpoint keeps until that block's backward (torch/utils/checkpoint.py ``CheckpointFunction.forward``:
   ``ctx.save_for_backward(*tensor_inputs)``); any other policy is replayed as keeping every block's saved
   tensors (at most what it keeps: the more the step holds, the more of the residue it reuses, so the term
   it yields is then a lower bound);
-- the loss and the other transients of :func:`vramfit.estimate.allocator.step_transients`;
+- the loss and the other transients of :func:`vramfit.estimate.transients.step_transients`;
 - backward, top block first: the block's recomputed saved tensors (``Step.saved``) and its backward working
   set (``Step.block_transient``), freed with the block's checkpoint once its backward has run.
 """
@@ -75,9 +75,10 @@ class _Program:
 def step_program(r) -> tuple[int, ...]:
     """The step's default-stream tensors in order (module docstring), as allocator events
     (``r``: a :class:`vramfit.estimate.step.Step`)."""
-    from vramfit.estimate.allocator import nograd_mlp_bytes, round_allocation, step_transients
+    from vramfit.estimate.allocator import round_allocation
     from vramfit.estimate.block_extras import block_input_bytes
     from vramfit.estimate.constants import K_SMALL_SIZE
+    from vramfit.estimate.transients import nograd_mlp_bytes, step_transients
 
     sc, spec = r.sc, r.spec
     p = _Program()
@@ -155,11 +156,12 @@ def _wrapped(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered
 
 def step_alone(r, program: tuple[int, ...]) -> int:
     """The step's reserved bytes on its own as the estimate counts them: the program's allocated high point
-    plus the segments the step's transients leave cached (``core.reserved_bytes``' transient term, whole
+    plus the segments the step's transients leave cached (``reserved.reserved_bytes``' transient term, whole
     2 MiB units). Used as ``alone`` in :func:`unreused_residue`, so that the residue term and the figure it is
     added to count the step's own fragmentation once, the same way (and the sum grows with the micro-batch)."""
-    from vramfit.estimate.allocator import step_transients, transient_reserved
+    from vramfit.estimate.allocator import transient_reserved
     from vramfit.estimate.constants import K_ROUND_LARGE
+    from vramfit.estimate.transients import step_transients
 
     peak, reserved = transient_reserved(step_transients(r))
     unit = K_ROUND_LARGE.value

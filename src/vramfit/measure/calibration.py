@@ -119,7 +119,7 @@ def _estimate(rec: RunRecord, estimator: Callable[[dict], Any]) -> tuple[dict[st
 
 
 def _context_bytes(scenario: dict) -> int:
-    from vramfit.estimate.core import process_bytes
+    from vramfit.estimate.reserved import process_bytes
     from vramfit.scenario import parse_scenario
 
     return process_bytes(parse_scenario(scenario))[0]

@@ -272,7 +272,7 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
     the projector is one biased Linear(vision_output_dim, text hidden) over every tile's patches
     (transformers v5.24.0 models/mllama/modeling_mllama.py). Its output feeds the language model's
     ``cross_attention_layers`` (MllamaCrossAttentionDecoderLayer), not placeholder tokens. The encoder
-    layers are plain nn.Modules: never checkpointed."""
+    layers are plain nn.Modules: never checkpointed in v5.24.0, checkpointed in v4.46.2 (``checkpointed_v4``)."""
     v = {**_MLLAMA_VISION_DEFAULTS, **(config.get("vision_config") or {})}
     h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
     depth = int(v["num_hidden_layers"]) + int(v["num_global_layers"])
@@ -284,7 +284,7 @@ def _mllama_tower(config: Mapping, text_hidden: int) -> VisionTower:
     text = config.get("text_config") or {}
     cross = len(text.get("cross_attention_layers", _MLLAMA_CROSS_LAYERS))
     return VisionTower(block, {"model_type": "mllama", "vision_config": v}, projector=(projector,),
-                       cross_attention_layers=cross, checkpointed=False, gated_layers=int(v["num_global_layers"]),
+                       cross_attention_layers=cross, checkpointed=False, checkpointed_v4=True, gated_layers=int(v["num_global_layers"]),
                        attention_mask=True, output_held=True, stacks=2)
 
 

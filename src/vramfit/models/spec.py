@@ -88,6 +88,11 @@ class VisionTower:
     # the tower's layers run under gradient checkpointing when the model's is on (False: plain nn.Module
     # layers, Mllama's MllamaVisionEncoderLayer in transformers v5.24.0 models/mllama/modeling_mllama.py)
     checkpointed: bool = True
+    # transformers 4's modelling code checkpoints the tower's layers although v5.24.0 does not (transformers v4.46.2
+    # models/mllama/modeling_mllama.py MllamaVisionEncoder.forward l. 381-386: `if self.gradient_checkpointing and
+    # self.training: self._gradient_checkpointing_func(encoder_layer.__call__, ...)`); read under a profile whose
+    # ``vision_v4_checkpointing`` is set (estimate/vision.py tower_checkpointed)
+    checkpointed_v4: bool = False
     # encoder layers that scale their attention and MLP outputs by a learned tanh gate (Mllama's global
     # layers: ``gate_attn.tanh() * hidden_states``), which saves each branch's output for the gate's gradient
     gated_layers: int = 0

@@ -53,6 +53,8 @@ class Plan:
     accuracy_note: str = ""
     # hours at the speed model's p90 error either way (throughput.time_band); None with --mfu or no hours
     hours_range: tuple[float, float] | None = None
+    # the verdict's figure (Peak.required_bytes): the device peak less the cache released on an OOM retry; 0: not set
+    required_bytes: int = 0
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -34,7 +34,7 @@ OPTIMIZER_RANK = {"adamw-8bit": 1, "paged-adamw": 2, "paged-adamw-8bit": 2}
 
 
 class Fig(NamedTuple):
-    device: int  # what must be on the card: the device peak less paged optimizer state (verdict.paging_bytes)
+    device: int  # what must be on the card: the required peak less paged optimizer state (verdict.paging_bytes)
     host: int
 
 
@@ -72,9 +72,9 @@ class Figures:
         key = (c, mb, cls)
         if key not in self.known:
             r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=cls)
-            # verdict.fits(r, limit) <=> device peak - paged optimizer state <= limit (the state may page out)
+            # verdict.fits(r, limit) <=> required peak - paged optimizer state <= limit (the state may page out)
             self.known[key] = None if isinstance(r, Exception) else Fig(
-                r.peak.device_bytes - r.component(PAGED_COMPONENT), r.host_bytes)
+                r.peak.required_bytes - r.component(PAGED_COMPONENT), r.host_bytes)
         return self.known[key]
 
     def order(self, c, every: list) -> tuple[list, list]:

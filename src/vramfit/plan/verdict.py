@@ -1,10 +1,16 @@
 """The one definition of "fits", used by ``estimate``, ``fit``, ``sweep``, ``plan`` and the web page.
 
-A run **fits** a card when its estimated device peak per GPU (what ``nvidia-smi`` shows) is at most
+A run **fits** a card when the device memory it needs per GPU (``peak.required_bytes``) is at most
 the card's usable memory (what CUDA exposes to a process, ``GPU.usable_bytes``) less a safety margin,
 by default :data:`SAFETY_MARGIN` = 5 % of it. The margin is a stated policy, not a measurement: it
 leaves room for what the estimate does not see (fragmentation beyond the modelled allocator slack,
 other processes, driver versions that expose a few MiB less).
+
+The figure needed is the device peak (what ``nvidia-smi`` shows on a card with headroom) less the cached
+segments that hold no live block: when ``cudaMalloc`` fails, the caching allocator's ``malloc`` releases
+them (``release_cached_blocks``) and retries before it reports an out-of-memory error (pytorch/pytorch@eb42ad6e
+``c10/cuda/CUDACachingAllocator.cpp``; replayed in vramfit.sim.cuda_allocator). Free space inside a segment that
+still holds a live block (fragmentation) is not released and stays counted.
 
 Paged optimizer state (``paged-adamw``, ``paged-adamw-8bit``) lives in CUDA managed memory, which the
 driver pages out to host RAM under memory pressure (bitsandbytes ``paged_optimizers`` docs; QLoRA,
@@ -34,9 +40,10 @@ PAGED_COMPONENT = "paged_optimizer_state"
 def definition(safety_margin: float = SAFETY_MARGIN) -> str:
     """The sentence that says what "fits" means, printed next to every verdict."""
     return (
-        "Fits = the estimated device peak per GPU (what nvidia-smi shows) is at most the card's usable memory "
-        f"(what CUDA exposes) less a {safety_margin:.0%} safety margin; paged optimizer state may move to "
-        "host RAM ('fits, with paging', slower)."
+        "Fits = the estimated device peak per GPU (what nvidia-smi shows), less cached allocator segments that "
+        "PyTorch releases and retries before an out-of-memory error (torch c10/cuda/CUDACachingAllocator.cpp), "
+        f"is at most the card's usable memory (what CUDA exposes) less a {safety_margin:.0%} safety margin; paged "
+        "optimizer state may move to host RAM ('fits, with paging', slower)."
     )
 
 
@@ -58,12 +65,12 @@ def paging_bytes(device_bytes: int, paged_bytes: int, limit: int) -> int | None:
 
 def result_paging(r: EstimateResult, limit: int) -> int | None:
     """:func:`paging_bytes` of an estimate."""
-    return paging_bytes(r.peak.device_bytes, r.component(PAGED_COMPONENT), limit)
+    return paging_bytes(r.peak.required_bytes, r.component(PAGED_COMPONENT), limit)
 
 
 def fits(r: EstimateResult, limit: int) -> bool:
     """Whether an estimate fits ``limit`` bytes per GPU (paging of paged optimizer state allowed)."""
-    return r.peak.device_bytes <= limit or result_paging(r, limit) is not None  # the planner's hot path
+    return r.peak.required_bytes <= limit or result_paging(r, limit) is not None  # the planner's hot path
 
 
 def verdict_text(paged_out: int | None) -> str:
@@ -82,7 +89,7 @@ def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) 
     """
     limit = limit_bytes(gpu, safety_margin)
     paged = result_paging(r, limit)
-    resident = r.peak.device_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
+    resident = r.peak.required_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
     return FitInfo(
         gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None,
         headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,

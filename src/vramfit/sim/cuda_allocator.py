@@ -14,6 +14,9 @@ replaying the simulator's event log through the allocator's rules with default s
   unsplit block is charged whole to ``allocated_bytes``;
 - ``free_block`` merges a freed block with free neighbours in its segment; segments are returned only by
   an explicit :meth:`CachingAllocatorModel.empty_cache` (no OOM retry: the simulated card is unbounded).
+  What a card without headroom needs is tracked beside it: ``ReplayStats.required``, the bytes of the segments
+  holding at least one live block. ``malloc``, when ``cudaMalloc`` fails, calls ``release_cached_blocks``
+  (every segment left wholly free goes back to the driver) and retries, so only those segments are needed.
 
 Streams: a block belongs to the stream it was allocated on (``Block::stream``); the file's header
 comment: "Once freed, blocks can be re-allocated on the same stream, but not on any other stream"
@@ -56,6 +59,8 @@ class ReplayStats:
     peak_allocated: int = 0
     peak_reserved: int = 0
     segments: int = 0
+    required: int = 0  # bytes of segments holding a live block: all a full card keeps after an OOM retry
+    peak_required: int = 0
 
 
 class CachingAllocatorModel:
@@ -68,6 +73,8 @@ class CachingAllocatorModel:
         self._next_seg = 0
         self.conf = conf
         self._tail: dict[tuple[int, bool], _Block] = {}  # expandable segments: each pool's last mapped block
+        self._live: dict[int, int] = {}  # segment -> live blocks in it
+        self._seg_size: dict[int, int] = {}  # segment -> bytes
 
     def malloc(self, nbytes: int, stream: int = 0) -> _Block | None:
         size = round_request(nbytes, self.conf)
@@ -84,6 +91,7 @@ class CachingAllocatorModel:
         else:
             seg = segment_size(size)
             block = _Block(self._next_seg, 0, seg, small, stream)
+            self._seg_size[self._next_seg] = seg
             self._next_seg += 1
             self.stats.reserved += seg
             self.stats.segments += 1
@@ -104,12 +112,26 @@ class CachingAllocatorModel:
         block.free = False
         self.stats.allocated += block.size
         self.stats.peak_allocated = max(self.stats.peak_allocated, self.stats.allocated)
+        self._use(block.seg, 1)
         return block
+
+    def _use(self, seg: int, n: int) -> None:
+        """Count ``n`` (+1 / -1) live blocks in ``seg`` and keep ``required`` (module docstring). Expandable
+        segments (unmapping free pages on release) are not modelled: there required is reserved."""
+        if self.conf is not None and self.conf.expandable_segments:
+            self.stats.required = self.stats.reserved
+        else:
+            live = self._live.get(seg, 0)
+            self._live[seg] = live + n
+            if (live == 0) != (live + n == 0):  # the segment's first live block came or its last one went
+                self.stats.required += n * self._seg_size[seg]
+        self.stats.peak_required = max(self.stats.peak_required, self.stats.required)
 
     def free(self, block: _Block | None) -> None:
         if block is None:
             return
         self.stats.allocated -= block.size
+        self._use(block.seg, -1)
         block.free = True
         for nb in (block.prev, block.next):
             if nb is not None and nb.free:
@@ -181,6 +203,7 @@ class CachingAllocatorModel:
         new = CachingAllocatorModel(self.conf)
         new.stats = ReplayStats(**vars(self.stats))
         new._next_seg = self._next_seg
+        new._live, new._seg_size = dict(self._live), dict(self._seg_size)
         heads = {}
         for block in self._blocks.values():
             while block.prev is not None:

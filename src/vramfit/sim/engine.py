@@ -208,7 +208,7 @@ def _phase_kind(label: str) -> str:
 
 def _result(sc: Scenario, model_id: str, origin: str, notes: tuple[str, ...], num_params: int, n_train: int,
             s: Any, depths: tuple[int, ...], full: int, assumptions: list[str], seconds: float) -> SimulationResult:
-    from vramfit.estimate.core import process_bytes
+    from vramfit.estimate.reserved import process_bytes
     from vramfit.sim.result import SimTensor
 
     label = s.peak_phase

@@ -78,7 +78,7 @@
     (p.notes || []).forEach((n) => name.append(small(R.text(n), "plan-note")));
     if (window.VFExport) name.append(window.VFExport.button(p));
     cell(tr, "× " + p.num_gpus, "num");
-    cell(tr, VF.fmtGiB(p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
+    cell(tr, VF.fmtGiB(p.required_bytes || p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
     cell(tr, p.tokens_per_s ? VF.fmtNum(p.tokens_per_s, 0) : "—", "num");
     const time = cell(tr, hours(p.hours), "num");
     if (p.hours_range) time.append(small(hours(p.hours_range[0]) + "–" + hours(p.hours_range[1]), "band"));  // p90 band
@@ -136,7 +136,8 @@
       const tr = body.insertRow();
       tr.className = f.fits ? "ok" : "bad";
       cell(tr, f.name);
-      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(est.peak.device_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
+      // the verdict's figure: the device peak less the cache the allocator releases on an OOM retry (plan/verdict.py)
+      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(est.peak.required_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
     });
     return t;
   }
