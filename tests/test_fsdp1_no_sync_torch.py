@@ -58,12 +58,34 @@ def _grads(method: str) -> list:
         with model.no_sync() if not sync else torch.enable_grad():
             with torch.autocast("cpu", bf16, enabled=method != "litgpt"):
                 loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
+            if method == "litgpt" and sync:  # the held gradients exist: trace this backward's allocations
+                from vramfit.sim.trace import LiveTracker
+
+                with LiveTracker() as tracker:
+                    loss.backward()
+                seen.append(("at_cat", _live_at_first_cat(tracker.trace)))
+            else:
+                loss.backward()
         for h in (m._handle for m in FSDP.fsdp_modules(model) if m._handle is not None):
             g = h.flat_param.grad
             seen.append((sync, h.flat_param._unpadded_unsharded_size.numel(),
                          None if g is None else (g.numel(), str(g.dtype))))
     return seen
+
+
+def _live_at_first_cat(trace) -> tuple:
+    """(the first cat's bytes, the bytes of the live 2-D mm outputs) when the first unit's flat gradient is made."""
+    live: dict[int, int] = {}
+    for e in trace.events:
+        if e < 0:
+            live.pop(~e, None)
+            continue
+        live[e] = e
+        if trace.ops[e] == "cat.default":
+            mm = sum(trace.nbytes[s] for s in live if trace.ops[s] == "mm.default" and len(trace.shapes[s]) == 2
+                     and min(trace.shapes[s]) >= 64)  # weight gradients (the adapters' have a rank-8 side)
+            return trace.nbytes[e], mm
+    return 0, 0
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +119,11 @@ def test_lora_holds_only_its_adapters_units(runs):
     assert sum(1 for sync, _, g in seen if not sync and g is None) == 3  # the frozen units: no gradient
 
 
+def _flat(seen: list) -> list:
+    """The per-flat-parameter records of a run (without the traced backward's)."""
+    return [x for x in seen if x[0] != "at_cat"]
+
+
 LITGPT_BLOCK = 41_088 + 2_048  # one Llama block's frozen weights and its q/v adapters, one FlatParameter
 
 
@@ -104,7 +131,7 @@ def test_litgpt_blocks_hold_their_whole_flat_parameter(runs):
     """Lightning 2.1's use_orig_params=True with lit-gpt's {Block} units: the adapters share the block's
     FlatParameter, and its no_sync gradient spans it whole (frozen elements as zeros) until the synced
     micro-batch shards it; the all-frozen root unit gets none."""
-    seen = runs["litgpt"]
+    seen = _flat(runs["litgpt"])
     held = [g for sync, _, g in seen if not sync]
     assert held == [None, (LITGPT_BLOCK, "torch.bfloat16"), (LITGPT_BLOCK, "torch.bfloat16")]
     assert [g for sync, _, g in seen if sync] == [None] + [(LITGPT_BLOCK // 2, "torch.bfloat16")] * 2
@@ -123,5 +150,29 @@ def test_the_estimator_holds_the_same_bytes(runs):
     sc = parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "framework": "litgpt", "method": "lora",
                          "precision": "bf16-true", "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"],
                          "num_gpus": 2, "parallelism": "fsdp", "grad_accum": 2, "seq_len": 16})
-    torch_bytes = sum(g[0] * 2 for sync, _, g in runs["litgpt"] if not sync and g)  # bf16
+    torch_bytes = sum(g[0] * 2 for sync, _, g in _flat(runs["litgpt"]) if not sync and g)  # bf16
     assert compute(spec_from_hf_config(cfg.to_dict()), sc).held_grads == torch_bytes == 172_544
+
+
+def test_litgpt_block_backward_makes_two_whole_units_of_gradient(runs):
+    """estimate/fsdp1_units.py mixed_unit_backward_grads: with the gradients held, the top block's backward has every
+    frozen weight's gradient (q, k, v, o 64x64, gate, up, down 64x128: 40,960 elements, bf16) buffered for the
+    split's backward when it concatenates them into the whole flat gradient (43,136 elements)."""
+    from transformers import LlamaConfig
+
+    from vramfit.estimate.core import model_state
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.fsdp1_units import mixed_unit_backward_grads
+    from vramfit.models.hf_config import spec_from_hf_config
+    from vramfit.scenario import parse_scenario
+
+    (cat, frozen_dw), = [x[1] for x in runs["litgpt"] if x[0] == "at_cat"]
+    assert (cat, frozen_dw) == (LITGPT_BLOCK * 2, 40_960 * 2)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)
+    sc = parse_scenario({"model": "meta-llama/Llama-2-7b-hf", "framework": "litgpt", "method": "lora",
+                         "precision": "bf16-true", "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"],
+                         "num_gpus": 2, "parallelism": "fsdp", "grad_accum": 2, "seq_len": 16})
+    spec, profile = spec_from_hf_config(cfg.to_dict()), scenario_profile(sc)
+    parts = model_state(spec, sc, profile)[0]
+    assert mixed_unit_backward_grads(spec, sc, profile, parts) == 2 * 86_528  # 43,136 x 2 B, 512-rounded, twice

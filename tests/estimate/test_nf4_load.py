@@ -68,7 +68,7 @@ def test_llama2_7b_load_leaves_what_the_tutorial_logged_after_model_init():
 
 def test_the_tutorial_step_fits_in_the_load_residue():
     r = _step()
-    opened, _ = step_on_load(r)
+    opened, _, _ = step_on_load(r)
     assert opened == 0  # bs 2 x 512: every step tensor splits a cached quantizer block
     res = estimate(_sc()).peak.reserved_bytes
     assert res >= load_floor(r)
@@ -103,3 +103,17 @@ def test_torchtune_0_1_recipes_run_lora_dropout_and_foreach_adamw():
     # each of q and v keeps native_dropout's bool mask and its bf16 output: 3 B per input element
     assert r.saved.items["q_proj.lora0.dropout_mask"] == 2 * 512 * H
     assert r.saved.items["q_proj.lora0.dropout_out"] == 2 * 2 * 512 * H
+
+
+def test_required_releases_the_load_segments_the_step_leaves_free_but_not_below_the_load():
+    """The step at 2 x 512 tokens splits some of the quantizer's cached blocks and leaves 2.69 GiB of the load's
+    segments wholly free throughout (what release_cached_blocks gives back on a full card); the build and load
+    themselves hold 8.47 GiB of segments with a live block at their high point, so the required figure stays there
+    (plus the small-pool tensors and the CUDA context) instead of dropping by the whole 2.69 GiB."""
+    r = _step()
+    _, _, released = step_on_load(r)
+    assert released == 2_889_875_456  # 2.69 GiB
+    assert load_state(r).stats.peak_required == 9_097_445_376  # 8.47 GiB, the load's high point
+    est = estimate(_sc())
+    assert est.peak.device_bytes - est.peak.required_bytes == 147_460_096  # 0.14 GiB: the load's high point bounds it
+    assert est.peak.required_bytes > load_state(r).stats.peak_required

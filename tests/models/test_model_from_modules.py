@@ -48,6 +48,10 @@ def test_expected_counts_and_layout():
     assert qwen2_moe.num_params == 2_586_624
     groups = {(lin.name, lin.group) for lin in qwen2_moe.block_linears}
     assert {("shared_expert_gate", "shared_expert"), ("gate_up_proj", "expert"), ("q_proj", "attn")} <= groups
+    # banks stored (experts, out, in) as nn.functional.linear takes them (is_transposed=False), read as (in, out)
+    banks = {lin.name: (lin.in_features, lin.out_features) for lin in qwen2_moe.block_linears if lin.group == "expert"}
+    assert banks == {"gate_up_proj": (256, 2 * 64), "down_proj": (64, 256)}
+    assert qwen2_moe.gated_mlp  # act(gate) * up over the fused bank
 
 
 
@@ -59,6 +63,20 @@ def test_llama4_text_builder_matches_transformers():
     # interleave_moe_layer_step=2: two of four layers are MoE, two keep the dense MLP
     assert {(lin.group, lin.layers) for lin in llama4.block_linears if lin.name == "gate_proj"} == {
         ("dense_mlp", 2), ("shared_expert", 2)}
+
+
+@pytest.mark.parametrize(("extra", "layers"), [({}, 3), ({"no_rope_layer_interval": 2}, 2),
+                                               ({"no_rope_layers": [1, 0, 0, 1]}, 2), ({"use_qk_norm": False}, 0)])
+def test_llama4_qk_norm_layers_are_transformers(extra, layers):
+    """Llama4TextL2Norm sits on the RoPE layers only when use_qk_norm (Llama4TextAttention.qk_norm)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = {"model_type": "llama4_text", **LLAMA4, **extra}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
+    real = sum(hasattr(layer.self_attn, "qk_norm") for layer in model.model.layers)
+    assert spec_from_hf_config(cfg).qk_l2_norm_layers == real == layers
 
 
 def test_not_a_transformer_decoder_is_a_clear_error():

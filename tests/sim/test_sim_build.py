@@ -98,3 +98,13 @@ def test_mixed_precision_keeps_fp32_weights_and_autocasts():
                                                                              "precision": "bf16-mixed"}), 1)
     assert built.autocast_dtype is torch.bfloat16
     assert all(p.dtype == torch.float32 for p in built.model.parameters())
+
+
+def test_a_vlm_language_model_builds_no_kv_cache():
+    """The language model of a VLM reads use_cache from its own text_config (transformers v5.24.0
+    merge_with_config_defaults): the simulator turns it off there too, as on the top-level config."""
+    from vramfit.sim.build import hf_config
+
+    cfg = hf_config({"model_type": "llava", "text_config": {"model_type": "llama", "use_cache": True},
+                     "vision_config": {"model_type": "clip_vision_model"}})
+    assert cfg.text_config.use_cache is False

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import transient_required, transient_reserved
+from vramfit.estimate.ds_load import flatten_events
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
@@ -240,9 +241,10 @@ def estimate_spec(
     reserved = _reserved(r, breakdowns, allocated, tensors, events)
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
-    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it
-    releasable = fc is None and transient_required(events, r.profile.alloc_conf) < transient_reserved(
-        events, r.profile.alloc_conf)[1]
+    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it; wholly free
+    # segments come from the transients or from DeepSpeed 0.19's flatten (estimate/ds_load.py flatten_events)
+    releasable = fc is None and (transient_required(events, r.profile.alloc_conf) < transient_reserved(
+        events, r.profile.alloc_conf)[1] or bool(flatten_events(r)))
     released = reserved - _reserved(r, breakdowns, allocated, tensors, events, True) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
@@ -265,15 +267,17 @@ def estimate_spec(
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
               required: bool = False) -> int:
     """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
-    reserved.reserved_bytes), the ZeRO-2 step, FSDP and load terms on top (the same path for both, so they differ only there)."""
+    reserved.reserved_bytes, and without the cached segments the ZeRO-2 step and the GPU load leave wholly free:
+    zero2_step.zero2_step_reserved, nf4_load.load_reserved), the FSDP and load terms on top (the same path for both,
+    so they differ only there)."""
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
-    if cached := zero2_step_reserved(r, step_allocated, events, conf):
+    if cached := zero2_step_reserved(r, step_allocated, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
-    return load_reserved(r, allocated, reserved)  # a model built and quantized on the GPU (estimate/nf4_load.py)
+    return load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
 
 
 _A = "allocated"

@@ -17,6 +17,7 @@ c bytes of the compute dtype.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
@@ -102,11 +103,15 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
     )
 
 
+def mlp_down(spec: ModelSpec, lins: Iterable[Linear]) -> Linear | None:
+    """The MLP's output linear among ``lins``: the last one back to the hidden size (a fused gate/up bank listed
+    before it can be as wide as the hidden size too, 2 x moe_intermediate_size = hidden_size)."""
+    return next((lin for lin in reversed(list(lins)) if lin.out_features == spec.hidden_size), None)
+
+
 def mlp_width(spec: ModelSpec) -> int:
-    for lin in spec.block_linears:
-        if lin.group in ("mlp", "expert") and lin.out_features == spec.hidden_size:
-            return lin.in_features
-    return spec.moe_intermediate_size or spec.intermediate_size
+    down = mlp_down(spec, (lin for lin in spec.block_linears if lin.group in ("mlp", "expert")))
+    return down.in_features if down else spec.moe_intermediate_size or spec.intermediate_size
 
 
 @dataclass(frozen=True)
@@ -348,7 +353,7 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
             out.add("experts.gathered_in", e * tokens * spec.hidden_size)
         out.add("experts.weighted_out", e * tokens * spec.hidden_size)
     fp32_mlp = blk.quantized and blk.profile.qlora_unquantized_fp32
-    down = next((lin for lin in mlp_lins if lin.out_features == spec.hidden_size), None)
+    down = mlp_down(spec, mlp_lins)
     for lin in mlp_lins:
         if lin is down and blk.profile.lora_fused_autograd and not blk.full:
             continue  # LoRA_MLP recomputes h = act(e) * g in backward (fast_lora.py)

@@ -172,9 +172,9 @@ def _replay(events: tuple[int, ...], conf: AllocatorConf | None = None) -> tuple
     return model.stats.peak_allocated, model.stats.peak_reserved, model.stats.peak_required
 
 
-def run_events(model, events: tuple[int, ...] | list[int]) -> None:
+def run_events(model, events: tuple[int, ...] | list[int], each=None) -> None:
     """Run :func:`transient_reserved`-style ``events`` on ``model`` (a ``CachingAllocatorModel``, possibly
-    holding blocks already: estimate/wrap_step.py replays the step after the FSDP wrap)."""
+    holding blocks already: estimate/wrap_step.py replays the step after the FSDP wrap); ``each()`` after every event."""
     blocks = []
     for ev in events:
         if ev >= 0:
@@ -182,6 +182,8 @@ def run_events(model, events: tuple[int, ...] | list[int]) -> None:
         else:
             model.free(blocks[-ev - 1])
             blocks[-ev - 1] = None
+        if each is not None:
+            each()
 
 
 def largest_weight(spec) -> int:

@@ -163,3 +163,15 @@ def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -
         out.add("attn.lse", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len)
     if spec.hidden_dropout > 0:  # residual dropout after the attention and the MLP output projections
         out.add("resid_dropout_masks", 2 * blk.T * spec.hidden_size)
+
+
+def qk_l2_norm_saved(spec: ModelSpec, tokens: int) -> int:
+    """Bytes one layer with a weightless q/k L2 norm keeps (``spec.qk_l2_norm_layers``): transformers v5.24.0
+    models/llama4/modeling_llama4.py Llama4TextL2Norm ``self._norm(x.float()).type_as(x)``, ``x * rsqrt(x.pow(2)
+    .mean(-1, keepdim=True) + eps)``: pow and mul keep the fp32 copy of q (and of k), mul the fp32 rsqrt per head;
+    the 16-bit result is the q / k the attention kernel keeps anyway. The simulator's trace of a Llama 4 RoPE
+    layer: (T, heads, d) and (T, kv heads, d) fp32, (T, heads, 1) and (T, kv heads, 1) fp32."""
+    from vramfit.estimate.allocator import round_allocation
+
+    heads = (spec.num_attention_heads, spec.num_key_value_heads)
+    return sum(round_allocation(4 * tokens * h * spec.head_dim) + round_allocation(4 * tokens * h) for h in heads)

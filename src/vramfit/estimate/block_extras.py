@@ -54,6 +54,29 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     return max(mlp, attn)
 
 
+def unpermute_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """transformers 5's grouped experts path (v5.24.0 integrations/moe.py ``grouped_mm_experts_forward``) ends with
+    ``weighted_out[inv_perm]`` and ``.view(tokens, top_k, hidden).sum(dim=1)``: in backward, sum's expanded gradient
+    is copied contiguous for the view, and the index's backward (torch v2.13.0 derivatives.yaml ``index.Tensor``:
+    ``index_backward(grad.new_zeros(...), indices, grad)``, an out-of-place ``index_put``) makes a zero-filled
+    (tokens x top_k, hidden) tensor and its result: three (T x top_k, hidden) tensors at once, beside every kept
+    tensor, and before the block has made any gradient of its own (``step.compute`` counts it net of one block's
+    gradients). Wider than the experts' gated working set where hidden > moe_intermediate_size (Qwen3-MoE,
+    DeepSeek). The simulator's tiny Qwen3-MoE with LoRA and checkpointing peaks there (-5.6 % without it)."""
+
+    from vramfit.estimate.moe_kernel import indexed_loop
+
+    if (not spec.num_experts or spec.experts_run_every_token or not profile.runs_transformers_modeling
+            or indexed_loop(spec, sc, profile)):
+        return 0
+    rows = sc.micro_batch_size * sc.seq_len * spec.num_experts_per_tok
+    dt = dtypes_for(sc, profile)
+    # QLoRA with PEFT's fp32 norms: the unquantized expert path runs in fp32 (as activations._mlp_saved)
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    elem = dt.norm_out if quantized and profile.qlora_unquantized_fp32 else dt.compute
+    return 3 * elem * rows * spec.hidden_size
+
+
 def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Bytes one block keeps under torchtitan's op-level selective AC (``selective-op``), besides its input.
 

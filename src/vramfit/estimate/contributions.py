@@ -34,7 +34,7 @@ from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
-from vramfit.scenario import Loss, Method, Parallelism
+from vramfit.scenario import Checkpointing, Loss, Method, Parallelism
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -98,12 +98,15 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     per micro-batch, as the simulator traces it). FSDP2 keeps the unit above's reduce-scatter input through a
     block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute,
-           step.parts.autocast_copies, held_reduce_scatter_input(step, top=True))
+    # the output layer's autocast copy is freed by its matmul backward; a recomputed top block casts its own again
+    recast = step.lowest_autocast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
+           step.parts.autocast_copies - step.head_autocast + recast, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, second_lowest_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
-    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute, step.lowest_autocast,
+    # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))
     return max((top, lowest, second_lowest_block(step) or top), key=sum)
 

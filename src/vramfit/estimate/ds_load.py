@@ -14,9 +14,12 @@ after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). The
 can only be high there, and it stays one figure per scenario that a card class shifts by a constant (the
 planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
 workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
-(estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten)
-but are not counted: a card without room gets them back (estimate/zero2_step.py ``zero2_step_reserved``). Releases
-before 0.19.0 always flatten on the host (profile ``ds_flattens_on_host``, release deepspeed-0.18).
+(estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten):
+:func:`flatten_events` replays them into the ZeRO-2 step's allocator replay (estimate/zero2_step.py
+``zero2_step_reserved``), where they count in the reserved figure and, left wholly free, not in the required one (a
+card without room gets them back). Releases before 0.19.0 always flatten on the host (v0.16.2 stage_1_and_2.py
+l. 320-329: ``move_to_cpu(self.bit16_groups[i])`` then ``empty_cache()``; profile ``ds_flattens_on_host``, release
+deepspeed-0.18): no original is left cached there.
 """
 
 from __future__ import annotations
@@ -53,3 +56,22 @@ def flatten_load_phase(step: Step) -> Iterator[Contribution]:
     for name in ("weights", "quantized_base", "adapters", "workspaces"):
         yield Contribution(name, StepPhase.LOAD, getattr(p, name))
     yield Contribution("temporaries", StepPhase.LOAD, flat_copy(step))
+
+
+def flatten_events(step: Step) -> list[int]:
+    """The flatten on the GPU as allocator events (``n``: allocate, ``-k``: free the ``k``-th, as
+    estimate/allocator.py ``transient_reserved``): each trainable 16-bit parameter the engine moved to the GPU one by
+    one (``module.to(device)`` after the 16-bit cast: one segment each when 1 MiB or more), the flat buffer
+    (``torch.cat``, kept: the parameters' storage from then on), then the originals freed
+    (``_update_model_bit16_weights`` points the parameters into the flat buffer). DeepSpeed 0.19.8
+    runtime/zero/stage_1_and_2.py ``DeepSpeedZeroOptimizer.__init__`` (module docstring). Empty unless full
+    fine-tuning flattens on the GPU: LoRA's originals are the adapters, small-pool blocks of a few MiB in all."""
+    from vramfit.estimate.params import base_tensors
+    from vramfit.scenario import Method
+
+    if not flattens_on_gpu(step) or step.sc.method is not Method.FULL:
+        return []
+    c = step.sc.precision.compute_bytes
+    originals = [c * t.numel for t in base_tensors(step.spec) for _ in range(t.count)]
+    n = len(originals)
+    return originals + [flat_copy(step)] + [-k for k in range(1, n + 1)]

@@ -75,3 +75,65 @@ def note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> str | None
     if sc.moe_kernel is MoeKernel.MEGABLOCKS:
         return "MoE experts: the kernels hub's MegaBlocksMoeMLP (tokens binned per expert, batched matmuls on the banks)."
     return None
+
+
+# --- Llama 4's every-token experts: where the top block's backward peaks ---------------------------------------
+# transformers v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward runs the routed experts
+# (Llama4TextExperts: one bmm over (experts, tokens, hidden), l. 79-84) and then the shared expert, summed in place
+# (``out.add_(routed_out...)``, l. 172-173). Autograd's engine runs ready nodes by decreasing sequence number
+# (torch v2.13.0 csrc/autograd/engine.cpp ``CompareNodeTaskTime``), so the shared expert, built later, runs its whole
+# backward first and frees what it kept. The experts' backward then starts with ``bmm(up * act(gate), down_proj)``:
+# its backward makes the down bank's gradient and frees its saved ``up * act(gate)`` before the product's
+# backward (two more (experts x tokens, I) gradients) is the block's working set. The simulator's trace of a
+# 4-layer interleaved model (tests/sim/test_sim_new_families.py) peaks right there: the top block's shared-expert
+# tensors and experts' down input gone, the shared expert's and the down bank's gradients made (28.3 MB with the
+# output layer's), where an average layer's gradients and every kept tensor were +4.2 %.
+
+
+def every_token_top_freed(spec: ModelSpec, saved_items: dict[str, float]) -> int:
+    """Bytes of the top block's saved tensors freed before its experts' working set (see above): the experts'
+    down input (``mlp_mid``) and everything the shared expert kept (``shared.*``); 0 for other MoE paths."""
+    from vramfit.estimate.allocator import round_allocation
+
+    if not spec.experts_run_every_token:
+        return 0
+    return sum(round_allocation(v) for k, v in saved_items.items() if k == "mlp_mid" or k.startswith("shared."))
+
+
+def every_token_top_grads(spec: ModelSpec, sc: Scenario, grad_bytes: int) -> int:
+    """Full fine-tuning: the gradients the top block has made at that moment, each an allocation of its own: the
+    shared expert's linears and the experts' down bank; 0 where the rule does not apply."""
+    from vramfit.estimate.allocator import round_allocation
+
+    if not spec.experts_run_every_token or sc.method is not Method.FULL:
+        return 0
+    from vramfit.estimate.activations import mlp_down
+
+    down = mlp_down(spec, _banks(spec))
+    made = [lin for lin in spec.block_linears if lin.group == "shared_expert"] + ([down] if down else [])
+    return sum(round_allocation(lin.params * grad_bytes) for lin in made)
+
+
+def lowest_block_pending(spec: ModelSpec, grad_bytes: int) -> int:
+    """Full fine-tuning: gradient bytes of the decoder blocks not made yet while the lowest walked block runs its
+    MLP backward (``step._lowest_block_grads``): that block's linears but its MLP output one (and, with every-token
+    experts, its shared expert's, made first: see above), and where dense layers sit below the lowest MoE layer
+    (``spec.first_moe_layer``: DeepSeek's ``first_k_dense_replace``, Llama 4's interleaving) every linear and norm
+    of those, whose backward comes after it. The recomputed block of that position is the MoE one (the larger),
+    so the high point is the lowest MoE block, not layer 0: the simulator's Llama 4 trace with checkpointing peaks
+    in layer 1's experts with layer 0's and layer 1's other gradients not made (+8.8 % counting them made)."""
+    from vramfit.estimate.activations import mlp_down
+    from vramfit.estimate.allocator import round_allocation
+
+    below = spec.first_moe_layer
+    # the walked block's own linears: every layer's, plus the MoE ones where dense layers lie below it
+    own = [x for x in spec.block_linears if not x.layers or (below and x.group != "dense_mlp")]
+    made = [mlp_down(spec, [x for x in own if x.group in ("mlp", "expert")])]
+    if spec.experts_run_every_token:
+        made += [x for x in own if x.group == "shared_expert"]
+    later = sum(round_allocation(x.params * grad_bytes) for x in own if not any(x is m for m in made))
+    if below:
+        dense = [x for x in spec.block_linears if x.group in ("attn", "dense_mlp")]
+        later += below * (sum(round_allocation(x.params * grad_bytes) for x in dense)
+                          + round_allocation(spec.block_norm_params * grad_bytes))
+    return later

@@ -187,10 +187,13 @@ def load_floor(r) -> int:
     return a.stats.reserved + max(0, persistent - a.stats.allocated)
 
 
-def step_on_load(r) -> tuple[int, int]:
-    """(segments the step opens on top of the load's cached blocks, the step's allocated high point): the step's
-    default-stream tensors (estimate/wrap_step.py ``step_program``) replayed on a copy of :func:`load_state`. Kept
-    per architecture, scenario, card and profile (an estimate asks for the figure and for its note)."""
+def step_on_load(r) -> tuple[int, int, int]:
+    """(segments the step opens on top of the load's cached blocks, the step's allocated high point, bytes of the
+    load's segments wholly free through the whole step): the step's default-stream tensors (estimate/wrap_step.py
+    ``step_program``) replayed on a copy of :func:`load_state`. The last is what a card without room gets back: a
+    failed ``cudaMalloc`` releases every wholly free cached segment and retries (pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``). Kept per architecture, scenario, card
+    and profile (an estimate asks for the figure and for its note)."""
     key = (r.spec, r.sc, r.card, r.profile)
     if key not in _OPENED:
         from vramfit.estimate.allocator import run_events
@@ -199,10 +202,11 @@ def step_on_load(r) -> tuple[int, int]:
         if len(_OPENED) >= _OPENED_KEPT:
             _OPENED.clear()
         a = load_state(r).clone()
-        before = a.stats.reserved
+        before, segs = a.stats.reserved, a.segments()
+        free = [a.wholly_free_bytes(segs)]
         program = step_program(r)
-        run_events(a, program)
-        _OPENED[key] = (a.stats.peak_reserved - before, allocated_peak(program))
+        run_events(a, program, lambda: free.append(min(free[-1], a.wholly_free_bytes(segs))))
+        _OPENED[key] = (a.stats.peak_reserved - before, allocated_peak(program), free[-1])
     return _OPENED[key]
 
 
@@ -210,18 +214,24 @@ _OPENED: dict = {}
 _OPENED_KEPT = 256  # a bound on the cache, not a memory figure
 
 
-def load_reserved(r, allocated: int, reserved: int) -> int:
+def load_reserved(r, allocated: int, reserved: int, required: bool = False) -> int:
     """``reserved`` raised to what the step reserves after the build and load: the load's reserved bytes
     (:func:`load_floor`), the segments the step's tensors open beyond its cached blocks, and the step's other
     tensors (gradients, optimizer states, workspaces: ``allocated`` less the persistent bytes and the step's
     replayed tensors). The persistent tensors' and the activations' segment rounding that ``reserved`` adds
-    (reserved.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks."""
+    (reserved.reserved_bytes) is in the replay already, where the step's tensors split the load's cached blocks.
+    ``required``: less the load's segments the step leaves wholly free (:func:`step_on_load`), but never below what
+    the build and load themselves need (the replay's peak of segments holding a live block)."""
     floor = load_floor(r)
     if not floor:
         return reserved
-    opened, program_peak = step_on_load(r)
+    opened, program_peak, released = step_on_load(r)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
-    return max(reserved, floor + opened + max(0, allocated - persistent - program_peak))
+    step = floor + opened + max(0, allocated - persistent - program_peak)
+    if not required:
+        return max(reserved, step)
+    a = load_state(r)
+    return max(reserved, step - released, a.stats.peak_required + max(0, persistent - a.stats.allocated))
 
 
 def step_fits_in_load(r) -> bool:

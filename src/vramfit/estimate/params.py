@@ -168,6 +168,11 @@ def resolve_adapters(spec: ModelSpec, scenario: Scenario, fuse_qkv_slices: bool,
         if ALL_LINEAR in targets and lin.group != "router":
             add(lin)
             continue
+        if lin.name in targets and fused_experts and lin.group == "expert" and not spec.peft_moe_names:
+            # a bare 3-D bank (Llama4TextExperts.down_proj, transformers v5.24.0 modeling_llama4.py) is no module:
+            # target_modules match module names, and PEFT converts none for this family (peft_moe_names)
+            used.add(lin.name)
+            continue
         if lin.name in targets:
             add(lin)
             used.add(lin.name)

@@ -14,7 +14,7 @@ from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
 from vramfit.estimate.allocator import largest_weight, round_allocation, zero12_norm_piece
-from vramfit.estimate.attention import sliding_layers_kv_repeat
+from vramfit.estimate.attention import qk_l2_norm_saved, sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
     CUBLAS_WORKSPACE,
@@ -37,9 +37,15 @@ from vramfit.estimate.framework import (
     runs_under_autocast,
     scenario_profile,
 )
+from vramfit.estimate.fsdp1_units import block_units_numel, mixed_block_units, mixed_unit_backward_grads
 from vramfit.estimate.fsdp2 import accumulates_shards
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
-from vramfit.estimate.moe_kernel import index_backward_transient
+from vramfit.estimate.moe_kernel import (
+    every_token_top_freed,
+    every_token_top_grads,
+    index_backward_transient,
+    lowest_block_pending,
+)
 from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
@@ -78,6 +84,7 @@ class Activations:
     forward_only: int = 0  # alive until the forward returns only (a VLM's tower output in the model's output)
     tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
     tower_backward_lowest: int = 0  # kept while its lowest block does
+    top_freed: int = 0  # the top block's kept tensors freed before its working set (moe_kernel.every_token_top_freed)
 
     @property
     def total(self) -> int:
@@ -105,6 +112,7 @@ class Step:
     lm_head_trainable: bool
     lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
     lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
+    head_autocast: int = 0  # the output layer's autocast copy: freed by its matmul backward, before any block's
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
@@ -173,7 +181,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
-        *tower_backward_kept(spec, sc, profile, adapters),
+        *tower_backward_kept(spec, sc, profile, adapters), every_token_top_freed(spec, saved.items),
     )
 
 
@@ -183,13 +191,15 @@ def _layer_kinds(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     a dense MLP block for the dense ones (moe_lora.dense_layers). The attention part is the same in both."""
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     L = spec.num_hidden_layers
+    # Llama 4's weightless q/k norm on its RoPE layers only (attention.qk_l2_norm_saved)
+    l2 = spec.qk_l2_norm_layers * qk_l2_norm_saved(spec, sc.micro_batch_size * sc.seq_len)
     mixed = dense_layers(spec)
     if mixed is None:
-        return L * per_layer, per_layer
+        return L * per_layer + l2, per_layer
     block, n_dense = mixed
     own = [ad for ad in adapters if not ad.param_wrapper]  # the expert banks' ParamWrappers are not in it
     dense = sum(round_allocation(v) for v in act.block_saved(block, sc, profile, own, quantized).items.values())
-    return (L - n_dense) * per_layer + n_dense * dense, max(per_layer, dense)
+    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense)
 
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -229,8 +239,12 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     if lm_head_trainable and (not held or resident or accumulates_shards(sc, profile)):
         head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
+    # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
+    layer_grads = (every_token_top_grads(spec, sc, grad_bytes_per) or layer_grads) if layer_grads else 0
     if accumulates_shards(sc, profile):  # the top block's whole gradients beside the shards (estimate/fsdp2.py, 6)
         layer_grads = _fsdp_block_grads(spec, sc, profile)
+    # use_orig_params units mixing frozen weights and adapters: the whole unit's weight gradients and their cat
+    layer_grads = max(layer_grads, mixed_unit_backward_grads(spec, sc, profile, parts))
     from vramfit.estimate.unsloth import replays_step
 
     if layer_grads and replays_step(spec, sc, profile):
@@ -282,11 +296,9 @@ def _fsdp1_no_sync_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         per = sc.precision.compute_bytes  # MixedPrecision's param_dtype (accelerate: from the Trainer's bf16/fp16)
     else:  # no cast: the trainable parameters' own dtype
         per = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(profile, sc.precision)
-    if sc.method is not Method.FULL and profile.fsdp_lora_block_units and sc.quantize is Quantize.NONE:
-        blocks = (sum(lin.params * spec.layers_of(lin) for lin in spec.block_linears)
-                  + spec.num_hidden_layers * spec.block_norm_params)
+    if mixed_block_units(sc, profile):
         # one FlatParameter, one dtype: the frozen weights' (param_dtype when FSDP casts)
-        return round_allocation((blocks + parts.num_trainable) * (per if cast else sc.precision.param_bytes))
+        return round_allocation(block_units_numel(spec, parts) * (per if cast else sc.precision.param_bytes))
     return round_allocation(parts.num_trainable * per)
 
 
@@ -308,10 +320,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         return 0
     later = 0
     if sc.method is Method.FULL:
-        mlp = [x for x in spec.block_linears if x.group in ("mlp", "expert") and not x.layers]
-        first = next((x for x in mlp if x.out_features == spec.hidden_size), None)
-        later = sum(round_allocation(x.params * grad_bytes_per) for x in spec.block_linears
-                    if x is not first and not x.layers)
+        later = lowest_block_pending(spec, grad_bytes_per)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
     # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
@@ -410,7 +419,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     state, adapters = model_state(spec, sc, profile)
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
-    autocast_fwd = autocast_kept = lowest_autocast = 0
+    autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
     # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
@@ -419,6 +428,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         lowest_autocast = autocast_block_copies(cast, sc)
+        head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
+                                        head_calls(sc, profile))[1]
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
@@ -431,9 +442,14 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
     held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
+    # a MoE block's backward opens with the grouped experts' un-permute, before the block has made a gradient of its
+    # own: that working set counts net of the block's gradients the block phase adds (block_extras.unpermute_backward)
+    tb = max(tb, extras.unpermute_backward(spec, sc, profile) - layer_grads)
+    parts = replace(parts, temporaries=max(tb + dequant, opt_temp))
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
+        head_autocast=head_autocast,
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

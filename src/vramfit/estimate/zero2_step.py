@@ -3,11 +3,14 @@ tensors leave reserved beyond the step's allocated bytes (moved out of estimate/
 
 from __future__ import annotations
 
-from vramfit.estimate.allocator import AllocatorConf, round_allocation, transient_reserved, zero12_norm_piece
+from functools import lru_cache
+
+from vramfit.estimate.allocator import AllocatorConf, round_allocation, zero12_norm_piece
 from vramfit.estimate.constants import K_ROUND_LARGE
 
 
-def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None) -> int:
+def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None,
+                        required: bool = False) -> int:
     """Bytes reserved beyond ``step_allocated`` (the optimizer-step phase's allocated bytes) at DeepSpeed ZeRO-2's
     step without optimizer offload: the segments the micro-batch's loss left cached (``loss_events``,
     :func:`vramfit.estimate.transients.step_transients`) and those the step's flat partition-sized tensors opened beyond their own live bytes.
@@ -26,12 +29,13 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     (biases, norms) is small. ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B, 2 GPUs, full depth) opens the
     same float64 (1.01 GiB, the whole embedding on rank 0) and foreach sqrt (0.92 GiB) segments.
 
-    Not replayed: DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py) leaves the 16-bit parameters the engine
-    moved there one by one cached, up to the whole 16-bit model, which ``max_memory_reserved`` on a roomy card counts
-    (the simulator: Qwen2.5-3B +5.75 GiB). A card without the room gets them back: a failed ``cudaMalloc`` releases
-    the cached blocks and retries (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``:
-    ``release_cached_blocks``), so counting them would refuse runs that fit; the estimate has one figure per card
-    class (the planner's premise, plan/evaluate.py ``class_shifts``)."""
+    DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py ``flatten_events``) comes first: the 16-bit parameters the
+    engine moved there one by one are freed once flattened and stay cached, up to the whole 16-bit model, which
+    ``max_memory_reserved`` on a roomy card counts (the simulator: Qwen2.5-3B +5.75 GiB) and later tensors reuse
+    where they fit. ``required``: without the originals' segments left wholly free through the step: a failed
+    ``cudaMalloc`` releases every wholly free cached segment and retries
+    (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``), so a card
+    without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``)."""
     from vramfit.estimate.framework import OptimizerImpl
     from vramfit.scenario import Method, Offload, Optimizer, Parallelism, Precision
 
@@ -42,22 +46,44 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     group = -(-r.parts.num_trainable // sc.num_gpus)
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
-    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach)
-    _, reserved = transient_reserved(events, conf)
-    sizes, live, at_step = [], 0, 0
-    for i, ev in enumerate(events):  # the live bytes at the step's moments (master and states included)
+    from vramfit.estimate.ds_load import flatten_events
+
+    load = flatten_events(r)
+    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load)
+    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1)
+    return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+
+
+@lru_cache(maxsize=1024)  # the reserved and the required figure replay the same events
+def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None, originals: int) -> tuple[int, int, int]:
+    """(peak reserved, peak live bytes in ``windows``, bytes of the segments the first ``originals`` allocations opened
+    that stay wholly free through ``windows``: what ``release_cached_blocks`` gives back there) of ``events`` replayed
+    through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Only the flatten's originals are taken off:
+    the step's own cached segments stay counted, as in the reserved figure (the planner's search assumes the figure
+    grows with the micro-batch and falls with a fused loss, which reusing the loss's cached segments would break)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    model, blocks, sizes, live, at_step, released, segs = CachingAllocatorModel(conf), [], [], 0, 0, None, set()
+    for i, ev in enumerate(events):  # live: the step's bytes at 512-byte rounding (master and states included)
         if ev >= 0:
+            blocks.append(model.malloc(ev))
             sizes.append(round_allocation(ev))
             live += sizes[-1]
+            if len(blocks) <= originals and blocks[-1] is not None:
+                segs.add(blocks[-1].seg)
         else:
+            model.free(blocks[-ev - 1])
             live -= sizes[-ev - 1]
         if any(a <= i < b for a, b in windows):
-            at_step = max(at_step, live)
-    return max(0, reserved - at_step) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+            free = model.wholly_free_bytes(segs)
+            at_step, released = max(at_step, live), free if released is None else min(released, free)
+    return model.stats.peak_reserved, at_step, released or 0
 
 
-def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool) -> tuple[list[int], list]:
-    """Model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
+def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool,
+                  load: list[int] | None = None) -> tuple[list[int], list]:
+    """``load`` (the flatten's events, estimate/ds_load.py ``flatten_events``; its allocations kept or freed there), the
+    model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
     the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
     is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone goes), and ``initialize_optimizer_states``
     makes a zero fp32 gradient partition and drops it (``group.grad = None`` without offload): both segments stay
@@ -65,8 +91,8 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
     copy, the flat 16-bit copy and its fp32 cast, both 16-bit ones dropped, the states (first step:
     torch/optim/adamw.py ``_init_group`` ``zeros_like`` twice), foreach AdamW's sqrt copy, the fp32 gradient dropped.
     """
-    ev: list[int] = []
-    count = 0
+    ev: list[int] = list(load or ())
+    count = sum(1 for e in ev if e >= 0)
 
     def alloc(n: int) -> int:
         nonlocal count

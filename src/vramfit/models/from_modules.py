@@ -97,15 +97,34 @@ def _layer_linears(layers: Any, experts: int) -> tuple[Counter, int]:
                 leaf = path.rsplit(".", 1)[-1]
                 sigs[(leaf, mod.in_features, mod.out_features, mod.bias is not None,
                       _group(path, mod.out_features, experts), 1)] += 1
-        for path, p in layer.named_parameters():
-            if id(p) in seen:
-                continue
-            if p.dim() == 3:  # a bank of experts: (experts, in, out) or (experts, out, in)
-                leaf = path.rsplit(".", 1)[-1]
-                sigs[(leaf, p.shape[1], p.shape[2], False, "expert", p.shape[0])] += 1
-            else:
-                other += p.numel()
+        for mod in layer.modules():
+            for leaf, p in mod.named_parameters(recurse=False):
+                if id(p) in seen:
+                    continue
+                if p.dim() == 3:  # a bank of experts
+                    n_in, n_out = _bank_features(mod, p)
+                    sigs[(leaf, n_in, n_out, False, "expert", p.shape[0])] += 1
+                else:
+                    other += p.numel()
     return sigs, other
+
+
+def _bank_features(mod: Any, p: Any) -> tuple[int, int]:
+    """(in, out) features of a 3-D expert bank. transformers v5.24.0 integrations/moe.py
+    ``use_experts_implementation`` gives the experts classes it decorates ``is_transposed``: False (the default,
+    Qwen3-MoE, Qwen3-VL-MoE, Qwen2-MoE ...) stores ``(experts, out, in)`` as ``nn.functional.linear`` takes it,
+    True (gpt-oss) ``(experts, in, out)``; an undecorated bank multiplied by ``bmm`` (Llama4TextExperts) is
+    ``(experts, in, out)`` too."""
+    if getattr(mod, "is_transposed", True):
+        return p.shape[1], p.shape[2]
+    return p.shape[2], p.shape[1]
+
+
+def _gated(sigs: Counter, layers: Any) -> bool:
+    """A gated MLP: an ``up_proj`` linear, or experts the decorator marks ``has_gate`` (a fused gate/up bank,
+    act(gate) * up: transformers v5.24.0 integrations/moe.py ``_default_apply_gate``)."""
+    experts = (m for m in layers[0].modules() if getattr(m, "has_gate", False) and hasattr(m, "is_transposed"))
+    return any(s[0] == "up_proj" for s in sigs) or next(experts, None) is not None
 
 
 def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec:
@@ -139,7 +158,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         model_type=model_type, hidden_size=hidden, num_hidden_layers=L, num_attention_heads=heads,
         num_key_value_heads=kv, head_dim=head_dim, intermediate_size=inter,
         vocab_size=model.get_input_embeddings().weight.shape[0], tie_word_embeddings=tied,
-        hidden_act=str(getattr(text, "hidden_act", "silu")), gated_mlp=any(s[0] == "up_proj" for s in sigs),
+        hidden_act=str(getattr(text, "hidden_act", "silu")), gated_mlp=_gated(sigs, layers),
         block_linears=linears, block_norm_params=norm_per_layer, final_norm_params=rest,
         embedding_params=embed, lm_head_params=head, vision_params=vision,
         num_experts=experts, num_experts_per_tok=int(getattr(text, "num_experts_per_tok", 0) or 0),

@@ -86,7 +86,8 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
         gated_mlp=True, block_linears=tuple(attn + mlp), block_norm_params=2 * hidden + latent_norms,
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if sparse else 0,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=moe_inter,
-        peft_moe_names=PEFT_QWEN2_MOE_NAMES if sparse else (), router_fp32=True, **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
+        peft_moe_names=PEFT_QWEN2_MOE_NAMES if sparse else (), router_fp32=True, first_moe_layer=dense if sparse else 0,
+        **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
         **_common(c),
     )
 
@@ -134,16 +135,33 @@ def _gpt_oss(c: _Cfg) -> ModelSpec:
     )
 
 
-def _llama4_moe_layers(c: _Cfg, layers: int) -> int:
-    """How many layers are MoE (Llama4TextConfig: ``moe_layers`` or every
-    ``interleave_moe_layer_step``-th layer)."""
+def _llama4_moe_indices(c: _Cfg, layers: int) -> list[int]:
+    """The MoE layers (Llama4TextConfig: ``moe_layers`` or every ``interleave_moe_layer_step``-th layer)."""
     given = c.data.get("moe_layers")
     if given is not None:
         if not isinstance(given, list):
             raise ModelError("config.json 'moe_layers' must be a list of layer indices")
-        return len({i for i in given if isinstance(i, int) and 0 <= i < layers})
+        return sorted({i for i in given if isinstance(i, int) and 0 <= i < layers})
     step = c.int("interleave_moe_layer_step", default=1)
-    return len(range(step - 1, layers, step))
+    return list(range(step - 1, layers, step))
+
+
+def _llama4_moe_layers(c: _Cfg, layers: int) -> int:
+    """How many layers are MoE."""
+    return len(_llama4_moe_indices(c, layers))
+
+
+def _llama4_qk_norm_layers(c: _Cfg, layers: int) -> int:
+    """Layers with Llama4TextL2Norm on q and k: ``use_qk_norm`` on the RoPE layers (Llama4TextConfig
+    ``no_rope_layers``: 1 = RoPE; by default every ``no_rope_layer_interval``-th layer, 4, skips it; transformers
+    v5.24.0 models/llama4/configuration_llama4.py and modeling_llama4.py Llama4TextAttention)."""
+    if not c.bool("use_qk_norm", default=True):
+        return 0
+    given = c.data.get("no_rope_layers")
+    if isinstance(given, list) and given:
+        return sum(1 for x in given[:layers] if x)
+    every = c.int("no_rope_layer_interval", default=4)
+    return sum(1 for i in range(layers) if (i + 1) % every != 0)
 
 
 def _llama4_text(c: _Cfg) -> ModelSpec:
@@ -185,7 +203,8 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if moe else 0,
         num_experts_per_tok=c.int("num_experts_per_tok", default=1), moe_intermediate_size=inter,
         experts_run_every_token=bool(moe), sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
-        layer_types=_layer_types(c, layers, None),
+        layer_types=_layer_types(c, layers, None), qk_l2_norm_layers=_llama4_qk_norm_layers(c, layers),
+        first_moe_layer=min(_llama4_moe_indices(c, layers), default=0),
         **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

@@ -175,6 +175,9 @@ class ModelSpec:
     # v5.24.0 models/llama4/modeling_llama4.py Llama4TextMoe.forward repeats the tokens num_experts times
     # and Llama4TextExperts runs one bmm over the (experts, tokens, hidden) block
     experts_run_every_token: bool = False
+    # index of the lowest MoE layer where dense layers sit below it (DeepSeek-V2/V3 ``first_k_dense_replace``,
+    # Llama 4 ``interleave_moe_layer_step`` - 1 or the smallest of ``moe_layers``); 0 otherwise
+    first_moe_layer: int = 0
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
@@ -189,6 +192,9 @@ class ModelSpec:
     norm_one_plus_weight: bool = False
     # RMSNorm on q and k per head before rotary (Qwen 3, OLMo 2, Gemma 3 q_norm / k_norm)
     qk_norm: bool = False
+    # layers whose attention L2-normalizes q and k without a weight: ``Llama4TextL2Norm`` (transformers v5.24.0
+    # models/llama4/modeling_llama4.py, ``use_qk_norm`` on the RoPE layers only); each keeps fp32 q and k copies
+    qk_l2_norm_layers: int = 0
     # post-attention and post-feedforward norms on the branch outputs too (Gemma 2 / 3)
     sandwich_norms: bool = False
     position_encoding: PositionEncoding = PositionEncoding.ROPE

@@ -121,6 +121,11 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
     for key in ("auto_map", "transformers_version", "_name_or_path", "quantization_config"):
         data.pop(key, None)
     data["use_cache"] = False
+    # a VLM's language model reads its own text_config.use_cache (transformers v5.24.0 utils/generic.py
+    # merge_with_config_defaults: `getattr(self.config, "use_cache")`, the text config's, default True): off too, or
+    # its forward builds a DynamicCache (torch.cat copies of every layer's k and v) that the model output holds
+    if isinstance(data.get("text_config"), dict):
+        data["text_config"] = {**data["text_config"], "use_cache": False}
     cfg = CONFIG_MAPPING[model_type].from_dict(data)
     cfg._attn_implementation = "eager" if attention is Attention.EAGER else "sdpa"
     return cfg

@@ -127,6 +127,14 @@ class CachingAllocatorModel:
                 self.stats.required += n * self._seg_size[seg]
         self.stats.peak_required = max(self.stats.peak_required, self.stats.required)
 
+    def segments(self) -> set[int]:
+        """The segments opened so far (none returned: only :meth:`empty_cache` returns them)."""
+        return set(self._seg_size)
+
+    def wholly_free_bytes(self, segs: set[int]) -> int:
+        """Bytes of the segments among ``segs`` that hold no live block (what ``release_cached_blocks`` frees)."""
+        return sum(self._seg_size[s] for s in segs if not self._live.get(s, 0))
+
     def free(self, block: _Block | None) -> None:
         if block is None:
             return
