@@ -210,18 +210,15 @@ class Search:
         return self._work[key]
 
     def speed(self, c: Config, mb: int, g: GPU, paged: int | None = None) -> Speed | None:
-        """The step time of ``c``; paged optimizer state moves as ``paged`` bytes, None: all of it (plan/paged.py)."""
+        """Step time of ``c`` (x the family's calibrated factor: plan/timing.py); paged state moves as ``paged`` bytes."""
         if not g.bf16_tflops:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
-        if paged is None:
-            paged = paged_state(self.trainable, c) if "paged" in c.optimizer else 0
+        paged = (paged_state(self.trainable, c) if "paged" in c.optimizer else 0) if paged is None else paged
         s = step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged,
-        )
-        # the user's measured / predicted factor of this card's family (vramfit calibrate), on the mechanism model only
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged)
         return calibrated(s, speed_factor(self.ev.calibration, g.gpu_id)) if card is not None else s
 
     def _link(self, g: GPU, n: int) -> tuple:
