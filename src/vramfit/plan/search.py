@@ -210,7 +210,7 @@ class Search:
         return self._work[key]
 
     def speed(self, c: Config, mb: int, g: GPU, paged: int | None = None) -> Speed | None:
-        """Step time of ``c`` (x the family's calibrated factor: plan/timing.py); paged state moves as ``paged`` bytes."""
+        """Step time of ``c`` (x the family's calibrated factor: plan/timing.py); paged state moves as ``paged`` bytes (None: all)."""
         if not g.bf16_tflops:
             return None
         link = self._link(g, c.num_gpus)
