@@ -75,14 +75,7 @@ def test_llama4_interleaved_full_finetuning(tmp_path, gc):
     was +4.2 %. With checkpointing the high point is the lowest MoE block (layer 1), layer 0 (dense) and that block's
     other gradients not made yet (estimate/moe_kernel.py lowest_block_pending): +8.8 % counting them. LoRA is not tried: peft's all-linear wraps Llama4Router, whose forward returns a tuple
     (test_sim_catalog.py)."""
-    from simconfigs import tiny
-
-    text = tiny("meta-llama/Llama-4-Scout-17B-16E", layers=4, hidden=512, vocab=8192)["text_config"]
-    text.update(interleave_moe_layer_step=2, intermediate_size=1024, intermediate_size_mlp=2048,
-                model_type="llama4_text")
-    text.pop("moe_layers", None)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(text))
+    path = _llama4_interleaved(tmp_path)
     sc = {"model": str(path), "method": "full", "seq_len": 512, "precision": "bf16-true", "gradient_checkpointing": gc}
     sim = simulate(sc, layers=4).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
@@ -94,14 +87,7 @@ def test_llama4_lora_on_named_linears(tmp_path, method):
     """Llama 4 LoRA on q/k/v/o and the MLPs' gate/up/down by name (all-linear would wrap Llama4Router): the
     experts' down_proj is a bare 3-D parameter of Llama4TextExperts, no module for target_modules, so only the
     shared expert's and dense MLPs' linears are adapted (estimate/params.py); +5.7 % (LoRA) adapting the bank."""
-    from simconfigs import tiny
-
-    text = tiny("meta-llama/Llama-4-Scout-17B-16E", layers=4, hidden=512, vocab=8192)["text_config"]
-    text.update(interleave_moe_layer_step=2, intermediate_size=1024, intermediate_size_mlp=2048,
-                model_type="llama4_text")
-    text.pop("moe_layers", None)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(text))
+    path = _llama4_interleaved(tmp_path)
     sc = {"model": str(path), "method": method, "seq_len": 512, "precision": "bf16-true", "gradient_checkpointing": "full",
           "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
     sim = simulate(sc, layers=4).result.peak.allocated_bytes
@@ -124,3 +110,16 @@ def test_qwen3_moe_grouped_experts_agree(tmp_path, method, gc):
     sim = simulate(sc, layers=3).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.03, (est, sim)
+
+
+def _llama4_interleaved(tmp_path) -> str:
+    """A tiny Llama 4 text config, MoE every second layer (interleave_moe_layer_step=2), written to tmp_path."""
+    from simconfigs import tiny
+
+    text = tiny("meta-llama/Llama-4-Scout-17B-16E", layers=4, hidden=512, vocab=8192)["text_config"]
+    text.update(interleave_moe_layer_step=2, intermediate_size=1024, intermediate_size_mlp=2048,
+                model_type="llama4_text")
+    text.pop("moe_layers", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(text))
+    return str(path)
