@@ -37,6 +37,8 @@ _GPT_OSS = ("gpt-oss model card (arXiv:2508.10925), architecture section as summ
 
 # id -> (published total, where it is published)
 PUBLISHED = {
+    "ibm-granite/granite-3.3-8b-instruct": ("8B", "https://www.emergentmind.com/topics/ibm-granite-3-3-8b-instruct-model: "
+                                            "'an 8-billion-parameter, decoder-only Transformer-based LLM'"),
     "mistralai/Mistral-Nemo-Base-2407": ("12B", "Mistral AI, 'Mistral NeMo' announcement (2024-07-18; mirrored at "
                                          "https://nexusnews.pro/mistral-nemo-a-12b-model-for-multilingual-applications): "
                                          "'a 12 billion-parameter model'"),
@@ -89,7 +91,7 @@ NOT_FOUND = (
     "HuggingFaceTB/SmolVLM2-2.2B-Instruct", "HuggingFaceTB/SmolVLM2-500M-Video-Instruct",
     "HuggingFaceM4/Idefics3-8B-Llama3", "HuggingFaceTB/SmolLM2-1.7B",
     "HuggingFaceTB/SmolLM3-3B", "ibm-granite/granite-3.1-2b-instruct", "ibm-granite/granite-3.1-8b-instruct",
-    "ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.1-3b-a800m-instruct",
+    "ibm-granite/granite-3.1-3b-a800m-instruct",
 )
 
 
