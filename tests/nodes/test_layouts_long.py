@@ -22,10 +22,14 @@ def _plans(cp_from: int = layouts.CP_MIN_SEQ):
     return {p.num_gpus: p for p in r.plans}
 
 
-def test_128k_tokens_on_four_nodes_fit_only_with_context_parallel():
+def test_128k_tokens_on_four_nodes_fit_with_context_parallel():
     with_cp, without = _plans(), _plans(cp_from=10**9)
     p = with_cp[32]
-    assert 32 not in without  # no tensor/pipeline/FSDP layout of 32 A100s holds 128k-token sequences
+    # without context parallel the best layout of 32 A100s (tp 8 x pp 2) only fits because the caching allocator
+    # releases the last stage's cached loss segments before an OOM (peak.required_bytes, plan/verdict.py): what
+    # nvidia-smi would show with room (device) is over the card, what the run needs is under it
+    tight = without[32]
+    assert tight.device_bytes > tight.limit_bytes >= tight.required_bytes
     assert p.scenario["context_parallel"] == 8 and p.scenario["tensor_parallel"] * 8 <= 8  # tp x cp in a node
     assert p.device_bytes <= p.limit_bytes
     assert any("context parallel 8 inside each node" in n for n in p.notes)

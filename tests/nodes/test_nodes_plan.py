@@ -72,7 +72,9 @@ def test_full_fine_tuning_plans_span_nodes_with_time_and_cost(model, eff, least)
     # (the planner may page the 8-bit optimizer state to host RAM at that count: ZeRO-3 holds its flat 16-bit
     # gradient partitions from init, DeepSpeed 0.19.8 stage3.py grad_partitions_flat_buffer)
     h100 = [p for p in r.plans if p.gpu_id == "h100-sxm" and p.offload == "none"]
-    assert min(p.num_gpus for p in h100) == least
+    assert min(p.num_gpus for p in h100 if not p.scenario["optimizer"].startswith("paged")) == least
+    # below that count only plans that page their 8-bit optimizer state to host RAM fit (plan/verdict.py)
+    assert all(p.scenario["optimizer"].startswith("paged") for p in h100 if p.num_gpus < least)
     multi = [p for p in r.plans if p.num_gpus > 8]
     assert len(multi) >= 20
     for p in multi[:10]:
