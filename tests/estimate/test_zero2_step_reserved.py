@@ -33,7 +33,7 @@ def _new_segments(r) -> list[int]:
     """MiB of every segment of 50 MiB or more the replay opens, in order."""
     g = -(-r.parts.num_trainable // r.sc.num_gpus)
     foreach = r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
-    events, _ = zero2._zero2_events(step_transients(r), g, 2, 8 * alloc.zero12_norm_piece(r.spec, g), foreach)
+    events, _ = zero2._zero2_events(step_transients(r), g, 2, 8 * zero2.zero12_norm_piece(r.spec, g), foreach)
     model, blocks, out = CachingAllocatorModel(), [], []
     for ev in events:
         if ev >= 0:
@@ -78,8 +78,8 @@ def test_zero1_2_norm_takes_the_whole_embedding_on_one_gpu():
     """ZeRO-1/2 partition the flat buffer: the first GPU holds the whole embedding (136M elements of a 247M-element
     partition), ZeRO-3 half of it."""
     r = _step(**SIM)
-    assert alloc.zero12_norm_piece(r.spec, 247_000_000) == 151936 * 896
-    assert alloc.zero12_norm_piece(r.spec, 100_000_000) == 100_000_000
+    assert zero2.zero12_norm_piece(r.spec, 247_000_000) == 151936 * 896
+    assert zero2.zero12_norm_piece(r.spec, 100_000_000) == 100_000_000
 
 
 def test_reserved_is_the_engines_with_the_cached_parameter_segments():

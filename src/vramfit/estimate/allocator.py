@@ -190,12 +190,3 @@ def largest_weight(spec) -> int:
     """Elements of the model's largest weight: a block linear's or the (un)embedding's."""
     return max([x.in_features * x.out_features for x in spec.block_linears]
                + [spec.lm_head_params or spec.embedding_params])
-
-
-def zero12_norm_piece(spec, partition_numel: int) -> int:
-    """Elements of the largest gradient piece one GPU holds under ZeRO-1/2: they partition the flat 16-bit buffer, not
-    each parameter (DeepSpeed v0.16.2 stage_1_and_2.py ``get_data_parallel_partitions``), so a parameter lies whole in
-    one partition unless it straddles a boundary, and the (un)embedding, first or last in the buffer, does up to the
-    partition's size. The norm takes a float64 copy of each piece (``get_grad_norm_direct``:
-    ``g.data.double()``)."""
-    return min(largest_weight(spec), partition_numel)

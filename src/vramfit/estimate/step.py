@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
-from vramfit.estimate.allocator import largest_weight, round_allocation, zero12_norm_piece
+from vramfit.estimate.allocator import largest_weight, round_allocation
 from vramfit.estimate.attention import qk_l2_norm_saved, sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
     BNB_4BIT_BLOCK,
@@ -51,6 +51,7 @@ from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
+from vramfit.estimate.zero2_step import zero12_norm_piece
 from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
@@ -394,7 +395,7 @@ def ds_foreach_step(group_numel: int) -> int:
     4 + 4 bytes per element of the group. ZeRO-1/2 have freed the 16-bit partition by then (stage_1_and_2.py step:
     ``free_grad_in_param_list(self.params_in_partition[i])``, ``averaged_gradients[i] = None``), so the moment holds
     as much as the flatten before it (:func:`vramfit.estimate.deepspeed.fp32_grad_partition`) but in a new segment
-    (:func:`vramfit.estimate.allocator.zero2_step_events`); ZeRO-3's 16-bit gradients stay in their flat buffer.
+    (:func:`vramfit.estimate.zero2_step.zero2_step_reserved`); ZeRO-3's 16-bit gradients stay in their flat buffer.
     ``vramfit simulate`` (DeepSpeed 0.19.8, Qwen2.5-0.5B ZeRO-2 on 2 GPUs, foreach vs fused): 0.92 GiB more at the
     first step's optimizer moment, 4 bytes per partition element."""
     return (4 + 4) * group_numel

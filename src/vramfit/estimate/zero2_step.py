@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from vramfit.estimate.allocator import AllocatorConf, round_allocation, zero12_norm_piece
+from vramfit.estimate.allocator import AllocatorConf, largest_weight, round_allocation
 from vramfit.estimate.constants import K_ROUND_LARGE
+
+
+def zero12_norm_piece(spec, partition_numel: int) -> int:
+    """Elements of the largest gradient piece one GPU holds under ZeRO-1/2: they partition the flat 16-bit buffer, not
+    each parameter (DeepSpeed v0.16.2 stage_1_and_2.py ``get_data_parallel_partitions``), so a parameter lies whole in
+    one partition unless it straddles a boundary, and the (un)embedding, first or last in the buffer, does up to the
+    partition's size. The norm takes a float64 copy of each piece (``get_grad_norm_direct``:
+    ``g.data.double()``)."""
+    return min(largest_weight(spec), partition_numel)
 
 
 def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None,

@@ -293,6 +293,21 @@ _QWEN2_VISION_DEFAULTS = {"depth": 32, "embed_dim": 1280, "hidden_size": 3584, "
                           "mlp_ratio": 4, "num_heads": 16, "patch_size": 14, "spatial_merge_size": 2}
 
 
+def _qwen_vision_parts(model_type: str, v: Mapping, h: int, inter: int, mlp: tuple[str, str],
+                       merger: tuple[str, str], out: int) -> tuple:
+    """The block and PatchMerger projector Qwen2-VL and Qwen3-VL share: ``depth`` blocks of ``h`` (LayerNorm
+    norm1/norm2, fused biased qkv and proj, 2-D rotary positions, biased MLP ``mlp`` of width ``inter``), then
+    merge x merge patches joined to ``h * merge**2`` and two biased ``merger`` linears to ``out`` (transformers
+    v5.24.0 models/qwen2_vl/modeling_qwen2_vl.py and models/qwen3_vl/modeling_qwen3_vl.py)."""
+    block = _encoder_block(model_type, h, int(v["depth"]), int(v["num_heads"]), (
+        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
+        Linear(mlp[0], h, inter, True, "mlp"), Linear(mlp[1], inter, h, True, "mlp")),
+        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
+    merged = h * int(v["spatial_merge_size"]) ** 2
+    return block, (Linear(merger[0], merged, merged, True, "projector"),
+                   Linear(merger[1], merged, out, True, "projector"))
+
+
 def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     """Qwen2-VL: ``depth`` Qwen2VLVisionBlocks of ``embed_dim`` (LayerNorm norm1/norm2, fused biased qkv and
     proj, full attention over each image, 2-D rotary positions, VisionMlp fc1 -> quick_gelu -> fc2 of width
@@ -301,14 +316,9 @@ def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     models/qwen2_vl/modeling_qwen2_vl.py Qwen2VisionTransformerPretrainedModel). The parameters are counted
     from the real modules (models/from_modules.py)."""
     v = {**_QWEN2_VISION_DEFAULTS, **(config.get("vision_config") or {})}
-    h, inter = int(v["embed_dim"]), int(int(v["embed_dim"]) * float(v["mlp_ratio"]))
-    block = _encoder_block("qwen2_vl_vision", h, int(v["depth"]), int(v["num_heads"]), (
-        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
-        Linear("fc1", h, inter, True, "mlp"), Linear("fc2", inter, h, True, "mlp")),
-        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
-    merged = h * int(v["spatial_merge_size"]) ** 2
-    projector = (Linear("mlp.0", merged, merged, True, "projector"),
-                 Linear("mlp.2", merged, int(v["hidden_size"]), True, "projector"))
+    h = int(v["embed_dim"])
+    block, projector = _qwen_vision_parts("qwen2_vl_vision", v, h, int(h * float(v["mlp_ratio"])), ("fc1", "fc2"),
+                                          ("mlp.0", "mlp.2"), int(v["hidden_size"]))
     return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector,
                        projector_layernorm=True)
 
@@ -334,14 +344,9 @@ def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     ``deepstack_visual_indexes`` entry (its LayerNorm over the joined width) (transformers v5.24.0
     models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLVisionModel). Parameters are counted from the real modules."""
     v = {**_QWEN3_VISION_DEFAULTS, **(config.get("vision_config") or {})}
-    h, inter = int(v["hidden_size"]), int(v["intermediate_size"])
-    block = _encoder_block(f"{config['model_type']}_vision", h, int(v["depth"]), int(v["num_heads"]), (
-        Linear("qkv", h, 3 * h, True, "attn"), Linear("proj", h, h, True, "attn"),
-        Linear("linear_fc1", h, inter, True, "mlp"), Linear("linear_fc2", inter, h, True, "mlp")),
-        NormType.LAYERNORM, PositionEncoding.ROPE, _ACT_SAVES.get(str(v["hidden_act"]), 1), fused_qkv="qkv")
-    merged = h * int(v["spatial_merge_size"]) ** 2
-    projector = (Linear("linear_fc1", merged, merged, True, "projector"),
-                 Linear("linear_fc2", merged, int(v["out_hidden_size"]), True, "projector"))
+    fc = ("linear_fc1", "linear_fc2")  # the blocks' MLP and the merger's use the same names
+    block, projector = _qwen_vision_parts(f"{config['model_type']}_vision", v, int(v["hidden_size"]),
+                                          int(v["intermediate_size"]), fc, fc, int(v["out_hidden_size"]))
     image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS, **QWEN3_VIDEO}
     return VisionTower(block, image_config, projector=projector, segmented_attention=True,
                        deepstack_mergers=len(v["deepstack_visual_indexes"]))
