@@ -119,6 +119,11 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         from vramfit.estimate.ranks import layout_note
 
         out.append(layout_note(sc, r.ranks))
+    from vramfit.estimate.first_batch import longest_first_note
+
+    first = longest_first_note(r)
+    if first:
+        out.append(first)
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
