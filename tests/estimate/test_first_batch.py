@@ -66,6 +66,9 @@ def test_the_estimate_states_the_floor():
     notes = estimate({**_rows()["LIT_RES-102"]["scenario"], "framework": "litgpt"}).assumptions
     (note,) = [n for n in notes if "longest sample" in n]
     assert "between 5.25 GiB and this figure" in note and "1044 tokens" in note
+    from vramfit.web.translate import to_pt
+
+    assert "entre 5,25 GiB e este valor" in to_pt(note)  # the PT pages translate it (web/translate.py RULES)
 
 
 def test_litgpt_2024_draws_its_first_batch_from_the_dataloader():
