@@ -55,15 +55,15 @@ def longest_first_floor(step: Step) -> int | None:
     return min(peak, max(first_loss, first_lowest, second_forward, later_block))
 
 
-def longest_first_note(step: Step) -> str | None:
-    """The note an estimate states when :func:`longest_first_floor` applies and is below its peak."""
+def longest_first_notes(step: Step) -> list[str]:
+    """The note an estimate states when :func:`longest_first_floor` applies and is below its peak (else none)."""
     floor = longest_first_floor(step)
     peak = max(p.total for p in step.phases)
     if floor is None or floor >= peak:
-        return None
-    return (
+        return []
+    return [
         f"Assumes every micro-batch is {step.sc.seq_len} tokens long. This recipe puts its longest sample in the "
         "first micro-batch, before any gradient is held; the later ones carry every block's unsharded gradient "
         f"(FSDP no_sync). If they are shorter, the peak lies between {floor / 2**30:,.2f} GiB and this figure, "
         "depending on their lengths."
-    )
+    ]
