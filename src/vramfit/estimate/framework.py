@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
+from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
     FrameworkProfile,
@@ -113,6 +114,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
+                             "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
+                             (("nccl_nvls", NCCL_2_18_TO_2_20),)),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "

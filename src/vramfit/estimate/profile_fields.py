@@ -12,6 +12,7 @@ from typing import Any
 
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import AllocatorConf
+from vramfit.estimate.nccl import NvlsBuffers
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Parallelism, Precision
 
@@ -367,3 +368,7 @@ class FrameworkProfile:
     # stay reserved (estimate/nf4_load.py; pytorch/torchtune@0914d5cfb recipes/lora_finetune_single_device.py,
     # pytorch/ao@v0.1 torchao/dtypes/nf4tensor.py quantize_tensor_nearest)
     nf4_load_on_gpu: bool = False
+    # the NCCL release under the profile's torch, where it sets NVLS buffers up with each communicator on NVSwitch
+    # nodes (estimate/nccl.py NvlsBuffers: NCCL 2.18-2.20); None: NCCL >= 2.22 (torch >= 2.7) makes them only when an
+    # NVLS algorithm first runs (NVIDIA/nccl v2.22.3-1 src/init.cc RUNTIME_CONNECT default 1), not counted
+    nccl_nvls: NvlsBuffers | None = None
