@@ -17,7 +17,9 @@ Two parts per communicator, and the number of communicators each GPU holds:
    ``connectNvls``: ``nHeads = nvlsGraph->nChannels``). ``ncclNvlsSetup`` then allocates, with ``cuMemCreate`` on
    this GPU ("Alloc local physical mem for this NVLS group"), ``nvlsTotalSize = nHeads * nChannels * 2 * (buffSize
    + memSize)``: nChannels NVLS_NCHANNELS (16), buffSize the SIMPLE protocol's (4 MiB), memSize
-   ``NVLS_MEM_ALIGN_SIZE`` (2 MiB): 1.5 GiB on 8 GPUs. NCCL 2.21 keeps the eager setup with a 1 MiB buffSize
+   ``NVLS_MEM_ALIGN_SIZE`` (2 MiB): 1.5 GiB on 8 GPUs (the INFO line of this allocation on 8 H200s, "nHeads 8
+   buffSize 4194304 memSize 2097152 nvlsPerRankSize 301989888 nvlsTotalSize 2415919104", with 24 channels there:
+   https://github.com/vllm-project/vllm/issues/9699). NCCL 2.21 keeps the eager setup with a 1 MiB buffSize
    (v2.21.5-1 nvls.cc: ``buffSize = nvlsStepSize * NCCL_STEPS``); from 2.22 (torch >= 2.7) the buffers are made
    only when an NVLS algorithm first runs (v2.22.3-1 src/init.cc ``NCCL_PARAM(RuntimeConnect, "RUNTIME_CONNECT",
    1)``), which the tuner decides at run time: not counted. Which release a profile runs is profile data
