@@ -266,6 +266,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # src/lightning/fabric/strategies/fsdp.py l. 760-773 _FSDPBackwardSyncControl) turns into FSDP1's no_sync()
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
+        longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -280,8 +281,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "litgpt-2024",
                 "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unchunked logits in full "
-                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822)",
-                (("untied_head_copy", True), ("full_unchunked_logits", True)),
+                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822); batches from a "
+                "shuffled DataLoader, the longest sample not forced first",
+                # litgpt@0077627 litgpt/finetune/lora.py fit(): `batch = next(train_iterator)` (CycleIterator over
+                # the DataLoader); get_longest_seq_length only sets model.max_seq_length
+                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False)),
             ),
         ),
     ),

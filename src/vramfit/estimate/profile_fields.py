@@ -240,6 +240,11 @@ class FrameworkProfile:
     # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
     # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
     fsdp_lora_block_units: bool = False
+    # the loop forces the longest training sample into the first micro-batch and pads that batch to it
+    # (lit-gpt@8641822 finetune/lora.py get_batch: `ix[0] = longest_seq_ix` at iter_num 0, `max_len = max(...)`),
+    # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak
+    # from above (estimate/first_batch.py states the floor)
+    longest_sample_first: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
