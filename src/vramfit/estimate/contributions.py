@@ -157,7 +157,11 @@ def activations(step: Step) -> Iterator[Contribution]:
 def _loss_backward(step: Step) -> tuple[int, int]:
     """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
     (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
-    proj_logits, proj_grads = projection_stage(step.spec, step.sc, step.profile, step.head_grad)
+    head = step.head_grad
+    if not head and step.lm_head_trainable and step.sc.method is Method.FULL:
+        # gradients held between micro-batches take the sum only after the buffer has made it whole
+        head = round_allocation((step.spec.lm_head_params or step.spec.embedding_params) * _grad_bytes(step))
+    proj_logits, proj_grads = projection_stage(step.spec, step.sc, step.profile, head)
     return max((step.loss.backward_peak, 0), (proj_logits + step.loss.kept, proj_grads), key=sum)
 
 
