@@ -212,7 +212,11 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
     """
     from vramfit.estimate.fsdp2 import allgather_pool_idle, reduce_output_pool
+    from vramfit.estimate.fsdp2_end import end_of_backward_segments
 
+    if opened := end_of_backward_segments(r):  # beyond the blocks' segments, all still cached (estimate/fsdp2_end.py)
+        block = sum(phases["backward-block"].values()) if "backward-block" in phases else allocated
+        reserved = max(reserved, block + (reserved - allocated) + opened)
     pool = gradient_pool(r, phases)
     if pool:
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
@@ -239,7 +243,12 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
         out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
                    "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
     from vramfit.estimate.fsdp2 import reduce_output_pool
+    from vramfit.estimate.fsdp2_end import end_of_backward_segments
 
+    if 100 * (opened := end_of_backward_segments(r)) >= reserved > 0:
+        out.append(f"Reserved includes {opened / 2**30:,.2f} GiB of segments the end of backward opens: the input "
+                   "embedding's gradient and the last FSDP2 unit's flat reduce-scatter input are larger than any "
+                   "block the step freed before them.")
     if 100 * (outputs := reduce_output_pool(r)) >= reserved > 0:
         out.append(f"Reserved includes {outputs / 2**30:,.2f} GiB of FSDP2 reduce-scatter outputs cached on its "
                    "reduce-scatter stream (each dropped once copied to the host or added into the held shard).")
