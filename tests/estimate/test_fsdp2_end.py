@@ -55,3 +55,19 @@ def test_the_reserved_figure_adds_them_to_the_blocks():
     # the blocks' figure with 1 GiB of single-stream slack, the opened segments on top, then the side streams' pools
     side = f2.allgather_pool_idle(r) + f2.reduce_output_pool(r)
     assert fr.fsdp_reserved(r, phases, block, block + 2**30) == block + 2**30 + end_of_backward_segments(r) + side
+
+
+def test_a_tied_embeddings_gradient_is_dropped_before_the_roots_input():
+    # Llama-3.2-1B ties lm_head to the embedding: the embedding's backward output is added into the gradient the
+    # output layer made and dropped, so the root's input (the one shared weight plus the final norm, bf16) takes its
+    # segment when the 2 MiB rounding leaves room, as 128,256 x 2048 x 2 B rounds up by 1 MiB here
+    spec = resolve_model("meta-llama/Llama-3.2-1B").spec
+    sc = parse_scenario({"model": "meta-llama/Llama-3.2-1B", "method": "full", "precision": "bf16-true",
+                         "micro_batch_size": 1, "seq_len": 1024, "gradient_checkpointing": "full", "loss": "fused",
+                         "num_gpus": 2, "parallelism": "fsdp", "fsdp_version": "2",
+                         "framework_version": "transformers-4.55+axolotl-0.12"})
+    r = compute(spec, sc)
+    grad = 128_256 * 2048 * 2
+    assert spec.tie_word_embeddings and grad > _largest_freed(r)
+    assert segment_size(grad) - grad >= 2 * 2048  # the final norm's weight fits the rounding
+    assert end_of_backward_segments(r) == segment_size(grad) == 526_385_152

@@ -80,6 +80,8 @@
    Those transient outputs, one unit at a time in backward order, replayed through the caching allocator, are the
    stream's segments beyond the held shards (:func:`reduce_output_pool`): a block's and, where larger, the last
    unit's. Offloaded, the stream holds no gradient: autograd's whole ones are the default stream's.
+9. The end of backward's default-stream segments (the embedding's gradient, the last unit's flat input): see
+   estimate/fsdp2_end.py.
 """
 
 from __future__ import annotations

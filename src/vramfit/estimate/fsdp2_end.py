@@ -71,9 +71,14 @@ def end_of_backward_segments(step: Step) -> int:
     block, last = _units(step)
     grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
     rs_input = round_allocation(last * _reduce_bytes(step))
+    # the lowest block's reduce-scatter input is dropped just before the last unit's is made
+    hosts = max(freed, round_allocation(block * _reduce_bytes(step)))
     opened = segment_size(grad) if grad > freed else 0
-    # the lowest block's reduce-scatter input is dropped just before; the embedding's gradient is alive
-    if rs_input > max(freed, round_allocation(block * _reduce_bytes(step))):
+    if opened and step.spec.tie_word_embeddings:
+        # tied: the output layer's gradient exists already, AccumulateGrad adds this one into it and drops it
+        # (torch/csrc/autograd/functions/accumulate_grad.h), so its segment is free again; untied, it is the gradient
+        hosts = max(hosts, opened)
+    if rs_input > hosts:
         opened += segment_size(rs_input)
     return opened
 
