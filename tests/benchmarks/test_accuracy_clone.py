@@ -32,7 +32,7 @@ def test_accuracy_benchmark_runs_from_a_clean_clone(tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     rows = [json.loads(x) for rel in sets for x in (ROOT / rel).read_text().splitlines() if x]
-    assert len(rows) == 123
+    assert len(rows) == 149
     summary = report["summary"]
     # the 75 rows with an exact sequence length (56 of public.jsonl, 27 of found.jsonl), as the README's table says
     assert summary["ALL"]["n"] == sum(1 for r in rows if r["seq_exact"]) == 82
