@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 68
+    assert len(ROWS) == 69
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 68
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 69
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -67,6 +67,9 @@ def test_figures_are_the_printed_numbers_in_bytes():
             gb = re.search(r"'Peak memory' '([0-9.]+) GB'$", r["source"]).group(1)
             assert r["measured"] == {"metric": "allocated", "bytes": round(float(gb) * 10**9)}, r["id"]
     assert by_id["LIT_HUB_2409-17"]["measured"]["bytes"] == 16_240_000_000  # tiny-llama/qlora.yaml '16.24 GB'
+    # torchtune PR #961: '20.2 peak memory allocated' (get_memory_stats divided by 1e9 until d0b89e206), 4 x 2048 forced
+    assert by_id["TT_PR961_2405-1"]["measured"] == {"metric": "allocated", "bytes": 20_200_000_000}
+    assert by_id["TT_PR961_2405-1"]["seq_exact"] and by_id["TT_PR961_2405-1"]["scenario"]["seq_len"] == 2048
 
 
 def test_missing_scenario_keys_are_said_and_marked_low():
