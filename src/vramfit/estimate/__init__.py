@@ -9,6 +9,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.ds_load import flatten_events
+from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
@@ -122,7 +123,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
-    return out + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
+    return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 
 def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
@@ -154,7 +155,11 @@ def _gpus_note(sc: Scenario) -> str | None:
     if sc.num_nodes > 1:
         return _nodes_note(sc)
     if 1 < sc.num_gpus <= GPUS_PER_NODE:
-        return f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure."
+        from vramfit.estimate.framework import scenario_profile
+        from vramfit.estimate.nccl import nvls_note
+
+        return (f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure."
+                + nvls_note(sc, scenario_profile(sc).nccl_nvls))
     if sc.num_gpus > GPUS_PER_NODE:
         return (
             f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "

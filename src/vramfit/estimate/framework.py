@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
+from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
     FrameworkProfile,
@@ -113,6 +114,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
+                             "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
+                             (("nccl_nvls", NCCL_2_18_TO_2_20),)),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
@@ -262,6 +266,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # src/lightning/fabric/strategies/fsdp.py l. 760-773 _FSDPBackwardSyncControl) turns into FSDP1's no_sync()
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
+        longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -276,8 +281,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "litgpt-2024",
                 "Lightning-AI/litgpt@0077627 (2024) finetune/full.py: untied lm_head copy, unchunked logits in full "
-                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822)",
-                (("untied_head_copy", True), ("full_unchunked_logits", True)),
+                "fine-tuning (unsharded gradients under no_backward_sync as in lit-gpt@8641822); batches from a "
+                "shuffled DataLoader, the longest sample not forced first",
+                # litgpt@0077627 litgpt/finetune/lora.py fit(): `batch = next(train_iterator)` (CycleIterator over
+                # the DataLoader); get_longest_seq_length only sets model.max_seq_length
+                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False)),
             ),
         ),
     ),

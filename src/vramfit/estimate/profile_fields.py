@@ -12,6 +12,7 @@ from typing import Any
 
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import AllocatorConf
+from vramfit.estimate.nccl import NvlsBuffers
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Parallelism, Precision
 
@@ -239,6 +240,11 @@ class FrameworkProfile:
     # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
     # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
     fsdp_lora_block_units: bool = False
+    # the loop forces the longest training sample into the first micro-batch and pads that batch to it
+    # (lit-gpt@8641822 finetune/lora.py get_batch: `ix[0] = longest_seq_ix` at iter_num 0, `max_len = max(...)`),
+    # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak
+    # from above (estimate/first_batch.py states the floor)
+    longest_sample_first: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
@@ -367,3 +373,7 @@ class FrameworkProfile:
     # stay reserved (estimate/nf4_load.py; pytorch/torchtune@0914d5cfb recipes/lora_finetune_single_device.py,
     # pytorch/ao@v0.1 torchao/dtypes/nf4tensor.py quantize_tensor_nearest)
     nf4_load_on_gpu: bool = False
+    # the NCCL release under the profile's torch, where it sets NVLS buffers up with each communicator on NVSwitch
+    # nodes (estimate/nccl.py NvlsBuffers: NCCL 2.18-2.20); None: NCCL >= 2.22 (torch >= 2.7) makes them only when an
+    # NVLS algorithm first runs (NVIDIA/nccl v2.22.3-1 src/init.cc RUNTIME_CONNECT default 1), not counted
+    nccl_nvls: NvlsBuffers | None = None

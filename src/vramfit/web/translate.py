@@ -72,6 +72,13 @@ RULES: list[tuple[str, str]] = [
      r"\(allocated/reserved\); counted in the device figure only\.$",
      "Otimizador paginado: os estados de tensores com ≥ 1e5 elementos vivem em memória gerida CUDA, fora dos "
      "contadores do PyTorch (alocado/reservado); contam só no valor da placa."),
+    (r"^Assumes every micro-batch is (\d+) tokens long\. This recipe puts its longest sample in the first "
+     r"micro-batch, before any gradient is held; the later ones carry every block's unsharded gradient \(FSDP "
+     r"no_sync\)\. If they are shorter, the peak lies between " + _N + r" GiB and this figure, depending on their "
+     r"lengths\.$",
+     "Supõe micro-lotes de $1 tokens. Esta receita põe a sua amostra mais longa no primeiro micro-lote, antes de "
+     "haver gradientes guardados; os seguintes levam o gradiente não fragmentado de cada bloco (no_sync do FSDP). "
+     "Se forem mais curtos, o pico fica entre ⟨$2⟩ GiB e este valor, conforme os seus comprimentos."),
     (r"^Reserved memory assumes every micro-batch is (\d+) tokens long: the loss's tensors \(" + _N
      + r" GiB of allocator segments, sized by tokens x vocabulary\) hold most of what the caching allocator keeps, "
      r"so variable-length batches change it: each batch longer than all before it opens new segments and the old "
