@@ -185,11 +185,12 @@ def communication(step: Step) -> Iterator[Contribution]:
     at_loss = comm - blocks_freed_at_loss(step)
     staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
     late = comm - staging if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
+    late_at_loss = 0 if step.profile.ds_ipg_at_backward_start else late  # DeepSpeed < 0.17.2: from backward() start
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
     yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
-    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root + prefetched_at_loss_backward(step))
+    yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
         yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)
