@@ -44,6 +44,9 @@ class Saved:
 
     items: dict[str, int] = field(default_factory=dict)
     mlp_start: int = 0  # items from this index on are the MLP's (block_saved walks it last)
+    # keys of the inputs the block's 4-bit matmuls keep as ctx attributes (blk.q_saves), not as saved tensors:
+    # backward does not free them (estimate/retained_graph.py)
+    q_inputs: set[str] = field(default_factory=set)
 
     @property
     def freed_before_sink_softmax_backward(self) -> int:
@@ -227,10 +230,10 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
-        if blk.dt.autocast:
-            out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
-        else:
-            out.add(in_key, in_bytes * tokens * lin.in_features)
+        key = f"{lin.name}.autocast_in" if blk.dt.autocast else in_key
+        out.add(key, (blk.dt.compute if blk.dt.autocast else in_bytes) * tokens * lin.in_features)
+        if blk.q_saves:
+            out.q_inputs.add(key)
     ad = blk.adapted.get((lin.name, lin.in_features))
     if ad is not None:
         _lora_branches(blk, out, lin, ad, in_key, in_bytes, tokens)

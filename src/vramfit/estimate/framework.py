@@ -267,6 +267,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
+        keeps_previous_graph=True,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,

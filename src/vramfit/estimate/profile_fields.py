@@ -245,6 +245,10 @@ class FrameworkProfile:
     # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak
     # from above (estimate/first_batch.py states the floor)
     longest_sample_first: bool = False
+    # the loop keeps the previous micro-batch's output, and through its grad_fn its autograd graph, until the next
+    # forward returns (Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276 `logits = model(...)`,
+    # lit-gpt@8641822 finetune/lora.py l. 216): what backward does not free stays (estimate/retained_graph.py)
+    keeps_previous_graph: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
