@@ -286,7 +286,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "shuffled DataLoader, the longest sample not forced first",
                 # litgpt@0077627 litgpt/finetune/lora.py fit(): `batch = next(train_iterator)` (CycleIterator over
                 # the DataLoader); get_longest_seq_length only sets model.max_seq_length
-                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False)),
+                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False),
+                 # litgpt@0077627 and @5895df10 litgpt/model.py RMSNorm.forward: `x = x.float()`, then
+                 # `x_normed = x * torch.rsqrt(norm_x + self.eps)` and `.to(dtype=dtype)` (lit-gpt@8641822
+                 # lit_gpt/rmsnorm.py computes in the input dtype): the fp32 input is saved (estimate/norms.py)
+                 ("rmsnorm_upcast", True)),
             ),
         ),
     ),
