@@ -34,6 +34,8 @@ _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module
 # torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
 # (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
 _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+# DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
+_DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -149,12 +151,17 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                                                      Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953); ZeRO-1/2 "
-                             "flatten on the host (as deepspeed-0.18)",
-                             (("ds_gathers_on_one_gpu", True), ("ds_flattens_on_host", True))),
-            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329 (the "
-                             "same through v0.18.9): each parameter group moved to the host and empty_cache() before "
-                             "the flatten, no flat copy beside the parameters on the GPU (flatten_on_accelerator "
-                             "arrived in v0.19.0)",
+                             "flatten on the host and make their IPG buckets at backward() start (as deepspeed-0.16)",
+                             (("ds_gathers_on_one_gpu", True), *_DS_BEFORE_0_17_2)),
+            FrameworkVersion("deepspeed-0.16", "DeepSpeed v0.9.0-v0.17.1 runtime/zero/stage_1_and_2.py: backward() "
+                             "allocates the IPG buckets before the loss's backward (v0.16.2 l. 2029-2052; the hook's "
+                             "allocation only since PR #6993, v0.17.2), and __init__ flattens each parameter group on "
+                             "the host (as deepspeed-0.18)",
+                             _DS_BEFORE_0_17_2),
+            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.17.2-v0.18.6 runtime/zero/stage_1_and_2.py __init__ (v0.16.2 "
+                             "l. 320-329, v0.18.6 the same): each parameter group moved to the host and empty_cache() "
+                             "before the flatten, no flat copy beside the parameters on the GPU (flatten_on_gpu arrived "
+                             "in v0.18.7, PR #7828); IPG buckets from the first gradient hook on (PR #6993, v0.17.2)",
                              (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
@@ -178,6 +185,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("llama-recipes-2023", "meta-llama/llama-recipes@e5970e2e (2023-07-25) llama_finetuning.py "
+                             "l. 93-97: LlamaForCausalLM.from_pretrained without use_cache (config.use_cache stays True), "
+                             "policies/activation_checkpointing_functions.py: torch's checkpoint_wrapper (NO_REENTRANT) on "
+                             "every LlamaDecoderLayer, so transformers builds and returns the KV cache (profile_fields.py "
+                             "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
+                             "when training with FSDP')",
+                             (("returns_kv_cache", True),)),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "

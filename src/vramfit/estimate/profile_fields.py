@@ -269,6 +269,12 @@ class FrameworkProfile:
     # `chosen_logits, rejected_logits = all_logits.split(batch_size, dim=0)` (views) are held by
     # get_batch_loss_metrics (:289-290) while compute_reference_log_probs runs (:293); TRL reduces them to means
     keeps_policy_logits: bool = False
+    # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
+    # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
+    # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),
+    # l. 658-663 (forced off only under self.gradient_checkpointing), l. 324 and 704-705 (each layer's post-rotary
+    # k and v appended to next_decoder_cache, returned as past_key_values); estimate/loss.py returned_cache_bytes
+    returns_kv_cache: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""
@@ -300,10 +306,18 @@ class FrameworkProfile:
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
-    # DeepSpeed < 0.19.0 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
+    # DeepSpeed < 0.18.7 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
     # (v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329: ``param.cpu_data = param.data.cpu()``,
-    # ``empty_cache()``); 0.19.0 flattens on the accelerator when it has the room (estimate/ds_load.py)
+    # ``empty_cache()``; v0.8.3 l. 302 and v0.12.0 l. 318 ``move_to_cpu(self.bit16_groups[i])``, the same through
+    # v0.18.6); v0.18.7 (PR #7828, 84af82212) flattens on the accelerator when it has the room (estimate/ds_load.py)
     ds_flattens_on_host: bool = False
+    # DeepSpeed < 0.17.2 ZeRO-1/2 allocate the IPG reduction buckets at the start of the optimizer's backward(), before
+    # the loss's backward runs (v0.16.2 runtime/zero/stage_1_and_2.py backward l. 2029-2052: ``buf_0 =
+    # torch.empty(int(self.reduce_bucket_size), ...)``, ``buf_1`` with overlap_comm, then ``loss.backward``; the same
+    # in v0.8.3, v0.9.0, v0.10.0, v0.12.0, v0.14.0, v0.15.0, v0.17.0, v0.17.1 backward -> backward_prologue); PR #6993
+    # (ed5f73755, in v0.17.2) dropped that call, leaving the first gradient hook's (process_gradients ->
+    # backward_prologue, renamed setup_buckets by PR #7665 in v0.18.3): live at the loss's backward only when True
+    ds_ipg_at_backward_start: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
