@@ -15,6 +15,7 @@ from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
+    ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,
     LossLayout,
