@@ -213,6 +213,11 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # QLoRA of a vision-language model quantizes the tower's and projector's linears too (scenario quantize_vision
+    # auto): transformers v5.24.0 integrations/bitsandbytes.py replaces every nn.Linear outside
+    # get_keys_to_not_convert (the output head and tied weights); frameworks whose checkpoints keep the vision
+    # layers 16-bit set it False (unsloth.py)
+    qlora_quantizes_vision: bool = True
     # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
     # dtype, not as the processors' float32 (unslothai/unsloth-zoo@ce232d6c unsloth_zoo/vision_utils.py
     # UnslothVisionDataCollator._cast_pixel_values_dtype_inplace: `batch[key].to(self.dtype)`, the config's dtype);

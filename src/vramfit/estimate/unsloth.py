@@ -92,7 +92,10 @@ UNSLOTH_2024_11 = FrameworkVersion(
     "gradient_checkpointing on every module that has it (unsloth/models/vision.py l. 384-390), and transformers "
     "4.46.2's MllamaVisionEncoder then checkpoints its layers (models/mllama/modeling_mllama.py l. 381-386); only "
     "this vision-tower behaviour is modelled, the language path is today's",
-    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ())),
+    # its mapper loads unsloth/Llama-3.2-11B-Vision-Instruct-bnb-4bit, a plain bitsandbytes checkpoint with the tower
+    # quantized (unsloth@7e7656c5a1 mapper.py l. 463-465; UNSLOTH_VLM_NB-4's 5.00 + 2.18 GB of shards), before the
+    # dynamic 4-bit checkpoints
+    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True)),
 )
 
 UNSLOTH_PROFILE = FrameworkProfile(
@@ -122,6 +125,15 @@ UNSLOTH_PROFILE = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
     fp16_forced_fp32=FORCE_FLOAT32,
+    # load_in_4bit maps a vision-language model to Unsloth's dynamic checkpoint (unsloth@015bdef mapper.py l. 684-688
+    # Qwen2.5-VL-7B, l. 729-733 Gemma 3 4B, l. 1201 Qwen3-VL-8B: "...-unsloth-bnb-4bit"), whose quantization_config
+    # keeps the vision layers 16-bit: Unsloth in vllm-project/vllm#30921 (Qwen3-VL-2B-Instruct-unsloth-bnb-4bit: "all of
+    # the vision layers are left unquantized, while having only a few language layers in half precision"; those
+    # language layers are not listed, so not modelled) and unslothai/unsloth-zoo@17593492 (Gemma 3's pre-quantized
+    # checkpoints: "vision_tower weights load as bfloat16"). Its own on-the-fly quantization skips the projector and
+    # mergers (unsloth-zoo@ce232d6c peft_utils.py SKIP_QUANTIZATION_MODULES: multi_modal_projector, merger,
+    # modality_projection, vision_tower); quantize_vision yes describes a plain "-bnb-4bit" checkpoint
+    qlora_quantizes_vision=False,
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11),
 )
