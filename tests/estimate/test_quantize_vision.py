@@ -71,3 +71,18 @@ def test_unsloth_dynamic_checkpoint_rows():
     assert -0.12 < err["UNSLOTH_VLM_NB-3"] < -0.10
     gemma = _parts(rows["UNSLOTH_VLM_NB-3"]["scenario"])
     assert 3.83e9 < gemma["weights"] + gemma["quantized_base"] < 3.85e9
+
+
+def test_the_assumptions_say_where_the_tower_is_and_why():
+    from vramfit.web.translate import untranslated
+
+    def note(keys: dict) -> str:
+        return next(a for a in estimate({**GEMMA, **keys}).assumptions if a.startswith("Vision tower"))
+
+    unsloth, hf, forced = note({"framework": "unsloth"}), note({"framework": "hf"}), note({"quantize_vision": "no"})
+    assert unsloth.startswith("Vision tower and projector kept 16-bit (quantize_vision=auto: unsloth's dynamic")
+    assert "quantized like the language model's linears (quantize_vision=auto: bitsandbytes" in hf
+    assert "kept 16-bit (quantize_vision=no)" in forced
+    assert untranslated([unsloth, hf, forced]) == []
+    text_only = estimate({"model": "meta-llama/Llama-3.2-1B", "method": "qlora"}).assumptions
+    assert not any(a.startswith("Vision tower") for a in text_only)

@@ -214,8 +214,9 @@ class FrameworkProfile:
     # finetune_vision_layers=True)
     freezes_vision: bool = False
     # QLoRA of a vision-language model quantizes the tower's and projector's linears too (scenario quantize_vision
-    # auto): transformers v5.24.0 integrations/bitsandbytes.py replaces every nn.Linear outside
-    # get_keys_to_not_convert (the output head and tied weights); frameworks whose checkpoints keep the vision
+    # auto): transformers v5.24.0 quantizers/base.py get_modules_to_not_convert keeps only get_keys_to_not_convert's
+    # (the output head, tied weights, the last parameter) and _keep_in_fp32_modules (none in Gemma 3, Qwen2.5/3-VL,
+    # Mllama); bitsandbytes replaces every other nn.Linear; frameworks whose checkpoints keep the vision
     # layers 16-bit set it False (unsloth.py)
     qlora_quantizes_vision: bool = True
     # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
