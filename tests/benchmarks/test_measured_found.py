@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 42
+    assert len(ROWS) == 73
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 42
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 73
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -61,6 +61,28 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["AXOLOTL_EX_2508-7"]["measured"]["bytes"] == round(19.1 * 2**30)
     # Unsloth's notebooks print max_memory_reserved / 1024**3 as 'GB'
     assert by_id["UNSLOTH_NB_2509-1"]["measured"] == {"metric": "reserved", "bytes": round(42.789 * 2**30)}
+    # litgpt's config-hub table: the script prints max_memory_allocated() / 1e9 as 'GB' (the row's 'Peak memory' cell)
+    for r in ROWS:
+        if r["source_id"] == "LLAMA_REC_PR41_2307":
+            # llama_finetuning.py @e5970e2e: pure bf16, FSDP1 with LoRA leaf units, packed samsum (2048), eager attention
+            # of transformers 4.31; the measuring code is not published (confidence low)
+            sc = r["scenario"]
+            assert r["confidence"] == "low" and r["seq_exact"] and sc["framework_version"] == "transformers-4.44"
+            assert sc["parallelism"] == "fsdp" and sc["fsdp_version"] == "1" and sc["attention"] == "eager"
+            assert sc["keeps_outputs"] == (r["id"] in ("LLAMA_REC_PR41_2307-1", "LLAMA_REC_PR41_2307-2"))
+        if r["source_id"] == "LIT_HUB_2409":
+            gb = re.search(r"'Peak memory' '([0-9.]+) GB'$", r["source"]).group(1)
+            assert r["measured"] == {"metric": "allocated", "bytes": round(float(gb) * 10**9)}, r["id"]
+    assert by_id["LIT_HUB_2409-17"]["measured"]["bytes"] == 16_240_000_000  # tiny-llama/qlora.yaml '16.24 GB'
+    # torchtune PR #961: '20.2 peak memory allocated' (get_memory_stats divided by 1e9 until d0b89e206), 4 x 2048 forced
+    assert by_id["TT_PR961_2405-1"]["measured"] == {"metric": "allocated", "bytes": 20_200_000_000}
+    assert by_id["TT_PR961_2405-1"]["seq_exact"] and by_id["TT_PR961_2405-1"]["scenario"]["seq_len"] == 2048
+    # llama-recipes PR #41's 'GB' read as GiB (the repo's byte2gb divides by 2**30): active 20.20 / 15.22, reserved 27.36 / 19.36
+    assert [by_id[f"LLAMA_REC_PR41_2307-{i}"]["measured"]["bytes"] for i in (1, 2, 3, 4)] == [
+        round(x * 2**30) for x in (20.20, 27.36, 15.22, 19.36)]
+    # the two runs differ by dropping `outputs`: fp32 logits + transformers 4.31's use_cache KV cache = 4.977 GiB
+    kept = 4 * 2048 * 32000 * 4 + 32 * 2 * 4 * 32 * 2048 * 128 * 2
+    assert round(kept / 2**30, 2) == round(20.20 - 15.22, 2)
 
 
 def test_missing_scenario_keys_are_said_and_marked_low():
@@ -79,3 +101,21 @@ def test_missing_scenario_keys_are_said_and_marked_low():
             # to the next step's forward (run.py l. 276)
             assert not r["seq_exact"] and r["scenario"]["framework_version"] == "peft-method-comparison"
             assert r["scenario"]["keeps_outputs"] is True and "l. 276" in r["notes"]
+        if r["source_id"] == "LLAMA_REC_PR41_2307":
+            # llama_finetuning.py @e5970e2e: pure bf16, FSDP1 with LoRA leaf units, packed samsum (2048), eager attention
+            # of transformers 4.31; the measuring code is not published (confidence low)
+            sc = r["scenario"]
+            assert r["confidence"] == "low" and r["seq_exact"] and sc["framework_version"] == "transformers-4.44"
+            assert sc["parallelism"] == "fsdp" and sc["fsdp_version"] == "1" and sc["attention"] == "eager"
+            assert sc["keeps_outputs"] == (r["id"] in ("LLAMA_REC_PR41_2307-1", "LLAMA_REC_PR41_2307-2"))
+        if r["source_id"] == "LIT_HUB_2409":
+            # one A10G, the config file as it is (the 4xA10G rows repeat the 1xA10G figures: devices 1 kept); padded
+            # Alpaca2k batches, so 512 is only the bound; litgpt 2024 (untied lm_head, full.py's whole logits)
+            sc = r["scenario"]
+            assert sc["gpu"] == "a10g" and sc["num_gpus"] == 1 and sc["framework"] == "litgpt"
+            assert sc["framework_version"] == "litgpt-2024" and sc["seq_len"] == 512 and not r["seq_exact"]
+            assert sc["gradient_checkpointing"] == "none" and "4xA10G" in r["notes"]
+            # bnb.nf4 QLoRA runs bitsandbytes' PagedAdamW (litgpt lora.py / utils.py instantiate_bnb_optimizer)
+            assert (sc["method"] == "qlora") == (sc["optimizer"] == "paged-adamw") == (sc["quantize"] == "nf4")
+            # Gemma 2's soft-capped attention runs outside SDPA in litgpt (model.py l. 299-304)
+            assert (sc["attention"] == "eager") == sc["model"].startswith("google/gemma-2-")

@@ -30,7 +30,7 @@ def test_inline_deepspeed_config_sizes_the_reduce_bucket():
 def test_accuracy_line_and_one_line_errors():
     r = run("estimate", "--model", MODEL, "--method", "lora", "--framework", "litgpt")
     assert r.exit_code == 0, r.output
-    assert "accuracy: 10 published measurement(s) on this path (litgpt · lora · none · none · none)" in r.output
+    assert "accuracy: 22 published measurement(s) on this path (litgpt · lora · none · none · none)" in r.output
     bad = run("estimate", "--model", MODEL, "--framework-version", "transformers-4.30")
     assert bad.exit_code == 2
     assert "framework_version: hf has no modelled release 'transformers-4.30'" in bad.output

@@ -4,7 +4,7 @@ import dataclasses
 
 from vramfit.estimate import estimate
 from vramfit.estimate.framework import adapter_bytes
-from vramfit.estimate.fsdp2 import allgather_pool_idle
+from vramfit.estimate.fsdp2 import allgather_pool_idle, reduce_output_pool
 from vramfit.estimate.fsdp_reserved import (
     SYNC_BUCKET_BYTES,
     fsdp_reserved,
@@ -136,8 +136,9 @@ AG_IDLE = 251 * 2 * MiB + 194 * 2 * MiB - 404_766_720
 def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
     # the forward's 12 MiB cannot reuse the 4 MiB of gradients freed by zero_grad on the reduce-scatter
     # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4, plus FSDP2's
-    # all-gather stream
-    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8))
+    # all-gather stream (8192 tokens: the fp32 logits freed before the end of backward host its embedding gradient and
+    # root input, estimate/fsdp2_end.py, so no segment opens there)
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, seq_len=8192))
     assert gradient_pool(r, PHASES) == 4 * MiB
     assert allgather_pool_idle(r) == AG_IDLE == 528_465_920
     assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB + AG_IDLE
@@ -183,3 +184,44 @@ def test_the_estimate_states_the_pools_it_adds():
     assert 100 * pool >= e.peak.reserved_bytes  # 0.13 GiB of LoRA gradients: over the 1 % note threshold
     assert "0.13 GiB of sharded gradients cached on FSDP's reduce-scatter stream" in text
     assert not any("reduce-scatter stream" in a for a in estimate(_sc(parallelism="ddp")).assumptions)
+
+
+# axolotl@ba3dba3e4's gpt-oss-20b FSDP2 full fine-tune (AXOLOTL_EX_2508-2/3): a decoder block's reduce-scatter input is
+# 823,186,976 elements (attention with biases and sinks, router, the 32-expert gate_up and down banks with biases,
+# two norms), the root's (embedding + lm_head + final norm) 1,158,269,760; each unit's bf16 output is 1/N of it
+GPT_OSS = resolve_model("openai/gpt-oss-20b").spec
+GPT_OSS_BLOCK, GPT_OSS_ROOT = 823_186_976, 2 * 579_133_440 + 2880
+
+
+def _gpt_oss(**keys):
+    return parse_scenario({"model": "openai/gpt-oss-20b", "method": "full", "precision": "bf16-true",
+                           "micro_batch_size": 1, "seq_len": 4096, "gradient_checkpointing": "offload",
+                           "attention": "flash", "loss": "fused", "grad_accum": 2, "parallelism": "fsdp",
+                           "framework_version": "transformers-4.55+axolotl-0.12", "fsdp_version": "2", **keys})
+
+
+def _segment(n: int) -> int:
+    return -(-n // (2 * MiB)) * 2 * MiB  # a > 10 MiB request: a segment of its own, rounded to 2 MiB
+
+
+def test_offloaded_fsdp2_caches_reduce_scatter_outputs_not_gradients():
+    # CPUOffloadPolicy on 2 GPUs: every output goes to the host and is dropped; the stream caches a block's (bf16,
+    # 823,186,976 B) and the root's, which the block's segment cannot take (estimate/fsdp2.py, 8)
+    r = compute(GPT_OSS, _gpt_oss(num_gpus=2, offload="optimizer+params", optimizer="adamw"))
+    assert reduce_output_pool(r) == _segment(GPT_OSS_BLOCK) + _segment(GPT_OSS_ROOT) == 1_983_905_792
+    # the whole gradients autograd makes are the default stream's: no sharded gradient pool
+    assert gradient_pool(r, {p.phase.value: dict(p.parts) for p in r.phases}) == 0
+    e = estimate(r.sc)
+    text = " ".join(e.assumptions)
+    assert "1.85 GiB of FSDP2 reduce-scatter outputs cached on its reduce-scatter stream" in text
+    assert "sharded gradients cached" not in text
+
+
+def test_accumulated_micro_batches_add_outputs_beside_the_held_shards():
+    # no offload, 8 GPUs: the first micro-batch's outputs are the held shards; the second's are added into them and
+    # dropped, one block's 1/8 and the root's 1/8 beside the shards; one micro-batch keeps every output
+    two = compute(GPT_OSS, _gpt_oss(num_gpus=8, optimizer="adamw-8bit-torchao"))
+    assert reduce_output_pool(two) == _segment(GPT_OSS_BLOCK // 8 * 2) + _segment(GPT_OSS_ROOT // 8 * 2) == 499_122_176
+    assert reduce_output_pool(compute(GPT_OSS, _gpt_oss(num_gpus=8, grad_accum=1))) == 0
+    # FSDP1 (flat parameters, its own streams) is not this path
+    assert reduce_output_pool(compute(GPT_OSS, _gpt_oss(num_gpus=8, fsdp_version="1"))) == 0

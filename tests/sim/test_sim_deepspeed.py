@@ -190,13 +190,16 @@ def test_optimizer_step_holds_the_flat_and_fp32_gradient_partitions(runs, model_
     """The step flattens this rank's 16-bit gradient partition (ZeRO-3: per sub-group) and casts it to fp32, both
     alive in the cast (DeepSpeed 0.19.8 stage_1_and_2.py step, stage3.py _prepare_fp32_grad_for_sub_group); ZeRO-1
     frees the gradients outside its partition first (``free_grad_in_param_list(self.params_not_in_partition[i])``).
-    The engine's step less its allocator slack (1.0-1.5 MB) and the estimator's agree within 0.5 %."""
+    The engine's step less its allocator slack and the estimator's agree within 0.5 %. The slack (1.0-1.5 MB: the
+    16-bit partition buffer charged a whole cached block) is gone under HF's template config: with overlap_comm the
+    engine makes that buffer on its reduction stream (sim/deepspeed_zero.py side_reduction_stream), in a segment
+    of its own."""
     sim = next(p for p in runs[stage].phases if p.phase == "optimizer-step")
     est = next(p for p in estimate(_scenario(model_path, stage)).phases if p.phase == "optimizer-step")
     partition = estimate(_scenario(model_path, stage)).model.num_params // 2
     assert dict(est.breakdown)["temporaries"] == pytest.approx((2 + 4) * partition, abs=4096)
     assert dict(est.breakdown)["gradients"] == pytest.approx(2 * partition, abs=4096)
-    slack = dict(sim.breakdown)["allocator_slack"]
+    slack = dict(sim.breakdown).get("allocator_slack", 0)
     assert est.allocated_bytes == pytest.approx(sim.allocated_bytes - slack, rel=0.005)
 
 

@@ -168,7 +168,11 @@ def _gpus_note(sc: Scenario) -> str | None:
     if sc.num_nodes > 1:
         return _nodes_note(sc)
     if 1 < sc.num_gpus <= GPUS_PER_NODE:
-        return f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure."
+        from vramfit.estimate.framework import scenario_profile
+        from vramfit.estimate.nccl import nvls_note
+
+        return (f"{sc.num_gpus} GPUs in one node with {sc.parallelism.value}; NCCL buffers counted in the device figure."
+                + nvls_note(sc, scenario_profile(sc).nccl_nvls))
     if sc.num_gpus > GPUS_PER_NODE:
         return (
             f"{sc.num_gpus} GPUs is more than one node holds ({GPUS_PER_NODE}): modelled as {sc.num_gpus} GPUs "

@@ -67,6 +67,14 @@ NCCL_LL128_BUFF = Constant(
 NCCL_CUDA_IPC_MIN = Constant(
     2 * MiB, "bytes", "NVIDIA/nccl@5067397c src/transport/p2p.cc CUDA_IPC_MIN 2097152: receive buffers aligned to it"
 )
+NCCL_NVLS_CHANNELS = Constant(
+    16, "channels",
+    "NVIDIA/nccl v2.19.3-1 src/transport/nvls.cc NCCL_PARAM(NvlsChannels, \"NVLS_NCHANNELS\", 16) (same in v2.18.1-1 to v2.21.5-1)",
+)
+NCCL_NVLS_MEM_ALIGN = Constant(
+    2 * MiB, "bytes",
+    "NVIDIA/nccl v2.19.3-1 src/transport/nvls.cc NVLS_MEM_ALIGN_SIZE (1 << 21): each NVLS buffer's head/tail area",
+)
 NCCL_CHANNELS = Constant(
     8, "channels",
     "UNCONFIRMED: NVIDIA/nccl@5067397c src/graph/search.cc picks 2-32 channels by topology; 8 assumed for one NVLink node",

@@ -29,12 +29,13 @@ from vramfit.estimate.fsdp2 import (
     tail_gather_output,
 )
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
+from vramfit.estimate.loss import projection_stage
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
-from vramfit.scenario import Checkpointing, Loss, Method, Parallelism
+from vramfit.scenario import Checkpointing, Method, Parallelism
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -116,11 +117,11 @@ def gradients(step: Step) -> Iterator[Contribution]:
 
     One cross-entropy: the output layer's weight gradient is made after the fp32 logits gradients
     are freed (nll_loss_backward, _log_softmax_backward_data, then MmBackward), so it belongs to the
-    block phase; chunked: the first chunk's matmul backward creates it while the other chunks' saved
-    logits are still alive. The block phase sits at the top or the lowest block (:func:`_block_position`)."""
+    block phase; chunked: after every chunk's cross-entropy backward, beside the remaining chunks' logit
+    gradients (:func:`_loss_backward`). The block phase sits at the top or the lowest block (:func:`_block_position`)."""
     all_grads, held, head = step.parts.gradients, step.held_grads, step.head_grad
     yield Contribution("gradients", F, held)
-    yield Contribution("gradients", BL, held + (head if step.sc.loss is Loss.CHUNKED else 0))
+    yield Contribution("gradients", BL, held + _loss_backward(step)[1])
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
     yield Contribution("gradients", BV, tower_position(step)[0])
@@ -153,12 +154,23 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("autocast_copies", BB, _block_position(step)[2])
 
 
+def _loss_backward(step: Step) -> tuple[int, int]:
+    """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
+    (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
+    head = step.head_grad
+    if not head and step.lm_head_trainable and step.sc.method is Method.FULL:
+        # gradients held between micro-batches take the sum only after the buffer has made it whole
+        head = round_allocation((step.spec.lm_head_params or step.spec.embedding_params) * _grad_bytes(step))
+    proj_logits, proj_grads = projection_stage(step.spec, step.sc, step.profile, head)
+    return max((step.loss.backward_peak, 0), (proj_logits + step.loss.kept, proj_grads), key=sum)
+
+
 def logits_loss(step: Step) -> Iterator[Contribution]:
     """The loss's tensors; logits a loop keeps (``loss.kept``) stay through backward and the optimizer step."""
     kept = step.loss.kept
     # FSDP2: forward's high point is the logits or a block's all-gathers, not both (estimate/fsdp2.py)
     yield Contribution("logits_loss", F, 0 if forward_at_logits(step) is False else step.loss.forward_peak)
-    yield Contribution("logits_loss", BL, step.loss.backward_peak)
+    yield Contribution("logits_loss", BL, _loss_backward(step)[0])
     yield Contribution("logits_loss", BB, kept)
     yield Contribution("logits_loss", BE, step.loss.held + kept)
     yield Contribution("logits_loss", BT, kept)
@@ -173,11 +185,12 @@ def communication(step: Step) -> Iterator[Contribution]:
     at_loss = comm - blocks_freed_at_loss(step)
     staging = offload_grad_staging(step.spec, step.sc, step.profile)  # ZeRO-1/2 offload: kept from init on
     late = comm - staging if ipg_made_in_backward(step.sc) else 0  # ZeRO-1/2 buckets: from the first gradient hook on
+    late_at_loss = 0 if step.profile.ds_ipg_at_backward_start else late  # DeepSpeed < 0.17.2: from backward() start
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
     yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
-    yield Contribution("comm_buffers", BL, at_loss - late - fwd_root + prefetched_at_loss_backward(step))
+    yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
         yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)

@@ -17,9 +17,9 @@ workspaces, which a real load does not have yet (the first matmul makes them): a
 (estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten):
 :func:`flatten_events` replays them into the ZeRO-2 step's allocator replay (estimate/zero2_step.py
 ``zero2_step_reserved``), where they count in the reserved figure and, left wholly free, not in the required one (a
-card without room gets them back). Releases before 0.19.0 always flatten on the host (v0.16.2 stage_1_and_2.py
-l. 320-329: ``move_to_cpu(self.bit16_groups[i])`` then ``empty_cache()``; profile ``ds_flattens_on_host``, release
-deepspeed-0.18): no original is left cached there.
+card without room gets them back). Releases before 0.18.7 (PR #7828) always flatten on the host (v0.16.2
+stage_1_and_2.py l. 320-329: ``move_to_cpu(self.bit16_groups[i])`` then ``empty_cache()``; profile
+``ds_flattens_on_host``, releases deepspeed-0.8/0.16/0.18): no original is left cached there.
 """
 
 from __future__ import annotations

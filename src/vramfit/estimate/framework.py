@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
+from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
     ForcedFp32,
@@ -34,6 +35,8 @@ _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module
 # torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
 # (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
 _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+# DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
+_DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -114,6 +117,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
+            FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
+                             "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
+                             (("nccl_nvls", NCCL_2_18_TO_2_20),)),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
@@ -146,12 +152,17 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                                                      Parallelism.ZERO3)))),
             FrameworkVersion("deepspeed-0.8", "DeepSpeed v0.8.3 zero/partition_parameters.py all_gather_coalesced: a "
                              "one-GPU ZeRO-3 fetch copies, then gathers (NoGatherHandle, v0.9.0 #2953); ZeRO-1/2 "
-                             "flatten on the host (as deepspeed-0.18)",
-                             (("ds_gathers_on_one_gpu", True), ("ds_flattens_on_host", True))),
-            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329 (the "
-                             "same through v0.18.9): each parameter group moved to the host and empty_cache() before "
-                             "the flatten, no flat copy beside the parameters on the GPU (flatten_on_accelerator "
-                             "arrived in v0.19.0)",
+                             "flatten on the host and make their IPG buckets at backward() start (as deepspeed-0.16)",
+                             (("ds_gathers_on_one_gpu", True), *_DS_BEFORE_0_17_2)),
+            FrameworkVersion("deepspeed-0.16", "DeepSpeed v0.9.0-v0.17.1 runtime/zero/stage_1_and_2.py: backward() "
+                             "allocates the IPG buckets before the loss's backward (v0.16.2 l. 2029-2052; the hook's "
+                             "allocation only since PR #6993, v0.17.2), and __init__ flattens each parameter group on "
+                             "the host (as deepspeed-0.18)",
+                             _DS_BEFORE_0_17_2),
+            FrameworkVersion("deepspeed-0.18", "DeepSpeed v0.17.2-v0.18.6 runtime/zero/stage_1_and_2.py __init__ (v0.16.2 "
+                             "l. 320-329, v0.18.6 the same): each parameter group moved to the host and empty_cache() "
+                             "before the flatten, no flat copy beside the parameters on the GPU (flatten_on_gpu arrived "
+                             "in v0.18.7, PR #7828); IPG buckets from the first gradient hook on (PR #6993, v0.17.2)",
                              (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",

@@ -68,6 +68,20 @@
    unit's host shards are first copied to the GPU on that stream (``_get_param_all_gather_inputs`` ->
    _fsdp_param.py l. 839-841 ``sharded_local_tensor.to(self.device, non_blocking=True)``) and stay alive until
    the output exists (``del param_all_gather_inputs`` after ``all_gather_copy_in``): taken as one block per unit.
+8. The reduce-scatter outputs' own pool. ``foreach_reduce`` allocates each unit's 1/N output on the reduce-scatter
+   stream (torch v2.7 ``with device_handle.stream(reduce_scatter_stream): reduce_output =
+   reduce_scatter_input.new_empty((reduce_scatter_output_numel,))``; v2.13.0 l. 611-612 the same through
+   ``reduce_scatter_comm.allocate``). Kept, it is the sharded gradient (the gradient pool of
+   estimate/fsdp_reserved.py). It is dropped, and its block cached on that stream for later reduce-scatters only,
+   where the shard goes to the host (``CPUOffloadPolicy``: l. 734-737 "Since the GPU sharded gradient is
+   allocated in the RS stream, we can free it here", ``new_sharded_grad.to(torch.device("cpu"), ...)``) and where
+   it is added into a held shard (6: l. 749 ``sharded_param.grad._local_tensor += new_sharded_grad``, every
+   micro-batch but the first).
+   Those transient outputs, one unit at a time in backward order, replayed through the caching allocator, are the
+   stream's segments beyond the held shards (:func:`reduce_output_pool`): a block's and, where larger, the last
+   unit's. Offloaded, the stream holds no gradient: autograd's whole ones are the default stream's.
+9. The end of backward's default-stream segments (the embedding's gradient, the last unit's flat input): see
+   estimate/fsdp2_end.py.
 """
 
 from __future__ import annotations
@@ -166,6 +180,40 @@ def allgather_pool_idle(step: Step) -> int:
     for n in units[1:1 + step.spec.num_hidden_layers][::-1] + (units[:1] if split_root(step) else []):
         a.free(gather(n))
     return max(0, a.stats.peak_reserved - units[1])
+
+
+def _reduce_outputs(step: Step) -> list[int]:
+    """Bytes of each unit's reduce-scatter output in backward order (module docstring, 1, 4, 8): the output layer's
+    own unit first where it has one (accelerate's tail with the final norm, torchtune's output), the blocks, then
+    the last unit (:func:`_units`)."""
+    spec, world, per = step.spec, step.sc.shard_group, _reduce_bytes(step)
+    block, last = _units(step)
+    first = 0
+    if not (step.profile.fsdp_root_gathered and not split_root(step)):
+        first = _padded(spec.lm_head_params, spec.vocab_size, world) + (spec.final_norm_params if split_root(step)
+                                                                        else 0)
+    return [-(-n // world) * per for n in (first, *[block] * spec.num_hidden_layers, last) if n]
+
+
+def reduce_output_pool(step: Step) -> int:
+    """Reserved bytes of FSDP2's reduce-scatter stream beyond the sharded gradients held there (module docstring,
+    8): its transient outputs replayed through the caching allocator, each freed before the next unit's is made;
+    0 where every output is kept (one micro-batch, shards on the GPU) or FSDP2 full fine-tuning does not apply."""
+    if not _applies(step) or not step.spec.num_hidden_layers:
+        return 0
+    if step.sc.offload is not Offload.OPTIMIZER_PARAMS and not accumulates_shards(step.sc, step.profile):
+        return 0
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    a = CachingAllocatorModel()
+    for n in _reduce_outputs(step):
+        a.free(a.malloc(n))
+    return a.stats.peak_reserved
+
+
+def shards_offloaded(step: Step) -> bool:
+    """FSDP2 under ``CPUOffloadPolicy``: the reduce-scatter stream keeps no sharded gradient (module docstring, 8)."""
+    return _runs_fsdp2(step) and step.sc.offload is Offload.OPTIMIZER_PARAMS
 
 
 def fsdp2_notes(sc, profile) -> list[str]:
@@ -328,7 +376,7 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["accumulates_shards", "allgather_pool_idle", "fsdp2_notes", "prefetched_at_loss_backward", "split_root",
+__all__ = ["accumulates_shards", "allgather_pool_idle", "reduce_output_pool", "shards_offloaded", "fsdp2_notes", "prefetched_at_loss_backward", "split_root",
            "root_resharded", "tail_gather_output",
            "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
            "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

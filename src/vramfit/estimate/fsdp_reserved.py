@@ -197,8 +197,10 @@ GRADS_ON_SIDE_STREAM = frozenset({Parallelism.FSDP, Parallelism.FSDP_GRAD_OP})
 def gradient_pool(r, phases: dict[str, dict[str, int]]) -> int:
     """Bytes of sharded gradients cached on the reduce-scatter stream: the most any phase holds
     (0 unless the parallelism reduce-scatters on a side stream across several GPUs)."""
-    if r.sc.parallelism not in GRADS_ON_SIDE_STREAM or r.sc.shard_group < 2:
-        return 0
+    from vramfit.estimate.fsdp2 import shards_offloaded
+
+    if r.sc.parallelism not in GRADS_ON_SIDE_STREAM or r.sc.shard_group < 2 or shards_offloaded(r):
+        return 0  # offloaded FSDP2 shards go to the host: the stream caches outputs only (estimate/fsdp2.py, 8)
     return max((parts.get("gradients", 0) for parts in phases.values()), default=0)
 
 
@@ -209,13 +211,18 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     the single-stream figure. The default stream's high-water is every phase without its sharded
     gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
     """
-    from vramfit.estimate.fsdp2 import allgather_pool_idle
+    from vramfit.estimate.fsdp2 import allgather_pool_idle, reduce_output_pool
+    from vramfit.estimate.fsdp2_end import end_of_backward_segments
 
+    if opened := end_of_backward_segments(r):  # beyond the blocks' segments, all still cached (estimate/fsdp2_end.py)
+        block = sum(phases["backward-block"].values()) if "backward-block" in phases else allocated
+        reserved = max(reserved, block + (reserved - allocated) + opened)
     pool = gradient_pool(r, phases)
     if pool:
         default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
     reserved += allgather_pool_idle(r)  # FSDP2's all-gather copy-in stream (estimate/fsdp2.py, 7)
+    reserved += reduce_output_pool(r)  # and its reduce-scatter stream's transient outputs (estimate/fsdp2.py, 8)
     floor = host_wrap_floor(r)
     if not floor:
         return reserved
@@ -235,6 +242,16 @@ def fsdp_reserved_notes(r, reserved: int) -> list[str]:
     if 100 * pool >= reserved > 0:
         out.append(f"Reserved includes {pool / 2**30:,.2f} GiB of sharded gradients cached on FSDP's reduce-scatter "
                    "stream: after zero_grad their blocks serve only later reduce-scatters, not the forward.")
+    from vramfit.estimate.fsdp2 import reduce_output_pool
+    from vramfit.estimate.fsdp2_end import end_of_backward_segments
+
+    if 100 * (opened := end_of_backward_segments(r)) >= reserved > 0:
+        out.append(f"Reserved includes {opened / 2**30:,.2f} GiB of segments the end of backward opens: the input "
+                   "embedding's gradient and the last FSDP2 unit's flat reduce-scatter input are larger than any "
+                   "block the step freed before them.")
+    if 100 * (outputs := reduce_output_pool(r)) >= reserved > 0:
+        out.append(f"Reserved includes {outputs / 2**30:,.2f} GiB of FSDP2 reduce-scatter outputs cached on its "
+                   "reduce-scatter stream (each dropped once copied to the host or added into the held shard).")
     # the loop's own empty_cache after the wrap (fsdp1_empty_cache_after_wrap) leaves only free remainders
     # of segments that hold a shard, which no empty_cache returns
     release = ("the loop's torch.cuda.empty_cache() after wrapping has returned the segments left wholly free"

@@ -37,6 +37,26 @@ def logits_bytes_per_element(sc: Scenario, profile: FrameworkProfile) -> int:
     return 2
 
 
+def projection_stage(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, head_grad: int) -> tuple[int, int]:
+    """(logits bytes, output-weight gradient bytes) when the chunked loss backward reaches the output projections.
+
+    torchtune's CEWithChunkedOutputLoss takes the n logit chunks the model made (torchtune@1814feb17
+    modules/transformer.py ``chunked_output``: every ``self.output(chunk)`` runs in the model's forward, before the
+    loss's n cross-entropies), so each cross-entropy node has a higher sequence number than every projection's
+    MmBackward, and autograd's ready queue pops the highest first (torch v2.5.0 torch/csrc/autograd/engine.h
+    ``CompareNodeTaskTime``): all n cross-entropy backwards run, leaving n logit gradients in the logits dtype,
+    before the first projection's. The weight's n contributions meet in its AccumulateGrad node's input buffer
+    (input_buffer.cpp ``accumulate``: in place into the first), so the second projection's backward holds the
+    buffered gradient, its own new one and n - 1 logit gradients; the first holds n and one weight gradient.
+    The cross-entropy stage before it holds no weight gradient (tests/estimate/test_loss_order.py traces the real
+    engine on the CPU). (0, 0) for other losses or a frozen output layer."""
+    if sc.loss is not Loss.CHUNKED or not head_grad:
+        return 0, 0
+    n = TORCHTUNE_OUTPUT_CHUNKS.value
+    g = logits_bytes_per_element(sc, profile) * -(-sc.micro_batch_size * sc.seq_len * vocab_rows(spec) // n)
+    return max(((n - 1) * g, 2 * head_grad), (n * g, head_grad), key=sum)
+
+
 def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:
     """How many times the output layer runs per micro-batch: once per 128-token chunk under lit-gpt's
     chunked head (lit-gpt@8641822 lit_gpt/lora.py GPT.forward: ``[self.lm_head(x_i) for x_i in

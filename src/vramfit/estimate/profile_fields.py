@@ -12,6 +12,7 @@ from typing import Any
 
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import AllocatorConf
+from vramfit.estimate.nccl import NvlsBuffers
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Parallelism, Precision
 
@@ -308,10 +309,18 @@ class FrameworkProfile:
     # DeepSpeed < 0.9.0 gathers ZeRO-3 parameters on one GPU too: an offloaded one is copied to the GPU, then gathered
     # into a second buffer (v0.8.3 zero/partition_parameters.py all_gather_coalesced; NoGatherHandle since v0.9.0 #2953)
     ds_gathers_on_one_gpu: bool = False
-    # DeepSpeed < 0.19.0 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
+    # DeepSpeed < 0.18.7 ZeRO-1/2 move each parameter group to the host and empty the cache before flattening it
     # (v0.16.2 runtime/zero/stage_1_and_2.py __init__ l. 320-329: ``param.cpu_data = param.data.cpu()``,
-    # ``empty_cache()``); 0.19.0 flattens on the accelerator when it has the room (estimate/ds_load.py)
+    # ``empty_cache()``; v0.8.3 l. 302 and v0.12.0 l. 318 ``move_to_cpu(self.bit16_groups[i])``, the same through
+    # v0.18.6); v0.18.7 (PR #7828, 84af82212) flattens on the accelerator when it has the room (estimate/ds_load.py)
     ds_flattens_on_host: bool = False
+    # DeepSpeed < 0.17.2 ZeRO-1/2 allocate the IPG reduction buckets at the start of the optimizer's backward(), before
+    # the loss's backward runs (v0.16.2 runtime/zero/stage_1_and_2.py backward l. 2029-2052: ``buf_0 =
+    # torch.empty(int(self.reduce_bucket_size), ...)``, ``buf_1`` with overlap_comm, then ``loss.backward``; the same
+    # in v0.8.3, v0.9.0, v0.10.0, v0.12.0, v0.14.0, v0.15.0, v0.17.0, v0.17.1 backward -> backward_prologue); PR #6993
+    # (ed5f73755, in v0.17.2) dropped that call, leaving the first gradient hook's (process_gradients ->
+    # backward_prologue, renamed setup_buckets by PR #7665 in v0.18.3): live at the loss's backward only when True
+    ds_ipg_at_backward_start: bool = False
     # what compile: true covers (torchtune v0.4.0 recipes compile model and loss; torchtitan@9dec370
     # compiles each block, loss eager: one CompileScope member each)
     compile_scope: CompileScope = CompileScope.MODEL_AND_LOSS
@@ -385,3 +394,7 @@ class FrameworkProfile:
     # stay reserved (estimate/nf4_load.py; pytorch/torchtune@0914d5cfb recipes/lora_finetune_single_device.py,
     # pytorch/ao@v0.1 torchao/dtypes/nf4tensor.py quantize_tensor_nearest)
     nf4_load_on_gpu: bool = False
+    # the NCCL release under the profile's torch, where it sets NVLS buffers up with each communicator on NVSwitch
+    # nodes (estimate/nccl.py NvlsBuffers: NCCL 2.18-2.20); None: NCCL >= 2.22 (torch >= 2.7) makes them only when an
+    # NVLS algorithm first runs (NVIDIA/nccl v2.22.3-1 src/init.cc RUNTIME_CONNECT default 1), not counted
+    nccl_nvls: NvlsBuffers | None = None

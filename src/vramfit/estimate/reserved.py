@@ -11,16 +11,9 @@ from vramfit.estimate.allocator import (
     transient_required,
     transient_reserved,
 )
-from vramfit.estimate.constants import (
-    CUDA_CONTEXT,
-    K_ROUND_LARGE,
-    NCCL_CHANNELS,
-    NCCL_CUDA_IPC_MIN,
-    NCCL_LL128_BUFF,
-    NCCL_LL_BUFF,
-    NCCL_SIMPLE_BUFF,
-)
+from vramfit.estimate.constants import CUDA_CONTEXT, K_ROUND_LARGE
 from vramfit.estimate.core import Parts
+from vramfit.estimate.nccl import nccl_bytes
 from vramfit.scenario import Scenario
 
 
@@ -57,12 +50,7 @@ def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, la
 
 
 def process_bytes(sc: Scenario) -> tuple[int, int]:
-    """CUDA context and NCCL buffers: outside PyTorch's allocator, in nvidia-smi's figure."""
-    ctx = CUDA_CONTEXT.value
-    nccl = 0
-    if sc.num_gpus > 1:
-        per_peer = NCCL_SIMPLE_BUFF.value + NCCL_LL_BUFF.value + NCCL_LL128_BUFF.value
-        ipc_min = NCCL_CUDA_IPC_MIN.value
-        aligned = -(-per_peer // ipc_min) * ipc_min  # ALIGN_SIZE(recvSize, CUDA_IPC_MIN)
-        nccl = NCCL_CHANNELS.value * 2 * aligned  # ring: a receive buffer from each of 2 neighbours
-    return ctx, nccl
+    """CUDA context and NCCL buffers: outside PyTorch's allocator, in nvidia-smi's figure (estimate/nccl.py)."""
+    from vramfit.estimate.framework import scenario_profile
+
+    return CUDA_CONTEXT.value, nccl_bytes(sc, scenario_profile(sc).nccl_nvls)

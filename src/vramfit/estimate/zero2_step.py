@@ -18,6 +18,34 @@ def zero12_norm_piece(spec, partition_numel: int) -> int:
     return min(largest_weight(spec), partition_numel)
 
 
+def partition_grads_on_side_stream(r) -> bool:
+    """Whether ZeRO-2 makes this GPU's 16-bit gradient partition on its reduction stream: with ``overlap_comm`` and
+    ``contiguous_gradients`` (the config resolved as HF does, :func:`vramfit.estimate.deepspeed.resolve`).
+
+    DeepSpeed v0.16.2 runtime/zero/stage_1_and_2.py ``reduce_ipg_grads`` (l. 1375-1404; the same in v0.18.9 and
+    0.19.8): ``if self.overlap_comm: stream = self.reduction_stream`` (a ``get_accelerator().Stream()`` on a GPU,
+    l. 425), then ``with get_accelerator().stream(stream):`` ... ``self.copy_grads_in_partition(param)``, whose first
+    call makes the buffer, ``self.grads_in_partition = torch.empty(int(total_size), dtype=self.dtype, ...)``
+    (l. 1345). The caching allocator files a block under the stream it was allocated on and serves a request only
+    from its own stream's free blocks (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp: "Once freed,
+    blocks can be re-allocated on the same stream, but not on any other stream"; the model:
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`), so the segment that buffer opened stays the
+    reduction stream's: freed at the step, it serves none of the step's default-stream tensors.
+
+    With gradient accumulation each micro-batch's epilogue (``independent_gradient_partition_epilogue``
+    l. 758-801) keeps ``averaged_gradients[i]`` as views of that buffer (``get_flat_partition(...,
+    return_tensor_list=True)``, then ``_release_ipg_buffers``: ``self.grads_in_partition = None``), so the next
+    micro-batch's first copy makes a second buffer beside it, adds it in (``accumulated_grad.add_``) and drops it
+    (0.19.8: ``all_grad_tensors`` the same): two partition-sized buffers on that stream."""
+    from vramfit.estimate.deepspeed import resolve
+    from vramfit.scenario import Parallelism
+
+    if r.sc.parallelism is not Parallelism.ZERO2:
+        return False
+    z = resolve(r.sc.deepspeed_config, r.spec.hidden_size, 2)
+    return z.overlap_comm and z.contiguous_gradients
+
+
 def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None,
                         required: bool = False) -> int:
     """Bytes reserved beyond ``step_allocated`` (the optimizer-step phase's allocated bytes) at DeepSpeed ZeRO-2's
@@ -44,7 +72,10 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     where they fit. ``required``: without the originals' segments left wholly free through the step: a failed
     ``cudaMalloc`` releases every wholly free cached segment and retries
     (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``), so a card
-    without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``)."""
+    without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``).
+    Under ``overlap_comm`` the 16-bit gradient buffers are the reduction stream's (:func:`partition_grads_on_side_stream`):
+    their segments serve no step tensor; ``vramfit simulate`` (its engine given that stream) agrees within 1 %
+    (tests/sim/test_sim_deepspeed_overlap.py)."""
     from vramfit.estimate.framework import OptimizerImpl
     from vramfit.scenario import Method, Offload, Optimizer, Parallelism, Precision
 
@@ -58,27 +89,33 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     from vramfit.estimate.ds_load import flatten_events
 
     load = flatten_events(r)
-    events, windows = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load)
-    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1)
+    side = partition_grads_on_side_stream(r)
+    events, windows, streams = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load,
+                                             side, sc.grad_accum)
+    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1,
+                                                streams)
     return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 
 
 @lru_cache(maxsize=1024)  # the reserved and the required figure replay the same events
-def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None, originals: int) -> tuple[int, int, int]:
+def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None, originals: int,
+                  streams: frozenset[int] = frozenset()) -> tuple[int, int, int]:
     """(peak reserved, peak live bytes in ``windows``, bytes of the segments the first ``originals`` allocations opened
     that stay wholly free through ``windows``: what ``release_cached_blocks`` gives back there) of ``events`` replayed
-    through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Only the flatten's originals are taken off:
-    the step's own cached segments stay counted, as in the reserved figure (the planner's search assumes the figure
-    grows with the micro-batch and falls with a fused loss, which reusing the loss's cached segments would break)."""
+    through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Only the flatten's originals and the reduction
+    stream's segments are taken off: the step's own cached segments stay counted, as in the reserved figure (the
+    planner's search assumes the figure grows with the micro-batch and falls with a fused loss, which reusing the
+    loss's cached segments would break). ``streams``: the allocations (1-based, in order) made on the reduction
+    stream, whose pool no default-stream request can take from (``release_cached_blocks`` frees every stream's)."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     model, blocks, sizes, live, at_step, released, segs = CachingAllocatorModel(conf), [], [], 0, 0, None, set()
     for i, ev in enumerate(events):  # live: the step's bytes at 512-byte rounding (master and states included)
         if ev >= 0:
-            blocks.append(model.malloc(ev))
+            blocks.append(model.malloc(ev, 1 if len(blocks) + 1 in streams else 0))
             sizes.append(round_allocation(ev))
             live += sizes[-1]
-            if len(blocks) <= originals and blocks[-1] is not None:
+            if (len(blocks) <= originals or len(blocks) in streams) and blocks[-1] is not None:
                 segs.add(blocks[-1].seg)
         else:
             model.free(blocks[-ev - 1])
@@ -90,7 +127,8 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
 
 
 def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool,
-                  load: list[int] | None = None) -> tuple[list[int], list]:
+                  load: list[int] | None = None, side: bool = False,
+                  accum: int = 1) -> tuple[list[int], list, frozenset[int]]:
     """``load`` (the flatten's events, estimate/ds_load.py ``flatten_events``; its allocations kept or freed there), the
     model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
     the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
@@ -99,6 +137,9 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
     cached for the steps to reuse. Each step: the loss's tensors, the 16-bit gradient buffer, the norm's float64
     copy, the flat 16-bit copy and its fp32 cast, both 16-bit ones dropped, the states (first step:
     torch/optim/adamw.py ``_init_group`` ``zeros_like`` twice), foreach AdamW's sqrt copy, the fp32 gradient dropped.
+    With ``accum`` > 1 every micro-batch after the first makes a second 16-bit buffer while the first one's views
+    hold the sum (:func:`partition_grads_on_side_stream`) and drops it at the end of its backward. ``side``: both
+    16-bit gradient buffers are made on the reduction stream (the third value: their allocation numbers).
     """
     ev: list[int] = list(load or ())
     count = sum(1 for e in ev if e >= 0)
@@ -113,13 +154,26 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
     alloc(4 * group)  # the fp32 master partition, kept
     ev.append(-clone)
     ev.append(-alloc(4 * group))  # the zero gradient of initialize_optimizer_states, made and dropped
-    windows = []
-    for first in (True, False):
+    windows, on_side = [], set()
+
+    def loss() -> None:
+        nonlocal count
         base = count
         ev.extend(e if e >= 0 else e - base for e in loss_events)
         count += sum(1 for e in loss_events if e >= 0)
+
+    for first in (True, False):
+        loss()
         start = len(ev)
         grads = alloc(c * group)
+        on_side.add(grads)
+        if accum > 1:  # a later micro-batch: its own buffer beside the sum, dropped once added in
+            windows.append((start, len(ev)))
+            loss()
+            second = alloc(c * group)
+            on_side.add(second)
+            ev.append(-second)
+            start = len(ev)
         ev.append(-alloc(norm))
         flat, fp32 = alloc(c * group), alloc(4 * group)
         ev.extend((-flat, -grads))
@@ -130,4 +184,4 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
             ev.append(-alloc(4 * group))
         ev.append(-fp32)
         windows.append((start, len(ev)))
-    return ev, windows
+    return ev, windows, frozenset(on_side) if side else frozenset()

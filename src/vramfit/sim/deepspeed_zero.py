@@ -199,6 +199,13 @@ def gpu_labelled_accelerator() -> Iterator[None]:
             # (stage_1_and_2.py flatten_on_accelerator; estimate/ds_load.py takes the same with no card named)
             return ROOMY_CARD
 
+        def stream(self, stream: Any) -> Any:
+            # a stream context as CUDA's: torch.cpu.stream switches torch.cpu.current_stream(), which the tracker
+            # books each allocation under (sim/trace.py streams); the CPU accelerator's own is a no-op
+            if isinstance(stream, torch.cpu.Stream):
+                return torch.cpu.stream(stream)
+            return super().stream(stream)
+
     saved = real_accelerator.ds_accelerator
     real_accelerator.ds_accelerator = GpuLabelled()
     try:
@@ -291,6 +298,7 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
         optimizer, text = make_optimizer(sc, built.trainable_parameters(), tracker)
         with ScalarValues():
             engine = initialize(deepspeed, built.model, optimizer, config)
+        side_reduction_stream(engine)
         _book_parameters(built.model, tracker)
         try:
             _ds_loop(engine, built, sc, tracker, progress, workspaces, StepPhase)
@@ -298,6 +306,17 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
             tracker.close()
         num_params, num_trainable = _count_params(built)
     return StepResult(tracker.trace, num_params, num_trainable, [text, *assumptions(sc, config)])
+
+
+def side_reduction_stream(engine: Any) -> None:
+    """ZeRO-1/2's reduction stream as on a GPU: DeepSpeed 0.19.8 stage_1_and_2.py l. 599 makes it only where the
+    accelerator is not a synchronized device (``get_accelerator().Stream()``; the CPU accelerator answers None), and
+    with ``overlap_comm`` runs ``copy_grads_in_partition`` under it (``reduce_ipg_grads``), so the partition's
+    gradient buffer is that stream's allocation. The CPU accelerator still resolves data dependencies, so no
+    ``wait_stream``/``record_stream`` is issued; only the allocation's stream differs."""
+    zopt = engine.optimizer
+    if getattr(zopt, "overlap_comm", False) and hasattr(zopt, "reduction_stream") and zopt.reduction_stream is None:
+        zopt.reduction_stream = torch.cpu.Stream()
 
 
 def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
