@@ -186,6 +186,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("llama-recipes-2023", "meta-llama/llama-recipes@e5970e2e (2023-07-25) llama_finetuning.py "
+                             "l. 93-97: LlamaForCausalLM.from_pretrained without use_cache (config.use_cache stays True), "
+                             "policies/activation_checkpointing_functions.py: torch's checkpoint_wrapper (NO_REENTRANT) on "
+                             "every LlamaDecoderLayer, so transformers builds and returns the KV cache (profile_fields.py "
+                             "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
+                             "when training with FSDP')",
+                             (("returns_kv_cache", True),)),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "

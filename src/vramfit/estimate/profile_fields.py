@@ -278,6 +278,12 @@ class FrameworkProfile:
     # `chosen_logits, rejected_logits = all_logits.split(batch_size, dim=0)` (views) are held by
     # get_batch_loss_metrics (:289-290) while compute_reference_log_probs runs (:293); TRL reduces them to means
     keeps_policy_logits: bool = False
+    # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
+    # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
+    # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),
+    # l. 658-663 (forced off only under self.gradient_checkpointing), l. 324 and 704-705 (each layer's post-rotary
+    # k and v appended to next_decoder_cache, returned as past_key_values); estimate/loss.py returned_cache_bytes
+    returns_kv_cache: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""
