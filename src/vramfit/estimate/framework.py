@@ -16,6 +16,7 @@ from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
+    ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,
     LossLayout,
