@@ -37,6 +37,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    QuantizeVision,
     Reference,
     ShardScope,
     Stage,
@@ -118,6 +119,7 @@ class Scenario:
     image_width: int = 448
     frames_per_sample: int = 0  # vision-language models: video frames in each sequence, image_height x image_width
     freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
+    quantize_vision: QuantizeVision = QuantizeVision.AUTO  # QLoRA: the tower and projector in the quantized base
     moe_kernel: MoeKernel = MoeKernel.NONE  # what runs the MoE experts: the model's own forward or a hub kernel
 
     @property
@@ -286,7 +288,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, transformers-4.55, peft-0.11, axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, transformers-4.55, peft-0.11, axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
           "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "
@@ -320,6 +322,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
           "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
           ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),
+    Field("quantize_vision", CH, "QLoRA on a vision-language model: quantize the vision tower and projector too? "
+          "auto = as the framework does (hf: yes, bitsandbytes replaces every linear but the head; unsloth: no, its "
+          "dynamic 4-bit checkpoints keep the vision layers 16-bit).",
+          ("Quantize the vision tower", "Quantizar a torre de visão"), choices=QuantizeVision),
     Field("moe_kernel", CH, "Mixture-of-experts: what runs the experts? none = the model's own forward at the framework "
           "version (transformers-4.55 gpt-oss: a per-expert loop that copies each expert's weights); megablocks = the "
           "kernels hub's MegaBlocksMoeMLP (use_kernels=True on a model loaded on the GPU).",

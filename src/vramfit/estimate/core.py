@@ -27,7 +27,7 @@ from vramfit.estimate.state import (
     sharding_for,
 )
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS, torchao_step_bytes
-from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
+from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters, vision_quantized
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Checkpointing,
@@ -84,7 +84,7 @@ def _is_quantized_linear(
     if sc.quantize is Quantize.NONE:
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
-        return True  # exactly nn.Linear in every tower the readers describe
+        return vision_quantized(sc, profile)  # exactly nn.Linear in every tower the readers describe
     if t.kind == "expert":
         return experts_quantized(sc, profile)
     if t.kind == "linear":

@@ -16,6 +16,7 @@ from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
+    ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,
     LossLayout,
@@ -185,6 +186,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
                               ("keeps_policy_logits", True))),
+            FrameworkVersion("llama-recipes-2023", "meta-llama/llama-recipes@e5970e2e (2023-07-25) llama_finetuning.py "
+                             "l. 93-97: LlamaForCausalLM.from_pretrained without use_cache (config.use_cache stays True), "
+                             "policies/activation_checkpointing_functions.py: torch's checkpoint_wrapper (NO_REENTRANT) on "
+                             "every LlamaDecoderLayer, so transformers builds and returns the KV cache (profile_fields.py "
+                             "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
+                             "when training with FSDP')",
+                             (("returns_kv_cache", True),)),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "
@@ -274,6 +282,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
+        keeps_previous_graph=True,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -292,7 +301,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "shuffled DataLoader, the longest sample not forced first",
                 # litgpt@0077627 litgpt/finetune/lora.py fit(): `batch = next(train_iterator)` (CycleIterator over
                 # the DataLoader); get_longest_seq_length only sets model.max_seq_length
-                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False)),
+                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False),
+                 # litgpt@0077627 and @5895df10 litgpt/model.py RMSNorm.forward: `x = x.float()`, then
+                 # `x_normed = x * torch.rsqrt(norm_x + self.eps)` and `.to(dtype=dtype)` (lit-gpt@8641822
+                 # lit_gpt/rmsnorm.py computes in the input dtype): the fp32 input is saved (estimate/norms.py)
+                 ("rmsnorm_upcast", True)),
             ),
         ),
     ),

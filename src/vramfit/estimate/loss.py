@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Loss, Method, Precision, Scenario
+from vramfit.scenario import Checkpointing, Loss, Method, Precision, Scenario
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class LossMemory:
     backward_peak: int  # extra at the high point of the loss backward (saved included)
     detail: str
     held: int = 0  # still alive at the end of backward (logits the training loop keeps referenced)
-    kept: int = 0  # the model's returned logits, kept by the loop through backward and the optimizer step
+    kept: int = 0  # the model's returned logits (and KV cache), kept by the loop through backward and the optimizer step
+    cache: int = 0  # the KV cache the model returns (estimate/loss.py returned_cache_bytes), in forward_peak and kept
 
 
 def vocab_rows(spec: ModelSpec) -> int:
@@ -78,15 +79,26 @@ def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
 
 
 def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
-    """The loss's figures (:func:`step_loss`), plus the logits a loop that ``keeps_outputs`` holds on to."""
+    """The loss's figures (:func:`step_loss`), plus the logits (and any KV cache) a loop that ``keeps_outputs``
+    holds on to; a returned KV cache (:func:`returned_cache_bytes`) is alive while the loss is computed."""
     m = step_loss(spec, sc, profile)
-    kept = returned_logits_bytes(spec, sc, profile) if sc.keeps_outputs and not m.held else 0
+    cache = returned_cache_bytes(spec, sc, profile)
+    if cache:
+        # meta-llama/llama-recipes@e5970e2e utils/train_utils.py l. 88 `loss = model(**batch).loss`: the output and
+        # its past_key_values are dropped once the forward, loss included, has returned
+        m = replace(m, forward_peak=m.forward_peak + cache, cache=cache,
+                    detail=m.detail + "; the returned KV cache is alive until the forward returns")
+    logits = returned_logits_bytes(spec, sc, profile) if sc.keeps_outputs and not m.held else 0
+    kept = logits + (cache if sc.keeps_outputs else 0)
     if not kept:
         return m
     # e.g. AnswerDotAI/fsdp_qlora@4cd6923 train.py: `output = model(...)` (l. 841) is set to None only after
-    # optimizer.step() (l. 894), so output.logits outlives the loss backward, every block's backward and the step
+    # optimizer.step() (l. 894), so output.logits outlives the loss backward, every block's backward and the step;
+    # llama-recipes@1e0f8a1f (before PR #41) utils/train_utils.py `outputs = model(**batch)` keeps its
+    # past_key_values too, until the next step's forward reassigns it
+    what = "logits and KV cache" if cache else "logits"
     return replace(m, backward_peak=m.backward_peak + kept, kept=kept,
-                   detail=m.detail + "; the loop keeps the returned logits until after the optimizer step")
+                   detail=m.detail + f"; the loop keeps the returned {what} until after the optimizer step")
 
 
 def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -97,6 +109,21 @@ def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         return 0
     upcast = sc.loss is Loss.STANDARD and profile.standard_loss in _MODEL_UPCASTS
     return (4 if upcast else logits_bytes_per_element(sc, profile)) * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
+
+
+def returned_cache_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the KV cache the model returns in training when the recipe leaves ``use_cache`` on
+    (``profile.returns_kv_cache``): every layer's post-rotary k and v, [batch, kv heads, seq, head_dim] in the
+    compute dtype, stored before repeat_kv (transformers v4.31.0 models/llama/modeling_llama.py l. 324
+    ``past_key_value = (key_states, value_states) if use_cache else None``, then l. 327-328 repeat_kv). Extra
+    memory only where whole blocks are recomputed (full or offloaded checkpointing: the checkpointed forward
+    saves none of the layer's tensors, so the cache is the only reference to them, and the backward's recompute
+    makes new ones); without checkpointing they are the k/v the attention saved for backward anyway (GQA's
+    pre-repeat copy there is not modelled)."""
+    if not profile.returns_kv_cache or sc.gradient_checkpointing not in (Checkpointing.FULL, Checkpointing.OFFLOAD):
+        return 0
+    per_layer = sc.micro_batch_size * sc.seq_len * spec.num_key_value_heads * (spec.head_dim + spec.v_dim)
+    return spec.num_hidden_layers * per_layer * sc.precision.compute_bytes
 
 
 #: the layouts whose model returns fp32 logits (``logits.float()`` / ``self.output(h).float()`` in the model)

@@ -51,6 +51,7 @@ from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
+from vramfit.estimate.vision import tower_autocast_copies
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.estimate.zero2_step import zero12_norm_piece
 from vramfit.gpus import GPU, Arch
@@ -431,6 +432,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
             and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
+        autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
         lowest_autocast = autocast_block_copies(cast, sc)
         head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
                                         head_calls(sc, profile))[1]

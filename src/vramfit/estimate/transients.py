@@ -66,9 +66,12 @@ def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
     from vramfit.estimate.loss import vocab_rows
 
     unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
-    kept = alloc(r.loss.kept, unit)
+    # a returned KV cache (estimate/loss.py returned_cache_bytes) is counted in the allocated peak only, not replayed:
+    # its 2 x layers tensors of one size are not loss blocks (what its cached blocks serve later is not modelled)
+    c = r.loss.cache
+    kept = alloc(r.loss.kept - c * r.sc.keeps_outputs, unit)
     saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - r.loss.saved - r.loss.kept, unit))
+    free(alloc(r.loss.forward_peak - c - r.loss.saved - r.loss.kept + c * r.sc.keeps_outputs, unit))
     free(before_backward)
     grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
     free(saved + grad)
