@@ -29,6 +29,7 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     # lit-gpt's 2023 resource tables (10) and litgpt's 2024 config-hub LoRA rows on one A10G (12)
     assert lit["measured_path"] and len(lit["cases"]) == 22
-    # the config-hub QLoRA rows widen litgpt QLoRA's band to what they read: -20.8 % (Phi-3-mini) to +2.0 %
+    # the config-hub QLoRA rows read -20.8 % (Phi-3-mini) to +2.0 % before estimate/retained_graph.py (bitsandbytes
+    # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive); now -6.6 % (a 2023 resource-table row) to +5.6 % (LIT_HUB_2409-4, gemma-2b)
     q = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "framework": "litgpt"}).accuracy
-    assert len(q["cases"]) == 21 and q["error_band"] == [-0.2076, 0.02] and q["median_abs_error"] == 0.0655
+    assert len(q["cases"]) == 21 and q["error_band"] == [-0.0661, 0.0558] and q["median_abs_error"] == 0.0215
