@@ -112,9 +112,19 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
+                "transformers-4.53",
+                "transformers v4.49.0-v4.53.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); "
+                "Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 `default_optim = \"adamw_torch\"`, "
+                "trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for adamw_torch_fused), i.e. foreach",
+                (_ADAMW_TORCH_FOREACH,),
+            ),
+            FrameworkVersion(
                 "peft-0.11",
                 "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
-                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
+                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0); from v0.6.0 on (b786b884f, "
+                "2023-09-12: `self.to(weight.device, dtype=weight.dtype)`); peft <= v0.5.0 moved its fp32 nn.Linear "
+                "adapters to the device only (v0.4.0 tuners/lora.py l. 691, 716) and cast the input to them (l. 819): the "
+                "default's tensors",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
             FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
