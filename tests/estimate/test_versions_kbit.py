@@ -18,7 +18,8 @@ def _sc(**keys):
 
 def test_versions_are_validated_against_the_profile():
     assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47", "transformers-4.53",
-                                            "peft-0.11", "torch-2.2", "transformers-4.55", "axolotl-0.12", "deepspeed-0.8",
+                                            "peft-0.11", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
+                                            "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
                                             "trl-0.29", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
                                             "peft-method-comparison"]
@@ -105,3 +106,12 @@ def test_transformers_4_49_to_4_53_keep_the_new_loss_with_foreach_adamw():
     step = [{p.phase.value: dict(p.parts) for p in compute(LLAMA, s).phases}["optimizer-step"] for s in (new, old)]
     assert "temporaries" not in step[0]
     assert step[1]["temporaries"] == 2 * LLAMA.num_params == 16_060_522_496  # one bf16 copy of exp_avg_sq
+
+
+def test_bitsandbytes_before_0_43_2_keeps_the_4bit_matmul_input():
+    """bitsandbytes <= 0.43.1 MatMul4Bit `ctx.tensors = (A, B)` (removed by PR #1270, 0.43.2): without checkpointing
+    every 4-bit linear's input stays: per token and layer the q/k/v input, the gate/up input and down_proj's (4096 +
+    4096 + 14336 wide) in bf16. o_proj's is SDPA's output, saved anyway; adapters with dropout save their own input."""
+    keys = {"method": "qlora", "seq_len": 1024, "lora_dropout": 0.1, "gradient_checkpointing": "none", "kbit_prepare": "no"}
+    new, old = (compute(LLAMA, _sc(**keys, **x)).parts.activations for x in ({}, {"framework_version": "bitsandbytes-0.43"}))
+    assert old - new == 32 * 1024 * 2 * (4096 + 4096 + 14336) == 1_476_395_008

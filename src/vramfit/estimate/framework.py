@@ -130,6 +130,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
                              "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
                              (("nccl_nvls", NCCL_2_18_TO_2_20),)),
+            # bitsandbytes 0.39.0-0.43.1 autograd/_functions.py MatMul4Bit.forward `ctx.tensors = (A, B)` (0.42.0 l. 522-523;
+            # added 13c0a4dc, removed by PR #1270 = 9e753741, 2024-07-16, first released in 0.43.2): the 4-bit matmul keeps
+            # its input outside save_for_backward (estimate/activations.py q_saves, retained_graph.py)
+            FrameworkVersion("bitsandbytes-0.43", "bitsandbytes <= 0.43.1 MatMul4Bit keeps its input (ctx.tensors)",
+                             (("qlora_saves_input", True),)),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
