@@ -288,7 +288,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.47, transformers-4.55, peft-0.11, axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.47, transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
           "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "

@@ -17,10 +17,11 @@ def _sc(**keys):
 
 
 def test_versions_are_validated_against_the_profile():
-    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47",
-                                            "peft-0.11", "torch-2.2", "transformers-4.55", "axolotl-0.12", "deepspeed-0.8",
+    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47", "transformers-4.53",
+                                            "peft-0.11", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
+                                            "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
-                                            "trl-0.29", "trl-0.14", "fsdp-qlora", "llamafactory-0.9",
+                                            "trl-0.29", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
                                             "peft-method-comparison"]
     with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
         _sc(framework_version="transformers-4.30")
@@ -93,3 +94,24 @@ def test_older_releases_compose_with_plus():
     assert both.loss == compute(LLAMA, _sc(framework_version="transformers-4.44")).loss
     with pytest.raises(ScenarioError, match="framework_version"):
         _sc(framework_version="transformers-4.44+peft-0.99")
+
+
+def test_transformers_4_49_to_4_53_keep_the_new_loss_with_foreach_adamw():
+    """transformers v4.49-v4.53 (the ms-swift and axolotl rows pinned there): ForCausalLMLoss without the shifted
+    copy, but the Trainer's default optim is still adamw_torch (foreach), whose _foreach_sqrt copies every bf16 second
+    moment during the step; the newest profile (adamw_torch_fused) has no such copy."""
+    keys = {"method": "full", "precision": "bf16-true", "seq_len": 1024, "micro_batch_size": 2}
+    new, old = _sc(**keys), _sc(**keys, framework_version="transformers-4.53")
+    assert loss_memory(LLAMA, new, scenario_profile(new)) == loss_memory(LLAMA, old, scenario_profile(old))
+    step = [{p.phase.value: dict(p.parts) for p in compute(LLAMA, s).phases}["optimizer-step"] for s in (new, old)]
+    assert "temporaries" not in step[0]
+    assert step[1]["temporaries"] == 2 * LLAMA.num_params == 16_060_522_496  # one bf16 copy of exp_avg_sq
+
+
+def test_bitsandbytes_before_0_43_2_keeps_the_4bit_matmul_input():
+    """bitsandbytes <= 0.43.1 MatMul4Bit `ctx.tensors = (A, B)` (removed by PR #1270, 0.43.2): without checkpointing
+    every 4-bit linear's input stays: per token and layer the q/k/v input, the gate/up input and down_proj's (4096 +
+    4096 + 14336 wide) in bf16. o_proj's is SDPA's output, saved anyway; adapters with dropout save their own input."""
+    keys = {"method": "qlora", "seq_len": 1024, "lora_dropout": 0.1, "gradient_checkpointing": "none", "kbit_prepare": "no"}
+    new, old = (compute(LLAMA, _sc(**keys, **x)).parts.activations for x in ({}, {"framework_version": "bitsandbytes-0.43"}))
+    assert old - new == 32 * 1024 * 2 * (4096 + 4096 + 14336) == 1_476_395_008

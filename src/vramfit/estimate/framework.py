@@ -112,14 +112,29 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
             ),
             FrameworkVersion(
+                "transformers-4.53",
+                "transformers v4.49.0-v4.53.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); "
+                "Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 `default_optim = \"adamw_torch\"`, "
+                "trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for adamw_torch_fused), i.e. foreach",
+                (_ADAMW_TORCH_FOREACH,),
+            ),
+            FrameworkVersion(
                 "peft-0.11",
                 "peft v0.11.1 tuners/lora/layer.py update_layer: adapters created in the base layer's dtype "
-                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0)",
+                "(autocast_adapter_dtype=True, fp32 adapters, arrived in peft v0.12.0); from v0.6.0 on (b786b884f, "
+                "2023-09-12: `self.to(weight.device, dtype=weight.dtype)`); peft <= v0.5.0 moved its fp32 nn.Linear "
+                "adapters to the device only (v0.4.0 tuners/lora.py l. 691, 716) and cast the input to them (l. 819): the "
+                "default's tensors",
                 (("adapters_fp32", False), ("lora_casts_input", False)),
             ),
             FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
                              "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
                              (("nccl_nvls", NCCL_2_18_TO_2_20),)),
+            # bitsandbytes 0.39.0-0.43.1 autograd/_functions.py MatMul4Bit.forward `ctx.tensors = (A, B)` (0.42.0 l. 522-523;
+            # added 13c0a4dc, removed by PR #1270 = 9e753741, 2024-07-16, first released in 0.43.2): the 4-bit matmul keeps
+            # its input outside save_for_backward (estimate/activations.py q_saves, retained_graph.py)
+            FrameworkVersion("bitsandbytes-0.43", "bitsandbytes <= 0.43.1 MatMul4Bit keeps its input (ctx.tensors)",
+                             (("qlora_saves_input", True),)),
             FrameworkVersion("transformers-4.55", "transformers v4.55.0 integrations/mxfp4.py l. 93-127 "
                              "convert_moe_packed_tensors: blocks moved to the GPU, int64 idx_lo and idx_hi alive "
                              "together (v5.24.0: int32, one at a time); models/gpt_oss/modeling_gpt_oss.py "
