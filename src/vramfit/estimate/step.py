@@ -29,6 +29,7 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
+from vramfit.estimate.ds_offload import zero1_accumulated_grads
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import (
     FrameworkProfile,
@@ -226,7 +227,9 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
 
     in_bwd = sc.optimizer_in_backward
     resident = zero3_grads_resident(sc)  # ZeRO-3's flat gradient buffer: held from init on
-    held = parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0
+    # ZeRO-1 offload: every 16-bit gradient on the GPU between micro-batches (estimate/ds_offload.py)
+    held = zero1_accumulated_grads(sc, parts.num_trainable) or (
+        parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0)
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP and profile.fsdp2:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     if sc.grad_accum > 1 and not in_bwd and fsdp1_no_sync(sc, profile):
