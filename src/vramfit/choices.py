@@ -86,6 +86,19 @@ class QuantizeExperts(_Choice):
     NO = "no"
 
 
+class QuantizeVision(_Choice):
+    """Whether a quantized base (QLoRA) of a vision-language model also quantizes its vision tower and projector.
+
+    ``auto`` follows the framework profile (``qlora_quantizes_vision``): bitsandbytes through transformers replaces
+    every nn.Linear but the head; Unsloth's dynamic 4-bit checkpoints keep the vision layers in 16 bits.
+    ``yes``/``no`` force it. Ignored without quantization or without a vision tower.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class FreezeVision(_Choice):
     """Whether a vision-language model's vision tower and projector stay frozen.
 

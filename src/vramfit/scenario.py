@@ -37,6 +37,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Precision,
     Quantize,
     QuantizeExperts,
+    QuantizeVision,
     Reference,
     ShardScope,
     Stage,
@@ -118,6 +119,7 @@ class Scenario:
     image_width: int = 448
     frames_per_sample: int = 0  # vision-language models: video frames in each sequence, image_height x image_width
     freeze_vision: FreezeVision = FreezeVision.AUTO  # the vision tower and projector stay frozen
+    quantize_vision: QuantizeVision = QuantizeVision.AUTO  # QLoRA: the tower and projector in the quantized base
     moe_kernel: MoeKernel = MoeKernel.NONE  # what runs the MoE experts: the model's own forward or a hub kernel
 
     @property
@@ -320,6 +322,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("freeze_vision", CH, "Vision-language models: keep the vision tower and projector frozen? auto = as the "
           "framework does (hf, unsloth: trained; full fine-tuning trains it, PEFT all-linear adapts its linears).",
           ("Freeze the vision tower", "Congelar a torre de visão"), choices=FreezeVision),
+    Field("quantize_vision", CH, "QLoRA on a vision-language model: quantize the vision tower and projector too? "
+          "auto = as the framework does (hf: yes, bitsandbytes replaces every linear but the head; unsloth: no, its "
+          "dynamic 4-bit checkpoints keep the vision layers 16-bit).",
+          ("Quantize the vision tower", "Quantizar a torre de visão"), choices=QuantizeVision),
     Field("moe_kernel", CH, "Mixture-of-experts: what runs the experts? none = the model's own forward at the framework "
           "version (transformers-4.55 gpt-oss: a per-expert loop that copies each expert's weights); megablocks = the "
           "kernels hub's MegaBlocksMoeMLP (use_kernels=True on a model loaded on the GPU).",

@@ -20,7 +20,7 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
         "keeps_outputs": False, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
-        "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto",
+        "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto", "quantize_vision": "auto",
         "frames_per_sample": 0, "moe_kernel": "none"}
 
 EXPECTED = {

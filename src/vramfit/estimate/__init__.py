@@ -135,7 +135,20 @@ def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
         back = "prefetched one block ahead" if prof.offload_ckpt_prefetched else "brought back when its block's backward runs"
         out.append(f"Activation offload: checkpointed block inputs in pinned host memory, {back}.")
     moe = moe_note(spec, sc, prof)
+    if spec.vision is not None and sc.method is Method.QLORA:
+        out.append(_vision_quant_note(sc, prof))
     return out + ([moe] if moe else [])
+
+
+def _vision_quant_note(sc: Scenario, prof) -> str:
+    """Whether the 4-bit base holds the vision tower and projector (scenario key quantize_vision)."""
+    from vramfit.estimate.vision import vision_quantized
+
+    how = "quantized like the language model's linears" if vision_quantized(sc, prof) else "kept 16-bit"
+    why = f"quantize_vision={sc.quantize_vision.value}" + ("" if sc.quantize_vision.value != "auto" else (
+        ": bitsandbytes replaces every linear but the head" if prof.qlora_quantizes_vision
+        else f": {prof.name}'s dynamic 4-bit checkpoints keep the vision layers 16-bit"))
+    return f"Vision tower and projector {how} ({why}); set quantize_vision=yes or no to choose."
 
 
 def _mixed_note(sc: Scenario, r: Step) -> str:
@@ -303,6 +316,8 @@ _STEP_COMPONENTS = (
     ("comm_buffers", Phase.FORWARD_BACKWARD, _A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
     ("workspaces", Phase.PERSISTENT, _A, "cuBLAS and cuBLASLt workspaces"),
     ("rope_cache", Phase.PERSISTENT, _A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
+    ("previous_step_inputs", Phase.FORWARD_BACKWARD, _A,
+     "the previous micro-batch's 4-bit matmul inputs (bitsandbytes <= 0.43.1), kept through this forward"),
 )
 
 

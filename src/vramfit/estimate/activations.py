@@ -44,6 +44,9 @@ class Saved:
 
     items: dict[str, int] = field(default_factory=dict)
     mlp_start: int = 0  # items from this index on are the MLP's (block_saved walks it last)
+    # keys of the inputs the block's 4-bit matmuls keep as ctx attributes (blk.q_saves), not as saved tensors:
+    # backward does not free them (estimate/retained_graph.py)
+    q_inputs: set[str] = field(default_factory=set)
 
     @property
     def freed_before_sink_softmax_backward(self) -> int:
@@ -82,6 +85,7 @@ class Dtypes:
     adapter: int
     autocast: bool
     mlp: int = 2  # the gated MLP's saved products (gate, act, up)
+    attn: int = 2  # q, k, v and the attention kernel's output
 
 
 def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None) -> Dtypes:
@@ -91,14 +95,14 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
     each linear casts its input to 16 bits, unless the framework casts the parameters themselves
     (:func:`casts_params`: every weight, LoRA's included, is then 16-bit in the step). QLoRA under PEFT's
     ``prepare_model_for_kbit_training``: embeddings and norms are fp32 (peft other.py:202), so the residual
-    stream is fp32 as well. A model type in ``profile.fp16_forced_fp32_model_types`` asked for in fp16 runs the
-    framework's forced-float32 layout (see that field): fp32 residual stream and MLP products, 16-bit norm outputs.
-    """
+    stream is fp32 as well. A model type in ``profile.fp16_forced_fp32`` asked for in fp16 runs the framework's
+    forced-float32 mode: 16-bit weights and norm outputs, no autocast, fp32 where its ``ForcedFp32`` says."""
     c = scenario.precision.compute_bytes
-    if spec is not None and spec.model_type in profile.fp16_forced_fp32_model_types and scenario.precision in (
-            Precision.FP16_TRUE, Precision.FP16_MIXED):
-        return Dtypes(compute=c, residual=4, norm_out=c, adapter=adapter_bytes(profile, scenario.precision),
-                      autocast=False, mlp=4)
+    forced = dict(profile.fp16_forced_fp32).get(spec.model_type) if spec is not None else None
+    if forced is not None and scenario.precision in (Precision.FP16_TRUE, Precision.FP16_MIXED):
+        return Dtypes(compute=c, residual=4 if forced.residual else c, norm_out=c,
+                      adapter=adapter_bytes(profile, scenario.precision), autocast=False,
+                      mlp=4 if forced.mlp else c, attn=4 if forced.attention else c)
     cast = casts_params(scenario, profile)
     fp32_stream = (scenario.precision.mixed and not cast) or scenario.precision is Precision.FP32 or (
         scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
@@ -111,6 +115,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
         adapter=c if cast else adapter_bytes(profile, scenario.precision),
         autocast=runs_under_autocast(scenario, profile) and not cast,  # nothing left to cast once the params are
         mlp=c,
+        attn=c,
     )
 
 
@@ -238,10 +243,10 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
-        if blk.dt.autocast:
-            out.add(f"{lin.name}.autocast_in", blk.dt.compute * tokens * lin.in_features)
-        else:
-            out.add(in_key, in_bytes * tokens * lin.in_features)
+        key = f"{lin.name}.autocast_in" if blk.dt.autocast else in_key
+        out.add(key, (blk.dt.compute if blk.dt.autocast else in_bytes) * tokens * lin.in_features)
+        if blk.q_saves:
+            out.q_inputs.add(key)
     ad = blk.adapted.get((lin.name, lin.in_features))
     if ad is not None:
         _lora_branches(blk, out, lin, ad, in_key, in_bytes, tokens)
@@ -319,8 +324,9 @@ def _attention_linears(blk: Block, out: Saved, eager: bool) -> None:
     )
     # Flash and memory-efficient SDPA write their output in [B, S, H, D] memory layout, so the
     # `transpose(1, 2).contiguous()` before o_proj copies nothing: o_proj saves the SDPA output itself.
-    # Eager attention's probs @ v is [B, H, S, D]: the transpose makes a new tensor.
-    o_in_key = "attn_out" if eager or blk.profile.attn_output_copied else "attn.out"
+    # Eager attention's probs @ v is [B, H, S, D]: the transpose makes a new tensor; so does a cast of an fp32
+    # kernel output to 16 bits (Dtypes.attn; unsloth-zoo@ce232d6c qwen3_moe_float32.py `attn_output.to(float16)`)
+    o_in_key = "attn_out" if eager or blk.profile.attn_output_copied or blk.dt.attn != blk.dt.compute else "attn.out"
     for lin in attn_lins:
         if lin is o_lin:
             _linear_input(blk, out, lin, o_in_key, blk.dt.compute, blk.T)

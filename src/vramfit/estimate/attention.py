@@ -88,7 +88,7 @@ def _qkv_out_fp32(blk: Block) -> bool:
 
 def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
     """q/k norms and the q, k, v tensors the kernel keeps."""
-    spec, c = blk.spec, blk.dt.compute
+    spec, c, a = blk.spec, blk.dt.compute, blk.dt.attn  # a: the q, k, v the kernel keeps (Dtypes.attn)
     q_el = blk.T * spec.num_attention_heads * spec.head_dim
     kv_el = blk.T * spec.num_key_value_heads * spec.head_dim
     if spec.qk_norm:  # q/k RMSNorm: fp32 copies of q and k saved (model-dtype input when compiled)
@@ -99,24 +99,24 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
             out.add("q_norm.normed", c * q_el)
             out.add("k_norm.normed", c * kv_el)
     expand = _expands_kv(blk, eager)
-    k_saved = c * (q_el if expand else kv_el)
+    k_saved = a * (q_el if expand else kv_el)
     if spec.kv_lora_rank:
         # MLA: q = cat(q_pass, q_rot) and k (new_empty + copy_) are new tensors; v is a view of
         # kv_b_proj's (T, kv, qk_nope + v_head_dim) output, which stays alive whole
         nope = spec.head_dim - spec.qk_rope_head_dim
-        out.add("q", c * q_el)
+        out.add("q", a * q_el)
         out.add("k", k_saved)
-        out.add("kv_b_out", c * blk.T * spec.num_key_value_heads * (nope + spec.v_dim))
+        out.add("kv_b_out", a * blk.T * spec.num_key_value_heads * (nope + spec.v_dim))
         return
     if fused_qkv and not expand and not _qkv_out_fp32(blk):
         # v (and q, k without rotary) are views of the fused projection output: the whole
         # (T, (a + 2 kv) d) storage stays alive; rotary makes q and k new tensors
-        out.add("qkv_fused", c * (q_el + 2 * kv_el))
+        out.add("qkv_fused", a * (q_el + 2 * kv_el))
         if spec.position_encoding is PositionEncoding.ROPE:
-            out.add("q", c * q_el)
-            out.add("k", c * kv_el)
+            out.add("q", a * q_el)
+            out.add("k", a * kv_el)
     else:
-        out.add("q", c * q_el)
+        out.add("q", a * q_el)
         out.add("k", k_saved)
         out.add("v", k_saved)
 
@@ -151,7 +151,7 @@ def _eager_scores_saved(blk: Block, out: Saved) -> None:
 
 def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
     """Saved tensors between the q/k/v projections and o_proj, plus the residual dropout masks."""
-    spec, sc, c = blk.spec, blk.sc, blk.dt.compute
+    spec, sc = blk.spec, blk.sc
     _qkv_saved(blk, out, fused_qkv, eager)
     if eager:
         _eager_scores_saved(blk, out)
@@ -159,7 +159,7 @@ def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -
         # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
         out.add("attn.softmax_out", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len)
     else:
-        out.add("attn.out", c * blk.T * spec.num_attention_heads * spec.v_dim)
+        out.add("attn.out", blk.dt.attn * blk.T * spec.num_attention_heads * spec.v_dim)
         out.add("attn.lse", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len)
     if spec.hidden_dropout > 0:  # residual dropout after the attention and the MLP output projections
         out.add("resid_dropout_masks", 2 * blk.T * spec.hidden_size)

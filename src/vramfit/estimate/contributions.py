@@ -243,6 +243,14 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
         yield Contribution("rope_cache", phase, rope)
 
 
+def previous_step(step: Step) -> Iterator[Contribution]:
+    """The previous micro-batch's 4-bit matmul inputs, alive until the next forward returns
+    (:func:`vramfit.estimate.retained_graph.previous_step_inputs`): the forward phase only."""
+    from vramfit.estimate.retained_graph import previous_step_inputs
+
+    yield Contribution("previous_step_inputs", F, previous_step_inputs(step))
+
+
 def load_high_point(step: Step) -> Iterator[Contribution]:
     """The load phase: the MXFP4 conversion (in from_pretrained) and ZeRO-1/2's flatten (in the engine's
     initialisation, after the model has loaded) happen one after the other, so the higher of the two counts."""
@@ -251,7 +259,8 @@ def load_high_point(step: Step) -> Iterator[Contribution]:
 
 
 CONTRIBUTORS: tuple[Contributor, ...] = (
-    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, load_high_point)
+    model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, previous_step,
+    load_high_point)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

@@ -27,7 +27,7 @@ from vramfit.estimate.state import (
     sharding_for,
 )
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS, torchao_step_bytes
-from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters
+from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters, vision_quantized
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Checkpointing,
@@ -84,7 +84,7 @@ def _is_quantized_linear(
     if sc.quantize is Quantize.NONE:
         return False
     if t.kind in ("vision_linear", "vision_unused_linear"):
-        return True  # exactly nn.Linear in every tower the readers describe
+        return vision_quantized(sc, profile)  # exactly nn.Linear in every tower the readers describe
     if t.kind == "expert":
         return experts_quantized(sc, profile)
     if t.kind == "linear":
@@ -197,6 +197,7 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
     """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
+    from vramfit.estimate import ds_offload
     p = Parts()
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
@@ -214,11 +215,12 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
     if shd.optimizer_on_host:
-        p.host += opt_host + p.master_weights + p.gradients
+        p.host += opt_host + p.master_weights + _offload_host_grads(p, spec, sc, profile, shd)
         p.optimizer_state = 0
         p.master_weights = 0
-        # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4)
-        p.gradients = 0
+        # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
+        # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)
+        p.gradients = ds_offload.zero1_gpu_grads(sc, p.gradients)
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
         p.weights = p.adapters = 0
@@ -226,6 +228,18 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     if sc.parallelism is Parallelism.ZERO3:
         _zero3_persistent(p, spec, sc, profile, shd, adapters)
     return p, adapters
+
+
+def _offload_host_grads(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding) -> int:
+    """Host bytes of the offloaded gradients: DeepSpeed's pinned gradient buffers (estimate/ds_offload.py
+    ``offload_host_gradients``; ZeRO-1 keeps whole 16-bit gradients on the GPU, its host share is the partition's),
+    else the per-GPU gradients the CPU step reads (FSDP ``CPUOffload``)."""
+    from vramfit.estimate import ds_offload
+
+    if sc.parallelism not in _DS:
+        return p.gradients
+    grad16 = p.gradients if shd.grads > 1 else shard(p.gradients, shd.optimizer)
+    return ds_offload.offload_host_gradients(spec, sc, profile, p.master_weights, grad16)
 
 
 def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding,

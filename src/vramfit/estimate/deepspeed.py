@@ -338,8 +338,12 @@ def fp32_grad_partition(partition_numel: int) -> int:
 def zero1_step_grads(sc: Scenario, all_grads: int) -> int:
     """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
     step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``
-    before the flatten): its partition's share is left at the step, bytes."""
-    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is not Offload.NONE:
+    before the flatten): its partition's share is left at the step, bytes. With the optimizer offloaded the
+    epilogue has cleared them all (stage_1_and_2.py ``_clear_param_grad_only``; estimate/ds_offload.py
+    ``zero1_gpu_grads``): none."""
+    if sc.parallelism is Parallelism.ZERO1 and sc.offload is not Offload.NONE:
+        return 0
+    if sc.parallelism is not Parallelism.ZERO1:
         return all_grads
     return -(-all_grads // (sc.shard_group or sc.num_gpus))
 

@@ -47,3 +47,59 @@ def offload_norm_transient(sc: Scenario, param_numel: int, trainable_numel: int)
     if not offloads_zero12(sc) or not param_numel:
         return 0
     return 8 * min(param_numel, -(-trainable_numel // sc.num_gpus))
+
+
+def offload_host_gradients(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, fp32_partition: int,
+                           grad16_partition: int) -> int:
+    """Host bytes of the gradient-side buffers DeepSpeed keeps (pinned) with the optimizer offloaded, beyond the fp32
+    master partition and the optimizer states; ``fp32_partition``: this rank's fp32 master partition, bytes;
+    ``grad16_partition``: this rank's share of the 16-bit gradients, bytes.
+
+    DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py (ZeRO-1/2): ``initialize_optimizer_states`` gives the fp32
+    partition a gradient of its size on ``self.device`` ('cpu', pinned); ``__init__`` keeps a 16-bit twin of the
+    partition (``param_buffer_of_bit16_for_cpu_offload_groups``, ``torch.full(weights_partition.shape, dtype=
+    temp_dtype)``) and a host staging buffer of the largest trainable parameter (``temp_grad_buffer_for_cpu_offload =
+    torch.zeros(largest_param_numel, device=self.device, dtype=self.dtype)``, the size of the GPU one:
+    :func:`offload_grad_staging`); ZeRO-2 with gradient accumulation also accumulates each of its parameters'
+    gradients on the host between micro-batches (``async_accumulate_grad_in_cpu_via_gpu``:
+    ``accumulated_grads_in_cpu[param_id] = torch.zeros(param.numel(), dtype=param.dtype, device=self.device)``, from
+    the second micro-batch; ZeRO-1 reduces only at the boundary, runtime/engine.py ``allreduce_gradients``, so its
+    gradients accumulate on the GPU instead: :func:`zero1_accumulated_grads`). stage3.py (ZeRO-3): the fp32 sub-group
+    gradients (``subgroup_gradient_buffer`` on ``self.device``, pinned) and the 16-bit gradient partitions
+    (``grad_partitions_flat_buffer`` on ``self.device``, pinned). The simulator's engine on a tiny Llama (2 ranks, 18
+    bytes per partition element plus ZeRO-1/2's staging) books them all on its host."""
+    if sc.offload is Offload.NONE or sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+        return 0
+    host = fp32_partition + grad16_partition
+    if sc.parallelism is not Parallelism.ZERO3:
+        host += offload_grad_staging(spec, sc, profile)
+    if sc.parallelism is Parallelism.ZERO2 and sc.grad_accum > 1:
+        host += grad16_partition
+    return host
+
+
+def zero1_accumulated_grads(sc: Scenario, num_trainable: int) -> int:
+    """ZeRO-1 with the optimizer offloaded and gradient accumulation: every trainable parameter's 16-bit gradient stays
+    on the GPU between micro-batches, bytes. The engine reduces ZeRO-1's gradients only at the accumulation boundary
+    (DeepSpeed 0.19.8 runtime/engine.py ``allreduce_gradients``: "Communicate only at gradient accumulation
+    boundaries"; stage_1_and_2.py ``reduce_ready_partitions_and_remove_grads`` runs only ``if
+    self.partition_gradients or self.is_gradient_accumulation_boundary()``), so autograd adds each micro-batch into
+    ``param.grad`` on the GPU, offload or not; the host copies happen in the boundary micro-batch's backward."""
+    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE or sc.grad_accum < 2:
+        return 0
+    return sc.precision.compute_bytes * num_trainable
+
+
+def zero1_gpu_grads(sc: Scenario, all_grads: int) -> int:
+    """16-bit gradient bytes ZeRO-1 with the optimizer offloaded keeps on the GPU until the end of backward (0 for
+    every other offloaded case: their gradients leave through the staging buffer as they are reduced); ``all_grads``:
+    the whole model's. ZeRO-1 does not partition gradients: at the boundary it copies its own partition's out
+    (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only optimizer state": only
+    ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else, so the gradients of the
+    parameters outside its partition, (N-1)/N of them, stay until the epilogue clears every ``param.grad``
+    (``_clear_param_grad_only``); the step finds none (:func:`vramfit.estimate.deepspeed.zero1_step_grads`).
+    The engine on Qwen2.5-0.5B (2 GPUs, full depth) holds 427 MB of them beside the embedding's float64 norm at the
+    end of backward (these 494 MB are the upper bound: -13.9 % before, +2.2 % with them)."""
+    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE:
+        return 0
+    return all_grads - -(-all_grads // sc.num_gpus)

@@ -16,6 +16,7 @@ from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
     CompileScope,
+    ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,
     LossLayout,
@@ -281,6 +282,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
+        keeps_previous_graph=True,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,
@@ -299,7 +301,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "shuffled DataLoader, the longest sample not forced first",
                 # litgpt@0077627 litgpt/finetune/lora.py fit(): `batch = next(train_iterator)` (CycleIterator over
                 # the DataLoader); get_longest_seq_length only sets model.max_seq_length
-                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False)),
+                (("untied_head_copy", True), ("full_unchunked_logits", True), ("longest_sample_first", False),
+                 # litgpt@0077627 and @5895df10 litgpt/model.py RMSNorm.forward: `x = x.float()`, then
+                 # `x_normed = x * torch.rsqrt(norm_x + self.eps)` and `.to(dtype=dtype)` (lit-gpt@8641822
+                 # lit_gpt/rmsnorm.py computes in the input dtype): the fp32 input is saved (estimate/norms.py)
+                 ("rmsnorm_upcast", True)),
             ),
         ),
     ),

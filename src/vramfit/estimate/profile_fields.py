@@ -76,6 +76,17 @@ class OptimizerImpl(str, Enum):
 
 
 @dataclass(frozen=True)
+class ForcedFp32:
+    """What a framework's forced-float32 mode keeps in fp32 for one model type asked for in fp16 (profile field
+    ``fp16_forced_fp32``); every other activation and every weight stays 16-bit, and nothing runs under autocast.
+    The norms' outputs that feed the linears stay 16-bit in every family read (each patched RMSNorm returns fp16)."""
+
+    residual: bool = False  # the residual stream between and inside blocks
+    mlp: bool = False  # the gated MLP's saved products (gate, act, up)
+    attention: bool = False  # q, k, v and the attention kernel's output
+
+
+@dataclass(frozen=True)
 class FrameworkProfile:
     name: str  # display text only: never compared
     # LoRA adapter weights are fp32 whatever the base dtype (PEFT >= 0.12 autocast_adapter_dtype=True,
@@ -203,23 +214,25 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # QLoRA of a vision-language model quantizes the tower's and projector's linears too (scenario quantize_vision
+    # auto): transformers v5.24.0 quantizers/base.py get_modules_to_not_convert keeps only get_keys_to_not_convert's
+    # (the output head, tied weights, the last parameter) and _keep_in_fp32_modules (none in Gemma 3, Qwen2.5/3-VL,
+    # Mllama); bitsandbytes replaces every other nn.Linear; frameworks whose checkpoints keep the vision
+    # layers 16-bit set it False (unsloth.py)
+    qlora_quantizes_vision: bool = True
     # the framework's collator casts the batch's pixel values to the model's dtype, so they reach the GPU in the compute
     # dtype, not as the processors' float32 (unslothai/unsloth-zoo@ce232d6c unsloth_zoo/vision_utils.py
     # UnslothVisionDataCollator._cast_pixel_values_dtype_inplace: `batch[key].to(self.dtype)`, the config's dtype);
     # TRL 1.16.0's DataCollatorForVisionLanguageModeling (trainer/sft_trainer.py) returns the processor's tensors as
     # they are (estimate/vision.py pixel_input_bytes)
     pixels_in_model_dtype: bool = False
-    # model types the framework runs in its forced-float32 layout when the scenario asks for fp16 (a card without
-    # bf16): the residual stream and the gated MLP's products fp32, the weights and the norms' outputs 16-bit, no
-    # autocast (activations.dtypes_for). unslothai/unsloth@6a83bb53a5 models/loader.py l. 76-78 FORCE_FLOAT32 =
-    # ["gemma3"] and l. 678-689 (dtype float16 or no bf16: UNSLOTH_FORCE_FLOAT32=1, load in bf16); vision.py l. 340-345
-    # and 405-409 (bnb compute dtype fp16), unsloth-zoo@e8c8beae patching_utils.py l. 244-268 (every weight then cast
-    # to fp16); rl.py l. 242-257 (the trainer's fp16/bf16 flags off, ACCELERATE_MIXED_PRECISION=no);
-    # unsloth-zoo@e8c8beae temporary_patches/gemma.py: Gemma3TextScaledWordEmbedding returns `.to(torch.float32)` (the
-    # residual stream is fp32 from the embedding on: fp32 + fp16 adds to fp32), Gemma3RMSNorm returns fp16,
-    # Gemma3MLP upcasts gate_proj and up_proj outputs to fp32 for act_fn and the product. compiler.py l. 204-207
-    # get_transformers_model_type adds "gemma3" for a "gemma3_text" config, so both are listed.
-    fp16_forced_fp32_model_types: tuple[str, ...] = ()
+    # model types the framework runs in its forced-float32 mode when the scenario asks for fp16 (a card without
+    # bf16), each with what that mode keeps in fp32 (ForcedFp32); the weights stay 16-bit and nothing runs under
+    # autocast (activations.dtypes_for). unslothai/unsloth@015bdef models/loader.py l. 1805-1820 (the model type
+    # on FORCE_FLOAT32 and dtype float16 or no bf16: UNSLOTH_FORCE_FLOAT32=1, load in bf16, weights then cast to
+    # fp16); rl.py l. 2366-2380 (force_float32: the trainer's fp16/bf16 off, no autocast). The per-family
+    # float32 patches (unsloth-zoo temporary_patches/) say which activations are fp32: see the profile's table.
+    fp16_forced_fp32: tuple[tuple[str, ForcedFp32], ...] = ()
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
@@ -245,6 +258,10 @@ class FrameworkProfile:
     # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak
     # from above (estimate/first_batch.py states the floor)
     longest_sample_first: bool = False
+    # the loop keeps the previous micro-batch's output, and through its grad_fn its autograd graph, until the next
+    # forward returns (Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276 `logits = model(...)`,
+    # lit-gpt@8641822 finetune/lora.py l. 216): what backward does not free stays (estimate/retained_graph.py)
+    keeps_previous_graph: bool = False
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False

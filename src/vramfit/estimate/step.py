@@ -29,6 +29,7 @@ from vramfit.estimate.core import (
     optimizer_temporaries,
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
+from vramfit.estimate.ds_offload import zero1_accumulated_grads
 from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
 from vramfit.estimate.framework import (
     FrameworkProfile,
@@ -50,6 +51,7 @@ from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
+from vramfit.estimate.vision import tower_autocast_copies
 from vramfit.estimate.vision_backward import tower_backward_kept, tower_grads_pending
 from vramfit.estimate.zero2_step import zero12_norm_piece
 from vramfit.gpus import GPU, Arch
@@ -226,7 +228,9 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
 
     in_bwd = sc.optimizer_in_backward
     resident = zero3_grads_resident(sc)  # ZeRO-3's flat gradient buffer: held from init on
-    held = parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0
+    # ZeRO-1 offload: every 16-bit gradient on the GPU between micro-batches (estimate/ds_offload.py)
+    held = zero1_accumulated_grads(sc, parts.num_trainable) or (
+        parts.gradients if ((sc.grad_accum > 1 or resident) and not in_bwd) else 0)
     if held and profile.fsdp_unsharded_accum_grads and sc.parallelism is Parallelism.FSDP and profile.fsdp2:
         held *= sc.num_gpus  # no_sync: every GPU accumulates the whole unsharded gradients
     if sc.grad_accum > 1 and not in_bwd and fsdp1_no_sync(sc, profile):
@@ -429,6 +433,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
             and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
+        autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
         lowest_autocast = autocast_block_copies(cast, sc)
         head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
                                         head_calls(sc, profile))[1]

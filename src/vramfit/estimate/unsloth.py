@@ -12,9 +12,51 @@ from __future__ import annotations
 
 from vramfit.estimate.allocator import parse_alloc_conf
 from vramfit.estimate.constants import UNSLOTH_ROPE_GROWTH, UNSLOTH_ROPE_INITIAL_ROWS
-from vramfit.estimate.framework import FrameworkProfile, FrameworkVersion, LossLayout, OptimizerImpl
+from vramfit.estimate.framework import (
+    ForcedFp32,
+    FrameworkProfile,
+    FrameworkVersion,
+    LossLayout,
+    OptimizerImpl,
+)
 from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.scenario import Method, Precision, Scenario
+
+# unslothai/unsloth-zoo@ce232d6c unsloth_zoo/model_lists.py FORCE_FLOAT32 (re-exported, with the same fallback list, by
+# unslothai/unsloth@015bdef models/loader.py l. 120-141), as the config model types its loader matches: an entry
+# equals the type with "_" removed or is a substring of the comma-joined types (loader.py l. 1812-1817; "gemma3,"
+# keeps gemma3n out, "gemma4" catches gemma4_text, "glm4_moe" glm4_moe_lite, "qwen3_5" qwen3_5_moe). FastLanguageModel
+# hands every one of them to FastModel (loader.py l. 882-907), where the scan runs.
+_GEMMA3 = ForcedFp32(residual=True, mlp=True)
+FORCE_FLOAT32: tuple[tuple[str, ForcedFp32], ...] = (
+    # unsloth-zoo@ce232d6c temporary_patches/gemma.py (l. 554, 641 and the 2025.6 release's e8c8beae alike):
+    # Gemma3TextScaledWordEmbedding returns `.to(torch.float32)` (fp32 + fp16 adds keep the stream fp32), Gemma3RMSNorm
+    # returns fp16, Gemma3MLP upcasts the gate_proj and up_proj outputs to fp32 for act_fn and the product;
+    # unsloth-zoo compiler.py get_transformers_model_type adds "gemma3" for a "gemma3_text" config
+    ("gemma3", _GEMMA3),
+    ("gemma3_text", _GEMMA3),
+    # temporary_patches/qwen3_moe_float32.py: Qwen3MoeDecoderLayer `residual = hidden_states.to(torch.float32)` (the
+    # stream fp32), Qwen3MoeRMSNorm returns fp16, Qwen3MoeAttention `.to(torch.float32)` on q, k (after q/k norm) and
+    # v, RoPE and SDPA in fp32, `attn_output.to(torch.float16)` into o_proj; "MoE experts / router are untouched"
+    ("qwen3_moe", ForcedFp32(residual=True, attention=True)),
+    # temporary_patches/gpt_oss.py: under UNSLOTH_FORCE_FLOAT32 the 4-bit experts run torch_native_forward
+    # (l. 2064-2065), `swiglu_torch_forward(gate_up, ..., dtype = torch.float32)` and down_proj with autocast off
+    # on the fp32 product, `next_states` fp32 (l. 1975-2002; the bnb path l. 998-1003 alike), so the stream is fp32
+    # from the first MoE output on; loader.py l. 1717-1733 sets down_projs' compute dtype to fp32
+    ("gpt_oss", ForcedFp32(residual=True, mlp=True)),
+    # listed for the loader's scan; their float32 patches (gemma3n.py, gemma4_float32.py, glm4_moe.py, the
+    # qwen3_5 GDN layers) are not read and no catalog model has these types: the 16-bit layout without autocast
+    ("gemma3n", ForcedFp32()),
+    ("gemma3n_text", ForcedFp32()),
+    ("gemma4", ForcedFp32()),
+    ("gemma4_text", ForcedFp32()),
+    ("glm4_moe", ForcedFp32()),
+    ("glm4_moe_lite", ForcedFp32()),
+    ("qwen3_5", ForcedFp32()),
+    ("qwen3_5_text", ForcedFp32()),
+    ("qwen3_5_moe", ForcedFp32()),
+    ("qwen3_5_moe_text", ForcedFp32()),
+)
 
 UNSLOTH_2024_12 = FrameworkVersion(
     "unsloth-2024.12",
@@ -40,7 +82,7 @@ UNSLOTH_2024_12 = FrameworkVersion(
         ("alloc_conf", parse_alloc_conf(
             "expandable_segments:True,roundup_power2_divisions:[64:128,256:64,>:32]")),
         # before Gemma 3 and FORCE_FLOAT32 (unsloth@49eece4d94, 2025-03-18)
-        ("fp16_forced_fp32_model_types", ()),
+        ("fp16_forced_fp32", ()),
     ),
 )
 
@@ -50,7 +92,10 @@ UNSLOTH_2024_11 = FrameworkVersion(
     "gradient_checkpointing on every module that has it (unsloth/models/vision.py l. 384-390), and transformers "
     "4.46.2's MllamaVisionEncoder then checkpoints its layers (models/mllama/modeling_mllama.py l. 381-386); only "
     "this vision-tower behaviour is modelled, the language path is today's",
-    (("vision_v4_checkpointing", True), ("fp16_forced_fp32_model_types", ())),
+    # its mapper loads unsloth/Llama-3.2-11B-Vision-Instruct-bnb-4bit, a plain bitsandbytes checkpoint with the tower
+    # quantized (unsloth@7e7656c5a1 mapper.py l. 463-465; UNSLOTH_VLM_NB-4's 5.00 + 2.18 GB of shards), before the
+    # dynamic 4-bit checkpoints
+    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True)),
 )
 
 UNSLOTH_PROFILE = FrameworkProfile(
@@ -79,11 +124,16 @@ UNSLOTH_PROFILE = FrameworkProfile(
     default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
-    # Gemma 3 asked for in fp16 (profile_fields.py: unsloth@6a83bb53a5, the 2025.6 release of the T4 notebooks, and
-    # unsloth-zoo@ce232d6c temporary_patches/gemma.py l. 554, 641 still upcast the embedding and MLP products).
-    # unsloth@015bdef loader.py l. 124-133 lists more families (gemma3n, gemma4, gpt_oss, qwen3_moe, ...), whose
-    # float32 patches differ and are not read: they keep the plain fp16 layout here
-    fp16_forced_fp32_model_types=("gemma3", "gemma3_text"),
+    fp16_forced_fp32=FORCE_FLOAT32,
+    # load_in_4bit maps a vision-language model to Unsloth's dynamic checkpoint (unsloth@015bdef mapper.py l. 684-688
+    # Qwen2.5-VL-7B, l. 729-733 Gemma 3 4B, l. 1201 Qwen3-VL-8B: "...-unsloth-bnb-4bit"), whose quantization_config
+    # keeps the vision layers 16-bit: Unsloth in vllm-project/vllm#30921 (Qwen3-VL-2B-Instruct-unsloth-bnb-4bit: "all of
+    # the vision layers are left unquantized, while having only a few language layers in half precision"; those
+    # language layers are not listed, so not modelled) and unslothai/unsloth-zoo@17593492 (Gemma 3's pre-quantized
+    # checkpoints: "vision_tower weights load as bfloat16"). Its own on-the-fly quantization skips the projector and
+    # mergers (unsloth-zoo@ce232d6c peft_utils.py SKIP_QUANTIZATION_MODULES: multi_modal_projector, merger,
+    # modality_projection, vision_tower); quantize_vision yes describes a plain "-bnb-4bit" checkpoint
+    qlora_quantizes_vision=False,
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11),
 )

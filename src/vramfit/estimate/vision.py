@@ -17,11 +17,20 @@ import dataclasses
 from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
-from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters
+from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters, vision_tensors
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
-from vramfit.scenario import ALL_LINEAR, Checkpointing, FreezeVision, Method, Parallelism, Scenario
+from vramfit.scenario import (
+    ALL_LINEAR,
+    Checkpointing,
+    FreezeVision,
+    Method,
+    Parallelism,
+    Quantize,
+    QuantizeVision,
+    Scenario,
+)
 
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
@@ -213,15 +222,36 @@ def tower_checkpointed(spec: ModelSpec, profile: FrameworkProfile) -> bool:
     return tower.checkpointed or (tower.checkpointed_v4 and profile.vision_v4_checkpointing)
 
 
+def vision_quantized(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """The vision tower and projector in the quantized base: the scenario's quantize_vision, ``auto`` = the
+    profile's ``qlora_quantizes_vision``."""
+    if sc.quantize is Quantize.NONE:
+        return False
+    if sc.quantize_vision is QuantizeVision.AUTO:
+        return profile.qlora_quantizes_vision
+    return sc.quantize_vision is QuantizeVision.YES
+
+
+def tower_autocast_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """16-bit copies of the tower's and projector's unquantized linear weights that autocast makes and their matmuls
+    keep for backward (forward_extras.autocast_copies: a frozen weight is cast at each use, the copy saved for the
+    input gradient); none where the tower is checkpointed (its recompute casts again, one layer at a time), sees no
+    image, or its linears are 4-bit. The caller applies it only when the step runs under autocast on fp32 weights."""
+    if spec.vision is None or not sc.sees_pixels or vision_quantized(sc, profile):
+        return 0
+    if sc.gradient_checkpointing is not Checkpointing.NONE and tower_checkpointed(spec, profile):
+        return 0
+    return sum(round_allocation(2 * t.numel) * t.count for t in vision_tensors(spec) if t.kind == "vision_linear")
+
+
 def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):  # noqa: ANN201
     """One tower block's saved tensors (``activations.Saved``) over the micro-batch's patches as one sequence."""
     from vramfit.estimate import activations as act
-    from vramfit.scenario import Quantize
 
     patches = sc.micro_batch_size * per_sample(spec, sc).vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     own = tower_block_adapters(spec.vision.block, adapters)
-    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    quantized = vision_quantized(sc, profile) and sc.method is not Method.FULL
     return act.block_saved(spec.vision.block, vsc, profile, own, quantized)
 
 

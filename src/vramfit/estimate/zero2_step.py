@@ -40,9 +40,11 @@ def partition_grads_on_side_stream(r) -> bool:
     from vramfit.estimate.deepspeed import resolve
     from vramfit.scenario import Parallelism
 
-    if r.sc.parallelism is not Parallelism.ZERO2:
+    if r.sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2):
         return False
-    z = resolve(r.sc.deepspeed_config, r.spec.hidden_size, 2)
+    # ZeRO-1 copies its partition's gradients in the same ``with stream`` block (0.19.8 reduce_ipg_grads: "zero stage 1
+    # - partition only optimizer state": ``copy_grads_in_partition``), once per step: it reduces only at the boundary
+    z = resolve(r.sc.deepspeed_config, r.spec.hidden_size, 2 if r.sc.parallelism is Parallelism.ZERO2 else 1)
     return z.overlap_comm and z.contiguous_gradients
 
 
@@ -69,7 +71,12 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     DeepSpeed 0.19's flatten on the GPU (estimate/ds_load.py ``flatten_events``) comes first: the 16-bit parameters the
     engine moved there one by one are freed once flattened and stay cached, up to the whole 16-bit model, which
     ``max_memory_reserved`` on a roomy card counts (the simulator: Qwen2.5-3B +5.75 GiB) and later tensors reuse
-    where they fit. ``required``: without the originals' segments left wholly free through the step: a failed
+    where they fit. ZeRO-1 runs the same step in the same class (stage_1_and_2.py ``DeepSpeedZeroOptimizer``,
+    ``partition_grads=False``): it first frees the gradients outside its partition (``free_grad_in_param_list(self.
+    params_not_in_partition[i])``), then flattens, casts and steps the partition as ZeRO-2 does; the engine on
+    Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth) reserves 8,596,226,048 B under ZeRO-1 and ZeRO-2 alike (the
+    16-bit gradients ZeRO-1 holds outside its partition in backward, freed there, leave no segment above that).
+    ``required``: without the originals' segments left wholly free through the step: a failed
     ``cudaMalloc`` releases every wholly free cached segment and retries
     (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``), so a card
     without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``).
@@ -80,7 +87,8 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     from vramfit.scenario import Method, Offload, Optimizer, Parallelism, Precision
 
     sc = r.sc
-    if (sc.parallelism is not Parallelism.ZERO2 or sc.offload is not Offload.NONE or sc.precision is Precision.FP32
+    if (sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2) or sc.offload is not Offload.NONE
+            or sc.precision is Precision.FP32
             or sc.num_gpus < 2 or not r.parts.num_trainable):
         return 0
     group = -(-r.parts.num_trainable // sc.num_gpus)
@@ -91,7 +99,7 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
     load = flatten_events(r)
     side = partition_grads_on_side_stream(r)
     events, windows, streams = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load,
-                                             side, sc.grad_accum)
+                                             side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1)
     reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1,
                                                 streams)
     return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value

@@ -147,6 +147,19 @@ def quantizable_linears(model: torch.nn.Module) -> tuple[list[tuple[str, torch.n
     return keep, sorted(skipped)
 
 
+def _vision_linears_kept(model: torch.nn.Module, scenario: Scenario) -> set[str]:
+    """Names of the linears outside the language model (the vision tower and projector) that the scenario's
+    quantize_vision leaves 16-bit; none where they are quantized or the model has no vision part."""
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.vision import vision_quantized
+
+    if vision_quantized(scenario, scenario_profile(scenario)):
+        return set()
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    inside = {id(m) for m in decoder.modules()} | {id(head)}
+    return {name for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and id(mod) not in inside}
+
+
 def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
     """Swap in 4-bit layers, then run ``peft.prepare_model_for_kbit_training`` on the (meta) model."""
     from peft import prepare_model_for_kbit_training
@@ -156,6 +169,8 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
     quant_type = "fp4" if scenario.quantize in (Quantize.FP4, Quantize.FP4_DQ) else "nf4"
     double_quant = scenario.quantize in (Quantize.NF4_DQ, Quantize.FP4_DQ)
     linears, skipped = quantizable_linears(model)
+    kept_vision = _vision_linears_kept(model, scenario)
+    linears = [(name, lin) for name, lin in linears if name not in kept_vision]
     for name, lin in linears:
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -183,6 +198,9 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
             f"QLoRA: transformers' replace_with_bnb_linear converts only exact nn.Linear modules, so this "
             f"model's {', '.join(skipped)} layers stay unquantized (and become fp32 in prepare_model_for_kbit_training)."
         )
+    if kept_vision:
+        notes.append(f"QLoRA: the {len(kept_vision)} vision tower and projector linears stay 16-bit "
+                     "(quantize_vision; as a llm_int8_skip_modules entry for them does).")
     return notes + [
         f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
         f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",

@@ -64,6 +64,13 @@ RULES: list[tuple[str, str]] = [
      "(o transformers 4 quantizava-os)"),
     (r"(\S+) quantizes each expert's linear", "o $1 quantiza o linear de cada especialista"),
     (r"; set quantize_experts=yes or no to choose\.$", "; define quantize_experts=yes ou no para escolher."),
+    (r"^Vision tower and projector ", "Torre de visão e projetor "),
+    (r"quantized like the language model's linears", "quantizados como os lineares do modelo de linguagem"),
+    (r"\bkept 16-bit \(", "mantidos em 16 bits ("),
+    (r": bitsandbytes replaces every linear but the head", ": o bitsandbytes substitui todos os lineares menos a cabeça"),
+    (r": (\S+)'s dynamic 4-bit checkpoints keep the vision layers 16-bit",
+     ": os checkpoints dinâmicos de 4 bits do $1 mantêm as camadas de visão em 16 bits"),
+    (r"; set quantize_vision=yes or no to choose\.$", "; define quantize_vision=yes ou no para escolher."),
     (r"^QLoRA as the HF recipe runs it \(Trainer bf16=True\): attention and 4-bit matmuls in 16 bits under autocast; "
      r"without autocast, fp32 activations and SDPA's math kernel would need more\.$",
      "QLoRA como a receita HF o corre (Trainer bf16=True): atenção e produtos de matrizes de 4 bits em 16 bits com "

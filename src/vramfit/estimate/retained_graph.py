@@ -1,0 +1,52 @@
+"""What a training loop keeps of the previous micro-batch while the next one runs its forward.
+
+litgpt's loop binds the model output to a local that lives until the next forward returns
+(Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276: `logits = model(input_ids,
+lm_head_chunk_size=128)`; lit-gpt@8641822 finetune/lora.py l. 216 the same): the logits' grad_fn keeps the
+previous autograd graph alive through the whole next forward. Backward frees a node's saved tensors
+(torch v2.13.0 torch/csrc/autograd/python_function.cpp PyNode::release_variables clears
+``saved_variables`` only), but bitsandbytes <= 0.43.1 keeps the 4-bit matmul's input as a plain ctx
+attribute (bitsandbytes 0.42.0 autograd/_functions.py l. 522-523 MatMul4Bit.forward: `if
+any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`), which no backward frees: the input of every 4-bit
+linear of the previous micro-batch is still allocated when the next forward reaches its own peak.
+
+The running-loop replica (litgpt@5895df10 model.py and lora.py on CPU, every nn.Linear through a copy of
+that MatMul4Bit, forward + backward, then the bytes still allocated while ``logits`` lives) keeps 0 bytes per
+layer with plain frozen Linears and, with 4-bit ones, per token and layer 11.38 x hidden bytes on
+Llama-2-7B (qkv input, attention output, MLP input, the 11008-wide product), 12 x hidden on phi-2 and
+falcon-7b (one shared norm output), 14 x hidden on stablelm-base-alpha-3b (two norms); this module
+counts the same keys of the block walk (``Saved.q_inputs``).
+
+Only when every micro-batch may reach ``seq_len``: lit-gpt@8641822 forces the longest sample into the
+first micro-batch (``profile.longest_sample_first``), which has no previous graph, and the later ones
+are shorter than it, so the peak is the first micro-batch's and nothing is added. Under activation
+checkpointing the recomputed matmuls keep their inputs the same way; not modelled (no measurement).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.activations import dtypes_for
+from vramfit.estimate.allocator import round_allocation
+from vramfit.scenario import Checkpointing, Method, Quantize
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+
+def previous_step_inputs(step: Step) -> int:
+    """Bytes of the previous micro-batch's 4-bit matmul inputs alive through the next forward (0: none)."""
+    sc, profile, spec = step.sc, step.profile, step.spec
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    if not (quantized and profile.qlora_saves_input and profile.keeps_previous_graph):
+        return 0
+    if profile.longest_sample_first or sc.gradient_checkpointing is not Checkpointing.NONE:
+        return 0
+    saved = step.acts.saved
+    per_layer = sum(round_allocation(saved.items[k]) for k in saved.q_inputs)
+    head = 0
+    if profile.qlora_quantizes_lm_head:  # the 4-bit head's input, the final norm's output (model_extra_saved)
+        head = round_allocation(dtypes_for(sc, profile, spec).compute * sc.micro_batch_size * sc.seq_len
+                                * spec.hidden_size)
+    return per_layer * spec.num_hidden_layers + head
