@@ -54,8 +54,19 @@ class Saved:
         when the working set of a sink softmax's backward peaks: the MLP's (its backward runs first),
         o_proj's input, the probabilities ``probs @ v`` kept and the softmax's own output (the simulator's
         trace of gpt-oss: the three [B, H, S, S + 1] gradients alive, none of those)."""
-        mlp = sum(list(self.items.values())[self.mlp_start:]) if self.mlp_start else 0
-        return mlp + sum(self.items.get(k, 0) for k in ("attn_out", "attn.probs", "attn.softmax_out"))
+        return self._mlp_bytes + sum(self.items.get(k, 0) for k in ("attn_out", "attn.probs", "attn.softmax_out"))
+
+    @property
+    def freed_before_softmax_backward(self) -> int:
+        """Saved bytes of the block that autograd has freed when an eager fp32 softmax's backward runs: the MLP's,
+        o_proj's input, and what ``probs @ v`` and dropout kept (their nodes ran first); the softmax's own output
+        stays until its node has run (block_extras.block_backward_transient)."""
+        keys = ("attn_out", "attn.probs", "attn.dropout_out", "attn.dropout_mask")
+        return self._mlp_bytes + sum(self.items.get(k, 0) for k in keys)
+
+    @property
+    def _mlp_bytes(self) -> int:
+        return sum(list(self.items.values())[self.mlp_start:]) if self.mlp_start else 0
 
     def add(self, key: str, nbytes: int) -> None:
         if nbytes > 0 and key not in self.items:

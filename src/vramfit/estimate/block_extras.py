@@ -9,14 +9,15 @@ from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Attention, Method, Quantize, Scenario
+from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
 
 
-def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, freed: int = 0) -> int:
+def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                             saved: Saved | None = None) -> int:
     """Largest working set of gradient tensors inside one block's backward, beyond saved tensors.
 
-    ``freed``: the block's saved bytes already freed when a sink softmax's backward peaks
-    (``Saved.freed_before_sink_softmax_backward``); that working set is counted net of them.
+    ``saved``: the block's saved tensors; an eager softmax's working set is counted net of those autograd has
+    freed when it peaks (``Saved.freed_before_sink_softmax_backward``, ``Saved.freed_before_softmax_backward``).
 
     Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
     MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
@@ -46,12 +47,37 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         sink = 1 if spec.attention_sinks else 0
         # fp32 sinks (attention.sinks_fp32: fp32 parameters) make that softmax and its gradients fp32
         sm = 4 if spec.attention_sinks and dt.residual == 4 else c
-        attn = (2 + sink) * sm * b * a * s * (s + sink) - (freed if sink else 0)
-    elif runs_eager_attention(spec, sc, profile) or sdpa_math_fallback(spec, sc, profile):
+        freed = saved.freed_before_sink_softmax_backward if saved and sink else 0
+        attn = (2 + sink) * sm * b * a * s * (s + sink) - freed
+    elif runs_eager_attention(spec, sc, profile):
+        attn = _fp32_softmax_backward(spec, sc, saved)
+    elif sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
     return max(mlp, attn)
+
+
+def _fp32_softmax_backward(spec: ModelSpec, sc: Scenario, saved: Saved | None) -> int:
+    """Working set of an eager attention's fp32 softmax backward, beside the saved fp32 probabilities.
+
+    transformers eager attention (v4.36-v4.44 models/llama/modeling_llama.py LlamaAttention.forward; v4.48-v5.24.0
+    eager_attention_forward; v4.31 the same without the dropout line): ``matmul(q, k^T) * scaling + mask``,
+    ``softmax(w, dim=-1, dtype=float32).to(q.dtype)``, ``dropout(p=attention_dropout)``, ``matmul(w, v)``. torch
+    v2.13.0 aten/src/ATen/native/SoftMax.cpp ``softmax(input, dim, dtype)``: a 16-bit input is first copied to
+    fp32 (``input_.toType(dtype)``, as the simulator traces bf16 and fp16 alike), and
+    ``_softmax`` saves its fp32 output (derivatives.yaml ``_softmax: result``); ``_to_copy`` saves nothing;
+    Dropout.cpp returns the input itself for p == 0, else native_dropout keeps its mask; ``matmul`` keeps the
+    16-bit probabilities. Backward (retain_graph=False frees each node's saved tensors once it has run): the
+    matmul's node makes the 16-bit gradient of the probabilities and frees the probabilities it kept;
+    ``_to_copy``'s node casts that gradient to fp32 and drops the 16-bit one; ``_softmax_backward_data`` then holds
+    the fp32 gradient and its fp32 result beside the saved fp32 output: 8 bytes per score beyond the output, net
+    of what the block has freed by then (the MLP's saved tensors, o_proj's input, the 16-bit probabilities or the
+    dropout's output and mask). In an fp32 model the casts are no-ops and the output is the tensor the matmul
+    keeps: the same 2 x 4 bytes. The simulator's trace of a tiny Llama with eager attention peaks there: three fp32
+    (B, H, S, S) tensors (``_softmax``, ``_to_copy``, ``_softmax_backward_data``) and no 16-bit one."""
+    b, a, s = sc.micro_batch_size, spec.num_attention_heads, sc.seq_len
+    return 8 * b * a * s * s - (saved.freed_before_softmax_backward if saved else 0)
 
 
 def unpermute_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -99,6 +125,18 @@ def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
     return dt.residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size
 
 
+def eager_mask(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Eager attention's additive (B, 1, S, S) mask, built in the embeddings' dtype (transformers v5.24.0
+    masking_utils.py create_causal_mask(dtype=inputs_embeds.dtype), ``torch.where(mask, 0.0, finfo(dtype).min)``;
+    v4.31 modeling_llama.py _prepare_decoder_attention_mask(..., inputs_embeds) the same): fp32 where the residual
+    stream is (-mixed, PEFT's fp32 embeddings for QLoRA), as the simulator traces it (``where.self``). Every
+    checkpointed block's recompute holds it as an argument (torch v2.13.0 utils/checkpoint.py), so under
+    checkpointing it lives through the whole backward; without, it lives to the forward's end."""
+    if sc.attention is not Attention.EAGER:
+        return 0
+    return dtypes_for(sc, profile, spec).residual * sc.micro_batch_size * sc.seq_len * sc.seq_len
+
+
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
     """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
     its weight trains in full fine-tuning), lm_head input, eager attention mask."""
@@ -114,8 +152,8 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if lm_head_trainable or (quantized and profile.qlora_saves_input and profile.qlora_quantizes_lm_head):
         total += dt.compute * T * h
-    if sc.attention is Attention.EAGER:
-        total += dt.compute * sc.micro_batch_size * sc.seq_len * sc.seq_len
+    if sc.gradient_checkpointing is Checkpointing.NONE:
+        total += eager_mask(spec, sc, profile)  # checkpointed: kept into backward (step.Activations.masks)
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total

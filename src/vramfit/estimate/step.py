@@ -182,7 +182,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
-        sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile), host,
+        sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile)
+        + (extras.eager_mask(spec, sc, profile) if ck is not Checkpointing.NONE else 0), host,
         tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
         *tower_backward_kept(spec, sc, profile, adapters), every_token_top_freed(spec, saved.items),
     )
@@ -437,7 +438,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
                                         head_calls(sc, profile))[1]
     loss = loss_memory(spec, sc, profile)
-    tb = extras.block_backward_transient(spec, sc, profile, acts.saved.freed_before_sink_softmax_backward)
+    tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
     tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
