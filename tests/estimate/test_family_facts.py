@@ -113,3 +113,28 @@ def test_estimator_never_tests_model_type():
     offenders = [f"{p.name}:{i}" for p in est.glob("*.py")
                  for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+def test_eager_forward_softmax_reads_the_family_facts():
+    """The tensors bound at the top block's eager softmax in forward (block_extras.eager_forward_softmax), per score
+    of (B, H, S, S) = 1 x 32 x 1024 x 1024: Llama-style bf16 binds the masked scores, softmax's fp32 copy and its
+    fp32 output (2 + 4 + 4); BLOOM's baddbmm scores stay bound too (+2) and, checkpointed, the block below's
+    returned probabilities (+2); under autocast the fp32 mask makes the masked scores fp32 (no copy) and RoPE's
+    fp32 query makes the cast a no-op (4 + 4), while ALiBi's 16-bit query adds the probabilities (2 + 4 + 4 + 2)."""
+    from vramfit.estimate.block_extras import eager_forward_softmax
+
+    n = 32 * 1024 * 1024
+    real = resolve_model("bigscience/bloomz-7b1").spec
+    assert (real.eager_forward_scores, real.block_returns_attention_probs) == (2, True)
+    assert (LLAMA.eager_forward_scores, LLAMA.block_returns_attention_probs) == (1, False)
+    spec = replace(LLAMA, num_attention_heads=32)
+    bloom = replace(spec, eager_forward_scores=2, block_returns_attention_probs=True,
+                    position_encoding=PositionEncoding.ALIBI)
+    true, mixed = {"attention": "eager"}, {"attention": "eager", "precision": "bf16-mixed"}
+    assert eager_forward_softmax(spec, _sc(**true), HF) == 10 * n
+    assert eager_forward_softmax(bloom, _sc(**true), HF) == 12 * n
+    assert eager_forward_softmax(bloom, _sc(gradient_checkpointing="full", **true), HF) == 14 * n
+    assert eager_forward_softmax(spec, _sc(**mixed), HF) == 8 * n
+    assert eager_forward_softmax(bloom, _sc(**mixed), HF) == 12 * n
+    assert eager_forward_softmax(spec, _sc(attention="sdpa"), HF) == 0
+    assert eager_forward_softmax(spec, _sc(**true), profile_for(Framework.LITGPT)) == 0

@@ -42,7 +42,8 @@ def test_phase_rules_add_the_phases_a_step_has():
     assert StepPhase.BACKWARD_END_TIED in {b.phase for b in tied.phases}
     # stage phases: test_stages; the MXFP4 load: test_mxfp4_load
     core = [p for p in PHASE_RULES if p not in (StepPhase.GENERATE, StepPhase.SCORE, StepPhase.LOAD)]
-    assert core[:3] == [StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK]
+    assert core[:4] == [StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS,
+                        StepPhase.BACKWARD_BLOCK]
 
 
 def test_a_stage_adds_a_contributor_without_editing_the_core():
@@ -72,6 +73,7 @@ def test_simulator_trace_labels_map_to_the_shared_phases(label, phase):
 def test_estimator_backward_phases_are_parts_of_the_traced_backward():
     assert StepPhase.BACKWARD_BLOCK.traced_as is StepPhase.BACKWARD
     assert StepPhase.FORWARD.traced_as is StepPhase.FORWARD
+    assert StepPhase.FORWARD_ATTENTION.traced_as is StepPhase.FORWARD
     assert StepPhase.OPTIMIZER_STEP.trace_mark == "optimizer"
 
 

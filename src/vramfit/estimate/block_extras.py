@@ -8,7 +8,7 @@ from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
 from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.norms import NormSite, norm_saved
-from vramfit.models.spec import ModelSpec
+from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
 
 
@@ -157,3 +157,67 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total
+
+
+def eager_forward_softmax(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """The (B, H, S, S) tensors alive while the top block's eager softmax runs in forward, beyond saved tensors.
+
+    transformers eager attention (v4.36-v4.44 LlamaAttention.forward; v4.48-v5.24.0 eager_attention_forward,
+    Gemma 2's softcap steps alike): ``attn_weights = matmul(q, k^T) * scaling``, ``+ mask``, then
+    ``softmax(attn_weights, dim=-1, dtype=float32)``; each rebinding unbinds the tensor before it, so the 16-bit
+    masked scores are the one score tensor bound (``spec.eager_forward_scores``; BLOOM's baddbmm output stays bound
+    too). torch v2.13.0 aten/src/ATen/native/SoftMax.cpp ``softmax(input, dim, dtype)``: a 16-bit input is copied
+    to fp32 (``input_.toType(dtype)``, kept until ``_softmax`` returns) and ``_softmax`` writes its fp32 output:
+    8 bytes per score beside the bound scores (an fp32 input is not copied: 4; ``+ mask`` makes the scores fp32
+    where the mask is, under autocast). Under checkpointing BLOOM's model
+    loop still binds the block below's returned 16-bit probabilities (``spec.block_returns_attention_probs``),
+    which its checkpoint saved nothing of. The simulator's tiny BLOOM with LoRA and checkpointing peaks there:
+    two fp32 and three 16-bit (B, H, S, S) tensors (``_to_copy``, ``_softmax``, ``baddbmm``, ``add``, and block
+    1's ``_to_copy``)."""
+    if (not profile.runs_transformers_modeling or not runs_eager_attention(spec, sc, profile)
+            or not spec.eager_softmax_fp32):
+        return 0  # transformers' eager code (others' eager attention is not derived here)
+    dt = dtypes_for(sc, profile, spec)
+    c = dt.compute
+    scores = sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len
+    # ``+ mask`` promotes the scores to the mask's dtype (:func:`eager_mask`: fp32 under -mixed); softmax copies
+    # a 16-bit input to fp32 only; ``.to(query.dtype)`` then makes the probabilities while the masked scores and
+    # the fp32 output are bound. RoPE multiplies q by cos/sin in the residual stream's dtype (v5.24.0
+    # LlamaRotaryEmbedding.forward ``cos.to(dtype=x.dtype)``), so under autocast the query is fp32 and the cast
+    # is a no-op; ALiBi's query is the projection's 16-bit output
+    masked = max(c, dt.residual)
+    query = dt.residual if spec.position_encoding is PositionEncoding.ROPE else c
+    extra = (spec.eager_forward_scores - 1) * c
+    at_softmax = extra + masked + (0 if masked == 4 else 4) + 4
+    at_cast = extra + masked + 4 + (0 if query == 4 else query)
+    below = (spec.block_returns_attention_probs and spec.num_hidden_layers > 1
+             and sc.gradient_checkpointing is not Checkpointing.NONE)
+    return (max(at_softmax, at_cast) + (query if below else 0)) * scores
+
+
+def saved_after_softmax(saved: Saved) -> int:
+    """The top block's saved tensors made from its softmax on (softmax's output, the probabilities, the MLP's):
+    not yet alive at :func:`eager_forward_softmax`'s moment. The saved items run in block order from
+    ``attn.softmax_out``; the output projection's LoRA inputs and the second norm's, listed before it, stay
+    counted (at most a few (T, h) tensors)."""
+    keys = list(saved.items)
+    if "attn.softmax_out" not in keys:
+        return 0
+    from vramfit.estimate.allocator import round_allocation
+
+    return sum(round_allocation(saved.items[k]) for k in keys[keys.index("attn.softmax_out"):])
+
+
+def forward_softmax_moment(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, acts) -> tuple[int, int]:
+    """(working set, kept activations) at the top block's eager softmax in forward (``StepPhase.FORWARD_ATTENTION``);
+    (0, 0) where the eager fp32 softmax does not run. Kept: every block's saved tensors (their inputs under
+    checkpointing) less the top block's from its softmax on, the eager mask, the other masks and what the
+    embedding norm saved; the final norm and the output layer have not run yet. ``acts``: step.Activations."""
+    work = eager_forward_softmax(spec, sc, profile)
+    if not work:
+        return 0, 0
+    emb = dtypes_for(sc, profile, spec).compute * sc.micro_batch_size * sc.seq_len * spec.hidden_size
+    kept = acts.blocks + acts.masks + (emb if spec.embedding_norm else 0)
+    if sc.gradient_checkpointing is Checkpointing.NONE:  # checkpointed, the mask is one of acts.masks
+        kept += eager_mask(spec, sc, profile) - saved_after_softmax(acts.saved)
+    return work, kept

@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 
 Contributor = Callable[["Step"], Iterable[Contribution]]
 
-F, BL, BB, BV, BE, BT, BS, OPT = (
-    StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
+F, FA, BL, BB, BV, BE, BT, BS, OPT = (
+    StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
     StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP,
 )
-_ALL = (F, BL, BB, BV, BE, BT, BS, OPT)
+_ALL = (F, FA, BL, BB, BV, BE, BT, BS, OPT)
 
 
 def _sharded_full_end(step: Step) -> bool:
@@ -68,6 +68,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step),
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
+    FA: lambda step: step.eager_forward[0] > 0,  # eager fp32 softmax (block_extras.forward_softmax_moment)
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
     BL: lambda step: True,
     BB: lambda step: True,
@@ -121,6 +122,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     gradients (:func:`_loss_backward`). The block phase sits at the top or the lowest block (:func:`_block_position`)."""
     all_grads, held, head = step.parts.gradients, step.held_grads, step.head_grad
     yield Contribution("gradients", F, held)
+    yield Contribution("gradients", FA, held)
     yield Contribution("gradients", BL, held + _loss_backward(step)[1])
     yield Contribution("gradients", BB, _block_position(step)[0])
     # the language model's all made, the tower's up to its last block
@@ -144,12 +146,14 @@ def activations(step: Step) -> Iterator[Contribution]:
     """Saved tensors and autocast weight copies, consumed by backward."""
     a, kept = step.acts, step.parts.autocast_copies
     yield Contribution("activations", F, a.total + a.forward_only)
+    yield Contribution("activations", FA, step.eager_forward[1] + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, tower_position(step)[1])
     end = end_of_backward(step)
     yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
+    yield Contribution("autocast_copies", FA, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
     yield Contribution("autocast_copies", BB, _block_position(step)[2])
 
@@ -190,6 +194,7 @@ def communication(step: Step) -> Iterator[Contribution]:
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
     yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    yield Contribution("comm_buffers", FA, comm - late - fwd_root)  # a block's forward: its gathers, no logits
     yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
@@ -209,6 +214,7 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     fwd_copy, block_copy = step.fetch_copy
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
     yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
+    yield Contribution("temporaries", FA, step.eager_forward[0] + step.dequant)
     head, block = _reduced_numel(step)
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
     yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step
@@ -248,7 +254,8 @@ def previous_step(step: Step) -> Iterator[Contribution]:
     (:func:`vramfit.estimate.retained_graph.previous_step_inputs`): the forward phase only."""
     from vramfit.estimate.retained_graph import previous_step_inputs
 
-    yield Contribution("previous_step_inputs", F, previous_step_inputs(step))
+    for phase in (F, FA):
+        yield Contribution("previous_step_inputs", phase, previous_step_inputs(step))
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:

@@ -22,6 +22,8 @@ class StepPhase(str, Enum):
     GENERATE = "generate"  # GRPO/PPO rollouts: the generation engine and its KV cache (estimate/stages/rl.py)
     SCORE = "score"  # reference / old-policy log-prob passes under no_grad (estimate/stages)
     FORWARD = "forward"  # end of forward: every saved tensor alive, the loss computed
+    # the top block's eager softmax in forward: the scores, softmax's fp32 copy and output (block_extras)
+    FORWARD_ATTENTION = "forward-attention"
     BACKWARD = "backward"  # the whole backward, as the simulator traces it
     BACKWARD_LOSS = "backward-loss"  # start of backward: the loss and logits gradients
     BACKWARD_BLOCK = "backward-block"  # inside one block's backward (recompute, working set)
@@ -36,8 +38,10 @@ class StepPhase(str, Enum):
     @property
     def traced_as(self) -> StepPhase:
         """The phase the simulator traces this one in (the estimator's backward sub-phases are
-        parts of ``BACKWARD``)."""
-        return StepPhase.BACKWARD if self.value.startswith("backward") else self
+        parts of ``BACKWARD``, its forward ones of ``FORWARD``)."""
+        if self.value.startswith("backward"):
+            return StepPhase.BACKWARD
+        return StepPhase.FORWARD if self.value.startswith("forward") else self
 
     @property
     def trace_mark(self) -> str:

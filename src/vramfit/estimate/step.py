@@ -121,6 +121,7 @@ class Step:
     ranks: tuple = ()  # tensor/pipeline/context parallel: each pipeline rank's share (estimate/ranks.py)
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
     block_grads: int = 0  # FSDP full fine-tuning: one block's whole gradients before their reduce-scatter
+    eager_forward: tuple[int, int] = (0, 0)  # top block's eager softmax in forward: (working set, kept)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -457,6 +458,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
-        head_autocast=head_autocast,
+        head_autocast=head_autocast, eager_forward=extras.forward_softmax_moment(spec, sc, profile, acts),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

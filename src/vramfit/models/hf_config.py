@@ -507,7 +507,7 @@ def _bloom(c: _Cfg) -> ModelSpec:
         norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.ALIBI, embedding_norm=True,
         sdpa_supported=False,  # transformers v5.24.0 BloomPreTrainedModel has no _supports_sdpa
         flash_supported=False,  # nor _supports_flash_attn (PreTrainedModel's default: False)
-        fused_qkv="query_key_value",
+        fused_qkv="query_key_value", eager_forward_scores=2, block_returns_attention_probs=True,
         **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
     )
 

@@ -208,6 +208,16 @@ class ModelSpec:
     # eager softmax upcasts the scores to fp32 (``softmax(..., dtype=torch.float32)`` in Llama-style
     # eager_attention_forward); False for GPT-2 style softmax in the compute dtype
     eager_softmax_fp32: bool = True
+    # 16-bit (B, H, S, S) score tensors the eager forward still binds while softmax makes its fp32 copy and output:
+    # 1 where ``attn_weights`` is rebound at each step (transformers v5.24.0 eager_attention_forward, Gemma 2's
+    # softcap steps included: each old tensor is unbound once the next exists); 2 in BLOOM, whose
+    # ``attention_scores = alibi.baddbmm(...)`` stays bound beside ``attn_weights + attention_mask``
+    # (v5.24.0 models/bloom/modeling_bloom.py BloomAttention.forward; v4.31 the same lines)
+    eager_forward_scores: int = 1
+    # the block returns its attention probabilities whatever ``output_attentions`` says and the model's loop keeps
+    # the last block's outputs bound (``outputs = block(...)``) while the next block runs: BLOOM (v5.24.0
+    # BloomBlock.forward ``return output, attn_weights``, BloomModel.forward's layer loop)
+    block_returns_attention_probs: bool = False
     attn_logit_softcapping: float | None = None  # Gemma 2: tanh soft-capping of attention scores
     final_logit_softcapping: float | None = None  # Gemma 2: tanh soft-capping of the logits
     fused_qkv: str = ""  # name of the fused q/k/v projection ("query_key_value", "qkv_proj", "c_attn")
