@@ -205,7 +205,10 @@ def saved_after_softmax(saved: Saved) -> int:
         return 0
     from vramfit.estimate.allocator import round_allocation
 
-    return sum(round_allocation(saved.items[k]) for k in keys[keys.index("attn.softmax_out"):])
+    # Gemma 2's soft-capping tanh output (tanh saves its result, torch v2.13.0 derivatives.yaml) is listed after
+    # the probabilities but made before the softmax
+    after = keys[keys.index("attn.softmax_out"):]
+    return sum(round_allocation(saved.items[k]) for k in after if k != "attn.softcap_tanh")
 
 
 def forward_softmax_moment(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, acts) -> tuple[int, int]:
