@@ -211,16 +211,57 @@ def saved_after_softmax(saved: Saved) -> int:
     return sum(round_allocation(saved.items[k]) for k in after if k != "attn.softcap_tanh")
 
 
-def forward_softmax_moment(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, acts) -> tuple[int, int]:
+def forward_softmax_moment(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, acts,
+                           cache: int = 0) -> tuple[int, int]:
     """(working set, kept activations) at the top block's eager softmax in forward (``StepPhase.FORWARD_ATTENTION``);
     (0, 0) where the eager fp32 softmax does not run. Kept: every block's saved tensors (their inputs under
     checkpointing) less the top block's from its softmax on, the eager mask, the other masks and what the
-    embedding norm saved; the final norm and the output layer have not run yet. ``acts``: step.Activations."""
+    embedding norm saved; the final norm and the output layer have not run yet. ``acts``: step.Activations;
+    ``cache``: the KV cache the model returns (checkpointed: the block's own tensors, :func:`checkpointed_block_own`,
+    join the working set)."""
     work = eager_forward_softmax(spec, sc, profile)
     if not work:
         return 0, 0
+    work += checkpointed_block_own(spec, sc, profile, cache)
     emb = dtypes_for(sc, profile, spec).compute * sc.micro_batch_size * sc.seq_len * spec.hidden_size
     kept = acts.blocks + acts.masks + (emb if spec.embedding_norm else 0)
     if sc.gradient_checkpointing is Checkpointing.NONE:  # checkpointed, the mask is one of acts.masks
         kept += eager_mask(spec, sc, profile) - saved_after_softmax(acts.saved)
     return work, kept
+
+
+def checkpointed_eager_forward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, cache: int) -> int:
+    """Bytes a fully checkpointed block's eager attention holds at its forward high point, beyond the kept
+    activations (block inputs, mask), with ``cache`` the KV cache the model returns (estimate/loss.py
+    returned_cache_bytes; 0 when it returns none). 0 where this is not that case.
+
+    transformers eager attention (v4.31.0 models/llama/modeling_llama.py l. 330-346; v4.44 the same plus a
+    p=0 dropout that returns its input): ``attn_weights = matmul(q, k^T) / sqrt(d)``, ``attn_weights =
+    attn_weights + attention_mask``, then ``softmax(attn_weights, dim=-1, dtype=float32).to(q.dtype)``. In the
+    softmax call the masked 16-bit scores are still bound to ``attn_weights``, torch (v2.13.0
+    aten/src/ATen/native/SoftMax.cpp ``softmax(input, dim, dtype)``) copies them to fp32 (``toType``; none for an
+    fp32 model) and ``_softmax`` writes its fp32 output: three (B, H, S, S) tensors at once. Under full
+    checkpointing the forward saves nothing of the block (torch utils/checkpoint.py, non-reentrant: saved
+    tensors are packed to holders), so only the block's own tensors are alive beside them: the normed input,
+    q, and k, v (which the returned cache holds when there is one; then every earlier layer's k, v too). The
+    simulator's trace of Llama-2-7B (bf16, LoRA q/v, eager, full checkpointing, 4 x 2048) peaks in forward at
+    7.29 GiB above the model state, this plus the 32 block inputs and the mask (7.28 GiB): above the logits
+    moment the estimator counted before (5.09 GiB); with a returned cache this moment is the step's high point."""
+    if sc.gradient_checkpointing is not Checkpointing.FULL or not runs_eager_attention(spec, sc, profile):
+        return 0
+    c = dtypes_for(sc, profile, spec).compute
+    scores = sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len
+    converted = 0 if c == 4 else 4  # toType(float32) is a no-op on an fp32 input
+    return (c + converted + 4) * scores + checkpointed_block_own(spec, sc, profile, cache)
+
+
+def checkpointed_block_own(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, cache: int) -> int:
+    """A fully checkpointed block's own tensors at its eager softmax in forward (:func:`checkpointed_eager_forward`):
+    the normed input, q, and k, v or the returned KV cache; 0 where that is not the case."""
+    if sc.gradient_checkpointing is not Checkpointing.FULL or not runs_eager_attention(spec, sc, profile):
+        return 0
+    c = dtypes_for(sc, profile, spec).compute
+    T, a, d = sc.micro_batch_size * sc.seq_len, spec.num_attention_heads, spec.head_dim
+    own = c * T * (spec.hidden_size + a * d)  # normed input and q
+    kv = cache if cache else c * T * spec.num_key_value_heads * (spec.head_dim + spec.v_dim)
+    return own + kv

@@ -206,8 +206,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "policies/activation_checkpointing_functions.py: torch's checkpoint_wrapper (NO_REENTRANT) on "
                              "every LlamaDecoderLayer, so transformers builds and returns the KV cache (profile_fields.py "
                              "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
-                             "when training with FSDP')",
-                             (("returns_kv_cache", True),)),
+                             "when training with FSDP'); utils/train_utils.py before PR #41 (1e0f8a1f l. 88) rebinds "
+                             "`outputs = model(**batch)` each step, so a kept output lives into the next forward "
+                             "(profile_fields.py outputs_live_into_next_forward)",
+                             (("returns_kv_cache", True), ("outputs_live_into_next_forward", True))),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "

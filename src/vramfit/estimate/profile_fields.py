@@ -288,6 +288,12 @@ class FrameworkProfile:
     # l. 658-663 (forced off only under self.gradient_checkpointing), l. 324 and 704-705 (each layer's post-rotary
     # k and v appended to next_decoder_cache, returned as past_key_values); estimate/loss.py returned_cache_bytes
     returns_kv_cache: bool = False
+    # a loop that keeps the model's output (scenario keeps_outputs) rebinds it only when the next forward returns:
+    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88 `outputs = model(**batch)` in the step loop, no
+    # `del` (Python evaluates the call before it rebinds the name), so the previous step's logits and KV cache
+    # (LossMemory.kept) are alive through the whole next forward. AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 894
+    # sets `output = None` after optimizer.step(): not there
+    outputs_live_into_next_forward: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""

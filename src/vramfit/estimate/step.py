@@ -458,6 +458,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
-        head_autocast=head_autocast, eager_forward=extras.forward_softmax_moment(spec, sc, profile, acts),
+        head_autocast=head_autocast, eager_forward=extras.forward_softmax_moment(
+            spec, sc, profile, acts, loss.cache),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))
