@@ -280,6 +280,7 @@ _PAGE: dict[str, tuple[str, str]] = {
     "ph.persistent": ("the whole run", "toda a execução"),
     "ph.process": ("the whole process", "todo o processo"),
     "ph.forward": ("forward", "forward (passagem direta)"),
+    "ph.forward-attention": ("forward, at a block's attention softmax", "forward, no softmax da atenção de um bloco"),
     "ph.backward": ("backward", "backward (retropropagação)"),
     "ph.forward-backward": ("forward and backward", "forward e backward"),
     "ph.backward-loss": ("backward, at the loss", "backward, na perda"),
