@@ -213,7 +213,7 @@ class ModelSpec:
     # softcap steps included: each old tensor is unbound once the next exists); 2 in BLOOM, whose
     # ``attention_scores = alibi.baddbmm(...)`` stays bound beside ``attn_weights + attention_mask``
     # (v5.24.0 models/bloom/modeling_bloom.py BloomAttention.forward; read from v5.24.0 only: BLOOM in transformers 4
-    # binds ``matmul_result`` and masks with masked_fill, and returns the probabilities only for output_attentions)
+    # binds ``matmul_result`` and masks with ``masked_fill`` (fp16 scores cast to fp32 first), not derived here)
     eager_forward_scores: int = 1
     # the block returns its attention probabilities whatever ``output_attentions`` says and the model's loop keeps
     # the last block's outputs bound (``outputs = block(...)``) while the next block runs: BLOOM (v5.24.0
