@@ -63,15 +63,6 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["UNSLOTH_NB_2509-1"]["measured"] == {"metric": "reserved", "bytes": round(42.789 * 2**30)}
     # litgpt's config-hub table: the script prints max_memory_allocated() / 1e9 as 'GB' (the row's 'Peak memory' cell)
     for r in ROWS:
-        if r["source_id"] == "LLAMA_REC_PR41_2307":
-            # llama_finetuning.py @e5970e2e: pure bf16, FSDP1 with LoRA leaf units, packed samsum (2048), eager attention
-            # of transformers 4.31; the measuring code is not published (confidence low)
-            sc = r["scenario"]
-            # llama-recipes-2023: from_pretrained without use_cache=False (came in 353dfcdc), so the KV cache is returned
-            assert r["confidence"] == "low" and r["seq_exact"]
-            assert sc["framework_version"] == "transformers-4.44+llama-recipes-2023" and "353dfcdc" in r["notes"]
-            assert sc["parallelism"] == "fsdp" and sc["fsdp_version"] == "1" and sc["attention"] == "eager"
-            assert sc["keeps_outputs"] == (r["id"] in ("LLAMA_REC_PR41_2307-1", "LLAMA_REC_PR41_2307-2"))
         if r["source_id"] == "LIT_HUB_2409":
             gb = re.search(r"'Peak memory' '([0-9.]+) GB'$", r["source"]).group(1)
             assert r["measured"] == {"metric": "allocated", "bytes": round(float(gb) * 10**9)}, r["id"]
