@@ -64,17 +64,17 @@ def test_load_segments_serve_the_loss_and_one_16_bit_partition_is_left_at_the_st
     # the loss's 2.3 GiB fp32 blocks split the cached clone and zero-gradient segments: no segment of their own
     seg = [alloc.segment_size(n * g) // MiB for n in (2, 4)]  # 2 MiB-rounded segments of 16-bit and fp32 partitions
     assert _new_segments(r) == [seg[0]] + [seg[1]] * 5  # clone, master, zero gradient, three at the steps
-    assert zero2.zero2_step_reserved(r, 0, loss) == pytest.approx(2 * g, abs=2 * MiB)
+    assert zero2.zero2_step_reserved(r, loss) == pytest.approx(2 * g, abs=2 * MiB)
     fused = replace(r, profile=replace(r.profile, torch_optimizer_impl=OptimizerImpl.FUSED))
-    assert zero2.zero2_step_reserved(fused, 0, loss) == zero2.zero2_step_reserved(r, 0, loss)
+    assert zero2.zero2_step_reserved(fused, loss) == zero2.zero2_step_reserved(r, loss)
 
 
 def test_the_step_sets_the_reserved_figure_above_the_allocated_peak():
     est = estimate(SC)
     step = next(p for p in est.phases if p.phase == "optimizer-step")
     r = _step(**SC)
-    assert est.peak.reserved_bytes >= step.allocated_bytes + zero2.zero2_step_reserved(r, 0, step_transients(r))
-    assert zero2.zero2_step_reserved(_step(**{**SC, "parallelism": "zero3"}), 0, []) == 0
+    assert est.peak.reserved_bytes >= step.allocated_bytes + zero2.zero2_step_reserved(r, step_transients(r))
+    assert zero2.zero2_step_reserved(_step(**{**SC, "parallelism": "zero3"}), []) == 0
 
 
 def test_zero1_2_norm_takes_the_whole_embedding_on_one_gpu():
@@ -113,10 +113,10 @@ def test_required_leaves_out_the_cached_parameter_segments():
     assert model16 < 6_438_256_640 < 1.05 * model16
     step = _step(**{**modern, "model": "Qwen/Qwen2.5-3B"})
     loss = step_transients(step)
-    cached = zero2.zero2_step_reserved(step, 0, loss)
-    assert cached - zero2.zero2_step_reserved(step, 0, loss, required=True) == 6_438_256_640
+    cached = zero2.zero2_step_reserved(step, loss)
+    assert cached - zero2.zero2_step_reserved(step, loss, required=True) == 6_438_256_640
     host = replace(step, profile=replace(step.profile, ds_flattens_on_host=True))
-    assert cached - zero2.zero2_step_reserved(host, 0, loss) == 6_438_256_640
+    assert cached - zero2.zero2_step_reserved(host, loss) == 6_438_256_640
 
 
 def test_before_0_19_zero2_flattens_on_the_host():

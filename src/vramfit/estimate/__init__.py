@@ -291,7 +291,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
-    if cached := zero2_step_reserved(r, step_allocated, events, conf, required):
+    if cached := zero2_step_reserved(r, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap

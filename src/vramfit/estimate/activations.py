@@ -84,8 +84,8 @@ class Dtypes:
     norm_out: int  # output of the norms that feed linears
     adapter: int
     autocast: bool
-    mlp: int = 2  # the gated MLP's saved products (gate, act, up)
-    attn: int = 2  # q, k, v and the attention kernel's output
+    mlp: int  # the gated MLP's saved products (gate, act, up)
+    attn: int  # q, k, v and the attention kernel's output
 
 
 def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None) -> Dtypes:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.estimate.ds_offload import offload_grad_staging, offload_host_gradients, zero1_gpu_grads
 from vramfit.estimate.framework import (
     FrameworkProfile,
     OptimizerImpl,
@@ -197,7 +198,6 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:
     """Weights, quantized base, adapters, grads, master weights and optimizer state per GPU."""
-    from vramfit.estimate import ds_offload
     p = Parts()
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
@@ -220,7 +220,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         p.master_weights = 0
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
         # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)
-        p.gradients = ds_offload.zero1_gpu_grads(sc, p.gradients)
+        p.gradients = zero1_gpu_grads(sc, p.gradients)
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
         p.weights = p.adapters = 0
@@ -234,12 +234,10 @@ def _offload_host_grads(p: Parts, spec: ModelSpec, sc: Scenario, profile: Framew
     """Host bytes of the offloaded gradients: DeepSpeed's pinned gradient buffers (estimate/ds_offload.py
     ``offload_host_gradients``; ZeRO-1 keeps whole 16-bit gradients on the GPU, its host share is the partition's),
     else the per-GPU gradients the CPU step reads (FSDP ``CPUOffload``)."""
-    from vramfit.estimate import ds_offload
-
     if sc.parallelism not in _DS:
         return p.gradients
     grad16 = p.gradients if shd.grads > 1 else shard(p.gradients, shd.optimizer)
-    return ds_offload.offload_host_gradients(spec, sc, profile, p.master_weights, grad16)
+    return offload_host_gradients(spec, sc, profile, p.master_weights, grad16)
 
 
 def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding,
@@ -323,14 +321,13 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> i
     """ZeRO reduce buckets and (stage 3) gathered parameters, sized from the scenario's DeepSpeed config
     (estimate/deepspeed.py; the HF docs' example config when none is given)."""
     from vramfit.estimate import deepspeed as ds
-    from vramfit.estimate import ds_offload
 
     stage = {Parallelism.ZERO1: 1, Parallelism.ZERO2: 2, Parallelism.ZERO3: 3}[sc.parallelism]
     z = ds.resolve(sc.deepspeed_config, spec.hidden_size, stage)
     grad_dtype = 4 if sc.precision is Precision.FP32 else 2  # the engine's (optimizer's) dtype, _ds_mixed
     ipg = ds.ipg_bytes(z, stage, grad_dtype)
     if stage < 3:
-        return ipg + ds_offload.offload_grad_staging(spec, sc, profile)
+        return ipg + offload_grad_staging(spec, sc, profile)
     layer = _layer_param_bytes(spec, sc, profile)
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elems = sum(lin.weight_params + lin.bias_params for lin in spec.block_linears) + spec.block_norm_params

@@ -341,11 +341,11 @@ def zero1_step_grads(sc: Scenario, all_grads: int) -> int:
     before the flatten): its partition's share is left at the step, bytes. With the optimizer offloaded the
     epilogue has cleared them all (stage_1_and_2.py ``_clear_param_grad_only``; estimate/ds_offload.py
     ``zero1_gpu_grads``): none."""
-    if sc.parallelism is Parallelism.ZERO1 and sc.offload is not Offload.NONE:
-        return 0
     if sc.parallelism is not Parallelism.ZERO1:
         return all_grads
-    return -(-all_grads // (sc.shard_group or sc.num_gpus))
+    if sc.offload is not Offload.NONE:
+        return 0
+    return -(-all_grads // sc.num_gpus)
 
 
 def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:

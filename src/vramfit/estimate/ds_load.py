@@ -67,7 +67,6 @@ def flatten_events(step: Step) -> list[int]:
     runtime/zero/stage_1_and_2.py ``DeepSpeedZeroOptimizer.__init__`` (module docstring). Empty unless full
     fine-tuning flattens on the GPU: LoRA's originals are the adapters, small-pool blocks of a few MiB in all."""
     from vramfit.estimate.params import base_tensors
-    from vramfit.scenario import Method
 
     if not flattens_on_gpu(step) or step.sc.method is not Method.FULL:
         return []

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
 from vramfit.estimate.deepspeed import zero3_largest
+from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
@@ -102,4 +103,4 @@ def zero1_gpu_grads(sc: Scenario, all_grads: int) -> int:
     end of backward (these 494 MB are the upper bound: -13.9 % before, +2.2 % with them)."""
     if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE:
         return 0
-    return all_grads - -(-all_grads // sc.num_gpus)
+    return all_grads - shard(all_grads, sc.num_gpus)

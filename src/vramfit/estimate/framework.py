@@ -401,7 +401,7 @@ def scenario_profile(sc) -> FrameworkProfile:
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
     ``is_gptq_quantized``)."""
     profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
-    if sc.method in profile.fsdp_root_unit_methods and not profile.fsdp_root_gathered:
+    if sc.method in profile.fsdp_root_unit_methods:
         profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:

@@ -98,7 +98,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.choices import FSDP_FAMILY
-from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.allocator import round_allocation, transient_reserved
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.scenario import Method, Offload, Parallelism
 
@@ -212,12 +212,10 @@ def reduce_output_pool(step: Step) -> int:
         return 0
     if step.sc.offload is not Offload.OPTIMIZER_PARAMS and not accumulates_shards(step.sc, step.profile):
         return 0
-    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
-
-    a = CachingAllocatorModel()
+    events: list[int] = []
     for n in _reduce_outputs(step):
-        a.free(a.malloc(n))
-    return a.stats.peak_reserved
+        events += [n, -(len(events) // 2 + 1)]
+    return transient_reserved(events)[1]
 
 
 def shards_offloaded(step: Step) -> bool:
@@ -308,6 +306,14 @@ def blocks_freed_at_loss(step: Step) -> int:
     return max(0, blocks - _layer_param_bytes(step.spec, step.sc, step.profile))
 
 
+def end_tensors(step: Step) -> tuple[int, int, int]:
+    """Rounded bytes of a block's and the last unit's flat reduce-scatter inputs (``foreach_reduce``, torch v2.13.0
+    _fsdp_collectives.py l. 597-601) and of the input embedding's gradient, as the end of backward makes them
+    (:func:`end_of_backward`; estimate/fsdp2_end.py)."""
+    block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
+    return block, last, round_allocation(step.spec.embedding_params * _grad_bytes(step))
+
+
 def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
     """FSDP2 full fine-tuning, the end of backward (module docstring, 1): (whether its high point is the last
     unit's reduce-scatter rather than the lowest block's, the communication buffers then, the gradients the last
@@ -320,9 +326,8 @@ def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
     the block's gradients, recompute and working set are gone."""
     if not _applies(step):
         return None
-    block, last = (round_allocation(n * _reduce_bytes(step)) for n in _units(step))
+    block, last, grad = end_tensors(step)
     root = step.parts.comm_buffers - gathered_blocks(step) - root_resharded(step, backward=True)
-    grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
     at_block = step.block_grads + step.acts.recompute + step.block_transient + root + block
     return grad + last > at_block, (last if grad + last > at_block else root + block), grad
 

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vramfit.estimate.allocator import round_allocation, segment_size
+from vramfit.estimate.allocator import segment_size
+from vramfit.estimate.fsdp2 import _applies, _grad_bytes, end_tensors
+from vramfit.estimate.transients import step_transients
 from vramfit.scenario import Attention
 
 if TYPE_CHECKING:
@@ -42,9 +44,6 @@ def _largest_freed(step: Step) -> int:
     estimate/transients.py), a saved activation. A saved item above what one activation tensor can hold (tokens x
     the widest linear x fp32, or the attention scores under eager attention) is several tensors counted as one
     (the indexed expert weights' copies) and hosts nothing that large."""
-    from vramfit.estimate.fsdp2 import _grad_bytes
-    from vramfit.estimate.transients import step_transients
-
     spec, sc = step.spec, step.sc
     per = max(sc.precision.compute_bytes, _grad_bytes(step))
     weights = [(lin.weight_params if lin.group == "expert" else lin.in_features * lin.out_features) * per
@@ -61,22 +60,16 @@ def _largest_freed(step: Step) -> int:
 def end_of_backward_segments(step: Step) -> int:
     """Reserved bytes the end of backward opens beyond the blocks' (module docstring); 0 outside FSDP2 full
     fine-tuning with the step after backward."""
-    from vramfit.estimate.fsdp2 import _applies, _reduce_bytes, _units
-
     if not _applies(step) or not step.spec.num_hidden_layers or not step.spec.embedding_params:
         return 0
-    from vramfit.estimate.fsdp2 import _grad_bytes
-
     freed = _largest_freed(step)
-    block, last = _units(step)
-    grad = round_allocation(step.spec.embedding_params * _grad_bytes(step))
-    rs_input = round_allocation(last * _reduce_bytes(step))
+    block, rs_input, grad = end_tensors(step)
     # the lowest block's reduce-scatter input is dropped just before the last unit's is made
-    hosts = max(freed, round_allocation(block * _reduce_bytes(step)))
+    hosts = max(freed, block)
     opened = segment_size(grad) if grad > freed else 0
     if opened and step.spec.tie_word_embeddings:
         # tied: the output layer's gradient exists already, AccumulateGrad adds this one into it and drops it
-        # (torch/csrc/autograd/functions/accumulate_grad.h), so its segment is free again; untied, it is the gradient
+        # (torch v2.13.0 torch/csrc/autograd/functions/accumulate_grad.h), so its segment is free again; untied, it is the gradient
         hosts = max(hosts, opened)
     if rs_input > hosts:
         opened += segment_size(rs_input)

@@ -58,6 +58,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Method, Offload, Parallelism, Precision, Quantize
 
 UNSHARD_STREAM = 1  # any stream other than the default stream 0
@@ -215,7 +216,7 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     from vramfit.estimate.fsdp2_end import end_of_backward_segments
 
     if opened := end_of_backward_segments(r):  # beyond the blocks' segments, all still cached (estimate/fsdp2_end.py)
-        block = sum(phases["backward-block"].values()) if "backward-block" in phases else allocated
+        block = sum(phases[StepPhase.BACKWARD_BLOCK].values()) if StepPhase.BACKWARD_BLOCK in phases else allocated
         reserved = max(reserved, block + (reserved - allocated) + opened)
     pool = gradient_pool(r, phases)
     if pool:

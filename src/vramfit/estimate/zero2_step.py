@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from vramfit.estimate.allocator import AllocatorConf, largest_weight, round_allocation
 from vramfit.estimate.constants import K_ROUND_LARGE
+from vramfit.estimate.state import shard
 
 
 def zero12_norm_piece(spec, partition_numel: int) -> int:
@@ -48,9 +49,8 @@ def partition_grads_on_side_stream(r) -> bool:
     return z.overlap_comm and z.contiguous_gradients
 
 
-def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: AllocatorConf | None = None,
-                        required: bool = False) -> int:
-    """Bytes reserved beyond ``step_allocated`` (the optimizer-step phase's allocated bytes) at DeepSpeed ZeRO-2's
+def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = None, required: bool = False) -> int:
+    """Bytes reserved beyond the optimizer-step phase's allocated bytes at DeepSpeed ZeRO-2's
     step without optimizer offload: the segments the micro-batch's loss left cached (``loss_events``,
     :func:`vramfit.estimate.transients.step_transients`) and those the step's flat partition-sized tensors opened beyond their own live bytes.
     Each of those is larger than the loss's cached blocks at the usual micro-batch, so it opens a segment of its own,
@@ -91,7 +91,7 @@ def zero2_step_reserved(r, step_allocated: int, loss_events: list[int], conf: Al
             or sc.precision is Precision.FP32
             or sc.num_gpus < 2 or not r.parts.num_trainable):
         return 0
-    group = -(-r.parts.num_trainable // sc.num_gpus)
+    group = shard(r.parts.num_trainable, sc.num_gpus)
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     from vramfit.estimate.ds_load import flatten_events
