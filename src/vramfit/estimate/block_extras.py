@@ -230,34 +230,14 @@ def forward_softmax_moment(spec: ModelSpec, sc: Scenario, profile: FrameworkProf
     return work, kept
 
 
-def checkpointed_eager_forward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, cache: int) -> int:
-    """Bytes a fully checkpointed block's eager attention holds at its forward high point, beyond the kept
-    activations (block inputs, mask), with ``cache`` the KV cache the model returns (estimate/loss.py
-    returned_cache_bytes; 0 when it returns none). 0 where this is not that case.
-
-    transformers eager attention (v4.31.0 models/llama/modeling_llama.py l. 330-346; v4.44 the same plus a
-    p=0 dropout that returns its input): ``attn_weights = matmul(q, k^T) / sqrt(d)``, ``attn_weights =
-    attn_weights + attention_mask``, then ``softmax(attn_weights, dim=-1, dtype=float32).to(q.dtype)``. In the
-    softmax call the masked 16-bit scores are still bound to ``attn_weights``, torch (v2.13.0
-    aten/src/ATen/native/SoftMax.cpp ``softmax(input, dim, dtype)``) copies them to fp32 (``toType``; none for an
-    fp32 model) and ``_softmax`` writes its fp32 output: three (B, H, S, S) tensors at once. Under full
-    checkpointing the forward saves nothing of the block (torch utils/checkpoint.py, non-reentrant: saved
-    tensors are packed to holders), so only the block's own tensors are alive beside them: the normed input,
-    q, and k, v (which the returned cache holds when there is one; then every earlier layer's k, v too). The
-    simulator's trace of Llama-2-7B (bf16, LoRA q/v, eager, full checkpointing, 4 x 2048) peaks in forward at
-    7.29 GiB above the model state, this plus the 32 block inputs and the mask (7.28 GiB): above the logits
-    moment the estimator counted before (5.09 GiB); with a returned cache this moment is the step's high point."""
-    if sc.gradient_checkpointing is not Checkpointing.FULL or not runs_eager_attention(spec, sc, profile):
-        return 0
-    c = dtypes_for(sc, profile, spec).compute
-    scores = sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len
-    converted = 0 if c == 4 else 4  # toType(float32) is a no-op on an fp32 input
-    return (c + converted + 4) * scores + checkpointed_block_own(spec, sc, profile, cache)
-
-
 def checkpointed_block_own(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, cache: int) -> int:
-    """A fully checkpointed block's own tensors at its eager softmax in forward (:func:`checkpointed_eager_forward`):
-    the normed input, q, and k, v or the returned KV cache; 0 where that is not the case."""
+    """A fully checkpointed block's own tensors at its eager softmax in forward (:func:`forward_softmax_moment`):
+    the normed input, q, and k, v or the returned KV cache (estimate/loss.py returned_cache_bytes: then every
+    earlier layer's k, v too); 0 where that is not the case. Under full checkpointing the forward saves nothing of
+    the block (torch utils/checkpoint.py, non-reentrant: saved tensors are packed to holders), so only these are
+    alive beside the softmax's score tensors. The simulator's trace of Llama-2-7B (bf16, LoRA q/v, eager, full
+    checkpointing, 4 x 2048) peaks in forward there, 21,416,076,288 B; with transformers 4.31's returned cache
+    (llama-recipes-2023) this moment is the step's high point."""
     if sc.gradient_checkpointing is not Checkpointing.FULL or not runs_eager_attention(spec, sc, profile):
         return 0
     c = dtypes_for(sc, profile, spec).compute

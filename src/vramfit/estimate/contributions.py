@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.block_extras import checkpointed_eager_forward
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
@@ -214,7 +213,7 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     before the logits exist, so forward's high point is the larger of the two moments."""
     fwd_copy, block_copy = step.fetch_copy
     at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
-    yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block + _forward_block_excess(step))
+    yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
     yield Contribution("temporaries", FA, step.eager_forward[0] + step.dequant)
     head, block = _reduced_numel(step)
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
@@ -229,16 +228,6 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", OPT, step.opt_temp)
     # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward
     yield Contribution("temporaries", BT, offload_norm_transient(step.sc, head, step.parts.num_trainable))
-
-
-def _forward_block_excess(step: Step) -> int:
-    """How far a checkpointed block's eager attention forward (block_extras.checkpointed_eager_forward, the
-    returned KV cache included) rises above the logits moment that forward otherwise peaks at (generic model
-    only: FSDP2 picks one moment itself, ``forward_at_logits``)."""
-    if forward_at_logits(step) is not None:
-        return 0
-    block = checkpointed_eager_forward(step.spec, step.sc, step.profile, step.loss.cache)
-    return max(0, block - step.loss.forward_peak) if block else 0
 
 
 def _reduced_numel(step: Step) -> tuple[int, int]:
