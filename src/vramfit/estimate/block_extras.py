@@ -96,10 +96,11 @@ def unpermute_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
             or indexed_loop(spec, sc, profile)):
         return 0
     rows = sc.micro_batch_size * sc.seq_len * spec.num_experts_per_tok
-    dt = dtypes_for(sc, profile)
-    # QLoRA with PEFT's fp32 norms: the unquantized expert path runs in fp32 (as activations._mlp_saved)
+    dt = dtypes_for(sc, profile, spec)
+    # QLoRA with PEFT's fp32 norms: the unquantized expert path runs in fp32; else the MLP's dtype (a framework's
+    # forced-float32 layout included): the rule of activations._mlp_saved
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    elem = dt.norm_out if quantized and profile.qlora_unquantized_fp32 else dt.compute
+    elem = dt.norm_out if quantized and profile.qlora_unquantized_fp32 else dt.mlp
     return 3 * elem * rows * spec.hidden_size
 
 
