@@ -7,6 +7,7 @@ from __future__ import annotations
 from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
 from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
+from vramfit.estimate.loss import layer_kv_bytes
 from vramfit.estimate.norms import NormSite, norm_saved
 from vramfit.models.spec import ModelSpec, PositionEncoding
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
@@ -244,5 +245,5 @@ def checkpointed_block_own(spec: ModelSpec, sc: Scenario, profile: FrameworkProf
     c = dtypes_for(sc, profile, spec).compute
     T, a, d = sc.micro_batch_size * sc.seq_len, spec.num_attention_heads, spec.head_dim
     own = c * T * (spec.hidden_size + a * d)  # normed input and q
-    kv = cache if cache else c * T * spec.num_key_value_heads * (spec.head_dim + spec.v_dim)
+    kv = cache if cache else layer_kv_bytes(spec, T, c)
     return own + kv

@@ -122,8 +122,14 @@ def returned_cache_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     pre-repeat copy there is not modelled)."""
     if not profile.returns_kv_cache or sc.gradient_checkpointing not in (Checkpointing.FULL, Checkpointing.OFFLOAD):
         return 0
-    per_layer = sc.micro_batch_size * sc.seq_len * spec.num_key_value_heads * (spec.head_dim + spec.v_dim)
-    return spec.num_hidden_layers * per_layer * sc.precision.compute_bytes
+    return spec.num_hidden_layers * layer_kv_bytes(spec, sc.micro_batch_size * sc.seq_len, sc.precision.compute_bytes)
+
+
+def layer_kv_bytes(spec: ModelSpec, tokens: int, elem: int) -> int:
+    """One layer's k and v for ``tokens`` tokens, before any GQA repeat, ``elem`` bytes each: [tokens, kv heads,
+    head_dim] and [tokens, kv heads, v_dim] (the returned cache's layer, transformers v4.31.0 modeling_llama.py
+    l. 324; a checkpointed block's own k, v, block_extras.checkpointed_block_own)."""
+    return tokens * spec.num_key_value_heads * (spec.head_dim + spec.v_dim) * elem
 
 
 #: the layouts whose model returns fp32 logits (``logits.float()`` / ``self.output(h).float()`` in the model)
