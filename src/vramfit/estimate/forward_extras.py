@@ -41,13 +41,19 @@ def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple
     """
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     block = 0 if quantized else sum(x.weight_params * spec.layers_of(x) for x in spec.block_linears)
-    head = (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
+    head = head_autocast_copy(spec, sc, head_calls)
     if sc.gradient_checkpointing is Checkpointing.NONE:
-        return 0, 2 * (block + head)
+        return 0, 2 * block + head
     # checkpointed blocks save nothing; the trainable weights' cached copies live until the forward's
     # autocast region ends, the output layer's copy is saved by its matmul
     trainable = block if sc.method is Method.FULL else 0
-    return 2 * trainable, 2 * head
+    return 2 * trainable, head
+
+
+def head_autocast_copy(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> int:
+    """Bytes of the output layer's 16-bit autocast copies, which its matmul saves for backward whether or not the
+    blocks are checkpointed (:func:`autocast_copies`): one per call of a frozen head (``head_calls``)."""
+    return 2 * (spec.lm_head_params or spec.embedding_params) * (1 if sc.method is Method.FULL else head_calls)
 
 
 def autocast_block_copies(spec: ModelSpec, sc: Scenario) -> int:

@@ -30,7 +30,12 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.ds_offload import zero1_accumulated_grads
-from vramfit.estimate.forward_extras import autocast_block_copies, autocast_copies, sliding_window_masks
+from vramfit.estimate.forward_extras import (
+    autocast_block_copies,
+    autocast_copies,
+    head_autocast_copy,
+    sliding_window_masks,
+)
 from vramfit.estimate.framework import (
     FrameworkProfile,
     OptimizerImpl,
@@ -436,8 +441,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
         lowest_autocast = autocast_block_copies(cast, sc)
-        head_autocast = autocast_copies(cast, replace(sc, gradient_checkpointing=Checkpointing.FULL),
-                                        head_calls(sc, profile))[1]
+        head_autocast = head_autocast_copy(cast, sc, head_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
