@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
 from vramfit.estimate.deepspeed import zero3_largest
+from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.estimate.step import Step
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
 
@@ -104,3 +106,119 @@ def zero1_gpu_grads(sc: Scenario, all_grads: int) -> int:
     if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE:
         return 0
     return all_grads - shard(all_grads, sc.num_gpus)
+
+
+def norm_transients(step: Step) -> dict[StepPhase, int]:
+    """The float64 norm copy (:func:`offload_norm_transient`) each backward phase holds, bytes: a block's backward
+    the largest block linear's (or an untied output layer's, reduced as its block runs), the end of backward the
+    embedding's (a tied one's gradient is complete, and reduced, only then)."""
+    sc, spec, n = step.sc, step.spec, step.parts.num_trainable
+    if sc.method is not Method.FULL:
+        return {StepPhase.BACKWARD_BLOCK: 0, StepPhase.BACKWARD_END_TIED: 0}
+    head = spec.lm_head_params or spec.embedding_params
+    block = max(lin.in_features * lin.out_features for lin in spec.block_linears)
+    return {StepPhase.BACKWARD_BLOCK: offload_norm_transient(sc, max(block, 0 if spec.tie_word_embeddings else head), n),
+            StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, head, n)}
+
+
+def module_order(spec: ModelSpec) -> list[tuple[int, bool]]:
+    """(elements, in the weight-decay group) of each parameter full fine-tuning trains, in module order: the
+    embedding, each decoder layer's linears (biases apart) and norms, the final norm, an untied output layer. The HF
+    Trainer puts biases and norms in a second parameter group without weight decay (transformers 5.24.0 trainer.py
+    ``get_decay_parameter_names``: ``ALL_LAYERNORM_LAYERS`` and names with "bias" left out), and ZeRO-1/2 flatten and
+    partition each group on its own (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py ``__init__``: one
+    ``bit16_groups_flat`` and ``get_data_parallel_partitions`` per ``param_group``). A layer's norms count as one
+    tensor; a vision tower is left out."""
+    out = [(spec.embedding_params, True)]
+    for i in range(spec.num_hidden_layers):
+        for lin in spec.block_linears:
+            if i < spec.layers_of(lin):
+                out += [(lin.in_features * lin.out_features, True)] * lin.count
+                out += [(lin.out_features, False)] * (lin.count if lin.bias else 0)
+        out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
+    out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
+    return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
+
+
+def rank0_partition(order: list[tuple[int, bool]], num_gpus: int) -> tuple[int, list[int]]:
+    """(elements of the parameters that lie in rank 0's partitions, each counted whole; rank 0's slice of each of
+    them, in backward order, reverse module order) under ZeRO-1/2; ``order``: :func:`module_order`. Each group
+    is split into ``num_gpus`` equal partitions of its flat buffer (``get_data_parallel_partitions``); a parameter
+    is in rank 0's if it starts inside it (``get_partition_info``: ``params_in_partition``, the one straddling the
+    boundary included) and its slice there is what ``get_grad_position`` records (``num_elements``, cut at the
+    partition's end)."""
+    whole, slices = 0, []
+    for decay in (True, False):
+        size = -(-sum(n for n, d in order if d is decay) // num_gpus)
+        offset = 0
+        for i, (n, d) in enumerate(order):
+            if d is not decay:
+                continue
+            if offset < size:
+                whole += n
+                slices.append((i, min(n, size - offset)))
+            offset += n
+    return whole, [s for _, s in sorted(slices, reverse=True)]
+
+
+def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: int, required: bool = False) -> int:
+    """The reserved peak of ZeRO-1/2 full fine-tuning with the optimizer offloaded, given ``reserved``, the figure
+    of the allocated peak plus the usual slack (estimate/reserved.py): the segments the engine's load leaves cached
+    and those its per-parameter float64 norm copies open on the reduction stream (:func:`offload_load_and_norms`).
+
+    At the accumulation boundary ``reduce_ipg_grads`` copies each reduced gradient of this rank's partition out under
+    ``get_accelerator().stream(self.reduction_stream)`` when ``overlap_comm`` is set (DeepSpeed v0.16.2
+    runtime/zero/stage_1_and_2.py l. 1375-1408, v0.18.6 l. 1529-1561, 0.19.8 l. 2239-2274): ``copy_grads_in_partition``
+    -> ``set_norm_for_param_grad_in_gpu`` (``accumulated_grad.view(-1).narrow(0, start, num_elements).data`` to
+    float64 then ``.norm(2)``: ``.double()`` in v0.16.2/v0.18.6, ``.to(get_norm_dtype())`` in 0.19.8) and
+    ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` (the slice cast to the fp32 master dtype on the GPU,
+    ``src_tensor.float()`` / ``.to(self.master_weights_and_grads_dtype)``, then copied to the host), one parameter
+    after another in the order backward reduces them. Those blocks are the reduction stream's
+    (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp: a block is reused only on its own stream), so each
+    copy larger than every earlier one opens a segment of its own beside the default stream's, which keep the load's
+    cached segments (no ``empty_cache`` after it). Peak reserved: the default stream's (the larger of ``reserved``
+    without the norm copy counted at the allocated peak and the load's segments) plus the reduction stream's.
+    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor.
+    ``required``: unchanged (the load's freed segments and the smaller copies' are wholly free at the peak, given
+    back by ``release_cached_blocks``). `vramfit simulate` of Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth)
+    reserves 3882 MiB under ZeRO-1 and ZeRO-2 alike: load 2668 (the originals' 1252, the flat copy's 944, the
+    partition clone's 472), the reduction stream's 34 + 1040 (the first 4,358,144-element slice's float64, then the
+    embedding's)."""
+    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL or r.sc.num_gpus < 2:
+        return reserved
+    load, total, side = offload_load_and_norms(r)
+    if not side:
+        return max(reserved, total)
+    peak = max(breakdowns, key=lambda k: sum(breakdowns[k].values()))
+    norm = norm_transients(r).get(StepPhase(peak), 0)
+    return max(reserved, max(reserved - norm, load) + total - load)
+
+
+def offload_load_and_norms(r: Step) -> tuple[int, int, bool]:
+    """(bytes reserved after the load, peak reserved after the boundary's norm copies, whether those are on the
+    reduction stream) of ZeRO-1/2 full fine-tuning with the optimizer offloaded, replayed through
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Load (DeepSpeed 0.19.8 stage_1_and_2.py
+    ``__init__``): the flatten (estimate/ds_load.py ``flatten_events``; flattened on the host, releases before
+    v0.18.7, the flat buffer comes to the GPU whole: ``flattened_buffer.to(...)``), rank 0's 16-bit partition cloned
+    on the GPU on its way to the host (``.detach().clone().to(device=self.device, ...)``, freed), the GPU staging
+    buffer (:func:`offload_grad_staging`, kept). Boundary: each of rank 0's partition slices (:func:`rank0_partition`)
+    in backward order, its float64 copy (8 bytes an element) made and freed, then its fp32 cast (4)."""
+    from vramfit.estimate.ds_load import flat_copy, flatten_events
+    from vramfit.estimate.zero2_step import partition_grads_on_side_stream
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    sc = r.sc
+    side = partition_grads_on_side_stream(r)
+    model, kept = CachingAllocatorModel(r.profile.alloc_conf), []
+    for ev in flatten_events(r) or [flat_copy(r)]:
+        if ev >= 0:
+            kept.append(model.malloc(ev))
+        else:
+            model.free(kept[-ev - 1])
+    model.free(model.malloc(sc.precision.compute_bytes * shard(r.parts.num_trainable, sc.num_gpus)))
+    model.malloc(offload_grad_staging(r.spec, sc, r.profile))
+    load = model.stats.reserved
+    for piece in rank0_partition(module_order(r.spec), sc.num_gpus)[1]:
+        for width in (8, 4):
+            model.free(model.malloc(width * piece, 1 if side else 0))
+    return load, model.stats.peak_reserved, side
