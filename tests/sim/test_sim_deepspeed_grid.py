@@ -42,6 +42,7 @@ from vramfit.scenario import parse_scenario
 from vramfit.sim import simulate
 
 ds_offload = importlib.import_module("vramfit.estimate.ds_offload")
+partition = importlib.import_module("vramfit.estimate.zero12_partition")
 MiB = 1024**2
 
 LAYERS = 4
@@ -145,12 +146,12 @@ def test_rank0_partition_counts_its_parameters_whole_as_the_engine(tmp_path):
     path.write_text(json.dumps(tiny("meta-llama/Llama-3.2-1B", layers=LAYERS, hidden=1024, vocab=32000)))
     for model, whole_engine in ((str(path), 35_913_728), ("Qwen/Qwen2.5-0.5B", None)):
         spec = resolve_spec(parse_scenario({"model": model, "method": "full"}))[1]
-        order = ds_offload.module_order(spec)
-        whole, slices = ds_offload.rank0_partition([(n, True) for n, _ in order], 2)  # the simulator's one group
+        order = partition.module_order(spec)
+        whole, slices = partition.rank0_partition([(n, True) for n, _ in order], 2)  # the simulator's one group
         if whole_engine:
             assert whole == whole_engine
             # the Trainer's two groups: the no-decay group's first 3 layers' norms whole (a layer's 2 as 1 tensor here)
-            assert ds_offload.rank0_partition(order, 2)[0] == whole_engine + 6_144
+            assert partition.rank0_partition(order, 2)[0] == whole_engine + 6_144
     assert slices[:2] == [300_736, 4_358_144] and slices[-1] == 136_134_656
     assert whole - sum(slices) == 4_358_144 - 300_736  # only the straddling parameter lies partly outside
 
@@ -185,3 +186,32 @@ def test_offload_reserved_without_the_simulators_dropped_head():
         assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(3_622 * MiB, rel=0.011)
     load, total, _ = ds_offload.offload_load_and_norms(_step({**sc, "parallelism": "zero2"}))
     assert (load, total - load) == (2_488 * MiB, 1_096 * MiB)
+
+
+def test_zero2_gradient_buffer_holds_rank0s_parameters_whole():
+    """ZeRO-2 sizes rank 0's 16-bit gradient buffer by its parameters counted whole (``copy_grads_in_partition``,
+    estimate/zero12_partition.py ``grads_in_partition``). Qwen2.5-0.5B on 8 GPUs: a partition is 61,754,096 elements,
+    but the 136,134,656-element embedding opens rank 0's (with 9,728 biases and norms of the no-decay group's first
+    layers): the step's gradient buffer is 272,288,768 B, 2.2 times the partition's 16 bits (123,512,064 B before)."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "num_gpus": 8, "parallelism": "zero2",
+          "precision": "bf16-true", "seq_len": 256, "framework": "hf"}
+    parsed = parse_scenario(sc)
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parsed) == 136_134_656 + 9_728
+    step = next(p for p in estimate(sc).phases if p.phase == "optimizer-step")
+    assert dict(step.breakdown)["gradients"] == 272_288_768
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parse_scenario({**sc, "offload": "optimizer"})) == 0
+
+
+def test_zero2_whole_parameter_buffer_against_the_engine():
+    """`simulate --full-depth` of Qwen2.5-3B (full, bf16-true, seq 512, grad_accum 2, full checkpointing, 2 GPUs,
+    ZeRO-2): reserved 44,096,815,104 B without overlap_comm, 48,156,901,376 with it (37,053,774,848 allocated). The
+    16-bit gradient buffer the engine makes is rank 0's parameters counted whole, a little larger than the partition
+    clone's segment cached at init, so it opens a segment of its own; the estimate was 47,219,572,736 (+7.1 %) without
+    overlap_comm when it sized the buffer by the partition (the step's flat copies then found the clone's segment
+    taken), 44,135,450,624 (+0.09 %) now; with overlap_comm 47,224,555,520 (-1.9 %, -1.9 % before)."""
+    sc = {"model": "Qwen/Qwen2.5-3B", "method": "full", "precision": "bf16-true", "seq_len": 512, "num_gpus": 2,
+          "parallelism": "zero2", "framework": "hf", "grad_accum": 2, "gradient_checkpointing": "full"}
+    for overlap, sim in ((False, 44_096_815_104), (True, 48_156_901_376)):
+        est = estimate({**sc, "deepspeed_config": {"zero_optimization": {"stage": 2, "overlap_comm": overlap}}}).peak
+        assert est.allocated_bytes == pytest.approx(37_053_774_848, rel=0.0001)
+        assert est.reserved_bytes == pytest.approx(sim, rel=0.001 if not overlap else 0.02)

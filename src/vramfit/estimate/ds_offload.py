@@ -14,6 +14,7 @@ from vramfit.choices import Method, Offload, Parallelism
 from vramfit.estimate.deepspeed import zero3_largest
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
+from vramfit.estimate.zero12_partition import module_order, rank0_partition
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
@@ -119,46 +120,6 @@ def norm_transients(step: Step) -> dict[StepPhase, int]:
     block = max(lin.in_features * lin.out_features for lin in spec.block_linears)
     return {StepPhase.BACKWARD_BLOCK: offload_norm_transient(sc, max(block, 0 if spec.tie_word_embeddings else head), n),
             StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, head, n)}
-
-
-def module_order(spec: ModelSpec) -> list[tuple[int, bool]]:
-    """(elements, in the weight-decay group) of each parameter full fine-tuning trains, in module order: the
-    embedding, each decoder layer's linears (biases apart) and norms, the final norm, an untied output layer. The HF
-    Trainer puts biases and norms in a second parameter group without weight decay (transformers 5.24.0 trainer.py
-    ``get_decay_parameter_names``: ``ALL_LAYERNORM_LAYERS`` and names with "bias" left out), and ZeRO-1/2 flatten and
-    partition each group on its own (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py ``__init__``: one
-    ``bit16_groups_flat`` and ``get_data_parallel_partitions`` per ``param_group``). A layer's norms count as one
-    tensor; a vision tower is left out."""
-    out = [(spec.embedding_params, True)]
-    for i in range(spec.num_hidden_layers):
-        for lin in spec.block_linears:
-            if i < spec.layers_of(lin):
-                out += [(lin.in_features * lin.out_features, True)] * lin.count
-                out += [(lin.out_features, False)] * (lin.count if lin.bias else 0)
-        out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
-    out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
-    return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
-
-
-def rank0_partition(order: list[tuple[int, bool]], num_gpus: int) -> tuple[int, list[int]]:
-    """(elements of the parameters that lie in rank 0's partitions, each counted whole; rank 0's slice of each of
-    them, in backward order, reverse module order) under ZeRO-1/2; ``order``: :func:`module_order`. Each group
-    is split into ``num_gpus`` equal partitions of its flat buffer (``get_data_parallel_partitions``); a parameter
-    is in rank 0's if it starts inside it (``get_partition_info``: ``params_in_partition``, the one straddling the
-    boundary included) and its slice there is what ``get_grad_position`` records (``num_elements``, cut at the
-    partition's end)."""
-    whole, slices = 0, []
-    for decay in (True, False):
-        size = -(-sum(n for n, d in order if d is decay) // num_gpus)
-        offset = 0
-        for i, (n, d) in enumerate(order):
-            if d is not decay:
-                continue
-            if offset < size:
-                whole += n
-                slices.append((i, min(n, size - offset)))
-            offset += n
-    return whole, [s for _, s in sorted(slices, reverse=True)]
 
 
 def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: int, required: bool = False) -> int:
