@@ -40,18 +40,26 @@ def rank0_partition(order: list[tuple[int, bool]], num_gpus: int) -> tuple[int, 
     is in rank 0's if it starts inside it (``get_partition_info``: ``params_in_partition``, the one straddling the
     boundary included) and its slice there is what ``get_grad_position`` records (``num_elements``, cut at the
     partition's end)."""
-    whole, slices = 0, []
+    inside = [(i, n, piece) for i, n, piece in _walk(order, num_gpus) if piece]
+    return sum(n for _, n, _ in inside), [piece for _, _, piece in sorted(inside, reverse=True)]
+
+
+def rank0_outside(order: list[tuple[int, bool]], num_gpus: int) -> list[int]:
+    """Elements of each parameter wholly outside rank 0's partitions (``params_not_in_partition``), module order."""
+    return [n for _, n, piece in _walk(order, num_gpus) if not piece]
+
+
+def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, int]]:
+    """(module index, elements, elements in rank 0's partition) of every parameter, group by group."""
+    out = []
     for decay in (True, False):
         size = -(-sum(n for n, d in order if d is decay) // num_gpus)
         offset = 0
         for i, (n, d) in enumerate(order):
-            if d is not decay:
-                continue
-            if offset < size:
-                whole += n
-                slices.append((i, min(n, size - offset)))
-            offset += n
-    return whole, [s for _, s in sorted(slices, reverse=True)]
+            if d is decay:
+                out.append((i, n, max(0, min(n, size - offset))))
+                offset += n
+    return out
 
 
 def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
