@@ -220,3 +220,17 @@ def test_zero2_whole_parameter_buffer_against_the_engine():
         est = estimate({**sc, "deepspeed_config": {"zero_optimization": {"stage": 2, "overlap_comm": overlap}}}).peak
         assert est.allocated_bytes == pytest.approx(37_053_774_848, rel=0.0001)
         assert est.reserved_bytes == pytest.approx(sim, rel=0.001 if not overlap else 0.02)
+
+
+def test_offload_load_before_0_18_7_keeps_no_original():
+    """Releases before v0.18.7 flatten on the host (``param.cpu_data = param.data.cpu()``, ``empty_cache()``, the flat
+    buffer moved to the GPU whole: v0.16.2 stage_1_and_2.py l. 320-329): the load leaves the flat buffer's segment and
+    the partition clone's (the staging buffer splits the latter), 15,318 + 3,830 MiB for Llama-3.1-8B on 4 GPUs, not
+    the 15,446 MiB of 16-bit originals 0.19.8 leaves beside them; the reduction stream's segments are the same."""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "seq_len": 2048,
+          "num_gpus": 4, "framework": "hf", "offload": "optimizer", "parallelism": "zero2"}
+    new = ds_offload.offload_load_and_norms(_step(sc))
+    for version in ("deepspeed-0.16", "deepspeed-0.18"):
+        load, total, side = ds_offload.offload_load_and_norms(_step({**sc, "framework_version": version}))
+        assert (load, side) == ((15_318 + 3_830) * MiB, True)
+        assert total - load == new[1] - new[0]
