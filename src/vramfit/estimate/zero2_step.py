@@ -139,7 +139,9 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
 def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: int, foreach: bool,
                   load: list[int] | None = None, side: bool = False,
                   accum: int = 1) -> tuple[list[int], list, frozenset[int]]:
-    """``load`` (the flatten's events, estimate/ds_load.py ``flatten_events``; its allocations kept or freed there), the
+    """``sizes``: (the partition, the 16-bit gradient buffer: rank 0's parameters counted whole, estimate/
+    zero12_partition.py ``grads_in_partition``), elements. ``load`` (the flatten's events, estimate/ds_load.py
+    ``flatten_events``; its allocations kept or freed there), the
     model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
     the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
     is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone goes), and ``initialize_optimizer_states``
