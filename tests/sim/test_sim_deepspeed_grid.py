@@ -184,7 +184,9 @@ def test_offload_reserved_without_the_simulators_dropped_head():
     frees at once when it ties it to the embedding (sid 292, phase setup), which a model loaded on the host and moved
     to the GPU tied never allocates. Against the other 3,622 MiB the estimate is 3,584 / 3,638.5 MiB (-1.0 % /
     +0.5 %; 3,113 / 3,583 before, -14 % / -1.1 %): load 2,488 MiB (the engine's 2,668 less that segment and 80 MiB
-    of the small tensors' packing), the reduction stream's 1,096."""
+    of the small tensors' packing), the reduction stream's 1,096 (the engine's there, to the MiB: its trace replayed
+    per stream, as test_the_norm_copies_open_the_engines_reduction_stream_segments does, opens 2,784 MiB on the
+    default stream and 1,096 on the reduction stream)."""
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
           "framework": "hf", "offload": "optimizer"}
     for stage in ("zero1", "zero2"):
@@ -234,3 +236,35 @@ def test_offload_load_before_0_18_7_keeps_no_original():
         load, total, side = ds_offload.offload_load_and_norms(_step({**sc, "framework_version": version}))
         assert (load, side) == ((15_318 + 3_830) * MiB, True)
         assert total - load == new[1] - new[0]
+
+
+def _stream_segments(trace) -> dict[int, int]:
+    """Bytes of the segments each stream's allocations open, replaying the engine's trace (sim/cuda_allocator.py)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel
+    from vramfit.sim.inplace import fold_accumulations
+
+    trace = fold_accumulations(trace)
+    model, live, out = CachingAllocatorModel(), {}, {}
+    for ev in trace.events:
+        if ev >= 0 and ev not in trace.host:
+            before, stream = model.stats.reserved, trace.streams.get(ev, 0)
+            live[ev] = model.malloc(trace.nbytes[ev], stream)
+            out[stream] = out.get(stream, 0) + model.stats.reserved - before
+        elif ev < 0 and ~ev in live:
+            model.free(live.pop(~ev))
+    return out
+
+
+@pytest.mark.parametrize("stage", ["zero1", "zero2"])
+def test_the_norm_copies_open_the_engines_reduction_stream_segments(model_path, stage):
+    """DeepSpeed 0.19.8's engine on the tiny Llama with offload_optimizer: what its reduction stream reserves (the
+    float64 norm copies and fp32 casts of rank 0's gradient slices, a 20 MiB segment and a small-pool 2 MiB one) is
+    what the estimator's replay of rank 0's slices opens there (estimate/ds_offload.py offload_load_and_norms)."""
+    from vramfit.sim.build import build_model
+    from vramfit.sim.deepspeed_zero import run_deepspeed
+
+    sc = _scenario(model_path, stage, "optimizer", 1)
+    parsed = parse_scenario(sc)
+    trace = run_deepspeed(build_model(json.loads(open(model_path).read()), parsed, LAYERS), parsed).trace
+    load, total, side = ds_offload.offload_load_and_norms(_step(sc))
+    assert side and _stream_segments(trace)[1] == total - load == 22 * MiB
