@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
@@ -64,8 +65,9 @@ def _tied_end(step: Step) -> bool:
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
 PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
-    # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py); ZeRO-1/2's flatten (estimate/ds_load.py)
-    StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step),
+    # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py); ZeRO-1/2's flatten (estimate/ds_load.py);
+    # a forced-float32 model cast from bf16 to fp16 (estimate/cast_load.py)
+    StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step) or casts_on_load(step),
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
     FA: lambda step: step.eager_forward[0] > 0,  # eager fp32 softmax (block_extras.forward_softmax_moment)
@@ -263,9 +265,10 @@ def previous_step(step: Step) -> Iterator[Contribution]:
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:
-    """The load phase: the MXFP4 conversion (in from_pretrained) and ZeRO-1/2's flatten (in the engine's
-    initialisation, after the model has loaded) happen one after the other, so the higher of the two counts."""
-    loads = [list(load_phase(step)), list(flatten_load_phase(step))]
+    """The load phase: the MXFP4 conversion (in from_pretrained), ZeRO-1/2's flatten (in the engine's initialisation,
+    after the model has loaded) and a forced-float32 cast (after from_pretrained) happen one after the other, so the
+    highest counts."""
+    loads = [list(load_phase(step)), list(flatten_load_phase(step)), list(cast_load_phase(step))]
     yield from max(loads, key=lambda cs: sum(c.bytes for c in cs))
 
 

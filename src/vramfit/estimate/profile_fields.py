@@ -233,6 +233,10 @@ class FrameworkProfile:
     # fp16); rl.py l. 2366-2380 (force_float32: the trainer's fp16/bf16 off, no autocast). The per-family
     # float32 patches (unsloth-zoo temporary_patches/) say which activations are fp32: see the profile's table.
     fp16_forced_fp32: tuple[tuple[str, ForcedFp32], ...] = ()
+    # its forced-float32 mode loads the checkpoint in bf16 and casts it to fp16 module by module, so the load's high
+    # point holds one fp16 copy of the largest 16-bit tensor beside every weight (estimate/cast_load.py; unslothai/
+    # unsloth@6a83bb53a5 unsloth/models/vision.py l. 407-409, unslothai/unsloth-zoo@e8c8beae patching_utils.py l. 244-266)
+    forced_fp32_loads_bf16: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)

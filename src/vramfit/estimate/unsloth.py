@@ -125,6 +125,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
     fp16_forced_fp32=FORCE_FLOAT32,
+    forced_fp32_loads_bf16=True,  # load in bf16, cast to fp16 module by module (estimate/cast_load.py)
     # load_in_4bit maps a vision-language model to Unsloth's dynamic checkpoint (unsloth@015bdef mapper.py l. 684-688
     # Qwen2.5-VL-7B, l. 729-733 Gemma 3 4B, l. 1201 Qwen3-VL-8B: "...-unsloth-bnb-4bit"), whose quantization_config
     # keeps the vision layers 16-bit: Unsloth in vllm-project/vllm#30921 (Qwen3-VL-2B-Instruct-unsloth-bnb-4bit: "all of
