@@ -16,6 +16,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
+from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
     blocks_freed_at_loss,
@@ -161,10 +162,12 @@ def activations(step: Step) -> Iterator[Contribution]:
 def _loss_backward(step: Step) -> tuple[int, int]:
     """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
     (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
+    from vramfit.estimate.step import whole_head_grad
+
     head = step.head_grad
     if not head and step.lm_head_trainable and step.sc.method is Method.FULL:
         # gradients held between micro-batches take the sum only after the buffer has made it whole
-        head = round_allocation((step.spec.lm_head_params or step.spec.embedding_params) * _grad_bytes(step))
+        head = whole_head_grad(step.spec, _grad_bytes(step))
     proj_logits, proj_grads = projection_stage(step.spec, step.sc, step.profile, head)
     return max((step.loss.backward_peak, 0), (proj_logits + step.loss.kept, proj_grads), key=sum)
 
@@ -257,8 +260,8 @@ def previous_step(step: Step) -> Iterator[Contribution]:
 
     for phase in (F, FA):
         yield Contribution("previous_step_inputs", phase, previous_step_inputs(step))
-        # the previous step's kept output, rebound only when this forward returns (profile.outputs_live_into_next_forward)
-        if step.profile.outputs_live_into_next_forward:
+        # the previous step's kept output, rebound only when this forward returns (profile.loop_carry)
+        if step.profile.loop_carry is LoopCarry.OUTPUTS:
             yield Contribution("logits_loss", phase, step.loss.kept)
 
 

@@ -39,7 +39,7 @@ def previous_step_inputs(step: Step) -> int:
     """Bytes of the previous micro-batch's 4-bit matmul inputs alive through the next forward (0: none)."""
     sc, profile, spec = step.sc, step.profile, step.spec
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    if not (quantized and profile.qlora_saves_input and profile.keeps_previous_graph):
+    if not (quantized and profile.qlora_saves_input and profile.loop_carry.keeps_graph):
         return 0
     if profile.longest_sample_first or sc.gradient_checkpointing is not Checkpointing.NONE:
         return 0
