@@ -29,7 +29,8 @@ def _phase(step, name):
 
 def test_each_loop_names_what_it_carries():
     assert profile_for(Framework.HF).loop_carry is LoopCarry.NOTHING  # training_step returns loss.detach()
-    assert profile_for(Framework.TORCHTUNE).loop_carry is LoopCarry.NOTHING
+    assert profile_for(Framework.TORCHTUNE).loop_carry is LoopCarry.NOTHING  # v0.4.0 _loss_step: `del logits`
+    assert profile_for(Framework.TORCHTUNE, "torchtune-0.1").loop_carry is LoopCarry.LOGITS  # its shifted copy
     assert profile_for(Framework.HF, "llama-recipes-2023").loop_carry is LoopCarry.OUTPUTS
     assert profile_for(Framework.LITGPT).loop_carry is LoopCarry.LOGITS
     assert profile_for(Framework.LITGPT, "litgpt-2024").loop_carry is LoopCarry.LOGITS
@@ -66,3 +67,15 @@ def test_lora_forward_carries_them_at_the_calls_end_below_the_loss_backward():
 def test_nothing_carried_elsewhere(keys):
     step = _step("google/gemma-2b", **keys)
     assert _phase(step, "forward")["logits_loss"] == step.loss.forward_peak
+
+
+def test_torchtune_01_carries_its_shifted_copy_into_a_blocks_forward_not_into_its_loss():
+    """torchtune 0.1 QLoRA (Llama-2-7B, 2 x 512, nf4-dq): the loss moment (the kept copy, log_softmax's contiguous
+    input and output: 12 TV) is after the call, with the carried copy freed; a block's de-quantized weight sits beside
+    the carried 4 TV, not beside the loss."""
+    step = _step("meta-llama/Llama-2-7b-hf", framework="torchtune", framework_version="torchtune-0.1",
+                 quantize="nf4-dq", optimizer="adamw", lora_targets=["q_proj", "v_proj"], grad_accum=16)
+    fwd, TV = _phase(step, "forward"), 1024 * 32_000
+    assert step.loss.kept == 4 * TV and step.loss.forward_peak == 12 * TV
+    assert step.dequant == 92_995_584  # the 4096 x 11008 MLP weight in bf16 with its absmax
+    assert fwd["logits_loss"] == 12 * TV and "temporaries" not in fwd  # 12 TV > 4 TV + that weight

@@ -278,7 +278,7 @@ def previous_step(step: Step) -> Iterator[Contribution]:
         if step.profile.loop_carry is LoopCarry.OUTPUTS:
             yield Contribution("logits_loss", phase, step.loss.kept)
         if carried is not None:  # in a block's forward (FA) too; at forward's high point only where it is
-            yield Contribution("logits_loss", phase, carried[2] if phase is F else step.loss.held)
+            yield Contribution("logits_loss", phase, carried[2] if phase is F else step.loss.held + step.loss.kept)
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:

@@ -272,8 +272,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
                  ("torch_optimizer_impl", OptimizerImpl.FOREACH),
-                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
-                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py) until
+                 # the next micro-batch's `logits = self._model(input_ids)` returns (l. 447 of the LoRA recipe)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT), ("loop_carry", LoopCarry.LOGITS),
                  # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
                  # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
                  ("compiled_loss_recipes", ())),

@@ -24,7 +24,9 @@ checkpointing the recomputed matmuls keep their inputs the same way; not modelle
 
 The logits themselves (``profile.loop_carry`` LOGITS): the fp32 logits Fabric returned (``loss.held``) die only when
 ``logits = model(...)`` rebinds the name after the call has returned (Lightning@71aed75 fabric/wrappers.py
-_FabricModule.forward: ``output = self._precision.convert_output(output)`` inside the call). So forward's high point is
+_FabricModule.forward: ``output = self._precision.convert_output(output)`` inside the call); torchtune 0.1's loop
+keeps its shifted fp32 copy (``loss.kept``) the same way (torchtune@c69fba18b recipes/lora_finetune_single_device.py
+l. 447 ``logits = self._model(input_ids)``, the model's ``self.output(h).float()``, modules/transformer.py l. 210). So forward's high point is
 the largest of (:func:`carried_logits_forward`): a block's, or the output layer's where it is the de-quantized weight
 (the 16-bit logit chunks made before the last beside it), with the carried logits; the call's end, where the new
 logits and their fp32 conversion sit beside them (the 16-bit list is rebound only when convert_output returns); the
@@ -71,17 +73,20 @@ def carried_logits_forward(step: Step, at_block: int) -> tuple[int, int, int] | 
     the next forward (module docstring); ``at_block``: a block's forward temporaries. None elsewhere (forward then adds
     ``loss.forward_peak`` and ``at_block``), and where the recipe puts its longest sample first (as above)."""
     sc, profile, spec, loss = step.sc, step.profile, step.spec, step.loss
-    if profile.loop_carry is not LoopCarry.LOGITS or profile.longest_sample_first or not loss.held:
+    carried = loss.held + loss.kept  # litgpt's logits (held), torchtune 0.1's shifted copy (kept): fp32, 4 TV
+    if profile.loop_carry is not LoopCarry.LOGITS or profile.longest_sample_first or not carried:
         return None
     lb = logits_bytes_per_element(sc, profile)
     logits = lb * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
-    call_end = (logits if lb != 4 else 0) + loss.held  # `.to(fp32)` of fp32 logits is the tensor itself
-    moments = [(loss.forward_peak, 0, 0), (call_end, 0, loss.held), (0, at_block, loss.held)]
+    # the call's end: the new 16-bit logits and their fp32 copy (as large as the carried ones) beside them; `.to(fp32)`
+    # of fp32 logits is the tensor itself
+    call_end = (logits if lb != 4 else 0) + carried
+    moments = [(loss.forward_peak, 0, 0), (call_end, 0, carried), (0, at_block, carried)]
     head = spec.lm_head_params or spec.embedding_params
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if step.dequant and quantized and profile.qlora_quantizes_lm_head and head >= max(
             lin.in_features * lin.out_features for lin in spec.block_linears):
         # the 4-bit head de-quantized for its last chunk, the chunks before it made (lit-gpt lora.py GPT.forward)
         before = lb * sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec) * (head_calls(sc, profile) - 1)
-        moments.append((before, step.dequant, loss.held))
+        moments.append((before, step.dequant, carried))
     return max(moments, key=sum)
