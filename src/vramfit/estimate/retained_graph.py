@@ -26,14 +26,19 @@ The logits themselves (``profile.loop_carry`` LOGITS): the fp32 logits Fabric re
 ``logits = model(...)`` rebinds the name after the call has returned (Lightning@71aed75 fabric/wrappers.py
 _FabricModule.forward: ``output = self._precision.convert_output(output)`` inside the call); torchtune 0.1's loop
 keeps its shifted fp32 copy (``loss.kept``) the same way (torchtune@c69fba18b recipes/lora_finetune_single_device.py
-l. 447 ``logits = self._model(input_ids)``, the model's ``self.output(h).float()``, modules/transformer.py l. 210). So forward's high point is
-the largest of (:func:`carried_logits_forward`): a block's, or the output layer's where it is the de-quantized weight
-(the 16-bit logit chunks made before the last beside it), with the carried logits; the call's end, where the new
-logits and their fp32 conversion sit beside them (the 16-bit list is rebound only when convert_output returns); the
-loss after the call, with them freed (``loss.forward_peak``). The CPU replica of litgpt@5895df10 lora.py's loop (its
-model.py and lora.py, bf16-true, the conversion as Fabric does it, a storage-level live-bytes tracker, V = 32,000)
-peaks in the second micro-batch's forward 4.00 TV bytes above the first's (6.45 -> 10.45 TV, B x T = 512 and 1,024,
-TV = B x T x V): exactly the carried fp32 logits, at the call's end.
+l. 447 ``logits = self._model(input_ids)``; modules/transformer.py l. 210 ``self.output(h).float()``). So forward's
+high point is the largest of (:func:`carried_logits_forward`): a block's, or the output layer's where it is the
+de-quantized weight (the 16-bit logit chunks made before the last beside it), with the carried logits; the call's
+end, where the new logits and their fp32 conversion sit beside them (the 16-bit list is rebound only when
+convert_output returns); the loss after the call, with them freed (``loss.forward_peak``). The estimate used to add
+the loss moment to the de-quantized weight, which never coexist.
+
+The CPU replica of litgpt@5895df10 lora.py's loop (its model.py and lora.py, bf16-true, the conversion as Fabric does
+it, a storage-level live-bytes tracker, V = 32,000) peaks in the second micro-batch's forward 4.00 TV bytes above the
+first's (6.45 -> 10.45 TV at B x T = 512 and 1,024, TV = B x T x V): the carried fp32 logits, at the call's end. With
+its head run as bitsandbytes 0.42.0 MatMul4Bit (fp16 de-quantized output, then ``.to(bf16)``; h = 1,024, T = 512) the
+forward peaks at the last head chunk, 125.0 MiB of de-quantized copies + 23.4 MiB of earlier chunks + the blocks'
+activations, and 63.5 MiB higher with the carried logits (62.5 MiB) and the previous head input (``ctx.tensors``).
 """
 
 from __future__ import annotations
