@@ -79,3 +79,16 @@ def test_torchtune_01_carries_its_shifted_copy_into_a_blocks_forward_not_into_it
     assert step.loss.kept == 4 * TV and step.loss.forward_peak == 12 * TV
     assert step.dequant == 92_995_584  # the 4096 x 11008 MLP weight in bf16 with its absmax
     assert fwd["logits_loss"] == 12 * TV and "temporaries" not in fwd  # 12 TV > 4 TV + that weight
+
+
+def test_litgpts_logits_stay_bound_through_backward_and_the_optimizer_step():
+    """full.py's `logits = model(input_ids)` is bound until the next call returns: the whole fp32 logits (4 TV) beside
+    every block's backward and beside the optimizer step (TinyLlama full fine-tuning, 4 x 512, LIT_HUB_2409-15's shape)."""
+    step = _step("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", method="full", quantize="none",
+                 optimizer="adamw", lora_targets=None, lora_rank=None, micro_batch_size=4, grad_accum=8)
+    TV = 4 * 512 * 32_000
+    assert step.loss.held == 4 * TV == 262_144_000
+    assert _phase(step, "backward-block")["logits_loss"] == _phase(step, "optimizer-step")["logits_loss"] == 4 * TV
+    hf = _step("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", framework="hf", framework_version=None,
+               method="full", quantize="none", optimizer="adamw", lora_targets=None, lora_rank=None)
+    assert "logits_loss" not in _phase(hf, "optimizer-step")  # the Trainer's step function has returned

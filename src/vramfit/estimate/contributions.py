@@ -179,10 +179,11 @@ def logits_loss(step: Step) -> Iterator[Contribution]:
     at_logits = 0 if forward_at_logits(step) is False else step.loss.forward_peak
     yield Contribution("logits_loss", F, at_logits if carried is None else carried[0])
     yield Contribution("logits_loss", BL, _loss_backward(step)[0])
-    yield Contribution("logits_loss", BB, kept)
-    yield Contribution("logits_loss", BE, step.loss.held + kept)
-    yield Contribution("logits_loss", BT, kept)
-    yield Contribution("logits_loss", OPT, kept)
+    held = step.loss.held
+    yield Contribution("logits_loss", BB, held + kept)
+    yield Contribution("logits_loss", BE, held + kept)
+    yield Contribution("logits_loss", BT, held + kept)
+    yield Contribution("logits_loss", OPT, held + kept)
 
 
 def communication(step: Step) -> Iterator[Contribution]:

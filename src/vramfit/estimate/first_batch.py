@@ -48,10 +48,12 @@ def longest_first_floor(step: Step, peak: int | None = None) -> int | None:
     first_loss = sum(bl.values()) - bl.get("gradients", 0)
     others = sum(bb.values()) - bb.get("gradients", 0) - bb.get("activations", 0) - bb.get("logits_loss", 0)
     lowest_unit = held // step.spec.num_hidden_layers  # one block unit's whole flat gradient
+    # the block phase's logits_loss holds this micro-batch's fp32 logits (loop_logits) and any kept output
     first_lowest = (others + held - lowest_unit + step.layer_grads + a.lowest + a.masks + a.recompute
-                    + bb.get("logits_loss", 0) + loop_logits)
+                    + bb.get("logits_loss", 0))
     second_forward = sum(bl.values()) - bl.get("activations", 0) - bl.get("logits_loss", 0) + loop_logits
-    later_block = others - bb.get("temporaries", 0) + held + step.layer_grads + bb.get("logits_loss", 0)
+    # a later, shorter micro-batch: its own logits may be any length, none at the floor
+    later_block = others - bb.get("temporaries", 0) + held + step.layer_grads + bb.get("logits_loss", 0) - loop_logits
     peak = max(p.total for p in step.phases) if peak is None else peak
     return min(peak, max(first_loss, first_lowest, second_forward, later_block))
 
