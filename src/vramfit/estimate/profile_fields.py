@@ -57,19 +57,20 @@ class LoopCarry(str, Enum):
     keeps its autograd graph alive with it (estimate/retained_graph.py: what backward did not free stays)."""
 
     # the step's locals die before the next forward: transformers v5.24.0 trainer.py Trainer.training_step ends
-    # `self.accelerator.backward(loss, **kwargs); return loss.detach()`; AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 894
-    # sets `output = None` after optimizer.step(); torchtune v0.4.0 recipes/lora_finetune_single_device.py _loss_step
-    # `del logits` (its running_loss keeps a graph whose saved tensors backward has freed: torchao's linear_nf4 keeps
-    # no input beside them)
+    # `self.accelerator.backward(loss, **kwargs); return loss.detach()`; AnswerDotAI/fsdp_qlora@4cd6923 train.py
+    # l. 894-895 sets `output = None`, `loss = None` after optimizer.step(); torchtune v0.4.0
+    # recipes/lora_finetune_single_device.py _loss_step `del logits` (its running_loss keeps a graph whose saved
+    # tensors backward has freed: torchao's linear_nf4 keeps no input beside them)
     NOTHING = "nothing"
-    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-90: `outputs = model(**batch)`, `loss =
+    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-89: `outputs = model(**batch)`, `loss =
     # outputs.loss`, no `del`: the outputs the loop keeps (LossMemory.kept, scenario keeps_outputs) and, through
     # `loss`, the graph
     OUTPUTS = "outputs"
-    # Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276-280 (lit-gpt@8641822 finetune/lora.py l. 216
-    # the same): `logits = model(input_ids, lm_head_chunk_size=128)`, `loss = chunked_cross_entropy(logits, ...)`,
-    # `fabric.backward(...)`, no `del`: the fp32 logits Fabric returned (LossMemory.held) and the graph; torchtune@c69fba18b
-    # (0.1) recipes/*_finetune_*.py `logits = self._model(input_ids)`, its shifted copy kept (LossMemory.kept)
+    # Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276-280 (full.py l. 229-232, adapter.py l. 245-249;
+    # lit-gpt@8641822 finetune/lora.py l. 216, full.py l. 169 the same): `logits = model(...)`, `loss =
+    # chunked_cross_entropy(logits, ...)`, `fabric.backward(...)`, optimizer.step(), no `del`: the fp32 logits Fabric
+    # returned (LossMemory.held, alive through backward and the step too) and the graph; torchtune@c69fba18b (0.1)
+    # recipes/*_finetune_*.py `logits = self._model(input_ids)`, its shifted copy kept (LossMemory.kept)
     LOGITS = "logits"
 
     @property
