@@ -168,7 +168,7 @@ def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: i
     if not side:
         return max(reserved, total)
     peak = max(breakdowns, key=lambda k: sum(breakdowns[k].values()))
-    norm = norm_transients(r).get(StepPhase(peak), 0)
+    norm = {p.value: n for p, n in norm_transients(r).items()}.get(peak, 0)  # a stage's phase: none
     return max(reserved, max(reserved - norm, load) + total - load)
 
 
