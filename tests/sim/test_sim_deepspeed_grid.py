@@ -268,3 +268,48 @@ def test_the_norm_copies_open_the_engines_reduction_stream_segments(model_path, 
     trace = run_deepspeed(build_model(json.loads(open(model_path).read()), parsed, LAYERS), parsed).trace
     load, total, side = ds_offload.offload_load_and_norms(_step(sc))
     assert side and _stream_segments(trace)[1] == total - load == 22 * MiB
+
+
+@pytest.mark.parametrize(("stage", "bucket", "overlap", "flat", "stream"), [
+    ("zero2", None, None, 3_410_176, 0),  # DeepSpeed's 5e8 default: every gradient, reduced at the end of backward
+    ("zero2", 400_000, None, 328_192, 0),  # only the bucket spanning the partition edge is copied
+    ("zero1", 400_000, None, 393_728, 0),  # ZeRO-1 without overlap_comm: group order, after backward
+    ("zero2", 400_000, True, 328_192, 1),  # overlap_comm: on the reduction stream
+])
+def test_the_ipg_reductions_flat_copies_are_the_engines(model_path, stage, bucket, overlap, flat, stream):
+    """DeepSpeed 0.19.8's engine on the tiny Llama (2 ranks, one parameter group, as the simulator's optimizer takes
+    them): the only ``cat`` its backward makes is the flat copy of the IPG bucket that spans the partition edge
+    (``average_tensor`` -> ``allreduce_bucket``: ``self.flatten(bucket)``; a bucket bound for one rank is flattened to
+    a view), and the estimator's walk of the bucket (estimate/zero12_partition.py ``ipg_flats``) makes the same one.
+    The tied embedding is materialised once (sim/build.py ``materialize``): no second one allocated and freed."""
+    from vramfit.sim.build import build_model
+    from vramfit.sim.deepspeed_zero import run_deepspeed
+
+    zero = {"stage": int(stage[-1])} | ({"reduce_bucket_size": bucket} if bucket else {}) | (
+        {"overlap_comm": overlap} if overlap is not None else {})
+    parsed = parse_scenario({**_scenario(model_path, stage, "none", 1), "deepspeed_config": {"zero_optimization": zero}})
+    trace = run_deepspeed(build_model(json.loads(open(model_path).read()), parsed, LAYERS), parsed).trace
+    cats = [(trace.nbytes[i] // 2, trace.streams.get(i, 0)) for i in range(len(trace.nbytes))
+            if trace.ops[i] == "cat.default" and trace.phases[i] == "it2.mb1.backward"]
+    assert cats == [(flat, stream)]
+    order = partition.reduction_order([(n, True) for n, _ in partition.module_order(resolve_spec(parsed)[1])], 2,
+                                      stage == "zero2" or bool(overlap))
+    assert [f for f in partition.ipg_flats(order, bucket or 500_000_000) if f] == [flat]
+    assert sum(1 for i, s in enumerate(trace.shapes) if trace.phases[i] == "setup" and s == (4096, 256)) == 1
+
+
+def test_without_overlap_comm_the_bucket_and_its_flat_copy_stay_reserved():
+    """`simulate --full-depth` of Qwen2.5-0.5B (full, bf16-true, seq 256, 2 GPUs) with ``{"stage": 1 or 2}`` alone
+    (overlap_comm false, reduce_bucket_size 5e8, DeepSpeed's defaults): ZeRO-1 and ZeRO-2 both reserve 8,799,649,792 B
+    (8,392 MiB; 9,072,279,552 before the simulator stopped allocating the tied output layer's own weight). Backward
+    opens the 1e9-byte bucket's segment (954 MiB) and, in the second step, its 494,032,768-element flat copy's (944
+    MiB: the bucket spans the partition edge); the estimate was 8,210,837,888 / 8,311,241,088 (-6.7 % / -5.6 %)
+    without them, the replay's ZeRO-1 buffer sized by the partition (the engine's ``copy_grads_in_partition`` makes
+    rank 0's parameters whole under ZeRO-1 too, 478.9 MB)."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
+          "framework": "hf"}
+    zero2_step = importlib.import_module("vramfit.estimate.zero2_step")
+    for stage in ("zero1", "zero2"):
+        run = {**sc, "parallelism": stage, "deepspeed_config": {"zero_optimization": {"stage": int(stage[-1])}}}
+        assert zero2_step.ipg_reduction(_step(run)) == ((1_000_000_000,), 2 * 494_032_768, False)
+        assert estimate(run).peak.reserved_bytes == pytest.approx(8_799_649_792, rel=0.004)
