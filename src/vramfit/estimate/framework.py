@@ -35,6 +35,10 @@ _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module
 # torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
 # (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
 _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+# transformers before v4.53.0 (the first wheel with masking_utils.py; v4.52.4 has none): the model's own
+# _update_causal_mask, one shared float mask (v4.44.2 models/mistral/modeling_mistral.py l. 845-951,
+# models/gemma2/modeling_gemma2.py l. 568-580 and 875-909; v4.52.4 alike)
+_MODEL_MASKS = ("masks_per_layer_type", False)
 # DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
 _DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
 
@@ -59,6 +63,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         lora_4bit_clones_output=True,
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
+        masks_per_layer_type=True,  # transformers v5.24.0 masking_utils.py (profile_fields.py)
         quantizes_exact_linear_only=True,
         mxfp4_index_bytes=4,  # transformers v5.24.0 integrations/mxfp4.py l. 270: .to(torch.int)
         fsdp_mixed_casts_params=True,
@@ -101,15 +106,16 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "transformers-4.44",
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
-                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH),
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach); one "
+                "attention mask per model (_update_causal_mask, before masking_utils)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS),
             ),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
                 "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
-                "(foreach)",
-                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
+                "(foreach); one attention mask per model (_update_causal_mask, before masking_utils)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS),
             ),
             FrameworkVersion(
                 "transformers-4.53",

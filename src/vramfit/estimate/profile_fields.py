@@ -182,6 +182,13 @@ class FrameworkProfile:
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
     # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
     runs_transformers_modeling: bool = False
+    # transformers >= v4.53.0 masking_utils.py (v5.24.0 alike): the model builds one (B, 1, S, S) mask per attention
+    # type its layers use (Gemma 2/3, gpt-oss: ``causal_mask_mapping`` = create_causal_mask and
+    # create_sliding_window_causal_mask), float for eager, boolean for SDPA (torch converts it to a 16-bit bias in
+    # every layer's call). False: v4.44.2-v4.52.4 ``_update_causal_mask`` builds one float mask in the embeddings'
+    # dtype that every layer shares (Mistral bakes the window into it; Gemma 2/3 make their sliding mask inside each
+    # sliding decoder layer, dropped when the layer returns). estimate/attention.py mask_count, forward_extras.py
+    masks_per_layer_type: bool = False
     # transformers v5.24.0 integrations/bitsandbytes.py quantizes only modules whose type is exactly
     # nn.Linear (Falcon's FalconLinear stays unquantized) and never the 3-D expert parameters
     quantizes_exact_linear_only: bool = False
