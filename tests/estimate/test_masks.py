@@ -81,3 +81,24 @@ def test_before_masking_utils_one_float_mask_is_shared_by_every_layer():
     assert sliding("mistralai/Mistral-7B-v0.1", **old) == 32 * MIB
     assert sliding("mistralai/Mistral-7B-v0.1", **old, gradient_checkpointing="full") == 32 * MIB
     assert recompute("mistralai/Mistral-7B-v0.1", **old, gradient_checkpointing="full") == 0
+
+
+def _kv_heads_saved(model: str, seq: int = 1024, **keys) -> int:
+    """Heads of the k the attention kernel keeps in one block (Llama 3.1 8B, Mistral 7B: 32 query, 8 k/v heads)."""
+    block_saved = importlib.import_module("vramfit.estimate.activations").block_saved
+    spec, sc, profile = _at(model, micro_batch_size=1, seq_len=seq, precision="bf16-true", **keys)
+    return block_saved(spec, sc, profile, [], False).items["k"] // (2 * seq * spec.head_dim)
+
+
+def test_transformers_before_4_54_repeats_k_and_v_for_sdpa_but_not_for_flash():
+    llama = "meta-llama/Llama-3.1-8B"
+    assert _kv_heads_saved(llama, attention="sdpa") == 8  # v5.24.0: enable_gqa, no mask
+    assert _kv_heads_saved(llama, attention="sdpa", framework_version="transformers-4.53") == 32
+    assert _kv_heads_saved(llama, attention="sdpa", framework_version="transformers-4.44") == 32
+    assert _kv_heads_saved(llama, attention="flash", framework_version="transformers-4.44") == 8
+    assert _kv_heads_saved(llama, attention="eager") == 32
+    # Mistral 7B v0.1 at its window's length: the SDPA mask makes transformers 5 repeat k/v; flash-attn takes the
+    # window itself and grouped k/v
+    assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4096, attention="sdpa") == 32
+    assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4096, attention="flash") == 8
+    assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4095, attention="sdpa") == 8

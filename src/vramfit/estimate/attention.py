@@ -63,14 +63,20 @@ def mask_count(spec: ModelSpec, profile: FrameworkProfile) -> int:
 def _expands_kv(blk: Block, eager: bool) -> bool:
     """Whether k and v are repeated to every query head before the kernel.
 
-    transformers passes enable_gqa to SDPA only without a mask; a sliding window no longer than the
-    sequence makes a mask (:func:`window_masked`), and then repeat_kv expands k and v to every head
-    (sdpa_attention.py)."""
+    Eager attention repeats them (repeat_kv). transformers' flash-attn path takes grouped k and v (v4.44.2
+    models/llama/modeling_llama.py LlamaFlashAttention2, v5.24.0 integrations/flash_attention.py: no repeat_kv).
+    Its SDPA path repeats them where the profile says so (``expands_kv_for_sdpa``: transformers before v4.54) and,
+    from v4.54 on, where a mask is passed (use_gqa_in_sdpa: enable_gqa only without one): a sliding window no longer
+    than the sequence makes one (:func:`window_masked`)."""
     spec, sc, profile = blk.spec, blk.sc, blk.profile
+    if spec.num_key_value_heads >= spec.num_attention_heads:
+        return False
+    if eager:
+        return True
+    if profile.runs_transformers_modeling and sc.attention is Attention.FLASH:
+        return False
     windowed = profile.runs_transformers_modeling and not spec.layer_types and window_masked(spec, sc)
-    return spec.num_key_value_heads < spec.num_attention_heads and (
-        eager or profile.expands_kv_for_sdpa or windowed
-    )
+    return profile.expands_kv_for_sdpa or windowed
 
 
 def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
