@@ -90,3 +90,18 @@ def test_what_a_window_adds_under_checkpointing_agrees_to_the_byte(config_file, 
 
     (sim_masked, est_masked), (sim_open, est_open) = peaks(128), peaks(4096)
     assert est_masked - est_open == sim_masked - sim_open
+
+
+@pytest.mark.parametrize("attention,masks", [
+    ("eager", [("where.self", "bfloat16", "forward")] * 2),
+    ("sdpa", [("zeros_like.default", "bfloat16", "backward"), ("logical_not.default", "bool", "forward")]),
+])
+def test_qwen2_slides_from_max_window_layers_on(config_file, attention, masks):
+    """Qwen2 with use_sliding_window and max_window_layers 1 of 2 layers: layer 0 attends fully, layer 1 through the
+    window (transformers v5.24.0 configuration_qwen2.py layer_types): eager builds both masks, SDPA makes the one
+    sliding layer's bias."""
+    cfg = {**tiny("Qwen/Qwen2.5-0.5B", layers=2), "use_sliding_window": True, "max_window_layers": 1,
+           "sliding_window": S // 2}
+    keys = {"attention": attention, "precision": "bf16-true"}
+    assert sorted(_masks(cfg, **keys)) == sorted(masks)
+    assert _estimated(cfg, config_file, **keys) == len([m for m in masks if m[1] != "bool"]) * B * S * S * 2

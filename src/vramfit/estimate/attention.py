@@ -92,7 +92,7 @@ def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         return 0  # eager attention repeats k/v on every layer (the walk's _expands_kv)
     from vramfit.estimate.allocator import round_allocation
 
-    layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
+    layers = spec.layer_types.count("sliding_attention")
     c, T, d = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len, spec.head_dim
     expanded = round_allocation(c * T * spec.num_attention_heads * d)
     own = round_allocation(c * T * spec.num_key_value_heads * d)

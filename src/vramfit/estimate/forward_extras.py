@@ -35,15 +35,21 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         from vramfit.estimate.activations import dtypes_for
 
         return round_allocation(dtypes_for(sc, profile, spec).residual * squares)
+    layers = sliding_layers(spec)
+    if not layers:
+        return 0
     if sc.gradient_checkpointing is not Checkpointing.NONE:
         # the boolean mask itself, [1, 1, S, S] (masking_utils.sdpa_mask expands a batch-free mask), is every
         # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor)
         return round_allocation(sc.seq_len * sc.seq_len)
-    if spec.layer_types:
-        layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
-    else:
-        layers = spec.num_hidden_layers
     return layers * round_allocation(sc.precision.compute_bytes * squares)
+
+
+def sliding_layers(spec: ModelSpec) -> int:
+    """Layers that attend through the sliding window: those ``layer_types`` names so, else every layer."""
+    if spec.layer_types:
+        return sum(1 for t in spec.layer_types if t == "sliding_attention")
+    return spec.num_hidden_layers
 
 
 def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
