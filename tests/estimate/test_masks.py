@@ -102,3 +102,14 @@ def test_transformers_before_4_54_repeats_k_and_v_for_sdpa_but_not_for_flash():
     assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4096, attention="sdpa") == 32
     assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4096, attention="flash") == 8
     assert _kv_heads_saved("mistralai/Mistral-7B-v0.1", 4095, attention="sdpa") == 8
+
+
+def test_old_transformers_repeats_k_and_v_on_every_layer_once():
+    """Gemma 3 4B at transformers-4.53 (no enable_gqa): the walk repeats k/v on every layer, so the masked sliding
+    layers add no second copy, in forward or in a recompute."""
+    kv_repeat = importlib.import_module("vramfit.estimate.attention").sliding_layers_kv_repeat
+    keys = {"micro_batch_size": 1, "precision": "bf16-true", "attention": "sdpa", "seq_len": 4096}
+    assert kv_repeat(*_at("google/gemma-3-4b-pt", **keys)) == 29 * 2 * 4096 * 4 * 256 * 2
+    assert kv_repeat(*_at("google/gemma-3-4b-pt", **keys, framework_version="transformers-4.53")) == 0
+    assert recompute("google/gemma-3-4b-pt", **keys, gradient_checkpointing="full",
+                     framework_version="transformers-4.53") == 32 * MIB

@@ -85,18 +85,27 @@ def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     ``enable_gqa`` and ``repeat_kv`` expands k and v to every query head first (transformers v5.24.0
     integrations/sdpa_attention.py ``use_gqa_in_sdpa``: only without a mask); the kernel saves the expanded
     copies. The walk keeps the full layers' un-expanded k and v; this adds the difference on each such sliding
-    layer (the simulator's trace of Gemma 3: three [B, heads, S, D] q/k/v tensors on its sliding layers)."""
+    layer (the simulator's trace of Gemma 3: three [B, heads, S, D] q/k/v tensors on its sliding layers). Under
+    checkpointing only the recomputed layer has them (forward_extras.sliding_window_recompute)."""
+    if sc.gradient_checkpointing is not Checkpointing.NONE:
+        return 0
+    return spec.layer_types.count("sliding_attention") * masked_layer_kv_repeat(spec, sc, profile)
+
+
+def masked_layer_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """What one masked sliding layer of a ``layer_types`` model adds by repeating k and v to every query head
+    (:func:`sliding_layers_kv_repeat`); 0 where the block walk repeats them on every layer already (eager attention,
+    ``profile.expands_kv_for_sdpa``: :func:`_expands_kv`)."""
     if (not profile.runs_transformers_modeling or not spec.layer_types or not window_masked(spec, sc)
-            or sc.attention is not Attention.SDPA or sc.gradient_checkpointing is not Checkpointing.NONE
+            or sc.attention is not Attention.SDPA or profile.expands_kv_for_sdpa
             or spec.num_key_value_heads >= spec.num_attention_heads or runs_eager_attention(spec, sc, profile)):
-        return 0  # eager attention repeats k/v on every layer (the walk's _expands_kv)
+        return 0
     from vramfit.estimate.allocator import round_allocation
 
-    layers = spec.layer_types.count("sliding_attention")
     c, T, d = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len, spec.head_dim
     expanded = round_allocation(c * T * spec.num_attention_heads * d)
     own = round_allocation(c * T * spec.num_key_value_heads * d)
-    return layers * 2 * (expanded - own)
+    return 2 * (expanded - own)
 
 
 def _qkv_out_fp32(blk: Block) -> bool:

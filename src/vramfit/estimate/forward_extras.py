@@ -4,7 +4,7 @@ masks transformers builds (moved out of estimate/core.py, which keeps the model 
 from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.attention import runs_eager_attention, window_masked
+from vramfit.estimate.attention import masked_layer_kv_repeat, runs_eager_attention, window_masked
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
@@ -63,12 +63,7 @@ def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
             or not profile.masks_per_layer_type):
         return 0
     bias = round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
-    if not spec.layer_types or spec.num_key_value_heads >= spec.num_attention_heads:
-        return bias
-    c, T, d = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len, spec.head_dim
-    expanded = round_allocation(c * T * spec.num_attention_heads * d)
-    own = round_allocation(c * T * spec.num_key_value_heads * d)
-    return bias + 2 * (expanded - own)
+    return bias + masked_layer_kv_repeat(spec, sc, profile)
 
 
 def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple[int, int]:
