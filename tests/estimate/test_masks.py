@@ -113,3 +113,17 @@ def test_old_transformers_repeats_k_and_v_on_every_layer_once():
     assert kv_repeat(*_at("google/gemma-3-4b-pt", **keys, framework_version="transformers-4.53")) == 0
     assert recompute("google/gemma-3-4b-pt", **keys, gradient_checkpointing="full",
                      framework_version="transformers-4.53") == 32 * MIB
+
+
+def test_uncheckpointed_transformers_masks_are_gone_when_the_output_layer_runs():
+    """Not checkpointed, transformers' masks die with the base model's forward (the simulator's trace: freed in
+    forward), so what stays saved outside the blocks holds none; litgpt's count is left as it was."""
+    keys = {**GEMMA2, "attention": "eager"}
+    hf = extras.model_extra_saved(*_at("google/gemma-2-9b", **keys), lm_head_trainable=False)
+    assert hf == 4 * 2 * 4096 * 3584 + 4 * 2 * 4096  # the final RMSNorm's fp32 input and rstd only
+
+    def lit(attention: str) -> int:
+        at = _at("google/gemma-2-9b", **{**keys, "attention": attention}, framework="litgpt")
+        return extras.model_extra_saved(*at, lm_head_trainable=False)
+
+    assert lit("eager") - lit("sdpa") == 64 * MIB

@@ -161,8 +161,12 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if lm_head_trainable or (quantized and profile.qlora_saves_input and profile.qlora_quantizes_lm_head):
         total += dt.compute * T * h
-    if sc.gradient_checkpointing is Checkpointing.NONE:
-        total += eager_mask(spec, sc, profile)  # checkpointed: kept into backward (step.Activations.masks)
+    if sc.gradient_checkpointing is Checkpointing.NONE and not profile.runs_transformers_modeling:
+        # checkpointed: kept into backward (step.Activations.masks). Not checkpointed, transformers' masks are
+        # locals of the base model's forward that nothing saves (``attn_weights + mask``: add keeps no input), freed
+        # when it returns, before the output layer (the simulator's trace: freed in forward); they count at the
+        # top block's softmax only (forward_softmax_moment)
+        total += eager_mask(spec, sc, profile)
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total
