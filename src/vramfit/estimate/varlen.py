@@ -1,0 +1,59 @@
+"""The reserved figure when micro-batch lengths vary up to ``seq_len`` (unpacked, unpadded batches).
+
+Mechanism (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp, as :class:`vramfit.sim.cuda_allocator.
+CachingAllocatorModel` replays it): a freed block stays cached in its segment until ``empty_cache`` or a failed
+``cudaMalloc`` (``release_cached_blocks``); a request is served only by a cached block at least as large
+(``get_free_block``, best fit), blocks of different segments never merge, and a request larger than every cached
+block opens a new segment (``alloc_block``). The loss's tensors are ``tokens x vocabulary`` wide, so a micro-batch
+longer than every one before it (a *record* length) opens segments for them while the earlier, smaller ones stay
+reserved; a shorter batch splits cached blocks and adds nothing. The figure is then the fixed-length one at the
+longest length plus the segments the earlier record lengths left: it depends on the order of the lengths, not only
+on their range (lengths in decreasing order add nothing). Fixed-length (packed or padded) batches replay the same
+sizes every step.
+
+:func:`schedule_events` replays the step's transients (:func:`vramfit.estimate.transients.step_transients`) for
+each micro-batch length in turn through one allocator; ``tests/estimate/test_varlen.py`` checks it against the
+simulator, which runs the real library with the lengths in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vramfit.estimate.allocator import transient_reserved
+from vramfit.estimate.constants import K_ROUND_LARGE
+
+
+def schedule_events(spec, sc, lengths: list[int] | tuple[int, ...], card=None) -> list[int]:
+    """:func:`vramfit.estimate.transients.step_transients` of each micro-batch length in ``lengths`` (in order), as
+    one event list for :func:`vramfit.estimate.allocator.transient_reserved` (each step's frees renumbered)."""
+    from vramfit.estimate.step import compute
+    from vramfit.estimate.transients import step_transients
+
+    events: list[int] = []
+    made = 0
+    for n in lengths:
+        step = step_transients(compute(spec, replace(sc, seq_len=int(n)), card))
+        events.extend(e if e >= 0 else e - made for e in step)
+        made += sum(1 for e in step if e >= 0)
+    return events
+
+
+def stranded_bytes(spec, sc, lengths: list[int] | tuple[int, ...], card=None) -> int:
+    """Reserved bytes the length schedule leaves beyond one step at its longest length, in whole 2 MiB units
+    (``kRoundLarge``: what is under one unit is segment rounding, as in :func:`vramfit.estimate.reserved.
+    reserved_bytes`): the segments earlier record lengths opened for tensors a longer batch could not fit in."""
+    longest = max(lengths)
+    mixed = transient_reserved(schedule_events(spec, sc, lengths, card))[1]
+    fixed = transient_reserved(schedule_events(spec, sc, [longest, longest], card))[1]
+    unit = K_ROUND_LARGE.value
+    return max(0, mixed - fixed) // unit * unit
+
+
+def record_lengths(lengths: list[int] | tuple[int, ...]) -> list[int]:
+    """The lengths longer than every one before them: only these open segments (see the module's docstring)."""
+    out: list[int] = []
+    for n in lengths:
+        if not out or n > out[-1]:
+            out.append(int(n))
+    return out
