@@ -41,3 +41,16 @@ def test_close_record_lengths_strand_the_most():
 def test_fixed_lengths_keep_the_estimate():
     assert _stranded([2048] * 5) == 0
     assert _stranded([4096] * 3, seq_len=4096) == 0
+
+
+def test_a_shuffled_data_set_gives_a_spread():
+    sc = parse_scenario(SWIFT)
+    spec = resolve_spec(sc)[1]
+    lengths = list(range(64, 2049, 64))  # 32 samples, evenly spread up to the bound
+    low, mid, high = varlen.shuffled_stranded(spec, sc, lengths, runs=50)
+    assert (low, mid, high) == (1_451_229_184, 2_843_738_112, 6_601_834_496)  # 1.35 / 2.65 / 6.15 GiB
+    assert varlen.shuffled_stranded(spec, sc, [2048] * 32, runs=5) == (0, 0, 0)  # packed / fixed: nothing
+    # truncated to seq_len; two batches: half the orders put the shorter first (0.49 GiB, as test 2), half do not
+    assert varlen.shuffled_stranded(spec, sc, [1024, 4000]) == (0, 0, 530_579_456)
+    wide = parse_scenario({**SWIFT, "micro_batch_size": 4})  # padded to each batch's longest: 4x the loss rows
+    assert varlen.shuffled_stranded(spec, wide, lengths, runs=50) == (4_204_789_760, 9_783_214_080, 16_986_931_200)

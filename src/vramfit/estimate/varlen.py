@@ -57,3 +57,29 @@ def record_lengths(lengths: list[int] | tuple[int, ...]) -> list[int]:
         if not out or n > out[-1]:
             out.append(int(n))
     return out
+
+
+def shuffled_stranded(spec, sc, lengths: list[int] | tuple[int, ...], runs: int = 100, seed: int = 0,
+                      card=None) -> tuple[int, int, int]:
+    """(10th percentile, median, 90th percentile) of :func:`stranded_bytes` over ``runs`` random orders of a data
+    set's sample ``lengths`` (tokens; longer ones truncated to ``seq_len``), one epoch each, as a shuffling sampler
+    draws them (torch.utils.data.RandomSampler, the HF Trainer's default), ``micro_batch_size`` samples per batch
+    padded to the batch's longest (transformers DataCollatorForSeq2Seq / DataCollatorWithPadding, padding=True).
+
+    Only record lengths matter (:func:`record_lengths`); among ``n`` batches in random order about
+    ``H_n = 1 + 1/2 + ... + 1/n`` (``ln n + 0.58``) are records (the expected number of records of ``n`` exchangeable
+    distinct values), most near the longest, so the figure is a spread, not a point: the order the sampler drew sets it.
+    """
+    import random
+
+    rng = random.Random(seed)
+    pool = [min(int(n), sc.seq_len) for n in lengths]
+    b = max(1, sc.micro_batch_size)
+    out = []
+    for _ in range(max(1, runs)):
+        rng.shuffle(pool)
+        batches = [max(pool[i:i + b]) for i in range(0, len(pool), b)]
+        records = record_lengths(batches)
+        out.append(stranded_bytes(spec, sc, records, card) if len(records) > 1 else 0)
+    out.sort()
+    return out[len(out) // 10], out[len(out) // 2], out[(9 * len(out)) // 10]
