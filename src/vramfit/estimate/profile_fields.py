@@ -300,7 +300,9 @@ class FrameworkProfile:
     # from above (estimate/first_batch.py states the floor)
     longest_sample_first: bool = False
     # what the loop still references from the previous micro-batch while the next one runs its forward (LoopCarry:
-    # each value cites its loop); what backward did not free of the graph stays (estimate/retained_graph.py)
+    # each value cites its loop, e.g. litgpt@5895df10 finetune/lora.py l. 276-280 `logits = model(...)` bound until
+    # the next forward returns; transformers v5.24.0 Trainer.training_step returns `loss.detach()`); what backward
+    # did not free of the graph stays (estimate/retained_graph.py)
     loop_carry: LoopCarry = LoopCarry.NOTHING
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
