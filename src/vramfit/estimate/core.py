@@ -19,6 +19,7 @@ from vramfit.estimate.framework import (
     OptimizerImpl,
     adapter_bytes,
 )
+from vramfit.estimate.moe_lora import fsdp2_block_adapters
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
 from vramfit.estimate.state import (
     Sharding,
@@ -266,7 +267,7 @@ def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
         else:
             total += lin.weight_params * sc.precision.compute_bytes
         total += lin.bias_params * sc.precision.compute_bytes
-    return total + spec.block_norm_params * sc.precision.compute_bytes
+    return total + spec.block_norm_params * sc.precision.compute_bytes + fsdp2_block_adapters(spec, sc, profile)
 
 
 def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:

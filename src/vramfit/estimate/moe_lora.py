@@ -9,7 +9,7 @@ from typing import Any
 
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import Linear, ModelSpec
-from vramfit.scenario import Scenario
+from vramfit.scenario import Method, Parallelism, Scenario
 
 
 def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quantized: bool) -> int:
@@ -100,3 +100,22 @@ def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
     if not blk.sc.compile:
         out.add("shared.act_out", m * T * width)
     out.add("shared.up_out", m * T * width)
+
+
+def fsdp2_block_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of one block's LoRA adapters in its FSDP2 all-gather: ``fully_shard(block)`` puts every parameter under
+    the block, the adapters too, in one param group, and ``foreach_all_gather`` gathers them all into one output
+    (torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_collectives.py: ``all_gather_input_numel`` sums every
+    parameter's shard, a uint8 buffer where their dtypes differ), each in the policy's ``param_dtype`` where the
+    MixedPrecisionPolicy casts (-mixed) and in its own dtype otherwise (_fsdp_param.py ``all_gather_inputs``). A
+    few MiB on a dense block; PEFT's ParamWrapper on fused experts holds rank x experts rows per bank (the
+    simulator's tiny Qwen3-MoE block: 33,824,768 B of fp32 adapters beside 203,033,088 B of bf16 weights)."""
+    from vramfit.estimate.framework import adapter_bytes, casts_params
+    from vramfit.estimate.params import resolve_adapters
+
+    if not (profile.fsdp2 and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)) or sc.method is Method.FULL:
+        return 0
+    elem = sc.precision.compute_bytes if casts_params(sc, profile) else adapter_bytes(profile, sc.precision)
+    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
+    return elem * sum(t.numel * ad.per_layer for ad in adapters if ad.per_layer and not ad.vision
+                      for t in ad.tensors(sc.lora_rank, 1))
