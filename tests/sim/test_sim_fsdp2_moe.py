@@ -1,6 +1,7 @@
 """FSDP2 on the simulator with the chunked and fused losses and on MoE models: the losses run inside the training
 root's call (sim/losses.py), a block's LoRA adapters are all-gathered with it and its reduce-scatter input is held
-through the block below (estimate/moe_lora.py), PEFT's fused gate/up is one rank-2r wrapper however wide it is
+through the block below (estimate/moe_lora.py), a block's copy-out holds the previous block's all-gather output
+(estimate/fsdp2_forward.py), PEFT's fused gate/up is one rank-2r wrapper however wide it is
 (estimate/params.py), and Liger's fused loss on a PEFT model under accelerate's FSDP2 is refused as the library
 fails (estimate/fsdp2_fused_head.py)."""
 
@@ -97,5 +98,17 @@ def test_tied_embeddings_keep_liger_running_under_accelerates_fsdp2(config_file)
     sc = {**FSDP2, "model": config_file(GRANITE_MOE), "method": "lora", "loss": "fused",
           "gradient_checkpointing": "full"}
     assert json.loads(json.dumps(GRANITE_MOE))["tie_word_embeddings"] is True
-    assert simulate(sc, layers=3).result.peak.allocated_bytes == 506_394_112
-    estimate(sc)  # no refusal: the rule is for an untied lm_head
+    sim = simulate(sc, layers=3).result.peak
+    assert (sim.allocated_bytes, sim.phase) == (506_394_112, "forward")
+    # no refusal; the peak is block 2's copy-out, the previous block's all-gather output still referenced (torch
+    # v2.13.0 wait_for_unshard; estimate/fsdp2_forward.py): 378,452,736 B for forward without it, -25 %
+    assert estimate(sc).peak.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.03)
+
+
+def test_a_blocks_copy_out_holds_the_previous_blocks_all_gather_output(config_file):
+    """Without checkpointing too (Granite-MoE LoRA under accelerate's FSDP2 was -11.4 %)."""
+    sc = {**FSDP2, "model": config_file(GRANITE_MOE), "method": "lora"}
+    sim = simulate(sc, layers=3).result.peak
+    est = estimate(sc).peak
+    assert (sim.phase, est.phase) == ("forward", "forward")
+    assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.03)

@@ -28,6 +28,7 @@ from vramfit.estimate.fsdp2 import (
     split_root,
     tail_gather_output,
 )
+from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.loss import projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block
@@ -194,7 +195,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
-    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    block = comm + previous_gather_at_copy_out(step)  # a block's copy-out (estimate/fsdp2_forward.py)
+    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else block) - late - fwd_root)
     yield Contribution("comm_buffers", FA, comm - late - fwd_root)  # a block's forward: its gathers, no logits
     yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)

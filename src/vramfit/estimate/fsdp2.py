@@ -341,11 +341,13 @@ def _grad_bytes(step: Step) -> int:
 def forward_at_logits(step: Step) -> bool | None:
     """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
     where forward adds both (the generic model)."""
+    from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
+
     freed = blocks_freed_at_loss(step)
     if not freed:
         return None
     fwd_copy = step.fetch_copy[0]
-    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
+    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant) + previous_gather_at_copy_out(step)
     return step.loss.forward_peak + tail_gather_output(step) >= block_moment
 
 
