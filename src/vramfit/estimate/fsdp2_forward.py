@@ -10,7 +10,8 @@ runs that code: a tiny Granite-MoE LoRA under accelerate's FSDP2 peaks in forwar
 1 and 2's 127,674,368 B all-gather outputs and block 2's 125,829,120 B of unsharded weights live (506,394,112 B;
 the estimate without this read 378,452,736 B for forward). The first FSDP2 (torch 2.3's
 _composable/fsdp/_fsdp_param_group.py: ``all_gather_state.pop()`` then ``del prev_all_gather_state  # free``)
-freed it before the copy-out; the version boundary is not pinned here."""
+freed it before the copy-out; the local form is already in pytorch/pytorch@012c62d6
+torch/distributed/_composable/fsdp/_fsdp_param_group.py (the torch 2.4-era FSDP2 that torchtune 0.3 ran)."""
 
 from __future__ import annotations
 
