@@ -387,7 +387,8 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if head else 0)
     # held between micro-batches, every shard exists already (module docstring, 6)
     shards = 0 if step.held_grads else p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
-    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
+    # accelerate's split units: the lowest block, not this one, prefetches the embedding unit (docstring, 4)
+    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step)) - root_resharded(step, False)
     grads = step.held_grads + shards + head + step.block_grads
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
