@@ -112,3 +112,12 @@ def test_a_blocks_copy_out_holds_the_previous_blocks_all_gather_output(config_fi
     est = estimate(sc).peak
     assert (sim.phase, est.phase) == ("forward", "forward")
     assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.03)
+
+
+@pytest.mark.parametrize("ckpt", ["none", "full"])
+def test_a_middle_blocks_backward_holds_no_embedding_under_accelerates_units(config_file, ckpt):
+    """Full fine-tuning: the second-lowest block prefetches the lowest block, not the embedding unit (Mixtral was
+    +5.4 / +5.7 % counting the embedding's all-gather there)."""
+    sc = {**FSDP2, "model": config_file(MIXTRAL), "method": "full", "gradient_checkpointing": ckpt}
+    sim = simulate(sc, layers=3).result.peak.allocated_bytes
+    assert estimate(sc).peak.allocated_bytes == pytest.approx(sim, rel=0.03)
