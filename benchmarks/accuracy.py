@@ -57,6 +57,10 @@ SOURCE_FRAMEWORK = {
     "AAI_FSDPQLORA_2403": "hf",  # Answer.AI fsdp_qlora train.py: transformers + PEFT + FSDP1
     "PEFT_MMQA_2607": "hf",
     "SWIFT_EX_2601": "hf",  # ms-swift runs the HF Trainer (TRL trainers for rlhf)
+    "SWIFT_SCRIPTS_2404": "hf",  # ms-swift 1.x/2.x per-model example scripts (HF Trainer + PEFT, DeepSpeed through it)
+    "SWIFT_BENCH_2401": "hf",  # ms-swift 1.x benchmark page: its sft_main over the HF Trainer + PEFT 0.7
+    "SWIFT_DOCS_2506": "hf",  # ms-swift's documentation scripts: the same HF Trainer (DeepSpeed through it)
+    "LIT_LORA_TUT_2310": "litgpt",  # lit-gpt finetune/lora.py of October 2023 (Lightning Fabric), as LIT_RES
     "AXOLOTL_EX_2508": "hf",  # axolotl runs the HF Trainer + PEFT (FSDP2 through its own accelerate patch)
     "UNSLOTH_NB_2509": "unsloth",  # Unsloth 2025.9.1 notebooks (FastLanguageModel + TRL SFTTrainer)
     "LIT_HUB_2409": "litgpt",

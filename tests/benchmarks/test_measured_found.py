@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 73
+    assert len(ROWS) == 89
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 73
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 89
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -55,6 +55,21 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["SWIFT_EX_2601-4"]["measured"]["bytes"] == 42 * 10**9  # '# 42GB'
     assert by_id["SWIFT_EX_2601-5"]["measured"]["bytes"] == 22 * 10**9  # packing/llm.sh '# 22GB'
     assert by_id["SWIFT_EX_2601-6"]["measured"]["bytes"] == 76 * 2**30  # full/train.sh '# 76GiB'
+    assert by_id["SWIFT_EX_2601-11"]["measured"]["bytes"] == 35 * 2**30  # agent/qwen2_5.sh '# 35GiB'
+    # ms-swift's docs: '# 4 * 60GB' (per GPU), '# GPU Memory Usage: 22GB', '# 13GB'
+    assert [by_id[f"SWIFT_DOCS_2506-{i}"]["measured"]["bytes"] for i in (1, 2, 3)] == [60 * 10**9, 22 * 10**9, 13 * 10**9]
+    # ms-swift 1.x's benchmark page: max_memory_reserved per device / 1024**3, printed as 'GPU Memory (GiB)'
+    assert [by_id[f"SWIFT_BENCH_2401-{i}"]["measured"] for i in (1, 2, 3, 4)] == [
+        {"metric": "reserved", "bytes": round(x * 2**30)} for x in (66.72, 69.10, 71.34, 78.72)]
+    # ms-swift 1.x/2.x script headers: '# 20GB', '# 2 * 22GB' (per GPU), '# 70GB', '# 19GB', '# 2 * 21GB GPU memory'
+    assert [by_id[f"SWIFT_SCRIPTS_2404-{i}"]["measured"]["bytes"] for i in (1, 2, 3, 4, 5)] == [
+        x * 10**9 for x in (20, 22, 70, 19, 21)]
+    # the scripts that ran swift's own LoRA backend (lora_dtype 'fp32') do not model peft < 0.12's base-dtype adapters
+    assert [by_id[f"SWIFT_SCRIPTS_2404-{i}"]["scenario"]["framework_version"] for i in (3, 4, 5)] == [
+        "transformers-4.44", "transformers-4.44", "transformers-4.44+deepspeed-0.16"]
+    # lit-gpt's October-2023 tutorial table: max_memory_allocated() / 1e9 printed as 'GB'
+    assert [by_id[f"LIT_LORA_TUT_2310-{i}"]["measured"] for i in (1, 2, 3)] == [
+        {"metric": "allocated", "bytes": round(x * 10**9)} for x in (34.57, 15.28, 15.12)]
     # axolotl's READMEs: '~44GiB' (device_mem_reserved, GiB), 'about 21GB VRAM', 'about 19.1 GiB VRAM'
     assert by_id["AXOLOTL_EX_2508-1"]["measured"] == {"metric": "reserved", "bytes": 44 * 2**30}
     assert by_id["AXOLOTL_EX_2508-5"]["measured"]["bytes"] == 21 * 10**9

@@ -27,9 +27,13 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     one = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
     assert one["measured_path"] and one["cases"] == [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7"]
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
-    # lit-gpt's 2023 resource tables (10) and litgpt's 2024 config-hub LoRA rows on one A10G (12)
-    assert lit["measured_path"] and len(lit["cases"]) == 22
+    # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1) and litgpt's
+    # 2024 config-hub LoRA rows on one A10G (12)
+    assert lit["measured_path"] and len(lit["cases"]) == 23 and "LIT_LORA_TUT_2310-1" in lit["cases"]
     # the config-hub QLoRA rows read -20.8 % (Phi-3-mini) to +2.0 % before estimate/retained_graph.py (bitsandbytes
-    # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive); now -6.6 % (a 2023 resource-table row) to +5.6 % (LIT_HUB_2409-4, gemma-2b)
+    # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive), then -6.6 % to +5.6 % (LIT_HUB_2409-4, gemma-2b,
+    # whose forward added the loss moment to the de-quantized head); with the moments apart and the loop's carried
+    # logits (estimate/retained_graph.py carried_logits_forward) -6.6 % (a 2023 resource-table row) to +2.0 %
     q = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "framework": "litgpt"}).accuracy
-    assert len(q["cases"]) == 21 and q["error_band"] == [-0.0661, 0.0558] and q["median_abs_error"] == 0.0215
+    # lit-gpt's October-2023 tutorial's two micro-batch-4 QLoRA rows (+5.4 %) join the path and set the band's top
+    assert len(q["cases"]) == 23 and q["error_band"] == [-0.0661, 0.0545] and q["median_abs_error"] == 0.0185

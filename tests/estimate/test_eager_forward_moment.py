@@ -1,6 +1,6 @@
 """A fully checkpointed block's eager attention in forward (block_extras.forward_softmax_moment's working set:
 eager_forward_softmax + checkpointed_block_own, the forward-attention phase) and a kept output
-that lives into the next forward (profile.outputs_live_into_next_forward, framework_version llama-recipes-2023).
+that lives into the next forward (profile.loop_carry LoopCarry.OUTPUTS, framework_version llama-recipes-2023).
 
 Llama-2-7B, 4 x 2048, bf16: the (B, H, S, S) scores are 4 x 32 x 2048 x 2048 = 512 Mi elements; at the softmax the
 masked bf16 scores (1 GiB), their fp32 copy (2 GiB) and the fp32 output (2 GiB) are alive with the normed input,

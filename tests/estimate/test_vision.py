@@ -101,7 +101,7 @@ def test_published_vlm_rows_lie_between_allocated_and_device():
     for row in rows:
         peak = estimate(row["scenario"]).peak
         assert row["measured"]["metric"] == "unknown" and row["source"]
-        if row["id"] == "MSSWIFT_VLM-3":  # COCO captions, frozen tower: 22 GiB against 18.0 GiB device (README: still off)
+        if row["id"] == "MSSWIFT_VLM-3":  # ms-swift 3.0 Qwen2-VL on OK-VQA: 22 GiB against 18.1 GiB device (README: still off)
             assert peak.device_bytes < 0.85 * row["measured"]["bytes"]
             continue
         assert peak.allocated_bytes <= row["measured"]["bytes"] <= peak.device_bytes, row["id"]

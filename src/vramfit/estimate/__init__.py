@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import transient_required, transient_reserved
+from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.ds_load import flatten_events
 from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
@@ -288,6 +289,8 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     reserved.reserved_bytes, and without the cached segments the ZeRO-2 step and the GPU load leave wholly free:
     zero2_step.zero2_step_reserved, nf4_load.load_reserved), the FSDP and load terms on top (the same path for both,
     so they differ only there)."""
+    if cast_is_peak(r, breakdowns, allocated):  # a forced-float32 load's bf16 -> fp16 cast (estimate/cast_load.py)
+        return cast_reserved(r, breakdowns, tensors, events, required)
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())

@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
+from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
     blocks_freed_at_loss,
@@ -66,8 +68,9 @@ def _tied_end(step: Step) -> bool:
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
 PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
-    # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py); ZeRO-1/2's flatten (estimate/ds_load.py)
-    StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step),
+    # an MXFP4 checkpoint de-quantized on the GPU (estimate/mxfp4_load.py); ZeRO-1/2's flatten (estimate/ds_load.py);
+    # a forced-float32 model cast from bf16 to fp16 (estimate/cast_load.py)
+    StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step) or casts_on_load(step),
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
     FA: lambda step: step.eager_forward[0] > 0,  # eager fp32 softmax (block_extras.forward_softmax_moment)
@@ -163,24 +166,28 @@ def activations(step: Step) -> Iterator[Contribution]:
 def _loss_backward(step: Step) -> tuple[int, int]:
     """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
     (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
+    from vramfit.estimate.step import whole_head_grad
+
     head = step.head_grad
     if not head and step.lm_head_trainable and step.sc.method is Method.FULL:
         # gradients held between micro-batches take the sum only after the buffer has made it whole
-        head = round_allocation((step.spec.lm_head_params or step.spec.embedding_params) * _grad_bytes(step))
+        head = whole_head_grad(step.spec, _grad_bytes(step))
     proj_logits, proj_grads = projection_stage(step.spec, step.sc, step.profile, head)
     return max((step.loss.backward_peak, 0), (proj_logits + step.loss.kept, proj_grads), key=sum)
 
 
 def logits_loss(step: Step) -> Iterator[Contribution]:
     """The loss's tensors; logits a loop keeps (``loss.kept``) stay through backward and the optimizer step."""
-    kept = step.loss.kept
+    kept, carried = step.loss.kept, _carried_forward(step)
     # FSDP2: forward's high point is the logits or a block's all-gathers, not both (estimate/fsdp2.py)
-    yield Contribution("logits_loss", F, 0 if forward_at_logits(step) is False else step.loss.forward_peak)
+    at_logits = 0 if forward_at_logits(step) is False else step.loss.forward_peak
+    yield Contribution("logits_loss", F, at_logits if carried is None else carried[0])
     yield Contribution("logits_loss", BL, _loss_backward(step)[0])
-    yield Contribution("logits_loss", BB, kept)
-    yield Contribution("logits_loss", BE, step.loss.held + kept)
-    yield Contribution("logits_loss", BT, kept)
-    yield Contribution("logits_loss", OPT, kept)
+    held = step.loss.held
+    yield Contribution("logits_loss", BB, held + kept)
+    yield Contribution("logits_loss", BE, held + kept)
+    yield Contribution("logits_loss", BT, held + kept)
+    yield Contribution("logits_loss", OPT, held + kept)
 
 
 def communication(step: Step) -> Iterator[Contribution]:
@@ -214,9 +221,8 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     """De-quantized weights, the block backward working set, the optimizer step's temporaries; ZeRO-3's host
     partition copies (``step.fetch_copy``): the output layer's is made when it is fetched at the end of forward,
     before the logits exist, so forward's high point is the larger of the two moments."""
-    fwd_copy, block_copy = step.fetch_copy
-    at_block = step.dequant + max(0, fwd_copy - step.dequant - step.loss.forward_peak)
-    yield Contribution("temporaries", F, 0 if forward_at_logits(step) else at_block)
+    block_copy, at_block, carried = step.fetch_copy[1], _at_block(step), _carried_forward(step)
+    yield Contribution("temporaries", F, (0 if forward_at_logits(step) else at_block) if carried is None else carried[1])
     yield Contribution("temporaries", FA, step.eager_forward[0] + step.dequant)
     head, block = _reduced_numel(step)
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
@@ -252,23 +258,40 @@ def framework_buffers(step: Step) -> Iterator[Contribution]:
         yield Contribution("rope_cache", phase, rope)
 
 
+def _carried_forward(step: Step) -> tuple[int, int, int] | None:
+    """Forward's high point with the logits the loop carries (:func:`vramfit.estimate.retained_graph.
+    carried_logits_forward`): (logits_loss, temporaries, carried logits), or None."""
+    from vramfit.estimate.retained_graph import carried_logits_forward
+
+    return carried_logits_forward(step, _at_block(step))
+
+
+def _at_block(step: Step) -> int:
+    """A block's forward temporaries: its de-quantized weight, or ZeRO-3's host copy of the output layer where that is
+    larger than the de-quantized weight and the logits together (``step.fetch_copy``)."""
+    return step.dequant + max(0, step.fetch_copy[0] - step.dequant - step.loss.forward_peak)
+
+
 def previous_step(step: Step) -> Iterator[Contribution]:
-    """The previous micro-batch's 4-bit matmul inputs, alive until the next forward returns
-    (:func:`vramfit.estimate.retained_graph.previous_step_inputs`), and a kept output a loop rebinds only then:
-    the forward phase only."""
+    """What the loop carries from the previous micro-batch into this one's forward (``profile.loop_carry``), alive
+    until the forward returns: the previous 4-bit matmul inputs (:func:`vramfit.estimate.retained_graph.
+    previous_step_inputs`), a kept output (OUTPUTS) or the loop's fp32 logits (LOGITS): the forward phases only."""
     from vramfit.estimate.retained_graph import previous_step_inputs
 
+    carried = _carried_forward(step)
     for phase in (F, FA):
         yield Contribution("previous_step_inputs", phase, previous_step_inputs(step))
-        # the previous step's kept output, rebound only when this forward returns (profile.outputs_live_into_next_forward)
-        if step.profile.outputs_live_into_next_forward:
+        if step.profile.loop_carry is LoopCarry.OUTPUTS:
             yield Contribution("logits_loss", phase, step.loss.kept)
+        if carried is not None:  # in a block's forward (FA) too; at forward's high point only where it is
+            yield Contribution("logits_loss", phase, carried[2] if phase is F else step.loss.held + step.loss.kept)
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:
-    """The load phase: the MXFP4 conversion (in from_pretrained) and ZeRO-1/2's flatten (in the engine's
-    initialisation, after the model has loaded) happen one after the other, so the higher of the two counts."""
-    loads = [list(load_phase(step)), list(flatten_load_phase(step))]
+    """The load phase: the MXFP4 conversion (in from_pretrained), ZeRO-1/2's flatten (in the engine's initialisation,
+    after the model has loaded) and a forced-float32 cast (after from_pretrained) happen one after the other, so the
+    highest counts."""
+    loads = [list(load_phase(step)), list(flatten_load_phase(step)), list(cast_load_phase(step))]
     yield from max(loads, key=lambda cs: sum(c.bytes for c in cs))
 
 

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
 
 
-def longest_first_floor(step: Step) -> int | None:
-    """Allocated bytes of the floor above (module docstring); None where the recipe does not put its longest sample
-    first, or no gradient is held between micro-batches (then the first micro-batch is the worst one)."""
+def longest_first_floor(step: Step, peak: int | None = None) -> int | None:
+    """Allocated bytes of the floor above (module docstring), at most ``peak`` (the step's, if not given); None where
+    the recipe does not put its longest sample first, or no gradient is held between micro-batches (then the first
+    micro-batch is the worst one)."""
     sc, profile = step.sc, step.profile
     if not (profile.longest_sample_first and step.held_grads and sc.grad_accum > 1 and mixed_block_units(sc, profile)):
         return None
@@ -47,18 +48,20 @@ def longest_first_floor(step: Step) -> int | None:
     first_loss = sum(bl.values()) - bl.get("gradients", 0)
     others = sum(bb.values()) - bb.get("gradients", 0) - bb.get("activations", 0) - bb.get("logits_loss", 0)
     lowest_unit = held // step.spec.num_hidden_layers  # one block unit's whole flat gradient
+    # the block phase's logits_loss holds this micro-batch's fp32 logits (loop_logits) and any kept output
     first_lowest = (others + held - lowest_unit + step.layer_grads + a.lowest + a.masks + a.recompute
-                    + bb.get("logits_loss", 0) + loop_logits)
+                    + bb.get("logits_loss", 0))
     second_forward = sum(bl.values()) - bl.get("activations", 0) - bl.get("logits_loss", 0) + loop_logits
-    later_block = others - bb.get("temporaries", 0) + held + step.layer_grads + bb.get("logits_loss", 0)
-    peak = max(p.total for p in step.phases)
+    # a later, shorter micro-batch: its own logits may be any length, none at the floor
+    later_block = others - bb.get("temporaries", 0) + held + step.layer_grads + bb.get("logits_loss", 0) - loop_logits
+    peak = max(p.total for p in step.phases) if peak is None else peak
     return min(peak, max(first_loss, first_lowest, second_forward, later_block))
 
 
 def longest_first_notes(step: Step) -> list[str]:
     """The note an estimate states when :func:`longest_first_floor` applies and is below its peak (else none)."""
-    floor = longest_first_floor(step)
     peak = max(p.total for p in step.phases)
+    floor = longest_first_floor(step, peak)
     if floor is None or floor >= peak:
         return []
     return [

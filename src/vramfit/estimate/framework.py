@@ -19,6 +19,7 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
     ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,
+    LoopCarry,
     LossLayout,
     OptimizerImpl,
 )
@@ -208,8 +209,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
                              "when training with FSDP'); utils/train_utils.py before PR #41 (1e0f8a1f l. 88) rebinds "
                              "`outputs = model(**batch)` each step, so a kept output lives into the next forward "
-                             "(profile_fields.py outputs_live_into_next_forward)",
-                             (("returns_kv_cache", True), ("outputs_live_into_next_forward", True))),
+                             "(profile_fields.py LoopCarry.OUTPUTS)",
+                             (("returns_kv_cache", True), ("loop_carry", LoopCarry.OUTPUTS))),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "
@@ -271,8 +272,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  # recipes/configs/llama2/*.yaml `_component_: torch.optim.AdamW` with no `fused` (0.4 sets fused: True):
                  # torch v2.2.2 torch/optim/adamw.py defaults to foreach on CUDA (_default_to_fused_or_foreach)
                  ("torch_optimizer_impl", OptimizerImpl.FOREACH),
-                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py)
-                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT),
+                 # recipes/*_finetune_*.py @c69fba18b shift the fp32 logits and keep them (estimate/loss.py) until
+                 # the next micro-batch's `logits = self._model(input_ids)` returns (l. 447 of the LoRA recipe)
+                 ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT), ("loop_carry", LoopCarry.LOGITS),
                  # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
                  # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
                  ("compiled_loss_recipes", ())),
@@ -299,7 +301,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_unsharded_accum_grads=True,
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
-        keeps_previous_graph=True,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
+        loop_carry=LoopCarry.LOGITS,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,

@@ -49,6 +49,36 @@ class LossLayout(str, Enum):
     HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
 
 
+class LoopCarry(str, Enum):
+    """What a training loop still references from the previous micro-batch while the next one runs its forward.
+
+    A name the loop rebinds with ``x = model(...)`` is rebound only once the call has returned (Python evaluates the
+    right-hand side first), so whatever it held lives through the whole next forward; a tensor with a ``grad_fn``
+    keeps its autograd graph alive with it (estimate/retained_graph.py: what backward did not free stays)."""
+
+    # the step's locals die before the next forward: transformers v5.24.0 trainer.py Trainer.training_step ends
+    # `self.accelerator.backward(loss, **kwargs); return loss.detach()`; AnswerDotAI/fsdp_qlora@4cd6923 train.py
+    # l. 894-895 sets `output = None`, `loss = None` after optimizer.step(); torchtune v0.4.0
+    # recipes/lora_finetune_single_device.py _loss_step `del logits` (its running_loss keeps a graph whose saved
+    # tensors backward has freed: torchao's linear_nf4 keeps no input beside them)
+    NOTHING = "nothing"
+    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-89: `outputs = model(**batch)`, `loss =
+    # outputs.loss`, no `del`: the outputs the loop keeps (LossMemory.kept, scenario keeps_outputs) and, through
+    # `loss`, the graph
+    OUTPUTS = "outputs"
+    # Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276-280 (full.py l. 229-232, adapter.py l. 245-249;
+    # lit-gpt@8641822 finetune/lora.py l. 216, full.py l. 169 the same): `logits = model(...)`, `loss =
+    # chunked_cross_entropy(logits, ...)`, `fabric.backward(...)`, optimizer.step(), no `del`: the fp32 logits Fabric
+    # returned (LossMemory.held, alive through backward and the step too) and the graph; torchtune@c69fba18b (0.1)
+    # recipes/*_finetune_*.py `logits = self._model(input_ids)`, its shifted copy kept (LossMemory.kept)
+    LOGITS = "logits"
+
+    @property
+    def keeps_graph(self) -> bool:
+        """The loop still binds a tensor with a grad_fn (its ``loss``), so the previous autograd graph is alive."""
+        return self is not LoopCarry.NOTHING
+
+
 @dataclass(frozen=True)
 class FrameworkVersion:
     """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
@@ -233,6 +263,10 @@ class FrameworkProfile:
     # fp16); rl.py l. 2366-2380 (force_float32: the trainer's fp16/bf16 off, no autocast). The per-family
     # float32 patches (unsloth-zoo temporary_patches/) say which activations are fp32: see the profile's table.
     fp16_forced_fp32: tuple[tuple[str, ForcedFp32], ...] = ()
+    # its forced-float32 mode loads the checkpoint in bf16 and casts it to fp16 module by module, so the load's high
+    # point holds one fp16 copy of the largest 16-bit tensor beside every weight (estimate/cast_load.py; unslothai/
+    # unsloth@6a83bb53a5 unsloth/models/vision.py l. 407-409, unslothai/unsloth-zoo@e8c8beae patching_utils.py l. 244-266)
+    forced_fp32_loads_bf16: bool = False
     # the precision a user of this framework gets when the scenario does not say, per method
     # (parse_scenario applies it); each profile cites the code it follows (transformers v5.24.0,
     # torchtune v0.4.0 recipe configs, Lightning-AI/litgpt@29ece59)
@@ -258,10 +292,9 @@ class FrameworkProfile:
     # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak
     # from above (estimate/first_batch.py states the floor)
     longest_sample_first: bool = False
-    # the loop keeps the previous micro-batch's output, and through its grad_fn its autograd graph, until the next
-    # forward returns (Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276 `logits = model(...)`,
-    # lit-gpt@8641822 finetune/lora.py l. 216): what backward does not free stays (estimate/retained_graph.py)
-    keeps_previous_graph: bool = False
+    # what the loop still references from the previous micro-batch while the next one runs its forward (LoopCarry:
+    # each value cites its loop); what backward did not free of the graph stays (estimate/retained_graph.py)
+    loop_carry: LoopCarry = LoopCarry.NOTHING
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
     full_unchunked_logits: bool = False
@@ -288,12 +321,6 @@ class FrameworkProfile:
     # l. 658-663 (forced off only under self.gradient_checkpointing), l. 324 and 704-705 (each layer's post-rotary
     # k and v appended to next_decoder_cache, returned as past_key_values); estimate/loss.py returned_cache_bytes
     returns_kv_cache: bool = False
-    # a loop that keeps the model's output (scenario keeps_outputs) rebinds it only when the next forward returns:
-    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88 `outputs = model(**batch)` in the step loop, no
-    # `del` (Python evaluates the call before it rebinds the name), so the previous step's logits and KV cache
-    # (LossMemory.kept) are alive through the whole next forward. AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 894
-    # sets `output = None` after optimizer.step(): not there
-    outputs_live_into_next_forward: bool = False
     # the release(s) the fields above model, framework_version's default (e.g. transformers v5.24.0 +
     # peft v0.21.2; each profile names its own)
     version: str = ""

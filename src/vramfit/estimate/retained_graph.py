@@ -21,6 +21,24 @@ Only when every micro-batch may reach ``seq_len``: lit-gpt@8641822 forces the lo
 first micro-batch (``profile.longest_sample_first``), which has no previous graph, and the later ones
 are shorter than it, so the peak is the first micro-batch's and nothing is added. Under activation
 checkpointing the recomputed matmuls keep their inputs the same way; not modelled (no measurement).
+
+The logits themselves (``profile.loop_carry`` LOGITS): the fp32 logits Fabric returned (``loss.held``) die only when
+``logits = model(...)`` rebinds the name after the call has returned (Lightning@71aed75 fabric/wrappers.py
+_FabricModule.forward: ``output = self._precision.convert_output(output)`` inside the call); torchtune 0.1's loop
+keeps its shifted fp32 copy (``loss.kept``) the same way (torchtune@c69fba18b recipes/lora_finetune_single_device.py
+l. 447 ``logits = self._model(input_ids)``; modules/transformer.py l. 210 ``self.output(h).float()``). So forward's
+high point is the largest of (:func:`carried_logits_forward`): a block's, or the output layer's where it is the
+de-quantized weight (the 16-bit logit chunks made before the last beside it), with the carried logits; the call's
+end, where the new logits and their fp32 conversion sit beside them (the 16-bit list is rebound only when
+convert_output returns); the loss after the call, with them freed (``loss.forward_peak``). The estimate used to add
+the loss moment to the de-quantized weight, which never coexist.
+
+The CPU replica of litgpt@5895df10 lora.py's loop (its model.py and lora.py, bf16-true, the conversion as Fabric does
+it, a storage-level live-bytes tracker, V = 32,000) peaks in the second micro-batch's forward 4.00 TV bytes above the
+first's (6.45 -> 10.45 TV at B x T = 512 and 1,024, TV = B x T x V): the carried fp32 logits, at the call's end. With
+its head run as bitsandbytes 0.42.0 MatMul4Bit (fp16 de-quantized output, then ``.to(bf16)``; h = 1,024, T = 512) the
+forward peaks at the last head chunk, 125.0 MiB of de-quantized copies + 23.4 MiB of earlier chunks + the blocks'
+activations, and 63.5 MiB higher with the carried logits (62.5 MiB) and the previous head input (``ctx.tensors``).
 """
 
 from __future__ import annotations
@@ -29,6 +47,9 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.activations import dtypes_for
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK
+from vramfit.estimate.loss import head_calls, logits_bytes_per_element, vocab_rows
+from vramfit.estimate.profile_fields import LoopCarry
 from vramfit.scenario import Checkpointing, Method, Quantize
 
 if TYPE_CHECKING:
@@ -39,7 +60,7 @@ def previous_step_inputs(step: Step) -> int:
     """Bytes of the previous micro-batch's 4-bit matmul inputs alive through the next forward (0: none)."""
     sc, profile, spec = step.sc, step.profile, step.spec
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    if not (quantized and profile.qlora_saves_input and profile.keeps_previous_graph):
+    if not (quantized and profile.qlora_saves_input and profile.loop_carry.keeps_graph):
         return 0
     if profile.longest_sample_first or sc.gradient_checkpointing is not Checkpointing.NONE:
         return 0
@@ -50,3 +71,27 @@ def previous_step_inputs(step: Step) -> int:
         head = round_allocation(dtypes_for(sc, profile, spec).compute * sc.micro_batch_size * sc.seq_len
                                 * spec.hidden_size)
     return per_layer * spec.num_hidden_layers + head
+
+
+def carried_logits_forward(step: Step, at_block: int) -> tuple[int, int, int] | None:
+    """(logits_loss, temporaries, carried logits) at forward's high point where the loop carries its fp32 logits into
+    the next forward (module docstring); ``at_block``: a block's forward temporaries. None elsewhere (forward then adds
+    ``loss.forward_peak`` and ``at_block``), and where the recipe puts its longest sample first (as above)."""
+    sc, profile, spec, loss = step.sc, step.profile, step.spec, step.loss
+    carried = loss.held + loss.kept  # litgpt's logits (held), torchtune 0.1's shifted copy (kept): fp32, 4 TV
+    if profile.loop_carry is not LoopCarry.LOGITS or profile.longest_sample_first or not carried:
+        return None
+    lb = logits_bytes_per_element(sc, profile)
+    logits = lb * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
+    # the call's end: the new 16-bit logits and their fp32 copy (as large as the carried ones) beside them; `.to(fp32)`
+    # of fp32 logits is the tensor itself
+    call_end = (logits if lb != 4 else 0) + carried
+    moments = [(loss.forward_peak, 0, 0), (call_end, 0, carried), (0, at_block, carried)]
+    head = spec.lm_head_params or spec.embedding_params
+    quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
+    if step.dequant and quantized and profile.qlora_quantizes_lm_head and head >= max(
+            lin.in_features * lin.out_features for lin in spec.block_linears):
+        # the 4-bit head de-quantized for its last chunk, the chunks before it made (lit-gpt lora.py GPT.forward)
+        before = lb * sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec) * (head_calls(sc, profile) - 1)
+        moments.append((before, step.dequant, carried))
+    return max(moments, key=sum)

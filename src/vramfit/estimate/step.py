@@ -249,7 +249,7 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
     head_grad = 0
     # FSDP2 accumulates shards: the output layer's whole gradient is made again in each backward (estimate/fsdp2.py, 6)
     if lm_head_trainable and (not held or resident or accumulates_shards(sc, profile)):
-        head_grad = round_allocation((spec.lm_head_params or spec.embedding_params) * grad_bytes_per)
+        head_grad = whole_head_grad(spec, grad_bytes_per)
     layer_grads = 0 if held or in_bwd else min(parts.gradients, parts.gradients // max(1, spec.num_hidden_layers))
     # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
     layer_grads = (every_token_top_grads(spec, sc, grad_bytes_per) or layer_grads) if layer_grads else 0
@@ -338,6 +338,12 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
     later += tower_grads_pending(spec, sc, profile, embedding=False, lm_block=True)
     return max(0, parts.gradients - later)
+
+
+def whole_head_grad(spec: ModelSpec, bytes_per: int) -> int:
+    """The output layer's whole weight gradient at ``bytes_per`` bytes an element, as its MmBackward makes it (the
+    embedding's shape where the head is tied: ``lm_head_params`` is 0)."""
+    return round_allocation((spec.lm_head_params or spec.embedding_params) * bytes_per)
 
 
 def _grad_dtype_bytes(sc: Scenario, profile: FrameworkProfile) -> int:

@@ -125,11 +125,14 @@ UNSLOTH_PROFILE = FrameworkProfile(
                        (Method.QLORA, Precision.BF16_TRUE)),
     pixels_in_model_dtype=True,  # UnslothVisionDataCollator casts them (profile_fields.py)
     fp16_forced_fp32=FORCE_FLOAT32,
+    forced_fp32_loads_bf16=True,  # load in bf16, cast to fp16 module by module (estimate/cast_load.py)
     # load_in_4bit maps a vision-language model to Unsloth's dynamic checkpoint (unsloth@015bdef mapper.py l. 684-688
     # Qwen2.5-VL-7B, l. 729-733 Gemma 3 4B, l. 1201 Qwen3-VL-8B: "...-unsloth-bnb-4bit"), whose quantization_config
     # keeps the vision layers 16-bit: Unsloth in vllm-project/vllm#30921 (Qwen3-VL-2B-Instruct-unsloth-bnb-4bit: "all of
     # the vision layers are left unquantized, while having only a few language layers in half precision"; those
-    # language layers are not listed, so not modelled) and unslothai/unsloth-zoo@17593492 (Gemma 3's pre-quantized
+    # language layers are not listed, so not modelled; Qwen2.5-VL-7B's list, which its GRPO notebook's vLLM load prints,
+    # unslothai/notebooks@bdda2efc nb/Qwen2_5_7B_VL_GRPO.ipynb, holds the tower's blocks and no language layer) and
+    # unslothai/unsloth-zoo@17593492 (Gemma 3's pre-quantized
     # checkpoints: "vision_tower weights load as bfloat16"). Its own on-the-fly quantization skips the projector and
     # mergers (unsloth-zoo@ce232d6c peft_utils.py SKIP_QUANTIZATION_MODULES: multi_modal_projector, merger,
     # modality_projection, vision_tower); quantize_vision yes describes a plain "-bnb-4bit" checkpoint
