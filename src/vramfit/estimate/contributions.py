@@ -30,8 +30,10 @@ from vramfit.estimate.fsdp2 import (
     split_root,
     tail_gather_output,
 )
+from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.loss import projection_stage
+from vramfit.estimate.moe_lora import fsdp2_lora_middle_block
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
@@ -108,12 +110,12 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
            step.parts.autocast_copies - step.head_autocast + recast, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
-        return max((top, second_lowest_block(step) or top), key=sum)
+        return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))
-    return max((top, lowest, second_lowest_block(step) or top), key=sum)
+    return max((top, lowest, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
 
 
 def gradients(step: Step) -> Iterator[Contribution]:
@@ -200,7 +202,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
-    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    block = comm + previous_gather_at_copy_out(step)  # a block's copy-out (estimate/fsdp2_forward.py)
+    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else block) - late - fwd_root)
     yield Contribution("comm_buffers", FA, comm - late - fwd_root)  # a block's forward: its gathers, no logits
     yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
