@@ -84,3 +84,31 @@ def test_bad_eval_batch_size_names_the_field(bad):
     with pytest.raises(ScenarioError) as e:
         parse_scenario({"model": "Qwen/Qwen2.5-3B", "eval_batch_size": bad})
     assert "eval_batch_size" in str(e.value)
+
+
+def test_cli_flag_and_bad_value():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    runner = CliRunner()
+    args = ["estimate", "--model", "Qwen/Qwen2.5-3B", "--method", "full", "--seq-len", str(T), "--loss", "fused",
+            "--json"]
+    ok = runner.invoke(app, [*args, "--eval-batch-size", "1"])
+    assert ok.exit_code == 0, ok.output
+    assert '"phase": "evaluate"' in ok.output
+    bad = runner.invoke(app, [*args, "--eval-batch-size", "-1"])
+    assert bad.exit_code == 2 and "eval_batch_size" in bad.output and "Traceback" not in bad.output
+
+
+def test_api_rejects_a_bad_value_with_422():
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    with TestClient(create_app(), base_url="http://localhost") as c:
+        r = c.post("/api/estimate", json={"model": "Qwen/Qwen2.5-3B", "eval_batch_size": -1})
+        assert r.status_code == 422 and r.json()["key"] == "eval_batch_size"
+        r = c.post("/api/estimate", json={**EX, "eval_batch_size": 1})
+        assert r.status_code == 200 and r.json()["peak"]["phase"] == "evaluate"
