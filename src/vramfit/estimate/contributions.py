@@ -16,8 +16,8 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
-from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
+from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,

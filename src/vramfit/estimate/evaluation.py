@@ -81,7 +81,13 @@ def evaluation_pass(step: Step) -> Iterator[Contribution]:
     the pass's own working set."""
     if not evaluates(step):
         return
-    from vramfit.estimate.contributions import activations, communication, framework_buffers, gradients, model_state
+    from vramfit.estimate.contributions import (
+        activations,
+        communication,
+        framework_buffers,
+        gradients,
+        model_state,
+    )
 
     for core in (model_state, communication, framework_buffers, activations):
         for c in core(step):
