@@ -112,3 +112,12 @@ def test_api_rejects_a_bad_value_with_422():
         assert r.status_code == 422 and r.json()["key"] == "eval_batch_size"
         r = c.post("/api/estimate", json={**EX, "eval_batch_size": 1})
         assert r.status_code == 200 and r.json()["peak"]["phase"] == "evaluate"
+
+
+def test_assumptions_say_what_the_pass_holds():
+    notes = [a for a in estimate({**EX, "eval_batch_size": 1}).assumptions if a.startswith("Evaluation")]
+    assert len(notes) == 1 and f"1 x {T} tokens" in notes[0] and "fused loss runs in training only" in notes[0]
+    assert f"{10 * T * V / 2**30:,.2f} GiB" in notes[0]
+    dpo = estimate({"model": "Qwen/Qwen2.5-0.5B", "stage": "dpo", "eval_batch_size": 2})
+    assert "evaluate" not in {p.phase for p in dpo.phases}
+    assert any("sft stage only" in a for a in dpo.assumptions)

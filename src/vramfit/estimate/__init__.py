@@ -10,7 +10,7 @@ from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.ds_load import flatten_events
-from vramfit.estimate.evaluation import evaluation_reserved
+from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
@@ -126,6 +126,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
+    out.extend(evaluation_notes(r))
     return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 

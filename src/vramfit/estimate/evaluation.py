@@ -125,3 +125,19 @@ def evaluation_reserved(step: Step, events: list[int], reserved: int, conf: Allo
     alone = transient_reserved(events, conf)[1]
     after = transient_reserved([*events, *eval_events(step, first)], conf)[1]
     return reserved + max(0, after - alone)
+
+
+def evaluation_notes(step: Step) -> list[str]:
+    """The assumption to state when the scenario evaluates during training (or asks for it where it is not modelled)."""
+    sc = step.sc
+    if not sc.eval_batch_size:
+        return []
+    if not evaluates(step):
+        return [f"eval_batch_size {sc.eval_batch_size}: evaluation passes are modelled for the sft stage only; "
+                f"none counted for {sc.stage.value}."]
+    loss = eval_loss(step)
+    fused = " (the fused loss runs in training only: the pass makes whole logits)" \
+        if sc.loss is Loss.FUSED and step.profile.fused_loss_trains_only else ""
+    return [f"Evaluation between optimizer steps: {sc.eval_batch_size} x {sc.seq_len} tokens under no_grad, "
+            f"no saved activations or gradients; {loss.detail}{fused}, {eval_forward_bytes(step) / 2**30:,.2f} GiB; "
+            "its tensors reuse cached loss segments of the same size or open their own, which stay reserved."]
