@@ -40,20 +40,23 @@ def test_which_configs_put_the_partition_on_the_reduction_stream():
 def test_the_events_put_both_accumulation_buffers_on_the_side_stream():
     """Per step: the window's buffer and, with accumulation, a later micro-batch's second one, made and dropped."""
     g, c = 1000 * 2**20, 2
-    events, windows, side = zero2._zero2_events([], g, c, 0, True, None, True, 8)
+    events, windows, side = zero2._zero2_events([], (g, g), c, 0, True, None, True, 8)
     made = [e for e in events if e >= 0]  # side holds allocation numbers (1-based), frees are -number
     assert sorted(made[n - 1] for n in side) == [c * g] * 4
     assert len(windows) == 4  # the second buffer and its micro-batch's loss lie outside the step's windows
-    assert zero2._zero2_events([], g, c, 0, True, None, False, 8)[2] == frozenset()
-    assert len(zero2._zero2_events([], g, c, 0, True, None, True, 1)[2]) == 2
+    assert zero2._zero2_events([], (g, g), c, 0, True, None, False, 8)[2] == frozenset()
+    assert len(zero2._zero2_events([], (g, g), c, 0, True, None, True, 1)[2]) == 2
 
 
 def test_overlap_adds_two_partition_segments_to_row_10():
     """Two 16-bit partition buffers (Qwen2.5-3B over 2 GPUs: 1,542,969,344 elements, 2.88 GiB each) stay in the
     reduction stream's pool: reserved 43.73 GiB with overlap_comm (ms-swift's zero2.json at 0b45cce58), 37.98 GiB
-    without; the allocated peak (the step's) is the same."""
+    without; the allocated peak (the step's) is the same. The buffer holds rank 0's parameters counted whole
+    (estimate/zero12_partition.py ``grads_in_partition``: 1,544,412,160 elements), so without overlap_comm it no
+    longer fits the segment the partition's 16-bit clone left cached at init and opens one too: the difference is
+    one buffer's segment (two, 6,174,015,488 B, when the buffer was sized by the partition)."""
     on, off = estimate({**ROW10, "deepspeed_config": _zero(True)}), estimate({**ROW10, "deepspeed_config": _zero(False)})
     g = -(-on.model.num_trainable_params // 2)
     assert g == 1_542_969_344
-    assert on.peak.allocated_bytes == off.peak.allocated_bytes == 37_050_400_768
-    assert on.peak.reserved_bytes - off.peak.reserved_bytes == 2 * segment_size(2 * g) == 6_174_015_488
+    assert on.peak.allocated_bytes == off.peak.allocated_bytes == 37_053_286_400  # + 2 x 1,442,816 B of gradients
+    assert on.peak.reserved_bytes - off.peak.reserved_bytes == segment_size(2 * 1_544_412_160) == 3_089_104_896

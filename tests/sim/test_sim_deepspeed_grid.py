@@ -22,17 +22,28 @@ What moved, each where DeepSpeed 0.19.8 does it (estimate/ds_offload.py):
   the partition (ZeRO-1/2 ``param_buffer_of_bit16_for_cpu_offload_groups``; ZeRO-3 ``grad_partitions_flat_buffer``),
   ZeRO-1/2's pinned staging buffer of the largest parameter and, under ZeRO-2 accumulation, each parameter's
   accumulated gradient (``offload_host_gradients``); the estimator's host figure counted only the 16-bit gradients.
+- Reserved with the optimizer offloaded (ZeRO-1/2, full fine-tuning; ``offload_reserved``): the load's cached segments
+  (the 16-bit weights flattened and freed, rank 0's partition cloned on its way to the host) stay on the default
+  stream, and at the boundary each gradient slice of rank 0's partition is copied to float64 for its norm, one
+  parameter after another, on the reduction stream (``reduce_ipg_grads`` under ``overlap_comm``): every copy larger
+  than the ones before opens a segment there. Llama-3.1-8B on 4 GPUs, full depth: -10.2 % -> -0.04 %.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 from simconfigs import tiny
 
-from vramfit.estimate import estimate
+from vramfit.estimate import estimate, resolve_spec
+from vramfit.scenario import parse_scenario
 from vramfit.sim import simulate
+
+ds_offload = importlib.import_module("vramfit.estimate.ds_offload")
+partition = importlib.import_module("vramfit.estimate.zero12_partition")
+MiB = 1024**2
 
 LAYERS = 4
 CELLS = [("zero1", "none"), ("zero1", "optimizer"), ("zero2", "none"), ("zero2", "optimizer"), ("zero3", "none"),
@@ -103,18 +114,157 @@ def test_zero1_reserves_what_zero2_reserves():
 
 def test_zero1_offload_keeps_the_gradients_outside_its_partition_through_backward():
     """`vramfit simulate` of Qwen2.5-0.5B as above with offload_optimizer cpu: ZeRO-1 peaks at the end of backward with
-    3,071,723,008 B allocated, ZeRO-2 with 2,644,624,896; the difference is the 16-bit gradients of the parameters
-    outside rank 0's partition (the upper layers' [896, 4864] ... tensors among the engine's largest), which ZeRO-1
-    keeps until the epilogue (estimate/ds_offload.py zero1_gpu_grads: (N-1)/N of them, 494 MB, the upper bound of the
-    engine's 427 MB). Estimator: 3,138,108,416 (+2.16 %; -13.9 % before) and 2,644,060,160 (-0.02 %)."""
+    3,071,723,008 B allocated, ZeRO-2 with 2,644,624,896; the difference is the 16-bit gradients ZeRO-1 keeps outside
+    its partition until the epilogue, 427,098,112 B in the engine: the 49 [4864, 896] / [896, 4864] MLP weights of the
+    upper layers, each larger than the 896 x 896 IPG bucket, and none of the smaller ones, whose gradients were copied
+    into the bucket (estimate/ds_offload.py zero1_gpu_grads). Estimator: 3,071,158,272 (-0.02 %; +2.16 % with all
+    (N-1)/N of them, -13.9 % with none) and 2,644,060,160 (-0.02 %)."""
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
           "framework": "hf", "offload": "optimizer"}
     z1, z2 = (estimate({**sc, "parallelism": s}) for s in ("zero1", "zero2"))
-    assert z1.peak.allocated_bytes == pytest.approx(3_071_723_008, rel=0.03)
-    assert z2.peak.allocated_bytes == pytest.approx(2_644_624_896, rel=0.03)
-    n = z1.model.num_params
+    assert z1.peak.allocated_bytes == pytest.approx(3_071_723_008, rel=0.001)
+    assert z2.peak.allocated_bytes == pytest.approx(2_644_624_896, rel=0.001)
     held = dict(z1.peak.breakdown)["gradients"] - dict(z2.peak.breakdown)["gradients"]
-    assert held == pytest.approx(2 * n // 2, rel=1e-4)  # per-tensor 512-byte rounding
+    assert held == 2 * 49 * 4864 * 896 == 427_098_112
     step = next(p for p in z1.phases if p.phase == "optimizer-step")
     assert "gradients" not in dict(step.breakdown)
+    # without contiguous_gradients every gradient keeps its own tensor: (N-1)/N of them
+    whole = estimate({**sc, "parallelism": "zero1", "deepspeed_config": {"zero_optimization": {
+        "stage": 1, "contiguous_gradients": False, "offload_optimizer": {"device": "cpu"}}}})
+    n = z1.model.num_params
+    assert dict(whole.peak.breakdown)["gradients"] - dict(z2.peak.breakdown)["gradients"] == pytest.approx(
+        2 * n // 2, rel=1e-4)
 
+
+def _step(sc: dict):
+    parsed = parse_scenario(sc)
+    return importlib.import_module("vramfit.estimate").compute(resolve_spec(parsed)[1], parsed, None)
+
+
+def test_rank0_partition_counts_its_parameters_whole_as_the_engine(tmp_path):
+    """Rank 0's parameters counted whole, for the tiny Llama of test_sim_deepspeed_overlap.py (hidden 1024, vocab
+    32000, 4 layers, 2 GPUs) in one group, as the simulator's optimizer takes them: 35,913,728 elements, the
+    engine's ``grads_in_partition`` there (the partition is 35,262,976). Qwen2.5-0.5B: rank 0's slices in backward
+    order start with the straddling parameter's 300,736 elements, then a whole 4,358,144-element MLP weight (the
+    engine's first reduction-stream float64 copy) and end with the 136,134,656-element embedding."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(tiny("meta-llama/Llama-3.2-1B", layers=LAYERS, hidden=1024, vocab=32000)))
+    for model, whole_engine in ((str(path), 35_913_728), ("Qwen/Qwen2.5-0.5B", None)):
+        spec = resolve_spec(parse_scenario({"model": model, "method": "full"}))[1]
+        order = partition.module_order(spec)
+        whole, slices = partition.rank0_partition([(n, True) for n, _ in order], 2)  # the simulator's one group
+        if whole_engine:
+            assert whole == whole_engine
+            # the Trainer's two groups: the no-decay group's first 3 layers' norms whole (a layer's 2 as 1 tensor here)
+            assert partition.rank0_partition(order, 2)[0] == whole_engine + 6_144
+    assert slices[:2] == [300_736, 4_358_144] and slices[-1] == 136_134_656
+    assert whole - sum(slices) == 4_358_144 - 300_736  # only the straddling parameter lies partly outside
+
+
+def test_offload_reserved_is_the_loads_segments_and_the_reduction_streams():
+    """`simulate --full-depth` of Llama-3.1-8B (full, bf16-mixed, seq 2048, 4 GPUs, offload_optimizer cpu): ZeRO-1 and
+    ZeRO-2 both reserve 41,076,916,224 B (33,512,819,712 allocated): the load leaves 34,594 MiB of segments (the
+    16-bit weights loaded one by one, 15,446; the flat copy, 15,318; rank 0's partition cloned on its way to the host,
+    3,830), and the boundary's float64 norm copies open 112 + 448 + 4,008 MiB on the reduction stream (the last, the
+    embedding's 525,336,576 elements). The estimate: 41,062,236,160 for both (-0.04 %; 36,887,060,480 / 37,263,478,976
+    before, -10.2 % / -9.3 %, with neither). (The simulator's default two-depth extrapolation gives 36.49 GiB: it
+    carries the reserved-minus-allocated gap of a 4-layer trace, whose load segments are a 4-layer model's.)"""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "seq_len": 2048,
+          "num_gpus": 4, "framework": "hf", "offload": "optimizer"}
+    for stage in ("zero1", "zero2"):
+        assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(41_076_916_224, rel=0.001)
+    load, total, side = ds_offload.offload_load_and_norms(_step({**sc, "parallelism": "zero2"}))
+    assert side and load == 34_594 * MiB  # the engine's load, to the MiB
+    assert total - load == pytest.approx((112 + 448 + 4_008) * MiB, abs=4 * MiB)  # + the small pool's 2 MiB
+
+
+def test_offload_reserved_without_the_simulators_dropped_head():
+    """`simulate --full-depth` of Qwen2.5-0.5B (bf16-true, seq 256, 2 GPUs, offload): 3,882 MiB reserved under ZeRO-1
+    and ZeRO-2; 260 MiB of it is a segment the simulator's model build opens for the output layer's own weight and
+    frees at once when it ties it to the embedding (sid 292, phase setup), which a model loaded on the host and moved
+    to the GPU tied never allocates. Against the other 3,622 MiB the estimate is 3,584 / 3,638.5 MiB (-1.0 % /
+    +0.5 %; 3,113 / 3,583 before, -14 % / -1.1 %): load 2,488 MiB (the engine's 2,668 less that segment and 80 MiB
+    of the small tensors' packing), the reduction stream's 1,096 (the engine's there, to the MiB: its trace replayed
+    per stream, as test_the_norm_copies_open_the_engines_reduction_stream_segments does, opens 2,784 MiB on the
+    default stream and 1,096 on the reduction stream)."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
+          "framework": "hf", "offload": "optimizer"}
+    for stage in ("zero1", "zero2"):
+        assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(3_622 * MiB, rel=0.011)
+    load, total, _ = ds_offload.offload_load_and_norms(_step({**sc, "parallelism": "zero2"}))
+    assert (load, total - load) == (2_488 * MiB, 1_096 * MiB)
+
+
+def test_zero2_gradient_buffer_holds_rank0s_parameters_whole():
+    """ZeRO-2 sizes rank 0's 16-bit gradient buffer by its parameters counted whole (``copy_grads_in_partition``,
+    estimate/zero12_partition.py ``grads_in_partition``). Qwen2.5-0.5B on 8 GPUs: a partition is 61,754,096 elements,
+    but the 136,134,656-element embedding opens rank 0's (with 9,728 biases and norms of the no-decay group's first
+    layers): the step's gradient buffer is 272,288,768 B, 2.2 times the partition's 16 bits (123,512,064 B before)."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "num_gpus": 8, "parallelism": "zero2",
+          "precision": "bf16-true", "seq_len": 256, "framework": "hf"}
+    parsed = parse_scenario(sc)
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parsed) == 136_134_656 + 9_728
+    step = next(p for p in estimate(sc).phases if p.phase == "optimizer-step")
+    assert dict(step.breakdown)["gradients"] == 272_288_768
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parse_scenario({**sc, "offload": "optimizer"})) == 0
+
+
+def test_zero2_whole_parameter_buffer_against_the_engine():
+    """`simulate --full-depth` of Qwen2.5-3B (full, bf16-true, seq 512, grad_accum 2, full checkpointing, 2 GPUs,
+    ZeRO-2): reserved 44,096,815,104 B without overlap_comm, 48,156,901,376 with it (37,053,774,848 allocated). The
+    16-bit gradient buffer the engine makes is rank 0's parameters counted whole, a little larger than the partition
+    clone's segment cached at init, so it opens a segment of its own; the estimate was 47,219,572,736 (+7.1 %) without
+    overlap_comm when it sized the buffer by the partition (the step's flat copies then found the clone's segment
+    taken), 44,135,450,624 (+0.09 %) now; with overlap_comm 47,224,555,520 (-1.9 %, -1.9 % before)."""
+    sc = {"model": "Qwen/Qwen2.5-3B", "method": "full", "precision": "bf16-true", "seq_len": 512, "num_gpus": 2,
+          "parallelism": "zero2", "framework": "hf", "grad_accum": 2, "gradient_checkpointing": "full"}
+    for overlap, sim in ((False, 44_096_815_104), (True, 48_156_901_376)):
+        est = estimate({**sc, "deepspeed_config": {"zero_optimization": {"stage": 2, "overlap_comm": overlap}}}).peak
+        assert est.allocated_bytes == pytest.approx(37_053_774_848, rel=0.0001)
+        assert est.reserved_bytes == pytest.approx(sim, rel=0.001 if not overlap else 0.02)
+
+
+def test_offload_load_before_0_18_7_keeps_no_original():
+    """Releases before v0.18.7 flatten on the host (``param.cpu_data = param.data.cpu()``, ``empty_cache()``, the flat
+    buffer moved to the GPU whole: v0.16.2 stage_1_and_2.py l. 320-329): the load leaves the flat buffer's segment and
+    the partition clone's (the staging buffer splits the latter), 15,318 + 3,830 MiB for Llama-3.1-8B on 4 GPUs, not
+    the 15,446 MiB of 16-bit originals 0.19.8 leaves beside them; the reduction stream's segments are the same."""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "seq_len": 2048,
+          "num_gpus": 4, "framework": "hf", "offload": "optimizer", "parallelism": "zero2"}
+    new = ds_offload.offload_load_and_norms(_step(sc))
+    for version in ("deepspeed-0.16", "deepspeed-0.18"):
+        load, total, side = ds_offload.offload_load_and_norms(_step({**sc, "framework_version": version}))
+        assert (load, side) == ((15_318 + 3_830) * MiB, True)
+        assert total - load == new[1] - new[0]
+
+
+def _stream_segments(trace) -> dict[int, int]:
+    """Bytes of the segments each stream's allocations open, replaying the engine's trace (sim/cuda_allocator.py)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel
+    from vramfit.sim.inplace import fold_accumulations
+
+    trace = fold_accumulations(trace)
+    model, live, out = CachingAllocatorModel(), {}, {}
+    for ev in trace.events:
+        if ev >= 0 and ev not in trace.host:
+            before, stream = model.stats.reserved, trace.streams.get(ev, 0)
+            live[ev] = model.malloc(trace.nbytes[ev], stream)
+            out[stream] = out.get(stream, 0) + model.stats.reserved - before
+        elif ev < 0 and ~ev in live:
+            model.free(live.pop(~ev))
+    return out
+
+
+@pytest.mark.parametrize("stage", ["zero1", "zero2"])
+def test_the_norm_copies_open_the_engines_reduction_stream_segments(model_path, stage):
+    """DeepSpeed 0.19.8's engine on the tiny Llama with offload_optimizer: what its reduction stream reserves (the
+    float64 norm copies and fp32 casts of rank 0's gradient slices, a 20 MiB segment and a small-pool 2 MiB one) is
+    what the estimator's replay of rank 0's slices opens there (estimate/ds_offload.py offload_load_and_norms)."""
+    from vramfit.sim.build import build_model
+    from vramfit.sim.deepspeed_zero import run_deepspeed
+
+    sc = _scenario(model_path, stage, "optimizer", 1)
+    parsed = parse_scenario(sc)
+    trace = run_deepspeed(build_model(json.loads(open(model_path).read()), parsed, LAYERS), parsed).trace
+    load, total, side = ds_offload.offload_load_and_norms(_step(sc))
+    assert side and _stream_segments(trace)[1] == total - load == 22 * MiB

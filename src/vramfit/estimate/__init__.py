@@ -10,6 +10,7 @@ from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.ds_load import flatten_events
+from vramfit.estimate.ds_offload import offload_reserved
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
@@ -302,6 +303,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     if cached := zero2_step_reserved(r, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
+    reserved = offload_reserved(r, breakdowns, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     return evaluation_reserved(r, events, reserved, conf)  # the segments an evaluation pass opens

@@ -16,7 +16,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
-from vramfit.estimate.ds_offload import offload_grad_staging, offload_norm_transient
+from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
 from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
@@ -223,11 +223,9 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     block_copy, at_block, carried = step.fetch_copy[1], _at_block(step), _carried_forward(step)
     yield Contribution("temporaries", F, (0 if forward_at_logits(step) else at_block) if carried is None else carried[1])
     yield Contribution("temporaries", FA, step.eager_forward[0] + step.dequant)
-    head, block = _reduced_numel(step)
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step
-                       + offload_norm_transient(step.sc, max(block, 0 if step.spec.tie_word_embeddings else head),
-                                                step.parts.num_trainable))
+    norms = norm_transients(step)  # ZeRO-1/2 offload: the float64 norm copy of a reduced gradient
+    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step + norms[BB])
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
                        + embeds_grad_pending(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
@@ -235,16 +233,7 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
     # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward
-    yield Contribution("temporaries", BT, offload_norm_transient(step.sc, head, step.parts.num_trainable))
-
-
-def _reduced_numel(step: Step) -> tuple[int, int]:
-    """(output layer or embedding, largest block linear) elements whose gradients are reduced, if trained."""
-    if step.sc.method is not Method.FULL:
-        return 0, 0
-    spec = step.spec
-    return spec.lm_head_params or spec.embedding_params, max(lin.in_features * lin.out_features
-                                                             for lin in spec.block_linears)
+    yield Contribution("temporaries", BT, norms[BT])
 
 
 def framework_buffers(step: Step) -> Iterator[Contribution]:

@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
 from vramfit.estimate.deepspeed import zero3_largest
+from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
+from vramfit.estimate.zero12_partition import module_order, rank0_partition
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.estimate.step import Step
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
 
@@ -91,16 +94,109 @@ def zero1_accumulated_grads(sc: Scenario, num_trainable: int) -> int:
     return sc.precision.compute_bytes * num_trainable
 
 
-def zero1_gpu_grads(sc: Scenario, all_grads: int) -> int:
+def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
     """16-bit gradient bytes ZeRO-1 with the optimizer offloaded keeps on the GPU until the end of backward (0 for
     every other offloaded case: their gradients leave through the staging buffer as they are reduced); ``all_grads``:
     the whole model's. ZeRO-1 does not partition gradients: at the boundary it copies its own partition's out
     (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only optimizer state": only
-    ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else, so the gradients of the
-    parameters outside its partition, (N-1)/N of them, stay until the epilogue clears every ``param.grad``
-    (``_clear_param_grad_only``); the step finds none (:func:`vramfit.estimate.deepspeed.zero1_step_grads`).
-    The engine on Qwen2.5-0.5B (2 GPUs, full depth) holds 427 MB of them beside the embedding's float64 norm at the
-    end of backward (these 494 MB are the upper bound: -13.9 % before, +2.2 % with them)."""
+    ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else until the epilogue
+    clears every ``param.grad`` (``_clear_param_grad_only``); the step finds none
+    (:func:`vramfit.estimate.deepspeed.zero1_step_grads`). Of the parameters outside its partition
+    (``params_not_in_partition``, :func:`vramfit.estimate.zero12_partition.rank0_outside`) only those larger than
+    ``reduce_bucket_size`` keep a tensor of their own: with ``contiguous_gradients`` each smaller gradient is copied
+    into the IPG bucket and ``param.grad`` pointed there (``reduce_independent_p_g_buckets_and_remove_grads``:
+    ``new_grad_tensor.copy_(...)``, ``grad_reduc.data = new_grad_tensor.data.view_as(grad_reduc)``, the original
+    freed; ``if param.numel() > self.reduce_bucket_size`` keeps it: DeepSpeed v0.16.2 l. 951-957, v0.18.6
+    l. 1071-1079, 0.19.8 l. 1443-1456). The engine on Qwen2.5-0.5B (2 GPUs, full depth, bucket 896 x 896) holds
+    427 MB of them at the end of backward: the upper layers' MLP weights, none of their attention weights. LoRA's
+    adapters are smaller than any bucket the HF config resolves (hidden x hidden): none."""
+    from vramfit.estimate.deepspeed import resolve
+    from vramfit.estimate.zero12_partition import module_order, rank0_outside
+
     if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE:
         return 0
-    return all_grads - shard(all_grads, sc.num_gpus)
+    z = resolve(sc.deepspeed_config, spec.hidden_size, 1)
+    outside = all_grads - shard(all_grads, sc.num_gpus)  # every gradient outside, in its own tensor
+    if not z.contiguous_gradients:
+        return outside
+    if sc.method is not Method.FULL:
+        widest = max(max(lin.in_features, lin.out_features) for lin in spec.block_linears)
+        return 0 if sc.lora_rank * widest <= z.reduce_bucket_size else outside
+    kept = sum(n for n in rank0_outside(module_order(spec), sc.num_gpus) if n > z.reduce_bucket_size)
+    return sc.precision.compute_bytes * kept
+
+
+def norm_transients(step: Step) -> dict[StepPhase, int]:
+    """The float64 norm copy (:func:`offload_norm_transient`) each backward phase holds, bytes: a block's backward
+    the largest block linear's (or an untied output layer's, reduced as its block runs), the end of backward the
+    embedding's (a tied one's gradient is complete, and reduced, only then)."""
+    sc, spec, n = step.sc, step.spec, step.parts.num_trainable
+    if sc.method is not Method.FULL:
+        return {StepPhase.BACKWARD_BLOCK: 0, StepPhase.BACKWARD_END_TIED: 0}
+    head = spec.lm_head_params or spec.embedding_params
+    block = max(lin.in_features * lin.out_features for lin in spec.block_linears)
+    return {StepPhase.BACKWARD_BLOCK: offload_norm_transient(sc, max(block, 0 if spec.tie_word_embeddings else head), n),
+            StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, head, n)}
+
+
+def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: int, required: bool = False) -> int:
+    """The reserved peak of ZeRO-1/2 full fine-tuning with the optimizer offloaded, given ``reserved``, the figure
+    of the allocated peak plus the usual slack (estimate/reserved.py): the segments the engine's load leaves cached
+    and those its per-parameter float64 norm copies open on the reduction stream (:func:`offload_load_and_norms`).
+
+    At the accumulation boundary ``reduce_ipg_grads`` copies each reduced gradient of this rank's partition out under
+    ``get_accelerator().stream(self.reduction_stream)`` when ``overlap_comm`` is set (DeepSpeed v0.16.2
+    runtime/zero/stage_1_and_2.py l. 1375-1408, v0.18.6 l. 1529-1561, 0.19.8 l. 2239-2274): ``copy_grads_in_partition``
+    -> ``set_norm_for_param_grad_in_gpu`` (``accumulated_grad.view(-1).narrow(0, start, num_elements).data`` to
+    float64 then ``.norm(2)``: ``.double()`` in v0.16.2/v0.18.6, ``.to(get_norm_dtype())`` in 0.19.8) and
+    ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` (the slice cast to the fp32 master dtype on the GPU,
+    ``src_tensor.float()`` / ``.to(self.master_weights_and_grads_dtype)``, then copied to the host), one parameter
+    after another in the order backward reduces them. Those blocks are the reduction stream's
+    (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp: a block is reused only on its own stream), so each
+    copy larger than every earlier one opens a segment of its own beside the default stream's, which keep the load's
+    cached segments (no ``empty_cache`` after it). Peak reserved: the default stream's (the larger of ``reserved``
+    without the norm copy counted at the allocated peak and the load's segments) plus the reduction stream's.
+    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor.
+    ``required``: unchanged (the load's freed segments and the smaller copies' are wholly free at the peak, given
+    back by ``release_cached_blocks``). `vramfit simulate` of Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth)
+    reserves 3882 MiB under ZeRO-1 and ZeRO-2 alike: load 2668 (the originals' 1252, the flat copy's 944, the
+    partition clone's 472), the reduction stream's 34 + 1040 (the first 4,358,144-element slice's float64, then the
+    embedding's)."""
+    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL or r.sc.num_gpus < 2:
+        return reserved
+    load, total, side = offload_load_and_norms(r)
+    if not side:
+        return max(reserved, total)
+    peak = max(breakdowns, key=lambda k: sum(breakdowns[k].values()))
+    norm = {p.value: n for p, n in norm_transients(r).items()}.get(peak, 0)  # a stage's phase: none
+    return max(reserved, max(reserved - norm, load) + total - load)
+
+
+def offload_load_and_norms(r: Step) -> tuple[int, int, bool]:
+    """(bytes reserved after the load, peak reserved after the boundary's norm copies, whether those are on the
+    reduction stream) of ZeRO-1/2 full fine-tuning with the optimizer offloaded, replayed through
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Load (DeepSpeed 0.19.8 stage_1_and_2.py
+    ``__init__``): the flatten (estimate/ds_load.py ``flatten_events``; flattened on the host, releases before
+    v0.18.7, the flat buffer comes to the GPU whole: ``flattened_buffer.to(...)``), rank 0's 16-bit partition cloned
+    on the GPU on its way to the host (``.detach().clone().to(device=self.device, ...)``, freed), the GPU staging
+    buffer (:func:`offload_grad_staging`, kept). Boundary: each of rank 0's partition slices (:func:`rank0_partition`)
+    in backward order, its float64 copy (8 bytes an element) made and freed, then its fp32 cast (4)."""
+    from vramfit.estimate.ds_load import flat_copy, flatten_events
+    from vramfit.estimate.zero2_step import partition_grads_on_side_stream
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    sc = r.sc
+    side = partition_grads_on_side_stream(r)
+    model, kept = CachingAllocatorModel(r.profile.alloc_conf), []
+    for ev in flatten_events(r) or [flat_copy(r)]:
+        if ev >= 0:
+            kept.append(model.malloc(ev))
+        else:
+            model.free(kept[-ev - 1])
+    model.free(model.malloc(sc.precision.compute_bytes * shard(r.parts.num_trainable, sc.num_gpus)))
+    model.malloc(offload_grad_staging(r.spec, sc, r.profile))
+    load = model.stats.reserved
+    for piece in rank0_partition(module_order(r.spec), sc.num_gpus)[1]:
+        for width in (8, 4):
+            model.free(model.malloc(width * piece, 1 if side else 0))
+    return load, model.stats.peak_reserved, side

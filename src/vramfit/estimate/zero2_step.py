@@ -8,6 +8,7 @@ from functools import lru_cache
 from vramfit.estimate.allocator import AllocatorConf, largest_weight, round_allocation
 from vramfit.estimate.constants import K_ROUND_LARGE
 from vramfit.estimate.state import shard
+from vramfit.estimate.zero12_partition import grads_in_partition
 
 
 def zero12_norm_piece(spec, partition_numel: int) -> int:
@@ -92,14 +93,15 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
             or sc.num_gpus < 2 or not r.parts.num_trainable):
         return 0
     group = shard(r.parts.num_trainable, sc.num_gpus)
+    grads = grads_in_partition(r.spec, sc) or group  # the 16-bit buffer: rank 0's parameters whole (zero12_partition)
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     from vramfit.estimate.ds_load import flatten_events
 
     load = flatten_events(r)
     side = partition_grads_on_side_stream(r)
-    events, windows, streams = _zero2_events(loss_events, group, sc.precision.compute_bytes, norm, foreach, load,
-                                             side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1)
+    events, windows, streams = _zero2_events(loss_events, (group, grads), sc.precision.compute_bytes, norm, foreach,
+                                             load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1)
     reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1,
                                                 streams)
     return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
@@ -134,10 +136,12 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
     return model.stats.peak_reserved, at_step, released or 0
 
 
-def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach: bool,
+def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: int, foreach: bool,
                   load: list[int] | None = None, side: bool = False,
                   accum: int = 1) -> tuple[list[int], list, frozenset[int]]:
-    """``load`` (the flatten's events, estimate/ds_load.py ``flatten_events``; its allocations kept or freed there), the
+    """``sizes``: (the partition, the 16-bit gradient buffer: rank 0's parameters counted whole, estimate/
+    zero12_partition.py ``grads_in_partition``), elements. ``load`` (the flatten's events, estimate/ds_load.py
+    ``flatten_events``; its allocations kept or freed there), the
     model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
     the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
     is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone goes), and ``initialize_optimizer_states``
@@ -149,6 +153,7 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
     hold the sum (:func:`partition_grads_on_side_stream`) and drops it at the end of its backward. ``side``: both
     16-bit gradient buffers are made on the reduction stream (the third value: their allocation numbers).
     """
+    group, partition_grads = sizes  # elements: the partition; the 16-bit gradient buffer (grads_in_partition)
     ev: list[int] = list(load or ())
     count = sum(1 for e in ev if e >= 0)
 
@@ -173,12 +178,12 @@ def _zero2_events(loss_events: list[int], group: int, c: int, norm: int, foreach
     for first in (True, False):
         loss()
         start = len(ev)
-        grads = alloc(c * group)
+        grads = alloc(c * partition_grads)
         on_side.add(grads)
         if accum > 1:  # a later micro-batch: its own buffer beside the sum, dropped once added in
             windows.append((start, len(ev)))
             loss()
-            second = alloc(c * group)
+            second = alloc(c * partition_grads)
             on_side.add(second)
             ev.append(-second)
             start = len(ev)
