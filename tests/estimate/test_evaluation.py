@@ -121,3 +121,26 @@ def test_assumptions_say_what_the_pass_holds():
     dpo = estimate({"model": "Qwen/Qwen2.5-0.5B", "stage": "dpo", "eval_batch_size": 2})
     assert "evaluate" not in {p.phase for p in dpo.phases}
     assert any("sft stage only" in a for a in dpo.assumptions)
+
+
+def test_web_form_accepts_zero():
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    with TestClient(create_app(), base_url="http://localhost") as c:
+        page = c.get("/").text
+    field = page[page.index('name="eval_batch_size"'):][:120]
+    assert 'type="number"' in field and 'min="0"' in field
+
+
+def test_assumptions_have_portuguese():
+    from vramfit.web.translate import to_pt, untranslated
+
+    for sc in ({**EX, "eval_batch_size": 1}, {**EX, "method": "lora", "loss": "standard", "eval_batch_size": 2,
+                                              "framework_version": "transformers-4.44"},
+               {"model": "Qwen/Qwen2.5-0.5B", "stage": "dpo", "eval_batch_size": 2}):
+        notes = [a for a in estimate(sc).assumptions if a.startswith(("Evaluation", "eval_batch_size"))]
+        assert len(notes) == 1 and untranslated(notes) == []
+    assert to_pt(notes[0]).startswith("eval_batch_size 2: as passagens de avaliação")

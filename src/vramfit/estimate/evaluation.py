@@ -135,9 +135,9 @@ def evaluation_notes(step: Step) -> list[str]:
     if not evaluates(step):
         return [f"eval_batch_size {sc.eval_batch_size}: evaluation passes are modelled for the sft stage only; "
                 f"none counted for {sc.stage.value}."]
-    loss = eval_loss(step)
     fused = " (the fused loss runs in training only: the pass makes whole logits)" \
         if sc.loss is Loss.FUSED and step.profile.fused_loss_trains_only else ""
     return [f"Evaluation between optimizer steps: {sc.eval_batch_size} x {sc.seq_len} tokens under no_grad, "
-            f"no saved activations or gradients; {loss.detail}{fused}, {eval_forward_bytes(step) / 2**30:,.2f} GiB; "
+            f"no saved activations or gradients; the whole logits and the loss's fp32 tensors{fused}, "
+            f"{eval_forward_bytes(step) / 2**30:,.2f} GiB; "
             "its tensors reuse cached loss segments of the same size or open their own, which stay reserved."]

@@ -129,6 +129,17 @@ RULES: list[tuple[str, str]] = [
      "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
     (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
      "$1 GPUs num nó com $2; buffers NCCL contados no valor da placa."),
+    # evaluation passes (vramfit.estimate.evaluation.evaluation_notes)
+    (r"^Evaluation between optimizer steps: (\d+) x (\d+) tokens under no_grad, no saved activations or gradients; ",
+     "Avaliação entre passos do otimizador: $1 × $2 tokens sob no_grad, sem ativações guardadas nem gradientes; "),
+    (r"the whole logits and the loss's fp32 tensors", "os logits inteiros e os tensores fp32 da perda"),
+    (r" \(the fused loss runs in training only: the pass makes whole logits\)",
+     " (a perda fundida só corre no treino: a passagem cria os logits inteiros)"),
+    (r", " + _N + r" GiB; its tensors reuse cached loss segments of the same size or open their own, which stay reserved\.$",
+     ", ⟨$1⟩ GiB; os seus tensores reutilizam segmentos da perda em cache do mesmo tamanho ou abrem os seus, "
+     "que ficam reservados."),
+    (r"^eval_batch_size (\d+): evaluation passes are modelled for the sft stage only; none counted for (\w+)\.$",
+     "eval_batch_size $1: as passagens de avaliação só se modelam na etapa sft; nenhuma contada para $2."),
     # ---- how the model was resolved (vramfit.estimate.resolve_spec, vramfit.models, web.service)
     (r"^params=([\d,]+): a generic Llama-style dense decoder of that size \(hidden (\d+), (\d+) layers, vocab (\d+)\); "
      r"give a model id or config\.json for an exact figure$",
