@@ -17,6 +17,7 @@ from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
+from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
@@ -82,6 +83,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     BT: _tied_end,
     BS: lambda step: in_backward_steps(step.spec, step.sc)[1] > 0,
     OPT: lambda step: not step.sc.optimizer_in_backward,
+    StepPhase.EVALUATE: lambda step: evaluates(step),  # eval_batch_size > 0 (estimate/evaluation.py)
 }
 
 
@@ -286,7 +288,7 @@ def load_high_point(step: Step) -> Iterator[Contribution]:
 
 CONTRIBUTORS: tuple[Contributor, ...] = (
     model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, previous_step,
-    load_high_point)
+    load_high_point, evaluation_pass)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

@@ -209,7 +209,7 @@ def workspaces_for(sc: Scenario) -> list[int]:
     return [(CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value, CUBLASLT_WORKSPACE.value]
 
 
-_TRACED = (StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP)
+_TRACED = (StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP, StepPhase.EVALUATE)
 
 
 def _phase_kind(label: str) -> str:
