@@ -138,12 +138,15 @@ def _memory_line(sc, peak_seq: int, typical_seq: int) -> str:
             f"typical step {typ / GiB:,.1f} GiB (seq_len {typical_seq:,}); the scenario below uses the peak")
 
 
-def with_dataset_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None = None) -> Callable[..., Any]:
     """Add the dataset options to a command taking ``scenario_args``/``scenario_file`` (apply under
-    :func:`vramfit.cli.options.with_scenario_options`)."""
+    :func:`vramfit.cli.options.with_scenario_options`). A command with a ``dataset_report`` parameter receives the
+    report; its scenario's ``seq_len`` is the longest row alone when ``per_row_bound`` (default: when it takes the
+    report, as ``plan``, which varies the micro-batch), else the peak micro-batch's (``estimate``, ``fit``)."""
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func)
     wants_report = "dataset_report" in sig.parameters
+    per_row = wants_report if per_row_bound is None else per_row_bound
     own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items() if n != "dataset_report"]
     extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=t) for k, (t, o) in _OPTIONS.items()]
 
@@ -164,7 +167,7 @@ def with_dataset_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for line in summary_lines(r):
             err.print(line, highlight=False, soft_wrap=True)
         _outputs(opts, r, sc)
-        seq = r.longest_row_len if wants_report else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
+        seq = r.longest_row_len if per_row else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
         err.print(_memory_line(sc, seq, r.typical_seq_len), highlight=False, soft_wrap=True)
         kwargs["scenario_args"] = {**kwargs["scenario_args"], "seq_len": seq}
         return func(**kwargs, **({"dataset_report": r} if wants_report else {}))
