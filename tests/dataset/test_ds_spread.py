@@ -67,7 +67,7 @@ def test_the_spread_is_the_shuffled_replay_of_the_rows(known, tok_dir):
     assert with_it.to_dict()["reserved_spread"] == s and with_it.peak == est.peak  # the fixed-length figure stays
     line = spread.spread_line(s)
     assert line.startswith("reserved 39.47 GiB at fixed length; with this dataset's lengths in random order, "
-                           "+0.43…+0.48 GiB (median +0.48; 10th–90th percentile of 50 epoch orders on a card with room")
+                           "+0.43…+0.48 GiB (median +0.48; 10th–90th percentile of 50 epoch orders) on a card with room")
 
 
 def test_the_card_bounds_the_growth(known, tok_dir):

@@ -84,9 +84,10 @@ def spread_line(spread: dict[str, Any]) -> str:
     def g(n: int) -> str:
         return f"{n / GiB:,.2f}"
 
+    capped = spread["capped_by_gpu"]
     return (f"reserved {g(spread['fixed_reserved_bytes'])} GiB at fixed length; with this dataset's lengths in random "
             f"order, +{g(spread['p10_bytes'])}…+{g(spread['p90_bytes'])} GiB (median +{g(spread['median_bytes'])}; "
-            f"10th–90th percentile of {spread['orders']} epoch orders"
-            + (f"; at most what {spread['capped_by_gpu']} holds: " if spread["capped_by_gpu"] else " on a card with room; ")
-            + "near its capacity PyTorch frees wholly free cached segments and retries; the fit verdict uses the "
-            "fixed-length figure)")
+            f"10th–90th percentile of {spread['orders']} epoch orders) "
+            + (f"up to the {capped}'s free memory" if capped else "on a card with room")
+            + " (near its capacity PyTorch frees wholly free cached segments and retries); the fit verdict uses the "
+            "fixed-length figure")
