@@ -99,7 +99,23 @@ def test_estimate_cli_states_the_spread(known, tok_dir):
                                     "samples": 100, "capped_by_gpu": None}
     text = run(app, args)
     assert text.exit_code == 0 and "with this dataset's lengths in random order, +0.43…+0.48 GiB (median +0.48" in text.stdout
+    assert "random order" not in text.stderr  # stated once, in the result
     packed = run(app, [*args, "--packing", "bfd", "--json"])
     assert packed.exit_code == 0 and "reserved_spread" not in json.loads(packed.stdout)
     plain = run(app, args[:7] + ["--json"])  # no dataset: no field (the result object unchanged)
     assert plain.exit_code == 0 and "reserved_spread" not in json.loads(plain.stdout)
+
+
+@pytest.mark.parametrize("command", ["fit", "plan"])
+def test_fit_and_plan_state_it_on_stderr(known, tok_dir, command):
+    args = [command, "--model", M["model"], "--method", "qlora", "--micro-batch-size", "4", "--seq-len", "1024",
+            "--gpu", "rtx4090", "--gradient-checkpointing", "full", "--dataset", str(known), "--tokenizer", str(tok_dir)]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    line = r.stderr.splitlines()[-1]
+    rep = _report(known, tok_dir, micro_batch_size=4, max_length=1024)
+    est = estimate(M, micro_batch_size=4, seq_len=1024, gpu="rtx4090", gradient_checkpointing="full")
+    assert line == spread.spread_line(reserved_spread(est, rep))
+    assert "+0.50…+0.56 GiB (median +0.56;" in line  # 5.6 GiB of headroom on the card: not capped
+    grouped = CliRunner().invoke(app, [*args, "--group-by-length", "--json"])
+    assert grouped.exit_code == 0 and "random order" not in grouped.stderr
