@@ -17,7 +17,6 @@ c bytes of the compute dtype.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
@@ -31,7 +30,7 @@ from vramfit.estimate.moe_lora import (
     shared_experts_saved,
 )
 from vramfit.estimate.norms import NormSite, norm_saved
-from vramfit.estimate.params import Adapter
+from vramfit.estimate.params import Adapter, mlp_down
 from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Method, Precision, Scenario
 
@@ -120,12 +119,6 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
         mlp=c,
         attn=c,
     )
-
-
-def mlp_down(spec: ModelSpec, lins: Iterable[Linear]) -> Linear | None:
-    """The MLP's output linear among ``lins``: the last one back to the hidden size (a fused gate/up bank listed
-    before it can be as wide as the hidden size too, 2 x moe_intermediate_size = hidden_size)."""
-    return next((lin for lin in reversed(list(lins)) if lin.out_features == spec.hidden_size), None)
 
 
 def mlp_width(spec: ModelSpec) -> int:

@@ -324,6 +324,11 @@ class FrameworkProfile:
     # `chosen_logits, rejected_logits = all_logits.split(batch_size, dim=0)` (views) are held by
     # get_batch_loss_metrics (:289-290) while compute_reference_log_probs runs (:293); TRL reduces them to means
     keeps_policy_logits: bool = False
+    # the fused linear cross-entropy (scenario loss "fused") runs only in training: Liger's patched forward
+    # materialises the logits and calls the model's own loss outside it (linkedin/Liger-Kernel v0.5.8
+    # src/liger_kernel/transformers/model/qwen2.py lce_forward l. 206 ``if self.training and (labels is not None)``;
+    # v0.5.10 l. 202), so evaluation passes hold whole logits (estimate/evaluation.py)
+    fused_loss_trains_only: bool = False
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),
