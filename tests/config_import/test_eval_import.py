@@ -93,3 +93,29 @@ def test_litgpt_says_what_it_assumes_without_final_validation(tmp_path):
     e = next(e for e in imp.entries if e.key == "eval.final_validation")
     assert e.kind == "read" and e.note.startswith("assumed: training reaches eval.interval")
     assert imp.scenario.eval_batch_size == 2
+
+
+@pytest.mark.parametrize(("name", "extra", "follows"), [
+    ("litgpt_lora.yaml", "", True),  # validate() uses the train.micro_batch_size loader
+    ("axolotl_qlora.yml", "", True),  # eval_batch_size unset: micro_batch_size
+    ("axolotl_qlora.yml", "eval_batch_size: 2\n", False),
+])
+def test_a_micro_batch_flag_moves_the_eval_batch_where_the_file_ties_them(tmp_path, name, extra, follows):
+    from vramfit.cli.from_config import overlay
+
+    p = tmp_path / name
+    p.write_text((FIX / name).read_text() + extra)
+    data = overlay([p], None, {"micro_batch_size": 5})
+    assert (data["micro_batch_size"], data["eval_batch_size"]) == (5, 5 if follows else 2)
+    assert overlay([p], None, {"micro_batch_size": 5, "eval_batch_size": 3})["eval_batch_size"] == 3
+
+
+def test_torchtune_writes_the_eval_batch_it_was_estimated_with(tmp_path):
+    from vramfit.config_import.writeback import file_values
+
+    p = tmp_path / "tt.yaml"
+    p.write_text((FIX / "torchtune_full_fsdp.yaml").read_text()
+                 + "run_val_every_n_steps: 100\ndataset_val:\n  _component_: torchtune.datasets.alpaca_dataset\n")
+    imp = from_config(p)
+    want = imp.scenario.replace(micro_batch_size=1).to_dict()
+    assert file_values(imp, {"micro_batch_size": 1}, want) == ({"batch_size": 1, "batch_size_val": 4}, [])

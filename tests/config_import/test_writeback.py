@@ -59,7 +59,7 @@ def test_litgpt_grad_accum_is_written_as_global_batch(tmp_path):
     want, again, old, new, _, left = _roundtrip(tmp_path, "litgpt_lora.yaml", {"micro_batch_size": 1, "grad_accum": 2})
     # litgpt validates at train.micro_batch_size: the file cannot keep the estimated eval batch of 2
     assert again == {**want, "eval_batch_size": 1}
-    assert left == ["eval_batch_size=2 (litgpt validates at train.micro_batch_size)"]
+    assert left == ["eval_batch_size=2 (the file evaluates at its micro batch)"]
     assert _changed_lines(old, new) == [("  global_batch_size: 16", "  global_batch_size: 4"),
                                         ("  micro_batch_size: 2", "  micro_batch_size: 1")]
 
@@ -106,7 +106,7 @@ def test_every_yaml_fixture_round_trips(tmp_path, name):
         changes["gradient_checkpointing"] = GC_FLIP[name]
     want, again, old, new, diff, left = _roundtrip(tmp_path, name, changes)
     if name.startswith("litgpt"):  # its eval batch is its micro batch (config_import/litgpt.py)
-        assert left == [f"eval_batch_size={want['eval_batch_size']} (litgpt validates at train.micro_batch_size)"]
+        assert left == [f"eval_batch_size={want['eval_batch_size']} (the file evaluates at its micro batch)"]
         want, left = {**want, "eval_batch_size": 3}, []
     assert again == want and left == []
     kept = [line for line in old if line in new]

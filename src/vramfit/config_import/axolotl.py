@@ -140,6 +140,7 @@ def _eval(r: KeyReader) -> None:
         r.out["eval_batch_size"] = 0
         return
     batch = r.get("eval_batch_size", r.out["micro_batch_size"], EVAL_SRC)
+    r.eval_follows_micro = not r.has("eval_batch_size")
     for k in (by, "val_set_size" if r.flat.get("val_set_size") else "test_datasets", "eval_batch_size"):
         r.set(k, "eval_batch_size", batch)
 

@@ -103,6 +103,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     # 504; full.py l. 362-375, 425): a sanity check before training, every eval.interval steps, and at the end
     # (EvalArgs.final_validation True, litgpt/args.py l. 89), unchunked (chunk_size=0)
     r.set("train.micro_batch_size", "eval_batch_size", mb)
+    r.eval_follows_micro = True
     if r.get("eval.final_validation") is False:  # then only eval.interval passes follow an optimizer step
         r.entries["eval.final_validation"].note = ("assumed: training reaches eval.interval, so a validation "
                                                    "follows an optimizer step (else only the check before training runs)")

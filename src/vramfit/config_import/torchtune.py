@@ -155,6 +155,7 @@ def _eval(r: KeyReader) -> None:
         r.out["eval_batch_size"] = 0
         return
     batch = r.get("batch_size_val", r.out["micro_batch_size"], VAL_SRC)
+    r.eval_follows_micro = not r.has("batch_size_val")
     r.set("run_val_every_n_steps", "eval_batch_size", batch)
     r.set("batch_size_val", "eval_batch_size", batch)
     r.entries["run_val_every_n_steps"].note = "read by the distributed recipes (the single-device ones never validate)"

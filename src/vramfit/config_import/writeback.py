@@ -66,16 +66,11 @@ def _needed(imp: Imported, fkey: str, value: Any) -> bool:
 
 
 def _pinned_eval(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
-    """The eval batch to write when the micro batch changes and the file's eval batch follows it: Axolotl's
-    eval_batch_size and torchtune's batch_size_val default to the micro batch (config_import/axolotl.py, torchtune.py);
-    litgpt always validates at train.micro_batch_size, so its file cannot keep another (reported as left)."""
-    if "micro_batch_size" not in changes or "eval_batch_size" in changes or not scenario.get("eval_batch_size"):
+    """The eval batch to write when the micro batch changes and the file's eval batch follows it
+    (``Imported.eval_follows_micro``); a dialect with no eval key (litgpt) cannot keep another: reported as left."""
+    if "micro_batch_size" not in changes or "eval_batch_size" in changes or not imp.eval_follows_micro:
         return {}
-    fkey = imp.write_keys.get("eval_batch_size")
-    e = next((e for e in imp.entries if e.key == fkey), None) if fkey else None
-    if imp.dialect == "litgpt" or (e is not None and e.kind == "default"):
-        return {"eval_batch_size": scenario["eval_batch_size"]}
-    return {}
+    return {"eval_batch_size": scenario["eval_batch_size"]}
 
 
 def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -83,10 +78,10 @@ def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]
     out: dict[str, Any] = {}
     left: list[str] = []
     pinned = _pinned_eval(imp, changes, scenario)
-    if pinned and imp.dialect != "litgpt":  # written even where it equals the file's old default (which moves)
+    if pinned and "eval_batch_size" in imp.write_keys:  # written even where it equals the old default (which moves)
         out[imp.write_keys["eval_batch_size"]] = pinned["eval_batch_size"]
     elif pinned:
-        left.append(f"eval_batch_size={pinned['eval_batch_size']} (litgpt validates at train.micro_batch_size)")
+        left.append(f"eval_batch_size={pinned['eval_batch_size']} (the file evaluates at its micro batch)")
     for key, value in changes.items():
         spelled = _spelled(imp, key, value)
         if spelled is None and not (imp.dialect == "litgpt" and key == "grad_accum"):
