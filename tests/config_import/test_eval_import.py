@@ -37,6 +37,13 @@ def test_trl_evaluates_when_eval_strategy_is_not_no(tmp_path, extra, want):
     assert imp.scenario.micro_batch_size == 8  # the train batch is its own key
 
 
+def test_trl_says_the_eval_set_is_assumed(tmp_path):
+    imp = _json(tmp_path, "trl_full.json", eval_strategy="steps")
+    line = next(line for line in imp.lines() if "eval_strategy" in line)
+    assert line == ("  read     eval_strategy: steps → eval_batch_size=8  [an eval set is assumed: the Trainer refuses "
+                    "this strategy without one (transformers 5.24.0 src/transformers/trainer.py l. 682)]")
+
+
 def test_trl_names_a_bad_strategy(tmp_path):
     with pytest.raises(ScenarioError, match="eval_strategy 'sometimes' is unknown"):
         _json(tmp_path, "trl_full.json", eval_strategy="sometimes")

@@ -250,5 +250,8 @@ def trainer_eval(r: KeyReader, after: str | None = None) -> int:
         raise r.error(f"per_device_eval_batch_size must be a whole number ≥ 1, got {batch!r}")
     r.get(by)
     r.set(by, "eval_batch_size", batch)
+    if by == key:
+        r.entries[key].note = ("an eval set is assumed: the Trainer refuses this strategy without one "
+                               f"({TRAINING_ARGS_SRC.replace('training_args.py', 'trainer.py')} l. 682)")
     r.set("per_device_eval_batch_size", "eval_batch_size", batch)
     return batch
