@@ -96,6 +96,8 @@ class Scenario:
     fsdp_version: FsdpVersion = FsdpVersion.AUTO  # FSDP1 or FSDP2 under parallelism fsdp (extension)
     # a custom loop keeps `output = model(...)` (its logits) until after optimizer.step() (estimate/loss.py)
     keeps_outputs: bool = False
+    # sequences per GPU of the evaluation passes run between optimizer steps; 0: none (estimate/evaluation.py)
+    eval_batch_size: int = 0
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -297,6 +299,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("keeps_outputs", BOOL, "A custom training loop keeps the model's output (its logits) referenced through "
           "backward and the optimizer step (`output = model(...)` dropped after `optimizer.step()`); the HF Trainer and "
           "the torchtune, lit-gpt and torchtitan recipes drop it.", ("Loop keeps the outputs", "O loop mantém as saídas")),
+    Field("eval_batch_size", INT, "Sequences per GPU in the evaluation passes run between optimizer steps (HF "
+          "per_device_eval_batch_size when eval_strategy is steps or epoch; ms-swift evaluates by default, batch 1), "
+          "seq_len tokens each, under no_grad with whole logits; 0 = no evaluation. SFT stage only.",
+          ("Eval batch per GPU", "Batch de avaliação por GPU"), unit="sequences", limits=(0, MAX_BATCH)),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),

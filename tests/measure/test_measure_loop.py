@@ -113,3 +113,12 @@ def test_tokens_per_step_counts_every_data_parallel_gpu(tiny):
     sc = parse_scenario({"model": "meta-llama/Llama-3.2-1B", "micro_batch_size": 2, "seq_len": 512, "grad_accum": 4,
                          "num_gpus": 2, "parallelism": "ddp"})
     assert tokens_per_step(sc) == 2 * 512 * 4 * 2
+
+
+def test_evaluation_pass_runs_after_each_step(tiny):
+    res, probe = _run(tiny(method="full", eval_batch_size=2), steps=2)
+    assert res.status == "ok", res.error
+    assert probe.labels.index("step1.evaluate") > probe.labels.index("step1.optimizer")
+    assert "step2.evaluate" in probe.labels
+    res, probe = _run(tiny(method="full"), steps=1)
+    assert not any(label.endswith("evaluate") for label in probe.labels)

@@ -49,7 +49,8 @@ def test_gemma3_estimator_agrees_with_simulator(config_file, family, method):
 
 def test_masked_sliding_layers_keep_k_and_v_repeated_to_every_head(config_file):
     """gemma-3-1b (4 query heads, 1 k/v head, head_dim 256): 5 of 6 layers are sliding; past the window each
-    keeps k and v at 4 heads, 3 more heads each, in bf16; within the window none do."""
+    keeps k and v at 4 heads, 3 more heads each, in bf16; a sequence as long as the window is masked too
+    (attention.window_masked: transformers skips the mask only below it); a shorter one is not."""
     from vramfit.estimate.attention import sliding_layers_kv_repeat
     from vramfit.estimate.framework import PROFILES
     from vramfit.models import spec_from_hf_config
@@ -63,7 +64,8 @@ def test_masked_sliding_layers_keep_k_and_v_repeated_to_every_head(config_file):
         return sliding_layers_kv_repeat(spec, parse_scenario({"model": "generic:1B", "seq_len": seq}), hf)
 
     assert repeat(1024) == 5 * 2 * 2 * 1024 * 3 * 256
-    assert repeat(512) == 0
+    assert repeat(512) == 5 * 2 * 2 * 512 * 3 * 256
+    assert repeat(511) == 0
 
 
 def _with_tower(layers: int = 3) -> dict:

@@ -11,10 +11,12 @@ from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.ds_load import flatten_events
 from vramfit.estimate.ds_offload import offload_reserved
+from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
+from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.reserved import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -125,6 +127,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
+    out.extend(evaluation_notes(r))
     return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 
@@ -256,16 +259,18 @@ def estimate_spec(
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
+    # the step's own high point: an evaluation pass adds its segments on top (estimate/evaluation.py)
+    step_alloc = max(v for k, v in phases.items() if k != StepPhase.EVALUATE.value)
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
-    reserved = _reserved(r, breakdowns, allocated, tensors, events)
+    reserved = max(allocated, _reserved(r, breakdowns, step_alloc, tensors, events))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it; wholly free
     # segments come from the transients or from DeepSpeed 0.19's flatten (estimate/ds_load.py flatten_events)
     releasable = fc is None and (transient_required(events, r.profile.alloc_conf) < transient_reserved(
         events, r.profile.alloc_conf)[1] or bool(flatten_events(r)))
-    released = reserved - _reserved(r, breakdowns, allocated, tensors, events, True) if releasable else 0
+    released = reserved - max(allocated, _reserved(r, breakdowns, step_alloc, tensors, events, True)) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
@@ -300,7 +305,8 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = offload_reserved(r, breakdowns, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
-    return load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
+    reserved = load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
+    return evaluation_reserved(r, events, reserved, conf)  # the segments an evaluation pass opens
 
 
 _A = "allocated"
@@ -319,6 +325,7 @@ _STEP_COMPONENTS = (
     ("logits_loss", Phase.TRANSIENT, _A, None),
     ("temporaries", Phase.TRANSIENT, _A, "block backward working set / de-quantization / optimizer step"),
     ("comm_buffers", Phase.FORWARD_BACKWARD, _A, "DDP buckets, ZeRO/FSDP gather and reduce buffers"),
+    ("eval_forward", Phase.TRANSIENT, _A, "evaluation pass under no_grad: whole logits and the loss's fp32 tensors"),
     ("workspaces", Phase.PERSISTENT, _A, "cuBLAS and cuBLASLt workspaces"),
     ("rope_cache", Phase.PERSISTENT, _A, "RoPE cos/sin caches, one per layer (Unsloth 2024.12)"),
     ("previous_step_inputs", Phase.FORWARD_BACKWARD, _A,

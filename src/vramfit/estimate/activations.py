@@ -17,7 +17,6 @@ c bytes of the compute dtype.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
@@ -31,7 +30,7 @@ from vramfit.estimate.moe_lora import (
     shared_experts_saved,
 )
 from vramfit.estimate.norms import NormSite, norm_saved
-from vramfit.estimate.params import Adapter
+from vramfit.estimate.params import Adapter, mlp_down
 from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Method, Precision, Scenario
 
@@ -47,6 +46,9 @@ class Saved:
     # keys of the inputs the block's 4-bit matmuls keep as ctx attributes (blk.q_saves), not as saved tensors:
     # backward does not free them (estimate/retained_graph.py)
     q_inputs: set[str] = field(default_factory=set)
+    # keys the norms after the attention keep (pre-MLP norm, Gemma 2/3's post-attention and post-MLP norms) in a
+    # sequential block: their backward runs before the attention's, so they are freed by its softmax backward
+    after_attention: tuple[str, ...] = ()
 
     @property
     def freed_before_sink_softmax_backward(self) -> int:
@@ -61,7 +63,7 @@ class Saved:
         """Saved bytes of the block that autograd has freed when an eager fp32 softmax's backward runs: the MLP's,
         o_proj's input, and what ``probs @ v`` and dropout kept (their nodes ran first); the softmax's own output
         stays until its node has run (block_extras.block_backward_transient)."""
-        keys = ("attn_out", "attn.probs", "attn.dropout_out", "attn.dropout_mask")
+        keys = ("attn_out", "attn.probs", "attn.dropout_out", "attn.dropout_mask", *self.after_attention)
         return self._mlp_bytes + sum(self.items.get(k, 0) for k in keys)
 
     @property
@@ -117,12 +119,6 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
         mlp=c,
         attn=c,
     )
-
-
-def mlp_down(spec: ModelSpec, lins: Iterable[Linear]) -> Linear | None:
-    """The MLP's output linear among ``lins``: the last one back to the hidden size (a fused gate/up bank listed
-    before it can be as wide as the hidden size too, 2 x moe_intermediate_size = hidden_size)."""
-    return next((lin for lin in reversed(list(lins)) if lin.out_features == spec.hidden_size), None)
 
 
 def mlp_width(spec: ModelSpec) -> int:
@@ -218,12 +214,14 @@ def _block_norms(blk: Block, out: Saved) -> str:
         if spec.parallel_norms > 1:
             _norm(blk, out, "norm2", "block_in", res)
         return "attn_in" if spec.parallel_norms == 1 else "mlp_in"
+    before = set(out.items)
     if spec.sandwich_norms:
         _norm(blk, out, "post_attn_norm", "attn_proj_out", blk.dt.compute)
         _norm(blk, out, "norm2", "resid_mid", res)
         _norm(blk, out, "post_mlp_norm", "mlp_out", blk.dt.compute)
     else:
         _norm(blk, out, "norm2", "resid_mid", res)
+    out.after_attention = tuple(k for k in out.items if k not in before)
     return "mlp_in"
 
 

@@ -38,40 +38,74 @@ def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     return spec.kv_broadcast_view or sc.precision.compute_bytes == 4
 
 
+def window_masked(spec: ModelSpec, sc: Scenario) -> bool:
+    """Whether transformers' SDPA path builds a sliding-window mask: only a sequence shorter than the window
+    skips it. transformers v5.24.0 masking_utils.py _ignore_causal_mask_sdpa: ``if local_attention_size is not None
+    and kv_length >= local_attention_size: return False`` (v4.53.0 alike); v4.44.2 modeling_attn_mask_utils.py
+    AttentionMaskConverter._ignore_causal_mask_sdpa skips only where ``key_value_length < sliding_window``. So a
+    sequence exactly as long as the window (Mistral 7B v0.1 at 4096) gets a mask too."""
+    return bool(spec.sliding_window) and sc.seq_len >= spec.sliding_window
+
+
+def mask_count(spec: ModelSpec, profile: FrameworkProfile) -> int:
+    """How many (B, 1, S, S) masks transformers' eager path builds: one per attention type the layers use where
+    masking_utils builds them (``profile.masks_per_layer_type``; transformers v5.24.0 models/gemma2/modeling_gemma2.py
+    l. 421-433 ``causal_mask_mapping`` = create_causal_mask and create_sliding_window_causal_mask, Gemma 3 and
+    gpt-oss alike, Qwen2/3 only ``if self.has_sliding_layers``); eager masks are never skipped
+    (masking_utils.py eager_mask: ``allow_is_causal_skip=False``), so a window longer than the sequence still makes
+    its mask. The simulator's trace of a tiny Gemma 2 (one sliding and one full layer): two ``where.self`` (B, 1, S, S)
+    tensors. Else one: the model's ``_update_causal_mask`` (v4.44.2-v4.52.4)."""
+    if profile.runs_transformers_modeling and profile.masks_per_layer_type and spec.layer_types:
+        return len(set(spec.layer_types))
+    return 1
+
+
 def _expands_kv(blk: Block, eager: bool) -> bool:
     """Whether k and v are repeated to every query head before the kernel.
 
-    transformers passes enable_gqa to SDPA only without a mask; a sliding window shorter than the
-    sequence makes a mask, and then repeat_kv expands k and v to every head (sdpa_attention.py)."""
+    Eager attention repeats them (repeat_kv). transformers' flash-attn path takes grouped k and v (v4.44.2
+    models/llama/modeling_llama.py LlamaFlashAttention2, v5.24.0 integrations/flash_attention.py: no repeat_kv).
+    Its SDPA path repeats them where the profile says so (``expands_kv_for_sdpa``: transformers before v4.54) and,
+    from v4.54 on, where a mask is passed (use_gqa_in_sdpa: enable_gqa only without one): a sliding window no longer
+    than the sequence makes one (:func:`window_masked`)."""
     spec, sc, profile = blk.spec, blk.sc, blk.profile
-    windowed = bool(
-        profile.runs_transformers_modeling and spec.sliding_window and not spec.layer_types
-        and sc.seq_len > spec.sliding_window
-    )
-    return spec.num_key_value_heads < spec.num_attention_heads and (
-        eager or profile.expands_kv_for_sdpa or windowed
-    )
+    if spec.num_key_value_heads >= spec.num_attention_heads:
+        return False
+    if eager:
+        return True
+    if profile.runs_transformers_modeling and sc.attention is Attention.FLASH:
+        return False
+    windowed = profile.runs_transformers_modeling and not spec.layer_types and window_masked(spec, sc)
+    return profile.expands_kv_for_sdpa or windowed
 
 
 def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Models that mix sliding-window and full-attention layers (``layer_types``: Gemma 2/3, gpt-oss): on a
-    sliding layer whose window is shorter than the sequence transformers builds a mask, so SDPA gets no
+    sliding layer whose window is no longer than the sequence transformers builds a mask, so SDPA gets no
     ``enable_gqa`` and ``repeat_kv`` expands k and v to every query head first (transformers v5.24.0
     integrations/sdpa_attention.py ``use_gqa_in_sdpa``: only without a mask); the kernel saves the expanded
     copies. The walk keeps the full layers' un-expanded k and v; this adds the difference on each such sliding
-    layer (the simulator's trace of Gemma 3: three [B, heads, S, D] q/k/v tensors on its sliding layers)."""
-    window = spec.sliding_window
-    if (not profile.runs_transformers_modeling or not spec.layer_types or not window or sc.seq_len <= window
-            or sc.attention is not Attention.SDPA or sc.gradient_checkpointing is not Checkpointing.NONE
+    layer (the simulator's trace of Gemma 3: three [B, heads, S, D] q/k/v tensors on its sliding layers). Under
+    checkpointing only the recomputed layer has them (forward_extras.sliding_window_recompute)."""
+    if sc.gradient_checkpointing is not Checkpointing.NONE:
+        return 0
+    return spec.layer_types.count("sliding_attention") * masked_layer_kv_repeat(spec, sc, profile)
+
+
+def masked_layer_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """What one masked sliding layer of a ``layer_types`` model adds by repeating k and v to every query head
+    (:func:`sliding_layers_kv_repeat`); 0 where the block walk repeats them on every layer already (eager attention,
+    ``profile.expands_kv_for_sdpa``: :func:`_expands_kv`)."""
+    if (not profile.runs_transformers_modeling or not spec.layer_types or not window_masked(spec, sc)
+            or sc.attention is not Attention.SDPA or profile.expands_kv_for_sdpa
             or spec.num_key_value_heads >= spec.num_attention_heads or runs_eager_attention(spec, sc, profile)):
-        return 0  # eager attention repeats k/v on every layer (the walk's _expands_kv)
+        return 0
     from vramfit.estimate.allocator import round_allocation
 
-    layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
     c, T, d = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len, spec.head_dim
     expanded = round_allocation(c * T * spec.num_attention_heads * d)
     own = round_allocation(c * T * spec.num_key_value_heads * d)
-    return layers * 2 * (expanded - own)
+    return 2 * (expanded - own)
 
 
 def _qkv_out_fp32(blk: Block) -> bool:

@@ -5,7 +5,7 @@ saved tensors outside the blocks (final norm, lm_head input, eager mask)."""
 from __future__ import annotations
 
 from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
-from vramfit.estimate.attention import runs_eager_attention, sdpa_math_fallback
+from vramfit.estimate.attention import mask_count, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.loss import layer_kv_bytes
 from vramfit.estimate.norms import NormSite, norm_saved
@@ -128,15 +128,22 @@ def block_input_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
 
 
 def eager_mask(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Eager attention's additive (B, 1, S, S) mask, built in the embeddings' dtype (transformers v5.24.0
+    """Eager attention's additive (B, 1, S, S) masks, built in the embeddings' dtype (transformers v5.24.0
     masking_utils.py create_causal_mask(dtype=inputs_embeds.dtype), ``torch.where(mask, 0.0, finfo(dtype).min)``;
     v4.31 modeling_llama.py _prepare_decoder_attention_mask(..., inputs_embeds) the same): fp32 where the residual
-    stream is (-mixed, PEFT's fp32 embeddings for QLoRA), as the simulator traces it (``where.self``). Every
-    checkpointed block's recompute holds it as an argument (torch v2.13.0 utils/checkpoint.py), so under
-    checkpointing it lives through the whole backward; without, it lives to the forward's end."""
-    if sc.attention is not Attention.EAGER:
+    stream is (-mixed, PEFT's fp32 embeddings for QLoRA), as the simulator traces it (``where.self``). One per
+    attention type the layers use (:func:`attention.mask_count`: Gemma 2/3 and gpt-oss make a causal and a sliding
+    one). transformers builds them for every model that runs eager attention, also where SDPA was asked but the
+    model has no SDPA path (``runs_eager_attention``: Gemma 2's soft-capping, gpt-oss's sinks, BLOOM's ALiBi;
+    v5.24.0 ``_supports_sdpa = False``). Every checkpointed block's recompute holds its mask as an argument (torch
+    v2.13.0 utils/checkpoint.py), so under checkpointing they live through the whole backward; without, to the
+    forward's end."""
+    eager = sc.attention is Attention.EAGER or (profile.runs_transformers_modeling
+                                                and runs_eager_attention(spec, sc, profile))
+    if not eager:
         return 0
-    return dtypes_for(sc, profile, spec).residual * sc.micro_batch_size * sc.seq_len * sc.seq_len
+    one = dtypes_for(sc, profile, spec).residual * sc.micro_batch_size * sc.seq_len * sc.seq_len
+    return mask_count(spec, profile) * one
 
 
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
@@ -154,8 +161,12 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if lm_head_trainable or (quantized and profile.qlora_saves_input and profile.qlora_quantizes_lm_head):
         total += dt.compute * T * h
-    if sc.gradient_checkpointing is Checkpointing.NONE:
-        total += eager_mask(spec, sc, profile)  # checkpointed: kept into backward (step.Activations.masks)
+    if sc.gradient_checkpointing is Checkpointing.NONE and not profile.runs_transformers_modeling:
+        # checkpointed: kept into backward (step.Activations.masks). Not checkpointed, transformers' masks are
+        # locals of the base model's forward that nothing saves (``attn_weights + mask``: add keeps no input), freed
+        # when it returns, before the output layer (the simulator's trace: freed in forward); they count at the
+        # top block's softmax only (forward_softmax_moment)
+        total += eager_mask(spec, sc, profile)
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h
     return total

@@ -17,6 +17,7 @@ from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
+from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
@@ -30,8 +31,10 @@ from vramfit.estimate.fsdp2 import (
     split_root,
     tail_gather_output,
 )
+from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.loss import projection_stage
+from vramfit.estimate.moe_lora import fsdp2_lora_middle_block
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
@@ -80,6 +83,7 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     BT: _tied_end,
     BS: lambda step: in_backward_steps(step.spec, step.sc)[1] > 0,
     OPT: lambda step: not step.sc.optimizer_in_backward,
+    StepPhase.EVALUATE: lambda step: evaluates(step),  # eval_batch_size > 0 (estimate/evaluation.py)
 }
 
 
@@ -108,12 +112,12 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
            step.parts.autocast_copies - step.head_autocast + recast, held_reduce_scatter_input(step, top=True))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
-        return max((top, second_lowest_block(step) or top), key=sum)
+        return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))
-    return max((top, lowest, second_lowest_block(step) or top), key=sum)
+    return max((top, lowest, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
 
 
 def gradients(step: Step) -> Iterator[Contribution]:
@@ -200,7 +204,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
-    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else comm) - late - fwd_root)
+    block = comm + previous_gather_at_copy_out(step)  # a block's copy-out (estimate/fsdp2_forward.py)
+    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else block) - late - fwd_root)
     yield Contribution("comm_buffers", FA, comm - late - fwd_root)  # a block's forward: its gathers, no logits
     yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
@@ -283,7 +288,7 @@ def load_high_point(step: Step) -> Iterator[Contribution]:
 
 CONTRIBUTORS: tuple[Contributor, ...] = (
     model_state, gradients, activations, logits_loss, communication, temporaries, framework_buffers, previous_step,
-    load_high_point)
+    load_high_point, evaluation_pass)
 
 
 def phase_breakdowns(step: Step, contributors: Iterable[Contributor] = CONTRIBUTORS) -> tuple[PhaseBreakdown, ...]:

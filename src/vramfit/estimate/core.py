@@ -19,6 +19,8 @@ from vramfit.estimate.framework import (
     OptimizerImpl,
     adapter_bytes,
 )
+from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
+from vramfit.estimate.moe_lora import fsdp2_block_adapters
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
 from vramfit.estimate.state import (
     Sharding,
@@ -202,6 +204,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     p = Parts()
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
+    check_fused_head_unit(spec, sc, profile)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     adapters += vision_adapters(spec, sc, profile)
     trainable = _base_state(p, spec, sc, profile, shd)
@@ -269,7 +272,7 @@ def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
         else:
             total += lin.weight_params * sc.precision.compute_bytes
         total += lin.bias_params * sc.precision.compute_bytes
-    return total + spec.block_norm_params * sc.precision.compute_bytes
+    return total + spec.block_norm_params * sc.precision.compute_bytes + fsdp2_block_adapters(spec, sc, profile)
 
 
 def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts) -> int:

@@ -4,29 +4,66 @@ masks transformers builds (moved out of estimate/core.py, which keeps the model 
 from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.attention import masked_layer_kv_repeat, runs_eager_attention, window_masked
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
 
 
 def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Sliding-window layers whose window is shorter than the sequence get a real mask in
-    transformers; SDPA then runs its memory-efficient kernel, which saves the 16-bit additive
-    [B, 1, S, S] bias for backward in every such layer (not under checkpointing, which recomputes)."""
-    window = spec.sliding_window
+    """The masks an SDPA run keeps where a sliding window no longer than the sequence makes transformers build
+    one (attention.window_masked); none where the model runs eager attention (attention.runs_eager_attention:
+    Gemma 2, gpt-oss, BLOOM; their masks are block_extras.eager_mask's).
+
+    masking_utils (``profile.masks_per_layer_type``, transformers v5.24.0 sdpa_mask) hands SDPA a boolean mask,
+    which torch converts to a 16-bit additive bias in each call (torch v2.13.0 aten/src/ATen/native/transformers/
+    attention.cpp convert_boolean_attn_mask; the simulator traces ``logical_not`` and ``zeros_like`` in every
+    sliding layer); the memory-efficient kernel then saves that [B, 1, S, S] bias for backward in every such layer
+    (not under checkpointing: the forward keeps nothing and each recompute makes its own). Before (v4.44.2
+    models/mistral/modeling_mistral.py _update_causal_mask l. 845-951), one float mask in the embeddings' dtype,
+    the window baked in, is every layer's ``attn_mask``: saved by each kernel (or held by each checkpointed layer as
+    its argument), one tensor through backward."""
     if (
         not profile.runs_transformers_modeling  # transformers' masking (masking_utils); others use flash/flex
-        or not window
-        or sc.seq_len <= window
+        or not window_masked(spec, sc)
         or sc.attention is not Attention.SDPA
-        or sc.gradient_checkpointing is not Checkpointing.NONE
+        or runs_eager_attention(spec, sc, profile)
     ):
         return 0
+    squares = sc.micro_batch_size * sc.seq_len * sc.seq_len
+    if not profile.masks_per_layer_type and not spec.layer_types:
+        from vramfit.estimate.activations import dtypes_for
+
+        return round_allocation(dtypes_for(sc, profile, spec).residual * squares)
+    layers = sliding_layers(spec)
+    if not layers:
+        return 0
+    if sc.gradient_checkpointing is not Checkpointing.NONE:
+        # the boolean mask itself, [1, 1, S, S] (masking_utils.sdpa_mask expands a batch-free mask), is every
+        # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor)
+        return round_allocation(sc.seq_len * sc.seq_len)
+    return layers * round_allocation(sc.precision.compute_bytes * squares)
+
+
+def sliding_layers(spec: ModelSpec) -> int:
+    """Layers that attend through the sliding window: those ``layer_types`` names so, else every layer."""
     if spec.layer_types:
-        layers = sum(1 for t in spec.layer_types if t == "sliding_attention")
-    else:
-        layers = spec.num_hidden_layers
-    return layers * round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
+        return sum(1 for t in spec.layer_types if t == "sliding_attention")
+    return spec.num_hidden_layers
+
+
+def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """What a checkpointed sliding layer's recompute adds where masking_utils hands SDPA a boolean mask
+    (:func:`sliding_window_masks`): torch converts it again, and the memory-efficient kernel keeps that [B, 1, S, S]
+    16-bit bias until the layer's attention backward has run; with ``layer_types`` the layer also keeps k and v
+    repeated to every query head (attention.sliding_layers_kv_repeat, which counts them without checkpointing only).
+    The simulator's trace of a tiny Mistral (window 128, 2048 tokens, full checkpointing) peaks in the top block's
+    backward with that layer's ``zeros_like`` bias beside the model's boolean mask: -25 % without them."""
+    if (sc.gradient_checkpointing is Checkpointing.NONE or not sliding_window_masks(spec, sc, profile)
+            or not profile.masks_per_layer_type):
+        return 0
+    bias = round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
+    return bias + masked_layer_kv_repeat(spec, sc, profile)
 
 
 def autocast_copies(spec: ModelSpec, sc: Scenario, head_calls: int = 1) -> tuple[int, int]:

@@ -36,6 +36,14 @@ _FSDP2_UNITS = (("fsdp2", True), ("fsdp1_host_wrap", False), ("fsdp1_sync_module
 # torch.optim.AdamW(**adam_kwargs) with no `fused`/`foreach`, which torch defaults to foreach on CUDA
 # (torch v2.5.1 torch/optim/adamw.py adamw(): _default_to_fused_or_foreach(..., use_fused=False))
 _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
+# transformers before v4.53.0 (the first wheel with masking_utils.py; v4.52.4 has none): the model's own
+# _update_causal_mask, one shared float mask (v4.44.2 models/mistral/modeling_mistral.py l. 845-951,
+# models/gemma2/modeling_gemma2.py l. 568-580 and 875-909; v4.52.4 alike)
+_MODEL_MASKS = ("masks_per_layer_type", False)
+# transformers before v4.54 repeats k and v to every query head before SDPA, mask or not (v4.44.2
+# models/llama/modeling_llama.py LlamaSdpaAttention.forward l. 642-643; v4.52.4 and v4.53.0
+# integrations/sdpa_attention.py sdpa_attention_forward); v4.54.1 added use_gqa_in_sdpa (enable_gqa without a mask)
+_SDPA_REPEATS_KV = ("expands_kv_for_sdpa", True)
 # DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
 _DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
 
@@ -53,6 +61,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_quantizes_lm_head=False,
         # transformers >= 4.46 (PR #33902): logits stay in the model dtype, ForCausalLMLoss upcasts
         standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
+        fused_loss_trains_only=True,  # the HF Trainer's use_liger_kernel: Liger's lce_forward (profile_fields.py)
         # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers v5.24.0
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,
@@ -60,6 +69,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         lora_4bit_clones_output=True,
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
+        masks_per_layer_type=True,  # transformers v5.24.0 masking_utils.py (profile_fields.py)
         quantizes_exact_linear_only=True,
         mxfp4_index_bytes=4,  # transformers v5.24.0 integrations/mxfp4.py l. 270: .to(torch.int)
         fsdp_mixed_casts_params=True,
@@ -102,22 +112,27 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion(
                 "transformers-4.44",
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
-                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH),
+                "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach); one "
+                "attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v repeated to "
+                "every head (no enable_gqa before v4.54)",
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV),
             ),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
                 "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
-                "(foreach)",
-                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH),
+                "(foreach); one attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v "
+                "repeated to every head (no enable_gqa before v4.54)",
+                (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
+                 _SDPA_REPEATS_KV),
             ),
             FrameworkVersion(
                 "transformers-4.53",
                 "transformers v4.49.0-v4.53.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); "
                 "Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 `default_optim = \"adamw_torch\"`, "
-                "trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for adamw_torch_fused), i.e. foreach",
-                (_ADAMW_TORCH_FOREACH,),
+                "trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for adamw_torch_fused), i.e. foreach; SDPA gets k "
+                "and v repeated to every head (no enable_gqa before v4.54)",
+                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV),
             ),
             FrameworkVersion(
                 "peft-0.11",

@@ -341,11 +341,13 @@ def _grad_bytes(step: Step) -> int:
 def forward_at_logits(step: Step) -> bool | None:
     """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
     where forward adds both (the generic model)."""
+    from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
+
     freed = blocks_freed_at_loss(step)
     if not freed:
         return None
     fwd_copy = step.fetch_copy[0]
-    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant)
+    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant) + previous_gather_at_copy_out(step)
     return step.loss.forward_peak + tail_gather_output(step) >= block_moment
 
 
@@ -385,7 +387,8 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     unreduced = 2 * block_params + step.spec.embedding_params + (step.spec.lm_head_params if head else 0)
     # held between micro-batches, every shard exists already (module docstring, 6)
     shards = 0 if step.held_grads else p.gradients - p.gradients * min(p.num_trainable, unreduced) // p.num_trainable
-    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step))
+    # accelerate's split units: the lowest block, not this one, prefetches the embedding unit (docstring, 4)
+    held = round_allocation(_block_elements(step.spec, step.sc.shard_group) * _reduce_bytes(step)) - root_resharded(step, False)
     grads = step.held_grads + shards + head + step.block_grads
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 

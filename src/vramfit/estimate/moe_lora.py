@@ -9,7 +9,7 @@ from typing import Any
 
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import Linear, ModelSpec
-from vramfit.scenario import Scenario
+from vramfit.scenario import Method, Parallelism, Scenario
 
 
 def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quantized: bool) -> int:
@@ -100,3 +100,60 @@ def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
     if not blk.sc.compile:
         out.add("shared.act_out", m * T * width)
     out.add("shared.up_out", m * T * width)
+
+
+def fsdp2_block_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of one block's LoRA adapters in its FSDP2 all-gather: ``fully_shard(block)`` puts every parameter under
+    the block, the adapters too, in one param group, and ``foreach_all_gather`` gathers them all into one output
+    (torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_collectives.py: ``all_gather_input_numel`` sums every
+    parameter's shard, a uint8 buffer where their dtypes differ), each in the policy's ``param_dtype`` where the
+    MixedPrecisionPolicy casts (-mixed) and in its own dtype otherwise (_fsdp_param.py ``all_gather_inputs``). A
+    few MiB on a dense block; PEFT's ParamWrapper on fused experts holds rank x experts rows per bank (the
+    simulator's tiny Qwen3-MoE block all-gathers 236,857,856 B, 33,824,768 B of them fp32 adapters)."""
+    from vramfit.estimate.framework import adapter_bytes, casts_params
+
+    if not (profile.fsdp2 and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)):
+        return 0
+    elem = sc.precision.compute_bytes if casts_params(sc, profile) else adapter_bytes(profile, sc.precision)
+    return elem * _block_adapter_params(spec, sc, profile)
+
+
+def fsdp2_lora_middle_block(step: Any) -> tuple[int, int, int, int] | None:
+    """FSDP2 LoRA: (gradients, activations, autocast copies, communication bytes beyond ``parts.comm_buffers``) in
+    the backward of a block with one above and one below it, the LoRA counterpart of
+    fsdp2.second_lowest_block; None elsewhere. Its own unit and the one below (prefetched) are gathered (in
+    ``parts.comm_buffers``), and FSDP2 still holds the block above's flat reduce-scatter input (estimate/fsdp2.py,
+    1: ``post_backward`` keeps ``comm_ctx.reduce_scatter_state`` until the next unit's post-backward): that block's
+    adapter gradients whole, in the reduce dtype (the policy's ``reduce_dtype`` where it casts, else the adapters'
+    own; torch v2.13.0 _fsdp_collectives.py ``foreach_reduce``). A few MiB on a dense block; PEFT's ParamWrapper
+    on fused experts makes it weight-sized (the simulator's tiny Qwen3-MoE: the middle block's backward holds the
+    top block's 33,824,768 B fp32 input); under accelerate's split units the embedding is not gathered there.
+    ``step``: the estimator's Step."""
+    from vramfit.estimate.framework import adapter_bytes, casts_params
+    from vramfit.estimate.fsdp2 import root_resharded
+
+    sc, spec, profile = step.sc, step.spec, step.profile
+    L = spec.num_hidden_layers
+    if (not profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout
+            or sc.optimizer_in_backward or sc.method is Method.FULL or L < 3):
+        return None
+    if casts_params(sc, profile):
+        elem = sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4
+    else:
+        elem = adapter_bytes(profile, sc.precision)
+    # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4)
+    held = elem * _block_adapter_params(spec, sc, profile) - root_resharded(step, backward=False)
+    a = step.acts
+    return step.held_grads + step.layer_grads, a.lowest + a.blocks // L + a.masks + a.recompute, \
+        step.lowest_autocast, held
+
+
+def _block_adapter_params(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Elements of one decoder block's LoRA adapters (none in full fine-tuning)."""
+    from vramfit.estimate.params import resolve_adapters
+
+    if sc.method is Method.FULL:
+        return 0
+    adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
+    return sum(t.numel * ad.per_layer for ad in adapters if ad.per_layer and not ad.vision
+               for t in ad.tensors(sc.lora_rank, 1))

@@ -6,6 +6,7 @@ this one inventory, so tied embeddings, fused projections and MoE experts are ha
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
 
@@ -229,9 +230,11 @@ def _all_linear_moe(spec: ModelSpec, lin: Linear) -> list[Adapter]:
         return []
     if lin.group == "router":
         return [Adapter(lin.name, lin.in_features, lin.out_features, 1, layers=lin.layers, param_wrapper=True)]
-    if lin.out_features == spec.hidden_size:  # down_proj
+    experts = [x for x in spec.block_linears if x.group == "expert"]
+    down = mlp_down(spec, experts)  # by position: gate and up are as wide as the hidden size when
+    if lin is down:                 # moe_intermediate_size equals it, and are still one rank-2r gate_up_proj
         return [Adapter(lin.name, lin.in_features, lin.out_features, lin.count, layers=lin.layers, param_wrapper=True)]
-    ups = [x for x in spec.block_linears if x.group == "expert" and x.out_features != spec.hidden_size]
+    ups = [x for x in experts if x is not down]
     if lin is not ups[0]:
         return []  # gate and up held apart in the spec (w1, w3) are one gate_up_proj parameter
     out = sum(x.out_features for x in ups)
@@ -244,3 +247,9 @@ def adapter_tensors(adapters: list[Adapter], rank: int, layers: int) -> list[Par
     for ad in adapters:
         out.extend(ad.tensors(rank, layers))
     return out
+
+
+def mlp_down(spec: ModelSpec, lins: Iterable[Linear]) -> Linear | None:
+    """The MLP's output linear among ``lins``: the last one back to the hidden size (a fused gate/up bank listed
+    before it can be as wide as the hidden size too, 2 x moe_intermediate_size = hidden_size)."""
+    return next((lin for lin in reversed(list(lins)) if lin.out_features == spec.hidden_size), None)

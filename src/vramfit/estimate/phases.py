@@ -34,6 +34,7 @@ class StepPhase(str, Enum):
     BACKWARD_END_STEP = "backward-end-step"
     ZERO_GRAD = "zero_grad"  # gradients released (set_to_none=True)
     OPTIMIZER_STEP = "optimizer-step"  # the optimizer's update and its temporaries
+    EVALUATE = "evaluate"  # an evaluation pass between optimizer steps, under no_grad (estimate/evaluation.py)
 
     @property
     def traced_as(self) -> StepPhase:
@@ -58,7 +59,8 @@ class StepPhase(str, Enum):
 _TRACE_MARKS = {StepPhase.OPTIMIZER_STEP: "optimizer"}
 _BY_MARK = {
     p.trace_mark: p
-    for p in (StepPhase.LOAD, StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.ZERO_GRAD, StepPhase.OPTIMIZER_STEP)
+    for p in (StepPhase.LOAD, StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.ZERO_GRAD, StepPhase.OPTIMIZER_STEP,
+              StepPhase.EVALUATE)
 }
 
 

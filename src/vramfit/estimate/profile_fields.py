@@ -212,6 +212,13 @@ class FrameworkProfile:
     # mask for sliding windows, sdpa_attention.py passes enable_gqa only without a mask, soft-capped
     # attention falls back to eager, MoE experts are 3-D parameters (PEFT ParamWrapper for LoRA)
     runs_transformers_modeling: bool = False
+    # transformers >= v4.53.0 masking_utils.py (v5.24.0 alike): the model builds one (B, 1, S, S) mask per attention
+    # type its layers use (Gemma 2/3, gpt-oss: ``causal_mask_mapping`` = create_causal_mask and
+    # create_sliding_window_causal_mask), float for eager, boolean for SDPA (torch converts it to a 16-bit bias in
+    # every layer's call). False: v4.44.2-v4.52.4 ``_update_causal_mask`` builds one float mask in the embeddings'
+    # dtype that every layer shares (Mistral bakes the window into it; Gemma 2/3 make their sliding mask inside each
+    # sliding decoder layer, dropped when the layer returns). estimate/attention.py mask_count, forward_extras.py
+    masks_per_layer_type: bool = False
     # transformers v5.24.0 integrations/bitsandbytes.py quantizes only modules whose type is exactly
     # nn.Linear (Falcon's FalconLinear stays unquantized) and never the 3-D expert parameters
     quantizes_exact_linear_only: bool = False
@@ -293,7 +300,9 @@ class FrameworkProfile:
     # from above (estimate/first_batch.py states the floor)
     longest_sample_first: bool = False
     # what the loop still references from the previous micro-batch while the next one runs its forward (LoopCarry:
-    # each value cites its loop); what backward did not free of the graph stays (estimate/retained_graph.py)
+    # each value cites its loop, e.g. litgpt@5895df10 finetune/lora.py l. 276-280 `logits = model(...)` bound until
+    # the next forward returns; transformers v5.24.0 Trainer.training_step returns `loss.detach()`); what backward
+    # did not free of the graph stays (estimate/retained_graph.py)
     loop_carry: LoopCarry = LoopCarry.NOTHING
     # full fine-tuning computes the logits unchunked (litgpt@0077627 finetune/full.py `logits = model(input_ids)`,
     # then chunked_cross_entropy over 128-token chunks of them); LoRA keeps the chunked head (lora.py)
@@ -315,6 +324,11 @@ class FrameworkProfile:
     # `chosen_logits, rejected_logits = all_logits.split(batch_size, dim=0)` (views) are held by
     # get_batch_loss_metrics (:289-290) while compute_reference_log_probs runs (:293); TRL reduces them to means
     keeps_policy_logits: bool = False
+    # the fused linear cross-entropy (scenario loss "fused") runs only in training: Liger's patched forward
+    # materialises the logits and calls the model's own loss outside it (linkedin/Liger-Kernel v0.5.8
+    # src/liger_kernel/transformers/model/qwen2.py lce_forward l. 206 ``if self.training and (labels is not None)``;
+    # v0.5.10 l. 202), so evaluation passes hold whole logits (estimate/evaluation.py)
+    fused_loss_trains_only: bool = False
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),

@@ -35,6 +35,7 @@ from vramfit.estimate.forward_extras import (
     autocast_copies,
     head_autocast_copy,
     sliding_window_masks,
+    sliding_window_recompute,
 )
 from vramfit.estimate.framework import (
     FrameworkProfile,
@@ -185,6 +186,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
     blocks, recompute = blocks + cross, max(recompute, cross_recompute)
+    recompute += sliding_window_recompute(spec, sc, profile)  # a recomputed sliding layer's SDPA bias
     return Activations(
         saved, per_layer, blocks + tower, max(recompute, tower_recompute),
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),

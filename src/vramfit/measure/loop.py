@@ -164,6 +164,25 @@ def _step(model: Any, scenario: Scenario, step: int, params: list[Any], optimize
         else:
             optimizers[0].step()
     model.zero_grad(set_to_none=True)
+    if scenario.eval_batch_size:
+        where[0] = f"step{step}.evaluate"
+        probe.checkpoint(where[0])
+        _evaluate(model, scenario, device, vocab_size, autocast_dtype)
+
+
+def _evaluate(model: Any, scenario: Scenario, device: str, vocab_size: int, autocast_dtype: Any) -> None:
+    """An evaluation pass after the step (scenario eval_batch_size; estimate/evaluation.py): the HF Trainer's
+    evaluation_loop sets eval mode and prediction_step runs the model with its labels under torch.no_grad()
+    (transformers v4.51.3 trainer.py)."""
+    import torch
+
+    ids = torch.randint(0, vocab_size, (scenario.eval_batch_size, scenario.seq_len), device=device)
+    model.eval()
+    try:
+        with torch.no_grad(), _autocast(device, autocast_dtype):
+            del model(input_ids=ids, labels=ids).loss
+    finally:
+        model.train()
 
 
 @contextlib.contextmanager

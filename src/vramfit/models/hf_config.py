@@ -302,6 +302,11 @@ def _llama_sliding(c: _Cfg, layers: int) -> tuple[int | None, tuple[str, ...]]:
     elif mt in ("qwen2", "qwen3", "qwen3_moe"):
         if c.bool("use_sliding_window", default=False):
             sliding = c.get("sliding_window", default=None)
+        if sliding is not None and mt != "qwen3_moe":
+            # transformers v5.24.0 models/qwen2/configuration_qwen2.py __post_init__ l. 87-93 (qwen3 alike): only
+            # the layers from max_window_layers on slide
+            first = c.int("max_window_layers", default=28)
+            layer_types = _layer_types(c, layers, lambda i: "sliding_attention" if i >= first else "full_attention")
     elif mt == "gemma2":
         sliding = c.int("sliding_window", default=4096)
         layer_types = _layer_types(

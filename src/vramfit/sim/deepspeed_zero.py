@@ -368,4 +368,12 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
             for tensors, sids in ((zero_state_tensors(engine), tracker.trace.state_sids),
                                   (zero_grad_tensors(engine), tracker.trace.grad_sids)):
                 sids.update(sid for sid in map(tracker.sid_of, tensors) if sid is not None)
+        if sc.eval_batch_size:  # an evaluation pass under no_grad, engine in eval mode (sim/run.py _evaluate)
+            tracker.mark(StepPhase.EVALUATE.trace_mark)
+            tracker.in_logits = False
+            ids, labels, _ = images.batch(None, built.vocab_size, sc.eval_batch_size, sc.seq_len, dtype, GPU)
+            engine.eval()
+            with torch.no_grad():
+                del engine(input_ids=ids, labels=labels).loss
+            engine.train()
         tracker.mark("end")

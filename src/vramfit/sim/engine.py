@@ -41,6 +41,17 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
     return rm.id, rm.config, rm.origin, tuple(rm.notes), rm.spec.num_params
 
 
+def _check_model(sc: Scenario) -> None:
+    """The estimator's refusals that need the model (estimate/fsdp2_fused_head.py): a setup the real library fails on
+    is told in one line here too, not as the traceback the traced run would raise."""
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
+    from vramfit.models.catalog import resolve_generic, resolve_model
+
+    spec = (resolve_model(sc.model) if sc.model is not None else resolve_generic(sc.params)).spec
+    check_fused_head_unit(spec, sc, scenario_profile(sc))
+
+
 # FSDP2 fully_shard with reshard_after_forward True (fsdp) or False (fsdp-grad-op), sim/fsdp.py
 _FSDP = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
 
@@ -87,6 +98,7 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
     t0 = time.perf_counter()
     sc = parse_scenario(scenario)
     _check(sc)
+    _check_model(sc)
     model_id, config, origin, notes, num_params = resolve_config(sc)
     full = num_layers_of(config)
     depths, windows = _depths(config, layers, full)
@@ -197,7 +209,7 @@ def workspaces_for(sc: Scenario) -> list[int]:
     return [(CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value, CUBLASLT_WORKSPACE.value]
 
 
-_TRACED = (StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP)
+_TRACED = (StepPhase.SCORE, StepPhase.FORWARD, StepPhase.BACKWARD, StepPhase.OPTIMIZER_STEP, StepPhase.EVALUATE)
 
 
 def _phase_kind(label: str) -> str:

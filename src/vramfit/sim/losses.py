@@ -15,6 +15,17 @@ ops (Liger's Triton kernel is not run).
 
 Both compute the hidden states with the model's own decoder (``get_decoder()``), so final-logit soft-capping
 (Gemma 2) is not applied: it costs no memory in the fused kernels that support it.
+
+Both run inside the call of the training root (the PEFT wrapper or the ``*ForCausalLM``), as the recipes do:
+Liger replaces the class's forward (Liger-Kernel v0.5.2 transformers/monkey_patch.py
+``modeling_llama.LlamaForCausalLM.forward = llama_lce_forward``; model/llama.py ``lce_forward`` runs
+``self.model(...)`` then the fused loss on ``self.lm_head.weight``), and torchtune's output chunks are made in
+``TransformerDecoder.forward`` (torchtune v0.4.0 modules/transformer.py ``chunked_output``). The root's hooks
+therefore run: under FSDP2 the root unit's pre-forward all-gathers what it owns (the embedding and, without
+their own unit, the final norm and ``lm_head``; torch v2.13.0 distributed/fsdp/_fully_shard/_fsdp_state.py
+``_pre_forward``, whose ``_lazy_init`` also makes the first unit called the root). Calling the decoder directly
+skipped them and left the embedding a sharded DTensor (``aten.embedding.default got mixed torch.Tensor and
+DTensor``), an error of the simulator alone: a real run enters through the root.
 """
 
 from __future__ import annotations
@@ -31,6 +42,17 @@ IGNORE_INDEX = -100
 
 
 def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss computed inside the root's own call (module docstring): the ``*ForCausalLM``'s forward is replaced
+    for the call, as Liger's monkey patch replaces it, and PEFT's forward reaches it through ``self.model.forward``."""
+    causal_lm = built.causal_lm
+    causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels)
+    try:
+        return built.model(input_ids=ids)
+    finally:
+        del causal_lm.forward
+
+
+def _loss_on_hidden(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     decoder = built.causal_lm.get_decoder()
     hidden = decoder(input_ids=ids).last_hidden_state
     head = built.lm_head

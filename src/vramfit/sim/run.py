@@ -147,6 +147,8 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                         tracker.trace.state_sids.add(sid)
             tracker.mark(f"it{it}.{StepPhase.ZERO_GRAD.trace_mark}")
             model.zero_grad(set_to_none=True)
+        if scenario.eval_batch_size:
+            _evaluate(built, scenario, tracker, device)
         tracker.mark("end")
     if not scenario.optimizer_in_backward and scenario.grad_accum >= 1:
         assumptions.append("Gradient clipping: torch.nn.utils.clip_grad_norm_(max_norm=1.0), HF Trainer default.")
@@ -222,6 +224,22 @@ def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labe
     from vramfit.sim.losses import chunked_or_fused_loss
 
     return chunked_or_fused_loss(built, scenario, ids, labels)
+
+
+def _evaluate(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str) -> None:
+    """An evaluation pass after the optimizer steps (scenario ``eval_batch_size``, estimate/evaluation.py): the HF
+    Trainer's ``evaluation_loop`` puts the model in eval mode and ``prediction_step`` runs ``compute_loss`` under
+    ``torch.no_grad()`` (transformers v4.51.3 trainer.py); the model's own loss, as Liger's patched forward runs
+    outside training (Liger-Kernel v0.5.8 transformers/model/qwen2.py ``lce_forward``: ``if self.training``)."""
+    tracker.mark(StepPhase.EVALUATE.trace_mark)
+    tracker.in_logits = False
+    ids, labels, _ = images.batch(None, built.vocab_size, scenario.eval_batch_size, scenario.seq_len,
+                                  images.FED_DTYPE, device)
+    built.model.eval()
+    with torch.no_grad(), _autocast(built, device):
+        out = _library_forward(built.model, input_ids=ids, labels=labels)
+        del out
+    built.model.train()
 
 
 def _library_forward(model, **inputs):

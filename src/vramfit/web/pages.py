@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
 from vramfit.gpus import list_gpus
-from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, Scenario
+from vramfit.scenario import FIELD, FIELDS, SCENARIO_KEYS, Kind, Scenario
 from vramfit.units import GiB
 from vramfit.web import guide as guide_data
 from vramfit.web.i18n import HTML_LANG, fmt_number, pick_lang, strings
@@ -59,7 +59,8 @@ def calculator(request: Request, lang: str) -> Response:
         enums={k: [m.value for m in e] for k, e in ENUM_KEYS.items()},
         bool_keys=BOOL_KEYS,
         extra_enums=[k for k in ENUM_KEYS if k not in PLACED],
-        extra_ints=[k for k in INT_KEYS if k not in PLACED],
+        # (key, lowest valid value): a key whose 0 is valid (eval_batch_size, images_per_sample) accepts 0 in the form
+        extra_ints=[(k, int((FIELD[k].limits or (1, 0))[0])) for k in INT_KEYS if k not in PLACED],
         extra_texts=EXTRA_TEXTS,
         gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),

@@ -88,14 +88,16 @@ RULES: list[tuple[str, str]] = [
      "Se forem mais curtos, o pico fica entre ⟨$2⟩ GiB e este valor, conforme os seus comprimentos."),
     (r"^Reserved memory assumes every micro-batch is (\d+) tokens long: the loss's tensors \(" + _N
      + r" GiB of allocator segments, sized by tokens x vocabulary\) hold most of what the caching allocator keeps, "
-     r"so variable-length batches change it: each batch longer than all before it opens new segments and the old "
-     r"ones stay reserved \(no empty_cache\), up to that much again per new longest length; pack or pad to a fixed "
-     r"length to keep this figure\.$",
-     "A memória reservada supõe micro-lotes de $1 tokens: os tensores da perda (⟨$2⟩ GiB de segmentos do "
-     "alocador, medidos por tokens x vocabulário) são a maior parte do que o alocador guarda em cache, por isso "
-     "lotes de comprimento variável mudam-na: um lote mais longo que todos os anteriores abre segmentos novos e os "
-     "antigos continuam reservados (sem empty_cache), até outro tanto por cada novo comprimento máximo; agrupe ou "
-     "preencha até um comprimento fixo para manter este valor."),
+     r"so variable-length batches change it: each batch longer than all before it opens new segments and the old ones "
+     r"stay reserved \(no empty_cache\), up to that much again per new longest length, most for lengths close to the "
+     r"longest; a shuffled epoch of n batches has about ln n \+ 0\.6 of them, and batches after the longest add "
+     r"nothing; pack or pad to a fixed length to keep this figure\.$",
+     "A memória reservada supõe micro-lotes de $1 tokens: os tensores da perda (⟨$2⟩ GiB de segmentos do alocador, "
+     "medidos por tokens x vocabulário) são a maior parte do que o alocador guarda em cache, por isso lotes de "
+     "comprimento variável mudam-na: um lote mais longo que todos os anteriores abre segmentos novos e os antigos "
+     "continuam reservados (sem empty_cache), até outro tanto por cada novo comprimento máximo, sobretudo para "
+     "comprimentos próximos do máximo; uma época baralhada de n lotes tem cerca de ln n + 0,6 destes, e os lotes "
+     "depois do mais longo não acrescentam nada; agrupe ou preencha até um comprimento fixo para manter este valor."),
     (r"^Reserved includes " + _N + r" GiB of sharded gradients cached on FSDP's reduce-scatter stream: after "
      r"zero_grad their blocks serve only later reduce-scatters, not the forward\.$",
      "A memória reservada inclui ⟨$1⟩ GiB de gradientes particionados em cache na stream de reduce-scatter do FSDP: "
@@ -129,6 +131,17 @@ RULES: list[tuple[str, str]] = [
      "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
     (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
      "$1 GPUs num nó com $2; buffers NCCL contados no valor da placa."),
+    # evaluation passes (vramfit.estimate.evaluation.evaluation_notes)
+    (r"^Evaluation between optimizer steps: (\d+) x (\d+) tokens under no_grad, no saved activations or gradients; ",
+     "Avaliação entre passos do otimizador: $1 × $2 tokens sob no_grad, sem ativações guardadas nem gradientes; "),
+    (r"the whole logits and the loss's fp32 tensors", "os logits inteiros e os tensores fp32 da perda"),
+    (r" \(the fused loss runs in training only: the pass makes whole logits\)",
+     " (a perda fundida só corre no treino: a passagem cria os logits inteiros)"),
+    (r", " + _N + r" GiB; its tensors reuse cached loss segments of the same size or open their own, which stay reserved\.$",
+     ", ⟨$1⟩ GiB; os seus tensores reutilizam segmentos da perda em cache do mesmo tamanho ou abrem os seus, "
+     "que ficam reservados."),
+    (r"^eval_batch_size (\d+): evaluation passes are modelled for the sft stage only; none counted for (\w+)\.$",
+     "eval_batch_size $1: as passagens de avaliação só se modelam na etapa sft; nenhuma contada para $2."),
     # ---- how the model was resolved (vramfit.estimate.resolve_spec, vramfit.models, web.service)
     (r"^params=([\d,]+): a generic Llama-style dense decoder of that size \(hidden (\d+), (\d+) layers, vocab (\d+)\); "
      r"give a model id or config\.json for an exact figure$",
@@ -313,8 +326,7 @@ RULES: list[tuple[str, str]] = [
      "nenhuma medição por trás deste caminho ($1); as $2 mais próximas partilham $3: o nosso erro vai de $4 % a $5 %"),
     (r"^no measurement behind this path \(([^)]*)\)$", "nenhuma medição por trás deste caminho ($1)"),
     (r"\bno field: o nosso", "nenhum campo: o nosso"),
-    (r"· none\b", "· nenhum"),
-    (r"· full\b", "· completo"),
+    (r"· none\b", "· nenhum"), (r"· full\b", "· completo"),
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     (r"^(\w+): must be from (\d+) to (\d+), got (.+)$", "$1: tem de estar entre $2 e $3 (recebido: $4)"),
     (r"^(\w+): must be an integer from (\d+) to (\d+), got (.+)$", "$1: tem de ser um número inteiro entre $2 e $3 (recebido: $4)"),
