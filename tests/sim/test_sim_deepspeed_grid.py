@@ -189,21 +189,29 @@ def test_offload_reserved_is_the_loads_segments_and_the_reduction_streams():
     assert total - load == pytest.approx((112 + 448 + 4_008) * MiB, abs=4 * MiB)  # + the small pool's 2 MiB
 
 
-def test_offload_reserved_without_the_simulators_dropped_head():
-    """`simulate --full-depth` of Qwen2.5-0.5B (bf16-true, seq 256, 2 GPUs, offload): 3,882 MiB reserved under ZeRO-1
-    and ZeRO-2; 260 MiB of it is a segment the simulator's model build opens for the output layer's own weight and
-    frees at once when it ties it to the embedding (sid 292, phase setup), which a model loaded on the host and moved
-    to the GPU tied never allocates. Against the other 3,622 MiB the estimate is 3,584 / 3,638.5 MiB (-1.0 % /
-    +0.5 %; 3,113 / 3,583 before, -14 % / -1.1 %): load 2,488 MiB (the engine's 2,668 less that segment and 80 MiB
-    of the small tensors' packing), the reduction stream's 1,096 (the engine's there, to the MiB: its trace replayed
-    per stream, as test_the_norm_copies_open_the_engines_reduction_stream_segments does, opens 2,784 MiB on the
-    default stream and 1,096 on the reduction stream)."""
+def test_offload_reserved_load_and_reduction_stream_segments():
+    """`simulate --full-depth` of Qwen2.5-0.5B (bf16-true, seq 256, 2 GPUs, offload): the load leaves 2,408 MiB of
+    segments (the 16-bit originals, the flat copy's 944, the partition clone's 472) and the boundary's norm copies
+    open 1,096 MiB on the reduction stream (its trace replayed per stream, as
+    test_the_norm_copies_open_the_engines_reduction_stream_segments does); the estimator's replay: load 2,488 MiB (80
+    MiB of the small tensors' packing), the reduction stream's 1,096."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
+          "framework": "hf", "offload": "optimizer", "parallelism": "zero2"}
+    load, total, _ = ds_offload.offload_load_and_norms(_step(sc))
+    assert (load, total - load) == (2_488 * MiB, 1_096 * MiB)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the engine reserves 4,032 MiB under ZeRO-2 with the tied weight "
+                   "materialised once (3,882 with the simulator's dropped 260 MiB output-layer copy, whose cached block "
+                   "served a backward tensor); the estimate is 3,584 / 3,638.5 MiB (-11 % / -9.8 %): the loss's "
+                   "backward opens a 150 MiB segment (the fp32 log-softmax gradient) and the tied embedding's second "
+                   "gradient a 260 MiB one beside the load's cached segments, which estimate/ds_offload.py "
+                   "offload_reserved takes as serving them")
+def test_offload_reserved_against_the_engine():
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
           "framework": "hf", "offload": "optimizer"}
     for stage in ("zero1", "zero2"):
-        assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(3_622 * MiB, rel=0.011)
-    load, total, _ = ds_offload.offload_load_and_norms(_step({**sc, "parallelism": "zero2"}))
-    assert (load, total - load) == (2_488 * MiB, 1_096 * MiB)
+        assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(4_032 * MiB, rel=0.011)
 
 
 def test_zero2_gradient_buffer_holds_rank0s_parameters_whole():
