@@ -254,8 +254,16 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
-        key = f"{lin.name}.autocast_in" if blk.dt.autocast else in_key
-        out.add(key, (blk.dt.compute if blk.dt.autocast else in_bytes) * tokens * lin.in_features)
+        # a 16-bit copy per linear: autocast's cast of F.linear's input; the 4-bit matmul instead keeps its own input
+        # A, which bitsandbytes 0.43.1 nn/modules.py Linear4bit.forward makes with `x = x.to(self.compute_dtype)` (a
+        # copy only when the dtypes differ, else x itself) and autograd/_functions.py MatMul4Bit (no custom_fwd)
+        # keeps as `ctx.tensors = (A, B)`; PEFT's LoRA wrapper hands x itself to the base layer (peft v0.11.1
+        # tuners/lora/bnb.py Linear4bit.forward `result = self.base_layer(x, ...)`, dropout on the LoRA branch
+        # only), so q, k and v (gate and up) keep one storage (tests/estimate/test_bnb_shared_input.py)
+        q_only = blk.q_saves and not (blk.full or blk.saves_inputs)
+        copy = in_bytes != blk.dt.compute if q_only else blk.dt.autocast
+        key = f"{lin.name}.autocast_in" if copy else in_key
+        out.add(key, (blk.dt.compute if copy else in_bytes) * tokens * lin.in_features)
         if blk.q_saves:
             out.q_inputs.add(key)
     ad = blk.adapted.get((lin.name, lin.in_features))
