@@ -127,3 +127,27 @@ def test_uncheckpointed_transformers_masks_are_gone_when_the_output_layer_runs()
         return extras.model_extra_saved(*at, lm_head_trainable=False)
 
     assert lit("eager") - lit("sdpa") == 64 * MIB
+
+
+def test_old_transformers_gives_qwen2_with_a_window_one_shared_float_mask(tmp_path):
+    """Qwen2 with use_sliding_window has ``layer_types`` (12 of 24 layers slide from max_window_layers 12 on), but
+    transformers before masking_utils (4.44/4.47: masks_per_layer_type False) builds one float mask in the
+    embeddings' dtype for every layer: 32 MiB, not each sliding layer's bf16 bias (12 x 32 MiB, the v5 path it
+    took before)."""
+    import json
+
+    from vramfit.models import spec_from_hf_config
+
+    cfg = {**resolve_model("Qwen/Qwen2.5-0.5B").config, "use_sliding_window": True, "max_window_layers": 12,
+           "sliding_window": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = spec_from_hf_config(cfg)
+    assert spec.layer_types.count("sliding_attention") == 12 == importlib.import_module(
+        "vramfit.estimate.attention").sliding_layers(spec)
+    keys = {"micro_batch_size": 1, "precision": "bf16-true", "attention": "sdpa", "seq_len": 4096}
+    for version in ("transformers-4.44", "transformers-4.47"):
+        sc = parse_scenario({"model": str(tmp_path / "config.json"), "method": "lora", **keys,
+                             "framework_version": version})
+        assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 32 * MIB
+    sc = parse_scenario({"model": str(tmp_path / "config.json"), "method": "lora", **keys})
+    assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 12 * 32 * MIB
