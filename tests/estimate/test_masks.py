@@ -151,3 +151,16 @@ def test_old_transformers_gives_qwen2_with_a_window_one_shared_float_mask(tmp_pa
         assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 32 * MIB
     sc = parse_scenario({"model": str(tmp_path / "config.json"), "method": "lora", **keys})
     assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 12 * 32 * MIB
+
+
+def test_transformers_4_49_to_4_52_keep_one_model_mask_and_4_53_builds_one_per_layer_type():
+    """masking_utils.py first ships in v4.53.0: Gemma 2 (a causal and a sliding mask from 4.53 on) has one model-level
+    eager mask under transformers-4.52 (v4.49-v4.52), as under 4.44; the rest of 4.52 is 4.53's (foreach AdamW)."""
+    keys = {**GEMMA2, "attention": "eager"}
+    assert eager("google/gemma-2-9b", **keys, framework_version="transformers-4.52") == 64 * MIB
+    assert eager("google/gemma-2-9b", **keys, framework_version="transformers-4.53") == 2 * 64 * MIB
+    old, new = (scenario_profile(parse_scenario({"model": "meta-llama/Llama-3.1-8B", "framework_version": v}))
+                for v in ("transformers-4.52", "transformers-4.53"))
+    assert (old.masks_per_layer_type, new.masks_per_layer_type) == (False, True)
+    assert old.torch_optimizer_impl == new.torch_optimizer_impl and old.standard_loss == new.standard_loss
+    assert old.expands_kv_for_sdpa and new.expands_kv_for_sdpa
