@@ -164,3 +164,22 @@ def test_transformers_4_49_to_4_52_keep_one_model_mask_and_4_53_builds_one_per_l
     assert (old.masks_per_layer_type, new.masks_per_layer_type) == (False, True)
     assert old.torch_optimizer_impl == new.torch_optimizer_impl and old.standard_loss == new.standard_loss
     assert old.expands_kv_for_sdpa and new.expands_kv_for_sdpa
+
+
+def test_gpt_oss_masks_count_in_forward_without_checkpointing():
+    """gpt-oss's sink softmax keeps the scores' dtype (no fp32-softmax moment), so without checkpointing its two eager
+    masks (causal, sliding: 64 MiB each) count in the forward phase only; the forward phase of gpt-oss-20b at
+    1 x 4096 gains them (two 32 MiB masks), the backward phases do not. Gemma 2's count at its softmax moment."""
+    keys = {**GEMMA2, "attention": "eager"}
+    only = extras.forward_only_masks
+    assert only(*_at("openai/gpt-oss-20b", **keys)) == 2 * 64 * MIB
+    assert only(*_at("openai/gpt-oss-20b", **keys, gradient_checkpointing="full")) == 0
+    assert only(*_at("google/gemma-2-9b", **keys)) == 0
+    assert only(*_at("google/gemma-2-9b", **keys, framework="litgpt")) == 0
+    from vramfit.estimate import estimate
+
+    est = estimate({"model": "openai/gpt-oss-20b", "method": "lora", "seq_len": 4096, "micro_batch_size": 1,
+                    "attention": "eager", "gradient_checkpointing": "none"})
+    acts = {p.phase: dict(p.breakdown)["activations"] for p in est.phases if "activations" in dict(p.breakdown)}
+    assert acts["forward"] == 77_181_239_296 + 2 * 32 * MIB
+    assert acts["backward-loss"] == 77_181_239_296

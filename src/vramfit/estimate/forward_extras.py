@@ -4,7 +4,12 @@ masks transformers builds (moved out of estimate/core.py, which keeps the model 
 from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.attention import masked_layer_kv_repeat, runs_eager_attention, sliding_layers, window_masked
+from vramfit.estimate.attention import (
+    masked_layer_kv_repeat,
+    runs_eager_attention,
+    sliding_layers,
+    window_masked,
+)
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
