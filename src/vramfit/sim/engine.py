@@ -42,14 +42,18 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
 
 
 def _check_model(sc: Scenario) -> None:
-    """The estimator's refusals that need the model (estimate/fsdp2_fused_head.py): a setup the real library fails on
-    is told in one line here too, not as the traceback the traced run would raise."""
+    """The estimator's refusals that need the model (estimate/fsdp2_fused_head.py, estimate/fsdp_dtype.py): a setup
+    the real library fails on is told in one line here too, not as the traceback the traced run would raise (FSDP2's
+    ``AssertionError: FSDP expects uniform original parameter dtype``)."""
     from vramfit.estimate.framework import scenario_profile
     from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
+    from vramfit.estimate.fsdp_dtype import check_uniform_dtype
     from vramfit.models.catalog import resolve_generic, resolve_model
 
     spec = (resolve_model(sc.model) if sc.model is not None else resolve_generic(sc.params)).spec
-    check_fused_head_unit(spec, sc, scenario_profile(sc))
+    profile = scenario_profile(sc)
+    check_fused_head_unit(spec, sc, profile)
+    check_uniform_dtype(spec, sc, profile)
 
 
 # FSDP2 fully_shard with reshard_after_forward True (fsdp) or False (fsdp-grad-op), sim/fsdp.py
