@@ -4,6 +4,7 @@ and by the simulator, instead of FSDP2's raw AssertionError (estimate/fsdp_dtype
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_full_fine_tuning_of_a_bf16_deepseek_under_fsdp2_is_refused_in_one_line(
 
 def test_the_refusal_is_what_torch_fsdp2_raises(config_file, monkeypatch):
     """Without the check the simulator runs torch's own fully_shard and hits the uniform-dtype assertion."""
-    fsdp_dtype = __import__("importlib").import_module("vramfit.estimate.fsdp_dtype")
+    fsdp_dtype = importlib.import_module("vramfit.estimate.fsdp_dtype")
     monkeypatch.setattr(fsdp_dtype, "check_uniform_dtype", lambda *a: None)
     sc = {**FSDP2, "model": config_file(DS), "method": "full", "precision": "bf16-true"}
     with pytest.raises(AssertionError, match=r"FSDP expects uniform original parameter dtype"):
@@ -89,3 +90,29 @@ def test_gpt_oss_keeps_its_norms_fp32_on_fp16_loads_only(config_file):
     assert estimate({**FSDP2, "model": model, "method": "full", "precision": "bf16-true"}).peak.allocated_bytes > 0
     with pytest.raises(ScenarioError, match=r"a fp16 load of this model keeps block_norms, final_norm in fp32"):
         estimate({**FSDP2, "model": model, "method": "full", "precision": "fp16-true"})
+
+
+CATALOG_FULL = {"model": "deepseek-ai/DeepSeek-V3", "method": "full", "precision": "bf16-true", "num_gpus": 8,
+                "parallelism": "fsdp", "fsdp_version": 2}
+
+
+def test_the_cli_says_it_in_one_line_with_exit_2():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    r = CliRunner().invoke(app, ["estimate", "--model", "deepseek-ai/DeepSeek-V3", "--method", "full", "--precision",
+                                 "bf16-true", "--num-gpus", "8", "--parallelism", "fsdp", "--fsdp-version", "2"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1].startswith(f"error: {REFUSED}")
+
+
+def test_the_api_answers_422_naming_precision():
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    with TestClient(create_app(), base_url="http://localhost") as client:
+        r = client.post("/api/estimate", json=CATALOG_FULL)
+    assert r.status_code == 422
+    assert r.json()["key"] == "precision" and r.json()["error"].startswith(REFUSED)
