@@ -68,7 +68,9 @@ def test_the_layout_raises_a_long_gemma3_fp16_estimate_by_its_activations():
     keys = {"model": "google/gemma-3-4b-it", "method": "qlora", "quantize": "nf4-dq", "seq_len": 2048,
             "framework": "unsloth", "gradient_checkpointing": "offload"}
     fp16, bf16 = (estimate(parse_scenario({**keys, "precision": p})) for p in ("fp16-true", "bf16-true"))
-    acts = {r: next(c.bytes for c in r.components if c.name == "activations") for r in (fp16, bf16)}
+    # the training peak's phase (backward-block): in fp16 the load's cast (estimate/cast_load.py) is the overall peak
+    acts = {r: dict(next(p.breakdown for p in r.phases if p.phase == "backward-block"))["activations"]
+            for r in (fp16, bf16)}
     tokens, h, width = 2048, GEMMA3.hidden_size, GEMMA3.intermediate_size
     # the recomputed block: block_in and resid_mid 2 bytes wider, gate_out and up_out too (LoRA_MLP recomputes
     # act); the offloaded checkpointer's GPU tensors are residual-sized (offload_ckpt_block_tensors)

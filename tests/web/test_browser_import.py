@@ -48,6 +48,7 @@ def test_dataset_upload_draws_the_length_histogram(base_url, page_factory, tmp_p
     page.click("#dsup summary")
     page.set_input_files("#ds-file", str(sample))
     expect(page.locator("#ds-msg")).to_contain_text("4 samples", timeout=10000)
+    expect(page.locator("#ds-msg")).to_contain_text("with this dataset's lengths in random order")  # reserved_spread_text
     bars = page.evaluate("() => document.getElementById('ds-chart').data[0].y.reduce((a, b) => a + b, 0)")
     assert bars == 4
     expect(page.locator("#ds-chart")).to_contain_text("fits up to")

@@ -129,21 +129,32 @@ def _outputs(opts: dict, r, sc) -> None:
         err.print(f"wrote {opts['length_chart']}", highlight=False)
 
 
-def _memory_line(sc, peak_seq: int, typical_seq: int) -> str:
+def _memory_lines(sc, peak_seq: int, typical_seq: int, report=None) -> list[str]:
+    """The peak and typical step's device figure; with ``report``, the reserved figure's spread over random orders
+    of its lengths at the peak (:mod:`vramfit.dataset.spread`) where they give one."""
     from vramfit.estimate import estimate
 
-    peak = estimate(sc, seq_len=peak_seq).peak.device_bytes
+    peak = estimate(sc, seq_len=peak_seq)
     typ = estimate(sc, seq_len=typical_seq).peak.device_bytes
-    return (f"per GPU at micro-batch {sc.micro_batch_size}: peak {peak / GiB:,.1f} GiB (seq_len {peak_seq:,}), "
-            f"typical step {typ / GiB:,.1f} GiB (seq_len {typical_seq:,}); the scenario below uses the peak")
+    lines = [f"per GPU at micro-batch {sc.micro_batch_size}: peak {peak.peak.device_bytes / GiB:,.1f} GiB (seq_len "
+             f"{peak_seq:,}), typical step {typ / GiB:,.1f} GiB (seq_len {typical_seq:,}); the scenario below uses the peak"]
+    if report is not None:
+        from vramfit.dataset.spread import reserved_spread, spread_line
+
+        spread = reserved_spread(peak, report)
+        lines += [] if spread is None else [spread_line(spread)]
+    return lines
 
 
-def with_dataset_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None = None) -> Callable[..., Any]:
     """Add the dataset options to a command taking ``scenario_args``/``scenario_file`` (apply under
-    :func:`vramfit.cli.options.with_scenario_options`)."""
+    :func:`vramfit.cli.options.with_scenario_options`). A command with a ``dataset_report`` parameter receives the
+    report; its scenario's ``seq_len`` is the longest row alone when ``per_row_bound`` (default: when it takes the
+    report, as ``plan``, which varies the micro-batch), else the peak micro-batch's (``estimate``, ``fit``)."""
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func)
     wants_report = "dataset_report" in sig.parameters
+    per_row = wants_report if per_row_bound is None else per_row_bound
     own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items() if n != "dataset_report"]
     extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=t) for k, (t, o) in _OPTIONS.items()]
 
@@ -164,8 +175,11 @@ def with_dataset_options(func: Callable[..., Any]) -> Callable[..., Any]:
         for line in summary_lines(r):
             err.print(line, highlight=False, soft_wrap=True)
         _outputs(opts, r, sc)
-        seq = r.longest_row_len if wants_report else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
-        err.print(_memory_line(sc, seq, r.typical_seq_len), highlight=False, soft_wrap=True)
+        seq = r.longest_row_len if per_row else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
+        # a command that takes the report at its peak micro-batch (estimate) states the spread in its own result
+        states_spread = wants_report and not per_row
+        for line in _memory_lines(sc, seq, r.typical_seq_len, None if states_spread else r):
+            err.print(line, highlight=False, soft_wrap=True)
         kwargs["scenario_args"] = {**kwargs["scenario_args"], "seq_len": seq}
         return func(**kwargs, **({"dataset_report": r} if wants_report else {}))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
+from functools import partial, wraps
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @app.command()
 @user_errors
 @with_scenario_options
-@with_dataset_options
+@partial(with_dataset_options, per_row_bound=False)
 def estimate(
     scenario_args: dict,
     scenario_file: Path | None,
@@ -92,6 +92,7 @@ def estimate(
     safety_margin: float = typer.Option(
         SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
     ),
+    dataset_report=None,
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
     from vramfit.calibration import load_active
@@ -112,10 +113,16 @@ def estimate(
         return
     sc = build_scenario(scenario_args, scenario_file)
     result = run_estimate(sc)
+    if dataset_report is not None:  # the reserved figure's spread over random orders of the dataset's lengths
+        from vramfit.dataset.spread import spread_line, with_reserved_spread
+
+        result = with_reserved_spread(result, dataset_report)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         render_estimate(result, console)
+        if result.reserved_spread is not None:
+            console.print(spread_line(result.reserved_spread), highlight=False, soft_wrap=True)
 
 
 @app.command()

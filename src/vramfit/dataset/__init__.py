@@ -6,7 +6,8 @@ counts its tokens with a local tokenizer (or a flagged characters-per-token appr
 applies truncation, packing, padding and the sampler's order as the trainers do. The report gives
 the peak micro-batch (what memory must fit), the typical one, tokens lost to truncation, a
 suggested ``max_length``, the tokens the GPUs process per epoch (time and cost) and the disk of
-the tokenized set. ``tokenizers``, ``pyarrow`` and ``jinja2`` come with the ``dataset`` extra and
+the tokenized set. :func:`with_reserved_spread` adds to an estimate the spread its reserved figure takes when the
+unpacked lengths come in random order (:mod:`vramfit.dataset.spread`). ``tokenizers``, ``pyarrow`` and ``jinja2`` come with the ``dataset`` extra and
 are imported only when needed.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from vramfit.dataset.limits import DatasetError
 from vramfit.dataset.policy import Packing, Padding, Policy
 from vramfit.dataset.report import DatasetReport, build_report, read_lengths
+from vramfit.dataset.spread import reserved_spread, with_reserved_spread
 from vramfit.dataset.tokenize import CHARS_PER_TOKEN, load_encoder
 
 
@@ -40,4 +42,5 @@ def analyze_dataset(
     return build_report(lp, p, Path(path), encoder)
 
 
-__all__ = ["CHARS_PER_TOKEN", "DatasetError", "DatasetReport", "Packing", "Padding", "Policy", "analyze_dataset"]
+__all__ = ["CHARS_PER_TOKEN", "DatasetError", "DatasetReport", "Packing", "Padding", "Policy", "analyze_dataset",
+           "reserved_spread", "with_reserved_spread"]

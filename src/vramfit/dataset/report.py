@@ -166,9 +166,14 @@ class DatasetReport:
     suggested_loss_share: float
     tokenized_bytes: int
     notes: list = field(default_factory=list)
+    #: each training row's padded length (truncated, rounded to pad_to_multiple_of) before the sampler orders them, for
+    #: the reserved figure's spread (vramfit.dataset.spread); not in :meth:`to_dict` (one number per sample)
+    row_lengths: tuple = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(replace(self, row_lengths=()))
+        del d["row_lengths"]
+        return d
 
     def processed_at(self, micro_batch_size: int) -> int:
         """Processed tokens per epoch at ``micro_batch_size`` (the nearest size simulated at or above it)."""
@@ -228,6 +233,7 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
         packing_efficiency=(train / (len(rows) * p.max_length)) if p.packing is not Packing.NONE and rows else None,
         cross_sample_attention=p.cross_sample_attention, suggested_max_length=sug, suggested_loss_share=sug_loss,
         tokenized_bytes=round(TOKENIZED_BYTES_PER_TOKEN * train * k), notes=_notes(lp, encoder),
+        row_lengths=tuple(p.round_up(n) for n in rows),
     )
 
 

@@ -43,7 +43,7 @@ def casts_on_load(step: Step) -> bool:
     sc, profile = step.sc, step.profile
     return (profile.forced_fp32_loads_bf16 and sc.method is not Method.FULL
             and sc.precision in (Precision.FP16_TRUE, Precision.FP16_MIXED)
-            and step.spec.model_type in dict(profile.fp16_forced_fp32))
+            and dict(profile.fp16_forced_fp32).get(step.spec.model_type) is not None)
 
 
 def largest_cast_copy(step: Step) -> int:

@@ -143,6 +143,9 @@ class EstimateResult:
     #: tensor/pipeline/context parallel: each pipeline rank's share (vramfit.estimate.ranks.RankMemory), the
     #: most loaded one being ``peak``; empty when every rank holds the same
     ranks: tuple[Any, ...] = ()
+    #: a dataset's real lengths in random order (vramfit.dataset.spread): bytes the stranded allocator segments add to
+    #: ``peak.reserved_bytes`` (p10/median/p90 over epoch orders); None: no dataset, or lengths that do not vary
+    reserved_spread: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def component(self, name: str) -> int:
         """Bytes of a named component (0 if absent)."""
@@ -160,4 +163,4 @@ class EstimateResult:
             "assumptions": list(self.assumptions),
             "accuracy": self.accuracy,
             "ranks": [r.to_dict() for r in self.ranks],
-        }
+        } | ({} if self.reserved_spread is None else {"reserved_spread": self.reserved_spread})

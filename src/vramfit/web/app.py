@@ -257,7 +257,9 @@ def _register_dataset_route(app: FastAPI) -> None:
 
     @app.post("/api/dataset", tags=["api"], response_model=None,
               responses={200: {"description": "{rows, exact_tokens (false: chars-per-token approximation), "
-                                              "percentiles, histogram: [{from, to, samples}], card}"}, **_ERRORS})
+                                              "percentiles, histogram: [{from, to, samples}], card, reserved_spread (the reserved "
+                                              "figure's spread over random orders of the lengths, or null), "
+                                              "reserved_spread_text}"}, **_ERRORS})
     async def api_dataset(request: Request) -> JSONResponse:
         """A small dataset file (multipart ``file``: .jsonl, .json, .csv; optional ``scenario`` JSON text):
         the histogram of its sample lengths (approximate tokens) and the card's longest fitting sequence."""

@@ -4,7 +4,10 @@ No tokenizer travels with a browser upload, so lengths are the characters-per-to
 :mod:`vramfit.dataset.tokenize` (``exact_tokens`` is false and the answer says so). The file is written
 to a private temporary file (the upload's own name is never used as a path) and removed afterwards.
 With a scenario naming a catalog card, the answer adds the longest ``seq_len`` that card fits
-(:func:`vramfit.plan.fit`), drawn on the page as a line over the histogram.
+(:func:`vramfit.plan.fit`), drawn on the page as a line over the histogram, and the spread its reserved figure takes
+with these lengths in random order, truncated at the scenario's ``seq_len`` and padded to each micro-batch's longest
+(:mod:`vramfit.dataset.spread`; ``reserved_spread`` null where the lengths do not vary or the scenario is a pasted
+config.json).
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vramfit.dataset.spread import spread_line
 from vramfit.web.service import ApiError, check_scenario
 
 MAX_UPLOAD_BYTES = 4 * 2**20  # a browser sample, not a training set (the CLI reads files up to 200 GB)
 SUFFIXES = (".jsonl", ".json", ".csv")
 
 
-def _card(scenario_text: str | None) -> dict[str, Any] | None:
+def _scenario(scenario_text: str | None):
+    """The checked scenario of the upload's ``scenario`` field, or None: none given, or a pasted config.json (no
+    catalog entry for fit() to resize or for the spread to resolve)."""
     if not scenario_text:
         return None
     try:
@@ -28,8 +34,11 @@ def _card(scenario_text: str | None) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise ApiError(422, "scenario", f"is not valid JSON ({exc.msg})") from None
     checked = check_scenario(data)
-    sc = checked.scenario
-    if not sc.gpu or checked.pasted:  # a pasted config.json has no catalog entry for fit() to resize
+    return None if checked.pasted else checked.scenario
+
+
+def _card(sc) -> dict[str, Any] | None:
+    if sc is None or not sc.gpu:
         return None
     from vramfit.plan import fit
 
@@ -46,12 +55,26 @@ def analyze_upload(filename: str, raw: bytes, scenario_text: str | None = None) 
         raise ApiError(422, "file", f"unknown dataset format {suffix or '(none)'!r}", list(SUFFIXES))
     if len(raw) > MAX_UPLOAD_BYTES:
         raise ApiError(413, "file", f"is larger than {MAX_UPLOAD_BYTES // 2**20} MiB; use `vramfit plan --dataset`")
-    card = _card(scenario_text)
+    sc = _scenario(scenario_text)
+    card = _card(sc)
     with tempfile.TemporaryDirectory(prefix="vramfit-upload-") as tmp:
         path = Path(tmp) / f"upload{suffix}"
         path.write_bytes(raw)
         r = analyze_dataset(path)
+        spread = None if sc is None else _spread(path, sc)
     return {"file": Path(filename).name, "rows": r.rows, "exact_tokens": r.exact_tokens, "tokenizer": r.tokenizer,
             "fields": r.fields, "percentiles": r.percentiles,
             "histogram": [{"from": lo, "to": hi, "samples": n} for lo, hi, n in r.histogram],
-            "suggested_max_length": r.suggested_max_length, "notes": r.notes, "card": card}
+            "suggested_max_length": r.suggested_max_length, "notes": r.notes, "card": card,
+            "reserved_spread": spread, "reserved_spread_text": None if spread is None else spread_line(spread)}
+
+
+def _spread(path: Path, sc) -> dict[str, Any] | None:
+    """:func:`vramfit.dataset.spread.reserved_spread` of the scenario's estimate at the file's peak micro-batch (TRL's
+    defaults as ``vramfit estimate --dataset`` takes them: truncated at ``seq_len``, padded to the longest)."""
+    from vramfit.dataset import Policy, analyze_dataset, reserved_spread
+    from vramfit.estimate import estimate
+
+    r = analyze_dataset(path, policy=Policy(micro_batch_size=sc.micro_batch_size, grad_accum=sc.grad_accum,
+                                            max_length=sc.seq_len))
+    return reserved_spread(estimate(sc, seq_len=r.peak_seq_len), r)
