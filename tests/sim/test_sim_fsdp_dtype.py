@@ -33,12 +33,16 @@ def test_full_fine_tuning_of_a_bf16_deepseek_under_fsdp2_is_refused_in_one_line(
 
 
 def test_the_refusal_is_what_torch_fsdp2_raises(config_file, monkeypatch):
-    """Without the check the simulator runs torch's own fully_shard and hits the uniform-dtype assertion."""
+    """Without the check the simulator runs torch's own fully_shard and hits the uniform-dtype assertion, which it
+    reports as one line naming precision too (sim/engine.py _uniform_dtype_refusal, for models no spec lists)."""
     fsdp_dtype = importlib.import_module("vramfit.estimate.fsdp_dtype")
     monkeypatch.setattr(fsdp_dtype, "check_uniform_dtype", lambda *a: None)
     sc = {**FSDP2, "model": config_file(DS), "method": "full", "precision": "bf16-true"}
-    with pytest.raises(AssertionError, match=r"FSDP expects uniform original parameter dtype"):
+    with pytest.raises(ScenarioError) as err:
         simulate(sc, layers=3)
+    assert str(err.value).startswith("precision: this model keeps some parameters in fp32 in a 16-bit load, and "
+                                     "FSDP2 needs one dtype for the trainable parameters of each unit (FSDP expects "
+                                     "uniform original parameter dtype but got {torch.")
 
 
 def test_fsdp1_refuses_even_a_frozen_fp32_router(config_file):
