@@ -120,3 +120,18 @@ def test_the_api_answers_422_naming_precision():
         r = client.post("/api/estimate", json=CATALOG_FULL)
     assert r.status_code == 422
     assert r.json()["key"] == "precision" and r.json()["error"].startswith(REFUSED)
+
+
+GLM4_MOE = dict(architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", hidden_size=512, intermediate_size=1024,
+                moe_intermediate_size=256, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
+                head_dim=64, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
+                first_k_dense_replace=1, vocab_size=4096, torch_dtype="bfloat16")
+
+
+def test_a_family_no_spec_lists_is_refused_by_the_simulator_in_one_line(config_file):
+    """GLM-4-MoE builds its router fp32 (transformers v5.24.0 modeling_glm4_moe.py Glm4MoeTopkRouter, dtype=
+    torch.float32) and is read from transformers' modules, which list no fp32 parameters: the traced run's own
+    assertion is the refusal."""
+    sc = {**FSDP2, "model": config_file(GLM4_MOE), "method": "full", "precision": "bf16-true"}
+    with pytest.raises(ScenarioError, match=r"^precision: this model keeps some parameters in fp32 .* but got \{"):
+        simulate(sc, layers=3)
