@@ -27,7 +27,8 @@ EXPECTED = {
     "axolotl_qlora.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
                           "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
-                          "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05},
+                          "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05,
+                          "eval_batch_size": 2},
     "axolotl_full_fsdp.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
@@ -64,7 +65,7 @@ EXPECTED = {
                          "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                          "optimizer": "adamw", "micro_batch_size": 4, "seq_len": 4096, "grad_accum": 4,
                          "gradient_checkpointing": "full", "num_gpus": 4, "parallelism": "fsdp", "framework": "litgpt",
-                         "lora_dropout": None},
+                         "lora_dropout": None, "eval_batch_size": 4},
     "trl_sft_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "qlora", "precision": "bf16-true",
                            "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                            "optimizer": "paged-adamw-8bit", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 8,
@@ -89,11 +90,12 @@ EXPECTED = {
                          "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                          "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 4,
                          "gradient_checkpointing": "full", "num_gpus": 2, "parallelism": "fsdp", "framework": "litgpt",
-                         "lora_dropout": 0.05},
+                         "lora_dropout": 0.05, "eval_batch_size": 2},
     "litgpt_qlora.yaml": {**BASE, "model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "precision": "bf16-true",
                           "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["q_proj", "v_proj"],
                           "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16,
-                          "gradient_checkpointing": "none", "framework": "litgpt", "lora_dropout": 0.05},
+                          "gradient_checkpointing": "none", "framework": "litgpt", "lora_dropout": 0.05,
+                          "eval_batch_size": 1},
 }
 
 

@@ -47,6 +47,8 @@ def test_trl_and_llamafactory_ignore_the_same_training_arguments(tmp_path):
 def test_a_readers_own_reason_wins_over_the_shared_one(tmp_path):
     lf = tmp_path / "lf.yaml"
     lf.write_text((FIX / "llamafactory_qlora.yaml").read_text() + "eval_dataset: alpaca_en_demo\neval_steps: 50\n")
-    notes = {e.key: e.note for e in from_config(lf).entries}
-    assert notes["eval_dataset"] == "data"  # LLaMA-Factory's data argument, not the shared eval_*
+    imp = from_config(lf)
+    notes, kinds = {e.key: e.note for e in imp.entries}, {e.key: e.kind for e in imp.entries}
+    # eval_dataset is read (it is LLaMA-Factory's eval set), not the shared eval_*; without eval_strategy no pass runs
+    assert kinds["eval_dataset"] == "read" and imp.scenario.eval_batch_size == 0
     assert notes["eval_steps"] == "evaluation" and notes["output_dir"] == "path"

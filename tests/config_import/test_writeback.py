@@ -35,8 +35,10 @@ def _changed_lines(old, new):
 def test_axolotl_roundtrip_keeps_every_other_byte(tmp_path):
     changes = {"micro_batch_size": 1, "grad_accum": 8, "gradient_checkpointing": "offload", "optimizer": "paged-adamw-8bit"}
     want, again, old, new, diff, left = _roundtrip(tmp_path, "axolotl_qlora.yml", changes)
-    assert again == want and left == []
-    assert _changed_lines(old, new) == [
+    assert again == want and left == [] and want["eval_batch_size"] == 2
+    # eval_batch_size defaulted to the old micro batch (2); it would follow the new one, so it is written out
+    assert new[-1] == "eval_batch_size: 2"
+    assert _changed_lines(old, new[:-1]) == [
         ("micro_batch_size: 2", "micro_batch_size: 1"),
         ("gradient_accumulation_steps: 4", "gradient_accumulation_steps: 8"),
         ("optimizer: paged_adamw_32bit", "optimizer: paged_adamw_8bit"),
@@ -54,8 +56,10 @@ def test_torchtune_nested_keys_and_capitalised_booleans(tmp_path):
 
 
 def test_litgpt_grad_accum_is_written_as_global_batch(tmp_path):
-    want, again, old, new, _, _ = _roundtrip(tmp_path, "litgpt_lora.yaml", {"micro_batch_size": 1, "grad_accum": 2})
-    assert again == want
+    want, again, old, new, _, left = _roundtrip(tmp_path, "litgpt_lora.yaml", {"micro_batch_size": 1, "grad_accum": 2})
+    # litgpt validates at train.micro_batch_size: the file cannot keep the estimated eval batch of 2
+    assert again == {**want, "eval_batch_size": 1}
+    assert left == ["eval_batch_size=2 (the file evaluates at its micro batch)"]
     assert _changed_lines(old, new) == [("  global_batch_size: 16", "  global_batch_size: 4"),
                                         ("  micro_batch_size: 2", "  micro_batch_size: 1")]
 
@@ -101,6 +105,9 @@ def test_every_yaml_fixture_round_trips(tmp_path, name):
     if name in GC_FLIP:
         changes["gradient_checkpointing"] = GC_FLIP[name]
     want, again, old, new, diff, left = _roundtrip(tmp_path, name, changes)
+    if name.startswith("litgpt"):  # its eval batch is its micro batch (config_import/litgpt.py)
+        assert left == [f"eval_batch_size={want['eval_batch_size']} (the file evaluates at its micro batch)"]
+        want, left = {**want, "eval_batch_size": 3}, []
     assert again == want and left == []
     kept = [line for line in old if line in new]
     assert len(kept) >= len(old) - 4  # at most the batch, length and checkpointing lines (litgpt: global batch) change

@@ -35,5 +35,7 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     # whose forward added the loss moment to the de-quantized head); with the moments apart and the loop's carried
     # logits (estimate/retained_graph.py carried_logits_forward) -6.6 % (a 2023 resource-table row) to +2.0 %
     q = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "framework": "litgpt"}).accuracy
-    # lit-gpt's October-2023 tutorial's two micro-batch-4 QLoRA rows (+5.4 %) join the path and set the band's top
-    assert len(q["cases"]) == 23 and q["error_band"] == [-0.0661, 0.0545] and q["median_abs_error"] == 0.0185
+    # lit-gpt's October-2023 tutorial's two micro-batch-4 QLoRA rows (+5.4 %) join the path and set the band's top;
+    # +5.5 % since the last head chunk's shifted copy (estimate/loss.py _litgpt_shift_copy, 4 x 9 x V at 1,034 tokens)
+    # joins their forward's loss moment
+    assert len(q["cases"]) == 23 and q["error_band"] == [-0.0661, 0.055] and q["median_abs_error"] == 0.0185

@@ -17,7 +17,7 @@ def _sc(**keys):
 
 
 def test_versions_are_validated_against_the_profile():
-    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47", "transformers-4.53",
+    assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.47", "transformers-4.52", "transformers-4.53",
                                             "peft-0.11", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
                                             "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
@@ -76,10 +76,11 @@ def test_litgpt_2024_unties_the_head_and_computes_unchunked_logits():
     old, new = (compute(gemma, parse_scenario({**keys, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
     assert new.spec.lm_head_params == gemma.embedding_params and old.spec.lm_head_params == 0
     assert new.parts.num_trainable - old.parts.num_trainable == 128256 * 2048
-    # the logits as Fabric returns them, fp32: saved logits + fp32 log_softmax, the whole fp32 logits gradient, one
-    # chunk's two fp32 gradients
+    # the logits as Fabric returns them, fp32: saved logits + fp32 log_softmax, then the whole fp32 logits gradient
+    # (SplitBackward's cat / SliceBackward's zeros; the 128-row chunks' gradients never on top: estimate/loss.py,
+    # tests/estimate/test_litgpt_shift_copy.py)
     TV = 512 * 128256
-    assert new.loss.detail.startswith("litgpt full.py") and new.loss.backward_peak == 8 * TV + 4 * TV + 2 * 4 * 128 * 128256
+    assert new.loss.detail.startswith("litgpt full.py") and new.loss.backward_peak == 8 * TV + 4 * TV
     fsdp = {**keys, "num_gpus": 4, "parallelism": "fsdp", "grad_accum": 2}
     a, b = (compute(gemma, parse_scenario({**fsdp, **v})) for v in ({}, {"framework_version": "litgpt-2024"}))
     # both releases accumulate under no_backward_sync (lit-gpt@8641822 finetune/full.py l. 168 already does)

@@ -34,6 +34,8 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
         data.pop("model", None)
     if "method" in flags and "quantize" not in flags:
         data.pop("quantize", None)
+    if imp.eval_follows_micro and "micro_batch_size" in flags and "eval_batch_size" not in flags:
+        data["eval_batch_size"] = flags["micro_batch_size"]  # the file evaluates at its micro batch
     return {**data, **flags}
 
 

@@ -36,12 +36,13 @@ LEGACY_ATTENTION = {"flash_attention": "flash_attention_2", "sdp_attention": "sd
 
 WRITE_KEYS = {"micro_batch_size": "micro_batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "sequence_len", "lora_rank": "lora_r", "optimizer": "optimizer",
-              "gradient_checkpointing": "gradient_checkpointing"}
+              "gradient_checkpointing": "gradient_checkpointing",
+              "eval_batch_size": "eval_batch_size"}
 
 LIGER_NOT_MODELLED = "Liger RoPE/RMSNorm/SwiGLU/LayerNorm kernels: vramfit models the fused loss only"
 UNSLOTH = "Unsloth kernels: vramfit estimates the plain transformers + PEFT step"
 IGNORED = [
-    ("datasets", "data"), ("test_datasets", "data"), ("dataset_prepared_path", "path"), ("val_set_size", "data"),
+    ("datasets", "data"), ("test_datasets", "data"), ("dataset_prepared_path", "path"),
     ("dataset_processes", "data preprocessing"), ("shuffle_merged_datasets", "data"), ("chat_template", "data"),
     ("train_on_inputs", "which tokens carry loss: no memory effect"), ("group_by_length", "data order"),
     ("output_dir", "path"), ("hub_model_id", "upload"), ("hub_strategy", "upload"), ("push_dataset_to_hub", "upload"),
@@ -116,6 +117,32 @@ def _fsdp_version(r: KeyReader, layout: dict) -> None:
         layout.update(hf.fsdp_version(r, "fsdp_version", r.get("fsdp_version")))
         if "fsdp_version" in layout:
             r.set("fsdp_version", "fsdp_version", layout["fsdp_version"])
+
+
+#: Axolotl evaluates between optimizer steps only with an eval set (val_set_size > 0 or test_datasets) and a cadence:
+#: core/builders/base.py l. 515-524 (no set: "no"; eval_steps: "steps"; else the config's eval_strategy; none: the
+#: Trainer's default "no"), utils/config/__init__.py l. 250-253 (evals_per_epoch -> eval_steps = 1 / (evals_per_epoch
+#: x num_epochs), kept only when < 1), l. 208-209 (eval_batch_size defaults to micro_batch_size), builders/base.py
+#: l. 671-674 (-> per_device_eval_batch_size); evaluation_strategy is copied to eval_strategy (schemas/validation.py
+#: l. 471-479); num_epochs defaults to 1.0 (schemas/training.py l. 267)
+EVAL_SRC = f"{_SRC} src/axolotl/utils/config/__init__.py l. 208-209: eval_batch_size defaults to micro_batch_size"
+
+
+def _eval(r: KeyReader) -> None:
+    has_set = float(r.get("val_set_size", 0.0, SOURCE) or 0) > 0 or bool(r.get("test_datasets"))
+    key = "eval_strategy" if r.has("eval_strategy") else "evaluation_strategy"
+    strategy, steps, per_epoch = r.get(key), r.get("eval_steps"), r.get("evals_per_epoch")
+    if per_epoch and not steps and not 1 / (per_epoch * float(r.get("num_epochs", 1.0, TRAINING_SRC))) < 1:
+        per_epoch = None  # one evaluation per epoch or fewer: Axolotl drops the cadence ("Skipping evaluations")
+    by = next((k for k, v in (("eval_steps", steps), ("evals_per_epoch", per_epoch)) if v), None)
+    by = by or (key if strategy not in (None, "", "no") else None)
+    if not has_set or by is None:
+        r.out["eval_batch_size"] = 0
+        return
+    batch = r.get("eval_batch_size", r.out["micro_batch_size"], EVAL_SRC)
+    r.eval_follows_micro = not r.has("eval_batch_size")
+    for k in (by, "val_set_size" if r.flat.get("val_set_size") else "test_datasets", "eval_batch_size"):
+        r.set(k, "eval_batch_size", batch)
 
 
 def _method(r: KeyReader) -> tuple[str, str]:
@@ -285,6 +312,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, TRAINING_SRC))
         if total is not None:
             r.mark("batch_size", "given with gradient_accumulation_steps, which wins here")
+    _eval(r)
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)

@@ -170,7 +170,7 @@ FSDP_CONFIG_IGNORED = "FSDP wrapping, prefetch and state-dict details: vramfit m
 #: ``TrainingArguments`` keys with no effect on a training step's memory (transformers 5.24.0
 #: src/transformers/training_args.py; ``overwrite_output_dir`` and ``group_by_length`` are 4.x fields that
 #: configs still carry), ignored by the readers of HF-Trainer configs (TRL, LLaMA-Factory). A reader's own
-#: list goes first, so its reason wins for a key both name (LLaMA-Factory's ``eval_dataset`` is data).
+#: list goes first, so its reason wins for a key both name.
 TRAINING_ARGS_IGNORED = [
     ("output_dir", "path"), ("overwrite_output_dir", "path"), ("run_name", "logging"), ("report_to", "logging"),
     ("logging_*", "logging"), ("log_*", "logging"), ("disable_tqdm", "logging"), ("save_*", "checkpoint saving"),
@@ -224,3 +224,34 @@ def launcher_gpus(r: KeyReader) -> None:
     """The GPU count is a launch option (torchrun/accelerate/deepspeed), never in the training config."""
     r.entries["num_gpus"] = Entry("default", "num_gpus", 1, "not in the file: the GPU count is set at launch; "
                                   "pass --num-gpus", ["num_gpus=1"])
+
+
+
+#: transformers 5.24.0 training_args.py: ``eval_strategy`` defaults to "no" (l. 1106), ``per_device_eval_batch_size``
+#: to 8 (l. 1128); trainer.py l. 682 refuses another strategy without an ``eval_dataset``, so a config that runs with
+#: one has an eval set. ``evaluation_strategy`` is its name before transformers 4.46.
+EVAL_SRC = f"{TRAINING_ARGS_SRC} l. 1106, 1128: eval_strategy 'no', per_device_eval_batch_size 8"
+
+
+def trainer_eval(r: KeyReader, after: str | None = None) -> int:
+    """``eval_batch_size`` of a Trainer config (returned, and set): ``per_device_eval_batch_size`` when
+    ``eval_strategy`` is not "no" (evaluation between optimizer steps), or when the key ``after`` is true (a
+    reader's ``trainer.evaluate()`` after ``train()``, the optimizer state still held); else 0."""
+    key = "evaluation_strategy" if r.has("evaluation_strategy") and not r.has("eval_strategy") else "eval_strategy"
+    strategy = str(r.get(key, "no", EVAL_SRC)).lower().removeprefix("intervalstrategy.")
+    if strategy not in ("no", "steps", "epoch"):
+        raise r.error(f"{key} '{strategy}' is unknown (valid values: no, steps, epoch)")
+    by = key if strategy != "no" else after if after and r.flat.get(after) is True else None
+    if by is None:
+        r.set(key, "eval_batch_size", 0)
+        return 0
+    batch = r.get("per_device_eval_batch_size", 8, EVAL_SRC)
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise r.error(f"per_device_eval_batch_size must be a whole number ≥ 1, got {batch!r}")
+    r.get(by)
+    r.set(by, "eval_batch_size", batch)
+    if by == key:
+        r.entries[key].note = ("an eval set is assumed: the Trainer refuses this strategy without one "
+                               f"({TRAINING_ARGS_SRC.replace('training_args.py', 'trainer.py')} l. 682)")
+    r.set("per_device_eval_batch_size", "eval_batch_size", batch)
+    return batch

@@ -29,7 +29,7 @@ WRITE_KEYS = {"micro_batch_size": "train.micro_batch_size", "grad_accum": "train
 IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "checkpoint saving"),
            ("train.log_interval", "logging"), ("train.lr_warmup_*", "schedule"), ("train.epochs", "schedule"),
            ("train.max_tokens", "schedule"), ("train.max_steps", "schedule"), ("train.tie_embeddings", "model detail"),
-           ("train.max_norm", "no memory effect"), ("train.min_lr", "schedule"), ("eval.*", "evaluation"),
+           ("train.max_norm", "no memory effect"), ("train.min_lr", "schedule"), ("eval.*", "evaluation cadence: validation runs at train.micro_batch_size"),
            ("optimizer.init_args.*", "optimizer hyperparameters"), ("logger_name", "logging"), ("seed", "randomness"),
            ("access_token", "download"), ("num_nodes", "read with devices"), ("resume", "checkpoint resume"),
            ("log.*", "logging")]
@@ -99,6 +99,14 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if gbs % (mb * devices):
         raise r.error(f"train.global_batch_size {gbs} is not a multiple of micro_batch_size × devices ({mb * devices})")
     r.set("train.micro_batch_size", "micro_batch_size", mb)
+    # validate() runs under torch.no_grad() on the val loader built at train.micro_batch_size (lora.py l. 443-456,
+    # 504; full.py l. 362-375, 425): a sanity check before training, every eval.interval steps, and at the end
+    # (EvalArgs.final_validation True, litgpt/args.py l. 89), unchunked (chunk_size=0)
+    r.set("train.micro_batch_size", "eval_batch_size", mb)
+    r.eval_follows_micro = True
+    if r.get("eval.final_validation") is False:  # then only eval.interval passes follow an optimizer step
+        r.entries["eval.final_validation"].note = ("assumed: training reaches eval.interval, so a validation "
+                                                   "follows an optimizer step (else only the check before training runs)")
     r.set("train.global_batch_size", "grad_accum", gbs // (mb * devices))
     seq = r.get("train.max_seq_length", 2048, "vramfit's default: unset, litgpt trains to the longest sample")
     r.set("train.max_seq_length", "seq_len", seq)

@@ -19,13 +19,14 @@ SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
 
 WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "cutoff_len", "lora_rank": "lora_rank", "optimizer": "optim",
-              "gradient_checkpointing": "disable_gradient_checkpointing", "loss": "enable_liger_kernel"}
+              "gradient_checkpointing": "disable_gradient_checkpointing", "loss": "enable_liger_kernel",
+              "eval_batch_size": "per_device_eval_batch_size"}
 
 #: LLaMA-Factory's own keys with no memory effect; then the TrainingArguments ones (hf_common).
 IGNORED = [
-    ("template", "data"), ("dataset", "data"), ("dataset_dir", "data"), ("eval_dataset", "data"),
+    ("template", "data"), ("dataset", "data"), ("dataset_dir", "data"),
     ("overwrite_cache", "data"), ("preprocessing_num_workers", "data"),
-    ("max_samples", "data"), ("val_size", "evaluation"), ("tokenized_path", "path"), ("mix_strategy", "data"),
+    ("max_samples", "data"), ("tokenized_path", "path"), ("mix_strategy", "data"),
     ("plot_loss", "logging"), ("trust_remote_code", "loading"), ("image_*", "multimodal inputs"),
     ("video_*", "multimodal inputs"), ("enable_thinking", "data"), ("pref_beta", "loss weight"),
     ("pref_ftx", "SFT term on the per-token log-probs the loss already holds: no tensor of its own"),
@@ -135,6 +136,21 @@ def _step(r: KeyReader) -> None:
         r.ignore(k, "off")
 
 
+def _eval(r: KeyReader) -> None:
+    """Evaluation between optimizer steps when eval_strategy is not "no" (the Trainer's), and once after training
+    when do_eval (src/llamafactory/train/sft/workflow.py l. 146-147 ``trainer.evaluate()``), at
+    per_device_eval_batch_size; either needs val_size > 0 or eval_dataset (hparams/parser.py l. 480-483, do_eval
+    being set by any other strategy: transformers 5.24.0 training_args.py l. 1571-1572)."""
+    val = r.get("val_size", 0.0, DATA_SRC)
+    has_set = float(val or 0) > 1e-6 or bool(r.get("eval_dataset"))
+    batch = hf.trainer_eval(r, after="do_eval")
+    if batch and not has_set:
+        raise r.error("eval_strategy/do_eval needs val_size > 0 or eval_dataset (LLaMA-Factory refuses it otherwise)")
+    for k in ("val_size", "eval_dataset"):
+        if batch and r.flat.get(k):
+            r.set(k, "eval_batch_size", batch)
+
+
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "llamafactory", data, SOURCE)
     model = r.get("model_name_or_path")
@@ -146,6 +162,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         _adapter(r)
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
+    _eval(r)
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)

@@ -54,6 +54,9 @@ class Imported:
     write_keys: dict[str, str] = field(default_factory=dict)  # scenario key -> dotted key in the file
     companions: tuple[Path, ...] = ()  # DeepSpeed / accelerate / PEFT / bitsandbytes files read too
     flags: dict[str, Any] = field(default_factory=dict)  # CLI flags given on top (written back with a change)
+    #: the file's eval batch is its micro batch (litgpt always; Axolotl's eval_batch_size and torchtune's batch_size_val
+    #: when not given): a new micro batch moves it, unless the eval batch is written out (write_keys)
+    eval_follows_micro: bool = False
 
     @property
     def scenario(self) -> Scenario:
@@ -90,6 +93,7 @@ class KeyReader:
         self.flat = flatten(data)
         self.entries: dict[str, Entry] = {}
         self.out: dict[str, Any] = {}
+        self.eval_follows_micro = False  # see Imported.eval_follows_micro
 
     def has(self, key: str) -> bool:
         return key in self.flat or any(k.startswith(key + ".") for k in self.flat)
@@ -151,7 +155,8 @@ class KeyReader:
         self.close(ignored)
         out = {k: (v.value if hasattr(v, "value") else v) for k, v in self.out.items()}
         entries = list(self.entries.values()) + list(extra or [])
-        imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions)
+        imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions,
+                       eval_follows_micro=self.eval_follows_micro and bool(out.get("eval_batch_size")))
         try:  # validate once, here, so the error names the file (a model may still come from --model)
             parse_scenario(out if out.get("model") or out.get("params") else {**out, "model": "placeholder"})
         except ValueError as exc:

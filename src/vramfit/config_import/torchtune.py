@@ -45,7 +45,8 @@ LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
 WRITE_KEYS = {"micro_batch_size": "batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "tokenizer.max_seq_len", "lora_rank": "model.lora_rank",
               "gradient_checkpointing": "enable_activation_checkpointing", "optimizer": "optimizer._component_",
-              "loss": "loss._component_"}
+              "loss": "loss._component_",
+              "eval_batch_size": "batch_size_val"}
 
 IGNORED = [("output_dir", "path"), ("tokenizer._component_", "tokenizer"), ("tokenizer.path", "path"),
            ("tokenizer.*", "tokenizer"), ("checkpointer.*", "checkpoint loading/saving"), ("resume_from_checkpoint", "path"),
@@ -143,12 +144,30 @@ def _step(r: KeyReader) -> None:
     r.ignore("loss.*", "loss options")
 
 
+#: The distributed recipes validate every run_val_every_n_steps on dataset_val at batch_size_val (default batch_size)
+#: under torch.no_grad(): recipes/lora_finetune_distributed.py l. 223-227, 394-398, 866-867, 906-915 and
+#: full_finetune_distributed.py l. 215-219, 453-457, 873-891, 1133-1134; the single-device recipes have no validation.
+VAL_SRC = f"{_R} recipes/lora_finetune_distributed.py l. 395: batch_size_val defaults to batch_size"
+
+
+def _eval(r: KeyReader) -> None:
+    if r.get("run_val_every_n_steps") is None or not r.has("dataset_val"):
+        r.out["eval_batch_size"] = 0
+        return
+    batch = r.get("batch_size_val", r.out["micro_batch_size"], VAL_SRC)
+    r.eval_follows_micro = not r.has("batch_size_val")
+    r.set("run_val_every_n_steps", "eval_batch_size", batch)
+    r.set("batch_size_val", "eval_batch_size", batch)
+    r.entries["run_val_every_n_steps"].note = "read by the distributed recipes (the single-device ones never validate)"
+
+
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "torchtune", data, SOURCE)
     method, _ = _model(r)
     if method != "full":
         _adapter(r)
     _step(r)
+    _eval(r)
     if r.has("fsdp_cpu_offload") or r.has("fsdp_reshard_after_forward"):  # keys only the distributed recipes read
         off = bool(r.get("fsdp_cpu_offload", False, SOURCE))
         grad_op = r.get("fsdp_reshard_after_forward", True, SOURCE) is False

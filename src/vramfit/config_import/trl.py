@@ -18,7 +18,8 @@ SOURCE = f"{SFT_SRC}; {MODEL_SRC}; {ARGS_SRC}"
 
 WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "max_length", "lora_rank": "lora_r", "optimizer": "optim",
-              "gradient_checkpointing": "gradient_checkpointing", "loss": "use_liger_kernel"}
+              "gradient_checkpointing": "gradient_checkpointing", "loss": "use_liger_kernel",
+              "eval_batch_size": "per_device_eval_batch_size"}
 
 #: SFTConfig and ModelConfig keys with no memory effect; then the TrainingArguments ones (hf_common).
 IGNORED = [
@@ -117,6 +118,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _model(r)
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
+    # `trl sft` passes dataset[dataset_test_split] as eval_dataset when eval_strategy is not "no" (trl 1.16.0
+    # trl/scripts/sft.py l. 107), and the Trainer refuses such a strategy without one: the config says it all
+    hf.trainer_eval(r)
     layout, extra, companions = hf.trainer_parallelism(r)
     r.out.update(layout)
     if layout:

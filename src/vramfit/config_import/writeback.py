@@ -65,10 +65,23 @@ def _needed(imp: Imported, fkey: str, value: Any) -> bool:
     return e.kind != "default" or e.value != value
 
 
+def _pinned_eval(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
+    """The eval batch to write when the micro batch changes and the file's eval batch follows it
+    (``Imported.eval_follows_micro``); a dialect with no eval key (litgpt) cannot keep another: reported as left."""
+    if "micro_batch_size" not in changes or "eval_batch_size" in changes or not imp.eval_follows_micro:
+        return {}
+    return {"eval_batch_size": scenario["eval_batch_size"]}
+
+
 def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(dotted file key -> value to write, ["key=value" the dialect's file cannot hold])."""
     out: dict[str, Any] = {}
     left: list[str] = []
+    pinned = _pinned_eval(imp, changes, scenario)
+    if pinned and "eval_batch_size" in imp.write_keys:  # written even where it equals the old default (which moves)
+        out[imp.write_keys["eval_batch_size"]] = pinned["eval_batch_size"]
+    elif pinned:
+        left.append(f"eval_batch_size={pinned['eval_batch_size']} (the file evaluates at its micro batch)")
     for key, value in changes.items():
         spelled = _spelled(imp, key, value)
         if spelled is None and not (imp.dialect == "litgpt" and key == "grad_accum"):

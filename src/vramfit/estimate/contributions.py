@@ -271,7 +271,7 @@ def previous_step(step: Step) -> Iterator[Contribution]:
     """What the loop carries from the previous micro-batch into this one's forward (``profile.loop_carry``), alive
     until the forward returns: the previous 4-bit matmul inputs (:func:`vramfit.estimate.retained_graph.
     previous_step_inputs`), a kept output (OUTPUTS) or the loop's fp32 logits (LOGITS): the forward phases only."""
-    from vramfit.estimate.retained_graph import previous_step_inputs
+    from vramfit.estimate.retained_graph import carried_logits, previous_step_inputs
 
     carried = _carried_forward(step)
     for phase in (F, FA):
@@ -279,7 +279,7 @@ def previous_step(step: Step) -> Iterator[Contribution]:
         if step.profile.loop_carry is LoopCarry.OUTPUTS:
             yield Contribution("logits_loss", phase, step.loss.kept)
         if carried is not None:  # in a block's forward (FA) too; at forward's high point only where it is
-            yield Contribution("logits_loss", phase, carried[2] if phase is F else step.loss.held + step.loss.kept)
+            yield Contribution("logits_loss", phase, carried[2] if phase is F else carried_logits(step))
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:

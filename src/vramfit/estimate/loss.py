@@ -62,11 +62,17 @@ def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:
     """How many times the output layer runs per micro-batch: once per 128-token chunk under lit-gpt's
     chunked head (lit-gpt@8641822 lit_gpt/lora.py GPT.forward: ``[self.lm_head(x_i) for x_i in
     x.split(lm_head_chunk_size, dim=1)]``, chunks along the sequence), else once."""
-    if sc.loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.LITGPT_CHUNKED_HEAD:
-        return 1
-    if profile.full_unchunked_logits and sc.method is Method.FULL:
+    if not litgpt_chunked_head(sc, profile):
         return 1
     return -(-sc.seq_len // LITGPT_LM_HEAD_CHUNK.value)
+
+
+def litgpt_chunked_head(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Whether the loop asks lit-gpt's model for a list of head chunks (``model(input_ids, lm_head_chunk_size=128)``,
+    lit-gpt@8641822 finetune/lora.py); litgpt 2024's full.py asks for whole logits (``full_unchunked_logits``)."""
+    if sc.loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.LITGPT_CHUNKED_HEAD:
+        return False
+    return not (profile.full_unchunked_logits and sc.method is Method.FULL)
 
 
 def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
@@ -174,7 +180,9 @@ def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossM
         bwd = saved + 2 * 4 * per + lb * per
         return LossMemory(saved, fwd, bwd, f"chunked CE over {n} chunks (torchtune CEWithChunkedOutputLoss)")
     style = profile.standard_loss
-    cap = lb * TV if spec.final_logit_softcapping else 0
+    # litgpt@2b195c7f lora.py GPT.forward returns the head chunks (l. 546-548) before its soft-capping (l. 550-551):
+    # the chunked-head loop never soft-caps its logits
+    cap = lb * TV if spec.final_logit_softcapping and not litgpt_chunked_head(sc, profile) else 0
     if cap:
         # Gemma 2 soft-caps the logits: logits / cap -> tanh -> * cap; tanh keeps its output
         base = loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
@@ -261,21 +269,49 @@ def _litgpt_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, TV: i
     (Lightning@71aed75 fabric/wrappers.py _FabricModule.forward: `output = self._precision.convert_output(output)`;
     plugins/precision/half.py, amp.py, bitsandbytes.py convert_output: `.to(torch.get_default_dtype())`): the loop
     holds fp32 logits (the 16-bit ones die once converted) and chunked_cross_entropy, outside the forward's
-    autocast, saves each 128-token chunk's fp32 log_softmax.
+    autocast, saves each chunk's fp32 log_softmax.
 
     - LoRA (lit-gpt@8641822 finetune/lora.py ``model(input_ids, lm_head_chunk_size=128)``): a list of
       (B, 128, V) chunks; backward of one chunk: fp32 gradients of nll_loss and log_softmax, then the cast back.
-    - full fine-tuning in litgpt@0077627 finetune/full.py ``logits = model(input_ids)``: one (B, T, V) tensor;
-      the split's backward assembles the whole fp32 logits gradient at once."""
+    - full fine-tuning in litgpt@0077627 finetune/full.py ``logits = model(input_ids)``: one (B, T, V) tensor,
+      passed shifted (``logits[..., :-1, :]``) and split into 128-row chunks of its flattened rows.
+
+    The shift is a view; chunked_cross_entropy's ``reshape(-1, V)`` copies it (:func:`_litgpt_shift_copy`)."""
     per = sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec)
     saved = 4 * TV + 4 * TV
     fwd = max(saved, lb * TV + 4 * TV)  # the logits and their fp32 conversion, then the loss
+    copy = _litgpt_shift_copy(spec, sc, profile)
     if profile.full_unchunked_logits and sc.method is Method.FULL:
-        return LossMemory(saved, fwd, saved + 4 * TV + 2 * 4 * per,
+        # litgpt@5895df10 utils.py chunked_cross_entropy (no list): ``logits.split(chunk_size)`` of the
+        # (B*(T-1), V) rows, each chunk's nll_loss and log_softmax gradient is 128 rows; SplitBackward then
+        # cats the whole fp32 gradient beside the chunk gradients it was given, and SliceBackward writes it
+        # into a fresh (B, T, V) zeros: 4 TV above the saved figures at most (/tmp replica: 2.00 x 4TV
+        # above the held logits at micro-batch 1 and 2, the per-chunk gradients never on top)
+        return LossMemory(saved, saved + copy, saved + 4 * TV,
                           "litgpt full.py: unchunked logits, fp32 from Fabric, chunked_cross_entropy", held=4 * TV)
     cast_back = lb * per if lb != 4 else 0  # `.to(fp32)` of fp32 logits is the tensor itself: no cast to undo
-    return LossMemory(saved, fwd, saved + 2 * 4 * per + cast_back,
+    return LossMemory(saved, max(fwd, saved + copy), saved + 2 * 4 * per + cast_back,
                       "lit-gpt chunked lm_head, fp32 outputs from Fabric, chunked_cross_entropy", held=4 * TV)
+
+
+def _litgpt_shift_copy(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Bytes of the fp32 copy chunked_cross_entropy makes of lit-gpt's shifted logits (lit-gpt@8641822
+    lit_gpt/utils.py and litgpt@5895df10 litgpt/utils.py chunked_cross_entropy: ``logit_chunk.reshape(-1,
+    logit_chunk.size(-1))`` of the list, ``logits.reshape(-1, logits.size(-1))`` of one tensor). The loop shifts
+    by slicing (lora.py ``logits[-1] = logits[-1][..., :-1, :]``, full.py ``logits[..., :-1, :]``): a view with
+    the unsliced row stride, contiguous only with one sequence per micro-batch (torch 2.13
+    c10/core/Contiguity.h _compute_contiguous skips size-1 dims), so reshape copies it when the micro-batch is
+    above 1 (aten/src/ATen/native/TensorShape.cpp reshape: ``_unsafe_view(self.clone(at::MemoryFormat::Contiguous))``
+    when no view fits). LoRA: the last head chunk only, (B, last - 1, V); full: (B, T - 1, V). The copy is held by
+    the function's list / local name until it returns (clone's backward saves nothing): the forward's loss moment
+    only. CPU replica of both loops (live storage bytes, B=2, T=512, V=32000): full 2.00 x 4TV above the held
+    logits in the loss's forward (1.00 at B=1), LoRA 4.99 fp32 head chunks (3.99 at B=1)."""
+    if sc.micro_batch_size == 1:
+        return 0
+    rows = sc.seq_len
+    if litgpt_chunked_head(sc, profile):
+        rows -= LITGPT_LM_HEAD_CHUNK.value * (head_calls(sc, profile) - 1)  # the last chunk's tokens
+    return 4 * sc.micro_batch_size * (rows - 1) * vocab_rows(spec)
 
 
 def _apple_cce(spec: ModelSpec, sc: Scenario) -> LossMemory:
