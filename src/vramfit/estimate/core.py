@@ -267,7 +267,10 @@ def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: Framewor
 
 
 def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Unsharded bytes of one decoder block as gathered by ZeRO-3/FSDP (16-bit or quantized)."""
+    """Unsharded bytes of one decoder block's parameters: its weights in the compute dtype (quantized under
+    QLoRA), biases and norms, plus its LoRA adapters in the dtype FSDP2 all-gathers them in, where it gathers
+    them with the block (moe_lora.fsdp2_block_adapters). The block unit ZeRO-3/FSDP all-gathers (core, fsdp2, ranks: one
+    tensor-parallel rank's share), FSDP1's ``_mp_shard`` copy (no_shard), fsdp-grad-op's gathered blocks (grad_op)."""
     total = 0
     for lin in spec.block_linears:
         if sc.quantize is not Quantize.NONE and sc.method is not Method.FULL:
