@@ -95,3 +95,32 @@ def test_torch_casts_hold_one_extra_copy_of_the_largest_tensor_only():
     assert peak == weights + 2 * 4096 * 256
     assert live == weights  # every bf16 original freed, the shared weight cast once
     assert all(p.dtype == torch.float16 for p in model.parameters())
+
+
+def test_an_evaluation_pass_opens_its_segments_after_the_cast():
+    """The cast path keeps the step's reserved terms (estimate/__init__.py _reserved): at eval_batch_size 1 the pass's
+    whole-logits tensors open one 2 MiB segment beyond the step's cached ones (evaluation.evaluation_reserved), which
+    the old early return dropped (5,769,525,248 B, the step alone)."""
+    r = estimate({**NB3, "eval_batch_size": 1})
+    assert r.peak.phase == "load" and r.peak.reserved_bytes == 5_769_525_248 + 2 * 2**20 == 5_771_622_400
+
+
+def test_the_steps_reserved_starts_from_its_own_peak_not_the_evaluation_pass():
+    """At eval_batch_size 88 the pass (5,126,940,672 B allocated) is above the step's own peak (4,969,762,816 B, the
+    vision backward) and below the cast: the step's reserved figure starts from its own peak and the pass adds only the
+    segments it opens (58,720,256 B), not its whole allocated figure (the old code's 5,926,703,104 B)."""
+    r = estimate({**NB3, "eval_batch_size": 88})
+    phases = {p.phase: p.allocated_bytes for p in r.phases}
+    assert phases["evaluate"] == 5_126_940_672 and phases["backward-vision"] == 4_969_762_816
+    assert r.peak.phase == "load" and r.peak.reserved_bytes == 5_769_525_248 + 58_720_256 == 5_828_245_504
+
+
+def test_full_fine_tuning_loads_in_bf16_and_casts_as_well():
+    """The forced-float32 mode does not look at the method (unsloth@6a83bb53a5 loader.py l. 677-689, vision.py
+    l. 341-345), so full fine-tuning has the load phase too, its weights counted in 16 bits also in -mixed, where the
+    step keeps an fp32 master copy made after the load (cast_load.cast_load_phase)."""
+    full = {"model": "google/gemma-3-1b-pt", "method": "full", "framework": "unsloth", "seq_len": 256}
+    for precision in ("fp16-true", "fp16-mixed"):
+        load = _phases({**full, "precision": precision})["load"]
+        assert load == {"weights": 1_999_772_160, "temporaries": 2 * 262144 * 1152}
+    assert _phases({**full, "precision": "fp16-true"})["optimizer-step"]["weights"] == 1_999_772_160

@@ -94,3 +94,19 @@ def test_litgpts_logits_stay_bound_through_backward_and_the_optimizer_step():
     hf = _step("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", framework="hf", framework_version=None,
                method="full", quantize="none", optimizer="adamw", lora_targets=None, lora_rank=None)
     assert "logits_loss" not in _phase(hf, "optimizer-step")  # the Trainer's step function has returned
+
+
+def test_the_carried_logits_are_one_figure_for_the_calls_end_and_a_blocks_forward():
+    """retained_graph.carried_logits: litgpt's fp32 logits, torchtune 0.1's shifted copy, nothing elsewhere; the one
+    figure contributions.previous_step puts beside a block's forward and carried_logits_forward at the call's end."""
+    from vramfit.estimate.retained_graph import carried_logits, carried_logits_forward
+
+    lora = {"method": "lora", "quantize": "none", "optimizer": "adamw", "lora_targets": ["q_proj", "v_proj"]}
+    TV = 1024 * 32_000
+    step = _step("meta-llama/Llama-2-7b-hf", **lora)
+    assert carried_logits(step) == step.loss.held == 4 * TV == 131_072_000
+    assert carried_logits_forward(step, 0)[2] == 4 * TV
+    tt = _step("meta-llama/Llama-2-7b-hf", framework="torchtune", framework_version="torchtune-0.1", **lora)
+    assert carried_logits(tt) == tt.loss.kept == 4 * TV
+    assert carried_logits(_step("meta-llama/Llama-2-7b-hf", framework_version=None, **lora)) == 0  # longest first
+    assert carried_logits(_step("meta-llama/Llama-2-7b-hf", framework="hf", framework_version=None, **lora)) == 0

@@ -127,3 +127,59 @@ def test_uncheckpointed_transformers_masks_are_gone_when_the_output_layer_runs()
         return extras.model_extra_saved(*at, lm_head_trainable=False)
 
     assert lit("eager") - lit("sdpa") == 64 * MIB
+
+
+def test_old_transformers_gives_qwen2_with_a_window_one_shared_float_mask(tmp_path):
+    """Qwen2 with use_sliding_window has ``layer_types`` (12 of 24 layers slide from max_window_layers 12 on), but
+    transformers before masking_utils (4.44/4.47: masks_per_layer_type False) builds one float mask in the
+    embeddings' dtype for every layer: 32 MiB, not each sliding layer's bf16 bias (12 x 32 MiB, the v5 path it
+    took before)."""
+    import json
+
+    from vramfit.models import spec_from_hf_config
+
+    cfg = {**resolve_model("Qwen/Qwen2.5-0.5B").config, "use_sliding_window": True, "max_window_layers": 12,
+           "sliding_window": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = spec_from_hf_config(cfg)
+    assert spec.layer_types.count("sliding_attention") == 12 == importlib.import_module(
+        "vramfit.estimate.attention").sliding_layers(spec)
+    keys = {"micro_batch_size": 1, "precision": "bf16-true", "attention": "sdpa", "seq_len": 4096}
+    for version in ("transformers-4.44", "transformers-4.47"):
+        sc = parse_scenario({"model": str(tmp_path / "config.json"), "method": "lora", **keys,
+                             "framework_version": version})
+        assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 32 * MIB
+    sc = parse_scenario({"model": str(tmp_path / "config.json"), "method": "lora", **keys})
+    assert fwd.sliding_window_masks(spec, sc, scenario_profile(sc)) == 12 * 32 * MIB
+
+
+def test_transformers_4_49_to_4_52_keep_one_model_mask_and_4_53_builds_one_per_layer_type():
+    """masking_utils.py first ships in v4.53.0: Gemma 2 (a causal and a sliding mask from 4.53 on) has one model-level
+    eager mask under transformers-4.52 (v4.49-v4.52), as under 4.44; the rest of 4.52 is 4.53's (foreach AdamW)."""
+    keys = {**GEMMA2, "attention": "eager"}
+    assert eager("google/gemma-2-9b", **keys, framework_version="transformers-4.52") == 64 * MIB
+    assert eager("google/gemma-2-9b", **keys, framework_version="transformers-4.53") == 2 * 64 * MIB
+    old, new = (scenario_profile(parse_scenario({"model": "meta-llama/Llama-3.1-8B", "framework_version": v}))
+                for v in ("transformers-4.52", "transformers-4.53"))
+    assert (old.masks_per_layer_type, new.masks_per_layer_type) == (False, True)
+    assert old.torch_optimizer_impl == new.torch_optimizer_impl and old.standard_loss == new.standard_loss
+    assert old.expands_kv_for_sdpa and new.expands_kv_for_sdpa
+
+
+def test_gpt_oss_masks_count_in_forward_without_checkpointing():
+    """gpt-oss's sink softmax keeps the scores' dtype (no fp32-softmax moment), so without checkpointing its two eager
+    masks (causal, sliding: 64 MiB each) count in the forward phase only; the forward phase of gpt-oss-20b at
+    1 x 4096 gains them (two 32 MiB masks), the backward phases do not. Gemma 2's count at its softmax moment."""
+    keys = {**GEMMA2, "attention": "eager"}
+    only = extras.forward_only_masks
+    assert only(*_at("openai/gpt-oss-20b", **keys)) == 2 * 64 * MIB
+    assert only(*_at("openai/gpt-oss-20b", **keys, gradient_checkpointing="full")) == 0
+    assert only(*_at("google/gemma-2-9b", **keys)) == 0
+    assert only(*_at("google/gemma-2-9b", **keys, framework="litgpt")) == 0
+    from vramfit.estimate import estimate
+
+    est = estimate({"model": "openai/gpt-oss-20b", "method": "lora", "seq_len": 4096, "micro_batch_size": 1,
+                    "attention": "eager", "gradient_checkpointing": "none"})
+    acts = {p.phase: dict(p.breakdown)["activations"] for p in est.phases if "activations" in dict(p.breakdown)}
+    assert acts["forward"] == 77_181_239_296 + 2 * 32 * MIB
+    assert acts["backward-loss"] == 77_181_239_296

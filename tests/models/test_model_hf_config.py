@@ -223,3 +223,20 @@ def test_missing_field_is_named(model_id, field):
 def test_invalid_values(changes, message):
     with pytest.raises(ModelError, match=message):
         spec_from_hf_config(config("meta-llama/Llama-2-7b-hf", **changes))
+
+
+def test_qwen3_moe_with_a_window_slides_on_every_layer_as_transformers_configures_it():
+    """Qwen2 takes ``layer_types`` from max_window_layers; Qwen3-MoE's config has neither, so with
+    use_sliding_window every layer attends through the window (transformers v5.24.0 configuration_qwen3_moe.py)."""
+    from transformers import Qwen2Config, Qwen3MoeConfig
+
+    from vramfit.models import resolve_model
+
+    window = {"use_sliding_window": True, "sliding_window": 1024, "max_window_layers": 12}
+    moe = spec_from_hf_config({**resolve_model("Qwen/Qwen3-30B-A3B").config, **window})
+    assert (moe.sliding_window, moe.layer_types) == (1024, ())
+    assert not hasattr(Qwen3MoeConfig(**window), "layer_types")
+    dense_cfg = {**resolve_model("Qwen/Qwen2.5-0.5B").config, **window}
+    dense = spec_from_hf_config(dense_cfg)
+    assert dense.layer_types == tuple(Qwen2Config(**{**dense_cfg, "layer_types": None}).layer_types)
+    assert dense.layer_types.count("sliding_attention") == 24 - 12

@@ -121,3 +121,18 @@ def test_gemma2_over_llama_at_the_eager_softmax_backward(config_file):
     (sim_g, est_g), (sim_l, est_l) = peaks("google/gemma-2-2b"), peaks("meta-llama/Llama-3.2-1B")
     assert est_g == pytest.approx(sim_g, rel=0.01) and est_l == pytest.approx(sim_l, rel=0.01)
     assert est_g - est_l == pytest.approx(sim_g - sim_l, rel=0.001)
+
+
+def test_gpt_oss_eager_masks_live_through_the_forward_only(config_file):
+    """A tiny gpt-oss (sliding and full layers, sink softmax in the scores' dtype) without checkpointing: two bf16
+    masks, freed in forward; the estimator counts both in the forward phase (block_extras.forward_only_masks)."""
+    from test_sim_moe_lora import GPT_OSS
+
+    keys = {"attention": "eager", "precision": "bf16-true", "gradient_checkpointing": "none"}
+    assert _masks(GPT_OSS, **keys) == [("where.self", "bfloat16", "forward")] * 2
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.models import spec_from_hf_config
+    from vramfit.scenario import parse_scenario
+
+    sc = parse_scenario({"model": config_file(GPT_OSS), "method": "lora", "seq_len": S, "micro_batch_size": B, **keys})
+    assert extras.forward_only_masks(spec_from_hf_config(GPT_OSS), sc, scenario_profile(sc)) == 2 * B * S * S * 2

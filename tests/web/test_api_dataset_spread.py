@@ -34,3 +34,17 @@ def test_the_card_bounds_it_and_no_scenario_gives_none(client):
     assert bare["reserved_spread"] is None and bare["reserved_spread_text"] is None
     fixed = _post(client, {**SCENARIO, "seq_len": 8})  # every sample truncated to 8 tokens: one length, no spread
     assert fixed["reserved_spread"] is None
+
+
+def test_the_spread_sentence_reads_in_portuguese():
+    """The PT page runs the same rules on POST /api/dataset's sentence (static/dataset.js VFTr.text)."""
+    from vramfit.dataset.spread import spread_line
+    from vramfit.web.translate import to_pt, untranslated
+
+    base = {"fixed_reserved_bytes": 3 * 2**30, "p10_bytes": 2**29, "p90_bytes": 2**30, "median_bytes": 3 * 2**28,
+            "orders": 50}
+    room, capped = (spread_line({**base, "capped_by_gpu": c}) for c in (None, "NVIDIA T4"))
+    assert untranslated([room, capped]) == []
+    assert to_pt(room).startswith("reservada 3,00 GiB com comprimento fixo; com os comprimentos deste conjunto de "
+                                  "dados em ordem aleatória, +0,50…+1,00 GiB (mediana +0,75; percentis 10–90 de 50 ")
+    assert "até à memória livre da NVIDIA T4 (perto da capacidade, o PyTorch" in to_pt(capped)

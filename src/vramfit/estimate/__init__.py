@@ -294,9 +294,11 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
     reserved.reserved_bytes, and without the cached segments the ZeRO-2 step and the GPU load leave wholly free:
     zero2_step.zero2_step_reserved, nf4_load.load_reserved), the FSDP and load terms on top (the same path for both,
-    so they differ only there)."""
-    if cast_is_peak(r, breakdowns, allocated):  # a forced-float32 load's bf16 -> fp16 cast (estimate/cast_load.py)
-        return cast_reserved(r, breakdowns, tensors, events, required)
+    so they differ only there). A forced-float32 load's bf16 -> fp16 cast at the allocated peak leaves nothing cached
+    (estimate/cast_load.py): its own reserved bytes beside the step's, which starts from its own allocated peak."""
+    at_load = 0
+    if cast_is_peak(r, breakdowns, allocated):
+        at_load, allocated = cast_reserved(r, breakdowns)
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
@@ -306,7 +308,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     reserved = offload_reserved(r, breakdowns, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
-    return evaluation_reserved(r, events, reserved, conf)  # the segments an evaluation pass opens
+    return max(at_load, evaluation_reserved(r, events, reserved, conf))  # the segments an evaluation pass opens
 
 
 _A = "allocated"

@@ -18,6 +18,7 @@ c bytes of the compute dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
@@ -34,7 +35,10 @@ from vramfit.estimate.params import Adapter, mlp_down
 from vramfit.models.spec import Linear, ModelSpec
 from vramfit.scenario import Method, Precision, Scenario
 
-__all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for"]
+if TYPE_CHECKING:
+    from vramfit.estimate.profile_fields import ForcedFp32
+
+__all__ = ["block_saved", "runs_eager_attention", "sdpa_math_fallback", "Saved", "dtypes_for", "forced_fp32"]
 
 
 @dataclass
@@ -90,6 +94,16 @@ class Dtypes:
     attn: int  # q, k, v and the attention kernel's output
 
 
+def forced_fp32(spec: ModelSpec | None, scenario: Scenario, profile: FrameworkProfile) -> ForcedFp32 | None:
+    """What the framework's forced-float32 mode keeps in fp32 for ``spec``'s model type, None where it does not run:
+    the model type on ``profile.fp16_forced_fp32`` and fp16 asked for, whatever the method (unslothai/unsloth@6a83bb53a5
+    unsloth/models/loader.py l. 677-689 sets ``UNSLOTH_FORCE_FLOAT32`` from the model type and dtype alone, and
+    vision.py l. 341-345 turns it into ``do_forced_float32`` with no look at ``full_finetuning``)."""
+    if spec is None or scenario.precision not in (Precision.FP16_TRUE, Precision.FP16_MIXED):
+        return None
+    return dict(profile.fp16_forced_fp32).get(spec.model_type)
+
+
 def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | None = None) -> Dtypes:
     """Element sizes of the tensors in a block (of ``spec``'s language model; none given: of no listed family).
 
@@ -100,8 +114,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
     stream is fp32 as well. A model type in ``profile.fp16_forced_fp32`` asked for in fp16 runs the framework's
     forced-float32 mode: 16-bit weights and norm outputs, no autocast, fp32 where its ``ForcedFp32`` says."""
     c = scenario.precision.compute_bytes
-    forced = dict(profile.fp16_forced_fp32).get(spec.model_type) if spec is not None else None
-    if forced is not None and scenario.precision in (Precision.FP16_TRUE, Precision.FP16_MIXED):
+    if (forced := forced_fp32(spec, scenario, profile)) is not None:
         return Dtypes(compute=c, residual=4 if forced.residual else c, norm_out=c,
                       adapter=adapter_bytes(profile, scenario.precision), autocast=False,
                       mlp=4 if forced.mlp else c, attn=4 if forced.attention else c)
@@ -241,8 +254,16 @@ def _linear_input(blk: Block, out: Saved, lin: Linear, in_key: str, in_bytes: in
         # its input only for the weight's gradient, so none (the simulator's saved_tensors_hooks agree)
         return
     if blk.full or blk.q_saves or blk.saves_inputs:
-        key = f"{lin.name}.autocast_in" if blk.dt.autocast else in_key
-        out.add(key, (blk.dt.compute if blk.dt.autocast else in_bytes) * tokens * lin.in_features)
+        # a 16-bit copy per linear: autocast's cast of F.linear's input; the 4-bit matmul instead keeps its own input
+        # A, which bitsandbytes 0.43.1 nn/modules.py Linear4bit.forward makes with `x = x.to(self.compute_dtype)` (a
+        # copy only when the dtypes differ, else x itself) and autograd/_functions.py MatMul4Bit (no custom_fwd)
+        # keeps as `ctx.tensors = (A, B)`; PEFT's LoRA wrapper hands x itself to the base layer (peft v0.11.1
+        # tuners/lora/bnb.py Linear4bit.forward `result = self.base_layer(x, ...)`, dropout on the LoRA branch
+        # only), so q, k and v (gate and up) keep one storage (tests/estimate/test_bnb_shared_input.py)
+        q_only = blk.q_saves and not (blk.full or blk.saves_inputs)
+        copy = in_bytes != blk.dt.compute if q_only else blk.dt.autocast
+        key = f"{lin.name}.autocast_in" if copy else in_key
+        out.add(key, (blk.dt.compute if copy else in_bytes) * tokens * lin.in_features)
         if blk.q_saves:
             out.q_inputs.add(key)
     ad = blk.adapted.get((lin.name, lin.in_features))

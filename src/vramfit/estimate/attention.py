@@ -89,7 +89,14 @@ def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     checkpointing only the recomputed layer has them (forward_extras.sliding_window_recompute)."""
     if sc.gradient_checkpointing is not Checkpointing.NONE:
         return 0
-    return spec.layer_types.count("sliding_attention") * masked_layer_kv_repeat(spec, sc, profile)
+    return sliding_layers(spec) * masked_layer_kv_repeat(spec, sc, profile)
+
+
+def sliding_layers(spec: ModelSpec) -> int:
+    """Layers that attend through the sliding window: those ``layer_types`` names so, else every layer."""
+    if spec.layer_types:
+        return spec.layer_types.count("sliding_attention")
+    return spec.num_hidden_layers
 
 
 def masked_layer_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

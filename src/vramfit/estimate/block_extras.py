@@ -146,6 +146,19 @@ def eager_mask(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     return mask_count(spec, profile) * one
 
 
+def forward_only_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """transformers' eager masks without checkpointing where no fp32-softmax moment counts them
+    (:func:`forward_softmax_moment` needs ``spec.eager_softmax_fp32``; gpt-oss's sink softmax keeps the scores' dtype):
+    they are alive through every block's forward with all saved tensors and die when the base model returns, so they
+    count in the forward phase only (``Activations.forward_only``). The simulator's tiny gpt-oss (3 layers, 1 x 1024
+    tokens, vocabulary 256, LoRA, eager) peaks in forward at the top block's experts, 757,278,496 B, with both bf16
+    ``where.self`` masks alive; none is alive when backward starts (716,289,776 B then)."""
+    if (sc.gradient_checkpointing is not Checkpointing.NONE or not profile.runs_transformers_modeling
+            or eager_forward_softmax(spec, sc, profile)):
+        return 0
+    return eager_mask(spec, sc, profile)
+
+
 def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, lm_head_trainable: bool) -> int:
     """Saved tensors outside the blocks: the final norm (the same tensors as a block's norm, :func:`norm_saved`;
     its weight trains in full fine-tuning), lm_head input, eager attention mask."""
@@ -165,7 +178,7 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
         # checkpointed: kept into backward (step.Activations.masks). Not checkpointed, transformers' masks are
         # locals of the base model's forward that nothing saves (``attn_weights + mask``: add keeps no input), freed
         # when it returns, before the output layer (the simulator's trace: freed in forward); they count at the
-        # top block's softmax only (forward_softmax_moment)
+        # top block's softmax only (forward_softmax_moment) or, without that moment, in forward (forward_only_masks)
         total += eager_mask(spec, sc, profile)
     if spec.embedding_norm:  # word_embeddings_layernorm saves the embedding output
         total += dt.compute * T * h

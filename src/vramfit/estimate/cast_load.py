@@ -24,7 +24,6 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.core import _is_quantized_linear
 from vramfit.estimate.params import base_tensors
 from vramfit.estimate.phases import Contribution, StepPhase
-from vramfit.scenario import Method, Precision
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,27 +37,35 @@ _FP16_BYTES = 2
 
 
 def casts_on_load(step: Step) -> bool:
-    """The framework loads this model type in bfloat16 and casts it to float16 (module doc): its forced-float32 mode,
-    asked for in fp16, by a framework whose loader does so (``FrameworkProfile.forced_fp32_loads_bf16``)."""
-    sc, profile = step.sc, step.profile
-    return (profile.forced_fp32_loads_bf16 and sc.method is not Method.FULL
-            and sc.precision in (Precision.FP16_TRUE, Precision.FP16_MIXED)
-            and dict(profile.fp16_forced_fp32).get(step.spec.model_type) is not None)
+    """The framework loads this model type in bfloat16 and casts it to float16 (module doc): its forced-float32 mode
+    (activations.forced_fp32, full fine-tuning included), by a framework whose loader does so
+    (``FrameworkProfile.forced_fp32_loads_bf16``)."""
+    from vramfit.estimate.activations import forced_fp32
+
+    return step.profile.forced_fp32_loads_bf16 and forced_fp32(step.spec, step.sc, step.profile) is not None
+
+
+def _loaded_16bit(step: Step) -> list:
+    """The base model's tensors the checkpoint loads in 16 bits (4-bit linears are uint8 and left as they are)."""
+    return [t for t in base_tensors(step.spec) if not _is_quantized_linear(t, step.sc, step.profile, step.spec)]
 
 
 def largest_cast_copy(step: Step) -> int:
-    """Bytes of the float16 copy of the largest 16-bit weight tensor the cast makes (4-bit linears are left as they
-    are)."""
-    sizes = [t.numel for t in base_tensors(step.spec) if t.kind in _SINGLE_KINDS
-             and not _is_quantized_linear(t, step.sc, step.profile, step.spec)]
-    return round_allocation(_FP16_BYTES * max(sizes, default=0))
+    """Bytes of the float16 copy of the largest 16-bit weight tensor the cast makes."""
+    return round_allocation(_FP16_BYTES * max((t.numel for t in _loaded_16bit(step) if t.kind in _SINGLE_KINDS),
+                                              default=0))
 
 
 def cast_load_phase(step: Step) -> Iterator[Contribution]:
-    """The load's high point: the weights (16-bit and 4-bit) and the cast's float16 copy of the largest tensor."""
+    """The load's high point: the weights (16-bit and 4-bit) and the cast's float16 copy of the largest tensor. The
+    16-bit weights are counted in 16 bits whatever the step keeps: full fine-tuning upcasts its trainable weights only
+    after the cast (unsloth@6a83bb53a5 vision.py l. 466-471 the cast, l. 513 then ``post_patch_model`` ->
+    unsloth-zoo@e8c8beae training_utils.py l. 109-163 ``prepare_model_for_training``: ``.to(float32)``), so in
+    ``-mixed``, where ``parts.weights`` is 0 beside an fp32 master copy, the load's weights are these."""
     if not casts_on_load(step):
         return
-    yield Contribution("weights", StepPhase.LOAD, step.parts.weights)
+    weights = sum(round_allocation(_FP16_BYTES * t.numel) * t.count for t in _loaded_16bit(step))
+    yield Contribution("weights", StepPhase.LOAD, weights)
     yield Contribution("quantized_base", StepPhase.LOAD, step.parts.quantized_base)
     yield Contribution("temporaries", StepPhase.LOAD, largest_cast_copy(step))
 
@@ -68,14 +75,15 @@ def cast_is_peak(step: Step, breakdowns: dict[str, dict[str, int]], allocated: i
     return casts_on_load(step) and allocated == sum(breakdowns.get(StepPhase.LOAD.value, {}).values())
 
 
-def cast_reserved(step: Step, breakdowns: dict[str, dict[str, int]], tensors: int, events: list[int],
-                  required: bool = False) -> int:
-    """``max_memory_reserved`` over load and step when the cast is the allocated peak: at the cast nothing of the step
-    is cached yet and ``torch.cuda.empty_cache()`` has run after every module (module doc), so the load holds its
-    tensors' own segments only; the step's reserved peak, from its own allocated peak and transients, comes later."""
+def cast_reserved(step: Step, breakdowns: dict[str, dict[str, int]]) -> tuple[int, int]:
+    """(``max_memory_reserved`` at the cast, the step's own allocated peak) when the cast is the allocated peak. At the
+    cast nothing of the step is cached yet and ``torch.cuda.empty_cache()`` has run after every module (module doc), so
+    the load holds its tensors' own segments only; the step's reserved peak comes later, from its own allocated peak:
+    every phase but the load and an evaluation pass, whose segments the caller adds (evaluation.evaluation_reserved)."""
     from vramfit.estimate.reserved import reserved_bytes
 
-    layers, conf = step.spec.num_hidden_layers, step.profile.alloc_conf
-    at_load = reserved_bytes(sum(breakdowns[StepPhase.LOAD.value].values()), step.parts, 0, layers)
-    step_alloc = max(sum(b.values()) for name, b in breakdowns.items() if name != StepPhase.LOAD.value)
-    return max(at_load, reserved_bytes(step_alloc, step.parts, tensors, layers, events, conf, required))
+    load = sum(breakdowns[StepPhase.LOAD.value].values())
+    at_load = reserved_bytes(load, step.parts, 0, step.spec.num_hidden_layers, (), step.profile.alloc_conf)
+    own = max(sum(b.values()) for name, b in breakdowns.items()
+              if name not in (StepPhase.LOAD.value, StepPhase.EVALUATE.value))
+    return at_load, own

@@ -109,8 +109,12 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     a = step.acts
     # the output layer's autocast copy is freed by its matmul backward; a recomputed top block casts its own again
     recast = step.lowest_autocast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4; the
+    # simulator's top-block peak of a tiny 4-layer Qwen3-MoE LoRA holds 549,746,176 B of temporaries at vocab 4096
+    # and 32768 alike)
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
-           step.parts.autocast_copies - step.head_autocast + recast, held_reduce_scatter_input(step, top=True))
+           step.parts.autocast_copies - step.head_autocast + recast,
+           held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
@@ -267,7 +271,7 @@ def previous_step(step: Step) -> Iterator[Contribution]:
     """What the loop carries from the previous micro-batch into this one's forward (``profile.loop_carry``), alive
     until the forward returns: the previous 4-bit matmul inputs (:func:`vramfit.estimate.retained_graph.
     previous_step_inputs`), a kept output (OUTPUTS) or the loop's fp32 logits (LOGITS): the forward phases only."""
-    from vramfit.estimate.retained_graph import previous_step_inputs
+    from vramfit.estimate.retained_graph import carried_logits, previous_step_inputs
 
     carried = _carried_forward(step)
     for phase in (F, FA):
@@ -275,7 +279,7 @@ def previous_step(step: Step) -> Iterator[Contribution]:
         if step.profile.loop_carry is LoopCarry.OUTPUTS:
             yield Contribution("logits_loss", phase, step.loss.kept)
         if carried is not None:  # in a block's forward (FA) too; at forward's high point only where it is
-            yield Contribution("logits_loss", phase, carried[2] if phase is F else step.loss.held + step.loss.kept)
+            yield Contribution("logits_loss", phase, carried[2] if phase is F else carried_logits(step))
 
 
 def load_high_point(step: Step) -> Iterator[Contribution]:

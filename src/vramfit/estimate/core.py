@@ -20,6 +20,7 @@ from vramfit.estimate.framework import (
     adapter_bytes,
 )
 from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
+from vramfit.estimate.fsdp_dtype import check_uniform_dtype, fp32_kept, param_bytes
 from vramfit.estimate.moe_lora import fsdp2_block_adapters
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
 from vramfit.estimate.state import (
@@ -108,6 +109,7 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     trainable: list[tuple[ParamTensor, int]] = []
     # a tower that sees no image gets no gradient, so no optimizer state (torch.optim skips grad=None)
     frozen_tower = not trains_vision(sc, profile) or not sc.sees_pixels
+    fp32_names = () if ds_mixed else fp32_kept(spec, sc, profile)  # fp32 in a 16-bit load (estimate/fsdp_dtype.py)
     for t, unused in skipped_layers_split(base_tensors(spec), spec, sc):
         frozen = unused or t.kind.startswith("vision_unused") or (t.kind.startswith("vision") and frozen_tower)
         if sc.method is Method.FULL and not frozen:
@@ -118,12 +120,12 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             elif sc.precision.mixed:  # torch AMP: the fp32 parameters are the master copy
                 w, m = 0, 4
             else:
-                w, m = pb, 0
+                w, m = param_bytes(t.name, pb, fp32_names), 0
             p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) if w else 0
             p.weights += _secondary(t, shd)
             p.master_weights += shard(round_allocation(t.numel * m) * t.count, shd.optimizer) if m else 0
             sizes.append((t.numel * max(w, m), t.count))
-            trainable.append((t, 2 if ds_mixed else pb))
+            trainable.append((t, 2 if ds_mixed else param_bytes(t.name, pb, fp32_names)))
             continue
         if _is_quantized_linear(t, sc, profile, spec):
             q = quantized_weight_bytes(t.shape[0], t.shape[1], sc.quantize)
@@ -137,7 +139,7 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         elif ds_mixed:
             w = 2  # zero.Init keeps the frozen base in 16 bits
         else:
-            w = pb
+            w = param_bytes(t.name, pb, fp32_names)
         p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) + _secondary(t, shd)
         sizes.append((t.numel * w, t.count))
     p.param_tensors = tuple(sizes)
@@ -205,6 +207,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     shd = sharding_for(sc.parallelism, sc.num_gpus, sc.offload, sc.shard_group, _hpz(sc))
     ds_mixed = _ds_mixed(sc)
     check_fused_head_unit(spec, sc, profile)
+    check_uniform_dtype(spec, sc, profile)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     adapters += vision_adapters(spec, sc, profile)
     trainable = _base_state(p, spec, sc, profile, shd)
@@ -264,7 +267,10 @@ def _zero3_persistent(p: Parts, spec: ModelSpec, sc: Scenario, profile: Framewor
 
 
 def _layer_param_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Unsharded bytes of one decoder block as gathered by ZeRO-3/FSDP (16-bit or quantized)."""
+    """Unsharded bytes of one decoder block's parameters: its weights in the compute dtype (quantized under
+    QLoRA), biases and norms, plus its LoRA adapters in the dtype FSDP2 all-gathers them in, where it gathers
+    them with the block (moe_lora.fsdp2_block_adapters). The block unit ZeRO-3/FSDP all-gathers (core, fsdp2, ranks: one
+    tensor-parallel rank's share), FSDP1's ``_mp_shard`` copy (no_shard), fsdp-grad-op's gathered blocks (grad_op)."""
     total = 0
     for lin in spec.block_linears:
         if sc.quantize is not Quantize.NONE and sc.method is not Method.FULL:

@@ -4,7 +4,12 @@ masks transformers builds (moved out of estimate/core.py, which keeps the model 
 from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.attention import masked_layer_kv_repeat, runs_eager_attention, window_masked
+from vramfit.estimate.attention import (
+    masked_layer_kv_repeat,
+    runs_eager_attention,
+    sliding_layers,
+    window_masked,
+)
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenario
@@ -31,7 +36,9 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     ):
         return 0
     squares = sc.micro_batch_size * sc.seq_len * sc.seq_len
-    if not profile.masks_per_layer_type and not spec.layer_types:
+    if not profile.masks_per_layer_type:
+        # the profile decides first: before masking_utils a model with ``layer_types`` (Qwen2/3 with
+        # use_sliding_window, models/hf_config.py) still gets the model's one shared float mask
         from vramfit.estimate.activations import dtypes_for
 
         return round_allocation(dtypes_for(sc, profile, spec).residual * squares)
@@ -43,13 +50,6 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor)
         return round_allocation(sc.seq_len * sc.seq_len)
     return layers * round_allocation(sc.precision.compute_bytes * squares)
-
-
-def sliding_layers(spec: ModelSpec) -> int:
-    """Layers that attend through the sliding window: those ``layer_types`` names so, else every layer."""
-    if spec.layer_types:
-        return sum(1 for t in spec.layer_types if t == "sliding_attention")
-    return spec.num_hidden_layers
 
 
 def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

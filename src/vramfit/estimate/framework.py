@@ -126,12 +126,21 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
                  _SDPA_REPEATS_KV),
             ),
+            # split at v4.53.0, masking_utils.py's first release (_MODEL_MASKS): v4.49-v4.52 keep one model-level mask
+            FrameworkVersion(
+                "transformers-4.52",
+                "transformers v4.49.0-v4.52.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); "
+                "Trainer optim default adamw_torch (foreach, as transformers-4.53); one attention mask per model "
+                "(_update_causal_mask: masking_utils.py first ships in v4.53.0); SDPA gets k and v repeated to every "
+                "head (no enable_gqa before v4.54)",
+                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV),
+            ),
             FrameworkVersion(
                 "transformers-4.53",
-                "transformers v4.49.0-v4.53.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); "
-                "Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 `default_optim = \"adamw_torch\"`, "
-                "trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for adamw_torch_fused), i.e. foreach; SDPA gets k "
-                "and v repeated to every head (no enable_gqa before v4.54)",
+                "transformers v4.53.x: ForCausalLMLoss as the default (no shifted copy since PR #35646); masking_utils "
+                "(one mask per attention type); Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 "
+                "`default_optim = \"adamw_torch\"`, trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for "
+                "adamw_torch_fused), i.e. foreach; SDPA gets k and v repeated to every head (no enable_gqa before v4.54)",
                 (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV),
             ),
             FrameworkVersion(

@@ -80,8 +80,7 @@
    Those transient outputs, one unit at a time in backward order, replayed through the caching allocator, are the
    stream's segments beyond the held shards (:func:`reduce_output_pool`): a block's and, where larger, the last
    unit's. Offloaded, the stream holds no gradient: autograd's whole ones are the default stream's.
-9. The end of backward's default-stream segments (the embedding's gradient, the last unit's flat input): see
-   estimate/fsdp2_end.py.
+9. The end of backward's default-stream segments (embedding gradient, last unit's flat input): estimate/fsdp2_end.py.
 
 Not modelled: where the first step puts the optimizer state. AdamW makes it at the first ``step()`` (torch v2.13.0
 optim/adam.py ``_init_group`` l. 160-185, ``torch.zeros_like`` per shard), after forward and backward left their
@@ -106,10 +105,14 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
 
 
+def fsdp2_shards(sc, profile, grad_op: bool = False) -> bool:
+    """fully_shard splits units over >1 GPU (fsdp; fsdp-grad-op too with ``grad_op``); a TP/PP rank's own: estimate/ranks.py."""
+    kinds = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) if grad_op else (Parallelism.FSDP,)
+    return profile.fsdp2 and sc.parallelism in kinds and sc.shard_group > 1 and not sc.per_rank_layout
+
+
 def _runs_fsdp2(step: Step) -> bool:
-    sc = step.sc
-    return (step.profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1
-            and not sc.per_rank_layout)  # a model-parallel rank's buffers are its own (estimate/ranks.py)
+    return fsdp2_shards(step.sc, step.profile)
 
 
 def _padded(numel: int, rows: int, world: int) -> int:
@@ -341,13 +344,11 @@ def _grad_bytes(step: Step) -> int:
 def forward_at_logits(step: Step) -> bool | None:
     """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
     where forward adds both (the generic model)."""
-    from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
+    from vramfit.estimate.fsdp2_forward import block_working, previous_gather_at_copy_out
 
-    freed = blocks_freed_at_loss(step)
-    if not freed:
+    if not (freed := blocks_freed_at_loss(step)):
         return None
-    fwd_copy = step.fetch_copy[0]
-    block_moment = freed + step.dequant + max(0, fwd_copy - step.dequant) + previous_gather_at_copy_out(step)
+    block_moment = freed + block_working(step) + previous_gather_at_copy_out(step)
     return step.loss.forward_peak + tail_gather_output(step) >= block_moment
 
 
@@ -393,7 +394,7 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
     return grads, a.lowest + a.blocks // L + a.masks + a.recompute, step.lowest_autocast, held
 
 
-__all__ = ["accumulates_shards", "allgather_pool_idle", "reduce_output_pool", "shards_offloaded", "fsdp2_notes", "prefetched_at_loss_backward", "split_root",
-           "root_resharded", "tail_gather_output",
+__all__ = ["accumulates_shards", "allgather_pool_idle", "reduce_output_pool", "shards_offloaded", "fsdp2_notes",
+           "fsdp2_shards", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
            "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
            "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

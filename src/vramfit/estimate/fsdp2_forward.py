@@ -32,5 +32,10 @@ def previous_gather_at_copy_out(step: Any) -> int:
     layer = gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
     # at the copy-out the block has kept nothing yet (forward counts every block's kept tensors)
     kept = step.acts.blocks // step.spec.num_hidden_layers
-    working = step.dequant + max(0, step.fetch_copy[0] - step.dequant)
-    return max(0, layer - working - kept)
+    return max(0, layer - block_working(step) - kept)
+
+
+def block_working(step: Any) -> int:
+    """Bytes a block's forward makes for its weights beyond the gathered ones: the larger of its de-quantized weight
+    and its fetched copy (one stands in for the other). ``step``: the estimator's Step."""
+    return max(step.dequant, step.fetch_copy[0])

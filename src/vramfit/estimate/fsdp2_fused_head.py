@@ -21,13 +21,16 @@ from __future__ import annotations
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Loss, Method, Parallelism, Scenario
+from vramfit.scenario import Loss, Method, Scenario
 
 
 def check_fused_head_unit(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> None:
     """One ScenarioError where the run fails as the module docstring says; nothing otherwise."""
-    if (sc.loss is Loss.FUSED and profile.fsdp2_tail_unit and sc.parallelism is Parallelism.FSDP
-            and sc.num_gpus > 1 and sc.method is not Method.FULL and spec.lm_head_params):
+    from vramfit.estimate.fsdp2 import fsdp2_shards
+
+    # fsdp-grad-op too: reshard_after_forward=False keeps a unit unsharded only after its pre-forward has run
+    if (sc.loss is Loss.FUSED and profile.fsdp2_tail_unit and fsdp2_shards(sc, profile, grad_op=True)
+            and sc.method is not Method.FULL and spec.lm_head_params):
         raise ScenarioError(
             "loss", "fused (Liger) reads lm_head.weight without calling lm_head, and accelerate's FSDP2 makes an "
             "untied lm_head of a PEFT model a unit of its own, so the weight is still a sharded DTensor and the "

@@ -130,12 +130,11 @@ def fsdp2_lora_middle_block(step: Any) -> tuple[int, int, int, int] | None:
     top block's 33,824,768 B fp32 input); under accelerate's split units the embedding is not gathered there.
     ``step``: the estimator's Step."""
     from vramfit.estimate.framework import adapter_bytes, casts_params
-    from vramfit.estimate.fsdp2 import root_resharded
+    from vramfit.estimate.fsdp2 import fsdp2_shards, root_resharded
 
     sc, spec, profile = step.sc, step.spec, step.profile
     L = spec.num_hidden_layers
-    if (not profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout
-            or sc.optimizer_in_backward or sc.method is Method.FULL or L < 3):
+    if not fsdp2_shards(sc, profile) or sc.optimizer_in_backward or sc.method is Method.FULL or L < 3:
         return None
     if casts_params(sc, profile):
         elem = sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4
@@ -143,9 +142,15 @@ def fsdp2_lora_middle_block(step: Any) -> tuple[int, int, int, int] | None:
         elem = adapter_bytes(profile, sc.precision)
     # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4)
     held = elem * _block_adapter_params(spec, sc, profile) - root_resharded(step, backward=False)
-    a = step.acts
-    return step.held_grads + step.layer_grads, a.lowest + a.blocks // L + a.masks + a.recompute, \
-        step.lowest_autocast, held
+    a, shard = step.acts, step.layer_grads
+    # going down, each block frees its kept tensors and adds its adapters' gradient shard (the reduce-scatter
+    # output): linear in the position, so the high point is an end. Just under the top: every block's kept tensors
+    # but the top's, one shard (Qwen3-30B-A3B without checkpointing). The second-lowest: two blocks' kept tensors,
+    # the shards of the L - 2 blocks above (the simulator's tiny 6-layer Qwen3-MoE peaks there: 4 x 8,456,192 B).
+    under_top = (step.held_grads + shard, a.blocks - a.blocks // L + a.masks + a.recompute - a.top_freed)
+    second = (step.held_grads + (L - 2) * shard, a.lowest + a.blocks // L + a.masks + a.recompute)
+    grads, kept = max(under_top, second, key=sum)
+    return grads, kept, step.lowest_autocast, held
 
 
 def _block_adapter_params(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.activations import dtypes_for
-from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.allocator import largest_weight, round_allocation
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK
 from vramfit.estimate.loss import head_calls, logits_bytes_per_element, vocab_rows
 from vramfit.estimate.profile_fields import LoopCarry
@@ -57,7 +57,11 @@ if TYPE_CHECKING:
 
 
 def previous_step_inputs(step: Step) -> int:
-    """Bytes of the previous micro-batch's 4-bit matmul inputs alive through the next forward (0: none)."""
+    """Bytes of the previous micro-batch's 4-bit matmul inputs alive through the next forward (0: none): where the loop
+    keeps a tensor with a ``grad_fn`` (``LoopCarry.keeps_graph``): litgpt's ``logits`` (LOGITS) and llama-recipes'
+    ``outputs`` and ``loss`` alike (OUTPUTS; meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-105, no
+    ``del``), so bitsandbytes <= 0.43.1 MatMul4Bit's nodes, and their ``ctx.tensors`` that backward does not free,
+    live on (tests/estimate/test_outputs_keep_graph.py traces both loops)."""
     sc, profile, spec = step.sc, step.profile, step.spec
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     if not (quantized and profile.qlora_saves_input and profile.loop_carry.keeps_graph):
@@ -73,13 +77,21 @@ def previous_step_inputs(step: Step) -> int:
     return per_layer * spec.num_hidden_layers + head
 
 
+def carried_logits(step: Step) -> int:
+    """Bytes of the logits a LOGITS loop carries into the next forward (module docstring): litgpt's (``loss.held``),
+    torchtune 0.1's shifted copy (``loss.kept``), fp32, 4 TV; 0 elsewhere and where the recipe puts its longest sample
+    first (as above)."""
+    if step.profile.loop_carry is not LoopCarry.LOGITS or step.profile.longest_sample_first:
+        return 0
+    return step.loss.held + step.loss.kept
+
+
 def carried_logits_forward(step: Step, at_block: int) -> tuple[int, int, int] | None:
     """(logits_loss, temporaries, carried logits) at forward's high point where the loop carries its fp32 logits into
     the next forward (module docstring); ``at_block``: a block's forward temporaries. None elsewhere (forward then adds
     ``loss.forward_peak`` and ``at_block``), and where the recipe puts its longest sample first (as above)."""
     sc, profile, spec, loss = step.sc, step.profile, step.spec, step.loss
-    carried = loss.held + loss.kept  # litgpt's logits (held), torchtune 0.1's shifted copy (kept): fp32, 4 TV
-    if profile.loop_carry is not LoopCarry.LOGITS or profile.longest_sample_first or not carried:
+    if not (carried := carried_logits(step)):
         return None
     lb = logits_bytes_per_element(sc, profile)
     logits = lb * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
@@ -89,8 +101,7 @@ def carried_logits_forward(step: Step, at_block: int) -> tuple[int, int, int] | 
     moments = [(loss.forward_peak, 0, 0), (call_end, 0, carried), (0, at_block, carried)]
     head = spec.lm_head_params or spec.embedding_params
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
-    if step.dequant and quantized and profile.qlora_quantizes_lm_head and head >= max(
-            lin.in_features * lin.out_features for lin in spec.block_linears):
+    if step.dequant and quantized and profile.qlora_quantizes_lm_head and largest_weight(spec) == head:
         # the 4-bit head de-quantized for its last chunk, the chunks before it made (lit-gpt lora.py GPT.forward)
         before = lb * sc.micro_batch_size * LITGPT_LM_HEAD_CHUNK.value * vocab_rows(spec) * (head_calls(sc, profile) - 1)
         moments.append((before, step.dequant, carried))

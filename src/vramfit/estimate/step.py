@@ -192,7 +192,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile)
         + (extras.eager_mask(spec, sc, profile) if ck is not Checkpointing.NONE else 0), host,
-        tower, tower_recompute, lowest + tower, vision.forward_only_bytes(spec, sc, profile),
+        tower, tower_recompute, lowest + tower,
+        vision.forward_only_bytes(spec, sc, profile) + extras.forward_only_masks(spec, sc, profile),
         *tower_backward_kept(spec, sc, profile, adapters), every_token_top_freed(spec, saved.items),
     )
 

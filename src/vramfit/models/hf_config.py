@@ -302,6 +302,10 @@ def _llama_sliding(c: _Cfg, layers: int) -> tuple[int | None, tuple[str, ...]]:
     elif mt in ("qwen2", "qwen3", "qwen3_moe"):
         if c.bool("use_sliding_window", default=False):
             sliding = c.get("sliding_window", default=None)
+        # Qwen3-MoE has no layer_types and no max_window_layers: every layer slides (transformers v5.24.0
+        # models/qwen3_moe/configuration_qwen3_moe.py l. 94-95 and __post_init__ l. 110 keep sliding_window whenever
+        # use_sliding_window; modeling_qwen3_moe.py l. 149 and 185 pass it to every layer's attention, l. 473 builds
+        # one create_sliding_window_causal_mask for all layers)
         if sliding is not None and mt != "qwen3_moe":
             # transformers v5.24.0 models/qwen2/configuration_qwen2.py __post_init__ l. 87-93 (qwen3 alike): only
             # the layers from max_window_layers on slide

@@ -87,6 +87,10 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if sparse else 0,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=moe_inter,
         peft_moe_names=PEFT_QWEN2_MOE_NAMES if sparse else (), router_fp32=True, first_moe_layer=dense if sparse else 0,
+        # transformers v5.24.0 modeling_deepseek_v3.py l. 551 DeepseekV3PreTrainedModel._keep_in_fp32_modules_strict =
+        # ["e_score_correction_bias", "gate.weight"] (modeling_deepseek_v2.py l. 483: ["gate.weight"]); the bias is
+        # a buffer, and the router is also built fp32 (DeepseekV3TopkRouter.__init__, dtype=torch.float32)
+        fp32_kept_strict=("gate",) if sparse else (),
         **mla, **_family(c, act), **_embeddings(vocab, hidden, tie),
         **_common(c),
     )
@@ -125,6 +129,9 @@ def _gpt_oss(c: _Cfg) -> ModelSpec:
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=inter,
         sliding_window=c.int("sliding_window", default=128),
+        # transformers v5.24.0 modeling_gpt_oss.py l. 390 GptOssPreTrainedModel._keep_in_fp32_modules =
+        # ["post_attention_layernorm", "input_layernorm", "norm"]: every RMSNorm, on fp16 loads only
+        fp32_kept_fp16=("block_norms", "final_norm"),
         layer_types=_layer_types(c, layers, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention"),
         # transformers v5.24.0 models/gpt_oss/modeling_gpt_oss.py GptOssPreTrainedModel: _supports_sdpa = False,
         # _supports_flash_attn = True (the sinks go to the kernel as s_aux, e.g. vllm-flash-attn3)

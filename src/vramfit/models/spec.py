@@ -265,6 +265,13 @@ class ModelSpec:
     # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
     # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
     router_fp32: bool = False
+    # parameters transformers keeps in fp32 when the checkpoint is loaded in 16 bits, named as
+    # estimate/params.py base_tensors names them: ``_keep_in_fp32_modules_strict`` (bf16 and fp16 loads) and
+    # ``_keep_in_fp32_modules`` (fp16 loads only), applied by from_pretrained's dtype plan (transformers
+    # v5.24.0 modeling_utils.py PreTrainedModel._get_dtype_plan). Buffers (DeepSeek's e_score_correction_bias)
+    # are left out: FSDP shards parameters only. estimate/fsdp_dtype.py refuses the FSDP units they break.
+    fp32_kept_strict: tuple[str, ...] = ()
+    fp32_kept_fp16: tuple[str, ...] = ()
     # vision tower + multimodal projector parameters of a vision-language checkpoint (counted in
     # num_params; their weights are held, their activations are not walked)
     vision_params: int = 0

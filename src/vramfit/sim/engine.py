@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from vramfit import limits
@@ -42,14 +43,18 @@ def resolve_config(sc: Scenario) -> tuple[str, dict, str, tuple[str, ...], int]:
 
 
 def _check_model(sc: Scenario) -> None:
-    """The estimator's refusals that need the model (estimate/fsdp2_fused_head.py): a setup the real library fails on
-    is told in one line here too, not as the traceback the traced run would raise."""
+    """The estimator's refusals that need the model (estimate/fsdp2_fused_head.py, estimate/fsdp_dtype.py): a setup
+    the real library fails on is told in one line here too, not as the traceback the traced run would raise (FSDP2's
+    ``AssertionError: FSDP expects uniform original parameter dtype``)."""
     from vramfit.estimate.framework import scenario_profile
     from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
+    from vramfit.estimate.fsdp_dtype import check_uniform_dtype
     from vramfit.models.catalog import resolve_generic, resolve_model
 
     spec = (resolve_model(sc.model) if sc.model is not None else resolve_generic(sc.params)).spec
-    check_fused_head_unit(spec, sc, scenario_profile(sc))
+    profile = scenario_profile(sc)
+    check_fused_head_unit(spec, sc, profile)
+    check_uniform_dtype(spec, sc, profile)
 
 
 # FSDP2 fully_shard with reshard_after_forward True (fsdp) or False (fsdp-grad-op), sim/fsdp.py
@@ -175,13 +180,28 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
     elif sc.parallelism in _FSDP:
         from vramfit.sim.fsdp import fake_process_group, shard_model
 
-        with fake_process_group(sc.num_gpus):
+        with fake_process_group(sc.num_gpus), _uniform_dtype_refusal():
             step = run_training(built, sc, progress=report, prepare=lambda b: shard_model(b, sc),
                                 workspaces=workspaces_for(sc))
     else:
         step = run_training(built, sc, progress=report, workspaces=workspaces_for(sc), reference=reference)
     return summarize(step.trace, sc.method is Method.FULL, windows), step.num_params, step.num_trainable, \
         built.assumptions + step.assumptions
+
+
+@contextmanager
+def _uniform_dtype_refusal() -> Iterator[None]:
+    """FSDP2's mixed-dtype assertion as one line naming ``precision``, for any model whose fp32 parameters the spec
+    does not list (estimate/fsdp_dtype.py refuses the listed ones before tracing): torch v2.13.0
+    distributed/fsdp/_fully_shard/_fsdp_param_group.py ``_init_mp_dtypes`` raises it at the first forward."""
+    try:
+        yield
+    except AssertionError as exc:
+        if not str(exc).startswith("FSDP expects uniform original parameter dtype"):
+            raise
+        raise ScenarioError("precision", f"this model keeps some parameters in fp32 in a 16-bit load, and FSDP2 needs "
+                            f"one dtype for the trainable parameters of each unit ({exc}); use bf16-mixed (fp32 "
+                            "weights), LoRA, or DeepSpeed ZeRO", ["bf16-mixed", "fp16-mixed", "fp32"]) from None
 
 
 def _reference_copy(config: dict, sc: Scenario, depth: int) -> Any:

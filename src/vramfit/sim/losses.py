@@ -45,11 +45,15 @@ def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, lab
     """The loss computed inside the root's own call (module docstring): the ``*ForCausalLM``'s forward is replaced
     for the call, as Liger's monkey patch replaces it, and PEFT's forward reaches it through ``self.model.forward``."""
     causal_lm = built.causal_lm
+    own = causal_lm.__dict__.get("forward")  # an instance-level forward set before (a hook, a patch) comes back
     causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels)
     try:
         return built.model(input_ids=ids)
     finally:
-        del causal_lm.forward
+        if own is None:
+            del causal_lm.forward
+        else:
+            causal_lm.forward = own
 
 
 def _loss_on_hidden(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

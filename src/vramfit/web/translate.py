@@ -14,134 +14,23 @@ from __future__ import annotations
 
 import re
 
+from vramfit.web.translate_estimate import ESTIMATE_RULES
+
 _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
 
 #: Whole sentences and phrases, most specific first.
 RULES: list[tuple[str, str]] = [
-    # ---- estimator assumptions (vramfit.estimate._assumptions)
-    (r"^Framework: (.+?) \(scenario key 'framework'\); its layout of adapters, norms and loss is used\.$",
-     "Framework: $1 (chave 'framework' do cenário); usa-se a sua disposição de adaptadores, normalizações e perda."),
-    (r"fp32 weights \(the master copy\), gradients and optimizer states; (\w+) autocast compute "
-     r"\(full fine-tuning with AdamW: 16 B per parameter\)",
-     "pesos fp32 (a cópia mestre), gradientes e estados do otimizador; cálculo em $1 com autocast "
-     "(ajuste fino completo com AdamW: 16 B por parâmetro)"),
-    (r"(\w+) weights, gradients and optimizer states, no fp32 master copy \(full fine-tuning with AdamW: 8 B per parameter\)",
-     "pesos, gradientes e estados do otimizador em $1, sem cópia mestre fp32 (ajuste fino completo com AdamW: 8 B por parâmetro)"),
-    (r"fp32 weights, gradients, optimizer states and activations", "pesos, gradientes, estados do otimizador e ativações em fp32"),
-    (r"^Precision (\S+): ", "Precisão $1: "),
-    (r" \(set; ([^()]+?)'s default for (\w+) is (\S+)\)\.$", " (escolhida; a predefinição de $1 para $2 é $3)."),
-    (r" \(([^()]+?)'s default for (\w+)\)\.$", " (predefinição de $1 para $2)."),
-    (r"^Activations are counted tensor by tensor from what autograd saves in a (\S+) block \(" + _N
-     + r" MiB per block per micro-batch without checkpointing\)\.$",
-     "As ativações contam-se tensor a tensor, a partir do que o autograd guarda num bloco $1 (⟨$2⟩ MiB por bloco "
-     "e por micro-batch, sem checkpointing)."),
-    (r"^Loss: ", "Perda: "),
-    (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
-    (r"fp32 logits from the model, CrossEntropyLoss", "logits fp32 do modelo, CrossEntropyLoss"),
-    (r"^Gradients are freed with zero_grad\(set_to_none=True\) after each optimizer step\.$",
-     "Os gradientes são libertados com zero_grad(set_to_none=True) depois de cada passo do otimizador."),
-    (r"^CUDA context assumed " + _N + r" MiB per GPU \(lazy module loading\); `vramfit measure` records yours and "
-     r"`vramfit calibrate` reports the overhead your runs imply\.$",
-     "Contexto CUDA assumido: ⟨$1⟩ MiB por GPU (carregamento preguiçoso de módulos); o `vramfit measure` regista o teu "
-     "e o `vramfit calibrate` indica o custo fixo que as tuas execuções implicam."),
-    (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in fp32\.$", "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores em fp32."),
-    (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in the parameter dtype\.$",
-     "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores no dtype dos parâmetros."),
-    (r"^Quantized base (\S+): block linears 4-bit, ", "Base quantizada $1: lineares dos blocos em 4 bits, "),
-    (r"embeddings, norms and lm_head unquantized", "embeddings, normalizações e lm_head sem quantização"),
-    (r"lm_head too", "lm_head também"),
-    (r" \(cast to fp32 by prepare_model_for_kbit_training\)", " (convertidos para fp32 por prepare_model_for_kbit_training)"),
-    (r"; the de-quantized copy of the largest layer \(" + _N + r" MiB\) is a transient\.$",
-     "; a cópia desquantizada da maior camada (⟨$1⟩ MiB) é transitória."),
-    (r"^Mixture-of-experts weights ", "Pesos dos especialistas (MoE) "),
-    (r"quantized like the other block linears", "quantizados como os outros lineares do bloco"),
-    (r"NOT quantized: fp32 \(prepare_model_for_kbit_training casts them\)",
-     "NÃO quantizados: fp32 (o prepare_model_for_kbit_training converte-os)"),
-    (r"NOT quantized: 16-bit", "NÃO quantizados: 16 bits"),
-    (r"transformers 5 stores experts as fused 3-D parameters, which bitsandbytes leaves unquantized "
-     r"\(transformers 4 quantized them\)",
-     "o transformers 5 guarda os especialistas como parâmetros 3-D fundidos, que o bitsandbytes não quantiza "
-     "(o transformers 4 quantizava-os)"),
-    (r"(\S+) quantizes each expert's linear", "o $1 quantiza o linear de cada especialista"),
-    (r"; set quantize_experts=yes or no to choose\.$", "; define quantize_experts=yes ou no para escolher."),
-    (r"^Vision tower and projector ", "Torre de visão e projetor "),
-    (r"quantized like the language model's linears", "quantizados como os lineares do modelo de linguagem"),
-    (r"\bkept 16-bit \(", "mantidos em 16 bits ("),
-    (r": bitsandbytes replaces every linear but the head", ": o bitsandbytes substitui todos os lineares menos a cabeça"),
-    (r": (\S+)'s dynamic 4-bit checkpoints keep the vision layers 16-bit",
-     ": os checkpoints dinâmicos de 4 bits do $1 mantêm as camadas de visão em 16 bits"),
-    (r"; set quantize_vision=yes or no to choose\.$", "; define quantize_vision=yes ou no para escolher."),
-    (r"^QLoRA as the HF recipe runs it \(Trainer bf16=True\): attention and 4-bit matmuls in 16 bits under autocast; "
-     r"without autocast, fp32 activations and SDPA's math kernel would need more\.$",
-     "QLoRA como a receita HF o corre (Trainer bf16=True): atenção e produtos de matrizes de 4 bits em 16 bits com "
-     "autocast; sem autocast, as ativações fp32 e o kernel math do SDPA precisariam de mais."),
-    (r"^Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside PyTorch's counters "
-     r"\(allocated/reserved\); counted in the device figure only\.$",
-     "Otimizador paginado: os estados de tensores com ≥ 1e5 elementos vivem em memória gerida CUDA, fora dos "
-     "contadores do PyTorch (alocado/reservado); contam só no valor da placa."),
-    (r"^Assumes every micro-batch is (\d+) tokens long\. This recipe puts its longest sample in the first "
-     r"micro-batch, before any gradient is held; the later ones carry every block's unsharded gradient \(FSDP "
-     r"no_sync\)\. If they are shorter, the peak lies between " + _N + r" GiB and this figure, depending on their "
-     r"lengths\.$",
-     "Supõe micro-lotes de $1 tokens. Esta receita põe a sua amostra mais longa no primeiro micro-lote, antes de "
-     "haver gradientes guardados; os seguintes levam o gradiente não fragmentado de cada bloco (no_sync do FSDP). "
-     "Se forem mais curtos, o pico fica entre ⟨$2⟩ GiB e este valor, conforme os seus comprimentos."),
-    (r"^Reserved memory assumes every micro-batch is (\d+) tokens long: the loss's tensors \(" + _N
-     + r" GiB of allocator segments, sized by tokens x vocabulary\) hold most of what the caching allocator keeps, "
-     r"so variable-length batches change it: each batch longer than all before it opens new segments and the old ones "
-     r"stay reserved \(no empty_cache\), up to that much again per new longest length, most for lengths close to the "
-     r"longest; a shuffled epoch of n batches has about ln n \+ 0\.6 of them, and batches after the longest add "
-     r"nothing; pack or pad to a fixed length to keep this figure\.$",
-     "A memória reservada supõe micro-lotes de $1 tokens: os tensores da perda (⟨$2⟩ GiB de segmentos do alocador, "
-     "medidos por tokens x vocabulário) são a maior parte do que o alocador guarda em cache, por isso lotes de "
-     "comprimento variável mudam-na: um lote mais longo que todos os anteriores abre segmentos novos e os antigos "
-     "continuam reservados (sem empty_cache), até outro tanto por cada novo comprimento máximo, sobretudo para "
-     "comprimentos próximos do máximo; uma época baralhada de n lotes tem cerca de ln n + 0,6 destes, e os lotes "
-     "depois do mais longo não acrescentam nada; agrupe ou preencha até um comprimento fixo para manter este valor."),
-    (r"^Reserved includes " + _N + r" GiB of sharded gradients cached on FSDP's reduce-scatter stream: after "
-     r"zero_grad their blocks serve only later reduce-scatters, not the forward\.$",
-     "A memória reservada inclui ⟨$1⟩ GiB de gradientes particionados em cache na stream de reduce-scatter do FSDP: "
-     "depois do zero_grad os seus blocos só servem reduce-scatters seguintes, não o forward."),
-    (r"^Reserved \(" + _N + r" GiB\) is what FSDP1 leaves wrapping a model loaded on the CPU \(each unit's moved and "
-     r"flattened parameters stay cached\) plus the all-gather segments of its unshard stream; "
-     r"torch\.cuda\.empty_cache\(\) after wrapping releases the first part\.$",
-     "A memória reservada (⟨$1⟩ GiB) é o que o FSDP1 deixa ao envolver um modelo carregado na CPU (os parâmetros "
-     "movidos e achatados de cada unidade ficam em cache) mais os segmentos de all-gather da sua stream de "
-     "unshard; torch.cuda.empty_cache() depois de envolver liberta a primeira parte."),
-    (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
-     "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
-     "bloco à frente."),
-    (r"^Activation offload: checkpointed block inputs in pinned host memory, brought back when its block's backward "
-     r"runs\.$",
-     "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host e voltam quando corre o "
-     "backward do seu bloco."),
-    (r"^MoE experts: transformers 4's training loop indexes each expert's weights out of the 3-D banks, a copy per "
-     r"expert kept for backward \(moe_kernel=none; megablocks = the kernels hub's MegaBlocksMoeMLP\)\.$",
-     "Especialistas MoE: o ciclo de treino do transformers 4 indexa os pesos de cada especialista nos bancos 3-D, uma "
-     "cópia por especialista guardada para o backward (moe_kernel=none; megablocks = o MegaBlocksMoeMLP do hub de "
-     "kernels)."),
-    (r"^MoE experts: the kernels hub's MegaBlocksMoeMLP \(tokens binned per expert, batched matmuls on the banks\)\.$",
-     "Especialistas MoE: o MegaBlocksMoeMLP do hub de kernels (tokens agrupados por especialista, produtos de matrizes "
-     "em lote sobre os bancos)."),
-    (r"^Mixed precision: the engine holds the weights in 16 bits \(fp32 master copy in the optimizer's partitions\), "
-     r"no autocast: 16-bit activations\.$",
-     "Precisão mista: o motor guarda os pesos em 16 bits (cópia mestre fp32 nas partições do otimizador), "
-     "sem autocast: ativações de 16 bits."),
-    (r"^Mixed precision: fp32 weights with 16-bit autocast copies kept for backward\.$",
-     "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
-    (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
-     "$1 GPUs num nó com $2; buffers NCCL contados no valor da placa."),
-    # evaluation passes (vramfit.estimate.evaluation.evaluation_notes)
-    (r"^Evaluation between optimizer steps: (\d+) x (\d+) tokens under no_grad, no saved activations or gradients; ",
-     "Avaliação entre passos do otimizador: $1 × $2 tokens sob no_grad, sem ativações guardadas nem gradientes; "),
-    (r"the whole logits and the loss's fp32 tensors", "os logits inteiros e os tensores fp32 da perda"),
-    (r" \(the fused loss runs in training only: the pass makes whole logits\)",
-     " (a perda fundida só corre no treino: a passagem cria os logits inteiros)"),
-    (r", " + _N + r" GiB; its tensors reuse cached loss segments of the same size or open their own, which stay reserved\.$",
-     ", ⟨$1⟩ GiB; os seus tensores reutilizam segmentos da perda em cache do mesmo tamanho ou abrem os seus, "
-     "que ficam reservados."),
-    (r"^eval_batch_size (\d+): evaluation passes are modelled for the sft stage only; none counted for (\w+)\.$",
-     "eval_batch_size $1: as passagens de avaliação só se modelam na etapa sft; nenhuma contada para $2."),
+    *ESTIMATE_RULES,
+    # ---- the reserved figure's spread over a dataset's lengths (vramfit.dataset.spread.spread_line)
+    (r"^reserved " + _N + r" GiB at fixed length; with this dataset's lengths in random order, \+" + _N + r"…\+"
+     + _N + r" GiB \(median \+" + _N + r"; 10th–90th percentile of (\d+) epoch orders\) ",
+     "reservada ⟨$1⟩ GiB com comprimento fixo; com os comprimentos deste conjunto de dados em ordem aleatória, "
+     "+⟨$2⟩…+⟨$3⟩ GiB (mediana +⟨$4⟩; percentis 10–90 de $5 ordens de época) "),
+    (r"up to the (.+?)'s free memory \(near its capacity", "até à memória livre da $1 (perto da capacidade"),
+    (r"on a card with room \(near its capacity", "numa placa com folga (perto da capacidade"),
+    (r" PyTorch frees wholly free cached segments and retries\); the fit verdict uses the fixed-length figure$",
+     ", o PyTorch liberta os segmentos em cache totalmente livres e tenta de novo); o veredicto de caber usa o valor "
+     "de comprimento fixo"),
     # ---- how the model was resolved (vramfit.estimate.resolve_spec, vramfit.models, web.service)
     (r"^params=([\d,]+): a generic Llama-style dense decoder of that size \(hidden (\d+), (\d+) layers, vocab (\d+)\); "
      r"give a model id or config\.json for an exact figure$",

@@ -52,7 +52,7 @@
       const p = data.percentiles;
       msg.textContent = T["ds.done"].replace("{rows}", data.rows).replace("{p50}", p.p50)
         .replace("{p99}", p.p99).replace("{max}", p.max)
-        + (data.reserved_spread_text ? " " + data.reserved_spread_text : "");  /* POST /api/dataset's own sentence */
+        + (data.reserved_spread_text ? " " + window.VFTr.text(data.reserved_spread_text) : "");  /* POST /api/dataset's own sentence */
       draw(data);
     } catch (e) {
       msg.classList.add("err");
