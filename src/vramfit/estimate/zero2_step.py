@@ -174,26 +174,37 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
     return model.stats.peak_reserved, at_step, released or 0
 
 
+def _optimizer_step(ev: list[int], alloc, grads: int, first: bool, sizes: tuple[int, int, int], foreach: bool) -> None:
+    """One ZeRO-1/2 optimizer step's events after backward (:func:`_zero2_events`): ``sizes`` = (the flat 16-bit
+    partition copy, its fp32 cast, the norm's float64 copy) in bytes; ``grads`` the 16-bit gradient buffer's
+    allocation number, dropped once copied; the first step makes the two AdamW states."""
+    flat16_bytes, fp32_bytes, norm = sizes
+    ev.append(-alloc(norm))
+    flat16, fp32 = alloc(flat16_bytes), alloc(fp32_bytes)
+    ev.extend((-flat16, -grads))
+    if first:
+        alloc(fp32_bytes)
+        alloc(fp32_bytes)
+    if foreach:
+        ev.append(-alloc(fp32_bytes))
+    ev.append(-fp32)
+
+
 def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: int, foreach: bool,
                   load: list[int] | None = None, side: bool = False,
                   accum: int = 1, ipg: tuple[tuple[int, ...], int, bool] | None = None,
                   ) -> tuple[list[int], list, frozenset[int]]:
-    """``sizes``: (the partition, the 16-bit gradient buffer: rank 0's parameters counted whole, estimate/
-    zero12_partition.py ``grads_in_partition``), elements. ``load`` (the flatten's events, estimate/ds_load.py
-    ``flatten_events``; its allocations kept or freed there), the
-    model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events, and
-    the index windows of the steps. Load (DeepSpeed v0.16.2 stage_1_and_2.py ``__init__``): the fp32 master partition
-    is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone goes), and ``initialize_optimizer_states``
-    makes a zero fp32 gradient partition and drops it (``group.grad = None`` without offload): both segments stay
-    cached for the steps to reuse. Each step: the loss's tensors, the 16-bit gradient buffer, the norm's float64
-    copy, the flat 16-bit copy and its fp32 cast, both 16-bit ones dropped, the states (first step:
-    torch/optim/adamw.py ``_init_group`` ``zeros_like`` twice), foreach AdamW's sqrt copy, the fp32 gradient dropped.
-    With ``accum`` > 1 every micro-batch after the first makes a second 16-bit buffer while the first one's views
-    hold the sum (:func:`partition_grads_on_side_stream`) and drops it at the end of its backward. ``side``: both
-    16-bit gradient buffers are made on the reduction stream (the third value: their allocation numbers). ``ipg``
-    (:func:`ipg_reduction`): the IPG bucket buffers (bytes each) made at backward's first gradient hook, the largest
-    flat copy of a bucket's reduction (made and freed before the 16-bit gradient buffer, on the reduction stream
-    with the third value true) and the buckets freed after it, the epilogue's ``_release_ipg_buffers``.
+    """The model load, then two steps (the first makes the optimizer states), as :func:`transient_reserved` events,
+    the index windows of the steps and the allocations on the reduction stream. ``sizes``: (the partition, the
+    16-bit gradient buffer: rank 0's parameters whole, zero12_partition.py ``grads_in_partition``), elements.
+    ``load``: the flatten's events (ds_load.py ``flatten_events``). Load (DeepSpeed v0.16.2 stage_1_and_2.py
+    ``__init__``): the fp32 master partition is ``bit16_partition.to(device).clone().float()`` (the 16-bit clone
+    goes); ``initialize_optimizer_states`` makes a zero fp32 gradient partition and drops it: both stay cached.
+    Each step: the loss's tensors, the 16-bit gradient buffer, then :func:`_optimizer_step`. ``accum`` > 1: each
+    later micro-batch makes a second 16-bit buffer beside the sum and drops it (:func:`partition_grads_on_side_stream`).
+    ``side``: both 16-bit buffers on the reduction stream. ``ipg`` (:func:`ipg_reduction`): the IPG buckets made at
+    backward's first gradient hook, the largest flat copy of a bucket's reduction (made and freed before the 16-bit
+    buffer; on the reduction stream when its flag is set), the buckets freed after it (``_release_ipg_buffers``).
     """
     group, partition_grads = sizes  # elements: the partition; the 16-bit gradient buffer (grads_in_partition)
     buckets, flat, flat_on_side = ipg or ((), 0, False)
@@ -236,14 +247,6 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
             on_side.add(second)
             ev.append(-second)
             start = len(ev)
-        ev.append(-alloc(norm))
-        flat, fp32 = alloc(c * group), alloc(4 * group)
-        ev.extend((-flat, -grads))
-        if first:
-            alloc(4 * group)
-            alloc(4 * group)
-        if foreach:
-            ev.append(-alloc(4 * group))
-        ev.append(-fp32)
+        _optimizer_step(ev, alloc, grads, first, (c * group, 4 * group, norm), foreach)
         windows.append((start, len(ev)))
     return ev, windows, frozenset((on_side if side else set()) | (flat_side if flat_on_side else set()))
