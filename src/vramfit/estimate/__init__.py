@@ -29,7 +29,7 @@ from vramfit.estimate.result import (
 from vramfit.estimate.step import Step, compute
 from vramfit.estimate.transients import length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
-from vramfit.estimate.zero2_step import zero2_step_reserved
+from vramfit.estimate.zero2_step import flatten_cached, zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
 
@@ -304,6 +304,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
     if cached := zero2_step_reserved(r, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
+        step -= min(step - step_allocated, flatten_cached(r))  # that slack lies in the originals' replayed segments
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = offload_reserved(r, breakdowns, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap

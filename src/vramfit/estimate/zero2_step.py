@@ -250,3 +250,23 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
         _optimizer_step(ev, alloc, grads, first, (c * group, 4 * group, norm), foreach)
         windows.append((start, len(ev)))
     return ev, windows, frozenset((on_side if side else set()) | (flat_side if flat_on_side else set()))
+
+
+def flatten_cached(r) -> int:
+    """Bytes of the segments the GPU flatten's freed originals leave cached (estimate/ds_load.py ``flatten_events``
+    replayed through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`): the per-parameter segments of the
+    16-bit model, which :func:`zero2_step_reserved` counts whole. Backward's activations are carved from them: the
+    engine's trace (`vramfit simulate --full-depth`, DeepSpeed 0.19.8, Qwen2.5-0.5B bf16 seq 256, 2 GPUs, ``{"stage":
+    2}``) opens no large-pool segment in the first forward/backward but the loss's, the IPG bucket's and the flat copy's:
+    the MLP's 2.5 MB activations split the 20 MiB segments the 8.7 MB originals left. So the generic per-tensor and
+    activation slack (estimate/reserved.py ``reserved_bytes``) is not extra at the step, up to these bytes."""
+    from vramfit.estimate.ds_load import flatten_events
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    model, blocks = CachingAllocatorModel(), []
+    for ev in flatten_events(r):
+        if ev >= 0:
+            blocks.append(model.malloc(ev))
+        else:
+            model.free(blocks[-ev - 1])
+    return model.wholly_free_bytes(model.segments())
