@@ -48,13 +48,21 @@ def fused_expert_bank(blk: Any) -> bool:
 
 def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
     """PEFT's ParamWrapper (_LoraFactorsProxy) materialises ``baddbmm(W, lhs, rhs)`` per expert
-    weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, the 16-bit copies
-    of A and B (peft v0.21.2 tuners/lora/layer.py). ``blk``/``out``: the walk's Block and Saved."""
+    weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, A and B cast to the
+    bank's dtype (peft v0.21.2 tuners/lora/layer.py ``get_delta_factors``: ``lhs.to(param.dtype)``): new copies
+    where the adapters' dtype differs from the bank's, the adapters themselves where it does not (``Tensor.to``
+    returns self): fp32 banks under QLoRA or -mixed keep no copy (the simulator's tiny Qwen3-MoE: 3 x 16,777,216 B
+    of bf16 copies beside bf16 banks, none beside fp32 ones). ``blk``/``out``: the walk's Block and Saved."""
+    from vramfit.estimate.framework import adapter_bytes, casts_params
+
     out.add("experts.merged_weights", blk.expert_bytes * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
-    rank = blk.sc.lora_rank
-    factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
+    sc = blk.sc
+    own = sc.precision.compute_bytes if casts_params(sc, blk.profile) else adapter_bytes(blk.profile, sc.precision)
+    if own == blk.expert_bytes:
+        return
+    factors = sum(ad.per_layer * sc.lora_rank * ad.slices * (ad.in_features + ad.out_features)
                   for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
-    out.add("experts.lora_factors", blk.dt.compute * factors)
+    out.add("experts.lora_factors", blk.expert_bytes * factors)
 
 
 #: the linears only the MoE layers hold
