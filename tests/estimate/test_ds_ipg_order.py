@@ -42,7 +42,9 @@ def test_before_0_17_2_the_buckets_are_live_at_the_loss_backward(overlap, bucket
 def test_the_loss_backward_is_the_peak_with_the_early_buckets():
     old, new = estimate({**SC, "framework_version": "deepspeed-0.16"}), estimate({**SC, "framework_version": "deepspeed-0.18"})
     assert old.peak.allocated_bytes == 20_409_570_304 == new.peak.allocated_bytes + 800_000_000
-    assert old.peak.required_bytes == 21_894_735_872 and new.peak.required_bytes == 21_513_895_936
+    # 21,513,895,936 before the IPG buckets and their flat copy (estimate/zero2_step.py ipg_reduction) were replayed at
+    # the end of backward: the LoRA bucket's flat copy opens a reduction-stream segment, wholly free at the step
+    assert old.peak.required_bytes == 21_894_735_872 and new.peak.required_bytes == 21_515_993_088
 
 
 def test_zero3_keeps_its_bucket_from_init_in_every_release():

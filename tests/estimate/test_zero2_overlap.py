@@ -54,9 +54,15 @@ def test_overlap_adds_two_partition_segments_to_row_10():
     without; the allocated peak (the step's) is the same. The buffer holds rank 0's parameters counted whole
     (estimate/zero12_partition.py ``grads_in_partition``: 1,544,412,160 elements), so without overlap_comm it no
     longer fits the segment the partition's 16-bit clone left cached at init and opens one too: the difference is
-    one buffer's segment (two, 6,174,015,488 B, when the buffer was sized by the partition)."""
+    one buffer's segment (two, 6,174,015,488 B, when the buffer was sized by the partition), and the IPG bucket's flat
+    copy (estimate/zero2_step.py ``ipg_reduction``: 199,242,752 elements, the bucket that spans the partition edge), made on the
+    reduction stream with overlap_comm, where it opens a segment of its own, and on the default stream without, where
+    it takes a cached one (the engine on Qwen2.5-3B with the 5e8 default bucket: a 926 MiB reduction-stream segment
+    with overlap_comm, none without: tests/sim/test_sim_deepspeed_grid.py)."""
     on, off = estimate({**ROW10, "deepspeed_config": _zero(True)}), estimate({**ROW10, "deepspeed_config": _zero(False)})
     g = -(-on.model.num_trainable_params // 2)
     assert g == 1_542_969_344
     assert on.peak.allocated_bytes == off.peak.allocated_bytes == 37_053_286_400  # + 2 x 1,442,816 B of gradients
-    assert on.peak.reserved_bytes - off.peak.reserved_bytes == segment_size(2 * 1_544_412_160) == 3_089_104_896
+    assert zero2.ipg_reduction(_step(**ROW10, deepspeed_config=_zero(True)))[1:] == (2 * 199_242_752, True)
+    assert on.peak.reserved_bytes - off.peak.reserved_bytes == segment_size(2 * 1_544_412_160) + segment_size(
+        2 * 199_242_752) == 3_089_104_896 + 400_556_032

@@ -115,7 +115,10 @@ def test_required_leaves_out_the_cached_parameter_segments():
     model16 = 2 * r.model.num_params
     # 41,368,518,656 with the gradient buffer sized by the partition: rank 0's whole parameters add 2,885,632 B to the
     # step's allocated bytes and take them off its cached ones, which count in whole 2 MiB units (zero12_partition.py)
-    assert r.peak.required_bytes == old.peak.required_bytes == old.peak.device_bytes == 41_367_209_984
+    # DeepSpeed 0.18 (no original cached): 2 MiB more since the IPG bucket (1e9 B) and its flat copy (988,900,352 B)
+    # are replayed at the end of backward (zero2_step.py ipg_reduction), taking cached segments the step used
+    assert r.peak.required_bytes == 41_367_209_984
+    assert old.peak.required_bytes == old.peak.device_bytes == 41_367_209_984 + 2 * 2**20
     assert r.peak.device_bytes - r.peak.required_bytes == 6_438_256_640  # 5.996 GiB
     assert model16 < 6_438_256_640 < 1.05 * model16
     step = _step(**{**modern, "model": "Qwen/Qwen2.5-3B"})
@@ -123,7 +126,8 @@ def test_required_leaves_out_the_cached_parameter_segments():
     cached = zero2.zero2_step_reserved(step, loss)
     assert cached - zero2.zero2_step_reserved(step, loss, required=True) == 6_438_256_640
     host = replace(step, profile=replace(step.profile, ds_flattens_on_host=True))
-    assert cached - zero2.zero2_step_reserved(host, loss) == 6_438_256_640
+    # with no original cached, the IPG bucket and its flat copy at the end of backward (ipg_reduction) open 2 MiB more
+    assert cached - zero2.zero2_step_reserved(host, loss) == 6_438_256_640 - 2 * 2**20
 
 
 def test_before_0_19_zero2_flattens_on_the_host():

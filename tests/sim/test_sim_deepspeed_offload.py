@@ -175,7 +175,9 @@ def test_zero2_offload_takes_each_gradient_norm_in_float64_on_the_gpu(tmp_path):
     est = estimate(sc)
     partition = -(-est.model.num_params // 2)
     assert any(t.dtype == "float64" and t.bytes == 8 * partition for t in run.top_tensors)
-    assert dict(est.peak.breakdown)["temporaries"] == 8 * partition
+    # the estimate's copy is rank 0's slice of the embedding in the Trainer's weight-decay group, whose partition leaves
+    # the norms (the no-decay group) out: 1,280 elements under the simulator's one group (estimate/ds_offload.py)
+    assert dict(est.peak.breakdown)["temporaries"] == 8 * (partition - 1_280)
     assert est.peak.allocated_bytes == pytest.approx(run.result.peak.allocated_bytes, rel=0.01)
 
 

@@ -73,3 +73,51 @@ def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
             or sc.num_gpus < 2):
         return 0
     return rank0_partition(module_order(spec), sc.num_gpus)[0]
+
+
+
+def reduction_order(order: list[tuple[int, bool]], num_gpus: int, backward: bool) -> list[tuple[int, tuple[int, ...]]]:
+    """(elements, the ranks whose partitions it overlaps, ascending) of each trainable parameter in the order ZeRO-1/2
+    put their gradients in the IPG bucket; ``order``: :func:`module_order`. ``backward``: as backward makes them
+    (the gradient hooks: ZeRO-2, and ZeRO-1 with ``overlap_comm``), reverse module order; otherwise group by group
+    in module order (DeepSpeed 0.19.8 stage_1_and_2.py ``reduce_gradients``, ZeRO-1 without ``overlap_comm``: ``for
+    i, group in enumerate(self.bit16_groups): for param in group: ... reduce_ready_partitions_and_remove_grads``).
+    Each group's flat buffer is cut in ``num_gpus`` equal parts (``get_data_parallel_partitions``)."""
+    placed: list[tuple[int, int, tuple[int, ...]]] = []  # (module index, elements, ranks)
+    for decay in (True, False):
+        size = -(-sum(n for n, d in order if d is decay) // num_gpus)
+        offset = 0
+        for i, (n, d) in enumerate(order):
+            if d is decay:
+                placed.append((i, n, tuple(range(offset // size, (offset + max(n, 1) - 1) // size + 1))))
+                offset += n
+    if backward:
+        placed.sort(key=lambda t: t[0], reverse=True)
+    return [(n, ranks) for _, n, ranks in placed]
+
+
+def ipg_flats(params: list[tuple[int, tuple[int, ...]]], bucket: int) -> list[int]:
+    """Elements of the flat copy each reduction of ZeRO-1/2's IPG bucket makes, in order (0: none); ``params``:
+    :func:`reduction_order`; ``bucket``: ``reduce_bucket_size``.
+
+    DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py (v0.16.2 l. 890-960 and v0.18.6 l. 1010-1080 the same rule):
+    ``reduce_independent_p_g_buckets_and_remove_grads`` reduces the bucket before a gradient that would overflow it
+    (``if bucket.elements + param.numel() > self.reduce_bucket_size: self.reduce_ipg_grads()``) and
+    ``independent_gradient_partition_epilogue`` reduces what is left at the end of backward. ``reduce_ipg_grads``
+    -> ``average_tensor`` (``reduce_scatter``, the default) cuts the bucket into one slice per destination rank,
+    merging neighbours bound for the same rank ("Merge bucket ranges if they share the same reduction and
+    consumers"), and -> ``allreduce_and_scatter`` (``use_multi_rank_bucket_allreduce``, default true: every slice in
+    one list, cut only past ``reduce_bucket_size`` elements) -> ``allreduce_bucket``: ``tensor =
+    self.flatten(bucket)``, a new tensor of the whole bucket when it holds two slices or more (a bucket that spans a
+    partition edge), freed once unflattened back; one slice is flattened to a view of itself (torch
+    ``flatten_dense_tensors``: ``tensors[0].contiguous().view({-1})`` for one tensor). A gradient larger than the
+    bucket is reduced alone (``extra_large_param_to_reduce``). The simulator's engine (tests/sim/
+    test_sim_deepspeed_grid.py) makes exactly these copies."""
+    out, filled, ranks = [], 0, []
+    for n, own in params:
+        if filled and filled + n > bucket:
+            out.append(filled if len(ranks) > 1 else 0)
+            filled, ranks = 0, []
+        filled += n
+        ranks += [r for r in own if not ranks or ranks[-1] != r]
+    return out + ([filled if len(ranks) > 1 else 0] if filled else [])

@@ -3,6 +3,7 @@ tensors leave reserved beyond the step's allocated bytes (moved out of estimate/
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from vramfit.estimate.allocator import AllocatorConf, largest_weight, round_allocation
@@ -50,6 +51,40 @@ def partition_grads_on_side_stream(r) -> bool:
     return z.overlap_comm and z.contiguous_gradients
 
 
+def ipg_reduction(r) -> tuple[tuple[int, ...], int, bool]:
+    """(the IPG bucket buffers, bytes each; the largest flat copy a reduction of them makes, bytes; whether that copy
+    is made on the reduction stream) of ZeRO-1/2 on this GPU, sized from the DeepSpeed config
+    (:func:`vramfit.estimate.deepspeed.resolve`: ``reduce_bucket_size``, ``overlap_comm``).
+
+    The buckets (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py ``setup_buckets``: ``buf_0``, and ``buf_1`` with
+    ``overlap_comm``, ``torch.empty(int(self.reduce_bucket_size), dtype=self._gradient_reduction_buffer_dtype())``,
+    :func:`vramfit.estimate.deepspeed.ipg_bytes`) hold each gradient as backward makes it; a reduction of a bucket
+    that spans a partition's edge flattens its contents (:func:`vramfit.estimate.zero12_partition.ipg_flats`) in
+    the buckets' dtype, under
+    ``with get_accelerator().stream(stream)`` in ``average_tensor``, ``stream = self.reduction_stream`` if
+    ``self.overlap_comm`` else the current one. Without ``overlap_comm`` (DeepSpeed's default for stages 1 and 2)
+    and the default 5e8-element bucket, a model under 500M parameters is reduced in one flat copy of every
+    gradient at the end of backward: `vramfit simulate --full-depth` of Qwen2.5-0.5B (2 GPUs) makes a 988,065,792-byte
+    ``cat`` beside the 1e9-byte bucket. LoRA's adapters are far smaller than a bucket: it fills to its size (or
+    takes them all)."""
+    from vramfit.estimate.deepspeed import ipg_bytes, resolve
+    from vramfit.estimate.zero12_partition import ipg_flats, module_order, reduction_order
+    from vramfit.scenario import Method, Parallelism, Precision
+
+    sc = r.sc
+    stage = 2 if sc.parallelism is Parallelism.ZERO2 else 1
+    z = resolve(sc.deepspeed_config, r.spec.hidden_size, stage)
+    width = 4 if sc.precision is Precision.FP32 else 2  # the engine's dtype, as estimate/core.py _zero_buffers
+    if sc.method is Method.FULL:
+        order = reduction_order(module_order(r.spec), sc.num_gpus, stage == 2 or z.overlap_comm)
+        flat = max(ipg_flats(order, z.reduce_bucket_size), default=0)
+    else:  # the adapters of a bucket straddle a partition's edge
+        flat = min(z.reduce_bucket_size, r.parts.num_trainable)
+    copies = 2 if z.overlap_comm else 1
+    buckets = (ipg_bytes(z, stage, width) // copies,) * copies if z.contiguous_gradients else ()
+    return buckets, width * flat, z.overlap_comm
+
+
 def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = None, required: bool = False) -> int:
     """Bytes reserved beyond the optimizer-step phase's allocated bytes at DeepSpeed ZeRO-2's
     step without optimizer offload: the segments the micro-batch's loss left cached (``loss_events``,
@@ -93,7 +128,9 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
             or sc.num_gpus < 2 or not r.parts.num_trainable):
         return 0
     group = shard(r.parts.num_trainable, sc.num_gpus)
-    grads = grads_in_partition(r.spec, sc) or group  # the 16-bit buffer: rank 0's parameters whole (zero12_partition)
+    # the 16-bit buffer: rank 0's parameters whole (zero12_partition); ZeRO-1 makes the same one in the same
+    # ``copy_grads_in_partition`` (0.19.8 reduce_ipg_grads, "zero stage 1": the engine's 478.9 MB on Qwen2.5-0.5B)
+    grads = grads_in_partition(r.spec, replace(sc, parallelism=Parallelism.ZERO2)) or group
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     from vramfit.estimate.ds_load import flatten_events
@@ -101,7 +138,8 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     load = flatten_events(r)
     side = partition_grads_on_side_stream(r)
     events, windows, streams = _zero2_events(loss_events, (group, grads), sc.precision.compute_bytes, norm, foreach,
-                                             load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1)
+                                             load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1,
+                                             ipg_reduction(r))
     reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1,
                                                 streams)
     return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
@@ -138,7 +176,8 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
 
 def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: int, foreach: bool,
                   load: list[int] | None = None, side: bool = False,
-                  accum: int = 1) -> tuple[list[int], list, frozenset[int]]:
+                  accum: int = 1, ipg: tuple[tuple[int, ...], int, bool] | None = None,
+                  ) -> tuple[list[int], list, frozenset[int]]:
     """``sizes``: (the partition, the 16-bit gradient buffer: rank 0's parameters counted whole, estimate/
     zero12_partition.py ``grads_in_partition``), elements. ``load`` (the flatten's events, estimate/ds_load.py
     ``flatten_events``; its allocations kept or freed there), the
@@ -151,9 +190,13 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
     torch/optim/adamw.py ``_init_group`` ``zeros_like`` twice), foreach AdamW's sqrt copy, the fp32 gradient dropped.
     With ``accum`` > 1 every micro-batch after the first makes a second 16-bit buffer while the first one's views
     hold the sum (:func:`partition_grads_on_side_stream`) and drops it at the end of its backward. ``side``: both
-    16-bit gradient buffers are made on the reduction stream (the third value: their allocation numbers).
+    16-bit gradient buffers are made on the reduction stream (the third value: their allocation numbers). ``ipg``
+    (:func:`ipg_reduction`): the IPG bucket buffers (bytes each) made at backward's first gradient hook, the largest
+    flat copy of a bucket's reduction (made and freed before the 16-bit gradient buffer, on the reduction stream
+    with the third value true) and the buckets freed after it, the epilogue's ``_release_ipg_buffers``.
     """
     group, partition_grads = sizes  # elements: the partition; the 16-bit gradient buffer (grads_in_partition)
+    buckets, flat, flat_on_side = ipg or ((), 0, False)
     ev: list[int] = list(load or ())
     count = sum(1 for e in ev if e >= 0)
 
@@ -167,7 +210,7 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
     alloc(4 * group)  # the fp32 master partition, kept
     ev.append(-clone)
     ev.append(-alloc(4 * group))  # the zero gradient of initialize_optimizer_states, made and dropped
-    windows, on_side = [], set()
+    windows, on_side, flat_side = [], set(), set()
 
     def loss() -> None:
         nonlocal count
@@ -177,9 +220,15 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
 
     for first in (True, False):
         loss()
-        start = len(ev)
+        held = [alloc(b) for b in buckets]
+        if flat:
+            reduce_copy = alloc(flat)
+            ev.append(-reduce_copy)
+            flat_side.add(reduce_copy)
         grads = alloc(c * partition_grads)
         on_side.add(grads)
+        ev.extend(-b for b in held)
+        start = len(ev)  # the step's window: from the end of backward, the buckets released
         if accum > 1:  # a later micro-batch: its own buffer beside the sum, dropped once added in
             windows.append((start, len(ev)))
             loss()
@@ -197,4 +246,4 @@ def _zero2_events(loss_events: list[int], sizes: tuple[int, int], c: int, norm: 
             ev.append(-alloc(4 * group))
         ev.append(-fp32)
         windows.append((start, len(ev)))
-    return ev, windows, frozenset(on_side) if side else frozenset()
+    return ev, windows, frozenset((on_side if side else set()) | (flat_side if flat_on_side else set()))

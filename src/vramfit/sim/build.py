@@ -212,13 +212,18 @@ def materialize(built: BuiltModel, device: str | torch.device) -> BuiltModel:
 
     Tied parameters (``tie_word_embeddings``) stay tied: ``Module.to_empty`` gives each holder of a shared
     parameter its own new tensor when it swaps tensors (as it does for fake tensors), so the holders
-    are pointed back at one parameter afterwards.
+    are pointed back at one parameter afterwards. Only the first holder is materialised: the others are
+    detached first, so no second tensor is allocated and freed (a model loaded on the host and moved tied to the
+    GPU allocates the shared weight once; the dropped copy left a cached segment of the output layer's size).
     """
     holders: dict[int, list[tuple[torch.nn.Module, str]]] = {}
     for mod in built.model.modules():
         for name, p in mod._parameters.items():
             if p is not None:
                 holders.setdefault(id(p), []).append((mod, name))
+    for group in holders.values():
+        for mod, name in group[1:]:
+            mod._parameters[name] = None
     built.model.to_empty(device=device)
     for group in holders.values():
         if len(group) > 1:
