@@ -1,5 +1,5 @@
 """The enums and small records a framework profile's fields take (estimate/profile_fields.py holds the profile's
-fields, estimate/framework.py the profiles): each value names the code (file and version) it models."""
+fields, estimate/framework_profiles.py the profiles): each value names the code (file and version) it models."""
 
 from __future__ import annotations
 

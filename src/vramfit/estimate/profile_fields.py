@@ -1,4 +1,4 @@
-"""The typed fields of a framework profile (estimate/framework.py holds the profiles and their helpers).
+"""The typed fields of a framework profile (estimate/framework_profiles.py holds the profiles, estimate/framework.py their helpers).
 
 Each field names the code (file and version) it models; every choice with more than two values is an enum,
 and code never compares the display ``name``.
