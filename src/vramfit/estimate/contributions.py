@@ -172,7 +172,7 @@ def activations(step: Step) -> Iterator[Contribution]:
 def _loss_backward(step: Step) -> tuple[int, int]:
     """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
     (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
-    from vramfit.estimate.step import whole_head_grad
+    from vramfit.estimate.step_grads import whole_head_grad
 
     head = step.head_grad
     if not head and step.lm_head_trainable and step.sc.method is Method.FULL:

@@ -71,7 +71,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_lora_units_nested=True,
         # FSDP1 gradients synced on the last micro-batch only: the Trainer enters accelerator.no_sync(model) for the
         # others (transformers v5.24.0 trainer.py l. 1904-1915; accelerate v1.15.0 accelerator.py l. 1172-1176 calls
-        # the FSDP1 module's no_sync), so each GPU holds the whole unsharded gradients in between (estimate/step.py
+        # the FSDP1 module's no_sync), so each GPU holds the whole unsharded gradients in between (estimate/step_grads.py
         # _fsdp1_no_sync_grads); the FSDP2 variant below keeps them whole too
         fsdp_unsharded_accum_grads=True,
         # `accelerate launch` (the Trainer's multi-GPU launcher) exports OMP_NUM_THREADS =

@@ -197,7 +197,7 @@ class FrameworkProfile:
     # --no_sync on for --use_cpu_offload with gradient accumulation (FSDP1 cannot accumulate offloaded shards)
     fsdp_no_sync_when_offloaded: bool = False
     # FSDP1 LoRA: each decoder block is one unit whose FlatParameter holds the frozen weights and the adapters
-    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step.py
+    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step_grads.py
     # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
     # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
     fsdp_lora_block_units: bool = False
