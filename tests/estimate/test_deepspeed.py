@@ -141,3 +141,20 @@ def test_zero2_step_copies_its_gradient_partition_to_fp32():
     step = compute(LLAMA, _sc(parallelism="zero2"))  # 4 GPUs, full fine-tuning, no offload
     assert step.opt_temp == (2 + 4) * -(-step.parts.num_trainable // 4)  # the flat bf16 partition and its fp32 cast
     assert compute(LLAMA, _sc(parallelism="zero2", offload="optimizer")).opt_temp == 0  # the step runs on the CPU
+
+
+def test_zero1_step_keeps_rank0s_partition_parameters_whole():
+    """ZeRO-1 builds the same ``grads_in_partition`` buffer as ZeRO-2 (DeepSpeed 0.19.8 stage_1_and_2.py
+    ``reduce_ipg_grads``, "zero stage 1": ``copy_grads_in_partition`` for ``is_param_in_current_partition``), sized
+    by rank 0's parameters whole: on Qwen2.5-0.5B with 8 GPUs the 136,134,656-element embedding plus one 9,728-element
+    norm, 272,288,768 B at the step, not the partition's share of all (123,512,064 B). `vramfit simulate --full-depth`
+    (bf16-true, seq 256): the engine's second step peaks at 2.34 GiB; the estimate's step 2,514,603,712 B (2.34 GiB;
+    2.20 GiB before)."""
+    sc = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256,
+                         "num_gpus": 8, "parallelism": "zero1", "framework": "hf"})
+    qwen = resolve_model("Qwen/Qwen2.5-0.5B").spec
+    all_grads = 2 * 494_032_768
+    assert ds.zero1_step_grads(qwen, sc, all_grads) == 272_288_768
+    lora = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "num_gpus": 8, "parallelism": "zero1"})
+    assert ds.zero1_step_grads(qwen, lora, 1_000) == 125  # adapters: the partition stands for them
+    assert ds.zero1_step_grads(qwen, parse_scenario({**sc.to_dict(), "offload": "optimizer"}), all_grads) == 0

@@ -221,7 +221,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             if not (ad.vision and not sc.sees_pixels):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
-    if whole := grads_in_partition(spec, sc):  # ZeRO-2: one flat buffer of rank 0's parameters counted whole
+    if sc.parallelism is Parallelism.ZERO2 and (whole := grads_in_partition(spec, sc)):  # rank 0's params whole
         p.gradients = round_allocation(sc.precision.compute_bytes * whole)
     if shd.optimizer_on_host:
         p.host += opt_host + p.master_weights + _offload_host_grads(p, spec, sc, profile, shd)

@@ -63,14 +63,18 @@ def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, 
 
 
 def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
-    """Elements of ZeRO-2's 16-bit gradient partition buffer on rank 0 (0 where none is made): ``copy_grads_in_partition``
+    """Elements of ZeRO-1/2's 16-bit gradient partition buffer on rank 0 (0 where none is made): ``copy_grads_in_partition``
     sizes it by the parameters in the partition counted whole (``total_size += param_in_partition.numel()`` over
     ``self.params_in_partition``: DeepSpeed v0.16.2 stage_1_and_2.py l. 1339-1345, v0.18.6 l. 1482-1488, 0.19.8 the
     same), the one straddling the partition's end included, not by the partition: on rank 0 the embedding alone
     where it is larger than a partition. Full fine-tuning without offload (the offloaded path copies each gradient
-    out instead; LoRA's adapters are small tensors, the partition stands for them)."""
-    if (sc.parallelism is not Parallelism.ZERO2 or sc.offload is not Offload.NONE or sc.method is not Method.FULL
-            or sc.num_gpus < 2):
+    out instead; LoRA's adapters are small tensors, the partition stands for them). ZeRO-1 makes the same buffer:
+    ``reduce_ipg_grads``' stage-1 branch ("zero stage 1 - partition only optimizer state": ``if
+    self.contiguous_gradients and self.is_param_in_current_partition[param_id]: self.copy_grads_in_partition(param)``,
+    DeepSpeed 0.19.8 stage_1_and_2.py), and without ``contiguous_gradients`` the step still holds those parameters'
+    own whole gradients (``free_grad_in_param_list`` frees only ``params_not_in_partition``)."""
+    if (sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2) or sc.offload is not Offload.NONE
+            or sc.method is not Method.FULL or sc.num_gpus < 2):
         return 0
     return rank0_partition(module_order(spec), sc.num_gpus)[0]
 
