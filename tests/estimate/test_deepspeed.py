@@ -158,3 +158,26 @@ def test_zero1_step_keeps_rank0s_partition_parameters_whole():
     lora = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "num_gpus": 8, "parallelism": "zero1"})
     assert ds.zero1_step_grads(qwen, lora, 1_000) == 125  # adapters: the partition stands for them
     assert ds.zero1_step_grads(qwen, parse_scenario({**sc.to_dict(), "offload": "optimizer"}), all_grads) == 0
+
+
+def _offloaded_zero1(model, bucket, **keys):
+    zero = {"stage": 1, "reduce_bucket_size": bucket, "offload_optimizer": {"device": "cpu"}}
+    return parse_scenario({"model": model, "precision": "bf16-true", "seq_len": 256, "num_gpus": 2, "framework": "hf",
+                           "parallelism": "zero1", "offload": "optimizer", "deepspeed_config": {"zero_optimization": zero},
+                           **keys})
+
+
+def test_zero1_offload_keeps_each_large_outside_gradient_in_its_own_allocation(tmp_path):
+    """ZeRO-1 with the optimizer offloaded keeps, until the end of backward, each gradient outside rank 0's partition
+    larger than ``reduce_bucket_size`` (``reduce_independent_p_g_buckets_and_remove_grads``), each its own allocation:
+    an MLP weight of 896 x 4865 (8,718,080 B) takes 8,718,336 B (512-byte rounding), 49 of them 12,544 B above the
+    plain sum. LoRA's adapters tensor by tensor: Qwen2.5-0.5B r 16, bucket 50,000: only the 77,824-element gate/up B
+    and down A of layers 12-23 (36 tensors, 5,603,328 B), not every gradient outside (8,798,208 B)."""
+    from vramfit.estimate.ds_offload import zero1_gpu_grads
+
+    odd = tmp_path / "config.json"
+    odd.write_text(json.dumps({**resolve_model("Qwen/Qwen2.5-0.5B").config, "intermediate_size": 4865}))
+    full = _offloaded_zero1(str(odd), 802_816, method="full")
+    assert zero1_gpu_grads(resolve_model(str(odd)).spec, full, 0, []) == 427_198_464
+    lora = _offloaded_zero1("Qwen/Qwen2.5-0.5B", 50_000, method="lora", lora_rank=16)
+    assert compute(resolve_model("Qwen/Qwen2.5-0.5B").spec, lora).parts.gradients == 5_603_328

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import Method, Offload, Parallelism
 
 if TYPE_CHECKING:
+    from vramfit.estimate.params import Adapter
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
 
@@ -31,6 +32,23 @@ def module_order(spec: ModelSpec) -> list[tuple[int, bool]]:
         out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
     out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
     return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
+
+
+def adapter_order(adapters: list[Adapter], rank: int, layers: int) -> list[tuple[int, bool]]:
+    """:func:`module_order` of LoRA's trainable tensors: each adapter's ``lora_A`` then ``lora_B`` (peft v0.21.2
+    tuners/lora/layer.py ``LoraLayer.update_layer`` registers them in that order), a vision tower's first (the
+    multimodal models register it before the language model), then an embedding adapter, the decoder layers' in
+    layer order, an output layer's last; all in the weight-decay group (no bias, no norm)."""
+    def tensors(ad: Adapter, count: int) -> list[tuple[int, bool]]:
+        a, b = ad.tensors(rank, layers)
+        return [(a.numel, True), (b.numel, True)] * count
+
+    out = [t for ad in adapters if ad.vision for t in tensors(ad, ad.per_layer * (ad.layers or layers))]
+    out += [t for ad in adapters if not ad.per_layer and ad.target != "lm_head" for t in tensors(ad, 1)]
+    for i in range(layers):
+        out += [t for ad in adapters if ad.per_layer and not ad.vision and i < (ad.layers or layers)
+                for t in tensors(ad, ad.per_layer)]
+    return out + [t for ad in adapters if not ad.per_layer and ad.target == "lm_head" for t in tensors(ad, 1)]
 
 
 def rank0_partition(order: list[tuple[int, bool]], num_gpus: int) -> tuple[int, list[int]]:
