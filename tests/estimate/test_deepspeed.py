@@ -148,8 +148,8 @@ def test_zero1_step_keeps_rank0s_partition_parameters_whole():
     ``reduce_ipg_grads``, "zero stage 1": ``copy_grads_in_partition`` for ``is_param_in_current_partition``), sized
     by rank 0's parameters whole: on Qwen2.5-0.5B with 8 GPUs the 136,134,656-element embedding plus one 9,728-element
     norm, 272,288,768 B at the step, not the partition's share of all (123,512,064 B). `vramfit simulate --full-depth`
-    (bf16-true, seq 256): the engine's second step peaks at 2.34 GiB; the estimate's step 2,514,603,712 B (2.34 GiB;
-    2.20 GiB before)."""
+    (bf16-true, seq 256): the engine's second step peaks at 2,516,259,328 B allocated; the estimate's step
+    2,514,603,712 B (-0.07 %; 2,365,827,008, -6.0 %, before)."""
     sc = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256,
                          "num_gpus": 8, "parallelism": "zero1", "framework": "hf"})
     qwen = resolve_model("Qwen/Qwen2.5-0.5B").spec
