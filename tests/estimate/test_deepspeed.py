@@ -181,3 +181,18 @@ def test_zero1_offload_keeps_each_large_outside_gradient_in_its_own_allocation(t
     assert zero1_gpu_grads(resolve_model(str(odd)).spec, full, 0, []) == 427_198_464
     lora = _offloaded_zero1("Qwen/Qwen2.5-0.5B", 50_000, method="lora", lora_rank=16)
     assert compute(resolve_model("Qwen/Qwen2.5-0.5B").spec, lora).parts.gradients == 5_603_328
+
+
+def test_offload_reserved_takes_the_steps_peak_phase_and_one_gpu_too():
+    """ZeRO-2 with the optimizer offloaded (Qwen2.5-0.5B, bf16-true, seq 256): one GPU opens the boundary's norm copies
+    on the reduction stream as two do (``reduce_ipg_grads`` never looks at the world size); `vramfit simulate
+    --full-depth` reserves 4,271,898,624 B (3,261,057,536 estimated without them, -23.7 %). With an evaluation pass
+    as the allocated peak (eval batch 4) the step's own norm copy at its peak (backward-end-tied) still comes off the
+    step's reserved figure: 5,316,280,320 B (5,968,480,768 when the evaluation phase, which has none, was taken)."""
+    from vramfit.estimate import estimate
+
+    base = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256,
+            "framework": "hf", "parallelism": "zero2", "offload": "optimizer"}
+    assert estimate({**base, "num_gpus": 1}).peak.reserved_bytes == 4_232_052_736
+    evaluated = estimate({**base, "num_gpus": 2, "eval_batch_size": 4}).peak
+    assert (evaluated.phase, evaluated.reserved_bytes) == ("evaluate", 5_316_280_320)

@@ -142,9 +142,10 @@ def norm_transients(step: Step) -> dict[StepPhase, int]:
             StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, slices[-1] if slices else 0, n)}
 
 
-def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: int, required: bool = False) -> int:
+def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) -> int:
     """The reserved peak of ZeRO-1/2 full fine-tuning with the optimizer offloaded, given ``reserved``, the figure
-    of the allocated peak plus the usual slack (estimate/reserved.py): the segments the engine's load leaves cached
+    of the step's allocated peak (``peak``: its phase, an evaluation pass apart) plus the usual slack
+    (estimate/reserved.py): the segments the engine's load leaves cached
     and those its per-parameter float64 norm copies open on the reduction stream (:func:`offload_load_and_norms`).
 
     At the accumulation boundary ``reduce_ipg_grads`` copies each reduced gradient of this rank's partition out under
@@ -159,18 +160,21 @@ def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: i
     copy larger than every earlier one opens a segment of its own beside the default stream's, which keep the load's
     cached segments (no ``empty_cache`` after it). Peak reserved: the default stream's (the larger of ``reserved``
     without the norm copy counted at the allocated peak and the load's segments) plus the reduction stream's.
-    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor.
+    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor. One GPU
+    runs the same path: nothing in ``reduce_ipg_grads`` looks at the world size (0.19.8 l. 2239-2274: the stream is
+    chosen by ``overlap_comm`` alone, ``copy_grads_in_partition`` runs for every parameter of the one partition);
+    `vramfit simulate --full-depth` of Qwen2.5-0.5B (bf16, seq 256, ZeRO-2, 1 GPU) reserves 4,271,898,624 B, the
+    estimate 4,232,052,736 (3,261,057,536 when one GPU was left out).
     ``required``: unchanged (the load's freed segments and the smaller copies' are wholly free at the peak, given
     back by ``release_cached_blocks``). `vramfit simulate` of Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth)
     reserves 3882 MiB under ZeRO-1 and ZeRO-2 alike: load 2668 (the originals' 1252, the flat copy's 944, the
     partition clone's 472), the reduction stream's 34 + 1040 (the first 4,358,144-element slice's float64, then the
     embedding's)."""
-    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL or r.sc.num_gpus < 2:
+    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
         return reserved
     load, total, side = offload_load_and_norms(r)
     if not side:
         return max(reserved, total)
-    peak = max(breakdowns, key=lambda k: sum(breakdowns[k].values()))
     norm = {p.value: n for p, n in norm_transients(r).items()}.get(peak, 0)  # a stage's phase: none
     return max(reserved, max(reserved - norm, load) + total - load)
 
