@@ -53,7 +53,7 @@ from vramfit.estimate.moe_kernel import (
     index_backward_transient,
     lowest_block_pending,
 )
-from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers
+from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers, folded_bank_backward
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
@@ -465,7 +465,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
     # a MoE block's backward opens with the grouped experts' un-permute, before the block has made a gradient of its
     # own: that working set counts net of the block's gradients the block phase adds (block_extras.unpermute_backward)
-    tb = max(tb, extras.unpermute_backward(spec, sc, profile) - layer_grads)
+    tb = max(tb, extras.unpermute_backward(spec, sc, profile) - layer_grads,
+             folded_bank_backward(spec, sc, profile, adapters) - layer_grads)  # PEFT's folded bank (moe_lora.py)
     parts = replace(parts, temporaries=max(tb + dequant, opt_temp))
     step = stages.finish(Step(
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
