@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.choices import Method, Offload, Parallelism, Quantize
 from vramfit.errors import ScenarioError
-from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.zero12_partition import grads_in_partition
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
@@ -335,21 +333,6 @@ def fp32_grad_partition(partition_numel: int) -> int:
     flat_grad_partition``; the fp32 one freed after _optimizer_step); ZeRO-3 per sub-group (stage3.py
     _prepare_fp32_grad_for_sub_group: ``self.flatten(self.averaged_gradients[sub_group_id]).to(fp32 dtype)``)."""
     return (2 + 4) * partition_numel
-
-
-def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
-    """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
-    step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``
-    before the flatten): rank 0's partition's parameters are left at the step, counted whole (full fine-tuning: the
-    ``grads_in_partition`` buffer, estimate/zero12_partition.py; else the partition's share), bytes. With the
-    optimizer offloaded the epilogue has cleared them all (stage_1_and_2.py ``_clear_param_grad_only``; estimate/ds_offload.py
-    ``zero1_gpu_grads``): none."""
-    if sc.parallelism is not Parallelism.ZERO1:
-        return all_grads
-    if sc.offload is not Offload.NONE:
-        return 0
-    whole = grads_in_partition(spec, sc)
-    return round_allocation(sc.precision.compute_bytes * whole) if whole else -(-all_grads // sc.num_gpus)
 
 
 def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:

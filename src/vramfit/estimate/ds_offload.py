@@ -103,7 +103,7 @@ def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int, adapters: lis
     boundary it copies its own partition's out (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only
     optimizer state": only ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else
     until the epilogue clears every ``param.grad`` (``_clear_param_grad_only``); the step finds none
-    (:func:`vramfit.estimate.deepspeed.zero1_step_grads`). Of the parameters outside its partition
+    (:func:`vramfit.estimate.zero12_partition.zero1_step_grads`). Of the parameters outside its partition
     (``params_not_in_partition``, :func:`vramfit.estimate.zero12_partition.rank0_outside`) only those larger than
     ``reduce_bucket_size`` keep a tensor of their own, each its own allocation: with ``contiguous_gradients`` each
     smaller gradient is copied into the IPG bucket and ``param.grad`` pointed there

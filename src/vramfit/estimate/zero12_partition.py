@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
+from vramfit.estimate.allocator import round_allocation
 
 if TYPE_CHECKING:
     from vramfit.estimate.params import Adapter
@@ -96,6 +97,18 @@ def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
         return 0
     return rank0_partition(module_order(spec), sc.num_gpus)[0]
 
+
+
+def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
+    """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
+    step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``):
+    rank 0's partition's parameters are left, counted whole (full fine-tuning: :func:`grads_in_partition`;
+    else the partition's share), bytes. With the optimizer offloaded the epilogue has cleared them all
+    (``_clear_param_grad_only``; estimate/ds_offload.py ``zero1_gpu_grads``): none."""
+    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is not Offload.NONE:
+        return all_grads if sc.parallelism is not Parallelism.ZERO1 else 0
+    whole = grads_in_partition(spec, sc)
+    return round_allocation(sc.precision.compute_bytes * whole) if whole else -(-all_grads // sc.num_gpus)
 
 
 def reduction_order(order: list[tuple[int, bool]], num_gpus: int, backward: bool) -> list[tuple[int, tuple[int, ...]]]:
