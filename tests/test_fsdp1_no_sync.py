@@ -1,5 +1,5 @@
 """FSDP1 gradient accumulation under the HF Trainer's no_sync: each GPU holds the whole unsharded gradients
-between micro-batches, in FSDP's 16-bit param_dtype (estimate/step.py _fsdp1_no_sync_grads)."""
+between micro-batches, in FSDP's 16-bit param_dtype (estimate/step_grads.py _fsdp1_no_sync_grads)."""
 
 from __future__ import annotations
 

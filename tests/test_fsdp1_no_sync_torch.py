@@ -1,4 +1,4 @@
-"""The torch FSDP1 behaviour estimate/step.py _fsdp1_no_sync_grads rests on, run for real on CPU/gloo with two
+"""The torch FSDP1 behaviour estimate/step_grads.py _fsdp1_no_sync_grads rests on, run for real on CPU/gloo with two
 ranks: under ``no_sync`` each trainable FlatParameter keeps its whole unsharded gradient in MixedPrecision's
 param_dtype (a block unit mixing frozen weights and adapters: the whole block), a frozen one none; the synced
 micro-batch leaves the shards in the parameters' dtype."""
@@ -138,7 +138,7 @@ def test_litgpt_blocks_hold_their_whole_flat_parameter(runs):
 
 
 def test_the_estimator_holds_the_same_bytes(runs):
-    """estimate/step.py _fsdp1_no_sync_grads on the same tiny Llama under the litgpt profile."""
+    """estimate/step_grads.py _fsdp1_no_sync_grads on the same tiny Llama under the litgpt profile."""
     from transformers import LlamaConfig
 
     from vramfit.estimate.step import compute

@@ -9,6 +9,7 @@ from vramfit.estimate import deepspeed as ds
 from vramfit.estimate.core import comm_buffers
 from vramfit.estimate.framework import scenario_profile
 from vramfit.estimate.step import compute
+from vramfit.estimate.zero12_partition import zero1_step_grads
 from vramfit.models import resolve_model
 from vramfit.scenario import Offload, Parallelism, parse_scenario
 
@@ -141,3 +142,58 @@ def test_zero2_step_copies_its_gradient_partition_to_fp32():
     step = compute(LLAMA, _sc(parallelism="zero2"))  # 4 GPUs, full fine-tuning, no offload
     assert step.opt_temp == (2 + 4) * -(-step.parts.num_trainable // 4)  # the flat bf16 partition and its fp32 cast
     assert compute(LLAMA, _sc(parallelism="zero2", offload="optimizer")).opt_temp == 0  # the step runs on the CPU
+
+
+def test_zero1_step_keeps_rank0s_partition_parameters_whole():
+    """ZeRO-1 builds the same ``grads_in_partition`` buffer as ZeRO-2 (DeepSpeed 0.19.8 stage_1_and_2.py
+    ``reduce_ipg_grads``, "zero stage 1": ``copy_grads_in_partition`` for ``is_param_in_current_partition``), sized
+    by rank 0's parameters whole: on Qwen2.5-0.5B with 8 GPUs the 136,134,656-element embedding plus one 9,728-element
+    norm, 272,288,768 B at the step, not the partition's share of all (123,512,064 B). `vramfit simulate --full-depth`
+    (bf16-true, seq 256): the engine's second step peaks at 2,516,259,328 B allocated; the estimate's step
+    2,514,603,712 B (-0.07 %; 2,365,827,008, -6.0 %, before)."""
+    sc = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256,
+                         "num_gpus": 8, "parallelism": "zero1", "framework": "hf"})
+    qwen = resolve_model("Qwen/Qwen2.5-0.5B").spec
+    all_grads = 2 * 494_032_768
+    assert zero1_step_grads(qwen, sc, all_grads) == 272_288_768
+    lora = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "num_gpus": 8, "parallelism": "zero1"})
+    assert zero1_step_grads(qwen, lora, 1_000) == 125  # adapters: the partition stands for them
+    assert zero1_step_grads(qwen, parse_scenario({**sc.to_dict(), "offload": "optimizer"}), all_grads) == 0
+
+
+def _offloaded_zero1(model, bucket, **keys):
+    zero = {"stage": 1, "reduce_bucket_size": bucket, "offload_optimizer": {"device": "cpu"}}
+    return parse_scenario({"model": model, "precision": "bf16-true", "seq_len": 256, "num_gpus": 2, "framework": "hf",
+                           "parallelism": "zero1", "offload": "optimizer", "deepspeed_config": {"zero_optimization": zero},
+                           **keys})
+
+
+def test_zero1_offload_keeps_each_large_outside_gradient_in_its_own_allocation(tmp_path):
+    """ZeRO-1 with the optimizer offloaded keeps, until the end of backward, each gradient outside rank 0's partition
+    larger than ``reduce_bucket_size`` (``reduce_independent_p_g_buckets_and_remove_grads``), each its own allocation:
+    an MLP weight of 896 x 4865 (8,718,080 B) takes 8,718,336 B (512-byte rounding), 49 of them 12,544 B above the
+    plain sum. LoRA's adapters tensor by tensor: Qwen2.5-0.5B r 16, bucket 50,000: only the 77,824-element gate/up B
+    and down A of layers 12-23 (36 tensors, 5,603,328 B), not every gradient outside (8,798,208 B)."""
+    from vramfit.estimate.ds_offload import zero1_gpu_grads
+
+    odd = tmp_path / "config.json"
+    odd.write_text(json.dumps({**resolve_model("Qwen/Qwen2.5-0.5B").config, "intermediate_size": 4865}))
+    full = _offloaded_zero1(str(odd), 802_816, method="full")
+    assert zero1_gpu_grads(resolve_model(str(odd)).spec, full, 0, []) == 427_198_464
+    lora = _offloaded_zero1("Qwen/Qwen2.5-0.5B", 50_000, method="lora", lora_rank=16)
+    assert compute(resolve_model("Qwen/Qwen2.5-0.5B").spec, lora).parts.gradients == 5_603_328
+
+
+def test_offload_reserved_takes_the_steps_peak_phase_and_one_gpu_too():
+    """ZeRO-2 with the optimizer offloaded (Qwen2.5-0.5B, bf16-true, seq 256): one GPU opens the boundary's norm copies
+    on the reduction stream as two do (``reduce_ipg_grads`` never looks at the world size); `vramfit simulate
+    --full-depth` reserves 4,271,898,624 B (3,261,057,536 estimated without them, -23.7 %). With an evaluation pass
+    as the allocated peak (eval batch 4) the step's own norm copy at its peak (backward-end-tied) still comes off the
+    step's reserved figure: 5,316,280,320 B (5,968,480,768 when the evaluation phase, which has none, was taken)."""
+    from vramfit.estimate import estimate
+
+    base = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256,
+            "framework": "hf", "parallelism": "zero2", "offload": "optimizer"}
+    assert estimate({**base, "num_gpus": 1}).peak.reserved_bytes == 4_232_052_736
+    evaluated = estimate({**base, "num_gpus": 2, "eval_batch_size": 4}).peak
+    assert (evaluated.phase, evaluated.reserved_bytes) == ("evaluate", 5_316_280_320)

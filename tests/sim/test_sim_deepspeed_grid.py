@@ -109,7 +109,10 @@ def test_zero1_reserves_what_zero2_reserves():
     z1, z2 = (estimate({**sc, "parallelism": stage}).peak for stage in ("zero1", "zero2"))
     for peak in (z1, z2):
         assert peak.allocated_bytes == pytest.approx(5_956_544_000, rel=0.005)
-    assert z2.reserved_bytes - z1.reserved_bytes == 8_128_512  # ZeRO-2's whole-parameter gradients at the step
+    # the engine reserves the same for both: ZeRO-1's step holds rank 0's parameters' gradients whole too
+    # (estimate/zero12_partition.py grads_in_partition; 8,128,512 B below ZeRO-2 when sized by the partition)
+    # 8,837,626,240 (+6.2 %) while the step's figure added the generic slack over the replay (zero2_step.py flatten_cached)
+    assert z1.reserved_bytes == z2.reserved_bytes == 8_302_417_792
 
 
 def test_zero1_and_zero2_reserved_with_overlap_comm_against_the_engine():

@@ -32,10 +32,11 @@ def _middle(sc: dict) -> tuple[int, int, int, int]:
 
 
 def test_the_middle_block_just_under_the_top_holds_every_kept_tensor_but_the_tops():
-    """Without checkpointing a block keeps 1,611,153,408 B: the block under the top holds 47 blocks' (the old
-    formula counted two, 3,222,306,816 B), one 10,380,288 B adapter-gradient shard."""
+    """Without checkpointing a block keeps 1,570,258,944 B: the block under the top holds 47 blocks' (the old
+    formula counted two), one 10,380,288 B adapter-gradient shard. Under the policy's bf16 cast A and B are
+    gathered in the banks' dtype, so the fold keeps no copies of them (40,042,496 B a block before)."""
     grads, kept, _, _ = _middle({**QWEN3_30B, "gradient_checkpointing": "none"})
-    assert (grads, kept) == (10_380_288, 75_724_210_176)
+    assert (grads, kept) == (10_380_288, 73_802_170_368)
 
 
 def test_the_second_lowest_block_holds_the_shards_of_every_block_above():
@@ -43,19 +44,20 @@ def test_the_second_lowest_block_holds_the_shards_of_every_block_above():
     second-lowest block is the high point, with the 46 shards above it (the old formula counted one)."""
     grads, kept, _, _ = _middle({**QWEN3_30B, "gradient_checkpointing": "full"})
     assert grads == 46 * 10_380_288 == 477_493_248
-    assert kept == 1_627_930_624
+    assert kept == 1_587_036_160
 
 
 def test_six_layer_qwen3_moe_peaks_at_the_second_lowest_block(config_file):
     """The simulator peaks in block 1's backward with blocks 2-5's 8,456,192 B shards made; the estimator counted
-    the lowest block's six (50,737,152 B, the estimate -5.4 %; now -4.5 %)."""
+    the lowest block's six (50,737,152 B, the estimate -5.4 %; -4.5 % before the folded down bank's gradient,
+    moe_lora.folded_bank_backward, was counted; now -0.4 %)."""
     sc = {**FSDP2, "model": config_file(tiny("Qwen/Qwen3-30B-A3B", layers=6, hidden=512, vocab=4096)),
           "gradient_checkpointing": "full"}
     sim = simulate(sc, layers=6).result.peak
     est = estimate(sc).peak
     assert dict(sim.breakdown)["gradients"] == dict(est.breakdown)["gradients"] == 4 * 8_456_192
-    assert est.allocated_bytes == 1_286_628_352
-    assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.05)
+    assert est.allocated_bytes == 1_341_086_720
+    assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.01)
 
 
 @pytest.mark.parametrize("vocab", [4096, 32768])

@@ -260,17 +260,17 @@ def estimate_spec(
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
     # the step's own high point: an evaluation pass adds its segments on top (estimate/evaluation.py)
-    step_alloc = max(v for k, v in phases.items() if k != StepPhase.EVALUATE.value)
+    step_phase = max((k for k in phases if k != StepPhase.EVALUATE.value), key=phases.get)
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
-    reserved = max(allocated, _reserved(r, breakdowns, step_alloc, tensors, events))
+    reserved = max(allocated, _reserved(r, breakdowns, step_phase, tensors, events))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it; wholly free
     # segments come from the transients or from DeepSpeed 0.19's flatten (estimate/ds_load.py flatten_events)
     releasable = fc is None and (transient_required(events, r.profile.alloc_conf) < transient_reserved(
         events, r.profile.alloc_conf)[1] or bool(flatten_events(r)))
-    released = reserved - max(allocated, _reserved(r, breakdowns, step_alloc, tensors, events, True)) if releasable else 0
+    released = reserved - max(allocated, _reserved(r, breakdowns, step_phase, tensors, events, True)) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
@@ -289,14 +289,14 @@ def estimate_spec(
     )
 
 
-def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, tensors: int, events: list[int],
+def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, tensors: int, events: list[int],
               required: bool = False) -> int:
     """The reserved peak (``required``: with the step's transients at the segments that hold a live block,
     reserved.reserved_bytes, and without the cached segments the ZeRO-2 step and the GPU load leave wholly free:
     zero2_step.zero2_step_reserved, nf4_load.load_reserved), the FSDP and load terms on top (the same path for both,
     so they differ only there). A forced-float32 load's bf16 -> fp16 cast at the allocated peak leaves nothing cached
     (estimate/cast_load.py): its own reserved bytes beside the step's, which starts from its own allocated peak."""
-    at_load = 0
+    at_load, allocated = 0, sum(breakdowns[step_phase].values())  # the step's high point, evaluation apart
     if cast_is_peak(r, breakdowns, allocated):
         at_load, allocated = cast_reserved(r, breakdowns)
     conf = r.profile.alloc_conf
@@ -306,7 +306,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int, te
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)
         step -= min(step - step_allocated, flatten_cached(r))  # that slack lies in the originals' replayed segments
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
-    reserved = offload_reserved(r, breakdowns, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
+    reserved = offload_reserved(r, step_phase, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
     reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     return max(at_load, evaluation_reserved(r, events, reserved, conf))  # the segments an evaluation pass opens

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
-from vramfit.estimate.deepspeed import ipg_made_in_backward, zero1_step_grads
+from vramfit.estimate.deepspeed import ipg_made_in_backward
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
 from vramfit.estimate.evaluation import evaluates, evaluation_pass
@@ -40,6 +40,7 @@ from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
+from vramfit.estimate.zero12_partition import zero1_step_grads
 from vramfit.scenario import Checkpointing, Method, Parallelism
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
-    yield Contribution("gradients", OPT, zero1_step_grads(step.sc, all_grads))
+    yield Contribution("gradients", OPT, zero1_step_grads(step.spec, step.sc, all_grads))
 
 
 def activations(step: Step) -> Iterator[Contribution]:
@@ -172,7 +173,7 @@ def activations(step: Step) -> Iterator[Contribution]:
 def _loss_backward(step: Step) -> tuple[int, int]:
     """(logits_loss, gradients beyond the held ones) at the loss backward's high point: its cross-entropy stage
     (no output-weight gradient yet) or, chunked, its output projections' (estimate/loss.py projection_stage)."""
-    from vramfit.estimate.step import whole_head_grad
+    from vramfit.estimate.step_grads import whole_head_grad
 
     head = step.head_grad
     if not head and step.lm_head_trainable and step.sc.method is Method.FULL:

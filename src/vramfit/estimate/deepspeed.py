@@ -335,19 +335,6 @@ def fp32_grad_partition(partition_numel: int) -> int:
     return (2 + 4) * partition_numel
 
 
-def zero1_step_grads(sc: Scenario, all_grads: int) -> int:
-    """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
-    step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``
-    before the flatten): its partition's share is left at the step, bytes. With the optimizer offloaded the
-    epilogue has cleared them all (stage_1_and_2.py ``_clear_param_grad_only``; estimate/ds_offload.py
-    ``zero1_gpu_grads``): none."""
-    if sc.parallelism is not Parallelism.ZERO1:
-        return all_grads
-    if sc.offload is not Offload.NONE:
-        return 0
-    return -(-all_grads // sc.num_gpus)
-
-
 def host_partition_copy(largest_bytes: int, num_gpus: int, gathers_on_one_gpu: bool) -> int:
     """ZeRO-3 with offload_param: a fetch copies the parameter's host partition to the GPU before the all-gather
     (DeepSpeed v0.19.6 partition_parameters.py _all_gather_sequential: ``param_ds_tensor.to(current_device)``), on

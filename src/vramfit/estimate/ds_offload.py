@@ -11,13 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
-from vramfit.estimate.deepspeed import zero3_largest
+from vramfit.estimate.allocator import round_allocation
+from vramfit.estimate.deepspeed import resolve, zero3_largest
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
-from vramfit.estimate.zero12_partition import module_order, rank0_partition
+from vramfit.estimate.zero12_partition import adapter_order, module_order, rank0_outside, rank0_partition
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
+    from vramfit.estimate.params import Adapter
     from vramfit.estimate.step import Step
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
@@ -94,36 +96,32 @@ def zero1_accumulated_grads(sc: Scenario, num_trainable: int) -> int:
     return sc.precision.compute_bytes * num_trainable
 
 
-def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
+def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int, adapters: list[Adapter]) -> int:
     """16-bit gradient bytes ZeRO-1 with the optimizer offloaded keeps on the GPU until the end of backward (0 for
     every other offloaded case: their gradients leave through the staging buffer as they are reduced); ``all_grads``:
-    the whole model's. ZeRO-1 does not partition gradients: at the boundary it copies its own partition's out
-    (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only optimizer state": only
-    ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else until the epilogue
-    clears every ``param.grad`` (``_clear_param_grad_only``); the step finds none
-    (:func:`vramfit.estimate.deepspeed.zero1_step_grads`). Of the parameters outside its partition
+    the whole model's; ``adapters``: LoRA's (none for full fine-tuning). ZeRO-1 does not partition gradients: at the
+    boundary it copies its own partition's out (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only
+    optimizer state": only ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else
+    until the epilogue clears every ``param.grad`` (``_clear_param_grad_only``); the step finds none
+    (:func:`vramfit.estimate.zero12_partition.zero1_step_grads`). Of the parameters outside its partition
     (``params_not_in_partition``, :func:`vramfit.estimate.zero12_partition.rank0_outside`) only those larger than
-    ``reduce_bucket_size`` keep a tensor of their own: with ``contiguous_gradients`` each smaller gradient is copied
-    into the IPG bucket and ``param.grad`` pointed there (``reduce_independent_p_g_buckets_and_remove_grads``:
-    ``new_grad_tensor.copy_(...)``, ``grad_reduc.data = new_grad_tensor.data.view_as(grad_reduc)``, the original
-    freed; ``if param.numel() > self.reduce_bucket_size`` keeps it: DeepSpeed v0.16.2 l. 951-957, v0.18.6
-    l. 1071-1079, 0.19.8 l. 1443-1456). The engine on Qwen2.5-0.5B (2 GPUs, full depth, bucket 896 x 896) holds
-    427 MB of them at the end of backward: the upper layers' MLP weights, none of their attention weights. LoRA's
-    adapters are smaller than any bucket the HF config resolves (hidden x hidden): none."""
-    from vramfit.estimate.deepspeed import resolve
-    from vramfit.estimate.zero12_partition import module_order, rank0_outside
-
+    ``reduce_bucket_size`` keep a tensor of their own, each its own allocation: with ``contiguous_gradients`` each
+    smaller gradient is copied into the IPG bucket and ``param.grad`` pointed there
+    (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_(...)``, ``grad_reduc.data =
+    new_grad_tensor.data.view_as(grad_reduc)``, the original freed; ``if param.numel() > self.reduce_bucket_size``
+    keeps it: DeepSpeed v0.16.2 l. 951-957, v0.18.6 l. 1071-1079, 0.19.8 l. 1443-1456), tensor by tensor, LoRA's
+    adapters as the base model's parameters (:func:`vramfit.estimate.zero12_partition.adapter_order`). The engine
+    on Qwen2.5-0.5B (2 GPUs, full depth, bucket 896 x 896) holds 427 MB of them at the end of backward: the upper
+    layers' MLP weights, none of their attention weights."""
     if sc.parallelism is not Parallelism.ZERO1 or sc.offload is Offload.NONE:
         return 0
     z = resolve(sc.deepspeed_config, spec.hidden_size, 1)
-    outside = all_grads - shard(all_grads, sc.num_gpus)  # every gradient outside, in its own tensor
     if not z.contiguous_gradients:
-        return outside
-    if sc.method is not Method.FULL:
-        widest = max(max(lin.in_features, lin.out_features) for lin in spec.block_linears)
-        return 0 if sc.lora_rank * widest <= z.reduce_bucket_size else outside
-    kept = sum(n for n in rank0_outside(module_order(spec), sc.num_gpus) if n > z.reduce_bucket_size)
-    return sc.precision.compute_bytes * kept
+        return all_grads - shard(all_grads, sc.num_gpus)  # every gradient outside, in its own tensor
+    order = module_order(spec) if sc.method is Method.FULL else adapter_order(adapters, sc.lora_rank,
+                                                                               spec.num_hidden_layers)
+    return sum(round_allocation(sc.precision.compute_bytes * n) for n in rank0_outside(order, sc.num_gpus)
+               if n > z.reduce_bucket_size)
 
 
 def norm_transients(step: Step) -> dict[StepPhase, int]:
@@ -144,9 +142,10 @@ def norm_transients(step: Step) -> dict[StepPhase, int]:
             StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, slices[-1] if slices else 0, n)}
 
 
-def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: int, required: bool = False) -> int:
+def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) -> int:
     """The reserved peak of ZeRO-1/2 full fine-tuning with the optimizer offloaded, given ``reserved``, the figure
-    of the allocated peak plus the usual slack (estimate/reserved.py): the segments the engine's load leaves cached
+    of the step's allocated peak (``peak``: its phase, an evaluation pass apart) plus the usual slack
+    (estimate/reserved.py): the segments the engine's load leaves cached
     and those its per-parameter float64 norm copies open on the reduction stream (:func:`offload_load_and_norms`).
 
     At the accumulation boundary ``reduce_ipg_grads`` copies each reduced gradient of this rank's partition out under
@@ -161,18 +160,21 @@ def offload_reserved(r: Step, breakdowns: dict[str, dict[str, int]], reserved: i
     copy larger than every earlier one opens a segment of its own beside the default stream's, which keep the load's
     cached segments (no ``empty_cache`` after it). Peak reserved: the default stream's (the larger of ``reserved``
     without the norm copy counted at the allocated peak and the load's segments) plus the reduction stream's.
-    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor.
+    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor. One GPU
+    runs the same path: nothing in ``reduce_ipg_grads`` looks at the world size (0.19.8 l. 2239-2274: the stream is
+    chosen by ``overlap_comm`` alone, ``copy_grads_in_partition`` runs for every parameter of the one partition);
+    `vramfit simulate --full-depth` of Qwen2.5-0.5B (bf16, seq 256, ZeRO-2, 1 GPU) reserves 4,271,898,624 B, the
+    estimate 4,232,052,736 (3,261,057,536 when one GPU was left out).
     ``required``: unchanged (the load's freed segments and the smaller copies' are wholly free at the peak, given
     back by ``release_cached_blocks``). `vramfit simulate` of Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth)
     reserves 3882 MiB under ZeRO-1 and ZeRO-2 alike: load 2668 (the originals' 1252, the flat copy's 944, the
     partition clone's 472), the reduction stream's 34 + 1040 (the first 4,358,144-element slice's float64, then the
     embedding's)."""
-    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL or r.sc.num_gpus < 2:
+    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
         return reserved
     load, total, side = offload_load_and_norms(r)
     if not side:
         return max(reserved, total)
-    peak = max(breakdowns, key=lambda k: sum(breakdowns[k].values()))
     norm = {p.value: n for p, n in norm_transients(r).items()}.get(peak, 0)  # a stage's phase: none
     return max(reserved, max(reserved - norm, load) + total - load)
 

@@ -336,7 +336,7 @@ def end_of_backward(step: Step) -> tuple[bool, int, int] | None:
 
 
 def _grad_bytes(step: Step) -> int:
-    from vramfit.estimate.step import _grad_dtype_bytes
+    from vramfit.estimate.step_grads import _grad_dtype_bytes
 
     return _grad_dtype_bytes(step.sc, step.profile)
 

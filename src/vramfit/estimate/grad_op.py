@@ -25,7 +25,7 @@ def _block_bytes(step: Step) -> int:
     sc = step.sc
     if sc.parallelism is not Parallelism.FSDP_GRAD_OP or sc.num_gpus < 2:
         return 0
-    from vramfit.estimate.step import fsdp1_no_sync
+    from vramfit.estimate.step_grads import fsdp1_no_sync
 
     if sc.grad_accum > 1 and not sc.optimizer_in_backward and fsdp1_no_sync(sc, step.profile):
         # FSDP1 under no_sync frees nothing in backward (_runtime_utils.py _should_free_in_backward: `_sync_gradients

@@ -9,7 +9,7 @@ from typing import Any
 
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models.spec import Linear, ModelSpec
-from vramfit.scenario import Method, Parallelism, Scenario
+from vramfit.scenario import Method, Parallelism, Quantize, Scenario
 
 
 def expert_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, quantized: bool) -> int:
@@ -48,13 +48,21 @@ def fused_expert_bank(blk: Any) -> bool:
 
 def folded_expert_weights(blk: Any, out: Any, mlp_lins: list[Linear]) -> None:
     """PEFT's ParamWrapper (_LoraFactorsProxy) materialises ``baddbmm(W, lhs, rhs)`` per expert
-    weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, the 16-bit copies
-    of A and B (peft v0.21.2 tuners/lora/layer.py). ``blk``/``out``: the walk's Block and Saved."""
+    weight and the expert matmuls keep it for backward; baddbmm keeps lhs and rhs, A and B cast to the
+    bank's dtype (peft v0.21.2 tuners/lora/layer.py ``get_delta_factors``: ``lhs.to(param.dtype)``): new copies
+    where the adapters' dtype differs from the bank's, the adapters themselves where it does not (``Tensor.to``
+    returns self): fp32 banks under QLoRA or -mixed keep no copy (the simulator's tiny Qwen3-MoE: 3 x 16,777,216 B
+    of bf16 copies beside bf16 banks, none beside fp32 ones). ``blk``/``out``: the walk's Block and Saved."""
+    from vramfit.estimate.framework import adapter_bytes, casts_params
+
     out.add("experts.merged_weights", blk.expert_bytes * sum(x.weight_params for x in mlp_lins if x.group == "expert"))
-    rank = blk.sc.lora_rank
-    factors = sum(ad.per_layer * rank * ad.slices * (ad.in_features + ad.out_features)
+    sc = blk.sc
+    own = sc.precision.compute_bytes if casts_params(sc, blk.profile) else adapter_bytes(blk.profile, sc.precision)
+    if own == blk.expert_bytes:
+        return
+    factors = sum(ad.per_layer * sc.lora_rank * ad.slices * (ad.in_features + ad.out_features)
                   for ad in blk.adapters if ad.param_wrapper and ad.per_layer > 1)
-    out.add("experts.lora_factors", blk.dt.compute * factors)
+    out.add("experts.lora_factors", blk.expert_bytes * factors)
 
 
 #: the linears only the MoE layers hold
@@ -162,3 +170,32 @@ def _block_adapter_params(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
     return sum(t.numel * ad.per_layer for ad in adapters if ad.per_layer and not ad.vision
                for t in ad.tensors(sc.lora_rank, 1))
+
+
+def folded_bank_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Any]) -> int:
+    """Working set of the folded down bank's grouped-matmul backward, the first expert op a block's backward runs
+    (0 where no ParamWrapper folds a LoRA into the experts). PEFT's ParamWrapper parametrizes the frozen 3-D bank
+    as ``baddbmm(W, lhs, rhs)`` (peft v0.21.2 tuners/lora/layer.py ``_LoraFactorsProxy.forward``; the
+    ``_LoraParameterProxy`` path adds the delta the same way): the folded weight requires grad through A and B,
+    so ``torch._grouped_mm``'s backward computes the mat2 gradient (torch v2.13.0 tools/autograd/derivatives.yaml
+    ``_grouped_mm: mat2: _grouped_mm_mat2_backward``), a whole bank of the folded weight's dtype, next to the
+    gradient it receives (rows x hidden) and the input gradient it makes (rows x moe_intermediate_size);
+    baddbmm's backward then reduces it to A's and B's gradients and it is freed. The gate/up bank's turn comes
+    after the down bank's folded weight is freed, so it is at most as high (gate/up = 2 x down). No gradient of
+    the block exists yet: it counts net of the block's gradients (as ``block_extras.unpermute_backward``). The
+    simulator's tiny Qwen3-MoE top block: 67,108,864 B bank gradient + 8,388,608 B of (4096, 512) gradients."""
+    if sc.method is Method.FULL or not profile.runs_transformers_modeling or not spec.num_experts:
+        return 0
+    if not any(ad.param_wrapper and ad.per_layer > 1 for ad in adapters):
+        return 0
+    from vramfit.estimate.core import experts_quantized
+
+    if experts_quantized(sc, profile):
+        return 0
+    banks = [lin for lin in spec.block_linears if lin.group == "expert"]
+    down = next((lin for lin in banks if lin.out_features == spec.hidden_size), None)
+    if down is None:
+        return 0
+    elem = expert_bytes(spec, sc, profile, sc.quantize is not Quantize.NONE)
+    rows = sc.micro_batch_size * sc.seq_len * spec.expert_rows_per_token
+    return elem * (down.weight_params + rows * (down.in_features + down.out_features))

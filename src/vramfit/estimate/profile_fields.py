@@ -1,4 +1,4 @@
-"""The typed fields of a framework profile (estimate/framework.py holds the profiles and their helpers).
+"""The typed fields of a framework profile (estimate/framework_profiles.py holds the profiles, estimate/framework.py their helpers).
 
 Each field names the code (file and version) it models; every choice with more than two values is an enum,
 and code never compares the display ``name``.
@@ -7,113 +7,20 @@ and code never compares the display ``name``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any
 
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import AllocatorConf
 from vramfit.estimate.nccl import NvlsBuffers
+from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the profile's field types)
+    CompileScope,
+    ForcedFp32,
+    FrameworkVersion,
+    LoopCarry,
+    LossLayout,
+    OptimizerImpl,
+)
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Parallelism, Precision
-
-
-class LossLayout(str, Enum):
-    """How logits and the cross-entropy are laid out for ``loss="standard"`` (see estimate/loss.py)."""
-
-    # transformers v4.46.0 (PR #33902) loss/loss_utils.py ForCausalLMLoss: model-dtype logits,
-    # ``logits.float()`` inside the loss
-    HF_UPCAST_IN_LOSS = "hf-upcast-in-loss"
-    # torchtune v0.4.0 modules/transformer.py TransformerDecoder: ``self.output(h).float()``
-    TORCHTUNE_UPCAST_IN_MODEL = "torchtune-upcast-in-model"
-    # torchtune@c69fba18b (v0.1) recipes/*_finetune_*.py train loop: the model's fp32 logits, then
-    # `logits = logits[..., :-1, :].contiguous()` (a shifted fp32 copy), `logits.transpose(1, 2)` into
-    # CrossEntropyLoss and no `del logits`: the copy lives through backward and the optimizer step
-    # (torchtune PR #1046, 2024-06-04, added `del logits`: "otherwise it peaks backward memory")
-    TORCHTUNE_SHIFTED_LOGITS_KEPT = "torchtune-shifted-logits-kept"
-    # lit-gpt@8641822 finetune/lora.py: model(..., lm_head_chunk_size=128) + chunked_cross_entropy
-    LITGPT_CHUNKED_HEAD = "litgpt-chunked-head"
-    # transformers v4.44.2 models/llama/modeling_llama.py LlamaForCausalLM.forward: `logits = logits.float()`
-    # in the model, then `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss
-    HF_UPCAST_IN_MODEL = "hf-upcast-in-model"
-    # unsloth@015bdef unsloth/models/llama.py CausalLM forward: no logits (UNSLOTH_RETURN_LOGITS=0),
-    # unsloth_zoo loss_utils.unsloth_fused_ce_loss: chunk(X) @ W, fp32 CE per chunk, the hidden
-    # states' gradient computed in forward and saved (ctx.save_for_backward(grad_inputs, ...))
-    UNSLOTH_FUSED_CE = "unsloth-fused-ce"
-    # unsloth@0e0d8fc (2024.12.3) models/llama.py CausalLM forward: unsloth_zoo@bb133c7 loss_utils
-    # fused_linear_cross_entropy -> Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py): no logits;
-    # its backward allocates zeros_like for the hidden states and for the whole lm_head weight (estimate/loss.py)
-    APPLE_CCE = "apple-cce"
-    # transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`, then
-    # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
-    # PR #35646, merged 2025-01-13, "to reduce memory overhead")
-    HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
-
-
-class LoopCarry(str, Enum):
-    """What a training loop still references from the previous micro-batch while the next one runs its forward.
-
-    A name the loop rebinds with ``x = model(...)`` is rebound only once the call has returned (Python evaluates the
-    right-hand side first), so whatever it held lives through the whole next forward; a tensor with a ``grad_fn``
-    keeps its autograd graph alive with it (estimate/retained_graph.py: what backward did not free stays)."""
-
-    # the step's locals die before the next forward: transformers v5.24.0 trainer.py Trainer.training_step ends
-    # `self.accelerator.backward(loss, **kwargs); return loss.detach()`; AnswerDotAI/fsdp_qlora@4cd6923 train.py
-    # l. 894-895 sets `output = None`, `loss = None` after optimizer.step(); torchtune v0.4.0
-    # recipes/lora_finetune_single_device.py _loss_step `del logits` (its running_loss keeps a graph whose saved
-    # tensors backward has freed: torchao's linear_nf4 keeps no input beside them)
-    NOTHING = "nothing"
-    # meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-89: `outputs = model(**batch)`, `loss =
-    # outputs.loss`, no `del`: the outputs the loop keeps (LossMemory.kept, scenario keeps_outputs) and, through
-    # `loss`, the graph
-    OUTPUTS = "outputs"
-    # Lightning-AI/litgpt@5895df10 litgpt/finetune/lora.py fit() l. 276-280 (full.py l. 229-232, adapter.py l. 245-249;
-    # lit-gpt@8641822 finetune/lora.py l. 216, full.py l. 169 the same): `logits = model(...)`, `loss =
-    # chunked_cross_entropy(logits, ...)`, `fabric.backward(...)`, optimizer.step(), no `del`: the fp32 logits Fabric
-    # returned (LossMemory.held, alive through backward and the step too) and the graph; torchtune@c69fba18b (0.1)
-    # recipes/*_finetune_*.py `logits = self._model(input_ids)`, its shifted copy kept (LossMemory.kept)
-    LOGITS = "logits"
-
-    @property
-    def keeps_graph(self) -> bool:
-        """The loop still binds a tensor with a grad_fn (its ``loss``), so the previous autograd graph is alive."""
-        return self is not LoopCarry.NOTHING
-
-
-@dataclass(frozen=True)
-class FrameworkVersion:
-    """An older release whose code keeps different tensors: the profile fields it changes, with the source."""
-
-    name: str  # the scenario's framework_version value
-    source: str  # the release and file where the behaviour differs
-    changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
-
-
-class CompileScope(str, Enum):
-    """What ``compile: true`` compiles (the scenario switch; the framework decides the scope)."""
-
-    MODEL_AND_LOSS = "model-and-loss"  # torch.compile(model) and the loss (torchtune compile: True)
-    # torchtitan@9dec370 parallelize_llama.py apply_compile: torch.compile(transformer_block,
-    # fullgraph=True) per block; train.py keeps loss_fn eager ("compiling loss function causes
-    # CUDA errors, turning off for now")
-    BLOCKS = "blocks"
-
-
-class OptimizerImpl(str, Enum):
-    """torch.optim implementation the framework's AdamW runs (torch v2.13.0 torch/optim/adamw.py)."""
-
-    FUSED = "fused"  # _fused_adamw: one kernel, no parameter-sized temporaries
-    FOREACH = "foreach"  # _multi_tensor_adamw: torch._foreach_sqrt copies the second moment
-
-
-@dataclass(frozen=True)
-class ForcedFp32:
-    """What a framework's forced-float32 mode keeps in fp32 for one model type asked for in fp16 (profile field
-    ``fp16_forced_fp32``); every other activation and every weight stays 16-bit, and nothing runs under autocast.
-    The norms' outputs that feed the linears stay 16-bit in every family read (each patched RMSNorm returns fp16)."""
-
-    residual: bool = False  # the residual stream between and inside blocks
-    mlp: bool = False  # the gated MLP's saved products (gate, act, up)
-    attention: bool = False  # q, k, v and the attention kernel's output
 
 
 @dataclass(frozen=True)
@@ -290,7 +197,7 @@ class FrameworkProfile:
     # --no_sync on for --use_cpu_offload with gradient accumulation (FSDP1 cannot accumulate offloaded shards)
     fsdp_no_sync_when_offloaded: bool = False
     # FSDP1 LoRA: each decoder block is one unit whose FlatParameter holds the frozen weights and the adapters
-    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step.py
+    # together (use_orig_params=True), so a no_sync gradient spans the whole block (estimate/step_grads.py
     # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
     # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
     fsdp_lora_block_units: bool = False

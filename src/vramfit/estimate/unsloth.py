@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from vramfit.estimate.allocator import parse_alloc_conf
 from vramfit.estimate.constants import UNSLOTH_ROPE_GROWTH, UNSLOTH_ROPE_INITIAL_ROWS
-from vramfit.estimate.framework import (
+from vramfit.estimate.profile_fields import (
     ForcedFp32,
     FrameworkProfile,
     FrameworkVersion,

@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
+from vramfit.estimate.allocator import round_allocation
 
 if TYPE_CHECKING:
+    from vramfit.estimate.params import Adapter
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
 
@@ -31,6 +33,23 @@ def module_order(spec: ModelSpec) -> list[tuple[int, bool]]:
         out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
     out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
     return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
+
+
+def adapter_order(adapters: list[Adapter], rank: int, layers: int) -> list[tuple[int, bool]]:
+    """:func:`module_order` of LoRA's trainable tensors: each adapter's ``lora_A`` then ``lora_B`` (peft v0.21.2
+    tuners/lora/layer.py ``LoraLayer.update_layer`` registers them in that order), a vision tower's first (the
+    multimodal models register it before the language model), then an embedding adapter, the decoder layers' in
+    layer order, an output layer's last; all in the weight-decay group (no bias, no norm)."""
+    def tensors(ad: Adapter, count: int) -> list[tuple[int, bool]]:
+        a, b = ad.tensors(rank, layers)
+        return [(a.numel, True), (b.numel, True)] * count
+
+    out = [t for ad in adapters if ad.vision for t in tensors(ad, ad.per_layer * (ad.layers or layers))]
+    out += [t for ad in adapters if not ad.per_layer and ad.target != "lm_head" for t in tensors(ad, 1)]
+    for i in range(layers):
+        out += [t for ad in adapters if ad.per_layer and not ad.vision and i < (ad.layers or layers)
+                for t in tensors(ad, ad.per_layer)]
+    return out + [t for ad in adapters if not ad.per_layer and ad.target == "lm_head" for t in tensors(ad, 1)]
 
 
 def rank0_partition(order: list[tuple[int, bool]], num_gpus: int) -> tuple[int, list[int]]:
@@ -63,17 +82,33 @@ def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, 
 
 
 def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
-    """Elements of ZeRO-2's 16-bit gradient partition buffer on rank 0 (0 where none is made): ``copy_grads_in_partition``
+    """Elements of ZeRO-1/2's 16-bit gradient partition buffer on rank 0 (0 where none is made): ``copy_grads_in_partition``
     sizes it by the parameters in the partition counted whole (``total_size += param_in_partition.numel()`` over
     ``self.params_in_partition``: DeepSpeed v0.16.2 stage_1_and_2.py l. 1339-1345, v0.18.6 l. 1482-1488, 0.19.8 the
     same), the one straddling the partition's end included, not by the partition: on rank 0 the embedding alone
     where it is larger than a partition. Full fine-tuning without offload (the offloaded path copies each gradient
-    out instead; LoRA's adapters are small tensors, the partition stands for them)."""
-    if (sc.parallelism is not Parallelism.ZERO2 or sc.offload is not Offload.NONE or sc.method is not Method.FULL
-            or sc.num_gpus < 2):
+    out instead; LoRA's adapters are small tensors, the partition stands for them). ZeRO-1 makes the same buffer:
+    ``reduce_ipg_grads``' stage-1 branch ("zero stage 1 - partition only optimizer state": ``if
+    self.contiguous_gradients and self.is_param_in_current_partition[param_id]: self.copy_grads_in_partition(param)``,
+    DeepSpeed 0.19.8 stage_1_and_2.py), and without ``contiguous_gradients`` the step still holds those parameters'
+    own whole gradients (``free_grad_in_param_list`` frees only ``params_not_in_partition``)."""
+    if (sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2) or sc.offload is not Offload.NONE
+            or sc.method is not Method.FULL or sc.num_gpus < 2):
         return 0
     return rank0_partition(module_order(spec), sc.num_gpus)[0]
 
+
+
+def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
+    """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
+    step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``):
+    rank 0's partition's parameters are left, counted whole (full fine-tuning: :func:`grads_in_partition`;
+    else the partition's share), bytes. With the optimizer offloaded the epilogue has cleared them all
+    (``_clear_param_grad_only``; estimate/ds_offload.py ``zero1_gpu_grads``): none."""
+    if sc.parallelism is not Parallelism.ZERO1 or sc.offload is not Offload.NONE:
+        return all_grads if sc.parallelism is not Parallelism.ZERO1 else 0
+    whole = grads_in_partition(spec, sc)
+    return round_allocation(sc.precision.compute_bytes * whole) if whole else -(-all_grads // sc.num_gpus)
 
 
 def reduction_order(order: list[tuple[int, bool]], num_gpus: int, backward: bool) -> list[tuple[int, tuple[int, ...]]]:

@@ -97,7 +97,7 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     (``contiguous_gradients``, the default); ``step``: ``self.flatten(self.averaged_gradients[i])`` (16-bit),
     ``.to(fp32)``, the flat copy dropped, ``free_grad_in_param_list(self.params_in_partition[i])`` and
     ``averaged_gradients[i] = None`` (the buffer goes), ``self._optimizer_step(i)`` (foreach AdamW:
-    ``torch._foreach_sqrt`` copies the fp32 second moment, :func:`vramfit.estimate.step.ds_foreach_step`), then
+    ``torch._foreach_sqrt`` copies the fp32 second moment, :func:`vramfit.estimate.step_grads.ds_foreach_step`), then
     ``single_partition_of_fp32_groups[i].grad = None``. Before the flatten, full fine-tuning's gradient norm takes a
     float64 copy of each gradient in turn (``scaled_global_norm``, :func:`zero12_norm_piece`): the largest opens a
     segment the smaller ones split. One param group's partition stands for all: the Trainer's no-decay group
