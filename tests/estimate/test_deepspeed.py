@@ -155,10 +155,10 @@ def test_zero1_step_keeps_rank0s_partition_parameters_whole():
                          "num_gpus": 8, "parallelism": "zero1", "framework": "hf"})
     qwen = resolve_model("Qwen/Qwen2.5-0.5B").spec
     all_grads = 2 * 494_032_768
-    assert zero1_step_grads(qwen, sc, all_grads) == 272_288_768
+    assert zero1_step_grads(qwen, sc, all_grads, True) == 272_288_768
     lora = parse_scenario({"model": "Qwen/Qwen2.5-0.5B", "num_gpus": 8, "parallelism": "zero1"})
-    assert zero1_step_grads(qwen, lora, 1_000) == 125  # adapters: the partition stands for them
-    assert zero1_step_grads(qwen, parse_scenario({**sc.to_dict(), "offload": "optimizer"}), all_grads) == 0
+    assert zero1_step_grads(qwen, lora, 1_000, True) == 125  # adapters: the partition stands for them
+    assert zero1_step_grads(qwen, parse_scenario({**sc.to_dict(), "offload": "optimizer"}), all_grads, True) == 0
 
 
 def _offloaded_zero1(model, bucket, **keys):
@@ -179,7 +179,7 @@ def test_zero1_offload_keeps_each_large_outside_gradient_in_its_own_allocation(t
     odd = tmp_path / "config.json"
     odd.write_text(json.dumps({**resolve_model("Qwen/Qwen2.5-0.5B").config, "intermediate_size": 4865}))
     full = _offloaded_zero1(str(odd), 802_816, method="full")
-    assert zero1_gpu_grads(resolve_model(str(odd)).spec, full, 0, []) == 427_198_464
+    assert zero1_gpu_grads(resolve_model(str(odd)).spec, full, 0, [], True) == 427_198_464
     lora = _offloaded_zero1("Qwen/Qwen2.5-0.5B", 50_000, method="lora", lora_rank=16)
     assert compute(resolve_model("Qwen/Qwen2.5-0.5B").spec, lora).parts.gradients == 5_603_328
 

@@ -36,7 +36,8 @@ def _new_segments(r) -> list[int]:
     """MiB of every segment of 50 MiB or more the replay opens, in order."""
     g = -(-r.parts.num_trainable // r.sc.num_gpus)
     foreach = r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
-    sizes = (g, zero2.grads_in_partition(r.spec, r.sc) or g)  # the 16-bit gradient buffer: rank 0's params whole
+    banks = r.profile.runs_transformers_modeling
+    sizes = (g, zero2.grads_in_partition(r.spec, r.sc, banks) or g)  # the 16-bit gradient buffer: rank 0's params whole
     events, _, _ = zero2._zero2_events(step_transients(r), sizes, 2, 8 * zero2.zero12_norm_piece(r.spec, g), foreach)
     model, blocks, out = CachingAllocatorModel(), [], []
     for ev in events:
@@ -67,7 +68,7 @@ def test_load_segments_serve_the_loss_and_one_16_bit_partition_is_left_at_the_st
     assert _new_segments(r) == [seg[0]] + [seg[1]] * 5  # clone, master, zero gradient, three at the steps
     # less what the 16-bit gradient buffer holds beyond the partition at the step: rank 0's parameters counted whole,
     # 1,442,816 elements more (estimate/zero12_partition.py grads_in_partition)
-    whole = zero2.grads_in_partition(r.spec, r.sc)
+    whole = zero2.grads_in_partition(r.spec, r.sc, r.profile.runs_transformers_modeling)
     assert whole - g == 1_442_816
     assert zero2.zero2_step_reserved(r, loss) == pytest.approx(2 * g - 2 * (whole - g), abs=2 * MiB)
     fused = replace(r, profile=replace(r.profile, torch_optimizer_impl=OptimizerImpl.FUSED))

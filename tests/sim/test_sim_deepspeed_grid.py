@@ -222,10 +222,10 @@ def test_zero2_gradient_buffer_holds_rank0s_parameters_whole():
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "num_gpus": 8, "parallelism": "zero2",
           "precision": "bf16-true", "seq_len": 256, "framework": "hf"}
     parsed = parse_scenario(sc)
-    assert partition.grads_in_partition(resolve_spec(parsed)[1], parsed) == 136_134_656 + 9_728
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parsed, True) == 136_134_656 + 9_728
     step = next(p for p in estimate(sc).phases if p.phase == "optimizer-step")
     assert dict(step.breakdown)["gradients"] == 272_288_768
-    assert partition.grads_in_partition(resolve_spec(parsed)[1], parse_scenario({**sc, "offload": "optimizer"})) == 0
+    assert partition.grads_in_partition(resolve_spec(parsed)[1], parse_scenario({**sc, "offload": "optimizer"}), True) == 0
 
 
 @pytest.mark.parametrize(("overlap", "sim"), [

@@ -151,7 +151,8 @@ def gradients(step: Step) -> Iterator[Contribution]:
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
-    yield Contribution("gradients", OPT, zero1_step_grads(step.spec, step.sc, all_grads))
+    banks = step.profile.runs_transformers_modeling
+    yield Contribution("gradients", OPT, zero1_step_grads(step.spec, step.sc, all_grads, banks))
 
 
 def activations(step: Step) -> Iterator[Contribution]:

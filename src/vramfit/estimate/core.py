@@ -221,7 +221,8 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
             if not (ad.vision and not sc.sees_pixels):  # a tower that sees no image: no gradient
                 trainable.append((t, stored))
     opt_host = _trainable_state(p, sc, shd, trainable)
-    if sc.parallelism is Parallelism.ZERO2 and (whole := grads_in_partition(spec, sc)):  # rank 0's params whole
+    banks = profile.runs_transformers_modeling
+    if sc.parallelism is Parallelism.ZERO2 and (whole := grads_in_partition(spec, sc, banks)):  # rank 0's params whole
         p.gradients = round_allocation(sc.precision.compute_bytes * whole)
     if shd.optimizer_on_host:
         p.host += opt_host + p.master_weights + _offload_host_grads(p, spec, sc, profile, shd)
@@ -229,7 +230,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         p.master_weights = 0
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
         # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)
-        p.gradients = zero1_gpu_grads(spec, sc, p.gradients, adapters)
+        p.gradients = zero1_gpu_grads(spec, sc, p.gradients, adapters, banks)
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
         p.weights = p.adapters = 0

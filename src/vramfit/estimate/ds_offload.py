@@ -96,10 +96,11 @@ def zero1_accumulated_grads(sc: Scenario, num_trainable: int) -> int:
     return sc.precision.compute_bytes * num_trainable
 
 
-def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int, adapters: list[Adapter]) -> int:
+def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int, adapters: list[Adapter], banks: bool) -> int:
     """16-bit gradient bytes ZeRO-1 with the optimizer offloaded keeps on the GPU until the end of backward (0 for
     every other offloaded case: their gradients leave through the staging buffer as they are reduced); ``all_grads``:
-    the whole model's; ``adapters``: LoRA's (none for full fine-tuning). ZeRO-1 does not partition gradients: at the
+    the whole model's; ``adapters``: LoRA's (none for full fine-tuning); ``banks``: as
+    :func:`vramfit.estimate.zero12_partition.module_order`. ZeRO-1 does not partition gradients: at the
     boundary it copies its own partition's out (stage_1_and_2.py ``reduce_ipg_grads``, "zero stage 1 - partition only
     optimizer state": only ``copy_grads_in_partition`` for ``is_param_in_current_partition``) and drops nothing else
     until the epilogue clears every ``param.grad`` (``_clear_param_grad_only``); the step finds none
@@ -118,7 +119,7 @@ def zero1_gpu_grads(spec: ModelSpec, sc: Scenario, all_grads: int, adapters: lis
     z = resolve(sc.deepspeed_config, spec.hidden_size, 1)
     if not z.contiguous_gradients:
         return all_grads - shard(all_grads, sc.num_gpus)  # every gradient outside, in its own tensor
-    order = module_order(spec) if sc.method is Method.FULL else adapter_order(adapters, sc.lora_rank,
+    order = module_order(spec, banks) if sc.method is Method.FULL else adapter_order(adapters, sc.lora_rank,
                                                                                spec.num_hidden_layers)
     return sum(round_allocation(sc.precision.compute_bytes * n) for n in rank0_outside(order, sc.num_gpus)
                if n > z.reduce_bucket_size)
@@ -137,7 +138,8 @@ def norm_transients(step: Step) -> dict[StepPhase, int]:
     sc, spec, n = step.sc, step.spec, step.parts.num_trainable
     if sc.method is not Method.FULL or not offloads_zero12(sc):
         return {StepPhase.BACKWARD_BLOCK: 0, StepPhase.BACKWARD_END_TIED: 0}
-    slices = rank0_partition(module_order(spec), sc.num_gpus)[1]  # backward order: the embedding's last
+    order = module_order(spec, step.profile.runs_transformers_modeling)
+    slices = rank0_partition(order, sc.num_gpus)[1]  # backward order: the embedding's last
     return {StepPhase.BACKWARD_BLOCK: offload_norm_transient(sc, max(slices[:-1], default=0), n),
             StepPhase.BACKWARD_END_TIED: offload_norm_transient(sc, slices[-1] if slices else 0, n)}
 
@@ -203,7 +205,8 @@ def offload_load_and_norms(r: Step) -> tuple[int, int, bool]:
     model.free(model.malloc(sc.precision.compute_bytes * shard(r.parts.num_trainable, sc.num_gpus)))
     model.malloc(offload_grad_staging(r.spec, sc, r.profile))
     load = model.stats.reserved
-    for piece in rank0_partition(module_order(r.spec), sc.num_gpus)[1]:
+    order = module_order(r.spec, r.profile.runs_transformers_modeling)
+    for piece in rank0_partition(order, sc.num_gpus)[1]:
         for width in (8, 4):
             model.free(model.malloc(width * piece, 1 if side else 0))
     return load, model.stats.peak_reserved, side

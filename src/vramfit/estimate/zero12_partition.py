@@ -12,27 +12,74 @@ from vramfit.estimate.allocator import round_allocation
 
 if TYPE_CHECKING:
     from vramfit.estimate.params import Adapter
-    from vramfit.models.spec import ModelSpec
+    from vramfit.models.spec import Linear, ModelSpec
     from vramfit.scenario import Scenario
 
 
-def module_order(spec: ModelSpec) -> list[tuple[int, bool]]:
+def module_order(spec: ModelSpec, banks: bool = False) -> list[tuple[int, bool]]:
     """(elements, in the weight-decay group) of each parameter full fine-tuning trains, in module order: the
     embedding, each decoder layer's linears (biases apart) and norms, the final norm, an untied output layer. The HF
     Trainer puts biases and norms in a second parameter group without weight decay (transformers 5.24.0 trainer.py
     ``get_decay_parameter_names``: ``ALL_LAYERNORM_LAYERS`` and names with "bias" left out), and ZeRO-1/2 flatten and
     partition each group on its own (DeepSpeed 0.19.8 runtime/zero/stage_1_and_2.py ``__init__``: one
     ``bit16_groups_flat`` and ``get_data_parallel_partitions`` per ``param_group``). A layer's norms count as one
-    tensor; a vision tower is left out."""
+    tensor; a vision tower is left out. ``banks``: the experts are transformers 5's 3-D parameter banks, one
+    parameter per expert linear and layer (``FrameworkProfile.runs_transformers_modeling``; v5.24.0
+    models/mixtral/modeling_mixtral.py MixtralExperts ``gate_up_proj`` (E, 2I, H), ``down_proj`` (E, H, I)), not
+    ``count`` per-expert ``nn.Linear`` s. MoE and dense layers sit where :func:`_moe_layer` puts them."""
     out = [(spec.embedding_params, True)]
     for i in range(spec.num_hidden_layers):
-        for lin in spec.block_linears:
-            if i < spec.layers_of(lin):
-                out += [(lin.in_features * lin.out_features, True)] * lin.count
-                out += [(lin.out_features, False)] * (lin.count if lin.bias else 0)
+        for lin in _layer_linears(spec, i, banks):
+            count = 1 if banks and lin.group == "expert" else lin.count
+            out += [(lin.weight_params // count, True)] * count
+            out += [(lin.bias_params // count, False)] * (count if lin.bias else 0)
         out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
     out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
     return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
+
+
+def _layer_linears(spec: ModelSpec, i: int, banks: bool) -> list[Linear]:
+    """The linears decoder layer ``i`` holds, in module order. With ``banks`` a gated expert MLP's gate and up
+    projections (two expert linears of one shape in a row: Mixtral's ``w1``/``w3``, Qwen-MoE's ``gate_proj``/
+    ``up_proj``) are one ``gate_up_proj`` parameter (transformers v5.24.0 modeling_mixtral.py l. 65
+    ``torch.empty(self.num_experts, 2 * self.intermediate_dim, self.hidden_dim)``, modeling_qwen3_moe.py l. 219)."""
+    from dataclasses import replace
+
+    out: list[Linear] = []
+    for lin in (x for x in spec.block_linears if _holds(spec, x, i)):
+        prev = out[-1] if out else None
+        if (banks and lin.group == "expert" and prev is not None and prev.group == "expert" and prev.bias == lin.bias
+                and (prev.in_features, prev.out_features, prev.count) == (lin.in_features, lin.out_features, lin.count)):
+            out[-1] = replace(prev, name="gate_up_proj", out_features=2 * lin.out_features)
+        else:
+            out.append(lin)
+    return out
+
+
+def _holds(spec: ModelSpec, lin: Linear, i: int) -> bool:
+    """Whether decoder layer ``i`` holds ``lin``: the router and (shared) experts on the MoE layers, the dense MLP
+    on the others, any other linear on the first ``spec.layers_of(lin)``."""
+    if lin.group in ("router", "expert", "shared_expert"):
+        return _moe_layer(spec, i)
+    if lin.group == "dense_mlp":
+        return not _moe_layer(spec, i)
+    return i < spec.layers_of(lin)
+
+
+def _moe_layer(spec: ModelSpec, i: int) -> bool:
+    """Whether decoder layer ``i`` is an MoE layer. Dense layers first where the MoE layers fill the rest
+    (DeepSeek-V2/V3 ``first_k_dense_replace``: transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3DecoderLayer,
+    ``layer_idx >= config.first_k_dense_replace``); otherwise Llama 4's interleaving, every
+    ``interleave_moe_layer_step``-th layer (configuration_llama4.py ``moe_layers`` default: ``range(step - 1,
+    num_hidden_layers, step)``; ``spec.first_moe_layer`` = step - 1). An explicit irregular ``moe_layers`` list is
+    not kept by the spec."""
+    moe = [lin for lin in spec.block_linears if lin.group in ("router", "expert", "shared_expert")]
+    if not moe:
+        return False
+    first, count = spec.first_moe_layer, spec.layers_of(moe[0])
+    if first + count >= spec.num_hidden_layers:  # dense-first (or every layer MoE)
+        return i >= first
+    return (i + 1) % (first + 1) == 0
 
 
 def adapter_order(adapters: list[Adapter], rank: int, layers: int) -> list[tuple[int, bool]]:
@@ -81,7 +128,7 @@ def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, 
     return out
 
 
-def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
+def grads_in_partition(spec: ModelSpec, sc: Scenario, banks: bool) -> int:
     """Elements of ZeRO-1/2's 16-bit gradient partition buffer on rank 0 (0 where none is made): ``copy_grads_in_partition``
     sizes it by the parameters in the partition counted whole (``total_size += param_in_partition.numel()`` over
     ``self.params_in_partition``: DeepSpeed v0.16.2 stage_1_and_2.py l. 1339-1345, v0.18.6 l. 1482-1488, 0.19.8 the
@@ -91,15 +138,16 @@ def grads_in_partition(spec: ModelSpec, sc: Scenario) -> int:
     ``reduce_ipg_grads``' stage-1 branch ("zero stage 1 - partition only optimizer state": ``if
     self.contiguous_gradients and self.is_param_in_current_partition[param_id]: self.copy_grads_in_partition(param)``,
     DeepSpeed 0.19.8 stage_1_and_2.py), and without ``contiguous_gradients`` the step still holds those parameters'
-    own whole gradients (``free_grad_in_param_list`` frees only ``params_not_in_partition``)."""
+    own whole gradients (``free_grad_in_param_list`` frees only ``params_not_in_partition``). ``banks``:
+    :func:`module_order`'s."""
     if (sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2) or sc.offload is not Offload.NONE
             or sc.method is not Method.FULL or sc.num_gpus < 2):
         return 0
-    return rank0_partition(module_order(spec), sc.num_gpus)[0]
+    return rank0_partition(module_order(spec, banks), sc.num_gpus)[0]
 
 
 
-def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
+def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int, banks: bool) -> int:
     """ZeRO-1 holds every 16-bit gradient through backward but frees those outside its partition first thing in the
     step (DeepSpeed 0.19.8 stage_1_and_2.py step: ``self.free_grad_in_param_list(self.params_not_in_partition[i])``):
     rank 0's partition's parameters are left, counted whole (full fine-tuning: :func:`grads_in_partition`;
@@ -107,7 +155,7 @@ def zero1_step_grads(spec: ModelSpec, sc: Scenario, all_grads: int) -> int:
     (``_clear_param_grad_only``; estimate/ds_offload.py ``zero1_gpu_grads``): none."""
     if sc.parallelism is not Parallelism.ZERO1 or sc.offload is not Offload.NONE:
         return all_grads if sc.parallelism is not Parallelism.ZERO1 else 0
-    whole = grads_in_partition(spec, sc)
+    whole = grads_in_partition(spec, sc, banks)
     return round_allocation(sc.precision.compute_bytes * whole) if whole else -(-all_grads // sc.num_gpus)
 
 

@@ -76,7 +76,8 @@ def ipg_reduction(r) -> tuple[tuple[int, ...], int, bool]:
     z = resolve(sc.deepspeed_config, r.spec.hidden_size, stage)
     width = 4 if sc.precision is Precision.FP32 else 2  # the engine's dtype, as estimate/core.py _zero_buffers
     if sc.method is Method.FULL:
-        order = reduction_order(module_order(r.spec), sc.num_gpus, stage == 2 or z.overlap_comm)
+        banks = r.profile.runs_transformers_modeling
+        order = reduction_order(module_order(r.spec, banks), sc.num_gpus, stage == 2 or z.overlap_comm)
         flat = max(ipg_flats(order, z.reduce_bucket_size), default=0)
     else:  # the adapters of a bucket straddle a partition's edge
         flat = min(z.reduce_bucket_size, r.parts.num_trainable)
@@ -130,7 +131,8 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     group = shard(r.parts.num_trainable, sc.num_gpus)
     # the 16-bit buffer: rank 0's parameters whole (zero12_partition); ZeRO-1 makes the same one in the same
     # ``copy_grads_in_partition`` (0.19.8 reduce_ipg_grads, "zero stage 1": the engine's 478.9 MB on Qwen2.5-0.5B)
-    grads = grads_in_partition(r.spec, replace(sc, parallelism=Parallelism.ZERO2)) or group
+    banks = r.profile.runs_transformers_modeling
+    grads = grads_in_partition(r.spec, replace(sc, parallelism=Parallelism.ZERO2), banks) or group
     norm = 8 * zero12_norm_piece(r.spec, group) if sc.method is Method.FULL else 0
     foreach = sc.optimizer is Optimizer.ADAMW and r.profile.torch_optimizer_impl is OptimizerImpl.FOREACH
     from vramfit.estimate.ds_load import flatten_events
