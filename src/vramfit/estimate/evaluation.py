@@ -73,7 +73,7 @@ def eval_forward_bytes(step: Step) -> int:
     from vramfit.estimate.stages.preference import no_grad_block
 
     tokens = step.sc.eval_batch_size * step.sc.seq_len
-    return max(eval_loss(step).forward_peak, no_grad_block(step, tokens))
+    return max(eval_loss(step).forward_peak, no_grad_block(step, tokens, step.sc.seq_len))
 
 
 def evaluation_pass(step: Step) -> Iterator[Contribution]:

@@ -40,7 +40,7 @@ from vramfit.estimate.framework import (
     runs_under_autocast,
     scenario_profile,
 )
-from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
+from vramfit.estimate.loss import LossMemory, head_autocast_calls, loss_memory
 from vramfit.estimate.moe_kernel import (
     every_token_top_freed,
     index_backward_transient,
@@ -250,10 +250,10 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     if (runs_under_autocast(sc, profile) and not no_shard_cast
             and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
         cast = autocast_cast_spec(spec, profile)
-        autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
+        autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_autocast_calls(sc, profile))
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
         lowest_autocast = autocast_block_copies(cast, sc)
-        head_autocast = head_autocast_copy(cast, sc, head_calls(sc, profile))
+        head_autocast = head_autocast_copy(cast, sc, head_autocast_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)

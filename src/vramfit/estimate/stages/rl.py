@@ -90,13 +90,13 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
     probabilities of the last position)."""
     sc, B = step.sc, generation_batch(step.sc)
     prompt = sc.seq_len - sc.completion_len
-    prefill = kv_cache_bytes(step, B, prompt) + no_grad_block(step, B * prompt)
+    prefill = kv_cache_bytes(step, B, prompt) + no_grad_block(step, B * prompt, prompt)
     layer = kv_cache_bytes(step, B, sc.seq_len) // step.spec.num_hidden_layers
     V = vocab_rows(step.spec)
     last = B * V * (logits_bytes_per_element(sc, step.profile) + 4 + 4)
     if prefill > kv_cache_bytes(step, B, sc.seq_len) + layer + last:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, prompt))
-        yield Contribution("generation_transient", GEN, no_grad_block(step, B * prompt))
+        yield Contribution("generation_transient", GEN, no_grad_block(step, B * prompt, prompt))
     else:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
         yield Contribution("generation_transient", GEN, layer + last)
