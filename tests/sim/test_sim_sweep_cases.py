@@ -33,6 +33,27 @@ CASES = [
      "gemma2-chunked-fp16-mixed", "forward"),
     ({"model": "meta-llama/Llama-3.2-1B", "method": "qlora", "seq_len": 1024, "loss": "chunked",
       "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}, "llama-qlora-chunked", "forward"),
+    # full fine-tuning: a block's backward holds its own gradients and the output layer's, not an even share of every
+    # gradient, the embedding's included (step_grads._one_block_grads; +5.8 % and +3.5 % with a third of the
+    # embedding gradient in each of three blocks)
+    ({"model": "google/gemma-2-2b", "method": "full", "seq_len": 1024, "micro_batch_size": 4, "loss": "fused"},
+     "gemma2-full-fused-mb4", "backward-block"),
+    ({"model": "meta-llama/Llama-3.2-1B", "method": "full", "seq_len": 2048, "gradient_checkpointing": "selective",
+      "loss": "fused"}, "llama-full-selective-fused", "backward-end-tied"),
+    # HF QLoRA under accelerate's FSDP2: the Trainer's bf16 makes the policy gather every fp32 parameter in bf16 and
+    # compute on it (core._root_gathered_bytes, framework.casts_params): the root gathered in bf16, the norms' outputs
+    # bf16 (+21 % with the root gathered in fp32 and an fp32 residual stream)
+    ({"model": "google/gemma-2-2b", "method": "qlora", "seq_len": 1024, "num_gpus": 2, "parallelism": "fsdp",
+      "fsdp_version": 2, "attention": "eager"}, "gemma2-qlora-fsdp2", "backward-loss"),
+    ({"model": "google/gemma-2-2b", "method": "qlora", "seq_len": 1024, "num_gpus": 2, "parallelism": "fsdp-grad-op",
+      "fsdp_version": 2, "attention": "eager"}, "gemma2-qlora-fsdp2-grad-op", "forward"),
+    ({"model": "meta-llama/Llama-3.2-1B", "method": "qlora", "seq_len": 1024, "num_gpus": 2, "parallelism": "fsdp",
+      "fsdp_version": 2, "gradient_checkpointing": "offload"}, "llama-qlora-fsdp2-offload-gc", "backward-loss"),
+    # accelerate's FSDP2 grad-op: the untied tail's all-gather output beside its copy at the logits (fsdp2.tail_gather_output,
+    # -6.5 %); no unit gradient before backward's blocks (grad_op.unit_grads_not_yet_made, +11 % on the GRPO forward)
+    ({"model": "microsoft/Phi-3-mini-4k-instruct", "method": "lora", "seq_len": 1024, "num_gpus": 2,
+      "parallelism": "fsdp-grad-op", "fsdp_version": 2, "gradient_checkpointing": "full"}, "phi3-lora-fsdp2-grad-op",
+     "forward"),
 ]
 
 

@@ -29,10 +29,9 @@ from vramfit.estimate.fsdp2 import (
     root_resharded,
     second_lowest_block,
     split_root,
-    tail_gather_output,
 )
-from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
-from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
+from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out, tail_gather_output
+from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks, unit_grads_not_yet_made
 from vramfit.estimate.loss import projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
@@ -211,9 +210,14 @@ def communication(step: Step) -> Iterator[Contribution]:
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
     block = comm + previous_gather_at_copy_out(step)  # a block's copy-out (estimate/fsdp2_forward.py)
-    yield Contribution("comm_buffers", F, (at_logits if forward_at_logits(step) else block) - late - fwd_root)
-    yield Contribution("comm_buffers", FA, comm - late - fwd_root)  # a block's forward: its gathers, no logits
-    yield Contribution("comm_buffers", BL, at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step))
+    at_logits_moment = forward_at_logits(step)
+    if at_logits_moment is None:  # the generic model: forward's high point adds the logits to everything gathered
+        block += tail_gather_output(step)
+    ungrads = unit_grads_not_yet_made(step)  # fsdp-grad-op: the unit gradients come with backward's blocks
+    yield Contribution("comm_buffers", F, (at_logits if at_logits_moment else block) - late - fwd_root - ungrads)
+    yield Contribution("comm_buffers", FA, comm - late - fwd_root - ungrads)  # a block's forward: its gathers, no logits
+    yield Contribution("comm_buffers", BL,
+                       at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step) - ungrads)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
         yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)

@@ -245,12 +245,17 @@ def root_resharded(step: Step, backward: bool) -> int:
     docstring, 4): the embedding's at the logits and the loss, the tail's (norm and lm_head) in backward's blocks."""
     if not split_root(step):
         return 0
+    return _root_part(step, backward)
+
+
+def _root_part(step: Step, tail: bool) -> int:
+    """Bytes of the gathered root's tail unit (norm and lm_head) or, with ``tail`` False, of its embedding unit."""
     from vramfit.estimate.core import _root_gathered_bytes
 
     spec = step.spec
     root = _root_gathered_bytes(spec, step.sc, step.profile)
     whole = spec.embedding_params + spec.lm_head_params + spec.final_norm_params
-    part = spec.lm_head_params + spec.final_norm_params if backward else spec.embedding_params
+    part = spec.lm_head_params + spec.final_norm_params if tail else spec.embedding_params
     return root * part // whole
 
 
@@ -261,11 +266,6 @@ def prefetched_at_loss_backward(step: Step) -> int:
     if not prof.loss_in_model_forward or prof.fsdp2_last_block_kept or split_root(step) or not prof.fsdp_root_gathered:
         return 0
     return gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
-
-
-def tail_gather_output(step: Step) -> int:
-    """Bytes of the untied tail unit's all-gather output alive at forward's logits and loss (module docstring, 4)."""
-    return root_resharded(step, backward=True)
 
 
 def _units(step: Step) -> tuple[int, int]:
@@ -344,12 +344,12 @@ def _grad_bytes(step: Step) -> int:
 def forward_at_logits(step: Step) -> bool | None:
     """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
     where forward adds both (the generic model)."""
-    from vramfit.estimate.fsdp2_forward import block_working, previous_gather_at_copy_out
+    from vramfit.estimate import fsdp2_forward as fwd
 
-    if not (freed := blocks_freed_at_loss(step)):
+    if not (freed := blocks_freed_at_loss(step)) and not fwd.grad_op_fsdp2(step):
         return None
-    block_moment = freed + block_working(step) + previous_gather_at_copy_out(step)
-    return step.loss.forward_peak + tail_gather_output(step) >= block_moment
+    block_moment = freed + fwd.block_working(step) + fwd.previous_gather_at_copy_out(step)
+    return step.loss.forward_peak + fwd.tail_gather_output(step) >= block_moment
 
 
 def held_reduce_scatter_input(step: Step, top: bool = False) -> int:
@@ -395,6 +395,6 @@ def second_lowest_block(step: Step) -> tuple[int, int, int, int] | None:
 
 
 __all__ = ["accumulates_shards", "allgather_pool_idle", "reduce_output_pool", "shards_offloaded", "fsdp2_notes",
-           "fsdp2_shards", "prefetched_at_loss_backward", "split_root", "root_resharded", "tail_gather_output",
+           "fsdp2_shards", "prefetched_at_loss_backward", "split_root", "root_resharded",
            "second_lowest_block", "reduce_scatter_input", "held_reduce_scatter_input", "gathered_blocks",
            "blocks_freed_at_loss", "end_of_backward", "forward_at_logits"]

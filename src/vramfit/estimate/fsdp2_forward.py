@@ -25,6 +25,8 @@ def previous_gather_at_copy_out(step: Any) -> int:
     0 outside FSDP2 or with a single block. ``step``: the estimator's Step."""
     from vramfit.estimate.fsdp2 import _runs_fsdp2, gathered_blocks
 
+    if grad_op_fsdp2(step):
+        return _grad_op_copy_out(step)
     if not _runs_fsdp2(step) or step.spec.num_hidden_layers < 2:
         return 0
     from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
@@ -39,3 +41,44 @@ def block_working(step: Any) -> int:
     """Bytes a block's forward makes for its weights beyond the gathered ones: the larger of its de-quantized weight
     and its fetched copy (one stands in for the other). ``step``: the estimator's Step."""
     return max(step.dequant, step.fetch_copy[0])
+
+
+def grad_op_fsdp2(step: Any) -> bool:
+    """FSDP2 with ``reshard_after_forward=False`` (fsdp-grad-op) over more than one GPU and block."""
+    from vramfit.estimate.fsdp2 import fsdp2_shards
+    from vramfit.scenario import Parallelism
+
+    sc = step.sc
+    return (sc.parallelism is Parallelism.FSDP_GRAD_OP and fsdp2_shards(sc, step.profile, grad_op=True)
+            and step.spec.num_hidden_layers >= 2)
+
+
+def _grad_op_copy_out(step: Any) -> int:
+    """fsdp-grad-op's top block in forward, beyond ``parts.comm_buffers`` (every unit's unsharded copy, its own
+    included): its all-gather output, kept as ``comm_ctx.all_gather_state`` through its forward, and at its
+    copy-out the block below's too (the walrus local of ``wait_for_unshard``, module docstring), less what the block's
+    forward makes after the copy-out (its kept tensors, its de-quantized weight), and less accelerate's tail unit
+    (norm and lm_head, estimate/fsdp2.py, 4), first gathered after the blocks. The simulator's 8-layer Llama QLoRA
+    under FSDP2 grad-op peaks there, blocks 6's and 7's 22,093,824 B uint8 all-gather outputs beside every block's
+    unsharded weights and the embedding's, no lm_head (estimated -0.5 %; +7.9 % while the gathered blocks counted their
+    absmax, -8.5 % against FSDP1's model, which has no such output)."""
+    from vramfit.estimate.core import _layer_param_bytes
+
+    out = _layer_param_bytes(step.spec, step.sc, step.profile)
+    kept = step.acts.blocks // step.spec.num_hidden_layers
+    return out + max(0, out - block_working(step) - kept) - tail_gather_output(step)
+
+
+def tail_gather_output(step: Any) -> int:
+    """Bytes of the untied tail unit's all-gather output alive at forward's logits and loss (estimate/fsdp2.py
+    module docstring, 4),
+    under fsdp-grad-op too: accelerate makes the same units with ``reshard_after_forward=False`` (v1.15.0
+    utils/fsdp_utils.py fsdp2_prepare_model), and the tail is still the last unit gathered in forward. The simulator's
+    3-layer Phi-3-mini LoRA under accelerate's FSDP2 grad-op holds the 197,001,216 B lm_head all-gather output beside
+    its unsharded copy at the loss (the estimate read -6.5 % without it)."""
+    from vramfit.estimate.fsdp2 import _root_part, fsdp2_shards
+
+    sc, prof = step.sc, step.profile
+    if not (fsdp2_shards(sc, prof, grad_op=True) and prof.fsdp2_tail_unit and step.spec.lm_head_params):
+        return 0
+    return _root_part(step, tail=True)

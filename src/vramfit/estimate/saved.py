@@ -93,7 +93,7 @@ def dtypes_for(scenario: Scenario, profile: FrameworkProfile, spec: ModelSpec | 
                       mlp=4 if forced.mlp else c, attn=4 if forced.attention else c)
     cast = casts_params(scenario, profile)
     fp32_stream = (scenario.precision.mixed and not cast) or scenario.precision is Precision.FP32 or (
-        scenario.method is Method.QLORA and profile.qlora_unquantized_fp32
+        scenario.method is Method.QLORA and profile.qlora_unquantized_fp32 and not cast
     )
     res = 4 if fp32_stream else c
     return Dtypes(
