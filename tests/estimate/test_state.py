@@ -118,7 +118,8 @@ def test_torchao_4bit_adafactor_sgd_lion():
     assert optimizer_state_bytes(_t(4096, 1024), Optimizer.ADAFACTOR, 2).device_bytes == 4 * (4096 + 1024)
     assert optimizer_state_bytes(_t(4096, 4096), Optimizer.SGD, 2).device_bytes == 0
     assert optimizer_state_bytes(_t(4096, 4096), Optimizer.SGD_MOMENTUM, 2).device_bytes == 2 * n
-    assert optimizer_state_bytes(_t(4096, 4096), Optimizer.LION, 2).device_bytes == 2 * n
+    # bitsandbytes' 32-bit Lion keeps its state in fp32 whatever the parameter dtype (estimate/state.py)
+    assert optimizer_state_bytes(_t(4096, 4096), Optimizer.LION, 2).device_bytes == 4 * n
 
 
 def test_lora_adapters_and_frozen_base():
