@@ -116,6 +116,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tracker.mark(f"it{it}.{StepPhase.SCORE.trace_mark}")
                 runner.score(device)
             for mb in range(1, scenario.grad_accum + 1):
+                _gradient_sync(built, scenario, last=mb == scenario.grad_accum)
                 tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, images.FED_DTYPE, device)
                 with _autocast(built, device), images.values_kept(built.images):
@@ -165,6 +166,24 @@ def _optimizers(scenario: Scenario, params: list[torch.nn.Parameter], tracker: L
         return list(opts.values()), text
     opt, text = make_optimizer(scenario, params, tracker)
     return [opt], text
+
+
+def _gradient_sync(built: BuiltModel, scenario: Scenario, last: bool) -> None:
+    """The HF Trainer runs every micro-batch but the last under ``accelerator.no_sync(model)`` (transformers v5.24.0
+    trainer.py l. 1904-1915), which for an FSDP2 model is ``model.set_requires_gradient_sync(False)`` (accelerate
+    v1.15.0 accelerator.py l. 1166-1171): each unit then keeps its whole gradients instead of reduce-scattering them.
+    Applied where the scenario's profile says its loop does so (``fsdp_unsharded_accum_grads``)."""
+    if scenario.grad_accum < 2:
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    from vramfit.estimate.framework import scenario_profile
+
+    if not scenario_profile(scenario).fsdp_unsharded_accum_grads:
+        return
+    roots = [m for m in built.model.modules() if isinstance(m, FSDPModule)][:1]  # modules() yields the outermost first
+    for root in roots:
+        root.set_requires_gradient_sync(last)
 
 
 def _backward(loss: torch.Tensor) -> None:
