@@ -181,6 +181,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
+        **_moe_layers(layers, experts),
         qk_norm=_has_qk_norm(layers[0]),
         **_fp32_kept(model, layers, experts),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
@@ -237,6 +238,17 @@ def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ..
             kept[key].append(tensor)
     kept["fp32_kept_fp16"] = [t for t in kept["fp32_kept_fp16"] if t not in kept["fp32_kept_strict"]]
     return {k: tuple(v) for k, v in kept.items()}
+
+
+def _moe_layers(layers: Any, experts: int) -> dict[str, Any]:
+    """``moe_layers`` and ``first_moe_layer`` where MoE and dense layers mix: the layers holding a 3-D expert bank or
+    a router (GLM-4-MoE's dense first layers, ``first_k_dense_replace``); nothing where every layer is of one kind."""
+    moe = [i for i, layer in enumerate(layers)
+           if any(p.dim() == 3 or _is_router(m, leaf, p, experts)
+                  for m in layer.modules() for leaf, p in m.named_parameters(recurse=False))]
+    if not experts or not moe or len(moe) == len(layers):
+        return {}
+    return {"moe_layers": tuple(moe), "first_moe_layer": moe[0]}
 
 
 def _has_qk_norm(layer: Any) -> bool:

@@ -178,6 +178,10 @@ class ModelSpec:
     # index of the lowest MoE layer where dense layers sit below it (DeepSeek-V2/V3 ``first_k_dense_replace``,
     # Llama 4 ``interleave_moe_layer_step`` - 1 or the smallest of ``moe_layers``); 0 otherwise
     first_moe_layer: int = 0
+    # the MoE layers' indices where a model mixes MoE and dense layers (DeepSeek-V2/V3 ``layer_idx >=
+    # first_k_dense_replace``; Llama 4 ``moe_layers``, by default every ``interleave_moe_layer_step``-th; Qwen3-MoE
+    # ``mlp_only_layers`` / ``decoder_sparse_step``); () when every layer is of one kind (see is_moe_layer)
+    moe_layers: tuple[int, ...] = ()
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
@@ -288,6 +292,10 @@ class ModelSpec:
     def v_dim(self) -> int:
         """Width of one value head (MLA: v_head_dim; else head_dim)."""
         return self.v_head_dim or self.head_dim
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` holds the router and experts (``moe_layers``; else every layer of an MoE model)."""
+        return i in self.moe_layers if self.moe_layers else self.num_experts > 0
 
     def layers_of(self, lin: Linear) -> int:
         """How many decoder layers hold ``lin``."""
