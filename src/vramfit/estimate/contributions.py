@@ -109,18 +109,21 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
     # the output layer's autocast copy is freed by its matmul backward; a recomputed top block casts its own again
-    recast = step.lowest_autocast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    recast = (step.lowest_autocast if step.top_autocast is None else step.top_autocast) \
+        if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    # MoE and dense layers mixed: each end recomputes a block of its own layer kind (moe_lora.position_kinds); net of
+    # what Llama 4's every-token experts free before their working set (top_freed, moe_kernel.py), in an MoE block
+    top_recompute, lowest_recompute = a.kind_recompute or (a.recompute - a.top_freed,) * 2
     # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4; the
     # simulator's top-block peak of a tiny 4-layer Qwen3-MoE LoRA holds 549,746,176 B of temporaries at vocab 4096
     # and 32768 alike)
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
-    # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
-    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + lowest_recompute, step.lowest_autocast,
               held_reduce_scatter_input(step) - resharded_above_lowest(step))
     return max((top, lowest, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
 

@@ -208,7 +208,6 @@ def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ..
     matches each name by regex ``search`` and leaves a parameter built in another dtype (the model is built in
     bf16 here) in that dtype. A tensor holding one such parameter is counted whole (a norm among norms)."""
     import torch
-
     from transformers.core_model_loading import build_glob_alternation
 
     def matcher(dtype: torch.dtype) -> Any:
@@ -217,7 +216,7 @@ def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ..
 
     strict, fp16 = matcher(torch.bfloat16), matcher(torch.float16)
     names: dict[str, str] = {}  # parameter name -> base tensor name
-    for i, layer in enumerate(layers):
+    for layer in layers:
         prefix = next(n for n, m in model.named_modules() if m is layer)
         for path, mod in layer.named_modules():
             for leaf, p in mod.named_parameters(recurse=False):
