@@ -42,6 +42,7 @@ from vramfit.estimate.framework import (
 )
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import (
+    dense_layer0_grads,
     every_token_top_freed,
     index_backward_transient,
 )
@@ -94,8 +95,8 @@ class Activations:
     tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
     tower_backward_lowest: int = 0  # kept while its lowest block does
     top_freed: int = 0  # the top block's kept tensors freed before its working set (moe_kernel.every_token_top_freed)
-    # MoE and dense layers mixed: (top block's, lowest position's) recompute, each of its own layer kind
-    # (moe_lora.position_kinds); None: both are ``recompute``
+    # MoE and dense layers mixed: (an MoE block's, a dense block's) recompute, the MoE one net of top_freed; each end
+    # of the backward recomputes its own layer's kind (moe_lora.position_kinds). None: every block is ``recompute``
     kind_recompute: tuple[int, int] | None = None
 
     @property
@@ -124,7 +125,8 @@ class Step:
     lm_head_trainable: bool
     lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
     lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
-    top_autocast: int | None = None  # the top block's, where its layer kind differs (None: lowest_autocast)
+    kind_autocast: tuple[int, int] | None = None  # MoE and dense layers mixed: (an MoE block's, a dense block's)
+    layer0_grads: int = 0  # full fine-tuning, dense layers below the lowest MoE one: in layer 0's backward
     head_autocast: int = 0  # the output layer's autocast copy: freed by its matmul backward, before any block's
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
@@ -204,8 +206,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
 
     blocks = blocks + cross
     freed = every_token_top_freed(spec, saved.items)
-    # each end's recompute of its own kind (an MoE block net of what every-token experts free: contributions.py)
-    by_kind = None if kinds is None else tuple(finished(recomputed(b)) - (freed if moe else 0) for b, moe in kinds)
+    # each kind's recompute (an MoE block net of what every-token experts free: contributions.py)
+    by_kind = None if kinds is None else (finished(recomputed(kinds[0])) - freed, finished(recomputed(kinds[1])))
     return Activations(
         saved, per_layer, blocks + tower, finished(recompute),
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
@@ -218,22 +220,21 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
 
 
 def _layer_kinds(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, quantized: bool,
-                 saved: act.Saved) -> tuple[int, int, tuple | None]:
-    """(every block's saved bytes together, the largest block's, and where the kinds mix (saved bytes, MoE) of the
-    top block and of the lowest position's): the MoE block walked for the MoE layers, a dense MLP block for the dense ones
-    (moe_lora.dense_layers, moe_lora.position_kinds). The attention part is the same in both."""
+                 saved: act.Saved) -> tuple[int, int, tuple[int, int] | None]:
+    """(every block's saved bytes together, the largest block's, and where the kinds mix (an MoE block's, a dense
+    block's)): the MoE block walked for the MoE layers, a dense MLP block for the dense ones (moe_lora.dense_layers).
+    The attention part is the same in both."""
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     L = spec.num_hidden_layers
     # Llama 4's weightless q/k norm on its RoPE layers only (attention.qk_l2_norm_saved)
     l2 = spec.qk_l2_norm_layers * qk_l2_norm_saved(spec, sc.micro_batch_size * sc.seq_len)
-    mixed, kinds = dense_layers(spec), position_kinds(spec, sc)
-    if mixed is None or kinds is None:
+    mixed = dense_layers(spec)
+    if mixed is None:
         return L * per_layer + l2, per_layer, None
     block, n_dense = mixed
     own = [ad for ad in adapters if not ad.param_wrapper]  # the expert banks' ParamWrappers are not in it
     dense = sum(round_allocation(v) for v in act.block_saved(block, sc, profile, own, quantized).items.values())
-    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense), tuple(
-        (per_layer if moe else dense, moe) for moe in kinds)
+    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense), (per_layer, dense)
 
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -271,7 +272,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
-    top_autocast = None
+    kind_autocast = None
     # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
@@ -283,7 +284,9 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         lowest_autocast = autocast_block_copies(cast, sc)
         kinds = position_kinds(spec, sc)
         if kinds is not None:  # one block's copies are its own kind's linears (moe_lora.kind_block)
-            top_autocast, lowest_autocast = (autocast_block_copies(kind_block(cast, moe), sc) for moe in kinds)
+            kind_autocast = (autocast_block_copies(kind_block(cast, True), sc),
+                             autocast_block_copies(kind_block(cast, False), sc))
+            lowest_autocast = kind_autocast[0 if kinds[1] else 1]
         head_autocast = head_autocast_copy(cast, sc, head_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
@@ -306,7 +309,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
-        head_autocast=head_autocast, top_autocast=top_autocast, eager_forward=extras.forward_softmax_moment(
+        layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
+        head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
             spec, sc, profile, acts, loss.cache),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))
