@@ -9,7 +9,7 @@ parameters the modeling code builds fp32 itself. In the catalog that is DeepSeek
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -25,7 +25,7 @@ for _entry in load_catalog():
         FAMILIES.setdefault(_entry["config"]["model_type"], _entry["id"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kept(model_type: str) -> tuple[bool, bool]:
     """(some parameter stays fp32 in a bf16 load, some more in an fp16 load), as transformers decides it."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
