@@ -1,0 +1,138 @@
+"""A ``swift sft`` / ``swift rlhf`` / ``swift pt`` shell script (as in ms-swift's ``examples/**/*.sh``) read as the
+mapping ms-swift builds from it: ``{"swift": "sft", "ENV": {...}, "model": ..., ...}``.
+
+ms-swift's ``swift`` command (modelscope/ms-swift v4.5.2 swift/cli/main.py ``cli_main``) hands the arguments after
+the subcommand to ``HfArgumentParser``; the environment variables ``NPROC_PER_NODE`` / ``NNODES`` start torchrun
+(``get_torchrun_args``). So the script's environment prefix (``NPROC_PER_NODE=2 swift sft ...``) becomes ``ENV``,
+the same key ms-swift's YAML/JSON config files use for it (``parse_yaml_args``: ``config.pop('ENV')``).
+
+Only what the examples use is evaluated: ``name=value`` and ``export name=value`` lines, ``$name`` / ``${name}``,
+``$(expr A op B)`` and ``$((A op B))`` with whole numbers; anything else is refused with one line naming it.
+The script is never run.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.loader import fail
+
+#: ``swift <subcommand>`` that trains (swift/cli/main.py ROUTE_MAPPING: pt, sft, rlhf; the rest infer/export/serve).
+TRAINING = ("sft", "rlhf", "pt")
+COMMAND = re.compile(r"(?:^|[\s;&|])swift\s+(sft|rlhf|pt|infer|export|deploy|eval|sample|rollout|merge-lora|app|web-ui)\b")
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
+_ARITH = re.compile(r"\$\(\(\s*([^()]*?)\s*\)\)|\$\(\s*expr\s+([^()]*?)\s*\)")
+_VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def looks_like_swift(text: str) -> bool:
+    """True when the text holds a ``swift <subcommand>`` command line (a script or a pasted command)."""
+    return COMMAND.search(text) is not None
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with comments dropped and ``\\``-continued lines joined."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            out.append(stripped)
+    return out
+
+
+def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
+    tokens = [_subst(path, t, variables) for t in expr.replace("\\*", "*").split()]
+    if len(tokens) == 1 and " " not in expr.strip():  # $((a*b)) written without spaces
+        tokens = re.findall(r"\d+|[-+*/%]", tokens[0])
+    if len(tokens) != 3 or not (tokens[0].isdigit() and tokens[2].isdigit()) or tokens[1] not in "+-*/%":
+        raise fail(path, f"cannot evaluate '{expr}' (vramfit evaluates A + - * / % B with whole numbers only); "
+                         "write the value")
+    a, op, b = int(tokens[0]), tokens[1], int(tokens[2])
+    if op in "/%" and b == 0:
+        raise fail(path, f"'{expr}' divides by zero")
+    return str({"+": a + b, "-": a - b, "*": a * b, "/": a // b, "%": a % b}[op])
+
+
+def _subst(path: Path, text: str, variables: dict[str, str]) -> str:
+    def var(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in variables:
+            raise fail(path, f"uses ${name}, which the script does not set; write its value")
+        return variables[name]
+
+    text = _ARITH.sub(lambda m: _arith(path, m.group(1) or m.group(2), variables), text)
+    if "$(" in text or "`" in text:
+        raise fail(path, f"runs a command inside the line ({text[:40]}...); vramfit does not run scripts, write the value")
+    return _VAR.sub(var, text)
+
+
+def _value(raw: str) -> Any:
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def _arguments(path: Path, words: list[str]) -> dict[str, Any]:
+    """``--key v1 [v2 ...]`` pairs; a lone ``--flag`` is true (HfArgumentParser's bool ``nargs='?'``)."""
+    out: dict[str, Any] = {}
+    key = None
+    for w in words:
+        if w.startswith("--"):
+            name, eq, val = w[2:].partition("=")
+            key = name.replace("-", "_")
+            if key in out:
+                raise fail(path, f"--{key} is given twice")
+            out[key] = [val] if eq else []
+        elif key is None:
+            raise fail(path, f"'{w}' after the swift subcommand is not an --argument; a config file given as "
+                             "'swift sft FILE' is read by passing FILE to --from")
+        else:
+            out[key].append(w)
+    return {k: True if not v else _value(v[0]) if len(v) == 1 else [_value(x) for x in v] for k, v in out.items()}
+
+
+def parse_script(text: str, path: Path) -> dict[str, Any]:
+    """The mapping of the script's one ``swift`` training command (see the module docstring)."""
+    variables: dict[str, str] = {}
+    found: list[tuple[str, dict[str, str], list[str]]] = []
+    for line in _logical_lines(text):
+        m = _ASSIGN.match(line)
+        if m and " " not in m.group(2).strip().strip("'\""):
+            variables[m.group(1)] = _subst(path, m.group(2).strip().strip("'\""), variables)
+            continue
+        if not COMMAND.search(line):
+            continue
+        line = _ARITH.sub(lambda m: _arith(path, m.group(1) or m.group(2), variables), line)
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise fail(path, f"cannot split the swift command line: {exc}") from None
+        env: dict[str, str] = {}
+        while words and _ASSIGN.match(words[0]):
+            k, v = _ASSIGN.match(words[0]).groups()
+            env[k] = _subst(path, v, variables)
+            words.pop(0)
+        if len(words) < 2 or words[0] != "swift":
+            raise fail(path, f"the swift command must start the line (after NAME=value settings), got '{words[0]}'")
+        found.append((words[1], env, [_subst(path, w, {**variables, **env}) for w in words[2:]]))
+    if not found:
+        raise fail(path, "holds no 'swift sft', 'swift rlhf' or 'swift pt' command")
+    if len(found) > 1:
+        raise fail(path, f"holds {len(found)} swift commands; keep the one to estimate")
+    sub, env, words = found[0]
+    if sub not in TRAINING:
+        raise fail(path, f"runs 'swift {sub}', which does not train (valid values: {', '.join(TRAINING)})")
+    out: dict[str, Any] = {"swift": sub, **_arguments(path, words)}
+    if env:
+        out["ENV"] = {k: _value(v) for k, v in env.items()}
+    return out
