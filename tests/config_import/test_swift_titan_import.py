@@ -157,3 +157,11 @@ def test_args_json_with_the_resolved_deepspeed_config(tmp_path):
     assert (sc.num_gpus, sc.parallelism.value, sc.offload.value) == (4, "zero3", "optimizer+params")
     assert sc.deepspeed_config.to_dict()["zero_optimization"]["stage3_max_live_parameters"] == 1_000_000_000
     assert "  read     deepspeed → zero_optimization.stage: 3 → parallelism=zero3" in imp.lines()
+
+
+def test_pasted_text_imports_as_the_file():
+    for name in ("swift_zero2.sh", "swift_sft.yaml", "torchtitan_llama3_8b.toml", "torchtitan_llama3_70b.toml"):
+        assert from_text((FIX / name).read_text()).scenario == from_config(FIX / name).scenario, name
+    sc = from_text("[model]\nname = 'qwen3'\nflavor = '30B-A3B'\n[parallelism]\ndata_parallel_shard_degree = 4\n"
+                   "expert_parallel_degree = 4\n").scenario
+    assert (sc.model, sc.num_gpus, sc.expert_parallel, sc.micro_batch_size) == ("Qwen/Qwen3-30B-A3B", 4, 4, 8)

@@ -25,7 +25,10 @@ LAUNCH = "pytorch/torchtitan@9dec370 run_llama_train.sh l. 13: NGPU defaults to 
 #: (9dec370 torchtitan/models/llama/__init__.py llama3_configs: 8B dim 4096, 32 layers, 8 KV heads, ffn multiplier 1.3;
 #: 70B dim 8192, 80 layers; 405B dim 16384, 126 layers; the tiktoken vocabulary of 128256)
 FLAVORS = {("llama3", "8B"): "meta-llama/Llama-3.1-8B", ("llama3", "70B"): "meta-llama/Llama-3.1-70B",
-           ("llama3", "405B"): "meta-llama/Llama-3.1-405B"}
+           ("llama3", "405B"): "meta-llama/Llama-3.1-405B",
+           # v0.2.2 torchtitan/models/qwen3/__init__.py qwen3_args: Qwen3's config.json shapes (vocab 151936, head_dim
+           # 128, tied embeddings up to 4B), dense and MoE
+           **{("qwen3", f): f"Qwen/Qwen3-{f}" for f in ("0.6B", "1.7B", "4B", "8B", "14B", "32B", "30B-A3B", "235B-A22B")}}
 OPTIMIZERS = {"adamw": "adamw", "adam": "adamw"}
 
 WRITE_KEYS = {"seq_len": "training.seq_len", "gradient_checkpointing": "activation_checkpoint.mode"}
@@ -60,7 +63,7 @@ def _model(r: KeyReader) -> None:
     if (name, flavor) in FLAVORS:
         r.set("model.flavor", "model", FLAVORS[(name, flavor)])
     else:
-        r.mark("model.flavor", f"{name} {flavor}: no Hugging Face id in vramfit's table (llama3 8B, 70B, 405B); "
+        r.mark("model.flavor", f"{name} {flavor}: no Hugging Face id in vramfit's table (llama3 8B/70B/405B, qwen3 0.6B-235B-A22B); "
                                "pass --model")
     converters = r.get("model.converters") or []
     if r.get("float8.enable_float8_linear") or "float8" in converters:
