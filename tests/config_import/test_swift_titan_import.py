@@ -165,3 +165,18 @@ def test_pasted_text_imports_as_the_file():
     sc = from_text("[model]\nname = 'qwen3'\nflavor = '30B-A3B'\n[parallelism]\ndata_parallel_shard_degree = 4\n"
                    "expert_parallel_degree = 4\n").scenario
     assert (sc.model, sc.num_gpus, sc.expert_parallel, sc.micro_batch_size) == ("Qwen/Qwen3-30B-A3B", 4, 4, 8)
+
+
+def test_script_running_a_config_file(tmp_path, monkeypatch):
+    """examples/yaml/deepspeed/sft.sh runs 'NPROC_PER_NODE=2 swift sft examples/yaml/deepspeed/sft.yaml' from the
+    repository root; arguments after the file override it (parse_yaml_args puts the file's first)."""
+    folder = tmp_path / "examples/yaml/deepspeed"
+    folder.mkdir(parents=True)
+    (folder / "sft.yaml").write_text((FIX / "swift_sft.yaml").read_text() + "ENV:\n  NPROC_PER_NODE: 8\n")
+    (folder / "sft.sh").write_text("NPROC_PER_NODE=2 \\\nCUDA_VISIBLE_DEVICES=0,1 \\\n"
+                                   "swift sft examples/yaml/deepspeed/sft.yaml --max_length 1024\n")
+    monkeypatch.chdir(tmp_path)
+    sc = from_config(folder / "sft.sh").scenario
+    assert (sc.num_gpus, sc.seq_len, sc.grad_accum, sc.parallelism.value) == (2, 1024, 8, "zero2")
+    with pytest.raises(ScenarioError, match="a pasted command cannot"):
+        from_text("swift sft examples/yaml/deepspeed/sft.yaml\n")

@@ -39,6 +39,7 @@ def _has_component(data: Any) -> bool:
 def scores(data: dict[str, Any]) -> dict[str, int]:
     out = {d: sum(k in data for k in keys) for d, keys in SIGNATURES.items()}
     out["torchtune"] = 10 if _has_component(data) else 0
+    out["swift"] += isinstance(data.get("model"), str)  # ms-swift's --model; the others say base_model/model_name_or_path
     if out["llamafactory"] or out["swift"] > 1:  # LLaMA-Factory and ms-swift configs also hold TrainingArguments keys
         out["trl"] = 0
     if out["swift"] == 1 and "torch_dtype" in data:  # TRL's ModelConfig has torch_dtype too

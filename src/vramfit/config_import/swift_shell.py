@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from vramfit.config_import.loader import fail
+from vramfit.config_import.loader import PASTED, fail, load_mapping
 
 #: ``swift <subcommand>`` that trains (swift/cli/main.py ROUTE_MAPPING: pt, sft, rlhf; the rest infer/export/serve).
 TRAINING = ("sft", "rlhf", "pt")
@@ -94,8 +94,7 @@ def _arguments(path: Path, words: list[str]) -> dict[str, Any]:
                 raise fail(path, f"--{key} is given twice")
             out[key] = [val] if eq else []
         elif key is None:
-            raise fail(path, f"'{w}' after the swift subcommand is not an --argument; a config file given as "
-                             "'swift sft FILE' is read by passing FILE to --from")
+            raise fail(path, f"'{w}' after the swift subcommand is not an --argument (a config file comes first)")
         else:
             out[key].append(w)
     return {k: True if not v else _value(v[0]) if len(v) == 1 else [_value(x) for x in v] for k, v in out.items()}
@@ -132,7 +131,25 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
     sub, env, words = found[0]
     if sub not in TRAINING:
         raise fail(path, f"runs 'swift {sub}', which does not train (valid values: {', '.join(TRAINING)})")
-    out: dict[str, Any] = {"swift": sub, **_arguments(path, words)}
-    if env:
-        out["ENV"] = {k: _value(v) for k, v in env.items()}
+    config = _config_file(path, words.pop(0)) if words and not words[0].startswith("--") else {}
+    # swift/cli/main.py parse_yaml_args: the file's keys become arguments before the ones after it (argparse keeps
+    # the last), its ENV only fills variables the environment does not set
+    out: dict[str, Any] = {"swift": sub, **{k: v for k, v in config.items() if k != "ENV"}, **_arguments(path, words)}
+    env_all = {**(config.get("ENV") or {}), **{k: _value(v) for k, v in env.items()}}
+    if env_all:
+        out["ENV"] = env_all
     return out
+
+
+def _config_file(path: Path, name: str) -> dict[str, Any]:
+    """``swift sft FILE.yaml|.json`` (swift/cli/main.py parse_yaml_args): the file, next to the script or in the
+    working directory."""
+    if not name.endswith((".yaml", ".yml", ".json")):
+        raise fail(path, f"'{name}' after the swift subcommand is neither an --argument nor a .yaml/.json config")
+    if path.name == PASTED:
+        raise fail(path, f"names a config file ({name}); a pasted command cannot, paste that file instead")
+    p = Path(name).expanduser()
+    for cand in ([p] if p.is_absolute() else [path.parent / p, Path.cwd() / p]):
+        if cand.is_file():
+            return load_mapping(cand)
+    raise fail(path, f"config file '{name}' not found (looked next to the script and in the working directory)")
