@@ -180,3 +180,23 @@ def test_script_running_a_config_file(tmp_path, monkeypatch):
     assert (sc.num_gpus, sc.seq_len, sc.grad_accum, sc.parallelism.value) == (2, 1024, 8, "zero2")
     with pytest.raises(ScenarioError, match="a pasted command cannot"):
         from_text("swift sft examples/yaml/deepspeed/sft.yaml\n")
+
+
+@pytest.mark.parametrize("checkpointing", ["full", "selective-op"])
+def test_a_planned_torchtitan_export_imports_back_as_the_plan(checkpointing):
+    """vramfit plan's torchtitan export (plan/export_titan.py) read back: the same layout, batch and checkpointing
+    (selective-op needs selective_ac_option 'op' in the TOML: torchtitan's default '2' checkpoints every second block)."""
+    from vramfit.plan import plan
+    from vramfit.plan.export import export_plan
+    from vramfit.plan.export_titan import TOML_FILE
+
+    r = plan({"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 4096, "framework": "torchtitan",
+              "gradient_checkpointing": checkpointing}, effective_batch=32, max_gpus=8, gpu_ids="h100-sxm",
+             with_changes=False)
+    p = next(p for p in r.plans if p.gradient_checkpointing == checkpointing)
+    sc = from_text(export_plan(p, "torchtitan").files[TOML_FILE]).scenario
+    got = (sc.model, sc.num_gpus, sc.tensor_parallel, sc.pipeline_parallel, sc.micro_batch_size, sc.grad_accum,
+           sc.seq_len, sc.gradient_checkpointing.value, sc.offload.value)
+    assert got == ("meta-llama/Llama-3.1-8B", p.num_gpus, p.scenario.get("tensor_parallel", 1),
+                   p.scenario.get("pipeline_parallel", 1), p.micro_batch_size, p.grad_accum, 4096, checkpointing,
+                   p.offload)

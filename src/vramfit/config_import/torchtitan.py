@@ -48,7 +48,8 @@ IGNORED = [("job.*", "paths and labels"), ("profiling.*", "profiling"), ("metric
            ("experimental.*", "experimental switches off"), ("debug.*", "debugging"),
            ("compile.components", "read with compile.enable"), ("*.pipeline_parallel_split_points", "stage boundaries"),
            ("*.pipeline_parallel_schedule_csv", "schedule file"), ("*.context_parallel_rotate_method", "communication"),
-           ("*.enable_async_tensor_parallel", "communication overlap"), ("*.disable_loss_parallel", "loss layout")]
+           ("*.enable_async_tensor_parallel", "communication overlap"),
+           ("parallelism.enable_sequence_parallel", "sequence sharding under TP, as modelled"), ("*.disable_loss_parallel", "loss layout")]
 
 UNKNOWN = "not read by vramfit: no memory effect it models in torchtitan's job config (check the spelling)"
 
@@ -60,8 +61,12 @@ def _new(r: KeyReader) -> bool:
 def _model(r: KeyReader) -> None:
     name = str(r.get("model.name", "llama3", f"{NEW} Model.name"))
     flavor = str(r.get("model.flavor", "debugmodel", f"{NEW} Model.flavor"))
+    assets = r.flat.get("model.hf_assets_path")  # v0.2.x: the Hugging Face checkpoint folder (vramfit's exports: its id)
     if (name, flavor) in FLAVORS:
         r.set("model.flavor", "model", FLAVORS[(name, flavor)])
+    elif isinstance(assets, str) and _catalog_id(assets):
+        r.get("model.hf_assets_path")
+        r.set("model.hf_assets_path", "model", _catalog_id(assets))
     else:
         r.mark("model.flavor", f"{name} {flavor}: no Hugging Face id in vramfit's table (llama3 8B/70B/405B, qwen3 0.6B-235B-A22B); "
                                "pass --model")
@@ -69,6 +74,15 @@ def _model(r: KeyReader) -> None:
     if r.get("float8.enable_float8_linear") or "float8" in converters:
         key = "model.converters" if "float8" in converters else "float8.enable_float8_linear"
         r.mark(key, "float8 linears (torchao): estimated with bf16 matmuls and activations")
+
+
+def _catalog_id(path: str) -> str | None:
+    """The catalog id a checkpoint folder names (``meta-llama/Llama-3.1-8B``, ``./assets/hf/Llama-3.1-8B``), or None."""
+    from vramfit.models import catalog
+
+    parts = path.rstrip("/").split("/")
+    entry = catalog._index().get("/".join(parts[-2:]).lower()) or catalog._match_by_name(parts[-1])  # noqa: SLF001
+    return entry["id"] if entry else None
 
 
 def _degree(r: KeyReader, key: str, new: bool) -> int:
@@ -108,6 +122,11 @@ def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
     shard, rep = d["data_parallel_shard"], d["data_parallel_replicate"]
     r.out.update(num_gpus=d["world"], tensor_parallel=d["tensor_parallel"], pipeline_parallel=d["pipeline_parallel"],
                  context_parallel=d["context_parallel"])
+    # v0.3.0 ParallelismConfig.enable_sequence_parallel (v0.2.x always shards the sequence under TP)
+    if d["tensor_parallel"] > 1 and r.flat.get("parallelism.enable_sequence_parallel") is False:
+        r.get("parallelism.enable_sequence_parallel")
+        r.mark("parallelism.enable_sequence_parallel", "tensor parallelism without sequence parallelism: counted "
+                                                       "with it (norm and dropout activations sharded)")
     if d.get("expert_parallel", 1) > 1:
         r.out["expert_parallel"] = d["expert_parallel"]
     key = "parallelism.data_parallel_shard_degree" if new else "training.data_parallel_shard_degree"
@@ -161,7 +180,7 @@ def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
     if new and r.has("training.global_batch_size") and r.get("training.global_batch_size") > 0:
         dp = d["data_parallel_replicate"] * d["data_parallel_shard"]
         total = r.get("training.global_batch_size")
-        if total % (local * dp):  # v0.2.2 trainer.py: global_batch_size // (local_batch_size * dp degree)
+        if total % (local * dp):  # v0.2.2 train.py l. 202-214: batch degree dp_replicate x dp_shard
             raise r.error(f"training.global_batch_size {total} is not a multiple of local_batch_size x data-parallel "
                           f"degree ({local} x {dp})")
         accum = total // (local * dp)
@@ -179,6 +198,12 @@ def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
         if sched.lower() not in ("1f1b", "interleaved1f1b"):
             raise r.error(f"pipeline_parallel_schedule '{sched}' is not modelled yet (valid values: 1F1B, Interleaved1F1B)")
         r.out["pipeline_schedule"] = "1f1b" if sched.lower() == "1f1b" else "interleaved-1f1b"
+        if sched.lower() != "1f1b":  # a looped schedule: 2 stages per rank unless the layers per stage say otherwise
+            r.out["pipeline_virtual_stages"] = 2  # (9dec370 parallelisms/pipelining_utils.py l. 27, v0.2.2
+            for k in ("parallelism.pipeline_parallel_layers_per_stage", "experimental.pipeline_parallel_split_points"):
+                if r.flat.get(k):  # distributed/pipeline_parallel.py l. 114)
+                    r.get(k)
+                    r.mark(k, "stage boundaries given: counted as 2 stages per rank")
     r.set(key, "micro_batch_size", micro)
     r.out["grad_accum"] = accum
 
