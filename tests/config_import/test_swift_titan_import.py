@@ -83,6 +83,11 @@ def test_swift_examples_import_as_the_measured_rows_they_ran_as():
         got = {**from_config(FIX / fixture).overrides, "model": "Qwen/Qwen2.5-7B", "lora_dropout": None,
                "freeze_vision": "auto", "framework_version": row["framework_version"]}
         assert parse_scenario(got).to_dict() == parse_scenario(row).to_dict()
+    # as imported (swift's lora_dropout 0.05 kept), lora_sft.sh's estimate is the '# 22GB' header within 5 %
+    row = _row("found.jsonl", "SWIFT_EX_2601-8")
+    sc = parse_scenario({**from_config(FIX / "swift_lora_sft.sh").overrides, "model": "Qwen/Qwen2.5-7B",
+                         "framework_version": row["scenario"]["framework_version"]})
+    assert abs(estimate(sc).peak.reserved_bytes / row["measured"]["bytes"] - 1) < 0.05
 
 
 def test_torchtitan_toml_is_the_measured_benchmark_run():

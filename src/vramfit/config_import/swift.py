@@ -161,6 +161,11 @@ def _step(r: KeyReader, gpus: int) -> None:
         raise r.error(f"attn_impl '{attn}' is not modelled yet (valid values: {', '.join(ATTN)})")
     r.set("attn_impl", "attention", ATTN[attn])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch", f"{TRAIN_SRC}: the HF Trainer's (transformers < 5)"))
+    # use_logits_to_keep None: on for text models whose forward takes logits_to_keep (trainers/mixin.py l. 210-222);
+    # the logits then start at the first label position (l. 1199-1220): vramfit counts every token's (upper bound)
+    if r.get("use_logits_to_keep", None, f"{TRAIN_SRC} l. 163") is not False:
+        r.mark("use_logits_to_keep", "logits from the first label position on (ms-swift's default for text models): "
+                                     "counted for every token, an upper bound on the logits and loss")
     special = r.get("optimizer")
     if special:
         r.mark("optimizer", f"ms-swift's '{special}' optimizer (GaLore/LoRA+/Muon/multimodal): estimated as optim")

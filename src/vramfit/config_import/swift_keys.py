@@ -31,7 +31,7 @@ FSDP_PRESETS: dict[str, tuple[str, dict]] = {
 NOT_MODELLED = {
     "sequence_parallel_size": "Ulysses/ring sequence parallelism", "deepspeed_autotp_size": "DeepSpeed AutoTP",
     "zero_hpz_partition_size": "ZeRO++ hierarchical partitioning", "tuner_backend": "the tuner library (peft assumed)",
-    "use_logits_to_keep": "logits of the label positions only", "lora_dtype": "LoRA weights' dtype (PEFT's kept)",
+"lora_dtype": "LoRA weights' dtype (PEFT's kept)",
     "freeze_llm": "a frozen language model (multimodal)", "freeze_parameters": "frozen parameter lists",
     "freeze_parameters_ratio": "frozen parameter share", "trainable_parameters": "trainable parameter lists",
     "max_pixels": "image size (multimodal)", "vit_gradient_checkpointing": "the vision tower's checkpointing",
