@@ -205,3 +205,20 @@ def test_a_planned_torchtitan_export_imports_back_as_the_plan(checkpointing):
     assert got == ("meta-llama/Llama-3.1-8B", p.num_gpus, p.scenario.get("tensor_parallel", 1),
                    p.scenario.get("pipeline_parallel", 1), p.micro_batch_size, p.grad_accum, 4096, checkpointing,
                    p.offload)
+
+
+def test_grpo_qlora_script_with_a_quoted_multiline_variable():
+    """examples/train/grpo/internal/qlora.sh: SYSTEM_PROMPT spans four lines; GRPO's max_length is the prompt
+    (2048) and max_completion_length (8192) is added; vLLM colocated at 0.4 of the card, sleep_level 1."""
+    imp = from_config(FIX / "swift_grpo_qlora.sh")
+    sc = imp.scenario.to_dict()
+    assert {k: sc[k] for k in ("model", "method", "quantize", "kbit_prepare", "num_gpus", "parallelism", "stage",
+                               "micro_batch_size", "grad_accum", "seq_len", "completion_len", "num_generations",
+                               "generation", "vllm_gpu_memory_utilization", "vllm_sleep")} == {
+        "model": "Qwen/Qwen2.5-3B-Instruct", "method": "qlora", "quantize": "nf4-dq", "kbit_prepare": "no",
+        "num_gpus": 4, "parallelism": "zero2", "stage": "grpo", "micro_batch_size": 4, "grad_accum": 4,
+        "seq_len": 2048 + 8192, "completion_len": 8192, "num_generations": 8, "generation": "vllm-colocate",
+        "vllm_gpu_memory_utilization": 0.4, "vllm_sleep": True}
+    assert {e.key for e in imp.not_modelled()} >= {"vllm_max_model_len", "use_logits_to_keep"}
+    r = estimate(parse_scenario({**imp.overrides, "gpu": "h100-sxm"}))
+    assert r.peak.reserved_bytes > 0.4 * 80e9  # the colocated vLLM's share of the card alone

@@ -23,25 +23,38 @@ from vramfit.config_import.loader import PASTED, fail, load_mapping
 #: ``swift <subcommand>`` that trains (swift/cli/main.py ROUTE_MAPPING: pt, sft, rlhf; the rest infer/export/serve).
 TRAINING = ("sft", "rlhf", "pt")
 COMMAND = re.compile(r"(?:^|[\s;&|])swift\s+(sft|rlhf|pt|infer|export|deploy|eval|sample|rollout|merge-lora|app|web-ui)\b")
-_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$", re.S)
 _ARITH = re.compile(r"\$\(\(\s*([^()]*?)\s*\)\)|\$\(\s*expr\s+([^()]*?)\s*\)")
 _VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
 def looks_like_swift(text: str) -> bool:
     """True when the text holds a ``swift <subcommand>`` command line (a script or a pasted command)."""
-    return COMMAND.search(text) is not None
+    return COMMAND.search(text) is not None and any(COMMAND.search(line) for line in _logical_lines(text))
+
+
+def _balanced(text: str) -> bool:
+    try:
+        shlex.split(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _logical_lines(text: str) -> list[str]:
-    """Lines with comments dropped and ``\\``-continued lines joined."""
+    """Lines with comments dropped, ``\\``-continued lines joined and a quoted value spanning lines kept whole."""
     joined = re.sub(r"\\\r?\n", " ", text)
-    out = []
+    out: list[str] = []
+    buffer = ""
     for line in joined.splitlines():
         stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            out.append(stripped)
-    return out
+        if not buffer and (not stripped or stripped.startswith("#")):
+            continue
+        buffer = f"{buffer}\n{line}" if buffer else stripped
+        if buffer.count("\n") >= 40 or _balanced(buffer):  # a quote left open: give up after 40 lines
+            out.append(buffer)
+            buffer = ""
+    return out + ([buffer] if buffer else [])
 
 
 def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
@@ -103,11 +116,15 @@ def _arguments(path: Path, words: list[str]) -> dict[str, Any]:
 def parse_script(text: str, path: Path) -> dict[str, Any]:
     """The mapping of the script's one ``swift`` training command (see the module docstring)."""
     variables: dict[str, str] = {}
+    exported: dict[str, str] = {}
     found: list[tuple[str, dict[str, str], list[str]]] = []
     for line in _logical_lines(text):
         m = _ASSIGN.match(line)
-        if m and " " not in m.group(2).strip().strip("'\""):
-            variables[m.group(1)] = _subst(path, m.group(2).strip().strip("'\""), variables)
+        if m and not COMMAND.search(line) and _balanced(m.group(2)) and len(shlex.split(m.group(2))) <= 1:
+            value = (shlex.split(m.group(2)) or [""])[0]
+            variables[m.group(1)] = value if "'" in m.group(2)[:1] else _subst(path, value, variables)
+            if line.startswith("export"):
+                exported[m.group(1)] = variables[m.group(1)]
             continue
         if not COMMAND.search(line):
             continue
@@ -116,7 +133,7 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
             words = shlex.split(line)
         except ValueError as exc:
             raise fail(path, f"cannot split the swift command line: {exc}") from None
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(exported)
         while words and _ASSIGN.match(words[0]):
             k, v = _ASSIGN.match(words[0]).groups()
             env[k] = _subst(path, v, variables)
