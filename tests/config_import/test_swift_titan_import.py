@@ -55,6 +55,8 @@ def test_defaults_name_ms_swift_v4_5_2_and_the_launch():
     text = (FIX / "swift_zero2.sh").read_text().replace("    --gradient_accumulation_steps $(expr 16 / $nproc_per_node) \\\n", "")
     assert from_text(text).scenario.grad_accum == 8
     assert from_text(text.replace("--per_device_train_batch_size 1", "--per_device_train_batch_size 4")).scenario.grad_accum == 2
+    grpo = (FIX / "swift_grpo_lora.sh").read_text().replace("    --gradient_accumulation_steps 1 \\\n", "")
+    assert "gradient_accumulation_steps" not in grpo and from_text(grpo).scenario.grad_accum == 1  # rlhf_args.py l. 527-530
 
 
 def test_unset_torch_dtype_and_max_length_come_from_the_models_config():

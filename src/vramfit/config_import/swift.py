@@ -146,11 +146,14 @@ def _seq_len(r: KeyReader, model: str) -> int:
     return seq
 
 
-def _step(r: KeyReader, gpus: int) -> None:
+def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
     bs = r.get("per_device_train_batch_size", 1, f"{TRAIN_SRC} l. 129")
     r.set("per_device_train_batch_size", "micro_batch_size", bs)
-    ga = r.get("gradient_accumulation_steps", max(1, math.ceil(16 / bs / gpus)),
-               f"{TRAIN_SRC} l. 284-285: max(1, ceil(16 / per_device_train_batch_size / world size))")
+    if grpo:
+        ga = r.get("gradient_accumulation_steps", 1, f"{RLHF_SRC} l. 527-530: 1 for GRPO")
+    else:
+        ga = r.get("gradient_accumulation_steps", max(1, math.ceil(16 / bs / gpus)),
+                   f"{TRAIN_SRC} l. 284-285: max(1, ceil(16 / per_device_train_batch_size / world size))")
     r.set("gradient_accumulation_steps", "grad_accum", ga)
     gc = r.get("gradient_checkpointing", True, f"{TRAIN_SRC} l. 134")
     r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
@@ -312,9 +315,12 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _method(r)
     if method != "full":
         _adapter(r)
+    else:
+        for pattern in ("lora_*", "target_modules", "use_dora", "use_rslora"):
+            r.ignore(pattern, "a LoRA setting: unused with full fine-tuning")
     r.set("torch_dtype", "precision", _precision(r, model))
     seq = _seq_len(r, model)
-    _step(r, gpus)
+    _step(r, gpus, command == "rlhf" and str(r.flat.get("rlhf_type", "dpo")).lower() == "grpo")
     _rlhf(r, command, seq)
     _eval(r)
     layout, extra = _layout(r, data, gpus)
