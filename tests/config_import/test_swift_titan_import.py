@@ -224,3 +224,13 @@ def test_grpo_qlora_script_with_a_quoted_multiline_variable():
     assert {e.key for e in imp.not_modelled()} >= {"vllm_max_model_len", "use_logits_to_keep"}
     r = estimate(parse_scenario({**imp.overrides, "gpu": "h100-sxm"}))
     assert r.peak.reserved_bytes > 0.4 * 80e9  # the colocated vLLM's share of the card alone
+
+
+def test_multinode_script():
+    """examples/train/multi-node/swift/train_node2.sh: NNODES=2 x NPROC_PER_NODE=4, $(expr 32 / 4 / 2) accumulation,
+    full fine-tuning with ZeRO-2, a 1 % held-out split evaluated at batch 1."""
+    sc = from_config(FIX / "swift_multinode.sh").scenario
+    assert (sc.num_gpus, sc.num_nodes, sc.grad_accum, sc.parallelism.value, sc.method.value, sc.seq_len,
+            sc.eval_batch_size, sc.precision.value) == (8, 2, 4, "zero2", "full", 8192, 1, "bf16-true")
+    with pytest.raises(ScenarioError, match="cannot evaluate '16 / \\$X'"):
+        from_text("swift sft --model Qwen/Qwen2.5-7B --gradient_accumulation_steps $(expr 16 / $X)\n")

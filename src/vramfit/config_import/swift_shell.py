@@ -58,16 +58,25 @@ def _logical_lines(text: str) -> list[str]:
 
 
 def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
-    tokens = [_subst(path, t, variables) for t in expr.replace("\\*", "*").split()]
-    if len(tokens) == 1 and " " not in expr.strip():  # $((a*b)) written without spaces
-        tokens = re.findall(r"\d+|[-+*/%]", tokens[0])
-    if len(tokens) != 3 or not (tokens[0].isdigit() and tokens[2].isdigit()) or tokens[1] not in "+-*/%":
-        raise fail(path, f"cannot evaluate '{expr}' (vramfit evaluates A + - * / % B with whole numbers only); "
-                         "write the value")
-    a, op, b = int(tokens[0]), tokens[1], int(tokens[2])
-    if op in "/%" and b == 0:
-        raise fail(path, f"'{expr}' divides by zero")
-    return str({"+": a + b, "-": a - b, "*": a * b, "/": a // b, "%": a % b}[op])
+    """``expr A op B [op C ...]`` / ``$((...))`` with whole numbers, + - * / % (shell precedence, left to right)."""
+    text = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), "?"), expr.replace("\\*", "*"))
+    tokens = re.findall(r"\d+|[-+*/%]|\S", text)
+    ok = len(tokens) % 2 == 1 and all(t.isdigit() for t in tokens[::2]) and all(t in "+-*/%" for t in tokens[1::2])
+    if not ok:
+        raise fail(path, f"cannot evaluate '{expr}' (vramfit evaluates + - * / % of whole numbers and set variables "
+                         "only); write the value")
+    terms: list = [int(tokens[0])]
+    for op, num in zip(tokens[1::2], (int(t) for t in tokens[2::2])):
+        if op in "/%" and num == 0:
+            raise fail(path, f"'{expr}' divides by zero")
+        if op in "*/%":
+            terms[-1] = {"*": terms[-1] * num, "/": terms[-1] // num, "%": terms[-1] % num}[op]
+        else:
+            terms += [op, num]
+    total = terms[0]
+    for op, num in zip(terms[1::2], terms[2::2]):
+        total = total + num if op == "+" else total - num
+    return str(total)
 
 
 def _subst(path: Path, text: str, variables: dict[str, str]) -> str:
