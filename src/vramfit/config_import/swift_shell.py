@@ -66,7 +66,7 @@ def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
         raise fail(path, f"cannot evaluate '{expr}' (vramfit evaluates + - * / % of whole numbers and set variables "
                          "only); write the value")
     terms: list = [int(tokens[0])]
-    for op, num in zip(tokens[1::2], (int(t) for t in tokens[2::2])):
+    for op, num in zip(tokens[1::2], (int(t) for t in tokens[2::2]), strict=True):
         if op in "/%" and num == 0:
             raise fail(path, f"'{expr}' divides by zero")
         if op in "*/%":
@@ -74,7 +74,7 @@ def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
         else:
             terms += [op, num]
     total = terms[0]
-    for op, num in zip(terms[1::2], terms[2::2]):
+    for op, num in zip(terms[1::2], terms[2::2], strict=True):
         total = total + num if op == "+" else total - num
     return str(total)
 
