@@ -234,3 +234,14 @@ def test_multinode_script():
             sc.eval_batch_size, sc.precision.value) == (8, 2, 4, "zero2", "full", 8192, 1, "bf16-true")
     with pytest.raises(ScenarioError, match="cannot evaluate '16 / \\$X'"):
         from_text("swift sft --model Qwen/Qwen2.5-7B --gradient_accumulation_steps $(expr 16 / $X)\n")
+
+
+def test_deepspeed_and_fsdp_given_as_json_text():
+    ds = '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}'
+    sc = from_text(f"NPROC_PER_NODE=2 swift sft --model Qwen/Qwen2.5-7B --max_length 512 --deepspeed '{ds}'\n").scenario
+    assert (sc.parallelism.value, sc.offload.value) == ("zero3", "optimizer")
+    fsdp = '{"fsdp": "shard_grad_op auto_wrap", "fsdp_config": {"fsdp_version": 2}}'
+    sc = from_text(f"NPROC_PER_NODE=2 swift sft --model Qwen/Qwen2.5-7B --max_length 512 --fsdp '{fsdp}'\n").scenario
+    assert (sc.parallelism.value, sc.fsdp_version.value, sc.gradient_checkpointing.value) == ("fsdp-grad-op", "2", "full")
+    with pytest.raises(ScenarioError, match="deepspeed is not a preset name, a file or valid JSON"):
+        from_text("swift sft --model Qwen/Qwen2.5-7B --max_length 512 --deepspeed '{stage: 3}'\n")

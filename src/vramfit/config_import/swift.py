@@ -179,7 +179,7 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
 def _layout(r: KeyReader, data: dict[str, Any], gpus: int) -> tuple[dict[str, Any], list[Entry]]:
     """deepspeed (a preset name, a path, or args.json's resolved mapping) or fsdp (the 'fsdp2' preset or a path);
     neither over several GPUs: DDP."""
-    ds, fsdp = data.get("deepspeed"), data.get("fsdp")
+    ds, fsdp = (_inline_json(r, k, data.get(k)) for k in ("deepspeed", "fsdp"))
     if ds and fsdp:
         raise r.error("deepspeed and fsdp are both set; ms-swift refuses that (sft_args.py l. 293-294)")
     if ds:
@@ -190,8 +190,25 @@ def _layout(r: KeyReader, data: dict[str, Any], gpus: int) -> tuple[dict[str, An
     return ({"parallelism": "ddp"} if gpus > 1 else {}), []
 
 
+def _inline_json(r: KeyReader, key: str, value: Any) -> Any:
+    """--deepspeed / --fsdp given as JSON text (sft_args.py l. 269 and 309: json_parse_to_dict takes a path or JSON)."""
+    if not (isinstance(value, str) and value.strip().startswith("{")):
+        return value
+    import json
+
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise r.error(f"{key} is not a preset name, a file or valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise r.error(f"{key} JSON must be a mapping, got {type(parsed).__name__}")
+    return parsed
+
+
 def _deepspeed(r: KeyReader, ds: Any) -> tuple[dict[str, Any], list[Entry]]:
-    if isinstance(ds, dict):  # args.json: the config as ms-swift resolved it
+    if isinstance(ds, dict):  # args.json: the config as ms-swift resolved it; or JSON text given to --deepspeed
+        if "deepspeed" in r.flat:
+            r.get("deepspeed")
         r.ignore("deepspeed.*", "the DeepSpeed config as ms-swift resolved it: read below")
         return hf.read_deepspeed(r, "deepspeed", r.path, ds)
     r.get("deepspeed")
@@ -210,13 +227,14 @@ def _deepspeed(r: KeyReader, ds: Any) -> tuple[dict[str, Any], list[Entry]]:
 def _fsdp(r: KeyReader, fsdp: Any, inline: Any) -> tuple[dict[str, Any], list[Entry]]:
     """ms-swift's --fsdp: 'fsdp2' (swift/config/fsdp2.json) or a JSON file with "fsdp" words and "fsdp_config"
     (sft_args.py _init_fsdp l. 284-329, fsdp_version defaulting to 2 there)."""
-    if isinstance(inline, dict) or isinstance(fsdp, list) or (isinstance(fsdp, str) and " " in fsdp.strip()):
+    r.get("fsdp")
+    if isinstance(fsdp, dict):  # JSON text given to --fsdp: the file's shape
+        words, options = fsdp.get("fsdp", "full_shard auto_wrap"), dict(fsdp.get("fsdp_config") or {})
+    elif isinstance(inline, dict) or isinstance(fsdp, list) or (isinstance(fsdp, str) and " " in fsdp.strip()):
         words, options = fsdp, dict(inline or {})  # args.json: the words and fsdp_config as resolved
-        r.get("fsdp")
     else:
-        r.get("fsdp")
         if str(fsdp) in FSDP_PRESETS:
-            words, options = FSDP_PRESETS[str(fsdp)]
+            words, options = FSDP_PRESETS[str(fsdp)][0], dict(FSDP_PRESETS[str(fsdp)][1])
             r.entries["fsdp"].note = f"{_R} swift/config/{fsdp}.json"
         else:
             from vramfit.config_import.loader import load_mapping
