@@ -114,6 +114,9 @@ def _layout(r: KeyReader, new: bool) -> dict[str, int]:
             raise r.error(f"the other degrees multiply to {others}, which does not divide {world} GPUs; "
                           "set data_parallel_shard_degree")
         d["data_parallel_shard"] = world // others
+        key = "parallelism.data_parallel_shard_degree" if new else "training.data_parallel_shard_degree"
+        r.entries[key].note = (f"-1: {world // others} = the launcher's {world} GPUs / {others} for the other degrees; "
+                               "write the degree for another count (--num-gpus does not re-derive it)")
     d["world"] = d["data_parallel_shard"] * others
     return d
 
