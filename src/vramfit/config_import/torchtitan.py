@@ -58,9 +58,9 @@ def _new(r: KeyReader) -> bool:
     return r.has("parallelism") or r.has("compile") or r.has("training.local_batch_size")
 
 
-def _model(r: KeyReader) -> None:
-    name = str(r.get("model.name", "llama3", f"{NEW} Model.name"))
-    flavor = str(r.get("model.flavor", "debugmodel", f"{NEW} Model.flavor"))
+def _model(r: KeyReader, new: bool) -> None:
+    name = str(r.get("model.name", "llama3", f"{NEW} Model.name") if new else r.get("model.name", "llama", f"{OLD} l. 161"))
+    flavor = str(r.get("model.flavor", "debugmodel", f"{NEW} Model.flavor" if new else f"{OLD} l. 167"))
     assets = r.flat.get("model.hf_assets_path")  # v0.2.x: the Hugging Face checkpoint folder (vramfit's exports: its id)
     if (name, flavor) in FLAVORS:
         r.set("model.flavor", "model", FLAVORS[(name, flavor)])
@@ -240,7 +240,7 @@ def _step(r: KeyReader, new: bool) -> None:
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "torchtitan", data, SOURCE)
     new = _new(r)
-    _model(r)
+    _model(r, new)
     d = _layout(r, new)
     _parallelism(r, d, new)
     _precision(r, d, new)
