@@ -114,6 +114,19 @@ def kind_block(spec: ModelSpec, moe: bool) -> ModelSpec:
     return replace(spec, block_linears=tuple(x for x in spec.block_linears if x.group != "dense_mlp"))
 
 
+def block_autocast(spec: ModelSpec, cast: ModelSpec, sc: Scenario) -> tuple[int, tuple[int, int] | None]:
+    """(the 16-bit autocast copies one block holds in the lowest position's backward, and where MoE and dense layers
+    mix (an MoE block's, a dense block's)): each block's own kind's linears (:func:`position_kinds`). ``cast``: the
+    spec whose linears autocast casts (:func:`autocast_cast_spec`)."""
+    from vramfit.estimate.forward_extras import autocast_block_copies
+
+    kinds = position_kinds(spec, sc)
+    if kinds is None:
+        return autocast_block_copies(cast, sc), None
+    pair = (autocast_block_copies(kind_block(cast, True), sc), autocast_block_copies(kind_block(cast, False), sc))
+    return pair[0 if kinds[1] else 1], pair
+
+
 def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
     """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
     ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward). ``blk``/``out``:

@@ -28,7 +28,6 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import (
-    autocast_block_copies,
     autocast_copies,
     head_autocast_copy,
     sliding_window_masks,
@@ -46,13 +45,7 @@ from vramfit.estimate.moe_kernel import (
     every_token_top_freed,
     index_backward_transient,
 )
-from vramfit.estimate.moe_lora import (
-    autocast_cast_spec,
-    dense_layers,
-    folded_bank_backward,
-    kind_block,
-    position_kinds,
-)
+from vramfit.estimate.moe_lora import autocast_cast_spec, block_autocast, dense_layers, folded_bank_backward
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.step_grads import (
@@ -184,15 +177,9 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         return max(0, block - kept)
 
     recompute = recomputed(per_layer_max)
-    if ck is Checkpointing.NONE:
-        blocks = layers_sum
-    elif ck is Checkpointing.SELECTIVE:
-        blocks = layers_sum - L * recompute
-    elif ck is Checkpointing.SELECTIVE_OP:
-        blocks = L * (block_in + kept)
-    elif ck is Checkpointing.FULL:
-        blocks = L * block_in
-    else:  # offload: block inputs in host memory; on the GPU as many as the profile says
+    blocks = {Checkpointing.NONE: layers_sum, Checkpointing.SELECTIVE: layers_sum - L * recompute,
+              Checkpointing.SELECTIVE_OP: L * (block_in + kept), Checkpointing.FULL: L * block_in}.get(ck)
+    if blocks is None:  # offload: block inputs in host memory; on the GPU as many as the profile says
         blocks, host = profile.offload_ckpt_block_tensors * block_in, L * block_in
     # the lowest block's backward: the blocks above have consumed what they kept; offloaded inputs come back a
     # fixed number at a time (profile.offload_ckpt_block_tensors), less the next block's prefetched input,
@@ -204,8 +191,7 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     def finished(r: int) -> int:
         return max(max(r, cross_recompute) + sliding, tower_recompute)
 
-    blocks = blocks + cross
-    freed = every_token_top_freed(spec, saved.items)
+    blocks, freed = blocks + cross, every_token_top_freed(spec, saved.items)
     # each kind's recompute (an MoE block net of what every-token experts free: contributions.py)
     by_kind = None if kinds is None else (finished(recomputed(kinds[0])) - freed, finished(recomputed(kinds[1])))
     return Activations(
@@ -272,7 +258,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
-    kind_autocast = None
+    kind_autocast: tuple[int, int] | None = None
     # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
@@ -281,12 +267,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
-        lowest_autocast = autocast_block_copies(cast, sc)
-        kinds = position_kinds(spec, sc)
-        if kinds is not None:  # one block's copies are its own kind's linears (moe_lora.kind_block)
-            kind_autocast = (autocast_block_copies(kind_block(cast, True), sc),
-                             autocast_block_copies(kind_block(cast, False), sc))
-            lowest_autocast = kind_autocast[0 if kinds[1] else 1]
+        lowest_autocast, kind_autocast = block_autocast(spec, cast, sc)  # of its own layer kind (moe_lora.py)
         head_autocast = head_autocast_copy(cast, sc, head_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
