@@ -182,6 +182,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
         **_moe_layers(layers, experts),
+        router_exact_linear=_router_exact_linear(layers, experts),
         qk_norm=_has_qk_norm(layers[0]),
         **_fp32_kept(model, layers, experts),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
@@ -237,6 +238,15 @@ def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ..
             kept[key].append(tensor)
     kept["fp32_kept_fp16"] = [t for t in kept["fp32_kept_fp16"] if t not in kept["fp32_kept_strict"]]
     return {k: tuple(v) for k, v in kept.items()}
+
+
+def _router_exact_linear(layers: Any, experts: int) -> bool:
+    """The router is a module of type exactly ``nn.Linear`` (afmoe's ``gate``, transformers v5.24.0
+    modeling_afmoe.py l. 140), which transformers' bitsandbytes quantizer converts (``ModelSpec.router_exact_linear``)."""
+    import torch
+
+    return bool(experts) and any(type(m) is torch.nn.Linear and _group(p, m.out_features, experts) == "router"
+                                 for layer in layers for p, m in layer.named_modules())
 
 
 def _moe_layers(layers: Any, experts: int) -> dict[str, Any]:

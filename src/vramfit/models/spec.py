@@ -269,6 +269,12 @@ class ModelSpec:
     # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
     # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
     router_fp32: bool = False
+    # the router is a module of type exactly nn.Linear, which transformers' bitsandbytes quantizer converts
+    # (estimate/core.py _is_quantized_linear). False for every router the readers build: transformers v5.24.0 makes it
+    # an nn.Module holding a 2-D weight (modeling_mixtral.py l. 96 MixtralTopKRouter, modeling_qwen3_moe.py l. 250
+    # Qwen3MoeTopKRouter, modeling_deepseek_v3.py l. 120 DeepseekV3TopkRouter, modeling_gpt_oss.py l. 117
+    # GptOssTopKRouter) or a subclass of nn.Linear (modeling_llama4.py l. 141 Llama4Router); from_modules reads it
+    router_exact_linear: bool = False
     # parameters transformers keeps in fp32 when the checkpoint is loaded in 16 bits, named as
     # estimate/params.py base_tensors names them: ``_keep_in_fp32_modules_strict`` (bf16 and fp16 loads) and
     # ``_keep_in_fp32_modules`` (fp16 loads only), applied by from_pretrained's dtype plan (transformers
