@@ -149,7 +149,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     heads = getattr(text, "num_attention_heads", None)
     if not hidden or not heads:
         raise ModelError(f"{unsupported} (not a transformer decoder: no hidden_size / attention heads)")
-    _, layers = _decoder_layers(model)
+    layers_name, layers = _decoder_layers(model)
     L = len(layers)
     experts = int(getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0)
                   or getattr(text, "n_routed_experts", 0) or 0)
@@ -184,7 +184,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         **_moe_layers(layers, experts),
         router_exact_linear=_router_exact_linear(layers, experts),
         qk_norm=_has_qk_norm(layers[0]),
-        **_fp32_kept(model, layers, experts),
+        **_fp32_kept(model, layers_name, layers, experts),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
     )
 
@@ -201,7 +201,7 @@ def _tensor_name(path: str, leaf: str, mod: Any, p: Any, experts: int) -> str:
     return path.rsplit(".", 1)[-1] if _is_router(mod, leaf, p, experts) else "block_norms"
 
 
-def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ...]]:
+def _fp32_kept(model: Any, layers_name: str, layers: Any, experts: int) -> dict[str, tuple[str, ...]]:
     """``ModelSpec.fp32_kept_strict`` / ``fp32_kept_fp16``: the base tensors holding a parameter a 16-bit
     ``from_pretrained`` keeps fp32. transformers v5.24.0 modeling_utils.py ``PreTrainedModel._get_dtype_plan``
     (l. 3844-3858: ``_keep_in_fp32_modules_strict`` on bf16 and fp16 loads, ``_keep_in_fp32_modules`` on fp16
@@ -217,8 +217,8 @@ def _fp32_kept(model: Any, layers: Any, experts: int) -> dict[str, tuple[str, ..
 
     strict, fp16 = matcher(torch.bfloat16), matcher(torch.float16)
     names: dict[str, str] = {}  # parameter name -> base tensor name
-    for layer in layers:
-        prefix = next(n for n, m in model.named_modules() if m is layer)
+    for i, layer in enumerate(layers):
+        prefix = f"{layers_name}.{i}"
         for path, mod in layer.named_modules():
             for leaf, p in mod.named_parameters(recurse=False):
                 names[f"{prefix}.{path}.{leaf}" if path else f"{prefix}.{leaf}"] = _tensor_name(path, leaf, mod, p, experts)
