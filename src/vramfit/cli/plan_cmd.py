@@ -19,6 +19,7 @@ from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.cli.render import render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
@@ -267,29 +268,7 @@ def fit_cmd(
     if json_out:
         _out(r.to_dict())
         return
-    render_fit(r, sc, cal)
-
-
-def render_fit(r, sc, cal) -> None:
-    """The fit report: the verdict, the largest micro-batch and sequence, and the batch × sequence grid."""
-    console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
-                  f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
-                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
-    if cal is not None and cal.for_card(sc.gpu):
-        console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
-    mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
-    seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
-    console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
-    console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
-                  + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
-    t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
-    t.add_column("mb \\ seq")
-    for s in r.seq_lens:
-        t.add_column(f"{s:,}", justify="right")
-    for b, row in zip(r.batches, r.grid, strict=True):
-        t.add_row(str(b), *[("" if c.device_bytes is None else
-                             f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
-    console.print(t)
+    render_fit(r, sc, cal, console)
 
 
 def sweep_cmd(

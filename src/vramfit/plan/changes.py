@@ -27,6 +27,7 @@ from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
 from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
+from vramfit.stage_keys import min_seq_len
 
 KINDS = ("free", "slower", "hardware", "training")
 _ORDER = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}  # memory saved, least first
@@ -170,7 +171,8 @@ def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
     if sc.seq_len <= 64:
         return None
     step = 64 if sc.seq_len > 128 else 1
-    best = _largest(1, (sc.seq_len - 1) // step, lambda k: ctx.fits({**extra, "seq_len": k * step}))
+    lo = -(-min_seq_len(sc) // step)  # a generating stage's seq_len holds its completion (stage_keys)
+    best = _largest(lo, (sc.seq_len - 1) // step, lambda k: ctx.fits({**extra, "seq_len": k * step}))
     if best is None:
         return None
     return Change("shorter-sequence", f"sequences of {best * step} tokens instead of {sc.seq_len}",

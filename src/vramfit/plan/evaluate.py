@@ -16,10 +16,13 @@ from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
 from vramfit.scenario import MAX_BATCH, Checkpointing, Loss, Optimizer, Scenario, parse_scenario
+from vramfit.stage_keys import BATCH_RULE_STAGES
 
 _PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
 #: Keys no rule of scenario.parse_scenario reads beyond their own range or choices: the planner's
 #: variants set them on the validated rest without re-parsing (tests/plan/test_search.py: same scenarios).
+#: Except under a stage whose rule reads the batch keys together (stage_keys.BATCH_RULE_STAGES, GRPO): there every
+#: variant is parsed whole, so fit and plan never offer a micro-batch that ``estimate`` (and TRL) refuse.
 _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointing": Checkpointing,
               "optimizer": Optimizer, "loss": Loss}
 
@@ -67,7 +70,7 @@ class Evaluator:
     def _replace(self, changes: dict[str, Any]) -> Scenario | ScenarioError:
         """``base.replace(**changes)``; free keys (:data:`_FREE_KEYS`) go on the validated rest directly."""
         free = {k: _free_value(k, changes[k]) for k in _FREE_KEYS if k in changes}
-        if free and None not in free.values():
+        if free and None not in free.values() and self.base.stage not in BATCH_RULE_STAGES:
             try:
                 rest = self.scenario(**{k: v for k, v in changes.items() if k not in free})
             except ScenarioError as exc:

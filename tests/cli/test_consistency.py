@@ -1,0 +1,105 @@
+"""The same scenario through every face (Python API, CLI text and --json, --batch, fit, plan, the web API) states the
+same figures and verdicts wherever they state the same quantity; one test per contradiction the audit found."""
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from vramfit import estimate
+from vramfit.cli.main import app
+from vramfit.gpus import get_gpu
+from vramfit.plan import fit, plan
+from vramfit.plan.verdict import limit_bytes, with_fits
+from vramfit.units import GiB
+from vramfit.web.app import create_app
+
+runner = CliRunner()
+LORA_4090 = {"model": "Qwen/Qwen2.5-7B", "method": "lora", "seq_len": 2048, "micro_batch_size": 2, "gpu": "rtx4090",
+             "gradient_checkpointing": "full"}
+GRPO = {"model": "Qwen/Qwen2.5-1.5B", "method": "full", "stage": "grpo", "num_generations": 4, "seq_len": 1024,
+        "micro_batch_size": 4, "gpu": "a100-80gb-sxm"}
+
+
+def _flags(sc: dict) -> list[str]:
+    return [a for k, v in sc.items() for a in ("--" + k.replace("_", "-"), str(v))]
+
+
+def _card_fits(sc: dict) -> bool:
+    g = get_gpu(sc["gpu"])
+    return with_fits(estimate(sc), [g]).fits[0].fits
+
+
+@pytest.mark.parametrize("sc", [LORA_4090, GRPO, {**LORA_4090, "stage": "dpo", "seq_len": 1024, "micro_batch_size": 1}],
+                         ids=["lora", "grpo", "dpo"])
+def test_every_face_states_the_same_estimate(sc, tmp_path):
+    """Python API, CLI --json, --batch and POST /api/estimate: the same peak, card verdicts, accuracy band, scenario."""
+    py = with_fits(estimate(sc)).to_dict()
+    cli = json.loads(runner.invoke(app, ["estimate", *_flags(sc), "--json"]).stdout)
+    batch_file = tmp_path / "b.jsonl"
+    batch_file.write_text(json.dumps(sc) + "\n")
+    batch = json.loads(runner.invoke(app, ["estimate", "--batch", str(batch_file)]).stdout)
+    with TestClient(create_app(), base_url="http://localhost") as client:
+        web = client.post("/api/estimate", json=sc).json()
+    for face in (cli, batch, web):
+        assert {k: face[k] for k in ("peak", "fits", "accuracy", "scenario")} == \
+               {k: py[k] for k in ("peak", "fits", "accuracy", "scenario")}
+    assert py["peak"]["device_bytes"] > 0 and py["accuracy"]["note"]
+
+
+def test_fit_states_the_figure_its_verdict_holds_to_the_limit():
+    """Contradiction: `fit` printed the device peak next to "fits" (longest sequence 1,816 tokens at 24.2 GiB on a card
+    of 24.0 GiB usable, limit 22.8), while the verdict holds the figure after the OOM cache release (required_bytes)
+    to the limit. Now fit reports and prints that figure, equal to estimate's at the same setting and within the limit."""
+    r = fit(LORA_4090, "rtx4090")
+    limit = limit_bytes(get_gpu("rtx4090"))
+    at_seq = estimate({**LORA_4090, "seq_len": r.max_seq_len}).peak
+    at_mb = estimate({**LORA_4090, "micro_batch_size": r.max_micro_batch}).peak
+    assert (r.max_micro_batch, r.max_seq_len) == (1, 1816)
+    assert r.max_seq_len_required_bytes == at_seq.required_bytes <= limit < at_seq.device_bytes  # device over the limit
+    assert r.max_micro_batch_required_bytes == at_mb.required_bytes <= limit
+    assert r.required_bytes == estimate(LORA_4090).peak.required_bytes > limit and not r.fits
+    for row in r.grid:
+        for c in row:
+            assert c.required_bytes == estimate({**LORA_4090, "micro_batch_size": c.micro_batch_size,
+                                                 "seq_len": c.seq_len}).peak.required_bytes
+            assert c.fits == (c.required_bytes <= limit)
+    out = runner.invoke(app, ["fit", *_flags(LORA_4090)]).stdout
+    assert f"1,816 tokens (needs {at_seq.required_bytes / GiB:,.1f} GiB)" in out
+    assert f"needs {r.required_bytes / GiB:,.1f} GiB (device peak {r.device_bytes / GiB:,.1f})" in out
+
+
+def test_fit_offers_only_micro_batches_and_sequences_the_stage_accepts():
+    """Contradiction: for GRPO (num_generations must divide micro_batch x GPUs x accumulation) fit said micro-batch 23
+    fits, which estimate (and TRL) refuse, and found no sequence length at all (its search began at 1 token, shorter
+    than the completion) although the scenario fits. Both now search the values the stage accepts."""
+    r = fit(GRPO, GRPO["gpu"])
+    assert r.fits and r.max_micro_batch % 4 == 0 and r.max_seq_len > 512  # TRL's completion_len default, 512
+    assert _card_fits({**GRPO, "micro_batch_size": r.max_micro_batch})
+    assert not _card_fits({**GRPO, "micro_batch_size": r.max_micro_batch + 4})
+    assert _card_fits({**GRPO, "seq_len": r.max_seq_len}) and not _card_fits({**GRPO, "seq_len": r.max_seq_len + 1})
+    assert r.max_micro_batch_required_bytes == estimate({**GRPO, "micro_batch_size": r.max_micro_batch}).peak.required_bytes
+
+
+def test_plan_recommendations_are_what_estimate_says():
+    """Each plan's figures and accuracy note are estimate's of the plan's own scenario, which differs from the user's
+    only in the keys the plan row shows; web and CLI give the same plans."""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 2048, "micro_batch_size": 2, "num_gpus": 4,
+          "parallelism": "zero2", "gpu": "a100-80gb-sxm", "gradient_checkpointing": "full"}
+    r = plan(sc, gpu_ids=sc["gpu"])
+    shown = {"num_gpus", "micro_batch_size", "grad_accum", "gradient_checkpointing", "parallelism", "offload",
+             "optimizer", "loss", "gpu"}
+    assert r.plans and r.scenario_device_bytes == estimate(sc).peak.device_bytes
+    for p in r.plans:
+        e = with_fits(estimate(p.scenario), [get_gpu(sc["gpu"])])
+        assert (p.device_bytes, p.required_bytes) == (e.peak.device_bytes, e.peak.required_bytes) and e.fits[0].fits
+        assert (p.measured_path, p.accuracy_note) == (e.accuracy["measured_path"], e.accuracy["note"])
+        assert {k for k in set(p.scenario) | set(r.scenario) if p.scenario.get(k) != r.scenario.get(k)} <= shown
+        assert p.scenario["num_gpus"] == p.num_gpus and p.scenario["micro_batch_size"] == p.micro_batch_size
+    cli = json.loads(runner.invoke(app, ["plan", *_flags(sc), "--cards", sc["gpu"], "--json"]).stdout)
+    with TestClient(create_app(), base_url="http://localhost") as client:
+        web = client.post("/api/plan", json={"scenario": sc, "gpu_ids": sc["gpu"]}).json()
+    for face in (cli, web):
+        assert [(q["num_gpus"], q["micro_batch_size"], q["device_bytes"]) for q in face["plans"]] == \
+               [(p.num_gpus, p.micro_batch_size, p.device_bytes) for p in r.plans]
