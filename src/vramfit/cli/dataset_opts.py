@@ -44,6 +44,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def option_defaults() -> dict[str, Any]:
+    """Every dataset option at its default (no ``--dataset``)."""
+    return {k: o.default for k, (_, o) in _OPTIONS.items()}
+
+
 def _choice(key: str, value: str, enum):
     try:
         return enum(value)
@@ -146,6 +151,20 @@ def _memory_lines(sc, peak_seq: int, typical_seq: int, report=None) -> list[str]
     return lines
 
 
+def _batch_options(opts: dict) -> dict | None:
+    """The command line's dataset options for every ``--batch`` line (None without ``--dataset``); the report files
+    belong to one scenario and are refused."""
+    if opts["dataset"] is None:
+        given = [k for k, (_, o) in _OPTIONS.items() if opts[k] != o.default]
+        if given:
+            raise ScenarioError("dataset", "--" + given[0].replace("_", "-") + " needs --dataset FILE")
+        return None
+    for key in ("dataset_json", "length_chart"):
+        if opts[key] is not None:
+            raise ScenarioError(key, "writes one scenario's report: not with --batch")
+    return opts
+
+
 def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None = None) -> Callable[..., Any]:
     """Add the dataset options to a command taking ``scenario_args``/``scenario_file`` (apply under
     :func:`vramfit.cli.options.with_scenario_options`). A command with a ``dataset_report`` parameter receives the
@@ -155,11 +174,14 @@ def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None
     hints = typing.get_type_hints(func)
     wants_report = "dataset_report" in sig.parameters
     per_row = wants_report if per_row_bound is None else per_row_bound
-    own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items() if n != "dataset_report"]
+    own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items()
+           if n not in ("dataset_report", "dataset_options")]
     extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=t) for k, (t, o) in _OPTIONS.items()]
 
     def wrapper(**kwargs: Any) -> Any:
         opts = {k: kwargs.pop(k) for k in _OPTIONS}
+        if kwargs.get("batch") is not None and "dataset_options" in sig.parameters:  # each line analysed on its own
+            return func(**kwargs, dataset_report=None, dataset_options=_batch_options(opts))
         if opts["dataset"] is None:
             given = [k for k, (_, o) in _OPTIONS.items() if opts[k] != o.default]
             if given:
