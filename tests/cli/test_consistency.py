@@ -103,3 +103,57 @@ def test_plan_recommendations_are_what_estimate_says():
     for face in (cli, web):
         assert [(q["num_gpus"], q["micro_batch_size"], q["device_bytes"]) for q in face["plans"]] == \
                [(p.num_gpus, p.micro_batch_size, p.device_bytes) for p in r.plans]
+
+
+FIX = __import__("pathlib").Path(__file__).resolve().parents[1] / "dataset" / "fixtures"
+DS = ["--dataset", str(FIX / "chat.jsonl"), "--tokenizer", str(FIX / "tok")]
+QLORA_A100 = {"model": "Qwen/Qwen2.5-7B", "method": "qlora", "gradient_checkpointing": "full", "gpu": "a100-80gb-sxm",
+              "micro_batch_size": 4, "seq_len": 2048}
+
+
+def _cli_json(*args):
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _dataset_estimate(mb: int, *policy):
+    return _cli_json("estimate", *_flags({**QLORA_A100, "micro_batch_size": mb}), *DS, *policy, "--json")
+
+
+@pytest.mark.parametrize("policy", [{}, {"padding_free": True}, {"packing": "bfd"}, {"padding": "max_length"}],
+                         ids=["longest", "padding-free", "bfd", "max_length"])
+def test_report_seq_len_at_its_own_size_is_its_peak(policy):
+    """DatasetReport.seq_len_at (what fit and plan take for other micro-batch sizes) at the report's own size is the
+    peak micro-batch's seq_len that estimate --dataset uses; only flattened rows vary with the size."""
+    from vramfit.cli.dataset_opts import option_defaults, run_dataset
+    from vramfit.scenario import parse_scenario
+
+    opts = {**option_defaults(), "dataset": FIX / "chat.jsonl", "tokenizer": FIX / "tok", **policy}
+    seqs = []
+    for mb in (1, 2, 4, 8):
+        r = run_dataset(opts, parse_scenario({**QLORA_A100, "micro_batch_size": mb}))
+        assert r.seq_len_at(mb) == r.peak_seq_len
+        seqs.append(r.peak_seq_len)
+    flattened = bool(policy.get("padding_free") or policy.get("packing"))
+    assert r.varies_with_micro_batch == flattened and (len(set(seqs)) > 1) == policy.get("padding_free", False)
+
+
+def test_padding_free_plan_and_fit_take_each_micro_batch_s_own_peak_row():
+    """Contradiction: with a padding-free dataset, `plan` put the longest sample alone in every row (micro-batch 4 x
+    1,320 tokens: 25,771,491,968 B for "your scenario") while `estimate --dataset` takes the peak micro-batch, the four
+    longest samples in one row (4 x 1,148: 23,781,226,432 B); `fit` searched micro-batches at that fixed length. Both
+    now take each size's own peak (DatasetReport.seq_len_at), and each figure is estimate --dataset's at that size."""
+    pf = ("--padding-free",)
+    own = _dataset_estimate(4, *pf)
+    assert own["scenario"]["seq_len"] == 1148 and own["peak"]["device_bytes"] == 23_781_226_432
+    plan_r = _cli_json("plan", *_flags(QLORA_A100), *DS, *pf, "--cards", QLORA_A100["gpu"], "--json")
+    assert plan_r["scenario_device_bytes"] == own["peak"]["device_bytes"]
+    for p in plan_r["plans"]:  # each plan's own settings, at its micro-batch's peak row
+        assert p["scenario"]["seq_len"] == _dataset_estimate(p["micro_batch_size"], *pf)["scenario"]["seq_len"]
+        assert p["device_bytes"] == estimate(p["scenario"]).peak.device_bytes
+    f = _cli_json("fit", *_flags(QLORA_A100), *DS, *pf, "--json")
+    at_max = _dataset_estimate(f["max_micro_batch"], *pf)
+    assert f["max_micro_batch_seq_len"] == at_max["scenario"]["seq_len"] < 1148
+    assert f["max_micro_batch_required_bytes"] == at_max["peak"]["required_bytes"] <= f["limit_bytes"]
+    assert _dataset_estimate(f["max_micro_batch"] + 1, *pf)["peak"]["required_bytes"] > f["limit_bytes"]

@@ -168,8 +168,9 @@ def _batch_options(opts: dict) -> dict | None:
 def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None = None) -> Callable[..., Any]:
     """Add the dataset options to a command taking ``scenario_args``/``scenario_file`` (apply under
     :func:`vramfit.cli.options.with_scenario_options`). A command with a ``dataset_report`` parameter receives the
-    report; its scenario's ``seq_len`` is the longest row alone when ``per_row_bound`` (default: when it takes the
-    report, as ``plan``, which varies the micro-batch), else the peak micro-batch's (``estimate``, ``fit``)."""
+    report; its scenario's ``seq_len`` is the peak micro-batch's. ``per_row_bound`` (default: when it takes the report)
+    says the command varies the micro-batch (``plan``, ``fit``): the reserved spread then goes to stderr, while a
+    command that states it in its own result (``estimate``) passes False."""
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func)
     wants_report = "dataset_report" in sig.parameters
@@ -197,7 +198,9 @@ def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None
         for line in summary_lines(r):
             err.print(line, highlight=False, soft_wrap=True)
         _outputs(opts, r, sc)
-        seq = r.longest_row_len if per_row else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
+        # the peak micro-batch at the scenario's size; fit and plan, which vary the size, take each size's own from the
+        # report (DatasetReport.seq_len_at: a padding-free row grows with its samples, a padded one does not)
+        seq = r.peak_seq_len
         # a command that takes the report at its peak micro-batch (estimate) states the spread in its own result
         states_spread = wants_report and not per_row
         for line in _memory_lines(sc, seq, r.typical_seq_len, None if states_spread else r):

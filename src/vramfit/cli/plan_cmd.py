@@ -254,6 +254,7 @@ def fit_cmd(
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
     write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    dataset_report=None,
 ) -> None:
     """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
     from vramfit.plan import fit
@@ -263,7 +264,7 @@ def fit_cmd(
     if not sc.gpu:
         raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
     cal = load_active()
-    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal)
+    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal, dataset=dataset_report)
     write_fit(write_to, sc, safety_margin)
     if json_out:
         _out(r.to_dict())

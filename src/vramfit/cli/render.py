@@ -123,7 +123,7 @@ def render_fit(r, sc, cal, console: Console) -> None:
     mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None
           else f"{r.max_micro_batch} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
     seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"
-    console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
+    console.print(f"largest micro-batch at seq {r.max_micro_batch_seq_len or r.scenario['seq_len']}: {mb}")
     console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
                   + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
     t = Table(title="GiB needed per GPU, the fit verdict's figure (✓ fits the limit; unmarked: does not)",

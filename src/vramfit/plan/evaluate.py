@@ -7,6 +7,7 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from vramfit.calibration import Calibration
@@ -30,9 +31,15 @@ _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointin
 class Evaluator:
     """Estimates of ``base`` with some keys changed, computed once each."""
 
-    def __init__(self, base: Scenario | dict, calibration: Calibration | None = None):
-        """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`)."""
+    def __init__(self, base: Scenario | dict, calibration: Calibration | None = None,
+                 seq_len_at: Callable[[int], int] | None = None):
+        """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`).
+        ``seq_len_at``: the ``seq_len`` of a micro-batch size where a dataset's batches set it (a padding-free micro-batch
+        is one row of its samples: :meth:`vramfit.dataset.DatasetReport.seq_len_at`); every variant takes it."""
+        self.seq_len_at = seq_len_at
         self.base = parse_scenario(base)
+        if seq_len_at is not None:
+            self.base = self.base.replace(seq_len=seq_len_at(self.base.micro_batch_size))
         self.calibration = calibration
         self._cards: dict[str, GPU] = {}
         card = self.card(self.base.gpu)
@@ -59,6 +66,8 @@ class Evaluator:
         """The base scenario with ``changes`` (validated; memoised)."""
         if not changes:
             return self.base
+        if self.seq_len_at is not None and "micro_batch_size" in changes and "seq_len" not in changes:
+            changes = {**changes, "seq_len": self.seq_len_at(changes["micro_batch_size"])}
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:

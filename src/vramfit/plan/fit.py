@@ -62,6 +62,8 @@ class FitReport:
     required_bytes: int = 0
     max_micro_batch_required_bytes: int | None = None
     max_seq_len_required_bytes: int | None = None
+    # the seq_len of the largest micro-batch: the scenario's, or with a padding-free dataset that micro-batch's own peak row
+    max_micro_batch_seq_len: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -103,12 +105,15 @@ def fit(
     batches: tuple[int, ...] | None = None,
     seq_lens: tuple[int, ...] | None = None,
     calibration: Calibration | None = None,
+    dataset: Any | None = None,
 ) -> FitReport:
-    """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory."""
+    """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory; with ``dataset`` (a
+    :class:`vramfit.dataset.DatasetReport`) each micro-batch size at its own peak row (padding-free rows grow)."""
     sc = parse_scenario(scenario)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
+    at = dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None
+    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, at)
     limit = limit_bytes(g, margin)
 
     def peak(counter: str, **k: Any) -> int | None:
@@ -152,6 +157,7 @@ def fit(
         required_bytes=own.peak.required_bytes,
         max_micro_batch_required_bytes=at_mb and peak("required_bytes", **at_mb),
         max_seq_len_required_bytes=at_seq and peak("required_bytes", **at_seq),
+        max_micro_batch_seq_len=at_mb and ev.scenario(**at_mb).seq_len,
     )
 
 
