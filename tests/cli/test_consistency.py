@@ -157,3 +157,33 @@ def test_padding_free_plan_and_fit_take_each_micro_batch_s_own_peak_row():
     assert f["max_micro_batch_seq_len"] == at_max["scenario"]["seq_len"] < 1148
     assert f["max_micro_batch_required_bytes"] == at_max["peak"]["required_bytes"] <= f["limit_bytes"]
     assert _dataset_estimate(f["max_micro_batch"] + 1, *pf)["peak"]["required_bytes"] > f["limit_bytes"]
+
+
+def test_a_calibration_moves_every_face_s_dataset_figures_alike(tmp_path, monkeypatch):
+    """Contradiction: with the user's calibration active, `estimate --dataset` applied it to its result but its stderr
+    line "per GPU at micro-batch N: peak X GiB" did not, and the web upload's reserved spread and card line ignored the
+    server's calibration that /api/estimate applies. All now state the calibrated figures."""
+    from vramfit.calibration import Calibration, FamilyCalibration, save
+    from vramfit.web import service
+
+    cal = Calibration({"a100": FamilyCalibration("a100", 7, 2 * GiB, 0.30, ("a100-80gb-sxm",))})
+    save(cal, tmp_path / "cal.json")
+    monkeypatch.setenv("VRAMFIT_CALIBRATION", str(tmp_path / "cal.json"))
+    r = runner.invoke(app, ["estimate", *_flags(QLORA_A100), *DS, "--json"])
+    out = json.loads(r.stdout)
+    plain = estimate({**QLORA_A100, "seq_len": out["scenario"]["seq_len"]})
+    assert out["peak"]["device_bytes"] != plain.peak.device_bytes  # the calibration moved it
+    assert f"peak {out['peak']['device_bytes'] / GiB:,.1f} GiB (seq_len {out['scenario']['seq_len']:,})" in r.stderr
+    text = (FIX / "chat.jsonl").read_bytes()
+    with TestClient(create_app(calibration=cal), base_url="http://localhost") as client:
+        up = client.post("/api/dataset", files={"file": ("chat.jsonl", text)},
+                         data={"scenario": json.dumps(QLORA_A100)}).json()
+    monkeypatch.setattr(service, "CALIBRATION", None)  # create_app set it; the next app sets its own
+    from vramfit.dataset import Policy, analyze_dataset
+
+    rep = analyze_dataset(FIX / "chat.jsonl", policy=Policy(micro_batch_size=4, max_length=2048))  # the upload's pass
+    at_peak = {**QLORA_A100, "seq_len": rep.peak_seq_len}
+    assert up["reserved_spread"]["fixed_reserved_bytes"] == estimate(at_peak, calibration=cal).peak.reserved_bytes \
+        != estimate(at_peak).peak.reserved_bytes
+    assert up["card"]["max_seq_len"] == fit(QLORA_A100, QLORA_A100["gpu"], calibration=cal).max_seq_len \
+        != fit(QLORA_A100, QLORA_A100["gpu"]).max_seq_len

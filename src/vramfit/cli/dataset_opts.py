@@ -128,7 +128,9 @@ def _outputs(opts: dict, r, sc) -> None:
         if sc.gpu:
             from vramfit.plan import fit
 
-            f = fit(sc, sc.gpu)
+            from vramfit.calibration import load_active
+
+            f = fit(sc, sc.gpu, calibration=load_active())
             card = (f.gpu_name, f.max_seq_len)
         length_chart(r, opts["length_chart"], card)
         err.print(f"wrote {opts['length_chart']}", highlight=False)
@@ -137,10 +139,12 @@ def _outputs(opts: dict, r, sc) -> None:
 def _memory_lines(sc, peak_seq: int, typical_seq: int, report=None) -> list[str]:
     """The peak and typical step's device figure; with ``report``, the reserved figure's spread over random orders
     of its lengths at the peak (:mod:`vramfit.dataset.spread`) where they give one."""
+    from vramfit.calibration import load_active
     from vramfit.estimate import estimate
 
-    peak = estimate(sc, seq_len=peak_seq)
-    typ = estimate(sc, seq_len=typical_seq).peak.device_bytes
+    cal = load_active()  # the figures the command's own result states (it applies the user's calibration)
+    peak = estimate(sc, seq_len=peak_seq, calibration=cal)
+    typ = estimate(sc, seq_len=typical_seq, calibration=cal).peak.device_bytes
     lines = [f"per GPU at micro-batch {sc.micro_batch_size}: peak {peak.peak.device_bytes / GiB:,.1f} GiB (seq_len "
              f"{peak_seq:,}), typical step {typ / GiB:,.1f} GiB (seq_len {typical_seq:,}); the scenario below uses the peak"]
     if report is not None:
