@@ -126,9 +126,8 @@ def _outputs(opts: dict, r, sc) -> None:
 
         card = None
         if sc.gpu:
-            from vramfit.plan import fit
-
             from vramfit.calibration import load_active
+            from vramfit.plan import fit
 
             f = fit(sc, sc.gpu, calibration=load_active())
             card = (f.gpu_name, f.max_seq_len)
