@@ -187,3 +187,23 @@ def test_a_calibration_moves_every_face_s_dataset_figures_alike(tmp_path, monkey
         != estimate(at_peak).peak.reserved_bytes
     assert up["card"]["max_seq_len"] == fit(QLORA_A100, QLORA_A100["gpu"], calibration=cal).max_seq_len \
         != fit(QLORA_A100, QLORA_A100["gpu"]).max_seq_len
+
+
+def test_sweep_states_the_figure_its_fits_columns_hold_to_the_limit():
+    """Contradiction: `sweep` marks a card "fits" from the figure after the OOM cache release but showed and wrote only
+    the device peak, so a length whose device peak is over the rtx4090's limit read "fits" with no figure under the
+    limit anywhere; its JSON, CSV and table now carry required_bytes, estimate's own."""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "gradient_checkpointing": "full", "gpu": "rtx4090"}
+    out = _cli_json("sweep", *_flags(sc), "--vary", "seq_len=2048..4096:512", "--cards", "rtx4090", "--json")
+    limit = limit_bytes(get_gpu("rtx4090"))
+    over = 0
+    for p in out["points"]:
+        e = estimate({**sc, "seq_len": p["value"]}).peak
+        assert (p["peak"]["device_bytes"], p["peak"]["required_bytes"]) == (e.device_bytes, e.required_bytes)
+        assert p["fits"]["rtx4090"] == (e.required_bytes <= limit)
+        over += p["fits"]["rtx4090"] and e.device_bytes > limit
+    assert over >= 1  # a setting whose device peak is over the limit and fits: the case the column explains
+    csv_text = runner.invoke(app, ["sweep", *_flags(sc), "--vary", "seq_len=2048,4096", "--csv", "-"]).stdout
+    head, first = csv_text.splitlines()[:2]
+    assert head.startswith("seq_len,allocated_bytes,reserved_bytes,device_bytes,required_bytes,")
+    assert int(first.split(",")[4]) == estimate({**sc, "seq_len": 2048}).peak.required_bytes

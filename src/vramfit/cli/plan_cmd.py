@@ -326,15 +326,16 @@ def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
 
 def render_sweep(r, key: str) -> None:
     """The sweep as a table: the three peaks per value, and whether each card holds it."""
-    t = Table(title=f"Peak per GPU over {key}; fits = peak after cache release ≤ usable less {r.safety_margin:.0%}",
-              title_justify="left")
-    for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
+    t = Table(title=f"Peak per GPU over {key}; fits = needs (peak after cache release) ≤ usable less "
+                    f"{r.safety_margin:.0%}", title_justify="left")
+    for col in (key, "allocated GiB", "reserved GiB", "device GiB", "needs GiB", *[c["gpu_id"] for c in r.cards]):
         t.add_column(col, justify="right")
     for p in r.points:
         if p.error:
-            t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
+            t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", "", *[""] * len(r.cards))
         else:
             t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                      _gib(p.required_bytes),
                       *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
     console.print(t)
 
@@ -388,12 +389,12 @@ def sweep_csv(r) -> str:
                 comps.append(k)
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", *[f"{c}_bytes" for c in comps],
+    w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", "required_bytes", *[f"{c}_bytes" for c in comps],
                 *[f"fits_{c['gpu_id']}" for c in r.cards], "error"])
     for p in r.points:
         if p.error:
-            w.writerow([p.value, "", "", "", *[""] * len(comps), *[""] * len(r.cards), p.error])
+            w.writerow([p.value, "", "", "", "", *[""] * len(comps), *[""] * len(r.cards), p.error])
         else:
-            w.writerow([p.value, p.allocated_bytes, p.reserved_bytes, p.device_bytes,
+            w.writerow([p.value, p.allocated_bytes, p.reserved_bytes, p.device_bytes, p.required_bytes,
                         *[(p.components or {}).get(c, 0) for c in comps], *[p.fits[c["gpu_id"]] for c in r.cards], ""])
     return buf.getvalue()
