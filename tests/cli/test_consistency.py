@@ -207,3 +207,21 @@ def test_sweep_states_the_figure_its_fits_columns_hold_to_the_limit():
     head, first = csv_text.splitlines()[:2]
     assert head.startswith("seq_len,allocated_bytes,reserved_bytes,device_bytes,required_bytes,")
     assert int(first.split(",")[4]) == estimate({**sc, "seq_len": 2048}).peak.required_bytes
+
+
+def test_plan_changes_state_estimate_s_verdict_of_the_changed_scenario():
+    """Contradiction: a suggested change's headroom was the limit less the device peak while its "fits" (and estimate's
+    headroom for the same changed scenario) count the figure after the OOM cache release: a change could fit with a
+    negative headroom. Each change now carries estimate's card verdict (card_fit) and required_bytes."""
+    from vramfit.plan.verdict import card_fit
+
+    g = get_gpu("rtx4090")
+    changes = plan(LORA_4090, gpu_ids="rtx4090").changes["rtx4090"]
+    measured = [c for c in changes if c.error is None]
+    assert len(measured) >= 3 and any(c.fits and c.device_bytes > limit_bytes(g) for c in measured)  # shorter-sequence
+    for c in measured:
+        e = estimate({**LORA_4090, **c.changes, "gpu": "rtx4090"})
+        v = card_fit(e, g)
+        assert (c.fits, c.headroom_bytes, c.required_bytes, c.device_bytes) == \
+               (v.fits, v.headroom_bytes, e.peak.required_bytes, e.peak.device_bytes)
+        assert c.fits == (c.headroom_bytes >= 0)

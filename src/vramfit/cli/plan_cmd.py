@@ -164,11 +164,11 @@ def render_changes(gid: str, changes: list) -> None:
         console.print(f"{gid}: the scenario already fits.")
         return
     t = Table(title=f"{gid}: the scenario does not fit as given; changes ranked", title_justify="left")
-    for col in ("change", "set", "GiB after", "saves GiB", "fits", "time×", "trade-off"):
+    for col in ("change", "set", "needs GiB after", "saves GiB", "fits", "time×", "trade-off"):
         t.add_column(col, overflow="fold")
     for c in changes:
         setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(escape(c.description), escape(setk), _gib(c.device_bytes), _gib(c.saving_bytes),
+        t.add_row(escape(c.description), escape(setk), _gib(c.required_bytes), _gib(c.saving_bytes),
                   "[green]yes[/green]" if c.fits else "[red]no[/red]",
                   "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
     console.print(t)

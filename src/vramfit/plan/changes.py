@@ -25,7 +25,7 @@ from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
-from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
+from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 from vramfit.stage_keys import min_seq_len
 
@@ -43,10 +43,13 @@ class Change:
     device_bytes: int | None = None  # per GPU after the change
     saving_bytes: int | None = None
     fits: bool = False
-    headroom_bytes: int | None = None  # limit (usable less margin) - device
+    # the card's verdict of the changed scenario (vramfit.plan.verdict.card_fit, as estimate's ``fits`` states it):
+    # limit (usable less margin) - what stays on the card, and the figure held to the limit (Peak.required_bytes)
+    headroom_bytes: int | None = None
     slowdown: float | None = None  # seconds per token after / before, on this card (< 1: faster)
     cost_factor: float | None = None  # GPU-hours per token after / before
     error: str | None = None
+    required_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -95,6 +98,7 @@ class _Ctx:
         self.sc, self.g = sc, g
         self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
         self.limit = limit_bytes(g, margin)
+        self.margin = margin
         self.mfu = mfu
         self.before = self.ev.device_bytes()
         self.trainable = self.ev.estimate().model.num_trainable_params
@@ -119,8 +123,10 @@ class _Ctx:
         t = self.seconds_per_token(r.scenario)
         slow = t / self.t0 if (t and self.t0) else None
         cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
-        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=fits(r, self.limit),
-                     headroom_bytes=self.limit - dev, slowdown=slow, cost_factor=cost)
+        verdict = card_fit(r, self.g, self.margin)
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=verdict.fits,
+                     headroom_bytes=verdict.headroom_bytes, slowdown=slow, cost_factor=cost,
+                     required_bytes=r.peak.required_bytes)
 
     def fits(self, changes: dict[str, Any]) -> bool:
         r = self.ev.try_estimate(**changes)
