@@ -225,3 +225,13 @@ def test_plan_changes_state_estimate_s_verdict_of_the_changed_scenario():
         assert (c.fits, c.headroom_bytes, c.required_bytes, c.device_bytes) == \
                (v.fits, v.headroom_bytes, e.peak.required_bytes, e.peak.device_bytes)
         assert c.fits == (c.headroom_bytes >= 0)
+
+
+def test_plan_s_cheapest_line_states_the_figure_held_to_the_limit():
+    """The Cheapest/Fastest lines said the device peak "per GPU" beside a plan that fits by the figure after the OOM
+    cache release (the table's "GiB used/usable" column already shows that one); they now state the same figure."""
+    r = plan(LORA_4090, gpu_ids="rtx4090")
+    out = runner.invoke(app, ["plan", *_flags(LORA_4090), "--cards", "rtx4090"]).stdout
+    for p in (r.cheapest, r.fastest):
+        assert p.required_bytes <= p.limit_bytes
+        assert f"{p.required_bytes / GiB:,.1f} GiB needed per GPU" in " ".join(out.split())

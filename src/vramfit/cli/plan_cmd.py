@@ -140,7 +140,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         within += f" at ${p.usd_per_gpu_hour_low:.2f}/GPU-h ({p.price_basis})" if p.price_basis else ""
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
-                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
+                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
         for n in p.notes:
             console.print(f"   • {n}")
