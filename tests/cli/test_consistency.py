@@ -31,8 +31,40 @@ def _card_fits(sc: dict) -> bool:
     return with_fits(estimate(sc), [g]).fits[0].fits
 
 
-@pytest.mark.parametrize("sc", [LORA_4090, GRPO, {**LORA_4090, "stage": "dpo", "seq_len": 1024, "micro_batch_size": 1}],
-                         ids=["lora", "grpo", "dpo"])
+#: The audit's scenarios: one card each, across sharding, offload, quantization, stages, frameworks and modalities.
+AUDIT = {
+    "lora-1gpu": LORA_4090,
+    "fsdp-8": {"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 4096, "micro_batch_size": 1, "num_gpus": 8,
+               "parallelism": "fsdp", "gpu": "h100-sxm", "gradient_checkpointing": "full"},
+    "zero3-offload": {"model": "meta-llama/Llama-3.1-70B", "method": "qlora", "seq_len": 2048, "micro_batch_size": 1,
+                      "num_gpus": 4, "parallelism": "zero3", "offload": "optimizer+params", "gpu": "a100-80gb-sxm",
+                      "gradient_checkpointing": "full"},
+    "qlora-32k": {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "seq_len": 32768, "micro_batch_size": 1,
+                  "gpu": "rtx4090", "gradient_checkpointing": "full"},
+    "dpo": {**LORA_4090, "stage": "dpo", "seq_len": 1024, "micro_batch_size": 1, "gpu": "a100-80gb-sxm"},
+    "vlm": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "method": "lora", "seq_len": 2048, "micro_batch_size": 1,
+            "images_per_sample": 1, "gpu": "l40s", "gradient_checkpointing": "full"},
+    "ddp": {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "seq_len": 1024, "micro_batch_size": 4, "num_gpus": 2,
+            "parallelism": "ddp", "gpu": "rtx4090"},
+    "zero2": {"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 2048, "micro_batch_size": 2, "num_gpus": 4,
+              "parallelism": "zero2", "gpu": "a100-80gb-sxm", "gradient_checkpointing": "full"},
+    "paged-8bit": {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "optimizer": "paged-adamw-8bit", "seq_len": 2048,
+                   "micro_batch_size": 4, "gpu": "rtx3090"},
+    "torchtune": {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtune", "seq_len": 2048,
+                  "micro_batch_size": 2, "gpu": "a100-40gb-sxm", "gradient_checkpointing": "full"},
+    "litgpt": {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "litgpt", "seq_len": 2048,
+               "micro_batch_size": 2, "gpu": "a100-40gb-sxm"},
+    "unsloth": {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "framework": "unsloth", "seq_len": 8192,
+                "micro_batch_size": 2, "gpu": "l4", "gradient_checkpointing": "full"},
+    "fused-loss": {"model": "Qwen/Qwen2.5-14B", "method": "lora", "loss": "fused", "seq_len": 4096, "micro_batch_size": 2,
+                   "gpu": "h100-sxm"},
+    "moe-qlora": {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "qlora", "seq_len": 2048, "micro_batch_size": 1,
+                  "gpu": "h100-sxm", "gradient_checkpointing": "full"},
+    "grpo": GRPO,
+}
+
+
+@pytest.mark.parametrize("sc", list(AUDIT.values()), ids=list(AUDIT))
 def test_every_face_states_the_same_estimate(sc, tmp_path):
     """Python API, CLI --json, --batch and POST /api/estimate: the same peak, card verdicts, accuracy band, scenario."""
     py = with_fits(estimate(sc)).to_dict()
@@ -235,3 +267,24 @@ def test_plan_s_cheapest_line_states_the_figure_held_to_the_limit():
     for p in (r.cheapest, r.fastest):
         assert p.required_bytes <= p.limit_bytes
         assert f"{p.required_bytes / GiB:,.1f} GiB needed per GPU" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("sc", list(AUDIT.values()), ids=list(AUDIT))
+def test_fit_s_largest_settings_are_estimate_s(sc):
+    """fit's verdict and largest micro-batch / sequence agree with estimate's verdict at those settings, one step more
+    does not fit, and the figures fit states are estimate's."""
+    from vramfit.limits import MAX_BATCH
+    from vramfit.scenario import parse_scenario
+    from vramfit.stage_keys import micro_batch_step
+
+    r = fit(sc, sc["gpu"])
+    own = estimate(sc)
+    assert (r.device_bytes, r.required_bytes, r.fits) == (own.peak.device_bytes, own.peak.required_bytes, _card_fits(sc))
+    step = micro_batch_step(parse_scenario(sc))
+    if r.max_micro_batch:
+        at = {**sc, "micro_batch_size": r.max_micro_batch}
+        assert _card_fits(at) and r.max_micro_batch_required_bytes == estimate(at).peak.required_bytes
+        assert r.max_micro_batch + step > MAX_BATCH or not _card_fits({**sc, "micro_batch_size": r.max_micro_batch + step})
+    if r.max_seq_len:
+        at = {**sc, "seq_len": r.max_seq_len}
+        assert _card_fits(at) and r.max_seq_len_required_bytes == estimate(at).peak.required_bytes
