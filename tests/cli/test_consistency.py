@@ -288,3 +288,16 @@ def test_fit_s_largest_settings_are_estimate_s(sc):
     if r.max_seq_len:
         at = {**sc, "seq_len": r.max_seq_len}
         assert _card_fits(at) and r.max_seq_len_required_bytes == estimate(at).peak.required_bytes
+
+
+@pytest.mark.parametrize("sc", list(AUDIT.values()), ids=list(AUDIT))
+def test_every_plan_on_the_card_is_estimate_s_figure_and_fits(sc):
+    """Each plan on the scenario's card: its figures, fit and accuracy note are estimate's of the plan's own scenario."""
+    g = get_gpu(sc["gpu"])
+    r = plan(sc, gpu_ids=sc["gpu"])
+    assert r.plans and r.scenario_device_bytes == estimate(sc).peak.device_bytes
+    for p in r.plans:
+        e = with_fits(estimate(p.scenario), [g])
+        assert (p.num_gpus, p.micro_batch_size, p.device_bytes, p.required_bytes) == \
+               (e.scenario.num_gpus, e.scenario.micro_batch_size, e.peak.device_bytes, e.peak.required_bytes)
+        assert e.fits[0].fits and (p.measured_path, p.accuracy_note) == (e.accuracy["measured_path"], e.accuracy["note"])
