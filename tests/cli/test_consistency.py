@@ -301,3 +301,19 @@ def test_every_plan_on_the_card_is_estimate_s_figure_and_fits(sc):
         assert (p.num_gpus, p.micro_batch_size, p.device_bytes, p.required_bytes) == \
                (e.scenario.num_gpus, e.scenario.micro_batch_size, e.peak.device_bytes, e.peak.required_bytes)
         assert e.fits[0].fits and (p.measured_path, p.accuracy_note) == (e.accuracy["measured_path"], e.accuracy["note"])
+
+
+def test_web_sweep_has_one_shape_for_catalog_and_pasted_scenarios():
+    """POST /api/sweep answered a pasted config.json with card verdicts as a list of objects and no components or
+    cards, a catalog scenario with the planner's shape ({card: bool}); both now have the planner's shape and values."""
+    from vramfit.models import load_catalog
+
+    entry = next(e for e in load_catalog() if e["id"] == "Qwen/Qwen2.5-0.5B")
+    body = {"key": "seq_len", "values": [1024, 2048]}
+    with TestClient(create_app(), base_url="http://localhost") as client:
+        cat = client.post("/api/sweep", json={**body, "scenario": {"model": "Qwen/Qwen2.5-0.5B"}}).json()
+        pasted = client.post("/api/sweep", json={**body, "scenario": {"config_json": entry["config"]}}).json()
+    assert set(cat) == set(pasted) and cat["cards"] == pasted["cards"]
+    for a, b in zip(cat["points"], pasted["points"], strict=True):
+        assert set(a) == set(b) and set(a["peak"]) == set(b["peak"]) and a["fits"].keys() == b["fits"].keys()
+        assert b["peak"]["required_bytes"] == estimate(model="Qwen/Qwen2.5-0.5B", seq_len=b["value"]).peak.required_bytes
