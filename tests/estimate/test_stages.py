@@ -166,6 +166,16 @@ def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
     assert p[StepPhase.OPTIMIZER_STEP]["value_gradients"] == full.parts.gradients
 
 
+def test_ppo_under_zero3_gathers_the_value_model_with_the_policy_for_generation():
+    """TRL's unwrap_model_for_generation gathers ``model.parameters()`` of the engine, which wraps
+    PolicyAndValueWrapper(policy, value model): both models whole in bf16, less the shard each GPU holds."""
+    keys = {"method": "full", "parallelism": "zero3", "num_gpus": 8, "micro_batch_size": 2}
+    full = SPEC.num_params * 2  # bf16
+    one = full - (full + 7) // 8
+    assert phases(step(stage="ppo", **keys))[G]["gathered_weights"] == 2 * one
+    assert phases(step(stage="grpo", **keys))[G]["gathered_weights"] == one
+
+
 @pytest.mark.parametrize(("keys", "message"), [
     ({"num_generations": 4}, "num_generations: is a key of stage grpo, not sft"),
     ({"stage": "orpo", "reference": "copy"}, "reference: stage orpo has no reference model"),

@@ -101,9 +101,13 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
         yield Contribution("generation_transient", GEN, layer + last)
     if sc.parallelism is Parallelism.ZERO3 and sc.num_gpus > 1:
-        # unwrap_model_for_generation gathers every parameter (ds3_gather_for_generation=True, trl/models/utils.py)
+        # unwrap_model_for_generation gathers every parameter of the engine's module (ds3_gather_for_generation=True,
+        # trl/models/utils.py `GatheredParameters(model.parameters())`); PPO's engine wraps PolicyAndValueWrapper, so
+        # the value model is gathered with the policy (TRL v1.9.0 experimental/ppo/ppo_trainer.py:492, 683-686;
+        # v0.17.0 trainer/ppo_trainer.py:228, 422-423)
         full = step.spec.num_params * sc.precision.compute_bytes
-        yield Contribution("gathered_weights", GEN, full - shard(full, sc.num_gpus))
+        models = 2 if sc.stage is Stage.PPO else 1
+        yield Contribution("gathered_weights", GEN, models * (full - shard(full, sc.num_gpus)))
 
 
 def generate(step: Step) -> Iterator[Contribution]:
