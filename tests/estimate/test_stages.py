@@ -176,6 +176,18 @@ def test_ppo_under_zero3_gathers_the_value_model_with_the_policy_for_generation(
     assert phases(step(stage="grpo", **keys))[G]["gathered_weights"] == one
 
 
+def test_zero3_keeps_its_flat_gradient_partition_through_rollouts_and_scoring():
+    """DeepSpeed ZeRO-3 allocates grad_partitions_flat_buffer at init (stage3.py _setup_for_real_optimizer): the
+    policy's bf16 gradient partition (and PPO's value model's) is held while generating and scoring too."""
+    keys = {"method": "full", "parallelism": "zero3", "num_gpus": 8, "micro_batch_size": 2}
+    part = (SPEC.num_params * 2 + 7) // 8  # bf16 gradients, one eighth each
+    grpo = phases(step(stage="grpo", generation="vllm-server", **keys))
+    assert grpo[G]["gradients"] == grpo[S]["gradients"] == grpo[StepPhase.FORWARD]["gradients"] == part
+    ppo = phases(step(stage="ppo", **keys))
+    assert ppo[G]["value_gradients"] == ppo[S]["value_gradients"] == ppo[StepPhase.FORWARD]["value_gradients"] == part
+    assert "gradients" not in phases(step(stage="grpo", generation="vllm-server", method="full", micro_batch_size=8))[G]
+
+
 @pytest.mark.parametrize(("keys", "message"), [
     ({"num_generations": 4}, "num_generations: is a key of stage grpo, not sft"),
     ({"stage": "orpo", "reference": "copy"}, "reference: stage orpo has no reference model"),
