@@ -317,3 +317,22 @@ def test_web_sweep_has_one_shape_for_catalog_and_pasted_scenarios():
     for a, b in zip(cat["points"], pasted["points"], strict=True):
         assert set(a) == set(b) and set(a["peak"]) == set(b["peak"]) and a["fits"].keys() == b["fits"].keys()
         assert b["peak"]["required_bytes"] == estimate(model="Qwen/Qwen2.5-0.5B", seq_len=b["value"]).peak.required_bytes
+
+
+def test_padding_free_changes_carry_each_micro_batch_s_row():
+    """plan's suggested changes under a padding-free dataset: a smaller micro-batch holds fewer samples, so its peak
+    row per sample is longer (DatasetReport.seq_len_at); the change sets that seq_len too, and each change's figure is
+    estimate's of the scenario with the change's keys."""
+    from vramfit.cli.dataset_opts import option_defaults, run_dataset
+    from vramfit.scenario import parse_scenario
+
+    sc = {"model": "Qwen/Qwen2.5-7B", "method": "lora", "gpu": "rtx4090", "micro_batch_size": 8, "seq_len": 2048}
+    opts = {**option_defaults(), "dataset": FIX / "chat.jsonl", "tokenizer": FIX / "tok", "padding_free": True}
+    rep = run_dataset(opts, parse_scenario(sc))
+    r = plan({**sc, "seq_len": rep.peak_seq_len}, gpu_ids="rtx4090", dataset=rep)
+    smaller = next(c for c in r.changes["rtx4090"] if c.name == "smaller-micro-batch")
+    mb = smaller.changes["micro_batch_size"]
+    assert smaller.changes["seq_len"] == rep.seq_len_at(mb) > rep.peak_seq_len
+    for c in r.changes["rtx4090"]:
+        e = estimate(parse_scenario(r.scenario).replace(**c.changes))  # the user's scenario with the change's keys
+        assert (c.device_bytes, c.required_bytes) == (e.peak.device_bytes, e.peak.required_bytes)

@@ -12,6 +12,7 @@ the training itself; then the time x cards factor; then the least effort (fused 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,9 +95,10 @@ def _candidates(sc: Scenario) -> list[Change]:
 
 
 class _Ctx:
-    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None):
+    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None,
+                 seq_len_at: Callable[[int], int] | None = None):
         self.sc, self.g = sc, g
-        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
+        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, seq_len_at)
         self.limit = limit_bytes(g, margin)
         self.margin = margin
         self.mfu = mfu
@@ -123,6 +125,8 @@ class _Ctx:
         t = self.seconds_per_token(r.scenario)
         slow = t / self.t0 if (t and self.t0) else None
         cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
+        if r.scenario.seq_len != self.ev.base.seq_len and "seq_len" not in ch.changes:  # a dataset's row at this size
+            ch = _with(ch, changes={**ch.changes, "seq_len": r.scenario.seq_len})
         verdict = card_fit(r, self.g, self.margin)
         return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=verdict.fits,
                      headroom_bytes=verdict.headroom_bytes, slowdown=slow, cost_factor=cost,
@@ -262,18 +266,21 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
 
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
                    mfu: float | None = None, effective_batch: int | None = None,
-                   calibration: Calibration | None = None) -> list[Change]:
+                   calibration: Calibration | None = None,
+                   seq_len_at: Callable[[int], int] | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
     ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
-    accumulation that reaches it (gradients held across accumulation steps cost memory).
+    accumulation that reaches it (gradients held across accumulation steps cost memory). ``seq_len_at``: a
+    dataset's peak row at each micro-batch size (:class:`vramfit.plan.evaluate.Evaluator`); a change of the
+    micro-batch then sets that ``seq_len`` too.
     """
     given = parse_scenario(scenario)
     sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = mfu_value(mfu) if mfu is not None else None
-    ctx = _Ctx(sc, g, margin, u, calibration)
+    ctx = _Ctx(sc, g, margin, u, calibration, seq_len_at)
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)

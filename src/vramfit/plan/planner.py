@@ -294,7 +294,7 @@ def _changes_for_named(named: list[str] | None, blocked: set, ev: Evaluator, sc:
         g = get_gpu(gid)
         if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
             changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=user_mfu,
-                                              effective_batch=eff)
+                                              effective_batch=eff, seq_len_at=ev.seq_len_at)
     return changes
 
 
