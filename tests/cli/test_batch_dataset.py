@@ -36,7 +36,8 @@ def single():
 
 
 def test_a_line_naming_a_dataset_gets_estimate_dataset_s_result(tmp_path, single):
-    out = _batch(tmp_path, [{**SC, "dataset": {"path": DATA, "tokenizer": TOK}}, SC])
+    out = _batch(tmp_path, [{**SC, "dataset": {"path": DATA, "tokenizer": TOK}}, SC, {**SC, "dataset": None}])
+    assert out[2] == out[1]  # "dataset": null names none
     assert out[0] == single  # the whole result: peak at the peak micro-batch's length, fits, reserved_spread
     spread = out[0]["reserved_spread"]
     assert spread["samples"] > 1 and 0 < spread["p10_bytes"] <= spread["median_bytes"] <= spread["p90_bytes"]

@@ -68,11 +68,13 @@ class BatchDatasets:
     def __call__(self, item: Any):
         from vramfit.scenario import parse_scenario
 
-        if not isinstance(item, dict) or ("dataset" not in item and self.given is None):
+        if not isinstance(item, dict):
             return self.run(item)
         line = dict(item)
-        named = line.pop("dataset", None)
+        named = line.pop("dataset", None)  # absent or null: the command line's dataset, if any
         opts = self.given if named is None else line_options(named, self.defaults)
+        if opts is None:
+            return self.run(line)
         sc = parse_scenario(line)
         return dataset_estimate(sc, self._report(opts, sc), self.run)
 
