@@ -8,6 +8,10 @@ than the window so the sliding layers build their mask. Fixed in the estimator a
 (no enable_gqa with a mask), and the kernel saves the expanded copies (gemma-3-1b QLoRA at seq 1024:
 -0.9 % at 6 layers, -2.3 % at full depth before). What remains is allocator slack (the trace's
 ``allocator_slack``: blocks not split), not a tensor.
+
+With images the batch carries the processor's ``token_type_ids`` (as TRL's and Unsloth's collators pass them on), and
+transformers v5.24.0 masks every layer with the image tokens' bidirectional mask (estimate/attention.py
+image_mask_applies): each layer's 16-bit bias and k/v repeated to every head, modelled and checked here.
 """
 
 from __future__ import annotations
@@ -85,3 +89,68 @@ def test_gemma3_with_an_image_and_a_trained_tower_agrees(config_file, method, gc
     sim = simulate(sc, layers=2).result.peak.allocated_bytes
     est = estimate(sc).peak.allocated_bytes
     assert abs(est - sim) / sim <= 0.01, (est, sim)
+
+
+@pytest.mark.parametrize(("gc", "seq"), [("none", 512), ("full", 512), ("none", 1792)])
+def test_gemma3_image_mask_on_every_layer_agrees(config_file, gc, seq):
+    """The batch carries the processor's token_type_ids (sim/images.py), so transformers masks every one of the
+    6 layers, the full-attention one and, below the 1024-token window (512 + 256 image tokens), the sliding ones
+    too (attention.image_mask_applies). Within 1 % of the simulator (-0.38 %, -0.46 %, -0.19 % when written;
+    -0.78 %, -0.49 %, -0.33 % before the estimator knew the mask)."""
+    cfg = catalog_config("google/gemma-3-4b-it")
+    cfg = {**cfg, "text_config": {**cfg["text_config"], "num_hidden_layers": LAYERS},
+           "vision_config": {**cfg["vision_config"], "num_hidden_layers": 1}}
+    sc = {"model": config_file(cfg), "method": "lora", "seq_len": seq, "precision": "bf16-true",
+          "images_per_sample": 1, "freeze_vision": "no", "gradient_checkpointing": gc}
+    sim = simulate(sc, layers=LAYERS).result.peak.allocated_bytes
+    est = estimate(sc).peak.allocated_bytes
+    assert abs(est - sim) / sim <= 0.01, (est, sim)
+
+
+def test_image_mask_bias_and_kv_repeat_on_every_layer():
+    """Gemma 3 4B cut to 6 layers (8 query heads, 4 k/v heads, head_dim 256), one image (256 tokens) after 512 text
+    tokens: S = 768, under the 1024 window. With the image every layer keeps a 16-bit [B, 1, S, S] bias and k and v
+    repeated to 8 heads (the simulator's trace: six ``zeros_like`` (1, 1, 768, 768) and twelve (1, 4, 2, 768, 256)
+    ``clone`` more, twelve un-repeated k/v fewer); under checkpointing the two boolean (B, 1, S, S) masks (full and
+    sliding) are held instead. Text-only, or under transformers 4.52's one model mask, none of it."""
+    from vramfit.estimate.attention import masked_layers, sliding_layers_kv_repeat
+    from vramfit.estimate.forward_extras import sliding_window_masks
+    from vramfit.estimate.framework import PROFILES, profile_for
+    from vramfit.estimate.vision import lm_scenario
+    from vramfit.models import spec_from_hf_config
+    from vramfit.scenario import Framework, parse_scenario
+
+    spec = spec_from_hf_config(_multimodal("google/gemma-3-4b-it"))
+    hf, old = PROFILES[Framework.HF], profile_for(Framework.HF, "transformers-4.52")
+
+    def lm(images: int, gc: str = "none", mb: int = 1):
+        raw = {"model": "generic:1B", "seq_len": 512, "images_per_sample": images, "gradient_checkpointing": gc,
+               "micro_batch_size": mb}
+        return lm_scenario(spec, parse_scenario(raw))
+
+    S = 768
+    assert lm(1).seq_len == S and masked_layers(spec, lm(1), hf) == LAYERS
+    assert sliding_window_masks(spec, lm(1, mb=2), hf) == LAYERS * 2 * 2 * S * S
+    assert sliding_layers_kv_repeat(spec, lm(1, mb=2), hf) == LAYERS * 2 * (2 * 2 * S * 8 * 256 - 2 * 2 * S * 4 * 256)
+    assert sliding_window_masks(spec, lm(1, "full", 2), hf) == 2 * 2 * S * S
+    assert sliding_layers_kv_repeat(spec, lm(1, "full"), hf) == 0  # only the recomputed layer's
+    text_only = lm(0)
+    assert masked_layers(spec, text_only, hf) == 0 and sliding_window_masks(spec, text_only, hf) == 0
+    assert masked_layers(spec, lm(1), old) == 0
+
+
+def test_simulated_batch_marks_the_image_tokens():
+    """The simulator's Gemma 3 batch: token_type_ids 1 at the 256 image-token positions of each sequence, 0 at
+    the text (processing_gemma3.py marks the image_token_id positions)."""
+    import torch
+
+    from vramfit.scenario import parse_scenario
+    from vramfit.sim import images
+
+    cfg = _with_tower(1)
+    sc = parse_scenario({"model": "generic:1B", "seq_len": 64, "images_per_sample": 1, "micro_batch_size": 2})
+    inputs = images.image_inputs(cfg, sc)
+    ids, _, kw = images.batch(inputs, 1024, 2, 64, torch.float32, "cpu")
+    types = kw["token_type_ids"]
+    assert types.shape == ids.shape and int(types.sum()) == 2 * 256
+    assert bool((ids[types == 1] == cfg["image_token_index"]).all())

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.attention import (
+    image_mask_applies,
+    mask_count,
     masked_layer_kv_repeat,
+    masked_layers,
     runs_eager_attention,
-    sliding_layers,
     window_masked,
 )
 from vramfit.estimate.framework import FrameworkProfile
@@ -17,7 +19,8 @@ from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenari
 
 def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The masks an SDPA run keeps where a sliding window no longer than the sequence makes transformers build
-    one (attention.window_masked); none where the model runs eager attention (attention.runs_eager_attention:
+    one (attention.window_masked), or the image tokens' mask masks every layer (attention.image_mask_applies:
+    each masked layer, attention.masked_layers, keeps its bias); none where the model runs eager attention (attention.runs_eager_attention:
     Gemma 2, gpt-oss, BLOOM; their masks are block_extras.eager_mask's).
 
     masking_utils (``profile.masks_per_layer_type``, transformers v5.24.0 sdpa_mask) hands SDPA a boolean mask,
@@ -28,9 +31,10 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     models/mistral/modeling_mistral.py _update_causal_mask l. 845-951), one float mask in the embeddings' dtype,
     the window baked in, is every layer's ``attn_mask``: saved by each kernel (or held by each checkpointed layer as
     its argument), one tensor through backward."""
+    image_mask = image_mask_applies(spec, sc, profile)
     if (
         not profile.runs_transformers_modeling  # transformers' masking (masking_utils); others use flash/flex
-        or not window_masked(spec, sc)
+        or not (window_masked(spec, sc) or image_mask)
         or sc.attention is not Attention.SDPA
         or runs_eager_attention(spec, sc, profile)
     ):
@@ -42,12 +46,16 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         from vramfit.estimate.activations import dtypes_for
 
         return round_allocation(dtypes_for(sc, profile, spec).residual * squares)
-    layers = sliding_layers(spec)
+    layers = masked_layers(spec, sc, profile)
     if not layers:
         return 0
     if sc.gradient_checkpointing is not Checkpointing.NONE:
         # the boolean mask itself, [1, 1, S, S] (masking_utils.sdpa_mask expands a batch-free mask), is every
-        # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor)
+        # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor); the image
+        # tokens' masks (attention.image_mask_applies) are one [B, 1, S, S] per attention type (``bitwise_or`` and
+        # ``bitwise_and`` in the simulator's trace of Gemma 3 with an image)
+        if image_mask:
+            return mask_count(spec, profile) * round_allocation(squares)
         return round_allocation(sc.seq_len * sc.seq_len)
     return layers * round_allocation(sc.precision.compute_bytes * squares)
 

@@ -131,6 +131,11 @@ class VisionTower:
     # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
     # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
     projector_layernorm: bool = False
+    # the processor returns ``token_type_ids`` marking the image tokens and the model lets each image's tokens
+    # attend to one another: every layer's attention gets a mask (Gemma 3: transformers v5.24.0
+    # models/gemma3/processing_gemma3.py l. 34, 70-71 ``return_mm_token_type_ids = True``, renamed token_type_ids;
+    # modeling_gemma3.py l. 671-737 create_masks_for_vision_model, l. 876-880; estimate/attention.py masked_layers)
+    bidirectional_image_mask: bool = False
 
     @property
     def cross_attention(self) -> bool:
