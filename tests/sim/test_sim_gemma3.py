@@ -154,3 +154,29 @@ def test_simulated_batch_marks_the_image_tokens():
     types = kw["token_type_ids"]
     assert types.shape == ids.shape and int(types.sum()) == 2 * 256
     assert bool((ids[types == 1] == cfg["image_token_index"]).all())
+
+
+def test_transformers_4_gemma3_masks_every_sliding_layer_copy():
+    """transformers v4.52.4 (profile transformers-4.52, no masking_utils): Gemma 3 always builds the model's float
+    [B, 1, S, S] mask, even under the window (512 for gemma-3-1b, 256 tokens here), and each of the 5 sliding layers
+    of 6 hands SDPA its own masked copy, saved by the kernel: 6 bf16 masks without checkpointing; under checkpointing
+    the model mask (every checkpointed layer's argument) and the recomputed sliding layer's copy. transformers 5
+    skips the mask under the window (attention.window_masked): none."""
+    from vramfit.estimate.forward_extras import sliding_window_masks, sliding_window_recompute
+    from vramfit.estimate.framework import PROFILES, profile_for
+    from vramfit.models import spec_from_hf_config
+    from vramfit.scenario import Framework, parse_scenario
+
+    spec = spec_from_hf_config(_text("google/gemma-3-1b-pt"))
+    v4, v5 = profile_for(Framework.HF, "transformers-4.52"), PROFILES[Framework.HF]
+    assert spec.sliding_mask_copies_v4 and not v4.masks_per_layer_type
+
+    def sc(gc: str):
+        return parse_scenario({"model": "generic:1B", "seq_len": 256, "micro_batch_size": 2,
+                               "precision": "bf16-true", "gradient_checkpointing": gc})
+
+    one = 2 * 2 * 256 * 256
+    assert sliding_window_masks(spec, sc("none"), v4) == (1 + 5) * one
+    assert sliding_window_masks(spec, sc("full"), v4) == one
+    assert sliding_window_recompute(spec, sc("full"), v4) == one
+    assert sliding_window_masks(spec, sc("none"), v5) == 0 and sliding_window_recompute(spec, sc("full"), v5) == 0

@@ -229,7 +229,7 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         norm_type=NormType.RMSNORM, sliding_window=sliding, layer_types=layer_types,
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
         norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
-        sandwich_norms=mt in _SANDWICH_NORM,
+        sandwich_norms=mt in _SANDWICH_NORM, sliding_mask_copies_v4=mt == "gemma3_text",
         fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
         **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )

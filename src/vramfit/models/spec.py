@@ -186,6 +186,13 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
+    # transformers 4's modelling code (before masking_utils: profile ``masks_per_layer_type`` off) always builds one
+    # 4-D float mask for the model, whatever the sequence against the window, and each sliding layer makes its own
+    # masked copy, which it hands SDPA (Gemma 3, transformers v4.52.4 models/gemma3/modeling_gemma3.py
+    # Gemma3TextModel._update_causal_mask l. 685-720 and Gemma3Model._update_causal_mask l. 1015-1093: no SDPA skip;
+    # Gemma3DecoderLayer.forward l. 426-450: ``torch.where(sliding_window_mask, min_dtype, attention_mask)`` then
+    # ``attention_mask[:, :, :, mask_indexes]``; estimate/forward_extras.py sliding_window_masks)
+    sliding_mask_copies_v4: bool = False
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 0
     # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---
