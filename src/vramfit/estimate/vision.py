@@ -63,11 +63,29 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
 
 
 def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> tuple[int, int, int]:
-    """(what the tower's blocks keep, what it keeps outside them, one block's bytes recomputed under checkpointing)."""
+    """(what the tower's blocks keep, what it keeps outside them, one block's bytes recomputed under checkpointing);
+    a frozen tower that autograd records (:func:`frozen_tower_recorded`) keeps what its input gradients need: the
+    same walk with no adapters."""
     pix = per_sample(spec, sc)
-    if pix is None or not trains_vision(sc, profile):
+    if pix is None:
         return 0, 0, 0
-    return _tower_activations(spec, sc, profile, adapters, pix)
+    if trains_vision(sc, profile):
+        return _tower_activations(spec, sc, profile, adapters, pix)
+    if frozen_tower_recorded(spec, sc, profile):
+        return _tower_activations(spec, sc, profile, [], pix)
+    return 0, 0, 0
+
+
+def frozen_tower_recorded(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """A frozen tower (``freeze_vision``) under gradient checkpointing with adapters, where enable_input_require_grads
+    hooks the tower's patch embedding too (``profile.hooks_sub_model_embeddings``, transformers v5.24.0
+    modeling_utils.py l. 2147-2180: every PreTrainedModel's get_input_embeddings, SiglipVisionModel's patch_embedding
+    among them): its output requires grad, so autograd records the frozen tower and its checkpointed layers keep their
+    inputs for the gradient that flows back to that leaf. The simulator's trace of Gemma 3 with the tower frozen
+    (LoRA on the language model only): the patch embedding's output, each layer's input and the projector's saved
+    tensors at the peak, as a trained tower's without adapters."""
+    return (spec.vision is not None and profile.hooks_sub_model_embeddings and sc.method is not Method.FULL
+            and sc.gradient_checkpointing is not Checkpointing.NONE and not trains_vision(sc, profile))
 
 
 def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
