@@ -80,11 +80,13 @@ def frozen_tower_recorded(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     """A frozen tower (``freeze_vision``) under gradient checkpointing with adapters, where enable_input_require_grads
     hooks the tower's patch embedding too (``profile.hooks_sub_model_embeddings``, transformers v5.24.0
     modeling_utils.py l. 2147-2180: every PreTrainedModel's get_input_embeddings, SiglipVisionModel's patch_embedding
-    among them): its output requires grad, so autograd records the frozen tower and its checkpointed layers keep their
-    inputs for the gradient that flows back to that leaf. The simulator's trace of Gemma 3 with the tower frozen
+    among them, where the tower exposes it: ``VisionTower.patch_embedding_exposed``): its output requires grad, so
+    autograd records the frozen tower and its checkpointed layers keep their inputs for the gradient that flows back
+    to that leaf. The simulator's trace of Gemma 3 with the tower frozen
     (LoRA on the language model only): the patch embedding's output, each layer's input and the projector's saved
     tensors at the peak, as a trained tower's without adapters."""
-    return (spec.vision is not None and profile.hooks_sub_model_embeddings and sc.method is not Method.FULL
+    return (spec.vision is not None and spec.vision.patch_embedding_exposed and profile.hooks_sub_model_embeddings
+            and sc.method is not Method.FULL
             and sc.gradient_checkpointing is not Checkpointing.NONE and not trains_vision(sc, profile))
 
 

@@ -351,7 +351,7 @@ def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
                                           int(v["intermediate_size"]), fc, fc, int(v["out_hidden_size"]))
     image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS, **QWEN3_VIDEO}
     return VisionTower(block, image_config, projector=projector, segmented_attention=True,
-                       deepstack_mergers=len(v["deepstack_visual_indexes"]))
+                       deepstack_mergers=len(v["deepstack_visual_indexes"]), patch_embedding_exposed=False)
 
 
 # towers attached to a spec read from transformers' modules (models/from_modules.py)

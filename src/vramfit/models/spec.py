@@ -136,6 +136,12 @@ class VisionTower:
     # models/gemma3/processing_gemma3.py l. 34, 70-71 ``return_mm_token_type_ids = True``, renamed token_type_ids;
     # modeling_gemma3.py l. 671-737 create_masks_for_vision_model, l. 876-880; estimate/attention.py masked_layers)
     bidirectional_image_mask: bool = False
+    # the tower's PreTrainedModel returns its patch embedding from get_input_embeddings, so enable_input_require_grads
+    # hooks it (transformers v5.24.0 modeling_utils.py l. 969-1000: ``_input_embed_layer``, then ``embeddings.<name>``;
+    # SigLIP/CLIP ``embeddings.patch_embedding``, Qwen2.5-VL ``_input_embed_layer = "patch_embed"``); Qwen3VLVisionModel
+    # names none, so nothing hookable comes back and the hook is skipped (l. 2169-2170; estimate/vision.py
+    # frozen_tower_recorded)
+    patch_embedding_exposed: bool = True
 
     @property
     def cross_attention(self) -> bool:
