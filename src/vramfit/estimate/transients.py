@@ -70,8 +70,9 @@ def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
     # its 2 x layers tensors of one size are not loss blocks (what its cached blocks serve later is not modelled)
     c = r.loss.cache
     kept = alloc(r.loss.kept - c * r.sc.keeps_outputs, unit)
+    work = alloc(r.loss.forward_peak - c - r.loss.saved - r.loss.kept + c * r.sc.keeps_outputs, unit)
     saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - c - r.loss.saved - r.loss.kept + c * r.sc.keeps_outputs, unit))
+    free(work)
     free(before_backward)
     grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
     free(saved + grad)
