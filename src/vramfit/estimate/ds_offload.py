@@ -15,6 +15,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import resolve, zero3_largest
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
+from vramfit.estimate.zero3_reserved import zero3_offload_reserved
 from vramfit.estimate.zero12_partition import adapter_order, module_order, rank0_outside, rank0_partition
 
 if TYPE_CHECKING:
@@ -175,7 +176,11 @@ def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) 
     embedding's second gradient 260 (the output layer's, made in the loss's backward, holds the clone's segment), the
     activations' small-pool segments 114; on the reduction stream 34 + 20 + 2 + 1,040 (the first 4,358,144-element
     slice's float64, its fp32 cast's, then the embedding's)."""
-    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
+    if required:
+        return reserved
+    if zero3 := zero3_offload_reserved(r):  # ZeRO-3's load and boundary micro-batch (estimate/zero3_reserved.py)
+        return max(reserved, zero3)
+    if not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
         return reserved
     _, default, total, side = offload_step_replay(r)
     if not side:
