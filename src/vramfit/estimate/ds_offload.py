@@ -15,7 +15,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import resolve, zero3_largest
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
-from vramfit.estimate.zero3_reserved import zero3_offload_reserved
+from vramfit.estimate.zero3_reserved import zero3_reserved_floor
 from vramfit.estimate.zero12_partition import adapter_order, module_order, rank0_outside, rank0_partition
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) 
     slice's float64, its fp32 cast's, then the embedding's)."""
     if required:
         return reserved
-    if zero3 := zero3_offload_reserved(r):  # ZeRO-3's load and boundary micro-batch (estimate/zero3_reserved.py)
+    if zero3 := zero3_reserved_floor(r):  # ZeRO-3's load, micro-batch and step (estimate/zero3_reserved.py)
         return max(reserved, zero3)
     if not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
         return reserved
