@@ -77,7 +77,9 @@ def zero3_load_events(r: Step, built_whole: bool = False) -> list[int]:
         ev.append(c * flat)
         k += 1
     ev.extend(-p for p in parts)
-    if r.sc.offload is Offload.NONE:
+    if r.sc.offload is Offload.NONE and c == 4:  # fp32: ``.to(fp32)`` of an fp32 tensor is itself, then the clone
+        ev.extend((4 * flat, 4 * flat, -(k + 2), c * flat))
+    elif r.sc.offload is Offload.NONE:
         ev.extend((4 * flat, 4 * flat, -(k + 1), 4 * flat, -(k + 3), c * flat))
     return ev
 
@@ -108,10 +110,10 @@ def _step(r: Step, first: bool) -> list[int]:
     c, n = r.sc.precision.compute_bytes, r.sc.num_gpus
     flat = shard(r.parts.num_trainable, n)
     largest = shard(r.spec.lm_head_params or r.spec.embedding_params, n)
-    ev = [8 * largest, -1, c * flat, 4 * flat, -2]
+    ev = [8 * largest, -1, c * flat] + ([4 * flat, -2] if c != 4 else [])  # fp32: the flat copy is the gradient
     if first:
         ev += [4 * flat, 4 * flat]
-    return ev + [-3]
+    return ev + [-3 if c != 4 else -2]
 
 
 def _shifted(events: list[int], base: int) -> list[int]:
