@@ -185,7 +185,8 @@ def test_offload_reserved_is_the_loads_segments_and_the_reduction_streams():
     for stage in ("zero1", "zero2"):
         assert estimate({**sc, "parallelism": stage}).peak.reserved_bytes == pytest.approx(41_076_916_224, rel=0.001)
     load, default, total, side = ds_offload.offload_step_replay(_step({**sc, "parallelism": "zero2"}))
-    assert side and load == default == 34_594 * MiB  # the engine's load, to the MiB: the loss fits in its segments
+    assert side and load == 34_594 * MiB  # the engine's load, to the MiB: the loss fits in its segments
+    assert default - load == 8 * MiB  # the saved activations' small-pool segments (estimate/ds_offload.py)
     assert total - default == pytest.approx((112 + 448 + 4_008) * MiB, abs=4 * MiB)  # + the small pool's 2 MiB
 
 
@@ -196,18 +197,19 @@ def test_offload_reserved_load_and_reduction_stream_segments():
     default stream opens 150 MiB for the fp32 log-softmax gradient (the loss's forward working set, made before the
     saved log-softmax output, leaves a hole below it and 102 MiB above) and 260 for the tied embedding's own gradient
     (the output layer's holds the clone's segment), the activations' small pool 114; the reduction stream's norm copies
-    1,096. The estimator's replay (estimate/ds_offload.py offload_step_replay): load 2,488 MiB (80 MiB of the small
-    tensors' packing), default stream 2,488 + 150 + 260, the reduction stream's 1,096."""
+    1,096. The estimator's replay (estimate/ds_offload.py offload_step_replay): load 2,408 MiB (the originals in module
+    order; 2,488 grouped by kind), default stream 2,408 + 150 + 260 + 108 (the forward's saved activations: the small
+    pool's), the reduction stream's 1,096."""
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
           "framework": "hf", "offload": "optimizer", "parallelism": "zero2"}
     load, default, total, _ = ds_offload.offload_step_replay(_step(sc))
-    assert (load, default - load, total - default) == (2_488 * MiB, (150 + 260) * MiB, 1_096 * MiB)
+    assert (load, default - load, total - default) == (2_408 * MiB, (150 + 260 + 108) * MiB, 1_096 * MiB)
 
 
 def test_offload_reserved_against_the_engine():
     """The engine reserves 4,030 MiB under ZeRO-1 and ZeRO-2 alike (the segments above; 4,032 with the run's workspaces);
-    the estimate 3,994 MiB (-0.9 %: the activations' 114 MiB of small-pool segments, not replayed, less the load's 80
-    MiB of packing). 3,584 / 3,638.5 MiB (-11 % / -9.8 %) while the replay stopped at the load and took its cached
+    the estimate 4,022 MiB (-0.2 %; -0.9 % with neither the activations' small-pool segments nor the originals in module
+    order). 3,584 / 3,638.5 MiB (-11 % / -9.8 %) while the replay stopped at the load and took its cached
     segments as serving the loss's backward and the tied embedding's second gradient."""
     sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-true", "seq_len": 256, "num_gpus": 2,
           "framework": "hf", "offload": "optimizer"}
@@ -260,9 +262,9 @@ def test_offload_load_before_0_18_7_keeps_no_original():
     for version in ("deepspeed-0.16", "deepspeed-0.18"):
         load, default, total, side = ds_offload.offload_step_replay(_step({**sc, "framework_version": version}))
         assert (load, side) == ((15_318 + 3_830) * MiB, True)
-        # no originals cached: the staging buffer splits the clone's segment and the loss's second fp32 gradient
-        # block (2048 x 128,256 x 4 B) finds no hole beside the saved log-softmax output, a 1,002 MiB segment
-        assert default - load == 1_002 * MiB
+        # no originals cached: the forward's saved activations (no checkpointing, seq 2048) open segments of their own,
+        # and the loss's second fp32 gradient block (2048 x 128,256 x 4 B) finds no hole beside the saved log-softmax
+        assert default - load == 13_234 * MiB
         assert total - default == new[2] - new[1]
 
 
