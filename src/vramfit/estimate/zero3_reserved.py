@@ -19,13 +19,15 @@ DeepSpeed 0.19.8 runtime/zero/stage3.py:
   get_norm_dtype())`` per 250,000,000-element part) and its cast to fp32 (``grad_buffer.to(dtype=
   self.master_weights_and_grads_dtype)``). Only the output layer's and the embedding's are replayed: the block
   linears' are far smaller and split the cached segments these leave.
-- Step without the optimizer offloaded (:func:`_step`): the norm's float64 copy, the flat fp32 gradient, the first
-  step's AdamW states.
+- Step without the optimizer offloaded (:func:`_step`): the norm's float64 copy, then sub-group by sub-group
+  (:func:`sub_groups`) the flat fp32 gradient and the first step's AdamW states.
 
-`vramfit simulate --full-depth` (Qwen2.5-0.5B, bf16-true, seq 256, 2 GPUs; tests/sim/test_sim_deepspeed_zero3_reserved.py):
-the replay of the engine's own load (``built_whole``) reserves within 0.1 % of the engine without offload, with
-``offload_optimizer`` and with ``offload_param`` too. Not replayed: the saved activations (carved from the cached
-segments, or the small pool's: 76 MiB there, about what the replay's packing of the 1-10 MiB originals adds).
+`vramfit simulate --full-depth` (Qwen2.5-0.5B, bf16-true, seq 256, 2 GPUs; TinyLlama-1.1B, seq 512;
+tests/sim/test_sim_deepspeed_zero3_reserved.py): the replay of the simulator's own run (``as_simulated``: the model built
+whole, ``empty_cache`` a no-op on its CPU accelerator) reserves within 0.1 % of the engine without offload, with
+``offload_optimizer`` and with ``offload_param`` too. The estimate replays the GPU run (zero.Init's load, defragment's
+``empty_cache``). Not replayed: the saved activations (carved from the cached segments, or the small pool's: 76 MiB
+there, about what the replay's packing of the 1-10 MiB originals adds).
 """
 
 from __future__ import annotations
@@ -45,25 +47,29 @@ def zero3_replays(r: Step) -> bool:
     return r.sc.parallelism is Parallelism.ZERO3 and r.sc.method is Method.FULL
 
 
-def zero3_load_events(r: Step, built_whole: bool = False) -> list[int]:
-    """The load as allocator events (estimate/allocator.py ``transient_reserved``'s form): each 16-bit parameter whole,
-    its partition, the whole one freed, one parameter after another (transformers 5.24.0 modeling_utils.py l. 1435-1446
-    builds the model under ``deepspeed.zero.Init`` when ZeRO-3 is enabled, which partitions each module's parameters as
-    it is made; integrations/deepspeed.py l. 522 loads each module's weights inside ``GatheredParameters``, gathered
-    whole and partitioned again), so a freed whole parameter's segment serves the next that fits; then the flat 16-bit
-    partition (kept, on the GPU unless ``offload_param``), the single partitions freed. ``built_whole``: the model
-    built whole on the GPU before ``deepspeed.initialize`` partitions it (a script without transformers' zero.Init, and
-    the simulator's engine, sim/deepspeed_zero.py ``materialize``): every whole parameter's segment stays cached. Without the optimizer offloaded (stage3.py
-    ``_create_fp32_partitions``, l. 1169-1172: ``converted = fp16_partitioned_groups_flat[i].to(self.device,
-    dtype=...)``, ``converted.clone().detach()`` kept; ``initialize_optimizer_states`` l. 1306: ``gradient_buffer =
-    torch.zeros(int(largest_numel), ...)`` made and dropped; ``grad_partitions_flat_buffer`` l. 790, kept): the fp32
-    master partition beside its freed conversion, the zero fp32 gradient, the 16-bit gradient partitions."""
+def zero3_load_events(r: Step, as_simulated: bool = False) -> tuple[list[int], int | None]:
+    """(the load as allocator events, estimate/allocator.py ``transient_reserved``'s form; the index of the event
+    before which ``empty_cache`` runs, None where it does not). Each 16-bit parameter whole, its partition, the whole
+    one freed, one parameter after another (transformers 5.24.0 modeling_utils.py l. 1435-1446 builds the model under
+    ``deepspeed.zero.Init`` when ZeRO-3 is enabled, which partitions each module's parameters as it is made;
+    integrations/deepspeed.py l. 522 loads each module's weights inside ``GatheredParameters``, gathered whole and
+    partitioned again). Then ``_create_fp16_partitions_with_defragmentation`` (stage3.py) without ``offload_param``
+    calls ``defragment`` (runtime/zero/utils.py l. 215-241): every partition copied to a host buffer and freed,
+    ``get_accelerator().empty_cache()`` (each wholly free cached segment goes back to the driver), the flat 16-bit
+    partition copied back (``cpu_buffer.to(orig_device)``, kept); with ``offload_param`` the partitions live on the
+    host. Without the optimizer offloaded (``_create_fp32_partitions`` l. 1169-1172: ``converted = fp16_partitioned_
+    groups_flat[i].to(self.device, dtype=...)``, ``converted.clone().detach()`` kept; ``initialize_optimizer_states``
+    l. 1306: ``gradient_buffer = torch.zeros(int(largest_numel), ...)`` made and dropped; ``grad_partitions_flat_buffer``
+    l. 790, kept): the fp32 master partition beside its freed conversion, the zero fp32 gradient, the 16-bit gradient
+    partitions. ``as_simulated``: as the simulator's engine runs it (sim/deepspeed_zero.py): the model built whole
+    before ``deepspeed.initialize`` partitions it, and ``empty_cache`` a no-op (its CPU accelerator; the trace has
+    no event for it), so every whole parameter's segment stays cached."""
     from vramfit.estimate.params import base_tensors
 
     c, n = r.sc.precision.compute_bytes, r.sc.num_gpus
     sizes = [t.numel for t in base_tensors(r.spec) for _ in range(t.count)]
     ev: list[int] = []
-    if built_whole:  # every whole parameter first, then each partitioned (allocation m + i + 1) and freed
+    if as_simulated:  # every whole parameter first, then each partitioned (allocation m + i + 1) and freed
         m = len(sizes)
         ev = [c * s for s in sizes] + [e for i, s in enumerate(sizes) for e in (c * shard(s, n), -(i + 1))]
         parts = range(m + 1, 2 * m + 1)
@@ -73,29 +79,56 @@ def zero3_load_events(r: Step, built_whole: bool = False) -> list[int]:
         parts = range(2, 2 * len(sizes) + 1, 2)
     k = 2 * len(sizes)
     flat = shard(r.parts.num_trainable, n)
+    ev.extend(-p for p in parts)
+    empty = None
     if r.sc.offload is not Offload.OPTIMIZER_PARAMS:
+        empty = None if as_simulated else len(ev)
         ev.append(c * flat)
         k += 1
-    ev.extend(-p for p in parts)
-    if r.sc.offload is Offload.NONE and c == 4:  # fp32: ``.to(fp32)`` of an fp32 tensor is itself, then the clone
-        ev.extend((4 * flat, 4 * flat, -(k + 2), c * flat))
-    elif r.sc.offload is Offload.NONE:
-        ev.extend((4 * flat, 4 * flat, -(k + 1), 4 * flat, -(k + 3), c * flat))
-    return ev
+    if r.sc.offload is Offload.NONE:
+        for g in sub_groups(r):  # the fp32 master of each sub-group (fp32: ``.to(fp32)`` is itself, only the clone)
+            ev.extend((4 * g, 4 * g, -(k + 1)) if c != 4 else (4 * g,))
+            k += 2 if c != 4 else 1
+        ev.extend((4 * max(sub_groups(r)), -(k + 1), c * flat))  # initialize_optimizer_states' zero gradient
+    return ev, empty
 
 
-def zero3_reserved_floor(r: Step, built_whole: bool = False) -> int:
+def sub_groups(r: Step) -> list[int]:
+    """Elements of this GPU's partition in each optimizer sub-group (stage3.py ``_create_fp16_sub_groups``: parameters in
+    order, a sub-group closed once its partitions reach ``sub_group_size``, estimate/deepspeed.py ``resolve``)."""
+    from vramfit.estimate.deepspeed import resolve
+    from vramfit.estimate.zero12_partition import module_order
+
+    size = resolve(r.sc.deepspeed_config, r.spec.hidden_size, 3).sub_group_size
+    out, acc = [], 0
+    for n, _ in module_order(r.spec, r.profile.runs_transformers_modeling):
+        acc += shard(n, r.sc.num_gpus)
+        if acc >= size:
+            out, acc = [*out, acc], 0
+    return [*out, acc] if acc or not out else out
+
+
+def zero3_reserved_floor(r: Step, as_simulated: bool = False) -> int:
     """Peak reserved bytes of the load and two steps' big tensors (module docstring) replayed through
-    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`; 0 where ZeRO-3 full fine-tuning does not run."""
-    from vramfit.estimate.allocator import _replay
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, ``empty_cache`` where the load runs it; 0 where ZeRO-3
+    full fine-tuning does not run."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     if not zero3_replays(r):
         return 0
-    ev = zero3_load_events(r, built_whole)
+    ev, empty = zero3_load_events(r, as_simulated)
     for first in (True, False):
         for part in (_micro_batch(r), _step(r, first)):
             ev += _shifted(part, sum(1 for e in ev if e >= 0))
-    return _replay(tuple(ev), r.profile.alloc_conf)[1]
+    model, blocks = CachingAllocatorModel(r.profile.alloc_conf), []
+    for i, e in enumerate(ev):
+        if i == empty:
+            model.empty_cache()
+        if e >= 0:
+            blocks.append(model.malloc(e))
+        else:
+            model.free(blocks[-e - 1])
+    return model.stats.peak_reserved
 
 
 def _step(r: Step, first: bool) -> list[int]:
@@ -108,12 +141,17 @@ def _step(r: Step, first: bool) -> list[int]:
     if r.sc.offload is not Offload.NONE:
         return []
     c, n = r.sc.precision.compute_bytes, r.sc.num_gpus
-    flat = shard(r.parts.num_trainable, n)
     largest = shard(r.spec.lm_head_params or r.spec.embedding_params, n)
-    ev = [8 * largest, -1, c * flat] + ([4 * flat, -2] if c != 4 else [])  # fp32: the flat copy is the gradient
-    if first:
-        ev += [4 * flat, 4 * flat]
-    return ev + [-3 if c != 4 else -2]
+    ev, k = [8 * largest, -1], 1
+    for g in sub_groups(r):  # one sub-group after another: its flat 16-bit copy, the fp32 cast (fp32: the copy itself)
+        ev += [c * g] + ([4 * g, -(k + 1)] if c != 4 else [])
+        grad = k + 2 if c != 4 else k + 1
+        k = grad
+        if first:  # the first step makes the sub-group's two AdamW states
+            ev += [4 * g, 4 * g]
+            k += 2
+        ev.append(-grad)
+    return ev
 
 
 def _shifted(events: list[int], base: int) -> list[int]:
