@@ -131,6 +131,17 @@ class VisionTower:
     # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
     # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
     projector_layernorm: bool = False
+    # the processor returns ``token_type_ids`` marking the image tokens and the model lets each image's tokens
+    # attend to one another: every layer's attention gets a mask (Gemma 3: transformers v5.24.0
+    # models/gemma3/processing_gemma3.py l. 34, 70-71 ``return_mm_token_type_ids = True``, renamed token_type_ids;
+    # modeling_gemma3.py l. 671-737 create_masks_for_vision_model, l. 876-880; estimate/attention.py masked_layers)
+    bidirectional_image_mask: bool = False
+    # the tower's PreTrainedModel returns its patch embedding from get_input_embeddings, so enable_input_require_grads
+    # hooks it (transformers v5.24.0 modeling_utils.py l. 969-1000: ``_input_embed_layer``, then ``embeddings.<name>``;
+    # SigLIP/CLIP ``embeddings.patch_embedding``, Qwen2.5-VL ``_input_embed_layer = "patch_embed"``); Qwen3VLVisionModel
+    # names none, so nothing hookable comes back and the hook is skipped (l. 2169-2170; estimate/vision.py
+    # frozen_tower_recorded)
+    patch_embedding_exposed: bool = True
 
     @property
     def cross_attention(self) -> bool:
@@ -185,6 +196,13 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
+    # transformers 4's modelling code (before masking_utils: profile ``masks_per_layer_type`` off) always builds one
+    # 4-D float mask for the model, whatever the sequence against the window, and each sliding layer makes its own
+    # masked copy, which it hands SDPA (Gemma 3, transformers v4.52.4 models/gemma3/modeling_gemma3.py
+    # Gemma3TextModel._update_causal_mask l. 685-720 and Gemma3Model._update_causal_mask l. 1015-1093: no SDPA skip;
+    # Gemma3DecoderLayer.forward l. 426-450: ``torch.where(sliding_window_mask, min_dtype, attention_mask)`` then
+    # ``attention_mask[:, :, :, mask_indexes]``; estimate/forward_extras.py sliding_window_masks)
+    sliding_mask_copies_v4: bool = False
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 0
     # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---

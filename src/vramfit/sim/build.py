@@ -331,6 +331,23 @@ def lora_target_modules(model: torch.nn.Module, targets: tuple[str, ...]) -> str
     return sorted(names)
 
 
+def _language_model_targets(model: torch.nn.Module, scenario: Scenario) -> list[str]:
+    """A vision-language model whose tower and projector stay frozen (``freeze_vision``: estimate/vision.py
+    trains_vision): the full names of the adapted linears inside the language model only (``get_decoder()``, transformers
+    v5.24.0 modeling_utils.py: ``model.language_model`` / ``model.text_model``), as a trainer that freezes the vision
+    side targets them; PEFT matches a full name exactly. Empty otherwise (PEFT's own matching)."""
+    from vramfit.estimate.vision import trains_vision
+    from vramfit.sim.qlora import is_linear
+
+    if getattr(model.config, "vision_config", None) is None or trains_vision(scenario, scenario_profile(scenario)):
+        return []
+    decoder = model.get_decoder()
+    prefix = next(name for name, mod in model.named_modules() if mod is decoder)
+    wanted = lora_target_modules(decoder, scenario.lora_targets)
+    return [f"{prefix}.{name}" for name, mod in decoder.named_modules() if is_linear(mod)
+            and (wanted == ALL_LINEAR or name.rsplit(".", 1)[-1] in wanted)]
+
+
 def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     import peft
 
@@ -339,7 +356,7 @@ def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
         r=scenario.lora_rank,
         lora_alpha=scenario.lora_alpha,
         lora_dropout=dropout,
-        target_modules=lora_target_modules(model, scenario.lora_targets),
+        target_modules=_language_model_targets(model, scenario) or lora_target_modules(model, scenario.lora_targets),
         bias="none",
         task_type="CAUSAL_LM",
     )
