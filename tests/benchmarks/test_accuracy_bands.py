@@ -20,10 +20,11 @@ def test_the_band_data_is_up_to_date():
     fresh = bench.bands_text(bench.bands(bench.score(rows), paths))
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
     cases = {c["id"]: c["error"] for c in json.loads(fresh)["cases"]}
-    # every SFT row of every set; the DPO/SimPO rows (stages.jsonl, SWIFT_EX_2601-3/-10) would land on SFT paths
+    # every SFT row of every set; the DPO/SimPO/PPO rows (stages.jsonl, SWIFT_EX_2601-3/-10/-16) would land on SFT paths
     sft = [r["id"] for r in rows if r["scenario"].get("stage", "sft") == "sft"]
-    assert list(cases) == sft and len(sft) == len(rows) - 3 >= 120
+    assert list(cases) == sft and len(sft) == len(rows) - 4 >= 120
     assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases and "SWIFT_EX_2601-10" not in cases
+    assert "SWIFT_EX_2601-16" not in cases and "SWIFT_EX_2601-15" in cases  # the PPO row out, the packed fa2 run in
     assert cases["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
     # a found row on the counter its source measured: fsdp_qlora's peak allocated, LoRA on 2 GPUs at 512
     assert cases["AAI_FSDPQLORA_2403-5"] == -0.0256  # with the loop-kept fp32 logits (keeps_outputs); -0.0329 without
@@ -32,13 +33,15 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (92 of 170):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (96 of 179):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
-    # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, and ms-swift's two packed full fine-tunes with Liger;
-    # litgpt: 28 LIT_RES rows and lit-gpt's 3 October-2023 tutorial rows at micro-batch 4
-    assert lines["hf"][1] == "40" and lines["litgpt"][1] == "31" and lines["torchtune"][1] == "17"
-    assert lines["torchtitan"][1] == "4" and lines["AAI_FSDPQLORA_2403"][1] == "19"
+    # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three
+    # packed Qwen2.5-7B ZeRO-3 runs (liger/sft.sh with and without Liger, flash_attention_3/transformers.sh's fa2 line);
+    # litgpt: 28 LIT_RES rows and lit-gpt's 3 October-2023 tutorial rows at micro-batch 4; torchtitan: the 4 TITAN_BENCH rows
+    # and torchao's bf16 baseline of March 2025 (TORCHAO_FP8_2503)
+    assert lines["hf"][1] == "43" and lines["litgpt"][1] == "31" and lines["torchtune"][1] == "17"
+    assert lines["torchtitan"][1] == "5" and lines["AAI_FSDPQLORA_2403"][1] == "19"
     assert lines["AXOLOTL_EX_2508"][1] == "7"
 
 
@@ -51,5 +54,5 @@ def test_one_set_alone_scores_as_before(capsys):
     assert bench.main(["--all", "--data", str(bench.MEASURED / "found.jsonl"),
                        "--data", str(bench.MEASURED / "stages.jsonl")]) == 0
     lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()}
-    assert lines["SWIFT_EX_2601"][1] == "11" and lines["PEFT_MMQA_2607"][1] == "4" and lines["ODYN_DPO_2607"][1] == "1"
+    assert lines["SWIFT_EX_2601"][1] == "16" and lines["PEFT_MMQA_2607"][1] == "4" and lines["ODYN_DPO_2607"][1] == "1"
     assert lines["LIT_HUB_2409"][1] == "26"

@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 89
+    assert len(ROWS) == 97
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 89
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 97
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -58,6 +58,13 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["SWIFT_EX_2601-11"]["measured"]["bytes"] == 35 * 2**30  # agent/qwen2_5.sh '# 35GiB'
     # ms-swift's docs: '# 4 * 60GB' (per GPU), '# GPU Memory Usage: 22GB', '# 13GB'
     assert [by_id[f"SWIFT_DOCS_2506-{i}"]["measured"]["bytes"] for i in (1, 2, 3)] == [60 * 10**9, 22 * 10**9, 13 * 10**9]
+    # liger/sft.sh '4 * 42GB', '4 * 54GB', '4 * 52GB' (per GPU); flash_attention_3/transformers.sh '# fa2: 4 * 43GiB'
+    assert [by_id[f"SWIFT_EX_2601-{i}"]["measured"]["bytes"] for i in (12, 13, 14, 15)] == [42 * 10**9, 54 * 10**9,
+                                                                                          52 * 10**9, 43 * 2**30]
+    # ms-swift 1.x headers: '# 21GB', '# 2 * 72GB', '# 12GB'
+    assert [by_id[f"SWIFT_SCRIPTS_2404-{i}"]["measured"]["bytes"] for i in (6, 7, 8)] == [21 * 10**9, 72 * 10**9, 12 * 10**9]
+    # torchao's table 'Peak Memory (GB)' 47.65: the max of torchtitan's logged 'memory: N GiB'
+    assert by_id["TORCHAO_FP8_2503-1"]["measured"]["bytes"] == round(47.65 * 2**30)
     # ms-swift 1.x's benchmark page: max_memory_reserved per device / 1024**3, printed as 'GPU Memory (GiB)'
     assert [by_id[f"SWIFT_BENCH_2401-{i}"]["measured"] for i in (1, 2, 3, 4)] == [
         {"metric": "reserved", "bytes": round(x * 2**30)} for x in (66.72, 69.10, 71.34, 78.72)]

@@ -98,6 +98,35 @@ EXPECTED = {
                           "eval_batch_size": 1},
 }
 
+#: ms-swift (v4.5.2 defaults) and torchtitan fixtures (tests/config_import/test_swift_titan_import.py has the rest)
+SWIFT_LORA = {**BASE, "model": "Qwen/Qwen2.5-7B-Instruct", "method": "lora", "precision": "bf16-true", "quantize": "none",
+              "lora_rank": 8, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
+              "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16, "gradient_checkpointing": "full",
+              "framework": "hf", "lora_dropout": 0.05, "freeze_vision": "yes"}
+SWIFT_Z2 = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 200000000, "allgather_bucket_size": 200000000,
+                                  "overlap_comm": False, "contiguous_gradients": True}}
+TITAN_8B = {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "quantize": "none",
+            "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
+            "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 1, "gradient_checkpointing": "selective-op",
+            "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "framework": "torchtitan", "lora_dropout": None}
+EXPECTED.update({
+    "swift_lora_sft.sh": SWIFT_LORA,
+    "swift_args.json": SWIFT_LORA,
+    "swift_qlora_bnb.sh": {**SWIFT_LORA, "method": "qlora", "quantize": "nf4-dq", "kbit_prepare": "no"},
+    "swift_zero2.sh": {**SWIFT_LORA, "num_gpus": 2, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
+    "swift_sft.yaml": {**SWIFT_LORA, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
+    "swift_dpo_lora.sh": {**SWIFT_LORA, "stage": "dpo", "framework_version": "trl-0.29", "rpo_alpha": 0.1,
+                          "eval_batch_size": 1},
+    "swift_grpo_lora.sh": {**SWIFT_LORA, "model": "Qwen/Qwen2.5-7B", "stage": "grpo", "framework_version": "trl-0.29",
+                           "micro_batch_size": 4, "grad_accum": 1, "seq_len": 2048 + 1024, "completion_len": 1024,
+                           "num_generations": 4},
+    "torchtitan_llama3_8b.toml": TITAN_8B,
+    # the 70B preset (tensor_parallel_degree 8) on the launcher's default 8 GPUs: no FSDP, so no mixed precision
+    "torchtitan_llama3_70b.toml": {**TITAN_8B, "model": "meta-llama/Llama-3.1-70B", "precision": "fp32",
+                                   "attention": "sdpa", "micro_batch_size": 8, "gradient_checkpointing": "full",
+                                   "parallelism": "ddp", "tensor_parallel": 8},
+})
+
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_imports_to_the_scenario(name):

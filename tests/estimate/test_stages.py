@@ -166,6 +166,28 @@ def test_ppo_trains_a_full_value_model_and_keeps_a_reward_model():
     assert p[StepPhase.OPTIMIZER_STEP]["value_gradients"] == full.parts.gradients
 
 
+def test_ppo_under_zero3_gathers_the_value_model_with_the_policy_for_generation():
+    """TRL's unwrap_model_for_generation gathers ``model.parameters()`` of the engine, which wraps
+    PolicyAndValueWrapper(policy, value model): both models whole in bf16, less the shard each GPU holds."""
+    keys = {"method": "full", "parallelism": "zero3", "num_gpus": 8, "micro_batch_size": 2}
+    full = SPEC.num_params * 2  # bf16
+    one = full - (full + 7) // 8
+    assert phases(step(stage="ppo", **keys))[G]["gathered_weights"] == 2 * one
+    assert phases(step(stage="grpo", **keys))[G]["gathered_weights"] == one
+
+
+def test_zero3_keeps_its_flat_gradient_partition_through_rollouts_and_scoring():
+    """DeepSpeed ZeRO-3 allocates grad_partitions_flat_buffer at init (stage3.py _setup_for_real_optimizer): the
+    policy's bf16 gradient partition (and PPO's value model's) is held while generating and scoring too."""
+    keys = {"method": "full", "parallelism": "zero3", "num_gpus": 8, "micro_batch_size": 2}
+    part = (SPEC.num_params * 2 + 7) // 8  # bf16 gradients, one eighth each
+    grpo = phases(step(stage="grpo", generation="vllm-server", **keys))
+    assert grpo[G]["gradients"] == grpo[S]["gradients"] == grpo[StepPhase.FORWARD]["gradients"] == part
+    ppo = phases(step(stage="ppo", **keys))
+    assert ppo[G]["value_gradients"] == ppo[S]["value_gradients"] == ppo[StepPhase.FORWARD]["value_gradients"] == part
+    assert "gradients" not in phases(step(stage="grpo", generation="vllm-server", method="full", micro_batch_size=8))[G]
+
+
 @pytest.mark.parametrize(("keys", "message"), [
     ({"num_generations": 4}, "num_generations: is a key of stage grpo, not sft"),
     ({"stage": "orpo", "reference": "copy"}, "reference: stage orpo has no reference model"),

@@ -100,3 +100,19 @@ def test_long_error_is_cut_and_big_body_refused(client):
     assert len(err) == len("text: ") + 300
     r = client.post("/api/import", json={"text": "a: " + "b" * (300 * 1024)})
     assert r.status_code == 413
+
+
+def test_form_offers_every_dialect_the_importer_reads(client):
+    """The calculator's dialect list is the importer's own (config_import/detect.py DIALECTS), so a dialect added
+    there (swift, torchtitan) is offered on the page, and a pasted torchtitan TOML imports with it."""
+    from pathlib import Path
+
+    from vramfit.config_import.detect import DIALECTS
+
+    page = client.get("/").text
+    for d in DIALECTS:
+        assert f'<option value="{d}">{d}</option>' in page
+    toml = (Path(__file__).parents[1] / "config_import" / "fixtures" / "torchtitan_llama3_8b.toml").read_text()
+    r = client.post("/api/import", json={"text": toml, "dialect": "torchtitan"})
+    assert r.status_code == 200, r.text
+    assert r.json()["scenario"]["framework"] == "torchtitan"

@@ -66,9 +66,9 @@ def scenario_parameters() -> list[inspect.Parameter]:
         )
     )
     params.append(inspect.Parameter("from_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[Path]], default=typer.Option(
-        None, "--from", help="Training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt); again for its DeepSpeed/accelerate/PEFT files. Flags override it.", rich_help_panel="Scenario")))
+        None, "--from", help="Training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt, ms-swift script/config/args.json, torchtitan TOML); again for its DeepSpeed/accelerate/PEFT files. Flags override it.", rich_help_panel="Scenario")))
     params.append(inspect.Parameter("dialect", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
-        None, "--dialect", help="The --from file's project: axolotl, llamafactory, trl, torchtune, litgpt (default: detected).", rich_help_panel="Scenario")))
+        None, "--dialect", help="The --from file's project: axolotl, llamafactory, trl, torchtune, litgpt, swift, torchtitan (default: detected).", rich_help_panel="Scenario")))
     return params
 
 

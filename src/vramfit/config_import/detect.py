@@ -7,7 +7,7 @@ from typing import Any
 
 from vramfit.config_import.loader import fail
 
-DIALECTS = ("axolotl", "llamafactory", "trl", "torchtune", "litgpt")
+DIALECTS = ("axolotl", "llamafactory", "trl", "torchtune", "litgpt", "swift", "torchtitan")
 
 #: Keys that only one dialect uses at the top level (a config with any of them is that dialect's).
 SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -15,6 +15,11 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "llamafactory": ("stage", "finetuning_type", "cutoff_len", "template", "lora_target", "quantization_bit"),
     "litgpt": ("checkpoint_dir", "out_dir", "lora_r", "lora_query", "devices", "train"),
     "trl": ("model_name_or_path", "per_device_train_batch_size", "output_dir", "max_length", "use_peft", "optim"),
+    # ms-swift (v4.5.2 swift/arguments): a shell script's mapping carries "swift" (the subcommand) and "ENV"
+    "swift": ("swift", "ENV", "tuner_type", "train_type", "attn_impl", "quant_bits", "rlhf_type", "target_modules",
+              "split_dataset_ratio", "model_author", "freeze_vit", "torch_dtype"),
+    # torchtitan job config TOML tables (9dec370 config_manager.py; v0.2.2 torchtitan/config/job_config.py)
+    "torchtitan": ("job", "activation_checkpoint", "parallelism", "experimental", "float8", "metrics", "comm"),
 }
 
 #: Files that are companions of a training config, never one themselves.
@@ -34,8 +39,11 @@ def _has_component(data: Any) -> bool:
 def scores(data: dict[str, Any]) -> dict[str, int]:
     out = {d: sum(k in data for k in keys) for d, keys in SIGNATURES.items()}
     out["torchtune"] = 10 if _has_component(data) else 0
-    if out["llamafactory"]:  # LLaMA-Factory configs also hold TrainingArguments keys
+    out["swift"] += isinstance(data.get("model"), str)  # ms-swift's --model; the others say base_model/model_name_or_path
+    if out["llamafactory"] or out["swift"] > 1:  # LLaMA-Factory and ms-swift configs also hold TrainingArguments keys
         out["trl"] = 0
+    if out["swift"] == 1 and "torch_dtype" in data:  # TRL's ModelConfig has torch_dtype too
+        out["swift"] = 0
     return out
 
 
@@ -49,7 +57,7 @@ def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
     kind = next((what for key, what in COMPANIONS.items() if key in data), None) if s[best] == 0 else None
     if dialect is not None:
         name = dialect.strip().lower().replace("-", "").replace("_", "")
-        name = {"transformers": "trl", "hf": "trl", "llamafactory": "llamafactory"}.get(name, name)
+        name = {"transformers": "trl", "hf": "trl", "llamafactory": "llamafactory", "msswift": "swift"}.get(name, name)
         if name not in DIALECTS:
             raise fail(path, f"--dialect '{dialect}' is unknown (valid values: {', '.join(DIALECTS)})")
         if kind is None and s[name] == 0 and s[best] > 0:

@@ -71,9 +71,11 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
     raise r.error(f"{key}: file '{value}' not found (looked next to the config and in the working directory)")
 
 
-def read_deepspeed(r: KeyReader, key: str, path: Path) -> tuple[dict[str, Any], list[Entry]]:
-    """Scenario keys from a DeepSpeed JSON: ZeRO stage and offload (other details reported)."""
-    data = load_mapping(path)
+def read_deepspeed(r: KeyReader, key: str, path: Path,
+                   data: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Entry]]:
+    """Scenario keys from a DeepSpeed JSON (or its mapping ``data``, named ``path``): ZeRO stage and offload
+    (other details reported)."""
+    data = load_mapping(path) if data is None else data
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
     stage = ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0")
     if stage not in ZERO_STAGES:

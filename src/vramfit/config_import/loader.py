@@ -9,6 +9,7 @@ YAML is scanned as events first (PyYAML's safe parser), so an alias "billion lau
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,14 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
 
     if len(text.encode("utf-8")) > MAX_BYTES:
         raise fail(path, f"is over {MAX_BYTES:,} bytes; a training config is smaller")
-    if path.suffix.lower() == ".json":
+    kind = text_kind(text, path)
+    if kind == "toml":
+        data = _toml(text, path)
+    elif kind == "shell":
+        from vramfit.config_import.swift_shell import parse_script
+
+        data = parse_script(text, path)
+    elif kind == "json":
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicates)
         except ValueError as exc:
@@ -107,6 +115,33 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise fail(path, f"must hold a mapping of config keys, got {type(data).__name__}")
     return data
+
+
+#: A TOML table header on a line of its own (torchtitan's job configs): ``[training]``, ``[quantize.linear.float8]``.
+_TOML_TABLE = re.compile(r"^\[[A-Za-z_][\w.]*\]\s*(#.*)?$", re.M)
+
+
+def text_kind(text: str, path: Path) -> str:
+    """How a config's text is parsed: by its suffix (.json, .yaml/.yml, .toml, .sh), else by its look (a pasted
+    config): TOML table headers, a ``swift sft|rlhf|pt`` command line, else YAML (which JSON also is)."""
+    suffix = path.suffix.lower()
+    known = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".sh": "shell"}
+    if suffix in known:
+        return known[suffix]
+    from vramfit.config_import.swift_shell import looks_like_swift
+
+    if _TOML_TABLE.search(text):
+        return "toml"
+    return "shell" if looks_like_swift(text) else "yaml"
+
+
+def _toml(text: str, path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise fail(path, f"is not valid TOML: {exc}") from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -145,6 +145,9 @@ def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool,
 
 def rewrite(imp: Imported, values: dict[str, Any]) -> str:
     """The source file's text with ``values`` (dotted file keys) set; every other line unchanged."""
+    if imp.path.suffix.lower() in (".sh", ".toml"):  # a shell script or a TOML job config: not rewritten
+        raise fail(imp.path, "vramfit writes YAML and JSON configs back, not shell scripts or TOML; apply the change "
+                             "by hand or drop --write-to")
     try:
         from ruamel.yaml import YAML
     except ModuleNotFoundError:

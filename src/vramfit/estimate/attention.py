@@ -79,6 +79,27 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     return profile.expands_kv_for_sdpa or windowed
 
 
+def image_mask_applies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Whether the batch's ``token_type_ids`` mask every layer's attention (``VisionTower.bidirectional_image_mask``,
+    Gemma 3 with images, transformers' masking_utils: ``profile.masks_per_layer_type``). transformers v5.24.0
+    models/gemma3/modeling_gemma3.py l. 876-880 builds ``create_masks_for_vision_model`` from them: the full-attention
+    layers' ``create_causal_mask(..., block_sequence_ids=...)`` (l. 704) and the sliding layers' with an
+    ``or_mask_function`` (l. 729-733); masking_utils.py l. 997-1000 then sets ``allow_is_causal_skip = False``, so
+    neither mask is skipped, whatever the sequence's length against the window. Each is (B, 1, S, S): the image
+    blocks differ per sequence. The simulator's trace of Gemma 3 with an image: every layer converts its mask to a
+    16-bit bias (``zeros_like``) and repeats k and v to every query head (``clone``), as a masked sliding layer does."""
+    return bool(profile.runs_transformers_modeling and profile.masks_per_layer_type and spec.vision is not None
+                and spec.vision.bidirectional_image_mask and sc.sees_pixels)
+
+
+def masked_layers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """Layers whose SDPA call gets a mask: every layer where the image tokens' mask applies
+    (:func:`image_mask_applies`), else the sliding layers where the window makes one (:func:`window_masked`)."""
+    if image_mask_applies(spec, sc, profile):
+        return spec.num_hidden_layers
+    return sliding_layers(spec) if window_masked(spec, sc) else 0
+
+
 def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Models that mix sliding-window and full-attention layers (``layer_types``: Gemma 2/3, gpt-oss): on a
     sliding layer whose window is no longer than the sequence transformers builds a mask, so SDPA gets no
@@ -89,7 +110,7 @@ def sliding_layers_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     checkpointing only the recomputed layer has them (forward_extras.sliding_window_recompute)."""
     if sc.gradient_checkpointing is not Checkpointing.NONE:
         return 0
-    return sliding_layers(spec) * masked_layer_kv_repeat(spec, sc, profile)
+    return masked_layers(spec, sc, profile) * masked_layer_kv_repeat(spec, sc, profile)
 
 
 def sliding_layers(spec: ModelSpec) -> int:
@@ -100,10 +121,10 @@ def sliding_layers(spec: ModelSpec) -> int:
 
 
 def masked_layer_kv_repeat(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """What one masked sliding layer of a ``layer_types`` model adds by repeating k and v to every query head
-    (:func:`sliding_layers_kv_repeat`); 0 where the block walk repeats them on every layer already (eager attention,
+    """What one masked layer of a ``layer_types`` model (:func:`masked_layers`) adds by repeating k and v to every
+    query head (:func:`sliding_layers_kv_repeat`); 0 where the block walk repeats them on every layer already (eager attention,
     ``profile.expands_kv_for_sdpa``: :func:`_expands_kv`)."""
-    if (not profile.runs_transformers_modeling or not spec.layer_types or not window_masked(spec, sc)
+    if (not profile.runs_transformers_modeling or not spec.layer_types or not masked_layers(spec, sc, profile)
             or sc.attention is not Attention.SDPA or profile.expands_kv_for_sdpa
             or spec.num_key_value_heads >= spec.num_attention_heads or runs_eager_attention(spec, sc, profile)):
         return 0

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.attention import (
+    image_mask_applies,
+    mask_count,
     masked_layer_kv_repeat,
+    masked_layers,
     runs_eager_attention,
     sliding_layers,
     window_masked,
@@ -17,7 +20,8 @@ from vramfit.scenario import Attention, Checkpointing, Method, Quantize, Scenari
 
 def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """The masks an SDPA run keeps where a sliding window no longer than the sequence makes transformers build
-    one (attention.window_masked); none where the model runs eager attention (attention.runs_eager_attention:
+    one (attention.window_masked), or the image tokens' mask masks every layer (attention.image_mask_applies:
+    each masked layer, attention.masked_layers, keeps its bias); none where the model runs eager attention (attention.runs_eager_attention:
     Gemma 2, gpt-oss, BLOOM; their masks are block_extras.eager_mask's).
 
     masking_utils (``profile.masks_per_layer_type``, transformers v5.24.0 sdpa_mask) hands SDPA a boolean mask,
@@ -27,10 +31,13 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     (not under checkpointing: the forward keeps nothing and each recompute makes its own). Before (v4.44.2
     models/mistral/modeling_mistral.py _update_causal_mask l. 845-951), one float mask in the embeddings' dtype,
     the window baked in, is every layer's ``attn_mask``: saved by each kernel (or held by each checkpointed layer as
-    its argument), one tensor through backward."""
+    its argument), one tensor through backward; Gemma 3 then builds it whatever the sequence, with a copy per sliding
+    layer (:func:`_model_masks_v4`)."""
+    image_mask = image_mask_applies(spec, sc, profile)
+    v4_copies = spec.sliding_mask_copies_v4 and not profile.masks_per_layer_type
     if (
         not profile.runs_transformers_modeling  # transformers' masking (masking_utils); others use flash/flex
-        or not window_masked(spec, sc)
+        or not (window_masked(spec, sc) or image_mask or v4_copies)
         or sc.attention is not Attention.SDPA
         or runs_eager_attention(spec, sc, profile)
     ):
@@ -39,17 +46,33 @@ def sliding_window_masks(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     if not profile.masks_per_layer_type:
         # the profile decides first: before masking_utils a model with ``layer_types`` (Qwen2/3 with
         # use_sliding_window, models/hf_config.py) still gets the model's one shared float mask
-        from vramfit.estimate.activations import dtypes_for
-
-        return round_allocation(dtypes_for(sc, profile, spec).residual * squares)
-    layers = sliding_layers(spec)
+        return _model_masks_v4(spec, sc, profile, squares)
+    layers = masked_layers(spec, sc, profile)
     if not layers:
         return 0
     if sc.gradient_checkpointing is not Checkpointing.NONE:
         # the boolean mask itself, [1, 1, S, S] (masking_utils.sdpa_mask expands a batch-free mask), is every
-        # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor)
+        # checkpointed layer's argument: kept through backward (the simulator's ``bitwise_and`` tensor); the image
+        # tokens' masks (attention.image_mask_applies) are one [B, 1, S, S] per attention type (``bitwise_or`` and
+        # ``bitwise_and`` in the simulator's trace of Gemma 3 with an image)
+        if image_mask:
+            return mask_count(spec, profile) * round_allocation(squares)
         return round_allocation(sc.seq_len * sc.seq_len)
     return layers * round_allocation(sc.precision.compute_bytes * squares)
+
+
+def _model_masks_v4(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, squares: int) -> int:
+    """Before masking_utils: the model's one float [B, 1, S, S] mask in the embeddings' dtype, and where the model makes
+    each sliding layer its own masked copy (``ModelSpec.sliding_mask_copies_v4``, Gemma 3 at transformers v4.52.4:
+    ``torch.where`` then an indexed copy, the copy passed to SDPA), that copy too, saved by every sliding layer's
+    memory-efficient kernel (its ``attn_bias``). Under checkpointing the model mask alone, every checkpointed layer's
+    argument; each recompute makes its copy again (:func:`sliding_window_recompute`)."""
+    from vramfit.estimate.activations import dtypes_for
+
+    one = round_allocation(dtypes_for(sc, profile, spec).residual * squares)
+    if not spec.sliding_mask_copies_v4 or sc.gradient_checkpointing is not Checkpointing.NONE:
+        return one
+    return (1 + sliding_layers(spec)) * one
 
 
 def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -59,9 +82,10 @@ def sliding_window_recompute(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     repeated to every query head (attention.sliding_layers_kv_repeat, which counts them without checkpointing only).
     The simulator's trace of a tiny Mistral (window 128, 2048 tokens, full checkpointing) peaks in the top block's
     backward with that layer's ``zeros_like`` bias beside the model's boolean mask: -25 % without them."""
-    if (sc.gradient_checkpointing is Checkpointing.NONE or not sliding_window_masks(spec, sc, profile)
-            or not profile.masks_per_layer_type):
+    if sc.gradient_checkpointing is Checkpointing.NONE or not sliding_window_masks(spec, sc, profile):
         return 0
+    if not profile.masks_per_layer_type:  # transformers 4: a recomputed sliding layer's own masked copy, if it makes one
+        return sliding_window_masks(spec, sc, profile) if spec.sliding_mask_copies_v4 and sliding_layers(spec) else 0
     bias = round_allocation(sc.precision.compute_bytes * sc.micro_batch_size * sc.seq_len * sc.seq_len)
     return bias + masked_layer_kv_repeat(spec, sc, profile)
 

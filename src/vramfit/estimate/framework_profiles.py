@@ -32,6 +32,8 @@ _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
 # _update_causal_mask, one shared float mask (v4.44.2 models/mistral/modeling_mistral.py l. 845-951,
 # models/gemma2/modeling_gemma2.py l. 568-580 and 875-909; v4.52.4 alike)
 _MODEL_MASKS = ("masks_per_layer_type", False)
+# transformers <= v4.57.1 modeling_utils.py enable_input_require_grads hooks the model's own input embeddings only
+_OWN_EMBEDDINGS_HOOKED = ("hooks_sub_model_embeddings", False)
 # transformers before v4.54 repeats k and v to every query head before SDPA, mask or not (v4.44.2
 # models/llama/modeling_llama.py LlamaSdpaAttention.forward l. 642-643; v4.52.4 and v4.53.0
 # integrations/sdpa_attention.py sdpa_attention_forward); v4.54.1 added use_gqa_in_sdpa (enable_gqa without a mask)
@@ -62,6 +64,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
         masks_per_layer_type=True,  # transformers v5.24.0 masking_utils.py (profile_fields.py)
+        hooks_sub_model_embeddings=True,  # transformers v5.24.0 modeling_utils.py enable_input_require_grads
         quantizes_exact_linear_only=True,
         mxfp4_index_bytes=4,  # transformers v5.24.0 integrations/mxfp4.py l. 270: .to(torch.int)
         fsdp_mixed_casts_params=True,
@@ -107,7 +110,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach); one "
                 "attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v repeated to "
                 "every head (no enable_gqa before v4.54)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV),
+                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
+                 _OWN_EMBEDDINGS_HOOKED),
             ),
             FrameworkVersion(
                 "transformers-4.47",
@@ -116,7 +120,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(foreach); one attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v "
                 "repeated to every head (no enable_gqa before v4.54)",
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
-                 _SDPA_REPEATS_KV),
+                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
             ),
             # split at v4.53.0, masking_utils.py's first release (_MODEL_MASKS): v4.49-v4.52 keep one model-level mask
             FrameworkVersion(
@@ -125,7 +129,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "Trainer optim default adamw_torch (foreach, as transformers-4.53); one attention mask per model "
                 "(_update_causal_mask: masking_utils.py first ships in v4.53.0); SDPA gets k and v repeated to every "
                 "head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV),
+                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
             ),
             FrameworkVersion(
                 "transformers-4.53",
@@ -133,7 +137,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(one mask per attention type); Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 "
                 "`default_optim = \"adamw_torch\"`, trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for "
                 "adamw_torch_fused), i.e. foreach; SDPA gets k and v repeated to every head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV),
+                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -162,7 +166,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "prefetch, the block above's dropped once the node that unpacked it has run",
                              (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
                               ("mxfp4_host_dequant_on_gpu", True),
-                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0))),
+                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0), _OWN_EMBEDDINGS_HOOKED)),
             FrameworkVersion("axolotl-0.12", "axolotl-ai-cloud/axolotl@ba3dba3e4 (0.12.0.dev) "
                              "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
                              "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
@@ -318,6 +322,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
         loop_carry=LoopCarry.LOGITS,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
+        # validate()'s generate_example (lit-gpt@8641822 finetune/lora.py l. 258-285: KV cache of n_head x the longest
+        # sample, its square bool mask) stays under the step's peak: not modelled (tests/estimate/test_litgpt_generate_example.py)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,

@@ -158,6 +158,11 @@ class FrameworkProfile:
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model
     # finetune_vision_layers=True)
     freezes_vision: bool = False
+    # enable_input_require_grads (run for adapters under gradient checkpointing) hooks the input embeddings of every
+    # sub-model, the vision tower's patch embedding among them, so autograd records even a frozen tower (transformers
+    # v5.24.0 modeling_utils.py l. 2147-2180: each PreTrainedModel with get_input_embeddings; v4.57.1 l. 2858 and
+    # earlier hooked the model's own input embeddings only; estimate/vision.py frozen_tower_recorded)
+    hooks_sub_model_embeddings: bool = False
     # QLoRA of a vision-language model quantizes the tower's and projector's linears too (scenario quantize_vision
     # auto): transformers v5.24.0 quantizers/base.py get_modules_to_not_convert keeps only get_keys_to_not_convert's
     # (the output head, tied weights, the last parameter) and _keep_in_fp32_modules (none in Gemma 3, Qwen2.5/3-VL,

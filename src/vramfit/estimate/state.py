@@ -89,7 +89,7 @@ def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int
       bitsandbytes' fp32) (torchao v0.6.1 prototype/low_bit_optim/adam.py ``_new_buffer``, subclass_8bit.py).
     - Adafactor (transformers optimization.py): fp32 row and column second moments for >= 2-D
       tensors, full fp32 ``exp_avg_sq`` for 1-D; no first moment (``beta1=None``).
-    - SGD with momentum: one ``momentum_buffer`` in the parameter dtype; Lion (bitsandbytes 32-bit): one fp32 state;
+    - SGD momentum: a buffer in the parameter dtype; Lion: fp32 (bitsandbytes v0.50.2 optim/optimizer.py l. 667-681);
       Lion 8-bit (bitsandbytes ``Optimizer1State``): uint8 + fp32 absmax per 256.
     """
     n, c = t.numel, t.count
@@ -123,13 +123,8 @@ def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int
             per = 4 * n
     elif optimizer is Optimizer.SGD:
         per = 0
-    elif optimizer is Optimizer.SGD_MOMENTUM:
-        per = n * param_bytes
-    elif optimizer is Optimizer.LION:
-        # bitsandbytes' 32-bit Lion (HF Trainer optim lion_32bit): Optimizer1State.init_state makes state1 fp32 whatever
-        # the parameter's dtype (bitsandbytes v0.50.2 optim/optimizer.py l. 667-681); the simulator's 3-layer
-        # Qwen2.5-0.5B in bf16 keeps a 544,538,624 B fp32 state for its 151936 x 896 embedding (-10.7 % at 4 B/2)
-        per = 4 * n
+    elif optimizer in (Optimizer.SGD_MOMENTUM, Optimizer.LION):  # Lion's state: fp32 whatever the parameter's
+        per = n * (4 if optimizer is Optimizer.LION else param_bytes)
     elif optimizer is Optimizer.LION_8BIT:
         per = n + 4 * _ceil(n, BNB_BLOCKSIZE_8BIT.value) if n >= BNB_MIN_8BIT_SIZE.value else 4 * n
     else:  # pragma: no cover - enum is exhaustive

@@ -8,84 +8,34 @@
   the micro-batch's image patches; under gradient checkpointing only the block inputs (transformers
   v5.24.0 makes every encoder layer a GradientCheckpointingLayer). Frozen, it keeps nothing for
   backward: pixel values and frozen weights need no gradient.
+
+The images' tokens, the language model's scenario and what the forward holds outside the saved tensors are in
+:mod:`vramfit.estimate.vision_inputs` (re-exported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter, ParamTensor, resolve_adapters, vision_tensors
-from vramfit.models import hf_vlm
-from vramfit.models.spec import ModelSpec, PositionEncoding
-from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
-from vramfit.scenario import (
-    ALL_LINEAR,
-    Checkpointing,
-    FreezeVision,
-    Method,
-    Parallelism,
-    Quantize,
-    QuantizeVision,
-    Scenario,
+
+# the images' tokens, the language model's scenario, whether the tower trains and what the forward holds
+# (estimate/vision_inputs.py), re-exported: step.py, core.py, vision_backward.py and tests import them here
+from vramfit.estimate.vision_inputs import (  # noqa: F401
+    TOWER_FAMILIES,
+    forward_only_bytes,
+    lm_scenario,
+    per_image,
+    per_sample,
+    per_video,
+    pixel_input_bytes,
+    trains_vision,
 )
-
-
-def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
-    """Patches and language-model tokens of one of the scenario's images; None without images."""
-    if not sc.images_per_sample:
-        return None
-    if spec.vision is None:
-        if spec.vision_params:  # a vision-language checkpoint whose tower vramfit does not describe
-            raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
-                                f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
-        return None
-    return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
-
-
-# the families whose tower is described (models/hf_vlm.py; Gemma 3's is read in hf_config.py)
-TOWER_FAMILIES = tuple(sorted({*hf_vlm.BUILDERS, *hf_vlm.TOWERS, "gemma3"}))
-
-
-def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
-    """Patches and language-model tokens of the scenario's video frames; None without frames."""
-    if not sc.frames_per_sample:
-        return None
-    refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "
-               f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}")
-    if spec.vision is None or not has_video_rule(spec.vision.image_config):
-        raise ScenarioError("frames_per_sample", refused, valid=("0",))
-    try:
-        return video_tokens(spec.vision.image_config, sc.frames_per_sample, sc.image_height, sc.image_width)
-    except ModelError as exc:  # a video the processor refuses (fewer frames than a temporal patch ...)
-        raise ScenarioError("frames_per_sample", str(exc).removeprefix("model: "), valid=("0",)) from None
-
-
-def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
-    """Patches, language-model tokens and projector rows of one sequence's images and video together."""
-    img, video = per_image(spec, sc), per_video(spec, sc)
-    if img is None and video is None:
-        return None
-    parts = [(sc.images_per_sample, img), (1, video)]
-    return ImageTokens(sum(n * x.vision_patches for n, x in parts if x), sum(n * x.lm_tokens for n, x in parts if x),
-                       sum(n * x.features for n, x in parts if x), sum(n * x.pixels for n, x in parts if x))
-
-
-def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
-    """The scenario as the language model sees it: its sequence includes the image and video tokens."""
-    pix = per_sample(spec, sc)
-    if pix is None:
-        return sc
-    return dataclasses.replace(sc, seq_len=sc.seq_len + pix.lm_tokens)
-
-
-def trains_vision(sc: Scenario, profile: FrameworkProfile) -> bool:
-    """Whether the tower and projector train: ``freeze_vision``, ``auto`` = the framework's."""
-    if sc.freeze_vision is FreezeVision.AUTO:
-        return not profile.freezes_vision
-    return sc.freeze_vision is FreezeVision.NO
+from vramfit.models.spec import ModelSpec, PositionEncoding
+from vramfit.models.vlm_tokens import ImageTokens
+from vramfit.scenario import ALL_LINEAR, Checkpointing, Method, Quantize, QuantizeVision, Scenario
 
 
 def vision_adapters(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> list[Adapter]:
@@ -113,11 +63,31 @@ def vision_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
 
 
 def tower_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> tuple[int, int, int]:
-    """(what the tower's blocks keep, what it keeps outside them, one block's bytes recomputed under checkpointing)."""
+    """(what the tower's blocks keep, what it keeps outside them, one block's bytes recomputed under checkpointing);
+    a frozen tower that autograd records (:func:`frozen_tower_recorded`) keeps what its input gradients need: the
+    same walk with no adapters."""
     pix = per_sample(spec, sc)
-    if pix is None or not trains_vision(sc, profile):
+    if pix is None:
         return 0, 0, 0
-    return _tower_activations(spec, sc, profile, adapters, pix)
+    if trains_vision(sc, profile):
+        return _tower_activations(spec, sc, profile, adapters, pix)
+    if frozen_tower_recorded(spec, sc, profile):
+        return _tower_activations(spec, sc, profile, [], pix)
+    return 0, 0, 0
+
+
+def frozen_tower_recorded(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
+    """A frozen tower (``freeze_vision``) under gradient checkpointing with adapters, where enable_input_require_grads
+    hooks the tower's patch embedding too (``profile.hooks_sub_model_embeddings``, transformers v5.24.0
+    modeling_utils.py l. 2147-2180: every PreTrainedModel's get_input_embeddings, SiglipVisionModel's patch_embedding
+    among them, where the tower exposes it: ``VisionTower.patch_embedding_exposed``): its output requires grad, so
+    autograd records the frozen tower and its checkpointed layers keep their inputs for the gradient that flows back
+    to that leaf. The simulator's trace of Gemma 3 with the tower frozen
+    (LoRA on the language model only): the patch embedding's output, each layer's input and the projector's saved
+    tensors at the peak, as a trained tower's without adapters."""
+    return (spec.vision is not None and spec.vision.patch_embedding_exposed and profile.hooks_sub_model_embeddings
+            and sc.method is not Method.FULL
+            and sc.gradient_checkpointing is not Checkpointing.NONE and not trains_vision(sc, profile))
 
 
 def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
@@ -128,7 +98,7 @@ def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenar
     out: list[tuple[ParamTensor, bool]] = []
     L = spec.num_hidden_layers
     for t in tensors:
-        share = t.count * skipped // L if t.kind in ("linear", "bias") or t.name == "block_norms" else 0
+        share = t.count * skipped // L if t.kind in ("linear", "router", "bias") or t.name == "block_norms" else 0
         if share and t.count % L == 0:
             out += [(dataclasses.replace(t, count=t.count - share), False), (dataclasses.replace(t, count=share), True)]
         else:
@@ -296,76 +266,6 @@ def _stem_kept(spec: ModelSpec, sc: Scenario, patches: int) -> int:
     if sc.gradient_checkpointing is not Checkpointing.NONE and sc.method is not Method.FULL:
         total += round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     return total
-
-
-def pixel_input_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
-    """Bytes per pixel value as the model receives them. The image processors return float32 (transformers v5.24.0
-    image_processing_backends.py ``rescale_and_normalize``: ``images.to(torch.float32)``; the PIL backend's numpy
-    arrays likewise) and ``Trainer._prepare_input`` moves them to the GPU uncast, except under DeepSpeed, where it
-    casts floating inputs to the engine's dtype (trainer.py: ``hf_ds_config.dtype()``), and where the framework's
-    collator casts them to the model's dtype (``FrameworkProfile.pixels_in_model_dtype``). Each model then casts
-    them to its tower's dtype (CLIP/SigLIP ``patch_embedding(pixel_values.to(dtype=target_dtype))``, Qwen-VL
-    ``pixel_values.type(self.visual.dtype)``, Idefics3 / InternVL ``pixel_values.to(dtype=self.dtype)``): a copy
-    in that dtype, freed after the patch embedding unless its trained weight saves it (:func:`_tower_activations`)."""
-    cast = profile.pixels_in_model_dtype or sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
-    return sc.precision.compute_bytes if cast else 4
-
-
-def forward_only_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """What lives until the forward returns only: the batch's pixel values as the trainer feeds them
-    (:func:`pixel_input_bytes`; the trainer drops its inputs before backward: transformers Trainer.training_step
-    ``del inputs``), unless they are in the tower's dtype already and the trained patch embedding saves them (counted
-    there), with Idefics3's byte-per-pixel mask; the tower's output held by the model's output object
-    (:func:`_held_tower_output`)."""
-    pix = per_sample(spec, sc)
-    if pix is None:
-        return 0
-    B, c, fed = sc.micro_batch_size, sc.precision.compute_bytes, pixel_input_bytes(sc, profile)
-    saved = (fed == c and sc.method is Method.FULL and trains_vision(sc, profile)
-             and not spec.vision.pixels_copied)
-    held = 0 if saved else round_allocation(fed * B * pix.pixels)
-    if spec.vision.pixels_copied:
-        held += round_allocation(B * pix.pixels // 3)
-    if spec.vision.post_norm_held:  # the normed tower output and the projector's output (the features' list)
-        held += round_allocation(c * B * pix.vision_patches * spec.vision.block.hidden_size)
-        held += round_allocation(c * B * pix.features * spec.hidden_size)
-    return held + _held_tower_output(spec, sc, profile)
-
-
-def _held_tower_output(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """The tower's output the model's output object holds through the forward (``VisionTower.output_held``),
-    where no saved tensor is that same tensor: only the projector's weight gradient saves it as it is, outside
-    autocast (full fine-tuning of a trained tower); LoRA casts it to the adapter's dtype (peft v0.21.2
-    tuners/lora/layer.py Linear.forward). Rows: every tile's unpadded patches; width: the projector's input."""
-    if spec.vision is not None and spec.vision.deepstack_mergers:
-        return _deepstack_outputs_held(spec, sc, profile)
-    img = per_image(spec, sc)
-    if img is None or not spec.vision.output_held or not spec.vision.projector:
-        return 0
-    from vramfit.estimate import activations as act
-
-    dt = act.dtypes_for(sc, profile)
-    if sc.method is Method.FULL and trains_vision(sc, profile) and not dt.autocast:
-        return 0
-    rows = sc.micro_batch_size * sc.images_per_sample * img.features
-    return round_allocation(dt.residual * rows * spec.vision.projector[0].in_features)
-
-
-def _deepstack_outputs_held(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
-    """Qwen3-VL: the model's output object holds the tower's output until the loss is taken
-    (transformers v5.24.0 models/qwen3_vl/modeling_qwen3_vl.py Qwen3VLForConditionalGeneration.forward returns
-    ``image_outputs`` / ``video_outputs``, BaseModelOutputWithDeepstackFeatures): every merger's output, which
-    ``masked_scatter`` and the DeepStack add read without saving, and the last block's output, which only a
-    trained merger's LayerNorm saves (beside what ``projector_kept`` counts); in the residual stream's dtype."""
-    pix = per_sample(spec, sc)
-    if pix is None:
-        return 0
-    from vramfit.estimate import activations as act
-
-    r, tower = act.dtypes_for(sc, profile).residual, spec.vision
-    rows, patches = sc.micro_batch_size * pix.features, sc.micro_batch_size * pix.vision_patches
-    merged = tower.mergers * round_allocation(r * rows * tower.projector[-1].out_features)
-    return merged + round_allocation(r * patches * tower.block.hidden_size)
 
 
 def projector_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from vramfit.errors import ModelError
 from vramfit.models.config_check import check_config, check_spec
-from vramfit.models.spec import Linear, ModelSpec, NormType, PositionEncoding
 
-_MISSING = object()
+# the config reader and the helpers every builder shares (models/hf_config_cfg.py), re-exported for hf_moe and
+# hf_vlm, and the other layouts' builders (models/hf_config_layouts.py)
+from vramfit.models.hf_config_cfg import _Cfg, _common, _embeddings, _family, _heads, _layer_types
+from vramfit.models.hf_config_layouts import _bloom, _falcon, _gpt_neox, _phi, _qwen1
+from vramfit.models.spec import Linear, ModelSpec, NormType
 
 # model_type -> (family builder name, tie_word_embeddings default of its transformers config)
 _LLAMA_LIKE = {
@@ -42,83 +44,10 @@ _GEMMA3_TEXT_DEFAULTS = {
     "query_pre_attn_scalar": 256, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
 }
 
-
-# config fields copied into ModelSpec.extra (when set) for the estimators that need them
-_EXTRA_KEYS = (
-    "torch_dtype", "dtype", "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq",
-    "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "alibi",
-    "quantization_config", "attention_dropout", "attn_pdrop", "resid_pdrop", "hidden_dropout",
-)
-
-
 # --- family facts (typed ModelSpec fields; the estimator never tests model_type) -----------------
-# tensors saved by transformers' python-composed tanh GELU (transformers v5.24.0 activations.py
-# NewGELUActivation / FastGELUActivation: x, tanh(.), 0.5x and 1 + tanh)
-_COMPOSITE_ACT_SAVES = {"gelu_new": 4, "gelu_fast": 4}
 _GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")  # GemmaRMSNorm: x * (1 + w) in fp32
 _QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")  # q_norm / k_norm modules
 _SANDWICH_NORM = ("gemma2", "gemma3_text")  # post_attention + post_feedforward norms as well
-
-
-def _dropout(c: _Cfg, *names: str) -> float:
-    """The first positive dropout probability among ``names`` (0.0 when none is set)."""
-    for n in names:
-        v = c.data.get(n)
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    return 0.0
-
-
-def _family(c: _Cfg, act: str) -> dict[str, Any]:
-    """Facts shared by every builder: activation saves, soft-capping and dropouts from the config."""
-    return {
-        "act_saved_tensors": _COMPOSITE_ACT_SAVES.get(act, 1),
-        "attn_logit_softcapping": c.data.get("attn_logit_softcapping") or None,
-        "final_logit_softcapping": c.data.get("final_logit_softcapping") or None,
-        "attention_dropout": _dropout(c, "attention_dropout", "attn_pdrop"),
-        "hidden_dropout": _dropout(c, "resid_pdrop", "hidden_dropout"),
-    }
-
-
-class _Cfg:
-    """A config dict with typed, validated look-ups that raise :class:`ModelError`."""
-
-    def __init__(self, data: Mapping[str, Any], model_type: str):
-        self.data = data
-        self.model_type = model_type
-
-    def get(self, *names: str, default: Any = _MISSING) -> Any:
-        for name in names:
-            value = self.data.get(name)
-            if value is not None:
-                return value
-        if default is _MISSING:
-            alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
-            raise ModelError(
-                f"config.json of model_type {self.model_type!r} is missing the required field "
-                f"{names[0]!r}{alt}"
-            )
-        return default
-
-    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> int:
-        value = self.get(*names, default=default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ModelError(
-                f"config.json field {names[0]!r} must be an integer >= {minimum}, got {value!r}"
-            )
-        return value
-
-    def bool(self, *names: str, default: Any = _MISSING) -> bool:
-        value = self.get(*names, default=default)
-        if not isinstance(value, bool):
-            raise ModelError(f"config.json field {names[0]!r} must be true or false, got {value!r}")
-        return value
-
-    def rope_fraction(self, *names: str) -> float:
-        rope = self.data.get("rope_parameters")
-        if isinstance(rope, Mapping) and rope.get("partial_rotary_factor") is not None:
-            return float(rope["partial_rotary_factor"])
-        return float(self.get(*names, default=1.0))
 
 
 def spec_from_hf_config(config: dict) -> ModelSpec:
@@ -166,60 +95,12 @@ def _with_checkpoint_format(spec: ModelSpec, config: Mapping) -> ModelSpec:
     return spec
 
 
-# ------------------------------------------------------------------------------------ helpers
-def _heads(c: _Cfg, hidden: int) -> tuple[int, int, int]:
-    """(num_attention_heads, num_key_value_heads, head_dim), validated."""
-    heads = c.int("num_attention_heads", "n_head")
-    kv = c.int("num_key_value_heads", default=heads)
-    if heads % kv:
-        raise ModelError(
-            f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})"
-        )
-    if c.data.get("head_dim") is not None:
-        head_dim = c.int("head_dim")
-    elif hidden % heads:
-        raise ModelError(
-            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
-            "and config.json gives no head_dim"
-        )
-    else:
-        head_dim = hidden // heads
-    return heads, kv, head_dim
-
-
-def _layer_types(c: _Cfg, layers: int, default: Callable[[int], str] | None) -> tuple[str, ...]:
-    given = c.data.get("layer_types")
-    if given is not None:
-        if not isinstance(given, list) or len(given) != layers:
-            raise ModelError(
-                f"config.json 'layer_types' must list one entry per layer ({layers})"
-            )
-        return tuple(str(t) for t in given)
-    return tuple(default(i) for i in range(layers)) if default else ()
-
-
-def _common(c: _Cfg) -> dict[str, Any]:
-    extra = {k: c.data[k] for k in _EXTRA_KEYS if c.data.get(k) is not None}
-    return {
-        "model_type": c.model_type,
-        "max_position_embeddings": int(
-            c.get("max_position_embeddings", "seq_length", "n_positions", default=0)
-        ),
-        "extra": extra,
-    }
-
-
-def _embeddings(vocab: int, hidden: int, tie: bool, lm_head_bias: bool = False) -> dict[str, int]:
-    lm_head = 0 if tie else vocab * hidden + (vocab if lm_head_bias else 0)
-    return {"embedding_params": vocab * hidden, "lm_head_params": lm_head}
-
-
 # ------------------------------------------------------------------ Llama-style decoders
 #: peft v0.21.2 utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING["qwen2_moe"] (the
 #: names moved to target_parameters; ModelSpec.peft_moe_names)
 PEFT_QWEN2_MOE_NAMES = ("gate", "gate_proj", "up_proj", "down_proj")
-def _moe_layout(c: _Cfg, layers: int) -> int:
-    """How many layers of a Qwen3-MoE style config are sparse: layer i is MoE when it is not in
+def _moe_layout(c: _Cfg, layers: int) -> list[int]:
+    """The sparse layers of a Qwen3-MoE style config: layer i is MoE when it is not in
     ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (transformers v5.24.0
     models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeDecoderLayer); the others hold a dense MLP."""
     experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
@@ -227,7 +108,7 @@ def _moe_layout(c: _Cfg, layers: int) -> int:
     dense_only = c.get("mlp_only_layers", default=[])
     if not isinstance(dense_only, list):
         raise ModelError("config.json 'mlp_only_layers' must be a list of layer indices")
-    return sum(1 for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+    return [i for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0]
 
 
 def _llama_attention(c: _Cfg, hidden: int, q_out: int, kv_out: int) -> list[Linear]:
@@ -256,7 +137,8 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
                 Linear("w1", hidden, inter, False, "expert", experts),
                 Linear("w3", hidden, inter, False, "expert", experts),
                 Linear("w2", inter, hidden, False, "expert", experts)], moe
-    sparse = _moe_layout(c, layers) if mt == "qwen3_moe" else 0
+    moe_layers = _moe_layout(c, layers) if mt == "qwen3_moe" else []
+    sparse = len(moe_layers)
     if sparse:
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
@@ -264,10 +146,14 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
         moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter,
                "peft_moe_names": PEFT_QWEN2_MOE_NAMES}
         k = 0 if sparse == layers else sparse  # Linear.layers: 0 = every layer
-        out = [Linear("gate", hidden, experts, False, "router", layers=k),
-               Linear("gate_proj", hidden, moe_inter, False, "expert", experts, layers=k),
+        if k:
+            moe["moe_layers"] = tuple(moe_layers)
+        # module order: Qwen3MoeSparseMoeBlock.__init__ registers ``experts`` before ``gate`` (transformers v5.24.0
+        # modeling_qwen3_moe.py l. 274-275)
+        out = [Linear("gate_proj", hidden, moe_inter, False, "expert", experts, layers=k),
                Linear("up_proj", hidden, moe_inter, False, "expert", experts, layers=k),
-               Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=k)]
+               Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=k),
+               Linear("gate", hidden, experts, False, "router", layers=k)]
         if k:  # the dense layers' Qwen3MoeMLP at intermediate_size
             out += [Linear(n, i, o, False, "dense_mlp", layers=layers - sparse)
                     for n, i, o in (("gate_proj", hidden, inter), ("up_proj", hidden, inter), ("down_proj", inter, hidden))]
@@ -348,177 +234,11 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         norm_type=NormType.RMSNORM, sliding_window=sliding, layer_types=layer_types,
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
         norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
-        sandwich_norms=mt in _SANDWICH_NORM,
+        sandwich_norms=mt in _SANDWICH_NORM, sliding_mask_copies_v4=mt == "gemma3_text",
         fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
         **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 
-
-# ------------------------------------------------------------------------- other layouts
-def _qwen1(c: _Cfg) -> ModelSpec:
-    """Qwen 1 (``QWenLMHeadModel``, remote code): fused c_attn with bias, w1/w2/c_proj MLP whose
-    branches are each ``intermediate_size // 2`` wide."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    heads = c.int("num_attention_heads")
-    head_dim = c.int("kv_channels", default=128)
-    ff = c.int("intermediate_size") // 2
-    bias = not c.bool("no_bias", default=True)
-    tie = c.bool("tie_word_embeddings", default=False)
-    proj = heads * head_dim
-    linears = (
-        Linear("c_attn", hidden, 3 * proj, True, "attn"),
-        Linear("c_proj", proj, hidden, bias, "attn"),
-        Linear("w1", hidden, ff, bias, "mlp"),
-        Linear("w2", hidden, ff, bias, "mlp"),
-        Linear("c_proj", ff, hidden, bias, "mlp"),
-    )
-    common = _common(c)
-    common["extra"]["config_intermediate_size"] = 2 * ff
-    return ModelSpec(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=heads, head_dim=head_dim, intermediate_size=ff, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act="silu", gated_mlp=True, block_linears=linears,
-        block_norm_params=2 * hidden, final_norm_params=hidden, norm_type=NormType.RMSNORM,
-        partial_rotary_factor=float(c.get("rotary_pct", default=1.0)), fused_qkv="c_attn",
-        **_family(c, "silu"), **_embeddings(vocab, hidden, tie), **common,
-    )
-
-
-def _phi(c: _Cfg) -> ModelSpec:
-    """Phi-1 / 1.5 / 2: biased q/k/v/dense and fc1/fc2, one LayerNorm, parallel attn+MLP."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    inter = c.int("intermediate_size")
-    heads, kv, hd = _heads(c, hidden)
-    tie = c.bool("tie_word_embeddings", default=False)
-    linears = (
-        Linear("q_proj", hidden, heads * hd, True, "attn"),
-        Linear("k_proj", hidden, kv * hd, True, "attn"),
-        Linear("v_proj", hidden, kv * hd, True, "attn"),
-        Linear("dense", heads * hd, hidden, True, "attn"),
-        Linear("fc1", hidden, inter, True, "mlp"),
-        Linear("fc2", inter, hidden, True, "mlp"),
-    )
-    # qk_layernorm adds LayerNorms on q and k; their saved tensors are not modelled (qk_norm models
-    # the fp32-upcast RMSNorm of Qwen 3 / OLMo 2), so qk_norm stays False
-    norms = 2 * hidden + (4 * (hidden // heads) if c.bool("qk_layernorm", default=False) else 0)
-    act = str(c.get("hidden_act", default="gelu_new"))
-    return ModelSpec(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=act,
-        gated_mlp=False, block_linears=linears, block_norm_params=norms,
-        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=True,
-        parallel_norms=1,  # PhiDecoderLayer: one input_layernorm feeds attention and MLP
-        partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
-        **_family(c, act), **_embeddings(vocab, hidden, tie, lm_head_bias=True), **_common(c),
-    )
-
-
-def _falcon(c: _Cfg) -> ModelSpec:
-    """Falcon: fused query_key_value (multi-query for 7B, grouped with ``num_kv_heads`` in the
-    new decoder architecture of 40B/180B), LayerNorms with bias, tied lm_head."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    heads = c.int("num_attention_heads", "n_head")
-    if hidden % heads:
-        raise ModelError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads")
-    hd = hidden // heads
-    new_arch = c.bool("new_decoder_architecture", default=False)
-    if new_arch:
-        kv = c.int("num_kv_heads", "n_head_kv", default=heads)
-    else:
-        kv = 1 if c.bool("multi_query", default=True) else heads
-    bias = c.bool("bias", default=False)
-    ffn = c.int("ffn_hidden_size", default=4 * hidden)
-    parallel = c.bool("parallel_attn", default=True)
-    tie = c.bool("tie_word_embeddings", default=True)
-    linears = (
-        Linear("query_key_value", hidden, (heads + 2 * kv) * hd, bias, "attn"),
-        Linear("dense", hidden, hidden, bias, "attn"),
-        Linear("dense_h_to_4h", hidden, ffn, bias, "mlp"),
-        Linear("dense_4h_to_h", ffn, hidden, bias, "mlp"),
-    )
-    n_ln = c.int("num_ln_in_parallel_attn", default=2 if new_arch else 1)
-    lns = 2 if (not parallel or n_ln == 2) else 1
-    common = _common(c)
-    common["max_position_embeddings"] = common["max_position_embeddings"] or 2048
-    act = str(c.get("activation", default="gelu"))
-    return ModelSpec(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=kv, head_dim=hd, intermediate_size=ffn, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=act,
-        gated_mlp=False, block_linears=linears, block_norm_params=lns * 2 * hidden,
-        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM, parallel_attn_mlp=parallel,
-        parallel_norms=lns, fused_qkv="query_key_value", kv_broadcast_view=True, linear_subclass=True,
-        **_family(c, act), **_embeddings(vocab, hidden, tie), **common,
-    )
-
-
-def _gpt_neox(c: _Cfg) -> ModelSpec:
-    """GPT-NeoX (StableLM-Alpha, Pythia): fused biased query_key_value, LayerNorms with bias."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    inter = c.int("intermediate_size")
-    heads, _, hd = _heads(c, hidden)
-    bias = c.bool("attention_bias", default=True)
-    tie = c.bool("tie_word_embeddings", default=False)
-    linears = (
-        Linear("query_key_value", hidden, 3 * hidden, bias, "attn"),
-        Linear("dense", hidden, hidden, bias, "attn"),
-        Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
-        Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
-    )
-    act = str(c.get("hidden_act", default="gelu"))
-    return ModelSpec(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=heads, head_dim=hd, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tie, hidden_act=act,
-        gated_mlp=False, block_linears=linears, block_norm_params=4 * hidden,
-        final_norm_params=2 * hidden, norm_type=NormType.LAYERNORM,
-        parallel_attn_mlp=c.bool("use_parallel_residual", default=True),
-        parallel_norms=2,  # GPTNeoXLayer: input_layernorm and post_attention_layernorm
-        partial_rotary_factor=c.rope_fraction("rotary_pct", "partial_rotary_factor"),
-        fused_qkv="query_key_value",
-        **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
-    )
-
-
-def _bloom(c: _Cfg) -> ModelSpec:
-    """BLOOM: ALiBi (no position parameters), biased fused query_key_value, LayerNorm after the
-    word embeddings (counted in ``final_norm_params``), tied lm_head."""
-    hidden = c.int("hidden_size", "n_embed")
-    layers = c.int("num_hidden_layers", "n_layer")
-    vocab = c.int("vocab_size")
-    heads = c.int("num_attention_heads", "n_head")
-    if hidden % heads:
-        raise ModelError(f"hidden_size ({hidden}) is not a multiple of num_attention_heads")
-    tie = c.bool("tie_word_embeddings", default=True)
-    inter = 4 * hidden
-    linears = (
-        Linear("query_key_value", hidden, 3 * hidden, True, "attn"),
-        Linear("dense", hidden, hidden, True, "attn"),
-        Linear("dense_h_to_4h", hidden, inter, True, "mlp"),
-        Linear("dense_4h_to_h", inter, hidden, True, "mlp"),
-    )
-    common = _common(c)
-    common["extra"].update(final_norm_includes="ln_f + word_embeddings_layernorm", alibi=True)
-    return ModelSpec(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=heads, head_dim=hidden // heads, intermediate_size=inter,
-        vocab_size=vocab, tie_word_embeddings=tie, hidden_act="gelu", gated_mlp=False,
-        block_linears=linears, block_norm_params=4 * hidden, final_norm_params=4 * hidden,
-        norm_type=NormType.LAYERNORM, position_encoding=PositionEncoding.ALIBI, embedding_norm=True,
-        sdpa_supported=False,  # transformers v5.24.0 BloomPreTrainedModel has no _supports_sdpa
-        flash_supported=False,  # nor _supports_flash_attn (PreTrainedModel's default: False)
-        fused_qkv="query_key_value", eager_forward_scores=2, block_returns_attention_probs=True,
-        **_family(c, "gelu"), **_embeddings(vocab, hidden, tie), **common,
-    )
 
 
 def _builders() -> dict[str, Callable[[_Cfg], ModelSpec]]:

@@ -183,11 +183,13 @@ def _llava_next(c: _Cfg) -> ModelSpec:
 
 
 def gemma3_vision_tower(config: Mapping) -> VisionTower:
-    """Gemma 3's SigLIP encoder block (gelu_pytorch_tanh: native GELU) and its fixed-token rule."""
+    """Gemma 3's SigLIP encoder block (gelu_pytorch_tanh: native GELU), its fixed-token rule, and the image tokens'
+    bidirectional mask its processor's ``token_type_ids`` make (``VisionTower.bidirectional_image_mask``)."""
     vision = {**_SIGLIP_DEFAULTS, "num_attention_heads": 12, **(config.get("vision_config") or {})}
     block = _vit_block("siglip_vision_model", vision, 1)
     return VisionTower(block, {"model_type": "gemma3", "vision_config": vision,
-                               "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)})
+                               "mm_tokens_per_image": config.get("mm_tokens_per_image", 256)},
+                       bidirectional_image_mask=True)
 
 
 def _llava_next_video(c: _Cfg) -> ModelSpec:
@@ -349,7 +351,7 @@ def _qwen3_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
                                           int(v["intermediate_size"]), fc, fc, int(v["out_hidden_size"]))
     image_config = {"model_type": config["model_type"], "vision_config": v, **QWEN3_IMAGE_PIXELS, **QWEN3_VIDEO}
     return VisionTower(block, image_config, projector=projector, segmented_attention=True,
-                       deepstack_mergers=len(v["deepstack_visual_indexes"]))
+                       deepstack_mergers=len(v["deepstack_visual_indexes"]), patch_embedding_exposed=False)
 
 
 # towers attached to a spec read from transformers' modules (models/from_modules.py)

@@ -131,6 +131,17 @@ class VisionTower:
     # the projector starts with a LayerNorm over every patch (Qwen2-VL PatchMerger.ln_q, transformers v5.24.0
     # models/qwen2_vl/modeling_qwen2_vl.py): native_layer_norm saves its input and the per-patch mean and rstd
     projector_layernorm: bool = False
+    # the processor returns ``token_type_ids`` marking the image tokens and the model lets each image's tokens
+    # attend to one another: every layer's attention gets a mask (Gemma 3: transformers v5.24.0
+    # models/gemma3/processing_gemma3.py l. 34, 70-71 ``return_mm_token_type_ids = True``, renamed token_type_ids;
+    # modeling_gemma3.py l. 671-737 create_masks_for_vision_model, l. 876-880; estimate/attention.py masked_layers)
+    bidirectional_image_mask: bool = False
+    # the tower's PreTrainedModel returns its patch embedding from get_input_embeddings, so enable_input_require_grads
+    # hooks it (transformers v5.24.0 modeling_utils.py l. 969-1000: ``_input_embed_layer``, then ``embeddings.<name>``;
+    # SigLIP/CLIP ``embeddings.patch_embedding``, Qwen2.5-VL ``_input_embed_layer = "patch_embed"``); Qwen3VLVisionModel
+    # names none, so nothing hookable comes back and the hook is skipped (l. 2169-2170; estimate/vision.py
+    # frozen_tower_recorded)
+    patch_embedding_exposed: bool = True
 
     @property
     def cross_attention(self) -> bool:
@@ -178,9 +189,20 @@ class ModelSpec:
     # index of the lowest MoE layer where dense layers sit below it (DeepSeek-V2/V3 ``first_k_dense_replace``,
     # Llama 4 ``interleave_moe_layer_step`` - 1 or the smallest of ``moe_layers``); 0 otherwise
     first_moe_layer: int = 0
+    # the MoE layers' indices where a model mixes MoE and dense layers (DeepSeek-V2/V3 ``layer_idx >=
+    # first_k_dense_replace``; Llama 4 ``moe_layers``, by default every ``interleave_moe_layer_step``-th; Qwen3-MoE
+    # ``mlp_only_layers`` / ``decoder_sparse_step``); () when every layer is of one kind (see is_moe_layer)
+    moe_layers: tuple[int, ...] = ()
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
+    # transformers 4's modelling code (before masking_utils: profile ``masks_per_layer_type`` off) always builds one
+    # 4-D float mask for the model, whatever the sequence against the window, and each sliding layer makes its own
+    # masked copy, which it hands SDPA (Gemma 3, transformers v4.52.4 models/gemma3/modeling_gemma3.py
+    # Gemma3TextModel._update_causal_mask l. 685-720 and Gemma3Model._update_causal_mask l. 1015-1093: no SDPA skip;
+    # Gemma3DecoderLayer.forward l. 426-450: ``torch.where(sliding_window_mask, min_dtype, attention_mask)`` then
+    # ``attention_mask[:, :, :, mask_indexes]``; estimate/forward_extras.py sliding_window_masks)
+    sliding_mask_copies_v4: bool = False
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 0
     # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---
@@ -265,6 +287,12 @@ class ModelSpec:
     # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
     # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
     router_fp32: bool = False
+    # the router is a module of type exactly nn.Linear, which transformers' bitsandbytes quantizer converts
+    # (estimate/core.py _is_quantized_linear). False for every router the readers build: transformers v5.24.0 makes it
+    # an nn.Module holding a 2-D weight (modeling_mixtral.py l. 96 MixtralTopKRouter, modeling_qwen3_moe.py l. 250
+    # Qwen3MoeTopKRouter, modeling_deepseek_v3.py l. 120 DeepseekV3TopkRouter, modeling_gpt_oss.py l. 117
+    # GptOssTopKRouter) or a subclass of nn.Linear (modeling_llama4.py l. 141 Llama4Router); from_modules reads it
+    router_exact_linear: bool = False
     # parameters transformers keeps in fp32 when the checkpoint is loaded in 16 bits, named as
     # estimate/params.py base_tensors names them: ``_keep_in_fp32_modules_strict`` (bf16 and fp16 loads) and
     # ``_keep_in_fp32_modules`` (fp16 loads only), applied by from_pretrained's dtype plan (transformers
@@ -288,6 +316,10 @@ class ModelSpec:
     def v_dim(self) -> int:
         """Width of one value head (MLA: v_head_dim; else head_dim)."""
         return self.v_head_dim or self.head_dim
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` holds the router and experts (``moe_layers``; else every layer of an MoE model)."""
+        return i in self.moe_layers if self.moe_layers else self.num_experts > 0
 
     def layers_of(self, lin: Linear) -> int:
         """How many decoder layers hold ``lin``."""

@@ -69,7 +69,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                      "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32",
                      "enable_cpu_offload": plan.offload != "none"},
         "parallelism": par,
-        "activation_checkpoint": {"mode": AC_MODE[plan.gradient_checkpointing]},
+        # selective_ac_option defaults to "2" (every second block, torchtitan v0.2.2 config/job_config.py l. 655):
+        # op-level selective AC has to be asked for
+        "activation_checkpoint": {"mode": AC_MODE[plan.gradient_checkpointing],
+                                  **({"selective_ac_option": "op"} if plan.gradient_checkpointing == "selective-op" else {})},
         "compile": {"enable": bool(sc.get("compile"))},
     }
 

@@ -171,6 +171,7 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
                     raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
                 model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
                 assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
+    _keep_in_fp32(model, param_dtype)
     causal_lm = model
     vocab = int(model.get_output_embeddings().weight.shape[0])
 
@@ -194,6 +195,22 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         assumptions.append("Mixed precision as torchtitan runs it: FSDP2 MixedPrecisionPolicy(param_dtype="
                            f"{str(compute_dtype).removeprefix('torch.')}, reduce_dtype=float32), no autocast.")
     return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast, images)
+
+
+def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """What a 16-bit ``from_pretrained`` keeps fp32 and ``from_config`` does not: the parameters its dtype plan names
+    (transformers v5.24.0 modeling_utils.py ``_get_dtype_plan`` l. 3844-3858, matched by regex search as
+    core_model_loading.py l. 1919-1925 matches them), e.g. gpt-oss's norms on an fp16 load."""
+    from transformers.core_model_loading import build_glob_alternation
+
+    plan = model._get_dtype_plan(dtype)
+    if not plan:
+        return
+    pattern = build_glob_alternation(list(plan))[0]
+    for name, mod in model.named_modules():
+        for leaf, p in list(mod._parameters.items()):
+            if p is not None and p.dtype != torch.float32 and pattern.search(f"{name}.{leaf}" if name else leaf):
+                mod._parameters[leaf] = torch.nn.Parameter(p.detach().float(), requires_grad=p.requires_grad)
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:
@@ -314,6 +331,23 @@ def lora_target_modules(model: torch.nn.Module, targets: tuple[str, ...]) -> str
     return sorted(names)
 
 
+def _language_model_targets(model: torch.nn.Module, scenario: Scenario) -> list[str]:
+    """A vision-language model whose tower and projector stay frozen (``freeze_vision``: estimate/vision.py
+    trains_vision): the full names of the adapted linears inside the language model only (``get_decoder()``, transformers
+    v5.24.0 modeling_utils.py: ``model.language_model`` / ``model.text_model``), as a trainer that freezes the vision
+    side targets them; PEFT matches a full name exactly. Empty otherwise (PEFT's own matching)."""
+    from vramfit.estimate.vision import trains_vision
+    from vramfit.sim.qlora import is_linear
+
+    if getattr(model.config, "vision_config", None) is None or trains_vision(scenario, scenario_profile(scenario)):
+        return []
+    decoder = model.get_decoder()
+    prefix = next(name for name, mod in model.named_modules() if mod is decoder)
+    wanted = lora_target_modules(decoder, scenario.lora_targets)
+    return [f"{prefix}.{name}" for name, mod in decoder.named_modules() if is_linear(mod)
+            and (wanted == ALL_LINEAR or name.rsplit(".", 1)[-1] in wanted)]
+
+
 def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     import peft
 
@@ -322,7 +356,7 @@ def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
         r=scenario.lora_rank,
         lora_alpha=scenario.lora_alpha,
         lora_dropout=dropout,
-        target_modules=lora_target_modules(model, scenario.lora_targets),
+        target_modules=_language_model_targets(model, scenario) or lora_target_modules(model, scenario.lora_targets),
         bias="none",
         task_type="CAUSAL_LM",
     )

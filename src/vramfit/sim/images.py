@@ -35,6 +35,11 @@ Llama 3.2 Vision (mllama): the processor packs every image to ``max_num_tiles`` 
 ``<|image|>`` token per image in the text and a (batch, tokens, images, tiles) cross-attention mask
 (transformers v5.24.0 models/mllama/processing_mllama.py, image_processing_pil_mllama.py pack_images).
 
+Gemma 3: the processor also returns ``token_type_ids``, 1 at the image tokens (transformers v5.24.0
+models/gemma3/processing_gemma3.py ``return_mm_token_type_ids = True``, renamed ``token_type_ids``), which the
+model turns into a bidirectional mask over each image's tokens on every layer (modeling_gemma3.py
+create_masks_for_vision_model); the batch carries them too.
+
 Qwen2.5-VL: its forward reads ``image_grid_thw`` and the ids as values; sim/image_grid.py feeds them as
 fake-tensor constants.
 """
@@ -76,6 +81,7 @@ class ImageInputs:
     rows: int = 1  # sequences per micro-batch (the constants' size bound)
     video: bool = False  # LLaVA-NeXT-Video's frames: (batch, frames, ...) ``pixel_values_videos``
     image_hw: tuple[int, int] | None = None  # LLaVA-NeXT: (height, width) of every image, ``image_sizes``' rows
+    token_type_ids: bool = False  # Gemma 3: the processor's ``token_type_ids``, 1 at the image tokens
 
     @property
     def pixel_numel(self) -> int:
@@ -123,7 +129,8 @@ def image_inputs(config: dict, sc: Scenario) -> ImageInputs | GridInputs | None:
         tiles = int(spec.vision.image_config["vision_config"]["max_num_tiles"])
     return ImageInputs(img.lm_tokens, token_id, size, sc.images_per_sample, img.features, tiles,
                        spec.vision.cross_attention, model_type in _VALUE_PIXELS,
-                       sc.micro_batch_size, image_hw=(sc.image_height, sc.image_width) if model_type == "llava_next" else None)
+                       sc.micro_batch_size, image_hw=(sc.image_height, sc.image_width) if model_type == "llava_next" else None,
+                       token_type_ids=spec.vision.bidirectional_image_mask)
 
 
 def values_kept(images: ImageInputs | GridInputs | None) -> contextlib.AbstractContextManager:
@@ -159,6 +166,10 @@ def batch(images: ImageInputs | GridInputs | None, vocab: int, B: int, S: int, d
         return ids, labels, {"pixel_values_videos": torch.empty(shape, dtype=dtype, device=device)}
     pixels = torch.empty(B * images.images_per_sample * images.tiles_per_image, 3, images.image_size,
                          images.image_size, dtype=dtype, device=device)
+    if images.token_type_ids:  # 1 at the image-token positions, as the processor marks them
+        types = torch.zeros_like(ids)
+        types[:, :images.images_per_sample * features] = 1
+        return ids, labels, {"pixel_values": pixels, "token_type_ids": types}
     return ids, labels, {"pixel_values": pixels}
 
 

@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
+from vramfit.config_import.detect import DIALECTS
 from vramfit.gpus import list_gpus
 from vramfit.scenario import FIELD, FIELDS, SCENARIO_KEYS, Kind, Scenario
 from vramfit.units import GiB
@@ -62,6 +63,7 @@ def calculator(request: Request, lang: str) -> Response:
         # (key, lowest valid value): a key whose 0 is valid (eval_batch_size, images_per_sample) accepts 0 in the form
         extra_ints=[(k, int((FIELD[k].limits or (1, 0))[0])) for k in INT_KEYS if k not in PLACED],
         extra_texts=EXTRA_TEXTS,
+        dialects=DIALECTS,
         gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,

@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramfit import scenario as S
+from vramfit.config_import.detect import DIALECTS
 from vramfit.estimate.result import Component, EstimateResult, FitInfo, ModelInfo, Peak, PhasePeak
 from vramfit.gpus import GPUS_PER_NODE, list_gpus
 from vramfit.models import load_catalog
@@ -145,9 +146,9 @@ class ImportIn(BaseModel):
     """A pasted training config; the server parses it as data and never opens a file it names."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(..., description="the config's YAML or JSON text")
-    dialect: Optional[str] = Field(None, description="axolotl, llamafactory, trl, torchtune or litgpt "
-                                                     "(default: detected from the keys)")
+    text: str = Field(..., description="the config's text: YAML, JSON, TOML (torchtitan) or a `swift` shell command")
+    dialect: Optional[str] = Field(None, description="one of " + ", ".join(DIALECTS)
+                                                     + " (default: detected from the keys)")
 
 
 class ErrorOut(BaseModel):

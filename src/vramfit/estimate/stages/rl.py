@@ -76,6 +76,20 @@ def _persistent(step: Step, phase: StepPhase) -> Iterator[Contribution]:
             yield Contribution(c.name, phase, c.bytes)
 
 
+def _zero3_grad_partition(step: Step, phase: StepPhase) -> Iterator[Contribution]:
+    """DeepSpeed ZeRO-3's flat 16-bit gradient partition, allocated once at init and kept for the whole run
+    (DeepSpeed v0.16.7 runtime/zero/stage3.py ``_setup_for_real_optimizer`` l. 542-557: ``self.grad_partitions_flat_buffer
+    = torch.zeros(sum(p.partition_numel() for p in all_params), ...)``; estimate/deepspeed.py ``zero3_grads_resident``):
+    held through the rollouts and the scoring passes as through evaluation (estimate/evaluation.py)."""
+    from vramfit.estimate.contributions import gradients
+    from vramfit.estimate.deepspeed import zero3_grads_resident
+
+    if zero3_grads_resident(step.sc):
+        for c in gradients(step):
+            if c.phase is StepPhase.FORWARD:
+                yield Contribution(c.name, phase, c.bytes)
+
+
 def vllm_bytes(step: Step) -> int:
     """vLLM's share of the card: gpu_memory_utilization × the memory CUDA reports (vLLM's total)."""
     if step.card is None:
@@ -101,14 +115,19 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
         yield Contribution("generation_transient", GEN, layer + last)
     if sc.parallelism is Parallelism.ZERO3 and sc.num_gpus > 1:
-        # unwrap_model_for_generation gathers every parameter (ds3_gather_for_generation=True, trl/models/utils.py)
+        # unwrap_model_for_generation gathers every parameter of the engine's module (ds3_gather_for_generation=True,
+        # trl/models/utils.py `GatheredParameters(model.parameters())`); PPO's engine wraps PolicyAndValueWrapper, so
+        # the value model is gathered with the policy (TRL v1.9.0 experimental/ppo/ppo_trainer.py:492, 683-686;
+        # v0.17.0 trainer/ppo_trainer.py:228, 422-423)
         full = step.spec.num_params * sc.precision.compute_bytes
-        yield Contribution("gathered_weights", GEN, full - shard(full, sc.num_gpus))
+        models = 2 if sc.stage is Stage.PPO else 1
+        yield Contribution("gathered_weights", GEN, models * (full - shard(full, sc.num_gpus)))
 
 
 def generate(step: Step) -> Iterator[Contribution]:
     """The rollout phase: the model state plus the generation engine's memory on the training GPU."""
     yield from _persistent(step, GEN)
+    yield from _zero3_grad_partition(step, GEN)
     if step.sc.generation is Generation.HF:
         yield from hf_generate(step)
     elif step.sc.generation is Generation.VLLM_COLOCATE:
@@ -130,6 +149,7 @@ def rl_score(step: Step) -> Iterator[Contribution]:
     if not scores_rollouts(sc):
         return
     yield from _persistent(step, SCORE)
+    yield from _zero3_grad_partition(step, SCORE)
     if sc.stage is Stage.GRPO:
         yield from scoring_pass(step, sc.micro_batch_size, sc.seq_len, sc.micro_batch_size * sc.completion_len)
     else:
@@ -155,7 +175,13 @@ def ppo_models(step: Step) -> Iterator[Contribution]:
     for phase in (GEN, SCORE, *TRAINING):
         yield Contribution("value_model", phase, state)
         yield Contribution("reward_model", phase, frozen_copy_bytes(v))
-    for phase in (StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP):
+    # under ZeRO-3 the engine's flat gradient buffer holds the value model's partition too, from init on
+    # (_zero3_grad_partition): in every phase, not only from the end of backward
+    from vramfit.estimate.deepspeed import zero3_grads_resident
+
+    grad_phases = (GEN, SCORE, *TRAINING) if zero3_grads_resident(step.sc) else (
+        StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP)
+    for phase in grad_phases:
         yield Contribution("value_gradients", phase, p.gradients)
     for phase in (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK):
         yield Contribution("value_activations", phase, v.acts.blocks)

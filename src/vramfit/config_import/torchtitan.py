@@ -1,0 +1,256 @@
+"""torchtitan job config TOML (``--job.config_file``) -> scenario keys (framework ``torchtitan``).
+
+Two layouts are read: the one of pytorch/torchtitan@9dec370 (the commit the torchtitan profile models, its
+``train_configs/llama3_8b.toml``: ``training.batch_size``, the parallel degrees under ``[training]`` and
+``[experimental]``, ``training.compile``, ``[float8]``) and the later one of v0.1.0-v0.2.2
+(``torchtitan/models/llama3/train_configs/*.toml``: ``training.local_batch_size`` / ``global_batch_size``,
+``[parallelism]``, ``[compile]``, ``model.converters``). Defaults: 9dec370 ``torchtitan/config_manager.py`` and
+v0.2.2 (73a0e69) ``torchtitan/config/job_config.py``, cited per key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.report import Imported, KeyReader
+
+OLD = "pytorch/torchtitan@9dec370 torchtitan/config_manager.py"
+NEW = "pytorch/torchtitan v0.2.2 torchtitan/config/job_config.py"
+SOURCE = f"{OLD}; {NEW}"
+#: run_llama_train.sh at 9dec370 l. 13 (run_train.sh at v0.2.2 the same): ``NGPU=${NGPU:-"8"}`` -> torchrun
+LAUNCH = "pytorch/torchtitan@9dec370 run_llama_train.sh l. 13: NGPU defaults to 8 (set NGPU / pass --num-gpus)"
+
+#: (model.name, model.flavor) -> the catalog's Hugging Face id. torchtitan's llama3 flavors are Llama 3.1's shapes
+#: (9dec370 torchtitan/models/llama/__init__.py llama3_configs: 8B dim 4096, 32 layers, 8 KV heads, ffn multiplier 1.3;
+#: 70B dim 8192, 80 layers; 405B dim 16384, 126 layers; the tiktoken vocabulary of 128256)
+FLAVORS = {("llama3", "8B"): "meta-llama/Llama-3.1-8B", ("llama3", "70B"): "meta-llama/Llama-3.1-70B",
+           ("llama3", "405B"): "meta-llama/Llama-3.1-405B",
+           # v0.2.2 torchtitan/models/qwen3/__init__.py qwen3_args: Qwen3's config.json shapes (vocab 151936, head_dim
+           # 128, tied embeddings up to 4B), dense and MoE
+           **{("qwen3", f): f"Qwen/Qwen3-{f}" for f in ("0.6B", "1.7B", "4B", "8B", "14B", "32B", "30B-A3B", "235B-A22B")}}
+OPTIMIZERS = {"adamw": "adamw", "adam": "adamw"}
+
+WRITE_KEYS = {"seq_len": "training.seq_len", "gradient_checkpointing": "activation_checkpoint.mode"}
+
+IGNORED = [("job.*", "paths and labels"), ("profiling.*", "profiling"), ("metrics.*", "logging"),
+           ("checkpoint.*", "checkpoint saving"), ("comm.*", "timeouts"), ("memory_estimation.*", "estimation mode"),
+           ("lr_scheduler.*", "schedule"), ("optimizer.lr", "schedule"), ("optimizer.eps", "optimizer hyperparameter"),
+           ("optimizer.weight_decay", "optimizer hyperparameter"), ("optimizer.beta*", "optimizer hyperparameter"),
+           ("optimizer.fused", "optimizer kernel: the profile models 9dec370's foreach step"),
+           ("optimizer.implementation", "optimizer kernel: the profile models 9dec370's foreach step"),
+           ("training.dataset", "data"), ("training.dataset_path", "data"), ("training.steps", "schedule"),
+           ("training.warmup_steps", "schedule"), ("training.max_norm", "no memory effect"), ("training.seed", "randomness"),
+           ("training.deterministic", "determinism"), ("training.gc_freq", "host garbage collection"),
+           ("model.tokenizer_path", "path"), ("model.hf_assets_path", "path"), ("model.norm_type", "rmsnorm is modelled"),
+           ("quantize.*", "read with model.converters"), ("float8.*", "read with enable_float8_linear"),
+           ("validation.*", "validation is off"), ("dataloader.*", "data loading"), ("fault_tolerance.*", "off"),
+           ("experimental.*", "experimental switches off"), ("debug.*", "debugging"),
+           ("compile.components", "read with compile.enable"), ("*.pipeline_parallel_split_points", "stage boundaries"),
+           ("*.pipeline_parallel_schedule_csv", "schedule file"), ("*.context_parallel_rotate_method", "communication"),
+           ("*.enable_async_tensor_parallel", "communication overlap"),
+           ("parallelism.enable_sequence_parallel", "sequence sharding under TP, as modelled"), ("*.disable_loss_parallel", "loss layout")]
+
+UNKNOWN = "not read by vramfit: no memory effect it models in torchtitan's job config (check the spelling)"
+
+
+def _new(r: KeyReader) -> bool:
+    return r.has("parallelism") or r.has("compile") or r.has("training.local_batch_size")
+
+
+def _model(r: KeyReader, new: bool) -> None:
+    name = str(r.get("model.name", "llama3", f"{NEW} Model.name") if new else r.get("model.name", "llama", f"{OLD} l. 161"))
+    flavor = str(r.get("model.flavor", "debugmodel", f"{NEW} Model.flavor" if new else f"{OLD} l. 167"))
+    assets = r.flat.get("model.hf_assets_path")  # v0.2.x: the Hugging Face checkpoint folder (vramfit's exports: its id)
+    if (name, flavor) in FLAVORS:
+        r.set("model.flavor", "model", FLAVORS[(name, flavor)])
+    elif isinstance(assets, str) and _catalog_id(assets):
+        r.get("model.hf_assets_path")
+        r.set("model.hf_assets_path", "model", _catalog_id(assets))
+    else:
+        r.mark("model.flavor", f"{name} {flavor}: no Hugging Face id in vramfit's table (llama3 8B/70B/405B, qwen3 0.6B-235B-A22B); "
+                               "pass --model")
+    converters = r.get("model.converters") or []
+    if r.get("float8.enable_float8_linear") or "float8" in converters:
+        key = "model.converters" if "float8" in converters else "float8.enable_float8_linear"
+        r.mark(key, "float8 linears (torchao): estimated with bf16 matmuls and activations")
+
+
+def _catalog_id(path: str) -> str | None:
+    """The catalog id a checkpoint folder names (``meta-llama/Llama-3.1-8B``, ``./assets/hf/Llama-3.1-8B``), or None."""
+    from vramfit.models import catalog
+
+    parts = path.rstrip("/").split("/")
+    entry = catalog._index().get("/".join(parts[-2:]).lower()) or catalog._match_by_name(parts[-1])  # noqa: SLF001
+    return entry["id"] if entry else None
+
+
+def _degree(r: KeyReader, key: str, new: bool) -> int:
+    """A parallel degree: ``parallelism.X`` (new) or ``training.X`` / ``experimental.X`` (9dec370)."""
+    if new:
+        full, src = f"parallelism.{key}", f"{NEW} Parallelism.{key}"
+    else:
+        table = "experimental" if key.startswith(("pipeline", "context")) else "training"
+        full, src = f"{table}.{key}", f"{OLD} --{table}.{key}"
+    v = r.get(full, -1 if key == "data_parallel_shard_degree" else 1, src)
+    if not isinstance(v, int) or isinstance(v, bool) or (v < 1 and not (v == -1 and "shard" in key)):
+        raise r.error(f"{full} must be a whole number ≥ 1{' or -1' if 'shard' in key else ''}, got {v!r}")
+    return v
+
+
+def _layout(r: KeyReader, new: bool) -> dict[str, int]:
+    """Degrees and the world: ``data_parallel_shard_degree = -1`` takes the GPUs the others leave
+    (9dec370 torchtitan/parallelisms/parallel_dims.py ``_validate``: dp_shard = world // (dp_replicate * cp * tp * pp))."""
+    keys = ["data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+            "pipeline_parallel_degree", "context_parallel_degree"] + (["expert_parallel_degree"] if new else [])
+    d = {k.removesuffix("_degree"): _degree(r, k, new) for k in keys}
+    others = d["data_parallel_replicate"] * d["tensor_parallel"] * d["pipeline_parallel"] * d["context_parallel"]
+    if d["data_parallel_shard"] == -1:
+        from vramfit.config_import.report import Entry
+
+        world = 8
+        r.entries["num_gpus"] = Entry("default", "num_gpus", world, LAUNCH, [f"num_gpus={world}"])
+        if world % others:
+            raise r.error(f"the other degrees multiply to {others}, which does not divide {world} GPUs; "
+                          "set data_parallel_shard_degree")
+        d["data_parallel_shard"] = world // others
+        key = "parallelism.data_parallel_shard_degree" if new else "training.data_parallel_shard_degree"
+        r.entries[key].note = (f"-1: {world // others} = the launcher's {world} GPUs / {others} for the other degrees; "
+                               "write the degree for another count (--num-gpus does not re-derive it)")
+    d["world"] = d["data_parallel_shard"] * others
+    return d
+
+
+def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
+    shard, rep = d["data_parallel_shard"], d["data_parallel_replicate"]
+    r.out.update(num_gpus=d["world"], tensor_parallel=d["tensor_parallel"], pipeline_parallel=d["pipeline_parallel"],
+                 context_parallel=d["context_parallel"])
+    # v0.3.0 ParallelismConfig.enable_sequence_parallel (v0.2.x always shards the sequence under TP)
+    if d["tensor_parallel"] > 1 and r.flat.get("parallelism.enable_sequence_parallel") is False:
+        r.get("parallelism.enable_sequence_parallel")
+        r.mark("parallelism.enable_sequence_parallel", "tensor parallelism without sequence parallelism: counted "
+                                                       "with it (norm and dropout activations sharded)")
+    if d.get("expert_parallel", 1) > 1:
+        r.out["expert_parallel"] = d["expert_parallel"]
+    key = "parallelism.data_parallel_shard_degree" if new else "training.data_parallel_shard_degree"
+    # FSDP over dp_shard x cp (parallel_dims: the "dp_shard_cp" mesh); DDP only over replicas without sharding
+    if shard * d["context_parallel"] > 1:
+        reshard = r.get("parallelism.fsdp_reshard_after_forward", "default", f"{NEW} l. 336") if new else "default"
+        if reshard not in ("default", "always", "never"):
+            raise r.error(f"fsdp_reshard_after_forward '{reshard}' is unknown (valid values: default, always, never)")
+        r.set(key, "parallelism", "fsdp-grad-op" if reshard == "never" else "fsdp")
+        if rep > 1:  # HSDP: FSDP inside each replica group, the replicas DDP
+            r.set(key, "shard_scope", "node")
+            r.set(key, "num_nodes", rep)
+            r.mark(key, "HSDP: each of the data_parallel_replicate_degree replicas counted as one node's shard group")
+    elif rep > 1:
+        r.set(key, "parallelism", "ddp")
+    off = r.get("training.enable_cpu_offload", False, f"{OLD} --training.enable_cpu_offload")
+    if off:
+        r.set("training.enable_cpu_offload", "offload", "optimizer+params")
+
+
+def _precision(r: KeyReader, d: dict[str, int], new: bool) -> None:
+    """FSDP2's MixedPrecisionPolicy(param_dtype) over fp32 weights. Without FSDP: none at 9dec370 (config_manager.py
+    l. 378-386, "only takes effect when data_parallel_shard_degree > 1"); torch.autocast under DDP or one GPU with no
+    other parallelism at v0.2.2 (job_config.py l. 282-288). ``training.dtype`` bfloat16 (v0.2.2 l. 275-280): bf16
+    weights, gradients and states, no fp32 copy."""
+    fsdp = r.out.get("parallelism") in ("fsdp", "fsdp-grad-op")
+    alone = d["tensor_parallel"] * d["pipeline_parallel"] * d["context_parallel"] == 1
+    param = r.get("training.mixed_precision_param", "bfloat16", f"{OLD} l. 378-386")
+    if param not in ("bfloat16", "float32"):
+        raise r.error(f"training.mixed_precision_param '{param}' is unknown (valid values: bfloat16, float32)")
+    mixed = param == "bfloat16" and (fsdp or (new and alone))
+    precision = "bf16-mixed" if mixed else "fp32"
+    if new and r.get("training.dtype", "float32", f"{NEW} l. 275") == "bfloat16":
+        precision = "bf16-true"
+        r.set("training.dtype", "precision", precision)
+    r.set("training.mixed_precision_param", "precision", precision)
+    # 9dec370 models/llama/model.py Attention: F.scaled_dot_product_attention(xq, xk, xv, is_causal=True); torch
+    # picks its flash kernel for 16-bit inputs without a mask, the memory-efficient one (SDPA) for fp32
+    r.set("training.mixed_precision_param", "attention", "sdpa" if precision == "fp32" else "flash")
+    reduce = r.get("training.mixed_precision_reduce", "float32", f"{OLD} l. 388-396")
+    if reduce != "float32":
+        r.mark("training.mixed_precision_reduce", "a reduce dtype other than float32: gradients counted in float32")
+
+
+def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
+    key = "training.local_batch_size" if new else "training.batch_size"
+    local = r.get(key, 8, f"{NEW} Training.local_batch_size" if new else f"{OLD} --training.batch_size")
+    seq = r.get("training.seq_len", 2048, f"{OLD} --training.seq_len")
+    r.set("training.seq_len", "seq_len", seq)
+    accum, micro = 1, local
+    if new and r.has("training.global_batch_size") and r.get("training.global_batch_size") > 0:
+        dp = d["data_parallel_replicate"] * d["data_parallel_shard"]
+        total = r.get("training.global_batch_size")
+        if total % (local * dp):  # v0.2.2 train.py l. 202-214: batch degree dp_replicate x dp_shard
+            raise r.error(f"training.global_batch_size {total} is not a multiple of local_batch_size x data-parallel "
+                          f"degree ({local} x {dp})")
+        accum = total // (local * dp)
+        r.set("training.global_batch_size", "grad_accum", accum)
+    if d["pipeline_parallel"] > 1:  # the local batch splits into pipeline micro-batches
+        if new:
+            micro = r.get("parallelism.pipeline_parallel_microbatch_size", 1, f"{NEW} l. 412")
+        else:
+            n = r.get("experimental.pipeline_parallel_microbatches") or d["pipeline_parallel"]
+            micro = local // n
+        if micro < 1 or local % micro:
+            raise r.error(f"{key} {local} does not split into pipeline micro-batches of {micro}")
+        accum *= local // micro
+        sched = str(r.get(f"{'parallelism' if new else 'experimental'}.pipeline_parallel_schedule", "1F1B"))
+        if sched.lower() not in ("1f1b", "interleaved1f1b"):
+            raise r.error(f"pipeline_parallel_schedule '{sched}' is not modelled yet (valid values: 1F1B, Interleaved1F1B)")
+        r.out["pipeline_schedule"] = "1f1b" if sched.lower() == "1f1b" else "interleaved-1f1b"
+        if sched.lower() != "1f1b":  # a looped schedule: 2 stages per rank unless the layers per stage say otherwise
+            r.out["pipeline_virtual_stages"] = 2  # (9dec370 parallelisms/pipelining_utils.py l. 27, v0.2.2
+            for k in ("parallelism.pipeline_parallel_layers_per_stage", "experimental.pipeline_parallel_split_points"):
+                if r.flat.get(k):  # distributed/pipeline_parallel.py l. 114)
+                    r.get(k)
+                    r.mark(k, "stage boundaries given: counted as 2 stages per rank")
+    r.set(key, "micro_batch_size", micro)
+    r.out["grad_accum"] = accum
+
+
+def _checkpointing(r: KeyReader) -> None:
+    mode = str(r.get("activation_checkpoint.mode", "selective", f"{OLD} l. 515")).lower()
+    option = str(r.get("activation_checkpoint.selective_ac_option", "2", f"{OLD} l. 521: every second block")
+                 if mode == "selective" else "")
+    if mode not in ("none", "full", "selective"):
+        raise r.error(f"activation_checkpoint.mode '{mode}' is not modelled yet (valid values: none, full, selective)")
+    value = {"none": "none", "full": "full"}.get(mode) or ("selective-op" if option == "op" else
+                                                          "full" if option == "1" else "none")
+    r.set("activation_checkpoint.mode", "gradient_checkpointing", value)
+    if mode == "selective" and option not in ("op", "1"):
+        r.mark("activation_checkpoint.selective_ac_option", f"every {option}-th block checkpointed: counted as no "
+                                                            "checkpointing (an upper bound)")
+
+
+def _step(r: KeyReader, new: bool) -> None:
+    compile_key = "compile.enable" if new else "training.compile"
+    if r.get(compile_key, False, f"{NEW} Compile.enable" if new else f"{OLD} --training.compile"):
+        r.set(compile_key, "compile", True)
+    name = str(r.get("optimizer.name", "AdamW", f"{OLD} --optimizer.name"))
+    if name.lower() not in OPTIMIZERS:
+        raise r.error(f"optimizer.name '{name}' is not modelled yet (valid values: AdamW, Adam)")
+    r.set("optimizer.name", "optimizer", OPTIMIZERS[name.lower()])
+    if r.get("optimizer.early_step_in_backward"):
+        r.set("optimizer.early_step_in_backward", "optimizer_in_backward", True)
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "torchtitan", data, SOURCE)
+    new = _new(r)
+    _model(r, new)
+    d = _layout(r, new)
+    _parallelism(r, d, new)
+    _precision(r, d, new)
+    _batch(r, d, new)
+    _checkpointing(r)
+    _step(r, new)
+    if r.flat.get("validation.enable"):
+        r.mark("validation.enable", "validation passes between steps: not counted")
+    r.out.update(framework="torchtitan", method="full")  # pre-training: every weight trains, no adapters
+    for pattern, reason in IGNORED:
+        r.ignore(pattern, reason)
+    r.ignore("*", UNKNOWN)
+    return r.finish([], WRITE_KEYS)
