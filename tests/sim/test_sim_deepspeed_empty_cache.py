@@ -120,3 +120,19 @@ def test_zero2_empties_the_cache_before_flattening_with_the_weights_live(model_p
     assert tr.ops[tr.events[at]] == "cat.default" and tr.nbytes[tr.events[at]] == 6_820_352
     assert replay(tr.events, tr.nbytes, tr.host, tr.streams)[1] == \
         replay(tr.events, tr.nbytes, tr.host, tr.streams, tr.empty_caches)[1]
+
+
+def test_zero3_peak_reserved_drops_by_the_load_segments_a_gpu_returns(tmp_path):
+    """A tiny Llama with a larger head (hidden 1024, vocab 32000, 4 layers; 2 ranks, no offload): defragment's
+    empty_cache returns the load's 190 MiB of segments (the whole parameters, then their partitions) but the small
+    pool's 2, and the flat partition (70,525,952 B) opens 68 MiB: 70 MiB reserved after it, not 258. The peak (the
+    step) reserves 12 MiB less: 1,442,840,576 B, not 1,455,423,488 (the later tensors re-open most of what went back)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(tiny("meta-llama/Llama-3.2-1B", layers=LAYERS, hidden=1024, vocab=32000)))
+    tr = _trace(str(path), "zero3", "none")
+    (at,) = tr.empty_caches
+    _a, cached, before = replay(tr.events, tr.nbytes, tr.host, tr.streams)
+    _a, emptied, now = replay(tr.events, tr.nbytes, tr.host, tr.streams, tr.empty_caches)
+    assert tr.nbytes[tr.events[at]] == 70_525_952
+    assert (cached[at - 1], cached[at], emptied[at]) == (190 * MiB, 258 * MiB, 70 * MiB)
+    assert (before.peak_reserved, now.peak_reserved) == (1_455_423_488, 1_442_840_576)
