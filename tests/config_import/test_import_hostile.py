@@ -100,3 +100,13 @@ def test_hostile_paste_is_one_scenario_error(name, text, words):
     with pytest.raises(ScenarioError) as exc:
         from_text(text, dialect=dialect)
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_torchtitan_global_batch_size_minus_one_is_read_not_unknown():
+    """v0.2.2's train_configs write ``global_batch_size = -1`` (local_batch_size x the data-parallel degree): read,
+    no gradient accumulation; the type check must not leave it to the 'not read by vramfit' catch-all."""
+    imp = from_text(TITAN_NEW + "[training]\nlocal_batch_size = 2\nglobal_batch_size = -1\n", dialect="torchtitan")
+    entry = next(e for e in imp.entries if e.key == "training.global_batch_size")
+    assert (entry.kind, imp.overrides["grad_accum"], imp.overrides["micro_batch_size"]) == ("read", 1, 2)
+    imp = from_text(TITAN_NEW + "[training]\nlocal_batch_size = 2\nglobal_batch_size = 32\n", dialect="torchtitan")
+    assert imp.overrides["grad_accum"] == 4  # 32 / (2 x 4 shards)

@@ -191,10 +191,10 @@ def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
     r.set("training.seq_len", "seq_len", seq)
     accum, micro = 1, local
     # v0.2.2 Training.global_batch_size: -1 (any value ≤ 0) is local_batch_size x the data-parallel degree
-    total = _whole(r, "training.global_batch_size", r.flat.get("training.global_batch_size", -1), -(2**63)) if new else -1
+    gbs = "training.global_batch_size"
+    total = _whole(r, gbs, r.get(gbs), -(2**63)) if new and r.has(gbs) else -1
     if total > 0:
         dp = d["data_parallel_replicate"] * d["data_parallel_shard"]
-        r.get("training.global_batch_size")
         if total % (local * dp):  # v0.2.2 train.py l. 202-214: batch degree dp_replicate x dp_shard
             raise r.error(f"training.global_batch_size {total} is not a multiple of local_batch_size x data-parallel "
                           f"degree ({local} x {dp})")
