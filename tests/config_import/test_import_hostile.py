@@ -110,3 +110,12 @@ def test_torchtitan_global_batch_size_minus_one_is_read_not_unknown():
     assert (entry.kind, imp.overrides["grad_accum"], imp.overrides["micro_batch_size"]) == ("read", 1, 2)
     imp = from_text(TITAN_NEW + "[training]\nlocal_batch_size = 2\nglobal_batch_size = 32\n", dialect="torchtitan")
     assert imp.overrides["grad_accum"] == 4  # 32 / (2 x 4 shards)
+
+
+def test_a_script_naming_a_config_file_whose_env_is_not_a_mapping(tmp_path):
+    """``swift sft cfg.yaml`` merges the file's ENV under the script's (TypeError on ``ENV: 5`` before the review)."""
+    (tmp_path / "cfg.yaml").write_text("ENV: 5\nmodel: Qwen/Qwen2.5-7B\nmax_length: 512\n")
+    (tmp_path / "run.sh").write_text("swift sft cfg.yaml\n")
+    r = runner.invoke(app, ["estimate", "--from", str(tmp_path / "run.sh")])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.exception
+    assert r.stderr.strip().endswith("the config file's ENV must be a mapping of environment variables, got 5")

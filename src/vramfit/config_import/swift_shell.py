@@ -183,7 +183,10 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
     # swift/cli/main.py parse_yaml_args: the file's keys become arguments before the ones after it (argparse keeps
     # the last), its ENV only fills variables the environment does not set
     out: dict[str, Any] = {"swift": sub, **{k: v for k, v in config.items() if k != "ENV"}, **_arguments(path, words)}
-    env_all = {**(config.get("ENV") or {}), **{k: _value(v) for k, v in env.items()}}
+    file_env = config.get("ENV") or {}
+    if not isinstance(file_env, dict):
+        raise fail(path, f"the config file's ENV must be a mapping of environment variables, got {_show(repr(file_env))}")
+    env_all = {**file_env, **{k: _value(v) for k, v in env.items()}}
     if env_all:
         out["ENV"] = env_all
     return out
