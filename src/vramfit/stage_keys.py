@@ -24,6 +24,9 @@ CPO_ALPHA = 1.0  # trl 1.16.0 experimental/cpo/cpo_config.py:132 `cpo_alpha: flo
 PREFERENCE = (Stage.DPO, Stage.KTO, Stage.ORPO, Stage.SIMPO)
 REFERENCE_FREE = (Stage.SFT, Stage.ORPO, Stage.SIMPO)
 GENERATES = (Stage.GRPO, Stage.PPO)
+#: Stages whose rules read micro_batch_size and grad_accum together (GRPO: num_generations must divide
+#: micro_batch_size x num_gpus x grad_accum, :func:`check_stage_keys`): a variant that changes either is re-checked whole.
+BATCH_RULE_STAGES = (Stage.GRPO,)
 
 
 def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows of the scenario table
@@ -142,3 +145,21 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
         if batch % n:
             raise ScenarioError("num_generations", f"must divide the completions per step (micro_batch_size × "
                                                    f"num_gpus × grad_accum = {batch}), as TRL requires; got {n}")
+
+
+def micro_batch_step(sc: Any) -> int:
+    """The step between the micro-batch sizes the scenario's stage accepts with its other batch keys fixed: GRPO's
+    ``num_generations`` must divide ``micro_batch_size x num_gpus x grad_accum`` (:func:`check_stage_keys`), so the
+    valid sizes are the multiples of ``num_generations / gcd(num_generations, num_gpus x grad_accum)``; else 1."""
+    from math import gcd
+
+    if sc.stage is not Stage.GRPO:
+        return 1
+    n = sc.num_generations
+    return n // gcd(n, sc.num_gpus * sc.grad_accum)
+
+
+def min_seq_len(sc: Any) -> int:
+    """The shortest ``seq_len`` the scenario's stage accepts: a generating stage's ``seq_len`` holds the prompt and
+    the ``completion_len`` completion, so it must be longer (:func:`check_stage_keys`); else 1."""
+    return sc.completion_len + 1 if sc.stage in GENERATES else 1

@@ -56,16 +56,27 @@ def _spec_layers(config: dict) -> tuple[list[list[int]], list[int]]:
     return layers, [order[0]] + order[at:]
 
 
-@pytest.mark.parametrize("config", [MIXTRAL, DEEPSEEK, LLAMA4], ids=["mixtral", "deepseek_v3", "llama4"])
+LLAMA4_IRREGULAR = {**LLAMA4, "moe_layers": [0, 2, 3]}
+QWEN3_MOE_MIXED = {"model_type": "qwen3_moe", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 96,
+                   "moe_intermediate_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                   "mlp_only_layers": [1], "decoder_sparse_step": 1}
+CONFIGS = [MIXTRAL, DEEPSEEK, LLAMA4, LLAMA4_IRREGULAR, QWEN3_MOE_MIXED]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["mixtral", "deepseek_v3", "llama4", "llama4_moe_layers", "qwen3_moe"])
 def test_module_order_follows_the_real_parameters(config):
+    """Element counts one by one, in order: Mixtral's router precedes its experts, DeepSeek-V3 and Llama 4 register
+    ``experts`` before the router (modeling_deepseek_v3.py l. 209-210, modeling_llama4.py l. 162-164); Llama 4's
+    irregular ``moe_layers`` list and Qwen3-MoE's ``mlp_only_layers`` put the dense layers where the config says."""
     real, real_outside = _real_layers(config)
     ours, ours_outside = _spec_layers(config)
     assert ours_outside == real_outside
-    # Mixtral's router precedes its experts as in the spec; DeepSeek-V3 registers ``experts`` before ``gate``
-    # (DeepseekV3MoE.__init__), so within a layer the counts are compared as a set of sizes
-    assert [sorted(x) for x in ours] == [sorted(x) for x in real]
+    assert ours == real
     if config is MIXTRAL:
-        assert ours == real == [[4096, 2048, 2048, 4096, 256, 4 * 192 * 64, 4 * 64 * 96]] * 2
+        assert ours == [[4096, 2048, 2048, 4096, 256, 4 * 192 * 64, 4 * 64 * 96]] * 2
+    if config is DEEPSEEK:  # q_a, q_b, kv_a, kv_b, o; then the dense MLP, or experts, gate, shared expert
+        assert ours[1] == [1024, 1024, 1536, 1024, 2048, 4 * 64 * 64, 4 * 64 * 32, 256, 2048, 2048, 2048]
 
 
 def test_banks_are_one_parameter_per_layer_and_moe_layers_sit_where_the_config_puts_them():
@@ -78,3 +89,6 @@ def test_banks_are_one_parameter_per_layer_and_moe_layers_sit_where_the_config_p
     assert [partition._moe_layer(deepseek, i) for i in range(3)] == [False, True, True]
     llama4 = spec_from_hf_config(LLAMA4)
     assert [partition._moe_layer(llama4, i) for i in range(4)] == [False, True, False, True]
+    irregular = spec_from_hf_config(LLAMA4_IRREGULAR)
+    assert irregular.moe_layers == (0, 2, 3)
+    assert [partition._moe_layer(irregular, i) for i in range(4)] == [True, False, True, True]

@@ -128,10 +128,60 @@ GLM4_MOE = dict(architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", hid
                 first_k_dense_replace=1, vocab_size=4096, torch_dtype="bfloat16")
 
 
-def test_a_family_no_spec_lists_is_refused_by_the_simulator_in_one_line(config_file):
-    """GLM-4-MoE builds its router fp32 (transformers v5.24.0 modeling_glm4_moe.py Glm4MoeTopkRouter, dtype=
-    torch.float32) and is read from transformers' modules, which list no fp32 parameters: the traced run's own
-    assertion is the refusal."""
+FAMILIES = {"deepseek_v3": DS, "gpt_oss": GPT_OSS, "glm4_moe": GLM4_MOE}
+
+
+def _verdict(run, sc: dict) -> str:
+    try:
+        run(sc)
+    except ScenarioError as err:
+        assert err.key == "precision"
+        return "refused"
+    return "runs"
+
+
+@pytest.mark.parametrize(("family", "method", "precision", "verdict"), [
+    ("deepseek_v3", "full", "bf16-true", "refused"), ("deepseek_v3", "full", "fp16-true", "refused"),
+    ("deepseek_v3", "lora", "bf16-true", "runs"),
+    ("gpt_oss", "full", "bf16-true", "runs"), ("gpt_oss", "full", "fp16-true", "refused"),
+    ("glm4_moe", "full", "bf16-true", "refused"), ("glm4_moe", "full", "fp16-true", "refused"),
+    ("glm4_moe", "lora", "bf16-true", "runs"), ("glm4_moe", "full", "bf16-mixed", "runs"),
+])
+def test_the_estimator_gives_the_verdict_torch_fsdp2_gives_on_the_simulated_load(
+        config_file, monkeypatch, family, method, precision, verdict):
+    """Every family of the catalog whose transformers v5.24.0 class keeps modules fp32 (DeepSeek-V3
+    modeling_deepseek_v3.py l. 551, gpt-oss modeling_gpt_oss.py l. 390; no other catalog family has a list), and
+    GLM-4-MoE read from transformers' modules (modeling_glm4_moe.py l. 460 ``_keep_in_fp32_modules_strict`` and its
+    router built fp32, l. 269): the estimator's refusal is what torch's own fully_shard does to the simulated
+    16-bit load (the load keeps the dtype plan's parameters fp32, sim/build.py _keep_in_fp32) with the
+    estimator's check taken out of the simulator."""
+    sc = {**FSDP2, "model": config_file(FAMILIES[family]), "method": method, "precision": precision}
+    assert _verdict(estimate, sc) == verdict
+    monkeypatch.setattr(importlib.import_module("vramfit.estimate.fsdp_dtype"), "check_uniform_dtype", lambda *a: None)
+    assert _verdict(lambda s: simulate(s, layers=3), sc) == verdict
+
+
+def test_glm4_moe_read_from_its_modules_lists_its_fp32_router(config_file):
+    """The reader of transformers' modules takes the router's 2-D ``weight`` (Glm4MoeTopkRouter, no nn.Linear) as a
+    router linear, not a norm, and lists it as kept fp32; the full-fine-tuning refusal is the DeepSeek one."""
+    from vramfit.models import resolve_model
+
+    spec = resolve_model(config_file(GLM4_MOE)).spec
+    assert [(x.name, x.in_features, x.out_features, x.layers) for x in spec.block_linears if x.group == "router"] == [
+        ("gate", 512, 8, 2)]
+    assert (spec.fp32_kept_strict, spec.fp32_kept_fp16, spec.block_norm_params) == (("gate",), (), 1024)
     sc = {**FSDP2, "model": config_file(GLM4_MOE), "method": "full", "precision": "bf16-true"}
-    with pytest.raises(ScenarioError, match=r"^precision: this model keeps some parameters in fp32 .* but got \{"):
-        simulate(sc, layers=3)
+    for run in (estimate, lambda s: simulate(s, layers=3)):
+        with pytest.raises(ScenarioError) as err:
+            run(sc)
+        assert str(err.value).startswith(REFUSED)
+
+
+def test_the_fp32_router_of_glm4_moe_is_counted_at_4_bytes_as_the_simulator_holds_it(config_file):
+    """One GPU, bf16 full fine-tuning of the tiny GLM-4-MoE: 2 MoE layers of 8 x 512 router weights (8,192 elements)
+    held at 4 B (16,384 B short at 2 B): the weights are the simulator's but four 512-B fp32 buffers (two
+    e_score_correction_bias, RoPE's inv_freq and original_inv_freq), the Adam states twice the weights."""
+    sc = {"model": config_file(GLM4_MOE), "method": "full", "precision": "bf16-true", "seq_len": 256}
+    est, sim = _parts(estimate(sc)), _parts(simulate(sc, layers=3).result)
+    assert est["weights"] == sim["weights"] - 2_048 == 30_448_640
+    assert est["optimizer_state"] == 2 * est["weights"]

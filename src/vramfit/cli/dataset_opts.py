@@ -44,6 +44,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def option_defaults() -> dict[str, Any]:
+    """Every dataset option at its default (no ``--dataset``)."""
+    return {k: o.default for k, (_, o) in _OPTIONS.items()}
+
+
 def _choice(key: str, value: str, enum):
     try:
         return enum(value)
@@ -121,9 +126,10 @@ def _outputs(opts: dict, r, sc) -> None:
 
         card = None
         if sc.gpu:
+            from vramfit.calibration import load_active
             from vramfit.plan import fit
 
-            f = fit(sc, sc.gpu)
+            f = fit(sc, sc.gpu, calibration=load_active())
             card = (f.gpu_name, f.max_seq_len)
         length_chart(r, opts["length_chart"], card)
         err.print(f"wrote {opts['length_chart']}", highlight=False)
@@ -132,10 +138,12 @@ def _outputs(opts: dict, r, sc) -> None:
 def _memory_lines(sc, peak_seq: int, typical_seq: int, report=None) -> list[str]:
     """The peak and typical step's device figure; with ``report``, the reserved figure's spread over random orders
     of its lengths at the peak (:mod:`vramfit.dataset.spread`) where they give one."""
+    from vramfit.calibration import load_active
     from vramfit.estimate import estimate
 
-    peak = estimate(sc, seq_len=peak_seq)
-    typ = estimate(sc, seq_len=typical_seq).peak.device_bytes
+    cal = load_active()  # the figures the command's own result states (it applies the user's calibration)
+    peak = estimate(sc, seq_len=peak_seq, calibration=cal)
+    typ = estimate(sc, seq_len=typical_seq, calibration=cal).peak.device_bytes
     lines = [f"per GPU at micro-batch {sc.micro_batch_size}: peak {peak.peak.device_bytes / GiB:,.1f} GiB (seq_len "
              f"{peak_seq:,}), typical step {typ / GiB:,.1f} GiB (seq_len {typical_seq:,}); the scenario below uses the peak"]
     if report is not None:
@@ -146,20 +154,38 @@ def _memory_lines(sc, peak_seq: int, typical_seq: int, report=None) -> list[str]
     return lines
 
 
+def _batch_options(opts: dict) -> dict | None:
+    """The command line's dataset options for every ``--batch`` line (None without ``--dataset``); the report files
+    belong to one scenario and are refused."""
+    if opts["dataset"] is None:
+        given = [k for k, (_, o) in _OPTIONS.items() if opts[k] != o.default]
+        if given:
+            raise ScenarioError("dataset", "--" + given[0].replace("_", "-") + " needs --dataset FILE")
+        return None
+    for key in ("dataset_json", "length_chart"):
+        if opts[key] is not None:
+            raise ScenarioError(key, "writes one scenario's report: not with --batch")
+    return opts
+
+
 def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None = None) -> Callable[..., Any]:
     """Add the dataset options to a command taking ``scenario_args``/``scenario_file`` (apply under
     :func:`vramfit.cli.options.with_scenario_options`). A command with a ``dataset_report`` parameter receives the
-    report; its scenario's ``seq_len`` is the longest row alone when ``per_row_bound`` (default: when it takes the
-    report, as ``plan``, which varies the micro-batch), else the peak micro-batch's (``estimate``, ``fit``)."""
+    report; its scenario's ``seq_len`` is the peak micro-batch's. ``per_row_bound`` (default: when it takes the report)
+    says the command varies the micro-batch (``plan``, ``fit``): the reserved spread then goes to stderr, while a
+    command that states it in its own result (``estimate``) passes False."""
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func)
     wants_report = "dataset_report" in sig.parameters
     per_row = wants_report if per_row_bound is None else per_row_bound
-    own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items() if n != "dataset_report"]
+    own = [p.replace(annotation=hints.get(n, p.annotation)) for n, p in sig.parameters.items()
+           if n not in ("dataset_report", "dataset_options")]
     extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=t) for k, (t, o) in _OPTIONS.items()]
 
     def wrapper(**kwargs: Any) -> Any:
         opts = {k: kwargs.pop(k) for k in _OPTIONS}
+        if kwargs.get("batch") is not None and "dataset_options" in sig.parameters:  # each line analysed on its own
+            return func(**kwargs, dataset_report=None, dataset_options=_batch_options(opts))
         if opts["dataset"] is None:
             given = [k for k, (_, o) in _OPTIONS.items() if opts[k] != o.default]
             if given:
@@ -175,7 +201,9 @@ def with_dataset_options(func: Callable[..., Any], *, per_row_bound: bool | None
         for line in summary_lines(r):
             err.print(line, highlight=False, soft_wrap=True)
         _outputs(opts, r, sc)
-        seq = r.longest_row_len if per_row else r.peak_seq_len  # plan varies the micro-batch: the per-row bound
+        # the peak micro-batch at the scenario's size; fit and plan, which vary the size, take each size's own from the
+        # report (DatasetReport.seq_len_at: a padding-free row grows with its samples, a padded one does not)
+        seq = r.peak_seq_len
         # a command that takes the report at its peak micro-batch (estimate) states the spread in its own result
         states_spread = wants_report and not per_row
         for line in _memory_lines(sc, seq, r.typical_seq_len, None if states_spread else r):

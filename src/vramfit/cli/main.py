@@ -93,6 +93,7 @@ def estimate(
         SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
     ),
     dataset_report=None,
+    dataset_options=None,
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
     from vramfit.calibration import load_active
@@ -106,22 +107,28 @@ def estimate(
     def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
         return with_fits(estimate(item, calibration=cal), safety_margin=safety_margin)
 
-    if batch is not None:
+    if batch is not None:  # a line that names a dataset (or --dataset) is estimated as `estimate --dataset` does
+        from vramfit.cli.batch_dataset import BatchDatasets
+
+        run_line = BatchDatasets(run_estimate, dataset_options)
         for _, item in read_batch(batch):
-            sys.stdout.write(batch_line(item, scenario_args, run_estimate) + "\n")
+            sys.stdout.write(batch_line(item, scenario_args, run_line) + "\n")
             sys.stdout.flush()
         return
     sc = build_scenario(scenario_args, scenario_file)
-    result = run_estimate(sc)
-    if dataset_report is not None:  # the reserved figure's spread over random orders of the dataset's lengths
-        from vramfit.dataset.spread import spread_line, with_reserved_spread
+    if dataset_report is not None:  # at the peak micro-batch, with the reserved spread over the lengths' random orders
+        from vramfit.cli.batch_dataset import dataset_estimate
 
-        result = with_reserved_spread(result, dataset_report)
+        result = dataset_estimate(sc, dataset_report, run_estimate)
+    else:
+        result = run_estimate(sc)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         render_estimate(result, console)
         if result.reserved_spread is not None:
+            from vramfit.dataset.spread import spread_line
+
             console.print(spread_line(result.reserved_spread), highlight=False, soft_wrap=True)
 
 

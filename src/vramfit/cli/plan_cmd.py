@@ -19,6 +19,7 @@ from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.cli.render import render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
@@ -139,7 +140,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         within += f" at ${p.usd_per_gpu_hour_low:.2f}/GPU-h ({p.price_basis})" if p.price_basis else ""
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
-                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.device_bytes)} GiB per GPU, "
+                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
         for n in p.notes:
             console.print(f"   • {n}")
@@ -163,11 +164,11 @@ def render_changes(gid: str, changes: list) -> None:
         console.print(f"{gid}: the scenario already fits.")
         return
     t = Table(title=f"{gid}: the scenario does not fit as given; changes ranked", title_justify="left")
-    for col in ("change", "set", "GiB after", "saves GiB", "fits", "time×", "trade-off"):
+    for col in ("change", "set", "needs GiB after", "saves GiB", "fits", "time×", "trade-off"):
         t.add_column(col, overflow="fold")
     for c in changes:
         setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(escape(c.description), escape(setk), _gib(c.device_bytes), _gib(c.saving_bytes),
+        t.add_row(escape(c.description), escape(setk), _gib(c.required_bytes), _gib(c.saving_bytes),
                   "[green]yes[/green]" if c.fits else "[red]no[/red]",
                   "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
     console.print(t)
@@ -253,6 +254,7 @@ def fit_cmd(
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
     write_to: Path | None = typer.Option(None, "--write-to", help="Save the --from config with the first change that fits.", rich_help_panel=_P),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    dataset_report=None,
 ) -> None:
     """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
     from vramfit.plan import fit
@@ -262,34 +264,12 @@ def fit_cmd(
     if not sc.gpu:
         raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
     cal = load_active()
-    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal)
+    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal, dataset=dataset_report)
     write_fit(write_to, sc, safety_margin)
     if json_out:
         _out(r.to_dict())
         return
-    render_fit(r, sc, cal)
-
-
-def render_fit(r, sc, cal) -> None:
-    """The fit report: the verdict, the largest micro-batch and sequence, and the batch × sequence grid."""
-    console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {_gib(r.usable_bytes)} GiB, limit {_gib(r.limit_bytes)} GiB "
-                  f"(margin {r.safety_margin:.0%}); your scenario: {_gib(r.device_bytes)} GiB → "
-                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
-    if cal is not None and cal.for_card(sc.gpu):
-        console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
-    mb = "none (micro-batch 1 does not fit)" if r.max_micro_batch is None else f"{r.max_micro_batch} ({_gib(r.max_micro_batch_device_bytes)} GiB)"
-    seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens ({_gib(r.max_seq_len_device_bytes)} GiB)"
-    console.print(f"largest micro-batch at seq {r.scenario['seq_len']}: {mb}")
-    console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
-                  + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
-    t = Table(title="Peak GiB per GPU (✓ fits the limit; unmarked: does not)", title_justify="left")
-    t.add_column("mb \\ seq")
-    for s in r.seq_lens:
-        t.add_column(f"{s:,}", justify="right")
-    for b, row in zip(r.batches, r.grid, strict=True):
-        t.add_row(str(b), *[("" if c.device_bytes is None else
-                             f"[green]{_gib(c.device_bytes)} ✓[/]" if c.fits else f"[red]{_gib(c.device_bytes)}[/]") for c in row])
-    console.print(t)
+    render_fit(r, sc, cal, console)
 
 
 def sweep_cmd(
@@ -346,15 +326,16 @@ def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
 
 def render_sweep(r, key: str) -> None:
     """The sweep as a table: the three peaks per value, and whether each card holds it."""
-    t = Table(title=f"Peak per GPU over {key}; fits = peak after cache release ≤ usable less {r.safety_margin:.0%}",
-              title_justify="left")
-    for col in (key, "allocated GiB", "reserved GiB", "device GiB", *[c["gpu_id"] for c in r.cards]):
+    t = Table(title=f"Peak per GPU over {key}; fits = needs (peak after cache release) ≤ usable less "
+                    f"{r.safety_margin:.0%}", title_justify="left")
+    for col in (key, "allocated GiB", "reserved GiB", "device GiB", "needs GiB", *[c["gpu_id"] for c in r.cards]):
         t.add_column(col, justify="right")
     for p in r.points:
         if p.error:
-            t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", *[""] * len(r.cards))
+            t.add_row(escape(str(p.value)), f"[red]{escape(p.error)}[/red]", "", "", "", *[""] * len(r.cards))
         else:
             t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
+                      _gib(p.required_bytes),
                       *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
     console.print(t)
 
@@ -408,12 +389,12 @@ def sweep_csv(r) -> str:
                 comps.append(k)
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", *[f"{c}_bytes" for c in comps],
+    w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", "required_bytes", *[f"{c}_bytes" for c in comps],
                 *[f"fits_{c['gpu_id']}" for c in r.cards], "error"])
     for p in r.points:
         if p.error:
-            w.writerow([p.value, "", "", "", *[""] * len(comps), *[""] * len(r.cards), p.error])
+            w.writerow([p.value, "", "", "", "", *[""] * len(comps), *[""] * len(r.cards), p.error])
         else:
-            w.writerow([p.value, p.allocated_bytes, p.reserved_bytes, p.device_bytes,
+            w.writerow([p.value, p.allocated_bytes, p.reserved_bytes, p.device_bytes, p.required_bytes,
                         *[(p.components or {}).get(c, 0) for c in comps], *[p.fits[c["gpu_id"]] for c in r.cards], ""])
     return buf.getvalue()

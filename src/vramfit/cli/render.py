@@ -103,3 +103,36 @@ def render_fits(r: EstimateResult, console: Console) -> None:
         if fit.paging_bytes:
             console.print(f"{fit.name}: {fit.verdict}", highlight=False, markup=False)
     console.print(f"[dim]{definition(margin)}[/dim]", highlight=False)
+
+
+def gib1(n: int | None) -> str:
+    """GiB with one decimal (empty for None)."""
+    return "" if n is None else f"{n / 2**30:,.1f}"
+
+
+def render_fit(r, sc, cal, console: Console) -> None:
+    """The fit report: the verdict, the largest micro-batch and sequence, and the batch × sequence grid. Every size
+    stated next to a verdict is the verdict's own figure (``required_bytes``: the device peak less the cache PyTorch
+    releases before an out-of-memory error, vramfit.plan.verdict), so it is at most the limit wherever it fits."""
+    console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {gib1(r.usable_bytes)} GiB, limit {gib1(r.limit_bytes)} GiB "
+                  f"(margin {r.safety_margin:.0%}); your scenario needs {gib1(r.required_bytes)} GiB "
+                  f"(device peak {gib1(r.device_bytes)}) → "
+                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
+    if cal is not None and cal.for_card(sc.gpu):
+        console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
+    mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None
+          else f"{r.max_micro_batch} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
+    seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"
+    console.print(f"largest micro-batch at seq {r.max_micro_batch_seq_len or r.scenario['seq_len']}: {mb}")
+    console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
+                  + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
+    t = Table(title="GiB needed per GPU, the fit verdict's figure (✓ fits the limit; unmarked: does not)",
+              title_justify="left")
+    t.add_column("mb \\ seq")
+    for s in r.seq_lens:
+        t.add_column(f"{s:,}", justify="right")
+    for b, row in zip(r.batches, r.grid, strict=True):
+        t.add_row(str(b), *[("" if c.required_bytes is None else
+                             f"[green]{gib1(c.required_bytes)} ✓[/]" if c.fits else f"[red]{gib1(c.required_bytes)}[/]")
+                            for c in row])
+    console.print(t)

@@ -186,6 +186,29 @@ class DatasetReport:
         """The estimator's ``seq_len`` for the peak micro-batch at its ``micro_batch_size`` rows."""
         return -(-self.peak_tokens // max(1, self.policy["micro_batch_size"]))
 
+    def policy_at(self, micro_batch_size: int):
+        """The report's batching policy (:class:`vramfit.dataset.policy.Policy`) at another ``micro_batch_size``."""
+        from vramfit.dataset.policy import Packing, Padding, Policy
+
+        d = self.policy
+        return Policy(**{**d, "padding": Padding(d["padding"]), "packing": Packing(d["packing"]),
+                         "micro_batch_size": micro_batch_size})
+
+    @property
+    def varies_with_micro_batch(self) -> bool:
+        """True when the peak row's length depends on the micro-batch size: a flattened micro-batch (padding-free, or
+        packed rows concatenated) is one row of its samples together, so more samples make it longer
+        (:func:`vramfit.dataset.policy.batch_shape`); padded rows are as long as their longest at any size."""
+        return self.policy_at(1).flattened
+
+    def seq_len_at(self, micro_batch_size: int) -> int:
+        """The estimator's ``seq_len`` for the peak micro-batch at ``micro_batch_size`` rows (the ``micro_batch_size``
+        longest rows together, :func:`vramfit.dataset.policy.peak_batch`): :attr:`peak_seq_len` at another size."""
+        from vramfit.dataset.policy import peak_batch
+
+        rows, length = peak_batch(self.row_lengths, self.policy_at(micro_batch_size))
+        return -(-rows * length // micro_batch_size)
+
     @property
     def typical_seq_len(self) -> int:
         """The estimator's ``seq_len`` for the median micro-batch at ``micro_batch_size`` rows."""

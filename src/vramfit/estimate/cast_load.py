@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # the tensors of one module each (a ParamTensor of these kinds is `count` identical single tensors); norms, biases and
 # a tower's small tensors are listed in aggregates and are far smaller than any of these
-_SINGLE_KINDS = ("embedding", "lm_head", "linear", "expert", "vision_linear", "vision_unused_linear")
+_SINGLE_KINDS = ("embedding", "lm_head", "linear", "router", "expert", "vision_linear", "vision_unused_linear")
 _FP16_BYTES = 2
 
 

@@ -34,7 +34,7 @@ from vramfit.estimate.fsdp2 import (
 from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks
 from vramfit.estimate.loss import projection_stage
-from vramfit.estimate.moe_lora import fsdp2_lora_middle_block
+from vramfit.estimate.moe_lora import fsdp2_lora_middle_block, position_kinds
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.stages import has_phase
@@ -109,20 +109,36 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     block's backward, and the lowest block has none below to prefetch (estimate/fsdp2.py)."""
     a = step.acts
     # the output layer's autocast copy is freed by its matmul backward; a recomputed top block casts its own again
-    recast = step.lowest_autocast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    top_recompute, top_cast, lowest_recompute = _kind_ends(step)
+    recast = top_cast if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
     # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4; the
     # simulator's top-block peak of a tiny 4-layer Qwen3-MoE LoRA holds 549,746,176 B of temporaries at vocab 4096
     # and 32768 alike)
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + a.recompute - a.top_freed,
+    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
-    # top_freed: Llama 4's every-token experts free the same tensors in the recomputed lowest MoE block (moe_kernel.py)
-    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + a.recompute - a.top_freed, step.lowest_autocast,
-              held_reduce_scatter_input(step) - resharded_above_lowest(step))
-    return max((top, lowest, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+    comm = held_reduce_scatter_input(step) - resharded_above_lowest(step)
+    lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + lowest_recompute, step.lowest_autocast, comm)
+    # the dense layer 0 under the lowest MoE block (moe_kernel.dense_layer0_grads), a dense block's recompute and copies
+    layer0 = (step.held_grads + step.layer0_grads, a.lowest + a.masks + (a.kind_recompute or (0, 0))[1],
+              (step.kind_autocast or (0, 0))[1], comm) if step.layer0_grads else lowest
+    return max((top, lowest, layer0, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+
+
+def _kind_ends(step: Step) -> tuple[int, int, int]:
+    """(the top block's recompute, its autocast copies, the lowest position's recompute). Where MoE and dense layers
+    mix, each end recomputes and casts a block of its own layer's kind (moe_lora.position_kinds). An MoE block's
+    recompute is net of what Llama 4's every-token experts free before their working set (top_freed, moe_kernel.py)."""
+    a = step.acts
+    kinds = position_kinds(step.spec, step.sc) if a.kind_recompute else None
+    if kinds is None:
+        return a.recompute - a.top_freed, step.lowest_autocast, a.recompute - a.top_freed
+    casts = step.kind_autocast or (step.lowest_autocast,) * 2
+    top, lowest = (0 if moe else 1 for moe in kinds)
+    return a.kind_recompute[top], casts[top], a.kind_recompute[lowest]
 
 
 def gradients(step: Step) -> Iterator[Contribution]:

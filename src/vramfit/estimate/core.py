@@ -92,6 +92,8 @@ def _is_quantized_linear(
         return vision_quantized(sc, profile)  # exactly nn.Linear in every tower the readers describe
     if t.kind == "expert":
         return experts_quantized(sc, profile)
+    if t.kind == "router":  # no exact nn.Linear under transformers 5 unless the spec says so (ModelSpec)
+        return not (profile.quantizes_exact_linear_only and spec is not None and not spec.router_exact_linear)
     if t.kind == "linear":
         if profile.quantizes_exact_linear_only and spec is not None:
             if spec.linear_subclass:

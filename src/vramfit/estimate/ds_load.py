@@ -58,19 +58,28 @@ def flatten_load_phase(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", StepPhase.LOAD, flat_copy(step))
 
 
-def flatten_events(step: Step) -> list[int]:
+def flatten_events(step: Step, by_module: bool = False) -> list[int]:
     """The flatten on the GPU as allocator events (``n``: allocate, ``-k``: free the ``k``-th, as
     estimate/allocator.py ``transient_reserved``): each trainable 16-bit parameter the engine moved to the GPU one by
     one (``module.to(device)`` after the 16-bit cast: one segment each when 1 MiB or more), the flat buffer
     (``torch.cat``, kept: the parameters' storage from then on), then the originals freed
     (``_update_model_bit16_weights`` points the parameters into the flat buffer). DeepSpeed 0.19.8
     runtime/zero/stage_1_and_2.py ``DeepSpeedZeroOptimizer.__init__`` (module docstring). Empty unless full
-    fine-tuning flattens on the GPU: LoRA's originals are the adapters, small-pool blocks of a few MiB in all."""
+    fine-tuning flattens on the GPU: LoRA's originals are the adapters, small-pool blocks of a few MiB in all.
+    ``by_module``: the originals in module order, a layer's linears and norms together, as ``module.to(device)`` moves
+    them (estimate/zero12_partition.py ``module_order``): the engine's load (`vramfit simulate --full-depth`, Qwen2.5-0.5B
+    ZeRO-2 offload) reserves 2,408 MiB, this order's replay the same, the linears grouped by kind across layers 2,488
+    (1-10 MiB tensors share 20 MiB segments differently). The ZeRO-1/2 step's replay (estimate/zero2_step.py) still
+    takes the grouped order and no saved activations, whose segments it leaves to the usual slack."""
     from vramfit.estimate.params import base_tensors
+    from vramfit.estimate.zero12_partition import module_order
 
     if not flattens_on_gpu(step) or step.sc.method is not Method.FULL:
         return []
     c = step.sc.precision.compute_bytes
-    originals = [c * t.numel for t in base_tensors(step.spec) for _ in range(t.count)]
+    if by_module:
+        originals = [c * n for n, _ in module_order(step.spec, step.profile.runs_transformers_modeling)]
+    else:
+        originals = [c * t.numel for t in base_tensors(step.spec) for _ in range(t.count)]
     n = len(originals)
     return originals + [flat_copy(step)] + [-k for k in range(1, n + 1)]

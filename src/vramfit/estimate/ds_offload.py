@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Method, Offload, Parallelism
+from vramfit.choices import Checkpointing, Method, Offload, Parallelism
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import resolve, zero3_largest
 from vramfit.estimate.phases import StepPhase
 from vramfit.estimate.state import shard
+from vramfit.estimate.zero3_reserved import zero3_reserved_floor
 from vramfit.estimate.zero12_partition import adapter_order, module_order, rank0_outside, rank0_partition
 
 if TYPE_CHECKING:
@@ -147,8 +148,9 @@ def norm_transients(step: Step) -> dict[StepPhase, int]:
 def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) -> int:
     """The reserved peak of ZeRO-1/2 full fine-tuning with the optimizer offloaded, given ``reserved``, the figure
     of the step's allocated peak (``peak``: its phase, an evaluation pass apart) plus the usual slack
-    (estimate/reserved.py): the segments the engine's load leaves cached
-    and those its per-parameter float64 norm copies open on the reduction stream (:func:`offload_load_and_norms`).
+    (estimate/reserved.py): the step replayed through the allocator per stream (:func:`offload_step_replay`), the
+    default stream's segments (the load's cached ones and those the micro-batch's loss and output-layer gradients open
+    beside them) and those its per-parameter float64 norm copies open on the reduction stream.
 
     At the accumulation boundary ``reduce_ipg_grads`` copies each reduced gradient of this rank's partition out under
     ``get_accelerator().stream(self.reduction_stream)`` when ``overlap_comm`` is set (DeepSpeed v0.16.2
@@ -161,52 +163,127 @@ def offload_reserved(r: Step, peak: str, reserved: int, required: bool = False) 
     (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp: a block is reused only on its own stream), so each
     copy larger than every earlier one opens a segment of its own beside the default stream's, which keep the load's
     cached segments (no ``empty_cache`` after it). Peak reserved: the default stream's (the larger of ``reserved``
-    without the norm copy counted at the allocated peak and the load's segments) plus the reduction stream's.
-    Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor. One GPU
-    runs the same path: nothing in ``reduce_ipg_grads`` looks at the world size (0.19.8 l. 2239-2274: the stream is
-    chosen by ``overlap_comm`` alone, ``copy_grads_in_partition`` runs for every parameter of the one partition);
-    `vramfit simulate --full-depth` of Qwen2.5-0.5B (bf16, seq 256, ZeRO-2, 1 GPU) reserves 4,271,898,624 B, the
-    estimate 4,232,052,736 (3,261,057,536 when one GPU was left out).
+    without the norm copy counted at the allocated peak and the replay's default-stream segments) plus the reduction
+    stream's. Without ``overlap_comm`` the copies share the default stream's pool: the replay's own peak is the floor.
+    One GPU runs the same path: nothing in ``reduce_ipg_grads`` looks at the world size (0.19.8 l. 2239-2274: the
+    stream is chosen by ``overlap_comm`` alone, ``copy_grads_in_partition`` runs for every parameter of the one
+    partition); `vramfit simulate --full-depth` of Qwen2.5-0.5B (bf16, seq 256, ZeRO-2, 1 GPU) reserves
+    4,271,898,624 B.
     ``required``: unchanged (the load's freed segments and the smaller copies' are wholly free at the peak, given
     back by ``release_cached_blocks``). `vramfit simulate` of Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth)
-    reserves 3882 MiB under ZeRO-1 and ZeRO-2 alike: load 2668 (the originals' 1252, the flat copy's 944, the
-    partition clone's 472), the reduction stream's 34 + 1040 (the first 4,358,144-element slice's float64, then the
-    embedding's)."""
-    if required or not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
+    reserves 4,030 MiB under ZeRO-1 and ZeRO-2 alike: on the default stream the load's 2,408 (the originals' 1,252,
+    the flat copy's 944, the partition clone's 472), the loss backward's fp32 log-softmax gradient 150 and the tied
+    embedding's second gradient 260 (the output layer's, made in the loss's backward, holds the clone's segment), the
+    activations' small-pool segments 114; on the reduction stream 34 + 20 + 2 + 1,040 (the first 4,358,144-element
+    slice's float64, its fp32 cast's, then the embedding's)."""
+    if required:
         return reserved
-    load, total, side = offload_load_and_norms(r)
+    if zero3 := zero3_reserved_floor(r):  # ZeRO-3's load, micro-batch and step (estimate/zero3_reserved.py)
+        return max(reserved, zero3)
+    if not offloads_zero12(r.sc) or r.sc.method is not Method.FULL:
+        return reserved
+    _, default, total, side = offload_step_replay(r)
     if not side:
         return max(reserved, total)
     norm = {p.value: n for p, n in norm_transients(r).items()}.get(peak, 0)  # a stage's phase: none
-    return max(reserved, max(reserved - norm, load) + total - load)
+    return max(reserved, max(reserved - norm, default) + total - default)
 
 
-def offload_load_and_norms(r: Step) -> tuple[int, int, bool]:
-    """(bytes reserved after the load, peak reserved after the boundary's norm copies, whether those are on the
-    reduction stream) of ZeRO-1/2 full fine-tuning with the optimizer offloaded, replayed through
-    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Load (DeepSpeed 0.19.8 stage_1_and_2.py
-    ``__init__``): the flatten (estimate/ds_load.py ``flatten_events``; flattened on the host, releases before
-    v0.18.7, the flat buffer comes to the GPU whole: ``flattened_buffer.to(...)``), rank 0's 16-bit partition cloned
-    on the GPU on its way to the host (``.detach().clone().to(device=self.device, ...)``, freed), the GPU staging
-    buffer (:func:`offload_grad_staging`, kept). Boundary: each of rank 0's partition slices (:func:`rank0_partition`)
-    in backward order, its float64 copy (8 bytes an element) made and freed, then its fp32 cast (4)."""
+def offload_step_replay(r: Step) -> tuple[int, int, int, bool]:
+    """(bytes reserved after the load, the default stream's peak reserved over the step, the peak reserved of both
+    streams, whether the norm copies are on the reduction stream) of ZeRO-1/2 full fine-tuning with the optimizer
+    offloaded, replayed through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` (each segment stays with the
+    stream that opened it; none is returned). Load (DeepSpeed 0.19.8 stage_1_and_2.py ``__init__``): the flatten
+    (estimate/ds_load.py ``flatten_events``; flattened on the host, releases before v0.18.7, the flat buffer comes
+    to the GPU whole: ``flattened_buffer.to(...)``), rank 0's 16-bit partition cloned on the GPU on its way to the
+    host (``.detach().clone().to(device=self.device, ...)``, freed), the GPU staging buffer
+    (:func:`offload_grad_staging`, kept). The boundary micro-batch (:func:`_backward_events`): the loss's tensors,
+    the output layer's gradient, rank 0's partition slices (:func:`rank0_partition`) in backward order, each one's
+    float64 copy (8 bytes an element) made and freed, then its fp32 cast (4). Not replayed: the saved activations (on
+    the default stream, carved from the originals' freed segments or the small pool: the generic slack's)."""
     from vramfit.estimate.ds_load import flat_copy, flatten_events
     from vramfit.estimate.zero2_step import partition_grads_on_side_stream
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     sc = r.sc
     side = partition_grads_on_side_stream(r)
-    model, kept = CachingAllocatorModel(r.profile.alloc_conf), []
-    for ev in flatten_events(r) or [flat_copy(r)]:
+    model, kept, opened = CachingAllocatorModel(r.profile.alloc_conf), [], [0, 0]
+    for ev in flatten_events(r, by_module=True) or [flat_copy(r)]:
         if ev >= 0:
             kept.append(model.malloc(ev))
         else:
             model.free(kept[-ev - 1])
     model.free(model.malloc(sc.precision.compute_bytes * shard(r.parts.num_trainable, sc.num_gpus)))
     model.malloc(offload_grad_staging(r.spec, sc, r.profile))
-    load = model.stats.reserved
-    order = module_order(r.spec, r.profile.runs_transformers_modeling)
-    for piece in rank0_partition(order, sc.num_gpus)[1]:
+    load = opened[0] = model.stats.reserved
+    blocks: list = []
+    for nbytes, stream in _backward_events(r, side):
+        if nbytes >= 0:
+            before = model.stats.reserved
+            blocks.append(model.malloc(nbytes, stream))
+            opened[stream] += model.stats.reserved - before
+        else:
+            model.free(blocks[-nbytes - 1])
+    return load, opened[0], model.stats.peak_reserved, side
+
+
+def _saved_activations(r: Step) -> list[int]:
+    """Each block's saved tensors in forward order, bytes (estimate/saved.py ``Saved``: one entry a tensor); none under
+    checkpointing, whose few kept inputs the usual slack covers. Those of 1 MiB or less go to the small pool's 2 MiB
+    segments, which no large-pool cached block can serve (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp
+    ``get_pool``: kSmallSize); the larger split the segments the load left cached. The engine's trace (DeepSpeed 0.19.8,
+    Qwen2.5-0.5B bf16 seq 256, 2 GPUs, full depth) opens 57 small-pool segments (114 MiB) in the first forward and no
+    large-pool one for them; this replay 108 MiB."""
+    if r.sc.gradient_checkpointing is not Checkpointing.NONE:
+        return []
+    return [n for _ in range(r.spec.num_hidden_layers) for n in r.saved.items.values() if n > 0]
+
+
+def _backward_events(r: Step, side: bool) -> list[tuple[int, int]]:
+    """The boundary micro-batch's big tensors after the load as (bytes, stream) allocations and (-k, 0) frees of the
+    ``k``-th (:func:`offload_step_replay`). The loss's tensors (estimate/transients.py ``step_transients``); then its
+    backward's output-layer weight gradient (``mm`` of the logits' gradient and the final hidden states, 16-bit): a
+    tied weight's stays in autograd's input buffer until the embedding's own gradient (``embedding_dense_backward``)
+    meets it at the end of backward and the two are summed (autograd accumulates a leaf's gradients before its
+    ``AccumulateGrad`` hook runs, torch/csrc/autograd/input_buffer.cpp ``InputBuffer::add``), an untied one leaves
+    with its reduction; the block slices' norm copies and casts (``set_norm_for_param_grad_in_gpu``, ``src_tensor.to
+    (fp32)``); at the end the embedding's gradient and its slice's copies. The engine's trace (`vramfit simulate
+    --full-depth`, DeepSpeed 0.19.8, Qwen2.5-0.5B, 2 GPUs) makes them in this order: the tied weight's output-layer
+    gradient in the partition clone's cached segment, its embedding gradient in a segment of its own."""
+    from vramfit.estimate.transients import step_transients
+
+    sc, spec = r.sc, r.spec
+    ev: list[tuple[int, int]] = []
+    count = 0
+
+    def alloc(n: int, stream: int = 0) -> int:
+        nonlocal count
+        ev.append((n, stream))
+        count += 1
+        return count
+
+    acts = [alloc(n) for n in _saved_activations(r)]
+    base = count
+    for e in step_transients(r):
+        if e < 0:
+            ev.append((e - base, 0))
+        else:
+            alloc(e)
+    c = sc.precision.compute_bytes
+    head = alloc(c * (spec.lm_head_params or spec.embedding_params))
+    if spec.lm_head_params:
+        ev.append((-head, 0))
+    ev.extend((-k, 0) for k in reversed(acts))  # backward frees each block's saved tensors, the top block's first
+    order = module_order(spec, r.profile.runs_transformers_modeling)
+    slices = rank0_partition(order, sc.num_gpus)[1]  # backward order: the embedding's last
+    stream = 1 if side else 0
+    for i, piece in enumerate(slices):
+        if i == len(slices) - 1:  # the embedding's gradient, summed with the tied output layer's
+            grad = alloc(c * spec.embedding_params)
+            if not spec.lm_head_params:  # merged in place into the output layer's (sim/inplace.py), then copied
+                ev.append((-grad, 0))
+                alloc(c * spec.embedding_params)
+                ev.append((-head, 0))
         for width in (8, 4):
-            model.free(model.malloc(width * piece, 1 if side else 0))
-    return load, model.stats.peak_reserved, side
+            ev.append((-alloc(width * piece, stream), 0))
+    return ev

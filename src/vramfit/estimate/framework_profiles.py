@@ -322,6 +322,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         fsdp_lora_block_units=True,  # Lightning's use_orig_params=True + lit-gpt's {Block} units (profile_fields)
         longest_sample_first=True,  # finetune/lora.py get_batch forces the longest sample at iter 0 (profile_fields)
         loop_carry=LoopCarry.LOGITS,  # finetune/lora.py `logits = model(...)` lives into the next forward (profile_fields)
+        # validate()'s generate_example (lit-gpt@8641822 finetune/lora.py l. 258-285: KV cache of n_head x the longest
+        # sample, its square bool mask) stays under the step's peak: not modelled (tests/estimate/test_litgpt_generate_example.py)
         # Lightning gives each launched process cpus / processes threads when OMP_NUM_THREADS is unset
         # (Lightning-AI/pytorch-lightning@7f0c343 src/lightning/fabric/utilities/distributed.py l. 390-394)
         ranks_single_threaded=False,

@@ -88,6 +88,45 @@ def dense_layers(spec: ModelSpec) -> tuple[ModelSpec, int] | None:
     return block, max(lin.layers for lin in dense)
 
 
+def position_kinds(spec: ModelSpec, sc: Scenario) -> tuple[bool, bool] | None:
+    """Where MoE and dense layers mix (:func:`dense_layers`): whether the top block and the block of the lowest
+    position of the backward (contributions._block_position) are MoE blocks; None where every layer is of one
+    kind. A recomputed block re-creates its own kind's tensors and autocast copies, not the larger kind's with
+    every linear of both (the simulator's tiny DeepSeek-V3, dense layer 0, LoRA, bf16-mixed, checkpointing:
+    the lowest block's recompute casts attention and the dense MLP, 16,121,856 B, not those plus the router and
+    shared expert, 17,711,104 B). The top block is decoder layer L - 1 (``spec.is_moe_layer``). The lowest
+    position is layer 0, except in full fine-tuning where dense layers lie below the lowest MoE layer: there
+    it is that MoE block (moe_kernel.lowest_block_pending)."""
+    if dense_layers(spec) is None:
+        return None
+    lowest = True if sc.method is Method.FULL and spec.first_moe_layer else spec.is_moe_layer(0)
+    return spec.is_moe_layer(spec.num_hidden_layers - 1), lowest
+
+
+def kind_block(spec: ModelSpec, moe: bool) -> ModelSpec:
+    """One decoder block of a mixed model as its own kind holds it: the MoE layers' linears without the dense MLP,
+    or :func:`dense_layers`' dense block."""
+    from dataclasses import replace
+
+    if not moe:
+        mixed = dense_layers(spec)
+        return mixed[0] if mixed is not None else spec
+    return replace(spec, block_linears=tuple(x for x in spec.block_linears if x.group != "dense_mlp"))
+
+
+def block_autocast(spec: ModelSpec, cast: ModelSpec, sc: Scenario) -> tuple[int, tuple[int, int] | None]:
+    """(the 16-bit autocast copies one block holds in the lowest position's backward, and where MoE and dense layers
+    mix (an MoE block's, a dense block's)): each block's own kind's linears (:func:`position_kinds`). ``cast``: the
+    spec whose linears autocast casts (:func:`autocast_cast_spec`)."""
+    from vramfit.estimate.forward_extras import autocast_block_copies
+
+    kinds = position_kinds(spec, sc)
+    if kinds is None:
+        return autocast_block_copies(cast, sc), None
+    pair = (autocast_block_copies(kind_block(cast, True), sc), autocast_block_copies(kind_block(cast, False), sc))
+    return pair[0 if kinds[1] else 1], pair
+
+
 def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
     """The shared expert: a gated MLP every token passes beside the routed experts (DeepSeek-V3
     ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward). ``blk``/``out``:

@@ -75,7 +75,7 @@ def base_tensors(spec: ModelSpec) -> list[ParamTensor]:
         n = lin.count * spec.layers_of(lin)
         # a bank of experts is one 3-D parameter, told apart from an nn.Linear of the same name (DeepSeek's
         # dense and shared-expert down_proj beside the experts' down_proj)
-        kind = "expert" if lin.group == "expert" else "linear"
+        kind = "expert" if lin.group == "expert" else "router" if lin.group == "router" else "linear"
         out.append(ParamTensor(lin.name, (lin.out_features, lin.in_features), n, kind))
         if lin.bias:
             out.append(ParamTensor(f"{lin.name}.bias", (lin.out_features,), n, "bias"))

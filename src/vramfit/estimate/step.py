@@ -28,7 +28,6 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import (
-    autocast_block_copies,
     autocast_copies,
     head_autocast_copy,
     sliding_window_masks,
@@ -42,10 +41,11 @@ from vramfit.estimate.framework import (
 )
 from vramfit.estimate.loss import LossMemory, head_calls, loss_memory
 from vramfit.estimate.moe_kernel import (
+    dense_layer0_grads,
     every_token_top_freed,
     index_backward_transient,
 )
-from vramfit.estimate.moe_lora import autocast_cast_spec, dense_layers, folded_bank_backward
+from vramfit.estimate.moe_lora import autocast_cast_spec, block_autocast, dense_layers, folded_bank_backward
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.phases import PhaseBreakdown
 from vramfit.estimate.step_grads import (
@@ -88,6 +88,9 @@ class Activations:
     tower_backward: int = 0  # kept while the tower's top block runs backward (estimate/vision_backward.py)
     tower_backward_lowest: int = 0  # kept while its lowest block does
     top_freed: int = 0  # the top block's kept tensors freed before its working set (moe_kernel.every_token_top_freed)
+    # MoE and dense layers mixed: (an MoE block's, a dense block's) recompute, the MoE one net of top_freed; each end
+    # of the backward recomputes its own layer's kind (moe_lora.position_kinds). None: every block is ``recompute``
+    kind_recompute: tuple[int, int] | None = None
 
     @property
     def total(self) -> int:
@@ -115,6 +118,8 @@ class Step:
     lm_head_trainable: bool
     lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
     lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
+    kind_autocast: tuple[int, int] | None = None  # MoE and dense layers mixed: (an MoE block's, a dense block's)
+    layer0_grads: int = 0  # full fine-tuning, dense layers below the lowest MoE one: in layer 0's backward
     head_autocast: int = 0  # the output layer's autocast copy: freed by its matmul backward, before any block's
     phases: tuple[PhaseBreakdown, ...] = ()
     card: GPU | None = None  # the target card (a colocated vLLM takes a fraction of it)
@@ -157,56 +162,65 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     # a VLM's image side of the language model (Llama 3.2 Vision's cross-attention layers) beside the walked layers
     cross, cross_recompute = vision.lm_image_activations(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
-    layers_sum, per_layer_max = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
+    layers_sum, per_layer_max, kinds = _layer_kinds(spec, sc, profile, adapters, quantized, saved)
     tower, tower_recompute = vision.vision_activations(spec, sc, profile, adapters)
     block_in = round_allocation(extras.block_input_bytes(spec, sc, profile))
     L = spec.num_hidden_layers
     ck, host = sc.gradient_checkpointing, 0
-    if ck is Checkpointing.NONE:
-        blocks, recompute = layers_sum, 0
-    elif ck is Checkpointing.SELECTIVE:
-        kernel = sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
-        blocks, recompute = layers_sum - L * kernel, kernel
-    elif ck is Checkpointing.SELECTIVE_OP:
-        kept = extras.op_sac_saved(spec, sc, profile)
-        blocks, recompute = L * (block_in + kept), max(0, per_layer_max - kept)
-    elif ck is Checkpointing.FULL:
-        blocks, recompute = L * block_in, per_layer_max
-    else:  # offload: block inputs in host memory; on the GPU as many as the profile says
-        blocks, recompute, host = profile.offload_ckpt_block_tensors * block_in, per_layer_max, L * block_in
+    kept = extras.op_sac_saved(spec, sc, profile) if ck is Checkpointing.SELECTIVE_OP else 0
+
+    def recomputed(block: int) -> int:  # what one block of ``block`` saved bytes re-creates in its backward
+        if ck is Checkpointing.NONE:
+            return 0
+        if ck is Checkpointing.SELECTIVE:
+            return sum(round_allocation(v) for k, v in saved.items.items() if k.startswith("attn."))
+        return max(0, block - kept)
+
+    recompute = recomputed(per_layer_max)
+    blocks = {Checkpointing.NONE: layers_sum, Checkpointing.SELECTIVE: layers_sum - L * recompute,
+              Checkpointing.SELECTIVE_OP: L * (block_in + kept), Checkpointing.FULL: L * block_in}.get(ck)
+    if blocks is None:  # offload: block inputs in host memory; on the GPU as many as the profile says
+        blocks, host = profile.offload_ckpt_block_tensors * block_in, L * block_in
     # the lowest block's backward: the blocks above have consumed what they kept; offloaded inputs come back a
     # fixed number at a time (profile.offload_ckpt_block_tensors), less the next block's prefetched input,
     # which the lowest block does not have (profile.offload_ckpt_prefetched)
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
-    blocks, recompute = blocks + cross, max(recompute, cross_recompute)
-    recompute += sliding_window_recompute(spec, sc, profile)  # a recomputed sliding layer's SDPA bias
+    sliding = sliding_window_recompute(spec, sc, profile)  # a recomputed sliding layer's SDPA bias
+
+    def finished(r: int) -> int:
+        return max(max(r, cross_recompute) + sliding, tower_recompute)
+
+    blocks, freed = blocks + cross, every_token_top_freed(spec, saved.items)
+    # each kind's recompute (an MoE block net of what every-token experts free: contributions.py)
+    by_kind = None if kinds is None else (finished(recomputed(kinds[0])) - freed, finished(recomputed(kinds[1])))
     return Activations(
-        saved, per_layer, blocks + tower, max(recompute, tower_recompute),
+        saved, per_layer, blocks + tower, finished(recompute),
         extras.model_extra_saved(spec, sc, profile, lm_head_trainable),
         sliding_window_masks(spec, sc, profile) + sliding_layers_kv_repeat(spec, sc, profile)
         + (extras.eager_mask(spec, sc, profile) if ck is not Checkpointing.NONE else 0), host,
         tower, tower_recompute, lowest + tower,
         vision.forward_only_bytes(spec, sc, profile) + extras.forward_only_masks(spec, sc, profile),
-        *tower_backward_kept(spec, sc, profile, adapters), every_token_top_freed(spec, saved.items),
+        *tower_backward_kept(spec, sc, profile, adapters), freed, by_kind,
     )
 
 
 def _layer_kinds(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, quantized: bool,
-                 saved: act.Saved) -> tuple[int, int]:
-    """(every block's saved bytes together, the largest block's): the MoE block walked for the MoE layers,
-    a dense MLP block for the dense ones (moe_lora.dense_layers). The attention part is the same in both."""
+                 saved: act.Saved) -> tuple[int, int, tuple[int, int] | None]:
+    """(every block's saved bytes together, the largest block's, and where the kinds mix (an MoE block's, a dense
+    block's)): the MoE block walked for the MoE layers, a dense MLP block for the dense ones (moe_lora.dense_layers).
+    The attention part is the same in both."""
     per_layer = sum(round_allocation(v) for v in saved.items.values())
     L = spec.num_hidden_layers
     # Llama 4's weightless q/k norm on its RoPE layers only (attention.qk_l2_norm_saved)
     l2 = spec.qk_l2_norm_layers * qk_l2_norm_saved(spec, sc.micro_batch_size * sc.seq_len)
     mixed = dense_layers(spec)
     if mixed is None:
-        return L * per_layer + l2, per_layer
+        return L * per_layer + l2, per_layer, None
     block, n_dense = mixed
     own = [ad for ad in adapters if not ad.param_wrapper]  # the expert banks' ParamWrappers are not in it
     dense = sum(round_allocation(v) for v in act.block_saved(block, sc, profile, own, quantized).items.values())
-    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense)
+    return (L - n_dense) * per_layer + n_dense * dense + l2, max(per_layer, dense), (per_layer, dense)
 
 
 def _dequant(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -244,6 +258,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
+    kind_autocast: tuple[int, int] | None = None
     # FSDP (either strategy) computes on its gathered 16-bit copies: autocast finds nothing to cast; NO_SHARD
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
@@ -252,7 +267,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_calls(sc, profile))
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
-        lowest_autocast = autocast_block_copies(cast, sc)
+        lowest_autocast, kind_autocast = block_autocast(spec, cast, sc)  # of its own layer kind (moe_lora.py)
         head_autocast = head_autocast_copy(cast, sc, head_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
     tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
@@ -275,7 +290,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
-        head_autocast=head_autocast, eager_forward=extras.forward_softmax_moment(
+        layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
+        head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
             spec, sc, profile, acts, loss.cache),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -70,8 +70,12 @@ def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
     # its 2 x layers tensors of one size are not loss blocks (what its cached blocks serve later is not modelled)
     c = r.loss.cache
     kept = alloc(r.loss.kept - c * r.sc.keeps_outputs, unit)
+    # the forward working set (the logits, their fp32 upcast) are the inputs of the op whose output is saved
+    # (log_softmax): made before it, so the saved block sits above them and their freed blocks leave a hole below it
+    # (the engine's trace, DeepSpeed 0.19.8 Qwen2.5-0.5B: mm, _to_copy, _log_softmax in this order; estimate/ds_offload.py)
+    work = alloc(r.loss.forward_peak - c - r.loss.saved - r.loss.kept + c * r.sc.keeps_outputs, unit)
     saved = alloc(r.loss.saved, unit)
-    free(alloc(r.loss.forward_peak - c - r.loss.saved - r.loss.kept + c * r.sc.keeps_outputs, unit))
+    free(work)
     free(before_backward)
     grad = alloc(r.loss.backward_peak - r.loss.saved - r.loss.kept, unit)
     free(saved + grad)

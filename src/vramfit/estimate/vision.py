@@ -98,7 +98,7 @@ def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenar
     out: list[tuple[ParamTensor, bool]] = []
     L = spec.num_hidden_layers
     for t in tensors:
-        share = t.count * skipped // L if t.kind in ("linear", "bias") or t.name == "block_norms" else 0
+        share = t.count * skipped // L if t.kind in ("linear", "router", "bias") or t.name == "block_norms" else 0
         if share and t.count % L == 0:
             out += [(dataclasses.replace(t, count=t.count - share), False), (dataclasses.replace(t, count=share), True)]
         else:

@@ -67,19 +67,9 @@ def _holds(spec: ModelSpec, lin: Linear, i: int) -> bool:
 
 
 def _moe_layer(spec: ModelSpec, i: int) -> bool:
-    """Whether decoder layer ``i`` is an MoE layer. Dense layers first where the MoE layers fill the rest
-    (DeepSeek-V2/V3 ``first_k_dense_replace``: transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3DecoderLayer,
-    ``layer_idx >= config.first_k_dense_replace``); otherwise Llama 4's interleaving, every
-    ``interleave_moe_layer_step``-th layer (configuration_llama4.py ``moe_layers`` default: ``range(step - 1,
-    num_hidden_layers, step)``; ``spec.first_moe_layer`` = step - 1). An explicit irregular ``moe_layers`` list is
-    not kept by the spec."""
-    moe = [lin for lin in spec.block_linears if lin.group in ("router", "expert", "shared_expert")]
-    if not moe:
-        return False
-    first, count = spec.first_moe_layer, spec.layers_of(moe[0])
-    if first + count >= spec.num_hidden_layers:  # dense-first (or every layer MoE)
-        return i >= first
-    return (i + 1) % (first + 1) == 0
+    """Whether decoder layer ``i`` is an MoE layer: ``spec.moe_layers`` where MoE and dense layers mix (DeepSeek-V2/V3
+    dense first, Llama 4's ``moe_layers`` or interleaving, irregular lists included), every layer otherwise."""
+    return spec.is_moe_layer(i)
 
 
 def adapter_order(adapters: list[Adapter], rank: int, layers: int) -> list[tuple[int, bool]]:

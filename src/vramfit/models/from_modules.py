@@ -20,7 +20,8 @@ from typing import Any
 from vramfit.errors import ModelError
 from vramfit.models.spec import Linear, ModelSpec
 
-EXTRA = "sim"  # pip install 'vramfit[sim]': torch and transformers
+EXTRA = "sim"
+_VISION = ("vision", "visual", "multi_modal_projector", ".connector.")  # parameter names of a VLM's tower  # pip install 'vramfit[sim]': torch and transformers
 
 
 def spec_from_transformers(config: dict, unsupported: str) -> ModelSpec:
@@ -50,7 +51,8 @@ def _cached(config_json: str, unsupported: str) -> ModelSpec:
         cfg = AutoConfig.for_model(**kwargs)
         auto = AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
         with torch.device("meta"):
-            model = auto.from_config(cfg)  # never trust_remote_code
+            # built in bf16 as a 16-bit from_pretrained builds it: a parameter still fp32 is fp32 by construction
+            model = auto.from_config(cfg, dtype=torch.bfloat16)  # never trust_remote_code
     except (ValueError, KeyError, TypeError, StrictDataclassError) as exc:
         raise ModelError(f"{unsupported} (transformers cannot build it as a causal LM: {exc})") from None
     return _read(model, cfg.get_text_config(), config["model_type"], unsupported)
@@ -104,9 +106,24 @@ def _layer_linears(layers: Any, experts: int) -> tuple[Counter, int]:
                 if p.dim() == 3:  # a bank of experts
                     n_in, n_out = _bank_features(mod, p)
                     sigs[(leaf, n_in, n_out, False, "expert", p.shape[0])] += 1
+                elif _is_router(mod, leaf, p, experts):
+                    sigs[(_leaf_of(layer, mod), p.shape[1], p.shape[0], False, "router", 1)] += 1
                 else:
                     other += p.numel()
     return sigs, other
+
+
+def _is_router(mod: Any, leaf: str, p: Any, experts: int) -> bool:
+    """A router that is no ``nn.Linear``: transformers v5.24.0 builds most as an ``nn.Module`` holding a 2-D
+    ``weight`` of ``(num_experts, hidden)`` that ``F.linear`` multiplies (modeling_glm4_moe.py l. 269
+    Glm4MoeTopkRouter, modeling_qwen3_moe.py l. 250 Qwen3MoeTopKRouter, modeling_granitemoe.py l. 113
+    GraniteMoeTopKRouter ...): one router linear per layer, not a norm."""
+    return bool(experts) and leaf == "weight" and p.dim() == 2 and p.shape[0] == experts
+
+
+def _leaf_of(root: Any, mod: Any) -> str:
+    """The attribute name ``mod`` has in ``root`` (``gate``, ``router``), as PEFT ``target_modules`` match it."""
+    return next(path.rsplit(".", 1)[-1] for path, m in root.named_modules() if m is mod)
 
 
 def _bank_features(mod: Any, p: Any) -> tuple[int, int]:
@@ -132,7 +149,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     heads = getattr(text, "num_attention_heads", None)
     if not hidden or not heads:
         raise ModelError(f"{unsupported} (not a transformer decoder: no hidden_size / attention heads)")
-    _, layers = _decoder_layers(model)
+    layers_name, layers = _decoder_layers(model)
     L = len(layers)
     experts = int(getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0)
                   or getattr(text, "n_routed_experts", 0) or 0)
@@ -148,8 +165,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     total = sum(p.numel() for p in model.parameters())
     layer_total = sum(p.numel() for p in layers.parameters())
     norm_per_layer = other // L
-    vision = sum(p.numel() for name, p in model.named_parameters()
-                 if any(v in name for v in ("vision", "visual", "multi_modal_projector", ".connector.")))
+    vision = sum(p.numel() for name, p in model.named_parameters() if any(v in name for v in _VISION))
     rest = total - layer_total - embed - head - vision + (other - norm_per_layer * L)
     kv = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or hidden // heads
@@ -165,9 +181,83 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
+        **_moe_layers(layers, experts),
+        router_exact_linear=_router_exact_linear(layers, experts),
         qk_norm=_has_qk_norm(layers[0]),
+        **_fp32_kept(model, layers_name, layers, experts),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
     )
+
+
+def _tensor_name(path: str, leaf: str, mod: Any, p: Any, experts: int) -> str:
+    """The estimate/params.py base_tensors name of a decoder layer's parameter ``leaf`` of module ``path``."""
+    import torch
+
+    if isinstance(mod, torch.nn.Linear):
+        name = path.rsplit(".", 1)[-1]
+        return name if leaf == "weight" else f"{name}.bias"
+    if p.dim() == 3:
+        return leaf
+    return path.rsplit(".", 1)[-1] if _is_router(mod, leaf, p, experts) else "block_norms"
+
+
+def _fp32_kept(model: Any, layers_name: str, layers: Any, experts: int) -> dict[str, tuple[str, ...]]:
+    """``ModelSpec.fp32_kept_strict`` / ``fp32_kept_fp16``: the base tensors holding a parameter a 16-bit
+    ``from_pretrained`` keeps fp32. transformers v5.24.0 modeling_utils.py ``PreTrainedModel._get_dtype_plan``
+    (l. 3844-3858: ``_keep_in_fp32_modules_strict`` on bf16 and fp16 loads, ``_keep_in_fp32_modules`` on fp16
+    only, gathered from the submodels by ``post_init`` l. 1301-1322) names them; core_model_loading.py l. 1919-1925
+    matches each name by regex ``search`` and leaves a parameter built in another dtype (the model is built in
+    bf16 here) in that dtype. A tensor holding one such parameter is counted whole (a norm among norms)."""
+    import torch
+    from transformers.core_model_loading import build_glob_alternation
+
+    def matcher(dtype: torch.dtype) -> Any:
+        plan = model._get_dtype_plan(dtype)
+        return build_glob_alternation(list(plan))[0] if plan else None
+
+    strict, fp16 = matcher(torch.bfloat16), matcher(torch.float16)
+    names: dict[str, str] = {}  # parameter name -> base tensor name
+    for i, layer in enumerate(layers):
+        prefix = f"{layers_name}.{i}"
+        for path, mod in layer.named_modules():
+            for leaf, p in mod.named_parameters(recurse=False):
+                names[f"{prefix}.{path}.{leaf}" if path else f"{prefix}.{leaf}"] = _tensor_name(path, leaf, mod, p, experts)
+    embed, out = model.get_input_embeddings().weight, model.get_output_embeddings()
+    kept: dict[str, list[str]] = {"fp32_kept_strict": [], "fp32_kept_fp16": []}
+    for name, p in model.named_parameters():
+        tensor = names.get(name) or ("embed_tokens" if p is embed else "lm_head" if out is not None
+                                     and any(p is q for q in out.parameters()) else "vision_tower"
+                                     if any(v in name for v in _VISION) else "final_norm")
+        if p.dtype == torch.float32 or (strict is not None and strict.search(name)):
+            key = "fp32_kept_strict"
+        elif fp16 is not None and fp16.search(name):
+            key = "fp32_kept_fp16"
+        else:
+            continue
+        if tensor not in kept[key]:
+            kept[key].append(tensor)
+    kept["fp32_kept_fp16"] = [t for t in kept["fp32_kept_fp16"] if t not in kept["fp32_kept_strict"]]
+    return {k: tuple(v) for k, v in kept.items()}
+
+
+def _router_exact_linear(layers: Any, experts: int) -> bool:
+    """The router is a module of type exactly ``nn.Linear`` (afmoe's ``gate``, transformers v5.24.0
+    modeling_afmoe.py l. 140), which transformers' bitsandbytes quantizer converts (``ModelSpec.router_exact_linear``)."""
+    import torch
+
+    return bool(experts) and any(type(m) is torch.nn.Linear and _group(p, m.out_features, experts) == "router"
+                                 for layer in layers for p, m in layer.named_modules())
+
+
+def _moe_layers(layers: Any, experts: int) -> dict[str, Any]:
+    """``moe_layers`` and ``first_moe_layer`` where MoE and dense layers mix: the layers holding a 3-D expert bank or
+    a router (GLM-4-MoE's dense first layers, ``first_k_dense_replace``); nothing where every layer is of one kind."""
+    moe = [i for i, layer in enumerate(layers)
+           if any(p.dim() == 3 or _is_router(m, leaf, p, experts)
+                  for m in layer.modules() for leaf, p in m.named_parameters(recurse=False))]
+    if not experts or not moe or len(moe) == len(layers):
+        return {}
+    return {"moe_layers": tuple(moe), "first_moe_layer": moe[0]}
 
 
 def _has_qk_norm(layer: Any) -> bool:

@@ -99,8 +99,8 @@ def _with_checkpoint_format(spec: ModelSpec, config: Mapping) -> ModelSpec:
 #: peft v0.21.2 utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING["qwen2_moe"] (the
 #: names moved to target_parameters; ModelSpec.peft_moe_names)
 PEFT_QWEN2_MOE_NAMES = ("gate", "gate_proj", "up_proj", "down_proj")
-def _moe_layout(c: _Cfg, layers: int) -> int:
-    """How many layers of a Qwen3-MoE style config are sparse: layer i is MoE when it is not in
+def _moe_layout(c: _Cfg, layers: int) -> list[int]:
+    """The sparse layers of a Qwen3-MoE style config: layer i is MoE when it is not in
     ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0`` (transformers v5.24.0
     models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeDecoderLayer); the others hold a dense MLP."""
     experts = c.int("num_experts", "num_local_experts", default=0, minimum=0)
@@ -108,7 +108,7 @@ def _moe_layout(c: _Cfg, layers: int) -> int:
     dense_only = c.get("mlp_only_layers", default=[])
     if not isinstance(dense_only, list):
         raise ModelError("config.json 'mlp_only_layers' must be a list of layer indices")
-    return sum(1 for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+    return [i for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0]
 
 
 def _llama_attention(c: _Cfg, hidden: int, q_out: int, kv_out: int) -> list[Linear]:
@@ -137,7 +137,8 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
                 Linear("w1", hidden, inter, False, "expert", experts),
                 Linear("w3", hidden, inter, False, "expert", experts),
                 Linear("w2", inter, hidden, False, "expert", experts)], moe
-    sparse = _moe_layout(c, layers) if mt == "qwen3_moe" else 0
+    moe_layers = _moe_layout(c, layers) if mt == "qwen3_moe" else []
+    sparse = len(moe_layers)
     if sparse:
         experts = c.int("num_experts", "num_local_experts")
         per_tok = c.int("num_experts_per_tok")
@@ -145,10 +146,14 @@ def _llama_mlp(c: _Cfg, hidden: int, inter: int, layers: int) -> tuple[list[Line
         moe = {"num_experts": experts, "num_experts_per_tok": per_tok, "moe_intermediate_size": moe_inter,
                "peft_moe_names": PEFT_QWEN2_MOE_NAMES}
         k = 0 if sparse == layers else sparse  # Linear.layers: 0 = every layer
-        out = [Linear("gate", hidden, experts, False, "router", layers=k),
-               Linear("gate_proj", hidden, moe_inter, False, "expert", experts, layers=k),
+        if k:
+            moe["moe_layers"] = tuple(moe_layers)
+        # module order: Qwen3MoeSparseMoeBlock.__init__ registers ``experts`` before ``gate`` (transformers v5.24.0
+        # modeling_qwen3_moe.py l. 274-275)
+        out = [Linear("gate_proj", hidden, moe_inter, False, "expert", experts, layers=k),
                Linear("up_proj", hidden, moe_inter, False, "expert", experts, layers=k),
-               Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=k)]
+               Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=k),
+               Linear("gate", hidden, experts, False, "router", layers=k)]
         if k:  # the dense layers' Qwen3MoeMLP at intermediate_size
             out += [Linear(n, i, o, False, "dense_mlp", layers=layers - sparse)
                     for n, i, o in (("gate_proj", hidden, inter), ("up_proj", hidden, inter), ("down_proj", inter, hidden))]

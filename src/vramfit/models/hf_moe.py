@@ -67,10 +67,10 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
     attn, latent_norms, mla = _mla_attention(c, hidden, heads)
     sparse = layers - dense
     mlp = []  # Linear.layers = 0 means every layer, so a kind held by no layer is left out
-    if sparse:
-        mlp += [Linear("gate", hidden, experts, False, "router", layers=sparse),
-                Linear("gate_up_proj", hidden, 2 * moe_inter, False, "expert", experts, layers=sparse),
-                Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=sparse)]
+    if sparse:  # module order: DeepseekV3MoE.__init__ registers ``experts`` before ``gate`` (modeling_deepseek_v3.py l. 209-210)
+        mlp += [Linear("gate_up_proj", hidden, 2 * moe_inter, False, "expert", experts, layers=sparse),
+                Linear("down_proj", moe_inter, hidden, False, "expert", experts, layers=sparse),
+                Linear("gate", hidden, experts, False, "router", layers=sparse)]
     if shared and sparse:
         mlp += [Linear("gate_proj", hidden, shared, False, "shared_expert", layers=sparse),
                 Linear("up_proj", hidden, shared, False, "shared_expert", layers=sparse),
@@ -87,6 +87,7 @@ def _deepseek_v3(c: _Cfg) -> ModelSpec:
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if sparse else 0,
         num_experts_per_tok=c.int("num_experts_per_tok"), moe_intermediate_size=moe_inter,
         peft_moe_names=PEFT_QWEN2_MOE_NAMES if sparse else (), router_fp32=True, first_moe_layer=dense if sparse else 0,
+        moe_layers=tuple(range(dense, layers)) if dense and sparse else (),
         # transformers v5.24.0 modeling_deepseek_v3.py l. 551 DeepseekV3PreTrainedModel._keep_in_fp32_modules_strict =
         # ["e_score_correction_bias", "gate.weight"] (modeling_deepseek_v2.py l. 483: ["gate.weight"]); the bias is
         # a buffer, and the router is also built fp32 (DeepseekV3TopkRouter.__init__, dtype=torch.float32)
@@ -190,10 +191,10 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
                Linear("k_proj", hidden, kv * hd, bias, "attn"),
                Linear("v_proj", hidden, kv * hd, bias, "attn"),
                Linear("o_proj", heads * hd, hidden, bias, "attn")]
-    if moe:
-        linears += [Linear("router", hidden, experts, False, "router", layers=moe),
-                    Linear("gate_up_proj", hidden, 2 * inter, False, "expert", experts, layers=moe),
+    if moe:  # module order: Llama4TextMoe.__init__ registers ``experts``, ``router``, ``shared_expert`` (l. 162-164)
+        linears += [Linear("gate_up_proj", hidden, 2 * inter, False, "expert", experts, layers=moe),
                     Linear("down_proj", inter, hidden, False, "expert", experts, layers=moe),
+                    Linear("router", hidden, experts, False, "router", layers=moe),
                     Linear("gate_proj", hidden, inter, False, "shared_expert", layers=moe),
                     Linear("up_proj", hidden, inter, False, "shared_expert", layers=moe),
                     Linear("down_proj", inter, hidden, False, "shared_expert", layers=moe)]
@@ -212,6 +213,7 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
         experts_run_every_token=bool(moe), sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
         layer_types=_layer_types(c, layers, None), qk_l2_norm_layers=_llama4_qk_norm_layers(c, layers),
         first_moe_layer=min(_llama4_moe_indices(c, layers), default=0),
+        moe_layers=tuple(_llama4_moe_indices(c, layers)) if moe and dense else (),
         **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

@@ -189,6 +189,10 @@ class ModelSpec:
     # index of the lowest MoE layer where dense layers sit below it (DeepSeek-V2/V3 ``first_k_dense_replace``,
     # Llama 4 ``interleave_moe_layer_step`` - 1 or the smallest of ``moe_layers``); 0 otherwise
     first_moe_layer: int = 0
+    # the MoE layers' indices where a model mixes MoE and dense layers (DeepSeek-V2/V3 ``layer_idx >=
+    # first_k_dense_replace``; Llama 4 ``moe_layers``, by default every ``interleave_moe_layer_step``-th; Qwen3-MoE
+    # ``mlp_only_layers`` / ``decoder_sparse_step``); () when every layer is of one kind (see is_moe_layer)
+    moe_layers: tuple[int, ...] = ()
     moe_intermediate_size: int = 0
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # e.g. ("sliding_attention", "full_attention", ...)
@@ -283,6 +287,12 @@ class ModelSpec:
     # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
     # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
     router_fp32: bool = False
+    # the router is a module of type exactly nn.Linear, which transformers' bitsandbytes quantizer converts
+    # (estimate/core.py _is_quantized_linear). False for every router the readers build: transformers v5.24.0 makes it
+    # an nn.Module holding a 2-D weight (modeling_mixtral.py l. 96 MixtralTopKRouter, modeling_qwen3_moe.py l. 250
+    # Qwen3MoeTopKRouter, modeling_deepseek_v3.py l. 120 DeepseekV3TopkRouter, modeling_gpt_oss.py l. 117
+    # GptOssTopKRouter) or a subclass of nn.Linear (modeling_llama4.py l. 141 Llama4Router); from_modules reads it
+    router_exact_linear: bool = False
     # parameters transformers keeps in fp32 when the checkpoint is loaded in 16 bits, named as
     # estimate/params.py base_tensors names them: ``_keep_in_fp32_modules_strict`` (bf16 and fp16 loads) and
     # ``_keep_in_fp32_modules`` (fp16 loads only), applied by from_pretrained's dtype plan (transformers
@@ -306,6 +316,10 @@ class ModelSpec:
     def v_dim(self) -> int:
         """Width of one value head (MLA: v_head_dim; else head_dim)."""
         return self.v_head_dim or self.head_dim
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` holds the router and experts (``moe_layers``; else every layer of an MoE model)."""
+        return i in self.moe_layers if self.moe_layers else self.num_experts > 0
 
     def layers_of(self, lin: Linear) -> int:
         """How many decoder layers hold ``lin``."""

@@ -12,6 +12,7 @@ the training itself; then the time x cards factor; then the least effort (fused 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,9 @@ from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
-from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes
+from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
+from vramfit.stage_keys import min_seq_len
 
 KINDS = ("free", "slower", "hardware", "training")
 _ORDER = {"none": 0, "selective": 1, "selective-op": 1.5, "full": 2, "offload": 3}  # memory saved, least first
@@ -42,10 +44,13 @@ class Change:
     device_bytes: int | None = None  # per GPU after the change
     saving_bytes: int | None = None
     fits: bool = False
-    headroom_bytes: int | None = None  # limit (usable less margin) - device
+    # the card's verdict of the changed scenario (vramfit.plan.verdict.card_fit, as estimate's ``fits`` states it):
+    # limit (usable less margin) - what stays on the card, and the figure held to the limit (Peak.required_bytes)
+    headroom_bytes: int | None = None
     slowdown: float | None = None  # seconds per token after / before, on this card (< 1: faster)
     cost_factor: float | None = None  # GPU-hours per token after / before
     error: str | None = None
+    required_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -90,10 +95,12 @@ def _candidates(sc: Scenario) -> list[Change]:
 
 
 class _Ctx:
-    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None):
+    def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None,
+                 seq_len_at: Callable[[int], int] | None = None):
         self.sc, self.g = sc, g
-        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
+        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, seq_len_at)
         self.limit = limit_bytes(g, margin)
+        self.margin = margin
         self.mfu = mfu
         self.before = self.ev.device_bytes()
         self.trainable = self.ev.estimate().model.num_trainable_params
@@ -118,8 +125,12 @@ class _Ctx:
         t = self.seconds_per_token(r.scenario)
         slow = t / self.t0 if (t and self.t0) else None
         cost = slow * r.scenario.num_gpus / self.sc.num_gpus if slow is not None else None
-        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=fits(r, self.limit),
-                     headroom_bytes=self.limit - dev, slowdown=slow, cost_factor=cost)
+        if r.scenario.seq_len != self.ev.base.seq_len and "seq_len" not in ch.changes:  # a dataset's row at this size
+            ch = _with(ch, changes={**ch.changes, "seq_len": r.scenario.seq_len})
+        verdict = card_fit(r, self.g, self.margin)
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=verdict.fits,
+                     headroom_bytes=verdict.headroom_bytes, slowdown=slow, cost_factor=cost,
+                     required_bytes=r.peak.required_bytes)
 
     def fits(self, changes: dict[str, Any]) -> bool:
         r = self.ev.try_estimate(**changes)
@@ -170,7 +181,8 @@ def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
     if sc.seq_len <= 64:
         return None
     step = 64 if sc.seq_len > 128 else 1
-    best = _largest(1, (sc.seq_len - 1) // step, lambda k: ctx.fits({**extra, "seq_len": k * step}))
+    lo = -(-min_seq_len(sc) // step)  # a generating stage's seq_len holds its completion (stage_keys)
+    best = _largest(lo, (sc.seq_len - 1) // step, lambda k: ctx.fits({**extra, "seq_len": k * step}))
     if best is None:
         return None
     return Change("shorter-sequence", f"sequences of {best * step} tokens instead of {sc.seq_len}",
@@ -254,18 +266,21 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
 
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
                    mfu: float | None = None, effective_batch: int | None = None,
-                   calibration: Calibration | None = None) -> list[Change]:
+                   calibration: Calibration | None = None,
+                   seq_len_at: Callable[[int], int] | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
     ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
-    accumulation that reaches it (gradients held across accumulation steps cost memory).
+    accumulation that reaches it (gradients held across accumulation steps cost memory). ``seq_len_at``: a
+    dataset's peak row at each micro-batch size (:class:`vramfit.plan.evaluate.Evaluator`); a change of the
+    micro-batch then sets that ``seq_len`` too.
     """
     given = parse_scenario(scenario)
     sc = at_effective_batch(given, effective_batch)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = mfu_value(mfu) if mfu is not None else None
-    ctx = _Ctx(sc, g, margin, u, calibration)
+    ctx = _Ctx(sc, g, margin, u, calibration, seq_len_at)
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)

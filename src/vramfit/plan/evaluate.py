@@ -7,6 +7,7 @@ The architecture is resolved once (``resolve_spec``) and every variant goes thro
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from vramfit.calibration import Calibration
@@ -16,10 +17,13 @@ from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
 from vramfit.scenario import MAX_BATCH, Checkpointing, Loss, Optimizer, Scenario, parse_scenario
+from vramfit.stage_keys import BATCH_RULE_STAGES
 
 _PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
 #: Keys no rule of scenario.parse_scenario reads beyond their own range or choices: the planner's
 #: variants set them on the validated rest without re-parsing (tests/plan/test_search.py: same scenarios).
+#: Except under a stage whose rule reads the batch keys together (stage_keys.BATCH_RULE_STAGES, GRPO): there every
+#: variant is parsed whole, so fit and plan never offer a micro-batch that ``estimate`` (and TRL) refuse.
 _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointing": Checkpointing,
               "optimizer": Optimizer, "loss": Loss}
 
@@ -27,9 +31,15 @@ _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointin
 class Evaluator:
     """Estimates of ``base`` with some keys changed, computed once each."""
 
-    def __init__(self, base: Scenario | dict, calibration: Calibration | None = None):
-        """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`)."""
+    def __init__(self, base: Scenario | dict, calibration: Calibration | None = None,
+                 seq_len_at: Callable[[int], int] | None = None):
+        """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`).
+        ``seq_len_at``: the ``seq_len`` of a micro-batch size where a dataset's batches set it (a padding-free micro-batch
+        is one row of its samples: :meth:`vramfit.dataset.DatasetReport.seq_len_at`); every variant takes it."""
+        self.seq_len_at = seq_len_at
         self.base = parse_scenario(base)
+        if seq_len_at is not None:
+            self.base = self.base.replace(seq_len=seq_len_at(self.base.micro_batch_size))
         self.calibration = calibration
         self._cards: dict[str, GPU] = {}
         card = self.card(self.base.gpu)
@@ -56,6 +66,8 @@ class Evaluator:
         """The base scenario with ``changes`` (validated; memoised)."""
         if not changes:
             return self.base
+        if self.seq_len_at is not None and "micro_batch_size" in changes and "seq_len" not in changes:
+            changes = {**changes, "seq_len": self.seq_len_at(changes["micro_batch_size"])}
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:
@@ -67,7 +79,7 @@ class Evaluator:
     def _replace(self, changes: dict[str, Any]) -> Scenario | ScenarioError:
         """``base.replace(**changes)``; free keys (:data:`_FREE_KEYS`) go on the validated rest directly."""
         free = {k: _free_value(k, changes[k]) for k in _FREE_KEYS if k in changes}
-        if free and None not in free.values():
+        if free and None not in free.values() and self.base.stage not in BATCH_RULE_STAGES:
             try:
                 rest = self.scenario(**{k: v for k, v in changes.items() if k not in free})
             except ScenarioError as exc:

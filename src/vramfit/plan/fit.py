@@ -17,6 +17,7 @@ from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes, result_paging, verdict_text
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
+from vramfit.stage_keys import micro_batch_step, min_seq_len
 
 GRID_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 GRID_SEQ_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -29,6 +30,8 @@ class GridCell:
     device_bytes: int | None
     fits: bool
     error: str | None = None
+    # the verdict's figure (Peak.required_bytes: the device peak less the cache PyTorch releases before an OOM)
+    required_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -54,6 +57,13 @@ class FitReport:
     batches: tuple[int, ...]
     seq_lens: tuple[int, ...]
     grid: tuple[tuple[GridCell, ...], ...]  # [batch][seq_len]
+    # the verdict's figures (Peak.required_bytes, vramfit.plan.verdict): what is held to limit_bytes, so a report
+    # that states a size next to "fits" states these (the device figures above can exceed the limit and still fit)
+    required_bytes: int = 0
+    max_micro_batch_required_bytes: int | None = None
+    max_seq_len_required_bytes: int | None = None
+    # the seq_len of the largest micro-batch: the scenario's, or with a padding-free dataset that micro-batch's own peak row
+    max_micro_batch_seq_len: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -63,12 +73,11 @@ class FitReport:
         return out
 
 
-def _largest(ok, start: int, hi: int) -> int | None:
-    """Largest x in [1, hi] with ok(x), assuming ok is true up to some point then false."""
-    if not ok(1):
+def _largest(ok, start: int, hi: int, lo: int = 1) -> int | None:
+    """Largest x in [lo, hi] with ok(x), assuming ok is true up to some point then false."""
+    if not ok(lo):
         return None
-    lo = 1
-    x = max(1, start)
+    x = max(lo, start)
     while x <= hi and ok(x):
         lo, x = x, x * 2
     top = min(x, hi + 1)  # first known failure (or past hi)
@@ -96,25 +105,30 @@ def fit(
     batches: tuple[int, ...] | None = None,
     seq_lens: tuple[int, ...] | None = None,
     calibration: Calibration | None = None,
+    dataset: Any | None = None,
 ) -> FitReport:
-    """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory."""
+    """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory; with ``dataset`` (a
+    :class:`vramfit.dataset.DatasetReport`) each micro-batch size at its own peak row (padding-free rows grow)."""
     sc = parse_scenario(scenario)
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
-    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration)
+    at = dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None
+    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, at)
     limit = limit_bytes(g, margin)
 
-    def dev(**k: Any) -> int | None:
+    def peak(counter: str, **k: Any) -> int | None:
         r = ev.try_estimate(**k)
-        return None if isinstance(r, ScenarioError) else r.peak.device_bytes
+        return None if isinstance(r, ScenarioError) else getattr(r.peak, counter)
 
     def ok(**k: Any) -> bool:
         r = ev.try_estimate(**k)
         return not isinstance(r, ScenarioError) and fits(r, limit)
 
     base = ev.base
-    mb = _largest(lambda m: ok(micro_batch_size=m), base.micro_batch_size, MAX_BATCH)
-    seq = _largest(lambda s: ok(seq_len=s), base.seq_len, MAX_SEQ_LEN)
+    step = micro_batch_step(base)  # GRPO accepts only multiples of this micro-batch (stage_keys)
+    mb = _largest(lambda k: ok(micro_batch_size=k * step), base.micro_batch_size // step, MAX_BATCH // step)
+    mb = mb and mb * step
+    seq = _largest(lambda s: ok(seq_len=s), base.seq_len, MAX_SEQ_LEN, lo=min_seq_len(base))  # GRPO: > completion
     bs = tuple(batches or GRID_BATCHES)
     ss = tuple(seq_lens or GRID_SEQ_LENS)
     for key, values in (("micro_batch_size", bs), ("seq_len", ss)):
@@ -128,17 +142,22 @@ def fit(
             if isinstance(r, ScenarioError):
                 row.append(GridCell(b, s, None, False, str(r)))
             else:
-                row.append(GridCell(b, s, r.peak.device_bytes, fits(r, limit)))
+                row.append(GridCell(b, s, r.peak.device_bytes, fits(r, limit), required_bytes=r.peak.required_bytes))
         grid.append(tuple(row))
-    own = ev.device_bytes()
-    paged = result_paging(ev.estimate(), limit)
+    own = ev.estimate()
+    paged = result_paging(own, limit)
+    at_mb, at_seq = ({"micro_batch_size": mb} if mb else None), ({"seq_len": seq} if seq else None)
     return FitReport(
         gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
-        scenario=base.to_dict(), device_bytes=own, fits=paged is not None, paging_bytes=paged or 0,
+        scenario=base.to_dict(), device_bytes=own.peak.device_bytes, fits=paged is not None, paging_bytes=paged or 0,
         verdict=verdict_text(paged),
-        max_micro_batch=mb, max_micro_batch_device_bytes=dev(micro_batch_size=mb) if mb else None,
-        max_seq_len=seq, max_seq_len_device_bytes=dev(seq_len=seq) if seq else None,
+        max_micro_batch=mb, max_micro_batch_device_bytes=at_mb and peak("device_bytes", **at_mb),
+        max_seq_len=seq, max_seq_len_device_bytes=at_seq and peak("device_bytes", **at_seq),
         max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),
+        required_bytes=own.peak.required_bytes,
+        max_micro_batch_required_bytes=at_mb and peak("required_bytes", **at_mb),
+        max_seq_len_required_bytes=at_seq and peak("required_bytes", **at_seq),
+        max_micro_batch_seq_len=at_mb and ev.scenario(**at_mb).seq_len,
     )
 
 
@@ -162,4 +181,4 @@ def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int, counter: st
             return fits(r, budget_bytes)
         return getattr(r.peak, f"{counter}_bytes") <= budget_bytes
 
-    return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN)
+    return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN, lo=min_seq_len(ev.base))

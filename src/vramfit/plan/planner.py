@@ -174,7 +174,9 @@ def plan(
     order, deadline, wanted = _check_ranking(sort, deadline_hours, stacks)
     user_mfu = u if mfu is not None else None
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
-    ev = Evaluator(sc, calibration)
+    # a padding-free dataset's peak row grows with the micro-batch: each variant at its own (report.seq_len_at)
+    ev = Evaluator(sc, calibration, dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None)
+    sc = ev.base
     # colocated vLLM takes a share of the card: the user's own figure is on the first card searched
     own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
@@ -292,7 +294,7 @@ def _changes_for_named(named: list[str] | None, blocked: set, ev: Evaluator, sc:
         g = get_gpu(gid)
         if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
             changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=user_mfu,
-                                              effective_batch=eff)
+                                              effective_batch=eff, seq_len_at=ev.seq_len_at)
     return changes
 
 

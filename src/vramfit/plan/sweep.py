@@ -96,6 +96,7 @@ class SweepPoint:
     components: dict[str, int] | None = None
     fits: dict[str, bool] | None = None  # card id -> the one verdict (vramfit.plan.verdict)
     error: str | None = None
+    required_bytes: int | None = None  # the figure the verdict holds to each card's limit (Peak.required_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
@@ -103,7 +104,7 @@ class SweepPoint:
         return {
             "value": self.value,
             "peak": {"allocated_bytes": self.allocated_bytes, "reserved_bytes": self.reserved_bytes,
-                     "device_bytes": self.device_bytes, "phase": self.phase},
+                     "device_bytes": self.device_bytes, "required_bytes": self.required_bytes, "phase": self.phase},
             "components": dict(self.components or {}),
             "fits": dict(self.fits or {}),
         }
@@ -154,6 +155,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
             {c.name: c.bytes for c in r.components}, {g.gpu_id: fits(r, limit_bytes(g, safety_margin)) for g in gpus},
+            required_bytes=r.peak.required_bytes,
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
                        tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,

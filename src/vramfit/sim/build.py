@@ -171,6 +171,7 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
                     raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
                 model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
                 assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
+    _keep_in_fp32(model, param_dtype)
     causal_lm = model
     vocab = int(model.get_output_embeddings().weight.shape[0])
 
@@ -194,6 +195,22 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         assumptions.append("Mixed precision as torchtitan runs it: FSDP2 MixedPrecisionPolicy(param_dtype="
                            f"{str(compute_dtype).removeprefix('torch.')}, reduce_dtype=float32), no autocast.")
     return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast, images)
+
+
+def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """What a 16-bit ``from_pretrained`` keeps fp32 and ``from_config`` does not: the parameters its dtype plan names
+    (transformers v5.24.0 modeling_utils.py ``_get_dtype_plan`` l. 3844-3858, matched by regex search as
+    core_model_loading.py l. 1919-1925 matches them), e.g. gpt-oss's norms on an fp16 load."""
+    from transformers.core_model_loading import build_glob_alternation
+
+    plan = model._get_dtype_plan(dtype)
+    if not plan:
+        return
+    pattern = build_glob_alternation(list(plan))[0]
+    for name, mod in model.named_modules():
+        for leaf, p in list(mod._parameters.items()):
+            if p is not None and p.dtype != torch.float32 and pattern.search(f"{name}.{leaf}" if name else leaf):
+                mod._parameters[leaf] = torch.nn.Parameter(p.detach().float(), requires_grad=p.requires_grad)
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:

@@ -41,8 +41,9 @@ def _card(sc) -> dict[str, Any] | None:
     if sc is None or not sc.gpu:
         return None
     from vramfit.plan import fit
+    from vramfit.web import service
 
-    f = fit(sc, sc.gpu)
+    f = fit(sc, sc.gpu, calibration=service.CALIBRATION)  # the server's calibration, as /api/estimate applies it
     return {"gpu": sc.gpu, "name": f.gpu_name, "max_seq_len": f.max_seq_len}
 
 
@@ -74,7 +75,8 @@ def _spread(path: Path, sc) -> dict[str, Any] | None:
     defaults as ``vramfit estimate --dataset`` takes them: truncated at ``seq_len``, padded to the longest)."""
     from vramfit.dataset import Policy, analyze_dataset, reserved_spread
     from vramfit.estimate import estimate
+    from vramfit.web import service
 
     r = analyze_dataset(path, policy=Policy(micro_batch_size=sc.micro_batch_size, grad_accum=sc.grad_accum,
                                             max_length=sc.seq_len))
-    return reserved_spread(estimate(sc, seq_len=r.peak_seq_len), r)
+    return reserved_spread(estimate(sc, seq_len=r.peak_seq_len, calibration=service.CALIBRATION), r)

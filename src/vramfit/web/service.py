@@ -23,7 +23,7 @@ from typing import Any
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult, estimate
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
-from vramfit.plan.verdict import with_fits
+from vramfit.plan.verdict import SAFETY_MARGIN, with_fits
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB
 from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
@@ -307,8 +307,10 @@ def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:
 
 
 def sweep_with_estimate(checked: Checked, key: str, values: list[Any]) -> dict[str, Any]:
-    """The sweep computed point by point with the estimator; an invalid point carries its error."""
-    points = []
+    """The sweep computed point by point with the estimator (a pasted config: no catalog entry for the planner), in
+    the planner's sweep shape (vramfit.plan.sweep.SweepPoint.to_dict): the same fields for either scenario; an invalid
+    point carries its error."""
+    points, cards = [], {}
     for value in values:
         try:
             sc = checked.scenario.replace(**{key: value})
@@ -316,5 +318,11 @@ def sweep_with_estimate(checked: Checked, key: str, values: list[Any]) -> dict[s
         except VramfitError as exc:
             points.append({"value": value, "error": str(exc)})
             continue
-        points.append({"value": value, "peak": r.peak.to_dict(), "fits": [f.to_dict() for f in r.fits]})
-    return {"scenario": checked.scenario.to_dict(), "key": key, "values": values, "points": points}
+        peak = r.peak.to_dict()
+        points.append({"value": value, "peak": {k: peak[k] for k in ("allocated_bytes", "reserved_bytes", "device_bytes",
+                                                                     "required_bytes", "phase")},
+                       "components": {c.name: c.bytes for c in r.components}, "fits": {f.gpu_id: f.fits for f in r.fits}})
+        cards.update({f.gpu_id: {"gpu_id": f.gpu_id, "name": f.name, "usable_bytes": f.usable_bytes,
+                                 "limit_bytes": f.limit_bytes} for f in r.fits})
+    return {"scenario": checked.scenario.to_dict(), "key": key, "values": values, "points": points,
+            "cards": list(cards.values()), "safety_margin": SAFETY_MARGIN}

@@ -267,7 +267,7 @@
       tr.dataset.kind = c.kind;
       const name = cell(tr, (c.fits ? "✓ " : "✗ ") + R.text(c.description));
       if (c.tradeoff) name.append(small(R.text(c.tradeoff), "settings"));
-      cell(tr, VF.fmtGiB(c.device_bytes) + " GiB", "num");
+      cell(tr, VF.fmtGiB(c.required_bytes ?? c.device_bytes) + " GiB", "num");  /* the figure "fits" holds to the limit */
       cell(tr, "−" + VF.fmtGiB(c.saving_bytes) + " GiB", "num");
       const f = c.cost_factor ?? c.slowdown;
       cell(tr, f == null ? "—" : Math.abs(f - 1) < 0.005 ? T["ch.same.time"] : "× " + VF.fmtNum(f, 2), "num");
