@@ -13,8 +13,10 @@ The engine's default stream: the load's segments, then 150 + 150 MiB (the fp32 l
 partition's float64 norm copy); without offload the step opens 520 (the same copy, for the norm), 944 (the flat
 gradients cast to fp32) and 944 + 944 (the first step's AdamW states).
 
-"As simulated" is the simulator's run: the whole model built on the GPU before ``deepspeed.initialize`` partitions it,
-and ``empty_cache`` a no-op (its CPU accelerator), so every whole parameter's segment stays cached. On a GPU the HF
+"As simulated" is the simulator's run as it was when these engine figures were taken: the whole model built on the GPU
+before ``deepspeed.initialize`` partitions it, and ``empty_cache`` a no-op (its CPU accelerator), so every whole
+parameter's segment stayed cached. The simulator now traces ``empty_cache`` and its replay honours it (6,774 / 3,080 /
+2,582 / 13,088 MiB for the four cases: test_sim_deepspeed_empty_cache.py); it still builds the model whole. On a GPU the HF
 Trainer builds the model under ``deepspeed.zero.Init`` one parameter at a time (transformers 5.24.0 modeling_utils.py l.
 1435-1446) and ``defragment`` (DeepSpeed 0.19.8 runtime/zero/utils.py l. 215-241) empties the cache before the flat
 partition comes back: the estimate replays that, a simulator gap of 828 MiB (Qwen2.5-0.5B) the engine figures keep.

@@ -116,3 +116,25 @@ def test_form_offers_every_dialect_the_importer_reads(client):
     r = client.post("/api/import", json={"text": toml, "dialect": "torchtitan"})
     assert r.status_code == 200, r.text
     assert r.json()["scenario"]["framework"] == "torchtitan"
+
+
+def test_hostile_swift_and_torchtitan_pastes_are_one_422_line(client):
+    """A pasted ms-swift script or torchtitan TOML with bad values: 422 naming the key, never a 500 (each of these
+    raised TypeError, ZeroDivisionError or MemoryError in the importer before the g5 review)."""
+    sft = "swift sft --model Qwen/Qwen2.5-7B-Instruct --max_length 2048 "
+    titan = '[job]\ndump_folder = "x"\n[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n' \
+            'data_parallel_shard_degree = 4\n[training]\n'
+    cases = [
+        (sft + "--per_device_train_batch_size 0\n", "micro_batch_size: must be from 1 to 1000000, got 0"),
+        (sft + "--attn_impl sdpa eager\n", "is not modelled yet (valid values: sdpa"),
+        ("V0=xxxxxxxxxx\n" + "".join(f'V{i}="$V{i - 1}$V{i - 1}"\n' for i in range(1, 40)) + sft + "--a $V39\n",
+         "expands to over 65,536 characters"),
+        (sft + "--output_dir $(rm -rf /)\n", "vramfit does not run scripts"),
+        (titan + 'local_batch_size = "a"\n', "training.local_batch_size must be a whole number ≥ 1, got 'a'"),
+        (titan + "local_batch_size = 0\nglobal_batch_size = 8\n", "training.local_batch_size must be a whole number"),
+    ]
+    for text, words in cases:
+        r = client.post("/api/import", json={"text": text})
+        assert r.status_code == 422, (text[:80], r.text[:300])
+        err = r.json()["error"]
+        assert words in err and "\n" not in err and len(err) <= 320, err

@@ -106,6 +106,8 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         try:
             _check_events(path, text)
             data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
+        except ScenarioError:  # _check_events' own one line (a ValueError too): not wrapped twice
+            raise
         except ValueError as exc:
             raise fail(path, str(exc)) from None
         except yaml.YAMLError as exc:

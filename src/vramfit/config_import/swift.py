@@ -47,16 +47,23 @@ def _catalog_config(model: str) -> dict[str, Any]:
     return dict(entry.get("config") or {}) if entry else {}
 
 
+def _whole(v: Any) -> bool:
+    """A whole number ≥ 1 (bool is not one: ``--flag`` alone reads as True)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
 def _gpus(r: KeyReader) -> tuple[int, int]:
     """(GPUs, nodes): torchrun's NPROC_PER_NODE x NNODES (swift/cli/main.py get_torchrun_args), or args.json's
     global_world_size; neither: one process, as ``swift sft`` runs without them."""
     if r.has("global_world_size"):
-        world = int(r.get("global_world_size"))
+        world = r.get("global_world_size")
+        if not _whole(world):
+            raise r.error(f"global_world_size must be a whole number ≥ 1, got {world!r}")
         r.set("global_world_size", "num_gpus", world)
         return world, 1
     per = r.get("ENV.NPROC_PER_NODE", 1, f"{_R} swift/cli/main.py: no NPROC_PER_NODE, no torchrun: one process")
     nodes = r.get("ENV.NNODES", 1, f"{_R} swift/cli/main.py: no NNODES, one node")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (per, nodes)):
+    if not all(_whole(v) for v in (per, nodes)):
         raise r.error(f"NPROC_PER_NODE and NNODES must be whole numbers ≥ 1, got {per!r} and {nodes!r}")
     r.set("ENV.NPROC_PER_NODE", "num_gpus", per * nodes)
     if nodes > 1:
@@ -102,7 +109,9 @@ def _adapter(r: KeyReader) -> None:
     r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 32, TUNER_SRC))
     r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, TUNER_SRC))
     target = r.get("target_modules", ["all-linear"], TUNER_SRC)
-    names = [target] if isinstance(target, str) else list(target)
+    names = [target] if isinstance(target, str) else target
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise r.error(f"target_modules must be module names or all-linear, got {target!r}")
     r.set("target_modules", "lora_targets", names)
     for k in ("use_dora", "use_rslora", "modules_to_save", "target_regex", "target_parameters"):
         if r.flat.get(k):
@@ -152,7 +161,7 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
     if grpo:
         ga = r.get("gradient_accumulation_steps", 1, f"{RLHF_SRC} l. 527-530: 1 for GRPO")
     else:
-        ga = r.get("gradient_accumulation_steps", max(1, math.ceil(16 / bs / gpus)),
+        ga = r.get("gradient_accumulation_steps", max(1, math.ceil(16 / bs / gpus)) if _whole(bs) else 1,
                    f"{TRAIN_SRC} l. 284-285: max(1, ceil(16 / per_device_train_batch_size / world size))")
     r.set("gradient_accumulation_steps", "grad_accum", ga)
     gc = r.get("gradient_checkpointing", True, f"{TRAIN_SRC} l. 134")
@@ -160,7 +169,7 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
     liger = r.get("use_liger_kernel", False, f"{TRAIN_SRC} l. 153")
     r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
     attn = r.get("attn_impl", "sdpa", f"{MODEL_SRC} l. 79: None reads config.json, where transformers picks SDPA")
-    if attn not in ATTN:
+    if not isinstance(attn, str) or attn not in ATTN:
         raise r.error(f"attn_impl '{attn}' is not modelled yet (valid values: {', '.join(ATTN)})")
     r.set("attn_impl", "attention", ATTN[attn])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch", f"{TRAIN_SRC}: the HF Trainer's (transformers < 5)"))
@@ -229,9 +238,9 @@ def _fsdp(r: KeyReader, fsdp: Any, inline: Any) -> tuple[dict[str, Any], list[En
     (sft_args.py _init_fsdp l. 284-329, fsdp_version defaulting to 2 there)."""
     r.get("fsdp")
     if isinstance(fsdp, dict):  # JSON text given to --fsdp: the file's shape
-        words, options = fsdp.get("fsdp", "full_shard auto_wrap"), dict(fsdp.get("fsdp_config") or {})
+        words, options = fsdp.get("fsdp", "full_shard auto_wrap"), fsdp.get("fsdp_config") or {}
     elif isinstance(inline, dict) or isinstance(fsdp, list) or (isinstance(fsdp, str) and " " in fsdp.strip()):
-        words, options = fsdp, dict(inline or {})  # args.json: the words and fsdp_config as resolved
+        words, options = fsdp, inline or {}  # args.json: the words and fsdp_config as resolved
     else:
         if str(fsdp) in FSDP_PRESETS:
             words, options = FSDP_PRESETS[str(fsdp)][0], dict(FSDP_PRESETS[str(fsdp)][1])
@@ -240,8 +249,11 @@ def _fsdp(r: KeyReader, fsdp: Any, inline: Any) -> tuple[dict[str, Any], list[En
             from vramfit.config_import.loader import load_mapping
 
             preset = load_mapping(hf.resolve_path(r, "fsdp", fsdp))
-            words, options = preset.get("fsdp", "full_shard auto_wrap"), dict(preset.get("fsdp_config") or {})
-    options.setdefault("fsdp_version", 2)
+            words, options = preset.get("fsdp", "full_shard auto_wrap"), preset.get("fsdp_config") or {}
+    if not isinstance(words, str | list) or not isinstance(options, dict):
+        raise r.error(f"fsdp must name FSDP words (full_shard auto_wrap ...) and an fsdp_config mapping, got "
+                      f"{words!r} and {options!r}")
+    options = {"fsdp_version": 2, **options}
     layout = hf.fsdp_layout(r, "fsdp", words, options)
     r.ignore("fsdp_config.*", hf.FSDP_CONFIG_IGNORED)
     for k, v in layout.items():
@@ -271,6 +283,9 @@ def _rlhf(r: KeyReader, command: str, seq: int) -> None:
         r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha", 1.0, f"{RLHF_SRC} l. 250"))
     if kind in ("grpo", "ppo"):  # max_length is the prompt there (template_args.py l. 28-31)
         done = r.get("max_completion_length", 512, f"{RLHF_SRC} l. 241")
+        for key, v in (("max_completion_length", done), ("max_length", seq)):
+            if not _whole(v):
+                raise r.error(f"{key} must be a whole number ≥ 1, got {v!r}")
         r.set("max_completion_length", "completion_len", done)
         r.set("max_completion_length", "seq_len", seq + done)
     if kind == "grpo":
@@ -297,7 +312,9 @@ def _grpo(r: KeyReader) -> None:
 def _eval(r: KeyReader) -> None:
     """Evaluation between steps needs an eval set (sft_args.py l. 231-232: eval_strategy 'no' without one;
     data_args.py l. 123-125 _init_val_dataset_exists), then runs at per_device_eval_batch_size (default 1)."""
-    ratio = float(r.get("split_dataset_ratio", 0.0, f"{_R} swift/arguments/base_args/data_args.py l. 79") or 0)
+    ratio = r.get("split_dataset_ratio", 0.0, f"{_R} swift/arguments/base_args/data_args.py l. 79") or 0
+    if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 <= ratio <= 1:
+        raise r.error(f"split_dataset_ratio must be a number from 0 to 1, got {ratio!r}")
     has_set = any(r.flat.get(k) for k in ("val_dataset", "cached_val_dataset", "eval_dataset")) or ratio > 0
     strategy = str(r.get("eval_strategy", "steps", f"{_R} swift/arguments/sft_args.py l. 167: follows save_strategy "
                                                    "('steps')")).lower().removeprefix("intervalstrategy.")

@@ -26,6 +26,18 @@ COMMAND = re.compile(r"(?:^|[\s;&|])swift\s+(sft|rlhf|pt|infer|export|deploy|eva
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$", re.S)
 _ARITH = re.compile(r"\$\(\(\s*([^()]*?)\s*\)\)|\$\(\s*expr\s+([^()]*?)\s*\)")
 _VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+#: Largest magnitude evaluated (bash's arithmetic is 64-bit, so no script setting means more); beyond it Python's
+#: whole numbers would grow without bound (and str() refuses over 4,300 digits)
+_LIMIT = 2**63
+#: Longest value a ``$name`` expansion may give (characters): ``B="$A$A"`` lines double a value each, so a short
+#: script would otherwise expand past any memory; the longest ms-swift argument in its examples is under 1 kB
+MAX_VALUE = 65_536
+
+
+def _show(text: str) -> str:
+    """A piece of the script quoted in a message: one line, at most 40 characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= 40 else flat[:40] + "..."
 
 
 def looks_like_swift(text: str) -> bool:
@@ -61,16 +73,20 @@ def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
     """``expr A op B [op C ...]`` / ``$((...))`` with whole numbers, + - * / % (shell precedence, left to right)."""
     text = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), "?"), expr.replace("\\*", "*"))
     tokens = re.findall(r"\d+|[-+*/%]|\S", text)
-    ok = len(tokens) % 2 == 1 and all(t.isdigit() for t in tokens[::2]) and all(t in "+-*/%" for t in tokens[1::2])
+    ok = len(tokens) % 2 == 1 and all(t.isascii() and t.isdigit() for t in tokens[::2]) and all(t in "+-*/%" for t in tokens[1::2])
     if not ok:
-        raise fail(path, f"cannot evaluate '{expr}' (vramfit evaluates + - * / % of whole numbers and set variables "
+        raise fail(path, f"cannot evaluate '{_show(expr)}' (vramfit evaluates + - * / % of whole numbers and set variables "
                          "only); write the value")
+    if any(len(t) > 19 for t in tokens[::2]):
+        raise fail(path, f"'{_show(expr)}' holds a number over 19 digits (bash's arithmetic is 64-bit); write the value")
     terms: list = [int(tokens[0])]
     for op, num in zip(tokens[1::2], (int(t) for t in tokens[2::2]), strict=True):
         if op in "/%" and num == 0:
-            raise fail(path, f"'{expr}' divides by zero")
+            raise fail(path, f"'{_show(expr)}' divides by zero")
         if op in "*/%":
             terms[-1] = {"*": terms[-1] * num, "/": terms[-1] // num, "%": terms[-1] % num}[op]
+            if abs(terms[-1]) >= _LIMIT:
+                raise fail(path, f"'{_show(expr)}' exceeds bash's 64-bit arithmetic; write the value")
         else:
             terms += [op, num]
     total = terms[0]
@@ -80,15 +96,20 @@ def _arith(path: Path, expr: str, variables: dict[str, str]) -> str:
 
 
 def _subst(path: Path, text: str, variables: dict[str, str]) -> str:
+    grown = [len(text)]
+
     def var(m: re.Match) -> str:
         name = m.group(1) or m.group(2)
         if name not in variables:
-            raise fail(path, f"uses ${name}, which the script does not set; write its value")
+            raise fail(path, f"uses ${_show(name)}, which the script does not set; write its value")
+        grown[0] += len(variables[name])  # checked as it grows: 10**5 references to a long value never get built
+        if grown[0] > MAX_VALUE:
+            raise fail(path, f"'{_show(text)}' expands to over {MAX_VALUE:,} characters; write the value")
         return variables[name]
 
     text = _ARITH.sub(lambda m: _arith(path, m.group(1) or m.group(2), variables), text)
     if "$(" in text or "`" in text:
-        raise fail(path, f"runs a command inside the line ({text[:40]}...); vramfit does not run scripts, write the value")
+        raise fail(path, f"runs a command inside the line ({_show(text)}); vramfit does not run scripts, write the value")
     return _VAR.sub(var, text)
 
 
@@ -113,10 +134,10 @@ def _arguments(path: Path, words: list[str]) -> dict[str, Any]:
             name, eq, val = w[2:].partition("=")
             key = name.replace("-", "_")
             if key in out:
-                raise fail(path, f"--{key} is given twice")
+                raise fail(path, f"--{_show(key)} is given twice")
             out[key] = [val] if eq else []
         elif key is None:
-            raise fail(path, f"'{w}' after the swift subcommand is not an --argument (a config file comes first)")
+            raise fail(path, f"'{_show(w)}' after the swift subcommand is not an --argument (a config file comes first)")
         else:
             out[key].append(w)
     return {k: True if not v else _value(v[0]) if len(v) == 1 else [_value(x) for x in v] for k, v in out.items()}
@@ -148,7 +169,8 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
             env[k] = _subst(path, v, variables)
             words.pop(0)
         if len(words) < 2 or words[0] != "swift":
-            raise fail(path, f"the swift command must start the line (after NAME=value settings), got '{words[0]}'")
+            first = _show(words[0]) if words else ""
+            raise fail(path, f"the swift command must start the line (after NAME=value settings), got '{first}'")
         found.append((words[1], env, [_subst(path, w, {**variables, **env}) for w in words[2:]]))
     if not found:
         raise fail(path, "holds no 'swift sft', 'swift rlhf' or 'swift pt' command")
@@ -156,12 +178,15 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
         raise fail(path, f"holds {len(found)} swift commands; keep the one to estimate")
     sub, env, words = found[0]
     if sub not in TRAINING:
-        raise fail(path, f"runs 'swift {sub}', which does not train (valid values: {', '.join(TRAINING)})")
+        raise fail(path, f"runs 'swift {_show(sub)}', which does not train (valid values: {', '.join(TRAINING)})")
     config = _config_file(path, words.pop(0)) if words and not words[0].startswith("--") else {}
     # swift/cli/main.py parse_yaml_args: the file's keys become arguments before the ones after it (argparse keeps
     # the last), its ENV only fills variables the environment does not set
     out: dict[str, Any] = {"swift": sub, **{k: v for k, v in config.items() if k != "ENV"}, **_arguments(path, words)}
-    env_all = {**(config.get("ENV") or {}), **{k: _value(v) for k, v in env.items()}}
+    file_env = config.get("ENV") or {}
+    if not isinstance(file_env, dict):
+        raise fail(path, f"the config file's ENV must be a mapping of environment variables, got {_show(repr(file_env))}")
+    env_all = {**file_env, **{k: _value(v) for k, v in env.items()}}
     if env_all:
         out["ENV"] = env_all
     return out
@@ -171,11 +196,11 @@ def _config_file(path: Path, name: str) -> dict[str, Any]:
     """``swift sft FILE.yaml|.json`` (swift/cli/main.py parse_yaml_args): the file, next to the script or in the
     working directory."""
     if not name.endswith((".yaml", ".yml", ".json")):
-        raise fail(path, f"'{name}' after the swift subcommand is neither an --argument nor a .yaml/.json config")
+        raise fail(path, f"'{_show(name)}' after the swift subcommand is neither an --argument nor a .yaml/.json config")
     if path.name == PASTED:
-        raise fail(path, f"names a config file ({name}); a pasted command cannot, paste that file instead")
+        raise fail(path, f"names a config file ({_show(name)}); a pasted command cannot, paste that file instead")
     p = Path(name).expanduser()
     for cand in ([p] if p.is_absolute() else [path.parent / p, Path.cwd() / p]):
         if cand.is_file():
             return load_mapping(cand)
-    raise fail(path, f"config file '{name}' not found (looked next to the script and in the working directory)")
+    raise fail(path, f"config file '{_show(name)}' not found (looked next to the script and in the working directory)")

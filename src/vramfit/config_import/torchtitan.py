@@ -71,6 +71,8 @@ def _model(r: KeyReader, new: bool) -> None:
         r.mark("model.flavor", f"{name} {flavor}: no Hugging Face id in vramfit's table (llama3 8B/70B/405B, qwen3 0.6B-235B-A22B); "
                                "pass --model")
     converters = r.get("model.converters") or []
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise r.error(f"model.converters must be a list of converter names (float8, mx, ...), got {converters!r}")
     if r.get("float8.enable_float8_linear") or "float8" in converters:
         key = "model.converters" if "float8" in converters else "float8.enable_float8_linear"
         r.mark(key, "float8 linears (torchao): estimated with bf16 matmuls and activations")
@@ -83,6 +85,14 @@ def _catalog_id(path: str) -> str | None:
     parts = path.rstrip("/").split("/")
     entry = catalog._index().get("/".join(parts[-2:]).lower()) or catalog._match_by_name(parts[-1])  # noqa: SLF001
     return entry["id"] if entry else None
+
+
+def _whole(r: KeyReader, key: str, v: Any, least: int = 1) -> int:
+    """``v`` when it is a whole number ≥ ``least`` (TOML gives ints, but a string or a float parses as well), else
+    one line naming ``key``."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < least:
+        raise r.error(f"{key} must be a whole number ≥ {least}, got {v!r}")
+    return v
 
 
 def _degree(r: KeyReader, key: str, new: bool) -> int:
@@ -176,13 +186,15 @@ def _precision(r: KeyReader, d: dict[str, int], new: bool) -> None:
 
 def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
     key = "training.local_batch_size" if new else "training.batch_size"
-    local = r.get(key, 8, f"{NEW} Training.local_batch_size" if new else f"{OLD} --training.batch_size")
+    local = _whole(r, key, r.get(key, 8, f"{NEW} Training.local_batch_size" if new else f"{OLD} --training.batch_size"))
     seq = r.get("training.seq_len", 2048, f"{OLD} --training.seq_len")
     r.set("training.seq_len", "seq_len", seq)
     accum, micro = 1, local
-    if new and r.has("training.global_batch_size") and r.get("training.global_batch_size") > 0:
+    # v0.2.2 Training.global_batch_size: -1 (any value ≤ 0) is local_batch_size x the data-parallel degree
+    gbs = "training.global_batch_size"
+    total = _whole(r, gbs, r.get(gbs), -(2**63)) if new and r.has(gbs) else -1
+    if total > 0:
         dp = d["data_parallel_replicate"] * d["data_parallel_shard"]
-        total = r.get("training.global_batch_size")
         if total % (local * dp):  # v0.2.2 train.py l. 202-214: batch degree dp_replicate x dp_shard
             raise r.error(f"training.global_batch_size {total} is not a multiple of local_batch_size x data-parallel "
                           f"degree ({local} x {dp})")
@@ -190,10 +202,11 @@ def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
         r.set("training.global_batch_size", "grad_accum", accum)
     if d["pipeline_parallel"] > 1:  # the local batch splits into pipeline micro-batches
         if new:
-            micro = r.get("parallelism.pipeline_parallel_microbatch_size", 1, f"{NEW} l. 412")
+            micro = _whole(r, "parallelism.pipeline_parallel_microbatch_size",
+                           r.get("parallelism.pipeline_parallel_microbatch_size", 1, f"{NEW} l. 412"))
         else:
             n = r.get("experimental.pipeline_parallel_microbatches") or d["pipeline_parallel"]
-            micro = local // n
+            micro = local // _whole(r, "experimental.pipeline_parallel_microbatches", n)
         if micro < 1 or local % micro:
             raise r.error(f"{key} {local} does not split into pipeline micro-batches of {micro}")
         accum *= local // micro

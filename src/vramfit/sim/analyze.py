@@ -80,7 +80,8 @@ def summarize(trace: Trace, full: bool, windows: tuple[int, int] = (2, 2)) -> Su
     from vramfit.sim.inplace import fold_accumulations
 
     trace = fold_accumulations(trace)
-    allocated, _reserved, stats = replay(trace.events, trace.nbytes, trace.host, trace.streams)
+    allocated, _reserved, stats = replay(trace.events, trace.nbytes, trace.host, trace.streams,
+                                        trace.empty_caches)
     s = Summary(reserved=stats.peak_reserved)
     at: dict[str, int] = {}
     for label, start, end in trace.segments():

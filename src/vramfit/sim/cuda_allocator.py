@@ -245,18 +245,24 @@ class CachingAllocatorModel:
 
 
 def replay(events: list[int], nbytes: list[int], skip: set[int] | frozenset[int] = frozenset(),
-           streams: dict[int, int] | None = None) -> tuple[list[int], list[int], ReplayStats]:
+           streams: dict[int, int] | None = None,
+           empty_caches: list[int] | tuple[int, ...] = ()) -> tuple[list[int], list[int], ReplayStats]:
     """Replay ``events`` (sid = allocation, ``~sid`` = free); return allocated and reserved after each event.
 
     ``skip``: sids that do not live on the device (host/paged memory). ``streams``: the stream each
     sid is allocated on, for sids not on the default stream 0 (e.g. an engine's all-gather outputs).
+    ``empty_caches``: event indices before which ``torch.cuda.empty_cache()`` ran (sim/trace.py
+    ``Trace.empty_caches``): :meth:`CachingAllocatorModel.empty_cache` there.
     """
     streams = streams or {}
+    empty = set(empty_caches)
     alloc = CachingAllocatorModel()
     live: dict[int, _Block | None] = {}
     allocated: list[int] = []
     reserved: list[int] = []
-    for ev in events:
+    for i, ev in enumerate(events):
+        if i in empty:
+            alloc.empty_cache()
         if ev >= 0:
             if ev not in skip:
                 live[ev] = alloc.malloc(nbytes[ev], streams.get(ev, 0))

@@ -120,8 +120,9 @@ class ScalarValues(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
-    """Import DeepSpeed on its CPU accelerator over a fake process group, with the module docstring's patches."""
+def deepspeed_on_fake_pg(world_size: int, on_empty_cache: Callable[[], None] | None = None) -> Iterator[Any]:
+    """Import DeepSpeed on its CPU accelerator over a fake process group, with the module docstring's patches;
+    ``on_empty_cache``: called where the engine empties the cache (:func:`gpu_labelled_accelerator`)."""
     from vramfit.sim.cuda_emulation import patched
     from vramfit.sim.fsdp import fake_process_group
 
@@ -141,7 +142,7 @@ def deepspeed_on_fake_pg(world_size: int) -> Iterator[Any]:
                 kwargs["dont_change_device"] = True
                 super().__init__(*args, **kwargs)
 
-        with fake_process_group(world_size), gpu_labelled_accelerator(), patched([
+        with fake_process_group(world_size), gpu_labelled_accelerator(on_empty_cache), patched([
             (ds_comm, "build_shm_op", lambda: None), (deepspeed, "DeepSpeedEngine", Engine),
             (coordinator, "assert_ints_same_as_other_ranks", lambda ints: None),
             # ZeRO-3 replaces torch.nn.functional.linear with zero3_linear_wrap for the rest of the process
@@ -173,11 +174,17 @@ ROOMY_CARD = 1 << 50  # bytes of free accelerator memory the engine sees: more t
 
 
 @contextlib.contextmanager
-def gpu_labelled_accelerator() -> Iterator[None]:
+def gpu_labelled_accelerator(on_empty_cache: Callable[[], None] | None = None) -> Iterator[None]:
     """DeepSpeed's CPU accelerator with its current device named ``cpu:0``: ZeRO puts what a GPU holds on
     ``get_accelerator().current_device_name()`` and what it offloads on ``"cpu"`` (DeepSpeed 0.19.8
     stage_1_and_2.py ``self.device = get_accelerator().current_device_name() if not self.cpu_offload else 'cpu'``,
-    stage3.py the same with ``OffloadDeviceEnum.cpu``); with the two names apart the run keeps both devices."""
+    stage3.py the same with ``OffloadDeviceEnum.cpu``); with the two names apart the run keeps both devices.
+
+    ``empty_cache`` is the CUDA accelerator's ``torch.cuda.empty_cache()`` (DeepSpeed 0.19.8
+    accelerator/cuda_accelerator.py l. 138), a no-op on the CPU accelerator (cpu_accelerator.py l. 137): here it calls
+    ``on_empty_cache`` (the tracker logs it, sim/trace.py ``LiveTracker.empty_cache``), so the allocator replay
+    returns the cached segments a GPU returns where the engine calls it: ZeRO-3's ``defragment`` (runtime/zero/
+    utils.py l. 234), ZeRO-1/2's ``empty_cache()`` before flattening each group (stage_1_and_2.py l. 449)."""
     from deepspeed.accelerator import real_accelerator
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
@@ -198,6 +205,10 @@ def gpu_labelled_accelerator() -> Iterator[None]:
             # the CPU accelerator answers the host's free RAM; a card with room for ZeRO-1/2's flat buffer
             # (stage_1_and_2.py flatten_on_accelerator; estimate/ds_load.py takes the same with no card named)
             return ROOMY_CARD
+
+        def empty_cache(self) -> None:
+            if on_empty_cache is not None:
+                on_empty_cache()
 
         def stream(self, stream: Any) -> Any:
             # a stream context as CUDA's: torch.cpu.stream switches torch.cpu.current_stream(), which the tracker
@@ -287,7 +298,7 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
     config = ds_config(sc, int(built.model.config.hidden_size))
     engine_cast(built.model, sc)  # on the host, before the engine moves the model (module docstring)
     tracker = LiveTracker()
-    with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus) as deepspeed, \
+    with warnings.catch_warnings(), deepspeed_on_fake_pg(sc.num_gpus, tracker.empty_cache) as deepspeed, \
             FakeTensorMode(allow_non_fake_inputs=True), tracker:
         # ZeRO-1/2 asserts each partition's data_ptr() alignment, which torch 2.13 answers for a fake tensor with
         # a deprecation warning (stage_1_and_2.py: partitioned_data.data_ptr() % alignment == 0)

@@ -59,6 +59,7 @@ def fold_accumulations(trace: Trace) -> Trace:
         else:
             out.events.append(ev)
     out.marks = _shift_marks(trace.marks, drop)
+    out.empty_caches = [i for i, _ in _shift_marks([(i, "") for i in trace.empty_caches], drop)]
     shifted = _shift_marks([(i, f"{kind}:{k}") for i, kind, k in trace.layer_marks], drop)
     out.layer_marks = [(i, tag.split(":")[0], int(tag.split(":")[1])) for i, tag in shifted]
     out.grad_sids = {rename.get(s, s) for s in trace.grad_sids}

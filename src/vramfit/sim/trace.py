@@ -42,6 +42,8 @@ class Trace:
     ``marks``: ``(event index, label)``: the phase that starts at that event.
     Per allocation (indexed by ``sid``): requested bytes, kind, phase label, module, op, shape, dtype.
     ``host``: sids that live in host memory (paged optimizer state, offloaded activations).
+    ``empty_caches``: event indices before which ``torch.cuda.empty_cache()`` ran (the allocator replay returns
+    every wholly free cached segment to the driver there, sim/cuda_allocator.py ``CachingAllocatorModel.empty_cache``).
     """
 
     nbytes: list[int] = field(default_factory=list)
@@ -53,6 +55,7 @@ class Trace:
     dtypes: list[str] = field(default_factory=list)
     events: list[int] = field(default_factory=list)
     marks: list[tuple[int, str]] = field(default_factory=list)
+    empty_caches: list[int] = field(default_factory=list)
     host: set[int] = field(default_factory=set)
     # the stream each sid was allocated on, for sids not on the default stream (FSDP2's reduce-scatter
     # outputs, all-gather buffers): the allocator caches blocks per stream (sim/cuda_allocator.py)
@@ -196,6 +199,11 @@ class LiveTracker(TorchDispatchMode):
 
     def release(self, sid: int) -> None:
         self.trace.events.append(~sid)
+
+    def empty_cache(self) -> None:
+        """Log ``torch.cuda.empty_cache()`` at this point of the run: fake tensors have no allocator to empty, so the
+        call is an event the replay honours (:attr:`Trace.empty_caches`)."""
+        self.trace.empty_caches.append(len(self.trace.events))
 
     def mark(self, label: str) -> None:
         """Start a new phase: allocations from now on carry ``label``."""

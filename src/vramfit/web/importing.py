@@ -1,5 +1,5 @@
-"""``POST /api/import``: a pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as
-scenario keys plus the report of every key (read / default / ignored with reason / not modelled yet).
+"""``POST /api/import``: a pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt, ms-swift script,
+torchtitan TOML) as scenario keys plus the report of every key (read / default / ignored with reason / not modelled yet).
 
 The text goes to :func:`vramfit.config_import.from_text`, which parses it as data only and refuses, never
 opens, any file the config names; the body is bounded by :data:`~vramfit.web.service.MAX_BODY_BYTES`.
@@ -43,7 +43,7 @@ def import_config(body: Any) -> dict[str, Any]:
         raise ApiError(422, unknown[0], "unknown key", ["text", "dialect"])
     text, dialect = body.get("text"), body.get("dialect") or None
     if not isinstance(text, str) or not text.strip():
-        raise ApiError(422, "text", "paste a training config (YAML or JSON text)")
+        raise ApiError(422, "text", "paste a training config (YAML, JSON, TOML or a swift command)")
     if dialect is not None and not isinstance(dialect, str):
         raise ApiError(422, "dialect", "must be text", list(DIALECTS))
     try:
