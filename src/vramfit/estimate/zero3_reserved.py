@@ -217,9 +217,9 @@ def _micro_batch(r: Step, first: bool = False) -> list[int]:
     head = alloc(c * head_numel)
     ev.extend((-gathered, -dlogits))
     recomputes = sc.gradient_checkpointing is Checkpointing.FULL
-    for handles in reversed(held):  # each block's backward: (recomputed,) its working set, then what it saved goes
-        redone = [alloc(n) for n in r.saved.items.values()] if recomputes and len(held) > 1 else []
-        ev.append(-alloc(r.block_transient))
+    for i, handles in reversed(list(enumerate(held))):  # each block's backward (held[0]: the embedding output):
+        redone = [alloc(n) for n in r.saved.items.values()] if recomputes and i else []  # (recomputed,) its working
+        ev.append(-alloc(r.block_transient))  # set, then what it saved goes
         ev.extend(-h for h in redone + handles)
     offloaded = sc.offload is not Offload.NONE  # else partition_grads copies into the GPU's gradient partitions
     if spec.lm_head_params:
@@ -253,7 +253,8 @@ def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
     c10/cuda/CUDACachingAllocator.cpp ``get_pool``: above kSmallSize) are carved from the free blocks the load left
     cached (``get_free_block``, best fit, split), and the <= 1 MiB ones open 2 MiB small-pool segments of their own.
     Checkpointed blocks keep their input alone (full checkpointing recomputes the saved tensors in the block's
-    backward, :func:`_micro_batch`; selective and offloaded modes: what they keep beyond it is not replayed)."""
+    backward, :func:`_micro_batch`; selective modes: what they keep beyond it is not replayed); offloaded
+    checkpointing keeps them on the host."""
     from vramfit.estimate.block_extras import block_input_bytes
 
     block_in = block_input_bytes(r.spec, r.sc, r.profile)
@@ -263,8 +264,8 @@ def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
     for _ in range(r.spec.num_hidden_layers):
         if r.sc.gradient_checkpointing is Checkpointing.NONE:
             held.append([alloc(n) for n in r.saved.items.values()])
-        else:  # checkpointed: the block's output, the next one's input (full: recomputed in backward)
-            held.append([alloc(block_in)])
+        elif r.sc.gradient_checkpointing is not Checkpointing.OFFLOAD:  # offloaded: the inputs wait on the host
+            held.append([alloc(block_in)])  # checkpointed: the block's output, the next one's input
     return held
 
 
