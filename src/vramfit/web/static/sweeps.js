@@ -48,7 +48,7 @@
     return ids.map((id) => r.fits.find((f) => f.gpu_id === id)).filter(Boolean).map((f) => ({
       bytes: f.limit_bytes, strong: f.gpu_id === r.scenario.gpu,
       label: fmt(T["ch.limit"], { card: f.name, limit: VF.fmtGiB(f.limit_bytes, 1),
-        usable: VF.fmtGiB(f.usable_bytes, 0), margin: Math.round(f.safety_margin * 100) }),
+        usable: VF.fmtGiB(f.usable_bytes, 1), margin: Math.round(f.safety_margin * 100) }),
     }));
   }
 
