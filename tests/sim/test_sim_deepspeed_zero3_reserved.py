@@ -132,3 +132,16 @@ def test_the_first_micro_batch_makes_both_threads_cublas_workspaces():
 
 def test_zero3_replays_only_full_fine_tuning():
     assert zero3.zero3_reserved_floor(_step({**SC, "method": "lora", "offload": "none"})) == 0
+
+
+def test_full_checkpointing_keeps_the_block_inputs_and_recomputes_in_backward():
+    """TinyLlama-1.1B seq 2048, full checkpointing, no offload: the engine (empty_cache traced) reserves 13,249,806,336 B
+    (12,636 MiB); the replay with each block's 8 MiB input kept and its saved tensors recomputed in its backward is
+    12,856 MiB (+1.7 %; the usual figure was 12,126 MiB, -4.0 %). Offloaded checkpointing keeps no input on the GPU
+    (22 fewer allocations) and recomputes the same way."""
+    sc = {**TINYLLAMA, "seq_len": 2048, "offload": "none", "gradient_checkpointing": "full"}
+    assert zero3.zero3_reserved_floor(_step(sc)) == 12_856 * MiB == estimate(sc).peak.reserved_bytes
+    assert 0.017 < 12_856 * MiB / 13_249_806_336 - 1 < 0.018
+    full, offloaded = (zero3._forward(_step({**sc, "gradient_checkpointing": g}), lambda n: n, False)
+                       for g in ("full", "offload"))
+    assert full[1:] == [[8 * MiB]] * 22 and offloaded[1:] == [[]] * 22

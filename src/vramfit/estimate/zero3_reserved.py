@@ -216,7 +216,7 @@ def _micro_batch(r: Step, first: bool = False) -> list[int]:
     gathered = alloc(c * head_numel)  # again for its backward
     head = alloc(c * head_numel)
     ev.extend((-gathered, -dlogits))
-    recomputes = sc.gradient_checkpointing is Checkpointing.FULL
+    recomputes = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
     for i, handles in reversed(list(enumerate(held))):  # each block's backward (held[0]: the embedding output):
         redone = [alloc(n) for n in r.saved.items.values()] if recomputes and i else []  # (recomputed,) its working
         ev.append(-alloc(r.block_transient))  # set, then what it saved goes
@@ -254,7 +254,7 @@ def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
     cached (``get_free_block``, best fit, split), and the <= 1 MiB ones open 2 MiB small-pool segments of their own.
     Checkpointed blocks keep their input alone (full checkpointing recomputes the saved tensors in the block's
     backward, :func:`_micro_batch`; selective modes: what they keep beyond it is not replayed); offloaded
-    checkpointing keeps them on the host."""
+    checkpointing keeps the inputs on the host and recomputes the same way."""
     from vramfit.estimate.block_extras import block_input_bytes
 
     block_in = block_input_bytes(r.spec, r.sc, r.profile)
@@ -264,8 +264,8 @@ def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
     for _ in range(r.spec.num_hidden_layers):
         if r.sc.gradient_checkpointing is Checkpointing.NONE:
             held.append([alloc(n) for n in r.saved.items.values()])
-        elif r.sc.gradient_checkpointing is not Checkpointing.OFFLOAD:  # offloaded: the inputs wait on the host
-            held.append([alloc(block_in)])  # checkpointed: the block's output, the next one's input
+        else:  # checkpointed: the block's output, the next one's input; offloaded: it waits on the host
+            held.append([alloc(block_in)] if r.sc.gradient_checkpointing is not Checkpointing.OFFLOAD else [])
     return held
 
 
