@@ -73,11 +73,13 @@ def test_the_spread_is_the_shuffled_replay_of_the_rows(known, tok_dir):
 def test_the_card_bounds_the_growth(known, tok_dir):
     r = _report(known, tok_dir, micro_batch_size=4, max_length=3000)
     free = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000), r)
-    assert (free["p10_bytes"], free["p90_bytes"], free["capped_by_gpu"]) == (805_306_368, 868_220_928, None)
+    assert (free["p10_bytes"], free["p90_bytes"], free["capped_by_gpu"]) == (805_306_368, 864_026_624, None)
+    # (p90 868,220,928 before 2026-12-02: the loss's working set now comes before its saved log-softmax output, the
+    # order of DeepSpeed's engine trace, estimate/transients.py _loss_from_figures; 4 MiB less stranded)
     t4 = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000, gpu="t4"), r)
     assert (t4["p10_bytes"], t4["median_bytes"], t4["p90_bytes"], t4["capped_by_gpu"]) == (0, 0, 0, "t4")  # over it already
     roomy = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000, gpu="rtx4090"), r)
-    assert roomy["p90_bytes"] == 868_220_928 and roomy["capped_by_gpu"] is None  # 4.6 GiB of headroom holds it
+    assert roomy["p90_bytes"] == 864_026_624 and roomy["capped_by_gpu"] is None  # 4.6 GiB of headroom holds it
 
 
 def test_a_large_set_is_sampled(monkeypatch, known, tok_dir):
@@ -116,6 +118,6 @@ def test_fit_and_plan_state_it_on_stderr(known, tok_dir, command):
     rep = _report(known, tok_dir, micro_batch_size=4, max_length=1024)
     est = estimate(M, micro_batch_size=4, seq_len=1024, gpu="rtx4090", gradient_checkpointing="full")
     assert line == spread.spread_line(reserved_spread(est, rep))
-    assert "+0.50…+0.56 GiB (median +0.56;" in line  # 5.6 GiB of headroom on the card: not capped
+    assert "+0.50…+0.55 GiB (median +0.55;" in line  # 5.6 GiB of headroom on the card: not capped
     grouped = CliRunner().invoke(app, [*args, "--group-by-length", "--json"])
     assert grouped.exit_code == 0 and "random order" not in grouped.stderr

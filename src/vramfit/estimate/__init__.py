@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
-from vramfit.estimate.allocator import transient_required, transient_reserved
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
-from vramfit.estimate.ds_load import flatten_events
 from vramfit.estimate.ds_offload import offload_reserved
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
@@ -266,10 +264,11 @@ def estimate_spec(
     reserved = max(allocated, _reserved(r, breakdowns, step_phase, tensors, events))
     ctx, nccl = process_bytes(sc)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
-    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it; wholly free
-    # segments come from the transients or from DeepSpeed 0.19's flatten (estimate/ds_load.py flatten_events)
-    releasable = fc is None and (transient_required(events, r.profile.alloc_conf) < transient_reserved(
-        events, r.profile.alloc_conf)[1] or bool(flatten_events(r)))
+    # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it. Otherwise the
+    # wholly free segments are whatever the required path leaves out (the transients', DeepSpeed 0.19's flatten, the
+    # ZeRO-1/2 offload and ZeRO-3 load replays, a GPU load's): one rule for every source of them, so a setting never
+    # needs more than another only because its cached segments came from a different place
+    releasable = fc is None
     released = reserved - max(allocated, _reserved(r, breakdowns, step_phase, tensors, events, True)) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
