@@ -82,7 +82,8 @@ def test_zero3_memory_efficient_linear_saves_every_linear_input():
         round_allocation(v) for v in gone.values()) - halved
     off = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true",
                                        deepspeed_config={"zero_optimization": {"memory_efficient_linear": False}}))
-    assert off.saved.items == {k: v for k, v in zero3.saved.items.items() if k not in extra}
+    # with bf16 adapters and no dropout, lora_A already keeps those very tensors (one storage each, a key counted once)
+    assert off.saved.items == zero3.saved.items
 
 
 def _tune_3b(**keys):
