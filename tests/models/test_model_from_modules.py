@@ -89,3 +89,24 @@ def test_without_torch_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(ModelError, match=r"install the 'sim' extra"):
         spec_from_hf_config({"model_type": "granite", **TINY})
+
+
+@pytest.mark.parametrize(("model_type", "extra", "facts"), [
+    # F.linear(hidden_states.type(torch.float32), ...), sigmoid scores kept fp32 (modeling_glm4_moe.py l. 284-300)
+    ("glm4_moe", {"n_routed_experts": 8, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}, (True, True)),
+    # fp32 linear under autocast off, weights cast back: routing_weights.to(hidden_states.dtype) (l. 349-356)
+    ("ernie4_5_moe", {"moe_num_experts": 8}, (True, False)),
+    # 16-bit linear, softmax(dtype=float) and top-k weights cast back to the logits' dtype (modeling_qwen2_moe.py l. 322-327)
+    ("qwen2_moe", {"num_experts": 8}, (False, False)),
+    # 16-bit linear, softmax(router_logits.float()) weights returned fp32 (modeling_mixtral.py l. 104-111)
+    ("mixtral", {"num_local_experts": 8}, (False, True)),
+])
+def test_router_dtypes_read_from_the_router(model_type, extra, facts):
+    """ModelSpec.router_fp32 / routing_weights_fp32 from the model's own router run on a bf16 meta input."""
+    from vramfit.models.from_modules import spec_from_transformers
+
+    cfg = {**TINY, "model_type": model_type, "moe_intermediate_size": 64, "num_experts_per_tok": 2, **extra}
+    spec = spec_from_transformers(cfg, "test")
+    assert (spec.router_fp32, spec.routing_weights_fp32) == facts
+    dense = spec_from_transformers({**TINY, "model_type": "olmo", "num_key_value_heads": 4}, "test")
+    assert (dense.router_fp32, dense.routing_weights_fp32) == (False, False)

@@ -108,3 +108,20 @@ def test_a_vlm_language_model_builds_no_kv_cache():
     cfg = hf_config({"model_type": "llava", "text_config": {"model_type": "llama", "use_cache": True},
                      "vision_config": {"model_type": "clip_vision_model"}})
     assert cfg.text_config.use_cache is False
+
+
+@pytest.mark.parametrize(("attention", "checkpointing", "implementation", "said"), [
+    ("flash", "none", "sdpa", "attention=flash is simulated with SDPA's fused kernel"),
+    ("eager", "selective", "vramfit_selective_eager", "Selective"),
+    ("sdpa", "selective", "vramfit_selective_sdpa", "Selective"),
+])
+def test_the_attention_implementation_the_model_is_built_with(attention, checkpointing, implementation, said):
+    """build_model's _instantiate: flash runs as SDPA, selective checkpointing wraps the kernel, each said."""
+    from vramfit.sim.checkpointing import SELECTIVE_ASSUMPTION
+
+    built = build_model(tiny("meta-llama/Llama-3.2-1B", 1), parse_scenario(
+        {"model": "x", "method": "full", "attention": attention, "gradient_checkpointing": checkpointing}), 1)
+    assert built.causal_lm.config._attn_implementation == implementation
+    assert said in " ".join(built.assumptions)
+    assert (SELECTIVE_ASSUMPTION in built.assumptions) is (checkpointing == "selective")
+    assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in built.model.parameters())

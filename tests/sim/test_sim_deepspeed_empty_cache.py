@@ -10,17 +10,17 @@ ZeRO-3 calls it in ``defragment`` (runtime/zero/utils.py l. 215-241: every parti
 
 | case | engine, empty_cache a no-op | engine now | estimate (estimate/zero3_reserved.py) |
 |---|---|---|---|
-| Qwen2.5-0.5B seq 256, no offload | 7,562,330,112 (7,212 MiB) | 7,103,053,824 (6,774 MiB) | 6,382 MiB (-5.8 %) |
+| Qwen2.5-0.5B seq 256, no offload | 7,562,330,112 (7,212 MiB) | 7,103,053,824 (6,774 MiB) | 6,506 MiB (-4.0 %; was 6,382, -5.8 %) |
 | same, offload_optimizer | 3,200,253,952 (3,052 MiB) | 3,229,614,080 (3,080 MiB) | 2,805 MiB (-8.9 %) |
 | same, + offload_param (no defragment) | 2,705,326,080 (2,580 MiB) | 2,707,423,232 (2,582 MiB) | 2,334 MiB |
-| TinyLlama-1.1B seq 512, no offload | 14,474,543,104 (13,804 MiB) | 13,723,762,688 (13,088 MiB) | 11,970 MiB (-8.5 %) |
+| TinyLlama-1.1B seq 512, no offload | 14,474,543,104 (13,804 MiB) | 13,723,762,688 (13,088 MiB) | 12,868 MiB (-1.7 %; was 11,970, -8.5 %) |
 
 Qwen2.5-0.5B without offload: defragment's ``empty_cache`` returns 1,156 MiB of load segments (4 MiB stay: the small
 pool's live blocks), leaving the flat partition's 472; from there the estimate's replay opens the engine's segments
 (944 + 944 fp32 master, 150, 260 + 260, 520, 944 x 3) but one: the boundary micro-batch's forward carves its saved
 activations (1-10 MiB, large pool) out of the 472 MiB left free in the fp32 conversion's segment after the 16-bit
 gradient partition, so the output layer's 260 MiB gather opens a segment of its own; that and the activations' own
-small-pool segments are the 392 MiB the estimate lacks. With the optimizer offloaded, the freed load segments no longer
+small-pool segments were the 392 MiB the estimate lacked; it now replays the activations and the cuBLAS workspaces (test_sim_deepspeed_zero3_reserved.py) and lacks one 260 MiB segment. With the optimizer offloaded, the freed load segments no longer
 absorb the activations either: the second step's float64 norm copy opens a second 520 MiB segment. The simulator still
 builds the model whole where HF builds it under ``deepspeed.zero.Init`` (transformers 5.24.0 modeling_utils.py l.
 1435-1446): after ``empty_cache`` both hold only the flat partition, so that changes only the run with offload_param.

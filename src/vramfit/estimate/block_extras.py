@@ -136,6 +136,8 @@ def unpermute_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     # forced-float32 layout included): the rule of activations._mlp_saved
     quantized = sc.quantize is not Quantize.NONE and sc.method is not Method.FULL
     elem = dt.norm_out if quantized and profile.qlora_unquantized_fp32 else dt.mlp
+    if spec.routing_weights_fp32:  # fp32 top-k weights promote the weighted product (ModelSpec.routing_weights_fp32)
+        elem = 4
     return 3 * elem * rows * spec.hidden_size
 
 

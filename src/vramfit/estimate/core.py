@@ -189,15 +189,20 @@ def _ds_fp32_master(sc: Scenario) -> bool:
     return sc.precision is Precision.FP32 and sc.parallelism in _DS
 
 
+def state_param_bytes(sc: Scenario, trainable_bytes: int) -> int:
+    """Element size of the parameter an optimizer builds its states on: DeepSpeed's fp32 master partition
+    (:func:`_ds_mixed`) and ``-mixed`` full fine-tuning's fp32 weights, else the trainable copy's own dtype."""
+    return 4 if _ds_mixed(sc) or (sc.precision.mixed and sc.method is Method.FULL) else trainable_bytes
+
+
 def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> int:
     """Gradients and optimizer state of the trainable tensors; returns the optimizer's host bytes."""
-    fp32_states = _ds_mixed(sc) or (sc.precision.mixed and sc.method is Method.FULL)
     opt_host = 0
     for t, dtype_bytes in trainable:
         p.num_trainable += t.total
         grad = round_allocation(t.numel * dtype_bytes) * t.count
         p.gradients += shard(grad, shd.grads)
-        st = optimizer_state_bytes(t, sc.optimizer, 4 if fp32_states else dtype_bytes)
+        st = optimizer_state_bytes(t, sc.optimizer, state_param_bytes(sc, dtype_bytes))
         device = shard(st.device_bytes, shd.optimizer)
         p.optimizer_state += device
         p.paged_optimizer_state += shard(st.paged_bytes, shd.optimizer)

@@ -132,9 +132,10 @@ def shared_experts_saved(blk: Any, out: Any, mlp_in_key: str, m: int) -> None:
     ``shared_experts``, transformers v5.24.0 modeling_deepseek_v3.py DeepseekV3MoE.forward). ``blk``/``out``:
     the walk's Block and Saved; ``m``: bytes of its intermediate tensors."""
     from vramfit.estimate.activations import _linear_input
+    from vramfit.estimate.params import mlp_down
 
     lins = blk.group("shared_expert")
-    down = next((x for x in lins if x.out_features == blk.spec.hidden_size), None)
+    down = mlp_down(blk.spec, lins)  # the last one back to the hidden size (gate/up can be as wide)
     if down is None:
         return
     T, width = blk.T, down.in_features
@@ -231,8 +232,12 @@ def folded_bank_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
 
     if experts_quantized(sc, profile):
         return 0
-    banks = [lin for lin in spec.block_linears if lin.group == "expert"]
-    down = next((lin for lin in banks if lin.out_features == spec.hidden_size), None)
+    from vramfit.estimate.params import mlp_down
+
+    # the last bank back to the hidden size: the fused gate/up bank listed before it is as wide where
+    # 2 x moe_intermediate_size = hidden_size (GLM-4-MoE / DeepSeek-style tiny configs), and picking it counted a
+    # bank gradient twice the down bank's
+    down = mlp_down(spec, (lin for lin in spec.block_linears if lin.group == "expert"))
     if down is None:
         return 0
     elem = expert_bytes(spec, sc, profile, sc.quantize is not Quantize.NONE)

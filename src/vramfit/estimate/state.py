@@ -136,6 +136,19 @@ def optimizer_state_bytes(t: ParamTensor, optimizer: Optimizer, param_bytes: int
     return OptimizerState(states * round_allocation(per // states) * c, 0)
 
 
+#: A reference weight matrix (4096 x 4096) above every quantization threshold and a multiple of every block size
+#: (bitsandbytes 256, torchao 128/256) and of the allocator's 512 B: the case that holds the bulk of a model's state.
+_REFERENCE = ParamTensor("reference", (4096, 4096), 1, "linear")
+
+
+def state_bytes_per_element(optimizer: Optimizer, param_bytes: int) -> float:
+    """Optimizer state per trainable element, as :func:`optimizer_state_bytes` counts it for a large weight matrix
+    (device and paged together): the rate a checkpoint writes per trainable parameter (plan/disk.py), so disk and
+    memory share one rule, e.g. Lion's fp32 state under 16-bit weights, bitsandbytes' 8-bit states with their absmax."""
+    st = optimizer_state_bytes(_REFERENCE, optimizer, param_bytes)
+    return (st.device_bytes + st.paged_bytes) / _REFERENCE.numel
+
+
 _TWO_STATE = (
     Optimizer.ADAMW,
     Optimizer.PAGED_ADAMW,

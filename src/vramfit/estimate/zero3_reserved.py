@@ -7,34 +7,39 @@ DeepSpeed 0.19.8 runtime/zero/stage3.py:
 - Load (:func:`zero3_load_events`): each 16-bit parameter whole, then partitioned (``ds_tensor``, ``ceil(numel /
   world)`` elements) and the whole one freed; the partitions flattened into ``fp16_partitioned_groups_flat``
   (``_create_fp16_partitions``, on the GPU unless ``offload_param``); without the optimizer offloaded the fp32 master
-  partition and the 16-bit gradient partitions beside it.
-- Micro-batch (:func:`_micro_batch`): the output layer's weight gathered whole (``fetch_sub_module``: the partitions'
-  all-gather into a ``c x numel`` buffer, released by the module's post-forward hook before the loss runs) for the
-  head's matmul and again for its backward; the loss's tensors (estimate/transients.py ``step_transients``); the
-  output layer's weight gradient (``mm``; a tied weight's is held until the embedding's own gradient is merged into
-  it, estimate/ds_offload.py ``_backward_events``); at the end of backward the embedding gathered for its backward
-  and its gradient. With the optimizer offloaded each gradient partition is taken at the boundary (``partition_grads``
-  -> ``_offload_grad_partition_at_boundary``): the host grad buffer copied to the GPU (``grad_buffer.to(
-  grad_partition.device)``, 16-bit), its norm in float64 (``_constant_buffered_norm2``: ``part.data.to(
+  partition; the IPG bucket (kept), the 16-bit gradient partitions (GPU without the optimizer offloaded), then each
+  trainable parameter gathered whole and freed by ``create_reduce_and_remove_grad_hooks``.
+- Micro-batch (:func:`_micro_batch`): the forward's saved activations, block by block, and (first micro-batch) the
+  forward thread's cuBLAS workspaces, both kept, before the output layer's weight is gathered whole
+  (``fetch_sub_module``: the partitions' all-gather into a ``c x numel`` buffer, released by the module's
+  post-forward hook before the loss runs) for the head's matmul; the loss's tensors (estimate/transients.py
+  ``step_transients``); the autograd thread's workspaces, the logits' gradient in the head's dtype, the weight
+  gathered again and the output layer's weight gradient (``mm``; a tied weight's is held until the embedding's own
+  gradient is merged into it, estimate/ds_offload.py ``_backward_events``); each block's backward working set, its
+  saved tensors freed; the embedding gathered for its backward (held until its post-backward hook, after the
+  gradient's reduction) and its gradient. With the optimizer offloaded each gradient partition is taken at the
+  boundary (``partition_grads`` -> ``_offload_grad_partition_at_boundary``): the host grad buffer copied to the GPU
+  (``grad_buffer.to(grad_partition.device)``, 16-bit), its norm in float64 (``_constant_buffered_norm2``: ``part.data.to(
   get_norm_dtype())`` per 250,000,000-element part) and its cast to fp32 (``grad_buffer.to(dtype=
   self.master_weights_and_grads_dtype)``). Only the output layer's and the embedding's are replayed: the block
-  linears' are far smaller and split the cached segments these leave.
+  linears' are far smaller and split the cached segments these leave. Not replayed: the blocks' own weight gathers
+  (at most a block linear each, reused from one to the next).
 - Step without the optimizer offloaded (:func:`_step`): the norm's float64 copy, then sub-group by sub-group
   (:func:`sub_groups`) the flat fp32 gradient and the first step's AdamW states.
 
 `vramfit simulate --full-depth` (Qwen2.5-0.5B, bf16-true, seq 256, 2 GPUs; TinyLlama-1.1B, seq 512;
-tests/sim/test_sim_deepspeed_zero3_reserved.py): the replay of the simulator's own run (``as_simulated``: the model built
-whole, ``empty_cache`` a no-op on its CPU accelerator) reserves within 0.1 % of the engine without offload, with
-``offload_optimizer`` and with ``offload_param`` too. The estimate replays the GPU run (zero.Init's load, defragment's
-``empty_cache``). Not replayed: the saved activations (carved from the cached segments, or the small pool's: 76 MiB
-there, about what the replay's packing of the 1-10 MiB originals adds).
+tests/sim/test_sim_deepspeed_zero3_reserved.py), the engine tracing ``empty_cache``: the estimate replays the GPU run
+(zero.Init's load, defragment's ``empty_cache``) and is -4.0 % (Qwen2.5-0.5B, no offload) and -1.7 % (TinyLlama) of
+it; what the activations and workspaces do there: they take the free remainder of the fp32 conversion's segment, so
+TinyLlama's flat 16-bit gradient copy opens a segment of its own. ``as_simulated`` replays the simulator's run before it
+traced ``empty_cache`` (the model built whole, every load segment kept): +2.8 % with offload_param.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Method, Offload, Parallelism
+from vramfit.choices import Checkpointing, Method, Offload, Parallelism
 from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
@@ -89,8 +94,34 @@ def zero3_load_events(r: Step, as_simulated: bool = False) -> tuple[list[int], i
         for g in sub_groups(r):  # the fp32 master of each sub-group (fp32: ``.to(fp32)`` is itself, only the clone)
             ev.extend((4 * g, 4 * g, -(k + 1)) if c != 4 else (4 * g,))
             k += 2 if c != 4 else 1
-        ev.extend((4 * max(sub_groups(r)), -(k + 1), c * flat))  # initialize_optimizer_states' zero gradient
+        ev.extend((4 * max(sub_groups(r)), -(k + 1)))  # initialize_optimizer_states' zero gradient
+    ev.append(c * _ipg_bucket(r))
+    if r.sc.offload is Offload.NONE:
+        ev.append(c * flat)  # grad_partitions_flat_buffer
+    ev.extend(_hook_gathers(r, sum(1 for e in ev if e >= 0)))
     return ev, empty
+
+
+def _ipg_bucket(r: Step) -> int:
+    """Elements of the reduce bucket's flat buffer, made on the GPU and kept with contiguous_gradients (DeepSpeed
+    0.19.8 stage3.py l. 780-784: ``bucket.buffer = torch.empty(self.reduce_bucket_size, ...)``, one per dtype)."""
+    from vramfit.estimate.deepspeed import resolve
+
+    ds = resolve(r.sc.deepspeed_config, r.spec.hidden_size, 3)
+    return ds.reduce_bucket_size if ds.contiguous_gradients else 0
+
+
+def _hook_gathers(r: Step, base: int) -> list[int]:
+    """``create_reduce_and_remove_grad_hooks`` (stage3.py l. 1487-1531, run at the end of ``__init__``, l. 519):
+    each trainable parameter gathered whole (``param.all_gather()``: ``_allgather_params_sequential``'s
+    ``torch.empty(partition_size * world)``, partition_parameters.py l. 2142) and partitioned again once its hook is
+    registered, one after another in module order (estimate/zero12_partition.py ``module_order``)."""
+    from vramfit.estimate.zero12_partition import module_order
+
+    c, n, ev = r.sc.precision.compute_bytes, r.sc.num_gpus, []
+    for i, (numel, _) in enumerate(module_order(r.spec, r.profile.runs_transformers_modeling)):
+        ev.extend((c * shard(numel, n) * n, -(base + i + 1)))
+    return ev
 
 
 def sub_groups(r: Step) -> list[int]:
@@ -118,7 +149,7 @@ def zero3_reserved_floor(r: Step, as_simulated: bool = False) -> int:
         return 0
     ev, empty = zero3_load_events(r, as_simulated)
     for first in (True, False):
-        for part in (_micro_batch(r), _step(r, first)):
+        for part in (_micro_batch(r, first), _step(r, first)):
             ev += _shifted(part, sum(1 for e in ev if e >= 0))
     model, blocks = CachingAllocatorModel(r.profile.alloc_conf), []
     for i, e in enumerate(ev):
@@ -158,8 +189,9 @@ def _shifted(events: list[int], base: int) -> list[int]:
     return [e if e >= 0 else e - base for e in events]
 
 
-def _micro_batch(r: Step) -> list[int]:
-    """The boundary micro-batch's big tensors (module docstring), numbered from 1 in their own list."""
+def _micro_batch(r: Step, first: bool = False) -> list[int]:
+    """The boundary micro-batch's big tensors (module docstring), numbered from 1 in their own list; ``first``: the
+    run's first, whose first matmuls make the forward and the autograd thread's cuBLAS workspaces (kept)."""
     from vramfit.estimate.transients import step_transients
 
     spec, sc = r.spec, r.sc
@@ -173,28 +205,35 @@ def _micro_batch(r: Step) -> list[int]:
         count += 1
         return count
 
+    held = _forward(r, alloc, first)
     ev.append(-alloc(c * head_numel))  # the output layer's weight gathered for the head's matmul, released after it
     loss = step_transients(r)
     ev.extend(_shifted(loss, count))
     count += sum(1 for e in loss if e >= 0)
+    if first:  # the autograd thread's first matmul: the output layer's backward
+        _workspaces(r, alloc)
+    dlogits = alloc(c * sc.micro_batch_size * sc.seq_len * spec.vocab_size)  # the logits' gradient, as the head's
     gathered = alloc(c * head_numel)  # again for its backward
     head = alloc(c * head_numel)
-    ev.append(-gathered)
+    ev.extend((-gathered, -dlogits))
+    recomputes = sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    for i, handles in reversed(list(enumerate(held))):  # each block's backward (held[0]: the embedding output):
+        redone = [alloc(n) for n in r.saved.items.values()] if recomputes and i else []  # (recomputed,) its working
+        ev.append(-alloc(r.block_transient))  # set, then what it saved goes
+        ev.extend(-h for h in redone + handles)
     offloaded = sc.offload is not Offload.NONE  # else partition_grads copies into the GPU's gradient partitions
     if spec.lm_head_params:
         if offloaded:
             _boundary(ev, alloc, c, shard(head_numel, sc.num_gpus))
         ev.append(-head)
-    gathered = alloc(c * spec.embedding_params)
+    gathered = alloc(c * spec.embedding_params)  # released by the embedding's post-backward hook, after its gradient's
     grad = alloc(c * spec.embedding_params)
-    ev.append(-gathered)
-    if not spec.lm_head_params:  # merged in place into the output layer's gradient, then copied
+    if not spec.lm_head_params:  # merged into the output layer's gradient (``out = old + new`` in place)
         ev.append(-grad)
-        grad = alloc(c * spec.embedding_params)
-        ev.append(-head)
+        grad = head
     if offloaded:
         _boundary(ev, alloc, c, shard(spec.embedding_params, sc.num_gpus))
-    ev.append(-grad)
+    ev.extend((-grad, -gathered))
     return ev
 
 
@@ -205,3 +244,37 @@ def _boundary(ev: list[int], alloc, c: int, part: int) -> None:
     ev.append(-alloc(8 * min(part, NORM_PART)))
     ev.append(-alloc(4 * part))
     ev.append(-copy)
+
+
+def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
+    """The micro-batch's forward up to the output layer: the embedding output (the lowest block's input) and each
+    decoder block's saved tensors (estimate/step.py ``Step.saved``, tensor by tensor), kept for the backward. They are
+    allocated before the output layer's weight is gathered, so the 1-10 MiB ones (large pool, pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp ``get_pool``: above kSmallSize) are carved from the free blocks the load left
+    cached (``get_free_block``, best fit, split), and the <= 1 MiB ones open 2 MiB small-pool segments of their own.
+    Checkpointed blocks keep their input alone (full checkpointing recomputes the saved tensors in the block's
+    backward, :func:`_micro_batch`; selective modes: what they keep beyond it is not replayed); offloaded
+    checkpointing keeps the inputs on the host and recomputes the same way."""
+    from vramfit.estimate.block_extras import block_input_bytes
+
+    block_in = block_input_bytes(r.spec, r.sc, r.profile)
+    held = [[alloc(block_in)]]
+    if first:  # the forward thread's first matmul (the lowest block's)
+        _workspaces(r, alloc)
+    for _ in range(r.spec.num_hidden_layers):
+        if r.sc.gradient_checkpointing is Checkpointing.NONE:
+            held.append([alloc(n) for n in r.saved.items.values()])
+        else:  # checkpointed: the block's output, the next one's input; offloaded: it waits on the host
+            held.append([alloc(block_in)] if r.sc.gradient_checkpointing is not Checkpointing.OFFLOAD else [])
+    return held
+
+
+def _workspaces(r: Step, alloc) -> None:
+    """One thread's cuBLAS and cuBLASLt workspaces (estimate/step.py ``_workspaces``: half of ``Parts.workspaces``),
+    made through the caching allocator at the thread's first matmul and kept (pytorch/pytorch@26a39059
+    aten/src/ATen/cuda/CublasHandlePool.cpp); the cuBLAS one (8 MiB + 128 KiB, 32 MiB on sm90) is a large-pool block
+    carved from the segment the load left a free remainder in."""
+    from vramfit.estimate.constants import CUBLASLT_WORKSPACE
+
+    alloc(r.parts.workspaces // 2 - CUBLASLT_WORKSPACE.value)
+    alloc(CUBLASLT_WORKSPACE.value)

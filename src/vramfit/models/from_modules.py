@@ -183,6 +183,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
         **_moe_layers(layers, experts),
         router_exact_linear=_router_exact_linear(layers, experts),
+        **_router_dtypes(layers, experts, hidden, int(getattr(text, "num_experts_per_tok", 0) or 0)),
         qk_norm=_has_qk_norm(layers[0]),
         **_fp32_kept(model, layers_name, layers, experts),
         extra={"read_from": f"transformers modules ({type(model).__name__} on meta)"},
@@ -247,6 +248,38 @@ def _router_exact_linear(layers: Any, experts: int) -> bool:
 
     return bool(experts) and any(type(m) is torch.nn.Linear and _group(p, m.out_features, experts) == "router"
                                  for layer in layers for p, m in layer.named_modules())
+
+
+def _router_dtypes(layers: Any, experts: int, hidden: int, top_k: int) -> dict[str, bool]:
+    """``router_fp32`` and ``routing_weights_fp32``, read by running the model's own router on a 16-bit ``meta`` input
+    (no memory): whether its ``F.linear`` takes an fp32 input (Glm4MoeTopkRouter, transformers v5.24.0
+    modeling_glm4_moe.py l. 284: ``F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))``;
+    Qwen3MoeTopKRouter multiplies the 16-bit input as it is) and whether the top-k weights it returns (a floating
+    output of ``top_k`` columns) are fp32. Nothing where no router module runs on its own (fused or absent)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    router = next((m for layer in layers for m in layer.modules()
+                   if any(_is_router(m, leaf, p, experts) for leaf, p in m.named_parameters(recurse=False))), None)
+    if router is None or not top_k:
+        return {}
+    seen: list[torch.dtype] = []
+
+    class _Linears(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if func is torch.nn.functional.linear:
+                seen.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with _Linears(), torch.no_grad():
+            out = router(torch.empty((1, 4, hidden), dtype=torch.bfloat16, device="meta"))
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return {}
+    outs = out if isinstance(out, tuple) else (out,)
+    weights = [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.shape[-1] == top_k]
+    return {"router_fp32": bool(seen) and seen[0] == torch.float32,
+            "routing_weights_fp32": bool(weights) and weights[0].dtype == torch.float32}
 
 
 def _moe_layers(layers: Any, experts: int) -> dict[str, Any]:

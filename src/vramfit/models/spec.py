@@ -287,6 +287,12 @@ class ModelSpec:
     # (transformers v5.24.0 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward:
     # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)))
     router_fp32: bool = False
+    # the router returns its top-k routing weights in fp32 whatever the model's dtype (sigmoid or softmax scores of an
+    # fp32 router: transformers v5.24.0 models/glm4_moe/modeling_glm4_moe.py l. 284-300 Glm4MoeTopkRouter.forward), and
+    # the grouped experts path multiplies them into the 16-bit expert output (integrations/moe.py l. 523
+    # ``weighted_out = proj_out * sample_weights_g.unsqueeze(-1)``): type promotion makes the (tokens x top_k, hidden)
+    # product, its un-permuted copy and their gradients fp32 (estimate/block_extras.py unpermute_backward)
+    routing_weights_fp32: bool = False
     # the router is a module of type exactly nn.Linear, which transformers' bitsandbytes quantizer converts
     # (estimate/core.py _is_quantized_linear). False for every router the readers build: transformers v5.24.0 makes it
     # an nn.Module holding a 2-D weight (modeling_mixtral.py l. 96 MixtralTopKRouter, modeling_qwen3_moe.py l. 250

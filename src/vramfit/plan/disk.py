@@ -7,9 +7,9 @@ Integer bytes, decimal sources:
   are tokens and how to count them?");
 - tokenized: 5 bytes per token, ``input_ids`` as int32 and ``attention_mask`` as int8 (Hugging Face
   datasets ``arrow_writer.OptimizedTypedSequence`` picks these types for the columns);
-- a resumable checkpoint: full fine-tuning writes the trainable weights in their training dtype
-  (fp32 under ``-mixed``) plus the optimizer state (and DeepSpeed adds a 16-bit copy); LoRA writes
-  the adapters (fp32, PEFT's default adapter dtype) plus their optimizer state;
+- a resumable checkpoint: the trainable weights in their training dtype (fp32 under ``-mixed``; LoRA's
+  adapters in the framework's adapter dtype; DeepSpeed's 16-bit module plus its fp32 master partition) and
+  the optimizer state at the estimator's own per-element rate (:func:`checkpoint_bytes`);
 - the final model: 16-bit weights for full fine-tuning, the adapters for LoRA (a merged 16-bit
   copy, if wanted, is another ``2 x params``).
 """
@@ -18,27 +18,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from vramfit.scenario import Method, Optimizer, Parallelism, Precision, Scenario
+from vramfit.estimate.core import _ds_fp32_master, _ds_mixed, state_param_bytes
+from vramfit.estimate.framework import adapter_bytes, scenario_profile
+from vramfit.estimate.state import state_bytes_per_element
+from vramfit.scenario import Method, Scenario
 
 RAW_BYTES_PER_TOKEN = 4
 TOKENIZED_BYTES_PER_TOKEN = 5
-
-#: Optimizer state per trainable parameter, in units of the state dtype (``s``) or in bytes (``b``):
-#: AdamW keeps m and v; Lion and SGD-momentum one buffer; 8-bit states 1 byte each; Adafactor's
-#: factored second moment is about (rows + cols) per matrix, counted as 0 here.
-_STATE: dict[Optimizer, tuple[float, str]] = {
-    Optimizer.ADAMW: (2, "s"),
-    Optimizer.PAGED_ADAMW: (2, "s"),
-    Optimizer.ADAMW_8BIT: (2, "b"),
-    Optimizer.PAGED_ADAMW_8BIT: (2, "b"),
-    Optimizer.ADAMW_4BIT: (1, "b"),
-    Optimizer.ADAMW_8BIT_TORCHAO: (2, "b"),
-    Optimizer.ADAFACTOR: (0, "s"),
-    Optimizer.SGD: (0, "s"),
-    Optimizer.SGD_MOMENTUM: (1, "s"),
-    Optimizer.LION: (1, "s"),
-    Optimizer.LION_8BIT: (1, "b"),
-}
 
 
 @dataclass(frozen=True)
@@ -55,22 +41,26 @@ class DiskEstimate:
         return asdict(self)
 
 
-def optimizer_state_bytes_per_param(optimizer: Optimizer, precision: Precision) -> float:
-    """Bytes of optimizer state per trainable parameter as saved in a checkpoint."""
-    units, kind = _STATE[optimizer]
-    dtype = 4 if precision.mixed or precision is Precision.FP32 else 2
-    return units * (dtype if kind == "s" else 1)
+def trainable_bytes(sc: Scenario) -> tuple[int, int]:
+    """(trainable copy, fp32 master) bytes per trainable element, by the estimator's rules (estimate/core.py
+    ``_base_state`` and ``model_state``): DeepSpeed ZeRO trains a 16-bit module on an fp32 master partition (and
+    clones the partition under fp32 too); otherwise full fine-tuning's weights are in ``precision.param_bytes``
+    (fp32 under ``-mixed``) and LoRA's adapters in the framework's adapter dtype (fp32, PEFT's default)."""
+    copy = sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(scenario_profile(sc), sc.precision)
+    if _ds_mixed(sc):
+        return 2, 4
+    return copy, (4 if _ds_fp32_master(sc) else 0)
 
 
 def checkpoint_bytes(sc: Scenario, num_params: int, trainable: int) -> int:
-    """One resumable checkpoint of ``sc``: trainable weights + optimizer state (+ DeepSpeed's 16-bit copy)."""
-    opt = optimizer_state_bytes_per_param(sc.optimizer, sc.precision)
-    if sc.method is Method.FULL:
-        weights = num_params * (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
-        if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) and sc.precision.mixed:
-            weights += 2 * num_params  # DeepSpeed saves the 16-bit module and the fp32 partitions
-        return int(weights + opt * num_params)
-    return int(4 * trainable + opt * trainable)
+    """One resumable checkpoint of ``sc``: the trainable weights (+ DeepSpeed's fp32 master partition) and the
+    optimizer state, per element as the estimator counts it (estimate/state.py ``state_bytes_per_element``, built on
+    the dtype of ``estimate/core.py state_param_bytes``): e.g. bitsandbytes' 32-bit Lion keeps fp32 state whatever
+    the parameter's dtype. A checkpoint holds every trainable tensor whole, so no sharding divides it."""
+    count = num_params if sc.method is Method.FULL else trainable
+    copy, master = trainable_bytes(sc)
+    state = state_bytes_per_element(sc.optimizer, state_param_bytes(sc, copy))
+    return int(count * (copy + master) + round(count * state))
 
 
 def disk_needed(
@@ -81,6 +71,6 @@ def disk_needed(
     raw = RAW_BYTES_PER_TOKEN * (dataset_tokens or 0)
     tok = TOKENIZED_BYTES_PER_TOKEN * (dataset_tokens or 0)
     ckpt = checkpoint_bytes(sc, num_params, trainable)
-    final = 2 * num_params if sc.method is Method.FULL else 4 * trainable
+    final = 2 * num_params if sc.method is Method.FULL else trainable_bytes(sc)[0] * trainable
     total = base + raw + tok + checkpoints_kept * ckpt + final
     return DiskEstimate(base, raw, tok, ckpt, checkpoints_kept, final, total)

@@ -150,27 +150,7 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         "Simulates transformers + PEFT + HF Trainer: use_cache=False, model.train(), zero_grad(set_to_none=True), "
         "gradient clipping (max_grad_norm=1.0), loss / grad_accum per micro-batch."
     ]
-    if scenario.attention is Attention.FLASH:
-        assumptions.append(
-            "attention=flash is simulated with SDPA's fused kernel (no seq_len x seq_len scores; output and "
-            "per-row log-sum-exp saved), the same saved tensors as flash_attention_2."
-        )
-    attn = "eager" if scenario.attention is Attention.EAGER else "sdpa"
-    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE:
-        from vramfit.sim.checkpointing import SELECTIVE_ASSUMPTION, selective_attention_implementation
-
-        attn = selective_attention_implementation(attn)
-        assumptions.append(SELECTIVE_ASSUMPTION)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with torch.device("meta"):
-            try:
-                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
-            except (ValueError, ImportError) as exc:
-                if "sdpa" not in attn:
-                    raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
-                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
-                assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
+    model = _instantiate(auto, cfg, scenario, param_dtype, assumptions)
     _keep_in_fp32(model, param_dtype)
     causal_lm = model
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -195,6 +175,33 @@ def build_model(config: dict, scenario: Scenario, layers: int | None = None) -> 
         assumptions.append("Mixed precision as torchtitan runs it: FSDP2 MixedPrecisionPolicy(param_dtype="
                            f"{str(compute_dtype).removeprefix('torch.')}, reduce_dtype=float32), no autocast.")
     return BuiltModel(model, causal_lm, depth, autocast, compute_dtype, vocab, assumptions, offload_hooks, mp_cast, images)
+
+
+def _instantiate(auto: Any, cfg: Any, scenario: Scenario, param_dtype: torch.dtype, assumptions: list[str]) -> Any:
+    """``auto.from_config`` on ``meta`` in ``param_dtype`` with the scenario's attention implementation (SDPA for
+    ``flash``; selective checkpointing's wrapped one), eager where transformers has no SDPA for the model."""
+    if scenario.attention is Attention.FLASH:
+        assumptions.append(
+            "attention=flash is simulated with SDPA's fused kernel (no seq_len x seq_len scores; output and "
+            "per-row log-sum-exp saved), the same saved tensors as flash_attention_2."
+        )
+    attn = "eager" if scenario.attention is Attention.EAGER else "sdpa"
+    if scenario.gradient_checkpointing is Checkpointing.SELECTIVE:
+        from vramfit.sim.checkpointing import SELECTIVE_ASSUMPTION, selective_attention_implementation
+
+        attn = selective_attention_implementation(attn)
+        assumptions.append(SELECTIVE_ASSUMPTION)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            try:
+                return auto.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+            except (ValueError, ImportError) as exc:
+                if "sdpa" not in attn:
+                    raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
+                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
+                assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
+                return model
 
 
 def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:

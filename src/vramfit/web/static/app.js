@@ -8,7 +8,6 @@
   const R = window.VFTr;
   const el = (id) => document.getElementById(id);
   const fmt = (s, vars) => s.replace(/\{(\w+)\}/g, (_, k) => vars[k]);
-  let gpus = {};
   let timer = null;
   let seq = 0;
   let shown = false;  // a result is on screen
@@ -110,7 +109,7 @@
         planFor(s, est.data, signal), window.VFSweeps.seq(s, signal, post), window.VFSweeps.batch(s, signal, post)]);
       if (mine !== seq) return;
       renderFits(plan, est.data);
-      window.VFSweeps.draw(s, est.data, seqLines, batchLines, gpus);
+      window.VFSweeps.draw(s, est.data, seqLines, batchLines);
     } catch (e) {
       if (e.name === "AbortError" || mine !== seq) return;
       el("error").textContent = e instanceof NetworkError ? T["r.offline"] : T["r.server"];
@@ -214,11 +213,7 @@
     box.querySelector("input").select();
   }
 
-  async function start() {
-    try {
-      const r = await fetch("/api/gpus");
-      (await r.json()).forEach((g) => { gpus[g.gpu_id] = g; });
-    } catch (e) { /* the charts go without card lines */ }
+  function start() {  /* the charts' card lines come with the estimate (result.fits), no /api/gpus call */
     F.fromURL();
     F.wire(schedule);
     el("share").addEventListener("click", share);

@@ -1,5 +1,9 @@
-/* The two sweep charts: peak against sequence length (one line per checkpointing mode) and against
-   micro-batch (one line per method), from POST /api/sweep. */
+/* The two sweep charts: the memory a run needs per GPU against sequence length (one line per checkpointing
+   mode) and against micro-batch (one line per method), from POST /api/sweep. Every point is the figure the
+   verdict holds to a card's limit (peak.required_bytes: the device peak less the cache PyTorch releases before
+   an OOM, vramfit.plan.verdict) and every card line is that limit (usable memory less the safety margin), so a
+   point on or under a card's line fits it and one above does not (paged optimizer state aside: "fits, with
+   paging"). */
 (function () {
   "use strict";
   const cfg = VF.config();
@@ -13,7 +17,7 @@
   function withValue(list, v) { return [...new Set([...list, v])].sort((a, b) => a - b); }
   function peaks(res) {
     if (!res.ok) return null;
-    return res.data.points.map((p) => (p.peak ? p.peak.device_bytes : null));
+    return res.data.points.map((p) => (p.peak ? p.peak.required_bytes : null));
   }
 
   async function seq(s, signal, post) {
@@ -38,30 +42,32 @@
     return { values, series: methods.map((m, i) => ({ id: m, y: peaks(res[i]) })) };
   }
 
-  function caps(r, gpus) {
+  /* The estimate's own verdicts (result.fits) give each card's limit, with the margin the user chose. */
+  function caps(r) {
     const ids = [...new Set([...(r.scenario.gpu ? [r.scenario.gpu] : []), ...cfg.capacity_cards])];
-    return ids.filter((id) => gpus[id]).map((id) => ({
-      bytes: gpus[id].usable_bytes, strong: id === r.scenario.gpu,
-      label: `${gpus[id].name} · ${VF.fmtGiB(gpus[id].usable_bytes, 0)} GiB`,
+    return ids.map((id) => r.fits.find((f) => f.gpu_id === id)).filter(Boolean).map((f) => ({
+      bytes: f.limit_bytes, strong: f.gpu_id === r.scenario.gpu,
+      label: fmt(T["ch.limit"], { card: f.name, limit: VF.fmtGiB(f.limit_bytes, 1),
+        usable: VF.fmtGiB(f.usable_bytes, 1), margin: Math.round(f.safety_margin * 100) }),
     }));
   }
 
   const sameAs = (name) => fmt(T["ch.same"], { v: name });
 
-  function draw(s, r, seqData, batchData, gpus) {
+  function draw(s, r, seqData, batchData) {
     const mode = r.scenario.gradient_checkpointing;
     VF.lines(el("chart-seq"), {
-      x: seqData.values, logX: true, tickText: VF.shortTokens, xTitle: T["k.seq_len"], yTitle: T["ch.gib"], sameAs,
+      x: seqData.values, logX: true, tickText: VF.shortTokens, xTitle: T["k.seq_len"], yTitle: T["ch.need"], sameAs,
       series: seqData.series.filter((x) => x.y).map((x) => ({ name: fmt(T["ch.ckpt"], { v: R.value(x.id) }), y: x.y,
         width: x.id === mode ? 3 : 1.5 })),
-      caps: caps(r, gpus), current: { x: r.scenario.seq_len, y: r.peak.device_bytes }, currentLabel: T["ch.current"],
+      caps: caps(r), current: { x: r.scenario.seq_len, y: r.peak.required_bytes }, currentLabel: T["ch.current"],
     });
     const method = r.scenario.method;
     VF.lines(el("chart-batch"), {
-      x: batchData.values, logX: true, xTitle: T["k.micro_batch_size"], yTitle: T["ch.gib"], sameAs,
+      x: batchData.values, logX: true, xTitle: T["k.micro_batch_size"], yTitle: T["ch.need"], sameAs,
       series: batchData.series.filter((x) => x.y).map((x) => ({ name: T["m." + x.id] || x.id, y: x.y,
         width: x.id === method ? 3 : 1.5 })),
-      caps: caps(r, gpus), current: { x: r.scenario.micro_batch_size, y: r.peak.device_bytes },
+      caps: caps(r), current: { x: r.scenario.micro_batch_size, y: r.peak.required_bytes },
       currentLabel: T["ch.current"],
     });
   }
