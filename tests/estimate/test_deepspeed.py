@@ -201,17 +201,3 @@ def test_offload_reserved_takes_the_steps_peak_phase_and_one_gpu_too():
     assert estimate({**base, "num_gpus": 1}).peak.reserved_bytes == 4_261_412_864
     evaluated = estimate({**base, "num_gpus": 2, "eval_batch_size": 4}).peak
     assert (evaluated.phase, evaluated.reserved_bytes) == ("evaluate", 5_775_556_608)
-
-
-def test_the_engine_casts_peft_fp32_adapters_in_bf16_true_so_lora_keeps_no_fp32_input_copy():
-    # engine.py _cast_module_mixed_precision casts every fp32 parameter whatever the "-true"/"-mixed" choice: lora_A
-    # runs on bf16 weights and saves the bf16 norm output itself, not PEFT's fp32 cast of it (framework.ds_engine_cast)
-    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true", "num_gpus": 2,
-            "seq_len": 2048, "lora_targets": ["q_proj", "v_proj"], "lora_dropout": 0}
-    ddp = compute(LLAMA, parse_scenario({**keys, "parallelism": "ddp"}))
-    z3 = compute(LLAMA, parse_scenario({**keys, "parallelism": "zero3"}))
-    assert ddp.saved.items["q_proj.lora0.cast_in"] == 4 * 2048 * 4096  # fp32 adapters (autocast_adapter_dtype)
-    assert not any(k.endswith(".cast_in") for k in z3.saved.items)
-    assert z3.saved.items["attn_in"] == 2 * 2048 * 4096
-    # lora_A's output, which lora_B keeps, is bf16 too
-    assert ddp.saved.items["q_proj.lora0.a_out"] == 2 * z3.saved.items["q_proj.lora0.a_out"] == 4 * 2048 * 16  # rank 16 (the default)

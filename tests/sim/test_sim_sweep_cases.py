@@ -62,16 +62,6 @@ CASES = [
     # micro-batches, as the estimate had them (+10.8 % against the harness that reduce-scattered every micro-batch)
     ({"model": "google/gemma-3-1b-it", "method": "full", "seq_len": 512, "grad_accum": 2, "num_gpus": 2,
       "parallelism": "fsdp", "fsdp_version": 2}, "gemma3-full-fsdp2-accum", "backward-loss"),
-    # HF QLoRA's MLP backward: bitsandbytes' Linear4bit returns its fp32 input's dtype, so grad_h, grad_act and
-    # grad_up are fp32, and the down projection's nodes have freed the 16-bit copy of h lora_A saved
-    # (block_extras.block_backward_transient, Saved.freed_by_mlp_down; -5.3 % with 16-bit gradients)
-    ({"model": "google/gemma-2-2b", "method": "qlora", "seq_len": 2048, "stage": "grpo", "generation": "vllm-server",
-      "num_generations": 4, "completion_len": 256, "micro_batch_size": 4, "gradient_checkpointing": "full"},
-     "gemma2-qlora-grpo-mlp-backward", "backward-block"),
-    # DeepSpeed's engine casts PEFT's fp32 adapters to bf16 in bf16-true too: no fp32 copy of any LoRA input
-    # (framework.ds_engine_cast; +7.8 %, the gathered parameters agreeing)
-    ({"model": "meta-llama/Llama-3.2-1B", "method": "lora", "seq_len": 1024, "num_gpus": 2, "parallelism": "zero3"},
-     "llama-lora-zero3-bf16-true", "backward-loss"),
 ]
 
 

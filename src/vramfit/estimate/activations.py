@@ -298,10 +298,7 @@ def _mlp_linears(blk: Block, out: Saved, mlp_in_key: str, tokens: int) -> list[L
         if lin is down and blk.profile.lora_fused_autograd and not blk.full:
             continue  # LoRA_MLP recomputes h = act(e) * g in backward (fast_lora.py)
         if lin is down:
-            before = set(out.items)
             _linear_input(blk, out, lin, "mlp_mid", dt.norm_out if fp32_mlp else c, tokens)
-            if not moe:
-                out.down_keys = tuple(k for k in out.items if k not in before)
         else:
             _linear_input(blk, out, lin, "experts.gathered_in" if moe else mlp_in_key,
                           blk.expert_bytes if moe else dt.norm_out, tokens)
@@ -317,7 +314,6 @@ def _mlp_saved(blk: Block, out: Saved, mlp_in_key: str) -> None:
     act_saves = spec.act_saved_tensors if profile.runs_transformers_modeling else 1
     # bitsandbytes Linear4bit returns its input's dtype: with PEFT's fp32 norms the MLP runs in fp32
     shared_m = m = blk.dt.norm_out if (blk.quantized and profile.qlora_unquantized_fp32) else blk.dt.mlp
-    out.mlp_elem = m
     if moe and fused_expert_bank(blk):
         m = max(m, blk.expert_bytes)  # fp32 banks under -mixed: the grouped matmuls return fp32
     if spec.gated_mlp:

@@ -21,14 +21,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     freed when it peaks (``Saved.freed_before_sink_softmax_backward``, ``Saved.freed_before_softmax_backward``).
 
     Gated MLP: the gradient of ``act * up`` and the two gradients it produces (3 x T x I); plain
-    MLP: 2 x T x I. They take the MLP's dtype (``Saved.mlp_elem``): fp32 under HF's QLoRA recipe, where
-    bitsandbytes 0.50.2 nn/modules.py Linear4bit.forward returns ``.to(inp_dtype)`` of its fp32 input and the
-    gradient of each cast (torch 2.13 derivatives.yaml ``_to_copy``: ``grad.to(self)``) goes back to fp32. By then
-    the output projection's nodes have run and freed what they alone kept (``Saved.freed_by_mlp_down``: the
-    16-bit copy of its input that lora_A saves under autocast, or the input itself; bitsandbytes 0.50.2
-    autograd/_functions.py MatMul4Bit keeps none, ``ctx.tensors = (None, B)``). The simulator's trace of a
-    3-layer Gemma-2-2B QLoRA block backward peaks at ``grad_act = grad_h * up``, ``grad_up = grad_h * act``:
-    gate, act(gate), up and those three gradients, all fp32, and no copy of ``h`` left. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
+    MLP: 2 x T x I. Flash/SDPA backward: grad of the output, grads of q, k, v and the fp32 ``dq``
     accumulator of FlashAttention-2 (Dao 2023, Algorithm 2). Eager: grad of the probabilities and
     the fp32 softmax gradient (input and output).
     """
@@ -39,8 +32,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     a, kv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
     tokens = T * (spec.expert_rows_per_token if spec.num_experts else 1)
     width = mlp_width(spec)
-    elem = saved.mlp_elem if saved and saved.mlp_elem and not spec.num_experts else dt.mlp
-    mlp = (3 if spec.gated_mlp else 2) * elem * tokens * width - (saved.freed_by_mlp_down if saved else 0)
+    mlp = (3 if spec.gated_mlp else 2) * dt.mlp * tokens * width
     if profile.lora_fused_autograd and sc.method is not Method.FULL and spec.gated_mlp:
         # LoRA_MLP.backward: DW = dY @ W_down^T is the one new (T, I) tensor; the SwiGLU backward
         # kernel overwrites DW, e, g in place and dX is written into X (fast_lora.py, inplace=True)
@@ -64,33 +56,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         attn = (c + 8) * b * a * s * s
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
-    return max(mlp, attn, _rerun_lora_branch(spec, sc, profile, saved, T))
-
-
-def _rerun_lora_branch(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, saved: Saved | None, T: int) -> int:
-    """The re-run forward of a checkpointed block at the LoRA branch of the MLP's last input linear (up_proj; a
-    plain MLP's fc1), beside the block's saved tensors: PEFT's ``result = result + lora_B(lora_A(dropout(x))) *
-    scaling`` (peft v0.21.2 tuners/lora/layer.py Linear.forward) holds the base output, lora_B's output and the
-    scaled product (T x I each; lora_B's in the adapter dtype, fp32 adapters under ``autocast_adapter_dtype``),
-    while the frame still holds the MLP's input and the residual (unless saved), and neither that linear's output
-    (``mlp.up_out`` / ``mlp.fc1_out``) nor anything of the output projection (``Saved.freed_by_mlp_down``) is
-    made yet. As for a vision tower block (vision_backward._input_linear_locals). The simulator's trace of a
-    3-layer Llama-3.2-1B LoRA (bf16-true, fp32 adapters, full checkpointing) peaks there in the top block's re-run."""
-    if (saved is None or not saved.mlp_elem or spec.num_experts or sc.method is Method.FULL
-            or sc.gradient_checkpointing not in (Checkpointing.FULL, Checkpointing.OFFLOAD)
-            or profile.lora_fused_autograd):
-        return 0
-    ins = [x for x in spec.block_linears if x.group == "mlp" and x.in_features == spec.hidden_size]
-    out_key = "mlp.up_out" if spec.gated_mlp else "mlp.fc1_out"
-    if not ins or out_key not in saved.items or f"{ins[-1].name}.lora0.a_out" not in saved.items:
-        return 0
-    dt = dtypes_for(sc, profile, spec)
-    width, h = mlp_width(spec), spec.hidden_size
-    lora_b = dt.compute if dt.autocast else dt.adapter
-    frame = sum(nbytes * T * h for key, nbytes in (("mlp_in", dt.norm_out), ("resid_mid", dt.residual))
-                if key not in saved.items)
-    return (frame + (saved.mlp_elem + 2 * lora_b) * T * width - saved.items[out_key]
-            - saved.freed_by_mlp_down)
+    return max(mlp, attn)
 
 
 def _fp32_softmax_backward(spec: ModelSpec, sc: Scenario, saved: Saved | None) -> int:

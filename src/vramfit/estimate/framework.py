@@ -107,26 +107,16 @@ def casts_params(scenario, profile: FrameworkProfile) -> bool:
     also makes accelerate's FSDP policy cast every parameter, the fp32 norms, embeddings and adapters included
     (accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model l. 779 ``mp_policy``; FSDP1's MixedPrecision
     alike). The simulator's accelerate FSDP2 of a 3-layer Gemma-2-2B QLoRA holds 214 MB fewer activations than one
-    GPU's autocast run: its norms' outputs are bf16. DeepSpeed's engine casts them in 16-bit training of either
-    kind (:func:`ds_engine_cast`)."""
+    GPU's autocast run: its norms' outputs are bf16."""
     fsdp = scenario.parallelism in FSDP_FAMILY
     mixed = scenario.precision.mixed or (fsdp and _qlora_recipe_autocast(scenario, profile))
-    return ds_engine_cast(scenario, profile) or mixed and (
-        profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp))
+    return mixed and (profile.mixed_casts_params or (profile.fsdp_mixed_casts_params and fsdp)
+                      or ds_engine_cast(scenario, profile))
 
 
 def ds_engine_cast(scenario, profile: FrameworkProfile) -> bool:
-    """16-bit training under DeepSpeed ZeRO is the engine's 16-bit cast with autocast off (``ds_mixed_is_engine_cast``).
-
-    "-true" as well as "-mixed": the config's bf16/fp16 section is on either way, and the engine casts every floating
-    parameter not yet in that dtype (DeepSpeed 0.19.8 runtime/engine.py ``_configure_distributed_model`` ->
-    ``_cast_module_mixed_precision``: ``if p.dtype in CASTABLE_DTYPES and p.dtype != param_dtype: p.data =
-    p.data.to(param_dtype)``), PEFT's fp32 adapters (peft 0.21.2 ``autocast_adapter_dtype``) and the QLoRA recipe's
-    fp32 norms included, so LoRA's input is not cast up to fp32 for lora_A. The model state already holds the
-    adapters in 16 bits under ZeRO (core.model_state ``_ds_mixed``). The simulator's HF Trainer + ZeRO-3 LoRA of a
-    3-layer Llama-3.2-1B in bf16-true has bf16 adapters and no fp32 copy of any LoRA input (the estimate kept one per
-    adapted linear, +7.8 %). Not modelled: a base built under ``zero.Init`` (is_zero_init_model) skips that cast."""
-    return profile.ds_mixed_is_engine_cast and scenario.precision.compute_bytes == 2 and scenario.parallelism in (
+    """``-mixed`` under DeepSpeed ZeRO is the engine's 16-bit cast with autocast off (``ds_mixed_is_engine_cast``)."""
+    return profile.ds_mixed_is_engine_cast and scenario.parallelism in (
         Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
@@ -136,8 +126,7 @@ def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:
     it the fp32 norms would make every activation fp32."""
     if scenario.precision.mixed:
         return not (profile.mixed_casts_params or ds_engine_cast(scenario, profile))
-    # accelerate 1.15.0 accelerator.py leaves native_amp off for DistributedType.DEEPSPEED (ds_mixed_is_engine_cast)
-    return _qlora_recipe_autocast(scenario, profile) and not ds_engine_cast(scenario, profile)
+    return _qlora_recipe_autocast(scenario, profile)
 
 
 def _qlora_recipe_autocast(scenario, profile: FrameworkProfile) -> bool:

@@ -26,18 +26,6 @@ class Saved:
     # keys the norms after the attention keep (pre-MLP norm, Gemma 2/3's post-attention and post-MLP norms) in a
     # sequential block: their backward runs before the attention's, so they are freed by its softmax backward
     after_attention: tuple[str, ...] = ()
-    # the bytes per element of the MLP's intermediate tensors (0: not walked), and the keys the MLP's output
-    # projection alone keeps (its input or the copies of it its base and LoRA matmuls save): estimate/activations.py
-    # _mlp_saved; read by block_extras.block_backward_transient
-    mlp_elem: int = 0
-    down_keys: tuple[str, ...] = ()
-
-    @property
-    def freed_by_mlp_down(self) -> int:
-        """Saved bytes autograd has freed once the MLP's output projection has run its backward: what that
-        projection's nodes alone kept (each node's saved tensors go once it has run, retain_graph=False); not an
-        input a 4-bit matmul keeps as a ctx attribute (``q_inputs``), which its node's run does not free."""
-        return sum(self.items.get(k, 0) for k in self.down_keys if k not in self.q_inputs)
 
     @property
     def freed_before_sink_softmax_backward(self) -> int:
