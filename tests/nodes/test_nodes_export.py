@@ -11,6 +11,7 @@ from unittest import mock
 
 import pytest
 
+from accelerate_cuda import pretend_cuda
 from vramfit.plan import plan
 from vramfit.plan.export import export_plan
 
@@ -79,8 +80,7 @@ def test_hsdp_plan_exports_a_slurm_script_accelerate_launches_on_each_node(node,
     assert endpoint == "10.0.0.1:29500"
     assert env["FSDP_SHARDING_STRATEGY"] == "HYBRID_SHARD"
     with mock.patch.dict(os.environ, {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}), \
-         mock.patch("accelerate.utils.dataclasses.is_cuda_available", return_value=True), \
-         mock.patch("torch.cuda.current_device", return_value=0):  # sync_module_states asks; no CUDA here
+         pretend_cuda():  # sync_module_states asks for the CUDA device; no CUDA here
         plugin = FullyShardedDataParallelPlugin()
     assert plugin.sharding_strategy.name == "HYBRID_SHARD"
 

@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 
+from accelerate_cuda import pretend_cuda
 from vramfit.plan import plan
 from vramfit.plan.export import export_plan
 
@@ -161,8 +162,7 @@ def test_accelerate_launch_accepts_the_export(name, engine, tmp_path, monkeypatc
     elif engine == "fsdp" or p.parallelism.startswith("fsdp"):
         assert launcher == "multi_gpu" and env["ACCELERATE_USE_FSDP"] == "true"
         # sync_module_states asks for the current CUDA device; this machine has none
-        with mock.patch("accelerate.utils.dataclasses.is_cuda_available", return_value=True), \
-             mock.patch("torch.cuda.current_device", return_value=0):
+        with pretend_cuda():
             fsdp = FullyShardedDataParallelPlugin()
         want = "SHARD_GRAD_OP" if p.parallelism in ("zero1", "zero2", "fsdp-grad-op") else "FULL_SHARD"
         assert fsdp.fsdp_version == 1 and fsdp.sharding_strategy.name == want
