@@ -75,3 +75,20 @@ def test_litgpt_2024_draws_its_first_batch_from_the_dataloader():
     """litgpt@0077627 iterates a shuffled DataLoader (CycleIterator): no sample is forced first, so no floor."""
     fsdp = {**_rows()["LIT_RES-102"]["scenario"], "framework": "litgpt"}
     assert _floor_and_peak({**fsdp, "framework_version": "litgpt-2024"})[0] is None
+
+
+def test_a_measured_row_whose_peak_may_fall_on_a_shorter_later_micro_batch_is_not_exact_length():
+    """benchmarks/data/measured/README.md: `seq_exact` true means the peak micro-batch is `seq_len` long. Where the
+    estimate has a floor below its peak (lit-gpt's forced longest first batch, then FSDP1 no_sync holding gradients),
+    the peak micro-batch's length is not stated, so no such row may be counted among the exact-length ones."""
+    sets = ROWS.parent
+    floored = []
+    for path in sorted(sets.glob("*.jsonl")):
+        for row in map(json.loads, path.read_text().splitlines()):
+            if "measured" not in row or row["scenario"].get("stage", "sft") != "sft":
+                continue
+            floor, peak = _floor_and_peak(row["scenario"])
+            if floor is not None and floor < peak:
+                floored.append(row["id"])
+                assert row["seq_exact"] is False, row["id"]
+    assert floored == FSDP_LORA  # the ten 2- and 4-GPU LIT_RES rows, and no other
