@@ -13,10 +13,11 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e '.[cli]'
 	touch $@
 
-# everything: torch first (the CPU build that lies on disk here), then the extras
-$(VENV)/.all: pyproject.toml | $(VENV)/bin/python
+# everything: torch first (the CPU build that lies on disk here), then the extras, at the versions the suite
+# last passed with (requirements/tested.txt: a library released since cannot turn a clean clone's CI red)
+$(VENV)/.all: pyproject.toml requirements/tested.txt | $(VENV)/bin/python
 	$(PIP) install torch==2.13.0 setuptools wheel
-	echo torch==2.13.0 > $(VENV)/constraints.txt
+	cp requirements/tested.txt $(VENV)/constraints.txt
 	# DeepSpeed is a source dist whose build imports torch: build it against the torch above, no CUDA ops
 	DS_BUILD_OPS=0 $(PIP) install --no-build-isolation -c $(VENV)/constraints.txt 'deepspeed>=0.16'
 	$(PIP) install -c $(VENV)/constraints.txt -e '.[all,test]'
@@ -31,7 +32,7 @@ $(VENV)/.docs: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e '.[cli,web,docs]'
 	touch $@
 
-.PHONY: demo test setup lint bench docs
+.PHONY: demo test setup lint bench docs lock
 setup: $(VENV)/.all
 
 demo: $(VENV)/.core
@@ -47,3 +48,8 @@ docs: $(VENV)/.docs
 bench: $(VENV)/.all
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/estimate_speed.py
+
+# after a green `make test` on newer releases (pip install -U ... in .venv): pin what passed
+lock: $(VENV)/.all
+	{ sed -n '/^#/p' requirements/tested.txt; $(PY) -m pip freeze --exclude-editable | grep -v -i '^vramfit' \
+	  | sed 's/^torch==.*/torch==2.13.0/'; } > requirements/tested.new && mv requirements/tested.new requirements/tested.txt

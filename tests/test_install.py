@@ -74,3 +74,35 @@ def test_system_deps_says_what_and_why(tmp_path):
     assert res.returncode == 0
     assert "chromium, chromium-driver: the browser tests (tests/web, marker 'browser')" in res.stdout
     assert "not installing (needs root and apt-get)" in res.stdout
+
+
+def _pins() -> dict[str, str]:
+    import re
+
+    lines = (ROOT / "requirements" / "tested.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
+    return {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in pins.items()}
+
+
+def test_make_test_installs_the_versions_the_suite_passed_with():
+    """requirements/tested.txt pins every library the extras name (a release made after the last green run cannot
+    turn a clean clone's CI red: accelerate 1.16 moved the call its FSDP plugin makes to find CUDA), and the
+    Makefile's setup installs under it; inside that setup every pinned library is at its pinned version."""
+    import re
+    from importlib import metadata
+
+    tomllib = pytest.importorskip("tomllib")
+    pins = _pins()
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = {re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", req, maxsplit=1)[0]).lower()
+             for reqs in extras.values() for req in reqs}
+    named -= {"vramfit"}
+    assert named <= set(pins), sorted(named - set(pins))
+    assert pins["torch"] == "2.13.0" and pins["torchtitan"] == "0.3.0"
+    make = (ROOT / "Makefile").read_text()
+    assert "cp requirements/tested.txt $(VENV)/constraints.txt" in make
+    assert "-c $(VENV)/constraints.txt -e '.[all,test]'" in make
+    made = Path(sys.prefix) / "constraints.txt"  # written by the Makefile's setup: this is its .venv
+    if made.exists() and made.read_text() == (ROOT / "requirements" / "tested.txt").read_text():
+        for name in ("transformers", "peft", "accelerate", "trl", "deepspeed", "bitsandbytes", "fastapi", "typer"):
+            assert metadata.version(name) == pins[name], name
