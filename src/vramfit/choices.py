@@ -215,6 +215,23 @@ class FsdpVersion(_Choice):
     V2 = "2"
 
 
+class LogitsToKeep(_Choice):
+    """Which positions the model computes logits (and the loss) for.
+
+    ``all``: every token of every sequence. ``labels``: only the positions whose next token carries a label, the
+    other rows of the final hidden states never reach the output layer: ms-swift from 46ad5ca56 (2025-05-29,
+    v3.5.0) builds a boolean ``logits_to_keep`` mask of the label positions when a forward holds one row (micro-batch
+    1, or any batch under packing/padding_free, which concatenate it into one row), in training and evaluation alike
+    (swift/trainers/mixin.py ``get_logits_to_keep`` @3debbef8e, ``prepare_logits_to_keep`` @ff5128777), and the
+    model's forward keeps ``hidden_states[:, logits_to_keep, :]`` before its head (transformers v4.53 Qwen2ForCausalLM;
+    Liger-Kernel v0.6.1 ``lce_forward``, whose fused loss then runs on those rows). How many rows that is:
+    ``label_share`` of the tokens.
+    """
+
+    ALL = "all"
+    LABELS = "labels"
+
+
 class Offload(_Choice):
     NONE = "none"
     OPTIMIZER = "optimizer"

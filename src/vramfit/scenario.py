@@ -27,6 +27,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Generation,
     Interconnect,
     KbitPrepare,
+    LogitsToKeep,
     Loss,
     Method,
     MoeKernel,
@@ -98,6 +99,9 @@ class Scenario:
     keeps_outputs: bool = False
     # sequences per GPU of the evaluation passes run between optimizer steps; 0: none (estimate/evaluation.py)
     eval_batch_size: int = 0
+    # positions the model computes logits for: all, or the label positions only (estimate/loss.py label_rows)
+    logits_to_keep: LogitsToKeep = LogitsToKeep.ALL
+    label_share: float = 1.0  # the share of each sequence's tokens that carry a label (answer tokens)
     stage: Stage = Stage.SFT  # training stage (extension; vramfit.stage_keys validates its keys)
     reference: Reference = Reference.AUTO
     num_generations: int | None = None  # GRPO: completions per prompt (None: TRL's 8 for grpo)
@@ -303,6 +307,13 @@ FIELDS: tuple[FieldSpec, ...] = (
           "per_device_eval_batch_size when eval_strategy is steps or epoch; ms-swift evaluates by default, batch 1), "
           "seq_len tokens each, under no_grad with whole logits; 0 = no evaluation. SFT stage only.",
           ("Eval batch per GPU", "Batch de avaliação por GPU"), unit="sequences", limits=(0, MAX_BATCH)),
+    Field("logits_to_keep", CH, "Positions the model computes logits and the loss for: all, or only the label "
+          "positions (ms-swift >= 3.5 with one row per forward, micro-batch 1 or packing/padding_free: a boolean "
+          "logits_to_keep mask, in training and evaluation), label_share of the tokens.",
+          ("Logits computed at", "Logits calculados em"), choices=LogitsToKeep),
+    Field("label_share", NUM, "Share of each sequence's tokens that carry a label (the answer tokens of an "
+          "instruction data set); sizes the logits with logits_to_keep labels, no effect otherwise.",
+          ("Share of label tokens", "Fração de tokens com rótulo"), range_note="0 < share ≤ 1"),
     *STAGE_FIELDS(Field, CH, INT, NUM, BOOL),
     Field("num_nodes", INT, "Machines the GPUs are spread over (num_gpus / num_nodes GPUs each).",
           ("Nodes", "Nós"), unit="nodes", limits=(1, MAX_GPUS)),
@@ -513,6 +524,8 @@ def _typed_values(raw: dict[str, Any]) -> dict[str, Any]:
         kw["lora_targets"] = _as_targets(raw["lora_targets"])
     if "lora_dropout" in raw:
         kw["lora_dropout"] = fraction("lora_dropout", raw["lora_dropout"], lo_open=False)
+    if "label_share" in raw:
+        kw["label_share"] = fraction("label_share", raw["label_share"], lo_open=True)
     if "lora_alpha" in raw:
         kw["lora_alpha"] = positive_number("lora_alpha", raw["lora_alpha"])
     else:

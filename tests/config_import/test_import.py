@@ -18,7 +18,7 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,
         "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
-        "keeps_outputs": False, "eval_batch_size": 0, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
+        "keeps_outputs": False, "eval_batch_size": 0, "logits_to_keep": "all", "label_share": 1.0, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
         "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto", "quantize_vision": "auto",
         "frames_per_sample": 0, "moe_kernel": "none"}
@@ -102,7 +102,9 @@ EXPECTED = {
 SWIFT_LORA = {**BASE, "model": "Qwen/Qwen2.5-7B-Instruct", "method": "lora", "precision": "bf16-true", "quantize": "none",
               "lora_rank": 8, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
               "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16, "gradient_checkpointing": "full",
-              "framework": "hf", "lora_dropout": 0.05, "freeze_vision": "yes"}
+              "framework": "hf", "lora_dropout": 0.05, "freeze_vision": "yes",
+              # one row per forward (batch 1): ms-swift's use_logits_to_keep mask of the label positions
+              "logits_to_keep": "labels"}
 SWIFT_Z2 = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 200000000, "allgather_bucket_size": 200000000,
                                   "overlap_comm": False, "contiguous_gradients": True}}
 TITAN_8B = {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "quantize": "none",
@@ -115,11 +117,11 @@ EXPECTED.update({
     "swift_qlora_bnb.sh": {**SWIFT_LORA, "method": "qlora", "quantize": "nf4-dq", "kbit_prepare": "no"},
     "swift_zero2.sh": {**SWIFT_LORA, "num_gpus": 2, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
     "swift_sft.yaml": {**SWIFT_LORA, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
-    "swift_dpo_lora.sh": {**SWIFT_LORA, "stage": "dpo", "framework_version": "trl-0.29", "rpo_alpha": 0.1,
+    "swift_dpo_lora.sh": {**SWIFT_LORA, "stage": "dpo", "framework_version": "trl-0.29", "rpo_alpha": 0.1, "logits_to_keep": "all",
                           "eval_batch_size": 1},
     "swift_grpo_lora.sh": {**SWIFT_LORA, "model": "Qwen/Qwen2.5-7B", "stage": "grpo", "framework_version": "trl-0.29",
                            "micro_batch_size": 4, "grad_accum": 1, "seq_len": 2048 + 1024, "completion_len": 1024,
-                           "num_generations": 4},
+                           "num_generations": 4, "logits_to_keep": "all"},
     "torchtitan_llama3_8b.toml": TITAN_8B,
     # the 70B preset (tensor_parallel_degree 8) on the launcher's default 8 GPUs: no FSDP, so no mixed precision
     "torchtitan_llama3_70b.toml": {**TITAN_8B, "model": "meta-llama/Llama-3.1-70B", "precision": "fp32",

@@ -79,11 +79,14 @@ def test_fsdp2_preset_and_ddp():
 
 def test_swift_examples_import_as_the_measured_rows_they_ran_as():
     """found.jsonl holds the examples' header figures; what differs is explained: the catalog model, the release
-    pinned in the row, and swift's freeze_vit the rows leave at 'auto' (lora_dropout 0.05 is in the rows since 3c52a51)."""
+    pinned in the row, swift's freeze_vit the rows leave at 'auto' (lora_dropout 0.05 is in the rows since 3c52a51),
+    and the label-position logits v4.5.2 computes: the headers were written before ms-swift's logits_to_keep mask
+    (46ad5ca56, 2025-05-29, v3.5.0), so the rows' runs computed every position's logits."""
     for fixture, row_id in (("swift_lora_sft.sh", "SWIFT_EX_2601-8"), ("swift_qlora_bnb.sh", "SWIFT_EX_2601-7")):
         row = _row("found.jsonl", row_id)["scenario"]
         got = {**from_config(FIX / fixture).overrides, "model": "Qwen/Qwen2.5-7B",
                "freeze_vision": "auto", "framework_version": row["framework_version"]}
+        assert got.pop("logits_to_keep") == "labels"
         assert parse_scenario(got).to_dict() == parse_scenario(row).to_dict()
     # as imported (swift's lora_dropout 0.05 kept), lora_sft.sh's estimate is the '# 22GB' header within 5 %
     row = _row("found.jsonl", "SWIFT_EX_2601-8")

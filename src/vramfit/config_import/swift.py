@@ -173,16 +173,31 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
         raise r.error(f"attn_impl '{attn}' is not modelled yet (valid values: {', '.join(ATTN)})")
     r.set("attn_impl", "attention", ATTN[attn])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch", f"{TRAIN_SRC}: the HF Trainer's (transformers < 5)"))
-    # use_logits_to_keep None: on for text models whose forward takes logits_to_keep (trainers/mixin.py l. 210-222);
-    # the logits then start at the first label position (l. 1199-1220): vramfit counts every token's (upper bound)
-    if r.get("use_logits_to_keep", None, f"{TRAIN_SRC} l. 163") is not False:
-        r.mark("use_logits_to_keep", "logits from the first label position on (ms-swift's default for text models): "
-                                     "counted for every token, an upper bound on the logits and loss")
     special = r.get("optimizer")
     if special:
         r.mark("optimizer", f"ms-swift's '{special}' optimizer (GaLore/LoRA+/Muon/multimodal): estimated as optim")
     if r.get("torch_compile"):
         r.set("torch_compile", "compile", True)
+
+
+def _logits_to_keep(r: KeyReader, command: str) -> None:
+    """use_logits_to_keep None is on where the forward takes logits_to_keep and sequence_parallel_size is 1
+    (trainers/mixin.py l. 210-222, seq2seq_trainer.py l. 107-109); prepare_logits_to_keep (mixin.py l. 1199-1220)
+    keeps the label positions of a batch of one row (packing and padding_free make one row of any batch), else
+    every position from the batch's first label on (counted for every token, an upper bound)."""
+    on = r.get("use_logits_to_keep", None, f"{TRAIN_SRC} l. 163") is not False
+    one_row = any(r.flat.get(k) for k in ("packing", "padding_free")) or (
+        r.flat.get("per_device_train_batch_size", 1) == 1 and r.flat.get("per_device_eval_batch_size", 1) == 1)
+    if not on or r.flat.get("sequence_parallel_size", 1) != 1:
+        return
+    if command == "rlhf" or not one_row:
+        r.mark("use_logits_to_keep", "logits from the batch's first label position on (ms-swift's default for text "
+                                     "models): counted for every token, an upper bound on the logits and loss")
+        return
+    r.set("use_logits_to_keep", "logits_to_keep", "labels")
+    if "use_logits_to_keep" in r.entries:
+        r.entries["use_logits_to_keep"].note = (f"{TRAIN_SRC} l. 163; the label positions of one row: give "
+                                                "label_share, the data set's share of label tokens (1: every token)")
 
 
 def _layout(r: KeyReader, data: dict[str, Any], gpus: int) -> tuple[dict[str, Any], list[Entry]]:
@@ -358,6 +373,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     _step(r, gpus, command == "rlhf" and str(r.flat.get("rlhf_type", "dpo")).lower() == "grpo")
     _rlhf(r, command, seq)
     _eval(r)
+    _logits_to_keep(r, command)
     layout, extra = _layout(r, data, gpus)
     r.out.update(layout)
     r.out["framework"] = "hf"

@@ -16,7 +16,9 @@ What the pass holds (:func:`evaluation_pass`):
   (deepspeed runtime/zero/stage3.py ``self.grad_partitions_flat_buffer = torch.zeros(...)``);
 - no saved activations (no_grad), only one block's working set (``stages.preference.no_grad_block``);
 - the head: the whole ``tokens x vocab`` logits and the loss's fp32 tensors, as the training forward's loss
-  figures at the eval batch (:func:`eval_loss`). Liger's fused linear cross-entropy only runs in training:
+  figures at the eval batch (:func:`eval_loss`); with ``logits_to_keep`` labels only the label positions' rows
+  (ms-swift's mask is built in ``_prepare_inputs``, which the Trainer's ``prediction_step`` calls too:
+  estimate/loss.py ``label_rows``). Liger's fused linear cross-entropy only runs in training:
   linkedin/Liger-Kernel v0.5.8 src/liger_kernel/transformers/model/qwen2.py ``lce_forward`` l. 206 ``if
   self.training and (labels is not None)``, else ``logits = self.lm_head(hidden_states)`` and
   ``self.loss_function(...)`` (transformers ForCausalLMLoss: ``logits.float()``, then cross_entropy's fp32
@@ -104,9 +106,10 @@ def eval_events(step: Step, first: int) -> list[int]:
     """The pass's head tensors as allocator events (``allocator.transient_reserved``'s form), numbered after
     ``first`` earlier allocations: the loss's forward figure cut at one fp32 ``tokens x vocab`` block, as
     ``transients._loss_from_figures`` cuts the training loss, all freed when the loss is reduced."""
-    from vramfit.estimate.loss import vocab_rows
+    from vramfit.estimate.loss import label_rows, vocab_rows
 
-    unit = max(1, 4 * step.sc.eval_batch_size * step.sc.seq_len * vocab_rows(step.spec))
+    rows = label_rows(replace(step.sc, micro_batch_size=step.sc.eval_batch_size))  # the logits' rows (loss.py)
+    unit = max(1, 4 * rows.micro_batch_size * rows.seq_len * vocab_rows(step.spec))
     left, sizes = eval_loss(step).forward_peak, []
     while left > 0:
         sizes.append(min(left, unit))
@@ -135,9 +138,15 @@ def evaluation_notes(step: Step) -> list[str]:
     if not evaluates(step):
         return [f"eval_batch_size {sc.eval_batch_size}: evaluation passes are modelled for the sft stage only; "
                 f"none counted for {sc.stage.value}."]
-    fused = " (the fused loss runs in training only: the pass makes whole logits)" \
+    from vramfit.estimate.loss import label_rows
+
+    kept = label_rows(replace(sc, micro_batch_size=sc.eval_batch_size))
+    rows = kept.micro_batch_size * kept.seq_len
+    labels = rows != sc.eval_batch_size * sc.seq_len
+    fused = f" (the fused loss runs in training only: the pass makes {'their' if labels else 'whole'} logits)" \
         if sc.loss is Loss.FUSED and step.profile.fused_loss_trains_only else ""
+    whole = f"the logits of {rows:,} label positions" if labels else "the whole logits"
     return [f"Evaluation between optimizer steps: {sc.eval_batch_size} x {sc.seq_len} tokens under no_grad, "
-            f"no saved activations or gradients; the whole logits and the loss's fp32 tensors{fused}, "
+            f"no saved activations or gradients; {whole} and the loss's fp32 tensors{fused}, "
             f"{eval_forward_bytes(step) / 2**30:,.2f} GiB; "
             "its tensors reuse cached loss segments of the same size or open their own, which stay reserved."]

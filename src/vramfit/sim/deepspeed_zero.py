@@ -348,6 +348,7 @@ def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
 def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Callable[[str], None] | None,
              workspaces: list[int] | None, StepPhase: Any) -> None:
     from vramfit.sim import images
+    from vramfit.sim.label_mask import keep_labels
     from vramfit.sim.run import (
         ITERATIONS,
         _cuda_semantics,
@@ -366,7 +367,8 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
                 tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, sc.micro_batch_size, sc.seq_len,
                                                    dtype, GPU)
-                out = engine(input_ids=ids, labels=labels, **(pixels or {}))
+                labels, keep = keep_labels(sc, labels)  # sim/label_mask.py
+                out = engine(input_ids=ids, labels=labels, **keep, **(pixels or {}))
                 loss = out.loss
                 del out, ids, labels, pixels
                 mark_backward(tracker, workspaces, tag, progress)
@@ -383,8 +385,9 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
             tracker.mark(StepPhase.EVALUATE.trace_mark)
             tracker.in_logits = False
             ids, labels, _ = images.batch(None, built.vocab_size, sc.eval_batch_size, sc.seq_len, dtype, GPU)
+            labels, keep = keep_labels(sc, labels)
             engine.eval()
             with torch.no_grad():
-                del engine(input_ids=ids, labels=labels).loss
+                del engine(input_ids=ids, labels=labels, **keep).loss
             engine.train()
         tracker.mark("end")

@@ -41,12 +41,15 @@ TORCHTUNE_OUTPUT_CHUNKS = 8
 IGNORE_INDEX = -100
 
 
-def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
+                          keep: torch.Tensor | None = None) -> torch.Tensor:
     """The loss computed inside the root's own call (module docstring): the ``*ForCausalLM``'s forward is replaced
-    for the call, as Liger's monkey patch replaces it, and PEFT's forward reaches it through ``self.model.forward``."""
+    for the call, as Liger's monkey patch replaces it, and PEFT's forward reaches it through ``self.model.forward``.
+    ``keep``: a ``logits_to_keep`` mask, applied to the hidden states first (Liger-Kernel v0.6.1 model/qwen2.py
+    ``kept_hidden_states = hidden_states[:, slice_indices, :]``; sim/label_mask.py)."""
     causal_lm = built.causal_lm
     own = causal_lm.__dict__.get("forward")  # an instance-level forward set before (a hook, a patch) comes back
-    causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels)
+    causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels, keep)
     try:
         return built.model(input_ids=ids)
     finally:
@@ -56,9 +59,12 @@ def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, lab
             causal_lm.forward = own
 
 
-def _loss_on_hidden(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def _loss_on_hidden(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
+                    keep: torch.Tensor | None = None) -> torch.Tensor:
     decoder = built.causal_lm.get_decoder()
     hidden = decoder(input_ids=ids).last_hidden_state
+    if keep is not None:
+        hidden = hidden[:, keep, :]
     head = built.lm_head
     shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
     n_tokens = shifted.numel()

@@ -235,14 +235,17 @@ def mark_backward(tracker: LiveTracker, workspaces: list[int] | None, tag: str,
 
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
                   pixels: dict | None = None) -> torch.Tensor:
+    from vramfit.sim.label_mask import keep_labels
+
+    labels, keep = keep_labels(scenario, labels)  # logits at the label positions only (sim/label_mask.py)
     if scenario.loss is Loss.STANDARD or pixels:
-        out = _library_forward(built.model, input_ids=ids, labels=labels, **(pixels or {}))
+        out = _library_forward(built.model, input_ids=ids, labels=labels, **keep, **(pixels or {}))
         loss = out.loss
         del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
         return loss
     from vramfit.sim.losses import chunked_or_fused_loss
 
-    return chunked_or_fused_loss(built, scenario, ids, labels)
+    return chunked_or_fused_loss(built, scenario, ids, labels, keep.get("logits_to_keep"))
 
 
 def _evaluate(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: str) -> None:
@@ -252,11 +255,14 @@ def _evaluate(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, devic
     outside training (Liger-Kernel v0.5.8 transformers/model/qwen2.py ``lce_forward``: ``if self.training``)."""
     tracker.mark(StepPhase.EVALUATE.trace_mark)
     tracker.in_logits = False
+    from vramfit.sim.label_mask import keep_labels
+
     ids, labels, _ = images.batch(None, built.vocab_size, scenario.eval_batch_size, scenario.seq_len,
                                   images.FED_DTYPE, device)
+    labels, keep = keep_labels(scenario, labels)  # ms-swift builds its mask for evaluation too
     built.model.eval()
     with torch.no_grad(), _autocast(built, device):
-        out = _library_forward(built.model, input_ids=ids, labels=labels)
+        out = _library_forward(built.model, input_ids=ids, labels=labels, **keep)
         del out
     built.model.train()
 

@@ -72,6 +72,8 @@ def _scenario_field(f: S.FieldSpec, catalog_ids: list[str], gpu_ids: list[str]) 
         return Optional[int | str], Field(None, description=doc, examples=["7B"])
     if f.name == "lora_alpha":
         return Optional[float], Field(None, gt=0, description=doc)
+    if f.name == "label_share":
+        return Optional[float], Field(None, gt=0, le=1, description=doc)
     if f.name == "lora_dropout":
         return Optional[float], Field(None, ge=0, lt=1, description=doc)
     if f.kind is S.Kind.NAMES:

@@ -124,8 +124,12 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"^Evaluation between optimizer steps: (\d+) x (\d+) tokens under no_grad, no saved activations or gradients; ",
      "Avaliação entre passos do otimizador: $1 × $2 tokens sob no_grad, sem ativações guardadas nem gradientes; "),
     (r"the whole logits and the loss's fp32 tensors", "os logits inteiros e os tensores fp32 da perda"),
+    (r"the logits of " + _N + r" label positions and the loss's fp32 tensors",
+     "os logits de ⟨$1⟩ posições com rótulo e os tensores fp32 da perda"),
     (r" \(the fused loss runs in training only: the pass makes whole logits\)",
      " (a perda fundida só corre no treino: a passagem cria os logits inteiros)"),
+    (r" \(the fused loss runs in training only: the pass makes their logits\)",
+     " (a perda fundida só corre no treino: a passagem cria os seus logits)"),
     (r", " + _N + r" GiB; its tensors reuse cached loss segments of the same size or open their own, which stay reserved\.$",
      ", ⟨$1⟩ GiB; os seus tensores reutilizam segmentos da perda em cache do mesmo tamanho ou abrem os seus, "
      "que ficam reservados."),
