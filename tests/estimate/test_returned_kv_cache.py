@@ -87,3 +87,18 @@ def test_transformers_returns_the_cache_under_torchs_checkpoint_wrapper_only():
     assert sum(t.numel() * t.element_size() for t in tensors) == 2 * 2 * 3 * 2 * 8 * 16 * 2
     model.gradient_checkpointing_enable()
     assert model(input_ids=x, labels=x).past_key_values is None
+
+
+def test_the_recipe_wraps_without_sync_module_states():
+    # llama-recipes@e5970e2e llama_finetuning.py l. 131-138: FSDP(..., device_id, limit_all_gathers=True) and no
+    # sync_module_states (torch's default False): the wrap replay has no broadcast bucket, where the HF Trainer's
+    # FSDP1 profile (PEFT's fsdp_config.yaml, fsdp_sync_module_states: true) has 250 MiB buckets
+    from vramfit.estimate.fsdp_reserved import SYNC_BUCKET_BYTES, wrap_args
+    from vramfit.gpus import get_gpu
+
+    def bucket(**keys):
+        sc = _sc(parallelism="fsdp", fsdp_version="1", num_gpus=4, gpu="a100-40gb-sxm", **keys)
+        return wrap_args(compute(LLAMA2, sc, get_gpu(sc.gpu)))[5]
+
+    assert bucket() == 0
+    assert bucket(framework_version="transformers-4.44") == SYNC_BUCKET_BYTES == 250 * 2**20

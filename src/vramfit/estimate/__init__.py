@@ -9,6 +9,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.ds_offload import offload_reserved
+from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
 from vramfit.estimate.fsdp2 import fsdp2_notes
@@ -300,6 +301,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, t
         at_load, allocated = cast_reserved(r, breakdowns)
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
+    reserved += carried_outputs_segments(r)  # outputs carried into the next forward under eager attention
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
     if cached := zero2_step_reserved(r, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)

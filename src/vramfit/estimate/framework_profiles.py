@@ -229,8 +229,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "returns_kv_cache); use_cache=False arrived in 353dfcdc (2023-09-05, 'Pass use_cache=False "
                              "when training with FSDP'); utils/train_utils.py before PR #41 (1e0f8a1f l. 88) rebinds "
                              "`outputs = model(**batch)` each step, so a kept output lives into the next forward "
-                             "(profile_fields.py LoopCarry.OUTPUTS)",
-                             (("returns_kv_cache", True), ("loop_carry", LoopCarry.OUTPUTS))),
+                             "(profile_fields.py LoopCarry.OUTPUTS); l. 131-138 FSDP(model, auto_wrap_policy, "
+                             "mixed_precision, sharding_strategy, device_id, limit_all_gathers=True): no "
+                             "sync_module_states (torch FSDP1's default False), every rank loads the model itself",
+                             (("returns_kv_cache", True), ("loop_carry", LoopCarry.OUTPUTS),
+                              ("fsdp1_sync_module_states", False))),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "

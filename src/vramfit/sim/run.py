@@ -109,6 +109,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
         assumptions.append("fp16-mixed: loss scaled and gradients unscaled in place (GradScaler); the inf check "
                            "is a scalar and is not simulated.")
     B, S = runner.rows if runner else scenario.micro_batch_size, scenario.seq_len
+    carry = _carried_outputs(scenario)
     with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions), \
             _transformers_as_on_cuda(fake), runner.context() if runner else contextlib.nullcontext():
         for it in range(1, ITERATIONS + 1):
@@ -120,7 +121,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                 tag = mark_forward(tracker, workspaces, it, mb, progress)
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, B, S, images.FED_DTYPE, device)
                 with _autocast(built, device), images.values_kept(built.images):
-                    loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels)
+                    loss = runner.loss(ids, mb) if runner else _forward_loss(built, scenario, ids, labels, pixels, carry)
                 loss = loss / scenario.grad_accum
                 del ids, labels, pixels
                 mark_backward(tracker, workspaces, tag, progress)
@@ -233,14 +234,27 @@ def mark_backward(tracker: LiveTracker, workspaces: list[int] | None, tag: str,
     if tag == "it1.mb1":
         _workspace(tracker, workspaces, "autograd thread")
 
+def _carried_outputs(scenario: Scenario) -> list | None:
+    """The loop's ``outputs`` where it carries them into the next forward (``keeps_outputs`` under a profile whose
+    ``loop_carry`` is OUTPUTS: meta-llama/llama-recipes@1e0f8a1f utils/train_utils.py l. 88-89 ``outputs =
+    model(**batch)``, rebound only once the next forward has returned); None where the step drops them."""
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.profile_enums import LoopCarry
+
+    keeps = scenario.keeps_outputs and scenario_profile(scenario).loop_carry is LoopCarry.OUTPUTS
+    return [] if keeps else None
+
+
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
-                  pixels: dict | None = None) -> torch.Tensor:
+                  pixels: dict | None = None, carry: list | None = None) -> torch.Tensor:
     from vramfit.sim.label_mask import keep_labels
 
     labels, keep = keep_labels(scenario, labels)  # logits at the label positions only (sim/label_mask.py)
     if scenario.loss is Loss.STANDARD or pixels:
         out = _library_forward(built.model, input_ids=ids, labels=labels, **keep, **(pixels or {}))
         loss = out.loss
+        if carry is not None:  # the previous outputs die now, these live into the next forward (_carried_outputs)
+            carry[:] = [out]
         del out  # Trainer.compute_loss keeps only the loss: the logits are freed before backward
         return loss
     from vramfit.sim.losses import chunked_or_fused_loss
