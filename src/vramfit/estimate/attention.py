@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from vramfit.estimate.activations import Block, Saved
 
 
+def score_elements(spec: ModelSpec, sc: Scenario) -> int:
+    """Elements of one (B, H, S, S) attention-score tensor: eager attention's ``attn_weights`` and softmax output,
+    SDPA's math-kernel probabilities (transformers v5.24.0 models/llama/modeling_llama.py eager_attention_forward
+    ``torch.matmul(query, key_states.transpose(2, 3))``)."""
+    return sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len
+
+
 def runs_eager_attention(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
     """Eager attention also when the model has no path for the asked kernel: BLOOM (ALiBi) has neither SDPA
     nor flash; gpt-oss has no SDPA path but a flash one (``attention: flash`` runs a kernel taking its
@@ -206,7 +213,7 @@ def _eager_scores_saved(blk: Block, out: Saved) -> None:
         out.add("attn.dropout_out", c * scores)  # saved by probs @ v
     elif upcast and c != 4:
         # the 16-bit cast saved by probs @ v (of the (S, S) slice, with sinks)
-        out.add("attn.probs", c * blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len ** 2)
+        out.add("attn.probs", c * score_elements(spec, blk.sc))
     if spec.attn_logit_softcapping:
         out.add("attn.softcap_tanh", c * scores)
 
@@ -219,7 +226,7 @@ def attention_core_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -
         _eager_scores_saved(blk, out)
     elif sdpa_math_fallback(spec, sc, blk.profile):
         # SDPA's math kernel keeps the fp32 softmax probabilities [B, H, S, S] for backward
-        out.add("attn.softmax_out", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len)
+        out.add("attn.softmax_out", 4 * score_elements(spec, sc))
     else:
         out.add("attn.out", blk.dt.attn * blk.T * spec.num_attention_heads * spec.v_dim)
         out.add("attn.lse", 4 * sc.micro_batch_size * spec.num_attention_heads * sc.seq_len)

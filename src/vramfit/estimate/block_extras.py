@@ -5,7 +5,7 @@ saved tensors outside the blocks (final norm, lm_head input, eager mask)."""
 from __future__ import annotations
 
 from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
-from vramfit.estimate.attention import mask_count, runs_eager_attention, sdpa_math_fallback
+from vramfit.estimate.attention import mask_count, runs_eager_attention, score_elements, sdpa_math_fallback
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.loss import layer_kv_bytes
 from vramfit.estimate.norms import NormSite, norm_saved
@@ -53,7 +53,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     elif runs_eager_attention(spec, sc, profile):
         attn = _fp32_softmax_backward(spec, sc, saved)
     elif sdpa_math_fallback(spec, sc, profile):
-        attn = (c + 8) * b * a * s * s
+        attn = (c + 8) * score_elements(spec, sc)
     else:
         attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
     return max(mlp, attn)
@@ -77,8 +77,7 @@ def _fp32_softmax_backward(spec: ModelSpec, sc: Scenario, saved: Saved | None) -
     dropout's output and mask). In an fp32 model the casts are no-ops and the output is the tensor the matmul
     keeps: the same 2 x 4 bytes. The simulator's trace of a tiny Llama with eager attention peaks there: three fp32
     (B, H, S, S) tensors (``_softmax``, ``_to_copy``, ``_softmax_backward_data``) and no 16-bit one."""
-    b, a, s = sc.micro_batch_size, spec.num_attention_heads, sc.seq_len
-    return 8 * b * a * s * s - (saved.freed_before_softmax_backward if saved else 0)
+    return 8 * score_elements(spec, sc) - (saved.freed_before_softmax_backward if saved else 0)
 
 
 def unpermute_backward(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -207,7 +206,7 @@ def eager_forward_softmax(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         return 0  # transformers' eager code (others' eager attention is not derived here)
     dt = dtypes_for(sc, profile, spec)
     c = dt.compute
-    scores = sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len
+    scores = score_elements(spec, sc)
     # ``+ mask`` promotes the scores to the mask's dtype (:func:`eager_mask`: fp32 under -mixed); softmax copies
     # a 16-bit input to fp32 only; ``.to(query.dtype)`` then makes the probabilities while the masked scores and
     # the fp32 output are bound. RoPE multiplies q by cos/sin in the residual stream's dtype (v5.24.0

@@ -38,6 +38,7 @@ soft-capping, a dense model, full checkpointing; 0 elsewhere.
 
 from __future__ import annotations
 
+from vramfit.estimate.attention import score_elements
 from vramfit.estimate.wrap_step import _Program
 from vramfit.scenario import Checkpointing
 
@@ -140,14 +141,9 @@ def _saved(r) -> tuple[list[int], list[int]]:
     return first + qkv, [n for k, n in items[cut:] if k not in ("q", "k", "v")]
 
 
-def _score_elements(r) -> int:
-    """Elements of one (B, H, S, S) score tensor (LlamaAttention.forward's ``attn_weights``)."""
-    return r.sc.micro_batch_size * r.spec.num_attention_heads * r.sc.seq_len ** 2
-
-
 def _scores(p: _Program, r, grad: bool):
     """The eager attention's score tensors (module docstring); under grad the kept fp32 output and 16-bit cast."""
-    n, c = _score_elements(r), r.sc.precision.compute_bytes
+    n, c = score_elements(r.spec, r.sc), r.sc.precision.compute_bytes
     product = p.alloc(c * n)
     scaled = p.alloc(c * n)
     p.free(product)
@@ -165,7 +161,7 @@ def _scores(p: _Program, r, grad: bool):
 
 
 def _scores_backward(p: _Program, r, kept) -> None:
-    n, c = _score_elements(r), r.sc.precision.compute_bytes
+    n, c = score_elements(r.spec, r.sc), r.sc.precision.compute_bytes
     out, probs = kept
     grad = p.alloc(c * n)
     p.free(probs)

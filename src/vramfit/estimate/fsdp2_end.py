@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import segment_size
+from vramfit.estimate.attention import score_elements
 from vramfit.estimate.fsdp2 import _applies, _grad_bytes, end_tensors
 from vramfit.estimate.transients import step_transients
 from vramfit.scenario import Attention
@@ -52,7 +53,7 @@ def _largest_freed(step: Step) -> int:
     width = max([lin.out_features for lin in spec.block_linears] + [spec.hidden_size])
     one = tokens * width * 4
     if sc.attention is Attention.EAGER:
-        one = max(one, sc.micro_batch_size * spec.num_attention_heads * sc.seq_len * sc.seq_len * 4)
+        one = max(one, 4 * score_elements(spec, sc))
     saved = [n for n in step.saved.items.values() if n <= one]
     return max([*weights, step.block_transient, *saved, *(e for e in step_transients(step) if e > 0)], default=0)
 
