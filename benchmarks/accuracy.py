@@ -65,6 +65,7 @@ SOURCE_FRAMEWORK = {
     "UNSLOTH_NB_2509": "unsloth",  # Unsloth 2025.9.1 notebooks (FastLanguageModel + TRL SFTTrainer)
     "LIT_HUB_2409": "litgpt",
     "TORCHAO_FP8_2503": "torchtitan",  # torchao's float8 benchmarks run torchtitan's train.py (bf16 baseline row)
+    "FMS_ACCEL_2502": "hf",  # fms-hf-tuning's sft_trainer: TRL 0.13 SFTTrainer over the HF Trainer + PEFT (FSDP1 via accelerate)
     "TT_PR961_2405": "torchtune",
     "LLAMA_REC_PR41_2307": "hf",  # llama-recipes' llama_finetuning.py: transformers + PEFT under FSDP1 (July 2023)  # torchtune PR #961: full_finetune_single_device re-measured at 4 x 2048  # litgpt config_hub/finetune table (2024 litgpt, Lightning Fabric, one A10G)
 }

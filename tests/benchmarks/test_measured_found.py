@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 97
+    assert len(ROWS) == 116
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 97
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 116
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -98,6 +98,24 @@ def test_figures_are_the_printed_numbers_in_bytes():
     # the two runs differ by dropping `outputs`: fp32 logits + transformers 4.31's use_cache KV cache = 4.977 GiB
     kept = 4 * 2048 * 32000 * 4 + 32 * 2 * 4 * 32 * 2048 * 128 * 2
     assert round(kept / 2**30, 2) == round(20.20 - 15.22, 2)
+    # fms-acceleration's refs/a100_80gb.csv @24bdadb: mem_peak_torch_mem_alloc_in_bytes (the HF Trainer's memory tracker,
+    # max_memory_allocated over train() on rank 0), exact bytes; every run packed to 4096 tokens
+    fms = [r for r in ROWS if r["source_id"] == "FMS_ACCEL_2502"]
+    assert len(fms) == 19
+    for r in fms:
+        assert r["source"].endswith(f"mem_peak_torch_mem_alloc_in_bytes {r['measured']['bytes']}"), r["id"]
+        assert r["measured"]["metric"] == "allocated" and r["seq_exact"] and r["scenario"]["seq_len"] == 4096
+        sc = r["scenario"]
+        # one GPU runs plain python (peft's prepare_model_for_kbit_training runs for QLoRA); two run FSDP1 full shard,
+        # where TRL 0.13 sees sharded QLoRA (no prepare, bf16 adapters: peft-0.11)
+        assert sc["parallelism"] == ("fsdp" if sc["num_gpus"] == 2 else "none")
+        if sc["method"] == "qlora":
+            assert sc["kbit_prepare"] == ("no" if sc["num_gpus"] == 2 else "yes")
+            assert ("peft-0.11" in sc["framework_version"]) == (sc["num_gpus"] == 2)
+    # the full fine-tunes peak in foreach AdamW's step: weights, gradients, two states and the sqrt copy, 10 bytes a
+    # parameter of Mistral-7B in bf16 (batch 4 and 8 read the same), half of it per GPU under full shard
+    assert by_id["FMS_ACCEL_2502-1"]["measured"]["bytes"] == 72_434_837_504
+    assert by_id["FMS_ACCEL_2502-2"]["measured"]["bytes"] == 36_225_939_968
 
 
 def test_missing_scenario_keys_are_said_and_marked_low():
@@ -154,6 +172,6 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 179
+    assert len(rows) == 198
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]
