@@ -21,7 +21,7 @@ def test_versions_are_validated_against_the_profile():
                                             "peft-0.11", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
                                             "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
-                                            "trl-0.29", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
+                                            "trl-0.29", "trl-0.21", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
                                             "peft-method-comparison"]
     with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
         _sc(framework_version="transformers-4.30")
@@ -57,6 +57,22 @@ def test_kbit_prepare_decides_the_fp32_upcast_and_gptq_is_never_cast():
     assert not scenario_profile(gptq).qlora_unquantized_fp32
     with pytest.raises(ScenarioError, match="valid values: auto, yes, no"):
         _sc(kbit_prepare="maybe")
+
+
+def test_trl_0_21_casts_a_bf16_4bit_models_embeddings_and_head_back_to_bf16():
+    # trl v0.7.6-v0.21.x SFTTrainer: prepare_model_for_kbit_training, then (args.bf16, unsharded 4-bit model)
+    # peft_module_casting_to_bf16 puts embed_tokens and lm_head back to bf16; the 65 norm weights stay fp32
+    trl = "transformers-4.47+trl-0.21"
+    prepared = compute(LLAMA, _sc(method="qlora", kbit_prepare="yes")).parts.weights
+    cast = compute(LLAMA, _sc(method="qlora", kbit_prepare="yes", framework_version=trl)).parts.weights
+    assert prepared - cast == 2 * (2 * 128256 * 4096)  # two V x h tensors, 4 -> 2 bytes
+    no = compute(LLAMA, _sc(method="qlora", kbit_prepare="no")).parts.weights
+    assert cast - no == 2 * 65 * 4096  # only the norms are still fp32
+    # no cast without args.bf16, and nothing to cast back without the fp32 upcast (a sharded QLoRA skips both)
+    fp16 = dict(method="qlora", kbit_prepare="yes", precision="fp16-mixed")
+    assert compute(LLAMA, _sc(**fp16, framework_version=trl)).parts.weights == compute(LLAMA, _sc(**fp16)).parts.weights
+    assert compute(LLAMA, _sc(method="qlora", kbit_prepare="no", framework_version=trl)).parts.weights == no
+    assert compute(LLAMA, _sc(method="lora", framework_version=trl)).parts.weights == compute(LLAMA, _sc()).parts.weights
 
 
 def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():

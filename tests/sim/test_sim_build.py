@@ -68,6 +68,18 @@ def test_qlora_builds_packed_4bit_weights_and_quant_state():
     assert lora.dtype == torch.float32 and lora.requires_grad
 
 
+def test_trl_0_21_puts_embeddings_and_head_back_to_bf16_after_the_kbit_upcast():
+    cfg = tiny("meta-llama/Llama-3.1-8B", layers=1)  # untied embeddings and head
+    built = build_model(cfg, parse_scenario({"model": "x", "method": "qlora", "framework_version": "trl-0.21"}), 1)
+    lm = built.causal_lm
+    assert lm.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert lm.get_output_embeddings().weight.dtype == torch.bfloat16
+    assert lm.model.norm.weight.dtype == torch.float32  # peft_module_casting_to_bf16 keeps the norms fp32
+    assert any("peft_module_casting_to_bf16" in a for a in built.assumptions)
+    fp16 = parse_scenario({"model": "x", "method": "qlora", "framework_version": "trl-0.21", "precision": "fp16-mixed"})
+    assert build_model(cfg, fp16, 1).causal_lm.get_input_embeddings().weight.dtype == torch.float32  # no args.bf16
+
+
 def test_falcon_linears_stay_unquantized_as_in_transformers():
     cfg = tiny("tiiuae/falcon-7b", layers=1)
     built = build_model(cfg, parse_scenario({"model": "x", "method": "qlora"}), 1)

@@ -57,6 +57,18 @@ def resolve_spec(sc: Scenario):
     return f"generic-{sc.params}", spec, "generic", (note,)
 
 
+def _upcast_note(sc: Scenario, prof) -> str:
+    """What prepare_model_for_kbit_training (and TRL's cast back, profile ``qlora_16bit_embeddings``) left in fp32."""
+    from vramfit.estimate.core import qlora_embeddings_bf16
+
+    if not prof.qlora_unquantized_fp32:
+        return ""
+    if qlora_embeddings_bf16(sc, prof):
+        return (" (cast to fp32 by prepare_model_for_kbit_training; embeddings and lm_head back to bf16 by TRL's "
+                "peft_module_casting_to_bf16)")
+    return " (cast to fp32 by prepare_model_for_kbit_training)"
+
+
 def _experts_note(sc: Scenario, prof) -> str:
     from vramfit.estimate.core import experts_quantized
 
@@ -95,7 +107,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         out.append(
             f"Quantized base {sc.quantize.value}: block linears 4-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
-            + (" (cast to fp32 by prepare_model_for_kbit_training)" if prof.qlora_unquantized_fp32 else "")
+            + _upcast_note(sc, prof)
             + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
         )
         if any(lin.group == "expert" for lin in spec.block_linears):

@@ -139,7 +139,7 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             sizes.append((q, t.count))
             continue
         if sc.method is Method.QLORA and profile.qlora_unquantized_fp32:
-            w = 4
+            w = 2 if _embedding_back_to_bf16(t, sc, profile) else 4
         elif ds_mixed:
             w = 2  # zero.Init keeps the frozen base in 16 bits
         else:
@@ -148,6 +148,18 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
         sizes.append((t.numel * w, t.count))
     p.param_tensors = tuple(sizes)
     return trainable
+
+
+def qlora_embeddings_bf16(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """TRL's cast of a 4-bit model's fp32 embeddings and head back to bf16 (profile ``qlora_16bit_embeddings``),
+    made only under ``args.bf16`` and after prepare_model_for_kbit_training (trl v0.21.0 trainer/sft_trainer.py
+    l. 608-629)."""
+    bf16 = sc.precision in (Precision.BF16_TRUE, Precision.BF16_MIXED)
+    return profile.qlora_16bit_embeddings and profile.qlora_unquantized_fp32 and bf16 and sc.method is Method.QLORA
+
+
+def _embedding_back_to_bf16(t: ParamTensor, sc: Scenario, profile: FrameworkProfile) -> bool:
+    return qlora_embeddings_bf16(sc, profile) and t.kind in ("embedding", "lm_head")
 
 
 def _module_quant_state(t: ParamTensor, sc: Scenario, profile: FrameworkProfile, shd: Sharding, q: int) -> int:

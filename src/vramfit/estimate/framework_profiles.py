@@ -203,6 +203,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
                              "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
                              (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),
+            FrameworkVersion("trl-0.21", "trl v0.7.6-v0.21.x SFTTrainer: a bf16 4-bit model's embeddings and head go "
+                             "back to bf16 after prepare_model_for_kbit_training (peft_module_casting_to_bf16)",
+                             (("qlora_16bit_embeddings", True),)),
             FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
                              "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),

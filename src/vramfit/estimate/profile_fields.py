@@ -58,6 +58,10 @@ class FrameworkProfile:
     standard_loss: LossLayout
     # the torch AdamW implementation the framework's default recipe runs (torch v2.13.0 torch/optim/adamw.py)
     torch_optimizer_impl: OptimizerImpl
+    # TRL v0.7.6-v0.21.x SFTTrainer (v0.21.0 trainer/sft_trainer.py l. 600-629, trainer/utils.py l. 582-589
+    # peft_module_casting_to_bf16): after prepare_model_for_kbit_training, with args.bf16 on a 4-bit model that is not
+    # sharded, every fp32 embed_tokens / lm_head module goes back to bf16 (norms stay fp32); v0.22.0 makes neither call.
+    qlora_16bit_embeddings: bool = False
     # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)

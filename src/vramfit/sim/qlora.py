@@ -182,7 +182,7 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
                                         gradient_checkpointing_kwargs={"use_reentrant": False})
     dq = "with" if double_quant else "without"
-    notes = []
+    notes = _trl_embeddings_to_bf16(model, scenario)
     if not scenario.precision.mixed and compute_dtype != torch.float32:
         notes.append(
             "QLoRA runs under autocast in the compute dtype, as HF Trainer's bf16=True/fp16=True does: "
@@ -210,6 +210,23 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         "the dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs; fused kernel "
         "below), backward dequantizes the weight again.",
     ]
+
+
+def _trl_embeddings_to_bf16(model: Any, scenario: Scenario) -> list[str]:
+    """TRL v0.7.6-v0.21.x SFTTrainer's ``peft_module_casting_to_bf16`` after prepare_model_for_kbit_training (profile
+    ``qlora_16bit_embeddings``; trl v0.21.0 trainer/utils.py l. 582-589): the fp32 embedding and head modules back
+    to bf16, the norms left fp32. TRL picks them by module name (embed_tokens, lm_head, wte, wpe); the model's own
+    accessors name the same modules here."""
+    from vramfit.estimate.core import qlora_embeddings_bf16
+    from vramfit.estimate.framework import scenario_profile
+
+    if not qlora_embeddings_bf16(scenario, scenario_profile(scenario)):
+        return []
+    for module in {id(m): m for m in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+        if module.weight.dtype == torch.float32:
+            module.to(torch.bfloat16)
+    return ["QLoRA: TRL's SFTTrainer (framework_version trl-0.21) casts the embeddings and lm_head back to bf16 "
+            "after prepare_model_for_kbit_training (peft_module_casting_to_bf16); the norms stay fp32."]
 
 
 #: bitsandbytes 0.50 CUDA ``gemm_4bit`` runs its own kernel only for few rows, else it dequantizes the
