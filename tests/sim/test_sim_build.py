@@ -68,6 +68,16 @@ def test_qlora_builds_packed_4bit_weights_and_quant_state():
     assert lora.dtype == torch.float32 and lora.requires_grad
 
 
+def test_kbit_prepare_no_leaves_the_unquantized_parameters_in_the_model_dtype():
+    cfg = tiny("meta-llama/Llama-3.1-8B", layers=1)
+    built = build_model(cfg, parse_scenario({"model": "x", "method": "qlora", "kbit_prepare": "no"}), 1)
+    lm = built.causal_lm
+    assert {lm.get_input_embeddings().weight.dtype, lm.get_output_embeddings().weight.dtype,
+            lm.model.norm.weight.dtype} == {torch.bfloat16}
+    assert not any(p.requires_grad for n, p in lm.named_parameters() if "lora_" not in n)
+    assert any("kbit_prepare no" in a for a in built.assumptions)
+
+
 def test_trl_0_21_puts_embeddings_and_head_back_to_bf16_after_the_kbit_upcast():
     cfg = tiny("meta-llama/Llama-3.1-8B", layers=1)  # untied embeddings and head
     built = build_model(cfg, parse_scenario({"model": "x", "method": "qlora", "framework_version": "trl-0.21"}), 1)

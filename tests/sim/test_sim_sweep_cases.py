@@ -21,6 +21,12 @@ LAYERS = 3
 TOLERANCE = 0.03
 
 CASES = [
+    # QLoRA without prepare_model_for_kbit_training: the simulator leaves embeddings, norms and head in bf16
+    # (sim/qlora.py _unprepared_notes), as the estimator's kbit_prepare no does
+    ({"model": "meta-llama/Llama-3.2-1B", "method": "qlora", "seq_len": 4096, "kbit_prepare": "no",
+      "gradient_checkpointing": "full"}, "llama-qlora-no-kbit-prepare", "backward-loss"),
+    ({"model": "mistralai/Mistral-7B-v0.1", "method": "qlora", "micro_batch_size": 2, "seq_len": 2048,
+      "kbit_prepare": "no", "gradient_checkpointing": "full"}, "mistral-qlora-no-kbit-prepare", "backward-block"),
     # DPO's adapters-off reference pass under no_grad runs Gemma 2's eager soft-capped attention: its block's
     # working set is the (B, H, S, S) softmax, not the MLP's (stages/preference.py no_grad_eager_attention; -7.7 %)
     ({"model": "google/gemma-2-2b", "method": "lora", "seq_len": 2048, "stage": "dpo"}, "gemma2-dpo-lora-eager-ref",

@@ -14,7 +14,8 @@ What it mirrors (recorded in :attr:`BuiltModel.assumptions`):
   default ``autocast_adapter_dtype=True`` makes the adapters fp32;
 - QLoRA: every ``nn.Linear`` of the decoder blocks (not ``lm_head``) becomes a bitsandbytes 4-bit layer
   (:mod:`vramfit.sim.qlora`), then ``peft.prepare_model_for_kbit_training`` (casts every other fp16/bf16
-  parameter to fp32, enables checkpointing when asked) and ``get_peft_model``;
+  parameter to fp32, enables checkpointing when asked; only where ``kbit_prepare`` resolves to yes, the hf
+  default: with no, the rest stays in the model's dtype) and ``get_peft_model``;
 - gradient checkpointing through the model's own ``activation_checkpointing_enable`` as HF Trainer calls
   it (``use_reentrant=False`` is transformers 5's default); ``selective`` adds a
   ``torch.utils.checkpoint`` selective policy, ``offload`` keeps checkpoint inputs in host memory.

@@ -160,10 +160,16 @@ def _vision_linears_kept(model: torch.nn.Module, scenario: Scenario) -> set[str]
     return {name for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) and id(mod) not in inside}
 
 
+_MATMUL_NOTE = ("QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more than 512 tokens per micro-batch take "
+                "the dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs; fused "
+                "kernel below), backward dequantizes the weight again.")
+
+
 def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
     """Swap in 4-bit layers, then run ``peft.prepare_model_for_kbit_training`` on the (meta) model."""
     from peft import prepare_model_for_kbit_training
 
+    from vramfit.estimate.framework import scenario_profile
     from vramfit.scenario import Checkpointing
 
     quant_type = "fp4" if scenario.quantize in (Quantize.FP4, Quantize.FP4_DQ) else "nf4"
@@ -177,6 +183,10 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         setattr(parent, leaf, make_sim_linear4bit(lin, quant_type, double_quant, compute_dtype, compute_dtype))
     model.is_loaded_in_4bit = True
     gc = scenario.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
+    if not scenario_profile(scenario).qlora_unquantized_fp32:
+        # kbit_prepare no (or a framework whose recipe never calls it): no fp32 upcast; get_peft_model freezes the
+        # base later, and the Trainer's non-reentrant checkpointing needs no input that requires grad
+        return _unprepared_notes(model, quant_type, double_quant, compute_dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
@@ -206,9 +216,22 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
         "QLoRA: peft.prepare_model_for_kbit_training casts every other fp16/bf16 parameter (embeddings, "
         "norms, lm_head) to fp32" + (" and enables gradient checkpointing." if gc else "."),
-        "QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more than 512 tokens per micro-batch take "
-        "the dequantize + F.linear path (a compute-dtype copy of the weight while the matmul runs; fused kernel "
-        "below), backward dequantizes the weight again.",
+        _MATMUL_NOTE,
+    ]
+
+
+def _unprepared_notes(model: Any, quant_type: str, double_quant: bool, compute_dtype: torch.dtype) -> list[str]:
+    """The QLoRA base without prepare_model_for_kbit_training (``kbit_prepare`` no): every parameter frozen, as
+    get_peft_model leaves the base, and the unquantized ones in the model's own dtype."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    dq = "with" if double_quant else "without"
+    return [
+        f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
+        f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
+        "QLoRA without prepare_model_for_kbit_training (kbit_prepare no): embeddings, norms and lm_head stay in the "
+        "model's dtype.",
+        _MATMUL_NOTE,
     ]
 
 
