@@ -32,9 +32,10 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
                                                      + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
                                                      + [f"FMS_ACCEL_2502-{n}" for n in (11, 13, 15, 17)])
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
-    # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1) and litgpt's
-    # 2024 config-hub LoRA rows on one A10G (12)
-    assert lit["measured_path"] and len(lit["cases"]) == 23 and "LIT_LORA_TUT_2310-1" in lit["cases"]
+    # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1), litgpt's
+    # 2024 config-hub LoRA rows on one A10G (12), the August-2023 tutorial's StableLM LoRA rows (2) and the September-2023
+    # dataset tutorial's Falcon-7B row (1)
+    assert lit["measured_path"] and len(lit["cases"]) == 26 and "LIT_LORA_TUT_2310-1" in lit["cases"]
     # the config-hub QLoRA rows read -20.8 % (Phi-3-mini) to +2.0 % before estimate/retained_graph.py (bitsandbytes
     # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive), then -6.6 % to +5.6 % (LIT_HUB_2409-4, gemma-2b,
     # whose forward added the loss moment to the de-quantized head); with the moments apart and the loop's carried
@@ -42,5 +43,6 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     q = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "framework": "litgpt"}).accuracy
     # lit-gpt's October-2023 tutorial's two micro-batch-4 QLoRA rows (+5.4 %) join the path and set the band's top;
     # +5.5 % since the last head chunk's shifted copy (estimate/loss.py _litgpt_shift_copy, 4 x 9 x V at 1,034 tokens)
-    # joins their forward's loss moment
-    assert len(q["cases"]) == 23 and q["error_band"] == [-0.0661, 0.055] and q["median_abs_error"] == 0.0185
+    # joins their forward's loss moment. The August-2023 tutorial's two StableLM-3B bf16-true QLoRA rows join too
+    # (2026-12-02), +8.8/+8.9 %, and set the band's top (its Llama-2-7B table is not taken: benchmarks/data/measured/README.md)
+    assert len(q["cases"]) == 25 and q["error_band"] == [-0.0661, 0.0888] and q["median_abs_error"] == 0.0186
