@@ -165,6 +165,12 @@ _MATMUL_NOTE = ("QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more 
                 "kernel below), backward dequantizes the weight again.")
 
 
+def _storage_note(quant_type: str, double_quant: bool, compute_dtype: torch.dtype) -> str:
+    dq = "with" if double_quant else "without"
+    return (f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
+            f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.")
+
+
 def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
     """Swap in 4-bit layers, then run ``peft.prepare_model_for_kbit_training`` on the (meta) model."""
     from peft import prepare_model_for_kbit_training
@@ -191,7 +197,6 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         warnings.simplefilter("ignore")
         prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
                                         gradient_checkpointing_kwargs={"use_reentrant": False})
-    dq = "with" if double_quant else "without"
     notes = _trl_embeddings_to_bf16(model, scenario)
     if not scenario.precision.mixed and compute_dtype != torch.float32:
         notes.append(
@@ -212,8 +217,7 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
         notes.append(f"QLoRA: the {len(kept_vision)} vision tower and projector linears stay 16-bit "
                      "(quantize_vision; as a llm_int8_skip_modules entry for them does).")
     return notes + [
-        f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
-        f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
+        _storage_note(quant_type, double_quant, compute_dtype),
         "QLoRA: peft.prepare_model_for_kbit_training casts every other fp16/bf16 parameter (embeddings, "
         "norms, lm_head) to fp32" + (" and enables gradient checkpointing." if gc else "."),
         _MATMUL_NOTE,
@@ -225,10 +229,8 @@ def _unprepared_notes(model: Any, quant_type: str, double_quant: bool, compute_d
     get_peft_model leaves the base, and the unquantized ones in the model's own dtype."""
     for p in model.parameters():
         p.requires_grad_(False)
-    dq = "with" if double_quant else "without"
     return [
-        f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
-        f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.",
+        _storage_note(quant_type, double_quant, compute_dtype),
         "QLoRA without prepare_model_for_kbit_training (kbit_prepare no): embeddings, norms and lm_head stay in the "
         "model's dtype.",
         _MATMUL_NOTE,
