@@ -70,3 +70,21 @@ def longest_first_notes(step: Step) -> list[str]:
         f"(FSDP no_sync). If they are shorter, the peak lies between {floor / 2**30:,.2f} GiB and this figure, "
         "depending on their lengths."
     ]
+
+
+def allocated_floor(scenario) -> int | None:
+    """The floor above for a scenario (a dict or :class:`~vramfit.scenario.Scenario`), in allocated bytes, when it
+    lies below the estimate's peak: the low end of the range the estimate states in its assumptions (the peak at
+    ``seq_len`` is the high end). None where the recipe's first micro-batch is its worst one. The accuracy benchmark
+    scores a measurement whose sequence length is only an upper bound against this range (benchmarks/accuracy.py)."""
+    from vramfit.estimate import resolve_spec
+    from vramfit.estimate.step import compute
+    from vramfit.gpus import get_gpu
+    from vramfit.scenario import parse_scenario
+
+    sc = parse_scenario(scenario.to_dict() if hasattr(scenario, "to_dict") else dict(scenario))
+    _, spec, _, _ = resolve_spec(sc)
+    step = compute(spec, sc, get_gpu(sc.gpu) if sc.gpu else None)  # the card picks the workspace, as estimate()
+    peak = max(p.total for p in step.phases)
+    floor = longest_first_floor(step, peak)
+    return floor if floor is not None and floor < peak else None
