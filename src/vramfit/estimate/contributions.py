@@ -266,11 +266,13 @@ def temporaries(step: Step) -> Iterator[Contribution]:
 
 
 def framework_buffers(step: Step) -> Iterator[Contribution]:
-    """Buffers a framework keeps beside the model state from the first step on: Unsloth 2024.12's
-    per-layer RoPE cos/sin caches (:func:`vramfit.estimate.unsloth.rope_cache_bytes`)."""
+    """Buffers a framework keeps beside the model state from the first step on: the per-layer RoPE cos/sin caches of
+    Unsloth 2024.12 (:func:`vramfit.estimate.unsloth.rope_cache_bytes`) and of transformers 4
+    (:func:`vramfit.estimate.rope_v4.rope_cache_v4_bytes`)."""
+    from vramfit.estimate.rope_v4 import rope_cache_v4_bytes
     from vramfit.estimate.unsloth import rope_cache_bytes
 
-    rope = rope_cache_bytes(step.spec, step.sc, step.profile)
+    rope = rope_cache_bytes(step.spec, step.sc, step.profile) + rope_cache_v4_bytes(step.spec, step.sc, step.profile)
     for phase in _ALL:
         yield Contribution("rope_cache", phase, rope)
 

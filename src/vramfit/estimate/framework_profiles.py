@@ -15,6 +15,7 @@ from vramfit.estimate.profile_fields import (
     LossLayout,
     OptimizerImpl,
 )
+from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_SOURCE
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Framework, Method, Parallelism, Precision
 
@@ -40,6 +41,8 @@ _OWN_EMBEDDINGS_HOOKED = ("hooks_sub_model_embeddings", False)
 _SDPA_REPEATS_KV = ("expands_kv_for_sdpa", True)
 # DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
 _DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
+_T4_44 = (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
+          _OWN_EMBEDDINGS_HOOKED)
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -109,10 +112,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
                 "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach); one "
                 "attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v repeated to "
-                "every head (no enable_gqa before v4.54)",
-                (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
-                 _OWN_EMBEDDINGS_HOOKED),
-            ),
+                "every head (no enable_gqa before v4.54)", _T4_44),
+            FrameworkVersion("transformers-4.40", ROPE_V4_SOURCE, (*_T4_44, ROPE_V4_40)),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "

@@ -328,6 +328,11 @@ class FrameworkProfile:
     # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
     # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
     rope_cache_per_layer: bool = False
+    # the transformers 4.x minor release the run had, for the families whose modelling then kept a RoPE cache in every
+    # attention layer (ModelSpec.rope_cache_v4_last): transformers v4.39.3 models/mistral/modeling_mistral.py l. 105-116
+    # and estimate/rope_v4.py; 0: no such cache (v5.24.0 models/llama/modeling_llama.py l. 348: one rotary module per
+    # model, cos/sin computed per call)
+    rope_cache_v4_release: int = 0
     # parallelism fsdp is FSDP2 fully_shard (torchtune v0.4.0 training/_distributed.py shard_model, torchtitan@9dec370
     # parallelize_llama.py apply_fsdp): per-parameter gradients copied into one flat reduce-scatter input, blocks
     # resharded after forward (estimate/fsdp2.py)

@@ -48,6 +48,10 @@ _GEMMA3_TEXT_DEFAULTS = {
 _GEMMA_NORM = ("gemma", "gemma2", "gemma3_text")  # GemmaRMSNorm: x * (1 + w) in fp32
 _QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")  # q_norm / k_norm modules
 _SANDWICH_NORM = ("gemma2", "gemma3_text")  # post_attention + post_feedforward norms as well
+# the last transformers 4.x minor whose <Family>Attention builds its own <Family>RotaryEmbedding with cos/sin buffers of
+# max_position_embeddings rows (estimate/rope_v4.py): llama v4.40.2 (`_cos_cached`, gone in v4.41.2), mistral v4.41.2
+# (gone in v4.42.4), qwen2 v4.44.2 (gone in v4.45.2)
+_ROPE_CACHE_V4_LAST = {"llama": 40, "mistral": 41, "qwen2": 44}
 
 
 def spec_from_hf_config(config: dict) -> ModelSpec:
@@ -235,6 +239,7 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         partial_rotary_factor=c.rope_fraction("partial_rotary_factor"),
         norm_one_plus_weight=mt in _GEMMA_NORM, qk_norm=mt in _QK_NORM,
         sandwich_norms=mt in _SANDWICH_NORM, sliding_mask_copies_v4=mt == "gemma3_text",
+        rope_cache_v4_last=_ROPE_CACHE_V4_LAST.get(mt, 0),
         fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
         **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )

@@ -206,6 +206,9 @@ class ModelSpec:
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 0
     # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---
+    # the last transformers 4.x minor release whose modelling of this family gives every attention layer its own
+    # RoPE cos/sin cache of max_position_embeddings rows (0: none; sources in estimate/rope_v4.py)
+    rope_cache_v4_last: int = 0
     # norms feeding the parallel attention and MLP branches: 1 = one shared norm (Phi, Falcon-7B
     # modeling_falcon.py num_ln_in_parallel_attn=1), 2 = one each (GPT-NeoX, Falcon new arch)
     parallel_norms: int = 2

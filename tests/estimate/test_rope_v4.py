@@ -1,0 +1,44 @@
+"""transformers 4's per-layer RoPE caches (estimate/rope_v4.py): framework_version transformers-4.40 on the families
+whose modelling then kept them."""
+
+from vramfit import estimate
+from vramfit.estimate.framework import scenario_profile
+from vramfit.estimate.rope_v4 import rope_cache_v4_bytes
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+
+def _sc(model, **keys):
+    return parse_scenario({"model": model, "method": "lora", "seq_len": 2048, "framework": "hf", **keys})
+
+
+def _bytes(model, **keys):
+    sc = _sc(model, **keys)
+    return rope_cache_v4_bytes(resolve_model(model).spec, sc, scenario_profile(sc))
+
+
+def test_family_release_limits_come_from_the_config_reader():
+    assert resolve_model("meta-llama/Llama-2-7b-hf").spec.rope_cache_v4_last == 40
+    assert resolve_model("mistral-community/Mistral-7B-v0.2").spec.rope_cache_v4_last == 41
+    assert resolve_model("Qwen/Qwen2.5-7B").spec.rope_cache_v4_last == 44
+    assert resolve_model("google/gemma-2b").spec.rope_cache_v4_last == 0
+
+
+def test_layers_times_cos_sin_times_max_positions_in_the_load_dtype():
+    # Mistral-7B-v0.2: 32 layers x (cos, sin) x 32,768 positions x 128 x bf16 = 512 MiB
+    assert _bytes("mistral-community/Mistral-7B-v0.2", framework_version="transformers-4.40") == 512 * 2**20
+    # Llama-2-7B: 4,096 positions, fp32 weights under bf16-mixed (from_pretrained's torch_dtype fp32)
+    assert _bytes("meta-llama/Llama-2-7b-hf", framework_version="transformers-4.40", precision="bf16-mixed") == 128 * 2**20
+    # gone from transformers 4.41 (Llama), 4.42 (Mistral); Gemma never kept one; not in the newest release
+    assert _bytes("meta-llama/Llama-2-7b-hf", framework_version="transformers-4.44") == 0
+    assert _bytes("google/gemma-2b", framework_version="transformers-4.40") == 0
+    assert _bytes("mistral-community/Mistral-7B-v0.2") == 0
+
+
+def test_the_cache_is_persistent_allocated_memory():
+    base = {"model": "mistral-community/Mistral-7B-v0.2", "method": "lora", "seq_len": 2048,
+            "framework_version": "transformers-4.44"}
+    a = estimate(base)
+    b = estimate({**base, "framework_version": "transformers-4.40"})
+    assert b.peak.allocated_bytes - a.peak.allocated_bytes == 512 * 2**20
+    assert b.component("rope_cache") == 512 * 2**20
