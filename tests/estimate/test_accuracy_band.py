@@ -37,8 +37,8 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1), litgpt's
     # 2024 config-hub LoRA rows on one A10G (12), the August-2023 tutorial's StableLM LoRA rows (2) and the September-2023
-    # dataset tutorial's Falcon-7B row (1)
-    assert lit["measured_path"] and len(lit["cases"]) == 26 and "LIT_LORA_TUT_2310-1" in lit["cases"]
+    # dataset tutorial's Falcon-7B row (1), and the March-2024 'Zero to LitGPT' tutorial's phi-2 run (1)
+    assert lit["measured_path"] and len(lit["cases"]) == 27 and "LIT_LORA_TUT_2310-1" in lit["cases"]
     # the config-hub QLoRA rows read -20.8 % (Phi-3-mini) to +2.0 % before estimate/retained_graph.py (bitsandbytes
     # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive), then -6.6 % to +5.6 % (LIT_HUB_2409-4, gemma-2b,
     # whose forward added the loss moment to the de-quantized head); with the moments apart and the loop's carried
