@@ -73,6 +73,9 @@ SOURCE_FRAMEWORK = {
     "TT_PR961_2405": "torchtune",
     "LIT_LORA_TUT_2308": "litgpt",  # lit-gpt finetune_lora.md tables of August 2023 (064fd523): finetune/lora.py, as LIT_RES
     "LIT_DATA_TUT_2309": "litgpt",  # lit-gpt tutorials/prepare_dataset.md (Sept 2023): finetune/lora.py on Falcon-7B, as LIT_RES
+    "LIT_ZERO_TUT_2403": "litgpt",  # litgpt tutorials/0_to_litgpt.md (March 2024): litgpt finetune lora on phi-2, one GPU
+    "FMS_ACCEL_2407": "hf",  # fms-acceleration benchmark CSV of July 2024 (b6c1455): fms-hf-tuning over TRL 0.9.6 SFTTrainer + HF Trainer (FSDP1 via accelerate)
+    "FMS_ACCEL_2411": "hf",  # fms-acceleration benchmark CSV of Nov 2024 (9239802): fms-hf-tuning over TRL 0.11.4 SFTTrainer + HF Trainer (FSDP1 via accelerate)
     "FMS_ACCEL_ORCA_2409": "hf",  # fms-acceleration orca-math benchmark (Sept 2024): fms-hf-tuning over the HF Trainer (FSDP1 via accelerate)
     "TT_README_2403": "torchtune",  # torchtune README of 2024-03-21 (a95c6b931): lora_finetune_distributed, FSDP1 over a rank-0 CPU model
     "LLAMA_REC_PR41_2307": "hf",  # llama-recipes' llama_finetuning.py: transformers + PEFT under FSDP1 (July 2023)  # torchtune PR #961: full_finetune_single_device re-measured at 4 x 2048  # litgpt config_hub/finetune table (2024 litgpt, Lightning Fabric, one A10G)

@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 126
+    assert len(ROWS) == 156
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 126
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 156
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -103,12 +103,28 @@ def test_figures_are_the_printed_numbers_in_bytes():
     # max_memory_allocated over train() on rank 0), exact bytes; every run packed to 4096 tokens
     fms = [r for r in ROWS if r["source_id"] == "FMS_ACCEL_2502"]
     assert len(fms) == 19
-    for r in fms:
+    # the same 19 scenarios in the file's November-2024 version (@9239802: transformers 4.45.2, TRL 0.11.4), whose
+    # model upcasts the logits itself (transformers-4.44 instead of -4.47)
+    older = [r for r in ROWS if r["source_id"] == "FMS_ACCEL_2411"]
+    assert len(older) == 19 and "@9239802" in older[0]["source"]
+    for new, old in zip(fms, older):
+        assert {**new["scenario"], "framework_version": ""} == {**old["scenario"], "framework_version": ""}
+        assert old["scenario"]["framework_version"] == new["scenario"]["framework_version"].replace("4.47", "4.44")
+    # and the full fine-tuning and LoRA scenarios (rows 1-10) in its July-2024 version (@b6c1455: torch_dtype float16, no
+    # --fp16 flag: pure fp16; transformers 4.43.3, TRL 0.9.6)
+    fp16 = [r for r in ROWS if r["source_id"] == "FMS_ACCEL_2407"]
+    assert len(fp16) == 10 and "@b6c1455" in fp16[0]["source"]
+    for new, old in zip(fms, fp16):
+        assert {**new["scenario"], "framework_version": "", "precision": ""} == {
+            **old["scenario"], "framework_version": "", "precision": ""}
+        assert old["scenario"]["precision"] == "fp16-true"
+        assert old["scenario"]["framework_version"] == "transformers-4.44+torch-2.2"
+    for r in fms + older + fp16:
         assert r["source"].endswith(f"mem_peak_torch_mem_alloc_in_bytes {r['measured']['bytes']}"), r["id"]
         assert r["measured"]["metric"] == "allocated" and r["seq_exact"] and r["scenario"]["seq_len"] == 4096
         sc = r["scenario"]
         # one GPU runs plain python (peft's prepare_model_for_kbit_training runs for QLoRA); two run FSDP1 full shard,
-        # where TRL 0.13 sees sharded QLoRA (no prepare, bf16 adapters: peft-0.11)
+        # where TRL 0.13 (and 0.11.4) sees sharded QLoRA (no prepare, bf16 adapters: peft-0.11)
         assert sc["parallelism"] == ("fsdp" if sc["num_gpus"] == 2 else "none")
         if sc["method"] == "qlora":
             assert sc["kbit_prepare"] == ("no" if sc["num_gpus"] == 2 else "yes")
@@ -173,6 +189,6 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 208
+    assert len(rows) == 238
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]

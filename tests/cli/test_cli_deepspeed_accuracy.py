@@ -31,8 +31,9 @@ def test_accuracy_line_and_one_line_errors():
     r = run("estimate", "--model", MODEL, "--method", "lora", "--framework", "litgpt")
     assert r.exit_code == 0, r.output
     # 10 lit-gpt 2023 resource-table rows, lit-gpt's October-2023 tutorial bf16-mixed row, 12 litgpt 2024 config-hub rows,
-    # the August-2023 tutorial's two StableLM-3B LoRA rows and the September-2023 dataset tutorial's Falcon-7B row
-    assert "accuracy: 26 published measurement(s) on this path (litgpt · lora · none · none · none)" in r.output
+    # the August-2023 tutorial's two StableLM-3B LoRA rows, the September-2023 dataset tutorial's Falcon-7B row and the
+    # March-2024 'Zero to LitGPT' tutorial's phi-2 run
+    assert "accuracy: 27 published measurement(s) on this path (litgpt · lora · none · none · none)" in r.output
     bad = run("estimate", "--model", MODEL, "--framework-version", "transformers-4.30")
     assert bad.exit_code == 2
     assert "framework_version: hf has no modelled release 'transformers-4.30'" in bad.output

@@ -20,22 +20,25 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     assert a["note"].startswith("no measurement behind this path (hf · qlora · zero2 · none · bnb-4bit)")
     # nearest: the same framework, method and quantization under other sharding: the PEFT docs' 70B runs,
     # Answer.AI's 2-GPU fsdp_qlora runs without CPU offload, the single-GPU axolotl and ms-swift QLoRA (found.jsonl:
-    # the bnb script and the 1.x Yi-34B QLoRA script), fms-acceleration's packed A100 QLoRA runs (one GPU and FSDP1)
+    # the bnb script and the 1.x Yi-34B QLoRA script), fms-acceleration's packed A100 QLoRA runs (one GPU and FSDP1;
+    # its February-2025 and November-2024 CSVs)
     assert a["matched_fields"] == ["framework", "method", "offload", "quantization"]
     assert a["cases"] == (["PEFT_DOCS-119", "PEFT_DOCS-122"] + [f"AAI_FSDPQLORA_2403-{n}" for n in (1, 2, 7, 8, 11, 13)]
                           + [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
-                          + [f"FMS_ACCEL_2502-{n}" for n in range(11, 20)])
+                          + [f"FMS_ACCEL_2502-{n}" for n in range(11, 20)]
+                          + [f"FMS_ACCEL_2411-{n}" for n in range(11, 20)])
     # single-GPU hf QLoRA is measured now (axolotl's 24B QLoRA recipes, ms-swift's bnb script and Yi-34B QLoRA,
-    # fms-acceleration's one-GPU Mistral-7B and Mixtral-8x7B QLoRA)
+    # fms-acceleration's one-GPU Mistral-7B and Mixtral-8x7B QLoRA, 2025 and 2024 CSVs)
     one = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
     assert one["measured_path"] and one["cases"] == ([f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)]
                                                      + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
-                                                     + [f"FMS_ACCEL_2502-{n}" for n in (11, 13, 15, 17)])
+                                                     + [f"FMS_ACCEL_2502-{n}" for n in (11, 13, 15, 17)]
+                                                     + [f"FMS_ACCEL_2411-{n}" for n in (11, 13, 15, 17)])
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1), litgpt's
     # 2024 config-hub LoRA rows on one A10G (12), the August-2023 tutorial's StableLM LoRA rows (2) and the September-2023
-    # dataset tutorial's Falcon-7B row (1)
-    assert lit["measured_path"] and len(lit["cases"]) == 26 and "LIT_LORA_TUT_2310-1" in lit["cases"]
+    # dataset tutorial's Falcon-7B row (1), and the March-2024 'Zero to LitGPT' tutorial's phi-2 run (1)
+    assert lit["measured_path"] and len(lit["cases"]) == 27 and "LIT_LORA_TUT_2310-1" in lit["cases"]
     # the config-hub QLoRA rows read -20.8 % (Phi-3-mini) to +2.0 % before estimate/retained_graph.py (bitsandbytes
     # <= 0.43.1 keeps the previous micro-batch's 4-bit inputs alive), then -6.6 % to +5.6 % (LIT_HUB_2409-4, gemma-2b,
     # whose forward added the loss moment to the de-quantized head); with the moments apart and the loop's carried
