@@ -50,7 +50,11 @@ def test_the_edge_case_sits_between_the_limit_and_the_usable_memory():
     # of the loss's forward working set (15,360 x 128,256 bf16), cached, wholly free, while the loss gradient opens
     # segments of its own (segments rounded up to 2 MiB, kRoundLarge)
     seg = lambda n: -(-n // 2**21) * 2**21  # noqa: E731
-    assert r.peak.device_bytes - r.peak.required_bytes == 3 * seg(15360 * 14336 * 2) + seg(15360 * 128256 * 2)
+    free = estimate({k: v for k, v in EDGE.items() if k != "gpu"}).peak  # no card: the whole cached figure
+    assert free.required_bytes == r.peak.required_bytes
+    assert free.device_bytes - free.required_bytes == 3 * seg(15360 * 14336 * 2) + seg(15360 * 128256 * 2)
+    # on the L40S the run fits only after that release, so its reserved figure stops at the card (estimate.on_card)
+    assert r.peak.required_bytes < g.usable_bytes == r.peak.device_bytes < free.device_bytes
 
 
 def test_every_face_gives_the_same_verdict_on_the_edge_case(client):

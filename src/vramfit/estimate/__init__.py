@@ -285,13 +285,15 @@ def estimate_spec(
     released = reserved - max(allocated, _reserved(r, breakdowns, step_phase, tensors, events, True)) if releasable else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
+    required = device - released
+    reserved, device, full_card = on_card(card, reserved, device, required)
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
     assumptions = list(notes) + _assumptions(sc, r, spec, reserved, events) + ([fc.note()] if fc is not None else [])
+    assumptions += full_card
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),
-        peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items())),
-                  device - released),
+        peak=Peak(allocated, reserved, device, peak_phase, tuple(sorted(breakdowns[peak_phase].items())), required),
         components=comps,
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
@@ -299,6 +301,22 @@ def estimate_spec(
         accuracy=accuracy_for(sc),
         ranks=r.ranks,
     )
+
+
+def on_card(card: GPU | None, reserved: int, device: int, required: int) -> tuple[int, int, list[str]]:
+    """(reserved, device, note) on a named card the run fits only by releasing cached segments: its reserved figure
+    cannot pass what the card lets the allocator hold. When ``cudaMalloc`` fails, the caching allocator frees every
+    cached segment holding no live block and retries (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp
+    ``malloc``: ``release_cached_blocks`` and retry, modelled in vramfit.sim.cuda_allocator), so the high-water mark of
+    reserved stops at the card's usable bytes less the context, NCCL and paged bytes beside it. Unchanged where the
+    card holds the whole figure, where no card is named, or where even the retried allocation fails (no fit)."""
+    if card is None or not required <= card.usable_bytes < device:
+        return reserved, device, []
+    reserved -= device - card.usable_bytes
+    note = (f"On the {card.name} ({card.usable_bytes / 2**30:,.2f} GiB usable) the allocator releases its free cached "
+            f"segments and retries before an allocation fails: reserved stops at {reserved / 2**30:,.2f} GiB, the "
+            f"card full (without that limit it would reach {(reserved + device - card.usable_bytes) / 2**30:,.2f} GiB).")
+    return reserved, card.usable_bytes, [note]
 
 
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, tensors: int, events: list[int],

@@ -42,6 +42,8 @@ class Change:
     kind: str  # free | slower | hardware | training (see KINDS)
     tradeoff: str
     device_bytes: int | None = None  # per GPU after the change
+    # what the change takes off the figure the verdict counts (Peak.required_bytes): on a card the run fills, the
+    # device figure stops at the card (estimate.on_card) and would hide it
     saving_bytes: int | None = None
     fits: bool = False
     # the card's verdict of the changed scenario (vramfit.plan.verdict.card_fit, as estimate's ``fits`` states it):
@@ -102,7 +104,7 @@ class _Ctx:
         self.limit = limit_bytes(g, margin)
         self.margin = margin
         self.mfu = mfu
-        self.before = self.ev.device_bytes()
+        self.before = self.ev.estimate().peak.required_bytes
         self.trainable = self.ev.estimate().model.num_trainable_params
         self.t0 = self.seconds_per_token(self.ev.base)
 
@@ -128,7 +130,7 @@ class _Ctx:
         if r.scenario.seq_len != self.ev.base.seq_len and "seq_len" not in ch.changes:  # a dataset's row at this size
             ch = _with(ch, changes={**ch.changes, "seq_len": r.scenario.seq_len})
         verdict = card_fit(r, self.g, self.margin)
-        return _with(ch, device_bytes=dev, saving_bytes=self.before - dev, fits=verdict.fits,
+        return _with(ch, device_bytes=dev, saving_bytes=self.before - r.peak.required_bytes, fits=verdict.fits,
                      headroom_bytes=verdict.headroom_bytes, slowdown=slow, cost_factor=cost,
                      required_bytes=r.peak.required_bytes)
 

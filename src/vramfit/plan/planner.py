@@ -8,6 +8,7 @@ from vramfit.calibration import Calibration
 from vramfit.choices import Generation, Stage
 from vramfit.errors import ScenarioError
 from vramfit.gpus import GPU, get_gpu, list_gpus
+from vramfit.estimate import on_card
 from vramfit.plan import layouts, vllm_split
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
@@ -353,11 +354,13 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     per_m = (g.price_low * billed / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
+    # the class card's estimate, on this card: reserved stops at what it holds (estimate.on_card)
+    reserved, device, _ = on_card(g, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes)
     return Plan(
         gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=sc.grad_accum,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,
         loss=c.loss, parallelism=sc.parallelism.value, offload=c.offload, scenario=scenario,
-        allocated_bytes=r.peak.allocated_bytes, reserved_bytes=r.peak.reserved_bytes, device_bytes=r.peak.device_bytes,
+        allocated_bytes=r.peak.allocated_bytes, reserved_bytes=reserved, device_bytes=device,
         usable_bytes=g.usable_bytes, limit_bytes=limit, headroom_bytes=limit - r.peak.required_bytes + (result_paging(r, limit) or 0),
         required_bytes=r.peak.required_bytes,
         host_ram_bytes=host * c.num_gpus, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
