@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from benchmark_modules import load_benchmark
 
+from benchmark_modules import load_benchmark
 from vramfit import estimate
 from vramfit.estimate.first_batch import allocated_floor
 

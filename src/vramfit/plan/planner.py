@@ -7,8 +7,8 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.choices import Generation, Stage
 from vramfit.errors import ScenarioError
-from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.estimate import on_card
+from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan import layouts, vllm_split
 from vramfit.plan.changes import at_effective_batch
 from vramfit.plan.disk import disk_needed
