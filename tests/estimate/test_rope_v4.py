@@ -42,3 +42,13 @@ def test_the_cache_is_persistent_allocated_memory():
     b = estimate({**base, "framework_version": "transformers-4.40"})
     assert b.peak.allocated_bytes - a.peak.allocated_bytes == 512 * 2**20
     assert b.component("rope_cache") == 512 * 2**20
+
+
+def test_fsdp_qlora_builds_its_quantized_model_without_a_dtype_so_its_caches_are_fp32():
+    v = "transformers-4.40+peft-0.11+fsdp-qlora"
+    # Answer.AI's QLoRA path (from_config, no torch_dtype): fp32 whatever the weights' bf16, 32 x 2 x 4,096 x 128 x 4 B
+    assert _bytes("meta-llama/Llama-2-7b-hf", method="qlora", framework_version=v) == 128 * 2**20
+    # its LoRA path loads with torch_dtype: the load dtype
+    assert _bytes("meta-llama/Llama-2-7b-hf", framework_version=v) == 64 * 2**20
+    # the version alone adds no cache (transformers-4.44 has none)
+    assert _bytes("meta-llama/Llama-2-7b-hf", method="qlora", framework_version="transformers-4.44+fsdp-qlora") == 0

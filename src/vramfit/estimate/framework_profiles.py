@@ -215,10 +215,13 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "set_num_threads), so each rank keeps torch's default threads and an offloaded optimizer step "
                              "is memory-bound (plan/kernels.py HOST_DRAM_BYTES_PER_GPU), not single-threaded; its loop "
                              "enters model.no_sync() only with --no_sync (default False, l. 821, 1012), so the sharded "
-                             "gradients accumulate",
+                             "gradients accumulate; l. 576-577 build the QLoRA model by AutoModelForCausalLM.from_config(cfg) "
+                             "with no torch_dtype under init_empty_weights, so the buffers transformers 4 gives every "
+                             "attention layer (the RoPE cos/sin caches, transformers-4.40) are fp32 on the host and FSDP's "
+                             "device_id moves them whole (the LoRA path loads with torch_dtype, l. 542-557)",
                              # l. 1063-1064 turn no_sync on for --use_cpu_offload with gradient accumulation
                              (("ranks_single_threaded", False), ("fsdp_unsharded_accum_grads", False),
-                              ("fsdp_no_sync_when_offloaded", True))),
+                              ("fsdp_no_sync_when_offloaded", True), ("rope_cache_v4_fp32_methods", (Method.QLORA,)))),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "

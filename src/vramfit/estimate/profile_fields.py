@@ -333,6 +333,11 @@ class FrameworkProfile:
     # and estimate/rope_v4.py; 0: no such cache (v5.24.0 models/llama/modeling_llama.py l. 348: one rotary module per
     # model, cos/sin computed per call)
     rope_cache_v4_release: int = 0
+    # methods whose loader builds the model without a torch_dtype, so those caches are fp32 whatever the weights'
+    # dtype (AnswerDotAI/fsdp_qlora@4cd6923 train.py l. 576-577: the QLoRA path's AutoModelForCausalLM.from_config(cfg)
+    # under init_empty_weights, which leaves buffers real on the host in the default fp32, moved whole by FSDP's
+    # device_id; its LoRA path passes torch_dtype, l. 542-557); (): the load dtype (estimate/rope_v4.py)
+    rope_cache_v4_fp32_methods: tuple[Method, ...] = ()
     # parallelism fsdp is FSDP2 fully_shard (torchtune v0.4.0 training/_distributed.py shard_model, torchtitan@9dec370
     # parallelize_llama.py apply_fsdp): per-parameter gradients copied into one flat reduce-scatter input, blocks
     # resharded after forward (estimate/fsdp2.py)

@@ -38,4 +38,5 @@ def rope_cache_v4_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     if not release or release > spec.rope_cache_v4_last or spec.position_encoding is not PositionEncoding.ROPE:
         return 0
     width = int(spec.head_dim * spec.partial_rotary_factor)
-    return spec.num_hidden_layers * 2 * spec.max_position_embeddings * width * sc.precision.param_bytes
+    elem = 4 if sc.method in profile.rope_cache_v4_fp32_methods else sc.precision.param_bytes  # fp32: no torch_dtype
+    return spec.num_hidden_layers * 2 * spec.max_position_embeddings * width * elem
