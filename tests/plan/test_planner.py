@@ -194,3 +194,19 @@ def test_plans_say_whether_a_measurement_stands_behind_their_path():
     assert offload.parallelism == "zero3" and not offload.measured_path
     assert offload.accuracy_note.startswith("no measurement behind this path (hf · qlora · zero3 · optimizer+params")
     assert offload.to_dict()["measured_path"] is False
+
+
+def test_a_plan_on_a_larger_card_of_a_class_keeps_its_own_figure():
+    # Hopper cards share one estimator class (workspaces), estimated on h100-pcie; a figure that fills the H100 PCIe
+    # (the allocator's release, estimate.on_card) is not the H200's: the plan re-estimates on its own card
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "seq_len": 32768, "gradient_checkpointing": "full",
+          "micro_batch_size": 1}
+    h100 = get_gpu("h100-pcie").usable_bytes
+    assert estimate({**sc, "gpu": "h100-pcie"}).peak.device_bytes == h100
+    report = plan(sc, gpu_ids=["h100-pcie", "h200-sxm"], max_gpus=1, effective_batch=1)
+    big = [p for p in report.plans if p.gpu_id == "h200-sxm"]
+    assert big
+    for p in big:
+        again = estimate(p.scenario).peak
+        assert (p.device_bytes, p.reserved_bytes) == (again.device_bytes, again.reserved_bytes)
+    assert any(p.device_bytes > h100 for p in big)  # 82.6 GiB on the H200 (capped at 79.1 before)

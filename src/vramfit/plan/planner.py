@@ -343,6 +343,8 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     keys: dict[str, Any] = c.keys(mb, per // mb)
     cls = search.classes.get(g.gpu_id, g.gpu_id)
     r = ev.estimate(**keys, gpu=cls or None)  # same figure as gpu=g: one estimate per estimator class
+    if cls and cls != g.gpu_id and r.peak.device_bytes == get_gpu(cls).usable_bytes:  # it filled the class's card
+        r = ev.estimate(**keys, gpu=g.gpu_id)  # (estimate.on_card): this card's own figure
     sc = r.scenario
     scenario = {**search.scenario_dict(sc), "gpu": g.gpu_id}
     speed = search.speed(c, mb, g, paged=result_paging(r, limit) or 0)  # what pages out on this card
@@ -354,7 +356,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     per_m = (g.price_low * billed / (speed.tokens_per_s * 3600) * 1e6) if (speed and g.price_low is not None) else None
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
-    # the class card's estimate, on this card: reserved stops at what it holds (estimate.on_card)
+    # a class card's figure, on this card: reserved stops at what it holds (estimate.on_card)
     reserved, device, _ = on_card(g, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes)
     return Plan(
         gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=sc.grad_accum,
