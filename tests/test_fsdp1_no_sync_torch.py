@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 
 import pytest
+
+from two_ranks import spawn_two
 
 pytestmark = pytest.mark.slow
 
@@ -90,16 +91,7 @@ def _live_at_first_cat(trace) -> tuple:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    import ast
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path_factory.mktemp("fsdp1") / "grads.txt"
-    mp.spawn(_rank, args=(port, str(out)), nprocs=2)
-    return ast.literal_eval(out.read_text())
+    return spawn_two(_rank, tmp_path_factory.mktemp("fsdp1"))
 
 
 def test_full_fine_tune_holds_whole_bf16_gradients_until_the_synced_micro_batch(runs):

@@ -201,6 +201,19 @@ class KbitPrepare(_Choice):
     NO = "no"
 
 
+class UseReentrant(_Choice):
+    """Whether the Trainer's gradient checkpointing is torch's reentrant one (``gradient_checkpointing_kwargs=
+    {"use_reentrant": ...}``). ``auto`` follows the framework release: transformers 4.x fills no kwargs with
+    ``use_reentrant=True`` (v4.45.2 modeling_utils.py l. 2404, v4.57.1 l. 3692), transformers 5 with False (v5.24.0
+    l. 3158); torchtune, litgpt, torchtitan, Answer.AI's script and llama-recipes wrap blocks non-reentrantly. It matters
+    under FSDP1 with frozen block units (estimate/reentrant_fsdp1.py). Ignored without gradient checkpointing.
+    """
+
+    AUTO = "auto"
+    YES = "yes"
+    NO = "no"
+
+
 class FsdpVersion(_Choice):
     """Which FSDP runs ``parallelism: fsdp`` / ``fsdp-grad-op``: FSDP1 (``FullyShardedDataParallel``, flat parameters)
     or FSDP2 (``fully_shard``, per-parameter DTensor shards).

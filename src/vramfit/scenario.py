@@ -42,6 +42,7 @@ from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported 
     Reference,
     ShardScope,
     Stage,
+    UseReentrant,
     _Choice,
 )
 from vramfit.errors import ScenarioError
@@ -92,6 +93,7 @@ class Scenario:
     # HF docs' example config ("auto" buckets) - estimate/deepspeed.py (extension)
     deepspeed_config: DeepSpeedConfig | None = None
     kbit_prepare: KbitPrepare = KbitPrepare.AUTO  # QLoRA: prepare_model_for_kbit_training runs (extension)
+    use_reentrant: UseReentrant = UseReentrant.AUTO  # reentrant gradient checkpointing (extension)
     # the framework release whose behaviour is modelled; None: the profile's newest (estimate/framework.py)
     framework_version: str | None = None
     fsdp_version: FsdpVersion = FsdpVersion.AUTO  # FSDP1 or FSDP2 under parallelism fsdp (extension)
@@ -293,6 +295,11 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("kbit_prepare", CH, "QLoRA: does prepare_model_for_kbit_training cast norms, embeddings and head to fp32? "
           "auto = as the framework's recipe does (hf: yes; never for GPTQ).",
           ("Upcast for k-bit training", "Conversão para k-bit training"), choices=KbitPrepare),
+    Field("use_reentrant", CH, "Gradient checkpointing: torch's reentrant checkpoint (the Trainer's "
+          "gradient_checkpointing_kwargs use_reentrant)? auto = as the framework release does (hf: transformers 4 yes, "
+          "transformers 5 no; torchtune, litgpt, torchtitan: no). Under FSDP1 LoRA/QLoRA it keeps every block's input "
+          "and its gradient until the end of backward.",
+          ("Reentrant checkpointing", "Checkpointing reentrante"), choices=UseReentrant),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
           "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (SFTTrainer casts a bf16 4-bit model's embeddings and head back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),

@@ -13,7 +13,7 @@ FIX = Path(__file__).parent / "fixtures"
 #: fixtures/ds_z2.json and ds_z3_offload.json as the scenario holds them (typed zero_optimization keys)
 DS_Z2 = {'zero_optimization': {'stage': 2, 'reduce_bucket_size': 'auto', 'allgather_bucket_size': 500000000, 'overlap_comm': True, 'contiguous_gradients': True}}
 DS_Z3 = {'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'cpu'}, 'offload_param': {'device': 'cpu'}, 'reduce_bucket_size': 'auto', 'overlap_comm': False, 'contiguous_gradients': True, 'stage3_prefetch_bucket_size': 'auto', 'stage3_param_persistence_threshold': 'auto'}}
-BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "fsdp_version": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "use_reentrant": "auto", "fsdp_version": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,
@@ -29,7 +29,7 @@ EXPECTED = {
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                           "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05,
                           "eval_batch_size": 2},
-    "axolotl_full_fsdp.yml": {**BASE, "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
+    "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
                               "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
@@ -55,7 +55,7 @@ EXPECTED = {
                                    "optimizer": "adamw-8bit", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                                    "gradient_checkpointing": "full", "attention": "flash", "parallelism": "zero2",
                                    "framework": "hf", "lora_dropout": None, "deepspeed_config": DS_Z2},
-    "trl_lora_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true",
+    "trl_lora_fsdp.yaml": {**BASE, "use_reentrant": "no", "model": "meta-llama/Llama-3.1-8B", "method": "lora", "precision": "bf16-true",
                            "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                            "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                            "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16,

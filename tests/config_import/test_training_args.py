@@ -16,7 +16,7 @@ EXTRA_KEYS = {
     "logging_first_step": ("true", "logging"), "log_level": ("warning", "logging"),
     "adam_epsilon": ("1.0e-8", "optimizer hyperparameter"), "do_eval": ("false", "evaluation"),
     "lr_scheduler_kwargs": ("{min_lr: 1.0e-6}", "schedule"), "do_predict": ("false", "inference"),
-    "gradient_checkpointing_kwargs": ("{use_reentrant: false}", "recompute style (use_reentrant)"),
+    "gradient_checkpointing_kwargs": ("{preserve_rng_state: false}", "checkpoint function options"),
     "remove_unused_columns": ("false", "data"), "data_seed": ("7", "randomness"),
 }
 
@@ -52,3 +52,23 @@ def test_a_readers_own_reason_wins_over_the_shared_one(tmp_path):
     # eval_dataset is read (it is LLaMA-Factory's eval set), not the shared eval_*; without eval_strategy no pass runs
     assert kinds["eval_dataset"] == "read" and imp.scenario.eval_batch_size == 0
     assert notes["eval_steps"] == "evaluation" and notes["output_dir"] == "path"
+
+
+def test_use_reentrant_is_read_where_the_trainer_passes_it(tmp_path):
+    """gradient_checkpointing_kwargs.use_reentrant sets the scenario's use_reentrant (estimate/reentrant_fsdp1.py); the
+    other checkpoint options stay ignored, and a non-boolean names the key and its values."""
+    trl = tmp_path / "trl.yaml"
+    trl.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\n"
+                   "gradient_checkpointing_kwargs: {use_reentrant: true, preserve_rng_state: false}\n")
+    imp = from_config(trl, dialect="trl")
+    assert imp.scenario.use_reentrant.value == "yes"
+    kinds = {e.key: e.kind for e in imp.entries}
+    assert kinds["gradient_checkpointing_kwargs.use_reentrant"] == "read"
+    assert kinds["gradient_checkpointing_kwargs.preserve_rng_state"] == "ignored"
+    trl.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ngradient_checkpointing_kwargs: {use_reentrant: maybe}\n")
+    try:
+        from_config(trl, dialect="trl")
+    except Exception as e:  # the reader's error: the key and the valid values
+        assert "gradient_checkpointing_kwargs.use_reentrant: 'maybe' is not a boolean (valid values: true, false)" in str(e)
+    else:
+        raise AssertionError("accepted")

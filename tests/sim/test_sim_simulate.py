@@ -188,3 +188,14 @@ def test_render_with_and_without_estimate(llama):
         text = console.export_text()
         assert "Timeline" in text and "Largest tensors" in text
         assert ("estimated GiB" in text) == (est is not None)
+
+
+def test_a_reentrant_run_is_said_to_be_traced_non_reentrant(llama):
+    """use_reentrant (estimate/reentrant_fsdp1.py): the trace runs transformers 5's non-reentrant checkpoint, and says
+    so where the run's resolves to reentrant; the same trace either way."""
+    plain = sim(llama, method="lora", gradient_checkpointing="full")
+    said = sim(llama, method="lora", gradient_checkpointing="full", use_reentrant="yes")
+    note = [a for a in said.result.assumptions if "checkpointing is reentrant" in a]
+    assert len(note) == 1 and "the estimator's alone" in note[0]
+    assert not any("checkpointing is reentrant" in a for a in plain.result.assumptions)
+    assert said.result.peak.allocated_bytes == plain.result.peak.allocated_bytes

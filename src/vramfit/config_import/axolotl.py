@@ -58,7 +58,7 @@ IGNORED = [
     ("debug", "logging"), ("model_type", "model class: the architecture comes from base_model"),
     ("tokenizer_type", "tokenizer"), ("trust_remote_code", "loading"), ("base_model_config", "path"),
     ("is_*_derived_model", "model family hint"), ("lora_model_dir", "path"), ("lora_fan_in_fan_out", "adapter layout"),
-    ("tf32", "matmul precision: no memory effect"), ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"),
+    ("tf32", "matmul precision: no memory effect"), ("gradient_checkpointing_kwargs.*", "checkpoint function options"),
     ("ddp_*", "launcher"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
     ("fsdp_config.*", hf.FSDP_CONFIG_IGNORED), ("fsdp_version", "read with the FSDP keys (no FSDP: no effect)"),
     ("plugins", "plugins: their settings are read below"), ("eot_tokens", "tokenizer"), ("processor_type", "tokenizer"),
@@ -316,6 +316,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)
+    hf.use_reentrant(r)  # axolotl passes gradient_checkpointing_kwargs to the Trainer's arguments
     _moe_kernel(r)
     _attention_and_loss(r)
     compile_ = r.get("torch_compile")

@@ -184,9 +184,22 @@ TRAINING_ARGS_IGNORED = [
     ("optim_args", "optimizer hyperparameter"), ("max_grad_norm", "no memory effect"), ("seed", "randomness"),
     ("data_seed", "randomness"), ("dataloader_*", "data loading"), ("remove_unused_columns", "data"),
     ("ddp_*", "launcher"), ("tf32", "matmul precision: no memory effect"),
-    ("gradient_checkpointing_kwargs.*", "recompute style (use_reentrant)"), ("fsdp_config.*", FSDP_CONFIG_IGNORED),
+    ("gradient_checkpointing_kwargs.*", "checkpoint function options"), ("fsdp_config.*", FSDP_CONFIG_IGNORED),
     ("resume_from_checkpoint", "path"), ("group_by_length", "data order"),
 ]
+
+
+def use_reentrant(r: KeyReader) -> None:
+    """``gradient_checkpointing_kwargs.use_reentrant`` -> ``use_reentrant`` (the Trainer passes the kwargs to the model's
+    gradient_checkpointing_enable, transformers v4.45.2 trainer.py l. 2182; estimate/reentrant_fsdp1.py). Unset: the
+    release's default (scenario ``auto``)."""
+    key = "gradient_checkpointing_kwargs.use_reentrant"
+    if not r.has(key):
+        return
+    value = r.get(key)
+    if not isinstance(value, bool):
+        raise r.error(f"{key}: {value!r} is not a boolean (valid values: true, false)")
+    r.set(key, "use_reentrant", "yes" if value else "no")
 
 
 def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[str, Any]) -> None:

@@ -101,6 +101,7 @@ def _step(r: KeyReader) -> None:
     off = r.get("activation_offloading", False, SFT_SRC)
     r.set("activation_offloading" if off else "gradient_checkpointing", "gradient_checkpointing",
           "offload" if off else "full" if gc else "none")
+    hf.use_reentrant(r)
     liger = r.get("use_liger_kernel", False, ARGS_SRC)
     r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
     attn = r.get("attn_implementation", "sdpa", f"{ARGS_SRC}: transformers picks SDPA when unset")

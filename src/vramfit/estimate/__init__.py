@@ -16,6 +16,7 @@ from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
 from vramfit.estimate.phases import StepPhase
+from vramfit.estimate.reentrant_fsdp1 import reentrant_notes
 from vramfit.estimate.reserved import process_bytes, reserved_bytes
 from vramfit.estimate.result import (
     Component,
@@ -139,6 +140,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
     out.extend(evaluation_notes(r))
+    out.extend(reentrant_notes(r.spec, sc, prof))
     return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
 
 

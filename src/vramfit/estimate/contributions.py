@@ -36,6 +36,7 @@ from vramfit.estimate.loss import projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block, position_kinds
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
+from vramfit.estimate.reentrant_fsdp1 import lowest_block_gathers, retained_input_grads
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
@@ -116,15 +117,21 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
+    # FSDP1 under reentrant checkpointing (estimate/reentrant_fsdp1.py): in the lowest block's backward every block's
+    # input is still kept, with the input gradients of the blocks above it, and every adapter gradient made
+    retained = retained_input_grads(step.spec, step.sc, step.profile)
+    kept = (step.held_grads + max(step.lowest_grads, step.parts.gradients),
+            a.blocks + a.masks + lowest_recompute + retained, step.lowest_autocast,
+            -lowest_block_gathers(step.spec, step.sc, step.profile)) if retained else top
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
-        return max((top, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+        return max((top, kept, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     comm = held_reduce_scatter_input(step) - resharded_above_lowest(step)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + lowest_recompute, step.lowest_autocast, comm)
     # the dense layer 0 under the lowest MoE block (moe_kernel.dense_layer0_grads), a dense block's recompute and copies
     layer0 = (step.held_grads + step.layer0_grads, a.lowest + a.masks + (a.kind_recompute or (0, 0))[1],
               (step.kind_autocast or (0, 0))[1], comm) if step.layer0_grads else lowest
-    return max((top, lowest, layer0, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+    return max((top, lowest, layer0, kept, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
 
 
 def _kind_ends(step: Step) -> tuple[int, int, int]:

@@ -35,6 +35,10 @@ _ADAMW_TORCH_FOREACH = ("torch_optimizer_impl", OptimizerImpl.FOREACH)
 _MODEL_MASKS = ("masks_per_layer_type", False)
 # transformers <= v4.57.1 modeling_utils.py enable_input_require_grads hooks the model's own input embeddings only
 _OWN_EMBEDDINGS_HOOKED = ("hooks_sub_model_embeddings", False)
+# transformers 4.x: the Trainer's gradient checkpointing is reentrant (profile_fields.py ckpt_reentrant)
+_REENTRANT_CKPT = ("ckpt_reentrant", True)
+# transformers <= v4.51: the model loop checkpoints the FSDP-wrapped layer (profile_fields.py ckpt_around_fsdp_units)
+_CKPT_AROUND_UNITS = ("ckpt_around_fsdp_units", True)
 # transformers before v4.54 repeats k and v to every query head before SDPA, mask or not (v4.44.2
 # models/llama/modeling_llama.py LlamaSdpaAttention.forward l. 642-643; v4.52.4 and v4.53.0
 # integrations/sdpa_attention.py sdpa_attention_forward); v4.54.1 added use_gqa_in_sdpa (enable_gqa without a mask)
@@ -42,7 +46,7 @@ _SDPA_REPEATS_KV = ("expands_kv_for_sdpa", True)
 # DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
 _DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
 _T4_44 = (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
-          _OWN_EMBEDDINGS_HOOKED)
+          _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS)
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -121,7 +125,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(foreach); one attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v "
                 "repeated to every head (no enable_gqa before v4.54)",
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
-                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
+                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS),
             ),
             # split at v4.53.0, masking_utils.py's first release (_MODEL_MASKS): v4.49-v4.52 keep one model-level mask
             FrameworkVersion(
@@ -130,7 +134,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "Trainer optim default adamw_torch (foreach, as transformers-4.53); one attention mask per model "
                 "(_update_causal_mask: masking_utils.py first ships in v4.53.0); SDPA gets k and v repeated to every "
                 "head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
+                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT),
             ),
             FrameworkVersion(
                 "transformers-4.53",
@@ -138,7 +142,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(one mask per attention type); Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 "
                 "`default_optim = \"adamw_torch\"`, trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for "
                 "adamw_torch_fused), i.e. foreach; SDPA gets k and v repeated to every head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED),
+                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -167,7 +171,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "prefetch, the block above's dropped once the node that unpacked it has run",
                              (("mxfp4_index_bytes", 8), ("mxfp4_indices_together", True), ("experts_v4_forward", True),
                               ("mxfp4_host_dequant_on_gpu", True),
-                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0), _OWN_EMBEDDINGS_HOOKED)),
+                              ("offload_ckpt_block_tensors", 1), ("offload_ckpt_prefetched", 0), _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT)),
             FrameworkVersion("axolotl-0.12", "axolotl-ai-cloud/axolotl@ba3dba3e4 (0.12.0.dev) "
                              "monkeypatch/accelerate/fsdp2.py fsdp2_prepare_model, patched over accelerate's for "
                              "fsdp_version: 2: fully_shard on each decoder layer and on the root only (no embedding or "
@@ -221,7 +225,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "device_id moves them whole (the LoRA path loads with torch_dtype, l. 542-557)",
                              # l. 1063-1064 turn no_sync on for --use_cpu_offload with gradient accumulation
                              (("ranks_single_threaded", False), ("fsdp_unsharded_accum_grads", False),
-                              ("fsdp_no_sync_when_offloaded", True), ("rope_cache_v4_fp32_methods", (Method.QLORA,)))),
+                              ("fsdp_no_sync_when_offloaded", True), ("rope_cache_v4_fp32_methods", (Method.QLORA,)),
+                              # l. 779-791: its own checkpoint_wrapper, CheckpointImpl.NO_REENTRANT unless
+                              # --reentrant_checkpointing (default False, l. 1049)
+                              ("ckpt_reentrant", False))),
             FrameworkVersion("llamafactory-0.9", "hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) train/dpo/trainer.py "
                              "concatenated_forward :219-253, kto/trainer.py forward :179-181: its own trainers, fp32 logits, "
                              "trainer_utils.py:592-612 get_batch_logps torch.gather(logits.log_softmax(-1), ...), the SFT "
@@ -240,7 +247,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "mixed_precision, sharding_strategy, device_id, limit_all_gathers=True): no "
                              "sync_module_states (torch FSDP1's default False), every rank loads the model itself",
                              (("returns_kv_cache", True), ("loop_carry", LoopCarry.OUTPUTS),
-                              ("fsdp1_sync_module_states", False))),
+                              ("fsdp1_sync_module_states", False), ("ckpt_reentrant", False))),
             FrameworkVersion("peft-method-comparison", "huggingface/peft@51c2ff666 method_comparison/MetaMathQA: run.py "
                              "train() is a plain loop over transformers + PEFT (no Trainer), and utils.py "
                              "get_optimizer_and_scheduler builds getattr(torch.optim, 'AdamW')(model.parameters(), lr, "

@@ -95,6 +95,16 @@ class FrameworkProfile:
     # (limit_all_gathers=True: its default, and fsdp_qlora's l. 760): the next layer's gather waits for the
     # free events of the nested units, so it does not overlap the layer's compute (plan/traffic.py)
     fsdp_lora_units_nested: bool = False
+    # the Trainer's gradient checkpointing is torch's reentrant one: transformers 4.x gradient_checkpointing_enable
+    # fills gradient_checkpointing_kwargs=None with {"use_reentrant": True} (v4.45.2 modeling_utils.py l. 2404, v4.57.1
+    # l. 3692; v5.24.0 l. 3158 defaults to False). Under FSDP1 with frozen block units this keeps every block's
+    # recomputed input and its gradient until the end of backward (estimate/reentrant_fsdp1.py)
+    ckpt_reentrant: bool = False
+    # the model's layer loop runs the checkpoint around each decoder layer as the FSDP wrapper replaced it, so FSDP1's
+    # pre-forward runs inside the recompute (transformers v4.51.3 models/llama/modeling_llama.py LlamaModel.forward:
+    # ``self._gradient_checkpointing_func(decoder_layer.__call__, hidden_states, ...)``); from v4.52.0 the layer
+    # checkpoints inside its own __call__ (modeling_layers.py GradientCheckpointingLayer), inside the unit
+    ckpt_around_fsdp_units: bool = False
     # the framework's multi-GPU launcher leaves each rank one CPU thread (HF: `accelerate launch`, framework.py); torchtune's
     # `tune run` is torch.distributed.run
     # (torchtune@30b8519e8 torchtune/_cli/run.py l. 18, 81-89 `_run_distributed` calls its run(args)), whose

@@ -19,6 +19,8 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
+from vramfit.estimate.framework import scenario_profile
+from vramfit.estimate.reentrant_fsdp1 import keeps_block_inputs
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
@@ -76,6 +78,10 @@ def _candidates(sc: Scenario) -> list[Change]:
                      "offload": "as full, and keeps block inputs in pinned host RAM"}[ck]
             out.append(Change(f"checkpointing-{ck}", f"activation checkpointing: {ck}",
                               {"gradient_checkpointing": ck}, "slower", trade))
+    if keeps_block_inputs(sc, scenario_profile(sc)):  # estimate/reentrant_fsdp1.py
+        out.append(Change("non-reentrant-checkpointing", "non-reentrant gradient checkpointing "
+                          "(gradient_checkpointing_kwargs={'use_reentrant': False})", {"use_reentrant": "no"}, "free",
+                          "the same recompute; FSDP1 then keeps no block input or its gradient to the end of backward"))
     if sc.method is Method.LORA:
         out.append(Change("qlora", "QLoRA: 4-bit NF4 base instead of 16-bit", {"method": "qlora"},
                           "training", "quality loss depends on the task: measure it (the guide, sec. 03)"))

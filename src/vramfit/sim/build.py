@@ -301,6 +301,11 @@ def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
     assumptions.append("Gradient checkpointing via model.activation_checkpointing_enable() "
                        "(torch.utils.checkpoint, use_reentrant=False) around every decoder layer.")
+    if scenario_profile(scenario).ckpt_reentrant:  # use_reentrant resolves to yes (estimate/reentrant_fsdp1.py)
+        assumptions.append("The run's checkpointing is reentrant (use_reentrant); this trace runs transformers 5's "
+                           "non-reentrant checkpoint inside each layer, so what reentrant checkpointing around FSDP1 "
+                           "units keeps to the end of backward (block inputs and their gradients) is the estimator's "
+                           "alone.")
     return _maybe_offload(model, mode, assumptions)
 
 

@@ -1,0 +1,87 @@
+"""estimate/reentrant_fsdp1.py: reentrant checkpointing around FSDP1 block units with frozen weights keeps every block
+input's gradient to the end of backward (tests/test_reentrant_fsdp1_torch.py runs the torch behaviour)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vramfit.estimate import estimate
+from vramfit.scenario import ScenarioError, parse_scenario
+
+FOUND = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "measured" / "found.jsonl"
+
+
+def _row(rid: str) -> dict:
+    return next(r for r in map(json.loads, FOUND.read_text().splitlines()) if r["id"] == rid)
+
+
+def _block_phase(sc: dict) -> dict:
+    d = estimate(parse_scenario(sc)).to_dict()
+    return next(p for p in d["phases"] if p["phase"] == "backward-block")["breakdown"]
+
+
+def test_70b_qlora_on_two_gpus_keeps_78_block_input_gradients():
+    """fms-acceleration's Llama-2-70B QLoRA row (2 x A100, transformers 4.45): 80 layers, 2 x 4,096 tokens per GPU,
+    hidden 8,192, bf16 residual: the lowest block's backward holds 78 more gradients than the top block's."""
+    row = _row("FMS_ACCEL_2411-19")
+    kept = _block_phase(row["scenario"])
+    plain = _block_phase({**row["scenario"], "use_reentrant": "no"})
+    assert kept["activations"] - plain["activations"] == 78 * 8192 * 8192 * 2 == 10_468_982_784
+    assert kept["gradients"] == 65_536_000  # every adapter gradient made by then: 65,536,000 bf16 elements / 2 GPUs
+    # nothing below the lowest block to prefetch: one 4-bit block unit (427,851,776 B gathered) in flight, not two
+    assert plain["comm_buffers"] - kept["comm_buffers"] == 427_851_776
+    d = estimate(parse_scenario(row["scenario"])).to_dict()
+    assert d["peak"]["phase"] == "backward-block"
+    assert d["peak"]["allocated_bytes"] == 46_115_422_208  # measured 46,685,328,896 B (-1.2 %)
+    assert any("Reentrant gradient checkpointing under FSDP1" in a for a in d["assumptions"])
+
+
+def test_the_peak_moves_from_the_loss_to_the_lowest_block():
+    """Mistral-7B LoRA, 2 x 2 x 4,096 tokens: without the kept gradients the loss is the high point."""
+    row = _row("FMS_ACCEL_2411-6")
+    assert estimate(parse_scenario({**row["scenario"], "use_reentrant": "no"})).to_dict()["peak"]["phase"] == "forward"
+    d = estimate(parse_scenario(row["scenario"])).to_dict()
+    assert (d["peak"]["phase"], d["peak"]["allocated_bytes"]) == ("backward-block", 14_748_835_840)
+    assert row["measured"]["bytes"] == 15_245_549_568  # -3.3 %
+
+
+def test_paths_without_the_mechanism_are_unchanged():
+    base = _row("FMS_ACCEL_2411-6")["scenario"]
+    for change in ({"method": "full"},  # the FlatParameter requires grad: no reshard-only hook
+                   {"fsdp_version": "2"},  # fully_shard registers no multi-grad hook
+                   {"framework_version": "transformers-4.53"},  # the checkpoint sits inside the unit
+                   {"num_gpus": 1, "parallelism": "none"},
+                   {"gradient_checkpointing": "none"}):
+        sc = {**base, **change}
+        assert _block_phase(sc) == _block_phase({**sc, "use_reentrant": "no"}), change
+        assert not any("Reentrant" in a for a in estimate(parse_scenario(sc)).to_dict()["assumptions"])
+
+
+def test_recipes_with_their_own_non_reentrant_wrapper_keep_nothing():
+    for rid in ("LLAMA_REC_PR41_2307-4", "AAI_FSDPQLORA_2403-16"):
+        sc = _row(rid)["scenario"]
+        assert not any("Reentrant" in a for a in estimate(parse_scenario(sc)).to_dict()["assumptions"]), rid
+
+
+def test_a_bad_value_names_the_field_and_its_values():
+    try:
+        parse_scenario({"model": "mistralai/Mistral-7B-v0.1", "use_reentrant": "sometimes"})
+    except ScenarioError as e:
+        assert str(e) == "use_reentrant: unknown value 'sometimes' (valid values: auto, yes, no)"
+    else:
+        raise AssertionError("accepted")
+
+
+def test_changes_to_fit_offer_non_reentrant_checkpointing_first():
+    """plan/changes.py: the 70B QLoRA run on two 48 GB cards fits once checkpointing is non-reentrant, the same step
+    with no slowdown: the first change offered, taking the kept gradients and the unit off."""
+    from vramfit.plan.changes import changes_to_fit
+
+    sc = _row("FMS_ACCEL_2411-19")["scenario"]
+    first = changes_to_fit(sc, "l40s")[0]
+    assert (first.name, first.changes, first.kind, first.fits) == (
+        "non-reentrant-checkpointing", {"use_reentrant": "no"}, "free", True)
+    assert round(first.saving_bytes / 2**30, 2) == 9.35
+    assert not any(c.name == "non-reentrant-checkpointing"
+                   for c in changes_to_fit({**sc, "use_reentrant": "no", "micro_batch_size": 4}, "l40s"))
