@@ -85,3 +85,16 @@ def test_changes_to_fit_offer_non_reentrant_checkpointing_first():
     assert round(first.saving_bytes / 2**30, 2) == 9.35
     assert not any(c.name == "non-reentrant-checkpointing"
                    for c in changes_to_fit({**sc, "use_reentrant": "no", "micro_batch_size": 4}, "l40s"))
+
+
+def test_the_kept_gradients_are_sized_on_the_sequences_the_blocks_run():
+    """A paired stage runs chosen and rejected together (stages.policy_scenario): twice the block inputs."""
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.reentrant_fsdp1 import retained_input_grads
+    from vramfit.models import resolve_model
+
+    sc = _row("FMS_ACCEL_2411-6")["scenario"]
+    spec = resolve_model(sc["model"]).spec
+    sft, dpo = (parse_scenario({**sc, "stage": stage}) for stage in ("sft", "dpo"))
+    assert retained_input_grads(spec, sft, scenario_profile(sft)) == 30 * 2 * 4096 * 4096 * 2 == 2_013_265_920
+    assert retained_input_grads(spec, dpo, scenario_profile(dpo)) == 2 * 2_013_265_920

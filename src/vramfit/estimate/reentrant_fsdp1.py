@@ -77,7 +77,11 @@ def retained_input_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     stream's dtype. 0 where the mechanism does not run."""
     if not keeps_block_inputs(sc, profile) or spec.num_hidden_layers < 3:
         return 0
-    per = round_allocation(dtypes_for(sc, profile, spec).residual * sc.micro_batch_size * sc.seq_len * spec.hidden_size)
+    from vramfit.estimate.stages import policy_scenario
+    from vramfit.estimate.vision import lm_scenario
+
+    lm = lm_scenario(spec, policy_scenario(sc))  # the sequences the blocks run: paired stages, a VLM's image tokens
+    per = round_allocation(dtypes_for(sc, profile, spec).residual * lm.micro_batch_size * lm.seq_len * spec.hidden_size)
     return (spec.num_hidden_layers - 2) * per
 
 
