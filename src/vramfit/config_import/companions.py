@@ -111,6 +111,11 @@ def apply(imp: Imported, path: Path) -> Imported:
         if given and key in merged and str(merged[key]) != str(value):
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
+    if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):
+        merged["use_reentrant"] = "no"
+        for e in imp.entries:
+            e.becomes = [f"use_reentrant=no (FSDP2 from {path.name})" if b == "use_reentrant=yes" else b
+                         for b in e.becomes]
     for e in r.entries.values():
         e.key = f"{path.name}: {e.key}"
     imp.overrides = merged

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramfit.choices import FSDP_FAMILY
 from vramfit.config_import.loader import PASTED, fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
 
@@ -200,6 +201,11 @@ def use_reentrant(r: KeyReader) -> None:
     if not isinstance(value, bool):
         raise r.error(f"{key}: {value!r} is not a boolean (valid values: true, false)")
     r.set(key, "use_reentrant", "yes" if value else "no")
+
+
+def is_fsdp2(keys: dict[str, Any]) -> bool:
+    """Scenario keys (as imported so far) that run FSDP2: an FSDP layout with ``fsdp_version`` 2."""
+    return keys.get("parallelism") in {p.value for p in FSDP_FAMILY} and str(keys.get("fsdp_version")) == "2"
 
 
 def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ _R = "hiyouga/LLaMA-Factory@ff6d4d1"
 FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
 DATA_SRC = f"{_R} src/llamafactory/hparams/data_args.py"
 MODEL_SRC = f"{_R} src/llamafactory/hparams/model_args.py"
+CKPT_SRC = "hiyouga/LLaMA-Factory@06d78ff src/llamafactory/model/model_utils/checkpointing.py prepare_model_for_training"
 ARGS_SRC = hf.TRAINING_ARGS_SRC
 SOURCE = f"{FT_SRC}; {DATA_SRC}; {MODEL_SRC}"
 
@@ -36,7 +37,7 @@ IGNORED = [
     ("loraplus_lr_ratio", "learning-rate ratio: no memory effect"),
     ("ray_*", "launcher"), ("use_dft_loss", "loss weighting: no memory effect"), ("use_eaft_loss", "loss weighting"),
     ("fsdp_transformer_layer_cls_to_wrap", hf.FSDP_CONFIG_IGNORED),
-    ("use_asft_loss", "loss weighting"), ("asft_*", "loss weighting"), ("use_reentrant_gc", "recompute style"),
+    ("use_asft_loss", "loss weighting"), ("asft_*", "loss weighting"),
     ("gradient_checkpointing", "LLaMA-Factory turns checkpointing on unless disable_gradient_checkpointing"),
     ("media_dir", "data"), ("interleave_probs", "data"), ("neat_packing", "read with packing"),
     *hf.TRAINING_ARGS_IGNORED,
@@ -151,6 +152,20 @@ def _eval(r: KeyReader) -> None:
             r.set(k, "eval_batch_size", batch)
 
 
+def _reentrant(r: KeyReader) -> None:
+    """``use_reentrant_gc`` -> ``use_reentrant``: LLaMA-Factory enables checkpointing itself and always passes the kwarg,
+    ``gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": model_args.use_reentrant_gc})``
+    (default True, hparams/model_args.py), and sets it False under FSDP2 (``FSDP_VERSION`` 2) before that call
+    (:data:`CKPT_SRC`). So an unset key is ``yes``, not the transformers release's default (estimate/reentrant_fsdp1.py:
+    it matters where transformers <= 4.51 wraps FSDP1 block units in the checkpoint). Read with checkpointing off too:
+    the scenario keeps the file's setting, which a change that turns checkpointing on then uses."""
+    value = r.get("use_reentrant_gc", True, f"{MODEL_SRC}; {CKPT_SRC}")
+    if not isinstance(value, bool):
+        raise r.error(f"use_reentrant_gc: {value!r} is not a boolean (valid values: true, false)")
+    r.reentrant_off_under_fsdp2 = True  # an accelerate config read after this file may select FSDP2 (companions.py)
+    r.set("use_reentrant_gc", "use_reentrant", "yes" if value and not hf.is_fsdp2(r.out) else "no")
+
+
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "llamafactory", data, SOURCE)
     model = r.get("model_name_or_path")
@@ -170,5 +185,6 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)
+    _reentrant(r)
     r.out["framework"] = "hf"
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

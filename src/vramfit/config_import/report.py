@@ -57,6 +57,9 @@ class Imported:
     #: the file's eval batch is its micro batch (litgpt always; Axolotl's eval_batch_size and torchtune's batch_size_val
     #: when not given): a new micro batch moves it, unless the eval batch is written out (write_keys)
     eval_follows_micro: bool = False
+    #: the dialect turns reentrant checkpointing off under FSDP2 itself (LLaMA-Factory): a companion accelerate config
+    #: that selects FSDP2 sets use_reentrant no (config_import/llamafactory.py ``_reentrant``)
+    reentrant_off_under_fsdp2: bool = False
 
     @property
     def scenario(self) -> Scenario:
@@ -94,6 +97,7 @@ class KeyReader:
         self.entries: dict[str, Entry] = {}
         self.out: dict[str, Any] = {}
         self.eval_follows_micro = False  # see Imported.eval_follows_micro
+        self.reentrant_off_under_fsdp2 = False  # see Imported.reentrant_off_under_fsdp2
 
     def has(self, key: str) -> bool:
         return key in self.flat or any(k.startswith(key + ".") for k in self.flat)
@@ -156,7 +160,8 @@ class KeyReader:
         out = {k: (v.value if hasattr(v, "value") else v) for k, v in self.out.items()}
         entries = list(self.entries.values()) + list(extra or [])
         imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions,
-                       eval_follows_micro=self.eval_follows_micro and bool(out.get("eval_batch_size")))
+                       eval_follows_micro=self.eval_follows_micro and bool(out.get("eval_batch_size")),
+                       reentrant_off_under_fsdp2=self.reentrant_off_under_fsdp2)
         try:  # validate once, here, so the error names the file (a model may still come from --model)
             parse_scenario(out if out.get("model") or out.get("params") else {**out, "model": "placeholder"})
         except ValueError as exc:
