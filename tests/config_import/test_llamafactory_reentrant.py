@@ -75,3 +75,16 @@ def test_the_estimate_follows_it_under_fsdp1_and_transformers_4(tmp_path, accele
     assert block[a] > block[b]
     assert any("Reentrant gradient checkpointing under FSDP1" in x for x in a.assumptions)
     assert not any("Reentrant gradient checkpointing under FSDP1" in x for x in b.assumptions)
+
+
+def test_unsloth_gc_is_checkpoint_offload(tmp_path):
+    """use_unsloth_gc runs LLaMA-Factory's UnslothGradientCheckpointing: block inputs on the host (checkpointing.py)."""
+    imp = from_config(_config(tmp_path, "use_unsloth_gc: true\n"))
+    assert imp.scenario.gradient_checkpointing.value == "offload"
+    line = next(x for x in imp.lines() if "use_unsloth_gc" in x)
+    assert line.startswith("  not modelled yet") and "gradient_checkpointing=offload" in line
+    off = from_config(_config(tmp_path, "use_unsloth_gc: true\ndisable_gradient_checkpointing: true\n"))
+    assert off.scenario.gradient_checkpointing.value == "none"
+    full = estimate(from_config(_config(tmp_path, "")).scenario.to_dict())
+    offload = estimate(imp.scenario.to_dict())
+    assert offload.peak.allocated_bytes < full.peak.allocated_bytes

@@ -123,14 +123,20 @@ def _step(r: KeyReader) -> None:
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
     off = r.get("disable_gradient_checkpointing", False, f"{MODEL_SRC}: checkpointing is on unless disabled")
     r.set("disable_gradient_checkpointing", "gradient_checkpointing", "none" if off else "full")
+    if r.get("use_unsloth_gc", False, MODEL_SRC) and not off:
+        # CKPT_SRC get_unsloth_gradient_checkpointing_func: each block's input goes to the host
+        # (hidden_states.to("cpu", non_blocking=True)) and comes back in its backward for the recompute
+        r.set("use_unsloth_gc", "gradient_checkpointing", "offload")
+        r.mark("use_unsloth_gc", "counted as checkpoint offload: LLaMA-Factory's UnslothGradientCheckpointing holds dY, "
+               "the recomputed output and the input's gradient in a block's backward and prefetches nothing (one "
+               "block-input tensor more than transformers' offload, which the estimate runs)")
     attn = r.get("flash_attn", "auto", MODEL_SRC)
     if attn not in _ATTN:
         raise r.error(f"flash_attn '{attn}' is unknown (valid values: {', '.join(_ATTN)})")
     r.set("flash_attn", "attention", _ATTN[attn])
     liger = r.get("enable_liger_kernel", False, MODEL_SRC)
     r.set("enable_liger_kernel", "loss", "fused" if liger else "standard")
-    for k in ("use_unsloth", "use_unsloth_gc"):
-        r.not_modelled(k, "Unsloth kernels: vramfit estimates the plain transformers + PEFT step")
+    r.not_modelled("use_unsloth", "Unsloth kernels: vramfit estimates the plain transformers + PEFT step")
     for k in ("use_galore", "use_apollo", "use_badam", "use_muon", "use_adam_mini"):
         if r.flat.get(k):
             raise r.error(f"{k}: this optimizer is not modelled yet; turn it off or pass --optimizer")
