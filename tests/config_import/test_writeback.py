@@ -126,3 +126,19 @@ def test_trl_offload_adds_only_the_offload_switch(tmp_path):
     want, again, old, new, _, _ = _roundtrip(tmp_path, "trl_sft_qlora.yaml", {"gradient_checkpointing": "offload"})
     assert again == want
     assert new[: len(old)] == old and new[len(old):] == ["activation_offloading: true"]
+
+
+def test_llamafactory_checkpoint_offload_is_written_as_use_unsloth_gc(tmp_path):
+    """offload <-> use_unsloth_gc (LLaMA-Factory's UnslothGradientCheckpointing, config_import/llamafactory.py)."""
+    want, again, old, new, _, left = _roundtrip(tmp_path, "llamafactory_qlora.yaml", {"gradient_checkpointing": "offload"})
+    assert again == want and left == [] and again["gradient_checkpointing"] == "offload"
+    assert new[: len(old)] == old and new[len(old):] == ["use_unsloth_gc: true"]
+    # and back: a file that says true is edited to false, nothing else
+    src = tmp_path / "offload.yaml"
+    src.write_text("\n".join(new) + "\n")
+    imp = from_config(src)
+    want = imp.scenario.replace(gradient_checkpointing="full").to_dict()
+    dest = tmp_path / "full.yaml"
+    write_back(imp, {"gradient_checkpointing": "full"}, want, dest)
+    assert from_config(dest).scenario.to_dict() == want
+    assert _changed_lines(new, dest.read_text().splitlines()) == [("use_unsloth_gc: true", "use_unsloth_gc: false")]

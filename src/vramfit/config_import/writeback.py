@@ -31,7 +31,10 @@ CHECKPOINTING: dict[str, dict[str, dict[str, Any]]] = {
     "trl": {"none": {"gradient_checkpointing": False, "activation_offloading": False},
             "full": {"gradient_checkpointing": True, "activation_offloading": False},
             "offload": {"gradient_checkpointing": True, "activation_offloading": True}},
-    "llamafactory": {"none": {"disable_gradient_checkpointing": True}, "full": {"disable_gradient_checkpointing": False}},
+    # LLaMA-Factory's use_unsloth_gc keeps block inputs on the host (config_import/llamafactory.py)
+    "llamafactory": {"none": {"disable_gradient_checkpointing": True, "use_unsloth_gc": False},
+                     "full": {"disable_gradient_checkpointing": False, "use_unsloth_gc": False},
+                     "offload": {"disable_gradient_checkpointing": False, "use_unsloth_gc": True}},
     "torchtune": _GC_TT,
 }
 LOSS: dict[str, dict[str, dict[str, Any]]] = {
