@@ -50,11 +50,13 @@ def test_checkpointing_off_keeps_the_files_setting(tmp_path):
     assert (imp.scenario.gradient_checkpointing.value, imp.scenario.use_reentrant.value) == ("none", "no")
 
 
-def test_a_non_boolean_is_one_line(tmp_path):
+@pytest.mark.parametrize(("key", "value", "shown"), [("use_reentrant_gc", "maybe", "'maybe'"),
+                                                   ("use_unsloth_gc", ".nan", "nan"), ("use_unsloth_gc", "[1, 2]", "[1, 2]")])
+def test_a_non_boolean_is_one_line(tmp_path, key, value, shown):
     with pytest.raises(ScenarioError) as ei:
-        from_config(_config(tmp_path, "use_reentrant_gc: maybe\n"))
+        from_config(_config(tmp_path, f"{key}: {value}\n"))
     msg = str(ei.value)
-    assert "use_reentrant_gc: 'maybe' is not a boolean (valid values: true, false)" in msg and "\n" not in msg
+    assert f"{key}: {shown} is not a boolean (valid values: true, false)" in msg and "\n" not in msg
 
 
 def test_the_estimate_follows_it_under_fsdp1_and_transformers_4(tmp_path, accelerate_config):

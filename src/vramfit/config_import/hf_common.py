@@ -195,12 +195,16 @@ def use_reentrant(r: KeyReader) -> None:
     gradient_checkpointing_enable, transformers v4.45.2 trainer.py l. 2182; estimate/reentrant_fsdp1.py). Unset: the
     release's default (scenario ``auto``)."""
     key = "gradient_checkpointing_kwargs.use_reentrant"
-    if not r.has(key):
-        return
-    value = r.get(key)
+    if r.has(key):
+        r.set(key, "use_reentrant", "yes" if boolean(r, key) else "no")
+
+
+def boolean(r: KeyReader, key: str, *default: Any) -> bool:
+    """A switch's value (``r.get(key, *default)``), refused in one line unless it is true or false."""
+    value = r.get(key, *default)
     if not isinstance(value, bool):
         raise r.error(f"{key}: {value!r} is not a boolean (valid values: true, false)")
-    r.set(key, "use_reentrant", "yes" if value else "no")
+    return value
 
 
 def is_fsdp2(keys: dict[str, Any]) -> bool:

@@ -123,7 +123,7 @@ def _step(r: KeyReader) -> None:
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
     off = r.get("disable_gradient_checkpointing", False, f"{MODEL_SRC}: checkpointing is on unless disabled")
     r.set("disable_gradient_checkpointing", "gradient_checkpointing", "none" if off else "full")
-    if r.get("use_unsloth_gc", False, MODEL_SRC) and not off:
+    if hf.boolean(r, "use_unsloth_gc", False, MODEL_SRC) and not off:
         # CKPT_SRC get_unsloth_gradient_checkpointing_func: each block's input goes to the host
         # (hidden_states.to("cpu", non_blocking=True)) and comes back in its backward for the recompute
         r.set("use_unsloth_gc", "gradient_checkpointing", "offload")
@@ -165,9 +165,7 @@ def _reentrant(r: KeyReader) -> None:
     (:data:`CKPT_SRC`). So an unset key is ``yes``, not the transformers release's default (estimate/reentrant_fsdp1.py:
     it matters where transformers <= 4.51 wraps FSDP1 block units in the checkpoint). Read with checkpointing off too:
     the scenario keeps the file's setting, which a change that turns checkpointing on then uses."""
-    value = r.get("use_reentrant_gc", True, f"{MODEL_SRC}; {CKPT_SRC}")
-    if not isinstance(value, bool):
-        raise r.error(f"use_reentrant_gc: {value!r} is not a boolean (valid values: true, false)")
+    value = hf.boolean(r, "use_reentrant_gc", True, f"{MODEL_SRC}; {CKPT_SRC}")
     r.reentrant_off_under_fsdp2 = True  # an accelerate config read after this file may select FSDP2 (companions.py)
     r.set("use_reentrant_gc", "use_reentrant", "yes" if value and not hf.is_fsdp2(r.out) else "no")
 
