@@ -6,10 +6,9 @@ Without ``--data`` every measured set is scored (``MEASURED_SETS``: public.jsonl
 stages.jsonl); ``--data`` (repeatable) scores only the files named. max_context.jsonl holds maximum
 contexts, not peaks, and is scored by benchmarks/max_context.py.
 
-``--write-bands`` rewrites src/vramfit/data/accuracy.json from the default sets: every SFT row's path
-(framework, method, sharding, offload, quantization) and our signed error (preference/RL rows are scored
-but not written: ``stage`` is not a field of the path), which each estimate reads to state its error
-band (vramfit/estimate/accuracy.py); tests/benchmarks/test_accuracy_bands.py checks it is up to date.
+``--write-bands`` rewrites src/vramfit/data/accuracy.json from the default sets: every row's path
+(framework, method with its stage, sharding with its scope, offload, quantization) and our signed error, which each
+estimate reads to state its error band (vramfit/estimate/accuracy.py); tests/benchmarks/test_accuracy_bands.py checks it is up to date.
 
 For each row, the figure the source measured (allocated, reserved or device) is compared with ours;
 an ``unknown`` metric counts as right (0 %) when it lies between our allocated and device figures,
@@ -186,13 +185,13 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def bands(scored: list[dict], sources: list[Path] | None = None) -> dict:
-    """The data file each estimate reads: every SFT row's path and signed error (4 decimals). A DPO/GRPO
-    row's error would land on an SFT path (the path has no stage), so those rows are left out. The error is the
+    """The data file each estimate reads: every row's path and signed error (4 decimals); a DPO/GRPO row's path
+    names its stage (``lora+dpo``: vramfit.estimate.accuracy.path_of), so it vouches for that stage only. The error is the
     peak figure's (``error_at_bound``): a band says how far the estimate's peak was from the measurement, also where
     the benchmark scores a length-bound row against the range its estimate states."""
     names = [p.name for p in sources] if sources else list(MEASURED_SETS)
     cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error_at_bound"], 4)}
-             for s in scored if s["stage"] == "sft"]
+             for s in scored]
     return {"source": ", ".join(f"benchmarks/data/measured/{n}" for n in names),
             "written_by": "python benchmarks/accuracy.py --write-bands", "cases": cases}
 

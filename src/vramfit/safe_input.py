@@ -147,13 +147,29 @@ def check_depth(key: str, value: Any, max_depth: int = limits.MAX_CONFIG_DEPTH,
             stack.extend((c, depth + 1) for c in children)
 
 
+class DuplicateKey(ValueError):
+    """A mapping that gives one key twice: JSON and YAML parsers keep the last silently, so it is refused."""
+
+
+def unique_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """``json.loads``' ``object_pairs_hook``: the mapping, or :class:`DuplicateKey` for a key given twice."""
+    out: dict[Any, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f"gives the key {shown(k)} twice")
+        out[k] = v
+    return out
+
+
 def load_json_text(key: str, text: str, where: str = "the text") -> Any:
     """JSON data (no NaN/Infinity), depth-checked; malformed input is one line naming ``key``."""
     def no_constant(name: str) -> Any:
         raise ScenarioError(key, f"{where} holds {name}, which is not a JSON number")
 
     try:
-        data = json.loads(text, parse_constant=no_constant)
+        data = json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise ScenarioError(key, f"{where} {exc}") from None
     except json.JSONDecodeError as exc:
         raise ScenarioError(key, f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
@@ -176,6 +192,17 @@ def load_yaml_text(key: str, text: str, where: str = "the text") -> Any:
             if self.check_event(yaml.AliasEvent):
                 raise ScenarioError(key, f"{where} uses a YAML alias (*name); write the value out instead")
             return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set = set()
+            for key_node, _ in node.value:
+                name = self.construct_object(key_node, deep=True)
+                if isinstance(name, (str, int, float, bool)) or name is None:
+                    if name in seen:
+                        raise ScenarioError(key, f"{where} gives the key {shown(name)} twice "
+                                                 f"(line {key_node.start_mark.line + 1})")
+                    seen.add(name)
+            return super().construct_mapping(node, deep=deep)
 
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass

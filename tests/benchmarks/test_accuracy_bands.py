@@ -20,11 +20,12 @@ def test_the_band_data_is_up_to_date():
     fresh = bench.bands_text(bench.bands(bench.score(rows), paths))
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
     cases = {c["id"]: c["error"] for c in json.loads(fresh)["cases"]}
-    # every SFT row of every set; the DPO/SimPO/PPO rows (stages.jsonl, SWIFT_EX_2601-3/-10/-16) would land on SFT paths
-    sft = [r["id"] for r in rows if r["scenario"].get("stage", "sft") == "sft"]
-    assert list(cases) == sft and len(sft) == len(rows) - 4 >= 120
-    assert "ODYN_DPO_2607-1" not in cases and "SWIFT_EX_2601-3" not in cases and "SWIFT_EX_2601-10" not in cases
-    assert "SWIFT_EX_2601-16" not in cases and "SWIFT_EX_2601-15" in cases  # the PPO row out, the packed fa2 run in
+    # every row of every set; the DPO/SimPO/PPO rows (stages.jsonl, SWIFT_EX_2601-3/-10/-16) on paths naming their stage
+    assert list(cases) == [r["id"] for r in rows] and len(cases) >= 120
+    methods = {c["id"]: c["path"]["method"] for c in json.loads(fresh)["cases"]}
+    assert (methods["ODYN_DPO_2607-1"], methods["SWIFT_EX_2601-3"]) == ("lora+dpo", "lora+dpo")
+    assert (methods["SWIFT_EX_2601-10"], methods["SWIFT_EX_2601-16"]) == ("full+simpo", "full+ppo")
+    assert methods["SWIFT_EX_2601-15"] == "full"  # the packed fa2 SFT run
     assert cases["PEFT_README-117"] == 0.0357  # DeepSpeed < 0.9 gather copy + ZeRO-3 linear inputs (was -0.207)
     # a found row on the counter its source measured: fsdp_qlora's peak allocated, LoRA on 2 GPUs at 512
     assert cases["AAI_FSDPQLORA_2403-5"] == -0.018  # with the loop-kept fp32 logits (keeps_outputs) and the v4 RoPE caches; -0.0256 without the caches

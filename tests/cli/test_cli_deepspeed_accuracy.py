@@ -39,3 +39,16 @@ def test_accuracy_line_and_one_line_errors():
     assert "framework_version: hf has no modelled release 'transformers-4.30'" in bad.output
     bad = run("estimate", "--model", MODEL, "--deepspeed-config", "{not json")
     assert bad.exit_code == 2 and "deepspeed_config: inline JSON does not parse" in bad.output
+
+
+def test_a_library_named_twice_in_framework_version_is_refused():
+    """Joined releases apply in order, so a second release of one library would silently replace the first one's
+    changes (estimate/framework.py check_version)."""
+    for value, lib, first, second in (("trl-0.14+trl-0.21", "trl", "trl-0.14", "trl-0.21"),
+                                      ("transformers-4.40+peft-0.11+transformers-4.40", "transformers",
+                                       "transformers-4.40", "transformers-4.40")):
+        r = run("estimate", "--model", MODEL, "--framework-version", value)
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert f"framework_version: '{value}' names {lib} twice ('{first}' and '{second}')" in " ".join(r.output.split())
+    ok = run("estimate", "--model", MODEL, "--framework-version", "transformers-4.44+peft-0.11+trl-0.14", "--json")
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["scenario"]["framework_version"] == "transformers-4.44+peft-0.11+trl-0.14"

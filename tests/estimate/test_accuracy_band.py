@@ -49,3 +49,19 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     # joins their forward's loss moment. The August-2023 tutorial's two StableLM-3B bf16-true QLoRA rows join too
     # (2026-12-02), +8.8/+8.9 %, and set the band's top (its Llama-2-7B table is not taken: benchmarks/data/measured/README.md)
     assert len(q["cases"]) == 25 and q["error_band"] == [-0.0661, 0.0888] and q["median_abs_error"] == 0.0186
+
+
+def test_a_stage_and_a_shard_scope_are_part_of_the_path():
+    """A DPO or GRPO step, and sharding inside each node, run other code than the SFT cases: SFT measurements do not
+    vouch for them (estimate/accuracy.py path_of)."""
+    sft = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora"}).accuracy
+    assert sft["path"]["method"] == "lora" and "ODYN_DPO_2607-1" not in sft["cases"]
+    dpo = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "dpo"}).accuracy
+    # the two one-GPU LoRA DPO rows: ms-swift's dpo/lora.sh header and the stages.jsonl DPO run
+    assert dpo["measured_path"] and dpo["path"]["method"] == "lora+dpo"
+    assert dpo["cases"] == ["SWIFT_EX_2601-3", "ODYN_DPO_2607-1"]
+    grpo = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "grpo"}).accuracy
+    assert not grpo["measured_path"] and grpo["note"].startswith("no measurement behind this path (hf · lora+grpo")
+    hsdp = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "num_gpus": 16, "num_nodes": 2,
+                     "parallelism": "fsdp", "shard_scope": "node"}).accuracy
+    assert hsdp["path"]["sharding"] == "fsdp+node" and not hsdp["measured_path"]

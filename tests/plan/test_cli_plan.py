@@ -131,3 +131,16 @@ def test_plan_table_keeps_to_the_terminal_width(columns, left_out):
     else:
         assert f"left out at {columns} columns: {left_out}" in r.stdout
         assert "price basis" not in header
+
+
+def test_cheapest_and_fastest_lines_mark_an_unmeasured_path():
+    """The summary lines carry the same † as the table: the fastest plan can sit below the rows shown."""
+    args = ("plan", "--model", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--effective-batch", "16",
+            "--dataset-tokens", "20M")
+    d = json.loads(run(*args, "--json").stdout)
+    text = " ".join(runner.invoke(app, [*args, "--top", "3"], env={"COLUMNS": "400"}).stdout.split())
+    for label in ("cheapest", "fastest"):
+        line = text.split(f"{label.capitalize()}:")[1].split("Disk for #1")[0].split("Fastest:")[0]
+        marked = "† no published measurement behind its path" in line
+        assert marked == (not d[label]["measured_path"])
+    assert not d["fastest"]["measured_path"]  # 8 x B200 under DDP: no published case on that path

@@ -183,3 +183,11 @@ def test_a_non_finite_sweep_value_is_422(client, value):
     r = raw_post(client, "/api/sweep", f'{{"scenario": {{"model": "{MODEL}"}}, "key": "seq_len", "values": [1024, {value}]}}')
     assert_422(r, "values")
     assert "each value must be a finite number or a string" in r.json()["error"]
+
+
+def test_a_key_given_twice_in_the_body_is_422(client):
+    """json.loads keeps the last of two equal keys; the body is refused instead (service.parse_body, unique_pairs)."""
+    r = client.post("/api/estimate", content=b'{"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "method": "qlora"}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json() == {"error": "body: request body gives the key 'method' twice", "key": "body", "valid": None}

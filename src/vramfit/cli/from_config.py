@@ -39,6 +39,14 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
     return {**data, **flags}
 
 
+def eval_follows_micro() -> bool:
+    """Whether the ``--from`` config evaluates at its micro-batch (``Imported.eval_follows_micro``) and no
+    ``--eval-batch-size`` pins it: the planner's micro-batch variants then evaluate at their own micro-batch, as
+    ``estimate --micro-batch-size`` does (:func:`overlay`)."""
+    imp = _CURRENT.get()
+    return bool(imp is not None and imp.eval_follows_micro and "eval_batch_size" not in imp.flags)
+
+
 def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, Any]) -> None:
     """Save the ``--from`` file with ``changes`` (scenario keys) to ``dest``, print the diff."""
     if dest is None:
@@ -68,7 +76,8 @@ def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
     from vramfit.plan import changes_to_fit
 
     imp = _CURRENT.get()
-    fitting = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin) if c.fits]
+    fitting = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin,
+                                         eval_follows_micro=eval_follows_micro()) if c.fits]
     writable = [c for c in fitting if imp is None or all(k in imp.write_keys for k in c.changes)]
     pick = (writable or fitting or [None])[0]
     if pick is None and fitting == [] and not _fits(sc, safety_margin):
@@ -76,13 +85,15 @@ def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
     changes = {} if pick is None else {k: v for k, v in pick.changes.items() if k != "gpu"}
     if pick is not None:
         err_console.print(f"change: {pick.description}", highlight=False)
-    write_back(dest, changes, sc.replace(**changes).to_dict() if changes else sc.to_dict())
+    follow = {"eval_batch_size": changes["micro_batch_size"]} if (
+        eval_follows_micro() and "micro_batch_size" in changes and sc.eval_batch_size) else {}
+    write_back(dest, changes, sc.replace(**changes, **follow).to_dict() if changes else sc.to_dict())
 
 
 def _fits(sc: Any, safety_margin: float) -> bool:
     from vramfit.plan import fit
 
-    return fit(sc, sc.gpu, safety_margin=safety_margin).fits
+    return fit(sc, sc.gpu, safety_margin=safety_margin, eval_follows_micro=eval_follows_micro()).fits
 
 
 def write_plan(dest: Path | None, sc: Any, plan: Any) -> None:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
-from vramfit.cli.from_config import write_fit, write_plan
+from vramfit.cli.from_config import eval_follows_micro, write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.cli.render import render_fit
 from vramfit.errors import ScenarioError, VramfitError
@@ -138,6 +138,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
         within += "" if p.meets_deadline is None else (" (meets the deadline)" if p.meets_deadline else " [red](past the deadline)[/red]")
         within += f" at ${p.usd_per_gpu_hour_low:.2f}/GPU-h ({p.price_basis})" if p.price_basis else ""
+        within += "" if p.measured_path else " [yellow]† no published measurement behind its path[/yellow]"
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
                       f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU, "
@@ -235,7 +236,8 @@ def plan_cmd(
     sc = build_scenario(scenario_args, scenario_file)
     r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
              gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
-             deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active())
+             deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active(),
+             eval_follows_micro=eval_follows_micro())
     if json_out:
         _out(r.to_dict())
     else:
@@ -264,7 +266,8 @@ def fit_cmd(
     if not sc.gpu:
         raise ScenarioError("gpu", "fit needs the card: --gpu ID (see `vramfit gpus`)")
     cal = load_active()
-    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal, dataset=dataset_report)
+    r = fit(sc, sc.gpu, safety_margin=safety_margin, calibration=cal, dataset=dataset_report,
+            eval_follows_micro=eval_follows_micro())
     write_fit(write_to, sc, safety_margin)
     if json_out:
         _out(r.to_dict())

@@ -129,7 +129,7 @@ EVAL_SRC = f"{_SRC} src/axolotl/utils/config/__init__.py l. 208-209: eval_batch_
 
 
 def _eval(r: KeyReader) -> None:
-    has_set = float(r.get("val_set_size", 0.0, SOURCE) or 0) > 0 or bool(r.get("test_datasets"))
+    has_set = hf.nonnegative(r, "val_set_size", 0.0, SOURCE) > 0 or bool(r.get("test_datasets"))
     key = "eval_strategy" if r.has("eval_strategy") else "evaluation_strategy"
     strategy, steps, per_epoch = r.get(key), r.get("eval_steps"), r.get("evals_per_epoch")
     if per_epoch and not steps and not 1 / (per_epoch * float(r.get("num_epochs", 1.0, TRAINING_SRC))) < 1:
@@ -147,8 +147,9 @@ def _eval(r: KeyReader) -> None:
 
 def _method(r: KeyReader) -> tuple[str, str]:
     adapter = r.get("adapter", None, f"{SOURCE}: no adapter = full fine-tuning")
-    in4, in8 = bool(r.get("load_in_4bit", False, SOURCE)), bool(r.get("load_in_8bit", False, SOURCE))
-    gptq = bool(r.get("gptq"))
+    in4 = hf.boolean(r, "load_in_4bit", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
+    in8 = hf.boolean(r, "load_in_8bit", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
+    gptq = hf.switch_value(r, "gptq", r.get("gptq"), hf.PYDANTIC_BOOL)
     if in4 and in8:
         raise r.error("load_in_4bit and load_in_8bit are both true; choose one")
     if adapter in (None, "", "none"):
@@ -209,7 +210,8 @@ def _moe_kernel(r: KeyReader) -> None:
 
 def _precision(r: KeyReader, method: str) -> str:
     bf16, bf16_load = r.get("bf16", "auto", f"{SOURCE}: 'auto' = bf16 on Ampere and newer"), r.get("bfloat16")
-    fp16, fp16_load = bool(r.get("fp16", False, SOURCE)), bool(r.get("float16"))
+    fp16 = hf.boolean(r, "fp16", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
+    fp16_load = hf.switch_value(r, "float16", r.get("float16"), hf.PYDANTIC_BOOL)
     bf16, fp16 = bf16 or bf16_load, fp16 or fp16_load
     if bf16 and fp16:
         raise r.error("bf16 and fp16 are both on; choose one")
@@ -295,7 +297,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if method != "full":
         _adapter(r)
     if method == "qlora":  # experts stay 16-bit unless asked (transformers 5 fuses them into 3-D parameters)
-        moe = bool(r.get("quantize_moe_experts", False, SOURCE))
+        moe = hf.boolean(r, "quantize_moe_experts", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
         r.set("quantize_moe_experts", "quantize_experts", "yes" if moe else "auto")
     else:
         r.ignore("lora_*", "no adapter: LoRA settings have no effect")
@@ -316,7 +318,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)
-    hf.use_reentrant(r)  # axolotl passes gradient_checkpointing_kwargs to the Trainer's arguments
+    hf.use_reentrant(r, json_string=False)  # axolotl passes gradient_checkpointing_kwargs to the Trainer's arguments
     _moe_kernel(r)
     _attention_and_loss(r)
     compile_ = r.get("torch_compile")

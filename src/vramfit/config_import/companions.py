@@ -53,7 +53,9 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     nodes = int(r.get("num_machines", 1, "accelerate default"))
     if nodes > 1:
         out["num_nodes"] = nodes  # num_processes counts every machine's processes (accelerate ClusterConfig)
-    kind = str(r.get("distributed_type", "NO", "accelerate default")).upper()
+    kind = r.get("distributed_type", "NO", "accelerate default")
+    # YAML 1.1 reads an unquoted NO as false (`accelerate config` writes it quoted, 'NO'): the NO the user wrote
+    kind = "NO" if kind is False else str(kind).upper()
     extra: list[Entry] = []
     if kind == "DEEPSPEED":
         f = r.get("deepspeed_config.deepspeed_config_file")

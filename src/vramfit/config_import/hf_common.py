@@ -3,6 +3,8 @@ flags, FSDP settings and the DeepSpeed JSON / accelerate YAML a config points to
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,10 @@ def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
             ds.entries[f"zero_optimization.{key}"].becomes.append(f"deepspeed_config ({key})")
 
 
+#: accelerate's FSDP_SHARDING_STRATEGY (accelerate v1.16.0 utils/constants.py), in torch's ShardingStrategy order
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+
+
 def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nodes: int = 1) -> dict[str, Any]:
     """parallelism/offload from HF ``fsdp`` words (``full_shard auto_wrap offload``) and ``fsdp_config``;
     hybrid sharding (HYBRID_SHARD, _HYBRID_SHARD_ZERO2) over ``nodes`` > 1 adds ``shard_scope=node``."""
@@ -138,6 +144,13 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
     words = [str(w).lower() for w in (words or [])]
     opts = {k.removeprefix("fsdp_"): v for k, v in options.items()}
     strategy = str(opts.get("sharding_strategy", "")).upper()
+    # torch ShardingStrategy values (v2.13.0 distributed/fsdp/api.py: FULL_SHARD = 1 ... _HYBRID_SHARD_ZERO2 = 5), which
+    # accelerate also takes by number
+    strategy = dict(enumerate(SHARDING_STRATEGIES, 1)).get(int(strategy), strategy) if strategy.isdigit() else strategy
+    if strategy not in ("", *SHARDING_STRATEGIES, "_HYBRID_SHARD_ZERO2"):
+        name = next((k for k in options if k.removeprefix("fsdp_") == "sharding_strategy"), "sharding_strategy")
+        raise r.error(f"{key}.{name}: {_short_repr(opts['sharding_strategy'])} is not an FSDP sharding strategy "
+                      f"(valid values: {', '.join(SHARDING_STRATEGIES)}, or 1-5)")
     reshard = opts.get("reshard_after_forward")
     grad_op = "shard_grad_op" in words or strategy in ("SHARD_GRAD_OP", "2") or reshard is False
     hybrid = "hybrid_shard" in words or "HYBRID" in strategy
@@ -145,7 +158,8 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
         raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
     if hybrid:
         grad_op = grad_op or "ZERO2" in strategy
-    offload = "offload" in words or bool(opts.get("offload_params"))
+    name = next((k for k in options if k.removeprefix("fsdp_") == "offload_params"), "offload_params")
+    offload = "offload" in words or switch_value(r, f"{key}.{name}", opts.get("offload_params"), ACCELERATE_BOOL)
     if "no_shard" in words or strategy in ("NO_SHARD", "3"):  # FSDP1 wrapping, nothing sharded
         if offload:
             raise r.error(f"{key}: CPU offload with NO_SHARD is not modelled; use FULL_SHARD with offload")
@@ -190,21 +204,92 @@ TRAINING_ARGS_IGNORED = [
 ]
 
 
-def use_reentrant(r: KeyReader) -> None:
+def use_reentrant(r: KeyReader, json_string: bool = True) -> None:
     """``gradient_checkpointing_kwargs.use_reentrant`` -> ``use_reentrant`` (the Trainer passes the kwargs to the model's
     gradient_checkpointing_enable, transformers v4.45.2 trainer.py l. 2182; estimate/reentrant_fsdp1.py). Unset: the
-    release's default (scenario ``auto``)."""
-    key = "gradient_checkpointing_kwargs.use_reentrant"
+    release's default (scenario ``auto``).
+
+    ``json_string``: the config reaches ``TrainingArguments`` as is, whose ``__post_init__`` parses a string starting
+    with ``{`` as JSON and turns its "true"/"false" strings into booleans (transformers v4.40.0 and v5.24.0
+    training_args.py ``_VALID_DICT_FIELDS``, ``_convert_str_dict``). Axolotl validates the key as a mapping first
+    (``json_string=False``): a string there is refused."""
+    whole, key = "gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs.use_reentrant"
+    value = r.flat.get(whole)
+    if value is not None and whole in r.flat:
+        options = _kwargs_mapping(r, whole, value, json_string)
+        if "use_reentrant" in options:
+            flag = options["use_reentrant"]
+            flag = flag.lower() == "true" if isinstance(flag, str) and flag.lower() in ("true", "false") else flag
+            if not isinstance(flag, bool):
+                raise r.error(f"{key}: {flag!r} is not a boolean (valid values: true, false)")
+            r.set(whole, "use_reentrant", "yes" if flag else "no")
+        return
     if r.has(key):
         r.set(key, "use_reentrant", "yes" if boolean(r, key) else "no")
 
 
-def boolean(r: KeyReader, key: str, *default: Any) -> bool:
-    """A switch's value (``r.get(key, *default)``), refused in one line unless it is true or false."""
+def _kwargs_mapping(r: KeyReader, whole: str, value: Any, json_string: bool) -> dict[str, Any]:
+    """``gradient_checkpointing_kwargs`` given as one value rather than nested keys: a JSON object string where the
+    Trainer parses one (:func:`use_reentrant`), recorded as read; anything else refused in one line."""
+    valid = "a mapping such as {use_reentrant: false}" + (", or that mapping as a JSON string" if json_string else "")
+    if not (json_string and isinstance(value, str) and value.startswith("{")):
+        raise r.error(f"{whole}: {_short_repr(value)} is not a mapping (valid values: {valid})")
+    try:
+        options = json.loads(value)
+    except ValueError as exc:
+        raise r.error(f"{whole}: {_short_repr(value)} is not valid JSON ({exc.msg}; valid values: {valid})") from None
+    if not isinstance(options, dict):
+        raise r.error(f"{whole}: {_short_repr(value)} is not a mapping (valid values: {valid})")
+    r.get(whole)
+    return options
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# The strings each framework's own parser turns into a boolean; it refuses any other string. A config key read
+# through one of them takes these spellings (case-insensitive) and 0/1, as the framework does.
+# accelerate: `accelerate launch` exports a config value as str(value).lower() and the plugins read it back with
+# utils/environment.py ``str_to_bool`` (accelerate v1.16.0).
+ACCELERATE_BOOL = {**dict.fromkeys(("y", "yes", "t", "true", "on", "1"), True),
+                   **dict.fromkeys(("n", "no", "f", "false", "off", "0"), False)}
+# transformers hf_argparser.py ``string_to_bool`` (v4.40.0, v5.24.0): TRL's TrlParser sets a YAML file's values as the
+# argparse defaults, and argparse converts a string default with the field's type.
+ARGPARSE_BOOL = {**dict.fromkeys(("yes", "true", "t", "y", "1"), True),
+                 **dict.fromkeys(("no", "false", "f", "n", "0"), False)}
+# pydantic v2 bool validation in lax mode (axolotl's config model; pydantic 2.14.4): the same words as accelerate.
+PYDANTIC_BOOL = ACCELERATE_BOOL
+
+
+def boolean(r: KeyReader, key: str, *default: Any, spellings: dict[str, bool] | None = None) -> bool:
+    """A switch's value (``r.get(key, *default)``), refused in one line unless it is true or false, or (``spellings``:
+    the framework's own parser, above) one of the strings or 0/1 that parser reads as one."""
     value = r.get(key, *default)
-    if not isinstance(value, bool):
-        raise r.error(f"{key}: {value!r} is not a boolean (valid values: true, false)")
-    return value
+    if value is None:  # set to null with no default: the framework's own default is not known here
+        raise r.error(f"{key}: None is not a boolean (valid values: true, false)")
+    return switch_value(r, key, value, spellings)
+
+
+def nonnegative(r: KeyReader, key: str, *default: Any) -> float:
+    """A size or fraction (``r.get(key, *default)``; unset or None: 0), refused in one line unless it is a finite number
+    of at least 0."""
+    value = r.get(key, *default)
+    value = 0 if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise r.error(f"{key}: {_short_repr(value)} is not a number of at least 0")
+    return float(value)
+
+
+def switch_value(r: KeyReader, key: str, value: Any, spellings: dict[str, bool] | None = None) -> bool:
+    """:func:`boolean` for a value already taken from the config (unset, None: false)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if spellings and isinstance(value, (str, int)) and str(value).lower() in spellings:
+        return spellings[str(value).lower()]
+    words = f"; or {', '.join(sorted(k for k in spellings if not k.isdigit()))}, 0, 1" if spellings else ""
+    raise r.error(f"{key}: {_short_repr(value)} is not a boolean (valid values: true, false{words})")
 
 
 def is_fsdp2(keys: dict[str, Any]) -> bool:

@@ -102,8 +102,8 @@ def _adapter(r: KeyReader) -> None:
 
 
 def _precision(r: KeyReader, method: str) -> str:
-    bf16, fp16 = bool(r.get("bf16", False, ARGS_SRC)), bool(r.get("fp16", False, ARGS_SRC))
-    pure = bool(r.get("pure_bf16", False, FT_SRC))
+    bf16, fp16 = hf.boolean(r, "bf16", False, ARGS_SRC), hf.boolean(r, "fp16", False, ARGS_SRC)
+    pure = hf.boolean(r, "pure_bf16", False, FT_SRC)
     if bf16 + fp16 + pure > 1:
         raise r.error("more than one of bf16, fp16 and pure_bf16 is on; choose one")
     if pure:
@@ -148,8 +148,7 @@ def _eval(r: KeyReader) -> None:
     when do_eval (src/llamafactory/train/sft/workflow.py l. 146-147 ``trainer.evaluate()``), at
     per_device_eval_batch_size; either needs val_size > 0 or eval_dataset (hparams/parser.py l. 480-483, do_eval
     being set by any other strategy: transformers 5.24.0 training_args.py l. 1571-1572)."""
-    val = r.get("val_size", 0.0, DATA_SRC)
-    has_set = float(val or 0) > 1e-6 or bool(r.get("eval_dataset"))
+    has_set = hf.nonnegative(r, "val_size", 0.0, DATA_SRC) > 1e-6 or bool(r.get("eval_dataset"))
     batch = hf.trainer_eval(r, after="do_eval")
     if batch and not has_set:
         raise r.error("eval_strategy/do_eval needs val_size > 0 or eval_dataset (LLaMA-Factory refuses it otherwise)")

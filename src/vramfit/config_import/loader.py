@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.errors import ScenarioError
+from vramfit.safe_input import DuplicateKey, unique_pairs
 
 #: Largest config file read (bytes). The largest published example configs are under 20 kB.
 MAX_BYTES = 1_048_576
@@ -26,7 +27,7 @@ def fail(path: Path | str, message: str) -> ScenarioError:
 
 def read_text(path: Path) -> str:
     if not path.is_file():
-        raise fail(path, "file not found")
+        raise fail(path, "file not found" if not path.exists() else "is a directory or a device, not a file")
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise fail(path, f"is {size:,} bytes; a training config is at most {MAX_BYTES:,} bytes")
@@ -97,7 +98,9 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         data = parse_script(text, path)
     elif kind == "json":
         try:
-            data = json.loads(text, object_pairs_hook=_no_duplicates)
+            data = json.loads(text, object_pairs_hook=unique_pairs)
+        except DuplicateKey as exc:
+            raise fail(path, str(exc)) from None
         except ValueError as exc:
             raise fail(path, f"is not valid JSON: {str(exc).splitlines()[0]}") from None
         except RecursionError:  # issue 12: deep nesting is one line, not a traceback
@@ -146,10 +149,3 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
         raise fail(path, f"is not valid TOML: {exc}") from None
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"key {k!r} is given twice")
-        out[k] = v
-    return out

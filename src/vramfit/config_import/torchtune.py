@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
 
 _R = "pytorch/torchtune@bd2a0fc"
@@ -80,7 +81,7 @@ def _model(r: KeyReader) -> tuple[str, str]:
         r.set("model._component_", "model", BUILDERS[base])
     else:
         r.mark("model._component_", f"builder {base}: no Hugging Face id in vramfit's table; pass --model")
-    quant = prefix == "qlora_" or bool(r.get("model.quantize_base"))
+    quant = prefix == "qlora_" or hf.switch_value(r, "model.quantize_base", r.get("model.quantize_base"))
     method = "qlora" if quant else "lora" if prefix else "full"
     r.set("model._component_", "method", method)
     if quant:  # torchtune's NF4 base: torchao NF4Tensor with quantized block scales (torchtune/modules/peft/lora.py)
@@ -126,12 +127,12 @@ def _step(r: KeyReader) -> None:
     if dtype not in ("bf16", "fp32"):
         raise r.error(f"dtype '{dtype}' is not supported by torchtune (valid values: bf16, fp32)")
     r.set("dtype", "precision", "bf16-true" if dtype == "bf16" else "fp32")
-    ac = r.get("enable_activation_checkpointing", False, SOURCE)
-    off = r.get("enable_activation_offloading", False, SOURCE)
+    ac = hf.boolean(r, "enable_activation_checkpointing", False, SOURCE)
+    off = hf.boolean(r, "enable_activation_offloading", False, SOURCE)
     r.set("enable_activation_offloading" if off else "enable_activation_checkpointing", "gradient_checkpointing",
           "offload" if off else "full" if ac else "none")
-    r.set("compile", "compile", bool(r.get("compile", False, SOURCE)))
-    r.set("optimizer_in_bwd", "optimizer_in_backward", bool(r.get("optimizer_in_bwd", False, SOURCE)))
+    r.set("compile", "compile", hf.boolean(r, "compile", False, SOURCE))
+    r.set("optimizer_in_bwd", "optimizer_in_backward", hf.boolean(r, "optimizer_in_bwd", False, SOURCE))
     opt = r.get("optimizer._component_", "torch.optim.AdamW", SOURCE)
     if opt not in OPTIMIZERS:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")
@@ -169,7 +170,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     _step(r)
     _eval(r)
     if r.has("fsdp_cpu_offload") or r.has("fsdp_reshard_after_forward"):  # keys only the distributed recipes read
-        off = bool(r.get("fsdp_cpu_offload", False, SOURCE))
+        off = hf.boolean(r, "fsdp_cpu_offload", False, SOURCE)
         grad_op = r.get("fsdp_reshard_after_forward", True, SOURCE) is False
         r.set("fsdp_cpu_offload", "parallelism", "fsdp-grad-op" if grad_op else "fsdp")
         r.set("fsdp_cpu_offload", "offload", "optimizer+params" if off else "none")

@@ -36,8 +36,9 @@ def _model(r: KeyReader) -> str:
     if not model:
         raise r.error("model_name_or_path is required")
     r.set("model_name_or_path", "model", model)
-    in4, in8 = bool(r.get("load_in_4bit", False, MODEL_SRC)), bool(r.get("load_in_8bit", False, MODEL_SRC))
-    peft = bool(r.get("use_peft", False, MODEL_SRC))
+    in4 = hf.boolean(r, "load_in_4bit", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
+    in8 = hf.boolean(r, "load_in_8bit", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
+    peft = hf.boolean(r, "use_peft", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
     if in4 and in8:
         raise r.error("load_in_4bit and load_in_8bit are both true; choose one")
     if (in4 or in8) and not peft:
@@ -46,13 +47,17 @@ def _model(r: KeyReader) -> str:
     r.set("use_peft", "method", method)
     if in4:
         kind = r.get("bnb_4bit_quant_type", "nf4", MODEL_SRC)
-        nested = bool(r.get("use_bnb_nested_quant", False, MODEL_SRC))
+        nested = hf.boolean(r, "use_bnb_nested_quant", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
         if kind not in ("nf4", "fp4"):
             raise r.error(f"bnb_4bit_quant_type '{kind}' is unknown (valid values: nf4, fp4)")
         r.set("bnb_4bit_quant_type", "quantize", kind + ("-dq" if nested else ""))
         r.set("use_bnb_nested_quant", "quantize", kind + ("-dq" if nested else ""))
     elif in8:
         r.set("load_in_8bit", "quantize", "int8")
+    if not in4:
+        r.ignore("bnb_4bit_*", "load_in_4bit is off"), r.ignore("use_bnb_nested_quant", "load_in_4bit is off")
+    if not peft:
+        r.ignore("lora_*", "use_peft is off: no adapter")
     if peft:
         r.set("lora_r", "lora_rank", r.get("lora_r", 16, MODEL_SRC))
         r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 32, MODEL_SRC))
@@ -70,8 +75,8 @@ def _precision(r: KeyReader, method: str) -> str:
     dtype = r.get("model_init_kwargs.dtype") or r.get("model_init_kwargs.torch_dtype")
     if dtype is None:
         dtype = r.get("dtype") or r.get("torch_dtype") or r.get("dtype", "float32", MODEL_SRC)
-    fp16 = bool(r.get("fp16", False, ARGS_SRC))
-    bf16 = r.get("bf16", not fp16, f"{SFT_SRC}: True unless fp16")
+    fp16 = hf.boolean(r, "fp16", False, ARGS_SRC, spellings=hf.ARGPARSE_BOOL)
+    bf16 = hf.boolean(r, "bf16", not fp16, f"{SFT_SRC}: True unless fp16", spellings=hf.ARGPARSE_BOOL)
     if bf16 and fp16:
         raise r.error("bf16 and fp16 are both on; choose one")
     weights = str(dtype).replace("torch.", "")

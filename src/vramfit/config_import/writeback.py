@@ -70,8 +70,12 @@ def _needed(imp: Imported, fkey: str, value: Any) -> bool:
 
 def _pinned_eval(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> dict[str, Any]:
     """The eval batch to write when the micro batch changes and the file's eval batch follows it
-    (``Imported.eval_follows_micro``); a dialect with no eval key (litgpt) cannot keep another: reported as left."""
+    (``Imported.eval_follows_micro``); a dialect with no eval key (litgpt) cannot keep another: reported as left.
+    Nothing where the scenario evaluates at its new micro batch (the planner's variants under that rule,
+    ``Evaluator.eval_follows_micro``): the file, left to follow, evaluates there."""
     if "micro_batch_size" not in changes or "eval_batch_size" in changes or not imp.eval_follows_micro:
+        return {}
+    if scenario["eval_batch_size"] == scenario["micro_batch_size"]:
         return {}
     return {"eval_batch_size": scenario["eval_batch_size"]}
 

@@ -1,8 +1,8 @@
 """How far to trust an estimate: the published measurements nearest to its path, and our errors on them.
 
-The path of a scenario is what decides which code ran (framework, method, sharding, offload,
-quantization). ``data/accuracy.json`` lists every SFT row of the measured sets in
-``benchmarks/data/measured/`` (public.jsonl, found.jsonl) with its path and our signed error; it is written by
+The path of a scenario is what decides which code ran (framework, method with its training stage, sharding with its
+scope, offload, quantization). ``data/accuracy.json`` lists every row of the measured sets in
+``benchmarks/data/measured/`` (public.jsonl, found.jsonl, stages.jsonl) with its path and our signed error; it is written by
 ``python benchmarks/accuracy.py --write-bands`` (tests/benchmarks/test_accuracy_bands.py checks it is up
 to date), so an estimate only reads a small file.
 """
@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any
 
 from vramfit.choices import FSDP_FAMILY
-from vramfit.scenario import FsdpVersion, Quantize, Scenario
+from vramfit.scenario import FsdpVersion, Quantize, Scenario, ShardScope, Stage
 
 FIELDS = ("framework", "method", "sharding", "offload", "quantization")
 #: Nearness when no case is on the path: a field that swaps more of the code that runs weighs more than
@@ -31,15 +31,19 @@ _QUANT_FAMILY = {
 
 def path_of(sc: Scenario) -> dict[str, str]:
     """The fields that select which code runs; 4-bit bitsandbytes formats share one path; tensor, pipeline and
-    context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet)."""
+    context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet), and so is
+    sharding inside each node (``shard_scope=node``: HSDP or ZeRO++ hpZ, ``fsdp+node``). A training stage other than
+    SFT runs another step (a reference model, pairs, generation: estimate/stages): part of the method (``lora+dpo``),
+    so a DPO or GRPO estimate is never vouched for by SFT measurements."""
     sharding = sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none"
     if sc.fsdp_version is FsdpVersion.V2 and sc.parallelism in FSDP_FAMILY:  # another FSDP runs (estimate/fsdp2.py)
         sharding += "+fsdp2"
     for name, degree in (("tp", sc.tensor_parallel), ("pp", sc.pipeline_parallel), ("cp", sc.context_parallel)):
         sharding += f"+{name}{degree}" if degree > 1 else ""
+    sharding += "+node" if sc.shard_scope is ShardScope.NODE else ""
     return {
         "framework": sc.framework.value,
-        "method": sc.method.value,
+        "method": sc.method.value + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else ""),
         "sharding": sharding,
         "offload": sc.offload.value,
         "quantization": _QUANT_FAMILY[sc.quantize],

@@ -189,7 +189,8 @@ def parse(value: Any) -> DeepSpeedConfig:
 
         path = Path(str(value).strip()).expanduser()
         if not path.is_file():
-            raise ScenarioError(KEY, f"file not found: {path}")
+            raise ScenarioError(KEY, f"file not found: {path}" if not path.exists()
+                                else f"{path} is a directory or a device, not a file")
         try:
             return from_mapping(load_mapping(path))
         except ScenarioError as exc:

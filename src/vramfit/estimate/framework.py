@@ -8,6 +8,7 @@ choice with more than two values is an enum, and code never compares the display
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -58,6 +59,14 @@ def check_version(framework: Framework, value: Any) -> str:
     older = valid[1:] if PROFILES[framework].version else valid
     if text not in valid and not (isinstance(text, str) and all(p in older for p in text.split("+"))):
         raise ScenarioError("framework_version", f"{framework.value} has no modelled release {value!r}", valid)
+    libraries: dict[str, str] = {}
+    for part in text.split("+"):  # one release per library: a later part would silently replace an earlier one's changes
+        m = re.fullmatch(r"(.+)-(\d[\w.]*)", part)
+        lib = m.group(1) if m else part
+        if lib in libraries:
+            raise ScenarioError("framework_version", f"{value!r} names {lib} twice ({libraries[lib]!r} and {part!r}); "
+                                "join at most one release of each library with '+'", valid)
+        libraries[lib] = part
     return text
 
 

@@ -104,9 +104,9 @@ def _candidates(sc: Scenario) -> list[Change]:
 
 class _Ctx:
     def __init__(self, sc: Scenario, g: GPU, margin: float, mfu: float | None, calibration: Calibration | None = None,
-                 seq_len_at: Callable[[int], int] | None = None):
+                 seq_len_at: Callable[[int], int] | None = None, eval_follows_micro: bool = False):
         self.sc, self.g = sc, g
-        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, seq_len_at)
+        self.ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, seq_len_at, eval_follows_micro)
         self.limit = limit_bytes(g, margin)
         self.margin = margin
         self.mfu = mfu
@@ -275,7 +275,8 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
 def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: float = SAFETY_MARGIN,
                    mfu: float | None = None, effective_batch: int | None = None,
                    calibration: Calibration | None = None,
-                   seq_len_at: Callable[[int], int] | None = None) -> list[Change]:
+                   seq_len_at: Callable[[int], int] | None = None,
+                   eval_follows_micro: bool = False) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
     ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
@@ -288,7 +289,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     u = mfu_value(mfu) if mfu is not None else None
-    ctx = _Ctx(sc, g, margin, u, calibration, seq_len_at)
+    ctx = _Ctx(sc, g, margin, u, calibration, seq_len_at, eval_follows_micro)
     if ctx.before <= ctx.limit:
         return []
     singles = _candidates(sc)

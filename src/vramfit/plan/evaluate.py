@@ -32,11 +32,15 @@ class Evaluator:
     """Estimates of ``base`` with some keys changed, computed once each."""
 
     def __init__(self, base: Scenario | dict, calibration: Calibration | None = None,
-                 seq_len_at: Callable[[int], int] | None = None):
+                 seq_len_at: Callable[[int], int] | None = None, eval_follows_micro: bool = False):
         """``calibration``: a user's measured overheads, applied to cards of its families (:mod:`vramfit.calibration`).
         ``seq_len_at``: the ``seq_len`` of a micro-batch size where a dataset's batches set it (a padding-free micro-batch
-        is one row of its samples: :meth:`vramfit.dataset.DatasetReport.seq_len_at`); every variant takes it."""
+        is one row of its samples: :meth:`vramfit.dataset.DatasetReport.seq_len_at`); every variant takes it.
+        ``eval_follows_micro``: the run evaluates at its micro-batch (a config that leaves the evaluation batch to its
+        default, e.g. Axolotl's ``eval_batch_size``: ``vramfit.config_import.Imported.eval_follows_micro``), so a
+        variant with another micro-batch evaluates at that one too (where the base evaluates at all)."""
         self.seq_len_at = seq_len_at
+        self.eval_follows_micro = eval_follows_micro
         self.base = parse_scenario(base)
         if seq_len_at is not None:
             self.base = self.base.replace(seq_len=seq_len_at(self.base.micro_batch_size))
@@ -68,6 +72,9 @@ class Evaluator:
             return self.base
         if self.seq_len_at is not None and "micro_batch_size" in changes and "seq_len" not in changes:
             changes = {**changes, "seq_len": self.seq_len_at(changes["micro_batch_size"])}
+        if (self.eval_follows_micro and self.base.eval_batch_size and "micro_batch_size" in changes
+                and "eval_batch_size" not in changes):
+            changes = {**changes, "eval_batch_size": changes["micro_batch_size"]}
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:

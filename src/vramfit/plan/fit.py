@@ -106,6 +106,7 @@ def fit(
     seq_lens: tuple[int, ...] | None = None,
     calibration: Calibration | None = None,
     dataset: Any | None = None,
+    eval_follows_micro: bool = False,
 ) -> FitReport:
     """What fits one ``gpu_id`` card per GPU, under ``safety_margin`` of its usable memory; with ``dataset`` (a
     :class:`vramfit.dataset.DatasetReport`) each micro-batch size at its own peak row (padding-free rows grow)."""
@@ -113,7 +114,7 @@ def fit(
     g = get_gpu(gpu_id)
     margin = fraction("safety_margin", safety_margin, lo_open=False)
     at = dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None
-    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, at)
+    ev = Evaluator(sc.replace(gpu=g.gpu_id), calibration, at, eval_follows_micro)
     limit = limit_bytes(g, margin)
 
     def peak(counter: str, **k: Any) -> int | None:

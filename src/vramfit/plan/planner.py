@@ -29,7 +29,7 @@ from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
-from vramfit.plan.search import Config, Search, peer_gbs
+from vramfit.plan.search import Config, Search, peer_gbs, pinned_layout
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours, time_band
 from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
@@ -151,6 +151,7 @@ def plan(
     stacks: list[str] | str | None = None,
     dataset: Any | None = None,
     calibration: Calibration | None = None,
+    eval_follows_micro: bool = False,
 ) -> PlanReport:
     """Ranked plans that fit, over the catalog (or ``gpu_ids``), for the user's scenario.
 
@@ -176,7 +177,8 @@ def plan(
     user_mfu = u if mfu is not None else None
     sc = at_effective_batch(sc, eff)  # the user's settings at the accumulation the effective batch needs
     # a padding-free dataset's peak row grows with the micro-batch: each variant at its own (report.seq_len_at)
-    ev = Evaluator(sc, calibration, dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None)
+    ev = Evaluator(sc, calibration, dataset.seq_len_at if dataset is not None and dataset.varies_with_micro_batch else None,
+                   eval_follows_micro)
     sc = ev.base
     # colocated vLLM takes a share of the card: the user's own figure is on the first card searched
     own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
@@ -278,7 +280,8 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
                 plans.append(_make_plan(search, g, best[0], best[1], limit, eff, at_mb, budget, num_params, trainable,
                                         tokens, kept, deadline))
         if not any(p.gpu_id == g.gpu_id for p in plans):
-            excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking)))
+            excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking,
+                                                          pinned_layout(search.ev.base))))
     plans.sort(key=lambda p: _rank(p, order))
     return plans, excluded, blocked
 
@@ -295,7 +298,8 @@ def _changes_for_named(named: list[str] | None, blocked: set, ev: Evaluator, sc:
         g = get_gpu(gid)
         if g.gpu_id not in blocked and not fits(ev.estimate(gpu=g.gpu_id), limit_bytes(g, margin)):
             changes[g.gpu_id] = changes_to_fit(sc, g.gpu_id, safety_margin=margin, calibration=calibration, mfu=user_mfu,
-                                              effective_batch=eff, seq_len_at=ev.seq_len_at)
+                                              effective_batch=eff, seq_len_at=ev.seq_len_at,
+                                              eval_follows_micro=ev.eval_follows_micro)
     return changes
 
 

@@ -122,14 +122,16 @@ def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
 
 
 def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts: tuple[int, ...], eff: int,
-              lacking: list[int]) -> str:
-    """The reason a card got no plan."""
+              lacking: list[int], pinned: tuple[str, str] | None = None) -> str:
+    """The reason a card got no plan (``pinned``: the layout a DeepSpeed config fixes, :func:`search.pinned_layout`)."""
     if not mine:
         return f"rented in units of {min(g.rental_gpus)} GPUs; effective batch {eff} allows at most {max(counts)}"
     if lacking:
         return f"fits {lacking[0]} x {g.gpu_id} only with settings its stack lacks ({stack_of(g).note})"
     unit = f" (rented at most {max(g.rental_gpus)} per instance)" if g.rental_gpus else ""
-    return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with ZeRO-3, checkpointing and offload (at micro-batch 1)"
+    tried = ("ZeRO-3, checkpointing and offload" if pinned is None else
+             f"the DeepSpeed config's {pinned[0]} and offload {pinned[1]}, with checkpointing")
+    return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with {tried} (at micro-batch 1)"
             + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else "")
             + ("; give max_gpus above 8 to plan across nodes" if max(all_counts) == 8 and max(mine) == 8 else ""))
 

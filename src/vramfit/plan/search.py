@@ -95,6 +95,15 @@ class Config(NamedTuple):
         return round(s, 6)  # 0.1 + 0.2 ranks equal to 0.3
 
 
+def pinned_layout(base: Scenario) -> tuple[str, str] | None:
+    """(parallelism, offload) a scenario's DeepSpeed config fixes: its ``zero_optimization.stage`` and offload sections
+    must agree with the scenario's (``parse_scenario`` refuses anything else), so the planner searches the card, count,
+    micro-batch and memory savers under that layout only. None without a config."""
+    if base.deepspeed_config is None:
+        return None
+    return base.parallelism.value, base.offload.value
+
+
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
@@ -112,6 +121,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if full:
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     strategies.append((shard3, "optimizer+params"))
+    if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
+        strategies = [pinned] + ([("zero3-hpz", pinned[1])] if n > GPUS_PER_NODE and pinned[0] == "zero3" else [])
     ckpts = ["none", "full", "offload"]
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)

@@ -24,6 +24,7 @@ from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult, estimate
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
 from vramfit.plan.verdict import SAFETY_MARGIN, with_fits
+from vramfit.safe_input import DuplicateKey, unique_pairs
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB
 from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
@@ -117,7 +118,9 @@ def parse_body(raw: bytes) -> Any:
         return out
 
     try:
-        data = json.loads(raw.decode("utf-8"), parse_int=parse_int)
+        data = json.loads(raw.decode("utf-8"), parse_int=parse_int, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise ApiError(422, "body", f"request body {exc}") from None
     except UnicodeDecodeError:
         raise ApiError(422, "body", "request body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
