@@ -138,9 +138,12 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
     if stage is Stage.GRPO:
         n = kw.setdefault("num_generations", GRPO_NUM_GENERATIONS)
         gpus = kw.get("num_gpus", 1)
-        if not {"micro_batch_size", "grad_accum"} & raw.keys() and n % gpus == 0:
-            # no batch given: one prompt's num_generations completions per step, the least TRL accepts
-            kw["grad_accum"] = n // gpus
+        if "grad_accum" not in raw:
+            # no accumulation given: the least that makes a step hold whole groups of num_generations completions,
+            # which TRL requires (one prompt's group per step at micro-batch 1 on one GPU: num_generations steps)
+            from math import gcd
+
+            kw["grad_accum"] = n // gcd(n, kw.get("micro_batch_size", 1) * gpus)
         batch = kw.get("micro_batch_size", 1) * kw.get("num_gpus", 1) * kw.get("grad_accum", 1)
         if batch % n:
             raise ScenarioError("num_generations", f"must divide the completions per step (micro_batch_size × "

@@ -52,3 +52,24 @@ def test_a_library_named_twice_in_framework_version_is_refused():
         assert f"framework_version: '{value}' names {lib} twice ('{first}' and '{second}')" in " ".join(r.output.split())
     ok = run("estimate", "--model", MODEL, "--framework-version", "transformers-4.44+peft-0.11+trl-0.14", "--json")
     assert ok.exit_code == 0 and json.loads(ok.stdout)["scenario"]["framework_version"] == "transformers-4.44+peft-0.11+trl-0.14"
+
+
+def test_zero_hpz_in_the_deepspeed_config_is_the_node_shard_scope():
+    """ZeRO++ hpZ (zero_hpz_partition_size = one node's GPUs) runs the same estimate as shard_scope node with that
+    config; a size or layout the model does not cover is one line (estimate/deepspeed.py _hpz_keys)."""
+    ds = {"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}
+    base = ("estimate", "--model", MODEL, "--method", "full", "--num-gpus", "16", "--num-nodes", "2")
+    hpz = json.loads(run(*base, "--deepspeed-config", json.dumps(ds), "--json").stdout)
+    assert hpz["scenario"]["shard_scope"] == "node"
+    assert hpz["scenario"]["deepspeed_config"]["zero_optimization"]["zero_hpz_partition_size"] == 8
+    plain = {"zero_optimization": {"stage": 3}}
+    same = json.loads(run(*base, "--shard-scope", "node", "--deepspeed-config", json.dumps(plain), "--json").stdout)
+    flat = json.loads(run(*base, "--deepspeed-config", json.dumps(plain), "--json").stdout)
+    assert hpz["peak"]["device_bytes"] == same["peak"]["device_bytes"] != flat["peak"]["device_bytes"]
+    head = ("estimate", "--model", MODEL, "--method", "full", "--num-gpus", "16")
+    for extra, text in ((("--num-nodes", "2", "--shard-scope", "all"), "means shard_scope node, but shard_scope is all"),
+                        (("--num-nodes", "4"), "this run has 4 node(s) of 4 GPUs")):
+        r = run(*head, *extra, "--deepspeed-config", json.dumps(ds))
+        assert r.exit_code == 2 and text in " ".join(r.output.split())
+    one = run("estimate", "--model", MODEL, "--method", "full", "--num-gpus", "8", "--deepspeed-config", json.dumps(ds))
+    assert one.exit_code == 2 and "this run has 1 node(s) of 8 GPUs" in " ".join(one.output.split())

@@ -194,7 +194,7 @@ def test_zero3_keeps_its_flat_gradient_partition_through_rollouts_and_scoring():
     ({"stage": "dpo", "method": "full", "reference": "adapters-off"}, "reference: adapters-off needs LoRA adapters"),
     ({"stage": "dpo", "reference": "none"}, "reference: dpo's loss needs reference log-probs"),
     ({"stage": "grpo", "reference": "precomputed", "micro_batch_size": 8}, "reference: grpo scores its own"),
-    ({"stage": "grpo", "micro_batch_size": 1}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
+    ({"stage": "grpo", "micro_batch_size": 1, "grad_accum": 1}, r"num_generations: must divide the completions per step \(micro_batch_size × num_gpus × "
                         r"grad_accum = 1\), as TRL requires; got 8"),
     ({"stage": "grpo", "micro_batch_size": 8, "seq_len": 256}, "completion_len: must be shorter than seq_len"),
     ({"stage": "dpo", "generation": "vllm-server"}, "generation: is a key of stage grpo, not dpo"),

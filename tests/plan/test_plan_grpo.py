@@ -4,6 +4,8 @@ keys (library, CLI exit 2, HTTP 422)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -93,3 +95,29 @@ def test_bad_combinations_name_their_keys(scenario, options, key, fragment, clie
     out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert out.exit_code == 2, out.output
     assert f"{key}:" in out.output and "Traceback" not in out.output
+
+
+def test_fit_micro_batch_is_what_estimate_takes_with_the_micro_batch_alone():
+    """Given a micro-batch and no accumulation, GRPO takes the least accumulation that holds whole groups of
+    num_generations completions (stage_keys.check_stage_keys): `estimate --micro-batch-size N` then takes the N `fit`
+    answers, at the accumulation fit kept (it says so), and the default micro-batch written out is the default."""
+    from vramfit.plan import fit as fit_card
+    from vramfit.scenario import parse_scenario
+
+    runner = CliRunner()
+    base = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "grpo", "gradient_checkpointing": "full"}
+    assert parse_scenario(base).grad_accum == 8
+    assert parse_scenario({**base, "micro_batch_size": 1}) == parse_scenario(base)
+    assert [parse_scenario({**base, "micro_batch_size": m}).grad_accum for m in (2, 4, 7, 8, 12)] == [4, 2, 8, 1, 2]
+    with pytest.raises(ScenarioError, match="num_generations: must divide"):
+        parse_scenario({**base, "micro_batch_size": 7, "grad_accum": 1})  # both given: checked as written
+    r = fit_card({**base, "gpu": "a100-80gb-sxm"}, "a100-80gb-sxm")
+    mb = r.max_micro_batch
+    assert mb and mb % 8 and parse_scenario({**base, "micro_batch_size": mb}).grad_accum == 8  # an odd size, kept at 8
+    args = ["--model", base["model"], "--method", "lora", "--stage", "grpo", "--gradient-checkpointing", "full",
+            "--gpu", "a100-80gb-sxm"]
+    out = runner.invoke(app, ["fit", *args], env={"COLUMNS": "200"}).stdout
+    assert f"largest micro-batch at seq 2048: {mb} × 8 accumulation (needs" in out
+    e = runner.invoke(app, ["estimate", *args, "--micro-batch-size", str(mb), "--json"])
+    assert e.exit_code == 0, e.output
+    assert next(f["verdict"] for f in json.loads(e.stdout)["fits"] if f["gpu_id"] == "a100-80gb-sxm") == "fits"

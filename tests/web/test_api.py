@@ -171,7 +171,7 @@ BAD_SCENARIOS = [
     ("unknown-gpu", {"model": MODEL, "gpu": "rtx9090"}, "gpu"),
     ("model-not-string", {"model": 7}, "model"),
     ("reference-free-with-copy", {"model": MODEL, "stage": "simpo", "reference": "copy"}, "reference"),
-    ("grpo-indivisible", {"model": MODEL, "stage": "grpo", "num_generations": 4, "micro_batch_size": 2}, "num_generations"),
+    ("grpo-indivisible", {"model": MODEL, "stage": "grpo", "num_generations": 4, "micro_batch_size": 2, "grad_accum": 1}, "num_generations"),
     ("colocate-no-card", {"model": MODEL, "stage": "grpo", "micro_batch_size": 8, "generation": "vllm-colocate"}, "gpu"),
 ]
 

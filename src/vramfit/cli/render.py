@@ -120,8 +120,10 @@ def render_fit(r, sc, cal, console: Console) -> None:
                   + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
     if cal is not None and cal.for_card(sc.gpu):
         console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
+    # GRPO: the micro-batches tried keep the scenario's accumulation (num_generations must divide the step's completions)
+    accum = f" × {r.scenario['grad_accum']} accumulation" if r.scenario.get("stage") == "grpo" else ""
     mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None
-          else f"{r.max_micro_batch} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
+          else f"{r.max_micro_batch}{accum} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
     seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"
     console.print(f"largest micro-batch at seq {r.max_micro_batch_seq_len or r.scenario['seq_len']}: {mb}")
     console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
         cfg = deepspeed.from_mapping(data)
     except ScenarioError as exc:
         raise fail(path, exc.message.removeprefix("deepspeed_config: ")) from None
-    ds.out["deepspeed_config"] = cfg.to_dict()
+    # ZeRO++ hpZ stays "not modelled yet" here: the import does not know the nodes yet (a --deepspeed-config with it
+    # on several nodes is the scenario's shard_scope node, estimate/deepspeed.py _hpz_keys)
+    ds.out["deepspeed_config"] = replace(cfg, zero_hpz_partition_size=None).to_dict()
     for key in deepspeed.SIZING_KEYS:
         if ds.has(f"zero_optimization.{key}"):
             ds.get(f"zero_optimization.{key}")

@@ -67,6 +67,9 @@ class DeepSpeedConfig:
     stage3_max_live_parameters: int | str | None = None
     stage3_max_reuse_distance: int | str | None = None
     memory_efficient_linear: bool | None = None
+    #: ZeRO++ hpZ: ranks of the secondary (node-local) partition of the 16-bit weights (DeepSpeedZeroConfig
+    #: ``zero_hpz_partition_size: int = Field(1, ge=0)``, deepspeed/runtime/zero/config.py); 1 or 0: none
+    zero_hpz_partition_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """DeepSpeed's JSON layout, only the keys that were given."""
@@ -170,6 +173,11 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
     for key in _INT_KEYS:
         if zero.get(key) is not None:
             kw[key] = _int_value(key, zero[key])
+    hpz = zero.get("zero_hpz_partition_size")
+    if hpz is not None:
+        if isinstance(hpz, bool) or not isinstance(hpz, int) or not 0 <= hpz <= 1_000_000:
+            raise ScenarioError(KEY, f"zero_optimization.zero_hpz_partition_size must be a whole number of ranks, got {hpz!r}")
+        kw["zero_hpz_partition_size"] = hpz
     for key in _BOOL_KEYS:
         if zero.get(key) is not None:
             if not isinstance(zero[key], bool):
@@ -227,6 +235,32 @@ def scenario_keys(value: Any, kw: dict[str, Any]) -> None:
     if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
         raise ScenarioError(KEY, "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
                             ["zero1", "zero2", "zero3"])
+    _hpz_keys(cfg, kw)
+
+
+def _hpz_keys(cfg: DeepSpeedConfig, kw: dict[str, Any]) -> None:
+    """ZeRO++ hpZ (``zero_hpz_partition_size`` > 1) is the scenario's ``shard_scope: node`` on ZeRO-3, which the
+    estimate models with the secondary partition over the GPUs of one node (estimate/core.py ``_hpz``): set it where
+    not given, and refuse a size or a layout that model does not cover."""
+    from vramfit.choices import ShardScope
+
+    size = cfg.zero_hpz_partition_size or 1
+    if size <= 1:
+        return
+    where = f"zero_optimization.zero_hpz_partition_size {size}"
+    if kw["parallelism"] is not Parallelism.ZERO3:
+        raise ScenarioError(KEY, f"{where}: ZeRO++ hpZ partitions ZeRO-3 parameters; the config's stage is "
+                            f"{kw['parallelism'].value}", ["zero3"])
+    gpus, nodes = kw.get("num_gpus", 1), kw.get("num_nodes", 1)
+    per_node = gpus // nodes if nodes and gpus % nodes == 0 else gpus
+    if nodes <= 1 or size != per_node:
+        raise ScenarioError(KEY, f"{where}: hpZ is modelled with the secondary partition over the GPUs of one node, "
+                            f"across several nodes (num_nodes > 1, size num_gpus / num_nodes); this run has {nodes} "
+                            f"node(s) of {per_node} GPUs", [str(per_node)] if nodes > 1 else [])
+    if kw.get("shard_scope", ShardScope.NODE) is not ShardScope.NODE:
+        raise ScenarioError(KEY, f"{where} means shard_scope node, but shard_scope is {kw['shard_scope'].value}",
+                            ["node"])
+    kw["shard_scope"] = ShardScope.NODE
 
 
 def ipg_bytes(z: ZeroBuffers, stage: int, dtype_bytes: int) -> int:
