@@ -161,6 +161,21 @@ def unique_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     return out
 
 
+def yaml_key_twice(loader: Any, node: Any) -> tuple[Any, int] | None:
+    """The first key a YAML mapping node gives twice, with its line (1-based), else None: PyYAML keeps the last one
+    silently. Unhashable keys are left to the loader's own error."""
+    seen: set = set()
+    for key_node, _ in node.value:
+        name = loader.construct_object(key_node, deep=True)
+        try:
+            if name in seen:
+                return name, key_node.start_mark.line + 1
+            seen.add(name)
+        except TypeError:
+            continue
+    return None
+
+
 def load_json_text(key: str, text: str, where: str = "the text") -> Any:
     """JSON data (no NaN/Infinity), depth-checked; malformed input is one line naming ``key``."""
     def no_constant(name: str) -> Any:
@@ -194,14 +209,8 @@ def load_yaml_text(key: str, text: str, where: str = "the text") -> Any:
             return super().compose_node(parent, index)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set = set()
-            for key_node, _ in node.value:
-                name = self.construct_object(key_node, deep=True)
-                if isinstance(name, (str, int, float, bool)) or name is None:
-                    if name in seen:
-                        raise ScenarioError(key, f"{where} gives the key {shown(name)} twice "
-                                                 f"(line {key_node.start_mark.line + 1})")
-                    seen.add(name)
+            if twice := yaml_key_twice(self, node):
+                raise ScenarioError(key, f"{where} gives the key {shown(twice[0])} twice (line {twice[1]})")
             return super().construct_mapping(node, deep=deep)
 
     try:

@@ -154,3 +154,10 @@ def test_accelerate_unknown_sharding_strategy_is_refused(tmp_path, accelerate_co
     path = _write(tmp_path, "trl_lora_fsdp.yaml", fsdp=None, fsdp_config=None)
     msg = _error(path, accelerate_config(fsdp_sharding_strategy=value))
     assert f"fsdp_sharding_strategy: {value!r} is not an FSDP sharding strategy (valid values: FULL_SHARD" in msg
+
+
+@pytest.mark.parametrize(("text", "said"), [('{"a": ' + "[" * 100_000, "is nested too deeply"),
+                                            ('{"use_reentrant": ' + "9" * 5_000 + "}", "a number too large")])
+def test_hostile_json_string_kwargs_are_one_line(tmp_path, text, said):
+    msg = _error(_write(tmp_path, "trl_lora_fsdp.yaml", gradient_checkpointing_kwargs=text))
+    assert "gradient_checkpointing_kwargs:" in msg and said in msg and len(msg) < 400

@@ -85,8 +85,9 @@ def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
     changes = {} if pick is None else {k: v for k, v in pick.changes.items() if k != "gpu"}
     if pick is not None:
         err_console.print(f"change: {pick.description}", highlight=False)
-    follow = {"eval_batch_size": changes["micro_batch_size"]} if (
-        eval_follows_micro() and "micro_batch_size" in changes and sc.eval_batch_size) else {}
+    from vramfit.plan.evaluate import evaluation_follows
+
+    follow = evaluation_follows(sc, changes) if eval_follows_micro() else {}
     write_back(dest, changes, sc.replace(**changes, **follow).to_dict() if changes else sc.to_dict())
 
 

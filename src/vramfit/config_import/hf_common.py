@@ -12,6 +12,7 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.config_import.loader import PASTED, fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
+from vramfit.safe_input import shown
 
 #: transformers ``OptimizerNames`` (src/transformers/training_args.py, transformers 5.24.0) and the
 #: Axolotl/torchao names (axolotl src/axolotl/utils/schemas/enums.py @ e45ed55) -> vramfit optimizer.
@@ -152,10 +153,10 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
     strategy = dict(enumerate(SHARDING_STRATEGIES, 1)).get(int(strategy), strategy) if strategy.isdigit() else strategy
     if strategy not in ("", *SHARDING_STRATEGIES, "_HYBRID_SHARD_ZERO2"):
         name = next((k for k in options if k.removeprefix("fsdp_") == "sharding_strategy"), "sharding_strategy")
-        raise r.error(f"{key}.{name}: {_short_repr(opts['sharding_strategy'])} is not an FSDP sharding strategy "
+        raise r.error(f"{key}.{name}: {shown(opts['sharding_strategy'])} is not an FSDP sharding strategy "
                       f"(valid values: {', '.join(SHARDING_STRATEGIES)}, or 1-5)")
     reshard = opts.get("reshard_after_forward")
-    grad_op = "shard_grad_op" in words or strategy in ("SHARD_GRAD_OP", "2") or reshard is False
+    grad_op = "shard_grad_op" in words or strategy == "SHARD_GRAD_OP" or reshard is False
     hybrid = "hybrid_shard" in words or "HYBRID" in strategy
     if hybrid and nodes == 1:
         raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
@@ -163,7 +164,7 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
         grad_op = grad_op or "ZERO2" in strategy
     name = next((k for k in options if k.removeprefix("fsdp_") == "offload_params"), "offload_params")
     offload = "offload" in words or switch_value(r, f"{key}.{name}", opts.get("offload_params"), ACCELERATE_BOOL)
-    if "no_shard" in words or strategy in ("NO_SHARD", "3"):  # FSDP1 wrapping, nothing sharded
+    if "no_shard" in words or strategy == "NO_SHARD":  # FSDP1 wrapping, nothing sharded
         if offload:
             raise r.error(f"{key}: CPU offload with NO_SHARD is not modelled; use FULL_SHARD with offload")
         return {"parallelism": "fsdp-no-shard", "offload": "none"}
@@ -218,14 +219,13 @@ def use_reentrant(r: KeyReader, json_string: bool = True) -> None:
     (``json_string=False``): a string there is refused."""
     whole, key = "gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs.use_reentrant"
     value = r.flat.get(whole)
-    if value is not None and whole in r.flat:
+    if value is not None:
         options = _kwargs_mapping(r, whole, value, json_string)
-        if "use_reentrant" in options:
-            flag = options["use_reentrant"]
-            flag = flag.lower() == "true" if isinstance(flag, str) and flag.lower() in ("true", "false") else flag
-            if not isinstance(flag, bool):
-                raise r.error(f"{key}: {flag!r} is not a boolean (valid values: true, false)")
+        if options.get("use_reentrant") is not None:  # _convert_str_dict's "true"/"false" (any case) are booleans
+            flag = switch_value(r, key, options["use_reentrant"], {"true": True, "false": False})
             r.set(whole, "use_reentrant", "yes" if flag else "no")
+        elif "use_reentrant" in options:
+            raise r.error(f"{key}: None is not a boolean (valid values: true, false)")
         return
     if r.has(key):
         r.set(key, "use_reentrant", "yes" if boolean(r, key) else "no")
@@ -236,20 +236,18 @@ def _kwargs_mapping(r: KeyReader, whole: str, value: Any, json_string: bool) -> 
     Trainer parses one (:func:`use_reentrant`), recorded as read; anything else refused in one line."""
     valid = "a mapping such as {use_reentrant: false}" + (", or that mapping as a JSON string" if json_string else "")
     if not (json_string and isinstance(value, str) and value.startswith("{")):
-        raise r.error(f"{whole}: {_short_repr(value)} is not a mapping (valid values: {valid})")
+        raise r.error(f"{whole}: {shown(value)} is not a mapping (valid values: {valid})")
     try:
         options = json.loads(value)
-    except ValueError as exc:
-        raise r.error(f"{whole}: {_short_repr(value)} is not valid JSON ({exc.msg}; valid values: {valid})") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer past sys.get_int_max_str_digits
+        raise r.error(f"{whole}: {shown(value)} is not valid JSON ({getattr(exc, 'msg', 'a number too large')}; "
+                      f"valid values: {valid})") from None
+    except RecursionError:
+        raise r.error(f"{whole}: {shown(value)} is nested too deeply (valid values: {valid})") from None
     if not isinstance(options, dict):
-        raise r.error(f"{whole}: {_short_repr(value)} is not a mapping (valid values: {valid})")
+        raise r.error(f"{whole}: {shown(value)} is not a mapping (valid values: {valid})")
     r.get(whole)
     return options
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # The strings each framework's own parser turns into a boolean; it refuses any other string. A config key read
@@ -281,7 +279,7 @@ def nonnegative(r: KeyReader, key: str, *default: Any) -> float:
     value = r.get(key, *default)
     value = 0 if value is None else value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise r.error(f"{key}: {_short_repr(value)} is not a number of at least 0")
+        raise r.error(f"{key}: {shown(value)} is not a number of at least 0")
     return float(value)
 
 
@@ -292,7 +290,7 @@ def switch_value(r: KeyReader, key: str, value: Any, spellings: dict[str, bool] 
     if spellings and isinstance(value, (str, int)) and str(value).lower() in spellings:
         return spellings[str(value).lower()]
     words = f"; or {', '.join(sorted(k for k in spellings if not k.isdigit()))}, 0, 1" if spellings else ""
-    raise r.error(f"{key}: {_short_repr(value)} is not a boolean (valid values: true, false{words})")
+    raise r.error(f"{key}: {shown(value)} is not a boolean (valid values: true, false{words})")
 
 
 def is_fsdp2(keys: dict[str, Any]) -> bool:

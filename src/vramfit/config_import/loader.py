@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.errors import ScenarioError
-from vramfit.safe_input import DuplicateKey, unique_pairs
+from vramfit.safe_input import DuplicateKey, unique_pairs, yaml_key_twice
 
 #: Largest config file read (bytes). The largest published example configs are under 20 kB.
 MAX_BYTES = 1_048_576
@@ -63,12 +63,8 @@ def _strict_loader():
 
     class StrictLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise ValueError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
-                seen.add(key)
+            if twice := yaml_key_twice(self, node):
+                raise ValueError(f"key {twice[0]!r} is given twice (line {twice[1]})")
             return super().construct_mapping(node, deep=deep)
 
     return StrictLoader

@@ -175,7 +175,7 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
             kw[key] = _int_value(key, zero[key])
     hpz = zero.get("zero_hpz_partition_size")
     if hpz is not None:
-        if isinstance(hpz, bool) or not isinstance(hpz, int) or not 0 <= hpz <= 1_000_000:
+        if isinstance(hpz, bool) or not isinstance(hpz, int) or not 0 <= hpz <= _MAX:
             raise ScenarioError(KEY, f"zero_optimization.zero_hpz_partition_size must be a whole number of ranks, got {hpz!r}")
         kw["zero_hpz_partition_size"] = hpz
     for key in _BOOL_KEYS:

@@ -28,6 +28,14 @@ _FREE_KEYS = {"micro_batch_size": int, "grad_accum": int, "gradient_checkpointin
               "optimizer": Optimizer, "loss": Loss}
 
 
+def evaluation_follows(base: Scenario, changes: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation batch a change of micro-batch carries where the run evaluates at its micro-batch
+    (``Evaluator.eval_follows_micro``): none where the base does not evaluate or the change sets it itself."""
+    if not base.eval_batch_size or "micro_batch_size" not in changes or "eval_batch_size" in changes:
+        return {}
+    return {"eval_batch_size": changes["micro_batch_size"]}
+
+
 class Evaluator:
     """Estimates of ``base`` with some keys changed, computed once each."""
 
@@ -72,9 +80,8 @@ class Evaluator:
             return self.base
         if self.seq_len_at is not None and "micro_batch_size" in changes and "seq_len" not in changes:
             changes = {**changes, "seq_len": self.seq_len_at(changes["micro_batch_size"])}
-        if (self.eval_follows_micro and self.base.eval_batch_size and "micro_batch_size" in changes
-                and "eval_batch_size" not in changes):
-            changes = {**changes, "eval_batch_size": changes["micro_batch_size"]}
+        if self.eval_follows_micro:
+            changes = {**changes, **evaluation_follows(self.base, changes)}
         key = self._key(changes)
         hit = self._scenarios.get(key)
         if hit is None:
