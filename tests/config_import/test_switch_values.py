@@ -161,3 +161,21 @@ def test_accelerate_unknown_sharding_strategy_is_refused(tmp_path, accelerate_co
 def test_hostile_json_string_kwargs_are_one_line(tmp_path, text, said):
     msg = _error(_write(tmp_path, "trl_lora_fsdp.yaml", gradient_checkpointing_kwargs=text))
     assert "gradient_checkpointing_kwargs:" in msg and said in msg and len(msg) < 400
+
+
+@pytest.mark.parametrize("value", ["bogus", "bf32", 16])
+def test_accelerate_mixed_precision_must_be_one_accelerate_knows(tmp_path, value):
+    """mixed_precision is ignored (the training config sets the precision) but not silently when accelerate itself
+    would refuse it (PrecisionType: no, fp8, fp16, bf16)."""
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text(f"distributed_type: MULTI_GPU\nmixed_precision: {value}\nnum_processes: 2\n")
+    assert f"mixed_precision: {value!r} is not an accelerate precision (valid values: no, fp8, fp16, bf16)" in \
+        _error(FIX / "trl_sft_qlora.yaml", acc)
+
+
+@pytest.mark.parametrize("value", ["bf16", "BF16", "'no'", "no", "fp8"])
+def test_accelerate_mixed_precision_values_accelerate_runs_are_read(tmp_path, value):
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text(f"distributed_type: MULTI_GPU\nmixed_precision: {value}\nnum_processes: 2\n")
+    sc = from_config(FIX / "trl_sft_qlora.yaml", acc).scenario
+    assert (sc.num_gpus, sc.parallelism.value) == (2, "ddp")

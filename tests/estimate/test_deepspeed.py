@@ -201,3 +201,36 @@ def test_offload_reserved_takes_the_steps_peak_phase_and_one_gpu_too():
     assert estimate({**base, "num_gpus": 1}).peak.reserved_bytes == 4_261_412_864
     evaluated = estimate({**base, "num_gpus": 2, "eval_batch_size": 4}).peak
     assert (evaluated.phase, evaluated.reserved_bytes) == ("evaluate", 5_775_556_608)
+
+
+def test_keys_a_deepspeed_config_sets_that_the_estimate_does_not_model_are_named(tmp_path):
+    """--deepspeed-config reads the buffer sizes; every other key is classified as the config importer does
+    (config_import/hf_common.py read_deepspeed) and the ones not modelled are said, grouped by why; nothing is
+    refused that was accepted before, and the config's JSON layout keeps only what it sizes."""
+    from vramfit import estimate
+
+    cfg = {"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "zero_quantized_weights": True,
+                                 "reduce_bucket_sise": 5e8, "offload_param": {"device": "none", "pin_memory": True}},
+           "bf16": {"enabled": "auto"}, "optimizer": {"type": "Lamb", "params": {"lr": 1e-4}},
+           "data_types": {"grad_accum_dtype": "fp32"}, "steps_per_print": 10}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    sc = _sc(deepspeed_config=str(path))
+    assert sc.deepspeed_config.unread == (
+        "optimizer.type: the scenario's optimizer key sets the optimizer",
+        "zero_optimization.zero_quantized_weights, zero_optimization.reduce_bucket_sise: not read by vramfit (it "
+        "models the stage, offload and the buffer sizes in estimate/deepspeed.py)",
+        "data_types.grad_accum_dtype: unknown to vramfit, check the spelling")
+    note = [a for a in estimate(sc).assumptions if a.startswith("DeepSpeed config keys not modelled")]
+    assert len(note) == 1 and "zero_quantized_weights" in note[0] and "steps_per_print" not in note[0]
+    assert sc.deepspeed_config.to_dict() == {"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}
+    # the same keys as a mapping, or only the zero_optimization section: the same classification
+    assert _sc(deepspeed_config=cfg).deepspeed_config.unread == sc.deepspeed_config.unread
+    section = _sc(parallelism="zero3", deepspeed_config={"reduce_bucket_size": 10**6, "stage3_max_live_parameters": 10**8})
+    assert section.deepspeed_config.unread == ()
+    # a config whose keys are all read or known to be memory-neutral says nothing
+    hf = {"bf16": {"enabled": "auto"}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+          "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}, "gradient_clipping": "auto",
+          "zero_optimization": {"stage": 3, "overlap_comm": True, "stage3_gather_16bit_weights_on_model_save": True,
+                                "offload_optimizer": {"device": "cpu", "pin_memory": True}}}
+    assert not [a for a in estimate(_sc(deepspeed_config=hf)).assumptions if "DeepSpeed config keys" in a]

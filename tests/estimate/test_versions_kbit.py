@@ -132,3 +132,32 @@ def test_bitsandbytes_before_0_43_2_keeps_the_4bit_matmul_input():
     keys = {"method": "qlora", "seq_len": 1024, "lora_dropout": 0.1, "gradient_checkpointing": "none", "kbit_prepare": "no"}
     new, old = (compute(LLAMA, _sc(**keys, **x)).parts.activations for x in ({}, {"framework_version": "bitsandbytes-0.43"}))
     assert old - new == 32 * 1024 * 2 * (4096 + 4096 + 14336) == 1_476_395_008
+
+
+def _notes(**keys):
+    from vramfit import estimate
+
+    return [n for n in estimate(_sc(**keys)).assumptions if "ignored" in n or "casts nothing" in n]
+
+
+def test_a_choice_with_nothing_to_act_on_is_said_not_dropped():
+    """kbit_prepare, use_reentrant, quantize_experts and quantize_vision set where the run gives them no effect: the
+    estimate says so (their contract in vramfit/choices.py), and the bytes are those of auto."""
+    from vramfit import estimate
+
+    assert _notes(kbit_prepare="yes") == ["kbit_prepare=yes is ignored: only a quantized base (method qlora) is "
+                                          "prepared for k-bit training, and this run is lora."]
+    assert estimate(_sc(kbit_prepare="yes")).peak.allocated_bytes == estimate(_sc()).peak.allocated_bytes
+    assert _notes(use_reentrant="no", gradient_checkpointing="none") == [
+        "use_reentrant=no is ignored: gradient checkpointing is off."]
+    assert _notes(method="qlora", quantize_experts="yes", quantize_vision="no") == [
+        "quantize_experts=yes is ignored: the model has no experts.",
+        "quantize_vision=no is ignored: the model has no vision tower."]
+    mixtral = {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "lora", "quantize_experts": "no"}
+    assert [n for n in estimate(mixtral).assumptions if "ignored" in n] == [
+        "quantize_experts=no is ignored: this run is lora, not qlora."]
+    gptq = _notes(method="qlora", quantize="gptq-int4", kbit_prepare="yes")
+    assert len(gptq) == 1 and gptq[0].startswith("kbit_prepare=yes casts nothing here")
+    # where the choice acts, no such note
+    assert _notes(method="qlora", kbit_prepare="no") == []
+    assert _notes(use_reentrant="yes", gradient_checkpointing="full") == []

@@ -138,3 +138,42 @@ def test_hostile_swift_and_torchtitan_pastes_are_one_422_line(client):
         assert r.status_code == 422, (text[:80], r.text[:300])
         err = r.json()["error"]
         assert words in err and "\n" not in err and len(err) <= 320, err
+
+
+EVAL_FOLLOWS = """\
+base_model: meta-llama/Llama-3.1-8B
+adapter: lora
+lora_r: 16
+lora_alpha: 32
+lora_target_linear: true
+sequence_len: 4096
+micro_batch_size: 4
+gradient_accumulation_steps: 8
+gradient_checkpointing: true
+val_set_size: 0.05
+eval_steps: 10
+bf16: true
+flash_attention: true
+"""
+
+
+def test_a_config_that_evaluates_at_its_micro_batch_is_planned_so(client):
+    """/api/import says the config evaluates at its micro-batch (Axolotl's eval_batch_size default), and /api/plan
+    with that flag estimates each micro-batch it offers with the evaluation batch following it, as `vramfit fit
+    --from` does; without the flag the evaluation batch stays where the scenario puts it."""
+    from vramfit import estimate
+
+    imp = client.post("/api/import", json={"text": EVAL_FOLLOWS}).json()
+    assert imp["eval_follows_micro"] is True and imp["scenario"]["eval_batch_size"] == 4
+    s = {**imp["scenario"], "gpu": "rtx4090"}
+    smaller = {}
+    for follows in (False, True):
+        report = client.post("/api/plan", json={"scenario": s, "eval_follows_micro": follows}).json()
+        smaller[follows] = next(c for c in report["changes"]["rtx4090"] if c["changes"].get("micro_batch_size") == 1)
+    at_one = estimate({**s, "micro_batch_size": 1, "grad_accum": 32, "eval_batch_size": 1}).peak.device_bytes
+    held = estimate({**s, "micro_batch_size": 1, "grad_accum": 32}).peak.device_bytes
+    assert smaller[True]["device_bytes"] == at_one < smaller[False]["device_bytes"] == held
+    bad = client.post("/api/plan", json={"scenario": s, "eval_follows_micro": "yes"})
+    assert bad.status_code == 422 and bad.json()["key"] == "eval_follows_micro"
+    plain = client.post("/api/import", json={"text": EVAL_FOLLOWS.replace("val_set_size: 0.05\n", "")}).json()
+    assert plain["eval_follows_micro"] is False

@@ -52,3 +52,21 @@ def test_dataset_upload_draws_the_length_histogram(base_url, page_factory, tmp_p
     bars = page.evaluate("() => document.getElementById('ds-chart').data[0].y.reduce((a, b) => a + b, 0)")
     assert bars == 4
     expect(page.locator("#ds-chart")).to_contain_text("fits up to")
+
+
+def test_pasted_config_that_evaluates_at_its_micro_batch_ticks_the_planner_box(base_url, page_factory):
+    """/api/import's eval_follows_micro ticks the planner's box, which the URL keeps and /api/plan receives."""
+    page = page_factory()
+    page.goto(base_url + "/?model=Qwen%2FQwen2.5-0.5B&method=full&seq_len=512")
+    wait_result(page)
+    assert not page.is_checked("#f-eval_follows_micro")
+    page.click("#import summary")
+    page.fill("#import-text", AXOLOTL + "val_set_size: 0.05\neval_steps: 10\n")
+    page.select_option("#import-dialect", "axolotl")
+    follows = '"eval_follows_micro":true'
+    with page.expect_request(lambda r: r.url.endswith("/api/plan") and follows in (r.post_data or ""), timeout=15000):
+        page.click("#import-go")
+    expect(page.locator("#import-msg")).to_contain_text("axolotl config", timeout=10000)
+    wait_result(page, "meta-llama/Llama-3.1-8B")
+    assert page.is_checked("#f-eval_follows_micro")
+    assert "eval_follows_micro=true" in page.url

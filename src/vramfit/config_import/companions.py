@@ -10,6 +10,7 @@ from typing import Any
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.loader import fail, load_mapping
 from vramfit.config_import.report import Entry, Imported, KeyReader
+from vramfit.safe_input import shown
 
 PEFT_SRC = "peft 0.21.2 src/peft/tuners/lora/config.py"
 ACCEL_IGNORED = [("compute_environment", "launcher"), ("machine_rank", "launcher"), ("main_training_function", "launcher"),
@@ -47,12 +48,21 @@ def _bnb(r: KeyReader) -> dict[str, Any]:
     return {"method": "qlora", "quantize": f"{kind}{'-dq' if dq else ''}"}
 
 
+ACCEL_PRECISIONS = ("no", "fp8", "fp16", "bf16")
+
+
 def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
     r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
     nodes = int(r.get("num_machines", 1, "accelerate default"))
     if nodes > 1:
         out["num_nodes"] = nodes  # num_processes counts every machine's processes (accelerate ClusterConfig)
+    # ignored (the training config sets precision), but checked as accelerate's launcher does: PrecisionType
+    # (accelerate v1.16.0 utils/dataclasses.py: no, fp8, fp16, bf16, lower-cased); YAML reads an unquoted no as false
+    mp = r.flat.get("mixed_precision", "no")
+    if (mp is not False and mp is not None) and str(mp).lower() not in ACCEL_PRECISIONS:
+        raise r.error(f"mixed_precision: {shown(mp)} is not an accelerate precision "
+                      f"(valid values: {', '.join(ACCEL_PRECISIONS)})")
     kind = r.get("distributed_type", "NO", "accelerate default")
     # YAML 1.1 reads an unquoted NO as false (`accelerate config` writes it quoted, 'NO'): the NO the user wrote
     kind = "NO" if kind is False else str(kind).upper()

@@ -38,6 +38,7 @@ TRAINING_ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
+UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
 DS_NOT_MODELLED = "not read by vramfit (it models the stage, offload and the buffer sizes in estimate/deepspeed.py)"
 DS_IGNORED = [
     ("train_batch_size", "filled in by the trainer ('auto')"),
@@ -76,10 +77,11 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
     raise r.error(f"{key}: file '{value}' not found (looked next to the config and in the working directory)")
 
 
-def read_deepspeed(r: KeyReader, key: str, path: Path,
-                   data: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Entry]]:
+def read_deepspeed(r: KeyReader | None, key: str, path: Path,
+                   data: dict[str, Any] | None = None, strict: bool = True) -> tuple[dict[str, Any], list[Entry]]:
     """Scenario keys from a DeepSpeed JSON (or its mapping ``data``, named ``path``): ZeRO stage and offload
-    (other details reported)."""
+    (other details reported). ``strict`` False (a scenario's ``deepspeed_config``, which sizes buffers only):
+    an unknown key or a non-Adam ``optimizer.type`` is reported as not modelled instead of refused."""
     data = load_mapping(path) if data is None else data
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
     stage = ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0")
@@ -101,16 +103,22 @@ def read_deepspeed(r: KeyReader, key: str, path: Path,
         ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
     typ = ds.get("optimizer.type")
     if typ is not None:
-        if str(typ).lower() not in ("adam", "adamw"):
+        if str(typ).lower() in ("adam", "adamw"):
+            ds.set("optimizer.type", "optimizer", "adamw")
+        elif strict:
             raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
-        ds.set("optimizer.type", "optimizer", "adamw")
-    if stage:
+        else:
+            ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
+    if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
         _buffer_sizes(ds, data, path)
     for pattern, reason in DS_IGNORED:
         ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
     ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
     ds.not_modelled("aio", "NVMe offload I/O")
+    if not strict:
+        for k in [k for k in ds.flat if k not in ds.entries]:
+            ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], UNKNOWN_DS_KEY)
     ds.close([])
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
+from vramfit.estimate.deepspeed import unread_note
 from vramfit.estimate.ds_offload import offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
@@ -124,6 +125,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     out.extend(_offload_and_experts_notes(sc, spec, prof))
+    out.extend(inert_key_notes(sc, spec))
+    out.extend(unread_note(sc))
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
@@ -142,6 +145,35 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     out.extend(evaluation_notes(r))
     out.extend(reentrant_notes(r.spec, sc, prof))
     return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
+
+
+def inert_key_notes(sc: Scenario, spec) -> list[str]:
+    """Choices set (not ``auto``) where the scenario gives them nothing to act on: said, not silently dropped.
+
+    Each follows the choice's own contract (vramfit/choices.py: KbitPrepare, UseReentrant, QuantizeExperts and
+    QuantizeVision are ignored without quantization, checkpointing, experts or a vision tower); GPTQ keeps its
+    16-bit parameters whatever is asked (peft v0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training
+    casts to fp32 only ``if not is_gptq_quantized``)."""
+    from vramfit.choices import KbitPrepare, Quantize, QuantizeExperts, QuantizeVision, UseReentrant
+
+    out = []
+    qlora = sc.method is Method.QLORA
+    if sc.kbit_prepare is not KbitPrepare.AUTO and not qlora:
+        out.append(f"kbit_prepare={sc.kbit_prepare.value} is ignored: only a quantized base (method qlora) is "
+                   f"prepared for k-bit training, and this run is {sc.method.value}.")
+    elif sc.kbit_prepare is KbitPrepare.YES and sc.quantize is Quantize.GPTQ_INT4:
+        out.append("kbit_prepare=yes casts nothing here: peft's prepare_model_for_kbit_training skips the fp32 cast "
+                   "for a GPTQ model (is_gptq_quantized), so norms, embeddings and head stay 16-bit.")
+    if sc.use_reentrant is not UseReentrant.AUTO and sc.gradient_checkpointing is Checkpointing.NONE:
+        out.append(f"use_reentrant={sc.use_reentrant.value} is ignored: gradient checkpointing is off.")
+    experts = any(lin.group == "expert" for lin in spec.block_linears)
+    if sc.quantize_experts is not QuantizeExperts.AUTO and not (qlora and experts):
+        why = "the model has no experts" if not experts else f"this run is {sc.method.value}, not qlora"
+        out.append(f"quantize_experts={sc.quantize_experts.value} is ignored: {why}.")
+    if sc.quantize_vision is not QuantizeVision.AUTO and not (qlora and spec.vision is not None):
+        why = "the model has no vision tower" if spec.vision is None else f"this run is {sc.method.value}, not qlora"
+        out.append(f"quantize_vision={sc.quantize_vision.value} is ignored: {why}.")
+    return out
 
 
 def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:

@@ -9,7 +9,7 @@ The file is read by the config importer's safe loader (``config_import.loader``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,9 @@ class DeepSpeedConfig:
     #: ZeRO++ hpZ: ranks of the secondary (node-local) partition of the 16-bit weights (DeepSpeedZeroConfig
     #: ``zero_hpz_partition_size: int = Field(1, ge=0)``, deepspeed/runtime/zero/config.py); 1 or 0: none
     zero_hpz_partition_size: int | None = None
+    #: the file's keys this estimate does not model, as the config importer classifies them (config_import/hf_common.py
+    #: read_deepspeed): "key: why" lines the estimate states; not part of the config's JSON layout
+    unread: tuple[str, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """DeepSpeed's JSON layout, only the keys that were given."""
@@ -80,7 +83,7 @@ class DeepSpeedConfig:
                 zero["offload_optimizer"] = {"device": "cpu"}
             elif f.name == "offload_param" and v:
                 zero["offload_param"] = {"device": "cpu"}
-            elif f.name not in ("offload_optimizer", "offload_param") and v is not None:
+            elif f.name not in ("offload_optimizer", "offload_param", "unread") and v is not None:
                 zero[f.name] = v
         return {"zero_optimization": zero}
 
@@ -186,12 +189,36 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
     return DeepSpeedConfig(**kw)
 
 
+def with_unread(cfg: DeepSpeedConfig, data: dict[str, Any], path: Path | str) -> DeepSpeedConfig:
+    """``cfg`` with the keys of ``data`` it does not model (``unread``), classified by the config importer's DeepSpeed
+    reader so that ``--deepspeed-config`` and ``--from`` say the same of one file."""
+    from vramfit.config_import.hf_common import read_deepspeed
+
+    whole = data if "zero_optimization" in data else {"zero_optimization": data}  # from_mapping takes either
+    _, entries = read_deepspeed(None, "", Path(str(path)), whole, strict=False)
+    why: dict[str, list[str]] = {}  # one line per reason, its keys in file order
+    for e in entries:
+        if e.kind == "not modelled yet":
+            why.setdefault(e.note, []).append(e.key.removeprefix(" → "))
+    unread = tuple(f"{', '.join(keys)}: {note}" for note, keys in why.items())
+    return replace(cfg, unread=unread) if unread else cfg
+
+
+def unread_note(sc) -> list[str]:
+    """The estimate's line on a scenario's DeepSpeed config keys it does not model (none where all are read)."""
+    cfg = sc.deepspeed_config
+    if cfg is None or not cfg.unread:
+        return []
+    return ["DeepSpeed config keys not modelled, their effect (if any) not in this estimate: "
+            + "; ".join(cfg.unread) + "."]
+
+
 def parse(value: Any) -> DeepSpeedConfig:
     """The scenario value: a DeepSpeedConfig, a mapping, or a path to a DeepSpeed JSON/YAML file."""
     if isinstance(value, DeepSpeedConfig):
         return value
     if isinstance(value, dict):
-        return from_mapping(value)
+        return with_unread(from_mapping(value), value, "deepspeed_config")
     if isinstance(value, (str, Path)) and str(value).strip():
         from vramfit.config_import.loader import load_mapping
 
@@ -200,7 +227,8 @@ def parse(value: Any) -> DeepSpeedConfig:
             raise ScenarioError(KEY, f"file not found: {path}" if not path.exists()
                                 else f"{path} is a directory or a device, not a file")
         try:
-            return from_mapping(load_mapping(path))
+            data = load_mapping(path)
+            return with_unread(from_mapping(data), data, path)
         except ScenarioError as exc:
             if exc.key == KEY:
                 raise

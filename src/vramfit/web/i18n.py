@@ -219,6 +219,11 @@ _PAGE: dict[str, tuple[str, str]] = {
     "ex.title": ("Configuration for", "Configuração para"),
     "default.v": ("{v} (default)", "{v} (predefinição)"),
     "eff.label": ("Effective batch (sequences per optimizer step)", "Batch efetivo (sequências por passo do otimizador)"),
+    "efm.label": ("Evaluation batch follows the micro-batch", "O batch de avaliação segue o micro-batch"),
+    "efm.hint": ("As a config that leaves its evaluation batch to the default (Axolotl, torchtune, litgpt): the "
+                 "planner evaluates each micro-batch it tries at that micro-batch. Set by a pasted config.",
+                 "Como uma configuração que deixa o batch de avaliação na predefinição (Axolotl, torchtune, litgpt): o "
+                 "planeador avalia cada micro-batch que experimenta com esse micro-batch. Marcado por uma configuração colada."),
     "eff.auto": ("{v} = micro-batch × accumulation × GPUs", "{v} = micro-batch × acumulação × GPUs"),
     "eff.hint": ("The planner keeps it fixed: GPUs beyond it are not considered. Raise it to let more GPUs share the work.",
                  "O planeador mantém-no fixo: não considera mais GPUs do que ele. Aumenta-o para deixar mais GPUs "

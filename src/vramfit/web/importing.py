@@ -32,7 +32,10 @@ def _one_line(text: str) -> str:
 
 
 def import_config(body: Any) -> dict[str, Any]:
-    """``{text, dialect?}`` -> ``{dialect, scenario, report, defaults_source}``; else one 422 line."""
+    """``{text, dialect?}`` -> ``{dialect, scenario, report, defaults_source, eval_follows_micro}``; else one 422 line.
+
+    ``eval_follows_micro``: the config evaluates at its micro-batch (``Imported.eval_follows_micro``), which the page
+    sends back to /api/plan so that the cards that fit are evaluated at each micro-batch tried, as ``vramfit fit --from``."""
     from vramfit.config_import import DIALECTS, from_text
     from vramfit.config_import.report import KINDS, MISSING
 
@@ -57,4 +60,4 @@ def import_config(body: Any) -> dict[str, Any]:
         for e in sorted(imp.entries, key=lambda e: order[e.kind])
     ]
     return {"dialect": imp.dialect, "scenario": _plain(imp.overrides), "report": report,
-            "defaults_source": imp.defaults_source}
+            "defaults_source": imp.defaults_source, "eval_follows_micro": imp.eval_follows_micro}

@@ -54,6 +54,9 @@ def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
     ids = opts.get("gpu_ids")
     if ids is not None and not (isinstance(ids, str) or (isinstance(ids, list) and len(ids) <= 64)):
         raise ScenarioError("gpu_ids", "must be a list of at most 64 GPU ids, or a comma-separated string")
+    if "eval_follows_micro" in opts and not isinstance(opts["eval_follows_micro"], bool):
+        raise ScenarioError("eval_follows_micro", f"must be true or false, got {opts['eval_follows_micro']!r}",
+                            ["true", "false"])
     for k, v in opts.items():
         if isinstance(v, (dict, list)) and k != "gpu_ids":
             raise ScenarioError(k, f"must be a number, got {v!r}")

@@ -31,6 +31,7 @@
       }
     });
     PLAN.forEach((k) => { $(k).value = p.get(k) ?? ""; });
+    $("eval_follows_micro").checked = p.get("eval_follows_micro") === "true";
     BOOLS.forEach((k) => { $(k).checked = ["true", "1", "on"].includes(get(k)); });
     $("model").value = get("model") || "";
     $("params").value = get("params") || "";
@@ -96,7 +97,8 @@
     const epochs = $("epochs").value.trim();
     const eff = $("effective_batch").value.trim();
     return { dataset_tokens: tokens || null, epochs: epochs === "" ? null : (isNaN(Number(epochs)) ? epochs : Number(epochs)),
-      effective_batch: eff === "" ? null : (/^\d+$/.test(eff) ? Number(eff) : eff) };
+      effective_batch: eff === "" ? null : (/^\d+$/.test(eff) ? Number(eff) : eff),
+      eval_follows_micro: $("eval_follows_micro").checked || null };
   }
 
   /* The URL query for this state: every key that differs from the scenario defaults. */
@@ -115,6 +117,7 @@
     if (s.model) q.set("model", s.model);
     if (s.gpu) q.set("gpu", s.gpu);
     PLAN.forEach((k) => { const v = $(k).value.trim(); if (v) q.set(k, v); });
+    if ($("eval_follows_micro").checked) q.set("eval_follows_micro", "true");
     if (lang === "pt") q.set("lang", "pt");
     return q;
   }

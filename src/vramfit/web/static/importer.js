@@ -47,7 +47,9 @@
         body: JSON.stringify({ text: el("import-text").value, dialect: el("import-dialect").value || null }) });
       const data = await r.json();
       if (!r.ok) { msg.classList.add("err"); msg.textContent = data.error; return; }
-      history.replaceState(null, "", location.pathname + "?" + toQuery(data.scenario).toString());
+      const q = toQuery(data.scenario);
+      if (data.eval_follows_micro) q.set("eval_follows_micro", "true");  // the planner evaluates at each micro-batch
+      history.replaceState(null, "", location.pathname + "?" + q.toString());
       window.VFForm.fromURL();
       document.getElementById("form").dispatchEvent(new Event("change"));
       showReport(data);
