@@ -53,3 +53,20 @@ def test_a_folder_is_not_reported_as_missing(tmp_path):
     assert r.exit_code == 2 and f"deepspeed_config: {tmp_path} is a directory or a device, not a file" in r.output
     r = runner.invoke(app, ["estimate", "--from", str(tmp_path / "none.yaml")])
     assert r.exit_code == 2 and "file not found" in r.output
+
+
+@pytest.mark.parametrize("text", ["[" * 500 + "]" * 500, "- " * 5000 + "x\n",
+                                  "".join(" " * i + f"k{i}:\n" for i in range(400)) + " " * 400 + "v: 1\n"])
+def test_a_deeply_nested_config_is_one_line_not_a_traceback(tmp_path, text):
+    """--from and the web's pasted config: flow, block-sequence and block-mapping nesting deeper than a config has
+    is refused from the YAML events, before PyYAML's recursive composer runs (it raised RecursionError)."""
+    from fastapi.testclient import TestClient
+
+    from vramfit.web import create_app
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(app, ["estimate", "--from", str(path)])
+    assert r.exit_code == 2 and "is nested too deeply (more than 12 levels" in r.output
+    web = TestClient(create_app(), base_url="http://localhost").post("/api/import", json={"text": text})
+    assert web.status_code == 422 and "nested too deeply" in web.json()["error"]

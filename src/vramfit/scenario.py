@@ -193,11 +193,13 @@ class Scenario:
     def replace(self, **changes: Any) -> Scenario:
         """A new validated scenario with some keys changed (values as a user would give them)."""
         data = self.to_dict()
+        given = getattr(self, "_given", None)  # the keys the user set (parse_scenario); None: not known
         # values derived from another key follow it when that key changes and they are not given
-        derived = {"method": ("quantize",), "lora_rank": ("lora_alpha",), "num_gpus": ("parallelism", "num_nodes", "shard_scope")}
+        derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",), "framework": ("precision",),
+                   "num_gpus": ("parallelism", "num_nodes", "shard_scope")}
         for key, followers in derived.items():
             for follower in followers:
-                if key in changes and follower not in changes:
+                if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
             if follower not in changes:
@@ -207,7 +209,21 @@ class Scenario:
         if "model" in changes and "params" not in changes:
             data.pop("params", None)
         data.update(changes)
-        return parse_scenario(data)
+        new = parse_scenario(data)
+        if given is not None:  # what the user set stays set, and the changed keys join it
+            object.__setattr__(new, "_given", given | frozenset(k.replace("-", "_") for k in changes))
+        return new
+
+    def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
+        """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
+        (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods;
+        ``sweep --vary num_gpus`` and ``--vary framework`` then give what ``estimate`` gives with those flags.
+        Without the record of given keys (a scenario built field by field), every follower is derived again."""
+        if given is None or follower not in given:
+            return False
+        if follower == "parallelism":
+            return self.parallelism is not Parallelism.NONE
+        return follower == "precision"
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
@@ -498,7 +514,9 @@ def parse_scenario(data: Any) -> Scenario:
     _set_parallelism_and_offload(kw)
     check_stage_keys(kw, raw)
     _set_gpu(raw, kw)
-    return Scenario(**kw)
+    sc = Scenario(**kw)
+    object.__setattr__(sc, "_given", frozenset(raw))  # the keys set, not derived (Scenario.replace keeps them)
+    return sc
 
 
 def _normalized_keys(data: dict) -> dict[str, Any]:

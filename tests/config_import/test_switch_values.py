@@ -179,3 +179,19 @@ def test_accelerate_mixed_precision_values_accelerate_runs_are_read(tmp_path, va
     acc.write_text(f"distributed_type: MULTI_GPU\nmixed_precision: {value}\nnum_processes: 2\n")
     sc = from_config(FIX / "trl_sft_qlora.yaml", acc).scenario
     assert (sc.num_gpus, sc.parallelism.value) == (2, "ddp")
+
+
+def test_trl_reads_transformers_5_activation_checkpointing_names(tmp_path):
+    """transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and reads the old
+    names only when the new one is unset (TrainingArguments.__post_init__); every_n_layers is not modelled."""
+    off = from_config(_write(tmp_path, "trl_sft_qlora.yaml", gradient_checkpointing=None, activation_checkpointing=False))
+    assert off.scenario.gradient_checkpointing.value == "none"
+    both = from_config(_write(tmp_path, "trl_sft_qlora.yaml", gradient_checkpointing=True, activation_checkpointing=False))
+    assert both.scenario.gradient_checkpointing.value == "none"
+    assert next(e for e in both.entries if e.key == "gradient_checkpointing").kind == "ignored"
+    kw = from_config(_write(tmp_path, "trl_sft_qlora.yaml", activation_checkpointing=True,
+                            activation_checkpointing_kwargs={"use_reentrant": True, "every_n_layers": 2}))
+    assert (kw.scenario.gradient_checkpointing.value, kw.scenario.use_reentrant.value) == ("full", "yes")
+    assert next(e for e in kw.entries if e.key.endswith("every_n_layers")).kind == "not modelled yet"
+    storage = from_config(_write(tmp_path, "trl_sft_qlora.yaml", bnb_4bit_quant_storage="bfloat16"))
+    assert next(e for e in storage.entries if e.key == "bnb_4bit_quant_storage").kind == "ignored"

@@ -161,3 +161,13 @@ def test_a_choice_with_nothing_to_act_on_is_said_not_dropped():
     # where the choice acts, no such note
     assert _notes(method="qlora", kbit_prepare="no") == []
     assert _notes(use_reentrant="yes", gradient_checkpointing="full") == []
+
+
+def test_images_on_a_text_model_are_said_to_be_ignored():
+    from vramfit import estimate
+
+    got = estimate(_sc(images_per_sample=256, image_height=16384, image_width=16384))
+    assert estimate(_sc()).peak.device_bytes == got.peak.device_bytes
+    assert [n for n in got.assumptions if n.startswith("images_per_sample")] == [
+        "images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its sequences hold text "
+        "tokens only."]

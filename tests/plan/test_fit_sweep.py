@@ -104,3 +104,26 @@ def test_sweep_over_models_and_enum():
     assert devs[0] > devs[1] > devs[2] and "method" in r.points[3].error
     m = sweep(SC, "model", ["meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B"])
     assert m.points[0].device_bytes < m.points[1].device_bytes
+
+
+def test_a_sweep_keeps_what_the_user_set_and_derives_the_rest_again():
+    """--vary num_gpus keeps a chosen parallelism and --vary framework a chosen precision; what the user left to its
+    default (parallelism by GPU count, precision by framework and method) follows the varied key, so every point
+    is the estimate of the same keys typed by hand."""
+    base = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "parallelism": "zero3"}
+    got = sweep(base, "num_gpus", [1, 4, 8])
+    for point, n in zip(got.points, (1, 4, 8), strict=True):
+        assert point.device_bytes == estimate({**base, "num_gpus": n}).peak.device_bytes
+    plain = sweep({"model": "meta-llama/Llama-3.1-8B", "method": "full"}, "num_gpus", [1, 4])
+    assert plain.points[1].device_bytes == estimate({"model": "meta-llama/Llama-3.1-8B", "method": "full",
+                                                     "num_gpus": 4}).peak.device_bytes  # ddp, the default
+    lora = {"model": "meta-llama/Llama-3.1-8B", "method": "lora"}
+    frameworks = sweep(lora, "framework", ["hf", "litgpt", "torchtitan"])
+    for point, fw in zip(frameworks.points, ("hf", "litgpt", "torchtitan"), strict=True):
+        assert point.device_bytes == estimate({**lora, "framework": fw}).peak.device_bytes
+    assert len({p.device_bytes for p in frameworks.points}) == 3
+    pinned = sweep({**lora, "precision": "bf16-true"}, "framework", ["litgpt"]).points[0]
+    assert pinned.device_bytes == estimate({**lora, "precision": "bf16-true", "framework": "litgpt"}).peak.device_bytes
+    methods = sweep(lora, "method", ["full", "qlora"])
+    for point, m in zip(methods.points, ("full", "qlora"), strict=True):
+        assert point.device_bytes == estimate({**lora, "method": m}).peak.device_bytes

@@ -177,3 +177,10 @@ def test_a_config_that_evaluates_at_its_micro_batch_is_planned_so(client):
     assert bad.status_code == 422 and bad.json()["key"] == "eval_follows_micro"
     plain = client.post("/api/import", json={"text": EVAL_FOLLOWS.replace("val_set_size: 0.05\n", "")}).json()
     assert plain["eval_follows_micro"] is False
+
+
+def test_an_unknown_dialect_is_the_dialects_error_whatever_the_text(client):
+    for text in (AXOLOTL, "[1, 2]"):
+        r = client.post("/api/import", json={"text": text, "dialect": "nope"})
+        assert r.status_code == 422 and r.json()["key"] == "dialect" and "--dialect" not in r.json()["error"]
+        assert r.json()["valid"][:2] == ["axolotl", "llamafactory"]

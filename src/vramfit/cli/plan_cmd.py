@@ -28,6 +28,7 @@ from vramfit.safe_input import path_kind, shown, user_path, writable_file, write
 from vramfit.units import GB, GiB
 
 console = Console()
+err_console = Console(stderr=True)
 _P = "Planner"
 _MARGIN_HELP = "Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
 
@@ -175,7 +176,9 @@ def render_changes(gid: str, changes: list) -> None:
     console.print(t)
 
 
-def _write_export(plan, engine: str, out_dir: Path, epochs: float) -> None:
+def _write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console) -> None:
+    """The files of ``plan`` for ``engine``; what was written, the command and the notes go to ``say`` (stderr when
+    stdout carries --json)."""
     from vramfit.plan.export import export_plan
 
     ex = export_plan(plan, engine, epochs=epochs)
@@ -185,10 +188,10 @@ def _write_export(plan, engine: str, out_dir: Path, epochs: float) -> None:
         raise ScenarioError("export_dir", f"cannot create the folder {shown(str(out_dir))}: {exc.strerror}") from None
     for name, text in ex.files.items():
         write_text_file("export_dir", out_dir / name, text)
-        console.print(f"wrote {out_dir / name}", highlight=False, markup=False)
-    console.print(f"run: {ex.command}")
+        say.print(f"wrote {out_dir / name}", highlight=False, markup=False)
+    say.print(f"run: {ex.command}")
     for n in ex.notes:
-        console.print(f" • {n}")
+        say.print(f" • {n}")
 
 
 def _pick(r, pick: str):
@@ -243,7 +246,7 @@ def plan_cmd(
     else:
         render_plan(r, top, show_all)
     if export and r.plans:
-        _write_export(_pick(r, pick), export, export_dir, r.epochs)
+        _write_export(_pick(r, pick), export, export_dir, r.epochs, err_console if json_out else console)
     write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
     if not r.plans:
         raise typer.Exit(1)
@@ -299,32 +302,32 @@ def sweep_cmd(
     if cal is not None and cal.for_card(sc.gpu) and not json_out and csv_out is None:
         console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
     if chart is not None:
-        _write_sweep_chart(r, chart, chart_path)
+        _write_sweep_chart(r, chart, chart_path, err_console if json_out else console)
     if csv_out is not None:
-        _write_sweep_csv(r, csv_out, csv_path)
+        _write_sweep_csv(r, csv_out, csv_path, err_console if json_out else console)
     if json_out:
         _out(r.to_dict())
     elif csv_out is None or str(csv_out) != "-":
         render_sweep(r, key)
 
 
-def _write_sweep_chart(r, chart: Path, chart_path: Path | None) -> None:
+def _write_sweep_chart(r, chart: Path, chart_path: Path | None, say: Console) -> None:
     from vramfit.plan.charts import sweep_chart
 
     try:
         sweep_chart(r, chart_path)
     except OSError as exc:
         raise ScenarioError("chart", f"cannot write {shown(str(chart))}: {exc.strerror}") from None
-    console.print(f"wrote {chart}", highlight=False, markup=False)
+    say.print(f"wrote {chart}", highlight=False, markup=False)
 
 
-def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None) -> None:
+def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None, say: Console) -> None:
     text = sweep_csv(r)
     if str(csv_out) == "-":
         sys.stdout.write(text)
     else:
         write_text_file("csv", csv_path, text)
-        console.print(f"wrote {csv_out}", highlight=False, markup=False)
+        say.print(f"wrote {csv_out}", highlight=False, markup=False)
 
 
 def render_sweep(r, key: str) -> None:

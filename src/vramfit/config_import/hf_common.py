@@ -216,7 +216,7 @@ TRAINING_ARGS_IGNORED = [
 ]
 
 
-def use_reentrant(r: KeyReader, json_string: bool = True) -> None:
+def use_reentrant(r: KeyReader, json_string: bool = True, whole: str = "gradient_checkpointing_kwargs") -> None:
     """``gradient_checkpointing_kwargs.use_reentrant`` -> ``use_reentrant`` (the Trainer passes the kwargs to the model's
     gradient_checkpointing_enable, transformers v4.45.2 trainer.py l. 2182; estimate/reentrant_fsdp1.py). Unset: the
     release's default (scenario ``auto``).
@@ -225,7 +225,7 @@ def use_reentrant(r: KeyReader, json_string: bool = True) -> None:
     with ``{`` as JSON and turns its "true"/"false" strings into booleans (transformers v4.40.0 and v5.24.0
     training_args.py ``_VALID_DICT_FIELDS``, ``_convert_str_dict``). Axolotl validates the key as a mapping first
     (``json_string=False``): a string there is refused."""
-    whole, key = "gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs.use_reentrant"
+    key = f"{whole}.use_reentrant"  # whole: transformers 5.24's activation_checkpointing_kwargs in TRL files
     value = r.flat.get(whole)
     if value is not None:
         options = _kwargs_mapping(r, whole, value, json_string)

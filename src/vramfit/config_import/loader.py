@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vramfit import limits
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import DuplicateKey, unique_pairs, yaml_key_twice
 
@@ -42,8 +43,14 @@ def read_text(path: Path) -> str:
 def _check_events(path: Path, text: str) -> None:
     import yaml
 
-    docs = 0
+    docs = depth = 0
     for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1  # refused before composing: PyYAML builds nested nodes by recursion
+            if depth > limits.MAX_CONFIG_DEPTH:
+                raise fail(path, f"is nested too deeply (more than {limits.MAX_CONFIG_DEPTH} levels: MAX_CONFIG_DEPTH)")
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
         if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
             raise fail(path, "YAML anchors and aliases (&name, *name) are not accepted; write the values out")
         if isinstance(ev, yaml.ScalarEvent):
@@ -107,6 +114,8 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
             data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
         except ScenarioError:  # _check_events' own one line (a ValueError too): not wrapped twice
             raise
+        except RecursionError:
+            raise fail(path, f"is nested too deeply (more than {limits.MAX_CONFIG_DEPTH} levels: MAX_CONFIG_DEPTH)") from None
         except ValueError as exc:
             raise fail(path, str(exc)) from None
         except yaml.YAMLError as exc:

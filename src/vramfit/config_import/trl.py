@@ -52,6 +52,9 @@ def _model(r: KeyReader) -> str:
             raise r.error(f"bnb_4bit_quant_type '{kind}' is unknown (valid values: nf4, fp4)")
         r.set("bnb_4bit_quant_type", "quantize", kind + ("-dq" if nested else ""))
         r.set("use_bnb_nested_quant", "quantize", kind + ("-dq" if nested else ""))
+        # the dtype of the tensor that packs the 4-bit values (bitsandbytes Params4bit quant_storage): the same bytes,
+        # which FSDP/ZeRO-3 can then shard with the 16-bit parameters (TRL ModelConfig -> BitsAndBytesConfig)
+        r.ignore("bnb_4bit_quant_storage", "the container dtype of the packed 4-bit weights: the same bytes")
     elif in8:
         r.set("load_in_8bit", "quantize", "int8")
     if not in4:
@@ -102,11 +105,24 @@ def _step(r: KeyReader) -> None:
         if r.get(k):
             r.set(k, "seq_len", r.out["seq_len"])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
-    gc = r.get("gradient_checkpointing", True, SFT_SRC)
+    # transformers 5.24 names it activation_checkpointing(_kwargs); gradient_checkpointing(_kwargs) are deprecated
+    # aliases read only when the new name is unset (training_args.py TrainingArguments.__post_init__, v5.24.0)
+    new = r.has("activation_checkpointing")
+    name = "activation_checkpointing" if new else "gradient_checkpointing"
+    gc = r.get(name, True, SFT_SRC)
     off = r.get("activation_offloading", False, SFT_SRC)
-    r.set("activation_offloading" if off else "gradient_checkpointing", "gradient_checkpointing",
+    r.set("activation_offloading" if off else name, "gradient_checkpointing",
           "offload" if off else "full" if gc else "none")
-    hf.use_reentrant(r)
+    if new:
+        r.ignore("gradient_checkpointing", "deprecated alias: activation_checkpointing is set (transformers 5.24)")
+    kwargs = "activation_checkpointing_kwargs" if r.has("activation_checkpointing_kwargs") else "gradient_checkpointing_kwargs"
+    hf.use_reentrant(r, whole=kwargs)
+    # every_n_layers (transformers 5.24: checkpoint only every n-th layer) holds more: not modelled
+    r.not_modelled(f"{kwargs}.every_n_layers", "checkpointing only every n-th layer (the estimate checkpoints each)")
+    r.ignore(f"{kwargs}.*", "checkpoint function options")
+    if kwargs == "activation_checkpointing_kwargs":
+        r.ignore("gradient_checkpointing_kwargs*", "deprecated alias: activation_checkpointing_kwargs is set "
+                 "(transformers 5.24)")
     liger = r.get("use_liger_kernel", False, ARGS_SRC)
     r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
     attn = r.get("attn_implementation", "sdpa", f"{ARGS_SRC}: transformers picks SDPA when unset")
@@ -132,5 +148,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
-    keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else WRITE_KEYS
+    keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else dict(WRITE_KEYS)
+    if r.has("activation_checkpointing"):
+        keys["gradient_checkpointing"] = "activation_checkpointing"
     return r.finish(IGNORED, keys, companions, extra)

@@ -173,6 +173,9 @@ def inert_key_notes(sc: Scenario, spec) -> list[str]:
     if sc.quantize_vision is not QuantizeVision.AUTO and not (qlora and spec.vision is not None):
         why = "the model has no vision tower" if spec.vision is None else f"this run is {sc.method.value}, not qlora"
         out.append(f"quantize_vision={sc.quantize_vision.value} is ignored: {why}.")
+    if spec.vision is None and (sc.images_per_sample or sc.frames_per_sample):
+        out.append("images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its "
+                   "sequences hold text tokens only.")
     return out
 
 

@@ -372,6 +372,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 
 PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
+    runs_bnb_optimizers=False,  # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only
+    runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
     expert_parallel=True,
     adapters_fp32=False,  # torchtitan trains every weight: no adapters
     lora_casts_input=False,

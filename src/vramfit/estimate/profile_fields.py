@@ -255,6 +255,12 @@ class FrameworkProfile:
     # src/liger_kernel/transformers/model/qwen2.py lce_forward l. 206 ``if self.training and (labels is not None)``;
     # v0.5.10 l. 202), so evaluation passes hold whole logits (estimate/evaluation.py)
     fused_loss_trains_only: bool = False
+    # what the recipe can be told to run, which the planner may offer: bitsandbytes' 8-bit and paged optimizers, and
+    # a fused linear + cross-entropy loss (Liger / Cut Cross-Entropy). torchtitan v0.3.0 builds only Adam, AdamW and
+    # DistMuon (components/optimizer/optimizer.py _resolve_optimizer_factory) and computes its own cross-entropy on the
+    # whole logits (components/loss.py cross_entropy_loss)
+    runs_bnb_optimizers: bool = True
+    runs_fused_loss: bool = True
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),

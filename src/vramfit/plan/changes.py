@@ -61,14 +61,16 @@ class Change:
 
 
 def _candidates(sc: Scenario) -> list[Change]:
+
     out: list[Change] = []
-    if sc.loss is not Loss.FUSED:
+    profile = scenario_profile(sc)  # only changes the framework can be told to make (profile_fields.py runs_*)
+    if sc.loss is not Loss.FUSED and profile.runs_fused_loss:
         out.append(Change("fused-loss", "fused linear + cross-entropy loss (no full logits)", {"loss": "fused"},
                           "free", "needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy"))
     if sc.loss is Loss.STANDARD:
         out.append(Change("chunked-loss", "cross-entropy over the sequence in chunks", {"loss": "chunked"},
                           "free", "torchtune CEWithChunkedOutputLoss; not in the HF Trainer"))
-    if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW):
+    if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW) and profile.runs_bnb_optimizers:
         out.append(Change("8bit-optimizer", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"},
                           "free", "block-wise 8-bit states; matches 32-bit AdamW in the bitsandbytes paper's tests"))
     for ck in ("selective", "full", "offload"):

@@ -77,6 +77,8 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if plan.offload == "optimizer+params":
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if stage:
+        zero.update(_zero_buffers(sc, stage))
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     if stage == 3 and nodes.hybrid(plan):
@@ -100,6 +102,29 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
         cfg["zero_allow_untested_optimizer"] = True
         notes.append(f"{plan.optimizer} is created by the Trainer (optim={OPTIM[plan.optimizer]!r}) and wrapped by ZeRO")
     return cfg
+
+
+def _zero_buffers(sc: dict[str, Any], stage: int) -> dict[str, Any]:
+    """The ZeRO buffer sizes the plan's estimate used, written out as numbers: the scenario's own DeepSpeed config, else
+    the HF docs' template with its "auto" values filled from the hidden size as the HF Trainer does
+    (estimate/deepspeed.py resolve). Written as numbers, the file means the same under accelerate, the HF Trainer and
+    a plain ``deepspeed`` launch (which does not fill "auto"); left out, DeepSpeed's 5e8-element defaults would apply
+    and the run would hold more than the plan says."""
+    from vramfit.estimate import deepspeed as ds
+    from vramfit.estimate import resolve_spec
+    from vramfit.scenario import parse_scenario
+
+    given = sc.get("deepspeed_config")
+    z = ds.resolve(ds.from_mapping(given) if given else None, resolve_spec(parse_scenario(sc))[1].hidden_size, stage)
+    out: dict[str, Any] = {"overlap_comm": z.overlap_comm, "contiguous_gradients": z.contiguous_gradients,
+                           "reduce_bucket_size": z.reduce_bucket_size, "allgather_bucket_size": z.allgather_bucket_size}
+    if stage == 3:
+        out.update(sub_group_size=z.sub_group_size, stage3_prefetch_bucket_size=z.prefetch_bucket_size,
+                   stage3_param_persistence_threshold=z.persistence_threshold,
+                   stage3_max_live_parameters=z.max_live_parameters, stage3_max_reuse_distance=z.max_reuse_distance)
+    if not z.memory_efficient_linear:
+        out["memory_efficient_linear"] = False
+    return out
 
 
 def _fsdp_block(plan: Plan, notes: list[str]) -> dict[str, Any]:
@@ -178,7 +203,8 @@ def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
     own = _engine_of(plan)
     if engine == "deepspeed":
         if own == "fsdp":
-            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching ZeRO stage")
+            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching ZeRO stage, whose buffers "
+                         f"differ (estimate again with parallelism zero{_zero_stage(plan)} for its figure)")
         if own in ("ddp", "single"):
             notes.append("the plan needs no sharding: ZeRO stage 0 is plain data parallelism")
         return "deepspeed"
@@ -186,7 +212,9 @@ def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
         if own in ("ddp", "single"):
             notes.append("the plan needs no sharding: FULL_SHARD written anyway (uses less memory, more traffic)")
         if own == "deepspeed":
-            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching FSDP sharding")
+            match = "fsdp-grad-op" if plan.parallelism in ("zero1", "zero2") else "fsdp"
+            notes.append(f"the plan was sized for {plan.parallelism}; written as the matching FSDP sharding, whose "
+                         f"memory differs (estimate again with parallelism {match} for its figure)")
         if own == "deepspeed" and nodes.hybrid(plan):
             notes.append("sized for ZeRO++ hpZ; HYBRID_SHARD keeps the whole model state on each node, which needs "
                          "more memory: estimate it with parallelism=fsdp, shard_scope=node")

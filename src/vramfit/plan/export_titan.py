@@ -128,12 +128,29 @@ srun {launch_line(plan, rdzv)}
 """
 
 
+def unwritable(plan: Plan) -> list[str]:
+    """What the plan was sized with that torchtitan cannot be told (its TOML has no such field): said, so the files
+    are not taken for the plan. torchtitan v0.3.0 builds Adam/AdamW/DistMuon only (components/optimizer/optimizer.py)
+    and its own cross-entropy on the whole logits (components/loss.py)."""
+    sc, out = plan.scenario, []
+    if plan.optimizer not in ("adamw", "adam"):
+        out.append(f"the plan was sized with optimizer {plan.optimizer}, which torchtitan does not build: it runs AdamW "
+                   "(fp32 states), which holds more; estimate again with --framework torchtitan")
+    if plan.loss != "standard":
+        out.append(f"the plan was sized with the {plan.loss} loss; torchtitan computes cross-entropy on the whole logits, "
+                   "which holds more; estimate again with --framework torchtitan")
+    if sc.get("framework", "hf") != "torchtitan":
+        out.append(f"the plan was sized for {sc.get('framework', 'hf')}; torchtitan's memory differs (estimate again "
+                   "with --framework torchtitan)")
+    return out
+
+
 def titan_files(plan: Plan) -> tuple[dict[str, str], str, list[str]]:
     """(files, command, notes) of the torchtitan export."""
     files = {TOML_FILE: toml_text(plan)}
     notes = ["model.hf_assets_path: the folder of the Hugging Face checkpoint and tokenizer torchtitan loads",
              "torchtitan 0.3 reads no TOML: run -m torchtitan.train --module llama3 --config <config_registry_function> "
-             + " ".join(overrides(plan))]
+             + " ".join(overrides(plan))] + unwritable(plan)
     if nodes.nodes_of(plan) > 1:
         files[nodes.SLURM_FILE] = slurm_script(plan)
         return files, f"sbatch {nodes.SLURM_FILE}", notes

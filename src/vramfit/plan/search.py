@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vramfit.choices import FSDP_FAMILY, Generation
+from vramfit.estimate.framework import scenario_profile
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -126,12 +127,13 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     ckpts = ["none", "full", "offload"]
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
+    profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*)
     opts = [base.optimizer.value]
-    if full and base.optimizer is Optimizer.ADAMW:
+    if full and base.optimizer is Optimizer.ADAMW and profile.runs_bnb_optimizers:
         opts.append(Optimizer.ADAMW_8BIT.value)
-    if full and base.framework is not Framework.TORCHTITAN:
-        opts += PAGED_FOR.get(base.optimizer, [])  # torchtitan builds torch.optim optimizers only
-    losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED else [])
+    if full and profile.runs_bnb_optimizers:
+        opts += PAGED_FOR.get(base.optimizer, [])
+    losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED and profile.runs_fused_loss else [])
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
            if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
     if spec is not None and n > 1 and layouts.searched(base):

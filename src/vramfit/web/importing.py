@@ -47,8 +47,9 @@ def import_config(body: Any) -> dict[str, Any]:
     text, dialect = body.get("text"), body.get("dialect") or None
     if not isinstance(text, str) or not text.strip():
         raise ApiError(422, "text", "paste a training config (YAML, JSON, TOML or a swift command)")
-    if dialect is not None and not isinstance(dialect, str):
-        raise ApiError(422, "dialect", "must be text", list(DIALECTS))
+    if dialect is not None and (not isinstance(dialect, str) or dialect not in DIALECTS):
+        raise ApiError(422, "dialect", (f"unknown dialect {_plain(dialect)!r}" if isinstance(dialect, str) else "must be text")
+                       + f" (valid values: {', '.join(DIALECTS)})", list(DIALECTS))
     try:
         imp = from_text(text, dialect=dialect)
     except VramfitError as exc:
