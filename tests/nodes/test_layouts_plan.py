@@ -57,10 +57,11 @@ def test_bubble_shrinks_with_interleaving():
 def test_full_fine_tuning_search_with_layouts(model, eff):
     # its speed (the whole search under 1 s) is checked by `benchmarks/plan_speed.py --nodes`, not here
     r = plan({**BASE, "model": model}, effective_batch=eff, max_gpus=256, dataset_tokens="100M", with_changes=False)
-    # > 70: FSDP2's all-gather copy-in pool (estimate/fsdp2.py, 7: the 405B root's 8.4 GB output beside a block's)
+    # > 60: FSDP2's all-gather copy-in pool (estimate/fsdp2.py, 7: the 405B root's 8.4 GB output beside a block's)
     # and the end of backward's new segments (estimate/fsdp2_end.py: the 4.2 GB embedding gradient and the root's
-    # flat reduce-scatter input) keep some plain-FSDP layouts off the smaller cards (73 plans for 405B)
-    assert len(r.plans) > 70 and all(p.hours and p.cost_usd_low for p in r.plans if p.usd_per_gpu_hour_low)
+    # flat reduce-scatter input) keep some plain-FSDP layouts off the smaller cards; torchtitan's fp32 AdamW and its
+    # parameter-moving offload (profile runs_bnb_optimizers, offload_moves_params) keep more (63 plans for 405B)
+    assert len(r.plans) > 60 and all(p.hours and p.cost_usd_low for p in r.plans if p.usd_per_gpu_hour_low)
     laid = [p for p in r.plans if p.scenario["tensor_parallel"] > 1]
     assert laid, "no tensor-parallel plan won on any card"
     p = laid[0]

@@ -90,5 +90,5 @@ def test_ring_time_is_the_nccl_bus_bandwidth_formula():
 def test_changing_the_gpu_count_drops_the_node_layout_it_implied():
     sc = parse_scenario({"params": "7B", "num_gpus": 16, "num_nodes": 2, "parallelism": "fsdp", "shard_scope": "node"})
     one = sc.replace(num_gpus=4)
-    assert (one.num_nodes, one.shard_scope.value, one.parallelism.value) == (1, "all", "ddp")
+    assert (one.num_nodes, one.shard_scope.value, one.parallelism.value) == (1, "all", "fsdp")  # the chosen engine stays, the node layout goes
     assert sc.replace(num_gpus=32, num_nodes=4, parallelism="fsdp", shard_scope="node").gpus_per_node == 8

@@ -316,3 +316,21 @@ def test_api_errors_have_portuguese(client, bad):
     assert r.status_code == 422
     pt = to_pt(r.json()["error"])
     assert pt != r.json()["error"] and not re.search(r"\b(must|got|valid values|is required|unknown)\b", pt), pt
+
+
+def test_choices_said_to_be_ignored_have_portuguese():
+    from vramfit.estimate import estimate
+    from vramfit.web.translate import to_pt, untranslated
+
+    base = {"model": "meta-llama/Llama-3.1-8B"}
+    said = []
+    for keys in ({"method": "lora", "kbit_prepare": "yes", "use_reentrant": "no", "gradient_checkpointing": "none",
+                  "images_per_sample": 2}, {"method": "qlora", "quantize": "gptq-int4", "kbit_prepare": "yes",
+                                            "quantize_experts": "yes", "quantize_vision": "no"},
+                 {"model": "mistralai/Mixtral-8x7B-v0.1", "method": "lora", "quantize_experts": "no"}):
+        said += [a for a in estimate({**base, **keys}).assumptions if "ignored" in a or "casts nothing" in a]
+    assert len(said) == 7 and untranslated(said) == []
+    ds = estimate({**base, "method": "full", "num_gpus": 4,
+                   "deepspeed_config": {"zero_optimization": {"stage": 3, "mics_shard_size": 8}}}).assumptions
+    line = next(a for a in ds if a.startswith("DeepSpeed config keys"))
+    assert to_pt(line).startswith("Chaves da configuração DeepSpeed não modeladas") and "mics_shard_size" in to_pt(line)

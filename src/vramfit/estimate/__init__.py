@@ -125,8 +125,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     out.extend(_offload_and_experts_notes(sc, spec, prof))
-    out.extend(inert_key_notes(sc, spec))
-    out.extend(unread_note(sc))
+    out.extend(inert_key_notes(sc, spec) + unread_note(sc))
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))

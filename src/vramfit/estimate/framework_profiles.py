@@ -374,6 +374,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
     runs_bnb_optimizers=False,  # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
+    offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     expert_parallel=True,
     adapters_fp32=False,  # torchtitan trains every weight: no adapters
     lora_casts_input=False,

@@ -260,7 +260,13 @@ class FrameworkProfile:
     # DistMuon (components/optimizer/optimizer.py _resolve_optimizer_factory) and computes its own cross-entropy on the
     # whole logits (components/loss.py cross_entropy_loss)
     runs_bnb_optimizers: bool = True
+    # the fused linear + cross-entropy loss: Liger (linkedin/Liger-Kernel v0.5.10) or Cut Cross-Entropy, which
+    # torchtitan v0.3.0 does not call (components/loss.py cross_entropy_loss)
     runs_fused_loss: bool = True
+    # its CPU offload moves parameters and gradients with the optimizer state, so there is no optimizer-only offload
+    # to offer: torchtitan v0.3.0 training.enable_cpu_offload -> FSDP2 fully_shard(offload_policy=CPUOffloadPolicy())
+    # (the importer reads it as offload optimizer+params, config_import/torchtitan.py)
+    offload_moves_params: bool = False
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),

@@ -92,7 +92,7 @@ def _candidates(sc: Scenario) -> list[Change]:
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
     n = sc.num_gpus
     shard = "fsdp" if sc.parallelism in FSDP_FAMILY else "zero3"
-    if sc.method is Method.FULL:
+    if sc.method is Method.FULL and not profile.offload_moves_params:
         par = sc.parallelism.value if sc.parallelism in (Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP) else (
             "zero2" if n == 1 else shard)
         out.append(Change("offload-optimizer", "optimizer state in host RAM (ZeRO-Offload)",

@@ -119,7 +119,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
         strategies.append((shard3, "none"))
     if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
         strategies.append(("hsdp" if fsdp else "zero3-hpz", "none"))
-    if full:
+    profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*, offload_*)
+    if full and not profile.offload_moves_params:
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     strategies.append((shard3, "optimizer+params"))
     if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
@@ -127,7 +128,6 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     ckpts = ["none", "full", "offload"]
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
-    profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*)
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW and profile.runs_bnb_optimizers:
         opts.append(Optimizer.ADAMW_8BIT.value)

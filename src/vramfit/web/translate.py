@@ -169,8 +169,20 @@ RULES: list[tuple[str, str]] = [
     (r"^torchtitan 0\.3 reads no TOML: run (.*)$", "o torchtitan 0.3 não lê TOML: corre $1"),
     (r"^train\.py is your training script; --export trl writes one that runs these settings$",
      "train.py é o teu script de treino; --export trl escreve um que corre estas definições"),
-    (r"^the plan was sized for (\S+); written as the matching (ZeRO stage|FSDP sharding)$",
-     "o plano foi dimensionado para $1; escrito como o equivalente ($2)"),
+    (r"^the plan was sized for (\S+); written as the matching (ZeRO stage|FSDP sharding), whose (?:buffers|memory) "
+     r"differ(?:s)? \(estimate again with parallelism (\S+) for its figure\)$",
+     "o plano foi dimensionado para $1; escrito como o equivalente ($2), com outra memória (estima de novo com "
+     "parallelism $3 para o valor dele)"),
+    (r"^the plan was sized for (\S+); torchtitan's memory differs \(estimate again with --framework torchtitan\)$",
+     "o plano foi dimensionado para $1; a memória do torchtitan é outra (estima de novo com --framework torchtitan)"),
+    (r"^the plan was sized with optimizer (\S+), which torchtitan does not build: it runs AdamW \(fp32 states\), "
+     r"which holds more; estimate again with --framework torchtitan$",
+     "o plano foi dimensionado com o otimizador $1, que o torchtitan não constrói: corre o AdamW (estados fp32), que "
+     "ocupa mais; estima de novo com --framework torchtitan"),
+    (r"^the plan was sized with the (\S+) loss; torchtitan computes cross-entropy on the whole logits, which holds "
+     r"more; estimate again with --framework torchtitan$",
+     "o plano foi dimensionado com a perda $1; o torchtitan calcula a entropia cruzada sobre os logits inteiros, que "
+     "ocupa mais; estima de novo com --framework torchtitan"),
     (r"^the plan needs no sharding: ZeRO stage 0 is plain data parallelism$",
      "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
     (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",

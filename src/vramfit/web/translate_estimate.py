@@ -53,6 +53,29 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "(o transformers 4 quantizava-os)"),
     (r"(\S+) quantizes each expert's linear", "o $1 quantiza o linear de cada especialista"),
     (r"; set quantize_experts=yes or no to choose\.$", "; define quantize_experts=yes ou no para escolher."),
+    # choices with nothing to act on (estimate/__init__.py inert_key_notes)
+    (r"^kbit_prepare=(\w+) is ignored: only a quantized base \(method qlora\) is prepared for k-bit training, and "
+     r"this run is (\S+)\.$",
+     "kbit_prepare=$1 é ignorado: só uma base quantizada (method qlora) é preparada para treino em k bits, e esta "
+     "corrida é $2."),
+    (r"^kbit_prepare=yes casts nothing here: peft's prepare_model_for_kbit_training skips the fp32 cast for a GPTQ "
+     r"model \(is_gptq_quantized\), so norms, embeddings and head stay 16-bit\.$",
+     "kbit_prepare=yes aqui não converte nada: o prepare_model_for_kbit_training do peft salta a conversão para fp32 "
+     "num modelo GPTQ (is_gptq_quantized), e normalizações, embeddings e cabeça ficam em 16 bits."),
+    (r"^use_reentrant=(\w+) is ignored: gradient checkpointing is off\.$",
+     "use_reentrant=$1 é ignorado: o gradient checkpointing está desligado."),
+    (r"^quantize_experts=(\w+) is ignored: the model has no experts\.$",
+     "quantize_experts=$1 é ignorado: o modelo não tem especialistas."),
+    (r"^quantize_vision=(\w+) is ignored: the model has no vision tower\.$",
+     "quantize_vision=$1 é ignorado: o modelo não tem torre de visão."),
+    (r"^(quantize_experts|quantize_vision)=(\w+) is ignored: this run is (\S+), not qlora\.$",
+     "$1=$2 é ignorado: esta corrida é $3, não qlora."),
+    (r"^images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its sequences hold text "
+     r"tokens only\.$",
+     "images_per_sample / frames_per_sample são ignorados: o modelo não tem torre de visão, as sequências só têm "
+     "tokens de texto."),
+    (r"^DeepSpeed config keys not modelled, their effect \(if any\) not in this estimate: (.*)$",
+     "Chaves da configuração DeepSpeed não modeladas, o efeito delas (se o houver) não entra nesta estimativa: $1"),
     (r"^Vision tower and projector ", "Torre de visão e projetor "),
     (r"quantized like the language model's linears", "quantizados como os lineares do modelo de linguagem"),
     (r"\bkept 16-bit \(", "mantidos em 16 bits ("),
