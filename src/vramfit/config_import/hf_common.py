@@ -37,8 +37,9 @@ TRAINING_ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
 
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
-#: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
+#: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
 UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
+#: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
 DS_NOT_MODELLED = "not read by vramfit (it models the stage, offload and the buffer sizes in estimate/deepspeed.py)"
 DS_IGNORED = [
     ("train_batch_size", "filled in by the trainer ('auto')"),

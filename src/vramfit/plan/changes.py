@@ -61,7 +61,6 @@ class Change:
 
 
 def _candidates(sc: Scenario) -> list[Change]:
-
     out: list[Change] = []
     profile = scenario_profile(sc)  # only changes the framework can be told to make (profile_fields.py runs_*)
     if sc.loss is not Loss.FUSED and profile.runs_fused_loss:
@@ -80,7 +79,7 @@ def _candidates(sc: Scenario) -> list[Change]:
                      "offload": "as full, and keeps block inputs in pinned host RAM"}[ck]
             out.append(Change(f"checkpointing-{ck}", f"activation checkpointing: {ck}",
                               {"gradient_checkpointing": ck}, "slower", trade))
-    if keeps_block_inputs(sc, scenario_profile(sc)):  # estimate/reentrant_fsdp1.py
+    if keeps_block_inputs(sc, profile):  # estimate/reentrant_fsdp1.py
         out.append(Change("non-reentrant-checkpointing", "non-reentrant gradient checkpointing "
                           "(gradient_checkpointing_kwargs={'use_reentrant': False})", {"use_reentrant": "no"}, "free",
                           "the same recompute; FSDP1 then keeps no block input or its gradient to the end of backward"))
