@@ -213,6 +213,28 @@ def test_a_planned_torchtitan_export_imports_back_as_the_plan(checkpointing):
                    p.offload)
 
 
+def test_a_one_gpu_torchtitan_offload_plan_says_its_toml_release_offloads_nothing():
+    """Llama-3.1-8B full on one RTX 4090 plans with FSDP2 CPU offload, as torchtitan 0.3 runs it (FSDP at every
+    degree). The TOML it writes is read by torchtitan before 0.3, which applies no FSDP at one shard
+    (v0.2.2 models/llama3/infra/parallelize.py ``if parallel_dims.fsdp_enabled``): the export says so, and the TOML
+    imports as that release runs it, without offload, where it was refused before."""
+    from vramfit.plan import plan
+    from vramfit.plan.export import export_plan
+    from vramfit.plan.export_titan import TOML_FILE
+
+    r = plan({"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework": "torchtitan"}, effective_batch=1,
+             max_gpus=1, gpu_ids="rtx4090", with_changes=False)
+    p = next(p for p in r.plans if p.offload != "none")
+    assert (p.num_gpus, p.offload) == (1, "optimizer+params")
+    out = export_plan(p, "torchtitan")
+    assert any("applies no FSDP, so enable_cpu_offload offloads nothing" in n for n in out.notes)
+    imp = from_text(out.files[TOML_FILE])
+    e = next(e for e in imp.entries if e.key == "training.enable_cpu_offload")
+    assert (e.kind, imp.scenario.offload.value, imp.scenario.parallelism.value) == ("ignored", "none", "none")
+    # the file's run holds the whole fp32 state: more than a 4090, where the plan fitted
+    assert estimate(imp.scenario).peak.device_bytes > 24 * 2**30 > p.device_bytes
+
+
 def test_grpo_qlora_script_with_a_quoted_multiline_variable():
     """examples/train/grpo/internal/qlora.sh: SYSTEM_PROMPT spans four lines; GRPO's max_length is the prompt
     (2048) and max_completion_length (8192) is added; vLLM colocated at 0.4 of the card, sleep_level 1."""

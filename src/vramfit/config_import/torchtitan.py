@@ -51,6 +51,14 @@ IGNORED = [("job.*", "paths and labels"), ("profiling.*", "profiling"), ("metric
            ("*.enable_async_tensor_parallel", "communication overlap"),
            ("parallelism.enable_sequence_parallel", "sequence sharding under TP, as modelled"), ("*.disable_loss_parallel", "loss layout")]
 
+#: the releases that read a TOML apply FSDP, and the CPU offload it carries, only over more than one shard:
+#: 9dec370 torchtitan/parallelisms/parallelize_llama.py l. 80 ``if parallel_dims.dp_shard_enabled or
+#: parallel_dims.cp_enabled`` (parallel_dims.py l. 103-104: ``dp_shard > 1``), v0.2.2 models/llama3/infra/parallelize.py
+#: l. 125 ``if parallel_dims.fsdp_enabled`` (distributed/parallel_dims.py l. 322-335); v0.3.0, which reads no TOML,
+#: always applies it (models/llama3/parallelize.py ``apply_fsdp_to_decoder``, shard degree 1 included)
+ONE_SHARD = ("no effect here: at data_parallel_shard_degree x context_parallel_degree = 1 torchtitan before 0.3 "
+             "applies no FSDP, so nothing is offloaded (0.3, which reads no TOML, offloads at every degree)")
+
 UNKNOWN = "not read by vramfit: no memory effect it models in torchtitan's job config (check the spelling)"
 
 
@@ -156,7 +164,11 @@ def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
     elif rep > 1:
         r.set(key, "parallelism", "ddp")
     off = r.get("training.enable_cpu_offload", False, f"{OLD} --training.enable_cpu_offload")
-    if off:
+    if off and shard * d["context_parallel"] == 1:
+        from vramfit.config_import.report import Entry
+
+        r.entries["training.enable_cpu_offload"] = Entry("ignored", "training.enable_cpu_offload", off, ONE_SHARD)
+    elif off:
         r.set("training.enable_cpu_offload", "offload", "optimizer+params")
 
 

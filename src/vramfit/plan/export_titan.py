@@ -139,6 +139,13 @@ def unwritable(plan: Plan) -> list[str]:
     if plan.loss != "standard":
         out.append(f"the plan was sized with the {plan.loss} loss; torchtitan computes cross-entropy on the whole logits, "
                    "which holds more; estimate again with --framework torchtitan")
+    lay = parallelism(plan)
+    if plan.offload != "none" and lay["data_parallel_shard_degree"] * lay["context_parallel_degree"] == 1:
+        # torchtitan before 0.3 applies FSDP only over more than one shard (config_import/torchtitan.py ONE_SHARD)
+        out.append("at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0.3 (the releases "
+                   "that read this TOML) applies no FSDP, so enable_cpu_offload offloads nothing there and the run "
+                   "holds its whole state on the GPU: the plan's offload holds under torchtitan 0.3 only (the "
+                   "command line above)")
     if sc.get("framework", "hf") != "torchtitan":
         out.append(f"the plan was sized for {sc.get('framework', 'hf')}; torchtitan's memory differs (estimate again "
                    "with --framework torchtitan)")

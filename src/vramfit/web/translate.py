@@ -175,6 +175,12 @@ RULES: list[tuple[str, str]] = [
      "parallelism $3 para o valor dele)"),
     (r"^the plan was sized for (\S+); torchtitan's memory differs \(estimate again with --framework torchtitan\)$",
      "o plano foi dimensionado para $1; a memória do torchtitan é outra (estima de novo com --framework torchtitan)"),
+    (r"^at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0\.3 \(the releases that read "
+     r"this TOML\) applies no FSDP, so enable_cpu_offload offloads nothing there and the run holds its whole state on "
+     r"the GPU: the plan's offload holds under torchtitan 0\.3 only \(the command line above\)$",
+     "com data_parallel_shard_degree x context_parallel_degree = 1, o torchtitan antes do 0.3 (as versões que leem "
+     "este TOML) não aplica FSDP, por isso enable_cpu_offload não descarrega nada e a execução guarda todo o estado "
+     "na GPU: o descarregamento do plano só vale no torchtitan 0.3 (a linha de comando acima)"),
     (r"^the plan was sized with optimizer (\S+), which torchtitan does not build: it runs AdamW \(fp32 states\), "
      r"which holds more; estimate again with --framework torchtitan$",
      "o plano foi dimensionado com o otimizador $1, que o torchtitan não constrói: corre o AdamW (estados fp32), que "
