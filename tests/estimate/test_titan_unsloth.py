@@ -38,6 +38,13 @@ def test_torchtitan_mixed_precision_is_a_param_cast_not_autocast():
     # (HF under DDP: under FSDP accelerate casts the parameters too, as the simulator confirms)
     hf = compute(SPEC, parse_scenario({**sc.to_dict(), "framework": "hf", "parallelism": "ddp"}))
     assert "q_proj.autocast_in" in hf.saved.items and "q_proj.autocast_in" not in step.saved.items
+    # and the result says so: no "autocast copies" line for torchtitan, the HF run keeps its own
+    said = [a for a in estimate(sc).assumptions if a.startswith("Mixed precision")]
+    assert said == ["Mixed precision: FSDP's policy casts the weights to 16 bits as it gathers them, no autocast: "
+                    "16-bit activations; fp32 only in the kept weights, gradients and optimizer states."]
+    hf_said = [a for a in estimate(parse_scenario({**sc.to_dict(), "framework": "hf", "parallelism": "ddp"})).assumptions
+               if a.startswith("Mixed precision")]
+    assert hf_said == ["Mixed precision: fp32 weights with 16-bit autocast copies kept for backward."]
 
 
 def test_op_sac_keeps_every_second_matmul_and_the_attention_output():

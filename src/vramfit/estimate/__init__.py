@@ -205,11 +205,14 @@ def _vision_quant_note(sc: Scenario, prof) -> str:
 
 def _mixed_note(sc: Scenario, r: Step) -> str:
     """What ``-mixed`` runs as: autocast over fp32 weights, or the DeepSpeed engine's 16-bit cast."""
-    from vramfit.estimate.framework import ds_engine_cast
+    from vramfit.estimate.framework import ds_engine_cast, runs_under_autocast
 
     if ds_engine_cast(sc, r.profile):
         return ("Mixed precision: the engine holds the weights in 16 bits (fp32 master copy in the "
                 "optimizer's partitions), no autocast: 16-bit activations.")
+    if not runs_under_autocast(sc, r.profile):  # profile mixed_casts_params: FSDP2's MixedPrecisionPolicy
+        return ("Mixed precision: FSDP's policy casts the weights to 16 bits as it gathers them, no autocast: "
+                "16-bit activations; fp32 only in the kept weights, gradients and optimizer states.")
     return "Mixed precision: fp32 weights with 16-bit autocast copies kept for backward."
 
 

@@ -139,6 +139,10 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      r"no autocast: 16-bit activations\.$",
      "Precisão mista: o motor guarda os pesos em 16 bits (cópia mestre fp32 nas partições do otimizador), "
      "sem autocast: ativações de 16 bits."),
+    (r"^Mixed precision: FSDP's policy casts the weights to 16 bits as it gathers them, no autocast: 16-bit "
+     r"activations; fp32 only in the kept weights, gradients and optimizer states\.$",
+     "Precisão mista: a política do FSDP converte os pesos para 16 bits ao reuni-los, sem autocast: ativações de 16 "
+     "bits; fp32 só nos pesos guardados, nos gradientes e nos estados do otimizador."),
     (r"^Mixed precision: fp32 weights with 16-bit autocast copies kept for backward\.$",
      "Precisão mista: pesos fp32, com cópias de 16 bits do autocast guardadas para o backward."),
     (r"^(\d+) GPUs in one node with (\S+); NCCL buffers counted in the device figure\.$",
