@@ -152,3 +152,17 @@ def test_the_planner_keeps_a_selective_op_base_among_its_settings():
     assert res.exit_code == 0, res.output
     plans = json.loads(res.output)["plans"]
     assert plans and "selective-op" in {p["gradient_checkpointing"] for p in plans}
+
+
+def test_one_rank_per_shard_says_which_torchtitan_release_it_counts():
+    """torchtitan 0.3 applies FSDP2 at every degree; 9dec370 and v0.2.2 only over more than one shard (profile
+    one_shard_note): the line appears where the shard group is one rank, and nowhere else."""
+    def said(**keys):
+        sc = parse_scenario({"model": MODEL, "method": "full", "framework": "torchtitan", **keys})
+        return any(a.startswith("torchtitan with one rank per shard") for a in estimate(sc).assumptions)
+
+    assert said() and said(num_gpus=8, parallelism="ddp")
+    assert said(num_gpus=8, parallelism="fsdp", tensor_parallel=8)  # TP alone: dp_shard 1
+    assert not said(num_gpus=8, parallelism="fsdp") and not said(num_gpus=8, parallelism="fsdp", tensor_parallel=4)
+    hf = parse_scenario({"model": MODEL, "method": "full"})
+    assert not any(a.startswith("torchtitan with one rank") for a in estimate(hf).assumptions)

@@ -375,6 +375,12 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     runs_bnb_optimizers=False,  # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
+    # v0.3.0 models/llama3/parallelize.py (FSDP2 at every degree) vs 9dec370 parallelize_llama.py l. 80 and v0.2.2
+    # models/llama3/infra/parallelize.py l. 125 (FSDP only over more than one shard): profile_fields.py
+    one_shard_note=("torchtitan with one rank per shard: counted with FSDP2's bf16 cast, as torchtitan 0.3 runs it "
+                    "(FSDP2 at every degree; its gathered copies counted under parallelism fsdp only). Releases "
+                    "before 0.3 (those that read a TOML) apply no FSDP there: fp32 throughout at 9dec370, autocast "
+                    "in v0.1-v0.2.2 (none under tensor or pipeline parallelism), and no CPU offload."),
     expert_parallel=True,
     adapters_fp32=False,  # torchtitan trains every weight: no adapters
     lora_casts_input=False,

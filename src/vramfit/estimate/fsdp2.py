@@ -99,7 +99,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import FSDP_FAMILY
 from vramfit.estimate.allocator import round_allocation, transient_reserved
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
-from vramfit.scenario import Method, Offload, Parallelism
+from vramfit.scenario import Method, Offload, Parallelism, ShardScope
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -227,7 +227,23 @@ def shards_offloaded(step: Step) -> bool:
 
 
 def fsdp2_notes(sc, profile) -> list[str]:
-    """The assumption a scenario that picked FSDP2 (``fsdp_version: 2``) gets: whose wrapping, and what is left out."""
+    """The assumption a scenario that picked FSDP2 (``fsdp_version: 2``) gets: whose wrapping, and what is left out;
+    and, where the profile's releases differ there, what one rank per shard runs as (``one_shard_note``)."""
+    return _one_shard(sc, profile) + _wrapping(sc, profile)
+
+
+def _one_shard(sc, profile) -> list[str]:
+    """``profile.one_shard_note`` where FSDP's shard group is one rank: no FSDP family, or data_parallel_shard_degree
+    x context_parallel_degree = 1 (the data-parallel ranks, all replicas under HSDP, and no context parallel)."""
+    if not profile.one_shard_note:
+        return []
+    shards = sc.data_parallel_size * sc.context_parallel
+    if sc.shard_scope is ShardScope.NODE:
+        shards = max(1, sc.gpus_per_node // sc.model_parallel_size) * sc.context_parallel
+    return [profile.one_shard_note] if sc.parallelism not in FSDP_FAMILY or shards == 1 else []
+
+
+def _wrapping(sc, profile) -> list[str]:
     variant = profile.fsdp2_variant
     if variant is None or not profile.fsdp2 or sc.parallelism not in FSDP_FAMILY or sc.num_gpus == 1:
         return []

@@ -267,6 +267,15 @@ class FrameworkProfile:
     # to offer: torchtitan v0.3.0 training.enable_cpu_offload -> FSDP2 fully_shard(offload_policy=CPUOffloadPolicy())
     # (the importer reads it as offload optimizer+params, config_import/torchtitan.py)
     offload_moves_params: bool = False
+    # what the run is where only one rank holds each shard (one GPU, DDP only, or tensor/pipeline parallel alone):
+    # torchtitan v0.3.0 applies FSDP2 at every degree (models/llama3/parallelize.py: "Always run
+    # apply_fsdp_to_decoder -- with shard_degree=1 it is a no-op for the all-gather but still installs the
+    # MixedPrecisionPolicy"), as the estimate counts it; its releases before applied FSDP, and with it the bf16 cast
+    # and the CPU offload, only over more than one shard (9dec370 parallelisms/parallelize_llama.py l. 80 and
+    # parallel_dims.py l. 103-104; v0.2.2 models/llama3/infra/parallelize.py l. 125 ``if parallel_dims.fsdp_enabled``),
+    # running fp32 there (9dec370 train.py: no autocast) or autocast (v0.2.2 distributed/utils.py maybe_enable_amp,
+    # off under TP/PP). Said as an assumption line; empty: nothing to say
+    one_shard_note: str = ""
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),

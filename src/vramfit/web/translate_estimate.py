@@ -139,6 +139,14 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      r"no autocast: 16-bit activations\.$",
      "Precisão mista: o motor guarda os pesos em 16 bits (cópia mestre fp32 nas partições do otimizador), "
      "sem autocast: ativações de 16 bits."),
+    (r"^torchtitan with one rank per shard: counted with FSDP2's bf16 cast, as torchtitan 0\.3 runs it \(FSDP2 at "
+     r"every degree; its gathered copies counted under parallelism fsdp only\)\. Releases before 0\.3 \(those that "
+     r"read a TOML\) apply no FSDP there: fp32 throughout at 9dec370, autocast in v0\.1-v0\.2\.2 \(none under "
+     r"tensor or pipeline parallelism\), and no CPU offload\.$",
+     "torchtitan com um só rank por fragmento: contado com a conversão bf16 do FSDP2, como o torchtitan 0.3 o corre "
+     "(FSDP2 em qualquer grau; as suas cópias reunidas contadas só com parallelism fsdp). As versões antes do 0.3 (as "
+     "que leem um TOML) não aplicam FSDP aí: fp32 em tudo no 9dec370, autocast nas v0.1-v0.2.2 (nenhum com "
+     "paralelismo de tensor ou de pipeline), e nenhum descarregamento para a CPU."),
     (r"^Mixed precision: FSDP's policy casts the weights to 16 bits as it gathers them, no autocast: 16-bit "
      r"activations; fp32 only in the kept weights, gradients and optimizer states\.$",
      "Precisão mista: a política do FSDP converte os pesos para 16 bits ao reuni-los, sem autocast: ativações de 16 "
