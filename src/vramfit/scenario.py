@@ -288,7 +288,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("num_gpus", INT, "GPUs taking part, each with its own micro-batch (above one node, see the assumptions).",
           ("GPUs", "GPUs"), unit="GPUs", limits=(1, MAX_GPUS)),
     Field("parallelism", CH, "How the work is split over GPUs: DDP, DeepSpeed ZeRO stages or FSDP.",
-          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp"),
+          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp (torchtune: fsdp)"),
     Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
@@ -607,7 +607,9 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
     """Default parallelism by GPU count; offload, nodes and shard scope only with an engine that supports them."""
     num_gpus = kw.get("num_gpus", 1)
     if "parallelism" not in kw:
-        kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else Parallelism.DDP
+        from vramfit.estimate.framework import multi_gpu_default
+
+        kw["parallelism"] = Parallelism.NONE if num_gpus == 1 else multi_gpu_default(kw)
     elif num_gpus == 1 and kw["parallelism"] is not Parallelism.NONE and kw["parallelism"] is not Parallelism.DDP:
         # ZeRO/FSDP on one GPU is legal (DeepSpeed runs it) and shards nothing; keep it.
         pass
@@ -615,6 +617,9 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
         raise ScenarioError(
             "parallelism", f"{num_gpus} GPUs need a way to split the work", [p for p in Parallelism.values() if p != "none"]
         )
+    from vramfit.estimate.framework import check_parallelism
+
+    check_parallelism(kw)
     offload = kw.get("offload", Offload.NONE)
     if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:
         raise ScenarioError("offload", "CPU offload under FSDP NO_SHARD is not modelled; shard with fsdp to offload",

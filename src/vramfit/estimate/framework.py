@@ -114,6 +114,22 @@ def check_fsdp_version(kw: dict[str, Any]) -> None:
         raise ScenarioError("fsdp_version", "FSDP2 has no NO_SHARD strategy (fsdp-no-shard is FSDP1's)", ["auto", "1"])
 
 
+def multi_gpu_default(kw: dict[str, Any]) -> Parallelism:
+    """The parallelism several GPUs get when none is given: DDP, or FSDP where the framework runs no DDP (profile
+    ``parallelisms``: torchtune's distributed recipes)."""
+    runs = profile_for(kw.get("framework", Framework.HF), kw.get("framework_version")).parallelisms
+    return Parallelism.DDP if not runs or Parallelism.DDP in runs else Parallelism.FSDP
+
+
+def check_parallelism(kw: dict[str, Any]) -> None:
+    """A ``parallelism`` the framework's recipes can run (profile ``parallelisms``; empty: any), else one ScenarioError."""
+    framework = kw.get("framework", Framework.HF)
+    runs = profile_for(framework, kw.get("framework_version")).parallelisms
+    if runs and kw["parallelism"] not in runs:
+        raise ScenarioError("parallelism", f"{framework.value} does not run {kw['parallelism'].value}",
+                            [p.value for p in runs])
+
+
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:
     """Bytes per element of LoRA adapter weights (and their grads and torch optimizer states)."""
     if profile.adapters_fp32:

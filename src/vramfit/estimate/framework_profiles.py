@@ -259,6 +259,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
+        # FSDP only (FULL_SHARD, or SHARD_GRAD_OP with fsdp_reshard_after_forward False): profile_fields.py parallelisms
+        parallelisms=(Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.0,  # torchtune v0.4.0 modules/peft/lora.py LoRALinear(dropout=0.0)
@@ -377,6 +379,8 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     # v0.3.0 models/llama3/parallelize.py (FSDP2 at every degree) vs 9dec370 parallelize_llama.py l. 80 and v0.2.2
     # models/llama3/infra/parallelize.py l. 125 (FSDP only over more than one shard): profile_fields.py
+    # FSDP2 (FULL_SHARD, or reshard_after_forward "never"), HSDP, DDP over replicas; no DeepSpeed (profile_fields.py)
+    parallelisms=(Parallelism.NONE, Parallelism.DDP, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
     one_shard_note=("torchtitan with one rank per shard: counted with FSDP2's bf16 cast, as torchtitan 0.3 runs it "
                     "(FSDP2 at every degree; its gathered copies counted under parallelism fsdp only). Releases "
                     "before 0.3 (those that read a TOML) apply no FSDP there: fp32 throughout at 9dec370, autocast "

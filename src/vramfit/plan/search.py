@@ -31,7 +31,6 @@ from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_ra
 from vramfit.plan.timing import calibrated, speed_factor
 from vramfit.scenario import (
     Checkpointing,
-    Framework,
     Loss,
     Method,
     Offload,
@@ -110,16 +109,17 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
     (FSDP over the remaining ranks, no offload; MoE models: EP degrees where the profile runs them)."""
     full = base.method is Method.FULL
-    fsdp = base.parallelism in _FSDP or base.framework is Framework.TORCHTITAN  # torchtitan runs FSDP2, not ZeRO
+    profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*, offload_*)
+    runs = {p.value for p in profile.parallelisms}  # empty: every engine (profile_fields.py parallelisms)
+    fsdp = base.parallelism in _FSDP or bool(runs) and "zero3" not in runs  # torchtitan, torchtune: FSDP, not ZeRO
     shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
-    strategies = [("none", "none")] if n == 1 else [("ddp", "none")]
+    strategies = [("none", "none")] if n == 1 else [("ddp", "none")] if not runs or "ddp" in runs else []
     if n > 1 and full:
         strategies.append((shard2, "none"))
     if n > 1:
         strategies.append((shard3, "none"))
     if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
         strategies.append(("hsdp" if fsdp else "zero3-hpz", "none"))
-    profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*, offload_*)
     if full and not profile.offload_moves_params:
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     strategies.append((shard3, "optimizer+params"))

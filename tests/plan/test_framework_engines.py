@@ -1,0 +1,49 @@
+"""The data-parallel engines a framework runs (profile ``parallelisms``): torchtune's distributed recipes shard with
+FSDP only, torchtitan adds DDP over replicas, neither runs DeepSpeed. Estimates refuse the rest, naming what runs; the
+default for several GPUs is FSDP where there is no DDP; the planner offers only what runs."""
+
+import pytest
+from typer.testing import CliRunner
+
+from vramfit.cli.main import app
+from vramfit.errors import ScenarioError
+from vramfit.plan import plan
+from vramfit.scenario import parse_scenario
+
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.mark.parametrize("framework, parallelism, valid", [
+    ("torchtune", "zero3", "none, fsdp, fsdp-grad-op"), ("torchtune", "ddp", "none, fsdp, fsdp-grad-op"),
+    ("torchtitan", "zero2", "none, ddp, fsdp, fsdp-grad-op")])
+def test_an_engine_the_framework_does_not_run_is_refused(framework, parallelism, valid):
+    with pytest.raises(ScenarioError, match=f"{framework} does not run {parallelism}") as e:
+        parse_scenario({"model": MODEL, "method": "full", "framework": framework, "num_gpus": 8,
+                        "parallelism": parallelism})
+    assert e.value.key == "parallelism" and ", ".join(e.value.valid) == valid
+    out = CliRunner().invoke(app, ["estimate", "--model", MODEL, "--framework", framework, "--num-gpus", "8",
+                                   "--parallelism", parallelism])
+    assert out.exit_code == 2 and f"valid values: {valid}" in out.output
+
+
+def test_several_gpus_default_to_what_the_framework_runs():
+    many = {"model": MODEL, "method": "full", "num_gpus": 8}
+    assert parse_scenario({**many, "framework": "torchtune"}).parallelism.value == "fsdp"
+    assert parse_scenario({**many, "framework": "torchtitan"}).parallelism.value == "ddp"
+    assert parse_scenario({**many, "framework": "hf"}).parallelism.value == "ddp"
+    # sweeping the GPU count re-derives it the same way
+    one = parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"})
+    assert one.replace(num_gpus=4).parallelism.value == "fsdp"
+
+
+def test_torchtune_plans_shard_with_fsdp_only():
+    """Llama-3.1-8B full fine-tuning on RTX 4090s under torchtune: every multi-GPU plan was DeepSpeed ZeRO-3
+    before (which torchtune has no code for); now FSDP, as its distributed recipes run."""
+    r = plan({"model": MODEL, "method": "full", "framework": "torchtune"}, effective_batch=64, max_gpus=8,
+             gpu_ids="rtx4090", with_changes=False)
+    engines = {p.scenario.get("parallelism") for p in r.plans}
+    assert engines and engines <= {"none", "fsdp", "fsdp-grad-op"}
+    assert any(p.num_gpus > 1 for p in r.plans)
+    hf = plan({"model": MODEL, "method": "full"}, effective_batch=64, max_gpus=8, gpu_ids="rtx4090",
+              with_changes=False)
+    assert {p.scenario.get("parallelism") for p in hf.plans} & {"zero2", "zero3"}  # the HF Trainer keeps DeepSpeed
