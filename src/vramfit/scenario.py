@@ -288,7 +288,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("num_gpus", INT, "GPUs taking part, each with its own micro-batch (above one node, see the assumptions).",
           ("GPUs", "GPUs"), unit="GPUs", limits=(1, MAX_GPUS)),
     Field("parallelism", CH, "How the work is split over GPUs: DDP, DeepSpeed ZeRO stages or FSDP.",
-          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp (torchtune: fsdp)"),
+          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp (torchtune, litgpt: fsdp)"),
     Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),

@@ -47,3 +47,23 @@ def test_torchtune_plans_shard_with_fsdp_only():
     hf = plan({"model": MODEL, "method": "full"}, effective_batch=64, max_gpus=8, gpu_ids="rtx4090",
               with_changes=False)
     assert {p.scenario.get("parallelism") for p in hf.plans} & {"zero2", "zero3"}  # the HF Trainer keeps DeepSpeed
+
+
+def test_litgpt_plans_neither_zero_nor_offload():
+    """litgpt's scripts shard with Fabric's FSDPStrategy(cpu_offload=False) on several devices (lit-gpt@8641822
+    finetune/lora.py): Llama-3.1-8B LoRA at 2,048 tokens on RTX 4090s plans FSDP (it was ZeRO-3, with offload on one
+    and two GPUs), and no change to fit offers offload; an estimate of an edited script that offloads still answers."""
+    from vramfit.plan.changes import _candidates
+
+    base = {"model": MODEL, "method": "lora", "framework": "litgpt"}
+    r = plan(base, effective_batch=64, max_gpus=8, gpu_ids="rtx4090", with_changes=False)
+    assert r.plans and {(p.scenario.get("parallelism"), p.offload) for p in r.plans} <= {("none", "none"),
+                                                                                        ("fsdp", "none")}
+    assert not [c for c in _candidates(parse_scenario(base)) if "offload" in c.changes]
+    with pytest.raises(ScenarioError, match="litgpt does not run zero3"):
+        parse_scenario({**base, "num_gpus": 2, "parallelism": "zero3"})
+    assert parse_scenario({**base, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"}).offload.value \
+        == "optimizer+params"
+    # torchtune and HF keep their offload changes, each under an engine they run
+    tt = _candidates(parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
+    assert [c.changes["parallelism"] for c in tt if "offload" in c.changes] == ["fsdp-grad-op", "fsdp"]

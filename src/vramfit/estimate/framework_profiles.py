@@ -322,6 +322,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
     ),
     Framework.LITGPT: FrameworkProfile(
         name="litgpt",
+        # lit-gpt@8641822 finetune/lora.py l. 78-90 (full.py, adapter.py alike): several devices -> FSDPStrategy
+        # (FULL_SHARD), else one device; litgpt@26857050 the same (lora.py ModelParallelStrategy = FSDP2): no DDP, no
+        # DeepSpeed (profile_fields.py parallelisms)
+        parallelisms=(Parallelism.NONE, Parallelism.FSDP),
+        runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.05,  # lit-gpt@8641822 finetune/lora.py lora_dropout = 0.05

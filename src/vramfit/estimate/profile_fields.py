@@ -267,12 +267,19 @@ class FrameworkProfile:
     # to offer: torchtitan v0.3.0 training.enable_cpu_offload -> FSDP2 fully_shard(offload_policy=CPUOffloadPolicy())
     # (the importer reads it as offload optimizer+params, config_import/torchtitan.py)
     offload_moves_params: bool = False
+    # the recipe can be told to offload model state to the host at all: litgpt's scripts build Fabric's FSDPStrategy
+    # with ``cpu_offload=False`` written in (lit-gpt@8641822 finetune/lora.py l. 83-89, full.py l. 62-67;
+    # litgpt@26857050 finetune/full.py l. 108-114), so the planner offers no offload there (an estimate still
+    # answers for a script edited to offload)
+    runs_offload: bool = True
     # the data-parallel engines the framework's own recipes can be told to run (empty: every value of ``parallelism``).
     # torchtune's distributed recipes shard with FSDP only, FULL_SHARD or, with ``fsdp_reshard_after_forward: False``,
     # SHARD_GRAD_OP (pytorch/torchtune@bd2a0fc7c recipes/full_finetune_distributed.py l. 62 and 382,
     # lora_finetune_distributed.py l. 58 and 326; @c69fba18b FSDP1 FULL_SHARD, l. 274): no DDP, no DeepSpeed anywhere
     # in recipes/ or torchtune/. torchtitan adds DDP over replicas and never runs DeepSpeed (9dec370
-    # parallelisms/parallelize_llama.py apply_fsdp / apply_ddp; v0.2.2 fsdp_reshard_after_forward "never")
+    # parallelisms/parallelize_llama.py apply_fsdp / apply_ddp; v0.2.2 fsdp_reshard_after_forward "never"). litgpt's
+    # scripts shard with Fabric's FSDPStrategy (FULL_SHARD) whenever there is more than one device
+    # (lit-gpt@8641822 finetune/lora.py l. 78-90)
     parallelisms: tuple[Parallelism, ...] = ()
     # what the run is where only one rank holds each shard (one GPU, DDP only, or tensor/pipeline parallel alone):
     # torchtitan v0.3.0 applies FSDP2 at every degree (models/llama3/parallelize.py: "Always run

@@ -26,7 +26,7 @@ from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
-from vramfit.plan.search import peer_gbs
+from vramfit.plan.search import peer_gbs, shard_names
 from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
@@ -89,14 +89,24 @@ def _candidates(sc: Scenario) -> list[Change]:
     if sc.method is Method.FULL and sc.precision.mixed:
         out.append(Change("bf16-true", "pure bf16 weights (no fp32 master copy)", {"precision": "bf16-true"},
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
-    n = sc.num_gpus
-    shard = "fsdp" if sc.parallelism in FSDP_FAMILY else "zero3"
+    if profile.runs_offload:  # only what the framework can be told to run (profile_fields.py runs_offload)
+        out += _offload_changes(sc, profile)
+    return out
+
+
+def _offload_changes(sc: Scenario, profile) -> list[Change]:
+    """Optimizer offload (where the framework's offload can leave the weights) and parameter offload, each under a
+    sharding engine the framework runs (plan/search.py shard_names)."""
+    out: list[Change] = []
+    shard2, shard = shard_names(sc, profile)
+    runs = {p.value for p in profile.parallelisms}
     if sc.method is Method.FULL and not profile.offload_moves_params:
         par = sc.parallelism.value if sc.parallelism in (Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP) else (
-            "zero2" if n == 1 else shard)
-        out.append(Change("offload-optimizer", "optimizer state in host RAM (ZeRO-Offload)",
-                          {"parallelism": par, "offload": "optimizer"}, "slower",
-                          "CPU Adam step and PCIe traffic each step; needs host RAM"))
+            shard2 if sc.num_gpus == 1 else shard)
+        if not runs or par in runs:
+            out.append(Change("offload-optimizer", "optimizer state in host RAM (ZeRO-Offload)",
+                              {"parallelism": par, "offload": "optimizer"}, "slower",
+                              "CPU Adam step and PCIe traffic each step; needs host RAM"))
     out.append(Change("offload-params", "weights and optimizer state in host RAM (ZeRO-Infinity / FSDP CPU offload)",
                       {"parallelism": shard, "offload": "optimizer+params"}, "slower",
                       "weights stream over PCIe every micro-batch: much slower"))

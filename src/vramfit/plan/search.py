@@ -104,6 +104,14 @@ def pinned_layout(base: Scenario) -> tuple[str, str] | None:
     return base.parallelism.value, base.offload.value
 
 
+def shard_names(base: Scenario, profile) -> tuple[str, str]:
+    """(gradient-sharding, full-sharding) parallelism names for ``base``: FSDP's for a run on FSDP or a framework whose
+    recipes run no ZeRO (profile ``parallelisms``: torchtitan, torchtune, litgpt), else ZeRO's."""
+    runs = {p.value for p in profile.parallelisms}
+    fsdp = base.parallelism in _FSDP or bool(runs) and "zero3" not in runs
+    return ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
+
+
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`
@@ -111,18 +119,18 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     full = base.method is Method.FULL
     profile = scenario_profile(base)  # what the framework can be told to run (profile_fields.py runs_*, offload_*)
     runs = {p.value for p in profile.parallelisms}  # empty: every engine (profile_fields.py parallelisms)
-    fsdp = base.parallelism in _FSDP or bool(runs) and "zero3" not in runs  # torchtitan, torchtune: FSDP, not ZeRO
-    shard2, shard3 = ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
+    shard2, shard3 = shard_names(base, profile)
     strategies = [("none", "none")] if n == 1 else [("ddp", "none")] if not runs or "ddp" in runs else []
-    if n > 1 and full:
+    if n > 1 and full and (not runs or shard2 in runs):
         strategies.append((shard2, "none"))
     if n > 1:
         strategies.append((shard3, "none"))
     if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
-        strategies.append(("hsdp" if fsdp else "zero3-hpz", "none"))
-    if full and not profile.offload_moves_params:
+        strategies.append(("hsdp" if shard3 == "fsdp" else "zero3-hpz", "none"))
+    if full and not profile.offload_moves_params and profile.runs_offload and (not runs or shard2 in runs):
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
-    strategies.append((shard3, "optimizer+params"))
+    if profile.runs_offload:
+        strategies.append((shard3, "optimizer+params"))
     if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
         strategies = [pinned] + ([("zero3-hpz", pinned[1])] if n > GPUS_PER_NODE and pinned[0] == "zero3" else [])
     ckpts = ["none", "full", "offload"]
