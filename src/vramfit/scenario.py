@@ -202,7 +202,7 @@ class Scenario:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
-            if follower not in changes:
+            if follower not in changes and not self._keeps(follower, given):
                 data.pop(follower, None)
         if "params" in changes and "model" not in changes:
             data.pop("model", None)
@@ -216,14 +216,13 @@ class Scenario:
 
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
-        (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods;
-        ``sweep --vary num_gpus`` and ``--vary framework`` then give what ``estimate`` gives with those flags.
+        (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods,
+        a chosen ``quantize``, ``lora_alpha``, node layout or stage setting alike; ``sweep --vary`` then gives what
+        ``estimate`` gives with those flags (the same error where the kept value does not fit the new one).
         Without the record of given keys (a scenario built field by field), every follower is derived again."""
         if given is None or follower not in given:
             return False
-        if follower == "parallelism":
-            return self.parallelism is not Parallelism.NONE
-        return follower == "precision"
+        return follower != "parallelism" or self.parallelism is not Parallelism.NONE
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}

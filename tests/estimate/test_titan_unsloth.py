@@ -166,3 +166,10 @@ def test_one_rank_per_shard_says_which_torchtitan_release_it_counts():
     assert not said(num_gpus=8, parallelism="fsdp") and not said(num_gpus=8, parallelism="fsdp", tensor_parallel=4)
     hf = parse_scenario({"model": MODEL, "method": "full"})
     assert not any(a.startswith("torchtitan with one rank") for a in estimate(hf).assumptions)
+
+
+def test_the_one_shard_line_is_about_mixed_precision_only():
+    """fp32 and bf16-true have no cast to speak of: no line (it said 'counted with FSDP2's bf16 cast' for fp32)."""
+    for precision in ("fp32", "bf16-true"):
+        sc = parse_scenario({"model": MODEL, "method": "full", "framework": "torchtitan", "precision": precision})
+        assert not any(a.startswith("torchtitan with one rank per shard") for a in estimate(sc).assumptions)

@@ -86,6 +86,7 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     elif kind == "FSDP":
         out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config"), nodes))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
+        out.update(hf.fsdp_checkpointing(r, "fsdp_config", r.sub("fsdp_config")))  # one switch with the Trainer's
     elif kind == "NO":  # accelerate starts one process whatever num_processes says
         out.update(num_gpus=1, parallelism="none")
         if "num_processes" in r.entries:
@@ -120,7 +121,9 @@ def apply(imp: Imported, path: Path) -> Imported:
     merged = dict(imp.overrides)
     for key, value in out.items():
         given = {e.key for e in imp.entries if e.kind == "read" and any(b.startswith(key + "=") for b in e.becomes)}
-        if given and key in merged and str(merged[key]) != str(value):
+        # FSDP's activation checkpointing on, the Trainer's off (transformers requires it so): one switch, not a clash
+        fsdp_ac = key == "gradient_checkpointing" and value == "full" and merged.get(key) == "none"
+        if given and key in merged and str(merged[key]) != str(value) and not fsdp_ac and key != "use_reentrant":
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
     if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):

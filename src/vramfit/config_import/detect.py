@@ -63,7 +63,7 @@ def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
         if kind is None and s[name] == 0 and s[best] > 0:
             raise fail(path, f"does not look like a {name} config (its keys are {best}'s); "
                              f"pass --dialect {best} or drop --dialect")
-        if kind is None and s[name] > 0:
+        if kind is None and (s[name] > 0 or s[best] == 0):  # named, and no dialect's keys say otherwise
             return name
     if kind is not None:
         raise fail(path, f"is {kind}, not a training config; pass the training config first and this file "

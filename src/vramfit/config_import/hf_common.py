@@ -154,6 +154,8 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
     hybrid sharding (HYBRID_SHARD, _HYBRID_SHARD_ZERO2) over ``nodes`` > 1 adds ``shard_scope=node``."""
     if isinstance(words, str):
         words = words.split()
+    if words is not None and words is not False and not isinstance(words, list):  # TrainingArguments.fsdp: str or list
+        raise r.error(f"{key} must be FSDP words such as 'full_shard auto_wrap' (or a list of them), got {shown(words)}")
     words = [str(w).lower() for w in (words or [])]
     opts = {k.removeprefix("fsdp_"): v for k, v in options.items()}
     strategy = str(opts.get("sharding_strategy", "")).upper()
@@ -334,10 +336,24 @@ def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[
     if fsdp or (config_alone and fsdp_cfg):
         layout = fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
         mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
+        layout.update(fsdp_checkpointing(r, "fsdp_config", fsdp_cfg))
         if fsdp:
             r.set("fsdp", "parallelism", layout["parallelism"])
         return layout, [], ()
     return {}, [], ()
+
+
+def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any]) -> dict[str, str]:
+    """FSDP's own activation checkpointing (``[fsdp_]activation_checkpointing`` true), as scenario keys: accelerate
+    v1.16.0 accelerator.py l. 1944-1957 (FSDP1) and l. 1668 ``fsdp2_apply_ac`` (FSDP2) wrap every transformer layer in
+    ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` inside its FSDP unit, and transformers wants the Trainer's own
+    checkpointing off then (training_args.py ``fsdp_config`` ``activation_checkpointing``): one switch. Off: nothing."""
+    name = next((k for k in options if k.removeprefix("fsdp_") == "activation_checkpointing"), None)
+    if name is None or not switch_value(r, f"{prefix}.{name}", r.get(f"{prefix}.{name}"), ACCELERATE_BOOL):
+        return {}
+    r.set(f"{prefix}.{name}", "gradient_checkpointing", "full")
+    r.set(f"{prefix}.{name}", "use_reentrant", "no")
+    return {"gradient_checkpointing": "full", "use_reentrant": "no"}
 
 
 def launcher_gpus(r: KeyReader) -> None:

@@ -124,7 +124,20 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
             raise fail(path, f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise fail(path, f"must hold a mapping of config keys, got {type(data).__name__}")
+    _check_depth(path, data)
     return data
+
+
+def _check_depth(path: Path, data: Any) -> None:
+    """JSON and TOML parse deep nesting that the readers would recurse through (YAML is checked before composing,
+    :func:`_check_events`): more than ``MAX_CONFIG_DEPTH`` levels is one line, walked without recursion."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.MAX_CONFIG_DEPTH:
+            raise fail(path, f"is nested too deeply (more than {limits.MAX_CONFIG_DEPTH} levels: MAX_CONFIG_DEPTH)")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 #: A TOML table header on a line of its own (torchtitan's job configs): ``[training]``, ``[quantize.linear.float8]``.

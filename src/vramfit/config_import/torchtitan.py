@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramfit.config_import.hf_common import boolean
 from vramfit.config_import.report import Imported, KeyReader
 
 OLD = "pytorch/torchtitan@9dec370 torchtitan/config_manager.py"
@@ -163,7 +164,7 @@ def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
             r.mark(key, "HSDP: each of the data_parallel_replicate_degree replicas counted as one node's shard group")
     elif rep > 1:
         r.set(key, "parallelism", "ddp")
-    off = r.get("training.enable_cpu_offload", False, f"{OLD} --training.enable_cpu_offload")
+    off = boolean(r, "training.enable_cpu_offload", False, f"{OLD} --training.enable_cpu_offload")
     if off and shard * d["context_parallel"] == 1:
         from vramfit.config_import.report import Entry
 
@@ -252,7 +253,7 @@ def _checkpointing(r: KeyReader) -> None:
 
 def _step(r: KeyReader, new: bool) -> None:
     compile_key = "compile.enable" if new else "training.compile"
-    if r.get(compile_key, False, f"{NEW} Compile.enable" if new else f"{OLD} --training.compile"):
+    if boolean(r, compile_key, False, f"{NEW} Compile.enable" if new else f"{OLD} --training.compile"):
         r.set(compile_key, "compile", True)
     name = str(r.get("optimizer.name", "AdamW", f"{OLD} --optimizer.name"))
     if name.lower() not in OPTIMIZERS:

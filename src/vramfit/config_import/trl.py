@@ -102,15 +102,15 @@ def _step(r: KeyReader) -> None:
     else:
         r.set("max_length", "seq_len", r.get("max_length", 1024, SFT_SRC))
     for k in ("packing", "padding_free"):
-        if r.get(k):
+        if hf.boolean(r, k, False, spellings=hf.ARGPARSE_BOOL):
             r.set(k, "seq_len", r.out["seq_len"])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
     # transformers 5.24 names it activation_checkpointing(_kwargs); gradient_checkpointing(_kwargs) are deprecated
     # aliases read only when the new name is unset (training_args.py TrainingArguments.__post_init__, v5.24.0)
     new = r.has("activation_checkpointing")
     name = "activation_checkpointing" if new else "gradient_checkpointing"
-    gc = r.get(name, True, SFT_SRC)
-    off = r.get("activation_offloading", False, SFT_SRC)
+    gc = hf.boolean(r, name, True, SFT_SRC, spellings=hf.ARGPARSE_BOOL)
+    off = hf.boolean(r, "activation_offloading", False, SFT_SRC, spellings=hf.ARGPARSE_BOOL)
     r.set("activation_offloading" if off else name, "gradient_checkpointing",
           "offload" if off else "full" if gc else "none")
     if new:
@@ -123,7 +123,7 @@ def _step(r: KeyReader) -> None:
     if kwargs == "activation_checkpointing_kwargs":
         r.ignore("gradient_checkpointing_kwargs*", "deprecated alias: activation_checkpointing_kwargs is set "
                  "(transformers 5.24)")
-    liger = r.get("use_liger_kernel", False, ARGS_SRC)
+    liger = hf.boolean(r, "use_liger_kernel", False, ARGS_SRC, spellings=hf.ARGPARSE_BOOL)
     r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
     attn = r.get("attn_implementation", "sdpa", f"{ARGS_SRC}: transformers picks SDPA when unset")
     table = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
@@ -131,7 +131,7 @@ def _step(r: KeyReader) -> None:
     if attn not in table:
         raise r.error(f"attn_implementation '{attn}' is not modelled yet (valid values: {', '.join(table)})")
     r.set("attn_implementation", "attention", table[attn])
-    if r.get("torch_compile"):
+    if hf.boolean(r, "torch_compile", False, spellings=hf.ARGPARSE_BOOL):
         r.set("torch_compile", "compile", True)
 
 

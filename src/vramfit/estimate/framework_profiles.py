@@ -382,6 +382,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     runs_bnb_optimizers=False,  # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
+    runs_activation_offload=False,  # v0.3.0 distributed/activation_checkpoint.py: selective, full, memory-budget, none
     # v0.3.0 models/llama3/parallelize.py (FSDP2 at every degree) vs 9dec370 parallelize_llama.py l. 80 and v0.2.2
     # models/llama3/infra/parallelize.py l. 125 (FSDP only over more than one shard): profile_fields.py
     # FSDP2 (FULL_SHARD, or reshard_after_forward "never"), HSDP, DDP over replicas; no DeepSpeed (profile_fields.py)

@@ -235,7 +235,7 @@ def fsdp2_notes(sc, profile) -> list[str]:
 def _one_shard(sc, profile) -> list[str]:
     """``profile.one_shard_note`` where FSDP's shard group is one rank: no FSDP family, or data_parallel_shard_degree
     x context_parallel_degree = 1 (the data-parallel ranks, all replicas under HSDP, and no context parallel)."""
-    if not profile.one_shard_note:
+    if not profile.one_shard_note or not sc.precision.mixed:  # the note is about -mixed's cast
         return []
     shards = sc.data_parallel_size * sc.context_parallel
     if sc.shard_scope is ShardScope.NODE:

@@ -272,6 +272,10 @@ class FrameworkProfile:
     # litgpt@26857050 finetune/full.py l. 108-114), so the planner offers no offload there (an estimate still
     # answers for a script edited to offload)
     runs_offload: bool = True
+    # checkpointing that keeps block inputs in host RAM can be asked of the recipe: torchtitan v0.3.0 (PyPI wheel)
+    # distributed/activation_checkpoint.py ActivationCheckpointingConfig offers selective, full, memory-budget and none,
+    # v0.2.2 config/job_config.py ActivationCheckpoint.mode none/selective/full: no activation offload
+    runs_activation_offload: bool = True
     # the data-parallel engines the framework's own recipes can be told to run (empty: every value of ``parallelism``).
     # torchtune's distributed recipes shard with FSDP only, FULL_SHARD or, with ``fsdp_reshard_after_forward: False``,
     # SHARD_GRAD_OP (pytorch/torchtune@bd2a0fc7c recipes/full_finetune_distributed.py l. 62 and 382,

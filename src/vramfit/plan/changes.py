@@ -72,7 +72,7 @@ def _candidates(sc: Scenario) -> list[Change]:
     if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW) and profile.runs_bnb_optimizers:
         out.append(Change("8bit-optimizer", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"},
                           "free", "block-wise 8-bit states; matches 32-bit AdamW in the bitsandbytes paper's tests"))
-    for ck in ("selective", "full", "offload"):
+    for ck in ("selective", "full", "offload")[:None if profile.runs_activation_offload else 2]:
         if _ORDER[ck] > _ORDER[sc.gradient_checkpointing.value]:
             trade = {"selective": "recomputes attention in backward (not in the HF Trainer)",
                      "full": "recomputes every block's forward in backward",
@@ -103,7 +103,7 @@ def _offload_changes(sc: Scenario, profile) -> list[Change]:
     if sc.method is Method.FULL and not profile.offload_moves_params:
         par = sc.parallelism.value if sc.parallelism in (Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP) else (
             shard2 if sc.num_gpus == 1 else shard)
-        if not runs or par in runs:
+        if (not runs or par in runs) and par not in ("fsdp", "fsdp-grad-op"):  # FSDP offloads parameters too
             out.append(Change("offload-optimizer", "optimizer state in host RAM (ZeRO-Offload)",
                               {"parallelism": par, "offload": "optimizer"}, "slower",
                               "CPU Adam step and PCIe traffic each step; needs host RAM"))

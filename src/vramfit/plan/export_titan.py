@@ -48,6 +48,8 @@ def parallelism(plan: Plan) -> dict[str, Any]:
         "tensor_parallel_degree": tp, "enable_sequence_parallel": True,
         "pipeline_parallel_degree": pp, "context_parallel_degree": cp,
     }
+    if sc.get("parallelism") == "fsdp-grad-op":  # v0.2.2 ParallelismConfig.fsdp_reshard_after_forward (the importer's)
+        out["fsdp_reshard_after_forward"] = "never"
     ep = int(sc.get("expert_parallel", 1) or 1)
     if ep > 1:  # ParallelismConfig.expert_parallel_degree: borrows from dp_shard x cp x tp (efsdp = that / ep)
         out["expert_parallel_degree"] = ep
@@ -64,7 +66,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     local = plan.micro_batch_size * (plan.grad_accum if par["pipeline_parallel_degree"] > 1 else 1)
     return {
         "job": {"description": f"vramfit plan: {plan.label}"},
-        "model": {"hf_assets_path": sc.get("model") or "<your model folder>"},
+        "model": _model(sc),
         "training": {"local_batch_size": local, "global_batch_size": plan.effective_batch, "seq_len": int(sc["seq_len"]),
                      "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32",
                      "enable_cpu_offload": plan.offload != "none"},
@@ -75,6 +77,16 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                                   **({"selective_ac_option": "op"} if plan.gradient_checkpointing == "selective-op" else {})},
         "compile": {"enable": bool(sc.get("compile"))},
     }
+
+
+def _model(sc: dict[str, Any]) -> dict[str, str]:
+    """``[model]``: torchtitan's own name and flavor of the catalog model where it has one (the importer's FLAVORS,
+    read backwards: without them v0.2.2 builds its defaults, llama3 ``debugmodel``), and the checkpoint folder."""
+    from vramfit.config_import.torchtitan import FLAVORS
+
+    hf_id = sc.get("model") or ""
+    named = {v: k for k, v in FLAVORS.items()}.get(hf_id)
+    return {**({"name": named[0], "flavor": named[1]} if named else {}), "hf_assets_path": hf_id or "<your model folder>"}
 
 
 def _toml_value(v: Any) -> str:
@@ -140,12 +152,18 @@ def unwritable(plan: Plan) -> list[str]:
         out.append(f"the plan was sized with the {plan.loss} loss; torchtitan computes cross-entropy on the whole logits, "
                    "which holds more; estimate again with --framework torchtitan")
     lay = parallelism(plan)
-    if plan.offload != "none" and lay["data_parallel_shard_degree"] * lay["context_parallel_degree"] == 1:
+    one_shard = lay["data_parallel_shard_degree"] * lay["context_parallel_degree"] == 1
+    if plan.offload != "none" and one_shard:
         # torchtitan before 0.3 applies FSDP only over more than one shard (config_import/torchtitan.py ONE_SHARD)
         out.append("at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0.3 (the releases "
                    "that read this TOML) applies no FSDP, so enable_cpu_offload offloads nothing there and the run "
                    "holds its whole state on the GPU: the plan's offload holds under torchtitan 0.3 only (the "
                    "command line above)")
+    elif one_shard and plan.num_gpus > 1:
+        # v0.2.2 distributed/utils.py maybe_enable_amp: autocast without FSDP, none at all under TP/PP
+        out.append("at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0.3 (the releases "
+                   "that read this TOML) applies no FSDP, so no bf16 parameter cast: autocast, or fp32 under tensor or "
+                   "pipeline parallelism; the plan, sized as torchtitan 0.3 runs it, holds under 0.3's command line")
     if sc.get("framework", "hf") != "torchtitan":
         out.append(f"the plan was sized for {sc.get('framework', 'hf')}; torchtitan's memory differs (estimate again "
                    "with --framework torchtitan)")
@@ -156,7 +174,8 @@ def titan_files(plan: Plan) -> tuple[dict[str, str], str, list[str]]:
     """(files, command, notes) of the torchtitan export."""
     files = {TOML_FILE: toml_text(plan)}
     notes = ["model.hf_assets_path: the folder of the Hugging Face checkpoint and tokenizer torchtitan loads",
-             "torchtitan 0.3 reads no TOML: run -m torchtitan.train --module llama3 --config <config_registry_function> "
+             f"torchtitan 0.3 reads no TOML: run -m torchtitan.train --module {_model(plan.scenario).get('name', 'llama3')} "
+             "--config <config_registry_function> "
              + " ".join(overrides(plan))] + unwritable(plan)
     if nodes.nodes_of(plan) > 1:
         files[nodes.SLURM_FILE] = slurm_script(plan)

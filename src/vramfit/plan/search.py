@@ -127,13 +127,15 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
         strategies.append((shard3, "none"))
     if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
         strategies.append(("hsdp" if shard3 == "fsdp" else "zero3-hpz", "none"))
-    if full and not profile.offload_moves_params and profile.runs_offload and (not runs or shard2 in runs):
+    # FSDP's CPU offload moves the parameters with the state (torch FSDP1 CPUOffload(offload_params), FSDP2
+    # CPUOffloadPolicy): optimizer-only offload is ZeRO's
+    if full and not profile.offload_moves_params and profile.runs_offload and shard3 == "zero3":
         strategies.append((shard2 if n == 1 else shard3, "optimizer"))
     if profile.runs_offload:
         strategies.append((shard3, "optimizer+params"))
     if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
         strategies = [pinned] + ([("zero3-hpz", pinned[1])] if n > GPUS_PER_NODE and pinned[0] == "zero3" else [])
-    ckpts = ["none", "full", "offload"]
+    ckpts = ["none", "full"] + (["offload"] if profile.runs_activation_offload else [])  # profile_fields.py runs_*
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
     opts = [base.optimizer.value]

@@ -181,6 +181,12 @@ RULES: list[tuple[str, str]] = [
      "com data_parallel_shard_degree x context_parallel_degree = 1, o torchtitan antes do 0.3 (as versões que leem "
      "este TOML) não aplica FSDP, por isso enable_cpu_offload não descarrega nada e a execução guarda todo o estado "
      "na GPU: o descarregamento do plano só vale no torchtitan 0.3 (a linha de comando acima)"),
+    (r"^at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0\.3 \(the releases that read "
+     r"this TOML\) applies no FSDP, so no bf16 parameter cast: autocast, or fp32 under tensor or pipeline parallelism; "
+     r"the plan, sized as torchtitan 0\.3 runs it, holds under 0\.3's command line$",
+     "com data_parallel_shard_degree x context_parallel_degree = 1, o torchtitan antes do 0.3 (as versões que leem "
+     "este TOML) não aplica FSDP, por isso não há conversão bf16 dos parâmetros: autocast, ou fp32 com paralelismo de "
+     "tensor ou de pipeline; o plano, dimensionado como o torchtitan 0.3 o corre, vale com a linha de comando do 0.3"),
     (r"^the plan was sized with optimizer (\S+), which torchtitan does not build: it runs AdamW \(fp32 states\), "
      r"which holds more; estimate again with --framework torchtitan$",
      "o plano foi dimensionado com o otimizador $1, que o torchtitan não constrói: corre o AdamW (estados fp32), que "

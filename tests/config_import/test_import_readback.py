@@ -1,0 +1,104 @@
+"""What a config says, read as the framework reads it: FSDP's own activation checkpointing, quoted booleans, deep
+nesting, a named dialect with no keys of its own, and torchtitan exports that carry the plan's sharding and model."""
+
+import pytest
+
+from vramfit import estimate, from_config
+from vramfit.config_import import from_text
+from vramfit.errors import ScenarioError
+from vramfit.plan import plan
+from vramfit.plan.export import export_plan
+from vramfit.plan.export_titan import TOML_FILE
+
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+def test_a_trl_export_under_fsdp_reads_back_with_its_checkpointing(tmp_path):
+    """The TRL export writes checkpointing as accelerate's fsdp_activation_checkpointing (the Trainer's off, as
+    transformers requires): it read back as no checkpointing, 228.80 GiB for a 56.87 GiB plan (Llama-3.1-70B LoRA on
+    4 x H100). Now the two files give the plan's bytes."""
+    r = plan({"model": "meta-llama/Llama-3.1-70B", "method": "lora", "parallelism": "fsdp", "num_gpus": 4},
+             effective_batch=8, gpu_ids="h100-sxm", with_changes=False, max_gpus=4)
+    p = next(p for p in r.plans if p.gradient_checkpointing == "full" and p.scenario.get("parallelism") == "fsdp")
+    out = export_plan(p, "trl")
+    for name, text in out.files.items():
+        (tmp_path / name).write_text(text)
+    imp = from_config(tmp_path / "train_config.yaml", tmp_path / "accelerate.yaml")
+    sc = imp.scenario
+    assert (sc.gradient_checkpointing.value, sc.use_reentrant.value) == ("full", "no")
+    assert estimate(sc.replace(gpu="h100-sxm")).peak.device_bytes == p.device_bytes
+
+
+def test_fsdp_config_activation_checkpointing_in_the_training_config():
+    imp = from_text("model_name_or_path: meta-llama/Llama-3.1-8B\nfsdp: full_shard auto_wrap\n"
+                    "fsdp_config:\n  activation_checkpointing: true\ngradient_checkpointing: false\n", dialect="trl")
+    assert (imp.overrides["gradient_checkpointing"], imp.overrides["use_reentrant"]) == ("full", "no")
+
+
+@pytest.mark.parametrize("text, key, value", [
+    ('gradient_checkpointing: "false"\n', "gradient_checkpointing", "none"),
+    ('use_liger_kernel: "no"\n', "loss", "standard"), ('torch_compile: "false"\n', "compile", None)])
+def test_quoted_booleans_read_as_transformers_parses_them(text, key, value):
+    imp = from_text(f"model_name_or_path: {MODEL}\n{text}", dialect="trl")
+    assert imp.overrides.get(key) == value
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gradient_checkpointing: maybe\n", "'maybe' is not a boolean"),
+    ("fsdp: 5\n", "fsdp must be FSDP words"), ("fsdp: true\n", "fsdp must be FSDP words")])
+def test_bad_switches_are_one_line(text, message):
+    with pytest.raises(ScenarioError, match=message):
+        from_text(f"model_name_or_path: {MODEL}\n{text}", dialect="trl")
+
+
+def test_deep_toml_and_json_are_one_line(tmp_path):
+    toml = tmp_path / "deep.toml"
+    toml.write_text("[" + ".".join(["a"] * 600) + "]\nx = 1\n")
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 900 + "1" + "}" * 900)
+    for path in (toml, deep):
+        with pytest.raises(ScenarioError, match="nested too deeply"):
+            from_config(path)
+
+
+def test_a_named_dialect_reads_a_file_with_none_of_its_keys():
+    imp = from_text('[model]\nhf_assets_path = "meta-llama/Llama-3.1-8B"\n[training]\nseq_len = 2048\n',
+                    dialect="torchtitan")
+    assert (imp.dialect, imp.overrides["seq_len"]) == ("torchtitan", 2048)
+
+
+def test_a_toml_switch_must_be_a_boolean():
+    with pytest.raises(ScenarioError, match="enable_cpu_offload: 'false' is not a boolean"):
+        from_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nenable_cpu_offload = "false"\n'
+                  '[parallelism]\ndata_parallel_shard_degree = 2\n', dialect="torchtitan")
+
+
+def test_torchtitan_export_carries_grad_op_sharding_and_the_model():
+    """A fsdp-grad-op plan wrote no fsdp_reshard_after_forward and read back as fsdp (143.25 against 133.19 GiB), and
+    the TOML named no model.name / flavor (torchtitan would build its debugmodel): both are written now."""
+    r = plan({"model": MODEL, "method": "full", "framework": "torchtitan"}, effective_batch=8, max_gpus=8,
+             gpu_ids="h100-sxm", with_changes=False)
+    p = next(p for p in r.plans if p.scenario.get("parallelism") == "fsdp-grad-op" and p.num_gpus > 1)
+    text = export_plan(p, "torchtitan").files[TOML_FILE]
+    assert 'fsdp_reshard_after_forward = "never"' in text and 'name = "llama3"' in text and 'flavor = "8B"' in text
+    sc = from_text(text).scenario
+    assert (sc.parallelism.value, sc.num_gpus) == ("fsdp-grad-op", p.num_gpus)
+    qwen = plan({"model": "Qwen/Qwen3-8B", "method": "full", "framework": "torchtitan"}, effective_batch=8,
+                max_gpus=8, gpu_ids="h100-sxm", with_changes=False)
+    notes = export_plan(qwen.plans[0], "torchtitan").notes
+    assert any("--module qwen3 " in n for n in notes)
+
+
+def test_torchtitan_is_planned_without_activation_offload_and_hf_fsdp_without_optimizer_only_offload():
+    """torchtitan has no activation offload (v0.3.0 activation_checkpoint.py: selective, full, memory-budget, none),
+    and FSDP's CPU offload moves the parameters too: neither is tried; ZeRO keeps its optimizer-only offload."""
+    from vramfit.plan.search import configs_for
+    from vramfit.scenario import parse_scenario
+
+    titan = configs_for(8, parse_scenario({"model": MODEL, "method": "full", "framework": "torchtitan"}))
+    assert titan and not [c for c in titan if c.gradient_checkpointing == "offload"]
+    fsdp = configs_for(4, parse_scenario({"model": MODEL, "method": "full", "parallelism": "fsdp", "num_gpus": 4}))
+    assert {c.offload for c in fsdp} == {"none", "optimizer+params"}
+    zero = configs_for(4, parse_scenario({"model": MODEL, "method": "full"}))
+    assert ("zero3", "optimizer") in {(c.parallelism, c.offload) for c in zero}
+    assert "offload" in {c.gradient_checkpointing for c in zero}
