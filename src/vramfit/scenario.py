@@ -220,9 +220,11 @@ class Scenario:
         a chosen ``quantize``, ``lora_alpha``, node layout or stage setting alike; ``sweep --vary`` then gives what
         ``estimate`` gives with those flags (the same error where the kept value does not fit the new one).
         Without the record of given keys (a scenario built field by field), every follower is derived again."""
-        if given is None or follower not in given:
+        if given is None or follower not in given or follower == "lora_alpha":  # alpha follows its rank
             return False
-        return follower != "parallelism" or self.parallelism is not Parallelism.NONE
+        # a value at its schema default (quantize none, one node, ...) is what a scenario written out whole
+        # (to_dict) says of every key: it follows, as before; a precision given is kept whatever its value
+        return follower == "precision" or getattr(self, follower) != _DEFAULTS.get(follower)
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
