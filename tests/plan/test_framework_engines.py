@@ -67,3 +67,17 @@ def test_litgpt_plans_neither_zero_nor_offload():
     # torchtune and HF keep their offload changes, each under an engine they run
     tt = _candidates(parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
     assert [c.changes["parallelism"] for c in tt if "offload" in c.changes] == ["fsdp"]  # FSDP offloads params too
+
+
+def test_litgpt_trains_a_quantized_base_on_one_gpu_only():
+    """lit-gpt@8641822 finetune/lora.py raises NotImplementedError for --quantize on several devices: refused, and a
+    QLoRA plan for litgpt is one GPU (HF's FSDP QLoRA keeps its multi-GPU plans)."""
+    q = {"model": MODEL, "method": "qlora", "framework": "litgpt"}
+    with pytest.raises(ScenarioError, match="litgpt trains a quantized base on one GPU only") as e:
+        parse_scenario({**q, "num_gpus": 2, "parallelism": "fsdp"})
+    assert (e.value.key, e.value.valid) == ("num_gpus", ["1"])
+    r = plan(q, effective_batch=8, max_gpus=8, gpu_ids="rtx4090", with_changes=False)
+    assert r.plans and all(p.num_gpus == 1 for p in r.plans)
+    hf = plan({"model": "meta-llama/Llama-3.1-70B", "method": "qlora"}, effective_batch=8, max_gpus=8,
+              gpu_ids="rtx4090", with_changes=False)
+    assert any(p.num_gpus > 1 for p in hf.plans)

@@ -124,10 +124,13 @@ def multi_gpu_default(kw: dict[str, Any]) -> Parallelism:
 def check_parallelism(kw: dict[str, Any]) -> None:
     """A ``parallelism`` the framework's recipes can run (profile ``parallelisms``; empty: any), else one ScenarioError."""
     framework = kw.get("framework", Framework.HF)
-    runs = profile_for(framework, kw.get("framework_version")).parallelisms
-    if runs and kw["parallelism"] not in runs:
+    profile = profile_for(framework, kw.get("framework_version"))
+    if profile.parallelisms and kw["parallelism"] not in profile.parallelisms:
         raise ScenarioError("parallelism", f"{framework.value} does not run {kw['parallelism'].value}",
-                            [p.value for p in runs])
+                            [p.value for p in profile.parallelisms])
+    if profile.quantized_on_one_device and kw.get("method") is Method.QLORA and kw.get("num_gpus", 1) > 1:
+        raise ScenarioError("num_gpus", f"{framework.value} trains a quantized base on one GPU only (its scripts "
+                            "refuse --quantize on more devices)", ["1"])
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

@@ -285,6 +285,10 @@ class FrameworkProfile:
     # scripts shard with Fabric's FSDPStrategy (FULL_SHARD) whenever there is more than one device
     # (lit-gpt@8641822 finetune/lora.py l. 78-90)
     parallelisms: tuple[Parallelism, ...] = ()
+    # a quantized base trains on one device only: litgpt's scripts raise NotImplementedError("Quantization is currently
+    # not supported for multi-GPU training") for --quantize with more than one device (lit-gpt@8641822
+    # finetune/lora.py l. 78-82; litgpt@26857050 litgpt/finetune/lora.py l. 152-157)
+    quantized_on_one_device: bool = False
     # what the run is where only one rank holds each shard (one GPU, DDP only, or tensor/pipeline parallel alone):
     # torchtitan v0.3.0 applies FSDP2 at every degree (models/llama3/parallelize.py: "Always run
     # apply_fsdp_to_decoder -- with shard_degree=1 it is a no-op for the all-gather but still installs the
