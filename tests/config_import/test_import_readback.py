@@ -102,3 +102,29 @@ def test_torchtitan_is_planned_without_activation_offload_and_hf_fsdp_without_op
     zero = configs_for(4, parse_scenario({"model": MODEL, "method": "full"}))
     assert ("zero3", "optimizer") in {(c.parallelism, c.offload) for c in zero}
     assert "offload" in {c.gradient_checkpointing for c in zero}
+
+
+def test_the_launchers_mixed_precision_stays_where_the_training_config_sets_none(tmp_path):
+    """transformers' TrainingArguments keeps ACCELERATE_MIXED_PRECISION unless bf16 or fp16 is set: with both false
+    over fp32 weights the run is bf16 autocast, not fp32 (it was read as fp32, the launcher's value called ignored)."""
+    (tmp_path / "t.yaml").write_text(f"model_name_or_path: {MODEL}\nbf16: false\nfp16: false\n")
+    (tmp_path / "a.yaml").write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: bf16\n")
+    assert from_config(tmp_path / "t.yaml", tmp_path / "a.yaml").scenario.precision.value == "bf16-mixed"
+    (tmp_path / "b.yaml").write_text(f"model_name_or_path: {MODEL}\nbf16: true\n")  # the config's own wins
+    assert from_config(tmp_path / "b.yaml", tmp_path / "a.yaml").scenario.precision.value == "bf16-mixed"
+    (tmp_path / "c.yaml").write_text(f"model_name_or_path: {MODEL}\nfp16: true\n")
+    assert from_config(tmp_path / "c.yaml", tmp_path / "a.yaml").scenario.precision.value == "fp16-mixed"
+
+
+def test_the_deepspeed_keys_line_is_portuguese_throughout():
+    from vramfit.scenario import parse_scenario
+    from vramfit.web.translate import to_pt
+
+    sc = parse_scenario({"model": MODEL, "method": "full", "num_gpus": 8, "parallelism": "zero3",
+                         "deepspeed_config": {"zero_optimization": {"stage": 3, "zero_quantized_weights": True,
+                                                                    "made_up_key": 1}, "aio": {"block_size": 1}}})
+    line = next(a for a in estimate(sc).assumptions if a.startswith("DeepSpeed config keys"))
+    pt = to_pt(line)
+    assert pt.startswith("Chaves da configuração DeepSpeed") and "not read by vramfit" not in pt
+    assert "desconhecidas do vramfit" in pt or "não lidas pelo vramfit" in pt
+    assert "NVMe offload I/O" not in pt and "E/S do descarregamento para NVMe" in pt

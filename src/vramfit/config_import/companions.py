@@ -98,6 +98,18 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     return out, extra
 
 
+def _launcher_precision(imp: Imported, r: KeyReader, merged: dict[str, Any]) -> None:
+    """accelerate's ``mixed_precision`` where a TRL/transformers config turns neither bf16 nor fp16 on over fp32
+    weights: ``accelerate launch`` exports it as ACCELERATE_MIXED_PRECISION and ``TrainingArguments.__post_init__``
+    keeps that value unless bf16 or fp16 is set (transformers v5.24.0 training_args.py), so the run is autocast in it."""
+    mp = str(r.flat.get("mixed_precision", "no")).lower()
+    if imp.dialect != "trl" or merged.get("precision") != "fp32" or mp not in ("bf16", "fp16"):
+        return
+    merged["precision"] = f"{mp}-mixed"
+    r.entries["mixed_precision"] = Entry("read", "mixed_precision", mp, "", [f"precision={mp}-mixed (the training "
+                                         "config sets neither bf16 nor fp16, so the launcher's stays)"])
+
+
 def apply(imp: Imported, path: Path) -> Imported:
     """Add one companion file's keys to an import; a contradicting value is an error naming both files."""
     data = load_mapping(path)
@@ -126,6 +138,7 @@ def apply(imp: Imported, path: Path) -> Imported:
         if given and key in merged and str(merged[key]) != str(value) and not fsdp_ac and key != "use_reentrant":
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
+    _launcher_precision(imp, r, merged)
     if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):
         merged["use_reentrant"] = "no"
         for e in imp.entries:
