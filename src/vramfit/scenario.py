@@ -217,10 +217,11 @@ class Scenario:
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
         (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods,
-        a chosen ``quantize``, ``lora_alpha``, node layout or stage setting alike; ``sweep --vary`` then gives what
+        a chosen ``quantize`` or stage setting alike; ``sweep --vary`` then gives what
         ``estimate`` gives with those flags (the same error where the kept value does not fit the new one).
         Without the record of given keys (a scenario built field by field), every follower is derived again."""
-        if given is None or follower not in given or follower == "lora_alpha":  # alpha follows its rank
+        # alpha follows its rank; the node layout follows the GPU count (a new count is a new layout)
+        if given is None or follower not in given or follower in ("lora_alpha", "num_nodes", "shard_scope"):
             return False
         # a value at its schema default (quantize none, one node, ...) is what a scenario written out whole
         # (to_dict) says of every key: it follows, as before; a precision given is kept whatever its value

@@ -90,7 +90,7 @@ def test_the_load_term_grows_with_the_micro_batch_and_says_so():
 def test_no_load_term_off_the_one_gpu_nf4_path():
     assert load_floor(_step(method="lora", quantize="none")) == 0
     assert load_floor(_step(quantize="int8")) == 0
-    assert load_floor(_step(num_gpus=2, parallelism="ddp")) == 0
+    assert load_floor(_step(num_gpus=2, parallelism="fsdp")) == 0
 
 
 def test_torchtune_0_1_recipes_run_lora_dropout_and_foreach_adamw():
