@@ -35,6 +35,52 @@ def test_fsdp_config_activation_checkpointing_in_the_training_config():
     assert (imp.overrides["gradient_checkpointing"], imp.overrides["use_reentrant"]) == ("full", "no")
 
 
+ACCEL_FSDP_AC = ("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n"
+                 "  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_activation_checkpointing: true\n")
+
+
+@pytest.mark.parametrize("train, where", [
+    ("", "gradient_checkpointing"),  # TRL's default is on
+    ("gradient_checkpointing: true\n", "gradient_checkpointing"),
+    ("activation_checkpointing: true\n", "activation_checkpointing")])
+def test_fsdp_and_trainer_checkpointing_both_on_is_refused_as_transformers_does(train, where):
+    """transformers 5.24 trainer.py l. 879-884 raises when FSDP's activation checkpointing and the Trainer's are both
+    on; TRL's gradient_checkpointing defaults to true, so the run needs it written false."""
+    with pytest.raises(ScenarioError, match=rf"fsdp_config.activation_checkpointing turns on FSDP's .* while {where} \(the Trainer's"):
+        from_text(f"model_name_or_path: {MODEL}\nfsdp: full_shard auto_wrap\n"
+                  f"fsdp_config:\n  activation_checkpointing: true\n{train}", dialect="trl")
+
+
+def test_an_axolotl_config_with_both_checkpointings_is_refused():
+    text = f"base_model: {MODEL}\nfsdp_config:\n  activation_checkpointing: true\ngradient_checkpointing: true\n"
+    with pytest.raises(ScenarioError, match="set gradient_checkpointing to false"):
+        from_text(text, dialect="axolotl")
+    imp = from_text(text.replace("gradient_checkpointing: true", "gradient_checkpointing: false"), dialect="axolotl")
+    assert (imp.overrides["gradient_checkpointing"], imp.overrides["use_reentrant"]) == ("full", "no")
+
+
+def test_an_accelerate_companion_turning_fsdp_checkpointing_on(tmp_path):
+    """The companion's FSDP checkpointing with the TRL file's left on is refused, naming the file; with it off, FSDP's
+    non-reentrant wrapper decides use_reentrant whatever the Trainer's kwargs say (they are unused then)."""
+    (tmp_path / "accelerate.yaml").write_text(ACCEL_FSDP_AC)
+    train = tmp_path / "train.yaml"
+    train.write_text(f"model_name_or_path: {MODEL}\ngradient_checkpointing_kwargs: {{use_reentrant: true}}\n")
+    with pytest.raises(ScenarioError, match="gradient_checkpointing in train.yaml .* is true"):
+        from_config(train, tmp_path / "accelerate.yaml")
+    train.write_text(train.read_text() + "gradient_checkpointing: false\n")
+    sc = from_config(train, tmp_path / "accelerate.yaml").scenario
+    assert (sc.gradient_checkpointing.value, sc.use_reentrant.value, sc.num_gpus) == ("full", "no", 2)
+
+
+def test_llamafactory_checkpoints_the_model_itself_so_fsdp_checkpointing_is_one_switch(tmp_path):
+    """LLaMA-Factory enables checkpointing on the model, not through TrainingArguments: no refusal there."""
+    (tmp_path / "accelerate.yaml").write_text(ACCEL_FSDP_AC)
+    train = tmp_path / "lf.yaml"
+    train.write_text(f"model_name_or_path: {MODEL}\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n")
+    sc = from_config(train, tmp_path / "accelerate.yaml").scenario
+    assert (sc.gradient_checkpointing.value, sc.parallelism.value) == ("full", "fsdp")
+
+
 @pytest.mark.parametrize("text, key, value", [
     ('gradient_checkpointing: "false"\n', "gradient_checkpointing", "none"),
     ('use_liger_kernel: "no"\n', "loss", "standard"), ('torch_compile: "false"\n', "compile", None)])

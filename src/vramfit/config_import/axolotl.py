@@ -236,6 +236,9 @@ def _checkpointing(r: KeyReader) -> str:
     if gc not in (True, False, None):
         raise r.error(f"gradient_checkpointing: unknown value {gc!r} (valid values: true, false, offload, offload_disk)")
     r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
+    # passed to TrainingArguments (axolotl@067b021 core/builders/base.py _configure_gradient_checkpointing), so
+    # transformers refuses it with FSDP's activation checkpointing (hf_common.double_checkpointing)
+    r.trainer_checkpointing = "gradient_checkpointing"
     return "full" if gc else "none"
 
 

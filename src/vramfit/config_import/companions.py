@@ -51,7 +51,7 @@ def _bnb(r: KeyReader) -> dict[str, Any]:
 ACCEL_PRECISIONS = ("no", "fp8", "fp16", "bf16")
 
 
-def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
+def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], list[Entry]]:
     out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
     r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
     nodes = int(r.get("num_machines", 1, "accelerate default"))
@@ -86,7 +86,7 @@ def _accelerate(r: KeyReader) -> tuple[dict[str, Any], list[Entry]]:
     elif kind == "FSDP":
         out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config"), nodes))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
-        out.update(hf.fsdp_checkpointing(r, "fsdp_config", r.sub("fsdp_config")))  # one switch with the Trainer's
+        out.update(hf.fsdp_checkpointing(r, "fsdp_config", r.sub("fsdp_config"), trainer_gc))  # one switch with the Trainer's
     elif kind == "NO":  # accelerate starts one process whatever num_processes says
         out.update(num_gpus=1, parallelism="none")
         if "num_processes" in r.entries:
@@ -126,16 +126,19 @@ def apply(imp: Imported, path: Path) -> Imported:
         elif "load_in_4bit" in data or "load_in_8bit" in data:
             out, ignored = _bnb(r), BNB_IGNORED
         elif "distributed_type" in data or "compute_environment" in data:
-            (out, extra), ignored = _accelerate(r), ACCEL_IGNORED
+            r.trainer_checkpointing = imp.trainer_checkpointing and f"{imp.trainer_checkpointing} in {imp.path.name}"
+            (out, extra), ignored = _accelerate(r, imp.overrides.get("gradient_checkpointing")), ACCEL_IGNORED
         else:
             raise fail(path, "is not a DeepSpeed, accelerate, PEFT adapter or BitsAndBytesConfig file")
         r.close(ignored)
     merged = dict(imp.overrides)
     for key, value in out.items():
         given = {e.key for e in imp.entries if e.kind == "read" and any(b.startswith(key + "=") for b in e.becomes)}
-        # FSDP's activation checkpointing on, the Trainer's off (transformers requires it so): one switch, not a clash
-        fsdp_ac = key == "gradient_checkpointing" and value == "full" and merged.get(key) == "none"
-        if given and key in merged and str(merged[key]) != str(value) and not fsdp_ac and key != "use_reentrant":
+        # FSDP's activation checkpointing on, the Trainer's off (transformers requires it so, hf_common
+        # double_checkpointing): one switch, not a clash; its non-reentrant wrapper replaces the Trainer's use_reentrant
+        fsdp_ac = out.get("gradient_checkpointing") == "full" and (
+            key == "use_reentrant" or (key == "gradient_checkpointing" and merged.get(key) in ("none", "full")))
+        if given and key in merged and str(merged[key]) != str(value) and not fsdp_ac:
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
     _launcher_precision(imp, r, merged)

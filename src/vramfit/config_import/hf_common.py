@@ -336,24 +336,41 @@ def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[
     if fsdp or (config_alone and fsdp_cfg):
         layout = fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
         mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
-        layout.update(fsdp_checkpointing(r, "fsdp_config", fsdp_cfg))
+        layout.update(fsdp_checkpointing(r, "fsdp_config", fsdp_cfg, r.out.get("gradient_checkpointing")))
         if fsdp:
             r.set("fsdp", "parallelism", layout["parallelism"])
         return layout, [], ()
     return {}, [], ()
 
 
-def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any]) -> dict[str, str]:
+def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any], trainer_gc: Any) -> dict[str, str]:
     """FSDP's own activation checkpointing (``[fsdp_]activation_checkpointing`` true), as scenario keys: accelerate
     v1.16.0 accelerator.py l. 1944-1957 (FSDP1) and l. 1668 ``fsdp2_apply_ac`` (FSDP2) wrap every transformer layer in
     ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` inside its FSDP unit, and transformers wants the Trainer's own
-    checkpointing off then (training_args.py ``fsdp_config`` ``activation_checkpointing``): one switch. Off: nothing."""
+    checkpointing off then (training_args.py ``fsdp_config`` ``activation_checkpointing``): one switch, refused with
+    ``trainer_gc`` (the Trainer's checkpointing as read so far) on where ``r.trainer_checkpointing`` names the file key
+    that reaches TrainingArguments (:func:`double_checkpointing`). Off: nothing."""
     name = next((k for k in options if k.removeprefix("fsdp_") == "activation_checkpointing"), None)
     if name is None or not switch_value(r, f"{prefix}.{name}", r.get(f"{prefix}.{name}"), ACCELERATE_BOOL):
         return {}
+    clash = double_checkpointing(r.trainer_checkpointing, trainer_gc, f"{prefix}.{name}")
+    if clash:
+        raise r.error(clash)
     r.set(f"{prefix}.{name}", "gradient_checkpointing", "full")
     r.set(f"{prefix}.{name}", "use_reentrant", "no")
     return {"gradient_checkpointing": "full", "use_reentrant": "no"}
+
+
+def double_checkpointing(trainer_key: str, trainer_gc: Any, fsdp_key: str) -> str:
+    """The refusal when FSDP's activation checkpointing (``fsdp_key``) and the Trainer's own are both on: transformers
+    raises (v5.24.0 trainer.py l. 879-884: ValueError, 'can't both be set to True'). ``trainer_key``: the file key
+    passed to TrainingArguments (:attr:`Imported.trainer_checkpointing`; TRL's default is on), empty where the
+    dialect checkpoints the model itself. Empty string: no clash."""
+    if not trainer_key or trainer_gc != "full":
+        return ""
+    return (f"{fsdp_key} turns on FSDP's activation checkpointing while {trainer_key} (the Trainer's, given or by "
+            "default) is true: transformers refuses both (trainer.py: 'can't both be set to True'); set "
+            f"{trainer_key} to false (valid values: false)")
 
 
 def launcher_gpus(r: KeyReader) -> None:

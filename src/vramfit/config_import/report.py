@@ -60,6 +60,10 @@ class Imported:
     #: the dialect turns reentrant checkpointing off under FSDP2 itself (LLaMA-Factory): a companion accelerate config
     #: that selects FSDP2 sets use_reentrant no (config_import/llamafactory.py ``_reentrant``)
     reentrant_off_under_fsdp2: bool = False
+    #: the file key that turns the Trainer's own checkpointing on (TrainingArguments.gradient_checkpointing, which TRL
+    #: and Axolotl pass): transformers refuses it together with FSDP's activation checkpointing (hf_common
+    #: ``refuse_double_checkpointing``); empty where the dialect checkpoints the model itself (LLaMA-Factory)
+    trainer_checkpointing: str = ""
 
     @property
     def scenario(self) -> Scenario:
@@ -98,6 +102,7 @@ class KeyReader:
         self.out: dict[str, Any] = {}
         self.eval_follows_micro = False  # see Imported.eval_follows_micro
         self.reentrant_off_under_fsdp2 = False  # see Imported.reentrant_off_under_fsdp2
+        self.trainer_checkpointing = ""  # see Imported.trainer_checkpointing
 
     def has(self, key: str) -> bool:
         return key in self.flat or any(k.startswith(key + ".") for k in self.flat)
@@ -161,7 +166,8 @@ class KeyReader:
         entries = list(self.entries.values()) + list(extra or [])
         imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions,
                        eval_follows_micro=self.eval_follows_micro and bool(out.get("eval_batch_size")),
-                       reentrant_off_under_fsdp2=self.reentrant_off_under_fsdp2)
+                       reentrant_off_under_fsdp2=self.reentrant_off_under_fsdp2,
+                       trainer_checkpointing=self.trainer_checkpointing)
         try:  # validate once, here, so the error names the file (a model may still come from --model)
             parse_scenario(out if out.get("model") or out.get("params") else {**out, "model": "placeholder"})
         except ValueError as exc:
