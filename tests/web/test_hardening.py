@@ -191,3 +191,25 @@ def test_a_key_given_twice_in_the_body_is_422(client):
                     headers={"content-type": "application/json"})
     assert r.status_code == 422
     assert r.json() == {"error": "body: request body gives the key 'method' twice", "key": "body", "valid": None}
+
+
+@pytest.mark.parametrize("value, key, words", [
+    (["x"], "stack", "unknown software stack 'x' (valid values: cuda, rocm, habana)"),
+    ([1], "stacks", "must be a list of at most 8 software stacks, or a comma-separated string (valid values: cuda, "
+                    "rocm, habana)"),
+    ({"a": 1}, "stacks", "must be a list of at most 8 software stacks")])
+def test_plan_stacks_of_the_wrong_shape_name_the_valid_stacks(client, value, key, words):
+    """A list of stacks was refused as 'must be a number', with no valid values."""
+    r = client.post("/api/plan", json={"scenario": {"model": MODEL}, "stacks": value})
+    assert_422(r, key)
+    assert words in r.json()["error"] and r.json()["valid"] == ["cuda", "rocm", "habana"]
+
+
+def test_plan_reads_its_own_stacks_list_back(client):
+    """The plan's JSON writes ``stacks`` as a list; sent back, it plans on those stacks only."""
+    body = {"scenario": {"model": MODEL, "method": "qlora"}, "max_gpus": 1, "stacks": ["rocm"]}
+    r = client.post("/api/plan", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["inputs"]["stacks"] == ["rocm"]
+    assert r.json()["plans"] and {p["stack"] for p in r.json()["plans"]} == {"rocm"}
+    assert_422(client.post("/api/plan", json={**body, "stacks": None, "sort": ["time"]}), "sort")

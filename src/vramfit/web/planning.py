@@ -47,18 +47,33 @@ def _split(body: Any, allowed: tuple[str, ...]) -> tuple[Checked, dict[str, Any]
 MIN_MFU = 0.01
 
 
+def _stack_names() -> list[str] | None:
+    """The planner's software stacks, where the planner is installed (the valid values of ``stacks``)."""
+    try:
+        from vramfit.plan.rental import STACK_NAMES
+    except ImportError:
+        return None
+    return list(STACK_NAMES)
+
+
 def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
     """The planner's own inputs, as given (the planner validates them and names the input at fault);
     only ``gpu_ids`` is checked for its shape here, and ``None`` means "the planner's default"."""
     opts = {k: v for k, v in raw.items() if v is not None}
-    ids = opts.get("gpu_ids")
-    if ids is not None and not (isinstance(ids, str) or (isinstance(ids, list) and len(ids) <= 64)):
-        raise ScenarioError("gpu_ids", "must be a list of at most 64 GPU ids, or a comma-separated string")
+    stacks = _stack_names()
+    for key, most, what in (("gpu_ids", 64, "GPU ids"), ("stacks", 8, "software stacks")):
+        ids = opts.get(key)  # the plan's own JSON writes stacks as a list: it reads back
+        if ids is not None and not (isinstance(ids, str) or (isinstance(ids, list) and len(ids) <= most
+                                                              and all(isinstance(i, str) for i in ids))):
+            raise ScenarioError(key, f"must be a list of at most {most} {what}, or a comma-separated string",
+                                stacks if key == "stacks" else None)
+    if isinstance(opts.get("sort"), (dict, list)):
+        raise ScenarioError("sort", f"must be a string, got {opts['sort']!r}", ["cost", "time"])
     if "eval_follows_micro" in opts and not isinstance(opts["eval_follows_micro"], bool):
         raise ScenarioError("eval_follows_micro", f"must be true or false, got {opts['eval_follows_micro']!r}",
                             ["true", "false"])
     for k, v in opts.items():
-        if isinstance(v, (dict, list)) and k != "gpu_ids":
+        if isinstance(v, (dict, list)) and k not in ("gpu_ids", "stacks"):
             raise ScenarioError(k, f"must be a number, got {v!r}")
     if "mfu" in opts and finite_number("mfu", opts["mfu"]) < MIN_MFU:
         raise ScenarioError("mfu", f"must be at least {MIN_MFU} (1 % of the card's peak FLOPs; real training "

@@ -126,7 +126,8 @@ class PlanOptions(BaseModel):
     mfu: Optional[float] = Field(None, gt=0, le=1, description="time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model")
     sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
     deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
-    stacks: Optional[str] = Field(None, description="only these software stacks: cuda, rocm, habana (comma-separated)")
+    stacks: Optional[list[str] | str] = Field(None, description="only these software stacks: cuda, rocm, habana (a list, "
+                                              "or comma-separated)")
     eval_follows_micro: Optional[bool] = Field(False, description="the run evaluates at its micro-batch (a config that "
                                                "leaves its evaluation batch to the default, as /api/import reports): "
                                                "each micro-batch tried is evaluated at that micro-batch")
