@@ -81,3 +81,19 @@ def test_litgpt_trains_a_quantized_base_on_one_gpu_only():
     hf = plan({"model": "meta-llama/Llama-3.1-70B", "method": "qlora"}, effective_batch=8, max_gpus=8,
               gpu_ids="rtx4090", with_changes=False)
     assert any(p.num_gpus > 1 for p in hf.plans)
+
+
+@pytest.mark.parametrize("engine, launcher", [("deepspeed", "DeepSpeed"), ("accelerate", "accelerate"),
+                                              ("fsdp", "accelerate")])
+def test_an_hf_engine_export_of_a_torchtitan_plan_says_whose_memory_it_was(engine, launcher):
+    """The files launch the user's script under accelerate or DeepSpeed, not torchtitan: the note says so (the TRL and
+    torchtitan exports had theirs; these had none)."""
+    from vramfit.plan.export import export_plan
+
+    p = plan({"model": MODEL, "method": "full", "framework": "torchtitan"}, gpu_ids=["h100-sxm"],
+             with_changes=False).plans[0]
+    notes = export_plan(p, engine).notes
+    assert (f"the plan was sized for torchtitan; these files launch your script under {launcher}, whose memory "
+            "differs (estimate again with framework hf)") in notes
+    hf = plan({"model": MODEL, "method": "full"}, gpu_ids=["h100-sxm"], with_changes=False).plans[0]
+    assert not any("sized for hf" in n for n in export_plan(hf, engine).notes)

@@ -294,7 +294,9 @@ def test_export_notes_have_portuguese():
     notes = set()
     for keys in ({"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed"},
                  {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "gradient_checkpointing": "selective",
-                  "loss": "chunked"}):
+                  "loss": "chunked"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework": "torchtitan"},
+                 {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtune"}):
         for p in plan(keys, gpu_ids=["rtx4090", "a100-80gb-sxm"]).plans[:3]:
             for engine in ENGINES:
                 notes.update(export_plan(p, engine).notes)

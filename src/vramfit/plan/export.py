@@ -254,6 +254,10 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     else:
         args = SCRIPT
         notes.append(f"{SCRIPT} is your training script; --export trl writes one that runs these settings")
+        if plan.scenario.get("framework", "hf") != "hf":  # these files launch a script under accelerate/DeepSpeed
+            notes.append(f"the plan was sized for {plan.scenario['framework']}; these files launch your script under "
+                         f"{'DeepSpeed' if shard == 'deepspeed' else 'accelerate'}, whose memory differs (estimate "
+                         "again with framework hf)")
     if engine == "deepspeed" and nodes.nodes_of(plan) > 1:
         files[nodes.HOSTFILE] = nodes.hostfile(plan)
         notes.append(f"{nodes.HOSTFILE}: replace node1... with your hosts (passwordless ssh between them)")

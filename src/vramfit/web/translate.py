@@ -173,6 +173,14 @@ RULES: list[tuple[str, str]] = [
      r"differ(?:s)? \(estimate again with parallelism (\S+) for its figure\)$",
      "o plano foi dimensionado para $1; escrito como o equivalente ($2), com outra memória (estima de novo com "
      "parallelism $3 para o valor dele)"),
+    (r"^the plan was sized for (\S+); this script runs transformers \+ PEFT \+ TRL, whose memory differs \(estimate "
+     r"again with framework hf\)$",
+     "o plano foi dimensionado para $1; este script corre transformers + PEFT + TRL, com outra memória (estima de "
+     "novo com framework hf)"),
+    (r"^the plan was sized for (\S+); these files launch your script under (DeepSpeed|accelerate), whose memory "
+     r"differs \(estimate again with framework hf\)$",
+     "o plano foi dimensionado para $1; estes ficheiros lançam o teu script com $2, com outra memória (estima de "
+     "novo com framework hf)"),
     (r"^the plan was sized for (\S+); torchtitan's memory differs \(estimate again with --framework torchtitan\)$",
      "o plano foi dimensionado para $1; a memória do torchtitan é outra (estima de novo com --framework torchtitan)"),
     (r"^at data_parallel_shard_degree x context_parallel_degree = 1, torchtitan before 0\.3 \(the releases that read "
