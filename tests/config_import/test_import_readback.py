@@ -2,6 +2,7 @@
 nesting, a named dialect with no keys of its own, and torchtitan exports that carry the plan's sharding and model."""
 
 import pytest
+import tomllib
 
 from vramfit import estimate, from_config
 from vramfit.config_import import from_text
@@ -133,6 +134,24 @@ def test_torchtitan_export_carries_grad_op_sharding_and_the_model():
                 max_gpus=8, gpu_ids="h100-sxm", with_changes=False)
     notes = export_plan(qwen.plans[0], "torchtitan").notes
     assert any("--module qwen3 " in n for n in notes)
+
+
+@pytest.mark.parametrize("tp, pp, shard", [(4, 1, 1), (1, 4, 1), (2, 2, 1), (2, 1, 2), (1, 1, 4)])
+def test_a_one_shard_tensor_or_pipeline_layout_export_says_what_older_torchtitan_runs(tp, pp, shard):
+    """Four GPUs all in tensor or pipeline stages leave one data-parallel shard: torchtitan before 0.3 applies no FSDP
+    there (no bf16 parameter cast; v0.2.2 maybe_enable_amp: none under TP/PP), so the export says the plan holds under
+    0.3; with two or four FSDP shards there is nothing to say."""
+    import dataclasses
+
+    r = plan({"model": MODEL, "method": "full", "framework": "torchtitan"}, effective_batch=8, max_gpus=8,
+             gpu_ids="h100-sxm", with_changes=False)
+    p = next(p for p in r.plans if p.num_gpus == 4 and p.offload == "none")
+    p = dataclasses.replace(p, scenario={**p.scenario, "tensor_parallel": tp, "pipeline_parallel": pp})
+    out = export_plan(p, "torchtitan")
+    par = tomllib.loads(out.files[TOML_FILE])["parallelism"]
+    assert par["data_parallel_shard_degree"] == shard
+    line = [n for n in out.notes if "no bf16 parameter cast: autocast, or fp32 under tensor or pipeline" in n]
+    assert len(line) == int(shard == 1)
 
 
 def test_torchtitan_is_planned_without_activation_offload_and_hf_fsdp_without_optimizer_only_offload():
