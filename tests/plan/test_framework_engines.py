@@ -97,3 +97,22 @@ def test_an_hf_engine_export_of_a_torchtitan_plan_says_whose_memory_it_was(engin
             "differs (estimate again with framework hf)") in notes
     hf = plan({"model": MODEL, "method": "full"}, gpu_ids=["h100-sxm"], with_changes=False).plans[0]
     assert not any("sized for hf" in n for n in export_plan(hf, engine).notes)
+
+
+def test_litgpt_shards_over_every_rank_so_no_hsdp():
+    """litgpt's fine-tuning scripts run FULL_SHARD (Fabric's FSDPStrategy default) or ModelParallelStrategy over
+    devices x num_nodes: shard_scope node is refused, and its multi-node plans shard over all ranks; torchtune (its
+    recipes take data_parallel_replicate_dim) keeps HSDP."""
+    from vramfit.plan.search import configs_for
+    from vramfit.web.translate import to_pt
+
+    many = {"model": MODEL, "method": "full", "num_gpus": 16, "num_nodes": 2, "parallelism": "fsdp",
+            "shard_scope": "node"}
+    with pytest.raises(ScenarioError, match="litgpt shards over every rank") as e:
+        parse_scenario({**many, "framework": "litgpt"})
+    assert (e.value.key, e.value.valid) == ("shard_scope", ["all"])
+    assert "reparte por todas as GPUs" in to_pt(str(e.value))
+    assert parse_scenario({**many, "framework": "torchtune"}).shard_scope.value == "node"
+    lit = configs_for(16, parse_scenario({"model": MODEL, "method": "full", "framework": "litgpt"}))
+    tune = configs_for(16, parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
+    assert "hsdp" not in {c.parallelism for c in lit} and "hsdp" in {c.parallelism for c in tune}

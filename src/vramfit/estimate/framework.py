@@ -32,6 +32,7 @@ from vramfit.scenario import (
     Parallelism,
     Precision,
     Quantize,
+    ShardScope,
     UseReentrant,
 )
 
@@ -128,6 +129,9 @@ def check_parallelism(kw: dict[str, Any]) -> None:
     if profile.parallelisms and kw["parallelism"] not in profile.parallelisms:
         raise ScenarioError("parallelism", f"{framework.value} does not run {kw['parallelism'].value}",
                             [p.value for p in profile.parallelisms])
+    if not profile.runs_hybrid_shard and kw.get("shard_scope") is ShardScope.NODE:
+        raise ScenarioError("shard_scope", f"{framework.value} shards over every rank (its fine-tuning scripts have no "
+                            "hybrid sharding)", ["all"])
     if profile.quantized_on_one_device and kw.get("method") is Method.QLORA and kw.get("num_gpus", 1) > 1:
         raise ScenarioError("num_gpus", f"{framework.value} trains a quantized base on one GPU only (its scripts "
                             "refuse --quantize on more devices)", ["1"])

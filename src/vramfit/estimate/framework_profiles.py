@@ -328,6 +328,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         parallelisms=(Parallelism.NONE, Parallelism.FSDP),
         runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
         quantized_on_one_device=True,  # lit-gpt@8641822 finetune/lora.py l. 78-82: profile_fields.py
+        runs_hybrid_shard=False,  # litgpt@26857050 finetune/full.py l. 108-114, lora.py l. 158-162: profile_fields.py
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.05,  # lit-gpt@8641822 finetune/lora.py lora_dropout = 0.05

@@ -289,6 +289,12 @@ class FrameworkProfile:
     # not supported for multi-GPU training") for --quantize with more than one device (lit-gpt@8641822
     # finetune/lora.py l. 78-82; litgpt@26857050 litgpt/finetune/lora.py l. 152-157)
     quantized_on_one_device: bool = False
+    # the recipes can shard inside a node and replicate across nodes (HSDP, ``shard_scope: node``). litgpt's
+    # fine-tuning scripts shard over every rank: Fabric's FSDPStrategy with its default FULL_SHARD (litgpt@26857050
+    # finetune/full.py l. 108-114, adapter.py l. 126) or ModelParallelStrategy(data_parallel_size=devices * num_nodes)
+    # (finetune/lora.py l. 158-162); only pretrain.py l. 143 asks for HYBRID_SHARD. torchtune's distributed recipes
+    # take data_parallel_replicate_dim (torchtune@bd2a0fc recipes/full_finetune_distributed.py l. 170)
+    runs_hybrid_shard: bool = True
     # what the run is where only one rank holds each shard (one GPU, DDP only, or tensor/pipeline parallel alone):
     # torchtitan v0.3.0 applies FSDP2 at every degree (models/llama3/parallelize.py: "Always run
     # apply_fsdp_to_decoder -- with shard_degree=1 it is a no-op for the all-gather but still installs the

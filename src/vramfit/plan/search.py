@@ -125,7 +125,7 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
         strategies.append((shard2, "none"))
     if n > 1:
         strategies.append((shard3, "none"))
-    if n > GPUS_PER_NODE:  # several nodes: shard inside the node, replicate across (HSDP / hpZ)
+    if n > GPUS_PER_NODE and profile.runs_hybrid_shard:  # several nodes: shard inside the node, replicate across
         strategies.append(("hsdp" if shard3 == "fsdp" else "zero3-hpz", "none"))
     # FSDP's CPU offload moves the parameters with the state (torch FSDP1 CPUOffload(offload_params), FSDP2
     # CPUOffloadPolicy): optimizer-only offload is ZeRO's

@@ -260,6 +260,8 @@ RULES: list[tuple[str, str]] = [
     (r"^parallelism: (\S+) does not run (\S+)", "parallelism: o $1 não corre $2"),
     (r"^num_gpus: (\S+) trains a quantized base on one GPU only \(its scripts refuse --quantize on more devices\)",
      "num_gpus: o $1 só treina uma base quantizada numa GPU (os seus scripts recusam --quantize com mais dispositivos)"),
+    (r"^shard_scope: (\S+) shards over every rank \(its fine-tuning scripts have no hybrid sharding\)",
+     "shard_scope: o $1 reparte por todas as GPUs (os seus scripts de fine-tuning não têm sharding híbrido)"),
     (r"^parallelism: (\d+) GPUs need a way to split the work", "parallelism: $1 GPUs precisam de uma forma de repartir o trabalho"),
     (r"^lora_targets: (.+?) is not a linear layer of this model", "lora_targets: $1 não é uma camada linear deste modelo"),
     (r"^params: not a parameter count: (.+?) \(examples: ", "params: não é um número de parâmetros: $1 (exemplos: "),
