@@ -27,7 +27,7 @@ from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs, shard_names
-from vramfit.plan.throughput import MFU_DEFAULT, model_flops, step_time, step_work
+from vramfit.plan.throughput import MFU_DEFAULT, model_flops, scenario_net, step_time, step_work
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 from vramfit.stage_keys import min_seq_len
@@ -133,7 +133,8 @@ class _Ctx:
         peer = peer_gbs(g, sc.num_gpus)
         s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
                       peer_gbs=peer, host_gbs=g.host_link_gbs,
-                      card=card_speed(g, peer, sc.gpus_per_node) if self.mfu is None else None)  # None: the mechanism model
+                      card=card_speed(g, peer, sc.gpus_per_node) if self.mfu is None else None,  # None: mechanism model
+                      net=scenario_net(sc.interconnect, g, peer))  # several nodes: their network (was 0 B/s)
         return 1.0 / s.tokens_per_s
 
     def measure(self, ch: Change) -> Change:

@@ -323,6 +323,15 @@ def net_rate(peer_bytes_s: float, node_bytes_s: float, latency_us: float) -> tup
     return min(peer_bytes_s, node_bytes_s), latency_us * 1e-6
 
 
+def scenario_net(interconnect, g, peer_gbs: float) -> tuple[float, float]:
+    """:func:`net_rate` of card ``g`` under a scenario's ``interconnect`` (``nodes.network_for``), ``peer_gbs`` its
+    GPU-to-GPU link: what :func:`step_time` needs as ``net`` wherever the run spans nodes."""
+    from vramfit.nodes import network_for
+
+    net = network_for(interconnect, g.gpu_id)
+    return net_rate(peer_gbs * 1e9, net.node_bytes_s, net.latency_us)
+
+
 def _net_seconds(w: Work, net: tuple[float, float]) -> tuple[float, float, float]:
     """(seconds of the inter-node traffic of one step, seconds of it no prefetch hides, seconds that add).
 

@@ -20,11 +20,10 @@ def scenario_speed(scenario: dict[str, Any], gpu_id: str) -> Speed | None:
     """The mechanism model's :class:`Speed` of ``scenario`` on ``gpu_id`` (a catalog id); None where the
     card lacks the figures the model needs (BF16 peak, memory bandwidth)."""
     from vramfit.gpus import GPUS_PER_NODE, get_gpu
-    from vramfit.nodes import network_for
     from vramfit.plan.evaluate import Evaluator
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
-    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, net_rate, step_time, step_work
+    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, scenario_net, step_time, step_work
     from vramfit.plan.verdict import limit_bytes, result_paging
 
     g = get_gpu(gpu_id)
@@ -36,10 +35,8 @@ def scenario_speed(scenario: dict[str, Any], gpu_id: str) -> Speed | None:
         return None
     est = ev.estimate()
     w = step_work(sc, model_flops(ev.spec, sc.seq_len), est.model.num_trainable_params)
-    net = network_for(sc.interconnect, g.gpu_id)
     return step_time(w, peak_tflops=g.bf16_tflops, mfu=MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-                     peer_gbs=peer, host_gbs=g.host_link_gbs, card=card,
-                     net=net_rate(peer * 1e9, net.node_bytes_s, net.latency_us),
+                     peer_gbs=peer, host_gbs=g.host_link_gbs, card=card, net=scenario_net(sc.interconnect, g, peer),
                      paged_bytes=result_paging(est, limit_bytes(g, 0.0)) or 0)
 
 
