@@ -132,7 +132,9 @@ def _eval(r: KeyReader) -> None:
     has_set = hf.nonnegative(r, "val_set_size", 0.0, SOURCE) > 0 or bool(r.get("test_datasets"))
     key = "eval_strategy" if r.has("eval_strategy") else "evaluation_strategy"
     strategy, steps, per_epoch = r.get(key), r.get("eval_steps"), r.get("evals_per_epoch")
-    if per_epoch and not steps and not 1 / (per_epoch * float(r.get("num_epochs", 1.0, TRAINING_SRC))) < 1:
+    per_epoch = None if per_epoch is None else hf.whole(r, "evals_per_epoch", per_epoch, least=0)
+    epochs = hf.nonnegative(r, "num_epochs", 1.0, TRAINING_SRC, positive=True) if per_epoch and not steps else 0
+    if epochs and per_epoch <= 1 / epochs:  # 1 / (evals_per_epoch x num_epochs) is not < 1 (compared so: no overflow)
         per_epoch = None  # one evaluation per epoch or fewer: Axolotl drops the cadence ("Skipping evaluations")
     by = next((k for k, v in (("eval_steps", steps), ("evals_per_epoch", per_epoch)) if v), None)
     by = by or (key if strategy not in (None, "", "no") else None)
@@ -184,7 +186,8 @@ def _adapter(r: KeyReader) -> None:
         r.mark("lora_target_modules", "a regular expression of module paths: counted as all-linear (an upper bound)")
         r.out["lora_targets"] = ["all-linear"]
     elif modules:
-        r.set("lora_target_modules", "lora_targets", modules if isinstance(modules, list) else [modules])
+        r.set("lora_target_modules", "lora_targets", hf.names(r, "lora_target_modules", modules, "module names such as "
+                                                                "q_proj, v_proj, or lora_target_linear: true"))
     else:
         raise r.error("an adapter needs lora_target_modules or lora_target_linear: true")
     if r.has("lora_modules_to_save"):
@@ -244,7 +247,8 @@ def _checkpointing(r: KeyReader) -> str:
 
 def _attention(r: KeyReader) -> None:
     legacy = [k for k in LEGACY_ATTENTION if r.get(k)]
-    impl = r.get("attn_implementation")
+    impl = hf.scalar(r, "attn_implementation", r.get("attn_implementation"),
+                     sorted(ATTENTION) + sorted(ATTENTION_NOT_MODELLED))
     names = {LEGACY_ATTENTION[k] for k in legacy} | ({impl} if impl else set())
     if len(names) > 1:
         raise r.error(f"{', '.join(legacy + (['attn_implementation'] if impl else []))} name different attention kernels; "
@@ -266,7 +270,8 @@ def _attention(r: KeyReader) -> None:
 
 def _attention_and_loss(r: KeyReader) -> None:
     _attention(r)
-    plugins = r.get("plugins") or []
+    plugins = hf.names(r, "plugins", r.get("plugins") or [], "a list of plugin class paths, such as "
+                       "axolotl.integrations.liger.LigerPlugin")
     # the plugin's own default: src/axolotl/integrations/cut_cross_entropy/args.py `cut_cross_entropy = True`
     cce_listed = any(str(p).endswith("CutCrossEntropyPlugin") for p in plugins)
     cce = r.get("cut_cross_entropy", True, CCE_SRC) if cce_listed else r.get("cut_cross_entropy")
@@ -312,7 +317,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     total = r.get("batch_size")
     if total is not None and not r.has("gradient_accumulation_steps"):
         # batch_size is per optimizer step across GPUs: Axolotl derives the accumulation from it (training.py)
-        r.set("batch_size", "grad_accum", max(1, int(total) // int(r.out["micro_batch_size"])))
+        micro = hf.whole(r, "micro_batch_size", r.out["micro_batch_size"])
+        r.set("batch_size", "grad_accum", max(1, hf.whole(r, "batch_size", total) // micro))
     else:
         r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, TRAINING_SRC))
         if total is not None:

@@ -30,7 +30,7 @@ def _peft(r: KeyReader) -> dict[str, Any]:
                            "lora_dropout": r.get("lora_dropout", 0.0, PEFT_SRC)}
     targets = r.get("target_modules")
     if targets:
-        out["lora_targets"] = [targets] if isinstance(targets, str) else list(targets)
+        out["lora_targets"] = hf.names(r, "target_modules", targets, "all-linear, or module names such as q_proj, v_proj")
     for k in ("use_dora", "use_rslora", "modules_to_save"):
         if r.flat.get(k):
             r.get(k)
@@ -52,9 +52,9 @@ ACCEL_PRECISIONS = ("no", "fp8", "fp16", "bf16")
 
 
 def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], list[Entry]]:
-    out: dict[str, Any] = {"num_gpus": r.get("num_processes", 1, "accelerate default")}
+    out: dict[str, Any] = {"num_gpus": hf.whole(r, "num_processes", r.get("num_processes", 1, "accelerate default"))}
     r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
-    nodes = int(r.get("num_machines", 1, "accelerate default"))
+    nodes = hf.whole(r, "num_machines", r.get("num_machines", 1, "accelerate default"))
     if nodes > 1:
         out["num_nodes"] = nodes  # num_processes counts every machine's processes (accelerate ClusterConfig)
     # ignored (the training config sets precision), but checked as accelerate's launcher does: PrecisionType
@@ -73,13 +73,14 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
             ds, extra = hf.read_deepspeed(r, "deepspeed_config_file", hf.resolve_path(r, "deepspeed_config_file", f))
             out.update(ds)
         else:
-            out["parallelism"] = hf.ZERO_STAGES[int(r.get("deepspeed_config.zero_stage", 2, "accelerate default"))]
+            stage = hf.zero_stage(r, "deepspeed_config.zero_stage", r.get("deepspeed_config.zero_stage", 2, "accelerate default"))
+            out["parallelism"] = hf.ZERO_STAGES[stage]
             opt = r.get("deepspeed_config.offload_optimizer_device", "none", "accelerate default")
             par = r.get("deepspeed_config.offload_param_device", "none", "accelerate default")
             out["offload"] = "optimizer+params" if par != "none" else "optimizer" if opt != "none" else "none"
             # accelerate's DeepSpeedPlugin.__post_init__ (accelerate utils/dataclasses.py) builds the config from
             # these keys alone, so DeepSpeed's own defaults size the buffers (estimate/deepspeed.py)
-            zero: dict[str, Any] = {"stage": int(r.get("deepspeed_config.zero_stage", 2, "accelerate default"))}
+            zero: dict[str, Any] = {"stage": stage}
             zero.update({k: {"device": v} for k, v in (("offload_optimizer", opt), ("offload_param", par)) if v != "none"})
             if zero["stage"]:
                 out["deepspeed_config"] = {"zero_optimization": zero}

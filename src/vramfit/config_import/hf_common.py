@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.config_import.loader import PASTED, fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
-from vramfit.safe_input import shown
+from vramfit.errors import ScenarioError
+from vramfit.safe_input import path_kind, shown, user_path
 
 #: transformers ``OptimizerNames`` (src/transformers/training_args.py, transformers 5.24.0) and the
 #: Axolotl/torchao names (axolotl src/axolotl/utils/schemas/enums.py @ e45ed55) -> vramfit optimizer.
@@ -71,10 +73,13 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
         raise r.error(f"{key} must be a path to a file, got {value!r}")
     if r.path.name == PASTED:  # a pasted config (web) never opens files on the server
         raise r.error(f"{key} names a file ({value}); a pasted config cannot, paste without it or use the CLI's --from")
-    p = Path(value).expanduser()
-    for cand in ([p] if p.is_absolute() else [r.path.parent / p, Path.cwd() / p]):
-        if cand.is_file():
-            return cand
+    try:  # ~nosuchuser, a name too long for the file system: one line, not an OSError
+        p = user_path(key, value)
+        for cand in ([p] if p.is_absolute() else [r.path.parent / p, Path.cwd() / p]):
+            if path_kind(key, cand) == "file":
+                return cand
+    except ScenarioError as exc:
+        raise r.error(exc.message) from None
     raise r.error(f"{key}: file '{value}' not found (looked next to the config and in the working directory)")
 
 
@@ -85,9 +90,7 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     an unknown key or a non-Adam ``optimizer.type`` is reported as not modelled instead of refused."""
     data = load_mapping(path) if data is None else data
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
-    stage = ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0")
-    if stage not in ZERO_STAGES:
-        raise fail(path, f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
+    stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
@@ -129,7 +132,6 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
 def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
     """The zero_optimization keys that size ZeRO's buffers become the scenario's deepspeed_config
     (vramfit.estimate.deepspeed types them; keys left out keep DeepSpeed's defaults)."""
-    from vramfit.errors import ScenarioError
     from vramfit.estimate import deepspeed
 
     try:
@@ -161,7 +163,7 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
     strategy = str(opts.get("sharding_strategy", "")).upper()
     # torch ShardingStrategy values (v2.13.0 distributed/fsdp/api.py: FULL_SHARD = 1 ... _HYBRID_SHARD_ZERO2 = 5), which
     # accelerate also takes by number
-    strategy = dict(enumerate(SHARDING_STRATEGIES, 1)).get(int(strategy), strategy) if strategy.isdigit() else strategy
+    strategy = {str(i): s for i, s in enumerate(SHARDING_STRATEGIES, 1)}.get(strategy.lstrip("0"), strategy)
     if strategy not in ("", *SHARDING_STRATEGIES, "_HYBRID_SHARD_ZERO2"):
         name = next((k for k in options if k.removeprefix("fsdp_") == "sharding_strategy"), "sharding_strategy")
         raise r.error(f"{key}.{name}: {shown(opts['sharding_strategy'])} is not an FSDP sharding strategy "
@@ -284,14 +286,58 @@ def boolean(r: KeyReader, key: str, *default: Any, spellings: dict[str, bool] | 
     return switch_value(r, key, value, spellings)
 
 
-def nonnegative(r: KeyReader, key: str, *default: Any) -> float:
+def nonnegative(r: KeyReader, key: str, *default: Any, positive: bool = False) -> float:
     """A size or fraction (``r.get(key, *default)``; unset or None: 0), refused in one line unless it is a finite number
-    of at least 0."""
+    of at least 0 (``positive``: above 0, a divisor such as Axolotl's ``num_epochs``)."""
     value = r.get(key, *default)
     value = 0 if value is None else value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise r.error(f"{key}: {shown(value)} is not a number of at least 0")
-    return float(value)
+    try:
+        number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+    except OverflowError:  # an integer past 1.8e308
+        number = math.inf
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        least = "above 0 (valid values: more than 0)" if positive else "of at least 0 (valid values: 0 or more)"
+        raise r.error(f"{key}: {shown(value)} is not a number {least}")
+    return number
+
+
+def whole(r: KeyReader, key: str, value: Any, least: int = 1) -> int:
+    """A count already taken from the config (a batch size, a device or node count), refused in one line unless it is
+    an integer of at least ``least``: a bool, a float, a list or a string of anything but ASCII digits is not one (the
+    arithmetic after it would raise). A string of digits is read as its number, as the frameworks' parsers do
+    (pydantic's lax int, jsonargparse, argparse ``type=int``)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        what = "a positive integer" if least == 1 else f"an integer of at least {least}"
+        raise r.error(f"{key}: {shown(value)} is not {what} (valid values: {least} or more)")
+    return value
+
+
+def scalar(r: KeyReader, key: str, value: Any, valid: str | Iterable[str]) -> Any:
+    """A value already taken from the config that is looked up among names (``value in TABLE``), as given; a list or a
+    mapping (unhashable: the lookup would raise) refused in one line naming ``key`` and the ``valid`` names."""
+    if isinstance(value, (list, dict)):
+        listed = valid if isinstance(valid, str) else ", ".join(valid)
+        raise r.error(f"{key}: {shown(value)} is not a single value (valid values: {listed})")
+    return value
+
+
+def names(r: KeyReader, key: str, value: Any, valid: str) -> list[str]:
+    """Module or plugin names already taken from the config: one string (a list of it) or a list of strings; anything
+    else (a number, a mapping, a list holding one) refused in one line naming ``key`` and ``valid``."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise r.error(f"{key}: {shown(value)} is not a name or a list of names (valid values: {valid})")
+
+
+def zero_stage(r: KeyReader, key: str, value: Any) -> int:
+    """A ZeRO stage (DeepSpeed's ``zero_optimization.stage``, accelerate's ``zero_stage``): 0, 1, 2 or 3, else one line."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in ZERO_STAGES:
+        raise r.error(f"{key}: {shown(value)} is not a ZeRO stage (valid values: 0, 1, 2, 3)")
+    return value
 
 
 def switch_value(r: KeyReader, key: str, value: Any, spellings: dict[str, bool] | None = None) -> bool:

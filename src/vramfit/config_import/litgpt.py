@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
+from vramfit.safe_input import shown
 
 _R = "Lightning-AI/litgpt@2685705"
 LORA_SRC = f"{_R} litgpt/finetune/lora.py (setup defaults)"
@@ -50,11 +52,14 @@ def _adapter(r: KeyReader, src: str) -> None:
 
 def _devices(r: KeyReader, src: str, quant: bool) -> int:
     devices = r.get("devices", 1, src)
-    if int(r.get("num_nodes", 1, src)) > 1:
+    if hf.whole(r, "num_nodes", r.get("num_nodes", 1, src)) > 1:
         raise r.error("num_nodes > 1: multi-node layouts are not modelled yet")
-    devices = int(devices) if str(devices).isdigit() else None
-    if devices is None:
-        raise r.error("devices must be a number of GPUs (vramfit cannot know what 'auto' finds)")
+    if isinstance(devices, str) and devices.isascii() and devices.isdigit() and len(devices) < 20:  # int | str
+        devices = int(devices)
+    if isinstance(devices, str):
+        raise r.error(f"devices: {shown(devices)} is not a number of GPUs (vramfit cannot know what 'auto' finds; "
+                      "valid values: 1 or more)")
+    devices = hf.whole(r, "devices", devices)
     if quant and devices > 1:
         raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
     r.set("devices", "num_gpus", devices)
@@ -75,7 +80,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         raise r.error("checkpoint_dir is required")
     parts = Path(str(ckpt)).parts
     r.set("checkpoint_dir", "model", "/".join(parts[-2:]) if len(parts) >= 2 else str(ckpt))
-    quant = r.get("quantize")
+    quant = hf.scalar(r, "quantize", r.get("quantize"), list(QUANTIZE))
     if quant is not None and quant not in QUANTIZE:
         raise r.error(f"quantize '{quant}' is unknown (valid values: {', '.join(QUANTIZE)})")
     if quant and not lora:
@@ -86,7 +91,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.set("quantize", "quantize", QUANTIZE[quant])
         r.out["quantize"] = QUANTIZE[quant]
     prec = r.get("precision", "bf16-true", f"{src}: get_default_supported_precision(training=True) on bf16 cards")
-    if prec not in PRECISION:
+    if hf.scalar(r, "precision", prec, list(PRECISION)) not in PRECISION:
         raise r.error(f"precision '{prec}' is unknown (valid values: {', '.join(PRECISION)})")
     if quant and "mixed" in prec:
         raise r.error("quantize with a -mixed precision: litgpt refuses it ('Quantization and mixed precision is not supported')")
@@ -94,8 +99,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if lora:
         _adapter(r, src)
     devices = _devices(r, src, bool(quant))
-    mb = int(r.get("train.micro_batch_size", 1, src))
-    gbs = int(r.get("train.global_batch_size", 16, src))
+    mb = hf.whole(r, "train.micro_batch_size", r.get("train.micro_batch_size", 1, src))
+    gbs = hf.whole(r, "train.global_batch_size", r.get("train.global_batch_size", 16, src))
     if gbs % (mb * devices):
         raise r.error(f"train.global_batch_size {gbs} is not a multiple of micro_batch_size × devices ({mb * devices})")
     r.set("train.micro_batch_size", "micro_batch_size", mb)

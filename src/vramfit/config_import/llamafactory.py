@@ -9,6 +9,7 @@ from typing import Any
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import llamafactory_stage
+from vramfit.safe_input import shown
 
 _R = "hiyouga/LLaMA-Factory@ff6d4d1"
 FT_SRC = f"{_R} src/llamafactory/hparams/finetuning_args.py"
@@ -61,7 +62,7 @@ _ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
 
 
 def _method(r: KeyReader) -> str:
-    stage = r.get("stage", "sft", FT_SRC)
+    stage = hf.scalar(r, "stage", r.get("stage", "sft", FT_SRC), "pt, sft, rm, ppo, dpo, kto")
     llamafactory_stage(r, stage, FT_SRC)
     ft = r.get("finetuning_type", "lora", FT_SRC)
     if ft not in ("lora", "full"):
@@ -79,6 +80,8 @@ def _method(r: KeyReader) -> str:
         quant = "int8"
     else:
         kind = r.get("quantization_type", "nf4", MODEL_SRC)
+        if kind not in ("nf4", "fp4"):
+            raise r.error(f"quantization_type: {shown(kind)} is unknown (valid values: nf4, fp4)")
         quant = kind + ("-dq" if r.get("double_quantization", True, MODEL_SRC) else "")
     r.set("quantization_bit", "method", "qlora")
     r.set("quantization_bit", "quantize", quant)
@@ -87,12 +90,13 @@ def _method(r: KeyReader) -> str:
 
 
 def _adapter(r: KeyReader) -> None:
-    rank = r.get("lora_rank", 8, FT_SRC)
+    rank = hf.whole(r, "lora_rank", r.get("lora_rank", 8, FT_SRC))  # the default alpha doubles it
     r.set("lora_rank", "lora_rank", rank)
     r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", rank * 2, f"{FT_SRC}: lora_rank * 2"))
     r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.0, FT_SRC))
     target = r.get("lora_target", "all", FT_SRC)
-    names = [t.strip() for t in str(target).split(",")] if isinstance(target, str) else list(target)
+    valid = "all, or module names such as q_proj,v_proj (a comma-separated string or a list)"
+    names = [t.strip() for t in target.split(",")] if isinstance(target, str) else hf.names(r, "lora_target", target, valid)
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
     for k in ("use_dora", "use_rslora", "additional_target", "pissa_init"):
         if r.flat.get(k):
@@ -131,7 +135,7 @@ def _step(r: KeyReader) -> None:
                "the recomputed output and the input's gradient in a block's backward and prefetches nothing (one "
                "block-input tensor more than transformers' offload, which the estimate runs)")
     attn = r.get("flash_attn", "auto", MODEL_SRC)
-    if attn not in _ATTN:
+    if hf.scalar(r, "flash_attn", attn, list(_ATTN)) not in _ATTN:
         raise r.error(f"flash_attn '{attn}' is unknown (valid values: {', '.join(_ATTN)})")
     r.set("flash_attn", "attention", _ATTN[attn])
     liger = r.get("enable_liger_kernel", False, MODEL_SRC)

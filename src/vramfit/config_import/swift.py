@@ -8,7 +8,6 @@ Defaults are modelscope/ms-swift v4.5.2 (ff5128777), the same at 3602360a5 for e
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +160,7 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
     if grpo:
         ga = r.get("gradient_accumulation_steps", 1, f"{RLHF_SRC} l. 527-530: 1 for GRPO")
     else:
-        ga = r.get("gradient_accumulation_steps", max(1, math.ceil(16 / bs / gpus)) if _whole(bs) else 1,
+        ga = r.get("gradient_accumulation_steps", max(1, -(-16 // (bs * gpus))) if _whole(bs) else 1,  # exact ceil
                    f"{TRAIN_SRC} l. 284-285: max(1, ceil(16 / per_device_train_batch_size / world size))")
     r.set("gradient_accumulation_steps", "grad_accum", ga)
     gc = r.get("gradient_checkpointing", True, f"{TRAIN_SRC} l. 134")

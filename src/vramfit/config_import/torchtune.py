@@ -94,6 +94,7 @@ def _adapter(r: KeyReader) -> None:
     attn = r.get("model.lora_attn_modules")
     if not attn:
         raise r.error("model.lora_attn_modules is required for a LoRA builder")
+    attn = hf.names(r, "model.lora_attn_modules", attn, f"a list of {', '.join(LORA_ATTN)}")
     bad = [a for a in attn if a not in LORA_ATTN]
     if bad:
         raise r.error(f"model.lora_attn_modules: unknown {bad[0]!r} (valid values: {', '.join(LORA_ATTN)})")
@@ -134,12 +135,12 @@ def _step(r: KeyReader) -> None:
     r.set("compile", "compile", hf.boolean(r, "compile", False, SOURCE))
     r.set("optimizer_in_bwd", "optimizer_in_backward", hf.boolean(r, "optimizer_in_bwd", False, SOURCE))
     opt = r.get("optimizer._component_", "torch.optim.AdamW", SOURCE)
-    if opt not in OPTIMIZERS:
+    if hf.scalar(r, "optimizer._component_", opt, list(OPTIMIZERS)) not in OPTIMIZERS:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")
     name = "sgd-momentum" if OPTIMIZERS[opt] == "sgd" and r.flat.get("optimizer.momentum") else OPTIMIZERS[opt]
     r.set("optimizer._component_", "optimizer", name)
     loss = r.get("loss._component_", "torch.nn.CrossEntropyLoss", SOURCE)
-    if loss not in LOSSES:
+    if hf.scalar(r, "loss._component_", loss, list(LOSSES)) not in LOSSES:
         raise r.error(f"loss '{loss}' is not modelled yet (valid values: {', '.join(LOSSES)})")
     r.set("loss._component_", "loss", LOSSES[loss])
     r.ignore("loss.*", "loss options")

@@ -65,8 +65,8 @@ def _model(r: KeyReader) -> str:
         r.set("lora_r", "lora_rank", r.get("lora_r", 16, MODEL_SRC))
         r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 32, MODEL_SRC))
         r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, MODEL_SRC))
-        targets = r.get("lora_target_modules", ["q_proj", "v_proj"], PEFT_TARGETS_SRC)
-        targets = [targets] if isinstance(targets, str) else targets
+        targets = hf.names(r, "lora_target_modules", r.get("lora_target_modules", ["q_proj", "v_proj"], PEFT_TARGETS_SRC),
+                           "all-linear, or module names such as q_proj, v_proj")
         r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
         for k in ("use_dora", "use_rslora", "lora_modules_to_save", "lora_target_parameters"):
             if r.get(k):
@@ -129,7 +129,7 @@ def _step(r: KeyReader) -> None:
     attn = r.get("attn_implementation", "sdpa", f"{ARGS_SRC}: transformers picks SDPA when unset")
     table = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
              "kernels-community/flash-attn": "flash", "kernels-community/vllm-flash-attn3": "flash"}
-    if attn not in table:
+    if hf.scalar(r, "attn_implementation", attn, list(table)) not in table:
         raise r.error(f"attn_implementation '{attn}' is not modelled yet (valid values: {', '.join(table)})")
     r.set("attn_implementation", "attention", table[attn])
     if hf.boolean(r, "torch_compile", False, spellings=hf.ARGPARSE_BOOL):
