@@ -96,3 +96,41 @@ def test_replace_keeps_every_key_the_user_set():
     assert dpo.replace(stage="dpo").reference.value == "copy"
     assert parse_scenario({"model": "meta-llama/Llama-3.1-8B", "parallelism": "none"}).replace(
         num_gpus=4).parallelism.value == "ddp"
+
+
+def test_replace_follows_as_estimate_derives():
+    """sweep --vary gave other figures than estimate with the same flags: a node layout given dropped to one node at
+    the user's own GPU count (24.67 against 28.31 GiB), the framework's parallelism stayed the old framework's, and
+    GRPO's accumulation stayed at the old stage's or GPU count's."""
+    from vramfit import estimate
+
+    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "num_gpus": 16, "num_nodes": 2,
+            "parallelism": "fsdp", "shard_scope": "node"}
+    sc = parse_scenario(keys)
+    assert estimate(sc.replace(num_gpus=16)).peak.device_bytes == estimate(keys).peak.device_bytes
+    layouts = {n: (sc.replace(num_gpus=n).num_nodes, sc.replace(num_gpus=n).shard_scope.value) for n in (4, 8, 24, 32)}
+    assert layouts == {4: (1, "all"), 8: (1, "all"), 24: (3, "node"), 32: (4, "node")}  # nodes of 8 keep their size
+    tune = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework": "torchtune", "num_gpus": 4})
+    assert tune.replace(framework="hf").parallelism == parse_scenario(
+        {"model": "meta-llama/Llama-3.1-8B", "method": "full", "num_gpus": 4}).parallelism
+    hf = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "full", "num_gpus": 4})
+    assert hf.replace(framework="torchtune").parallelism.value == "fsdp"  # torchtune runs no DDP
+    chosen = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "full", "num_gpus": 4, "parallelism": "ddp"})
+    with pytest.raises(ScenarioError, match="torchtune does not run ddp"):  # a parallelism given stays given
+        chosen.replace(framework="torchtune")
+    lora = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora"})
+    grpo = lora.replace(stage="grpo")
+    assert grpo.grad_accum == parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora",
+                                              "stage": "grpo"}).grad_accum == 8
+    assert grpo.replace(num_gpus=8).grad_accum == 1 and grpo.replace(stage="sft").grad_accum == 1
+    set_ga = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "grpo", "grad_accum": 16})
+    assert set_ga.replace(num_gpus=2).grad_accum == 16
+
+
+def test_an_empty_scenario_file_says_it_is_empty(tmp_path):
+    from vramfit.scenario import load_scenario_file
+
+    empty = tmp_path / "s.yaml"
+    empty.write_text("")
+    with pytest.raises(ScenarioError, match="scenario: is empty: give a mapping of scenario keys"):
+        load_scenario_file(empty)

@@ -195,12 +195,17 @@ class Scenario:
         data = self.to_dict()
         given = getattr(self, "_given", None)  # the keys the user set (parse_scenario); None: not known
         # values derived from another key follow it when that key changes and they are not given
-        derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",), "framework": ("precision",),
-                   "num_gpus": ("parallelism", "num_nodes", "shard_scope")}
+        # (grad_accum: GRPO's default is the least accumulation that holds whole groups of completions per step,
+        # stage_keys.check_stage_keys, so it follows the stage and the GPU count; elsewhere its default is 1)
+        derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",),
+                   "framework": ("precision", "parallelism"), "stage": ("grad_accum",),
+                   "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum")}
         for key, followers in derived.items():
             for follower in followers:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
+        if "num_gpus" in changes and "num_nodes" not in changes:
+            self._node_layout(data, changes["num_gpus"])
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
             if follower not in changes and not self._keeps(follower, given):
                 data.pop(follower, None)
@@ -214,14 +219,30 @@ class Scenario:
             object.__setattr__(new, "_given", given | frozenset(k.replace("-", "_") for k in changes))
         return new
 
+    def _node_layout(self, data: dict[str, Any], num_gpus: Any) -> None:
+        """A new GPU count over nodes of this scenario's size: whole nodes keep their size (16 GPUs as 2 x 8 become
+        4 x 8 at 32) and a shard scope given stays; a count that fills one node or does not split into such nodes
+        is one node, sharded over all its GPUs (the node layout it implied is dropped)."""
+        per = self.gpus_per_node
+        try:
+            nodes, rest = divmod(int(num_gpus), per)
+        except (TypeError, ValueError):  # parse_scenario names the bad num_gpus
+            return
+        if self.num_nodes > 1 and nodes > 1 and not rest:
+            data["num_nodes"] = nodes
+        else:
+            data.pop("num_nodes", None)
+            data.pop("shard_scope", None)
+
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
         (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods,
         a chosen ``quantize`` or stage setting alike; ``sweep --vary`` then gives what
         ``estimate`` gives with those flags (the same error where the kept value does not fit the new one).
         Without the record of given keys (a scenario built field by field), every follower is derived again."""
-        # alpha follows its rank; the node layout follows the GPU count (a new count is a new layout)
-        if given is None or follower not in given or follower in ("lora_alpha", "num_nodes", "shard_scope"):
+        # alpha follows its rank; the node count follows the GPU count (a new count is a new layout), and a shard
+        # scope given stays where that layout still has several nodes
+        if given is None or follower not in given or follower in ("lora_alpha", "num_nodes"):
             return False
         # a value at its schema default (quantize none, one node, ...) is what a scenario written out whole
         # (to_dict) says of every key: it follows, as before; a precision given is kept whatever its value
@@ -506,6 +527,8 @@ def parse_scenario(data: Any) -> Scenario:
     """
     if isinstance(data, Scenario):
         return data
+    if data is None:  # an empty YAML file reads as None
+        raise ScenarioError("scenario", "is empty: give a mapping of scenario keys such as model: meta-llama/Llama-2-7b-hf")
     if not isinstance(data, dict):
         raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
     raw = _normalized_keys(data)

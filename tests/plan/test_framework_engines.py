@@ -116,3 +116,13 @@ def test_litgpt_shards_over_every_rank_so_no_hsdp():
     lit = configs_for(16, parse_scenario({"model": MODEL, "method": "full", "framework": "litgpt"}))
     tune = configs_for(16, parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
     assert "hsdp" not in {c.parallelism for c in lit} and "hsdp" in {c.parallelism for c in tune}
+
+
+@pytest.mark.parametrize("value, words", [("-4", "must be from 1 to 1,000,000, got '-4'"),
+                                          ("four", "must be a number like 50000000")])
+def test_a_negative_count_is_judged_by_its_range(value, words):
+    """'-4' was called a malformed number (the token-count hint) where '0' got the range."""
+    from vramfit.plan.inputs import parse_count
+
+    with pytest.raises(ScenarioError, match=words):
+        parse_count("effective_batch", value, 1, 1_000_000)

@@ -17,7 +17,8 @@ from vramfit.safe_input import shown
 from vramfit.scenario import fraction, positive_number  # noqa: F401 - part of this module's validators
 
 _SCALES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-_COUNT = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
+# a sign is read so that "-4" is judged by the range ("must be from 1 to ..."), not called a malformed number
+_COUNT = re.compile(r"^([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
 MAX_TOKENS = 10**15
 
 

@@ -262,6 +262,8 @@ RULES: list[tuple[str, str]] = [
      "num_gpus: o $1 só treina uma base quantizada numa GPU (os seus scripts recusam --quantize com mais dispositivos)"),
     (r"^shard_scope: (\S+) shards over every rank \(its fine-tuning scripts have no hybrid sharding\)",
      "shard_scope: o $1 reparte por todas as GPUs (os seus scripts de fine-tuning não têm sharding híbrido)"),
+    (r"^scenario: is empty: give a mapping of scenario keys such as model: (\S+)$",
+     "scenario: está vazio: dá um mapeamento de chaves do cenário, por exemplo model: $1"),
     (r"^parallelism: (\d+) GPUs need a way to split the work", "parallelism: $1 GPUs precisam de uma forma de repartir o trabalho"),
     (r"^lora_targets: (.+?) is not a linear layer of this model", "lora_targets: $1 não é uma camada linear deste modelo"),
     (r"^params: not a parameter count: (.+?) \(examples: ", "params: não é um número de parâmetros: $1 (exemplos: "),
