@@ -53,7 +53,6 @@ ACCEL_PRECISIONS = ("no", "fp8", "fp16", "bf16")
 
 def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], list[Entry]]:
     out: dict[str, Any] = {"num_gpus": hf.whole(r, "num_processes", r.get("num_processes", 1, "accelerate default"))}
-    r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
     nodes = hf.whole(r, "num_machines", r.get("num_machines", 1, "accelerate default"))
     if nodes > 1:
         out["num_nodes"] = nodes  # num_processes counts every machine's processes (accelerate ClusterConfig)
@@ -88,6 +87,7 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
         out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config"), nodes))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
         out.update(hf.fsdp_checkpointing(r, "fsdp_config", r.sub("fsdp_config"), trainer_gc))  # one switch with the Trainer's
+        _replicas(r, out, nodes)
     elif kind == "NO":  # accelerate starts one process whatever num_processes says
         out.update(num_gpus=1, parallelism="none")
         if "num_processes" in r.entries:
@@ -96,7 +96,31 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
         out["parallelism"] = "ddp" if out["num_gpus"] > 1 else "none"
     else:
         raise r.error(f"distributed_type '{kind}' is not modelled yet (valid values: NO, MULTI_GPU, DEEPSPEED, FSDP)")
+    r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
     return out, extra
+
+
+def _replicas(r: KeyReader, out: dict[str, Any], nodes: int) -> None:
+    """FSDP2's hybrid sharding through accelerate's ParallelismConfig: ``parallelism_config_dp_replicate_size`` = the
+    node count with ``..._dp_shard_size`` = the GPUs of a node, no tensor/context/sequence parallel (accelerate
+    v1.16.0 commands/launch.py copies the mapping onto --parallelism_config_*; parallelism_config.py builds the
+    dp_replicate x dp_shard mesh and FSDP2 shards over dp_shard): ``shard_scope: node``. Other layouts stay
+    not modelled."""
+    sizes = {k.removeprefix("parallelism_config_"): v for k, v in r.sub("parallelism_config").items()}
+    rest = {k: v for k, v in sizes.items() if k.endswith("_size") and k not in ("dp_replicate_size", "dp_shard_size")}
+    if not sizes or any(v not in (1, None) for v in rest.values()) or not hf.is_fsdp2(out):
+        return
+    key = "parallelism_config.parallelism_config_dp_replicate_size"
+    replicas = hf.whole(r, key, r.get(key, 1, "accelerate default"))
+    shards = sizes.get("dp_shard_size", out["num_gpus"] // replicas)
+    if replicas > 1 and replicas == nodes and replicas * shards == out["num_gpus"]:
+        r.get("parallelism_config.parallelism_config_dp_shard_size")
+        for k in ("dp_replicate_size", "dp_shard_size"):
+            r.set(f"parallelism_config.parallelism_config_{k}", "shard_scope", "node")
+        out["shard_scope"] = "node"
+    elif replicas > 1:
+        r.mark(key, "replicas other than the node count (dp_replicate_size x dp_shard_size = num_processes, one "
+                    "replica per node) are not modelled yet")
 
 
 def _launcher_precision(imp: Imported, r: KeyReader, merged: dict[str, Any]) -> None:
@@ -109,6 +133,20 @@ def _launcher_precision(imp: Imported, r: KeyReader, merged: dict[str, Any]) -> 
     merged["precision"] = f"{mp}-mixed"
     r.entries["mixed_precision"] = Entry("read", "mixed_precision", mp, "", [f"precision={mp}-mixed (the training "
                                          "config sets neither bf16 nor fp16, so the launcher's stays)"])
+
+
+def _hpz_across_nodes(entries: list[Entry], merged: dict[str, Any]) -> None:
+    """A DeepSpeed JSON's ZeRO++ ``zero_hpz_partition_size`` equal to the GPUs of a node, once a launcher file gives
+    several nodes: the scenario's ``shard_scope: node`` on ZeRO-3 (estimate/deepspeed.py ``_hpz_keys``, which the
+    JSON alone, read before the node count is known, leaves not modelled)."""
+    nodes, gpus = merged.get("num_nodes", 1), merged.get("num_gpus", 1)
+    if nodes <= 1 or gpus % nodes or merged.get("parallelism") != "zero3":
+        return
+    for e in entries:
+        if e.key.endswith("zero_optimization.zero_hpz_partition_size") and e.kind == "not modelled yet" \
+                and e.value == gpus // nodes:
+            e.kind, e.note, e.becomes = "read", "", ["shard_scope=node (ZeRO++ hpZ inside each node)"]
+            merged["shard_scope"] = "node"
 
 
 def apply(imp: Imported, path: Path) -> Imported:
@@ -143,6 +181,7 @@ def apply(imp: Imported, path: Path) -> Imported:
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
     _launcher_precision(imp, r, merged)
+    _hpz_across_nodes(imp.entries + list(r.entries.values()) + extra, merged)
     if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):
         merged["use_reentrant"] = "no"
         for e in imp.entries:

@@ -155,8 +155,6 @@ def _fsdp2_block(plan: Plan, shard: str, notes: list[str]) -> dict[str, Any]:
     """The scenario's ``fsdp_version: 2``: accelerate 1.15's FSDP2 keys (as trl/accelerate_configs/fsdp2.yaml); FSDP2
     takes ``reshard_after_forward`` as a bool and drops the FSDP1-only keys (FullyShardedDataParallelPlugin
     .__post_init__, accelerate/utils/dataclasses.py: sync_module_states, use_orig_params, prefetch)."""
-    if nodes.hybrid(plan):
-        notes.append("FSDP2 shards inside the node through accelerate's ParallelismConfig (dp_replicate_size = nodes)")
     return {
         "fsdp_activation_checkpointing": plan.gradient_checkpointing != "none",
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -195,6 +193,12 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
                                    "zero3_init_flag": plan.parallelism == "zero3" and plan.scenario["method"] == "full"}
     if engine == "fsdp":
         cfg["fsdp_config"] = _fsdp_block(plan, notes)
+        if nodes.hybrid(plan) and cfg["fsdp_config"]["fsdp_version"] == 2:
+            # FSDP2 shards inside the node through accelerate's ParallelismConfig: `accelerate launch` copies this
+            # mapping's keys onto its --parallelism_config_* arguments and sets use_parallelism_config (accelerate
+            # v1.16.0 commands/launch.py l. 1298-1325, utils/launch.py prepare_extend_env_parallelism_config)
+            cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": nodes.nodes_of(plan),
+                                         "parallelism_config_dp_shard_size": nodes.per_node(plan)}
     return cfg
 
 
