@@ -193,3 +193,22 @@ def test_the_deepspeed_keys_line_is_portuguese_throughout():
     assert pt.startswith("Chaves da configuração DeepSpeed") and "not read by vramfit" not in pt
     assert "desconhecidas do vramfit" in pt or "não lidas pelo vramfit" in pt
     assert "NVMe offload I/O" not in pt and "E/S do descarregamento para NVMe" in pt
+
+
+@pytest.mark.parametrize("fsdp_version", ["1", "2"])
+def test_a_trl_export_of_an_offload_plan_under_fsdp_reads_back(tmp_path, fsdp_version):
+    """The export writes TRL's activation_offloading with FSDP's activation checkpointing (the wrapper's block inputs
+    go to the host): read as a clash ('sets gradient_checkpointing=full but ... offload'); now as offload, the plan's
+    bytes."""
+    import dataclasses
+
+    r = plan({"model": "Qwen/Qwen2.5-7B", "method": "full", "parallelism": "fsdp", "fsdp_version": "2"},
+             effective_batch=16, gpu_ids="rtx4080", max_gpus=2, with_changes=False)
+    p = next(p for p in r.plans if p.gradient_checkpointing == "offload" and p.num_gpus == 2)
+    p = dataclasses.replace(p, scenario={**p.scenario, "fsdp_version": fsdp_version})  # FSDP1: the same files' keys
+    for name, text in export_plan(p, "trl").files.items():
+        (tmp_path / name).write_text(text)
+    sc = from_config(tmp_path / "train_config.yaml", tmp_path / "accelerate.yaml").scenario
+    assert (sc.gradient_checkpointing.value, sc.fsdp_version.value) == ("offload", fsdp_version)
+    assert estimate(sc.replace(gpu="rtx4080")).peak.device_bytes == estimate({**p.scenario, "gpu": "rtx4080"}
+                                                                             ).peak.device_bytes

@@ -175,7 +175,7 @@ def apply(imp: Imported, path: Path) -> Imported:
         given = {e.key for e in imp.entries if e.kind == "read" and any(b.startswith(key + "=") for b in e.becomes)}
         # FSDP's activation checkpointing on, the Trainer's off (transformers requires it so, hf_common
         # double_checkpointing): one switch, not a clash; its non-reentrant wrapper replaces the Trainer's use_reentrant
-        fsdp_ac = out.get("gradient_checkpointing") == "full" and (
+        fsdp_ac = out.get("gradient_checkpointing") in ("full", "offload") and (
             key == "use_reentrant" or (key == "gradient_checkpointing" and merged.get(key) in ("none", "full")))
         if given and key in merged and str(merged[key]) != str(value) and not fsdp_ac:
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")

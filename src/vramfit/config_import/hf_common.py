@@ -402,9 +402,12 @@ def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any], train
     clash = double_checkpointing(r.trainer_checkpointing, trainer_gc, f"{prefix}.{name}")
     if clash:
         raise r.error(clash)
-    r.set(f"{prefix}.{name}", "gradient_checkpointing", "full")
+    # with TRL's activation_offloading on (the Trainer's checkpointing off), the wrapper's saved block inputs go to
+    # the host: checkpointing with offload (what the trl export writes for an offload plan under FSDP)
+    ckpt = "offload" if trainer_gc == "offload" else "full"
+    r.set(f"{prefix}.{name}", "gradient_checkpointing", ckpt)
     r.set(f"{prefix}.{name}", "use_reentrant", "no")
-    return {"gradient_checkpointing": "full", "use_reentrant": "no"}
+    return {"gradient_checkpointing": ckpt, "use_reentrant": "no"}
 
 
 def double_checkpointing(trainer_key: str, trainer_gc: Any, fsdp_key: str) -> str:
