@@ -43,7 +43,8 @@ ACCEL_FSDP_AC = ("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp
 @pytest.mark.parametrize("train, where", [
     ("", "gradient_checkpointing"),  # TRL's default is on
     ("gradient_checkpointing: true\n", "gradient_checkpointing"),
-    ("activation_checkpointing: true\n", "activation_checkpointing")])
+    ("activation_checkpointing: true\n", "activation_checkpointing"),
+    ("activation_offloading: true\n", "gradient_checkpointing")])  # offloading leaves the Trainer's own on
 def test_fsdp_and_trainer_checkpointing_both_on_is_refused_as_transformers_does(train, where):
     """transformers 5.24 trainer.py l. 879-884 raises when FSDP's activation checkpointing and the Trainer's are both
     on; TRL's gradient_checkpointing defaults to true, so the run needs it written false."""

@@ -241,7 +241,7 @@ def _checkpointing(r: KeyReader) -> str:
     r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
     # passed to TrainingArguments (axolotl@067b021 core/builders/base.py _configure_gradient_checkpointing), so
     # transformers refuses it with FSDP's activation checkpointing (hf_common.double_checkpointing)
-    r.trainer_checkpointing = "gradient_checkpointing"
+    r.trainer_checkpointing = "gradient_checkpointing" if gc else ""
     return "full" if gc else "none"
 
 

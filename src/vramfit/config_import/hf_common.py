@@ -399,7 +399,7 @@ def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any], train
     name = next((k for k in options if k.removeprefix("fsdp_") == "activation_checkpointing"), None)
     if name is None or not switch_value(r, f"{prefix}.{name}", r.get(f"{prefix}.{name}"), ACCELERATE_BOOL):
         return {}
-    clash = double_checkpointing(r.trainer_checkpointing, trainer_gc, f"{prefix}.{name}")
+    clash = double_checkpointing(r.trainer_checkpointing, f"{prefix}.{name}")
     if clash:
         raise r.error(clash)
     # with TRL's activation_offloading on (the Trainer's checkpointing off), the wrapper's saved block inputs go to
@@ -410,12 +410,12 @@ def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any], train
     return {"gradient_checkpointing": ckpt, "use_reentrant": "no"}
 
 
-def double_checkpointing(trainer_key: str, trainer_gc: Any, fsdp_key: str) -> str:
+def double_checkpointing(trainer_key: str, fsdp_key: str) -> str:
     """The refusal when FSDP's activation checkpointing (``fsdp_key``) and the Trainer's own are both on: transformers
     raises (v5.24.0 trainer.py l. 879-884: ValueError, 'can't both be set to True'). ``trainer_key``: the file key
-    passed to TrainingArguments (:attr:`Imported.trainer_checkpointing`; TRL's default is on), empty where the
-    dialect checkpoints the model itself. Empty string: no clash."""
-    if not trainer_key or trainer_gc != "full":
+    that turned the Trainer's on (:attr:`Imported.trainer_checkpointing`, given or by TRL's default), empty where it
+    is off or the dialect checkpoints the model itself. Empty string: no clash."""
+    if not trainer_key:
         return ""
     return (f"{fsdp_key} turns on FSDP's activation checkpointing while {trainer_key} (the Trainer's, given or by "
             "default) is true: transformers refuses both (trainer.py: 'can't both be set to True'); set "

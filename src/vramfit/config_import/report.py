@@ -62,7 +62,7 @@ class Imported:
     reentrant_off_under_fsdp2: bool = False
     #: the file key that turns the Trainer's own checkpointing on (TrainingArguments.gradient_checkpointing, which TRL
     #: and Axolotl pass): transformers refuses it together with FSDP's activation checkpointing (hf_common
-    #: ``refuse_double_checkpointing``); empty where the dialect checkpoints the model itself (LLaMA-Factory)
+    #: ``double_checkpointing``), given or by default; empty where it is off or the dialect checkpoints the model itself
     trainer_checkpointing: str = ""
 
     @property

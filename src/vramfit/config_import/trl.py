@@ -113,7 +113,7 @@ def _step(r: KeyReader) -> None:
     off = hf.boolean(r, "activation_offloading", False, SFT_SRC, spellings=hf.ARGPARSE_BOOL)
     r.set("activation_offloading" if off else name, "gradient_checkpointing",
           "offload" if off else "full" if gc else "none")
-    r.trainer_checkpointing = name  # reaches TrainingArguments (hf_common.double_checkpointing)
+    r.trainer_checkpointing = name if gc else ""  # on in TrainingArguments (hf_common.double_checkpointing)
     if new:
         r.ignore("gradient_checkpointing", "deprecated alias: activation_checkpointing is set (transformers 5.24)")
     kwargs = "activation_checkpointing_kwargs" if r.has("activation_checkpointing_kwargs") else "gradient_checkpointing_kwargs"
