@@ -55,7 +55,8 @@ def test_preference_stage_config_is_parsed_by_its_trl_class(stage, reference, co
     if stage == "dpo":
         assert args.loss_type == ["sigmoid"]
     if stage == "simpo":
-        assert (args.loss_type, args.cpo_alpha) == ("simpo", 0.0)
+        # the plan's NLL weight (CPOConfig's default 1.0 here): 0.0 was written whatever the plan counted
+        assert (args.loss_type, args.cpo_alpha) == ("simpo", p.scenario["cpo_alpha"]) == ("simpo", 1.0)
     assert f"trl.{config} fields" in (tmp_path / "train_config.yaml").read_text()
 
 

@@ -40,8 +40,13 @@ def scores(data: dict[str, Any]) -> dict[str, int]:
     out = {d: sum(k in data for k in keys) for d, keys in SIGNATURES.items()}
     out["torchtune"] = 10 if _has_component(data) else 0
     out["swift"] += isinstance(data.get("model"), str)  # ms-swift's --model; the others say base_model/model_name_or_path
-    if out["llamafactory"] or out["swift"] > 1:  # LLaMA-Factory and ms-swift configs also hold TrainingArguments keys
+    # LLaMA-Factory and ms-swift configs also hold TrainingArguments keys; a TRL file vramfit's trl export wrote for a
+    # preference or RL stage names its trainer with `stage` (plan/export_stages.py), LLaMA-Factory's one key alone
+    lf_only_stage = out["llamafactory"] == 1 and "stage" in data and out["trl"] > 1
+    if (out["llamafactory"] and not lf_only_stage) or out["swift"] > 1:
         out["trl"] = 0
+    if lf_only_stage:
+        out["llamafactory"] = 0
     if out["swift"] == 1 and "torch_dtype" in data:  # TRL's ModelConfig has torch_dtype too
         out["swift"] = 0
     return out

@@ -41,24 +41,72 @@ def axolotl_stage(r: KeyReader) -> None:
     r.set("rl", "stage", stage)
     if stage == "simpo" and r.get("cpo_alpha") is not None:
         r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha"))
-    if stage != "grpo":
-        return
-    for key, target in (("trl.num_generations", "num_generations"), ("trl.max_completion_length", "completion_len")):
-        value = r.get(key)
+    if stage == "grpo":
+        grpo_keys(r, "trl.", "axolotl passes vllm_mode None on: TRL 1.16.0 GRPOConfig.vllm_mode")
+
+
+def grpo_keys(r: KeyReader, prefix: str, mode_source: str) -> None:
+    """GRPOConfig's keys that size the rollouts (under ``prefix``: Axolotl's ``trl.``, none in a TRL file); keys left
+    out keep the scenario's defaults, which are TRL 1.16.0's (stage_keys.py: 8 generations of 512 tokens, no vLLM)."""
+    for key, target in (("num_generations", "num_generations"), ("max_completion_length", "completion_len")):
+        value = r.get(prefix + key)
         if value is not None:
-            r.set(key, target, value)
-    if r.get("trl.use_vllm") is True:
-        mode = r.get("trl.vllm_mode", "colocate", "axolotl passes vllm_mode None on: TRL 1.16.0 GRPOConfig.vllm_mode")
-        r.set("trl.use_vllm", "generation", "vllm-colocate" if mode == "colocate" else "vllm-server")
+            r.set(prefix + key, target, value)
+    if r.get(prefix + "use_vllm") is True:
+        mode = r.get(prefix + "vllm_mode", "colocate", mode_source)
+        r.set(prefix + "use_vllm", "generation", "vllm-colocate" if mode == "colocate" else "vllm-server")
         if mode == "colocate":
-            util = r.get("trl.vllm_gpu_memory_utilization")
+            util = r.get(prefix + "vllm_gpu_memory_utilization")
             if util is not None:
-                r.set("trl.vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization", util)
-            if r.get("trl.vllm_enable_sleep_mode") is True:
-                r.set("trl.vllm_enable_sleep_mode", "vllm_sleep", True)
-    beta = r.get("trl.beta")
+                r.set(prefix + "vllm_gpu_memory_utilization", "vllm_gpu_memory_utilization", util)
+            if r.get(prefix + "vllm_enable_sleep_mode") is True:
+                r.set(prefix + "vllm_enable_sleep_mode", "vllm_sleep", True)
+    beta = r.get(prefix + "beta")
     if beta:  # beta > 0 loads a reference (TRL GRPOTrainer); auto picks copy or adapters-off by method
-        r.set("trl.beta", "reference", "copy" if r.out.get("method") == "full" else "adapters-off")
+        r.set(prefix + "beta", "reference", "copy" if r.out.get("method") == "full" else "adapters-off")
+
+
+#: The stages a TRL file names with ``stage`` (vramfit's own key, which picks the trainer in the ``train.py`` that
+#: ``plan --export trl`` writes: plan/export_stages.py CONFIG_CLASS), and the config class each one's keys are.
+TRL_STAGES = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig", "simpo": "CPOConfig",
+              "grpo": "GRPOConfig"}
+TRL_SRC = "trl 1.16.0 trl/trainer/dpo_config.py, kto_config.py, grpo_config.py"
+#: Keys of the preference configs with no memory effect (loss weights and margins; TRL 1.16.0 *_config.py).
+TRL_STAGE_IGNORED = [("beta", "a loss weight"), ("label_smoothing", "a loss weight"), ("simpo_gamma", "a loss margin"),
+                     ("desirable_weight", "a loss weight"), ("undesirable_weight", "a loss weight"),
+                     ("loss_weights", "loss weights"), ("temperature", "sampling"), ("top_p", "sampling"),
+                     ("top_k", "sampling"), ("reward_weights", "loss weights"), ("scale_rewards", "reward scaling"),
+                     ("epsilon*", "clipping range"), ("num_iterations", "updates per batch (the step holds one)")]
+
+
+def trl_stage(r: KeyReader) -> None:
+    """``stage`` in a TRL file (what ``plan --export trl`` writes with the stage's config fields): the scenario's
+    stage, its reference (DPO/KTO ``precompute_ref_log_probs``; GRPO ``beta``), SimPO's ``cpo_alpha`` and GRPO's
+    rollout keys. A DPO ``loss_type`` other than sigmoid keeps the same log-probs: marked, counted as sigmoid's."""
+    from vramfit.safe_input import shown
+
+    stage = r.get("stage")
+    if stage is None:
+        return
+    if not isinstance(stage, str) or stage.lower() not in TRL_STAGES:
+        raise r.error(f"stage: {shown(stage)} is not a stage of TRL's trainers (valid values: {', '.join(TRL_STAGES)})")
+    stage = stage.lower()
+    r.set("stage", "stage", stage)
+    if stage in ("dpo", "kto") and r.get("precompute_ref_log_probs", False, TRL_SRC) is True:
+        r.set("precompute_ref_log_probs", "reference", "precomputed")
+    loss = r.get("loss_type")
+    if stage == "dpo" and loss not in (None, "sigmoid", ["sigmoid"]):
+        r.mark("loss_type", "DPO losses other than sigmoid are counted as sigmoid's (the same log-probs)")
+    elif stage == "simpo":
+        if loss not in (None, "simpo"):
+            raise r.error(f"loss_type: {shown(loss)} with stage simpo (valid values: simpo)")
+        if r.get("cpo_alpha") is not None:
+            r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha"))
+    elif stage == "grpo":
+        grpo_keys(r, "", "TRL 1.16.0 GRPOConfig.vllm_mode")
+    r.ignore("loss_type", "the loss formula: the same log-probs")
+    for key, why in TRL_STAGE_IGNORED:
+        r.ignore(key, why)
 
 
 def llamafactory_stage(r: KeyReader, stage: str, source: str) -> None:

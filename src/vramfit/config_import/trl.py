@@ -8,6 +8,7 @@ from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
+from vramfit.config_import.stages import trl_stage
 
 SFT_SRC = "trl 1.16.0 trl/trainer/sft_config.py"
 MODEL_SRC = "trl 1.16.0 trl/trainer/model_config.py"
@@ -92,10 +93,30 @@ def _precision(r: KeyReader, method: str) -> str:
     return "bf16-mixed" if bf16 else "fp16-mixed" if fp16 else "fp32"
 
 
+def _grpo_length(r: KeyReader) -> None:
+    """GRPO's sequence is the prompt plus the completion: ``max_prompt_length`` (GRPOConfig before TRL 0.26; 1.16
+    has none and leaves the prompt to the data) + ``max_completion_length``; without it the scenario's default."""
+    from vramfit.config_import.report import Entry
+    from vramfit.scenario import Scenario
+    from vramfit.stage_keys import GRPO_COMPLETION_LEN
+
+    prompt = r.get("max_prompt_length")
+    if prompt is not None:
+        prompt = hf.whole(r, "max_prompt_length", prompt)
+        r.set("max_prompt_length", "seq_len", prompt + r.out.get("completion_len", GRPO_COMPLETION_LEN))
+        return
+    seq = Scenario.__dataclass_fields__["seq_len"].default
+    r.entries["seq_len"] = Entry("default", "seq_len", seq, "not in the file: GRPOConfig (TRL 1.16) has no prompt "
+                                 "limit, the data's prompts set it; pass --seq-len (prompt + completion)",
+                                 [f"seq_len={seq}"])
+
+
 def _step(r: KeyReader) -> None:
     r.set("per_device_train_batch_size", "micro_batch_size", r.get("per_device_train_batch_size", 8, ARGS_SRC))
     r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, ARGS_SRC))
-    if r.has("max_seq_length"):
+    if r.out.get("stage") == "grpo":
+        _grpo_length(r)
+    elif r.has("max_seq_length"):
         r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
         if r.has("max_length"):
             raise r.error("max_length and max_seq_length are both set (max_seq_length is the older name); keep one")
@@ -140,6 +161,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "trl", data, SOURCE)
     method = _model(r)
     r.set("bf16", "precision", _precision(r, method))
+    trl_stage(r)  # before the step: GRPO has no max_length
     _step(r)
     # `trl sft` passes dataset[dataset_test_split] as eval_dataset when eval_strategy is not "no" (trl 1.16.0
     # trl/scripts/sft.py l. 107), and the Trainer refuses such a strategy without one: the config says it all

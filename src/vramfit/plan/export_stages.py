@@ -2,8 +2,8 @@
 
 Each stage is TRL 1.16.0's own trainer and config class (read by ``train.py``'s ``STAGES`` table):
 ``DPOConfig``/``KTOConfig``/``GRPOConfig`` (trl/trainer/*_config.py), ``ORPOConfig`` and ``CPOConfig``
-(trl/experimental/orpo, trl/experimental/cpo; SimPO is ``CPOConfig(loss_type="simpo", cpo_alpha=0.0)``,
-trl/experimental/cpo/cpo_config.py and TRL's CPO docs "SimPO"). Keys TRL 1.16 no longer has
+(trl/experimental/orpo, trl/experimental/cpo; SimPO is ``CPOConfig(loss_type="simpo")``, with the plan's
+``cpo_alpha``: TRL's CPO docs "SimPO" set it to 0.0 for the paper's loss, CPOConfig's default is 1.0). Keys TRL 1.16 no longer has
 (``max_prompt_length``) are not written: its parser rejects an unknown key. PPO left TRL after v1.9.0,
 so no config is written for it.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramfit.plan.report import Plan
+from vramfit.stage_keys import CPO_ALPHA
 
 #: stage -> the TRL config class train.py parses it with (for the file's header)
 CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig",
@@ -48,8 +49,8 @@ def stage_args(plan: Plan, args: dict[str, Any], notes: list[str]) -> dict[str, 
         if ref == "copy" and sc["method"] != "full":
             notes.append("reference copy beside LoRA: train.py passes ref_model=None, so TRL disables the adapters "
                          "instead (less memory than planned)")
-    if stage == "simpo":
-        out |= {"loss_type": "simpo", "cpo_alpha": 0.0}
+    if stage == "simpo":  # the plan's NLL weight (the scenario's cpo_alpha: TRL's CPOConfig default 1.0 if not given)
+        out |= {"loss_type": "simpo", "cpo_alpha": sc.get("cpo_alpha", CPO_ALPHA)}
     return out
 
 
