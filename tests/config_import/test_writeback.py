@@ -64,6 +64,18 @@ def test_litgpt_grad_accum_is_written_as_global_batch(tmp_path):
                                         ("  micro_batch_size: 2", "  micro_batch_size: 1")]
 
 
+def test_litgpt_gpu_count_is_written_as_devices(tmp_path):
+    """A plan for 4 GPUs left devices: 2 in the file ('not in the file: num_gpus=4'); read back as written it was a
+    2-GPU run at twice the accumulation (24.62 against 10.58 GiB). devices is written; the FSDP sharding and
+    checkpointing it implies are not reported as left."""
+    changes = {"num_gpus": 4, "parallelism": "fsdp", "gradient_checkpointing": "full", "micro_batch_size": 4,
+               "grad_accum": 1}
+    want, again, old, new, _, left = _roundtrip(tmp_path, "litgpt_lora.yaml", changes)
+    assert (again["num_gpus"], again["grad_accum"], again["micro_batch_size"]) == (4, 1, 4)
+    assert not [x for x in left if x.startswith(("num_gpus", "parallelism", "gradient_checkpointing"))]
+    assert ("devices: 2", "devices: 4") in _changed_lines(old, new)
+
+
 def test_missing_key_is_added_and_comment_kept(tmp_path):
     want, again, old, new, _, _ = _roundtrip(tmp_path, "llamafactory_qlora.yaml", {"seq_len": 1024, "loss": "fused"})
     assert again == want

@@ -26,7 +26,7 @@ SWITCH_DEFAULTS = {"lora_query": True, "lora_key": False, "lora_value": True, "l
                    "lora_mlp": False, "lora_head": False}
 
 WRITE_KEYS = {"micro_batch_size": "train.micro_batch_size", "grad_accum": "train.global_batch_size",
-              "seq_len": "train.max_seq_length", "lora_rank": "lora_r"}
+              "seq_len": "train.max_seq_length", "lora_rank": "lora_r", "num_gpus": "devices"}
 
 IGNORED = [("out_dir", "path"), ("data.*", "data"), ("train.save_interval", "checkpoint saving"),
            ("train.log_interval", "logging"), ("train.lr_warmup_*", "schedule"), ("train.epochs", "schedule"),

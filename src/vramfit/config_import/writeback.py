@@ -80,6 +80,13 @@ def _pinned_eval(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any
     return {"eval_batch_size": scenario["eval_batch_size"]}
 
 
+def _litgpt_implied(key: str, value: Any, scenario: dict[str, Any]) -> bool:
+    """litgpt's scripts take the sharding and checkpointing from ``devices`` (FSDPStrategy with activation
+    checkpointing above one device, config_import/litgpt.py ``_devices``): nothing to write for them."""
+    many = int(scenario["num_gpus"]) > 1
+    return (key, value) in (("parallelism", "fsdp" if many else "none"), ("gradient_checkpointing", "full" if many else "none"))
+
+
 def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(dotted file key -> value to write, ["key=value" the dialect's file cannot hold])."""
     out: dict[str, Any] = {}
@@ -91,6 +98,8 @@ def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]
         left.append(f"eval_batch_size={pinned['eval_batch_size']} (the file evaluates at its micro batch)")
     for key, value in changes.items():
         spelled = _spelled(imp, key, value)
+        if imp.dialect == "litgpt" and _litgpt_implied(key, value, scenario):
+            continue
         if spelled is None and not (imp.dialect == "litgpt" and key == "grad_accum"):
             left.append(f"{key}={value}")
         out.update({k: v for k, v in (spelled or {}).items() if _needed(imp, k, v)})
