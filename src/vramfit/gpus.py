@@ -34,7 +34,7 @@ from pathlib import Path
 
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import read_text_file, shown, user_path
-from vramfit.units import GB, MiB
+from vramfit.units import GB, GiB, MiB
 
 #: GPUs in one node (one machine): 8 on the HGX/DGX boards the catalog's SXM cards come in
 #: (NVIDIA DGX H100/H200/B200 user guides: 8 GPUs per system). The planner rents at most one node;
@@ -205,7 +205,11 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
     if n["usable_bytes"] is not None or n["usable_mib"] is not None:
         usable = int(n["usable_bytes"]) if n["usable_bytes"] is not None else int(n["usable_mib"] * MiB)
         kind, usrc = "user", f"set in {where}"
-    elif gid in USABLE:
+        if usable > mem * GiB:  # CUDA totals lie between memory_gb x 10^9 and memory_gb x 1024^3 (module docstring)
+            col = "usable_bytes" if n["usable_bytes"] is not None else "usable_mib"
+            raise _bad(where, line, gid, col, f"({usable / GiB:,.1f} GiB) is above memory_gb ({mem:g} GB, at most "
+                       f"{mem:g} GiB usable)")
+    elif gid in USABLE and not row.get(_MEMORY_NEW):
         mib, kind, usrc = USABLE[gid]
         usable = mib * MiB
     else:
@@ -248,6 +252,9 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
 def _read_rows(text: str, where: str, strict: bool) -> list[tuple[int, dict[str, str]]]:
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ScenarioError("gpus", f"{where}: column {shown(twice[0])} is given twice in the header", COLUMNS)
     if "gpu_id" not in header:
         raise ScenarioError("gpus", f"{where}: needs a header row with a gpu_id column", COLUMNS)
     if strict:
@@ -278,6 +285,8 @@ def _bundled_rows() -> dict[str, dict[str, str]]:
     return {row["gpu_id"].strip().lower(): row for _, row in _read_rows(text, "bundled gpus.csv", strict=False)}
 
 
+#: marker cell of a merged row whose memory_gb a user file changed (:func:`_overridden`)
+_MEMORY_NEW = "_memory_overridden"
 _user_files: list[Path] = []
 _catalog_cache: dict[str, GPU] | None = None
 
@@ -291,6 +300,26 @@ def config_dir() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".config") / "vramfit"
 
 
+def _aliases(rows: dict[str, tuple]) -> dict[str, str]:
+    """Every alias of the cards so far -> its card id."""
+    return {a.strip().lower(): gid for gid, (row, *_) in rows.items()
+            for a in (row.get("aliases") or "").split(";") if a.strip()}
+
+
+def _overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dict[str, str]:
+    """A catalog row with a user row's cells on top. A new ``memory_gb`` without a usable figure drops the catalog's
+    published CUDA total (it was the old card's): the usable figure is then the new memory's; new prices without
+    ``price_details`` drop the old offers' description, which named other prices."""
+    if "usable_bytes" in filled or "usable_mib" in filled:
+        base.pop("usable_bytes", None)
+        base.pop("usable_mib", None)
+    elif "memory_gb" in filled and filled["memory_gb"].strip() != (base.get("memory_gb") or "").strip():
+        base[_MEMORY_NEW] = "1"
+    if {"price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high"} & set(filled) and "price_details" not in filled:
+        base["price_details"] = f"set in {where}"
+    return base | filled
+
+
 def _merge(files: list[Path]) -> dict[str, GPU]:
     rows = {gid: (dict(r), "bundled", "bundled gpus.csv", 0) for gid, r in _bundled_rows().items()}
     for path in files:
@@ -299,14 +328,12 @@ def _merge(files: list[Path]) -> dict[str, GPU]:
             gid = (row.get("gpu_id") or "").strip().lower()
             if not gid:
                 raise _bad(where, line, "", "gpu_id", "is empty (every row needs a card id)")
+            if gid not in rows and gid in _aliases(rows):
+                raise _bad(where, line, gid, "gpu_id", f"is the catalog's name for {_aliases(rows)[gid]}: override that "
+                           f"card with gpu_id {_aliases(rows)[gid]}, or give yours another id")
             base = dict(rows[gid][0]) if gid in rows else {}
             filled = {k: v for k, v in row.items() if k and (v or "").strip()}
-            if ("usable_bytes" in filled or "usable_mib" in filled):
-                base.pop("usable_bytes", None)
-                base.pop("usable_mib", None)
-            base.update(filled)
-            base["gpu_id"] = gid
-            rows[gid] = (base, where, where, line)
+            rows[gid] = (_overridden(base, filled, where) | {"gpu_id": gid}, where, where, line)
     out = {}
     for gid, (row, origin, where, line) in rows.items():
         out[gid] = _row_to_gpu(row, where, line, origin)

@@ -109,3 +109,51 @@ def test_host_and_peer_links():
     assert get_gpu("h100-sxm").peer_gbs == 450 and get_gpu("h100-sxm").host_link_gbs == 63
     assert get_gpu("rtx4090").peer_gbs == get_gpu("rtx4090").host_link_gbs == 31.5
     assert get_gpu("rtx4060ti-16gb").host_link_gbs == 15.75  # x8 link
+
+
+def test_a_new_memory_for_a_catalog_card_drops_its_published_usable_figure(tmp_path):
+    """memory_gb 24 over the H100 kept its 79.2 GiB CUDA total: every fit verdict ignored the new memory."""
+    f = tmp_path / "small.csv"
+    f.write_text("gpu_id,memory_gb\nh100-sxm,24\n", encoding="utf-8")
+    with gpus.user_gpus_added(f):
+        g = get_gpu("h100-sxm")
+        assert (g.memory_gb, g.usable_bytes, g.usable_kind) == (24, 24 * 10**9, "marketing")
+    same = tmp_path / "same.csv"
+    same.write_text("gpu_id,memory_gb\nh100-sxm,80\n", encoding="utf-8")
+    with gpus.user_gpus_added(same):  # the catalog's own memory: its published total stays
+        assert get_gpu("h100-sxm").usable_bytes == 81082 * MiB
+
+
+def test_new_prices_without_details_do_not_keep_the_old_offers(tmp_path):
+    f = tmp_path / "prices.csv"
+    f.write_text("gpu_id,price_usd_per_gpu_hr_low,price_usd_per_gpu_hr_high\nh100-sxm,1.99,2.49\n", encoding="utf-8")
+    with gpus.user_gpus_added(f):
+        assert get_gpu("h100-sxm").price_details == f"set in {f}"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("gpu_id,memory_gb,usable_mib\nmy-card,24,999999\n", r"usable_mib \(976.6 GiB\) is above memory_gb \(24 GB"),
+    ("gpu_id,memory_gb,memory_gb\nx,30,40\n", "column 'memory_gb' is given twice"),
+    ("gpu_id,memory_gb\n4090,26\n", "gpu_id is the catalog's name for rtx4090")])
+def test_user_rows_that_would_silently_contradict_are_refused(tmp_path, text, words):
+    f = tmp_path / "bad.csv"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(ScenarioError, match=words):
+        load_user_gpus(f)
+    assert get_gpu("4090").gpu_id == "rtx4090"
+
+
+def test_estimate_and_gpus_take_a_gpu_file(tmp_path):
+    """fit, sweep and plan took --gpus; estimate and gpus did not, so a card of your file could not be estimated."""
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    f = tmp_path / "mine.csv"
+    f.write_text("gpu_id,name,memory_gb,bf16_fp16_dense_tflops\nmy-card,My Card,32,100\n", encoding="utf-8")
+    out = CliRunner().invoke(app, ["estimate", "--gpus", str(f), "--gpu", "my-card", "--model", "Qwen/Qwen2.5-0.5B",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    assert '"my-card"' in out.output
+    listed = CliRunner().invoke(app, ["gpus", "--gpus", str(f), "--json"])
+    assert listed.exit_code == 0 and '"gpu_id": "my-card"' in listed.output

@@ -78,6 +78,17 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+GPUS_HELP = "Your GPU CSV: adds cards or overrides cells of the catalog's (as the config directory's gpus.csv)."
+
+
+def _user_gpus(path: Path | None) -> None:
+    """``--gpus FILE``: its cards join the catalog for this command (errors keyed ``gpus``, naming file and line)."""
+    if path is not None:
+        from vramfit.gpus import load_user_gpus
+
+        load_user_gpus(path)
+
+
 @app.command()
 @user_errors
 @with_scenario_options
@@ -92,6 +103,7 @@ def estimate(
     safety_margin: float = typer.Option(
         SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
     ),
+    gpus_file: Path | None = typer.Option(None, "--gpus", help=GPUS_HELP),
     dataset_report=None,
     dataset_options=None,
 ) -> None:
@@ -101,6 +113,7 @@ def estimate(
     from vramfit.plan.verdict import with_fits
     from vramfit.scenario import fraction
 
+    _user_gpus(gpus_file)
     safety_margin = fraction("safety_margin", safety_margin, lo_open=False)
     cal = load_active()  # the user's `vramfit calibrate` file, if any: applied to its GPU family only
 
@@ -174,11 +187,14 @@ def models(
 @user_errors
 def gpus(
     json_out: bool = typer.Option(False, "--json", help="Print the catalog as JSON."),
+    gpus_file: Path | None = typer.Option(None, "--gpus", help=GPUS_HELP),
 ) -> None:
     """List the GPU catalog: memory (marketing GB and usable GiB), BF16 TFLOPS, rental prices."""
     from rich.table import Table
 
     from vramfit.gpus import list_gpus
+
+    _user_gpus(gpus_file)
 
     rows = list_gpus()
     if json_out:
