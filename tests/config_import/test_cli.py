@@ -110,3 +110,37 @@ def test_flags_are_written_back_typed(tmp_path):
     assert "  micro_batch_size: 4\n" in text and "  global_batch_size: 64\n" in text  # 4 x 16 accumulation x 1 GPU
     r = run("fit", "--from", src, "--gpu", "h100-sxm", "--write-to", tmp_path / "n.yaml")
     assert "nothing to change" in r.stderr and not (tmp_path / "n.yaml").exists()
+
+
+AXOLOTL_LONG = """base_model: meta-llama/Llama-3.1-8B
+adapter: lora
+lora_r: 16
+lora_alpha: 32
+lora_target_linear: true
+sequence_len: 4096
+micro_batch_size: 4
+gradient_accumulation_steps: 1
+gradient_checkpointing: false
+bf16: true
+optimizer: adamw_torch
+"""
+
+
+def test_fit_write_to_keeps_the_training_where_a_combination_fits(tmp_path):
+    """Only 128-token rows fitted alone, and fit --write-to saved sequence_len: 128 (3 % of the 4,096) where
+    checkpointing and a smaller micro-batch fit together. The ranking now holds the combination (fused loss first,
+    which an Axolotl file cannot say), and the file gets the best combination of what it can hold."""
+    from vramfit.plan import changes_to_fit
+
+    src = tmp_path / "ax.yml"
+    src.write_text(AXOLOTL_LONG)
+    sc = from_config(src).scenario.replace(gpu="rtx4090")
+    ranked = [c for c in changes_to_fit(sc, "rtx4090") if c.fits]
+    assert ranked[0].name == "combined" and ranked[0].kind == "slower" and "seq_len" not in ranked[0].changes
+    r = run("fit", "--from", src, "--gpu", "rtx4090", "--write-to", src)
+    assert r.exit_code == 0, r.output
+    new = from_config(src).scenario
+    assert new.seq_len >= 2048 and new.gradient_checkpointing.value == "full" and new.micro_batch_size == 1
+    from vramfit.plan import fit
+
+    assert fit(new.replace(gpu="rtx4090"), "rtx4090").fits

@@ -60,7 +60,12 @@ def test_measure_rejects_unmeasurable_scenarios_before_running(sqlite_url):
 
 def test_runs_list_and_show(filled, sqlite_url):
     res = invoke("runs", "list", "--db", sqlite_url)
-    assert res.exit_code == 0 and "3 run(s)" in res.output and "oom" in res.output
+    assert res.exit_code == 0 and "3 run(s)" in res.output and "oom" in res.output and "more match" not in res.output
+    res = invoke("runs", "list", "--db", sqlite_url, "--limit", "2")  # the headline said '2 run(s)' of 3
+    assert res.exit_code == 0 and "2 run(s)" in res.output and "(the newest 2; more match: raise --limit)" in \
+        " ".join(res.output.split())
+    res = invoke("runs", "list", "--db", sqlite_url, "--limit", "2", "--json")
+    assert len(res.output.splitlines()) == 2
     res = invoke("runs", "list", "--db", sqlite_url, "--method", "qlora", "--json")
     lines = [json.loads(x) for x in res.output.splitlines()]
     assert [x["id"] for x in lines] == [filled[1].id]

@@ -79,6 +79,11 @@ def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
     fitting = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin,
                                          eval_follows_micro=eval_follows_micro()) if c.fits]
     writable = [c for c in fitting if imp is None or all(k in imp.write_keys for k in c.changes)]
+    if imp is not None and fitting and fitting[0] not in writable:  # the best needs keys the file cannot hold:
+        # the best of what it can (its own combination too, not only the single changes that fit alone)
+        writable = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin, eval_follows_micro=
+                                              eval_follows_micro(), only_keys=imp.write_keys) if c.fits] or writable
+        err_console.print(f"best change: {fitting[0].description} (this file cannot hold all of it)", highlight=False)
     pick = (writable or fitting or [None])[0]
     if pick is None and fitting == [] and not _fits(sc, safety_margin):
         raise ScenarioError("write-to", f"no change found that fits {sc.gpu}; nothing written")

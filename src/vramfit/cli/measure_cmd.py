@@ -158,7 +158,8 @@ def runs_list(
         raise VramfitError(f"status: unknown value {shown(status)} (valid values: {', '.join(STATUSES)})")
     _check_text("model", model), _check_text("method", method), _check_text("gpu", gpu)
     st = _store(db)
-    recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit)
+    recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit + 1)  # one more: are there more?
+    more, recs = len(recs) > limit, recs[:limit]
     _report_bad_rows(st)
     if json_out:
         sys.stdout.write("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
@@ -166,7 +167,8 @@ def runs_list(
     from vramfit.measure.report import render_runs
 
     console, _ = _consoles()
-    render_runs(recs, console, f"{len(recs)} run(s) in {st.redacted_url}")
+    cut = f" (the newest {limit}; more match: raise --limit)" if more else ""
+    render_runs(recs, console, f"{len(recs)} run(s) in {st.redacted_url}{cut}")
 
 
 @runs_app.command("show")

@@ -12,7 +12,7 @@ the training itself; then the time x cards factor; then the least effort (fused 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,11 @@ class _Ctx:
         self.before = self.ev.estimate().peak.required_bytes
         self.trainable = self.ev.estimate().model.num_trainable_params
         self.t0 = self.seconds_per_token(self.ev.base)
+        self.only: frozenset[str] | None = None  # changes_to_fit only_keys
+
+    def allows(self, ch: Change | None) -> bool:
+        """``ch`` sets only keys the caller can write (every key where it named none)."""
+        return ch is not None and (self.only is None or set(ch.changes) <= self.only)
 
     def seconds_per_token(self, sc: Scenario) -> float | None:
         g = self.g
@@ -257,7 +262,7 @@ def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
         if done:
             break
         ch = make()
-        if ch is None:
+        if not ctx.allows(ch):
             continue
         extra = {k: v for k, v in ch.changes.items() if keys.get(k) != v}
         if name == "offload-optimizer" and keys.get("num_gpus", 1) > 1:
@@ -288,13 +293,14 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
                    mfu: float | None = None, effective_batch: int | None = None,
                    calibration: Calibration | None = None,
                    seq_len_at: Callable[[int], int] | None = None,
-                   eval_follows_micro: bool = False) -> list[Change]:
+                   eval_follows_micro: bool = False, only_keys: Collection[str] | None = None) -> list[Change]:
     """Ranked changes that make ``scenario`` fit one ``gpu_id`` card per GPU (empty if it already fits).
 
     ``effective_batch``: sequences per optimizer step the run needs; every change is estimated at the
     accumulation that reaches it (gradients held across accumulation steps cost memory). ``seq_len_at``: a
     dataset's peak row at each micro-batch size (:class:`vramfit.plan.evaluate.Evaluator`); a change of the
-    micro-batch then sets that ``seq_len`` too.
+    micro-batch then sets that ``seq_len`` too. ``only_keys``: only changes of these scenario keys (what a config
+    file can hold, ``fit --write-to``), the combination built from them alone.
     """
     given = parse_scenario(scenario)
     sc = at_effective_batch(given, effective_batch)
@@ -304,18 +310,21 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     ctx = _Ctx(sc, g, margin, u, calibration, seq_len_at, eval_follows_micro)
     if ctx.before <= ctx.limit:
         return []
+    ctx.only = None if only_keys is None else frozenset(only_keys)
     singles = _candidates(sc)
     if _experts_unquantized(ctx):
         singles.append(Change("quantize-experts", "quantize the MoE experts too (4-bit like the other linears)",
                               {"quantize_experts": "yes"}, "free",
                               "transformers 5 + bitsandbytes cannot (fused 3-D experts): use transformers 4, torchtune or litgpt"))
-    for extra in (_micro_batch(ctx), _seq_len(ctx), _more_gpus(ctx)):
-        if extra is not None:
-            singles.append(extra)
+    singles += [c for c in (_micro_batch(ctx), _seq_len(ctx), _more_gpus(ctx)) if c is not None]
+    singles = [c for c in singles if ctx.allows(c)]
     order = {c.name: i for i, c in enumerate(singles)}  # least effort first, for equal kind and time
     measured = [ctx.measure(c) for c in singles]
     measured = [c for c in measured if c.error is None and (c.saving_bytes or 0) > 0]
-    if not any(c.fits for c in measured):
+    # a combination too where only changes of what is trained fit alone (cutting 4,096-token rows to 128 was the one
+    # answer while checkpointing + a smaller micro-batch, each short alone, fit together): the ranking below puts
+    # the combination of gentler kinds first
+    if not any(c.fits and c.kind != "training" for c in measured):
         combo = _combination(ctx, singles)
         if combo is not None:
             measured.append(ctx.measure(combo))

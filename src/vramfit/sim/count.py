@@ -21,7 +21,9 @@ def count_parameters(model: Any) -> tuple[int, int]:
             if id(p) in seen:  # tied weights count once
                 continue
             seen.add(id(p))
-            n = p.numel()
+            # ZeRO-3 empties a partitioned parameter between uses (numel 0); DeepSpeed keeps its full size in ds_numel
+            # (deepspeed/runtime/zero/partition_parameters.py _convert_to_deepspeed_param)
+            n = getattr(p, "ds_numel", None) or p.numel()
             if name == "weight" and p.dtype == torch.uint8 and hasattr(mod, "in_features"):
                 n = mod.in_features * mod.out_features
             total += n

@@ -303,6 +303,9 @@ def run_deepspeed(built: Any, sc: Scenario, progress: Callable[[str], None] | No
         # ZeRO-1/2 asserts each partition's data_ptr() alignment, which torch 2.13 answers for a fake tensor with
         # a deprecation warning (stage_1_and_2.py: partitioned_data.data_ptr() % alignment == 0)
         warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+        # DeepSpeed 0.19.8 calls the collectives torch 2.13 deprecates (all_gather_into_tensor, reduce_scatter_tensor):
+        # the user's own run prints them, the simulation of it need not
+        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
         tracker.host_device = HOST
         materialize(built, GPU)
         _register_model(built, tracker)
