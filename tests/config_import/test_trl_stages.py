@@ -35,6 +35,10 @@ def test_stage_keys_of_a_hand_written_trl_file():
         (768, 256, "adapters-off")
     ipo = from_text(head + "stage: dpo\nloss_type: [ipo]\n")
     assert any(e.key == "loss_type" and e.kind == "not modelled yet" for e in ipo.entries)
+    old_dpo = from_text(head + "stage: dpo\nmax_length: 1024\nmax_prompt_length: 512\n")  # TRL < 0.26's split
+    assert old_dpo.overrides["seq_len"] == 1024
+    with pytest.raises(ScenarioError, match="max_length: GRPOConfig has none"):
+        from_text(head + "stage: grpo\nmax_length: 1024\n")
     with pytest.raises(ScenarioError, match=r"stage: 'ppo' is not a stage of TRL's trainers \(valid values: sft, dpo"):
         from_text(head + "stage: ppo\n", dialect="trl")
     with pytest.raises(ScenarioError, match=r"loss_type: 'sigmoid' with stage simpo \(valid values: simpo\)"):

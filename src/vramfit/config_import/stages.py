@@ -76,7 +76,10 @@ TRL_STAGE_IGNORED = [("beta", "a loss weight"), ("label_smoothing", "a loss weig
                      ("desirable_weight", "a loss weight"), ("undesirable_weight", "a loss weight"),
                      ("loss_weights", "loss weights"), ("temperature", "sampling"), ("top_p", "sampling"),
                      ("top_k", "sampling"), ("reward_weights", "loss weights"), ("scale_rewards", "reward scaling"),
-                     ("epsilon*", "clipping range"), ("num_iterations", "updates per batch (the step holds one)")]
+                     ("epsilon*", "clipping range"), ("num_iterations", "updates per batch (the step holds one)"),
+                     # DPO/KTO/ORPO/CPO configs before TRL 0.26 split max_length between prompt and completion
+                     ("max_prompt_length", "the prompt's share of max_length (TRL before 0.26), which bounds the pair"),
+                     ("max_completion_length", "the completion's share of max_length (TRL before 0.26)")]
 
 
 def trl_stage(r: KeyReader) -> None:

@@ -100,6 +100,9 @@ def _grpo_length(r: KeyReader) -> None:
     from vramfit.scenario import Scenario
     from vramfit.stage_keys import GRPO_COMPLETION_LEN
 
+    if r.has("max_length"):
+        raise r.error("max_length: GRPOConfig has none (TRL rejects it); GRPO's sequence is max_prompt_length + "
+                      "max_completion_length (valid keys: max_prompt_length, max_completion_length)")
     prompt = r.get("max_prompt_length")
     if prompt is not None:
         prompt = hf.whole(r, "max_prompt_length", prompt)
