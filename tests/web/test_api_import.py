@@ -169,7 +169,8 @@ def test_a_config_that_evaluates_at_its_micro_batch_is_planned_so(client):
     smaller = {}
     for follows in (False, True):
         report = client.post("/api/plan", json={"scenario": s, "eval_follows_micro": follows}).json()
-        smaller[follows] = next(c for c in report["changes"]["rtx4090"] if c["changes"].get("micro_batch_size") == 1)
+        smaller[follows] = next(c for c in report["changes"]["rtx4090"] if c["name"] == "smaller-micro-batch")
+        assert smaller[follows]["changes"]["micro_batch_size"] == 1
     at_one = estimate({**s, "micro_batch_size": 1, "grad_accum": 32, "eval_batch_size": 1}).peak.device_bytes
     held = estimate({**s, "micro_batch_size": 1, "grad_accum": 32}).peak.device_bytes
     assert smaller[True]["device_bytes"] == at_one < smaller[False]["device_bytes"] == held

@@ -13,15 +13,53 @@ config.json).
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from vramfit.dataset.limits import DatasetError
 from vramfit.dataset.spread import spread_line
 from vramfit.web.service import ApiError, check_scenario
 
 MAX_UPLOAD_BYTES = 4 * 2**20  # a browser sample, not a training set (the CLI reads files up to 200 GB)
 SUFFIXES = (".jsonl", ".json", ".csv")
+#: The library's hints name CLI flags the page has no field for: said as the upload form can act on them
+#: (the CLI keeps its own wording; vramfit.dataset is shared with it).
+WEB_HINTS = (
+    ("; give --tokenizer for exact counts",
+     "; this page loads no tokenizer: `vramfit plan --dataset FILE --tokenizer MODEL` counts exactly"),
+    (" Give --tokenizer for exact counts.",
+     " This page loads no tokenizer: `vramfit plan --dataset FILE --tokenizer MODEL` counts exactly."),
+    ("; name one with --field", "; rename the column that holds the text to one of those and upload the file again"),
+)
+
+
+def safe_name(filename: str | None, suffix: str) -> str:
+    """The upload's own file name as the messages show it: its last path part, characters other than letters,
+    digits, ``.``, ``-`` and ``_`` replaced, at most 80 characters, ending in ``suffix`` (``upload.jsonl`` when
+    nothing is left). It names a file inside a private temporary folder only, never a path of the user's."""
+    base = re.split(r"[/\\]", filename or "")[-1]
+    stem = base[: -len(suffix)] if base.lower().endswith(suffix) else base
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem).strip("._")[:80] or "upload"
+    return stem + suffix
+
+
+def for_web(text: str, folder: str = "") -> str:
+    """A message or note of vramfit.dataset as the upload form shows it: hints for the page, no temporary folder."""
+    if folder:
+        text = text.replace(folder.rstrip("/\\") + "/", "").replace(folder, "")
+    for cli, web in WEB_HINTS:
+        text = text.replace(cli, web)
+    return text
+
+
+def _web_error(exc: DatasetError, folder: str) -> DatasetError:
+    """``exc`` with its message said for the page (same key and valid values)."""
+    body = str(exc).removeprefix(f"{exc.key}: ")
+    if exc.valid:
+        body = body.removesuffix(f" (valid values: {', '.join(exc.valid)})")
+    return DatasetError(exc.key, for_web(body, folder), exc.valid)
 
 
 def _scenario(scenario_text: str | None):
@@ -59,14 +97,17 @@ def analyze_upload(filename: str, raw: bytes, scenario_text: str | None = None) 
     sc = _scenario(scenario_text)
     card = _card(sc)
     with tempfile.TemporaryDirectory(prefix="vramfit-upload-") as tmp:
-        path = Path(tmp) / f"upload{suffix}"
+        path = Path(tmp) / safe_name(filename, suffix)
         path.write_bytes(raw)
-        r = analyze_dataset(path)
-        spread = None if sc is None else _spread(path, sc)
+        try:
+            r = analyze_dataset(path)
+            spread = None if sc is None else _spread(path, sc)
+        except DatasetError as exc:
+            raise _web_error(exc, tmp) from None
     return {"file": Path(filename).name, "rows": r.rows, "exact_tokens": r.exact_tokens, "tokenizer": r.tokenizer,
             "fields": r.fields, "percentiles": r.percentiles,
             "histogram": [{"from": lo, "to": hi, "samples": n} for lo, hi, n in r.histogram],
-            "suggested_max_length": r.suggested_max_length, "notes": r.notes, "card": card,
+            "suggested_max_length": r.suggested_max_length, "notes": [for_web(n) for n in r.notes], "card": card,
             "reserved_spread": spread, "reserved_spread_text": None if spread is None else spread_line(spread)}
 
 

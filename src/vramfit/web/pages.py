@@ -64,7 +64,7 @@ def calculator(request: Request, lang: str) -> Response:
         extra_ints=[(k, int((FIELD[k].limits or (1, 0))[0])) for k in INT_KEYS if k not in PLACED],
         extra_texts=EXTRA_TEXTS,
         dialects=DIALECTS,
-        gpus=[{"id": g.gpu_id, "name": g.name, "gib": round(g.usable_bytes / GiB, 1)} for g in gpus],
+        gpus=[{"id": g.gpu_id, "name": g.name, "gib": fmt_number(g.usable_bytes / GiB, lang, 1)} for g in gpus],
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,
                 "field_keys": FIELD_KEYS, "bool_keys": BOOL_KEYS, "int_keys": list(INT_KEYS),

@@ -48,11 +48,12 @@
     try {
       const r = await fetch("/api/dataset", { method: "POST", body });
       const data = await r.json();
-      if (!r.ok) { msg.classList.add("err"); msg.textContent = data.error; return; }
+      if (!r.ok) { msg.classList.add("err"); msg.textContent = window.VFTr.text(data.error); return; }
       const p = data.percentiles;
       msg.textContent = T["ds.done"].replace("{rows}", data.rows).replace("{p50}", p.p50)
         .replace("{p99}", p.p99).replace("{max}", p.max)
-        + (data.reserved_spread_text ? " " + window.VFTr.text(data.reserved_spread_text) : "");  /* POST /api/dataset's own sentence */
+        + (data.reserved_spread_text ? " " + window.VFTr.text(data.reserved_spread_text) : "")  /* POST /api/dataset's own sentence */
+        + (data.notes || []).map((n) => " " + window.VFTr.text(n) + ".").join("");
       draw(data);
     } catch (e) {
       msg.classList.add("err");

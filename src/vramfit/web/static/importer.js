@@ -27,7 +27,7 @@
       const li = document.createElement("li");
       li.dataset.kind = e.kind;
       const to = e.becomes.length ? " → " + e.becomes.join(", ") : "";
-      const why = e.note ? " (" + e.note + ")" : "";
+      const why = e.note ? " (" + window.VFTr.text(e.note) + ")" : "";  /* the PT page's Portuguese (tr.js) */
       li.textContent = (T["imp.kind." + e.kind] || e.kind) + ": " + e.key + to + why;
       list.appendChild(li);
     });
@@ -46,7 +46,7 @@
       const r = await fetch("/api/import", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ text: el("import-text").value, dialect: el("import-dialect").value || null }) });
       const data = await r.json();
-      if (!r.ok) { msg.classList.add("err"); msg.textContent = data.error; return; }
+      if (!r.ok) { msg.classList.add("err"); msg.textContent = window.VFTr.text(data.error); return; }
       const q = toQuery(data.scenario);
       if (data.eval_follows_micro) q.set("eval_follows_micro", "true");  // the planner evaluates at each micro-batch
       history.replaceState(null, "", location.pathname + "?" + q.toString());
