@@ -306,6 +306,14 @@ def _aliases(rows: dict[str, tuple]) -> dict[str, str]:
             for a in (row.get("aliases") or "").split(";") if a.strip()}
 
 
+def _number_text(text: str) -> float | str:
+    """A cell as a number where it is one (80 and 80.0 are the same memory), else as written."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip()
+
+
 def _overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dict[str, str]:
     """A catalog row with a user row's cells on top. A new ``memory_gb`` without a usable figure drops the catalog's
     published CUDA total (it was the old card's): the usable figure is then the new memory's; new prices without
@@ -313,7 +321,7 @@ def _overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dic
     if "usable_bytes" in filled or "usable_mib" in filled:
         base.pop("usable_bytes", None)
         base.pop("usable_mib", None)
-    elif "memory_gb" in filled and filled["memory_gb"].strip() != (base.get("memory_gb") or "").strip():
+    elif "memory_gb" in filled and _number_text(filled["memory_gb"]) != _number_text(base.get("memory_gb") or ""):
         base[_MEMORY_NEW] = "1"
     if {"price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high"} & set(filled) and "price_details" not in filled:
         base["price_details"] = f"set in {where}"

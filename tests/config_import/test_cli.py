@@ -137,6 +137,8 @@ def test_fit_write_to_keeps_the_training_where_a_combination_fits(tmp_path):
     sc = from_config(src).scenario.replace(gpu="rtx4090")
     ranked = [c for c in changes_to_fit(sc, "rtx4090") if c.fits]
     assert ranked[0].name == "combined" and ranked[0].kind == "slower" and "seq_len" not in ranked[0].changes
+    narrow = [c.name for c in changes_to_fit(sc, "rtx4090", only_keys={"seq_len"})]
+    assert narrow == ["shorter-sequence"]  # not the same change again as a 'combined'
     r = run("fit", "--from", src, "--gpu", "rtx4090", "--write-to", src)
     assert r.exit_code == 0, r.output
     new = from_config(src).scenario

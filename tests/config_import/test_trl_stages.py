@@ -49,3 +49,12 @@ def test_a_llamafactory_file_with_a_stage_is_still_llamafactorys():
     imp = from_text(f"model_name_or_path: {MODEL}\nstage: dpo\nfinetuning_type: lora\nper_device_train_batch_size: 2\n"
                     "output_dir: out\n")
     assert imp.dialect == "llamafactory" and imp.overrides["stage"] == "dpo"
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm", "sft"])
+def test_a_llamafactory_file_on_its_defaults_is_not_taken_for_trl(stage):
+    """stage beside TrainingArguments keys only (LLaMA-Factory's finetuning_type, cutoff_len, template left to their
+    defaults) is LLaMA-Factory's: TRL's reading needs one of its own configs' keys (use_peft, lora_r, max_length, ...)."""
+    imp = from_text(f"model_name_or_path: {MODEL}\nstage: {stage}\ndo_train: true\ndataset: demo\noutput_dir: out\n"
+                    "per_device_train_batch_size: 2\ngradient_accumulation_steps: 8\nbf16: true\n")
+    assert imp.dialect == "llamafactory"

@@ -127,3 +127,17 @@ def test_the_cli_exits_2_with_one_line_not_a_traceback(tmp_path):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output and (r.exception is None or isinstance(r.exception, SystemExit))
     assert "train.micro_batch_size: 0 is not a positive integer (valid values: 1 or more)" in r.output
+
+
+def test_numbers_the_frameworks_parsers_take_still_read(tmp_path):
+    """accelerate int()s zero_stage from its environment variable, and Axolotl's pydantic takes 2.0 for an int:
+    both read as their numbers (the audit of the stricter counts found them refused)."""
+    from vramfit import from_config
+
+    acc = tmp_path / "acc.yaml"
+    acc.write_text('distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: "3"\n')
+    train = tmp_path / "t.yaml"
+    train.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\n")
+    assert from_config(train, acc).scenario.parallelism.value == "zero3"
+    ax = from_text("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 2.0\nbatch_size: 16\n", dialect="axolotl")
+    assert (ax.overrides["grad_accum"], ax.scenario.micro_batch_size) == (8, 2)

@@ -119,7 +119,7 @@ def test_a_new_memory_for_a_catalog_card_drops_its_published_usable_figure(tmp_p
         g = get_gpu("h100-sxm")
         assert (g.memory_gb, g.usable_bytes, g.usable_kind) == (24, 24 * 10**9, "marketing")
     same = tmp_path / "same.csv"
-    same.write_text("gpu_id,memory_gb\nh100-sxm,80\n", encoding="utf-8")
+    same.write_text("gpu_id,memory_gb\nh100-sxm,80.0\n", encoding="utf-8")  # the same number, another spelling
     with gpus.user_gpus_added(same):  # the catalog's own memory: its published total stays
         assert get_gpu("h100-sxm").usable_bytes == 81082 * MiB
 

@@ -72,7 +72,8 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
             ds, extra = hf.read_deepspeed(r, "deepspeed_config_file", hf.resolve_path(r, "deepspeed_config_file", f))
             out.update(ds)
         else:
-            stage = hf.zero_stage(r, "deepspeed_config.zero_stage", r.get("deepspeed_config.zero_stage", 2, "accelerate default"))
+            key = "deepspeed_config.zero_stage"
+            stage = hf.zero_stage(r, key, r.get(key, 2, "accelerate default"), digits=True)
             out["parallelism"] = hf.ZERO_STAGES[stage]
             opt = r.get("deepspeed_config.offload_optimizer_device", "none", "accelerate default")
             par = r.get("deepspeed_config.offload_param_device", "none", "accelerate default")

@@ -22,6 +22,11 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "torchtitan": ("job", "activation_checkpoint", "parallelism", "experimental", "float8", "metrics", "comm"),
 }
 
+#: Keys of TRL's configs LLaMA-Factory has not (trl 1.16.0 model_config.py, sft/dpo/grpo_config.py;
+#: LLaMA-Factory@ff6d4d1 hparams says lora_rank, cutoff_len, pref_loss)
+TRL_ONLY = ("use_peft", "lora_r", "lora_target_modules", "max_length", "loss_type", "precompute_ref_log_probs",
+            "num_generations", "max_completion_length")
+
 #: Files that are companions of a training config, never one themselves.
 COMPANIONS = {"zero_optimization": "a DeepSpeed config", "peft_type": "a PEFT adapter config",
               "compute_environment": "an accelerate config", "bnb_4bit_quant_type": "a BitsAndBytesConfig",
@@ -41,8 +46,9 @@ def scores(data: dict[str, Any]) -> dict[str, int]:
     out["torchtune"] = 10 if _has_component(data) else 0
     out["swift"] += isinstance(data.get("model"), str)  # ms-swift's --model; the others say base_model/model_name_or_path
     # LLaMA-Factory and ms-swift configs also hold TrainingArguments keys; a TRL file vramfit's trl export wrote for a
-    # preference or RL stage names its trainer with `stage` (plan/export_stages.py), LLaMA-Factory's one key alone
-    lf_only_stage = out["llamafactory"] == 1 and "stage" in data and out["trl"] > 1
+    # preference or RL stage names its trainer with `stage` (plan/export_stages.py): LLaMA-Factory's one key there,
+    # beside keys of TRL's own configs that LLaMA-Factory does not take (it says lora_rank, cutoff_len, pref_loss)
+    lf_only_stage = out["llamafactory"] == 1 and "stage" in data and any(k in data for k in TRL_ONLY)
     if (out["llamafactory"] and not lf_only_stage) or out["swift"] > 1:
         out["trl"] = 0
     if lf_only_stage:

@@ -308,6 +308,8 @@ def whole(r: KeyReader, key: str, value: Any, least: int = 1) -> int:
     (pydantic's lax int, jsonargparse, argparse ``type=int``)."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
         value = int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # 2.0: pydantic's lax int takes it
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         what = "a positive integer" if least == 1 else f"an integer of at least {least}"
         raise r.error(f"{key}: {shown(value)} is not {what} (valid values: {least} or more)")
@@ -333,8 +335,12 @@ def names(r: KeyReader, key: str, value: Any, valid: str) -> list[str]:
     raise r.error(f"{key}: {shown(value)} is not a name or a list of names (valid values: {valid})")
 
 
-def zero_stage(r: KeyReader, key: str, value: Any) -> int:
-    """A ZeRO stage (DeepSpeed's ``zero_optimization.stage``, accelerate's ``zero_stage``): 0, 1, 2 or 3, else one line."""
+def zero_stage(r: KeyReader, key: str, value: Any, digits: bool = False) -> int:
+    """A ZeRO stage (DeepSpeed's ``zero_optimization.stage``, accelerate's ``zero_stage``): 0, 1, 2 or 3, else one line.
+    ``digits``: a string of one digit is its number (accelerate passes ``zero_stage`` through an environment variable
+    and ``int()``s it: accelerate v1.16.0 utils/dataclasses.py DeepSpeedPlugin ``ACCELERATE_DEEPSPEED_ZERO_STAGE``)."""
+    if digits and isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value not in ZERO_STAGES:
         raise r.error(f"{key}: {shown(value)} is not a ZeRO stage (valid values: 0, 1, 2, 3)")
     return value

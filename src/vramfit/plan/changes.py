@@ -326,7 +326,7 @@ def changes_to_fit(scenario: Scenario | dict, gpu_id: str, *, safety_margin: flo
     # the combination of gentler kinds first
     if not any(c.fits and c.kind != "training" for c in measured):
         combo = _combination(ctx, singles)
-        if combo is not None:
+        if combo is not None and all(combo.changes != c.changes for c in measured):  # not a single change again
             measured.append(ctx.measure(combo))
     measured.sort(key=lambda c: (not c.fits, KINDS.index(c.kind), round(c.cost_factor or 1.0, 2),
                                  order.get(c.name, len(order)), -(c.saving_bytes or 0)))
