@@ -4,8 +4,6 @@ flags, FSDP settings and the DeepSpeed JSON / accelerate YAML a config points to
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,19 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY
 from vramfit.config_import.loader import PASTED, fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
+from vramfit.config_import.values import (  # noqa: F401  (re-exported: the readers call hf.boolean, hf.whole, ...)
+    ACCELERATE_BOOL,
+    ARGPARSE_BOOL,
+    PYDANTIC_BOOL,
+    ZERO_STAGES,
+    boolean,
+    names,
+    nonnegative,
+    scalar,
+    switch_value,
+    whole,
+    zero_stage,
+)
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import path_kind, shown, user_path
 
@@ -37,7 +48,6 @@ HF_OPTIMIZER_NAMES: dict[str, str] = {
 #: Where the TrainingArguments defaults the HF-Trainer readers fill in come from.
 TRAINING_ARGS_SRC = "transformers 5.24.0 src/transformers/training_args.py"
 
-ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 #: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
 UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
@@ -221,7 +231,7 @@ TRAINING_ARGS_IGNORED = [
 ]
 
 
-def use_reentrant(r: KeyReader, json_string: bool = True, whole: str = "gradient_checkpointing_kwargs") -> None:
+def use_reentrant(r: KeyReader, json_string: bool = True, kwargs_key: str = "gradient_checkpointing_kwargs") -> None:
     """``gradient_checkpointing_kwargs.use_reentrant`` -> ``use_reentrant`` (the Trainer passes the kwargs to the model's
     gradient_checkpointing_enable, transformers v4.45.2 trainer.py l. 2182; estimate/reentrant_fsdp1.py). Unset: the
     release's default (scenario ``auto``).
@@ -230,13 +240,13 @@ def use_reentrant(r: KeyReader, json_string: bool = True, whole: str = "gradient
     with ``{`` as JSON and turns its "true"/"false" strings into booleans (transformers v4.40.0 and v5.24.0
     training_args.py ``_VALID_DICT_FIELDS``, ``_convert_str_dict``). Axolotl validates the key as a mapping first
     (``json_string=False``): a string there is refused."""
-    key = f"{whole}.use_reentrant"  # whole: transformers 5.24's activation_checkpointing_kwargs in TRL files
-    value = r.flat.get(whole)
+    key = f"{kwargs_key}.use_reentrant"  # kwargs_key: transformers 5.24's activation_checkpointing_kwargs in TRL files
+    value = r.flat.get(kwargs_key)
     if value is not None:
-        options = _kwargs_mapping(r, whole, value, json_string)
+        options = _kwargs_mapping(r, kwargs_key, value, json_string)
         if options.get("use_reentrant") is not None:  # _convert_str_dict's "true"/"false" (any case) are booleans
             flag = switch_value(r, key, options["use_reentrant"], {"true": True, "false": False})
-            r.set(whole, "use_reentrant", "yes" if flag else "no")
+            r.set(kwargs_key, "use_reentrant", "yes" if flag else "no")
         elif "use_reentrant" in options:
             raise r.error(f"{key}: None is not a boolean (valid values: true, false)")
         return
@@ -244,116 +254,23 @@ def use_reentrant(r: KeyReader, json_string: bool = True, whole: str = "gradient
         r.set(key, "use_reentrant", "yes" if boolean(r, key) else "no")
 
 
-def _kwargs_mapping(r: KeyReader, whole: str, value: Any, json_string: bool) -> dict[str, Any]:
+def _kwargs_mapping(r: KeyReader, kwargs_key: str, value: Any, json_string: bool) -> dict[str, Any]:
     """``gradient_checkpointing_kwargs`` given as one value rather than nested keys: a JSON object string where the
     Trainer parses one (:func:`use_reentrant`), recorded as read; anything else refused in one line."""
     valid = "a mapping such as {use_reentrant: false}" + (", or that mapping as a JSON string" if json_string else "")
     if not (json_string and isinstance(value, str) and value.startswith("{")):
-        raise r.error(f"{whole}: {shown(value)} is not a mapping (valid values: {valid})")
+        raise r.error(f"{kwargs_key}: {shown(value)} is not a mapping (valid values: {valid})")
     try:
         options = json.loads(value)
     except ValueError as exc:  # JSONDecodeError, or an integer past sys.get_int_max_str_digits
-        raise r.error(f"{whole}: {shown(value)} is not valid JSON ({getattr(exc, 'msg', 'a number too large')}; "
+        raise r.error(f"{kwargs_key}: {shown(value)} is not valid JSON ({getattr(exc, 'msg', 'a number too large')}; "
                       f"valid values: {valid})") from None
     except RecursionError:
-        raise r.error(f"{whole}: {shown(value)} is nested too deeply (valid values: {valid})") from None
+        raise r.error(f"{kwargs_key}: {shown(value)} is nested too deeply (valid values: {valid})") from None
     if not isinstance(options, dict):
-        raise r.error(f"{whole}: {shown(value)} is not a mapping (valid values: {valid})")
-    r.get(whole)
+        raise r.error(f"{kwargs_key}: {shown(value)} is not a mapping (valid values: {valid})")
+    r.get(kwargs_key)
     return options
-
-
-# The strings each framework's own parser turns into a boolean; it refuses any other string. A config key read
-# through one of them takes these spellings (case-insensitive) and 0/1, as the framework does.
-# accelerate: `accelerate launch` exports a config value as str(value).lower() and the plugins read it back with
-# utils/environment.py ``str_to_bool`` (accelerate v1.16.0).
-ACCELERATE_BOOL = {**dict.fromkeys(("y", "yes", "t", "true", "on", "1"), True),
-                   **dict.fromkeys(("n", "no", "f", "false", "off", "0"), False)}
-# transformers hf_argparser.py ``string_to_bool`` (v4.40.0, v5.24.0): TRL's TrlParser sets a YAML file's values as the
-# argparse defaults, and argparse converts a string default with the field's type.
-ARGPARSE_BOOL = {**dict.fromkeys(("yes", "true", "t", "y", "1"), True),
-                 **dict.fromkeys(("no", "false", "f", "n", "0"), False)}
-# pydantic v2 bool validation in lax mode (axolotl's config model; pydantic 2.14.4): the same words as accelerate.
-PYDANTIC_BOOL = ACCELERATE_BOOL
-
-
-def boolean(r: KeyReader, key: str, *default: Any, spellings: dict[str, bool] | None = None) -> bool:
-    """A switch's value (``r.get(key, *default)``), refused in one line unless it is true or false, or (``spellings``:
-    the framework's own parser, above) one of the strings or 0/1 that parser reads as one."""
-    value = r.get(key, *default)
-    if value is None:  # set to null with no default: the framework's own default is not known here
-        raise r.error(f"{key}: None is not a boolean (valid values: true, false)")
-    return switch_value(r, key, value, spellings)
-
-
-def nonnegative(r: KeyReader, key: str, *default: Any, positive: bool = False) -> float:
-    """A size or fraction (``r.get(key, *default)``; unset or None: 0), refused in one line unless it is a finite number
-    of at least 0 (``positive``: above 0, a divisor such as Axolotl's ``num_epochs``)."""
-    value = r.get(key, *default)
-    value = 0 if value is None else value
-    try:
-        number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
-    except OverflowError:  # an integer past 1.8e308
-        number = math.inf
-    if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        least = "above 0 (valid values: more than 0)" if positive else "of at least 0 (valid values: 0 or more)"
-        raise r.error(f"{key}: {shown(value)} is not a number {least}")
-    return number
-
-
-def whole(r: KeyReader, key: str, value: Any, least: int = 1) -> int:
-    """A count already taken from the config (a batch size, a device or node count), refused in one line unless it is
-    an integer of at least ``least``: a bool, a float, a list or a string of anything but ASCII digits is not one (the
-    arithmetic after it would raise). A string of digits is read as its number, as the frameworks' parsers do
-    (pydantic's lax int, jsonargparse, argparse ``type=int``)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
-        value = int(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # 2.0: pydantic's lax int takes it
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        what = "a positive integer" if least == 1 else f"an integer of at least {least}"
-        raise r.error(f"{key}: {shown(value)} is not {what} (valid values: {least} or more)")
-    return value
-
-
-def scalar(r: KeyReader, key: str, value: Any, valid: str | Iterable[str]) -> Any:
-    """A value already taken from the config that is looked up among names (``value in TABLE``), as given; a list or a
-    mapping (unhashable: the lookup would raise) refused in one line naming ``key`` and the ``valid`` names."""
-    if isinstance(value, (list, dict)):
-        listed = valid if isinstance(valid, str) else ", ".join(valid)
-        raise r.error(f"{key}: {shown(value)} is not a single value (valid values: {listed})")
-    return value
-
-
-def names(r: KeyReader, key: str, value: Any, valid: str) -> list[str]:
-    """Module or plugin names already taken from the config: one string (a list of it) or a list of strings; anything
-    else (a number, a mapping, a list holding one) refused in one line naming ``key`` and ``valid``."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise r.error(f"{key}: {shown(value)} is not a name or a list of names (valid values: {valid})")
-
-
-def zero_stage(r: KeyReader, key: str, value: Any, digits: bool = False) -> int:
-    """A ZeRO stage (DeepSpeed's ``zero_optimization.stage``, accelerate's ``zero_stage``): 0, 1, 2 or 3, else one line.
-    ``digits``: a string of one digit is its number (accelerate passes ``zero_stage`` through an environment variable
-    and ``int()``s it: accelerate v1.16.0 utils/dataclasses.py DeepSpeedPlugin ``ACCELERATE_DEEPSPEED_ZERO_STAGE``)."""
-    if digits and isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value not in ZERO_STAGES:
-        raise r.error(f"{key}: {shown(value)} is not a ZeRO stage (valid values: 0, 1, 2, 3)")
-    return value
-
-
-def switch_value(r: KeyReader, key: str, value: Any, spellings: dict[str, bool] | None = None) -> bool:
-    """:func:`boolean` for a value already taken from the config (unset, None: false)."""
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if spellings and isinstance(value, (str, int)) and str(value).lower() in spellings:
-        return spellings[str(value).lower()]
-    words = f"; or {', '.join(sorted(k for k in spellings if not k.isdigit()))}, 0, 1" if spellings else ""
-    raise r.error(f"{key}: {shown(value)} is not a boolean (valid values: true, false{words})")
 
 
 def is_fsdp2(keys: dict[str, Any]) -> bool:

@@ -141,7 +141,7 @@ def _step(r: KeyReader) -> None:
     if new:
         r.ignore("gradient_checkpointing", "deprecated alias: activation_checkpointing is set (transformers 5.24)")
     kwargs = "activation_checkpointing_kwargs" if r.has("activation_checkpointing_kwargs") else "gradient_checkpointing_kwargs"
-    hf.use_reentrant(r, whole=kwargs)
+    hf.use_reentrant(r, kwargs_key=kwargs)
     # every_n_layers (transformers 5.24: checkpoint only every n-th layer) holds more: not modelled
     r.not_modelled(f"{kwargs}.every_n_layers", "checkpointing only every n-th layer (the estimate checkpoints each)")
     r.ignore(f"{kwargs}.*", "checkpoint function options")
