@@ -30,17 +30,17 @@ USABLE: dict[str, tuple[int, str, str]] = {
     "b200": (182631, "cuda", _TORCH + " (182631-182642 across drivers)"),
 }
 
-#: marker cell of a merged row whose memory_gb a user file changed (:func:`_overridden`)
-_MEMORY_NEW = "_memory_overridden"
+#: marker cell of a merged row whose memory_gb a user file changed (:func:`overridden`)
+MEMORY_NEW = "_memory_overridden"
 
 
-def _aliases(rows: dict[str, tuple]) -> dict[str, str]:
+def aliases_of(rows: dict[str, tuple]) -> dict[str, str]:
     """Every alias of the cards so far -> its card id."""
     return {a.strip().lower(): gid for gid, (row, *_) in rows.items()
             for a in (row.get("aliases") or "").split(";") if a.strip()}
 
 
-def _number_text(text: str) -> float | str:
+def number_text(text: str) -> float | str:
     """A cell as a number where it is one (80 and 80.0 are the same memory), else as written."""
     try:
         return float(text)
@@ -48,15 +48,15 @@ def _number_text(text: str) -> float | str:
         return text.strip()
 
 
-def _overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dict[str, str]:
+def overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dict[str, str]:
     """A catalog row with a user row's cells on top. A new ``memory_gb`` without a usable figure drops the catalog's
     published CUDA total (it was the old card's): the usable figure is then the new memory's; new prices without
     ``price_details`` drop the old offers' description, which named other prices."""
     if "usable_bytes" in filled or "usable_mib" in filled:
         base.pop("usable_bytes", None)
         base.pop("usable_mib", None)
-    elif "memory_gb" in filled and _number_text(filled["memory_gb"]) != _number_text(base.get("memory_gb") or ""):
-        base[_MEMORY_NEW] = "1"
+    elif "memory_gb" in filled and number_text(filled["memory_gb"]) != number_text(base.get("memory_gb") or ""):
+        base[MEMORY_NEW] = "1"
     if {"price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high"} & set(filled) and "price_details" not in filled:
         base["price_details"] = f"set in {where}"
     return base | filled

@@ -77,7 +77,7 @@ _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_f
              "usable_mib")
 _NON_NEGATIVE = ("price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high")
 
-from vramfit.gpu_rows import _MEMORY_NEW, USABLE, _aliases, _overridden  # noqa: E402  (gpus.USABLE for readers)
+from vramfit.gpu_rows import MEMORY_NEW, USABLE, aliases_of, overridden  # noqa: E402  (gpus.USABLE for readers)
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
             col = "usable_bytes" if n["usable_bytes"] is not None else "usable_mib"
             raise _bad(where, line, gid, col, f"({usable / GiB:,.1f} GiB) is above memory_gb ({mem:g} GB, at most "
                        f"{mem:g} GiB usable)")
-    elif gid in USABLE and not row.get(_MEMORY_NEW):
+    elif gid in USABLE and not row.get(MEMORY_NEW):
         mib, kind, usrc = USABLE[gid]
         usable = mib * MiB
     else:
@@ -281,12 +281,13 @@ def _merge(files: list[Path]) -> dict[str, GPU]:
             gid = (row.get("gpu_id") or "").strip().lower()
             if not gid:
                 raise _bad(where, line, "", "gpu_id", "is empty (every row needs a card id)")
-            if gid not in rows and gid in _aliases(rows):
-                raise _bad(where, line, gid, "gpu_id", f"is the catalog's name for {_aliases(rows)[gid]}: override that "
-                           f"card with gpu_id {_aliases(rows)[gid]}, or give yours another id")
+            owner = None if gid in rows else aliases_of(rows).get(gid)
+            if owner:
+                raise _bad(where, line, gid, "gpu_id", f"is the catalog's name for {owner}: override that card with "
+                           f"gpu_id {owner}, or give yours another id")
             base = dict(rows[gid][0]) if gid in rows else {}
             filled = {k: v for k, v in row.items() if k and (v or "").strip()}
-            rows[gid] = (_overridden(base, filled, where) | {"gpu_id": gid}, where, where, line)
+            rows[gid] = (overridden(base, filled, where) | {"gpu_id": gid}, where, where, line)
     out = {}
     for gid, (row, origin, where, line) in rows.items():
         out[gid] = _row_to_gpu(row, where, line, origin)

@@ -21,6 +21,11 @@ PPO_COMPLETION_LEN = 53
 VLLM_GPU_MEMORY_UTILIZATION = 0.3
 CPO_ALPHA = 1.0  # trl 1.16.0 experimental/cpo/cpo_config.py:132 `cpo_alpha: float = field(default=1.0)`
 
+#: stage -> TRL 1.16.0's config class for it (trl/trainer/*_config.py; SimPO is CPOConfig(loss_type="simpo"),
+#: trl/experimental/cpo): what ``plan --export trl``'s train.py parses and what ``--from`` reads a TRL file's
+#: ``stage`` as (PPO left TRL after v1.9.0: none)
+TRL_CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig",
+                    "simpo": "CPOConfig", "grpo": "GRPOConfig"}
 PREFERENCE = (Stage.DPO, Stage.KTO, Stage.ORPO, Stage.SIMPO)
 REFERENCE_FREE = (Stage.SFT, Stage.ORPO, Stage.SIMPO)
 GENERATES = (Stage.GRPO, Stage.PPO)

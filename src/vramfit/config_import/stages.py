@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vramfit.stage_keys import TRL_CONFIG_CLASS
+
 if TYPE_CHECKING:
     from vramfit.config_import.report import KeyReader
 
@@ -67,9 +69,8 @@ def grpo_keys(r: KeyReader, prefix: str, mode_source: str) -> None:
 
 
 #: The stages a TRL file names with ``stage`` (vramfit's own key, which picks the trainer in the ``train.py`` that
-#: ``plan --export trl`` writes: plan/export_stages.py CONFIG_CLASS), and the config class each one's keys are.
-TRL_STAGES = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig", "simpo": "CPOConfig",
-              "grpo": "GRPOConfig"}
+#: ``plan --export trl`` writes), and the config class each one's keys are.
+TRL_STAGES = TRL_CONFIG_CLASS
 TRL_SRC = "trl 1.16.0 trl/trainer/dpo_config.py, kto_config.py, grpo_config.py"
 #: Keys of the preference configs with no memory effect (loss weights and margins; TRL 1.16.0 *_config.py).
 TRL_STAGE_IGNORED = [("beta", "a loss weight"), ("label_smoothing", "a loss weight"), ("simpo_gamma", "a loss margin"),

@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from vramfit.plan.report import Plan
-from vramfit.stage_keys import CPO_ALPHA
+from vramfit.stage_keys import CPO_ALPHA, TRL_CONFIG_CLASS
 
 #: stage -> the TRL config class train.py parses it with (for the file's header)
-CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig",
-                "simpo": "CPOConfig", "grpo": "GRPOConfig"}
+CONFIG_CLASS = TRL_CONFIG_CLASS
 #: GRPO's beta when the scenario keeps a reference: TRL's default before 0.20 and the GRPO paper's
 #: (DeepSeekMath, arXiv:2402.03300, section 4.2: KL coefficient 0.04); TRL 1.16 defaults to 0.0
 GRPO_BETA = 0.04
