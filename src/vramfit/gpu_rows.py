@@ -3,6 +3,8 @@ usable memory of cards whose CUDA or nvidia-smi total is published, and how a us
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 _SMI = "nvidia-smi 'MiB' total as printed next to this card's name in public nvidia-smi output (code-corpus search)"
 _TORCH = "torch.cuda.get_device_properties().total_memory as printed for this card in public logs (code-corpus search)"
 
@@ -51,12 +53,17 @@ def number_text(text: str) -> float | str:
 def overridden(base: dict[str, str], filled: dict[str, str], where: str) -> dict[str, str]:
     """A catalog row with a user row's cells on top. A new ``memory_gb`` without a usable figure drops the catalog's
     published CUDA total (it was the old card's): the usable figure is then the new memory's; new prices without
-    ``price_details`` drop the old offers' description, which named other prices."""
+    ``price_details`` drop the old offers' description, which named other prices; a new ``memory_gb`` without a new
+    ``name`` says so in the name, which may state the old memory."""
+    new_memory = "memory_gb" in filled and number_text(filled["memory_gb"]) != number_text(base.get("memory_gb") or "")
     if "usable_bytes" in filled or "usable_mib" in filled:
         base.pop("usable_bytes", None)
         base.pop("usable_mib", None)
-    elif "memory_gb" in filled and number_text(filled["memory_gb"]) != number_text(base.get("memory_gb") or ""):
+    elif new_memory:
         base[MEMORY_NEW] = "1"
+    if new_memory and base.get("name") and "name" not in filled:
+        # the catalog's name may state the old memory ('H100 SXM5 80GB'): every table would print it beside the new one
+        base["name"] = f"{base['name']} as {filled['memory_gb'].strip()} GB ({PurePath(where).name})"
     if {"price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high"} & set(filled) and "price_details" not in filled:
         base["price_details"] = f"set in {where}"
     return base | filled

@@ -52,6 +52,19 @@ def test_measure_on_cpu_stores_the_run(tiny, sqlite_url):
     assert RunStore(sqlite_url).get(rec["id"]).scenario["seq_len"] == 32
 
 
+@pytest.mark.parametrize("model,message", [
+    ("gpt2", "model: unknown model 'gpt2'"),
+    ("meta-llama/Llama-3.2-1B", "no CUDA GPU is visible to PyTorch here"),
+], ids=["unknown-model", "no-gpu"])
+def test_measure_errors_come_before_the_progress_line(sqlite_url, monkeypatch, model, message):
+    """The progress line ('measuring … on 1 cuda device(s) …') was printed before these errors."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = invoke("measure", "--model", model, "--method", "lora", "--seq-len", "64", "--db", sqlite_url)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "measuring" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
 def test_measure_rejects_unmeasurable_scenarios_before_running(sqlite_url):
     res = invoke("measure", "--model", "meta-llama/Llama-3.2-1B", "--num-gpus", "2", "--parallelism", "zero3",
                  "--db", sqlite_url)

@@ -118,10 +118,16 @@ def test_a_new_memory_for_a_catalog_card_drops_its_published_usable_figure(tmp_p
     with gpus.user_gpus_added(f):
         g = get_gpu("h100-sxm")
         assert (g.memory_gb, g.usable_bytes, g.usable_kind) == (24, 24 * 10**9, "marketing")
+        assert g.name == "H100 SXM5 80GB as 24 GB (small.csv)"  # not '80GB' beside 24 GB in every table
     same = tmp_path / "same.csv"
     same.write_text("gpu_id,memory_gb\nh100-sxm,80.0\n", encoding="utf-8")  # the same number, another spelling
     with gpus.user_gpus_added(same):  # the catalog's own memory: its published total stays
         assert get_gpu("h100-sxm").usable_bytes == 81082 * MiB
+        assert get_gpu("h100-sxm").name == "H100 SXM5 80GB"
+    named = tmp_path / "named.csv"
+    named.write_text("gpu_id,name,memory_gb,usable_mib\nh100-sxm,My H100,40,38000\n", encoding="utf-8")
+    with gpus.user_gpus_added(named):  # a name of the user's own is kept as written
+        assert (get_gpu("h100-sxm").name, get_gpu("h100-sxm").usable_bytes) == ("My H100", 38000 * MiB)
 
 
 def test_new_prices_without_details_do_not_keep_the_old_offers(tmp_path):

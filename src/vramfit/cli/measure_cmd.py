@@ -119,7 +119,9 @@ def measure(
     sc = build_scenario(scenario_args, scenario_file)
     try:
         from vramfit.measure.runner import measure as run_measure
+        from vramfit.measure.runner import preflight
 
+        preflight(sc, device)  # the scenario, the model and the GPUs: an error is one line, before the progress line
         run_store = _store(db) if store else None
         if run_store is not None:
             run_store.prepare()  # open (and create) the database before spending GPU time

@@ -136,6 +136,23 @@ def _with_detected_gpu(sc: Scenario, env: dict[str, Any], remarks: list[str]) ->
     return sc.replace(gpu=gpu_id)
 
 
+def preflight(scenario: Scenario | dict[str, Any], device: str | None = None) -> Scenario:
+    """The scenario, checked as far as it can be before a process is started: measurable values, a known model and,
+    given ``device``, that many GPUs visible (:func:`vramfit.measure.worker.device_problem`)."""
+    from vramfit.measure.build import check_measurable, model_config
+
+    sc = parse_scenario(scenario)
+    check_measurable(sc)
+    model_config(sc)  # an unknown model fails here
+    if device is not None:
+        from vramfit.measure.worker import device_problem
+
+        why = device_problem(device, sc.num_gpus - 1, sc.num_gpus)
+        if why:
+            raise MeasureError(why)
+    return sc
+
+
 def measure(scenario: Scenario | dict[str, Any], *, steps: int = 10, device: str = "cuda", weights: Any = None,
             store: Any = None, simulate: bool = True, notes: str = "", timeout_s: float | None = None,
             in_process: bool = False, probe: Any = None, probe_kind: str | None = None,
@@ -147,11 +164,7 @@ def measure(scenario: Scenario | dict[str, Any], *, steps: int = 10, device: str
     (``cuda``, ``fake`` with ``probe_spec``, ``none``) choose where the figures come from; the default is
     the CUDA counters on ``cuda`` and none on ``cpu``.
     """
-    from vramfit.measure.build import check_measurable, model_config
-
-    sc = parse_scenario(scenario)
-    check_measurable(sc)
-    model_config(sc)  # an unknown model fails here, before a process is started
+    sc = preflight(scenario)
     if steps < 1:
         raise MeasureError("steps: must be at least 1")
     if device not in ("cuda", "cpu"):

@@ -40,16 +40,23 @@ def _request_probe(request: dict[str, Any], device: str, device_type: str, rank:
     return make_probe(kind, device, spec)
 
 
-def _device_error(device_type: str, local_rank: int, num_gpus: int) -> dict[str, Any] | None:
-    """A setup error when the requested device is not there, else None."""
+def device_problem(device_type: str, local_rank: int, num_gpus: int) -> str | None:
+    """Why the requested device is not there, or None. The CLI asks it before its progress line (the launching
+    process only counts devices, it creates no CUDA context) and each worker asks it again for its own rank."""
     import torch
 
     if device_type == "cuda" and not torch.cuda.is_available():
-        return setup_error("no CUDA GPU is visible to PyTorch here: `vramfit measure` needs one "
-                           "(--device cpu runs the harness without memory figures)")
+        return ("no CUDA GPU is visible to PyTorch here: `vramfit measure` needs one "
+                "(--device cpu runs the harness without memory figures)")
     if device_type == "cuda" and local_rank >= torch.cuda.device_count():
-        return setup_error(f"num_gpus={num_gpus} but only {torch.cuda.device_count()} GPU(s) are visible")
+        return f"num_gpus={num_gpus} but only {torch.cuda.device_count()} GPU(s) are visible"
     return None
+
+
+def _device_error(device_type: str, local_rank: int, num_gpus: int) -> dict[str, Any] | None:
+    """A setup error when the requested device is not there, else None."""
+    why = device_problem(device_type, local_rank, num_gpus)
+    return setup_error(why) if why else None
 
 
 def _build_failed(exc: Exception, base: dict[str, Any], probe: MemoryProbe, device: str, world: int) -> dict[str, Any]:
