@@ -70,13 +70,33 @@ def test_zero3_keeps_its_flat_gradient_partition():
     r = estimate({**sc, "eval_batch_size": 1})
     ev, fwd = _phase(r, "evaluate"), _phase(r, "forward")
     assert ev["gradients"] == fwd["gradients"] > 0
-    assert ev["comm_buffers"] == fwd["comm_buffers"] > 0
+    # the gathered parameters as at the forward's end; with Liger's loss less the head it put inside the live cap
+    # (test_zero3_evaluation_after_a_fused_loss_gathers_the_head_inside_the_live_cap)
+    std = estimate({**sc, "loss": "standard", "eval_batch_size": 1})
+    assert _phase(std, "evaluate")["comm_buffers"] == _phase(std, "forward")["comm_buffers"] == fwd["comm_buffers"]
+    assert 0 < ev["comm_buffers"] < fwd["comm_buffers"]
 
 
 def test_liger_gate_is_profile_data():
     fw = importlib.import_module("vramfit.estimate.framework")
     assert fw.PROFILES[fw.Framework.HF].fused_loss_trains_only is True
     assert fw.PROFILES[fw.Framework.TORCHTUNE].fused_loss_trains_only is False
+    assert fw.PROFILES[fw.Framework.HF].fused_loss_head_external is True
+    assert fw.PROFILES[fw.Framework.TORCHTUNE].fused_loss_head_external is False
+
+
+def test_zero3_evaluation_after_a_fused_loss_gathers_the_head_inside_the_live_cap():
+    """Liger's lce_forward made the head an external parameter of the CausalLM (estimate/core.py
+    zero3_eval_head_relief; the simulator's check: tests/sim/test_sim_deepspeed_fused_head.py)."""
+    sc = {"model": "Qwen/Qwen2.5-7B", "method": "full", "seq_len": 1024, "num_gpus": 4, "parallelism": "zero3",
+          "gradient_checkpointing": "full", "eval_batch_size": 1}
+    fused, standard = estimate({**sc, "loss": "fused"}), estimate({**sc, "loss": "standard"})
+    drop = 2 * (152064 - 18944) * 3584  # the head on top of the cap, then one down_proj
+    assert _phase(standard, "evaluate")["comm_buffers"] - _phase(fused, "evaluate")["comm_buffers"] == drop
+    assert _phase(standard, "forward")["comm_buffers"] == _phase(fused, "forward")["comm_buffers"]  # training: on top
+    zero2 = {**sc, "parallelism": "zero2"}
+    assert _phase(estimate({**zero2, "loss": "fused"}), "evaluate").get("comm_buffers") == \
+        _phase(estimate({**zero2, "loss": "standard"}), "evaluate").get("comm_buffers")
 
 
 @pytest.mark.parametrize("bad", [-1, "x", 1.5])

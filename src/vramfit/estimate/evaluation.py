@@ -90,11 +90,13 @@ def evaluation_pass(step: Step) -> Iterator[Contribution]:
         gradients,
         model_state,
     )
+    from vramfit.estimate.core import zero3_eval_head_relief
 
+    relief = zero3_eval_head_relief(step.spec, step.sc, step.profile)  # ZeRO-3: the head inside the live elements
     for core in (model_state, communication, framework_buffers, activations):
         for c in core(step):
             if c.phase is StepPhase.FORWARD and c.name in _KEPT:
-                yield Contribution(c.name, EVALUATE, c.bytes)
+                yield Contribution(c.name, EVALUATE, c.bytes - (relief if c.name == "comm_buffers" else 0))
     if step.sc.parallelism is Parallelism.ZERO3:  # the flat gradient partition outlives zero_grad
         for c in gradients(step):
             if c.phase is StepPhase.FORWARD:

@@ -63,6 +63,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # transformers >= 4.46 (PR #33902): logits stay in the model dtype, ForCausalLMLoss upcasts
         standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
         fused_loss_trains_only=True,  # the HF Trainer's use_liger_kernel: Liger's lce_forward (profile_fields.py)
+        fused_loss_head_external=True,  # Liger's lce_forward reads lm_head.weight (profile_fields.py)
         # HF Trainer default optim "adamw_torch_fused" for torch >= 2.8 (transformers v5.24.0
         # training_args.py default_optim; PR #37358)
         torch_optimizer_impl=OptimizerImpl.FUSED,

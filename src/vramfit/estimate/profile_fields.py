@@ -255,6 +255,16 @@ class FrameworkProfile:
     # src/liger_kernel/transformers/model/qwen2.py lce_forward l. 206 ``if self.training and (labels is not None)``;
     # v0.5.10 l. 202), so evaluation passes hold whole logits (estimate/evaluation.py)
     fused_loss_trains_only: bool = False
+    # the fused loss reads the output layer's weight from the model's forward instead of calling the layer (Liger
+    # v0.5.6 src/liger_kernel/transformers/model/qwen2.py l. 97 ``lce(self.lm_head.weight, ...)``), so under ZeRO-3 the
+    # read registers it as an external parameter of the CausalLM module, the forward's outermost module (DeepSpeed
+    # v0.16.5 runtime/zero/parameter_offload.py l. 57-71 ZeROOrderedDict.__getitem__: ``register_external_parameter(
+    # FWD_MODULE_STACK[-1], param)``, armed for every module by engine.py l. 1990-1994 ``_in_forward = True``). From
+    # then on that module fetches it at the first step of every forward (partitioned_param_coordinator.py l. 34-40
+    # iter_params adds ``ds_external_parameters()``), so in an evaluation pass the head counts in the live elements the
+    # prefetch fills up to stage3_max_live_parameters (l. 380-405) instead of coming on top of them
+    # (estimate/core.py zero3_eval_head_relief, checked on the simulator)
+    fused_loss_head_external: bool = False
     # what the recipe can be told to run, which the planner may offer: bitsandbytes' 8-bit and paged optimizers, and
     # a fused linear + cross-entropy loss (Liger / Cut Cross-Entropy). torchtitan v0.3.0 builds only Adam, AdamW and
     # DistMuon (components/optimizer/optimizer.py _resolve_optimizer_factory) and computes its own cross-entropy on the

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vramfit.choices import Framework, Offload, Parallelism, Precision, ShardScope
+from vramfit.choices import Framework, Loss, Offload, Parallelism, Precision, ShardScope
 from vramfit.errors import ScenarioError
 from vramfit.scenario import Scenario
 
@@ -348,6 +348,16 @@ def _book_parameters(model: torch.nn.Module, tracker: Any) -> None:
                     tracker.trace.trainable_sids.add(sid)
 
 
+def _train_loss(engine: Any, built: Any, sc: Scenario, ids: Any, labels: Any, keep: dict, pixels: Any) -> Any:
+    """The training loss through the engine: the model's own, or Liger's fused loss inside the CausalLM's forward,
+    which reads ``lm_head.weight`` there (sim/losses.py), as the HF Trainer's use_liger_kernel runs it."""
+    if sc.loss is Loss.FUSED and not pixels:
+        from vramfit.sim.losses import chunked_or_fused_loss
+
+        return chunked_or_fused_loss(built, sc, ids, labels, keep.get("logits_to_keep"), root=engine)
+    return engine(input_ids=ids, labels=labels, **keep, **(pixels or {})).loss
+
+
 def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Callable[[str], None] | None,
              workspaces: list[int] | None, StepPhase: Any) -> None:
     from vramfit.sim import images
@@ -371,9 +381,8 @@ def _ds_loop(engine: Any, built: Any, sc: Scenario, tracker: Any, progress: Call
                 ids, labels, pixels = images.batch(built.images, built.vocab_size, sc.micro_batch_size, sc.seq_len,
                                                    dtype, GPU)
                 labels, keep = keep_labels(sc, labels)  # sim/label_mask.py
-                out = engine(input_ids=ids, labels=labels, **keep, **(pixels or {}))
-                loss = out.loss
-                del out, ids, labels, pixels
+                loss = _train_loss(engine, built, sc, ids, labels, keep, pixels)
+                del ids, labels, pixels
                 mark_backward(tracker, workspaces, tag, progress)
                 engine.backward(loss)  # the engine divides by gradient_accumulation_steps itself
                 del loss

@@ -42,16 +42,17 @@ IGNORE_INDEX = -100
 
 
 def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
-                          keep: torch.Tensor | None = None) -> torch.Tensor:
+                          keep: torch.Tensor | None = None, root: Any = None) -> torch.Tensor:
     """The loss computed inside the root's own call (module docstring): the ``*ForCausalLM``'s forward is replaced
     for the call, as Liger's monkey patch replaces it, and PEFT's forward reaches it through ``self.model.forward``.
     ``keep``: a ``logits_to_keep`` mask, applied to the hidden states first (Liger-Kernel v0.6.1 model/qwen2.py
-    ``kept_hidden_states = hidden_states[:, slice_indices, :]``; sim/label_mask.py)."""
+    ``kept_hidden_states = hidden_states[:, slice_indices, :]``; sim/label_mask.py). ``root``: what the loop calls
+    instead of the model, such as the DeepSpeed engine that wraps it (sim/deepspeed_zero.py)."""
     causal_lm = built.causal_lm
     own = causal_lm.__dict__.get("forward")  # an instance-level forward set before (a hook, a patch) comes back
     causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels, keep)
     try:
-        return built.model(input_ids=ids)
+        return (built.model if root is None else root)(input_ids=ids)
     finally:
         if own is None:
             del causal_lm.forward
