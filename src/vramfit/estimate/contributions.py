@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
-from vramfit.estimate.deepspeed import ipg_made_in_backward
+from vramfit.estimate.deepspeed import ipg_made_in_backward, zero3_head_grad_flushed
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
 from vramfit.estimate.evaluation import evaluates, evaluation_pass
@@ -114,7 +114,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     # accelerate's split units: only the lowest block prefetches the embedding unit (estimate/fsdp2.py, 4; the
     # simulator's top-block peak of a tiny 4-layer Qwen3-MoE LoRA holds 549,746,176 B of temporaries at vocab 4096
     # and 32768 alike)
-    top = (step.held_grads + step.head_grad + step.layer_grads, a.blocks + a.masks + top_recompute,
+    head = 0 if zero3_head_grad_flushed(step.spec, step.sc) else step.head_grad  # reduced at the final norm's
+    top = (step.held_grads + head + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
     # FSDP1 under reentrant checkpointing (estimate/reentrant_fsdp1.py): in the lowest block's backward every block's
