@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.cast_load import cast_load_phase, casts_on_load
+from vramfit.estimate.core import zero3_head_on_top
 from vramfit.estimate.deepspeed import ipg_made_in_backward, zero3_head_grad_flushed
 from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
@@ -242,7 +243,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     yield Contribution("comm_buffers", FA, comm - late - fwd_root - ungrads)  # a block's forward: its gathers, no logits
     yield Contribution("comm_buffers", BL,
                        at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step) - ungrads)
-    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root)
+    yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root - zero3_head_on_top(
+        step.spec, step.sc, step.profile))
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
         yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
