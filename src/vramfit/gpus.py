@@ -78,6 +78,7 @@ _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_f
 _NON_NEGATIVE = ("price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high")
 
 from vramfit.gpu_rows import MEMORY_NEW, USABLE, aliases_of, overridden  # noqa: E402  (gpus.USABLE for readers)
+from vramfit.limits import MAX_GPU_MEMORY_GB  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,8 @@ def _num(row: dict[str, str], col: str, where: str, line: int, gid: str) -> floa
         raise _bad(where, line, gid, col, f"must be a number, got {shown(text)}") from None
     if not math.isfinite(value):
         raise _bad(where, line, gid, col, f"must be a finite number, got {shown(text)}")
+    if col == "memory_gb" and value > MAX_GPU_MEMORY_GB:  # 1e308 GB overflowed int(memory_gb x 10^9)
+        raise _bad(where, line, gid, col, f"must be at most {MAX_GPU_MEMORY_GB:,} GB, got {shown(text)}")
     if col in _POSITIVE and value <= 0:
         raise _bad(where, line, gid, col, f"must be a positive number, got {shown(text)}")
     if col in _NON_NEGATIVE and value < 0:
@@ -178,11 +181,12 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
     if low is not None and high is not None and low > high:
         raise _bad(where, line, gid, "price_usd_per_gpu_hr_low", f"({low}) is above price_usd_per_gpu_hr_high ({high})")
     if n["usable_bytes"] is not None or n["usable_mib"] is not None:
-        usable = int(n["usable_bytes"]) if n["usable_bytes"] is not None else int(n["usable_mib"] * MiB)
+        raw = n["usable_bytes"] if n["usable_bytes"] is not None else n["usable_mib"] * MiB
         kind, usrc = "user", f"set in {where}"
-        if usable > mem * GiB:  # CUDA totals lie between memory_gb x 10^9 and memory_gb x 1024^3 (module docstring)
+        usable = int(min(raw, mem * GiB + 1))  # checked against memory_gb before it could overflow int()
+        if raw > mem * GiB:  # CUDA totals lie between memory_gb x 10^9 and memory_gb x 1024^3 (module docstring)
             col = "usable_bytes" if n["usable_bytes"] is not None else "usable_mib"
-            raise _bad(where, line, gid, col, f"({usable / GiB:,.1f} GiB) is above memory_gb ({mem:g} GB, at most "
+            raise _bad(where, line, gid, col, f"({raw / GiB:,.1f} GiB) is above memory_gb ({mem:g} GB, at most "
                        f"{mem:g} GiB usable)")
     elif gid in USABLE and not row.get(MEMORY_NEW):
         mib, kind, usrc = USABLE[gid]

@@ -132,3 +132,6 @@ def limits_markdown() -> str:
     for name, (value, _) in limits().items():
         items.append(f"`{name}` {value:,}" if isinstance(value, int) else f"`{name}` {value:g}")
     return ", ".join(items) + ".\n"
+
+#: memory_gb of a user's GPU row: far above any card (the largest catalog card holds 288 GB); 1e308 overflowed int()
+MAX_GPU_MEMORY_GB = 100_000

@@ -140,6 +140,8 @@ def test_new_prices_without_details_do_not_keep_the_old_offers(tmp_path):
 @pytest.mark.parametrize("text, words", [
     ("gpu_id,memory_gb,usable_mib\nmy-card,24,999999\n", r"usable_mib \(976.6 GiB\) is above memory_gb \(24 GB"),
     ("gpu_id,memory_gb,memory_gb\nx,30,40\n", "column 'memory_gb' is given twice"),
+    ("gpu_id,memory_gb\nmy-card,1e308\n", "memory_gb must be at most 100,000 GB"),
+    ("gpu_id,memory_gb,usable_mib\nmy-card,24,1e308\n", r"usable_mib \(.* GiB\) is above memory_gb"),
     ("gpu_id,memory_gb\n4090,26\n", "gpu_id is the catalog's name for rtx4090")])
 def test_user_rows_that_would_silently_contradict_are_refused(tmp_path, text, words):
     f = tmp_path / "bad.csv"
