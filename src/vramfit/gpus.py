@@ -182,8 +182,7 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         raise _bad(where, line, gid, "price_usd_per_gpu_hr_low", f"({low}) is above price_usd_per_gpu_hr_high ({high})")
     if n["usable_bytes"] is not None or n["usable_mib"] is not None:
         raw = n["usable_bytes"] if n["usable_bytes"] is not None else n["usable_mib"] * MiB
-        kind, usrc = "user", f"set in {where}"
-        usable = int(min(raw, mem * GiB + 1))  # checked against memory_gb before it could overflow int()
+        usable, kind, usrc = int(min(raw, mem * GiB + 1)), "user", f"set in {where}"  # no int() of 1e308
         if raw > mem * GiB:  # CUDA totals lie between memory_gb x 10^9 and memory_gb x 1024^3 (module docstring)
             col = "usable_bytes" if n["usable_bytes"] is not None else "usable_mib"
             raise _bad(where, line, gid, col, f"({raw / GiB:,.1f} GiB) is above memory_gb ({mem:g} GB, at most "
