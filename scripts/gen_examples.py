@@ -145,8 +145,15 @@ def speed_table() -> str:
     return _benchmark_markdown("speed_accuracy")
 
 
+def limits_list() -> str:
+    """docs/limits.md's list: every named limit of ``vramfit.limits`` with its value."""
+    from vramfit import limits
+
+    return limits.limits_markdown()
+
+
 TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table,
-          "speed": speed_table}
+          "speed": speed_table, "limits": limits_list}
 TABLE = re.compile(r"<!-- generated: (?P<name>[a-z-]+) -->\n(?P<body>.*?)<!-- /generated -->\n", re.S)
 
 
