@@ -173,9 +173,9 @@ def without_torch(monkeypatch):
 
     for name in ("torch", "transformers"):
         monkeypatch.setitem(__import__("sys").modules, name, None)
-    catalog._catalog_spec.cache_clear()
+    catalog.catalog_spec.cache_clear()
     yield
-    catalog._catalog_spec.cache_clear()
+    catalog.catalog_spec.cache_clear()
 
 
 @pytest.mark.parametrize("model_id", ["Qwen/Qwen2-VL-7B-Instruct", "meta-llama/Llama-3.2-11B-Vision",
@@ -204,3 +204,33 @@ def test_large_vision_entries_share_their_smaller_siblings_towers():
     big = resolve_model("meta-llama/Llama-3.2-90B-Vision").spec
     assert sum(x.params for x in big.vision.projector) == 7680 * 8192 + 8192
     assert big.vision.cross_attention_layers == 20
+
+
+def test_models_command_lists_every_entry_without_torch(without_torch):
+    # `vramfit models` read the shape columns with the live reader, which needs transformers: on the base install
+    # every listing that held a vision or Granite entry failed ("unsupported model_type 'mllama'")
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    r = CliRunner().invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert f"{len(load_catalog())} catalog models" in r.output
+    row = next(line for line in r.output.splitlines() if "Llama-3.2-11B-Vision " in line)
+    spec = resolve_model("meta-llama/Llama-3.2-11B-Vision").spec
+    assert f"{spec.hidden_size}" in row and f"{spec.vocab_size:,}" in row
+
+
+def test_catalog_lookups_never_import_torch():
+    # the stored reading is used even where torch is installed: one answer everywhere, and no torch import
+    # (seconds, and bitsandbytes' import-time warnings on stderr) for `vramfit models` or a catalog estimate
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; from vramfit.cli.main import app; "
+            "r = CliRunner().invoke(app, ['models', 'vision']); assert r.exit_code == 0, r.output; "
+            "from vramfit import estimate; estimate(model='Qwen/Qwen3-VL-8B-Instruct', method='lora'); "
+            "print(sorted(m for m in ('torch', 'transformers', 'bitsandbytes') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -154,7 +154,7 @@ def models(
     """List and search the bundled model catalog."""
     from rich.table import Table
 
-    from vramfit.models import search_models, spec_from_hf_config
+    from vramfit.models import catalog_spec, search_models
 
     query = " ".join(query or [])
     entries = search_models(query)
@@ -174,7 +174,7 @@ def models(
     for col in ("family", "layers", "hidden", "heads/kv", "vocab") if wide else ():
         t.add_column(col, justify="left" if col == "family" else "right", style="dim" if col == "family" else None)
     for e in entries:
-        s = spec_from_hf_config(e["config"])
+        s = catalog_spec(e["id"])
         shape = [e.get("family", ""), str(s.num_hidden_layers), str(s.hidden_size),
                  f"{s.num_attention_heads}/{s.num_key_value_heads}", f"{s.vocab_size:,}"]
         t.add_row(e["id"], f"{e['published_params'] / 1e9:,.2f} B", *(shape if wide else []))

@@ -141,24 +141,23 @@ def resolve_generic(size: str | int, requested: str = "") -> ResolvedModel:
 
 # ---------------------------------------------------------------------------------- helpers
 @lru_cache(maxsize=256)
-def _catalog_spec(model_id: str) -> ModelSpec:
+def catalog_spec(model_id: str) -> ModelSpec:
     """Specs of catalog entries never change at run time: parse each config once. An entry of a family read
-    from transformers' modules carries that reading (``"spec"``, :mod:`vramfit.models.spec_data`), used where
-    torch or transformers are missing: the catalog needs neither."""
+    from transformers' modules carries that reading (``"spec"``, :mod:`vramfit.models.spec_data`; a test keeps it
+    equal to the live reading), and it is used whether or not torch is installed: the catalog needs neither, gives
+    the same answer everywhere, and listing it never imports torch and transformers (seconds, and bitsandbytes'
+    import-time warnings on stderr)."""
     entry = _index()[model_id.lower()]
-    try:
-        return spec_from_hf_config(entry["config"])
-    except ModelError:
-        if "spec" not in entry:
-            raise
+    if "spec" in entry:
         from vramfit.models.spec_data import spec_from_data
 
         return spec_from_data(entry["spec"])
+    return spec_from_hf_config(entry["config"])
 
 
 def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:
     notes = notes + tuple(n for n in [entry.get("notes")] if n)
-    spec = _catalog_spec(entry["id"])
+    spec = catalog_spec(entry["id"])
     return ResolvedModel(entry["id"], spec, entry["config"], entry["source"], "catalog", notes,
                          requested)
 
