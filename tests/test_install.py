@@ -106,3 +106,42 @@ def test_make_test_installs_the_versions_the_suite_passed_with():
     if made.exists() and made.read_text() == (ROOT / "requirements" / "tested.txt").read_text():
         for name in ("transformers", "peft", "accelerate", "trl", "deepspeed", "bitsandbytes", "fastapi", "typer"):
             assert metadata.version(name) == pins[name], name
+
+
+#: The console script with torch and the libraries of the sim/measure extras unimportable, as after
+#: `pip install 'vramfit[cli]'`: every command but simulate and measure must work, and those two name the extra.
+NO_TORCH = """
+import importlib.abc, importlib.util, sys
+EXTRAS = ('torch', 'transformers', 'peft', 'bitsandbytes', 'accelerate', 'deepspeed', 'trl')
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in EXTRAS:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+_find = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n.split('.')[0] in EXTRAS else _find(n, *a)
+from typer.testing import CliRunner
+from vramfit.cli.main import app
+for line in sys.argv[1:]:
+    r = CliRunner().invoke(app, line.split())
+    print(r.exit_code, line, '|', (r.stderr or '').strip().splitlines()[-1:] if r.exit_code else '', sep=' ')
+"""
+
+
+def test_every_command_runs_on_the_cli_install_without_torch():
+    pytest.importorskip("typer")
+    commands = ["models", "models vision", "gpus", "guide-table",
+                "estimate --model meta-llama/Llama-3.2-11B-Vision --method qlora",
+                "estimate --model ibm-granite/granite-3.1-3b-a800m-instruct --method full --json",
+                "plan --model OpenGVLab/InternVL3-8B-hf --method lora",
+                "fit --model HuggingFaceTB/SmolVLM2-2.2B-Instruct --method full --gpu a100-80gb",
+                "sweep --model HuggingFaceTB/SmolLM3-3B --method lora --vary seq_len=512..2048"]
+    res = _run(NO_TORCH, *commands, "simulate --model meta-llama/Llama-3.1-8B --method qlora",
+               "measure --model meta-llama/Llama-3.1-8B --method qlora")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[:len(commands)] == [f"0 {c} | " for c in commands]
+    assert lines[-2] == ("2 simulate --model meta-llama/Llama-3.1-8B --method qlora | "
+                         "[\"error: torch is not installed: install the sim extra (pip install 'vramfit[sim]')\"]")
+    assert lines[-1].startswith("2 measure ") and "torch is not installed: install the measure extra" in lines[-1]

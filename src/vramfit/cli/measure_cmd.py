@@ -80,7 +80,7 @@ def _report_bad_rows(st) -> None:
 
 
 def _missing_extra(exc: ModuleNotFoundError) -> VramfitError:
-    return VramfitError(f"{exc.name} is not installed: install the measure extra (pip install 'vramfit[measure]')")
+    return VramfitError(f"{exc.name or 'a package it needs'} is not installed: install the measure extra (pip install 'vramfit[measure]')")
 
 
 def measure(

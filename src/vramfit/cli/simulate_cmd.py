@@ -42,7 +42,7 @@ def simulate(
             layers = num_layers_of(resolve_config(sc)[1])
         result = _with_progress(lambda cb: run_simulate(sc, layers=layers, progress=cb), err_console, json_out)
     except ModuleNotFoundError as exc:
-        raise VramfitError(f"{exc.name} is not installed: install the sim extra (pip install 'vramfit[sim]')") from None
+        raise VramfitError(f"{exc.name or 'a package it needs'} is not installed: install the sim extra (pip install 'vramfit[sim]')") from None
     estimate = None
     if compare:
         from vramfit.estimate import estimate as run_estimate
