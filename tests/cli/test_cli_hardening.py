@@ -329,3 +329,10 @@ def test_sizes_of_any_architecture_are_bounded_by_name(tmp_path):
     one_line_error(run("estimate", "--model", config_file(tmp_path, json.dumps(gpt2))), "'n_layer'", "MAX_CONFIG_LAYERS")
     gpt2.update(n_layer=2, n_embd=10**12)
     one_line_error(run("estimate", "--model", config_file(tmp_path, json.dumps(gpt2))), "'n_embd'", "MAX_CONFIG_SIZE")
+
+
+def test_plan_export_torchtitan_of_a_qlora_plan_is_a_one_line_error(tmp_path):
+    r = run("plan", "--model", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--gpu", "rtx4090", "--export", "torchtitan",
+            "--export-dir", str(tmp_path / "out"))
+    one_line_error(r, "export", "the plan is qlora")
+    assert not (tmp_path / "out").exists()

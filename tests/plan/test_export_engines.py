@@ -362,3 +362,36 @@ def test_torchtitan_is_planned_only_with_what_it_runs_and_an_hf_plan_exported_to
     notes = export_plan(p, "torchtitan").notes
     assert any("optimizer adamw-8bit, which torchtitan does not build" in n for n in notes)
     assert any("the fused loss" in n for n in notes) and any("sized for hf" in n for n in notes)
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}, ("the plan is qlora", "no 4-bit path")),
+    ({"model": "meta-llama/Llama-3.1-8B", "method": "lora"}, ("the plan is lora", "LoRAConverter")),
+    ({"model": "mistralai/Mistral-7B-v0.1", "method": "full"}, ("none for mistralai/Mistral-7B-v0.1", "llama3 8B")),
+    ({"params": "7B", "method": "full"}, ("none for params=7000000000",)),
+])
+def test_torchtitan_export_refuses_what_torchtitan_cannot_run(keys, words):
+    """The torchtitan files ran the plan as full fine-tuning of llama3 (a LoRA/QLoRA plan lost its method; a Mistral
+    plan got ``--module llama3`` and no flavor, i.e. torchtitan v0.2.2's ``debugmodel``): now refused, naming why
+    and the engines that can run it."""
+    from vramfit.errors import ScenarioError
+
+    p = plan(keys, gpu_ids=["a100-80gb-sxm"]).plans[0]
+    with pytest.raises(ScenarioError) as e:
+        export_plan(p, "torchtitan")
+    assert e.value.key == "export" and e.value.valid == ["accelerate", "deepspeed", "fsdp", "trl"]
+    assert all(w in e.value.message for w in words), e.value.message
+
+
+def test_torchtitan_export_names_the_flavor_of_a_model_with_a_flavors_shapes():
+    """Llama-3.1-8B-Instruct has no entry of its own in torchtitan but is llama3 8B shape for shape."""
+    import tomllib
+
+    p = plan({"model": "meta-llama/Llama-3.1-8B-Instruct", "method": "full", "framework": "torchtitan"},
+             gpu_ids=["a100-80gb-sxm"]).plans[0]
+    ex = export_plan(p, "torchtitan")
+    model = tomllib.loads(ex.files["torchtitan.toml"])["model"]
+    assert model == {"name": "llama3", "flavor": "8B", "hf_assets_path": "meta-llama/Llama-3.1-8B-Instruct"}
+    assert any("--module llama3 " in n for n in ex.notes)
+    qwen = plan({"model": "Qwen/Qwen3-8B", "method": "full", "framework": "torchtitan"}, gpu_ids=["h100-sxm"]).plans[0]
+    assert tomllib.loads(export_plan(qwen, "torchtitan").files["torchtitan.toml"])["model"]["flavor"] == "8B"

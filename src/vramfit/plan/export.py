@@ -240,8 +240,10 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
         notes.append(f"the plan is sized for stage {stage}, but these files run the supervised step (SFTTrainer): "
                      f"write the {stage.upper()}Config yourself with the same batch, length and sharding")
     if engine == "torchtitan":
-        from vramfit.plan.export_titan import titan_files
+        from vramfit.plan.export_titan import refusals, titan_files
 
+        if why := refusals(plan.scenario):
+            raise ScenarioError("export", "; ".join(why), [e for e in ENGINES if e != engine])
         files, command, more = titan_files(plan)
         return Export(engine, files, command, tuple(notes + more))
     shard = _shard(plan, engine, notes)

@@ -79,13 +79,56 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
 
 
-def _model(sc: dict[str, Any]) -> dict[str, str]:
-    """``[model]``: torchtitan's own name and flavor of the catalog model where it has one (the importer's FLAVORS,
-    read backwards: without them v0.2.2 builds its defaults, llama3 ``debugmodel``), and the checkpoint folder."""
+def _shape(spec) -> tuple:
+    """What torchtitan's flavor fixes of a model: every shape that sizes a parameter or an activation."""
+    return (spec.model_type, spec.hidden_size, spec.num_hidden_layers, spec.num_attention_heads,
+            spec.num_key_value_heads, spec.head_dim, spec.intermediate_size, spec.vocab_size,
+            spec.tie_word_embeddings, spec.num_experts, spec.num_experts_per_tok)
+
+
+def flavor(sc: dict[str, Any]) -> tuple[str, str] | None:
+    """torchtitan's own (module, flavor) of the plan's model: the importer's FLAVORS read backwards, by id or, for a
+    model of the same shapes (Llama-3.1-8B-Instruct is llama3 8B), by shape; None where torchtitan has none (it
+    builds its own model definitions, not transformers': without a flavor v0.2.2 builds llama3 ``debugmodel``)."""
+    from vramfit.config_import.torchtitan import FLAVORS
+    from vramfit.errors import VramfitError
+    from vramfit.models import catalog_spec, resolve_model
+
+    by_id = {v: k for k, v in FLAVORS.items()}
+    model = sc.get("model")
+    if not model:
+        return None
+    if model in by_id:
+        return by_id[model]
+    try:
+        shape = _shape(resolve_model(model).spec)
+    except VramfitError:
+        return None
+    return next((named for hf_id, named in by_id.items() if _shape(catalog_spec(hf_id)) == shape), None)
+
+
+def refusals(sc: dict[str, Any]) -> list[str]:
+    """Why torchtitan cannot run the plan at all (the export is refused, not annotated)."""
     from vramfit.config_import.torchtitan import FLAVORS
 
+    out = []
+    if sc.get("method", "full") != "full":
+        # torchtitan trains every weight from its TOML/CLI fields: no 4-bit bitsandbytes path at all, and v0.3.0's
+        # LoRAConverter (components/lora.py) is set only in a config_registry function, not in these files
+        out.append(f"torchtitan's files run full fine-tuning only and the plan is {sc.get('method')}: torchtitan has "
+                   "no 4-bit path, and its 0.3 LoRAConverter is set in a config_registry function")
+    if flavor(sc) is None:
+        names = sorted({f"{m} {f}" for m, f in FLAVORS})
+        model = str(sc.get("model") or f"params={sc.get('params')}")[:80]
+        out.append(f"torchtitan builds its own model definitions and has none for {model} (it has {', '.join(names)})")
+    return out
+
+
+def _model(sc: dict[str, Any]) -> dict[str, str]:
+    """``[model]``: torchtitan's own name and flavor of the catalog model (:func:`flavor`), and the checkpoint
+    folder."""
     hf_id = sc.get("model") or ""
-    named = {v: k for k, v in FLAVORS.items()}.get(hf_id)
+    named = flavor(sc)
     return {**({"name": named[0], "flavor": named[1]} if named else {}), "hf_assets_path": hf_id or "<your model folder>"}
 
 

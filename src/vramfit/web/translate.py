@@ -322,6 +322,12 @@ RULES: list[tuple[str, str]] = [
     (r"^(\w+): is required(.*)$", "$1: é obrigatório$2"),
     (r"^num_gpus: no plan of (\S+) x (\S+) fits(.*)$", "num_gpus: nenhum plano de $1 × $2 cabe$3"),
     (r"^(\w+): unknown engine '(.*)'", "$1: motor desconhecido '$2'"),
+    (r"torchtitan's files run full fine-tuning only and the plan is (\w+): torchtitan has no 4-bit path, and its 0\.3 "
+     r"LoRAConverter is set in a config_registry function",
+     "os ficheiros do torchtitan só correm afinação completa e o plano é $1: o torchtitan não tem caminho de 4 bits, e o "
+     "LoRAConverter da versão 0.3 define-se numa função config_registry"),
+    (r"torchtitan builds its own model definitions and has none for (.+?) \(it has ([^)]*)\)",
+     "o torchtitan constrói as suas próprias definições de modelo e não tem nenhuma para $1 (tem $2)"),
     (r"^(\w+): is required: the card of the plan to export$", "$1: é obrigatório: a placa do plano a exportar"),
     (r"^gpu_id: must be a GPU id \(GET /api/gpus\), got (.+)$", "gpu_id: tem de ser o id de uma GPU (GET /api/gpus); recebido: $1"),
     (r"^num_gpus: must be a whole number of GPUs, got (.+)$", "num_gpus: tem de ser um número inteiro de GPUs; recebido: $1"),
