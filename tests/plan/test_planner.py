@@ -102,8 +102,16 @@ def test_ranking_cheapest_and_fastest(report):
     keys = [p.usd_per_million_tokens for p in priced]
     assert keys == sorted(keys)
     assert report.cheapest.usd_per_million_tokens == min(p.usd_per_million_tokens for p in report.plans if p.usd_per_million_tokens)
-    assert report.fastest.tokens_per_s == max(p.tokens_per_s for p in report.plans if p.within_budget is not False)
-    assert report.fastest.within_budget is not False
+    # under a budget an unpriced card's plan (cost unknown) is neither fastest within it nor ranked before a plan
+    # known to be within it (it was: within_budget None counted as within)
+    assert report.fastest.tokens_per_s == max(p.tokens_per_s for p in report.plans if p.within_budget)
+    assert report.fastest.within_budget is True
+    order = [{True: 0, None: 1, False: 2}[p.within_budget] for p in report.plans]
+    assert order == sorted(order) and 1 in order and 0 in order
+    fast = plan({"model": "meta-llama/Llama-3.1-8B", "method": "lora"}, effective_batch=16, dataset_tokens="100M",
+                budget_usd=50, sort="time", gpu_ids=["h200-nvl", "h100-sxm", "a100-80gb-sxm"])
+    order = [{True: 0, None: 1, False: 2}[p.within_budget] for p in fast.plans]
+    assert order == sorted(order) and fast.plans[-1].gpu_id == "h200-nvl" and fast.fastest.gpu_id == "h100-sxm"
 
 
 def test_report_is_json_with_integer_bytes(report):

@@ -389,11 +389,17 @@ def _speed_note(search: Search, g: GPU) -> tuple[str, ...]:
     return (fc.speed_note(),) if timed else ()
 
 
+#: within_budget / meets_deadline -> rank: True (known to), None (none given, or no price or time to tell), False
+_KNOWN_RANK = {True: 0, None: 1, False: 2}
+
+
 def _rank(p: Plan, sort: str = "cost") -> tuple:
-    """Within budget and deadline first; then cheapest per token (``cost``) or fastest (``time``)."""
+    """Within budget and deadline first (under a budget, an unpriced plan, whose cost is unknown, after those known
+    to be within it and before those over it; the same for an untimed plan under a deadline); then cheapest per
+    token (``cost``) or fastest (``time``)."""
     cost = (p.usd_per_million_tokens is None, p.usd_per_million_tokens or 0.0)
     speed = (p.tokens_per_s is None, -(p.tokens_per_s or 0.0))
-    return (p.within_budget is False, p.meets_deadline is False,
+    return (_KNOWN_RANK[p.within_budget], _KNOWN_RANK[p.meets_deadline],
             *(cost + speed if sort == "cost" else speed + cost), p.num_gpus)
 
 

@@ -113,7 +113,8 @@ class PlanReport:
 
     @property
     def fastest(self) -> Plan | None:
-        pool = [p for p in self.plans if p.within_budget is not False and p.speed]
+        # under a budget, only plans known to be within it (an unpriced plan's cost is unknown)
+        pool = [p for p in self.plans if p.speed and (p.within_budget if self.budget_usd is not None else True)]
         return max(pool, key=lambda p: (p.speed.tokens_per_s, -(p.usd_per_million_tokens or 0)), default=None)
 
     def to_dict(self) -> dict[str, Any]:
