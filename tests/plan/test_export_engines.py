@@ -395,3 +395,24 @@ def test_torchtitan_export_names_the_flavor_of_a_model_with_a_flavors_shapes():
     assert any("--module llama3 " in n for n in ex.notes)
     qwen = plan({"model": "Qwen/Qwen3-8B", "method": "full", "framework": "torchtitan"}, gpu_ids=["h100-sxm"]).plans[0]
     assert tomllib.loads(export_plan(qwen, "torchtitan").files["torchtitan.toml"])["model"]["flavor"] == "8B"
+
+
+def test_trl_export_of_a_chunked_loss_plan_writes_the_fused_loss_and_the_tables_figure():
+    """TRL has no chunked loss: the file ran the standard loss (whole fp32 logits) under a header giving the chunked
+    plan's figure, and that figure was the device one where the plan's table shows the needed one."""
+    import yaml
+
+    from vramfit.estimate import estimate
+    from vramfit.units import gib
+
+    p = plan({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "loss": "chunked", "seq_len": 8192},
+             gpu_ids=["h100-sxm"]).plans[0]
+    ex = export_plan(p, "trl")
+    text = ex.files["train_config.yaml"]
+    assert yaml.safe_load(text)["use_liger_kernel"] is True
+    assert f"-> {gib(p.required_bytes, 1)} GiB needed of" in text.splitlines()[0]
+    fused = estimate({**p.scenario, "loss": "fused"}).peak.required_bytes
+    assert fused < p.required_bytes < estimate({**p.scenario, "loss": "standard"}).peak.required_bytes
+    # the files run no evaluation (train.py passes no eval_dataset): a plan sized with one says so
+    ev = plan({**p.scenario, "eval_batch_size": 4}, gpu_ids=["h100-sxm"]).plans[0]
+    assert any("evaluation pass at micro-batch 4" in n for n in export_plan(ev, "trl").notes)

@@ -92,7 +92,15 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         out["use_liger_kernel"] = True
         notes.append("use_liger_kernel needs `pip install liger-kernel` (the fused cross-entropy the plan assumes)")
     if plan.loss == "chunked":
-        notes.append("chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true (fused) instead")
+        # torchtune's chunked loss still holds the whole bf16 logits (torchtune v0.6 modules/transformer.py
+        # chunked_output projects every chunk in the forward and returns the list, which
+        # modules/loss/ce_chunked_output_loss.py upcasts chunk by chunk); Liger's fused linear cross-entropy holds none
+        out["use_liger_kernel"] = True
+        notes.append("chunked cross-entropy is torchtune's: use_liger_kernel: true (TRL's fused cross-entropy, which "
+                     "holds less) is written instead; it needs `pip install liger-kernel`")
+    if sc.get("eval_batch_size"):
+        notes.append(f"the plan holds an evaluation pass at micro-batch {sc['eval_batch_size']}; train.py passes no "
+                     "eval_dataset: add one, with eval_strategy and per_device_eval_batch_size, for that peak")
     if plan.optimizer == "sgd-momentum":  # transformers' "sgd" reads momentum from optim_args (trainer_optimizer.py _get_sgd)
         out["optim_args"] = "momentum=0.9"
     if plan.optimizer in ("adamw-4bit", "adamw-8bit-torchao"):
@@ -116,7 +124,8 @@ def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
 
     config = CONFIG_CLASS.get(plan.scenario.get("stage", "sft"), "SFTConfig")
     head = (f"# vramfit plan: {plan.label}, micro-batch {plan.micro_batch_size} x {plan.grad_accum} accumulation"
-            f" -> {gib(plan.device_bytes, 1)} GiB of {gib(plan.usable_bytes, 1)} GiB per GPU (estimated)\n"
+            f" -> {gib(plan.required_bytes or plan.device_bytes, 1)} GiB needed of {gib(plan.usable_bytes, 1)} GiB per GPU"
+            " (estimated, as the plan's table)\n"
             f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.{config} fields\n"
             f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
     body = _yaml(_model_args(plan, notes)) + _yaml(stage_args(plan, _sft_args(plan, shard, epochs, notes), notes))

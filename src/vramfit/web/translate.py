@@ -162,8 +162,14 @@ RULES: list[tuple[str, str]] = [
      "o recálculo seletivo não existe no transformers: escreve-se checkpointing completo"),
     (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel=True \(fused\) instead$",
      "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel=True (fundida)"),
-    (r"^chunked cross-entropy is torchtune's; with TRL use use_liger_kernel: true \(fused\) instead$",
-     "a entropia cruzada por blocos é do torchtune; com o TRL usa use_liger_kernel: true (fundida)"),
+    (r"^chunked cross-entropy is torchtune's: use_liger_kernel: true \(TRL's fused cross-entropy, which holds less\) is "
+     r"written instead; it needs `pip install liger-kernel`$",
+     "a entropia cruzada por blocos é do torchtune: escreve-se use_liger_kernel: true (a entropia cruzada fundida do "
+     "TRL, que ocupa menos); precisa de `pip install liger-kernel`"),
+    (r"^the plan holds an evaluation pass at micro-batch (\d+); train\.py passes no eval_dataset: add one, with "
+     r"eval_strategy and per_device_eval_batch_size, for that peak$",
+     "o plano inclui uma passagem de avaliação com micro-batch $1; o train.py não passa eval_dataset: acrescenta um, "
+     "com eval_strategy e per_device_eval_batch_size, para esse pico"),
     (r"^model\.hf_assets_path: the folder of the Hugging Face checkpoint and tokenizer torchtitan loads$",
      "model.hf_assets_path: a pasta do checkpoint Hugging Face e do tokenizer que o torchtitan carrega"),
     (r"^torchtitan 0\.3 reads no TOML: run (.*)$", "o torchtitan 0.3 não lê TOML: corre $1"),
