@@ -320,6 +320,9 @@ RULES: list[tuple[str, str]] = [
      "config_json: tem de ser um objeto JSON (o conteúdo do config.json); recebido: $1"),
     (r"^config_json: config\.json of model_type '(.+?)' is missing the required field '(.+?)'$",
      "config_json: falta ao config.json de model_type '$1' o campo obrigatório '$2'"),
+    (r"^config_json: config\.json field '(.+?)' \((\d+)\) must be at most '(.+?)' \((\d+)\): a token is routed to "
+     r"that many of the experts$", "config_json: o campo '$1' do config.json ($2) não pode ser maior do que '$3' ($4): "
+     "cada token é encaminhado para esse número de especialistas"),
     (r"^config_json: cannot be read as a Hugging Face config\.json ", "config_json: não se consegue ler como config.json do Hugging Face "),
     (r"^gpu: unknown GPU '(.+?)'; did you mean: (.+?)\? \(`vramfit gpus` lists all (\d+)\)$",
      "gpu: GPU desconhecida '$1'; querias dizer: $2? (o `vramfit gpus` lista as $3)"),
