@@ -83,6 +83,7 @@ def test_fit_with_a_chart(known, tmp_path):
     (["--dataset", "{known}", "--packing", "zip"], "error: packing: unknown value 'zip' (valid values: none, bfd, bfd_split, wrapped)"),
     (["--tokenizer", "x"], "error: dataset: --tokenizer needs --dataset FILE"),
     (["--dataset", "{known}", "--max-length", "ten"], "error: max_length: must be a number"),
+    (["--dataset", "{known}", "--field", "text,text"], "error: field: names the column 'text' twice; give one column"),
 ])
 def test_bad_input_is_one_line_and_exit_2(known, args, message):
     r = run("estimate", *M, *[a.format(known=known) for a in args])
