@@ -12,6 +12,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from vramfit.errors import ModelError
+from vramfit.safe_input import shown
 
 KiB = 1024
 MiB = 1024**2
@@ -55,35 +56,35 @@ def parse_param_count(value: str | int | float) -> int:
     not a whole positive count of at most 10 trillion.
     """
     if isinstance(value, bool):
-        raise ModelError(f"not a parameter count: {value!r}", key="params")
+        raise ModelError(f"not a parameter count: {shown(value)}", key="params")
     if isinstance(value, int):
         count = Decimal(value)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ModelError(f"not a parameter count: {value!r}", key="params")
+            raise ModelError(f"not a parameter count: {shown(value)}", key="params")
         count = Decimal(repr(value))
     elif isinstance(value, str):
         text = value.strip().lower().replace("_", "").replace(",", "")
         if text.startswith("-"):
-            raise ModelError(f"parameter count must be positive, got {value!r}", key="params")
+            raise ModelError(f"parameter count must be positive, got {shown(value)}", key="params")
         match = _COUNT.match(text)
         if not match:
             raise ModelError(
-                f"not a parameter count: {value!r} (examples: 7B, 1.5b, 405M, 7e9, 7000000000)",
+                f"not a parameter count: {shown(value)} (examples: 7B, 1.5b, 405M, 7e9, 7000000000)",
                 key="params",
             )
         try:
             count = Decimal(match.group(1)) * _SCALES[match.group(2)]
         except InvalidOperation as exc:
-            raise ModelError(f"not a parameter count: {value!r}", key="params") from exc
+            raise ModelError(f"not a parameter count: {shown(value)}", key="params") from exc
     else:
-        raise ModelError(f"not a parameter count: {value!r}", key="params")
+        raise ModelError(f"not a parameter count: {shown(value)}", key="params")
     if count <= 0:
-        raise ModelError(f"parameter count must be positive, got {value!r}", key="params")
+        raise ModelError(f"parameter count must be positive, got {shown(value)}", key="params")
     if count > MAX_PARAMS:
         raise ModelError(
-            f"parameter count {value!r} is absurd (more than 10 trillion)", key="params"
+            f"parameter count {shown(value)} is absurd (more than 10 trillion)", key="params"
         )
     if count != count.to_integral_value():
-        raise ModelError(f"parameter count {value!r} is not a whole number", key="params")
+        raise ModelError(f"parameter count {shown(value)} is not a whole number", key="params")
     return int(count)

@@ -83,6 +83,7 @@ def test_fit_with_a_chart(known, tmp_path):
     (["--dataset", "{known}", "--packing", "zip"], "error: packing: unknown value 'zip' (valid values: none, bfd, bfd_split, wrapped)"),
     (["--tokenizer", "x"], "error: dataset: --tokenizer needs --dataset FILE"),
     (["--dataset", "{known}", "--max-length", "ten"], "error: max_length: must be a number"),
+    (["--dataset", "{known}", "--field", "text,text"], "error: field: names the column 'text' twice; give one column"),
 ])
 def test_bad_input_is_one_line_and_exit_2(known, args, message):
     r = run("estimate", *M, *[a.format(known=known) for a in args])
@@ -107,3 +108,20 @@ def test_large_files_report_progress(known, monkeypatch):
     r = run("estimate", *M, "--dataset", str(known), "--json")
     assert r.exit_code == 0, r.output
     assert callable(seen[0]) and seen[-1] == 100  # the progress callback got the final row count
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"text": "a b"}, {"body": "c"}], "error: dataset: row 2 of d.jsonl has no column 'text' (the dataset's text column"),
+    ([{"prompt": "a", "completion": "b"}, {"prompt": "c"}], "error: dataset: row 2 of d.jsonl has no column 'completion'"),
+    ([{"text": ""}, {"text": ""}], "error: dataset: d.jsonl has no tokens: the text in 'text' is empty in every row"),
+])
+def test_rows_without_the_column_or_without_tokens_are_one_line(tmp_path, rows, message):
+    """A later row lacking the first row's column was a KeyError traceback; all-empty rows said "seq_len ... got 0"."""
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    r = run("estimate", *M, "--dataset", str(data))
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(message) and r.output.count("\n") == 1 and "Traceback" not in r.output
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(json.dumps({"model": "meta-llama/Llama-2-7b-hf", "dataset": str(data)}) + "\n")
+    b = run("estimate", "--batch", str(batch))
+    assert json.loads(b.stdout)["error"].startswith(message.removeprefix("error: "))  # was "internal error"

@@ -98,3 +98,14 @@ def test_sample_memory_is_bounded(tmp_path, monkeypatch):
     assert analyze_dataset(p, sample=2).sampled_rows == 2
     with pytest.raises(DatasetError, match="sample: the sampled rows hold over 250 characters"):
         analyze_dataset(p, sample=3)
+
+
+def test_missing_columns_and_tokenless_rows_name_the_file(tmp_path, tok_dir):
+    write_jsonl(tmp_path / "late.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}, {"text": "x"}])
+    with pytest.raises(DatasetError, match=r"^dataset: row 2 of late.jsonl has no column 'messages' \(the dataset's "
+                       r"messages column, found in the first row\)$"):
+        analyze_dataset(tmp_path / "late.jsonl")
+    write_jsonl(tmp_path / "blank.jsonl", [{"q": "", "a": ""}] * 3)
+    with pytest.raises(DatasetError, match=r"^dataset: blank.jsonl has no tokens: the text in 'q', 'a' is empty in every row$"):
+        analyze_dataset(tmp_path / "blank.jsonl", field_name="q,a")
+    assert _lengths(write_jsonl(tmp_path / "eos.jsonl", [{"text": ""}]), tok_dir) == [2]  # BOS and EOS: tokens

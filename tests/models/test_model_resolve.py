@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +96,13 @@ def test_local_directory(tmp_path):
 def test_directory_without_config(tmp_path):
     with pytest.raises(ModelError, match="has no config.json"):
         resolve_model(str(tmp_path))
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_device_is_not_called_a_directory():
+    with pytest.raises(ModelError) as info:
+        resolve_model("/dev/zero")
+    assert str(info.value) == "model: /dev/zero is not a regular file (give a config.json file or a directory holding one)"
 
 
 def test_missing_path():

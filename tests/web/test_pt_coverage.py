@@ -108,6 +108,9 @@ IMPORT_AND_DATASET = [
     "completion_len: must be shorter than seq_len (2048), which holds the prompt and the completion",
     "seq_len: must be an integer from 1 to 10000000, got an integer of about 309 digits",
     "no chat template found: messages rendered in the ChatML layout",
+    "dataset: row 2 of my_data.jsonl has no column 'completion' (the dataset's prompt-completion column, found in the "
+    "first row)",
+    "dataset: my_data.jsonl has no tokens: the text in 'prompt', 'completion' is empty in every row",
 ]
 
 

@@ -13,6 +13,7 @@ from vramfit.errors import ScenarioError
 
 err_console = Console(stderr=True, soft_wrap=True)
 _CURRENT: ContextVar[Any] = ContextVar("vramfit_imported", default=None)
+_NEEDS_FROM = "needs --from FILE (the config to write the change into)"
 
 
 def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]) -> dict[str, Any]:
@@ -47,13 +48,24 @@ def eval_follows_micro() -> bool:
     return bool(imp is not None and imp.eval_follows_micro and "eval_batch_size" not in imp.flags)
 
 
+def check_write_to(key: str, dest: Path | None) -> None:
+    """Refuse ``--write-to`` before any work: it needs ``--from FILE`` and a file name in an existing folder."""
+    if dest is None:
+        return
+    if _CURRENT.get() is None:
+        raise ScenarioError(key, _NEEDS_FROM)
+    from vramfit.safe_input import writable_file
+
+    writable_file(key, dest)
+
+
 def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, Any]) -> None:
     """Save the ``--from`` file with ``changes`` (scenario keys) to ``dest``, print the diff."""
     if dest is None:
         return
     imp = _CURRENT.get()
     if imp is None:
-        raise ScenarioError("write-to", "needs --from FILE (the config to write the change into)")
+        raise ScenarioError("write-to", _NEEDS_FROM)
     # explicit flags are written too, as the validated scenario holds them (typed, not the CLI's strings)
     flagged = {k: scenario[k] for k in imp.flags if k in scenario and scenario[k] != imp.overrides.get(k)}
     changes = {k: v for k, v in {**flagged, **changes}.items() if k not in ("gpu", "model", "params")}

@@ -164,6 +164,8 @@ def models(
             for e in entries
         ]
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
+        if not entries:
+            raise typer.Exit(1)  # nothing matches: exit 1, as the table does
         return
     t = Table(title=escape(f"{len(entries)} catalog models" + (f" matching {shown(query)}" if query else "")), title_justify="left")
     # ids stay whole: the id column never shrinks; the shape columns are dropped when the terminal is narrow

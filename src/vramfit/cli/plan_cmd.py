@@ -17,14 +17,15 @@ from rich.table import Table
 
 from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
-from vramfit.cli.from_config import eval_follows_micro, write_fit, write_plan
+from vramfit.cli.from_config import check_write_to, eval_follows_micro, write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
+from vramfit.cli.plan_outputs import check_outputs, pick_plan, write_export
 from vramfit.cli.render import render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
 from vramfit.plan.verdict import SAFETY_MARGIN
-from vramfit.safe_input import path_kind, shown, user_path, writable_file, write_text_file
+from vramfit.safe_input import shown, user_path, writable_file, write_text_file
 from vramfit.units import GB, GiB
 
 console = Console()
@@ -176,34 +177,6 @@ def render_changes(gid: str, changes: list) -> None:
     console.print(t)
 
 
-def _write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console) -> None:
-    """The files of ``plan`` for ``engine``; what was written, the command and the notes go to ``say`` (stderr when
-    stdout carries --json)."""
-    from vramfit.plan.export import export_plan
-
-    ex = export_plan(plan, engine, epochs=epochs)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ScenarioError("export_dir", f"cannot create the folder {shown(str(out_dir))}: {exc.strerror}") from None
-    for name, text in ex.files.items():
-        write_text_file("export_dir", out_dir / name, text)
-        say.print(f"wrote {out_dir / name}", highlight=False, markup=False)
-    say.print(f"run: {ex.command}")
-    for n in ex.notes:
-        say.print(f" • {n}")
-
-
-def _pick(r, pick: str):
-    if pick == "cheapest":
-        return r.cheapest
-    if pick == "fastest":
-        return r.fastest
-    if not (pick.isascii() and pick.isdigit()) or not 1 <= int(pick) <= len(r.plans):
-        raise ScenarioError("pick", f"must be cheapest, fastest or a row number 1..{len(r.plans)}, got {shown(pick)}")
-    return r.plans[int(pick) - 1]
-
-
 def plan_cmd(
     scenario_args: dict,
     scenario_file: Path | None,
@@ -233,21 +206,21 @@ def plan_cmd(
     from vramfit.plan import plan
 
     export_dir = user_path("export_dir", export_dir)
-    if export and path_kind("export_dir", export_dir) not in ("dir", "missing"):
-        raise ScenarioError("export_dir", f"{shown(str(export_dir))} exists and is not a folder")
+    check_outputs(top, export, pick, export_dir, write_to)
     _load_gpus(gpus)
     sc = build_scenario(scenario_args, scenario_file)
     r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
              gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
              deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active(),
              eval_follows_micro=eval_follows_micro())
+    picked = pick_plan(r, pick) if r.plans else None  # a row number past the plans: refused before the output
     if json_out:
         _out(r.to_dict())
     else:
         render_plan(r, top, show_all)
-    if export and r.plans:
-        _write_export(_pick(r, pick), export, export_dir, r.epochs, err_console if json_out else console)
-    write_plan(write_to, sc, _pick(r, pick) if r.plans else None)
+    if export and picked:
+        write_export(picked, export, export_dir, r.epochs, err_console if json_out else console)
+    write_plan(write_to, sc, picked)
     if not r.plans:
         raise typer.Exit(1)
 
@@ -264,6 +237,7 @@ def fit_cmd(
     """The largest micro-batch and longest sequence that fit --gpu, and a batch × sequence grid."""
     from vramfit.plan import fit
 
+    check_write_to("write-to", write_to)
     _load_gpus(gpus)
     sc = build_scenario(scenario_args, scenario_file)
     if not sc.gpu:
@@ -293,6 +267,8 @@ def sweep_cmd(
     from vramfit.plan import parse_vary, sweep
     from vramfit.plan.inputs import gpu_id_list
 
+    if json_out and csv_out is not None and str(csv_out) == "-":
+        raise ScenarioError("csv", "--csv - and --json both write to stdout; give --csv a file name, or leave one out")
     csv_path, chart_path = _output("csv", csv_out), _output("chart", chart)
     _load_gpus(gpus)
     sc = build_scenario(scenario_args, scenario_file)

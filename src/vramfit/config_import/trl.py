@@ -96,8 +96,6 @@ def _precision(r: KeyReader, method: str) -> str:
 def _grpo_length(r: KeyReader) -> None:
     """GRPO's sequence is the prompt plus the completion: ``max_prompt_length`` (GRPOConfig before TRL 0.26; 1.16
     has none and leaves the prompt to the data) + ``max_completion_length``; without it the scenario's default."""
-    from vramfit.config_import.report import Entry
-    from vramfit.scenario import Scenario
     from vramfit.stage_keys import GRPO_COMPLETION_LEN
 
     if r.has("max_length"):
@@ -108,10 +106,29 @@ def _grpo_length(r: KeyReader) -> None:
         prompt = hf.whole(r, "max_prompt_length", prompt)
         r.set("max_prompt_length", "seq_len", prompt + r.out.get("completion_len", GRPO_COMPLETION_LEN))
         return
+    _seq_len_default(r, "not in the file: GRPOConfig (TRL 1.16) has no prompt limit, the data's prompts set it; "
+                        "pass --seq-len (prompt + completion)")
+
+
+def _seq_len_default(r: KeyReader, why: str) -> None:
+    """No length in the file: the scenario's default ``seq_len``, said as such with ``why``."""
+    from vramfit.config_import.report import Entry
+    from vramfit.scenario import Scenario
+
     seq = Scenario.__dataclass_fields__["seq_len"].default
-    r.entries["seq_len"] = Entry("default", "seq_len", seq, "not in the file: GRPOConfig (TRL 1.16) has no prompt "
-                                 "limit, the data's prompts set it; pass --seq-len (prompt + completion)",
-                                 [f"seq_len={seq}"])
+    r.entries["seq_len"] = Entry("default", "seq_len", seq, why, [f"seq_len={seq}"])
+
+
+def _untruncated(r: KeyReader) -> None:
+    """``max_length: null``: SFTConfig truncates nothing (trl 1.16.0 trl/trainer/sft_config.py), so the data's
+    longest sample sets the length, not the 1024 default; packing refuses it (sft_trainer.py l. 1467)."""
+    if hf.boolean(r, "packing", False, spellings=hf.ARGPARSE_BOOL):
+        raise r.error("max_length: null (no truncation) with packing: true; TRL refuses it (\"When packing is "
+                      "enabled, `max_length` can't be `None`\"); set max_length")
+    r.get("max_length")
+    r.entries["max_length"].note = "no truncation"
+    _seq_len_default(r, "max_length is null: TRL truncates nothing, the data's longest sample sets the length; "
+                        "pass --seq-len, or --dataset FILE --max-length none to read it")
 
 
 def _step(r: KeyReader) -> None:
@@ -123,10 +140,12 @@ def _step(r: KeyReader) -> None:
         r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
         if r.has("max_length"):
             raise r.error("max_length and max_seq_length are both set (max_seq_length is the older name); keep one")
+    elif r.has("max_length") and r.flat.get("max_length") is None:
+        _untruncated(r)
     else:
         r.set("max_length", "seq_len", r.get("max_length", 1024, SFT_SRC))
     for k in ("packing", "padding_free"):
-        if hf.boolean(r, k, False, spellings=hf.ARGPARSE_BOOL):
+        if hf.boolean(r, k, False, spellings=hf.ARGPARSE_BOOL) and "seq_len" in r.out:
             r.set(k, "seq_len", r.out["seq_len"])
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
     # transformers 5.24 names it activation_checkpointing(_kwargs); gradient_checkpointing(_kwargs) are deprecated

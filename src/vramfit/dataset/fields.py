@@ -44,6 +44,9 @@ def detect_fields(row: dict, field: str | None = None) -> Fields:
     if field:
         if "," in field:
             p, c = (x.strip() for x in field.split(",", 1))
+            if p == c:
+                raise DatasetError("field", f"names the column {p!r} twice; give one column (text or messages) or "
+                                   "two different ones (prompt,completion)")
             if p not in row or c not in row:
                 raise DatasetError("field", f"columns {p!r} and {c!r} not both in the dataset", cols)
             return Fields(Kind.PROMPT_COMPLETION, (p, c), _is_messages(row[p]))

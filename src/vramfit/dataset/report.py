@@ -64,6 +64,14 @@ class _Reservoir:
         self.texts[i] = text
 
 
+def _check_columns(row: dict, fields: Fields, n: int, path: Path) -> None:
+    """Row ``n`` holds the columns read from the first row (a JSON row may lack one: KeyError before)."""
+    for c in fields.columns:
+        if c not in row:
+            raise DatasetError("dataset", f"row {n} of {path.name} has no column {c!r} (the dataset's "
+                               f"{fields.kind.value} column, found in the first row)")
+
+
 def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None = None, split: str = "train",
                  sample: int | None = None, seed: int = 0, on_rows: Callable[[int], None] | None = None) -> LengthPass:
     """Stream ``path``, render each row (or each sampled row) as the trainer does and count its tokens in batches."""
@@ -78,6 +86,7 @@ def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None =
         if n > MAX_ROWS:
             raise DatasetError("dataset", f"more than {MAX_ROWS:,} rows; pass --sample N")
         fields = fields or detect_fields(row, field_name)
+        _check_columns(row, fields, n, Path(path))
         if on_rows and n % 10_000 == 0:
             on_rows(n)
         if pool is not None:
@@ -94,6 +103,10 @@ def read_lengths(path: str | Path, encoder: Encoder, *, field_name: str | None =
     for start in range(0, len(pool.texts) if pool else 0, TOKENIZE_BATCH_ROWS):
         lengths.extend(encoder.count(pool.texts[start:start + TOKENIZE_BATCH_ROWS], fields))
     lengths.extend(encoder.count(texts, fields))
+    if not any(lengths):
+        every = "every sampled row" if pool is not None and n > len(lengths) else "every row"
+        raise DatasetError("dataset", f"{Path(path).name} has no tokens: the text in "
+                           f"{', '.join(map(repr, fields.columns))} is empty in {every}")
     if on_rows:
         on_rows(n)
     return LengthPass(lengths, n, fields, pool is not None and n > len(lengths))

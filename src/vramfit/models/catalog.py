@@ -245,7 +245,8 @@ def _quantization_notes(config: dict) -> tuple[str, ...]:
 def _from_path(path: Path, requested: str) -> ResolvedModel:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
-        raise ModelError(f"directory {path} has no config.json")
+        raise ModelError(f"directory {path} has no config.json" if path.is_dir() else
+                         f"{path} is not a regular file (give a config.json file or a directory holding one)")
     config = _read_config(file, str(file))
     spec = _spec_for(config, str(file))
     return ResolvedModel(str(path), spec, config, str(file.resolve()), "config-file",

@@ -32,6 +32,8 @@ SIZE_FIELDS = (
     "ffn_hidden_size", "num_kv_heads", "n_head_kv", "num_ln_in_parallel_attn",
     "query_pre_attn_scalar",
 )
+#: The number of routed experts, by family (Mixtral and gpt-oss; Qwen-MoE, OLMoE and others; DeepSeek).
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 #: Sizes that must be at least 1 when given.
 POSITIVE_FIELDS = ("sliding_window",)
 #: Fractions in (0, 1].
@@ -118,6 +120,19 @@ def _check_fields(config: Mapping[str, Any]) -> None:
         if config.get(f) is not None and not isinstance(config[f], Mapping):
             raise _fail(f, "must be an object", config[f])
     _check_lists(config)
+    _check_experts(config)
+
+
+def _check_experts(config: Mapping[str, Any]) -> None:
+    """A token is routed to ``num_experts_per_tok`` of the experts: never more than there are."""
+    per_tok = config.get("num_experts_per_tok")
+    if not isinstance(per_tok, int) or isinstance(per_tok, bool):
+        return
+    for f in EXPERT_FIELDS:
+        total = config.get(f)
+        if isinstance(total, int) and not isinstance(total, bool) and 0 < total < per_tok:
+            raise ModelError(f"config.json field 'num_experts_per_tok' ({per_tok}) must be at most {f!r} ({total}): "
+                             "a token is routed to that many of the experts")
 
 
 def _check_lists(config: Mapping[str, Any]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from vramfit.errors import ScenarioError
 from vramfit.plan import export_nodes as nodes
 from vramfit.plan.report import Plan
+from vramfit.safe_input import shown
 
 ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl", "torchtitan")
 OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
@@ -226,14 +227,19 @@ def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
     return own
 
 
+def check_engine(engine: str) -> None:
+    """Refuse an ``engine`` that is not one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ScenarioError("export", f"unknown engine {shown(engine)}", ENGINES)
+
+
 def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     """Configuration files for ``engine`` (one of :data:`ENGINES`) that run ``plan``.
 
     Every engine launches the same script name, :data:`SCRIPT`; ``trl`` writes it (with its settings file),
     the others expect the user's own.
     """
-    if engine not in ENGINES:
-        raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
+    check_engine(engine)
     notes: list[str] = []
     stage = plan.scenario.get("stage", "sft")
     if stage == "ppo":  # PPO left TRL after v1.9.0 (export_stages.py)

@@ -133,6 +133,10 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
     key = key.strip().replace("-", "_") if isinstance(key, str) else key
     if key not in SCENARIO_KEYS:
         raise ScenarioError("vary", f"unknown scenario key {shown(key)}", SCENARIO_KEYS)
+    if key == "params" and sc.model:  # the model was dropped for generic decoders without a word
+        raise ScenarioError("vary", f"params: each value is a generic Llama-style decoder of that size, not a size of "
+                            f"the scenario's model {shown(sc.model)}; sweep sizes with params instead of model, or "
+                            "vary model over ids")
     if not isinstance(values, (list, tuple)) or not values:
         raise ScenarioError("vary", "needs at least one value")
     if len(values) > MAX_VALUES:

@@ -272,6 +272,12 @@ RULES: list[tuple[str, str]] = [
     (r"base_model is required$", "base_model é obrigatório"),
     (r"^dataset: (\S+) holds no rows$", "dataset: $1 não tem linhas"),
     (r"^dataset: no non-empty rows to train on$", "dataset: nenhuma linha não vazia para treinar"),
+    (r"^dataset: row (\d+) of (\S+) has no column ('.*') \(the dataset's (\S+) column, found in the first row\)$",
+     "dataset: a linha $1 de $2 não tem a coluna $3 (a coluna de $4 do dataset, encontrada na primeira linha)"),
+    (r"^dataset: (\S+) has no tokens: the text in (.+) is empty in every row$",
+     "dataset: $1 não tem tokens: o texto em $2 está vazio em todas as linhas"),
+    (r"^dataset: (\S+) has no tokens: the text in (.+) is empty in every sampled row$",
+     "dataset: $1 não tem tokens: o texto em $2 está vazio em todas as linhas da amostra"),
     (r"^dataset: line (\d+) of (\S+) is not JSON: (.*)$", "dataset: a linha $1 de $2 não é JSON: $3"),
     (r"^dataset: line (\d+) of (\S+) is a JSON (\w+), not an object$",
      "dataset: a linha $1 de $2 é um $3 JSON, não um objeto"),
@@ -320,6 +326,9 @@ RULES: list[tuple[str, str]] = [
      "config_json: tem de ser um objeto JSON (o conteúdo do config.json); recebido: $1"),
     (r"^config_json: config\.json of model_type '(.+?)' is missing the required field '(.+?)'$",
      "config_json: falta ao config.json de model_type '$1' o campo obrigatório '$2'"),
+    (r"^config_json: config\.json field '(.+?)' \((\d+)\) must be at most '(.+?)' \((\d+)\): a token is routed to "
+     r"that many of the experts$", "config_json: o campo '$1' do config.json ($2) não pode ser maior do que '$3' ($4): "
+     "cada token é encaminhado para esse número de especialistas"),
     (r"^config_json: cannot be read as a Hugging Face config\.json ", "config_json: não se consegue ler como config.json do Hugging Face "),
     (r"^gpu: unknown GPU '(.+?)'; did you mean: (.+?)\? \(`vramfit gpus` lists all (\d+)\)$",
      "gpu: GPU desconhecida '$1'; querias dizer: $2? (o `vramfit gpus` lista as $3)"),
