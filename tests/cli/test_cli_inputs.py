@@ -39,3 +39,15 @@ def test_sweeping_params_over_a_named_model_is_refused():
                         "vary model over ids\n")
     sizes = runner.invoke(app, ["sweep", "--params", "3B", "--vary", "params=1B,7B", "--json"])
     assert sizes.exit_code == 0 and [p["value"] for p in json.loads(sizes.stdout)["points"]] == ["1B", "7B"]
+
+
+def test_a_scenario_flag_given_twice_is_refused_naming_both_values():
+    """click keeps the last of a single-valued option: `--gpu h100-sxm --gpu rtx4090` estimated for the RTX 4090
+    only, and `plan --gpu a --gpu b` planned one card where two were meant (--cards takes a list)."""
+    for cmd in ("estimate", "plan", "fit"):
+        r = CliRunner().invoke(app, [cmd, "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--gpu", "rtx4090"])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (cmd, r.output)
+        line = r.stderr.strip()
+        assert line == "error: gpu: --gpu is given 2 times ('h100-sxm', 'rtx4090'); give it once", line
+    ok = CliRunner().invoke(app, ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--seq-len", "4k", "--json"])
+    assert ok.exit_code == 0 and '"seq_len": 4096' in ok.stdout

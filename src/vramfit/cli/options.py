@@ -56,7 +56,8 @@ def scenario_parameters() -> list[inspect.Parameter]:
             None, "--" + f.name.replace("_", "-"), help=_help_for(f), metavar=_metavar(f),
             show_default=f.default_text(), rich_help_panel="Scenario",
         )
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[str]))
+        # a list, so that a flag given twice is refused (click keeps the last of a single-valued option silently)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=Optional[list[str]]))
     params.append(
         inspect.Parameter(
             "scenario_file",
@@ -86,7 +87,7 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
     ]
 
     def wrapper(**kwargs: Any) -> Any:
-        scenario_args = {k: kwargs.pop(k) for k in SCENARIO_KEYS if kwargs.get(k) is not None}
+        scenario_args = {k: _once(k, kwargs.pop(k)) for k in SCENARIO_KEYS if kwargs.get(k)}
         for k in SCENARIO_KEYS:
             kwargs.pop(k, None)
         scenario_file = kwargs.pop("scenario_file", None)
@@ -99,6 +100,14 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + scenario_parameters()
     )
     return wrapper
+
+
+def _once(key: str, values: list[str]) -> str:
+    """The value of a scenario flag given once; given more than once it is refused, naming the values."""
+    if len(values) > 1:
+        given = ", ".join(shown(v) for v in values[:4])
+        raise ScenarioError(key, f"--{key.replace('_', '-')} is given {len(values)} times ({given}); give it once")
+    return values[0]
 
 
 def _coerce(key: str, value: str) -> Any:
