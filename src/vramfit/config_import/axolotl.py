@@ -128,6 +128,10 @@ def _fsdp_version(r: KeyReader, layout: dict) -> None:
 #: l. 671-674 (-> per_device_eval_batch_size); evaluation_strategy is copied to eval_strategy (schemas/validation.py
 #: l. 471-479); num_epochs defaults to 1.0 (schemas/training.py l. 267)
 EVAL_SRC = f"{_SRC} src/axolotl/utils/config/__init__.py l. 208-209: eval_batch_size defaults to micro_batch_size"
+#: eval_batch_size 0 stays 0 (only None takes micro_batch_size, l. 208-209), and builders/base.py l. 671-674 passes it
+#: only when truthy: TrainingArguments keeps per_device_eval_batch_size 8 (hf_common.EVAL_SRC)
+EVAL_ZERO = ("0 is not passed to the Trainer (Axolotl passes a non-zero eval_batch_size only), which then evaluates "
+             "8 per GPU (TrainingArguments.per_device_eval_batch_size)")
 
 
 def _eval(r: KeyReader) -> None:
@@ -145,6 +149,9 @@ def _eval(r: KeyReader) -> None:
         return
     batch = r.get("eval_batch_size", r.out["micro_batch_size"], EVAL_SRC)
     r.eval_follows_micro = not r.has("eval_batch_size")
+    if batch == 0 and not isinstance(batch, bool):  # builders/base.py l. 671: a falsy eval_batch_size is not passed
+        batch = 8
+        r.entries["eval_batch_size"].note = EVAL_ZERO
     for k in (by, "val_set_size" if r.flat.get("val_set_size") else "test_datasets", "eval_batch_size"):
         r.set(k, "eval_batch_size", batch)
 
