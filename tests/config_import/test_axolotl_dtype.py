@@ -1,6 +1,6 @@
 """Axolotl's base and precision as axolotl-ai-cloud/axolotl@067b021 resolves them (config_import/axolotl_dtype.py):
 adapter lora with load_in_4bit loads unquantized and is cast to fp32 (loaders/model.py l. 712, l. 1015-1023),
-resolve_dtype's bf16 'auto' (utils/config/__init__.py l. 156-192), pydantic's lax booleans, torch_compile auto."""
+resolve_dtype's bf16 'auto' (utils/config/__init__.py l. 156-196), pydantic's lax booleans, torch_compile auto."""
 
 from pathlib import Path
 
@@ -56,7 +56,7 @@ def test_qlora_is_still_nf4(tmp_path):
 
 
 @pytest.mark.parametrize(("keys", "precision"), [
-    ({"fp16": True, "bf16": None}, "fp16-true"),  # bf16 auto and fp16: bf16 off (l. 174-175)
+    ({"fp16": True, "bf16": None}, "fp16-true"),  # bf16 auto and fp16: bf16 off (l. 169-170)
     ({"fp16": True}, "fp16-true"),  # the fixture's bf16: auto, written out
     ({"bf16": "false"}, "fp32"), ({"bf16": "no"}, "fp32"), ({"bf16": "0"}, "fp32"),
     ({"bf16": "true", "fp16": "false"}, "bf16-true"),

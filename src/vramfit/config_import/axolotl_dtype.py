@@ -14,8 +14,8 @@ from vramfit.safe_input import shown
 _SRC = "axolotl-ai-cloud/axolotl@067b021"
 SOURCE = f"{_SRC} src/axolotl/utils/schemas/config.py"
 #: resolve_dtype: bf16 'auto' is True on a bf16 GPU (vramfit sizes Ampere and newer) unless fp16 is on, then False
-#: (l. 156-172); bf16 turns fp16 off (l. 184-185); torch_dtype is bf16 for bf16/bfloat16, else fp16 for
-#: load_in_8bit/fp16/float16, else fp32 (l. 187-192)
+#: (l. 157-170); bf16 turns fp16 off (l. 188-189); torch_dtype is bf16 for bf16/bfloat16, else fp16 for
+#: load_in_8bit/fp16/float16, else fp32 (l. 191-196)
 DTYPE_SRC = f"{_SRC} src/axolotl/utils/config/__init__.py resolve_dtype"
 BF16_SRC = f"{DTYPE_SRC}: 'auto' = bf16 on Ampere and newer, off when fp16 is on"
 
@@ -33,7 +33,7 @@ LORA_4BIT_FP32 = ("adapter lora with load_in_4bit: Axolotl quantizes only for ad
 LORA_4BIT_16BIT = ("adapter lora with load_in_4bit: Axolotl quantizes only for adapter qlora, so the base loads "
                    "unquantized in 16 bits (ZeRO-3 or FSDP cpu_ram_efficient_loading skip "
                    "prepare_model_for_kbit_training)")
-BF16_OVER_FP16 = "bf16 is on too, and Axolotl then turns fp16 off (utils/config/__init__.py l. 184-185)"
+BF16_OVER_FP16 = "bf16 is on too, and Axolotl then turns fp16 off (utils/config/__init__.py l. 188-189)"
 
 
 def switch(r: KeyReader, key: str, *default: Any) -> bool:
@@ -116,7 +116,7 @@ def precision(r: KeyReader, method_: str, in8: bool, upcast: bool) -> str:
         return "bf16-mixed" if amp_bf16 else "fp16-mixed" if amp_fp16 else "fp32"
     if bf16 or bf16_load:
         return "bf16-true"  # Axolotl loads the weights in bf16 (torch_dtype) and trains them in place
-    if in8 or fp16 or fp16_load:  # torch_dtype float16 (l. 190-191), load_in_8bit's even without fp16
+    if in8 or fp16 or fp16_load:  # torch_dtype float16 (l. 193-194), load_in_8bit's even without fp16
         return "fp16-true" if method_ != "full" else "fp16-mixed"
     return "fp32"
 
