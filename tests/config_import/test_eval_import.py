@@ -67,6 +67,7 @@ def test_llamafactory_refuses_evaluation_without_a_set(tmp_path):
 @pytest.mark.parametrize(("extra", "drop", "want"), [
     ("", (), 2),  # val_set_size 0.05, evals_per_epoch 4, num_epochs 1: eval_steps 0.25, at micro_batch_size 2
     ("eval_batch_size: 4\n", (), 4),
+    ("eval_batch_size: 0\n", (), 8),  # not passed when 0 (builders/base.py l. 671): TrainingArguments' default 8
     ("", ("val_set_size",), 0),  # no eval set: eval_strategy "no"
     ("", ("evals_per_epoch",), 0),  # a set but no cadence: the Trainer's default "no"
     ("evals_per_epoch: 1\n", ("evals_per_epoch",), 0),  # 1 / (1 x 1) is not < 1: Axolotl skips evaluations

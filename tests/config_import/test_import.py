@@ -223,7 +223,9 @@ def test_wrong_dialect_unknown_and_contradictory_keys(tmp_path):
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nmicro_bach_size: 8\n")
     assert "unknown axolotl key 'micro_bach_size'" in _err(p)
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\nbf16: true\nfp16: true\n")
-    assert "bf16 and fp16 are both on" in _err(p)
+    imp = from_config(p)  # Axolotl's resolve_dtype turns fp16 off when bf16 is on (utils/config/__init__.py l. 188-189)
+    assert imp.scenario.precision.value == "bf16-true"
+    assert "turns fp16 off" in {e.key: e.note for e in imp.entries}["fp16"]
     p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: 1\ndeepspeed: zero9.json\n")
     assert "deepspeed: file 'zero9.json' not found" in _err(p)
     assert "is a DeepSpeed config, not a training config" in _err(FIX / "ds_z3_offload.json")

@@ -31,7 +31,7 @@ def test_axolotl_grpo_reads_the_rollout_sizes(tmp_path):
     text = (FIX / "axolotl_lora_zero2.yml").read_text().replace("rl: dpo", "rl: grpo").replace(
         "micro_batch_size: 4", "micro_batch_size: 8")
     text += ("trl:\n  num_generations: 4\n  max_completion_length: 256\n  use_vllm: true\n  vllm_mode: colocate\n"
-             "  vllm_gpu_memory_utilization: 0.4\n  vllm_enable_sleep_mode: true\n  beta: 0.04\n")
+             "  vllm_enable_sleep_mode: true\n  beta: 0.04\nvllm:\n  gpu_memory_utilization: 0.4\n")
     cfg = tmp_path / "grpo.yml"
     cfg.write_text(text)
     (tmp_path / "ds_z2.json").write_text((FIX / "ds_z2.json").read_text())
@@ -49,12 +49,64 @@ def test_axolotl_grpo_with_a_card_estimates(tmp_path):
 
     text = (FIX / "axolotl_lora_zero2.yml").read_text().replace("rl: dpo", "rl: grpo").replace(
         "micro_batch_size: 4", "micro_batch_size: 8").replace("deepspeed: ds_z2.json\n", "")
-    text += "trl:\n  use_vllm: true\n  max_completion_length: 128\n"
+    text += "trl:\n  use_vllm: true\n  vllm_mode: colocate\n  max_completion_length: 128\n"
     cfg = tmp_path / "grpo.yml"
     cfg.write_text(text)
     (tmp_path / "ds_z2.json").write_text((FIX / "ds_z2.json").read_text())
     sc = from_config(cfg).scenario
     assert (sc.stage.value, sc.generation.value, sc.vllm_gpu_memory_utilization, sc.num_generations) == (
-        "grpo", "vllm-colocate", 0.3, 8)  # TRL's defaults (vllm_mode None in Axolotl -> colocate)
+        "grpo", "vllm-colocate", 0.9, 8)  # Axolotl's vllm.gpu_memory_utilization default; TRL's generations
     r = estimate(sc, gpu="h100")
-    assert dict(next(p for p in r.phases if p.phase == "generate").breakdown)["vllm"] == int(0.3 * get_gpu("h100").usable_bytes)
+    assert dict(next(p for p in r.phases if p.phase == "generate").breakdown)["vllm"] == int(0.9 * get_gpu("h100").usable_bytes)
+
+
+def _grpo(tmp_path, extra: str, rl: str = "grpo"):
+    text = (FIX / "axolotl_lora_zero2.yml").read_text().replace("rl: dpo", f"rl: {rl}").replace(
+        "micro_batch_size: 4", "micro_batch_size: 8").replace("deepspeed: ds_z2.json\n", "")
+    cfg = tmp_path / "grpo.yml"
+    cfg.write_text(text + "sequence_len: 2048\n" + extra)  # holds TRL's 512-token completion
+    return from_config(cfg)
+
+
+def test_axolotl_use_vllm_without_a_mode_is_the_server(tmp_path):
+    """validation.py l. 1906-1913 check_vllm_mode_set: vllm_mode unset -> server (vLLM on other GPUs)."""
+    imp = _grpo(tmp_path, "trl:\n  use_vllm: 'true'\n")
+    assert imp.overrides["generation"] == "vllm-server" and "vllm_gpu_memory_utilization" not in imp.overrides
+
+
+def test_axolotl_trl_vllm_gpu_memory_utilization_is_dropped_as_axolotl_drops_it(tmp_path):
+    imp = _grpo(tmp_path, "trl:\n  use_vllm: true\n  vllm_mode: colocate\n  vllm_gpu_memory_utilization: 0.4\n")
+    assert imp.overrides["vllm_gpu_memory_utilization"] == 0.9
+    entry = next(e for e in imp.entries if e.key == "trl.vllm_gpu_memory_utilization")
+    assert entry.kind == "ignored" and "vllm.gpu_memory_utilization" in entry.note
+
+
+@pytest.mark.parametrize(("extra", "reference"), [
+    ("rl_beta: 0.04\n", "adapters-off"), ("rl_beta: 0\n", "none"), ("orpo_alpha: 0.1\n", "adapters-off"),
+    ("rl_beta: 0.04\ntrl:\n  beta: 0.0\n", "none"),  # trl.beta wins (core/builders/rl.py l. 122-128)
+    ("", "auto")])  # GRPOConfig's beta 0.0: the scenario's auto, no reference for grpo
+def test_axolotl_grpo_beta_decides_the_reference(tmp_path, extra, reference):
+    assert _grpo(tmp_path, extra).scenario.reference.value == reference
+
+
+def test_axolotl_rl_beta_full_fine_tuning_keeps_a_copy(tmp_path):
+    text = "rl_beta: 0.04\n"
+    imp = _grpo(tmp_path, text)
+    assert imp.scenario.reference.value == "adapters-off"
+    cfg = tmp_path / "full.yml"
+    cfg.write_text((tmp_path / "grpo.yml").read_text().replace("adapter: lora\n", "").replace("lora_r: 16\n", "")
+                   .replace("unsloth_lora_mlp: true\n", ""))
+    assert from_config(cfg).scenario.reference.value == "copy"
+
+
+def test_axolotl_gdpo_runs_the_grpo_trainer(tmp_path):
+    assert _grpo(tmp_path, "", rl="gdpo").scenario.stage.value == "grpo"
+
+
+@pytest.mark.parametrize("rl", ["ppo", "DPO", "7"])
+def test_axolotl_unknown_rl_is_refused_with_the_valid_values(tmp_path, rl):
+    from vramfit.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as ei:
+        _grpo(tmp_path, "", rl=rl)
+    assert "rl: " in str(ei.value) and "(valid values: dpo, gdpo, grpo, ipo, orpo, kto, simpo, ebft)" in str(ei.value)

@@ -55,7 +55,8 @@ def test_trl_refuses_what_string_to_bool_refuses(tmp_path):
 
 @pytest.mark.parametrize(("value", "method"), [("false", "lora"), ("off", "lora"), ("on", "qlora"), ("yes", "qlora")])
 def test_axolotl_switches_follow_pydantic(tmp_path, value, method):
-    path = _write(tmp_path, "axolotl_qlora.yml", adapter="lora", load_in_4bit=value)
+    # adapter lora quantizes with load_in_8bit (loaders/model.py l. 740); load_in_4bit needs adapter qlora
+    path = _write(tmp_path, "axolotl_qlora.yml", adapter="lora", load_in_4bit=None, load_in_8bit=value)
     assert from_config(path).scenario.method.value == method
 
 

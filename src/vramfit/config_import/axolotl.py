@@ -6,7 +6,9 @@ import fnmatch
 from pathlib import Path
 from typing import Any
 
+from vramfit.config_import import axolotl_dtype as dtype
 from vramfit.config_import import hf_common as hf
+from vramfit.config_import.axolotl_dtype import switch, word_or_switch
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import axolotl_stage
 
@@ -126,6 +128,10 @@ def _fsdp_version(r: KeyReader, layout: dict) -> None:
 #: l. 671-674 (-> per_device_eval_batch_size); evaluation_strategy is copied to eval_strategy (schemas/validation.py
 #: l. 471-479); num_epochs defaults to 1.0 (schemas/training.py l. 267)
 EVAL_SRC = f"{_SRC} src/axolotl/utils/config/__init__.py l. 208-209: eval_batch_size defaults to micro_batch_size"
+#: eval_batch_size 0 stays 0 (only None takes micro_batch_size, l. 208-209), and builders/base.py l. 671-674 passes it
+#: only when truthy: TrainingArguments keeps per_device_eval_batch_size 8 (hf_common.EVAL_SRC)
+EVAL_ZERO = ("0 is not passed to the Trainer (Axolotl passes a non-zero eval_batch_size only), which then evaluates "
+             "8 per GPU (TrainingArguments.per_device_eval_batch_size)")
 
 
 def _eval(r: KeyReader) -> None:
@@ -143,30 +149,11 @@ def _eval(r: KeyReader) -> None:
         return
     batch = r.get("eval_batch_size", r.out["micro_batch_size"], EVAL_SRC)
     r.eval_follows_micro = not r.has("eval_batch_size")
+    if batch == 0 and not isinstance(batch, bool):  # builders/base.py l. 671: a falsy eval_batch_size is not passed
+        batch = 8
+        r.entries["eval_batch_size"].note = EVAL_ZERO
     for k in (by, "val_set_size" if r.flat.get("val_set_size") else "test_datasets", "eval_batch_size"):
         r.set(k, "eval_batch_size", batch)
-
-
-def _method(r: KeyReader) -> tuple[str, str]:
-    adapter = r.get("adapter", None, f"{SOURCE}: no adapter = full fine-tuning")
-    in4 = hf.boolean(r, "load_in_4bit", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
-    in8 = hf.boolean(r, "load_in_8bit", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
-    gptq = hf.switch_value(r, "gptq", r.get("gptq"), hf.PYDANTIC_BOOL)
-    if in4 and in8:
-        raise r.error("load_in_4bit and load_in_8bit are both true; choose one")
-    if adapter in (None, "", "none"):
-        if in4 or in8 or gptq:
-            raise r.error("load_in_4bit/load_in_8bit/gptq without an adapter: a quantized base cannot be fully fine-tuned")
-        return "full", "none"
-    if gptq:
-        return "qlora", "gptq-int4"
-    if adapter not in ("lora", "qlora"):
-        raise r.error(f"adapter '{adapter}' is not modelled yet (valid values: lora, qlora)")
-    if adapter == "qlora" and not in4:
-        raise r.error("adapter: qlora needs load_in_4bit: true (Axolotl refuses it otherwise)")
-    if in4:
-        return "qlora", "nf4-dq"
-    return ("qlora", "int8") if in8 else ("lora", "none")
 
 
 def _adapter(r: KeyReader) -> None:
@@ -178,7 +165,7 @@ def _adapter(r: KeyReader) -> None:
     if alpha is not None:
         r.set("lora_alpha", "lora_alpha", alpha)
     r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.0, f"{_SRC} src/axolotl/utils/schemas/peft.py"))
-    linear = r.get("lora_target_linear")
+    linear = switch(r, "lora_target_linear")  # bool | None in schemas/peft.py: "false" is false
     modules = r.get("lora_target_modules")
     if linear:
         r.set("lora_target_linear", "lora_targets", ["all-linear"])
@@ -206,28 +193,14 @@ KERNELS_ON_CPU = ("Axolotl loads the model on the CPU (FSDP, ZeRO-3, or one GPU 
 
 
 def _moe_kernel(r: KeyReader) -> None:
-    if r.get("use_kernels", False, SOURCE):
+    if switch(r, "use_kernels", False):
         r.set("use_kernels", "moe_kernel", "none")
         r.entries["use_kernels"].note = KERNELS_ON_CPU
 
 
-def _precision(r: KeyReader, method: str) -> str:
-    bf16, bf16_load = r.get("bf16", "auto", f"{SOURCE}: 'auto' = bf16 on Ampere and newer"), r.get("bfloat16")
-    fp16 = hf.boolean(r, "fp16", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
-    fp16_load = hf.switch_value(r, "float16", r.get("float16"), hf.PYDANTIC_BOOL)
-    bf16, fp16 = bf16 or bf16_load, fp16 or fp16_load
-    if bf16 and fp16:
-        raise r.error("bf16 and fp16 are both on; choose one")
-    if bf16:
-        return "bf16-true"  # Axolotl loads the weights in bf16 (torch_dtype) and trains them in place
-    if fp16:
-        return "fp16-true" if method != "full" else "fp16-mixed"
-    return "fp32"
-
-
 def _checkpointing(r: KeyReader) -> str:
-    gc = r.get("gradient_checkpointing", False, SOURCE)
-    off = r.get("activation_offloading", False, SOURCE)
+    gc = word_or_switch(r, "gradient_checkpointing", ("offload", "offload_disk", "unsloth"), False)
+    off = word_or_switch(r, "activation_offloading", ("legacy", "disk", "hidden_states"), False)
     if off == "hidden_states":
         raise r.error("activation_offloading: hidden_states is not modelled yet (valid values: true, legacy, disk, false)")
     if gc in ("offload", "offload_disk", "unsloth") or off:  # off: true/legacy/disk keep block inputs off the GPU
@@ -246,7 +219,7 @@ def _checkpointing(r: KeyReader) -> str:
 
 
 def _attention(r: KeyReader) -> None:
-    legacy = [k for k in LEGACY_ATTENTION if r.get(k)]
+    legacy = [k for k in LEGACY_ATTENTION if switch(r, k)]
     impl = hf.scalar(r, "attn_implementation", r.get("attn_implementation"),
                      sorted(ATTENTION) + sorted(ATTENTION_NOT_MODELLED))
     names = {LEGACY_ATTENTION[k] for k in legacy} | ({impl} if impl else set())
@@ -268,14 +241,32 @@ def _attention(r: KeyReader) -> None:
     r.set(key, "attention", ATTENTION[name])
 
 
+#: torch_compile: auto -> True where the installed torch is 2.5.1 or newer (schemas/config.py l. 2040-2056
+#: check_torch_compile_auto, reading env_capabilities.torch_version, which cli/config.py l. 305-315 fills in unless
+#: use_ray); Axolotl 067b021 requires torch >= 2.11.0 (pyproject.toml l. 15)
+COMPILE_AUTO = ("auto: on, as Axolotl turns it on for torch 2.5.1 and newer (it requires 2.11); off under use_ray, "
+                "whose driver reads no torch version")
+
+
+def _compile(r: KeyReader) -> None:
+    if not r.has("torch_compile"):
+        return
+    value = word_or_switch(r, "torch_compile", ("auto",))
+    if value == "auto":
+        value = not hf.switch_value(r, "use_ray", r.flat.get("use_ray"), hf.PYDANTIC_BOOL)
+        r.entries["torch_compile"].note = COMPILE_AUTO
+    r.set("torch_compile", "compile", value)
+
+
 def _attention_and_loss(r: KeyReader) -> None:
     _attention(r)
     plugins = hf.names(r, "plugins", r.get("plugins") or [], "a list of plugin class paths, such as "
                        "axolotl.integrations.liger.LigerPlugin")
     # the plugin's own default: src/axolotl/integrations/cut_cross_entropy/args.py `cut_cross_entropy = True`
     cce_listed = any(str(p).endswith("CutCrossEntropyPlugin") for p in plugins)
-    cce = r.get("cut_cross_entropy", True, CCE_SRC) if cce_listed else r.get("cut_cross_entropy")
-    fused = r.get("liger_fused_linear_cross_entropy") or cce
+    cce = hf.boolean(r, "cut_cross_entropy", True, CCE_SRC, spellings=hf.PYDANTIC_BOOL) if cce_listed else \
+        switch(r, "cut_cross_entropy")
+    fused = switch(r, "liger_fused_linear_cross_entropy") or cce
     if fused:
         need = "LigerPlugin" if r.has("liger_fused_linear_cross_entropy") else "CutCrossEntropyPlugin"
         if not any(str(p).endswith(need) for p in plugins):
@@ -288,13 +279,9 @@ def _attention_and_loss(r: KeyReader) -> None:
         r.not_modelled(k, LIGER_NOT_MODELLED)
 
 
-def read(path: Path, data: dict[str, Any]) -> Imported:
-    r = KeyReader(path, "axolotl", data, SOURCE)
-    model = r.get("base_model")
-    if not model:
-        raise r.error("base_model is required")
-    r.set("base_model", "model", model)
-    method, quantize = _method(r)
+def _base(r: KeyReader) -> tuple[str, str, bool]:
+    """method, quantize (and the adapter's keys); the third value: see axolotl_dtype.method."""
+    method, quantize, upcast = dtype.method(r)
     r.set("adapter", "method", method)
     r.out["quantize"] = quantize
     if quantize != "none":
@@ -308,10 +295,22 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         moe = hf.boolean(r, "quantize_moe_experts", False, SOURCE, spellings=hf.PYDANTIC_BOOL)
         r.set("quantize_moe_experts", "quantize_experts", "yes" if moe else "auto")
     else:
+        if upcast:  # monkeypatch/moe_quant.py patch_moe_quantization_on_load quantizes experts for load_in_4bit
+            r.not_modelled("quantize_moe_experts", "4-bit MoE experts on an unquantized base (adapter lora)")
         r.ignore("lora_*", "no adapter: LoRA settings have no effect")
+    return method, quantize, upcast
+
+
+def read(path: Path, data: dict[str, Any]) -> Imported:
+    r = KeyReader(path, "axolotl", data, SOURCE)
+    model = r.get("base_model")
+    if not model:
+        raise r.error("base_model is required")
+    r.set("base_model", "model", model)
+    method, quantize, upcast = _base(r)
     r.set("sequence_len", "seq_len", r.get("sequence_len", 512, SOURCE))
     for k in ("sample_packing", "pad_to_sequence_len"):  # packed or padded: every row is sequence_len long
-        if r.get(k):
+        if switch(r, k):
             r.set(k, "seq_len", r.out["seq_len"])
     r.set("micro_batch_size", "micro_batch_size", r.get("micro_batch_size", 1, TRAINING_SRC))
     total = r.get("batch_size")
@@ -325,14 +324,11 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
             r.mark("batch_size", "given with gradient_accumulation_steps, which wins here")
     _eval(r)
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
-    r.set("bf16", "precision", _precision(r, method))
     _checkpointing(r)
     hf.use_reentrant(r, json_string=False)  # axolotl passes gradient_checkpointing_kwargs to the Trainer's arguments
     _moe_kernel(r)
     _attention_and_loss(r)
-    compile_ = r.get("torch_compile")
-    if compile_ is not None:
-        r.set("torch_compile", "compile", compile_ is True)
+    _compile(r)
     axolotl_stage(r)
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
@@ -342,6 +338,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.not_modelled(k, UNSLOTH)
     layout, extra, companions = hf.trainer_parallelism(r, config_alone=True)
     _fsdp_version(r, layout)
+    dtype.set_precision(r, method, quantize, upcast, layout)  # after the layout: ZeRO-3 and FSDP change the upcast
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)

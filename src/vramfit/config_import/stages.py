@@ -1,11 +1,12 @@
 """The training stage of an imported config: Axolotl ``rl`` and LLaMA-Factory ``stage`` + ``pref_loss``
 become the scenario's ``stage`` (and GRPO's keys).
 
-Axolotl: ``RLType`` = dpo, grpo, ipo, orpo, kto, simpo (axolotl-ai-cloud/axolotl@067b021
-src/axolotl/utils/schemas/enums.py); IPO is TRL's DPO trainer with ``loss_type="ipo"``; GRPO's
-settings sit under ``trl:`` (``num_generations``, ``max_completion_length``, ``use_vllm``,
-``vllm_mode``, ``vllm_gpu_memory_utilization``, ``vllm_enable_sleep_mode``, ``beta``), passed to
-``GRPOConfig`` (src/axolotl/utils/schemas/trl.py).
+Axolotl: ``RLType`` = dpo, gdpo, grpo, ipo, orpo, kto, simpo, ebft (axolotl-ai-cloud/axolotl@067b021
+src/axolotl/utils/schemas/enums.py l. 28-38; pydantic refuses any other value); IPO is TRL's DPO trainer with
+``loss_type="ipo"``; GDPO is the GRPO trainer and config with ``multi_objective_aggregation`` (core/builders/rl.py l. 54, 161-195).
+GRPO's settings sit under ``trl:`` (``num_generations``, ``max_completion_length``, ``use_vllm``, ``vllm_mode``,
+``vllm_enable_sleep_mode``, ``beta``; src/axolotl/utils/schemas/trl.py), the colocated vLLM's share under ``vllm:``
+(``gpu_memory_utilization``, schemas/vllm.py), passed to ``GRPOConfig`` (core/trainers/grpo/__init__.py l. 68-79).
 Axolotl passes ``cpo_alpha`` to TRL's CPOConfig for ``rl: simpo`` (src/axolotl/core/builders/rl.py:139-140).
 LLaMA-Factory: ``stage`` = pt, sft, rm, ppo, dpo, kto; a dpo stage with ``pref_loss`` orpo or simpo
 loads no reference (``use_ref_model = stage == "dpo" and pref_loss not in ["orpo", "simpo"]``,
@@ -25,17 +26,35 @@ from vramfit.stage_keys import TRL_CONFIG_CLASS
 if TYPE_CHECKING:
     from vramfit.config_import.report import KeyReader
 
-AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo"}
+AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo",
+              "gdpo": "grpo"}
+AXOLOTL_RL_TYPES = ("dpo", "gdpo", "grpo", "ipo", "orpo", "kto", "simpo", "ebft")  # schemas/enums.py RLType
 LLAMAFACTORY_STAGE = {"dpo": "dpo", "kto": "kto", "ppo": "ppo"}
 LLAMAFACTORY_TRAINERS = "llamafactory-0.9"  # its CustomDPOTrainer / CustomKTOTrainer (ppo runs TRL's PPOTrainer)
+_AX = "axolotl-ai-cloud/axolotl@067b021 src/axolotl"
+#: use_vllm with no vllm_mode: Axolotl sets "server" (utils/schemas/validation.py l. 1906-1913 check_vllm_mode_set)
+AXOLOTL_VLLM_MODE_SRC = f"{_AX}/utils/schemas/validation.py l. 1906-1913: use_vllm without vllm_mode = server"
+#: colocate: GRPOConfig's vllm_gpu_memory_utilization is vllm.gpu_memory_utilization (core/trainers/grpo/__init__.py
+#: l. 72-76), 0.9 unless given (utils/schemas/vllm.py l. 25-28; config.py l. 271-273 builds a VllmConfig by default)
+AXOLOTL_VLLM_SRC = f"{_AX}/utils/schemas/vllm.py l. 25-28: gpu_memory_utilization 0.9"
+#: beta = trl.beta, else rl_beta, else orpo_alpha (core/builders/rl.py l. 122-128), else GRPOConfig's 0.0 (TRL 1.8.0,
+#: axolotl's pin): beta 0 loads no reference (trl v1.8.0 trainer/grpo_trainer.py l. 887-894; the adapters are disabled for
+#: a PEFT model, a copy is loaded otherwise)
+AXOLOTL_BETA_KEYS = ("trl.beta", "rl_beta", "orpo_alpha")
+TRL_VLLM_UTIL_KEY = ("not a key of Axolotl's trl section (schemas/trl.py TRLConfig): pydantic drops it; the colocated "
+                     "vLLM's share is vllm.gpu_memory_utilization")
 
 
 def axolotl_stage(r: KeyReader) -> None:
-    """``rl`` -> ``stage``; for GRPO the ``trl.*`` keys that size the rollouts."""
+    """``rl`` -> ``stage``; for GRPO (and GDPO) the keys that size the rollouts and the reference."""
+    from vramfit.safe_input import shown
+
     rl = r.get("rl")
     if rl is None:
         return
-    stage = AXOLOTL_RL.get(str(rl).lower())
+    if not isinstance(rl, str) or rl not in AXOLOTL_RL_TYPES:
+        raise r.error(f"rl: {shown(rl)} is not an Axolotl RL type (valid values: {', '.join(AXOLOTL_RL_TYPES)})")
+    stage = AXOLOTL_RL.get(rl)
     if stage is None:
         r.mark("rl", f"rl '{rl}' is not modelled yet (modelled: {', '.join(AXOLOTL_RL)}): estimated as supervised "
                      "fine-tuning")
@@ -44,7 +63,34 @@ def axolotl_stage(r: KeyReader) -> None:
     if stage == "simpo" and r.get("cpo_alpha") is not None:
         r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha"))
     if stage == "grpo":
-        grpo_keys(r, "trl.", "axolotl passes vllm_mode None on: TRL 1.16.0 GRPOConfig.vllm_mode")
+        _axolotl_grpo(r)
+
+
+def _axolotl_grpo(r: KeyReader) -> None:
+    from vramfit.config_import.axolotl_dtype import switch
+    from vramfit.safe_input import shown
+
+    for key, target in (("num_generations", "num_generations"), ("max_completion_length", "completion_len")):
+        if r.get("trl." + key) is not None:
+            r.set("trl." + key, target, r.get("trl." + key))
+    r.ignore("trl.vllm_gpu_memory_utilization", TRL_VLLM_UTIL_KEY)
+    if switch(r, "trl.use_vllm"):
+        mode = r.get("trl.vllm_mode", "server", AXOLOTL_VLLM_MODE_SRC)
+        if mode not in ("server", "colocate"):
+            raise r.error(f"trl.vllm_mode: {shown(mode)} is not a vLLM mode (valid values: server, colocate)")
+        r.set("trl.use_vllm", "generation", f"vllm-{mode}")
+        if mode == "colocate":
+            util = r.get("vllm.gpu_memory_utilization", 0.9, AXOLOTL_VLLM_SRC)
+            r.set("vllm.gpu_memory_utilization", "vllm_gpu_memory_utilization", util)
+            if switch(r, "trl.vllm_enable_sleep_mode"):
+                r.set("trl.vllm_enable_sleep_mode", "vllm_sleep", True)
+    key = next((k for k in AXOLOTL_BETA_KEYS if r.flat.get(k) is not None), None)
+    if key is not None:
+        beta = r.get(key)
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)):
+            raise r.error(f"{key}: {shown(beta)} is not a number (valid values: 0 for no reference, or a KL weight)")
+        ref = "none" if beta == 0 else "copy" if r.out.get("method") == "full" else "adapters-off"
+        r.set(key, "reference", ref)
 
 
 def grpo_keys(r: KeyReader, prefix: str, mode_source: str) -> None:
