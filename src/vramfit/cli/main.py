@@ -23,7 +23,7 @@ from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.options import batch_line, build_scenario, read_batch, with_scenario_options
 from vramfit.cli.render import render_estimate
 from vramfit.errors import VramfitError
-from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.plan.verdict import SAFETY_MARGIN, SAFETY_MARGIN_HELP
 from vramfit.safe_input import one_line, shown
 from vramfit.units import gib
 
@@ -101,7 +101,7 @@ def estimate(
         None, "--batch", help="JSON Lines of scenarios: one JSON result (or {\"error\": ...}) per line, in order."
     ),
     safety_margin: float = typer.Option(
-        SAFETY_MARGIN, help="Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
+        SAFETY_MARGIN, help=SAFETY_MARGIN_HELP
     ),
     gpus_file: Path | None = typer.Option(None, "--gpus", help=GPUS_HELP),
     dataset_report=None,

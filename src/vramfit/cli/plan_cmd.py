@@ -24,14 +24,14 @@ from vramfit.cli.render import render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
-from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.plan.verdict import SAFETY_MARGIN, SAFETY_MARGIN_HELP
 from vramfit.safe_input import shown, user_path, writable_file, write_text_file
 from vramfit.units import GB, GiB
 
 console = Console()
 err_console = Console(stderr=True)
 _P = "Planner"
-_MARGIN_HELP = "Fraction of each card's usable memory kept free: a run fits when its device peak is at most the rest."
+_MARGIN_HELP = SAFETY_MARGIN_HELP
 
 
 def _gib(n: int | None) -> str:

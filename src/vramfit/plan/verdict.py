@@ -33,6 +33,9 @@ from vramfit.units import gib
 
 #: Default fraction of a card's usable memory kept free (policy; see the module docstring).
 SAFETY_MARGIN = 0.05
+#: what the margin means, for the CLI's and the API's help (the verdict holds the required figure, not the device one)
+SAFETY_MARGIN_HELP = ("Fraction of each card's usable memory kept free: a run fits when the memory it needs (its device "
+                      "peak less the cached blocks the allocator frees and retries before failing) is at most the rest.")
 
 PAGED_COMPONENT = "paged_optimizer_state"
 

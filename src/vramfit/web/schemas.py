@@ -22,7 +22,7 @@ from vramfit.config_import.detect import DIALECTS
 from vramfit.estimate.result import Component, EstimateResult, FitInfo, ModelInfo, Peak, PhasePeak
 from vramfit.gpus import GPUS_PER_NODE, list_gpus
 from vramfit.models import load_catalog
-from vramfit.plan.verdict import SAFETY_MARGIN
+from vramfit.plan.verdict import SAFETY_MARGIN, SAFETY_MARGIN_HELP
 
 #: Scenario keys whose values are a finite set -> the enum that lists them (the scenario's field table).
 ENUM_KEYS: dict[str, type[Enum]] = dict(S.CHOICE_KEYS)
@@ -121,8 +121,7 @@ class PlanOptions(BaseModel):
                                                "or every card in the catalog)")
     max_gpus: Optional[int] = Field(GPUS_PER_NODE, ge=1, le=100_000,
                                     description=f"at most this many GPUs; above {GPUS_PER_NODE}, whole nodes of {GPUS_PER_NODE}")
-    safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description="fraction of each card's usable "
-                                           "memory kept free: a run fits when its device peak is at most the rest")
+    safety_margin: Optional[float] = Field(SAFETY_MARGIN, ge=0, lt=1, description=SAFETY_MARGIN_HELP)
     mfu: Optional[float] = Field(None, gt=0, le=1, description="time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model")
     sort: Optional[str] = Field("cost", description="rank by cost (per token) or time (fastest first)")
     deadline_hours: Optional[float] = Field(None, gt=0, description="plans slower than this are ranked last")
