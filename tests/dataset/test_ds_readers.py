@@ -98,3 +98,19 @@ def test_sample_memory_is_bounded(tmp_path, monkeypatch):
     assert analyze_dataset(p, sample=2).sampled_rows == 2
     with pytest.raises(DatasetError, match="sample: the sampled rows hold over 250 characters"):
         analyze_dataset(p, sample=3)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column_or_the_array(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "excel.csv").write_bytes(bom + b"text,id\nhello there,1\n")
+    assert list(readers.iter_rows(tmp_path / "excel.csv")) == [{"text": "hello there", "id": "1"}]
+    (tmp_path / "rows.json").write_bytes(bom + b'[{"text": "hi"}]')
+    assert readers.detect_format(tmp_path / "rows.json") == "json"
+    assert analyze_dataset(tmp_path / "excel.csv").rows == 1
+
+
+def test_a_huge_integer_in_a_row_does_not_name_pythons_setting(tmp_path):
+    (tmp_path / "big.jsonl").write_text('{"text": 1' + "0" * 5000 + "}\n")
+    with pytest.raises(DatasetError) as info:
+        list(readers.iter_rows(tmp_path / "big.jsonl"))
+    assert str(info.value) == "dataset: line 1 of big.jsonl holds a number too large to read (over 4,300 digits)"
