@@ -27,6 +27,7 @@ from typing import Any
 from vramfit.errors import ScenarioError
 from vramfit.plan import export_nodes as nodes
 from vramfit.plan.report import Plan
+from vramfit.safe_input import shown
 
 ENGINES: tuple[str, ...] = ("accelerate", "deepspeed", "fsdp", "trl", "torchtitan")
 OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_args.py)
@@ -233,7 +234,7 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     the others expect the user's own.
     """
     if engine not in ENGINES:
-        raise ScenarioError("export", f"unknown engine {engine!r}", ENGINES)
+        raise ScenarioError("export", f"unknown engine {shown(engine)}", ENGINES)
     notes: list[str] = []
     stage = plan.scenario.get("stage", "sft")
     if stage == "ppo":  # PPO left TRL after v1.9.0 (export_stages.py)

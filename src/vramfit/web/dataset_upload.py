@@ -19,7 +19,7 @@ from typing import Any
 
 from vramfit.dataset.limits import DatasetError
 from vramfit.dataset.spread import spread_line
-from vramfit.web.service import ApiError, check_scenario, parse_json_text
+from vramfit.web.service import ApiError, check_scenario, error_message, parse_json_text
 
 MAX_UPLOAD_BYTES = 4 * 2**20  # a browser sample, not a training set (the CLI reads files up to 200 GB)
 SUFFIXES = (".jsonl", ".json", ".csv")
@@ -57,10 +57,7 @@ def for_web(text: str, folder: str = "") -> str:
 
 def _web_error(exc: DatasetError, folder: str) -> DatasetError:
     """``exc`` with its message said for the page (same key and valid values)."""
-    body = str(exc).removeprefix(f"{exc.key}: ")
-    if exc.valid:
-        body = body.removesuffix(f" (valid values: {', '.join(exc.valid)})")
-    return DatasetError(exc.key, for_web(body, folder), exc.valid)
+    return DatasetError(exc.key, for_web(error_message(exc), folder), exc.valid)
 
 
 def _scenario(scenario_text: str | None):

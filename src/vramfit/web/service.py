@@ -55,6 +55,29 @@ class ApiError(VramfitError):
         return {"error": str(self), "key": self.key, "valid": self.valid}
 
 
+def error_message(exc: ScenarioError) -> str:
+    """What ``exc`` says of its field: its text without the ``key: `` prefix and the `` (valid values: ...)``
+    suffix (to say it again under another key, or for the page)."""
+    body = str(exc).removeprefix(f"{exc.key}: ")
+    return body.removesuffix(f" (valid values: {', '.join(exc.valid)})") if exc.valid else body
+
+
+def renamed(exc: ScenarioError, key: str) -> ScenarioError:
+    """``exc`` naming ``key``: the library names an input as the CLI's flag, the API as the body's field."""
+    return ScenarioError(key, error_message(exc), exc.valid)
+
+
+def checked_gpu(key: str, name: Any) -> str:
+    """The catalog id of the GPU ``name`` (an id or alias); unknown, a 422 naming ``key`` (the body's field) whose
+    valid values are the catalog's ids (GET /api/gpus describes them)."""
+    from vramfit.gpus import get_gpu, list_gpus
+
+    try:
+        return get_gpu(name).gpu_id
+    except ScenarioError as exc:
+        raise ApiError(422, key, error_message(exc), sorted(g.gpu_id for g in list_gpus())) from None
+
+
 def error_body(exc: VramfitError) -> dict[str, Any]:
     """The 422/413 body: ``{"error", "key", "valid"}`` (the message is the CLI's)."""
     if isinstance(exc, ApiError):
@@ -268,7 +291,8 @@ def _deepspeed_inline(norm: dict[str, Any]) -> None:
 
 
 def check_scenario(data: Any) -> Checked:
-    """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``."""
+    """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``; an unknown ``gpu``
+    is refused here, listing the catalog's ids."""
     if not isinstance(data, dict):
         raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
     norm: dict[str, Any] = {}
@@ -283,10 +307,14 @@ def check_scenario(data: Any) -> Checked:
             raise ScenarioError("config_json", "give one of model, params and config_json, not several")
         spec, label, notes = spec_from_pasted(config)
         norm["model"] = label
-        return Checked(parse_scenario(norm), spec, label, notes)
-    if norm.get("model") is not None:
-        _check_catalog_model(norm["model"])
-    return Checked(parse_scenario(norm))
+        checked = Checked(parse_scenario(norm), spec, label, notes)
+    else:
+        if norm.get("model") is not None:
+            _check_catalog_model(norm["model"])
+        checked = Checked(parse_scenario(norm))
+    if checked.scenario.gpu:
+        checked_gpu("gpu", checked.scenario.gpu)
+    return checked
 
 
 #: The user's calibration (:mod:`vramfit.calibration`) that ``create_app(calibration=...)`` serves with; None: none.
