@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 
 from vramfit.web.translate_estimate import ESTIMATE_RULES
+from vramfit.web.translate_notes import NOTE_RULES
 
 _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
 
 #: Whole sentences and phrases, most specific first.
 RULES: list[tuple[str, str]] = [
     *ESTIMATE_RULES,
+    *NOTE_RULES,
     # ---- the reserved figure's spread over a dataset's lengths (vramfit.dataset.spread.spread_line)
     (r"^reserved " + _N + r" GiB at fixed length; with this dataset's lengths in random order, \+" + _N + r"…\+"
      + _N + r" GiB \(median \+" + _N + r"; 10th–90th percentile of (\d+) epoch orders\) ",
