@@ -264,12 +264,21 @@ def number_text(key: str, value: Any) -> Any:
     return value
 
 
+def ascii_digits(key: str, text: str) -> None:
+    """Refuse a number written in other digits than 0-9: Python's int() and float() read Arabic-Indic (``٣٢``) or
+    fullwidth (``３２``) digits, which no config file or flag of the tools means."""
+    if not text.isascii():
+        raise ScenarioError(key, f"must be written with the digits 0-9, got {shown(text)}")
+
+
 def to_float(key: str, value: Any, what: str = "a number") -> float:
     """A finite float from an int, float or numeric string; ints of 10^309 and more, NaN, inf,
     bools and other types are one ScenarioError naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ScenarioError(key, f"must be {what}, got {shown(value)}")
     number_text(key, value)
+    if isinstance(value, str):
+        ascii_digits(key, value)
     try:
         out = float(value)
     except (ValueError, OverflowError):

@@ -25,7 +25,7 @@ from vramfit.estimate import EstimateResult, estimate
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
 from vramfit.plan.verdict import SAFETY_MARGIN, with_fits
 from vramfit.safe_input import DuplicateKey, load_json_text, unique_pairs
-from vramfit.scenario import Scenario, parse_scenario
+from vramfit.scenario import Scenario, key_once, parse_scenario
 from vramfit.units import GB
 from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
 
@@ -296,10 +296,13 @@ def check_scenario(data: Any) -> Checked:
     if not isinstance(data, dict):
         raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
     norm: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         if not isinstance(key, str):  # JSON keys are strings; kept for Python callers
             raise ScenarioError(str(key), "keys must be strings")
-        norm[key.strip().replace("-", "_")] = value
+        name = key.strip().replace("-", "_")
+        key_once(spelled, name, key)  # seq-len and seq_len both given: refused, as parse_scenario does
+        norm[name] = value
     _deepspeed_inline(norm)
     config = norm.pop("config_json", None)
     if config is not None:

@@ -56,4 +56,6 @@ NOTE_RULES: list[tuple[str, str]] = [
      "tem demasiados níveis de aninhamento (mais de $1: MAX_CONFIG_DEPTH)"),
     (r"is nested too deeply$", "tem demasiados níveis de aninhamento"),
     (r"gives the key (.+) twice$", "dá a chave $1 duas vezes"),
+    (r"^(\w+): must be written with the digits 0-9, got (.+)$", "$1: tem de ser escrito com os algarismos 0-9 (recebido: $2)"),
+    (r"^(\w+): is given twice, as (.+?) and (.+?); give it once$", "$1: está indicado duas vezes, como $2 e $3; indica-o só uma"),
 ]
