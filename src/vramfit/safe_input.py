@@ -153,13 +153,13 @@ TOO_MANY_DIGITS = "holds a number too large to read (over 4,300 digits)"
 
 
 def parse_error(exc: BaseException, prefix: str = "") -> str:
-    """A parser's error as one line of a message: ``prefix`` and the first line of its text, or
-    :data:`TOO_MANY_DIGITS` for an integer Python refuses to read, ``nested too deeply`` for a RecursionError."""
+    """A parser's error as one line of a message: ``prefix`` and the first line of its text, :data:`TOO_MANY_DIGITS`
+    for an integer Python refuses to read, or ``nested too deeply`` for a RecursionError."""
     if isinstance(exc, RecursionError):
         return f"{prefix}nested too deeply"
     text = str(exc)
     if "integer string conversion" in text:
-        return TOO_MANY_DIGITS
+        return prefix + TOO_MANY_DIGITS
     return prefix + (text.splitlines()[0][:200] if text.strip() else type(exc).__name__)
 
 
@@ -264,11 +264,11 @@ def number_text(key: str, value: Any) -> Any:
     return value
 
 
-def ascii_digits(key: str, text: str) -> None:
+def ascii_digits(key: str, text: str, what: str = "a number") -> None:
     """Refuse a number written in other digits than 0-9: Python's int() and float() read Arabic-Indic (``٣٢``) or
     fullwidth (``３２``) digits, which no config file or flag of the tools means."""
     if not text.isascii():
-        raise ScenarioError(key, f"must be written with the digits 0-9, got {shown(text)}")
+        raise ScenarioError(key, f"must be {what} written with the digits 0-9, got {shown(text)}")
 
 
 def to_float(key: str, value: Any, what: str = "a number") -> float:
@@ -278,7 +278,7 @@ def to_float(key: str, value: Any, what: str = "a number") -> float:
         raise ScenarioError(key, f"must be {what}, got {shown(value)}")
     number_text(key, value)
     if isinstance(value, str):
-        ascii_digits(key, value)
+        ascii_digits(key, value, what)
     try:
         out = float(value)
     except (ValueError, OverflowError):

@@ -417,7 +417,7 @@ def _as_int(key: str, value: Any) -> int:
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {shown(value)}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
-        ascii_digits(key, text)
+        ascii_digits(key, text, f"an integer from {lo} to {hi}")
         if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
             text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
         try:

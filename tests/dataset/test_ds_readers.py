@@ -113,4 +113,4 @@ def test_a_huge_integer_in_a_row_does_not_name_pythons_setting(tmp_path):
     (tmp_path / "big.jsonl").write_text('{"text": 1' + "0" * 5000 + "}\n")
     with pytest.raises(DatasetError) as info:
         list(readers.iter_rows(tmp_path / "big.jsonl"))
-    assert str(info.value) == "dataset: line 1 of big.jsonl holds a number too large to read (over 4,300 digits)"
+    assert str(info.value) == "dataset: line 1 of big.jsonl is not JSON: holds a number too large to read (over 4,300 digits)"

@@ -21,17 +21,19 @@ def test_a_field_named_twice_is_a_422_naming_both(client):
         parse_scenario({"model": L8, "micro_batch_size": 1, "micro-batch-size": 2})  # a YAML file or the CLI
 
 
-@pytest.mark.parametrize(("key", "value"), [("seq_len", "٣٢"), ("seq_len", "１０２４"), ("micro_batch_size", "２"),
-                                            ("lora_alpha", "٣٢")])
-def test_numbers_in_other_digits_are_refused(client, key, value):
+@pytest.mark.parametrize(("key", "value", "what"), [
+    ("seq_len", "٣٢", "an integer from 1 to 10000000"), ("seq_len", "１０２４", "an integer from 1 to 10000000"),
+    ("lora_alpha", "٣٢", "a positive number")])
+def test_numbers_in_other_digits_are_refused(client, key, value, what):
     r = client.post("/api/estimate", json={"model": L8, key: value})
     assert r.status_code == 422, r.text
     assert r.json()["key"] == key
-    assert r.json()["error"] == f"{key}: must be written with the digits 0-9, got '{value}'"
+    assert r.json()["error"] == f"{key}: must be {what} written with the digits 0-9, got '{value}'"
 
 
 def test_the_new_messages_have_portuguese():
     from vramfit.web.translate import untranslated
 
     assert untranslated(["seq_len: is given twice, as 'seq-len' and 'seq_len'; give it once",
-                         "seq_len: must be written with the digits 0-9, got '٣٢'"]) == []
+                         "seq_len: must be an integer from 1 to 10000000 written with the digits 0-9, got '٣٢'",
+                         "lora_alpha: must be a positive number written with the digits 0-9, got '٣٢'"]) == []

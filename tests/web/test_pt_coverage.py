@@ -195,7 +195,7 @@ PLANNER_AND_BOUNDS = [
     "deepspeed_config: the pasted config is nested too deeply (more than 12 levels: MAX_CONFIG_DEPTH)",
     "deepspeed_config: the pasted config holds a number too large to read (over 4,300 digits)",
     "text: <pasted config>: holds a number too large to read (over 4,300 digits)",
-    "dataset: line 1 of big.jsonl holds a number too large to read (over 4,300 digits)",
+    "dataset: line 1 of big.jsonl is not JSON: holds a number too large to read (over 4,300 digits)",
     "scenario: the scenario field gives the key 'gpu' twice",
     "scenario: the scenario field is nested too deeply",
 ]
