@@ -147,6 +147,22 @@ def check_depth(key: str, value: Any, max_depth: int = limits.MAX_CONFIG_DEPTH,
             stack.extend((c, depth + 1) for c in children)
 
 
+#: Python's refusal of an integer of more than ``sys.get_int_max_str_digits()`` (4,300) digits, as messages say it
+#: (its own text advises ``sys.set_int_max_str_digits``, a setting of the interpreter, not of the input).
+TOO_MANY_DIGITS = "holds a number too large to read (over 4,300 digits)"
+
+
+def parse_error(exc: BaseException, prefix: str = "") -> str:
+    """A parser's error as one line of a message: ``prefix`` and the first line of its text, :data:`TOO_MANY_DIGITS`
+    for an integer Python refuses to read, or ``nested too deeply`` for a RecursionError."""
+    if isinstance(exc, RecursionError):
+        return f"{prefix}nested too deeply"
+    text = str(exc)
+    if "integer string conversion" in text:
+        return prefix + TOO_MANY_DIGITS
+    return prefix + (text.splitlines()[0][:200] if text.strip() else type(exc).__name__)
+
+
 class DuplicateKey(ValueError):
     """A mapping that gives one key twice: JSON and YAML parsers keep the last silently, so it is refused."""
 
@@ -193,7 +209,7 @@ def load_json_text(key: str, text: str, where: str = "the text") -> Any:
     except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits (4,300 digits)
         if isinstance(exc, ScenarioError):
             raise
-        raise ScenarioError(key, f"{where} holds a number too large to read (over 4,300 digits)") from None
+        raise ScenarioError(key, f"{where} {TOO_MANY_DIGITS}") from None
     check_depth(key, data)
     return data
 
@@ -248,12 +264,21 @@ def number_text(key: str, value: Any) -> Any:
     return value
 
 
+def ascii_digits(key: str, text: str, what: str = "a number") -> None:
+    """Refuse a number written in other digits than 0-9: Python's int() and float() read Arabic-Indic (``٣٢``) or
+    fullwidth (``３２``) digits, which no config file or flag of the tools means."""
+    if not text.isascii():
+        raise ScenarioError(key, f"must be {what} written with the digits 0-9, got {shown(text)}")
+
+
 def to_float(key: str, value: Any, what: str = "a number") -> float:
     """A finite float from an int, float or numeric string; ints of 10^309 and more, NaN, inf,
     bools and other types are one ScenarioError naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ScenarioError(key, f"must be {what}, got {shown(value)}")
     number_text(key, value)
+    if isinstance(value, str):
+        ascii_digits(key, value, what)
     try:
         out = float(value)
     except (ValueError, OverflowError):

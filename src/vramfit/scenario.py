@@ -49,7 +49,7 @@ from vramfit.errors import ScenarioError
 from vramfit.fieldspec import FieldSpec, Kind
 from vramfit.layout_keys import LAYOUT_FIELDS, check_layout_keys
 from vramfit.limits import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ_LEN  # noqa: F401 - upper bounds that catch typos
-from vramfit.safe_input import key_label, load_data_file, shown, to_float
+from vramfit.safe_input import ascii_digits, key_label, load_data_file, shown, to_float
 from vramfit.stage_keys import STAGE_FIELDS, STAGE_FOLLOWERS, check_stage_keys
 from vramfit.units import parse_param_count
 
@@ -417,6 +417,7 @@ def _as_int(key: str, value: Any) -> int:
         raise ScenarioError(key, f"must be an integer from {lo} to {hi}, got {shown(value)}")
     if isinstance(value, str):
         text = value.strip().replace("_", "")
+        ascii_digits(key, text, f"an integer from {lo} to {hi}")
         if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
             text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
         try:
@@ -544,15 +545,25 @@ def parse_scenario(data: Any) -> Scenario:
     return sc
 
 
+def key_once(spelled: dict[str, str], norm: str, key: str) -> None:
+    """Note that ``key`` (spelled as given) names the field ``norm``; the same field named twice (``seq-len`` and
+    ``seq_len``) is refused naming both, rather than one value silently winning."""
+    if norm in spelled:
+        raise ScenarioError(norm, f"is given twice, as {shown(spelled[norm])} and {shown(key)}; give it once")
+    spelled[norm] = key
+
+
 def _normalized_keys(data: dict) -> dict[str, Any]:
     """The given keys as scenario field names (dashes to underscores), unknown keys refused, None values dropped."""
     raw: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         if not isinstance(key, str):
             raise ScenarioError(key_label(key), "keys must be strings", SCENARIO_KEYS)
         norm = key.strip().replace("-", "_")
         if norm not in SCENARIO_KEYS:
             raise ScenarioError(key_label(key), "unknown scenario key", SCENARIO_KEYS)  # never echo file text
+        key_once(spelled, norm, key)
         if value is not None:
             raw[norm] = value
     return raw

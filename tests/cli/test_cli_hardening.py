@@ -301,7 +301,7 @@ def test_measure_options_bounded_before_work(args, words):
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ('{"text": ' + "9" * 5000 + "}", ("dataset", "not JSON", "4300 digits")),
+    ('{"text": ' + "9" * 5000 + "}", ("dataset", "not JSON", "4,300 digits")),
     ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", ("dataset", "nested too deeply")),
 ])
 def test_dataset_files_with_huge_numbers_or_deep_nesting(tmp_path, text, words):

@@ -109,3 +109,19 @@ def test_missing_columns_and_tokenless_rows_name_the_file(tmp_path, tok_dir):
     with pytest.raises(DatasetError, match=r"^dataset: blank.jsonl has no tokens: the text in 'q', 'a' is empty in every row$"):
         analyze_dataset(tmp_path / "blank.jsonl", field_name="q,a")
     assert _lengths(write_jsonl(tmp_path / "eos.jsonl", [{"text": ""}]), tok_dir) == [2]  # BOS and EOS: tokens
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column_or_the_array(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "excel.csv").write_bytes(bom + b"text,id\nhello there,1\n")
+    assert list(readers.iter_rows(tmp_path / "excel.csv")) == [{"text": "hello there", "id": "1"}]
+    (tmp_path / "rows.json").write_bytes(bom + b'[{"text": "hi"}]')
+    assert readers.detect_format(tmp_path / "rows.json") == "json"
+    assert analyze_dataset(tmp_path / "excel.csv").rows == 1
+
+
+def test_a_huge_integer_in_a_row_does_not_name_pythons_setting(tmp_path):
+    (tmp_path / "big.jsonl").write_text('{"text": 1' + "0" * 5000 + "}\n")
+    with pytest.raises(DatasetError) as info:
+        list(readers.iter_rows(tmp_path / "big.jsonl"))
+    assert str(info.value) == "dataset: line 1 of big.jsonl is not JSON: holds a number too large to read (over 4,300 digits)"

@@ -15,3 +15,15 @@ def test_pasted_deepspeed_config_is_read_and_a_path_is_refused(client):
     assert d["accuracy"]["path"]["sharding"] == "zero2" and d["accuracy"]["measured_path"] is False
     bad = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": "/etc/hostname"})
     assert bad.status_code == 422 and "paste the DeepSpeed config's JSON" in bad.text
+
+
+def test_a_pasted_deepspeed_config_is_bounded_like_every_pasted_text(client):
+    deep = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": '{"a":' * 3000 + "1" + "}" * 3000})
+    assert deep.status_code == 422, deep.text
+    assert deep.json() == {"error": "deepspeed_config: the pasted config is nested too deeply (more than 12 levels: "
+                                    "MAX_CONFIG_DEPTH)", "key": "deepspeed_config", "valid": None}
+    big = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": '{"a": 1' + "0" * 5000 + "}"})
+    assert big.status_code == 422, big.text
+    assert big.json()["error"] == "deepspeed_config: the pasted config holds a number too large to read (over 4,300 digits)"
+    twice = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": '{"a": 1, "a": 2}'})
+    assert twice.status_code == 422 and twice.json()["error"] == "deepspeed_config: the pasted config gives the key 'a' twice"

@@ -185,3 +185,11 @@ def test_an_unknown_dialect_is_the_dialects_error_whatever_the_text(client):
         r = client.post("/api/import", json={"text": text, "dialect": "nope"})
         assert r.status_code == 422 and r.json()["key"] == "dialect" and "--dialect" not in r.json()["error"]
         assert r.json()["valid"][:2] == ["axolotl", "llamafactory"]
+
+
+def test_a_huge_integer_in_a_pasted_config_is_one_clean_line(client):
+    for text in ("lora_r: 1" + "0" * 5000 + "\n", '{"lora_r": 1' + "0" * 5000 + "}"):  # pasted JSON is read as YAML
+        r = client.post("/api/import", json={"text": text})
+        assert r.status_code == 422, r.text
+        assert r.json() == {"error": "text: <pasted config>: holds a number too large to read (over 4,300 digits)",
+                            "key": "text", "valid": None}

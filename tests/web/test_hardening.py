@@ -194,7 +194,7 @@ def test_a_key_given_twice_in_the_body_is_422(client):
 
 
 @pytest.mark.parametrize("value, key, words", [
-    (["x"], "stack", "unknown software stack 'x' (valid values: cuda, rocm, habana)"),
+    (["x"], "stacks", "unknown software stack 'x' (valid values: cuda, rocm, habana)"),
     ([1], "stacks", "must be a list of at most 8 software stacks, or a comma-separated string (valid values: cuda, "
                     "rocm, habana)"),
     ({"a": 1}, "stacks", "must be a list of at most 8 software stacks")])

@@ -281,7 +281,7 @@ def test_export_gives_the_planner_files(client):
     bad = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "num_gpus": 3})
     assert bad.status_code == 422 and bad.json()["key"] == "num_gpus" and bad.json()["valid"] == ["1"]
     for body, key in (({"gpu_id": 123}, "gpu_id"), ({"gpu_id": "rtx4090", "num_gpus": "x"}, "num_gpus"),
-                      ({"gpu_id": "rtx4090", "engine": "vim"}, "export"), ({}, "gpu_id")):
+                      ({"gpu_id": "rtx4090", "engine": "vim"}, "engine"), ({}, "gpu_id")):
         r = client.post("/api/export", json={"scenario": scenario, **body})
         assert r.status_code == 422 and r.json()["key"] == key, r.json()
     titan = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "engine": "torchtitan"})

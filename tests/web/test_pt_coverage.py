@@ -171,3 +171,65 @@ def test_gpu_list_uses_the_page_language_for_decimals(client):
     sizes = re.findall(r'<option value="[^"]+">[^<]* · ([^<]+) GiB</option>', pt)
     assert sizes and all(re.fullmatch(r"\d+,\d", s) for s in sizes), sizes[:5]
     assert all(re.fullmatch(r"\d+\.\d", s) for s in re.findall(r'<option value="[^"]+">[^<]* · ([^<]+) GiB</option>', en))
+
+
+def test_every_catalog_note_has_portuguese():
+    """The catalog's notes on its entries reach the page as assumptions (Mixtral-8x22B's v3 tokenizer, ...)."""
+    from vramfit.models import load_catalog
+    from vramfit.web.translate import to_pt, untranslated
+
+    notes = sorted({e["notes"] for e in load_catalog() if e.get("notes")})
+    assert len(notes) >= 7 and untranslated(notes) == []
+    mixtral = next(n for n in notes if n.startswith("mistralai/Mixtral-8x22B"))
+    assert "tokenizador v3" in to_pt(mixtral) and "9,4 M" in to_pt(mixtral)
+
+
+def _scenario_error(keys) -> str:
+    from vramfit.scenario import parse_scenario
+
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(keys)
+    return str(info.value)
+
+
+PLANNER_AND_BOUNDS = [
+    "transformers 5 + bitsandbytes cannot (fused 3-D experts): use transformers 4, torchtune or litgpt",
+    "use_liger_kernel needs `pip install liger-kernel` (the fused cross-entropy the plan assumes)",
+    "deepspeed_config: the pasted config is nested too deeply (more than 12 levels: MAX_CONFIG_DEPTH)",
+    "deepspeed_config: the pasted config holds a number too large to read (over 4,300 digits)",
+    "text: <pasted config>: holds a number too large to read (over 4,300 digits)",
+    "dataset: line 1 of big.jsonl is not JSON: holds a number too large to read (over 4,300 digits)",
+    "scenario: the scenario field gives the key 'gpu' twice",
+    "scenario: the scenario field is nested too deeply",
+]
+
+
+def test_planner_layout_and_bounded_input_sentences_have_portuguese():
+    from vramfit.plan import changes, export_trl
+    from vramfit.web.translate import to_pt, untranslated
+
+    # the planner's own wording, so that a change of it fails here rather than going English on the page
+    assert PLANNER_AND_BOUNDS[0] in Path(changes.__file__).read_text()
+    assert PLANNER_AND_BOUNDS[1] in Path(export_trl.__file__).read_text()
+    layout = _scenario_error({"model": L8, "num_gpus": 3, "tensor_parallel": 2})
+    assert layout.startswith("num_gpus: must be a multiple of tensor_parallel")
+    assert untranslated([layout, *PLANNER_AND_BOUNDS]) == []
+    assert to_pt(layout).startswith("num_gpus: tem de ser um múltiplo de tensor_parallel × pipeline_parallel × "
+                                    "context_parallel (2 × 1 × 1 = 2); recebido: 3")
+
+
+def test_pt_select_options_use_the_shared_value_words(client):
+    """Options without a label of their own read as the page's words for yes, no and none, not the API's tokens."""
+    pt, en = client.get("/?lang=pt").text, client.get("/").text
+
+    def options(page: str, key: str) -> dict[str, str]:
+        body = re.search(rf'<select id="f-{key}"[^>]*>(.*?)</select>', page, re.S).group(1)
+        return dict(re.findall(r'<option value="([^"]*)">([^<]*)</option>', body))
+
+    assert options(pt, "quantize_experts") == {"auto": "auto", "yes": "sim", "no": "não"}
+    assert options(pt, "parallelism")["none"] == "nenhum" and options(pt, "offload")["optimizer"] == "otimizador"
+    assert options(en, "quantize_experts")["yes"] == "yes" and options(en, "parallelism")["none"] == "none"
+    leftover = {(m.group(1), v) for m in re.finditer(r'<select id="f-([^"]+)"[^>]*>(.*?)</select>', pt, re.S)
+                for v, text in re.findall(r'<option value="([^"]*)">([^<]*)</option>', m.group(2))
+                if v == text and v in ("yes", "no", "none")}
+    assert leftover == set()

@@ -15,7 +15,7 @@ from typing import Any
 
 from vramfit import limits
 from vramfit.errors import ScenarioError
-from vramfit.safe_input import DuplicateKey, unique_pairs, yaml_key_twice
+from vramfit.safe_input import DuplicateKey, parse_error, unique_pairs, yaml_key_twice
 
 #: Largest config file read (bytes). The largest published example configs are under 20 kB.
 MAX_BYTES = 1_048_576
@@ -105,7 +105,7 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         except DuplicateKey as exc:
             raise fail(path, str(exc)) from None
         except ValueError as exc:
-            raise fail(path, f"is not valid JSON: {str(exc).splitlines()[0]}") from None
+            raise fail(path, parse_error(exc, "is not valid JSON: ")) from None
         except RecursionError:  # issue 12: deep nesting is one line, not a traceback
             raise fail(path, "is not valid JSON: nested too deeply") from None
     else:
@@ -116,8 +116,8 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
             raise
         except RecursionError:
             raise fail(path, f"is nested too deeply (more than {limits.MAX_CONFIG_DEPTH} levels: MAX_CONFIG_DEPTH)") from None
-        except ValueError as exc:
-            raise fail(path, str(exc)) from None
+        except ValueError as exc:  # also an integer of 4,300+ digits (no word of sys.set_int_max_str_digits)
+            raise fail(path, parse_error(exc)) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""

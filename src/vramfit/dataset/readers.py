@@ -12,12 +12,14 @@ with ``pa.RecordBatchStreamWriter``), so it is read with ``pyarrow.ipc.open_stre
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from vramfit.dataset.limits import MAX_FILE_BYTES, MAX_JSON_ARRAY_BYTES, MAX_LINE_BYTES, DatasetError
+from vramfit.safe_input import parse_error
 
 FORMATS = ("jsonl", "json", "csv", "parquet", "hf")
 ARROW_BATCH_ROWS = 1000
@@ -37,7 +39,7 @@ def detect_format(path: Path) -> str:
         return "jsonl"
     if suffix == ".json":
         with path.open("rb") as f:
-            head = f.read(4096).lstrip()
+            head = f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
         return "json" if head[:1] == b"[" else "jsonl"
     if suffix in (".csv", ".tsv"):
         return "csv"
@@ -71,10 +73,6 @@ def iter_rows(path: Path, split: str = "train") -> Iterator[dict]:
             "hf": lambda p: _hf_dir(p, split)}[fmt](path)
 
 
-def _why(exc: BaseException) -> str:
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:200]
-
-
 def _jsonl(path: Path) -> Iterator[dict]:
     with path.open("rb") as f:
         for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
@@ -85,7 +83,7 @@ def _jsonl(path: Path) -> Iterator[dict]:
             try:
                 row = json.loads(line)
             except (ValueError, RecursionError) as exc:  # also 4,300+ digit integers, deep nesting (issue 12)
-                raise DatasetError("dataset", f"line {n} of {path.name} is not JSON: {_why(exc)}") from None
+                raise DatasetError("dataset", f"line {n} of {path.name} {parse_error(exc, 'is not JSON: ')}") from None
             if not isinstance(row, dict):
                 raise DatasetError("dataset", f"line {n} of {path.name} is a JSON {type(row).__name__}, not an object")
             yield row
@@ -96,7 +94,7 @@ def _json_array(path: Path) -> Iterator[dict]:
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as exc:  # also 4,300+ digit integers, deep nesting (issue 12)
-        raise DatasetError("dataset", f"{path.name} is not JSON: {_why(exc)}") from None
+        raise DatasetError("dataset", f"{path.name} {parse_error(exc, 'is not JSON: ')}") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise DatasetError("dataset", f"{path.name} must be a JSON array of objects (or JSON Lines)")
     yield from data
@@ -105,7 +103,8 @@ def _json_array(path: Path) -> Iterator[dict]:
 def _csv(path: Path) -> Iterator[dict]:
     csv.field_size_limit(MAX_LINE_BYTES)
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with path.open("r", encoding="utf-8", newline="") as f:
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is dropped, not read into the first column's name
+    with path.open("r", encoding="utf-8-sig", newline="") as f:
         try:
             yield from csv.DictReader(f, delimiter=delimiter)
         except (csv.Error, UnicodeDecodeError) as exc:

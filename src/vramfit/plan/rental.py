@@ -93,16 +93,17 @@ def check_ranking(sort: str, deadline: float | str | None, stacks: list[str] | s
                   ) -> tuple[str, float | None, tuple[str, ...]]:
     """Validated ``sort`` (cost | time), ``deadline`` in hours, and the software stacks to plan."""
     from vramfit.errors import ScenarioError
+    from vramfit.safe_input import shown
     from vramfit.scenario import positive_number
 
     if sort not in ("cost", "time"):
-        raise ScenarioError("sort", f"unknown value {sort!r}", ["cost", "time"])
+        raise ScenarioError("sort", f"unknown value {shown(sort)}", ["cost", "time"])
     hours = None if deadline is None else positive_number("deadline", deadline, what="a positive number of hours")
     items = stacks.split(",") if isinstance(stacks, str) else list(stacks or ())
     wanted = tuple(dict.fromkeys(str(s).strip().lower() for s in items if str(s).strip()))
     for s in wanted:
         if s not in STACK_NAMES:
-            raise ScenarioError("stack", f"unknown software stack {s!r}", STACK_NAMES)
+            raise ScenarioError("stack", f"unknown software stack {shown(s)}", STACK_NAMES)
     return sort, hours, wanted
 
 

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
@@ -267,12 +268,19 @@ def _register_dataset_route(app: FastAPI) -> None:
         limit = dataset_upload.MAX_UPLOAD_BYTES + 64 * 1024  # the file plus the multipart envelope
         if declared is None or not declared.isdigit() or int(declared) > limit:
             raise ApiError(413, "file", f"the upload needs a Content-Length of at most {limit} bytes")
-        async with request.form(max_files=1, max_fields=2) as form:
+        try:
+            form = await request.form(max_files=1, max_fields=2)
+        except StarletteHTTPException as exc:  # a malformed body, too many files or fields: Starlette's 400
+            raise ApiError(422, "body", f"the multipart upload cannot be read: {exc.detail}",
+                           list(dataset_upload.FORM_FIELDS)) from None
+        try:
             upload, scenario = form.get("file"), form.get("scenario")
             if upload is None or isinstance(upload, str):
                 raise ApiError(422, "file", "send the dataset as the multipart field 'file'")
             raw = await upload.read(dataset_upload.MAX_UPLOAD_BYTES + 1)
             name = upload.filename or ""
+        finally:
+            await form.close()
         text = scenario if isinstance(scenario, str) else None
         return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
 

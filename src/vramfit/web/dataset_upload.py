@@ -12,7 +12,6 @@ config.json).
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -20,10 +19,12 @@ from typing import Any
 
 from vramfit.dataset.limits import DatasetError
 from vramfit.dataset.spread import spread_line
-from vramfit.web.service import ApiError, check_scenario
+from vramfit.web.service import ApiError, check_scenario, error_message, parse_json_text
 
 MAX_UPLOAD_BYTES = 4 * 2**20  # a browser sample, not a training set (the CLI reads files up to 200 GB)
 SUFFIXES = (".jsonl", ".json", ".csv")
+#: The multipart fields the upload takes: the file and, optionally, the scenario as JSON text.
+FORM_FIELDS = ("file", "scenario")
 #: The library's hints name CLI flags the page has no field for: said as the upload form can act on them
 #: (the CLI keeps its own wording; vramfit.dataset is shared with it).
 WEB_HINTS = (
@@ -56,10 +57,7 @@ def for_web(text: str, folder: str = "") -> str:
 
 def _web_error(exc: DatasetError, folder: str) -> DatasetError:
     """``exc`` with its message said for the page (same key and valid values)."""
-    body = str(exc).removeprefix(f"{exc.key}: ")
-    if exc.valid:
-        body = body.removesuffix(f" (valid values: {', '.join(exc.valid)})")
-    return DatasetError(exc.key, for_web(body, folder), exc.valid)
+    return DatasetError(exc.key, for_web(error_message(exc), folder), exc.valid)
 
 
 def _scenario(scenario_text: str | None):
@@ -67,11 +65,7 @@ def _scenario(scenario_text: str | None):
     catalog entry for fit() to resize or for the spread to resolve)."""
     if not scenario_text:
         return None
-    try:
-        data = json.loads(scenario_text)
-    except json.JSONDecodeError as exc:
-        raise ApiError(422, "scenario", f"is not valid JSON ({exc.msg})") from None
-    checked = check_scenario(data)
+    checked = check_scenario(parse_json_text(scenario_text, "scenario", "the scenario field"))
     return None if checked.pasted else checked.scenario
 
 

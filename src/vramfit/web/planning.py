@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from vramfit.errors import ScenarioError
@@ -12,6 +14,8 @@ from vramfit.web.service import (
     ApiError,
     Checked,
     check_scenario,
+    checked_gpu,
+    renamed,
     sweep_values,
     sweep_with_estimate,
 )
@@ -56,6 +60,24 @@ def _stack_names() -> list[str] | None:
     return list(STACK_NAMES)
 
 
+#: The planner names its inputs as ``vramfit plan``'s flags (--budget, --deadline, --stack, --gpu, --export); the
+#: API's errors name the body's fields.
+PLAN_FIELDS = {"budget": "budget_usd", "deadline": "deadline_hours", "stack": "stacks", "gpu": "gpu_ids"}
+EXPORT_FIELDS = {**PLAN_FIELDS, "gpu": "gpu_id", "export": "engine"}
+
+
+@contextmanager
+def body_fields(names: dict[str, str]) -> Iterator[None]:
+    """The planner's errors re-keyed by ``names`` (flag -> body field). A scenario's own unknown ``gpu`` never gets
+    here: :func:`vramfit.web.service.check_scenario` refuses it first."""
+    try:
+        yield
+    except ScenarioError as exc:
+        if exc.key not in names:
+            raise
+        raise renamed(exc, names[exc.key]) from None
+
+
 def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
     """The planner's own inputs, as given (the planner validates them and names the input at fault);
     only ``gpu_ids`` is checked for its shape here, and ``None`` means "the planner's default"."""
@@ -67,6 +89,10 @@ def plan_options(raw: dict[str, Any]) -> dict[str, Any]:
                                                               and all(isinstance(i, str) for i in ids))):
             raise ScenarioError(key, f"must be a list of at most {most} {what}, or a comma-separated string",
                                 stacks if key == "stacks" else None)
+    ids = opts.get("gpu_ids")
+    for gid in ids.split(",") if isinstance(ids, str) else ids or ():
+        if gid.strip():  # an unknown card lists the catalog's ids, as the scenario's gpu does
+            checked_gpu("gpu_ids", gid)
     if isinstance(opts.get("sort"), (dict, list)):
         raise ScenarioError("sort", f"must be a string, got {opts['sort']!r}", ["cost", "time"])
     if "eval_follows_micro" in opts and not isinstance(opts["eval_follows_micro"], bool):
@@ -90,7 +116,8 @@ def plan(body: Any) -> dict[str, Any]:
     if checked.pasted:
         raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count; "
                             "a pasted config.json is estimated by /api/estimate and /api/sweep only")
-    return run_plan(checked.scenario, calibration=service.CALIBRATION, **opts).to_dict()
+    with body_fields(PLAN_FIELDS):
+        return run_plan(checked.scenario, calibration=service.CALIBRATION, **opts).to_dict()
 
 
 #: ``/api/export`` keys besides the scenario and the planner's inputs.
@@ -114,15 +141,16 @@ def export(body: Any) -> dict[str, Any]:
         raise ApiError(503, "plan", "the planner (vramfit.plan) is not installed")
     if checked.pasted:
         raise ScenarioError("config_json", "the planner takes a catalog model or a parameter count")
-    opts = {**plan_options(raw), "gpu_ids": [gpu_id]}
-    report = run_plan(checked.scenario, with_changes=False, calibration=service.CALIBRATION, **opts)
-    plans = [p for p in report.plans if count is None or p.num_gpus == count]
-    if not plans:
-        raise ScenarioError("num_gpus", f"no plan of {count} x {gpu_id} fits",
-                            [str(p.num_gpus) for p in report.plans] or None)
-    from vramfit.plan.export import export_plan
+    opts = {**plan_options(raw), "gpu_ids": [checked_gpu("gpu_id", gpu_id)]}
+    with body_fields(EXPORT_FIELDS):
+        report = run_plan(checked.scenario, with_changes=False, calibration=service.CALIBRATION, **opts)
+        plans = [p for p in report.plans if count is None or p.num_gpus == count]
+        if not plans:
+            raise ScenarioError("num_gpus", f"no plan of {count} x {gpu_id} fits",
+                                [str(p.num_gpus) for p in report.plans] or None)
+        from vramfit.plan.export import export_plan
 
-    return export_plan(plans[0], engine, epochs=report.epochs).to_dict()
+        return export_plan(plans[0], engine, epochs=report.epochs).to_dict()
 
 
 def sweep(body: Any) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult, estimate
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
 from vramfit.plan.verdict import SAFETY_MARGIN, with_fits
-from vramfit.safe_input import DuplicateKey, unique_pairs
-from vramfit.scenario import Scenario, parse_scenario
+from vramfit.safe_input import DuplicateKey, load_json_text, unique_pairs
+from vramfit.scenario import Scenario, key_once, parse_scenario
 from vramfit.units import GB
 from vramfit.web.schemas import MAX_SWEEP_VALUES, SWEEP_KEYS
 
@@ -53,6 +53,29 @@ class ApiError(VramfitError):
 
     def to_dict(self) -> dict[str, Any]:
         return {"error": str(self), "key": self.key, "valid": self.valid}
+
+
+def error_message(exc: ScenarioError) -> str:
+    """What ``exc`` says of its field: its text without the ``key: `` prefix and the `` (valid values: ...)``
+    suffix (to say it again under another key, or for the page)."""
+    body = str(exc).removeprefix(f"{exc.key}: ")
+    return body.removesuffix(f" (valid values: {', '.join(exc.valid)})") if exc.valid else body
+
+
+def renamed(exc: ScenarioError, key: str) -> ScenarioError:
+    """``exc`` naming ``key``: the library names an input as the CLI's flag, the API as the body's field."""
+    return ScenarioError(key, error_message(exc), exc.valid)
+
+
+def checked_gpu(key: str, name: Any) -> str:
+    """The catalog id of the GPU ``name`` (an id or alias); unknown, a 422 naming ``key`` (the body's field) whose
+    valid values are the catalog's ids (GET /api/gpus describes them)."""
+    from vramfit.gpus import get_gpu, list_gpus
+
+    try:
+        return get_gpu(name).gpu_id
+    except ScenarioError as exc:
+        raise ApiError(422, key, error_message(exc), sorted(g.gpu_id for g in list_gpus())) from None
 
 
 def error_body(exc: VramfitError) -> dict[str, Any]:
@@ -92,12 +115,12 @@ def _find_big_int(value: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ..
     return None
 
 
-def _refuse_big_ints(data: Any) -> None:
+def _refuse_big_ints(data: Any, key: str = "body") -> None:
     found = _find_big_int(data)
     if found is None:
         return
     path, big = found
-    names = [p for p in path if not p.isdigit()] or ["body"]
+    names = [p for p in path if not p.isdigit()] or [key]
     key = "config_json" if "config_json" in path else names[-1]
     where = f" at {'.'.join(path[path.index('config_json') + 1:])}" if key == "config_json" else ""
     raise ApiError(422, key, f"an integer of {big.digits} digits{where} is out of range "
@@ -109,29 +132,38 @@ def parse_body(raw: bytes) -> Any:
     :data:`MAX_JSON_INT` is refused naming its field."""
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(422, "body", "request body is not UTF-8 text") from None
+    return parse_json_text(text, "body", "request body")
+
+
+def parse_json_text(text: str, key: str, what: str) -> Any:
+    """JSON data from ``text`` (the body, or a JSON form field such as the upload's ``scenario``) as the API reads
+    every request: a key given twice, deep nesting and integers beyond :data:`MAX_JSON_INT` are a 422 naming
+    ``key`` (or the field the integer is in), never a 500. ``what`` names the text in messages."""
     big: list[bool] = []
 
-    def parse_int(text: str) -> int | _BigInt:
-        out = _parse_int(text)
+    def parse_int(digits: str) -> int | _BigInt:
+        out = _parse_int(digits)
         if isinstance(out, _BigInt):
             big.append(True)
         return out
 
     try:
-        data = json.loads(raw.decode("utf-8"), parse_int=parse_int, object_pairs_hook=unique_pairs)
+        data = json.loads(text, parse_int=parse_int, object_pairs_hook=unique_pairs)
     except DuplicateKey as exc:
-        raise ApiError(422, "body", f"request body {exc}") from None
-    except UnicodeDecodeError:
-        raise ApiError(422, "body", "request body is not UTF-8 text") from None
+        raise ApiError(422, key, f"{what} {exc}") from None
     except json.JSONDecodeError as exc:
-        raise ApiError(422, "body", f"request body is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ApiError(422, key, f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
-        raise ApiError(422, "body", "request body is nested too deeply") from None
+        raise ApiError(422, key, f"{what} is nested too deeply") from None
     if big:
         try:
-            _refuse_big_ints(data)
+            _refuse_big_ints(data, key)
         except RecursionError:
-            raise ApiError(422, "body", "request body is nested too deeply") from None
+            raise ApiError(422, key, f"{what} is nested too deeply") from None
     return data
 
 
@@ -254,21 +286,23 @@ def _deepspeed_inline(norm: dict[str, Any]) -> None:
     if isinstance(ds, str) and ds.strip():
         if not ds.lstrip().startswith("{"):
             raise ScenarioError("deepspeed_config", "names a file; paste the DeepSpeed config's JSON instead")
-        try:
-            norm["deepspeed_config"] = json.loads(ds)
-        except ValueError as exc:
-            raise ScenarioError("deepspeed_config", f"pasted JSON does not parse: {exc}") from None
+        # bounded as every pasted text: deep nesting, 4,300-digit integers and keys given twice are one line
+        norm["deepspeed_config"] = load_json_text("deepspeed_config", ds, "the pasted config")
 
 
 def check_scenario(data: Any) -> Checked:
-    """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``."""
+    """Validate a scenario body (scenario keys, plus ``config_json``) with ``parse_scenario``; an unknown ``gpu``
+    is refused here, listing the catalog's ids."""
     if not isinstance(data, dict):
         raise ScenarioError("scenario", f"must be a mapping of scenario keys, got {type(data).__name__}")
     norm: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         if not isinstance(key, str):  # JSON keys are strings; kept for Python callers
             raise ScenarioError(str(key), "keys must be strings")
-        norm[key.strip().replace("-", "_")] = value
+        name = key.strip().replace("-", "_")
+        key_once(spelled, name, key)  # seq-len and seq_len both given: refused, as parse_scenario does
+        norm[name] = value
     _deepspeed_inline(norm)
     config = norm.pop("config_json", None)
     if config is not None:
@@ -276,10 +310,14 @@ def check_scenario(data: Any) -> Checked:
             raise ScenarioError("config_json", "give one of model, params and config_json, not several")
         spec, label, notes = spec_from_pasted(config)
         norm["model"] = label
-        return Checked(parse_scenario(norm), spec, label, notes)
-    if norm.get("model") is not None:
-        _check_catalog_model(norm["model"])
-    return Checked(parse_scenario(norm))
+        checked = Checked(parse_scenario(norm), spec, label, notes)
+    else:
+        if norm.get("model") is not None:
+            _check_catalog_model(norm["model"])
+        checked = Checked(parse_scenario(norm))
+    if checked.scenario.gpu:
+        checked_gpu("gpu", checked.scenario.gpu)
+    return checked
 
 
 #: The user's calibration (:mod:`vramfit.calibration`) that ``create_app(calibration=...)`` serves with; None: none.

@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 
 from vramfit.web.translate_estimate import ESTIMATE_RULES
+from vramfit.web.translate_notes import NOTE_RULES
 
 _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
 
 #: Whole sentences and phrases, most specific first.
 RULES: list[tuple[str, str]] = [
     *ESTIMATE_RULES,
+    *NOTE_RULES,
     # ---- the reserved figure's spread over a dataset's lengths (vramfit.dataset.spread.spread_line)
     (r"^reserved " + _N + r" GiB at fixed length; with this dataset's lengths in random order, \+" + _N + r"…\+"
      + _N + r" GiB \(median \+" + _N + r"; 10th–90th percentile of (\d+) epoch orders\) ",
@@ -330,8 +332,11 @@ RULES: list[tuple[str, str]] = [
      r"that many of the experts$", "config_json: o campo '$1' do config.json ($2) não pode ser maior do que '$3' ($4): "
      "cada token é encaminhado para esse número de especialistas"),
     (r"^config_json: cannot be read as a Hugging Face config\.json ", "config_json: não se consegue ler como config.json do Hugging Face "),
-    (r"^gpu: unknown GPU '(.+?)'; did you mean: (.+?)\? \(`vramfit gpus` lists all (\d+)\)$",
-     "gpu: GPU desconhecida '$1'; querias dizer: $2? (o `vramfit gpus` lista as $3)"),
+    (r"^(\w+): unknown GPU '(.+?)'; did you mean: (.+?)\? \(`vramfit gpus` lists all (\d+)\)$",
+     "$1: GPU desconhecida '$2'; querias dizer: $3? (o `vramfit gpus` lista as $4)"),
+    (r"^(\w+): unknown GPU '(.+?)' \(`vramfit gpus` lists all (\d+)\)$",
+     "$1: GPU desconhecida '$2' (o `vramfit gpus` lista as $3)"),
+    (r"^(\w+): unknown software stack '(.*)'", "$1: stack de software desconhecida '$2'"),
     (r"^(\w+): unknown value '(.*)' \(valid values: ", "$1: valor desconhecido '$2' (valores válidos: "),
     (r"^(\w+): must be an integer, got (.+)$", "$1: tem de ser um número inteiro (recebido: $2)"),
     (r"^(\w+): is required(.*)$", "$1: é obrigatório$2"),

@@ -1,0 +1,65 @@
+"""Portuguese for the catalog's notes on its entries (``notes`` in data/models.json, shown as assumptions) and for
+sentences of the planner and the scenario check that reach the page: part of
+:data:`vramfit.web.translate.RULES` (split off to keep each file short; same rule style)."""
+
+from __future__ import annotations
+
+NOTE_RULES: list[tuple[str, str]] = [
+    # ---- the catalog's notes (vramfit.models, data/models.json)
+    (r"^Mistral released the v0\.2 base model outside the Hub; this is the community conversion, architecture "
+     r"identical to (\S+)\.$",
+     "A Mistral publicou o modelo base v0.2 fora do Hub; esta é a conversão da comunidade, com a arquitetura do $1."),
+    (r"^(\S+) has a (\d+)-token vocabulary \((v\d+) tokenizer\) and so ([\d.]+)M more parameters; it resolves here "
+     r"by suffix with a note\.$",
+     "$1 tem um vocabulário de $2 tokens (tokenizador $3) e por isso mais ⟨$4⟩ M parâmetros; aqui chega-se a esta "
+     "entrada pelo sufixo, com esta nota."),
+    (r"^Published config\.json is the multimodal (\S+) \(model_type (\w+)\); this entry is its text_config completed "
+     r"with the (\S+) defaults it relies on \(([^)]*)\)\. Fine-tuning the text part only; the (\d+)M-parameter SigLIP "
+     r"vision tower and projector are not counted\.$",
+     "O config.json publicado é o $1 multimodal (model_type $2); esta entrada é o seu text_config, completado com as "
+     "predefinições do $3 de que depende ($4). Só se treina a parte de texto; a torre de visão SigLIP de $5 M "
+     "parâmetros e o projetor não contam."),
+    (r"^The (\w+) variant differs only in its rope_scaling \((\w+)\) settings\.$",
+     "A variante $1 só difere nas definições de rope_scaling ($2)."),
+    (r"^config\.json values: (\S+)'s with the (\S+) text model as transformers' (\S+) writes it from Meta's params "
+     r"\((\d+) self-attention \+ (\d+) cross-attention layers: ([^)]*)\) and the same vision tower \(the script's "
+     r"constants; torchtune (\S+) builds the same\)\. Meta's model card gives ([\d.]+)B\.$",
+     "valores do config.json: os do $1 com o modelo de texto $2, como o $3 do transformers os escreve a partir dos "
+     "parâmetros da Meta ($4 camadas de self-attention + $5 de cross-attention: $6), e a mesma torre de visão (as "
+     "constantes do script; o $7 do torchtune constrói o mesmo). O model card da Meta indica ⟨$8⟩B."),
+    (r"^config\.json values: the InternVL3 -hf layout of (\S+) \(transformers' (\w+)\), the vision tower (\S+) "
+     r"\(hidden (\d+), intermediate (\d+), (\d+) layers, (\d+) heads, RMSNorm, q/k norm, no qkv bias; OpenGVLab's "
+     r"(\w+) config\), ",
+     "valores do config.json: o formato -hf do InternVL3 de $1 ($2 do transformers), a torre de visão $3 (hidden $4, "
+     "intermediate $5, $6 camadas, $7 cabeças, RMSNorm, norma q/k, sem bias em qkv; config $8 da OpenGVLab), "),
+    (r"the language model (\S+) \(catalog entry (\S+)\) with InternVL3's (\d+)-token vocabulary, as the InternVL3 "
+     r"model card pairs them\.$",
+     "o modelo de linguagem $1 (a entrada $2 do catálogo) com o vocabulário de $3 tokens do InternVL3, como o model "
+     "card do InternVL3 os junta."),
+    # ---- the planner's changes and exported notes (vramfit.plan.changes, vramfit.plan.export_trl)
+    (r"^transformers 5 \+ bitsandbytes cannot \(fused 3-D experts\): use transformers 4, torchtune or litgpt$",
+     "o transformers 5 com o bitsandbytes não consegue (experts 3-D fundidos): usa o transformers 4, o torchtune ou "
+     "o litgpt"),
+    (r"^use_liger_kernel needs `pip install liger-kernel` \(the fused cross-entropy the plan assumes\)$",
+     "use_liger_kernel precisa de `pip install liger-kernel` (a entropia cruzada fundida que o plano assume)"),
+    # ---- the scenario check (vramfit.layout_keys)
+    (r"^num_gpus: must be a multiple of tensor_parallel × pipeline_parallel × context_parallel \(([^)]*)\); "
+     r"got (\d+)",
+     "num_gpus: tem de ser um múltiplo de tensor_parallel × pipeline_parallel × context_parallel ($1); recebido: $2"),
+    # ---- bounded input (vramfit.safe_input, web.service.parse_json_text)
+    (r"^(\w+): the pasted config (?=holds|is nested|gives the key)", "$1: a configuração colada "),
+    (r"^(\w+): the scenario field (?=holds|is nested|gives the key)", "$1: o campo scenario "),
+    (r"holds a number too large to read \(over 4,300 digits\)$",
+     "tem um número demasiado grande para ler (mais de 4300 algarismos)"),
+    (r"is nested too deeply \(more than (\d+) levels: MAX_CONFIG_DEPTH\)$",
+     "tem demasiados níveis de aninhamento (mais de $1: MAX_CONFIG_DEPTH)"),
+    (r"is nested too deeply$", "tem demasiados níveis de aninhamento"),
+    (r"gives the key (.+) twice$", "dá a chave $1 duas vezes"),
+    (r"^(\w+): must be an integer from (\d+) to (\d+) written with the digits 0-9, got (.+)$",
+     "$1: tem de ser um número inteiro entre $2 e $3, escrito com os algarismos 0-9 (recebido: $4)"),
+    (r"^(\w+): must be a number written with the digits 0-9, got (.+)$",
+     "$1: tem de ser um número escrito com os algarismos 0-9 (recebido: $2)"),
+    (r"^(\w+): must be a positive number written with the digits 0-9, got (.+)$",
+     "$1: tem de ser um número positivo escrito com os algarismos 0-9 (recebido: $2)"),
+    (r"^(\w+): is given twice, as (.+?) and (.+?); give it once$", "$1: está indicado duas vezes, como $2 e $3; indica-o só uma"),
+]
