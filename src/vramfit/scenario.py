@@ -411,6 +411,12 @@ _ENUM_KEYS = CHOICE_KEYS  # older private names, kept for callers not yet moved
 _INT_LIMITS = INT_LIMITS
 
 
+def k_tokens(text: str) -> str:
+    """A sequence length written with k: "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions), for every
+    option that is a sequence length (seq_len, the dataset's max_length); other counts read k as 1,000."""
+    return str(int(text[:-1]) * 1024) if text[-1:] in ("k", "K") and text[:-1].isascii() and text[:-1].isdigit() else text
+
+
 def _as_int(key: str, value: Any) -> int:
     lo, hi = INT_LIMITS[key]
     if isinstance(value, bool):
@@ -418,8 +424,8 @@ def _as_int(key: str, value: Any) -> int:
     if isinstance(value, str):
         text = value.strip().replace("_", "")
         ascii_digits(key, text, f"an integer from {lo} to {hi}")
-        if key == "seq_len" and text[-1:] in ("k", "K") and text[:-1].isdigit():
-            text = str(int(text[:-1]) * 1024)  # "4k" context = 4096 tokens (Llama-2's "4k" is 4096 positions)
+        if key == "seq_len":
+            text = k_tokens(text)
         try:
             value = int(text)
         except ValueError:

@@ -38,7 +38,7 @@ def test_accuracy_line_and_one_line_errors():
     assert bad.exit_code == 2
     assert "framework_version: hf has no modelled release 'transformers-4.30'" in bad.output
     bad = run("estimate", "--model", MODEL, "--deepspeed-config", "{not json")
-    assert bad.exit_code == 2 and "deepspeed_config: inline JSON does not parse" in bad.output
+    assert bad.exit_code == 2 and "deepspeed_config: the inline JSON is not valid JSON" in bad.output
 
 
 def test_a_library_named_twice_in_framework_version_is_refused():

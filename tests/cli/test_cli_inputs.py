@@ -51,3 +51,13 @@ def test_a_scenario_flag_given_twice_is_refused_naming_both_values():
         assert line == "error: gpu: --gpu is given 2 times ('h100-sxm', 'rtx4090'); give it once", line
     ok = CliRunner().invoke(app, ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--seq-len", "4k", "--json"])
     assert ok.exit_code == 0 and '"seq_len": 4096' in ok.stdout
+
+
+def test_inline_deepspeed_json_is_bounded_as_every_json_input():
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    for text, words in ((deep, "nested too deeply"), ('{"a": 1' + "0" * 5000 + "}", "over 4,300 digits"),
+                        ('{"a": ', "is not valid JSON")):
+        r = runner.invoke(app, ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--deepspeed-config", text])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.stderr.startswith("error: deepspeed_config: the inline JSON") and words in r.stderr, r.stderr
+        assert "set_int_max_str_digits" not in r.stderr

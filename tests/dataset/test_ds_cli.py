@@ -125,3 +125,12 @@ def test_rows_without_the_column_or_without_tokens_are_one_line(tmp_path, rows, 
     batch.write_text(json.dumps({"model": "meta-llama/Llama-2-7b-hf", "dataset": str(data)}) + "\n")
     b = run("estimate", "--batch", str(batch))
     assert json.loads(b.stdout)["error"].startswith(message.removeprefix("error: "))  # was "internal error"
+
+
+def test_max_length_with_k_is_a_sequence_length_as_seq_len_is(known, tok_dir):
+    """`--seq-len 1k` is 1,024 tokens; `--max-length 1k` was 1,000 (read as a count): now both are 1,024."""
+    k = run("estimate", *M, "--micro-batch-size", "4", "--seq-len", "1k", "--dataset", str(known),
+            "--tokenizer", str(tok_dir), "--max-length", "1k", "--json")
+    assert k.exit_code == 0, k.output
+    assert json.loads(k.stdout)["scenario"]["seq_len"] == 1024
+    assert "1 samples truncated, 1,976 tokens dropped (23.5%)" in k.stderr

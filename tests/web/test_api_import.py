@@ -193,3 +193,16 @@ def test_a_huge_integer_in_a_pasted_config_is_one_clean_line(client):
         assert r.status_code == 422, r.text
         assert r.json() == {"error": "text: <pasted config>: holds a number too large to read (over 4,300 digits)",
                             "key": "text", "valid": None}
+
+
+def test_the_import_boxs_example_imports(client):
+    """The placeholder of the page's import box is an example a user copies: it must import (it lacked lora_r and
+    the targets, which Axolotl requires of an adapter, so it was a 422)."""
+    import html
+    import re
+
+    page = client.get("/").text
+    example = html.unescape(re.search(r'id="import-text"[^>]*placeholder="([^"]*)"', page).group(1))
+    r = client.post("/api/import", json={"text": example})
+    assert r.status_code == 200, r.text
+    assert r.json()["dialect"] == "axolotl" and r.json()["scenario"]["lora_rank"] == 16

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import writable_file, write_text_file
+from vramfit.scenario import k_tokens
 
 _D = "Dataset"
 #: Files above this size show a progress line (rows read) on stderr while the length pass runs.
@@ -31,7 +32,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "tokenizer": (Optional[Path], typer.Option(None, "--tokenizer", help="Local tokenizer.json or folder (never downloaded); without it ~4 characters per token, flagged.", rich_help_panel=_D)),
     "field": (Optional[str], typer.Option(None, "--field", help="Column with the text or messages, or 'prompt,completion' (default: detected).", rich_help_panel=_D)),
     "split": (str, typer.Option("train", "--split", help="Split of a DatasetDict folder.", rich_help_panel=_D)),
-    "max_length": (Optional[str], typer.Option(None, "--max-length", help="Truncation limit (TRL max_length), or none; default: the scenario's seq_len (none when padding-free without packing, as TRL requires).", rich_help_panel=_D)),
+    "max_length": (Optional[str], typer.Option(None, "--max-length", help="Truncation limit (TRL max_length; 8k = 8192), or none; default: the scenario's seq_len (none when padding-free without packing, as TRL requires).", rich_help_panel=_D)),
     "padding": (str, typer.Option("longest", "--padding", help="longest (in the micro-batch) or max_length.", rich_help_panel=_D)),
     "pad_to_multiple_of": (Optional[int], typer.Option(None, "--pad-to-multiple-of", help="Round padded lengths up to a multiple.", rich_help_panel=_D)),
     "packing": (str, typer.Option("none", "--packing", help="none, bfd, bfd_split or wrapped (TRL packing_strategy).", rich_help_panel=_D)),
@@ -64,7 +65,9 @@ def policy_from(opts: dict, sc) -> Any:
     ml = opts["max_length"]
     if ml is None and opts["padding_free"] and opts["packing"] == "none":
         ml = "none"  # TRL truncates nothing padding-free without packing (it refuses a max_length there)
-    max_length = sc.seq_len if ml is None else None if str(ml).lower() == "none" else parse_count("max_length", ml, 1, 10**7)
+    # a sequence length: "8k" is 8192 as in --seq-len (parse_count reads k as 1,000 for counts)
+    max_length = (sc.seq_len if ml is None else None if str(ml).lower() == "none"
+                  else parse_count("max_length", k_tokens(str(ml).strip()), 1, 10**7))
     mult = opts["pad_to_multiple_of"]
     if mult is not None and not 1 <= mult <= 4096:
         raise ScenarioError("pad_to_multiple_of", f"must be from 1 to 4096, got {mult}")

@@ -115,10 +115,9 @@ def _coerce(key: str, value: str) -> Any:
     if key == "lora_targets":
         return [v.strip() for v in value.split(",") if v.strip()] or value
     if key == "deepspeed_config" and value.lstrip().startswith("{"):
-        try:
-            return json.loads(value)
-        except ValueError as exc:
-            raise ScenarioError(key, f"inline JSON does not parse: {exc}") from None
+        # bounded as every JSON input (safe_input.load_json_text): deep nesting was a RecursionError traceback, a
+        # 5,000-digit integer quoted Python's sys.set_int_max_str_digits
+        return load_json_text(key, value, "the inline JSON")
     return value
 
 
