@@ -110,3 +110,21 @@ def test_router_dtypes_read_from_the_router(model_type, extra, facts):
     assert (spec.router_fp32, spec.routing_weights_fp32) == facts
     dense = spec_from_transformers({**TINY, "model_type": "olmo", "num_key_value_heads": 4}, "test")
     assert (dense.router_fp32, dense.routing_weights_fp32) == (False, False)
+
+
+def test_a_config_read_from_modules_prints_nothing_on_stderr(tmp_path):
+    """Reading a qwen2_moe config imports peft, hence bitsandbytes, whose CPU backend logged 'Failed to load CPU
+    gemm_4bit_forward from kernels-community' on stderr under every such estimate."""
+    import json
+    import subprocess
+
+    pytest.importorskip("bitsandbytes")
+    cfg = {"model_type": "qwen2_moe", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 512, "moe_intermediate_size": 128,
+           "shared_expert_intermediate_size": 512, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = subprocess.run([sys.executable, "-m", "vramfit.cli.main", "estimate", "--model", str(tmp_path / "config.json"), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"]["num_params"] > 0
+    assert "gemm_4bit_forward" not in r.stderr and "kernels" not in r.stderr, r.stderr

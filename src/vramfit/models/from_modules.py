@@ -305,6 +305,15 @@ def _peft_moe_names(model_type: str) -> tuple[str, ...]:
     """The names PEFT moves from ``all-linear`` to this model type's fused experts (see
     ``ModelSpec.peft_moe_names``), read from peft v0.21.2 utils/transformers_weight_conversion.py
     (model types whose conversion pattern has fused MoE targets); () without peft."""
+    import logging
+
+    # importing peft imports bitsandbytes, whose CPU backend logs a warning when the optional `kernels` package is
+    # absent (bitsandbytes 0.50.2 backends/cpu/ops.py l. 241-255: "Failed to load CPU gemm_4bit_forward"); with no handler
+    # configured Python prints it on stderr, under an estimate that runs no 4-bit matmul: a NullHandler on that one
+    # logger keeps it off stderr and still lets an application that configures logging see it
+    cpu_ops = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if not cpu_ops.handlers:
+        cpu_ops.addHandler(logging.NullHandler())
     try:
         from peft.utils import transformers_weight_conversion as conv
     except ImportError:
