@@ -285,7 +285,7 @@ def test_export_gives_the_planner_files(client):
         r = client.post("/api/export", json={"scenario": scenario, **body})
         assert r.status_code == 422 and r.json()["key"] == key, r.json()
     titan = client.post("/api/export", json={"scenario": scenario, "gpu_id": "rtx4090", "engine": "torchtitan"})
-    assert titan.status_code == 422 and titan.json()["key"] == "export" and "the plan is lora" in titan.json()["error"]
+    assert titan.status_code == 422 and titan.json()["key"] == "engine" and "the plan is lora" in titan.json()["error"]
 
 
 def test_export_notes_have_portuguese():
