@@ -127,3 +127,12 @@ def test_a_sweep_keeps_what_the_user_set_and_derives_the_rest_again():
     methods = sweep(lora, "method", ["full", "qlora"])
     for point, m in zip(methods.points, ("full", "qlora"), strict=True):
         assert point.device_bytes == estimate({**lora, "method": m}).peak.device_bytes
+
+
+def test_a_gpu_sweep_draws_every_swept_card():
+    """Sweeping gpu over rtx4090 and a10 gave the A10's point no A10 verdict (the capacity lines were the base card's
+    and the common ones only)."""
+    r = sweep({"model": "meta-llama/Llama-3.1-8B", "gpu": "rtx4090"}, "gpu", ["rtx4090", "a10", "no-such-card"])
+    ids = [c["gpu_id"] for c in r.cards]
+    assert ids[0] == "rtx4090" and "a10" in ids and len(ids) == len(set(ids))
+    assert r.points[1].fits["a10"] is False and r.points[2].error and "no-such-card" in r.points[2].error

@@ -142,6 +142,8 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
     if len(values) > MAX_VALUES:
         raise ScenarioError("vary", f"{len(values)} values, at most {MAX_VALUES}")
     gpus = [get_gpu(c) for c in cards] if cards else default_cards(sc.gpu)
+    if key == "gpu" and not cards:  # each swept card is a capacity line too (its point's own verdict)
+        gpus = _with_swept_cards(gpus, values)
     ev = Evaluator(sc, calibration) if key not in ("model", "params") else None
     points = []
     for v in values:
@@ -164,3 +166,17 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
                        tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,
                               "limit_bytes": limit_bytes(g, safety_margin)} for g in gpus), safety_margin)
+
+
+def _with_swept_cards(gpus: list, values: list[Any]) -> list:
+    """``gpus`` with every card a ``gpu`` sweep names that the catalog knows (an unknown one is its point's error)."""
+    out = {g.gpu_id: g for g in gpus}
+    for v in values:
+        try:
+            g = get_gpu(v) if isinstance(v, str) else None
+        except VramfitError:
+            continue
+        if g is None:
+            continue
+        out.setdefault(g.gpu_id, g)
+    return list(out.values())
