@@ -239,11 +239,16 @@ def _read_rows(text: str, where: str, strict: bool) -> list[tuple[int, dict[str,
         unknown = [c for c in header if c not in COLUMNS]
         if unknown:
             raise ScenarioError("gpus", f"{where}: unknown column {shown(unknown[0])}", COLUMNS)
-    rows = []
+    rows, seen = [], {}
     for row in reader:
         if None in row:
             raise ScenarioError("gpus", f"{where} line {reader.line_num}: more cells than header columns")
         if any((v or "").strip() for v in row.values()):
+            gid = (row.get("gpu_id") or "").strip().lower()
+            if gid and gid in seen:  # the later row silently replaced the earlier one
+                raise ScenarioError("gpus", f"{where} line {reader.line_num}: card {shown(gid)} is given again (first "
+                                    f"on line {seen[gid]}); give each card one row")
+            seen.setdefault(gid, reader.line_num)
             rows.append((reader.line_num, row))
     return rows
 

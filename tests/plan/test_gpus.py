@@ -87,9 +87,11 @@ def test_config_directory_file_is_read(tmp_path, monkeypatch):
         ("name,memory_gb\nx,8\n", "needs a header row with a gpu_id column"),
         ("gpu_id,price_usd_per_gpu_hr_low,price_usd_per_gpu_hr_high\nh100-sxm,3,2\n", "is above price_usd_per_gpu_hr_high"),
         ("gpu_id,memory_gb\n,8\n", "gpu_id is empty"),
+        ("gpu_id,price_usd_per_gpu_hr_low\nh100-sxm,1.99\nH100-SXM,2.5\n",
+         "line 3: card 'h100-sxm' is given again (first on line 2)"),
     ],
     ids=["not-a-number", "negative-memory", "negative-price", "new-card-without-memory", "unknown-column",
-         "no-gpu-id-column", "low-above-high", "empty-id"],
+         "no-gpu-id-column", "low-above-high", "empty-id", "card-twice"],
 )
 def test_malformed_user_file_names_file_line_and_column(tmp_path, text, fragment):
     f = tmp_path / "bad.csv"
