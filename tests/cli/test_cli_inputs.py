@@ -61,3 +61,13 @@ def test_inline_deepspeed_json_is_bounded_as_every_json_input():
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
         assert r.stderr.startswith("error: deepspeed_config: the inline JSON") and words in r.stderr, r.stderr
         assert "set_int_max_str_digits" not in r.stderr
+
+
+def test_batch_flags_override_every_line_as_docs_estimate_says(tmp_path):
+    lines = tmp_path / "many.jsonl"
+    lines.write_text('{"model": "meta-llama/Llama-3.1-8B", "seq_len": 1024}\n{"params": "1B", "gpu": "rtx4090"}\n')
+    r = runner.invoke(app, ["estimate", "--batch", str(lines), "--gpu", "h100-sxm", "--seq-len", "2048"])
+    assert r.exit_code == 0, r.output
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [o["scenario"]["gpu"] for o in out] == ["h100-sxm", "h100-sxm"]
+    assert [o["scenario"]["seq_len"] for o in out] == [2048, 2048]
