@@ -119,8 +119,10 @@ def test_generic_params_model_says_so():
         ({"params": "-7B"}, "params"),
         ({"params": "lots"}, "params"),
         ({"params": "1e20"}, "params"),
+        ({"params": "10T"}, "params"),  # within the count's limit, but the generic shapes round up past MAX_PARAMS
     ],
-    ids=["unknown-model", "bad-target", "zero-seq", "negative-params", "garbage-params", "absurd-params"],
+    ids=["unknown-model", "bad-target", "zero-seq", "negative-params", "garbage-params", "absurd-params",
+         "params-rounding-past-the-limit"],
 )
 def test_user_errors_name_the_field(keys, field, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

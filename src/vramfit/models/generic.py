@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from vramfit.errors import ModelError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.models.hf_config import spec_from_hf_config
 from vramfit.models.spec import ModelSpec
 from vramfit.units import MAX_PARAMS, parse_param_count  # noqa: F401 - counts are parsed in Core
@@ -76,4 +76,10 @@ def generic_config(num_params: int | str) -> dict:
 
 def generic_spec(num_params: int | str) -> ModelSpec:
     """A generic dense Llama-style :class:`ModelSpec` with about ``num_params`` parameters."""
-    return spec_from_hf_config(generic_config(num_params))
+    try:
+        return spec_from_hf_config(generic_config(num_params))
+    except ModelError as exc:  # its shapes round up (10T became 10,008,049,006,592 parameters): the user's field
+        if "MAX_PARAMS" not in exc.message:
+            raise
+        raise ScenarioError("params", f"a generic decoder of {parse_param_count(num_params):,} parameters rounds up to "
+                            f"more than {MAX_PARAMS:,} (MAX_PARAMS); give a smaller count") from exc
