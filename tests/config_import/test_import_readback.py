@@ -213,3 +213,14 @@ def test_a_trl_export_of_an_offload_plan_under_fsdp_reads_back(tmp_path, fsdp_ve
     assert (sc.gradient_checkpointing.value, sc.fsdp_version.value) == ("offload", fsdp_version)
     assert estimate(sc.replace(gpu="rtx4080")).peak.device_bytes == estimate({**p.scenario, "gpu": "rtx4080"}
                                                                              ).peak.device_bytes
+
+
+def test_a_trl_export_of_a_params_only_plan_reads_back_as_that_size(tmp_path):
+    """A plan sized by parameter count writes ``model_name_or_path: <a N-parameter model>``; read back, that was a
+    model id no estimate could resolve. Now it is the same params, and the same bytes."""
+    p = plan({"params": "1B", "method": "full"}, gpu_ids="h100-sxm", with_changes=False).plans[0]
+    for name, text in export_plan(p, "trl").files.items():
+        (tmp_path / name).write_text(text)
+    sc = from_config(tmp_path / "train_config.yaml", tmp_path / "accelerate.yaml").scenario
+    assert sc.model is None and sc.params == 1_000_000_000
+    assert estimate(sc.replace(gpu="h100-sxm")).peak.device_bytes == p.device_bytes

@@ -3,6 +3,7 @@ file, -> scenario keys (framework ``hf``). Defaults: TRL 1.16.0 and transformers
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,11 @@ def _model(r: KeyReader) -> str:
     model = r.get("model_name_or_path")
     if not model:
         raise r.error("model_name_or_path is required")
-    r.set("model_name_or_path", "model", model)
+    placeholder = re.fullmatch(r"<a ([\d,]+)-parameter model>", model.strip()) if isinstance(model, str) else None
+    if placeholder:  # what vramfit's TRL export of a params-only plan writes (plan/export_trl.py): the size, no model
+        r.set("model_name_or_path", "params", int(placeholder.group(1).replace(",", "")))
+    else:
+        r.set("model_name_or_path", "model", model)
     in4 = hf.boolean(r, "load_in_4bit", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
     in8 = hf.boolean(r, "load_in_8bit", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
     peft = hf.boolean(r, "use_peft", False, MODEL_SRC, spellings=hf.ARGPARSE_BOOL)
