@@ -2,7 +2,6 @@ import json
 
 import pytest
 import tomllib
-
 import yaml
 
 from vramfit.errors import ScenarioError
