@@ -416,3 +416,15 @@ def test_trl_export_of_a_chunked_loss_plan_writes_the_fused_loss_and_the_tables_
     # the files run no evaluation (train.py passes no eval_dataset): a plan sized with one says so
     ev = plan({**p.scenario, "eval_batch_size": 4}, gpu_ids=["h100-sxm"]).plans[0]
     assert any("evaluation pass at micro-batch 4" in n for n in export_plan(ev, "trl").notes)
+
+
+def test_torchtitan_trains_no_4bit_base_so_a_qlora_estimate_is_refused():
+    """The estimate took framework torchtitan with method qlora (and counted it) while torchtitan v0.3.0 has no 4-bit
+    path and its export refused the plan: one answer now, from the profile's ``methods``."""
+    from vramfit.errors import ScenarioError
+    from vramfit.estimate import estimate
+
+    with pytest.raises(ScenarioError) as e:
+        estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "framework": "torchtitan"})
+    assert e.value.key == "method" and e.value.valid == ["full", "lora"]
+    assert estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtitan"}).peak.device_bytes > 0

@@ -310,7 +310,8 @@ def test_export_notes_have_portuguese():
 BAD = [{"seq_len": 0}, {"seq_len": "abc"}, {"method": "dora"}, {"num_gpus": 4, "parallelism": "none"},
        {"lora_alpha": -1}, {"lora_dropout": 2}, {"lora_targets": ["foo"]}, {"model": None, "params": "abc"},
        {"params": "7B"}, {"model": None}, {"method": "qlora", "quantize": "none"}, {"offload": "optimizer"},
-       {"micro_batch_size": ""}, {"gpu": "rtx9999"}, {"model": "llama-9000"}, {"model": None, "params": "10T"}]
+       {"micro_batch_size": ""}, {"gpu": "rtx9999"}, {"model": "llama-9000"}, {"model": None, "params": "10T"},
+       {"framework": "torchtitan", "method": "qlora"}]
 
 
 @pytest.mark.parametrize("bad", BAD, ids=lambda b: ",".join(b))

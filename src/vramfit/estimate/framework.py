@@ -132,6 +132,9 @@ def check_parallelism(kw: dict[str, Any]) -> None:
     if not profile.runs_hybrid_shard and kw.get("shard_scope") is ShardScope.NODE:
         raise ScenarioError("shard_scope", f"{framework.value} shards over every rank (its fine-tuning scripts have no "
                             "hybrid sharding)", ["all"])
+    if profile.methods and kw.get("method", Method.LORA) not in profile.methods:
+        raise ScenarioError("method", f"{framework.value} does not train {kw['method'].value} (no 4-bit base)",
+                            [m.value for m in profile.methods])
     if profile.quantized_on_one_device and kw.get("method") is Method.QLORA and kw.get("num_gpus", 1) > 1:
         raise ScenarioError("num_gpus", f"{framework.value} trains a quantized base on one GPU only (its scripts "
                             "refuse --quantize on more devices)", ["1"])

@@ -390,6 +390,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # models/llama3/infra/parallelize.py l. 125 (FSDP only over more than one shard): profile_fields.py
     # FSDP2 (FULL_SHARD, or reshard_after_forward "never"), HSDP, DDP over replicas; no DeepSpeed (profile_fields.py)
     parallelisms=(Parallelism.NONE, Parallelism.DDP, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
+    methods=(Method.FULL, Method.LORA),  # no 4-bit base in torchtitan v0.3.0 (profile_fields.py)
     one_shard_note=("torchtitan with one rank per shard: counted with FSDP2's bf16 cast, as torchtitan 0.3 runs it "
                     "(FSDP2 at every degree; its gathered copies counted under parallelism fsdp only). Releases "
                     "before 0.3 (those that read a TOML) apply no FSDP there: fp32 throughout at 9dec370, autocast "

@@ -299,6 +299,10 @@ class FrameworkProfile:
     # not supported for multi-GPU training") for --quantize with more than one device (lit-gpt@8641822
     # finetune/lora.py l. 78-82; litgpt@26857050 litgpt/finetune/lora.py l. 152-157)
     quantized_on_one_device: bool = False
+    # methods the framework trains (empty: all). torchtitan v0.3.0 has no 4-bit base: no bitsandbytes, NF4 or int4
+    # anywhere in the package (its quantization converters are float8 and MX training); LoRA is its LoRAConverter
+    # (components/lora.py)
+    methods: tuple[Method, ...] = ()
     # the recipes can shard inside a node and replicate across nodes (HSDP, ``shard_scope: node``). litgpt's
     # fine-tuning scripts shard over every rank: Fabric's FSDPStrategy with its default FULL_SHARD (litgpt@26857050
     # finetune/full.py l. 108-114, adapter.py l. 126) or ModelParallelStrategy(data_parallel_size=devices * num_nodes)

@@ -62,6 +62,7 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^(\w+): must be a positive number written with the digits 0-9, got (.+)$",
      "$1: tem de ser um número positivo escrito com os algarismos 0-9 (recebido: $2)"),
     (r"^(\w+): is given twice, as (.+?) and (.+?); give it once$", "$1: está indicado duas vezes, como $2 e $3; indica-o só uma"),
+    (r"^method: (\w+) does not train (\w+) \(no 4-bit base\)", "method: o $1 não treina $2 (sem base de 4 bits)"),
     (r"^params: a generic decoder of ([\d,]+) parameters rounds up to more than ([\d,]+) \(MAX_PARAMS\); give a smaller "
      r"count$", "params: um decoder genérico de ⟨$1⟩ parâmetros arredonda para mais de ⟨$2⟩ (MAX_PARAMS); indica um número "
      "menor"),
