@@ -303,10 +303,7 @@ def _base(r: KeyReader) -> tuple[str, str, bool]:
 
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "axolotl", data, SOURCE)
-    model = r.get("base_model")
-    if not model:
-        raise r.error("base_model is required")
-    r.set("base_model", "model", model)
+    r.set("base_model", "model", r.required("base_model"))
     method, quantize, upcast = _base(r)
     r.set("sequence_len", "seq_len", r.get("sequence_len", 512, SOURCE))
     for k in ("sample_packing", "pad_to_sequence_len"):  # packed or padded: every row is sequence_len long

@@ -75,9 +75,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     lora = any(k.startswith("lora_") for k in data) or "quantize" in data  # only finetune_lora takes quantize
     src = LORA_SRC if lora else FULL_SRC
     r = KeyReader(path, "litgpt", data, src)
-    ckpt = r.get("checkpoint_dir")
-    if not ckpt:
-        raise r.error("checkpoint_dir is required")
+    ckpt = r.required("checkpoint_dir")
     parts = Path(str(ckpt)).parts
     r.set("checkpoint_dir", "model", "/".join(parts[-2:]) if len(parts) >= 2 else str(ckpt))
     quant = hf.scalar(r, "quantize", r.get("quantize"), list(QUANTIZE))

@@ -175,10 +175,7 @@ def _reentrant(r: KeyReader) -> None:
 
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "llamafactory", data, SOURCE)
-    model = r.get("model_name_or_path")
-    if not model:
-        raise r.error("model_name_or_path is required")
-    r.set("model_name_or_path", "model", model)
+    r.set("model_name_or_path", "model", r.required("model_name_or_path"))
     method = _method(r)
     if method != "full":
         _adapter(r)

@@ -117,6 +117,13 @@ class KeyReader:
             return default
         return None
 
+    def required(self, key: str) -> Any:
+        """The value of a key the config must give (its model), read as :meth:`get`; absent or empty: refused."""
+        value = self.get(key)
+        if not value:
+            raise self.error(f"{key} is required")
+        return value
+
     def sub(self, prefix: str) -> dict[str, Any]:
         """Leaves under ``prefix.`` (unconsumed), keyed by the rest of the path."""
         return {k[len(prefix) + 1:]: v for k, v in self.flat.items() if k.startswith(prefix + ".")}

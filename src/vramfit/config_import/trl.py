@@ -34,9 +34,7 @@ IGNORED = [
 
 
 def _model(r: KeyReader) -> str:
-    model = r.get("model_name_or_path")
-    if not model:
-        raise r.error("model_name_or_path is required")
+    model = r.required("model_name_or_path")
     placeholder = re.fullmatch(r"<a ([\d,]+)-parameter model>", model.strip()) if isinstance(model, str) else None
     if placeholder:  # what vramfit's TRL export of a params-only plan writes (plan/export_trl.py): the size, no model
         r.set("model_name_or_path", "params", int(placeholder.group(1).replace(",", "")))
