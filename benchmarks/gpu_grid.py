@@ -7,7 +7,8 @@ One command on a GPU machine (about 5 minutes on an H100/H200; it stops starting
 
 The grid (``GRID``): Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B (built from the bundled configs with
 random weights, nothing downloaded); full, LoRA and QLoRA; sequence lengths 512 and 2048; gradient
-checkpointing off and on. Each scenario runs in a fresh process (``vramfit.measure``) so the device
+checkpointing off and on; ``FAMILY_GRID`` adds Qwen2.5, Gemma-2, Qwen3 (dense and MoE) and QLoRA 8B at 8k and 32k
+tokens. ``--only`` runs the named entries in the order given. Each scenario runs in a fresh process (``vramfit.measure``) so the device
 figure holds one CUDA context and nothing cached from the previous run; out of memory is recorded,
 not fatal. Runs are appended as they finish, so a budget stop or a kill keeps the finished ones:
 
@@ -63,6 +64,19 @@ GRID: dict[str, dict] = {  # ordered so that a budget stop still leaves every si
     "l1b-full-mixed-s512": _sc(L1B, "full", 512, 4, "none", precision="bf16-mixed"),
 }
 
+#: Other families, each with a mechanism the Llama grid lacks: Qwen2.5's 152k untied vocabulary and qkv biases,
+#: Gemma-2's 256k tied vocabulary and logit soft-capping, Qwen3's full fine-tuning with fp32 AdamW states, and a
+#: mixture-of-experts (Qwen3-30B-A3B: 128 experts, 8 active); and QLoRA 8B at long context with checkpointing (two
+#: lengths give the per-token slope and the fixed part of the line Unsloth's tables are read against).
+FAMILY_GRID: dict[str, dict] = {
+    "l8b-qlora-s8192-ckpt": _sc(L8B, "qlora", 8192, 1, "full"),
+    "qwen25-7b-lora-s2048-ckpt": _sc("Qwen/Qwen2.5-7B", "lora", 2048, 2, "full"),
+    "gemma2-2b-lora-s2048": _sc("google/gemma-2-2b", "lora", 2048, 2, "none", attention="eager"),  # no SDPA in transformers 5
+    "qwen3-4b-full-s2048-ckpt": _sc("Qwen/Qwen3-4B", "full", 2048, 2, "full"),
+    "l8b-qlora-s32768-ckpt": _sc(L8B, "qlora", 32768, 1, "full"),
+    "qwen3-moe-lora-s2048-ckpt": _sc("Qwen/Qwen3-30B-A3B", "lora", 2048, 1, "full"),
+}
+
 #: The dry run's model: a 2-layer Llama with the grid's shapes scaled down.
 TINY_CONFIG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
@@ -74,10 +88,11 @@ TINY_CONFIG = {
 
 def scenarios(names: list[str] | None, dry_run: bool, out: Path) -> list[tuple[str, dict]]:
     """The grid entries to run; in a dry run the model is the tiny config (written under ``out``)."""
-    unknown = sorted(set(names or ()) - set(GRID))
+    grid = {**GRID, **FAMILY_GRID}
+    unknown = sorted(set(names or ()) - set(grid))
     if unknown:
-        raise SystemExit(f"unknown grid entries: {', '.join(unknown)} (valid: {', '.join(GRID)})")
-    chosen = [(n, dict(sc)) for n, sc in GRID.items() if not names or n in names]
+        raise SystemExit(f"unknown grid entries: {', '.join(unknown)} (valid: {', '.join(grid)})")
+    chosen = [(n, dict(grid[n])) for n in dict.fromkeys(names)] if names else [(n, dict(sc)) for n, sc in grid.items()]
     if dry_run:
         cfg = out / "tiny-llama-config.json"
         cfg.write_text(json.dumps(TINY_CONFIG), encoding="utf-8")
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the grid and exit")
     args = ap.parse_args(argv)
     if args.list:
-        for name, sc in GRID.items():
+        for name, sc in {**GRID, **FAMILY_GRID}.items():
             print(name, json.dumps(sc))
         return 0
 

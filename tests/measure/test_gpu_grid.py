@@ -32,11 +32,27 @@ def test_grid_covers_what_the_issue_asks():
     assert min(sizes) >= 1e9 and max(sizes) <= 9e9 and len(sizes) >= 3
 
 
+def test_family_grid_adds_other_architectures_and_long_context():
+    mod = _grid_module()
+    fam = mod.FAMILY_GRID
+    assert not set(fam) & set(mod.GRID)
+    types = {resolve_model(s["model"]).config["model_type"] for s in fam.values()}
+    assert types >= {"qwen2", "gemma2", "qwen3", "qwen3_moe"}
+    long_qlora = sorted(s["seq_len"] for s in fam.values() if s["method"] == "qlora")
+    assert long_qlora == [8192, 32768]
+
+
+def test_only_runs_entries_in_the_order_given(tmp_path):
+    chosen = _grid_module().scenarios(["gemma2-2b-lora-s2048", "l1b-full-s512"], False, tmp_path)
+    assert [n for n, _ in chosen] == ["gemma2-2b-lora-s2048", "l1b-full-s512"]
+
+
 def test_every_grid_entry_is_measurable_and_fits_a_141_gb_card():
     from vramfit.measure.build import check_measurable
     from vramfit.scenario import parse_scenario
 
-    for name, sc in _grid_module().GRID.items():
+    mod = _grid_module()
+    for name, sc in {**mod.GRID, **mod.FAMILY_GRID}.items():
         scenario = parse_scenario(sc)
         check_measurable(scenario)
         assert estimate(scenario).peak.device_bytes < 120e9, name
@@ -74,7 +90,8 @@ def test_dry_run_writes_importable_records(tmp_path):
 
 def test_list_and_unknown_entries(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True)
-    assert len(out.stdout.splitlines()) == len(_grid_module().GRID)
+    mod = _grid_module()
+    assert len(out.stdout.splitlines()) == len(mod.GRID) + len(mod.FAMILY_GRID)
     bad = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--only", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown grid entries: nope" in bad.stderr

@@ -133,3 +133,32 @@ def test_adamw_4bit_needs_torchao(tiny):
         pytest.skip("torchao is installed")
     with pytest.raises(ScenarioError, match="torchao"):
         check_measurable(parse_scenario(tiny(optimizer="adamw-4bit")))
+
+
+class _OlderTransformersModel:
+    """A model of transformers < 5.24 (5.17 on the H200 of benchmarks/gpu_grid.py): gradient_checkpointing_enable only."""
+
+    def __init__(self):
+        self.calls = []
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        self.calls.append(gradient_checkpointing_kwargs)
+
+
+class _NewerTransformersModel(_OlderTransformersModel):
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, offload=False):
+        self.calls.append(("activation", activation_checkpointing_kwargs, offload))
+
+
+def test_checkpointing_on_transformers_without_activation_checkpointing_enable():
+    from vramfit.sim.build import enable_hf_checkpointing
+
+    old = _OlderTransformersModel()
+    enable_hf_checkpointing(old)
+    assert old.calls == [{"use_reentrant": False}]  # what 5.24's kwargs None resolves to
+    with pytest.raises(ScenarioError) as err:
+        enable_hf_checkpointing(_OlderTransformersModel(), offload=True)
+    assert err.value.key == "gradient_checkpointing" and "5.24" in str(err.value)
+    new = _NewerTransformersModel()
+    enable_hf_checkpointing(new, offload=True)
+    assert new.calls == [("activation", None, True)]

@@ -142,9 +142,11 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         notes.append("QLoRA: peft.prepare_model_for_kbit_training (non-4-bit parameters cast to fp32).")
     if gc_mode in (Checkpointing.FULL, Checkpointing.OFFLOAD):
+        from vramfit.sim.build import enable_hf_checkpointing
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model.activation_checkpointing_enable(offload=gc_mode is Checkpointing.OFFLOAD)
+            enable_hf_checkpointing(model, offload=gc_mode is Checkpointing.OFFLOAD)
         notes.append("Gradient checkpointing: model.activation_checkpointing_enable()"
                      + (" with offload=True (saved inputs in pinned host memory)." if gc_mode is Checkpointing.OFFLOAD
                         else "."))

@@ -286,6 +286,21 @@ def _check_supported(scenario: Scenario) -> None:
                             ["nf4", "nf4-dq", "fp4", "fp4-dq"])
 
 
+def enable_hf_checkpointing(model: Any, offload: bool = False) -> None:
+    """The model's own checkpointing as HF Trainer turns it on: ``activation_checkpointing_enable`` (transformers
+    >= 5.24, kwargs None = non-reentrant), else ``gradient_checkpointing_enable`` with ``use_reentrant=False``
+    (transformers 5.17 on the H200 measured by benchmarks/gpu_grid.py has no activation_checkpointing_enable)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=None, offload=offload)
+        return
+    if offload:
+        raise ScenarioError("gradient_checkpointing", "offload runs transformers >= 5.24's "
+                            "activation_checkpointing_enable(offload=True); this transformers has none",
+                            ["none", "full", "selective"])
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     mode = scenario.gradient_checkpointing
     if mode in (Checkpointing.NONE, Checkpointing.SELECTIVE):
@@ -298,7 +313,7 @@ def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # as HF Trainer does (also after prepare_model_for_kbit_training): kwargs None -> use_reentrant=False
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
+        enable_hf_checkpointing(model)
     assumptions.append("Gradient checkpointing via model.activation_checkpointing_enable() "
                        "(torch.utils.checkpoint, use_reentrant=False) around every decoder layer.")
     if scenario_profile(scenario).ckpt_reentrant:  # use_reentrant resolves to yes (estimate/reentrant_fsdp1.py)
