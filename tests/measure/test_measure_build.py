@@ -162,3 +162,19 @@ def test_checkpointing_on_transformers_without_activation_checkpointing_enable()
     new = _NewerTransformersModel()
     enable_hf_checkpointing(new, offload=True)
     assert new.calls == [("activation", None, True)]
+
+
+def test_a_model_without_sdpa_runs_eager_with_a_note(tmp_path):
+    """Gemma-2 has no SDPA in transformers 5 (from_config raises ValueError): the harness builds it eager, as
+    from_pretrained picks without an attn_implementation and as the simulator does; before, `vramfit measure
+    --model google/gemma-2-2b` stopped at 'building the model failed'."""
+    from vramfit.models import resolve_model
+
+    cfg = dict(resolve_model("google/gemma-2-2b").config, num_hidden_layers=1, vocab_size=1024, intermediate_size=256,
+               layer_types=["sliding_attention"])
+    path = tmp_path / "gemma2.json"
+    path.write_text(json.dumps(cfg))
+    sc = parse_scenario({"model": str(path), "method": "lora", "seq_len": 16})
+    built = build_run(sc, cfg, "cpu")
+    assert built.causal_lm.config._attn_implementation == "eager"
+    assert any("no SDPA attention" in a and "eager ran instead" in a for a in built.assumptions)

@@ -123,10 +123,10 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if weights is not None:
-            model = _from_pretrained(Path(weights), scenario, param_dtype, compute_dtype, attn, device)
+            model = _from_pretrained(Path(weights), scenario, param_dtype, compute_dtype, attn, device, notes)
             notes.append(f"Weights loaded from {weights} (local files only).")
         else:
-            model = _from_config(config, scenario, param_dtype, compute_dtype, attn, device)
+            model = _from_config(config, scenario, param_dtype, compute_dtype, attn, device, notes)
             notes.append("Random weights from the config (nothing downloaded); values do not change memory.")
     if scenario.method is Method.FULL:
         for p in model.parameters():
@@ -164,7 +164,7 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
 
 
 def _from_pretrained(path: Path, scenario: Scenario, param_dtype: Any, compute_dtype: Any, attn: str,
-                     device: str) -> Any:
+                     device: str, notes: list[str]) -> Any:
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     if not path.is_dir():
@@ -178,15 +178,15 @@ def _from_pretrained(path: Path, scenario: Scenario, param_dtype: Any, compute_d
             load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=dq,
             bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_quant_storage=torch.uint8)
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=param_dtype, attn_implementation=attn, device_map={"": device},
-            local_files_only=True, trust_remote_code=False, use_cache=False, **kwargs)
+        return _with_eager_fallback(lambda a: AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=param_dtype, attn_implementation=a, device_map={"": device},
+            local_files_only=True, trust_remote_code=False, use_cache=False, **kwargs), attn, notes)
     except OSError as exc:
         raise ScenarioError("weights", f"cannot load a model from {path}: {exc}") from None
 
 
 def _from_config(config: dict, scenario: Scenario, param_dtype: Any, compute_dtype: Any, attn: str,
-                 device: str) -> Any:
+                 device: str, notes: list[str]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -194,12 +194,26 @@ def _from_config(config: dict, scenario: Scenario, param_dtype: Any, compute_dty
 
     cfg = hf_config(config, None, scenario.attention)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+        model = _with_eager_fallback(lambda a: AutoModelForCausalLM.from_config(cfg, dtype=param_dtype,
+                                                                              attn_implementation=a), attn, notes)
     if scenario.method is Method.QLORA:
         quantize_block_linears(model, scenario.quantize, param_dtype, compute_dtype, device,
                                float(getattr(cfg, "initializer_range", 0.02)))
     materialize(model, device)
     return model
+
+
+def _with_eager_fallback(build: Any, attn: str, notes: list[str]) -> Any:
+    """``build(attn)``; where transformers has no SDPA for the model (Gemma-2 in transformers 5 raises ValueError), eager,
+    as ``from_pretrained`` picks without an ``attn_implementation`` and as the simulator does (sim/build.py)."""
+    try:
+        return build(attn)
+    except (ValueError, ImportError):
+        if "sdpa" not in attn:
+            raise
+        model = build("eager")
+        notes.append(f"{model.config.model_type} has no SDPA attention in this transformers: eager ran instead.")
+        return model
 
 
 def quantize_block_linears(model: Any, quantize: Quantize, weight_dtype: Any, compute_dtype: Any, device: str,
