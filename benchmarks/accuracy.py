@@ -37,8 +37,9 @@ from vramfit.estimate.first_batch import allocated_floor
 HERE = Path(__file__).resolve().parent
 MEASURED = HERE / "data" / "measured"
 #: The published measurements, bundled with the repository (sources and fields: data/measured/README.md):
-#: public.jsonl (the first sets), found.jsonl (later finds), stages.jsonl (DPO/GRPO peaks).
-MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl")
+#: public.jsonl (the first sets), found.jsonl (later finds), stages.jsonl (DPO/GRPO peaks), vramfit_h200.jsonl
+#: (this project's own H200 runs, benchmarks/gpu_grid.py).
+MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl")
 #: The first set alone (the golden snapshot's rows, tests/golden/regen.py).
 DEFAULT_DATA = MEASURED / "public.jsonl"
 #: What each estimate reads to state its error band (written by --write-bands).

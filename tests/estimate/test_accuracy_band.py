@@ -1,6 +1,17 @@
 """Every estimate states its error band from the measured cases on (or nearest to) its path."""
 
+import json
+from pathlib import Path
+
 from vramfit import estimate
+
+H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "measured" / "vramfit_h200.jsonl"
+
+
+def _h200_cases(method: str) -> list[str]:
+    """This project's own H200 runs of ``method`` (benchmarks/gpu_grid.py; three counters a run), in file order."""
+    rows = [json.loads(x) for x in H200.read_text().splitlines() if x.strip()]
+    return [r["id"] for r in rows if r["scenario"]["method"] == method]
 
 
 def test_a_measured_path_lists_its_cases_and_errors():
@@ -26,14 +37,16 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     assert a["cases"] == (["PEFT_DOCS-119", "PEFT_DOCS-122"] + [f"AAI_FSDPQLORA_2403-{n}" for n in (1, 2, 7, 8, 11, 13)]
                           + [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
                           + [f"FMS_ACCEL_2502-{n}" for n in range(11, 20)]
-                          + [f"FMS_ACCEL_2411-{n}" for n in range(11, 20)])
+                          + [f"FMS_ACCEL_2411-{n}" for n in range(11, 20)] + _h200_cases("qlora"))
+    assert len(_h200_cases("qlora")) == 9  # Llama-3.2-1B, -3B and Llama-3.1-8B QLoRA on one H200, three counters each
     # single-GPU hf QLoRA is measured now (axolotl's 24B QLoRA recipes, ms-swift's bnb script and Yi-34B QLoRA,
     # fms-acceleration's one-GPU Mistral-7B and Mixtral-8x7B QLoRA, 2025 and 2024 CSVs)
     one = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).accuracy
     assert one["measured_path"] and one["cases"] == ([f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)]
                                                      + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
                                                      + [f"FMS_ACCEL_2502-{n}" for n in (11, 13, 15, 17)]
-                                                     + [f"FMS_ACCEL_2411-{n}" for n in (11, 13, 15, 17)])
+                                                     + [f"FMS_ACCEL_2411-{n}" for n in (11, 13, 15, 17)]
+                                                     + _h200_cases("qlora"))
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1), litgpt's
     # 2024 config-hub LoRA rows on one A10G (12), the August-2023 tutorial's StableLM LoRA rows (2) and the September-2023

@@ -31,7 +31,8 @@ def test_a_run_that_fits_after_release_reserves_the_card_full():
     assert len(notes) == 1 and "RTX 4090" in notes[0]
     uncapped = float(notes[0].split("would reach ")[1].split(" GiB")[0]) * 2**30
     assert uncapped + other > card.usable_bytes  # 24.03 GiB reserved without the limit
-    assert 23.4 < p.reserved_bytes / 2**30 < 23.5  # measured 22.54: +4.0 % (uncapped: +6.6 %)
+    assert 23.3 < p.reserved_bytes / 2**30 < 23.35  # measured 22.54: +3.5 % (uncapped: +6.6 %; +4.0 % capped while
+    # the CUDA context was 400 MiB: the cap is the card less the context, 522 MiB since the OOM-text median)
     slack = {c.name: c.bytes for c in on.components}["allocator_overhead"]
     assert slack == p.reserved_bytes - p.allocated_bytes
 

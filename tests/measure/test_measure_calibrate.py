@@ -66,7 +66,9 @@ def test_overheads_implied_by_single_gpu_runs(make_record):
     assert ov.allocator_median_bytes == 400 * MiB
     assert ov.allocator_median_fraction == pytest.approx(400 / 10240)
     assert ov.estimator_allocator_median_bytes == 1 * GiB
-    assert ov.estimator_context_bytes == 400 * MiB  # the estimator's CUDA_CONTEXT constant
+    from vramfit.estimate.constants import CUDA_CONTEXT
+
+    assert ov.estimator_context_bytes == CUDA_CONTEXT.value  # the scenarios name no card: the general figure
 
 
 def test_out_of_memory_runs_score_the_fit_verdict(make_record):

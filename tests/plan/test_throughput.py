@@ -104,7 +104,10 @@ def test_benchmark_summary_beats_the_old_model():
     host memory): 7 %/28 % (held out 6.5 %/28 %); before one-GPU ZeRO-3's host time overlapping its kernels
     (kernels.ZERO3_HOST_S_PER_LAYER): 6.9 %/24.7 % (design rows 9.5 %/22.9 %; held out unchanged)."""
     b = _bench()
-    s = b.score(b.load(b.DEFAULT_DATA))["summary"]
+    rows = b.load(b.DEFAULT_DATA)
+    everything = b.score(rows)["summary"]
+    # the published rows, as before this project's own H200 runs were added (scored separately below)
+    s = b.score([r for r in rows if r["source_id"] != "VRAMFIT_H200"])["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
     assert s["all"]["model"]["median"] <= 0.065 and s["all"]["model"]["p90"] <= 0.225
     assert s["design"]["model"]["median"] <= 0.075 and s["design"]["model"]["p90"] <= 0.15
@@ -118,7 +121,14 @@ def test_benchmark_summary_beats_the_old_model():
     assert s["all"]["naive"]["p90"] > 1.5
     from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90
 
-    assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(s["all"]["model"]["median"], 2), round(s["all"]["model"]["p90"], 2))
+    # 9 held-out runs of benchmarks/gpu_grid.py on an H200 (2026-12-04): steps of 60-470 ms, where the model misses the
+    # plain loop's launch and bitsandbytes overheads (Llama-3.2-1B QLoRA at 512 measured 12.8k tokens/s, modelled 24k)
+    h200 = everything["VRAMFIT_H200"]["model"]
+    assert h200["n"] == 9 and h200["median"] <= 0.28 and h200["p90"] <= 0.56
+    assert everything["all"]["model"]["n"] == 114 and everything["held_out"]["model"]["n"] == 96
+    # the band every planned time states is the whole set's, the H200 runs included
+    assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(everything["all"]["model"]["median"], 2),
+                                                     round(everything["all"]["model"]["p90"], 2))
 
 
 def test_gemm_rate_is_the_measured_mamf():

@@ -84,6 +84,14 @@ def _experts_note(sc: Scenario, prof) -> str:
     return f"Mixture-of-experts weights {how} ({why}); set quantize_experts=yes or no to choose."
 
 
+def _context_note(sc: Scenario, card) -> str:
+    from vramfit.gpus import Arch
+
+    measured = " (measured on an H200, torch 2.11 + CUDA 13)" if card is not None and card.arch is Arch.HOPPER else ""
+    return (f"CUDA context and lazily loaded kernels assumed {process_bytes(sc, card)[0] / 2**20:.0f} MiB per GPU"
+            f"{measured}; `vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.")
+
+
 def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
@@ -96,8 +104,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         f"({r.per_layer / 2**20:,.1f} MiB per block per micro-batch without checkpointing).",
         f"Loss: {r.loss.detail}.",
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
-        f"CUDA context assumed {process_bytes(sc)[0] / 2**20:.0f} MiB per GPU (lazy module loading); "
-        "`vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.",
+        _context_note(sc, r.card),
     ]
     if sc.method is not Method.FULL:
         dropout = sc.lora_dropout if sc.lora_dropout is not None else prof.lora_dropout_default
@@ -314,7 +321,7 @@ def estimate_spec(
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
     events = step_transients(r)
     reserved = max(allocated, _reserved(r, breakdowns, step_phase, tensors, events))
-    ctx, nccl = process_bytes(sc)
+    ctx, nccl = process_bytes(sc, card)
     fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
     # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it. Otherwise the
     # wholly free segments are whatever the required path leaves out (the transients', DeepSpeed 0.19's flatten, the

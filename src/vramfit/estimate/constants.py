@@ -29,13 +29,28 @@ K_MIN_LARGE_ALLOC = Constant(10 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cu
 K_ROUND_LARGE = Constant(2 * MiB, "bytes", "pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp kRoundLarge: 'round up large allocations to 2 MiB'")
 
 # --- CUDA context and library workspaces (outside or inside the allocator) ---
+# What a training process holds on the card outside PyTorch's allocator (nvidia-smi minus max_memory_reserved): the
+# CUDA context plus the kernel modules a training step loads lazily and the libraries' own handles. Modelled per
+# architecture where it was measured, else from PyTorch's out-of-memory texts of single-GPU training processes.
 CUDA_CONTEXT = Constant(
-    400 * MiB,
+    522 * MiB,
     "bytes per process per GPU",
-    "ptrblck, pytorch/pytorch#109888 (CUDA 11.7 lazy loading): 'around 400MB if CUDA >= 11.7 is used and lazy "
-    "module loading enabled'",
-    "reports span 256 MiB (RTX 3090, torch 2.7.1, InvokeAI#9413) to 555 MiB (RTX PRO 6000, llama.cpp#23604); "
-    "it scales with SM count; override with a measured figure (vramfit calibrate)",
+    "PyTorch OOM texts of single-GPU training processes ('Including non-PyTorch memory, this process has P GiB' minus "
+    "allocated and reserved-but-unallocated): RTX 4090 0.41 GiB (eosphoros-ai/DB-GPT-Hub#248), L40S 0.50 and 0.51 "
+    "(UKPLab sentence-transformers#3214, bmaltais/kohya_ss#2724), a 48 GB card 0.515 (mila-iqia/milabench#315), "
+    "A800 0.51 (hahnyuan/PB-LLM#3), an 80 GB card 0.51 (modelscope/ms-swift#2536), RTX 5090 0.60 "
+    "(hiyouga/LlamaFactory#7798): median 0.51 GiB",
+    "ptrblck's 'around 400MB' with lazy loading (pytorch/pytorch#109888) is a small workload's context; V100s read "
+    "0.29-0.30 GiB (LlamaFactory#4652); override with your own runs (vramfit calibrate)",
+)
+CUDA_CONTEXT_HOPPER = Constant(
+    794_820_608,
+    "bytes per process per GPU (sm90)",
+    "measured: NVML per-process usage minus torch.cuda.max_memory_reserved(), the same 794,820,608 B (758 MiB) on 8 "
+    "of 9 runs of benchmarks/gpu_grid.py on one H200 (torch 2.11.0+cu130, driver 580.159.04, 2026-12-04; "
+    "benchmarks/data/measured/vramfit_h200.jsonl), LoRA, QLoRA and full fine-tuning alike; 778,043,392 B with eager "
+    "attention only (Gemma-2: no SDPA kernels loaded)",
+    "H100 shares the chip; older CUDA/torch builds load different kernel images (vramfit calibrate)",
 )
 CUBLAS_WORKSPACE = Constant(
     4096 * 1024 * 2 + 16 * 1024 * 8,

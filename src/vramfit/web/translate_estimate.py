@@ -29,10 +29,11 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"fp32 logits from the model, CrossEntropyLoss", "logits fp32 do modelo, CrossEntropyLoss"),
     (r"^Gradients are freed with zero_grad\(set_to_none=True\) after each optimizer step\.$",
      "Os gradientes são libertados com zero_grad(set_to_none=True) depois de cada passo do otimizador."),
-    (r"^CUDA context assumed " + _N + r" MiB per GPU \(lazy module loading\); `vramfit measure` records yours and "
-     r"`vramfit calibrate` reports the overhead your runs imply\.$",
-     "Contexto CUDA assumido: ⟨$1⟩ MiB por GPU (carregamento preguiçoso de módulos); o `vramfit measure` regista o teu "
+    (r"^CUDA context and lazily loaded kernels assumed " + _N + r" MiB per GPU( \(measured on an H200, torch 2\.11 \+ "
+     r"CUDA 13\))?; `vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply\.$",
+     "Contexto CUDA e kernels carregados a pedido assumidos: ⟨$1⟩ MiB por GPU$2; o `vramfit measure` regista o teu "
      "e o `vramfit calibrate` indica o custo fixo que as tuas execuções implicam."),
+    (r" \(measured on an H200, torch 2\.11 \+ CUDA 13\)", " (medido numa H200, torch 2.11 + CUDA 13)"),
     (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in fp32\.$", "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores em fp32."),
     (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in the parameter dtype\.$",
      "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores no dtype dos parâmetros."),
