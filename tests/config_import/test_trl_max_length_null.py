@@ -33,3 +33,20 @@ def test_null_max_length_with_packing_is_refused_as_trl_does():
 def test_absent_and_given_max_length_are_unchanged():
     assert from_text(HEAD, dialect="trl").overrides["seq_len"] == 1024
     assert from_text(HEAD + "max_length: 4096\npacking: true\n", dialect="trl").overrides["seq_len"] == 4096
+
+
+def test_null_max_seq_length_of_older_trl_names_both_releases():
+    """``max_seq_length`` (TRL before 0.20) null: 1024 on TRL <= 0.14 (min(tokenizer.model_max_length, 1024)), no
+    truncation on 0.15-0.19; it was read as seq_len None and the estimate ran at the default without saying so."""
+    imp = from_text(HEAD + "max_seq_length: null\n", dialect="trl")
+    assert "seq_len" not in imp.overrides and imp.scenario.seq_len == DEFAULT
+    assert _entry(imp, "max_seq_length").line() == (
+        "read     max_seq_length: None (null: 1024 on TRL <= 0.14, no truncation on 0.15-0.19)")
+    assert "TRL <= 0.14 trains at 1024 tokens, 0.15-0.19 truncate nothing" in _entry(imp, "seq_len").line()
+
+
+def test_null_max_seq_length_with_packing_is_trl_0_14_s_1024():
+    # TRL 0.15-0.19 refuse packing without a length ("When packing is enabled, `max_seq_length` can't be `None`")
+    imp = from_text(HEAD + "max_seq_length: null\npacking: true\n", dialect="trl")
+    assert imp.overrides["seq_len"] == 1024 and imp.scenario.seq_len == 1024
+    assert "min(model_max_length, 1024)" in _entry(imp, "max_seq_length").line()

@@ -134,15 +134,33 @@ def _untruncated(r: KeyReader) -> None:
                         "pass --seq-len, or --dataset FILE --max-length none to read it")
 
 
+def _older_null_length(r: KeyReader) -> None:
+    """``max_seq_length: null``, the name TRL used before 0.20: TRL <= 0.14 trains at min(tokenizer.model_max_length,
+    1024) (v0.14.0 trl/trainer/sft_trainer.py l. 240-242), 0.15-0.19 truncate nothing and refuse it with packing
+    (v0.15.0 sft_trainer.py l. 415-416). With packing only TRL <= 0.14 runs it: 1024, unless the tokenizer's
+    model_max_length is shorter (not in the file); without packing, which release ran is not in the file."""
+    r.get("max_seq_length")
+    if hf.boolean(r, "packing", False, spellings=hf.ARGPARSE_BOOL):
+        r.entries["max_seq_length"].note = "null with packing: TRL <= 0.14's min(model_max_length, 1024)"
+        r.out["seq_len"] = 1024
+        return
+    r.entries["max_seq_length"].note = "null: 1024 on TRL <= 0.14, no truncation on 0.15-0.19"
+    _seq_len_default(r, "max_seq_length is null: TRL <= 0.14 trains at 1024 tokens, 0.15-0.19 truncate nothing "
+                        "(the data's longest sample); pass --seq-len")
+
+
 def _step(r: KeyReader) -> None:
     r.set("per_device_train_batch_size", "micro_batch_size", r.get("per_device_train_batch_size", 8, ARGS_SRC))
     r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, ARGS_SRC))
     if r.out.get("stage") == "grpo":
         _grpo_length(r)
     elif r.has("max_seq_length"):
-        r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
         if r.has("max_length"):
             raise r.error("max_length and max_seq_length are both set (max_seq_length is the older name); keep one")
+        if r.flat.get("max_seq_length") is None:
+            _older_null_length(r)
+        else:
+            r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
     elif r.has("max_length") and r.flat.get("max_length") is None:
         _untruncated(r)
     else:
