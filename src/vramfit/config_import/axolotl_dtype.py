@@ -33,6 +33,12 @@ LORA_4BIT_FP32 = ("adapter lora with load_in_4bit: Axolotl quantizes only for ad
 LORA_4BIT_16BIT = ("adapter lora with load_in_4bit: Axolotl quantizes only for adapter qlora, so the base loads "
                    "unquantized in 16 bits (ZeRO-3 or FSDP cpu_ram_efficient_loading skip "
                    "prepare_model_for_kbit_training)")
+#: adapter qlora (4-bit) or lora with load_in_8bit: after prepare_model_for_kbit_training, _configure_embedding_dtypes
+#: (loaders/model.py l. 456-477, ``should_convert`` for every lora/qlora adapter unless qlora under FSDP) casts the
+#: modules named *norm* and the embeddings/lm_head back to torch_dtype; qlora under FSDP and ZeRO-3 skip the
+#: preparation (l. 1003-1009). Either way they train in 16 bits: the scenario's kbit_prepare no.
+KBIT_16BIT = ("Axolotl casts norms, embeddings and lm_head back to 16 bits after prepare_model_for_kbit_training "
+              "(loaders/model.py _configure_embedding_dtypes; FSDP and ZeRO-3 skip the preparation)")
 BF16_OVER_FP16 = "bf16 is on too, and Axolotl then turns fp16 off (utils/config/__init__.py l. 188-189)"
 
 
