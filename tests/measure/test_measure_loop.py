@@ -122,3 +122,29 @@ def test_evaluation_pass_runs_after_each_step(tiny):
     assert "step2.evaluate" in probe.labels
     res, probe = _run(tiny(method="full"), steps=1)
     assert not any(label.endswith("evaluate") for label in probe.labels)
+
+
+class _GrowingProbe(FakeProbe):
+    """Reserved grows by 1 GiB a step, as cached segments of one step that the next does not reuse would."""
+
+    def peaks(self):
+        done = sum(1 for label in self.labels if label.endswith(".end"))
+        return {**self.figures, "reserved_bytes": self.figures["reserved_bytes"] + done * 2**30}
+
+
+def test_each_step_s_peaks_are_kept(tiny):
+    res, _ = _run(tiny(method="lora"), steps=3, probe=_GrowingProbe())
+    assert [p["reserved_bytes"] // 2**30 for p in res.step_peaks] == [5, 6, 7]
+    assert [p["allocated_bytes"] for p in res.step_peaks] == [3 * 2**30] * 3
+    oom, _ = _run(tiny(method="lora"), steps=3, probe=FakeProbe(oom_at="step2.mb1.backward"))
+    assert len(oom.step_peaks) == 1  # the completed step only
+
+
+def test_the_record_keeps_each_step_s_peaks(tiny):
+    from vramfit.measure.records import dumps_records, parse_lines
+    from vramfit.measure.runner import measure
+
+    rec = measure(tiny(method="lora"), steps=2, device="cpu", in_process=True, probe=FakeProbe(), simulate=False)
+    assert [p["reserved_bytes"] for p in rec.details["step_peaks"]] == [4 * 2**30] * 2
+    (back,) = parse_lines(dumps_records([rec]))
+    assert back.details["step_peaks"] == rec.details["step_peaks"]

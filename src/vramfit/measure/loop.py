@@ -35,6 +35,9 @@ class LoopResult:
     error: str | None = None  # first line of the exception text
     load: dict[str, int] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+    # the counters' peaks so far after each completed step: where reserved keeps growing after the first step
+    # (segments cached by one step and not reused by the next), the estimate of one step falls short of the run's
+    step_peaks: list[dict[str, int | None]] = field(default_factory=list)
 
     @property
     def step_time_s(self) -> float | None:
@@ -76,6 +79,7 @@ def run_steps(model: Any, scenario: Scenario, *, vocab_size: int, steps: int, de
         assumptions.append("fp16-mixed: torch.amp.GradScaler scales the loss and unscales the gradients.")
     load = probe.start()
     times: list[float] = []
+    step_peaks: list[dict[str, int | None]] = []
     where = ["step1"]  # the phase label reached, updated by _step
     status, failed_at, error = "ok", None, None
     try:
@@ -86,6 +90,7 @@ def run_steps(model: Any, scenario: Scenario, *, vocab_size: int, steps: int, de
             probe.synchronize()
             times.append(time.perf_counter() - t0)
             probe.checkpoint(f"step{step}.end")
+            step_peaks.append(probe.peaks())
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # out of memory is a result; anything else is recorded as an error
@@ -95,7 +100,7 @@ def run_steps(model: Any, scenario: Scenario, *, vocab_size: int, steps: int, de
     probe.stop()
     if status != "ok":
         _release(model, optimizers)
-    return LoopResult(status, len(times), times, peaks, failed_at, error, load, assumptions)
+    return LoopResult(status, len(times), times, peaks, failed_at, error, load, assumptions, step_peaks)
 
 
 def make_optimizer(scenario: Scenario, params: list[Any]) -> tuple[Any, str]:

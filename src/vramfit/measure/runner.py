@@ -86,6 +86,7 @@ def make_record(scenario: Scenario, result: dict[str, Any], estimate: dict[str, 
     details = {
         "steps_requested": steps,
         "step_times_s": result.get("step_times_s") or [],
+        "step_peaks": result.get("step_peaks") or [],
         "failed_at": result.get("failed_at"),
         "error": result.get("error"),
         "load": result.get("load") or {},

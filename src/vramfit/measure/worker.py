@@ -111,6 +111,7 @@ def execute(request: dict[str, Any], probe: MemoryProbe | None = None) -> dict[s
         "status": result.status,
         "steps_done": result.steps_done,
         "step_times_s": result.step_times_s,
+        "step_peaks": result.step_peaks,
         "step_time_s": result.step_time_s,
         "failed_at": result.failed_at,
         "error": result.error,
