@@ -40,3 +40,14 @@ def test_the_published_axolotl_qlora_rows_agree():
 def test_a_gptq_base_is_unchanged():
     sc = from_text(HEAD + "adapter: lora\ngptq: true\n", dialect="axolotl").scenario
     assert sc.quantize.value == "gptq-int4" and sc.kbit_prepare.value == "auto"
+
+
+def test_qwen_1_with_a_lora_adapter_skips_the_fp32_cast():
+    """axolotl loaders/model.py l. 991-993: model_config_type qwen with adapter lora skips prepare_model_for_kbit_training,
+    so adapter lora + load_in_4bit keeps a 16-bit base there (an fp32 one, bf16-mixed, for other models)."""
+    lora4 = "adapter: lora\nload_in_4bit: true\n"
+    qwen = from_text(HEAD.replace("meta-llama/Llama-3.1-8B", "Qwen/Qwen-7B") + lora4, dialect="axolotl")
+    assert qwen.scenario.precision.value == "bf16-true" and qwen.scenario.method.value == "lora"
+    assert "Qwen-1 models skip" in next(e for e in qwen.entries if e.key == "load_in_4bit").line()
+    other = from_text(HEAD.replace("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B") + lora4, dialect="axolotl")
+    assert other.scenario.precision.value == "bf16-mixed"

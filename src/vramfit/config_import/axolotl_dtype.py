@@ -31,7 +31,7 @@ LORA_4BIT_FP32 = ("adapter lora with load_in_4bit: Axolotl quantizes only for ad
                   "unquantized and prepare_model_for_kbit_training casts it to fp32 (norms and embeddings back to "
                   "16 bits): counted as an fp32 base under the Trainer's autocast")
 LORA_4BIT_16BIT = ("adapter lora with load_in_4bit: Axolotl quantizes only for adapter qlora, so the base loads "
-                   "unquantized in 16 bits (ZeRO-3 or FSDP cpu_ram_efficient_loading skip "
+                   "unquantized in 16 bits (ZeRO-3, FSDP cpu_ram_efficient_loading and Qwen-1 models skip "
                    "prepare_model_for_kbit_training)")
 #: adapter qlora (4-bit) or lora with load_in_8bit: after prepare_model_for_kbit_training, _configure_embedding_dtypes
 #: (loaders/model.py l. 456-477, ``should_convert`` for every lora/qlora adapter unless qlora under FSDP) casts the
@@ -94,10 +94,16 @@ def method(r: KeyReader) -> tuple[str, str, bool]:
 
 
 def kbit_prepare_skipped(r: KeyReader, layout: dict[str, Any]) -> bool:
-    """ZeRO-3, or FSDP with cpu_ram_efficient_loading: Axolotl skips prepare_model_for_kbit_training
-    (loaders/model.py l. 1003-1009 ``is_deepspeed_zero3_enabled()``, ``fsdp_config.cpu_ram_efficient_loading``)."""
+    """ZeRO-3, FSDP with cpu_ram_efficient_loading, or a Qwen-1 model: Axolotl skips prepare_model_for_kbit_training
+    (loaders/model.py l. 991-993 ``model_config_type == "qwen"`` for adapter lora, l. 1003-1009
+    ``is_deepspeed_zero3_enabled()``, ``fsdp_config.cpu_ram_efficient_loading``). Only adapter lora reaches here."""
+    from vramfit.models.catalog import catalog_entry
+
     parallelism = str(layout.get("parallelism", ""))
     if parallelism == "zero3":
+        return True
+    entry = catalog_entry(str(r.out.get("model", "")))  # l. 991-993: Qwen-1 (model_config_type qwen) with adapter lora
+    if entry is not None and entry["config"].get("model_type") == "qwen":
         return True
     if not parallelism.startswith("fsdp"):
         return False

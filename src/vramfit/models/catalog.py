@@ -79,6 +79,11 @@ def _index() -> dict[str, dict[str, Any]]:
     return index
 
 
+def catalog_entry(model: str) -> dict[str, Any] | None:
+    """The bundled catalog's entry for an id or alias (case-insensitive), else None; never reads a file or the Hub."""
+    return _index().get(model.strip().lower()) if isinstance(model, str) else None
+
+
 def search_models(query: str | list[str] | tuple[str, ...] = "") -> list[dict[str, Any]]:
     """Catalog entries where every word of ``query`` is in the id, an alias, display name or family.
 
