@@ -76,6 +76,7 @@ FAMILY_GRID: dict[str, dict] = {
     "l8b-qlora-s32768-ckpt": _sc(L8B, "qlora", 32768, 1, "full"),
     "qwen3-moe-lora-s2048-ckpt": _sc("Qwen/Qwen3-30B-A3B", "lora", 2048, 1, "full"),
 }
+ALL_GRID = {**GRID, **FAMILY_GRID}
 
 #: The dry run's model: a 2-layer Llama with the grid's shapes scaled down.
 TINY_CONFIG = {
@@ -88,7 +89,7 @@ TINY_CONFIG = {
 
 def scenarios(names: list[str] | None, dry_run: bool, out: Path) -> list[tuple[str, dict]]:
     """The grid entries to run; in a dry run the model is the tiny config (written under ``out``)."""
-    grid = {**GRID, **FAMILY_GRID}
+    grid = ALL_GRID
     unknown = sorted(set(names or ()) - set(grid))
     if unknown:
         raise SystemExit(f"unknown grid entries: {', '.join(unknown)} (valid: {', '.join(grid)})")
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the grid and exit")
     args = ap.parse_args(argv)
     if args.list:
-        for name, sc in {**GRID, **FAMILY_GRID}.items():
+        for name, sc in ALL_GRID.items():
             print(name, json.dumps(sc))
         return 0
 

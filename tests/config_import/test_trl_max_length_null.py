@@ -50,3 +50,10 @@ def test_null_max_seq_length_with_packing_is_trl_0_14_s_1024():
     imp = from_text(HEAD + "max_seq_length: null\npacking: true\n", dialect="trl")
     assert imp.overrides["seq_len"] == 1024 and imp.scenario.seq_len == 1024
     assert "min(model_max_length, 1024)" in _entry(imp, "max_seq_length").line()
+
+
+@pytest.mark.parametrize("key", ["max_length", "max_seq_length"])
+def test_a_mapping_as_the_length_is_one_line_not_a_traceback(key):
+    # a mapping flattens to key.a.b: it was taken for null and the report's entry was missing (KeyError traceback)
+    with pytest.raises(ScenarioError, match=rf"unknown trl key '{key}\.a\.b'"):
+        from_text(HEAD + f"{key}: {{a: {{b: 1}}}}\n", dialect="trl")

@@ -151,7 +151,7 @@ class _NewerTransformersModel(_OlderTransformersModel):
 
 
 def test_checkpointing_on_transformers_without_activation_checkpointing_enable():
-    from vramfit.sim.build import enable_hf_checkpointing
+    from vramfit.sim.hf_calls import enable_hf_checkpointing
 
     old = _OlderTransformersModel()
     enable_hf_checkpointing(old)

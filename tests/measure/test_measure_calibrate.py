@@ -104,3 +104,18 @@ def test_real_estimator_and_json_report(make_record):
     data = rep.to_dict()
     assert data["scored"] == 1 and data["groups"][0]["gpu_family"] == "h100"
     assert set(data["groups"][0]["errors"]) == {"allocated", "reserved", "device"}
+
+
+def test_overheads_of_runs_on_hopper_and_on_a_card_this_catalog_lacks(make_record):
+    """The estimator's context per run's card: the measured sm90 figure for an H200 run; a run recorded elsewhere on
+    a user's GPU row this machine lacks takes the general figure (it was a ScenarioError traceback: unknown GPU)."""
+    from vramfit.estimate.constants import CUDA_CONTEXT, CUDA_CONTEXT_HOPPER
+
+    figs = dict(allocated_bytes=10 * GiB, reserved_bytes=10 * GiB + 500 * MiB, device_bytes=11 * GiB + 300 * MiB)
+    hopper = calibrate([make_record(scenario={"model": "meta-llama/Llama-3.2-1B", "gpu": "h200"}, **figs)],
+                       fixed_estimator())
+    assert hopper.overheads[0].estimator_context_bytes == CUDA_CONTEXT_HOPPER.value
+    lab = calibrate([make_record(scenario={"model": "meta-llama/Llama-3.2-1B", "gpu": "my-lab-card"}, **figs)],
+                    fixed_estimator())
+    assert lab.overheads[0].estimator_context_bytes == CUDA_CONTEXT.value
+    assert lab.overheads[0].context_median_bytes == 824 * MiB  # 11 GiB + 300 MiB - (10 GiB + 500 MiB)

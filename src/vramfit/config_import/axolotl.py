@@ -284,10 +284,10 @@ def _base(r: KeyReader) -> tuple[str, str, bool]:
     method, quantize, upcast = dtype.method(r)
     r.set("adapter", "method", method)
     r.out["quantize"] = quantize
+    key = "load_in_8bit" if quantize == "int8" else "load_in_4bit"
     if quantize != "none":
-        r.set("load_in_4bit" if quantize != "int8" else "load_in_8bit", "quantize", quantize)
+        r.set(key, "quantize", quantize)
     if quantize in ("nf4-dq", "int8"):  # a GPTQ base is never cast (peft skips it): nothing to undo
-        key = "load_in_4bit" if quantize != "int8" else "load_in_8bit"
         r.set(key, "kbit_prepare", "no")
         r.entries[key].note = dtype.KBIT_16BIT
     if method == "qlora" and quantize == "nf4-dq":

@@ -134,6 +134,11 @@ def _untruncated(r: KeyReader) -> None:
                         "pass --seq-len, or --dataset FILE --max-length none to read it")
 
 
+def _null(r: KeyReader, key: str) -> bool:
+    """``key: null`` itself (a mapping under ``key`` flattens to ``key.x`` and is not null: refused as a length)."""
+    return key in r.flat and r.flat[key] is None
+
+
 def _older_null_length(r: KeyReader) -> None:
     """``max_seq_length: null``, the name TRL used before 0.20: TRL <= 0.14 trains at min(tokenizer.model_max_length,
     1024) (v0.14.0 trl/trainer/sft_trainer.py l. 240-242), 0.15-0.19 truncate nothing and refuse it with packing
@@ -157,11 +162,11 @@ def _step(r: KeyReader) -> None:
     elif r.has("max_seq_length"):
         if r.has("max_length"):
             raise r.error("max_length and max_seq_length are both set (max_seq_length is the older name); keep one")
-        if r.flat.get("max_seq_length") is None:
+        if _null(r, "max_seq_length"):
             _older_null_length(r)
         else:
             r.set("max_seq_length", "seq_len", r.get("max_seq_length"))
-    elif r.has("max_length") and r.flat.get("max_length") is None:
+    elif _null(r, "max_length"):
         _untruncated(r)
     else:
         r.set("max_length", "seq_len", r.get("max_length", 1024, SFT_SRC))

@@ -85,10 +85,12 @@ def _experts_note(sc: Scenario, prof) -> str:
 
 
 def _context_note(sc: Scenario, card) -> str:
-    from vramfit.gpus import Arch
+    from vramfit.estimate.constants import CUDA_CONTEXT_HOPPER
+    from vramfit.estimate.reserved import context_constant
 
-    measured = " (measured on an H200, torch 2.11 + CUDA 13)" if card is not None and card.arch is Arch.HOPPER else ""
-    return (f"CUDA context and lazily loaded kernels assumed {process_bytes(sc, card)[0] / 2**20:.0f} MiB per GPU"
+    ctx = context_constant(sc, card)
+    measured = " (measured on an H200, torch 2.11 + CUDA 13)" if ctx is CUDA_CONTEXT_HOPPER else ""
+    return (f"CUDA context and lazily loaded kernels assumed {ctx.value / 2**20:.0f} MiB per GPU"
             f"{measured}; `vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.")
 
 

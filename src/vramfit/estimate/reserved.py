@@ -11,7 +11,7 @@ from vramfit.estimate.allocator import (
     transient_required,
     transient_reserved,
 )
-from vramfit.estimate.constants import CUDA_CONTEXT, CUDA_CONTEXT_HOPPER, K_ROUND_LARGE
+from vramfit.estimate.constants import CUDA_CONTEXT, CUDA_CONTEXT_HOPPER, K_ROUND_LARGE, Constant
 from vramfit.estimate.core import Parts
 from vramfit.estimate.nccl import nccl_bytes
 from vramfit.gpus import GPU, Arch
@@ -50,18 +50,18 @@ def reserved_bytes(allocated_peak: int, parts: Parts, per_layer_tensors: int, la
     return allocated_peak + max(0, persistent_slack) + act_slack + cached
 
 
-def context_bytes(sc: Scenario, card: GPU | None = None) -> int:
+def context_constant(sc: Scenario, card: GPU | None = None) -> Constant:
     """The CUDA context and lazily loaded kernels of a training process on ``card`` (else the scenario's ``gpu``):
     the measured sm90 figure on Hopper cards (the catalog's architecture column), the general one elsewhere."""
     if card is None and sc.gpu:
         from vramfit.gpus import get_gpu
 
         card = get_gpu(sc.gpu)
-    return (CUDA_CONTEXT_HOPPER if card is not None and card.arch is Arch.HOPPER else CUDA_CONTEXT).value
+    return CUDA_CONTEXT_HOPPER if card is not None and card.arch is Arch.HOPPER else CUDA_CONTEXT
 
 
 def process_bytes(sc: Scenario, card: GPU | None = None) -> tuple[int, int]:
     """CUDA context and NCCL buffers: outside PyTorch's allocator, in nvidia-smi's figure (estimate/nccl.py)."""
     from vramfit.estimate.framework import scenario_profile
 
-    return context_bytes(sc, card), nccl_bytes(sc, scenario_profile(sc).nccl_nvls)
+    return context_constant(sc, card).value, nccl_bytes(sc, scenario_profile(sc).nccl_nvls)

@@ -27,6 +27,7 @@ from typing import Any
 from vramfit.errors import ScenarioError
 from vramfit.scenario import Attention, Checkpointing, Framework, Loss, Method, Precision, Quantize, Scenario
 from vramfit.sim.count import count_parameters  # noqa: F401 - one rule with the simulator; re-exported
+from vramfit.sim.hf_calls import enable_hf_checkpointing, with_eager_fallback
 
 _QUANT_4BIT = {
     Quantize.NF4: ("nf4", False),
@@ -142,8 +143,6 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         notes.append("QLoRA: peft.prepare_model_for_kbit_training (non-4-bit parameters cast to fp32).")
     if gc_mode in (Checkpointing.FULL, Checkpointing.OFFLOAD):
-        from vramfit.sim.build import enable_hf_checkpointing
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             enable_hf_checkpointing(model, offload=gc_mode is Checkpointing.OFFLOAD)
@@ -178,7 +177,7 @@ def _from_pretrained(path: Path, scenario: Scenario, param_dtype: Any, compute_d
             load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=dq,
             bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_quant_storage=torch.uint8)
     try:
-        return _with_eager_fallback(lambda a: AutoModelForCausalLM.from_pretrained(
+        return with_eager_fallback(lambda a: AutoModelForCausalLM.from_pretrained(
             str(path), dtype=param_dtype, attn_implementation=a, device_map={"": device},
             local_files_only=True, trust_remote_code=False, use_cache=False, **kwargs), attn, notes)
     except OSError as exc:
@@ -194,26 +193,13 @@ def _from_config(config: dict, scenario: Scenario, param_dtype: Any, compute_dty
 
     cfg = hf_config(config, None, scenario.attention)
     with torch.device("meta"):
-        model = _with_eager_fallback(lambda a: AutoModelForCausalLM.from_config(cfg, dtype=param_dtype,
+        model = with_eager_fallback(lambda a: AutoModelForCausalLM.from_config(cfg, dtype=param_dtype,
                                                                               attn_implementation=a), attn, notes)
     if scenario.method is Method.QLORA:
         quantize_block_linears(model, scenario.quantize, param_dtype, compute_dtype, device,
                                float(getattr(cfg, "initializer_range", 0.02)))
     materialize(model, device)
     return model
-
-
-def _with_eager_fallback(build: Any, attn: str, notes: list[str]) -> Any:
-    """``build(attn)``; where transformers has no SDPA for the model (Gemma-2 in transformers 5 raises ValueError), eager,
-    as ``from_pretrained`` picks without an ``attn_implementation`` and as the simulator does (sim/build.py)."""
-    try:
-        return build(attn)
-    except (ValueError, ImportError):
-        if "sdpa" not in attn:
-            raise
-        model = build("eager")
-        notes.append(f"{model.config.model_type} has no SDPA attention in this transformers: eager ran instead.")
-        return model
 
 
 def quantize_block_linears(model: Any, quantize: Quantize, weight_dtype: Any, compute_dtype: Any, device: str,

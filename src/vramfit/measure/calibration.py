@@ -134,10 +134,16 @@ def _estimate(rec: RunRecord, estimator: Callable[[dict], Any]) -> tuple[dict[st
 
 
 def _context_bytes(scenario: dict) -> int:
+    """What the estimator assumes outside the allocator for a run's card; a card this machine's catalog lacks (a run
+    recorded elsewhere with a user's GPU row): the general figure, as an estimate without a card takes."""
+    from vramfit.estimate.constants import CUDA_CONTEXT
     from vramfit.estimate.reserved import process_bytes
     from vramfit.scenario import parse_scenario
 
-    return process_bytes(parse_scenario(scenario))[0]
+    try:
+        return process_bytes(parse_scenario(scenario))[0]
+    except VramfitError:
+        return CUDA_CONTEXT.value
 
 
 def _card_name(rec: RunRecord) -> str:

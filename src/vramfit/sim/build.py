@@ -32,6 +32,7 @@ import torch
 from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.framework import scenario_profile
 from vramfit.scenario import ALL_LINEAR, Attention, Checkpointing, Method, Precision, Quantize, Scenario
+from vramfit.sim.hf_calls import enable_hf_checkpointing, with_eager_fallback
 
 #: Keys that hold the number of decoder layers, by config family.
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -196,13 +197,10 @@ def _instantiate(auto: Any, cfg: Any, scenario: Scenario, param_dtype: torch.dty
         warnings.simplefilter("ignore")
         with torch.device("meta"):
             try:
-                return auto.from_config(cfg, dtype=param_dtype, attn_implementation=attn)
+                return with_eager_fallback(lambda a: auto.from_config(cfg, dtype=param_dtype, attn_implementation=a),
+                                           attn, assumptions)
             except (ValueError, ImportError) as exc:
-                if "sdpa" not in attn:
-                    raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
-                model = auto.from_config(cfg, dtype=param_dtype, attn_implementation="eager")
-                assumptions.append(f"{cfg.model_type} has no SDPA attention in transformers: eager is simulated.")
-                return model
+                raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
 
 
 def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -284,21 +282,6 @@ def _check_supported(scenario: Scenario) -> None:
     ):
         raise ScenarioError("quantize", f"{scenario.quantize.value} is estimator-only in the simulator",
                             ["nf4", "nf4-dq", "fp4", "fp4-dq"])
-
-
-def enable_hf_checkpointing(model: Any, offload: bool = False) -> None:
-    """The model's own checkpointing as HF Trainer turns it on: ``activation_checkpointing_enable`` (transformers
-    >= 5.24, kwargs None = non-reentrant), else ``gradient_checkpointing_enable`` with ``use_reentrant=False``
-    (transformers 5.17 on the H200 measured by benchmarks/gpu_grid.py has no activation_checkpointing_enable)."""
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is not None:
-        enable(activation_checkpointing_kwargs=None, offload=offload)
-        return
-    if offload:
-        raise ScenarioError("gradient_checkpointing", "offload runs transformers >= 5.24's "
-                            "activation_checkpointing_enable(offload=True); this transformers has none",
-                            ["none", "full", "selective"])
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _enable_checkpointing(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
