@@ -90,8 +90,8 @@ def test_not_a_mapping():
 def test_replace_keeps_every_key_the_user_set():
     """sweep --vary re-derived a given quantize (method) and stage settings; it keeps them now, as estimate with the
     same flags does (the user's parallelism 'none' and the node layout still follow the GPU count)."""
-    sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "quantize": "int8"})
-    assert sc.replace(method="qlora").quantize.value == "int8"
+    sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "quantize": "int8"})
+    assert sc.replace(method="qlora", lora_rank=8).quantize.value == "int8"
     dpo = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "dpo", "reference": "copy"})
     assert dpo.replace(stage="dpo").reference.value == "copy"
     assert parse_scenario({"model": "meta-llama/Llama-3.1-8B", "parallelism": "none"}).replace(

@@ -282,7 +282,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("precision", CH, f"Number formats: bf16-true = {Precision.BF16_TRUE.meaning}; bf16-mixed = "
           f"{Precision.BF16_MIXED.meaning}.", ("Precision", "Precisão"), choices=Precision,
           default_note=_precision_defaults),
-    Field("quantize", CH, "Storage of the frozen base weights (qlora needs a quantized one).",
+    Field("quantize", CH, "Storage of the frozen base weights (qlora needs a quantized one; full and lora keep a "
+          "16-bit base).",
           ("Base quantization", "Quantização da base"), choices=Quantize, default_note="nf4-dq for qlora, else none"),
     Field("lora_rank", INT, "LoRA rank r (width of the adapter matrices).", ("Rank r", "Rank r"), limits=(1, MAX_RANK)),
     Field("lora_alpha", NUM, "LoRA scaling alpha (no memory effect).", ("Alpha", "Alpha"), range_note="> 0",
@@ -631,6 +632,9 @@ def _set_precision_and_quantize(kw: dict[str, Any]) -> None:
         )
     elif method is Method.FULL and kw["quantize"] is not Quantize.NONE:
         raise ScenarioError("quantize", "full fine-tuning trains every weight, so the base cannot be quantized", ["none"])
+    elif method is Method.LORA and kw["quantize"] is not Quantize.NONE:
+        raise ScenarioError("quantize", f"lora trains adapters on a 16-bit base; adapters on a {kw['quantize'].value} "
+                            "base are method qlora", ["none"])
 
 
 def _set_framework_keys(raw: dict[str, Any], kw: dict[str, Any]) -> None:

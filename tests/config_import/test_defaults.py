@@ -37,12 +37,17 @@ def test_trl_defaults_match_the_installed_sftconfig_and_modelconfig():
 
 @pytest.mark.slow  # imports peft (and torch)
 @pytest.mark.skipif(_version("peft") != "0.21.2", reason="defaults are cited for peft 0.21.2")
-def test_peft_default_targets_for_llama():
+def test_peft_default_targets_match_the_installed_peft():
+    """trl.PEFT_DEFAULT_TARGETS is PEFT's mapping for every model type of the catalog (types PEFT lists none for are
+    left out, and the import refuses them as PEFT does)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as targets
 
-    from vramfit.config_import.trl import PEFT_TARGETS_SRC
+    from vramfit.config_import.trl import PEFT_DEFAULT_TARGETS
+    from vramfit.models import load_catalog
 
-    assert targets["llama"] == ["q_proj", "v_proj"] and "q_proj, v_proj" in PEFT_TARGETS_SRC
+    types = {e["config"].get("model_type") for e in load_catalog() if e.get("config")}
+    assert {t: list(PEFT_DEFAULT_TARGETS[t]) for t in PEFT_DEFAULT_TARGETS} == {
+        t: list(targets[t]) for t in types if targets.get(t)}
 
 
 def test_unknown_torchtune_builder_needs_model(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -39,6 +40,53 @@ def no_paths_no_hub(monkeypatch):
     monkeypatch.setattr(catalog, "_from_hub", refuse)
 
 
+@contextlib.contextmanager
+def serving(app, start_s: float = 20):
+    """``app`` under uvicorn on a free local port, in a thread: yields the port."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_s
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture()
+def live_server():
+    """uvicorn on a free local port, with a 0.5 s body timeout."""
+    from vramfit.web import app as web_app
+
+    with serving(web_app.create_app(body_timeout_s=0.5)) as port:
+        yield port
+
+
+def send_and_wait(port: int, request: bytes) -> tuple[bytes, float]:
+    """Send ``request`` on a raw socket; the reply's status line and headers and the seconds they took (a 5 s socket
+    timeout bounds the wait)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        started = time.monotonic()
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return reply, time.monotonic() - started
+
+
 # ------------------------------------------------------------------ browser fixtures (test_browser*.py)
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
@@ -49,24 +97,10 @@ DESKTOP = {"width": 1440, "height": 900}
 
 @pytest.fixture(scope="module")
 def base_url():
-    import uvicorn
-
     from vramfit.web import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        if time.time() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app()) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")

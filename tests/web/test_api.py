@@ -232,6 +232,8 @@ def test_plan_and_sweep_refuse_paths_too(client, path):
         body = {"scenario": {"model": "/etc/passwd"}}
     assert_error(post(client, path, body), "model")
 
+JSON = {"content-type": "application/json"}
+
 
 # ----------------------------------------------------------------------- bad bodies
 @pytest.mark.parametrize("raw", [b"{", b"not json", b"\xff\xfe{}", b"", b'{"model": "x",}'],
@@ -243,19 +245,19 @@ def test_malformed_body_is_422(client, raw):
 @pytest.mark.parametrize("raw", [b"[]", b'"model"', b"7", b"null", b'[{"model": "x"}]'],
                          ids=["list", "string", "number", "null", "batch"])
 def test_body_that_is_not_an_object_is_422(client, raw):
-    assert_error(client.post("/api/estimate", content=raw), "scenario")
+    assert_error(client.post("/api/estimate", content=raw, headers=JSON), "scenario")
 
 
 @pytest.mark.parametrize("raw", [b'{"model": "%s", "lora_alpha": NaN}' % MODEL.encode(),
                                  b'{"model": "%s", "seq_len": Infinity}' % MODEL.encode()], ids=["nan", "infinity"])
 def test_non_finite_numbers_are_422(client, raw):
-    r = client.post("/api/estimate", content=raw)
+    r = client.post("/api/estimate", content=raw, headers=JSON)
     assert r.status_code == 422 and r.json()["key"] in ("lora_alpha", "seq_len")
 
 
 def test_deeply_nested_body_is_422(client):
     raw = b"[" * 100_000 + b"]" * 100_000
-    r = client.post("/api/estimate", content=raw[: MAX_BODY_BYTES - 1])
+    r = client.post("/api/estimate", content=raw[: MAX_BODY_BYTES - 1], headers=JSON)
     assert r.status_code == 422
 
 
@@ -271,6 +273,19 @@ def test_oversized_body_without_length_is_413(client):
 
     r = client.post("/api/estimate", content=chunks(), headers={"content-type": "application/json"})
     assert_error(r, "body", status=413)
+
+
+@pytest.mark.parametrize("kind", [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+@pytest.mark.parametrize("path", ["/api/estimate", "/api/plan", "/api/sweep", "/api/export", "/api/import"])
+def test_a_json_route_takes_only_a_json_body(client, path, kind):
+    """A form or text/plain post is a CORS "simple request": another site's page could send it to this server without
+    a preflight; only application/json (with or without a charset) is read."""
+    body = json.dumps({"model": MODEL}).encode()
+    r = client.post(path, content=body, headers={"content-type": kind} if kind else {})
+    assert_error(r, "body", status=415)
+    assert r.json()["valid"] == ["application/json"]
+    ok = client.post("/api/estimate", content=body, headers={"content-type": "Application/JSON; charset=utf-8"})
+    assert ok.status_code == 200
 
 
 def test_lying_content_length_is_413(client):

@@ -6,11 +6,8 @@ with ill-typed fields, a planner input that makes the hours infinite, a body tha
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
+from tests.web.conftest import send_and_wait
 
 from vramfit.models import load_catalog
 from vramfit.web import app as web_app
@@ -140,41 +137,11 @@ def test_served_hosts_take_the_bound_address_and_allowed_names():
 
 
 # ------------------------------------------------------------------------- a body that never comes
-@pytest.fixture()
-def live_server():
-    """uvicorn on a free local port, with a 0.5 s body timeout."""
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = web_app.create_app(body_timeout_s=0.5)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
 def test_a_declared_body_that_never_arrives_times_out(live_server):
-    with socket.create_connection(("127.0.0.1", live_server), timeout=5) as sock:
-        sock.sendall(b"POST /api/estimate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n{\"model\"")
-        started = time.monotonic()
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = sock.recv(4096)  # bounded by the 5 s socket timeout
-            if not chunk:
-                break
-            reply += chunk
+    reply, took = send_and_wait(live_server, b"POST /api/estimate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                b"application/json\r\nContent-Length: 100\r\n\r\n{\"model\"")
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
-    assert time.monotonic() - started < 3
+    assert took < 3
     assert b"nosniff" in reply
 
 

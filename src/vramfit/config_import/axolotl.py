@@ -8,6 +8,7 @@ from typing import Any
 
 from vramfit.config_import import axolotl_dtype as dtype
 from vramfit.config_import import hf_common as hf
+from vramfit.config_import import trainer_layout
 from vramfit.config_import.axolotl_dtype import switch, word_or_switch
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import axolotl_stage
@@ -337,7 +338,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for k in ("unsloth_cross_entropy_loss", "unsloth_lora_mlp", "unsloth_lora_qkv", "unsloth_lora_o",
               "unsloth_rms_norm", "unsloth_rope"):
         r.not_modelled(k, UNSLOTH)
-    layout, extra, companions = hf.trainer_parallelism(r, config_alone=True)
+    layout, extra, companions = trainer_layout.trainer_parallelism(r, config_alone=True)
     _fsdp_version(r, layout)
     dtype.set_precision(r, method, quantize, upcast, layout)  # after the layout: ZeRO-3 and FSDP change the upcast
     r.out.update(layout)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.config_import import hf_common as hf
+from vramfit.config_import import trainer_layout
 from vramfit.config_import.loader import fail, load_mapping
 from vramfit.config_import.report import Entry, Imported, KeyReader
 from vramfit.safe_input import shown
@@ -98,6 +99,8 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
     else:
         raise r.error(f"distributed_type '{kind}' is not modelled yet (valid values: NO, MULTI_GPU, DEEPSPEED, FSDP)")
     r.not_modelled("parallelism_config", "accelerate's sequence/context/tensor parallel layouts")
+    if kind != "NO" and "num_processes" in r.entries:  # the processes accelerate launches: one per GPU
+        r.entries["num_processes"].becomes = [f"num_gpus={out['num_gpus']}"]
     return out, extra
 
 
@@ -182,6 +185,17 @@ def apply(imp: Imported, path: Path) -> Imported:
             raise fail(path, f"sets {key}={value} but {imp.path.name} sets {key}={merged[key]} ({', '.join(sorted(given))})")
         merged[key] = value
     _launcher_precision(imp, r, merged)
+    if "num_gpus" in out:  # the training config's "set at launch" default gives way to the launcher file's count
+        for e in imp.entries:
+            if e.key == "num_gpus" and e.kind == "default":
+                e.value, e.becomes = merged["num_gpus"], [f"num_gpus={merged['num_gpus']}"]
+                e.note = f"set at launch: {path.name} num_processes"
+    if imp.dialect == "trl":  # the launcher's mixed precision stays where the training config turns neither flag on
+        mp = str(r.flat.get("mixed_precision", "no")).lower()
+        if note := trainer_layout.fsdp_upcast(merged, imp.trainer_mixed or mp in ("bf16", "fp16")):
+            head = next((e for e in imp.entries if e.key in ("bf16", "fp16") and e.becomes), None)
+            if head is not None:
+                head.becomes, head.note = [f"precision={merged['precision']}"], note
     _hpz_across_nodes(imp.entries + list(r.entries.values()) + extra, merged)
     if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):
         merged["use_reentrant"] = "no"

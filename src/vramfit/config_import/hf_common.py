@@ -105,12 +105,19 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
     params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
-    if params_only:  # optimizer state stays on the GPU; vramfit has no params-only layout
+    # below stage 3 DeepSpeed never reads offload_param: _configure_zero_optimizer builds DeepSpeedZeroOptimizer with
+    # offload_optimizer_config only (deepspeedai/DeepSpeed@edaa722, v0.19.5+, runtime/engine.py l. 2382-2416)
+    unused_param = par_dev not in ("none", None) and stage < 3
+    if params_only or unused_param:  # optimizer state stays on the GPU; vramfit has no params-only layout
         par_dev = "none"
     offload = "optimizer+params" if par_dev not in ("none", None) else "optimizer" if opt_dev not in ("none", None) else "none"
     ds.set("zero_optimization.offload_param.device", "offload", offload)
     ds.set("zero_optimization.offload_optimizer.device", "offload", offload)
-    if params_only:
+    if unused_param:
+        e = ds.entries["zero_optimization.offload_param.device"]
+        e.kind, e.becomes = "ignored", []
+        e.note = f"DeepSpeed reads parameter offload at ZeRO stage 3 only; at stage {stage} the parameters stay on the GPU"
+    elif params_only:
         ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
         ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
     if "nvme" in (opt_dev, par_dev):
@@ -288,28 +295,6 @@ def mark_fsdp(r: KeyReader, prefix: str, options: dict[str, Any], layout: dict[s
         elif k.removeprefix("fsdp_") == "version" and "fsdp_version" in layout:
             r.get(f"{prefix}.{k}")
             r.set(f"{prefix}.{k}", "fsdp_version", layout["fsdp_version"])
-
-
-def trainer_parallelism(r: KeyReader, config_alone: bool = False) -> tuple[dict[str, Any], list[Entry], tuple[Path, ...]]:
-    """(layout keys, DeepSpeed entries, companion files) from a Trainer config's ``deepspeed`` JSON or
-    ``fsdp`` words and ``fsdp_config``; ``config_alone``: an ``fsdp_config`` without ``fsdp`` turns FSDP
-    on too (Axolotl). Nothing of either: ``({}, [], ())``."""
-    ds, fsdp = r.get("deepspeed"), r.get("fsdp")
-    fsdp_cfg = r.sub("fsdp_config")
-    if ds and (fsdp or (config_alone and fsdp_cfg)):
-        raise r.error("deepspeed and fsdp are both set; choose one")
-    if ds:
-        path = resolve_path(r, "deepspeed", ds)
-        out, entries = read_deepspeed(r, "deepspeed", path)
-        return out, entries, (path,)
-    if fsdp or (config_alone and fsdp_cfg):
-        layout = fsdp_layout(r, "fsdp", fsdp, fsdp_cfg)
-        mark_fsdp(r, "fsdp_config", fsdp_cfg, layout)
-        layout.update(fsdp_checkpointing(r, "fsdp_config", fsdp_cfg, r.out.get("gradient_checkpointing")))
-        if fsdp:
-            r.set("fsdp", "parallelism", layout["parallelism"])
-        return layout, [], ()
-    return {}, [], ()
 
 
 def fsdp_checkpointing(r: KeyReader, prefix: str, options: dict[str, Any], trainer_gc: Any) -> dict[str, str]:

@@ -99,8 +99,12 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     devices = _devices(r, src, bool(quant))
     mb = hf.whole(r, "train.micro_batch_size", r.get("train.micro_batch_size", 1, src))
     gbs = hf.whole(r, "train.global_batch_size", r.get("train.global_batch_size", 16, src))
-    if gbs % (mb * devices):
-        raise r.error(f"train.global_batch_size {gbs} is not a multiple of micro_batch_size × devices ({mb * devices})")
+    # litgpt/args.py TrainArgs.batch_size and gradient_accumulation_iters (Lightning-AI/litgpt@02f2fca): floor
+    # divisions, global_batch_size // devices // micro_batch_size, each asserted > 0
+    accum = gbs // devices // mb
+    if accum < 1:
+        raise r.error(f"train.global_batch_size {gbs} leaves no micro-batch of {mb} on each of {devices} device(s) "
+                      f"(litgpt asserts global_batch_size // devices // micro_batch_size > 0)")
     r.set("train.micro_batch_size", "micro_batch_size", mb)
     # validate() runs under torch.no_grad() on the val loader built at train.micro_batch_size (lora.py l. 443-456,
     # 504; full.py l. 362-375, 425): a sanity check before training, every eval.interval steps, and at the end
@@ -110,7 +114,10 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if r.get("eval.final_validation") is False:  # then only eval.interval passes follow an optimizer step
         r.entries["eval.final_validation"].note = ("assumed: training reaches eval.interval, so a validation "
                                                    "follows an optimizer step (else only the check before training runs)")
-    r.set("train.global_batch_size", "grad_accum", gbs // (mb * devices))
+    r.set("train.global_batch_size", "grad_accum", accum)
+    if accum * mb * devices != gbs:
+        r.entries["train.global_batch_size"].note = (f"litgpt floors it: {gbs} // {devices} device(s) // {mb} = {accum} "
+                                                     f"micro-batch(es) per step, {accum * mb * devices} samples")
     seq = r.get("train.max_seq_length", 2048, "vramfit's default: unset, litgpt trains to the longest sample")
     r.set("train.max_seq_length", "seq_len", seq)
     opt = r.get("optimizer.class_path") or r.get("optimizer", "AdamW", src)

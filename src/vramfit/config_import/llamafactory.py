@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.config_import import hf_common as hf
+from vramfit.config_import import trainer_layout
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import llamafactory_stage
 from vramfit.safe_input import shown
@@ -82,7 +83,7 @@ def _method(r: KeyReader) -> str:
         kind = r.get("quantization_type", "nf4", MODEL_SRC)
         if kind not in ("nf4", "fp4"):
             raise r.error(f"quantization_type: {shown(kind)} is unknown (valid values: nf4, fp4)")
-        quant = kind + ("-dq" if r.get("double_quantization", True, MODEL_SRC) else "")
+        quant = kind + ("-dq" if hf.boolean(r, "double_quantization", True, MODEL_SRC) else "")
     r.set("quantization_bit", "method", "qlora")
     r.set("quantization_bit", "quantize", quant)
     r.out["quantize"] = quant
@@ -99,7 +100,7 @@ def _adapter(r: KeyReader) -> None:
     names = [t.strip() for t in target.split(",")] if isinstance(target, str) else hf.names(r, "lora_target", target, valid)
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
     for k in ("use_dora", "use_rslora", "additional_target", "pissa_init"):
-        if r.flat.get(k):
+        if r.flat.get(k) if k == "additional_target" else r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.get(k)
             r.mark(k, "DoRA/rsLoRA/PiSSA/additional trained modules: counted as plain LoRA")
     r.ignore("use_dora", "off"), r.ignore("use_rslora", "off")
@@ -120,12 +121,12 @@ def _precision(r: KeyReader, method: str) -> str:
 def _step(r: KeyReader) -> None:
     r.set("cutoff_len", "seq_len", r.get("cutoff_len", 2048, DATA_SRC))
     for k in ("packing", "neat_packing"):
-        if r.get(k):
+        if r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.set(k, "seq_len", r.out["seq_len"])
     r.set("per_device_train_batch_size", "micro_batch_size", r.get("per_device_train_batch_size", 8, ARGS_SRC))
     r.set("gradient_accumulation_steps", "grad_accum", r.get("gradient_accumulation_steps", 1, ARGS_SRC))
     hf.optimizer(r, "optim", r.get("optim", "adamw_torch_fused", ARGS_SRC))
-    off = r.get("disable_gradient_checkpointing", False, f"{MODEL_SRC}: checkpointing is on unless disabled")
+    off = hf.boolean(r, "disable_gradient_checkpointing", False, f"{MODEL_SRC}: checkpointing is on unless disabled")
     r.set("disable_gradient_checkpointing", "gradient_checkpointing", "none" if off else "full")
     if hf.boolean(r, "use_unsloth_gc", False, MODEL_SRC) and not off:
         # CKPT_SRC get_unsloth_gradient_checkpointing_func: each block's input goes to the host
@@ -138,11 +139,11 @@ def _step(r: KeyReader) -> None:
     if hf.scalar(r, "flash_attn", attn, list(_ATTN)) not in _ATTN:
         raise r.error(f"flash_attn '{attn}' is unknown (valid values: {', '.join(_ATTN)})")
     r.set("flash_attn", "attention", _ATTN[attn])
-    liger = r.get("enable_liger_kernel", False, MODEL_SRC)
+    liger = hf.boolean(r, "enable_liger_kernel", False, MODEL_SRC)
     r.set("enable_liger_kernel", "loss", "fused" if liger else "standard")
     r.not_modelled("use_unsloth", "Unsloth kernels: vramfit estimates the plain transformers + PEFT step")
     for k in ("use_galore", "use_apollo", "use_badam", "use_muon", "use_adam_mini"):
-        if r.flat.get(k):
+        if r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             raise r.error(f"{k}: this optimizer is not modelled yet; turn it off or pass --optimizer")
         r.ignore(k, "off")
 
@@ -185,7 +186,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)
-    layout, extra, companions = hf.trainer_parallelism(r)
+    layout, extra, companions = trainer_layout.trainer_parallelism(r)
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)

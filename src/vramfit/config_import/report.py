@@ -64,6 +64,9 @@ class Imported:
     #: and Axolotl pass): transformers refuses it together with FSDP's activation checkpointing (hf_common
     #: ``double_checkpointing``), given or by default; empty where it is off or the dialect checkpoints the model itself
     trainer_checkpointing: str = ""
+    #: the Trainer's bf16 or fp16 is on (TRL), so accelerate runs with mixed precision: under FSDP it keeps the trainable
+    #: parameters in fp32 (config_import/trainer_layout.py ``fsdp_upcast``)
+    trainer_mixed: bool = False
 
     @property
     def scenario(self) -> Scenario:
@@ -97,12 +100,14 @@ class KeyReader:
 
     def __init__(self, path: Path, dialect: str, data: dict[str, Any], source: str):
         self.path, self.dialect, self.source = path, dialect, source
+        self.data = data  # the mapping as written (a key whose value is a whole companion config: deepspeed)
         self.flat = flatten(data)
         self.entries: dict[str, Entry] = {}
         self.out: dict[str, Any] = {}
         self.eval_follows_micro = False  # see Imported.eval_follows_micro
         self.reentrant_off_under_fsdp2 = False  # see Imported.reentrant_off_under_fsdp2
         self.trainer_checkpointing = ""  # see Imported.trainer_checkpointing
+        self.trainer_mixed = False  # see Imported.trainer_mixed
 
     def has(self, key: str) -> bool:
         return key in self.flat or any(k.startswith(key + ".") for k in self.flat)
@@ -174,7 +179,7 @@ class KeyReader:
         imp = Imported(self.path, self.dialect, out, entries, self.source, write_keys, companions,
                        eval_follows_micro=self.eval_follows_micro and bool(out.get("eval_batch_size")),
                        reentrant_off_under_fsdp2=self.reentrant_off_under_fsdp2,
-                       trainer_checkpointing=self.trainer_checkpointing)
+                       trainer_checkpointing=self.trainer_checkpointing, trainer_mixed=self.trainer_mixed)
         try:  # validate once, here, so the error names the file (a model may still come from --model)
             parse_scenario(out if out.get("model") or out.get("params") else {**out, "model": "placeholder"})
         except ValueError as exc:

@@ -165,6 +165,9 @@ def _step(r: KeyReader, gpus: int, grpo: bool) -> None:
     r.set("gradient_accumulation_steps", "grad_accum", ga)
     gc = r.get("gradient_checkpointing", True, f"{TRAIN_SRC} l. 134")
     r.set("gradient_checkpointing", "gradient_checkpointing", "full" if gc else "none")
+    # TrainArgumentsMixin.gradient_checkpointing_kwargs (dict or JSON string, json_parse_to_dict in __post_init__) goes
+    # to transformers' TrainingArguments, which passes it to gradient_checkpointing_enable as for TRL
+    hf.use_reentrant(r)
     liger = r.get("use_liger_kernel", False, f"{TRAIN_SRC} l. 153")
     r.set("use_liger_kernel", "loss", "fused" if liger else "standard")
     attn = r.get("attn_impl", "sdpa", f"{MODEL_SRC} l. 79: None reads config.json, where transformers picks SDPA")

@@ -37,7 +37,7 @@ NOT_MODELLED = {
     "max_pixels": "image size (multimodal)", "vit_gradient_checkpointing": "the vision tower's checkpointing",
     "experts_impl": "the MoE expert kernels", "ENV.PYTORCH_CUDA_ALLOC_CONF": "allocator settings (expandable "
     "segments change the reserved figure)", "ref_model": "a separate reference model", "reward_model": "reward models "
-    "held in memory", "teacher_model": "a teacher model (GKD)", "gradient_checkpointing_kwargs": "recompute style",
+    "held in memory", "teacher_model": "a teacher model (GKD)",
     "use_galore": "GaLore", "lisa_activated_layers": "LISA", "neftune_noise_alpha": "NEFTune noise",
     "async_generate": "asynchronous generation", "vllm_tensor_parallel_size": "vLLM tensor parallelism",
     "offload_model": "model offload during generation", "offload_optimizer": "optimizer offload during generation",

@@ -173,7 +173,8 @@ def parse_script(text: str, path: Path) -> dict[str, Any]:
             raise fail(path, f"the swift command must start the line (after NAME=value settings), got '{first}'")
         found.append((words[1], env, [_subst(path, w, {**variables, **env}) for w in words[2:]]))
     if not found:
-        raise fail(path, "holds no 'swift sft', 'swift rlhf' or 'swift pt' command")
+        raise fail(path, "holds no 'swift sft', 'swift rlhf' or 'swift pt' command (command lines are read for ms-swift "
+                         "only; for TRL, Axolotl, LLaMA-Factory or torchtune give the YAML or JSON config)")
     if len(found) > 1:
         raise fail(path, f"holds {len(found)} swift commands; keep the one to estimate")
     sub, env, words = found[0]

@@ -99,15 +99,15 @@ def _adapter(r: KeyReader) -> None:
     if bad:
         raise r.error(f"model.lora_attn_modules: unknown {bad[0]!r} (valid values: {', '.join(LORA_ATTN)})")
     targets = [LORA_ATTN[a] for a in attn]
-    if r.get("model.apply_lora_to_mlp", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
+    if hf.boolean(r, "model.apply_lora_to_mlp", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
         targets += ["gate_proj", "up_proj", "down_proj"]
-    if r.get("model.apply_lora_to_output", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
+    if hf.boolean(r, "model.apply_lora_to_output", False, "torchtune model builders (lora_llama3_1_8b etc.)"):
         targets.append("lm_head")
     r.set("model.lora_attn_modules", "lora_targets", targets)
     r.set("model.lora_rank", "lora_rank", r.get("model.lora_rank"))
     r.set("model.lora_alpha", "lora_alpha", r.get("model.lora_alpha"))
     r.set("model.lora_dropout", "lora_dropout", r.get("model.lora_dropout", 0.0, "torchtune model builders"))
-    if r.get("model.use_dora"):
+    if r.has("model.use_dora") and hf.boolean(r, "model.use_dora"):
         r.mark("model.use_dora", "DoRA magnitude vectors: counted as plain LoRA")
     r.ignore("model.quantize_base", "read with the builder")
 

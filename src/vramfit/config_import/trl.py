@@ -8,14 +8,25 @@ from pathlib import Path
 from typing import Any
 
 from vramfit.config_import import hf_common as hf
+from vramfit.config_import import trainer_layout
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import trl_stage
+from vramfit.models.catalog import catalog_entry
 
 SFT_SRC = "trl 1.16.0 trl/trainer/sft_config.py"
 MODEL_SRC = "trl 1.16.0 trl/trainer/model_config.py"
 ARGS_SRC = hf.TRAINING_ARGS_SRC
 #: PEFT's per-architecture default targets for Llama-style decoders when target_modules is None.
-PEFT_TARGETS_SRC = "peft 0.21.2 src/peft/utils/constants.py (llama: q_proj, v_proj)"
+PEFT_TARGETS_SRC = "peft 0.21.2 src/peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING"
+#: LoraConfig(target_modules=None) takes the modules PEFT lists for the model's config.model_type (PEFT_TARGETS_SRC;
+#: peft 0.21.2 tuners/lora/model.py LoraModel._prepare_adapter_config raises "Please specify `target_modules` or
+#: `target_parameters`" for a type it does not list): the entries for the catalog's model types
+PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("llama", "llama4", "mistral", "mixtral", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3"),
+                    ("q_proj", "v_proj")),
+    **dict.fromkeys(("falcon", "bloom", "gpt_neox"), ("query_key_value",)),
+    "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+}
 SOURCE = f"{SFT_SRC}; {MODEL_SRC}; {ARGS_SRC}"
 
 WRITE_KEYS = {"micro_batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
@@ -69,13 +80,28 @@ def _model(r: KeyReader) -> str:
         r.set("lora_r", "lora_rank", r.get("lora_r", 16, MODEL_SRC))
         r.set("lora_alpha", "lora_alpha", r.get("lora_alpha", 32, MODEL_SRC))
         r.set("lora_dropout", "lora_dropout", r.get("lora_dropout", 0.05, MODEL_SRC))
-        targets = hf.names(r, "lora_target_modules", r.get("lora_target_modules", ["q_proj", "v_proj"], PEFT_TARGETS_SRC),
+        targets = hf.names(r, "lora_target_modules", r.get("lora_target_modules", *_peft_default(r)),
                            "all-linear, or module names such as q_proj, v_proj")
         r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
         for k in ("use_dora", "use_rslora", "lora_modules_to_save", "lora_target_parameters"):
             if r.get(k):
                 r.mark(k, "DoRA/rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")
     return method
+
+
+def _peft_default(r: KeyReader) -> tuple[list[str], str]:
+    """(targets, source) PEFT picks when the config names no lora_target_modules, by the catalog model's type; a model
+    the catalog lacks (read later from its config.json or the Hub) is taken as Llama-like, which the note says."""
+    if r.flat.get("lora_target_modules") is not None:
+        return [], PEFT_TARGETS_SRC
+    entry = catalog_entry(str(r.out.get("model", "")))
+    kind = (entry or {}).get("config", {}).get("model_type")
+    if kind is None or (kind not in PEFT_DEFAULT_TARGETS and r.flat.get("lora_target_parameters")):
+        return ["q_proj", "v_proj"], f"{PEFT_TARGETS_SRC} (llama's; give lora_target_modules for another architecture)"
+    if kind not in PEFT_DEFAULT_TARGETS:
+        raise r.error(f"lora_target_modules: PEFT has no default target modules for model type {kind!r} (it raises "
+                      f"'Please specify `target_modules` or `target_parameters`'); give lora_target_modules, e.g. all-linear")
+    return list(PEFT_DEFAULT_TARGETS[kind]), f"{PEFT_TARGETS_SRC} ({kind})"
 
 
 def _precision(r: KeyReader, method: str) -> str:
@@ -86,6 +112,7 @@ def _precision(r: KeyReader, method: str) -> str:
     bf16 = hf.boolean(r, "bf16", not fp16, f"{SFT_SRC}: True unless fp16", spellings=hf.ARGPARSE_BOOL)
     if bf16 and fp16:
         raise r.error("bf16 and fp16 are both on; choose one")
+    r.trainer_mixed = bf16 or fp16  # TrainingArguments sets accelerate's mixed precision (training_args.py)
     weights = str(dtype).replace("torch.", "")
     if weights in ("auto", "bfloat16"):
         return "bf16-true" if bf16 or not fp16 else "fp16-mixed"
@@ -214,10 +241,12 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     # `trl sft` passes dataset[dataset_test_split] as eval_dataset when eval_strategy is not "no" (trl 1.16.0
     # trl/scripts/sft.py l. 107), and the Trainer refuses such a strategy without one: the config says it all
     hf.trainer_eval(r)
-    layout, extra, companions = hf.trainer_parallelism(r)
+    layout, extra, companions = trainer_layout.trainer_parallelism(r)
     r.out.update(layout)
     if layout:
         hf.launcher_gpus(r)
+    if (note := trainer_layout.fsdp_upcast(r.out, r.trainer_mixed)) and (e := r.entries.get("bf16")):
+        e.becomes, e.note = [f"precision={r.out['precision']}"], note
     r.out["framework"] = "hf"
     keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else dict(WRITE_KEYS)
     if r.has("activation_checkpointing"):

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from vramfit.calibration import Calibration, adjust
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
-from vramfit.estimate.deepspeed import unread_note
-from vramfit.estimate.ds_offload import offload_reserved
+from vramfit.estimate.deepspeed import master_note, unread_note
+from vramfit.estimate.ds_offload import host_optimizer_note, offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
@@ -32,7 +32,7 @@ from vramfit.estimate.transients import length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
 from vramfit.estimate.zero2_step import flatten_cached, zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
-from vramfit.scenario import Checkpointing, Method, Optimizer, Scenario, parse_scenario
+from vramfit.scenario import Checkpointing, Method, Optimizer, Quantize, Scenario, parse_scenario
 
 if TYPE_CHECKING:
     from vramfit.gpus import GPU
@@ -116,7 +116,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         )
     if sc.method is Method.QLORA:
         out.append(
-            f"Quantized base {sc.quantize.value}: block linears 4-bit, "
+            f"Quantized base {sc.quantize.value}: block linears {8 if sc.quantize is Quantize.INT8 else 4}-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + _upcast_note(sc, prof)
             + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
@@ -125,7 +125,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             out.append(_experts_note(sc, prof))
         if prof.qlora_unquantized_fp32:
             out.append(
-                "QLoRA as the HF recipe runs it (Trainer bf16=True): attention and 4-bit matmuls in 16 bits "
+                f"QLoRA as the HF recipe runs it (Trainer bf16=True): attention and "
+                f"{8 if sc.quantize is Quantize.INT8 else 4}-bit matmuls in 16 bits "
                 "under autocast; without autocast, fp32 activations and SDPA's math kernel would need more."
             )
     if sc.optimizer in _PAGED:
@@ -134,7 +135,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     out.extend(_offload_and_experts_notes(sc, spec, prof))
-    out.extend(inert_key_notes(sc, spec) + unread_note(sc))
+    out.extend(inert_key_notes(sc, spec) + unread_note(sc) + master_note(sc) + host_optimizer_note(sc))
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
@@ -386,7 +387,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, t
         step -= min(step - step_allocated, flatten_cached(r))  # that slack lies in the originals' replayed segments
         reserved = max(reserved, step + cached)  # DeepSpeed ZeRO-2's flat step tensors
     reserved = offload_reserved(r, step_phase, reserved, required)  # ZeRO-1/2 offload: load and norm-copy segments
-    reserved = fsdp_reserved(r, breakdowns, allocated, reserved)  # FSDP side-stream pools, host wrap
+    reserved = fsdp_reserved(r, breakdowns, allocated, reserved, required)  # FSDP side-stream pools, host wrap
     reserved = load_reserved(r, allocated, reserved, required)  # a model built and quantized on the GPU (estimate/nf4_load.py)
     return max(at_load, evaluation_reserved(r, events, reserved, conf))  # the segments an evaluation pass opens
 

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
-from vramfit.estimate.ds_offload import offload_grad_staging, offload_host_gradients, zero1_gpu_grads
+from vramfit.estimate.ds_offload import (
+    host_optimizer,
+    offload_grad_staging,
+    offload_host_gradients,
+    zero1_gpu_grads,
+)
 from vramfit.estimate.framework import (
     FrameworkProfile,
     OptimizerImpl,
@@ -215,7 +220,7 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
         p.num_trainable += t.total
         grad = round_allocation(t.numel * dtype_bytes) * t.count
         p.gradients += shard(grad, shd.grads)
-        st = optimizer_state_bytes(t, sc.optimizer, state_param_bytes(sc, dtype_bytes))
+        st = optimizer_state_bytes(t, host_optimizer(sc), state_param_bytes(sc, dtype_bytes))
         device = shard(st.device_bytes, shd.optimizer)
         p.optimizer_state += device
         p.paged_optimizer_state += shard(st.paged_bytes, shd.optimizer)

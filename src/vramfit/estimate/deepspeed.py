@@ -213,6 +213,18 @@ def unread_note(sc) -> list[str]:
             + "; ".join(cfg.unread) + "."]
 
 
+def master_note(sc) -> list[str]:
+    """Under ZeRO a 16-bit "-true" run still has fp32 master weights: the precision line's "no fp32 master copy" is the
+    plain trainer's, not DeepSpeed's (the optimizer partitions: estimate/core.py ``_ds_mixed``)."""
+    from vramfit.choices import Parallelism, Precision
+
+    if sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) or \
+            sc.precision not in (Precision.BF16_TRUE, Precision.FP16_TRUE):
+        return []
+    return ["DeepSpeed ZeRO keeps an fp32 master copy and fp32 optimizer states in each rank's partition whatever the "
+            "model's dtype (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)."]
+
+
 def parse(value: Any) -> DeepSpeedConfig:
     """The scenario value: a DeepSpeedConfig, a mapping, or a path to a DeepSpeed JSON/YAML file."""
     if isinstance(value, DeepSpeedConfig):
@@ -253,8 +265,11 @@ def scenario_keys(value: Any, kw: dict[str, Any]) -> None:
         elif kw["parallelism"] is not par:
             raise ScenarioError(KEY, f"zero_optimization.stage {cfg.stage} means parallelism "
                                 f"{par.value}, but parallelism is {kw['parallelism'].value}", [par.value])
-    # parameter-only offload has no layout of its own: counted as none, as the config importer does
-    off = (Offload.OPTIMIZER_PARAMS if cfg.offload_param else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
+    # parameter-only offload has no layout of its own: counted as none, as the config importer does; below stage 3
+    # DeepSpeed never reads offload_param (_configure_zero_optimizer hands DeepSpeedZeroOptimizer the
+    # offload_optimizer_config only: deepspeedai/DeepSpeed@edaa722, v0.19.5+, runtime/engine.py l. 2382-2416)
+    params = cfg.offload_param and kw.get("parallelism") is Parallelism.ZERO3
+    off = (Offload.OPTIMIZER_PARAMS if params else Offload.OPTIMIZER) if cfg.offload_optimizer else Offload.NONE
     if "offload" not in kw:
         kw["offload"] = off
     elif kw["offload"] is not off:

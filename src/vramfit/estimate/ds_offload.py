@@ -26,6 +26,33 @@ if TYPE_CHECKING:
     from vramfit.scenario import Scenario
 
 
+def host_optimizer(sc: Scenario):
+    """The optimizer that steps on the host under ZeRO's optimizer offload. The HF Trainer hands accelerate its own
+    optimizer, which accelerate swaps for DeepSpeed's CPU one with the offload on (huggingface/accelerate@16cb6eb
+    accelerator.py l. 2365-2374 -> utils/deepspeed.py ``map_pytorch_optim_to_deepspeed``: DeepSpeedCPUAdam for any
+    optimizer but a 32-bit Adagrad or bitsandbytes Lion, which become DeepSpeedCPUAdagrad / DeepSpeedCPULion);
+    DeepSpeed itself refuses any other client optimizer there (deepspeedai/DeepSpeed@edaa722 runtime/engine.py
+    ``_configure_optimizer``). So fp32 Adam states whatever 8-bit, paged or SGD optimizer the scenario names; the
+    scenario's elsewhere."""
+    from vramfit.choices import Optimizer
+
+    if sc.offload is Offload.NONE or sc.parallelism not in ZERO_STAGES or sc.optimizer in (Optimizer.ADAMW,
+                                                                                              Optimizer.LION):
+        return sc.optimizer
+    return Optimizer.ADAMW
+
+
+ZERO_STAGES = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+
+
+def host_optimizer_note(sc: Scenario) -> list[str]:
+    """The assumption line where :func:`host_optimizer` replaces the scenario's optimizer."""
+    if host_optimizer(sc) is sc.optimizer:
+        return []
+    return [f"Optimizer offload under ZeRO steps with DeepSpeed's CPU Adam: accelerate replaces the Trainer's "
+            f"{sc.optimizer.value} with it (map_pytorch_optim_to_deepspeed), so the host keeps fp32 Adam states."]
+
+
 def offloads_zero12(sc: Scenario) -> bool:
     return sc.offload is not Offload.NONE and sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2)
 

@@ -205,12 +205,15 @@ def gradient_pool(r, phases: dict[str, dict[str, int]]) -> int:
     return max((parts.get("gradients", 0) for parts in phases.values()), default=0)
 
 
-def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved: int) -> int:
+def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved: int, required: bool = False) -> int:
     """``reserved`` raised to what FSDP's side-stream pools and host wrap hold (module docstring).
 
     ``phases``: each phase's allocated components; ``allocated``: the peak phase's total; ``reserved``:
     the single-stream figure. The default stream's high-water is every phase without its sharded
     gradients, plus the single-stream slack (``reserved - allocated``: rounding, cached transients).
+    ``required``: the fit verdict's figure, without the wrap's wholly free segments, which the allocator's ``malloc``
+    releases and retries before it fails (:func:`wrap_args`): only the free remainders of segments that hold a shard
+    stay, so the figure grows with the step instead of trading the residue the step reuses for its own segments.
     """
     from vramfit.estimate.fsdp2 import allgather_pool_idle, reduce_output_pool
     from vramfit.estimate.fsdp2_end import end_of_backward_segments
@@ -224,15 +227,15 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
     reserved += allgather_pool_idle(r)  # FSDP2's all-gather copy-in stream (estimate/fsdp2.py, 7)
     reserved += reduce_output_pool(r)  # and its reduce-scatter stream's transient outputs (estimate/fsdp2.py, 8)
-    floor = host_wrap_floor(r)
+    floor = host_wrap_floor(r, required)
     if not floor:
         return reserved
     # the residue is a floor for a step that fits in it, and stays beside the step's own segments where the
     # step's tensors are too large for its blocks (estimate/wrap_step.py); no replay where even the whole
     # residue beside the step stays under the floor
-    if reserved + residue_bound(r) <= floor + pool:
+    if reserved + residue_bound(r, required) <= floor + pool:
         return floor + pool
-    return max(reserved + wrap_residue(r), floor + pool)
+    return max(reserved + wrap_residue(r, required), floor + pool)
 
 
 def fsdp_reserved_notes(r, reserved: int) -> list[str]:
@@ -291,9 +294,12 @@ class _WrapKeys(NamedTuple):
     lora_rank: int
 
 
-def wrap_args(r) -> tuple | None:
+def wrap_args(r, required: bool = False) -> tuple | None:
     """:func:`replay_wrap`'s arguments for this step, the all-gathered units included (None where the engine
-    does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU)."""
+    does not wrap a host-resident model: ``fsdp1_host_wrap`` unset, another parallelism, or one GPU).
+    ``required``: the wrap as the out-of-memory retry leaves it, its wholly free segments released (pytorch/pytorch@
+    eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks`` and retry), as an
+    ``empty_cache`` after the wrap does (``release``)."""
     sc = r.sc
     no_shard = sc.parallelism is Parallelism.FSDP_NO_SHARD  # a group of one: the flat parameters kept whole
     if not r.profile.fsdp1_host_wrap or not (no_shard or sc.parallelism is Parallelism.FSDP and sc.shard_group > 1):
@@ -309,50 +315,57 @@ def wrap_args(r) -> tuple | None:
     bucket = SYNC_BUCKET_BYTES if r.profile.fsdp1_sync_module_states else 0
     group = 1 if no_shard else sc.shard_group
     return (units, group, sc.precision.param_bytes, gathered, sc.offload is Offload.OPTIMIZER_PARAMS, bucket,
-            r.profile.fsdp1_empty_cache_after_wrap)
+            r.profile.fsdp1_empty_cache_after_wrap or required)
 
 
-def host_wrap_floor(r) -> int:
+def host_wrap_floor(r, required: bool = False) -> int:
     """Reserved bytes left by wrapping a host-resident model with FSDP1 plus its all-gather segments
     (0 where the engine does not: see :func:`wrap_args`)."""
-    args = wrap_args(r)
+    args = wrap_args(r, required)
     if args is None:
         return 0
     units, group, elem, gathered, host, bucket, release = args
     shards, _ = replay_wrap(units, group, elem, (), host, bucket, release)
     _, reserved = replay_wrap(units, group, elem, gathered, host, bucket, release)
+    if required:  # the wrap's own high point still has to fit: each unit's moved originals and flat parameter
+        from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+        a = CachingAllocatorModel()
+        build_wrap(a, *args)
+        reserved = max(reserved, a.stats.peak_required)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
 
 
-def residue_bound(r) -> int:
+def residue_bound(r, required: bool = False) -> int:
     """The whole wrap residue (reserved less allocated after the wrap and its all-gathers): the most
     :func:`wrap_residue` can be."""
-    args = wrap_args(r)
+    args = wrap_args(r, required)
     if args is None:
         return 0
     allocated, reserved = replay_wrap(*args)
     return reserved - allocated
 
 
-def wrap_residue(r) -> int:
+def wrap_residue(r, required: bool = False) -> int:
     """Bytes of the wrap residue the step cannot reuse (estimate/wrap_step.py), 0 where nothing is wrapped.
     A step is a pure function of its architecture, scenario, card and profile, so the figure is kept per
     those (an estimate asks twice: for the figure and for its note)."""
-    key = (r.spec, r.sc, r.card, r.profile)
-    if key not in _RESIDUES:
+    key = (r.spec, r.sc, r.card, r.profile, required)
+    found = _RESIDUES.get(key)  # read once: the web server's worker threads share this cache
+    if found is None:
         if len(_RESIDUES) >= _RESIDUES_KEPT:
             _RESIDUES.clear()
-        _RESIDUES[key] = _wrap_residue(r)
-    return _RESIDUES[key]
+        found = _RESIDUES[key] = _wrap_residue(r, required)
+    return found
 
 
 _RESIDUES: dict = {}
 _RESIDUES_KEPT = 512  # a bound on the cache, not a memory figure
 
 
-def _wrap_residue(r) -> int:
-    args = wrap_args(r)
+def _wrap_residue(r, required: bool = False) -> int:
+    args = wrap_args(r, required)
     if args is None:
         return 0
     from vramfit.estimate.wrap_step import step_alone, step_program, unreused_residue

@@ -195,7 +195,8 @@ def step_on_load(r) -> tuple[int, int, int]:
     c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``). Kept per architecture, scenario, card
     and profile (an estimate asks for the figure and for its note)."""
     key = (r.spec, r.sc, r.card, r.profile)
-    if key not in _OPENED:
+    found = _OPENED.get(key)  # read once: the web server's worker threads share this cache
+    if found is None:
         from vramfit.estimate.allocator import run_events
         from vramfit.estimate.wrap_step import allocated_peak, step_program
 
@@ -206,8 +207,8 @@ def step_on_load(r) -> tuple[int, int, int]:
         free = [a.wholly_free_bytes(segs)]
         program = step_program(r)
         run_events(a, program, lambda: free.append(min(free[-1], a.wholly_free_bytes(segs))))
-        _OPENED[key] = (a.stats.peak_reserved - before, allocated_peak(program), free[-1])
-    return _OPENED[key]
+        found = _OPENED[key] = (a.stats.peak_reserved - before, allocated_peak(program), free[-1])
+    return found
 
 
 _OPENED: dict = {}

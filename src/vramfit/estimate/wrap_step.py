@@ -136,6 +136,9 @@ def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, 
 
     a = _wrapped(units, group, elem, gathered, shards_to_host, sync_bucket, release).clone()
     residue, before = a.stats.reserved - a.stats.allocated, a.stats.reserved
+    # the step's own high point from here: after an empty_cache (``release``) the peak still holds the wrap's
+    # pre-release one (torch keeps max_memory_reserved), which is not a segment the step opens
+    a.stats.peak_reserved = a.stats.reserved
     after_wrap = _replay(a, program)[1]
     if alone < 0:
         alone = _replay(CachingAllocatorModel(), program)[1]

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vramfit.errors import ModelError
+from vramfit.models.vlm_fields import check_tokens, check_vision_fields
 
 # Qwen2VLImageProcessor defaults (transformers v5.24.0 image_processing_qwen2_vl.py: min_pixels
 # 56 * 56, max_pixels 28 * 28 * 1280); a checkpoint's preprocessor_config.json may override them
@@ -292,15 +293,16 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     ``video_frame_markers``: tokens framing every temporal patch's (Qwen3-VL: vision start / end,
     processing_qwen3_vl.py ``replace_video_token``; its "<t seconds>" timestamps are text, in ``seq_len``).
     LLaVA-NeXT-Video: pooled frames (:func:`_llava_next_video_frames`)."""
+    check_vision_fields(config)
     if config.get("model_type") == "llava_next_video":
         if frames < 1:
             raise ModelError(f"frames_per_sample must be positive, got {frames}")
-        return _llava_next_video_frames(config, frames)
+        return check_tokens(_llava_next_video_frames(config, frames), "video")
     grid_t, gh, gw = video_grid(config, frames, height, width)
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     pads = grid_t * gh * gw // (merge * merge)
-    return ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads,
-                       grid_t * gh * gw * qwen_patch_pixels(config))
+    return check_tokens(ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads,
+                                    grid_t * gh * gw * qwen_patch_pixels(config)), "video")
 
 
 def has_video_rule(config: Mapping) -> bool:
@@ -344,4 +346,5 @@ def image_tokens(config: Mapping, height: int, width: int, *, min_pixels: int | 
     if rule is None:
         raise ModelError(f"image tokens of model_type {config.get('model_type')!r} are not modelled; "
                          f"modelled: {', '.join(SUPPORTED)}")
-    return rule(config, height, width, min_pixels, max_pixels)
+    check_vision_fields(config)
+    return check_tokens(rule(config, height, width, min_pixels, max_pixels), "image")

@@ -168,8 +168,9 @@ def _probe() -> tuple[dict[str, str], dict[str, int]]:
 
     gpus = list_gpus()
     key = tuple((g.gpu_id, g.usable_bytes) for g in gpus)
-    if key in _PROBE:
-        return _PROBE[key]
+    found = _PROBE.get(key)  # read once: the web server's worker threads share this cache
+    if found is not None:
+        return found
     spec = generic_spec(100_000_000)
     none = estimate_spec(Scenario(params=100_000_000), spec, "probe").peak.device_bytes
     seen: dict[int, str] = {none: ""}
@@ -179,5 +180,5 @@ def _probe() -> tuple[dict[str, str], dict[str, int]]:
         dev = estimate_spec(sc, spec, "probe", card=g).peak.device_bytes
         out[g.gpu_id] = seen.setdefault(dev, g.gpu_id)
     _PROBE.clear()
-    _PROBE[key] = (out, {cls: dev - none for dev, cls in seen.items()})
-    return _PROBE[key]
+    found = _PROBE[key] = (out, {cls: dev - none for dev, cls in seen.items()})
+    return found

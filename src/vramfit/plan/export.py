@@ -194,6 +194,13 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
                                    "zero3_init_flag": plan.parallelism == "zero3" and plan.scenario["method"] == "full"}
     if engine == "fsdp":
         cfg["fsdp_config"] = _fsdp_block(plan, notes)
+        if plan.scenario["method"] == "full" and plan.scenario["precision"] in ("bf16-true", "fp16-true"):
+            # with mixed precision on, accelerate keeps what trains in fp32 under FSDP (config_import/
+            # trainer_layout.py FSDP_UPCAST): the plan's 16-bit weights need it off, the model loaded in 16 bits
+            cfg["mixed_precision"] = "no"
+            notes.append(f"mixed_precision no: the plan trains {plan.scenario['precision']} weights as loaded; with "
+                         "bf16/fp16 on, accelerate keeps the trained weights in fp32 under FSDP (16 B per parameter, "
+                         "not 8)")
         if nodes.hybrid(plan) and cfg["fsdp_config"]["fsdp_version"] == 2:
             # FSDP2 shards inside the node through accelerate's ParallelismConfig: `accelerate launch` copies this
             # mapping's keys onto its --parallelism_config_* arguments and sets use_parallelism_config (accelerate

@@ -60,6 +60,13 @@ def _model_args(plan: Plan, notes: list[str]) -> dict[str, Any]:
     return out
 
 
+def _upcast_off(sc: dict[str, Any], shard: str) -> bool:
+    """A 16-bit full fine-tuning under FSDP: written with mixed precision off (bf16/fp16 false, accelerate's
+    mixed_precision no), which trains the 16-bit weights as loaded; with it on accelerate keeps them in fp32
+    (config_import/trainer_layout.py FSDP_UPCAST), 16 B per parameter where the plan counted 8."""
+    return shard == "fsdp" and sc["method"] == "full" and sc["precision"] in ("bf16-true", "fp16-true")
+
+
 def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, Any]:
     sc = plan.scenario
     prec = sc["precision"]
@@ -70,8 +77,8 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         "num_train_epochs": epochs,
         "max_length": sc["seq_len"],
         "packing": True,
-        "bf16": prec.startswith("bf16"),
-        "fp16": prec.startswith("fp16"),
+        "bf16": prec.startswith("bf16") and not _upcast_off(sc, shard),
+        "fp16": prec.startswith("fp16") and not _upcast_off(sc, shard),
         "optim": OPTIM[plan.optimizer],
         "save_total_limit": 1,
     }
@@ -81,8 +88,10 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
     # deprecated aliases, training_args.py).
     out["activation_checkpointing"] = ck != "none" and shard != "fsdp"
     if out["activation_checkpointing"]:
-        # TRL forces reentrant checkpointing for PEFT + ZeRO-3 (trl/trainer/sft_trainer.py, TRL issue #2514)
-        reentrant = shard == "deepspeed" and _zero_stage(plan) == 3 and sc["method"] != "full"
+        # TRL forces reentrant checkpointing for PEFT + ZeRO-3 (trl/trainer/sft_trainer.py, TRL issue #2514); a
+        # use_reentrant the scenario sets is written as set
+        forced = shard == "deepspeed" and _zero_stage(plan) == 3 and sc["method"] != "full"
+        reentrant = {"yes": True, "no": False}.get(str(sc.get("use_reentrant", "auto")), forced)
         out["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
     if ck in ("selective", "selective-op"):
         notes.append(f"{ck} recompute is not in transformers: full gradient checkpointing is written")

@@ -144,8 +144,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if full and profile.runs_bnb_optimizers:
         opts += PAGED_FOR.get(base.optimizer, [])
     losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED and profile.runs_fused_loss else [])
-    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in opts for loss in losses
-           if o == "none" or "paged" not in opt]  # paged state: not with CPU offload (its optimizer runs on the host)
+    out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in _offload_opts(p, o, opts)
+           for loss in losses]
     if spec is not None and n > 1 and layouts.searched(base):
         # torchtitan v0.3.0 offloads no activations (activation_checkpoint.py); FSDP/HSDP + EP: FSDP's savers
         for d in layouts.layouts_for(n, spec, base.seq_len, TIE, layouts.runs_expert_parallel(base)):
@@ -153,6 +153,17 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
             out += [Config(n, layouts.name(*d), "none", c, o, x) for c in ckpts if c != "offload" for o in opts[:k]
                     for x in losses[:k]]
     return out
+
+
+def _offload_opts(parallelism: str, offload: str, opts: list[str]) -> list[str]:
+    """The optimizers tried under one layout: paged state not with CPU offload (its optimizer runs on the host), and
+    under ZeRO's offload only what steps there (estimate/ds_offload.py ``host_optimizer``: DeepSpeed's CPU Adam for
+    all but Lion), named as it runs, as the export's DeepSpeed optimizer section writes it (plan/export.py)."""
+    if offload == "none":
+        return opts
+    if parallelism.startswith("zero"):
+        return list(dict.fromkeys(o if o == Optimizer.LION.value else Optimizer.ADAMW.value for o in opts))
+    return [o for o in opts if "paged" not in o]
 
 
 def _model_parallel(keys: dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import gzip
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "the Host header does not name this server"},
     408: {"model": ErrorOut, "description": "the request body did not arrive in time"},
     413: {"model": ErrorOut, "description": "request body too large"},
+    415: {"model": ErrorOut, "description": "a JSON route's body not sent as Content-Type: application/json"},
     422: {"model": ErrorOut, "description": "invalid input: the field at fault and its valid values"},
 }
 class SafeJSONResponse(JSONResponse):
@@ -89,6 +90,10 @@ async def read_body(request: Request) -> Any:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
         raise ApiError(413, "body", f"request body is larger than {MAX_BODY_BYTES} bytes")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":  # a form or text/plain post needs no CORS preflight: another site's page could send it
+        raise ApiError(415, "body", f"the body must be sent as Content-Type: application/json, got {kind or 'none'!r}",
+                       ["application/json"])
     chunks: list[bytes] = []
     size = 0
     timeout = request.app.state.body_timeout_s
@@ -102,6 +107,12 @@ async def read_body(request: Request) -> Any:
     except TimeoutError:
         raise ApiError(408, "body", f"request body not received within {timeout:g} s") from None
     return parse_body(b"".join(chunks))
+
+
+async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread (anyio's default limiter: 40 at once), so that one long estimate, plan or
+    sweep does not hold the event loop and every other request with it; its errors are raised here as they were."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
 def plotly_js_path() -> Path:
@@ -221,28 +232,28 @@ def _register_scenario_routes(app: FastAPI) -> None:
               responses={200: {"model": EstimateOut}, **_ERRORS})
     async def api_estimate(request: Request) -> JSONResponse:
         """Per-GPU peak memory of one scenario: the result object (bytes, components, assumptions)."""
-        checked = check_scenario(await read_body(request))
-        return SafeJSONResponse(run_estimate(checked).to_dict())
+        body = await read_body(request)
+        return SafeJSONResponse(await off_loop(lambda: run_estimate(check_scenario(body)).to_dict()))
 
     @app.post("/api/plan", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "the planner's report (cards that fit, GPUs, time, cost)"},
                          **_ERRORS})
     async def api_plan(request: Request) -> JSONResponse:
         """Which cards fit the scenario, how many of each, and (given a dataset) time and cost."""
-        return SafeJSONResponse(planning.plan(await read_body(request)))
+        return SafeJSONResponse(await off_loop(planning.plan, await read_body(request)))
 
     @app.post("/api/export", tags=["api"], response_model=None, openapi_extra=_body_doc("PlanIn"),
               responses={200: {"description": "{engine, files: {name: text}, command, notes}"}, **_ERRORS})
     async def api_export(request: Request) -> JSONResponse:
         """Ready configuration (accelerate, deepspeed, fsdp or trl) for the plan of ``num_gpus`` x ``gpu_id``:
         the body of /api/plan plus ``engine``, ``gpu_id`` and ``num_gpus``."""
-        return JSONResponse(planning.export(await read_body(request)))
+        return JSONResponse(await off_loop(planning.export, await read_body(request)))
 
     @app.post("/api/sweep", tags=["api"], response_model=None, openapi_extra=_body_doc("SweepIn"),
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
     async def api_sweep(request: Request) -> JSONResponse:
         """The scenario's peak as one key (seq_len, micro_batch_size, ...) takes each listed value."""
-        return SafeJSONResponse(planning.sweep(await read_body(request)))
+        return SafeJSONResponse(await off_loop(planning.sweep, await read_body(request)))
 
     @app.post("/api/import", tags=["api"], response_model=None, openapi_extra=_body_doc("ImportIn"),
               responses={200: {"description": "{dialect, scenario, report: [{kind, key, value, note, becomes}], "
@@ -250,7 +261,7 @@ def _register_scenario_routes(app: FastAPI) -> None:
     async def api_import(request: Request) -> JSONResponse:
         """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
         what became of each key; files the config names are never opened."""
-        return JSONResponse(importing.import_config(await read_body(request)))
+        return JSONResponse(await off_loop(importing.import_config, await read_body(request)))
 
 
 def _register_dataset_route(app: FastAPI) -> None:
@@ -268,12 +279,19 @@ def _register_dataset_route(app: FastAPI) -> None:
         limit = dataset_upload.MAX_UPLOAD_BYTES + 64 * 1024  # the file plus the multipart envelope
         if declared is None or not declared.isdigit() or int(declared) > limit:
             raise ApiError(413, "file", f"the upload needs a Content-Length of at most {limit} bytes")
+        timeout = request.app.state.body_timeout_s
         try:
-            form = await request.form(max_files=1, max_fields=2)
+            with anyio.fail_after(timeout):  # the JSON routes' body timeout (read_body), for the upload too
+                form = await request.form(max_files=1, max_fields=2)
         except StarletteHTTPException as exc:  # a malformed body, too many files or fields: Starlette's 400
             raise ApiError(422, "body", f"the multipart upload cannot be read: {exc.detail}",
                            list(dataset_upload.FORM_FIELDS)) from None
+        except TimeoutError:
+            raise ApiError(408, "body", f"request body not received within {timeout:g} s") from None
         try:
+            unknown = sorted(set(form.keys()) - set(dataset_upload.FORM_FIELDS))
+            if unknown:
+                raise ApiError(422, "body", f"unknown multipart field {unknown[0]!r}", list(dataset_upload.FORM_FIELDS))
             upload, scenario = form.get("file"), form.get("scenario")
             if upload is None or isinstance(upload, str):
                 raise ApiError(422, "file", "send the dataset as the multipart field 'file'")
@@ -282,7 +300,7 @@ def _register_dataset_route(app: FastAPI) -> None:
         finally:
             await form.close()
         text = scenario if isinstance(scenario, str) else None
-        return JSONResponse(dataset_upload.analyze_upload(name, raw, text))
+        return JSONResponse(await off_loop(dataset_upload.analyze_upload, name, raw, text))
 
 
 def _register_catalog_routes(app: FastAPI) -> None:

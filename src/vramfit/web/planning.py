@@ -146,6 +146,8 @@ def export(body: Any) -> dict[str, Any]:
         report = run_plan(checked.scenario, with_changes=False, calibration=service.CALIBRATION, **opts)
         plans = [p for p in report.plans if count is None or p.num_gpus == count]
         if not plans:
+            if count is None:  # no GPU count asked: no count of this card fits within max_gpus
+                raise ScenarioError("gpu_id", f"no plan on {gpu_id} fits (up to max_gpus of them)")
             raise ScenarioError("num_gpus", f"no plan of {count} x {gpu_id} fits",
                                 [str(p.num_gpus) for p in report.plans] or None)
         from vramfit.plan.export import export_plan

@@ -251,6 +251,10 @@ def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
     _check_config_shape(config)
     try:
         spec = spec_from_hf_config(config)
+        if spec.vision is not None:  # the image and video token rules' fields, before any estimate reads them
+            from vramfit.models.vlm_fields import check_vision_fields
+
+            check_vision_fields(spec.vision.image_config)
     except ModelError as exc:
         raise ScenarioError("config_json", exc.message.removeprefix(f"{exc.key}: "), None) from None
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:

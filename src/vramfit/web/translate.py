@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from vramfit.web.translate_estimate import ESTIMATE_RULES
+from vramfit.web.translate_import import IMPORT_RULES
 from vramfit.web.translate_notes import NOTE_RULES
 
 _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
@@ -23,6 +24,7 @@ _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
 RULES: list[tuple[str, str]] = [
     *ESTIMATE_RULES,
     *NOTE_RULES,
+    *IMPORT_RULES,
     # ---- the reserved figure's spread over a dataset's lengths (vramfit.dataset.spread.spread_line)
     (r"^reserved " + _N + r" GiB at fixed length; with this dataset's lengths in random order, \+" + _N + r"…\+"
      + _N + r" GiB \(median \+" + _N + r"; 10th–90th percentile of (\d+) epoch orders\) ",
@@ -248,11 +250,14 @@ RULES: list[tuple[str, str]] = [
      "generation: o vllm-server corre o vLLM em GPUs próprias, ao lado das de treino: max_gpus $1 não lhe deixa "
      "nenhuma; aumenta max_gpus ou partilha a placa (vllm-colocate)"),
     # ---- how far to trust the figure (vramfit.estimate.accuracy: result.accuracy.note)
-    (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\): our error (\S+) % to (\S+) %, "
-     r"median \|error\| (\S+) %$",
-     "$1 medição(ões) publicada(s) neste caminho ($2): o nosso erro vai de $3 % a $4 %, mediana do |erro| $5 %"),
-    (r"^no measurement behind this path \(([^)]*)\); the nearest (\d+) share (.+): our error (\S+) % to (\S+) %$",
-     "nenhuma medição por trás deste caminho ($1); as $2 mais próximas partilham $3: o nosso erro vai de $4 % a $5 %"),
+    (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\): our error ([+-]?)([\d.]+) % to ([+-]?)([\d.]+) %, "
+     r"median \|error\| ([\d.]+) %$",
+     "$1 medição(ões) publicada(s) neste caminho ($2): o nosso erro vai de $3⟨$4⟩ % a $5⟨$6⟩ %, mediana do |erro| "
+     "⟨$7⟩ %"),
+    (r"^no measurement behind this path \(([^)]*)\); the nearest (\d+) share (.+): our error ([+-]?)([\d.]+) % to "
+     r"([+-]?)([\d.]+) %$",
+     "nenhuma medição por trás deste caminho ($1); as $2 mais próximas partilham $3: o nosso erro vai de $4⟨$5⟩ % a "
+     "$6⟨$7⟩ %"),
     (r"^no measurement behind this path \(([^)]*)\)$", "nenhuma medição por trás deste caminho ($1)"),
     (r"\bno field: o nosso", "nenhum campo: o nosso"),
     (r"· none\b", "· nenhum"), (r"· full\b", "· completo"),

@@ -17,6 +17,10 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"(\w+) weights, gradients and optimizer states, no fp32 master copy \(full fine-tuning with AdamW: 8 B per parameter\)",
      "pesos, gradientes e estados do otimizador em $1, sem cópia mestre fp32 (ajuste fino completo com AdamW: 8 B por parâmetro)"),
     (r"fp32 weights, gradients, optimizer states and activations", "pesos, gradientes, estados do otimizador e ativações em fp32"),
+    (r"^DeepSpeed ZeRO keeps an fp32 master copy and fp32 optimizer states in each rank's partition whatever the "
+     r"model's dtype \(([^)]*)\)\.$",
+     "O DeepSpeed ZeRO guarda uma cópia mestre fp32 e os estados do otimizador em fp32 na partição de cada rank, seja "
+     "qual for o dtype do modelo ($1)."),
     (r"^Precision (\S+): ", "Precisão $1: "),
     (r" \(set; ([^()]+?)'s default for (\w+) is (\S+)\)\.$", " (escolhida; a predefinição de $1 para $2 é $3)."),
     (r" \(([^()]+?)'s default for (\w+)\)\.$", " (predefinição de $1 para $2)."),
@@ -37,7 +41,7 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in fp32\.$", "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores em fp32."),
     (r"^LoRA rank (\d+) on (.+?); dropout ([\d.]+); adapters in the parameter dtype\.$",
      "LoRA de rank $1 em $2; dropout ⟨$3⟩; adaptadores no dtype dos parâmetros."),
-    (r"^Quantized base (\S+): block linears 4-bit, ", "Base quantizada $1: lineares dos blocos em 4 bits, "),
+    (r"^Quantized base (\S+): block linears (\d)-bit, ", "Base quantizada $1: lineares dos blocos em $2 bits, "),
     (r"embeddings, norms and lm_head unquantized", "embeddings, normalizações e lm_head sem quantização"),
     (r"lm_head too", "lm_head também"),
     (r" \(cast to fp32 by prepare_model_for_kbit_training\)", " (convertidos para fp32 por prepare_model_for_kbit_training)"),
@@ -93,9 +97,9 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r": (\S+)'s dynamic 4-bit checkpoints keep the vision layers 16-bit",
      ": os checkpoints dinâmicos de 4 bits do $1 mantêm as camadas de visão em 16 bits"),
     (r"; set quantize_vision=yes or no to choose\.$", "; define quantize_vision=yes ou no para escolher."),
-    (r"^QLoRA as the HF recipe runs it \(Trainer bf16=True\): attention and 4-bit matmuls in 16 bits under autocast; "
+    (r"^QLoRA as the HF recipe runs it \(Trainer bf16=True\): attention and (\d)-bit matmuls in 16 bits under autocast; "
      r"without autocast, fp32 activations and SDPA's math kernel would need more\.$",
-     "QLoRA como a receita HF o corre (Trainer bf16=True): atenção e produtos de matrizes de 4 bits em 16 bits com "
+     "QLoRA como a receita HF o corre (Trainer bf16=True): atenção e produtos de matrizes de $1 bits em 16 bits com "
      "autocast; sem autocast, as ativações fp32 e o kernel math do SDPA precisariam de mais."),
     (r"^Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside PyTorch's counters "
      r"\(allocated/reserved\); counted in the device figure only\.$",

@@ -42,6 +42,72 @@ NOTE_RULES: list[tuple[str, str]] = [
      "o litgpt"),
     (r"^use_liger_kernel needs `pip install liger-kernel` \(the fused cross-entropy the plan assumes\)$",
      "use_liger_kernel precisa de `pip install liger-kernel` (a entropia cruzada fundida que o plano assume)"),
+    # ---- config import (vramfit.config_import.swift_shell)
+    (r"holds no 'swift sft', 'swift rlhf' or 'swift pt' command \(command lines are read for ms-swift only; for TRL, "
+     r"Axolotl, LLaMA-Factory or torchtune give the YAML or JSON config\)$",
+     "não tem nenhum comando 'swift sft', 'swift rlhf' ou 'swift pt' (só se leem linhas de comando do ms-swift; para "
+     "TRL, Axolotl, LLaMA-Factory ou torchtune, indica a configuração YAML ou JSON)"),
+    (r"^DeepSpeed reads parameter offload at ZeRO stage 3 only; at stage (\d) the parameters stay on the GPU$",
+     "o DeepSpeed só lê a descarga de parâmetros no ZeRO stage 3; no stage $1 os parâmetros ficam na GPU"),
+    (r"^litgpt floors it: (\d+) // (\d+) device\(s\) // (\d+) = (\d+) micro-batch\(es\) per step, (\d+) samples$",
+     "o litgpt arredonda por defeito: $1 // $2 dispositivo(s) // $3 = $4 micro-lote(s) por passo, $5 amostras"),
+    (r"train\.global_batch_size (\d+) leaves no micro-batch of (\d+) on each of (\d+) device\(s\) \(litgpt asserts "
+     r"global_batch_size // devices // micro_batch_size > 0\)$",
+     "train.global_batch_size $1 não deixa nenhum micro-lote de $2 em cada um dos $3 dispositivo(s) (o litgpt exige "
+     "global_batch_size // devices // micro_batch_size > 0)"),
+    (r"lora_target_modules: PEFT has no default target modules for model type '(\w+)' \(it raises 'Please specify "
+     r"`target_modules` or `target_parameters`'\); give lora_target_modules, e\.g\. all-linear$",
+     "lora_target_modules: o PEFT não tem módulos-alvo predefinidos para o tipo de modelo '$1' (lança 'Please specify "
+     "`target_modules` or `target_parameters`'); indica lora_target_modules, p. ex. all-linear"),
+    (r" \(llama's; give lora_target_modules for another architecture\)$",
+     " (os do llama; indica lora_target_modules para outra arquitetura)"),
+    # ---- the web API (vramfit.web.planning, vramfit.web.app)
+    (r"^gpu_id: no plan on (\S+) fits \(up to max_gpus of them\)$",
+     "gpu_id: nenhum plano em $1 cabe (até max_gpus delas)"),
+    (r"^body: unknown multipart field '(.*)'", "body: campo multipart desconhecido '$1'"),
+    (r"^body: the body must be sent as Content-Type: application/json, got '(.*)'",
+     "body: o corpo tem de ser enviado com Content-Type: application/json (recebido: '$1')"),
+    # ---- a pasted config.json (vramfit.models.hf_config_cfg, vramfit.models.vlm_fields)
+    (r"config\.json field '(\w+)' must be an integer >= (\d+), got (.+)$",
+     "o campo '$1' do config.json tem de ser um número inteiro >= $2 (recebido: $3)"),
+    (r"config\.json field '(\w+)' must be an integer from (\d+) to ([\d,]+), got (.+)$",
+     "o campo '$1' do config.json tem de ser um número inteiro entre $2 e ⟨$3⟩ (recebido: $4)"),
+    (r"config\.json field '(\w+)' must be a list of at most ([\d,]+) \[height, width\] pairs of integers from 1 to "
+     r"([\d,]+), got (.+)$",
+     "o campo '$1' do config.json tem de ser uma lista de no máximo ⟨$2⟩ pares [altura, largura] de números inteiros "
+     "entre 1 e ⟨$3⟩ (recebido: $4)"),
+    (r"config\.json field 'downsample_ratio' must be a number above 0 and at most 1, got (.+)$",
+     "o campo 'downsample_ratio' do config.json tem de ser um número acima de 0 e no máximo 1 (recebido: $1)"),
+    (r"one image comes to", "uma imagem chega a"), (r"one video comes to", "um vídeo chega a"),
+    (r"(chega a) ([\d,]+) tokens by its config\.json fields, more than a sequence may hold \(([\d,]+)\); check the "
+     r"vision fields$",
+     "$1 ⟨$2⟩ tokens pelos campos do seu config.json, mais do que uma sequência pode ter (⟨$3⟩); verifica os campos "
+     "de visão"),
+    # ---- the scenario check (vramfit.scenario: method and quantize)
+    (r"^quantize: full fine-tuning trains every weight, so the base cannot be quantized",
+     "quantize: o ajuste fino completo treina todos os pesos, por isso a base não pode ser quantizada"),
+    (r"^quantize: lora trains adapters on a 16-bit base; adapters on a (\S+) base are method qlora",
+     "quantize: o lora treina adaptadores sobre uma base de 16 bits; adaptadores sobre uma base $1 são o método qlora"),
+    # ---- notes of the exported configs (vramfit.plan.export, vramfit.plan.export_trl)
+    (r"^mixed_precision no: the plan trains (\S+) weights as loaded; with bf16/fp16 on, accelerate keeps the trained "
+     r"weights in fp32 under FSDP \(16 B per parameter, not 8\)$",
+     "mixed_precision no: o plano treina os pesos $1 como são carregados; com bf16/fp16 ligado, o accelerate guarda os "
+     "pesos treinados em fp32 com FSDP (16 B por parâmetro, não 8)"),
+    (r"^accelerate under FSDP with mixed precision on keeps the trained weights in fp32 \(([^)]*)\), so full "
+     r"fine-tuning reads as (\S+)$",
+     "com FSDP e precisão mista ligada, o accelerate guarda os pesos treinados em fp32 ($1); por isso o ajuste fino "
+     "completo lê-se como $2"),
+    (r"^quantize (\S+) is not a bitsandbytes type: nf4 with double quantization written instead$",
+     "quantize $1 não é um tipo do bitsandbytes: escreve-se nf4 com quantização dupla"),
+    (r"^the HF Trainer has no optimizer-in-backward: gradients stay resident until the step \(more memory\)$",
+     "o HF Trainer não tem otimizador no backward: os gradientes ficam residentes até ao passo (mais memória)"),
+    (r"^(\w+) needs `pip install torchao`$", "$1 precisa de `pip install torchao`"),
+    (r"^(\S+): replace node1\.\.\. with your hosts \(passwordless ssh between them\)$",
+     "$1: substitui node1... pelas tuas máquinas (ssh sem palavra-passe entre elas)"),
+    (r"^Optimizer offload under ZeRO steps with DeepSpeed's CPU Adam: accelerate replaces the Trainer's (\S+) with it "
+     r"\(map_pytorch_optim_to_deepspeed\), so the host keeps fp32 Adam states\.$",
+     "A descarga do otimizador com ZeRO faz o passo com o CPU Adam do DeepSpeed: o accelerate substitui por ele o $1 "
+     "do Trainer (map_pytorch_optim_to_deepspeed), por isso o host guarda estados Adam em fp32."),
     # ---- the scenario check (vramfit.layout_keys)
     (r"^num_gpus: must be a multiple of tensor_parallel × pipeline_parallel × context_parallel \(([^)]*)\); "
      r"got (\d+)",
