@@ -216,10 +216,9 @@ def unread_note(sc) -> list[str]:
 def master_note(sc) -> list[str]:
     """Under ZeRO a 16-bit "-true" run still has fp32 master weights: the precision line's "no fp32 master copy" is the
     plain trainer's, not DeepSpeed's (the optimizer partitions: estimate/core.py ``_ds_mixed``)."""
-    from vramfit.choices import Parallelism, Precision
+    from vramfit.estimate.core import _ds_mixed
 
-    if sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) or \
-            sc.precision not in (Precision.BF16_TRUE, Precision.FP16_TRUE):
+    if not _ds_mixed(sc) or sc.precision.mixed:
         return []
     return ["DeepSpeed ZeRO keeps an fp32 master copy and fp32 optimizer states in each rank's partition whatever the "
             "model's dtype (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)."]

@@ -66,6 +66,12 @@ def _mixed(sc: dict[str, Any]) -> str:
     return "bf16" if prec.startswith("bf16") else "fp16" if prec.startswith("fp16") else "no"
 
 
+def fsdp_16bit_full(sc: dict[str, Any]) -> bool:
+    """A 16-bit full fine-tuning, which an FSDP export writes with mixed precision off: with it on accelerate keeps
+    what trains in fp32 under FSDP (config_import/trainer_layout.py FSDP_UPCAST), 16 B per parameter, not 8."""
+    return sc["method"] == "full" and sc["precision"] in ("bf16-true", "fp16-true")
+
+
 def _zero_stage(plan: Plan) -> int:
     return {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
 
@@ -194,7 +200,7 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
                                    "zero3_init_flag": plan.parallelism == "zero3" and plan.scenario["method"] == "full"}
     if engine == "fsdp":
         cfg["fsdp_config"] = _fsdp_block(plan, notes)
-        if plan.scenario["method"] == "full" and plan.scenario["precision"] in ("bf16-true", "fp16-true"):
+        if fsdp_16bit_full(plan.scenario):
             # with mixed precision on, accelerate keeps what trains in fp32 under FSDP (config_import/
             # trainer_layout.py FSDP_UPCAST): the plan's 16-bit weights need it off, the model loaded in 16 bits
             cfg["mixed_precision"] = "no"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib.resources import files as _resources
 from typing import Any
 
-from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage
+from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage, fsdp_16bit_full
 from vramfit.plan.report import Plan
 from vramfit.units import gib
 
@@ -61,10 +61,8 @@ def _model_args(plan: Plan, notes: list[str]) -> dict[str, Any]:
 
 
 def _upcast_off(sc: dict[str, Any], shard: str) -> bool:
-    """A 16-bit full fine-tuning under FSDP: written with mixed precision off (bf16/fp16 false, accelerate's
-    mixed_precision no), which trains the 16-bit weights as loaded; with it on accelerate keeps them in fp32
-    (config_import/trainer_layout.py FSDP_UPCAST), 16 B per parameter where the plan counted 8."""
-    return shard == "fsdp" and sc["method"] == "full" and sc["precision"] in ("bf16-true", "fp16-true")
+    """Written with bf16/fp16 false under FSDP (export.fsdp_16bit_full), the model loaded in 16 bits."""
+    return shard == "fsdp" and fsdp_16bit_full(sc)
 
 
 def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, Any]:
