@@ -115,9 +115,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}."
         )
     if sc.method is Method.QLORA:
-        bits = 8 if sc.quantize is Quantize.INT8 else 4
         out.append(
-            f"Quantized base {sc.quantize.value}: block linears {bits}-bit, "
+            f"Quantized base {sc.quantize.value}: block linears {8 if sc.quantize is Quantize.INT8 else 4}-bit, "
             + ("lm_head too" if prof.qlora_quantizes_lm_head else "embeddings, norms and lm_head unquantized")
             + _upcast_note(sc, prof)
             + f"; the de-quantized copy of the largest layer ({r.dequant / 2**20:,.0f} MiB) is a transient."
@@ -127,7 +126,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         if prof.qlora_unquantized_fp32:
             out.append(
                 f"QLoRA as the HF recipe runs it (Trainer bf16=True): attention and "
-                f"{bits}-bit matmuls in 16 bits "
+                f"{8 if sc.quantize is Quantize.INT8 else 4}-bit matmuls in 16 bits "
                 "under autocast; without autocast, fp32 activations and SDPA's math kernel would need more."
             )
     if sc.optimizer in _PAGED:
