@@ -169,6 +169,8 @@ class Parallelism(_Choice):
 
 #: the parallelisms that run PyTorch FSDP (any sharding strategy)
 FSDP_FAMILY = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, Parallelism.FSDP_NO_SHARD)
+#: the parallelisms that run DeepSpeed's ZeRO engine (any stage)
+ZERO_FAMILY = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
 class Framework(_Choice):

@@ -11,7 +11,7 @@ from vramfit import estimate
 from vramfit.cli.main import app
 from vramfit.gpus import get_gpu
 from vramfit.plan import fit, plan
-from vramfit.plan.verdict import limit_bytes, with_fits
+from vramfit.plan.verdict import estimate_fits, limit_bytes, with_fits
 from vramfit.units import GiB
 from vramfit.web.app import create_app
 
@@ -67,7 +67,7 @@ AUDIT = {
 @pytest.mark.parametrize("sc", list(AUDIT.values()), ids=list(AUDIT))
 def test_every_face_states_the_same_estimate(sc, tmp_path):
     """Python API, CLI --json, --batch and POST /api/estimate: the same peak, card verdicts, accuracy band, scenario."""
-    py = with_fits(estimate(sc)).to_dict()
+    py = estimate_fits(sc).to_dict()
     cli = json.loads(runner.invoke(app, ["estimate", *_flags(sc), "--json"]).stdout)
     batch_file = tmp_path / "b.jsonl"
     batch_file.write_text(json.dumps(sc) + "\n")

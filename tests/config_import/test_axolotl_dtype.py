@@ -102,3 +102,31 @@ def test_garbage_switches_are_refused_naming_the_key(tmp_path, key, value, valid
                                                 ({"torch_compile": "auto", "use_ray": True}, False)])
 def test_torch_compile_auto_is_on(tmp_path, keys, compiled):
     assert from_config(_write(tmp_path, **keys)).overrides["compile"] is compiled
+
+
+_FULL_FSDP = ("base_model: meta-llama/Llama-3.1-8B\nsequence_len: 2048\nmicro_batch_size: 1\n"
+              "fsdp: [full_shard, auto_wrap]\nfsdp_config:\n  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n")
+
+
+@pytest.mark.parametrize("extra, precision", [("bf16: true\n", "bf16-mixed"), ("bfloat16: true\n", "bf16-mixed"),
+                                              ("bf16: true\nfsdp_version: 1\n", "bf16-mixed"),
+                                              ("bf16: true\nfsdp_version: 2\n", "bf16-true"),
+                                              ("bf16: false\nfp16: false\n", "fp32")])
+def test_fsdp1_full_fine_tuning_trains_fp32_weights(extra, precision):
+    """Axolotl's FSDP1 is accelerate's prepare_model, which upcasts the trainable FlatParameters to fp32 once bf16
+    turns mixed precision on (accelerate@16cb6eb accelerator.py l. 1991-2031); its FSDP2 patch does not."""
+    from vramfit import estimate
+    from vramfit.config_import import from_text
+
+    imp = from_text(_FULL_FSDP + extra, dialect="axolotl")
+    sc = imp.scenario.replace(num_gpus=4)
+    assert sc.precision.value == precision and sc.method.value == "full"
+    if precision == "bf16-mixed":
+        assert "prepare_model" in _notes(imp)["bf16"]
+        # the fp32 shard of Llama-3.1-8B's 8,030,261,248 weights over 4 GPUs, 4 bytes each (2 under bf16-true)
+        true = estimate(sc.replace(precision="bf16-true"))
+        assert estimate(sc).component("master_weights") == 4 * 8_030_261_248 // 4
+        assert true.component("weights") == 2 * 8_030_261_248 // 4
+        doc = " ".join((Path(__file__).parents[2] / "docs" / "import-config.md").read_text(encoding="utf-8").split())
+        mixed_gib, true_gib = estimate(sc).component("master_weights") / 2**30, true.component("weights") / 2**30
+        assert f"{mixed_gib:.1f} GiB of fp32 weight shards, not {true_gib:.1f} GiB of bf16 ones" in doc

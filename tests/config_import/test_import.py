@@ -29,7 +29,7 @@ EXPECTED = {
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                           "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05,
                           "eval_batch_size": 2, "kbit_prepare": "no"},  # norms/embeddings cast back to 16 bits
-    "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-true",
+    "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
                               "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",

@@ -45,8 +45,12 @@ def test_the_loss_backward_is_the_peak_with_the_early_buckets():
     # the IPG buckets and their flat copy (estimate/zero2_step.py ipg_reduction), replayed at the end of each backward,
     # leave required where it was: the LoRA bucket's flat copy opens a reduction-stream segment, wholly free at the step,
     # which the second step's copy reuses (21,515,993,088 while a shadowed name made that step allocate the first
-    # step's allocation number in bytes: a small block opening a 2 MiB small-pool segment on that stream)
-    assert old.peak.required_bytes == 22_022_662_144 and new.peak.required_bytes == 21_641_822_208
+    # step's allocation number in bytes: a small block opening a 2 MiB small-pool segment on that stream). Under 0.18
+    # the step's replay no longer sets the figure: it counts the segments holding a live block when the most do
+    # (zero2_step._zero2_replay, the simulator's required; 21,641,822,208 while only the flatten's originals and the
+    # reduction stream's segments came off), so the loss backward's does, 140.5 MB under its reserved figure
+    assert old.peak.required_bytes == 22_022_662_144 and new.peak.required_bytes == 21_222_662_144
+    assert new.peak.reserved_bytes - new.peak.required_bytes == 140_509_184
 
 
 def test_zero3_keeps_its_bucket_from_init_in_every_release():

@@ -147,7 +147,7 @@ def test_a_step_tensor_that_fits_reuses_a_cached_original():
     segment (best fit, more than 1 MiB left: CUDACachingAllocator.cpp should_split), so reserved stays 400 MiB and the
     segment, no longer wholly free, is not released; a 110 MiB one opens a segment of its own and the original's
     100 MiB are released."""
-    fits = zero2._zero2_replay((100 * MiB, 300 * MiB, -1, 90 * MiB), ((3, 4),), None, 1)
+    fits = zero2._zero2_replay((100 * MiB, 300 * MiB, -1, 90 * MiB), ((3, 4),), None)
     assert fits == (400 * MiB, 390 * MiB, 0)
-    opens = zero2._zero2_replay((100 * MiB, 300 * MiB, -1, 110 * MiB), ((3, 4),), None, 1)
+    opens = zero2._zero2_replay((100 * MiB, 300 * MiB, -1, 110 * MiB), ((3, 4),), None)
     assert opens == (510 * MiB, 410 * MiB, 100 * MiB)

@@ -9,7 +9,7 @@ import pytest
 from vramfit.errors import ScenarioError
 from vramfit.estimate import estimate
 from vramfit.models import load_catalog
-from vramfit.plan.verdict import with_fits
+from vramfit.plan.verdict import estimate_fits
 from vramfit.scenario import SCENARIO_KEYS, parse_scenario
 from vramfit.web.service import MAX_BODY_BYTES
 
@@ -36,7 +36,7 @@ def test_estimate_is_the_result_object_of_the_library(client):
     r = post(client, "/api/estimate", body)
     assert r.status_code == 200
     # the library figure, with the card verdicts the planner adds at the face (vramfit.plan.verdict)
-    assert r.json() == json.loads(json.dumps(with_fits(estimate(body)).to_dict()))
+    assert r.json() == json.loads(json.dumps(estimate_fits(body).to_dict()))
     assert set(r.json()) >= {"scenario", "model", "peak", "components", "assumptions"}
 
 

@@ -109,8 +109,7 @@ def estimate(
 ) -> None:
     """Estimate the per-GPU peak memory of a fine-tuning run, with its breakdown and the cards it fits."""
     from vramfit.calibration import load_active
-    from vramfit.estimate import estimate
-    from vramfit.plan.verdict import with_fits
+    from vramfit.plan.verdict import estimate_fits
     from vramfit.scenario import fraction
 
     _user_gpus(gpus_file)
@@ -118,7 +117,7 @@ def estimate(
     cal = load_active()  # the user's `vramfit calibrate` file, if any: applied to its GPU family only
 
     def run_estimate(item):  # the estimator's figure, with the planner's card verdicts (one definition of fits)
-        return with_fits(estimate(item, calibration=cal), safety_margin=safety_margin)
+        return estimate_fits(item, safety_margin=safety_margin, calibration=cal)
 
     if batch is not None:  # a line that names a dataset (or --dataset) is estimated as `estimate --dataset` does
         from vramfit.cli.batch_dataset import BatchDatasets

@@ -113,6 +113,18 @@ NOT_MODELLED = {
 }
 
 
+def _fsdp1_upcast(r: KeyReader) -> None:
+    """Axolotl's FSDP1 is accelerate's prepare_model (its own fsdp2_prepare_model patch only replaces FSDP2:
+    loaders/patch_manager.py l. 337-344), which upcasts every trainable FlatParameter to fp32 once the Trainer's
+    bf16/fp16 turns mixed precision on (core/builders/base.py l. 271-278): a 16-bit full fine-tuning there runs
+    -mixed (:data:`trainer_layout.FSDP_UPCAST`)."""
+    mixed_on = str(r.out.get("precision", "fp32")) != "fp32"
+    if r.out.get("fsdp_version", "1") == "1" and (note := trainer_layout.fsdp_upcast(r.out, mixed_on)):
+        e = r.entries.get("bf16") or r.entries.get("bfloat16")
+        if e:
+            e.becomes, e.note = [f"precision={r.out['precision']}"], note
+
+
 def _fsdp_version(r: KeyReader, layout: dict) -> None:
     """Axolotl's top-level ``fsdp_version`` under FSDP. Its FSDP2 is its own patched fsdp2_prepare_model (axolotl
     monkeypatch/accelerate/fsdp2.py), modelled as accelerate's: fully_shard units, no flat parameters."""
@@ -342,6 +354,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     _fsdp_version(r, layout)
     dtype.set_precision(r, method, quantize, upcast, layout)  # after the layout: ZeRO-3 and FSDP change the upcast
     r.out.update(layout)
+    _fsdp1_upcast(r)
     if layout:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.estimate.ds_offload import (
@@ -54,7 +55,6 @@ from vramfit.scenario import (
     ShardScope,
 )
 
-_DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 _BNB_4BIT = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ)
 
 
@@ -193,7 +193,7 @@ def _ds_mixed(sc: Scenario) -> bool:
     """DeepSpeed's ZeRO optimizer keeps an fp32 master partition (and fp32 states) whenever the model
     runs in 16 bits, "-true" or "-mixed" alike (deepspeed/runtime/zero/stage_1_and_2.py
     single_partition_of_fp32_groups; stage3.py fp32_partitioned_groups_flat)."""
-    return sc.parallelism in _DS and sc.precision is not Precision.FP32
+    return sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32
 
 
 def _ds_fp32_master(sc: Scenario) -> bool:
@@ -204,7 +204,7 @@ def _ds_fp32_master(sc: Scenario) -> bool:
     grads_dtype and self.fp16_partitioned_groups_flat[i].device == self.device``), but ``self.device`` is the string
     ``get_accelerator().current_device_name()`` ('cuda:0') and ``torch.device('cuda:0') == 'cuda:0'`` is False in
     torch 2.13, so it takes the ``converted.clone().detach()`` branch too."""
-    return sc.precision is Precision.FP32 and sc.parallelism in _DS
+    return sc.precision is Precision.FP32 and sc.parallelism in ZERO_FAMILY
 
 
 def state_param_bytes(sc: Scenario, trainable_bytes: int) -> int:
@@ -271,7 +271,7 @@ def _offload_host_grads(p: Parts, spec: ModelSpec, sc: Scenario, profile: Framew
     """Host bytes of the offloaded gradients: DeepSpeed's pinned gradient buffers (estimate/ds_offload.py
     ``offload_host_gradients``; ZeRO-1 keeps whole 16-bit gradients on the GPU, its host share is the partition's),
     else the per-GPU gradients the CPU step reads (FSDP ``CPUOffload``)."""
-    if sc.parallelism not in _DS:
+    if sc.parallelism not in ZERO_FAMILY:
         return p.gradients
     grad16 = p.gradients if shd.grads > 1 else shard(p.gradients, shd.optimizer)
     return offload_host_gradients(spec, sc, profile, p.master_weights, grad16)
@@ -317,7 +317,7 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         # gradient_as_bucket_view=False (default): buckets are a second copy of all gradients
         # (pytorch/pytorch PR #41954; Lightning DDP optimizations doc)
         return parts.gradients
-    if sc.parallelism in _DS:
+    if sc.parallelism in ZERO_FAMILY:
         return _zero_buffers(spec, sc, profile)
     if sc.parallelism is Parallelism.FSDP_NO_SHARD:  # no all-gather, gradients all-reduced in place
         from vramfit.estimate.no_shard import mixed_precision_copies

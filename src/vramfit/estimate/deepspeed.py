@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vramfit.choices import Method, Offload, Parallelism, Quantize
+from vramfit.choices import ZERO_FAMILY, Method, Offload, Parallelism, Quantize
 from vramfit.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ def scenario_keys(value: Any, kw: dict[str, Any]) -> None:
     elif kw["offload"] is not off:
         raise ScenarioError(KEY, f"its offload sections mean offload {off.value}, but offload is "
                             f"{kw['offload'].value}", [off.value])
-    if kw.get("parallelism") not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+    if kw.get("parallelism") not in ZERO_FAMILY:
         raise ScenarioError(KEY, "applies to DeepSpeed ZeRO; set parallelism to one of its stages",
                             ["zero1", "zero2", "zero3"])
     _hpz_keys(cfg, kw)

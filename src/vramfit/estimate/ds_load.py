@@ -14,7 +14,7 @@ after the engine's 16-bit cast (engine.py ``_configure_distributed_model``). The
 can only be high there, and it stays one figure per scenario that a card class shifts by a constant (the
 planner's premise, plan/evaluate.py ``class_shifts``). For the same reason the load counts the card's cuBLAS
 workspaces, which a real load does not have yet (the first matmul makes them): at most 32 MiB high
-(estimate/step.py ``_workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten):
+(estimate/step.py ``workspaces``). The freed originals' segments stay cached (no ``empty_cache`` after the flatten):
 :func:`flatten_events` replays them into the ZeRO-2 step's allocator replay (estimate/zero2_step.py
 ``zero2_step_reserved``), where they count in the reserved figure and, left wholly free, not in the required one (a
 card without room gets them back). Releases before 0.18.7 (PR #7828) always flatten on the host (v0.16.2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Checkpointing, Method, Offload, Parallelism
+from vramfit.choices import ZERO_FAMILY, Checkpointing, Method, Offload, Parallelism
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.deepspeed import resolve, zero3_largest
 from vramfit.estimate.phases import StepPhase
@@ -36,13 +36,12 @@ def host_optimizer(sc: Scenario):
     scenario's elsewhere."""
     from vramfit.choices import Optimizer
 
-    if sc.offload is Offload.NONE or sc.parallelism not in ZERO_STAGES or sc.optimizer in (Optimizer.ADAMW,
+    if sc.offload is Offload.NONE or sc.parallelism not in ZERO_FAMILY or sc.optimizer in (Optimizer.ADAMW,
                                                                                               Optimizer.LION):
         return sc.optimizer
     return Optimizer.ADAMW
 
 
-ZERO_STAGES = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
 def host_optimizer_note(sc: Scenario) -> list[str]:
@@ -102,7 +101,7 @@ def offload_host_gradients(spec: ModelSpec, sc: Scenario, profile: FrameworkProf
     gradients (``subgroup_gradient_buffer`` on ``self.device``, pinned) and the 16-bit gradient partitions
     (``grad_partitions_flat_buffer`` on ``self.device``, pinned). The simulator's engine on a tiny Llama (2 ranks, 18
     bytes per partition element plus ZeRO-1/2's staging) books them all on its host."""
-    if sc.offload is Offload.NONE or sc.parallelism not in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3):
+    if sc.offload is Offload.NONE or sc.parallelism not in ZERO_FAMILY:
         return 0
     host = fp32_partition + grad16_partition
     if sc.parallelism is not Parallelism.ZERO3:

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from vramfit.choices import FSDP_FAMILY
+from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework_profiles import _FSDP2_UNITS, PROFILES  # noqa: F401  (re-exported)
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
@@ -88,7 +88,7 @@ def scenario_profile(sc) -> FrameworkProfile:
         upcast = sc.kbit_prepare is KbitPrepare.YES
     if sc.quantize is Quantize.GPTQ_INT4:
         upcast = False
-    if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3) and sc.precision is not Precision.FP32:
+    if sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32:
         # the DeepSpeed engine casts every floating parameter to its 16-bit dtype (deepspeedai/DeepSpeed v0.19.6
         # runtime/engine.py _cast_module_mixed_precision; zero.Init partitions in that dtype already), and the HF
         # Trainer runs no autocast under DeepSpeed: the fp32 upcast is undone
@@ -162,8 +162,7 @@ def casts_params(scenario, profile: FrameworkProfile) -> bool:
 
 def ds_engine_cast(scenario, profile: FrameworkProfile) -> bool:
     """``-mixed`` under DeepSpeed ZeRO is the engine's 16-bit cast with autocast off (``ds_mixed_is_engine_cast``)."""
-    return profile.ds_mixed_is_engine_cast and scenario.parallelism in (
-        Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+    return profile.ds_mixed_is_engine_cast and scenario.parallelism in ZERO_FAMILY
 
 
 def runs_under_autocast(scenario, profile: FrameworkProfile) -> bool:

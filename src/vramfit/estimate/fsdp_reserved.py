@@ -218,7 +218,11 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
     from vramfit.estimate.fsdp2 import allgather_pool_idle, reduce_output_pool
     from vramfit.estimate.fsdp2_end import end_of_backward_segments
 
-    if opened := end_of_backward_segments(r):  # beyond the blocks' segments, all still cached (estimate/fsdp2_end.py)
+    # beyond the blocks' segments, all still cached (estimate/fsdp2_end.py); not in the fit figure: those segments hold
+    # nothing by then, and where a new one does not fit beside them the allocator's retry releases them first
+    # (CUDACachingAllocator.cpp ``release_cached_blocks``), so the end of backward needs its own live bytes (phase
+    # backward-end, within the step's high point) in segments of their size
+    if not required and (opened := end_of_backward_segments(r)):
         block = sum(phases[StepPhase.BACKWARD_BLOCK].values()) if StepPhase.BACKWARD_BLOCK in phases else allocated
         reserved = max(reserved, block + (reserved - allocated) + opened)
     pool = gradient_pool(r, phases)

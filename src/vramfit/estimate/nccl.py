@@ -74,7 +74,7 @@ class NvlsBuffers:
 NCCL_2_18_TO_2_20 = NvlsBuffers("NCCL 2.18-2.20 (torch 2.1-2.4)", NCCL_SIMPLE_BUFF.value)
 
 
-def _nvls_card(sc: Scenario) -> bool:
+def nvls_card(sc: Scenario) -> bool:
     """The scenario's card sits behind an NVSwitch and is sm90 or later (Hopper, Blackwell): the catalog's
     interconnect and architecture columns (data/gpus.csv: "NVLink 4 via NVSwitch (HGX)"). No card named: no."""
     if not sc.gpu:
@@ -95,7 +95,7 @@ def nvls_bytes(sc: Scenario, rule: NvlsBuffers | None) -> int:
     from vramfit.gpus import GPUS_PER_NODE
 
     heads = sc.gpus_per_node  # more than a node holds: several nodes really, whose NVLS is not modelled
-    if rule is None or sc.num_nodes > 1 or not 2 < heads <= GPUS_PER_NODE or not _nvls_card(sc):
+    if rule is None or sc.num_nodes > 1 or not 2 < heads <= GPUS_PER_NODE or not nvls_card(sc):
         return 0
     return rule.per_communicator(heads)
 

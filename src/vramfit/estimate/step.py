@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
 from vramfit.estimate import vision
@@ -66,8 +67,6 @@ from vramfit.scenario import (
     Quantize,
     Scenario,
 )
-
-_DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ class Step:
         return self.acts.per_layer
 
 
-def _workspaces(card: GPU | None) -> int:
+def workspaces(card: GPU | None) -> int:
     """cuBLAS + cuBLASLt workspaces, allocated through the caching allocator (CublasHandlePool.cpp).
 
     sm90 cards get the 32 MiB cuBLAS workspace (CublasHandlePool.cpp); the catalog's architecture
@@ -263,7 +262,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     # computes on the flat parameters themselves, cast only under MixedPrecision (estimate/no_shard.py)
     no_shard_cast = sc.parallelism is Parallelism.FSDP_NO_SHARD and casts_params(sc, profile)
     if (runs_under_autocast(sc, profile) and not no_shard_cast
-            and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *_DS)):
+            and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *ZERO_FAMILY)):
         cast = autocast_cast_spec(spec, profile)
         autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_autocast_calls(sc, profile))
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
@@ -276,7 +275,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     dequant = _dequant(spec, sc, profile)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state, adapters)
     parts = replace(
-        state, workspaces=_workspaces(card), host=state.host + acts.host, activations=acts.total,
+        state, workspaces=workspaces(card), host=state.host + acts.host, activations=acts.total,
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )

@@ -4,6 +4,7 @@ step's temporaries; each rule cites the code it models."""
 
 from __future__ import annotations
 
+from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate.allocator import largest_weight, round_allocation
 from vramfit.estimate.core import (
     Parts,
@@ -35,8 +36,6 @@ from vramfit.scenario import (
     Precision,
     Scenario,
 )
-
-_DS = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 
 
 def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
@@ -213,7 +212,7 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
     if sc.optimizer in TORCHAO_OPTIMIZERS:
         largest = _torchao_stepped(spec, sc, profile, adapters)
     temp = optimizer_temporaries(sc, parts, profile, largest)
-    if sc.parallelism in _DS and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
+    if sc.parallelism in ZERO_FAMILY and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
         from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
 
         group = -(-parts.num_trainable // sc.num_gpus)  # ZeRO-1/2: one flat fp32 partition per param group

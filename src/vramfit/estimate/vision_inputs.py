@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from vramfit.choices import ZERO_FAMILY
 from vramfit.errors import ModelError, ScenarioError
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.models import hf_vlm
 from vramfit.models.spec import ModelSpec
 from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_rule, image_tokens, video_tokens
-from vramfit.scenario import FreezeVision, Method, Parallelism, Scenario
+from vramfit.scenario import FreezeVision, Method, Scenario
 
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
@@ -81,7 +82,7 @@ def pixel_input_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
     them to its tower's dtype (CLIP/SigLIP ``patch_embedding(pixel_values.to(dtype=target_dtype))``, Qwen-VL
     ``pixel_values.type(self.visual.dtype)``, Idefics3 / InternVL ``pixel_values.to(dtype=self.dtype)``): a copy
     in that dtype, freed after the patch embedding unless its trained weight saves it (:func:`_tower_activations`)."""
-    cast = profile.pixels_in_model_dtype or sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+    cast = profile.pixels_in_model_dtype or sc.parallelism in ZERO_FAMILY
     return sc.precision.compute_bytes if cast else 4
 
 

@@ -113,10 +113,11 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     params_not_in_partition[i])``), then flattens, casts and steps the partition as ZeRO-2 does; the engine on
     Qwen2.5-0.5B (bf16, seq 256, 2 GPUs, full depth) reserves 8,596,226,048 B under ZeRO-1 and ZeRO-2 alike (the
     16-bit gradients ZeRO-1 holds outside its partition in backward, freed there, leave no segment above that).
-    ``required``: without the originals' segments left wholly free through the step: a failed
+    ``required``: without the segments that hold no live block when the most are live: a failed
     ``cudaMalloc`` releases every wholly free cached segment and retries
     (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp ``malloc``: ``release_cached_blocks``), so a card
-    without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``).
+    without the room runs without them (:class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` ``required``,
+    :func:`_zero2_replay`).
     Under ``overlap_comm`` the 16-bit gradient buffers are the reduction stream's (:func:`partition_grads_on_side_stream`):
     their segments serve no step tensor; ``vramfit simulate`` (its engine given that stream) agrees within 1 %
     (tests/sim/test_sim_deepspeed_overlap.py)."""
@@ -142,38 +143,36 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     events, windows, streams = _zero2_events(loss_events, (group, grads), sc.precision.compute_bytes, norm, foreach,
                                              load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1,
                                              ipg_reduction(r))
-    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, sum(1 for e in load if e >= 0) - 1,
-                                                streams)
+    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, streams)
     return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 
 
 @lru_cache(maxsize=1024)  # the reserved and the required figure replay the same events
-def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None, originals: int,
+def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None,
                   streams: frozenset[int] = frozenset()) -> tuple[int, int, int]:
-    """(peak reserved, peak live bytes in ``windows``, bytes of the segments the first ``originals`` allocations opened
-    that stay wholly free through ``windows``: what ``release_cached_blocks`` gives back there) of ``events`` replayed
-    through :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`. Only the flatten's originals and the reduction
-    stream's segments are taken off: the step's own cached segments stay counted, as in the reserved figure (the
-    planner's search assumes the figure grows with the micro-batch and falls with a fused loss, which reusing the
-    loss's cached segments would break). ``streams``: the allocations (1-based, in order) made on the reduction
-    stream, whose pool no default-stream request can take from (``release_cached_blocks`` frees every stream's)."""
+    """(peak reserved, peak live bytes in ``windows``, what ``release_cached_blocks`` gives back: the peak reserved less
+    the most the segments holding a live block ever reach, ``stats.peak_required``) of ``events`` replayed through
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, the simulator's ``required``: at any allocation a
+    card without the room releases every wholly free segment, the flatten's originals, the reduction stream's and
+    the step's own alike, and retries. (Only the originals and the reduction stream's came off before: Llama-3.1-8B
+    full under ZeRO-2 needed 38.54 GiB per GPU on 8 GPUs and 37.60 GiB on 7, a freed float64 norm copy's segment
+    cached at the step; now 34.98 GiB, monotone in the GPU count, micro-batch and sequence, a fused loss no more
+    than the standard one: tests/estimate/test_zero2_required.py.) ``streams``: the allocations (1-based, in order)
+    made on the reduction stream, whose pool no default-stream request can take from."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
-    model, blocks, sizes, live, at_step, released, segs = CachingAllocatorModel(conf), [], [], 0, 0, None, set()
+    model, blocks, sizes, live, at_step = CachingAllocatorModel(conf), [], [], 0, 0
     for i, ev in enumerate(events):  # live: the step's bytes at 512-byte rounding (master and states included)
         if ev >= 0:
             blocks.append(model.malloc(ev, 1 if len(blocks) + 1 in streams else 0))
             sizes.append(round_allocation(ev))
             live += sizes[-1]
-            if (len(blocks) <= originals or len(blocks) in streams) and blocks[-1] is not None:
-                segs.add(blocks[-1].seg)
         else:
             model.free(blocks[-ev - 1])
             live -= sizes[-ev - 1]
         if any(a <= i < b for a, b in windows):
-            free = model.wholly_free_bytes(segs)
-            at_step, released = max(at_step, live), free if released is None else min(released, free)
-    return model.stats.peak_reserved, at_step, released or 0
+            at_step = max(at_step, live)
+    return model.stats.peak_reserved, at_step, model.stats.peak_reserved - model.stats.peak_required
 
 
 def _optimizer_step(ev: list[int], alloc, grads: int, first: bool, sizes: tuple[int, int, int], foreach: bool) -> None:

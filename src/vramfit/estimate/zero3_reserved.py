@@ -270,7 +270,7 @@ def _forward(r: Step, alloc, first: bool) -> list[list[int]]:
 
 
 def _workspaces(r: Step, alloc) -> None:
-    """One thread's cuBLAS and cuBLASLt workspaces (estimate/step.py ``_workspaces``: half of ``Parts.workspaces``),
+    """One thread's cuBLAS and cuBLASLt workspaces (estimate/step.py ``workspaces``: half of ``Parts.workspaces``),
     made through the caching allocator at the thread's first matmul and kept (pytorch/pytorch@26a39059
     aten/src/ATen/cuda/CublasHandlePool.cpp); the cuBLAS one (8 MiB + 128 KiB, 32 MiB on sm90) is a large-pool block
     carved from the segment the load left a free remainder in."""

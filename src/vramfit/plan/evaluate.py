@@ -157,7 +157,7 @@ def class_shifts() -> dict[str, int]:
     """Device bytes each estimator class adds to the figure of a scenario without ``gpu`` (class id -> bytes).
 
     Measured on the probe model of :func:`gpu_classes`: today only the workspaces differ (cuBLAS on sm90,
-    estimate/step.py ``_workspaces``), a constant in every phase; tests/plan/test_search.py checks that
+    estimate/step.py ``workspaces``), a constant in every phase; tests/plan/test_search.py checks that
     the shift is the same over the planner's settings.
     """
     return _probe()[1]

@@ -12,6 +12,8 @@ from typing import Any
 
 from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError, VramfitError
+from vramfit.estimate.card_facts import per_card
+from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import get_gpu
 from vramfit.limits import MAX_SWEEP_VALUES
 from vramfit.plan.evaluate import Evaluator
@@ -146,22 +148,25 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         gpus = _with_swept_cards(gpus, values)
     ev = Evaluator(sc, calibration) if key not in ("model", "params") else None
     points = []
+    def run(**changes: Any) -> EstimateResult:
+        if ev is not None:
+            return ev.estimate(**changes)
+        from vramfit.estimate import estimate
+
+        return estimate(sc.replace(**changes), calibration=calibration)  # the model itself changes
+
     for v in values:
         try:
-            if ev is not None:
-                r = ev.estimate(**{key: v})
-            else:
-                from vramfit.estimate import estimate
-
-                r = estimate(sc.replace(**{key: v}), calibration=calibration)  # the model itself changes
+            r = run(**{key: v})
+            on = per_card(r, lambda g, v=v: run(**{key: v, "gpu": g.gpu_id}), calibration)  # each card its own figure
+            verdicts = {g.gpu_id: fits(on(g), limit_bytes(g, safety_margin)) for g in gpus}
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue
         d = r.peak.device_bytes
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
-            {c.name: c.bytes for c in r.components}, {g.gpu_id: fits(r, limit_bytes(g, safety_margin)) for g in gpus},
-            required_bytes=r.peak.required_bytes,
+            {c.name: c.bytes for c in r.components}, verdicts, required_bytes=r.peak.required_bytes,
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
                        tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,

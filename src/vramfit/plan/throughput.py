@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
@@ -256,8 +257,8 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     gptq = 0.0
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
-    shards = sc.num_gpus if sc.parallelism in (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3,
-                                              Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
+    shards = sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP,
+                                                                  Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)

@@ -24,12 +24,17 @@ the cards given.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
+from vramfit.estimate.card_facts import per_card
 from vramfit.estimate.result import EstimateResult, FitInfo
 from vramfit.gpus import COMMON_CARDS, GPU
 from vramfit.units import gib
+
+if TYPE_CHECKING:
+    from vramfit.calibration import Calibration
 
 #: Default fraction of a card's usable memory kept free (policy; see the module docstring).
 SAFETY_MARGIN = 0.05
@@ -108,8 +113,24 @@ def default_cards(gpu_id: str | None = None) -> list[GPU]:
     return list({g.gpu_id: g for g in map(get_gpu, ids)}.values())  # an alias of a common card counts once
 
 
-def with_fits(r: EstimateResult, cards: Iterable[GPU] | None = None,
-              safety_margin: float = SAFETY_MARGIN) -> EstimateResult:
-    """The estimate with its ``fits`` filled for ``cards`` (default: :func:`default_cards`)."""
+def with_fits(r: EstimateResult, cards: Iterable[GPU] | None = None, safety_margin: float = SAFETY_MARGIN,
+              on_card: Callable[[GPU], EstimateResult] | None = None,
+              calibration: Calibration | None = None) -> EstimateResult:
+    """The estimate with its ``fits`` filled for ``cards`` (default: :func:`default_cards`). ``on_card(card)``: the
+    estimate of the same run on ``card``; given, each card is judged on its own figure (the estimate depends on the
+    card: vramfit.estimate.card_facts), ``r``'s where the card's facts are those of the card it was made for.
+    ``calibration``: the one ``on_card`` applies (a calibrated family is a fact of the card)."""
     gpus = list(cards) if cards is not None else default_cards(r.scenario.gpu)
-    return replace(r, fits=tuple(card_fit(r, g, safety_margin) for g in gpus))
+    on = per_card(r, on_card, calibration)
+    return replace(r, fits=tuple(card_fit(on(g), g, safety_margin) for g in gpus))
+
+
+def estimate_fits(scenario: Any, cards: Iterable[GPU] | None = None, safety_margin: float = SAFETY_MARGIN,
+                  calibration: Calibration | None = None, **kw: Any) -> EstimateResult:
+    """``estimate(scenario, calibration=calibration, **kw)`` with its card verdicts (:func:`with_fits`), each card
+    judged on the run's estimate on that card."""
+    from vramfit.estimate import estimate
+
+    r = estimate(scenario, calibration=calibration, **kw)
+    return with_fits(r, cards, safety_margin, lambda g: estimate(r.scenario.replace(gpu=g.gpu_id),
+                                                                 calibration=calibration, **kw), calibration)

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from vramfit.estimate import estimate
 from vramfit.gpus import get_gpu
 from vramfit.plan.guide import SIZES  # the model sizes the guide talks about: one table for both
-from vramfit.plan.verdict import with_fits
+from vramfit.plan.verdict import estimate_fits
 from vramfit.scenario import Scenario
 from vramfit.units import GB, GiB
 
@@ -137,7 +137,7 @@ def accumulation() -> dict[str, Any]:
     rows = []
     for micro, accum in ((32, 1), (8, 4), (2, 16), (1, 32)):
         keys = {"model": model, "method": "lora", "seq_len": 2048, "micro_batch_size": micro, "grad_accum": accum}
-        r = with_fits(estimate(keys))
+        r = estimate_fits(keys)
         rows.append({"micro": micro, "accum": accum, "effective": micro * accum,
                      "peak_gib": gib(r.peak.device_bytes), "link": calc_link(keys),
                      "fits": {f.gpu_id: f.fits for f in r.fits}})

@@ -21,9 +21,9 @@ from functools import lru_cache
 from typing import Any
 
 from vramfit.errors import ModelError, ScenarioError, VramfitError
-from vramfit.estimate import EstimateResult, estimate
+from vramfit.estimate import EstimateResult
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
-from vramfit.plan.verdict import SAFETY_MARGIN, with_fits
+from vramfit.plan.verdict import SAFETY_MARGIN, estimate_fits
 from vramfit.safe_input import DuplicateKey, load_json_text, unique_pairs
 from vramfit.scenario import Scenario, key_once, parse_scenario
 from vramfit.units import GB
@@ -333,9 +333,8 @@ def run_estimate(checked: Checked, sc: Scenario | None = None) -> EstimateResult
     verdicts (``fits``, the one definition of :mod:`vramfit.plan.verdict`)."""
     sc = sc or checked.scenario
     if checked.pasted:
-        return with_fits(estimate(sc, spec=checked.spec, label=checked.label, notes=checked.notes,
-                                  calibration=CALIBRATION))
-    return with_fits(estimate(sc, calibration=CALIBRATION))
+        return estimate_fits(sc, calibration=CALIBRATION, spec=checked.spec, label=checked.label, notes=checked.notes)
+    return estimate_fits(sc, calibration=CALIBRATION)
 
 
 def sweep_values(key: Any, values: Any) -> tuple[str, list[Any]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Loss, Method, Parallelism, Precision, Reference, Stage
+from vramfit.choices import ZERO_FAMILY, Loss, Method, Parallelism, Precision, Reference, Stage
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import runs_under_autocast
 from vramfit.estimate.loss import LossMemory, logits_bytes_per_element, returned_logits_bytes, vocab_rows
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
     from vramfit.scenario import Scenario
 
-_ZERO = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
 _SHARDS_REFERENCE = (Parallelism.ZERO3, Parallelism.FSDP)  # prepare_deepspeed keeps stage 3; prepare_fsdp shards
 SCORE = StepPhase.SCORE
 EVERY_PHASE = tuple(StepPhase)
@@ -50,7 +49,7 @@ def frozen_copy_bytes(step: Step) -> int:
     sc, p = step.sc, step.parts
     if sc.method is not Method.FULL:
         return p.weights + p.quantized_base
-    per = 2 if sc.parallelism in _ZERO and sc.precision is not Precision.FP32 else sc.precision.param_bytes
+    per = 2 if sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32 else sc.precision.param_bytes
     if step.profile.reference_compute_dtype:  # loaded untrainable: never upcast (FrameworkProfile field's source)
         per = sc.precision.compute_bytes
     total = sum(round_allocation(t.numel * per) * t.count for t in base_tensors(step.spec))
