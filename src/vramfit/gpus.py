@@ -2,7 +2,8 @@
 
 Two memory figures per card, never mixed up:
 
-- ``memory_gb`` is the marketing figure, in GB = 10^9 bytes, as vendors print it ("80 GB");
+- ``memory_gb`` is the marketing figure as vendors print it ("80 GB"): a name, the real total lying between it x 10^9
+  and x 1024^3 bytes;
 - ``usable_bytes`` is what a run must fit in: the total the CUDA driver exposes to a process
   (``torch.cuda.get_device_properties(0).total_memory``, ``cudaDeviceProp.totalGlobalMem``), which
   is what ``device_bytes`` of an estimate is compared with. ``usable_kind`` says where it comes from:
@@ -86,7 +87,7 @@ class GPU:
     gpu_id: str
     name: str
     vendor: str
-    memory_gb: float  # marketing figure, GB = 10^9 bytes
+    memory_gb: float  # marketing figure ("80 GB"), not a byte count (module docstring)
     usable_bytes: int  # what CUDA exposes to a process (see usable_kind)
     bf16_tflops: float | None  # dense BF16/FP16 tensor peak (FP32 accumulate), TFLOPS
     interconnect: str

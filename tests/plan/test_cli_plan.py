@@ -160,3 +160,15 @@ def test_json_stdout_stays_json_when_files_are_written(tmp_path):
     t = run("plan", *M7, "--method", "full", "--cards", "a100-80gb-sxm", "--export", "deepspeed",
             "--export-dir", str(tmp_path / "ex2"))
     assert "wrote" in t.stdout  # a table on stdout: the messages beside it
+
+
+def test_a_plan_that_fits_only_by_paging_says_so_in_its_row():
+    """89.0 / 79.2 GiB read as a plan over its card (a review); the row and the summary say the paged optimizer state
+    makes it fit."""
+    args = ["plan", "--model", "meta-llama/Llama-2-70b-hf", "--method", "full", "--seq-len", "2048", "--effective-batch",
+            "8", "--dataset-tokens", "10M", "--cards", "h100-sxm", "--max-gpus", "8"]
+    out = runner.invoke(app, args, env={"COLUMNS": "220"}, terminal_width=220).output
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    paged = [p for p in data["plans"] if p["required_bytes"] > p["limit_bytes"]]
+    assert paged and "paged" in paged[0]["optimizer"]
+    assert "(paging)" in out and "GiB needed per GPU (fits with paging)" in out

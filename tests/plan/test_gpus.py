@@ -167,3 +167,17 @@ def test_estimate_and_gpus_take_a_gpu_file(tmp_path):
     assert '"my-card"' in out.output
     listed = CliRunner().invoke(app, ["gpus", "--gpus", str(f), "--json"])
     assert listed.exit_code == 0 and '"gpu_id": "my-card"' in listed.output
+
+
+def test_the_table_calls_memory_gb_the_marketing_figure():
+    """"80 GB" names the H100, not 80 x 10^9 bytes: its CUDA total is 85.0 x 10^9 (the review found the column headed
+    "GB (10^9)" beside 79.18 usable GiB)."""
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+    from vramfit.gpus import get_gpu
+
+    out = CliRunner().invoke(app, ["gpus"], env={"COLUMNS": "160"}, terminal_width=160).output
+    assert "marketing GB" in out and "10^9" not in out
+    h100 = get_gpu("h100-sxm")
+    assert h100.memory_gb * 10**9 < h100.usable_bytes <= h100.memory_gb * 2**30

@@ -100,3 +100,26 @@ def test_sequence_length_growth():
 def test_effective_batch_identity():
     sc = at_effective_batch(estimate(model=L7, method="lora", micro_batch_size=2, num_gpus=2).scenario, 16)
     assert sc.micro_batch_size * sc.grad_accum * sc.num_gpus == 16 and sc.micro_batch_size == 2
+
+
+def test_full_fine_tuning_counts_are_also_checked_in_pure_bf16():
+    """The guide says "treino em bf16": read literally (bf16-true, FSDP beyond one card), 5 of its 7 full fine-tuning
+    counts hold; in mixed precision (the table's reading, 16 B per parameter) only 7B on 2 x 80 GB does. The
+    guide's 12 B per parameter is neither (PRECISION_NOTE; the review found the note calling bf16-mixed the
+    guide's own arithmetic)."""
+    from vramfit.plan.guide import PRECISION_NOTE
+
+    full = [(row.size, c) for row in guide_table().rows if row.method == "full" for c in row.claims]
+    assert len(full) == 7 and all(c["pure_bf16_fits"] is not None for _, c in full)
+    holds = {(size, c["count"], c["class_gb"]) for size, c in full if c["pure_bf16_fits"]}
+    assert holds == {("7B", 1, 80), ("7B", 2, 80), ("13B", 2, 80), ("34B", 4, 80), ("70B", 8, 80)}
+    assert [(s, c["count"]) for s, c in full if c["verdict"] == "agrees"] == [("7B", 2)]
+    # pure bf16 keeps 8 B per parameter of model state on one card: 7B's weights, gradients and AdamW states
+    seven = next(c for s, c in full if s == "7B" and c["count"] == 1 and c["class_gb"] == 80)
+    n = estimate(model=L7, method="full").model.num_params
+    assert 8 * n < seven["pure_bf16_device_bytes"] < seven["device_bytes"] / 1.9
+    assert "is 12 B per parameter, which no common recipe holds" in PRECISION_NOTE
+    for row in guide_table().rows:  # each full row says so in its own lines
+        if row.method == "full":
+            assert any(w.startswith("In pure bf16 (bf16-true, 8 B per parameter") for w in row.why)
+    assert all(c["pure_bf16_fits"] is None for row in guide_table().rows if row.method != "full" for c in row.claims)

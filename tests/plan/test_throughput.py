@@ -275,3 +275,20 @@ def test_readme_shows_the_benchmark_as_it_runs():
     lines = b.format_summary(b.score(b.load(b.DEFAULT_DATA))["summary"]).splitlines()[:4]
     readme = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
     assert "\n".join(lines) in readme
+
+
+def test_the_by_source_sentence_is_the_benchmarks():
+    """docs/planner.md's "By source: ..." figures (the review found two a point off the generated table)."""
+    import re
+    from pathlib import Path
+
+    b = _bench()
+    summary = b.score(b.load(b.DEFAULT_DATA))["summary"]
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text().split())
+    named = {"QWEN1_README": "Qwen-1", "TT_README_OPT": "torchtune optimisation flags", "TORCHTITAN_PERF": "torchtitan",
+             "TT_README_2409": "torchtune Llama 3.1", "ANSWERAI_FSDP_QLORA": "Answer.AI", "TT_README_2405": "torchtune Llama 2",
+             "VRAMFIT_H200": "The H200 runs"}
+    for source, words in named.items():
+        m = summary[source]["model"]
+        figure = f"{m['median']:.0%}".replace("%", " %") + "/" + f"{m['p90']:.0%}".replace("%", " %")
+        assert re.search(re.escape(words) + r" \(?" + re.escape(figure), doc), (words, figure)

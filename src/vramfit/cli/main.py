@@ -205,7 +205,7 @@ def gpus(
     from vramfit.plan.rental import price_basis
 
     wide = console.width >= 150  # the price basis (provider, date) where it fits; `plan` always shows it
-    for col in ("id", "name", "GB (10^9)", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
+    for col in ("id", "name", "marketing GB", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""

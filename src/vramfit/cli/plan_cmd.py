@@ -76,7 +76,8 @@ def _plan_row(i: int, p) -> list[str]:
     return [
         str(i) + ("" if p.measured_path else "†"), escape(f"{p.num_gpus} × {p.gpu_id}") + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
         f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
-        setting + (f", {extras}" if extras else ""), f"{_gib(p.required_bytes or p.device_bytes)} / {_gib(p.usable_bytes)}",
+        setting + (f", {extras}" if extras else ""), f"{_gib(p.required_bytes or p.device_bytes)} / {_gib(p.usable_bytes)}"
+        + (" (paging)" if (p.required_bytes or p.device_bytes) > p.limit_bytes else ""),  # fits only with paged state
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
         "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", p.price_basis,
         f"{p.disk.total_bytes / GB:,.0f}",
@@ -143,7 +144,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
         within += "" if p.measured_path else " [yellow]† no published measurement behind its path[/yellow]"
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
-                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU, "
+                      f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU"
+                      f"{' (fits with paging)' if (p.required_bytes or p.device_bytes) > p.limit_bytes else ''}, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
         for n in p.notes:
             console.print(f"   • {n}")
@@ -338,7 +340,9 @@ def guide_cmd(json_out: bool = typer.Option(False, "--json", help="Print the tab
         t.add_column(col)
     for r in g.rows:
         short = {"agrees": "yes", "does not fit": "no", "more than needed": "more than needed"}
-        said = "; ".join(dict.fromkeys(f"{c['count']}×{c['class_gb']}: {short[c['verdict']]}" for c in r.claims)) or "—"
+        pure = {True: " (pure bf16: yes)", False: " (pure bf16: no)", None: ""}  # full fine-tuning's bf16-true reading
+        said = "; ".join(dict.fromkeys(f"{c['count']}×{c['class_gb']}: {short[c['verdict']]}{pure[c['pure_bf16_fits']]}"
+                                       for c in r.claims)) or "—"
         t.add_row(r.size, r.method, _gib(r.device_bytes), _gib(r.device_bytes_checkpointed),
                   *[f"×{r.fewest[gb]}" if r.fewest[gb] else ">8" for gb in (24, 48, 80)], r.smallest, said,
                   "—" if not r.claims else "[green]yes[/green]" if r.agrees else "[red]no[/red]")

@@ -36,12 +36,20 @@ METHODS: dict[str, dict[str, Any]] = {
     "lora": {"method": "lora"},
     "qlora": {"method": "qlora"},
 }
-#: Why the table's full fine-tuning differs from `vramfit estimate --method full` without --precision.
+#: The guide's "treino em bf16" read literally: pure bf16 (bf16 weights, gradients and AdamW states), the default of
+#: transformers 5 and torchtune; beyond one card under FSDP, since DeepSpeed ZeRO keeps fp32 master weights
+#: (estimate/deepspeed.py master_note) and so has no pure-bf16 run.
+PURE_BF16: dict[str, Any] = {"method": "full", "precision": "bf16-true"}
+#: Why the table's full fine-tuning is bf16-mixed, and what the guide's own arithmetic is.
 PRECISION_NOTE = (
-    "Full fine-tuning here is bf16-mixed (fp32 weights and AdamW states, 16 B per parameter), the guide's own "
-    "arithmetic (7B: 14 GB weights + 56 GB Adam + 14 GB gradients). `vramfit estimate --method full` without "
-    "--precision uses the framework's default instead: bf16-true for transformers 5 and torchtune (8 B per "
-    "parameter, about half), bf16-mixed for litgpt. Give --precision bf16-mixed to match this table."
+    "Full fine-tuning here is bf16-mixed (PyTorch AMP, the usual recipe: fp32 weights, gradients and AdamW states, "
+    "16 B per parameter). The guide's arithmetic (7B: 14 GB weights + 56 GB Adam + 14 GB gradients) is 12 B per "
+    "parameter, which no common recipe holds: AMP keeps the weights and gradients in fp32 too, and pure bf16 "
+    "(bf16-true: bf16 weights, gradients and AdamW states, 8 B per parameter, the default of transformers 5 and "
+    "torchtune) keeps Adam's moments in bf16. Each full fine-tuning card count is also checked in pure bf16 (FSDP "
+    "beyond one card: DeepSpeed ZeRO keeps fp32 master weights), in its row's lines below. `vramfit estimate "
+    "--method full` without --precision uses the framework's default: bf16-true for transformers 5 and torchtune, "
+    "bf16-mixed for litgpt. Give --precision bf16-mixed to match this table."
 )
 #: "Typical" settings (the guide: bf16 and typical sequence lengths): stated with the table.
 SETTINGS: dict[str, Any] = {"seq_len": 2048, "micro_batch_size": 1, "optimizer": "adamw", "lora_rank": 16}
@@ -129,10 +137,10 @@ def _gb(n: int) -> str:
     return f"{n / GB:,.1f} GB"
 
 
-def _fits(ev: Evaluator, card: str, n: int) -> tuple[bool, int]:
-    """Whether n cards fit (ZeRO-3 beyond one; best of no and full checkpointing), and that peak."""
+def _fits(ev: Evaluator, card: str, n: int, sharded: str = "zero3") -> tuple[bool, int]:
+    """Whether n cards fit (``sharded`` beyond one; best of no and full checkpointing), and that peak."""
     limit = limit_bytes(get_gpu(card), GUIDE_MARGIN)
-    par = {"num_gpus": n, "parallelism": "none" if n == 1 else "zero3", "gpu": card}
+    par = {"num_gpus": n, "parallelism": "none" if n == 1 else sharded, "gpu": card}
     best = min((ev.estimate(**par, gradient_checkpointing=ck) for ck in ("none", "full")),
                key=lambda r: r.peak.device_bytes)
     return fits(best, limit), best.peak.device_bytes
@@ -191,9 +199,24 @@ def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], 
                        f"{_gb(c['device_bytes'])} per GPU there, so it needs {need_s}.")
         else:
             out.append(f"Section {c['section']} asks for {c['count']} x {c['class_gb']} GB; {need_s} already fits.")
+        if c.get("pure_bf16_fits") is not None:
+            out.append(f"In pure bf16 (bf16-true, 8 B per parameter{', FSDP' if c['count'] > 1 else ''}) "
+                       f"{c['count']} x {c['class_gb']} GB {'fits' if c['pure_bf16_fits'] else 'does not fit either'}: "
+                       f"{_gb(c['pure_bf16_device_bytes'])} per GPU.")
     if size == "7B" and method == "full" and any(c["class_gb"] == 48 for c in wrong):
         out.append("Section 05 puts 7B full fine-tuning in the 48 GB class, but the guide's own total (84 GB) already exceeds 48 GB.")
     return out
+
+
+def _claim(ev: Evaluator, cl: Claim, need: int | None, method: str) -> dict[str, Any]:
+    """One card-count check with our verdict; full fine-tuning's also in pure bf16 (``pure_bf16_fits``,
+    ``pure_bf16_device_bytes``: :data:`PURE_BF16` under FSDP beyond one card; None for the other methods)."""
+    card = dict((g, c) for g, c in CLASSES)[cl.class_gb]
+    ok, dev = _fits(ev, card, cl.count)
+    verdict = "does not fit" if not ok else ("agrees" if need == cl.count else "more than needed")
+    pure = _fits(Evaluator({**ev.base.to_dict(), **PURE_BF16}), card, cl.count, "fsdp") if method == "full" else (None, None)
+    return {**cl.to_dict(), "fits": ok, "device_bytes": dev, "verdict": verdict,
+            "pure_bf16_fits": pure[0], "pure_bf16_device_bytes": pure[1]}
 
 
 def guide_table() -> GuideTable:
@@ -208,13 +231,7 @@ def guide_table() -> GuideTable:
             fewest: dict[int, int | None] = {}
             for gb, card in CLASSES:
                 fewest[gb] = next((n for n in COUNTS if _fits(ev, card, n)[0]), None)
-            claims = []
-            for cl in all_claims.get((size, method), ()):
-                card = dict((g, c) for g, c in CLASSES)[cl.class_gb]
-                ok, dev = _fits(ev, card, cl.count)
-                need = fewest[cl.class_gb]
-                verdict = "does not fit" if not ok else ("agrees" if need == cl.count else "more than needed")
-                claims.append({**cl.to_dict(), "fits": ok, "device_bytes": dev, "verdict": verdict})
+            claims = [_claim(ev, cl, fewest[cl.class_gb], method) for cl in all_claims.get((size, method), ())]
             options = [(n * gb, n, gb) for gb, n in fewest.items() if n]
             smallest = f"{min(options)[1]} x {min(options)[2]} GB" if options else f"more than {max(COUNTS)} x 80 GB"
             comps = _part_sizes(ck)

@@ -281,9 +281,18 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
                                         tokens, kept, deadline))
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking,
-                                                          pinned_layout(search.ev.base))))
+                                                          pinned_layout(search.ev.base), _host_bound(search, g, mine, limit, lacks))))
     plans.sort(key=lambda p: _rank(p, order))
     return plans, excluded, blocked
+
+
+def _host_bound(search, g: GPU, mine: tuple[int, ...], limit: int, lacks: tuple[str, ...]) -> tuple[int, int] | None:
+    """(GPUs, host bytes per GPU) of the fewest ``g`` that fit only with more host RAM than :data:`HOST_RAM_PER_GPU`
+    allows offloaded state (then that cap, not the card, is why no plan was found); None where none fit anyway."""
+    for n in mine:
+        if (pick := search.best(g, n, limit, None, lacks)) is not None:
+            return n, search.figs.get(pick[0], pick[1], None).host
+    return None
 
 
 def _changes_for_named(named: list[str] | None, blocked: set, ev: Evaluator, sc: Scenario, margin: float,

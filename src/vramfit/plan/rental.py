@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from vramfit.gpus import GPU
+from vramfit.units import GB
 
 
 @dataclass(frozen=True)
@@ -123,17 +124,25 @@ def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
 
 
 def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts: tuple[int, ...], eff: int,
-              lacking: list[int], pinned: tuple[str, str] | None = None) -> str:
-    """The reason a card got no plan (``pinned``: the layout a DeepSpeed config fixes, :func:`search.pinned_layout`)."""
+              lacking: list[int], pinned: tuple[str, str] | None = None, host: tuple[int, int] | None = None) -> str:
+    """The reason a card got no plan (``pinned``: the layout a DeepSpeed config fixes, :func:`search.pinned_layout`;
+    ``host``: the GPUs and host bytes per GPU of a plan that fits the card only beyond the planner's host RAM cap)."""
+    from vramfit.plan.planner import HOST_RAM_PER_GPU
+
     if not mine:
         return f"rented in units of {min(g.rental_gpus)} GPUs; effective batch {eff} allows at most {max(counts)}"
     if lacking:
         return f"fits {lacking[0]} x {g.gpu_id} only with settings its stack lacks ({stack_of(g).note})"
+    fewer = f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else ""
+    if host is not None:
+        return (f"fits {host[0]} x {g.gpu_id} only with offloaded state needing {host[1] / GB:,.0f} GB of host RAM per "
+                f"GPU, over the {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU plans assume (a DGX H100: 2 TB for 8 GPUs)"
+                + fewer)
     unit = f" (rented at most {max(g.rental_gpus)} per instance)" if g.rental_gpus else ""
     tried = ("ZeRO-3, checkpointing and offload" if pinned is None else
              f"the DeepSpeed config's {pinned[0]} and offload {pinned[1]}, with checkpointing")
     return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with {tried} (at micro-batch 1)"
-            + (f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else "")
+            + fewer
             + ("; give max_gpus above 8 to plan across nodes" if max(all_counts) == 8 and max(mine) == 8 else ""))
 
 

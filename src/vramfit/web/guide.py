@@ -62,7 +62,8 @@ def sizing() -> dict[str, Any]:
             "peak_gib": gib(r["device_bytes"]), "ckpt_gib": gib(r["device_bytes_checkpointed"]),
             "link": calc_link(keys), "ckpt_link": calc_link({**keys, "gradient_checkpointing": "full"}),
             "fewest": {int(k): v for k, v in r["fewest"].items()}, "why": r["why"],
-            "claims": list({(c["count"], c["class_gb"]): {**c, "gib": gib(c["device_bytes"])}
+            "claims": list({(c["count"], c["class_gb"]): {**c, "gib": gib(c["device_bytes"]),
+                                                           "pure_gib": gib(c["pure_bf16_device_bytes"] or 0)}
                             for c in r["claims"]}.values()),
         })
     by: dict[str, dict[str, Any]] = {}

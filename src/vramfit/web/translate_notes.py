@@ -4,6 +4,8 @@ sentences of the planner and the scenario check that reach the page: part of
 
 from __future__ import annotations
 
+from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
+
 NOTE_RULES: list[tuple[str, str]] = [
     # ---- the catalog's notes (vramfit.models, data/models.json)
     (r"^Mistral released the v0\.2 base model outside the Hub; this is the community conversion, architecture "
@@ -132,4 +134,14 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^params: a generic decoder of ([\d,]+) parameters rounds up to more than ([\d,]+) \(MAX_PARAMS\); give a smaller "
      r"count$", "params: um decoder genérico de ⟨$1⟩ parâmetros arredonda para mais de ⟨$2⟩ (MAX_PARAMS); indica um número "
      "menor"),
+    # ---- the planner's host RAM cap (vramfit.plan.rental not_found) and the guide's pure-bf16 reading (plan/guide.py)
+    (r"^fits (\d+) x (\S+) only with offloaded state needing " + _N + r" GB of host RAM per GPU, over the (\d+) GB per "
+     r"GPU plans assume \(a DGX H100: 2 TB for 8 GPUs\)",
+     "cabe em $1 × $2 só com estado descarregado que precisa de ⟨$3⟩ GB de RAM do host por GPU, acima dos $4 GB por "
+     "GPU que os planos supõem (um DGX H100: 2 TB para 8 GPUs)"),
+    (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB fits: " + _N + r" GB per GPU\.$",
+     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB cabe: ⟨$4⟩ GB por GPU."),
+    (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB does not fit either: " + _N
+     + r" GB per GPU\.$",
+     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB também não cabe: ⟨$4⟩ GB por GPU."),
 ]
