@@ -37,5 +37,5 @@ def test_the_replay_releases_the_steps_own_free_segments():
     """A 400 MiB step tensor freed, then a 500 MiB one: the first's segment is wholly free when the second opens its
     own, so a card without the room releases it (100 MiB kept live throughout)."""
     MiB = 2**20
-    reserved, at_step, released = zero2_step._zero2_replay((100 * MiB, 400 * MiB, -2, 500 * MiB), ((3, 4),), None)
-    assert (reserved, at_step, released) == (1000 * MiB, 600 * MiB, 400 * MiB)
+    reserved, at_step, needed = zero2_step._zero2_replay((100 * MiB, 400 * MiB, -2, 500 * MiB), ((3, 4),), None)
+    assert (reserved, at_step, needed) == (1000 * MiB, 600 * MiB, 600 * MiB)  # 400 MiB released: 1000 - 600

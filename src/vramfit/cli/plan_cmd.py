@@ -77,7 +77,7 @@ def _plan_row(i: int, p) -> list[str]:
         str(i) + ("" if p.measured_path else "†"), escape(f"{p.num_gpus} × {p.gpu_id}") + (f" (pay {p.billed_gpus})" if p.billed_gpus > p.num_gpus else ""),
         f"{p.micro_batch_size} × {p.grad_accum}", p.gradient_checkpointing,
         setting + (f", {extras}" if extras else ""), f"{_gib(p.required_bytes or p.device_bytes)} / {_gib(p.usable_bytes)}"
-        + (" (paging)" if (p.required_bytes or p.device_bytes) > p.limit_bytes else ""),  # fits only with paged state
+        + (" (paging)" if p.paging else ""),
         f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "", _hours(p.hours), cost,
         "" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:,.2f}", p.price_basis,
         f"{p.disk.total_bytes / GB:,.0f}",
@@ -145,7 +145,7 @@ def render_plan(r, top: int, show_all: bool) -> None:
         console.print(f"[bold]{label}:[/bold] {p.num_gpus} × {escape(p.gpu_name)}, micro-batch {p.micro_batch_size} × "
                       f"{p.grad_accum} accumulation, checkpointing {p.gradient_checkpointing}, {p.parallelism}"
                       f"{'' if p.offload == 'none' else ' + ' + p.offload + ' offload'}: {_gib(p.required_bytes or p.device_bytes)} GiB needed per GPU"
-                      f"{' (fits with paging)' if (p.required_bytes or p.device_bytes) > p.limit_bytes else ''}, "
+                      f"{' (fits with paging)' if p.paging else ''}, "
                       f"{p.tokens_per_s:,.0f} tokens/s, {_hours(p.hours) or '—'}, {_usd(p.cost_usd_low) or '—'}{within}")
         for n in p.notes:
             console.print(f"   • {n}")

@@ -143,15 +143,15 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
     events, windows, streams = _zero2_events(loss_events, (group, grads), sc.precision.compute_bytes, norm, foreach,
                                              load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1,
                                              ipg_reduction(r))
-    reserved, at_step, released = _zero2_replay(tuple(events), tuple(windows), conf, streams)
-    return max(0, reserved - at_step - (released if required else 0)) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
+    reserved, at_step, needed = _zero2_replay(tuple(events), tuple(windows), conf, streams)
+    return max(0, (needed if required else reserved) - at_step) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 
 
 @lru_cache(maxsize=1024)  # the reserved and the required figure replay the same events
 def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf | None,
                   streams: frozenset[int] = frozenset()) -> tuple[int, int, int]:
-    """(peak reserved, peak live bytes in ``windows``, what ``release_cached_blocks`` gives back: the peak reserved less
-    the most the segments holding a live block ever reach, ``stats.peak_required``) of ``events`` replayed through
+    """(peak reserved, peak live bytes in ``windows``, the most the segments holding a live block ever reach,
+    ``stats.peak_required``) of ``events`` replayed through
     :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, the simulator's ``required``: at any allocation a
     card without the room releases every wholly free segment, the flatten's originals, the reduction stream's and
     the step's own alike, and retries. (Only the originals and the reduction stream's came off before: Llama-3.1-8B
@@ -172,7 +172,7 @@ def _zero2_replay(events: tuple[int, ...], windows: tuple, conf: AllocatorConf |
             live -= sizes[-ev - 1]
         if any(a <= i < b for a, b in windows):
             at_step = max(at_step, live)
-    return model.stats.peak_reserved, at_step, model.stats.peak_reserved - model.stats.peak_required
+    return model.stats.peak_reserved, at_step, model.stats.peak_required
 
 
 def _optimizer_step(ev: list[int], alloc, grads: int, first: bool, sizes: tuple[int, int, int], foreach: bool) -> None:

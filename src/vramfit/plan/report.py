@@ -57,6 +57,11 @@ class Plan:
     required_bytes: int = 0
 
     @property
+    def paging(self) -> bool:
+        """Fits only by paging its optimizer state out: the verdict's figure is over the limit (vramfit.plan.verdict)."""
+        return (self.required_bytes or self.device_bytes) > self.limit_bytes
+
+    @property
     def tokens_per_s(self) -> float | None:
         return self.speed.tokens_per_s if self.speed else None
 

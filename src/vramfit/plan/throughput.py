@@ -257,8 +257,7 @@ def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tr
     gptq = 0.0
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
-    shards = sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP,
-                                                                  Parallelism.FSDP_GRAD_OP) else 1
+    shards = sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
