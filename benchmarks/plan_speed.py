@@ -25,7 +25,7 @@ import time
 
 from vramfit.gpus import list_gpus
 from vramfit.plan import plan
-from vramfit.plan.evaluate import gpu_classes
+from vramfit.plan.evaluate import class_shifts
 
 CASES: tuple[tuple[str, dict, dict], ...] = (
     ("70B QLoRA seq 4096 (the brief's example)",
@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--nodes", action="store_true", help="the several-node cases (70B/405B full fine-tuning)")
     ap.add_argument("--moe", action="store_true", help="the several-node MoE cases (expert parallel searched)")
     args = ap.parse_args()
-    gpu_classes()  # one-time probe of the catalog, cached for the process
+    class_shifts()  # one-time probe of the catalog, cached for the process
     rows = []
     for name, scenario, kwargs in MOE_CASES if args.moe else NODE_CASES if args.nodes else CASES:
         times, cpu = [], []

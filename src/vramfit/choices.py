@@ -203,6 +203,21 @@ class KbitPrepare(_Choice):
     NO = "no"
 
 
+class AdamwImpl(_Choice):
+    """Which torch.optim implementation runs the ``adamw`` optimizer (torch v2.13.0 torch/optim/adamw.py):
+    ``fused`` (``fused=True``: one kernel, no parameter-sized temporaries) or ``foreach`` (``_multi_tensor_adamw``,
+    torch's default on CUDA when ``fused`` is not asked for: ``_default_to_fused_or_foreach`` in
+    torch/optim/optimizer.py; its ``torch._foreach_sqrt`` copies the second moment). ``auto`` follows the framework
+    release (the HF Trainer's ``adamw_torch_fused`` default from transformers 4.54/5, ``adamw_torch`` = foreach
+    before; each profile's ``torch_optimizer_impl``). An HF ``optim: adamw_torch`` or torchtune's ``fused: False``
+    is ``foreach``. Ignored for other optimizers.
+    """
+
+    AUTO = "auto"
+    FUSED = "fused"
+    FOREACH = "foreach"
+
+
 class UseReentrant(_Choice):
     """Whether the Trainer's gradient checkpointing is torch's reentrant one (``gradient_checkpointing_kwargs=
     {"use_reentrant": ...}``). ``auto`` follows the framework release: transformers 4.x fills no kwargs with

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vramfit.choices import (  # noqa: F401 - the scenario's enums, re-exported (vramfit.scenario.Method, ...)
+    AdamwImpl,
     Attention,
     Checkpointing,
     Framework,
@@ -74,6 +75,7 @@ class Scenario:
     lora_alpha: float = 32.0
     lora_targets: tuple[str, ...] = (ALL_LINEAR,)
     optimizer: Optimizer = Optimizer.ADAMW
+    optimizer_impl: AdamwImpl = AdamwImpl.AUTO  # torch AdamW: fused or foreach (extension)
     optimizer_in_backward: bool = False
     micro_batch_size: int = 1
     seq_len: int = 2048
@@ -293,6 +295,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("optimizer", CH, "Optimizer; paged-* keep their state in CUDA managed memory that pages out to host RAM "
           "when the card is full; adamw-8bit is bitsandbytes' AdamW8bit, adamw-8bit-torchao and adamw-4bit torchao's "
           "(a compiled fp32 step per parameter).", ("Optimizer", "Otimizador"), choices=Optimizer),
+    Field("optimizer_impl", CH, "torch AdamW implementation (optimizer adamw): fused (one kernel) or foreach "
+          "(torch's default when fused is not asked for: HF optim adamw_torch, torchtune fused False; its step copies "
+          "the second moment). auto = as the framework release does (transformers 5: fused; 4.53 and older: foreach).",
+          ("AdamW implementation", "Implementação do AdamW"), choices=AdamwImpl),
     Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),
     Field("micro_batch_size", INT, "Sequences per GPU per forward/backward.", ("Micro-batch per GPU", "Micro-batch por GPU"),

@@ -13,7 +13,7 @@ FIX = Path(__file__).parent / "fixtures"
 #: fixtures/ds_z2.json and ds_z3_offload.json as the scenario holds them (typed zero_optimization keys)
 DS_Z2 = {'zero_optimization': {'stage': 2, 'reduce_bucket_size': 'auto', 'allgather_bucket_size': 500000000, 'overlap_comm': True, 'contiguous_gradients': True}}
 DS_Z3 = {'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'cpu'}, 'offload_param': {'device': 'cpu'}, 'reduce_bucket_size': 'auto', 'overlap_comm': False, 'contiguous_gradients': True, 'stage3_prefetch_bucket_size': 'auto', 'stage3_param_persistence_threshold': 'auto'}}
-BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "use_reentrant": "auto", "fsdp_version": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
+BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kbit_prepare": "auto", "use_reentrant": "auto", "optimizer_impl": "auto", "fsdp_version": "auto", "optimizer_in_backward": False, "quantize_experts": "auto", "gpu": None, "compile": False, "num_gpus": 1,
         "parallelism": "none", "offload": "none", "attention": "sdpa", "loss": "standard",
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,
@@ -29,7 +29,7 @@ EXPECTED = {
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                           "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05,
                           "eval_batch_size": 2, "kbit_prepare": "no"},  # norms/embeddings cast back to 16 bits
-    "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed",
+    "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "optimizer_impl": "fused", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
                               "gradient_checkpointing": "full", "attention": "flash", "loss": "fused",
@@ -78,13 +78,14 @@ EXPECTED = {
                              "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0,
                              "lora_targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                              "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 8,
-                             "gradient_checkpointing": "full", "loss": "fused", "framework": "torchtune", "lora_dropout": 0.0},
+                             "gradient_checkpointing": "full", "loss": "fused", "framework": "torchtune", "lora_dropout": 0.0,
+                             "optimizer_impl": "fused"},
     "torchtune_full_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.2-3B", "method": "full", "precision": "bf16-true",
                                  "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                  "optimizer": "adamw", "optimizer_in_backward": False, "micro_batch_size": 4,
                                  "seq_len": 2048, "grad_accum": 1, "gradient_checkpointing": "offload", "loss": "chunked",
                                  "parallelism": "fsdp", "offload": "optimizer+params", "framework": "torchtune",
-                                 "lora_dropout": None, "compile": True},
+                                 "lora_dropout": None, "compile": True, "optimizer_impl": "fused"},
     "litgpt_lora.yaml": {**BASE, "model": "mistralai/Mistral-7B-v0.1", "method": "lora", "precision": "bf16-true",
                          "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0,
                          "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -113,7 +114,7 @@ TITAN_8B = {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "preci
             "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "framework": "torchtitan", "lora_dropout": None}
 EXPECTED.update({
     "swift_lora_sft.sh": SWIFT_LORA,
-    "swift_args.json": SWIFT_LORA,
+    "swift_args.json": {**SWIFT_LORA, "optimizer_impl": "foreach"},  # optim adamw_torch: foreach
     "swift_qlora_bnb.sh": {**SWIFT_LORA, "method": "qlora", "quantize": "nf4-dq", "kbit_prepare": "no"},
     "swift_zero2.sh": {**SWIFT_LORA, "num_gpus": 2, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
     "swift_sft.yaml": {**SWIFT_LORA, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},

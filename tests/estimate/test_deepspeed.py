@@ -220,7 +220,7 @@ def test_keys_a_deepspeed_config_sets_that_the_estimate_does_not_model_are_named
         "optimizer.type: the scenario's optimizer key sets the optimizer",
         "zero_optimization.zero_quantized_weights, zero_optimization.reduce_bucket_sise: not read by vramfit (it "
         "models the stage, offload and the buffer sizes in estimate/deepspeed.py)",
-        "data_types.grad_accum_dtype: unknown to vramfit, check the spelling")
+        "data_types.grad_accum_dtype: the gradient accumulation dtype (grad_accum_dtype)")  # a real DeepSpeed key
     note = [a for a in estimate(sc).assumptions if a.startswith("DeepSpeed config keys not modelled")]
     assert len(note) == 1 and "zero_quantized_weights" in note[0] and "steps_per_print" not in note[0]
     assert sc.deepspeed_config.to_dict() == {"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}

@@ -43,7 +43,7 @@ def _exhaustive(s: Search, gid: str, n: int):
     the one definition of fits (verdict.fits: paged optimizer state may page out); the rule of
     Search.best: T = the fastest that fits; within TIE of T the fewest compromises, largest micro-batch, time."""
     g = get_gpu(gid)
-    cls = gpu_classes().get(gid) or None
+    cls = s.classes.get(gid) or None
     lacks = set(stack_of(g).lacks)
     fit = []
     for i, c in enumerate(s.configs(n)):

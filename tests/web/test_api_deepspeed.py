@@ -27,3 +27,11 @@ def test_a_pasted_deepspeed_config_is_bounded_like_every_pasted_text(client):
     assert big.json()["error"] == "deepspeed_config: the pasted config holds a number too large to read (over 4,300 digits)"
     twice = client.post("/api/estimate", json={"model": MODEL, "deepspeed_config": '{"a": 1, "a": 2}'})
     assert twice.status_code == 422 and twice.json()["error"] == "deepspeed_config: the pasted config gives the key 'a' twice"
+
+
+def test_an_offload_section_that_is_not_a_mapping_is_422(client):
+    """DeepSpeed's config model takes ``offload_param: {"device": "cpu"}``; the word alone used to read as no offload."""
+    ds = '{"zero_optimization": {"stage": 3, "offload_param": "cpu"}}'
+    r = client.post("/api/estimate", json={"model": MODEL, "method": "full", "num_gpus": 4, "deepspeed_config": ds})
+    assert r.status_code == 422 and r.json()["key"] == "deepspeed_config"
+    assert "offload_param must be a mapping such as {\"device\": \"cpu\"}, got 'cpu'" in r.json()["error"]

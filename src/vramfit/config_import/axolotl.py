@@ -359,4 +359,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         hf.launcher_gpus(r)
     r.out["framework"] = "hf"
     r.out["framework_version"] = AXOLOTL_RELEASE
+    hf.check_trainer_match(r, extra)
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

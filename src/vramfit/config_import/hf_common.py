@@ -38,6 +38,11 @@ HF_OPTIMIZERS: dict[str, str] = {
     "adafactor": "adafactor", "sgd": "sgd", "lion_32bit": "lion", "lion_8bit": "lion-8bit",
 }
 
+#: The torch AdamW implementation an HF ``optim`` name runs (transformers 5.24.0 trainer_optimizer.py: ``adamw_torch_fused``
+#: passes ``fused=True``, ``adamw_torch`` nothing, so torch/optim/adamw.py picks foreach on CUDA; apex's FusedAdam is one
+#: multi-tensor kernel with no parameter-sized temporaries) -> the scenario's optimizer_impl.
+HF_ADAMW_IMPL: dict[str, str] = {"adamw_torch": "foreach", "adamw_torch_fused": "fused", "adamw_apex_fused": "fused"}
+
 #: The optimizer each vramfit value is written back as (the plainest HF name for it).
 HF_OPTIMIZER_NAMES: dict[str, str] = {
     "adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "paged-adamw": "paged_adamw_32bit",
@@ -71,10 +76,13 @@ DS_IGNORED = [
 
 
 def optimizer(r: KeyReader, key: str, value: Any) -> None:
+    """The optimizer, and where the config names it, the AdamW implementation (:data:`HF_ADAMW_IMPL`)."""
     name = str(value).strip().lower()
     if name not in HF_OPTIMIZERS:
         raise r.error(f"{key} '{value}' is not modelled yet; vramfit models {', '.join(sorted(HF_OPTIMIZERS))}")
     r.set(key, "optimizer", HF_OPTIMIZERS[name])
+    if r.has(key) and name in HF_ADAMW_IMPL:  # a default leaves it to the framework release (optimizer_impl auto)
+        r.set(key, "optimizer_impl", HF_ADAMW_IMPL[name])
 
 
 def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
@@ -100,10 +108,14 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     an unknown key or a non-Adam ``optimizer.type`` is reported as not modelled instead of refused."""
     data = load_mapping(path) if data is None else data
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
+    _offload_shapes(ds, data, path)
     stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
+    partial = _partial_offload(ds, path) if opt_dev not in ("none", None) else None
+    if partial is not None:  # the rest of the optimizer state stays on the GPU: counted as not offloaded
+        opt_dev = "none"
     params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
     # below stage 3 DeepSpeed never reads offload_param: _configure_zero_optimizer builds DeepSpeedZeroOptimizer with
     # offload_optimizer_config only (deepspeedai/DeepSpeed@edaa722, v0.19.5+, runtime/engine.py l. 2382-2416)
@@ -120,6 +132,9 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     elif params_only:
         ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
         ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
+    if partial is not None:
+        ds.mark("zero_optimization.offload_optimizer.ratio", f"partial optimizer offload (ratio {partial:g}: the rest "
+                "of the optimizer state stays on the GPU): counted as no optimizer offload (an upper bound)")
     if "nvme" in (opt_dev, par_dev):
         ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
     typ = ds.get("optimizer.type")
@@ -131,12 +146,13 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
         else:
             ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
     if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
-        _buffer_sizes(ds, data, path)
+        _buffer_sizes(ds, _without_optimizer_offload(data) if partial is not None else data, path)
     for pattern, reason in DS_IGNORED:
         ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
     ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
     ds.not_modelled("aio", "NVMe offload I/O")
+    ds.not_modelled("data_types", "the gradient accumulation dtype (grad_accum_dtype)")
     if not strict:
         for k in [k for k in ds.flat if k not in ds.entries]:
             ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], UNKNOWN_DS_KEY)
@@ -144,6 +160,61 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"
     return ds.out, list(ds.entries.values())
+
+
+def _offload_shapes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
+    """An offload section that is not a mapping (``"offload_param": "cpu"``) refused, as DeepSpeed's config model does."""
+    zero = data.get("zero_optimization")
+    for key in ("offload_optimizer", "offload_param"):
+        sub = zero.get(key) if isinstance(zero, dict) else None
+        if sub is not None and not isinstance(sub, dict):
+            raise fail(path, f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}")
+
+
+def _partial_offload(ds: KeyReader, path: Path) -> float | None:
+    """``offload_optimizer.ratio`` below 1 (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig ``ratio``, default 1.0: the
+    share of the optimizer states the CPU updates, ZeRO-3 only), else None."""
+    ratio = ds.get("zero_optimization.offload_optimizer.ratio", 1.0, "DeepSpeed default: 1.0")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+        raise fail(path, f"zero_optimization.offload_optimizer.ratio must be a number from 0 to 1, got {ratio!r}")
+    return float(ratio) if ratio < 1 else None
+
+
+def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its optimizer offload section dropped (a partial offload counted as none)."""
+    zero = {k: v for k, v in data["zero_optimization"].items() if k != "offload_optimizer"}
+    return {**data, "zero_optimization": zero}
+
+
+#: DeepSpeed keys the HF Trainer fills from its own arguments and refuses when set otherwise (transformers 5.24.0
+#: integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process ``fill_match``, then
+#: ``trainer_config_finalize``: "Please correct the following DeepSpeed config values that mismatch
+#: TrainingArguments values"), with the scenario value each is checked against.
+DS_TRAINER_MATCH = {
+    "train_micro_batch_size_per_gpu": ("micro_batch_size", lambda sc: sc.micro_batch_size),
+    "gradient_accumulation_steps": ("grad_accum", lambda sc: sc.grad_accum),
+    "bf16.enabled": ("precision", lambda sc: sc.precision.value.startswith("bf16")),
+    "fp16.enabled": ("precision", lambda sc: sc.precision.value.startswith("fp16")),
+}
+
+
+def check_trainer_match(r: KeyReader, entries: list[Entry]) -> None:
+    """Refuse, as the HF Trainer does, a DeepSpeed value (not ``auto``) that contradicts the training config's own
+    (:data:`DS_TRAINER_MATCH`), naming both."""
+    from vramfit.scenario import parse_scenario
+
+    found = {e.key.rsplit(" → ", 1)[-1]: e for e in entries if " → " in e.key}
+    wanted = {k: e for k, e in found.items() if k in DS_TRAINER_MATCH and e.value != "auto"}
+    if not wanted:
+        return
+    sc = parse_scenario(r.out if r.out.get("model") or r.out.get("params") else {**r.out, "model": "placeholder"})
+    for k, e in wanted.items():
+        key, value = DS_TRAINER_MATCH[k]
+        own = value(sc)
+        if e.value != own:
+            shown = sc.precision.value if key == "precision" else own
+            raise r.error(f"{e.key}: {e.value!r} contradicts the training config's {key} ({shown}); the HF Trainer "
+                          f"refuses the mismatch (trainer_config_finalize): set it to \"auto\" or to {own!r}")
 
 
 def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:

@@ -57,6 +57,8 @@ NOT_MODELLED = {
     "fp8": "FP8 training", "fp8_*": "FP8 training", "freeze_vision_tower": "multimodal freezing",
     "freeze_multi_modal_projector": "multimodal freezing", "freeze_language_model": "multimodal freezing",
     "mixed_precision": "Megatron precision", "moe_aux_loss_coef": "MoE auxiliary loss",
+    # hiyouga/LLaMA-Factory src/llamafactory/hparams/model_args.py ModelArguments: fp32 norms, fp32 lm_head outputs
+    "upcast_layernorm": "layer norms upcast to fp32", "upcast_lmhead_output": "lm_head output upcast to fp32",
 }
 
 _ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "disabled": "eager"}
@@ -192,4 +194,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         hf.launcher_gpus(r)
     _reentrant(r)
     r.out["framework"] = "hf"
+    hf.check_trainer_match(r, extra)
     return r.finish(IGNORED, WRITE_KEYS, companions, extra)

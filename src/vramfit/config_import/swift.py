@@ -390,4 +390,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     for k in [k for k in r.flat if k not in r.entries and r.flat[k] in (None, False, "", [], {})]:
         r.entries[k] = Entry("ignored", k, r.flat[k], "unset or off")  # args.json lists every argument
     r.ignore("*", UNKNOWN)
+    hf.check_trainer_match(r, extra)
     return r.finish([], WRITE_KEYS, (), extra)

@@ -139,6 +139,9 @@ def _step(r: KeyReader) -> None:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")
     name = "sgd-momentum" if OPTIMIZERS[opt] == "sgd" and r.flat.get("optimizer.momentum") else OPTIMIZERS[opt]
     r.set("optimizer._component_", "optimizer", name)
+    if opt in ("torch.optim.AdamW", "torch.optim.Adam") or r.has("optimizer.fused"):  # torch picks foreach on CUDA
+        fused = hf.boolean(r, "optimizer.fused", False, "torch v2.13.0 torch/optim/optimizer.py _default_to_fused_or_foreach")
+        r.set("optimizer.fused", "optimizer_impl", "fused" if fused else "foreach")  # (inert for other optimizers)
     loss = r.get("loss._component_", "torch.nn.CrossEntropyLoss", SOURCE)
     if hf.scalar(r, "loss._component_", loss, list(LOSSES)) not in LOSSES:
         raise r.error(f"loss '{loss}' is not modelled yet (valid values: {', '.join(LOSSES)})")

@@ -251,4 +251,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     keys = {**WRITE_KEYS, "seq_len": "max_seq_length"} if r.has("max_seq_length") else dict(WRITE_KEYS)
     if r.has("activation_checkpointing"):
         keys["gradient_checkpointing"] = "activation_checkpointing"
+    hf.check_trainer_match(r, extra)
     return r.finish(IGNORED, keys, companions, extra)

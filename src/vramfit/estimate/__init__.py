@@ -159,11 +159,19 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
 def inert_key_notes(sc: Scenario, spec) -> list[str]:
     """Choices set (not ``auto``) where the scenario gives them nothing to act on: said, not silently dropped.
 
-    Each follows the choice's own contract (vramfit/choices.py: KbitPrepare, UseReentrant, QuantizeExperts and
-    QuantizeVision are ignored without quantization, checkpointing, experts or a vision tower); GPTQ keeps its
+    Each follows the choice's own contract (vramfit/choices.py: KbitPrepare, UseReentrant, QuantizeExperts,
+    QuantizeVision and AdamwImpl are ignored without quantization, checkpointing, experts, a vision tower or AdamW); GPTQ keeps its
     16-bit parameters whatever is asked (peft v0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training
     casts to fp32 only ``if not is_gptq_quantized``)."""
-    from vramfit.choices import KbitPrepare, Quantize, QuantizeExperts, QuantizeVision, UseReentrant
+    from vramfit.choices import (
+        AdamwImpl,
+        KbitPrepare,
+        Optimizer,
+        Quantize,
+        QuantizeExperts,
+        QuantizeVision,
+        UseReentrant,
+    )
 
     out = []
     qlora = sc.method is Method.QLORA
@@ -175,6 +183,9 @@ def inert_key_notes(sc: Scenario, spec) -> list[str]:
                    "for a GPTQ model (is_gptq_quantized), so norms, embeddings and head stay 16-bit.")
     if sc.use_reentrant is not UseReentrant.AUTO and sc.gradient_checkpointing is Checkpointing.NONE:
         out.append(f"use_reentrant={sc.use_reentrant.value} is ignored: gradient checkpointing is off.")
+    if sc.optimizer_impl is not AdamwImpl.AUTO and sc.optimizer is not Optimizer.ADAMW:
+        out.append(f"optimizer_impl={sc.optimizer_impl.value} is ignored: it picks torch's AdamW implementation, and "
+                   f"this run's optimizer is {sc.optimizer.value}.")
     experts = any(lin.group == "expert" for lin in spec.block_linears)
     if sc.quantize_experts is not QuantizeExperts.AUTO and not (qlora and experts):
         why = "the model has no experts" if not experts else f"this run is {sc.method.value}, not qlora"

@@ -157,7 +157,9 @@ def _device(zero: dict, key: str) -> bool:
     sub = zero.get(key)
     if sub is None:
         return False
-    dev = sub.get("device", "none") if isinstance(sub, dict) else None
+    if not isinstance(sub, dict):  # DeepSpeed's config model takes a DeepSpeedZeroOffload*Config mapping, not a word
+        raise ScenarioError(KEY, f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}")
+    dev = sub.get("device", "none")
     if dev not in ("cpu", "nvme", "none", None):
         raise ScenarioError(KEY, f"zero_optimization.{key}.device must be one of cpu, nvme, none, got {dev!r}")
     return dev in ("cpu", "nvme")

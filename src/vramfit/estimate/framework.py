@@ -25,6 +25,7 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
     OptimizerImpl,
 )
 from vramfit.scenario import (
+    AdamwImpl,
     Framework,
     FsdpVersion,
     KbitPrepare,
@@ -72,8 +73,8 @@ def check_version(framework: Framework, value: Any) -> str:
 
 
 def scenario_profile(sc) -> FrameworkProfile:
-    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare and use_reentrant
-    choices (and no fp32 upcast under DeepSpeed's 16-bit engine).
+    """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare, use_reentrant and
+    optimizer_impl choices (and no fp32 upcast under DeepSpeed's 16-bit engine).
 
     ``kbit_prepare`` overrides ``qlora_unquantized_fp32``; peft's prepare_model_for_kbit_training never
     casts a GPTQ model (peft v0.21.2 src/peft/utils/other.py: the fp32 cast is skipped when
@@ -81,6 +82,8 @@ def scenario_profile(sc) -> FrameworkProfile:
     profile = with_fsdp_version(profile_for(sc.framework, sc.framework_version), sc)
     if sc.use_reentrant is not UseReentrant.AUTO:  # the Trainer's gradient_checkpointing_kwargs, as the user set it
         profile = replace(profile, ckpt_reentrant=sc.use_reentrant is UseReentrant.YES)
+    if sc.optimizer_impl is not AdamwImpl.AUTO:  # the AdamW implementation the user's config asks for
+        profile = replace(profile, torch_optimizer_impl=OptimizerImpl(sc.optimizer_impl.value))
     if sc.method in profile.fsdp_root_unit_methods:
         profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
     upcast = profile.qlora_unquantized_fp32

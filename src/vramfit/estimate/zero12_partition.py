@@ -5,6 +5,7 @@ Rank 0's partition (the one the estimator reports) starts with the embedding."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Method, Offload, Parallelism
@@ -27,6 +28,11 @@ def module_order(spec: ModelSpec, banks: bool = False) -> list[tuple[int, bool]]
     parameter per expert linear and layer (``FrameworkProfile.runs_transformers_modeling``; v5.24.0
     models/mixtral/modeling_mixtral.py MixtralExperts ``gate_up_proj`` (E, 2I, H), ``down_proj`` (E, H, I)), not
     ``count`` per-expert ``nn.Linear`` s. MoE and dense layers sit where :func:`_moe_layer` puts them."""
+    return list(_module_order(spec, banks))
+
+
+@lru_cache(maxsize=64)  # a pure function of the (frozen) spec: the planner asks it for each of its estimates
+def _module_order(spec: ModelSpec, banks: bool) -> tuple[tuple[int, bool], ...]:
     out = [(spec.embedding_params, True)]
     for i in range(spec.num_hidden_layers):
         for lin in _layer_linears(spec, i, banks):
@@ -35,7 +41,7 @@ def module_order(spec: ModelSpec, banks: bool = False) -> list[tuple[int, bool]]
             out += [(lin.bias_params // count, False)] * (count if lin.bias else 0)
         out += [(spec.block_norm_params, False)] if spec.block_norm_params else []
     out += [(spec.final_norm_params, False)] if spec.final_norm_params else []
-    return out + ([(spec.lm_head_params, True)] if spec.lm_head_params else [])
+    return tuple(out + ([(spec.lm_head_params, True)] if spec.lm_head_params else []))
 
 
 def _layer_linears(spec: ModelSpec, i: int, banks: bool) -> list[Linear]:

@@ -37,13 +37,16 @@ traced ``empty_cache`` (the model built whole, every load segment kept): +2.8 % 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from vramfit.choices import Checkpointing, Method, Offload, Parallelism
 from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
+    from vramfit.estimate.allocator import AllocatorConf
     from vramfit.estimate.step import Step
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel
 
 NORM_PART = 250_000_000  # DeepSpeed 0.19.8 stage3.py _constant_buffered_norm2(input, buffer_size=250000000)
 
@@ -142,24 +145,37 @@ def sub_groups(r: Step) -> list[int]:
 def zero3_reserved_floor(r: Step, as_simulated: bool = False) -> int:
     """Peak reserved bytes of the load and two steps' big tensors (module docstring) replayed through
     :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel`, ``empty_cache`` where the load runs it; 0 where ZeRO-3
-    full fine-tuning does not run."""
-    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+    full fine-tuning does not run. The load does not depend on the micro-batch: it is replayed once per distinct
+    load (:func:`_loaded`) and each estimate replays its steps on a copy."""
+    from vramfit.estimate.allocator import run_events
 
     if not zero3_replays(r):
         return 0
     ev, empty = zero3_load_events(r, as_simulated)
+    model = _loaded(tuple(ev), empty, r.profile.alloc_conf).clone()
+    steps: list[int] = []
     for first in (True, False):
         for part in (_micro_batch(r, first), _step(r, first)):
-            ev += _shifted(part, sum(1 for e in ev if e >= 0))
-    model, blocks = CachingAllocatorModel(r.profile.alloc_conf), []
-    for i, e in enumerate(ev):
+            steps += _shifted(part, sum(1 for e in steps if e >= 0))
+    run_events(model, steps)
+    return model.stats.peak_reserved
+
+
+@lru_cache(maxsize=256)  # a pure function of the load's events: the planner and the web vary only the steps after it
+def _loaded(events: tuple[int, ...], empty: int | None, conf: AllocatorConf | None) -> CachingAllocatorModel:
+    """The allocator after the load's ``events``, ``empty_cache`` before event ``empty``; never changed (each
+    estimate replays on its ``clone()``)."""
+    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+
+    model, blocks = CachingAllocatorModel(conf), []
+    for i, e in enumerate(events):
         if i == empty:
             model.empty_cache()
         if e >= 0:
             blocks.append(model.malloc(e))
         else:
             model.free(blocks[-e - 1])
-    return model.stats.peak_reserved
+    return model
 
 
 def _step(r: Step, first: bool) -> list[int]:

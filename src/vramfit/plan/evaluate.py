@@ -19,7 +19,7 @@ from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition,
 from vramfit.scenario import MAX_BATCH, Checkpointing, Loss, Optimizer, Scenario, parse_scenario
 from vramfit.stage_keys import BATCH_RULE_STAGES
 
-_PROBE: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
+_PROBE: dict[tuple, dict[str, int]] = {}
 #: Keys no rule of scenario.parse_scenario reads beyond their own range or choices: the planner's
 #: variants set them on the validated rest without re-parsing (tests/plan/test_search.py: same scenarios).
 #: Except under a stage whose rule reads the batch keys together (stage_keys.BATCH_RULE_STAGES, GRPO): there every
@@ -140,30 +140,46 @@ def _free_value(key: str, value: Any) -> Any:
         return None
 
 
-def gpu_classes() -> dict[str, str]:
-    """Cards grouped by how the estimator treats them: gpu id -> the class's first gpu id.
+def gpu_classes(sc: Scenario | None = None) -> dict[str, str]:
+    """Cards grouped by how the estimator treats them in ``sc`` (default: a small generic model on one GPU):
+    gpu id -> the class's first gpu id.
 
-    ``""`` is the class of a scenario without ``gpu``; cards in it get exactly that figure.
-
-    The estimator may depend on the card (e.g. Hopper's larger cuBLAS workspace). A small generic
-    model is estimated once per card; cards with equal results share a class, so the planner
-    estimates one card per class and assumes the card only shifts the figure by a constant
-    (:func:`class_shifts`; the search checks its pick with the class's own estimate).
+    ``""`` is the class of a scenario without ``gpu``; cards in it get exactly that figure. A class is one set of
+    the facts an estimate reads of its card (estimate/card_facts.py ``card_facts``: workspaces, CUDA context,
+    NVLS buffers behind an NVSwitch), the one answer to "which cards does the estimator tell apart" that the
+    per-card verdicts use too, so the planner's estimate for a class is the figure of every card in it
+    (tests/plan/test_plan_classes.py). The search screens with the estimate without ``gpu`` plus a constant
+    shift per class (:func:`class_shifts`) and checks its pick with the class's own estimate.
     """
-    return _probe()[0]
+    from vramfit.estimate.card_facts import card_facts
+
+    sc = sc or _probe_scenario()
+    seen: dict[tuple, str] = {card_facts(sc, None): ""}
+    out: dict[str, str] = {"": ""}
+    for g in list_gpus():
+        out[g.gpu_id] = seen.setdefault(card_facts(sc, g), g.gpu_id)
+    return out
 
 
-def class_shifts() -> dict[str, int]:
-    """Device bytes each estimator class adds to the figure of a scenario without ``gpu`` (class id -> bytes).
+def class_shifts(classes: dict[str, str] | None = None) -> dict[str, int]:
+    """Device bytes each class of ``classes`` (default :func:`gpu_classes`) adds to the figure of a scenario
+    without ``gpu``, measured on the probe model at one GPU (class id -> bytes).
 
-    Measured on the probe model of :func:`gpu_classes`: today only the workspaces differ (cuBLAS on sm90,
-    estimate/step.py ``workspaces``), a constant in every phase; tests/plan/test_search.py checks that
-    the shift is the same over the planner's settings.
+    The card's workspaces (cuBLAS on sm90, estimate/step.py ``workspaces``) and CUDA context are constants in
+    every phase; tests/plan/test_search.py checks that the shift is the same over the planner's settings.
+    NVLS buffers exist only at 3-8 GPUs behind an NVSwitch, so the probe leaves them out and the screen
+    under-counts such a class by them; the pick's check with the class's own estimate counts them.
     """
-    return _probe()[1]
+    probe = _probe()
+    return {cls: probe[cls] - probe[""] for cls in set((classes or gpu_classes()).values())}
 
 
-def _probe() -> tuple[dict[str, str], dict[str, int]]:
+def _probe_scenario() -> Scenario:
+    return Scenario(params=100_000_000)
+
+
+def _probe() -> dict[str, int]:
+    """The probe model's device figure on every card of the catalog (``""``: no card named)."""
     from vramfit.models import generic_spec
 
     gpus = list_gpus()
@@ -172,13 +188,10 @@ def _probe() -> tuple[dict[str, str], dict[str, int]]:
     if found is not None:
         return found
     spec = generic_spec(100_000_000)
-    none = estimate_spec(Scenario(params=100_000_000), spec, "probe").peak.device_bytes
-    seen: dict[int, str] = {none: ""}
-    out: dict[str, str] = {"": ""}
+    found = {"": estimate_spec(_probe_scenario(), spec, "probe").peak.device_bytes}
     for g in gpus:
-        sc = Scenario(params=100_000_000, gpu=g.gpu_id)
-        dev = estimate_spec(sc, spec, "probe", card=g).peak.device_bytes
-        out[g.gpu_id] = seen.setdefault(dev, g.gpu_id)
+        sc = dataclasses.replace(_probe_scenario(), gpu=g.gpu_id)
+        found[g.gpu_id] = estimate_spec(sc, spec, "probe", card=g).peak.device_bytes
     _PROBE.clear()
-    found = _PROBE[key] = (out, {cls: dev - none for dev, cls in seen.items()})
+    _PROBE[key] = found
     return found

@@ -35,6 +35,17 @@ OPTIM = {  # vramfit optimizer -> transformers OptimizerNames value (training_ar
     "paged-adamw-8bit": "paged_adamw_8bit", "adamw-4bit": "adamw_torch_4bit", "adafactor": "adafactor",
     "adamw-8bit-torchao": "adamw_torch_8bit", "sgd": "sgd", "sgd-momentum": "sgd", "lion": "lion_32bit", "lion-8bit": "lion_8bit",
 }
+
+
+def optim_name(plan: Plan) -> str:
+    """The transformers ``optim`` that runs the plan's optimizer: ``adamw_torch`` where its scenario asks for the foreach
+    AdamW (``optimizer_impl``; transformers 5.24.0 trainer_optimizer.py passes ``fused=True`` only for
+    ``adamw_torch_fused``)."""
+    if plan.optimizer == "adamw" and plan.scenario.get("optimizer_impl") == "foreach":
+        return "adamw_torch"
+    return OPTIM[plan.optimizer]
+
+
 SCRIPT = "train.py"  # the one script name every export launches
 TRL_CONFIG_FILE = "train_config.yaml"
 ACCELERATE_FILE = "accelerate.yaml"
@@ -107,7 +118,7 @@ def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
         notes.append("offload runs DeepSpeed's CPU Adam: the optimizer section replaces the Trainer's optim")
     elif plan.optimizer != "adamw":
         cfg["zero_allow_untested_optimizer"] = True
-        notes.append(f"{plan.optimizer} is created by the Trainer (optim={OPTIM[plan.optimizer]!r}) and wrapped by ZeRO")
+        notes.append(f"{plan.optimizer} is created by the Trainer (optim={optim_name(plan)!r}) and wrapped by ZeRO")
     return cfg
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from importlib.resources import files as _resources
 from typing import Any
 
-from vramfit.plan.export import DS_FILE, OPTIM, SCRIPT, TRL_CONFIG_FILE, _yaml, _zero_stage, fsdp_16bit_full
+from vramfit.plan.export import (
+    DS_FILE,
+    SCRIPT,
+    TRL_CONFIG_FILE,
+    _yaml,
+    _zero_stage,
+    fsdp_16bit_full,
+    optim_name,
+)
 from vramfit.plan.report import Plan
 from vramfit.units import gib
 
@@ -77,7 +85,7 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         "packing": True,
         "bf16": prec.startswith("bf16") and not _upcast_off(sc, shard),
         "fp16": prec.startswith("fp16") and not _upcast_off(sc, shard),
-        "optim": OPTIM[plan.optimizer],
+        "optim": optim_name(plan),
         "save_total_limit": 1,
     }
     ck = plan.gradient_checkpointing

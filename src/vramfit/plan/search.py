@@ -200,8 +200,8 @@ class Search:
         self._links: dict[tuple[str, int], tuple] = {}  # (peer GB/s, host GB/s, CardSpeed, net) for speed()
         self._configs: dict[int, list[Config]] = {}
         self.figs = Figures(ev, self.per_gpu)
-        self.classes = dict(gpu_classes())
-        self.shifts = dict(class_shifts())
+        self.classes = gpu_classes(ev.base)
+        self.shifts = class_shifts(self.classes)
         self.server_of = None  # GRPO with a vLLM server: card -> server GPUs beside training (vllm_split)
         if ev.base.generation is Generation.VLLM_COLOCATE:  # vLLM takes a share of each card: every figure its own
             self.classes, self.shifts = {g: g for g in self.classes if g}, {}

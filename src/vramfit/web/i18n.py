@@ -149,7 +149,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "fit.time": ("Time", "Tempo"),
     "fit.cost": ("Cost", "Custo"),
     "fit.count": ("{n} of {m} cards", "{n} de {m} placas"),
-    "fit.none": ("No card in the catalog fits, even sharded.", "Nenhuma placa do catálogo serve, nem repartindo o modelo por várias GPUs."),
+    "fit.none": ("No card in the catalog gets a plan, even sharded; each card's reason is listed below.", "Nenhuma placa do catálogo recebe um plano, nem repartindo o modelo por várias GPUs; o motivo de cada placa está abaixo."),
     "fit.nodata": ("Give a dataset size to see time and cost.", "Indica o tamanho do conjunto de dados para ver tempo e custo."),
     "fit.more": ("Show all", "Mostrar todas"),
     "fit.asgiven": ("as given", "como indicado"),

@@ -90,6 +90,7 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"the scenario's optimizer key sets the optimizer", "a chave optimizer do cenário define o otimizador"),
     (r"DeepSpeed AutoTP tensor parallelism", "paralelismo de tensor AutoTP do DeepSpeed"),
     (r"NVMe offload I/O", "E/S do descarregamento para NVMe"),
+    (r"the gradient accumulation dtype \(grad_accum_dtype\)", "o dtype da acumulação de gradientes (grad_accum_dtype)"),
     (r"^Vision tower and projector ", "Torre de visão e projetor "),
     (r"quantized like the language model's linears", "quantizados como os lineares do modelo de linguagem"),
     (r"\bkept 16-bit \(", "mantidos em 16 bits ("),

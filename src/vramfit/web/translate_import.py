@@ -92,6 +92,8 @@ LABELS: dict[str, str] = {
     "KTransformers CPU experts": "especialistas no CPU do KTransformers", "Megatron parallelism": "paralelismo Megatron",
     "Megatron kernels": "kernels Megatron", "Megatron MoE": "MoE do Megatron", "Megatron recompute": "recálculo Megatron",
     "Megatron packing": "empacotamento Megatron", "Megatron precision": "precisão Megatron",
+    "layer norms upcast to fp32": "normas das camadas convertidas para fp32",
+    "lm_head output upcast to fp32": "saída do lm_head convertida para fp32",
     "mixture of depths": "mistura de profundidades (MoD)", "knowledge distillation": "destilação de conhecimento",
     "knowledge distillation (a second, frozen model)": "destilação de conhecimento (um segundo modelo, congelado)",
     "FSDP options given as a mapping": "opções FSDP dadas como mapeamento", "FSDP wrapping": "encapsulamento FSDP",

@@ -7,6 +7,19 @@ from __future__ import annotations
 from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
 
 NOTE_RULES: list[tuple[str, str]] = [
+    # ---- config import: a DeepSpeed value against the training config's (config_import/hf_common.py)
+    (r"(\S+ → \S+): (.+) contradicts the training config's (\w+) \(([^)]*)\); the HF Trainer refuses the mismatch "
+     r"\(trainer_config_finalize\): set it to \"auto\" or to (.+)$",
+     "$1: $2 contradiz o valor de $3 da configuração de treino ($4); o Trainer do HF recusa a discordância "
+     "(trainer_config_finalize): põe-no a \"auto\" ou a $5"),
+    (r"zero_optimization\.(\w+) must be a mapping such as \{\"device\": \"cpu\"\}, got (.+)$",
+     "zero_optimization.$1 tem de ser um mapeamento como {\"device\": \"cpu\"}, e é $2"),
+    (r"zero_optimization\.offload_optimizer\.ratio must be a number from 0 to 1, got (.+)$",
+     "zero_optimization.offload_optimizer.ratio tem de ser um número de 0 a 1, e é $1"),
+    (r"^partial optimizer offload \(ratio ([\d.]+): the rest of the optimizer state stays on the GPU\): counted as no "
+     r"optimizer offload \(an upper bound\)$",
+     "descarga parcial do otimizador (ratio $1: o resto do estado do otimizador fica na GPU): contada como sem descarga "
+     "do otimizador (um limite superior)"),
     # ---- the catalog's notes (vramfit.models, data/models.json)
     (r"^Mistral released the v0\.2 base model outside the Hub; this is the community conversion, architecture "
      r"identical to (\S+)\.$",
