@@ -189,10 +189,11 @@ def bands(scored: list[dict], sources: list[Path] | None = None) -> dict:
     """The data file each estimate reads: every row's path and signed error (4 decimals); a DPO/GRPO row's path
     names its stage (``lora+dpo``: vramfit.estimate.accuracy.path_of), so it vouches for that stage only. The error is the
     peak figure's (``error_at_bound``): a band says how far the estimate's peak was from the measurement, also where
-    the benchmark scores a length-bound row against the range its estimate states."""
+    the benchmark scores a length-bound row against the range its estimate states; ``exact`` False marks such a row,
+    which an estimate's band leaves out where the path has rows of exact length (vramfit/estimate/accuracy.py)."""
     names = [p.name for p in sources] if sources else list(MEASURED_SETS)
-    cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error_at_bound"], 4)}
-             for s in scored]
+    cases = [{"id": s["id"], "path": s["path"], "metric": s["metric"], "error": round(s["error_at_bound"], 4),
+              "exact": s["seq_exact"]} for s in scored]
     return {"source": ", ".join(f"benchmarks/data/measured/{n}" for n in names),
             "written_by": "python benchmarks/accuracy.py --write-bands", "cases": cases}
 

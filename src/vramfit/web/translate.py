@@ -251,11 +251,11 @@ RULES: list[tuple[str, str]] = [
      "nenhuma; aumenta max_gpus ou partilha a placa (vllm-colocate)"),
     # ---- how far to trust the figure (vramfit.estimate.accuracy: result.accuracy.note)
     (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\): our error ([+-]?)([\d.]+) % to ([+-]?)([\d.]+) %, "
-     r"median \|error\| ([\d.]+) %$",
+     r"median \|error\| ([\d.]+) %(?=;|$)",
      "$1 medição(ões) publicada(s) neste caminho ($2): o nosso erro vai de $3⟨$4⟩ % a $5⟨$6⟩ %, mediana do |erro| "
      "⟨$7⟩ %"),
     (r"^no measurement behind this path \(([^)]*)\); the nearest (\d+) share (.+): our error ([+-]?)([\d.]+) % to "
-     r"([+-]?)([\d.]+) %$",
+     r"([+-]?)([\d.]+) %(?=;|$)",
      "nenhuma medição por trás deste caminho ($1); as $2 mais próximas partilham $3: o nosso erro vai de $4⟨$5⟩ % a "
      "$6⟨$7⟩ %"),
     (r"^no measurement behind this path \(([^)]*)\)$", "nenhuma medição por trás deste caminho ($1)"),

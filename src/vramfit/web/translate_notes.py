@@ -7,6 +7,20 @@ from __future__ import annotations
 from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
 
 NOTE_RULES: list[tuple[str, str]] = [
+    # ---- the error band's length-bound cases (vramfit.estimate.accuracy)
+    (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\), each at an upper-bound sequence length \(padded "
+     r"to it, the real lengths unknown\): our figure at that length is ([+-]?)([\d.]+) % to ([+-]?)([\d.]+) % off, "
+     r"median \|error\| ([\d.]+) %$",
+     "$1 medição(ões) publicada(s) neste caminho ($2), todas num comprimento de sequência que é só um limite superior "
+     "(preenchidas até ele, os comprimentos reais desconhecidos): o nosso valor nesse comprimento desvia-se de "
+     "$3⟨$4⟩ % a $5⟨$6⟩ %, mediana do |erro| ⟨$7⟩ %"),
+    (r"; (\d+) of them, at an upper-bound sequence length \(padded to it, the real lengths unknown\), are left out of "
+     r"the band$",
+     "; $1 delas, num comprimento de sequência que é só um limite superior (preenchidas até ele, os comprimentos reais "
+     "desconhecidos), ficam fora do intervalo"),
+    (r"; each at an upper-bound sequence length \(padded to it, the real lengths unknown\)$",
+     "; todas num comprimento de sequência que é só um limite superior (preenchidas até ele, os comprimentos reais "
+     "desconhecidos)"),
     # ---- config import: a DeepSpeed value against the training config's (config_import/hf_common.py)
     (r"(\S+ → \S+): (.+) contradicts the training config's (\w+) \(([^)]*)\); the HF Trainer refuses the mismatch "
      r"\(trainer_config_finalize\): set it to \"auto\" or to (.+)$",
