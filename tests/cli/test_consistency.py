@@ -317,6 +317,7 @@ def test_web_sweep_has_one_shape_for_catalog_and_pasted_scenarios():
     assert set(cat) == set(pasted) and cat["cards"] == pasted["cards"]
     for a, b in zip(cat["points"], pasted["points"], strict=True):
         assert set(a) == set(b) and set(a["peak"]) == set(b["peak"]) and a["fits"].keys() == b["fits"].keys()
+        assert a["accuracy"]["path"] == b["accuracy"]["path"] and b["accuracy"]["measured_path"]  # each point's band
         assert b["peak"]["required_bytes"] == estimate(model="Qwen/Qwen2.5-0.5B", seq_len=b["value"]).peak.required_bytes
 
 

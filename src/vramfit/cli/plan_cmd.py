@@ -20,7 +20,7 @@ from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import check_write_to, eval_follows_micro, write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.cli.plan_outputs import check_outputs, pick_plan, write_export
-from vramfit.cli.render import render_fit
+from vramfit.cli.render import accuracy_line, render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
@@ -322,6 +322,12 @@ def render_sweep(r, key: str) -> None:
                       _gib(p.required_bytes),
                       *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
     console.print(t)
+    notes: dict[str, tuple[dict, list[str]]] = {}  # one line per path the sweep crosses, naming its values
+    for p in r.points:
+        if p.accuracy:
+            notes.setdefault(p.accuracy["note"], (p.accuracy, []))[1].append(str(p.value))
+    for acc, values in notes.values():
+        accuracy_line(acc, console, f"{key} {', '.join(values)}" if len(notes) > 1 else "")
 
 
 def guide_cmd(json_out: bool = typer.Option(False, "--json", help="Print the table as JSON.")) -> None:

@@ -54,9 +54,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         render_ranks(r, console)
     if r.host_bytes:
         console.print(f"host RAM for offloaded state: {gib(r.host_bytes)} GiB")
-    if r.accuracy:
-        style = "" if r.accuracy["measured_path"] else "[yellow]"
-        console.print(f"{style}accuracy: {r.accuracy['note']}")
+    accuracy_line(r.accuracy, console)
 
     if r.fits:
         render_fits(r, console)
@@ -82,6 +80,14 @@ def render_ranks(r: EstimateResult, console: Console) -> None:
         t.add_row(f"{x.role}{mark}", str(x.layers), f"{x.in_flight:g}", f"{x.params:,}", gib(x.activations_bytes),
                   gib(x.allocated_bytes))
     console.print(t)
+
+
+def accuracy_line(accuracy: dict | None, console: Console, which: str = "") -> None:
+    """How far to trust a figure (``result.accuracy``): yellow where no measurement is on its path; ``which``: the
+    figures it is about (a sweep's values)."""
+    if accuracy:
+        style = "" if accuracy["measured_path"] else "[yellow]"
+        console.print(f"{style}accuracy{escape(f' ({which})') if which else ''}: {escape(accuracy['note'])}")
 
 
 def render_fits(r: EstimateResult, console: Console) -> None:
@@ -120,6 +126,7 @@ def render_fit(r, sc, cal, console: Console) -> None:
                   + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
     if cal is not None and cal.for_card(sc.gpu):
         console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
+    accuracy_line(r.accuracy, console)
     # GRPO: the micro-batches tried keep the scenario's accumulation (num_generations must divide the step's completions)
     accum = f" × {r.scenario['grad_accum']} accumulation" if r.scenario.get("stage") == "grpo" else ""
     mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None

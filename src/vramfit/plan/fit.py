@@ -64,6 +64,8 @@ class FitReport:
     max_seq_len_required_bytes: int | None = None
     # the seq_len of the largest micro-batch: the scenario's, or with a padding-free dataset that micro-batch's own peak row
     max_micro_batch_seq_len: int | None = None
+    # how far to trust the scenario's figure: the measured cases nearest its path (vramfit.estimate.accuracy)
+    accuracy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -158,7 +160,7 @@ def fit(
         required_bytes=own.peak.required_bytes,
         max_micro_batch_required_bytes=at_mb and peak("required_bytes", **at_mb),
         max_seq_len_required_bytes=at_seq and peak("required_bytes", **at_seq),
-        max_micro_batch_seq_len=at_mb and ev.scenario(**at_mb).seq_len,
+        max_micro_batch_seq_len=at_mb and ev.scenario(**at_mb).seq_len, accuracy=own.accuracy,
     )
 
 

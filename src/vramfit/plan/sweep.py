@@ -99,6 +99,7 @@ class SweepPoint:
     fits: dict[str, bool] | None = None  # card id -> the one verdict (vramfit.plan.verdict)
     error: str | None = None
     required_bytes: int | None = None  # the figure the verdict holds to each card's limit (Peak.required_bytes)
+    accuracy: dict[str, Any] | None = None  # the measured cases nearest this point's path (vramfit.estimate.accuracy)
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
@@ -109,6 +110,7 @@ class SweepPoint:
                      "device_bytes": self.device_bytes, "required_bytes": self.required_bytes, "phase": self.phase},
             "components": dict(self.components or {}),
             "fits": dict(self.fits or {}),
+            "accuracy": self.accuracy,
         }
 
 
@@ -166,7 +168,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         d = r.peak.device_bytes
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
-            {c.name: c.bytes for c in r.components}, verdicts, required_bytes=r.peak.required_bytes,
+            {c.name: c.bytes for c in r.components}, verdicts, required_bytes=r.peak.required_bytes, accuracy=r.accuracy,
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
                        tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,

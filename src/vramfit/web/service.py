@@ -365,7 +365,8 @@ def sweep_with_estimate(checked: Checked, key: str, values: list[Any]) -> dict[s
         peak = r.peak.to_dict()
         points.append({"value": value, "peak": {k: peak[k] for k in ("allocated_bytes", "reserved_bytes", "device_bytes",
                                                                      "required_bytes", "phase")},
-                       "components": {c.name: c.bytes for c in r.components}, "fits": {f.gpu_id: f.fits for f in r.fits}})
+                       "components": {c.name: c.bytes for c in r.components}, "fits": {f.gpu_id: f.fits for f in r.fits},
+                       "accuracy": r.accuracy})
         cards.update({f.gpu_id: {"gpu_id": f.gpu_id, "name": f.name, "usable_bytes": f.usable_bytes,
                                  "limit_bytes": f.limit_bytes} for f in r.fits})
     return {"scenario": checked.scenario.to_dict(), "key": key, "values": values, "points": points,
