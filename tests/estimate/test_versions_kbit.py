@@ -171,3 +171,23 @@ def test_images_on_a_text_model_are_said_to_be_ignored():
     assert [n for n in got.assumptions if n.startswith("images_per_sample")] == [
         "images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its sequences hold text "
         "tokens only."]
+
+
+def test_a_release_with_nothing_on_the_run_s_path_is_said():
+    """framework_version parts whose release changes none of this run's figures (vramfit.estimate._version_note):
+    unsloth-2024.11 models its Llama 3.2 Vision tower only, trl-0.21 casts a 4-bit model's embeddings back (no 4-bit
+    base here), peft-0.11's bf16 adapters do not exist under full fine-tuning; transformers-4.44's do act."""
+    from vramfit import estimate
+
+    def said(sc):
+        return [a for a in estimate(sc).assumptions if a.startswith("framework_version")]
+
+    text = {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "framework": "unsloth",
+            "gradient_checkpointing": "full"}
+    assert said({**text, "framework_version": "unsloth-2024.11"}) == [
+        "framework_version unsloth-2024.11: what this release does differently is not on this run's path (the figures "
+        "are the same without it)."]
+    assert said({**text, "framework_version": "unsloth-2024.12"}) == []
+    assert said({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework_version": "trl-0.21"})
+    full = said({"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework_version": "transformers-4.44+peft-0.11"})
+    assert len(full) == 1 and full[0].startswith("framework_version peft-0.11: what this release")

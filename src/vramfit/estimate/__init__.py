@@ -6,6 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from vramfit.calibration import Calibration, adjust
+from vramfit.errors import ScenarioError
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.deepspeed import master_note, unread_note
@@ -313,9 +314,37 @@ def estimate(
     if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
         sc = dataclasses.replace(sc, gpu=card.gpu_id)
     if spec is not None:
-        return estimate_spec(sc, spec, label, "config-file", notes, card=card, calibration=calibration)
-    model_id, spec, origin, notes = resolve_spec(sc)
-    return estimate_spec(sc, spec, model_id, origin, notes, card=card, calibration=calibration)
+        model_id, origin = label, "config-file"
+    else:
+        model_id, spec, origin, notes = resolve_spec(sc)
+    r = estimate_spec(sc, spec, model_id, origin, notes, card=card, calibration=calibration)
+    return _version_note(sc, r, lambda s: estimate_spec(s, spec, model_id, origin, notes, card=card,
+                                                        calibration=calibration))
+
+
+def _version_note(sc: Scenario, r: EstimateResult, again) -> EstimateResult:
+    """``r`` with a line naming each part of the scenario's ``framework_version`` whose release changes none of the
+    run's figures (the estimate without that part, ``again``, is byte for byte the same: what that release does
+    differently is not on this run's path, e.g. unsloth-2024.11's vision-tower checkpointing on a text model), so a
+    choice with nothing to act on is said, not dropped silently. Made here, for one estimate, not for the planner's."""
+    if not sc.framework_version:
+        return r
+    parts = sc.framework_version.split("+")
+    figures = (r.peak.allocated_bytes, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes, r.host_bytes)
+    inert = []
+    for part in parts:
+        try:
+            other = again(sc.replace(framework_version="+".join(p for p in parts if p != part) or None))
+        except ScenarioError:
+            continue
+        if (other.peak.allocated_bytes, other.peak.reserved_bytes, other.peak.device_bytes, other.peak.required_bytes,
+                other.host_bytes) == figures:
+            inert.append(part)
+    if not inert:
+        return r
+    note = (f"framework_version {', '.join(inert)}: what {'this release does' if len(inert) == 1 else 'these releases do'} "
+            "differently is not on this run's path (the figures are the same without it).")
+    return dataclasses.replace(r, assumptions=(*r.assumptions, note))
 
 
 def estimate_spec(

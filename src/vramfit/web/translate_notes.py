@@ -7,6 +7,15 @@ from __future__ import annotations
 from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
 
 NOTE_RULES: list[tuple[str, str]] = [
+    # ---- a framework_version release with nothing on the run's path (vramfit.estimate._version_note)
+    (r"^framework_version (.+): what this release does differently is not on this run's path \(the figures are the "
+     r"same without it\)\.$",
+     "framework_version $1: o que esta versão faz de diferente não está no caminho desta execução (os valores são os "
+     "mesmos sem ela)."),
+    (r"^framework_version (.+): what these releases do differently is not on this run's path \(the figures are the "
+     r"same without it\)\.$",
+     "framework_version $1: o que estas versões fazem de diferente não está no caminho desta execução (os valores são "
+     "os mesmos sem elas)."),
     # ---- the error band's length-bound cases (vramfit.estimate.accuracy)
     (r"^(\d+) published measurement\(s\) on this path \(([^)]*)\), each at an upper-bound sequence length \(padded "
      r"to it, the real lengths unknown\): our figure at that length is ([+-]?)([\d.]+) % to ([+-]?)([\d.]+) % off, "
