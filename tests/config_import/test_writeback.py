@@ -126,12 +126,16 @@ def test_every_yaml_fixture_round_trips(tmp_path, name):
 
 
 def test_torchtune_loss_and_optimizer_are_written_as_components(tmp_path):
+    """The optimizer's component changes and torch.optim's own ``fused: True`` goes with it: bitsandbytes' AdamW8bit
+    takes no ``fused`` argument (torchtune's instantiate would raise TypeError). Re-read, the file's AdamW
+    implementation is left to the framework (optimizer_impl auto), which does not act on an 8-bit optimizer anyway."""
     want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_full_fsdp.yaml", {"loss": "fused", "optimizer": "adamw-8bit"})
-    assert again == want
-    assert _changed_lines(old, new) == [
-        ("  _component_: torch.optim.AdamW", "  _component_: bitsandbytes.optim.AdamW8bit"),
-        ("  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss", "  _component_: torchtune.modules.loss.LinearCrossEntropyLoss"),
-    ]
+    assert again == {**want, "optimizer_impl": "auto"} and want["optimizer_impl"] == "fused"
+    assert [line for line in old if line not in new] == ["  _component_: torch.optim.AdamW", "  fused: True",
+                                                         "  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss"]
+    assert [line for line in new if line not in old] == ["  _component_: bitsandbytes.optim.AdamW8bit",
+                                                         "  _component_: torchtune.modules.loss.LinearCrossEntropyLoss"]
+    assert len(new) == len(old) - 1
 
 
 def test_trl_offload_adds_only_the_offload_switch(tmp_path):

@@ -44,6 +44,10 @@ LOSS: dict[str, dict[str, dict[str, Any]]] = {
 }
 _HF = ("axolotl", "trl", "llamafactory")
 _TT_OPT = {v: k for k, v in reversed(list(TT_OPTIMIZERS.items()))}  # first listed name wins
+#: torch.optim's own keyword arguments (torch v2.13.0 torch/optim/adamw.py ``AdamW.__init__``): a torchtune file that
+#: moves to a bitsandbytes or torchao optimizer drops them, whose constructors take no such argument (TypeError)
+_TORCH_ONLY_OPT_KEYS = ("optimizer.fused", "optimizer.foreach", "optimizer.capturable", "optimizer.differentiable")
+DROP = object()  # a file key removed, its line deleted
 
 
 def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
@@ -55,7 +59,11 @@ def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
     if key == "optimizer":
         name = HF_OPTIMIZER_NAMES.get(value) if imp.dialect in _HF else _TT_OPT.get(value) if imp.dialect == "torchtune" else None
         fkey = imp.write_keys.get("optimizer") or ("optimizer._component_" if imp.dialect == "torchtune" else None)
-        return None if name is None or fkey is None else {fkey: name}
+        if name is None or fkey is None:
+            return None
+        dropped = {k: DROP for k in _TORCH_ONLY_OPT_KEYS if imp.dialect == "torchtune" and not name.startswith("torch.")
+                   and any(e.key == k for e in imp.entries)}
+        return {fkey: name, **dropped}
     fkey = imp.write_keys.get(key)
     return None if fkey is None or (imp.dialect == "litgpt" and key == "grad_accum") else {fkey: value}
 
@@ -63,6 +71,8 @@ def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
 def _needed(imp: Imported, fkey: str, value: Any) -> bool:
     """False for a key the file lacks whose dialect default already is ``value``."""
     e = next((e for e in imp.entries if e.key == fkey), None)
+    if value is DROP:
+        return e is not None and e.kind != "default"
     if e is None:
         return value is not False
     return e.kind != "default" or e.value != value
@@ -141,6 +151,11 @@ def _edit(lines: list[str], tree: Any, dotted: str, value: Any, json_file: bool,
         m = _VALUE.match(lines[line], col)
         if m is None or isinstance(parent[last], (dict, list)):
             raise fail(path, f"cannot rewrite {dotted} in place (not a plain value)")
+        if value is DROP:  # the key's own line goes (a block-style ``key: value`` line)
+            if json_file or not lines[line].lstrip().startswith(f"{last}:"):
+                raise fail(path, f"remove {dotted} by hand (vramfit deletes block-style YAML lines only)")
+            lines[line] = ""
+            return None
         new = json.dumps(value) if json_file else _scalar(value, m.group(0))
         lines[line] = lines[line][:col] + new + lines[line][m.end():]
         return None
