@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from vramfit import estimate, from_config
 from vramfit.cli.main import app
+from vramfit.errors import ScenarioError
 from vramfit.plan import plan
 from vramfit.plan.export import export_plan
 from vramfit.scenario import parse_scenario
@@ -44,7 +45,8 @@ def test_hf_optim_names_the_implementation(tmp_path, optim, impl):
     assert sc.optimizer_impl.value == impl  # a default (no optim) leaves it to the framework release
 
 
-@pytest.mark.parametrize(("optimizer", "impl"), [({"fused": True}, "fused"), ({"fused": False}, "foreach"), ({}, "foreach")])
+@pytest.mark.parametrize(("optimizer", "impl"), [({"fused": True}, "fused"), ({"fused": False}, "foreach"), ({}, "foreach"),
+                                              ({"foreach": False}, "fused")])  # the for-loop step: no model-sized copy
 def test_torchtune_adamw_is_foreach_unless_fused(tmp_path, optimizer, impl):
     assert _torchtune(tmp_path, optimizer).optimizer_impl.value == impl
 
@@ -76,3 +78,21 @@ def test_trl_export_writes_the_foreach_optim():
     chosen = next(p for p in rep.plans if p.optimizer == "adamw")
     cfg = yaml.safe_load(export_plan(chosen, "trl").files["train_config.yaml"])
     assert cfg["optim"] == "adamw_torch"
+
+
+@pytest.mark.parametrize(("line", "impl"), [("", "auto"), ('implementation = "fused"', "fused"),
+                                            ('implementation = "foreach"', "foreach"), ("fused = false", "foreach"),
+                                            ('implementation = "for-loop"', "fused")])
+def test_torchtitan_optimizer_implementation(tmp_path, line, impl):
+    """torchtitan's optimizer.implementation (v0.3.0: for-loop, foreach, fused, fused_opt_states_bf16; default fused)
+    and the older fused switch become optimizer_impl; neither given: the profile's release (9dec370, foreach)."""
+    text = (FIX / "torchtitan_llama3_8b.toml").read_text().replace('name = "AdamW"\n', f'name = "AdamW"\n{line}\n')
+    path = tmp_path / "titan.toml"
+    path.write_text(text)
+    assert from_config(path).scenario.optimizer_impl.value == impl
+
+
+def test_torch_only_arguments_under_another_optimizer_are_refused(tmp_path):
+    """torchtune instantiates the component with every key under optimizer: bitsandbytes' AdamW8bit has no fused."""
+    with pytest.raises(ScenarioError, match="bitsandbytes.optim.AdamW8bit takes no fused argument"):
+        _torchtune(tmp_path, {"_component_": "bitsandbytes.optim.AdamW8bit", "fused": True})

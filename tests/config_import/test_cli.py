@@ -146,3 +146,42 @@ def test_fit_write_to_keeps_the_training_where_a_combination_fits(tmp_path):
     from vramfit.plan import fit
 
     assert fit(new.replace(gpu="rtx4090"), "rtx4090").fits
+
+
+def test_write_to_writes_nothing_a_companion_or_the_card_would_refuse(tmp_path):
+    """plan --write-to a new micro-batch where the DeepSpeed JSON beside the config pins the old one (the Trainer refuses
+    the mismatch, and vramfit rewrites only the config); fit --write-to where no change the file can hold fits (it
+    used to write an unchanged copy): one line each, exit 2, no file."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                                                  "zero_optimization": {"stage": 2}}))
+    src = tmp_path / "sft.yaml"
+    src.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nuse_peft: true\nper_device_train_batch_size: 4\n"
+                   "gradient_accumulation_steps: 4\nmax_length: 4096\nbf16: true\ndeepspeed: ds.json\n")
+    r = run("plan", "--from", src, "--effective-batch", "16", "--dataset-tokens", "5M", "--cards", "rtx4090",
+            "--write-to", tmp_path / "new.yaml")
+    assert r.exit_code == 2 and not (tmp_path / "new.yaml").exists()
+    assert "would contradict the DeepSpeed config: deepspeed → train_micro_batch_size_per_gpu: 4 contradicts" in r.output
+    tt = tmp_path / "tt.yaml"  # torchtune's single-device full fine-tuning of Llama-3.1-8B: no offload key to write
+    tt.write_text("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ntokenizer:\n  max_seq_len: 4096\n"
+                  "batch_size: 2\ngradient_accumulation_steps: 8\noptimizer:\n  _component_: torch.optim.AdamW\n"
+                  "  fused: True\nloss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n"
+                  "enable_activation_checkpointing: True\ndtype: bf16\n")
+    r = run("fit", "--from", tt, "--gpu", "l40s", "--write-to", tmp_path / "tt2.yaml")
+    assert r.exit_code == 2 and not (tmp_path / "tt2.yaml").exists(), r.output
+    assert "no change this file can hold fits l40s" in r.output
+
+
+def test_plan_write_to_says_when_the_file_alone_does_not_fit(tmp_path):
+    """A torchtune file cannot hold FSDP with CPU offload; the plan's other changes (micro-batch 1, no checkpointing) are
+    written and the file alone needs more than the card holds: said, with the figure."""
+    tt = tmp_path / "tt.yaml"
+    tt.write_text("model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 4096\n"
+                  "batch_size: 2\ngradient_accumulation_steps: 8\noptimizer:\n  _component_: torch.optim.AdamW\n"
+                  "  fused: True\nloss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n"
+                  "enable_activation_checkpointing: True\ndtype: bf16\n")
+    r = run("plan", "--from", tt, "--cards", "rtx3060-12gb", "--dataset-tokens", "1M", "--write-to", tmp_path / "c.yaml")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "not in the file (set at launch or by hand): parallelism=fsdp, offload=optimizer+params" in text
+    written = estimate(from_config(tmp_path / "c.yaml").scenario.replace(gpu="rtx3060-12gb")).peak.required_bytes
+    assert f"as written, without those keys, the run needs {written / 2**30:,.2f} GiB per GPU, over the rtx3060-12gb" in text

@@ -151,3 +151,36 @@ def test_a_node_scoped_plan_reads_back_to_its_bytes(tmp_path, keys, engine, gpu)
     sc = from_config(tmp_path / "train_config.yaml", tmp_path / "accelerate.yaml").scenario
     assert (sc.num_nodes, sc.shard_scope.value) == (2, "node")
     assert estimate(sc.replace(gpu=gpu)).peak.device_bytes == p.device_bytes
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_zero_plan_over_nodes_exported_for_accelerate_launches_one_job(node, tmp_path):
+    """Each node's `accelerate launch` (the Slurm script) joins one job: the config names the standard multi-node
+    launcher, without which accelerate 1.16 builds a pdsh `deepspeed` command with no hostfile (utils/launch.py
+    prepare_deepspeed_cmd_env) and DeepSpeed's runner starts a one-node job on every node."""
+    from accelerate.utils import launch as env_of
+
+    p = _plan("eth-100", 16)
+    assert p.parallelism.startswith("zero") and p.scenario["num_nodes"] == 2
+    _write(p, "accelerate", tmp_path)
+    assert "deepspeed_multinode_launcher: standard" in (tmp_path / "accelerate.yaml").read_text()
+    args = _launch_deepspeed(tmp_path, _slurm_argv((tmp_path / "launch.slurm").read_text(), node))
+    cmd, _ = env_of.prepare_deepspeed_cmd_env(args)
+    assert cmd is None  # no `deepspeed --launcher pdsh` command: torchrun's arguments, this node's share of one job
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", node)
+
+
+def _launch_deepspeed(folder: Path, argv: list[str]):
+    import accelerate.commands.launch as launch
+
+    chosen: dict = {}
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        with mock.patch.object(launch, "deepspeed_launcher", lambda a: chosen.update(args=a)), \
+             mock.patch.object(launch, "multi_gpu_launcher", lambda a: chosen.update(args=a, other=True)):
+            launch.launch_command(launch.launch_command_parser().parse_args(argv))
+    finally:
+        os.chdir(cwd)
+    assert "other" not in chosen
+    return chosen["args"]

@@ -50,12 +50,17 @@ def _check_with_torchtitan(p):
     if dims.pp > 1:
         get_schedule_class(par.pipeline_parallel_schedule)
     # the launch line's overrides, parsed by tyro into torchtitan's dataclasses as v0.3.0's ConfigManager does
+    from torchtitan.components.optimizer.optimizer import OptimizersContainer
+
     Job = dataclasses.make_dataclass("Job", [("parallelism", titan.ParallelismConfig, dataclasses.field(
         default_factory=titan.ParallelismConfig)), ("training", titan.TrainingConfig, dataclasses.field(
-            default_factory=titan.TrainingConfig))])
+            default_factory=titan.TrainingConfig)), ("optimizer", OptimizersContainer.Config, dataclasses.field(
+                default_factory=OptimizersContainer.Config))])
     args = [a for o in overrides(p) for a in o.split(" ")]
     job = tyro.cli(Job, args=args)
     assert job.parallelism == par and job.training.local_batch_size == training.local_batch_size
+    # the AdamW step the plan was sized with (the profile's foreach), not v0.3.0's default "fused"
+    assert job.optimizer.implementation == doc["optimizer"]["implementation"] == "foreach"
     return ex, dims
 
 

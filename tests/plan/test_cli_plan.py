@@ -79,6 +79,21 @@ def test_plan_export_writes_files(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"train.py", "train_config.yaml", "accelerate.yaml"}
 
 
+
+def test_export_and_write_to_never_write_over_a_user_file(tmp_path):
+    """The same export again is no loss and goes through; a file of the same name with other content (a user's own
+    train_config.yaml in the default folder '.') stops the export before anything is written."""
+    args = ["plan", *M7, "--method", "qlora", "--cards", "h100-sxm", "--effective-batch", "8", "--export", "trl",
+            "--export-dir", str(tmp_path), "--pick", "cheapest"]
+    assert run(*args).exit_code == 0 and run(*args).exit_code == 0
+    mine = tmp_path / "train_config.yaml"
+    mine.write_text("learning_rate: 1e-5  # mine\n")
+    (tmp_path / "train.py").unlink()
+    r = run(*args)
+    assert r.exit_code == 2 and "already exists with other content; vramfit never writes over a file" in r.output
+    assert mine.read_text() == "learning_rate: 1e-5  # mine\n" and not (tmp_path / "train.py").exists()
+
+
 def test_fit_command():
     r = run("fit", *M7, "--method", "lora", "--gpu", "rtx4090", "--gradient-checkpointing", "full")
     assert r.exit_code == 0, r.output

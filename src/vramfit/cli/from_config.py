@@ -56,7 +56,7 @@ def check_write_to(key: str, dest: Path | None) -> None:
         raise ScenarioError(key, _NEEDS_FROM)
     from vramfit.safe_input import writable_file
 
-    writable_file(key, dest)
+    writable_file(key, dest)  # named by the user, even the --from file itself (edited in place, the diff printed)
 
 
 def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, Any]) -> None:
@@ -72,8 +72,14 @@ def write_back(dest: Path | None, changes: dict[str, Any], scenario: dict[str, A
     if not changes:
         err_console.print(f"nothing to change: the scenario already fits; {dest} not written", highlight=False)
         return
+    from vramfit.config_import.hf_common import trainer_mismatch
     from vramfit.config_import.writeback import write_back as write
+    from vramfit.scenario import parse_scenario
 
+    clash = trainer_mismatch(imp.entries, parse_scenario(scenario))  # a DeepSpeed file is not rewritten with it
+    if clash:
+        raise ScenarioError("write-to", f"the new values would contradict the DeepSpeed config: {clash}; vramfit "
+                                        f"rewrites only {imp.path.name}, so change the DeepSpeed config first; nothing written")
     diff, left = write(imp, changes, scenario, dest)
     err_console.print(diff.rstrip("\n"), highlight=False, markup=False)
     err_console.print(f"wrote {dest}", highlight=False)
@@ -96,6 +102,9 @@ def write_fit(dest: Path | None, sc: Any, safety_margin: float) -> None:
         writable = [c for c in changes_to_fit(sc, sc.gpu, safety_margin=safety_margin, eval_follows_micro=
                                               eval_follows_micro(), only_keys=imp.write_keys) if c.fits] or writable
         err_console.print(f"best change: {fitting[0].description} (this file cannot hold all of it)", highlight=False)
+    if imp is not None and fitting and not writable:  # what the file can hold alone fits nowhere: no copy of it
+        raise ScenarioError("write-to", f"no change this file can hold fits {sc.gpu} (the best, {fitting[0].description}, "
+                                        "needs keys it cannot hold); nothing written")
     pick = (writable or fitting or [None])[0]
     if pick is None and fitting == [] and not _fits(sc, safety_margin):
         raise ScenarioError("write-to", f"no change found that fits {sc.gpu}; nothing written")
@@ -125,3 +134,21 @@ def write_plan(dest: Path | None, sc: Any, plan: Any) -> None:
     now = sc.to_dict()
     changes = {k: getattr(plan, k) for k in keys if getattr(plan, k) != now[k]}
     write_back(dest, changes, plan.scenario)
+    _held_alone(sc, plan, changes)
+
+
+def _held_alone(sc: Any, plan: Any, changes: dict[str, Any]) -> None:
+    """Where the file cannot hold every change, what the file as written needs on the plan's card, when that is over
+    the limit: the keys left to the launch or to the hand are what make it fit."""
+    from vramfit.config_import.writeback import file_values
+    from vramfit.estimate import estimate
+
+    imp = _CURRENT.get()
+    _, left = file_values(imp, changes, plan.scenario)
+    held = {k: v for k, v in changes.items() if f"{k}={v}" not in left}
+    if len(held) == len(changes):
+        return
+    need = estimate(sc.replace(**held, gpu=plan.gpu_id)).peak.required_bytes
+    if need > plan.limit_bytes:
+        err_console.print(f"as written, without those keys, the run needs {need / 2**30:,.2f} GiB per GPU, over the "
+                          f"{plan.gpu_id} limit of {plan.limit_bytes / 2**30:,.2f} GiB: set them as well", highlight=False)

@@ -46,6 +46,11 @@ def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console) 
     from vramfit.plan.export import export_plan
 
     ex = export_plan(plan, engine, epochs=epochs)
+    taken = [name for name, text in ex.files.items() if _holds_other(out_dir / name, text)]
+    if taken:  # all or nothing, before any file is written: a user's own file is never replaced
+        raise ScenarioError("export_dir", f"{', '.join(shown(str(out_dir / n)) for n in taken)} already "
+                            f"{'exists' if len(taken) == 1 else 'exist'} with other content; vramfit never writes over "
+                            "a file: give another --export-dir or move it")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -56,3 +61,11 @@ def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console) 
     say.print(f"run: {ex.command}")
     for n in ex.notes:
         say.print(f" • {n}")
+
+
+def _holds_other(path: Path, text: str) -> bool:
+    """``path`` exists and is not already ``text`` (the same export written again is no loss)."""
+    try:
+        return path.exists() and path.read_text(encoding="utf-8") != text
+    except (OSError, UnicodeDecodeError):
+        return path.exists()

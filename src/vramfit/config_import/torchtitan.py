@@ -38,8 +38,6 @@ IGNORED = [("job.*", "paths and labels"), ("profiling.*", "profiling"), ("metric
            ("checkpoint.*", "checkpoint saving"), ("comm.*", "timeouts"), ("memory_estimation.*", "estimation mode"),
            ("lr_scheduler.*", "schedule"), ("optimizer.lr", "schedule"), ("optimizer.eps", "optimizer hyperparameter"),
            ("optimizer.weight_decay", "optimizer hyperparameter"), ("optimizer.beta*", "optimizer hyperparameter"),
-           ("optimizer.fused", "optimizer kernel: the profile models 9dec370's foreach step"),
-           ("optimizer.implementation", "optimizer kernel: the profile models 9dec370's foreach step"),
            ("training.dataset", "data"), ("training.dataset_path", "data"), ("training.steps", "schedule"),
            ("training.warmup_steps", "schedule"), ("training.max_norm", "no memory effect"), ("training.seed", "randomness"),
            ("training.deterministic", "determinism"), ("training.gc_freq", "host garbage collection"),
@@ -259,6 +257,7 @@ def _step(r: KeyReader, new: bool) -> None:
     if name.lower() not in OPTIMIZERS:
         raise r.error(f"optimizer.name '{name}' is not modelled yet (valid values: AdamW, Adam)")
     r.set("optimizer.name", "optimizer", OPTIMIZERS[name.lower()])
+    _implementation(r)
     if r.get("optimizer.early_step_in_backward"):
         r.set("optimizer.early_step_in_backward", "optimizer_in_backward", True)
 
@@ -280,3 +279,25 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         r.ignore(pattern, reason)
     r.ignore("*", UNKNOWN)
     return r.finish([], WRITE_KEYS)
+
+
+#: torchtitan's optimizer ``implementation`` (v0.3.0 components/optimizer/optimizer.py: for-loop, foreach, fused,
+#: fused_opt_states_bf16) -> optimizer_impl: a for-loop step makes one parameter's temporaries at a time, none the
+#: size of the model, as the fused kernel (its bf16 states are not modelled: said)
+TITAN_IMPL = {"foreach": "foreach", "fused": "fused", "for-loop": "fused", "fused_opt_states_bf16": "fused"}
+
+
+def _implementation(r: KeyReader) -> None:
+    """``optimizer.implementation`` (or the older ``optimizer.fused`` switch: ``foreach = not fused``) as the
+    scenario's optimizer_impl; neither given: the profile's release (auto)."""
+    if r.has("optimizer.implementation"):
+        impl = str(r.get("optimizer.implementation"))
+        if impl not in TITAN_IMPL:
+            raise r.error(f"optimizer.implementation '{impl}' is not one of {', '.join(TITAN_IMPL)}")
+        r.set("optimizer.implementation", "optimizer_impl", TITAN_IMPL[impl])
+        if impl in ("for-loop", "fused_opt_states_bf16"):
+            r.mark("optimizer.implementation", f"{impl}: counted as the fused step (no model-sized temporaries)"
+                   + (", its fp32 states" if impl == "fused_opt_states_bf16" else ""))
+    elif r.has("optimizer.fused"):
+        fused = boolean(r, "optimizer.fused")
+        r.set("optimizer.fused", "optimizer_impl", "fused" if fused else "foreach")

@@ -139,9 +139,16 @@ def _step(r: KeyReader) -> None:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")
     name = "sgd-momentum" if OPTIMIZERS[opt] == "sgd" and r.flat.get("optimizer.momentum") else OPTIMIZERS[opt]
     r.set("optimizer._component_", "optimizer", name)
-    if opt in ("torch.optim.AdamW", "torch.optim.Adam") or r.has("optimizer.fused"):  # torch picks foreach on CUDA
+    torch_only = [k for k in ("optimizer.fused", "optimizer.foreach") if r.has(k)]
+    if not opt.startswith("torch.") and torch_only:  # instantiate passes it on: their constructors take none
+        raise r.error(f"{torch_only[0]}: {opt} takes no {torch_only[0].split('.')[1]} argument (torch.optim's own; "
+                      "torchtune's instantiate would raise TypeError); remove it")
+    if opt in ("torch.optim.AdamW", "torch.optim.Adam"):  # torch picks foreach on CUDA unless fused=True is passed
         fused = hf.boolean(r, "optimizer.fused", False, "torch v2.13.0 torch/optim/optimizer.py _default_to_fused_or_foreach")
-        r.set("optimizer.fused", "optimizer_impl", "fused" if fused else "foreach")  # (inert for other optimizers)
+        loop = not fused and r.has("optimizer.foreach") and not hf.boolean(r, "optimizer.foreach")
+        r.set("optimizer.fused", "optimizer_impl", "foreach" if not (fused or loop) else "fused")
+        if loop:  # _single_tensor_adamw: one parameter's temporaries at a time, none the model's size (as fused)
+            r.set("optimizer.foreach", "optimizer_impl", "fused")
     loss = r.get("loss._component_", "torch.nn.CrossEntropyLoss", SOURCE)
     if hf.scalar(r, "loss._component_", loss, list(LOSSES)) not in LOSSES:
         raise r.error(f"loss '{loss}' is not modelled yet (valid values: {', '.join(LOSSES)})")

@@ -209,6 +209,10 @@ def _accelerate(plan: Plan, engine: str, notes: list[str]) -> dict[str, Any]:
         del cfg["mixed_precision"]
         cfg["deepspeed_config"] = {"deepspeed_config_file": DS_FILE,
                                    "zero3_init_flag": plan.parallelism == "zero3" and plan.scenario["method"] == "full"}
+        if nodes.nodes_of(plan) > 1:  # each node's `accelerate launch` starts its own ranks (the Slurm script): without
+            # it accelerate falls back to pdsh (v1.16.0 utils/launch.py l. 420-432), and DeepSpeed's runner, with no
+            # hostfile, starts a one-node job on every node
+            cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
     if engine == "fsdp":
         cfg["fsdp_config"] = _fsdp_block(plan, notes)
         if fsdp_16bit_full(plan.scenario):

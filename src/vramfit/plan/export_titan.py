@@ -76,7 +76,21 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": {"mode": AC_MODE[plan.gradient_checkpointing],
                                   **({"selective_ac_option": "op"} if plan.gradient_checkpointing == "selective-op" else {})},
         "compile": {"enable": bool(sc.get("compile"))},
+        # the AdamW step the plan was sized with, written out: torchtitan v0.3.0 defaults to "fused"
+        # (components/optimizer/optimizer.py ``implementation``), the profile's release (9dec370) steps foreach
+        "optimizer": {"name": "AdamW", "implementation": _adamw_impl(sc)},
     }
+
+
+def _adamw_impl(sc: dict[str, Any]) -> str:
+    """The scenario's AdamW implementation as its profile resolves ``optimizer_impl`` (estimate/framework.py)."""
+    from vramfit.choices import Framework
+    from vramfit.estimate.framework import profile_for
+
+    chosen = sc.get("optimizer_impl", "auto")
+    if chosen != "auto":
+        return chosen
+    return profile_for(Framework(sc.get("framework", "hf")), sc.get("framework_version")).torch_optimizer_impl.value
 
 
 def _shape(spec) -> tuple:
@@ -153,6 +167,7 @@ def overrides(plan: Plan) -> list[str]:
     dashed names, booleans as ``--x`` / ``--no-x`` (tyro's defaults, which its ConfigManager keeps)."""
     s = sections(plan)
     keys = [("parallelism", k) for k in s["parallelism"]] + [("training", k) for k in ("local_batch_size", "global_batch_size", "seq_len")]
+    keys.append(("optimizer", "implementation"))
     out = []
     for sec, k in keys:
         v, flag = s[sec][k], k.replace("_", "-")

@@ -47,7 +47,8 @@ ASSUMPTIONS = (
     "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
     "tensor and context parallel inside a node, pipeline stages (1f1b or interleaved) across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "
-    "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is not timed.",
+    "peer-to-peer PCIe only, offload traffic never; the CPU optimizer step of offload plans is timed at the host "
+    "memory's bandwidth per GPU, or one CPU thread's AdamW rate where that is slower (plan/kernels.py).",
     "The dataset is packed into full sequences (no padding); time excludes evaluation, checkpoint writes and start-up.",
     "Prices are on-demand USD per GPU-hour read on the dates in price_details; the low end ranks plans.",
 )
@@ -340,6 +341,9 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
                f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
                f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/speed_accuracy.py): read times and costs with that band.")
+    if int(max_gpus) not in all_counts:  # a cap between the counts planned: said, not dropped silently
+        out.append(f"max_gpus {max_gpus}: plans take 1, 2, 4 or {GPUS_PER_NODE} GPUs, then whole nodes of "
+                   f"{GPUS_PER_NODE} (2, 4, 8 ... nodes), so at most {max(all_counts)} here.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "
                    "give effective_batch to consider more.")

@@ -7,6 +7,14 @@ from __future__ import annotations
 from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
 
 NOTE_RULES: list[tuple[str, str]] = [
+    (r"^([\w-]+): counted as the fused step \(no model-sized temporaries\), its fp32 states$",
+     "$1: contado como o passo fundido (sem temporários do tamanho do modelo), com os estados em fp32"),
+    (r"^([\w-]+): counted as the fused step \(no model-sized temporaries\)$",
+     "$1: contado como o passo fundido (sem temporários do tamanho do modelo)"),
+    (r"^max_gpus (\d+): plans take 1, 2, 4 or (\d+) GPUs, then whole nodes of (\d+) \(2, 4, 8 \.\.\. nodes\), so at most "
+     r"(\d+) here\.$",
+     "max_gpus $1: os planos usam 1, 2, 4 ou $2 GPUs e depois nós inteiros de $3 (2, 4, 8 ... nós), por isso aqui no "
+     "máximo $4."),
     # ---- a framework_version release with nothing on the run's path (vramfit.estimate._version_note)
     (r"^framework_version (.+): what this release does differently is not on this run's path \(the figures are the "
      r"same without it\)\.$",

@@ -1,0 +1,179 @@
+"""The DeepSpeed JSON a Hugging Face-family config points to (or a scenario's ``deepspeed_config``): its ZeRO stage and
+offload become scenario keys, its buffer sizes the scenario's typed ``deepspeed_config``, and the values the HF Trainer
+fills in itself are checked against the training config's, as the Trainer checks them (split off config_import/hf_common.py,
+which re-exports these names)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from vramfit.config_import.loader import fail, load_mapping
+from vramfit.config_import.report import Entry, KeyReader
+from vramfit.config_import.values import ZERO_STAGES, zero_stage
+from vramfit.errors import ScenarioError
+
+#: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
+UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
+#: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
+DS_NOT_MODELLED = "not read by vramfit (it models the stage, offload and the buffer sizes in estimate/deepspeed.py)"
+DS_IGNORED = [
+    ("train_batch_size", "filled in by the trainer ('auto')"),
+    ("train_micro_batch_size_per_gpu", "filled in by the trainer ('auto')"),
+    ("gradient_accumulation_steps", "filled in by the trainer ('auto')"),
+    ("gradient_clipping", "no memory effect"), ("steps_per_print", "logging"), ("wall_clock_breakdown", "logging"),
+    ("scheduler.*", "learning-rate schedule: no memory effect"), ("optimizer.params.*", "optimizer hyperparameters"),
+    ("bf16.*", "precision comes from the training config"), ("fp16.*", "precision comes from the training config"),
+    ("zero_allow_untested_optimizer", "a permission flag"), ("zero_force_ds_cpu_optimizer", "a permission flag"),
+    ("zero_optimization.*.pin_memory", "pinned host memory: no GPU memory effect"),
+    ("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoint saving"),
+    ("flops_profiler.*", "logging"), ("comms_config.*", "logging"), ("monitor_config.*", "logging"), ("csv_monitor.*", "logging"),
+    ("activation_checkpointing.*", "DeepSpeed's own checkpointing API: unused by the HF Trainer"),
+    ("communication_data_type", "collective dtype"), ("prescale_gradients", "no memory effect"),
+    ("gradient_predivide_factor", "no memory effect"), ("amp.*", "precision comes from the training config"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
+]
+
+
+def read_deepspeed(r: KeyReader | None, key: str, path: Path,
+                   data: dict[str, Any] | None = None, strict: bool = True) -> tuple[dict[str, Any], list[Entry]]:
+    """Scenario keys from a DeepSpeed JSON (or its mapping ``data``, named ``path``): ZeRO stage and offload
+    (other details reported). ``strict`` False (a scenario's ``deepspeed_config``, which sizes buffers only):
+    an unknown key or a non-Adam ``optimizer.type`` is reported as not modelled instead of refused."""
+    data = load_mapping(path) if data is None else data
+    ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
+    _offload_shapes(ds, data, path)
+    stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
+    ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
+    opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
+    par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
+    partial = _partial_offload(ds, path) if opt_dev not in ("none", None) else None
+    if partial is not None:  # the rest of the optimizer state stays on the GPU: counted as not offloaded
+        opt_dev = "none"
+    params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
+    # below stage 3 DeepSpeed never reads offload_param: _configure_zero_optimizer builds DeepSpeedZeroOptimizer with
+    # offload_optimizer_config only (deepspeedai/DeepSpeed@edaa722, v0.19.5+, runtime/engine.py l. 2382-2416)
+    unused_param = par_dev not in ("none", None) and stage < 3
+    if params_only or unused_param:  # optimizer state stays on the GPU; vramfit has no params-only layout
+        par_dev = "none"
+    offload = "optimizer+params" if par_dev not in ("none", None) else "optimizer" if opt_dev not in ("none", None) else "none"
+    ds.set("zero_optimization.offload_param.device", "offload", offload)
+    ds.set("zero_optimization.offload_optimizer.device", "offload", offload)
+    if unused_param:
+        e = ds.entries["zero_optimization.offload_param.device"]
+        e.kind, e.becomes = "ignored", []
+        e.note = f"DeepSpeed reads parameter offload at ZeRO stage 3 only; at stage {stage} the parameters stay on the GPU"
+    elif params_only:
+        ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
+        ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
+    if partial is not None:
+        ds.mark("zero_optimization.offload_optimizer.ratio", f"partial optimizer offload (ratio {partial:g}: the rest "
+                "of the optimizer state stays on the GPU): counted as no optimizer offload (an upper bound)")
+    if "nvme" in (opt_dev, par_dev):
+        ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
+    typ = ds.get("optimizer.type")
+    if typ is not None:
+        if str(typ).lower() in ("adam", "adamw"):
+            ds.set("optimizer.type", "optimizer", "adamw")
+        elif strict:
+            raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
+        else:
+            ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
+    if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
+        _buffer_sizes(ds, _without_optimizer_offload(data) if partial is not None else data, path)
+    for pattern, reason in DS_IGNORED:
+        ds.ignore(pattern, reason)
+    ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
+    ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
+    ds.not_modelled("aio", "NVMe offload I/O")
+    ds.not_modelled("data_types", "the gradient accumulation dtype (grad_accum_dtype)")
+    if not strict:
+        for k in [k for k in ds.flat if k not in ds.entries]:
+            ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], UNKNOWN_DS_KEY)
+    ds.close([])
+    for e in ds.entries.values():
+        e.key = f"{key} → {e.key}"
+    return ds.out, list(ds.entries.values())
+
+
+def _offload_shapes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
+    """An offload section that is not a mapping (``"offload_param": "cpu"``) refused, as DeepSpeed's config model does."""
+    zero = data.get("zero_optimization")
+    for key in ("offload_optimizer", "offload_param"):
+        sub = zero.get(key) if isinstance(zero, dict) else None
+        if sub is not None and not isinstance(sub, dict):
+            raise fail(path, f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}")
+
+
+def _partial_offload(ds: KeyReader, path: Path) -> float | None:
+    """``offload_optimizer.ratio`` below 1 (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig ``ratio``, default 1.0: the
+    share of the optimizer states the CPU updates, ZeRO-3 only), else None."""
+    ratio = ds.get("zero_optimization.offload_optimizer.ratio", 1.0, "DeepSpeed default: 1.0")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+        raise fail(path, f"zero_optimization.offload_optimizer.ratio must be a number from 0 to 1, got {ratio!r}")
+    return float(ratio) if ratio < 1 else None
+
+
+def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its optimizer offload section dropped (a partial offload counted as none)."""
+    zero = {k: v for k, v in data["zero_optimization"].items() if k != "offload_optimizer"}
+    return {**data, "zero_optimization": zero}
+
+
+#: DeepSpeed keys the HF Trainer fills from its own arguments and refuses when set otherwise (transformers 5.24.0
+#: integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process ``fill_match``, then
+#: ``trainer_config_finalize``: "Please correct the following DeepSpeed config values that mismatch
+#: TrainingArguments values"), with the scenario value each is checked against.
+DS_TRAINER_MATCH = {
+    "train_micro_batch_size_per_gpu": ("micro_batch_size", lambda sc: sc.micro_batch_size),
+    "gradient_accumulation_steps": ("grad_accum", lambda sc: sc.grad_accum),
+    "bf16.enabled": ("precision", lambda sc: sc.precision.value.startswith("bf16")),
+    "fp16.enabled": ("precision", lambda sc: sc.precision.value.startswith("fp16")),
+}
+
+
+def check_trainer_match(r: KeyReader, entries: list[Entry]) -> None:
+    """Refuse, as the HF Trainer does, a DeepSpeed value (not ``auto``) that contradicts the training config's own
+    (:data:`DS_TRAINER_MATCH`), naming both."""
+    from vramfit.scenario import parse_scenario
+
+    if not any(" → " in e.key and e.key.rsplit(" → ", 1)[-1] in DS_TRAINER_MATCH for e in entries):
+        return
+    sc = parse_scenario(r.out if r.out.get("model") or r.out.get("params") else {**r.out, "model": "placeholder"})
+    message = trainer_mismatch(entries, sc)
+    if message:
+        raise r.error(message)
+
+
+def trainer_mismatch(entries: list[Entry], sc: Any) -> str | None:
+    """The first DeepSpeed value of ``entries`` (not ``auto``) that contradicts scenario ``sc``
+    (:data:`DS_TRAINER_MATCH`), as one sentence; None where all agree."""
+    for e in entries:
+        k = e.key.rsplit(" → ", 1)[-1] if " → " in e.key else None
+        if k not in DS_TRAINER_MATCH or e.value == "auto":
+            continue
+        key, value = DS_TRAINER_MATCH[k]
+        own = value(sc)
+        if e.value != own:
+            shown = sc.precision.value if key == "precision" else own
+            return (f"{e.key}: {e.value!r} contradicts the training config's {key} ({shown}); the HF Trainer refuses "
+                    f"the mismatch (trainer_config_finalize): set it to \"auto\" or to {own!r}")
+    return None
+
+
+def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
+    """The zero_optimization keys that size ZeRO's buffers become the scenario's deepspeed_config
+    (vramfit.estimate.deepspeed types them; keys left out keep DeepSpeed's defaults)."""
+    from vramfit.estimate import deepspeed
+
+    try:
+        cfg = deepspeed.from_mapping(data)
+    except ScenarioError as exc:
+        raise fail(path, exc.message.removeprefix("deepspeed_config: ")) from None
+    # ZeRO++ hpZ stays "not modelled yet" here: the import does not know the nodes yet (a --deepspeed-config with it
+    # on several nodes is the scenario's shard_scope node, estimate/deepspeed.py _hpz_keys)
+    ds.out["deepspeed_config"] = replace(cfg, zero_hpz_partition_size=None).to_dict()
+    for key in deepspeed.SIZING_KEYS:
+        if ds.has(f"zero_optimization.{key}"):
+            ds.get(f"zero_optimization.{key}")
+            ds.entries[f"zero_optimization.{key}"].becomes.append(f"deepspeed_config ({key})")
