@@ -208,8 +208,8 @@ class AdamwImpl(_Choice):
     ``fused`` (``fused=True``: one kernel, no parameter-sized temporaries) or ``foreach`` (``_multi_tensor_adamw``,
     torch's default on CUDA when ``fused`` is not asked for: ``_default_to_fused_or_foreach`` in
     torch/optim/optimizer.py; its ``torch._foreach_sqrt`` copies the second moment). ``auto`` follows the framework
-    release (the HF Trainer's ``adamw_torch_fused`` default from transformers 4.54/5, ``adamw_torch`` = foreach
-    before; each profile's ``torch_optimizer_impl``). An HF ``optim: adamw_torch`` or torchtune's ``fused: False``
+    release (the HF Trainer's default optim is ``adamw_torch_fused`` from transformers 4.54 with torch >= 2.8,
+    huggingface/transformers PR #37358, ``adamw_torch`` = foreach before; each profile's ``torch_optimizer_impl``). An HF ``optim: adamw_torch`` or torchtune's ``fused: False``
     is ``foreach``. Ignored for other optimizers.
     """
 

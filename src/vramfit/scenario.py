@@ -297,7 +297,8 @@ FIELDS: tuple[FieldSpec, ...] = (
           "(a compiled fp32 step per parameter).", ("Optimizer", "Otimizador"), choices=Optimizer),
     Field("optimizer_impl", CH, "torch AdamW implementation (optimizer adamw): fused (one kernel) or foreach "
           "(torch's default when fused is not asked for: HF optim adamw_torch, torchtune fused False; its step copies "
-          "the second moment). auto = as the framework release does (transformers 5: fused; 4.53 and older: foreach).",
+          "the second moment). auto = as the framework release does (hf: fused from transformers 4.54 with torch >= 2.8; "
+          "the releases modelled up to 4.53: foreach).",
           ("AdamW implementation", "Implementação do AdamW"), choices=AdamwImpl),
     Field("optimizer_in_backward", BOOL, "Run the optimizer step per parameter during backward (torchtune).",
           ("Optimizer step inside backward", "Passo do otimizador dentro do backward")),

@@ -1,4 +1,4 @@
-"""A DeepSpeed config read beside a training config (config_import/hf_common.py): a value the HF Trainer fills in
+"""A DeepSpeed config read beside a training config (config_import/ds_read.py): a value the HF Trainer fills in
 and refuses when it differs (transformers 5.24.0 integrations/deepspeed.py ``fill_match`` / ``trainer_config_finalize``)
 is refused here too; an offload section must be a mapping; a partial optimizer offload (``ratio`` < 1) is counted as
 none, an upper bound."""
@@ -27,8 +27,6 @@ def _import(tmp_path, ds: dict, **trl):
     ({"train_micro_batch_size_per_gpu": 8}, "train_micro_batch_size_per_gpu: 8 contradicts the training config's "
                                             "micro_batch_size (1)"),
     ({"gradient_accumulation_steps": 1}, "gradient_accumulation_steps: 1 contradicts the training config's grad_accum (8)"),
-    ({"bf16": {"enabled": False}}, "bf16.enabled: False contradicts the training config's precision (bf16-mixed)"),
-    ({"fp16": {"enabled": True}}, "fp16.enabled: True contradicts the training config's precision (bf16-mixed)"),
 ])
 def test_a_value_the_trainer_refuses_is_refused(tmp_path, ds, message):
     with pytest.raises(ScenarioError) as err:
@@ -81,3 +79,23 @@ def test_real_keys_are_reported_not_refused(tmp_path):
     imp = _import(tmp_path, {"zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "fp32"}})
     note = next(e for e in imp.entries if e.key.endswith("data_types.grad_accum_dtype"))
     assert note.kind == "not modelled yet" and "grad_accum_dtype" in note.note
+
+
+def test_precision_is_not_matched_against_the_scenario(tmp_path):
+    """The Trainer matches bf16.enabled against its own bf16 argument; LLaMA-Factory's pure bf16 leaves that off while it
+    loads 16-bit weights (bf16-true here), so a DeepSpeed bf16.enabled false is what that run has: not refused."""
+    (tmp_path / "ds.json").write_text(json.dumps({"bf16": {"enabled": False}, "zero_optimization": {"stage": 2}}))
+    lf = tmp_path / "lf.yaml"
+    lf.write_text(yaml.safe_dump({"model_name_or_path": "meta-llama/Llama-3.1-8B", "stage": "sft", "finetuning_type": "lora",
+                                  "cutoff_len": 512, "bf16": False, "deepspeed": "ds.json"}))
+    sc = from_config(lf).scenario
+    assert sc.parallelism.value == "zero2"
+
+
+def test_the_ratio_is_read_at_stage_3_only(tmp_path):
+    """DeepSpeed's offload_optimizer.ratio is 'only valid with ZeRO Stage 3': at stage 2 the whole state is offloaded."""
+    imp = _import(tmp_path, {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})
+    assert imp.scenario.offload.value == "optimizer"
+    e = next(e for e in imp.entries if e.key.endswith("offload_optimizer.ratio"))
+    assert (e.kind, e.note) == ("ignored", "DeepSpeed reads the ratio at ZeRO stage 3 only; at stage 2 the whole "
+                                           "optimizer state is offloaded")

@@ -191,3 +191,6 @@ def test_a_release_with_nothing_on_the_run_s_path_is_said():
     assert said({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework_version": "trl-0.21"})
     full = said({"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework_version": "transformers-4.44+peft-0.11"})
     assert len(full) == 1 and full[0].startswith("framework_version peft-0.11: what this release")
+    # the framework's own default release is what runs without a version: never inert
+    assert said({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtune",
+                 "framework_version": "torchtune-0.4"}) == []

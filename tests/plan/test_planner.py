@@ -218,3 +218,16 @@ def test_a_plan_on_a_larger_card_of_a_class_keeps_its_own_figure():
         again = estimate(p.scenario).peak
         assert (p.device_bytes, p.reserved_bytes) == (again.device_bytes, again.reserved_bytes)
     assert any(p.device_bytes > h100 for p in big)  # 82.6 GiB on the H200 (capped at 79.1 before)
+
+
+def test_a_max_gpus_between_the_counts_is_said():
+    """max_gpus 12 plans up to 8 GPUs (whole nodes of 8 above one node) and says so; '1k' reads as 1,000, as gpu_counts
+    reads it, without a count of that size planned."""
+    sc = {"model": "meta-llama/Llama-3.2-1B", "method": "lora"}
+    twelve = plan(sc, gpu_ids=["h100-sxm"], max_gpus=12, effective_batch=64, with_changes=False)
+    assert "max_gpus 12: plans take 1, 2, 4 or 8 GPUs, then whole nodes of 8 (2, 4, 8 ... nodes), so at most 8 here." \
+        in twelve.assumptions
+    many = plan(sc, gpu_ids=["h100-sxm"], max_gpus="1k", effective_batch=64, with_changes=False)
+    assert any(a.startswith("max_gpus 1000: ") for a in many.assumptions)
+    eight = plan(sc, gpu_ids=["h100-sxm"], max_gpus=8, effective_batch=64, with_changes=False)
+    assert not any(a.startswith("max_gpus") for a in eight.assumptions)

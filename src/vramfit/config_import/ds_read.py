@@ -47,7 +47,7 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
-    partial = _partial_offload(ds, path) if opt_dev not in ("none", None) else None
+    partial = _partial_offload(ds, path) if opt_dev not in ("none", None) and stage == 3 else None
     if partial is not None:  # the rest of the optimizer state stays on the GPU: counted as not offloaded
         opt_dev = "none"
     params_only = par_dev not in ("none", None) and opt_dev in ("none", None)
@@ -66,6 +66,9 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     elif params_only:
         ds.entries["zero_optimization.offload_param.device"].becomes = ["offload=none"]
         ds.mark("zero_optimization.offload_param.device", "parameter-only offload: counted as no offload (an upper bound)")
+    if stage < 3 and ds.has("zero_optimization.offload_optimizer.ratio"):
+        ds.ignore("zero_optimization.offload_optimizer.ratio", f"DeepSpeed reads the ratio at ZeRO stage 3 only; at stage "
+                  f"{stage} the whole optimizer state is offloaded")
     if partial is not None:
         ds.mark("zero_optimization.offload_optimizer.ratio", f"partial optimizer offload (ratio {partial:g}: the rest "
                 "of the optimizer state stays on the GPU): counted as no optimizer offload (an upper bound)")
@@ -127,9 +130,8 @@ def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
 DS_TRAINER_MATCH = {
     "train_micro_batch_size_per_gpu": ("micro_batch_size", lambda sc: sc.micro_batch_size),
     "gradient_accumulation_steps": ("grad_accum", lambda sc: sc.grad_accum),
-    "bf16.enabled": ("precision", lambda sc: sc.precision.value.startswith("bf16")),
-    "fp16.enabled": ("precision", lambda sc: sc.precision.value.startswith("fp16")),
-}
+}  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
+# off while it loads 16-bit weights (LLaMA-Factory's pure bf16): the scenario's precision cannot stand for them
 
 
 def check_trainer_match(r: KeyReader, entries: list[Entry]) -> None:

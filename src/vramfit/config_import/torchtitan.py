@@ -296,7 +296,7 @@ def _implementation(r: KeyReader) -> None:
             raise r.error(f"optimizer.implementation '{impl}' is not one of {', '.join(TITAN_IMPL)}")
         r.set("optimizer.implementation", "optimizer_impl", TITAN_IMPL[impl])
         if impl in ("for-loop", "fused_opt_states_bf16"):
-            r.mark("optimizer.implementation", f"{impl}: counted as the fused step (no model-sized temporaries)"
+            r.mark("optimizer.implementation", "counted as the fused step (no model-sized temporaries)"
                    + (", its fp32 states" if impl == "fused_opt_states_bf16" else ""))
     elif r.has("optimizer.fused"):
         fused = boolean(r, "optimizer.fused")

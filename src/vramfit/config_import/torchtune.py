@@ -145,7 +145,11 @@ def _step(r: KeyReader) -> None:
                       "torchtune's instantiate would raise TypeError); remove it")
     if opt in ("torch.optim.AdamW", "torch.optim.Adam"):  # torch picks foreach on CUDA unless fused=True is passed
         fused = hf.boolean(r, "optimizer.fused", False, "torch v2.13.0 torch/optim/optimizer.py _default_to_fused_or_foreach")
-        loop = not fused and r.has("optimizer.foreach") and not hf.boolean(r, "optimizer.foreach")
+        foreach = hf.boolean(r, "optimizer.foreach") if r.has("optimizer.foreach") else None
+        if fused and foreach:  # torch v2.13.0 torch/optim/adam.py l. 113
+            raise r.error("optimizer.fused and optimizer.foreach are both True; torch.optim refuses them together "
+                          "(RuntimeError): keep one")
+        loop = not fused and foreach is False
         r.set("optimizer.fused", "optimizer_impl", "foreach" if not (fused or loop) else "fused")
         if loop:  # _single_tensor_adamw: one parameter's temporaries at a time, none the model's size (as fused)
             r.set("optimizer.foreach", "optimizer_impl", "fused")

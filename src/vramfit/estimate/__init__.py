@@ -327,7 +327,9 @@ def _version_note(sc: Scenario, r: EstimateResult, again) -> EstimateResult:
     run's figures (the estimate without that part, ``again``, is byte for byte the same: what that release does
     differently is not on this run's path, e.g. unsloth-2024.11's vision-tower checkpointing on a text model), so a
     choice with nothing to act on is said, not dropped silently. Made here, for one estimate, not for the planner's."""
-    if not sc.framework_version:
+    from vramfit.estimate.framework_profiles import PROFILES
+
+    if not sc.framework_version or sc.framework_version == PROFILES[sc.framework].version:  # the default release acts
         return r
     parts = sc.framework_version.split("+")
     figures = (r.peak.allocated_bytes, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes, r.host_bytes)

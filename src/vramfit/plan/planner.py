@@ -341,8 +341,9 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
                f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
                f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/speed_accuracy.py): read times and costs with that band.")
-    if int(max_gpus) not in all_counts:  # a cap between the counts planned: said, not dropped silently
-        out.append(f"max_gpus {max_gpus}: plans take 1, 2, 4 or {GPUS_PER_NODE} GPUs, then whole nodes of "
+    cap = parse_count("max_gpus", max_gpus, 1, 100_000)  # as gpu_counts reads it ('1k' too)
+    if cap not in all_counts:  # a cap between the counts planned: said, not dropped silently
+        out.append(f"max_gpus {cap}: plans take 1, 2, 4 or {GPUS_PER_NODE} GPUs, then whole nodes of "
                    f"{GPUS_PER_NODE} (2, 4, 8 ... nodes), so at most {max(all_counts)} here.")
     if counts != all_counts:
         out.append(f"Effective batch {eff}: at most {max(counts)} GPUs (each needs a sequence per step); "

@@ -7,10 +7,14 @@ from __future__ import annotations
 from vramfit.web.translate_estimate import _N  # a number as the library prints it (1,234.5)
 
 NOTE_RULES: list[tuple[str, str]] = [
-    (r"^([\w-]+): counted as the fused step \(no model-sized temporaries\), its fp32 states$",
-     "$1: contado como o passo fundido (sem temporários do tamanho do modelo), com os estados em fp32"),
-    (r"^([\w-]+): counted as the fused step \(no model-sized temporaries\)$",
-     "$1: contado como o passo fundido (sem temporários do tamanho do modelo)"),
+    (r"^DeepSpeed reads the ratio at ZeRO stage 3 only; at stage (\d) the whole optimizer state is offloaded$",
+     "o DeepSpeed só lê o ratio no ZeRO estágio 3; no estágio $1 todo o estado do otimizador é descarregado"),
+    (r"^optimizer_impl=(\w+) is ignored: it picks torch's AdamW implementation, and this run's optimizer is (\S+)\.$",
+     "optimizer_impl=$1 é ignorado: escolhe a implementação do AdamW do torch, e o otimizador desta execução é $2."),
+    (r"^counted as the fused step \(no model-sized temporaries\), its fp32 states$",
+     "contado como o passo fundido (sem temporários do tamanho do modelo), com os estados em fp32"),
+    (r"^counted as the fused step \(no model-sized temporaries\)$",
+     "contado como o passo fundido (sem temporários do tamanho do modelo)"),
     (r"^max_gpus (\d+): plans take 1, 2, 4 or (\d+) GPUs, then whole nodes of (\d+) \(2, 4, 8 \.\.\. nodes\), so at most "
      r"(\d+) here\.$",
      "max_gpus $1: os planos usam 1, 2, 4 ou $2 GPUs e depois nós inteiros de $3 (2, 4, 8 ... nós), por isso aqui no "
