@@ -45,6 +45,35 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     _offload_shapes(ds, data, path)
     stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
+    partial = _offload(ds, path, stage)
+    typ = ds.get("optimizer.type")
+    if typ is not None:
+        if str(typ).lower() in ("adam", "adamw"):
+            ds.set("optimizer.type", "optimizer", "adamw")
+        elif strict:
+            raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
+        else:
+            ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
+    if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
+        _buffer_sizes(ds, _without_optimizer_offload(data) if partial is not None else data, path)
+    for pattern, reason in DS_IGNORED:
+        ds.ignore(pattern, reason)
+    ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
+    ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
+    ds.not_modelled("aio", "NVMe offload I/O")
+    ds.not_modelled("data_types", "the gradient accumulation dtype (grad_accum_dtype)")
+    if not strict:
+        for k in [k for k in ds.flat if k not in ds.entries]:
+            ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], UNKNOWN_DS_KEY)
+    ds.close([])
+    for e in ds.entries.values():
+        e.key = f"{key} → {e.key}"
+    return ds.out, list(ds.entries.values())
+
+
+def _offload(ds: KeyReader, path: Path, stage: int) -> float | None:
+    """The ``offload`` scenario key from the two offload sections, each classified; the partial optimizer offload's
+    ratio (ZeRO-3, below 1) where one is counted as none, else None."""
     opt_dev = ds.get("zero_optimization.offload_optimizer.device", "none", "DeepSpeed default: none")
     par_dev = ds.get("zero_optimization.offload_param.device", "none", "DeepSpeed default: none")
     partial = _partial_offload(ds, path) if opt_dev not in ("none", None) and stage == 3 else None
@@ -74,29 +103,7 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
                 "of the optimizer state stays on the GPU): counted as no optimizer offload (an upper bound)")
     if "nvme" in (opt_dev, par_dev):
         ds.mark("zero_optimization.offload_optimizer.device", "NVMe offload: counted as CPU offload")
-    typ = ds.get("optimizer.type")
-    if typ is not None:
-        if str(typ).lower() in ("adam", "adamw"):
-            ds.set("optimizer.type", "optimizer", "adamw")
-        elif strict:
-            raise fail(path, f"optimizer.type '{typ}' is not modelled yet (vramfit models Adam/AdamW from DeepSpeed)")
-        else:
-            ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
-    if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
-        _buffer_sizes(ds, _without_optimizer_offload(data) if partial is not None else data, path)
-    for pattern, reason in DS_IGNORED:
-        ds.ignore(pattern, reason)
-    ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
-    ds.not_modelled("tensor_parallel", "DeepSpeed AutoTP tensor parallelism")
-    ds.not_modelled("aio", "NVMe offload I/O")
-    ds.not_modelled("data_types", "the gradient accumulation dtype (grad_accum_dtype)")
-    if not strict:
-        for k in [k for k in ds.flat if k not in ds.entries]:
-            ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], UNKNOWN_DS_KEY)
-    ds.close([])
-    for e in ds.entries.values():
-        e.key = f"{key} → {e.key}"
-    return ds.out, list(ds.entries.values())
+    return partial
 
 
 def _offload_shapes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
