@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vramfit.calibration import Calibration, adjust
 from vramfit.errors import ScenarioError
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from vramfit.gpus import GPU
     from vramfit.models.spec import ModelSpec
 
-__all__ = ["estimate", "resolve_spec", "EstimateResult"]
+__all__ = ["estimate", "resolve_spec", "EstimateResult", "FitFigures", "fit_figures", "step_peak"]
 
 _PAGED = (Optimizer.PAGED_ADAMW, Optimizer.PAGED_ADAMW_8BIT)
 
@@ -349,31 +349,83 @@ def _version_note(sc: Scenario, r: EstimateResult, again) -> EstimateResult:
     return dataclasses.replace(r, assumptions=(*r.assumptions, note))
 
 
-def estimate_spec(
-    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None,
-    calibration: Calibration | None = None,
-) -> EstimateResult:
-    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used;
-    ``calibration``'s entry for the card's family (if any) replaces the modelled allocator slack and context."""
+class FitFigures(NamedTuple):
+    """What the fit test reads of an estimate: ``peak.required_bytes``, the paged optimizer state (the
+    ``paged_optimizer_state`` component) and ``host_bytes``; equal to :func:`estimate_spec`'s, byte for byte
+    (tests/estimate/test_fit_figures.py)."""
+
+    required_bytes: int
+    paged_bytes: int
+    host_bytes: int
+
+
+class _StepPeak(NamedTuple):
+    r: Step
+    breakdowns: dict[str, dict[str, int]]
+    phases: dict[str, int]
+    peak_phase: str
+    step_phase: str
+    tensors: int
+    events: list[int]
+
+    @property
+    def allocated(self) -> int:
+        return self.phases[self.peak_phase]
+
+    def reserved(self, required: bool = False) -> int:
+        """:func:`_reserved` of the step (``required``: the cached segments the required figure leaves out)."""
+        return max(self.allocated, _reserved(self.r, self.breakdowns, self.step_phase, self.tensors, self.events, required))
+
+
+def step_peak(sc: Scenario, spec, card: GPU | None) -> _StepPeak:
+    """The step's phases, allocated peak and transients: what :func:`fit_figures` and :func:`estimate_spec` share
+    (the plan search computes it once for both)."""
     r = compute(spec, sc, card)
-    parts = r.parts
     breakdowns = {b.phase.value: dict(b.parts) for b in r.phases}
     phases = {name: sum(d.values()) for name, d in breakdowns.items()}
-    peak_phase = max(phases, key=phases.get)
-    allocated = phases[peak_phase]
     # the step's own high point: an evaluation pass adds its segments on top (estimate/evaluation.py)
     step_phase = max((k for k in phases if k != StepPhase.EVALUATE.value), key=phases.get)
     tensors = 0 if replays_step(spec, r.sc, r.profile) else len(r.saved.items)  # a replayed step has its own rounding
-    events = step_transients(r)
-    reserved = max(allocated, _reserved(r, breakdowns, step_phase, tensors, events))
+    return _StepPeak(r, breakdowns, phases, max(phases, key=phases.get), step_phase, tensors, step_transients(r))
+
+
+def _card_calibration(card: GPU | None, calibration: Calibration | None):
+    """The calibration's entry for the card's family, if any."""
+    return calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
+
+
+def fit_figures(s: _StepPeak, sc: Scenario, card: GPU | None, calibration: Calibration | None = None) -> FitFigures | None:
+    """:func:`estimate_spec`'s required peak, paged state and host bytes from the step (:func:`step_peak`), without
+    the figures only the reserved and device peaks read: the reserved peak's replays of what the required path leaves
+    out (ZeRO-3's load and steps, ZeRO-1/2 offload's: estimate/ds_offload.py ``offload_reserved``), the components and
+    the notes. The plan and fit searches read only these (plan/screen.py). None where a calibration covers the card:
+    its required peak is the whole device peak (no cached segment is taken off a measured slack), which only the full
+    estimate has."""
+    if _card_calibration(card, calibration) is not None:
+        return None
     ctx, nccl = process_bytes(sc, card)
-    fc = calibration.for_card(card.gpu_id if card is not None else None) if calibration is not None else None
+    paged = s.r.parts.paged_optimizer_state
+    return FitFigures(s.reserved(True) + ctx + nccl + paged, paged, s.r.parts.host)
+
+
+def estimate_spec(
+    sc: Scenario, spec, model_id: str, origin: str = "catalog", notes=(), *, card: GPU | None = None,
+    calibration: Calibration | None = None, step: _StepPeak | None = None,
+) -> EstimateResult:
+    """The estimate of ``sc`` on a resolved architecture; ``card`` carries the hardware facts used;
+    ``calibration``'s entry for the card's family (if any) replaces the modelled allocator slack and context;
+    ``step``: :func:`step_peak` of the same scenario, spec and card where already computed."""
+    s = step if step is not None else step_peak(sc, spec, card)
+    r, breakdowns, phases, peak_phase, events = s.r, s.breakdowns, s.phases, s.peak_phase, s.events
+    parts, allocated = r.parts, s.allocated
+    reserved = s.reserved()
+    ctx, nccl = process_bytes(sc, card)
+    fc = _card_calibration(card, calibration)
     # a measured slack (calibration) is what the user's runs reserved: no cached segment is taken off it. Otherwise the
     # wholly free segments are whatever the required path leaves out (the transients', DeepSpeed 0.19's flatten, the
     # ZeRO-1/2 offload and ZeRO-3 load replays, a GPU load's): one rule for every source of them, so a setting never
-    # needs more than another only because its cached segments came from a different place
-    releasable = fc is None
-    released = reserved - max(allocated, _reserved(r, breakdowns, step_phase, tensors, events, True)) if releasable else 0
+    # needs more than another only because its cached segments came from a different place (fit_figures: the same sum)
+    released = reserved - s.reserved(True) if fc is None else 0
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     required = device - released

@@ -72,7 +72,28 @@ def check_version(framework: Framework, value: Any) -> str:
     return text
 
 
+#: the scenario keys :func:`scenario_profile` reads (tests/estimate/test_profile_cache.py checks the list against its
+#: code): the key of its memo, so an estimate's five or so calls cost one lookup after the first
+PROFILE_KEYS = ("framework", "framework_version", "fsdp_version", "parallelism", "use_reentrant", "optimizer_impl",
+                "method", "kbit_prepare", "quantize", "precision")
+_PROFILES_SEEN: dict[tuple, tuple[FrameworkProfile, FrameworkProfile]] = {}
+
+
 def scenario_profile(sc) -> FrameworkProfile:
+    """The profile a scenario runs (:func:`resolve_profile`), memoised on :data:`PROFILE_KEYS` and the framework's
+    profile object (a test that swaps a profile in PROFILES gets its own)."""
+    key = tuple(getattr(sc, k) for k in PROFILE_KEYS)
+    base = PROFILES[sc.framework]
+    hit = _PROFILES_SEEN.get(key)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    profile = resolve_profile(sc)
+    if len(_PROFILES_SEEN) < 4096:  # bounded: a long-running server sees few distinct keys
+        _PROFILES_SEEN[key] = (base, profile)
+    return profile
+
+
+def resolve_profile(sc) -> FrameworkProfile:
     """The profile a scenario runs: its framework at its framework_version, with its kbit_prepare, use_reentrant and
     optimizer_impl choices (and no fp32 upcast under DeepSpeed's 16-bit engine).
 

@@ -111,8 +111,13 @@ def rank0_outside(order: list[tuple[int, bool]], num_gpus: int) -> list[int]:
     return [n for _, n, piece in _walk(order, num_gpus) if not piece]
 
 
-def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, int]]:
+def _walk(order: list[tuple[int, bool]], num_gpus: int) -> tuple[tuple[int, int, int], ...]:
     """(module index, elements, elements in rank 0's partition) of every parameter, group by group."""
+    return _walk_of(tuple(order), num_gpus)
+
+
+@lru_cache(maxsize=256)  # a pure function of the order: the plan search asks it for each micro-batch of a layout
+def _walk_of(order: tuple[tuple[int, bool], ...], num_gpus: int) -> tuple[tuple[int, int, int], ...]:
     out = []
     for decay in (True, False):
         size = -(-sum(n for n, d in order if d is decay) // num_gpus)
@@ -121,7 +126,7 @@ def _walk(order: list[tuple[int, bool]], num_gpus: int) -> list[tuple[int, int, 
             if d is decay:
                 out.append((i, n, max(0, min(n, size - offset))))
                 offset += n
-    return out
+    return tuple(out)
 
 
 def grads_in_partition(spec: ModelSpec, sc: Scenario, banks: bool) -> int:
@@ -162,6 +167,12 @@ def reduction_order(order: list[tuple[int, bool]], num_gpus: int, backward: bool
     in module order (DeepSpeed 0.19.8 stage_1_and_2.py ``reduce_gradients``, ZeRO-1 without ``overlap_comm``: ``for
     i, group in enumerate(self.bit16_groups): for param in group: ... reduce_ready_partitions_and_remove_grads``).
     Each group's flat buffer is cut in ``num_gpus`` equal parts (``get_data_parallel_partitions``)."""
+    return list(_reduction_order(tuple(order), num_gpus, backward))
+
+
+@lru_cache(maxsize=256)  # a pure function of its arguments (as _walk_of)
+def _reduction_order(order: tuple[tuple[int, bool], ...], num_gpus: int,
+                     backward: bool) -> tuple[tuple[int, tuple[int, ...]], ...]:
     placed: list[tuple[int, int, tuple[int, ...]]] = []  # (module index, elements, ranks)
     for decay in (True, False):
         size = -(-sum(n for n, d in order if d is decay) // num_gpus)
@@ -172,7 +183,7 @@ def reduction_order(order: list[tuple[int, bool]], num_gpus: int, backward: bool
                 offset += n
     if backward:
         placed.sort(key=lambda t: t[0], reverse=True)
-    return [(n, ranks) for _, n, ranks in placed]
+    return tuple((n, ranks) for _, n, ranks in placed)
 
 
 def ipg_flats(params: list[tuple[int, tuple[int, ...]]], bucket: int) -> list[int]:

@@ -262,10 +262,17 @@ def flatten_cached(r) -> int:
     the MLP's 2.5 MB activations split the 20 MiB segments the 8.7 MB originals left. So the generic per-tensor and
     activation slack (estimate/reserved.py ``reserved_bytes``) is not extra at the step, up to these bytes."""
     from vramfit.estimate.ds_load import flatten_events
+
+    return _wholly_free_after(tuple(flatten_events(r)))
+
+
+@lru_cache(maxsize=256)  # a pure function of the events: the plan search repeats one load over many micro-batches
+def _wholly_free_after(events: tuple[int, ...]) -> int:
+    """Bytes of the segments wholly free once ``events`` (``n``: allocate, ``-k``: free the ``k``-th) are replayed."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     model, blocks = CachingAllocatorModel(), []
-    for ev in flatten_events(r):
+    for ev in events:
         if ev >= 0:
             blocks.append(model.malloc(ev))
         else:

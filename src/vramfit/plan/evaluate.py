@@ -12,7 +12,7 @@ from typing import Any
 
 from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
-from vramfit.estimate import estimate_spec, resolve_spec
+from vramfit.estimate import FitFigures, estimate_spec, fit_figures, resolve_spec, step_peak
 from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
@@ -59,6 +59,8 @@ class Evaluator:
             self.base = dataclasses.replace(self.base, gpu=card.gpu_id)
         self.model_id, self.spec, self.origin, self.notes = resolve_spec(self.base)
         self._memo: dict[tuple, EstimateResult | ScenarioError] = {}
+        self._fits: dict[tuple, FitFigures | ScenarioError] = {}
+        self._steps: dict[tuple, Any] = {}  # estimate.step_peak of a fit answered without the estimate
         self._scenarios: dict[tuple, Scenario | ScenarioError] = {}
         self.calls = 0
 
@@ -111,12 +113,42 @@ class Evaluator:
         if hit is None:
             try:
                 sc = self.scenario(**changes)
-                self.calls += 1
+                step = self._steps.pop(key, None)
+                self.calls += step is None
                 hit = estimate_spec(sc, self.spec, self.model_id, self.origin, self.notes, card=self.card(sc.gpu),
-                                   calibration=self.calibration)
+                                   calibration=self.calibration, step=step)
             except ScenarioError as exc:
                 hit = exc
             self._memo[key] = hit
+        return hit
+
+    def try_fit(self, **changes: Any) -> FitFigures | ScenarioError:
+        """What the fit test reads of the estimate (:func:`vramfit.estimate.fit_figures`: the same bytes, without the
+        replays only the reserved and device peaks need), or the ScenarioError; from the estimate where it is known.
+        The step is kept: an estimate of the same changes later starts from it."""
+        key = self._key(changes)
+        hit = self._fits.get(key)
+        if hit is not None:
+            return hit
+        known = self._memo.get(key)
+        if known is None:
+            try:
+                sc = self.scenario(**changes)
+                card = self.card(sc.gpu)
+                step = step_peak(sc, self.spec, card)
+                self.calls += 1
+                hit = fit_figures(step, sc, card, self.calibration)
+                if hit is not None:
+                    self._steps[key] = step
+            except ScenarioError as exc:
+                hit = exc
+        if hit is None:  # a calibrated card (fit_figures: None): the estimate answers
+            known = self.try_estimate(**changes)
+        if isinstance(known, EstimateResult):
+            hit = FitFigures(known.peak.required_bytes, known.component("paged_optimizer_state"), known.host_bytes)
+        elif known is not None:
+            hit = known
+        self._fits[key] = hit
         return hit
 
     def estimate(self, **changes: Any) -> EstimateResult:

@@ -15,7 +15,7 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import SAFETY_MARGIN, fits, limit_bytes, result_paging, verdict_text
+from vramfit.plan.verdict import SAFETY_MARGIN, figures_fit, fits, limit_bytes, result_paging, verdict_text
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
 from vramfit.stage_keys import micro_batch_step, min_seq_len
 
@@ -124,8 +124,8 @@ def fit(
         return None if isinstance(r, ScenarioError) else getattr(r.peak, counter)
 
     def ok(**k: Any) -> bool:
-        r = ev.try_estimate(**k)
-        return not isinstance(r, ScenarioError) and fits(r, limit)
+        f = ev.try_fit(**k)  # the fit test's figures only (estimate.fit_figures): the searches' many probes
+        return not isinstance(f, ScenarioError) and figures_fit(f, limit)
 
     base = ev.base
     step = micro_batch_step(base)  # GRPO accepts only multiples of this micro-batch (stage_keys)
@@ -177,11 +177,10 @@ def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int, counter: st
     ev = Evaluator(parse_scenario(scenario))
 
     def ok(s: int) -> bool:
+        if counter == "device":  # fit's own rule, on the fit test's figures (estimate.fit_figures)
+            f = ev.try_fit(seq_len=s)
+            return not isinstance(f, ScenarioError) and figures_fit(f, budget_bytes)
         r = ev.try_estimate(seq_len=s)
-        if isinstance(r, ScenarioError):
-            return False
-        if counter == "device":
-            return fits(r, budget_bytes)
-        return getattr(r.peak, f"{counter}_bytes") <= budget_bytes
+        return not isinstance(r, ScenarioError) and getattr(r.peak, f"{counter}_bytes") <= budget_bytes
 
     return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN, lo=min_seq_len(ev.base))

@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator
-from vramfit.plan.verdict import PAGED_COMPONENT
 
 #: what an interleaved pipeline adds to its 1F1B twin's sharding name (layouts.name)
 INTERLEAVED = f"{layouts.SEP}vpp{layouts.VIRTUAL_STAGES}"
@@ -71,10 +70,9 @@ class Figures:
         """The figure (None: the scenario is invalid), estimating it if unknown."""
         key = (c, mb, cls)
         if key not in self.known:
-            r = self.ev.try_estimate(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=cls)
+            r = self.ev.try_fit(**c.keys(mb, self.per_gpu(c.num_gpus) // mb), gpu=cls)
             # verdict.fits(r, limit) <=> required peak - paged optimizer state <= limit (the state may page out)
-            self.known[key] = None if isinstance(r, Exception) else Fig(
-                r.peak.required_bytes - r.component(PAGED_COMPONENT), r.host_bytes)
+            self.known[key] = None if isinstance(r, Exception) else Fig(r.required_bytes - r.paged_bytes, r.host_bytes)
         return self.known[key]
 
     def order(self, c, every: list) -> tuple[list, list]:

@@ -81,6 +81,11 @@ def fits(r: EstimateResult, limit: int) -> bool:
     return r.peak.required_bytes <= limit or result_paging(r, limit) is not None  # the planner's hot path
 
 
+def figures_fit(f, limit: int) -> bool:
+    """:func:`fits` on the fit test's figures alone (:class:`vramfit.estimate.FitFigures`: the same bytes)."""
+    return paging_bytes(f.required_bytes, f.paged_bytes, limit) is not None
+
+
 def verdict_text(paged_out: int | None) -> str:
     """``fits`` / ``fits, with paging of N GiB optimizer state (slower)`` / ``does not fit``."""
     if paged_out is None:
