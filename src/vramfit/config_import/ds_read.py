@@ -13,6 +13,7 @@ from vramfit.config_import.loader import fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
 from vramfit.config_import.values import ZERO_STAGES, zero_stage
 from vramfit.errors import ScenarioError
+from vramfit.estimate.deepspeed import offload_section_error
 
 #: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
 UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
@@ -108,11 +109,9 @@ def _offload(ds: KeyReader, path: Path, stage: int) -> float | None:
 
 def _offload_shapes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
     """An offload section that is not a mapping (``"offload_param": "cpu"``) refused, as DeepSpeed's config model does."""
-    zero = data.get("zero_optimization")
-    for key in ("offload_optimizer", "offload_param"):
-        sub = zero.get(key) if isinstance(zero, dict) else None
-        if sub is not None and not isinstance(sub, dict):
-            raise fail(path, f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}")
+    for key in ("offload_optimizer", "offload_param"):  # before the stage is read: a stage-0 file never reaches the estimator
+        if (why := offload_section_error(data.get("zero_optimization"), key)) is not None:
+            raise fail(path, why)
 
 
 def _partial_offload(ds: KeyReader, path: Path) -> float | None:
@@ -135,8 +134,8 @@ def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
 #: ``trainer_config_finalize``: "Please correct the following DeepSpeed config values that mismatch
 #: TrainingArguments values"), with the scenario value each is checked against.
 DS_TRAINER_MATCH = {
-    "train_micro_batch_size_per_gpu": ("micro_batch_size", lambda sc: sc.micro_batch_size),
-    "gradient_accumulation_steps": ("grad_accum", lambda sc: sc.grad_accum),
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "gradient_accumulation_steps": "grad_accum",
 }  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
 # off while it loads 16-bit weights (LLaMA-Factory's pure bf16): the scenario's precision cannot stand for them
 
@@ -161,11 +160,10 @@ def trainer_mismatch(entries: list[Entry], sc: Any) -> str | None:
         k = e.key.rsplit(" → ", 1)[-1] if " → " in e.key else None
         if k not in DS_TRAINER_MATCH or e.value == "auto":
             continue
-        key, value = DS_TRAINER_MATCH[k]
-        own = value(sc)
+        key = DS_TRAINER_MATCH[k]
+        own = getattr(sc, key)
         if e.value != own:
-            shown = sc.precision.value if key == "precision" else own
-            return (f"{e.key}: {e.value!r} contradicts the training config's {key} ({shown}); the HF Trainer refuses "
+            return (f"{e.key}: {e.value!r} contradicts the training config's {key} ({own}); the HF Trainer refuses "
                     f"the mismatch (trainer_config_finalize): set it to \"auto\" or to {own!r}")
     return None
 

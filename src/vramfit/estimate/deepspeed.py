@@ -153,12 +153,22 @@ def _int_value(key: str, v: Any) -> int | str:
     return int(v)
 
 
+def offload_section_error(zero: Any, key: str) -> str | None:
+    """Why ``zero_optimization.<key>`` (an offload section) cannot be read, or None: DeepSpeed's config model takes a
+    DeepSpeedZeroOffload*Config mapping, not a word (``"offload_param": "cpu"``). The one check of the estimator and
+    the config importer (config_import/ds_read.py)."""
+    sub = zero.get(key) if isinstance(zero, dict) else None
+    if sub is None or isinstance(sub, dict):
+        return None
+    return f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}"
+
+
 def _device(zero: dict, key: str) -> bool:
     sub = zero.get(key)
     if sub is None:
         return False
-    if not isinstance(sub, dict):  # DeepSpeed's config model takes a DeepSpeedZeroOffload*Config mapping, not a word
-        raise ScenarioError(KEY, f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}")
+    if (why := offload_section_error(zero, key)) is not None:
+        raise ScenarioError(KEY, why)
     dev = sub.get("device", "none")
     if dev not in ("cpu", "nvme", "none", None):
         raise ScenarioError(KEY, f"zero_optimization.{key}.device must be one of cpu, nvme, none, got {dev!r}")
