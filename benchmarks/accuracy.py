@@ -73,6 +73,10 @@ SOURCE_FRAMEWORK = {
     "TT_PR961_2405": "torchtune",
     "LIT_LORA_TUT_2308": "litgpt",  # lit-gpt finetune_lora.md tables of August 2023 (064fd523): finetune/lora.py, as LIT_RES
     "LIGER_EX_2408": "hf",  # Liger-Kernel's HF example: TRL SFTTrainer over the HF Trainer, FSDP1 through accelerate
+    "UNSLOTH_NB_2407": "unsloth",  # Unsloth's T4 Colab notebooks of 2024.5-2024.9 (FastLanguageModel + TRL SFTTrainer)
+    "AXOLOTL_EX_2404": "hf",  # axolotl's Llama-3 QLoRA+FSDP example (April 2024): the HF Trainer + PEFT, FSDP1 via accelerate
+    "AXOLOTL_EX_2308": "hf",  # axolotl's Llama-2 examples (August 2023): the HF Trainer + PEFT
+    "DS_MUON_2605": "hf",  # DeepSpeed's Muon blog runner: a DeepSpeed engine loop over a transformers model (ZeRO-2)
     "LIT_DATA_TUT_2309": "litgpt",  # lit-gpt tutorials/prepare_dataset.md (Sept 2023): finetune/lora.py on Falcon-7B, as LIT_RES
     "LIT_ZERO_TUT_2403": "litgpt",  # litgpt tutorials/0_to_litgpt.md (March 2024): litgpt finetune lora on phi-2, one GPU
     "FMS_ACCEL_2407": "hf",  # fms-acceleration benchmark CSV of July 2024 (b6c1455): fms-hf-tuning over TRL 0.9.6 SFTTrainer + HF Trainer (FSDP1 via accelerate)

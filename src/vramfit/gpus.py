@@ -100,6 +100,7 @@ class GPU:
     usable_source: str = ""
     mem_bandwidth_gbs: float | None = None
     supports_bf16: bool | None = None
+    supports_flash_attn2: bool | None = None  # the catalog's column: FlashAttention-2 needs Ampere or newer
     form_factor: str = ""
     architecture: str = ""  # the catalog's text, e.g. "Hopper (GH100)"; see :attr:`arch`
     origin: str = "bundled"  # "bundled" or the path of the user file that added/changed it
@@ -140,6 +141,12 @@ class GPU:
     def peer_gbs(self) -> float:
         """GPU-to-GPU bandwidth per direction, GB/s: NVLink/fabric figure, else the host PCIe link."""
         return self.interconnect_gbs / 2 if self.interconnect_gbs else self.host_link_gbs
+
+
+def _yes_no(row: dict, key: str) -> bool | None:
+    """A catalog yes/no column (its text may go on: "no (FA2 needs Ampere+)"); None when empty or other."""
+    text = (row.get(key) or "").strip().lower()
+    return True if text.startswith("yes") else False if text.startswith("no") else None
 
 
 def _bad(where: str, line: int, gid: str, col: str, msg: str) -> ScenarioError:
@@ -194,7 +201,6 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
     else:
         usable, kind = int(mem * GB), "marketing"
         usrc = "no published CUDA/nvidia-smi total found: memory_gb x 10^9 bytes (below the real total on known cards)"
-    bf16 = (row.get("supports_bf16") or "").strip().lower()
     units = []
     for part in (row.get("rental_gpus") or "").replace(",", ";").split(";"):
         if part.strip():
@@ -217,7 +223,8 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         usable_kind=kind,
         usable_source=usrc,
         mem_bandwidth_gbs=n["mem_bandwidth_gbs"],
-        supports_bf16=True if bf16.startswith("yes") else False if bf16.startswith("no") else None,
+        supports_bf16=_yes_no(row, "supports_bf16"),
+        supports_flash_attn2=_yes_no(row, "supports_flash_attn2"),
         form_factor=(row.get("form_factor") or "").strip(),
         architecture=(row.get("architecture") or "").strip(),
         origin=origin,

@@ -198,10 +198,12 @@ class Scenario:
         given = getattr(self, "_given", None)  # the keys the user set (parse_scenario); None: not known
         # values derived from another key follow it when that key changes and they are not given
         # (grad_accum: GRPO's default is the least accumulation that holds whole groups of completions per step,
-        # stage_keys.check_stage_keys, so it follows the stage and the GPU count; elsewhere its default is 1)
+        # stage_keys.check_stage_keys, so it follows the stage, the GPU count, the micro-batch and the group size;
+        # elsewhere its default is 1)
         derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",),
                    "framework": ("precision", "parallelism"), "stage": ("grad_accum",),
-                   "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum")}
+                   "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum"),
+                   "micro_batch_size": ("grad_accum",), "num_generations": ("grad_accum",)}
         for key, followers in derived.items():
             for follower in followers:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
@@ -319,7 +321,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     Field("num_gpus", INT, "GPUs taking part, each with its own micro-batch (above one node, see the assumptions).",
           ("GPUs", "GPUs"), unit="GPUs", limits=(1, MAX_GPUS)),
     Field("parallelism", CH, "How the work is split over GPUs: DDP, DeepSpeed ZeRO stages or FSDP.",
-          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp (torchtune, litgpt: fsdp)"),
+          ("Sharding", "Fragmentação (sharding)"), choices=Parallelism, default_note="none on one GPU, else ddp (torchtune, litgpt, torchtitan: fsdp)"),
     Field("offload", CH, "CPU offload of optimizer state (and parameters) by ZeRO or FSDP.",
           ("CPU offload", "Descarga para CPU"), choices=Offload),
     Field("gpu", TXT, "GPU id or alias (4090, h200) the run should fit (see `vramfit gpus`).", ("Target card", "Placa alvo"),
@@ -349,7 +351,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Reentrant checkpointing", "Checkpointing reentrante"), choices=UseReentrant),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
           "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (SFTTrainer casts a bf16 4-bit model's embeddings and head back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
-          "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+          "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed), unsloth-2024.8 (mid-2024: its own Triton cross-entropy over the whole logits), unsloth-2024.5 (as 2024.8, RoPE caches of the whole context)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
           "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "
           "bf16-true = no mixed precision). auto = the framework's (hf: 1; torchtune, torchtitan: 2).",

@@ -167,6 +167,13 @@ def micro_batch_step(sc: Any) -> int:
     return n // gcd(n, sc.num_gpus * sc.grad_accum)
 
 
+def seq_len_step(sc: Any) -> int:
+    """The step between the ``seq_len`` values the scenario accepts: under context parallelism torch's head-tail load
+    balancer splits each sequence into 2 x ``context_parallel`` equal chunks (:mod:`vramfit.layout_keys`); else 1."""
+    cp = getattr(sc, "context_parallel", 1) or 1
+    return 2 * cp if cp > 1 else 1
+
+
 def min_seq_len(sc: Any) -> int:
     """The shortest ``seq_len`` the scenario's stage accepts: a generating stage's ``seq_len`` holds the prompt and
     the ``completion_len`` completion, so it must be longer (:func:`check_stage_keys`); else 1."""

@@ -34,7 +34,7 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (164 of 269):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (168 of 279):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
     # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three
@@ -44,13 +44,15 @@ def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     # (FMS_ACCEL_2502: full, LoRA and QLoRA of Mistral-7B, Mixtral-8x7B and Llama-2-70B, 1 GPU and FSDP1 on 2)
     # and the 19 runs of the same scenarios in fms-acceleration's November-2024 CSV (FMS_ACCEL_2411: transformers 4.45.2)
     # and the 10 full and LoRA ones in fp16 in its July-2024 CSV (FMS_ACCEL_2407: transformers 4.43.3); and the
-    # 27 counters of this project's 9 H200 runs (vramfit_h200.jsonl: transformers 5.17, three counters each)
+    # 27 counters of this project's 9 H200 runs (vramfit_h200.jsonl: transformers 5.17, three counters each); and the
+    # packed or padded README figures of axolotl (April 2024 and August 2023) and DeepSpeed's Muon blog (May 2026)
     assert lines["FMS_ACCEL_2502"][1] == "19" and lines["FMS_ACCEL_2411"][1] == "19"
     assert lines["vramfit-measure"][1] == "27"
     assert lines["FMS_ACCEL_2407"][1] == "10"
-    assert lines["hf"][1] == "118" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
+    assert lines["hf"][1] == "122" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
     assert lines["torchtitan"][1] == "5" and lines["AAI_FSDPQLORA_2403"][1] == "19"
-    assert lines["AXOLOTL_EX_2508"][1] == "7"
+    assert lines["AXOLOTL_EX_2508"][1] == "7" and lines["AXOLOTL_EX_2308"][1] == "2"
+    assert lines["AXOLOTL_EX_2404"][1] == "1" and lines["DS_MUON_2605"][1] == "1"
 
 
 def test_one_set_alone_scores_as_before(capsys):

@@ -24,7 +24,8 @@ def test_inline_deepspeed_config_sizes_the_reduce_bucket():
     # one bf16 bucket (overlap_comm off), from the first gradient hook on: in the blocks' backward
     block = next(p for p in d["phases"] if p["phase"] == "backward-block")
     assert block["breakdown"]["comm_buffers"] == 500_000_000 * 2
-    assert d["accuracy"]["measured_path"] is False
+    # measured: DeepSpeed's Muon blog figure (found.jsonl DS_MUON_2605-1, Qwen2.5-3B full fine-tuning under ZeRO-2)
+    assert d["accuracy"]["measured_path"] is True and d["accuracy"]["cases"] == ["DS_MUON_2605-1"]
 
 
 def test_accuracy_line_and_one_line_errors():

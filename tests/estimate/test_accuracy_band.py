@@ -32,12 +32,12 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
     # nearest: the same framework, method and quantization under other sharding: the PEFT docs' 70B runs,
     # Answer.AI's 2-GPU fsdp_qlora runs without CPU offload, the single-GPU axolotl and ms-swift QLoRA (found.jsonl:
     # the bnb script and the 1.x Yi-34B QLoRA script), fms-acceleration's packed A100 QLoRA runs (one GPU and FSDP1;
-    # its February-2025 and November-2024 CSVs)
+    # its February-2025 and November-2024 CSVs), axolotl's August-2023 Llama-2-7B QLoRA README figure
     assert a["matched_fields"] == ["framework", "method", "offload", "quantization"]
     assert a["cases"] == (["PEFT_DOCS-119", "PEFT_DOCS-122"] + [f"AAI_FSDPQLORA_2403-{n}" for n in (1, 2, 7, 8, 11, 13)]
                           + [f"AXOLOTL_EX_2508-{n}" for n in (5, 6, 7)] + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
                           + [f"FMS_ACCEL_2502-{n}" for n in range(11, 20)]
-                          + [f"FMS_ACCEL_2411-{n}" for n in range(11, 20)] + _h200_cases("qlora"))
+                          + [f"FMS_ACCEL_2411-{n}" for n in range(11, 20)] + ["AXOLOTL_EX_2308-1"] + _h200_cases("qlora"))
     assert len(_h200_cases("qlora")) == 9  # Llama-3.2-1B, -3B and Llama-3.1-8B QLoRA on one H200, three counters each
     # single-GPU hf QLoRA is measured now (axolotl's 24B QLoRA recipes, ms-swift's bnb script and Yi-34B QLoRA,
     # fms-acceleration's one-GPU Mistral-7B and Mixtral-8x7B QLoRA, 2025 and 2024 CSVs)
@@ -46,7 +46,7 @@ def test_a_path_without_measurement_says_so_and_gives_the_nearest():
                                                      + ["SWIFT_EX_2601-7", "SWIFT_SCRIPTS_2404-6"]
                                                      + [f"FMS_ACCEL_2502-{n}" for n in (11, 13, 15, 17)]
                                                      + [f"FMS_ACCEL_2411-{n}" for n in (11, 13, 15, 17)]
-                                                     + _h200_cases("qlora"))
+                                                     + ["AXOLOTL_EX_2308-1"] + _h200_cases("qlora"))
     lit = estimate({"model": "meta-llama/Llama-2-7b-hf", "method": "lora", "framework": "litgpt"}).accuracy
     # lit-gpt's 2023 resource tables (10), its October-2023 tutorial's bf16-mixed micro-batch-4 row (1), litgpt's
     # 2024 config-hub LoRA rows on one A10G (12), the August-2023 tutorial's StableLM LoRA rows (2) and the September-2023

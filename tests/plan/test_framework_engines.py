@@ -29,7 +29,8 @@ def test_an_engine_the_framework_does_not_run_is_refused(framework, parallelism,
 def test_several_gpus_default_to_what_the_framework_runs():
     many = {"model": MODEL, "method": "full", "num_gpus": 8}
     assert parse_scenario({**many, "framework": "torchtune"}).parallelism.value == "fsdp"
-    assert parse_scenario({**many, "framework": "torchtitan"}).parallelism.value == "ddp"
+    # torchtitan's data_parallel_shard_degree defaults to -1: FSDP over the ranks left (profile default_parallelism)
+    assert parse_scenario({**many, "framework": "torchtitan"}).parallelism.value == "fsdp"
     assert parse_scenario({**many, "framework": "hf"}).parallelism.value == "ddp"
     # sweeping the GPU count re-derives it the same way
     one = parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"})
@@ -52,7 +53,7 @@ def test_torchtune_plans_shard_with_fsdp_only():
 def test_litgpt_plans_neither_zero_nor_offload():
     """litgpt's scripts shard with Fabric's FSDPStrategy(cpu_offload=False) on several devices (lit-gpt@8641822
     finetune/lora.py): Llama-3.1-8B LoRA at 2,048 tokens on RTX 4090s plans FSDP (it was ZeRO-3, with offload on one
-    and two GPUs), and no change to fit offers offload; an estimate of an edited script that offloads still answers."""
+    and two GPUs), no change to fit offers offload, and a scenario that offloads is refused (profile runs_offload)."""
     from vramfit.plan.changes import _candidates
 
     base = {"model": MODEL, "method": "lora", "framework": "litgpt"}
@@ -62,8 +63,8 @@ def test_litgpt_plans_neither_zero_nor_offload():
     assert not [c for c in _candidates(parse_scenario(base)) if "offload" in c.changes]
     with pytest.raises(ScenarioError, match="litgpt does not run zero3"):
         parse_scenario({**base, "num_gpus": 2, "parallelism": "zero3"})
-    assert parse_scenario({**base, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"}).offload.value \
-        == "optimizer+params"
+    with pytest.raises(ScenarioError, match="offload: litgpt does not offload model state"):
+        parse_scenario({**base, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"})
     # torchtune and HF keep their offload changes, each under an engine they run
     tt = _candidates(parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
     assert [c.changes["parallelism"] for c in tt if "offload" in c.changes] == ["fsdp"]  # FSDP offloads params too

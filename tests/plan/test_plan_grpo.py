@@ -112,12 +112,12 @@ def test_fit_micro_batch_is_what_estimate_takes_with_the_micro_batch_alone():
     with pytest.raises(ScenarioError, match="num_generations: must divide"):
         parse_scenario({**base, "micro_batch_size": 7, "grad_accum": 1})  # both given: checked as written
     r = fit_card({**base, "gpu": "a100-80gb-sxm"}, "a100-80gb-sxm")
-    mb = r.max_micro_batch
-    assert mb and mb % 8 and parse_scenario({**base, "micro_batch_size": mb}).grad_accum == 8  # an odd size, kept at 8
+    mb, accum = r.max_micro_batch, r.max_micro_batch_grad_accum
+    assert mb and mb % 8 and accum == parse_scenario({**base, "micro_batch_size": mb}).grad_accum == 8  # kept at 8
     args = ["--model", base["model"], "--method", "lora", "--stage", "grpo", "--gradient-checkpointing", "full",
             "--gpu", "a100-80gb-sxm"]
     out = runner.invoke(app, ["fit", *args], env={"COLUMNS": "200"}).stdout
-    assert f"largest micro-batch at seq 2048: {mb} × 8 accumulation (needs" in out
+    assert f"largest micro-batch at seq 2048: {mb} × 8 accumulation (--grad-accum 8) (needs" in out
     e = runner.invoke(app, ["estimate", *args, "--micro-batch-size", str(mb), "--json"])
     assert e.exit_code == 0, e.output
     assert next(f["verdict"] for f in json.loads(e.stdout)["fits"] if f["gpu_id"] == "a100-80gb-sxm") == "fits"

@@ -57,11 +57,18 @@ _OFFLOAD70 = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "precision"
               "num_gpus": 8, "parallelism": "fsdp", "offload": "optimizer+params", "gpu": "a100-80gb-sxm"}
 
 
-def test_offloaded_optimizer_steps_at_host_dram_speed():
+def test_offloaded_optimizer_steps_at_host_dram_speed(monkeypatch):
     """70B full on 8 A100 with FSDP CPU offload under a launcher that gives each rank its share of the cores
-    (litgpt: Lightning sets OMP_NUM_THREADS = cpus / processes): each rank's AdamW step on the CPU reads weight, gradient and two moments and writes three (7 x 2 B in
-    bf16) for its 1/8 of 70,553,706,496 weights: 123,468,986,368 B at 51.2 GB/s (DGX A100 host DRAM per GPU)
-    = 2.4115 s, added to the host time."""
+    (litgpt: Lightning sets OMP_NUM_THREADS = cpus / processes; its scripts build FSDP with cpu_offload=False, so the
+    profile is one edited to offload): each rank's AdamW step on the CPU reads weight, gradient and two moments and
+    writes three (7 x 2 B in bf16) for its 1/8 of 70,553,706,496 weights: 123,468,986,368 B at 51.2 GB/s (DGX A100
+    host DRAM per GPU) = 2.4115 s, added to the host time."""
+    import dataclasses
+
+    from vramfit.estimate.framework import PROFILES
+    from vramfit.scenario import Framework
+
+    monkeypatch.setitem(PROFILES, Framework.LITGPT, dataclasses.replace(PROFILES[Framework.LITGPT], runs_offload=True))
     ev, _, w = _work({**_OFFLOAD70, "framework": "litgpt"})
     trainable = ev.estimate().model.num_trainable_params
     assert trainable == 70_553_706_496 and w.opt_on_host and w.opt_host_params == 0.0

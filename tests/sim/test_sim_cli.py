@@ -45,3 +45,18 @@ def test_simulate_refuses_a_training_stage_in_one_line():
     assert res.output.strip().splitlines()[-1] == (
         "error: stage: the simulator runs TRL's DPO and GRPO loss steps; kto is estimator-only for now: use "
         "`vramfit estimate` (valid values: sft, dpo, grpo)")
+
+
+def test_simulate_json_stays_one_document_when_a_library_prints(tmp_path):
+    """`simulate --stage dpo --json`: TRL's DPO trainer imports DeepSpeed, whose logger wrote a line to stdout before the
+    JSON (review of 2026-12-05); in a fresh process, as a user's pipe sees it, stdout is the JSON alone."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vramfit.cli.main import app; sys.argv = ['vramfit', 'simulate', '--model', "
+            f"{_model(tmp_path)!r}, '--method', 'lora', '--stage', 'dpo', '--seq-len', '64', '--json']; app()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**__import__("os").environ, "VRAMFIT_CONFIG_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert data["peak"]["allocated_bytes"] > 0 and data["scenario"]["stage"] == "dpo"

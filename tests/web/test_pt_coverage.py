@@ -38,7 +38,7 @@ def _framework_scenarios():
                                                ("full", "lora", "qlora"), extras):
         yield {"model": L8, "framework": fw, "method": method, **extra}
     versions = {"hf": ("transformers-4.40", "transformers-4.47", "fsdp-qlora", "axolotl-0.12"),
-                "torchtune": ("torchtune-0.1",), "litgpt": ("litgpt-2024",), "unsloth": ("unsloth-2024.11",)}
+                "torchtune": ("torchtune-0.1",), "litgpt": ("litgpt-2024",), "unsloth": ("unsloth-2024.11", "unsloth-2024.8", "unsloth-2024.5")}
     for fw, names in versions.items():
         for version, method in itertools.product(names, ("full", "lora", "qlora")):
             yield {"model": L8, "framework": fw, "framework_version": version, "method": method}

@@ -241,8 +241,10 @@ def runs_import(
 
     if not path.is_file():
         raise VramfitError(f"file not found: {shown(str(path))}")
-    st = _store(db)
-    try:  # read line by line inside the one transaction: memory stays bounded whatever the file's size
+    st = _store(db)  # the URL checked; nothing opened or created yet
+    try:  # read line by line, twice: the whole file checked before the database is created or opened for writing,
+        for _ in iter_runs(read_lines(path)):  # then stored in one transaction; memory stays bounded either way
+            pass
         added, skipped = st.add_many(iter_runs(read_lines(path)), checked=True)
     except OSError as exc:
         raise VramfitError(f"cannot read {str(path)[:200]}: {exc.strerror or exc}") from None

@@ -19,8 +19,16 @@ import typer
 from vramfit.cli.from_config import overlay
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.limits import MAX_BATCH_LINE_BYTES
-from vramfit.safe_input import decode_utf8, load_json_text, one_line, path_kind, shown, user_path
-from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, load_scenario_file, parse_scenario
+from vramfit.safe_input import (
+    decode_utf8,
+    load_data_file,
+    load_json_text,
+    one_line,
+    path_kind,
+    shown,
+    user_path,
+)
+from vramfit.scenario import FIELDS, SCENARIO_KEYS, Kind, parse_scenario
 
 #: How each kind of value reads in ``--help`` (the help text lists a choice's values).
 _METAVAR = {Kind.CHOICE: "CHOICE", Kind.INTEGER: "INTEGER", Kind.NUMBER: "NUMBER", Kind.BOOLEAN: "true|false", Kind.TEXT: "TEXT",
@@ -123,17 +131,10 @@ def _coerce(key: str, value: str) -> Any:
 
 def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, required: bool = True):
     """Scenario from an optional file overlaid with flags; validated once."""
-    data: dict[str, Any] = {}
-    if scenario_file is not None:
-        base = load_scenario_file(scenario_file)
-        data = base.to_dict()
-        data = {k: v for k, v in data.items() if v is not None}
-        if "model" in scenario_args or "params" in scenario_args:
-            data.pop("model", None)
-            data.pop("params", None)
+    data = _file_keys(scenario_file, scenario_args) if scenario_file is not None else {}
     for key, value in scenario_args.items():
         data[key] = _coerce(key, value) if isinstance(value, str) else value
-    if not required and "model" not in data and "params" not in data:
+    if not required and scenario_file is None and "model" not in data and "params" not in data:
         return None
     sc = parse_scenario(data)
     unused = [k for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout") if k in scenario_args]
@@ -143,6 +144,21 @@ def build_scenario(scenario_args: dict[str, Any], scenario_file: Path | None, re
         flags = ", ".join("--" + k.replace("_", "-") for k in unused)
         sys.stderr.write(f"note: {flags} ignored: --method full trains every weight, no LoRA adapters\n")
     return sc
+
+
+def _file_keys(scenario_file: Path, scenario_args: dict[str, Any]) -> dict[str, Any]:
+    """The keys a scenario file sets, as written, less those a flag overrides (a flag's model or params replaces both).
+
+    Flags go over the file's own keys, not over a parsed scenario: defaults (parallelism for num_gpus, quantize for
+    method, a stage's keys) then follow from the combination, as with flags alone, and the result is validated once.
+    """
+    raw = load_data_file("scenario", scenario_file)
+    if not isinstance(raw, dict):
+        parse_scenario(raw)  # the file's own error: empty, or not a mapping
+    given = set(scenario_args)
+    if given & {"model", "params"}:
+        given |= {"model", "params"}
+    return {k: v for k, v in raw.items() if not (isinstance(k, str) and k.strip().replace("-", "_") in given)}
 
 
 def read_batch(path: Path) -> Iterator[tuple[int, Any]]:

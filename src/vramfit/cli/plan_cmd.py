@@ -254,10 +254,14 @@ def fit_cmd(
     render_fit(r, sc, cal, console)
 
 
+_VARY_HELP = ("key=a..b (doubling), key=a..b:step, key=a,b,c or key=* (all choices). A k is 1,024 for a length in "
+              "tokens (seq_len=1k..32k), 1,000 for a count (grad_accum=1k).")
+
+
 def sweep_cmd(
     scenario_args: dict,
     scenario_file: Path | None,
-    vary: str = typer.Option(..., help="key=a..b (doubling), key=a..b:step, key=a,b,c or key=* (all choices).", rich_help_panel=_P),
+    vary: str = typer.Option(..., help=_VARY_HELP, rich_help_panel=_P),
     cards: str | None = typer.Option(None, help="Cards drawn as capacity lines (comma-separated ids).", rich_help_panel=_P),
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV.", rich_help_panel=_P),
     csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV ('-' for stdout).", rich_help_panel=_P),
@@ -311,7 +315,8 @@ def _write_sweep_csv(r, csv_out: Path, csv_path: Path | None, say: Console) -> N
 def render_sweep(r, key: str) -> None:
     """The sweep as a table: the three peaks per value, and whether each card holds it."""
     t = Table(title=f"Peak per GPU over {key}; fits = needs (peak after cache release) ≤ usable less "
-                    f"{r.safety_margin:.0%}", title_justify="left")
+                    f"{r.safety_margin:.0%}" + ("; paging = fits only with paged optimizer state in host RAM"
+                                                if any(p.paging for p in r.points) else ""), title_justify="left")
     for col in (key, "allocated GiB", "reserved GiB", "device GiB", "needs GiB", *[c["gpu_id"] for c in r.cards]):
         t.add_column(col, justify="right")
     for p in r.points:
@@ -320,7 +325,8 @@ def render_sweep(r, key: str) -> None:
         else:
             t.add_row(escape(str(p.value)), _gib(p.allocated_bytes), _gib(p.reserved_bytes), _gib(p.device_bytes),
                       _gib(p.required_bytes),
-                      *["[green]fits[/green]" if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
+                      *["[yellow]paging[/yellow]" if (p.paging or {}).get(c["gpu_id"]) else "[green]fits[/green]"
+                        if p.fits[c["gpu_id"]] else "[red]no[/red]" for c in r.cards])
     console.print(t)
     notes: dict[str, tuple[dict, list[str]]] = {}  # one line per path the sweep crosses, naming its values
     for p in r.points:

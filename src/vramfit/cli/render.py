@@ -102,11 +102,12 @@ def render_fits(r: EstimateResult, console: Console) -> None:
     f.add_column("fits")
     f.add_column("headroom GiB", justify="right")
     for fit in r.fits:
-        word = "[yellow]with paging[/yellow]" if fit.paging_bytes else "[green]yes[/green]" if fit.fits else "[red]no[/red]"
+        word = ("[yellow]with paging[/yellow]" if fit.paging_bytes else "[green]yes[/green]" if fit.fits
+                else "[red]cannot run[/red]" if fit.verdict.startswith("cannot run") else "[red]no[/red]")
         f.add_row(escape(fit.name), gib(fit.usable_bytes), gib(fit.limit_bytes), word, gib(fit.headroom_bytes))
     console.print(f)
     for fit in r.fits:
-        if fit.paging_bytes:
+        if fit.paging_bytes or fit.verdict.startswith("cannot run"):
             console.print(f"{fit.name}: {fit.verdict}", highlight=False, markup=False)
     console.print(f"[dim]{definition(margin)}[/dim]", highlight=False)
 
@@ -123,12 +124,14 @@ def render_fit(r, sc, cal, console: Console) -> None:
     console.print(f"[bold]{escape(r.gpu_name)}[/bold]: usable {gib1(r.usable_bytes)} GiB, limit {gib1(r.limit_bytes)} GiB "
                   f"(margin {r.safety_margin:.0%}); your scenario needs {gib1(r.required_bytes)} GiB "
                   f"(device peak {gib1(r.device_bytes)}) → "
-                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else "[red]does not fit[/red]"))
+                  + (f"[{'yellow' if r.paging_bytes else 'green'}]{r.verdict}[/]" if r.fits else f"[red]{escape(r.verdict)}[/red]"))
     if cal is not None and cal.for_card(sc.gpu):
         console.print(f"[dim]{cal.for_card(sc.gpu).note()}[/dim]")
     accuracy_line(r.accuracy, console)
-    # GRPO: the micro-batches tried keep the scenario's accumulation (num_generations must divide the step's completions)
-    accum = f" × {r.scenario['grad_accum']} accumulation" if r.scenario.get("stage") == "grpo" else ""
+    # GRPO: the micro-batches tried keep the scenario's accumulation (num_generations must divide the step's
+    # completions); typed without --grad-accum, a micro-batch takes the least that does (plan/fit.py)
+    n = r.max_micro_batch_grad_accum
+    accum = f" × {n} accumulation (--grad-accum {n})" if r.scenario.get("stage") == "grpo" else ""
     mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None
           else f"{r.max_micro_batch}{accum} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
     seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"

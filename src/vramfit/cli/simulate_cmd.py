@@ -6,6 +6,7 @@ the ``sim`` extra provides it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -40,7 +41,10 @@ def simulate(
             from vramfit.sim.build import num_layers_of
 
             layers = num_layers_of(resolve_config(sc)[1])
-        result = _with_progress(lambda cb: run_simulate(sc, layers=layers, progress=cb), err_console, json_out)
+        # under --json stdout carries the one JSON document: what the libraries print while they load and run (TRL's
+        # DPO trainer imports DeepSpeed, whose logger writes to stdout) goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
+            result = _with_progress(lambda cb: run_simulate(sc, layers=layers, progress=cb), err_console, json_out)
     except ModuleNotFoundError as exc:
         raise VramfitError(f"{exc.name or 'a package it needs'} is not installed: install the sim extra (pip install 'vramfit[sim]')") from None
     estimate = None

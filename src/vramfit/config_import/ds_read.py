@@ -13,7 +13,7 @@ from vramfit.config_import.loader import fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
 from vramfit.config_import.values import ZERO_STAGES, zero_stage
 from vramfit.errors import ScenarioError
-from vramfit.estimate.deepspeed import offload_section_error
+from vramfit.estimate.deepspeed import TRAINER_KEYS, offload_section_error
 
 #: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
 UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
@@ -133,10 +133,7 @@ def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
 #: integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process ``fill_match``, then
 #: ``trainer_config_finalize``: "Please correct the following DeepSpeed config values that mismatch
 #: TrainingArguments values"), with the scenario value each is checked against.
-DS_TRAINER_MATCH = {
-    "train_micro_batch_size_per_gpu": "micro_batch_size",
-    "gradient_accumulation_steps": "grad_accum",
-}  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
+DS_TRAINER_MATCH = TRAINER_KEYS  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
 # off while it loads 16-bit weights (LLaMA-Factory's pure bf16): the scenario's precision cannot stand for them
 
 

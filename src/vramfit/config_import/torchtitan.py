@@ -138,17 +138,27 @@ def _layout(r: KeyReader, new: bool) -> dict[str, int]:
     return d
 
 
+def _degrees(r: KeyReader, d: dict[str, int], new: bool) -> None:
+    """The model-parallel degrees as scenario keys; a degree the file gives is reported as setting its key."""
+    r.out["num_gpus"] = d["world"]
+    for name in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel"):
+        table = "parallelism" if new else "experimental" if name.startswith(("pipeline", "context")) else "training"
+        key = f"{table}.{name}_degree"
+        if name in d and (d[name] > 1 or name != "expert_parallel"):
+            if key in r.entries and r.entries[key].kind == "read":
+                r.set(key, name, d[name])
+            else:
+                r.out[name] = d[name]
+
+
 def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
     shard, rep = d["data_parallel_shard"], d["data_parallel_replicate"]
-    r.out.update(num_gpus=d["world"], tensor_parallel=d["tensor_parallel"], pipeline_parallel=d["pipeline_parallel"],
-                 context_parallel=d["context_parallel"])
+    _degrees(r, d, new)
     # v0.3.0 ParallelismConfig.enable_sequence_parallel (v0.2.x always shards the sequence under TP)
     if d["tensor_parallel"] > 1 and r.flat.get("parallelism.enable_sequence_parallel") is False:
         r.get("parallelism.enable_sequence_parallel")
         r.mark("parallelism.enable_sequence_parallel", "tensor parallelism without sequence parallelism: counted "
                                                        "with it (norm and dropout activations sharded)")
-    if d.get("expert_parallel", 1) > 1:
-        r.out["expert_parallel"] = d["expert_parallel"]
     key = "parallelism.data_parallel_shard_degree" if new else "training.data_parallel_shard_degree"
     # FSDP over dp_shard x cp (parallel_dims: the "dp_shard_cp" mesh); DDP only over replicas without sharding
     if shard * d["context_parallel"] > 1:
@@ -160,7 +170,12 @@ def _parallelism(r: KeyReader, d: dict[str, int], new: bool) -> None:
             r.set(key, "shard_scope", "node")
             r.set(key, "num_nodes", rep)
             r.mark(key, "HSDP: each of the data_parallel_replicate_degree replicas counted as one node's shard group")
-    elif rep > 1:
+    elif rep > 1:  # DDP over replicas (beside tensor/pipeline parallel torchtitan raises: framework.check_ddp_layout)
+        r.set(key, "parallelism", "ddp")
+    elif d["world"] > 1:
+        # tensor/pipeline parallel over every GPU: torchtitan before 0.3 applies neither FSDP nor DDP (9dec370
+        # parallelisms/parallelize_llama.py l. 79-108), counted as ddp over that one data-parallel rank (without it
+        # the scenario would get torchtitan's default, FSDP)
         r.set(key, "parallelism", "ddp")
     off = boolean(r, "training.enable_cpu_offload", False, f"{OLD} --training.enable_cpu_offload")
     if off and shard * d["context_parallel"] == 1:

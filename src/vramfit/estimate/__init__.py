@@ -9,7 +9,7 @@ from vramfit.calibration import Calibration, adjust
 from vramfit.errors import ScenarioError
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
-from vramfit.estimate.deepspeed import master_note, unread_note
+from vramfit.estimate.deepspeed import master_note, trainer_note, unread_note
 from vramfit.estimate.ds_offload import host_optimizer_note, offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
@@ -136,7 +136,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     out.extend(_offload_and_experts_notes(sc, spec, prof))
-    out.extend(inert_key_notes(sc, spec) + unread_note(sc) + master_note(sc) + host_optimizer_note(sc))
+    out.extend(inert_key_notes(sc, spec) + unread_note(sc) + trainer_note(sc) + master_note(sc) + host_optimizer_note(sc))
     from vramfit.estimate import stages
 
     out.extend(stages.assumptions(r))
@@ -429,7 +429,7 @@ def estimate_spec(
     reserved, ctx = adjust(allocated, reserved, ctx, fc)
     device = reserved + ctx + nccl + parts.paged_optimizer_state
     required = device - released
-    reserved, device, full_card = on_card(card, reserved, device, required)
+    reserved, device, full_card = on_card(card, reserved, device, required, parts.paged_optimizer_state)
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
     assumptions = list(notes) + _assumptions(sc, r, spec, reserved, events) + ([fc.note()] if fc is not None else [])
     assumptions += full_card
@@ -446,19 +446,25 @@ def estimate_spec(
     )
 
 
-def on_card(card: GPU | None, reserved: int, device: int, required: int) -> tuple[int, int, list[str]]:
+def on_card(card: GPU | None, reserved: int, device: int, required: int, paged: int = 0) -> tuple[int, int, list[str]]:
     """(reserved, device, note) on a named card the run fits only by releasing cached segments: its reserved figure
     cannot pass what the card lets the allocator hold. When ``cudaMalloc`` fails, the caching allocator frees every
     cached segment holding no live block and retries (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp
     ``malloc``: ``release_cached_blocks`` and retry, modelled in vramfit.sim.cuda_allocator), so the high-water mark of
-    reserved stops at the card's usable bytes less the context, NCCL and paged bytes beside it. Unchanged where the
-    card holds the whole figure, where no card is named, or where even the retried allocation fails (no fit)."""
-    if card is None or not required <= card.usable_bytes < device:
+    reserved stops at the card's usable bytes less the context, NCCL and paged bytes beside it. ``paged``: the paged
+    optimizer state in the device figure (CUDA managed memory), of which a run that fits only by paging keeps on the
+    card what the verdict leaves there (plan/verdict.py ``paging_bytes``: the least that must page out, ``required``
+    less the usable bytes). Unchanged where the card holds the whole figure, where no card is named, or where even the
+    retried allocation with all of the paged state in host memory fails (no fit)."""
+    if card is None or not required - paged <= card.usable_bytes < device:
         return reserved, device, []
-    reserved -= device - card.usable_bytes
+    paged_out = max(0, required - card.usable_bytes)
+    before = reserved
+    reserved -= device - card.usable_bytes - paged_out
     note = (f"On the {card.name} ({card.usable_bytes / 2**30:,.2f} GiB usable) the allocator releases its free cached "
             f"segments and retries before an allocation fails: reserved stops at {reserved / 2**30:,.2f} GiB, the "
-            f"card full (without that limit it would reach {(reserved + device - card.usable_bytes) / 2**30:,.2f} GiB).")
+            f"card full (without that limit it would reach {before / 2**30:,.2f} GiB)"
+            + (f", at least {paged_out / 2**30:,.2f} GiB of the paged optimizer state in host memory." if paged_out else "."))
     return reserved, card.usable_bytes, [note]
 
 

@@ -73,6 +73,10 @@ class DeepSpeedConfig:
     #: the file's keys this estimate does not model, as the config importer classifies them (config_import/hf_common.py
     #: read_deepspeed): "key: why" lines the estimate states; not part of the config's JSON layout
     unread: tuple[str, ...] = field(default=(), compare=False)
+    #: the batch values the HF Trainer fills when they are "auto" (train_micro_batch_size_per_gpu,
+    #: gradient_accumulation_steps) where the whole file gives a number: the estimate says where they are not the
+    #: scenario's (:func:`trainer_note`); not part of zero_optimization
+    trainer_values: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """DeepSpeed's JSON layout, only the keys that were given."""
@@ -83,7 +87,7 @@ class DeepSpeedConfig:
                 zero["offload_optimizer"] = {"device": "cpu"}
             elif f.name == "offload_param" and v:
                 zero["offload_param"] = {"device": "cpu"}
-            elif f.name not in ("offload_optimizer", "offload_param", "unread") and v is not None:
+            elif f.name not in ("offload_optimizer", "offload_param", "unread", "trainer_values") and v is not None:
                 zero[f.name] = v
         return {"zero_optimization": zero}
 
@@ -216,6 +220,39 @@ def with_unread(cfg: DeepSpeedConfig, data: dict[str, Any], path: Path | str) ->
     return replace(cfg, unread=unread) if unread else cfg
 
 
+#: the Trainer-filled batch keys of a DeepSpeed file and the scenario keys the HF Trainer matches them against
+#: (transformers 5.24.0 integrations/deepspeed.py trainer_config_finalize: a mismatch is refused), as the importer
+#: checks them (config_import/ds_read.py DS_TRAINER_MATCH)
+TRAINER_KEYS = {"train_micro_batch_size_per_gpu": "micro_batch_size", "gradient_accumulation_steps": "grad_accum"}
+
+
+def trainer_values(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The whole file's Trainer-filled batch keys given as whole numbers ("auto" and absent ones left out)."""
+    if "zero_optimization" not in data:  # a zero_optimization section alone names none
+        return ()
+    out = []
+    for key in TRAINER_KEYS:
+        v = data.get(key)
+        if v is None or (isinstance(v, str) and v.strip().lower() == AUTO):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScenarioError(KEY, f"{key} must be a whole number from 1 or 'auto', got {v!r}")
+        out.append((key, v))
+    return tuple(out)
+
+
+def trainer_note(sc) -> list[str]:
+    """The estimate's line on a DeepSpeed file whose batch values are not the scenario's: the HF Trainer refuses such
+    a file (the ``--from`` import does too), so the estimate is of the scenario's values."""
+    cfg = sc.deepspeed_config
+    off = [(k, v, TRAINER_KEYS[k]) for k, v in (cfg.trainer_values if cfg is not None else ()) if v != getattr(sc, TRAINER_KEYS[k])]
+    if not off:
+        return []
+    return [f"DeepSpeed config {k} {v} is not this scenario's {key} ({getattr(sc, key)}): the HF Trainer refuses the "
+            f"mismatch (trainer_config_finalize); this estimate is of {key} {getattr(sc, key)}. Give {key} {v}, or "
+            f"\"auto\" in the file." for k, v, key in off]
+
+
 def unread_note(sc) -> list[str]:
     """The estimate's line on a scenario's DeepSpeed config keys it does not model (none where all are read)."""
     cfg = sc.deepspeed_config
@@ -241,7 +278,7 @@ def parse(value: Any) -> DeepSpeedConfig:
     if isinstance(value, DeepSpeedConfig):
         return value
     if isinstance(value, dict):
-        return with_unread(from_mapping(value), value, "deepspeed_config")
+        return _typed(value, "deepspeed_config")
     if isinstance(value, (str, Path)) and str(value).strip():
         from vramfit.config_import.loader import load_mapping
 
@@ -250,13 +287,19 @@ def parse(value: Any) -> DeepSpeedConfig:
             raise ScenarioError(KEY, f"file not found: {path}" if not path.exists()
                                 else f"{path} is a directory or a device, not a file")
         try:
-            data = load_mapping(path)
-            return with_unread(from_mapping(data), data, path)
+            return _typed(load_mapping(path), path)
         except ScenarioError as exc:
             if exc.key == KEY:
                 raise
             raise ScenarioError(KEY, exc.message.removeprefix("from: ")) from None
     raise ScenarioError(KEY, f"must be a DeepSpeed config: a path to its JSON file or the mapping itself, got {value!r}")
+
+
+def _typed(data: dict[str, Any], path: Path | str) -> DeepSpeedConfig:
+    """A file's mapping typed: its buffer keys, the keys it does not model and its Trainer-filled batch values."""
+    cfg = with_unread(from_mapping(data), data, path)
+    values = trainer_values(data)
+    return replace(cfg, trainer_values=values) if values else cfg
 
 
 _ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # the config importer's map (config_import/hf_common.py)

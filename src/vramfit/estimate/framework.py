@@ -16,6 +16,7 @@ from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework_profiles import _FSDP2_UNITS, PROFILES  # noqa: F401  (re-exported)
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
+    BNB_OPTIMIZERS,
     CompileScope,
     ForcedFp32,
     FrameworkProfile,
@@ -29,11 +30,15 @@ from vramfit.scenario import (
     Framework,
     FsdpVersion,
     KbitPrepare,
+    Loss,
     Method,
+    Offload,
+    Optimizer,
     Parallelism,
     Precision,
     Quantize,
     ShardScope,
+    Stage,
     UseReentrant,
 )
 
@@ -140,9 +145,13 @@ def check_fsdp_version(kw: dict[str, Any]) -> None:
 
 
 def multi_gpu_default(kw: dict[str, Any]) -> Parallelism:
-    """The parallelism several GPUs get when none is given: DDP, or FSDP where the framework runs no DDP (profile
-    ``parallelisms``: torchtune's distributed recipes)."""
-    runs = profile_for(kw.get("framework", Framework.HF), kw.get("framework_version")).parallelisms
+    """The parallelism several GPUs get when none is given: the profile's ``default_parallelism`` (torchtitan: FSDP over
+    the ranks left, its data_parallel_shard_degree -1), else DDP, or FSDP where the framework runs no DDP (profile
+    ``parallelisms``: torchtune's distributed recipes, litgpt's scripts)."""
+    profile = profile_for(kw.get("framework", Framework.HF), kw.get("framework_version"))
+    if profile.default_parallelism is not None:
+        return profile.default_parallelism
+    runs = profile.parallelisms
     return Parallelism.DDP if not runs or Parallelism.DDP in runs else Parallelism.FSDP
 
 
@@ -162,6 +171,41 @@ def check_parallelism(kw: dict[str, Any]) -> None:
     if profile.quantized_on_one_device and kw.get("method") is Method.QLORA and kw.get("num_gpus", 1) > 1:
         raise ScenarioError("num_gpus", f"{framework.value} trains a quantized base on one GPU only (its scripts "
                             "refuse --quantize on more devices)", ["1"])
+    check_ddp_layout(kw, profile)
+    check_runs(kw, profile)
+
+
+def check_ddp_layout(kw: dict[str, Any], profile: FrameworkProfile) -> None:
+    """DDP beside tensor/pipeline/context parallelism only where the profile runs it (``ddp_beside_model_parallel``):
+    torchtitan raises for DDP replicas beside another mesh dimension and shards with FSDP under context parallel.
+    ddp with tensor/pipeline parallel over every GPU (no data-parallel ranks) is the layout it runs without either."""
+    if profile.ddp_beside_model_parallel or kw["parallelism"] is not Parallelism.DDP:
+        return
+    t, p, c = (kw.get(k, 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel"))
+    if c > 1 or (t * p > 1 and kw.get("num_gpus", 1) > t * p):
+        name = kw.get("framework", Framework.HF).value
+        raise ScenarioError("parallelism", f"{name} runs no DDP beside tensor, pipeline or context parallelism (it "
+                            "shards the remaining ranks with FSDP)", [Parallelism.FSDP.value])
+
+
+def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
+    """An optimizer, loss, offload and stage the framework's recipes can be told to run (profile
+    ``runs_bnb_optimizers``, ``runs_fused_loss``, ``runs_offload``, ``stages``), else one ScenarioError naming the key
+    and the values it accepts."""
+    name = kw.get("framework", Framework.HF).value
+    optimizer = kw.get("optimizer", Optimizer.ADAMW)
+    if not profile.runs_bnb_optimizers and optimizer in BNB_OPTIMIZERS:
+        raise ScenarioError("optimizer", f"{name} runs no bitsandbytes optimizer ({optimizer.value} is one)",
+                            [v.value for v in Optimizer if v not in BNB_OPTIMIZERS])
+    if not profile.runs_fused_loss and kw.get("loss") is Loss.FUSED:
+        raise ScenarioError("loss", f"{name} does not call a fused linear + cross-entropy loss",
+                            [v.value for v in Loss if v is not Loss.FUSED])
+    if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:
+        raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
+                            "offload off)", [Offload.NONE.value])
+    stage = kw.get("stage", Stage.SFT)
+    if profile.stages and stage not in profile.stages:
+        raise ScenarioError("stage", f"{name} has no trainer for {stage.value}", [v.value for v in profile.stages])
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

@@ -17,7 +17,7 @@ from vramfit.estimate.profile_fields import (
 )
 from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_SOURCE
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Framework, Method, Parallelism, Precision
+from vramfit.scenario import Framework, Method, Parallelism, Precision, Stage
 
 # what any FSDP2 fully_shard wrapping changes against FSDP1's host wrap (estimate/fsdp2.py): no flat parameters, no
 # host-wrap residue or sync buckets, no nested LoRA units
@@ -45,8 +45,16 @@ _CKPT_AROUND_UNITS = ("ckpt_around_fsdp_units", True)
 _SDPA_REPEATS_KV = ("expands_kv_for_sdpa", True)
 # DeepSpeed before v0.17.2's ZeRO-1/2 (profile_fields.py: both fields' sources): host flatten, IPG buckets at backward()
 _DS_BEFORE_0_17_2 = (("ds_flattens_on_host", True), ("ds_ipg_at_backward_start", True))
+# transformers 4's bitsandbytes quantizer converts every module that is an nn.Linear, subclasses included
+# (v4.53.1 integrations/bitsandbytes.py _replace_with_bnb_linear: ``isinstance(module, nn.Linear) or
+# isinstance(module, Conv1D)``, lm_head left out by get_keys_to_not_convert), and builds each MoE expert's projections
+# as nn.Linear modules (v4.53.1 models/mixtral/modeling_mixtral.py MixtralBlockSparseTop2MLP w1/w2/w3 and the router
+# ``gate = nn.Linear``; models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeMLP): QLoRA quantizes the experts, routers and
+# FalconLinear; 3-D expert banks came with v5 (today's quantizes_exact_linear_only). Not in transformers-4.55, the
+# release modelled for gpt-oss, whose v4 experts are 3-D banks already (ModelSpec.experts_v4_indexed_loop)
+_V4_BNB_LINEARS = ("quantizes_exact_linear_only", False)
 _T4_44 = (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
-          _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS)
+          _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS, _V4_BNB_LINEARS)
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -71,6 +79,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         lora_4bit_clones_output=True,
         qlora_module_quant_state=True,
         runs_transformers_modeling=True,
+        flash_attention_is_fa2=True,  # attn_implementation="flash_attention_2" (profile_fields.py)
         masks_per_layer_type=True,  # transformers v5.24.0 masking_utils.py (profile_fields.py)
         hooks_sub_model_embeddings=True,  # transformers v5.24.0 modeling_utils.py enable_input_require_grads
         quantizes_exact_linear_only=True,
@@ -126,7 +135,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(foreach); one attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v "
                 "repeated to every head (no enable_gqa before v4.54)",
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
-                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS),
+                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS, _V4_BNB_LINEARS),
             ),
             # split at v4.53.0, masking_utils.py's first release (_MODEL_MASKS): v4.49-v4.52 keep one model-level mask
             FrameworkVersion(
@@ -135,7 +144,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "Trainer optim default adamw_torch (foreach, as transformers-4.53); one attention mask per model "
                 "(_update_causal_mask: masking_utils.py first ships in v4.53.0); SDPA gets k and v repeated to every "
                 "head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT),
+                (_ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT,
+                 _V4_BNB_LINEARS),
             ),
             FrameworkVersion(
                 "transformers-4.53",
@@ -143,7 +153,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "(one mask per attention type); Trainer optim default adamw_torch (v4.53.1 training_args.py l. 1281 "
                 "`default_optim = \"adamw_torch\"`, trainer.py l. 1413-1419: torch.optim.AdamW, `fused` only for "
                 "adamw_torch_fused), i.e. foreach; SDPA gets k and v repeated to every head (no enable_gqa before v4.54)",
-                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT),
+                (_ADAMW_TORCH_FOREACH, _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _V4_BNB_LINEARS),
             ),
             FrameworkVersion(
                 "peft-0.11",
@@ -262,6 +272,8 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         name="torchtune",
         # FSDP only (FULL_SHARD, or SHARD_GRAD_OP with fsdp_reshard_after_forward False): profile_fields.py parallelisms
         parallelisms=(Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
+        # v0.4.0 recipes/lora_dpo_*.py (DPOLoss, SimPOLoss), ppo_full_finetune_single_device.py (profile_fields.py)
+        stages=(Stage.SFT, Stage.DPO, Stage.SIMPO, Stage.PPO),
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.0,  # torchtune v0.4.0 modules/peft/lora.py LoRALinear(dropout=0.0)
@@ -317,7 +329,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  ("standard_loss", LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT), ("loop_carry", LoopCarry.LOGITS),
                  # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
                  # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
-                 ("compiled_loss_recipes", ())),
+                 ("compiled_loss_recipes", ()),
+                 # recipes/ @c69fba18b: lora_dpo_single_device.py (DPOLoss only) beside the SFT recipes; no PPO
+                 ("stages", (Stage.SFT, Stage.DPO))),
             ),
         ),
     ),
@@ -327,6 +341,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # (FULL_SHARD), else one device; litgpt@26857050 the same (lora.py ModelParallelStrategy = FSDP2): no DDP, no
         # DeepSpeed (profile_fields.py parallelisms)
         parallelisms=(Parallelism.NONE, Parallelism.FSDP),
+        stages=(Stage.SFT,),  # lit-gpt@8641822 finetune/: adapter, adapter_v2, full, lora (profile_fields.py)
         runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
         quantized_on_one_device=True,  # lit-gpt@8641822 finetune/lora.py l. 78-82: profile_fields.py
         runs_hybrid_shard=False,  # litgpt@26857050 finetune/full.py l. 108-114, lora.py l. 158-162: profile_fields.py
@@ -382,7 +397,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 
 PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
-    runs_bnb_optimizers=False,  # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only
+    # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only (9dec370 optimizer.py l. 33-39:
+    # Adam, AdamW): bitsandbytes' optimizers refused (profile_fields.py)
+    runs_bnb_optimizers=False,
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     runs_activation_offload=False,  # v0.3.0 distributed/activation_checkpoint.py: selective, full, memory-budget, none
@@ -390,6 +407,10 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # models/llama3/infra/parallelize.py l. 125 (FSDP only over more than one shard): profile_fields.py
     # FSDP2 (FULL_SHARD, or reshard_after_forward "never"), HSDP, DDP over replicas; no DeepSpeed (profile_fields.py)
     parallelisms=(Parallelism.NONE, Parallelism.DDP, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
+    # data_parallel_shard_degree -1 by default: FSDP over the ranks left (9dec370 config_manager.py l. 256-268)
+    default_parallelism=Parallelism.FSDP,
+    ddp_beside_model_parallel=False,  # 9dec370 parallelize_llama.py l. 106-108 (profile_fields.py)
+    stages=(Stage.SFT,),  # 9dec370 train.py: next-token cross-entropy only (profile_fields.py)
     methods=(Method.FULL, Method.LORA),  # no 4-bit base in torchtitan v0.3.0 (profile_fields.py)
     one_shard_note=("torchtitan with one rank per shard: counted with FSDP2's bf16 cast, as torchtitan 0.3 runs it "
                     "(FSDP2 at every degree; its gathered copies counted under parallelism fsdp only). Releases "

@@ -176,6 +176,16 @@ _MODEL_UPCASTS = (LossLayout.HF_UPCAST_IN_MODEL, LossLayout.TORCHTUNE_UPCAST_IN_
                   LossLayout.TORCHTUNE_SHIFTED_LOGITS_KEPT)
 
 
+#: the layouts that soft-cap the logits (Gemma 2's ``final_logit_softcapping``) inside their kernel or chunk, so no
+#: whole-logits tanh tensors exist: Unsloth's Triton cross-entropy (unsloth@0927c34 kernels/cross_entropy_loss.py
+#: ``_cross_entropy_forward``/``_chunked_cross_entropy_forward``/``_cross_entropy_backward``, ``DO_SOFTCAPPING``:
+#: ``t * tanh(x / t)`` on each block of a row in registers), its fused CE (unsloth-zoo@ce232d6c
+#: fused_losses/cross_entropy_loss.py l. 109-120 ``compute_fused_ce_loss``: per chunk of rows, which this layout
+#: does not count) and Apple's Cut Cross-Entropy (unsloth-zoo@bb133c7 loss_utils.py l. 210 ``softcap =
+#: logit_softcapping``, applied in the CCE kernels)
+_CAP_IN_KERNEL = (LossLayout.UNSLOTH_TRITON_CE, LossLayout.UNSLOTH_FUSED_CE, LossLayout.APPLE_CCE)
+
+
 def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossMemory:
     T = sc.micro_batch_size * sc.seq_len
     V = vocab_rows(spec)
@@ -216,6 +226,8 @@ def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossM
     # litgpt@2b195c7f lora.py GPT.forward returns the head chunks (l. 546-548) before its soft-capping (l. 550-551):
     # the chunked-head loop never soft-caps its logits
     cap = lb * TV if spec.final_logit_softcapping and not litgpt_chunked_head(sc, profile) else 0
+    if style in _CAP_IN_KERNEL:
+        cap = 0
     if cap:
         # Gemma 2 soft-caps the logits: logits / cap -> tanh -> * cap; tanh keeps its output
         base = loss_memory_uncapped(spec, sc, profile, style, TV, lb, up)
@@ -238,6 +250,8 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
         return LossMemory(grad_in, grad_in, grad_in, "Unsloth fused CE (no logits, chunk sized to free VRAM)")
     if style is LossLayout.APPLE_CCE:
         return _apple_cce(spec, sc)
+    if style is LossLayout.UNSLOTH_TRITON_CE:
+        return _unsloth_triton_ce(spec, sc, TV, lb)
     if style is LossLayout.TORCHTUNE_UPCAST_IN_MODEL:
         # output(h).float() (the model-dtype logits die at once), CrossEntropyLoss saves its fp32
         # log_softmax output; the recipe deletes the logits before backward
@@ -364,3 +378,20 @@ def _apple_cce(spec: ModelSpec, sc: Scenario) -> LossMemory:
     de, dc = c * T * spec.hidden_size, c * V * spec.hidden_size
     return LossMemory(saved, saved + 4 * T, saved + de + dc,
                       "Apple Cut Cross-Entropy (no logits; its backward allocates the lm_head-sized dc)")
+
+
+def _unsloth_triton_ce(spec: ModelSpec, sc: Scenario, TV: int, lb: int) -> LossMemory:
+    """Unsloth's own Triton cross-entropy before Cut Cross-Entropy (unsloth@0927c34, 2024.8; releases up to 2024.11,
+    :attr:`LossLayout.UNSLOTH_TRITON_CE`). models/llama.py l. 911-931: the model-dtype logits (``logits.to(
+    self.config.torch_dtype)`` is the tensor itself there), the labels shifted by ``torch.hstack`` (no logits copy),
+    ``fast_cross_entropy_loss``. kernels/cross_entropy_loss.py l. 225-301 ``Fast_CrossEntropyLoss``: forward allocates
+    the fp32 per-row losses and log-sum-exp, ``(rows, ceil(V / 65536))`` of them for a vocabulary above
+    ``MAX_FUSED_SIZE`` = 65,536 reduced by ``torch.logsumexp`` to one per row; ``ctx.save_for_backward(logits,
+    logsumexp, labels)``; backward runs ``_cross_entropy_backward`` on the saved logits and ``return logits``: the
+    gradient is written over them, no new (T, V) tensor."""
+    T = sc.micro_batch_size * sc.seq_len
+    chunks = -(-vocab_rows(spec) // 65536)
+    lse = 4 * T
+    fwd = lb * TV + 4 * T + (4 * T * chunks + lse if chunks > 1 else lse)  # logits, losses, the (chunked) lse
+    return LossMemory(lb * TV + lse, fwd, lb * TV + lse + 4 * T,  # backward: in place, beside dlosses
+                      "model-dtype logits, Unsloth's Triton cross-entropy (gradient written over the logits)")

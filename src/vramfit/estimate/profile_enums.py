@@ -38,6 +38,10 @@ class LossLayout(str, Enum):
     # `shift_logits = logits[..., :-1, :].contiguous()`, a second fp32 copy (removed by huggingface/transformers
     # PR #35646, merged 2025-01-13, "to reduce memory overhead")
     HF_UPCAST_SHIFTED_IN_LOSS = "hf-upcast-shifted-in-loss"
+    # unsloth@0927c34 (2024.8, 2024-08-19) models/llama.py l. 911-931 CausalLM_fast_forward: ``logits =
+    # self.lm_head(...)`` in the model dtype, ``fast_cross_entropy_loss`` (kernels/cross_entropy_loss.py
+    # Fast_CrossEntropyLoss): the logits saved, their gradient written over them in place (estimate/loss.py)
+    UNSLOTH_TRITON_CE = "unsloth-triton-ce"
 
 
 class LoopCarry(str, Enum):

@@ -20,7 +20,13 @@ from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the pr
     OptimizerImpl,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Method, Parallelism, Precision
+from vramfit.scenario import Method, Optimizer, Parallelism, Precision, Stage
+
+#: the optimizers the scenario runs from bitsandbytes (bitsandbytes v0.50.2 optim/: AdamW8bit, PagedAdamW,
+#: PagedAdamW8bit, Lion, Lion8bit; vramfit.sim.optim _bnb_optimizer builds the same classes), which a profile with
+#: ``runs_bnb_optimizers`` False refuses
+BNB_OPTIMIZERS = (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION,
+                  Optimizer.LION_8BIT)
 
 
 @dataclass(frozen=True)
@@ -268,7 +274,9 @@ class FrameworkProfile:
     # what the recipe can be told to run, which the planner may offer: bitsandbytes' 8-bit and paged optimizers, and
     # a fused linear + cross-entropy loss (Liger / Cut Cross-Entropy). torchtitan v0.3.0 builds only Adam, AdamW and
     # DistMuon (components/optimizer/optimizer.py _resolve_optimizer_factory) and computes its own cross-entropy on the
-    # whole logits (components/loss.py cross_entropy_loss)
+    # whole logits (components/loss.py cross_entropy_loss); torchtitan@9dec370 torchtitan/optimizer.py l. 33-39 builds
+    # torch.optim.Adam or AdamW, else NotImplementedError("Optimizer {name} not added."). False: a scenario's
+    # bitsandbytes optimizer (BNB_OPTIMIZERS) is refused too (framework.check_runs)
     runs_bnb_optimizers: bool = True
     # the fused linear + cross-entropy loss: Liger (linkedin/Liger-Kernel v0.5.10) or Cut Cross-Entropy, which
     # torchtitan v0.3.0 does not call (components/loss.py cross_entropy_loss)
@@ -279,9 +287,16 @@ class FrameworkProfile:
     offload_moves_params: bool = False
     # the recipe can be told to offload model state to the host at all: litgpt's scripts build Fabric's FSDPStrategy
     # with ``cpu_offload=False`` written in (lit-gpt@8641822 finetune/lora.py l. 83-89, full.py l. 62-67;
-    # litgpt@26857050 finetune/full.py l. 108-114), so the planner offers no offload there (an estimate still
-    # answers for a script edited to offload)
+    # litgpt@26857050 finetune/full.py l. 108-114), so a scenario's offload is refused and the planner offers none
+    # (framework.check_runs)
     runs_offload: bool = True
+    # the training stages the framework has a trainer or recipe for (empty: every stage, TRL's trainers: transformers'
+    # Trainer via TRL, Unsloth's patched TRL trainers); framework.check_runs refuses the others. torchtune v0.4.0
+    # (and @30b8519e8) recipes/: lora_dpo_single_device.py and lora_dpo_distributed.py (DPOLoss, or SimPOLoss with
+    # return_average_logprobs, l. 459-460) and ppo_full_finetune_single_device.py; @c69fba18b (v0.1) only
+    # lora_dpo_single_device.py. lit-gpt@8641822 finetune/ has adapter, adapter_v2, full and lora (supervised only);
+    # torchtitan@9dec370 train.py runs next-token cross-entropy only
+    stages: tuple[Stage, ...] = ()
     # checkpointing that keeps block inputs in host RAM can be asked of the recipe: torchtitan v0.3.0 (PyPI wheel)
     # distributed/activation_checkpoint.py ActivationCheckpointingConfig offers selective, full, memory-budget and none,
     # v0.2.2 config/job_config.py ActivationCheckpoint.mode none/selective/full: no activation offload
@@ -295,6 +310,20 @@ class FrameworkProfile:
     # scripts shard with Fabric's FSDPStrategy (FULL_SHARD) whenever there is more than one device
     # (lit-gpt@8641822 finetune/lora.py l. 78-90)
     parallelisms: tuple[Parallelism, ...] = ()
+    # the parallelism several GPUs get when the scenario names none; None: DDP where ``parallelisms`` has it, else FSDP
+    # (framework.multi_gpu_default). torchtitan shards by default: --training.data_parallel_shard_degree defaults to
+    # -1, "leftover ranks will be used", and data_parallel_replicate_degree to 1 (9dec370 torchtitan/config_manager.py
+    # l. 242-268; v0.2.2 torchtitan/config/job_config.py l. 313 and 324), so FSDP runs over every rank the tensor,
+    # pipeline and context degrees leave
+    default_parallelism: Parallelism | None = None
+    # DDP (data-parallel replicas without sharding) can run beside tensor, pipeline or context parallelism. torchtitan
+    # cannot: 9dec370 parallelisms/parallelize_llama.py l. 106-108 (``elif parallel_dims.dp_replicate_enabled: if
+    # world_mesh.ndim > 1: raise RuntimeError("DDP has not supported > 1D parallelism")``; v0.2.2
+    # models/llama3/infra/parallelize.py l. 148-151 the same), and with context parallel l. 79-80 take FSDP's branch
+    # (``dp_shard_enabled or cp_enabled``): framework.check_ddp_layout refuses ddp there with data-parallel ranks to
+    # replicate, or with context parallel (tensor/pipeline parallel alone over every GPU runs neither, l. 79-108:
+    # ddp then stands for that, as the TOML importer writes it)
+    ddp_beside_model_parallel: bool = True
     # a quantized base trains on one device only: litgpt's scripts raise NotImplementedError("Quantization is currently
     # not supported for multi-GPU training") for --quantize with more than one device (lit-gpt@8641822
     # finetune/lora.py l. 78-82; litgpt@26857050 litgpt/finetune/lora.py l. 152-157)
@@ -401,6 +430,18 @@ class FrameworkProfile:
     # (unsloth@0e0d8fc models/_utils.py patch_llama_rope_scaling builds `self.rotary_emb` in each
     # LlamaAttention.__init__; sizes in estimate/unsloth.py rope_cache_bytes)
     rope_cache_per_layer: bool = False
+    # those caches hold the model's whole context, fixed: built at max(max_seq_length, max_position_embeddings) rows
+    # and never regrown on the training path (unsloth@4773950b65, 2024.5, models/llama.py l. 902-940
+    # LlamaRotaryEmbedding: _set_cos_sin_cache(seq_len=max_position_embeddings), no 4 x 8192 cap; the forward reads
+    # cos_cached directly, l. 319-321); False: the 4 x 8192 start grown in steps of 8192 (from unsloth@f8a9421721)
+    rope_cache_full_context: bool = False
+    # ``attention: flash`` is the flash-attn package's FlashAttention-2 (transformers ``attn_implementation=
+    # "flash_attention_2"``), whose kernels refuse cards older than Ampere (flash-attn v2.0.0 on,
+    # csrc/flash_attn/flash_api.cpp mha_fwd: ``TORCH_CHECK(is_sm90 || is_sm8x, "FlashAttention only supports Ampere
+    # GPUs or newer.")``; its README: "currently supports: Ampere, Ada, or Hopper GPUs"): no card without it runs the scenario
+    # (plan/verdict.py card_refusal). False where the framework falls back on older cards (Unsloth: xformers below
+    # compute capability 8, unsloth@0927c34 models/_utils.py l. 166-183; SDPA's memory-efficient kernel elsewhere)
+    flash_attention_is_fa2: bool = False
     # the transformers 4.x minor release the run had, for the families whose modelling then kept a RoPE cache in every
     # attention layer (ModelSpec.rope_cache_v4_last): transformers v4.39.3 models/mistral/modeling_mistral.py l. 105-116
     # and estimate/rope_v4.py; 0: no such cache (v5.24.0 models/llama/modeling_llama.py l. 348: one rotary module per

@@ -299,7 +299,8 @@ def layout_note(sc: Scenario, ranks: tuple[RankMemory, ...]) -> str:
           + (f", {sc.pipeline_virtual_stages} chunks per GPU" if sc.pipeline_virtual_stages > 1 else "")
           + f", {sc.grad_accum} micro-batches per step)") if sc.pipeline_parallel > 1 else "no pipeline"
     view = data_parallel_view(sc)
-    dp = (f"HSDP: FSDP over the {view.shard_group} data-parallel ranks of a node (dp_shard × cp), replicated "
+    dp = (f"DDP over the remaining {view.num_gpus} ranks (dp_replicate)" if sc.parallelism is Parallelism.DDP else
+          f"HSDP: FSDP over the {view.shard_group} data-parallel ranks of a node (dp_shard × cp), replicated "
           f"{view.num_nodes} times (dp_replicate)" if sc.shard_scope is ShardScope.NODE else
           f"FSDP over the remaining {view.num_gpus} ranks (dp_shard × cp)")
     ep = (f"; expert parallel {sc.expert_parallel} (each rank holds 1/{sc.expert_parallel} of the routed experts, "

@@ -119,7 +119,7 @@ class FitInfo:
     limit_bytes: int = 0
     safety_margin: float = 0.0
     paging_bytes: int = 0  # paged optimizer state that lives in host RAM for the run to fit
-    verdict: str = ""  # "fits" | "fits, with paging of N GiB optimizer state (slower)" | "does not fit"
+    verdict: str = ""  # "fits" | "fits, with paging of N GiB optimizer state (slower)" | "does not fit" | "cannot run: ..."
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

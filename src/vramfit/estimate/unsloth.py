@@ -98,6 +98,40 @@ UNSLOTH_2024_11 = FrameworkVersion(
     (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True)),
 )
 
+#: what the mid-2024 releases share with 2024.12 (helper reading of unslothai/unsloth, 2026-12-05): the same
+#: Unsloth_Offloaded_Gradient_Checkpointer (unsloth@0927c34 models/_utils.py l. 765-799, text identical to
+#: unsloth-zoo@bb133c7's; the embedding output a leaf through enable_input_require_grads, _utils.py l. 414-416),
+#: matmul_lora's out-of-place product (kernels/utils.py l. 285 ``out += (X @ A.to(dtype)) @ (s * B.to(dtype))``), a
+#: RoPE cache per attention layer (_utils.py l. 966-1046), no forced fp32; before Cut Cross-Entropy, Unsloth's own
+#: Triton cross-entropy over the model-dtype logits (models/llama.py l. 911-931, estimate/loss.py _unsloth_triton_ce),
+#: and ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` set on import for torch >= 2.2 (unsloth/__init__.py l. 53-54;
+#: deleted for torch 2.0/2.1, l. 71-80; the power-of-two divisions came in ddf118a8fc, 2024-11-21). The step is not
+#: replayed event by event (``step_allocation_order``): step_events describes 2024.12's CCE and flash-attn.
+_MID_2024 = (
+    ("standard_loss", LossLayout.UNSLOTH_TRITON_CE),
+    ("offload_ckpt_block_tensors", 3),
+    ("offload_ckpt_prefetched", 0),
+    ("lora_product_temporary", True),
+    ("rope_cache_per_layer", True),
+    ("alloc_conf", parse_alloc_conf("expandable_segments:True")),
+    ("fp16_forced_fp32", ()),
+)
+
+UNSLOTH_2024_8 = FrameworkVersion(
+    "unsloth-2024.8",
+    "unslothai/unsloth@0927c34 (2024.8, 2024-08-19; the same memory layout from f8a9421721, 2024-07-18, through "
+    "2024.9.post4): Unsloth's Triton cross-entropy over model-dtype logits (gradient written over them), the offloaded "
+    "checkpointer, out-of-place LoRA products, a RoPE cache per layer from 4 x 8192 rows, expandable_segments",
+    _MID_2024,
+)
+
+UNSLOTH_2024_5 = FrameworkVersion(
+    "unsloth-2024.5",
+    "unslothai/unsloth@4773950b65 (2024.5-2024.6 and 2024.7 before 2024-07-18): as unsloth-2024.8, but each layer's RoPE "
+    "cache holds max(max_seq_length, max_position_embeddings) rows from the start and is never regrown",
+    (*_MID_2024, ("rope_cache_full_context", True)),
+)
+
 UNSLOTH_PROFILE = FrameworkProfile(
     name="unsloth",
     # unsloth@015bdef unsloth/models/_utils.py prepare_model_for_kbit_training ->
@@ -138,16 +172,20 @@ UNSLOTH_PROFILE = FrameworkProfile(
     # modality_projection, vision_tower); quantize_vision yes describes a plain "-bnb-4bit" checkpoint
     qlora_quantizes_vision=False,
     version="unsloth@015bdef",
-    older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11),
+    older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11, UNSLOTH_2024_8, UNSLOTH_2024_5),
 )
 
 
-def rope_cache_rows(spec: ModelSpec, sc: Scenario) -> int:
+def rope_cache_rows(spec: ModelSpec, sc: Scenario, full_context: bool = False) -> int:
     """Positions each layer's cos/sin cache holds once a ``seq_len`` batch has run.
 
     unsloth@0e0d8fc models/llama.py LlamaExtendedRotaryEmbedding (Llama 3.x; LlamaRotaryEmbedding alike): built
     at ``min(4 * 8192, max_position_embeddings)`` rows; ``extend_rope_embedding`` regrows it to the sequence length
-    rounded up to 8192 and never shrinks it."""
+    rounded up to 8192 and never shrinks it. ``full_context`` (``FrameworkProfile.rope_cache_full_context``, 2024.5
+    to mid-2024.7): ``max(seq_len, max_position_embeddings)`` rows, fixed (the run's max_seq_length taken as its
+    sequence length)."""
+    if full_context:
+        return max(sc.seq_len, spec.max_position_embeddings or 0)
     initial = UNSLOTH_ROPE_INITIAL_ROWS.value
     if spec.max_position_embeddings:
         initial = min(initial, spec.max_position_embeddings)
@@ -164,7 +202,7 @@ def rope_cache_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -
     ``x.dtype`` (``_set_cos_sin_cache(..., dtype = x.dtype)``): the compute dtype either way."""
     if not profile.rope_cache_per_layer or spec.position_encoding is not PositionEncoding.ROPE:
         return 0
-    per_layer = 2 * rope_cache_rows(spec, sc) * spec.head_dim * sc.precision.compute_bytes
+    per_layer = 2 * rope_cache_rows(spec, sc, profile.rope_cache_full_context) * spec.head_dim * sc.precision.compute_bytes
     return spec.num_hidden_layers * per_layer
 
 
@@ -327,8 +365,9 @@ def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float,
     back first). The first step's forward regrows every layer's RoPE cache; its optimizer step makes the states
     (``state_per_element`` bytes per trainable element, two tensors per weight) where the allocator then has room,
     and zero_grad(set_to_none=True) frees the gradients: the second step runs in what the first left. ``resident``:
-    the parameters as (bytes, count), loaded after the model is built and so placed after its first RoPE caches (under
-    expandable segments all share one address range: the caches freed at the regrowth are a hole before them)."""
+    the parameters as (bytes, count), loaded onto the GPU before the first RoPE caches reach it (under expandable
+    segments all share one address range: the caches freed at the regrowth are a hole after them; with the caches
+    placed first, as this replay had them until 2026-12-05, the 8B line's intercept read 6.607 GiB, now 6.598)."""
     d = _dims(spec, sc)
     e = _Events()
     ab = 4  # the LoRA weights are fp32 (UNSLOTH_PROFILE.adapters_fp32), and so their gradients
@@ -338,12 +377,14 @@ def step_events(spec: ModelSpec, sc: Scenario, state_per_element: float,
             grads[lin.group] += [ab * sc.lora_rank * lin.in_features, ab * lin.out_features * sc.lora_rank]
     rows = rope_cache_rows(spec, sc)
     initial = min(UNSLOTH_ROPE_INITIAL_ROWS.value, spec.max_position_embeddings or UNSLOTH_ROPE_INITIAL_ROWS.value)
-    # built with the model, on "cuda" in each LlamaExtendedRotaryEmbedding.__init__ (unsloth@0e0d8fc models/llama.py),
-    # before from_pretrained loads the weights
-    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]
+    # built with the model but on the host: the attention __init__ Unsloth patches in passes no config (unsloth@0e0d8fc
+    # models/_utils.py l. 892-916 patch_llama_rope_scaling), so LlamaExtendedRotaryEmbedding.__init__ keeps device None
+    # (models/llama.py l. 1224-1251: "cuda" only with a config); accelerate's dispatch, after from_pretrained has loaded
+    # the 4-bit weights onto the GPU, moves the buffers there (v0.33.0 hooks.py l. 280-282 set_module_tensor_to_device)
     for size, count in resident:
         for _ in range(count):
             e.a(size)
+    caches = [e.a(d["c"] * initial * spec.head_dim) for _ in range(2 * spec.num_hidden_layers)]
     kept = _micro_batch(e, d, spec, rows if rows > initial else 0, caches, grads)
     for size in [g for _ in range(spec.num_hidden_layers) for g in grads["mlp"] + grads["attn"]]:
         for _ in range(2):  # e.g. exp_avg and exp_avg_sq (or bitsandbytes' state1, state2)

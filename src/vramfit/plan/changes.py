@@ -165,11 +165,11 @@ class _Ctx:
 def _experts_unquantized(ctx: _Ctx) -> bool:
     """A QLoRA mixture-of-experts run whose experts stay 16/32-bit (see scenario key quantize_experts)."""
     from vramfit.estimate.core import experts_quantized
-    from vramfit.estimate.framework import profile_for
+    from vramfit.estimate.framework import scenario_profile
 
     sc = ctx.sc
     has_experts = any(lin.group == "expert" for lin in ctx.ev.spec.block_linears)
-    return sc.method is Method.QLORA and has_experts and not experts_quantized(sc, profile_for(sc.framework))
+    return sc.method is Method.QLORA and has_experts and not experts_quantized(sc, scenario_profile(sc))  # its release
 
 
 def _with(ch: Change, **kw: Any) -> Change:

@@ -15,9 +15,18 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import SAFETY_MARGIN, figures_fit, fits, limit_bytes, result_paging, verdict_text
+from vramfit.plan.verdict import (
+    SAFETY_MARGIN,
+    card_refusal,
+    figures_fit,
+    fits,
+    limit_bytes,
+    refusal_verdict,
+    result_paging,
+    verdict_text,
+)
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
-from vramfit.stage_keys import micro_batch_step, min_seq_len
+from vramfit.stage_keys import BATCH_RULE_STAGES, micro_batch_step, min_seq_len, seq_len_step
 
 GRID_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 GRID_SEQ_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -66,6 +75,9 @@ class FitReport:
     max_micro_batch_seq_len: int | None = None
     # how far to trust the scenario's figure: the measured cases nearest its path (vramfit.estimate.accuracy)
     accuracy: dict[str, Any] | None = None
+    # the accumulation at the largest micro-batch: the scenario's, which the search keeps (GRPO: typed without
+    # --grad-accum, that micro-batch would take the least that holds whole groups of completions, stage_keys)
+    max_micro_batch_grad_accum: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -86,6 +98,15 @@ def _largest(ok, start: int, hi: int, lo: int = 1) -> int | None:
     if lo == hi or top == lo + 1:
         return lo
     return bisect_largest(lo, top - 1, ok)
+
+
+def _largest_seq_len(base: Scenario, ok) -> int | None:
+    """The longest valid ``seq_len`` with ``ok``: a generating stage's holds its completion (GRPO: > completion_len),
+    and context parallelism takes only multiples of 2 x context_parallel (stage_keys.seq_len_step)."""
+    step = seq_len_step(base)
+    lo = -(-min_seq_len(base) // step)
+    k = _largest(lambda k: ok(k * step), base.seq_len // step, MAX_SEQ_LEN // step, lo=lo)
+    return k and k * step
 
 
 def bisect_largest(lo: int, hi: int, ok) -> int:
@@ -129,9 +150,13 @@ def fit(
 
     base = ev.base
     step = micro_batch_step(base)  # GRPO accepts only multiples of this micro-batch (stage_keys)
-    mb = _largest(lambda k: ok(micro_batch_size=k * step), base.micro_batch_size // step, MAX_BATCH // step)
+    # GRPO: the micro-batches tried keep the scenario's accumulation (said with the answer). Derived again per
+    # micro-batch, the accumulation would jump (8 at 43, 2 at 44 on one GPU) and with it the generation batch and its
+    # KV cache, so memory would not grow with the micro-batch and no search could find the largest that fits
+    hold = {"grad_accum": base.grad_accum} if base.stage in BATCH_RULE_STAGES else {}
+    mb = _largest(lambda k: ok(micro_batch_size=k * step, **hold), base.micro_batch_size // step, MAX_BATCH // step)
     mb = mb and mb * step
-    seq = _largest(lambda s: ok(seq_len=s), base.seq_len, MAX_SEQ_LEN, lo=min_seq_len(base))  # GRPO: > completion
+    seq = _largest_seq_len(base, lambda s: ok(seq_len=s))
     bs = tuple(batches or GRID_BATCHES)
     ss = tuple(seq_lens or GRID_SEQ_LENS)
     for key, values in (("micro_batch_size", bs), ("seq_len", ss)):
@@ -141,7 +166,7 @@ def fit(
     for b in bs:
         row = []
         for s in ss:
-            r = ev.try_estimate(micro_batch_size=b, seq_len=s)
+            r = ev.try_estimate(micro_batch_size=b, seq_len=s, **hold)
             if isinstance(r, ScenarioError):
                 row.append(GridCell(b, s, None, False, str(r)))
             else:
@@ -149,11 +174,14 @@ def fit(
         grid.append(tuple(row))
     own = ev.estimate()
     paged = result_paging(own, limit)
-    at_mb, at_seq = ({"micro_batch_size": mb} if mb else None), ({"seq_len": seq} if seq else None)
+    refused = card_refusal(g, base)  # a card the run cannot start on: no fit, as estimate, sweep and plan say
+    at_mb, at_seq = ({"micro_batch_size": mb, **hold} if mb else None), ({"seq_len": seq} if seq else None)
     return FitReport(
         gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
-        scenario=base.to_dict(), device_bytes=own.peak.device_bytes, fits=paged is not None, paging_bytes=paged or 0,
-        verdict=verdict_text(paged),
+        scenario=base.to_dict(), device_bytes=own.peak.device_bytes, fits=paged is not None and refused is None,
+        paging_bytes=(paged or 0) if refused is None else 0,
+        verdict=verdict_text(paged) if refused is None else refusal_verdict(refused),
+        max_micro_batch_grad_accum=at_mb and ev.scenario(**at_mb).grad_accum,
         max_micro_batch=mb, max_micro_batch_device_bytes=at_mb and peak("device_bytes", **at_mb),
         max_seq_len=seq, max_seq_len_device_bytes=at_seq and peak("device_bytes", **at_seq),
         max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),
@@ -183,4 +211,4 @@ def max_seq_len_within(scenario: Scenario | dict, budget_bytes: int, counter: st
         r = ev.try_estimate(seq_len=s)
         return not isinstance(r, ScenarioError) and getattr(r.peak, f"{counter}_bytes") <= budget_bytes
 
-    return _largest(ok, ev.base.seq_len, MAX_SEQ_LEN, lo=min_seq_len(ev.base))
+    return _largest_seq_len(ev.base, ok)

@@ -31,7 +31,7 @@ from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs, pinned_layout
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours, time_band
-from vramfit.plan.verdict import SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
+from vramfit.plan.verdict import PAGED_COMPONENT, SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB, GiB
 
@@ -375,7 +375,8 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
     within = None if budget is None or lo is None else lo <= budget
     host = r.host_bytes  # per GPU
     # a class card's figure, on this card: reserved stops at what it holds (estimate.on_card)
-    reserved, device, _ = on_card(g, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes)
+    reserved, device, _ = on_card(g, r.peak.reserved_bytes, r.peak.device_bytes, r.peak.required_bytes,
+                                  r.component(PAGED_COMPONENT))
     return Plan(
         gpu_id=g.gpu_id, gpu_name=g.name, num_gpus=c.num_gpus, micro_batch_size=mb, grad_accum=sc.grad_accum,
         effective_batch=per * c.num_gpus, gradient_checkpointing=c.gradient_checkpointing, optimizer=c.optimizer,

@@ -110,17 +110,18 @@ def check_ranking(sort: str, deadline: float | str | None, stacks: list[str] | s
 
 def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
     """Why ``g`` is not planned for scenario ``sc`` (no BF16, a stack not wanted or lacking a feature), or None."""
-    from vramfit.scenario import Precision
+    from vramfit.plan.verdict import card_refusal
 
-    if sc.precision in (Precision.BF16_MIXED, Precision.BF16_TRUE) and g.supports_bf16 is False:
-        return f"no BF16 on {g.name}: plan it with --precision fp16-mixed"
+    refused = card_refusal(g, sc)  # the card verdicts' own rule (estimate, fit, sweep)
+    if refused is not None and refused[1].startswith("--precision"):
+        return f"{refused[0]}: plan it with {refused[1]}"
     st = stack_of(g)
     if wanted and st.name not in wanted:
         return f"{st.label} card; --stack {','.join(wanted)}"
     missing = [f for f in needs(sc.to_dict()) if f in st.lacks]
-    if missing:
+    if missing:  # a stack's own reason first (Gaudi: no FlashAttention 2 in its software)
         return f"the scenario needs {', '.join(missing)}; {st.note}"
-    return None
+    return None if refused is None else f"{refused[0]}: plan it with {refused[1]}"
 
 
 def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts: tuple[int, ...], eff: int,

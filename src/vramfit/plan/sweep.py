@@ -18,20 +18,26 @@ from vramfit.gpus import get_gpu
 from vramfit.limits import MAX_SWEEP_VALUES
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import SAFETY_MARGIN, default_cards, fits, limit_bytes
+from vramfit.plan.verdict import SAFETY_MARGIN, card_refusal, default_cards, fits, limit_bytes, result_paging
 from vramfit.safe_input import shown, to_float
-from vramfit.scenario import CHOICE_KEYS, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
+from vramfit.scenario import CHOICE_KEYS, FIELD, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
 MAX_VALUES = MAX_SWEEP_VALUES  # vramfit.limits
 #: Keys whose values a range (``a..b``) can produce.
 RANGE_KEYS: tuple[str, ...] = (*INT_LIMITS, "lora_alpha", "params")
 
 
+#: Whole-number keys measured in tokens (seq_len, completion_len): their ``k`` is 1,024, as context lengths are written.
+TOKEN_KEYS: tuple[str, ...] = tuple(k for k in INT_LIMITS if FIELD[k].unit == "tokens")
+
+
 def _number(key: str, text: str) -> int:
+    """A whole number of ``--vary``; ``k``/``K`` is 1,024 for a token length (32k = 32,768 tokens, as context lengths
+    are written, and as ``--seq-len 4k`` reads), 1,000 for a count (``grad_accum=1k`` is 1,000, as ``plan``'s counts)."""
     t = text.strip().lower().replace("_", "")
     mult = 1
     if t.endswith("k"):
-        mult, t = 1024, t[:-1]  # 32k = 32768 tokens, as context lengths are written
+        mult, t = (1024 if key in TOKEN_KEYS else 1000), t[:-1]
     try:
         value = to_float("vary", t) * mult  # NaN, inf, 1e400 and 100-digit strings are refused here
     except ScenarioError:
@@ -100,6 +106,9 @@ class SweepPoint:
     error: str | None = None
     required_bytes: int | None = None  # the figure the verdict holds to each card's limit (Peak.required_bytes)
     accuracy: dict[str, Any] | None = None  # the measured cases nearest this point's path (vramfit.estimate.accuracy)
+    #: card id -> bytes of paged optimizer state that page out to host RAM for the point to fit there (cards it fits
+    #: only that way; plan/verdict.py result_paging, the "fits, with paging" of estimate, fit and plan)
+    paging: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
@@ -110,6 +119,7 @@ class SweepPoint:
                      "device_bytes": self.device_bytes, "required_bytes": self.required_bytes, "phase": self.phase},
             "components": dict(self.components or {}),
             "fits": dict(self.fits or {}),
+            "paging": dict(self.paging or {}),
             "accuracy": self.accuracy,
         }
 
@@ -161,7 +171,10 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         try:
             r = run(**{key: v})
             on = per_card(r, lambda g, v=v: run(**{key: v, "gpu": g.gpu_id}), calibration)  # each card its own figure
-            verdicts = {g.gpu_id: fits(on(g), limit_bytes(g, safety_margin)) for g in gpus}
+            verdicts = {g.gpu_id: fits(on(g), limit_bytes(g, safety_margin)) and card_refusal(g, r.scenario) is None
+                        for g in gpus}  # a card the run cannot start on is no fit (plan/verdict.py card_refusal)
+            paging = {g.gpu_id: n for g in gpus if verdicts[g.gpu_id]
+                      and (n := result_paging(on(g), limit_bytes(g, safety_margin)) or 0)}
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue
@@ -169,6 +182,7 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         points.append(SweepPoint(
             v, r.peak.allocated_bytes, r.peak.reserved_bytes, d, r.peak.phase,
             {c.name: c.bytes for c in r.components}, verdicts, required_bytes=r.peak.required_bytes, accuracy=r.accuracy,
+            paging=paging,
         ))
     return SweepResult(sc.to_dict(), key, tuple(values), tuple(points),
                        tuple({"gpu_id": g.gpu_id, "name": g.name, "usable_bytes": g.usable_bytes,

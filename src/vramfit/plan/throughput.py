@@ -33,7 +33,16 @@ from vramfit.estimate.constants import Constant
 from vramfit.models.spec import ModelSpec
 from vramfit.plan import layouts
 from vramfit.plan.elementwise import elementwise_bytes_per_token, lora_bytes_per_token_fwd, lora_clone_bytes
-from vramfit.plan.kernels import CardSpeed
+from vramfit.plan.kernels import (
+    DECODE_LAYER_OVERHEAD_S,
+    GPTQ_DEQUANT_S_PER_GWEIGHT,
+    LAYER_OVERHEAD_S,
+    REFERENCE_BANDWIDTH,
+    ZERO3_HOST_S_PER_LAYER,
+    ZERO3_LAYER_OVERHEAD_S,
+    CardSpeed,
+    host_optimizer_seconds,
+)
 from vramfit.plan.rollout import Rollout, rollout_seconds, rollout_work
 from vramfit.plan.traffic import (
     comm_bytes,
@@ -310,8 +319,6 @@ def step_time(
 def _generate_seconds(w: Work, gemm_flops: float, mem_bytes: float, peer_bytes: float) -> float:
     """Rollout seconds of a step (:func:`rollout.rollout_seconds`: generation, its weight gather and the
     reference pass); 0 without a memory bandwidth."""
-    from vramfit.plan.kernels import DECODE_LAYER_OVERHEAD_S
-
     if w.rollout is None or not mem_bytes:
         return 0.0
     return rollout_seconds(w.rollout, gemm_flops, mem_bytes, DECODE_LAYER_OVERHEAD_S.value, peer_bytes)
@@ -359,15 +366,6 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     with compute where the cards have peer-to-peer access, else it adds; offload traffic over the host
     link and paged optimizer state (in and out, ``paged_bytes`` each way) add.
     """
-    from vramfit.plan.kernels import (
-        GPTQ_DEQUANT_S_PER_GWEIGHT,
-        LAYER_OVERHEAD_S,
-        REFERENCE_BANDWIDTH,
-        ZERO3_HOST_S_PER_LAYER,
-        ZERO3_LAYER_OVERHEAD_S,
-        host_optimizer_seconds,
-    )
-
     over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
     if w.zero3_partitions > 1:  # the host waits on the hooks' all-gathers: their time adds
         over += ZERO3_LAYER_OVERHEAD_S.value * w.layers

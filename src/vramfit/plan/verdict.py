@@ -86,6 +86,24 @@ def figures_fit(f, limit: int) -> bool:
     return paging_bytes(f.required_bytes, f.paged_bytes, limit) is not None
 
 
+def card_refusal(gpu: GPU, sc: Any) -> tuple[str, str] | None:
+    """(why, the setting that runs) where a run cannot start on ``gpu`` whatever its memory, or None: a bf16 run on a
+    card without BF16 (the catalog's ``supports_bf16``; the HF Trainer refuses ``bf16=True`` there, transformers
+    training_args.py: "Your setup doesn't support bf16/gpu"), FlashAttention-2 on a card it does not run on (the
+    catalog's ``supports_flash_attn2``, where the framework's flash attention is FA2: profile ``flash_attention_is_fa2``).
+    The planner leaves such a card out for the same reason (plan/rental.py ``cannot_run``), so estimate, fit, sweep and
+    plan say the same of it."""
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.scenario import Attention, Precision
+
+    if sc.precision in (Precision.BF16_MIXED, Precision.BF16_TRUE) and gpu.supports_bf16 is False:
+        return f"no BF16 on {gpu.name}", "--precision fp16-mixed"
+    if (sc.attention is Attention.FLASH and gpu.supports_flash_attn2 is False
+            and scenario_profile(sc).flash_attention_is_fa2):
+        return f"no FlashAttention-2 on {gpu.name}", "--attention sdpa"
+    return None
+
+
 def verdict_text(paged_out: int | None) -> str:
     """``fits`` / ``fits, with paging of N GiB optimizer state (slower)`` / ``does not fit``."""
     if paged_out is None:
@@ -103,11 +121,18 @@ def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) 
     limit = limit_bytes(gpu, safety_margin)
     paged = result_paging(r, limit)
     resident = r.peak.required_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
+    refused = card_refusal(gpu, r.scenario)
     return FitInfo(
-        gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None,
+        gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None and refused is None,
         headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,
-        paging_bytes=paged or 0, verdict=verdict_text(paged),
+        paging_bytes=(paged or 0) if refused is None else 0,
+        verdict=verdict_text(paged) if refused is None else refusal_verdict(refused),
     )
+
+
+def refusal_verdict(refused: tuple[str, str]) -> str:
+    """The verdict on a card the run cannot start on (:func:`card_refusal`)."""
+    return f"cannot run: {refused[0]} ({refused[1]} runs)"
 
 
 def default_cards(gpu_id: str | None = None) -> list[GPU]:

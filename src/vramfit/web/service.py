@@ -366,6 +366,7 @@ def sweep_with_estimate(checked: Checked, key: str, values: list[Any]) -> dict[s
         points.append({"value": value, "peak": {k: peak[k] for k in ("allocated_bytes", "reserved_bytes", "device_bytes",
                                                                      "required_bytes", "phase")},
                        "components": {c.name: c.bytes for c in r.components}, "fits": {f.gpu_id: f.fits for f in r.fits},
+                       "paging": {f.gpu_id: f.paging_bytes for f in r.fits if f.fits and f.paging_bytes},
                        "accuracy": r.accuracy})
         cards.update({f.gpu_id: {"gpu_id": f.gpu_id, "name": f.name, "usable_bytes": f.usable_bytes,
                                  "limit_bytes": f.limit_bytes} for f in r.fits})

@@ -32,6 +32,8 @@ _LOSS_RULES: list[tuple[str, str]] = [
      "full.py do litgpt: logits inteiros (sem blocos), em fp32 vindos do Fabric, chunked_cross_entropy"),
     (r"lit-gpt chunked lm_head, fp32 outputs from Fabric, chunked_cross_entropy",
      "lm_head por blocos do lit-gpt, saídas em fp32 vindas do Fabric, chunked_cross_entropy"),
+    (r"model-dtype logits, Unsloth's Triton cross-entropy \(gradient written over the logits\)",
+     "logits no dtype do modelo, entropia cruzada Triton do Unsloth (gradiente escrito sobre os logits)"),
     (r"Apple Cut Cross-Entropy \(no logits; its backward allocates the lm_head-sized dc\)",
      "Cut Cross-Entropy da Apple (sem logits; o seu backward aloca o dc do tamanho do lm_head)"),
     (r"none on this pipeline stage \(the last stage computes the logits and loss\)",
@@ -232,6 +234,21 @@ _LAYOUT_RULES: list[tuple[str, str]] = [
      + _GIB + r"\)\.$",
      "Na $1 (⟨$2⟩ GiB utilizáveis) o alocador liberta os segmentos livres em cache e tenta de novo antes de uma "
      "alocação falhar: a memória reservada fica em ⟨$3⟩ GiB, com a placa cheia (sem esse limite chegaria a ⟨$4⟩ GiB)."),
+    (r"^On the (.+?) \(" + _GIB + r" usable\) the allocator releases its free cached segments and retries before an "
+     r"allocation fails: reserved stops at " + _GIB + r", the card full \(without that limit it would reach "
+     + _GIB + r"\), at least " + _GIB + r" of the paged optimizer state in host memory\.$",
+     "Na $1 (⟨$2⟩ GiB utilizáveis) o alocador liberta os segmentos livres em cache e tenta de novo antes de uma "
+     "alocação falhar: a memória reservada fica em ⟨$3⟩ GiB, com a placa cheia (sem esse limite chegaria a ⟨$4⟩ GiB), "
+     "pelo menos ⟨$5⟩ GiB do estado paginado do otimizador na memória do anfitrião."),
+    (r"^DeepSpeed config (\w+) (\d+) is not this scenario's (\w+) \((\d+)\): the HF Trainer refuses the mismatch "
+     r"\(trainer_config_finalize\); this estimate is of \w+ \d+\. Give \w+ \d+, or \"auto\" in the file\.$",
+     "O valor $1 $2 da configuração do DeepSpeed não é o $3 deste cenário ($4): o Trainer do HF recusa a diferença "
+     "(trainer_config_finalize); esta estimativa é a de $3 $4. Dê $3 $2, ou \"auto\" no ficheiro."),
+    (r"^cannot run: no BF16 on (.+) \(--precision fp16-mixed runs\)$",
+     "não corre: sem BF16 na $1 (com a precisão fp16-mixed corre)"),
+    (r"^cannot run: no FlashAttention-2 on (.+) \(--attention sdpa runs\)$",
+     "não corre: sem FlashAttention-2 na $1 (com a atenção sdpa corre)"),
+    (r"^no FlashAttention-2 on (.+): plan it with --attention sdpa$", "sem FlashAttention-2 na $1: planeia com a atenção sdpa"),
     *_RESERVED_RULES,
 ]
 

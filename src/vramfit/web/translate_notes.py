@@ -179,6 +179,18 @@ NOTE_RULES: list[tuple[str, str]] = [
      "$1: tem de ser um número positivo escrito com os algarismos 0-9 (recebido: $2)"),
     (r"^(\w+): is given twice, as (.+?) and (.+?); give it once$", "$1: está indicado duas vezes, como $2 e $3; indica-o só uma"),
     (r"^method: (\w+) does not train (\w+) \(no 4-bit base\)", "method: o $1 não treina $2 (sem base de 4 bits)"),
+    # ---- what a framework's recipes cannot run (vramfit.estimate.framework check_runs, check_ddp_layout)
+    (r"^optimizer: (\w+) runs no bitsandbytes optimizer \(([\w-]+) is one\)",
+     "optimizer: o $1 não corre nenhum otimizador do bitsandbytes (o $2 é um deles)"),
+    (r"^loss: (\w+) does not call a fused linear \+ cross-entropy loss",
+     "loss: o $1 não chama uma perda fundida (camada linear + entropia cruzada)"),
+    (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
+     "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
+    (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    (r"^parallelism: (\w+) runs no DDP beside tensor, pipeline or context parallelism \(it shards the remaining ranks "
+     r"with FSDP\)", "parallelism: o $1 não corre DDP a par de paralelismo de tensor, pipeline ou contexto (reparte os "
+     "ranks restantes com FSDP)"),
+    (r"; DDP over the remaining (\d+) ranks \(dp_replicate\)\. ", "; DDP sobre os $1 ranks restantes (dp_replicate). "),
     (r"^params: a generic decoder of ([\d,]+) parameters rounds up to more than ([\d,]+) \(MAX_PARAMS\); give a smaller "
      r"count$", "params: um decoder genérico de ⟨$1⟩ parâmetros arredonda para mais de ⟨$2⟩ (MAX_PARAMS); indica um número "
      "menor"),

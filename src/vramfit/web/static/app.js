@@ -159,6 +159,7 @@
       li.dataset.gpu = f.gpu_id;
       li.textContent = `${f.fits ? "✓" : "✗"} ${f.name} · ${VF.fmtGiB(f.usable_bytes, 0)} GiB`;
       li.title = f.fits ? fmt(T["r.fits"], { card: f.name, free: VF.fmtGiB(f.headroom_bytes) + " GiB" })
+        : f.verdict.startsWith("cannot run") ? R.text(f.verdict)  // a card the run cannot start on (plan/verdict.py)
         : fmt(T["r.nofit"], { card: f.name, over: VF.fmtGiB(-f.headroom_bytes) + " GiB" });
       return li;
     }));

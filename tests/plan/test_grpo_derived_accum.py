@@ -1,0 +1,56 @@
+"""GRPO's default accumulation (the least that holds whole groups of completions per step, stage_keys) follows the
+micro-batch and the group size as it follows the stage and the GPU count: a sweep point, a fit probe and an estimate
+typed by hand agree; an accumulation the user set stays set."""
+
+from pathlib import Path
+
+from vramfit import estimate
+from vramfit.plan.sweep import sweep
+from vramfit.scenario import parse_scenario
+
+BASE = {"model": "Qwen/Qwen2.5-1.5B", "method": "full", "stage": "grpo", "gradient_checkpointing": "full"}
+
+
+def _device(res, value):
+    point = next(p for p in res.points if p.value == value)
+    assert point.error is None, point.error
+    return point.device_bytes
+
+
+def test_a_sweep_over_the_micro_batch_re_derives_the_accumulation():
+    res = sweep(BASE, "micro_batch_size", [1, 4, 8, 16])
+    for mb, accum in ((1, 8), (4, 2), (8, 1), (16, 1)):
+        by_hand = estimate(parse_scenario({**BASE, "micro_batch_size": mb}))
+        assert by_hand.scenario.grad_accum == accum
+        assert _device(res, mb) == by_hand.peak.device_bytes
+    # mb 16 kept the base's 8 before: 29.6 GB where the run typed by hand needs 20.8
+    assert _device(res, 16) == 20_750_467_072
+
+
+def test_a_sweep_over_the_group_size_re_derives_it_too():
+    lora = {**BASE, "method": "lora"}
+    res = sweep(lora, "num_generations", [2, 8, 16])
+    for n in (2, 8, 16):
+        by_hand = estimate(parse_scenario({**lora, "num_generations": n}))
+        assert by_hand.scenario.grad_accum == n  # one completion per micro-batch, one GPU
+        assert _device(res, n) == by_hand.peak.device_bytes  # 16 was refused before
+
+
+def test_an_accumulation_the_user_set_stays_set():
+    sc = parse_scenario({**BASE, "grad_accum": 16})
+    assert sc.replace(micro_batch_size=4).grad_accum == 16
+    assert parse_scenario(BASE).replace(micro_batch_size=4).grad_accum == 2
+
+
+def test_fit_keeps_the_scenarios_accumulation_and_says_so():
+    """docs/stages.md: "21 × 8 accumulation (--grad-accum 8)" (Llama-3.1-8B LoRA, GRPO, one A100 80 GB): the search
+    holds the accumulation, the answer typed with it is the same run; derived again, 43 needs 8 and 44 needs 2."""
+    from vramfit.plan.fit import fit
+
+    keys = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "stage": "grpo", "gradient_checkpointing": "full"}
+    f = fit(keys, "a100-80gb-sxm")
+    assert (f.max_micro_batch, f.max_micro_batch_grad_accum) == (21, 8)
+    by_hand = estimate(parse_scenario({**keys, "micro_batch_size": 21, "grad_accum": 8, "gpu": "a100-80gb-sxm"}))
+    assert f.max_micro_batch_required_bytes == by_hand.peak.required_bytes
+    assert [parse_scenario({**keys, "micro_batch_size": m}).grad_accum for m in (43, 44)] == [8, 2]
+    assert "21 × 8 accumulation (--grad-accum 8)" in (Path(__file__).resolve().parents[2] / "docs" / "stages.md").read_text()
