@@ -53,3 +53,11 @@ def test_flash_attention_2_where_it_does_not_run_is_refused_where_the_framework_
     from vramfit.web.translate import untranslated
 
     assert untranslated([r.fits[0].verdict, p.excluded[0].reason]) == []
+
+
+def test_fit_on_a_card_the_run_cannot_start_on_offers_nothing():
+    f = fit({**RUN, "precision": "bf16-mixed", "seq_len": 512}, "t4")
+    assert f.verdict.startswith("cannot run") and f.max_micro_batch is None and f.max_seq_len is None
+    assert not any(cell.fits for row in f.grid for cell in row)
+    ok = fit({**RUN, "precision": "fp16-mixed", "seq_len": 512}, "t4")
+    assert ok.max_micro_batch and any(cell.fits for row in ok.grid for cell in row)

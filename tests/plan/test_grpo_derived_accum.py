@@ -54,3 +54,15 @@ def test_fit_keeps_the_scenarios_accumulation_and_says_so():
     assert f.max_micro_batch_required_bytes == by_hand.peak.required_bytes
     assert [parse_scenario({**keys, "micro_batch_size": m}).grad_accum for m in (43, 44)] == [8, 2]
     assert "21 × 8 accumulation (--grad-accum 8)" in (Path(__file__).resolve().parents[2] / "docs" / "stages.md").read_text()
+
+
+def test_a_card_alias_keeps_what_the_user_set():
+    """`--gpu 4090` (an alias) kept the scenario but not the record of the keys the user set, so a GRPO sweep derived
+    the accumulation the user had given again (review of 2026-12-05)."""
+    keys = {"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "stage": "grpo", "num_generations": 8, "micro_batch_size": 8,
+            "grad_accum": 4, "seq_len": 1024, "completion_len": 256}
+    by_id = sweep({**keys, "gpu": "rtx4090"}, "micro_batch_size", [8, 16])
+    by_alias = sweep({**keys, "gpu": "4090"}, "micro_batch_size", [8, 16])
+    assert [p.required_bytes for p in by_alias.points] == [p.required_bytes for p in by_id.points]
+    by_hand = estimate(parse_scenario({**keys, "micro_batch_size": 16, "gpu": "rtx4090"}))
+    assert by_hand.scenario.grad_accum == 4 and by_id.points[1].required_bytes == by_hand.peak.required_bytes

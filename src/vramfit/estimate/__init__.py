@@ -511,7 +511,7 @@ _STEP_COMPONENTS = (
     ("eval_forward", Phase.TRANSIENT, _A, "evaluation pass under no_grad: whole logits and the loss's fp32 tensors"),
     ("workspaces", Phase.PERSISTENT, _A, "cuBLAS and cuBLASLt workspaces"),
     ("rope_cache", Phase.PERSISTENT, _A,
-     "RoPE cos/sin caches, one per layer (Unsloth 2024.12; transformers <= 4.44 Llama/Mistral/Qwen2)"),
+     "RoPE cos/sin caches, one per layer (Unsloth 2024.5 to 2024.12; transformers <= 4.44 Llama/Mistral/Qwen2)"),
     ("previous_step_inputs", Phase.FORWARD_BACKWARD, _A,
      "the previous micro-batch's 4-bit matmul inputs (bitsandbytes <= 0.43.1), kept through this forward"),
 )

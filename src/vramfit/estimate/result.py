@@ -55,7 +55,9 @@ class Peak:
     breakdown: tuple[tuple[str, int], ...] = ()  # components live at that moment; sums to allocated
     #: what the run needs on the card (the fit verdict's figure, vramfit.plan.verdict): ``device_bytes`` less the
     #: cached segments holding no live block, which the allocator's ``malloc`` releases and retries before it fails
-    #: (vramfit.sim.cuda_allocator); not given (-1): ``device_bytes`` (nothing modelled as releasable)
+    #: (vramfit.sim.cuda_allocator); not given (-1): ``device_bytes`` (nothing modelled as releasable). It counts a paged
+    #: optimizer's whole state, so on a named card the run fits only by paging, where ``device_bytes`` stops at the card
+    #: (estimate.on_card), it can exceed ``device_bytes``: the verdict's ``paging_bytes`` is the part in host memory
     required_bytes: int = -1
 
     def __post_init__(self) -> None:

@@ -56,7 +56,10 @@ class Evaluator:
         self._cards: dict[str, GPU] = {}
         card = self.card(self.base.gpu)
         if card is not None and card.gpu_id != self.base.gpu:  # an alias ("4090") becomes the catalog id
+            given = getattr(self.base, "_given", None)  # the keys the user set: Scenario.replace keeps them
             self.base = dataclasses.replace(self.base, gpu=card.gpu_id)
+            if given is not None:
+                object.__setattr__(self.base, "_given", given)
         self.model_id, self.spec, self.origin, self.notes = resolve_spec(self.base)
         self._memo: dict[tuple, EstimateResult | ScenarioError] = {}
         self._fits: dict[tuple, FitFigures | ScenarioError] = {}

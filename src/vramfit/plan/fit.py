@@ -144,9 +144,11 @@ def fit(
         r = ev.try_estimate(**k)
         return None if isinstance(r, ScenarioError) else getattr(r.peak, counter)
 
+    refused = card_refusal(g, ev.base)  # a card the run cannot start on: nothing fits, as estimate, sweep and plan say
+
     def ok(**k: Any) -> bool:
         f = ev.try_fit(**k)  # the fit test's figures only (estimate.fit_figures): the searches' many probes
-        return not isinstance(f, ScenarioError) and figures_fit(f, limit)
+        return refused is None and not isinstance(f, ScenarioError) and figures_fit(f, limit)
 
     base = ev.base
     step = micro_batch_step(base)  # GRPO accepts only multiples of this micro-batch (stage_keys)
@@ -170,11 +172,11 @@ def fit(
             if isinstance(r, ScenarioError):
                 row.append(GridCell(b, s, None, False, str(r)))
             else:
-                row.append(GridCell(b, s, r.peak.device_bytes, fits(r, limit), required_bytes=r.peak.required_bytes))
+                row.append(GridCell(b, s, r.peak.device_bytes, fits(r, limit) and refused is None,
+                                    required_bytes=r.peak.required_bytes))
         grid.append(tuple(row))
     own = ev.estimate()
     paged = result_paging(own, limit)
-    refused = card_refusal(g, base)  # a card the run cannot start on: no fit, as estimate, sweep and plan say
     at_mb, at_seq = ({"micro_batch_size": mb, **hold} if mb else None), ({"seq_len": seq} if seq else None)
     return FitReport(
         gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
