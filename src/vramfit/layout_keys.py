@@ -90,11 +90,17 @@ def check_layout_keys(kw: dict[str, Any]) -> None:
     if e > 1:
         _check_ep(kw, world, t, p, e)
     seq = kw.get("seq_len", 2048)
-    if c > 1 and seq % (2 * c):
-        # torch v2.13.0 distributed/tensor/experimental/_context_parallel/_load_balancer.py
-        # _HeadTailLoadBalancer: `if seq_length % (world_size * 2) != 0: raise`
+    if seq % seq_len_multiple(c):
         _refuse("context_parallel", f"seq_len ({seq}) must split into 2 × context_parallel = {2 * c} equal chunks "
                                     "(torch's head-tail load balancer)")
+
+
+def seq_len_multiple(context_parallel: int) -> int:
+    """What ``seq_len`` must be a multiple of: under context parallelism torch's head-tail load balancer splits each
+    sequence into 2 x ``context_parallel`` equal chunks (torch v2.13.0 distributed/tensor/experimental/
+    _context_parallel/_load_balancer.py _HeadTailLoadBalancer: ``if seq_length % (world_size * 2) != 0: raise``); 1
+    without it."""
+    return 2 * context_parallel if context_parallel > 1 else 1
 
 
 def hsdp_group(world: int, nodes: int, t: int, p: int) -> int:

@@ -168,10 +168,10 @@ def micro_batch_step(sc: Any) -> int:
 
 
 def seq_len_step(sc: Any) -> int:
-    """The step between the ``seq_len`` values the scenario accepts: under context parallelism torch's head-tail load
-    balancer splits each sequence into 2 x ``context_parallel`` equal chunks (:mod:`vramfit.layout_keys`); else 1."""
-    cp = getattr(sc, "context_parallel", 1) or 1
-    return 2 * cp if cp > 1 else 1
+    """The step between the ``seq_len`` values the scenario accepts (:func:`vramfit.layout_keys.seq_len_multiple`)."""
+    from vramfit.layout_keys import seq_len_multiple
+
+    return seq_len_multiple(getattr(sc, "context_parallel", 1) or 1)
 
 
 def min_seq_len(sc: Any) -> int:

@@ -34,5 +34,6 @@ def test_auto_and_a_zero_section_alone_say_nothing_and_a_bad_value_is_refused():
     assert not [a for a in r.assumptions if "trainer_config_finalize" in a]
     r = estimate(parse_scenario({**RUN, "deepspeed_config": {"stage": 2, "train_micro_batch_size_per_gpu": 7}}))
     assert not [a for a in r.assumptions if "trainer_config_finalize" in a]  # a section alone: not the file's key
-    with pytest.raises(ScenarioError, match="train_micro_batch_size_per_gpu must be a whole number"):
-        parse_scenario({**RUN, "deepspeed_config": {**DS, "train_micro_batch_size_per_gpu": 0}})
+    for bad in (0, -3, 10**23, 2.5, True, "x", float("nan")):
+        with pytest.raises(ScenarioError, match="train_micro_batch_size_per_gpu must be a whole number from 1 to"):
+            parse_scenario({**RUN, "deepspeed_config": {**DS, "train_micro_batch_size_per_gpu": bad}})

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vramfit.choices import ZERO_FAMILY, Method, Offload, Parallelism, Quantize
 from vramfit.errors import ScenarioError
+from vramfit.safe_input import shown
 
 if TYPE_CHECKING:
     from vramfit.estimate.framework import FrameworkProfile
@@ -230,13 +231,16 @@ def trainer_values(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     """The whole file's Trainer-filled batch keys given as whole numbers ("auto" and absent ones left out)."""
     if "zero_optimization" not in data:  # a zero_optimization section alone names none
         return ()
+    from vramfit.scenario import INT_LIMITS
+
     out = []
-    for key in TRAINER_KEYS:
+    for key, own in TRAINER_KEYS.items():
         v = data.get(key)
         if v is None or (isinstance(v, str) and v.strip().lower() == AUTO):
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ScenarioError(KEY, f"{key} must be a whole number from 1 or 'auto', got {v!r}")
+        lo, hi = INT_LIMITS[own]  # the scenario key's own range
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ScenarioError(KEY, f"{key} must be a whole number from {lo} to {hi:,} or 'auto', got {shown(v)}")
         out.append((key, v))
     return tuple(out)
 

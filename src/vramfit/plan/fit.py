@@ -15,16 +15,7 @@ from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import (
-    SAFETY_MARGIN,
-    card_refusal,
-    figures_fit,
-    fits,
-    limit_bytes,
-    refusal_verdict,
-    result_paging,
-    verdict_text,
-)
+from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, card_refusal, figures_fit, fits, limit_bytes
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
 from vramfit.stage_keys import BATCH_RULE_STAGES, micro_batch_step, min_seq_len, seq_len_step
 
@@ -176,13 +167,12 @@ def fit(
                                     required_bytes=r.peak.required_bytes))
         grid.append(tuple(row))
     own = ev.estimate()
-    paged = result_paging(own, limit)
+    info = card_fit(own, g, margin)  # the card verdict estimate states, refusal included
     at_mb, at_seq = ({"micro_batch_size": mb, **hold} if mb else None), ({"seq_len": seq} if seq else None)
     return FitReport(
         gpu_id=g.gpu_id, gpu_name=g.name, usable_bytes=g.usable_bytes, limit_bytes=limit, safety_margin=margin,
-        scenario=base.to_dict(), device_bytes=own.peak.device_bytes, fits=paged is not None and refused is None,
-        paging_bytes=(paged or 0) if refused is None else 0,
-        verdict=verdict_text(paged) if refused is None else refusal_verdict(refused),
+        scenario=base.to_dict(), device_bytes=own.peak.device_bytes, fits=info.fits, paging_bytes=info.paging_bytes,
+        verdict=info.verdict,
         max_micro_batch_grad_accum=at_mb and ev.scenario(**at_mb).grad_accum,
         max_micro_batch=mb, max_micro_batch_device_bytes=at_mb and peak("device_bytes", **at_mb),
         max_seq_len=seq, max_seq_len_device_bytes=at_seq and peak("device_bytes", **at_seq),

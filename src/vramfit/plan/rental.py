@@ -112,15 +112,13 @@ def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
     """Why ``g`` is not planned for scenario ``sc`` (no BF16, a stack not wanted or lacking a feature), or None."""
     from vramfit.plan.verdict import card_refusal
 
-    refused = card_refusal(g, sc)  # the card verdicts' own rule (estimate, fit, sweep)
-    if refused is not None and refused[1].startswith("--precision"):
-        return f"{refused[0]}: plan it with {refused[1]}"
     st = stack_of(g)
     if wanted and st.name not in wanted:
         return f"{st.label} card; --stack {','.join(wanted)}"
     missing = [f for f in needs(sc.to_dict()) if f in st.lacks]
     if missing:  # a stack's own reason first (Gaudi: no FlashAttention 2 in its software)
         return f"the scenario needs {', '.join(missing)}; {st.note}"
+    refused = card_refusal(g, sc)  # the card verdicts' own rule (estimate, fit, sweep)
     return None if refused is None else f"{refused[0]}: plan it with {refused[1]}"
 
 

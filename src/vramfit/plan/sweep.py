@@ -18,7 +18,7 @@ from vramfit.gpus import get_gpu
 from vramfit.limits import MAX_SWEEP_VALUES
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
-from vramfit.plan.verdict import SAFETY_MARGIN, card_refusal, default_cards, fits, limit_bytes, result_paging
+from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, default_cards, limit_bytes
 from vramfit.safe_input import shown, to_float
 from vramfit.scenario import CHOICE_KEYS, FIELD, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
 
@@ -171,10 +171,9 @@ def sweep(scenario: Scenario | dict, key: str, values: list[Any], *, cards: list
         try:
             r = run(**{key: v})
             on = per_card(r, lambda g, v=v: run(**{key: v, "gpu": g.gpu_id}), calibration)  # each card its own figure
-            verdicts = {g.gpu_id: fits(on(g), limit_bytes(g, safety_margin)) and card_refusal(g, r.scenario) is None
-                        for g in gpus}  # a card the run cannot start on is no fit (plan/verdict.py card_refusal)
-            paging = {g.gpu_id: n for g in gpus if verdicts[g.gpu_id]
-                      and (n := result_paging(on(g), limit_bytes(g, safety_margin)) or 0)}
+            infos = [card_fit(on(g), g, safety_margin) for g in gpus]  # estimate's card verdicts, refusal included
+            verdicts = {f.gpu_id: f.fits for f in infos}
+            paging = {f.gpu_id: f.paging_bytes for f in infos if f.fits and f.paging_bytes}
         except VramfitError as exc:
             points.append(SweepPoint(v, error=str(exc)))
             continue
