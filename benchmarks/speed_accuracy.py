@@ -38,14 +38,15 @@ def predict(scenario: dict) -> dict:
     from vramfit.plan.evaluate import Evaluator
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
-    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, net_rate, step_time, step_work
+    from vramfit.plan.stage_work import scenario_flops
+    from vramfit.plan.throughput import MFU_DEFAULT, net_rate, step_time, step_work
     from vramfit.plan.verdict import PAGED_COMPONENT, limit_bytes, result_paging
 
     ev = Evaluator(scenario)
     sc = ev.base
     g = get_gpu(sc.gpu)
     est = ev.estimate()
-    mf = model_flops(ev.spec, sc.seq_len)
+    mf = scenario_flops(ev.spec, sc)
     w = step_work(sc, mf, est.model.num_trainable_params)
     links = {"peak_tflops": g.bf16_tflops, "mem_bandwidth_gbs": g.mem_bandwidth_gbs,
              "peer_gbs": peer_gbs(g, sc.num_gpus), "host_gbs": g.host_link_gbs}

@@ -87,6 +87,23 @@ def test_gpus_lists_marketing_and_usable_memory():
     assert r.exit_code == 0 and "usable GiB" in r.output and "rtx4090" in r.output
 
 
+def test_gpus_says_when_the_bf16_column_holds_an_fp16_peak():
+    """gpus.csv bf16_fp16_dense_tflops is the FP16 peak on cards without BF16 (supports_bf16 no: T4 65, V100 SXM2
+    125): the "BF16 TFLOPS" column labels it FP16 there; BF16 cards keep their bare figure. The JSON keeps the key
+    and carries supports_bf16 beside it."""
+    r = runner.invoke(app, ["gpus"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    rows = {c[0]: c for c in ([x.strip() for x in line.split("│")[1:-1]] for line in r.output.splitlines()
+                              if line.startswith("│"))}
+    heading = next(line for line in r.output.splitlines() if "BF16 TFLOPS" in line)
+    col = [x.strip() for x in heading.split("┃")[1:-1]].index("BF16 TFLOPS")
+    assert rows["t4"][col] == "65.0 (FP16)" and rows["v100-sxm2-16gb"][col] == "125.0 (FP16)"
+    assert rows["rtx4090"][col] == "165.2" and rows["h100-sxm"][col] == "989.0"
+    d = {g["gpu_id"]: g for g in json.loads(run("gpus", "--json").output)}
+    assert (d["t4"]["bf16_tflops"], d["t4"]["supports_bf16"]) == (65.0, False)
+    assert (d["h100-sxm"]["bf16_tflops"], d["h100-sxm"]["supports_bf16"]) == (989.0, True)
+
+
 def test_stage_bad_combination_is_one_line_exit_2():
     from typer.testing import CliRunner
 

@@ -15,7 +15,7 @@ from vramfit.errors import ScenarioError
 from vramfit.estimate.framework import PROFILES, profile_for
 from vramfit.models import resolve_model
 from vramfit.plan.search import configs_for
-from vramfit.scenario import Framework, Parallelism, Stage, parse_scenario
+from vramfit.scenario import Framework, Method, Parallelism, Stage, parse_scenario
 from vramfit.web.translate import to_pt, untranslated
 
 MODEL = "meta-llama/Llama-3.1-8B"
@@ -89,6 +89,18 @@ def test_the_planner_never_pairs_ddp_with_a_model_parallel_layout():
      ["sft", "dpo", "simpo", "ppo"]),
     ({"framework": "torchtune", "framework_version": "torchtune-0.1", "method": "lora", "stage": "simpo"}, "stage",
      "torchtune has no trainer for simpo", ["sft", "dpo"]),
+    # torchtune v0.4.0 _recipe_registry.py: lora_dpo_* train adapters only, ppo_full_finetune_single_device the whole
+    # policy on one GPU; full_dpo_distributed arrived in v0.6.0
+    ({"framework": "torchtune", "stage": "dpo"}, "method", "torchtune has no dpo recipe that trains full (its dpo "
+     "recipes: lora_dpo_single_device, lora_dpo_distributed)", ["lora", "qlora"]),
+    ({"framework": "torchtune", "stage": "simpo"}, "method", "torchtune has no simpo recipe that trains full",
+     ["lora", "qlora"]),
+    ({"framework": "torchtune", "method": "qlora", "stage": "ppo"}, "method", "torchtune has no ppo recipe that trains "
+     "qlora (its ppo recipes: ppo_full_finetune_single_device)", ["full"]),
+    ({"framework": "torchtune", "stage": "ppo", "num_gpus": 2}, "num_gpus",
+     "torchtune's ppo recipes run on one GPU only (ppo_full_finetune_single_device)", ["1"]),
+    ({"framework": "torchtune", "framework_version": "torchtune-0.1", "method": "lora", "stage": "dpo", "num_gpus": 2},
+     "num_gpus", "torchtune's dpo recipes run on one GPU only (lora_dpo_single_device)", ["1"]),
 ])
 def test_what_the_framework_cannot_run_is_refused(keys, key, words, valid):
     with pytest.raises(ScenarioError) as err:
@@ -109,10 +121,61 @@ def test_what_the_frameworks_run_is_kept():
         assert parse_scenario({"model": MODEL, "stage": stage.value}).stage is stage
     assert parse_scenario({"model": MODEL, "framework": "unsloth", "method": "qlora", "stage": "dpo"}).stage is Stage.DPO
     assert parse_scenario({"model": MODEL, "framework": "torchtune", "stage": "dpo"}).stage is Stage.DPO
+    # each torchtune stage recipe's own methods and GPU counts run
+    for keys in ({"method": "qlora", "stage": "dpo", "num_gpus": 2}, {"method": "lora", "stage": "simpo"},
+                 {"method": "full", "stage": "ppo"}, {"method": "full", "stage": "sft", "num_gpus": 2}):
+        sc = parse_scenario({"model": MODEL, "framework": "torchtune", **keys})
+        assert (sc.method.value, sc.stage.value, sc.num_gpus) == (keys["method"], keys["stage"], keys.get("num_gpus", 1))
+    assert parse_scenario({"model": MODEL, "method": "full", "stage": "dpo", "num_gpus": 2}).stage is Stage.DPO  # TRL
     assert parse_scenario({"model": MODEL, "framework": "litgpt", "optimizer": "paged-adamw"}).optimizer.value == \
         "paged-adamw"
     assert parse_scenario({"model": MODEL, "framework": "torchtitan", "method": "full"}).optimizer.value == "adamw"
     assert PROFILES[Framework.HF].stages == () and PROFILES[Framework.UNSLOTH].stages == ()
+
+
+def _stage_line(r) -> str:
+    return next(a for a in r.assumptions if a.startswith("Stage "))
+
+
+def test_a_torchtune_stage_names_its_recipe_and_the_stage_profile_counted():
+    """torchtune runs DPO/PPO with its own recipes; the estimate counts them with TRL's stage profile (the only one
+    modelled) and says both, instead of claiming TRL runs the stage."""
+    tune = estimate({"model": MODEL, "framework": "torchtune", "method": "lora", "stage": "dpo"})
+    assert _stage_line(tune) == (
+        "Stage dpo in torchtune's lora_dpo_single_device / lora_dpo_distributed recipe, its memory estimated as "
+        "torchtune-0.4 runs the stage (torchtune's own log-prob code, not TRL's); micro_batch_size counts pairs: chosen and rejected run "
+        "as one concatenated forward of 2 × micro_batch_size sequences.")
+    ppo = estimate({"model": MODEL, "framework": "torchtune", "method": "full", "stage": "ppo"})
+    assert _stage_line(ppo).startswith("Stage ppo in torchtune's ppo_full_finetune_single_device recipe, its memory "
+                                       "estimated as TRL v1.9.0 runs the stage")
+    old = estimate({"model": MODEL, "framework": "torchtune", "framework_version": "torchtune-0.1", "method": "lora",
+                    "stage": "dpo"})
+    assert _stage_line(old).startswith("Stage dpo in torchtune's lora_dpo_single_device recipe,")
+    hf = estimate({"model": MODEL, "method": "lora", "stage": "dpo"})
+    assert _stage_line(hf).startswith("Stage dpo as TRL 1.16.0 runs it; ")
+    assert _stage_line(estimate({"model": MODEL, "method": "lora", "stage": "ppo"})).startswith(
+        "Stage ppo as TRL v1.9.0 runs it; ")
+    assert untranslated([_stage_line(r) for r in (tune, ppo, old, hf)]) == []
+    assert to_pt(_stage_line(ppo)) == ("Etapa ppo na receita ppo_full_finetune_single_device do torchtune, com a memória "
+                                       "estimada como o TRL v1.9.0 corre a etapa (sem perfil de etapa do torchtune); "
+                                       "micro_batch_size conta completações.")
+
+
+def test_the_stage_recipe_is_profile_data(monkeypatch):
+    """The line and the refusal read the profile's stage_recipes, not the framework's name: a transformers profile
+    given a recipe says it and refuses what the recipe cannot run."""
+    from vramfit.estimate.profile_fields import StageRecipe
+
+    recipe = StageRecipe(Stage.KTO, (Method.FULL,), False, ("my_kto",))
+    monkeypatch.setitem(PROFILES, Framework.HF, dataclasses.replace(PROFILES[Framework.HF], stage_recipes=(recipe,)))
+    r = estimate({"model": MODEL, "method": "full", "stage": "kto"})
+    assert _stage_line(r).startswith("Stage kto in transformers + PEFT's my_kto recipe, its memory estimated as TRL "
+                                     "1.16.0 runs the stage")
+    for keys, key, valid in (({"method": "lora"}, "method", ["full"]), ({"method": "full", "num_gpus": 2}, "num_gpus",
+                                                                         ["1"])):
+        with pytest.raises(ScenarioError) as err:
+            parse_scenario({"model": MODEL, "stage": "kto", **keys})
+        assert err.value.key == key and err.value.valid == valid
 
 
 def test_refusals_exit_2_naming_the_key():

@@ -132,19 +132,9 @@ def _trace(trainer_cls, pairs: int, S: int, V: int, monkeypatch, kernel: bool = 
         loss = nll - torch.nn.functional.logsigmoid(chosen - rejected).mean()
         tr.phase = "backward"
         loss.backward()
-    live, peaks, saved = 0, {"forward": 0, "backward": 0}, None
-    for e in tr.trace.events:
-        sid = e if e >= 0 else ~e
-        size = tr.trace.nbytes[sid]
-        if e >= 0 and tr.trace.ops[sid].startswith("add.Tensor"):
-            size = 0  # the two logits gradients merge in place on CUDA (vramfit/sim/inplace.py)
-        if e >= 0 and tr.trace.phases[sid] == "backward" and saved is None:
-            saved = live
-        live += size if e >= 0 else -size
-        phase = "backward" if saved is not None else "forward"
-        peaks[phase] = max(peaks[phase], live)
-    inputs = (W.numel() + hidden.numel()) * 2
-    return saved - inputs, peaks["forward"] - inputs, peaks["backward"] - inputs
+    from tests.estimate.trace_phases import saved_and_peaks
+
+    return saved_and_peaks(tr.trace, (W.numel() + hidden.numel()) * 2, merge_inplace_add=True)
 
 
 @pytest.mark.parametrize("stage,pairs", [("simpo", 1), ("simpo", 2), ("orpo", 1)])

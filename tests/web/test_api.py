@@ -104,6 +104,28 @@ def test_gpus_lists_the_catalog_by_memory(client):
     assert [g["usable_bytes"] for g in gpus] == sorted(g["usable_bytes"] for g in gpus)
 
 
+def test_estimate_says_a_sequence_past_the_trained_context(client):
+    """The page shows the API's assumptions: the line estimate's CLI prints (vramfit.models.context)."""
+    from vramfit.models.context import past_context_note
+
+    r = post(client, "/api/estimate", {"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "seq_len": 8192})
+    assert r.status_code == 200
+    assert r.json()["assumptions"][0] == past_context_note(8192, 4096)
+    r = post(client, "/api/estimate", {"model": "meta-llama/Llama-2-7b-hf", "method": "qlora", "seq_len": 4096})
+    assert not [a for a in r.json()["assumptions"] if "past the model's context" in a]
+
+
+def test_gpus_say_which_cards_have_no_bf16(client):
+    """bf16_tflops (a contract name, kept) is the FP16 peak where the card has no BF16: supports_bf16 says which,
+    and the schema says what the figure is."""
+    gpus = {g["gpu_id"]: g for g in client.get("/api/gpus").json()}
+    assert (gpus["t4"]["bf16_tflops"], gpus["t4"]["supports_bf16"]) == (65.0, False)
+    assert (gpus["v100-sxm2-16gb"]["bf16_tflops"], gpus["v100-sxm2-16gb"]["supports_bf16"]) == (125.0, False)
+    assert (gpus["a100-80gb-sxm"]["bf16_tflops"], gpus["a100-80gb-sxm"]["supports_bf16"]) == (312.0, True)
+    props = client.get("/openapi.json").json()["components"]["schemas"]["GpuOut"]["properties"]
+    assert "FP16 peak" in props["bf16_tflops"]["description"] and "supports_bf16" in props
+
+
 def test_plan_ranks_cards_with_time_and_cost(client):
     r = post(client, "/api/plan", {"scenario": {"model": MODEL, "method": "qlora"}, "dataset_tokens": "50M"})
     assert r.status_code == 200

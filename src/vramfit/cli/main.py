@@ -209,9 +209,17 @@ def gpus(
         t.add_column(col)
     for g in rows:
         price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), f"{g.bf16_tflops or '':}", price,
+        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), tflops_cell(g), price,
                   *((price_basis(g),) if wide else ()))
     console.print(t)
+
+
+def tflops_cell(g) -> str:
+    """The catalog's dense 16-bit tensor peak (gpus.csv bf16_fp16_dense_tflops) under the "BF16 TFLOPS" heading: on a
+    card without BF16 (supports_bf16 "no": Turing, Volta) that figure is its FP16 peak, and says so."""
+    if not g.bf16_tflops:
+        return ""
+    return f"{g.bf16_tflops} (FP16)" if g.supports_bf16 is False else f"{g.bf16_tflops}"
 
 
 def _register_optional_commands() -> None:

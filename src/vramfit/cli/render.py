@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vramfit.estimate.result import EstimateResult
+from vramfit.models.context import trained_to
 from vramfit.units import gb, gib
 
 
@@ -137,7 +138,7 @@ def render_fit(r, sc, cal, console: Console) -> None:
     seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"
     console.print(f"largest micro-batch at seq {r.max_micro_batch_seq_len or r.scenario['seq_len']}: {mb}")
     console.print(f"longest sequence at micro-batch {r.scenario['micro_batch_size']}: {seq}"
-                  + (f" [dim](the model was trained to {r.max_position_embeddings:,})[/dim]" if r.max_position_embeddings else ""))
+                  + (f" [dim]({trained_to(r.max_position_embeddings)})[/dim]" if r.max_position_embeddings else ""))
     t = Table(title="GiB needed per GPU, the fit verdict's figure (✓ fits the limit; unmarked: does not)",
               title_justify="left")
     t.add_column("mb \\ seq")

@@ -33,6 +33,7 @@ from vramfit.estimate.transients import length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
 from vramfit.estimate.zero2_step import flatten_cached, zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
+from vramfit.models.context import past_context_note, trained_context
 from vramfit.scenario import Checkpointing, Method, Optimizer, Quantize, Scenario, parse_scenario
 
 if TYPE_CHECKING:
@@ -431,7 +432,9 @@ def estimate_spec(
     required = device - released
     reserved, device, full_card = on_card(card, reserved, device, required, parts.paged_optimizer_state)
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
-    assumptions = list(notes) + _assumptions(sc, r, spec, reserved, events) + ([fc.note()] if fc is not None else [])
+    past = past_context_note(sc.seq_len, trained_context(spec, origin))  # the rule fit states too (models/context.py)
+    assumptions = list(notes) + ([past] if past else []) + _assumptions(sc, r, spec, reserved, events)
+    assumptions += [fc.note()] if fc is not None else []
     assumptions += full_card
     return EstimateResult(
         scenario=sc,

@@ -8,8 +8,10 @@ no ``max_split_size_mb``, no expandable segments).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 
 from vramfit.estimate.constants import (
     K_LARGE_BUFFER,
@@ -172,11 +174,166 @@ def _replay(events: tuple[int, ...], conf: AllocatorConf | None = None) -> tuple
     return model.stats.peak_allocated, model.stats.peak_reserved, model.stats.peak_required
 
 
+#: The most pieces of one size a replayed run keeps (:func:`coarsen`). The longest such run among the measured rows and
+#: golden scenarios has 354 (LitGPT's autocast copies of Mixtral-8x7B's weights, cut at its 250 MiB largest weight) and
+#: a wrap program's cut at most 37 (estimate/wrap_step.py), so none of them changes.
+REPLAY_RUN_PIECES = 1024
+
+
+def cut_pieces(n: int, cut: int, conf: AllocatorConf | None = None) -> list[int]:
+    """``n`` bytes as tensors of ``cut`` bytes and a remainder, in allocation order, as a step's working set is cut
+    (estimate/wrap_step.py, estimate/transients.py), the run of ``cut``-byte pieces coarsened as :func:`coarsen` does
+    for pieces freed together (the caller frees them together) where it is longer than :data:`REPLAY_RUN_PIECES`.
+    ``cut`` 0: one tensor. Never builds the fine list: a tiny ``cut`` (one block input at a few tokens) would make
+    millions of pieces of a working set of gigabytes."""
+    if n <= 0:
+        return []
+    if not cut or n <= cut:
+        return [n]
+    k, last = divmod(n, cut)
+    tail = [last] if last else []
+    if k <= REPLAY_RUN_PIECES:
+        return [cut] * k + tail
+    return _coarse_run(cut, k, _multiple(k), conf) + tail
+
+
+def _multiple(k: int) -> int:
+    """How many pieces :func:`coarsen` joins in a run of ``k``: the least power of two that leaves at most
+    :data:`REPLAY_RUN_PIECES` (a power of two: a freed block of ``2m`` pieces holds two of ``m`` exactly)."""
+    return 1 << (-(-k // REPLAY_RUN_PIECES) - 1).bit_length()
+
+
+def _coarse_run(size: int, k: int, m: int, conf: AllocatorConf | None) -> list[int]:
+    """``k`` allocations of ``size`` bytes as allocations of ``m`` pieces' ``round_size`` each, the last one the rest."""
+    unit = round_request(size, conf)
+    whole, rest = divmod(k, m)
+    return [m * unit] * whole + ([rest * unit] if rest else [])
+
+
+def coarsen(events: tuple[int, ...] | list[int], conf: AllocatorConf | None = None) -> list[int]:
+    """``events`` (:func:`transient_reserved`'s form) with every run of more than :data:`REPLAY_RUN_PIECES` equal
+    allocations that are freed together replaced by at most that many: the work a replay does stays bounded.
+
+    Why: a step's working sets are cut into pieces of one block input or one fp32 logits block
+    (estimate/wrap_step.py ``step_program``, estimate/transients.py), sized by ``seq_len``; where the working set is
+    not (experts' weights at a handful of tokens, image tokens' logits at ``seq_len`` 1) the cut made millions of
+    2-8 KiB pieces and one replay took minutes. Where no run is longer than the bound (every measured and golden
+    scenario, :data:`REPLAY_RUN_PIECES`) the list comes back as it is, and so does the figure.
+
+    A run: ``k`` consecutive allocations of one size, all freed between the same two allocations (a working set freed
+    together). Where some run of a size is longer than the bound, every such run of that size becomes allocations of
+    ``m`` pieces' ``round_size`` each, the last one the rest (``m``: the least power of two that leaves the longest of
+    them at most the bound; one ``m`` per size, so a block one run frees serves the next run's pieces as in the fine
+    replay), freed after the other frees between those two allocations. The allocator facts this rests on
+    (pytorch/pytorch@eb42ad6e c10/cuda/CUDACachingAllocator.cpp, shared/design/cuda-memory-facts.md section 1, as
+    :class:`vramfit.sim.cuda_allocator.CachingAllocatorModel` replays them):
+
+    - ``allocated_bytes`` counts a block at its ``round_size``: the coarse run charges the fine pieces' sum, all live
+      at its end in both forms, so :func:`plain_peak` does not move and the replay's allocated peak only by the under
+      1 MiB a large-pool block keeps unsplit (``should_split``) per fine piece.
+    - ``free_block`` merges a freed block with its free neighbours, so frees with no allocation between them leave one
+      state in any order: once the run is freed the blocks it was carved from are whole again in both forms, which
+      differ only in the segments the run opened.
+    - Those differ only as far as a piece ``m`` times larger is served differently: ``get_free_block`` gives it only
+      cached blocks at least its size (and a piece over 1 MiB, ``kSmallSize``, from the large pool), and
+      ``get_allocation_size`` opens a 2 MiB (``kSmallBuffer``) or 20 MiB (``kLargeBuffer``) segment that fits two or
+      more pieces below 10 MiB, else one rounded up to 2 MiB (``kRoundLarge``): either form's new segments are at least
+      two-thirds full. So they differ by at most half the run's bytes plus the bytes cached on its stream when it
+      starts (tests/estimate/test_replay_bounds.py checks the first on a fresh allocator); the figures of the fuzzed
+      scenarios moved by 0.004 % (Qwen3-30B-A3B, FSDP, ``seq_len`` 1) to 1 % (a 101 TB LLaVA step under ZeRO-2).
+
+    Such a run stands for thousands of tensors of one block input or one logits row block that the step does not
+    make (its tensors are weight- or image-sized there): the piece size is a modelling choice, not worth minutes."""
+    # stretches of allocations and of frees, in order (a C-level pass: the long lists are the ones this is for)
+    parts = [(freeing, list(group)) for freeing, group in groupby(events, (0).__gt__)]
+    runs: list[tuple[int, int, int]] = []  # (first handle, 0-based; pieces; size)
+    count = 0
+    for freeing, block in parts:
+        if not freeing:
+            for size, group in groupby(block):
+                k = len(list(group))
+                runs.append((count, k, size))
+                count += k
+    long_sizes = {size for _, k, size in runs if k > REPLAY_RUN_PIECES and size > 0}
+    if not long_sizes:
+        return list(events)
+    coarse, multiple = _coarse_runs(parts, runs, count, long_sizes)
+    if not coarse:
+        return list(events)
+    return _rewrite(parts, runs, count, coarse, multiple, conf)
+
+
+def _coarse_runs(parts: list, runs: list[tuple[int, int, int]], count: int,
+                 long_sizes: set[int]) -> tuple[set[int], dict[int, int]]:
+    """(the runs :func:`coarsen` merges, the pieces per coarse allocation of each size): the runs of a size some run
+    passes the bound with, freed together between the same two allocations."""
+    candidates = [i for i, (_, k, size) in enumerate(runs) if size in long_sizes and k > 1]
+    run_of = [-1] * count  # handle -> its run, for the runs of a size some long run has
+    for i in candidates:
+        first, k, _ = runs[i]
+        run_of[first:first + k] = [i] * k
+    freed: Counter[int] = Counter()
+    stretch: dict[int, int] = {}  # run -> allocations made before its frees (-1: freed across allocations)
+    made = 0
+    for freeing, block in parts:
+        if not freeing:
+            made += len(block)
+            continue
+        ids = Counter([run_of[~ev] for ev in block])
+        ids.pop(-1, None)
+        freed.update(ids)
+        for run in ids:
+            if stretch.setdefault(run, made) != made:
+                stretch[run] = -1
+    together = [i for i in candidates if stretch.get(i, -1) >= 0 and freed[i] == runs[i][1]]
+    # one multiple per size, from its longest run: every run of a size is cut alike (a block one run leaves serves
+    # the next run's pieces as it does in the fine replay)
+    multiple: dict[int, int] = {}
+    for i in together:
+        _, k, size = runs[i]
+        multiple[size] = max(multiple.get(size, 1), _multiple(k))
+    return {i for i in together if multiple[runs[i][2]] > 1}, multiple
+
+
+def _rewrite(parts: list, runs: list[tuple[int, int, int]], count: int, coarse: set[int], multiple: dict[int, int],
+             conf: AllocatorConf | None) -> list[int]:
+    """The events with each run in ``coarse`` made of coarse allocations (:func:`_coarse_run`), freed after the
+    other frees between the same two allocations."""
+    coarse_of = [-1] * count
+    for i in coarse:
+        first, k, _ = runs[i]
+        coarse_of[first:first + k] = [i] * k
+    handle: list[int] = []  # old handle (0-based) -> new handle (1-based); a coarsened run's members: unused
+    pieces: dict[int, range] = {}  # coarsened run -> its new handles
+    out: list[int] = []
+    run = 0
+    for freeing, block in parts:
+        if freeing:  # frees between two allocations commute: the others first, then each coarsened run's pieces
+            out.extend([-handle[~ev] for ev in block if coarse_of[~ev] < 0])
+            for i in sorted({coarse_of[~ev] for ev in block} - {-1}):
+                out.extend([-h for h in pieces[i]])
+            continue
+        for size, group in groupby(block):
+            _, k, _ = runs[run]
+            base = handle[-1] if handle else 0
+            if run in coarse:
+                sizes = _coarse_run(size, k, multiple[size], conf)
+                pieces[run] = range(base + 1, base + len(sizes) + 1)
+                handle.extend([base + len(sizes)] * k)  # (the last piece's handle: the next run counts on)
+                out.extend(sizes)
+            else:
+                handle.extend(range(base + 1, base + k + 1))
+                out.extend(group)
+            run += 1
+    return out
+
+
 def run_events(model, events: tuple[int, ...] | list[int], each=None) -> None:
     """Run :func:`transient_reserved`-style ``events`` on ``model`` (a ``CachingAllocatorModel``, possibly
-    holding blocks already: estimate/wrap_step.py replays the step after the FSDP wrap); ``each()`` after every event."""
+    holding blocks already: estimate/wrap_step.py replays the step after the FSDP wrap); ``each()`` after every event.
+    Runs of more equal pieces than :data:`REPLAY_RUN_PIECES` are replayed coarsened (:func:`coarsen`)."""
     blocks = []
-    for ev in events:
+    for ev in coarsen(events, model.conf):
         if ev >= 0:
             blocks.append(model.malloc(ev))  # a zero-byte tensor allocates nothing (None)
         else:

@@ -79,6 +79,9 @@ class Parts:
     temporaries: int = 0
     host: int = 0
     num_trainable: int = 0
+    # ``gradients`` before any split: every trainable tensor's whole gradient as stored, this GPU's share of which
+    # ``gradients`` is (state.shard, a ZeRO-2 partition, a model-parallel rank's frac: vision_backward.grads_share)
+    whole_gradients: int = 0
     param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
     quant_state: int = 0  # of quantized_base: 4-bit quantization state kept whole on every GPU
 
@@ -219,6 +222,7 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
     for t, dtype_bytes in trainable:
         p.num_trainable += t.total
         grad = round_allocation(t.numel * dtype_bytes) * t.count
+        p.whole_gradients += grad
         p.gradients += shard(grad, shd.grads)
         st = optimizer_state_bytes(t, host_optimizer(sc), state_param_bytes(sc, dtype_bytes))
         device = shard(st.device_bytes, shd.optimizer)

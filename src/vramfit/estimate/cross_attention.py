@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 from vramfit.estimate import activations as act
-from vramfit.estimate import block_extras as extras
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.params import Adapter
@@ -70,13 +69,3 @@ def cross_attention_activations(spec: ModelSpec, lm: Scenario, profile: Framewor
         return n * (per_cross - per_self) + shared, 0
     return shared, per_cross
 
-
-def skipped_layers_bytes(spec: ModelSpec, lm: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
-    """What the cross-attention layers would keep as walked decoder layers, which a text-only step skips
-    (``MllamaTextModel.forward``: ``continue`` when a cross-attention layer has no cross_attention_states)."""
-    quantized = lm.quantize is not Quantize.NONE and lm.method is not Method.FULL
-    if lm.gradient_checkpointing is Checkpointing.NONE:
-        per_layer = sum(round_allocation(v) for v in act.block_saved(spec, lm, profile, adapters, quantized).items.values())
-    else:
-        per_layer = round_allocation(extras.block_input_bytes(spec, lm, profile))
-    return spec.vision.cross_attention_layers * per_layer

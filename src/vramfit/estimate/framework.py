@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY
+from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY, Reference
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework_profiles import _FSDP2_UNITS, PROFILES  # noqa: F401  (re-exported)
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
@@ -24,6 +24,7 @@ from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the p
     LoopCarry,
     LossLayout,
     OptimizerImpl,
+    StageRecipe,
 )
 from vramfit.scenario import (
     AdamwImpl,
@@ -206,6 +207,32 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     stage = kw.get("stage", Stage.SFT)
     if profile.stages and stage not in profile.stages:
         raise ScenarioError("stage", f"{name} has no trainer for {stage.value}", [v.value for v in profile.stages])
+    check_stage_recipe(kw, profile)
+
+
+def stage_recipe(profile: FrameworkProfile, stage: Stage) -> StageRecipe | None:
+    """The framework's own recipe for ``stage`` (profile ``stage_recipes``), None where TRL's trainer runs it."""
+    return next((r for r in profile.stage_recipes if r.stage is stage), None)
+
+
+def check_stage_recipe(kw: dict[str, Any], profile: FrameworkProfile) -> None:
+    """A method and GPU count the framework's recipe for the stage runs (profile ``stage_recipes``: torchtune 0.4
+    trains DPO/SimPO as LoRA or QLoRA only, PPO in full on one GPU only), else one ScenarioError naming the key and the
+    values the recipe runs."""
+    recipe = stage_recipe(profile, kw.get("stage", Stage.SFT))
+    if recipe is None:
+        return
+    name, stage, files = kw.get("framework", Framework.HF).value, recipe.stage.value, ", ".join(recipe.recipes)
+    method = kw.get("method", Method.LORA)
+    if method not in recipe.methods:
+        raise ScenarioError("method", f"{name} has no {stage} recipe that trains {method.value} (its {stage} "
+                            f"recipes: {files})", [m.value for m in recipe.methods])
+    if not recipe.distributed and kw.get("num_gpus", 1) > 1:
+        raise ScenarioError("num_gpus", f"{name}'s {stage} recipes run on one GPU only ({files})", ["1"])
+    if kw.get("reference") is Reference.PRECOMPUTED and not recipe.precomputes_reference:
+        raise ScenarioError("reference", f"{name}'s {stage} recipes run the reference forward every step, none "
+                            f"precomputes it ({files})",
+                            [Reference.AUTO.value, (Reference.COPY if method is Method.FULL else Reference.ADAPTERS_OFF).value])
 
 
 def adapter_bytes(profile: FrameworkProfile, precision: Precision) -> int:

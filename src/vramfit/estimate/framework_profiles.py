@@ -14,10 +14,17 @@ from vramfit.estimate.profile_fields import (
     LoopCarry,
     LossLayout,
     OptimizerImpl,
+    StageRecipe,
 )
 from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_SOURCE
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Framework, Method, Parallelism, Precision, Stage
+
+# torchtune's recipes for the stages beyond SFT (profile_fields.py stage_recipes: v0.4.0 _recipe_registry.py l. 270-302)
+_TUNE_DPO = ("lora_dpo_single_device", "lora_dpo_distributed")
+_TUNE_STAGE_RECIPES = (StageRecipe(Stage.DPO, (Method.LORA, Method.QLORA), True, _TUNE_DPO),
+                       StageRecipe(Stage.SIMPO, (Method.LORA, Method.QLORA), True, _TUNE_DPO),
+                       StageRecipe(Stage.PPO, (Method.FULL,), False, ("ppo_full_finetune_single_device",)))
 
 # what any FSDP2 fully_shard wrapping changes against FSDP1's host wrap (estimate/fsdp2.py): no flat parameters, no
 # host-wrap residue or sync buckets, no nested LoRA units
@@ -217,8 +224,12 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "in v0.18.7, PR #7828); IPG buckets from the first gradient hook on (PR #6993, v0.17.2)",
                              (("ds_flattens_on_host", True),)),
             FrameworkVersion("trl-0.29", "trl v0.15.0-v0.29.1 trainer/utils.py selective_log_softmax: the per-row loop, "
-                             "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0)",
-                             (("trl_logits_logprobs", LogProbs.ROW_LOOP),)),
+                             "no Triton kernel (ms-swift 3602360a5 requirements/framework.txt: trl>=0.15,<1.0); with "
+                             "use_liger_kernel, Liger's fused DPO, KTO and GRPO losses (v0.29.1 trainer/dpo_trainer.py:"
+                             "636-648 LigerFusedLinearDPOLoss, experimental/kto/kto_trainer.py:716-737, "
+                             "trainer/grpo_trainer.py:102, 538)",
+                             (("trl_logits_logprobs", LogProbs.ROW_LOOP),
+                              ("fused_stage_losses", (Stage.DPO, Stage.KTO, Stage.GRPO)))),
             FrameworkVersion("trl-0.21", "trl v0.7.6-v0.21.x SFTTrainer: a bf16 4-bit model's embeddings and head go "
                              "back to bf16 after prepare_model_for_kbit_training (peft_module_casting_to_bf16)",
                              (("qlora_16bit_embeddings", True),)),
@@ -274,6 +285,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         parallelisms=(Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
         # v0.4.0 recipes/lora_dpo_*.py (DPOLoss, SimPOLoss), ppo_full_finetune_single_device.py (profile_fields.py)
         stages=(Stage.SFT, Stage.DPO, Stage.SIMPO, Stage.PPO),
+        stage_recipes=_TUNE_STAGE_RECIPES,
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.0,  # torchtune v0.4.0 modules/peft/lora.py LoRALinear(dropout=0.0)
@@ -286,6 +298,23 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # torchtune v0.4.0: TransformerDecoder returns self.output(h).float(); recipes shift the
         # labels (not the logits) and `del logits` before backward
         standard_loss=LossLayout.TORCHTUNE_UPCAST_IN_MODEL,
+        # DPO/SimPO (recipes/lora_dpo_single_device.py l. 454-461, lora_dpo_distributed.py l. 585-592) take their
+        # log-probs with torchtune's own code, not TRL's fused head: v0.4.0 (03a4b1e41) torchtune/rlhf/
+        # sequence_processing.py l. 133-139 get_batch_log_probs over the shifted view logits[:, :-1, :], l. 97-101
+        # torch.gather(F.log_softmax(logits / temperature, dim=-1), 2, ...): the division's contiguous copy (F; div by
+        # a Python scalar saves nothing, freed when log_softmax returns) next to the logits and log_softmax's output
+        # (F, saved; gather saves the same tensor): TRL <= 0.14's get_batch_logps tensors, whose copy is
+        # host_softmax's .contiguous() (3F forward, F saved, 3F backward: stages/preference.py full_log_softmax)
+        trl_logits_logprobs=LogProbs.FULL_LOG_SOFTMAX,
+        # ... over fp32 logits: modules/transformer.py l. 652 `output = self.output(h).float()` (the DPO recipes never
+        # call set_num_output_chunks), in the reference pass too
+        stage_logits_fp32=True,
+        # rlhf/loss/dpo.py l. 47-94 DPOLoss, l. 199-233 SimPOLoss: functions of the summed/averaged log-probs only,
+        # no cross-entropy over the chosen half's logits (no cpo_alpha/rpo_alpha term)
+        chosen_nll_in_logps=True,
+        # keeps_policy_logits stays False: lora_dpo_single_device.py l. 508-512 take the logits' means and
+        # `del policy_chosen_logits, policy_rejected_logits` before the reference pass, l. 521-527 torch.no_grad(),
+        # disable_adapter(self._model), the same concatenated_forward (lora_dpo_distributed.py l. 649 and 658)
         # torchtune v0.4.0 recipes/configs/*/lora_finetune_single_device.yaml: AdamW with fused: True
         torch_optimizer_impl=OptimizerImpl.FUSED,
         fsdp_root_gathered=False,
@@ -330,8 +359,16 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                  # compile: True is utils.wrap_compile(model) = torch.compile(model) only (torchtune@c69fba18b and
                  # @0217d44c2 recipes/lora_finetune_single_device.py _setup_model); the loss stays eager in the loop
                  ("compiled_loss_recipes", ()),
-                 # recipes/ @c69fba18b: lora_dpo_single_device.py (DPOLoss only) beside the SFT recipes; no PPO
-                 ("stages", (Stage.SFT, Stage.DPO))),
+                 # recipes/ @c69fba18b: lora_dpo_single_device.py (DPOLoss only, LoRA adapters on the config's
+                 # builder, qlora_* included: torchtune/models/llama2 qlora_llama2_7b) beside the SFT recipes; no
+                 # distributed DPO recipe, no PPO
+                 ("stages", (Stage.SFT, Stage.DPO)),
+                 # recipes/lora_dpo_single_device.py @c69fba18b l. 439-441 torch.gather(logits.log_softmax(-1), ...)
+                 # (the v0.4.0 path's tensors, the copy host_softmax's own), but no `del`: l. 463-468 bind the
+                 # policy's logits views through the reference pass (l. 470-476) and backward (l. 513)
+                 ("keeps_policy_logits", True),
+                 ("stage_recipes", (StageRecipe(Stage.DPO, (Method.LORA, Method.QLORA), False,
+                                                ("lora_dpo_single_device",)),))),
             ),
         ),
     ),

@@ -140,16 +140,48 @@ def replay_wrap(units: tuple[tuple[int, ...], ...], group: int, elem: int,
     and each all-gather first copies its shard in (module docstring, 3). ``sync_bucket``: the broadcast
     bucket limit of ``sync_module_states`` (0: no broadcast). ``release``: ``torch.cuda.empty_cache()`` between
     the wrap and the all-gathers (``fsdp1_empty_cache_after_wrap``)."""
+    a, _ = wrapped(units, group, elem, gathered, shards_to_host, sync_bucket, release)
+    return a.stats.allocated, a.stats.reserved
+
+
+@lru_cache(maxsize=64)
+def wrapped(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...] = (),
+            shards_to_host: bool = False, sync_bucket: int = 0, release: bool = False):
+    """(the allocator as :func:`build_wrap` leaves it, never changed: callers replay on its ``clone()``; (allocated,
+    reserved) after the wrap and its ``release``, before the all-gathers). The units are built once per model and
+    sharding (:func:`_units_built`, the longest part: tens of thousands of units for a MoE's per-expert adapters) and
+    each release and set of all-gathers replayed on a copy, which holds every block a later request can take
+    (``CachingAllocatorModel.clone``): the same state and statistics as building it all again."""
+    a = _units_built(units, group, elem, shards_to_host, sync_bucket).clone()
+    if release:
+        a.empty_cache()
+    before = (a.stats.allocated, a.stats.reserved)
+    _gather(a, gathered, group, elem, shards_to_host)
+    return a, before
+
+
+@lru_cache(maxsize=16)
+def _units_built(units: tuple[tuple[int, ...], ...], group: int, elem: int, shards_to_host: bool, sync_bucket: int):
+    """The allocator after :func:`build_wrap`'s units alone (never changed: :func:`wrapped` copies it)."""
     from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
 
     a = CachingAllocatorModel()
-    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket, release)
-    return a.stats.allocated, a.stats.reserved
+    _build_units(a, units, group, elem, shards_to_host, sync_bucket)
+    return a
 
 
 def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
                shards_to_host: bool, sync_bucket: int, release: bool = False) -> None:
     """Replay :func:`replay_wrap`'s wrap and all-gathers on allocator ``a`` (the step may follow on it)."""
+    _build_units(a, units, group, elem, shards_to_host, sync_bucket)
+    if release:
+        a.empty_cache()
+    _gather(a, gathered, group, elem, shards_to_host)
+
+
+def _build_units(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, shards_to_host: bool,
+                 sync_bucket: int) -> None:
+    """:func:`build_wrap`'s units: each moved, broadcast, flattened and sharded in turn."""
     for tensors in units:
         originals = [a.malloc(n) for n in tensors]
         _broadcast(a, sync_buckets(tensors, sync_bucket) if sync_bucket else [])
@@ -164,8 +196,10 @@ def build_wrap(a, units: tuple[tuple[int, ...], ...], group: int, elem: int, gat
             a.free(kept)
         for block in originals:
             a.free(block)
-    if release:
-        a.empty_cache()
+
+
+def _gather(a, gathered: tuple[int, ...], group: int, elem: int, shards_to_host: bool) -> None:
+    """:func:`build_wrap`'s all-gathers on the unshard stream (each offloaded shard first copied in)."""
     for n in gathered:
         copy = a.malloc(elem * -(-(n // elem) // group), PRE_UNSHARD_STREAM) if shards_to_host else None
         a.malloc(n, UNSHARD_STREAM)
@@ -328,14 +362,9 @@ def host_wrap_floor(r, required: bool = False) -> int:
     args = wrap_args(r, required)
     if args is None:
         return 0
-    units, group, elem, gathered, host, bucket, release = args
-    shards, _ = replay_wrap(units, group, elem, (), host, bucket, release)
-    _, reserved = replay_wrap(units, group, elem, gathered, host, bucket, release)
+    a, (shards, _) = wrapped(*args)  # the shards: allocated before the all-gathers
+    reserved = a.stats.reserved
     if required:  # the wrap's own high point still has to fit: each unit's moved originals and flat parameter
-        from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
-
-        a = CachingAllocatorModel()
-        build_wrap(a, *args)
         reserved = max(reserved, a.stats.peak_required)
     persistent = r.parts.weights + r.parts.quantized_base + r.parts.adapters
     return reserved + max(0, persistent - shards)
@@ -372,11 +401,13 @@ def _wrap_residue(r, required: bool = False) -> int:
     args = wrap_args(r, required)
     if args is None:
         return 0
+    from vramfit.estimate.transients import step_transients
     from vramfit.estimate.wrap_step import step_alone, step_program, unreused_residue
 
-    program = step_program(r)
-    return unreused_residue(*args, program, step_alone(r, program))
+    transients = step_transients(r)  # built once for both (a long list where the loss is cut fine)
+    program = step_program(r, transients)
+    return unreused_residue(*args, program, step_alone(r, program, transients))
 
 
 __all__ = ["fsdp_reserved", "fsdp_reserved_notes", "gradient_pool", "host_wrap_floor", "replay_wrap", "wrap_units",
-           "gathered_units", "sync_buckets", "build_wrap", "residue_bound", "wrap_args", "wrap_residue"]
+           "gathered_units", "sync_buckets", "build_wrap", "residue_bound", "wrap_args", "wrap_residue", "wrapped"]

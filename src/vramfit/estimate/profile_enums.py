@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from vramfit.choices import Method, Stage
+
 
 class LossLayout(str, Enum):
     """How logits and the cross-entropy are laid out for ``loss="standard"`` (see estimate/loss.py)."""
@@ -81,6 +83,21 @@ class FrameworkVersion:
     name: str  # the scenario's framework_version value
     source: str  # the release and file where the behaviour differs
     changes: tuple[tuple[str, Any], ...]  # (FrameworkProfile field, value in that release)
+
+
+@dataclass(frozen=True)
+class StageRecipe:
+    """A recipe a framework ships for a stage beyond SFT, where it runs its own code instead of TRL's trainer (profile
+    field ``stage_recipes``, whose comment cites the files at the release): the methods it trains and whether it
+    runs on more than one GPU."""
+
+    stage: Stage
+    methods: tuple[Method, ...]  # what it trains: adapters (lora; qlora where the config's model builder quantizes)
+    distributed: bool  # False: one GPU only
+    recipes: tuple[str, ...]  # the recipe files' names, as the assumption line and refusals say them
+    # the reference log-probs can be computed before training (TRL's precompute_ref_log_probs); torchtune v0.4.0's DPO
+    # recipes run the reference forward every step (recipes/lora_dpo_single_device.py l. 521-527)
+    precomputes_reference: bool = False
 
 
 class CompileScope(str, Enum):

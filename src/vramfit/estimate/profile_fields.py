@@ -18,6 +18,7 @@ from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the pr
     LoopCarry,
     LossLayout,
     OptimizerImpl,
+    StageRecipe,
 )
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Method, Optimizer, Parallelism, Precision, Stage
@@ -241,6 +242,13 @@ class FrameworkProfile:
     full_unchunked_logits: bool = False
     # an older TRL's log-prob code for ORPO and CPO/SimPO (estimate/stages/profiles.py); None: TRL 1.16.0's kernel
     trl_logits_logprobs: LogProbs | None = None
+    # the stages whose trainer replaces its log-prob code by a fused linear loss when asked (scenario loss fused or
+    # chunked; use_liger_kernel). None in trl 1.16.0: DPO, KTO and GRPO keep their fused LM head and turn Liger's
+    # fused_linear_cross_entropy off (trainer/dpo_trainer.py:937-952, kto_trainer.py:948-963, grpo_trainer.py:1049-1064),
+    # and ORPO/CPO (experimental/orpo/orpo_trainer.py:771, experimental/cpo/cpo_trainer.py) call the model without
+    # labels, so Liger's patched forward computes the whole logits (liger-kernel v0.5.10 transformers/model/llama.py
+    # l. 221 fuses only with labels); the stage's own path then stands, whatever the scenario's loss says
+    fused_stage_losses: tuple[Stage, ...] = ()
     # the preference trainer casts the model's logits to fp32 before its log-probs
     # (hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/train/dpo/trainer.py:230, kto/trainer.py:179 `.logits.to(torch.float32)`)
     stage_logits_fp32: bool = False
@@ -297,6 +305,17 @@ class FrameworkProfile:
     # lora_dpo_single_device.py. lit-gpt@8641822 finetune/ has adapter, adapter_v2, full and lora (supervised only);
     # torchtitan@9dec370 train.py runs next-token cross-entropy only
     stages: tuple[Stage, ...] = ()
+    # the framework's own recipes for those stages (beyond SFT), where it runs them instead of TRL's trainers:
+    # framework.check_runs refuses a method or a GPU count no recipe of the stage runs, and the stage's assumption
+    # line names the recipe beside the stage profile the estimate counts (estimate/stages/profiles.py, TRL's). Empty:
+    # TRL's trainers run every stage in ``stages``, every method, any GPU count. torchtune v0.4.0 (03a4b1e41)
+    # torchtune/_recipe_registry.py l. 270-302: lora_dpo_single_device (supports_distributed=False) and
+    # lora_dpo_distributed (True) train LoRA adapters only (recipes/lora_dpo_*.py get_adapter_params +
+    # set_trainable_params) on whatever model builder the config names, the qlora_* builders' NF4 base included
+    # (the LoRA SFT recipes run QLoRA the same way), with DPOLoss or SimPOLoss; ppo_full_finetune_single_device
+    # (supports_distributed=False) trains the whole policy, no adapters. No full-weight DPO recipe before
+    # full_dpo_distributed.py (fb5255725, 2025-02-07, first in v0.6.0)
+    stage_recipes: tuple[StageRecipe, ...] = ()
     # checkpointing that keeps block inputs in host RAM can be asked of the recipe: torchtitan v0.3.0 (PyPI wheel)
     # distributed/activation_checkpoint.py ActivationCheckpointingConfig offers selective, full, memory-budget and none,
     # v0.2.2 config/job_config.py ActivationCheckpoint.mode none/selective/full: no activation offload

@@ -178,13 +178,18 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
     recompute = recomputed(per_layer_max)
     blocks = {Checkpointing.NONE: layers_sum, Checkpointing.SELECTIVE: layers_sum - L * recompute,
               Checkpointing.SELECTIVE_OP: L * (block_in + kept), Checkpointing.FULL: L * block_in}.get(ck)
+    # a text-only step of a cross-attention model skips those layers (vision.skipped_cross_layers): each keeps
+    # nothing, neither what a walked layer keeps under the policy on the GPU nor, offloaded, its input on the host
+    skipped = vision.skipped_cross_layers(spec, sc)
     if blocks is None:  # offload: block inputs in host memory; on the GPU as many as the profile says
-        blocks, host = profile.offload_ckpt_block_tensors * block_in, L * block_in
+        blocks, host = profile.offload_ckpt_block_tensors * block_in, (L - skipped) * block_in
     # the lowest block's backward: the blocks above have consumed what they kept; offloaded inputs come back a
     # fixed number at a time (profile.offload_ckpt_block_tensors), less the next block's prefetched input,
     # which the lowest block does not have (profile.offload_ckpt_prefetched)
     lowest = ((profile.offload_ckpt_block_tensors - profile.offload_ckpt_prefetched) * block_in
               if ck is Checkpointing.OFFLOAD else blocks // L)
+    if skipped and ck is not Checkpointing.OFFLOAD:  # the layers are alike (a text-only walk): each keeps blocks // L
+        blocks -= skipped * lowest
     sliding = sliding_window_recompute(spec, sc, profile)  # a recomputed sliding layer's SDPA bias
 
     def finished(r: int) -> int:

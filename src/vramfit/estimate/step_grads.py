@@ -25,7 +25,7 @@ from vramfit.estimate.moe_kernel import (
 )
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
-from vramfit.estimate.vision_backward import tower_grads_pending
+from vramfit.estimate.vision_backward import grads_share
 from vramfit.estimate.zero2_step import zero12_norm_piece
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
@@ -162,8 +162,9 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         later = lowest_block_pending(spec, grad_bytes_per)
         if not spec.tie_word_embeddings:
             later += round_allocation(spec.embedding_params * grad_bytes_per)
-    # a trained vision tower runs its backward after the language model's (estimate/vision_backward.py)
-    later += tower_grads_pending(spec, sc, profile, embedding=False, lm_block=True)
+    # a trained vision tower runs its backward after the language model's: this GPU's share of its gradients
+    # (estimate/vision_backward.py grads_share; its whole bytes against the split ``parts.gradients`` over-counted)
+    later += grads_share(parts, spec, sc, profile, embedding=False, lm_block=True)
     return max(0, parts.gradients - later)
 
 

@@ -90,11 +90,18 @@ def frozen_tower_recorded(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             and sc.gradient_checkpointing is not Checkpointing.NONE and not trains_vision(sc, profile))
 
 
+def skipped_cross_layers(spec: ModelSpec, sc: Scenario) -> int:
+    """The cross-attention decoder layers a text-only step of a cross-attention model skips (transformers v5.24.0
+    models/mllama/modeling_mllama.py ``MllamaTextModel.forward``: ``continue`` when a cross-attention layer has no
+    ``cross_attention_states``): they run nothing, so they keep nothing for backward and get no gradient."""
+    return spec.vision.cross_attention_layers if spec.vision is not None and not sc.images_per_sample else 0
+
+
 def skipped_layers_split(tensors: list[ParamTensor], spec: ModelSpec, sc: Scenario) -> list[tuple[ParamTensor, bool]]:
     """(tensor, never gets a gradient) for every base tensor: a text-only step of a cross-attention model skips
     its cross-attention layers (MllamaTextModel.forward), whose weights then get no gradient and no optimizer
     state (torch.optim skips ``grad is None``); their share of each per-layer tensor is split off."""
-    skipped = spec.vision.cross_attention_layers if spec.vision is not None and not sc.images_per_sample else 0
+    skipped = skipped_cross_layers(spec, sc)
     out: list[tuple[ParamTensor, bool]] = []
     L = spec.num_hidden_layers
     for t in tensors:
@@ -110,15 +117,12 @@ def lm_image_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
                          adapters: list[Adapter]) -> tuple[int, int]:
     """(bytes the language model keeps for its images beyond its walked decoder layers, the bytes one of its
     cross-attention layers recomputes under checkpointing); ``sc``: the language model's scenario
-    (:func:`lm_scenario`). Without images a cross-attention model's text forward skips those layers: their
-    share of the walked layers is taken back (a negative figure). Placeholder models merge the image features into the token embeddings
-    (``masked_scatter``: a new tensor), so under checkpointing with adapters the embedding output, a leaf
-    that requires grad (modeling_utils.py ``enable_input_require_grads``), is kept beside it."""
-    if spec.vision is not None and spec.vision.cross_attention and not sc.images_per_sample:
-        from vramfit.estimate.cross_attention import skipped_layers_bytes
-
-        return -skipped_layers_bytes(spec, sc, profile, adapters), 0
-    if spec.vision is None or not sc.sees_pixels:
+    (:func:`lm_scenario`). Without images a cross-attention model's text forward skips those layers, which
+    the caller leaves out of the walked ones (:func:`skipped_cross_layers`). Placeholder models merge the image
+    features into the token embeddings (``masked_scatter``: a new tensor), so under checkpointing with adapters
+    the embedding output, a leaf that requires grad (modeling_utils.py ``enable_input_require_grads``), is kept
+    beside it."""
+    if spec.vision is None or not sc.sees_pixels or skipped_cross_layers(spec, sc):
         return 0, 0
     if not spec.vision.cross_attention:
         return embeds_leaf_bytes(spec, sc, profile), 0

@@ -45,10 +45,35 @@ def tower_position(step) -> tuple[int, int]:  # noqa: ANN001
     block's kept tensors, its gradients still to come) or its lowest (its own, every block's gradient made);
     going down, each block frees what it kept and adds its gradients (the decoder's rule,
     contributions._block_position)."""
-    spec, sc, profile = step.spec, step.sc, step.profile
-    top = (step.parts.gradients - tower_grads_pending(spec, sc, profile), step.acts.tower_backward)
-    low = (step.parts.gradients - tower_grads_pending(spec, sc, profile, lowest=True), step.acts.tower_backward_lowest)
-    return max(top, low, key=sum)
+    spec, sc, profile, p = step.spec, step.sc, step.profile, step.parts
+    if step.held_grads or sc.optimizer_in_backward:
+        # held between micro-batches, or in ZeRO-3's flat buffer from init (deepspeed.zero3_grads_resident): every
+        # gradient exists before the tower's backward starts; the optimizer in backward frees each as it is made
+        # (step_grads._gradient_timing: a decoder block's position adds none then either)
+        top, low = step.held_grads, step.held_grads
+    else:
+        top = p.gradients - grads_share(p, spec, sc, profile)
+        low = p.gradients - grads_share(p, spec, sc, profile, lowest=True)
+    return max((top, step.acts.tower_backward), (low, step.acts.tower_backward_lowest), key=sum)
+
+
+def grads_share(parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, **where: bool) -> int:  # noqa: ANN001
+    """This GPU's bytes of the gradients :func:`tower_numel_pending` (``where``: its keywords) counts, out of
+    ``parts.gradients``. Those are this GPU's share of every trainable tensor's whole gradient
+    (``parts.whole_gradients``), each split alike: FSDP's and ZeRO-3's reduce-scatter keep 1/n of each unit's
+    (state.shard per tensor), ZeRO-2 its partition, a tensor/pipeline rank ``frac`` of them (ranks._rank_step), an
+    offloaded run the buckets in flight. So the pending ones weigh their whole bytes' share of the whole, in the
+    dtype the gradients are stored in (core._trainable_state: 16-bit under DeepSpeed's mixed precision): their
+    whole bytes taken from the split figure made it negative (Qwen2.5-VL-7B, LoRA, FSDP on 8 GPUs: 25,915,392 B of
+    adapter gradient shards less the tower's 43,211,520 B whole)."""
+    from vramfit.estimate.core import _ds_mixed
+
+    numel = tower_numel_pending(spec, sc, profile, **where)
+    if not numel or not parts.whole_gradients:
+        return 0
+    per = 2 if _ds_mixed(sc) else sc.precision.param_bytes if sc.method is Method.FULL else adapter_bytes(
+        profile, sc.precision)
+    return parts.gradients * min(numel * per, parts.whole_gradients) // parts.whole_gradients
 
 
 def _released(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
@@ -207,13 +232,13 @@ def _recompute_locals(spec: ModelSpec, vsc: Scenario, profile: FrameworkProfile)
     return sum(round_allocation(x) for x in (m * T * act.mlp_width(block), dt.norm_out * T * h, scale, result, lora_b))
 
 
-def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, embedding: bool = True,
+def tower_numel_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, embedding: bool = True,
                         lowest: bool = False, lm_block: bool = False) -> int:
-    """Gradient bytes not yet made while the tower's top block (``lowest``: its lowest block) runs its activation's
-    backward: the tower's but the projector's, the blocks above's and that block's MLP output linear's (the
-    embeddings' too), and under full fine-tuning of a placeholder model the untied token embedding's (its lookup
-    ran before the tower, so its backward runs last; a cross-attention model runs the tower first);
-    ``embedding=False``: the caller counts that one itself. ``lm_block``: while the language model's lowest block
+    """Trainable elements whose gradients are not yet made while the tower's top block (``lowest``: its lowest
+    block) runs its activation's backward: the tower's but the projector's, the blocks above's and that block's
+    MLP output linear's (the embeddings' too), and under full fine-tuning of a placeholder model the untied token
+    embedding's (its lookup ran before the tower, so its backward runs last; a cross-attention model runs the tower
+    first); whole, not a GPU's share of them (:func:`grads_share`). ``embedding=False``: the caller counts that one itself. ``lm_block``: while the language model's lowest block
     runs backward, when the projector's (and the DeepStack mergers') are not made either: autograd's ready queue
     runs the node made latest first (torch 2.13 include/torch/csrc/autograd/engine.h
     ``ReadyQueue::CompareNodeTaskTime``: the higher sequence number), and the projector's nodes were made before
@@ -230,8 +255,8 @@ def tower_grads_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
         if lm_block:
             projector = made = 0
         later = embedding and not (spec.vision.cross_attention or spec.tie_word_embeddings)
-        return (max(0, trained - projector - made) + (spec.embedding_params if later else 0)) * sc.precision.param_bytes
-    ab, r = adapter_bytes(profile, sc.precision), sc.lora_rank
+        return max(0, trained - projector - made) + (spec.embedding_params if later else 0)
+    r = sc.lora_rank
     per_block = sum(r * (ad.in_features + ad.out_features) for ad in vision_adapters(spec, sc, profile)
                     if ad.layers == block.num_hidden_layers)
-    return (block.num_hidden_layers - 1 - above) * per_block * ab
+    return (block.num_hidden_layers - 1 - above) * per_block

@@ -51,15 +51,16 @@ class _Program:
         self.count = 0  # allocations so far (handles are 1-based)
 
     def alloc(self, n: int, cut: int = 0) -> list[int]:
-        """Allocate ``n`` bytes as tensors of at most ``cut`` bytes (0: one tensor); their handles."""
-        out: list[int] = []
-        while n > 0:
-            size = min(n, cut) if cut else n
-            self.events.append(size)
-            self.count += 1
-            out.append(self.count)
-            n -= size
-        return out
+        """Allocate ``n`` bytes as tensors of at most ``cut`` bytes (0: one tensor); their handles. The caller frees
+        them together, so a run longer than ``REPLAY_RUN_PIECES`` is made coarse as the replay would replay it
+        (:func:`vramfit.estimate.allocator.cut_pieces`): a working set of gigabytes cut at one block input of a
+        handful of tokens is not a program of millions of events."""
+        from vramfit.estimate.allocator import cut_pieces
+
+        sizes = cut_pieces(n, cut)
+        self.events.extend(sizes)
+        self.count += len(sizes)
+        return list(range(self.count - len(sizes) + 1, self.count + 1))
 
     def free(self, handles: list[int]) -> None:
         self.events.extend(-k for k in handles)
@@ -72,10 +73,10 @@ class _Program:
             self.count += ev >= 0
 
 
-def step_program(r) -> tuple[int, ...]:
+def step_program(r, transients: list[int] | None = None) -> tuple[int, ...]:
     """The step's default-stream tensors in order (module docstring), as allocator events
-    (``r``: a :class:`vramfit.estimate.step.Step`)."""
-    from vramfit.estimate.allocator import round_allocation
+    (``r``: a :class:`vramfit.estimate.step.Step`; ``transients``: its ``step_transients`` where the caller has them)."""
+    from vramfit.estimate.allocator import coarsen, round_allocation
     from vramfit.estimate.block_extras import block_input_bytes
     from vramfit.estimate.constants import K_SMALL_SIZE
     from vramfit.estimate.transients import nograd_mlp_bytes, step_transients
@@ -100,7 +101,8 @@ def step_program(r) -> tuple[int, ...]:
             x = out
         else:
             held.append([h for n in kept for h in p.alloc(n)])
-    p.extend(step_transients(r))
+    # the loss, cut at one logits block: its runs bounded as alloc's
+    p.extend(coarsen(step_transients(r) if transients is None else transients))
     p.free(x)
     for handles in reversed(held):
         if full:  # the recompute, then the block's backward working set
@@ -145,19 +147,16 @@ def unreused_residue(units: tuple[tuple[int, ...], ...], group: int, elem: int, 
     return max(0, residue - (alone - (after_wrap - before)))
 
 
-@lru_cache(maxsize=64)
 def _wrapped(units: tuple[tuple[int, ...], ...], group: int, elem: int, gathered: tuple[int, ...],
              shards_to_host: bool, sync_bucket: int, release: bool = False):
-    """The allocator as the wrap leaves it (built once per model and sharding; callers replay on a copy)."""
-    from vramfit.estimate.fsdp_reserved import build_wrap
-    from vramfit.sim.cuda_allocator import CachingAllocatorModel  # light: no torch
+    """The allocator as the wrap leaves it (built once per model and sharding: estimate/fsdp_reserved.py
+    ``wrapped``; callers replay on a copy)."""
+    from vramfit.estimate.fsdp_reserved import wrapped
 
-    a = CachingAllocatorModel()
-    build_wrap(a, units, group, elem, gathered, shards_to_host, sync_bucket, release)
-    return a
+    return wrapped(units, group, elem, gathered, shards_to_host, sync_bucket, release)[0]
 
 
-def step_alone(r, program: tuple[int, ...]) -> int:
+def step_alone(r, program: tuple[int, ...], transients: list[int] | None = None) -> int:
     """The step's reserved bytes on its own as the estimate counts them: the program's allocated high point
     plus the segments the step's transients leave cached (``reserved.reserved_bytes``' transient term, whole
     2 MiB units). Used as ``alone`` in :func:`unreused_residue`, so that the residue term and the figure it is
@@ -166,7 +165,7 @@ def step_alone(r, program: tuple[int, ...]) -> int:
     from vramfit.estimate.constants import K_ROUND_LARGE
     from vramfit.estimate.transients import step_transients
 
-    peak, reserved = transient_reserved(step_transients(r))
+    peak, reserved = transient_reserved(step_transients(r) if transients is None else transients)
     unit = K_ROUND_LARGE.value
     return allocated_peak(program) + (reserved - peak) // unit * unit
 

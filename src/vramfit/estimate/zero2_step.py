@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from vramfit.estimate.allocator import AllocatorConf, largest_weight, round_allocation
+from vramfit.estimate.allocator import AllocatorConf, coarsen, largest_weight, round_allocation
 from vramfit.estimate.constants import K_ROUND_LARGE
 from vramfit.estimate.state import shard
 from vramfit.estimate.zero12_partition import grads_in_partition
@@ -140,9 +140,10 @@ def zero2_step_reserved(r, loss_events: list[int], conf: AllocatorConf | None = 
 
     load = flatten_events(r)
     side = partition_grads_on_side_stream(r)
-    events, windows, streams = _zero2_events(loss_events, (group, grads), sc.precision.compute_bytes, norm, foreach,
-                                             load, side, sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1,
-                                             ipg_reduction(r))
+    # the loss's runs bounded as every replay bounds them (allocator.coarsen: the list itself where none is long)
+    accum = sc.grad_accum if sc.parallelism is Parallelism.ZERO2 else 1
+    events, windows, streams = _zero2_events(coarsen(loss_events, conf), (group, grads), sc.precision.compute_bytes,
+                                             norm, foreach, load, side, accum, ipg_reduction(r))
     reserved, at_step, needed = _zero2_replay(tuple(events), tuple(windows), conf, streams)
     return max(0, (needed if required else reserved) - at_step) // K_ROUND_LARGE.value * K_ROUND_LARGE.value
 

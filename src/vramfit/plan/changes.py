@@ -12,6 +12,7 @@ the training itself; then the time x cards factor; then the least effort (fused 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +22,15 @@ from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework import scenario_profile
 from vramfit.estimate.reentrant_fsdp1 import keeps_block_inputs
+from vramfit.estimate.stages import stage_loss_choice
 from vramfit.gpus import GPU, get_gpu
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.fit import bisect_largest
 from vramfit.plan.inputs import fraction, mfu_value
 from vramfit.plan.kernels import card_speed
 from vramfit.plan.search import peer_gbs, shard_names
-from vramfit.plan.throughput import MFU_DEFAULT, model_flops, scenario_net, step_time, step_work
+from vramfit.plan.stage_work import scenario_flops
+from vramfit.plan.throughput import MFU_DEFAULT, scenario_net, step_time, step_work
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, fits, limit_bytes
 from vramfit.scenario import Loss, Method, Optimizer, Parallelism, Scenario, parse_scenario
 from vramfit.stage_keys import min_seq_len
@@ -60,13 +63,19 @@ class Change:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+def _runs_loss(sc: Scenario, loss: Loss) -> bool:
+    return stage_loss_choice(dataclasses.replace(sc, loss=loss)) is loss
+
+
 def _candidates(sc: Scenario) -> list[Change]:
     out: list[Change] = []
     profile = scenario_profile(sc)  # only changes the framework can be told to make (profile_fields.py runs_*)
-    if sc.loss is not Loss.FUSED and profile.runs_fused_loss:
+    # only a loss the stage's trainer runs (estimate/stages stage_loss_choice: TRL 1.16.0's preference and RL trainers
+    # keep their own log-prob code under use_liger_kernel, so a fused or chunked loss would save nothing)
+    if sc.loss is not Loss.FUSED and profile.runs_fused_loss and _runs_loss(sc, Loss.FUSED):
         out.append(Change("fused-loss", "fused linear + cross-entropy loss (no full logits)", {"loss": "fused"},
                           "free", "needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy"))
-    if sc.loss is Loss.STANDARD:
+    if sc.loss is Loss.STANDARD and _runs_loss(sc, Loss.CHUNKED):
         out.append(Change("chunked-loss", "cross-entropy over the sequence in chunks", {"loss": "chunked"},
                           "free", "torchtune CEWithChunkedOutputLoss; not in the HF Trainer"))
     if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW) and profile.runs_bnb_optimizers:
@@ -134,7 +143,7 @@ class _Ctx:
         g = self.g
         if not g.bf16_tflops:
             return None
-        w = step_work(sc, model_flops(self.ev.spec, sc.seq_len), self.trainable)
+        w = step_work(sc, scenario_flops(self.ev.spec, sc), self.trainable)
         peer = peer_gbs(g, sc.num_gpus)
         s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
                       peer_gbs=peer, host_gbs=g.host_link_gbs,

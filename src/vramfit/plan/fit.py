@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.gpus import get_gpu
+from vramfit.models.context import trained_context
 from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, card_refusal, figures_fit, fits, limit_bytes
@@ -53,7 +54,7 @@ class FitReport:
     max_micro_batch_device_bytes: int | None
     max_seq_len: int | None  # at the scenario's micro-batch
     max_seq_len_device_bytes: int | None
-    max_position_embeddings: int  # the model's trained context (0 if unknown)
+    max_position_embeddings: int  # the model's trained context (0 if unknown or generic: models/context.py)
     batches: tuple[int, ...]
     seq_lens: tuple[int, ...]
     grid: tuple[tuple[GridCell, ...], ...]  # [batch][seq_len]
@@ -176,7 +177,7 @@ def fit(
         max_micro_batch_grad_accum=at_mb and ev.scenario(**at_mb).grad_accum,
         max_micro_batch=mb, max_micro_batch_device_bytes=at_mb and peak("device_bytes", **at_mb),
         max_seq_len=seq, max_seq_len_device_bytes=at_seq and peak("device_bytes", **at_seq),
-        max_position_embeddings=ev.spec.max_position_embeddings, batches=bs, seq_lens=ss, grid=tuple(grid),
+        max_position_embeddings=trained_context(ev.spec, ev.origin), batches=bs, seq_lens=ss, grid=tuple(grid),
         required_bytes=own.peak.required_bytes,
         max_micro_batch_required_bytes=at_mb and peak("required_bytes", **at_mb),
         max_seq_len_required_bytes=at_seq and peak("required_bytes", **at_seq),

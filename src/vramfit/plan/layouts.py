@@ -191,11 +191,11 @@ def model_parallel_work(sc: Scenario, mf: ModelFlops, trainable: int, step_work:
     w = step_work(view if hsdp else dataclasses.replace(view, num_nodes=1), mf, trainable)
     share, mp = t * p * c, t * p
     ga, g = sc.grad_accum, sc.gpus_per_node
-    act = sc.micro_batch_size * sc.seq_len / c * mf.hidden_size * sc.precision.compute_bytes
+    act = sc.micro_batch_size * (sc.seq_len + mf.image_lm_tokens) / c * mf.hidden_size * sc.precision.compute_bytes
     layers = math.ceil(mf.num_layers / p)
     tp_colls = 4 + (2 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
     tp_bytes = tp_colls * 2 * (t - 1) / t * act * layers * ga
-    kv = sc.micro_batch_size * sc.seq_len / c * mf.kv_width / t * sc.precision.compute_bytes
+    kv = sc.micro_batch_size * (sc.seq_len + mf.image_lm_tokens) / c * mf.kv_width / t * sc.precision.compute_bytes
     cp_bytes = 3 * (c - 1) / c * kv * layers * ga if c > 1 else 0.0
     dp_bytes = (w.peer_bytes + w.net_bytes) / mp
     waits = (w.exposed_peer_bytes + w.exposed_net_bytes) / mp  # ZeRO-3's unhidden gathers (none for FSDP)
@@ -228,7 +228,7 @@ def expert_parallel_work(sc: Scenario, mf: ModelFlops, w: Work) -> Work:
     the routed experts inside the node (module docstring)."""
     ep, passes = sc.expert_parallel, 4 + (2 if sc.gradient_checkpointing in (Checkpointing.FULL,
                                                                              Checkpointing.OFFLOAD) else 0)
-    tokens = sc.micro_batch_size * sc.seq_len / (sc.tensor_parallel * sc.context_parallel)
+    tokens = sc.micro_batch_size * (sc.seq_len + mf.image_lm_tokens) / (sc.tensor_parallel * sc.context_parallel)
     moved = passes * (ep - 1) / ep * tokens * mf.routed_elems_per_token * sc.precision.compute_bytes
     return dataclasses.replace(w, ep_bytes=moved * sc.grad_accum / sc.pipeline_parallel,
                                ep_net=ep > sc.gpus_per_node, peer_bytes=w.peer_bytes * _expert_ring_share(sc, mf))

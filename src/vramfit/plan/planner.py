@@ -30,7 +30,8 @@ from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
 from vramfit.plan.search import Config, Search, peer_gbs, pinned_layout
-from vramfit.plan.throughput import MFU_DEFAULT, Constant, model_flops, run_cost, run_hours, time_band
+from vramfit.plan.stage_work import scenario_flops, stage_time_note
+from vramfit.plan.throughput import MFU_DEFAULT, Constant, run_cost, run_hours, time_band
 from vramfit.plan.verdict import PAGED_COMPONENT, SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
 from vramfit.scenario import Scenario, parse_scenario
 from vramfit.units import GB, GiB
@@ -184,7 +185,7 @@ def plan(
     # colocated vLLM takes a share of the card: the user's own figure is on the first card searched
     own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
-    search = Search(ev, eff, model_flops(ev.spec, sc.seq_len), trainable, user_mfu)
+    search = Search(ev, eff, scenario_flops(ev.spec, sc), trainable, user_mfu)
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     rank_args = (wanted, margin, counts, all_counts, order, dataset, ep, total, eff, budget, num_params, trainable,
                  tokens, kept, deadline)
@@ -214,7 +215,7 @@ def _ranked_with_vllm(search: Search, cards: list[GPU], sc: Scenario, calibratio
         return colocated
     server = vllm_split.as_server(sc)
     ev = Evaluator(server, calibration)
-    split = Search(ev, search.eff, model_flops(ev.spec, sc.seq_len), search.trainable, user_mfu)
+    split = Search(ev, search.eff, scenario_flops(ev.spec, sc), search.trainable, user_mfu)
     split.server_of = lambda g: vllm_split.server_gpus(num_params, g)
     plans, _, blocked = _ranked_plans(split, cards, server, *rank_args)
     both = sorted([*colocated[0], *plans], key=lambda p: _rank(p, rank_args[4]))
@@ -322,6 +323,8 @@ def _report_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, al
     assumptions += [fc.note() for fc in fams]
     assumptions += [fc.speed_note().capitalize() + ": each step time predicted for a card of that family is "
                     "multiplied by it" for fc in fams if fc.speed_factor is not None and mfu is None]
+    if (line := stage_time_note(sc)) is not None:
+        assumptions.append(line)
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
         packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
         assumptions[assumptions.index(packed)] = (

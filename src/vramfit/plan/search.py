@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from vramfit.choices import FSDP_FAMILY, Generation
 from vramfit.estimate.framework import scenario_profile
+from vramfit.estimate.stages import stage_loss_choice
 from vramfit.gpus import GPU, GPUS_PER_NODE
 from vramfit.nodes import network_for
 from vramfit.plan import layouts
@@ -143,7 +144,11 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
         opts.append(Optimizer.ADAMW_8BIT.value)
     if full and profile.runs_bnb_optimizers:
         opts += PAGED_FOR.get(base.optimizer, [])
-    losses = [base.loss.value] + ([Loss.FUSED.value] if base.loss is not Loss.FUSED and profile.runs_fused_loss else [])
+    # the scenario's loss as its stage's trainer runs it, and the fused one where that trainer runs it
+    # (estimate/stages stage_loss_choice: TRL 1.16.0's preference and RL trainers run their own log-prob code)
+    runs = stage_loss_choice(base)
+    fused = stage_loss_choice(dataclasses.replace(base, loss=Loss.FUSED)) is Loss.FUSED
+    losses = [runs.value] + ([Loss.FUSED.value] if runs is not Loss.FUSED and profile.runs_fused_loss and fused else [])
     out = [Config(n, p, o, c, opt, loss) for p, o in strategies for c in ckpts for opt in _offload_opts(p, o, opts)
            for loss in losses]
     if spec is not None and n > 1 and layouts.searched(base):

@@ -94,6 +94,13 @@ class ModelFlops:
     kv_width: int = 0  # key + value elements per token of one layer (context parallel's ring)
     routed_elems_per_token: int = 0  # MoE layers x top_k x hidden: what expert parallel's all-to-all moves
     routed_expert_params: int = 0  # the routed experts' parameters, all layers (expert parallel shards them whole)
+    # a vision-language model's images (plan/stage_work.py scenario_flops): per sequence, the image tokens in
+    # the language model's sequence and the patches through the tower; per patch, the tower's linear weights
+    # and its attention FLOPs
+    image_lm_tokens: int = 0
+    tower_patches: int = 0
+    tower_mm_params: int = 0
+    tower_attn_per_patch: int = 0
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -176,6 +183,7 @@ class Work:
     ep_bytes: float = 0.0  # expert parallel's all-to-all per GPU per step (blocking; plan/layouts.py)
     ep_net: bool = False  # the expert-parallel group spans nodes
     rollout: Rollout | None = None  # GRPO/PPO: the step's generation (plan/rollout.py), before it trains
+    forward_passes: int = 0  # no-grad forwards besides the micro-batches' (plan/stage_work.py), each dispatching its layers
 
 
 @dataclass(frozen=True)
@@ -195,27 +203,34 @@ class Speed:
 
 
 def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
-    """The card-independent work of one optimizer step of ``sc`` per GPU."""
+    """The card-independent work of one optimizer step of ``sc`` per GPU: its SFT step's (:func:`sft_work`) of
+    the sequences its stage trains, plus the stage's other passes and a VLM's tower (plan/stage_work.py).
+    ``mf``: :func:`stage_work.scenario_flops` of the scenario (:func:`model_flops` for text alone)."""
+    from vramfit.plan.stage_work import stage_work
+
+    return stage_work(sc, mf, trainable_params, sft_work)
+
+
+def sft_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
+    """The work of one SFT step of ``sc`` per GPU: ``micro_batch_size x seq_len`` text tokens (and a VLM's
+    image tokens, ``mf.image_lm_tokens``) through the language model per micro-batch."""
     if sc.per_rank_layout:
         from vramfit.plan.layouts import expert_parallel_work, model_parallel_work
 
         if sc.expert_parallel > 1:
-            return expert_parallel_work(sc, mf, step_work(replace(sc, expert_parallel=1), mf, trainable_params))
-        return model_parallel_work(sc, mf, trainable_params, step_work)
+            return expert_parallel_work(sc, mf, sft_work(replace(sc, expert_parallel=1), mf, trainable_params))
+        return model_parallel_work(sc, mf, trainable_params, sft_work)
     lora = 0 if sc.method is Method.FULL else trainable_params
     model = train_flops_per_token(mf, sc.method, lora)
     hw = model + recompute_flops_per_token(mf, sc.gradient_checkpointing, lora)
-    tokens_mb = sc.micro_batch_size * sc.seq_len
+    tokens_mb = sc.micro_batch_size * (sc.seq_len + mf.image_lm_tokens)
     ga = sc.grad_accum
     dequant = 0.0
     if sc.method is Method.QLORA:
         passes = 2 + (1 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
         dequant = ga * passes * mf.quantizable_params * dequant_bytes_per_weight(sc)
     wbytes = 4 if sc.precision is Precision.FP32 else 2
-    if sc.method is Method.QLORA:
-        param_bytes = mf.quantizable_params // 2 + (mf.num_params - mf.quantizable_params) * wbytes
-    else:
-        param_bytes = mf.num_params * wbytes
+    param_bytes = held_param_bytes(sc, mf)
     mixed_ddp = sc.precision.mixed and sc.parallelism is Parallelism.DDP
     grad_bytes = trainable_params * (4 if mixed_ddp or sc.precision is Precision.FP32 else 2)
     peer_b, host_b = comm_bytes(sc, param_bytes, grad_bytes, trainable_params * wbytes)
@@ -223,7 +238,7 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
     stream = 0.0
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         stream = 2.0 * ga * tokens_mb * mf.block_input_elems_per_token * sc.precision.compute_bytes
-    mech = _mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
+    mech = mechanisms(sc, mf, model, hw, lora, trainable_params, tokens_mb)
     if sc.parallelism is Parallelism.ZERO3:
         share = zero3_exposed_share(sc, mf.hidden_size, mf.quantizable_params / max(1, mf.num_layers))
         inside, across = zero3_gather_bytes(sc, param_bytes)
@@ -232,8 +247,18 @@ def step_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         mech["exposed_peer_bytes"], mech["exposed_net_bytes"] = fsdp_serial_gather_bytes(sc, param_bytes)
     if sc.quantize.value == "gptq-int4":
         dequant = 0.0  # timed by its kernel rate (kernels.GPTQ_DEQUANT_S_PER_GWEIGHT), not by bytes
-    return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, tokens_mb * ga * sc.num_gpus, stream,
+    text_tokens = sc.micro_batch_size * sc.seq_len * ga * sc.num_gpus
+    return Work(model, hw, float(ga * tokens_mb * hw), dequant, peer_b, host_b, text_tokens, stream,
                 **mech, net_bytes=net_b, net_hops=hops, rollout=rollout_work(sc, mf))
+
+
+def held_param_bytes(sc: Scenario, mf: ModelFlops) -> int:
+    """Bytes of the model's weights as a GPU holds them (what ZeRO-3/FSDP gathers): 4-bit block weights at half a
+    byte under QLoRA, the rest in the compute dtype (fp32 under fp32 training)."""
+    wbytes = 4 if sc.precision is Precision.FP32 else 2
+    if sc.method is Method.QLORA:
+        return mf.quantizable_params // 2 + (mf.num_params - mf.quantizable_params) * wbytes
+    return mf.num_params * wbytes
 
 
 def _lora_units_nested(sc: Scenario) -> bool:
@@ -249,24 +274,44 @@ def _lora_units_nested(sc: Scenario) -> bool:
 _CAUSAL_SKIP = 0.5
 
 
-def _mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, trainable: int, tokens_mb: int) -> dict:
+def causal_share(sc: Scenario) -> float:
+    """The share of the counted causal attention FLOPs the scenario's kernel executes (:data:`_CAUSAL_SKIP`)."""
+    return 1.0 if sc.attention.value == "eager" else _CAUSAL_SKIP
+
+
+def recomputes_attention(ck: Checkpointing) -> bool:
+    """The recompute runs the attention core again: selective (Korthikanti et al. 2022) and whole-block
+    checkpointing; torchtitan's op policy saves the SDPA output (torchtitan@9dec370 parallelize_llama.py)."""
+    return ck in (Checkpointing.SELECTIVE, Checkpointing.FULL, Checkpointing.OFFLOAD)
+
+
+def forward_passes(ck: Checkpointing) -> int:
+    """Forward-sized passes of memory-bound traffic per micro-batch: forward, backward (about two forwards),
+    and the recompute; torchtitan's op policy recomputes every op outside its _save_list (mm, sdpa,
+    reduce_scatter, abs, max: torchtitan@9dec370 parallelize_llama.py), i.e. all memory-bound ones."""
+    return 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD, Checkpointing.SELECTIVE_OP) else 0)
+
+
+def optimizer_shards(sc: Scenario) -> int:
+    """GPUs the optimizer state is split over: ZeRO and FSDP shard it, DDP replicates it."""
+    return sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
+
+
+def mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, trainable: int, tokens_mb: int) -> dict:
     """Per micro-batch matmul/attention FLOPs, memory-bound bytes and optimizer bytes of ``sc`` per GPU."""
     from vramfit.estimate.framework import scenario_profile
     from vramfit.plan.kernels import ATTN_BACKWARD_RATIO
 
     ck = sc.gradient_checkpointing
-    recompute_attn = 0 if ck is Checkpointing.NONE else 1
+    recompute_attn = 1 if recomputes_attention(ck) else 0
     a = mf.attn_flops_per_token_fwd
     mm_per_token = hw - (3 + recompute_attn) * a
-    skip = 1.0 if sc.attention.value == "eager" else _CAUSAL_SKIP
-    attn_per_token = a * skip * (1 + ATTN_BACKWARD_RATIO.value + recompute_attn)
-    # fwd, bwd = 2 fwd, recompute; torchtitan's op policy recomputes every op outside its _save_list (mm,
-    # sdpa, reduce_scatter, abs, max: torchtitan@9dec370 parallelize_llama.py), i.e. all memory-bound ones
-    fwd_passes = 3 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD, Checkpointing.SELECTIVE_OP) else 0)
+    attn_per_token = a * causal_share(sc) * (1 + ATTN_BACKWARD_RATIO.value + recompute_attn)
+    fwd_passes = forward_passes(ck)
     gptq = 0.0
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
-    shards = sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
+    shards = optimizer_shards(sc)
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
@@ -367,6 +412,7 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     link and paged optimizer state (in and out, ``paged_bytes`` each way) add.
     """
     over = LAYER_OVERHEAD_S["compiled" if w.compiled else "eager"].value * w.layers
+    passes = w.forward_passes * w.layers * DECODE_LAYER_OVERHEAD_S.value  # no-grad forwards' dispatch (eager)
     if w.zero3_partitions > 1:  # the host waits on the hooks' all-gathers: their time adds
         over += ZERO3_LAYER_OVERHEAD_S.value * w.layers
     gptq = w.gptq_weights_mb / 1e9 * GPTQ_DEQUANT_S_PER_GWEIGHT.value * REFERENCE_BANDWIDTH / c.mem_bytes
@@ -375,7 +421,8 @@ def mechanism_step_time(w: Work, c: CardSpeed, net: tuple[float, float] = (0.0, 
     if w.zero3_partitions == 1:  # nothing to gather: its host side runs beside the kernels, the longer one counts
         mb = max(mb, ZERO3_HOST_S_PER_LAYER.value * w.layers)
     dequant = w.n_micro * (gptq + nf4)
-    compute = w.n_micro * mb * (1 + w.bubble) + dequant + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes)
+    compute = (w.n_micro * mb * (1 + w.bubble) + dequant + passes
+               + (0.0 if w.opt_on_host else w.opt_bytes / c.mem_bytes))
     comm = w.peer_bytes / c.peer_bytes if w.peer_bytes else 0.0
     host = (w.host_bytes + 2 * paged_bytes) / c.host_bytes
     if w.opt_on_host:

@@ -23,7 +23,8 @@ def scenario_speed(scenario: dict[str, Any], gpu_id: str) -> Speed | None:
     from vramfit.plan.evaluate import Evaluator
     from vramfit.plan.kernels import card_speed
     from vramfit.plan.search import peer_gbs
-    from vramfit.plan.throughput import MFU_DEFAULT, model_flops, scenario_net, step_time, step_work
+    from vramfit.plan.stage_work import scenario_flops
+    from vramfit.plan.throughput import MFU_DEFAULT, scenario_net, step_time, step_work
     from vramfit.plan.verdict import limit_bytes, result_paging
 
     g = get_gpu(gpu_id)
@@ -34,7 +35,7 @@ def scenario_speed(scenario: dict[str, Any], gpu_id: str) -> Speed | None:
     if card is None:
         return None
     est = ev.estimate()
-    w = step_work(sc, model_flops(ev.spec, sc.seq_len), est.model.num_trainable_params)
+    w = step_work(sc, scenario_flops(ev.spec, sc), est.model.num_trainable_params)
     return step_time(w, peak_tflops=g.bf16_tflops, mfu=MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
                      peer_gbs=peer, host_gbs=g.host_link_gbs, card=card, net=scenario_net(sc.interconnect, g, peer),
                      paged_bytes=result_paging(est, limit_bytes(g, 0.0)) or 0)

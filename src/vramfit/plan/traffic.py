@@ -130,12 +130,21 @@ def fsdp_serial_gather_bytes(sc: Scenario, param_bytes: int) -> tuple[float, flo
     so the next layer's gather is issued only when that layer's compute is nearly done, and the GPU waits for
     it: every weight gather of the step adds instead of hiding behind compute (forward and backward alike).
     """
-    n, k, g, ga = sc.num_gpus, sc.num_nodes, sc.gpus_per_node, sc.grad_accum
-    if sc.parallelism is not Parallelism.FSDP or n == 1:
+    if sc.parallelism is not Parallelism.FSDP:
         return 0.0, 0.0
-    gathers = weight_gathers(sc)
+    return whole_gathers(sc, weight_gathers(sc) * sc.grad_accum, param_bytes)
+
+
+def whole_gathers(sc: Scenario, count: float, param_bytes: float) -> tuple[float, float]:
+    """(inside the node, across nodes) bytes per GPU of ``count`` all-gathers of the whole sharded model under FSDP
+    or ZeRO-3 (each forward gathers every layer: torch FSDP ``_pre_forward_unshard``, DeepSpeed stage3
+    ``fetch_sub_module``): a ring receives ``(n - 1) / n`` of the weights; HSDP (``shard_scope=node`` on FSDP) gathers
+    inside the node, ZeRO++ hpZ's forward gather crosses nodes (:func:`zero3_gather_bytes`)."""
+    n, k, g = sc.num_gpus, sc.num_nodes, sc.gpus_per_node
+    if sc.parallelism not in (Parallelism.FSDP, Parallelism.ZERO3) or n == 1:
+        return 0.0, 0.0
     if k <= 1:
-        return gathers * (n - 1) / n * param_bytes * ga, 0.0
-    if sc.shard_scope.value == "node":  # HSDP: shards and gathers inside the node
-        return gathers * (g - 1) / g * param_bytes * ga, 0.0
-    return 0.0, gathers * (n - 1) / n * param_bytes * ga
+        return count * (n - 1) / n * param_bytes, 0.0
+    if sc.shard_scope.value == "node" and sc.parallelism is Parallelism.FSDP:
+        return count * (g - 1) / g * param_bytes, 0.0
+    return 0.0, count * (n - 1) / n * param_bytes

@@ -324,7 +324,8 @@ def _register_catalog_routes(app: FastAPI) -> None:
 
     @app.get("/api/gpus", tags=["api"], response_model=list[GpuOut], responses=_ERRORS)
     def api_gpus():
-        """The GPU catalog: usable memory (bytes the card exposes), BF16 TFLOPS, rental prices."""
+        """The GPU catalog: usable memory (bytes the card exposes), BF16 TFLOPS (FP16 on cards without BF16:
+        ``supports_bf16`` false), rental prices."""
         from vramfit.gpus import list_gpus
 
         return [

@@ -226,7 +226,10 @@ class GpuOut(BaseModel):
     vendor: str
     memory_gb: float
     usable_bytes: int
-    bf16_tflops: Optional[float]
+    # the catalog's dense 16-bit tensor peak (gpus.csv bf16_fp16_dense_tflops): FP16's on a card without BF16
+    bf16_tflops: Optional[float] = Field(description="dense BF16 tensor peak, TFLOPS; on a card without BF16 "
+                                         "(supports_bf16 false: Turing, Volta) its FP16 peak")
+    supports_bf16: Optional[bool] = Field(None, description="the card computes in BF16 (null: the catalog does not say)")
     interconnect: str
     price_low: Optional[float]
     price_high: Optional[float]

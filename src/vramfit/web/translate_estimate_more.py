@@ -49,10 +49,14 @@ _LOSS_RULES: list[tuple[str, str]] = [
     (r"(\w+) log-probs: full logits, ", "log-probs de $1: logits completos, "),
     (r"TRL's Triton log-prob kernel", "kernel Triton de log-probs do TRL"),
     (r"log_softmax of all of them", "log_softmax de todos eles"),
-    (r" and the chosen half's cross-entropy over " + _N + r" tokens \(TRL\)",
-     " e entropia cruzada da metade escolhida, sobre ⟨$1⟩ tokens (TRL)"),
-    (r" over " + _N + r" tokens \(TRL\)", ", sobre ⟨$1⟩ tokens (TRL)"),
+    (r" and the chosen half's cross-entropy over " + _N + r" tokens \((TRL|torchtune)\)",
+     " e entropia cruzada da metade escolhida, sobre ⟨$1⟩ tokens ($2)"),
+    (r" over " + _N + r" tokens \((TRL|torchtune)\)", ", sobre ⟨$1⟩ tokens ($2)"),
 ]
+
+#: the Portuguese head of a framework recipe's stage line (either rule below), up to what micro_batch_size counts
+_RECIPE_COUNTS = (r"(\((?:sem perfil de etapa do \w+|código de log-probs do próprio \w+, não o do TRL)\); "
+                  r"micro_batch_size conta)")
 
 #: Preference and RL stages (vramfit.estimate.stages: preference.describe, rl.describe_rl).
 _STAGE_RULES: list[tuple[str, str]] = [
@@ -64,6 +68,43 @@ _STAGE_RULES: list[tuple[str, str]] = [
      "Etapa $1 como o TRL $2 a corre; micro_batch_size conta completações."),
     (r"^Stage (\w+) as TRL (\S+) runs it; micro_batch_size counts examples \(one completion each\)\.$",
      "Etapa $1 como o TRL $2 a corre; micro_batch_size conta exemplos (uma completação cada)."),
+    # what a stage's time counts (plan/stage_work.py stage_time_note)
+    (r"^Stage (\w+): a step's tokens count one sequence per pair \(a dataset's rows\), and each pair runs its chosen "
+     r"and rejected sequences",
+     "Etapa $1: os tokens de um passo contam uma sequência por par (as linhas de um dataset), e cada par corre as suas "
+     "sequências escolhida e rejeitada"),
+    (r"; the precomputed reference log-probs \(one no-grad forward of every pair before training\) are not timed\.$",
+     "; os log-probs de referência pré-calculados (um forward sem gradiente de cada par antes do treino) não são "
+     "cronometrados."),
+    (r"^Stage ppo: a step is one batch of rollouts, trained (\d+) times \(TRL num_ppo_epochs\) with its value model; "
+     r"its tokens count the batch's sequences once\.$",
+     "Etapa ppo: um passo é um lote de rollouts, treinado $1 vezes (num_ppo_epochs do TRL) com o seu modelo de valor; "
+     "os seus tokens contam as sequências do lote uma vez."),
+    # a scenario loss the stage's trainer does not run (stages.stage_loss_choice)
+    (r"^loss (\w+): the (\w+) trainer of this release has no fused or chunked loss \(use_liger_kernel applies Liger's "
+     r"layer kernels only\), so its own log-prob code is counted\.$",
+     "loss $1: o treinador de $2 desta versão não tem perda fundida nem por blocos (use_liger_kernel só aplica os "
+     "kernels de camada do Liger), por isso conta-se o seu próprio código de log-probs."),
+    (r"^loss (\w+): the (\w+) trainer of this release has no fused or chunked loss, so its own log-prob code is "
+     r"counted\.$",
+     "loss $1: o treinador de $2 desta versão não tem perda fundida nem por blocos, por isso conta-se o seu próprio "
+     "código de log-probs."),
+    # a framework's own stage recipe (profile stage_recipes), counted with TRL's stage profile (preference._stage_runner)
+    (r"^Stage (\w+) in (\w+)'s ([\w /]+) recipe, its memory estimated as TRL (\S+) runs the stage \(no \w+ stage "
+     r"profile\); micro_batch_size counts ",
+     "Etapa $1 na receita $3 do $2, com a memória estimada como o TRL $4 corre a etapa (sem perfil de etapa do $2); "
+     "micro_batch_size conta "),
+    # ... or counted with the recipe's own log-prob code where the profile models it (torchtune's DPO/SimPO)
+    (r"^Stage (\w+) in (\w+)'s ([\w /]+) recipe, its memory estimated as (\S+) runs the stage \(\w+'s own log-prob "
+     r"code, not TRL's\); micro_batch_size counts ",
+     "Etapa $1 na receita $3 do $2, com a memória estimada como o $4 corre a etapa (código de log-probs do próprio $2, "
+     "não o do TRL); micro_batch_size conta "),
+    (_RECIPE_COUNTS + r" pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size "
+     r"sequences\.$",
+     "$1 pares: a resposta escolhida e a rejeitada correm num só forward concatenado de 2 × micro_batch_size "
+     "sequências."),
+    (_RECIPE_COUNTS + r" completions\.$", "$1 completações."),
+    (_RECIPE_COUNTS + r" examples \(one completion each\)\.$", "$1 exemplos (uma completação cada)."),
     (r"^Log-probs as framework_version (\S+) takes them \(TRL before 1\.0 or its own trainer\): from the full logits",
      "Log-probs como a framework_version $1 as calcula (TRL antes do 1.0 ou o seu próprio trainer): a partir dos "
      "logits completos"),
@@ -252,4 +293,14 @@ _LAYOUT_RULES: list[tuple[str, str]] = [
     *_RESERVED_RULES,
 ]
 
-MORE_RULES: list[tuple[str, str]] = _LOSS_RULES + _STAGE_RULES + _LAYOUT_RULES
+#: A sequence past the model's trained context (vramfit.models.context past_context_note).
+_CONTEXT_RULES: list[tuple[str, str]] = [
+    (r"^seq_len " + _N + r" is past the model's context \(the model was trained to " + _N + r" tokens, "
+     r"max_position_embeddings in its config\): memory is counted for " + _N + r" tokens, but positions past " + _N
+     + r" were never trained; extend the context \(rope_scaling\) or shorten the sequences\.$",
+     "seq_len ⟨$1⟩ ultrapassa o contexto do modelo (foi treinado até ⟨$2⟩ tokens, max_position_embeddings na sua "
+     "configuração): a memória é contada para ⟨$3⟩ tokens, mas as posições além de ⟨$4⟩ nunca foram treinadas; "
+     "estenda o contexto (rope_scaling) ou encurte as sequências."),
+]
+
+MORE_RULES: list[tuple[str, str]] = _LOSS_RULES + _STAGE_RULES + _LAYOUT_RULES + _CONTEXT_RULES

@@ -187,6 +187,12 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    (r"^method: (\w+) has no (\w+) recipe that trains (\w+) \(its \w+ recipes: ([\w, ]+)\)",
+     "method: o $1 não tem receita de $2 que treine $3 (as suas receitas de $2: $4)"),
+    (r"^num_gpus: (\w+)'s (\w+) recipes run on one GPU only \(([\w, ]+)\)",
+     "num_gpus: as receitas de $2 do $1 correm numa só GPU ($3)"),
+    (r"^reference: (\w+)'s (\w+) recipes run the reference forward every step, none precomputes it \(([\w, ]+)\)",
+     "reference: as receitas de $2 do $1 correm o forward de referência em cada passo, nenhuma o pré-calcula ($3)"),
     (r"^parallelism: (\w+) runs no DDP beside tensor, pipeline or context parallelism \(it shards the remaining ranks "
      r"with FSDP\)", "parallelism: o $1 não corre DDP a par de paralelismo de tensor, pipeline ou contexto (reparte os "
      "ranks restantes com FSDP)"),

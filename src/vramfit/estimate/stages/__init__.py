@@ -72,11 +72,23 @@ def has_phase(step: Step, phase: StepPhase) -> bool:
     return False
 
 
+def stage_loss_choice(sc: Scenario) -> Loss:
+    """The loss the stage's trainer runs: the scenario's fused or chunked loss only for the stages whose trainer
+    has one under the framework (``FrameworkProfile.fused_stage_losses``); else its own log-prob code stands."""
+    if sc.stage is Stage.SFT or sc.loss is Loss.STANDARD:
+        return sc.loss
+    from vramfit.estimate.framework import scenario_profile
+
+    return sc.loss if sc.stage in scenario_profile(sc).fused_stage_losses else Loss.STANDARD
+
+
 def policy_scenario(sc: Scenario) -> Scenario:
-    """The SFT scenario of the policy's forward and backward: paired stages double the micro-batch."""
+    """The SFT scenario of the policy's forward and backward: paired stages double the micro-batch; the loss is the
+    one the stage's trainer runs (:func:`stage_loss_choice`)."""
+    loss = stage_loss_choice(sc)
     if sc.stage in PAIRED:
-        return replace(sc, micro_batch_size=2 * sc.micro_batch_size)
-    return sc
+        return replace(sc, micro_batch_size=2 * sc.micro_batch_size, loss=loss)
+    return sc if loss is sc.loss else replace(sc, loss=loss)
 
 
 def contributors(step: Step) -> tuple[Contributor, ...]:
@@ -101,11 +113,12 @@ def finish(step: Step) -> Step:
     loss = stage_loss(step)
     parts = replace(step.parts, logits_loss=loss.forward_peak)
     fused = logprobs_path(step.sc.stage, step.profile) is LogProbs.FUSED_HEAD
-    if fused and step.sc.loss is Loss.STANDARD and parts.autocast_copies:
-        # TRL's fused head never calls the output layer, so autocast makes no copy of its weight
-        # (forward_extras.autocast_copies counts 2 bytes per head parameter; the slices are in the loss)
-        head = step.spec.lm_head_params or step.spec.embedding_params
-        parts = replace(parts, autocast_copies=max(0, parts.autocast_copies - 2 * head))
+    if fused and stage_loss_choice(step.sc) is Loss.STANDARD and step.head_autocast:
+        # TRL's fused head never calls the output layer, so autocast makes no copy of its weight: neither the copy
+        # kept into backward (forward_extras.head_autocast_copy, 2 bytes per head parameter, in parts.autocast_copies)
+        # nor the one the top block's backward frees (step.head_autocast); the slices are in the loss
+        parts = replace(parts, autocast_copies=max(0, parts.autocast_copies - step.head_autocast))
+        return replace(step, loss=loss, parts=parts, head_autocast=0)
     return replace(step, loss=loss, parts=parts)
 
 
@@ -118,4 +131,4 @@ def assumptions(step: Step) -> list[str]:
     return describe(step)
 
 
-__all__ = ["PAIRED", "reference", "has_phase", "policy_scenario", "contributors", "finish", "assumptions"]
+__all__ = ["PAIRED", "reference", "has_phase", "policy_scenario", "stage_loss_choice", "contributors", "finish", "assumptions"]

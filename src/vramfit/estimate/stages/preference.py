@@ -147,8 +147,10 @@ def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str, nll_after: bo
 def stage_loss(step: Step) -> LossMemory:
     """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
     of it over the policy's tokens), as the stage's profile says TRL computes its log-probs."""
+    from vramfit.estimate.stages import stage_loss_choice
+
     sc = step.sc
-    if sc.loss is not Loss.STANDARD:
+    if stage_loss_choice(sc) is not Loss.STANDARD:
         return step.loss
     T, V = policy_tokens(sc), vocab_rows(step.spec)
     path = logprobs_path(sc.stage, step.profile)
@@ -164,8 +166,11 @@ def stage_loss(step: Step) -> LossMemory:
     lb = stage_logits_bytes(step)
     what = {LogProbs.LOGITS_KERNEL: "TRL's Triton log-prob kernel", LogProbs.ROW_LOOP: "selective_log_softmax",
             LogProbs.FULL_LOG_SOFTMAX: "log_softmax of all of them"}[path]
+    from vramfit.estimate.framework import stage_recipe
+
+    runner = "TRL" if stage_recipe(step.profile, sc.stage) is None else step.profile.name  # a framework's own recipe
     detail = (f"{sc.stage.value} log-probs: full logits, {what}"
-              + (" and the chosen half's cross-entropy" if nll else "") + f" over {T:,} tokens (TRL)")
+              + (" and the chosen half's cross-entropy" if nll else "") + f" over {T:,} tokens ({runner})")
     if path is LogProbs.LOGITS_KERNEL:
         return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
     h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
@@ -286,7 +291,9 @@ def held_logits(step: Step) -> int:
     the trainer keeps views of them (FrameworkProfile.keeps_policy_logits)."""
     sc = step.sc
     path = logprobs_path(sc.stage, step.profile)
-    if path is LogProbs.FUSED_HEAD or sc.loss is not Loss.STANDARD:
+    from vramfit.estimate.stages import stage_loss_choice
+
+    if path is LogProbs.FUSED_HEAD or stage_loss_choice(sc) is not Loss.STANDARD:
         return 0
     if STAGE_PROFILES[sc.stage].copies_logits or step.profile.keeps_policy_logits:
         return stage_logits_bytes(step) * policy_tokens(sc) * vocab_rows(step.spec)
@@ -329,6 +336,24 @@ def preference_score(step: Step) -> Iterator[Contribution]:
 CONTRIBUTORS = (reference_model, preference_score)
 
 
+def _stage_runner(step: Step) -> str:
+    """Whose code runs the stage: TRL's trainer, which its stage profile reads, or the framework's own recipe (profile
+    ``stage_recipes``), counted with the recipe's own log-prob code where the profile models it (its log-prob path
+    differs from TRL 1.16's: torchtune's DPO/SimPO, FrameworkProfile.trl_logits_logprobs), else with TRL's stage
+    profile (torchtune's PPO)."""
+    from vramfit.estimate.framework import stage_recipe
+
+    stage, implementation = step.sc.stage.value, STAGE_PROFILES[step.sc.stage].implementation
+    recipe = stage_recipe(step.profile, step.sc.stage)
+    if recipe is None:
+        return f"Stage {stage} as {implementation} runs it"
+    where, name = f"Stage {stage} in {step.profile.name}'s {' / '.join(recipe.recipes)} recipe", step.profile.name
+    if logprobs_path(step.sc.stage, step.profile) is not STAGE_PROFILES[step.sc.stage].logprobs:
+        return (f"{where}, its memory estimated as {step.profile.version} runs the stage ({name}'s own log-prob code, "
+                "not TRL's)")
+    return f"{where}, its memory estimated as {implementation} runs the stage (no {name} stage profile)"
+
+
 def describe(step: Step) -> list[str]:
     """The stage's assumptions, in words."""
     from vramfit.estimate.stages import reference
@@ -337,9 +362,19 @@ def describe(step: Step) -> list[str]:
     ref = reference(sc)
     batch = ("pairs: chosen and rejected run as one concatenated forward of 2 × micro_batch_size sequences"
              if sc.stage in PAIRED else "completions" if sc.stage in GENERATES else "examples (one completion each)")
-    out = [f"Stage {sc.stage.value} as TRL {'v1.9.0' if sc.stage is Stage.PPO else '1.16.0'} runs it; micro_batch_size counts {batch}."]
+    out = [f"{_stage_runner(step)}; micro_batch_size counts {batch}."]
+    from vramfit.estimate.stages import stage_loss_choice
+
+    if sc.loss is not Loss.STANDARD and stage_loss_choice(sc) is Loss.STANDARD:
+        from vramfit.estimate.framework import stage_recipe
+
+        trl = stage_recipe(step.profile, sc.stage) is None  # TRL's trainer, not the framework's own recipe
+        out.append(f"loss {sc.loss.value}: the {sc.stage.value} trainer of this release has no fused or chunked loss"
+                   + (" (use_liger_kernel applies Liger's layer kernels only)" if trl else "")
+                   + ", so its own log-prob code is counted.")
     if logprobs_path(sc.stage, step.profile) is not STAGE_PROFILES[sc.stage].logprobs:
-        out.append(f"Log-probs as framework_version {sc.framework_version} takes them (TRL before 1.0 or its own trainer): "
+        release = sc.framework_version or step.profile.version  # the profile's default release when unset
+        out.append(f"Log-probs as framework_version {release} takes them (TRL before 1.0 or its own trainer): "
                    "from the full logits" + (" cast to fp32" if step.profile.stage_logits_fp32 else "")
                    + (", and the chosen half's cross-entropy" if chosen_nll(
                        sc, logprobs_path(sc.stage, step.profile), step.profile) else "") + ".")

@@ -77,6 +77,7 @@ class StageProfile:
     logprobs: LogProbs
     chosen_nll: ChosenNLL  # nn.CrossEntropyLoss over the chosen half's full logits, next to the log-probs
     source: str
+    implementation: str = "TRL 1.16.0"  # the trainer this profile reads, as the stage's assumption line names it
     logits_before_1_0: bool = False  # a fused-head stage that built the full logits in TRL < 1.0 (DPO, KTO)
     rows_before_1_0: bool = False  # ... one row at a time whatever the release before 1.0 (GRPO)
     copies_logits: bool = False  # before 1.0: the chosen and rejected rows' logits copied for metrics (KTO)
@@ -97,7 +98,7 @@ STAGE_PROFILES: dict[Stage, StageProfile] = {
     Stage.GRPO: StageProfile(False, LogProbs.FUSED_HEAD, ChosenNLL.NEVER, "trl 1.16.0 trainer/grpo_trainer.py:2505",
                              rows_before_1_0=True),
     Stage.PPO: StageProfile(False, LogProbs.ROW_LOOP, ChosenNLL.NEVER,
-                            "trl v1.9.0 experimental/ppo/ppo_trainer.py:703, 823"),
+                            "trl v1.9.0 experimental/ppo/ppo_trainer.py:703, 823", implementation="TRL v1.9.0"),
 }
 
 #: Stages whose chosen and rejected completions run as one concatenated batch.
