@@ -122,6 +122,9 @@ class FitInfo:
     safety_margin: float = 0.0
     paging_bytes: int = 0  # paged optimizer state that lives in host RAM for the run to fit
     verdict: str = ""  # "fits" | "fits, with paging of N GiB optimizer state (slower)" | "does not fit" | "cannot run: ..."
+    #: False where the run cannot start on the card at all, whatever its memory (plan/verdict.py card_refusal: no BF16,
+    #: FlashAttention-2 before Ampere, ...); ``verdict`` then says why and what runs instead, ``fits`` is False
+    runs: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -126,7 +126,7 @@ def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) 
         gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None and refused is None,
         headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,
         paging_bytes=(paged or 0) if refused is None else 0,
-        verdict=verdict_text(paged) if refused is None else refusal_verdict(refused),
+        verdict=verdict_text(paged) if refused is None else refusal_verdict(refused), runs=refused is None,
     )
 
 

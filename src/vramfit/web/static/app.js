@@ -135,9 +135,10 @@
     const line = el("fitline");
     line.className = "fitline " + (card ? (card.fits ? "ok" : "bad") : "");
     let text = card
-      ? fmt(card.paging_bytes ? T["r.paging"] : card.fits ? T["r.fits"] : T["r.nofit"], { card: card.name,
+      ? (card.runs ? fmt(card.paging_bytes ? T["r.paging"] : card.fits ? T["r.fits"] : T["r.nofit"], { card: card.name,
         free: VF.fmtGiB(card.headroom_bytes) + " GiB", over: VF.fmtGiB(-card.headroom_bytes) + " GiB",
         paged: VF.fmtGiB(card.paging_bytes) + " GiB" })
+        : R.text(card.verdict))  // a card the run cannot start on: why, not a memory figure (plan/verdict.py)
         + " · " + fmt(T["r.margin"], { margin: Math.round(card.safety_margin * 100) + " %" })
       : T["r.nocard"];
     if (r.host_bytes) text += " · " + fmt(T["r.host"], { v: VF.fmtGiB(r.host_bytes) + " GiB" });
@@ -159,7 +160,7 @@
       li.dataset.gpu = f.gpu_id;
       li.textContent = `${f.fits ? "✓" : "✗"} ${f.name} · ${VF.fmtGiB(f.usable_bytes, 0)} GiB`;
       li.title = f.fits ? fmt(T["r.fits"], { card: f.name, free: VF.fmtGiB(f.headroom_bytes) + " GiB" })
-        : f.verdict.startsWith("cannot run") ? R.text(f.verdict)  // a card the run cannot start on (plan/verdict.py)
+        : !f.runs ? R.text(f.verdict)  // a card the run cannot start on (plan/verdict.py card_refusal)
         : fmt(T["r.nofit"], { card: f.name, over: VF.fmtGiB(-f.headroom_bytes) + " GiB" });
       return li;
     }));

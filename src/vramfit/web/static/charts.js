@@ -120,21 +120,29 @@
   }
 
   /* Lines of peak (bytes) against x, with horizontal capacity lines.
-     opts: {x: [...], series: [{name, y: [bytes|null], dash}], caps: [{label, bytes, strong}],
-            current: {x, y}, xTitle, yTitle, logX, tickText(x), sameAs(name) -> legend suffix}
+     opts: {x: [...], series: [{name, y: [bytes|null], dash, notes: [text|null]}], caps: [{label, bytes, strong,
+            blocked}], current: {x, y}, xTitle, yTitle, logX, tickText(x), sameAs(name) -> legend suffix}
      The y axis holds every point of every curve (log when they span more than 20x); a curve equal to
-     an earlier one is drawn dashed and its legend says so; card labels sit away from the star. */
+     an earlier one is drawn dashed and its legend says so; card labels sit away from the star. A point with a
+     note (it fits a card only by paging) is a diamond and its hover says why; a blocked card (the run cannot
+     start on it, whatever its memory) is a grey dotted line whose label says so. */
   function lines(el, opts) {
     const same = sameLines(opts.series);
-    const traces = opts.series.map((s, i) => ({
-      type: "scatter", mode: "lines+markers", x: opts.x,
-      name: same[i] >= 0 && opts.sameAs ? s.name + " " + opts.sameAs(opts.series[same[i]].name) : s.name,
-      y: s.y.map((b) => (b == null ? null : gib(b))), connectgaps: false,
-      line: { color: s.color || LINE_COLORS[i % LINE_COLORS.length], width: s.width || 2,
-        dash: same[i] >= 0 ? "dash" : (s.dash || "solid") },
-      marker: { size: same[i] >= 0 ? 8 : 5, symbol: same[i] >= 0 ? "circle-open" : "circle" },
-      hovertemplate: "%{x}: %{y:.1f} GiB<extra>" + s.name + "</extra>",
-    }));
+    const traces = opts.series.map((s, i) => {
+      const base = same[i] >= 0 ? "circle-open" : "circle";
+      const notes = s.notes || s.y.map(() => null);
+      return {
+        type: "scatter", mode: "lines+markers", x: opts.x,
+        name: same[i] >= 0 && opts.sameAs ? s.name + " " + opts.sameAs(opts.series[same[i]].name) : s.name,
+        y: s.y.map((b) => (b == null ? null : gib(b))), connectgaps: false,
+        line: { color: s.color || LINE_COLORS[i % LINE_COLORS.length], width: s.width || 2,
+          dash: same[i] >= 0 ? "dash" : (s.dash || "solid") },
+        marker: { size: notes.map((n) => (n ? 9 : same[i] >= 0 ? 8 : 5)),
+          symbol: notes.map((n) => (n ? "diamond" : base)) },
+        text: notes.map((n) => (n ? "<br>" + n : "")),
+        hovertemplate: "%{x}: %{y:.1f} GiB%{text}<extra>" + s.name + "</extra>",
+      };
+    });
     const all = traces.flatMap((t) => t.y).filter((v) => v != null);
     const cur = opts.current ? gib(opts.current.y) : (all.length ? Math.min(...all) : 1);
     const caps = (opts.caps || []).map((c) => ({ ...c, g: gib(c.bytes) })).sort((a, b) => a.g - b.g);
@@ -152,7 +160,8 @@
     const shown = caps.filter((c) => c.g <= top);
     const shapes = shown.map((c) => ({
       type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: c.g, y1: c.g,
-      line: { color: c.strong ? "#c62828" : "#8a94a3", width: c.strong ? 2 : 1, dash: c.strong ? "solid" : "dash" },
+      line: { color: c.blocked ? "#8a94a3" : c.strong ? "#c62828" : "#8a94a3", width: c.strong ? 2 : 1,
+        dash: c.blocked ? "dot" : c.strong ? "solid" : "dash" },
     }));
     // the star's place across the plot (0..1); labels go to the other side
     let frac = 0.5;
@@ -166,7 +175,7 @@
     const annotations = shown.map((c) => ({
       xref: "paper", yref: "y", x: right ? 0.99 : 0.01, y: logY ? Math.log10(c.g) : c.g, text: c.label,
       showarrow: false, xanchor: right ? "right" : "left", yanchor: "bottom",
-      font: { size: 10, color: c.strong ? "#c62828" : (DARK ? "#aab3c2" : "#5b6573") }, bgcolor: LABEL_BG,
+      font: { size: 10, color: c.strong && !c.blocked ? "#c62828" : (DARK ? "#aab3c2" : "#5b6573") }, bgcolor: LABEL_BG,
     }));
     if (opts.current) {
       traces.push({
