@@ -328,6 +328,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         default_precision=((Method.FULL, Precision.BF16_TRUE), (Method.LORA, Precision.BF16_TRUE),
                            (Method.QLORA, Precision.BF16_TRUE)),
         version="torchtune-0.4",
+        image_model_types=("mllama",),  # v0.4.0 torchtune/models/llama3_2_vision: profile_fields.py image_model_types
         older_versions=(
             FrameworkVersion(
                 "torchtune-0.1",
@@ -337,6 +338,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("image_model_types", ()),  # no llama3_2_vision before v0.3.1 (2024-09): text decoders only
                  ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),
                  # torchtune@0217d44c2 recipes/lora_finetune_distributed.py l. 332-351: FSDP(..., auto_wrap_policy=
@@ -382,6 +384,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
         quantized_on_one_device=True,  # lit-gpt@8641822 finetune/lora.py l. 78-82: profile_fields.py
         runs_hybrid_shard=False,  # litgpt@26857050 finetune/full.py l. 108-114, lora.py l. 158-162: profile_fields.py
+        image_model_types=(),  # lit-gpt@8641822 lit_gpt/config.py: text decoders only (profile_fields.py)
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.05,  # lit-gpt@8641822 finetune/lora.py lora_dropout = 0.05
@@ -438,6 +441,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # Adam, AdamW): bitsandbytes' optimizers refused (profile_fields.py)
     runs_bnb_optimizers=False,
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
+    image_model_types=(),  # torchtitan v0.3.0 models/: text decoders only, no tower trained (profile_fields.py)
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     runs_activation_offload=False,  # v0.3.0 distributed/activation_checkpoint.py: selective, full, memory-budget, none
     # v0.3.0 models/llama3/parallelize.py (FSDP2 at every degree) vs 9dec370 parallelize_llama.py l. 80 and v0.2.2

@@ -174,6 +174,13 @@ class FrameworkProfile:
     # (spec.vision.checkpointed_v4, transformers v4.46.2 models/mllama/modeling_mllama.py l. 381-386) runs them under
     # checkpointing once the model's gradient checkpointing is on; v5.24.0 runs them as plain modules
     vision_v4_checkpointing: bool = False
+    # the vision-language checkpoints (config model_type) whose images the framework's recipes feed through a vision
+    # tower; None: any transformers loads (AutoModelForImageTextToText; Unsloth's FastVisionModel loads through it,
+    # unsloth@6a83bb53a5 unsloth/models/vision.py). torchtune v0.4.0 builds one vision-language family,
+    # torchtune/models/llama3_2_vision/_model_builders.py (Mllama's checkpoints); v0.1 none; lit-gpt@8641822
+    # lit_gpt/config.py and torchtitan@9dec370 torchtitan/models/ hold decoder-only text models. Images elsewhere are
+    # refused (estimate/vision_inputs.py check_image_framework)
+    image_model_types: tuple[str, ...] | None = None
     # a vision-language model's tower stays frozen unless the scenario says (freeze_vision=auto); no
     # modelled framework freezes it (transformers v5.24.0 Trainer trains every parameter, peft v0.21.2
     # all-linear adapts the tower's linears, Unsloth FastVisionModel.get_peft_model

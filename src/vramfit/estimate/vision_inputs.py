@@ -18,10 +18,29 @@ from vramfit.models.vlm_tokens import VIDEO_SUPPORTED, ImageTokens, has_video_ru
 from vramfit.scenario import FreezeVision, Method, Scenario
 
 
+def check_image_framework(spec: ModelSpec, sc: Scenario, key: str) -> None:
+    """Images only where the framework's recipes feed this checkpoint's images through its tower (profile
+    ``image_model_types``), else one ScenarioError naming the frameworks that do."""
+    from vramfit.estimate.framework import profile_for, scenario_profile
+    from vramfit.scenario import Framework
+
+    def feeds(types: tuple[str, ...] | None) -> bool:
+        return types is None or spec.model_type in types
+
+    types = scenario_profile(sc).image_model_types
+    if feeds(types):
+        return
+    others = ", ".join(f.value for f in Framework if feeds(profile_for(f).image_model_types))
+    own = f"only {', '.join(types)} checkpoints" if types else "no vision-language model"
+    raise ScenarioError(key, f"{sc.framework.value} ({scenario_profile(sc).version}) trains {own}, no images of "
+                        f"model_type {spec.model_type!r}; frameworks that do: {others}", valid=("0",))
+
+
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of one of the scenario's images; None without images."""
     if not sc.images_per_sample:
         return None
+    check_image_framework(spec, sc, "images_per_sample")
     if spec.vision is None:
         if spec.vision_params:  # a vision-language checkpoint whose tower vramfit does not describe
             raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
@@ -38,6 +57,7 @@ def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of the scenario's video frames; None without frames."""
     if not sc.frames_per_sample:
         return None
+    check_image_framework(spec, sc, "frames_per_sample")
     refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "
                f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}")
     if spec.vision is None or not has_video_rule(spec.vision.image_config):

@@ -187,6 +187,14 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    # ---- images under a framework that trains none of this model's (vision_inputs.check_image_framework)
+    (r"^(images|frames)_per_sample: (\w+) \(([\w.@-]+)\) trains only ([\w, ]+) checkpoints, no images of "
+     r"model_type '(\w+)'; frameworks that do: ([\w, ]+)",
+     "$1_per_sample: o $2 ($3) só treina checkpoints $4, não imagens de model_type '$5'; frameworks que o fazem: $6"),
+    (r"^(images|frames)_per_sample: (\w+) \(([\w.@-]+)\) trains no vision-language model, no images of "
+     r"model_type '(\w+)'; frameworks that do: ([\w, ]+)",
+     "$1_per_sample: o $2 ($3) não treina nenhum modelo de visão e linguagem (imagens de model_type '$4'); "
+     "frameworks que o fazem: $5"),
     (r"^method: (\w+) has no (\w+) recipe that trains (\w+) \(its \w+ recipes: ([\w, ]+)\)",
      "method: o $1 não tem receita de $2 que treine $3 (as suas receitas de $2: $4)"),
     (r"^num_gpus: (\w+)'s (\w+) recipes run on one GPU only \(([\w, ]+)\)",
