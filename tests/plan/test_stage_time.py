@@ -8,7 +8,13 @@ import pytest
 
 from vramfit.choices import Method
 from vramfit.plan.evaluate import Evaluator
-from vramfit.plan.stage_work import PPO_EPOCHS, no_grad_forwards, scenario_flops, tower_flops_per_sequence
+from vramfit.plan.stage_work import (
+    PPO_EPOCHS,
+    no_grad_forwards,
+    scenario_flops,
+    stage_time_note,
+    tower_flops_per_sequence,
+)
 from vramfit.plan.throughput import held_param_bytes, sft_work, step_work
 from vramfit.plan.timing import scenario_speed
 
@@ -90,6 +96,18 @@ def test_ppo_trains_each_rollout_batch_four_times_with_its_value_model():
     s = scenario_speed({**BASE, **kw}, "h100-sxm")
     s_sft = scenario_speed({**BASE, "method": "full", "num_gpus": 8, "parallelism": "zero3"}, "h100-sxm")
     assert 2 * PPO_EPOCHS * s_sft.step_s * 0.9 < s.step_s - s.generate_s < 2.5 * PPO_EPOCHS * s_sft.step_s
+
+
+def test_torchtune_ppo_trains_each_rollout_batch_twice_and_forwards_16_at_once():
+    """torchtune 0.4's PPO recipe: ppo_epochs 2, forward_batch_size 16 (its one config), not TRL's 4 and 64."""
+    kw = {"method": "full", "stage": "ppo", "grad_accum": 8}
+    sc, mf, w, _ = _work(framework="torchtune", **kw)
+    hf = _work(**kw)[2]
+    assert sc.micro_batch_size * sc.grad_accum == 32
+    assert (w.n_micro, hf.n_micro) == (2 * 8, PPO_EPOCHS * 8)
+    assert (w.forward_passes, hf.forward_passes) == (2, 1)  # 32 sequences: two chunks of 16, one of 64
+    note = stage_time_note(sc)
+    assert "trained 2 times (torchtune ppo_epochs)" in note
 
 
 VLM = {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "method": "lora", "seq_len": 512, "micro_batch_size": 4,

@@ -24,7 +24,11 @@ from vramfit.scenario import Framework, Method, Parallelism, Precision, Stage
 _TUNE_DPO = ("lora_dpo_single_device", "lora_dpo_distributed")
 _TUNE_STAGE_RECIPES = (StageRecipe(Stage.DPO, (Method.LORA, Method.QLORA), True, _TUNE_DPO),
                        StageRecipe(Stage.SIMPO, (Method.LORA, Method.QLORA), True, _TUNE_DPO),
-                       StageRecipe(Stage.PPO, (Method.FULL,), False, ("ppo_full_finetune_single_device",)))
+                       # v0.4.0 (03a4b1e41) recipes/configs/mistral/7B_full_ppo_low_memory.yaml (its one PPO config)
+                       # l. 128 ppo_epochs: 2, l. 145 forward_batch_size: 16; recipes/ppo_full_finetune_single_device.py
+                       # l. 872-882 trains the batch ppo_epochs times in ppo_batch_size mini-batches
+                       StageRecipe(Stage.PPO, (Method.FULL,), False, ("ppo_full_finetune_single_device",),
+                                   ppo_epochs=2, forward_chunk=16))
 
 # what any FSDP2 fully_shard wrapping changes against FSDP1's host wrap (estimate/fsdp2.py): no flat parameters, no
 # host-wrap residue or sync buckets, no nested LoRA units

@@ -98,6 +98,10 @@ class StageRecipe:
     # the reference log-probs can be computed before training (TRL's precompute_ref_log_probs); torchtune v0.4.0's DPO
     # recipes run the reference forward every step (recipes/lora_dpo_single_device.py l. 521-527)
     precomputes_reference: bool = False
+    # PPO: how many times the recipe trains each rollout batch (its ppo_epochs) and how many sequences its value and
+    # reward forwards take at once; 0: TRL's trainer's (plan/stage_work.py PPO_EPOCHS, PPO_FORWARD_CHUNK)
+    ppo_epochs: int = 0
+    forward_chunk: int = 0
 
 
 class CompileScope(str, Enum):

@@ -22,7 +22,8 @@ that runs it:
   the loop at l. 802-849: an optimizer step per mini-batch). A PPO step here is one rollout batch: its tokens
   are the batch's sequences once, its training four passes of the policy and the value model (the policy's
   architecture trained in full, as the memory model has it: ``stages.rl.value_step``; its gradients' traffic
-  is not counted);
+  is not counted); torchtune 0.4's ppo_full_finetune_single_device trains the batch ``ppo_epochs`` = 2 times and
+  forwards 16 sequences at once (its profile's ``StageRecipe``, :func:`ppo_schedule`);
 - **images and video**: the language model's sequence holds the image tokens (``vision_inputs.lm_scenario``);
   the tower runs every patch through its blocks (matmuls ``2 x`` its linear weights, attention over the image's
   patches ``4 x patches x d_attn`` per layer), backward through it only where it trains (``trains_vision``:
@@ -51,6 +52,18 @@ PPO_EPOCHS = 4
 PPO_FORWARD_CHUNK = 64
 
 
+def ppo_schedule(sc: Scenario) -> tuple[int, int, str]:
+    """PPO's epochs over each rollout batch, the value and reward forwards' chunk, and whose setting they are: the
+    framework's own recipe where it has one (``StageRecipe.ppo_epochs``: torchtune 0.4 trains the batch twice,
+    forwards 16 sequences at once), else TRL's trainer's."""
+    from vramfit.estimate.framework import scenario_profile, stage_recipe
+
+    recipe = stage_recipe(scenario_profile(sc), Stage.PPO)
+    if recipe is not None and recipe.ppo_epochs:
+        return recipe.ppo_epochs, recipe.forward_chunk, f"{sc.framework.value} ppo_epochs"
+    return PPO_EPOCHS, PPO_FORWARD_CHUNK, "TRL num_ppo_epochs"
+
+
 def stage_time_note(sc: Scenario) -> str | None:
     """What a stage's time counts, in words for the plan (None for SFT)."""
     from vramfit.estimate.stages import reference
@@ -62,7 +75,8 @@ def stage_time_note(sc: Scenario) -> str | None:
             out += "; the precomputed reference log-probs (one no-grad forward of every pair before training) are not timed"
         return out + "."
     if sc.stage is Stage.PPO:
-        return (f"Stage ppo: a step is one batch of rollouts, trained {PPO_EPOCHS} times (TRL num_ppo_epochs) with its "
+        epochs, _, whose = ppo_schedule(sc)
+        return (f"Stage ppo: a step is one batch of rollouts, trained {epochs} times ({whose}) with its "
                 "value model; its tokens count the batch's sequences once.")
     return None
 
@@ -201,7 +215,7 @@ def add_forwards(w: Work, sc: Scenario, mf: ModelFlops, sequences: int, passes: 
 
 def _ppo(sc: Scenario, mf: ModelFlops, w: Work) -> Work:
     """A PPO rollout batch (module docstring): the value model's training beside the policy's, both
-    ``PPO_EPOCHS`` times, then the value and reward forwards over the batch once."""
+    :func:`ppo_schedule`'s epochs times, then the value and reward forwards over the batch once."""
     from vramfit.plan.throughput import mechanisms, recompute_flops_per_token, train_flops_per_token
 
     n_value = mf.matmul_params - mf.lm_head_params  # the 1-wide score head in place of lm_head
@@ -218,9 +232,10 @@ def _ppo(sc: Scenario, mf: ModelFlops, w: Work) -> Work:
         attn_flops_mb=w.attn_flops_mb + m["attn_flops_mb"], elem_bytes_mb=w.elem_bytes_mb + m["elem_bytes_mb"],
         opt_bytes=w.opt_bytes + m["opt_bytes"], opt_host_params=w.opt_host_params + m["opt_host_params"],
         layers=2 * w.layers)  # the value model's blocks dispatch their kernels (and ZeRO-3 hooks) as the policy's
-    trained = repeat(value, PPO_EPOCHS)
+    epochs, chunk, _ = ppo_schedule(sc)
+    trained = repeat(value, epochs)
     seqs = sc.micro_batch_size * sc.grad_accum
-    chunks = math.ceil(seqs / PPO_FORWARD_CHUNK)
+    chunks = math.ceil(seqs / chunk)
     # two models' forwards in `chunks` chunks each: the passes dispatch the doubled layer count (value + reward)
     return add_forwards(trained, sc, mf, 2 * seqs, chunks, params=n_value)
 

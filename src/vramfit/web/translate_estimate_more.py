@@ -80,6 +80,10 @@ _STAGE_RULES: list[tuple[str, str]] = [
      r"its tokens count the batch's sequences once\.$",
      "Etapa ppo: um passo é um lote de rollouts, treinado $1 vezes (num_ppo_epochs do TRL) com o seu modelo de valor; "
      "os seus tokens contam as sequências do lote uma vez."),
+    (r"^Stage ppo: a step is one batch of rollouts, trained (\d+) times \((\w+) ppo_epochs\) with its value model; "
+     r"its tokens count the batch's sequences once\.$",
+     "Etapa ppo: um passo é um lote de rollouts, treinado $1 vezes (ppo_epochs do $2) com o seu modelo de valor; "
+     "os seus tokens contam as sequências do lote uma vez."),
     # a scenario loss the stage's trainer does not run (stages.stage_loss_choice)
     (r"^loss (\w+): the (\w+) trainer of this release has no fused or chunked loss \(use_liger_kernel applies Liger's "
      r"layer kernels only\), so its own log-prob code is counted\.$",
