@@ -3,7 +3,7 @@
 Usage: python benchmarks/accuracy.py [--data PATH ...] [--all] [--rows] [--json] [--markdown] [--write-bands]
 
 Without ``--data`` every measured set is scored (``MEASURED_SETS``: public.jsonl, found.jsonl,
-stages.jsonl); ``--data`` (repeatable) scores only the files named. max_context.jsonl holds maximum
+stages.jsonl, vramfit_h200.jsonl, vlm.jsonl); ``--data`` (repeatable) scores only the files named. max_context.jsonl holds maximum
 contexts, not peaks, and is scored by benchmarks/max_context.py.
 
 ``--write-bands`` rewrites src/vramfit/data/accuracy.json from the default sets: every row's path
@@ -38,8 +38,9 @@ HERE = Path(__file__).resolve().parent
 MEASURED = HERE / "data" / "measured"
 #: The published measurements, bundled with the repository (sources and fields: data/measured/README.md):
 #: public.jsonl (the first sets), found.jsonl (later finds), stages.jsonl (DPO/GRPO peaks), vramfit_h200.jsonl
-#: (this project's own H200 runs, benchmarks/gpu_grid.py).
-MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl")
+#: (this project's own H200 runs, benchmarks/gpu_grid.py), vlm.jsonl (vision-language runs with images, whose path
+#: names them: an estimate with images is vouched for by these only, vramfit.estimate.accuracy.path_of).
+MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl", "vlm.jsonl")
 #: The first set alone (the golden snapshot's rows, tests/golden/regen.py).
 DEFAULT_DATA = MEASURED / "public.jsonl"
 #: What each estimate reads to state its error band (written by --write-bands).
@@ -83,6 +84,7 @@ SOURCE_FRAMEWORK = {
     "FMS_ACCEL_2411": "hf",  # fms-acceleration benchmark CSV of Nov 2024 (9239802): fms-hf-tuning over TRL 0.11.4 SFTTrainer + HF Trainer (FSDP1 via accelerate)
     "FMS_ACCEL_ORCA_2409": "hf",  # fms-acceleration orca-math benchmark (Sept 2024): fms-hf-tuning over the HF Trainer (FSDP1 via accelerate)
     "TT_README_2403": "torchtune",  # torchtune README of 2024-03-21 (a95c6b931): lora_finetune_distributed, FSDP1 over a rank-0 CPU model
+    "UNSLOTH_VLM_NB": "unsloth",  # Unsloth's vision notebooks (FastVisionModel + TRL SFTTrainer), vlm.jsonl
     "LLAMA_REC_PR41_2307": "hf",  # llama-recipes' llama_finetuning.py: transformers + PEFT under FSDP1 (July 2023)  # torchtune PR #961: full_finetune_single_device re-measured at 4 x 2048  # litgpt config_hub/finetune table (2024 litgpt, Lightning Fabric, one A10G)
 }
 

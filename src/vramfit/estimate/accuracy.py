@@ -34,7 +34,8 @@ def path_of(sc: Scenario) -> dict[str, str]:
     context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet), and so is
     sharding inside each node (``shard_scope=node``: HSDP or ZeRO++ hpZ, ``fsdp+node``). A training stage other than
     SFT runs another step (a reference model, pairs, generation: estimate/stages): part of the method (``lora+dpo``),
-    so a DPO or GRPO estimate is never vouched for by SFT measurements."""
+    so a DPO or GRPO estimate is never vouched for by SFT measurements; so are a vision-language model's images
+    (``lora+images``: a tower's forward and backward, image tokens in the sequence), never vouched for by text runs."""
     sharding = sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none"
     if sc.fsdp_version is FsdpVersion.V2 and sc.parallelism in FSDP_FAMILY:  # another FSDP runs (estimate/fsdp2.py)
         sharding += "+fsdp2"
@@ -43,7 +44,8 @@ def path_of(sc: Scenario) -> dict[str, str]:
     sharding += "+node" if sc.shard_scope is ShardScope.NODE else ""
     return {
         "framework": sc.framework.value,
-        "method": sc.method.value + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else ""),
+        "method": sc.method.value + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else "")
+        + ("+images" if sc.sees_pixels else ""),
         "sharding": sharding,
         "offload": sc.offload.value,
         "quantization": _QUANT_FAMILY[sc.quantize],

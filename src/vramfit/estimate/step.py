@@ -192,8 +192,8 @@ def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapt
         blocks -= skipped * lowest
     sliding = sliding_window_recompute(spec, sc, profile)  # a recomputed sliding layer's SDPA bias
 
-    def finished(r: int) -> int:
-        return max(max(r, cross_recompute) + sliding, tower_recompute)
+    def finished(r: int) -> int:  # a decoder block's re-run (the tower's is its own backward's: tower_backward_kept)
+        return max(r, cross_recompute) + sliding
 
     blocks, freed = blocks + cross, every_token_top_freed(spec, saved.items)
     # each kind's recompute (an MoE block net of what every-token experts free: contributions.py)

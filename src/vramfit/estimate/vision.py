@@ -218,15 +218,29 @@ def tower_autocast_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     return sum(round_allocation(2 * t.numel) * t.count for t in vision_tensors(spec) if t.kind == "vision_linear")
 
 
+#: a block's saved tensors that eager attention sizes by its scores (estimate/attention.py _eager_scores_saved)
+_SCORE_KEYS = ("attn.softmax_out", "attn.dropout_mask", "attn.dropout_out", "attn.probs", "attn.softcap_tanh")
+
+
 def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):  # noqa: ANN201
-    """One tower block's saved tensors (``activations.Saved``) over the micro-batch's patches as one sequence."""
+    """One tower block's saved tensors (``activations.Saved``) over the micro-batch's patches as one sequence; eager
+    attention's score tensors are each attention segment's (vision_inputs.attended_patches, an average layer: a
+    batched tower's (tiles, H, P, P), a Qwen tower's per image or window), not one sequence's over every patch."""
     from vramfit.estimate import activations as act
+    from vramfit.estimate.attention import runs_eager_attention
+    from vramfit.estimate.vision_inputs import attended_patches
 
     patches = sc.micro_batch_size * per_sample(spec, sc).vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
     own = tower_block_adapters(spec.vision.block, adapters)
     quantized = vision_quantized(sc, profile) and sc.method is not Method.FULL
-    return act.block_saved(spec.vision.block, vsc, profile, own, quantized)
+    saved = act.block_saved(spec.vision.block, vsc, profile, own, quantized)
+    if runs_eager_attention(spec.vision.block, vsc, profile):
+        scores = sc.micro_batch_size * attended_patches(spec, sc) // spec.vision.block.num_hidden_layers
+        for key in _SCORE_KEYS:
+            if key in saved.items:
+                saved.items[key] = saved.items[key] * scores // (patches * patches)
+    return saved
 
 
 def tower_block_adapters(block: ModelSpec, adapters: list[Adapter]) -> list[Adapter]:

@@ -21,7 +21,7 @@ from vramfit.estimate.vision import (
     vision_adapters,
 )
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Checkpointing, Method, Scenario
+from vramfit.scenario import Attention, Checkpointing, Method, Scenario
 
 
 def tower_backward_kept(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
@@ -102,15 +102,13 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     activation's backward (the decoder block's rule over the patches) and, under checkpointing, the re-run forward
     at its MLP linears' adapters (:func:`_recompute_locals`, :func:`_input_linear_locals`); a plain MLP's moments
     net of what :func:`_released` took back, with the gradient arriving at the block (:func:`_arriving`)."""
-    from vramfit.estimate import block_extras as extras
-
     pix = per_sample(spec, sc)
     if pix is None:
         return 0
     block = spec.vision.block
     patches = sc.micro_batch_size * pix.vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
-    base = extras.block_backward_transient(block, vsc, profile)
+    base = _block_transient(spec, sc, profile, vsc)
     if not block.gated_mlp and block.act_saved_tensors >= 2:
         base = max(base, _composed_activation_backward(block, sc, profile, patches))
     released = _released(spec, sc, profile) if trains_vision(sc, profile) else 0
@@ -118,6 +116,27 @@ def tower_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
         return max(base, _recompute_locals(spec, vsc, profile) + _arriving(spec, sc, profile, vsc, own=True))
     grad = _arriving(spec, sc, profile, vsc)
     return grad + max(base, _recompute_locals(spec, vsc, profile) + released, _input_linear_locals(spec, sc, vsc, profile))
+
+
+def _block_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vsc: Scenario) -> int:
+    """The decoder block's backward rule over the tower's patches (``vsc``: one sequence of all of them), its eager
+    softmax over each attention segment's scores (vision_inputs.attention_scenario): all segments at once in a tower
+    that takes its tiles as a batch; one segment at a time where the attention loops over them
+    (``VisionTower.segmented_attention``: each segment's ops, made after the previous segment's, come first in
+    autograd's order, so one segment's score gradients live at a time), beside the MLP's over every patch."""
+    from vramfit.estimate import block_extras as extras
+    from vramfit.estimate.attention import runs_eager_attention
+    from vramfit.estimate.vision_inputs import attention_scenario
+
+    block = spec.vision.block
+    if not runs_eager_attention(block, vsc, profile):
+        return extras.block_backward_transient(block, vsc, profile)
+    segments = attention_scenario(spec, sc)
+    if not spec.vision.segmented_attention:
+        return extras.block_backward_transient(block, segments, profile)
+    one = dataclasses.replace(segments, micro_batch_size=1)
+    whole = dataclasses.replace(vsc, attention=Attention.SDPA)  # the MLP's rule, over every patch
+    return max(extras.block_backward_transient(block, one, profile), extras.block_backward_transient(block, whole, profile))
 
 
 def embeds_grad_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

@@ -24,15 +24,16 @@ def check_image_framework(spec: ModelSpec, sc: Scenario, key: str) -> None:
     from vramfit.estimate.framework import profile_for, scenario_profile
     from vramfit.scenario import Framework
 
-    def feeds(types: tuple[str, ...] | None) -> bool:
-        return types is None or spec.model_type in types
+    def feeds(profile: FrameworkProfile) -> bool:
+        return profile.image_model_types is None or spec.model_type in profile.image_model_types
 
-    types = scenario_profile(sc).image_model_types
-    if feeds(types):
+    profile = scenario_profile(sc)
+    if feeds(profile):
         return
-    others = ", ".join(f.value for f in Framework if feeds(profile_for(f).image_model_types))
+    others = ", ".join(f.value for f in Framework if feeds(profile_for(f)))
+    types = profile.image_model_types
     own = f"only {', '.join(types)} checkpoints" if types else "no vision-language model"
-    raise ScenarioError(key, f"{sc.framework.value} ({scenario_profile(sc).version}) trains {own}, no images of "
+    raise ScenarioError(key, f"{sc.framework.value} ({profile.version}) trains {own}, no images of "
                         f"model_type {spec.model_type!r}; frameworks that do: {others}", valid=("0",))
 
 
@@ -76,6 +77,46 @@ def per_sample(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     parts = [(sc.images_per_sample, img), (1, video)]
     return ImageTokens(sum(n * x.vision_patches for n, x in parts if x), sum(n * x.lm_tokens for n, x in parts if x),
                        sum(n * x.features for n, x in parts if x), sum(n * x.pixels for n, x in parts if x))
+
+
+def tower_segments(spec: ModelSpec, sc: Scenario) -> tuple[tuple[int, int], ...]:
+    """(patches per attention segment, segments) of one sequence's images and of its video
+    (``ImageTokens.segment``: a tile, a sub-image, a video's temporal patch, or the whole image)."""
+    out = []
+    for count, tok in ((sc.images_per_sample, per_image(spec, sc)), (1, per_video(spec, sc))):
+        if tok is not None:
+            out.append((tok.segment_len, count * tok.vision_patches // tok.segment_len))
+    return tuple(out)
+
+
+def attended_patches(spec: ModelSpec, sc: Scenario) -> int:
+    """Patches each of one sequence's tower patches attends to, summed over the patches and the tower's layers (the
+    attention's score elements per head): its segment (:func:`tower_segments`), except in windowed layers (Qwen2.5-VL:
+    the layers outside ``fullatt_block_indexes`` attend within windows of ``window_size`` pixels,
+    (window_size / patch_size)^2 patches: transformers v5.24.0 models/qwen2_5_vl/modeling_qwen2_5_vl.py
+    Qwen2_5_VisionTransformerPretrainedModel.get_window_index and forward, ``cu_window_seqlens``)."""
+    layers = spec.vision.block.num_hidden_layers
+    vc = spec.vision.image_config.get("vision_config") or {}
+    full, window = vc.get("fullatt_block_indexes"), vc.get("window_size")
+    windowed = isinstance(full, list) and window and vc.get("patch_size")
+    total = 0
+    for seg, n in tower_segments(spec, sc):
+        if windowed:
+            win = min(seg, (int(window) // int(vc["patch_size"])) ** 2)
+            total += n * seg * (seg * len(full) + win * max(0, layers - len(full)))
+        else:
+            total += n * seg * seg * layers
+    return total
+
+
+def attention_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
+    """The micro-batch's tower patches as a full-attention layer attends over them: ``micro_batch_size`` segments of
+    ``seq_len`` patches (the longest segment, where images and video frames differ: the others counted at its
+    length, their patches in ``micro_batch_size`` rounded down)."""
+    segs = tower_segments(spec, sc)
+    length = max(seg for seg, _ in segs)
+    patches = sc.micro_batch_size * sum(seg * n for seg, n in segs)
+    return dataclasses.replace(sc, micro_batch_size=max(1, patches // length), seq_len=length)
 
 
 def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:

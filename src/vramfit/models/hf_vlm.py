@@ -247,7 +247,10 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
         Linear("projection_layer", h, h, True, "attn"), Linear("fc1", h, inter, True, "mlp"),
         Linear("fc2", inter, h, True, "mlp")), norm, PositionEncoding.LEARNED)
     extra = 2 * h + (2 * h if v["use_qk_norm"] else 0)  # lambda_1, lambda_2; q_norm, k_norm
-    block = replace(block, block_norm_params=block.block_norm_params + extra, qk_norm=bool(v["use_qk_norm"]))
+    # eager_attention_forward (l. 92-93): "No upcasting of the attention weights to float32", softmax in the
+    # compute dtype (SigLIP, CLIP, Idefics3, Mllama and the Qwen towers pass dtype=torch.float32)
+    block = replace(block, block_norm_params=block.block_norm_params + extra, qk_norm=bool(v["use_qk_norm"]),
+                    eager_softmax_fp32=False)
     ratio = float(config.get("downsample_ratio", 0.5))
     layer = config.get("vision_feature_layer", -1)
     unused = -layer - 1 if isinstance(layer, int) and layer < 0 else 0
@@ -321,8 +324,9 @@ def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     h = int(v["embed_dim"])
     block, projector = _qwen_vision_parts("qwen2_vl_vision", v, h, int(h * float(v["mlp_ratio"])), ("fc1", "fc2"),
                                           ("mlp.0", "mlp.2"), int(v["hidden_size"]))
+    # VisionAttention.forward l. 401-418: other than flash, one attention call per cu_seqlens segment, torch.cat
     return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector,
-                       projector_layernorm=True)
+                       projector_layernorm=True, segmented_attention=True)
 
 
 # Qwen3VLVisionConfig defaults (transformers v5.24.0 models/qwen3_vl/configuration_qwen3_vl.py)

@@ -61,6 +61,17 @@ class ImageTokens:
     projector_rows: int | None = None
     # pixel values the processor gives for the image (elements, padding tiles included; 0: none)
     pixels: int = 0
+    # patches of one attention segment, the sequence each tower patch attends within (0: all ``vision_patches``): a
+    # tower that takes an image's tiles as a batch attends within each tile (LLaVA-NeXT's crops, Idefics3's
+    # sub-images, InternVL's tiles: (tiles, patches, hidden) into CLIP / SigLIP / InternViT), Qwen2/2.5/3-VL within each
+    # temporal patch of a video (``cu_seqlens``: grid_h x grid_w per temporal patch, transformers v5.24.0
+    # models/qwen2_vl/modeling_qwen2_vl.py ``Qwen2VisionTransformerPretrainedModel.forward``); Mllama's tiles attend
+    # across one another (one (tiles x patches) sequence per image), as do a Qwen image's patches
+    segment: int = 0
+
+    @property
+    def segment_len(self) -> int:
+        return self.segment or self.vision_patches
 
     @property
     def features(self) -> int:
@@ -148,7 +159,7 @@ def _llava_next(config: Mapping, height: int, width: int, min_pixels: int | None
     keeps_cls = config.get("vision_feature_select_strategy", "default") == "full"
     tokens = cur_h * cur_w + cur_h + side * side + (1 if keeps_cls else 0)
     crops = 1 + (best_h // size) * (best_w // size)
-    return ImageTokens(crops * (side * side + 1), tokens, pixels=crops * 3 * size * size)
+    return ImageTokens(crops * (side * side + 1), tokens, pixels=crops * 3 * size * size, segment=side * side + 1)
 
 
 def _gemma3(config: Mapping, height: int, width: int, min_pixels: int | None, max_pixels: int | None) -> ImageTokens:
@@ -211,7 +222,7 @@ def _idefics3(config: Mapping, height: int, width: int, min_pixels: int | None, 
     seq = (size // patch) ** 2 // int(config.get("scale_factor", 2)) ** 2
     tokens = seq + 3 + rows * ((seq + 2) * cols + 1)
     tiles = rows * cols + 1
-    return ImageTokens(tiles * (size // patch) ** 2, tokens, tiles * seq, tiles * 3 * size * size)
+    return ImageTokens(tiles * (size // patch) ** 2, tokens, tiles * seq, tiles * 3 * size * size, (size // patch) ** 2)
 
 
 def internvl_grid(height: int, width: int, tile: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
@@ -240,7 +251,8 @@ def _internvl(config: Mapping, height: int, width: int, min_pixels: int | None, 
     cols, rows = internvl_grid(height, width, size, int(config.get("min_patches", 1)), int(config.get("max_patches", 12)))
     tiles = 1 + (cols * rows if cols * rows > 1 else 0)
     seq = int((size // patch) ** 2 * float(config.get("downsample_ratio", 0.5)) ** 2)
-    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles, tiles * 3 * size * size)
+    return ImageTokens(tiles * ((size // patch) ** 2 + 1), 2 + seq * tiles, seq * tiles, tiles * 3 * size * size,
+                       (size // patch) ** 2 + 1)
 
 
 # Qwen2VLVideoProcessor defaults (Qwen2-VL and Qwen2.5-VL), transformers v5.24.0
@@ -282,7 +294,8 @@ def _llava_next_video_frames(config: Mapping, frames: int) -> ImageTokens:
     size = int(vision.get("image_size", 336))
     side, stride = size // int(vision.get("patch_size", 14)), int(config.get("spatial_pool_stride", 2))
     pooled = (side // stride) ** 2
-    return ImageTokens(frames * (side * side + 1), frames * pooled, frames * pooled, frames * 3 * size * size)
+    return ImageTokens(frames * (side * side + 1), frames * pooled, frames * pooled, frames * 3 * size * size,
+                       side * side + 1)
 
 
 def video_tokens(config: Mapping, frames: int, height: int, width: int) -> ImageTokens:
@@ -302,7 +315,7 @@ def video_tokens(config: Mapping, frames: int, height: int, width: int) -> Image
     merge = int((config.get("vision_config") or {}).get("spatial_merge_size", 2))
     pads = grid_t * gh * gw // (merge * merge)
     return check_tokens(ImageTokens(grid_t * gh * gw, pads + int(config.get("video_frame_markers", 0)) * grid_t, pads,
-                                    grid_t * gh * gw * qwen_patch_pixels(config)), "video")
+                                    grid_t * gh * gw * qwen_patch_pixels(config), gh * gw), "video")
 
 
 def has_video_rule(config: Mapping) -> bool:

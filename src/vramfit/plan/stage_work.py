@@ -84,7 +84,7 @@ def stage_time_note(sc: Scenario) -> str | None:
 def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
     """:func:`throughput.model_flops` of the sequence the language model runs (text plus image tokens), with the
     vision tower's work per sequence (module docstring)."""
-    from vramfit.estimate.vision_inputs import per_image, per_sample
+    from vramfit.estimate.vision_inputs import attended_patches, per_sample
     from vramfit.plan.throughput import model_flops
 
     pix = per_sample(spec, sc) if spec.vision is not None else None
@@ -93,27 +93,14 @@ def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
     mf = model_flops(spec, sc.seq_len + pix.lm_tokens)
     block = spec.vision.block
     layers = block.num_hidden_layers
-    img = per_image(spec, sc)
-    patches_per_image = img.vision_patches if img is not None else pix.vision_patches
     d_attn = block.num_attention_heads * block.head_dim
+    # each patch attends within its segment (a tile, a sub-image, a temporal patch or the image; Qwen2.5-VL's
+    # windowed layers within a window): vision_inputs.attended_patches, which the memory model's eager scores read too
     return dataclasses.replace(
         mf, image_lm_tokens=pix.lm_tokens, tower_patches=pix.vision_patches,
         tower_mm_params=layers * sum(lin.weight_params for lin in block.block_linears)
         + sum(lin.weight_params for lin in spec.vision.projector),
-        tower_attn_per_patch=4 * d_attn * _attended_patches(spec.vision.image_config, patches_per_image, layers))
-
-
-def _attended_patches(image_config: dict, patches: int, layers: int) -> int:
-    """Patches each patch attends to, summed over the tower's layers: the whole image, except in windowed layers
-    (Qwen2.5-VL: the layers outside ``fullatt_block_indexes`` attend within windows of ``window_size`` pixels,
-    (window_size / patch_size)^2 patches: transformers v5.24.0 models/qwen2_5_vl/modeling_qwen2_5_vl.py
-    Qwen2_5_VisionTransformerPretrainedModel.get_window_index and forward, ``cu_window_seqlens``)."""
-    vc = image_config.get("vision_config") or {}
-    full, window = vc.get("fullatt_block_indexes"), vc.get("window_size")
-    if not (isinstance(full, list) and window and vc.get("patch_size")):
-        return patches * layers
-    win = min(patches, (int(window) // int(vc["patch_size"])) ** 2)
-    return patches * len(full) + win * max(0, layers - len(full))
+        tower_attn_per_patch=4 * d_attn * attended_patches(spec, sc) / pix.vision_patches)
 
 
 def tower_flops_per_sequence(sc: Scenario, mf: ModelFlops) -> tuple[float, float]:

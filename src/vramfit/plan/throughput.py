@@ -100,7 +100,7 @@ class ModelFlops:
     image_lm_tokens: int = 0
     tower_patches: int = 0
     tower_mm_params: int = 0
-    tower_attn_per_patch: int = 0
+    tower_attn_per_patch: float = 0.0  # mean over the patches (segments of unequal length)
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:

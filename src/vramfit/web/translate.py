@@ -261,6 +261,7 @@ RULES: list[tuple[str, str]] = [
     (r"^no measurement behind this path \(([^)]*)\)$", "nenhuma medição por trás deste caminho ($1)"),
     (r"\bno field: o nosso", "nenhum campo: o nosso"),
     (r"· none\b", "· nenhum"), (r"· full\b", "· completo"),
+    (r"(· \w+(?:\+\w+)?)\+images ·", "$1+imagens ·"),  # a path's method with images (estimate/accuracy.py path_of)
     # ---- API errors (vramfit.scenario.parse_scenario and the web service)
     # ---- the config importer and the dataset upload (vramfit.config_import, web.dataset_upload, vramfit.dataset)
     (r"an integer of about " + _N + r" digits", "um inteiro de cerca de ⟨$1⟩ algarismos"),
