@@ -206,3 +206,14 @@ def test_the_import_boxs_example_imports(client):
     r = client.post("/api/import", json={"text": example})
     assert r.status_code == 200, r.text
     assert r.json()["dialect"] == "axolotl" and r.json()["scenario"]["lora_rank"] == 16
+
+
+def test_a_key_that_is_not_a_finite_number_is_reported_as_its_text(client):
+    # fuzzing, 2026-12-05: YAML's .nan in an ignored key was a 500 (JSON holds no NaN); the CLI reads the same file
+    for text, key in ((AXOLOTL + "learning_rate: .nan\n", "learning_rate"),
+                      ("[job]\ndump_folder='./out'\n[model]\nname='llama3'\nflavor='8B'\n[optimizer]\nname='AdamW'\n"
+                       "lr = inf\n", "optimizer.lr")):
+        r = client.post("/api/import", json={"text": text, **({"dialect": "torchtitan"} if "[job]" in text else {})})
+        assert r.status_code == 200, r.text
+        by_key = {e["key"]: e for e in r.json()["report"]}
+        assert by_key[key]["value"] in ("nan", "inf")

@@ -37,8 +37,9 @@ def from_config(path: str | Path, *companions: str | Path, dialect: str | None =
 
 
 def from_text(text: str, dialect: str | None = None) -> Imported:
-    """A pasted config (YAML or JSON text) as a validated scenario; files it names are refused, never opened."""
+    """A pasted config (YAML or JSON text; TOML for torchtitan) as a validated scenario; files it names are refused,
+    never opened. A torchtitan paste is read as TOML whatever it looks like, so its parse error is TOML's."""
     p = Path(PASTED)
-    data = parse_mapping(text, p)
+    data = parse_mapping(text, p.with_name(PASTED + ".toml") if dialect == "torchtitan" else p)
     name = detect(p, data, dialect)
     return _reader(name)(p, data)

@@ -86,7 +86,7 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
             if zero["stage"]:
                 out["deepspeed_config"] = {"zero_optimization": zero}
     elif kind == "FSDP":
-        out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config"), nodes))
+        out.update(hf.fsdp_layout(r, "fsdp_config", [], r.sub("fsdp_config")))
         hf.mark_fsdp(r, "fsdp_config", r.sub("fsdp_config"), out)
         out.update(hf.fsdp_checkpointing(r, "fsdp_config", r.sub("fsdp_config"), trainer_gc))  # one switch with the Trainer's
         _replicas(r, out, nodes)

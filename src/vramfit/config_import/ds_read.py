@@ -13,14 +13,20 @@ from vramfit.config_import.loader import fail, load_mapping
 from vramfit.config_import.report import Entry, KeyReader
 from vramfit.config_import.values import ZERO_STAGES, zero_stage
 from vramfit.errors import ScenarioError
-from vramfit.estimate.deepspeed import TRAINER_KEYS, offload_section_error
+from vramfit.estimate.deepspeed import (
+    LEGACY_OFFLOAD,
+    TRAINER_KEYS,
+    offload_section_error,
+    with_legacy_offload,
+)
 
 #: why a key no reader knows is listed, where unknown keys are reported rather than refused (read_deepspeed strict=False)
 UNKNOWN_DS_KEY = "unknown to vramfit, check the spelling"
 #: DeepSpeed keys that change buffer sizes or speed, not the state vramfit counts.
 DS_NOT_MODELLED = "not read by vramfit (it models the stage, offload and the buffer sizes in estimate/deepspeed.py)"
 DS_IGNORED = [
-    ("train_batch_size", "filled in by the trainer ('auto')"),
+    ("train_batch_size", "filled in by the trainer ('auto'); a number is checked by the estimate against micro-batch x "
+                         "accumulation x GPUs, the count set at launch"),
     ("train_micro_batch_size_per_gpu", "filled in by the trainer ('auto')"),
     ("gradient_accumulation_steps", "filled in by the trainer ('auto')"),
     ("gradient_clipping", "no memory effect"), ("steps_per_print", "logging"), ("wall_clock_breakdown", "logging"),
@@ -42,7 +48,14 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     (other details reported). ``strict`` False (a scenario's ``deepspeed_config``, which sizes buffers only):
     an unknown key or a non-Adam ``optimizer.type`` is reported as not modelled instead of refused."""
     data = load_mapping(path) if data is None else data
+    written = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
+    data = _legacy_offload(data, path)
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
+    for old, new in LEGACY_OFFLOAD.items():  # gone from data, as DeepSpeed deletes them: reported as written
+        if old in written:
+            ds.entries[f"zero_optimization.{old}"] = Entry(
+                "read", f"zero_optimization.{old}", written[old],
+                f"deprecated: DeepSpeed reads it as {new} on the CPU when true (runtime/zero/config.py)")
     _offload_shapes(ds, data, path)
     stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
@@ -70,6 +83,18 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"
     return ds.out, list(ds.entries.values())
+
+
+def _legacy_offload(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``data`` with the deprecated ``cpu_offload`` / ``cpu_offload_param`` as the offload sections DeepSpeed makes of
+    them (estimate/deepspeed.py ``with_legacy_offload``); a refusal names the file."""
+    zero = data.get("zero_optimization")
+    if not isinstance(zero, dict) or not any(k in zero for k in LEGACY_OFFLOAD):
+        return data
+    try:
+        return {**data, "zero_optimization": with_legacy_offload(zero)}
+    except ScenarioError as exc:
+        raise fail(path, exc.message) from None
 
 
 def _offload(ds: KeyReader, path: Path, stage: int) -> float | None:
@@ -133,7 +158,9 @@ def _without_optimizer_offload(data: dict[str, Any]) -> dict[str, Any]:
 #: integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process ``fill_match``, then
 #: ``trainer_config_finalize``: "Please correct the following DeepSpeed config values that mismatch
 #: TrainingArguments values"), with the scenario value each is checked against.
-DS_TRAINER_MATCH = TRAINER_KEYS  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
+# the whole batch (train_batch_size) is matched by the estimate only (trainer_note): it counts the GPUs, which a config
+# leaves to its launcher, so the import cannot check it
+DS_TRAINER_MATCH = {k: v for k, v in TRAINER_KEYS.items() if k != "train_batch_size"}  # bf16.enabled / fp16.enabled are matched against the Trainer's own bf16 / fp16 arguments, which a recipe may leave
 # off while it loads 16-bit weights (LLaMA-Factory's pure bf16): the scenario's precision cannot stand for them
 
 
@@ -170,8 +197,8 @@ def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
     (vramfit.estimate.deepspeed types them; keys left out keep DeepSpeed's defaults)."""
     from vramfit.estimate import deepspeed
 
-    try:
-        cfg = deepspeed.from_mapping(data)
+    try:  # with the Trainer-filled batch values, which the estimate checks once the flags are on (trainer_note)
+        cfg = replace(deepspeed.from_mapping(data), trainer_values=deepspeed.trainer_values(data))
     except ScenarioError as exc:
         raise fail(path, exc.message.removeprefix("deepspeed_config: ")) from None
     # ZeRO++ hpZ stays "not modelled yet" here: the import does not know the nodes yet (a --deepspeed-config with it

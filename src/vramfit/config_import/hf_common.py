@@ -92,9 +92,9 @@ def resolve_path(r: KeyReader, key: str, value: Any) -> Path:
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 
 
-def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nodes: int = 1) -> dict[str, Any]:
+def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any]) -> dict[str, Any]:
     """parallelism/offload from HF ``fsdp`` words (``full_shard auto_wrap offload``) and ``fsdp_config``;
-    hybrid sharding (HYBRID_SHARD, _HYBRID_SHARD_ZERO2) over ``nodes`` > 1 adds ``shard_scope=node``."""
+    hybrid sharding (HYBRID_SHARD, _HYBRID_SHARD_ZERO2) adds ``shard_scope=node``."""
     if isinstance(words, str):
         words = words.split()
     if words is not None and words is not False and not isinstance(words, list):  # TrainingArguments.fsdp: str or list
@@ -111,9 +111,10 @@ def fsdp_layout(r: KeyReader, key: str, words: Any, options: dict[str, Any], nod
                       f"(valid values: {', '.join(SHARDING_STRATEGIES)}, or 1-5)")
     reshard = opts.get("reshard_after_forward")
     grad_op = "shard_grad_op" in words or strategy == "SHARD_GRAD_OP" or reshard is False
+    # hybrid sharding shards within each node and replicates across nodes (torch v2.13.0 distributed/fsdp/api.py
+    # ShardingStrategy.HYBRID_SHARD): shard_scope node, which on one node (the count the launcher sets, --num-nodes)
+    # shards over all its GPUs as FULL_SHARD does (Scenario.shard_group)
     hybrid = "hybrid_shard" in words or "HYBRID" in strategy
-    if hybrid and nodes == 1:
-        raise r.error(f"{key}: hybrid sharding spans nodes; multi-node layouts are not modelled yet")
     if hybrid:
         grad_op = grad_op or "ZERO2" in strategy
     name = next((k for k in options if k.removeprefix("fsdp_") == "offload_params"), "offload_params")

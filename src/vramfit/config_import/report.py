@@ -125,6 +125,8 @@ class KeyReader:
     def required(self, key: str) -> Any:
         """The value of a key the config must give (its model), read as :meth:`get`; absent or empty: refused."""
         value = self.get(key)
+        if value is None and self.has(key):  # a mapping, flattened into keys under it
+            raise self.error(f"{key} must be one value (a model id or a path), got a mapping")
         if not value:
             raise self.error(f"{key} is required")
         return value

@@ -133,7 +133,10 @@ def _step(r: KeyReader) -> None:
     r.set("enable_activation_offloading" if off else "enable_activation_checkpointing", "gradient_checkpointing",
           "offload" if off else "full" if ac else "none")
     r.set("compile", "compile", hf.boolean(r, "compile", False, SOURCE))
-    r.set("optimizer_in_bwd", "optimizer_in_backward", hf.boolean(r, "optimizer_in_bwd", False, SOURCE))
+    if r.out.get("method") == "full":  # v0.4.0 full_finetune_*.py and ppo_*.py read it; the LoRA recipes never do
+        r.set("optimizer_in_bwd", "optimizer_in_backward", hf.boolean(r, "optimizer_in_bwd", False, SOURCE))
+    else:
+        r.ignore("optimizer_in_bwd", "torchtune v0.4.0's LoRA and QLoRA recipes do not read it (full recipes only)")
     opt = r.get("optimizer._component_", "torch.optim.AdamW", SOURCE)
     if hf.scalar(r, "optimizer._component_", opt, list(OPTIMIZERS)) not in OPTIMIZERS:
         raise r.error(f"optimizer '{opt}' is not modelled yet (valid values: {', '.join(OPTIMIZERS)})")

@@ -75,7 +75,7 @@ class DeepSpeedConfig:
     #: read_deepspeed): "key: why" lines the estimate states; not part of the config's JSON layout
     unread: tuple[str, ...] = field(default=(), compare=False)
     #: the batch values the HF Trainer fills when they are "auto" (train_micro_batch_size_per_gpu,
-    #: gradient_accumulation_steps) where the whole file gives a number: the estimate says where they are not the
+    #: gradient_accumulation_steps, train_batch_size) where the whole file gives a number: the estimate says where they are not the
     #: scenario's (:func:`trainer_note`); not part of zero_optimization
     trainer_values: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
@@ -90,7 +90,7 @@ class DeepSpeedConfig:
                 zero["offload_param"] = {"device": "cpu"}
             elif f.name not in ("offload_optimizer", "offload_param", "unread", "trainer_values") and v is not None:
                 zero[f.name] = v
-        return {"zero_optimization": zero}
+        return {"zero_optimization": zero, **dict(self.trainer_values)}  # the batch values at the file's top level
 
 
 #: What the HF Trainer docs' example configs set when the scenario names no DeepSpeed file
@@ -168,6 +168,31 @@ def offload_section_error(zero: Any, key: str) -> str | None:
     return f"zero_optimization.{key} must be a mapping such as {{\"device\": \"cpu\"}}, got {sub!r}"
 
 
+#: DeepSpeed's deprecated offload switches and the sections they stand for: deepspeedai/DeepSpeed@edaa722 (v0.19.5+)
+#: runtime/zero/config.py l. 181-213, ``cpu_offload`` -> ``offload_optimizer``, ``cpu_offload_param`` -> ``offload_param``,
+#: each ``DeepSpeedZeroOffload*Config(device=cpu)`` when true (runtime/config_utils.py ``_process_deprecated_field``,
+#: which refuses a deprecated switch beside the section that replaces it)
+LEGACY_OFFLOAD = {"cpu_offload": "offload_optimizer", "cpu_offload_param": "offload_param"}
+
+
+def with_legacy_offload(zero: dict[str, Any]) -> dict[str, Any]:
+    """``zero`` (a zero_optimization mapping) with each deprecated offload switch as the section it stands for
+    (:data:`LEGACY_OFFLOAD`) where it is on, and gone, as DeepSpeed deletes it (``delattr``)."""
+    out = {k: v for k, v in zero.items() if k not in LEGACY_OFFLOAD}
+    for old, new in LEGACY_OFFLOAD.items():
+        value = zero.get(old)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise ScenarioError(KEY, f"zero_optimization.{old} must be true or false, got {value!r}")
+        if new in zero:
+            raise ScenarioError(KEY, f"zero_optimization.{old} (deprecated) and {new} together: DeepSpeed refuses "
+                                "them together; keep the section", [new])
+        if value:
+            out[new] = {"device": "cpu"}
+    return out
+
+
 def _device(zero: dict, key: str) -> bool:
     sub = zero.get(key)
     if sub is None:
@@ -185,6 +210,7 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
     zero = data.get("zero_optimization", data)
     if not isinstance(zero, dict):
         raise ScenarioError(KEY, f"zero_optimization must be a mapping, got {type(zero).__name__}")
+    zero = with_legacy_offload(zero)
     stage = zero.get("stage")
     if stage is not None and (isinstance(stage, bool) or stage not in (0, 1, 2, 3)):
         raise ScenarioError(KEY, f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}", ["0", "1", "2", "3"])
@@ -224,7 +250,10 @@ def with_unread(cfg: DeepSpeedConfig, data: dict[str, Any], path: Path | str) ->
 #: the Trainer-filled batch keys of a DeepSpeed file and the scenario keys the HF Trainer matches them against
 #: (transformers 5.24.0 integrations/deepspeed.py trainer_config_finalize: a mismatch is refused), as the importer
 #: checks them (config_import/ds_read.py DS_TRAINER_MATCH)
-TRAINER_KEYS = {"train_micro_batch_size_per_gpu": "micro_batch_size", "gradient_accumulation_steps": "grad_accum"}
+TRAINER_KEYS = {"train_micro_batch_size_per_gpu": "micro_batch_size", "gradient_accumulation_steps": "grad_accum",
+                # micro-batch x accumulation x world size (transformers integrations/deepspeed.py trainer_config_process
+                # fill_match("train_batch_size", ...)): Scenario.effective_batch
+                "train_batch_size": "effective_batch"}
 
 
 def trainer_values(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -238,7 +267,7 @@ def trainer_values(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
         v = data.get(key)
         if v is None or (isinstance(v, str) and v.strip().lower() == AUTO):
             continue
-        lo, hi = INT_LIMITS[own]  # the scenario key's own range
+        lo, hi = INT_LIMITS.get(own, (1, _MAX))  # the scenario key's own range (a product: any whole number)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ScenarioError(KEY, f"{key} must be a whole number from {lo} to {hi:,} or 'auto', got {shown(v)}")
         out.append((key, v))
@@ -252,8 +281,12 @@ def trainer_note(sc) -> list[str]:
     off = [(k, v, TRAINER_KEYS[k]) for k, v in (cfg.trainer_values if cfg is not None else ()) if v != getattr(sc, TRAINER_KEYS[k])]
     if not off:
         return []
+    def give(key: str, v: int) -> str:  # what to set: the key, or the keys whose product the whole batch is
+        return (f"micro_batch_size x grad_accum x data-parallel GPUs = {v}" if key == "effective_batch"
+                else f"{key} {v}")
+
     return [f"DeepSpeed config {k} {v} is not this scenario's {key} ({getattr(sc, key)}): the HF Trainer refuses the "
-            f"mismatch (trainer_config_finalize); this estimate is of {key} {getattr(sc, key)}. Give {key} {v}, or "
+            f"mismatch (trainer_config_finalize); this estimate is of {key} {getattr(sc, key)}. Give {give(key, v)}, or "
             f"\"auto\" in the file." for k, v, key in off]
 
 

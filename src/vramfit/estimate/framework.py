@@ -204,6 +204,12 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:
         raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
                             "offload off)", [Offload.NONE.value])
+    if kw.get("optimizer_in_backward") and kw.get("grad_accum", 1) > 1:
+        # each parameter is stepped and its gradient freed as backward makes it: nothing is left to accumulate
+        # (torchtune v0.4.0 recipes/full_finetune_single_device.py l. 155, full_finetune_distributed.py l. 165,
+        # ppo_full_finetune_single_device.py l. 317: "Gradient accumulation is not supported with optimizer in bwd")
+        raise ScenarioError("optimizer_in_backward", "steps each parameter during backward, so no gradient is left to "
+                            f"accumulate over {kw['grad_accum']} micro-batches; set grad_accum to 1", ["false"])
     stage = kw.get("stage", Stage.SFT)
     if profile.stages and stage not in profile.stages:
         raise ScenarioError("stage", f"{name} has no trainer for {stage.value}", [v.value for v in profile.stages])

@@ -291,9 +291,13 @@ def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
 
 
 def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
-    """``sc`` with the accumulation that reaches ``effective_batch`` (rounded up) at its micro-batch and GPUs."""
+    """``sc`` with the accumulation that reaches ``effective_batch`` (rounded up) at its micro-batch and GPUs; where the
+    optimizer steps in backward (no accumulation), with the micro-batch that reaches it in one step."""
     if effective_batch is None:
         return sc
+    if sc.optimizer_in_backward:
+        mb = max(1, -(-effective_batch // sc.num_gpus))
+        return sc if (mb, sc.grad_accum) == (sc.micro_batch_size, 1) else sc.replace(micro_batch_size=mb, grad_accum=1)
     ga = max(1, -(-effective_batch // (sc.micro_batch_size * sc.num_gpus)))
     return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
 

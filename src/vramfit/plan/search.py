@@ -225,6 +225,12 @@ class Search:
     def per_gpu(self, n: int) -> int:
         return math.ceil(self.eff / n)
 
+    def micro_batches(self, n: int) -> tuple[int, ...]:
+        """The micro-batches that reach ``n`` GPUs' per-GPU batch exactly; the one-step one alone where the optimizer
+        steps in backward, which leaves nothing to accumulate (estimate/framework.py check_runs)."""
+        top = self.per_gpu(n)
+        return (top,) if self.ev.base.optimizer_in_backward else divisors(top)
+
     def configs(self, n: int) -> list[Config]:
         if n not in self._configs:
             self._configs[n] = configs_for(n, self.ev.base, self.ev.spec)
@@ -307,7 +313,7 @@ class Search:
         with the micro-batch, so the smallest held micro-batch within ``theta`` decides whether one
         exists, and a bisection above it finds the largest.
         """
-        ds = divisors(self.per_gpu(c.num_gpus))
+        ds = self.micro_batches(c.num_gpus)
         if ok(c, ds[-1]):
             return ds[-1]
         held = ds[:-1]
@@ -360,7 +366,7 @@ class Search:
         """
         lay = self.layout(n, lacks)
         top = self.per_gpu(n)
-        ds = divisors(top)
+        ds = self.micro_batches(n)
         ok = Screen(self.figs, self.configs(n), top, ds[:-1], limit, host_limit, cls).ok
         probed: set[Config] = set()
         comp, index = self._comp, lay.index

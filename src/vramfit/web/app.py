@@ -249,7 +249,7 @@ def _register_scenario_routes(app: FastAPI) -> None:
     async def api_export(request: Request) -> JSONResponse:
         """Ready configuration (accelerate, deepspeed, fsdp or trl) for the plan of ``num_gpus`` x ``gpu_id``:
         the body of /api/plan plus ``engine``, ``gpu_id`` and ``num_gpus``."""
-        return JSONResponse(await off_loop(planning.export, await read_body(request)))
+        return SafeJSONResponse(await off_loop(planning.export, await read_body(request)))
 
     @app.post("/api/sweep", tags=["api"], response_model=None, openapi_extra=_body_doc("SweepIn"),
               responses={200: {"description": "the peak at each value of the swept key"}, **_ERRORS})
@@ -263,7 +263,7 @@ def _register_scenario_routes(app: FastAPI) -> None:
     async def api_import(request: Request) -> JSONResponse:
         """A pasted training config (Axolotl, LLaMA-Factory, TRL, torchtune, litgpt) as scenario keys, with
         what became of each key; files the config names are never opened."""
-        return JSONResponse(await off_loop(importing.import_config, await read_body(request)))
+        return SafeJSONResponse(await off_loop(importing.import_config, await read_body(request)))
 
 
 def _register_dataset_route(app: FastAPI) -> None:

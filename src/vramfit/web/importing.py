@@ -7,6 +7,7 @@ opens, any file the config names; the body is bounded by :data:`~vramfit.web.ser
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from vramfit.errors import VramfitError
@@ -16,7 +17,10 @@ MAX_ERROR_CHARS = 300  # an error is one line; a long YAML problem is cut here
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-safe copy of a config value (numbers, text, lists, mappings; anything else as text)."""
+    """A JSON-safe copy of a config value (numbers, text, lists, mappings; anything else as text): a float JSON cannot
+    hold (YAML's .nan and .inf, TOML's nan and inf, in a key the import reports but does not read) as its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):

@@ -278,6 +278,8 @@ RULES: list[tuple[str, str]] = [
     (r"load_in_4bit and load_in_8bit are both true; choose one$", "load_in_4bit e load_in_8bit estão ambos a true; escolhe um"),
     (r"bf16 and fp16 are both on; choose one$", "bf16 e fp16 estão ambos ligados; escolhe um"),
     (r"base_model is required$", "base_model é obrigatório"),
+    (r"(\w+) must be one value \(a model id or a path\), got a mapping$",
+     "$1 tem de ser um só valor (um id de modelo ou um caminho), não um mapeamento"),
     (r"^dataset: (\S+) holds no rows$", "dataset: $1 não tem linhas"),
     (r"^dataset: no non-empty rows to train on$", "dataset: nenhuma linha não vazia para treinar"),
     (r"^dataset: row (\d+) of (\S+) has no column ('.*') \(the dataset's (\S+) column, found in the first row\)$",

@@ -289,6 +289,12 @@ _LAYOUT_RULES: list[tuple[str, str]] = [
      r"\(trainer_config_finalize\); this estimate is of \w+ \d+\. Give \w+ \d+, or \"auto\" in the file\.$",
      "O valor $1 $2 da configuração do DeepSpeed não é o $3 deste cenário ($4): o Trainer do HF recusa a diferença "
      "(trainer_config_finalize); esta estimativa é a de $3 $4. Dê $3 $2, ou \"auto\" no ficheiro."),
+    (r"^DeepSpeed config train_batch_size (\d+) is not this scenario's effective_batch \((\d+)\): the HF Trainer refuses "
+     r"the mismatch \(trainer_config_finalize\); this estimate is of effective_batch \d+\. Give micro_batch_size x "
+     r"grad_accum x data-parallel GPUs = \d+, or \"auto\" in the file\.$",
+     "O train_batch_size $1 da configuração do DeepSpeed não é o lote efetivo deste cenário ($2): o Trainer do HF recusa "
+     "a diferença (trainer_config_finalize); esta estimativa é a do lote efetivo $2. Dê micro_batch_size x grad_accum x "
+     "GPUs de dados paralelos = $1, ou \"auto\" no ficheiro."),
     (r"^cannot run: no BF16 on (.+) \(--precision fp16-mixed runs\)$",
      "não corre: sem BF16 na $1 (com a precisão fp16-mixed corre)"),
     (r"^cannot run: no FlashAttention-2 on (.+) \(--attention sdpa runs\)$",

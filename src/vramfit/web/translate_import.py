@@ -71,6 +71,9 @@ LABELS: dict[str, str] = {
     "FP8 training": "treino em FP8", "NVFP4": "formato NVFP4", "1-bit models": "modelos de 1 bit",
     "precision comes from the training config": "a precisão vem da configuração de treino",
     "filled in by the trainer ('auto')": "preenchido pelo Trainer ('auto')",
+    "filled in by the trainer ('auto'); a number is checked by the estimate against micro-batch x accumulation x GPUs, "
+    "the count set at launch": "preenchido pelo Trainer ('auto'); um número é verificado pela estimativa contra "
+    "micro-batch x acumulação x GPUs, o número definido no lançamento",
     # features not modelled yet
     "Axolotl's fused LoRA Triton kernels": "kernels Triton de LoRA fundidos do Axolotl", "EBFT training": "treino EBFT",
     "settings of the rl stage not read (GRPO sizes are)": "definições da etapa rl não lidas (os tamanhos do GRPO são lidos)",
@@ -143,6 +146,12 @@ IMPORT_RULES: list[tuple[str, str]] = [
      r"whose driver reads no torch version$",
      "auto: ligado, como o Axolotl o liga no torch $1 e posteriores (exige o $2); desligado com use_ray, cujo driver "
      "não lê a versão do torch"),
+    (r"^deprecated: DeepSpeed reads it as (\w+) on the CPU when true \(runtime/zero/config\.py\)$",
+     "obsoleto: o DeepSpeed lê-o como $1 no CPU quando é true (runtime/zero/config.py)"),
+    (r"zero_optimization\.(\w+) \(deprecated\) and (\w+) together: DeepSpeed refuses them together; keep the section",
+     "zero_optimization.$1 (obsoleto) e $2 juntos: o DeepSpeed recusa-os juntos; mantém a secção"),
+    (r"^torchtune v([\d.]+)'s LoRA and QLoRA recipes do not read it \(full recipes only\)$",
+     "as receitas LoRA e QLoRA do torchtune v$1 não o leem (só as receitas completas)"),
     (r"^adapter lora with load_in_4bit: Axolotl quantizes only for adapter qlora, so the base loads unquantized",
      "adapter lora com load_in_4bit: o Axolotl só quantiza com adapter qlora, por isso a base carrega sem quantização"),
     (r"sem quantização and prepare_model_for_kbit_training casts it to fp32 \(norms and embeddings back to 16 bits\): "

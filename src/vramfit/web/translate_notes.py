@@ -187,6 +187,10 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
+     r"(\d+) micro-batches; set grad_accum to 1",
+     "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "
+     "em $1 micro-batches; põe grad_accum a 1"),
     # ---- images under a framework that trains none of this model's (vision_inputs.check_image_framework)
     (r"^(images|frames)_per_sample: (\w+) \(([\w.@-]+)\) trains only ([\w, ]+) checkpoints, no images of "
      r"model_type '(\w+)'; frameworks that do: ([\w, ]+)",
