@@ -79,3 +79,13 @@ def test_pasted_configs_name_what_is_wrong():
         from_text("base_model: {a: 1}\n")
     with pytest.raises(ScenarioError, match="is not valid TOML"):  # was "must hold a mapping of config keys, got str"
         from_text("a = 1\nb = [", "torchtitan")
+
+
+@pytest.mark.parametrize(("value", "on"), [(1, True), ("yes", True), ("Off", False), (0, False)])
+def test_the_switches_read_as_deepspeeds_config_model_reads_a_bool(value, on):
+    # pydantic v2 lax mode, which DeepSpeed's config model runs in: 0/1 and yes/no/on/off/true/false, any case
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "num_gpus": 4,
+          "deepspeed_config": {"zero_optimization": {"stage": 2, "cpu_offload": value}}}
+    assert estimate(sc).scenario.offload.value == ("optimizer" if on else "none")
+    with pytest.raises(ScenarioError, match="cpu_offload must be true or false, got 'maybe'"):
+        estimate({**sc, "deepspeed_config": {"zero_optimization": {"stage": 2, "cpu_offload": "maybe"}}})

@@ -47,3 +47,20 @@ def test_the_planner_reaches_the_effective_batch_in_one_step():
               "optimizer_in_backward": True}, effective_batch=64, gpu_ids=["h100-sxm"], with_changes=False)
     assert r.plans and all(p.grad_accum == 1 and p.micro_batch_size * p.num_gpus >= 64 for p in r.plans)
     assert r.scenario["micro_batch_size"] == 64 and r.scenario["grad_accum"] == 1
+
+
+def test_the_planners_variants_and_sweeps_hold_the_frameworks_refusals():
+    """Review, 2026-12-05: the free keys the planner sets without parsing again (plan/evaluate.py) skipped check_runs:
+    a sweep of grad_accum under optimizer_in_backward, and of loss under torchtitan (no fused loss), said "fits"."""
+    from vramfit.plan.changes import changes_to_fit
+    from vramfit.plan.sweep import sweep
+    from vramfit.scenario import parse_scenario
+
+    oib = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "framework": "torchtune", "optimizer_in_backward": True}
+    points = sweep(oib, "grad_accum", [1, 2], cards=["rtx4090"]).points
+    assert points[0].error is None and "optimizer_in_backward" in points[1].error
+    titan = sweep({"model": "meta-llama/Llama-3.2-1B", "method": "full", "framework": "torchtitan"}, "loss",
+                  ["standard", "fused"], cards=["rtx4090"]).points
+    assert titan[0].error is None and "does not call a fused linear + cross-entropy loss" in titan[1].error
+    changes = changes_to_fit(parse_scenario({**oib, "micro_batch_size": 8, "gpu": "rtx4090"}), "rtx4090")
+    assert changes and all(c.changes.get("grad_accum", 1) == 1 for c in changes)

@@ -97,3 +97,19 @@ def test_an_estimate_with_images_states_the_band_of_runs_with_images():
     assert acc["error_band"] == [-0.1097, 0.0594]
     text = estimate({**sc, "images_per_sample": 0}).accuracy
     assert text["path"]["method"] == "qlora" and "UNSLOTH_VLM_NB-1" not in text["cases"]
+
+
+def test_a_text_model_ignores_images_whatever_the_framework_and_keeps_its_band():
+    # review, 2026-12-05: Llama-3.2-1B with an image stated ms-swift's one Qwen2-VL row (-16.3 %) as its band, and
+    # torchtitan refused it as a vision-language run while hf ignored the images
+    for fw in ("hf", "torchtitan"):
+        r = estimate({"model": "meta-llama/Llama-3.2-1B", "images_per_sample": 1, "framework": fw})
+        assert "+images" not in r.accuracy["path"]["method"]
+
+
+def test_hybrid_sharding_on_one_node_keeps_the_full_shard_band():
+    from vramfit.estimate.accuracy import path_of
+
+    one = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "num_gpus": 4, "parallelism": "fsdp", "shard_scope": "node"})
+    assert path_of(one)["sharding"] == "fsdp"
+    assert path_of(one.replace(num_gpus=8, num_nodes=2))["sharding"] == "fsdp+node"

@@ -444,7 +444,7 @@ def estimate_spec(
         phases=tuple(PhasePeak(k, v, tuple(sorted(breakdowns[k].items()))) for k, v in phases.items()),
         assumptions=tuple(assumptions),
         host_bytes=parts.host,
-        accuracy=accuracy_for(sc),
+        accuracy=accuracy_for(sc, sc.sees_pixels and spec.vision is not None),  # a text model ignores images
         ranks=r.ranks,
     )
 

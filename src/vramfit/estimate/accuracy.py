@@ -29,23 +29,25 @@ _QUANT_FAMILY = {
 }
 
 
-def path_of(sc: Scenario) -> dict[str, str]:
+def path_of(sc: Scenario, images: bool | None = None) -> dict[str, str]:
     """The fields that select which code runs; 4-bit bitsandbytes formats share one path; tensor, pipeline and
     context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet), and so is
     sharding inside each node (``shard_scope=node``: HSDP or ZeRO++ hpZ, ``fsdp+node``). A training stage other than
     SFT runs another step (a reference model, pairs, generation: estimate/stages): part of the method (``lora+dpo``),
     so a DPO or GRPO estimate is never vouched for by SFT measurements; so are a vision-language model's images
-    (``lora+images``: a tower's forward and backward, image tokens in the sequence), never vouched for by text runs."""
+    (``lora+images``: a tower's forward and backward, image tokens in the sequence), never vouched for by text runs;
+    ``images``: whether the model sees them (None: the scenario's images or frames; a text model ignores them). Sharding
+    inside each node is the same run as over every rank on one node, so ``+node`` needs several nodes."""
     sharding = sc.parallelism.value if sc.num_gpus > 1 or sc.parallelism.value.startswith(("zero", "fsdp")) else "none"
     if sc.fsdp_version is FsdpVersion.V2 and sc.parallelism in FSDP_FAMILY:  # another FSDP runs (estimate/fsdp2.py)
         sharding += "+fsdp2"
     for name, degree in (("tp", sc.tensor_parallel), ("pp", sc.pipeline_parallel), ("cp", sc.context_parallel)):
         sharding += f"+{name}{degree}" if degree > 1 else ""
-    sharding += "+node" if sc.shard_scope is ShardScope.NODE else ""
+    sharding += "+node" if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else ""
     return {
         "framework": sc.framework.value,
         "method": sc.method.value + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else "")
-        + ("+images" if sc.sees_pixels else ""),
+        + ("+images" if (sc.sees_pixels if images is None else images) else ""),
         "sharding": sharding,
         "offload": sc.offload.value,
         "quantization": _QUANT_FAMILY[sc.quantize],
@@ -62,10 +64,11 @@ def _describe(path: dict[str, str]) -> str:
     return " · ".join(path[f] for f in FIELDS)
 
 
-def accuracy_for(sc: Scenario) -> dict[str, Any]:
+def accuracy_for(sc: Scenario, images: bool | None = None) -> dict[str, Any]:
     """The ``accuracy`` object of a result: the measured cases on the scenario's path (all five fields
-    equal), else the nearest ones (the most weighty fields equal), with their signed errors."""
-    cached = _accuracy_for_path(tuple(path_of(sc).items()))
+    equal), else the nearest ones (the most weighty fields equal), with their signed errors (``images``: as
+    :func:`path_of`)."""
+    cached = _accuracy_for_path(tuple(path_of(sc, images).items()))
     # the cached record's containers are copied (one level: they hold plain values), so a caller's edit stays its own
     return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in cached.items()}
 

@@ -183,14 +183,31 @@ def with_legacy_offload(zero: dict[str, Any]) -> dict[str, Any]:
         value = zero.get(old)
         if value is None:
             continue
-        if not isinstance(value, bool):
-            raise ScenarioError(KEY, f"zero_optimization.{old} must be true or false, got {value!r}")
+        on = _lax_bool(value)
+        if on is None:
+            raise ScenarioError(KEY, f"zero_optimization.{old} must be true or false, got {shown(value)}",
+                                ["true", "false"])
         if new in zero:
             raise ScenarioError(KEY, f"zero_optimization.{old} (deprecated) and {new} together: DeepSpeed refuses "
-                                "them together; keep the section", [new])
-        if value:
+                                "them together; keep the section")
+        if on:
             out[new] = {"device": "cpu"}
     return out
+
+
+#: what DeepSpeed's pydantic config model takes for a bool (pydantic v2 lax mode: 0/1 and these words, any case)
+_TRUE, _FALSE = {"1", "true", "t", "yes", "y", "on"}, {"0", "false", "f", "no", "n", "off"}
+
+
+def _lax_bool(value: Any) -> bool | None:
+    """``value`` as pydantic reads a bool field of DeepSpeed's config, None where it refuses it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    return None
 
 
 def _device(zero: dict, key: str) -> bool:

@@ -216,6 +216,20 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     check_stage_recipe(kw, profile)
 
 
+#: the scenario keys :func:`check_runs` reads
+_RUN_KEYS = ("framework", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
+             "optimizer_in_backward", "grad_accum")
+
+
+def check_free_keys(sc, free: dict[str, Any]) -> None:  # noqa: ANN001
+    """:func:`check_runs` of ``sc`` with ``free`` set: the planner's variants set their free keys (plan/evaluate.py
+    ``_FREE_KEYS``: micro-batch, accumulation, checkpointing, optimizer, loss) without parsing the scenario again, so the
+    framework's refusals of an optimizer, a loss or accumulation beside an in-backward step are checked here."""
+    kw = {k: getattr(sc, k) for k in _RUN_KEYS}
+    kw.update(free)
+    check_runs(kw, scenario_profile(sc))
+
+
 def stage_recipe(profile: FrameworkProfile, stage: Stage) -> StageRecipe | None:
     """The framework's own recipe for ``stage`` (profile ``stage_recipes``), None where TRL's trainer runs it."""
     return next((r for r in profile.stage_recipes if r.stage is stage), None)

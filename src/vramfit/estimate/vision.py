@@ -158,10 +158,13 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     own = tower_block_adapters(block, adapters)
     saved = tower_block_saved(spec, sc, profile, adapters)
     per_layer = sum(round_allocation(v) for v in saved.items.values())
+    # the block a recompute re-creates at its largest: a full-attention one, where eager scores differ by layer
+    top = sum(round_allocation(v) for v in tower_block_saved(spec, sc, profile, adapters, largest=True).items.values())
+    extra = 0
     if spec.vision.layer_scale and sc.method is Method.FULL:
         # a trained layer-scale vector (InternViT lambda_1 * attention, lambda_2 * mlp) saves the branch
         # output it multiplies for its own gradient (mul: other's value, tools/autograd/derivatives.yaml)
-        per_layer += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
+        extra += 2 * round_allocation(sc.precision.compute_bytes * patches * block.hidden_size)
     # every layer runs; the unused ones' tensors stay referenced (the tower's output object) until the
     # forward returns, where the activations peak
     depth = block.num_hidden_layers
@@ -178,12 +181,13 @@ def _tower_activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         head += round_allocation(c * sc.micro_batch_size * pix.pixels)
     full = sc.method is Method.FULL
     if spec.vision.segmented_attention and (full or _out_proj_saves_input(block, saved, own)):
-        per_layer += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
+        extra += round_allocation(c * patches * block.hidden_size)  # the joined segment outputs
+    per_layer, top = per_layer + extra, top + extra
     gates = spec.vision.gated_layers if full else 0
     per_gated = 2 * round_allocation(c * patches * block.hidden_size)  # tanh(gate) x branch saves the branch
     if sc.gradient_checkpointing is Checkpointing.NONE or not tower_checkpointed(spec, profile):
         return depth * per_layer + gates * per_gated, head, 0
-    return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)), head, per_layer
+    return depth * round_allocation(extras.block_input_bytes(block, vsc, profile)), head, top
 
 
 def tower_checkpointed(spec: ModelSpec, profile: FrameworkProfile) -> bool:
@@ -219,16 +223,19 @@ def tower_autocast_copies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
 
 
 #: a block's saved tensors that eager attention sizes by its scores (estimate/attention.py _eager_scores_saved)
-_SCORE_KEYS = ("attn.softmax_out", "attn.dropout_mask", "attn.dropout_out", "attn.probs", "attn.softcap_tanh")
+SCORE_KEYS = ("attn.softmax_out", "attn.dropout_mask", "attn.dropout_out", "attn.probs", "attn.softcap_tanh")
 
 
-def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):  # noqa: ANN201
+def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],  # noqa: ANN201
+                      largest: bool = False):
     """One tower block's saved tensors (``activations.Saved``) over the micro-batch's patches as one sequence; eager
     attention's score tensors are each attention segment's (vision_inputs.attended_patches, an average layer: a
-    batched tower's (tiles, H, P, P), a Qwen tower's per image or window), not one sequence's over every patch."""
+    batched tower's (tiles, H, P, P), a Qwen tower's per image or window), not one sequence's over every patch.
+    ``largest``: a full-attention layer's (Qwen2.5-VL's windowed layers hold less), the block a recompute re-creates
+    at its largest."""
     from vramfit.estimate import activations as act
     from vramfit.estimate.attention import runs_eager_attention
-    from vramfit.estimate.vision_inputs import attended_patches
+    from vramfit.estimate.vision_inputs import attended_patches, segment_scores
 
     patches = sc.micro_batch_size * per_sample(spec, sc).vision_patches
     vsc = dataclasses.replace(sc, micro_batch_size=1, seq_len=patches)
@@ -236,8 +243,9 @@ def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     quantized = vision_quantized(sc, profile) and sc.method is not Method.FULL
     saved = act.block_saved(spec.vision.block, vsc, profile, own, quantized)
     if runs_eager_attention(spec.vision.block, vsc, profile):
-        scores = sc.micro_batch_size * attended_patches(spec, sc) // spec.vision.block.num_hidden_layers
-        for key in _SCORE_KEYS:
+        per_layer = segment_scores(spec, sc) if largest else attended_patches(spec, sc) // spec.vision.block.num_hidden_layers
+        scores = sc.micro_batch_size * per_layer
+        for key in SCORE_KEYS:
             if key in saved.items:
                 saved.items[key] = saved.items[key] * scores // (patches * patches)
     return saved

@@ -10,6 +10,7 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.vision import (
+    SCORE_KEYS,
     embeds_leaf_bytes,
     lm_scenario,
     per_sample,
@@ -123,20 +124,29 @@ def _block_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, v
     softmax over each attention segment's scores (vision_inputs.attention_scenario): all segments at once in a tower
     that takes its tiles as a batch; one segment at a time where the attention loops over them
     (``VisionTower.segmented_attention``: each segment's ops, made after the previous segment's, come first in
-    autograd's order, so one segment's score gradients live at a time), beside the MLP's over every patch."""
+    autograd's order, so one segment's score gradients live at a time), beside the MLP's over every patch. The
+    softmax's working set is net of what autograd has freed by then (the decoder's rule, ``Saved.freed_before_*``): the
+    re-created block's MLP tensors and, of the scores, the probabilities ``probs @ v`` kept, every segment's at once in a
+    batched tower, the segment's own in a looped one."""
     from vramfit.estimate import block_extras as extras
     from vramfit.estimate.attention import runs_eager_attention
-    from vramfit.estimate.vision_inputs import attention_scenario
+    from vramfit.estimate.vision_inputs import attention_scenario, segment_scores
 
     block = spec.vision.block
     if not runs_eager_attention(block, vsc, profile):
         return extras.block_backward_transient(block, vsc, profile)
     segments = attention_scenario(spec, sc)
+    saved = tower_block_saved(spec, sc, profile, vision_adapters(spec, sc, profile), largest=True)
     if not spec.vision.segmented_attention:
-        return extras.block_backward_transient(block, segments, profile)
+        return extras.block_backward_transient(block, segments, profile, saved)
     one = dataclasses.replace(segments, micro_batch_size=1)
     whole = dataclasses.replace(vsc, attention=Attention.SDPA)  # the MLP's rule, over every patch
-    return max(extras.block_backward_transient(block, one, profile), extras.block_backward_transient(block, whole, profile))
+    share = (segments.seq_len ** 2, sc.micro_batch_size * segment_scores(spec, sc))  # one segment's of the layer's scores
+    for key in SCORE_KEYS:
+        if key in saved.items:
+            saved.items[key] = saved.items[key] * share[0] // share[1]
+    return max(extras.block_backward_transient(block, one, profile, saved),
+               extras.block_backward_transient(block, whole, profile))
 
 
 def embeds_grad_pending(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

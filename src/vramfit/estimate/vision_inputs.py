@@ -24,8 +24,10 @@ def check_image_framework(spec: ModelSpec, sc: Scenario, key: str) -> None:
     from vramfit.estimate.framework import profile_for, scenario_profile
     from vramfit.scenario import Framework
 
+    checkpoint = spec.vision.image_config.get("model_type") or spec.model_type  # gemma3, not its text model's type
+
     def feeds(profile: FrameworkProfile) -> bool:
-        return profile.image_model_types is None or spec.model_type in profile.image_model_types
+        return profile.image_model_types is None or checkpoint in profile.image_model_types
 
     profile = scenario_profile(sc)
     if feeds(profile):
@@ -34,19 +36,19 @@ def check_image_framework(spec: ModelSpec, sc: Scenario, key: str) -> None:
     types = profile.image_model_types
     own = f"only {', '.join(types)} checkpoints" if types else "no vision-language model"
     raise ScenarioError(key, f"{sc.framework.value} ({profile.version}) trains {own}, no images of "
-                        f"model_type {spec.model_type!r}; frameworks that do: {others}", valid=("0",))
+                        f"model_type {checkpoint!r}; frameworks that do: {others}", valid=("0",))
 
 
 def per_image(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of one of the scenario's images; None without images."""
     if not sc.images_per_sample:
         return None
-    check_image_framework(spec, sc, "images_per_sample")
     if spec.vision is None:
         if spec.vision_params:  # a vision-language checkpoint whose tower vramfit does not describe
             raise ScenarioError("images_per_sample", f"images of model_type {spec.model_type!r} are not modelled "
                                 f"(no vision-tower description); modelled: {', '.join(TOWER_FAMILIES)}", valid=("0",))
-        return None
+        return None  # a text model: the images are ignored (and said so), whatever the framework
+    check_image_framework(spec, sc, "images_per_sample")
     return image_tokens(spec.vision.image_config, sc.image_height, sc.image_width)
 
 
@@ -58,7 +60,8 @@ def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of the scenario's video frames; None without frames."""
     if not sc.frames_per_sample:
         return None
-    check_image_framework(spec, sc, "frames_per_sample")
+    if spec.vision is not None:
+        check_image_framework(spec, sc, "frames_per_sample")
     refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "
                f"modelled: {', '.join(sorted({*VIDEO_SUPPORTED} & {*TOWER_FAMILIES}))}")
     if spec.vision is None or not has_video_rule(spec.vision.image_config):
@@ -107,6 +110,11 @@ def attended_patches(spec: ModelSpec, sc: Scenario) -> int:
         else:
             total += n * seg * seg * layers
     return total
+
+
+def segment_scores(spec: ModelSpec, sc: Scenario) -> int:
+    """One sequence's score elements per head in a full-attention layer: each segment's length squared."""
+    return sum(n * seg * seg for seg, n in tower_segments(spec, sc))
 
 
 def attention_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:

@@ -13,6 +13,7 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.errors import ScenarioError
 from vramfit.estimate import FitFigures, estimate_spec, fit_figures, resolve_spec, step_peak
+from vramfit.estimate.framework import check_free_keys
 from vramfit.estimate.result import EstimateResult
 from vramfit.gpus import GPU, get_gpu, list_gpus
 from vramfit.plan.verdict import limit_bytes  # noqa: F401 - the one definition, re-exported for the planner
@@ -101,6 +102,7 @@ class Evaluator:
         if free and None not in free.values() and self.base.stage not in BATCH_RULE_STAGES:
             try:
                 rest = self.scenario(**{k: v for k, v in changes.items() if k not in free})
+                check_free_keys(rest, free)  # what the framework refuses of them (estimate/framework.py check_runs)
             except ScenarioError as exc:
                 return exc
             return dataclasses.replace(rest, **free)

@@ -148,6 +148,8 @@ IMPORT_RULES: list[tuple[str, str]] = [
      "não lê a versão do torch"),
     (r"^deprecated: DeepSpeed reads it as (\w+) on the CPU when true \(runtime/zero/config\.py\)$",
      "obsoleto: o DeepSpeed lê-o como $1 no CPU quando é true (runtime/zero/config.py)"),
+    (r"zero_optimization\.(\w+) must be true or false, got (.+?)(?= \(valid values|$)",
+     "zero_optimization.$1 tem de ser true ou false (recebido: $2)"),
     (r"zero_optimization\.(\w+) \(deprecated\) and (\w+) together: DeepSpeed refuses them together; keep the section",
      "zero_optimization.$1 (obsoleto) e $2 juntos: o DeepSpeed recusa-os juntos; mantém a secção"),
     (r"^torchtune v([\d.]+)'s LoRA and QLoRA recipes do not read it \(full recipes only\)$",
