@@ -89,3 +89,15 @@ def test_the_switches_read_as_deepspeeds_config_model_reads_a_bool(value, on):
     assert estimate(sc).scenario.offload.value == ("optimizer" if on else "none")
     with pytest.raises(ScenarioError, match="cpu_offload must be true or false, got 'maybe'"):
         estimate({**sc, "deepspeed_config": {"zero_optimization": {"stage": 2, "cpu_offload": "maybe"}}})
+
+
+def test_a_plan_says_the_files_batch_values_hold_only_where_they_match(tmp_path):
+    # review, 2026-12-05: plans at other micro-batches carried the file's numbers with no word that the Trainer refuses
+    from vramfit.plan import plan
+
+    ds = {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+          "train_batch_size": 16}
+    r = plan({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "num_gpus": 2, "deepspeed_config": ds},
+             effective_batch=16, gpu_ids=["h100-sxm"], with_changes=False)
+    line = next(a for a in r.assumptions if a.startswith("Your DeepSpeed file gives"))
+    assert "train_micro_batch_size_per_gpu 4, gradient_accumulation_steps 2, train_batch_size 16" in line

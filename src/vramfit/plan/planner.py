@@ -325,6 +325,11 @@ def _report_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, al
                     "multiplied by it" for fc in fams if fc.speed_factor is not None and mfu is None]
     if (line := stage_time_note(sc)) is not None:
         assumptions.append(line)
+    if sc.deepspeed_config is not None and sc.deepspeed_config.trainer_values:
+        given = ", ".join(f"{k} {v}" for k, v in sc.deepspeed_config.trainer_values)
+        assumptions.append(f"Your DeepSpeed file gives {given}: the HF Trainer refuses it with a plan whose micro-batch, "
+                           "accumulation or GPU count makes other values (trainer_config_finalize); write \"auto\" "
+                           "there (--export deepspeed writes the plan's own).")
     if dataset is not None:  # the measured lengths replace the packed-dataset assumption
         packed = next(a for a in ASSUMPTIONS if a.startswith("The dataset is packed"))
         assumptions[assumptions.index(packed)] = (

@@ -295,6 +295,11 @@ _LAYOUT_RULES: list[tuple[str, str]] = [
      "O train_batch_size $1 da configuração do DeepSpeed não é o lote efetivo deste cenário ($2): o Trainer do HF recusa "
      "a diferença (trainer_config_finalize); esta estimativa é a do lote efetivo $2. Dê micro_batch_size x grad_accum x "
      "GPUs de dados paralelos = $1, ou \"auto\" no ficheiro."),
+    (r"^Your DeepSpeed file gives (.+): the HF Trainer refuses it with a plan whose micro-batch, accumulation or GPU "
+     r"count makes other values \(trainer_config_finalize\); write \"auto\" there \(--export deepspeed writes the "
+     r"plan's own\)\.$",
+     "O seu ficheiro do DeepSpeed dá $1: o Trainer do HF recusa-o num plano cujo micro-batch, acumulação ou número de "
+     "GPUs dê outros valores (trainer_config_finalize); escreva \"auto\" aí (--export deepspeed escreve os do plano)."),
     (r"^cannot run: no BF16 on (.+) \(--precision fp16-mixed runs\)$",
      "não corre: sem BF16 na $1 (com a precisão fp16-mixed corre)"),
     (r"^cannot run: no FlashAttention-2 on (.+) \(--attention sdpa runs\)$",
