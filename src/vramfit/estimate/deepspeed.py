@@ -195,19 +195,16 @@ def with_legacy_offload(zero: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: what DeepSpeed's pydantic config model takes for a bool (pydantic v2 lax mode: 0/1 and these words, any case)
-_TRUE, _FALSE = {"1", "true", "t", "yes", "y", "on"}, {"0", "false", "f", "no", "n", "off"}
-
-
 def _lax_bool(value: Any) -> bool | None:
-    """``value`` as pydantic reads a bool field of DeepSpeed's config, None where it refuses it."""
+    """``value`` as pydantic reads a bool field of DeepSpeed's config (v2 lax mode: 0/1 and the words accelerate's
+    bool takes, any case: config_import/values.py ``ACCELERATE_BOOL``), None where it refuses it."""
+    from vramfit.config_import.values import ACCELERATE_BOOL
+
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    return None
+    return ACCELERATE_BOOL.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 def _device(zero: dict, key: str) -> bool:

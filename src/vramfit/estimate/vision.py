@@ -244,11 +244,16 @@ def tower_block_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     saved = act.block_saved(spec.vision.block, vsc, profile, own, quantized)
     if runs_eager_attention(spec.vision.block, vsc, profile):
         per_layer = segment_scores(spec, sc) if largest else attended_patches(spec, sc) // spec.vision.block.num_hidden_layers
-        scores = sc.micro_batch_size * per_layer
-        for key in SCORE_KEYS:
-            if key in saved.items:
-                saved.items[key] = saved.items[key] * scores // (patches * patches)
+        rescale_scores(saved, sc.micro_batch_size * per_layer, patches * patches)
     return saved
+
+
+def rescale_scores(saved, scores: int, of: int) -> None:  # noqa: ANN001
+    """``saved``'s score-sized tensors (:data:`SCORE_KEYS`) at ``scores`` elements per head where they were counted at
+    ``of``, in place."""
+    for key in SCORE_KEYS:
+        if key in saved.items:
+            saved.items[key] = saved.items[key] * scores // of
 
 
 def tower_block_adapters(block: ModelSpec, adapters: list[Adapter]) -> list[Adapter]:

@@ -10,10 +10,10 @@ from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.framework import FrameworkProfile, adapter_bytes
 from vramfit.estimate.params import Adapter
 from vramfit.estimate.vision import (
-    SCORE_KEYS,
     embeds_leaf_bytes,
     lm_scenario,
     per_sample,
+    rescale_scores,
     tower_block_saved,
     tower_checkpointed,
     tower_head_consumed,
@@ -141,10 +141,7 @@ def _block_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, v
         return extras.block_backward_transient(block, segments, profile, saved)
     one = dataclasses.replace(segments, micro_batch_size=1)
     whole = dataclasses.replace(vsc, attention=Attention.SDPA)  # the MLP's rule, over every patch
-    share = (segments.seq_len ** 2, sc.micro_batch_size * segment_scores(spec, sc))  # one segment's of the layer's scores
-    for key in SCORE_KEYS:
-        if key in saved.items:
-            saved.items[key] = saved.items[key] * share[0] // share[1]
+    rescale_scores(saved, segments.seq_len ** 2, sc.micro_batch_size * segment_scores(spec, sc))  # one segment's
     return max(extras.block_backward_transient(block, one, profile, saved),
                extras.block_backward_transient(block, whole, profile))
 
