@@ -53,9 +53,9 @@ def test_sft_keeps_the_offer():
 def test_torchtune_recipes_run_their_own_loss():
     """torchtune's DPO recipes take log-probs with their own code (rlhf get_batch_log_probs): a fused loss changes
     nothing there either, and the line names no TRL switch."""
-    sc = parse_scenario({**BASE, "stage": "dpo", "framework": "torchtune", "loss": "fused"})
-    line = next(x for x in estimate(sc).assumptions if x.startswith("loss fused:"))
-    assert line == ("loss fused: the dpo trainer of this release has no fused or chunked loss, so its own log-prob "
+    sc = parse_scenario({**BASE, "stage": "dpo", "framework": "torchtune", "loss": "chunked"})
+    line = next(x for x in estimate(sc).assumptions if x.startswith("loss chunked:"))
+    assert line == ("loss chunked: the dpo trainer of this release has no fused or chunked loss, so its own log-prob "
                     "code is counted.") and untranslated([line]) == []
     assert estimate(sc).peak.required_bytes == estimate(sc.replace(loss="standard")).peak.required_bytes
 

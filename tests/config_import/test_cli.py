@@ -174,8 +174,8 @@ def test_write_to_writes_nothing_a_companion_or_the_card_would_refuse(tmp_path):
 def test_plan_write_to_says_when_the_file_alone_does_not_fit(tmp_path):
     """A torchtune file cannot hold FSDP with CPU offload; the plan's other changes (micro-batch 1, no checkpointing) are
     written and the file alone needs more than the card holds: said, with the figure."""
-    tt = tmp_path / "tt.yaml"
-    tt.write_text("model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n  max_seq_len: 4096\n"
+    tt = tmp_path / "tt.yaml"  # Llama-3.1-8B in full: 16 GB of bf16 weights alone, so no one-GPU plan fits 12 GB
+    tt.write_text("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ntokenizer:\n  max_seq_len: 4096\n"
                   "batch_size: 2\ngradient_accumulation_steps: 8\noptimizer:\n  _component_: torch.optim.AdamW\n"
                   "  fused: True\nloss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n"
                   "enable_activation_checkpointing: True\ndtype: bf16\n")

@@ -78,7 +78,7 @@ EXPECTED = {
                              "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0,
                              "lora_targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                              "optimizer": "adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 8,
-                             "gradient_checkpointing": "full", "loss": "fused", "framework": "torchtune", "lora_dropout": 0.0,
+                             "gradient_checkpointing": "full", "loss": "chunked", "framework": "torchtune", "lora_dropout": 0.0,
                              "optimizer_impl": "fused"},
     "torchtune_full_fsdp.yaml": {**BASE, "model": "meta-llama/Llama-3.2-3B", "method": "full", "precision": "bf16-true",
                                  "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],

@@ -8,6 +8,7 @@ import pytest
 from vramfit import from_config
 from vramfit.config_import.writeback import file_values, write_back
 from vramfit.errors import ScenarioError
+from vramfit.estimate import estimate
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -129,12 +130,12 @@ def test_torchtune_loss_and_optimizer_are_written_as_components(tmp_path):
     """The optimizer's component changes and torch.optim's own ``fused: True`` goes with it: bitsandbytes' AdamW8bit
     takes no ``fused`` argument (torchtune's instantiate would raise TypeError). Re-read, the file's AdamW
     implementation is left to the framework (optimizer_impl auto), which does not act on an 8-bit optimizer anyway."""
-    want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_full_fsdp.yaml", {"loss": "fused", "optimizer": "adamw-8bit"})
+    want, again, old, new, _, _ = _roundtrip(tmp_path, "torchtune_full_fsdp.yaml", {"loss": "standard", "optimizer": "adamw-8bit"})
     assert again == {**want, "optimizer_impl": "auto"} and want["optimizer_impl"] == "fused"
     assert [line for line in old if line not in new] == ["  _component_: torch.optim.AdamW", "  fused: True",
                                                          "  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss"]
     assert [line for line in new if line not in old] == ["  _component_: bitsandbytes.optim.AdamW8bit",
-                                                         "  _component_: torchtune.modules.loss.LinearCrossEntropyLoss"]
+                                                         "  _component_: torch.nn.CrossEntropyLoss"]
     assert len(new) == len(old) - 1
 
 
@@ -158,3 +159,30 @@ def test_llamafactory_checkpoint_offload_is_written_as_use_unsloth_gc(tmp_path):
     write_back(imp, {"gradient_checkpointing": "full"}, want, dest)
     assert from_config(dest).scenario.to_dict() == want
     assert _changed_lines(new, dest.read_text().splitlines()) == [("use_unsloth_gc: true", "use_unsloth_gc: false")]
+
+
+def test_torchtune_linear_cross_entropy_reads_as_the_chunked_loss(tmp_path):
+    """torchtune's LinearCrossEntropyLoss keeps each chunk's logits for backward (no fused kernel): it imports as the
+    chunked loss, with the reason beside the key; torchtune 0.4, the profile's release, calls no fused loss, so a
+    scenario asking for one under torchtune is refused naming the losses it runs, and a plan keeps the file's loss."""
+    from vramfit.errors import ScenarioError
+    from vramfit.scenario import parse_scenario
+
+    src = tmp_path / "tt.yaml"
+    src.write_text("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ntokenizer:\n  max_seq_len: 4096\n"
+                   "batch_size: 2\ngradient_accumulation_steps: 1\nloss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n"
+                   "dtype: bf16\n")
+    imp = from_config(src)
+    assert imp.scenario.loss.value == "chunked"
+    line = next(e.line() for e in imp.entries if e.key == "loss._component_")
+    assert "→ loss=chunked" in line and "keeps each token chunk's logits for backward" in line
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"model": "meta-llama/Llama-3.1-8B", "framework": "torchtune", "loss": "fused"})
+    assert e.value.key == "loss" and e.value.valid == ["standard", "chunked"]
+    ce = tmp_path / "ce.yaml"
+    ce.write_text(src.read_text().replace("LinearCrossEntropyLoss", "CEWithChunkedOutputLoss"))
+    assert from_config(ce).scenario == imp.scenario
+    chunked, standard = estimate(imp.scenario), estimate(imp.scenario.replace(loss="standard"))
+    logits = dict(chunked.peak.breakdown)["logits_loss"]
+    # every chunk's fp32 log_softmax output is kept (4 B x 8,192 tokens x 128,256): the fused kernel keeps none
+    assert logits >= 4 * 2 * 4096 * 128256 and chunked.peak.required_bytes < standard.peak.required_bytes

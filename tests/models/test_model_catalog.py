@@ -190,3 +190,28 @@ def test_vision_language_entries_count_the_vision_tower():
     spec = spec_from_hf_config(BY_ID["Qwen/Qwen2.5-VL-7B-Instruct"]["config"])
     assert spec.vision_params == 676_550_144
     assert spec.num_params - spec.vision_params == 7_615_616_512
+
+
+@each_entry
+def test_alias_context_names_its_own_aliases_with_a_source(entry):
+    """An alias whose config.json states another context is one of the entry's aliases, with the source beside it."""
+    contexts = entry.get("alias_context", {})
+    assert set(contexts) <= set(entry["aliases"])
+    assert not contexts or entry["alias_context_source"]
+    assert all(isinstance(n, int) and n > 0 for n in contexts.values())
+
+
+def test_instruct_alias_keeps_its_own_context():
+    """Qwen2.5-7B-Instruct ships max_position_embeddings 32,768 (its model card) beside the base model's 131,072."""
+    from vramfit.estimate import estimate
+
+    base, instruct = resolve_model("Qwen/Qwen2.5-7B"), resolve_model("qwen/qwen2.5-7b-instruct")
+    assert (base.spec.max_position_embeddings, instruct.spec.max_position_embeddings) == (131072, 32768)
+    assert instruct.config["max_position_embeddings"] == 32768 and base.config["max_position_embeddings"] == 131072
+    assert instruct.spec.num_params == base.spec.num_params
+    # a distill with the base model's config keeps 131,072
+    assert resolve_model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B").spec.max_position_embeddings == 131072
+    sc = {"method": "lora", "seq_len": 65536, "micro_batch_size": 1, "gradient_checkpointing": "full"}
+    past = [a for a in estimate({**sc, "model": "Qwen/Qwen2.5-7B-Instruct"}).assumptions if "past the model's context" in a]
+    assert len(past) == 1 and "32,768" in past[0]
+    assert not [a for a in estimate({**sc, "model": "Qwen/Qwen2.5-7B"}).assumptions if "past the model's context" in a]

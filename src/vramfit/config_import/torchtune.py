@@ -38,10 +38,20 @@ OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adamw", "bitsan
               "torchao.prototype.low_bit_optim.AdamW8bit": "adamw-8bit-torchao",
               "torchao.prototype.low_bit_optim.AdamW4bit": "adamw-4bit",
               "torch.optim.SGD": "sgd", "bitsandbytes.optim.Lion8bit": "lion-8bit"}
-#: CEWithChunkedOutputLoss chunks the logits' upcast; LinearCrossEntropyLoss computes logits chunk by chunk
-#: with the output projection, never whole (torchtune/modules/loss/).
+#: CEWithChunkedOutputLoss chunks the logits' upcast (v0.4.0 torchtune/modules/loss/ce_chunked_output_loss.py).
+#: LinearCrossEntropyLoss (after v0.6.1: #2531, 2025-04-30; torchtune@bd2a0fc7c torchtune/modules/loss/
+#: cross_entropy_loss.py) calls the output projection per token chunk inside compute_cross_entropy, then
+#: ``F.cross_entropy(logits.float(), ...)`` with no backward of its own, so autograd keeps every chunk's logits (the
+#: compiled chunk's 16-bit logits and logsumexp, eager log_softmax's fp32 output) until the loss's backward: the
+#: chunked loss's saved tensors, not a fused kernel's (Liger computes the logit gradients in its forward and keeps none)
 LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
-          "torchtune.modules.loss.LinearCrossEntropyLoss": "fused", "torch.nn.CrossEntropyLoss": "standard"}
+          "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked", "torch.nn.CrossEntropyLoss": "standard"}
+#: the component each loss is written back as (config_import/writeback.py): the one torchtune 0.4, the profile's
+#: release, builds
+LOSS_COMPONENTS = {"chunked": "torchtune.modules.loss.CEWithChunkedOutputLoss", "standard": "torch.nn.CrossEntropyLoss"}
+LINEAR_CE_NOTE = ("LinearCrossEntropyLoss keeps each token chunk's logits for backward, as CEWithChunkedOutputLoss "
+                  "does: read as the chunked loss; it masks ignored tokens before the projection, which seq_len does "
+                  "not count")
 
 WRITE_KEYS = {"micro_batch_size": "batch_size", "grad_accum": "gradient_accumulation_steps",
               "seq_len": "tokenizer.max_seq_len", "lora_rank": "model.lora_rank",
@@ -160,6 +170,8 @@ def _step(r: KeyReader) -> None:
     if hf.scalar(r, "loss._component_", loss, list(LOSSES)) not in LOSSES:
         raise r.error(f"loss '{loss}' is not modelled yet (valid values: {', '.join(LOSSES)})")
     r.set("loss._component_", "loss", LOSSES[loss])
+    if loss == "torchtune.modules.loss.LinearCrossEntropyLoss":
+        r.entries["loss._component_"].note = LINEAR_CE_NOTE
     r.ignore("loss.*", "loss options")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from vramfit.config_import.hf_common import HF_OPTIMIZER_NAMES
 from vramfit.config_import.loader import fail, read_text
 from vramfit.config_import.report import Imported
-from vramfit.config_import.torchtune import LOSSES as TT_LOSSES
+from vramfit.config_import.torchtune import LOSS_COMPONENTS as TT_LOSS_COMPONENTS
 from vramfit.config_import.torchtune import OPTIMIZERS as TT_OPTIMIZERS
 
 #: How each dialect spells a scenario value as file keys. A key the file lacks is written only when its
@@ -40,7 +40,7 @@ CHECKPOINTING: dict[str, dict[str, dict[str, Any]]] = {
 LOSS: dict[str, dict[str, dict[str, Any]]] = {
     "trl": {"fused": {"use_liger_kernel": True}, "standard": {"use_liger_kernel": False}},
     "llamafactory": {"fused": {"enable_liger_kernel": True}, "standard": {"enable_liger_kernel": False}},
-    "torchtune": {f: {"loss._component_": c} for c, f in TT_LOSSES.items()},
+    "torchtune": {f: {"loss._component_": c} for f, c in TT_LOSS_COMPONENTS.items()},
 }
 _HF = ("axolotl", "trl", "llamafactory")
 _TT_OPT = {v: k for k, v in reversed(list(TT_OPTIMIZERS.items()))}  # first listed name wins

@@ -290,6 +290,10 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # v0.4.0 recipes/lora_dpo_*.py (DPOLoss, SimPOLoss), ppo_full_finetune_single_device.py (profile_fields.py)
         stages=(Stage.SFT, Stage.DPO, Stage.SIMPO, Stage.PPO),
         stage_recipes=_TUNE_STAGE_RECIPES,
+        # v0.4.0 torchtune/modules/loss/ holds CEWithChunkedOutputLoss and the KD losses only (as v0.6.1): no fused
+        # linear + cross-entropy. LinearCrossEntropyLoss (after v0.6.1) keeps each chunk's logits for backward and
+        # imports as the chunked loss (config_import/torchtune.py LOSSES)
+        runs_fused_loss=False,
         adapters_fp32=False,
         lora_casts_input=False,
         lora_dropout_default=0.0,  # torchtune v0.4.0 modules/peft/lora.py LoRALinear(dropout=0.0)

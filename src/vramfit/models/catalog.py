@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -160,11 +160,22 @@ def catalog_spec(model_id: str) -> ModelSpec:
     return spec_from_hf_config(entry["config"])
 
 
+def alias_context(entry: dict[str, Any], name: str) -> int | None:
+    """The context an alias's own config.json states where it differs from its entry's (``alias_context``, cited by
+    ``alias_context_source``: the Qwen2.5 Instruct releases ship ``max_position_embeddings`` 32,768 beside the base
+    models' 131,072), else None."""
+    lowered = name.strip().lower()
+    return next((n for a, n in entry.get("alias_context", {}).items() if a.lower() == lowered), None)
+
+
 def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:
     notes = notes + tuple(n for n in [entry.get("notes")] if n)
-    spec = catalog_spec(entry["id"])
-    return ResolvedModel(entry["id"], spec, entry["config"], entry["source"], "catalog", notes,
-                         requested)
+    spec, config = catalog_spec(entry["id"]), entry["config"]
+    context = alias_context(entry, requested)
+    if context is not None:  # the alias's RoPE tables and trained context are its own (estimate/rope_v4.py, context.py)
+        spec = replace(spec, max_position_embeddings=context)
+        config = {**config, "max_position_embeddings": context}
+    return ResolvedModel(entry["id"], spec, config, entry["source"], "catalog", notes, requested)
 
 
 def _looks_like_path(text: str) -> bool:

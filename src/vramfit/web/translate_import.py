@@ -361,6 +361,11 @@ IMPORT_RULES: list[tuple[str, str]] = [
         ("learning-rate schedule", "calendário da taxa de aprendizagem"),
         ("which tokens carry loss", "que tokens contam para a perda"))],
     (r"^no memory effect$", "sem efeito na memória"),
+    (r"^LinearCrossEntropyLoss keeps each token chunk's logits for backward, as CEWithChunkedOutputLoss does: read as "
+     r"the chunked loss; it masks ignored tokens before the projection, which seq_len does not count$",
+     "a LinearCrossEntropyLoss guarda os logits de cada bloco de tokens para o backward, como a "
+     "CEWithChunkedOutputLoss: lida como a perda por blocos; mascara os tokens ignorados antes da projeção, o que o "
+     "seq_len não conta"),
     (r" \(an upper bound\)$", " (um limite superior)"),
     # ---- the labels
     *[(_whole(en), pt) for en, pt in LABELS.items()],
