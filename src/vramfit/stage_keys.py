@@ -149,6 +149,13 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
             from math import gcd
 
             kw["grad_accum"] = n // gcd(n, kw.get("micro_batch_size", 1) * gpus)
+            if kw["grad_accum"] > 1 and kw.get("optimizer_in_backward"):
+                # nothing accumulates under an in-backward step (framework.check_runs), so one micro-batch on every
+                # GPU must hold whole groups
+                per_step = kw.get("micro_batch_size", 1) * gpus
+                raise ScenarioError("micro_batch_size", f"with optimizer_in_backward nothing accumulates, so "
+                                    f"micro_batch_size × num_gpus ({per_step}) must hold whole groups of "
+                                    f"num_generations ({n}) completions: use a multiple of {n // gcd(n, gpus)}")
         batch = kw.get("micro_batch_size", 1) * kw.get("num_gpus", 1) * kw.get("grad_accum", 1)
         if batch % n:
             raise ScenarioError("num_generations", f"must divide the completions per step (micro_batch_size × "

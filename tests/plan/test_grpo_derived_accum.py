@@ -66,3 +66,26 @@ def test_a_card_alias_keeps_what_the_user_set():
     assert [p.required_bytes for p in by_alias.points] == [p.required_bytes for p in by_id.points]
     by_hand = estimate(parse_scenario({**keys, "micro_batch_size": 16, "gpu": "rtx4090"}))
     assert by_hand.scenario.grad_accum == 4 and by_id.points[1].required_bytes == by_hand.peak.required_bytes
+
+
+def test_an_in_backward_step_needs_whole_groups_per_micro_batch():
+    """Nothing accumulates under optimizer_in_backward, so GRPO's derived accumulation may not exceed 1: a micro-batch
+    that holds no whole group is refused naming the micro-batch and the multiple that works (it was accepted with the
+    accumulation 8 that the in-backward step cannot run); one that does runs with accumulation 1, and a sweep over the
+    micro-batch keeps only those."""
+    import pytest
+
+    from vramfit.errors import ScenarioError
+    from vramfit.web.translate import untranslated
+
+    inbwd = {**BASE, "optimizer_in_backward": True}
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({**inbwd, "micro_batch_size": 2, "num_gpus": 2, "parallelism": "fsdp"})
+    assert e.value.key == "micro_batch_size"
+    assert str(e.value) == ("micro_batch_size: with optimizer_in_backward nothing accumulates, so micro_batch_size × "
+                            "num_gpus (4) must hold whole groups of num_generations (8) completions: use a multiple of 4")
+    assert untranslated([str(e.value)]) == []
+    assert parse_scenario({**inbwd, "micro_batch_size": 8}).grad_accum == 1
+    res = sweep({**inbwd, "micro_batch_size": 8}, "micro_batch_size", [1, 8])
+    bad, good = (next(p for p in res.points if p.value == v) for v in (1, 8))
+    assert bad.error and "whole groups of num_generations" in bad.error and good.error is None

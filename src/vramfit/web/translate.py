@@ -245,6 +245,14 @@ RULES: list[tuple[str, str]] = [
      r"requires; got (\d+)$",
      "effective_batch: o grpo precisa de que as completações por passo sejam um múltiplo de num_generations ($1), "
      "como o TRL exige; recebido: $2"),
+    (r"^micro_batch_size: with optimizer_in_backward nothing accumulates, so micro_batch_size × num_gpus \((\d+)\) "
+     r"must hold whole groups of num_generations \((\d+)\) completions: use a multiple of (\d+)$",
+     "micro_batch_size: com optimizer_in_backward nada se acumula, por isso micro_batch_size × num_gpus ($1) tem "
+     "de conter grupos inteiros de num_generations ($2) completações: usa um múltiplo de $3"),
+    (r"^num_generations: must divide the completions per step \(micro_batch_size × num_gpus × grad_accum = (\d+)\), "
+     r"as TRL requires; got (\d+)$",
+     "num_generations: tem de dividir as completações por passo (micro_batch_size × num_gpus × grad_accum = $1), "
+     "como o TRL exige; recebido: $2"),
     (r"^generation: vllm-server runs vLLM on GPUs of its own beside the training ones: max_gpus (\d+) leaves none "
      r"for it; raise max_gpus or colocate",
      "generation: o vllm-server corre o vLLM em GPUs próprias, ao lado das de treino: max_gpus $1 não lhe deixa "
