@@ -52,12 +52,12 @@ def test_torchtune_plans_shard_with_fsdp_only():
 
 def test_litgpt_plans_neither_zero_nor_offload():
     """litgpt's scripts shard with Fabric's FSDPStrategy(cpu_offload=False) on several devices (lit-gpt@8641822
-    finetune/lora.py): Llama-3.1-8B LoRA at 2,048 tokens on RTX 4090s plans FSDP (it was ZeRO-3, with offload on one
+    finetune/lora.py): Llama-3.1-8B LoRA at 2,048 tokens on RTX 4090s (effective batch 32) plans FSDP (it was ZeRO-3, with offload on one
     and two GPUs), no change to fit offers offload, and a scenario that offloads is refused (profile runs_offload)."""
     from vramfit.plan.changes import _candidates
 
     base = {"model": MODEL, "method": "lora", "framework": "litgpt"}
-    r = plan(base, effective_batch=64, max_gpus=8, gpu_ids="rtx4090", with_changes=False)
+    r = plan(base, effective_batch=32, max_gpus=8, gpu_ids="rtx4090", with_changes=False)
     assert r.plans and {(p.scenario.get("parallelism"), p.offload) for p in r.plans} <= {("none", "none"),
                                                                                         ("fsdp", "none")}
     assert not [c for c in _candidates(parse_scenario(base)) if "offload" in c.changes]
@@ -65,6 +65,13 @@ def test_litgpt_plans_neither_zero_nor_offload():
         parse_scenario({**base, "num_gpus": 2, "parallelism": "zero3"})
     with pytest.raises(ScenarioError, match="offload: litgpt does not offload model state"):
         parse_scenario({**base, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"})
+    # litgpt calls no fused loss (profile runs_fused_loss): at effective batch 64 on 8 cards a micro-batch of 8 holds
+    # its fp32 logits, and accumulating holds every block's unsharded gradient (FSDP no_sync), so no plan; the reason
+    # names only what litgpt runs
+    r = plan(base, effective_batch=64, max_gpus=8, gpu_ids="rtx4090", with_changes=False)
+    assert not r.plans and r.excluded[0].reason.startswith(
+        "does not fit 8 x rtx4090 even with FSDP and checkpointing (at micro-batch 1)")
+    assert not [c for c in _candidates(parse_scenario(base)) if c.changes.get("loss") == "fused"]
     # torchtune and HF keep their offload changes, each under an engine they run
     tt = _candidates(parse_scenario({"model": MODEL, "method": "full", "framework": "torchtune"}))
     assert [c.changes["parallelism"] for c in tt if "offload" in c.changes] == ["fsdp"]  # FSDP offloads params too

@@ -113,6 +113,14 @@ def shard_names(base: Scenario, profile) -> tuple[str, str]:
     return ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
 
 
+def tried_words(base: Scenario) -> str:
+    """What :func:`configs_for` tries at most for ``base``, in the words of a card that got no plan: the framework's
+    full-sharding engine, checkpointing, and offload where its recipes offload (profile ``runs_offload``)."""
+    profile = scenario_profile(base)
+    engine = "ZeRO-3" if shard_names(base, profile)[1] == "zero3" else "FSDP"
+    return f"{engine}, checkpointing and offload" if profile.runs_offload else f"{engine} and checkpointing"
+
+
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     """Every setting tried on ``n`` GPUs (ZeRO names, or FSDP names if the scenario uses FSDP); with
     ``spec``, torchtitan full fine-tuning also gets the tensor/pipeline layouts of :mod:`vramfit.plan.layouts`

@@ -90,9 +90,12 @@ RULES: list[tuple[str, str]] = [
     (r"^together: ", "em conjunto: "),
     (r"^all the trade-offs of its parts$", "todos os custos das partes"),
     # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
-    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with ZeRO-3, checkpointing and offload "
-     r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com ZeRO-3, checkpointing e descarga (com micro-batch 1)"),
+    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP), checkpointing and "
+     r"offload \(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5, checkpointing e descarga (com micro-batch 1)"),
+    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP) and checkpointing "
+     r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5 e checkpointing (com micro-batch 1)"),
     (r"; effective batch (\d+) allows at most (\d+) GPUs", "; o batch efetivo $1 permite no máximo $2 GPU(s)"),
+    (r"; give max_gpus above (\d+) to plan across nodes$", "; indica max_gpus acima de $1 para planear em vários nós"),
     (r"^rented in units of (\d+) GPUs; effective batch (\d+) allows at most (\d+)$",
      "alugada em unidades de $1 GPUs; o batch efetivo $2 permite no máximo $3"),
     (r"^no BF16 on (.+): plan it with --precision fp16-mixed$", "sem BF16 na $1: planeia com a precisão fp16-mixed"),
