@@ -208,6 +208,13 @@ class Scenario:
             for follower in followers:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
+        if ({"num_gpus", "framework"} & set(changes) and "gradient_checkpointing" not in changes
+                and not self._keeps("gradient_checkpointing", given)):
+            from vramfit.estimate.framework import profile_for
+
+            # a framework whose scripts fix it by device count (profile checkpointing_by_devices) derives it again
+            if profile_for(Framework(changes.get("framework", data.get("framework", "hf")))).checkpointing_by_devices:
+                data.pop("gradient_checkpointing", None)
         if "num_gpus" in changes and "num_nodes" not in changes:
             self._node_layout(data, changes["num_gpus"])
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
@@ -672,8 +679,11 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
         raise ScenarioError(
             "parallelism", f"{num_gpus} GPUs need a way to split the work", [p for p in Parallelism.values() if p != "none"]
         )
-    from vramfit.estimate.framework import check_parallelism
+    from vramfit.estimate.framework import check_parallelism, profile_for
 
+    by_devices = profile_for(kw.get("framework", Framework.HF)).checkpointing_by_devices
+    if "gradient_checkpointing" not in kw and by_devices:  # what the scripts run (profile_fields.py)
+        kw["gradient_checkpointing"] = by_devices[0] if num_gpus == 1 else by_devices[1]
     check_parallelism(kw)
     offload = kw.get("offload", Offload.NONE)
     if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:

@@ -7,7 +7,9 @@ from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import Imported, KeyReader
+from vramfit.estimate.framework import profile_for
 from vramfit.safe_input import shown
+from vramfit.scenario import Framework
 
 _R = "Lightning-AI/litgpt@2685705"
 LORA_SRC = f"{_R} litgpt/finetune/lora.py (setup defaults)"
@@ -64,10 +66,12 @@ def _devices(r: KeyReader, src: str, quant: bool) -> int:
         raise r.error("quantize with devices > 1: litgpt refuses it (quantization is single-GPU only)")
     r.set("devices", "num_gpus", devices)
     # more than one device: FSDP full shard with activation checkpointing of every Block
-    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy)
+    # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy;
+    # the profile's checkpointing_by_devices)
+    ckpt = profile_for(Framework.LITGPT).checkpointing_by_devices[0 if devices == 1 else 1].value
     r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
-    r.set("devices", "gradient_checkpointing", "full" if devices > 1 else "none")
-    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing="full" if devices > 1 else "none")
+    r.set("devices", "gradient_checkpointing", ckpt)
+    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing=ckpt)
     return devices
 
 

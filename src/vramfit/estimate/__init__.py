@@ -206,6 +206,13 @@ def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
     from vramfit.estimate.moe_kernel import note as moe_note
 
     out = []
+    if prof.checkpointing_by_devices:  # the scripts fix it by device count (profile_fields.py)
+        runs = prof.checkpointing_by_devices[0 if sc.num_gpus == 1 else 1]
+        if sc.gradient_checkpointing is not runs:
+            where = "one GPU" if sc.num_gpus == 1 else "several GPUs"
+            out.append(f"gradient_checkpointing {sc.gradient_checkpointing.value}: {prof.name}'s scripts run "
+                       f"{runs.value} on {where} (checkpointing is their FSDP strategy's per-block policy); counted as "
+                       "set, which takes an edited script.")
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         back = "prefetched one block ahead" if prof.offload_ckpt_prefetched else "brought back when its block's backward runs"
         out.append(f"Activation offload: checkpointed block inputs in pinned host memory, {back}.")

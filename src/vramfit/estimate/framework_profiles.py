@@ -18,7 +18,7 @@ from vramfit.estimate.profile_fields import (
 )
 from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_SOURCE
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Framework, Method, Parallelism, Precision, Stage
+from vramfit.scenario import Checkpointing, Framework, Method, Parallelism, Precision, Stage
 
 # torchtune's recipes for the stages beyond SFT (profile_fields.py stage_recipes: v0.4.0 _recipe_registry.py l. 270-302)
 _TUNE_DPO = ("lora_dpo_single_device", "lora_dpo_distributed")
@@ -393,6 +393,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # lit-gpt@8641822 finetune/lora.py and litgpt@01fe959c litgpt/finetune/lora.py fit(): ``logits = model(input_ids,
         # lm_head_chunk_size=128)`` then utils.chunked_cross_entropy, in every script; no Liger or Cut Cross-Entropy
         runs_fused_loss=False,
+        # lit-gpt@8641822 finetune/lora.py l. 83-90: checkpointing is FSDPStrategy's {Block} policy only (profile_fields)
+        checkpointing_by_devices=(Checkpointing.NONE, Checkpointing.FULL),
+        runs_activation_offload=False,  # no script keeps block inputs on the host (the same setup() code)
         quantized_on_one_device=True,  # lit-gpt@8641822 finetune/lora.py l. 78-82: profile_fields.py
         runs_hybrid_shard=False,  # litgpt@26857050 finetune/full.py l. 108-114, lora.py l. 158-162: profile_fields.py
         image_model_types=(),  # lit-gpt@8641822 lit_gpt/config.py: text decoders only (profile_fields.py)

@@ -21,7 +21,7 @@ from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the pr
     StageRecipe,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Method, Optimizer, Parallelism, Precision, Stage
+from vramfit.scenario import Checkpointing, Method, Optimizer, Parallelism, Precision, Stage
 
 #: the optimizers the scenario runs from bitsandbytes (bitsandbytes v0.50.2 optim/: AdamW8bit, PagedAdamW,
 #: PagedAdamW8bit, Lion, Lion8bit; vramfit.sim.optim _bnb_optimizer builds the same classes), which a profile with
@@ -327,6 +327,13 @@ class FrameworkProfile:
     # distributed/activation_checkpoint.py ActivationCheckpointingConfig offers selective, full, memory-budget and none,
     # v0.2.2 config/job_config.py ActivationCheckpoint.mode none/selective/full: no activation offload
     runs_activation_offload: bool = True
+    # the checkpointing the scripts run on (one GPU, several GPUs), when the user cannot choose it; empty: the user
+    # chooses. lit-gpt@8641822 finetune/lora.py l. 83-90 (full.py, adapter.py alike) and litgpt@01fe959c
+    # litgpt/finetune/lora.py setup(): several devices -> FSDPStrategy(activation_checkpointing_policy={Block}), one
+    # device -> strategy "auto" with no checkpointing at all. A scenario that leaves gradient_checkpointing unset gets
+    # it (scenario.py), the planner tries only it (plan/search.py configs_for), and an estimate that sets another says
+    # the scripts do not run that (estimate/__init__.py)
+    checkpointing_by_devices: tuple[Checkpointing, ...] = ()
     # the data-parallel engines the framework's own recipes can be told to run (empty: every value of ``parallelism``).
     # torchtune's distributed recipes shard with FSDP only, FULL_SHARD or, with ``fsdp_reshard_after_forward: False``,
     # SHARD_GRAD_OP (pytorch/torchtune@bd2a0fc7c recipes/full_finetune_distributed.py l. 62 and 382,

@@ -145,6 +145,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
         strategies = [pinned] + ([("zero3-hpz", pinned[1])] if n > GPUS_PER_NODE and pinned[0] == "zero3" else [])
     ckpts = ["none", "full"] + (["offload"] if profile.runs_activation_offload else [])  # profile_fields.py runs_*
+    if profile.checkpointing_by_devices:  # the scripts' own, by device count (profile_fields.py)
+        ckpts = [profile.checkpointing_by_devices[0 if n == 1 else 1].value]
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
     opts = [base.optimizer.value]

@@ -135,6 +135,14 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "A memória reservada (⟨$1⟩ GiB) é o que o FSDP1 deixa ao envolver um modelo carregado na CPU (os parâmetros "
      "movidos e achatados de cada unidade ficam em cache) mais os segmentos de all-gather da sua stream de "
      "unshard; torch.cuda.empty_cache() depois de envolver liberta a primeira parte."),
+    (r"^gradient_checkpointing (\S+): (\S+)'s scripts run (\S+) on one GPU \(checkpointing is their FSDP strategy's "
+     r"per-block policy\); counted as set, which takes an edited script\.$",
+     "gradient_checkpointing $1: os scripts do $2 correm $3 numa GPU (o checkpointing é a política por bloco da sua "
+     "estratégia FSDP); conta-se como indicado, o que exige um script editado."),
+    (r"^gradient_checkpointing (\S+): (\S+)'s scripts run (\S+) on several GPUs \(checkpointing is their FSDP "
+     r"strategy's per-block policy\); counted as set, which takes an edited script\.$",
+     "gradient_checkpointing $1: os scripts do $2 correm $3 em várias GPUs (o checkpointing é a política por bloco da "
+     "sua estratégia FSDP); conta-se como indicado, o que exige um script editado."),
     (r"^Activation offload: checkpointed block inputs in pinned host memory, prefetched one block ahead\.$",
      "Descarga de ativações: as entradas dos blocos guardadas ficam em memória fixada do host, pré-carregadas um "
      "bloco à frente."),

@@ -1,0 +1,43 @@
+"""litgpt's scripts fix checkpointing by device count (profile ``checkpointing_by_devices``: lit-gpt@8641822
+finetune/lora.py, FSDPStrategy's {Block} policy on several devices, none on one): a scenario that leaves it unset gets
+the scripts' own, a change of GPU count follows it, an estimate that sets another says so, and plans try only it."""
+
+from vramfit.estimate import estimate
+from vramfit.plan import plan
+from vramfit.scenario import parse_scenario
+from vramfit.web.translate import untranslated
+
+BASE = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "litgpt", "seq_len": 2048}
+
+
+def test_unset_checkpointing_follows_the_device_count():
+    one, two = parse_scenario(BASE), parse_scenario({**BASE, "num_gpus": 2})
+    assert (one.gradient_checkpointing.value, two.gradient_checkpointing.value) == ("none", "full")
+    assert one.replace(num_gpus=2).gradient_checkpointing.value == "full"
+    assert two.replace(num_gpus=1).gradient_checkpointing.value == "none"
+    # HF leaves it to the user: its default stays none on any count
+    assert parse_scenario({**BASE, "framework": "hf", "num_gpus": 2}).gradient_checkpointing.value == "none"
+    assert parse_scenario(BASE).replace(framework="hf", num_gpus=2).gradient_checkpointing.value == "none"
+    # the 2-GPU estimate is the checkpointed one, well under the one without
+    got = estimate({**BASE, "num_gpus": 2, "micro_batch_size": 1}).peak.required_bytes
+    assert got == estimate({**BASE, "num_gpus": 2, "micro_batch_size": 1,
+                            "gradient_checkpointing": "full"}).peak.required_bytes
+    # every block's saved activations (13.9 GiB at 2,048 tokens) come off
+    assert got < estimate({**BASE, "num_gpus": 2, "micro_batch_size": 1,
+                           "gradient_checkpointing": "none"}).peak.required_bytes - 12 * 2**30
+
+
+def test_a_set_value_the_scripts_do_not_run_is_counted_and_said():
+    given = parse_scenario({**BASE, "gradient_checkpointing": "full"})
+    assert given.replace(num_gpus=2).gradient_checkpointing.value == "full"  # what the user set stays set
+    lines = [a for a in estimate(given).assumptions if a.startswith("gradient_checkpointing")]
+    assert lines == ["gradient_checkpointing full: litgpt's scripts run none on one GPU (checkpointing is their FSDP "
+                     "strategy's per-block policy); counted as set, which takes an edited script."]
+    assert untranslated(lines) == []
+    assert not [a for a in estimate(BASE).assumptions if a.startswith("gradient_checkpointing")]
+
+
+def test_plans_use_the_scripts_checkpointing():
+    r = plan(BASE, effective_batch=16, max_gpus=4, gpu_ids="a100-80gb-sxm", with_changes=False)
+    got = {(p.num_gpus, p.scenario["gradient_checkpointing"]) for p in r.plans}
+    assert got and all(ckpt == ("none" if n == 1 else "full") for n, ckpt in got), got
