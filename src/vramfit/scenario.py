@@ -203,18 +203,15 @@ class Scenario:
         derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",),
                    "framework": ("precision", "parallelism"), "stage": ("grad_accum",),
                    "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum"),
-                   "micro_batch_size": ("grad_accum",), "num_generations": ("grad_accum",)}
+                   "micro_batch_size": ("grad_accum",), "num_generations": ("grad_accum",),
+                   "optimizer_in_backward": ("grad_accum",)}
         for key, followers in derived.items():
             for follower in followers:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
         if ({"num_gpus", "framework"} & set(changes) and "gradient_checkpointing" not in changes
-                and not self._keeps("gradient_checkpointing", given)):
-            from vramfit.estimate.framework import profile_for
-
-            # a framework whose scripts fix it by device count (profile checkpointing_by_devices) derives it again
-            if profile_for(Framework(changes.get("framework", data.get("framework", "hf")))).checkpointing_by_devices:
-                data.pop("gradient_checkpointing", None)
+                and not self._keeps("gradient_checkpointing", given) and self._ckpt_by_devices(changes)):
+            data.pop("gradient_checkpointing", None)  # derived again from the new count (or framework)
         if "num_gpus" in changes and "num_nodes" not in changes:
             self._node_layout(data, changes["num_gpus"])
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
@@ -245,6 +242,19 @@ class Scenario:
             data.pop("num_nodes", None)
             data.pop("shard_scope", None)
 
+    def _ckpt_by_devices(self, changes: dict[str, Any]) -> bool:
+        """The old or the new framework fixes checkpointing by device count (profile ``checkpointing_by_devices``),
+        so an unset ``gradient_checkpointing`` was derived, or is to be, from the GPU count. A framework value that does
+        not parse counts as none: parse_scenario then names it."""
+        from vramfit.estimate.framework import profile_for
+
+        new = changes.get("framework", self.framework)
+        try:
+            new = new if isinstance(new, Framework) else Framework(str(new).strip().lower())
+        except ValueError:
+            new = self.framework
+        return bool(profile_for(self.framework).checkpointing_by_devices or profile_for(new).checkpointing_by_devices)
+
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
         (but ``none``, the one-GPU default) across GPU counts, a chosen ``precision`` across frameworks and methods,
@@ -256,8 +266,9 @@ class Scenario:
         if given is None or follower not in given or follower in ("lora_alpha", "num_nodes"):
             return False
         # a value at its schema default (quantize none, one node, ...) is what a scenario written out whole
-        # (to_dict) says of every key: it follows, as before; a precision given is kept whatever its value
-        return follower == "precision" or getattr(self, follower) != _DEFAULTS.get(follower)
+        # (to_dict) says of every key: it follows, as before; a precision or checkpointing given is kept whatever
+        # its value (``estimate`` with the same keys keeps it)
+        return follower in ("precision", "gradient_checkpointing") or getattr(self, follower) != _DEFAULTS.get(follower)
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Scenario)}
@@ -319,7 +330,8 @@ FIELDS: tuple[FieldSpec, ...] = (
           unit="micro-batches", limits=(1, MAX_BATCH)),
     Field("gradient_checkpointing", CH, "Recompute in backward: none; every block (full); the attention core only "
           "(selective); torchtitan's op policy, every second matmul output and the attention output saved "
-          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode). Unset under litgpt: "
+          "its scripts' own (none on one GPU, full under FSDP).", ("Gradient checkpointing", "Checkpointing de gradientes"),
           choices=Checkpointing),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),

@@ -41,3 +41,33 @@ def test_plans_use_the_scripts_checkpointing():
     r = plan(BASE, effective_batch=16, max_gpus=4, gpu_ids="a100-80gb-sxm", with_changes=False)
     got = {(p.num_gpus, p.scenario["gradient_checkpointing"]) for p in r.plans}
     assert got and all(ckpt == ("none" if n == 1 else "full") for n, ckpt in got), got
+
+
+def test_framework_changes_and_given_values():
+    """A framework change re-derives a checkpointing litgpt derived (HF's default is none again) and reads the new
+    framework's name as parse_scenario does; a value given, none included, stays given, as ``estimate`` keeps it; an
+    imported litgpt file leaves it to the GPU count."""
+    from vramfit import from_config
+
+    two = parse_scenario({**BASE, "num_gpus": 2})
+    assert two.replace(framework="hf").gradient_checkpointing.value == "none"
+    assert parse_scenario({**BASE, "framework": "hf"}).replace(framework="LitGPT").framework.value == "litgpt"
+    none = parse_scenario({**BASE, "gradient_checkpointing": "none"})
+    assert none.replace(num_gpus=2).gradient_checkpointing.value == "none"
+    imp = from_config("tests/config_import/fixtures/litgpt_lora.yaml")
+    assert imp.scenario.num_gpus == 2 and imp.scenario.gradient_checkpointing.value == "full"
+    assert imp.scenario.replace(num_gpus=1).gradient_checkpointing.value == "none"
+
+
+def test_no_checkpointing_change_is_offered_and_one_gpu_qlora_says_so():
+    from vramfit.plan.changes import _candidates
+
+    assert not [c for c in _candidates(parse_scenario({**BASE, "seq_len": 4096})) if "gradient_checkpointing" in c.changes]
+    sel = plan({**BASE, "gradient_checkpointing": "selective"}, effective_batch=8, gpu_ids="a100-80gb-sxm",
+               with_changes=False)
+    assert sel.plans and {p.scenario["gradient_checkpointing"] for p in sel.plans} <= {"none", "full"}
+    q = plan({**BASE, "model": "Qwen/Qwen2.5-72B", "method": "qlora"}, effective_batch=8, gpu_ids="rtx4090",
+             with_changes=False)
+    reason = q.excluded[0].reason
+    assert reason == ("does not fit 1 x rtx4090 at micro-batch 1 (litgpt trains a quantized base on one GPU only, "
+                      "checkpointing none)") and untranslated([reason]) == []

@@ -215,3 +215,13 @@ def test_instruct_alias_keeps_its_own_context():
     past = [a for a in estimate({**sc, "model": "Qwen/Qwen2.5-7B-Instruct"}).assumptions if "past the model's context" in a]
     assert len(past) == 1 and "32,768" in past[0]
     assert not [a for a in estimate({**sc, "model": "Qwen/Qwen2.5-7B"}).assumptions if "past the model's context" in a]
+
+
+@pytest.mark.parametrize(("name", "context"), [
+    ("Qwen2.5-7B-Instruct", 32768), ("unsloth/Qwen2.5-7B-Instruct-bnb-4bit", 32768),
+    ("Qwen/Qwen2.5-Coder-7B-Instruct-AWQ", 32768), ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", 262144),
+    ("Phi-3-medium-128k-instruct", 131072), ("unsloth/Qwen2.5-7B-bnb-4bit", 131072), ("Phi-3-medium-4k-instruct", 4096)])
+def test_a_name_matched_without_release_suffixes_keeps_its_alias_context(name, context):
+    """The name fallback (release suffixes dropped) stands for the closest catalog name, whose context applies: it was
+    the base model's for every one of these but the last two."""
+    assert resolve_model(name).spec.max_position_embeddings == context

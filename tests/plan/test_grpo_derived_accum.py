@@ -89,3 +89,11 @@ def test_an_in_backward_step_needs_whole_groups_per_micro_batch():
     res = sweep({**inbwd, "micro_batch_size": 8}, "micro_batch_size", [1, 8])
     bad, good = (next(p for p in res.points if p.value == v) for v in (1, 8))
     assert bad.error and "whole groups of num_generations" in bad.error and good.error is None
+
+
+def test_turning_the_in_backward_step_on_re_derives_the_accumulation():
+    """optimizer_in_backward is followed by the derived accumulation: a sweep turning it on gives the micro-batch
+    refusal, not "set grad_accum to 1" for an accumulation the user never set."""
+    res = sweep(BASE, "optimizer_in_backward", [False, True])
+    off, on = res.points
+    assert off.error is None and on.error.startswith("micro_batch_size: with optimizer_in_backward nothing accumulates")

@@ -71,7 +71,9 @@ def _devices(r: KeyReader, src: str, quant: bool) -> int:
     ckpt = profile_for(Framework.LITGPT).checkpointing_by_devices[0 if devices == 1 else 1].value
     r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
     r.set("devices", "gradient_checkpointing", ckpt)
-    r.out.update(parallelism="fsdp" if devices > 1 else "none", gradient_checkpointing=ckpt)
+    r.out.update(parallelism="fsdp" if devices > 1 else "none")
+    # left unset, so the scenario derives it from the GPU count as the scripts do: a change of count follows it
+    r.out.pop("gradient_checkpointing")
     return devices
 
 

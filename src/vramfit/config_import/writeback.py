@@ -93,8 +93,12 @@ def _pinned_eval(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any
 def _litgpt_implied(key: str, value: Any, scenario: dict[str, Any]) -> bool:
     """litgpt's scripts take the sharding and checkpointing from ``devices`` (FSDPStrategy with activation
     checkpointing above one device, config_import/litgpt.py ``_devices``): nothing to write for them."""
+    from vramfit.estimate.framework import profile_for
+    from vramfit.scenario import Framework
+
     many = int(scenario["num_gpus"]) > 1
-    return (key, value) in (("parallelism", "fsdp" if many else "none"), ("gradient_checkpointing", "full" if many else "none"))
+    ckpt = profile_for(Framework.LITGPT).checkpointing_by_devices[1 if many else 0].value
+    return (key, value) in (("parallelism", "fsdp" if many else "none"), ("gradient_checkpointing", ckpt))
 
 
 def file_values(imp: Imported, changes: dict[str, Any], scenario: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

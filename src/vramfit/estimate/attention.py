@@ -199,6 +199,14 @@ def sinks_fp32(blk: Block) -> bool:
     return blk.spec.attention_sinks and blk.dt.residual == 4
 
 
+def softmax_fp32(spec: ModelSpec, autocast: bool) -> bool:
+    """The eager softmax runs in fp32: asked for (``spec.eager_softmax_fp32``), or called with no dtype under autocast
+    (``spec.eager_softmax_autocast``: autocast's fp32_set_opt_dtype policy). The simulator's tiny InternVL with QLoRA
+    (the HF recipe's autocast) traces InternViT's (tiles, H, P, P) softmax output in fp32, its LoRA in bf16-true in
+    bf16."""
+    return spec.eager_softmax_fp32 or (spec.eager_softmax_autocast and autocast)
+
+
 def _eager_scores_saved(blk: Block, out: Saved) -> None:
     """Eager attention keeps [B, H, S, S] score tensors."""
     spec, c = blk.spec, blk.dt.compute
@@ -206,7 +214,7 @@ def _eager_scores_saved(blk: Block, out: Saved) -> None:
     # after (gpt-oss eager_attention_forward); the slice is a view that keeps the (S, S + 1) output
     cols = blk.sc.seq_len + (1 if spec.attention_sinks else 0)
     scores = blk.sc.micro_batch_size * spec.num_attention_heads * blk.sc.seq_len * cols
-    upcast = spec.eager_softmax_fp32 or sinks_fp32(blk)
+    upcast = softmax_fp32(spec, blk.dt.autocast) or sinks_fp32(blk)
     out.add("attn.softmax_out", (4 if upcast else c) * scores)  # softmax saves its output
     if spec.attention_dropout > 0:
         out.add("attn.dropout_mask", scores)  # bool mask

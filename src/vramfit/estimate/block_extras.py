@@ -5,7 +5,13 @@ saved tensors outside the blocks (final norm, lm_head input, eager mask)."""
 from __future__ import annotations
 
 from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
-from vramfit.estimate.attention import mask_count, runs_eager_attention, score_elements, sdpa_math_fallback
+from vramfit.estimate.attention import (
+    mask_count,
+    runs_eager_attention,
+    score_elements,
+    sdpa_math_fallback,
+    softmax_fp32,
+)
 from vramfit.estimate.framework import FrameworkProfile
 from vramfit.estimate.loss import layer_kv_bytes
 from vramfit.estimate.norms import NormSite, norm_saved
@@ -41,7 +47,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
             # matmul_lora's `out += (X @ A) @ (s * B)` adds a second (T, I) tensor while DW is built
             # (unsloth@0e0d8fc kernels/utils.py, see FrameworkProfile.lora_product_temporary)
             mlp = 2 * c * tokens * width
-    if runs_eager_attention(spec, sc, profile) and not spec.eager_softmax_fp32:
+    if runs_eager_attention(spec, sc, profile) and not softmax_fp32(spec, dt.autocast):
         # softmax in the compute dtype: grad of the probabilities and softmax's backward output; with
         # sinks also the zeros that the backward of probs[..., :-1] scatters into (S + 1 columns),
         # as the simulator traces gpt-oss (_softmax_backward_data, new_zeros, scatter)

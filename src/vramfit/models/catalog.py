@@ -125,7 +125,7 @@ def resolve_model(model: str) -> ResolvedModel:
     if by_name is not None:
         note = (f"{text} is not in the catalog; using {by_name['id']}, the same model name without "
                 "release suffixes (instruct/chat/quantized releases share the architecture)")
-        return _from_entry(by_name, text, (note,))
+        return _from_entry(by_name, text, (note,), _closest_name(by_name, text))
 
     if _HUB_ID.match(text) and len(text) <= limits.MAX_HUB_ID_CHARS:
         return _from_hub(text)
@@ -168,10 +168,23 @@ def alias_context(entry: dict[str, Any], name: str) -> int | None:
     return next((n for a, n in entry.get("alias_context", {}).items() if a.lower() == lowered), None)
 
 
-def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...]) -> ResolvedModel:
+def _release_tokens(name: str) -> set[str]:
+    return {t for t in name.lower().rsplit("/", 1)[-1].split("-") if t in _RELEASE_TOKENS}
+
+
+def _closest_name(entry: dict[str, Any], text: str) -> str:
+    """The entry's id or alias that a name matched without its release suffixes is closest to: the same name, sharing
+    the most release tokens (``Qwen2.5-7B-Instruct-FP8`` -> ``Qwen/Qwen2.5-7B-Instruct``), fewest others on a tie."""
+    target, wanted = _normalize(text), _release_tokens(text)
+    names = [n for n in (entry["id"], *entry.get("aliases", ())) if _normalize(n) == target] or [entry["id"]]
+    return max(names, key=lambda n: (len(_release_tokens(n) & wanted), -len(_release_tokens(n) - wanted)))
+
+
+def _from_entry(entry: dict[str, Any], requested: str, notes: tuple[str, ...], matched: str = "") -> ResolvedModel:
+    """``matched``: the catalog name a name-matched request stands for (its alias context applies)."""
     notes = notes + tuple(n for n in [entry.get("notes")] if n)
     spec, config = catalog_spec(entry["id"]), entry["config"]
-    context = alias_context(entry, requested)
+    context = alias_context(entry, matched or requested)
     if context is not None:  # the alias's RoPE tables and trained context are its own (estimate/rope_v4.py, context.py)
         spec = replace(spec, max_position_embeddings=context)
         config = {**config, "max_position_embeddings": context}

@@ -250,7 +250,7 @@ def _internvl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     # eager_attention_forward (l. 92-93): "No upcasting of the attention weights to float32", softmax in the
     # compute dtype (SigLIP, CLIP, Idefics3, Mllama and the Qwen towers pass dtype=torch.float32)
     block = replace(block, block_norm_params=block.block_norm_params + extra, qk_norm=bool(v["use_qk_norm"]),
-                    eager_softmax_fp32=False)
+                    eager_softmax_fp32=False, eager_softmax_autocast=True)
     ratio = float(config.get("downsample_ratio", 0.5))
     layer = config.get("vision_feature_layer", -1)
     unused = -layer - 1 if isinstance(layer, int) and layer < 0 else 0

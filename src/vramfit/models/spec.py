@@ -233,6 +233,12 @@ class ModelSpec:
     # eager softmax upcasts the scores to fp32 (``softmax(..., dtype=torch.float32)`` in Llama-style
     # eager_attention_forward); False for GPT-2 style softmax in the compute dtype
     eager_softmax_fp32: bool = True
+    # the compute-dtype eager softmax takes no dtype argument (``nn.functional.softmax(attn_weights, dim=-1)``:
+    # transformers v5.24.0 models/internvl/modeling_internvl.py eager_attention_forward l. 92-93), so under autocast it
+    # runs in fp32 all the same: torch v2.13.0 aten/src/ATen/autocast_mode.cpp registers softmax with
+    # CastPolicy::fp32_set_opt_dtype (an op given no output dtype gets float32); with dtype=... given (gpt-oss's
+    # sink softmax) it keeps that dtype. attention.softmax_fp32 reads it with the block's autocast
+    eager_softmax_autocast: bool = False
     # 16-bit (B, H, S, S) score tensors the eager forward still binds while softmax makes its fp32 copy and output:
     # 1 where ``attn_weights`` is rebound at each step (transformers v5.24.0 eager_attention_forward, Gemma 2's
     # softcap steps included: each old tensor is unbound once the next exists); 2 in BLOOM, whose

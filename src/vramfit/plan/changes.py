@@ -81,7 +81,9 @@ def _candidates(sc: Scenario) -> list[Change]:
     if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW) and profile.runs_bnb_optimizers:
         out.append(Change("8bit-optimizer", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"},
                           "free", "block-wise 8-bit states; matches 32-bit AdamW in the bitsandbytes paper's tests"))
-    for ck in ("selective", "full", "offload")[:None if profile.runs_activation_offload else 2]:
+    # none where the scripts fix it by GPU count (profile checkpointing_by_devices: litgpt)
+    for ck in ("selective", "full", "offload")[:0 if profile.checkpointing_by_devices else
+                                               None if profile.runs_activation_offload else 2]:
         if _ORDER[ck] > _ORDER[sc.gradient_checkpointing.value]:
             trade = {"selective": "recomputes attention in backward (not in the HF Trainer)",
                      "full": "recomputes every block's forward in backward",

@@ -29,7 +29,7 @@ from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
-from vramfit.plan.search import Config, Search, peer_gbs, pinned_layout, tried_words
+from vramfit.plan.search import Config, Search, one_gpu_only, peer_gbs, pinned_layout, tried_words
 from vramfit.plan.stage_work import scenario_flops, stage_time_note
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, run_cost, run_hours, time_band
 from vramfit.plan.verdict import PAGED_COMPONENT, SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
@@ -284,7 +284,7 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking,
                                                           pinned_layout(search.ev.base), _host_bound(search, g, mine, limit, lacks),
-                                                          tried_words(search.ev.base))))
+                                                          tried_words(search.ev.base), one_gpu_only(search.ev.base))))
     plans.sort(key=lambda p: _rank(p, order))
     return plans, excluded, blocked
 

@@ -124,10 +124,11 @@ def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
 
 def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts: tuple[int, ...], eff: int,
               lacking: list[int], pinned: tuple[str, str] | None = None, host: tuple[int, int] | None = None,
-              tried: str = "ZeRO-3, checkpointing and offload") -> str:
+              tried: str = "ZeRO-3, checkpointing and offload", one_gpu: str | None = None) -> str:
     """The reason a card got no plan (``pinned``: the layout a DeepSpeed config fixes, :func:`search.pinned_layout`;
     ``host``: the GPUs and host bytes per GPU of a plan that fits the card only beyond the planner's host RAM cap;
-    ``tried``: what the framework's plans could try, :func:`search.tried_words`)."""
+    ``tried``: what the framework's plans could try, :func:`search.tried_words`; ``one_gpu``: why the run takes one
+    GPU only, :func:`search.one_gpu_only`)."""
     from vramfit.plan.planner import HOST_RAM_PER_GPU
 
     if not mine:
@@ -140,6 +141,8 @@ def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts
                 f"GPU, over the {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU plans assume (a DGX H100: 2 TB for 8 GPUs)"
                 + fewer)
     unit = f" (rented at most {max(g.rental_gpus)} per instance)" if g.rental_gpus else ""
+    if one_gpu is not None:
+        return f"does not fit 1 x {g.gpu_id} at micro-batch 1 ({one_gpu})"
     if pinned is not None:
         tried = f"the DeepSpeed config's {pinned[0]} and offload {pinned[1]}, with checkpointing"
     return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with {tried} (at micro-batch 1)"

@@ -115,10 +115,23 @@ def shard_names(base: Scenario, profile) -> tuple[str, str]:
 
 def tried_words(base: Scenario) -> str:
     """What :func:`configs_for` tries at most for ``base``, in the words of a card that got no plan: the framework's
-    full-sharding engine, checkpointing, and offload where its recipes offload (profile ``runs_offload``)."""
+    full-sharding engine, checkpointing where the user chooses it (profile ``checkpointing_by_devices``: litgpt's
+    scripts checkpoint only under FSDP), and offload where its recipes offload (profile ``runs_offload``)."""
     profile = scenario_profile(base)
     engine = "ZeRO-3" if shard_names(base, profile)[1] == "zero3" else "FSDP"
-    return f"{engine}, checkpointing and offload" if profile.runs_offload else f"{engine} and checkpointing"
+    parts = [engine, "checkpointing"] + (["offload"] if profile.runs_offload else [])
+    return f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def one_gpu_only(base: Scenario) -> str | None:
+    """Why ``base`` runs on one GPU only (profile ``quantized_on_one_device``: litgpt trains a quantized base on one
+    device), with the checkpointing that one GPU gets; None where more GPUs may run it."""
+    profile = scenario_profile(base)
+    if not (profile.quantized_on_one_device and base.method is Method.QLORA):
+        return None
+    by = profile.checkpointing_by_devices
+    ckpt = f", checkpointing {by[0].value}" if by else ""
+    return f"{profile.name} trains a quantized base on one GPU only{ckpt}"
 
 
 def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
@@ -145,10 +158,10 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     if pinned := pinned_layout(base):  # the DeepSpeed config's stage and offload (estimate/deepspeed.scenario_keys)
         strategies = [pinned] + ([("zero3-hpz", pinned[1])] if n > GPUS_PER_NODE and pinned[0] == "zero3" else [])
     ckpts = ["none", "full"] + (["offload"] if profile.runs_activation_offload else [])  # profile_fields.py runs_*
-    if profile.checkpointing_by_devices:  # the scripts' own, by device count (profile_fields.py)
-        ckpts = [profile.checkpointing_by_devices[0 if n == 1 else 1].value]
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
+    if profile.checkpointing_by_devices:  # the scripts' own, by device count (profile_fields.py)
+        ckpts = [profile.checkpointing_by_devices[0 if n == 1 else 1].value]
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW and profile.runs_bnb_optimizers:
         opts.append(Optimizer.ADAMW_8BIT.value)
