@@ -209,9 +209,9 @@ class Scenario:
             for follower in followers:
                 if key in changes and follower not in changes and not self._keeps(follower, given):
                     data.pop(follower, None)
-        if ({"num_gpus", "framework"} & set(changes) and "gradient_checkpointing" not in changes
-                and not self._keeps("gradient_checkpointing", given) and self._ckpt_by_devices(changes)):
-            data.pop("gradient_checkpointing", None)  # derived again from the new count (or framework)
+        if ({"num_gpus", "framework", "framework_version"} & set(changes) and "gradient_checkpointing" not in changes
+                and not self._keeps("gradient_checkpointing", given) and self._ckpt_derived(changes)):
+            data.pop("gradient_checkpointing", None)  # derived again from the new count, framework or release
         if "num_gpus" in changes and "num_nodes" not in changes:
             self._node_layout(data, changes["num_gpus"])
         for follower in STAGE_FOLLOWERS if "stage" in changes else ():
@@ -242,10 +242,11 @@ class Scenario:
             data.pop("num_nodes", None)
             data.pop("shard_scope", None)
 
-    def _ckpt_by_devices(self, changes: dict[str, Any]) -> bool:
-        """The old or the new framework fixes checkpointing by device count (profile ``checkpointing_by_devices``),
-        so an unset ``gradient_checkpointing`` was derived, or is to be, from the GPU count. A framework value that does
-        not parse counts as none: parse_scenario then names it."""
+    def _ckpt_derived(self, changes: dict[str, Any]) -> bool:
+        """The old or the new framework (release) derives an unset ``gradient_checkpointing``: its scripts fix it by
+        device count (profile ``checkpointing_by_devices``) or it has a default of its own (``default_checkpointing``),
+        so it was derived, or is to be. A framework value that does not parse counts as the old one: parse_scenario
+        then names it."""
         from vramfit.estimate.framework import profile_for
 
         new = changes.get("framework", self.framework)
@@ -253,7 +254,10 @@ class Scenario:
             new = new if isinstance(new, Framework) else Framework(str(new).strip().lower())
         except ValueError:
             new = self.framework
-        return bool(profile_for(self.framework).checkpointing_by_devices or profile_for(new).checkpointing_by_devices)
+        version = changes.get("framework_version", self.framework_version)
+        return any(p.checkpointing_by_devices or p.default_checkpointing is not Checkpointing.NONE
+                   for p in (profile_for(self.framework, self.framework_version),
+                             profile_for(new, version if isinstance(version, str) else None)))
 
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
@@ -330,8 +334,9 @@ FIELDS: tuple[FieldSpec, ...] = (
           unit="micro-batches", limits=(1, MAX_BATCH)),
     Field("gradient_checkpointing", CH, "Recompute in backward: none; every block (full); the attention core only "
           "(selective); torchtitan's op policy, every second matmul output and the attention output saved "
-          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode). Unset under litgpt: "
-          "its scripts' own (none on one GPU, full under FSDP).", ("Gradient checkpointing", "Checkpointing de gradientes"),
+          "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode). Unset: the framework's "
+          "own (litgpt's scripts: none on one GPU, full under FSDP; Unsloth: offload, full in its 2024 releases), "
+          "else none.", ("Gradient checkpointing", "Checkpointing de gradientes"),
           choices=Checkpointing),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),
@@ -693,9 +698,11 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
         )
     from vramfit.estimate.framework import check_parallelism, profile_for
 
-    by_devices = profile_for(kw.get("framework", Framework.HF)).checkpointing_by_devices
-    if "gradient_checkpointing" not in kw and by_devices:  # what the scripts run (profile_fields.py)
-        kw["gradient_checkpointing"] = by_devices[0] if num_gpus == 1 else by_devices[1]
+    profile = profile_for(kw.get("framework", Framework.HF), kw.get("framework_version"))
+    if "gradient_checkpointing" not in kw:  # what the scripts run, else the framework's default (profile_fields.py)
+        by_devices = profile.checkpointing_by_devices
+        kw["gradient_checkpointing"] = (by_devices[0 if num_gpus == 1 else 1] if by_devices
+                                        else profile.default_checkpointing)
     check_parallelism(kw)
     offload = kw.get("offload", Offload.NONE)
     if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:

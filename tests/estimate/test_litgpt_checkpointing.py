@@ -34,7 +34,9 @@ def test_a_set_value_the_scripts_do_not_run_is_counted_and_said():
     assert lines == ["gradient_checkpointing full: litgpt's scripts run none on one GPU (checkpointing is their FSDP "
                      "strategy's per-block policy); counted as set, which takes an edited script."]
     assert untranslated(lines) == []
-    assert not [a for a in estimate(BASE).assumptions if a.startswith("gradient_checkpointing")]
+    unset = [a for a in estimate(BASE).assumptions if a.startswith("gradient_checkpointing")]
+    assert unset == ["gradient_checkpointing none: not set, so litgpt's own, what its scripts run on one GPU."]
+    assert untranslated(unset) == []
 
 
 def test_plans_use_the_scripts_checkpointing():

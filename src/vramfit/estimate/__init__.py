@@ -206,6 +206,12 @@ def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
     from vramfit.estimate.moe_kernel import note as moe_note
 
     out = []
+    given = getattr(sc, "_given", None)
+    if given is not None and "gradient_checkpointing" not in given and (
+            prof.checkpointing_by_devices or prof.default_checkpointing is not Checkpointing.NONE):
+        what = ((f"what its scripts run on {'one GPU' if sc.num_gpus == 1 else 'several GPUs'}")
+                if prof.checkpointing_by_devices else "its default")
+        out.append(f"gradient_checkpointing {sc.gradient_checkpointing.value}: not set, so {prof.name}'s own, {what}.")
     if prof.checkpointing_by_devices:  # the scripts fix it by device count (profile_fields.py)
         runs = prof.checkpointing_by_devices[0 if sc.num_gpus == 1 else 1]
         if sc.gradient_checkpointing is not runs:

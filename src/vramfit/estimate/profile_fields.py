@@ -334,6 +334,10 @@ class FrameworkProfile:
     # it (scenario.py), the planner tries only it (plan/search.py configs_for), and an estimate that sets another says
     # the scripts do not run that (estimate/__init__.py)
     checkpointing_by_devices: tuple[Checkpointing, ...] = ()
+    # the checkpointing a scenario that leaves gradient_checkpointing unset gets: the framework's own default where it
+    # has one (unsloth@015bdef models/llama.py l. 3079 get_peft_model use_gradient_checkpointing="unsloth",
+    # estimate/unsloth.py), else none (transformers v5.24.0 training_args.py gradient_checkpointing=False)
+    default_checkpointing: Checkpointing = Checkpointing.NONE
     # the data-parallel engines the framework's own recipes can be told to run (empty: every value of ``parallelism``).
     # torchtune's distributed recipes shard with FSDP only, FULL_SHARD or, with ``fsdp_reshard_after_forward: False``,
     # SHARD_GRAD_OP (pytorch/torchtune@bd2a0fc7c recipes/full_finetune_distributed.py l. 62 and 382,

@@ -20,7 +20,7 @@ from vramfit.estimate.profile_fields import (
     OptimizerImpl,
 )
 from vramfit.models.spec import ModelSpec, PositionEncoding
-from vramfit.scenario import Method, Precision, Scenario
+from vramfit.scenario import Checkpointing, Method, Precision, Scenario
 
 # unslothai/unsloth-zoo@ce232d6c unsloth_zoo/model_lists.py FORCE_FLOAT32 (re-exported, with the same fallback list, by
 # unslothai/unsloth@015bdef models/loader.py l. 120-141), as the config model types its loader matches: an entry
@@ -58,6 +58,11 @@ FORCE_FLOAT32: tuple[tuple[str, ForcedFp32], ...] = (
     ("qwen3_5_moe_text", ForcedFp32()),
 )
 
+#: get_peft_model(use_gradient_checkpointing=True) before unsloth@1b28ec31f7 (2025-07-17; tags December-2024 through
+#: July-2025 models/llama.py get_peft_model), which prepare_model_for_kbit_training turns into transformers' own
+#: gradient_checkpointing_enable() (December-2024 models/_utils.py l. 535-548; only "unsloth" offloads)
+_TRUE_CHECKPOINTING = ("default_checkpointing", Checkpointing.FULL)
+
 UNSLOTH_2024_12 = FrameworkVersion(
     "unsloth-2024.12",
     "unslothai/unsloth@0e0d8fc (2024.12.3) + unslothai/unsloth-zoo@bb133c7: Apple Cut Cross-Entropy loss, "
@@ -83,6 +88,7 @@ UNSLOTH_2024_12 = FrameworkVersion(
             "expandable_segments:True,roundup_power2_divisions:[64:128,256:64,>:32]")),
         # before Gemma 3 and FORCE_FLOAT32 (unsloth@49eece4d94, 2025-03-18)
         ("fp16_forced_fp32", ()),
+        _TRUE_CHECKPOINTING,
     ),
 )
 
@@ -95,7 +101,7 @@ UNSLOTH_2024_11 = FrameworkVersion(
     # its mapper loads unsloth/Llama-3.2-11B-Vision-Instruct-bnb-4bit, a plain bitsandbytes checkpoint with the tower
     # quantized (unsloth@7e7656c5a1 mapper.py l. 463-465; UNSLOTH_VLM_NB-4's 5.00 + 2.18 GB of shards), before the
     # dynamic 4-bit checkpoints
-    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True)),
+    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True), _TRUE_CHECKPOINTING),
 )
 
 #: what the mid-2024 releases share with 2024.12 (helper reading of unslothai/unsloth, 2026-12-05): the same
@@ -115,6 +121,7 @@ _MID_2024 = (
     ("rope_cache_per_layer", True),
     ("alloc_conf", parse_alloc_conf("expandable_segments:True")),
     ("fp16_forced_fp32", ()),
+    _TRUE_CHECKPOINTING,
 )
 
 UNSLOTH_2024_8 = FrameworkVersion(
@@ -171,6 +178,10 @@ UNSLOTH_PROFILE = FrameworkProfile(
     # mergers (unsloth-zoo@ce232d6c peft_utils.py SKIP_QUANTIZATION_MODULES: multi_modal_projector, merger,
     # modality_projection, vision_tower); quantize_vision yes describes a plain "-bnb-4bit" checkpoint
     qlora_quantizes_vision=False,
+    # FastLanguageModel.get_peft_model and FastBaseModel.get_peft_model default use_gradient_checkpointing="unsloth"
+    # (unsloth@015bdef models/llama.py l. 3079, models/vision.py l. 1869; since unsloth@1b28ec31f7, 2025-07-17): the
+    # offloaded checkpointer
+    default_checkpointing=Checkpointing.OFFLOAD,
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11, UNSLOTH_2024_8, UNSLOTH_2024_5),
 )

@@ -135,6 +135,12 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "A memória reservada (⟨$1⟩ GiB) é o que o FSDP1 deixa ao envolver um modelo carregado na CPU (os parâmetros "
      "movidos e achatados de cada unidade ficam em cache) mais os segmentos de all-gather da sua stream de "
      "unshard; torch.cuda.empty_cache() depois de envolver liberta a primeira parte."),
+    (r"^gradient_checkpointing (\S+): not set, so (\S+)'s own, what its scripts run on one GPU\.$",
+     "gradient_checkpointing $1: não indicado, por isso o do $2, o que os seus scripts correm numa GPU."),
+    (r"^gradient_checkpointing (\S+): not set, so (\S+)'s own, what its scripts run on several GPUs\.$",
+     "gradient_checkpointing $1: não indicado, por isso o do $2, o que os seus scripts correm em várias GPUs."),
+    (r"^gradient_checkpointing (\S+): not set, so (\S+)'s own, its default\.$",
+     "gradient_checkpointing $1: não indicado, por isso o do $2, a sua predefinição."),
     (r"^gradient_checkpointing (\S+): (\S+)'s scripts run (\S+) on one GPU \(checkpointing is their FSDP strategy's "
      r"per-block policy\); counted as set, which takes an edited script\.$",
      "gradient_checkpointing $1: os scripts do $2 correm $3 numa GPU (o checkpointing é a política por bloco da sua "
