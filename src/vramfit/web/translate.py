@@ -17,6 +17,7 @@ import re
 from vramfit.web.translate_estimate import ESTIMATE_RULES
 from vramfit.web.translate_import import IMPORT_RULES
 from vramfit.web.translate_notes import NOTE_RULES
+from vramfit.web.translate_plan import PLAN_RULES
 
 _N = r"([\d,]+(?:\.\d+)?)"  # a number as the library prints it (1,234.5)
 
@@ -89,50 +90,7 @@ RULES: list[tuple[str, str]] = [
      "quantizar também os especialistas MoE (4 bits como os outros lineares)"),
     (r"^together: ", "em conjunto: "),
     (r"^all the trade-offs of its parts$", "todos os custos das partes"),
-    # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
-    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP), checkpointing and "
-     r"offload \(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5, checkpointing e descarga (com micro-batch 1)"),
-    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP) and checkpointing "
-     r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5 e checkpointing (com micro-batch 1)"),
-    (r"; effective batch (\d+) allows at most (\d+) GPUs", "; o batch efetivo $1 permite no máximo $2 GPU(s)"),
-    (r"^does not fit 1 x (\S+) at micro-batch 1 \((\S+) trains a quantized base on one GPU only, checkpointing "
-     r"(\S+)\)$", "não cabe em 1 × $1 com micro-batch 1 (o $2 treina uma base quantizada numa só GPU, checkpointing $3)"),
-    (r"; give max_gpus above (\d+) to plan across nodes$", "; indica max_gpus acima de $1 para planear em vários nós"),
-    (r"^rented in units of (\d+) GPUs; effective batch (\d+) allows at most (\d+)$",
-     "alugada em unidades de $1 GPUs; o batch efetivo $2 permite no máximo $3"),
-    (r"^no BF16 on (.+): plan it with --precision fp16-mixed$", "sem BF16 na $1: planeia com a precisão fp16-mixed"),
-    (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state$",
-     "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado"),
-    (r"^usable memory unconfirmed: the marketing GB is used \(conservative\)$",
-     "memória utilizável por confirmar: usa-se o valor comercial em GB (conservador)"),
-    (r"^fused loss: ", "perda fundida: "),
-    (r"^no NVLink between (\d+) cards: GPU-to-GPU traffic over PCIe \(" + _N + r" GB/s per direction\)$",
-     "sem NVLink entre $1 placas: o tráfego entre GPUs passa pelo PCIe (⟨$2⟩ GB/s em cada sentido)"),
-    (r"^(\S+): bitsandbytes 8-bit AdamW instead of (\S+)$", "$1: AdamW de 8 bits do bitsandbytes em vez de $2"),
-    (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state \(" + _N + r" GiB for the node\)$",
-     "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado (⟨$2⟩ GiB para o nó)"),
-    (r"^effective batch (\d+) \(the nearest multiple of (\d+) GPUs at or above (\d+)\)$",
-     "batch efetivo $1 (o múltiplo de $2 GPUs mais próximo, igual ou acima de $3)"),
-    (r"^vendor (.+) not in the stack table: taken as CUDA; check your software runs on it$",
-     "fabricante $1 fora da tabela de stacks: tratado como CUDA; confirma que o teu software corre nela"),
-    (r"^rented in units of (\d+) GPUs \((.+)\): the cost is for (\d+)$",  # the source stays in the API and CLI
-     "alugada em unidades de $1 GPUs: o custo é o de $3"),
-    (r"^no dated rental price in the catalog: add one with --gpus$", "sem preço de aluguer datado no catálogo: acrescenta um com --gpus"),
-    (r"^Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
-     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers$",
-     "Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
-     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
-    (r"^the scenario needs ([^;]+); ", "o cenário precisa de $1; "),
-    (r"^(.+) card; --stack (\S+)$", "placa $1; só as stacks $2"),
-    (r"^fits (\d+) x (\S+) only with settings its stack lacks \(", "cabe em $1 × $2 só com opções que a sua stack não tem ("),
-    (r"; Gaudi \(SynapseAI, optimum-habana\): bitsandbytes 0\.50 only de-quantizes 4-bit on HPU; no FlashAttention 2, "
-     r"no Triton \(Liger\), no bitsandbytes 8-bit/paged optimizers",
-     "; Gaudi (SynapseAI, optimum-habana): o bitsandbytes 0.50 só desquantiza 4 bits na HPU; sem FlashAttention 2, "
-     "sem Triton (Liger), sem otimizadores de 8 bits/paginados do bitsandbytes"),
-    (r"^ROCm: use the ROCm builds of PyTorch and bitsandbytes \(>= 0\.50: 4-bit QLoRA and 8-bit optimizers\), "
-     r"FlashAttention 2 via its ROCm CK backend; CUDA-only kernels will not load$",
-     "ROCm: usa as versões ROCm do PyTorch e do bitsandbytes (≥ 0.50: QLoRA de 4 bits e otimizadores de 8 bits), "
-     "FlashAttention 2 pelo backend ROCm CK; kernels só para CUDA não carregam"),
+    *PLAN_RULES,
     # ---- the guide's "why they differ" (vramfit.plan.guide)
     (r"^Section (\d+) says (\d+) x (\d+) GB; we estimate " + _N + r" GB per GPU there, so it needs more than (\d+) x (\d+) GB\.$",
      "A secção $1 diz $2 × $3 GB; estimamos ⟨$4⟩ GB por GPU nesse caso, por isso são precisas mais de $5 × $6 GB."),
