@@ -337,7 +337,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "(selective-op); or block inputs kept in host RAM (offload, Unsloth's \"unsloth\" mode). Unset: the framework's "
           "own (litgpt's scripts: none on one GPU, full under FSDP; Unsloth: offload, full in its 2024 releases), "
           "else none.", ("Gradient checkpointing", "Checkpointing de gradientes"),
-          choices=Checkpointing),
+          choices=Checkpointing, default_note="the framework's: none, litgpt by GPU count, unsloth offload"),
     Field("attention", CH, "Attention kernel: sdpa, flash (FlashAttention 2) or eager (seq_len² scores).",
           ("Attention kernel", "Kernel de atenção"), choices=Attention),
     Field("loss", CH, "Loss: standard (full logits), chunked (over the sequence) or fused (no logits: Liger, CCE).",

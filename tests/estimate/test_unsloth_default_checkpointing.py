@@ -32,3 +32,17 @@ def test_the_estimate_is_the_checkpointed_one_and_says_why():
     assert untranslated(lines) == []
     assert not [a for a in estimate({**BASE, "gradient_checkpointing": "offload"}).assumptions
                 if a.startswith("gradient_checkpointing")]
+
+
+def test_a_card_alias_and_changed_keys_keep_what_the_user_set():
+    """A GPU alias ("4090") is swapped for the catalog id without losing the record of the keys the user set (the line
+    stayed away and a given none flipped to Unsloth's default on a change of GPU count); ``estimate(Scenario, **keys)``
+    derives what follows the changed keys as Scenario.replace does."""
+    r = estimate({**BASE, "gpu": "4090"})
+    assert [a for a in r.assumptions if a.startswith("gradient_checkpointing")] == [
+        "gradient_checkpointing offload: not set, so unsloth's own, its default."]
+    kept = estimate({**BASE, "gradient_checkpointing": "none", "gpu": "4090"}).scenario
+    assert kept.replace(num_gpus=2).gradient_checkpointing.value == "none"
+    hf = parse_scenario({**BASE, "framework": "hf"})
+    assert estimate(hf, framework="unsloth").peak.required_bytes == estimate(BASE).peak.required_bytes
+    assert estimate(parse_scenario(BASE), framework_version="unsloth-2024.12").scenario.gradient_checkpointing.value == "full"

@@ -315,10 +315,10 @@ def estimate(
     """
     if scenario is None:
         sc = parse_scenario(keys)
+    elif keys and isinstance(scenario, Scenario):
+        sc = scenario.replace(**keys)  # keys that follow the changed ones (checkpointing, accumulation) follow them
     elif keys:
-        base = scenario.to_dict() if isinstance(scenario, Scenario) else dict(scenario)
-        base.update(keys)
-        sc = parse_scenario(base)
+        sc = parse_scenario({**dict(scenario), **keys})
     else:
         sc = parse_scenario(scenario)
     if card is None and sc.gpu:
@@ -326,7 +326,10 @@ def estimate(
 
         card = get_gpu(sc.gpu)
     if card is not None and sc.gpu != card.gpu_id:  # an alias ("4090") names the card by its catalog id
+        given = getattr(sc, "_given", None)
         sc = dataclasses.replace(sc, gpu=card.gpu_id)
+        if given is not None:  # the keys the user set stay recorded (Scenario.replace, the assumption lines)
+            object.__setattr__(sc, "_given", given)
     if spec is not None:
         model_id, origin = label, "config-file"
     else:
