@@ -73,3 +73,12 @@ def test_no_checkpointing_change_is_offered_and_one_gpu_qlora_says_so():
     reason = q.excluded[0].reason
     assert reason == ("does not fit 1 x rtx4090 at micro-batch 1 (litgpt trains a quantized base on one GPU only, "
                       "checkpointing none)") and untranslated([reason]) == []
+
+
+def test_a_one_gpu_card_with_no_plan_names_what_litgpt_runs_there():
+    """On one GPU litgpt's search has neither FSDP nor checkpointing nor offload to try: the reason says so (it said
+    "even with FSDP and checkpointing")."""
+    r = plan(BASE, effective_batch=8, max_gpus=1, gpu_ids="h100-sxm", with_changes=False)
+    reason = r.excluded[0].reason
+    assert reason == ("does not fit 1 x h100-sxm at micro-batch 1 (litgpt's scripts run no checkpointing or offload on "
+                      "one GPU)") and untranslated([reason]) == []

@@ -284,7 +284,8 @@ def _ranked_plans(search: Search, cards: list[GPU], sc: Scenario, wanted: tuple[
         if not any(p.gpu_id == g.gpu_id for p in plans):
             excluded.append(Excluded(g.gpu_id, _not_found(g, mine, counts, all_counts, eff, lacking,
                                                           pinned_layout(search.ev.base), _host_bound(search, g, mine, limit, lacks),
-                                                          tried_words(search.ev.base), one_gpu_only(search.ev.base))))
+                                                          tried_words(search.ev.base, max(mine, default=1)),
+                                                          one_gpu_only(search.ev.base))))
     plans.sort(key=lambda p: _rank(p, order))
     return plans, excluded, blocked
 

@@ -124,7 +124,8 @@ def cannot_run(g: GPU, sc, wanted: tuple[str, ...]) -> str | None:
 
 def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts: tuple[int, ...], eff: int,
               lacking: list[int], pinned: tuple[str, str] | None = None, host: tuple[int, int] | None = None,
-              tried: str = "ZeRO-3, checkpointing and offload", one_gpu: str | None = None) -> str:
+              tried: str = "even with ZeRO-3, checkpointing and offload (at micro-batch 1)",
+              one_gpu: str | None = None) -> str:
     """The reason a card got no plan (``pinned``: the layout a DeepSpeed config fixes, :func:`search.pinned_layout`;
     ``host``: the GPUs and host bytes per GPU of a plan that fits the card only beyond the planner's host RAM cap;
     ``tried``: what the framework's plans could try, :func:`search.tried_words`; ``one_gpu``: why the run takes one
@@ -144,8 +145,8 @@ def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts
     if one_gpu is not None:
         return f"does not fit 1 x {g.gpu_id} at micro-batch 1 ({one_gpu})"
     if pinned is not None:
-        tried = f"the DeepSpeed config's {pinned[0]} and offload {pinned[1]}, with checkpointing"
-    return (f"does not fit {max(mine)} x {g.gpu_id}{unit} even with {tried} (at micro-batch 1)"
+        tried = f"even with the DeepSpeed config's {pinned[0]} and offload {pinned[1]}, with checkpointing (at micro-batch 1)"
+    return (f"does not fit {max(mine)} x {g.gpu_id}{unit} {tried}"
             + fewer
             + ("; give max_gpus above 8 to plan across nodes" if max(all_counts) == 8 and max(mine) == 8 else ""))
 

@@ -113,14 +113,22 @@ def shard_names(base: Scenario, profile) -> tuple[str, str]:
     return ("fsdp-grad-op", "fsdp") if fsdp else ("zero2", "zero3")
 
 
-def tried_words(base: Scenario) -> str:
-    """What :func:`configs_for` tries at most for ``base``, in the words of a card that got no plan: the framework's
-    full-sharding engine, checkpointing where the user chooses it (profile ``checkpointing_by_devices``: litgpt's
-    scripts checkpoint only under FSDP), and offload where its recipes offload (profile ``runs_offload``)."""
+def tried_words(base: Scenario, n: int = 8) -> str:
+    """What :func:`configs_for` tries at most for ``base`` on ``n`` GPUs, in the words of a card that got no plan:
+    the framework's full-sharding engine (on one GPU only with offload), checkpointing where the user chooses it or
+    the scripts run it at that count (profile ``checkpointing_by_devices``: litgpt's scripts checkpoint only under
+    FSDP), and offload where its recipes offload (profile ``runs_offload``)."""
     profile = scenario_profile(base)
     engine = "ZeRO-3" if shard_names(base, profile)[1] == "zero3" else "FSDP"
-    parts = [engine, "checkpointing"] + (["offload"] if profile.runs_offload else [])
-    return f"{', '.join(parts[:-1])} and {parts[-1]}"
+    by = profile.checkpointing_by_devices
+    counts = by[:1] if n == 1 else by
+    parts = ([engine] if n > 1 or profile.runs_offload else []) + (
+        ["checkpointing"] if not by or any(c is not Checkpointing.NONE for c in counts) else []) + (
+        ["offload"] if profile.runs_offload else [])
+    if not parts:
+        return f"at micro-batch 1 ({profile.name}'s scripts run no checkpointing or offload on one GPU)"
+    said = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return f"even with {said} (at micro-batch 1)"
 
 
 def one_gpu_only(base: Scenario) -> str | None:

@@ -13,6 +13,8 @@ PLAN_RULES: list[tuple[str, str]] = [
     (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP) and checkpointing "
      r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5 e checkpointing (com micro-batch 1)"),
     (r"; effective batch (\d+) allows at most (\d+) GPUs", "; o batch efetivo $1 permite no máximo $2 GPU(s)"),
+    (r"^does not fit (\d+) x (\S+) at micro-batch 1 \((\S+)'s scripts run no checkpointing or offload on one GPU\)",
+     "não cabe em $1 × $2 com micro-batch 1 (os scripts do $3 não correm checkpointing nem descarga numa GPU)"),
     (r"^does not fit 1 x (\S+) at micro-batch 1 \((\S+) trains a quantized base on one GPU only, checkpointing "
      r"(\S+)\)$", "não cabe em 1 × $1 com micro-batch 1 (o $2 treina uma base quantizada numa só GPU, checkpointing $3)"),
     (r"; give max_gpus above (\d+) to plan across nodes$", "; indica max_gpus acima de $1 para planear em vários nós"),
