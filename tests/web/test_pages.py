@@ -341,3 +341,19 @@ def test_choices_said_to_be_ignored_have_portuguese():
                    "deepspeed_config": {"zero_optimization": {"stage": 3, "mics_shard_size": 8}}}).assumptions
     line = next(a for a in ds if a.startswith("DeepSpeed config keys"))
     assert to_pt(line).startswith("Chaves da configuração DeepSpeed não modeladas") and "mics_shard_size" in to_pt(line)
+
+
+def test_checkpointing_left_to_the_framework_from_the_form(client):
+    """The calculator's checkpointing select starts with an empty "auto" option, which the form does not send: the API
+    then gives the framework's own (litgpt on two GPUs: full under FSDP; Unsloth: offload), as the CLI does."""
+    from vramfit.estimate import estimate
+
+    html = client.get("/").text
+    select = html[html.index('id="f-gradient_checkpointing"'):]
+    assert re.match(r'id="f-gradient_checkpointing" name="gradient_checkpointing">\s*<option value="">', select)
+    for keys, mode in (({"framework": "litgpt", "num_gpus": 2}, "full"), ({"framework": "unsloth", "method": "qlora"},
+                                                                           "offload")):
+        body = {"model": "meta-llama/Llama-3.1-8B", **keys}
+        got = client.post("/api/estimate", json=body).json()
+        assert got["scenario"]["gradient_checkpointing"] == mode
+        assert got["peak"]["device_bytes"] == estimate(body).peak.device_bytes
