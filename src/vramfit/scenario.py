@@ -255,9 +255,8 @@ class Scenario:
         except ValueError:
             new = self.framework
         version = changes.get("framework_version", self.framework_version)
-        return any(p.checkpointing_by_devices or p.default_checkpointing is not Checkpointing.NONE
-                   for p in (profile_for(self.framework, self.framework_version),
-                             profile_for(new, version if isinstance(version, str) else None)))
+        old = profile_for(self.framework, self.framework_version)
+        return old.derives_checkpointing or profile_for(new, version if isinstance(version, str) else None).derives_checkpointing
 
     def _keeps(self, follower: str, given: frozenset[str] | None) -> bool:
         """A derived key the user set keeps its value when the key it follows changes: a chosen ``parallelism``
@@ -700,9 +699,7 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
 
     profile = profile_for(kw.get("framework", Framework.HF), kw.get("framework_version"))
     if "gradient_checkpointing" not in kw:  # what the scripts run, else the framework's default (profile_fields.py)
-        by_devices = profile.checkpointing_by_devices
-        kw["gradient_checkpointing"] = (by_devices[0 if num_gpus == 1 else 1] if by_devices
-                                        else profile.default_checkpointing)
+        kw["gradient_checkpointing"] = profile.unset_checkpointing(num_gpus)
     check_parallelism(kw)
     offload = kw.get("offload", Offload.NONE)
     if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:

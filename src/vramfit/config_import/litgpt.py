@@ -68,7 +68,7 @@ def _devices(r: KeyReader, src: str, quant: bool) -> int:
     # more than one device: FSDP full shard with activation checkpointing of every Block
     # (lora.py parallelize_fn: checkpoint_wrapper + fully_shard; full.py FSDPStrategy activation_checkpointing_policy;
     # the profile's checkpointing_by_devices)
-    ckpt = profile_for(Framework.LITGPT).checkpointing_by_devices[0 if devices == 1 else 1].value
+    ckpt = profile_for(Framework.LITGPT).scripts_checkpointing(devices).value
     r.set("devices", "parallelism", "fsdp" if devices > 1 else "none")
     r.set("devices", "gradient_checkpointing", ckpt)
     r.out.update(parallelism="fsdp" if devices > 1 else "none")

@@ -97,7 +97,7 @@ def _litgpt_implied(key: str, value: Any, scenario: dict[str, Any]) -> bool:
     from vramfit.scenario import Framework
 
     many = int(scenario["num_gpus"]) > 1
-    ckpt = profile_for(Framework.LITGPT).checkpointing_by_devices[1 if many else 0].value
+    ckpt = profile_for(Framework.LITGPT).scripts_checkpointing(int(scenario["num_gpus"])).value
     return (key, value) in (("parallelism", "fsdp" if many else "none"), ("gradient_checkpointing", ckpt))
 
 

@@ -207,18 +207,15 @@ def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
 
     out = []
     given = getattr(sc, "_given", None)
-    if given is not None and "gradient_checkpointing" not in given and (
-            prof.checkpointing_by_devices or prof.default_checkpointing is not Checkpointing.NONE):
-        what = ((f"what its scripts run on {'one GPU' if sc.num_gpus == 1 else 'several GPUs'}")
-                if prof.checkpointing_by_devices else "its default")
+    where = "one GPU" if sc.num_gpus == 1 else "several GPUs"
+    if given is not None and "gradient_checkpointing" not in given and prof.derives_checkpointing:
+        what = f"what its scripts run on {where}" if prof.checkpointing_by_devices else "its default"
         out.append(f"gradient_checkpointing {sc.gradient_checkpointing.value}: not set, so {prof.name}'s own, {what}.")
-    if prof.checkpointing_by_devices:  # the scripts fix it by device count (profile_fields.py)
-        runs = prof.checkpointing_by_devices[0 if sc.num_gpus == 1 else 1]
-        if sc.gradient_checkpointing is not runs:
-            where = "one GPU" if sc.num_gpus == 1 else "several GPUs"
-            out.append(f"gradient_checkpointing {sc.gradient_checkpointing.value}: {prof.name}'s scripts run "
-                       f"{runs.value} on {where} (checkpointing is their FSDP strategy's per-block policy); counted as "
-                       "set, which takes an edited script.")
+    runs = prof.scripts_checkpointing(sc.num_gpus)  # the scripts fix it by device count (profile_fields.py)
+    if runs is not None and sc.gradient_checkpointing is not runs:
+        out.append(f"gradient_checkpointing {sc.gradient_checkpointing.value}: {prof.name}'s scripts run "
+                   f"{runs.value} on {where} (checkpointing is their FSDP strategy's per-block policy); counted as "
+                   "set, which takes an edited script.")
     if sc.gradient_checkpointing is Checkpointing.OFFLOAD:
         back = "prefetched one block ahead" if prof.offload_ckpt_prefetched else "brought back when its block's backward runs"
         out.append(f"Activation offload: checkpointed block inputs in pinned host memory, {back}.")

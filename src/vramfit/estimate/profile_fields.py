@@ -532,3 +532,19 @@ class FrameworkProfile:
     # nodes (estimate/nccl.py NvlsBuffers: NCCL 2.18-2.20); None: NCCL >= 2.22 (torch >= 2.7) makes them only when an
     # NVLS algorithm first runs (NVIDIA/nccl v2.22.3-1 src/init.cc RUNTIME_CONNECT default 1), not counted
     nccl_nvls: NvlsBuffers | None = None
+
+    def scripts_checkpointing(self, num_gpus: int) -> Checkpointing | None:
+        """The checkpointing the scripts run on ``num_gpus`` GPUs where the user cannot choose it
+        (``checkpointing_by_devices``), else None."""
+        by = self.checkpointing_by_devices
+        return (by[0] if num_gpus == 1 else by[1]) if by else None
+
+    def unset_checkpointing(self, num_gpus: int) -> Checkpointing:
+        """What a scenario that leaves gradient_checkpointing unset runs: the scripts' own, else the framework's
+        default (``default_checkpointing``)."""
+        return self.scripts_checkpointing(num_gpus) or self.default_checkpointing
+
+    @property
+    def derives_checkpointing(self) -> bool:
+        """An unset gradient_checkpointing is the framework's (:meth:`unset_checkpointing`), not plain none."""
+        return bool(self.checkpointing_by_devices) or self.default_checkpointing is not Checkpointing.NONE

@@ -120,10 +120,10 @@ def tried_words(base: Scenario, n: int = 8) -> str:
     FSDP), and offload where its recipes offload (profile ``runs_offload``)."""
     profile = scenario_profile(base)
     engine = "ZeRO-3" if shard_names(base, profile)[1] == "zero3" else "FSDP"
-    by = profile.checkpointing_by_devices
-    counts = by[:1] if n == 1 else by
+    counts = [1] if n == 1 else [1, n]  # the search tries every count up to n
+    scripts = [profile.scripts_checkpointing(k) for k in counts]
     parts = ([engine] if n > 1 or profile.runs_offload else []) + (
-        ["checkpointing"] if not by or any(c is not Checkpointing.NONE for c in counts) else []) + (
+        ["checkpointing"] if any(c is not Checkpointing.NONE for c in scripts) else []) + (
         ["offload"] if profile.runs_offload else [])
     if not parts:
         return f"at micro-batch 1 ({profile.name}'s scripts run no checkpointing or offload on one GPU)"
@@ -137,8 +137,8 @@ def one_gpu_only(base: Scenario) -> str | None:
     profile = scenario_profile(base)
     if not (profile.quantized_on_one_device and base.method is Method.QLORA):
         return None
-    by = profile.checkpointing_by_devices
-    ckpt = f", checkpointing {by[0].value}" if by else ""
+    scripts = profile.scripts_checkpointing(1)
+    ckpt = f", checkpointing {scripts.value}" if scripts is not None else ""
     return f"{profile.name} trains a quantized base on one GPU only{ckpt}"
 
 
@@ -168,8 +168,8 @@ def configs_for(n: int, base: Scenario, spec=None) -> list[Config]:
     ckpts = ["none", "full"] + (["offload"] if profile.runs_activation_offload else [])  # profile_fields.py runs_*
     if base.gradient_checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SELECTIVE_OP):
         ckpts.insert(1, base.gradient_checkpointing.value)
-    if profile.checkpointing_by_devices:  # the scripts' own, by device count (profile_fields.py)
-        ckpts = [profile.checkpointing_by_devices[0 if n == 1 else 1].value]
+    if (scripts := profile.scripts_checkpointing(n)) is not None:  # the scripts' own, by device count
+        ckpts = [scripts.value]
     opts = [base.optimizer.value]
     if full and base.optimizer is Optimizer.ADAMW and profile.runs_bnb_optimizers:
         opts.append(Optimizer.ADAMW_8BIT.value)
