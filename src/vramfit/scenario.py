@@ -89,6 +89,7 @@ class Scenario:
     gpu: str | None = None
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
+    dora: bool = False  # PEFT LoraConfig(use_dora=True): weight-decomposed LoRA (extension; estimate/dora.py)
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
     # the DeepSpeed config (path or mapping) whose zero_optimization keys size the ZeRO buffers; None: the
@@ -354,6 +355,10 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Framework", "Framework"), choices=Framework),
     Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
+    Field("dora", BOOL, "DoRA (PEFT use_dora): a trained magnitude per output of each adapted linear; each "
+          "adapted linear's forward builds the whole weight plus B·A for its norm and keeps its base and LoRA outputs "
+          "for backward (with dropout, or PEFT before 0.14, a copy of the weight too). LoRA and QLoRA, hf only.",
+          ("DoRA (weight-decomposed LoRA)", "DoRA (LoRA com decomposição de pesos)")),
     Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
           "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
@@ -373,7 +378,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           "and its gradient until the end of backward.",
           ("Reentrant checkpointing", "Checkpointing reentrante"), choices=UseReentrant),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (SFTTrainer casts a bf16 4-bit model's embeddings and head back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
+          "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, peft-0.13 (DoRA), bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (SFTTrainer casts a bf16 4-bit model's embeddings and head back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
           "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed), unsloth-2024.8 (mid-2024: its own Triton cross-entropy over the whole logits), unsloth-2024.5 (as 2024.8, RoPE caches of the whole context)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
           "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "

@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 170
+    assert len(ROWS) == 171
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 170
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 171
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -157,6 +157,8 @@ def test_missing_scenario_keys_are_said_and_marked_low():
             # to the next step's forward (run.py l. 276)
             assert not r["seq_exact"] and r["scenario"]["framework_version"] == "peft-method-comparison"
             assert r["scenario"]["keeps_outputs"] is True and "l. 276" in r["notes"]
+            # the DoRA run (rank32-dora.json: use_dora true) is the one row with dora set
+            assert r["scenario"].get("dora", False) is ("dora.json" in r["source"])
         if r["source_id"] == "LLAMA_REC_PR41_2307":
             # llama_finetuning.py @e5970e2e: pure bf16, FSDP1 with LoRA leaf units, packed samsum (2048), eager attention
             # of transformers 4.31; the measuring code is not published (confidence low)
@@ -194,6 +196,6 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 287
+    assert len(rows) == 288
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]

@@ -18,7 +18,7 @@ def _sc(**keys):
 
 def test_versions_are_validated_against_the_profile():
     assert known_versions(Framework.HF) == ["transformers-5.24+peft-0.21", "transformers-4.44", "transformers-4.40", "transformers-4.47", "transformers-4.52", "transformers-4.53",
-                                            "peft-0.11", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
+                                            "peft-0.11", "peft-0.13", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
                                             "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
                                             "trl-0.29", "trl-0.21", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",

@@ -10,6 +10,7 @@ from vramfit.errors import ScenarioError
 from vramfit.estimate.accuracy import accuracy_for
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.deepspeed import master_note, trainer_note, unread_note
+from vramfit.estimate.dora import dora_notes
 from vramfit.estimate.ds_offload import host_optimizer_note, offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
@@ -112,10 +113,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     ]
     if sc.method is not Method.FULL:
         dropout = sc.lora_dropout if sc.lora_dropout is not None else prof.lora_dropout_default
-        out.append(
-            f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "
-            f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}."
-        )
+        out += [f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "
+                f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}.", *dora_notes(r)]
     if sc.method is Method.QLORA:
         out.append(
             f"Quantized base {sc.quantize.value}: block linears {8 if sc.quantize is Quantize.INT8 else 4}-bit, "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vramfit.estimate import dora
 from vramfit.estimate.attention import attention_core_saved, runs_eager_attention, sdpa_math_fallback
 from vramfit.estimate.deepspeed import zero3_linear_saves_inputs
 from vramfit.estimate.framework import FrameworkProfile
@@ -217,6 +218,8 @@ def _lora_branches(blk: Block, out: Saved, lin: Linear, ad: Adapter, in_key: str
             _fused_qkv_lora(blk, out, tag, a_out, tokens)
         else:
             out.add(tag + ".a_out", a_out * tokens * rank * ad.slices)
+        if ad.dora:  # its base and LoRA outputs (estimate/dora.py)
+            dora.saved(blk, out, tag, ad, in_bytes, a_out, tokens)
 
 
 def _fused_qkv_lora(blk: Block, out: Saved, tag: str, a_out: int, tokens: int) -> None:

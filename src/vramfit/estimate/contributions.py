@@ -76,7 +76,8 @@ PHASE_RULES: dict[StepPhase, Callable[[Step], bool]] = {
     StepPhase.LOAD: lambda step: dequantizes_on_gpu(step) or flattens_on_gpu(step) or casts_on_load(step),
     StepPhase.GENERATE: lambda step: has_phase(step, StepPhase.GENERATE),
     F: lambda step: True,
-    FA: lambda step: step.eager_forward[0] > 0,  # eager fp32 softmax (block_extras.forward_softmax_moment)
+    # eager fp32 softmax (block_extras.forward_softmax_moment), a DoRA layer's weight norm (estimate/dora.py)
+    FA: lambda step: step.eager_forward[0] > 0 or step.dora_forward > 0,
     StepPhase.SCORE: lambda step: has_phase(step, StepPhase.SCORE),
     BL: lambda step: True,
     BB: lambda step: True,
@@ -183,7 +184,7 @@ def activations(step: Step) -> Iterator[Contribution]:
     """Saved tensors and autocast weight copies, consumed by backward."""
     a, kept = step.acts, step.parts.autocast_copies
     yield Contribution("activations", F, a.total + a.forward_only)
-    yield Contribution("activations", FA, step.eager_forward[1] + a.forward_only)
+    yield Contribution("activations", FA, block_forward(step)[1] + a.forward_only)
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, tower_position(step)[1])
@@ -261,10 +262,13 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     before the logits exist, so forward's high point is the larger of the two moments."""
     block_copy, at_block, carried = step.fetch_copy[1], _at_block(step), _carried_forward(step)
     yield Contribution("temporaries", F, (0 if forward_at_logits(step) else at_block) if carried is None else carried[1])
-    yield Contribution("temporaries", FA, step.eager_forward[0] + step.dequant)
+    yield Contribution("temporaries", FA, block_forward(step)[0])
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
     norms = norm_transients(step)  # ZeRO-1/2 offload: the float64 norm copy of a reduced gradient
-    yield Contribution("temporaries", BB, step.block_transient + step.dequant + block_copy + block_step + norms[BB])
+    # a checkpointed block's recompute forms its DoRA weight norms again, before its own backward's working set
+    recompute_dora = step.dora_forward if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    yield Contribution("temporaries", BB, max(step.block_transient + step.dequant, recompute_dora) + block_copy
+                       + block_step + norms[BB])
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
                        + embeds_grad_pending(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
@@ -299,6 +303,16 @@ def _at_block(step: Step) -> int:
     """A block's forward temporaries: its de-quantized weight, or ZeRO-3's host copy of the output layer where that is
     larger than the de-quantized weight and the logits together (``step.fetch_copy``)."""
     return step.dequant + max(0, step.fetch_copy[0] - step.dequant - step.loss.forward_peak)
+
+
+def block_forward(step: Step) -> tuple[int, int]:
+    """(working set, kept activations) of the top block's forward high point (``FORWARD_ATTENTION``): its eager fp32
+    softmax (block_extras.forward_softmax_moment, a 4-bit layer's de-quantized weight beside it) or its widest DoRA
+    layer's weight norm (estimate/dora.py) with every block's kept tensors, whichever is higher. Not at the logits:
+    no DoRA layer runs there (the simulator's forward peak at the loss holds none of its tensors)."""
+    eager = (step.eager_forward[0] + step.dequant, step.eager_forward[1]) if step.eager_forward[0] else (0, 0)
+    dora = (step.dora_forward, step.acts.blocks + step.acts.masks) if step.dora_forward else (0, 0)
+    return max(eager, dora, key=sum)
 
 
 def previous_step(step: Step) -> Iterator[Contribution]:

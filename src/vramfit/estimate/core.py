@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.estimate.dora import dora_adapters
 from vramfit.estimate.ds_offload import (
     host_optimizer,
     offload_grad_staging,
@@ -240,7 +241,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     check_fused_head_unit(spec, sc, profile)
     check_uniform_dtype(spec, sc, profile)
     adapters = resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling)
-    adapters += vision_adapters(spec, sc, profile)
+    adapters = dora_adapters(adapters + vision_adapters(spec, sc, profile), sc)  # each with its magnitude (dora.py)
     trainable = _base_state(p, spec, sc, profile, shd)
     ab = adapter_bytes(profile, sc.precision)
     for ad in adapters:

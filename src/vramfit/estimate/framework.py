@@ -201,6 +201,8 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     if not profile.runs_fused_loss and kw.get("loss") is Loss.FUSED:
         raise ScenarioError("loss", f"{name} does not call a fused linear + cross-entropy loss",
                             [v.value for v in Loss if v is not Loss.FUSED])
+    if kw.get("dora"):
+        _check_dora(kw, profile, name)
     if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:
         raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
                             "offload off)", [Offload.NONE.value])
@@ -216,9 +218,18 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     check_stage_recipe(kw, profile)
 
 
+def _check_dora(kw: dict[str, Any], profile: FrameworkProfile, name: str) -> None:
+    """DoRA adapts LoRA's update, so it needs adapters, and a framework whose LoRA is PEFT's (profile ``runs_dora``)."""
+    if kw.get("method", Method.LORA) is Method.FULL:
+        raise ScenarioError("dora", "is a LoRA variant: full fine-tuning has no adapters to decompose", ["false"])
+    if not profile.runs_dora:
+        raise ScenarioError("dora", f"{name}'s LoRA is not PEFT's, whose DoRA is what is modelled; run it with "
+                            "framework hf", ["false"])
+
+
 #: the scenario keys :func:`check_runs` reads
 _RUN_KEYS = ("framework", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
-             "optimizer_in_backward", "grad_accum")
+             "optimizer_in_backward", "grad_accum", "dora")
 
 
 def check_free_keys(sc, free: dict[str, Any]) -> None:  # noqa: ANN001

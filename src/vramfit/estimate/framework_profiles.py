@@ -67,6 +67,10 @@ _V4_BNB_LINEARS = ("quantizes_exact_linear_only", False)
 _T4_44 = (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH, _MODEL_MASKS, _SDPA_REPEATS_KV,
           _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS, _V4_BNB_LINEARS)
 
+#: peft v0.13.2 tuners/lora/dora.py DoraLinearLayer.forward: ``base_result`` is always F.linear(x, weight) of its own
+#: weight (v0.14.0 reuses the base layer's output where dropout is 0)
+_DORA_RECOMPUTES = ("dora_reuses_base_result", False)
+
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
         name="transformers + PEFT",
@@ -74,6 +78,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         lora_casts_input=True,
         lora_dropout_default=0.0,  # peft v0.21.2 tuners/lora/config.py LoraConfig.lora_dropout default
         fused_qkv_lora=False,
+        runs_dora=True,  # peft v0.21.2 LoraConfig(use_dora=True)
         rmsnorm_upcast=True,
         expands_kv_for_sdpa=False,
         qlora_unquantized_fp32=True,
@@ -173,8 +178,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "2023-09-12: `self.to(weight.device, dtype=weight.dtype)`); peft <= v0.5.0 moved its fp32 nn.Linear "
                 "adapters to the device only (v0.4.0 tuners/lora.py l. 691, 716) and cast the input to them (l. 819): the "
                 "default's tensors",
-                (("adapters_fp32", False), ("lora_casts_input", False)),
+                (("adapters_fp32", False), ("lora_casts_input", False), _DORA_RECOMPUTES),
             ),
+            FrameworkVersion("peft-0.13", "peft v0.9.0-v0.13.x tuners/lora/dora.py DoraLinearLayer.forward: the base "
+                             "output recomputed with F.linear(x, weight) whatever the dropout (reused from v0.14.0, "
+                             "338aeff38)", (_DORA_RECOMPUTES,)),
             FrameworkVersion("torch-2.2", "torch 2.1.x-2.4.x wheels (requires_dist nvidia-nccl-cu12 2.18.1, 2.19.3, 2.20.5): "
                              "NCCL sets NVLS buffers up with each communicator (estimate/nccl.py)",
                              (("nccl_nvls", NCCL_2_18_TO_2_20),)),

@@ -27,7 +27,7 @@ class ParamTensor:
     name: str
     shape: tuple[int, ...]
     count: int
-    kind: str  # embedding | lm_head | linear | expert | bias | norm | vision | lora_A | lora_B
+    kind: str  # embedding | lm_head | linear | expert | bias | norm | vision | lora_A | lora_B | lora_magnitude
 
     @property
     def numel(self) -> int:
@@ -53,14 +53,18 @@ class Adapter:
     # tuners/lora/layer.py ParamWrapper.update_layer: lora_A (in, r*E), lora_B (r*E, out))
     param_wrapper: bool = False
     vision: bool = False  # on a vision-tower block linear (estimate/vision.py); layers = the tower's depth
+    # DoRA (estimate/dora.py): a trained magnitude per output, registered after lora_A and lora_B (peft v0.21.2
+    # tuners/lora/layer.py LoraLayer.__init__: the lora_magnitude_vector ModuleDict; DoraLinearLayer.weight, out_features)
+    dora: bool = False
 
-    def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ParamTensor]:
+    def tensors(self, rank: int, layers: int) -> tuple[ParamTensor, ...]:
         count = self.per_layer * (self.layers or layers) if self.per_layer else 1
         b_rank = rank * self.slices if self.param_wrapper else rank
+        magnitude = (ParamTensor(f"{self.target}.lora_magnitude_vector", (self.out_features,), count, "lora_magnitude"),)
         return (
             ParamTensor(f"{self.target}.lora_A", (rank * self.slices, self.in_features), count, "lora_A"),
             ParamTensor(f"{self.target}.lora_B", (self.out_features, b_rank), count, "lora_B"),
-        )
+        ) + (magnitude if self.dora else ())
 
 
 def base_tensors(spec: ModelSpec) -> list[ParamTensor]:

@@ -22,7 +22,8 @@ class StepPhase(str, Enum):
     GENERATE = "generate"  # GRPO/PPO rollouts: the generation engine and its KV cache (estimate/stages/rl.py)
     SCORE = "score"  # reference / old-policy log-prob passes under no_grad (estimate/stages)
     FORWARD = "forward"  # end of forward: every saved tensor alive, the loss computed
-    # the top block's eager softmax in forward: the scores, softmax's fp32 copy and output (block_extras)
+    # the top block's forward: its eager softmax (scores, softmax's fp32 copy and output: block_extras) or its
+    # widest DoRA layer's weight norm (estimate/dora.py), whichever is higher
     FORWARD_ATTENTION = "forward-attention"
     BACKWARD = "backward"  # the whole backward, as the simulator traces it
     BACKWARD_LOSS = "backward-loss"  # start of backward: the loss and logits gradients

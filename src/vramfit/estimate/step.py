@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from vramfit.choices import ZERO_FAMILY
 from vramfit.estimate import activations as act
 from vramfit.estimate import block_extras as extras
-from vramfit.estimate import vision
+from vramfit.estimate import dora, vision
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.attention import qk_l2_norm_saved, sliding_layers_kv_repeat
 from vramfit.estimate.constants import (
@@ -126,6 +126,7 @@ class Step:
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
     block_grads: int = 0  # FSDP full fine-tuning: one block's whole gradients before their reduce-scatter
     eager_forward: tuple[int, int] = (0, 0)  # top block's eager softmax in forward: (working set, kept)
+    dora_forward: int = 0  # the largest DoRA layer's weight-norm working set in its forward (estimate/dora.py)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -296,6 +297,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
         layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
         head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
-            spec, sc, profile, acts, loss.cache),
+            spec, sc, profile, acts, loss.cache), dora_forward=dora.forward_transient(spec, sc, profile, adapters),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -83,9 +83,8 @@ def adapter_order(adapters: list[Adapter], rank: int, layers: int) -> list[tuple
     tuners/lora/layer.py ``LoraLayer.update_layer`` registers them in that order), a vision tower's first (the
     multimodal models register it before the language model), then an embedding adapter, the decoder layers' in
     layer order, an output layer's last; all in the weight-decay group (no bias, no norm)."""
-    def tensors(ad: Adapter, count: int) -> list[tuple[int, bool]]:
-        a, b = ad.tensors(rank, layers)
-        return [(a.numel, True), (b.numel, True)] * count
+    def tensors(ad: Adapter, count: int) -> list[tuple[int, bool]]:  # (DoRA's magnitude after them: a 1-D weight)
+        return [(t.numel, True) for t in ad.tensors(rank, layers)] * count
 
     out = [t for ad in adapters if ad.vision for t in tensors(ad, ad.per_layer * (ad.layers or layers))]
     out += [t for ad in adapters if not ad.per_layer and ad.target != "lm_head" for t in tensors(ad, 1)]

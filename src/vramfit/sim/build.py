@@ -363,6 +363,10 @@ def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     import peft
 
     dropout = scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
+    if scenario.dora:
+        from vramfit.sim.qlora import patch_dora_dequantize
+
+        patch_dora_dequantize()  # DoRA's own de-quantization of a 4-bit base (sim/qlora.py)
     lcfg = peft.LoraConfig(
         r=scenario.lora_rank,
         lora_alpha=scenario.lora_alpha,
@@ -370,12 +374,13 @@ def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
         target_modules=_language_model_targets(model, scenario) or lora_target_modules(model, scenario.lora_targets),
         bias="none",
         task_type="CAUSAL_LM",
+        use_dora=scenario.dora,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = peft.get_peft_model(model, lcfg)
     assumptions.append(
-        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}); "
+        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}{', use_dora' if scenario.dora else ''}); "
         "autocast_adapter_dtype=True keeps adapters in fp32 and casts each adapted layer's input to fp32."
     )
     return pm

@@ -128,6 +128,29 @@ def _sim_class(base: type) -> type:
     return SimLinear4bit
 
 
+def patch_dora_dequantize() -> None:
+    """Let PEFT's DoRA de-quantize a :class:`SimLinear4bit`. DoRA reads the base weight through
+    ``dequantize_module_weight`` (peft v0.21.2 utils/integrations.py), which knows bitsandbytes' ``Params4bit`` by its
+    class name and de-quantizes it with ``bnb.functional.dequantize_4bit(weight.data, weight.quant_state)``
+    (``dequantize_bnb_weight``); the simulated layer's packed weight is a plain Parameter (``Params4bit`` cannot wrap a
+    fake tensor), so the same call is made here with the layer's built quant state. Other modules are left to PEFT."""
+    import peft.tuners.lora.dora as dora
+
+    original = dora.dequantize_module_weight
+    if getattr(original, "vramfit_sim", False):
+        return
+
+    def dequantize(module: torch.nn.Module) -> torch.Tensor:
+        if type(module) in _SIM_CLASS.values():
+            import bitsandbytes as bnb
+
+            return bnb.functional.dequantize_4bit(module.weight.data, module._state())
+        return original(module)
+
+    dequantize.vramfit_sim = True  # type: ignore[attr-defined]
+    dora.dequantize_module_weight = dequantize
+
+
 def quantizable_linears(model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.Linear]], list[str]]:
     """The linears transformers' bitsandbytes integration replaces, and the subclassed ones it leaves.
 

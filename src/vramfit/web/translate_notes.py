@@ -187,6 +187,39 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    # ---- DoRA (vramfit.estimate.framework._check_dora, vramfit.estimate.dora)
+    (r"^dora: is a LoRA variant: full fine-tuning has no adapters to decompose",
+     "dora: é uma variante do LoRA: o ajuste fino completo não tem adaptadores a decompor"),
+    (r"^dora: (\w+)'s LoRA is not PEFT's, whose DoRA is what is modelled; run it with framework hf",
+     "dora: o LoRA do $1 não é o do PEFT, cujo DoRA é o modelado; corra-o com framework hf"),
+    (r"^dora: DoRA on the embedding or output layer \((\w+)\) is not modelled; adapt the decoder blocks' linears "
+     r"only, or set dora false",
+     "dora: o DoRA na camada de embedding ou de saída ($1) não é modelado; adapte só as camadas lineares dos blocos do "
+     "decoder, ou ponha dora a false"),
+    (r"^dora: DoRA on fused experts \(PEFT refuses DoRA there\) \((\w+)\) is not modelled; adapt the decoder blocks' "
+     r"linears only, or set dora false",
+     "dora: o DoRA em especialistas fundidos (o PEFT recusa-o aí) ($1) não é modelado; adapte só as camadas lineares "
+     "dos blocos do decoder, ou ponha dora a false"),
+    (r"^dora: DoRA on a vision tower \((\w+)\) is not modelled; adapt the decoder blocks' linears only, or set dora "
+     r"false",
+     "dora: o DoRA numa torre de visão ($1) não é modelado; adapte só as camadas lineares dos blocos do decoder, ou "
+     "ponha dora a false"),
+    (r"^DoRA \(PEFT use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and the base "
+     r"layer's output \(reused: dropout 0, PEFT >= 0\.14\) for backward \(" + _N + r" MiB per block per "
+     r"micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward \(x_eye, B·A and the "
+     r"weight in the input's dtype\)\.$",
+     "DoRA (use_dora do PEFT): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e a "
+     "saída da camada base (reutilizada: dropout 0, PEFT >= 0.14) para o backward (⟨$1⟩ MiB por bloco por "
+     "micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward (x_eye, B·A e o peso no tipo da "
+     "entrada)."),
+    (r"^DoRA \(PEFT use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and a recomputed "
+     r"base output with the weight its matmul ran on \(dropout > 0 or PEFT < 0\.14\) for backward \(" + _N
+     + r" MiB per block per micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward "
+     r"\(x_eye, B·A and the weight in the input's dtype\)\.$",
+     "DoRA (use_dora do PEFT): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e "
+     "uma saída base recalculada com o peso em que a sua multiplicação correu (dropout > 0 ou PEFT < 0.14) para o "
+     "backward (⟨$1⟩ MiB por bloco por micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward "
+     "(x_eye, B·A e o peso no tipo da entrada)."),
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "

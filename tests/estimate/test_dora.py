@@ -1,0 +1,99 @@
+"""PEFT's DoRA (scenario key ``dora``, estimate/dora.py): its parameters, the tensors each adapted linear keeps, its
+forward working set, the releases and dropouts that change them, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from vramfit.errors import ScenarioError
+from vramfit.estimate import estimate
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+# huggingface/peft@51c2ff666 method_comparison/MetaMathQA: Llama-3.2-3B in bf16, batch 4 x 768, r32 on q/v, dropout 0
+MMQA = {"model": "meta-llama/Llama-3.2-3B", "precision": "bf16-true", "micro_batch_size": 4, "seq_len": 768,
+        "lora_rank": 32, "lora_alpha": 64, "lora_dropout": 0.0, "lora_targets": ["q_proj", "v_proj"],
+        "framework_version": "peft-method-comparison", "keeps_outputs": True}
+T, Q_OUT, V_OUT, H = 4 * 768, 3072, 1024, 3072
+
+
+def _step(**keys):
+    sc = parse_scenario(keys)
+    return compute(resolve_model(sc.model).spec, sc)
+
+
+def _dora_items(step) -> dict[str, int]:
+    return {k: v for k, v in step.saved.items.items() if ".dora_" in k}
+
+
+def test_trainable_count_is_peft_printed():
+    # the run's num_trainable_params: 9,289,728 = LoRA's 9,175,040 + 28 layers x (3,072 + 1,024) magnitudes
+    assert estimate({**MMQA, "dora": False}).model.num_trainable_params == 9_175_040
+    assert estimate({**MMQA, "dora": True}).model.num_trainable_params == 9_289_728
+
+
+def test_dropout_zero_keeps_the_base_and_lora_outputs():
+    items = _dora_items(_step(**MMQA, dora=True))
+    # the base layer's bf16 output and the fp32 LoRA output (the input is cast to the fp32 adapters) per adapted linear
+    assert items == {"q_proj.lora0.dora_lora_result": 4 * T * Q_OUT, "q_proj.lora0.dora_base_result": 2 * T * Q_OUT,
+                     "v_proj.lora0.dora_lora_result": 4 * T * V_OUT, "v_proj.lora0.dora_base_result": 2 * T * V_OUT}
+    plain = _step(**MMQA).saved.items
+    assert {k: v for k, v in _step(**MMQA, dora=True).saved.items.items() if ".dora_" not in k} == plain
+
+
+def test_dropout_recomputes_the_base_output_and_keeps_the_cast_weight():
+    items = _dora_items(_step(**{**MMQA, "lora_dropout": 0.05}, dora=True))
+    # F.linear(x, weight.to(fp32)): its fp32 output, and the fp32 copy of the weight kept for the input's gradient
+    assert items["q_proj.lora0.dora_base_result"] == 4 * T * Q_OUT
+    assert items["q_proj.lora0.dora_weight"] == 4 * H * Q_OUT
+    assert items["v_proj.lora0.dora_weight"] == 4 * H * V_OUT
+    # peft before 0.14 recomputes it whatever the dropout
+    old = _dora_items(_step(**{**MMQA, "framework_version": "peft-method-comparison+peft-0.13"}, dora=True))
+    assert old == items
+
+
+def test_bf16_parameters_under_autocast_are_not_copied():
+    # HF bf16-mixed keeps fp32 weights: weight.to(fp32) is the parameter, autocast casts it to a new 16-bit tensor
+    items = _dora_items(_step(**{**MMQA, "precision": "bf16-mixed", "lora_dropout": 0.05}, dora=True))
+    assert items["q_proj.lora0.dora_weight"] == 2 * H * Q_OUT  # autocast's 16-bit cast of the fp32 weight
+    assert items["q_proj.lora0.dora_base_result"] == 2 * T * Q_OUT
+
+
+def test_forward_transient_of_the_widest_linear():
+    step = _step(model="meta-llama/Llama-3.1-8B", precision="bf16-true", dora=True, lora_targets=["all-linear"])
+    # down_proj (14,336 -> 4,096): fp32 x_eye 14,336^2, then lora_weight, the fp32 weight copy, the product and the sum
+    assert step.dora_forward == 4 * 14336 ** 2 + 4 * 4 * 14336 * 4096
+    assert _step(model="meta-llama/Llama-3.1-8B", precision="bf16-true").dora_forward == 0
+
+
+def test_transient_is_a_forward_temporary_and_a_recompute_one():
+    keys = {"model": "meta-llama/Llama-3.1-8B", "precision": "bf16-true", "dora": True, "micro_batch_size": 1,
+            "seq_len": 512}
+    no_ck = {p.phase: dict(p.breakdown) for p in estimate({**keys, "gradient_checkpointing": "none"}).phases}
+    ck = {p.phase: dict(p.breakdown) for p in estimate({**keys, "gradient_checkpointing": "full"}).phases}
+    transient = _step(**keys).dora_forward
+    assert no_ck["forward-attention"]["temporaries"] == transient and "temporaries" not in no_ck["forward"]
+    assert ck["backward-block"]["temporaries"] >= transient > no_ck["backward-block"]["temporaries"]
+
+
+def test_more_memory_than_lora_and_says_why():
+    lora, dora = estimate(MMQA), estimate({**MMQA, "dora": True})
+    # 28 blocks x 3,072 tokens x (3,072 + 1,024) x (2 + 4) bytes, the magnitudes and their AdamW states beside them
+    assert dora.peak.allocated_bytes - lora.peak.allocated_bytes == pytest.approx(28 * T * 4096 * 6, rel=0.02)
+    line = next(a for a in dora.assumptions if a.startswith("DoRA"))
+    assert "72.0 MiB per block" in line and "reused: dropout 0" in line
+    assert dora.accuracy["path"]["method"] == "lora+dora"
+
+
+@pytest.mark.parametrize(("keys", "words"), [
+    ({"method": "full"}, "full fine-tuning has no adapters"),
+    ({"framework": "unsloth", "method": "qlora"}, "unsloth's LoRA is not PEFT's"),
+    ({"framework": "torchtune"}, "torchtune's LoRA is not PEFT's"),
+    ({"framework": "litgpt"}, "litgpt's LoRA is not PEFT's"),
+    ({"lora_targets": ["q_proj", "lm_head"]}, "embedding or output layer (lm_head)"),
+])
+def test_refusals_name_the_key(keys, words):
+    with pytest.raises(ScenarioError) as e:
+        estimate({"model": "meta-llama/Llama-3.1-8B", "dora": True, **keys})
+    assert e.value.key == "dora" and words in str(e.value)
