@@ -355,9 +355,10 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("Framework", "Framework"), choices=Framework),
     Field("lora_dropout", NUM, "LoRA dropout probability.", ("Dropout", "Dropout"), range_note="0 ≤ p < 1",
           default_note="the framework's (0.0 hf/torchtune, 0.05 litgpt)"),
-    Field("dora", BOOL, "DoRA (PEFT use_dora): a trained magnitude per output of each adapted linear; each "
+    Field("dora", BOOL, "DoRA (use_dora): a trained magnitude per output of each adapted linear; each "
           "adapted linear's forward builds the whole weight plus B·A for its norm and keeps its base and LoRA outputs "
-          "for backward (with dropout, or PEFT before 0.14, a copy of the weight too). LoRA and QLoRA, hf only.",
+          "for backward (PEFT with dropout, or before 0.14: a copy of the weight too). LoRA and QLoRA; hf (PEFT) and "
+          "torchtune.",
           ("DoRA (weight-decomposed LoRA)", "DoRA (LoRA com decomposição de pesos)")),
     Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
           "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",

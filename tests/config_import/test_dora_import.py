@@ -1,6 +1,6 @@
 """DoRA switched on in each framework's config imports as ``dora: true`` (estimate/dora.py), and the estimate then
 counts it: LLaMA-Factory ``use_dora``, Axolotl ``peft_use_dora``, TRL ``use_dora``, ms-swift ``use_dora`` and PEFT's
-own ``adapter_config.json``; torchtune's DoRALinear is not PEFT's and stays plain LoRA with a note."""
+own ``adapter_config.json``, torchtune's ``model.use_dora`` (its DoRALinear)."""
 
 from pathlib import Path
 
@@ -41,11 +41,11 @@ def test_peft_adapter_config_companion(tmp_path):
     assert imported.scenario.dora is True
 
 
-def test_torchtune_dora_stays_plain_lora(tmp_path):
+def test_torchtune_dora(tmp_path):
     data = yaml.safe_load((FIX / "torchtune_qlora.yaml").read_text())
     data["model"]["use_dora"] = True
     path = tmp_path / "tt.yaml"
     path.write_text(yaml.safe_dump(data))
     imported = from_config(path)
-    assert imported.scenario.dora is False
-    assert any(e.key == "model.use_dora" and e.kind == "not modelled yet" for e in imported.entries)
+    assert imported.scenario.dora is True and imported.scenario.framework.value == "torchtune"
+    assert any(e.key == "model.use_dora" and "dora=True" in e.becomes for e in imported.entries)

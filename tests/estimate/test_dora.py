@@ -82,18 +82,30 @@ def test_more_memory_than_lora_and_says_why():
     # 28 blocks x 3,072 tokens x (3,072 + 1,024) x (2 + 4) bytes, the magnitudes and their AdamW states beside them
     assert dora.peak.allocated_bytes - lora.peak.allocated_bytes == pytest.approx(28 * T * 4096 * 6, rel=0.02)
     line = next(a for a in dora.assumptions if a.startswith("DoRA"))
-    assert "72.0 MiB per block" in line and "reused: dropout 0" in line
+    assert "72.0 MiB per block" in line and "PEFT >= 0.14 at dropout 0" in line
     assert dora.accuracy["path"]["method"] == "lora+dora"
 
 
 @pytest.mark.parametrize(("keys", "words"), [
     ({"method": "full"}, "full fine-tuning has no adapters"),
-    ({"framework": "unsloth", "method": "qlora"}, "unsloth's LoRA is not PEFT's"),
-    ({"framework": "torchtune"}, "torchtune's LoRA is not PEFT's"),
-    ({"framework": "litgpt"}, "litgpt's LoRA is not PEFT's"),
+    ({"framework": "unsloth", "method": "lora"}, "unsloth runs no DoRA that is modelled"),
+    ({"framework": "litgpt"}, "litgpt runs no DoRA that is modelled"),
+    ({"framework": "torchtune", "framework_version": "torchtune-0.1"}, "torchtune (torchtune-0.1) runs no DoRA"),
     ({"lora_targets": ["q_proj", "lm_head"]}, "embedding or output layer (lm_head)"),
 ])
 def test_refusals_name_the_key(keys, words):
     with pytest.raises(ScenarioError) as e:
         estimate({"model": "meta-llama/Llama-3.1-8B", "dora": True, **keys})
     assert e.value.key == "dora" and words in str(e.value)
+
+
+def test_torchtune_keeps_its_base_output_whatever_the_dropout():
+    # torchtune v0.4.0 DoRALinear: base_out of the undropped input, in the model's bf16 like its adapters
+    keys = {"model": "meta-llama/Llama-3.2-3B", "framework": "torchtune", "precision": "bf16-true", "dora": True,
+            "micro_batch_size": 4, "seq_len": 768, "lora_rank": 32, "lora_targets": ["q_proj", "v_proj"]}
+    for dropout in (0.0, 0.05):
+        items = _dora_items(_step(**keys, lora_dropout=dropout))
+        assert items == {"q_proj.lora0.dora_lora_result": 2 * T * Q_OUT, "q_proj.lora0.dora_base_result": 2 * T * Q_OUT,
+                         "v_proj.lora0.dora_lora_result": 2 * T * V_OUT, "v_proj.lora0.dora_base_result": 2 * T * V_OUT}
+    # x_eye in bf16, then lora_weight, the product and the sum: the bf16 weight itself is not copied
+    assert _step(**keys).dora_forward == 2 * H * H + 3 * 2 * H * Q_OUT

@@ -117,8 +117,8 @@ def _adapter(r: KeyReader) -> None:
     r.set("model.lora_rank", "lora_rank", r.get("model.lora_rank"))
     r.set("model.lora_alpha", "lora_alpha", r.get("model.lora_alpha"))
     r.set("model.lora_dropout", "lora_dropout", r.get("model.lora_dropout", 0.0, "torchtune model builders"))
-    if r.has("model.use_dora") and hf.boolean(r, "model.use_dora"):
-        r.mark("model.use_dora", "DoRA magnitude vectors: counted as plain LoRA")
+    if r.has("model.use_dora") and hf.boolean(r, "model.use_dora"):  # v0.4.0 modules/peft/dora.py DoRALinear
+        r.set("model.use_dora", "dora", True)
     r.ignore("model.quantize_base", "read with the builder")
 
 

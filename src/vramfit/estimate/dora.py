@@ -1,8 +1,10 @@
-"""PEFT's DoRA (``LoraConfig(use_dora=True)``; Liu et al. 2024, "DoRA: Weight-Decomposed Low-Rank Adaptation",
-arXiv:2402.09353, eq. 5 and sec. 4.3: the column norm is detached) as peft v0.21.2 runs it
-(tuners/lora/dora.py ``DoraLinearLayer``, tuners/lora/variants.py ``DoraLinearVariant.forward``, tuners/lora/layer.py
-``Linear.forward``, tuners/lora/bnb.py ``Linear4bit.forward``; dora.py is the same at huggingface/peft@51c2ff666, the
-release of the measured MetaMathQA runs).
+"""DoRA (Liu et al. 2024, "DoRA: Weight-Decomposed Low-Rank Adaptation", arXiv:2402.09353, eq. 5 and sec. 4.3: the
+column norm is detached) as PEFT runs it, ``LoraConfig(use_dora=True)``: peft v0.21.2 tuners/lora/dora.py
+``DoraLinearLayer``, tuners/lora/variants.py ``DoraLinearVariant.forward``, tuners/lora/layer.py ``Linear.forward``,
+tuners/lora/bnb.py ``Linear4bit.forward`` (dora.py is the same at huggingface/peft@51c2ff666, the release of the
+measured MetaMathQA runs); and as torchtune runs it, ``use_dora=True`` in its LoRA builders: v0.4.0
+modules/peft/dora.py ``DoRALinear``, the same tensors in the model's dtype (its adapters and input are not cast),
+``x_eye`` in the input's dtype, and the base output always that of the undropped input (profile ``dora_base_output``).
 
 Per adapted linear (``in`` x ``out`` weight, T tokens), besides LoRA's own tensors:
 
@@ -30,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vramfit.errors import ScenarioError
+from vramfit.estimate.profile_enums import DoraBase
 from vramfit.scenario import Quantize
 
 if TYPE_CHECKING:
@@ -40,11 +43,6 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
-
-#: bitsandbytes v0.50.2 functional.py dequantize_4bit: the weight comes back in ``quant_state.dtype``, the 16-bit
-#: dtype it was quantized from (peft v0.21.2 utils/integrations.py dequantize_bnb_weight)
-_DEQUANT_BYTES = 2
-
 
 def dora_adapters(adapters: list[Adapter], sc: Scenario) -> list[Adapter]:
     """``adapters`` marked DoRA where the scenario asks for it; the adapters whose DoRA is not modelled are refused
@@ -60,6 +58,13 @@ def dora_adapters(adapters: list[Adapter], sc: Scenario) -> list[Adapter]:
             raise ScenarioError("dora", f"DoRA on {what} ({ad.target}) is not modelled; adapt the decoder blocks' "
                                 "linears only, or set dora false", ["false"])
     return [replace(ad, dora=True) for ad in adapters]
+
+
+def reuses_base_output(profile: FrameworkProfile, dropout: float) -> bool:
+    """Whether the DoRA layer keeps the base layer's own output (profile ``dora_base_output``), else a recomputed one
+    and the weight its matmul ran on."""
+    return profile.dora_base_output is DoraBase.REUSED or (
+        profile.dora_base_output is DoraBase.REUSED_WITHOUT_DROPOUT and dropout == 0)
 
 
 def _x_bytes(blk: Block, x_bytes: int) -> int:
@@ -80,9 +85,8 @@ def saved(blk: Block, out: Saved, tag: str, ad: Adapter, x_bytes: int, a_out: in
     """What one DoRA layer keeps for backward beyond LoRA's tensors (module docstring), under ``tag``; ``tokens``: the
     rows the linear sees (an expert's routed tokens)."""
     xb = _x_bytes(blk, x_bytes)
-    dropout = blk.lora_dropout > 0
     out.add(f"{tag}.dora_lora_result", a_out * tokens * ad.out_features)
-    if blk.profile.dora_reuses_base_result and not dropout:
+    if reuses_base_output(blk.profile, blk.lora_dropout):
         # the base layer's output (bnb.py clones it): 16-bit under autocast, else the layer input's dtype
         base = blk.dt.compute if blk.dt.autocast and not blk.quantized else x_bytes
         out.add(f"{tag}.dora_base_result", base * tokens * ad.out_features)
@@ -122,10 +126,10 @@ def dora_notes(r: Step) -> list[str]:
         return []
     per_block = sum(v for k, v in r.saved.items.items() if ".dora_" in k)
     dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
-    reuse = profile.dora_reuses_base_result and dropout == 0
-    return ["DoRA (PEFT use_dora): a magnitude vector per adapted linear; each keeps its LoRA output and "
-            + ("the base layer's output (reused: dropout 0, PEFT >= 0.14)" if reuse else
-               "a recomputed base output with the weight its matmul ran on (dropout > 0 or PEFT < 0.14)")
+    reuse = reuses_base_output(profile, dropout)
+    return ["DoRA (use_dora): a magnitude vector per adapted linear; each keeps its LoRA output and "
+            + ("the base layer's output (reused: torchtune, or PEFT >= 0.14 at dropout 0)" if reuse else
+               "a recomputed base output with the weight its matmul ran on (PEFT: dropout > 0 or before 0.14)")
             + f" for backward ({per_block / 2**20:,.1f} MiB per block per micro-batch); forming each weight's norm "
             f"takes up to {r.dora_forward / 2**20:,.0f} MiB in its forward (x_eye, B·A and the weight in the input's "
             "dtype)."]

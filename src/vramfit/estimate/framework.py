@@ -219,12 +219,13 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
 
 
 def _check_dora(kw: dict[str, Any], profile: FrameworkProfile, name: str) -> None:
-    """DoRA adapts LoRA's update, so it needs adapters, and a framework whose LoRA is PEFT's (profile ``runs_dora``)."""
+    """DoRA adapts LoRA's update, so it needs adapters, and a framework whose DoRA is modelled (profile ``runs_dora``)."""
     if kw.get("method", Method.LORA) is Method.FULL:
         raise ScenarioError("dora", "is a LoRA variant: full fine-tuning has no adapters to decompose", ["false"])
     if not profile.runs_dora:
-        raise ScenarioError("dora", f"{name}'s LoRA is not PEFT's, whose DoRA is what is modelled; run it with "
-                            "framework hf", ["false"])
+        release = f" ({kw['framework_version']})" if kw.get("framework_version") else ""
+        raise ScenarioError("dora", f"{name}{release} runs no DoRA that is modelled (PEFT's, framework hf, and "
+                            "torchtune's from v0.3.0 are)", ["false"])
 
 
 #: the scenario keys :func:`check_runs` reads

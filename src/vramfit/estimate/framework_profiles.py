@@ -9,6 +9,7 @@ from vramfit.estimate.constants import BNB_GEMM_4BIT_FUSED_MAX_TOKENS
 from vramfit.estimate.nccl import NCCL_2_18_TO_2_20
 from vramfit.estimate.profile_fields import (
     CompileScope,
+    DoraBase,
     FrameworkProfile,
     FrameworkVersion,
     LoopCarry,
@@ -69,7 +70,7 @@ _T4_44 = (("standard_loss", LossLayout.HF_UPCAST_IN_MODEL), _ADAMW_TORCH_FOREACH
 
 #: peft v0.13.2 tuners/lora/dora.py DoraLinearLayer.forward: ``base_result`` is always F.linear(x, weight) of its own
 #: weight (v0.14.0 reuses the base layer's output where dropout is 0)
-_DORA_RECOMPUTES = ("dora_reuses_base_result", False)
+_DORA_RECOMPUTES = ("dora_base_output", DoraBase.RECOMPUTED)
 
 PROFILES: dict[Framework, FrameworkProfile] = {
     Framework.HF: FrameworkProfile(
@@ -293,6 +294,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
     ),
     Framework.TORCHTUNE: FrameworkProfile(
         name="torchtune",
+        # v0.4.0 modules/peft/dora.py DoRALinear (use_dora in the lora builders): base_out of the undropped input, kept
+        runs_dora=True,
+        dora_base_output=DoraBase.REUSED,
         # FSDP only (FULL_SHARD, or SHARD_GRAD_OP with fsdp_reshard_after_forward False): profile_fields.py parallelisms
         parallelisms=(Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP),
         # v0.4.0 recipes/lora_dpo_*.py (DPOLoss, SimPOLoss), ppo_full_finetune_single_device.py (profile_fields.py)
@@ -354,6 +358,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "the CPU; the root unit (tok_embeddings, norm, output) gathered through forward and backward; one-GPU QLoRA "
                 "built and quantized on the GPU by torchao 0.1 (estimate/nf4_load.py); lora_dropout 0.05; foreach AdamW",
                 (("fsdp2", False), ("fsdp1_host_wrap", True), ("fsdp1_sync_module_states", True),
+                 ("runs_dora", False),  # DoRALinear came in v0.3.0 (modules/peft/dora.py)
                  ("image_model_types", ()),  # no llama3_2_vision before v0.3.1 (2024-09): text decoders only
                  ("fsdp1_empty_cache_after_wrap", True),  # train(): utils.cleanup_before_training()
                  ("fsdp_root_gathered", True),

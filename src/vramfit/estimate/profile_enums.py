@@ -46,6 +46,20 @@ class LossLayout(str, Enum):
     UNSLOTH_TRITON_CE = "unsloth-triton-ce"
 
 
+class DoraBase(str, Enum):
+    """Where a DoRA layer's base output, the factor ``(mag_norm_scale - 1)`` multiplies and keeps, comes from
+    (estimate/dora.py)."""
+
+    # peft v0.9.0-v0.13.x tuners/lora/dora.py DoraLinearLayer.forward: ``F.linear(x, weight)`` on DoRA's own (cast,
+    # de-quantized) weight, which that matmul keeps for the input's gradient
+    RECOMPUTED = "recomputed"
+    # peft v0.14.0 (338aeff38, #2122) tuners/lora/variants.py DoraLinearVariant.forward: the base layer's output where
+    # the dropout is an nn.Identity, recomputed as above with dropout
+    REUSED_WITHOUT_DROPOUT = "reused-without-dropout"
+    # torchtune v0.4.0 modules/peft/dora.py DoRALinear.forward: ``base_out`` of the undropped input, always
+    REUSED = "reused"
+
+
 class LoopCarry(str, Enum):
     """What a training loop still references from the previous micro-batch while the next one runs its forward.
 

@@ -13,6 +13,7 @@ from vramfit.estimate.allocator import AllocatorConf
 from vramfit.estimate.nccl import NvlsBuffers
 from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the profile's field types)
     CompileScope,
+    DoraBase,
     ForcedFp32,
     FrameworkVersion,
     LoopCarry,
@@ -296,14 +297,13 @@ class FrameworkProfile:
     # the fused linear + cross-entropy loss: Liger (linkedin/Liger-Kernel v0.5.10) or Cut Cross-Entropy, which
     # torchtitan v0.3.0 does not call (components/loss.py cross_entropy_loss)
     runs_fused_loss: bool = True
-    # LoRA is PEFT's, so ``dora`` runs PEFT's DoRA (peft v0.21.2 tuners/lora/variants.py DoraLinearVariant,
-    # tuners/lora/dora.py DoraLinearLayer; estimate/dora.py). torchtune v0.4.0 modules/peft/dora.py DoRALinear, litgpt
-    # and Unsloth's own LoRA kernels (unsloth@015bdef models/llama.py get_peft_model) are not modelled: refused
+    # ``dora`` runs: PEFT's DoRA (peft v0.21.2 tuners/lora/variants.py DoraLinearVariant, tuners/lora/dora.py
+    # DoraLinearLayer) or torchtune's (v0.4.0 modules/peft/dora.py DoRALinear, since v0.3.0); estimate/dora.py. litgpt
+    # has none, and Unsloth's own LoRA kernels (unsloth@015bdef models/llama.py get_peft_model) are not modelled: refused
     runs_dora: bool = False
-    # PEFT's DoRA reuses the base layer's output where dropout is 0 (peft v0.14.0, 338aeff38 #2122 "Faster DoRA when
-    # no dropout/eval mode": ``base_result`` passed in); before, and with dropout, it recomputes it with
-    # ``F.linear(x, weight)`` on its own (dequantized, cast) weight, which that matmul keeps for backward
-    dora_reuses_base_result: bool = True
+    # where a DoRA layer's base output comes from (profile_enums.DoraBase: peft v0.14.0 338aeff38 reuses the base
+    # layer's where dropout is 0, else recomputes it on DoRA's own weight, which its matmul then keeps)
+    dora_base_output: DoraBase = DoraBase.REUSED_WITHOUT_DROPOUT
     # its CPU offload moves parameters and gradients with the optimizer state, so there is no optimizer-only offload
     # to offer: torchtitan v0.3.0 training.enable_cpu_offload -> FSDP2 fully_shard(offload_policy=CPUOffloadPolicy())
     # (the importer reads it as offload optimizer+params, config_import/torchtitan.py)

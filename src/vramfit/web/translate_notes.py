@@ -190,8 +190,9 @@ NOTE_RULES: list[tuple[str, str]] = [
     # ---- DoRA (vramfit.estimate.framework._check_dora, vramfit.estimate.dora)
     (r"^dora: is a LoRA variant: full fine-tuning has no adapters to decompose",
      "dora: é uma variante do LoRA: o ajuste fino completo não tem adaptadores a decompor"),
-    (r"^dora: (\w+)'s LoRA is not PEFT's, whose DoRA is what is modelled; run it with framework hf",
-     "dora: o LoRA do $1 não é o do PEFT, cujo DoRA é o modelado; corra-o com framework hf"),
+    (r"^dora: (\w+)((?: \([\w.+-]+\))?) runs no DoRA that is modelled \(PEFT's, framework hf, and torchtune's from "
+     r"v0\.3\.0 are\)",
+     "dora: o $1$2 não corre nenhum DoRA modelado (o do PEFT, framework hf, e o do torchtune desde a v0.3.0 são-no)"),
     (r"^dora: DoRA on the embedding or output layer \((\w+)\) is not modelled; adapt the decoder blocks' linears "
      r"only, or set dora false",
      "dora: o DoRA na camada de embedding ou de saída ($1) não é modelado; adapte só as camadas lineares dos blocos do "
@@ -204,20 +205,20 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"false",
      "dora: o DoRA numa torre de visão ($1) não é modelado; adapte só as camadas lineares dos blocos do decoder, ou "
      "ponha dora a false"),
-    (r"^DoRA \(PEFT use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and the base "
-     r"layer's output \(reused: dropout 0, PEFT >= 0\.14\) for backward \(" + _N + r" MiB per block per "
+    (r"^DoRA \(use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and the base "
+     r"layer's output \(reused: torchtune, or PEFT >= 0\.14 at dropout 0\) for backward \(" + _N + r" MiB per block per "
      r"micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward \(x_eye, B·A and the "
      r"weight in the input's dtype\)\.$",
-     "DoRA (use_dora do PEFT): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e a "
-     "saída da camada base (reutilizada: dropout 0, PEFT >= 0.14) para o backward (⟨$1⟩ MiB por bloco por "
+     "DoRA (use_dora): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e a "
+     "saída da camada base (reutilizada: torchtune, ou PEFT >= 0.14 com dropout 0) para o backward (⟨$1⟩ MiB por bloco por "
      "micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward (x_eye, B·A e o peso no tipo da "
      "entrada)."),
-    (r"^DoRA \(PEFT use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and a recomputed "
-     r"base output with the weight its matmul ran on \(dropout > 0 or PEFT < 0\.14\) for backward \(" + _N
+    (r"^DoRA \(use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and a recomputed "
+     r"base output with the weight its matmul ran on \(PEFT: dropout > 0 or before 0\.14\) for backward \(" + _N
      + r" MiB per block per micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward "
      r"\(x_eye, B·A and the weight in the input's dtype\)\.$",
-     "DoRA (use_dora do PEFT): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e "
-     "uma saída base recalculada com o peso em que a sua multiplicação correu (dropout > 0 ou PEFT < 0.14) para o "
+     "DoRA (use_dora): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e "
+     "uma saída base recalculada com o peso em que a sua multiplicação correu (PEFT: dropout > 0 ou antes da 0.14) para o "
      "backward (⟨$1⟩ MiB por bloco por micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward "
      "(x_eye, B·A e o peso no tipo da entrada)."),
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
