@@ -49,3 +49,8 @@ def test_torchtune_dora(tmp_path):
     imported = from_config(path)
     assert imported.scenario.dora is True and imported.scenario.framework.value == "torchtune"
     assert any(e.key == "model.use_dora" and "dora=True" in e.becomes for e in imported.entries)
+
+
+def test_a_null_use_dora_is_read_as_off(tmp_path):
+    # TRL's ModelConfig field left null: read (not an unknown key), DoRA off
+    assert from_config(_write(tmp_path, "trl_sft_qlora.yaml", use_dora=None)).scenario.dora is False

@@ -32,7 +32,7 @@ def _peft(r: KeyReader) -> dict[str, Any]:
     targets = r.get("target_modules")
     if targets:
         out["lora_targets"] = hf.names(r, "target_modules", targets, "all-linear, or module names such as q_proj, v_proj")
-    if r.flat.get("use_dora") is not None and hf.boolean(r, "use_dora", False, PEFT_SRC):
+    if r.get("use_dora") is not None and hf.boolean(r, "use_dora", False, PEFT_SRC):
         out["dora"] = True
         r.entries["use_dora"].becomes.append("dora=true")
     for k in ("use_rslora", "modules_to_save"):

@@ -266,7 +266,8 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     block_step, end_step = in_backward_steps(step.spec, step.sc)  # optimizer in backward: torchao's step temporaries
     norms = norm_transients(step)  # ZeRO-1/2 offload: the float64 norm copy of a reduced gradient
     # a checkpointed block's recompute forms its DoRA weight norms again, before its own backward's working set
-    recompute_dora = step.dora_forward if step.sc.gradient_checkpointing is not Checkpointing.NONE else 0
+    recompute_dora = step.dora_recompute if step.sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) \
+        else 0  # selective recomputes the attention core only
     yield Contribution("temporaries", BB, max(step.block_transient + step.dequant, recompute_dora) + block_copy
                        + block_step + norms[BB])
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vramfit.errors import ScenarioError
+from vramfit.estimate.framework import casts_params
 from vramfit.estimate.profile_enums import DoraBase
 from vramfit.scenario import Quantize
 
@@ -52,11 +53,15 @@ def dora_adapters(adapters: list[Adapter], sc: Scenario) -> list[Adapter]:
     if not sc.dora:
         return adapters
     for ad in adapters:
-        what = ("the embedding or output layer" if not ad.per_layer else "fused experts (PEFT refuses DoRA there)"
-                if ad.param_wrapper else "a vision tower" if ad.vision else None)
-        if what is not None:
-            raise ScenarioError("dora", f"DoRA on {what} ({ad.target}) is not modelled; adapt the decoder blocks' "
-                                "linears only, or set dora false", ["false"])
+        if ad.param_wrapper:
+            raise ScenarioError("dora", f"PEFT refuses DoRA on fused experts ({ad.target}, which all-linear adapts): "
+                                "name the attention projections in lora_targets, or set dora false", ["false"])
+        if ad.vision:
+            raise ScenarioError("dora", f"DoRA on a vision tower ({ad.target}) is not modelled: set freeze_vision yes "
+                                "(the tower frozen), or dora false", ["false"])
+        if not ad.per_layer:
+            raise ScenarioError("dora", f"DoRA on the embedding or output layer ({ad.target}) is not modelled; adapt "
+                                "the decoder blocks' linears only, or set dora false", ["false"])
     return [replace(ad, dora=True) for ad in adapters]
 
 
@@ -76,9 +81,11 @@ def _x_bytes(blk: Block, x_bytes: int) -> int:
 
 
 def _fresh_weight(blk: Block, operand: int) -> bool:
-    """Whether the weight the DoRA layer computes with is a new tensor: de-quantized, or cast from the parameter's
-    dtype (``weight.to(x.dtype)``, then autocast's 16-bit cast in ``F.linear``)."""
-    return blk.quantized or blk.sc.precision.param_bytes != operand
+    """Whether the weight the DoRA layer computes with is a new tensor: de-quantized, or cast from the dtype the
+    parameter has in the step (``weight.to(x.dtype)``, then autocast's 16-bit cast in ``F.linear``): 16-bit where FSDP's
+    mixed precision or the DeepSpeed engine cast the parameters (framework.casts_params; no copy then at 16 bits)."""
+    param = blk.dt.compute if casts_params(blk.sc, blk.profile) else blk.sc.precision.param_bytes
+    return blk.quantized or param != operand
 
 
 def saved(blk: Block, out: Saved, tag: str, ad: Adapter, x_bytes: int, a_out: int, tokens: int) -> None:
@@ -97,25 +104,64 @@ def saved(blk: Block, out: Saved, tag: str, ad: Adapter, x_bytes: int, a_out: in
         out.add(f"{tag}.dora_weight", operand * ad.in_features * ad.out_features)
 
 
-def forward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
-    """The largest DoRA layer's forward working set (module docstring): ``x_eye`` (and autocast's 16-bit copy of it,
-    which ``lora_A``'s matmul keeps), then at ``get_weight_norm``'s add the cast ``lora_weight``, the cast weight where
-    it is a new tensor, ``scaling * lora_weight`` and the sum, in x out each in the input's dtype. 0 without DoRA."""
+def _dora_block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]):
+    """(the block record, the DoRA adapters) where any adapter is DoRA's, else None."""
     from vramfit.estimate.activations import _block
 
     dora = [ad for ad in adapters if ad.dora]
-    if not dora:
+    return (_block(spec, sc, profile, dora, sc.quantize is not Quantize.NONE), dora) if dora else None
+
+
+def _product_bytes(blk: Block) -> int:
+    """The dtype of ``mag_norm_scale * ...``: the magnitude's (the adapters') promoted with the 16-bit outputs."""
+    return max(blk.dt.adapter, blk.dt.compute)
+
+
+def forward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
+                      output: bool = True) -> int:
+    """The largest DoRA layer's forward working set (module docstring), the larger of two moments:
+
+    - ``get_weight_norm``'s add: what ``lora_A``'s matmul keeps of ``x_eye`` while ``lora_weight`` lives (the identity
+      itself, or under autocast only its 16-bit copy: the fp32 ``x_eye`` dies when ``get_lora_weight`` returns; before
+      that both exist), with the cast ``lora_weight``, the cast weight where it is a new tensor, ``scaling *
+      lora_weight`` and the sum, in x out each in the input's dtype. peft before 0.12 multiplies ``lora_B.weight @
+      lora_A.weight`` instead (profile ``dora_eye`` False: no identity).
+    - ``result_dora``'s arithmetic, ``lora_weight`` and the cast weight still alive: ``(mag_norm_scale - 1) *
+      base_result``, ``mag_norm_scale * lora_result`` times ``scaling`` and their sum, three T x out tensors in the
+      magnitude's promoted dtype at once.
+
+    ``output`` False: the weight norm's moments only, what a checkpointed block's recompute adds on top of its whole
+    recomputed block (its output arithmetic runs before the block's later tensors exist: with it the estimate was
+    15 % above the simulator's DoRA increment at 8 x 2,048 tokens, without it equal). 0 without DoRA."""
+    found = _dora_block(spec, sc, profile, adapters)
+    if found is None:
         return 0
-    blk = _block(spec, sc, profile, dora, sc.quantize is not Quantize.NONE)
+    blk, dora = found
+    c, ab, eye_on = blk.dt.compute, blk.dt.adapter, blk.profile.dora_eye
     best = 0
     for ad in dora:
+        n_in, n_out = ad.in_features, ad.out_features
         # the layer's input: the norm's output for the projections that read the hidden state, 16-bit otherwise
-        x_bytes = blk.dt.norm_out if ad.in_features == spec.hidden_size else blk.dt.compute
-        xb = _x_bytes(blk, x_bytes)
-        eye = ad.in_features ** 2 * (blk.dt.adapter + (blk.dt.compute if blk.dt.autocast else 0))
-        weights = 3 + (1 if _fresh_weight(blk, xb) else 0)  # lora_weight, the product and the sum, the cast weight
-        best = max(best, eye + weights * xb * ad.in_features * ad.out_features)
+        xb = _x_bytes(blk, blk.dt.norm_out if n_in == spec.hidden_size else c)
+        at_lora_a = n_in ** 2 * (ab + (c if blk.dt.autocast else 0)) if eye_on else 0
+        kept_eye = n_in ** 2 * (c if blk.dt.autocast else ab) if eye_on else 0
+        fresh = 1 if _fresh_weight(blk, xb) else 0
+        at_norm = kept_eye + (3 + fresh) * xb * n_in * n_out  # lora_weight, product, sum, the cast weight
+        at_output = kept_eye + (1 + fresh) * xb * n_in * n_out + 3 * _product_bytes(blk) * blk.T * n_out
+        best = max(best, at_lora_a, at_norm, at_output if output else 0)
     return best
+
+
+def backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
+    """What a DoRA layer's backward adds to its block's working set: the gradient of ``result_dora`` in the
+    magnitude's promoted dtype (T x out, the widest DoRA layer's), from which the base and LoRA outputs' gradients are
+    formed (the simulator's block backward holds one fp32 T x out tensor more than plain LoRA's: 256, 512 and 1,024 MiB
+    at 8,192, 16,384 and 32,768 tokens of Llama-3.2-1B's 8,192-wide MLP). 0 without DoRA."""
+    found = _dora_block(spec, sc, profile, adapters)
+    if found is None:
+        return 0
+    blk, dora = found
+    return _product_bytes(blk) * blk.T * max(ad.out_features for ad in dora)
 
 
 def dora_notes(r: Step) -> list[str]:
@@ -130,6 +176,5 @@ def dora_notes(r: Step) -> list[str]:
     return ["DoRA (use_dora): a magnitude vector per adapted linear; each keeps its LoRA output and "
             + ("the base layer's output (reused: torchtune, or PEFT >= 0.14 at dropout 0)" if reuse else
                "a recomputed base output with the weight its matmul ran on (PEFT: dropout > 0 or before 0.14)")
-            + f" for backward ({per_block / 2**20:,.1f} MiB per block per micro-batch); forming each weight's norm "
-            f"takes up to {r.dora_forward / 2**20:,.0f} MiB in its forward (x_eye, B·A and the weight in the input's "
-            "dtype)."]
+            + f" for backward ({per_block / 2**20:,.1f} MiB per block per micro-batch); its forward takes up to "
+            f"{r.dora_forward / 2**20:,.0f} MiB more (B·A and the weight for its norm, the output's products)."]

@@ -179,7 +179,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "2023-09-12: `self.to(weight.device, dtype=weight.dtype)`); peft <= v0.5.0 moved its fp32 nn.Linear "
                 "adapters to the device only (v0.4.0 tuners/lora.py l. 691, 716) and cast the input to them (l. 819): the "
                 "default's tensors",
-                (("adapters_fp32", False), ("lora_casts_input", False), _DORA_RECOMPUTES),
+                (("adapters_fp32", False), ("lora_casts_input", False), _DORA_RECOMPUTES, ("dora_eye", False)),
             ),
             FrameworkVersion("peft-0.13", "peft v0.9.0-v0.13.x tuners/lora/dora.py DoraLinearLayer.forward: the base "
                              "output recomputed with F.linear(x, weight) whatever the dropout (reused from v0.14.0, "

@@ -304,6 +304,10 @@ class FrameworkProfile:
     # where a DoRA layer's base output comes from (profile_enums.DoraBase: peft v0.14.0 338aeff38 reuses the base
     # layer's where dropout is 0, else recomputes it on DoRA's own weight, which its matmul then keeps)
     dora_base_output: DoraBase = DoraBase.REUSED_WITHOUT_DROPOUT
+    # DoRA forms B·A by running the adapters on ``torch.eye(in_features)`` (peft v0.12.0, #1806 a0788a3f9, for FSDP;
+    # torchtune v0.4.0 the same); peft v0.9.0-v0.11.x tuners/lora/layer.py _apply_dora multiplied
+    # ``lora_B.weight @ lora_A.weight``, no identity
+    dora_eye: bool = True
     # its CPU offload moves parameters and gradients with the optimizer state, so there is no optimizer-only offload
     # to offer: torchtitan v0.3.0 training.enable_cpu_offload -> FSDP2 fully_shard(offload_policy=CPUOffloadPolicy())
     # (the importer reads it as offload optimizer+params, config_import/torchtitan.py)

@@ -126,7 +126,8 @@ class Step:
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
     block_grads: int = 0  # FSDP full fine-tuning: one block's whole gradients before their reduce-scatter
     eager_forward: tuple[int, int] = (0, 0)  # top block's eager softmax in forward: (working set, kept)
-    dora_forward: int = 0  # the largest DoRA layer's weight-norm working set in its forward (estimate/dora.py)
+    dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transient)
+    dora_recompute: int = 0  # its weight-norm part, which a checkpointed block's recompute adds
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -275,7 +276,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         lowest_autocast, kind_autocast = block_autocast(spec, cast, sc)  # of its own layer kind (moe_lora.py)
         head_autocast = head_autocast_copy(cast, sc, head_autocast_calls(sc, profile))
     loss = loss_memory(spec, sc, profile)
-    tb = extras.block_backward_transient(spec, sc, profile, acts.saved)
+    tb = extras.block_backward_transient(spec, sc, profile, acts.saved) + dora.backward_transient(spec, sc, profile, adapters)
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
     tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
@@ -298,5 +299,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
         head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
             spec, sc, profile, acts, loss.cache), dora_forward=dora.forward_transient(spec, sc, profile, adapters),
+        dora_recompute=dora.forward_transient(spec, sc, profile, adapters, output=False),
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

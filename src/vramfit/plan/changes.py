@@ -20,6 +20,7 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
+from vramfit.estimate.dora import reuses_base_output
 from vramfit.estimate.framework import scenario_profile
 from vramfit.estimate.reentrant_fsdp1 import keeps_block_inputs
 from vramfit.estimate.stages import stage_loss_choice
@@ -94,6 +95,7 @@ def _candidates(sc: Scenario) -> list[Change]:
         out.append(Change("non-reentrant-checkpointing", "non-reentrant gradient checkpointing "
                           "(gradient_checkpointing_kwargs={'use_reentrant': False})", {"use_reentrant": "no"}, "free",
                           "the same recompute; FSDP1 then keeps no block input or its gradient to the end of backward"))
+    out += _dora_changes(sc, profile)
     if sc.method is Method.LORA:
         out.append(Change("qlora", "QLoRA: 4-bit NF4 base instead of 16-bit", {"method": "qlora"},
                           "training", "quality loss depends on the task: measure it (the guide, sec. 03)"))
@@ -102,6 +104,21 @@ def _candidates(sc: Scenario) -> list[Change]:
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
     if profile.runs_offload:  # only what the framework can be told to run (profile_fields.py runs_offload)
         out += _offload_changes(sc, profile)
+    return out
+
+
+def _dora_changes(sc: Scenario, profile) -> list[Change]:
+    """DoRA's own costs (estimate/dora.py): PEFT with dropout keeps a copy of every adapted weight, which dropout 0
+    avoids (the base output is reused); plain LoRA keeps neither DoRA output nor its weight-norm working set."""
+    if not sc.dora:
+        return []
+    out: list[Change] = []
+    dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
+    if dropout > 0 and not reuses_base_output(profile, dropout) and reuses_base_output(profile, 0.0):
+        out.append(Change("dora-no-dropout", "LoRA dropout 0, so DoRA reuses the base output (no kept weight copies)",
+                          {"lora_dropout": 0.0}, "training", "no dropout on the adapters' input"))
+    out.append(Change("plain-lora", "plain LoRA instead of DoRA", {"dora": False}, "training",
+                      "no magnitude/direction split: measure the quality on the task"))
     return out
 
 

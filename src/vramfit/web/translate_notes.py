@@ -197,30 +197,30 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"only, or set dora false",
      "dora: o DoRA na camada de embedding ou de saída ($1) não é modelado; adapte só as camadas lineares dos blocos do "
      "decoder, ou ponha dora a false"),
-    (r"^dora: DoRA on fused experts \(PEFT refuses DoRA there\) \((\w+)\) is not modelled; adapt the decoder blocks' "
-     r"linears only, or set dora false",
-     "dora: o DoRA em especialistas fundidos (o PEFT recusa-o aí) ($1) não é modelado; adapte só as camadas lineares "
-     "dos blocos do decoder, ou ponha dora a false"),
-    (r"^dora: DoRA on a vision tower \((\w+)\) is not modelled; adapt the decoder blocks' linears only, or set dora "
+    (r"^dora: PEFT refuses DoRA on fused experts \((\w+), which all-linear adapts\): name the attention projections in "
+     r"lora_targets, or set dora false",
+     "dora: o PEFT recusa o DoRA em especialistas fundidos ($1, que o all-linear adapta): indique as projeções de "
+     "atenção em lora_targets, ou ponha dora a false"),
+    (r"^dora: DoRA on a vision tower \((\w+)\) is not modelled: set freeze_vision yes \(the tower frozen\), or dora "
      r"false",
-     "dora: o DoRA numa torre de visão ($1) não é modelado; adapte só as camadas lineares dos blocos do decoder, ou "
-     "ponha dora a false"),
+     "dora: o DoRA numa torre de visão ($1) não é modelado: ponha freeze_vision a yes (a torre congelada), ou dora a "
+     "false"),
     (r"^DoRA \(use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and the base "
      r"layer's output \(reused: torchtune, or PEFT >= 0\.14 at dropout 0\) for backward \(" + _N + r" MiB per block per "
-     r"micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward \(x_eye, B·A and the "
-     r"weight in the input's dtype\)\.$",
+     r"micro-batch\); its forward takes up to " + _N + r" MiB more \(B·A and the weight for its "
+     r"norm, the output's products\)\.$",
      "DoRA (use_dora): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e a "
      "saída da camada base (reutilizada: torchtune, ou PEFT >= 0.14 com dropout 0) para o backward (⟨$1⟩ MiB por bloco por "
-     "micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward (x_eye, B·A e o peso no tipo da "
-     "entrada)."),
+     "micro-batch); o seu forward ocupa até ⟨$2⟩ MiB a mais (B·A e o peso para a sua norma, os produtos da "
+     "saída)."),
     (r"^DoRA \(use_dora\): a magnitude vector per adapted linear; each keeps its LoRA output and a recomputed "
      r"base output with the weight its matmul ran on \(PEFT: dropout > 0 or before 0\.14\) for backward \(" + _N
-     + r" MiB per block per micro-batch\); forming each weight's norm takes up to " + _N + r" MiB in its forward "
-     r"\(x_eye, B·A and the weight in the input's dtype\)\.$",
+     + r" MiB per block per micro-batch\); its forward takes up to " + _N + r" MiB more \(B·A and the weight for its "
+     r"norm, the output's products\)\.$",
      "DoRA (use_dora): um vetor de magnitudes por camada linear adaptada; cada uma guarda a sua saída LoRA e "
      "uma saída base recalculada com o peso em que a sua multiplicação correu (PEFT: dropout > 0 ou antes da 0.14) para o "
-     "backward (⟨$1⟩ MiB por bloco por micro-batch); formar a norma de cada peso ocupa até ⟨$2⟩ MiB no seu forward "
-     "(x_eye, B·A e o peso no tipo da entrada)."),
+     "backward (⟨$1⟩ MiB por bloco por micro-batch); o seu forward ocupa até ⟨$2⟩ MiB a mais (B·A e o peso para "
+     "a sua norma, os produtos da saída)."),
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "

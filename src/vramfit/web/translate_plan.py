@@ -7,6 +7,13 @@ from vramfit.web.translate_estimate import _N  # a number as the library prints 
 
 #: Whole sentences and phrases, most specific first.
 PLAN_RULES: list[tuple[str, str]] = [
+    # ---- changes that make a run fit: DoRA's (vramfit.plan.changes._dora_changes)
+    (r"^LoRA dropout 0, so DoRA reuses the base output \(no kept weight copies\)$",
+     "dropout do LoRA 0, para o DoRA reutilizar a saída base (sem cópias guardadas dos pesos)"),
+    (r"^plain LoRA instead of DoRA$", "LoRA simples em vez de DoRA"),
+    (r"^no dropout on the adapters' input$", "sem dropout na entrada dos adaptadores"),
+    (r"^no magnitude/direction split: measure the quality on the task$",
+     "sem a separação magnitude/direção: meça a qualidade na tarefa"),
     # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
     (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP), checkpointing and "
      r"offload \(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5, checkpointing e descarga (com micro-batch 1)"),
