@@ -290,3 +290,12 @@ def trainer_eval(r: KeyReader, after: str | None = None) -> int:
                                f"({TRAINING_ARGS_SRC.replace('training_args.py', 'trainer.py')} l. 682)")
     r.set("per_device_eval_batch_size", "eval_batch_size", batch)
     return batch
+
+
+def dora(r: KeyReader, key: str, source: str) -> bool:
+    """A PEFT ``use_dora`` switch (``LoraConfig(use_dora=...)``): read whenever present, a null value as off; true
+    sets the scenario's ``dora`` (estimate/dora.py)."""
+    on = r.get(key) is not None and boolean(r, key, False, source)
+    if on:
+        r.set(key, "dora", True)
+    return on

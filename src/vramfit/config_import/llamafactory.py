@@ -101,8 +101,7 @@ def _adapter(r: KeyReader) -> None:
     valid = "all, or module names such as q_proj,v_proj (a comma-separated string or a list)"
     names = [t.strip() for t in target.split(",")] if isinstance(target, str) else hf.names(r, "lora_target", target, valid)
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
-    if r.get("use_dora") is not None and hf.boolean(r, "use_dora", False, FT_SRC):
-        r.set("use_dora", "dora", True)  # src/llamafactory/model/adapter.py: LoraConfig(use_dora=...)
+    hf.dora(r, "use_dora", FT_SRC)  # src/llamafactory/model/adapter.py: LoraConfig(use_dora=...)
     for k in ("use_rslora", "additional_target", "pissa_init"):
         if r.flat.get(k) if k == "additional_target" else r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.get(k)

@@ -112,8 +112,7 @@ def _adapter(r: KeyReader) -> None:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise r.error(f"target_modules must be module names or all-linear, got {target!r}")
     r.set("target_modules", "lora_targets", names)
-    if r.get("use_dora") is not None and hf.boolean(r, "use_dora", False, TUNER_SRC):  # LoraConfig(use_dora)
-        r.set("use_dora", "dora", True)
+    hf.dora(r, "use_dora", TUNER_SRC)
     for k in ("use_rslora", "modules_to_save", "target_regex", "target_parameters"):
         if r.flat.get(k):
             r.get(k)

@@ -83,9 +83,7 @@ def _model(r: KeyReader) -> str:
         targets = hf.names(r, "lora_target_modules", r.get("lora_target_modules", *_peft_default(r)),
                            "all-linear, or module names such as q_proj, v_proj")
         r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
-        # trl get_peft_config: LoraConfig(use_dora=...); a null value is read, as the old loop's r.get did
-        if r.get("use_dora") is not None and hf.boolean(r, "use_dora", False, MODEL_SRC):
-            r.set("use_dora", "dora", True)
+        hf.dora(r, "use_dora", MODEL_SRC)  # trl get_peft_config: LoraConfig(use_dora=...)
         for k in ("use_rslora", "lora_modules_to_save", "lora_target_parameters"):
             if r.get(k):
                 r.mark(k, "rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")

@@ -112,7 +112,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         _context_note(sc, r.card),
     ]
     if sc.method is not Method.FULL:
-        dropout = sc.lora_dropout if sc.lora_dropout is not None else prof.lora_dropout_default
+        dropout = prof.lora_dropout(sc.lora_dropout)
         out += [f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "
                 f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}.", *dora_notes(r)]
     if sc.method is Method.QLORA:

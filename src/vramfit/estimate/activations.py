@@ -85,7 +85,7 @@ def _block(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: l
     return Block(
         spec=spec, sc=sc, profile=profile, adapters=tuple(adapters), quantized=quantized,
         dt=dtypes_for(sc, profile, spec), T=sc.micro_batch_size * sc.seq_len, full=sc.method is Method.FULL,
-        lora_dropout=sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default,
+        lora_dropout=profile.lora_dropout(sc.lora_dropout),
         q_saves=quantized and profile.qlora_saves_input,
         saves_inputs=zero3_linear_saves_inputs(spec, sc, quantized),
         adapted={(ad.target, ad.in_features): ad for ad in per_layer}, n_adapters=n_adapters,

@@ -10,7 +10,7 @@ Per adapted linear (``in`` x ``out`` weight, T tokens), besides LoRA's own tenso
 
 - **Parameters**: ``lora_magnitude_vector``, one trained value per output (``DoraLinearLayer.weight``), in the
   adapters' dtype (estimate/params.py ``Adapter.dora``).
-- **Forward working set** (:func:`forward_transient`): ``get_lora_weight`` runs the adapters on an identity,
+- **Forward working set** (:func:`forward_transients`): ``get_lora_weight`` runs the adapters on an identity,
   ``x_eye = torch.eye(in, dtype=lora_A.weight.dtype)`` and ``lora_B(lora_A(x_eye)).T`` (in x out), cast to the
   input's dtype; the base weight (de-quantized for 4-bit) is cast to it too; ``get_weight_norm`` forms ``weight +
   scaling * lora_weight`` (two in x out tensors at the add) for its ``linalg.norm``. ``lora_A``'s matmul keeps
@@ -21,7 +21,8 @@ Per adapted linear (``in`` x ``out`` weight, T tokens), besides LoRA's own tenso
   lora_result * scaling``; ``mag_norm_scale`` needs a gradient (the magnitude), so each ``mul`` keeps its other factor:
   ``base_result`` (T x out) and ``lora_result = lora_B(lora_A(x))`` (T x out), which plain LoRA never keeps (its
   ``result + lora_B(...) * scaling`` saves nothing). From peft v0.14.0 (338aeff38) ``base_result`` is the base layer's
-  own output where dropout is 0 (profile ``dora_reuses_base_result``); with dropout, or before, it is ``F.linear(x,
+  own output where dropout is 0 (profile ``dora_base_output``, FrameworkProfile.reuses_dora_base_output); with dropout,
+  or before, it is ``F.linear(x,
   weight)`` on the cast weight, and that matmul keeps the weight for the input's gradient: a fresh tensor wherever
   the cast or the de-quantization made one (in x out per adapted linear).
 """
@@ -33,7 +34,6 @@ from typing import TYPE_CHECKING
 
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework import casts_params
-from vramfit.estimate.profile_enums import DoraBase
 from vramfit.scenario import Quantize
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from vramfit.estimate.step import Step
     from vramfit.models.spec import ModelSpec
     from vramfit.scenario import Scenario
+
 
 def dora_adapters(adapters: list[Adapter], sc: Scenario) -> list[Adapter]:
     """``adapters`` marked DoRA where the scenario asks for it; the adapters whose DoRA is not modelled are refused
@@ -63,13 +64,6 @@ def dora_adapters(adapters: list[Adapter], sc: Scenario) -> list[Adapter]:
             raise ScenarioError("dora", f"DoRA on the embedding or output layer ({ad.target}) is not modelled; adapt "
                                 "the decoder blocks' linears only, or set dora false", ["false"])
     return [replace(ad, dora=True) for ad in adapters]
-
-
-def reuses_base_output(profile: FrameworkProfile, dropout: float) -> bool:
-    """Whether the DoRA layer keeps the base layer's own output (profile ``dora_base_output``), else a recomputed one
-    and the weight its matmul ran on."""
-    return profile.dora_base_output is DoraBase.REUSED or (
-        profile.dora_base_output is DoraBase.REUSED_WITHOUT_DROPOUT and dropout == 0)
 
 
 def _x_bytes(blk: Block, x_bytes: int) -> int:
@@ -93,7 +87,7 @@ def saved(blk: Block, out: Saved, tag: str, ad: Adapter, x_bytes: int, a_out: in
     rows the linear sees (an expert's routed tokens)."""
     xb = _x_bytes(blk, x_bytes)
     out.add(f"{tag}.dora_lora_result", a_out * tokens * ad.out_features)
-    if reuses_base_output(blk.profile, blk.lora_dropout):
+    if blk.profile.reuses_dora_base_output(blk.lora_dropout):
         # the base layer's output (bnb.py clones it): 16-bit under autocast, else the layer input's dtype
         base = blk.dt.compute if blk.dt.autocast and not blk.quantized else x_bytes
         out.add(f"{tag}.dora_base_result", base * tokens * ad.out_features)
@@ -117,9 +111,10 @@ def _product_bytes(blk: Block) -> int:
     return max(blk.dt.adapter, blk.dt.compute)
 
 
-def forward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter],
-                      output: bool = True) -> int:
-    """The largest DoRA layer's forward working set (module docstring), the larger of two moments:
+def forward_transients(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                       adapters: list[Adapter]) -> tuple[int, int]:
+    """(forward, recompute): the largest DoRA layer's forward working set (module docstring), the larger of two
+    moments, and its weight-norm part alone:
 
     - ``get_weight_norm``'s add: what ``lora_A``'s matmul keeps of ``x_eye`` while ``lora_weight`` lives (the identity
       itself, or under autocast only its 16-bit copy: the fp32 ``x_eye`` dies when ``get_lora_weight`` returns; before
@@ -130,15 +125,15 @@ def forward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
       base_result``, ``mag_norm_scale * lora_result`` times ``scaling`` and their sum, three T x out tensors in the
       magnitude's promoted dtype at once.
 
-    ``output`` False: the weight norm's moments only, what a checkpointed block's recompute adds on top of its whole
-    recomputed block (its output arithmetic runs before the block's later tensors exist: with it the estimate was
-    15 % above the simulator's DoRA increment at 8 x 2,048 tokens, without it equal). 0 without DoRA."""
+    The weight norm's moments alone are what a checkpointed block's recompute adds on top of its whole recomputed block
+    (its output arithmetic runs before the block's later tensors exist: with it the estimate was 15 % above the
+    simulator's DoRA increment at 8 x 2,048 tokens, without it equal). (0, 0) without DoRA."""
     found = _dora_block(spec, sc, profile, adapters)
     if found is None:
-        return 0
+        return 0, 0
     blk, dora = found
     c, ab, eye_on = blk.dt.compute, blk.dt.adapter, blk.profile.dora_eye
-    best = 0
+    forward = recompute = 0
     for ad in dora:
         n_in, n_out = ad.in_features, ad.out_features
         # the layer's input: the norm's output for the projections that read the hidden state, 16-bit otherwise
@@ -148,8 +143,9 @@ def forward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
         fresh = 1 if _fresh_weight(blk, xb) else 0
         at_norm = kept_eye + (3 + fresh) * xb * n_in * n_out  # lora_weight, product, sum, the cast weight
         at_output = kept_eye + (1 + fresh) * xb * n_in * n_out + 3 * _product_bytes(blk) * blk.T * n_out
-        best = max(best, at_lora_a, at_norm, at_output if output else 0)
-    return best
+        recompute = max(recompute, at_lora_a, at_norm)
+        forward = max(forward, recompute, at_output)
+    return forward, recompute
 
 
 def backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
@@ -171,8 +167,7 @@ def dora_notes(r: Step) -> list[str]:
     if not sc.dora:
         return []
     per_block = sum(v for k, v in r.saved.items.items() if ".dora_" in k)
-    dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
-    reuse = reuses_base_output(profile, dropout)
+    reuse = profile.reuses_dora_base_output(sc.lora_dropout)
     return ["DoRA (use_dora): a magnitude vector per adapted linear; each keeps its LoRA output and "
             + ("the base layer's output (reused: torchtune, or PEFT >= 0.14 at dropout 0)" if reuse else
                "a recomputed base output with the weight its matmul ran on (PEFT: dropout > 0 or before 0.14)")

@@ -556,6 +556,17 @@ class FrameworkProfile:
         default (``default_checkpointing``)."""
         return self.scripts_checkpointing(num_gpus) or self.default_checkpointing
 
+    def lora_dropout(self, given: float | None) -> float:
+        """The LoRA dropout that runs: the scenario's, else the framework's default (``lora_dropout_default``)."""
+        return given if given is not None else self.lora_dropout_default
+
+    def reuses_dora_base_output(self, given_dropout: float | None) -> bool:
+        """Whether a DoRA layer keeps the base layer's own output (``dora_base_output``, estimate/dora.py), else a
+        recomputed one and the weight its matmul ran on."""
+        base = self.dora_base_output
+        return base is DoraBase.REUSED or (base is DoraBase.REUSED_WITHOUT_DROPOUT
+                                           and self.lora_dropout(given_dropout) == 0)
+
     @property
     def derives_checkpointing(self) -> bool:
         """An unset gradient_checkpointing is the framework's (:meth:`unset_checkpointing`), not plain none."""

@@ -126,7 +126,7 @@ class Step:
     fetch_copy: tuple[int, int] = (0, 0)  # ZeRO-3 host partitions copied to the GPU (forward, block backward)
     block_grads: int = 0  # FSDP full fine-tuning: one block's whole gradients before their reduce-scatter
     eager_forward: tuple[int, int] = (0, 0)  # top block's eager softmax in forward: (working set, kept)
-    dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transient)
+    dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transients)
     dora_recompute: int = 0  # its weight-norm part, which a checkpointed block's recompute adds
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
@@ -280,6 +280,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     # transformers 4's indexed expert loop: a zero-filled bank per expert in backward (estimate/moe_kernel.py)
     tb = max(tb, index_backward_transient(spec, sc, profile, _grad_dtype_bytes(sc, profile)))
     dequant = _dequant(spec, sc, profile)
+    dora_forward, dora_recompute = dora.forward_transients(spec, sc, profile, adapters)
     opt_temp = _optimizer_step_temporaries(spec, sc, profile, state, adapters)
     parts = replace(
         state, workspaces=workspaces(card), host=state.host + acts.host, activations=acts.total,
@@ -298,7 +299,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
         layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
         head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
-            spec, sc, profile, acts, loss.cache), dora_forward=dora.forward_transient(spec, sc, profile, adapters),
-        dora_recompute=dora.forward_transient(spec, sc, profile, adapters, output=False),
+            spec, sc, profile, acts, loss.cache), dora_forward=dora_forward, dora_recompute=dora_recompute,
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

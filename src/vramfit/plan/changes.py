@@ -20,7 +20,6 @@ from typing import Any
 from vramfit.calibration import Calibration
 from vramfit.choices import FSDP_FAMILY
 from vramfit.errors import ScenarioError
-from vramfit.estimate.dora import reuses_base_output
 from vramfit.estimate.framework import scenario_profile
 from vramfit.estimate.reentrant_fsdp1 import keeps_block_inputs
 from vramfit.estimate.stages import stage_loss_choice
@@ -113,8 +112,7 @@ def _dora_changes(sc: Scenario, profile) -> list[Change]:
     if not sc.dora:
         return []
     out: list[Change] = []
-    dropout = sc.lora_dropout if sc.lora_dropout is not None else profile.lora_dropout_default
-    if dropout > 0 and not reuses_base_output(profile, dropout) and reuses_base_output(profile, 0.0):
+    if not profile.reuses_dora_base_output(sc.lora_dropout) and profile.reuses_dora_base_output(0.0):
         out.append(Change("dora-no-dropout", "LoRA dropout 0, so DoRA reuses the base output (no kept weight copies)",
                           {"lora_dropout": 0.0}, "training", "no dropout on the adapters' input"))
     out.append(Change("plain-lora", "plain LoRA instead of DoRA", {"dora": False}, "training",
