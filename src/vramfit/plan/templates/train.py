@@ -140,6 +140,10 @@ def main(argv=None) -> None:
     print(f"trainer: {type(trainer).__name__}")
     trainer.train()
     trainer.save_model(training_args.output_dir)
+    # Every rank destroys its process group before the interpreter exits (accelerate 1.16 Accelerator.end_training ->
+    # PartialState.destroy_process_group). Without it Gloo's worker threads can outlive finalization and a rank
+    # aborts with 'terminate called without an active exception' after a finished run (pytorch/pytorch#190489).
+    trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":
