@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 #: Target module names PEFT understands across the catalog's families, besides ``all-linear``.
 ALL_LINEAR = "all-linear"
 
+#: The modules PEFT's ``modules_to_save`` can train as whole copies beside LoRA (estimate/saved_modules.py): the input
+#: embedding and the output layer, under the names ``lora_targets`` gives them.
+SAVED_MODULES = ("embed_tokens", "lm_head")
+
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class Scenario:
     framework: Framework = Framework.HF
     lora_dropout: float | None = None  # None: the framework's default (PEFT/torchtune 0.0, litgpt 0.05)
     dora: bool = False  # PEFT LoraConfig(use_dora=True): weight-decomposed LoRA (extension; estimate/dora.py)
+    # PEFT LoraConfig(modules_to_save=[...]): whole trained copies of embed_tokens / lm_head (extension;
+    # estimate/saved_modules.py)
+    modules_to_save: tuple[str, ...] = ()
     compile: bool = False  # torch.compile of the model and loss (extension of the shared schema)
     quantize_experts: QuantizeExperts = QuantizeExperts.AUTO  # MoE experts in the quantized base (extension)
     # the DeepSpeed config (path or mapping) whose zero_optimization keys size the ZeRO buffers; None: the
@@ -360,6 +367,10 @@ FIELDS: tuple[FieldSpec, ...] = (
           "for backward (PEFT with dropout, or before 0.14: a copy of the weight too). LoRA and QLoRA; hf (PEFT) and "
           "torchtune.",
           ("DoRA (weight-decomposed LoRA)", "DoRA (LoRA com decomposição de pesos)")),
+    Field("modules_to_save", Kind.NAMES, "PEFT modules_to_save: whole trained copies of embed_tokens and/or lm_head "
+          "beside the adapters (what new tokens need), each with its gradient and optimizer state; the originals stay "
+          "frozen. LoRA and QLoRA, hf only.", ("Fully trained modules", "Módulos treinados por inteiro"),
+          default_note="none"),
     Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
           "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",
                                                                  "torch.compile (modelo e perda)")),
@@ -537,6 +548,20 @@ def _as_targets(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _as_saved_modules(value: Any) -> tuple[str, ...]:
+    """``modules_to_save`` as a tuple of :data:`SAVED_MODULES` names (a list, or one comma-separated string; empty: none)."""
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ScenarioError("modules_to_save", f"must be a list of module names, got {shown(value)}",
+                            list(SAVED_MODULES))
+    names = [item.strip() if isinstance(item, str) else item for item in items]
+    for name in names:
+        if name not in SAVED_MODULES and name != "":
+            raise ScenarioError("modules_to_save", f"{shown(name)} is not a module trained as a whole copy here",
+                                list(SAVED_MODULES))
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
 def finite_number(key: str, value: Any, what: str = "a number") -> float:
     """A finite float from a number or a numeric string (never a bool), else ScenarioError."""
     return to_float(key, value, what)  # ints >= 10^309, NaN, inf, huge digit strings: vramfit.safe_input
@@ -628,6 +653,8 @@ def _typed_values(raw: dict[str, Any]) -> dict[str, Any]:
             kw[key] = _as_bool(key, raw[key])
     if "lora_targets" in raw:
         kw["lora_targets"] = _as_targets(raw["lora_targets"])
+    if "modules_to_save" in raw:
+        kw["modules_to_save"] = _as_saved_modules(raw["modules_to_save"])
     if "lora_dropout" in raw:
         kw["lora_dropout"] = fraction("lora_dropout", raw["lora_dropout"], lo_open=False)
     if "label_share" in raw:

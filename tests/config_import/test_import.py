@@ -18,7 +18,7 @@ BASE = {"params": None, "deepspeed_config": None, "framework_version": None, "kb
         "stage": "sft", "reference": "auto", "num_generations": None, "completion_len": None, "generation": "hf",
         "vllm_gpu_memory_utilization": None, "vllm_sleep": False, "cpo_alpha": None, "rpo_alpha": None,
         "num_nodes": 1, "shard_scope": "all", "interconnect": "auto",
-        "keeps_outputs": False, "dora": False, "eval_batch_size": 0, "logits_to_keep": "all", "label_share": 1.0, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
+        "keeps_outputs": False, "dora": False, "modules_to_save": [], "eval_batch_size": 0, "logits_to_keep": "all", "label_share": 1.0, "tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
         "pipeline_virtual_stages": 1, "context_parallel": 1, "expert_parallel": 1,
         "images_per_sample": 0, "image_height": 448, "image_width": 448, "freeze_vision": "auto", "quantize_vision": "auto",
         "frames_per_sample": 0, "moe_kernel": "none"}

@@ -428,3 +428,20 @@ def test_torchtitan_trains_no_4bit_base_so_a_qlora_estimate_is_refused():
         estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "framework": "torchtitan"})
     assert e.value.key == "method" and e.value.valid == ["full", "lora"]
     assert estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtitan"}).peak.device_bytes > 0
+
+
+def test_trl_export_writes_dora_and_the_saved_modules(tmp_path):
+    """A plan's dora and modules_to_save reach train.py's LoraConfig through TRL's ModelConfig (use_dora,
+    lora_modules_to_save), so the exported run trains what the estimate counted."""
+    from vramfit.plan import plan
+
+    p = plan({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "dora": True,
+              "modules_to_save": ["embed_tokens", "lm_head"]}, gpu_ids=["h100-sxm"], effective_batch=8).plans[0]
+    write(p, "trl", tmp_path)
+    _, _, model_args = trl_args(tmp_path, "--use_cpu", "true")
+    cfg = load_script(tmp_path).lora_config(model_args)
+    assert cfg.use_dora is True and sorted(cfg.modules_to_save) == ["embed_tokens", "lm_head"]
+    plain = plan({"model": "meta-llama/Llama-3.1-8B", "method": "lora"}, gpu_ids=["h100-sxm"], effective_batch=8)
+    write(plain.plans[0], "trl", tmp_path / "plain")
+    cfg = load_script(tmp_path / "plain").lora_config(trl_args(tmp_path / "plain", "--use_cpu", "true")[2])
+    assert cfg.use_dora is False and cfg.modules_to_save is None

@@ -195,6 +195,8 @@ BAD_SCENARIOS = [
     ("reference-free-with-copy", {"model": MODEL, "stage": "simpo", "reference": "copy"}, "reference"),
     ("grpo-indivisible", {"model": MODEL, "stage": "grpo", "num_generations": 4, "micro_batch_size": 2, "grad_accum": 1}, "num_generations"),
     ("colocate-no-card", {"model": MODEL, "stage": "grpo", "micro_batch_size": 8, "generation": "vllm-colocate"}, "gpu"),
+    ("saved-module-unknown", {"model": MODEL, "modules_to_save": ["score"]}, "modules_to_save"),
+    ("saved-module-full", {"model": MODEL, "method": "full", "modules_to_save": "lm_head"}, "modules_to_save"),
 ]
 
 
@@ -373,3 +375,15 @@ def test_sweep_body_not_object_is_422(client):
 
 def test_query_errors_use_the_same_shape(client):
     assert_error(client.get("/api/models", params={"q": "x" * 500}), "q")
+
+
+def test_modules_to_save_from_a_list_or_the_form_string(client):
+    """The form sends the field's comma-separated text; the API takes a list too: both train the two copies."""
+    plain = post(client, "/api/estimate", {"model": MODEL}).json()
+    for given in (["embed_tokens", "lm_head"], "embed_tokens, lm_head"):
+        r = post(client, "/api/estimate", {"model": MODEL, "modules_to_save": given})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["scenario"]["modules_to_save"] == ["embed_tokens", "lm_head"]
+        assert body["model"]["num_trainable_params"] > plain["model"]["num_trainable_params"]
+        assert any(a.startswith("modules_to_save: whole trained copies of embed_tokens, lm_head") for a in body["assumptions"])

@@ -256,3 +256,18 @@ def test_screenshots(base_url, page_factory, name, viewport):
         page.click("#mini")
         page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+
+
+def test_12_modules_to_save_field_sends_the_copies(base_url, page_factory):
+    """The LoRA section's modules_to_save text field: its comma-separated names reach the API as a list, the peak
+    grows by the two copies and the assumptions name them; an unknown module is refused under the field."""
+    page = page_factory(expect_422=True)
+    page.goto(base_url + LLAMA_LORA)
+    wait_result(page)
+    before = float(page.locator("#peak").inner_text())
+    page.fill("#f-modules_to_save", "embed_tokens, lm_head")
+    expect(page.locator("#assumptions")).to_contain_text("whole trained copies of embed_tokens, lm_head", timeout=15000)
+    wait_result(page)
+    assert float(page.locator("#peak").inner_text()) > before + 4  # 2 x (copy + gradient + AdamW states), bf16
+    page.fill("#f-modules_to_save", "score")
+    expect(page.locator('[data-err-for="modules_to_save"]')).to_contain_text("score", timeout=15000)

@@ -192,8 +192,7 @@ def _adapter(r: KeyReader) -> None:
         raise r.error("an adapter needs lora_target_modules or lora_target_linear: true")
     if switch(r, "peft_use_dora"):  # schemas/peft.py peft_use_dora -> LoraConfig(use_dora=True)
         r.set("peft_use_dora", "dora", True)
-    if r.has("lora_modules_to_save"):
-        r.not_modelled("lora_modules_to_save", "fully trained copies of embed_tokens/lm_head are not counted")
+    hf.saved_modules(r, "lora_modules_to_save")  # schemas/peft.py -> LoraConfig(modules_to_save=...)
 
 
 #: use_kernels: true -> from_pretrained(use_kernels=True), which kernelizes on the device the model loaded to

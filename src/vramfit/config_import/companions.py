@@ -35,11 +35,11 @@ def _peft(r: KeyReader) -> dict[str, Any]:
     if r.get("use_dora") is not None and hf.boolean(r, "use_dora", False, PEFT_SRC):
         out["dora"] = True
         r.entries["use_dora"].becomes.append("dora=true")
-    for k in ("use_rslora", "modules_to_save"):
-        if r.flat.get(k):
-            r.get(k)
-            r.mark(k, "rsLoRA/modules_to_save: counted as plain LoRA")
-    return out
+    hf.saved_modules(r, "modules_to_save")  # LoraConfig(modules_to_save=...): r.out's modules_to_save
+    if r.flat.get("use_rslora"):
+        r.get("use_rslora")
+        r.mark("use_rslora", "rsLoRA: counted as plain LoRA")
+    return {**out, **r.out}
 
 
 def _bnb(r: KeyReader) -> dict[str, Any]:

@@ -299,3 +299,28 @@ def dora(r: KeyReader, key: str, source: str) -> bool:
     if on:
         r.set(key, "dora", True)
     return on
+
+
+#: module names PEFT's ``modules_to_save`` entries take for the input embedding and the output layer across the
+#: families (Llama embed_tokens / lm_head, GPT-2 wte, GPT-NeoX embed_in / embed_out, Bloom word_embeddings, Mistral's
+#: own tok_embeddings / output): the scenario's two names (estimate/saved_modules.py)
+_SAVED_NAMES = {"embed_tokens": "embed_tokens", "wte": "embed_tokens", "embed_in": "embed_tokens",
+                "word_embeddings": "embed_tokens", "tok_embeddings": "embed_tokens",
+                "lm_head": "lm_head", "embed_out": "lm_head", "output": "lm_head"}
+
+
+def saved_modules(r: KeyReader, key: str) -> None:
+    """A PEFT ``modules_to_save`` list (or one comma-separated string) as the scenario's ``modules_to_save``: the input
+    embedding and the output layer by any family's name; any other module (a classifier head, a norm) is reported as
+    not counted."""
+    value = r.get(key)
+    if value in (None, "", []):
+        return
+    given = [n.strip() for n in value.split(",")] if isinstance(value, str) else names(
+        r, key, value, "module names such as embed_tokens, lm_head")
+    mapped = [_SAVED_NAMES[n.rsplit(".", 1)[-1]] for n in given if n.rsplit(".", 1)[-1] in _SAVED_NAMES]
+    if mapped:
+        r.set(key, "modules_to_save", list(dict.fromkeys(mapped)))
+    others = [n for n in given if n.rsplit(".", 1)[-1] not in _SAVED_NAMES]
+    if others:
+        r.mark(key, f"trained copies of {', '.join(others)}: not counted (embed_tokens and lm_head are)")

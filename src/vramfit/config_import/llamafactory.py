@@ -102,10 +102,11 @@ def _adapter(r: KeyReader) -> None:
     names = [t.strip() for t in target.split(",")] if isinstance(target, str) else hf.names(r, "lora_target", target, valid)
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
     hf.dora(r, "use_dora", FT_SRC)  # src/llamafactory/model/adapter.py: LoraConfig(use_dora=...)
-    for k in ("use_rslora", "additional_target", "pissa_init"):
-        if r.flat.get(k) if k == "additional_target" else r.flat.get(k) not in (None, False) and hf.boolean(r, k):
+    hf.saved_modules(r, "additional_target")  # src/llamafactory/model/adapter.py: LoraConfig(modules_to_save=...)
+    for k in ("use_rslora", "pissa_init"):
+        if r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.get(k)
-            r.mark(k, "rsLoRA/PiSSA/additional trained modules: counted as plain LoRA")
+            r.mark(k, "rsLoRA/PiSSA: counted as plain LoRA")
     r.ignore("use_dora", "off"), r.ignore("use_rslora", "off")
 
 

@@ -112,11 +112,11 @@ def _adapter(r: KeyReader) -> None:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise r.error(f"target_modules must be module names or all-linear, got {target!r}")
     r.set("target_modules", "lora_targets", names)
-    hf.dora(r, "use_dora", TUNER_SRC)
-    for k in ("use_rslora", "modules_to_save", "target_regex", "target_parameters"):
+    hf.dora(r, "use_dora", TUNER_SRC), hf.saved_modules(r, "modules_to_save")  # LoraConfig(modules_to_save=...)
+    for k in ("use_rslora", "target_regex", "target_parameters"):
         if r.flat.get(k):
             r.get(k)
-            r.mark(k, "rsLoRA/modules_to_save/regex or parameter targets: counted as plain LoRA")
+            r.mark(k, "rsLoRA/regex or parameter targets: counted as plain LoRA")
 
 
 def _precision(r: KeyReader, model: str) -> str:

@@ -84,9 +84,10 @@ def _model(r: KeyReader) -> str:
                            "all-linear, or module names such as q_proj, v_proj")
         r.set("lora_target_modules", "lora_targets", ["all-linear" if t == "all-linear" else t for t in targets])
         hf.dora(r, "use_dora", MODEL_SRC)  # trl get_peft_config: LoraConfig(use_dora=...)
-        for k in ("use_rslora", "lora_modules_to_save", "lora_target_parameters"):
+        hf.saved_modules(r, "lora_modules_to_save")  # trl get_peft_config: LoraConfig(modules_to_save=...)
+        for k in ("use_rslora", "lora_target_parameters"):
             if r.get(k):
-                r.mark(k, "rsLoRA/modules_to_save/parameter targets: counted as plain LoRA")
+                r.mark(k, "rsLoRA/parameter targets: counted as plain LoRA")
     return method
 
 

@@ -34,7 +34,7 @@ def path_of(sc: Scenario, images: bool | None = None) -> dict[str, str]:
     context parallel degrees are part of the sharding (``fsdp+tp8+pp2``: no published case runs them yet), and so is
     sharding inside each node (``shard_scope=node``: HSDP or ZeRO++ hpZ, ``fsdp+node``). A training stage other than
     SFT runs another step (a reference model, pairs, generation: estimate/stages): part of the method (``lora+dpo``),
-    so a DPO or GRPO estimate is never vouched for by SFT measurements; so is DoRA (``lora+dora``: estimate/dora.py), and a vision-language model's images
+    so a DPO or GRPO estimate is never vouched for by SFT measurements; so are DoRA (``lora+dora``: estimate/dora.py) and trained module copies (``lora+modules_to_save``), and a vision-language model's images
     (``lora+images``: a tower's forward and backward, image tokens in the sequence), never vouched for by text runs;
     ``images``: whether the model sees them (None: the scenario's images or frames; a text model ignores them). Sharding
     inside each node is the same run as over every rank on one node, so ``+node`` needs several nodes."""
@@ -46,7 +46,7 @@ def path_of(sc: Scenario, images: bool | None = None) -> dict[str, str]:
     sharding += "+node" if sc.shard_scope is ShardScope.NODE and sc.num_nodes > 1 else ""
     return {
         "framework": sc.framework.value,
-        "method": sc.method.value + ("+dora" if sc.dora else "") + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else "")
+        "method": sc.method.value + ("+dora" if sc.dora else "") + ("+modules_to_save" if sc.modules_to_save else "") + (f"+{sc.stage.value}" if sc.stage is not Stage.SFT else "")
         + ("+images" if (sc.sees_pixels if images is None else images) else ""),
         "sharding": sharding,
         "offload": sc.offload.value,

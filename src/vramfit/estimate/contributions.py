@@ -65,8 +65,9 @@ def _sharded_full_end(step: Step) -> bool:
 
 def _tied_end(step: Step) -> bool:
     """Tied embeddings: the embedding's own gradient (embedding_dense_backward, V x H) meets the
-    output layer's, still in autograd's input buffer, at the very end of backward."""
-    return step.spec.tie_word_embeddings and step.lm_head_trainable and not step.sc.optimizer_in_backward
+    output layer's, still in autograd's input buffer, at the very end of backward. Only where the one tied weight
+    trains: full fine-tuning (LoRA on lm_head leaves it frozen; modules_to_save copies are untied tensors)."""
+    return step.spec.tie_word_embeddings and step.sc.method is Method.FULL and not step.sc.optimizer_in_backward
 
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.

@@ -31,6 +31,7 @@ from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
 from vramfit.estimate.fsdp_dtype import check_uniform_dtype, fp32_kept, param_bytes
 from vramfit.estimate.moe_lora import fsdp2_block_adapters
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
+from vramfit.estimate.saved_modules import copied_tensors
 from vramfit.estimate.state import (
     Sharding,
     gathered_quantized_bytes,
@@ -85,6 +86,9 @@ class Parts:
     whole_gradients: int = 0
     param_tensors: tuple[tuple[int, int], ...] = ()  # (bytes, count) of persistent tensors (for reserved)
     quant_state: int = 0  # of quantized_base: 4-bit quantization state kept whole on every GPU
+    # modules_to_save (estimate/saved_modules.py): the gradient bytes of the embedding's and the output layer's
+    # trained copies, which no block makes (the embedding's after the lowest block, the head's at the top)
+    copy_grads: tuple[int, int] = (0, 0)
 
 
 def experts_quantized(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -156,6 +160,12 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             w = param_bytes(t.name, pb, fp32_names)
         p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) + _secondary(t, shd)
         sizes.append((t.numel * w, t.count))
+        for c in copied_tensors(spec, sc, t):  # modules_to_save: a trained copy in the original's dtype
+            p.adapters += shard(round_allocation(c.numel * w) * c.count, shd.weights)
+            sizes.append((c.numel * w, c.count))
+            trainable.append((c, w))
+            grad, (embed, head) = round_allocation(c.numel * w) * c.count, p.copy_grads
+            p.copy_grads = (embed + grad, head) if c.name.startswith("embed_tokens") else (embed, head + grad)
     p.param_tensors = tuple(sizes)
     return trainable
 

@@ -203,6 +203,10 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
                             [v.value for v in Loss if v is not Loss.FUSED])
     if kw.get("dora"):
         _check_dora(kw, profile, name)
+    if kw.get("modules_to_save"):
+        from vramfit.estimate.saved_modules import check_saved_modules
+
+        check_saved_modules(kw, profile, name)
     if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:
         raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
                             "offload off)", [Offload.NONE.value])
@@ -230,7 +234,7 @@ def _check_dora(kw: dict[str, Any], profile: FrameworkProfile, name: str) -> Non
 
 #: the scenario keys :func:`check_runs` reads
 _RUN_KEYS = ("framework", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
-             "optimizer_in_backward", "grad_accum", "dora")
+             "optimizer_in_backward", "grad_accum", "dora", "modules_to_save", "lora_targets", "parallelism")
 
 
 def check_free_keys(sc, free: dict[str, Any]) -> None:  # noqa: ANN001

@@ -80,6 +80,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         lora_dropout_default=0.0,  # peft v0.21.2 tuners/lora/config.py LoraConfig.lora_dropout default
         fused_qkv_lora=False,
         runs_dora=True,  # peft v0.21.2 LoraConfig(use_dora=True)
+        runs_modules_to_save=True,  # peft@5d602fdbf LoraConfig(modules_to_save=[...])
         rmsnorm_upcast=True,
         expands_kv_for_sdpa=False,
         qlora_unquantized_fp32=True,

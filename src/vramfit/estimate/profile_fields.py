@@ -301,6 +301,11 @@ class FrameworkProfile:
     # DoraLinearLayer) or torchtune's (v0.4.0 modules/peft/dora.py DoRALinear, since v0.3.0); estimate/dora.py. litgpt
     # has none, and Unsloth's own LoRA kernels (unsloth@015bdef models/llama.py get_peft_model) are not modelled: refused
     runs_dora: bool = False
+    # ``modules_to_save`` runs: PEFT's ModulesToSaveWrapper (huggingface/peft@5d602fdbf src/peft/utils/other.py
+    # ModulesToSaveWrapper.update: a ``copy.deepcopy`` of the module trained beside the frozen original;
+    # estimate/saved_modules.py). torchtune, litgpt and torchtitan build no such copies, and Unsloth's get_peft_model
+    # casts them to fp32 on its own (not modelled): refused
+    runs_modules_to_save: bool = False
     # where a DoRA layer's base output comes from (profile_enums.DoraBase: peft v0.14.0 338aeff38 reuses the base
     # layer's where dropout is 0, else recomputes it on DoRA's own weight, which its matmul then keeps)
     dora_base_output: DoraBase = DoraBase.REUSED_WITHOUT_DROPOUT

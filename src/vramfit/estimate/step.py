@@ -114,7 +114,7 @@ class Step:
     held_grads: int  # gradients kept between micro-batches (grad_accum > 1)
     head_grad: int  # the output layer's weight gradient
     layer_grads: int  # one block's weight gradients during its backward
-    lm_head_trainable: bool
+    lm_head_trainable: bool  # the output layer keeps its input for a weight or adapter gradient
     lowest_grads: int = 0  # gradients alive in the lowest block's backward (0: that position is not modelled)
     lowest_autocast: int = 0  # autocast weight copies alive in the lowest block's backward
     kind_autocast: tuple[int, int] | None = None  # MoE and dense layers mixed: (an MoE block's, a dense block's)
@@ -128,6 +128,7 @@ class Step:
     eager_forward: tuple[int, int] = (0, 0)  # top block's eager softmax in forward: (working set, kept)
     dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transients)
     dora_recompute: int = 0  # its weight-norm part, which a checkpointed block's recompute adds
+    head_trains: bool = False  # the output layer's weight has a gradient (full, or a modules_to_save copy)
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -261,7 +262,8 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     if profile.untied_head_copy and spec.tie_word_embeddings:
         spec = replace(spec, tie_word_embeddings=False, lm_head_params=spec.embedding_params)
     state, adapters = model_state(spec, sc, profile)
-    lm_head_trainable = sc.method is Method.FULL or "lm_head" in sc.lora_targets
+    head_trains = sc.method is Method.FULL or "lm_head" in sc.modules_to_save  # LoRA on lm_head: weight frozen
+    lm_head_trainable = head_trains or "lm_head" in sc.lora_targets
     acts = _activations(spec, sc, profile, adapters, lm_head_trainable)
     autocast_fwd = autocast_kept = lowest_autocast = head_autocast = 0
     kind_autocast: tuple[int, int] | None = None
@@ -287,7 +289,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         autocast_copies=autocast_kept, logits_loss=loss.forward_peak,
         comm_buffers=comm_buffers(spec, sc, profile, state), temporaries=max(tb + dequant, opt_temp),
     )
-    held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, lm_head_trainable)
+    held, head_grad, layer_grads, lowest_grads = _gradient_timing(spec, sc, profile, parts, head_trains)
     # a MoE block's backward opens with the grouped experts' un-permute, before the block has made a gradient of its
     # own: that working set counts net of the block's gradients the block phase adds (block_extras.unpermute_backward)
     tb = max(tb, extras.unpermute_backward(spec, sc, profile) - layer_grads,
@@ -300,5 +302,6 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
         layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
         head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
             spec, sc, profile, acts, loss.cache), dora_forward=dora_forward, dora_recompute=dora_recompute,
+        head_trains=head_trains,
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

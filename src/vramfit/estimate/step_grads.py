@@ -39,8 +39,11 @@ from vramfit.scenario import (
 
 
 def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts: Parts,
-                     lm_head_trainable: bool) -> tuple[int, int, int, int]:
-    """(held between micro-batches, the output layer's, one block's, in the lowest block's backward) gradient bytes."""
+                     head_trains: bool) -> tuple[int, int, int, int]:
+    """(held between micro-batches, the output layer's, one block's, in the lowest block's backward) gradient bytes.
+
+    ``head_trains``: the output layer's weight has a gradient (full fine-tuning, or its modules_to_save copy: that
+    copy's own bytes, ``parts.copy_grads``); LoRA on lm_head leaves the weight frozen, so there is none."""
     from vramfit.estimate.deepspeed import zero3_grads_resident
 
     in_bwd = sc.optimizer_in_backward
@@ -59,8 +62,8 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
     # FSDP2 accumulates shards: the output layer's whole gradient is made again in each backward (estimate/fsdp2.py, 6)
-    if lm_head_trainable and (not held or resident or accumulates_shards(sc, profile)):
-        head_grad = whole_head_grad(spec, grad_bytes_per)
+    if head_trains and (not held or resident or accumulates_shards(sc, profile)):
+        head_grad = parts.copy_grads[1] or whole_head_grad(spec, grad_bytes_per)
     layer_grads = 0 if held or in_bwd else _one_block_grads(spec, sc, parts)
     # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
     layer_grads = (every_token_top_grads(spec, sc, grad_bytes_per) or layer_grads) if layer_grads else 0
@@ -86,7 +89,7 @@ def _one_block_grads(spec: ModelSpec, sc: Scenario, parts: Parts) -> int:
     block's own gradients and the output layer's exist (torch/csrc/autograd/functions/accumulate_grad.h: a
     parameter's ``.grad`` is set when its AccumulateGrad node runs)."""
     layers = max(1, spec.num_hidden_layers)
-    even = min(parts.gradients, parts.gradients // layers)
+    even = min(parts.gradients, (parts.gradients - sum(parts.copy_grads)) // layers)  # no block makes the copies'
     if sc.method is not Method.FULL or not parts.num_trainable:
         return even
     block = sum(lin.params * spec.layers_of(lin) for lin in spec.block_linears) + spec.block_norm_params * layers
@@ -157,7 +160,7 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     gradients held between micro-batches (all exist from the start) or freed as made (optimizer in backward)."""
     if held or sc.optimizer_in_backward or not parts.num_trainable:
         return 0
-    later = 0
+    later = parts.copy_grads[0]  # modules_to_save: the embedding copy's comes after the lowest block
     if sc.method is Method.FULL:
         later = lowest_block_pending(spec, grad_bytes_per)
         if not spec.tie_word_embeddings:

@@ -54,6 +54,10 @@ def _model_args(plan: Plan, notes: list[str]) -> dict[str, Any]:
     alpha = sc["lora_alpha"]
     out |= {"lora_r": sc["lora_rank"], "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,
             "lora_dropout": sc.get("lora_dropout") or 0.0, "lora_target_modules": list(sc["lora_targets"])}
+    if sc.get("dora"):  # trl ModelConfig.use_dora -> LoraConfig(use_dora=True) (templates/train.py lora_config)
+        out["use_dora"] = True
+    if sc.get("modules_to_save"):  # trl ModelConfig.lora_modules_to_save -> LoraConfig(modules_to_save=...)
+        out["lora_modules_to_save"] = list(sc["modules_to_save"])
     if method == "qlora":
         q = sc["quantize"]
         if q == "int8":

@@ -375,12 +375,14 @@ def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
         bias="none",
         task_type="CAUSAL_LM",
         use_dora=scenario.dora,
+        modules_to_save=list(scenario.modules_to_save) or None,  # whole trained copies (estimate/saved_modules.py)
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = peft.get_peft_model(model, lcfg)
     assumptions.append(
-        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}{', use_dora' if scenario.dora else ''}); "
+        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}{', use_dora' if scenario.dora else ''}"
+        f"{', modules_to_save=' + ','.join(scenario.modules_to_save) if scenario.modules_to_save else ''}); "
         "autocast_adapter_dtype=True keeps adapters in fp32 and casts each adapted layer's input to fp32."
     )
     return pm

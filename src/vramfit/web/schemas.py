@@ -43,6 +43,7 @@ _WEB_NOTE = {
     "gpu": "A catalog id or alias (GET /api/gpus).",
     "params": "A number (7000000000, 7e9) or a string (\"7B\").",
     "lora_targets": "A list or one comma-separated string.",
+    "modules_to_save": "A list or one comma-separated string.",
 }
 
 
@@ -77,7 +78,8 @@ def _scenario_field(f: S.FieldSpec, catalog_ids: list[str], gpu_ids: list[str]) 
     if f.name == "lora_dropout":
         return Optional[float], Field(None, ge=0, lt=1, description=doc)
     if f.kind is S.Kind.NAMES:
-        return Optional[list[str] | str], Field(None, description=doc, examples=[["q_proj", "v_proj"]])
+        example = ["embed_tokens", "lm_head"] if f.name == "modules_to_save" else ["q_proj", "v_proj"]
+        return Optional[list[str] | str], Field(None, description=doc, examples=[example])
     if f.kind is S.Kind.BOOLEAN:
         return Optional[bool], Field(None, description=doc)
     return Optional[Any], Field(None, description=doc)  # a key this module does not know yet

@@ -221,6 +221,29 @@ NOTE_RULES: list[tuple[str, str]] = [
      "uma saída base recalculada com o peso em que a sua multiplicação correu (PEFT: dropout > 0 ou antes da 0.14) para o "
      "backward (⟨$1⟩ MiB por bloco por micro-batch); o seu forward ocupa até ⟨$2⟩ MiB a mais (B·A e o peso para "
      "a sua norma, os produtos da saída)."),
+    # ---- modules_to_save (vramfit.scenario._as_saved_modules, vramfit.estimate.saved_modules)
+    (r"^modules_to_save: (.+) is not a module trained as a whole copy here",
+     "modules_to_save: $1 não é um módulo treinado como cópia inteira aqui"),
+    (r"^modules_to_save: must be a list of module names, got (.+?)( \(valid values|$)",
+     "modules_to_save: tem de ser uma lista de nomes de módulos (recebido: $1)$2"),
+    (r"^modules_to_save: full fine-tuning already trains every module; it copies none",
+     "modules_to_save: o ajuste fino completo já treina todos os módulos; não copia nenhum"),
+    (r"^modules_to_save: (\w+)((?: \([\w.+-]+\))?) trains no modelled copies of whole modules \(PEFT's "
+     r"modules_to_save, framework hf, is modelled\)",
+     "modules_to_save: o $1$2 não treina cópias modeladas de módulos inteiros (o modules_to_save do PEFT, framework hf, "
+     "é modelado)"),
+    (r"^modules_to_save: ([\w, ]+) is also in lora_targets; PEFT wraps a module as a LoRA layer or as a trained copy, "
+     r"not both \(ModulesToSaveWrapper raises a TypeError for a LoRA layer\): remove it from one of them",
+     "modules_to_save: $1 também está em lora_targets; o PEFT envolve um módulo como camada LoRA ou como cópia treinada, "
+     "não as duas coisas (o ModulesToSaveWrapper levanta um TypeError para uma camada LoRA): retire-o de uma delas"),
+    (r"^modules_to_save: is modelled on one GPU and under DDP; where ([\w-]+) places the copies' gradients and states "
+     r"is not modelled",
+     "modules_to_save: é modelado numa GPU e sob DDP; onde o $1 coloca os gradientes e estados das cópias não é "
+     "modelado"),
+    (r"^modules_to_save: whole trained copies of ([\w, ]+) in ([\w-]+) \(the original's dtype\), each with its "
+     r"gradient and optimizer state; the originals stay frozen\.$",
+     "modules_to_save: cópias inteiras treinadas de $1 em $2 (o dtype do original), cada uma com o seu gradiente e "
+     "estado do otimizador; os originais ficam congelados."),
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "

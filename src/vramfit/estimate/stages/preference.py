@@ -156,7 +156,7 @@ def stage_loss(step: Step) -> LossMemory:
     path = logprobs_path(sc.stage, step.profile)
     nll = chosen_nll(sc, path, step.profile)
     if path is LogProbs.FUSED_HEAD:
-        head = sc.precision.param_bytes if step.lm_head_trainable else 0
+        head = sc.precision.param_bytes if step.head_trains else 0  # a weight gradient: full, or a saved copy
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))

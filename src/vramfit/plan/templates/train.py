@@ -108,6 +108,8 @@ def lora_config(model_args: ModelConfig) -> LoraConfig | None:
         lora_dropout=model_args.lora_dropout,
         target_modules=model_args.lora_target_modules,
         task_type=model_args.lora_task_type,
+        use_dora=model_args.use_dora,
+        modules_to_save=model_args.lora_modules_to_save,
     )
 
 

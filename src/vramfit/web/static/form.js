@@ -84,7 +84,7 @@
       if (v === "") return;
       if (INT_KEYS.includes(k) && /^\d+$/.test(v)) s[k] = Number(v);
       else if (["lora_alpha", "lora_dropout"].includes(k) && !isNaN(Number(v))) s[k] = Number(v);
-      else if (k === "lora_targets") s[k] = v.split(",").map((x) => x.trim()).filter(Boolean);
+      else if (k === "lora_targets" || k === "modules_to_save") s[k] = v.split(",").map((x) => x.trim()).filter(Boolean);
       else s[k] = v;
     });
     BOOLS.forEach((k) => { if ($(k).checked) s[k] = true; });
