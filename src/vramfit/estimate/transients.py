@@ -56,9 +56,25 @@ def step_transients(r, loss_only: bool = False) -> list[int]:
     free(alloc(other * r.dequant))
     loss = _hf_upcast_in_model_loss if _upcasts_in_model(r) else _loss_from_figures
     kept = loss(r, alloc, free, auto)  # the logits the loop keeps to the end of the step (estimate/loss.py)
+    embed_copy, head_copy = (other * g for g in r.parts.copy_grads)  # modules_to_save (estimate/saved_modules.py)
+    _head_copy_grad(r, head_copy, alloc, free)
     free(alloc(other * r.dequant))
+    alloc(embed_copy)  # the embedding copy's gradient, after the lowest block; to zero_grad, past this replay
     free(kept)
     return ev
+
+
+def _head_copy_grad(r, head_copy: int, alloc, free) -> None:
+    """The output layer copy's whole gradient (modules_to_save, estimate/saved_modules.py), made by its MmBackward
+    once the loss's blocks are freed: a cached loss block serves it where it fits, else it opens a segment, which
+    stays reserved through the next step's forward (the gradient lives to zero_grad, past this replay). An fp32 copy
+    under autocast: the gradient of its 16-bit cast comes first (as large as the cast, ``Step.head_autocast``), then
+    the cast's backward makes the fp32 one (the simulator's QLoRA trace: 1,002 then 2,004 MiB for Llama-3.1-8B's
+    head)."""
+    if head_copy:
+        low = alloc(r.head_autocast)
+        alloc(head_copy)
+        free(low)
 
 
 def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
