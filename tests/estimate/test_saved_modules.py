@@ -100,3 +100,19 @@ def test_readme_figures():
                           ).peak.allocated_bytes / 2**30, 1)
            for m in ("lora", "qlora") for saved in ([], ["embed_tokens", "lm_head"])]
     assert gib == [18.9, 24.8, 12.7, 24.5]
+
+
+def test_changes_to_fit_offer_lora_on_the_modules_or_no_copies():
+    from vramfit.plan.changes import changes_to_fit
+
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "lora_targets": ["all-linear"], "seq_len": 2048,
+          "gradient_checkpointing": "full", "modules_to_save": ["embed_tokens", "lm_head"]}
+    by = {c.name: c for c in changes_to_fit(sc, "rtx4090")}
+    base = estimate({**sc, "gpu": "rtx4090"}).peak.device_bytes
+    adapt, none = by["adapt-saved-modules"], by["no-saved-modules"]
+    assert adapt.changes == {"modules_to_save": [], "lora_targets": ["all-linear", "embed_tokens", "lm_head"]}
+    assert none.changes == {"modules_to_save": []}
+    # both are the changed scenario's own estimate: two fp32 copies with their gradients and states are ~11 GiB
+    assert none.device_bytes == estimate({**sc, "modules_to_save": [], "gpu": "rtx4090"}).peak.device_bytes
+    assert base - none.device_bytes > 10 * 2**30 and none.device_bytes < adapt.device_bytes < base
+    assert "adapt-saved-modules" not in {c.name for c in changes_to_fit({**sc, "dora": True}, "rtx4090")}
