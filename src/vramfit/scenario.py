@@ -369,7 +369,7 @@ FIELDS: tuple[FieldSpec, ...] = (
           ("DoRA (weight-decomposed LoRA)", "DoRA (LoRA com decomposição de pesos)")),
     Field("modules_to_save", Kind.NAMES, "PEFT modules_to_save: whole trained copies of embed_tokens and/or lm_head "
           "beside the adapters (what new tokens need), each with its gradient and optimizer state; the originals stay "
-          "frozen. LoRA and QLoRA, hf only.", ("Fully trained modules", "Módulos treinados por inteiro"),
+          "frozen (Unsloth's offloaded checkpointing moves them to disk). LoRA and QLoRA; hf and unsloth.", ("Fully trained modules", "Módulos treinados por inteiro"),
           default_note="none"),
     Field("compile", BOOL, "torch.compile: of the model and loss, or of each block with an eager loss "
           "where the framework compiles that way (torchtitan).", ("torch.compile (model and loss)",

@@ -115,7 +115,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     if sc.method is not Method.FULL:
         dropout = prof.lora_dropout(sc.lora_dropout)
         out += [f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "
-                f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}.", *dora_notes(r), *saved_module_notes(sc, spec, r.parts.copy_grads)]
+                f"adapters in {'fp32' if prof.adapters_fp32 else 'the parameter dtype'}.", *dora_notes(r), *saved_module_notes(sc, spec, prof, r.parts.copy_grads)]
     if sc.method is Method.QLORA:
         out.append(
             f"Quantized base {sc.quantize.value}: block linears {8 if sc.quantize is Quantize.INT8 else 4}-bit, "

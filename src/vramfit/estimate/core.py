@@ -31,7 +31,7 @@ from vramfit.estimate.fsdp2_fused_head import check_fused_head_unit
 from vramfit.estimate.fsdp_dtype import check_uniform_dtype, fp32_kept, param_bytes
 from vramfit.estimate.moe_lora import fsdp2_block_adapters
 from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, resolve_adapters
-from vramfit.estimate.saved_modules import copied_tensors
+from vramfit.estimate.saved_modules import copied_tensors, copy_bytes, original_on_disk
 from vramfit.estimate.state import (
     Sharding,
     gathered_quantized_bytes,
@@ -158,16 +158,24 @@ def _base_state(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
             w = 2  # zero.Init keeps the frozen base in 16 bits
         else:
             w = param_bytes(t.name, pb, fp32_names)
-        p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) + _secondary(t, shd)
-        sizes.append((t.numel * w, t.count))
-        for c in copied_tensors(spec, sc, t):  # modules_to_save: a trained copy in the original's dtype
-            p.adapters += shard(round_allocation(c.numel * w) * c.count, shd.weights)
-            sizes.append((c.numel * w, c.count))
-            trainable.append((c, w))
-            grad, (embed, head) = round_allocation(c.numel * w) * c.count, p.copy_grads
-            p.copy_grads = (embed + grad, head) if c.name.startswith("embed_tokens") else (embed, head + grad)
+        if not (sc.modules_to_save and original_on_disk(spec, sc, profile, t)):
+            p.weights += shard(round_allocation(t.numel * w) * t.count, shd.weights) + _secondary(t, shd)
+            sizes.append((t.numel * w, t.count))
+        _add_copies(p, spec, sc, profile, shd, t, copy_bytes(sc, profile, w), sizes, trainable)
     p.param_tensors = tuple(sizes)
     return trainable
+
+
+def _add_copies(p: Parts, spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, shd: Sharding, t: ParamTensor,
+                w: int, sizes: list, trainable: list) -> None:
+    """modules_to_save (estimate/saved_modules.py): the trained copies of the frozen base tensor ``t``, ``w`` bytes
+    per element (saved_modules.copy_bytes), into ``p.adapters``, the trainable tensors and ``p.copy_grads``."""
+    for c in copied_tensors(spec, sc, t):
+        p.adapters += shard(round_allocation(c.numel * w) * c.count, shd.weights)
+        sizes.append((c.numel * w, c.count))
+        trainable.append((c, w))
+        grad, (embed, head) = round_allocation(c.numel * w) * c.count, p.copy_grads
+        p.copy_grads = (embed + grad, head) if c.name.startswith("embed_tokens") else (embed, head + grad)
 
 
 def qlora_embeddings_bf16(sc: Scenario, profile: FrameworkProfile) -> bool:

@@ -144,3 +144,16 @@ class ForcedFp32:
     residual: bool = False  # the residual stream between and inside blocks
     mlp: bool = False  # the gated MLP's saved products (gate, act, up)
     attention: bool = False  # q, k, v and the attention kernel's output
+
+
+class SavedCopyDtype(str, Enum):
+    """The dtype a ``modules_to_save`` copy is trained in (profile field ``saved_copy_dtype``)."""
+
+    # PEFT: ``copy.deepcopy(self.original_module)`` keeps the original's dtype (huggingface/peft@5d602fdbf
+    # src/peft/utils/other.py ModulesToSaveWrapper.update)
+    ORIGINAL = "original"
+    # Unsloth since unslothai/unsloth@539fcea071 (2024-10-28, #1200 "Fix/casting continue pretraining"): the copy goes to
+    # the GPU as ``dtype if dtype != torch.float16 else torch.float32`` (unsloth@015bdef models/llama.py l. 162-189
+    # _offload_frozen_module_for_training, "Tesla T4 must use float32"; unsloth@0e0d8fc get_peft_model l. 2211-2224;
+    # FastModel: unsloth-zoo@ce232d6c training_utils.py l. 490-510 prepare_model_for_training(patch_modules_to_save))
+    FP16_AS_FP32 = "fp16-as-fp32"

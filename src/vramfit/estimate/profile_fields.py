@@ -19,10 +19,11 @@ from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the pr
     LoopCarry,
     LossLayout,
     OptimizerImpl,
+    SavedCopyDtype,
     StageRecipe,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Checkpointing, Method, Optimizer, Parallelism, Precision, Stage
+from vramfit.scenario import Checkpointing, Method, Optimizer, Parallelism, Precision, Quantize, Stage
 
 #: the optimizers the scenario runs from bitsandbytes (bitsandbytes v0.50.2 optim/: AdamW8bit, PagedAdamW,
 #: PagedAdamW8bit, Lion, Lion8bit; vramfit.sim.optim _bnb_optimizer builds the same classes), which a profile with
@@ -303,9 +304,26 @@ class FrameworkProfile:
     runs_dora: bool = False
     # ``modules_to_save`` runs: PEFT's ModulesToSaveWrapper (huggingface/peft@5d602fdbf src/peft/utils/other.py
     # ModulesToSaveWrapper.update: a ``copy.deepcopy`` of the module trained beside the frozen original;
-    # estimate/saved_modules.py). torchtune, litgpt and torchtitan build no such copies, and Unsloth's get_peft_model
-    # casts them to fp32 on its own (not modelled): refused
+    # estimate/saved_modules.py), which Unsloth's get_peft_model also builds. torchtune, litgpt and torchtitan build no
+    # such copies: refused
     runs_modules_to_save: bool = False
+    # the dtype each copy is trained in (SavedCopyDtype): PEFT's keeps the original's (peft@5d602fdbf
+    # ModulesToSaveWrapper.update), Unsloth's an fp16 original's in fp32 (unsloth@015bdef models/llama.py l. 162-189)
+    saved_copy_dtype: SavedCopyDtype = SavedCopyDtype.ORIGINAL
+    # the checkpointing mode under which get_peft_model moves the frozen originals of the copies to disk before PEFT
+    # copies them (None: never): Unsloth's "unsloth" mode (unsloth@015bdef models/llama.py l. 3466-3480
+    # offload_input_embeddings / offload_output_embeddings)
+    saved_originals_to_disk_under: Checkpointing | None = None
+    # the model types whose loader reaches that get_peft_model (unsloth@015bdef models/loader.py l. 828-890: the
+    # FastLlamaModel subclasses; FastModel's get_peft_model, models/vision.py l. 1855-2140, offloads nothing)
+    saved_originals_to_disk_model_types: tuple[str, ...] = ()
+    # the quantizations that keep the load on that path (unsloth@015bdef models/loader.py l. 487: an 8-bit load goes
+    # to FastModel)
+    saved_originals_to_disk_quantizations: tuple[Quantize, ...] = ()
+    # ``embed_tokens`` among the LoRA targets becomes a whole trained copy, not a LoRA layer (unsloth@015bdef
+    # models/llama.py get_peft_model l. 3317-3330: ``if module == "embed_tokens": train_embed_tokens = True;
+    # modules_to_save.append("embed_tokens")``): refused in lora_targets, pointing to modules_to_save
+    embedding_target_is_copy: bool = False
     # where a DoRA layer's base output comes from (profile_enums.DoraBase: peft v0.14.0 338aeff38 reuses the base
     # layer's where dropout is 0, else recomputes it on DoRA's own weight, which its matmul then keeps)
     dora_base_output: DoraBase = DoraBase.REUSED_WITHOUT_DROPOUT

@@ -28,8 +28,9 @@ from typing import Any
 from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY
 from vramfit.errors import ScenarioError
 from vramfit.estimate.params import ParamTensor
+from vramfit.estimate.profile_enums import SavedCopyDtype
 from vramfit.models.spec import ModelSpec
-from vramfit.scenario import Method, Parallelism, Scenario
+from vramfit.scenario import Method, Parallelism, Precision, Scenario
 
 #: a copy trained beside its frozen original (ParamTensor.kind)
 COPY_KIND = "saved_copy"
@@ -44,7 +45,7 @@ def check_saved_modules(kw: dict[str, Any], profile: Any, name: str) -> None:  #
     if not profile.runs_modules_to_save:
         release = f" ({kw['framework_version']})" if kw.get("framework_version") else ""
         raise ScenarioError("modules_to_save", f"{name}{release} trains no modelled copies of whole modules (PEFT's "
-                            "modules_to_save, framework hf, is modelled)")
+                            "modules_to_save under framework hf, and Unsloth's from its 2024.11 release, are modelled)")
     both = sorted(set(saved) & set(kw.get("lora_targets", ())))
     if both:
         raise ScenarioError("modules_to_save", f"{', '.join(both)} is also in lora_targets; PEFT wraps a module as a "
@@ -54,6 +55,34 @@ def check_saved_modules(kw: dict[str, Any], profile: Any, name: str) -> None:  #
     if parallelism in FSDP_FAMILY or parallelism in ZERO_FAMILY:
         raise ScenarioError("modules_to_save", f"is modelled on one GPU and under DDP; where {parallelism.value} "
                             "places the copies' gradients and states is not modelled")
+
+
+def check_embedding_target(kw: dict[str, Any], profile: Any, name: str) -> None:  # noqa: ANN401
+    """``embed_tokens`` among the LoRA targets of a framework that trains it as a whole copy instead (profile
+    ``embedding_target_is_copy``): refused, naming modules_to_save, rather than counted as a rank-r adapter."""
+    if profile.embedding_target_is_copy and "embed_tokens" in kw.get("lora_targets", ()):
+        raise ScenarioError("lora_targets", f"{name} trains embed_tokens named in its target modules as a whole copy "
+                            "(modules_to_save), not as a LoRA layer: move embed_tokens to modules_to_save")
+
+
+def copy_bytes(sc: Scenario, profile: Any, original: int) -> int:  # noqa: ANN401
+    """Bytes per element of a trained copy whose original has ``original`` bytes per element (profile
+    ``saved_copy_dtype``): fp32 for an fp16 original where the framework upcasts it, else the original's."""
+    fp16 = sc.precision in (Precision.FP16_TRUE, Precision.FP16_MIXED)
+    return 4 if profile.saved_copy_dtype is SavedCopyDtype.FP16_AS_FP32 and fp16 and original == 2 else original
+
+
+def original_on_disk(spec: ModelSpec, sc: Scenario, profile: Any, base: ParamTensor) -> bool:  # noqa: ANN401
+    """Whether the frozen original of copies is off the GPU (profile ``saved_originals_to_disk_*``): every module that
+    uses the tensor is copied, since a tied head left uncopied keeps the embedding on the card (Unsloth replaces only
+    the embedding or head it is asked to train with the offloaded one)."""
+    if sc.gradient_checkpointing is not profile.saved_originals_to_disk_under or base.name == "embed_extra":
+        return False
+    dispatched = spec.model_type in profile.saved_originals_to_disk_model_types
+    if not dispatched or sc.quantize not in profile.saved_originals_to_disk_quantizations:
+        return False
+    users = {"embedding": {"embed_tokens"} | (set() if spec.lm_head_params else {"lm_head"}), "lm_head": {"lm_head"}}
+    return base.kind in users and users[base.kind] <= set(sc.modules_to_save)
 
 
 def copied_tensors(spec: ModelSpec, sc: Scenario, base: ParamTensor) -> list[ParamTensor]:
@@ -70,14 +99,21 @@ def copied_tensors(spec: ModelSpec, sc: Scenario, base: ParamTensor) -> list[Par
     return [ParamTensor(f"{n}.modules_to_save", base.shape, base.count, COPY_KIND) for n in names]
 
 
-def notes(sc: Scenario, spec: ModelSpec, copy_grads: tuple[int, int]) -> list[str]:
+def notes(sc: Scenario, spec: ModelSpec, profile: Any, copy_grads: tuple[int, int]) -> list[str]:  # noqa: ANN401
     """The assumption line of the copies (none without them); ``copy_grads``: Parts.copy_grads, whose bytes per
     element are the copies' dtype."""
     if not sc.modules_to_save:
         return []
     elements = sum((spec.lm_head_params or spec.embedding_params) if n == "lm_head" else spec.embedding_params
                    for n in sc.modules_to_save)
-    copy_bytes = round(sum(copy_grads) / max(1, elements))
-    dtype = {2: "16-bit", 4: "fp32"}.get(copy_bytes, f"{copy_bytes}-byte")
-    return [f"modules_to_save: whole trained copies of {', '.join(sc.modules_to_save)} in {dtype} (the original's "
-            "dtype), each with its gradient and optimizer state; the originals stay frozen."]
+    per = round(sum(copy_grads) / max(1, elements))
+    dtype = {2: "16-bit", 4: "fp32"}.get(per, f"{per}-byte")
+    why = ("the original's dtype" if profile.saved_copy_dtype is SavedCopyDtype.ORIGINAL
+           else "the load's dtype, fp32 for an fp16 load")
+    tensors = (("embed_tokens", "embedding"), ("lm_head", "lm_head")) if spec.lm_head_params else \
+        (("embed_tokens=lm_head", "embedding"),)
+    away = [name for name, kind in tensors if original_on_disk(spec, sc, profile, ParamTensor(kind, (1, 1), 1, kind))]
+    where = (f"the frozen originals moved to disk before the copy, off the GPU: {', '.join(away)}" if away
+             else "the originals stay frozen on the GPU")
+    return [f"modules_to_save: whole trained copies of {', '.join(sc.modules_to_save)} in {dtype} ({why}), each with "
+            f"its gradient and optimizer state; {where}."]

@@ -18,9 +18,10 @@ from vramfit.estimate.profile_fields import (
     FrameworkVersion,
     LossLayout,
     OptimizerImpl,
+    SavedCopyDtype,
 )
 from vramfit.models.spec import ModelSpec, PositionEncoding
-from vramfit.scenario import Checkpointing, Method, Precision, Scenario
+from vramfit.scenario import Checkpointing, Method, Precision, Quantize, Scenario
 
 # unslothai/unsloth-zoo@ce232d6c unsloth_zoo/model_lists.py FORCE_FLOAT32 (re-exported, with the same fallback list, by
 # unslothai/unsloth@015bdef models/loader.py l. 120-141), as the config model types its loader matches: an entry
@@ -122,6 +123,10 @@ _MID_2024 = (
     ("alloc_conf", parse_alloc_conf("expandable_segments:True")),
     ("fp16_forced_fp32", ()),
     _TRUE_CHECKPOINTING,
+    # before unsloth@539fcea071 (2024-10-28) every modules_to_save copy was cast to fp32 (unsloth@0927c34 models/llama.py
+    # l. 1996-2010 "Casting embed_tokens to float32"), so the head's logits for the Triton cross-entropy came out in
+    # fp32 (``self.lm_head(hidden_states.to(lm_head.dtype))``); that loss layout is not modelled for an fp32 head: refused
+    ("runs_modules_to_save", False),
 )
 
 UNSLOTH_2024_8 = FrameworkVersion(
@@ -182,6 +187,22 @@ UNSLOTH_PROFILE = FrameworkProfile(
     # (unsloth@015bdef models/llama.py l. 3079, models/vision.py l. 1869; since unsloth@1b28ec31f7, 2025-07-17): the
     # offloaded checkpointer
     default_checkpointing=Checkpointing.OFFLOAD,
+    # modules_to_save: PEFT's wrapper around the embedding / head (get_peft_model passes modules_to_save to LoraConfig,
+    # models/llama.py l. 3449, models/vision.py l. 2060-2066), each copy trained in fp32 where the load is fp16
+    runs_modules_to_save=True,
+    saved_copy_dtype=SavedCopyDtype.FP16_AS_FP32,
+    # FastLlamaModel.get_peft_model (models/llama.py l. 3466-3480; unsloth@0e0d8fc l. 2176-2190 the same): ``if
+    # use_gradient_checkpointing == "unsloth"`` (offloaded checkpointing), offload_input_embeddings /
+    # offload_output_embeddings (models/_utils.py l. 2809-2855: torch.save, then torch.load(mmap=True) on the CPU)
+    # replace the embedding / head to be trained before PEFT copies them, so only the copy (moved to the GPU by
+    # _offload_frozen_module_for_training) is on the card; with checkpointing True or off the originals stay. The
+    # model types loader.py hands to FastLlamaModel's subclasses (l. 828-890); every other type, and an 8-bit load
+    # (l. 487 ``if load_in_8bit or full_finetuning ...``), goes to FastModel, whose get_peft_model (models/vision.py
+    # l. 1855-2140) offloads nothing
+    saved_originals_to_disk_under=Checkpointing.OFFLOAD,
+    saved_originals_to_disk_model_types=("llama", "mistral", "gemma", "gemma2", "qwen2", "qwen3"),
+    saved_originals_to_disk_quantizations=tuple(q for q in Quantize if q is not Quantize.INT8),
+    embedding_target_is_copy=True,
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11, UNSLOTH_2024_8, UNSLOTH_2024_5),
 )

@@ -94,7 +94,7 @@ def _candidates(sc: Scenario) -> list[Change]:
         out.append(Change("non-reentrant-checkpointing", "non-reentrant gradient checkpointing "
                           "(gradient_checkpointing_kwargs={'use_reentrant': False})", {"use_reentrant": "no"}, "free",
                           "the same recompute; FSDP1 then keeps no block input or its gradient to the end of backward"))
-    out += _dora_changes(sc, profile) + _saved_module_changes(sc)
+    out += _dora_changes(sc, profile) + _saved_module_changes(sc, profile)
     if sc.method is Method.LORA:
         out.append(Change("qlora", "QLoRA: 4-bit NF4 base instead of 16-bit", {"method": "qlora"},
                           "training", "quality loss depends on the task: measure it (the guide, sec. 03)"))
@@ -120,15 +120,16 @@ def _dora_changes(sc: Scenario, profile) -> list[Change]:
     return out
 
 
-def _saved_module_changes(sc: Scenario) -> list[Change]:
+def _saved_module_changes(sc: Scenario, profile) -> list[Change]:
     """The trained copies' own costs (modules_to_save, estimate/saved_modules.py): each copy is the whole module with
     its gradient and optimizer states; LoRA on the same module trains rank-r adapters on the frozen original instead
-    (not under DoRA, which is refused there), and no copy leaves the module frozen."""
+    (not under DoRA, which is refused there, nor on an embedding the framework would copy again: profile
+    ``embedding_target_is_copy``), and no copy leaves the module frozen."""
     if not sc.modules_to_save:
         return []
     names = ", ".join(sc.modules_to_save)
     out: list[Change] = []
-    if not sc.dora:
+    if not sc.dora and not (profile.embedding_target_is_copy and "embed_tokens" in sc.modules_to_save):
         out.append(Change("adapt-saved-modules", f"LoRA on {names} instead of whole trained copies",
                           {"modules_to_save": [], "lora_targets": [*sc.lora_targets, *sc.modules_to_save]}, "training",
                           "a rank-r update of the embedding and head: new tokens' rows learn less than in a full copy"))

@@ -229,9 +229,13 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^modules_to_save: full fine-tuning already trains every module; it copies none",
      "modules_to_save: o ajuste fino completo já treina todos os módulos; não copia nenhum"),
     (r"^modules_to_save: (\w+)((?: \([\w.+-]+\))?) trains no modelled copies of whole modules \(PEFT's "
-     r"modules_to_save, framework hf, is modelled\)",
+     r"modules_to_save under framework hf, and Unsloth's from its 2024\.11 release, are modelled\)",
      "modules_to_save: o $1$2 não treina cópias modeladas de módulos inteiros (o modules_to_save do PEFT, framework hf, "
-     "é modelado)"),
+     "e o do Unsloth a partir da versão 2024.11 são modelados)"),
+    (r"^lora_targets: (\w+) trains embed_tokens named in its target modules as a whole copy \(modules_to_save\), not "
+     r"as a LoRA layer: move embed_tokens to modules_to_save",
+     "lora_targets: o $1 treina o embed_tokens indicado nos módulos-alvo como cópia inteira (modules_to_save), não como "
+     "camada LoRA: passe o embed_tokens para modules_to_save"),
     (r"^modules_to_save: ([\w, ]+) is also in lora_targets; PEFT wraps a module as a LoRA layer or as a trained copy, "
      r"not both \(ModulesToSaveWrapper raises a TypeError for a LoRA layer\): remove it from one of them",
      "modules_to_save: $1 também está em lora_targets; o PEFT envolve um módulo como camada LoRA ou como cópia treinada, "
@@ -240,10 +244,15 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"is not modelled",
      "modules_to_save: é modelado numa GPU e sob DDP; onde o $1 coloca os gradientes e estados das cópias não é "
      "modelado"),
-    (r"^modules_to_save: whole trained copies of ([\w, ]+) in ([\w-]+) \(the original's dtype\), each with its "
-     r"gradient and optimizer state; the originals stay frozen\.$",
-     "modules_to_save: cópias inteiras treinadas de $1 em $2 (o dtype do original), cada uma com o seu gradiente e "
-     "estado do otimizador; os originais ficam congelados."),
+    *[(rf"^modules_to_save: whole trained copies of ([\w, ]+) in ([\w-]+) \({why}\), each with its gradient and "
+       rf"optimizer state; {where}\.$",
+       f"modules_to_save: cópias inteiras treinadas de $1 em $2 ({why_pt}), cada uma com o seu gradiente e estado do "
+       f"otimizador; {where_pt}.")
+      for why, why_pt in (("the original's dtype", "o dtype do original"),
+                          ("the load's dtype, fp32 for an fp16 load", "o dtype do carregamento, fp32 num carregamento em fp16"))
+      for where, where_pt in (("the originals stay frozen on the GPU", "os originais ficam congelados na GPU"),
+                              (r"the frozen originals moved to disk before the copy, off the GPU: ([\w/, ()]+)",
+                               "os originais congelados vão para o disco antes da cópia, fora da GPU: $3"))],
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "
