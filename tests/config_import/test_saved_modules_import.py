@@ -42,10 +42,27 @@ def test_modules_to_save_imports(tmp_path, fixture, key, value):
 
 
 def test_other_modules_are_reported_not_counted(tmp_path):
+    from vramfit.web.translate import to_pt, untranslated
+
     imported = from_config(_write(tmp_path, "axolotl_qlora.yml", lora_modules_to_save=["lm_head", "score"]))
     assert imported.scenario.modules_to_save == ("lm_head",)
     entry = next(e for e in imported.entries if e.key == "lora_modules_to_save")
-    assert entry.kind == "not modelled yet" and "score" in entry.note
+    assert entry.kind == "not modelled yet" and entry.note == "trained copies of score: not counted (embed_tokens and " \
+        "lm_head are)"
+    assert untranslated([entry.note]) == [] and to_pt(entry.note).startswith("cópias treinadas de score: não contadas")
+    # empty names of a comma-separated string are dropped, not reported
+    blank = from_config(_write(tmp_path, "trl_sft_qlora.yaml", lora_modules_to_save=" , lm_head, "))
+    assert blank.scenario.modules_to_save == ("lm_head",)
+    assert all(e.kind != "not modelled yet" for e in blank.entries if e.key == "lora_modules_to_save")
+
+
+def test_swift_all_embedding_is_the_token_embedding(tmp_path):
+    """ms-swift's get_modules_to_save replaces 'all-embedding' by the model's nn.Embedding modules; 'all-norm' (the
+    norms) is a copy vramfit does not count."""
+    imported = from_config(_write(tmp_path, "swift_sft.yaml", modules_to_save=["all-embedding", "all-norm"]))
+    assert imported.scenario.modules_to_save == ("embed_tokens",)
+    entry = next(e for e in imported.entries if e.key == "modules_to_save")
+    assert "all-norm: not counted" in entry.note
 
 
 def test_family_names_map_to_the_embedding_and_head(tmp_path):
@@ -58,3 +75,24 @@ def test_peft_adapter_config_companion(tmp_path):
     peft.write_text('{"peft_type": "LORA", "r": 32, "lora_alpha": 16, "target_modules": "all-linear", '
                     '"modules_to_save": ["lm_head"]}')
     assert from_config(FIX / "trl_sft_qlora.yaml", peft).scenario.modules_to_save == ("lm_head",)
+
+
+def test_llamafactory_resize_vocab_trains_the_embedding_and_head(tmp_path):
+    """LLaMA-Factory's _setup_lora_tuning makes the embeddings' modules the additional_target when resize_vocab is on
+    and none is given; a given additional_target wins."""
+    resized = from_config(_write(tmp_path, "llamafactory_qlora.yaml", resize_vocab=True))
+    assert resized.scenario.modules_to_save == ("embed_tokens", "lm_head")
+    assert any(e.key == "resize_vocab" and "modules_to_save=" in " ".join(e.becomes) for e in resized.entries)
+    given = from_config(_write(tmp_path, "llamafactory_qlora.yaml", resize_vocab=True, additional_target="lm_head"))
+    assert given.scenario.modules_to_save == ("lm_head",)
+    assert from_config(_write(tmp_path, "llamafactory_qlora.yaml", resize_vocab=False)).scenario.modules_to_save == ()
+
+
+def test_llamafactory_resize_vocab_under_full_fine_tuning_is_read_as_ignored(tmp_path):
+    data = yaml.safe_load((FIX / "llamafactory_full_ds2.yaml").read_text())
+    data["resize_vocab"] = True
+    data.pop("deepspeed", None)
+    path = tmp_path / "full.yaml"
+    path.write_text(yaml.safe_dump(data))
+    entry = next(e for e in from_config(path).entries if e.key == "resize_vocab")
+    assert entry.kind == "ignored" and "added rows are not counted" in entry.note

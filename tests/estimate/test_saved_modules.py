@@ -116,3 +116,29 @@ def test_changes_to_fit_offer_lora_on_the_modules_or_no_copies():
     assert none.device_bytes == estimate({**sc, "modules_to_save": [], "gpu": "rtx4090"}).peak.device_bytes
     assert base - none.device_bytes > 10 * 2**30 and none.device_bytes < adapt.device_bytes < base
     assert "adapt-saved-modules" not in {c.name for c in changes_to_fit({**sc, "dora": True}, "rtx4090")}
+
+
+def test_dpo_counts_the_fp32_head_copy_gradient_without_a_cast():
+    """TRL's fused LM head (ChunkedLogProbFunction) returns ``grad_weight.to(weight.dtype)``: no cast for the fp32 copy
+    QLoRA trains, so the loss phase grows by the fp32 weight gradient only, as for bf16-mixed's fp32 weights."""
+    base = {**BASE8, "seq_len": 512, "stage": "dpo", "method": "qlora"}
+    grown = [estimate({**base, **x, "modules_to_save": ["lm_head"]}).peak.allocated_bytes
+             - estimate({**base, **x}).peak.allocated_bytes for x in ({}, {"precision": "bf16-mixed"})]
+    assert grown[0] == grown[1]
+    copy = round_allocation(V8 * H8 * 4)
+    assert 4 * copy <= grown[0] < 4 * copy + 2**30 // 64  # copy, gradient, two AdamW states; no 16-bit cast
+
+
+def test_the_component_table_names_the_copies():
+    comps = {c["name"]: c for c in estimate({**BASE8, "modules_to_save": ["lm_head"]}).to_dict()["components"]}
+    assert comps["adapters"]["detail"] == "LoRA A and B matrices and the whole trained copies of lm_head (modules_to_save)"
+    plain = {c["name"]: c for c in estimate(BASE8).to_dict()["components"]}
+    assert plain["adapters"]["detail"] == "LoRA A and B matrices"
+
+
+def test_a_plan_with_copies_says_no_sharding_engine_was_tried():
+    from vramfit.plan.search import tried_words
+
+    assert tried_words(parse_scenario({**BASE8, "modules_to_save": ["lm_head"]})) == (
+        "even with checkpointing (at micro-batch 1)")
+    assert tried_words(parse_scenario(BASE8)) == "even with ZeRO-3, checkpointing and offload (at micro-batch 1)"

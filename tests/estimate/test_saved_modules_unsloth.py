@@ -86,13 +86,36 @@ def test_refusals():
     assert estimate({**BASE, "lora_targets": ["all-linear", "lm_head"]}).peak.allocated_bytes > 0  # LoRA on the head
 
 
-def test_fit_offers_no_lora_on_an_embedding_unsloth_would_copy_again():
+def test_fit_offers_lora_only_on_modules_unsloth_would_not_copy_again():
     from vramfit.plan.changes import changes_to_fit
 
-    names = {c.name for c in changes_to_fit({**BASE, "modules_to_save": BOTH}, "rtx3060-12gb")}
-    assert "no-saved-modules" in names and "adapt-saved-modules" not in names
-    only_head = {c.name: c for c in changes_to_fit({**BASE, "modules_to_save": ["lm_head"], "seq_len": 8192}, "rtx3060-12gb")}
-    assert only_head["adapt-saved-modules"].changes["lora_targets"] == ["all-linear", "lm_head"]
+    by = {c.name: c for c in changes_to_fit({**BASE, "modules_to_save": BOTH}, "rtx3060-12gb")}
+    # the embedding's copy stays (Unsloth would copy an embed_tokens target again); the head gets LoRA instead
+    assert by["adapt-saved-modules"].changes == {"modules_to_save": ["embed_tokens"],
+                                                 "lora_targets": ["all-linear", "lm_head"]}
+    assert by["adapt-saved-modules"].tradeoff.startswith("a rank-r update of lm_head:")
+    assert by["no-saved-modules"].tradeoff == "embed_tokens, lm_head stay frozen: added tokens keep their initial vectors"
+    embed = {c.name for c in changes_to_fit({**BASE, "modules_to_save": ["embed_tokens"], "seq_len": 16384},
+                                              "rtx3060-12gb")}
+    assert "no-saved-modules" in embed and "adapt-saved-modules" not in embed
+
+
+def test_releases_before_march_2026_copy_an_lm_head_target_too():
+    """unsloth@0e0d8fc (2024.12) get_peft_model: ``if module == "lm_head": ... modules_to_save.append("lm_head")``."""
+    for release in ("unsloth-2024.12", "unsloth-2024.11"):
+        with pytest.raises(ScenarioError) as err:
+            estimate({**BASE, "framework_version": release, "lora_targets": ["all-linear", "lm_head"]})
+        assert err.value.key == "lora_targets" and f"unsloth ({release}) trains lm_head" in str(err.value)
+    assert estimate({**BASE, "lora_targets": ["all-linear", "lm_head"]}).model.num_trainable_params < 10**8
+
+
+def test_a_tied_note_is_translated():
+    from vramfit.web.translate import to_pt, untranslated
+
+    notes = [a for a in estimate({**BASE, "model": "meta-llama/Llama-3.2-1B", "modules_to_save": BOTH}).assumptions
+             if a.startswith("modules_to_save")]
+    assert notes[0].endswith("off the GPU: embed_tokens=lm_head.")
+    assert untranslated(notes) == [] and to_pt(notes[0]).endswith("fora da GPU: embed_tokens=lm_head.")
 
 
 def test_readme_figures():

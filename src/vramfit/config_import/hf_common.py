@@ -306,7 +306,11 @@ def dora(r: KeyReader, key: str, source: str) -> bool:
 #: own tok_embeddings / output): the scenario's two names (estimate/saved_modules.py)
 _SAVED_NAMES = {"embed_tokens": "embed_tokens", "wte": "embed_tokens", "embed_in": "embed_tokens",
                 "word_embeddings": "embed_tokens", "tok_embeddings": "embed_tokens",
-                "lm_head": "lm_head", "embed_out": "lm_head", "output": "lm_head"}
+                "lm_head": "lm_head", "embed_out": "lm_head", "output": "lm_head",
+                # ms-swift's placeholder: get_modules_to_save (swift/llm/train/tuner.py, ms-swift 3.x) replaces it by
+                # find_embedding(model), the model's nn.Embedding modules: the token embedding (an extra position
+                # embedding some families have is not counted)
+                "all-embedding": "embed_tokens"}
 
 
 def saved_modules(r: KeyReader, key: str) -> None:
@@ -318,6 +322,7 @@ def saved_modules(r: KeyReader, key: str) -> None:
         return
     given = [n.strip() for n in value.split(",")] if isinstance(value, str) else names(
         r, key, value, "module names such as embed_tokens, lm_head")
+    given = [n for n in given if n]
     mapped = [_SAVED_NAMES[n.rsplit(".", 1)[-1]] for n in given if n.rsplit(".", 1)[-1] in _SAVED_NAMES]
     if mapped:
         r.set(key, "modules_to_save", list(dict.fromkeys(mapped)))

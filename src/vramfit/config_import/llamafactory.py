@@ -103,6 +103,12 @@ def _adapter(r: KeyReader) -> None:
     r.set("lora_target", "lora_targets", ["all-linear"] if names == ["all"] else names)
     hf.dora(r, "use_dora", FT_SRC)  # src/llamafactory/model/adapter.py: LoraConfig(use_dora=...)
     hf.saved_modules(r, "additional_target")  # src/llamafactory/model/adapter.py: LoraConfig(modules_to_save=...)
+    # resize_vocab (MODEL_SRC): with no additional_target, src/llamafactory/model/adapter.py _setup_lora_tuning makes
+    # the input and output embeddings' module names the additional_target ("Vocab has been resized, add ... to
+    # trainable params"): both become trained copies
+    resized = r.flat.get("resize_vocab") not in (None, False) and hf.boolean(r, "resize_vocab")
+    if resized and r.flat.get("additional_target") is None:
+        r.set("resize_vocab", "modules_to_save", ["embed_tokens", "lm_head"])
     for k in ("use_rslora", "pissa_init"):
         if r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.get(k)
@@ -184,6 +190,8 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _method(r)
     if method != "full":
         _adapter(r)
+    r.ignore("resize_vocab", "off" if not r.flat.get("resize_vocab") else "full fine-tuning trains the resized embedding "
+             "and head as they are (the added rows are not counted)")
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
     _eval(r)

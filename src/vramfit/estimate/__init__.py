@@ -514,7 +514,7 @@ _A = "allocated"
 _STEP_COMPONENTS = (
     ("weights", Phase.PERSISTENT, _A, "16-bit or fp32 model weights held on this GPU"),
     ("quantized_base", Phase.PERSISTENT, _A, None),
-    ("adapters", Phase.PERSISTENT, _A, "LoRA A and B matrices"),
+    ("adapters", Phase.PERSISTENT, _A, None),
     ("master_weights", Phase.PERSISTENT, _A, None),
     ("gradients", None, _A, "gradients of trainable parameters"),
     ("optimizer_state", Phase.AFTER_FIRST_STEP, _A, None),
@@ -544,6 +544,8 @@ def _components(sc: Scenario, r: Step, at_peak: dict[str, int], slack: int, ctx:
         "master_weights": "fp32 master copy of trainable weights",
         "optimizer_state": f"{sc.optimizer.value} state",
         "logits_loss": r.loss.detail,
+        "adapters": "LoRA A and B matrices" + (f" and the whole trained copies of {', '.join(sc.modules_to_save)} "
+                                               "(modules_to_save)" if sc.modules_to_save else ""),
     }
     grads = Phase.ACCUMULATION if sc.grad_accum > 1 else Phase.BACKWARD
     sizes = dict(at_peak, paged_optimizer_state=r.parts.paged_optimizer_state)  # paged: device figure only

@@ -203,9 +203,9 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
                             [v.value for v in Loss if v is not Loss.FUSED])
     if kw.get("dora"):
         _check_dora(kw, profile, name)
-    from vramfit.estimate.saved_modules import check_embedding_target, check_saved_modules
+    from vramfit.estimate.saved_modules import check_copied_targets, check_saved_modules
 
-    check_embedding_target(kw, profile, name)
+    check_copied_targets(kw, profile, name)
     if kw.get("modules_to_save"):
         check_saved_modules(kw, profile, name)
     if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:

@@ -320,10 +320,11 @@ class FrameworkProfile:
     # the quantizations that keep the load on that path (unsloth@015bdef models/loader.py l. 487: an 8-bit load goes
     # to FastModel)
     saved_originals_to_disk_quantizations: tuple[Quantize, ...] = ()
-    # ``embed_tokens`` among the LoRA targets becomes a whole trained copy, not a LoRA layer (unsloth@015bdef
-    # models/llama.py get_peft_model l. 3317-3330: ``if module == "embed_tokens": train_embed_tokens = True;
-    # modules_to_save.append("embed_tokens")``): refused in lora_targets, pointing to modules_to_save
-    embedding_target_is_copy: bool = False
+    # the LoRA targets the framework trains as whole copies instead of LoRA layers (unsloth@015bdef models/llama.py
+    # get_peft_model l. 3317-3330: ``if module == "embed_tokens": train_embed_tokens = True;
+    # modules_to_save.append("embed_tokens")``; its 2024.11/2024.12 releases did the same for ``lm_head``, unsloth@0e0d8fc
+    # l. 2072-2079, until b7ec64c96f, 2026-03-03): refused in lora_targets, pointing to modules_to_save
+    targets_trained_as_copies: tuple[str, ...] = ()
     # where a DoRA layer's base output comes from (profile_enums.DoraBase: peft v0.14.0 338aeff38 reuses the base
     # layer's where dropout is 0, else recomputes it on DoRA's own weight, which its matmul then keeps)
     dora_base_output: DoraBase = DoraBase.REUSED_WITHOUT_DROPOUT

@@ -57,12 +57,15 @@ def check_saved_modules(kw: dict[str, Any], profile: Any, name: str) -> None:  #
                             "places the copies' gradients and states is not modelled")
 
 
-def check_embedding_target(kw: dict[str, Any], profile: Any, name: str) -> None:  # noqa: ANN401
-    """``embed_tokens`` among the LoRA targets of a framework that trains it as a whole copy instead (profile
-    ``embedding_target_is_copy``): refused, naming modules_to_save, rather than counted as a rank-r adapter."""
-    if profile.embedding_target_is_copy and "embed_tokens" in kw.get("lora_targets", ()):
-        raise ScenarioError("lora_targets", f"{name} trains embed_tokens named in its target modules as a whole copy "
-                            "(modules_to_save), not as a LoRA layer: move embed_tokens to modules_to_save")
+def check_copied_targets(kw: dict[str, Any], profile: Any, name: str) -> None:  # noqa: ANN401
+    """LoRA targets the framework trains as whole copies instead (profile ``targets_trained_as_copies``): refused,
+    naming modules_to_save, rather than counted as rank-r adapters."""
+    copied = [t for t in kw.get("lora_targets", ()) if t in profile.targets_trained_as_copies]
+    if copied:
+        names = ", ".join(copied)
+        release = f" ({kw['framework_version']})" if kw.get("framework_version") else ""
+        raise ScenarioError("lora_targets", f"{name}{release} trains {names} named in its target modules as a whole "
+                            f"copy (modules_to_save), not as a LoRA layer: move {names} to modules_to_save")
 
 
 def copy_bytes(sc: Scenario, profile: Any, original: int) -> int:  # noqa: ANN401

@@ -64,6 +64,11 @@ FORCE_FLOAT32: tuple[tuple[str, ForcedFp32], ...] = (
 #: gradient_checkpointing_enable() (December-2024 models/_utils.py l. 535-548; only "unsloth" offloads)
 _TRUE_CHECKPOINTING = ("default_checkpointing", Checkpointing.FULL)
 
+#: get_peft_model made a whole trained copy of ``lm_head`` named in target_modules, as of ``embed_tokens`` (unsloth@0e0d8fc
+#: models/llama.py l. 2072-2079 ``if module == "lm_head": train_lm_head = True ... modules_to_save.append("lm_head")``;
+#: unsloth@7e7656c5a1 l. 2047 the same) until unsloth@b7ec64c96f (2026-03-03, "[Fix] lm_head lora save")
+_LM_HEAD_TARGET_COPIED = ("targets_trained_as_copies", ("embed_tokens", "lm_head"))
+
 UNSLOTH_2024_12 = FrameworkVersion(
     "unsloth-2024.12",
     "unslothai/unsloth@0e0d8fc (2024.12.3) + unslothai/unsloth-zoo@bb133c7: Apple Cut Cross-Entropy loss, "
@@ -90,6 +95,7 @@ UNSLOTH_2024_12 = FrameworkVersion(
         # before Gemma 3 and FORCE_FLOAT32 (unsloth@49eece4d94, 2025-03-18)
         ("fp16_forced_fp32", ()),
         _TRUE_CHECKPOINTING,
+        _LM_HEAD_TARGET_COPIED,
     ),
 )
 
@@ -102,7 +108,8 @@ UNSLOTH_2024_11 = FrameworkVersion(
     # its mapper loads unsloth/Llama-3.2-11B-Vision-Instruct-bnb-4bit, a plain bitsandbytes checkpoint with the tower
     # quantized (unsloth@7e7656c5a1 mapper.py l. 463-465; UNSLOTH_VLM_NB-4's 5.00 + 2.18 GB of shards), before the
     # dynamic 4-bit checkpoints
-    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True), _TRUE_CHECKPOINTING),
+    (("vision_v4_checkpointing", True), ("fp16_forced_fp32", ()), ("qlora_quantizes_vision", True), _TRUE_CHECKPOINTING,
+     _LM_HEAD_TARGET_COPIED),
 )
 
 #: what the mid-2024 releases share with 2024.12 (helper reading of unslothai/unsloth, 2026-12-05): the same
@@ -202,7 +209,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     saved_originals_to_disk_under=Checkpointing.OFFLOAD,
     saved_originals_to_disk_model_types=("llama", "mistral", "gemma", "gemma2", "qwen2", "qwen3"),
     saved_originals_to_disk_quantizations=tuple(q for q in Quantize if q is not Quantize.INT8),
-    embedding_target_is_copy=True,
+    targets_trained_as_copies=("embed_tokens",),
     version="unsloth@015bdef",
     older_versions=(UNSLOTH_2024_12, UNSLOTH_2024_11, UNSLOTH_2024_8, UNSLOTH_2024_5),
 )

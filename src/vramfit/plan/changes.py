@@ -123,18 +123,21 @@ def _dora_changes(sc: Scenario, profile) -> list[Change]:
 def _saved_module_changes(sc: Scenario, profile) -> list[Change]:
     """The trained copies' own costs (modules_to_save, estimate/saved_modules.py): each copy is the whole module with
     its gradient and optimizer states; LoRA on the same module trains rank-r adapters on the frozen original instead
-    (not under DoRA, which is refused there, nor on an embedding the framework would copy again: profile
-    ``embedding_target_is_copy``), and no copy leaves the module frozen."""
+    (not under DoRA, which is refused there, nor on a module the framework would copy again: profile
+    ``targets_trained_as_copies``, whose copy stays), and no copy leaves the modules frozen."""
     if not sc.modules_to_save:
         return []
     names = ", ".join(sc.modules_to_save)
+    adaptable = [m for m in sc.modules_to_save if m not in profile.targets_trained_as_copies]
+    kept = [m for m in sc.modules_to_save if m not in adaptable]
     out: list[Change] = []
-    if not sc.dora and not (profile.embedding_target_is_copy and "embed_tokens" in sc.modules_to_save):
-        out.append(Change("adapt-saved-modules", f"LoRA on {names} instead of whole trained copies",
-                          {"modules_to_save": [], "lora_targets": [*sc.lora_targets, *sc.modules_to_save]}, "training",
-                          "a rank-r update of the embedding and head: new tokens' rows learn less than in a full copy"))
+    if adaptable and not sc.dora:
+        on = ", ".join(adaptable)
+        out.append(Change("adapt-saved-modules", f"LoRA on {on} instead of whole trained copies",
+                          {"modules_to_save": kept, "lora_targets": [*sc.lora_targets, *adaptable]}, "training",
+                          f"a rank-r update of {on}: new tokens' rows learn less than in a whole copy"))
     out.append(Change("no-saved-modules", f"no trained copies of {names}", {"modules_to_save": []}, "training",
-                      "the embedding and head stay frozen: added tokens keep their initial vectors"))
+                      f"{names} stay frozen: added tokens keep their initial vectors"))
     return out
 
 

@@ -119,16 +119,31 @@ def tried_words(base: Scenario, n: int = 8) -> str:
     the scripts run it at that count (profile ``checkpointing_by_devices``: litgpt's scripts checkpoint only under
     FSDP), and offload where its recipes offload (profile ``runs_offload``)."""
     profile = scenario_profile(base)
-    engine = "ZeRO-3" if shard_names(base, profile)[1] == "zero3" else "FSDP"
+    full = shard_names(base, profile)[1]
+    engine = "ZeRO-3" if full == "zero3" else "FSDP"
+    sharded = _engine_runs(base, full)  # e.g. modules_to_save is refused under a sharding engine, offload with it
     counts = [1] if n == 1 else [1, n]  # the search tries every count up to n
     scripts = [profile.scripts_checkpointing(k) for k in counts]
-    parts = ([engine] if n > 1 or profile.runs_offload else []) + (
+    parts = ([engine] if sharded and (n > 1 or profile.runs_offload) else []) + (
         ["checkpointing"] if any(c is not Checkpointing.NONE for c in scripts) else []) + (
-        ["offload"] if profile.runs_offload else [])
+        ["offload"] if sharded and profile.runs_offload else [])
     if not parts:
         return f"at micro-batch 1 ({profile.name}'s scripts run no checkpointing or offload on one GPU)"
     said = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
     return f"even with {said} (at micro-batch 1)"
+
+
+def _engine_runs(base: Scenario, name: str) -> bool:
+    """Whether the framework's refusals (estimate/framework.py check_runs) let ``base`` run under the sharding engine
+    ``name``, as the search's variants are checked (plan/evaluate.py)."""
+    from vramfit.errors import ScenarioError
+    from vramfit.estimate.framework import check_free_keys
+
+    try:
+        check_free_keys(base, {"parallelism": Parallelism(name)})
+    except ScenarioError:
+        return False
+    return True
 
 
 def one_gpu_only(base: Scenario) -> str | None:

@@ -176,8 +176,11 @@ IMPORT_RULES: list[tuple[str, str]] = [
      "atenção $1: contada como SDPA (eficiente em memória, linear em seq_len)"),
     (r"^a regular expression of module paths: counted as all-linear", "uma expressão regular de caminhos de módulos: "
      "contada como all-linear"),
-    (r"^fully trained copies of embed_tokens/lm_head are not counted$",
-     "as cópias totalmente treinadas de embed_tokens/lm_head não são contadas"),
+    (r"^full fine-tuning trains the resized embedding and head as they are \(the added rows are not counted\)$",
+     "o ajuste fino completo treina o embedding e a cabeça redimensionados tal como estão (as linhas acrescentadas não "
+     "são contadas)"),
+    (r"^trained copies of (.+): not counted \(embed_tokens and lm_head are\)$",
+     "cópias treinadas de $1: não contadas (as de embed_tokens e lm_head são)"),
     (r"^4-bit MoE experts on an unquantized base \(adapter lora\)$",
      "especialistas MoE de 4 bits numa base não quantizada (adapter lora)"),
     (r"^no adapter: LoRA settings have no effect$", "sem adaptador: as definições LoRA não têm efeito"),

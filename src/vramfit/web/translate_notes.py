@@ -251,7 +251,7 @@ NOTE_RULES: list[tuple[str, str]] = [
       for why, why_pt in (("the original's dtype", "o dtype do original"),
                           ("the load's dtype, fp32 for an fp16 load", "o dtype do carregamento, fp32 num carregamento em fp16"))
       for where, where_pt in (("the originals stay frozen on the GPU", "os originais ficam congelados na GPU"),
-                              (r"the frozen originals moved to disk before the copy, off the GPU: ([\w/, ()]+)",
+                              (r"the frozen originals moved to disk before the copy, off the GPU: ([\w=, ]+)",
                                "os originais congelados vão para o disco antes da cópia, fora da GPU: $3"))],
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",

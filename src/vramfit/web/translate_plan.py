@@ -17,11 +17,10 @@ PLAN_RULES: list[tuple[str, str]] = [
     # ---- the trained copies' (vramfit.plan.changes._saved_module_changes)
     (r"^LoRA on ([\w, ]+) instead of whole trained copies$", "LoRA em $1 em vez de cópias inteiras treinadas"),
     (r"^no trained copies of ([\w, ]+)$", "sem cópias treinadas de $1"),
-    (r"^a rank-r update of the embedding and head: new tokens' rows learn less than in a full copy$",
-     "uma atualização de rank r do embedding e da cabeça: as linhas dos tokens novos aprendem menos do que numa cópia "
-     "inteira"),
-    (r"^the embedding and head stay frozen: added tokens keep their initial vectors$",
-     "o embedding e a cabeça ficam congelados: os tokens acrescentados mantêm os vetores iniciais"),
+    (r"^a rank-r update of ([\w, ]+): new tokens' rows learn less than in a whole copy$",
+     "uma atualização de rank r de $1: as linhas dos tokens novos aprendem menos do que numa cópia inteira"),
+    (r"^([\w, ]+) stay frozen: added tokens keep their initial vectors$",
+     "$1 ficam congelados: os tokens acrescentados mantêm os vetores iniciais"),
     # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
     (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP), checkpointing and "
      r"offload \(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5, checkpointing e descarga (com micro-batch 1)"),

@@ -144,6 +144,15 @@ def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str, nll_after: bo
     return LossMemory(F + h, 3 * F + (0 if nll_after else h), 3 * F + h, detail)
 
 
+def _trained_head_bytes(step: Step) -> int:
+    """Element size of the output layer's trained weight (0 where it is frozen): a modules_to_save copy's own dtype
+    (Parts.copy_grads: fp32 under QLoRA's kbit preparation, estimate/saved_modules.py), else the parameters'."""
+    if not step.head_trains:
+        return 0
+    copy = step.parts.copy_grads[1]
+    return round(copy / (step.spec.lm_head_params or step.spec.embedding_params)) if copy else step.sc.precision.param_bytes
+
+
 def stage_loss(step: Step) -> LossMemory:
     """The policy's loss tensors for a standard loss (a fused/chunked scenario loss keeps the SFT model
     of it over the policy's tokens), as the stage's profile says TRL computes its log-probs."""
@@ -156,7 +165,7 @@ def stage_loss(step: Step) -> LossMemory:
     path = logprobs_path(sc.stage, step.profile)
     nll = chosen_nll(sc, path, step.profile)
     if path is LogProbs.FUSED_HEAD:
-        head = sc.precision.param_bytes if step.head_trains else 0  # a weight gradient: full, or a saved copy
+        head = _trained_head_bytes(step)  # a weight gradient: full, or a saved copy
         return chunked_logprobs(T, V, step.spec.hidden_size, sc.precision.compute_bytes, head,
                                 f"{sc.stage.value} log-probs: TRL fused LM head over {T:,} tokens",
                                 weight_cast=runs_under_autocast(sc, step.profile))
