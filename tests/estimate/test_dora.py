@@ -175,3 +175,13 @@ def test_readme_checkpointed_increment():
     added = estimate({**keys, "dora": True}).peak.allocated_bytes - estimate(keys).peak.allocated_bytes
     assert round(added / 2**20) == 2724
     assert _step(**keys, dora=True).block_transient - _step(**keys).block_transient == 4 * 8 * 2048 * 8192
+
+
+def test_grpo_generation_forms_the_weight_norm_on_every_forward():
+    """The generating policy runs its DoRA layers, which form B·A and the weight norm on each forward, a decoding
+    step's too: the largest one (down_proj, as in training's forward) is added to the generation's transient."""
+    keys = {"model": "meta-llama/Llama-3.1-8B", "precision": "bf16-true", "stage": "grpo", "seq_len": 2048,
+            "completion_len": 1920, "micro_batch_size": 8, "gradient_checkpointing": "full"}
+    gen = [dict(next(p for p in estimate({**keys, "dora": d}).phases if p.phase == "generate").breakdown)
+           for d in (False, True)]
+    assert gen[1]["generation_transient"] - gen[0]["generation_transient"] == 4 * 14336 ** 2 + 4 * 4 * 14336 * 4096

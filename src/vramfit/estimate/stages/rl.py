@@ -104,13 +104,14 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
     probabilities of the last position)."""
     sc, B = step.sc, generation_batch(step.sc)
     prompt = sc.seq_len - sc.completion_len
-    prefill = kv_cache_bytes(step, B, prompt) + no_grad_block(step, B * prompt, prompt)
-    layer = kv_cache_bytes(step, B, sc.seq_len) // step.spec.num_hidden_layers
+    block = no_grad_block(step, B * prompt, prompt) + _dora_pass(step, B, prompt)
+    prefill = kv_cache_bytes(step, B, prompt) + block
+    layer = kv_cache_bytes(step, B, sc.seq_len) // step.spec.num_hidden_layers + _dora_pass(step, B, 1)
     V = vocab_rows(step.spec)
     last = B * V * (logits_bytes_per_element(sc, step.profile) + 4 + 4)
     if prefill > kv_cache_bytes(step, B, sc.seq_len) + layer + last:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, prompt))
-        yield Contribution("generation_transient", GEN, no_grad_block(step, B * prompt, prompt))
+        yield Contribution("generation_transient", GEN, block)
     else:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
         yield Contribution("generation_transient", GEN, layer + last)
@@ -122,6 +123,19 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
         full = step.spec.num_params * sc.precision.compute_bytes
         models = 2 if sc.stage is Stage.PPO else 1
         yield Contribution("gathered_weights", GEN, models * (full - shard(full, sc.num_gpus)))
+
+
+def _dora_pass(step: Step, rows: int, row: int) -> int:
+    """The largest DoRA layer's forward working set in a no_grad pass of ``rows`` sequences of ``row`` tokens
+    (estimate/dora.py forward_transients): the generating policy runs its adapters, and PEFT's DoRA layer forms B·A and
+    the weight norm on every forward, a decoding step's too (peft v0.21.2 tuners/lora/variants.py DoraLinearVariant
+    .forward -> tuners/lora/dora.py DoraLinearLayer.forward, no cache of the norm); 0 without DoRA."""
+    from vramfit.estimate.dora import forward_transients
+
+    if not step.sc.dora:
+        return 0
+    sc = replace(step.sc, micro_batch_size=rows, seq_len=row)
+    return forward_transients(step.spec, sc, step.profile, list(step.adapters))[0]
 
 
 def generate(step: Step) -> Iterator[Contribution]:
