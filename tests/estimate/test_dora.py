@@ -185,3 +185,16 @@ def test_grpo_generation_forms_the_weight_norm_on_every_forward():
     gen = [dict(next(p for p in estimate({**keys, "dora": d}).phases if p.phase == "generate").breakdown)
            for d in (False, True)]
     assert gen[1]["generation_transient"] - gen[0]["generation_transient"] == 4 * 14336 ** 2 + 4 * 4 * 14336 * 4096
+
+
+def test_rl_residents_are_in_the_forward_high_point_too():
+    """A colocated vLLM's share (GRPO) and PPO's value model, its activations and the reward model stay on the card at
+    the policy's top-block high point (``forward-attention``, where DoRA's weight norm runs), as in every other phase."""
+    keys = {"model": "meta-llama/Llama-3.1-8B", "precision": "bf16-true", "seq_len": 1024, "completion_len": 512,
+            "gradient_checkpointing": "full", "dora": True}
+    grpo = {p.phase: dict(p.breakdown) for p in estimate({**keys, "stage": "grpo", "micro_batch_size": 8,
+                                                          "generation": "vllm-colocate", "gpu": "h100-sxm"}).phases}
+    assert grpo["forward-attention"]["vllm"] == grpo["forward"]["vllm"] > 20 * 2**30
+    ppo = {p.phase: dict(p.breakdown) for p in estimate({**keys, "stage": "ppo", "micro_batch_size": 2}).phases}
+    for part in ("value_model", "reward_model", "value_activations"):
+        assert ppo["forward-attention"][part] == ppo["forward"][part] > 0

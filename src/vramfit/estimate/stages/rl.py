@@ -40,8 +40,11 @@ if TYPE_CHECKING:
     from vramfit.scenario import Scenario
 
 GEN, SCORE = StepPhase.GENERATE, StepPhase.SCORE
-TRAINING = (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_END,
-            StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP)
+# every phase of the training step (estimate/contributions.py's): the forward's top-block high point and a vision
+# tower's backward too, where a colocated vLLM, PPO's value and reward models and their gradients are as resident
+TRAINING = (StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK,
+            StepPhase.BACKWARD_VISION, StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP,
+            StepPhase.OPTIMIZER_STEP)
 PPO_ROLLOUT_CHUNK = 64  # PPOConfig.local_rollout_forward_batch_size (trl/experimental/ppo/ppo_config.py:141)
 
 
@@ -197,7 +200,9 @@ def ppo_models(step: Step) -> Iterator[Contribution]:
         StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.OPTIMIZER_STEP)
     for phase in grad_phases:
         yield Contribution("value_gradients", phase, p.gradients)
-    for phase in (StepPhase.FORWARD, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK):
+    # PolicyAndValueWrapper.forward runs the critic before the policy (TRL v0.17.0 trainer/ppo_trainer.py: critic_backbone,
+    # then self.policy), so its saved activations are alive at the policy's top-block high point too
+    for phase in (StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK):
         yield Contribution("value_activations", phase, v.acts.blocks)
 
 
