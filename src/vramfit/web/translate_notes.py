@@ -244,15 +244,16 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"is not modelled",
      "modules_to_save: é modelado numa GPU e sob DDP; onde o $1 coloca os gradientes e estados das cópias não é "
      "modelado"),
-    *[(rf"^modules_to_save: whole trained copies of ([\w, ]+) in ([\w-]+) \({why}\), each with its gradient and "
+    *[(rf"^modules_to_save: whole trained copies of ([\w, ]+) in {dt} \({why}\), each with its gradient and "
        rf"optimizer state; {where}\.$",
-       f"modules_to_save: cópias inteiras treinadas de $1 em $2 ({why_pt}), cada uma com o seu gradiente e estado do "
-       f"otimizador; {where_pt}.")
+       f"modules_to_save: cópias inteiras treinadas de $1 em {dt_pt} ({why_pt}), cada uma com o seu gradiente e estado "
+       f"do otimizador; {where_pt}.")
+      for dt, dt_pt in (("16-bit", "16 bits"), ("fp32", "fp32"))
       for why, why_pt in (("the original's dtype", "o dtype do original"),
                           ("the load's dtype, fp32 for an fp16 load", "o dtype do carregamento, fp32 num carregamento em fp16"))
       for where, where_pt in (("the originals stay frozen on the GPU", "os originais ficam congelados na GPU"),
                               (r"the frozen originals moved to disk before the copy, off the GPU: ([\w=, ]+)",
-                               "os originais congelados vão para o disco antes da cópia, fora da GPU: $3"))],
+                               "os originais congelados vão para o disco antes da cópia, fora da GPU: $2"))],
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "
