@@ -190,7 +190,10 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, tower_position(step)[1])
     end = end_of_backward(step)
-    yield Contribution("activations", BE, 0 if end is not None and end[0] else a.recompute)
+    # the lowest block's own tensors at the end of backward: re-created by its recompute under checkpointing, still
+    # saved from the forward without it (``acts.lowest``: one block's kept tensors); never fewer without checkpointing
+    lowest = a.recompute if step.sc.gradient_checkpointing is not Checkpointing.NONE else a.lowest
+    yield Contribution("activations", BE, 0 if end is not None and end[0] else lowest)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", FA, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)

@@ -189,6 +189,10 @@ def check_ddp_layout(kw: dict[str, Any], profile: FrameworkProfile) -> None:
                             "shards the remaining ranks with FSDP)", [Parallelism.FSDP.value])
 
 
+#: the bitsandbytes quantizations (litgpt's --quantize bnb.nf4 / nf4-dq / fp4 / fp4-dq / int8-training)
+_BNB_QUANTS = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ, Quantize.INT8)
+
+
 def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     """An optimizer, loss, offload and stage the framework's recipes can be told to run (profile
     ``runs_bnb_optimizers``, ``runs_fused_loss``, ``runs_offload``, ``stages``), else one ScenarioError naming the key
@@ -203,6 +207,11 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
                             [v.value for v in Loss if v is not Loss.FUSED])
     if kw.get("dora"):
         _check_dora(kw, profile, name)
+    precision, quantize = kw.get("precision"), kw.get("quantize", Quantize.NONE)
+    if profile.quantized_refuses_mixed and precision is not None and precision.mixed and quantize in _BNB_QUANTS:
+        raise ScenarioError("precision", f"{name}'s scripts refuse {precision.value} with a bitsandbytes-quantized base: "
+                            "a -true precision runs it",
+                            [p.value for p in Precision if not p.mixed])
     from vramfit.estimate.saved_modules import check_copied_targets, check_saved_modules
 
     check_copied_targets(kw, profile, name)
@@ -234,7 +243,7 @@ def _check_dora(kw: dict[str, Any], profile: FrameworkProfile, name: str) -> Non
 
 
 #: the scenario keys :func:`check_runs` reads
-_RUN_KEYS = ("framework", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
+_RUN_KEYS = ("framework", "precision", "quantize", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
              "optimizer_in_backward", "grad_accum", "dora", "modules_to_save", "lora_targets", "parallelism")
 
 

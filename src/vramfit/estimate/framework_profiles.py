@@ -411,6 +411,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         checkpointing_by_devices=(Checkpointing.NONE, Checkpointing.FULL),
         runs_activation_offload=False,  # no script keeps block inputs on the host (the same setup() code)
         quantized_on_one_device=True,  # lit-gpt@8641822 finetune/lora.py l. 78-82: profile_fields.py
+        quantized_refuses_mixed=True,  # lit-gpt@8641822 finetune/lora.py: "Quantization and mixed precision ..."
         runs_hybrid_shard=False,  # litgpt@26857050 finetune/full.py l. 108-114, lora.py l. 158-162: profile_fields.py
         image_model_types=(),  # lit-gpt@8641822 lit_gpt/config.py: text decoders only (profile_fields.py)
         adapters_fp32=False,

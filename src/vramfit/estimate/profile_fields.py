@@ -401,6 +401,10 @@ class FrameworkProfile:
     # not supported for multi-GPU training") for --quantize with more than one device (lit-gpt@8641822
     # finetune/lora.py l. 78-82; litgpt@26857050 litgpt/finetune/lora.py l. 152-157)
     quantized_on_one_device: bool = False
+    # a bitsandbytes-quantized base refuses "-mixed" precision: litgpt's scripts raise ValueError("Quantization and
+    # mixed precision is not supported.") when --quantize bnb.* meets a "mixed" precision (lit-gpt@8641822
+    # finetune/lora.py; litgpt@26857050 litgpt/finetune/lora.py alike), so QLoRA runs bf16-true / 16-true / 32-true
+    quantized_refuses_mixed: bool = False
     # methods the framework trains (empty: all). torchtitan v0.3.0 has no 4-bit base: no bitsandbytes, NF4 or int4
     # anywhere in the package (its quantization converters are float8 and MX training); LoRA is its LoRAConverter
     # (components/lora.py)

@@ -254,6 +254,8 @@ NOTE_RULES: list[tuple[str, str]] = [
       for where, where_pt in (("the originals stay frozen on the GPU", "os originais ficam congelados na GPU"),
                               (r"the frozen originals moved to disk before the copy, off the GPU: ([\w=, ]+)",
                                "os originais congelados vão para o disco antes da cópia, fora da GPU: $2"))],
+    (r"^precision: (\w+)'s scripts refuse ([\w-]+) with a bitsandbytes-quantized base: a -true precision runs it",
+     "precision: os scripts do $1 recusam $2 com uma base quantizada pelo bitsandbytes: uma precisão -true corre-a"),
     (r"^optimizer_in_backward: steps each parameter during backward, so no gradient is left to accumulate over "
      r"(\d+) micro-batches; set grad_accum to 1",
      "optimizer_in_backward: atualiza cada parâmetro durante o backward, por isso não sobra gradiente para acumular "
