@@ -171,6 +171,8 @@ class Parallelism(_Choice):
 FSDP_FAMILY = (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, Parallelism.FSDP_NO_SHARD)
 #: the parallelisms that run DeepSpeed's ZeRO engine (any stage)
 ZERO_FAMILY = (Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3)
+#: bitsandbytes' 4-bit storages (bnb.nn.Linear4bit quant_type nf4/fp4, with or without nested quantization)
+BNB_4BIT = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ)
 
 
 class Framework(_Choice):

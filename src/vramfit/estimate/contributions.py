@@ -36,7 +36,7 @@ from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blo
 from vramfit.estimate.loss import projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block, position_kinds
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
-from vramfit.estimate.phases import Contribution, PhaseBreakdown, StepPhase
+from vramfit.estimate.phases import TRAINING_PHASES, Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.reentrant_fsdp1 import lowest_block_gathers, retained_input_grads
 from vramfit.estimate.stages import has_phase
 from vramfit.estimate.torchao_optim import in_backward_steps
@@ -49,11 +49,7 @@ if TYPE_CHECKING:
 
 Contributor = Callable[["Step"], Iterable[Contribution]]
 
-F, FA, BL, BB, BV, BE, BT, BS, OPT = (
-    StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK, StepPhase.BACKWARD_VISION,
-    StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP, StepPhase.OPTIMIZER_STEP,
-)
-_ALL = (F, FA, BL, BB, BV, BE, BT, BS, OPT)
+F, FA, BL, BB, BV, BE, BT, BS, OPT = _ALL = TRAINING_PHASES
 
 
 def _sharded_full_end(step: Step) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramfit.choices import ZERO_FAMILY
+from vramfit.choices import BNB_4BIT, ZERO_FAMILY
 from vramfit.estimate.allocator import round_allocation
 from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.estimate.dora import dora_adapters
@@ -56,8 +56,6 @@ from vramfit.scenario import (
     Scenario,
     ShardScope,
 )
-
-_BNB_4BIT = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ)
 
 
 @dataclass
@@ -196,7 +194,7 @@ def _module_quant_state(t: ParamTensor, sc: Scenario, profile: FrameworkProfile,
     ``self.module.quant_state = quant_state``; fix_4bit_weight_quant_state_from_module: "the quant state got lost when
     the parameter got converted. This happens for example for fsdp"), and only parameters are sharded."""
     sharded = shd.weights > 1 or shd.weights_on_host
-    if not (sharded and profile.qlora_module_quant_state) or sc.quantize not in _BNB_4BIT:
+    if not (sharded and profile.qlora_module_quant_state) or sc.quantize not in BNB_4BIT:
         return 0
     return q - -(-t.numel // 2)  # all but the packed 4-bit data (two per byte)
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from vramfit.choices import FSDP_FAMILY, ZERO_FAMILY, Reference
+from vramfit.choices import BNB_4BIT, FSDP_FAMILY, ZERO_FAMILY, Reference
 from vramfit.errors import ScenarioError
 from vramfit.estimate.framework_profiles import _FSDP2_UNITS, PROFILES  # noqa: F401  (re-exported)
 from vramfit.estimate.profile_fields import (  # noqa: F401  (re-exported: the profiles' public names)
@@ -190,7 +190,7 @@ def check_ddp_layout(kw: dict[str, Any], profile: FrameworkProfile) -> None:
 
 
 #: the bitsandbytes quantizations (litgpt's --quantize bnb.nf4 / nf4-dq / fp4 / fp4-dq / int8-training)
-_BNB_QUANTS = (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ, Quantize.INT8)
+_BNB_QUANTS = (*BNB_4BIT, Quantize.INT8)
 
 
 def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:

@@ -57,6 +57,14 @@ class StepPhase(str, Enum):
         return _BY_MARK.get(tail)
 
 
+#: the phases of the training step proper, forward to optimizer step, in report order: every contributor that is
+#: resident through the step (the model state, a colocated vLLM, PPO's value and reward models) is in each of them
+TRAINING_PHASES = (
+    StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK,
+    StepPhase.BACKWARD_VISION, StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP,
+    StepPhase.OPTIMIZER_STEP,
+)
+
 _TRACE_MARKS = {StepPhase.OPTIMIZER_STEP: "optimizer"}
 _BY_MARK = {
     p.trace_mark: p

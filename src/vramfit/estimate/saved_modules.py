@@ -102,14 +102,21 @@ def copied_tensors(spec: ModelSpec, sc: Scenario, base: ParamTensor) -> list[Par
     return [ParamTensor(f"{n}.modules_to_save", base.shape, base.count, COPY_KIND) for n in names]
 
 
+def copy_element_bytes(spec: ModelSpec, copy_grads: tuple[int, int]) -> tuple[int, int]:
+    """Bytes per element of the (embedding, output layer) copies, 0 for one not made: ``copy_grads`` (Parts.copy_grads)
+    holds each copy's gradient, the size of the copy, over its V x H elements (the tied embedding's for a head that
+    has no weight of its own)."""
+    embed, head = copy_grads
+    return (round(embed / spec.embedding_params) if embed else 0,
+            round(head / (spec.lm_head_params or spec.embedding_params)) if head else 0)
+
+
 def notes(sc: Scenario, spec: ModelSpec, profile: Any, copy_grads: tuple[int, int]) -> list[str]:  # noqa: ANN401
     """The assumption line of the copies (none without them); ``copy_grads``: Parts.copy_grads, whose bytes per
     element are the copies' dtype."""
     if not sc.modules_to_save:
         return []
-    elements = sum((spec.lm_head_params or spec.embedding_params) if n == "lm_head" else spec.embedding_params
-                   for n in sc.modules_to_save)
-    per = round(sum(copy_grads) / max(1, elements))
+    per = max(copy_element_bytes(spec, copy_grads))
     dtype = {2: "16-bit", 4: "fp32"}.get(per, f"{per}-byte")
     why = ("the original's dtype" if profile.saved_copy_dtype is SavedCopyDtype.ORIGINAL
            else "the load's dtype, fp32 for an fp16 load")

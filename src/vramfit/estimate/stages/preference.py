@@ -147,10 +147,11 @@ def full_log_softmax(T: int, V: int, lb: int, h: int, detail: str, nll_after: bo
 def _trained_head_bytes(step: Step) -> int:
     """Element size of the output layer's trained weight (0 where it is frozen): a modules_to_save copy's own dtype
     (Parts.copy_grads: fp32 under QLoRA's kbit preparation, estimate/saved_modules.py), else the parameters'."""
+    from vramfit.estimate.saved_modules import copy_element_bytes
+
     if not step.head_trains:
         return 0
-    copy = step.parts.copy_grads[1]
-    return round(copy / (step.spec.lm_head_params or step.spec.embedding_params)) if copy else step.sc.precision.param_bytes
+    return copy_element_bytes(step.spec, step.parts.copy_grads)[1] or step.sc.precision.param_bytes
 
 
 def stage_loss(step: Step) -> LossMemory:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from vramfit.choices import Generation, Method, Parallelism, Quantize, Stage
 from vramfit.errors import ScenarioError
 from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
-from vramfit.estimate.phases import Contribution, StepPhase
+from vramfit.estimate.phases import TRAINING_PHASES, Contribution, StepPhase
 from vramfit.estimate.stages.preference import frozen_copy_bytes, no_grad_block, reference_model, scoring_pass
 from vramfit.estimate.state import shard
 
@@ -40,11 +40,7 @@ if TYPE_CHECKING:
     from vramfit.scenario import Scenario
 
 GEN, SCORE = StepPhase.GENERATE, StepPhase.SCORE
-# every phase of the training step (estimate/contributions.py's): the forward's top-block high point and a vision
-# tower's backward too, where a colocated vLLM, PPO's value and reward models and their gradients are as resident
-TRAINING = (StepPhase.FORWARD, StepPhase.FORWARD_ATTENTION, StepPhase.BACKWARD_LOSS, StepPhase.BACKWARD_BLOCK,
-            StepPhase.BACKWARD_VISION, StepPhase.BACKWARD_END, StepPhase.BACKWARD_END_TIED, StepPhase.BACKWARD_END_STEP,
-            StepPhase.OPTIMIZER_STEP)
+TRAINING = TRAINING_PHASES  # the one list the step's own contributors use (estimate/contributions.py)
 PPO_ROLLOUT_CHUNK = 64  # PPOConfig.local_rollout_forward_batch_size (trl/experimental/ppo/ppo_config.py:141)
 
 
