@@ -40,7 +40,7 @@ MEASURED = HERE / "data" / "measured"
 #: public.jsonl (the first sets), found.jsonl (later finds), stages.jsonl (DPO/GRPO peaks), vramfit_h200.jsonl
 #: (this project's own H200 runs, benchmarks/gpu_grid.py), vlm.jsonl (vision-language runs with images, whose path
 #: names them: an estimate with images is vouched for by these only, vramfit.estimate.accuracy.path_of).
-MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl", "vlm.jsonl")
+MEASURED_SETS = ("public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl", "vramfit_h100.jsonl", "vlm.jsonl")
 #: The first set alone (the golden snapshot's rows, tests/golden/regen.py).
 DEFAULT_DATA = MEASURED / "public.jsonl"
 #: What each estimate reads to state its error band (written by --write-bands).

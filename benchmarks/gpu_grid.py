@@ -8,7 +8,8 @@ One command on a GPU machine (about 5 minutes on an H100/H200; it stops starting
 The grid (``GRID``): Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B (built from the bundled configs with
 random weights, nothing downloaded); full, LoRA and QLoRA; sequence lengths 512 and 2048; gradient
 checkpointing off and on; ``FAMILY_GRID`` adds Qwen2.5, Gemma-2, Qwen3 (dense and MoE) and QLoRA 8B at 8k and 32k
-tokens. ``--only`` runs the named entries in the order given. Each scenario runs in a fresh process (``vramfit.measure``) so the device
+tokens, and Llama-3.1-8B LoRA/QLoRA with both whole copies (``modules_to_save``) and DoRA at 1,024 tokens.
+``--only`` runs the named entries in the order given. Each scenario runs in a fresh process (``vramfit.measure``) so the device
 figure holds one CUDA context and nothing cached from the previous run; out of memory is recorded,
 not fatal. Runs are appended as they finish, so a budget stop or a kill keeps the finished ones:
 
@@ -75,6 +76,12 @@ FAMILY_GRID: dict[str, dict] = {
     "qwen3-4b-full-s2048-ckpt": _sc("Qwen/Qwen3-4B", "full", 2048, 2, "full"),
     "l8b-qlora-s32768-ckpt": _sc(L8B, "qlora", 32768, 1, "full"),
     "qwen3-moe-lora-s2048-ckpt": _sc("Qwen/Qwen3-30B-A3B", "lora", 2048, 1, "full"),
+    # PEFT's whole trained copies (modules_to_save: fp32 after prepare_model_for_kbit_training under QLoRA) and DoRA
+    # (the weight norm and B·A formed on every forward), each against its LoRA twin
+    "l8b-lora-saved-s1024-ckpt": _sc(L8B, "lora", 1024, 1, "full", modules_to_save=["embed_tokens", "lm_head"]),
+    "l8b-qlora-saved-s1024-ckpt": _sc(L8B, "qlora", 1024, 1, "full", modules_to_save=["embed_tokens", "lm_head"]),
+    "l8b-dora-s1024-ckpt": _sc(L8B, "lora", 1024, 1, "full", dora=True),
+    "l8b-lora-s1024-ckpt": _sc(L8B, "lora", 1024, 1, "full"),
 }
 ALL_GRID = {**GRID, **FAMILY_GRID}
 

@@ -15,7 +15,8 @@ def _bench():
 def test_the_band_data_is_up_to_date():
     bench = _bench()
     paths = bench.find_data(None)
-    assert [p.name for p in paths] == ["public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl", "vlm.jsonl"]
+    assert [p.name for p in paths] == ["public.jsonl", "found.jsonl", "stages.jsonl", "vramfit_h200.jsonl", "vramfit_h100.jsonl",
+                                      "vlm.jsonl"]
     rows = bench.load(paths)
     fresh = bench.bands_text(bench.bands(bench.score(rows), paths))
     assert bench.BANDS.read_text() == fresh, "run: python benchmarks/accuracy.py --write-bands"
@@ -36,7 +37,7 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (169 of 288):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (211 of 330):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
     # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three
@@ -46,14 +47,15 @@ def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     # (FMS_ACCEL_2502: full, LoRA and QLoRA of Mistral-7B, Mixtral-8x7B and Llama-2-70B, 1 GPU and FSDP1 on 2)
     # and the 19 runs of the same scenarios in fms-acceleration's November-2024 CSV (FMS_ACCEL_2411: transformers 4.45.2)
     # and the 10 full and LoRA ones in fp16 in its July-2024 CSV (FMS_ACCEL_2407: transformers 4.43.3); and the
-    # 27 counters of this project's 9 H200 runs (vramfit_h200.jsonl: transformers 5.17, three counters each); and the
+    # 27 counters of this project's 9 H200 runs and the 42 of its 14 H100 runs (vramfit_h200.jsonl, vramfit_h100.jsonl:
+    # transformers 5.17, three counters each); and the
     # packed or padded README figures of axolotl (April 2024 and August 2023) and DeepSpeed's Muon blog (May 2026); and
     # ms-swift's packed Qwen2.5-VL LoRA on 4 GPUs (vlm.jsonl, MSSWIFT_VLM-2)
     assert lines["MSSWIFT_VLM"][1] == "1"
     assert lines["FMS_ACCEL_2502"][1] == "19" and lines["FMS_ACCEL_2411"][1] == "19"
-    assert lines["vramfit-measure"][1] == "27"
+    assert lines["vramfit-measure"][1] == "69"
     assert lines["FMS_ACCEL_2407"][1] == "10"
-    assert lines["hf"][1] == "123" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
+    assert lines["hf"][1] == "165" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
     assert lines["torchtitan"][1] == "5" and lines["AAI_FSDPQLORA_2403"][1] == "19"
     assert lines["AXOLOTL_EX_2508"][1] == "7" and lines["AXOLOTL_EX_2308"][1] == "2"
     assert lines["AXOLOTL_EX_2404"][1] == "1" and lines["DS_MUON_2605"][1] == "1"

@@ -196,6 +196,6 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 288
+    assert len(rows) == 330
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]

@@ -38,8 +38,13 @@ def test_family_grid_adds_other_architectures_and_long_context():
     assert not set(fam) & set(mod.GRID)
     types = {resolve_model(s["model"]).config["model_type"] for s in fam.values()}
     assert types >= {"qwen2", "gemma2", "qwen3", "qwen3_moe"}
-    long_qlora = sorted(s["seq_len"] for s in fam.values() if s["method"] == "qlora")
+    long_qlora = sorted(s["seq_len"] for s in fam.values() if s["method"] == "qlora" and not s.get("modules_to_save"))
     assert long_qlora == [8192, 32768]
+    # PEFT's whole trained copies and DoRA, each beside its plain LoRA twin at the same length
+    adapters = {n: (s["method"], s.get("dora", False), tuple(s.get("modules_to_save", ()))) for n, s in fam.items()
+                if s["seq_len"] == 1024}
+    assert sorted(adapters.values()) == [("lora", False, ()), ("lora", False, ("embed_tokens", "lm_head")),
+                                         ("lora", True, ()), ("qlora", False, ("embed_tokens", "lm_head"))]
 
 
 def test_only_runs_entries_in_the_order_given(tmp_path):

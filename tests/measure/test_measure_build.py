@@ -81,6 +81,21 @@ def test_qlora_quantizes_block_linears_for_real(tiny):
     assert others and all(p.dtype == torch.float32 for p in others)
 
 
+def test_dora_and_modules_to_save_are_built_as_the_estimator_counts_them(tiny):
+    """The harness builds what the scenario names (it used to drop both keys and measure plain LoRA)."""
+    scenario, built = _build(tiny(method="lora", dora=True, modules_to_save="embed_tokens,lm_head"))
+    names = [n for n, p in built.model.named_parameters() if p.requires_grad]
+    magnitudes = [n for n in names if "lora_magnitude_vector" in n]
+    assert len(magnitudes) == 2 * 7  # one DoRA magnitude per adapted linear
+    copies = [n for n in names if ".modules_to_save." in n]
+    assert sorted(n.split(".modules_to_save.")[0].rsplit(".", 1)[-1] for n in copies) == ["embed_tokens", "lm_head"]
+    vocab_hidden = 256 * 64
+    est = estimate(scenario)
+    assert built.num_trainable_params == est.model.num_trainable_params
+    assert built.num_trainable_params > 2 * vocab_hidden  # both whole copies are trained
+    assert any("use_dora" in a and "modules_to_save=embed_tokens,lm_head" in a for a in built.assumptions)
+
+
 def test_gradient_checkpointing_is_enabled(tiny):
     _, built = _build(tiny(method="lora", gradient_checkpointing="full"))
     assert built.causal_lm.is_activation_checkpointing

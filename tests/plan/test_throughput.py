@@ -107,7 +107,7 @@ def test_benchmark_summary_beats_the_old_model():
     rows = b.load(b.DEFAULT_DATA)
     everything = b.score(rows)["summary"]
     # the published rows, as before this project's own H200 runs were added (scored separately below)
-    s = b.score([r for r in rows if r["source_id"] != "VRAMFIT_H200"])["summary"]
+    s = b.score([r for r in rows if r["source_id"] not in ("VRAMFIT_H200", "VRAMFIT_H100")])["summary"]
     assert s["all"]["model"]["n"] == 105 and s["held_out"]["model"]["n"] == 87
     assert s["all"]["model"]["median"] <= 0.065 and s["all"]["model"]["p90"] <= 0.225
     assert s["design"]["model"]["median"] <= 0.075 and s["design"]["model"]["p90"] <= 0.15
@@ -125,7 +125,11 @@ def test_benchmark_summary_beats_the_old_model():
     # plain loop's launch and bitsandbytes overheads (Llama-3.2-1B QLoRA at 512 measured 12.8k tokens/s, modelled 24k)
     h200 = everything["VRAMFIT_H200"]["model"]
     assert h200["n"] == 9 and h200["median"] <= 0.28 and h200["p90"] <= 0.56
-    assert everything["all"]["model"]["n"] == 114 and everything["held_out"]["model"]["n"] == 96
+    # 14 held-out runs on an H100 (2026-12-05): DoRA (+182 %: its per-forward weight norm is not timed), both whole
+    # copies (-57 %) and 8-bit AdamW (+103 %) are the misses; plain LoRA at 1,024 tokens is 6 % off
+    h100 = everything["VRAMFIT_H100"]["model"]
+    assert h100["n"] == 14 and h100["median"] <= 0.30 and h100["p90"] <= 1.05
+    assert everything["all"]["model"]["n"] == 128 and everything["held_out"]["model"]["n"] == 110
     # the band every planned time states is the whole set's, the H200 runs included
     assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(everything["all"]["model"]["median"], 2),
                                                      round(everything["all"]["model"]["p90"], 2))

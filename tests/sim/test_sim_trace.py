@@ -100,6 +100,27 @@ def test_gradient_merge_is_folded_into_the_first_gradient():
     assert summarize(folded, True).peak_allocated <= summarize(tr.trace, True).peak_allocated
 
 
+def test_a_merge_into_a_view_stays_out_of_place():
+    # a tied weight: the output layer's gradient (TBackward of mm_mat2_backward's transposed product) is a view, whose
+    # storage has two users, so CUDA adds the embedding's gradient out of place too (sim/inplace.py)
+    with FakeTensorMode():
+        w = torch.empty(512, 64, requires_grad=True)
+        ids = torch.randint(0, 512, (2, 32))
+        tr = LiveTracker()
+        with tr:
+            tr.mark("it1.mb1.forward")
+            h = torch.nn.functional.embedding(ids, w) * 2
+            loss = torch.nn.functional.linear(h, w).float().sum()
+            tr.mark("it1.mb1.backward")
+            tr.in_backward = True
+            loss.backward()
+            tr.in_backward = False
+            tr.mark("end")
+    assert not tr.trace.accum
+    weight_sized = [n for n in tr.trace.nbytes if n == 512 * 64 * 4]
+    assert len(weight_sized) >= 3  # the head's gradient, the embedding's and their sum
+
+
 def test_autocast_query_answers_as_on_cuda_under_cpu_autocast():
     # PEFT's bitsandbytes LoRA layers cast their input to the adapter dtype only when the no-argument
     # (CUDA) query says autocast is off (peft v0.21.2 tuners/lora/bnb.py); a CUDA run under autocast says on

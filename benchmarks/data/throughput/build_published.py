@@ -170,25 +170,28 @@ for name, gid, n, off, bs, t in HW:
              "'CPU+Activation Offload' True = --use_cpu_offload (FSDP CPUOffload(offload_params=True)) plus "
              "--use_activation_cpu_offload: train.py @4cd6923 l. 765-768 offload_wrapper(model) (torch save_on_cpu over the "
              "whole forward): the checkpointed layers' saved inputs in pinned host memory (scenario gradient_checkpointing offload)." if off else ""))
-# --- this project's own H200 runs (../measured/vramfit_h200.jsonl: benchmarks/gpu_grid.py, 2026-12-04, torch 2.11.0+cu130,
-# transformers 5.17.0): tokens/s = micro-batch x seq_len / the median optimizer-step time after the first step (3 timed)
-seen = set()
-for line in open(HERE.parent / "measured" / "vramfit_h200.jsonl"):
-    run = json.loads(line)["vramfit_run"]
-    if run["id"] in seen:  # one line per counter, one throughput per run
-        continue
-    seen.add(run["id"])
-    entry = run["notes"].split()[-1]
-    sc = {k: run["scenario"][k] for k in ("model", "method", "precision", "quantize", "lora_rank", "lora_alpha",
-                                          "lora_targets", "optimizer", "micro_batch_size", "seq_len", "grad_accum",
-                                          "gradient_checkpointing", "attention", "num_gpus", "parallelism", "gpu",
-                                          "framework")}
-    times = ", ".join(f"{t:.3f}" for t in run["details"]["step_times_s"])
-    add(f"VRAMFIT-H200-{entry}", "VRAMFIT_H200", f"benchmarks/data/measured/vramfit_h200.jsonl run {run['id']} "
-        f"(benchmarks/gpu_grid.py entry {entry}): step times {times} s", sc, run["tokens_per_s"],
-        notes="vramfit measure on one H200 (torch 2.11.0+cu130, transformers 5.17.0, bitsandbytes 0.50.2): random token "
-              "ids of exactly seq_len, AdamW, 4 steps, the first (warm-up) left out of the median; short steps (60-470 "
-              "ms) include the Python and launch overheads of a plain training loop.")
+# --- this project's own runs (../measured/vramfit_h200.jsonl and vramfit_h100.jsonl: benchmarks/gpu_grid.py, torch
+# 2.11.0+cu130, transformers 5.17.0): tokens/s = micro-batch x seq_len / the median optimizer-step time after the first
+# step; H200 on 2026-12-04 (4 steps), H100 80GB HBM3 on 2026-12-05 (5 steps)
+SC_KEYS = ("model", "method", "precision", "quantize", "lora_rank", "lora_alpha", "lora_targets", "optimizer",
+           "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing", "attention", "num_gpus", "parallelism",
+           "gpu", "framework")
+for card, steps in (("H200", 4), ("H100", 5)):
+    seen = set()
+    for line in open(HERE.parent / "measured" / f"vramfit_{card.lower()}.jsonl"):
+        run = json.loads(line)["vramfit_run"]
+        if run["id"] in seen:  # one line per counter, one throughput per run
+            continue
+        seen.add(run["id"])
+        entry = run["notes"].split()[-1]
+        sc = {k: run["scenario"][k] for k in SC_KEYS}
+        sc.update({k: run["scenario"][k] for k in ("dora", "modules_to_save") if run["scenario"].get(k)})
+        times = ", ".join(f"{t:.3f}" for t in run["details"]["step_times_s"])
+        add(f"VRAMFIT-{card}-{entry}", f"VRAMFIT_{card}", f"benchmarks/data/measured/vramfit_{card.lower()}.jsonl run "
+            f"{run['id']} (benchmarks/gpu_grid.py entry {entry}): step times {times} s", sc, run["tokens_per_s"],
+            notes=f"vramfit measure on one {card} (torch 2.11.0+cu130, transformers 5.17.0, bitsandbytes 0.50.2): random "
+                  f"token ids of exactly seq_len, AdamW, {steps} steps, the first (warm-up) left out of the median; short "
+                  "steps (60-470 ms) include the Python and launch overheads of a plain training loop.")
 with open(OUT, "w") as f:
     for r in rows:
         f.write(json.dumps(r) + "\n")

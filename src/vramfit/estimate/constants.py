@@ -50,7 +50,8 @@ CUDA_CONTEXT_HOPPER = Constant(
     "of 9 runs of benchmarks/gpu_grid.py on one H200 (torch 2.11.0+cu130, driver 580.159.04, 2026-12-04; "
     "benchmarks/data/measured/vramfit_h200.jsonl), LoRA, QLoRA and full fine-tuning alike; 778,043,392 B with eager "
     "attention only (Gemma-2: no SDPA kernels loaded)",
-    "H100 shares the chip; older CUDA/torch builds load different kernel images (vramfit calibrate)",
+    "the same 794,820,608 B on all 14 runs on one H100 80GB HBM3 (2026-12-05, vramfit_h100.jsonl), which shares the "
+    "chip; older CUDA/torch builds load different kernel images (vramfit calibrate)",
 )
 CUBLAS_WORKSPACE = Constant(
     4096 * 1024 * 2 + 16 * 1024 * 8,

@@ -33,7 +33,7 @@ from vramfit.estimate.fsdp2 import (
 )
 from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out, tail_gather_output
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks, unit_grads_not_yet_made
-from vramfit.estimate.loss import projection_stage
+from vramfit.estimate.loss import head_calls, head_grad_is_view, projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block, position_kinds
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, PhaseBreakdown, StepPhase
@@ -64,6 +64,17 @@ def _tied_end(step: Step) -> bool:
     output layer's, still in autograd's input buffer, at the very end of backward. Only where the one tied weight
     trains: full fine-tuning (LoRA on lm_head leaves it frozen; modules_to_save copies are untied tensors)."""
     return step.spec.tie_word_embeddings and step.sc.method is Method.FULL and not step.sc.optimizer_in_backward
+
+
+def _tied_sum(step: Step) -> int:
+    """Bytes of the tied weight's summed gradient where autograd adds the two out of place, beside both: the output
+    layer's, made by one matmul per micro-batch, is a view (estimate/loss.py head_grad_is_view); several head calls
+    leave a sum made earlier, which takes the embedding's in place. On one GPU or DDP, as the simulator and the
+    measured runs show it; FSDP's and ZeRO's ends keep their own models."""
+    sc = step.sc
+    if not _tied_end(step) or sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
+        return 0
+    return step.head_grad if head_grad_is_view(sc, step.profile) and head_calls(sc, step.profile) == 1 else 0
 
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
@@ -169,7 +180,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
-    yield Contribution("gradients", BT, all_grads + head)
+    yield Contribution("gradients", BT, all_grads + head + _tied_sum(step))
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))

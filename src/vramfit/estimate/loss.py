@@ -65,8 +65,10 @@ def projection_stage(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, h
     MmBackward, and autograd's ready queue pops the highest first (torch v2.5.0 torch/csrc/autograd/engine.h
     ``CompareNodeTaskTime``): all n cross-entropy backwards run, leaving n logit gradients in the logits dtype,
     before the first projection's. The weight's n contributions meet in its AccumulateGrad node's input buffer
-    (input_buffer.cpp ``accumulate``: in place into the first), so the second projection's backward holds the
-    buffered gradient, its own new one and n - 1 logit gradients; the first holds n and one weight gradient.
+    (input_buffer.cpp ``accumulate``: out of place for the first merge, whose buffered gradient is a view,
+    :func:`head_grad_is_view`; in place into that sum after), so the second projection's backward holds the
+    buffered gradient, its own new one and n - 1 logit gradients, then their sum beside n - 2; the first holds n and
+    one weight gradient.
     The cross-entropy stage before it holds no weight gradient (tests/estimate/test_loss_order.py traces the real
     engine on the CPU). (0, 0) for other losses or a frozen output layer."""
     if sc.loss is not Loss.CHUNKED or not head_grad:
@@ -74,7 +76,35 @@ def projection_stage(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, h
     sc = label_rows(sc)
     n = TORCHTUNE_OUTPUT_CHUNKS.value
     g = logits_bytes_per_element(sc, profile) * -(-sc.micro_batch_size * sc.seq_len * vocab_rows(spec) // n)
-    return max(((n - 1) * g, 2 * head_grad), (n * g, head_grad), key=sum)
+    # the first merge is out of place (head_grad_is_view): once the second projection's backward has freed its logit
+    # gradient, the buffered gradient, the new one and their sum (later merges add into that sum in place)
+    first_merge = ((n - 2) * g, 3 * head_grad) if n > 1 else (0, 0)
+    return max(((n - 1) * g, 2 * head_grad), (n * g, head_grad), first_merge, key=sum)
+
+
+#: the layouts whose kernel makes the output layer's weight gradient itself, a new tensor, instead of nn.Linear's
+#: MmBackward: Unsloth's fused CE (unsloth-zoo@ce232d6c fused_losses/cross_entropy_loss.py, the gradient computed in
+#: forward) and Apple's Cut Cross-Entropy (apple/ml-cross-entropy@1f3ebdb cce.py, ``zeros_like`` of the weight)
+_HEAD_GRAD_IN_KERNEL = (LossLayout.UNSLOTH_FUSED_CE, LossLayout.APPLE_CCE)
+
+
+def head_grad_is_view(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """Whether the output layer's weight gradient reaches autograd's input buffer as a view, so that the next
+    gradient of the same weight is added out of place (``old + new``: three weight-sized tensors at once).
+
+    F.linear multiplies by ``weight.t()``; ``mm_mat2_backward`` (torch v2.11.0 tools/autograd/templates/
+    FunctionsManual.cpp) returns ``grad.t().mm(mat1).t()`` for that column-major operand and TBackward transposes it
+    back, and a view made in backward keeps its base alive through its autograd view metadata, so the result's
+    storage has two users and ``can_accumulate_inplace`` (torch/csrc/autograd/input_buffer.cpp) refuses it. Not for
+    a loss whose kernel makes the gradient (a fused loss, :data:`_HEAD_GRAD_IN_KERNEL`), nor under ``-mixed``
+    autocast, where ToCopyBackward hands on a new fp32 tensor. Measured: one H100 (torch 2.11.0, transformers 5.17.0,
+    benchmarks/gpu_grid.py 2026-12-05), Llama-3.2-3B full bf16 2 x 512 checkpointed, tied: 27,348,395,008 B allocated,
+    where the estimate with an in-place sum read 26,559,209,472 B (one 128256 x 3072 bf16 is 788,004,864 B); a CPU run under torch.profiler (torch 2.13.0)
+    shows ``aten::add`` for the first merge of a Linear's weight gradients and ``aten::add_`` for later ones and for a
+    custom Function's fresh gradient."""
+    if sc.loss is Loss.FUSED or profile.standard_loss in _HEAD_GRAD_IN_KERNEL:
+        return False
+    return not sc.precision.mixed
 
 
 def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:

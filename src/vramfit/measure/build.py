@@ -254,15 +254,10 @@ def materialize(model: Any, device: str) -> None:
 def _apply_lora(model: Any, scenario: Scenario, notes: list[str]) -> Any:
     import peft
 
-    from vramfit.sim.build import lora_target_modules
+    from vramfit.sim.build import lora_config, lora_note
 
-    dropout = scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
-    lcfg = peft.LoraConfig(r=scenario.lora_rank, lora_alpha=scenario.lora_alpha, lora_dropout=dropout,
-                           target_modules=lora_target_modules(model, scenario.lora_targets), bias="none",
-                           task_type="CAUSAL_LM")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pm = peft.get_peft_model(model, lcfg)
-    notes.append(f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}, adapters in fp32 "
-                 "by PEFT's autocast_adapter_dtype default).")
+        pm = peft.get_peft_model(model, lora_config(model, scenario))
+    notes.append(lora_note(scenario) + ", adapters in fp32 by PEFT's autocast_adapter_dtype default.")
     return pm

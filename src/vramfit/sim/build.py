@@ -362,27 +362,35 @@ def _language_model_targets(model: torch.nn.Module, scenario: Scenario) -> list[
 def _apply_lora(model: Any, scenario: Scenario, assumptions: list[str]) -> Any:
     import peft
 
-    dropout = scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
     if scenario.dora:
         from vramfit.sim.qlora import patch_dora_dequantize
 
         patch_dora_dequantize()  # DoRA's own de-quantization of a 4-bit base (sim/qlora.py)
-    lcfg = peft.LoraConfig(
-        r=scenario.lora_rank,
-        lora_alpha=scenario.lora_alpha,
-        lora_dropout=dropout,
-        target_modules=_language_model_targets(model, scenario) or lora_target_modules(model, scenario.lora_targets),
-        bias="none",
-        task_type="CAUSAL_LM",
-        use_dora=scenario.dora,
-        modules_to_save=list(scenario.modules_to_save) or None,  # whole trained copies (estimate/saved_modules.py)
-    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pm = peft.get_peft_model(model, lcfg)
-    assumptions.append(
-        f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={dropout}{', use_dora' if scenario.dora else ''}"
-        f"{', modules_to_save=' + ','.join(scenario.modules_to_save) if scenario.modules_to_save else ''}); "
-        "autocast_adapter_dtype=True keeps adapters in fp32 and casts each adapted layer's input to fp32."
-    )
+        pm = peft.get_peft_model(model, lora_config(model, scenario))
+    assumptions.append(lora_note(scenario) + "; autocast_adapter_dtype=True keeps adapters in fp32 and casts each "
+                       "adapted layer's input to fp32.")
     return pm
+
+
+def lora_config(model: torch.nn.Module, scenario: Scenario) -> Any:  # noqa: ANN401 - peft.LoraConfig
+    """The scenario's ``peft.LoraConfig``, one for the simulator and ``vramfit measure``: rank, alpha, dropout,
+    targets, DoRA and ``modules_to_save`` (whole trained copies, estimate/saved_modules.py)."""
+    import peft
+
+    targets = _language_model_targets(model, scenario) or lora_target_modules(model, scenario.lora_targets)
+    return peft.LoraConfig(r=scenario.lora_rank, lora_alpha=scenario.lora_alpha, lora_dropout=_dropout(scenario),
+                           target_modules=targets, bias="none", task_type="CAUSAL_LM", use_dora=scenario.dora,
+                           modules_to_save=list(scenario.modules_to_save) or None)
+
+
+def _dropout(scenario: Scenario) -> float:
+    return scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
+
+
+def lora_note(scenario: Scenario) -> str:
+    """The assumption line of :func:`lora_config`."""
+    return (f"LoRA via peft.get_peft_model (r={scenario.lora_rank}, dropout={_dropout(scenario)}"
+            f"{', use_dora' if scenario.dora else ''}"
+            f"{', modules_to_save=' + ','.join(scenario.modules_to_save) if scenario.modules_to_save else ''})")
