@@ -70,3 +70,31 @@ def lora_clone_bytes(sc: Scenario, lora_params: int) -> int:
 
     passes = 1 + (1 if sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0)
     return passes * lora_4bit_clone_bytes_per_token(sc, lora_params, scenario_profile(sc).lora_4bit_clones_output)
+
+
+def dora_traffic(spec: ModelSpec, sc: Scenario) -> tuple[int, int]:
+    """(bytes per forward call, bytes per token of one forward) that DoRA adds to LoRA's memory-bound traffic, over
+    every adapted linear (estimate/dora.py: peft v0.21.2 ``DoraLinearLayer``/``DoraLinearVariant``). (0, 0) without DoRA.
+
+    Per call, not per token: ``get_lora_weight`` writes ``x_eye = torch.eye(in)`` in the adapters' dtype and
+    ``lora_A``'s matmul reads it (2 x in x in elements), ``lora_B`` writes ``lora_weight`` (in x out) and it is cast to
+    the input's dtype (read, write) where the dtypes differ; ``get_weight_norm`` scales it (read, write), adds the base
+    weight (read two, write one) and takes ``linalg.norm`` (read one). Per token: ``(mag_norm_scale - 1) * base_result
+    + mag_norm_scale * lora_result * scaling`` and the add into the result, five elementwise ops over ``out`` (12
+    element reads and writes) where plain LoRA's ``result + lora_B(...) * scaling`` moves 3
+    (:func:`lora_bytes_per_token_fwd`)."""
+    if not sc.dora or sc.method is Method.FULL:
+        return 0, 0
+    from vramfit.estimate.framework import adapter_bytes, scenario_profile
+    from vramfit.estimate.params import resolve_adapters
+
+    profile = scenario_profile(sc)
+    a, x = adapter_bytes(profile, sc.precision), sc.precision.compute_bytes
+    cast = a + x if a != x else 0
+    per_call = per_token = 0
+    for ad in resolve_adapters(spec, sc, profile.fused_qkv_lora, profile.runs_transformers_modeling):
+        n = ad.per_layer * (ad.layers or spec.num_hidden_layers)
+        i, o = ad.in_features, ad.out_features
+        per_call += n * (2 * a * i * i + (a + cast + 6 * x) * i * o)
+        per_token += n * 9 * x * o
+    return per_call, per_token

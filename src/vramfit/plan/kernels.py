@@ -258,8 +258,8 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 
 #: How far measured tokens/s lie from this model (absolute relative error over the 128 rows of
 #: benchmarks/data/throughput/published.jsonl, the 9 H200 and 14 H100 runs of benchmarks/gpu_grid.py among them (the
-#: H200's short steps took p90 from 0.22 to 0.28; the H100's DoRA, whole-copy and 8-bit-AdamW runs, whose costs the
-#: model leaves out, to 0.34); ``python benchmarks/speed_accuracy.py``; pinned by a test).
+#: H200's short steps took p90 from 0.22 to 0.28; the H100's whole-copy and 8-bit-AdamW runs, whose costs the model
+#: leaves out, and its DoRA run to 0.34); ``python benchmarks/speed_accuracy.py``; pinned by a test).
 SPEED_ERROR_MEDIAN = 0.09
 SPEED_ERROR_P90 = 0.34
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "

@@ -85,11 +85,14 @@ def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
     """:func:`throughput.model_flops` of the sequence the language model runs (text plus image tokens), with the
     vision tower's work per sequence (module docstring)."""
     from vramfit.estimate.vision_inputs import attended_patches, per_sample
+    from vramfit.plan.elementwise import dora_traffic
     from vramfit.plan.throughput import model_flops
 
     pix = per_sample(spec, sc) if spec.vision is not None else None
+    per_call, per_token = dora_traffic(spec, sc)
     if pix is None:
-        return model_flops(spec, sc.seq_len)
+        return dataclasses.replace(model_flops(spec, sc.seq_len), dora_bytes_per_call=per_call,
+                                   dora_bytes_per_token_fwd=per_token)
     mf = model_flops(spec, sc.seq_len + pix.lm_tokens)
     block = spec.vision.block
     layers = block.num_hidden_layers
@@ -97,7 +100,8 @@ def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
     # each patch attends within its segment (a tile, a sub-image, a temporal patch or the image; Qwen2.5-VL's
     # windowed layers within a window): vision_inputs.attended_patches, which the memory model's eager scores read too
     return dataclasses.replace(
-        mf, image_lm_tokens=pix.lm_tokens, tower_patches=pix.vision_patches,
+        mf, dora_bytes_per_call=per_call, dora_bytes_per_token_fwd=per_token,
+        image_lm_tokens=pix.lm_tokens, tower_patches=pix.vision_patches,
         tower_mm_params=layers * sum(lin.weight_params for lin in block.block_linears)
         + sum(lin.weight_params for lin in spec.vision.projector),
         tower_attn_per_patch=4 * d_attn * attended_patches(spec, sc) / pix.vision_patches)

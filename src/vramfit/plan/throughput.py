@@ -101,6 +101,9 @@ class ModelFlops:
     tower_patches: int = 0
     tower_mm_params: int = 0
     tower_attn_per_patch: float = 0.0  # mean over the patches (segments of unequal length)
+    # DoRA's weight norms per forward call and its extra elementwise bytes per token (elementwise.dora_traffic)
+    dora_bytes_per_call: int = 0
+    dora_bytes_per_token_fwd: int = 0
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -314,11 +317,13 @@ def mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tra
     shards = optimizer_shards(sc)
     state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
     opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
-    elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora)
+    elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora) + mf.dora_bytes_per_token_fwd
     clone = lora_clone_bytes(sc, lora)  # PEFT's clone of 4-bit outputs (forward, recompute)
+    # DoRA's weight norms: once per forward call and again in a checkpointed recompute (detached: not in backward)
+    dora = mf.dora_bytes_per_call * (1 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
     return {"n_micro": sc.grad_accum, "mm_flops_mb": float(tokens_mb * mm_per_token),
             "attn_flops_mb": float(tokens_mb * attn_per_token),
-            "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone)),
+            "elem_bytes_mb": float(tokens_mb * (elem * fwd_passes + clone) + dora),
             "layers": mf.num_layers, "compiled": bool(sc.compile), "gptq_weights_mb": gptq, "opt_bytes": opt,
             "opt_on_host": sc.offload is not Offload.NONE,
             # torchrun's one OpenMP thread per rank (profile ranks_single_threaded) on a node of several ranks
