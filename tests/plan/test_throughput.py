@@ -125,10 +125,11 @@ def test_benchmark_summary_beats_the_old_model():
     # plain loop's launch and bitsandbytes overheads (Llama-3.2-1B QLoRA at 512 measured 12.8k tokens/s, modelled 24k)
     h200 = everything["VRAMFIT_H200"]["model"]
     assert h200["n"] == 9 and h200["median"] <= 0.28 and h200["p90"] <= 0.56
-    # 14 held-out runs on an H100 (2026-12-05): both whole copies (-57 %), 8-bit AdamW (+103 %) and DoRA (+58 %; +182 %
-    # before its weight norms were timed, plan/elementwise.py dora_traffic) are the misses; plain LoRA is 6 % off
+    # 14 held-out runs on an H100 (2026-12-05): 8-bit AdamW (+103 %) and DoRA (+58 %; +182 % before its weight norms
+    # were timed, plan/elementwise.py dora_traffic) are the misses; plain LoRA is 6 % off, LoRA with both whole copies
+    # too (-57 % when they were timed as adapters)
     h100 = everything["VRAMFIT_H100"]["model"]
-    assert h100["n"] == 14 and h100["median"] <= 0.30 and h100["p90"] <= 0.60
+    assert h100["n"] == 14 and h100["median"] <= 0.25 and h100["p90"] <= 0.60
     assert everything["all"]["model"]["n"] == 128 and everything["held_out"]["model"]["n"] == 110
     # the band every planned time states is the whole set's, the H200 runs included
     assert (SPEED_ERROR_MEDIAN, SPEED_ERROR_P90) == (round(everything["all"]["model"]["median"], 2),

@@ -90,9 +90,11 @@ def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
 
     pix = per_sample(spec, sc) if spec.vision is not None else None
     per_call, per_token = dora_traffic(spec, sc)
+    copies = _copies(spec, sc)
+    extra = {"dora_bytes_per_call": per_call, "dora_bytes_per_token_fwd": per_token, "copy_params": sum(copies.values()),
+             "head_copy_params": copies.get("lm_head", 0)}
     if pix is None:
-        return dataclasses.replace(model_flops(spec, sc.seq_len), dora_bytes_per_call=per_call,
-                                   dora_bytes_per_token_fwd=per_token)
+        return dataclasses.replace(model_flops(spec, sc.seq_len), **extra)
     mf = model_flops(spec, sc.seq_len + pix.lm_tokens)
     block = spec.vision.block
     layers = block.num_hidden_layers
@@ -100,11 +102,18 @@ def scenario_flops(spec: ModelSpec, sc: Scenario) -> ModelFlops:
     # each patch attends within its segment (a tile, a sub-image, a temporal patch or the image; Qwen2.5-VL's
     # windowed layers within a window): vision_inputs.attended_patches, which the memory model's eager scores read too
     return dataclasses.replace(
-        mf, dora_bytes_per_call=per_call, dora_bytes_per_token_fwd=per_token,
-        image_lm_tokens=pix.lm_tokens, tower_patches=pix.vision_patches,
+        mf, **extra, image_lm_tokens=pix.lm_tokens, tower_patches=pix.vision_patches,
         tower_mm_params=layers * sum(lin.weight_params for lin in block.block_linears)
         + sum(lin.weight_params for lin in spec.vision.projector),
         tower_attn_per_patch=4 * d_attn * attended_patches(spec, sc) / pix.vision_patches)
+
+
+def _copies(spec: ModelSpec, sc: Scenario) -> dict[str, int]:
+    """Elements of each trained copy ``modules_to_save`` makes (estimate/saved_modules.py copied_tensors), by name."""
+    from vramfit.estimate.params import base_tensors
+    from vramfit.estimate.saved_modules import copied_tensors
+
+    return {c.name.split(".")[0]: c.numel * c.count for t in base_tensors(spec) for c in copied_tensors(spec, sc, t)}
 
 
 def tower_flops_per_sequence(sc: Scenario, mf: ModelFlops) -> tuple[float, float]:

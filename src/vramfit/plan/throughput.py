@@ -104,6 +104,9 @@ class ModelFlops:
     # DoRA's weight norms per forward call and its extra elementwise bytes per token (elementwise.dora_traffic)
     dora_bytes_per_call: int = 0
     dora_bytes_per_token_fwd: int = 0
+    # PEFT's whole trained copies (modules_to_save): all their elements, and the output layer's copy's alone
+    copy_params: int = 0
+    head_copy_params: int = 0
 
 
 def model_flops(spec: ModelSpec, seq_len: int) -> ModelFlops:
@@ -223,8 +226,10 @@ def sft_work(sc: Scenario, mf: ModelFlops, trainable_params: int) -> Work:
         if sc.expert_parallel > 1:
             return expert_parallel_work(sc, mf, sft_work(replace(sc, expert_parallel=1), mf, trainable_params))
         return model_parallel_work(sc, mf, trainable_params, sft_work)
-    lora = 0 if sc.method is Method.FULL else trainable_params
-    model = train_flops_per_token(mf, sc.method, lora)
+    # the copies train whole weights, not adapters: no rank-r matmuls or adds (an embedding copy's gradient is a
+    # scatter); an output layer's copy adds its weight gradient's matmul, 2 V H per token, to the frozen head's 4 V H
+    lora = 0 if sc.method is Method.FULL else trainable_params - mf.copy_params
+    model = train_flops_per_token(mf, sc.method, lora) + 2 * mf.head_copy_params
     hw = model + recompute_flops_per_token(mf, sc.gradient_checkpointing, lora)
     tokens_mb = sc.micro_batch_size * (sc.seq_len + mf.image_lm_tokens)
     ga = sc.grad_accum
