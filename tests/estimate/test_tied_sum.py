@@ -58,3 +58,11 @@ def test_three_or_two_weight_sized_gradients_at_the_tied_end(extra, sums):
 def test_untied_and_lora_runs_have_no_tied_end():
     for sc in (_tied(model="meta-llama/Llama-3.1-8B"), _tied(method="lora")):
         assert all(p.phase != "backward-end-tied" for p in estimate(parse_scenario(sc)).phases)
+
+
+def test_a_chunked_head_sums_into_its_own_earlier_sum_in_place():
+    """torchtune's chunked loss: the first merge of the output chunks' gradients is out of place (its backward-loss
+    phase, estimate/loss.py projection_stage), so the embedding's gradient meets a fresh sum and is added in place."""
+    sc = _tied(framework="torchtune", loss="chunked")
+    head = round_allocation(V * H * 2)
+    assert _grads(sc, "backward-end-tied") - _grads(sc, "optimizer-step") == head

@@ -33,7 +33,7 @@ from vramfit.estimate.fsdp2 import (
 )
 from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out, tail_gather_output
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks, unit_grads_not_yet_made
-from vramfit.estimate.loss import head_calls, head_grad_is_view, projection_stage
+from vramfit.estimate.loss import head_autocast_calls, head_grad_is_view, projection_stage
 from vramfit.estimate.moe_lora import fsdp2_lora_middle_block, position_kinds
 from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, PhaseBreakdown, StepPhase
@@ -69,12 +69,13 @@ def _tied_end(step: Step) -> bool:
 def _tied_sum(step: Step) -> int:
     """Bytes of the tied weight's summed gradient where autograd adds the two out of place, beside both: the output
     layer's, made by one matmul per micro-batch, is a view (estimate/loss.py head_grad_is_view); several head calls
-    leave a sum made earlier, which takes the embedding's in place. On one GPU or DDP, as the simulator and the
+    (torchtune's output chunks, lit-gpt's chunked head: loss.head_autocast_calls counts every call) leave a sum made
+    earlier, which takes the embedding's in place (tests/estimate/test_loss_order.py). On one GPU or DDP, as the simulator and the
     measured runs show it; FSDP's and ZeRO's ends keep their own models."""
     sc = step.sc
     if not _tied_end(step) or sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
         return 0
-    return step.head_grad if head_grad_is_view(sc, step.profile) and head_calls(sc, step.profile) == 1 else 0
+    return step.head_grad if head_grad_is_view(sc, step.profile) and head_autocast_calls(sc, step.profile) == 1 else 0
 
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
