@@ -16,11 +16,13 @@ from vramfit.scenario import Optimizer
 #: the bytes of the 32-bit one, which would add a setting to search for no memory it saves on the card
 PAGED_FOR = {Optimizer.ADAMW: [Optimizer.PAGED_ADAMW_8BIT.value], Optimizer.ADAMW_8BIT: [Optimizer.PAGED_ADAMW_8BIT.value]}
 
+_PAGED = frozenset((Optimizer.PAGED_ADAMW.value, Optimizer.PAGED_ADAMW_8BIT.value))
+
 
 def timing(c) -> tuple:
     """What the speed model reads of a search setting (``search.Config``): GPUs, sharding, offload,
     checkpointing, and its optimizer if paged (timed with its paging); loss and other optimizers not."""
-    return (*c[:4], c.optimizer if "paged" in c.optimizer else "")
+    return (*c[:4], c.optimizer if c.optimizer in _PAGED else "")
 
 
 def paged_state(trainable: int, c) -> int:
@@ -28,4 +30,4 @@ def paged_state(trainable: int, c) -> int:
     fp32 (4 B each), or 8-bit (1 B each; bitsandbytes optim/optimizer.py Optimizer2State, optim_bits),
     sharded over the GPUs by ZeRO/FSDP."""
     shards = c.num_gpus if layouts.parse(c.parallelism).parallelism not in ("none", "ddp") else 1
-    return int(trainable * (2 if "8bit" in c.optimizer else 8) // shards)
+    return int(trainable * (2 if c.optimizer == Optimizer.PAGED_ADAMW_8BIT.value else 8) // shards)

@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vramfit.estimate.profile_fields import BNB_OPTIMIZERS
 from vramfit.gpus import GPU
 from vramfit.units import GB
+
+_BNB_VALUES = frozenset(o.value for o in BNB_OPTIMIZERS)  # the optimizers bitsandbytes runs, as scenario keys hold them
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def needs(keys: dict) -> tuple[str, ...]:
         out.append("fused-loss")
     if keys.get("attention") == "flash":
         out.append("flash-attention")
-    if "8bit" in str(keys.get("optimizer", "")) or "paged" in str(keys.get("optimizer", "")):
+    if keys.get("optimizer") in _BNB_VALUES:  # not torchao's adamw-8bit-torchao (estimate/profile_fields.py)
         out.append("bnb-optimizer")
     return tuple(out)
 

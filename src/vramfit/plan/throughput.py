@@ -305,6 +305,22 @@ def optimizer_shards(sc: Scenario) -> int:
     return sc.num_gpus if sc.parallelism in (*ZERO_FAMILY, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP) else 1
 
 
+def optimizer_traffic_per_param(sc: Scenario) -> float:
+    """Bytes one optimizer step moves per trainable parameter: it reads the weight it updates, its gradient and its
+    states and writes the weight and the states back, ``2 w + g + 2 s``. ``w`` = ``g``: 4 under ``-mixed`` and fp32
+    (torch AMP's fp32 parameters and gradients), else the 16-bit parameter; ``s``: the optimizer's state per element
+    in its real format (estimate/state.py ``state_bytes_per_element``, the bytes memory counts too).
+    torch AdamW (torch/optim/adamw.py ``_multi_tensor_adamw`` / ``_fused_adamw``): ``exp_avg``, ``exp_avg_sq`` in the
+    parameter's dtype, 7 w. bitsandbytes 8-bit AdamW (v0.50.2 csrc/ops.cuh ``optimizerStatic8bitBlockwise(p, g, state1,
+    state2, ..., absmax1, absmax2, ...)``, one launch per parameter from optim/optimizer.py ``Optimizer2State.update_step``:
+    the 16-bit p and g, both uint8 states and their fp32 absmax per 256 read, p, the states and absmax written):
+    10.06 B per bf16 parameter, not the 7 B a 1-byte "state" width times AdamW's seven accesses gave. SGD: 3 w."""
+    from vramfit.estimate.state import state_bytes_per_element
+
+    w = sc.precision.param_bytes
+    return 3 * w + 2 * state_bytes_per_element(sc.optimizer, w)
+
+
 def mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, trainable: int, tokens_mb: int) -> dict:
     """Per micro-batch matmul/attention FLOPs, memory-bound bytes and optimizer bytes of ``sc`` per GPU."""
     from vramfit.estimate.framework import scenario_profile
@@ -320,8 +336,7 @@ def mechanisms(sc: Scenario, mf: ModelFlops, model: int, hw: int, lora: int, tra
     if sc.quantize.value == "gptq-int4":
         gptq = mf.quantizable_params * (2 + (1 if ck in (Checkpointing.FULL, Checkpointing.OFFLOAD) else 0))
     shards = optimizer_shards(sc)
-    state = 1 if "8bit" in sc.optimizer.value else (4 if sc.precision.mixed or sc.precision is Precision.FP32 else 2)
-    opt = trainable / shards * 7 * state  # read p,g,m,v; write p,m,v: in GPU memory, or host DRAM when offloaded
+    opt = trainable / shards * optimizer_traffic_per_param(sc)  # in GPU memory, or host DRAM when offloaded
     elem = mf.elem_bytes_per_token_fwd + lora_bytes_per_token_fwd(sc, lora) + mf.dora_bytes_per_token_fwd
     clone = lora_clone_bytes(sc, lora)  # PEFT's clone of 4-bit outputs (forward, recompute)
     # DoRA's weight norms: once per forward call and again in a checkpointed recompute (detached: not in backward)
