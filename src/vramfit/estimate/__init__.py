@@ -31,7 +31,7 @@ from vramfit.estimate.result import (
 )
 from vramfit.estimate.saved_modules import notes as saved_module_notes
 from vramfit.estimate.step import Step, compute
-from vramfit.estimate.transients import length_variation_note, step_transients
+from vramfit.estimate.transients import first_step_note, length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
 from vramfit.estimate.zero2_step import flatten_cached, zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
@@ -153,6 +153,8 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
+    if first := first_step_note(r, reserved):
+        out.append(first)
     out.extend(evaluation_notes(r))
     out.extend(reentrant_notes(r.spec, sc, prof))
     return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from vramfit.choices import BNB_4BIT, ZERO_FAMILY
 from vramfit.estimate.allocator import round_allocation
-from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS, K_SMALL_SIZE
 from vramfit.estimate.dora import dora_adapters
 from vramfit.estimate.ds_offload import (
     host_optimizer,
@@ -39,6 +39,7 @@ from vramfit.estimate.state import (
     quantized_weight_bytes,
     shard,
     sharding_for,
+    state_tensors,
 )
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS, torchao_step_bytes
 from vramfit.estimate.vision import skipped_layers_split, trains_vision, vision_adapters, vision_quantized
@@ -87,6 +88,10 @@ class Parts:
     # modules_to_save (estimate/saved_modules.py): the gradient bytes of the embedding's and the output layer's
     # trained copies, which no block makes (the embedding's after the lowest block, the head's at the top)
     copy_grads: tuple[int, int] = (0, 0)
+    # this GPU's gradients and device optimizer states in tensors above kSmallSize (1 MiB, pytorch/pytorch@eb42ad6e
+    # c10/cuda/CUDACachingAllocator.cpp ``get_pool``): the ones the large pool serves, from the loss's cached segments
+    # among others (estimate/transients.py ``first_step_note``); LoRA's rank-r tensors mostly sit in the small pool
+    large_trainable: int = 0
 
 
 def experts_quantized(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -243,10 +248,16 @@ def _trainable_state(p: Parts, sc: Scenario, shd: Sharding, trainable: list) -> 
         p.gradients += shard(grad, shd.grads)
         st = optimizer_state_bytes(t, host_optimizer(sc), state_param_bytes(sc, dtype_bytes))
         device = shard(st.device_bytes, shd.optimizer)
+        p.large_trainable += _large(shard(grad, shd.grads), t.count) + _large(device, t.count * state_tensors(host_optimizer(sc)))
         p.optimizer_state += device
         p.paged_optimizer_state += shard(st.paged_bytes, shd.optimizer)
         opt_host += device
     return opt_host
+
+
+def _large(total: int, tensors: int) -> int:
+    """``total`` bytes in ``tensors`` equal tensors where each is above kSmallSize (a large-pool block), else 0."""
+    return total if tensors and total // tensors > K_SMALL_SIZE.value else 0
 
 
 def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tuple[Parts, list]:

@@ -149,6 +149,12 @@ def state_bytes_per_element(optimizer: Optimizer, param_bytes: int) -> float:
     return (st.device_bytes + st.paged_bytes) / _REFERENCE.numel
 
 
+def state_tensors(optimizer: Optimizer) -> int:
+    """Optimizer-state tensors per parameter, each its own allocation (:func:`optimizer_state_bytes`): AdamW's two
+    moments, else one (a stateless SGD's none are counted as one of zero bytes)."""
+    return 2 if optimizer in _TWO_STATE else 1
+
+
 _TWO_STATE = (
     Optimizer.ADAMW,
     Optimizer.PAGED_ADAMW,

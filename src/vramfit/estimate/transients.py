@@ -206,3 +206,40 @@ def length_variation_note(r, reserved: int, events: list[int] | None = None) -> 
         "per new longest length, most for lengths close to the longest; a shuffled epoch of n batches has about "
         "ln n + 0.6 of them, and batches after the longest add nothing; pack or pad to a fixed length to keep this figure."
     )
+
+
+def first_step_note(r, reserved: int) -> str | None:
+    """The assumption to state where the first step's new tensors can take the loss's cached segments: from the second
+    step on, reserved can then be up to those segments above the estimate's figure.
+
+    Mechanism (the simulator's replay of the real step, sim/cuda_allocator.py; pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp ``get_free_block``: best fit among cached blocks, a larger block split): the
+    first backward makes every gradient and the first ``optimizer.step()`` every state (torch/optim/adamw.py
+    ``_init_group``, bitsandbytes optim/optimizer.py ``init_state``: lazily), after the first loss freed its tensors,
+    so the large ones are carved from the loss's cached segments. ``zero_grad`` frees the gradients but a segment
+    still holding a state cannot give the next loss a whole block: its tensors open new segments, which the next
+    gradients (served from the holes the freed ones left) do not use. How many segments are taken depends on where
+    each tensor lands, so it is stated, not added: ``vramfit measure`` on an H100 (benchmarks/data/measured/
+    vramfit_h100.jsonl, per-step peaks): Qwen3-4B full fine-tuning at 2 x 2,048 reserved 32.66 GB after step 1 and
+    41.38 GB from step 2 (+8.72 GB; the simulator's trace: all three fp32 loss segments hold states), Llama-3.2-1B at
+    4 x 2,048 18.39 -> 22.60 GB (+4.20 GB, one of three); LoRA runs (rank-r tensors under 1 MiB, in the small pool)
+    did not move. Stated on one GPU or under DDP (FSDP and ZeRO have their own reserved models) where the loss's
+    segments are at least 1 % of ``reserved`` and the gradients and states above 1 MiB (``Parts.large_trainable``) can
+    fill at least one fp32 logits block."""
+    from vramfit.choices import Parallelism
+    from vramfit.estimate.loss import vocab_rows
+
+    if r.sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
+        return None
+    loss = transient_reserved(step_transients(r, loss_only=True))[1]
+    block = 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec)
+    if not loss or 100 * loss < reserved or r.parts.large_trainable < block:
+        return None
+    return (
+        f"From the second optimizer step on, reserved memory can be up to {loss / 2**30:,.2f} GiB above this figure: "
+        "the first step's gradients and lazily created optimizer states are placed by best fit in the segments its "
+        "loss left cached, and a segment still holding a state after zero_grad cannot serve the next loss, whose "
+        "tensors open new segments that sit idle at the backward peak. How many are taken depends on where each "
+        "tensor lands (measured on an H100: Qwen3-4B full fine-tuning +8.72 GB after the first step, all of its loss "
+        "segments; Llama-3.2-1B +4.20 GB, one of three); vramfit simulate --full-depth replays the placement."
+    )
