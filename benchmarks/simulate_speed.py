@@ -6,7 +6,8 @@
 
 Goal (issue 4): under 10 s for 8B and under 30 s for 70B on a 2-core machine, per simulation, the
 Python imports (torch, transformers, peft, bitsandbytes: paid once per process) reported separately.
-Each simulation traces two small depths and extrapolates (``layers_traced``).
+LoRA traces two small depths and extrapolates; full fine-tuning traces its whole depth (up to 96 layers,
+sim/engine.py ``default_depths``); ``layers_traced`` says which.
 """
 
 from __future__ import annotations

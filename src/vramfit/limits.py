@@ -93,6 +93,9 @@ SIM_MAX_LORA_RANK = 4096
 #: Decoder layers ``simulate --full-depth`` traces one by one (the default extrapolates from two
 #: small depths instead); 160 covers every catalog model (Llama 3.1 405B: 126).
 SIM_MAX_FULL_DEPTH_LAYERS = 160
+#: Decoder layers up to which full fine-tuning traces its whole depth by default (sim/engine.py ``default_depths``):
+#: Llama-3.1-70B's 80 (9.0 s, benchmarks/simulate_speed.py), not 405B's 126 (34 s under FSDP on 8 GPUs).
+SIM_DEFAULT_FULL_DEPTH_LAYERS = 96
 
 # ------------------------------------------------------------------------------------- web
 #: Bytes of one web API request body: a scenario with a pasted config.json is under 20 KB.

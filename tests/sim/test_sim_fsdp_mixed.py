@@ -37,7 +37,7 @@ def test_fsdp_mixed_precision_estimate_matches_the_simulator(tmp_path, method):
 
 
 def test_fsdp_full_fine_tune_peaks_at_the_end_of_backward():
-    """Llama-2-7B at its full 32 layers (two traced depths, extrapolated): the end of backward holds every sharded
+    """Llama-2-7B at its full 32 layers (traced whole, the default for full fine-tuning): the end of backward holds every sharded
     gradient; estimate within 1 % of the simulator (main's estimator: -16 %, peak put at the optimizer step). The
     simulator reduces in bf16 as accelerate does: reducing in fp32, its reduce-scatter input (the block's gradients
     copied in reduce_dtype) was 375 MB larger and the estimate -2.9 % off. Not counted by the estimator: that

@@ -21,7 +21,7 @@ def simulate(
     scenario_args: dict,
     scenario_file: Path | None,
     json_out: bool = typer.Option(False, "--json", help="Print the result object (with a 'simulation' section) as JSON."),
-    full_depth: bool = typer.Option(False, "--full-depth", help="Trace every decoder layer instead of extrapolating from two small depths."),
+    full_depth: bool = typer.Option(False, "--full-depth", help="Trace every decoder layer instead of extrapolating from two small depths (full fine-tuning does by default, up to 96 layers)."),
     compare: bool = typer.Option(True, "--compare/--no-compare", help="Show the estimator's figures alongside."),
 ) -> None:
     """Run one real training step of the real model on fake tensors (CPU, nothing downloaded) and report its memory.
