@@ -446,7 +446,8 @@ def _zero_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, head
         per_elem = layer / max(1, elems)
     largest, block = ds.zero3_largest(spec, sc, profile)
     model = layer * spec.num_hidden_layers + ds.largest_head(spec, sc, profile)
-    gathered = ds.gathered_bytes(z, per_elem, block if head_inside else largest, model)
+    tied = not spec.lm_head_params and ds.tied_head_inside(z, spec.num_hidden_layers, elems, spec.final_norm_params)
+    gathered = ds.gathered_bytes(z, per_elem, block if head_inside or tied else largest, model)
     if sc.method is not Method.FULL:  # a frozen base keeps its secondary partitions (ds.hpz_gathered)
         return ipg + gathered
     head = spec.lm_head_params or spec.embedding_params

@@ -470,6 +470,20 @@ def gathered_bytes(z: ZeroBuffers, block_bytes_per_elem: float, largest_bytes: i
     return min(model_bytes, live)
 
 
+def tied_head_inside(z: ZeroBuffers, layers: int, layer_elems: int, final_norm_elems: int) -> bool:
+    """Whether a tied embedding (the output layer's weight) stays gathered from the embedding's forward to the output
+    layer's, so it counts inside stage3_max_live_parameters at the loss and one block parameter overshoots the cap.
+    DeepSpeed 0.19.8 partitioned_param_coordinator.py ``__params_to_release`` keeps a module's parameter after its
+    forward if its next use comes within stage3_max_reuse_distance elements of the recorded module order (the walk
+    adds each later submodule's ``ds_numel``): between the embedding and the output layer lie every block and the
+    final norm. Past that distance it is released and gathered again at the head, on top of the cap (Qwen2.5-7B's
+    untied head: 1.49e9 elements live in training, :func:`vramfit.estimate.core.zero3_eval_head_relief`). The
+    simulator at Llama-3.2-1B's whole 16 layers (973,146,112 elements in its blocks and final norm, ZeRO-3 on 8 ranks, bf16-mixed, seq
+    1024): 6,183,384,576 B at the peak; the estimate with the head on top 6,630,796,800 (+7.2 %), inside
+    6,192,726,528 (+0.15 %)."""
+    return layers * layer_elems + final_norm_elems < z.max_reuse_distance
+
+
 def reuse_kept_bytes(z: ZeroBuffers, layers: int, layer_elems: int, head_elems: int, recompute: bool,
                      per_elem: float) -> int:
     """Bytes of the parameters ZeRO-3 keeps gathered from their forward to their backward: a module's parameters
