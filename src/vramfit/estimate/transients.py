@@ -79,9 +79,7 @@ def _head_copy_grad(r, head_copy: int, alloc, free) -> None:
 
 def _loss_from_figures(r, alloc, free, before_backward: list[int]) -> list[int]:
     """Replay the loss from its figures (:class:`vramfit.estimate.loss.LossMemory`), cut at one fp32 logits block."""
-    from vramfit.estimate.loss import vocab_rows
-
-    unit = max(1, 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec))
+    unit = max(1, logits_block(r))
     # a returned KV cache (estimate/loss.py returned_cache_bytes) is counted in the allocated peak only, not replayed:
     # its 2 x layers tensors of one size are not loss blocks (what its cached blocks serve later is not modelled)
     c = r.loss.cache
@@ -178,6 +176,19 @@ def nograd_mlp_bytes(r) -> int:
     return sc.micro_batch_size * sc.seq_len * spec.intermediate_size * width
 
 
+def logits_block(r) -> int:
+    """Bytes of one fp32 logits block, ``4 x tokens x vocabulary rows``: the unit the loss's tensors are cut into
+    (:func:`_loss_from_figures`)."""
+    from vramfit.estimate.loss import vocab_rows
+
+    return 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec)
+
+
+def loss_segments(r) -> int:
+    """Bytes of the segments the loss's tensors alone open in the allocator replay (:func:`transient_reserved`)."""
+    return transient_reserved(step_transients(r, loss_only=True))[1]
+
+
 def length_variation_note(r, reserved: int, events: list[int] | None = None) -> str | None:
     """The assumption to state when the loss's tensors hold most of the transient segments: their
     size is tokens x vocabulary, so the reserved figure then depends on how batch lengths vary.
@@ -194,7 +205,7 @@ def length_variation_note(r, reserved: int, events: list[int] | None = None) -> 
     (a presentation threshold: below it the dependence is within the figure's rounding). ``events``: the
     step's :func:`step_transients`, when the caller already has them.
     """
-    loss_reserved = transient_reserved(step_transients(r, loss_only=True))[1]
+    loss_reserved = loss_segments(r)
     total = transient_reserved(step_transients(r) if events is None else events)[1]
     if 2 * loss_reserved <= total or 100 * loss_reserved < reserved:
         return None
@@ -227,13 +238,11 @@ def first_step_note(r, reserved: int) -> str | None:
     segments are at least 1 % of ``reserved`` and the gradients and states above 1 MiB (``Parts.large_trainable``) can
     fill at least one fp32 logits block."""
     from vramfit.choices import Parallelism
-    from vramfit.estimate.loss import vocab_rows
 
     if r.sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
         return None
-    loss = transient_reserved(step_transients(r, loss_only=True))[1]
-    block = 4 * r.sc.micro_batch_size * r.sc.seq_len * vocab_rows(r.spec)
-    if not loss or 100 * loss < reserved or r.parts.large_trainable < block:
+    loss = loss_segments(r)
+    if not loss or 100 * loss < reserved or r.parts.large_trainable < logits_block(r):
         return None
     return (
         f"From the second optimizer step on, reserved memory can be up to {loss / 2**30:,.2f} GiB above this figure: "
@@ -241,5 +250,5 @@ def first_step_note(r, reserved: int) -> str | None:
         "loss left cached, and a segment still holding a state after zero_grad cannot serve the next loss, whose "
         "tensors open new segments that sit idle at the backward peak. How many are taken depends on where each "
         "tensor lands (measured on an H100: Qwen3-4B full fine-tuning +8.72 GB after the first step, all of its loss "
-        "segments; Llama-3.2-1B +4.20 GB, one of three); vramfit simulate --full-depth replays the placement."
+        "segments; Llama-3.2-1B +4.20 GB, one of three); vramfit simulate replays the placement."
     )

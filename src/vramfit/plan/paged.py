@@ -19,10 +19,15 @@ PAGED_FOR = {Optimizer.ADAMW: [Optimizer.PAGED_ADAMW_8BIT.value], Optimizer.ADAM
 _PAGED = frozenset((Optimizer.PAGED_ADAMW.value, Optimizer.PAGED_ADAMW_8BIT.value))
 
 
+def is_paged(c) -> bool:
+    """Whether the search setting ``c`` runs a bitsandbytes paged optimizer."""
+    return c.optimizer in _PAGED
+
+
 def timing(c) -> tuple:
     """What the speed model reads of a search setting (``search.Config``): GPUs, sharding, offload,
     checkpointing, and its optimizer if paged (timed with its paging); loss and other optimizers not."""
-    return (*c[:4], c.optimizer if c.optimizer in _PAGED else "")
+    return (*c[:4], c.optimizer if is_paged(c) else "")
 
 
 def paged_state(trainable: int, c) -> int:

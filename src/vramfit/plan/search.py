@@ -25,7 +25,7 @@ from vramfit.nodes import network_for
 from vramfit.plan import layouts
 from vramfit.plan.evaluate import Evaluator, class_shifts, gpu_classes
 from vramfit.plan.kernels import card_speed
-from vramfit.plan.paged import PAGED_FOR, paged_state, timing
+from vramfit.plan.paged import PAGED_FOR, is_paged, paged_state, timing
 from vramfit.plan.rental import needs
 from vramfit.plan.screen import CKPT_RANK, OPTIMIZER_RANK, Figures, Screen
 from vramfit.plan.throughput import MFU_DEFAULT, ModelFlops, Speed, Work, net_rate, step_time, step_work
@@ -306,7 +306,7 @@ class Search:
             return None
         link = self._link(g, c.num_gpus)
         card = link[2] if self.mfu is None else None
-        paged = (paged_state(self.trainable, c) if "paged" in c.optimizer else 0) if paged is None else paged
+        paged = (paged_state(self.trainable, c) if is_paged(c) else 0) if paged is None else paged
         s = step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
             peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged)

@@ -130,14 +130,14 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      r"cached, and a segment still holding a state after zero_grad cannot serve the next loss, whose tensors open new "
      r"segments that sit idle at the backward peak\. How many are taken depends on where each tensor lands \(measured "
      r"on an H100: Qwen3-4B full fine-tuning \+8\.72 GB after the first step, all of its loss segments; Llama-3\.2-1B "
-     r"\+4\.20 GB, one of three\); vramfit simulate --full-depth replays the placement\.$",
+     r"\+4\.20 GB, one of three\); vramfit simulate replays the placement\.$",
      "A partir do segundo passo do otimizador, a memória reservada pode ficar até ⟨$1⟩ GiB acima deste valor: os "
      "gradientes do primeiro passo e os estados do otimizador, criados só então, são colocados por melhor ajuste nos "
      "segmentos que a sua perda deixou em cache, e um segmento que ainda guarda um estado depois do zero_grad não "
      "serve a perda seguinte, cujos tensores abrem segmentos novos, parados no pico do backward. Quantos são ocupados "
      "depende de onde cai cada tensor (medido numa H100: Qwen3-4B com ajuste completo +8,72 GB depois do primeiro "
-     "passo, todos os seus segmentos da perda; Llama-3.2-1B +4,20 GB, um de três); vramfit simulate --full-depth "
-     "reproduz a colocação."),
+     "passo, todos os seus segmentos da perda; Llama-3.2-1B +4,20 GB, um de três); vramfit simulate reproduz a "
+     "colocação."),
     (r"^Reserved includes " + _N + r" GiB of sharded gradients cached on FSDP's reduce-scatter stream: after "
      r"zero_grad their blocks serve only later reduce-scatters, not the forward\.$",
      "A memória reservada inclui ⟨$1⟩ GiB de gradientes particionados em cache na stream de reduce-scatter do FSDP: "
