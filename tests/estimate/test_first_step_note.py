@@ -1,6 +1,8 @@
 """The first step's placement note (estimate/transients.py ``first_step_note``): full fine-tuning on one GPU, where the
 first step's gradients and lazily created states can take the loss's cached segments, says how far reserved can rise
-from the second step on; the measured H100 runs lie inside that, and LoRA, FSDP and ZeRO runs get no such note."""
+from the second step on; the measured H100 runs lie inside that, and so does torchtitan's FSDP2 run, whose sharded
+states torch's AdamW creates as lazily; LoRA and ZeRO runs (whose engine creates its states when it is built) get no
+such note."""
 
 from __future__ import annotations
 
@@ -52,7 +54,6 @@ def test_qwen3_4b_full_rises_by_its_loss_segments():
 @pytest.mark.parametrize("keys", [
     {"method": "lora"}, {"method": "qlora"},
     {"method": "full", "parallelism": "zero3", "num_gpus": 2},
-    {"method": "full", "parallelism": "fsdp", "num_gpus": 2},
 ])
 def test_no_note_where_the_first_step_makes_no_large_tensor_or_another_model_holds(keys):
     r = estimate({"model": "meta-llama/Llama-3.1-8B", "micro_batch_size": 2, "seq_len": 2048, "gpu": "h100-sxm", **keys})
@@ -65,3 +66,17 @@ def test_the_note_reads_in_portuguese():
     assert untranslated([note]) == []
     pt = to_pt(note)
     assert pt.startswith("A partir do segundo passo do otimizador") and "8,12 GiB" in pt
+
+
+def test_fsdp_states_are_as_lazy_and_the_measured_torchtitan_run_lies_inside():
+    """TITAN_BENCH_2412-1 (Llama-3.1-8B, FSDP2 on 8 GPUs, 2 x 8,192, 82.4 GiB reserved on a 96 GB card): the estimate
+    reads 78.79 GiB (-4.4 %); the simulator, running torchtitan's step, opens one more fp32 logits block (7.83 GiB) in
+    the second step and reserves 82.53 GiB."""
+    row = next(json.loads(line) for line in (ROOT / "benchmarks/data/measured/public.jsonl").read_text().splitlines()
+               if json.loads(line)["id"] == "TITAN_BENCH_2412-1")
+    sc = {k: v for k, v in row["scenario"].items() if k != "gpu"}  # the run's card had 96 GB, not the catalog's 80
+    r = estimate(sc)
+    bound = _bound(r)
+    logits_block = 4 * 2 * 8192 * 128_256
+    assert bound >= logits_block
+    assert r.peak.reserved_bytes < row["measured"]["bytes"] < r.peak.reserved_bytes + bound

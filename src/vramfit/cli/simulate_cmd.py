@@ -52,7 +52,7 @@ def simulate(
         from vramfit.estimate import estimate as run_estimate
 
         try:
-            estimate = run_estimate(sc)
+            estimate = run_estimate(result.result.scenario)  # the scenario traced (sim/engine.py as_fsdp2)
         except VramfitError:
             estimate = None
     if json_out:

@@ -30,6 +30,7 @@ from vramfit.estimate.fsdp2 import (
     root_resharded,
     second_lowest_block,
     split_root,
+    tied_end,
 )
 from vramfit.estimate.fsdp2_forward import previous_gather_at_copy_out, tail_gather_output
 from vramfit.estimate.grad_op import resharded_above_lowest, resharded_after_blocks, unit_grads_not_yet_made
@@ -72,10 +73,14 @@ def _tied_sum(step: Step) -> int:
     (torchtune's output chunks, lit-gpt's chunked head: loss.head_autocast_calls counts every call) leave a sum made
     earlier, which takes the embedding's in place (tests/estimate/test_loss_order.py). On one GPU or DDP, as the simulator and the
     measured runs show it; FSDP's and ZeRO's ends keep their own models."""
-    sc = step.sc
-    if not _tied_end(step) or sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
+    if not _tied_end(step) or step.sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
         return 0
-    return step.head_grad if head_grad_is_view(sc, step.profile) and head_autocast_calls(sc, step.profile) == 1 else 0
+    return step.head_grad if _tied_out_of_place(step) else 0
+
+
+def _tied_out_of_place(step: Step) -> bool:
+    """Whether the tied weight's two gradients are added out of place (:func:`_tied_sum`)."""
+    return head_grad_is_view(step.sc, step.profile) and head_autocast_calls(step.sc, step.profile) == 1
 
 
 # A phase happens in a step when its rule says so; the order here is the order results list them.
@@ -181,7 +186,8 @@ def gradients(step: Step) -> Iterator[Contribution]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
-    yield Contribution("gradients", BT, all_grads + head + _tied_sum(step))
+    fsdp2_tied = tied_end(step, _tied_out_of_place(step))  # FSDP2: the shards, the gathered weight's three
+    yield Contribution("gradients", BT, fsdp2_tied[0] if fsdp2_tied else all_grads + head + _tied_sum(step))
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
@@ -259,7 +265,9 @@ def communication(step: Step) -> Iterator[Contribution]:
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root - zero3_head_on_top(
         step.spec, step.sc, step.profile))
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
-        yield Contribution("comm_buffers", phase, comm - resharded_after_blocks(step) - bwd_root)
+        fsdp2_tied = tied_end(step, _tied_out_of_place(step)) if phase is BT else None
+        yield Contribution("comm_buffers", phase,
+                           fsdp2_tied[2] if fsdp2_tied else comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
@@ -288,8 +296,10 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
     yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
-    # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward
-    yield Contribution("temporaries", BT, norms[BT])
+    # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward; under
+    # FSDP2 its whole gradients there (estimate/fsdp2.py tied_end)
+    fsdp2_tied = tied_end(step, _tied_out_of_place(step))
+    yield Contribution("temporaries", BT, norms[BT] + (fsdp2_tied[1] if fsdp2_tied else 0))
 
 
 def framework_buffers(step: Step) -> Iterator[Contribution]:

@@ -104,7 +104,12 @@ def head_grad_is_view(sc: Scenario, profile: FrameworkProfile) -> bool:
     custom Function's fresh gradient."""
     if sc.loss is Loss.FUSED or profile.standard_loss in _HEAD_GRAD_IN_KERNEL:
         return False
-    return not sc.precision.mixed
+    from vramfit.estimate.framework import casts_params
+
+    # a -mixed run whose wrapper casts the parameters (FSDP's MixedPrecisionPolicy, the DeepSpeed engine) has no
+    # autocast copy of the weight, so no ToCopyBackward: the view stays (the simulator's accelerate FSDP2 of
+    # Llama-3.2-1B in bf16-mixed traces the same aten::add as in bf16-true)
+    return not sc.precision.mixed or casts_params(sc, profile)
 
 
 def head_calls(sc: Scenario, profile: FrameworkProfile) -> int:

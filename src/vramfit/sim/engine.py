@@ -101,7 +101,7 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
     from vramfit.sim.build import num_layers_of
 
     t0 = time.perf_counter()
-    sc = parse_scenario(scenario)
+    sc, ran_as = as_fsdp2(parse_scenario(scenario))
     _check(sc)
     _check_model(sc)
     model_id, config, origin, notes, num_params = resolve_config(sc)
@@ -141,7 +141,33 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
     if sc.method is Method.FULL:
         n_train = num_params
     return _result(sc, model_id, origin, notes, num_params, n_train, summary, depths, full,
-                   list(notes) + assumptions, time.perf_counter() - t0)
+                   list(notes) + ran_as + assumptions, time.perf_counter() - t0)
+
+
+def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
+    """The scenario the simulator runs, and what it says where that is not the one asked for.
+
+    It shards with FSDP2 only (sim/fsdp.py). A framework whose FSDP is FSDP1 (hf: accelerate's plugin defaults
+    ``fsdp_version`` to 1, choices.py ``FsdpVersion``) and that offers FSDP2 as well (its profile's ``fsdp2_variant``:
+    accelerate's ``fsdp2_prepare_model``) is traced as ``fsdp_version: 2``, and the result's scenario says so, so
+    that its estimate beside it is the same run's. FSDP1 itself (``FullyShardedDataParallel``: flat parameters, its
+    own units and streams) is not traced: its figures are the estimator's alone."""
+    from dataclasses import replace
+
+    from vramfit.choices import FsdpVersion
+    from vramfit.estimate.framework import profile_for, scenario_profile
+
+    if sc.parallelism not in _FSDP or sc.num_gpus < 2 or scenario_profile(sc).fsdp2:
+        return sc, []
+    if profile_for(sc.framework, sc.framework_version).fsdp2_variant is None:
+        raise ScenarioError("framework", f"the simulator shards with FSDP2 only, and {sc.framework.value} runs "
+                            "FSDP1 only: estimator-only", ["hf", "torchtitan"])
+    asked = "fsdp_version 1" if sc.fsdp_version is FsdpVersion.V1 else \
+        f"fsdp_version auto, FSDP1 under {sc.framework.value} (accelerate's default)"
+    note = (f"Traced with FSDP2 as accelerate prepares it (fsdp_version 2), not the scenario's FSDP1 ({asked}): the "
+            "simulator shards with FSDP2 only, so this trace and the estimate beside it are fsdp_version 2's; "
+            "`vramfit estimate` gives FSDP1's.")
+    return replace(sc, fsdp_version=FsdpVersion.V2), [note]
 
 
 def default_depths(sc: Scenario, config: dict, full: int) -> tuple[tuple[int, ...], tuple[int, int]]:
