@@ -98,7 +98,8 @@ def _context_note(sc: Scenario, card) -> str:
             f"{measured}; `vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.")
 
 
-def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None) -> list[str]:
+def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None,
+                 headroom: int | None = None) -> list[str]:
     prof = r.profile
     default = dict(prof.default_precision).get(sc.method)
     out = [
@@ -153,7 +154,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
-    if first := first_step_note(r, reserved):
+    if first := first_step_note(r, reserved, headroom):
         out.append(first)
     out.extend(evaluation_notes(r))
     out.extend(reentrant_notes(r.spec, sc, prof))
@@ -448,7 +449,8 @@ def estimate_spec(
     reserved, device, full_card = on_card(card, reserved, device, required, parts.paged_optimizer_state)
     comps = _components(sc, r, breakdowns[peak_phase], reserved - allocated, ctx, nccl)
     past = past_context_note(sc.seq_len, trained_context(spec, origin))  # the rule fit states too (models/context.py)
-    assumptions = list(notes) + ([past] if past else []) + _assumptions(sc, r, spec, reserved, events)
+    headroom = None if card is None else max(0, card.usable_bytes - device)  # what reserved can still grow into
+    assumptions = list(notes) + ([past] if past else []) + _assumptions(sc, r, spec, reserved, events, headroom)
     assumptions += [fc.note()] if fc is not None else []
     assumptions += full_card
     return EstimateResult(

@@ -219,7 +219,7 @@ def length_variation_note(r, reserved: int, events: list[int] | None = None) -> 
     )
 
 
-def first_step_note(r, reserved: int) -> str | None:
+def first_step_note(r, reserved: int, headroom: int | None = None) -> str | None:
     """The assumption to state where the first step's new tensors can take the loss's cached segments: from the second
     step on, reserved can then be up to those segments above the estimate's figure.
 
@@ -239,13 +239,19 @@ def first_step_note(r, reserved: int) -> str | None:
     opens one more 7.83 GiB segment, the fp32 logits block, in the second step, and reserves 82.53 GiB against the
     82.4 measured, where the estimate reads 78.79. Stated on one GPU, under DDP and under FSDP (ZeRO creates its
     states when the engine is built) where the loss's segments are at least 1 % of ``reserved`` and the gradients and
-    states above 1 MiB (``Parts.large_trainable``) can fill at least one fp32 logits block."""
+    states above 1 MiB (``Parts.large_trainable``) can fill at least one fp32 logits block. ``headroom``: what the
+    scenario's card leaves above the device figure; the rise stated is at most that, since an allocation that finds no
+    room releases the cached segments and retries."""
     from vramfit.choices import FSDP_FAMILY, Parallelism
 
     if r.sc.parallelism not in (Parallelism.NONE, Parallelism.DDP, *FSDP_FAMILY):
         return None
     loss = loss_segments(r)
-    if not loss or 100 * loss < reserved or r.parts.large_trainable < logits_block(r):
+    if not loss or r.parts.large_trainable < logits_block(r):
+        return None
+    if headroom is not None:  # on a card, an allocation that finds no room releases the cached segments and retries
+        loss = min(loss, headroom)  # (CUDACachingAllocator.cpp release_cached_blocks): reserved stops at the card
+    if 100 * loss < reserved:
         return None
     return (
         f"From the second optimizer step on, reserved memory can be up to {loss / 2**30:,.2f} GiB above this figure: "
