@@ -58,6 +58,9 @@ def simulation_figures(scenario: Scenario) -> tuple[dict[str, Any] | None, str]:
         return None, f"simulation failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if not any(k in figures for k in PEAKS):
         return None, "simulation returned no peak figures"
+    traced = getattr(inner, "scenario", None)
+    if getattr(traced, "fsdp_version", None) not in (None, scenario.fsdp_version):  # sim/engine.py as_fsdp2
+        return figures, f"simulation: {inner.assumptions[0]}"
     return figures, ""
 
 
