@@ -151,14 +151,22 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         from vramfit.estimate.ranks import layout_note
 
         out.append(layout_note(sc, r.ranks))
+    out.extend(_segment_notes(r, reserved, events, headroom))
+    out.extend(evaluation_notes(r))
+    out.extend(reentrant_notes(r.spec, sc, prof))
+    return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
+
+
+def _segment_notes(r: Step, reserved: int, events: list[int] | None, headroom: int | None) -> list[str]:
+    """What the reserved figure depends on beyond this step: batch-length variation and the first step's placement
+    (estimate/transients.py)."""
+    out = []
     note = length_variation_note(r, reserved, events)
     if note and not step_fits_in_load(r):  # in the load's cached blocks a longer batch opens no segment
         out.append(note)
     if first := first_step_note(r, reserved, headroom):
         out.append(first)
-    out.extend(evaluation_notes(r))
-    out.extend(reentrant_notes(r.spec, sc, prof))
-    return out + longest_first_notes(r) + fsdp_reserved_notes(r, reserved) + load_notes(r, reserved) + fsdp2_notes(sc, prof)
+    return out
 
 
 def inert_key_notes(sc: Scenario, spec) -> list[str]:

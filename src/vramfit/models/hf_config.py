@@ -241,6 +241,7 @@ def _llama_like(c: _Cfg) -> ModelSpec:
         sandwich_norms=mt in _SANDWICH_NORM, sliding_mask_copies_v4=mt == "gemma3_text",
         rope_cache_v4_last=_ROPE_CACHE_V4_LAST.get(mt, 0),
         fused_qkv="qkv_proj" if mt == "phi3" else "", fused_gate_up="gate_up_proj" if mt == "phi3" else "",
+        rope_concat=mt == "phi3",
         **moe, **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

@@ -138,7 +138,7 @@ def _gpt_neox(c: _Cfg) -> ModelSpec:
         parallel_attn_mlp=c.bool("use_parallel_residual", default=True),
         parallel_norms=2,  # GPTNeoXLayer: input_layernorm and post_attention_layernorm
         partial_rotary_factor=c.rope_fraction("rotary_pct", "partial_rotary_factor"),
-        fused_qkv="query_key_value",
+        fused_qkv="query_key_value", rope_concat=True,
         **_family(c, act), **_embeddings(vocab, hidden, tie), **_common(c),
     )
 

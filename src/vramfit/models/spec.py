@@ -204,6 +204,12 @@ class ModelSpec:
     # ``attention_mask[:, :, :, mask_indexes]``; estimate/forward_extras.py sliding_window_masks)
     sliding_mask_copies_v4: bool = False
     partial_rotary_factor: float = 1.0
+    # the family's apply_rotary_pos_emb ends in ``torch.cat([q_embed, q_pass], dim=-1)`` whatever the rotary fraction
+    # (transformers v5.24.0 models/phi3/modeling_phi3.py l. 184, models/gpt_neox/modeling_gpt_neox.py l. 138): q reaches
+    # SDPA [B, H, S, D]-contiguous, the flash kernel writes its output in q's layout (torch v2.13.0
+    # _meta_registrations.py meta__scaled_dot_product_flash_attention ``torch.empty_like(query)``), so the
+    # ``transpose(1, 2)`` and ``.contiguous()`` before o_proj copy it (estimate/activations.py)
+    rope_concat: bool = False
     max_position_embeddings: int = 0
     # --- family facts the estimator reads (filled by the config reader; never a model_type test) ---
     # the last transformers 4.x minor release whose modelling of this family gives every attention layer its own
