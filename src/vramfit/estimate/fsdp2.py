@@ -368,7 +368,7 @@ def tied_end(step: Step, out_of_place: bool) -> tuple[int, int, int] | None:
     the first is a view (``out_of_place``, estimate/loss.py ``head_grad_is_view``): three weight-sized tensors. Every
     other unit holds its reduced shard, and the lowest block's flat reduce-scatter input is still kept (module
     docstring, 1) until this unit's post-backward, which comes after the sum. The simulator's accelerate FSDP2 of
-    Llama-3.2-1B (full, bf16, 2 GPUs, 1 x 512) peaks there: 6,926,811,136 B allocated, the shards 0.906 GiB, the
+    Llama-3.2-1B (full, bf16, 2 GPUs, 1 x 512) peaks there: 6,926,992,384 B allocated, the shards 0.906 GiB, the
     gathered weight, the three gradients and the block's input 0.113 GiB; the estimate had the weight's shard in
     place of two of the three (-5.6 %)."""
     sc = step.sc
