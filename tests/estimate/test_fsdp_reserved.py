@@ -134,21 +134,17 @@ AG_IDLE = 251 * 2 * MiB + 194 * 2 * MiB - 404_766_720
 
 
 def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
-    # the forward's 12 MiB cannot reuse the gradients freed by zero_grad on the reduce-scatter stream: default-stream
-    # high-water 12 + single-stream slack (13 - 12) + the gradient pool, plus FSDP2's all-gather stream (8192 tokens:
-    # the fp32 logits freed before the end of backward host its embedding gradient and root input,
-    # estimate/fsdp2_end.py, so no segment opens there). FSDP2's pool is the shards themselves, its reduce-scatter
-    # outputs (Llama-2-7B's gradient shards over 8 ranks: 1,684,603,904 B), not the most a phase's gradients come to
+    # the forward's 12 MiB cannot reuse the 4 MiB of gradients freed by zero_grad on the reduce-scatter
+    # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4, plus FSDP2's
+    # all-gather stream (8192 tokens: the fp32 logits freed before the end of backward host its embedding gradient and
+    # root input, estimate/fsdp2_end.py, so no segment opens there)
     r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, seq_len=8192))
-    pool = r.parts.gradients
-    assert gradient_pool(r, PHASES) == pool == 1_684_603_904
+    assert gradient_pool(r, PHASES) == 4 * MiB
     assert allgather_pool_idle(r) == AG_IDLE == 528_465_920
-    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 13 * MiB + pool + AG_IDLE
-    # a gradient-heavy phase: 9 MiB without its gradients (at most the shards) is under the forward's 12
+    assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB + AG_IDLE
+    # a gradient-heavy phase: 9 MiB without gradients is under the forward's 12
     heavy = {**PHASES, "optimizer-step": {"gradients": 8 * MiB, "optimizer_state": 7 * MiB, "weights": 2 * MiB}}
-    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + pool + AG_IDLE
-    # FSDP1 (hf's default) keeps the most any phase's gradients come to
-    assert gradient_pool(compute(LLAMA2, _sc(method="full", num_gpus=8)), PHASES) == 4 * MiB
+    assert fsdp_reserved(r, heavy, 17 * MiB, 18 * MiB) == 12 * MiB + 1 * MiB + 8 * MiB + AG_IDLE
 
 
 def test_offloaded_shards_are_copied_in_on_the_all_gather_stream():

@@ -87,7 +87,9 @@ def configs(tmp_path_factory) -> dict[str, str]:
 def test_sweep_case_agrees_with_simulator(configs, scenario, phase):
     sc = {**scenario, "model": configs[scenario["model"]]}
     sim = simulate(sc, layers=LAYERS).result.peak
-    est = max((p for p in estimate(sc).phases if p.phase != "generate"), key=lambda p: p.allocated_bytes)
+    # an exact tie is decided for the phase named (gemma2-qlora-fsdp2: forward's logits moment and the loss's backward
+    # hold the same 6,754,906,624 B once no block is prefetched during the loss's backward, estimate/fsdp2.py)
+    est = max((p for p in estimate(sc).phases if p.phase != "generate"), key=lambda p: (p.allocated_bytes, p.phase == phase))
     assert est.phase == phase, est.phase
     detail = (f"simulated {sim.allocated_bytes:,} B in {sim.phase} {dict(sim.breakdown)}; "
               f"estimated {est.allocated_bytes:,} B in {est.phase} {dict(est.breakdown)}")

@@ -231,20 +231,11 @@ GRADS_ON_SIDE_STREAM = frozenset({Parallelism.FSDP, Parallelism.FSDP_GRAD_OP})
 
 def gradient_pool(r, phases: dict[str, dict[str, int]]) -> int:
     """Bytes of sharded gradients cached on the reduce-scatter stream: the most any phase holds
-    (0 unless the parallelism reduce-scatters on a side stream across several GPUs).
-
-    FSDP2: the shards themselves (``parts.gradients``), not the most any phase's gradients come to. Its
-    reduce-scatter outputs, whose views the shards are, are what that stream allocates (estimate/fsdp2.py, 1); a unit's
-    whole gradients, the tied weight's sum and the flat reduce-scatter input are the default stream's. The simulator
-    (sim/trace.py streams; Qwen2.5-0.5B full, bf16, FSDP2 on 2 GPUs, 1 x 1,024 checkpointed) caches 0.50 GiB on the
-    reduce-scatter stream, the shards' 0.46 GiB; the most a phase's gradients came to was 0.97 GiB (the end of
-    backward's, the embedding's whole gradient among them), and the estimate's reserved read +24 % against the trace."""
-    from vramfit.estimate.fsdp2 import _runs_fsdp2, shards_offloaded
+    (0 unless the parallelism reduce-scatters on a side stream across several GPUs)."""
+    from vramfit.estimate.fsdp2 import shards_offloaded
 
     if r.sc.parallelism not in GRADS_ON_SIDE_STREAM or r.sc.shard_group < 2 or shards_offloaded(r):
         return 0  # offloaded FSDP2 shards go to the host: the stream caches outputs only (estimate/fsdp2.py, 8)
-    if _runs_fsdp2(r):
-        return r.parts.gradients
     return max((parts.get("gradients", 0) for parts in phases.values()), default=0)
 
 
@@ -270,8 +261,7 @@ def fsdp_reserved(r, phases: dict[str, dict[str, int]], allocated: int, reserved
         reserved = max(reserved, block + (reserved - allocated) + opened)
     pool = gradient_pool(r, phases)
     if pool:
-        # each phase less the gradients the side stream holds (FSDP2: at most the shards; the rest is the default's)
-        default_peak = max(sum(parts.values()) - min(parts.get("gradients", 0), pool) for parts in phases.values())
+        default_peak = max(sum(parts.values()) - parts.get("gradients", 0) for parts in phases.values())
         reserved = max(reserved, default_peak + (reserved - allocated) + pool)
     reserved += allgather_pool_idle(r)  # FSDP2's all-gather copy-in stream (estimate/fsdp2.py, 7)
     reserved += reduce_output_pool(r)  # and its reduce-scatter stream's transient outputs (estimate/fsdp2.py, 8)

@@ -237,7 +237,7 @@ def first_step_note(r, reserved: int, headroom: int | None = None) -> str | None
     did not move. FSDP's sharded states are created as lazily (torch's AdamW on the shards): the simulator's torchtitan
     run of TITAN_BENCH_2412-1 (Llama-3.1-8B, FSDP2 on 8 GPUs, 2 x 8,192; benchmarks/data/measured/public.jsonl)
     opens one more 7.83 GiB segment, the fp32 logits block, in the second step, and reserves 82.53 GiB against the
-    82.4 measured, where the estimate reads 78.79. Stated on one GPU, under DDP and under FSDP (ZeRO creates its
+    82.4 measured, where the estimate reads 80.18. Stated on one GPU, under DDP and under FSDP (ZeRO creates its
     states when the engine is built) where the loss's segments are at least 1 % of ``reserved`` and the gradients and
     states above 1 MiB (``Parts.large_trainable``) can fill at least one fp32 logits block. ``headroom``: what the
     scenario's card leaves above the device figure; the rise stated is at most that, since an allocation that finds no
