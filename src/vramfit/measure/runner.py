@@ -60,7 +60,10 @@ def simulation_figures(scenario: Scenario) -> tuple[dict[str, Any] | None, str]:
         return None, "simulation returned no peak figures"
     traced = getattr(inner, "scenario", None)
     if getattr(traced, "fsdp_version", None) not in (None, scenario.fsdp_version):  # sim/engine.py as_fsdp2
-        return figures, f"simulation: {inner.assumptions[0]}"
+        from vramfit.sim.engine import FSDP2_TRACED  # after the model's own notes, so found by its opening
+
+        said = next((a for a in inner.assumptions if a.startswith(FSDP2_TRACED)), FSDP2_TRACED)
+        return figures, f"simulation: {said}"
     return figures, ""
 
 

@@ -144,6 +144,10 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
                    list(notes) + ran_as + assumptions, time.perf_counter() - t0)
 
 
+#: how a trace run with FSDP2 in place of the scenario's FSDP1 begins its assumption (:func:`as_fsdp2`)
+FSDP2_TRACED = "Traced with FSDP2 as accelerate prepares it (fsdp_version 2)"
+
+
 def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
     """The scenario the simulator runs, and what it says where that is not the one asked for.
 
@@ -164,7 +168,7 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
                             "FSDP1 only: estimator-only", ["hf", "torchtitan"])
     asked = "fsdp_version 1" if sc.fsdp_version is FsdpVersion.V1 else \
         f"fsdp_version auto, FSDP1 under {sc.framework.value} (accelerate's default)"
-    note = (f"Traced with FSDP2 as accelerate prepares it (fsdp_version 2), not the scenario's FSDP1 ({asked}): the "
+    note = (f"{FSDP2_TRACED}, not the scenario's FSDP1 ({asked}): the "
             "simulator shards with FSDP2 only, so this trace and the estimate beside it are fsdp_version 2's; "
             "`vramfit estimate` gives FSDP1's.")
     return replace(sc, fsdp_version=FsdpVersion.V2), [note]
