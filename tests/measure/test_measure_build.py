@@ -126,7 +126,8 @@ def test_missing_weights_directory_is_a_user_error(tiny, tmp_path):
     ({"method": "qlora", "num_gpus": 2, "parallelism": "fsdp"}, "parallelism"),
     ({"num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer"}, "offload"),
     ({"num_gpus": 2, "parallelism": "fsdp-no-shard"}, "parallelism"),
-], ids=["zero3", "int8", "chunked-loss", "torchtune", "qlora-fsdp", "optimizer-offload", "fsdp-no-shard"])
+    ({"compile": True}, "compile"),  # the harness runs eagerly: a compiled run's record would hold an eager one's
+], ids=["zero3", "int8", "chunked-loss", "torchtune", "qlora-fsdp", "optimizer-offload", "fsdp-no-shard", "compile"])
 def test_unmeasurable_values_name_the_key(tiny, keys, key):
     with pytest.raises(ScenarioError) as err:
         check_measurable(parse_scenario(tiny(**keys)))

@@ -66,6 +66,8 @@ def check_measurable(scenario: Scenario) -> None:
     if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP:  # torchtitan's own blocks only
         raise ScenarioError("gradient_checkpointing", "selective-op (torchtitan's op policy) is not measurable",
                             [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
+    if scenario.compile:  # the harness runs the model eagerly: a compiled run's figures would be an eager one's
+        raise ScenarioError("compile", "vramfit measure runs the model eagerly, not torch.compile'd", ["false"])
     if scenario.method is Method.QLORA and scenario.quantize not in _QUANT_4BIT:
         raise ScenarioError("quantize", f"{scenario.quantize.value} is not measurable yet",
                             [q.value for q in _QUANT_4BIT])

@@ -102,6 +102,8 @@ def simulate(scenario: Any, layers: int | tuple[int, ...] | None = None,
 
     t0 = time.perf_counter()
     sc, ran_as = as_fsdp2(parse_scenario(scenario))
+    sc, eager = as_eager(sc)
+    ran_as += eager
     _check(sc)
     _check_model(sc)
     model_id, config, origin, notes, num_params = resolve_config(sc)
@@ -172,6 +174,25 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
             "simulator shards with FSDP2 only, so this trace and the estimate beside it are fsdp_version 2's; "
             "`vramfit estimate` gives FSDP1's.")
     return replace(sc, fsdp_version=FsdpVersion.V2), [note]
+
+
+#: how a trace of a ``compile: true`` scenario begins its assumption (:func:`as_eager`)
+EAGER_TRACED = "Traced eagerly (compile: false)"
+
+
+def as_eager(sc: Scenario) -> tuple[Scenario, list[str]]:
+    """The scenario traced in place of a compiled one, and the note that says so. The simulator runs every op through
+    fake tensors eagerly; what ``torch.compile`` changes (AOTAutograd's partition of each compiled graph into the
+    tensors its backward reads, fused kernels' intermediates: estimate/block_extras.py ``op_sac_saved``,
+    estimate/norms.py, estimate/loss.py ``compiles_loss``) is the estimator's alone, so the trace is set against
+    the estimate of the same run uncompiled."""
+    from dataclasses import replace
+
+    if not sc.compile:
+        return sc, []
+    note = (f"{EAGER_TRACED}: the simulator does not run torch.compile, so this trace and the estimate beside it "
+            "are the eager run's; `vramfit estimate` gives the compiled one's.")
+    return replace(sc, compile=False), [note]
 
 
 def default_depths(sc: Scenario, config: dict, full: int) -> tuple[tuple[int, ...], tuple[int, int]]:
