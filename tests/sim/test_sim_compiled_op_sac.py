@@ -123,6 +123,10 @@ def test_compiled_llama_8b_keeps_four_gib_less_at_torchtitans_benchmark():
           "parallelism": "fsdp", "framework": "torchtitan"}
     eager, compiled = estimate(sc), estimate({**sc, "compile": True})
     assert eager.peak.allocated_bytes - compiled.peak.allocated_bytes == 32 * 16384 * 4096 * 2
+    said = [a for a in compiled.assumptions if a.startswith("torch.compile: each decoder block compiled; the final "
+                                                            "norm, output layer and loss eager")]
+    assert len(said) == 1 and said[0].endswith("not its down projection's output, which eager SAC caches.")
+    assert not [a for a in eager.assumptions if a.startswith("torch.compile")]
 
 
 def test_the_simulator_traces_a_compiled_scenario_eagerly_and_says_so():

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from vramfit.calibration import Calibration, adjust
 from vramfit.errors import ScenarioError
 from vramfit.estimate.accuracy import accuracy_for
+from vramfit.estimate.block_extras import compile_note
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.deepspeed import master_note, trainer_note, unread_note
 from vramfit.estimate.dora import dora_notes
@@ -113,6 +114,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         _context_note(sc, r.card),
     ]
+    out += [n for n in (compile_note(spec, sc, prof),) if n]
     if sc.method is not Method.FULL:
         dropout = prof.lora_dropout(sc.lora_dropout)
         out += [f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "

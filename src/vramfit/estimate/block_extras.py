@@ -141,6 +141,22 @@ def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> in
     return sum(kept) + round_allocation(c * T * a * d) + round_allocation(4 * T * a)
 
 
+def compile_note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> str | None:
+    """What ``compile: true`` changes in the count (the estimator's assumption; None uncompiled): the framework's scope
+    (profile ``compile_scope``), the compiled norms and MLP (estimate/norms.py, estimate/activations.py) and, under
+    op-level selective AC, the branch outputs AOTAutograd does not keep (:func:`op_sac_saved`)."""
+    if not sc.compile:
+        return None
+    scope = ("each decoder block compiled; the final norm, output layer and loss eager"
+             if profile.compile_scope is CompileScope.BLOCKS else "the model and the loss compiled")
+    dropped = any(i % 2 == 0 and _feeds_residual_only(spec, lin) for i, lin in enumerate(spec.block_linears))
+    sac = (" Under op-level selective AC a compiled block keeps only what its backward reads: not its down "
+           "projection's output, which eager SAC caches." if sc.gradient_checkpointing is Checkpointing.SELECTIVE_OP
+           and dropped else "")
+    return (f"torch.compile: {scope} (AOTAutograd's min-cut partition): a compiled norm keeps its input and per-token "
+            f"statistics, and the MLP's activation is recomputed in backward.{sac}")
+
+
 def _feeds_residual_only(spec: ModelSpec, lin) -> bool:
     """``lin`` writes its branch's output straight into the residual stream: the last linear of a dense attention or
     MLP group, hidden-sized, with no post-branch norm reading it (``spec.sandwich_norms``: Gemma 2 / 3 norm the

@@ -31,6 +31,17 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"^Loss: ", "Perda: "),
     (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
     (r"fp32 logits from the model, CrossEntropyLoss", "logits fp32 do modelo, CrossEntropyLoss"),
+    (r"^torch\.compile: each decoder block compiled; the final norm, output layer and loss eager ",
+     "torch.compile: cada bloco do decoder compilado; a normalização final, a camada de saída e a perda em modo eager "),
+    (r"^torch\.compile: the model and the loss compiled ", "torch.compile: o modelo e a perda compilados "),
+    (r"\(AOTAutograd's min-cut partition\): a compiled norm keeps its input and per-token statistics, and the MLP's "
+     r"activation is recomputed in backward\.",
+     "(partição min-cut do AOTAutograd): uma normalização compilada guarda a sua entrada e as estatísticas por token, "
+     "e a ativação do MLP é recalculada no backward."),
+    (r" Under op-level selective AC a compiled block keeps only what its backward reads: not its down projection's "
+     r"output, which eager SAC caches\.$",
+     " Com o AC seletivo por operação, um bloco compilado guarda só o que o seu backward lê: não a saída da sua "
+     "projeção down, que o SAC eager guarda."),
     (r"^Gradients are freed with zero_grad\(set_to_none=True\) after each optimizer step\.$",
      "Os gradientes são libertados com zero_grad(set_to_none=True) depois de cada passo do otimizador."),
     (r"^CUDA context and lazily loaded kernels assumed " + _N + r" MiB per GPU( \(measured on an H200, torch 2\.11 \+ "
