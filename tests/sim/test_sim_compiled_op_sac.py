@@ -141,7 +141,8 @@ def test_the_simulator_traces_a_compiled_scenario_eagerly_and_says_so():
     assert as_eager(traced) == (traced, [])
 
 
-def _runtime_saved(compiled: bool, hidden: int = 512, inter: int = 1792, tokens: int = 256) -> tuple[int, dict]:
+def _runtime_saved(compiled: bool, hidden: int = 512, inter: int = 1792, tokens: int = 256,
+                   lora: bool = False) -> tuple[int, dict]:
     """Bytes of the distinct storages a transformers Llama layer (bf16, no checkpointing) saves for backward, its
     parameters and the shared rotary cos/sin left out, read at run time through autograd's saved-tensor hooks (a
     compiled graph's saved outputs pass them too, each storage once however many views)."""
@@ -153,6 +154,16 @@ def _runtime_saved(compiled: bool, hidden: int = 512, inter: int = 1792, tokens:
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     layer = LlamaDecoderLayer(cfg, 0).to(torch.bfloat16)
+    if lora:  # PEFT LoRA r16 on every linear, dropout 0, fp32 adapters on the bf16 base (autocast_adapter_dtype)
+        from peft import LoraConfig, inject_adapter_in_model
+
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        layer = inject_adapter_in_model(LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=targets), layer)
+        for name, p in layer.named_parameters():
+            p.requires_grad_("lora_" in name)
+            if "lora_" in name:
+                p.data = p.data.float()
+    # a layer past the first: its input carries a gradient (the first layer's norm saves nothing for its frozen input)
     x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(tokens)[None])
 
@@ -183,22 +194,27 @@ def _runtime_saved(compiled: bool, hidden: int = 512, inter: int = 1792, tokens:
     return sum(saved.values()), cfg_dict
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_a_transformers_llama_layer_saves_what_the_estimator_counts(tmp_path, compiled):
+@pytest.mark.parametrize("compiled, lora, per_token", [(False, False, 25624), (True, False, 17944),
+                                                        (False, True, 37848), (True, True, 26072)],
+                         ids=["full-eager", "full-compiled", "lora-eager", "lora-compiled"])
+def test_a_transformers_llama_layer_saves_what_the_estimator_counts(tmp_path, compiled, lora, per_token):
     """``compile: true`` under transformers (the model and the loss compiled): the min-cut partitioner keeps the
     block input and each norm's rstd where eager keeps the fp32 copies and normed tensors, and recomputes SiLU
     (estimate/norms.py, estimate/activations.py). The estimator's per-layer count is byte for byte what the layer
     saves, eager 25,624 and compiled 17,944 B per token here (block input included; 256 tokens, so that every fp32
-    per-token tensor is a whole number of the allocator's 512-byte units the estimator rounds to)."""
+    per-token tensor is a whole number of the allocator's 512-byte units the estimator rounds to). With PEFT LoRA on
+    every linear, the compiled graph's common-subexpression elimination makes one fp32 cast of q, k and v's shared
+    input and one of gate and up's, where eager PEFT casts it per linear (estimate/activations.py ``_cast_key``)."""
     import importlib
     import json
 
     step = importlib.import_module("vramfit.estimate.step")
-    nbytes, cfg = _runtime_saved(compiled)
+    nbytes, cfg = _runtime_saved(compiled, lora=lora)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    sc = parse_scenario({"model": str(path), "method": "full", "precision": "bf16-true", "micro_batch_size": 1,
-                         "seq_len": 256, "attention": "sdpa", "gradient_checkpointing": "none", "compile": compiled,
-                         "framework": "hf"})
+    adapters = {"lora_rank": 16, "lora_targets": ["all-linear"], "lora_dropout": 0.0} if lora else {}
+    sc = parse_scenario({"model": str(path), "method": "lora" if lora else "full", "precision": "bf16-true",
+                         "micro_batch_size": 1, "seq_len": 256, "attention": "sdpa", "gradient_checkpointing": "none",
+                         "compile": compiled, "framework": "hf", **adapters})
     counted = step.compute(spec_from_hf_config(cfg), sc, None).per_layer
-    assert nbytes == counted == 256 * (17944 if compiled else 25624)
+    assert nbytes == counted == 256 * per_token

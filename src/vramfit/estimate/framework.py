@@ -220,6 +220,9 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     if not profile.runs_offload and kw.get("offload", Offload.NONE) is not Offload.NONE:
         raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
                             "offload off)", [Offload.NONE.value])
+    if not profile.runs_compile and kw.get("compile"):
+        raise ScenarioError("compile", f"{name}'s training code has no torch.compile switch that is modelled (litgpt's "
+                            "finetune scripts compile nothing; Unsloth compiles its own kernels and modules)", ["false"])
     if kw.get("optimizer_in_backward") and kw.get("grad_accum", 1) > 1:
         # each parameter is stepped and its gradient freed as backward makes it: nothing is left to accumulate
         # (torchtune v0.4.0 recipes/full_finetune_single_device.py l. 155, full_finetune_distributed.py l. 165,
@@ -244,7 +247,7 @@ def _check_dora(kw: dict[str, Any], profile: FrameworkProfile, name: str) -> Non
 
 #: the scenario keys :func:`check_runs` reads
 _RUN_KEYS = ("framework", "precision", "quantize", "optimizer", "loss", "offload", "stage", "method", "num_gpus", "reference",
-             "optimizer_in_backward", "grad_accum", "dora", "modules_to_save", "lora_targets", "parallelism")
+             "optimizer_in_backward", "grad_accum", "dora", "modules_to_save", "lora_targets", "parallelism", "compile")
 
 
 def check_free_keys(sc, free: dict[str, Any]) -> None:  # noqa: ANN001

@@ -404,6 +404,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         parallelisms=(Parallelism.NONE, Parallelism.FSDP),
         stages=(Stage.SFT,),  # lit-gpt@8641822 finetune/: adapter, adapter_v2, full, lora (profile_fields.py)
         runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
+        runs_compile=False,  # no torch.compile in litgpt/finetune/ (litgpt@26857050): profile_fields.py
         # lit-gpt@8641822 finetune/lora.py and litgpt@01fe959c litgpt/finetune/lora.py fit(): ``logits = model(input_ids,
         # lm_head_chunk_size=128)`` then utils.chunked_cross_entropy, in every script; no Liger or Cut Cross-Entropy
         runs_fused_loss=False,

@@ -341,6 +341,13 @@ class FrameworkProfile:
     # litgpt@26857050 finetune/full.py l. 108-114), so a scenario's offload is refused and the planner offers none
     # (framework.check_runs)
     runs_offload: bool = True
+    # ``compile: true`` is a switch of the framework's own training code: transformers' Trainer ``torch_compile``,
+    # torchtune's ``compile`` (v0.4.0 recipes), torchtitan's ``training.compile``. litgpt's finetune scripts call no
+    # torch.compile (litgpt@26857050 litgpt/finetune/lora.py, full.py, adapter.py: only pretrain.py compiles; lit-gpt@8641822
+    # finetune/ the same), and Unsloth runs its own kernels and compiles its patched modules itself (unsloth-zoo
+    # compiler.py), so a torch.compile of the whole model is not modelled on top (framework.check_runs refuses it, the
+    # planner does not offer it)
+    runs_compile: bool = True
     # the training stages the framework has a trainer or recipe for (empty: every stage, TRL's trainers: transformers'
     # Trainer via TRL, Unsloth's patched TRL trainers); framework.check_runs refuses the others. torchtune v0.4.0
     # (and @30b8519e8) recipes/: lora_dpo_single_device.py and lora_dpo_distributed.py (DPOLoss, or SimPOLoss with

@@ -103,6 +103,9 @@ def _candidates(sc: Scenario) -> list[Change]:
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
     if profile.runs_offload:  # only what the framework can be told to run (profile_fields.py runs_offload)
         out += _offload_changes(sc, profile)
+    if profile.runs_compile and not sc.compile:  # kept only where it saves memory (changes_to_fit)
+        out.append(Change("compile", "torch.compile (its partition keeps fewer tensors for backward)", {"compile": True},
+                          "free", "compiles before the first step (minutes); a graph break or a shape change recompiles"))
     return out
 
 
