@@ -127,6 +127,9 @@ def test_compiled_llama_8b_keeps_four_gib_less_at_torchtitans_benchmark():
                                                             "norm, output layer and loss eager")]
     assert len(said) == 1 and said[0].endswith("not its down projection's output, which eager SAC caches.")
     assert not [a for a in eager.assumptions if a.startswith("torch.compile")]
+    # its loss is torchtitan's own loss_fn, not transformers' ForCausalLMLoss (profile standard_loss_site)
+    assert "Loss: model-dtype logits, fp32 upcast in torchtitan's loss_fn (cross_entropy of pred.float())." in \
+        eager.assumptions
 
 
 def test_the_simulator_traces_a_compiled_scenario_eagerly_and_says_so():

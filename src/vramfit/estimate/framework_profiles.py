@@ -503,6 +503,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # torchtitan@9dec370 model.py returns self.output(h) (bf16); train.py loss_fn:
     # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward
     standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
+    standard_loss_site="torchtitan's loss_fn (cross_entropy of pred.float())",
     # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
     torch_optimizer_impl=OptimizerImpl.FOREACH,
     # torchtitan@9dec370 parallelize_llama.py apply_fsdp: blocks are units, then

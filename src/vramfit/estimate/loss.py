@@ -326,7 +326,7 @@ def loss_memory_uncapped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfil
     saved = 4 * TV
     fwd = lb * TV + up * TV + 4 * TV
     bwd = saved + 4 * TV + 4 * TV  # grad of nll_loss and of log_softmax, both fp32
-    return LossMemory(saved, fwd, bwd, "model-dtype logits, fp32 upcast in ForCausalLMLoss")
+    return LossMemory(saved, fwd, bwd, f"model-dtype logits, fp32 upcast in {profile.standard_loss_site}")
 
 
 def _torchtune_01_loss(TV: int) -> LossMemory:

@@ -348,6 +348,10 @@ class FrameworkProfile:
     # compiler.py), so a torch.compile of the whole model is not modelled on top (framework.check_runs refuses it, the
     # planner does not offer it)
     runs_compile: bool = True
+    # where LossLayout.HF_UPCAST_IN_LOSS's upcast and cross-entropy run, as the estimate names it: transformers'
+    # ForCausalLMLoss (loss/loss_utils.py), torchtitan@9dec370 train.py's loss_fn (``cross_entropy(pred.flatten(0,
+    # 1).float(), ...)``)
+    standard_loss_site: str = "ForCausalLMLoss"
     # the training stages the framework has a trainer or recipe for (empty: every stage, TRL's trainers: transformers'
     # Trainer via TRL, Unsloth's patched TRL trainers); framework.check_runs refuses the others. torchtune v0.4.0
     # (and @30b8519e8) recipes/: lora_dpo_single_device.py and lora_dpo_distributed.py (DPOLoss, or SimPOLoss with

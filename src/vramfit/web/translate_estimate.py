@@ -30,6 +30,8 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "e por micro-batch, sem checkpointing)."),
     (r"^Loss: ", "Perda: "),
     (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
+    (r"model-dtype logits, fp32 upcast in torchtitan's loss_fn \(cross_entropy of pred\.float\(\)\)",
+     "logits no dtype do modelo, convertidos para fp32 na loss_fn do torchtitan (cross_entropy de pred.float())"),
     (r"fp32 logits from the model, CrossEntropyLoss", "logits fp32 do modelo, CrossEntropyLoss"),
     (r"^torch\.compile: each decoder block compiled; the final norm, output layer and loss eager ",
      "torch.compile: cada bloco do decoder compilado; a normalização final, a camada de saída e a perda em modo eager "),
