@@ -1,5 +1,6 @@
 """``compile`` where the framework has the switch, refused where it has none, and offered by the planner where it
-saves memory (estimate/profile_fields.py ``runs_compile``, estimate/framework.py ``check_runs``, plan/changes.py)."""
+saves memory (estimate/profile_fields.py ``runs_compile``, estimate/framework.py ``check_runs``, plan/changes.py);
+``loss: chunked`` likewise (``runs_chunked_loss``)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,21 @@ def test_the_planner_offers_compile_where_it_saves_memory():
           "gradient_checkpointing": "selective-op", "num_gpus": 8, "parallelism": "fsdp", "micro_batch_size": 2,
           "seq_len": 8192}
     changes = {c.name: c for c in changes_to_fit(sc, "h100-sxm")}
+    assert "chunked-loss" not in changes  # torchtitan v0.3.0 has no chunked loss to switch to
     ch = changes["compile"]
     assert ch.changes == {"compile": True} and ch.fits and ch.kind == "free"
     assert 4 * GiB <= ch.saving_bytes < 4.2 * GiB  # the 4 GiB of outputs, and their share of the cached segments
     assert "compile" not in {c.name for c in changes_to_fit({**sc, "compile": True, "micro_batch_size": 3}, "h100-sxm")}
+
+
+@pytest.mark.parametrize("framework, valid", [("torchtitan", ["standard"]), ("litgpt", ["standard"]),
+                                              ("unsloth", ["standard", "fused"])])
+def test_a_chunked_loss_is_refused_where_the_framework_has_none(framework, valid):
+    """torchtitan v0.3.0 computes cross-entropy on the whole logits, litgpt's standard loss is already its chunked
+    one, Unsloth's is its fused kernel: a torchtune CEWithChunkedOutputLoss under them was a figure of no real run."""
+    method = "full" if framework == "torchtitan" else "lora"
+    with pytest.raises(ScenarioError) as err:
+        estimate({"model": "meta-llama/Llama-3.1-8B", "method": method, "framework": framework, "loss": "chunked"})
+    assert err.value.key == "loss" and list(err.value.valid) == valid
+    assert estimate({"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtune",
+                     "loss": "chunked"}).peak.allocated_bytes > 0

@@ -78,7 +78,12 @@ def test_the_planner_never_pairs_ddp_with_a_model_parallel_layout():
     ({"framework": "torchtitan", "optimizer": "paged-adamw"}, "optimizer",
      "torchtitan runs no bitsandbytes optimizer (paged-adamw is one)", None),
     ({"framework": "torchtitan", "loss": "fused"}, "loss", "torchtitan does not call a fused linear + cross-entropy "
-     "loss", ["standard", "chunked"]),
+     "loss", ["standard"]),  # nor a chunked one (profile runs_chunked_loss)
+    ({"framework": "torchtitan", "loss": "chunked"}, "loss", "torchtitan has no chunked-loss switch", ["standard"]),
+    ({"framework": "unsloth", "method": "lora", "compile": True}, "compile",
+     "unsloth's training code has no torch.compile switch", ["false"]),
+    ({"framework": "litgpt", "method": "lora", "compile": True}, "compile",
+     "litgpt's training code has no torch.compile switch", ["false"]),
     ({"framework": "litgpt", "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"}, "offload",
      "litgpt does not offload model state to the host", ["none"]),
     ({"framework": "litgpt", "offload": "optimizer", "parallelism": "fsdp"}, "offload",

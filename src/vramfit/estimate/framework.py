@@ -204,7 +204,12 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
                             [v.value for v in Optimizer if v not in BNB_OPTIMIZERS])
     if not profile.runs_fused_loss and kw.get("loss") is Loss.FUSED:
         raise ScenarioError("loss", f"{name} does not call a fused linear + cross-entropy loss",
-                            [v.value for v in Loss if v is not Loss.FUSED])
+                            [v.value for v in Loss if v is not Loss.FUSED and (v is not Loss.CHUNKED
+                                                                             or profile.runs_chunked_loss)])
+    if not profile.runs_chunked_loss and kw.get("loss") is Loss.CHUNKED:
+        raise ScenarioError("loss", f"{name} has no chunked-loss switch (its own loss is what loss: standard runs)",
+                            [v.value for v in Loss if v is not Loss.CHUNKED and (v is not Loss.FUSED
+                                                                                or profile.runs_fused_loss)])
     if kw.get("dora"):
         _check_dora(kw, profile, name)
     precision, quantize = kw.get("precision"), kw.get("quantize", Quantize.NONE)

@@ -405,6 +405,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         stages=(Stage.SFT,),  # lit-gpt@8641822 finetune/: adapter, adapter_v2, full, lora (profile_fields.py)
         runs_offload=False,  # lit-gpt@8641822 finetune/lora.py l. 88 FSDPStrategy(cpu_offload=False): profile_fields.py
         runs_compile=False,  # no torch.compile in litgpt/finetune/ (litgpt@26857050): profile_fields.py
+        runs_chunked_loss=False,  # its standard loss is already chunked_cross_entropy (profile_fields.py)
         # lit-gpt@8641822 finetune/lora.py and litgpt@01fe959c litgpt/finetune/lora.py fit(): ``logits = model(input_ids,
         # lm_head_chunk_size=128)`` then utils.chunked_cross_entropy, in every script; no Liger or Cut Cross-Entropy
         runs_fused_loss=False,
@@ -471,6 +472,7 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # Adam, AdamW): bitsandbytes' optimizers refused (profile_fields.py)
     runs_bnb_optimizers=False,
     runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
+    runs_chunked_loss=False,  # the same file: no chunked loss before 9530a874d (profile_fields.py)
     image_model_types=(),  # torchtitan v0.3.0 models/: text decoders only, no tower trained (profile_fields.py)
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     runs_activation_offload=False,  # v0.3.0 distributed/activation_checkpoint.py: selective, full, memory-budget, none

@@ -298,6 +298,12 @@ class FrameworkProfile:
     # the fused linear + cross-entropy loss: Liger (linkedin/Liger-Kernel v0.5.10) or Cut Cross-Entropy, which
     # torchtitan v0.3.0 does not call (components/loss.py cross_entropy_loss)
     runs_fused_loss: bool = True
+    # ``loss: chunked`` (torchtune's CEWithChunkedOutputLoss, estimate/loss.py) as something the recipe can be told to
+    # run: torchtitan v0.3.0 components/loss.py has cross_entropy_loss on the whole logits only (its
+    # ChunkedLossWrapper came in 9530a874d, 2026-06-26, after the profile's release); Unsloth's loss is its own
+    # fused cross-entropy; litgpt's scripts always run their chunked_cross_entropy, which is their ``loss: standard``.
+    # False: refused (framework.check_runs), never offered by the planner
+    runs_chunked_loss: bool = True
     # ``dora`` runs: PEFT's DoRA (peft v0.21.2 tuners/lora/variants.py DoraLinearVariant, tuners/lora/dora.py
     # DoraLinearLayer) or torchtune's (v0.4.0 modules/peft/dora.py DoRALinear, since v0.3.0); estimate/dora.py. litgpt
     # has none, and Unsloth's own LoRA kernels (unsloth@015bdef models/llama.py get_peft_model) are not modelled: refused

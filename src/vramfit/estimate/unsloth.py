@@ -160,6 +160,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     adapters_fp32=True,
     lora_casts_input=False,  # fast_lora.py matmul_lora casts A, B to X.dtype, never X
     runs_compile=False,  # its kernels and its own compiled modules, no torch.compile of the model: profile_fields.py
+    runs_chunked_loss=False,  # its own fused cross-entropy is the loss (profile_fields.py)
     lora_dropout_default=0.0,  # FastLanguageModel.get_peft_model(lora_dropout=0): the fast path needs 0
     fused_qkv_lora=False,
     rmsnorm_upcast=True,

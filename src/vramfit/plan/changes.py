@@ -75,7 +75,7 @@ def _candidates(sc: Scenario) -> list[Change]:
     if sc.loss is not Loss.FUSED and profile.runs_fused_loss and _runs_loss(sc, Loss.FUSED):
         out.append(Change("fused-loss", "fused linear + cross-entropy loss (no full logits)", {"loss": "fused"},
                           "free", "needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy"))
-    if sc.loss is Loss.STANDARD and _runs_loss(sc, Loss.CHUNKED):
+    if sc.loss is Loss.STANDARD and profile.runs_chunked_loss and _runs_loss(sc, Loss.CHUNKED):
         out.append(Change("chunked-loss", "cross-entropy over the sequence in chunks", {"loss": "chunked"},
                           "free", "torchtune CEWithChunkedOutputLoss; not in the HF Trainer"))
     if sc.optimizer in (Optimizer.ADAMW, Optimizer.PAGED_ADAMW) and profile.runs_bnb_optimizers:
