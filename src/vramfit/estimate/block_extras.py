@@ -125,9 +125,8 @@ def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> in
     Compiled blocks (``compile: true``, any scope: each covers the blocks) keep fewer: eager SAC caches every
     MUST_SAVE output (torch v2.13.0 utils/checkpoint.py ``_CachingTorchDispatchMode.__torch_dispatch__``:
     ``self.storage[key][idx] = ...``), but AOTAutograd partitions the block's joint graph and saves only what the
-    backward graph reads
-    (torch/_functorch/partitioners.py ``min_cut_rematerialization_partition``, MUST_SAVE nodes among them). A
-    branch's output projection (o_proj, down_proj) feeds only the residual add, whose backward reads nothing, so
+    backward graph reads (torch/_functorch/partitioners.py ``min_cut_rematerialization_partition``, MUST_SAVE nodes
+    among them). A branch's output projection (o_proj, down_proj) feeds only the residual add, whose backward reads nothing, so
     its output is not saved (:func:`_feeds_residual_only`). Traced with torch 2.13.0's inductor on a torchtitan
     Llama block under this policy (1 x 256 tokens, hidden 512): the compiled forward saves the block input, q, v,
     SDPA's output and log-sum-exp and w1's output, not w2's; torchtitan's Llama 3.1 8B benchmark (2 x 8,192 tokens,
