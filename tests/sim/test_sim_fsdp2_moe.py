@@ -31,14 +31,18 @@ def llama(tmp_path_factory) -> str:
 def test_chunked_and_fused_losses_run_under_fsdp2(llama):
     """Calling the decoder directly skipped the root unit's pre-forward and left the embedding a sharded DTensor
     (aten.embedding got mixed torch.Tensor and DTensor); inside the root's call the run agrees with the estimator.
-    torchtitan calls no fused linear + cross-entropy loss, so that scenario is refused (estimate/framework.py
-    check_runs, 2026-12-05); the fused loss under FSDP2 runs in the gpt-oss case below."""
-    sc = {"model": llama, "framework": "torchtitan", "method": "full", "seq_len": 512, "loss": "chunked", "num_gpus": 4,
+    torchtitan (v0.3.0) calls neither a fused nor a chunked loss, so those scenarios are refused (estimate/framework.py
+    check_runs, profile runs_fused_loss / runs_chunked_loss); the chunked loss runs here under accelerate's FSDP2,
+    the fused one in the gpt-oss case below."""
+    sc = {"model": llama, "framework": "torchtitan", "method": "full", "seq_len": 512, "num_gpus": 4,
           "parallelism": "fsdp", "gradient_checkpointing": "full"}
     with pytest.raises(ScenarioError, match="loss: torchtitan does not call a fused linear"):
         estimate({**sc, "loss": "fused"})
+    with pytest.raises(ScenarioError, match="loss: torchtitan has no chunked-loss switch"):
+        estimate({**sc, "loss": "chunked"})
+    sc = {**sc, "framework": "hf", "fsdp_version": 2, "loss": "chunked"}
     sim = simulate(sc, layers=4).result.peak.allocated_bytes
-    assert sim == 28_045_824  # the standard loss: 30,193,664 (its logits at the output layer's backward)
+    assert sim == 25_618_944  # the standard loss: 28,227,072 (its logits at the output layer's backward)
     assert estimate(sc).peak.allocated_bytes == pytest.approx(sim, rel=0.03)
 
 
