@@ -126,17 +126,18 @@ def op_sac_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> in
     MUST_SAVE output (torch v2.13.0 utils/checkpoint.py ``_CachingTorchDispatchMode.__torch_dispatch__``:
     ``self.storage[key][idx] = ...``), but AOTAutograd partitions the block's joint graph and saves only what the
     backward graph reads (torch/_functorch/partitioners.py ``min_cut_rematerialization_partition``, MUST_SAVE nodes
-    among them). A branch's output projection (o_proj, down_proj) feeds only the residual add, whose backward reads nothing, so
-    its output is not saved (:func:`_feeds_residual_only`). Traced with torch 2.13.0's inductor on a torchtitan
-    Llama block under this policy (1 x 256 tokens, hidden 512): the compiled forward saves the block input, q, v,
-    SDPA's output and log-sum-exp and w1's output, not w2's; torchtitan's Llama 3.1 8B benchmark (2 x 8,192 tokens,
-    FSDP on 8 H100s) reads 5.4 GiB less reserved compiled than eager (docs/validation.md), where the 32 down
-    projections' outputs are 4.0 GiB."""
+    among them). A branch's output projection (o_proj, down_proj) feeds only the residual add, whose backward reads
+    nothing, so its output is not saved (:func:`_feeds_residual_only`). Traced with torch 2.13.0's inductor on a
+    torchtitan Llama block under this policy (1 x 256 tokens, hidden 512): the compiled forward saves the block
+    input, q, v, SDPA's output and log-sum-exp and w1's output, not w2's; torchtitan's Llama 3.1 8B benchmark (2 x
+    8,192 tokens, FSDP on 8 H100s) reads 5.4 GiB less reserved compiled than eager (docs/validation.md), where the
+    32 down projections' outputs are 4.0 GiB."""
     from vramfit.estimate.allocator import round_allocation
 
     c, T = sc.precision.compute_bytes, sc.micro_batch_size * sc.seq_len
-    kept = [round_allocation(c * T * lin.out_features) for i, lin in enumerate(spec.block_linears)
-            if i % 2 == 0 and not (sc.compile and _feeds_residual_only(spec, lin))]
+    dropped = _compiled_drops(spec) if sc.compile else []
+    kept = [round_allocation(c * T * lin.out_features) for lin in _policy_saved(spec)
+            if not any(lin is d for d in dropped)]
     a, d = spec.num_attention_heads, spec.head_dim
     return sum(kept) + round_allocation(c * T * a * d) + round_allocation(4 * T * a)
 
@@ -149,12 +150,23 @@ def compile_note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> st
         return None
     scope = ("each decoder block compiled; the final norm, output layer and loss eager"
              if profile.compile_scope is CompileScope.BLOCKS else "the model and the loss compiled")
-    dropped = any(i % 2 == 0 and _feeds_residual_only(spec, lin) for i, lin in enumerate(spec.block_linears))
+    dropped = _compiled_drops(spec)
     sac = (" Under op-level selective AC a compiled block keeps only what its backward reads: not its down "
            "projection's output, which eager SAC caches." if sc.gradient_checkpointing is Checkpointing.SELECTIVE_OP
            and dropped else "")
     return (f"torch.compile: {scope} (AOTAutograd's min-cut partition): a compiled norm keeps its input and per-token "
             f"statistics, and the MLP's activation is recomputed in backward.{sac}")
+
+
+def _policy_saved(spec: ModelSpec) -> list:
+    """The linears whose outputs torchtitan's op policy saves: the block's 1st, 3rd, 5th ... mm
+    (:func:`op_sac_saved`)."""
+    return [lin for i, lin in enumerate(spec.block_linears) if i % 2 == 0]
+
+
+def _compiled_drops(spec: ModelSpec) -> list:
+    """Of :func:`_policy_saved`, those a compiled block does not keep (:func:`_feeds_residual_only`)."""
+    return [lin for lin in _policy_saved(spec) if _feeds_residual_only(spec, lin)]
 
 
 def _feeds_residual_only(spec: ModelSpec, lin) -> bool:

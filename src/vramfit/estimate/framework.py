@@ -202,14 +202,13 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     if not profile.runs_bnb_optimizers and optimizer in BNB_OPTIMIZERS:
         raise ScenarioError("optimizer", f"{name} runs no bitsandbytes optimizer ({optimizer.value} is one)",
                             [v.value for v in Optimizer if v not in BNB_OPTIMIZERS])
+    losses = [v.value for v in Loss if (v is not Loss.FUSED or profile.runs_fused_loss)
+              and (v is not Loss.CHUNKED or profile.runs_chunked_loss)]  # what the recipes can be told to run
     if not profile.runs_fused_loss and kw.get("loss") is Loss.FUSED:
-        raise ScenarioError("loss", f"{name} does not call a fused linear + cross-entropy loss",
-                            [v.value for v in Loss if v is not Loss.FUSED and (v is not Loss.CHUNKED
-                                                                             or profile.runs_chunked_loss)])
+        raise ScenarioError("loss", f"{name} does not call a fused linear + cross-entropy loss", losses)
     if not profile.runs_chunked_loss and kw.get("loss") is Loss.CHUNKED:
         raise ScenarioError("loss", f"{name} has no chunked-loss switch (its own loss is what loss: standard runs)",
-                            [v.value for v in Loss if v is not Loss.CHUNKED and (v is not Loss.FUSED
-                                                                                or profile.runs_fused_loss)])
+                            losses)
     if kw.get("dora"):
         _check_dora(kw, profile, name)
     precision, quantize = kw.get("precision"), kw.get("quantize", Quantize.NONE)
@@ -226,8 +225,8 @@ def check_runs(kw: dict[str, Any], profile: FrameworkProfile) -> None:
         raise ScenarioError("offload", f"{name} does not offload model state to the host (its FSDP is built with CPU "
                             "offload off)", [Offload.NONE.value])
     if not profile.runs_compile and kw.get("compile"):
-        raise ScenarioError("compile", f"{name}'s training code has no torch.compile switch that is modelled (litgpt's "
-                            "finetune scripts compile nothing; Unsloth compiles its own kernels and modules)", ["false"])
+        raise ScenarioError("compile", f"{name}'s training code has no torch.compile switch that is modelled "
+                            "(profile runs_compile)", ["false"])
     if kw.get("optimizer_in_backward") and kw.get("grad_accum", 1) > 1:
         # each parameter is stepped and its gradient freed as backward makes it: nothing is left to accumulate
         # (torchtune v0.4.0 recipes/full_finetune_single_device.py l. 155, full_finetune_distributed.py l. 165,

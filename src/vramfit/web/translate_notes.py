@@ -186,10 +186,8 @@ NOTE_RULES: list[tuple[str, str]] = [
      "loss: o $1 não chama uma perda fundida (camada linear + entropia cruzada)"),
     (r"^loss: (\w+) has no chunked-loss switch \(its own loss is what loss: standard runs\)",
      "loss: o $1 não tem opção de perda por blocos (a sua própria perda é a que loss: standard corre)"),
-    (r"^compile: (\w+)'s training code has no torch\.compile switch that is modelled \(litgpt's finetune scripts "
-     r"compile nothing; Unsloth compiles its own kernels and modules\)",
-     "compile: o código de treino do $1 não tem uma opção torch.compile modelada (os scripts de ajuste fino do litgpt "
-     "não compilam nada; o Unsloth compila os seus próprios kernels e módulos)"),
+    (r"^compile: (\w+)'s training code has no torch\.compile switch that is modelled \(profile runs_compile\)",
+     "compile: o código de treino do $1 não tem uma opção torch.compile modelada (perfil runs_compile)"),
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
