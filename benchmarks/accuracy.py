@@ -75,6 +75,7 @@ SOURCE_FRAMEWORK = {
     "LIT_LORA_TUT_2308": "litgpt",  # lit-gpt finetune_lora.md tables of August 2023 (064fd523): finetune/lora.py, as LIT_RES
     "LIGER_EX_2408": "hf",  # Liger-Kernel's HF example: TRL SFTTrainer over the HF Trainer, FSDP1 through accelerate
     "UNSLOTH_NB_2407": "unsloth",  # Unsloth's T4 Colab notebooks of 2024.5-2024.9 (FastLanguageModel + TRL SFTTrainer)
+    "UNSLOTH_NB_24B": "unsloth",  # more of them, 2024.5-2024.11: conversational data, Phi-3, Llama 3.2, Qwen2.5-Coder
     "AXOLOTL_EX_2404": "hf",  # axolotl's Llama-3 QLoRA+FSDP example (April 2024): the HF Trainer + PEFT, FSDP1 via accelerate
     "AXOLOTL_EX_2308": "hf",  # axolotl's Llama-2 examples (August 2023): the HF Trainer + PEFT
     "DS_MUON_2605": "hf",  # DeepSpeed's Muon blog runner: a DeepSpeed engine loop over a transformers model (ZeRO-2)

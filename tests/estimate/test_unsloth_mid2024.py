@@ -44,11 +44,14 @@ def test_the_triton_loss_keeps_the_logits_and_writes_their_gradient_over_them():
     lse = 4 * T
     assert m.saved == 2 * T * V + lse  # the fp16 logits and the fp32 log-sum-exp, saved
     assert m.backward_peak == 2 * T * V + lse + 4 * T  # in place: no second (T, V) tensor
-    assert m.forward_peak == 2 * T * V + 4 * T + 2 * 4 * T + lse  # 128,256 rows: two 65,536 chunks, then reduced
-    # the step's loss component is those logits (Cut Cross-Entropy in 2024.12 has none, but its backward's lm_head-sized
-    # dc: about as much at this length)
+    # the kernel's own high point (128,256 rows: two 65,536 chunks, then reduced) is under the moment the forward
+    # returns the fp16 logits and accelerate's convert_outputs_to_fp32 copies them to fp32 beside the saved ones
+    assert 2 * T * V + 4 * T + 2 * 4 * T + lse < m.forward_peak == 2 * T * V + lse + 4 * T * V
+    # the step peaks there: its loss component is those logits and their fp32 copy, three times the 16-bit logits
+    # (Cut Cross-Entropy in 2024.12 returns none; its backward's lm_head-sized dc is about the 16-bit logits here)
     r8 = estimate(sc)
-    assert 0 <= r8.component("logits_loss") - 2 * T * V < 2**20
+    assert r8.peak.phase == "forward"
+    assert 0 <= r8.component("logits_loss") - 6 * T * V < 2**20
 
 
 def test_no_unsloth_loss_makes_whole_logits_soft_capping_tensors():
@@ -77,3 +80,18 @@ def test_2024_5_holds_a_rope_cache_of_the_whole_context_in_every_layer():
     assert (rope_cache_bytes(llama3, _sc("meta-llama/Meta-Llama-3-8B"), profile_for(Framework.UNSLOTH, "unsloth-2024.8"))
             == rope_cache_bytes(llama3, _sc("meta-llama/Meta-Llama-3-8B", "unsloth-2024.5"),
                                 profile_for(Framework.UNSLOTH, "unsloth-2024.5")) == 8192 * per_row)
+
+
+def test_conversational_notebooks_whose_batches_reach_the_bound_are_met_with_the_fp32_copy():
+    """Unsloth's 2024 T4 notebooks on conversational data (data/measured found.jsonl UNSLOTH_NB_24B-5..-8: Llama-3-8B,
+    Mistral-7B-v0.3, Llama-3.2-3B, Qwen2.5-Coder-14B; their longest micro-batch reaches the 2,048 bound) peak within 5 %
+    of the estimate once accelerate's fp32 copy of the returned logits is counted; without it they read -34.7 % to -4.3 %."""
+    import json
+    from pathlib import Path
+
+    found = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "measured" / "found.jsonl"
+    rows = {r["id"]: r for r in map(json.loads, found.read_text().splitlines()) if r["source_id"] == "UNSLOTH_NB_24B"}
+    for i in (5, 6, 7, 8):
+        row = rows[f"UNSLOTH_NB_24B-{i}"]
+        ours = estimate(row["scenario"]).peak.reserved_bytes
+        assert abs(ours / row["measured"]["bytes"] - 1) < 0.05, row["id"]

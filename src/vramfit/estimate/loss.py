@@ -423,10 +423,21 @@ def _unsloth_triton_ce(spec: ModelSpec, sc: Scenario, TV: int, lb: int) -> LossM
     the fp32 per-row losses and log-sum-exp, ``(rows, ceil(V / 65536))`` of them for a vocabulary above
     ``MAX_FUSED_SIZE`` = 65,536 reduced by ``torch.logsumexp`` to one per row; ``ctx.save_for_backward(logits,
     logsumexp, labels)``; backward runs ``_cross_entropy_backward`` on the saved logits and ``return logits``: the
-    gradient is written over them, no new (T, V) tensor."""
+    gradient is written over them, no new (T, V) tensor.
+
+    The forward then returns those logits (``CausalLMOutputWithPast(loss=loss, logits=logits)``, l. 952-958), and the
+    HF Trainer, which Unsloth runs with ``fp16`` or ``bf16`` always on, calls its model through accelerate's mixed-precision
+    wrapper: ``Accelerator.prepare_model`` under native AMP sets ``model.forward = convert_outputs_to_fp32(...)``
+    (huggingface/accelerate v0.33.0 accelerator.py l. 1375-1384, v1.16.0 l. 1791-1801), whose ``convert_to_fp32`` is
+    ``tensor.float()`` on every fp16/bf16 tensor of the output (utils/operations.py l. 777-778): an fp32 copy of the
+    whole logits beside the saved 16-bit ones, dropped once ``compute_loss`` has taken the loss, before backward.
+    Unsloth's notebooks of 2024 on a T4 (fp16), data/measured ``UNSLOTH_NB_24B``: Llama-3-8B's conversational and Alpaca
+    runs share model, release, batch and load, and peak 2.01 GiB apart where the estimate without this copy spanned
+    0.97 GiB over the whole 256-2,048-token range."""
     T = sc.micro_batch_size * sc.seq_len
     chunks = -(-vocab_rows(spec) // 65536)
     lse = 4 * T
     fwd = lb * TV + 4 * T + (4 * T * chunks + lse if chunks > 1 else lse)  # logits, losses, the (chunked) lse
+    fwd = max(fwd, lb * TV + lse + 4 * TV)  # then the returned logits' fp32 copy (above) beside the saved ones
     return LossMemory(lb * TV + lse, fwd, lb * TV + lse + 4 * T,  # backward: in place, beside dlosses
                       "model-dtype logits, Unsloth's Triton cross-entropy (gradient written over the logits)")
