@@ -36,20 +36,24 @@ def _floor_and_peak(scenario: dict) -> tuple[int | None, int]:
 
 
 @pytest.mark.parametrize("rid", FSDP_LORA)
-def test_every_published_fsdp_lora_peak_is_above_the_floor(rid):
+def test_every_published_fsdp_lora_peak_sits_at_the_floor(rid):
+    """The ten published peaks lie at the floor, -1.5 % to +3.2 % from it, below the estimate at the forced length:
+    the later micro-batches were short. They lay 1-4 % above it while FSDP1's gathered root was counted less its shard
+    (it is a buffer of its own, checked on real FSDP1: estimate/fsdp1_moments.py, core.comm_buffers)."""
     row = _rows()[rid]
     floor, peak = _floor_and_peak({**row["scenario"], "framework": "litgpt"})
     assert floor is not None and floor < peak
-    assert floor <= row["measured"]["bytes"]
+    assert row["measured"]["bytes"] < peak and abs(floor / row["measured"]["bytes"] - 1) < 0.035
 
 
 def test_phi_floors_and_where_the_published_peaks_fall():
-    """phi-1.5 on 2 x A100, micro-batch 1/2/4: published 4.86/5.05/5.88 GB, all between floor and estimate."""
+    """phi-1.5 on 2 x A100, micro-batch 1/2/4: published 4.86/5.05/5.88 GB, below the estimate, at the floor."""
     rows = _rows()
     got = [_floor_and_peak({**rows[f"LIT_RES-{i}"]["scenario"], "framework": "litgpt"}) for i in (100, 101, 102)]
-    assert [f for f, _ in got] == [4_688_881_616, 5_003_463_584, 5_632_628_032]
+    assert [f for f, _ in got] == [4_898_652_112, 5_213_234_080, 5_842_398_528]
     measured = [rows[f"LIT_RES-{i}"]["measured"]["bytes"] for i in (100, 101, 102)]
-    assert all(f <= m <= p for (f, p), m in zip(got, measured, strict=True))
+    assert all(m < p for (_, p), m in zip(got, measured, strict=True))
+    assert [round(f / m - 1, 3) for (f, _), m in zip(got, measured, strict=True)] == [0.008, 0.032, -0.006]
 
 
 def test_no_floor_where_no_gradient_is_held_or_the_recipe_does_not_force_its_longest_sample():
@@ -65,10 +69,10 @@ def test_the_estimate_states_the_floor():
 
     notes = estimate({**_rows()["LIT_RES-102"]["scenario"], "framework": "litgpt"}).assumptions
     (note,) = [n for n in notes if "longest sample" in n]
-    assert "between 5.25 GiB and this figure" in note and "1044 tokens" in note
+    assert "between 5.44 GiB and this figure" in note and "1044 tokens" in note
     from vramfit.web.translate import to_pt
 
-    assert "entre 5,25 GiB e este valor" in to_pt(note)  # the PT pages translate it (web/translate.py RULES)
+    assert "entre 5,44 GiB e este valor" in to_pt(note)  # the PT pages translate it (web/translate.py RULES)
 
 
 def test_litgpt_2024_draws_its_first_batch_from_the_dataloader():

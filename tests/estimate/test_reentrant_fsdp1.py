@@ -33,17 +33,20 @@ def test_70b_qlora_on_two_gpus_keeps_78_block_input_gradients():
     assert plain["comm_buffers"] - kept["comm_buffers"] == 427_851_776
     d = estimate(parse_scenario(row["scenario"])).to_dict()
     assert d["peak"]["phase"] == "backward-block"
-    assert d["peak"]["allocated_bytes"] == 46_115_422_208  # measured 46,685,328,896 B (-1.2 %)
+    # measured 46,685,328,896 B (-0.1 %; -1.2 % while FSDP1's gathered root was counted less its shard)
+    assert d["peak"]["allocated_bytes"] == 46_639_718_400
     assert any("Reentrant gradient checkpointing under FSDP1" in a for a in d["assumptions"])
 
 
 def test_the_peak_moves_from_the_loss_to_the_lowest_block():
-    """Mistral-7B LoRA, 2 x 2 x 4,096 tokens: without the kept gradients the loss is the high point."""
+    """Mistral-7B LoRA, 2 x 2 x 4,096 tokens: without the kept gradients the loss is the high point (its backward, where
+    FSDP1's root pre-backward has gathered the top block again; estimate/fsdp1_moments.py)."""
     row = _row("FMS_ACCEL_2411-6")
-    assert estimate(parse_scenario({**row["scenario"], "use_reentrant": "no"})).to_dict()["peak"]["phase"] == "forward"
+    plain = estimate(parse_scenario({**row["scenario"], "use_reentrant": "no"})).to_dict()["peak"]["phase"]
+    assert plain == "backward-loss"
     d = estimate(parse_scenario(row["scenario"])).to_dict()
-    assert (d["peak"]["phase"], d["peak"]["allocated_bytes"]) == ("backward-block", 14_748_835_840)
-    assert row["measured"]["bytes"] == 15_245_549_568  # -3.3 %
+    assert (d["peak"]["phase"], d["peak"]["allocated_bytes"]) == ("backward-block", 15_010_983_936)
+    assert row["measured"]["bytes"] == 15_245_549_568  # -1.5 % (-3.3 % with the root counted less its shard)
 
 
 def test_paths_without_the_mechanism_are_unchanged():
@@ -82,7 +85,7 @@ def test_changes_to_fit_offer_non_reentrant_checkpointing_first():
     first = changes_to_fit(sc, "l40s")[0]
     assert (first.name, first.changes, first.kind, first.fits) == (
         "non-reentrant-checkpointing", {"use_reentrant": "no"}, "free", True)
-    assert round(first.saving_bytes / 2**30, 2) == 9.35
+    assert round(first.saving_bytes / 2**30, 2) == 9.75
     assert not any(c.name == "non-reentrant-checkpointing"
                    for c in changes_to_fit({**sc, "use_reentrant": "no", "micro_batch_size": 4}, "l40s"))
 

@@ -1,8 +1,9 @@
-"""The simulator shards with FSDP2 only (sim/fsdp.py). A scenario whose FSDP is FSDP1 (hf: accelerate's default
-``fsdp_version``) is traced as accelerate's FSDP2 and says so, and its estimate beside it is FSDP2's
-(sim/engine.py ``as_fsdp2``): before, `vramfit simulate` traced FSDP2 per-layer units and set them against the FSDP1
-estimate, -10.6 % on Llama-3.2-1B. The tied embedding's end of backward under FSDP2 (estimate/fsdp2.py ``tied_end``)
-is checked against that trace."""
+"""The simulator shards with FSDP2 where it does not trace FSDP1 itself (sim/fsdp.py ``traces_fsdp1``: full fine-tuning
+of an unquantized model under accelerate's FSDP1 is traced as FSDP1, tests/sim/test_sim_fsdp1.py). A LoRA or QLoRA
+scenario whose FSDP is FSDP1 (hf: accelerate's default ``fsdp_version``) is traced as accelerate's FSDP2 and says so,
+and its estimate beside it is FSDP2's (sim/engine.py ``as_fsdp2``): before, `vramfit simulate` traced FSDP2 per-layer
+units and set them against the FSDP1 estimate, -10.6 % on Llama-3.2-1B. The tied embedding's end of backward under
+FSDP2 (estimate/fsdp2.py ``tied_end``) is checked against that trace."""
 
 from __future__ import annotations
 
@@ -24,20 +25,24 @@ L1B = {"model": "meta-llama/Llama-3.2-1B", "method": "full", "precision": "bf16-
 GiB = 2**30
 
 
-def test_fsdp1_is_traced_as_accelerates_fsdp2_and_says_so():
+LORA = {**L1B, "method": "lora", "lora_targets": ["q_proj", "v_proj"]}
+
+
+def test_fsdp1_lora_is_traced_as_accelerates_fsdp2_and_says_so():
     for asked in ("auto", "1"):
-        sc, note = as_fsdp2(parse_scenario({**L1B, "fsdp_version": asked}))
+        sc, note = as_fsdp2(parse_scenario({**LORA, "fsdp_version": asked}))
         assert sc.fsdp_version is FsdpVersion.V2
         assert len(note) == 1 and "not the scenario's FSDP1" in note[0] and f"fsdp_version {asked}" in note[0]
-    for same in ({**L1B, "fsdp_version": "2"}, {**L1B, "framework": "torchtitan"}, {**L1B, "num_gpus": 1,
-                                                                                      "parallelism": "none"}):
+    for same in ({**LORA, "fsdp_version": "2"}, {**LORA, "framework": "torchtitan"}, {**LORA, "num_gpus": 1,
+                                                                                          "parallelism": "none"},
+                 L1B, {**L1B, "fsdp_version": "1"}):  # full fine-tuning under FSDP1 is traced as FSDP1 itself
         sc = parse_scenario(same)
         assert as_fsdp2(sc) == (sc, [])
 
 
 def test_a_framework_that_runs_fsdp1_only_is_refused_by_name():
     with pytest.raises(ScenarioError) as err:
-        as_fsdp2(parse_scenario({**L1B, "framework": "litgpt"}))
+        as_fsdp2(parse_scenario({**LORA, "framework": "litgpt"}))
     assert err.value.key == "framework" and "FSDP1 only" in str(err.value)
 
 
@@ -46,9 +51,9 @@ def test_the_tied_end_of_backward_matches_the_trace():
     """Llama-3.2-1B (tied) full fine-tuning on 2 GPUs at 1 x 512: the trace peaks where the embedding's gradient meets
     the output layer's (aten::add out of place), beside the gathered shared weight and the lowest block's flat
     reduce-scatter input; the estimate read 6.09 GiB against 6.45 before counting the three whole gradients."""
-    result = simulate(L1B)
+    result = simulate({**L1B, "fsdp_version": "2"})
     traced = result.result
-    assert traced.scenario.fsdp_version is FsdpVersion.V2 and "not the scenario's FSDP1" in traced.assumptions[0]
+    assert traced.scenario.fsdp_version is FsdpVersion.V2 and any("fsdp2_prepare_model" in a for a in traced.assumptions)
     est = estimate(traced.scenario)
     assert est.peak.phase == "backward-end-tied"
     assert est.peak.allocated_bytes == pytest.approx(traced.peak.allocated_bytes, rel=0.005)
@@ -65,10 +70,11 @@ def test_the_tied_end_of_backward_matches_the_trace():
 def test_the_cli_sets_the_trace_against_the_same_runs_estimate():
     from vramfit.cli.main import app
 
-    out = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--method", "full",
-                                   "--seq-len", "512", "--num-gpus", "2", "--parallelism", "fsdp", "--json"])
+    out = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--method", "lora",
+                                   "--lora-targets", "q_proj,v_proj", "--seq-len", "512", "--num-gpus", "2",
+                                   "--parallelism", "fsdp", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    fsdp2 = estimate({**L1B, "fsdp_version": "2"}).peak.allocated_bytes
+    fsdp2 = estimate({**LORA, "fsdp_version": "2"}).peak.allocated_bytes
     assert data["simulation"]["estimate_peak"]["allocated_bytes"] == fsdp2
-    assert fsdp2 != estimate(L1B).peak.allocated_bytes  # FSDP1's is another figure
+    assert fsdp2 != estimate(LORA).peak.allocated_bytes  # FSDP1's is another figure

@@ -36,18 +36,22 @@ def test_fsdp_mixed_precision_estimate_matches_the_simulator(tmp_path, method):
     assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.03), detail
 
 
-def test_fsdp_full_fine_tune_peaks_in_backward():
+@pytest.mark.parametrize("version", ["auto", "2"])
+def test_fsdp_full_fine_tune_peaks_in_backward(version):
     """Llama-2-7B at its full 32 layers (traced whole, the default for full fine-tuning): backward's blocks hold every
     sharded gradient above them; estimate within 1 % of the simulator (main's estimator: -16 %, peak put at the
     optimizer step). The simulator reduces in bf16 as accelerate does: reducing in fp32, its reduce-scatter input (the
     block's gradients copied in reduce_dtype) was 375 MB larger and the estimate -2.9 % off. hf's default FSDP is
-    FSDP1, which the simulator does not trace: it runs accelerate's FSDP2 (sim/engine.py as_fsdp2), so the estimate
-    set against it is fsdp_version 2's (15,122,505,728 B against 15,096,843,776 traced; FSDP1's 15,689,784,320 B had
-    been set against a trace of FSDP2 units that accelerate does not build)."""
+    FSDP1, which the simulator traces itself (sim/fsdp.py shard_model_fsdp1): 15,586,425,344 B at the second-lowest
+    block's end of backward, its weight gradients and their cat beside every fp32 shard above it (estimate/
+    fsdp1_moments.py; the estimate read 15,689,784,320 B before FSDP1's moments, +0.7 %, with two blocks and the root
+    less its shard at every moment). fsdp_version 2 traces accelerate's FSDP2 (15,096,843,776 B)."""
     sc = {"model": "meta-llama/Llama-2-7b-hf", "method": "full", "precision": "bf16-mixed", "seq_len": 1024,
-          "attention": "flash", "gradient_checkpointing": "full", "num_gpus": 8, "parallelism": "fsdp"}
+          "attention": "flash", "gradient_checkpointing": "full", "num_gpus": 8, "parallelism": "fsdp",
+          "fsdp_version": version}
     traced = simulate(sc).result
-    assert traced.scenario.fsdp_version.value == "2"
+    assert traced.scenario.fsdp_version.value == version
+    assert any(a.startswith("FSDP1 FULL_SHARD") for a in traced.assumptions) is (version == "auto")
     sim, est = traced.peak, estimate(traced.scenario).peak
     assert est.phase.startswith("backward")
     assert est.allocated_bytes == pytest.approx(sim.allocated_bytes, rel=0.01), f"{dict(sim.breakdown)}; {dict(est.breakdown)}"

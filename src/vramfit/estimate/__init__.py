@@ -16,6 +16,7 @@ from vramfit.estimate.ds_offload import host_optimizer_note, offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
 from vramfit.estimate.first_batch import longest_first_notes
+from vramfit.estimate.fsdp1_moments import unshard_pool_idle
 from vramfit.estimate.fsdp2 import fsdp2_notes
 from vramfit.estimate.fsdp_reserved import fsdp_reserved, fsdp_reserved_notes
 from vramfit.estimate.nf4_load import load_notes, load_reserved, step_fits_in_load
@@ -510,6 +511,8 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, t
         at_load, allocated = cast_reserved(r, breakdowns)
     conf = r.profile.alloc_conf
     reserved = reserved_bytes(allocated, r.parts, tensors, r.spec.num_hidden_layers, events, conf, required)
+    # FSDP1's unshard stream keeps its block units' segments where the peak moment holds fewer (estimate/fsdp1_moments.py)
+    reserved += unshard_pool_idle(r, breakdowns, allocated)
     reserved += carried_outputs_segments(r)  # outputs carried into the next forward under eager attention
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
     if cached := zero2_step_reserved(r, events, conf, required):

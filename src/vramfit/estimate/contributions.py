@@ -20,6 +20,13 @@ from vramfit.estimate.ds_load import flatten_load_phase, flattens_on_gpu
 from vramfit.estimate.ds_offload import norm_transients, offload_grad_staging
 from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
+from vramfit.estimate.fsdp1_moments import (
+    BlockEnd,
+    forward_unprefetched,
+    fsdp1_gathered_blocks,
+    fsdp1_second_lowest,
+    fsdp1_tied_end,
+)
 from vramfit.estimate.fsdp2 import (
     _grad_bytes,
     blocks_freed_at_loss,
@@ -40,6 +47,7 @@ from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.reentrant_fsdp1 import lowest_block_gathers, retained_input_grads
 from vramfit.estimate.stages import has_phase
+from vramfit.estimate.step_grads import fsdp1_split_cat_grads
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
 from vramfit.estimate.zero12_partition import zero1_step_grads
@@ -76,6 +84,12 @@ def _tied_sum(step: Step) -> int:
     if not _tied_end(step) or step.sc.parallelism not in (Parallelism.NONE, Parallelism.DDP):
         return 0
     return step.head_grad if _tied_out_of_place(step) else 0
+
+
+def _tied_end_moment(step: Step) -> tuple[int, int, int] | None:
+    """FSDP's model of the tied end of backward (shards, whole gradients, communication): FSDP2's or FSDP1's."""
+    out_of_place = _tied_out_of_place(step)
+    return tied_end(step, out_of_place) or fsdp1_tied_end(step, out_of_place)
 
 
 def _tied_out_of_place(step: Step) -> bool:
@@ -134,6 +148,10 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = (step.held_grads + head + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
+    # FSDP1 full fine-tuning: the top block's weight gradients and their cat, its own kept tensors, recompute and
+    # working set freed (estimate/fsdp1_moments.py, 3)
+    cat = fsdp1_split_cat_grads(step.spec, step.sc, step.profile) if step.layer_grads else 0
+    top_cat = BlockEnd((step.held_grads + head + cat, a.blocks - a.lowest + a.masks, top[2], top[3])) if cat else top
     # FSDP1 under reentrant checkpointing (estimate/reentrant_fsdp1.py): in the lowest block's backward every block's
     # input is still kept, with the input gradients of the blocks above it, and every adapter gradient made
     retained = retained_input_grads(step.spec, step.sc, step.profile)
@@ -142,13 +160,19 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
             -lowest_block_gathers(step.spec, step.sc, step.profile)) if retained else top
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, kept, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+    top = max(top, top_cat, key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
-    comm = held_reduce_scatter_input(step) - resharded_above_lowest(step)
+    # FSDP1 FULL_SHARD: nothing below the lowest block to prefetch (estimate/reentrant_fsdp1.py lowest_block_gathers)
+    comm = held_reduce_scatter_input(step) - resharded_above_lowest(step) - lowest_block_gathers(step.spec, step.sc,
+                                                                                                    step.profile)
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + lowest_recompute, step.lowest_autocast, comm)
     # the dense layer 0 under the lowest MoE block (moe_kernel.dense_layer0_grads), a dense block's recompute and copies
     layer0 = (step.held_grads + step.layer0_grads, a.lowest + a.masks + (a.kind_recompute or (0, 0))[1],
               (step.kind_autocast or (0, 0))[1], comm) if step.layer0_grads else lowest
-    return max((top, lowest, layer0, kept, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+    # FSDP1's second-lowest block (its own model of the lowest where reentrant checkpointing retains inputs: ``kept``)
+    second = None if retained else fsdp1_second_lowest(step, lowest)
+    return max((top, lowest, layer0, kept, second or second_lowest_block(step) or fsdp2_lora_middle_block(step) or top),
+               key=sum)
 
 
 def _kind_ends(step: Step) -> tuple[int, int, int]:
@@ -186,7 +210,7 @@ def gradients(step: Step) -> Iterator[Contribution]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
-    fsdp2_tied = tied_end(step, _tied_out_of_place(step))  # FSDP2: the shards, the gathered weight's three
+    fsdp2_tied = _tied_end_moment(step)  # FSDP2: the shards, the gathered weight's three
     yield Contribution("gradients", BT, fsdp2_tied[0] if fsdp2_tied else all_grads + head + _tied_sum(step))
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
@@ -207,7 +231,10 @@ def activations(step: Step) -> Iterator[Contribution]:
     # the lowest block's own tensors at the end of backward: re-created by its recompute under checkpointing, still
     # saved from the forward without it (``acts.lowest``: one block's kept tensors); never fewer without checkpointing
     lowest = a.recompute if step.sc.gradient_checkpointing is not Checkpointing.NONE else a.lowest
-    yield Contribution("activations", BE, 0 if end is not None and end[0] else lowest)
+    # FSDP1: the lowest block's post-backward hook runs once its backward is done, its tensors freed (its own high point
+    # is the block phase's lowest position; estimate/fsdp1_moments.py)
+    done = (end is not None and end[0]) or fsdp1_gathered_blocks(step) > 0
+    yield Contribution("activations", BE, 0 if done else lowest)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", FA, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
@@ -253,25 +280,27 @@ def communication(step: Step) -> Iterator[Contribution]:
     # accelerate's FSDP2 units: the embedding resharded in forward, the tail in backward (estimate/fsdp2.py, 4)
     fwd_root, bwd_root = root_resharded(step, backward=False), root_resharded(step, backward=True)
     at_logits = at_loss + tail_gather_output(step)
-    block = comm + previous_gather_at_copy_out(step)  # a block's copy-out (estimate/fsdp2_forward.py)
+    # a block's copy-out (estimate/fsdp2_forward.py); FSDP1: one block unit live in a block's forward (fsdp1_moments.py)
+    block = comm + previous_gather_at_copy_out(step) - forward_unprefetched(step)
     at_logits_moment = forward_at_logits(step)
     if at_logits_moment is None:  # the generic model: forward's high point adds the logits to everything gathered
         block += tail_gather_output(step)
     ungrads = unit_grads_not_yet_made(step)  # fsdp-grad-op: the unit gradients come with backward's blocks
     yield Contribution("comm_buffers", F, (at_logits if at_logits_moment else block) - late - fwd_root - ungrads)
-    yield Contribution("comm_buffers", FA, comm - late - fwd_root - ungrads)  # a block's forward: its gathers, no logits
+    # a block's forward: its gathers, no logits
+    yield Contribution("comm_buffers", FA, comm - late - fwd_root - ungrads - forward_unprefetched(step))
     yield Contribution("comm_buffers", BL,
                        at_loss - late_at_loss - fwd_root + prefetched_at_loss_backward(step) - ungrads)
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root - zero3_head_on_top(
         step.spec, step.sc, step.profile))
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
-        fsdp2_tied = tied_end(step, _tied_out_of_place(step)) if phase is BT else None
+        fsdp2_tied = _tied_end_moment(step) if phase is BT else None
         yield Contribution("comm_buffers", phase,
                            fsdp2_tied[2] if fsdp2_tied else comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
-        comm - resharded_above_lowest(step) - bwd_root
+        comm - resharded_above_lowest(step) - bwd_root - lowest_block_gathers(step.spec, step.sc, step.profile)
     yield Contribution("comm_buffers", BE, end)
     yield Contribution("comm_buffers", OPT, comm if step.sc.parallelism is Parallelism.DDP else staging)
 
@@ -288,17 +317,20 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     # a checkpointed block's recompute forms its DoRA weight norms again, before its own backward's working set
     recompute_dora = step.dora_recompute if step.sc.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD) \
         else 0  # selective recomputes the attention core only
-    yield Contribution("temporaries", BB, max(step.block_transient + step.dequant, recompute_dora) + block_copy
-                       + block_step + norms[BB])
+    # none where the block phase's moment is the end of a block's backward (estimate/fsdp1_moments.py BlockEnd)
+    working = 0 if getattr(_block_position(step), "working_set_freed", False) else \
+        max(step.block_transient + step.dequant, recompute_dora)
+    yield Contribution("temporaries", BB, working + block_copy + block_step + norms[BB])
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
                        + embeds_grad_pending(step.spec, step.sc, step.profile))
     end = end_of_backward(step)
-    yield Contribution("temporaries", BE, 0 if end is not None and end[0] else step.block_transient)
+    done = (end is not None and end[0]) or fsdp1_gathered_blocks(step) > 0  # see activations()
+    yield Contribution("temporaries", BE, 0 if done else step.block_transient)
     yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
     # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward; under
     # FSDP2 its whole gradients there (estimate/fsdp2.py tied_end)
-    fsdp2_tied = tied_end(step, _tied_out_of_place(step))
+    fsdp2_tied = _tied_end_moment(step)
     yield Contribution("temporaries", BT, norms[BT] + (fsdp2_tied[1] if fsdp2_tied else 0))
 
 

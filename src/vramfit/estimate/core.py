@@ -362,10 +362,11 @@ def comm_buffers(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, parts
         gathered = FSDP_INFLIGHT_ALLGATHERS.value * layer
         if not profile.fsdp_root_gathered:
             return gathered
-        root = _root_gathered_bytes(spec, sc, profile)
-        if profile.fsdp2:  # FSDP2 gathers into a buffer of its own beside the shard (estimate/fsdp2.py, 3)
-            return gathered + root
-        return gathered + root - shard(root, sc.shard_group)
+        # a buffer of its own beside the shard: FSDP2's foreach_all_gather output (estimate/fsdp2.py, 3), FSDP1's padded
+        # unsharded flat parameter (torch v2.13.0 distributed/fsdp/_flat_param.py ``_alloc_padded_unsharded_flat_param``
+        # sizes ``_full_param_padded`` to the whole unit while ``_local_shard`` keeps the shard; the simulator's FSDP1
+        # root of a 4-layer Llama on 4 ranks is one 16,779,264 B bf16 tensor, its whole 8,389,632 elements)
+        return gathered + _root_gathered_bytes(spec, sc, profile)
     if sc.parallelism is Parallelism.FSDP_GRAD_OP:
         # every unit stays gathered from its forward to its post-backward: FSDP2 ``FSDPParamGroup.reshard`` returns
         # in forward when ``not self._reshard_after_forward`` and post_backward reshards (``reshard_after_backward``

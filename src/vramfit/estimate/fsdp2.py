@@ -278,6 +278,10 @@ def _root_part(step: Step, tail: bool) -> int:
 def prefetched_at_loss_backward(step: Step) -> int:
     """Bytes of the last block's all-gather the root's pre-backward prefetches during the loss's backward (module
     docstring, 5); 0 where the framework keeps that block gathered anyway or the root holds no output layer."""
+    from vramfit.estimate.fsdp1_moments import fsdp1_gathered_blocks, loss_backward_prefetch
+
+    if fsdp1_gathered_blocks(step):  # FSDP1's root pre-backward prefetches the top block (estimate/fsdp1_moments.py)
+        return loss_backward_prefetch(step)
     prof = step.profile
     # accelerate's tail unit (tied: embedding, norm and lm_head in it) ran forward last, so the root's pre-backward
     # prefetches it, gathered already: no block during the loss's backward (the simulator's accelerate FSDP2 of
@@ -322,6 +326,10 @@ def gathered_blocks(step: Step) -> int:
 def blocks_freed_at_loss(step: Step) -> int:
     """Bytes of the gathered block units in ``parts.comm_buffers`` that are resharded while the logits and the
     loss are alive (module docstring, 2); 0 outside FSDP2."""
+    from vramfit.estimate.fsdp1_moments import fsdp1_gathered_blocks
+
+    if fsdp1 := fsdp1_gathered_blocks(step):  # FSDP1 FULL_SHARD reshards every block after its forward too
+        return fsdp1
     blocks = gathered_blocks(step)
     if not blocks or not step.profile.fsdp2_last_block_kept:
         return blocks
@@ -389,13 +397,15 @@ def _grad_bytes(step: Step) -> int:
 
 
 def forward_at_logits(step: Step) -> bool | None:
-    """FSDP2: whether forward's high point is the logits moment (True) or a block's (False); None elsewhere,
-    where forward adds both (the generic model)."""
+    """FSDP2 and FSDP1 FULL_SHARD: whether forward's high point is the logits moment (True) or a block's (False);
+    None elsewhere, where forward adds both (the generic model). FSDP1's block moment holds one block unit
+    (estimate/fsdp1_moments.py)."""
     from vramfit.estimate import fsdp2_forward as fwd
+    from vramfit.estimate.fsdp1_moments import forward_unprefetched
 
     if not (freed := blocks_freed_at_loss(step)) and not fwd.grad_op_fsdp2(step):
         return None
-    block_moment = freed + fwd.block_working(step) + fwd.previous_gather_at_copy_out(step)
+    block_moment = freed - forward_unprefetched(step) + fwd.block_working(step) + fwd.previous_gather_at_copy_out(step)
     return step.loss.forward_peak + fwd.tail_gather_output(step) >= block_moment
 
 

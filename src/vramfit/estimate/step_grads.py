@@ -160,6 +160,13 @@ def _lowest_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile
     gradients held between micro-batches (all exist from the start) or freed as made (optimizer in backward)."""
     if held or sc.optimizer_in_backward or not parts.num_trainable:
         return 0
+    if sc.method is Method.FULL and fsdp1_split_cat_grads(spec, sc, profile):
+        # FSDP1: ``parts.gradients`` are shards; every block above has reduced its own, the output layer's is whole
+        # while the root unit waits for the embedding's, and the lowest block's are whole, the MLP output's made
+        # (estimate/fsdp1_moments.py fsdp1_second_lowest)
+        head = whole_head_grad(spec, grad_bytes_per) if spec.lm_head_params else 0
+        return (_one_block_grads(spec, sc, parts) * (spec.num_hidden_layers - 1) + head
+                + fsdp1_lowest_made(spec, sc, profile))
     later = parts.copy_grads[0]  # modules_to_save: the embedding copy's comes after the lowest block
     if sc.method is Method.FULL:
         later = lowest_block_pending(spec, grad_bytes_per)
@@ -181,6 +188,21 @@ def _grad_dtype_bytes(sc: Scenario, profile: FrameworkProfile) -> int:
     """Bytes per element of a full fine-tune's gradient as autograd makes it, whole, before any reduce-scatter or
     offload: the dtype the parameters run in (16-bit under FSDP's parameter cast or the DeepSpeed engine)."""
     return sc.precision.compute_bytes if casts_params(sc, profile) or _ds_mixed(sc) else sc.precision.param_bytes
+
+
+def fsdp1_lowest_made(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """FSDP1 full fine-tuning: the lowest block's own weight gradients made at its block phase's moment, whole (the MLP
+    output's: moe_kernel.lowest_block_pending)."""
+    return max(0, _fsdp_block_grads(spec, sc, profile) - lowest_block_pending(spec, _grad_dtype_bytes(sc, profile)))
+
+
+def fsdp1_split_cat_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
+    """FSDP1 FULL_SHARD full fine-tuning: a block's weight gradients and the whole flat gradient the split's backward
+    concatenates them into, both alive (fsdp1_units.mixed_unit_backward_grads; estimate/fsdp1_moments.py, 3); 0
+    elsewhere."""
+    if profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout:
+        return 0
+    return 2 * _fsdp_block_grads(spec, sc, profile)
 
 
 def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

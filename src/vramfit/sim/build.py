@@ -68,6 +68,7 @@ class BuiltModel:
     # FSDP2 MixedPrecisionPolicy(param_dtype=...) with no autocast: the profile's mixed_casts_params (torchtitan)
     mp_param_dtype: torch.dtype | None = None
     images: Any = None  # sim.images.ImageInputs of a vision-language batch, None for text only
+    materialized: bool = False  # on its device already (FSDP1 wraps the materialised model: sim/fsdp.py)
 
     @property
     def lm_head(self) -> torch.nn.Module:

@@ -153,17 +153,18 @@ FSDP2_TRACED = "Traced with FSDP2 as accelerate prepares it (fsdp_version 2)"
 def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
     """The scenario the simulator runs, and what it says where that is not the one asked for.
 
-    It shards with FSDP2 only (sim/fsdp.py). A framework whose FSDP is FSDP1 (hf: accelerate's plugin defaults
-    ``fsdp_version`` to 1, choices.py ``FsdpVersion``) and that offers FSDP2 as well (its profile's ``fsdp2_variant``:
-    accelerate's ``fsdp2_prepare_model``) is traced as ``fsdp_version: 2``, and the result's scenario says so, so
-    that its estimate beside it is the same run's. FSDP1 itself (``FullyShardedDataParallel``: flat parameters, its
-    own units and streams) is not traced: its figures are the estimator's alone."""
+    A framework whose FSDP is FSDP1 (hf: accelerate's plugin defaults ``fsdp_version`` to 1, choices.py
+    ``FsdpVersion``) is traced as FSDP1 itself for full fine-tuning of an unquantized model (sim/fsdp.py
+    ``traces_fsdp1``). LoRA and QLoRA under it, where it offers FSDP2 as well (its profile's ``fsdp2_variant``:
+    accelerate's ``fsdp2_prepare_model``), are traced as ``fsdp_version: 2``, and the result's scenario says so, so
+    that its estimate beside it is the same run's."""
     from dataclasses import replace
 
     from vramfit.choices import FsdpVersion
     from vramfit.estimate.framework import profile_for, scenario_profile
+    from vramfit.sim.fsdp import traces_fsdp1
 
-    if sc.parallelism not in _FSDP or sc.num_gpus < 2 or scenario_profile(sc).fsdp2:
+    if sc.parallelism not in _FSDP or sc.num_gpus < 2 or scenario_profile(sc).fsdp2 or traces_fsdp1(sc):
         return sc, []
     if profile_for(sc.framework, sc.framework_version).fsdp2_variant is None:
         raise ScenarioError("framework", f"the simulator shards with FSDP2 only, and {sc.framework.value} runs "
@@ -247,10 +248,11 @@ def _trace_one(sc: Scenario, config: dict, depth: int, report: Callable[[str], N
 
         step = run_deepspeed(built, sc, progress=report, workspaces=workspaces_for(sc))
     elif sc.parallelism in _FSDP:
-        from vramfit.sim.fsdp import fake_process_group, shard_model
+        from vramfit.sim.fsdp import fake_process_group, shard_model, shard_model_fsdp1, traces_fsdp1
 
+        shard = shard_model_fsdp1 if traces_fsdp1(sc) else shard_model
         with fake_process_group(sc.num_gpus), _uniform_dtype_refusal():
-            step = run_training(built, sc, progress=report, prepare=lambda b: shard_model(b, sc),
+            step = run_training(built, sc, progress=report, prepare=lambda b: shard(b, sc),
                                 workspaces=workspaces_for(sc))
     else:
         step = run_training(built, sc, progress=report, workspaces=workspaces_for(sc), reference=reference)

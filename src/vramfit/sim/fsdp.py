@@ -81,6 +81,59 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
     )
 
 
+def traces_fsdp1(sc: Scenario) -> bool:
+    """The scenario runs FSDP1 (``FullyShardedDataParallel``) and the simulator traces it as such: the profile's FSDP
+    is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning of an
+    unquantized model over more than one GPU. LoRA and QLoRA under FSDP1 depend on how the recipe splits the adapters and the 4-bit storage into
+    FlatParameters of one dtype each, which is not traced: they run as accelerate's FSDP2 (sim/engine.py ``as_fsdp2``)."""
+    from vramfit.estimate.framework import profile_for
+    from vramfit.scenario import Method, Quantize
+
+    # accelerate's FSDP1: the frameworks that prepare their FSDP through accelerate, which offers FSDP2 as well
+    accelerates = profile_for(sc.framework, sc.framework_version).fsdp2_variant is not None
+    # SHARD_GRAD_OP skips the sharded views after forward, and FSDP1's writeback then asserts the unsharded flat
+    # parameter is allocated by its data pointer (torch v2.13.0 distributed/fsdp/_flat_param.py l. 2264-2274
+    # ``_data_ptr_allocated``), which a fake tensor does not have: traced as FSDP2
+    return (sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates
+            and not scenario_profile(sc).fsdp2 and sc.method is Method.FULL and sc.quantize is Quantize.NONE)
+
+
+def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
+    """FSDP1 as accelerate prepares it for the HF Trainer, on the model materialised on fake CPU tensors: the
+    ``transformer_based_wrap`` policy (one unit per decoder layer, the rest in the root), FULL_SHARD, ``MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` all the compute dtype under -mixed
+    precision (accelerate v1.16.0 utils/dataclasses.py ``FullyShardedDataParallelPlugin.set_mixed_precision``),
+    ``limit_all_gathers`` and ``use_orig_params`` on (the Trainer's default), BACKWARD_PRE (torch's default and
+    ``accelerate config``'s; the Trainer's own default is no prefetch), no forward prefetch. ``built.materialized``
+    tells run_training the model is on its device already (FSDP1 flattens materialised parameters)."""
+    import functools
+    import warnings
+
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from vramfit.sim.build import materialize
+
+    # FSDP1 compares storages by data pointer (_flat_param.py ``_same_storage``), which fake tensors answer with a
+    # deprecation warning on every unit: nothing of the trace depends on it
+    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+    materialize(built, "cpu")
+    layers = {type(layer) for layer in decoder_layers(built.model)}
+    dtype = built.autocast_dtype
+    mp = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype) if dtype is not None else None
+    strategy = ShardingStrategy.FULL_SHARD
+    built.model = FSDP(built.model, sharding_strategy=strategy, mixed_precision=mp,
+                       auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers),
+                       backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False, limit_all_gathers=True,
+                       use_orig_params=True, device_id=torch.device("cpu"))
+    built.materialized = True
+    built.assumptions.append(
+        f"FSDP1 {strategy.name} as accelerate prepares it for the HF Trainer (FullyShardedDataParallel, one unit per "
+        "decoder layer and the rest in the root, BACKWARD_PRE, limit_all_gathers, use_orig_params"
+        + (f", MixedPrecision in {str(dtype).removeprefix('torch.')}" if dtype is not None else "")
+        + f") over {sc.num_gpus} ranks on a fake process group; figures are rank 0's.")
+
+
 def _accelerate_fsdp2(built: BuiltModel, sc: Scenario, mesh: Any, kwargs: dict[str, Any]) -> None:
     """accelerate's own ``fsdp2_prepare_model`` (v1.15.0 utils/fsdp_utils.py) on the meta model: its transformer
     auto wrap policy, the embedding and tail units, the root, the fp32 upcast of trainable weights under mixed

@@ -58,7 +58,8 @@ def run_training(built: BuiltModel, scenario: Scenario, *, device: str = "cpu", 
     with fake_mode:
         if prepare is not None:
             prepare(built)
-        materialize(built, device)
+        if not built.materialized:
+            materialize(built, device)
         tracker = LiveTracker()
         if built.offload_hooks is not None:
             built.offload_hooks.tracker = tracker
@@ -176,10 +177,15 @@ def _gradient_sync(built: BuiltModel, scenario: Scenario, last: bool) -> None:
     Applied where the scenario's profile says its loop does so (``fsdp_unsharded_accum_grads``)."""
     if scenario.grad_accum < 2:
         return
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
     from vramfit.estimate.framework import scenario_profile
 
+    if isinstance(built.model, FullyShardedDataParallel):  # FSDP1: accelerate's no_sync is the module's own no_sync,
+        for m in built.model.modules():  # which turns ``_sync_gradients`` off on every unit (torch v2.13.0
+            if isinstance(m, FullyShardedDataParallel):  # fsdp/fully_sharded_data_parallel.py ``no_sync``)
+                m._sync_gradients = last
+        return
     if not scenario_profile(scenario).fsdp_unsharded_accum_grads:
         return
     roots = [m for m in built.model.modules() if isinstance(m, FSDPModule)][:1]  # modules() yields the outermost first

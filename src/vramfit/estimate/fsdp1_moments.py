@@ -1,0 +1,143 @@
+"""FSDP1 (``FullyShardedDataParallel``, FULL_SHARD): how many block units are gathered at each moment of the step.
+
+``core.comm_buffers`` counts the root unit and ``FSDP_INFLIGHT_ALLGATHERS`` block units: what the unshard stream holds
+(the rate limiter lets two all-gathers be in flight, torch v2.13.0 distributed/fsdp/_limiter_utils.py). The live
+(allocated) bytes differ by moment, in the code that runs (torch v2.13.0 distributed/fsdp/_runtime_utils.py):
+
+1. Forward: ``_pre_forward_unshard`` gathers a unit when its forward starts, and ``_post_forward_reshard`` frees it
+   when its forward ends (``_reshard`` -> ``_free_unsharded_flat_param`` for RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES:
+   FULL_SHARD), before the next unit's pre-forward; explicit forward prefetch is off (``forward_prefetch=False``, the
+   constructor's default, which accelerate v1.16.0 ``FSDP_FORWARD_PREFETCH`` and Lightning leave). So one block unit
+   is live in a block's forward, and none at the logits and the loss, where only the root (kept gathered after its
+   forward) is. The freed block's segment is ``record_stream``-ed to the default stream, so the next all-gather, on
+   the unshard stream, cannot reuse it until the block's kernels have run: the unshard stream's pool still holds
+   two block units and the root ("forward currently requires 2x all-gather buffer size", torch docs notes/fsdp.rst),
+   which the reserved figure keeps (:func:`unshard_pool_idle`).
+2. The loss's backward: the root's pre-backward hook, registered on the root's forward outputs, prefetches the unit
+   that ran forward last (``_pre_backward_hook`` -> ``_prefetch_handle``, BACKWARD_PRE: accelerate's and torch's
+   default), the top block. Where the loss is computed inside the model's forward (``loss_in_model_forward``) the
+   hook fires on the loss's gradient, so that block is gathered while the loss's backward runs; elsewhere it fires
+   after the logits' gradient exists, past the loss's high point.
+3. A block's backward: its own unit and the prefetched one below it (the generic two). The lowest block has no block
+   below to prefetch (``reentrant_fsdp1.lowest_block_gathers``).
+4. The end of backward: a unit's ``_post_backward_hook`` runs when its FlatParameter's gradient is accumulated, after
+   the unit's backward: the lowest block's recompute and working set are freed by then, and its whole gradient,
+   every shard made so far and the output layer's gradient (waiting for the root's) are what that moment holds.
+
+5. The root unit's gathered parameters are a buffer of their own: ``_alloc_padded_unsharded_flat_param`` sizes
+   ``_full_param_padded`` to the whole unit while ``_local_shard`` keeps the shard (core.comm_buffers). Checked on real
+   FSDP1 (CPU/gloo, 2 ranks, a frozen bf16 root): at the output layer's forward the two storages are distinct, the
+   unsharded one the unit's whole 262,272 B.
+
+The simulator runs FSDP1 itself on a fake process group (tests/sim/test_sim_fsdp1.py): a 4-layer Llama (hidden 1,024,
+vocabulary 4,096), full fine-tuning on 2 to 8 ranks, holds only the root at its logits and two block units in a middle
+block's backward; the estimate, with two blocks gathered at every moment and the root counted without its shard,
+read +7.8 % (bf16) and +12.3 % (bf16-mixed) above the trace's peak at 4 ranks, -1.9 % and +0.5 % now.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
+from vramfit.scenario import Parallelism
+
+if TYPE_CHECKING:
+    from vramfit.estimate.step import Step
+
+
+class BlockEnd(tuple):
+    """A block-phase moment (gradients, activations, autocast copies, communication) at the end of a block's backward,
+    where its working set is freed: the phase counts no block transient there (contributions.temporaries)."""
+
+    working_set_freed = True
+
+
+def fsdp1_gathered_blocks(step: Step) -> int:
+    """Bytes of the block units' all-gathers ``parts.comm_buffers`` counts under FSDP1 FULL_SHARD over more than one
+    GPU (0 elsewhere: FSDP2, fsdp-grad-op, one shard, a TP/PP rank's own layout)."""
+    sc = step.sc
+    if (step.profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout
+            or not step.spec.num_hidden_layers):
+        return 0
+    from vramfit.estimate.core import _layer_param_bytes
+
+    return min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * _layer_param_bytes(step.spec, sc, step.profile))
+
+
+def forward_unprefetched(step: Step) -> int:
+    """Bytes of block all-gathers counted in ``parts.comm_buffers`` that are not live in a block's forward (module
+    docstring, 1): all but one block unit under FSDP1 FULL_SHARD, else 0."""
+    blocks = fsdp1_gathered_blocks(step)
+    return blocks - blocks // FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def loss_backward_prefetch(step: Step) -> int:
+    """Bytes of the top block the root's pre-backward gathers during the loss's backward (module docstring, 2)."""
+    if not step.profile.loss_in_model_forward or not step.profile.fsdp_root_gathered:
+        return 0
+    return fsdp1_gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def fsdp1_second_lowest(step: Step, lowest: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
+    """The second-lowest block's backward under FSDP1 FULL_SHARD, from the lowest block's (gradients, activations,
+    autocast copies, communication) tuple: one block's shard not made yet, one more block's kept tensors, and the
+    lowest block prefetched beside it (module docstring, 3), which the lowest block's own backward no longer has.
+    Where a gathered block outweighs a block's shard the blocks' backward peaks there: the simulator's 4-layer Llama
+    (full, bf16, 4 ranks, 2 x 512 tokens) at its layer 1, 233,636,436 B against 215,807,572 B at layer 0. Full
+    fine-tuning: the larger of that moment and the end of the block's backward, its weight gradients and their cat
+    (module docstring, 3) beside every shard above it, where a block's gradients outweigh its recompute (the
+    simulator's 32-layer Llama-2-7B, bf16-mixed on 8 ranks at 1 x 1,024 tokens: -3.0 % without it)."""
+    from vramfit.estimate.reentrant_fsdp1 import lowest_block_gathers
+    from vramfit.estimate.step_grads import fsdp1_lowest_made, fsdp1_split_cat_grads
+
+    gap = lowest_block_gathers(step.spec, step.sc, step.profile)
+    if not fsdp1_gathered_blocks(step) or not gap or step.spec.num_hidden_layers < 2:
+        return None
+    grads, acts, copies, comm = lowest
+    mid = max(0, grads - step.layer_grads), acts + step.acts.lowest, copies, comm + gap
+    spec, sc, prof = step.spec, step.sc, step.profile
+    if not (cat := fsdp1_split_cat_grads(spec, sc, prof)) or step.held_grads:
+        return mid
+    # the end of its backward: its weight gradients and their cat, every shard above it, its recompute freed
+    shards = max(0, grads - step.layer_grads - fsdp1_lowest_made(spec, sc, prof))
+    end = BlockEnd((shards + cat, step.acts.lowest + step.acts.masks, copies, comm + gap))
+    return max(mid, end, key=sum)
+
+
+def fsdp1_tied_end(step: Step, out_of_place: bool) -> tuple[int, int, int] | None:
+    """FSDP1 FULL_SHARD full fine-tuning of a model with tied embeddings, the end of backward (module docstring, 4), as
+    FSDP2's ``estimate/fsdp2.py tied_end``: (the blocks' reduced shards, the shared weight's whole gradients, the gathered
+    root); None elsewhere. The shared weight's output-layer gradient has waited in autograd's input buffer since the top
+    of backward and the embedding's own meets it there, added out of place where the first is a view: three weight-sized
+    tensors, with every block resharded and reduced and the root, which holds the weight, gathered. The simulator's FSDP1
+    of Llama-3.2-1B (full, bf16, 2 GPUs, 1 x 512) peaks there: 6,805,320,192 B, the shared weight gathered and its three
+    525,336,576 B gradients (the estimate read -9.0 % before the FSDP1 moments)."""
+    sc, parts = step.sc, step.parts
+    if not (fsdp1_gathered_blocks(step) and step.spec.tie_word_embeddings and parts.num_trainable):
+        return None
+    from vramfit.estimate.allocator import round_allocation
+    from vramfit.estimate.step_grads import _grad_dtype_bytes
+
+    tied_shard = parts.gradients * step.spec.embedding_params // parts.num_trainable
+    embedding = round_allocation(step.spec.embedding_params * _grad_dtype_bytes(sc, step.profile))
+    whole = step.head_grad + embedding + (step.head_grad if out_of_place else 0)
+    return parts.gradients - tied_shard, whole, parts.comm_buffers - fsdp1_gathered_blocks(step)
+
+
+def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: int) -> int:
+    """Reserved bytes the unshard stream keeps beyond the allocated peak (module docstring, 1): its pool holds the root
+    and two block units throughout (``parts.comm_buffers``), beside the default stream's high-water, every training
+    phase's bytes but its gathered ones (blocks cached on one stream never serve another, CUDACachingAllocator.cpp); 0 outside
+    FSDP1 FULL_SHARD. ``phases``: each phase's allocated components; ``allocated``: the peak phase's total."""
+    from vramfit.estimate.phases import TRAINING_PHASES
+
+    training = [parts for name, parts in phases.items() if name in {p.value for p in TRAINING_PHASES}]
+    if not fsdp1_gathered_blocks(step) or not training:
+        return 0
+    default = max(sum(parts.values()) - parts.get("comm_buffers", 0) for parts in training)
+    return max(0, default + step.parts.comm_buffers - allocated)
+
+
+__all__ = ["BlockEnd", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
+           "loss_backward_prefetch", "unshard_pool_idle"]
