@@ -117,6 +117,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         # l. 1359, utils/launch.py l. 392 prepare_multi_gpu_env); `torchrun` sets 1 too (profile_fields.py)
         ranks_single_threaded=True,
         loss_in_model_forward=True,
+        amp_outputs_fp32=True,  # the HF Trainer prepares the model with accelerate (profile_fields.py)
         fsdp2_variant=FrameworkVersion(
             "accelerate 1.15's fsdp2_prepare_model",
             "accelerate v1.15.0 utils/fsdp_utils.py fsdp2_prepare_model (fsdp_version: 2): fully_shard on each "

@@ -261,6 +261,13 @@ class FrameworkProfile:
     # the preference trainer casts the model's logits to fp32 before its log-probs
     # (hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/train/dpo/trainer.py:230, kto/trainer.py:179 `.logits.to(torch.float32)`)
     stage_logits_fp32: bool = False
+    # the trainer calls the model through accelerate's native-AMP wrapper whenever it runs mixed precision outside
+    # DeepSpeed: Accelerator.prepare_model sets ``model.forward = convert_outputs_to_fp32(autocast(forward))``
+    # (huggingface/accelerate v0.33.0 accelerator.py l. 1375-1384, v1.16.0 l. 1791-1801; native_amp is off under
+    # DeepSpeed, l. 535-564), and ``convert_to_fp32`` is ``tensor.float()`` on every fp16/bf16 tensor of the output
+    # (utils/operations.py l. 777-778): a trainer that reads the model's logits (TRL's preference and RL trainers,
+    # all HF Trainer subclasses) reads them in fp32, the 16-bit ones dropped with the output
+    amp_outputs_fp32: bool = False
     # ORPO's SFT term and the pref_ftx/SimPO terms are the mean of the per-token log-probs already held
     # (LLaMA-Factory@ff6d4d1 dpo/trainer.py:150-157 odds_ratio_loss `sft_loss = -chosen_logps`, :300-302): no
     # cross-entropy over the chosen half's logits, whatever cpo_alpha/rpo_alpha say

@@ -113,6 +113,10 @@ _STAGE_RULES: list[tuple[str, str]] = [
      "Log-probs como a framework_version $1 as calcula (TRL antes do 1.0 ou o seu próprio trainer): a partir dos "
      "logits completos"),
     (r"(a partir dos logits completos) cast to fp32", "$1 convertidos para fp32"),
+    (r"^Mixed precision runs through accelerate's wrapper, which returns the model's logits in fp32 "
+     r"\(convert_outputs_to_fp32\): the log-probs read fp32 logits\.$",
+     "A precisão mista passa pelo wrapper do accelerate, que devolve os logits do modelo em fp32 "
+     "(convert_outputs_to_fp32): as log-probs leem logits em fp32."),
     (r"(a partir dos logits completos(?: convertidos para fp32)?), and the chosen half's cross-entropy\.$",
      "$1, e entropia cruzada da metade escolhida."),
     (r"^rpo_alpha (\S+): TRL 1\.16's RPO term \(loss_type sft\) reads the fused head's per-token log-probs of the "

@@ -182,15 +182,16 @@ def stage_loss(step: Step) -> LossMemory:
     detail = (f"{sc.stage.value} log-probs: full logits, {what}"
               + (" and the chosen half's cross-entropy" if nll else "") + f" over {T:,} tokens ({runner})")
     if path is LogProbs.LOGITS_KERNEL:
-        return logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail)
+        return amp_cast_moment(step, logits_kernel_logps(T, V, lb, nll, sc.micro_batch_size > 1, detail), T, V)
     h = lb * T * V // 2 if nll else 0  # the chosen half's saved log_softmax; its branch peaks at F + 3h, below
     if path is LogProbs.FULL_LOG_SOFTMAX:
-        return pre_1_0_copies(step, full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO), lb * T * V,
-                              logits_saved=False)
+        return amp_cast_moment(step, pre_1_0_copies(
+            step, full_log_softmax(T, V, lb, h, detail, nll_after=sc.stage is Stage.DPO), lb * T * V,
+            logits_saved=False), T, V)
     rows_log_softmax = STAGE_PROFILES[sc.stage].rows_before_1_0 and step.profile.trl_logits_logprobs is not path
     row = sc.completion_len if sc.stage is Stage.GRPO else sc.seq_len
-    return pre_1_0_copies(step, row_loop_logps(T, row, V, lb, h, detail, rows_log_softmax), lb * T * V,
-                          logits_saved=lb == 4 and not rows_log_softmax)
+    return amp_cast_moment(step, pre_1_0_copies(step, row_loop_logps(T, row, V, lb, h, detail, rows_log_softmax),
+                                                lb * T * V, logits_saved=lb == 4 and not rows_log_softmax), T, V)
 
 
 def stage_logits_bytes(step: Step) -> int:
@@ -199,10 +200,28 @@ def stage_logits_bytes(step: Step) -> int:
     upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes; none returned under
     Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if step.profile.stage_logits_fp32:
+    if step.profile.stage_logits_fp32 or amp_casts_logits(step):
         return 4  # the cast's 16-bit source is dropped with the model's output, below the log-probs' 3F
     return (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
             or logits_bytes_per_element(sc, step.profile))
+
+
+def amp_casts_logits(step: Step) -> bool:
+    """The trainer's accelerate wrapper returns the model's 16-bit logits in fp32 (FrameworkProfile.amp_outputs_fp32):
+    it runs mixed precision (-mixed, or the QLoRA recipe's bf16/fp16, estimate/framework.py runs_under_autocast)
+    outside DeepSpeed, whose engine turns accelerate's native AMP off."""
+    sc = step.sc
+    return (step.profile.amp_outputs_fp32 and sc.precision.compute_bytes == 2 and sc.parallelism not in ZERO_FAMILY
+            and runs_under_autocast(sc, step.profile))
+
+
+def amp_cast_moment(step: Step, loss: LossMemory, T: int, V: int) -> LossMemory:
+    """The log-probs' forward high point is at least the cast itself, where :func:`amp_casts_logits`: the model's
+    16-bit logits beside their fp32 copy (6 bytes per logit), before the 16-bit ones are dropped."""
+    if not amp_casts_logits(step) or step.profile.stage_logits_fp32:
+        return loss
+    cast = (logits_bytes_per_element(step.sc, step.profile) + 4) * T * V
+    return LossMemory(loss.saved, max(loss.forward_peak, cast), loss.backward_peak, loss.detail)
 
 
 def pre_1_0_copies(step: Step, loss: LossMemory, F: int, logits_saved: bool) -> LossMemory:
@@ -282,9 +301,10 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
     elif path is LogProbs.FULL_LOG_SOFTMAX:
-        head = 3 * (4 if step.profile.stage_logits_fp32 else logits_bytes_per_element(sc, step.profile)) * scored * V
+        head = 3 * (4 if step.profile.stage_logits_fp32 or amp_casts_logits(step)
+                    else logits_bytes_per_element(sc, step.profile)) * scored * V
     else:
-        lb = logits_bytes_per_element(sc, step.profile)
+        lb = 4 if amp_casts_logits(step) else logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
         prof = STAGE_PROFILES[sc.stage]
         if prof.copies_logits or (prof.rows_before_1_0 and step.profile.trl_logits_logprobs is path):
@@ -391,6 +411,10 @@ def describe(step: Step) -> list[str]:
     elif sc.rpo_alpha is not None:
         out.append(f"rpo_alpha {sc.rpo_alpha:g}: TRL 1.16's RPO term (loss_type sft) reads the fused head's per-token "
                    "log-probs of the chosen half: no tensor of its own.")
+    if (logprobs_path(sc.stage, step.profile) is not LogProbs.FUSED_HEAD and amp_casts_logits(step)
+            and not step.profile.stage_logits_fp32):
+        out.append("Mixed precision runs through accelerate's wrapper, which returns the model's logits in fp32 "
+                   "(convert_outputs_to_fp32): the log-probs read fp32 logits.")
     how = {
         Reference.COPY: f"a frozen copy of the model ({frozen_copy_bytes(step) / 2**30:,.2f} GiB per GPU"
                         + (", sharded" if sc.parallelism in _SHARDS_REFERENCE and sc.method is Method.FULL else "")
