@@ -86,6 +86,14 @@ def _tied_sum(step: Step) -> int:
     return step.head_grad if _tied_out_of_place(step) else 0
 
 
+def _after_post_backward(step: Step) -> bool:
+    """The end of backward is a moment after the lowest block's backward, whose tensors and working set are freed:
+    FSDP2's last unit's reduce-scatter (estimate/fsdp2.py end_of_backward), FSDP1's post-backward hook of the lowest
+    block (estimate/fsdp1_moments.py, 4)."""
+    end = end_of_backward(step)
+    return (end is not None and end[0]) or fsdp1_gathered_blocks(step) > 0
+
+
 def _tied_end_moment(step: Step) -> tuple[int, int, int] | None:
     """FSDP's model of the tied end of backward (shards, whole gradients, communication): FSDP2's or FSDP1's."""
     out_of_place = _tied_out_of_place(step)
@@ -163,8 +171,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = max(top, top_cat, key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     # FSDP1 FULL_SHARD: nothing below the lowest block to prefetch (estimate/reentrant_fsdp1.py lowest_block_gathers)
-    comm = held_reduce_scatter_input(step) - resharded_above_lowest(step) - lowest_block_gathers(step.spec, step.sc,
-                                                                                                    step.profile)
+    below = lowest_block_gathers(step.spec, step.sc, step.profile)
+    comm = held_reduce_scatter_input(step) - resharded_above_lowest(step) - below
     lowest = (step.held_grads + step.lowest_grads, a.lowest + a.masks + lowest_recompute, step.lowest_autocast, comm)
     # the dense layer 0 under the lowest MoE block (moe_kernel.dense_layer0_grads), a dense block's recompute and copies
     layer0 = (step.held_grads + step.layer0_grads, a.lowest + a.masks + (a.kind_recompute or (0, 0))[1],
@@ -210,8 +218,8 @@ def gradients(step: Step) -> Iterator[Contribution]:
         yield Contribution("gradients", BE, all_grads + root + end[2])
     else:
         yield Contribution("gradients", BE, all_grads + (step.block_grads + root if step.block_grads else 0))
-    fsdp2_tied = _tied_end_moment(step)  # FSDP2: the shards, the gathered weight's three
-    yield Contribution("gradients", BT, fsdp2_tied[0] if fsdp2_tied else all_grads + head + _tied_sum(step))
+    tied = _tied_end_moment(step)  # FSDP: the shards, the gathered weight's three
+    yield Contribution("gradients", BT, tied[0] if tied else all_grads + head + _tied_sum(step))
     # optimizer in backward: only the input embedding's gradient (its step is the last; with tied embeddings the
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
@@ -227,14 +235,11 @@ def activations(step: Step) -> Iterator[Contribution]:
     yield Contribution("activations", BL, a.total)
     yield Contribution("activations", BB, _block_position(step)[1])
     yield Contribution("activations", BV, tower_position(step)[1])
-    end = end_of_backward(step)
     # the lowest block's own tensors at the end of backward: re-created by its recompute under checkpointing, still
     # saved from the forward without it (``acts.lowest``: one block's kept tensors); never fewer without checkpointing
     lowest = a.recompute if step.sc.gradient_checkpointing is not Checkpointing.NONE else a.lowest
-    # FSDP1: the lowest block's post-backward hook runs once its backward is done, its tensors freed (its own high point
-    # is the block phase's lowest position; estimate/fsdp1_moments.py)
-    done = (end is not None and end[0]) or fsdp1_gathered_blocks(step) > 0
-    yield Contribution("activations", BE, 0 if done else lowest)
+    # after the lowest block's backward none (its own high point is the block phase's lowest position)
+    yield Contribution("activations", BE, 0 if _after_post_backward(step) else lowest)
     yield Contribution("autocast_copies", F, kept + step.autocast_forward)
     yield Contribution("autocast_copies", FA, kept + step.autocast_forward)
     yield Contribution("autocast_copies", BL, kept)
@@ -294,9 +299,8 @@ def communication(step: Step) -> Iterator[Contribution]:
     yield Contribution("comm_buffers", BB, comm + _block_position(step)[3] - bwd_root - zero3_head_on_top(
         step.spec, step.sc, step.profile))
     for phase in (BV, BT):  # fsdp-grad-op: every block resharded by its post-backward (estimate/grad_op.py)
-        fsdp2_tied = _tied_end_moment(step) if phase is BT else None
-        yield Contribution("comm_buffers", phase,
-                           fsdp2_tied[2] if fsdp2_tied else comm - resharded_after_blocks(step) - bwd_root)
+        tied = _tied_end_moment(step) if phase is BT else None
+        yield Contribution("comm_buffers", phase, tied[2] if tied else comm - resharded_after_blocks(step) - bwd_root)
     # FSDP2 full fine-tuning: a unit's flat reduce-scatter input beside its whole gradients (estimate/fsdp2.py)
     fsdp2_end = end_of_backward(step)
     end = fsdp2_end[1] if fsdp2_end is not None and step.block_grads else \
@@ -323,15 +327,13 @@ def temporaries(step: Step) -> Iterator[Contribution]:
     yield Contribution("temporaries", BB, working + block_copy + block_step + norms[BB])
     yield Contribution("temporaries", BV, tower_backward_transient(step.spec, step.sc, step.profile)
                        + embeds_grad_pending(step.spec, step.sc, step.profile))
-    end = end_of_backward(step)
-    done = (end is not None and end[0]) or fsdp1_gathered_blocks(step) > 0  # see activations()
-    yield Contribution("temporaries", BE, 0 if done else step.block_transient)
+    yield Contribution("temporaries", BE, 0 if _after_post_backward(step) else step.block_transient)
     yield Contribution("temporaries", BS, end_step)
     yield Contribution("temporaries", OPT, step.opt_temp)
     # tied embeddings: the shared weight's gradient is complete, and reduced, at the very end of backward; under
-    # FSDP2 its whole gradients there (estimate/fsdp2.py tied_end)
-    fsdp2_tied = _tied_end_moment(step)
-    yield Contribution("temporaries", BT, norms[BT] + (fsdp2_tied[1] if fsdp2_tied else 0))
+    # FSDP its whole gradients there (estimate/fsdp2.py tied_end, estimate/fsdp1_moments.py fsdp1_tied_end)
+    tied = _tied_end_moment(step)
+    yield Contribution("temporaries", BT, norms[BT] + (tied[1] if tied else 0))
 
 
 def framework_buffers(step: Step) -> Iterator[Contribution]:
