@@ -56,16 +56,18 @@ def test_simulation_is_reported_next_to_the_measurement(tiny):
         assert sim["allocated_bytes"] > 0 and sim["reserved_bytes"] >= sim["allocated_bytes"]
 
 
-def test_an_fsdp1_run_says_its_simulation_traced_fsdp2(tiny):
-    """The simulator shards with FSDP2 only (sim/engine.py as_fsdp2): the record of an FSDP1 run keeps the simulated
-    figures and says which FSDP they are of."""
-    figures, why = simulation_figures(parse_scenario(tiny(method="full", num_gpus=2, parallelism="fsdp")))
+def test_an_fsdp1_lora_run_says_its_simulation_traced_fsdp2(tiny):
+    """The simulator traces FSDP1 itself for full fine-tuning only (sim/fsdp.py traces_fsdp1), LoRA under FSDP1 as
+    accelerate's FSDP2 (sim/engine.py as_fsdp2): the record of such a run keeps the simulated figures and says which
+    FSDP they are of; a full fine-tuning FSDP1 run's needs no remark."""
+    figures, why = simulation_figures(parse_scenario(tiny(method="lora", num_gpus=2, parallelism="fsdp")))
     if figures is None:  # the simulator is another part of the project
         pytest.skip(why)
     assert figures["allocated_bytes"] > 0
     assert why.startswith("simulation: Traced with FSDP2 as accelerate prepares it (fsdp_version 2)")
-    fsdp2 = parse_scenario(tiny(method="full", num_gpus=2, parallelism="fsdp", fsdp_version="2"))
-    assert simulation_figures(fsdp2)[1] == ""
+    for keys in ({"fsdp_version": "2"}, {}):
+        full = parse_scenario(tiny(method="full", num_gpus=2, parallelism="fsdp", **keys))
+        assert simulation_figures(full)[1] == ""
 
 
 def test_simulation_failure_is_a_remark_not_a_crash(monkeypatch):

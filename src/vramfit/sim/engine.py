@@ -167,12 +167,13 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
     if sc.parallelism not in _FSDP or sc.num_gpus < 2 or scenario_profile(sc).fsdp2 or traces_fsdp1(sc):
         return sc, []
     if profile_for(sc.framework, sc.framework_version).fsdp2_variant is None:
-        raise ScenarioError("framework", f"the simulator shards with FSDP2 only, and {sc.framework.value} runs "
-                            "FSDP1 only: estimator-only", ["hf", "torchtitan"])
+        raise ScenarioError("framework", f"the simulator traces FSDP1 as accelerate prepares it, and FSDP2; "
+                            f"{sc.framework.value} runs its own FSDP1 only: estimator-only", ["hf", "torchtitan"])
     asked = "fsdp_version 1" if sc.fsdp_version is FsdpVersion.V1 else \
         f"fsdp_version auto, FSDP1 under {sc.framework.value} (accelerate's default)"
     note = (f"{FSDP2_TRACED}, not the scenario's FSDP1 ({asked}): the "
-            "simulator shards with FSDP2 only, so this trace and the estimate beside it are fsdp_version 2's; "
+            "simulator traces FSDP1 for full fine-tuning only, so this trace and the estimate beside it are "
+            "fsdp_version 2's; "
             "`vramfit estimate` gives FSDP1's.")
     return replace(sc, fsdp_version=FsdpVersion.V2), [note]
 

@@ -84,8 +84,9 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
 def traces_fsdp1(sc: Scenario) -> bool:
     """The scenario runs FSDP1 (``FullyShardedDataParallel``) and the simulator traces it as such: the profile's FSDP
     is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning of an
-    unquantized model over more than one GPU. LoRA and QLoRA under FSDP1 depend on how the recipe splits the adapters and the 4-bit storage into
-    FlatParameters of one dtype each, which is not traced: they run as accelerate's FSDP2 (sim/engine.py ``as_fsdp2``)."""
+    unquantized model over more than one GPU. LoRA and QLoRA under FSDP1 depend on how the recipe splits the adapters
+    and the 4-bit storage into FlatParameters of one dtype each, which is not traced: they run as accelerate's FSDP2
+    (sim/engine.py ``as_fsdp2``)."""
     from vramfit.estimate.framework import profile_for
     from vramfit.scenario import Method, Quantize
 
@@ -100,7 +101,8 @@ def traces_fsdp1(sc: Scenario) -> bool:
 
 def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
     """FSDP1 as accelerate prepares it for the HF Trainer, on the model materialised on fake CPU tensors: the
-    ``transformer_based_wrap`` policy (one unit per decoder layer, the rest in the root), FULL_SHARD, ``MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` all the compute dtype under -mixed
+    ``transformer_based_wrap`` policy (one unit per decoder layer, the rest in the root), FULL_SHARD,
+    ``MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` all the compute dtype under -mixed
     precision (accelerate v1.16.0 utils/dataclasses.py ``FullyShardedDataParallelPlugin.set_mixed_precision``),
     ``limit_all_gathers`` and ``use_orig_params`` on (the Trainer's default), BACKWARD_PRE (torch's default and
     ``accelerate config``'s; the Trainer's own default is no prefetch), no forward prefetch. ``built.materialized``
