@@ -56,8 +56,10 @@ def test_fsdp2_leaves_no_host_wrap_residue_and_reduces_the_tail_first():
     (p1, b1), (p2, b2) = phases(1), phases(2)
     assert b1["backward-end"]["gradients"] - b2["backward-end"]["gradients"] == 128256 * 4096 * 2
     # FSDP2: the second-lowest block prefetches the lowest, not the embedding unit (fsdp2.second_lowest_block), so
-    # its moment no longer tops the end of backward, where the lowest block has prefetched the embedding
-    assert (p1.phase, p2.phase) == ("backward-end", "backward-end")
+    # its moment no longer tops the end of backward, where the lowest block has prefetched the embedding. FSDP1: the
+    # end of backward follows the lowest block's backward, and the second-lowest block's end (its weight gradients and
+    # their cat beside every shard above it and two gathered blocks) is the high point (estimate/fsdp1_moments.py)
+    assert (p1.phase, p2.phase) == ("backward-block", "backward-end")
     # 30.5 vs 23.5 GiB (Llama-3.1-8B, 8 GPUs), of which FSDP2's all-gather copy-in stream keeps 1.96 GiB: the
     # embedding unit's output (128256 x 4096 bf16: 501 segments of 2 MiB) beside the lowest block's (436,224,000 B:
     # 209), and the tail's (+ the norm: 502) in a segment of its own, less the one block output the step counts
