@@ -113,16 +113,12 @@ def fsdp1_tied_end(step: Step, out_of_place: bool) -> tuple[int, int, int] | Non
     tensors, with every block resharded and reduced and the root, which holds the weight, gathered. The simulator's FSDP1
     of Llama-3.2-1B (full, bf16, 2 GPUs, 1 x 512) peaks there: 6,805,320,192 B, the shared weight gathered and its three
     525,336,576 B gradients (the estimate read -9.0 % before the FSDP1 moments)."""
-    sc, parts = step.sc, step.parts
-    if not (fsdp1_gathered_blocks(step) and step.spec.tie_word_embeddings and parts.num_trainable):
+    if not (fsdp1_gathered_blocks(step) and step.spec.tie_word_embeddings and step.parts.num_trainable):
         return None
-    from vramfit.estimate.allocator import round_allocation
-    from vramfit.estimate.step_grads import _grad_dtype_bytes
+    from vramfit.estimate.fsdp2 import tied_gradients
 
-    tied_shard = parts.gradients * step.spec.embedding_params // parts.num_trainable
-    embedding = round_allocation(step.spec.embedding_params * _grad_dtype_bytes(sc, step.profile))
-    whole = step.head_grad + embedding + (step.head_grad if out_of_place else 0)
-    return parts.gradients - tied_shard, whole, parts.comm_buffers - fsdp1_gathered_blocks(step)
+    shards, whole = tied_gradients(step, out_of_place)
+    return shards, whole, step.parts.comm_buffers - fsdp1_gathered_blocks(step)
 
 
 def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: int) -> int:

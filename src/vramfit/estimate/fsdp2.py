@@ -382,12 +382,21 @@ def tied_end(step: Step, out_of_place: bool) -> tuple[int, int, int] | None:
     sc = step.sc
     if not (_applies(step) and step.spec.tie_word_embeddings and sc.shard_group > 1):
         return None
-    block, _, grad = end_tensors(step)
+    block, _, _ = end_tensors(step)
+    shards, whole = tied_gradients(step, out_of_place)
+    root = step.parts.comm_buffers - gathered_blocks(step) - root_resharded(step, backward=True)
+    return shards, whole, root + block
+
+
+def tied_gradients(step: Step, out_of_place: bool) -> tuple[int, int]:
+    """The gradients at a tied model's end of backward under FSDP1 or FSDP2 (:func:`tied_end`,
+    estimate/fsdp1_moments.py ``fsdp1_tied_end``): (every unit's reduced shard but the shared weight's, the shared
+    weight's whole gradients: the output layer's, the embedding's, and their out-of-place sum where the first is a
+    view). The two differ only in the communication buffers beside them."""
     parts = step.parts
     tied_shard = parts.gradients * step.spec.embedding_params // max(1, parts.num_trainable)
-    whole = step.head_grad + grad + (step.head_grad if out_of_place else 0)
-    root = parts.comm_buffers - gathered_blocks(step) - root_resharded(step, backward=True)
-    return parts.gradients - tied_shard, whole, root + block
+    embedding = round_allocation(step.spec.embedding_params * _grad_bytes(step))
+    return parts.gradients - tied_shard, step.head_grad + embedding + (step.head_grad if out_of_place else 0)
 
 
 def _grad_bytes(step: Step) -> int:
