@@ -38,3 +38,15 @@ def test_fsdp2_and_grad_op_keep_their_own_models():
     for kw in ({"fsdp_version": "2"}, {"parallelism": "fsdp-grad-op"}):
         comm = _comm(estimate({**SC, **kw}))
         assert comm["forward"] != 2 * ROOT
+
+
+def test_no_sync_micro_batches_make_their_gradients_beside_the_held_ones():
+    """FSDP1's no_sync accumulation holds every unit's whole gradient between micro-batches, and each micro-batch still
+    makes its new ones as without accumulation: a unit's parameters are views of its flat parameter, so their
+    gradients wait for the split's backward and its cat before the held gradient takes them (estimate/step_grads.py
+    _gradient_timing). In a block's backward: every held gradient, the output layer's whole one and the top block's
+    weight gradients beside their cat."""
+    r = estimate({**SC, "grad_accum": 2})
+    grads = {p.phase: dict(p.breakdown).get("gradients", 0) for p in r.phases}
+    assert grads["forward"] == 2 * 8_030_261_248  # every parameter's gradient whole, in bf16
+    assert grads["backward-block"] - grads["forward"] == 2 * 128_256 * 4096 + 2 * (2 * BLOCK)

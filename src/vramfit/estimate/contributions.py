@@ -166,9 +166,9 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     kept = (step.held_grads + max(step.lowest_grads, step.parts.gradients),
             a.blocks + a.masks + lowest_recompute + retained, step.lowest_autocast,
             -lowest_block_gathers(step.spec, step.sc, step.profile)) if retained else top
+    top = max(top, top_cat, key=sum)
     if not step.lowest_grads:  # gradients held between micro-batches: FSDP2's shards (estimate/fsdp2.py, 6)
         return max((top, kept, second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
-    top = max(top, top_cat, key=sum)
     # fsdp-grad-op: the blocks above the lowest are resharded by then (estimate/grad_op.py)
     # FSDP1 FULL_SHARD: nothing below the lowest block to prefetch (estimate/reentrant_fsdp1.py lowest_block_gathers)
     below = lowest_block_gathers(step.spec, step.sc, step.profile)
