@@ -73,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", action="append", type=Path, help="a measured set (repeatable; default: this project's two)")
     ap.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
     args = ap.parse_args(argv)
-    scored = score(tuple(args.data) if args.data else DEFAULT_DATA)
+    try:
+        scored = score(tuple(args.data) if args.data else DEFAULT_DATA)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:  # not a measured set
+        print(f"--data: not a measured set of JSON Lines rows ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
     if not scored:
         print("no measured reserved rows", file=sys.stderr)
         return 1

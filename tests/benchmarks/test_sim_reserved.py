@@ -29,3 +29,11 @@ def test_the_replay_meets_the_runs_the_estimate_misses(bench):
     assert abs(qlora["sim_error"]) < 0.02 and qlora["est_error"] > 0.05
     figs = bench.summary(list(scored.values()))
     assert figs["sim"]["max_abs"] < 0.035 < figs["est"]["max_abs"]
+
+
+def test_a_file_that_is_no_measured_set_is_refused(bench, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not json")
+    for path in (tmp_path / "missing.jsonl", bad):
+        assert bench.main(["--data", str(path)]) == 2
+        assert capsys.readouterr().err.startswith("--data: not a measured set")

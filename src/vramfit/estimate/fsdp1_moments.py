@@ -43,7 +43,9 @@ from vramfit.estimate.constants import FSDP_INFLIGHT_ALLGATHERS
 from vramfit.scenario import Parallelism
 
 if TYPE_CHECKING:
+    from vramfit.estimate.profile_fields import FrameworkProfile
     from vramfit.estimate.step import Step
+    from vramfit.scenario import Scenario
 
 
 class BlockEnd(tuple):
@@ -53,12 +55,17 @@ class BlockEnd(tuple):
     working_set_freed = True
 
 
+def fsdp1_full_shard(sc: Scenario, profile: FrameworkProfile) -> bool:
+    """FSDP1 FULL_SHARD over more than one GPU, the moments this module models (not FSDP2, fsdp-grad-op, one shard or
+    a TP/PP rank's own layout)."""
+    return not (profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout)
+
+
 def fsdp1_gathered_blocks(step: Step) -> int:
-    """Bytes of the block units' all-gathers ``parts.comm_buffers`` counts under FSDP1 FULL_SHARD over more than one
-    GPU (0 elsewhere: FSDP2, fsdp-grad-op, one shard, a TP/PP rank's own layout)."""
+    """Bytes of the block units' all-gathers ``parts.comm_buffers`` counts under :func:`fsdp1_full_shard` (0
+    elsewhere)."""
     sc = step.sc
-    if (step.profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout
-            or not step.spec.num_hidden_layers):
+    if not fsdp1_full_shard(sc, step.profile) or not step.spec.num_hidden_layers:
         return 0
     from vramfit.estimate.core import _layer_param_bytes
 
@@ -135,5 +142,5 @@ def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: 
     return max(0, default + step.parts.comm_buffers - allocated)
 
 
-__all__ = ["BlockEnd", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
+__all__ = ["BlockEnd", "fsdp1_full_shard", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
            "loss_backward_prefetch", "unshard_pool_idle"]

@@ -213,9 +213,9 @@ def fsdp1_split_cat_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfi
     """FSDP1 FULL_SHARD full fine-tuning: a block's weight gradients and the whole flat gradient the split's backward
     concatenates them into, both alive (fsdp1_units.mixed_unit_backward_grads; estimate/fsdp1_moments.py, 3); 0
     elsewhere."""
-    if profile.fsdp2 or sc.parallelism is not Parallelism.FSDP or sc.shard_group < 2 or sc.per_rank_layout:
-        return 0
-    return 2 * _fsdp_block_grads(spec, sc, profile)
+    from vramfit.estimate.fsdp1_moments import fsdp1_full_shard
+
+    return 2 * _fsdp_block_grads(spec, sc, profile) if fsdp1_full_shard(sc, profile) else 0
 
 
 def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

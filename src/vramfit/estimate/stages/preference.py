@@ -200,7 +200,7 @@ def stage_logits_bytes(step: Step) -> int:
     upcasts them itself), else the compute dtype (estimate/loss.py returned_logits_bytes; none returned under
     Unsloth's fused CE: its stages are not modelled apart, the compute dtype is kept)."""
     sc, V = step.sc, vocab_rows(step.spec)
-    if step.profile.stage_logits_fp32 or amp_casts_logits(step):
+    if reads_fp32_logits(step):
         return 4  # the cast's 16-bit source is dropped with the model's output, below the log-probs' 3F
     return (returned_logits_bytes(step.spec, sc, step.profile) // (sc.micro_batch_size * sc.seq_len * V)
             or logits_bytes_per_element(sc, step.profile))
@@ -213,6 +213,12 @@ def amp_casts_logits(step: Step) -> bool:
     sc = step.sc
     return (step.profile.amp_outputs_fp32 and sc.precision.compute_bytes == 2 and sc.parallelism not in ZERO_FAMILY
             and runs_under_autocast(sc, step.profile))
+
+
+def reads_fp32_logits(step: Step) -> bool:
+    """The log-probs read fp32 logits: the trainer casts them itself (``stage_logits_fp32``) or accelerate's wrapper
+    returns them so (:func:`amp_casts_logits`)."""
+    return step.profile.stage_logits_fp32 or amp_casts_logits(step)
 
 
 def amp_cast_moment(step: Step, loss: LossMemory, T: int, V: int) -> LossMemory:
@@ -301,8 +307,7 @@ def scoring_pass(step: Step, sequences: int, row: int, scored: int) -> Iterator[
         cb = sc.precision.compute_bytes
         head = cb * scored * step.spec.hidden_size + cb * min(scored, TOKEN_TILE) * min(V, VOCAB_TILE) + 7 * 4 * scored
     elif path is LogProbs.FULL_LOG_SOFTMAX:
-        head = 3 * (4 if step.profile.stage_logits_fp32 or amp_casts_logits(step)
-                    else logits_bytes_per_element(sc, step.profile)) * scored * V
+        head = 3 * (4 if reads_fp32_logits(step) else logits_bytes_per_element(sc, step.profile)) * scored * V
     else:
         lb = 4 if amp_casts_logits(step) else logits_bytes_per_element(sc, step.profile)
         head = lb * (scored + scored // max(1, sequences)) * V
