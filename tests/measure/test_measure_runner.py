@@ -56,18 +56,18 @@ def test_simulation_is_reported_next_to_the_measurement(tiny):
         assert sim["allocated_bytes"] > 0 and sim["reserved_bytes"] >= sim["allocated_bytes"]
 
 
-def test_an_fsdp1_lora_run_says_its_simulation_traced_fsdp2(tiny):
-    """The simulator traces FSDP1 itself for full fine-tuning only (sim/fsdp.py traces_fsdp1), LoRA under FSDP1 as
+def test_an_fsdp1_qlora_run_says_its_simulation_traced_fsdp2(tiny):
+    """The simulator traces FSDP1 itself for an unquantized model (sim/fsdp.py traces_fsdp1), QLoRA under FSDP1 as
     accelerate's FSDP2 (sim/engine.py as_fsdp2): the record of such a run keeps the simulated figures and says which
-    FSDP they are of; a full fine-tuning FSDP1 run's needs no remark."""
-    figures, why = simulation_figures(parse_scenario(tiny(method="lora", num_gpus=2, parallelism="fsdp")))
+    FSDP they are of; a full fine-tuning or LoRA FSDP1 run's needs no remark."""
+    figures, why = simulation_figures(parse_scenario(tiny(method="qlora", num_gpus=2, parallelism="fsdp")))
     if figures is None:  # the simulator is another part of the project
         pytest.skip(why)
     assert figures["allocated_bytes"] > 0
     assert why.startswith("simulation: Traced with FSDP2 as accelerate prepares it (fsdp_version 2)")
-    for keys in ({"fsdp_version": "2"}, {}):
-        full = parse_scenario(tiny(method="full", num_gpus=2, parallelism="fsdp", **keys))
-        assert simulation_figures(full)[1] == ""
+    for keys in ({"method": "full", "fsdp_version": "2"}, {"method": "full"}, {"method": "lora"}):
+        same = parse_scenario(tiny(num_gpus=2, parallelism="fsdp", **keys))
+        assert simulation_figures(same)[1] == ""
 
 
 def test_simulation_failure_is_a_remark_not_a_crash(monkeypatch):

@@ -1,5 +1,5 @@
 """The simulator shards with FSDP2 where it does not trace FSDP1 itself (sim/fsdp.py ``traces_fsdp1``: full fine-tuning
-of an unquantized model under accelerate's FSDP1 is traced as FSDP1, tests/sim/test_sim_fsdp1.py). A LoRA or QLoRA
+and LoRA of an unquantized model under accelerate's FSDP1 are traced as FSDP1, tests/sim/test_sim_fsdp1.py). A QLoRA
 scenario whose FSDP is FSDP1 (hf: accelerate's default ``fsdp_version``) is traced as accelerate's FSDP2 and says so,
 and its estimate beside it is FSDP2's (sim/engine.py ``as_fsdp2``): before, `vramfit simulate` traced FSDP2 per-layer
 units and set them against the FSDP1 estimate, -10.6 % on Llama-3.2-1B. The tied embedding's end of backward under
@@ -26,16 +26,17 @@ GiB = 2**30
 
 
 LORA = {**L1B, "method": "lora", "lora_targets": ["q_proj", "v_proj"]}
+QLORA = {**LORA, "method": "qlora"}
 
 
-def test_fsdp1_lora_is_traced_as_accelerates_fsdp2_and_says_so():
+def test_fsdp1_qlora_is_traced_as_accelerates_fsdp2_and_says_so():
     for asked in ("auto", "1"):
-        sc, note = as_fsdp2(parse_scenario({**LORA, "fsdp_version": asked}))
+        sc, note = as_fsdp2(parse_scenario({**QLORA, "fsdp_version": asked}))
         assert sc.fsdp_version is FsdpVersion.V2
         assert len(note) == 1 and "not the scenario's FSDP1" in note[0] and f"fsdp_version {asked}" in note[0]
-    for same in ({**LORA, "fsdp_version": "2"}, {**LORA, "framework": "torchtitan"}, {**LORA, "num_gpus": 1,
-                                                                                          "parallelism": "none"},
-                 L1B, {**L1B, "fsdp_version": "1"}):  # full fine-tuning under FSDP1 is traced as FSDP1 itself
+    for same in ({**QLORA, "fsdp_version": "2"}, {**LORA, "framework": "torchtitan"}, {**QLORA, "num_gpus": 1,
+                                                                                           "parallelism": "none"},
+                 L1B, {**L1B, "fsdp_version": "1"}, LORA, {**LORA, "fsdp_version": "1"}):  # FSDP1 itself, unquantized
         sc = parse_scenario(same)
         assert as_fsdp2(sc) == (sc, [])
 
@@ -70,11 +71,11 @@ def test_the_tied_end_of_backward_matches_the_trace():
 def test_the_cli_sets_the_trace_against_the_same_runs_estimate():
     from vramfit.cli.main import app
 
-    out = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--method", "lora",
+    out = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--method", "qlora",
                                    "--lora-targets", "q_proj,v_proj", "--seq-len", "512", "--num-gpus", "2",
                                    "--parallelism", "fsdp", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    fsdp2 = estimate({**LORA, "fsdp_version": "2"}).peak.allocated_bytes
+    fsdp2 = estimate({**QLORA, "fsdp_version": "2"}).peak.allocated_bytes
     assert data["simulation"]["estimate_peak"]["allocated_bytes"] == fsdp2
-    assert fsdp2 != estimate(LORA).peak.allocated_bytes  # FSDP1's is another figure
+    assert fsdp2 != estimate(QLORA).peak.allocated_bytes  # FSDP1's is another figure

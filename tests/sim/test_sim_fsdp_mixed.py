@@ -30,7 +30,7 @@ def test_fsdp_mixed_precision_estimate_matches_the_simulator(tmp_path, method):
     path.write_text(json.dumps(cfg))
     sc = {"model": str(path), "method": method, "precision": "bf16-mixed", "seq_len": 2048, "micro_batch_size": 2,
           "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "lora_targets": "all-linear"}
-    # full: FSDP1 itself (sim/fsdp.py traces_fsdp1); LoRA: accelerate's FSDP2 (sim/engine.py as_fsdp2) and its estimate
+    # FSDP1 itself for both (sim/fsdp.py traces_fsdp1; LoRA with PEFT's wrap policy, as the Trainer sets it)
     traced = simulate(sc, layers=LAYERS).result
     sim, est = traced.peak, estimate(traced.scenario).peak
     detail = f"simulated {dict(sim.breakdown)}; estimated {dict(est.breakdown)}"

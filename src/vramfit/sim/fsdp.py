@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from vramfit.estimate.framework import scenario_profile
-from vramfit.scenario import Parallelism, Scenario
+from vramfit.scenario import Method, Parallelism, Scenario
 from vramfit.sim.build import BuiltModel
 from vramfit.sim.run import decoder_layers
 
@@ -83,12 +83,13 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
 
 def traces_fsdp1(sc: Scenario) -> bool:
     """The scenario runs FSDP1 (``FullyShardedDataParallel``) and the simulator traces it as such: the profile's FSDP
-    is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning of an
-    unquantized model over more than one GPU. LoRA and QLoRA under FSDP1 depend on how the recipe splits the adapters
-    and the 4-bit storage into FlatParameters of one dtype each, which is not traced: they run as accelerate's FSDP2
-    (sim/engine.py ``as_fsdp2``)."""
+    is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning or LoRA of
+    an unquantized model over more than one GPU (LoRA with the Trainer's wrap policy: :func:`shard_model_fsdp1`).
+    QLoRA under FSDP1 flattens its 4-bit storage in the quant-storage dtype (transformers ``update_fsdp_plugin_peft``),
+    which the simulator's uint8 4-bit layers do not model: it runs as accelerate's FSDP2 (sim/engine.py
+    ``as_fsdp2``)."""
     from vramfit.estimate.framework import profile_for
-    from vramfit.scenario import Method, Quantize
+    from vramfit.scenario import Quantize
 
     # accelerate's FSDP1: the frameworks that prepare their FSDP through accelerate, which offers FSDP2 as well
     accelerates = profile_for(sc.framework, sc.framework_version).fsdp2_variant is not None
@@ -96,7 +97,7 @@ def traces_fsdp1(sc: Scenario) -> bool:
     # parameter is allocated by its data pointer (torch v2.13.0 distributed/fsdp/_flat_param.py l. 2264-2274
     # ``_data_ptr_allocated``), which a fake tensor does not have: traced as FSDP2
     return (sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates
-            and not scenario_profile(sc).fsdp2 and sc.method is Method.FULL and sc.quantize is Quantize.NONE)
+            and not scenario_profile(sc).fsdp2 and sc.quantize is Quantize.NONE)
 
 
 def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
@@ -106,7 +107,14 @@ def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
     precision (accelerate v1.16.0 utils/dataclasses.py ``FullyShardedDataParallelPlugin.set_mixed_precision``),
     ``limit_all_gathers`` and ``use_orig_params`` on (the Trainer's default), BACKWARD_PRE (torch's default and
     ``accelerate config``'s; the Trainer's own default is no prefetch), no forward prefetch. ``built.materialized``
-    tells run_training the model is on its device already (FSDP1 flattens materialised parameters)."""
+    tells run_training the model is on its device already (FSDP1 flattens materialised parameters).
+
+    LoRA: the Trainer replaces the plugin's policy with PEFT's before ``accelerator.prepare`` (transformers v5.24.0
+    distributed/fsdp.py ``update_fsdp_plugin_peft``: ``auto_wrap_policy = fsdp_auto_wrap_policy(model)``), whose
+    ``_or_policy`` wraps every childless module with a trainable weight (each LoRA A and B) as a unit of its own
+    beside the decoder layers (peft v0.21.2 utils/other.py ``fsdp_auto_wrap_policy``): the block units hold only
+    frozen weights, and the fp32 adapters a FlatParameter apart from the bf16 block's (one dtype per unit:
+    _flat_param.py ``_validate_tensors_to_flatten``)."""
     import functools
     import warnings
 
@@ -124,14 +132,21 @@ def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
     dtype = built.autocast_dtype
     mp = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype) if dtype is not None else None
     strategy = ShardingStrategy.FULL_SHARD
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
+    lora = sc.method is not Method.FULL
+    if lora:  # the Trainer's policy for a PEFT model (docstring)
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        policy = fsdp_auto_wrap_policy(built.model)
     built.model = FSDP(built.model, sharding_strategy=strategy, mixed_precision=mp,
-                       auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers),
+                       auto_wrap_policy=policy,
                        backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False, limit_all_gathers=True,
                        use_orig_params=True, device_id=torch.device("cpu"))
     built.materialized = True
     built.assumptions.append(
         f"FSDP1 {strategy.name} as accelerate prepares it for the HF Trainer (FullyShardedDataParallel, one unit per "
-        "decoder layer and the rest in the root, BACKWARD_PRE, limit_all_gathers, use_orig_params"
+        "decoder layer" + (" and per LoRA A and B (PEFT's fsdp_auto_wrap_policy, as the Trainer sets it)" if lora else "")
+        + " and the rest in the root, BACKWARD_PRE, limit_all_gathers, use_orig_params"
         + (f", MixedPrecision in {str(dtype).removeprefix('torch.')}" if dtype is not None else "")
         + f") over {sc.num_gpus} ranks on a fake process group; figures are rank 0's.")
 
