@@ -56,6 +56,8 @@ def test_fsdp_qlora_peak_allocated_rows():
             assert r["scenario"]["keeps_outputs"] is True
             errors[r["id"]] = round(estimate(r["scenario"]).peak.allocated_bytes / r["measured"]["bytes"] - 1, 4)
     # with transformers 4's per-layer RoPE caches (bf16 on the LoRA path, 64 MiB): -2.56 / +0.43 % without them; with
-    # FSDP1's root unit gathered whole beside its shard (estimate/fsdp1_moments.py): -1.8 / +1.11 % less than a shard
-    assert errors == {"AAI_FSDPQLORA_2403-5": 0.0067, "AAI_FSDPQLORA_2403-6": 0.0159}
+    # FSDP1's root unit gathered whole beside its shard (estimate/fsdp1_moments.py): -1.8 / +1.11 % less than a shard;
+    # +0.67 / +1.59 % before the adapter units' delayed prefetch (one block gathered through a block's recompute,
+    # estimate/fsdp1_moments.py adapter_units_prefetch)
+    assert errors == {"AAI_FSDPQLORA_2403-5": -0.0087, "AAI_FSDPQLORA_2403-6": -0.0034}
     # without the kept fp32 logits both are lower (-3.3 %, -2.2 % before the caches)

@@ -22,6 +22,7 @@ from vramfit.estimate.evaluation import evaluates, evaluation_pass
 from vramfit.estimate.framework import LoopCarry
 from vramfit.estimate.fsdp1_moments import (
     BlockEnd,
+    adapter_units_prefetch,
     forward_unprefetched,
     fsdp1_gathered_blocks,
     fsdp1_second_lowest,
@@ -156,6 +157,8 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
     top = (step.held_grads + head + step.layer_grads, a.blocks + a.masks + top_recompute,
            step.parts.autocast_copies - step.head_autocast + recast,
            held_reduce_scatter_input(step, top=True) - root_resharded(step, backward=False))
+    # FSDP1 with each adapter a unit of its own: the block below is prefetched only in the tail (estimate/fsdp1_moments.py)
+    top = adapter_units_prefetch(step, top, top_recompute)
     # FSDP1 full fine-tuning: the top block's weight gradients and their cat, its own kept tensors, recompute and
     # working set freed (estimate/fsdp1_moments.py, 3)
     cat = fsdp1_split_cat_grads(step.spec, step.sc, step.profile) if step.layer_grads else 0

@@ -19,7 +19,9 @@
    hook fires on the loss's gradient, so that block is gathered while the loss's backward runs; elsewhere it fires
    after the logits' gradient exists, past the loss's high point.
 3. A block's backward: its own unit and the prefetched one below it (the generic two). The lowest block has no block
-   below to prefetch (``reentrant_fsdp1.lowest_block_gathers``).
+   below to prefetch (``reentrant_fsdp1.lowest_block_gathers``). Where each LoRA A and B is a unit of its own (PEFT's
+   ``fsdp_auto_wrap_policy``, which the HF Trainer sets, and Answer.AI's train.py policy), the prefetch goes to a block's
+   own adapters first (:func:`adapter_units_prefetch`).
 4. The end of backward: a unit's ``_post_backward_hook`` runs when its FlatParameter's gradient is accumulated, after
    the unit's backward: the lowest block's recompute and working set are freed by then, and its whole gradient,
    every shard made so far and the output layer's gradient (waiting for the root's) are what that moment holds.
@@ -101,6 +103,8 @@ def fsdp1_second_lowest(step: Step, lowest: tuple[int, int, int, int]) -> tuple[
     gap = lowest_block_gathers(step.spec, step.sc, step.profile)
     if not fsdp1_gathered_blocks(step) or not gap or step.spec.num_hidden_layers < 2:
         return None
+    if _adapter_units_delay(step):  # the lowest is only prefetched in the tail, below the top block's moments
+        return None
     grads, acts, copies, comm = lowest
     mid = max(0, grads - step.layer_grads), acts + step.acts.lowest, copies, comm + gap
     spec, sc, prof = step.spec, step.sc, step.profile
@@ -128,6 +132,60 @@ def fsdp1_tied_end(step: Step, out_of_place: bool) -> tuple[int, int, int] | Non
     return shards, whole, step.parts.comm_buffers - fsdp1_gathered_blocks(step)
 
 
+def _adapter_units_delay(step: Step) -> int:
+    """Bytes of the block unit whose gather the adapter units delay (:func:`adapter_units_prefetch`), 0 where that does
+    not happen: full fine-tuning, adapters inside the block's FlatParameter (``fsdp1_units.mixed_block_units``), or a
+    block whose first adapter in forward is not an attention input projection (its backward then ends with attention's
+    or the MLP's whole working set, not a short tail)."""
+    from vramfit.estimate.fsdp1_units import mixed_block_units
+    from vramfit.scenario import Method
+
+    sc, profile = step.sc, step.profile
+    if sc.method is Method.FULL or not fsdp1_gathered_blocks(step) or mixed_block_units(sc, profile):
+        return 0
+    attn = [lin.name for lin in step.spec.block_linears if lin.group == "attn"]
+    adapted = {ad.target for ad in step.adapters}
+    if not any(name in adapted for name in attn[:-1]):  # every attention linear but the output projection
+        return 0
+    return fsdp1_gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+
+
+def _prefetch_tail(step: Step) -> int:
+    """Bytes a block's backward still holds, beside its kept tensors, once its first adapter (q_proj's A) starts its
+    backward: the input norm's saved input (fp32 where the norm upcasts), that adapter's input cast to the adapter
+    dtype (PEFT, where the adapters are wider than the input), and three residual-stream gradients (the block output's,
+    the norm output's being summed over q/k/v, and q's). The simulator's FSDP1 LoRA trace of a 4-layer Llama (bf16,
+    2 x 512 tokens, hidden 1,024) holds exactly these five at each second block all-gather in backward: 4 + 4 + 3 x 2 MiB."""
+    from vramfit.estimate.saved import dtypes_for
+
+    d = dtypes_for(step.sc, step.profile, step.spec)
+    th = step.sc.micro_batch_size * step.sc.seq_len * step.spec.hidden_size
+    norm = 4 if step.profile.rmsnorm_upcast else d.residual
+    cast = d.adapter if step.profile.lora_casts_input and d.adapter > d.norm_out else 0
+    return th * (norm + cast + 3 * d.residual)
+
+
+def adapter_units_prefetch(step: Step, moment: tuple[int, int, int, int], recompute: int) -> tuple[int, ...]:
+    """A block-backward moment (gradients, activations, autocast copies, communication) that counts two gathered blocks
+    and the block's recompute, as FSDP1 runs it where each adapter is a unit of its own (:func:`_adapter_units_delay`).
+
+    BACKWARD_PRE prefetches the unit before the current one in post-forward order (torch v2.13.0
+    distributed/fsdp/_exec_order_utils.py ``get_handle_to_backward_prefetch``: ``handles_post_forward_order
+    [current_index - 1]``, called from _runtime_utils.py ``_pre_backward_hook`` -> ``_prefetch_handle``). A block's
+    adapters end their forward before the block does, so the block's pre-backward prefetches its own last adapter, each
+    adapter the one before it, and the block below is gathered only when the block's first adapter (q_proj's A) starts
+    its backward: through the recompute and working set one block is gathered, and two only for the tail after it
+    (:func:`_prefetch_tail`), the working set freed. The larger of the two; ``moment`` itself elsewhere. Traced
+    (tests/sim/test_sim_fsdp1.py): at a block's backward peak full fine-tuning holds two block units, LoRA one."""
+    block = _adapter_units_delay(step)
+    if not block:
+        return moment
+    grads, acts, copies, comm = moment
+    working = (grads, acts, copies, comm - block)
+    tail = BlockEnd((grads, acts - recompute + _prefetch_tail(step), copies, comm))
+    return max(working, tail, key=sum)
+
+
 def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: int) -> int:
     """Reserved bytes the unshard stream keeps beyond the allocated peak (module docstring, 1): its pool holds the root
     and two block units throughout (``parts.comm_buffers``), beside the default stream's high-water, every training
@@ -142,5 +200,5 @@ def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: 
     return max(0, default + step.parts.comm_buffers - allocated)
 
 
-__all__ = ["BlockEnd", "fsdp1_full_shard", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
+__all__ = ["BlockEnd", "adapter_units_prefetch", "fsdp1_full_shard", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
            "loss_backward_prefetch", "unshard_pool_idle"]
