@@ -154,10 +154,11 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
     """The scenario the simulator runs, and what it says where that is not the one asked for.
 
     A framework whose FSDP is FSDP1 (hf: accelerate's plugin defaults ``fsdp_version`` to 1, choices.py
-    ``FsdpVersion``) is traced as FSDP1 itself for full fine-tuning and LoRA of an unquantized model (sim/fsdp.py
-    ``traces_fsdp1``). QLoRA under it, where it offers FSDP2 as well (its profile's ``fsdp2_variant``:
-    accelerate's ``fsdp2_prepare_model``), is traced as ``fsdp_version: 2``, and the result's scenario says so, so
-    that its estimate beside it is the same run's."""
+    ``FsdpVersion``) is traced as FSDP1 itself for full fine-tuning, LoRA, and QLoRA without
+    ``prepare_model_for_kbit_training`` (sim/fsdp.py ``traces_fsdp1``). QLoRA after it (fp32 norms beside 16-bit
+    4-bit storage in one block unit, which FSDP1 refuses), where the framework offers FSDP2 as well (its profile's
+    ``fsdp2_variant``: accelerate's ``fsdp2_prepare_model``), is traced as ``fsdp_version: 2``, and the result's
+    scenario says so, so that its estimate beside it is the same run's."""
     from dataclasses import replace
 
     from vramfit.choices import FsdpVersion
@@ -172,7 +173,8 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
     asked = "fsdp_version 1" if sc.fsdp_version is FsdpVersion.V1 else \
         f"fsdp_version auto, FSDP1 under {sc.framework.value} (accelerate's default)"
     note = (f"{FSDP2_TRACED}, not the scenario's FSDP1 ({asked}): the "
-            "simulator traces FSDP1 for an unquantized model only, so this trace and the estimate beside it are "
+            "simulator traces FSDP1 where a block's tensors share one dtype (not QLoRA after "
+            "prepare_model_for_kbit_training, whose norms are fp32), so this trace and the estimate beside it are "
             "fsdp_version 2's; "
             "`vramfit estimate` gives FSDP1's.")
     return replace(sc, fsdp_version=FsdpVersion.V2), [note]

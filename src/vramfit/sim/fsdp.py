@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from vramfit.estimate.framework import scenario_profile
-from vramfit.scenario import Method, Parallelism, Scenario
+from vramfit.scenario import Method, Parallelism, Quantize, Scenario
 from vramfit.sim.build import BuiltModel
 from vramfit.sim.run import decoder_layers
 
@@ -83,21 +83,24 @@ def _shard(built: BuiltModel, sc: Scenario, mesh: Any, policy: Any, fully_shard:
 
 def traces_fsdp1(sc: Scenario) -> bool:
     """The scenario runs FSDP1 (``FullyShardedDataParallel``) and the simulator traces it as such: the profile's FSDP
-    is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning or LoRA of
-    an unquantized model over more than one GPU (LoRA with the Trainer's wrap policy: :func:`shard_model_fsdp1`).
-    QLoRA under FSDP1 flattens its 4-bit storage in the quant-storage dtype (transformers ``update_fsdp_plugin_peft``),
-    which the simulator's uint8 4-bit layers do not model: it runs as accelerate's FSDP2 (sim/engine.py
-    ``as_fsdp2``)."""
+    is accelerate's FSDP1 for this scenario (hf's ``fsdp_version`` auto or 1), FULL_SHARD full fine-tuning, LoRA or
+    QLoRA over more than one GPU (LoRA with the Trainer's wrap policy: :func:`shard_model_fsdp1`). QLoRA's 4-bit codes
+    are then stored in the model's dtype (sim/qlora.py ``prepare_qlora``), as the recipes that shard it set
+    ``bnb_4bit_quant_storage``; after ``prepare_model_for_kbit_training`` the fp32 norms would share a block unit with
+    them, which FSDP1 refuses: that runs as accelerate's FSDP2 (sim/engine.py ``as_fsdp2``)."""
     from vramfit.estimate.framework import profile_for
-    from vramfit.scenario import Quantize
 
     # accelerate's FSDP1: the frameworks that prepare their FSDP through accelerate, which offers FSDP2 as well
     accelerates = profile_for(sc.framework, sc.framework_version).fsdp2_variant is not None
     # SHARD_GRAD_OP skips the sharded views after forward, and FSDP1's writeback then asserts the unsharded flat
     # parameter is allocated by its data pointer (torch v2.13.0 distributed/fsdp/_flat_param.py l. 2264-2274
     # ``_data_ptr_allocated``), which a fake tensor does not have: traced as FSDP2
-    return (sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates
-            and not scenario_profile(sc).fsdp2 and sc.quantize is Quantize.NONE)
+    profile = scenario_profile(sc)
+    # QLoRA: the 4-bit codes stored in the model's dtype (sim/qlora.py prepare_qlora) beside norms and embeddings left
+    # in it (kbit_prepare no, as TRL leaves a sharded QLoRA model); prepare_model_for_kbit_training's fp32 norms would
+    # mix dtypes in a block unit, which FSDP1 refuses (_flat_param.py _validate_tensors_to_flatten)
+    uniform = sc.quantize is Quantize.NONE or (sc.method is Method.QLORA and not profile.qlora_unquantized_fp32)
+    return (sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates and not profile.fsdp2 and uniform)
 
 
 def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
@@ -130,7 +133,10 @@ def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:
     materialize(built, "cpu")
     layers = {type(layer) for layer in decoder_layers(built.model)}
     dtype = built.autocast_dtype
-    mp = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype) if dtype is not None else None
+    # QLoRA: the simulator's 4-bit layers hold bitsandbytes' quant state as buffers, which the real Params4bit keeps
+    # outside the module, out of reach of FSDP's buffer cast: their buffers keep their dtypes
+    buffers = None if sc.quantize is not Quantize.NONE else dtype
+    mp = MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=buffers) if dtype is not None else None
     strategy = ShardingStrategy.FULL_SHARD
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
     lora = sc.method is not Method.FULL

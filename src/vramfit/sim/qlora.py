@@ -6,7 +6,8 @@ whose packed weight and ``QuantState`` tensors are built with the shapes and dty
 ``bitsandbytes.functional.quantize_4bit`` produces (bitsandbytes 0.50 ``_ops.py`` fake kernel,
 ``functional.py``; summarised in ``shared/design/cuda-memory-facts.md`` section 3):
 
-- packed weight ``[(n + 1) // 2, 1]`` uint8 (``quant_storage=torch.uint8``);
+- packed weight ``[(n + 1) // 2, 1]`` uint8 (``quant_storage=torch.uint8``; in the model's 16-bit dtype, the same
+  bytes, where FSDP1 flattens it: :func:`prepare_qlora`);
 - ``absmax``: fp32 ``[ceil(n / 64)]``, or with double quantization uint8 ``[ceil(n / 64)]`` plus a nested
   state (fp32 absmax ``[ceil(blocks / 256)]``, 256-entry fp32 code) and an fp32 scalar ``offset``;
 - the 16-entry NF4/FP4 code (fp32).
@@ -43,11 +44,13 @@ def is_linear(mod: torch.nn.Module) -> bool:
 
 
 def make_sim_linear4bit(lin: torch.nn.Linear, quant_type: str, double_quant: bool,
-                        compute_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.nn.Module:
-    """A bitsandbytes 4-bit layer equivalent to quantizing ``lin`` (built on ``lin``'s device)."""
+                        compute_dtype: torch.dtype, weight_dtype: torch.dtype,
+                        storage: torch.dtype = torch.uint8) -> torch.nn.Module:
+    """A bitsandbytes 4-bit layer equivalent to quantizing ``lin`` (built on ``lin``'s device); ``storage``: the
+    packed weight's dtype (``bnb_4bit_quant_storage``), the same bytes in elements of that size."""
     base = _linear4bit_base()
     cls = _sim_class(base)
-    return cls(lin, quant_type, double_quant, compute_dtype, weight_dtype)
+    return cls(lin, quant_type, double_quant, compute_dtype, weight_dtype, storage)
 
 
 _SIM_CLASS: dict[type, type] = {}
@@ -61,14 +64,16 @@ def _sim_class(base: type) -> type:
         """bnb.nn.Linear4bit whose quantized weight and quant state are built, not computed."""
 
         def __init__(self, lin: torch.nn.Linear, quant_type: str, double_quant: bool,
-                     compute_dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
+                     compute_dtype: torch.dtype, weight_dtype: torch.dtype,
+                     storage: torch.dtype = torch.uint8) -> None:
             torch.nn.Module.__init__(self)
             self.in_features = lin.in_features
             self.out_features = lin.out_features
             dev = lin.weight.device
             n = lin.in_features * lin.out_features
             blocks = math.ceil(n / BLOCKSIZE)
-            w = torch.nn.Parameter(torch.empty(((n + 1) // 2, 1), dtype=torch.uint8, device=dev),
+            per = 2 * storage.itemsize  # 4-bit codes per storage element (bitsandbytes Params4bit quant_storage)
+            w = torch.nn.Parameter(torch.empty(((n + per - 1) // per, 1), dtype=storage, device=dev),
                                    requires_grad=False)
             w.compress_statistics = double_quant  # read by PEFT's bnb dispatcher
             w.quant_type = quant_type
@@ -79,7 +84,7 @@ def _sim_class(base: type) -> type:
             self.compute_dtype = compute_dtype
             self.compute_type_is_set = True
             self.quant_state = None
-            self.quant_storage = torch.uint8
+            self.quant_storage = storage
             self.support_avx512bf16_for_cpu = False
             self._quant_type = quant_type
             self._weight_dtype = weight_dtype
@@ -188,10 +193,13 @@ _MATMUL_NOTE = ("QLoRA 4-bit matmul: bitsandbytes 0.50 MatMul4Bit; on CUDA more 
                 "kernel below), backward dequantizes the weight again.")
 
 
-def _storage_note(quant_type: str, double_quant: bool, compute_dtype: torch.dtype) -> str:
+def _storage_note(quant_type: str, double_quant: bool, compute_dtype: torch.dtype,
+                  storage: torch.dtype = torch.uint8) -> str:
     dq = "with" if double_quant else "without"
+    kept = "" if storage == torch.uint8 else " (the quant storage FSDP1 flattens beside the block's 16-bit tensors)"
     return (f"QLoRA: decoder-block linears stored as bitsandbytes 4-bit {quant_type} ({dq} double quantization, "
-            f"blocksize 64, uint8 storage), compute dtype {str(compute_dtype).replace('torch.', '')}; lm_head kept.")
+            f"blocksize 64, {str(storage).replace('torch.', '')} storage{kept}), compute dtype "
+            f"{str(compute_dtype).replace('torch.', '')}; lm_head kept.")
 
 
 def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) -> list[str]:
@@ -206,16 +214,22 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
     linears, skipped = quantizable_linears(model)
     kept_vision = _vision_linears_kept(model, scenario)
     linears = [(name, lin) for name, lin in linears if name not in kept_vision]
+    from vramfit.sim.fsdp import traces_fsdp1
+
+    # FSDP1 flattens a unit's tensors into one FlatParameter of one dtype: the recipes that shard QLoRA with it store
+    # the 4-bit codes in the model's dtype (transformers v5.24.0 distributed/fsdp.py update_fsdp_plugin_peft reads
+    # bnb_4bit_quant_storage; AnswerDotAI/fsdp_qlora@4cd6923 train.py quant_storage=torch_dtype)
+    storage = compute_dtype if traces_fsdp1(scenario) else torch.uint8
     for name, lin in linears:
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, leaf, make_sim_linear4bit(lin, quant_type, double_quant, compute_dtype, compute_dtype))
+        setattr(parent, leaf, make_sim_linear4bit(lin, quant_type, double_quant, compute_dtype, compute_dtype, storage))
     model.is_loaded_in_4bit = True
     gc = scenario.gradient_checkpointing in (Checkpointing.FULL, Checkpointing.OFFLOAD)
     if not scenario_profile(scenario).qlora_unquantized_fp32:
         # kbit_prepare no (or a framework whose recipe never calls it): no fp32 upcast; get_peft_model freezes the
         # base later, and the Trainer's non-reentrant checkpointing needs no input that requires grad
-        return _unprepared_notes(model, quant_type, double_quant, compute_dtype)
+        return _unprepared_notes(model, quant_type, double_quant, compute_dtype, storage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prepare_model_for_kbit_training(model, use_gradient_checkpointing=gc,
@@ -247,13 +261,14 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
     ]
 
 
-def _unprepared_notes(model: Any, quant_type: str, double_quant: bool, compute_dtype: torch.dtype) -> list[str]:
+def _unprepared_notes(model: Any, quant_type: str, double_quant: bool, compute_dtype: torch.dtype,
+                      storage: torch.dtype) -> list[str]:
     """The QLoRA base without prepare_model_for_kbit_training (``kbit_prepare`` no): every parameter frozen, as
     get_peft_model leaves the base, and the unquantized ones in the model's own dtype."""
     for p in model.parameters():
         p.requires_grad_(False)
     return [
-        _storage_note(quant_type, double_quant, compute_dtype),
+        _storage_note(quant_type, double_quant, compute_dtype, storage),
         "QLoRA without prepare_model_for_kbit_training (kbit_prepare no): embeddings, norms and lm_head stay in the "
         "model's dtype.",
         _MATMUL_NOTE,
