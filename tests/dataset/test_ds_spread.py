@@ -66,20 +66,23 @@ def test_the_spread_is_the_shuffled_replay_of_the_rows(known, tok_dir):
     with_it = with_reserved_spread(est, r)
     assert with_it.to_dict()["reserved_spread"] == s and with_it.peak == est.peak  # the fixed-length figure stays
     line = spread.spread_line(s)
-    assert line.startswith("reserved 39.47 GiB at fixed length; with this dataset's lengths in random order, "
+    # 39.47 GiB before the fp32 adapters' cached autocast copies were counted (estimate/forward_extras.py)
+    assert line.startswith("reserved 39.54 GiB at fixed length; with this dataset's lengths in random order, "
                            "+0.43…+0.48 GiB (median +0.48; 10th–90th percentile of 50 epoch orders) on a card with room")
 
 
 def test_the_card_bounds_the_growth(known, tok_dir):
     r = _report(known, tok_dir, micro_batch_size=4, max_length=3000)
     free = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000), r)
-    assert (free["p10_bytes"], free["p90_bytes"], free["capped_by_gpu"]) == (805_306_368, 864_026_624, None)
+    assert (free["p10_bytes"], free["p90_bytes"], free["capped_by_gpu"]) == (864_026_624, 887_095_296, None)
+    # (805,306,368 and 864,026,624 before 2026-12-06: the adapters' cached autocast copies at the end of forward,
+    # estimate/forward_extras.py autocast_adapter_copies, change which cached segments the longer batches strand)
     # (p90 868,220,928 before 2026-12-02: the loss's working set now comes before its saved log-softmax output, the
     # order of DeepSpeed's engine trace, estimate/transients.py _loss_from_figures; 4 MiB less stranded)
     t4 = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000, gpu="t4"), r)
     assert (t4["p10_bytes"], t4["median_bytes"], t4["p90_bytes"], t4["capped_by_gpu"]) == (0, 0, 0, "t4")  # over it already
     roomy = reserved_spread(estimate(M, micro_batch_size=4, gradient_checkpointing="full", seq_len=3000, gpu="rtx4090"), r)
-    assert roomy["p90_bytes"] == 864_026_624 and roomy["capped_by_gpu"] is None  # 4.6 GiB of headroom holds it
+    assert roomy["p90_bytes"] == 887_095_296 and roomy["capped_by_gpu"] is None  # 4.6 GiB of headroom holds it
 
 
 def test_a_large_set_is_sampled(monkeypatch, known, tok_dir):
@@ -118,6 +121,6 @@ def test_fit_and_plan_state_it_on_stderr(known, tok_dir, command):
     rep = _report(known, tok_dir, micro_batch_size=4, max_length=1024)
     est = estimate(M, micro_batch_size=4, seq_len=1024, gpu="rtx4090", gradient_checkpointing="full")
     assert line == spread.spread_line(reserved_spread(est, rep))
-    assert "+0.50…+0.55 GiB (median +0.55;" in line  # 5.6 GiB of headroom on the card: not capped
+    assert "+0.55…+0.57 GiB (median +0.55;" in line  # 5.6 GiB of headroom on the card: not capped
     grouped = CliRunner().invoke(app, [*args, "--group-by-length", "--json"])
     assert grouped.exit_code == 0 and "random order" not in grouped.stderr

@@ -257,7 +257,10 @@ def test_fused_head_stages_hold_no_head_autocast_copy(stage):
     from vramfit import estimate
 
     r = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora", "stage": stage}).to_dict()
-    assert all(p["breakdown"].get("autocast_copies", 0) == 0 for p in r["phases"])
+    # only the fp32 adapters' cached bf16 copies (41,943,040 elements) to the end of forward (forward_extras.py
+    # autocast_adapter_copies), nothing of the head
+    adapters = 2 * 41_943_040
+    assert all(p["breakdown"].get("autocast_copies", 0) in (0, adapters) for p in r["phases"])
     assert all(v >= 0 for p in r["phases"] for v in p["breakdown"].values())
     sft = estimate({"model": "meta-llama/Llama-3.1-8B", "method": "qlora"}).to_dict()
-    assert sft["phases"][0]["breakdown"]["autocast_copies"] == 2 * 128_256 * 4_096  # the SFT head's copy
+    assert sft["phases"][0]["breakdown"]["autocast_copies"] == 2 * 128_256 * 4_096 + adapters  # the SFT head's copy

@@ -77,6 +77,7 @@ PROFILES: dict[Framework, FrameworkProfile] = {
         name="transformers + PEFT",
         adapters_fp32=True,
         lora_casts_input=True,
+        autocast_caches_adapters=True,  # PEFT's nn.Linear lora_A / lora_B (profile_fields.py)
         lora_dropout_default=0.0,  # peft v0.21.2 tuners/lora/config.py LoraConfig.lora_dropout default
         fused_qkv_lora=False,
         runs_dora=True,  # peft v0.21.2 LoraConfig(use_dora=True)

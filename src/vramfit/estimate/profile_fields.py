@@ -236,6 +236,12 @@ class FrameworkProfile:
     # _fsdp1_no_sync_grads); Lightning-AI/pytorch-lightning@71aed75 (2.1.0) fabric/strategies/fsdp.py l. 173-175
     # sets use_orig_params=True, lit-gpt@8641822 finetune/lora.py l. 83-85 wraps auto_wrap_policy={Block}
     fsdp_lora_block_units: bool = False
+    # LoRA's A and B are nn.Linear modules whose weights F.linear receives as leaves that require grad: under autocast
+    # each fp32 one's 16-bit cast is cached for the whole autocast region (torch v2.13.0 aten/src/ATen/autocast_mode.cpp
+    # cached_cast: ``can_try_cache`` for an fp32 leaf that requires grad and is not a view), so the forward holds every
+    # adapter's copy until it returns (peft v0.21.2 tuners/lora/layer.py Linear.forward ``lora_B(lora_A(dropout(x)))``);
+    # lit-gpt multiplies by transposed views (no cache), Unsloth casts with ``.to`` (estimate/forward_extras.py)
+    autocast_caches_adapters: bool = False
     # the loop forces the longest training sample into the first micro-batch and pads that batch to it
     # (lit-gpt@8641822 finetune/lora.py get_batch: `ix[0] = longest_seq_ix` at iter_num 0, `max_len = max(...)`),
     # so only the first micro-batch is known to be seq_len long; with held gradients the later ones bound the peak

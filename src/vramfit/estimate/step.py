@@ -29,6 +29,7 @@ from vramfit.estimate.core import (
 )
 from vramfit.estimate.deepspeed import zero3_fetch_copies
 from vramfit.estimate.forward_extras import (
+    autocast_adapter_copies,
     autocast_copies,
     head_autocast_copy,
     sliding_window_masks,
@@ -149,6 +150,18 @@ def workspaces(card: GPU | None) -> int:
     since pytorch/pytorch PR #180283."""
     hopper = card is not None and card.arch is Arch.HOPPER
     return 2 * ((CUBLAS_WORKSPACE_HOPPER if hopper else CUBLAS_WORKSPACE).value + CUBLASLT_WORKSPACE.value)
+
+
+def _autocast_copies(spec: ModelSpec, cast: ModelSpec, sc: Scenario, profile: FrameworkProfile,
+                     adapters: list) -> tuple[int, int]:
+    """(autocast copies to the end of forward, kept into backward): the weights' of ``cast`` (forward_extras.
+    autocast_copies) and the fp32 adapters' cached casts (forward_extras.autocast_adapter_copies), which live to the
+    end of forward, or are saved into backward without checkpointing."""
+    forward, kept = autocast_copies(cast, sc, head_autocast_calls(sc, profile))
+    casts = autocast_adapter_copies(adapters, sc, profile, spec.num_hidden_layers)
+    if sc.gradient_checkpointing is Checkpointing.NONE:
+        return forward, kept + casts
+    return forward + casts, kept
 
 
 def _activations(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list, lm_head_trainable: bool) -> Activations:
@@ -273,7 +286,7 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
     if (runs_under_autocast(sc, profile) and not no_shard_cast
             and sc.parallelism not in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, *ZERO_FAMILY)):
         cast = autocast_cast_spec(spec, profile)
-        autocast_fwd, autocast_kept = autocast_copies(cast, sc, head_autocast_calls(sc, profile))
+        autocast_fwd, autocast_kept = _autocast_copies(spec, cast, sc, profile, adapters)
         autocast_kept += tower_autocast_copies(spec, sc, profile)  # the tower's backward runs last
         lowest_autocast, kind_autocast = block_autocast(spec, cast, sc)  # of its own layer kind (moe_lora.py)
         head_autocast = head_autocast_copy(cast, sc, head_autocast_calls(sc, profile))
