@@ -41,6 +41,16 @@ def test_fsdp1_qlora_is_traced_as_accelerates_fsdp2_and_says_so():
         assert as_fsdp2(sc) == (sc, [])
 
 
+def test_lora_on_expert_banks_is_traced_as_fsdp2():
+    """PEFT's LoRA on transformers 5's 3-D expert banks fails inside FSDP1's flattening on fake tensors (sim/fsdp.py
+    _expert_banks): an MoE model's LoRA under FSDP1 runs as FSDP2 and says so; its full fine-tuning stays FSDP1."""
+    moe = {**LORA, "model": "Qwen/Qwen3-30B-A3B", "lora_targets": "all-linear"}
+    sc, note = as_fsdp2(parse_scenario(moe))
+    assert sc.fsdp_version is FsdpVersion.V2 and "no MoE expert banks" in note[0]
+    full = parse_scenario({**moe, "method": "full"})
+    assert as_fsdp2(full) == (full, [])
+
+
 def test_a_framework_that_runs_fsdp1_only_is_refused_by_name():
     with pytest.raises(ScenarioError) as err:
         as_fsdp2(parse_scenario({**LORA, "framework": "litgpt"}))

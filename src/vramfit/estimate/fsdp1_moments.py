@@ -74,18 +74,22 @@ def fsdp1_gathered_blocks(step: Step) -> int:
     return min(step.parts.comm_buffers, FSDP_INFLIGHT_ALLGATHERS.value * _layer_param_bytes(step.spec, sc, step.profile))
 
 
+def _one_block(step: Step) -> int:
+    """Bytes of one block unit's all-gather among :func:`fsdp1_gathered_blocks` (0 outside FSDP1 FULL_SHARD)."""
+    return fsdp1_gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+
+
 def forward_unprefetched(step: Step) -> int:
     """Bytes of block all-gathers counted in ``parts.comm_buffers`` that are not live in a block's forward (module
     docstring, 1): all but one block unit under FSDP1 FULL_SHARD, else 0."""
-    blocks = fsdp1_gathered_blocks(step)
-    return blocks - blocks // FSDP_INFLIGHT_ALLGATHERS.value
+    return fsdp1_gathered_blocks(step) - _one_block(step)
 
 
 def loss_backward_prefetch(step: Step) -> int:
     """Bytes of the top block the root's pre-backward gathers during the loss's backward (module docstring, 2)."""
     if not step.profile.loss_in_model_forward or not step.profile.fsdp_root_gathered:
         return 0
-    return fsdp1_gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+    return _one_block(step)
 
 
 def fsdp1_second_lowest(step: Step, lowest: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
@@ -147,7 +151,7 @@ def _adapter_units_delay(step: Step) -> int:
     adapted = {ad.target for ad in step.adapters}
     if not any(name in adapted for name in attn[:-1]):  # every attention linear but the output projection
         return 0
-    return fsdp1_gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+    return _one_block(step)
 
 
 def _prefetch_tail(step: Step) -> int:
@@ -200,5 +204,5 @@ def unshard_pool_idle(step: Step, phases: dict[str, dict[str, int]], allocated: 
     return max(0, default + step.parts.comm_buffers - allocated)
 
 
-__all__ = ["BlockEnd", "adapter_units_prefetch", "fsdp1_full_shard", "fsdp1_gathered_blocks", "fsdp1_second_lowest", "fsdp1_tied_end", "forward_unprefetched",
-           "loss_backward_prefetch", "unshard_pool_idle"]
+__all__ = ["BlockEnd", "adapter_units_prefetch", "fsdp1_full_shard", "fsdp1_gathered_blocks", "fsdp1_second_lowest",
+           "fsdp1_tied_end", "forward_unprefetched", "loss_backward_prefetch", "unshard_pool_idle"]

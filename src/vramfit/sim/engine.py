@@ -174,7 +174,8 @@ def as_fsdp2(sc: Scenario) -> tuple[Scenario, list[str]]:
         f"fsdp_version auto, FSDP1 under {sc.framework.value} (accelerate's default)"
     note = (f"{FSDP2_TRACED}, not the scenario's FSDP1 ({asked}): the "
             "simulator traces FSDP1 where a block's tensors share one dtype (not QLoRA after "
-            "prepare_model_for_kbit_training, whose norms are fp32), so this trace and the estimate beside it are "
+            "prepare_model_for_kbit_training, whose norms are fp32) and, for LoRA, the model has no MoE expert banks, "
+            "so this trace and the estimate beside it are "
             "fsdp_version 2's; "
             "`vramfit estimate` gives FSDP1's.")
     return replace(sc, fsdp_version=FsdpVersion.V2), [note]

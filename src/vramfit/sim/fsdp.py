@@ -100,7 +100,16 @@ def traces_fsdp1(sc: Scenario) -> bool:
     # in it (kbit_prepare no, as TRL leaves a sharded QLoRA model); prepare_model_for_kbit_training's fp32 norms would
     # mix dtypes in a block unit, which FSDP1 refuses (_flat_param.py _validate_tensors_to_flatten)
     uniform = sc.quantize is Quantize.NONE or (sc.method is Method.QLORA and not profile.qlora_unquantized_fp32)
-    return (sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates and not profile.fsdp2 and uniform)
+    fsdp1 = sc.parallelism is Parallelism.FSDP and sc.num_gpus > 1 and accelerates and not profile.fsdp2 and uniform
+    return fsdp1 and (sc.method is Method.FULL or not _expert_banks(sc))
+
+
+def _expert_banks(sc: Scenario) -> bool:
+    """The model has MoE experts: LoRA on transformers 5's 3-D expert banks (PEFT's ParamWrapper) fails inside
+    FSDP1's flattening on fake tensors (Qwen3-30B-A3B: "inconsistent tensor size"), so those run as FSDP2."""
+    from vramfit.estimate import resolve_spec
+
+    return bool(resolve_spec(sc)[1].num_experts)
 
 
 def shard_model_fsdp1(built: BuiltModel, sc: Scenario) -> None:

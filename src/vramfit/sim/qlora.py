@@ -208,14 +208,13 @@ def prepare_qlora(model: Any, scenario: Scenario, compute_dtype: torch.dtype) ->
 
     from vramfit.estimate.framework import scenario_profile
     from vramfit.scenario import Checkpointing
+    from vramfit.sim.fsdp import traces_fsdp1
 
     quant_type = "fp4" if scenario.quantize in (Quantize.FP4, Quantize.FP4_DQ) else "nf4"
     double_quant = scenario.quantize in (Quantize.NF4_DQ, Quantize.FP4_DQ)
     linears, skipped = quantizable_linears(model)
     kept_vision = _vision_linears_kept(model, scenario)
     linears = [(name, lin) for name, lin in linears if name not in kept_vision]
-    from vramfit.sim.fsdp import traces_fsdp1
-
     # FSDP1 flattens a unit's tensors into one FlatParameter of one dtype: the recipes that shard QLoRA with it store
     # the 4-bit codes in the model's dtype (transformers v5.24.0 distributed/fsdp.py update_fsdp_plugin_peft reads
     # bnb_4bit_quant_storage; AnswerDotAI/fsdp_qlora@4cd6923 train.py quant_storage=torch_dtype)
