@@ -76,6 +76,14 @@ def test_kbit_prepare_no_leaves_the_unquantized_parameters_in_the_model_dtype():
             lm.model.norm.weight.dtype} == {torch.bfloat16}
     assert not any(p.requires_grad for n, p in lm.named_parameters() if "lora_" not in n)
     assert any("kbit_prepare no" in a for a in built.assumptions)
+    # bf16-true without the fp32 upcast runs as it says, without autocast, as the estimator does
+    # (framework.runs_under_autocast); the prepared recipe runs under the Trainer's autocast
+    assert built.autocast_dtype is None
+    prepared = build_model(cfg, parse_scenario({"model": "x", "method": "qlora", "kbit_prepare": "yes"}), 1)
+    assert prepared.autocast_dtype == torch.bfloat16
+    mixed = build_model(cfg, parse_scenario({"model": "x", "method": "qlora", "kbit_prepare": "no",
+                                             "precision": "bf16-mixed"}), 1)
+    assert mixed.autocast_dtype == torch.bfloat16
 
 
 def test_trl_0_21_puts_embeddings_and_head_back_to_bf16_after_the_kbit_upcast():

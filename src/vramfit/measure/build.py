@@ -157,7 +157,8 @@ def build_run(scenario: Scenario, config: dict, device: str, weights: str | Path
     model.train()
     vocab = int(causal_lm.get_output_embeddings().weight.shape[0])
     total, trainable = count_parameters(model)
-    # QLoRA runs under autocast as HF Trainer(bf16=True) does (see vramfit.sim.build.autocast_dtype_for)
+    # autocast where the estimator runs the step under it: -mixed, and HF QLoRA after prepare_model_for_kbit_training
+    # as Trainer(bf16=True) runs it (vramfit.sim.build.autocast_dtype_for)
     from vramfit.sim.build import autocast_dtype_for
 
     autocast = autocast_dtype_for(scenario, compute_dtype)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from vramfit.errors import ModelError, ScenarioError
-from vramfit.estimate.framework import scenario_profile
+from vramfit.estimate.framework import runs_under_autocast, scenario_profile
 from vramfit.scenario import ALL_LINEAR, Attention, Checkpointing, Method, Precision, Quantize, Scenario
 from vramfit.sim.hf_calls import enable_hf_checkpointing, with_eager_fallback
 
@@ -221,12 +221,13 @@ def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
 
 
 def autocast_dtype_for(scenario: Scenario, compute_dtype: torch.dtype) -> torch.dtype | None:
-    """Autocast for ``-mixed`` precision, and for QLoRA with a 16-bit compute dtype: the HF recipe
-    (prepare_model_for_kbit_training + Trainer bf16=True/fp16=True) runs QLoRA under autocast, which is
-    what the estimator models; without it the fp32 norms make every activation fp32."""
+    """Autocast for ``-mixed``, and where the estimator runs the step under it (one rule for estimate, simulation and
+    measurement: :func:`vramfit.estimate.framework.runs_under_autocast`): HF's QLoRA recipe after
+    prepare_model_for_kbit_training. ``kbit_prepare`` no, a GPTQ base or a framework that upcasts nothing runs
+    ``-true`` without autocast (until 2026-12-06 every 16-bit QLoRA ran under it here: docs/validation.md)."""
     if scenario.precision.mixed:
         return compute_dtype
-    if scenario.method is Method.QLORA and compute_dtype != torch.float32:
+    if compute_dtype != torch.float32 and runs_under_autocast(scenario, scenario_profile(scenario)):
         return compute_dtype
     return None
 
@@ -387,7 +388,8 @@ def lora_config(model: torch.nn.Module, scenario: Scenario) -> Any:  # noqa: ANN
 
 
 def _dropout(scenario: Scenario) -> float:
-    return scenario.lora_dropout if scenario.lora_dropout is not None else 0.0
+    """The scenario's ``lora_dropout``, else its framework's default, as the estimator reads it (lit-gpt's 0.05)."""
+    return scenario_profile(scenario).lora_dropout(scenario.lora_dropout)
 
 
 def lora_note(scenario: Scenario) -> str:

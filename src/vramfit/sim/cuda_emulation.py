@@ -1,6 +1,6 @@
 """What a CUDA run does differently from the fake CPU run, applied at the Python function level.
 
-Two things are made to behave as on a CUDA device (sm80+), on fake CPU runs only:
+These are made to behave as on a CUDA device (sm80+), on fake CPU runs only:
 
 1. :func:`cuda_sdpa_patch` replaces ``torch.nn.functional.scaled_dot_product_attention`` (every
    transformers attention calls it through that attribute) by :func:`cuda_sdpa`, which picks a CUDA backend as ``sdp_utils.cpp`` ``select_sdp_backend``
@@ -29,6 +29,14 @@ Two things are made to behave as on a CUDA device (sm80+), on fake CPU runs only
 
 4. :func:`grouped_mm_as_on_cuda`: transformers' MoE grouped matmul for fp32/fp16 expert banks, which the
    op's fake kernel refuses, with the op's own autograd (:class:`_GroupedMMFallback`).
+
+5. :func:`cuda_dropout`: ``F.dropout`` in training runs ATen's fused kernel on CUDA, which returns its output and a
+   bool mask that backward keeps (1 B per element); on CPU it draws a noise tensor of the input's dtype and
+   multiplies, and the product saves that noise (torch v2.13.0 ``aten/src/ATen/native/Dropout.cpp``: ``dropout``
+   takes ``native_dropout`` where ``is_fused_kernel_acceptable``, which asks for a CUDA/XPU/lazy input, else
+   ``_dropout_impl``: ``at::empty_like(input).bernoulli_(1 - p)``). PEFT's LoRA dropout on an fp32 input saved
+   4 B per element in the fake run where a CUDA run saves 1: 184 MiB more in each recomputed Llama-2-7B block
+   (QLoRA r64 on six projections, 2,048 tokens, dropout 0.1).
 
 The flash and efficient backward kernels allocate scratch that their fake kernels do not show; see
 :func:`flash_backward_scratch` and :func:`efficient_backward_scratch` (registered as tracker transients).
@@ -70,6 +78,20 @@ def cuda_autocast_query() -> list[tuple[Any, str, Any]]:
         return orig("cpu") if device_type in (None, "cuda") else orig(device_type)
 
     return [(torch, "is_autocast_enabled", is_autocast_enabled)]
+
+
+def cuda_dropout() -> list[tuple[Any, str, Any]]:
+    """The :func:`patched` entry that runs an out-of-place training ``F.dropout`` through ``native_dropout``, as CUDA
+    does (module docstring, item 5). In-place dropout takes the noise path on CUDA too (``dropout_`` is
+    ``_dropout<true>``), so it is left as it is."""
+    orig = F.dropout
+
+    def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+        if training and 0 < p < 1 and not inplace and input.numel() > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+
+    return [(F, "dropout", dropout)]
 
 
 def _fp32_funcs() -> set[Any]:
@@ -209,7 +231,7 @@ def scratch_rules() -> dict[Any, Any]:
     }
 
 
-__all__ = ["CudaSemantics", "cuda_sdpa", "cuda_sdpa_patch", "scratch_rules"]
+__all__ = ["CudaSemantics", "cuda_dropout", "cuda_sdpa", "cuda_sdpa_patch", "scratch_rules"]
 
 
 class _GroupedMMFallback(torch.autograd.Function):

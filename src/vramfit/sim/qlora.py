@@ -269,7 +269,8 @@ def _unprepared_notes(model: Any, quant_type: str, double_quant: bool, compute_d
     return [
         _storage_note(quant_type, double_quant, compute_dtype, storage),
         "QLoRA without prepare_model_for_kbit_training (kbit_prepare no): embeddings, norms and lm_head stay in the "
-        "model's dtype.",
+        "model's dtype; outside -mixed no autocast (bf16-true: the whole model in the 16-bit dtype, as Answer.AI's "
+        "train.py precision bf16 runs it), so PEFT casts each input to the fp32 adapters' dtype.",
         _MATMUL_NOTE,
     ]
 

@@ -319,10 +319,16 @@ def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str]) -> Itera
     if not fake:
         yield
         return
-    from vramfit.sim.cuda_emulation import CudaSemantics, cuda_autocast_query, cuda_sdpa_patch, patched
+    from vramfit.sim.cuda_emulation import (
+        CudaSemantics,
+        cuda_autocast_query,
+        cuda_dropout,
+        cuda_sdpa_patch,
+        patched,
+    )
 
     backends: dict[str, int] = {}
-    with cuda_sdpa_patch(backends), patched(cuda_autocast_query() if autocast else []), \
+    with cuda_sdpa_patch(backends), patched(cuda_dropout() + (cuda_autocast_query() if autocast else [])), \
             (CudaSemantics() if autocast else contextlib.nullcontext()):
         yield
     if backends:
