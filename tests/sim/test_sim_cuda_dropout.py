@@ -4,8 +4,6 @@ aten/src/ATen/native/Dropout.cpp ``is_fused_kernel_acceptable``)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -40,20 +38,12 @@ def test_training_dropout_keeps_a_bool_mask_as_the_fused_cuda_kernel_does():
     assert F.dropout.__module__ == "torch.nn.functional"  # put back after the block
 
 
-@pytest.fixture(scope="module")
-def llama2(tmp_path_factory) -> str:
-    cfg = catalog_config("meta-llama/Llama-2-7b-hf")
-    cfg["num_hidden_layers"] = 3
-    path = tmp_path_factory.mktemp("llama2") / "config.json"
-    path.write_text(json.dumps(cfg))
-    return str(path)
-
-
-def test_lora_dropout_on_fp32_inputs_meets_the_estimate(llama2):
+def test_lora_dropout_on_fp32_inputs_meets_the_estimate(config_file):
     """QLoRA without prepare_model_for_kbit_training in bf16-true (no autocast) with dropout 0.1: PEFT casts every
-    adapted input to the fp32 adapters' dtype and drops it out. The trace kept an fp32 noise tensor per adapted
-    linear (4 B per element, 184 MiB per Llama-2-7B block at 2,048 tokens) and read 3.6 % above the estimate; with the
-    fused kernel's bool mask (1 B) it is within 2 %."""
+    adapted input to the fp32 adapters' dtype and drops it out. With the CPU path's fp32 noise tensors (4 B per element)
+    this 3-layer trace read 9.9 % above the estimate (3.6 % at the full 32 layers); with the fused kernel's bool mask
+    (1 B) -0.2 % (-1.3 % at 32 layers)."""
+    llama2 = config_file({**catalog_config("meta-llama/Llama-2-7b-hf"), "num_hidden_layers": 3}, "llama2")
     sc = {"model": llama2, "method": "qlora", "precision": "bf16-true", "quantize": "nf4-dq", "lora_rank": 64,
           "lora_alpha": 16, "lora_dropout": 0.1, "kbit_prepare": "no", "seq_len": 2048, "attention": "sdpa",
           "lora_targets": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"],
@@ -62,4 +52,4 @@ def test_lora_dropout_on_fp32_inputs_meets_the_estimate(llama2):
     # the noise tensors were among the largest live at the peak (32 and 86 MiB each)
     assert not [t for t in sim.top_tensors if t.op == "empty_like.default" and "dropout" in t.where]
     est = estimate(sc)
-    assert est.peak.allocated_bytes == pytest.approx(sim.result.peak.allocated_bytes, rel=0.02)
+    assert est.peak.allocated_bytes == pytest.approx(sim.result.peak.allocated_bytes, rel=0.01)
