@@ -53,3 +53,14 @@ def test_lora_dropout_on_fp32_inputs_meets_the_estimate(config_file):
     assert not [t for t in sim.top_tensors if t.op == "empty_like.default" and "dropout" in t.where]
     est = estimate(sc)
     assert est.peak.allocated_bytes == pytest.approx(sim.result.peak.allocated_bytes, rel=0.01)
+
+
+def test_the_trace_states_the_rerouted_dropout(config_file):
+    """The assumptions name the dropout kernel once, with its calls, and only where a dropout ran."""
+    model = config_file({**catalog_config("meta-llama/Llama-3.2-1B"), "num_hidden_layers": 2}, "llama")
+    sc = {"model": model, "method": "lora", "seq_len": 128, "lora_targets": ["q_proj", "v_proj"]}
+    stated = [a for a in simulate({**sc, "lora_dropout": 0.1}, layers=2).result.assumptions
+              if a.startswith("Training dropout as CUDA runs it")]
+    # q and v in 2 layers, each dropout once per forward: 2 micro-batch forwards traced (two iterations)
+    assert len(stated) == 1 and stated[0].endswith("(8 calls).")
+    assert not [a for a in simulate(sc, layers=2).result.assumptions if a.startswith("Training dropout")]

@@ -80,14 +80,16 @@ def cuda_autocast_query() -> list[tuple[Any, str, Any]]:
     return [(torch, "is_autocast_enabled", is_autocast_enabled)]
 
 
-def cuda_dropout() -> list[tuple[Any, str, Any]]:
+def cuda_dropout(counts: dict[str, int] | None = None) -> list[tuple[Any, str, Any]]:
     """The :func:`patched` entry that runs an out-of-place training ``F.dropout`` through ``native_dropout``, as CUDA
-    does (module docstring, item 5). In-place dropout takes the noise path on CUDA too (``dropout_`` is
-    ``_dropout<true>``), so it is left as it is."""
+    does (module docstring, item 5); ``counts["native_dropout"]``: the calls it rerouted. In-place dropout takes the
+    noise path on CUDA too (``dropout_`` is ``_dropout<true>``), so it is left as it is."""
     orig = F.dropout
+    counts = {} if counts is None else counts
 
     def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
         if training and 0 < p < 1 and not inplace and input.numel() > 0:
+            counts["native_dropout"] = counts.get("native_dropout", 0) + 1
             return torch.native_dropout(input, p, True)[0]
         return orig(input, p, training, inplace)
 

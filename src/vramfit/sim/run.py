@@ -328,12 +328,16 @@ def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str]) -> Itera
     )
 
     backends: dict[str, int] = {}
-    with cuda_sdpa_patch(backends), patched(cuda_dropout() + (cuda_autocast_query() if autocast else [])), \
+    drops: dict[str, int] = {}
+    with cuda_sdpa_patch(backends), patched(cuda_dropout(drops) + (cuda_autocast_query() if autocast else [])), \
             (CudaSemantics() if autocast else contextlib.nullcontext()):
         yield
     if backends:
         ran = ", ".join(f"{k} ({v} calls)" for k, v in sorted(backends.items()))
         assumptions.append(f"SDPA backends as CUDA (sm80+) would pick them: {ran}.")
+    if drops:
+        assumptions.append(f"Training dropout as CUDA runs it: ATen's fused native_dropout, a bool mask kept for "
+                           f"backward ({drops['native_dropout']} calls).")
 
 
 @contextlib.contextmanager
