@@ -388,7 +388,7 @@ def lora_config(model: torch.nn.Module, scenario: Scenario) -> Any:  # noqa: ANN
 
 
 def _dropout(scenario: Scenario) -> float:
-    """The scenario's ``lora_dropout``, else its framework's default, as the estimator reads it (lit-gpt's 0.05)."""
+    """The scenario's ``lora_dropout``, else its framework's default, by the estimator's rule (profile.lora_dropout)."""
     return scenario_profile(scenario).lora_dropout(scenario.lora_dropout)
 
 
