@@ -40,7 +40,7 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (211 of 338):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (211 of 339):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
     # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three

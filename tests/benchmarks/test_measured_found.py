@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 179
+    assert len(ROWS) == 180
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 179
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 180
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -84,6 +84,7 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert by_id["AXOLOTL_EX_2508-7"]["measured"]["bytes"] == round(19.1 * 2**30)
     # Unsloth's notebooks print max_memory_reserved / 1024**3 as 'GB'
     assert by_id["UNSLOTH_NB_2509-1"]["measured"] == {"metric": "reserved", "bytes": round(42.789 * 2**30)}
+    assert by_id["UNSLOTH_NB_2407-7"]["measured"] == {"metric": "reserved", "bytes": round(14.271 * 2**30)}
     # litgpt's config-hub table: the script prints max_memory_allocated() / 1e9 as 'GB' (the row's 'Peak memory' cell)
     for r in ROWS:
         if r["source_id"] == "LIT_HUB_2409":
@@ -196,6 +197,22 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 338
+    assert len(rows) == 339
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]
+
+
+def test_the_mistral_small_22b_notebook_row_is_the_catalog_model_it_printed():
+    """Unsloth's Mistral_Small_(22B)-Alpaca notebook (UNSLOTH_NB_2407-7) printed 95,420,416 trainable parameters and
+    '12.486 GB of memory reserved.' after loading (max_memory_reserved / 1024**3): the catalog's 56-layer layout gives the
+    same LoRA count, and the estimate's resident load (16-bit embedding and head, the 4-bit base, the per-layer RoPE caches
+    of the unsloth-2024.8 layout, the fp32 adapters) is that figure to within 0.02 GiB."""
+    from vramfit import estimate
+
+    row = next(r for r in ROWS if r["id"] == "UNSLOTH_NB_2407-7")
+    assert "trainable 95,420,416 printed" in row["notes"] and "'12.486 GB of memory reserved.'" in row["source"]
+    result = estimate(dict(row["scenario"]))
+    assert result.model.num_trainable_params == 95_420_416
+    parts = dict(result.peak.breakdown)
+    load = parts["weights"] + parts["quantized_base"] + parts["rope_cache"] + parts["adapters"]
+    assert abs(load - 12.486 * 2**30) < 0.02 * 2**30  # 12.477 GiB: 0.009 below

@@ -69,6 +69,12 @@ NOTE_RULES: list[tuple[str, str]] = [
      "O config.json publicado é o $1 multimodal (model_type $2); esta entrada é o seu text_config, completado com as "
      "predefinições do $3 de que depende ($4). Só se treina a parte de texto; a torre de visão SigLIP de $5 M "
      "parâmetros e o projetor não contam."),
+    (r"^(\S+)'s own config\.json is gated; the config above is its copy in (\S+) \(_name_or_path \S+, transformers "
+     r"([\d.]+), saved in (\w+)\)\. The ([\d,]+) LoRA r=(\d+) parameters that Unsloth's (\S+) notebook prints for the "
+     r"seven projections of this model confirm its (.+?) layout \((.+)\)\.$",
+     "O config.json do próprio $1 tem acesso restrito; o config acima é a sua cópia em $2 (transformers $3, gravado "
+     "em $4). Os ⟨$5⟩ parâmetros de LoRA r=$6 que o notebook $7 do Unsloth imprime para as sete projeções deste "
+     "modelo confirmam a sua disposição $8 ($9)."),
     (r"^The (\w+) variant differs only in its rope_scaling \((\w+)\) settings\.$",
      "A variante $1 só difere nas definições de rope_scaling ($2)."),
     (r"^config\.json values: (\S+)'s with the (\S+) text model as transformers' (\S+) writes it from Meta's params "
