@@ -88,3 +88,40 @@ def test_fsdp_run_on_two_processes(tiny):
     assert [r["rank"] for r in out["per_rank"]] == [0, 1] and out["steps_done"] == 2
     assert any("FSDP2 fully_shard on 2 decoder layers" in a for a in out["assumptions"])
     assert out["environment"]["world_size"] == 2
+
+
+def test_the_worker_collects_the_wrapped_model_before_destroying_the_process_group(tmp_path, monkeypatch):
+    """A wrapped model in a reference cycle (as DDP's is: it outlives its frame until a collection) is gone when the
+    worker destroys the process group, so no reducer is released after its group at interpreter exit (the Gloo abort
+    of worker.main's comment); the order is checked with a weakref at the moment ``dist.finish`` runs."""
+    import gc
+    import json
+    import weakref
+
+    from vramfit.measure import dist, worker
+
+    class Wrapped:  # stands for DDP: a module that refers to itself through its hooks
+        def __init__(self):
+            self.hooks = [self]
+
+    seen: dict[str, bool] = {}
+    refs: list[weakref.ref] = []
+
+    def execute(request):
+        model = Wrapped()
+        refs.append(weakref.ref(model))
+        return {"status": "ok", "rank": 0}
+
+    monkeypatch.setattr(worker, "execute", execute)
+    monkeypatch.setattr(dist, "finish", lambda: seen.setdefault("alive_at_finish", refs[0]() is not None))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({}), encoding="utf-8")
+    gc.disable()  # only the worker's own collection may free it
+    try:
+        assert worker.main(["--request", str(request), "--output", str(tmp_path / "out.json")]) == 0
+    finally:
+        gc.enable()
+    assert seen == {"alive_at_finish": False}
+    assert json.loads((tmp_path / "out.json.rank0").read_text(encoding="utf-8"))["status"] == "ok"

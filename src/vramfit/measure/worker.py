@@ -15,6 +15,7 @@ because the request cannot run here), ``steps_done``, ``step_times_s``, the thre
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -141,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     out = execute(request)
     write_json(args.output.with_name(f"{args.output.name}.rank{rank}"), out)  # before any collective can hang
     if world > 1 and out.get("status") == "ok":
+        # the wrapped model (DDP reducer, FSDP state) left with execute()'s frame, but reference cycles keep it (a
+        # weakref to a DDP module built in a returned function stays alive until gc.collect(), torch 2.13): collected
+        # here, while its process group is alive, not at interpreter exit after the group is destroyed, which aborted
+        # a Gloo rank in 13 of 50 two-rank launches (plan/templates/train.py frees its model in the same order)
+        gc.collect()
         dist.finish()
     # a failed rank exits non-zero so torchrun stops its peers instead of leaving them in a collective
     return 0 if world == 1 or out.get("status") == "ok" else 3
