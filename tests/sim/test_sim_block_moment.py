@@ -33,11 +33,9 @@ def moment(tmp_path_factory):
     path.write_text(json.dumps(tiny("meta-llama/Llama-3.2-1B", layers=4)))
     keys = {"model": str(path), "method": "lora", "seq_len": S, "micro_batch_size": B, "attention": "eager",
             "gradient_checkpointing": "full"}
-    top, analyze.TOP_N = analyze.TOP_N, 400  # every live tensor at the peak, not the largest 12
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(analyze, "TOP_N", 400)  # every live tensor at the peak, not the largest 12
         sim = simulate(keys, layers=4)
-    finally:
-        analyze.TOP_N = top
     sc = parse_scenario(keys)
     return sim, estimate(keys), compute(resolve_spec(sc)[1], sc, None)
 
@@ -60,7 +58,7 @@ def test_the_trace_has_freed_o_projs_lora_branch_and_holds_two_gradients_the_est
     assert [t.bytes for t in residual] == [B * S * HIDDEN * 2] and [t.bytes for t in grad_v] == [B * S * HIDDEN * 2]
     items = step.acts.saved.items
     o_proj = items["o_proj.lora0.cast_in"] + items["o_proj.lora0.a_out"]
-    assert o_proj == 4 * B * S * HIDDEN + 4 * B * S * 16  # fp32 (T, h) copy + fp32 (T, r) with r = 16
+    assert o_proj == 4 * B * S * HIDDEN + 4 * B * S * step.sc.lora_rank  # fp32 (T, h) copy + fp32 (T, r) lora_A output
     # the estimator keeps v for probs @ v where the trace holds v's gradient instead: the same bytes
     assert items["v"] == grad_v[0].bytes
     # the estimator reads +0.51 % today; without o_proj's branch and with the residual gradient it reads -0.11 %
