@@ -1,6 +1,6 @@
 """Score the longest trainable context against published maximum-context tables.
 
-Usage: python benchmarks/max_context.py [--data PATH] [--json]
+Usage: python benchmarks/max_context.py [--data PATH] [--json] [--markdown]
 
 Each row of ``data/measured/max_context.jsonl`` is a published "longest sequence that trains on a card
 of N GB" (Unsloth's README tables, for Unsloth and for Hugging Face + FA2). Ours is the planner's own
@@ -9,7 +9,7 @@ to the figure the publication measured (``vram.counter``: ``device`` by default,
 ``torch.cuda.max_memory_reserved()`` figure); the error is (ours - published) / published. No constant is
 fitted to any row.
 
-``lines``: each (model, framework) column of the table as a straight line, budget = intercept + slope x tokens
+``lines``: each (model, framework, release) column of the table as a straight line, budget = intercept + slope x tokens
 (least squares), beside the same line through our own figure at the published token counts. Unsloth's rows lie
 on one line to under 1e-4 GiB, i.e. they are a fit of runs, not one run per card (docs/validation.md): the two
 lines say whether a miss is per token (the slope: a tensor per token left out or added) or fixed (the
@@ -67,23 +67,25 @@ def _figure(estimate, row: dict) -> int:
 
 
 def lines(path: Path = DEFAULT_DATA) -> list[dict]:
-    """Per (model, framework) with two rows or more: the published budgets against tokens as a line, and our
-    figure (the row's counter) at those token counts as a line."""
+    """Per (model, framework, release: ``framework_version``) with two rows or more: the published budgets against
+    tokens as a line, and our figure (the row's counter) at those token counts as a line. The release keeps a column
+    of an older Unsloth (the Llama 3.3 blog's 'Unsloth (Old)') off the line of the current one."""
     from vramfit import estimate
 
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
-            row = json.loads(line)
-            groups.setdefault((row["scenario"]["model"], row["scenario"]["framework"]), []).append(row)
+            sc = json.loads(line)["scenario"]
+            key = (sc["model"], sc["framework"], sc.get("framework_version", ""))
+            groups.setdefault(key, []).append(json.loads(line))
     out = []
-    for (model, fw), rows in groups.items():
+    for (model, fw, version), rows in groups.items():
         if len(rows) < 2:
             continue
         published = [(r["measured"]["tokens"], r["vram"]["bytes"]) for r in rows]
         ours = [(r["measured"]["tokens"], _figure(estimate, r)) for r in rows]
         (pa, pb), (oa, ob) = _line(published), _line(ours)
-        out.append({"model": model, "framework": fw, "n": len(rows),
+        out.append({"model": model, "framework": fw, "framework_version": version, "n": len(rows),
                     "published": {"intercept_bytes": round(pa), "slope_bytes_per_token": pb},
                     "ours": {"intercept_bytes": round(oa), "slope_bytes_per_token": ob}})
     return out
@@ -97,12 +99,31 @@ def summary(results: list[dict]) -> dict[str, dict]:
     return {fw: {"n": len(e), "median_abs": statistics.median(e), "max_abs": max(e)} for fw, e in groups.items()}
 
 
+def format_markdown(results: list[dict], path: Path = DEFAULT_DATA) -> str:
+    """The README's table: per row the model, the release modelled, the card, the published and our longest context,
+    the error in tokens and our figure at the published length against the card (the memory error)."""
+    rows = {json.loads(x)["id"]: json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()}
+    out = ["| model | release | card | published | ours | error (tokens) | error (memory) |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    for r in results:
+        sc = rows[r["id"]]["scenario"]
+        err = "no fit" if r["error"] is None else f"{r['error']:+.1%}"
+        ours = "—" if r["ours"] is None else f"{r['ours']:,}"
+        out.append(f"| {sc['model'].split('/')[-1]} | {sc.get('framework_version') or sc['framework']} | "
+                   f"{rows[r['id']]['vram']['label']} | {r['published']:,} | {ours} | {err} | {r['memory_error']:+.1%} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="the rows as a Markdown table (the README's)")
     args = ap.parse_args(argv)
     results = score(args.data)
+    if args.markdown:
+        print(format_markdown(results, args.data), end="")
+        return 0
     if args.json:
         json.dump({"rows": results, "summary": summary(results), "lines": lines(args.data)}, sys.stdout, indent=1)
         print()
@@ -116,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print("as lines (budget = intercept + slope x tokens):")
     for g in lines(args.data):
         p, o = g["published"], g["ours"]
-        print(f"  {g['model']} {g['framework']} (n={g['n']}): published {p['intercept_bytes'] / 2**30:.3f} GiB + "
+        print(f"  {g['model']} {g['framework_version'] or g['framework']} (n={g['n']}): published {p['intercept_bytes'] / 2**30:.3f} GiB + "
               f"{p['slope_bytes_per_token']:,.0f} B/token; ours {o['intercept_bytes'] / 2**30:.3f} GiB + "
               f"{o['slope_bytes_per_token']:,.0f} B/token")
     return 0

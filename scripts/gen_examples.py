@@ -145,6 +145,11 @@ def speed_table() -> str:
     return _benchmark_markdown("speed_accuracy")
 
 
+def max_context_table() -> str:
+    """The long-context table: ``python benchmarks/max_context.py --markdown`` on data/measured/max_context.jsonl."""
+    return _benchmark_markdown("max_context")
+
+
 def limits_list() -> str:
     """docs/limits.md's list: every named limit of ``vramfit.limits`` with its value."""
     from vramfit import limits
@@ -153,7 +158,7 @@ def limits_list() -> str:
 
 
 TABLES = {"constants": constants_table, "guide-claims": guide_claims_table, "accuracy": accuracy_table,
-          "speed": speed_table, "limits": limits_list}
+          "speed": speed_table, "limits": limits_list, "max-context": max_context_table}
 TABLE = re.compile(r"<!-- generated: (?P<name>[a-z-]+) -->\n(?P<body>.*?)<!-- /generated -->\n", re.S)
 
 
