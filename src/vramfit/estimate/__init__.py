@@ -499,15 +499,20 @@ def on_card(card: GPU | None, reserved: int, device: int, required: int, paged: 
     return reserved, card.usable_bytes, [note]
 
 
-def _dequant_segment_at_logits(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str) -> int:
+def _dequant_segment_at_logits(r: Step, breakdowns: dict[str, dict[str, int]], allocated: int) -> int:
     """The segment a block's de-quantized weight leaves cached where forward peaks at the logits without it
     (contributions._forward_temporaries): freed with its matmul, it stays reserved (no empty_cache) beside the logits'
-    larger tensors, which it cannot hold; a card without headroom releases it (not in the fit figure)."""
+    larger tensors, which it cannot hold; a card without headroom releases it (not in the fit figure). Where a later
+    phase is the allocated peak (``allocated``), what forward reached with that segment is still the high-water mark
+    if it is higher (``max_memory_reserved`` never falls): forward's allocated and segment above ``allocated``, with
+    the same slack on top."""
     from vramfit.estimate.allocator import round_allocation
 
-    if step_phase != StepPhase.FORWARD.value or not r.dequant:
+    forward = breakdowns.get(StepPhase.FORWARD.value)
+    if forward is None or not r.dequant:
         return 0
-    return max(0, round_allocation(r.dequant) - breakdowns[step_phase].get("temporaries", 0))
+    segment = max(0, round_allocation(r.dequant) - forward.get("temporaries", 0))
+    return max(0, sum(forward.values()) + segment - allocated)
 
 
 def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, tensors: int, events: list[int],
@@ -525,7 +530,7 @@ def _reserved(r: Step, breakdowns: dict[str, dict[str, int]], step_phase: str, t
     # FSDP1's unshard stream keeps its block units' segments where the peak moment holds fewer (estimate/fsdp1_moments.py)
     reserved += unshard_pool_idle(r, breakdowns, allocated)
     reserved += carried_outputs_segments(r)  # outputs carried into the next forward under eager attention
-    reserved += 0 if required else _dequant_segment_at_logits(r, breakdowns, step_phase)
+    reserved += 0 if required else _dequant_segment_at_logits(r, breakdowns, allocated)
     step_allocated = sum(breakdowns.get("optimizer-step", {}).values())
     if cached := zero2_step_reserved(r, events, conf, required):
         step = reserved_bytes(step_allocated, r.parts, tensors, r.spec.num_hidden_layers, (), conf)

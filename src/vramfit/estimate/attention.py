@@ -14,6 +14,7 @@ from vramfit.scenario import Attention, Checkpointing, Scenario
 
 if TYPE_CHECKING:
     from vramfit.estimate.activations import Block, Saved
+    from vramfit.gpus import GPU
 
 
 def score_elements(spec: ModelSpec, sc: Scenario) -> int:
@@ -78,12 +79,26 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     spec, sc, profile = blk.spec, blk.sc, blk.profile
     if spec.num_key_value_heads >= spec.num_attention_heads:
         return False
-    if eager:
+    if eager or falls_back_repeating_kv(sc, profile):
         return True
     if profile.runs_transformers_modeling and sc.attention is Attention.FLASH:
         return False
     windowed = profile.runs_transformers_modeling and not spec.layer_types and window_masked(spec, sc)
     return profile.expands_kv_for_sdpa or windowed
+
+
+def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU | None = None) -> bool:
+    """Whether ``attention: flash`` runs, on ``card`` (else the scenario's ``gpu``), as the framework's fallback
+    kernel with k and v copied out to every query head and saved so (``profile.flash_fallback_repeats_kv``: Unsloth's
+    xformers path on a card without FlashAttention-2, the catalog's ``supports_flash_attn2`` column). No card named, or
+    one the catalog does not mark: the flash kernel."""
+    if not (profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH):
+        return False
+    if card is None and sc.gpu:
+        from vramfit.gpus import get_gpu
+
+        card = get_gpu(sc.gpu)
+    return card is not None and card.supports_flash_attn2 is False
 
 
 def image_mask_applies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:

@@ -3,8 +3,9 @@
 An estimate depends on the card it is made for, not only on the run: Hopper's larger cuBLAS workspace
 (estimate/step.py ``workspaces``) and CUDA context (estimate/reserved.py ``context_constant``), NCCL's NVLS
 buffers on an sm90+ NVSwitch node (estimate/nccl.py ``nvls_card``), a colocated vLLM's fraction of the card's
-memory (estimate/stages/rl.py ``vllm_bytes``) and a user's calibration of the card's family
-(vramfit.calibration ``for_card``). Two cards with equal :func:`card_facts` get the same estimate
+memory (estimate/stages/rl.py ``vllm_bytes``), a user's calibration of the card's family
+(vramfit.calibration ``for_card``) and the attention kernel a framework falls back to on a card without
+FlashAttention-2 (estimate/attention.py ``falls_back_repeating_kv``). Two cards with equal :func:`card_facts` get the same estimate
 (tests/plan/test_card_verdicts.py checks it over the catalog), so the card verdicts of one estimate
 (vramfit.plan.verdict ``with_fits``) re-estimate once per distinct set of facts, not once per card.
 """
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 def card_facts(sc: Scenario, card: GPU | None, calibration: Calibration | None = None) -> tuple[Any, ...]:
     """What the estimate of ``sc`` reads of ``card`` (None: no card named), as a hashable key, each fact from the
     estimator's own function for it."""
+    from vramfit.estimate.attention import falls_back_repeating_kv
+    from vramfit.estimate.framework import scenario_profile
     from vramfit.estimate.nccl import nvls_card
     from vramfit.estimate.reserved import context_constant
     from vramfit.estimate.step import workspaces
@@ -35,7 +38,8 @@ def card_facts(sc: Scenario, card: GPU | None, calibration: Calibration | None =
     usable = card.usable_bytes if card is not None and sc.generation is Generation.VLLM_COLOCATE else None
     family = card_family(card.gpu_id) if card is not None and calibration is not None and \
         calibration.for_card(card.gpu_id) else None
-    return workspaces(card), context_constant(named, card).value, nvls_card(named), usable, family
+    fallback = card is not None and falls_back_repeating_kv(named, scenario_profile(named), card)
+    return workspaces(card), context_constant(named, card).value, nvls_card(named), usable, family, fallback
 
 
 def per_card(r: EstimateResult, on_card: Callable[[GPU], EstimateResult] | None,

@@ -549,6 +549,17 @@ class FrameworkProfile:
     # (plan/verdict.py card_refusal). False where the framework falls back on older cards (Unsloth: xformers below
     # compute capability 8, unsloth@0927c34 models/_utils.py l. 166-183; SDPA's memory-efficient kernel elsewhere)
     flash_attention_is_fa2: bool = False
+    # where that fallback (a card the catalog marks without FlashAttention-2) is xformers' memory_efficient_attention
+    # called with k and v copied out to every query head when a gradient is needed, so the kernel saves full-head k and
+    # v for backward instead of grouped ones (estimate/attention.py falls_back_repeating_kv). Unsloth: HAS_FLASH_ATTENTION
+    # only at compute capability 8+ (unsloth@0927c34 models/_utils.py l. 166-183); below it LlamaAttention_fast_forward
+    # takes the xformers branch, ``K.expand(...)`` then ``if hidden_states.requires_grad: K = K.reshape(bsz,
+    # kv_seq_len, n_heads, head_dim)``, the same for V (unsloth@a16bc73e80 2024.1 models/llama.py l. 278-297,
+    # unsloth@0927c34 l. 367-386, unsloth@0e0d8fc l. 393-412; unsloth@015bdef utils/attention_dispatch.py l. 462-480,
+    # select_attention_backend: XFORMERS when flash-attn is not there); xformers' _fMHA.forward
+    # ``ctx.save_for_backward(inp.query, inp.key, inp.value, op_ctx.out, op_ctx.lse)`` (facebookresearch/xformers@00afc123
+    # xformers/ops/fmha/__init__.py) keeps those copies, and nothing else keeps the grouped ones
+    flash_fallback_repeats_kv: bool = False
     # the transformers 4.x minor release the run had, for the families whose modelling then kept a RoPE cache in every
     # attention layer (ModelSpec.rope_cache_v4_last): transformers v4.39.3 models/mistral/modeling_mistral.py l. 105-116
     # and estimate/rope_v4.py; 0: no such cache (v5.24.0 models/llama/modeling_llama.py l. 348: one rotary module per

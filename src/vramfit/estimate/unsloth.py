@@ -165,6 +165,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     fused_qkv_lora=False,
     rmsnorm_upcast=True,
     expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
+    flash_fallback_repeats_kv=True,  # xformers with full-head k and v below Ampere (profile_fields.py)
     # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
     qlora_unquantized_fp32=False,
     qlora_saves_input=False,
@@ -284,14 +285,14 @@ def _dims(spec: ModelSpec, sc: Scenario) -> dict[str, int]:
 def replays_step(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
     """Whether :func:`step_events` describes this scenario's step: a release whose allocation order is modelled
     (``profile.step_allocation_order``), LoRA through the fused autograd functions on a dense gated-MLP RoPE
-    decoder, flash attention, offloaded checkpointing."""
-    from vramfit.estimate.attention import runs_eager_attention
+    decoder, flash attention (not the xformers fallback of a card without it), offloaded checkpointing."""
+    from vramfit.estimate.attention import falls_back_repeating_kv, runs_eager_attention
     from vramfit.scenario import Checkpointing
 
     return (
         profile.step_allocation_order and sc.method is not Method.FULL and spec.gated_mlp and not spec.num_experts
         and spec.position_encoding is PositionEncoding.ROPE and sc.gradient_checkpointing is Checkpointing.OFFLOAD
-        and not runs_eager_attention(spec, sc, profile)
+        and not runs_eager_attention(spec, sc, profile) and not falls_back_repeating_kv(sc, profile)
     )
 
 
