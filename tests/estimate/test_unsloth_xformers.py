@@ -99,3 +99,17 @@ def test_reserved_keeps_the_forward_high_water_mark_when_a_later_phase_peaks(mon
     assert off.peak.allocated_bytes == sum(forward.values()) and segment > 100 * 2**20  # a 14,336 x 4,096 weight
     assert off.peak.reserved_bytes - off.peak.allocated_bytes > segment  # the segment sits in forward's slack
     assert on.peak.reserved_bytes == off.peak.reserved_bytes  # and stays the high-water mark
+
+
+def test_the_attention_backward_makes_full_head_k_and_v_gradients():
+    """xformers returns the gradients of the k and v it was given (every head) before expand's backward sums them:
+    TinyLlama at 8,192 tokens, dO, dq, dk and dv of 32 heads x 64 in fp16 plus the fp32 dq accumulator, 201,326,592 B,
+    above the LoRA MLP's two (T, 5,632) tensors that set the A100's block working set."""
+    from vramfit.estimate.block_extras import block_backward_transient
+    from vramfit.estimate.framework import scenario_profile
+
+    spec = resolve_model(TINY).spec
+    t4, a100 = _sc("t4"), _sc("a100-80gb-sxm")
+    T = 8192
+    assert block_backward_transient(spec, t4, scenario_profile(t4)) == 2 * T * 64 * (2 * 32 + 2 * 32) + 4 * T * 32 * 64
+    assert block_backward_transient(spec, a100, scenario_profile(a100)) == 2 * 2 * T * 5632

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from vramfit.estimate.activations import Saved, dtypes_for, mlp_width
 from vramfit.estimate.attention import (
+    falls_back_repeating_kv,
     mask_count,
     runs_eager_attention,
     score_elements,
@@ -62,7 +63,10 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     elif sdpa_math_fallback(spec, sc, profile):
         attn = (c + 8) * score_elements(spec, sc)
     else:
-        attn = c * T * d * (2 * a + 2 * kv) + 4 * T * a * d
+        # k and v copied out to every head for the kernel (attention.falls_back_repeating_kv): their gradients too,
+        # before expand's backward sums them back to the groups
+        grads_kv = a if falls_back_repeating_kv(sc, profile) else kv
+        attn = c * T * d * (2 * a + 2 * grads_kv) + 4 * T * a * d
     return max(mlp, attn)
 
 
