@@ -113,3 +113,18 @@ def test_the_attention_backward_makes_full_head_k_and_v_gradients():
     T = 8192
     assert block_backward_transient(spec, t4, scenario_profile(t4)) == 2 * T * 64 * (2 * 32 + 2 * 32) + 4 * T * 32 * 64
     assert block_backward_transient(spec, a100, scenario_profile(a100)) == 2 * 2 * T * 5632
+
+
+def test_a_model_type_unsloth_leaves_to_transformers_keeps_its_own_attention():
+    """Unsloth runs its own attention (and so this fallback) for the model types its loader hands to FastLlamaModel
+    and its subclasses; another grouped-query type goes through transformers' modeling code (FastModel): unchanged."""
+    from vramfit.estimate.attention import falls_back_repeating_kv
+    from vramfit.estimate.framework import scenario_profile
+
+    sc = _sc("t4")
+    profile = scenario_profile(sc)
+    assert falls_back_repeating_kv(sc, profile, spec=resolve_model(TINY).spec)
+    phi3 = resolve_model("microsoft/Phi-4-mini-instruct").spec  # model type phi3: 24 query heads, 8 k/v heads
+    assert phi3.num_key_value_heads < phi3.num_attention_heads
+    assert phi3.model_type not in profile.fallback_attention_model_types
+    assert not falls_back_repeating_kv(sc, profile, spec=phi3)

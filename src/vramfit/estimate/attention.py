@@ -79,7 +79,7 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     spec, sc, profile = blk.spec, blk.sc, blk.profile
     if spec.num_key_value_heads >= spec.num_attention_heads:
         return False
-    if eager or falls_back_repeating_kv(sc, profile):
+    if eager or falls_back_repeating_kv(sc, profile, spec=spec):
         return True
     if profile.runs_transformers_modeling and sc.attention is Attention.FLASH:
         return False
@@ -87,12 +87,17 @@ def _expands_kv(blk: Block, eager: bool) -> bool:
     return profile.expands_kv_for_sdpa or windowed
 
 
-def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU | None = None) -> bool:
+def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU | None = None,
+                            spec: ModelSpec | None = None) -> bool:
     """Whether ``attention: flash`` runs, on ``card`` (else the scenario's ``gpu``), as the framework's fallback
     kernel with k and v copied out to every query head and saved so (``profile.flash_fallback_repeats_kv``: Unsloth's
-    xformers path on a card without FlashAttention-2, the catalog's ``supports_flash_attn2`` column). No card named, or
-    one the catalog does not mark: the flash kernel."""
+    xformers path on a card without FlashAttention-2, the catalog's ``supports_flash_attn2`` column), for ``spec``'s
+    model type where the profile names the types that attention runs for (``fallback_attention_model_types``). No
+    card named, or one the catalog does not mark: the flash kernel."""
     if not (profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH):
+        return False
+    if spec is not None and profile.fallback_attention_model_types and \
+            spec.model_type not in profile.fallback_attention_model_types:
         return False
     if card is None and sc.gpu:
         from vramfit.gpus import get_gpu

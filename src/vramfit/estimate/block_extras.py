@@ -65,7 +65,7 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     else:
         # k and v copied out to every head for the kernel (attention.falls_back_repeating_kv): their gradients too,
         # before expand's backward sums them back to the groups
-        grads_kv = a if falls_back_repeating_kv(sc, profile) else kv
+        grads_kv = a if falls_back_repeating_kv(sc, profile, spec=spec) else kv
         attn = c * T * d * (2 * a + 2 * grads_kv) + 4 * T * a * d
     return max(mlp, attn)
 

@@ -560,6 +560,12 @@ class FrameworkProfile:
     # ``ctx.save_for_backward(inp.query, inp.key, inp.value, op_ctx.out, op_ctx.lse)`` (facebookresearch/xformers@00afc123
     # xformers/ops/fmha/__init__.py) keeps those copies, and nothing else keeps the grouped ones
     flash_fallback_repeats_kv: bool = False
+    # the model types whose attention that fallback describes: the framework's own attention forward, not the
+    # transformers modeling code it leaves other types to (Unsloth: loader.py hands llama, mistral, gemma, qwen2 and
+    # qwen3 to FastLlamaModel and its subclasses, unsloth@015bdef models/loader.py l. 828-890, whose attention forwards
+    # are LlamaAttention_fast_forward or call select_attention_backend: models/qwen2.py l. 50-52, gemma.py l. 418-420,
+    # mistral.py l. 123, qwen3.py l. 138); () with the flag: every type
+    fallback_attention_model_types: tuple[str, ...] = ()
     # the transformers 4.x minor release the run had, for the families whose modelling then kept a RoPE cache in every
     # attention layer (ModelSpec.rope_cache_v4_last): transformers v4.39.3 models/mistral/modeling_mistral.py l. 105-116
     # and estimate/rope_v4.py; 0: no such cache (v5.24.0 models/llama/modeling_llama.py l. 348: one rotary module per

@@ -166,6 +166,7 @@ UNSLOTH_PROFILE = FrameworkProfile(
     rmsnorm_upcast=True,
     expands_kv_for_sdpa=False,  # flash-attn varlen / SDPA with GQA (llama.py LlamaAttention_fast_forward)
     flash_fallback_repeats_kv=True,  # xformers with full-head k and v below Ampere (profile_fields.py)
+    fallback_attention_model_types=("llama", "mistral", "gemma", "qwen2", "qwen3"),
     # its own prepare_model_for_kbit_training (above) leaves norms, embeddings, lm_head 16-bit
     qlora_unquantized_fp32=False,
     qlora_saves_input=False,
@@ -292,7 +293,7 @@ def replays_step(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bo
     return (
         profile.step_allocation_order and sc.method is not Method.FULL and spec.gated_mlp and not spec.num_experts
         and spec.position_encoding is PositionEncoding.ROPE and sc.gradient_checkpointing is Checkpointing.OFFLOAD
-        and not runs_eager_attention(spec, sc, profile) and not falls_back_repeating_kv(sc, profile)
+        and not runs_eager_attention(spec, sc, profile) and not falls_back_repeating_kv(sc, profile, spec=spec)
     )
 
 
