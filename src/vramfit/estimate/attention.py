@@ -94,10 +94,9 @@ def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU |
     xformers path on a card without FlashAttention-2, the catalog's ``supports_flash_attn2`` column), for ``spec``'s
     model type where the profile names the types that attention runs for (``fallback_attention_model_types``). No
     card named, or one the catalog does not mark: the flash kernel."""
-    if not (profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH):
-        return False
-    if spec is not None and profile.fallback_attention_model_types and \
-            spec.model_type not in profile.fallback_attention_model_types:
+    typed = spec is None or not profile.fallback_attention_model_types or \
+        spec.model_type in profile.fallback_attention_model_types
+    if not (profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH and typed):
         return False
     if card is None and sc.gpu:
         from vramfit.gpus import get_gpu
