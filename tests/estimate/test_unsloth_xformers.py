@@ -128,3 +128,10 @@ def test_a_model_type_unsloth_leaves_to_transformers_keeps_its_own_attention():
     assert phi3.num_key_value_heads < phi3.num_attention_heads
     assert phi3.model_type not in profile.fallback_attention_model_types
     assert not falls_back_repeating_kv(sc, profile, spec=phi3)
+
+
+def test_the_estimate_says_which_kernel_runs_on_the_card():
+    notes = [a for a in estimate(_sc("t4")).assumptions if a.startswith("Attention: ")]
+    assert notes == ["Attention: the Tesla T4 has no FlashAttention-2, so unsloth runs xformers with k and v copied "
+                     "out to all 32 query heads (not 4), and those copies are saved for backward."]
+    assert not [a for a in estimate(_sc("a100-80gb-sxm")).assumptions if a.startswith("Attention: ")]

@@ -37,6 +37,9 @@ def _framework_scenarios():
     for fw, method, extra in itertools.product(("hf", "torchtune", "torchtitan", "unsloth", "litgpt"),
                                                ("full", "lora", "qlora"), extras):
         yield {"model": L8, "framework": fw, "method": method, **extra}
+    # Unsloth's xformers fallback on a card without FlashAttention-2 (its own assumption line)
+    yield {"model": L8, "framework": "unsloth", "method": "qlora", "attention": "flash", "gpu": "t4",
+           "precision": "fp16-true"}
     versions = {"hf": ("transformers-4.40", "transformers-4.47", "fsdp-qlora", "axolotl-0.12"),
                 "torchtune": ("torchtune-0.1",), "litgpt": ("litgpt-2024",), "unsloth": ("unsloth-2024.11", "unsloth-2024.8", "unsloth-2024.5")}
     for fw, names in versions.items():

@@ -100,6 +100,19 @@ def _context_note(sc: Scenario, card) -> str:
             f"{measured}; `vramfit measure` records yours and `vramfit calibrate` reports the overhead your runs imply.")
 
 
+def _fallback_attention_note(sc: Scenario, r: Step) -> str | None:
+    """What ``attention: flash`` runs as on a card without FlashAttention-2, where the framework falls back to a kernel
+    that takes k and v copied out to every query head (estimate/attention.py ``falls_back_repeating_kv``)."""
+    from vramfit.estimate.attention import falls_back_repeating_kv
+
+    spec = r.spec
+    if spec.num_key_value_heads >= spec.num_attention_heads or not falls_back_repeating_kv(sc, r.profile, r.card, spec):
+        return None
+    return (f"Attention: the {r.card.name if r.card else sc.gpu} has no FlashAttention-2, so {r.profile.name} runs "
+            f"xformers with k and v copied out to all {spec.num_attention_heads} query heads (not "
+            f"{spec.num_key_value_heads}), and those copies are saved for backward.")
+
+
 def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None,
                  headroom: int | None = None) -> list[str]:
     prof = r.profile
@@ -115,7 +128,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
         "Gradients are freed with zero_grad(set_to_none=True) after each optimizer step.",
         _context_note(sc, r.card),
     ]
-    out += [n for n in (compile_note(spec, sc, prof),) if n]
+    out += [n for n in (compile_note(spec, sc, prof), _fallback_attention_note(sc, r)) if n]
     if sc.method is not Method.FULL:
         dropout = prof.lora_dropout(sc.lora_dropout)
         out += [f"LoRA rank {sc.lora_rank} on {', '.join(sc.lora_targets)}; dropout {dropout}; "

@@ -28,6 +28,10 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      + r" MiB per block per micro-batch without checkpointing\)\.$",
      "As ativações contam-se tensor a tensor, a partir do que o autograd guarda num bloco $1 (⟨$2⟩ MiB por bloco "
      "e por micro-batch, sem checkpointing)."),
+    (r"^Attention: the (.+?) has no FlashAttention-2, so (\S+) runs xformers with k and v copied out to all (\d+) query "
+     r"heads \(not (\d+)\), and those copies are saved for backward\.$",
+     "Atenção: a $1 não tem FlashAttention-2, por isso o $2 corre o xformers com k e v copiados para todas as $3 cabeças "
+     "de query (não $4), e essas cópias ficam guardadas para o backward."),
     (r"^Loss: ", "Perda: "),
     (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
     (r"model-dtype logits, fp32 upcast in torchtitan's loss_fn \(cross_entropy of pred\.float\(\)\)",
