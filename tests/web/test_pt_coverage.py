@@ -40,6 +40,8 @@ def _framework_scenarios():
     # Unsloth's xformers fallback on a card without FlashAttention-2 (its own assumption line)
     yield {"model": L8, "framework": "unsloth", "method": "qlora", "attention": "flash", "gpu": "t4",
            "precision": "fp16-true"}
+    # grouped-query SDPA on such a card: PyTorch's math kernel
+    yield {"model": L8, "framework": "hf", "method": "lora", "attention": "sdpa", "gpu": "t4", "precision": "fp16-mixed"}
     versions = {"hf": ("transformers-4.40", "transformers-4.47", "fsdp-qlora", "axolotl-0.12"),
                 "torchtune": ("torchtune-0.1",), "litgpt": ("litgpt-2024",), "unsloth": ("unsloth-2024.11", "unsloth-2024.8", "unsloth-2024.5")}
     for fw, names in versions.items():

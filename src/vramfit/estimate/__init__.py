@@ -101,16 +101,25 @@ def _context_note(sc: Scenario, card) -> str:
 
 
 def _fallback_attention_note(sc: Scenario, r: Step) -> str | None:
-    """What ``attention: flash`` runs as on a card without FlashAttention-2, where the framework falls back to a kernel
-    that takes k and v copied out to every query head (estimate/attention.py ``falls_back_repeating_kv``)."""
-    from vramfit.estimate.attention import falls_back_repeating_kv
+    """What flash or SDPA attention runs as on a card without FlashAttention-2: a framework's fallback kernel that
+    takes k and v copied out to every query head (estimate/attention.py ``falls_back_repeating_kv``), or PyTorch's
+    math kernel for grouped-query SDPA (``gqa_math_on_card``)."""
+    from vramfit.estimate.attention import falls_back_repeating_kv, gqa_math_on_card
 
     spec = r.spec
-    if spec.num_key_value_heads >= spec.num_attention_heads or not falls_back_repeating_kv(sc, r.profile, r.card, spec):
+    if spec.num_key_value_heads >= spec.num_attention_heads:
         return None
-    return (f"Attention: the {r.card.name if r.card else sc.gpu} has no FlashAttention-2, so {r.profile.name} runs "
-            f"xformers with k and v copied out to all {spec.num_attention_heads} query heads (not "
-            f"{spec.num_key_value_heads}), and those copies are saved for backward.")
+    card = r.card.name if r.card else sc.gpu
+    if falls_back_repeating_kv(sc, r.profile, r.card, spec):
+        return (f"Attention: the {card} has no FlashAttention-2, so {r.profile.name} runs xformers with k and v "
+                f"copied out to all {spec.num_attention_heads} query heads (not {spec.num_key_value_heads}), and those "
+                "copies are saved for backward.")
+    if gqa_math_on_card(spec, sc, r.profile, r.card):
+        return (f"Attention: the {card} has no flash SDPA kernel and PyTorch's memory-efficient one takes no "
+                f"grouped-query heads, so transformers' SDPA call (enable_gqa) runs the math kernel: fp32 "
+                f"probabilities ({sc.micro_batch_size} x {spec.num_attention_heads} x {sc.seq_len}^2 per layer) and "
+                "fp32 q, k and v of every head are saved for backward.")
+    return None
 
 
 def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[int] | None = None,

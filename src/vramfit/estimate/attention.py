@@ -40,10 +40,32 @@ def sdpa_math_fallback(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile)
     """When transformers' SDPA call can only run PyTorch's math kernel (fp32 probabilities kept):
     Falcon expands its single (or grouped) k/v head with a stride-0 view, which flash and
     memory-efficient kernels reject; and grouped-query attention in fp32 (`enable_gqa=True`, which
-    the memory-efficient kernel does not take, while flash takes no fp32)."""
+    the memory-efficient kernel does not take, while flash takes no fp32), or on a card without the flash backend
+    (:func:`gqa_math_on_card`)."""
     if not profile.runs_transformers_modeling or spec.num_key_value_heads >= spec.num_attention_heads:
         return False
-    return spec.kv_broadcast_view or sc.precision.compute_bytes == 4
+    return spec.kv_broadcast_view or sc.precision.compute_bytes == 4 or gqa_math_on_card(spec, sc, profile)
+
+
+def gqa_math_on_card(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, card: GPU | None = None) -> bool:
+    """Grouped-query SDPA on a card without the flash backend (the catalog's ``supports_flash_attn2``; ``card``, else
+    the scenario's ``gpu``): transformers passes the grouped k and v with ``enable_gqa=True`` where no mask is
+    built and the head dims are equal and at most 256 (v5.24.0 integrations/sdpa_attention.py ``use_gqa_in_sdpa``,
+    no check of the card; ``profile.expands_kv_for_sdpa``: the releases before v4.54 repeat them instead), and
+    PyTorch then has no fused kernel for it: flash and cuDNN attention need sm80, and the memory-efficient kernel's
+    dense constraints take no grouped-query shapes (pytorch/pytorch aten/src/ATen/native/transformers/cuda/
+    sdp_utils.cpp ``check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention=*/>``), so the
+    math kernel runs (huggingface/transformers#48633: a Tesla T4, transformers 5.0, torch 2.10). Not modelled for a
+    model whose layers differ in kind (``layer_types``: its sliding layers get a mask and repeated k and v)."""
+    if not (profile.runs_transformers_modeling and sc.attention is Attention.SDPA and not profile.expands_kv_for_sdpa
+            and spec.num_key_value_heads < spec.num_attention_heads and not spec.layer_types
+            and not window_masked(spec, sc) and spec.head_dim <= 256 and spec.v_dim == spec.head_dim):
+        return False
+    if card is None and sc.gpu:
+        from vramfit.gpus import get_gpu
+
+        card = get_gpu(sc.gpu)
+    return card is not None and card.supports_flash_attn2 is False
 
 
 def window_masked(spec: ModelSpec, sc: Scenario) -> bool:
@@ -186,6 +208,14 @@ def _qkv_saved(blk: Block, out: Saved, fused_qkv: bool, eager: bool) -> None:
         if blk.full:
             out.add("q_norm.normed", c * q_el)
             out.add("k_norm.normed", c * kv_el)
+    if not eager and not spec.kv_broadcast_view and sdpa_math_fallback(spec, blk.sc, blk.profile):
+        # the math kernel with enable_gqa: q, k and v made fp32 (unless reduced-precision math is allowed), scaled,
+        # k and v repeat_interleave'd to every head; its matmuls save those (pytorch/pytorch aten/src/ATen/native/
+        # transformers/attention.cpp _scaled_dot_product_attention_math, "Keep query, key, value in high precision";
+        # traced on torch 2.13: fp32 q, k and v of every head and the fp32 probabilities)
+        for name in ("q", "k", "v"):
+            out.add(name, 4 * q_el)
+        return
     expand = _expands_kv(blk, eager)
     k_saved = a * (q_el if expand else kv_el)
     if spec.kv_lora_rank:

@@ -117,12 +117,13 @@ def _set_dtype_funcs() -> set[Any]:
 
 
 @contextlib.contextmanager
-def cuda_sdpa_patch(counts: dict[str, int]) -> Iterator[None]:
-    """Route ``F.scaled_dot_product_attention`` through :func:`cuda_sdpa`; count backends in ``counts``."""
+def cuda_sdpa_patch(counts: dict[str, int], flash: bool = True) -> Iterator[None]:
+    """Route ``F.scaled_dot_product_attention`` through :func:`cuda_sdpa`; count backends in ``counts``. ``flash``: the
+    card has the flash backend (sm80+)."""
     orig = F.scaled_dot_product_attention
 
     def sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out, backend = cuda_sdpa(*args, **kwargs)
+        out, backend = cuda_sdpa(*args, flash=flash, **kwargs)
         counts[backend] = counts.get(backend, 0) + 1
         return out
 
@@ -166,8 +167,11 @@ def _up(x: Any) -> Any:
 
 def cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-              enable_gqa: bool = False) -> tuple[torch.Tensor, str]:
-    """``F.scaled_dot_product_attention`` through the backend CUDA would pick; returns (output, backend)."""
+              enable_gqa: bool = False, flash: bool = True) -> tuple[torch.Tensor, str]:
+    """``F.scaled_dot_product_attention`` through the backend CUDA would pick; returns (output, backend). ``flash``: the
+    card has the flash backend (sm80+: pytorch/pytorch aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+    ``use_flash_attention`` checks the compute capability; below it the memory-efficient kernel, whose dense
+    constraints take no grouped-query shapes, ``check_batch_size_and_num_heads_dense<false>``, or the math one)."""
     if torch.is_autocast_enabled("cpu"):  # SDPA is on the lower-precision autocast list
         dt = torch.get_autocast_dtype("cpu")
         query, key, value = (t.to(dt) if t.is_floating_point() and t.dtype != dt else t for t in (query, key, value))
@@ -177,7 +181,8 @@ def cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     # flash needs one head dim for q, k and v (PyTorch aten/src/ATen/native/transformers/sdp_utils_cpp.h
     # check_head_dim_size_flash); MLA's v (v_head_dim < qk head dim) goes to the efficient kernel
     same_dims = key.size(-1) == head_dim and value.size(-1) == head_dim
-    if attn_mask is None and low and head_dim <= 256 and head_dim % 8 == 0 and same_dims and (enable_gqa or not gqa):
+    if flash and attn_mask is None and low and head_dim <= 256 and head_dim % 8 == 0 and same_dims and \
+            (enable_gqa or not gqa):
         out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
                                                                  scale=scale)[0]
         return out, "flash"
@@ -188,8 +193,11 @@ def cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
             query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
         return out, "efficient"
-    out = torch.ops.aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+    # the math kernel runs below SDPA's autocast wrapper, which excludes the autocast key for the whole call (ATen
+    # autocast_mode.h WrapFunction_: ExcludeDispatchKeyGuard), so its inner matmuls are not cast down
+    with torch.autocast("cpu", enabled=False):
+        out = torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
     return out, "math"
 
 

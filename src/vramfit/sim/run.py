@@ -111,7 +111,7 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                            "is a scalar and is not simulated.")
     B, S = runner.rows if runner else scenario.micro_batch_size, scenario.seq_len
     carry = _carried_outputs(scenario)
-    with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions), \
+    with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions, _has_flash(scenario)), \
             _transformers_as_on_cuda(fake), runner.context() if runner else contextlib.nullcontext():
         for it in range(1, ITERATIONS + 1):
             if runner and runner.has_score_phase:
@@ -314,8 +314,15 @@ def _autocast(built: BuiltModel, device: str) -> Iterator[None]:
         yield
 
 
+def _has_flash(sc: Scenario) -> bool:
+    """Whether the scenario's card has SDPA's flash backend (the catalog's ``supports_flash_attn2``; no card: yes)."""
+    from vramfit.gpus import get_gpu
+
+    return not sc.gpu or get_gpu(sc.gpu).supports_flash_attn2 is not False
+
+
 @contextlib.contextmanager
-def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str]) -> Iterator[None]:
+def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str], flash: bool = True) -> Iterator[None]:
     if not fake:
         yield
         return
@@ -329,12 +336,13 @@ def _cuda_semantics(fake: bool, autocast: bool, assumptions: list[str]) -> Itera
 
     backends: dict[str, int] = {}
     drops: dict[str, int] = {}
-    with cuda_sdpa_patch(backends), patched(cuda_dropout(drops) + (cuda_autocast_query() if autocast else [])), \
+    with cuda_sdpa_patch(backends, flash), patched(cuda_dropout(drops) + (cuda_autocast_query() if autocast else [])), \
             (CudaSemantics() if autocast else contextlib.nullcontext()):
         yield
     if backends:
         ran = ", ".join(f"{k} ({v} calls)" for k, v in sorted(backends.items()))
-        assumptions.append(f"SDPA backends as CUDA (sm80+) would pick them: {ran}.")
+        card = "sm80+" if flash else "a card without flash, below sm80"
+        assumptions.append(f"SDPA backends as CUDA ({card}) would pick them: {ran}.")
     if drops:
         assumptions.append(f"Training dropout as CUDA runs it: ATen's fused native_dropout, a bool mask kept for "
                            f"backward ({drops['native_dropout']} calls).")

@@ -32,6 +32,12 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      r"heads \(not (\d+)\), and those copies are saved for backward\.$",
      "Atenção: a $1 não tem FlashAttention-2, por isso o $2 corre o xformers com k e v copiados para todas as $3 cabeças "
      "de query (não $4), e essas cópias ficam guardadas para o backward."),
+    (r"^Attention: the (.+?) has no flash SDPA kernel and PyTorch's memory-efficient one takes no grouped-query heads, "
+     r"so transformers' SDPA call \(enable_gqa\) runs the math kernel: fp32 probabilities \((\d+) x (\d+) x (\d+)\^2 per "
+     r"layer\) and fp32 q, k and v of every head are saved for backward\.$",
+     "Atenção: a $1 não tem o kernel flash do SDPA e o de memória eficiente do PyTorch não aceita cabeças de query "
+     "agrupadas, por isso a chamada SDPA do transformers (enable_gqa) corre o kernel math: as probabilidades em fp32 "
+     "($2 x $3 x $4^2 por camada) e q, k e v em fp32 de todas as cabeças ficam guardados para o backward."),
     (r"^Loss: ", "Perda: "),
     (r"model-dtype logits, fp32 upcast in ForCausalLMLoss", "logits no dtype do modelo, convertidos para fp32 em ForCausalLMLoss"),
     (r"model-dtype logits, fp32 upcast in torchtitan's loss_fn \(cross_entropy of pred\.float\(\)\)",
