@@ -61,7 +61,11 @@ def block_backward_transient(spec: ModelSpec, sc: Scenario, profile: FrameworkPr
     elif runs_eager_attention(spec, sc, profile):
         attn = _fp32_softmax_backward(spec, sc, saved)
     elif sdpa_math_fallback(spec, sc, profile):
-        attn = (c + 8) * score_elements(spec, sc)
+        # the math kernel's softmax is an fp32 one like eager's (attention.cpp _scaled_dot_product_attention_math:
+        # _safe_softmax on the fp32 scores, its gradient fp32 through matmul's backward): the simulator's T4 trace of a
+        # checkpointed TinyLlama peaks with the saved fp32 probabilities, the fp32 bmm gradient and
+        # _softmax_backward_data's fp32 output
+        attn = _fp32_softmax_backward(spec, sc, saved)
     else:
         # k and v copied out to every head for the kernel (attention.falls_back_repeating_kv): their gradients too,
         # before expand's backward sums them back to the groups
