@@ -61,6 +61,12 @@ def gqa_math_on_card(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, c
             and spec.num_key_value_heads < spec.num_attention_heads and not spec.layer_types
             and not window_masked(spec, sc) and spec.head_dim <= 256 and spec.v_dim == spec.head_dim):
         return False
+    return _lacks_flash(sc, card)
+
+
+def _lacks_flash(sc: Scenario, card: GPU | None) -> bool:
+    """Whether ``card`` (else the scenario's ``gpu``) is marked without FlashAttention-2 in the catalog (below sm80);
+    no card named, or one the catalog does not mark: no."""
     if card is None and sc.gpu:
         from vramfit.gpus import get_gpu
 
@@ -118,13 +124,7 @@ def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU |
     card named, or one the catalog does not mark: the flash kernel."""
     typed = spec is None or not profile.fallback_attention_model_types or \
         spec.model_type in profile.fallback_attention_model_types
-    if not (profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH and typed):
-        return False
-    if card is None and sc.gpu:
-        from vramfit.gpus import get_gpu
-
-        card = get_gpu(sc.gpu)
-    return card is not None and card.supports_flash_attn2 is False
+    return profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH and typed and _lacks_flash(sc, card)
 
 
 def image_mask_applies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:
