@@ -75,9 +75,9 @@ def lines(path: Path = DEFAULT_DATA) -> list[dict]:
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
-            sc = json.loads(line)["scenario"]
-            key = (sc["model"], sc["framework"], sc.get("framework_version", ""))
-            groups.setdefault(key, []).append(json.loads(line))
+            row = json.loads(line)
+            sc = row["scenario"]
+            groups.setdefault((sc["model"], sc["framework"], sc.get("framework_version", "")), []).append(row)
     out = []
     for (model, fw, version), rows in groups.items():
         if len(rows) < 2:

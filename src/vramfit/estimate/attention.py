@@ -61,10 +61,10 @@ def gqa_math_on_card(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, c
             and spec.num_key_value_heads < spec.num_attention_heads and not spec.layer_types
             and not window_masked(spec, sc) and spec.head_dim <= 256 and spec.v_dim == spec.head_dim):
         return False
-    return _lacks_flash(sc, card)
+    return lacks_flash_attention(sc, card)
 
 
-def _lacks_flash(sc: Scenario, card: GPU | None) -> bool:
+def lacks_flash_attention(sc: Scenario, card: GPU | None = None) -> bool:
     """Whether ``card`` (else the scenario's ``gpu``) is marked without FlashAttention-2 in the catalog (below sm80);
     no card named, or one the catalog does not mark: no."""
     if card is None and sc.gpu:
@@ -124,7 +124,7 @@ def falls_back_repeating_kv(sc: Scenario, profile: FrameworkProfile, card: GPU |
     card named, or one the catalog does not mark: the flash kernel."""
     typed = spec is None or not profile.fallback_attention_model_types or \
         spec.model_type in profile.fallback_attention_model_types
-    return profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH and typed and _lacks_flash(sc, card)
+    return profile.flash_fallback_repeats_kv and sc.attention is Attention.FLASH and typed and lacks_flash_attention(sc, card)
 
 
 def image_mask_applies(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> bool:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 def card_facts(sc: Scenario, card: GPU | None, calibration: Calibration | None = None) -> tuple[Any, ...]:
     """What the estimate of ``sc`` reads of ``card`` (None: no card named), as a hashable key, each fact from the
     estimator's own function for it."""
+    from vramfit.estimate.attention import lacks_flash_attention
     from vramfit.estimate.nccl import nvls_card
     from vramfit.estimate.reserved import context_constant
     from vramfit.estimate.step import workspaces
@@ -38,7 +39,7 @@ def card_facts(sc: Scenario, card: GPU | None, calibration: Calibration | None =
         calibration.for_card(card.gpu_id) else None
     # a card without FlashAttention-2 runs flash or SDPA attention through another kernel (estimate/attention.py
     # falls_back_repeating_kv, gqa_math_on_card)
-    no_flash = card is not None and sc.attention in (Attention.FLASH, Attention.SDPA) and card.supports_flash_attn2 is False
+    no_flash = card is not None and sc.attention in (Attention.FLASH, Attention.SDPA) and lacks_flash_attention(sc, card)
     return workspaces(card), context_constant(named, card).value, nvls_card(named), usable, family, no_flash
 
 

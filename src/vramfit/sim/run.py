@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from vramfit.errors import ModelError
+from vramfit.estimate.attention import lacks_flash_attention
 from vramfit.estimate.phases import StepPhase
 from vramfit.scenario import Loss, Precision, Scenario
 from vramfit.sim import images
@@ -111,7 +112,8 @@ def _loop(built: BuiltModel, scenario: Scenario, tracker: LiveTracker, device: s
                            "is a scalar and is not simulated.")
     B, S = runner.rows if runner else scenario.micro_batch_size, scenario.seq_len
     carry = _carried_outputs(scenario)
-    with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions, _has_flash(scenario)), \
+    with tracker, _cuda_semantics(fake, built.autocast_dtype is not None, assumptions,
+                                  not lacks_flash_attention(scenario)), \
             _transformers_as_on_cuda(fake), runner.context() if runner else contextlib.nullcontext():
         for it in range(1, ITERATIONS + 1):
             if runner and runner.has_score_phase:
@@ -312,13 +314,6 @@ def _autocast(built: BuiltModel, device: str) -> Iterator[None]:
     dev = torch.device(device).type
     with torch.autocast(dev, dtype=built.autocast_dtype):
         yield
-
-
-def _has_flash(sc: Scenario) -> bool:
-    """Whether the scenario's card has SDPA's flash backend (the catalog's ``supports_flash_attn2``; no card: yes)."""
-    from vramfit.gpus import get_gpu
-
-    return not sc.gpu or get_gpu(sc.gpu).supports_flash_attn2 is not False
 
 
 @contextlib.contextmanager
