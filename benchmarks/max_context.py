@@ -67,25 +67,30 @@ def _figure(estimate, row: dict) -> int:
 
 
 def lines(path: Path = DEFAULT_DATA) -> list[dict]:
-    """Per (model, framework, release: ``framework_version``) with two rows or more: the published budgets against
-    tokens as a line, and our figure (the row's counter) at those token counts as a line. The release keeps a column
-    of an older Unsloth (the Llama 3.3 blog's 'Unsloth (Old)') off the line of the current one."""
+    """Per column of a table (source, model, framework, release: ``framework_version``, checkpointing) with two rows
+    or more: the published budgets against tokens as a line, and our figure (the row's counter) at those token counts
+    as a line. The release keeps a column of an older Unsloth (the Llama 3.3 blog's 'Unsloth (Old)') off the line of
+    the current one; the checkpointing keeps the April 2024 post's 'Unsloth (Old)' (transformers' checkpointing) off
+    its offloaded 'Unsloth (New)'."""
     from vramfit import estimate
 
-    groups: dict[tuple[str, str, str], list[dict]] = {}
+    groups: dict[tuple[str, ...], list[dict]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             sc = row["scenario"]
-            groups.setdefault((sc["model"], sc["framework"], sc.get("framework_version", "")), []).append(row)
+            key = (row["source_id"], sc["model"], sc["framework"], sc.get("framework_version", ""),
+                   sc.get("gradient_checkpointing", ""))
+            groups.setdefault(key, []).append(row)
     out = []
-    for (model, fw, version), rows in groups.items():
+    for (source, model, fw, version, checkpointing), rows in groups.items():
         if len(rows) < 2:
             continue
         published = [(r["measured"]["tokens"], r["vram"]["bytes"]) for r in rows]
         ours = [(r["measured"]["tokens"], _figure(estimate, r)) for r in rows]
         (pa, pb), (oa, ob) = _line(published), _line(ours)
-        out.append({"model": model, "framework": fw, "framework_version": version, "n": len(rows),
+        out.append({"source_id": source, "model": model, "framework": fw, "framework_version": version,
+                    "gradient_checkpointing": checkpointing, "n": len(rows),
                     "published": {"intercept_bytes": round(pa), "slope_bytes_per_token": pb},
                     "ours": {"intercept_bytes": round(oa), "slope_bytes_per_token": ob}})
     return out
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print("as lines (budget = intercept + slope x tokens):")
     for g in lines(args.data):
         p, o = g["published"], g["ours"]
-        print(f"  {g['model']} {g['framework_version'] or g['framework']} (n={g['n']}): published {p['intercept_bytes'] / 2**30:.3f} GiB + "
+        column = f"{g['model']} {g['framework_version'] or g['framework']} {g['gradient_checkpointing']} (n={g['n']})"
+        print(f"  {column}: published {p['intercept_bytes'] / 2**30:.3f} GiB + "
               f"{p['slope_bytes_per_token']:,.0f} B/token; ours {o['intercept_bytes'] / 2**30:.3f} GiB + "
               f"{o['slope_bytes_per_token']:,.0f} B/token")
     return 0

@@ -18,7 +18,7 @@ def _bench():
 
 
 def test_rows_are_valid_scenarios_with_a_budget():
-    assert len(ROWS) == 19 and len({r["id"] for r in ROWS}) == 19
+    assert len(ROWS) == 40 and len({r["id"] for r in ROWS}) == 40
     for r in ROWS:
         parse_scenario(r["scenario"])
         assert r["vram"]["bytes"] == int(r["vram"]["label"].split()[0]) * 1024**3
@@ -56,7 +56,7 @@ def test_unsloth_trains_an_order_of_magnitude_longer_context_than_hf_as_publishe
 
 def test_error_is_reported_per_framework():
     summary = _bench().summary(_bench().score(DATA))
-    assert set(summary) == {"unsloth", "hf"} and summary["unsloth"]["n"] == 12 and summary["hf"]["n"] == 7
+    assert set(summary) == {"unsloth", "hf"} and summary["unsloth"]["n"] == 26 and summary["hf"]["n"] == 14
 
 
 def test_a_line_through_points_on_a_line_is_that_line():
@@ -67,7 +67,7 @@ def test_a_line_through_points_on_a_line_is_that_line():
 def test_lines_recover_the_published_table_and_run_through_our_own_figures():
     """The 8B Unsloth column is the line 7.370 GiB + 227,541 B per token (docs/validation.md, the rows' notes);
     with two rows (70B) our line passes through our reserved figure at both published lengths."""
-    by = {(g["model"], g["framework_version"]): g for g in _bench().lines(DATA)}
+    by = {(g["model"], g["framework_version"]): g for g in _bench().lines(DATA) if g["source_id"] != "UNSLOTH_CTX_2404"}
     assert set(by) == {("meta-llama/Llama-3.1-8B-Instruct", "unsloth-2024.12"),
                        ("meta-llama/Llama-3.1-8B-Instruct", "transformers-4.47"),
                        ("meta-llama/Llama-3.3-70B-Instruct", "unsloth-2024.12"),
@@ -85,7 +85,7 @@ def test_the_unsloth_columns_slope_matches_the_published_one():
     """Per token, Unsloth 2024.12's reserved figure grows as its table does once the allocator runs under the release's
     expandable segments and power-of-two rounding (estimate/unsloth.py UNSLOTH_2024_12 alloc_conf): 8B 225,248 B
     against 227,541 published (it was 220,158 under torch's default allocator), 70B 431,963 against 444,596 (426,373)."""
-    by = {(g["model"], g["framework_version"]): g for g in _bench().lines(DATA)}
+    by = {(g["model"], g["framework_version"]): g for g in _bench().lines(DATA)}  # no other source runs 2024.12
     for model, within in (("meta-llama/Llama-3.1-8B-Instruct", 0.015), ("meta-llama/Llama-3.3-70B-Instruct", 0.035)):
         g = by[(model, "unsloth-2024.12")]
         ratio = g["ours"]["slope_bytes_per_token"] / g["published"]["slope_bytes_per_token"]
@@ -101,7 +101,8 @@ def test_memory_at_the_published_length_is_reported_beside_the_token_error():
     got = res[row["id"]]
     assert got["memory_error"] == (figure - 8 * 2**30) / (8 * 2**30)
     assert got["error"] > 0.5 and -0.05 < got["memory_error"] < 0
-    assert all(abs(r["memory_error"]) < 0.08 for r in res.values())
+    # the tables of December 2024; the April 2024 post's Unsloth columns are not met (test_the_april_2024_table below)
+    assert all(abs(res[r["id"]]["memory_error"]) < 0.08 for r in ROWS if r["source_id"] != "UNSLOTH_CTX_2404")
 
 
 def test_the_release_before_cut_cross_entropy_reproduces_its_own_column():
@@ -129,3 +130,38 @@ def test_cut_cross_entropy_lengthens_the_70b_context_as_the_blog_says():
         new, old = (res[f"UNSLOTH_CTX_{s}-llama33-70b-unsloth{o}-{gb}gb"] for s, o in (("2501", ""), ("2412", "-old")))
         published, ours = new["published"] / old["published"], new["ours"] / old["ours"]
         assert abs(ours / published - 1) < 0.06, (gb, published, ours)
+
+
+def _april_columns() -> dict[str, dict]:
+    return {g["gradient_checkpointing"] + "/" + g["framework"]: g for g in _bench().lines(DATA)
+            if g["source_id"] == "UNSLOTH_CTX_2404"}
+
+
+def test_the_april_2024_table_is_three_published_lines():
+    """unsloth.ai/blog/long-context (2024-04-09), Mistral 7B QLoRA r32, batch 1, adamw_8bit: 'Numbers are extrapolated
+    based on experiments'. Each column is a line in the card's size: per token 350,039 B offloaded ('Unsloth (New)'),
+    585,188 B with transformers' checkpointing ('Unsloth (Old)'), 1,385,130 B for Hugging Face + FA2 (N GB as N GiB)."""
+    cols = _april_columns()
+    assert set(cols) == {"offload/unsloth", "full/unsloth", "full/hf"}
+    slopes = {k: round(g["published"]["slope_bytes_per_token"], -3) for k, g in cols.items()}
+    assert slopes == {"offload/unsloth": 350_000, "full/unsloth": 585_000, "full/hf": 1_385_000}
+    assert all(g["n"] == 7 for g in cols.values())
+
+
+def test_the_april_2024_offloading_saves_per_token_what_unsloth_measured():
+    """What Unsloth's offloaded checkpointing saves per token, the Old column's slope less the New one's: published
+    235,149 B, ours 235,737 B (the block inputs that stay on the card under transformers' checkpointing and leave it
+    under Unsloth's). Both Unsloth columns also carry one more per-token term than ours, of the same size in each
+    (110 kB a token, 30 % of the New column's figure at the published length), which the 2024.5 profile's loss, RoPE
+    and block model does not name: docs/validation.md. The Hugging Face column from 12 GB up is within 6.5 % in
+    tokens and 5.5 % in memory."""
+    cols = _april_columns()
+    slope = {k: (g["published"]["slope_bytes_per_token"], g["ours"]["slope_bytes_per_token"]) for k, g in cols.items()}
+    (pn, on), (po, oo) = slope["offload/unsloth"], slope["full/unsloth"]
+    assert abs((oo - on) / (po - pn) - 1) < 0.01
+    missing_new, missing_old = pn - on, po - oo
+    assert 100_000 < missing_new < 120_000 and abs(missing_new - missing_old) < 0.01 * pn
+    res = {r["id"]: r for r in _bench().score(DATA)}
+    for gb in (12, 16, 24, 40, 48, 80):
+        got = res[f"UNSLOTH_CTX_2404-mistral-7b-hf-{gb}gb"]
+        assert abs(got["error"]) < 0.065 and abs(got["memory_error"]) < 0.055, (gb, got)
