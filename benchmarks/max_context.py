@@ -105,17 +105,18 @@ def summary(results: list[dict]) -> dict[str, dict]:
 
 
 def format_markdown(results: list[dict], path: Path = DEFAULT_DATA) -> str:
-    """The README's table: per row the model, the release modelled, the card, the published and our longest context,
-    the error in tokens and our figure at the published length against the card (the memory error)."""
+    """The README's table: per row the model, the release modelled, its checkpointing (the April 2024 post's two Unsloth
+    columns share a release), the card, the published and our longest context, the error in tokens and our figure at the
+    published length against the card (the memory error)."""
     rows = {json.loads(x)["id"]: json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()}
-    out = ["| model | release | card | published | ours | error (tokens) | error (memory) |",
-           "|---|---|---|---:|---:|---:|---:|"]
+    out = ["| model | release | checkpointing | card | published | ours | error (tokens) | error (memory) |",
+           "|---|---|---|---|---:|---:|---:|---:|"]
     for r in results:
         sc = rows[r["id"]]["scenario"]
         err = "no fit" if r["error"] is None else f"{r['error']:+.1%}"
         ours = "—" if r["ours"] is None else f"{r['ours']:,}"
         out.append(f"| {sc['model'].split('/')[-1]} | {sc.get('framework_version') or sc['framework']} | "
-                   f"{rows[r['id']]['vram']['label']} | {r['published']:,} | {ours} | {err} | {r['memory_error']:+.1%} |")
+                   f"{sc.get('gradient_checkpointing', '')} | {rows[r['id']]['vram']['label']} | {r['published']:,} | {ours} | {err} | {r['memory_error']:+.1%} |")
     return "\n".join(out) + "\n"
 
 
