@@ -258,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-bands", action="store_true", help=f"rewrite {BANDS.relative_to(HERE.parent)}")
     args = ap.parse_args(argv)
     paths = find_data(args.data)
-    scored = score(load(paths))
+    try:
+        scored = score(load(paths))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:  # not a measured set
+        print(f"--data: not a measured set of JSON Lines rows ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
     if args.write_bands:
         if args.data:
             raise SystemExit("--write-bands writes the bands from every measured set; drop --data")

@@ -126,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="the rows as a Markdown table (the README's)")
     args = ap.parse_args(argv)
-    results = score(args.data)
+    try:
+        results = score(args.data)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:  # not a max-context set
+        print(f"--data: not a max-context set of JSON Lines rows ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
     if args.markdown:
         print(format_markdown(results, args.data), end="")
         return 0

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         scored = score(tuple(args.data) if args.data else DEFAULT_DATA)
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:  # not a measured set
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:  # not a measured set
         print(f"--data: not a measured set of JSON Lines rows ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
     if not scored:

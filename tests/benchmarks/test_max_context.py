@@ -175,3 +175,14 @@ def test_the_april_2024_offloading_saves_per_token_what_unsloth_measured():
     for gb in (12, 16, 24, 40, 48, 80):
         got = res[f"UNSLOTH_CTX_2404-mistral-7b-hf-{gb}gb"]
         assert abs(got["error"]) < 0.065 and abs(got["memory_error"]) < 0.055, (gb, got)
+
+
+def test_a_bad_data_file_is_refused_with_a_message(tmp_path, capsys):
+    """Not UTF-8, not a row, nested past the parser's depth, missing: exit 2 naming --data, no traceback."""
+    cases = {"binary.jsonl": b"\xff\xfe{", "row.jsonl": b'{"id": "x"}\n', "deep.jsonl": b"[" * 100_000 + b"]" * 100_000}
+    for name, body in cases.items():
+        (tmp_path / name).write_bytes(body)
+    for path in [*(tmp_path / n for n in cases), tmp_path / "missing.jsonl"]:
+        for bench in (_bench(), load_benchmark("accuracy")):
+            assert bench.main(["--data", str(path)]) == 2, (bench.__name__, path.name)
+            assert capsys.readouterr().err.startswith("--data: not a ")
