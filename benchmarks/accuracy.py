@@ -82,6 +82,8 @@ SOURCE_FRAMEWORK = {
     "LIT_DATA_TUT_2309": "litgpt",  # lit-gpt tutorials/prepare_dataset.md (Sept 2023): finetune/lora.py on Falcon-7B, as LIT_RES
     "LIT_ZERO_TUT_2403": "litgpt",  # litgpt tutorials/0_to_litgpt.md (March 2024): litgpt finetune lora on phi-2, one GPU
     "FMS_ACCEL_2407": "hf",  # fms-acceleration benchmark CSV of July 2024 (b6c1455): fms-hf-tuning over TRL 0.9.6 SFTTrainer + HF Trainer (FSDP1 via accelerate)
+    "FMS_ACCEL_240715": "hf",  # the same benchmark's CSV of 2024-07-15 (c3a069c: transformers 4.39.3, peft 0.11.1, torch 2.2.2)
+    "FMS_ACCEL_2409": "hf",  # the same benchmark's CSV of September 2024 (4e81c64: transformers 4.44.2, TRL 0.10.1, the --bf16 flag)
     "FMS_ACCEL_2411": "hf",  # fms-acceleration benchmark CSV of Nov 2024 (9239802): fms-hf-tuning over TRL 0.11.4 SFTTrainer + HF Trainer (FSDP1 via accelerate)
     "FMS_ACCEL_ORCA_2409": "hf",  # fms-acceleration orca-math benchmark (Sept 2024): fms-hf-tuning over the HF Trainer (FSDP1 via accelerate)
     "TT_README_2403": "torchtune",  # torchtune README of 2024-03-21 (a95c6b931): lora_finetune_distributed, FSDP1 over a rank-0 CPU model

@@ -40,7 +40,7 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (211 of 339):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (231 of 359):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
     # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three
@@ -58,7 +58,10 @@ def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert lines["FMS_ACCEL_2502"][1] == "19" and lines["FMS_ACCEL_2411"][1] == "19"
     assert lines["vramfit-measure"][1] == "69"
     assert lines["FMS_ACCEL_2407"][1] == "10"
-    assert lines["hf"][1] == "165" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
+    # and the same CSV's runs of 2024-07-15 (FMS_ACCEL_240715: transformers 4.39.3, fp16) and 2024-09-16 (FMS_ACCEL_2409:
+    # transformers 4.44.2 with the --bf16 flag), 10 full and LoRA runs each
+    assert lines["FMS_ACCEL_240715"][1] == "10" and lines["FMS_ACCEL_2409"][1] == "10"
+    assert lines["hf"][1] == "185" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
     assert lines["torchtitan"][1] == "5" and lines["AAI_FSDPQLORA_2403"][1] == "19"
     assert lines["AXOLOTL_EX_2508"][1] == "7" and lines["AXOLOTL_EX_2308"][1] == "2"
     assert lines["AXOLOTL_EX_2404"][1] == "1" and lines["DS_MUON_2605"][1] == "1"

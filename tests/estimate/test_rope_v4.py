@@ -52,3 +52,18 @@ def test_fsdp_qlora_builds_its_quantized_model_without_a_dtype_so_its_caches_are
     assert _bytes("meta-llama/Llama-2-7b-hf", framework_version=v) == 64 * 2**20
     # the version alone adds no cache (transformers-4.44 has none)
     assert _bytes("meta-llama/Llama-2-7b-hf", method="qlora", framework_version="transformers-4.44+fsdp-qlora") == 0
+
+
+def test_mixtral_kept_its_caches_until_transformers_4_48():
+    # transformers v4.47.1 models/mixtral/modeling_mixtral.py l. 186-201 and 299 still build a MixtralRotaryEmbedding with
+    # cos/sin buffers in every attention layer; v4.48.1 builds one per model
+    assert resolve_model("mistralai/Mixtral-8x7B-v0.1").spec.rope_cache_v4_last == 47
+    # 32 layers x (cos, sin) x 32,768 positions x 128 x bf16 = 512 MiB under every v4 band up to v4.45 (transformers-4.44
+    # is modelled at its newest release, v4.45, where Mistral's and Qwen2's caches are gone)
+    assert _bytes("mistralai/Mixtral-8x7B-v0.1", framework_version="transformers-4.40") == 512 * 2**20
+    assert _bytes("mistralai/Mixtral-8x7B-v0.1", framework_version="transformers-4.44") == 512 * 2**20
+    assert _bytes("mistral-community/Mistral-7B-v0.2", framework_version="transformers-4.44") == 0
+    assert _bytes("Qwen/Qwen2.5-7B", framework_version="transformers-4.44") == 0
+    # transformers-4.47 (v4.46-v4.48) is modelled at v4.48: none left
+    assert _bytes("mistralai/Mixtral-8x7B-v0.1", framework_version="transformers-4.47") == 0
+    assert _bytes("mistralai/Mixtral-8x7B-v0.1") == 0

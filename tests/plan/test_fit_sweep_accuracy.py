@@ -18,7 +18,7 @@ def test_fit_report_carries_the_scenario_accuracy():
     r = fit({**LORA, "gpu": "rtx4090"}, "rtx4090")
     assert r.to_dict()["accuracy"] == estimate({**LORA, "gpu": "rtx4090"}).accuracy
     out = CliRunner().invoke(app, ["fit", "--model", LORA["model"], "--method", "lora", "--gpu", "rtx4090"])
-    assert out.exit_code == 0 and "accuracy: 50 published measurement(s) on this path (hf · lora · none" in " ".join(out.output.split())
+    assert out.exit_code == 0 and "accuracy: 54 published measurement(s) on this path (hf · lora · none" in " ".join(out.output.split())
 
 
 def test_each_sweep_point_carries_its_own_path():
@@ -29,4 +29,4 @@ def test_each_sweep_point_carries_its_own_path():
     assert [p["accuracy"]["measured_path"] for p in json.loads(out.stdout)["points"]] == [True, True]
     text = " ".join(CliRunner().invoke(app, ["sweep", "--model", LORA["model"], "--method", "lora",
                                              "--vary", "num_gpus=1,2"]).output.split())
-    assert "accuracy (num_gpus 1): 50 published" in text and "accuracy (num_gpus 2): 1 published measurement(s) on this path (hf · lora · ddp · none · none), each at an upper-bound" in text
+    assert "accuracy (num_gpus 1): 54 published" in text and "accuracy (num_gpus 2): 1 published measurement(s) on this path (hf · lora · ddp · none · none), each at an upper-bound" in text

@@ -17,7 +17,7 @@ from vramfit.estimate.profile_fields import (
     OptimizerImpl,
     StageRecipe,
 )
-from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_SOURCE
+from vramfit.estimate.rope_v4 import ROPE_V4_40, ROPE_V4_45, ROPE_V4_48, ROPE_V4_SOURCE
 from vramfit.estimate.stages.profiles import LogProbs
 from vramfit.scenario import Checkpointing, Framework, Method, Parallelism, Precision, Stage
 
@@ -146,16 +146,20 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                 "transformers v4.44.2 models/*/modeling_*.py ForCausalLM.forward: logits.float() in the model "
                 "(moved into ForCausalLMLoss by PR #33902, v4.46.0); Trainer optim default adamw_torch (foreach); one "
                 "attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v repeated to "
-                "every head (no enable_gqa before v4.54)", _T4_44),
+                "every head (no enable_gqa before v4.54); Mixtral's attention layers still hold RoPE cos/sin buffers "
+                "of max_position_embeddings rows (v4.45.2 models/mixtral/modeling_mixtral.py l. 233-248, 351; "
+                "estimate/rope_v4.py)", (*_T4_44, ROPE_V4_45)),
             FrameworkVersion("transformers-4.40", ROPE_V4_SOURCE, (*_T4_44, ROPE_V4_40)),
             FrameworkVersion(
                 "transformers-4.47",
                 "transformers v4.46.0-v4.48 loss/loss_utils.py ForCausalLMLoss: logits.float() and a shifted "
                 "`.contiguous()` fp32 copy (removed by PR #35646, 2025-01-13); Trainer optim default adamw_torch "
                 "(foreach); one attention mask per model (_update_causal_mask, before masking_utils); SDPA gets k and v "
-                "repeated to every head (no enable_gqa before v4.54)",
+                "repeated to every head (no enable_gqa before v4.54); at v4.48, its newest release, no family keeps "
+                "per-layer RoPE buffers (Mixtral's went in v4.48.0)",
                 (("standard_loss", LossLayout.HF_UPCAST_SHIFTED_IN_LOSS), _ADAMW_TORCH_FOREACH, _MODEL_MASKS,
-                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS, _V4_BNB_LINEARS),
+                 _SDPA_REPEATS_KV, _OWN_EMBEDDINGS_HOOKED, _REENTRANT_CKPT, _CKPT_AROUND_UNITS, _V4_BNB_LINEARS,
+                 ROPE_V4_48),
             ),
             # split at v4.53.0, masking_utils.py's first release (_MODEL_MASKS): v4.49-v4.52 keep one model-level mask
             FrameworkVersion(

@@ -28,6 +28,11 @@ ROPE_V4_SOURCE = (
     "models/mistral/modeling_mistral.py l. 105-116; estimate/rope_v4.py)"
 )
 ROPE_V4_40 = ("rope_cache_v4_release", 40)
+#: the newest release of the transformers-4.44 band (v4.41-v4.45: logits.float() in the model until v4.46.0) and of the
+#: transformers-4.47 band (v4.46-v4.48), the release a band is modelled at: of the catalog's families only Mixtral still
+#: holds the caches at v4.45 (ModelSpec.rope_cache_v4_last 47), none at v4.48
+ROPE_V4_45 = ("rope_cache_v4_release", 45)
+ROPE_V4_48 = ("rope_cache_v4_release", 48)
 
 
 def rope_cache_v4_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:

@@ -50,8 +50,9 @@ _QK_NORM = ("qwen3", "qwen3_moe", "olmo2", "gemma3_text")  # q_norm / k_norm mod
 _SANDWICH_NORM = ("gemma2", "gemma3_text")  # post_attention + post_feedforward norms as well
 # the last transformers 4.x minor whose <Family>Attention builds its own <Family>RotaryEmbedding with cos/sin buffers of
 # max_position_embeddings rows (estimate/rope_v4.py): llama v4.40.2 (`_cos_cached`, gone in v4.41.2), mistral v4.41.2
-# (gone in v4.42.4), qwen2 v4.44.2 (gone in v4.45.2)
-_ROPE_CACHE_V4_LAST = {"llama": 40, "mistral": 41, "qwen2": 44}
+# (gone in v4.42.4), qwen2 v4.44.2 (gone in v4.45.2), mixtral v4.47.1 (models/mixtral/modeling_mixtral.py l. 186-201,
+# `self.rotary_emb = MixtralRotaryEmbedding(...)` l. 299; gone in v4.48.1, one MixtralRotaryEmbedding(config) per model)
+_ROPE_CACHE_V4_LAST = {"llama": 40, "mistral": 41, "qwen2": 44, "mixtral": 47}
 
 
 def spec_from_hf_config(config: dict) -> ModelSpec:
