@@ -66,16 +66,14 @@ class Arch(str, Enum):
 
 #: Columns of gpus.csv (a user file may use any subset, plus ``usable_bytes`` or ``usable_mib``).
 COLUMNS: tuple[str, ...] = (
-    "gpu_id", "name", "vendor", "architecture", "form_factor", "memory_gb", "memory_type",
-    "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
-    "fp8_dense_tflops", "fp32_tflops", "tdp_w", "interconnect", "gpu_interconnect_bw_gbs_bidir",
-    "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high",
-    "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source", "peer_to_peer", "usable_bytes",
-    "usable_mib",
+    "gpu_id", "name", "vendor", "architecture", "form_factor", "memory_gb", "memory_type", "mem_bandwidth_gbs",
+    "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est", "fp8_dense_tflops", "fp32_tflops", "tdp_w",
+    "interconnect", "gpu_interconnect_bw_gbs_bidir", "supports_bf16", "supports_flash_attn2", "price_usd_per_gpu_hr_low",
+    "price_usd_per_gpu_hr_high", "price_details", "source", "notes", "aliases", "rental_gpus", "rental_source",
+    "peer_to_peer", "usable_bytes", "usable_mib",
 )
 _POSITIVE = ("memory_gb", "mem_bandwidth_gbs", "bf16_fp16_dense_tflops", "bf16_fp16_dense_tflops_derived_est",
-             "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes",
-             "usable_mib")
+             "fp8_dense_tflops", "fp32_tflops", "tdp_w", "gpu_interconnect_bw_gbs_bidir", "usable_bytes", "usable_mib")
 _NON_NEGATIVE = ("price_usd_per_gpu_hr_low", "price_usd_per_gpu_hr_high")
 
 from vramfit.gpu_rows import MEMORY_NEW, USABLE, aliases_of, overridden  # noqa: E402  (gpus.USABLE for readers)
@@ -143,10 +141,14 @@ class GPU:
         return self.interconnect_gbs / 2 if self.interconnect_gbs else self.host_link_gbs
 
 
-def _yes_no(row: dict, key: str) -> bool | None:
-    """A catalog yes/no column (its text may go on: "no (FA2 needs Ampere+)"); None when empty or other."""
+def _yes_no(row: dict, key: str, where: str, line: int, gid: str) -> bool | None:
+    """A yes/no column (text may follow its first word: "no (FA2 needs Ampere+)", "yes*"; true/false, y/n, 1/0 alike),
+    None when empty; other words are refused, as read "unknown" a card declared without bf16 got bf16 plans."""
     text = (row.get(key) or "").strip().lower()
-    return True if text.startswith("yes") else False if text.startswith("no") else None
+    word = (text.replace("*", " ").replace("(", " ").split() or [""])[0]
+    if word in ("yes", "true", "y", "1", "no", "false", "n", "0") or not text:
+        return word in ("yes", "true", "y", "1") if text else None
+    raise _bad(where, line, gid, key, f"must be yes or no (true/false, y/n and 1/0 read the same), got {shown(text)}")
 
 
 def _bad(where: str, line: int, gid: str, col: str, msg: str) -> ScenarioError:
@@ -223,15 +225,15 @@ def _row_to_gpu(row: dict[str, str], where: str, line: int = 0, origin: str = "b
         usable_kind=kind,
         usable_source=usrc,
         mem_bandwidth_gbs=n["mem_bandwidth_gbs"],
-        supports_bf16=_yes_no(row, "supports_bf16"),
-        supports_flash_attn2=_yes_no(row, "supports_flash_attn2"),
+        supports_bf16=_yes_no(row, "supports_bf16", where, line, gid),
+        supports_flash_attn2=_yes_no(row, "supports_flash_attn2", where, line, gid),
         form_factor=(row.get("form_factor") or "").strip(),
         architecture=(row.get("architecture") or "").strip(),
         origin=origin,
         aliases=tuple(a.strip().lower() for a in (row.get("aliases") or "").split(";") if a.strip()),
         rental_gpus=tuple(sorted(set(units))),
         rental_source=(row.get("rental_source") or "").strip(),
-        peer_to_peer=not (row.get("peer_to_peer") or "").strip().lower().startswith("no"),
+        peer_to_peer=_yes_no(row, "peer_to_peer", where, line, gid) is not False,
     )
 
 

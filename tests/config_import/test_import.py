@@ -274,3 +274,29 @@ def test_accelerate_deepspeed_without_a_json_keeps_deepspeeds_default_buckets(tm
     assert sc.deepspeed_config.to_dict() == {"zero_optimization": {
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}
     assert sc.deepspeed_config.reduce_bucket_size is None  # DeepSpeed's 5e8 applies, not HF's "auto"
+
+
+def test_litgpt_without_a_precision_trains_bf16_mixed_as_litgpt_does(tmp_path):
+    # litgpt@2685705 finetune/full.py l. 97 and lora.py l. 131: `precision or get_default_supported_precision(training=True)`,
+    # "bf16-mixed" on bf16 cards (utils.py l. 363-380); the same run given as flags (framework litgpt) gets the same
+    p = tmp_path / "full.yaml"
+    p.write_text("checkpoint_dir: checkpoints/meta-llama/Llama-3.2-1B\ndevices: 1\n"
+                 "train:\n  micro_batch_size: 2\n  global_batch_size: 16\n  max_seq_length: 1024\n")
+    imp = from_config(p)
+    assert imp.scenario.precision.value == "bf16-mixed"
+    assert any("default  precision: bf16-mixed" in line for line in imp.lines())
+    # a quantized LoRA file without a precision is refused by litgpt itself (lora.py l. 142-143)
+    p.write_text("checkpoint_dir: checkpoints/meta-llama/Llama-2-7b-hf\nquantize: bnb.nf4\nlora_r: 8\n")
+    msg = _err(p)
+    assert "litgpt's default bf16-mixed" in msg and "set precision: bf16-true" in msg
+    p.write_text("checkpoint_dir: checkpoints/meta-llama/Llama-2-7b-hf\nquantize: bnb.nf4\nlora_r: 8\nprecision: bf16-true\n")
+    assert from_config(p).scenario.method.value == "qlora"
+
+
+def test_a_peft_adapter_config_first_is_named_as_a_companion():
+    # its lora_alpha / target_modules are also ms-swift keys; it was read as an ms-swift args.json missing `model`
+    msg = _err(FIX / "adapter_config.json")
+    assert "is a PEFT adapter config, not a training config; pass the training config first" in msg
+    # the training config given twice: its second copy was read as a BitsAndBytesConfig that contradicted the first
+    twice = _err(FIX / "axolotl_qlora.yml", FIX / "axolotl_qlora.yml")
+    assert "is the training config given again; give it once" in twice

@@ -59,6 +59,11 @@ def test_fit_when_nothing_fits():
         ("lora_rank=8,16,64", "lora_rank", [8, 16, 64]),
         ("method=full,lora,qlora", "method", ["full", "lora", "qlora"]),
         ("loss=*", "loss", ["standard", "chunked", "fused"]),
+        # keys whose range starts at 0 (no evaluation pass, no image) sweep from it, as estimate takes it
+        ("eval_batch_size=0,4", "eval_batch_size", [0, 4]),
+        ("images_per_sample=0..4", "images_per_sample", [0, 1, 2, 4]),
+        ("frames_per_sample=0,1", "frames_per_sample", [0, 1]),
+        ("dora=*", "dora", [False, True]),
     ],
 )
 def test_parse_vary(text, key, values):
@@ -73,7 +78,10 @@ def test_parse_vary(text, key, values):
         ("method=a..b", "a range a..b needs a whole-number key"),
         ("seq_len=4096..512", "below its start"),
         ("seq_len=abc..512", "is not a number"),
-        ("model=*", "'*' (every value) works for finite choices only"),
+        ("model=*", "'*' (every value) works for finite choices and switches only"),
+        ("seq_len=0,512", "seq_len: '0' must be a positive whole number"),
+        ("eval_batch_size=-1,2", "eval_batch_size: '-1' must be a whole number >= 0"),
+        ("eval_batch_size=0..8:0", "eval_batch_size: '0' must be a positive whole number"),
         ("seq_len=1..100000:1", "at most 200"),
         ("seq_len=", "no values"),
     ],

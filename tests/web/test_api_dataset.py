@@ -50,3 +50,15 @@ def test_bad_uploads(client):
     assert r.status_code == 413
     r = client.post("/api/dataset", data={"scenario": "{}"})
     assert r.status_code == 422 and r.json()["key"] == "file"
+
+
+def test_a_text_column_without_text_says_so_in_both_languages(client):
+    from vramfit.web.translate import to_pt
+
+    r = client.post("/api/dataset", files={"file": ("s.jsonl", b'{"text": 1}\n')})
+    assert r.status_code == 422 and r.json()["key"] == "field"
+    msg = r.json()["error"]
+    assert msg.startswith("field: column 'text' holds int, not text or a list of messages; put the text in that "
+                          "column as a string and upload the file again"), msg
+    assert to_pt(msg).startswith("field: a coluna 'text' contém int, não texto nem uma lista de mensagens")
+

@@ -1,6 +1,7 @@
 """What a review of the running server found: a pasted config's image-token fields unbounded (a request that never
 ended and grew without limit), slow requests holding every other one up, the upload without a body timeout or a
-field allow-list, and an export error naming a count nobody gave."""
+field allow-list, an export error naming a count nobody gave, and a request without a model told to give a Hub id or
+a path, which this API refuses."""
 
 from __future__ import annotations
 
@@ -109,3 +110,15 @@ def test_export_without_a_count_names_the_card(client):
     r = client.post("/api/export", json=body)
     assert r.status_code == 422
     assert r.json()["key"] == "gpu_id" and r.json()["error"] == "gpu_id: no plan on rtx3060-12gb fits (up to max_gpus of them)"
+
+
+def test_a_request_without_a_model_names_what_this_api_takes(client):
+    from vramfit.web.translate import to_pt
+
+    r = client.post("/api/estimate", json={})
+    assert r.status_code == 422 and r.json()["key"] == "model"
+    msg = r.json()["error"]
+    assert msg.startswith("model: is required: a catalog id or alias, a parameter count (params) or a pasted config.json")
+    assert "Hub" not in msg and "meta-llama/Llama-3.1-8B" in r.json()["valid"]
+    assert to_pt(msg).startswith("model: é obrigatório: um modelo do catálogo")
+    assert client.post("/api/estimate", json={"params": "7B"}).status_code == 200

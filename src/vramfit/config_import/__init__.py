@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramfit.config_import.detect import DIALECTS, detect
-from vramfit.config_import.loader import PASTED, load_mapping, parse_mapping
+from vramfit.config_import.loader import PASTED, fail, load_mapping, parse_mapping
 from vramfit.config_import.report import Entry, Imported
 
 __all__ = ["DIALECTS", "Entry", "Imported", "from_config", "from_text"]
@@ -32,6 +32,9 @@ def from_config(path: str | Path, *companions: str | Path, dialect: str | None =
     name = detect(p, data, dialect)
     imp = _reader(name)(p, data)
     for c in companions:
+        if Path(c).resolve() == p.resolve():  # read again as a companion, its keys would clash with themselves
+            raise fail(Path(c), "is the training config given again; give it once, then its DeepSpeed, accelerate, "
+                                "PEFT adapter or BitsAndBytesConfig files")
         imp = apply(imp, Path(c))
     return imp
 

@@ -66,6 +66,8 @@ def detect(path: Path, data: dict[str, Any], dialect: str | None = None) -> str:
     s = scores(data)
     best = max(s, key=lambda d: s[d])
     kind = next((what for key, what in COMPANIONS.items() if key in data), None) if s[best] == 0 else None
+    if "peft_type" in data:  # peft's adapter_config.json, whose lora_alpha/target_modules are ms-swift's keys too
+        kind = COMPANIONS["peft_type"]
     if dialect is not None:
         name = dialect.strip().lower().replace("-", "").replace("_", "")
         name = {"transformers": "trl", "hf": "trl", "llamafactory": "llamafactory", "msswift": "swift"}.get(name, name)

@@ -94,11 +94,16 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     if quant:
         r.set("quantize", "quantize", QUANTIZE[quant])
         r.out["quantize"] = QUANTIZE[quant]
-    prec = r.get("precision", "bf16-true", f"{src}: get_default_supported_precision(training=True) on bf16 cards")
+    # lora.py l. 131 / full.py l. 97 `precision = precision or get_default_supported_precision(training=True)`, which
+    # returns "bf16-mixed" on bf16 cards when training (litgpt/utils.py l. 363-380)
+    given = "precision" in data
+    prec = r.get("precision", "bf16-mixed", f"{src}: get_default_supported_precision(training=True) on bf16 cards")
     if hf.scalar(r, "precision", prec, list(PRECISION)) not in PRECISION:
         raise r.error(f"precision '{prec}' is unknown (valid values: {', '.join(PRECISION)})")
     if quant and "mixed" in prec:
-        raise r.error("quantize with a -mixed precision: litgpt refuses it ('Quantization and mixed precision is not supported')")
+        raise r.error("quantize with a -mixed precision" + ("" if given else " (litgpt's default bf16-mixed: the file sets "
+                      "no precision)") + ": litgpt refuses it ('Quantization and mixed precision is not supported', "
+                      "finetune/lora.py l. 142-143 at 2685705); set precision: bf16-true")
     r.set("precision", "precision", PRECISION[prec])
     if lora:
         _adapter(r, src)

@@ -65,6 +65,10 @@ def detect_fields(row: dict, field: str | None = None) -> Fields:
         return Fields(Kind.PROMPT_COMPLETION, ("prompt", "completion"), _is_messages(row["prompt"]))
     if isinstance(row.get("text"), str):
         return Fields(Kind.TEXT, ("text",), False)
+    for name in ("text", "messages", "conversations"):  # the column is there, its value is not text
+        if name in row:
+            raise DatasetError("field", f"column {name!r} holds {type(row[name]).__name__}, not text or a list of "
+                               "messages; name another column with --field", cols)
     raise DatasetError("field", "no text field found (looked for messages, conversations, prompt+completion, text); "
                        "name one with --field", cols)
 

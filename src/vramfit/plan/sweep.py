@@ -20,7 +20,15 @@ from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, default_cards, limit_bytes
 from vramfit.safe_input import shown, to_float
-from vramfit.scenario import CHOICE_KEYS, FIELD, INT_LIMITS, SCENARIO_KEYS, Scenario, parse_scenario
+from vramfit.scenario import (
+    BOOL_KEYS,
+    CHOICE_KEYS,
+    FIELD,
+    INT_LIMITS,
+    SCENARIO_KEYS,
+    Scenario,
+    parse_scenario,
+)
 
 MAX_VALUES = MAX_SWEEP_VALUES  # vramfit.limits
 #: Keys whose values a range (``a..b``) can produce.
@@ -31,9 +39,10 @@ RANGE_KEYS: tuple[str, ...] = (*INT_LIMITS, "lora_alpha", "params")
 TOKEN_KEYS: tuple[str, ...] = tuple(k for k in INT_LIMITS if FIELD[k].unit == "tokens")
 
 
-def _number(key: str, text: str) -> int:
-    """A whole number of ``--vary``; ``k``/``K`` is 1,024 for a token length (32k = 32,768 tokens, as context lengths
-    are written, and as ``--seq-len 4k`` reads), 1,000 for a count (``grad_accum=1k`` is 1,000, as ``plan``'s counts)."""
+def _number(key: str, text: str, least: int | None = None) -> int:
+    """A whole number of ``--vary``, at least the key's own minimum (0 for eval_batch_size, images_per_sample, ...) or
+    ``least``; ``k``/``K`` is 1,024 for a token length (32k = 32,768 tokens, as context lengths are written, and as
+    ``--seq-len 4k`` reads), 1,000 for a count (``grad_accum=1k`` is 1,000, as ``plan``'s counts)."""
     t = text.strip().lower().replace("_", "")
     mult = 1
     if t.endswith("k"):
@@ -42,8 +51,10 @@ def _number(key: str, text: str) -> int:
         value = to_float("vary", t) * mult  # NaN, inf, 1e400 and 100-digit strings are refused here
     except ScenarioError:
         raise ScenarioError("vary", f"{key}: {shown(text)} is not a number (a finite one is needed)") from None
-    if value != int(value) or value < 1:
-        raise ScenarioError("vary", f"{key}: {shown(text)} must be a positive whole number")
+    lo = least if least is not None else min(1, INT_LIMITS.get(key, (1, 0))[0])
+    if value != int(value) or value < lo:
+        what = "a positive whole number" if lo == 1 else f"a whole number >= {lo}"
+        raise ScenarioError("vary", f"{key}: {shown(text)} must be {what}")
     return int(value)
 
 
@@ -59,8 +70,11 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     if not spec:
         raise ScenarioError("vary", f"{key}: no values after '='")
     if spec == "*":
+        if key in BOOL_KEYS:
+            return key, [False, True]
         if key not in CHOICE_KEYS:
-            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices only", list(CHOICE_KEYS))
+            raise ScenarioError("vary", f"{key}: '*' (every value) works for finite choices and switches only",
+                                [*CHOICE_KEYS, *BOOL_KEYS])
         return key, CHOICE_KEYS[key].values()
     if ".." in spec:
         if key not in RANGE_KEYS or key == "params":
@@ -71,7 +85,7 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
         if hi < lo:
             raise ScenarioError("vary", f"{key}: range end {hi} is below its start {lo}")
         if step_t:
-            step = _number(key, step_t)
+            step = _number(key, step_t, least=1)
             if (hi - lo) // step + 1 > MAX_VALUES:  # counted before the list is built
                 raise ScenarioError("vary", f"{key}: {(hi - lo) // step + 1:,} values, at most {MAX_VALUES} "
                                     "(MAX_SWEEP_VALUES)")
@@ -80,7 +94,7 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
             values, v = [], lo
             while v < hi and len(values) <= MAX_VALUES:
                 values.append(v)
-                v *= 2
+                v = v * 2 or 1  # from 0: 0, 1, 2, 4, ...
             values.append(hi)
     else:
         if spec.count(",") >= MAX_VALUES:  # counted before the list is built

@@ -318,6 +318,9 @@ def check_scenario(data: Any) -> Checked:
     else:
         if norm.get("model") is not None:
             _check_catalog_model(norm["model"])
+        elif norm.get("params") is None:  # the library's message names Hub ids and paths, which this API refuses
+            raise ScenarioError("model", "is required: a catalog id or alias, a parameter count (params) or a pasted "
+                                "config.json (config_json)", catalog_ids())
         checked = Checked(parse_scenario(norm))
     if checked.scenario.gpu:
         checked_gpu("gpu", checked.scenario.gpu)

@@ -274,6 +274,10 @@ RULES: list[tuple[str, str]] = [
      r"column that holds the text to one of those and upload the file again",
      "field: nenhum campo de texto encontrado (procurou-se messages, conversations, prompt+completion, text); muda o "
      "nome da coluna com o texto para um destes e envia de novo o ficheiro"),
+    (r"^field: column '(\w+)' holds (\w+), not text or a list of messages; put the text in that column as a string "
+     r"and upload the file again",
+     "field: a coluna '$1' contém $2, não texto nem uma lista de mensagens; põe o texto nessa coluna como string e "
+     "envia de novo o ficheiro"),
     (r"^file: unknown dataset format (.+)$", "file: formato de dataset desconhecido $1"),
     (r"^file: is larger than (\d+) MiB; use `vramfit plan --dataset`$",
      "file: tem mais de $1 MiB; usa `vramfit plan --dataset`"),
@@ -304,6 +308,9 @@ RULES: list[tuple[str, str]] = [
     (r"^model: give either model or params, not both$", "model: indica o modelo ou os parâmetros, não ambos"),
     (r"^model: is required \(a catalog/Hub id or a config\.json path\), or give params$",
      "model: é obrigatório (um modelo do catálogo), ou indica o número de parâmetros"),
+    (r"^model: is required: a catalog id or alias, a parameter count \(params\) or a pasted config\.json \(config_json\)",
+     "model: é obrigatório: um modelo do catálogo, um número de parâmetros (params) ou um config.json colado "
+     "(config_json)"),
     (r"^quantize: qlora needs a quantized base", "quantize: o qlora precisa de uma base quantizada"),
     (r"^offload: CPU offload of model state is done by ZeRO or FSDP; set parallelism to one of them",
      "offload: a descarga do estado do modelo para o CPU é feita pelo ZeRO ou pelo FSDP; escolhe um deles em parallelism"),
