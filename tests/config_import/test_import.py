@@ -69,7 +69,9 @@ EXPECTED = {
     "trl_sft_qlora.yaml": {**BASE, "model": "Qwen/Qwen2.5-1.5B", "method": "qlora", "precision": "bf16-true",
                            "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                            "optimizer": "paged-adamw-8bit", "micro_batch_size": 2, "seq_len": 1024, "grad_accum": 8,
-                           "gradient_checkpointing": "full", "loss": "fused", "framework": "hf", "lora_dropout": 0.05},
+                           "gradient_checkpointing": "full", "loss": "fused", "framework": "hf", "lora_dropout": 0.05,
+                           # TRL's trainers: no prepare_model_for_kbit_training, bf16 adapters (trl 1.16.0)
+                           "framework_version": "trl-1.16"},
     "trl_full.json": {**BASE, "model": "Qwen/Qwen2.5-0.5B", "method": "full", "precision": "bf16-mixed", "quantize": "none",
                       "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
                       "micro_batch_size": 8, "seq_len": 1024, "grad_accum": 1, "gradient_checkpointing": "full",

@@ -58,3 +58,26 @@ def test_a_llamafactory_file_on_its_defaults_is_not_taken_for_trl(stage):
     imp = from_text(f"model_name_or_path: {MODEL}\nstage: {stage}\ndo_train: true\ndataset: demo\noutput_dir: out\n"
                     "per_device_train_batch_size: 2\ngradient_accumulation_steps: 8\nbf16: true\n")
     assert imp.dialect == "llamafactory"
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "orpo"])
+def test_a_qlora_export_reads_back_with_what_trls_trainer_does(tmp_path, stage):
+    # trl 1.16.0: SFT/DPO/KTO/GRPO never call prepare_model_for_kbit_training and cast the adapters to bf16
+    # (framework_version trl-1.16); the ORPO and CPO trainers prepare the model, as the HF profile does
+    prepared = stage == "orpo"
+    version = None if prepared else "trl-1.16"
+    r = plan({"model": MODEL, "method": "qlora", "stage": stage, "framework_version": version}, effective_batch=16,
+             gpu_ids="h100-sxm", max_gpus=1, with_changes=False)
+    out = export_plan(r.plans[0], "trl")
+    for name, text in out.files.items():
+        (tmp_path / name).write_text(text)
+    sc = from_config(tmp_path / "train_config.yaml").scenario
+    assert sc.framework_version == version
+    assert estimate(sc.replace(gpu="h100-sxm")).peak.device_bytes == r.plans[0].device_bytes
+    assert not any("prepare_model_for_kbit_training" in n for n in out.notes)
+    # a plan sized for a prepared model says the TRL run needs less
+    if not prepared:
+        default = plan({"model": MODEL, "method": "qlora", "stage": stage}, effective_batch=16, gpu_ids="h100-sxm",
+                       max_gpus=1, with_changes=False)
+        assert any("neither call prepare_model_for_kbit_training" in n
+                   for n in export_plan(default.plans[0], "trl").notes)

@@ -186,3 +186,19 @@ def test_torchtune_linear_cross_entropy_reads_as_the_chunked_loss(tmp_path):
     logits = dict(chunked.peak.breakdown)["logits_loss"]
     # every chunk's fp32 log_softmax output is kept (4 B x 8,192 tokens x 128,256): the fused kernel keeps none
     assert logits >= 4 * 2 * 4096 * 128256 and chunked.peak.required_bytes < standard.peak.required_bytes
+
+
+@pytest.mark.parametrize(("start", "value"), [("false", "full"), ("true", "none")])
+def test_trl_activation_checkpointing_is_written_under_the_name_the_file_uses(tmp_path, start, value):
+    # transformers 5.24 reads activation_checkpointing over its deprecated alias: a gradient_checkpointing written
+    # beside it changed nothing, so a planned change (on or off) did not reach the run
+    src = tmp_path / "in.yaml"
+    src.write_text((FIX / "trl_sft_qlora.yaml").read_text().replace("gradient_checkpointing:", "activation_checkpointing:")
+                   .replace("activation_checkpointing: true", f"activation_checkpointing: {start}"))
+    imp = from_config(src)
+    want = imp.scenario.replace(gradient_checkpointing=value).to_dict()
+    dest = tmp_path / "out.yaml"
+    write_back(imp, {"gradient_checkpointing": value}, want, dest)
+    assert f"activation_checkpointing: {'true' if value == 'full' else 'false'}" in dest.read_text()
+    assert "\ngradient_checkpointing:" not in dest.read_text()
+    assert from_config(dest).scenario.to_dict() == want

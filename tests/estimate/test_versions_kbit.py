@@ -21,7 +21,7 @@ def test_versions_are_validated_against_the_profile():
                                             "peft-0.11", "peft-0.13", "torch-2.2", "bitsandbytes-0.43", "transformers-4.55",
                                             "axolotl-0.12", "deepspeed-0.8",
                                             "deepspeed-0.16", "deepspeed-0.18",
-                                            "trl-0.29", "trl-0.21", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
+                                            "trl-0.29", "trl-0.21", "trl-1.16", "trl-0.14", "fsdp-qlora", "llamafactory-0.9", "llama-recipes-2023",
                                             "peft-method-comparison"]
     with pytest.raises(ScenarioError, match="valid values: transformers-5.24") as e:
         _sc(framework_version="transformers-4.30")
@@ -73,6 +73,20 @@ def test_trl_0_21_casts_a_bf16_4bit_models_embeddings_and_head_back_to_bf16():
     assert compute(LLAMA, _sc(**fp16, framework_version=trl)).parts.weights == compute(LLAMA, _sc(**fp16)).parts.weights
     assert compute(LLAMA, _sc(method="qlora", kbit_prepare="no", framework_version=trl)).parts.weights == no
     assert compute(LLAMA, _sc(method="lora", framework_version=trl)).parts.weights == compute(LLAMA, _sc()).parts.weights
+
+
+def test_trl_1_16_trainers_neither_prepare_nor_keep_fp32_adapters():
+    # trl 1.16.0 SFT/DPO/KTO/GRPO trainers: no prepare_model_for_kbit_training, trainable parameters cast to bf16
+    trl = "trl-1.16"
+    base = compute(LLAMA, _sc(method="qlora"))  # the HF profile's default: prepared, fp32 adapters
+    t = compute(LLAMA, _sc(method="qlora", framework_version=trl))
+    no = compute(LLAMA, _sc(method="qlora", kbit_prepare="no"))
+    assert t.parts.weights == no.parts.weights < base.parts.weights  # embeddings, norms and head stay 16-bit
+    assert 2 * t.parts.adapters == base.parts.adapters  # 2 bytes an adapter weight, not 4
+    assert scenario_profile(_sc(method="qlora", framework_version=trl)).lora_casts_input is False
+    # an explicit kbit_prepare still wins, and LoRA on a 16-bit base keeps peft's fp32 adapters
+    assert compute(LLAMA, _sc(method="qlora", framework_version=trl, kbit_prepare="yes")).parts.weights == base.parts.weights
+    assert compute(LLAMA, _sc(method="lora", framework_version=trl)).parts.adapters == compute(LLAMA, _sc()).parts.adapters
 
 
 def test_gptq_training_path_keeps_the_layer_in_16_bits_for_backward():

@@ -216,6 +216,7 @@ def test_missing_field_is_named(model_id, field):
     [({"num_key_value_heads": 5}, "not a multiple of num_key_value_heads"),
      ({"hidden_size": 4100}, "not a multiple of num_attention_heads"),
      ({"num_hidden_layers": 0}, "must be an integer >= 1"),
+     ({"max_position_embeddings": 0}, "'max_position_embeddings' must be an integer >= 1"),
      ({"vocab_size": "32000"}, "must be an integer"),
      ({"tie_word_embeddings": "no"}, "must be true or false"),
      ({"layer_types": ["full_attention"]}, "one entry per layer")],

@@ -122,3 +122,13 @@ def test_a_request_without_a_model_names_what_this_api_takes(client):
     assert "Hub" not in msg and "meta-llama/Llama-3.1-8B" in r.json()["valid"]
     assert to_pt(msg).startswith("model: é obrigatório: um modelo do catálogo")
     assert client.post("/api/estimate", json={"params": "7B"}).status_code == 200
+
+
+def test_unknown_paths_and_methods_answer_in_the_error_shape(client):
+    r = client.get("/api/nothing")
+    assert r.status_code == 404 and r.json()["key"] == "path"
+    assert r.json()["error"] == "path: no page or endpoint '/api/nothing'"
+    assert {"/api/estimate", "/api/plan", "/api/sweep"} <= set(r.json()["valid"])
+    r = client.put("/api/estimate", json={})
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json() == {"error": "method: PUT is not allowed on '/api/estimate'", "key": "method", "valid": ["POST"]}

@@ -239,6 +239,10 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _model(r)
     r.set("bf16", "precision", _precision(r, method))
     trl_stage(r)  # before the step: GRPO has no max_length
+    if method == "qlora" and r.out.get("stage") not in ("orpo", "simpo"):
+        # the SFT, DPO, KTO and GRPO trainers never call prepare_model_for_kbit_training and cast the adapters to bf16
+        # (trl 1.16.0 trl/trainer/sft_trainer.py l. 902-911); the ORPO and CPO (SimPO) trainers prepare the model
+        r.set("load_in_4bit" if r.has("load_in_4bit") else "load_in_8bit", "framework_version", "trl-1.16")
     _step(r)
     # `trl sft` passes dataset[dataset_test_split] as eval_dataset when eval_strategy is not "no" (trl 1.16.0
     # trl/scripts/sft.py l. 107), and the Trainer refuses such a strategy without one: the config says it all

@@ -53,7 +53,11 @@ DROP = object()  # a file key removed, its line deleted
 def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
     """File keys and values for one scenario key, or None when the dialect cannot say it."""
     if key == "gradient_checkpointing":
-        return CHECKPOINTING.get(imp.dialect, {}).get(value)
+        spelled = CHECKPOINTING.get(imp.dialect, {}).get(value)
+        # the name the file uses: transformers 5.24's activation_checkpointing wins over the deprecated alias
+        # (training_args.py), so the alias written beside it would change nothing (config_import/trl.py)
+        name = imp.write_keys.get("gradient_checkpointing", "gradient_checkpointing")
+        return spelled and {(name if k == "gradient_checkpointing" else k): v for k, v in spelled.items()}
     if key == "loss":
         return LOSS.get(imp.dialect, {}).get(value)
     if key == "optimizer":

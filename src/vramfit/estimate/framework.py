@@ -113,6 +113,8 @@ def resolve_profile(sc) -> FrameworkProfile:
         profile = replace(profile, torch_optimizer_impl=OptimizerImpl(sc.optimizer_impl.value))
     if sc.method in profile.fsdp_root_unit_methods:
         profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
+    if profile.qlora_adapters_16bit and sc.method is Method.QLORA:  # TRL's cast (profile_fields.py)
+        profile = replace(profile, adapters_fp32=False, lora_casts_input=False)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES

@@ -253,6 +253,9 @@ PROFILES: dict[Framework, FrameworkProfile] = {
             FrameworkVersion("trl-0.21", "trl v0.7.6-v0.21.x SFTTrainer: a bf16 4-bit model's embeddings and head go "
                              "back to bf16 after prepare_model_for_kbit_training (peft_module_casting_to_bf16)",
                              (("qlora_16bit_embeddings", True),)),
+            FrameworkVersion("trl-1.16", "trl 1.16.0 SFT, DPO, KTO and GRPO trainers on a quantized model: no "
+                             "prepare_model_for_kbit_training, the adapters cast to bf16 (trainer/sft_trainer.py "
+                             "l. 902-911)", (("qlora_unquantized_fp32", False), ("qlora_adapters_16bit", True))),
             FrameworkVersion("trl-0.14", "trl v0.11.4-v0.14.0 trainer/cpo_trainer.py, orpo_trainer.py get_batch_logps: "
                              "torch.gather(logits.log_softmax(-1), ...) over all the logits at once",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX),)),

@@ -71,6 +71,11 @@ class FrameworkProfile:
     # peft_module_casting_to_bf16): after prepare_model_for_kbit_training, with args.bf16 on a 4-bit model that is not
     # sharded, every fp32 embed_tokens / lm_head module goes back to bf16 (norms stay fp32); v0.22.0 makes neither call.
     qlora_16bit_embeddings: bool = False
+    # TRL 1.16.0's SFT, DPO, KTO and GRPO trainers on a 4-bit or 8-bit model: no prepare_model_for_kbit_training (only the
+    # experimental ORPO and CPO trainers call it), and every trainable parameter cast to bf16 after get_peft_model
+    # (trl/trainer/sft_trainer.py l. 902-911, dpo_trainer.py l. 726-729, kto_trainer.py l. 778-780, grpo_trainer.py
+    # l. 538-541): QLoRA adapters in 16 bits, their inputs not cast to fp32 (estimate/framework.py scenario_profile)
+    qlora_adapters_16bit: bool = False
     # FSDP keeps the root unit (embeddings, final norm, lm_head when not wrapped on their own)
     # gathered from the start of forward to the end of backward (torch v2.13.0 docs/source/notes/fsdp.rst);
     # torchtune shards tok_embeddings and output as units of their own (custom_sharded_layers)

@@ -34,8 +34,8 @@ SIZE_FIELDS = (
 )
 #: The number of routed experts, by family (Mixtral and gpt-oss; Qwen-MoE, OLMoE and others; DeepSeek).
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
-#: Sizes that must be at least 1 when given.
-POSITIVE_FIELDS = ("sliding_window",)
+#: Sizes that must be at least 1 when given (a model of 0 positions would silence the past-context warning).
+POSITIVE_FIELDS = ("sliding_window", "max_position_embeddings", "n_positions")
 #: Fractions in (0, 1].
 ROTARY_FIELDS = ("partial_rotary_factor", "rotary_pct")
 #: Probabilities in [0, 1].

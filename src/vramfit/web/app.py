@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 
 from vramfit.errors import VramfitError
+from vramfit.safe_input import shown
 from vramfit.web import dataset_upload, importing, pages, planning
 from vramfit.web.middleware import HostCheck, SecurityHeaders, served_hosts
 from vramfit.web.schemas import (
@@ -180,6 +181,21 @@ def _register_error_handlers(app: FastAPI) -> None:
     async def user_error(request: Request, exc: VramfitError) -> JSONResponse:
         status = exc.status if isinstance(exc, ApiError) else 422
         return JSONResponse(error_body(exc), status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """An unknown path (404) or method (405) in the API's error shape, naming what exists, not FastAPI's
+        ``{"detail": ...}``; the 405's Allow header is kept."""
+        path, headers = shown(request.url.path), getattr(exc, "headers", None)
+        if exc.status_code == 404:
+            valid = sorted({r.path for r in app.routes if getattr(r, "path", "").startswith("/api/")})
+            body = {"error": f"path: no page or endpoint {path}", "key": "path", "valid": valid}
+        elif exc.status_code == 405:
+            allow = [m.strip() for m in (headers or {}).get("Allow", "").split(",") if m.strip()]
+            body = {"error": f"method: {request.method} is not allowed on {path}", "key": "method", "valid": allow or None}
+        else:
+            body = {"error": f"request: {exc.detail}", "key": "request", "valid": None}
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def query_error(request: Request, exc: RequestValidationError) -> JSONResponse:
