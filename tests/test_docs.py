@@ -28,3 +28,16 @@ def _command_names():
 def test_every_command_is_documented():
     missing = [name for name in _command_names() if f"vramfit {name}" not in README]
     assert not missing, f"commands missing from the README and docs/: {missing}"
+
+
+def test_the_readmes_t4_math_kernel_figures_are_the_estimates_and_say_their_precision():
+    # README: Llama-3.2-1B LoRA in fp16-mixed at 2 x 1,024 tokens without checkpointing, allocated on a T4 and an A100
+    # (the T4 has no bf16: a bf16 scenario there is "cannot run", so the figures must name a precision it runs)
+    from vramfit import estimate
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    sc = {"model": "meta-llama/Llama-3.2-1B", "method": "lora", "micro_batch_size": 2, "seq_len": 1024,
+          "gradient_checkpointing": "none", "precision": "fp16-mixed"}
+    t4, a100 = (round(estimate({**sc, "gpu": g}).peak.allocated_bytes / 1e9, 2) for g in ("t4", "a100-80gb-sxm"))
+    assert f"in fp16-mixed, which a T4 runs, at 2 × 1,024 tokens without checkpointing: {t4:.2f} GB allocated on a T4 " \
+           f"against {a100:.2f} GB on an A100" in text

@@ -48,8 +48,10 @@ def test_the_loss_backward_is_the_peak_with_the_early_buckets():
     # step's allocation number in bytes: a small block opening a 2 MiB small-pool segment on that stream). Under 0.18
     # the step's replay no longer sets the figure: it counts the segments holding a live block when the most do
     # (zero2_step._zero2_replay, the simulator's required; 21,641,822,208 while only the flatten's originals and the
-    # reduction stream's segments came off), so the loss backward's does, 140.5 MB under its reserved figure
-    assert old.peak.required_bytes == 22_022_662_144 and new.peak.required_bytes == 21_222_662_144
+    # reduction stream's segments came off), so the loss backward's does, 140.5 MB under its reserved figure. 0.16's
+    # figure is 21,905,221,632 since the engine's 16-bit cast reaches peft's adapters under bf16-true too (2026-12-07:
+    # no fp32 copies of their inputs in the recomputed block; 22,022,662,144 before)
+    assert old.peak.required_bytes == 21_905_221_632 and new.peak.required_bytes == 21_105_221_632  # (21,222,662,144)
     assert new.peak.reserved_bytes - new.peak.required_bytes == 140_509_184
 
 

@@ -65,16 +65,22 @@ def test_deepspeed_before_0_9_copies_the_offloaded_parameter_twice_on_one_gpu():
 
 def test_zero3_memory_efficient_linear_saves_every_linear_input():
     """zero.Init replaces F.linear by LinearFunctionForZeroStage3, which saves its input even for a frozen weight:
-    LoRA's base linears keep the norm outputs and the MLP's act(gate) * up product (PEFT_DOCS-118)."""
+    LoRA's base linears keep the norm outputs and the MLP's act(gate) * up product (PEFT_DOCS-118). With LoRA on q and
+    v only, the MLP's inputs are kept by nothing else; with all-linear LoRA each is the engine-cast 16-bit input that
+    lora_A keeps already (the engine casts peft's fp32 adapters, so peft makes no fp32 copy), the same storage."""
     T, h, inter = 8 * 2048, SPEC_70B.hidden_size, 28672
-    zero3 = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true"))
-    fsdp = compute(SPEC_70B, _peft_fsdp(precision="bf16-true"))
-    extra = {k: v for k, v in zero3.saved.items.items() if k not in fsdp.saved.items}
-    assert extra == {"attn_in": 2 * T * h, "mlp_in": 2 * T * h, "mlp_mid": 2 * T * inter}
-    assert zero3.acts.per_layer - fsdp.acts.per_layer == sum(round_allocation(v) for v in extra.values())
-    off = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true",
-                                       deepspeed_config={"zero_optimization": {"memory_efficient_linear": False}}))
-    assert off.saved.items == fsdp.saved.items
+    off = {"zero_optimization": {"memory_efficient_linear": False}}
+    for targets, extra_want in ((["q_proj", "v_proj"], {"mlp_in": 2 * T * h, "mlp_mid": 2 * T * inter}),
+                                ("all-linear", {"attn_in": 2 * T * h, "mlp_in": 2 * T * h, "mlp_mid": 2 * T * inter})):
+        zero3 = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true", lora_targets=targets))
+        plain = compute(SPEC_70B, _peft_fsdp(parallelism="zero3", precision="bf16-true", lora_targets=targets,
+                                             deepspeed_config=off))
+        assert {k: v for k, v in zero3.saved.items.items() if k in extra_want} == extra_want
+        added = {k: v for k, v in zero3.saved.items.items() if k not in plain.saved.items}
+        assert zero3.acts.per_layer - plain.acts.per_layer == sum(round_allocation(v) for v in added.values())
+    assert added == {}  # all-linear: lora_A keeps every one of those inputs already
+    fsdp = compute(SPEC_70B, _peft_fsdp(precision="bf16-true"))  # FSDP keeps peft's fp32 adapters: fp32 input copies
+    assert fsdp.saved.items["q_proj.lora0.cast_in"] == 4 * T * h and "q_proj.lora0.cast_in" not in zero3.saved.items
 
 
 def _tune_3b(**keys):

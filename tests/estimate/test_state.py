@@ -140,3 +140,20 @@ def test_qlora_quantizes_block_linears_only():
     assert parts.quantized_base == pytest.approx(linear * 4.127 / 8, rel=2e-3)
     rest = rm.spec.num_params - linear
     assert parts.weights == pytest.approx(2 * rest, rel=1e-3)
+
+
+def test_adafactor_steps_lora_adapters_not_the_frozen_embedding():
+    # transformers' Adafactor.step makes fp32 copies of one *trained* parameter at a time: under LoRA an adapter
+    # tensor (or a modules_to_save copy), never the frozen 128,256 x 2,048 embedding, whose 4 fp32 copies (4,008 MiB)
+    # the step was charged; `vramfit simulate` (Llama-3.2-1B LoRA, 128 tokens) peaks at 2.85 GiB in backward
+    from vramfit import estimate
+
+    lora = {"model": "meta-llama/Llama-3.2-1B", "method": "lora", "seq_len": 128, "optimizer": "adafactor"}
+    r = estimate(lora)
+    assert r.peak.phase == "backward-loss" and round(r.peak.allocated_bytes / 2**30, 2) == 2.85
+    step = next(p for p in r.phases if p.phase == "optimizer-step")
+    assert dict(step.breakdown)["temporaries"] < 64 * 2**20
+    # a modules_to_save copy of the head is trained whole: its fp32 copies are the step's
+    saved = estimate({**lora, "lora_targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})
+    step = next(p for p in saved.phases if p.phase == "optimizer-step")
+    assert dict(step.breakdown)["temporaries"] >= 2 * 4 * 128_256 * 2048

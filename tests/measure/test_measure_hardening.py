@@ -196,11 +196,12 @@ def test_records_read_back_equal_what_was_written(store, make_record):
     ({"id": "x" * 201}, "id is 201 characters long (at most 200)"),
     ({"source_id": "x" * 201}, "source_id is 201 characters long"),
     ({"notes": "x" * (S.MAX_TEXT_CHARS + 1)}, "notes is 65,537 characters long"),
-    ({"created_at": "x" * 101}, "created_at is 101 characters long"),
+    ({"created_at": "x" * 41}, "created_at is 41 characters long (at most 40)"),  # VARCHAR(40) on PostgreSQL
+    ({"created_at": "yesterday"}, "created_at must be an ISO 8601 time such as 2026-12-05T19:48:43Z (or empty)"),
     ({"environment": {"gpu_family": "x" * 101}}, "environment.gpu_family is 101 characters long"),
     ({"details": {"k" * 101: 1}}, "details key is 101 characters long"),
     ({"notes": "\ud800"}, "notes is not valid Unicode text"),
-], ids=["id", "source_id", "notes", "created_at", "gpu_family", "json-key", "surrogate"])
+], ids=["id", "source_id", "notes", "created_at", "created_at-not-a-time", "gpu_family", "json-key", "surrogate"])
 def test_one_set_of_length_limits_checked_before_writing(store, make_record, over, message):
     rec = make_record().to_dict()
     rec.update(over)

@@ -155,3 +155,13 @@ def test_the_attention_implementation_the_model_is_built_with(attention, checkpo
     assert said in " ".join(built.assumptions)
     assert (SELECTIVE_ASSUMPTION in built.assumptions) is (checkpointing == "selective")
     assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in built.model.parameters())
+
+
+@pytest.mark.parametrize(("change", "said"), [({"torch_dtype": "float8"}, "AttributeError"),
+                                               ({"rope_scaling": {"type": "weird", "factor": 2}}, "KeyError: 'weird'")])
+def test_a_config_transformers_cannot_build_is_a_model_error_not_a_traceback(change, said):
+    # values estimate reads past (it never builds the model) made simulate end in a Python traceback, exit code 1
+    cfg = {**tiny("meta-llama/Llama-3.2-1B", layers=2, hidden=64, vocab=256), **change}
+    sc = parse_scenario({"params": "1B", "method": "lora", "seq_len": 64})
+    with pytest.raises(ModelError, match=f"transformers cannot (read|build).*{said}.*use `vramfit estimate`"):
+        build_model(cfg, sc, layers=2)

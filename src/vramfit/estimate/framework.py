@@ -115,6 +115,10 @@ def resolve_profile(sc) -> FrameworkProfile:
         profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
     if profile.qlora_adapters_16bit and sc.method is Method.QLORA:  # TRL's cast (profile_fields.py)
         profile = replace(profile, adapters_fp32=False, lora_casts_input=False)
+    if profile.ds_mixed_is_engine_cast and sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32:
+        # the DeepSpeed engine casts every floating parameter, fp32 adapters included, to its 16-bit dtype whatever
+        # dtype the model was loaded in (-true or -mixed alike; see the upcast below), so peft casts no input to fp32
+        profile = replace(profile, adapters_fp32=False, lora_casts_input=False)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:
         upcast = sc.kbit_prepare is KbitPrepare.YES

@@ -250,6 +250,11 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
     largest = largest_weight(spec)
     if sc.optimizer in TORCHAO_OPTIMIZERS:
         largest = _torchao_stepped(spec, sc, profile, adapters)
+    elif sc.method is not Method.FULL:  # Adafactor steps the trainable tensors only: adapters, modules_to_save copies
+        head = spec.lm_head_params or spec.embedding_params  # a tied head's copy is the embedding's size
+        saved = [n for name, n in (("embed_tokens", spec.embedding_params), ("lm_head", head)) if name in sc.modules_to_save]
+        largest = max([t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)] + saved,
+                      default=0)
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in ZERO_FAMILY and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
         from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve

@@ -20,8 +20,10 @@ from typing import Any
 
 #: Characters of an id (the ``id`` column is ``VARCHAR(200)``).
 MAX_ID_CHARS = 200
-#: Characters of the short text fields: created_at, source_id, GPU name and family (columns <= 200).
+#: Characters of the short text fields: source_id, GPU name and family (columns <= 200).
 MAX_SHORT_CHARS = 100
+#: Characters of created_at (the ``created_at`` column is ``VARCHAR(40)``; an ISO 8601 time needs at most 32).
+MAX_TIME_CHARS = 40
 #: Characters of the model name (the denormalised ``model`` column is ``VARCHAR(500)``).
 MAX_MODEL_CHARS = 500
 #: Characters of any other string (source, notes, strings inside the JSON fields): 64 Ki, far above

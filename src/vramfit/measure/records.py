@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -186,11 +187,10 @@ def _run_from_embedded(data: Any, line: int) -> RunRecord:
     unknown = sorted(set(data) - set(RECORD_FIELDS))
     if unknown:
         raise _fail(line, f"{RUN_KEY}: unknown field(s) {', '.join(str(u)[:40] for u in unknown[:5])}")
-    try:
-        rec = RunRecord(**data)
-    except TypeError as exc:
-        raise _fail(line, f"{RUN_KEY}: {exc}") from None
-    return validate(rec, line)
+    required = [f.name for f in fields(RunRecord) if f.default is MISSING and f.default_factory is MISSING]
+    if missing := [k for k in required if k not in data]:
+        raise _fail(line, f"{RUN_KEY}: missing field(s) {', '.join(missing)} (a record needs {', '.join(required)})")
+    return validate(RunRecord(**data), line)
 
 
 def _scenario(value: Any) -> dict[str, Any]:
@@ -222,14 +222,20 @@ def _check_fields(rec: RunRecord) -> None:
         raise S.SchemaError(f"status: unknown value {_short(rec.status)} (valid values: {', '.join(STATUSES)})")
     if not isinstance(rec.created_at, str):
         raise S.SchemaError("created_at must be an ISO 8601 string (empty for imported figures without one)")
-    S.text("created_at", rec.created_at, S.MAX_SHORT_CHARS)
+    S.text("created_at", rec.created_at, S.MAX_TIME_CHARS)
+    if rec.created_at:  # `runs list` orders by this text: a time, or empty for figures imported without one
+        try:
+            datetime.fromisoformat(rec.created_at.replace("Z", "+00:00"))
+        except ValueError:
+            raise S.SchemaError(f"created_at must be an ISO 8601 time such as 2026-12-05T19:48:43Z (or empty), "
+                                f"got {_short(rec.created_at)}") from None
     S.text("source_id", rec.source_id, S.MAX_ID_CHARS, empty=False)
     S.text("source", rec.source)
     S.text("notes", rec.notes)
     if not isinstance(rec.seq_exact, bool):
         raise S.SchemaError(f"seq_exact must be true or false, got {_short(rec.seq_exact)}")
     if rec.confidence not in CONFIDENCES:
-        raise S.SchemaError(f"confidence: unknown value {_short(rec.confidence)}")
+        raise S.SchemaError(f"confidence: unknown value {_short(rec.confidence)} (valid values: {', '.join(CONFIDENCES)})")
     for m in METRICS:
         try:
             S.count(f"{m}_bytes", rec.counter(m))

@@ -43,12 +43,13 @@ def render_run(rec: RunRecord, console: Any, db: str | None = None, full: bool =
     console.print(f"[bold]{escape(scenario_line(rec.scenario))}[/bold]")  # user text: never markup
     where = env.get("gpu_name") or env.get("device") or "?"
     pk = env.get("packages") or {}
-    console.print(f"run {rec.id} · {rec.created_at or 'imported'} · {_status(rec)} · {rec.steps_done} step(s) · "
-                  f"{where}" + (f" ({gib(env.get('gpu_total_bytes'))} GiB)" if env.get("gpu_total_bytes") else ""))
-    if pk:
-        console.print("[dim]" + ", ".join(f"{k} {v}" for k, v in pk.items() if v)
-                      + (f", CUDA {env['cuda']}" if env.get("cuda") else "")
-                      + (f", driver {env['driver']}" if env.get("driver") else "") + "[/dim]")
+    total = f" ({gib(env.get('gpu_total_bytes'))} GiB)" if isinstance(env.get("gpu_total_bytes"), int) else ""
+    console.print(escape(f"run {rec.id} · {rec.created_at or 'imported'} · ") + _status(rec)
+                  + escape(f" · {rec.steps_done} step(s) · {where}{total}"))
+    if pk:  # an imported record's packages may be any JSON: shown as text, never as markup
+        listed = ", ".join(f"{k} {v}" for k, v in pk.items() if v) if isinstance(pk, dict) else str(pk)
+        console.print("[dim]" + escape(listed + (f", CUDA {env['cuda']}" if env.get("cuda") else "")
+                                       + (f", driver {env['driver']}" if env.get("driver") else "")) + "[/dim]")
     if rec.source_id != "vramfit-measure":
         console.print(f"[dim]{escape(f'imported from {rec.source_id}: {rec.source}')}[/dim]")
     diffs = differences(rec)
@@ -65,27 +66,35 @@ def render_run(rec: RunRecord, console: Any, db: str | None = None, full: bool =
     console.print(t)
     det = rec.details
     if rec.step_time_s:
-        console.print(f"step time {rec.step_time_s:.3f} s (median after the first step) · "
-                      f"{rec.tokens_per_s:,.0f} tokens/s")
+        rate = f" · {rec.tokens_per_s:,.0f} tokens/s" if rec.tokens_per_s else ""
+        console.print(f"step time {rec.step_time_s:.3f} s (median after the first step){rate}")
     if rec.status != "ok":
-        console.print(f"[yellow]stopped at {det.get('failed_at')}: {det.get('error')}[/yellow]")
-    load = det.get("load") or {}
+        stopped = f"stopped at {det.get('failed_at')}: {det.get('error')}"
+        console.print(f"[yellow]{escape(stopped)}[/yellow]")
+    load = det.get("load") if isinstance(det.get("load"), dict) else {}
     if load:
         console.print(f"[dim]after model build: allocated {gib(load.get('load_allocated_bytes'))} GiB, "
                       f"reserved {gib(load.get('load_reserved_bytes'))} GiB[/dim]")
     if env.get("memory_probe"):
-        console.print(f"[dim]device figure from: {env['memory_probe']}[/dim]")
+        console.print("[dim]" + escape(f"device figure from: {env['memory_probe']}") + "[/dim]")
     if rec.notes:
         console.print(f"notes: {rec.notes}", markup=False)
-    for remark in det.get("remarks") or ():
-        console.print(f"[dim]{remark}[/dim]")
+    for remark in _texts(det.get("remarks")):
+        console.print(f"[dim]{escape(remark)}[/dim]")
     if full:
-        for a in det.get("assumptions") or ():
-            console.print(f"[dim]· {a}[/dim]")
+        for a in _texts(det.get("assumptions")):
+            console.print(f"[dim]· {escape(a)}[/dim]")
         if det.get("log_tail"):
             console.print(det["log_tail"], markup=False, highlight=False)
     if db:
         console.print(f"[dim]stored in {db}[/dim]")
+
+
+def _texts(value: Any) -> list[str]:
+    """A record's list of remarks or assumptions as text lines; an imported record may hold any JSON there."""
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
 def render_runs(recs: list[RunRecord], console: Any, title: str) -> None:
@@ -102,7 +111,7 @@ def render_runs(recs: list[RunRecord], console: Any, title: str) -> None:
         est = (r.estimate or {}).get("allocated_bytes")
         alloc = gib(r.allocated_bytes) if r.unknown_bytes is None else f"{gib(r.unknown_bytes)}?"
         t.add_row(escape(r.id[:16]), _status(r), escape(r.model_name.rsplit("/", 1)[-1]), escape(str(sc.get("method", ""))),
-                  str(sc.get("seq_len", "")), str(sc.get("gradient_checkpointing", "")), r.gpu_family, alloc,
+                  str(sc.get("seq_len", "")), str(sc.get("gradient_checkpointing", "")), escape(r.gpu_family), alloc,
                   gib(r.reserved_bytes), gib(r.device_bytes), gib(est),
                   f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "—")
     console.print(t)

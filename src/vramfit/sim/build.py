@@ -1,24 +1,24 @@
 """Build the Hugging Face model of a scenario on the ``meta`` device, as a training script would set it up.
 
-Reusable by anything that needs the same model construction (the simulator on fake CPU tensors,
-``vramfit measure`` on a real GPU): :func:`build_model` returns the model on ``meta``;
-:func:`materialize` allocates it on a device (``to_empty``), inside a ``FakeTensorMode`` or for real.
+Reusable by anything that needs the same model construction (the simulator on fake CPU tensors, ``vramfit measure``
+on a real GPU): :func:`build_model` returns the model on ``meta``; :func:`materialize` allocates it on a device
+(``to_empty``), inside a ``FakeTensorMode`` or for real.
 
 What it mirrors (recorded in :attr:`BuiltModel.assumptions`):
 
-- ``AutoModelForCausalLM.from_config`` with ``dtype`` = the scenario's parameter dtype (fp32 for
-  ``-mixed``: master weights, autocast at run time) and ``attn_implementation`` ``sdpa`` / ``eager``
-  (``flash`` runs as ``sdpa``: both keep only the output and the log-sum-exp per head and row);
+- ``AutoModelForCausalLM.from_config`` with ``dtype`` = the scenario's parameter dtype (fp32 for ``-mixed``: master
+  weights, autocast at run time) and ``attn_implementation`` ``sdpa`` / ``eager`` (``flash`` runs as ``sdpa``: both
+  keep only the output and the log-sum-exp per head and row);
 - ``use_cache=False`` (what fine-tuning scripts set; no KV cache in the training forward);
-- LoRA: ``peft.get_peft_model`` with ``LoraConfig(r, lora_alpha, target_modules, lora_dropout)``; PEFT's
-  default ``autocast_adapter_dtype=True`` makes the adapters fp32;
+- LoRA: ``peft.get_peft_model`` with ``LoraConfig(r, lora_alpha, target_modules, lora_dropout)``; PEFT's default
+  ``autocast_adapter_dtype=True`` makes the adapters fp32;
 - QLoRA: every ``nn.Linear`` of the decoder blocks (not ``lm_head``) becomes a bitsandbytes 4-bit layer
   (:mod:`vramfit.sim.qlora`), then ``peft.prepare_model_for_kbit_training`` (casts every other fp16/bf16
   parameter to fp32, enables checkpointing when asked; only where ``kbit_prepare`` resolves to yes, the hf
   default: with no, the rest stays in the model's dtype) and ``get_peft_model``;
-- gradient checkpointing through the model's own ``activation_checkpointing_enable`` as HF Trainer calls
-  it (``use_reentrant=False`` is transformers 5's default); ``selective`` adds a
-  ``torch.utils.checkpoint`` selective policy, ``offload`` keeps checkpoint inputs in host memory.
+- gradient checkpointing through the model's own ``activation_checkpointing_enable`` as HF Trainer calls it
+  (``use_reentrant=False`` is transformers 5's default); ``selective`` adds a ``torch.utils.checkpoint`` selective
+  policy, ``offload`` keeps checkpoint inputs in host memory.
 """
 
 from __future__ import annotations
@@ -113,10 +113,8 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
 
     model_type = config.get("model_type")
     if model_type == "qwen":
-        raise ModelError(
-            "Qwen (1) is estimator-only: transformers has no built-in Qwen (1) model and its remote modelling "
-            "code (trust_remote_code) is never run by vramfit; use `vramfit estimate` for this model"
-        )
+        raise ModelError("Qwen (1) is estimator-only: transformers has no built-in Qwen (1) model and its remote "
+                         "modelling code (trust_remote_code) is never run by vramfit; use `vramfit estimate` for this model")
     if model_type not in CONFIG_MAPPING:
         raise ModelError(f"transformers cannot build model_type {model_type!r}: the simulator is unavailable "
                          "for it; use `vramfit estimate`")
@@ -129,7 +127,11 @@ def hf_config(config: dict, layers: int | None = None, attention: Attention = At
     # its forward builds a DynamicCache (torch.cat copies of every layer's k and v) that the model output holds
     if isinstance(data.get("text_config"), dict):
         data["text_config"] = {**data["text_config"], "use_cache": False}
-    cfg = CONFIG_MAPPING[model_type].from_dict(data)
+    try:  # a value estimate reads past (torch_dtype "float8", an unknown rope_scaling type) transformers refuses
+        cfg = CONFIG_MAPPING[model_type].from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"transformers cannot read this {model_type} config.json ({type(exc).__name__}: {exc}): the "
+                         "simulator is unavailable for it; use `vramfit estimate`") from None
     cfg._attn_implementation = "eager" if attention is Attention.EAGER else "sdpa"
     return cfg
 
@@ -184,10 +186,8 @@ def _instantiate(auto: Any, cfg: Any, scenario: Scenario, param_dtype: torch.dty
     """``auto.from_config`` on ``meta`` in ``param_dtype`` with the scenario's attention implementation (SDPA for
     ``flash``; selective checkpointing's wrapped one), eager where transformers has no SDPA for the model."""
     if scenario.attention is Attention.FLASH:
-        assumptions.append(
-            "attention=flash is simulated with SDPA's fused kernel (no seq_len x seq_len scores; output and "
-            "per-row log-sum-exp saved), the same saved tensors as flash_attention_2."
-        )
+        assumptions.append("attention=flash is simulated with SDPA's fused kernel (no seq_len x seq_len scores; output "
+                           "and per-row log-sum-exp saved), the same saved tensors as flash_attention_2.")
     attn = "eager" if scenario.attention is Attention.EAGER else "sdpa"
     if scenario.gradient_checkpointing is Checkpointing.SELECTIVE:
         from vramfit.sim.checkpointing import SELECTIVE_ASSUMPTION, selective_attention_implementation
@@ -200,8 +200,9 @@ def _instantiate(auto: Any, cfg: Any, scenario: Scenario, param_dtype: torch.dty
             try:
                 return with_eager_fallback(lambda a: auto.from_config(cfg, dtype=param_dtype, attn_implementation=a),
                                            attn, assumptions)
-            except (ValueError, ImportError) as exc:
-                raise ModelError(f"transformers cannot build {cfg.model_type} with {attn}: {exc}") from None
+            except (ValueError, ImportError, KeyError, AttributeError, TypeError) as exc:
+                raise ModelError(f"transformers cannot build {cfg.model_type} with {attn} ({type(exc).__name__}: "
+                                 f"{exc}): the simulator is unavailable for it; use `vramfit estimate`") from None
 
 
 def _keep_in_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:

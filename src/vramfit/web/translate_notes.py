@@ -96,6 +96,12 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^transformers 5 \+ bitsandbytes cannot \(fused 3-D experts\): use transformers 4, torchtune or litgpt$",
      "o transformers 5 com o bitsandbytes não consegue (experts 3-D fundidos): usa o transformers 4, o torchtune ou "
      "o litgpt"),
+    (r"^TRL's SFT, DPO, KTO and GRPO trainers neither call prepare_model_for_kbit_training nor keep fp32 adapters "
+     r"\(trl 1\.16\.0 trainer/sft_trainer\.py l\. 902-911\): this run needs less than the plan, sized for a prepared "
+     r"model \(estimate again with framework_version trl-1\.16\)$",
+     "os trainers SFT, DPO, KTO e GRPO do TRL não chamam prepare_model_for_kbit_training nem mantêm adaptadores em fp32 "
+     "(trl 1.16.0 trainer/sft_trainer.py l. 902-911): esta execução precisa de menos do que o plano, dimensionado para "
+     "um modelo preparado (estima de novo com framework_version trl-1.16)"),
     (r"^use_liger_kernel needs `pip install liger-kernel` \(the fused cross-entropy the plan assumes\)$",
      "use_liger_kernel precisa de `pip install liger-kernel` (a entropia cruzada fundida que o plano assume)"),
     # ---- config import (vramfit.config_import.swift_shell)
