@@ -81,3 +81,6 @@ def test_a_qlora_export_reads_back_with_what_trls_trainer_does(tmp_path, stage):
                        max_gpus=1, with_changes=False)
         assert any("neither call prepare_model_for_kbit_training" in n
                    for n in export_plan(default.plans[0], "trl").notes)
+        unprepared = plan({"model": MODEL, "method": "qlora", "stage": stage, "kbit_prepare": "no"}, effective_batch=16,
+                          gpu_ids="h100-sxm", max_gpus=1, with_changes=False)  # not sized for a prepared model: no note
+        assert not any("prepare_model_for_kbit_training" in n for n in export_plan(unprepared.plans[0], "trl").notes)

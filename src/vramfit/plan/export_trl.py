@@ -60,7 +60,8 @@ def _model_args(plan: Plan, notes: list[str]) -> dict[str, Any]:
         out["lora_modules_to_save"] = list(sc["modules_to_save"])
     if method == "qlora":
         q = sc["quantize"]
-        if sc.get("stage") not in ("orpo", "simpo") and "trl-1.16" not in str(sc.get("framework_version") or "").split("+"):
+        trl = "trl-1.16" in str(sc.get("framework_version") or "").split("+")
+        if sc.get("stage") not in ("orpo", "simpo") and not trl and sc.get("kbit_prepare") != "no":
             notes.append("TRL's SFT, DPO, KTO and GRPO trainers neither call prepare_model_for_kbit_training nor keep fp32 "
                          "adapters (trl 1.16.0 trainer/sft_trainer.py l. 902-911): this run needs less than the plan, "
                          "sized for a prepared model (estimate again with framework_version trl-1.16)")
