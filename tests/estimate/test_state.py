@@ -157,3 +157,15 @@ def test_adafactor_steps_lora_adapters_not_the_frozen_embedding():
     saved = estimate({**lora, "lora_targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})
     step = next(p for p in saved.phases if p.phase == "optimizer-step")
     assert dict(step.breakdown)["temporaries"] >= 2 * 4 * 128_256 * 2048
+
+
+def test_torchao_steps_a_modules_to_save_copy_whole_too():
+    # torchao's per-parameter step (estimate/step_grads.py _largest_trained, shared with Adafactor): the head's trained
+    # copy is the largest tensor it dequantizes, not the largest adapter
+    from vramfit import estimate
+
+    lora = {"model": "meta-llama/Llama-3.2-1B", "method": "lora", "seq_len": 128, "optimizer": "adamw-8bit-torchao",
+            "lora_targets": ["q_proj", "v_proj"]}
+    temp = [dict(next(p for p in estimate(sc).phases if p.phase == "optimizer-step").breakdown)["temporaries"]
+            for sc in (lora, {**lora, "modules_to_save": ["lm_head"]})]
+    assert temp[1] > 100 * temp[0] and temp[1] >= 2 * 4 * 128_256 * 2048

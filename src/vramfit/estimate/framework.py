@@ -113,11 +113,11 @@ def resolve_profile(sc) -> FrameworkProfile:
         profile = replace(profile, torch_optimizer_impl=OptimizerImpl(sc.optimizer_impl.value))
     if sc.method in profile.fsdp_root_unit_methods:
         profile = replace(profile, fsdp_root_gathered=True)  # that recipe's root unit (profile_fields.py)
-    if profile.qlora_adapters_16bit and sc.method is Method.QLORA:  # TRL's cast (profile_fields.py)
-        profile = replace(profile, adapters_fp32=False, lora_casts_input=False)
-    if profile.ds_mixed_is_engine_cast and sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32:
-        # the DeepSpeed engine casts every floating parameter, fp32 adapters included, to its 16-bit dtype whatever
-        # dtype the model was loaded in (-true or -mixed alike; see the upcast below), so peft casts no input to fp32
+    # 16-bit adapters, so peft casts no input to fp32: TRL's cast of a quantized model's (profile_fields.py), or the
+    # DeepSpeed engine's cast of every floating parameter whatever dtype the model was loaded in (-true or -mixed
+    # alike; see the upcast below)
+    if (profile.qlora_adapters_16bit and sc.method is Method.QLORA) or (
+            profile.ds_mixed_is_engine_cast and sc.parallelism in ZERO_FAMILY and sc.precision is not Precision.FP32):
         profile = replace(profile, adapters_fp32=False, lora_casts_input=False)
     upcast = profile.qlora_unquantized_fp32
     if sc.kbit_prepare is not KbitPrepare.AUTO:

@@ -229,13 +229,23 @@ def _fsdp_block_grads(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) 
     return round_allocation(params * _grad_dtype_bytes(sc, profile))
 
 
+def _largest_trained(spec: ModelSpec, sc: Scenario, adapters: list[Adapter]) -> int:
+    """Elements of the largest tensor a per-parameter optimizer step updates under LoRA: an adapter tensor, or a
+    modules_to_save copy (estimate/saved_modules.py), whole-module copies trained beside the adapters (a tied head's
+    copy is the embedding's size)."""
+    head = spec.lm_head_params or spec.embedding_params
+    saved = [n for name, n in (("embed_tokens", spec.embedding_params), ("lm_head", head)) if name in sc.modules_to_save]
+    return max([t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)] + saved, default=0)
+
+
 def _torchao_stepped(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, adapters: list[Adapter]) -> int:
     """Elements of the largest tensor torchao's per-parameter step updates at once (pytorch/ao v0.12.0
     torchao/optim/adam.py l. 94-134 ``_AdamBase.step``: one compiled ``single_param_adam`` call per trainable
-    parameter): LoRA's largest adapter tensor; in full fine-tuning the largest parameter (a MoE layer's expert bank is
-    one 3-D parameter), under FSDP2 its local shard (l. 64 ``p.to_local()`` of the DTensor, sharded on dim 0)."""
+    parameter): LoRA's largest trained tensor (:func:`_largest_trained`); in full fine-tuning the largest parameter
+    (a MoE layer's expert bank is one 3-D parameter), under FSDP2 its local shard (l. 64 ``p.to_local()`` of the
+    DTensor, sharded on dim 0)."""
     if sc.method is not Method.FULL:
-        return max((t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)), default=0)
+        return _largest_trained(spec, sc, adapters)
     largest = max([lin.weight_params if lin.group == "expert" else lin.in_features * lin.out_features
                    for lin in spec.block_linears] + [spec.embedding_params, spec.lm_head_params])
     if profile.fsdp2 and sc.parallelism is Parallelism.FSDP and sc.shard_group > 1 and not sc.per_rank_layout:
@@ -250,11 +260,8 @@ def _optimizer_step_temporaries(spec: ModelSpec, sc: Scenario, profile: Framewor
     largest = largest_weight(spec)
     if sc.optimizer in TORCHAO_OPTIMIZERS:
         largest = _torchao_stepped(spec, sc, profile, adapters)
-    elif sc.method is not Method.FULL:  # Adafactor steps the trainable tensors only: adapters, modules_to_save copies
-        head = spec.lm_head_params or spec.embedding_params  # a tied head's copy is the embedding's size
-        saved = [n for name, n in (("embed_tokens", spec.embedding_params), ("lm_head", head)) if name in sc.modules_to_save]
-        largest = max([t.numel for ad in adapters for t in ad.tensors(sc.lora_rank, spec.num_hidden_layers)] + saved,
-                      default=0)
+    elif sc.method is not Method.FULL:  # Adafactor steps the trainable tensors only
+        largest = _largest_trained(spec, sc, adapters)
     temp = optimizer_temporaries(sc, parts, profile, largest)
     if sc.parallelism in ZERO_FAMILY and sc.offload is Offload.NONE and sc.precision is not Precision.FP32:
         from vramfit.estimate.deepspeed import fp32_grad_partition, grad_norm_transient, resolve
