@@ -1,5 +1,6 @@
 """`runs import` of a file that fails validation creates no runs database (it is checked whole first)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,21 @@ def test_a_good_file_still_imports(tmp_path):
     f.write_text("\n".join(_good_lines(1)) + "\n")
     r = invoke("runs", "import", str(f), "--db", str(db))
     assert r.exit_code == 0 and "imported 1 run(s)" in r.output and db.is_file()
+
+
+def test_a_directory_is_named_as_one(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    r = invoke("runs", "import", str(tmp_path), "--db", str(db))
+    assert r.exit_code == 2 and "is a directory; give one JSON Lines file" in r.output
+    assert not db.exists()
+
+
+def test_list_refuses_an_unknown_method(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(_good_lines(3)) + "\n")
+    assert invoke("runs", "import", str(good), "--db", str(db)).exit_code == 0
+    r = invoke("runs", "list", "--method", "foo", "--db", str(db))
+    assert r.exit_code == 2 and "method: unknown value 'foo' (valid values: full, lora, qlora)" in r.output
+    r = invoke("runs", "list", "--method", "lora", "--db", str(db), "--json")
+    assert r.exit_code == 0 and [json.loads(x)["scenario"]["method"] for x in r.output.splitlines()] == ["lora"]

@@ -51,3 +51,14 @@ def test_qwen_1_with_a_lora_adapter_skips_the_fp32_cast():
     assert "Qwen-1 models skip" in next(e for e in qwen.entries if e.key == "load_in_4bit").line()
     other = from_text(HEAD.replace("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B") + lora4, dialect="axolotl")
     assert other.scenario.precision.value == "bf16-mixed"
+
+
+@pytest.mark.parametrize("extra, want", [
+    ("gradient_checkpointing: true\n", "yes"),  # axolotl's normalize_config sets use_reentrant True
+    ("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: false\n", "no"),
+    ("gradient_checkpointing: true\nrl: dpo\n", "auto"),  # not for an RL stage: the release's default
+    ("gradient_checkpointing: false\n", "yes"),  # what a planned change turning checkpointing on will run
+])
+def test_axolotl_checkpointing_is_reentrant_unless_the_file_says(extra, want):
+    sc = from_text(HEAD + "adapter: lora\n" + extra, dialect="axolotl").scenario
+    assert sc.use_reentrant.value == want

@@ -28,7 +28,8 @@ EXPECTED = {
                           "quantize": "nf4-dq", "lora_rank": 32, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                           "optimizer": "paged-adamw", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,
                           "gradient_checkpointing": "full", "attention": "flash", "framework": "hf", "lora_dropout": 0.05,
-                          "eval_batch_size": 2, "kbit_prepare": "no"},  # norms/embeddings cast back to 16 bits
+                          "eval_batch_size": 2, "kbit_prepare": "no",  # norms/embeddings cast back to 16 bits
+                          "use_reentrant": "yes"},  # axolotl's kwargs where the file sets none (normalize_config)
     "axolotl_full_fsdp.yml": {**BASE, "use_reentrant": "no", "optimizer_impl": "fused", "framework_version": "axolotl-0.12", "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed",
                               "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                               "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 8,
@@ -49,7 +50,8 @@ EXPECTED = {
     "llamafactory_qlora.yaml": {**BASE, "use_reentrant": "yes", "model": "Qwen/Qwen2.5-7B", "method": "qlora", "precision": "bf16-true",
                                 "quantize": "nf4-dq", "lora_rank": 8, "lora_alpha": 16.0, "lora_targets": ["all-linear"],
                                 "optimizer": "adamw", "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 8,
-                                "gradient_checkpointing": "full", "framework": "hf", "lora_dropout": 0.0},
+                                "gradient_checkpointing": "full", "framework": "hf", "lora_dropout": 0.0,
+                                "kbit_prepare": "no"},  # LLaMA-Factory never calls prepare_model_for_kbit_training
     "llamafactory_full_ds2.yaml": {**BASE, "use_reentrant": "yes", "model": "Qwen/Qwen2.5-1.5B", "method": "full", "precision": "bf16-mixed",
                                    "quantize": "none", "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"],
                                    "optimizer": "adamw-8bit", "micro_batch_size": 2, "seq_len": 4096, "grad_accum": 4,

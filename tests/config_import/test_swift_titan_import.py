@@ -97,10 +97,11 @@ def test_swift_examples_import_as_the_measured_rows_they_ran_as():
 
 def test_torchtitan_toml_is_the_measured_benchmark_run():
     """TITAN_BENCH_2412-1 ran train_configs/llama3_8b.toml @9dec370 on 8 H100s at local batch size 2 (its table's
-    caption): the import with --micro-batch-size 2 --gpu h100-sxm is that row's scenario, and so its estimate."""
+    caption): the import with --micro-batch-size 2 --gpu h100-nvl (the row's stand-in for the 96 GB card) is that
+    row's scenario, and so its estimate."""
     row = _row("public.jsonl", "TITAN_BENCH_2412-1")
     got = parse_scenario({**from_config(FIX / "torchtitan_llama3_8b.toml").overrides, "micro_batch_size": 2,
-                          "gpu": "h100-sxm"})
+                          "gpu": "h100-nvl"})
     assert got.to_dict() == parse_scenario(row["scenario"]).to_dict()
     r = estimate(got)
     assert r.peak.reserved_bytes == estimate(parse_scenario(row["scenario"])).peak.reserved_bytes

@@ -202,3 +202,28 @@ def test_trl_activation_checkpointing_is_written_under_the_name_the_file_uses(tm
     assert f"activation_checkpointing: {'true' if value == 'full' else 'false'}" in dest.read_text()
     assert "\ngradient_checkpointing:" not in dest.read_text()
     assert from_config(dest).scenario.to_dict() == want
+
+
+@pytest.mark.parametrize("form", ["string", "class_path"])
+def test_litgpt_optimizer_is_written_as_a_class_path(tmp_path, form):
+    """A plan that moves to 8-bit AdamW wrote nothing into a litgpt file ("not in the file"), so the file as written
+    ran torch's AdamW: 4.6 GiB over the planned figure for gemma-2b full fine-tuning. litgpt imports a dotted name in
+    either form (litgpt/utils.py ``instantiate_torch_optimizer``)."""
+    text = (FIX / "litgpt_full.yaml").read_text()
+    if form == "class_path":
+        text = text.replace("optimizer: AdamW", "optimizer:\n  class_path: torch.optim.AdamW")
+    want, again, old, new, _, left = _roundtrip_text(tmp_path, text, {"optimizer": "adamw-8bit"})
+    assert again == want and again["optimizer"] == "adamw-8bit" and left == []
+    line = "optimizer: bitsandbytes.optim.AdamW8bit" if form == "string" else "  class_path: bitsandbytes.optim.AdamW8bit"
+    assert [b for a, b in _changed_lines(old, new)] == [line]
+    assert estimate(from_config(tmp_path / "new.yaml").scenario).peak == estimate(want).peak
+
+
+def _roundtrip_text(tmp_path, text, changes):
+    src = tmp_path / "src.yaml"
+    src.write_text(text)
+    imp = from_config(src)
+    want = imp.scenario.replace(**changes).to_dict()
+    dest = tmp_path / "new.yaml"
+    _, left = write_back(imp, changes, want, dest)
+    return want, from_config(dest).scenario.to_dict(), text.splitlines(), dest.read_text().splitlines(), None, left

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from simconfigs import tiny
 from typer.testing import CliRunner
 
@@ -60,3 +61,18 @@ def test_simulate_json_stays_one_document_when_a_library_prints(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert data["peak"]["allocated_bytes"] > 0 and data["scenario"]["stage"] == "dpo"
+
+
+@pytest.mark.parametrize("flag, key", [("--tensor-parallel", "tensor_parallel"), ("--pipeline-parallel", "pipeline_parallel"),
+                                       ("--context-parallel", "context_parallel"), ("--expert-parallel", "expert_parallel")])
+def test_simulate_refuses_model_parallel_layouts(flag, key):
+    """They ran as plain FSDP2 over the ranks (the fake process group shards whole modules only), and the table set the
+    estimate's figure for the real layout against it as an error of the estimate."""
+    args = ["simulate", "--model", "meta-llama/Llama-3.2-1B", "--method", "full", "--framework", "torchtitan",
+            "--num-gpus", "4", "--grad-accum", "2", flag, "2"]
+    if key == "expert_parallel":
+        args[2] = "Qwen/Qwen3-30B-A3B"
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == (
+        f"error: {key}: the simulator runs no {key.replace('_', ' ')}ism; it is estimator-only (valid values: 1)")

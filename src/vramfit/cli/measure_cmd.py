@@ -16,6 +16,7 @@ from vramfit import limits
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.safe_input import one_line, path_kind, shown, user_path, writable_file
+from vramfit.scenario import Method
 
 DB_HELP = "Runs database: a SQLAlchemy URL (postgresql+psycopg://…) or a SQLite file path. Default: $VRAMFIT_DB, else a SQLite file in the user data directory."
 
@@ -158,7 +159,10 @@ def runs_list(
 
     if status is not None and status not in STATUSES:
         raise VramfitError(f"status: unknown value {shown(status)} (valid values: {', '.join(STATUSES)})")
-    _check_text("model", model), _check_text("method", method), _check_text("gpu", gpu)
+    methods = [m.value for m in Method]
+    if method is not None and method not in methods:  # the records store the scenario's method, one of these
+        raise VramfitError(f"method: unknown value {shown(method)} (valid values: {', '.join(methods)})")
+    _check_text("model", model), _check_text("gpu", gpu)
     st = _store(db)
     recs = st.list(model=model, status=status, method=method, gpu=gpu, limit=limit + 1)  # one more: are there more?
     more, recs = len(recs) > limit, recs[:limit]
@@ -239,6 +243,9 @@ def runs_import(
     """Import runs from JSON Lines: every line is checked; all are stored, or none."""
     from vramfit.measure.records import iter_runs, read_lines
 
+    if path.is_dir():
+        raise VramfitError(f"path: {shown(str(path))} is a directory; give one JSON Lines file (from `runs export` "
+                           "or benchmarks/data/measured/)")
     if not path.is_file():
         raise VramfitError(f"file not found: {shown(str(path))}")
     st = _store(db)  # the URL checked; nothing opened or created yet

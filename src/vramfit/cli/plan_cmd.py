@@ -26,6 +26,7 @@ from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
 from vramfit.plan.verdict import SAFETY_MARGIN, SAFETY_MARGIN_HELP
 from vramfit.safe_input import shown, user_path, writable_file, write_text_file
+from vramfit.scenario import parse_scenario
 from vramfit.units import GB, GiB
 
 console = Console()
@@ -84,8 +85,7 @@ def _plan_row(i: int, p) -> list[str]:
     ]
 
 
-PLAN_COLUMNS = ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost",
-                "$/M tok", "price basis", "disk GB")
+PLAN_COLUMNS = ("#", "GPUs", "mb × accum", "ckpt", "sharding", "GiB used/usable", "tokens/s", "time", "cost", "$/M tok", "price basis", "disk GB")
 # left out first when the terminal is too narrow for every column (least needed to choose a plan first)
 _DROP_ORDER = ("price basis", "disk GB", "$/M tok", "mb × accum", "ckpt", "tokens/s")
 
@@ -115,8 +115,10 @@ def render_plan(r, top: int, show_all: bool) -> None:
     console.print(f"[bold]{escape(r.model_id)}[/bold] · {sc['method']} · {sc['precision']} · seq {sc['seq_len']} · "
                   f"effective batch {r.effective_batch} · {data} · "
                   + (f"MFU {r.mfu:.0%}" if r.mfu_source == "user" else "speed by mechanism"))
+    own = parse_scenario(sc).effective_batch  # above the one asked where its GPUs already take more
+    over = "" if own == r.effective_batch else f", not the {r.effective_batch} asked: its GPUs take more at this micro-batch"
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
-                  f"{sc['num_gpus']} GPU (effective batch {r.effective_batch}): {_gib(r.scenario_device_bytes)} GiB per GPU")
+                  f"{sc['num_gpus']} GPU (effective batch {own}{over}): {_gib(r.scenario_device_bytes)} GiB per GPU")
     by = "cost per token" if r.sort == "cost" else "speed"
     dl = f"; deadline {r.deadline_hours:g} h" if r.deadline_hours else ""
     band = f"time\n±{SPEED_ERROR_P90:.0%}" if r.mfu is None else "time"  # the speed model's p90 error band

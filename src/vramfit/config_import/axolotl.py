@@ -206,6 +206,20 @@ KERNELS_ON_CPU = ("Axolotl loads the model on the CPU (FSDP, ZeRO-3, or one GPU 
                   "loads each copy on its GPU and the hub kernel runs there: pass --moe-kernel megablocks")
 
 
+def _default_reentrant(r: KeyReader) -> None:
+    """Axolotl's own default where the file sets no kwargs: reentrant checkpointing when checkpointing is on, no
+    ``unfrozen_parameters`` and no ``rl`` (axolotl@067b021 src/axolotl/utils/config/__init__.py l. 377-383
+    ``normalize_config``: ``gradient_checkpointing_kwargs = {"use_reentrant": True}``), not the transformers default.
+    Read with checkpointing off too: the setting matters only with it on, where axolotl makes it so (a planned change
+    that turns checkpointing on then uses it, and a file written back and read again keeps it)."""
+    if "use_reentrant" in r.out or r.flat.get("rl"):
+        return
+    if r.flat.get("unfrozen_parameters") is None and not r.has("gradient_checkpointing_kwargs"):
+        r.out["use_reentrant"] = "yes"
+        if "gradient_checkpointing" in r.entries:
+            r.entries["gradient_checkpointing"].becomes.append("use_reentrant=yes")  # axolotl's default kwargs
+
+
 def _moe_kernel(r: KeyReader) -> None:
     if switch(r, "use_kernels", False):
         r.set("use_kernels", "moe_kernel", "none")
@@ -341,6 +355,7 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     hf.optimizer(r, "optimizer", r.get("optimizer", "adamw_torch_fused", TRAINING_SRC))
     _checkpointing(r)
     hf.use_reentrant(r, json_string=False)  # axolotl passes gradient_checkpointing_kwargs to the Trainer's arguments
+    _default_reentrant(r)
     _moe_kernel(r)
     _attention_and_loss(r)
     _compile(r)

@@ -70,6 +70,10 @@ def _method(r: KeyReader) -> str:
     ft = r.get("finetuning_type", "lora", FT_SRC)
     if ft not in ("lora", "full"):
         raise r.error(f"finetuning_type '{ft}' is not modelled yet (valid values: lora, full)")
+    if hf.checkpoint_quantization(r, "model_name_or_path", ft, "LLaMA-Factory"):
+        r.ignore("quantization_bit", "a pre-quantized checkpoint keeps its own quantization (LLaMA-Factory: "
+                 "'`quantization_bit` will not affect on the PTQ-quantized models')")
+        return "qlora"
     bits = r.get("quantization_bit")
     if bits is not None and ft == "full":
         raise r.error("quantization_bit with finetuning_type: full: a quantized base cannot be fully fine-tuned")
@@ -89,6 +93,10 @@ def _method(r: KeyReader) -> str:
     r.set("quantization_bit", "method", "qlora")
     r.set("quantization_bit", "quantize", quant)
     r.out["quantize"] = quant
+    # LLaMA-Factory never calls peft's prepare_model_for_kbit_training (no call under src/ at ff6d4d1): the norms stay in
+    # the compute dtype unless upcast_layernorm (model/model_utils/checkpointing.py prepare_model_for_training), and only
+    # the trainable parameters are cast to fp32 (model/adapter.py init_adapter, cast_trainable_params_to_fp32)
+    r.set("quantization_bit", "kbit_prepare", "no")
     return "qlora"
 
 

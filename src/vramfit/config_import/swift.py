@@ -79,6 +79,9 @@ def _method(r: KeyReader) -> str:
     tuner = str(r.get(key, "lora", f"{_R} swift/arguments/base_args/base_args.py l. 93")).lower()
     if tuner not in ("lora", "full"):
         raise r.error(f"{key} '{tuner}' is not modelled yet (valid values: lora, full)")
+    if hf.checkpoint_quantization(r, "model", tuner, "ms-swift"):
+        r.ignore("quant_*", "a pre-quantized checkpoint keeps its own quantization")
+        return "qlora"
     bits, how = r.get("quant_bits"), r.get("quant_method")
     if bits is None and how is None:
         r.set(key, "method", tuner)

@@ -175,6 +175,13 @@ def _step(r: KeyReader) -> None:
     r.ignore("loss.*", "loss options")
 
 
+#: Keys only the distributed recipes read (lora_finetune_distributed.py, full_finetune_distributed.py at
+#: pytorch/torchtune@bd2a0fc: FSDP options, custom_sharded_layers, the validation set below); no single-device config
+#: under recipes/configs has one, each of the 69 distributed ones has dataset_val: the file is a distributed run.
+DISTRIBUTED_KEYS = ("fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers", "run_val_every_n_steps",
+                    "dataset_val", "batch_size_val")
+
+
 #: The distributed recipes validate every run_val_every_n_steps on dataset_val at batch_size_val (default batch_size)
 #: under torch.no_grad(): recipes/lora_finetune_distributed.py l. 223-227, 394-398, 866-867, 906-915 and
 #: full_finetune_distributed.py l. 215-219, 453-457, 873-891, 1133-1134; the single-device recipes have no validation.
@@ -199,11 +206,17 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
         _adapter(r)
     _step(r)
     _eval(r)
-    if r.has("fsdp_cpu_offload") or r.has("fsdp_reshard_after_forward"):  # keys only the distributed recipes read
+    marker = next((k for k in DISTRIBUTED_KEYS if r.has(k)), None)
+    if marker is not None:
         off = hf.boolean(r, "fsdp_cpu_offload", False, SOURCE)
         grad_op = r.get("fsdp_reshard_after_forward", True, SOURCE) is False
-        r.set("fsdp_cpu_offload", "parallelism", "fsdp-grad-op" if grad_op else "fsdp")
-        r.set("fsdp_cpu_offload", "offload", "optimizer+params" if off else "none")
+        shown_by = "fsdp_cpu_offload" if r.has("fsdp_cpu_offload") else marker
+        if shown_by in r.flat:
+            r.get(shown_by)  # a leaf: read here, so its line says what it made
+        r.set(shown_by, "parallelism", "fsdp-grad-op" if grad_op else "fsdp")
+        r.set(shown_by, "offload", "optimizer+params" if off else "none")
+        if shown_by in r.entries and shown_by != "fsdp_cpu_offload":
+            r.entries[shown_by].note = "a key only the distributed recipes read: the run shards with FSDP"
         r.out.update(parallelism="fsdp-grad-op" if grad_op else "fsdp", offload="optimizer+params" if off else "none")
         from vramfit.config_import.hf_common import launcher_gpus
 

@@ -48,6 +48,10 @@ _TT_OPT = {v: k for k, v in reversed(list(TT_OPTIMIZERS.items()))}  # first list
 #: moves to a bitsandbytes or torchao optimizer drops them, whose constructors take no such argument (TypeError)
 _TORCH_ONLY_OPT_KEYS = ("optimizer.fused", "optimizer.foreach", "optimizer.capturable", "optimizer.differentiable")
 DROP = object()  # a file key removed, its line deleted
+#: litgpt's optimizer as a class path, which ``optimizer`` (a string) and ``optimizer.class_path`` both take
+#: (Lightning-AI/litgpt@26857050 litgpt/utils.py ``instantiate_torch_optimizer``: a dotted name is imported as written)
+_LITGPT_OPT = {"adamw": "torch.optim.AdamW", "sgd": "torch.optim.SGD", "adamw-8bit": "bitsandbytes.optim.AdamW8bit",
+               "paged-adamw": "bitsandbytes.optim.PagedAdamW", "paged-adamw-8bit": "bitsandbytes.optim.PagedAdamW8bit"}
 
 
 def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
@@ -60,6 +64,10 @@ def _spelled(imp: Imported, key: str, value: Any) -> dict[str, Any] | None:
         return spelled and {(name if k == "gradient_checkpointing" else k): v for k, v in spelled.items()}
     if key == "loss":
         return LOSS.get(imp.dialect, {}).get(value)
+    if key == "optimizer" and imp.dialect == "litgpt":
+        name = _LITGPT_OPT.get(value)
+        return name and {"optimizer.class_path" if any(e.key == "optimizer.class_path" for e in imp.entries)
+                         else "optimizer": name}
     if key == "optimizer":
         name = HF_OPTIMIZER_NAMES.get(value) if imp.dialect in _HF else _TT_OPT.get(value) if imp.dialect == "torchtune" else None
         fkey = imp.write_keys.get("optimizer") or ("optimizer._component_" if imp.dialect == "torchtune" else None)

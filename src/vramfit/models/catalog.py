@@ -125,7 +125,7 @@ def resolve_model(model: str) -> ResolvedModel:
     if by_name is not None:
         note = (f"{text} is not in the catalog; using {by_name['id']}, the same model name without "
                 "release suffixes (instruct/chat/quantized releases share the architecture)")
-        return _from_entry(by_name, text, (note,), _closest_name(by_name, text))
+        return _from_entry(by_name, text, (note, *_prequantized_note(text)), _closest_name(by_name, text))
 
     if _HUB_ID.match(text) and len(text) <= limits.MAX_HUB_ID_CHARS:
         return _from_hub(text)
@@ -216,6 +216,19 @@ def _match_by_name(text: str) -> dict[str, Any] | None:
         same_org = {i: e for i, e in found.items() if i.lower().startswith(org + "/")}
         found = same_org or found
     return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _prequantized_note(text: str) -> tuple[str, ...]:
+    """What a GPTQ or AWQ release's name tells (config_import/hf_common.py ``checkpoint_quantization``): its
+    config.json's quantization_config makes from_pretrained load the quantized weights, which the scenario's own
+    method and quantize keys must say; an importer of a framework that loads them sets those keys itself."""
+    tokens = set(re.split(r"[-_.]", text.rsplit("/", 1)[-1].lower()))
+    kind = "GPTQ" if "gptq" in tokens else "AWQ" if "awq" in tokens else None
+    if kind is None:
+        return ()
+    return (f"{text} is a {kind} checkpoint by its name: a run that loads it trains on its quantized weights, which "
+            "this estimate counts only as method and quantize say (4-bit GPTQ: method qlora, quantize gptq-int4; "
+            "AWQ and 8-bit GPTQ are not modelled)",)
 
 
 def _suggest(text: str, fallback: bool = False) -> str:

@@ -236,19 +236,22 @@ def _largest(lo: int, hi: int, ok) -> int | None:
 
 
 def _micro_batch(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
+    """A smaller micro-batch with the accumulation that keeps the effective batch exactly: the micro-batches that
+    divide the sequences each data-parallel rank takes per optimizer step (7 x 1 becomes 1 x 7, not 6 x 2)."""
     sc, extra = ctx.sc, extra or {}
     if sc.micro_batch_size == 1:
         return None
-    per_gpu = sc.micro_batch_size * sc.grad_accum
+    per_rank = sc.micro_batch_size * sc.grad_accum
+    sizes = [m for m in range(1, sc.micro_batch_size) if per_rank % m == 0]
 
     def keys(mb: int) -> dict[str, Any]:
-        return {**extra, "micro_batch_size": mb, "grad_accum": -(-per_gpu // mb)}
+        return {**extra, "micro_batch_size": mb, "grad_accum": per_rank // mb}
 
-    mb = _largest(1, sc.micro_batch_size - 1, lambda m: ctx.fits(keys(m))) or 1
-    k = keys(mb)
-    return Change("smaller-micro-batch", f"micro-batch {mb} with {k['grad_accum']} accumulation steps "
-                  f"(effective batch {mb * k['grad_accum'] * sc.num_gpus})", k, "free",
-                  "same effective batch, more optimizer micro-steps")
+    i = _largest(0, len(sizes) - 1, lambda j: ctx.fits(keys(sizes[j])))
+    k = keys(sizes[i] if i is not None else 1)
+    ranks = k.get("num_gpus", sc.num_gpus) // sc.model_parallel_size
+    return Change("smaller-micro-batch", f"micro-batch {k['micro_batch_size']} with {k['grad_accum']} accumulation "
+                  f"steps (effective batch {per_rank * ranks})", k, "free", "same effective batch, more optimizer micro-steps")
 
 
 def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
@@ -265,23 +268,29 @@ def _seq_len(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
 
 
 def _more_gpus(ctx: _Ctx, extra: dict[str, Any] | None = None) -> Change | None:
+    """More cards of one node, sharded, as the planner plans them: no more data-parallel ranks than the effective batch,
+    each rank's share rounded up where they do not divide it (then stated, as plan rows state it), at the largest micro-batch
+    up to the current one dividing the share, with the accumulation completing it; tensor/pipeline/context degrees stay."""
     sc, extra = ctx.sc, extra or {}
     shard = "fsdp" if sc.parallelism in FSDP_FAMILY else "zero3"
-    eff = sc.effective_batch
+    eff, mp = sc.effective_batch, sc.model_parallel_size
     tried = None
     for n in (2, 4, 8):
-        if n <= sc.num_gpus:
+        if n <= sc.num_gpus or n % mp or n // mp > eff:
             continue
-        mb = min(extra.get("micro_batch_size", sc.micro_batch_size), max(1, eff // n))
-        keys = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": max(1, -(-eff // (n * mb)))}  # at least the effective batch
-        tried = keys
-        if ctx.fits(keys):
+        share = -(-eff // (n // mp))
+        cap = min(extra.get("micro_batch_size", sc.micro_batch_size), share)
+        mb = max(m for m in range(1, cap + 1) if share % m == 0)
+        tried = {**extra, "num_gpus": n, "parallelism": shard, "micro_batch_size": mb, "grad_accum": share // mb}
+        if ctx.fits(tried):
             break
     if tried is None:
         return None
     n = tried["num_gpus"]
-    return Change("more-gpus", f"{n} x {ctx.g.gpu_id} in one node with {shard.upper() if shard == 'fsdp' else 'ZeRO-3'}",
-                  tried, "hardware", "more cards to rent; GPU-to-GPU traffic every micro-batch")
+    now = tried["micro_batch_size"] * tried["grad_accum"] * (n // mp)
+    batch = "" if now == eff else f" (effective batch {now}: the nearest multiple of {n // mp} ranks at or above {eff})"
+    return Change("more-gpus", f"{n} x {ctx.g.gpu_id} in one node with {shard.upper() if shard == 'fsdp' else 'ZeRO-3'}"
+                  + batch, tried, "hardware", "more cards to rent; GPU-to-GPU traffic every micro-batch")
 
 
 def _combination(ctx: _Ctx, singles: list[Change]) -> Change | None:
@@ -336,10 +345,11 @@ def at_effective_batch(sc: Scenario, effective_batch: int | None) -> Scenario:
     optimizer steps in backward (no accumulation), with the micro-batch that reaches it in one step."""
     if effective_batch is None:
         return sc
+    ranks = sc.data_parallel_size  # tensor, pipeline and context parallel ranks share their sequences
     if sc.optimizer_in_backward:
-        mb = max(1, -(-effective_batch // sc.num_gpus))
+        mb = max(1, -(-effective_batch // ranks))
         return sc if (mb, sc.grad_accum) == (sc.micro_batch_size, 1) else sc.replace(micro_batch_size=mb, grad_accum=1)
-    ga = max(1, -(-effective_batch // (sc.micro_batch_size * sc.num_gpus)))
+    ga = max(1, -(-effective_batch // (sc.micro_batch_size * ranks)))
     return sc if ga == sc.grad_accum else sc.replace(grad_accum=ga)
 
 

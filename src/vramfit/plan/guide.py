@@ -44,7 +44,8 @@ PURE_BF16: dict[str, Any] = {"method": "full", "precision": "bf16-true"}
 PRECISION_NOTE = (
     "Full fine-tuning here is bf16-mixed (PyTorch AMP, the usual recipe: fp32 weights, gradients and AdamW states, "
     "16 B per parameter). The guide's arithmetic (7B: 14 GB weights + 56 GB Adam + 14 GB gradients) is 12 B per "
-    "parameter, which no common recipe holds: AMP keeps the weights and gradients in fp32 too, and pure bf16 "
+    "parameter, fp32 Adam moments on bf16 weights: what bitsandbytes' 32-bit AdamW (paged_adamw_32bit) keeps, not "
+    "the usual full fine-tuning recipes: AMP keeps the weights and gradients in fp32 too, and pure bf16 "
     "(bf16-true: bf16 weights, gradients and AdamW states, 8 B per parameter, the default of transformers 5 and "
     "torchtune) keeps Adam's moments in bf16. Each full fine-tuning card count is also checked in pure bf16 (FSDP "
     "beyond one card: DeepSpeed ZeRO keeps fp32 master weights), in its row's lines below. `vramfit estimate "
@@ -137,6 +138,11 @@ def _gb(n: int) -> str:
     return f"{n / GB:,.1f} GB"
 
 
+def _usable(class_gb: int) -> int:
+    """Bytes the class's card exposes (a "80 GB" H100: 85.0 GB, 79.2 GiB), what each verdict holds a peak to."""
+    return get_gpu(dict(CLASSES)[class_gb]).usable_bytes
+
+
 def _fits(ev: Evaluator, card: str, n: int, sharded: str = "zero3") -> tuple[bool, int]:
     """Whether n cards fit (``sharded`` beyond one; best of no and full checkpointing), and that peak."""
     limit = limit_bytes(get_gpu(card), GUIDE_MARGIN)
@@ -202,7 +208,7 @@ def _why(size: str, method: str, row_claims: list[dict], comps: dict[str, int], 
         if c.get("pure_bf16_fits") is not None:
             out.append(f"In pure bf16 (bf16-true, 8 B per parameter{', FSDP' if c['count'] > 1 else ''}) "
                        f"{c['count']} x {c['class_gb']} GB {'fits' if c['pure_bf16_fits'] else 'does not fit either'}: "
-                       f"{_gb(c['pure_bf16_device_bytes'])} per GPU.")
+                       f"{_gb(c['pure_bf16_device_bytes'])} per GPU, of the {_gb(_usable(c['class_gb']))} each card exposes.")
     if size == "7B" and method == "full" and any(c["class_gb"] == 48 for c in wrong):
         out.append("Section 05 puts 7B full fine-tuning in the 48 GB class, but the guide's own total (84 GB) already exceeds 48 GB.")
     return out

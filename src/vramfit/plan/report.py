@@ -31,7 +31,7 @@ class Plan:
     usable_bytes: int  # what the card exposes to CUDA
     limit_bytes: int  # usable less the safety margin
     headroom_bytes: int  # limit - what stays on the card (vramfit.plan.verdict)
-    host_ram_bytes: int  # offloaded state in host RAM, all GPUs of the node together
+    host_ram_bytes: int  # offloaded state in host RAM, all GPUs of one node together (each node holds this much)
     speed: Speed | None  # None when the card has no BF16 TFLOPS figure
     hours: float | None  # for dataset_tokens x epochs; None without a dataset or speed
     usd_per_gpu_hour_low: float | None

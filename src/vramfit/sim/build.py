@@ -273,16 +273,16 @@ def _check_supported(scenario: Scenario) -> None:
     if scenario.moe_kernel is not MoeKernel.NONE:  # its ops are compiled CUDA extensions, with no fake-tensor kernels
         raise ScenarioError("moe_kernel", "kernels-community/megablocks runs compiled CUDA ops (sort, histogram, "
                             "binned_gather): estimator-only in the simulator", ["none"])
-    if scenario.expert_parallel > 1:  # the fake process group runs no all-to-all token dispatch
-        raise ScenarioError("expert_parallel", "the simulator runs no expert parallelism; it is estimator-only", ["1"])
+    for key in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel"):  # FSDP/ZeRO shards only
+        if getattr(scenario, key) > 1:
+            raise ScenarioError(key, f"the simulator runs no {key.replace('_', ' ')}ism; it is estimator-only", ["1"])
     if scenario.gradient_checkpointing is Checkpointing.SELECTIVE_OP and scenario.framework is not Framework.TORCHTITAN:
         # torchtitan's op policy (sim/checkpointing.py); transformers has no such mode
         raise ScenarioError("gradient_checkpointing", "selective-op is torchtitan's op policy: simulated with "
                             "framework=torchtitan only",
                             [c.value for c in Checkpointing if c is not Checkpointing.SELECTIVE_OP])
-    if scenario.method is Method.QLORA and scenario.quantize not in (
-        Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4, Quantize.FP4_DQ
-    ):
+    if scenario.method is Method.QLORA and scenario.quantize not in (Quantize.NF4, Quantize.NF4_DQ, Quantize.FP4,
+                                                                      Quantize.FP4_DQ):
         raise ScenarioError("quantize", f"{scenario.quantize.value} is estimator-only in the simulator",
                             ["nf4", "nf4-dq", "fp4", "fp4-dq"])
 

@@ -45,6 +45,12 @@ RULES: list[tuple[str, str]] = [
      r"\(instruct/chat/quantized releases share the architecture\)$",
      "$1 não está no catálogo; usa-se $2, o mesmo nome de modelo sem sufixos de versão (as versões "
      "instruct/chat/quantizadas partilham a arquitetura)."),
+    (r"^(.+) is a (GPTQ|AWQ) checkpoint by its name: a run that loads it trains on its quantized weights, which "
+     r"this estimate counts only as method and quantize say \(4-bit GPTQ: method qlora, quantize gptq-int4; "
+     r"AWQ and 8-bit GPTQ are not modelled\)$",
+     "$1 é um checkpoint $2 pelo nome: uma execução que o carrega treina sobre os pesos quantizados, que esta "
+     "estimativa só conta como dizem method e quantize (GPTQ de 4 bits: method qlora, quantize gptq-int4; AWQ e "
+     "GPTQ de 8 bits não estão modelados)."),
     (r"^(\S+) uses the architecture of catalog model (\S+)$", "$1 usa a arquitetura do modelo $2 do catálogo."),
     (r"^(\S+): generic Llama-style architecture \((\d+) layers, hidden (\d+)\) with ([\d,]+) parameters, not a real model$",
      "$1: arquitetura genérica ao estilo Llama ($2 camadas, hidden $3) com ⟨$4⟩ parâmetros, não um modelo real."),
@@ -52,6 +58,8 @@ RULES: list[tuple[str, str]] = [
      "$1: um config.json colado, lido como dados ($2 camadas, hidden $3, vocabulário $4)."),
     # ---- planner: changes that make a scenario fit (vramfit.plan.changes)
     (r"^(\d+) x (\S+) in one node with (ZeRO-3|FSDP)$", "$1 × $2 num nó com $3"),
+    (r"^(\d+) x (\S+) in one node with (ZeRO-3|FSDP) \(effective batch (\d+): the nearest multiple of (\d+) ranks at "
+     r"or above (\d+)\)$", "$1 × $2 num nó com $3 (batch efetivo $4: o múltiplo de $5 ranks mais próximo, igual ou acima de $6)"),
     (r"^8-bit AdamW \(bitsandbytes\)$", "AdamW de 8 bits (bitsandbytes)"),
     (r"^CPU Adam step and PCIe traffic each step; needs host RAM$",
      "passo do Adam no CPU e tráfego PCIe a cada passo; precisa de RAM do host"),

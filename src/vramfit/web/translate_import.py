@@ -370,6 +370,21 @@ IMPORT_RULES: list[tuple[str, str]] = [
      "CEWithChunkedOutputLoss: lida como a perda por blocos; mascara os tokens ignorados antes da projeção, o que o "
      "seq_len não conta"),
     (r" \(an upper bound\)$", " (um limite superior)"),
+    (r"^a key only the distributed recipes read: the run shards with FSDP$",
+     "uma chave que só as receitas distribuídas leem: a execução reparte com FSDP"),
+    # ---- a pre-quantized checkpoint by its name (config_import/hf_common.py checkpoint_quantization)
+    (r"^a GPTQ checkpoint by its name: (\S+) loads the checkpoint's own quantization_config, so LoRA trains on its "
+     r"4-bit weights \(quantize gptq-int4\)$",
+     "um checkpoint GPTQ pelo nome: o $1 carrega a quantization_config do próprio checkpoint, pelo que o LoRA treina "
+     "sobre os pesos de 4 bits (quantize gptq-int4)"),
+    (r"(\S+): ('[^']*') is (?:an|a) (AWQ|8-bit GPTQ|GPTQ) checkpoint \(its name\), whose LoRA training path is not "
+     r"modelled yet \(valid: a 4-bit GPTQ or a 16-bit checkpoint, or on-the-fly bitsandbytes quantization\)$",
+     "$1: $2 é um checkpoint $3 (pelo nome), cujo treino LoRA ainda não é modelado (válidos: um checkpoint GPTQ de "
+     "4 bits ou de 16 bits, ou quantização bitsandbytes na hora)"),
+    (r"(\S+): ('[^']*') is (?:an|a) (AWQ|8-bit GPTQ|GPTQ) checkpoint \(its name\): quantized weights cannot be fully "
+     r"fine-tuned \(valid: LoRA on it, or full fine-tuning of the 16-bit model\)$",
+     "$1: $2 é um checkpoint $3 (pelo nome): pesos quantizados não podem ser afinados por completo (válidos: LoRA "
+     "sobre ele, ou afinação completa do modelo de 16 bits)"),
     # ---- the labels
     *[(_whole(en), pt) for en, pt in LABELS.items()],
 ]

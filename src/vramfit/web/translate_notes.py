@@ -302,9 +302,11 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"GPU plans assume \(a DGX H100: 2 TB for 8 GPUs\)",
      "cabe em $1 × $2 só com estado descarregado que precisa de ⟨$3⟩ GB de RAM do host por GPU, acima dos $4 GB por "
      "GPU que os planos supõem (um DGX H100: 2 TB para 8 GPUs)"),
-    (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB fits: " + _N + r" GB per GPU\.$",
-     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB cabe: ⟨$4⟩ GB por GPU."),
+    (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB fits: " + _N + r" GB per GPU, of the "
+     + _N + r" GB each card exposes\.$",
+     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB cabe: ⟨$4⟩ GB por GPU, dos ⟨$5⟩ GB que cada placa expõe."),
     (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB does not fit either: " + _N
-     + r" GB per GPU\.$",
-     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB também não cabe: ⟨$4⟩ GB por GPU."),
+     + r" GB per GPU, of the " + _N + r" GB each card exposes\.$",
+     "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB também não cabe: ⟨$4⟩ GB por GPU, dos ⟨$5⟩ GB que cada "
+     "placa expõe."),
 ]

@@ -1,0 +1,72 @@
+"""The changes that make a run fit keep its effective batch, or say how it changes, as the plan rows do. Before:
+a smaller micro-batch of 7 x 1 became 6 x 2 (12) while it read "same effective batch" (and `fit --write-to` wrote it
+into the user's file); "more GPUs" gave an effective batch of 1 eight GPUs (8) unsaid, and under tensor parallelism
+halved it (it divided by GPUs, not data-parallel ranks); the plan's own header printed the asked effective batch for
+a scenario whose GPUs already take more."""
+
+import pytest
+from typer.testing import CliRunner
+
+from vramfit.cli.main import app
+from vramfit.plan import changes_to_fit
+from vramfit.scenario import parse_scenario
+
+LORA7 = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "framework": "torchtune",
+         "gradient_checkpointing": "full", "micro_batch_size": 7}
+TP = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework": "torchtitan", "num_gpus": 2,
+      "tensor_parallel": 2, "micro_batch_size": 4, "seq_len": 8192}
+
+
+def _by_name(sc, card, **kw):
+    return {c.name: c for c in changes_to_fit(sc, card, **kw)}
+
+
+def test_a_smaller_micro_batch_keeps_the_effective_batch_exactly():
+    c = _by_name(LORA7, "a100-40gb-sxm")["smaller-micro-batch"]
+    assert c.changes == {"micro_batch_size": 1, "grad_accum": 7} and c.fits  # 7 is prime: 6 x 2 would be 12
+    assert c.description == "micro-batch 1 with 7 accumulation steps (effective batch 7)"
+    twelve = _by_name({**LORA7, "micro_batch_size": 12}, "a100-40gb-sxm")["smaller-micro-batch"]
+    mb, ga = twelve.changes["micro_batch_size"], twelve.changes["grad_accum"]
+    assert mb * ga == 12 and 1 < mb < 12 and twelve.fits
+
+
+def test_changes_under_tensor_parallelism_count_data_parallel_ranks():
+    changes = _by_name(TP, "h100-sxm")
+    for c in changes.values():
+        assert parse_scenario({**TP, **c.changes}).effective_batch == 4, c.name
+    more = changes["more-gpus"]
+    assert (more.changes["num_gpus"], more.changes["micro_batch_size"], more.changes["grad_accum"]) == (8, 1, 1)
+    assert changes["smaller-micro-batch"].description == "micro-batch 1 with 4 accumulation steps (effective batch 4)"
+
+
+def test_more_gpus_rounds_up_as_plan_rows_do_and_says_so():
+    mistral = {"model": "mistralai/Mistral-7B-v0.1", "method": "full", "precision": "bf16-mixed", "seq_len": 2048}
+    more = _by_name(mistral, "h100-sxm", effective_batch=7)["more-gpus"]
+    n = more.changes["num_gpus"]
+    now = parse_scenario({**mistral, **more.changes}).effective_batch
+    assert now > 7 and now % n == 0 and now - n < 7  # the nearest multiple of the ranks at or above 7
+    assert more.description.endswith(f"(effective batch {now}: the nearest multiple of {n} ranks at or above 7)")
+    # an effective batch of 1 takes one GPU: no more-gpus change, as the planner plans at most 1 GPU for it
+    assert "more-gpus" not in _by_name({"model": "meta-llama/Llama-3.1-8B", "method": "full"}, "l40s")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--effective-batch", "4"], "(effective batch 16, not the 4 asked: its GPUs take more at this micro-batch)"),
+    (["--effective-batch", "16"], "(effective batch 16):"),
+])
+def test_the_plan_header_states_the_scenarios_real_effective_batch(args, words):
+    r = CliRunner().invoke(app, ["plan", "--model", "meta-llama/Llama-3.1-8B", "--num-gpus", "8", "--parallelism", "ddp",
+                                 "--micro-batch-size", "2", *args], env={"COLUMNS": "250", "VRAMFIT_CALIBRATION": "off"})
+    assert r.exit_code in (0, 1), r.output
+    assert "your scenario at micro-batch 2 × 1 accumulation × 8 GPU " + words in r.output
+
+
+def test_host_ram_is_per_node_on_multi_node_plans():
+    """``host_ram_bytes`` is labelled "all GPUs of one node": a 16-GPU plan over two nodes summed both nodes' RAM."""
+    from vramfit.plan import plan
+
+    rep = plan({"model": "meta-llama/Llama-3.1-70B", "method": "full"}, gpu_ids=["h100-sxm"], effective_batch=64,
+               max_gpus=32)
+    rows = {(p.num_gpus, p.scenario.get("num_nodes")): p for p in rep.plans if p.host_ram_bytes}
+    one, two = rows[(8, 1)], rows[(16, 2)]
+    assert one.host_ram_bytes == two.host_ram_bytes > 0
