@@ -29,9 +29,9 @@ TRL_CONFIG_CLASS = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", 
 PREFERENCE = (Stage.DPO, Stage.KTO, Stage.ORPO, Stage.SIMPO)
 REFERENCE_FREE = (Stage.SFT, Stage.ORPO, Stage.SIMPO)
 GENERATES = (Stage.GRPO, Stage.PPO)
-#: Stages whose rules read micro_batch_size and grad_accum together (GRPO: num_generations must divide
-#: micro_batch_size x num_gpus x grad_accum, :func:`check_stage_keys`): a variant that changes either is re-checked whole.
-BATCH_RULE_STAGES = (Stage.GRPO,)
+#: Stages whose rules read the batch keys (GRPO: num_generations must divide micro_batch_size x num_gpus x grad_accum;
+#: KTO: at least 2 per GPU batch, :func:`check_stage_keys`): a variant that changes one is re-checked whole.
+BATCH_RULE_STAGES = (Stage.GRPO, Stage.KTO)
 
 
 def STAGE_FIELDS(Field, CH, INT, NUM, BOOL) -> tuple:  # noqa: N802, N803 - rows of the scenario table
@@ -114,6 +114,10 @@ def _set_nll_weights(kw: dict, raw: dict) -> None:
         kw.setdefault("cpo_alpha", CPO_ALPHA)
 
 
+#: KTO's least per-device batch (TRL 1.16.0 kto_trainer.py l. 844-847), also its default here (vramfit's is 1).
+KTO_MIN_MICRO_BATCH = 2
+
+
 def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
     """Fill the stage keys' defaults into ``kw`` and reject keys of another stage and bad combinations."""
     kw.setdefault("stage", Stage.SFT)
@@ -140,6 +144,14 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
         if kw["completion_len"] >= seq:
             raise ScenarioError("completion_len", f"must be shorter than seq_len ({seq}), which holds the prompt "
                                                   "and the completion")
+    if stage is Stage.KTO:
+        # the KL term pairs each example with another of its batch: TRL 1.16.0 kto_trainer.py l. 844-847 refuses a
+        # per-device batch of 1 ("Actual (not effective) batch size must be > 1") for every loss that computes it
+        if "micro_batch_size" not in raw:
+            kw["micro_batch_size"] = KTO_MIN_MICRO_BATCH
+        if kw.get("micro_batch_size", KTO_MIN_MICRO_BATCH) < KTO_MIN_MICRO_BATCH:
+            raise ScenarioError("micro_batch_size", "KTO's KL term needs at least 2 examples per GPU batch (TRL "
+                                "refuses 1)", [f"{KTO_MIN_MICRO_BATCH} or more"])
     if stage is Stage.GRPO:
         n = kw.setdefault("num_generations", GRPO_NUM_GENERATIONS)
         gpus = kw.get("num_gpus", 1)
@@ -159,7 +171,8 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
         batch = kw.get("micro_batch_size", 1) * kw.get("num_gpus", 1) * kw.get("grad_accum", 1)
         if batch % n:
             raise ScenarioError("num_generations", f"must divide the completions per step (micro_batch_size × "
-                                                   f"num_gpus × grad_accum = {batch}), as TRL requires; got {n}")
+                                                   f"num_gpus × grad_accum = {batch}), as TRL requires; got {n}",
+                                [str(d) for d in range(2, batch + 1) if batch % d == 0] or ["a larger batch"])
 
 
 def micro_batch_step(sc: Any) -> int:
@@ -179,6 +192,12 @@ def seq_len_step(sc: Any) -> int:
     from vramfit.layout_keys import seq_len_multiple
 
     return seq_len_multiple(getattr(sc, "context_parallel", 1) or 1)
+
+
+def min_micro_batch(sc: Any) -> int:
+    """The smallest micro-batch the scenario's stage accepts with its other batch keys fixed (:func:`check_stage_keys`):
+    KTO's 2, GRPO's :func:`micro_batch_step`; else 1."""
+    return KTO_MIN_MICRO_BATCH if sc.stage is Stage.KTO else micro_batch_step(sc)
 
 
 def min_seq_len(sc: Any) -> int:

@@ -1,7 +1,7 @@
 """KTO and GRPO before TRL 1.0, and LLaMA-Factory's own preference trainers (framework_version llamafactory-0.9).
 
-Qwen2.5-0.5B: V = 151,936; one example of 2048 tokens (KTO), one pair (4096 tokens: DPO, ORPO), GRPO's default
-512-token completion. F is the logits' bytes in the dtype each path reads them."""
+Qwen2.5-0.5B: V = 151,936; two examples of 2048 tokens (KTO: the least TRL runs, kto_trainer.py l. 844-847), one pair
+(4096 tokens: DPO, ORPO), GRPO's default 512-token completion. F is the logits' bytes in the dtype each path reads them."""
 
 from pathlib import Path
 
@@ -30,8 +30,8 @@ def triple(m):
 def test_kto_before_1_0_builds_the_logits_and_copies_them_for_its_metrics():
     """trl-0.29: the row loop (saved F of log_softmax rows, logits F) plus the chosen/rejected index copies (F):
     3F in the forward; trl-0.14: the whole log_softmax (3F) and then the copies next to logits + output (3F)."""
-    F = 2 * 2048 * V
-    assert F == 622_329_856
+    F = 2 * 2 * 2048 * V
+    assert F == 1_244_659_712
     assert triple(loss(stage="kto", framework_version="trl-0.29")) == (F, 3 * F, 2 * F)
     assert triple(loss(stage="kto", framework_version="trl-0.14")) == (F, 3 * F, 3 * F)
     # fp32 logits (transformers 4.44): the logsumexp loop saves the logits themselves, the copies add one F
@@ -87,7 +87,8 @@ def test_llamafactory_import_runs_its_trainers(tmp_path):
     for stage, extra, want in (("dpo", "pref_loss: orpo\n", "llamafactory-0.9"), ("kto", "", "llamafactory-0.9"),
                                ("sft", "", None), ("ppo", "", None)):
         cfg = tmp_path / f"{stage}.yaml"
-        cfg.write_text(base.replace("stage: sft", f"stage: {stage}\n{extra}"))
+        cfg.write_text(base.replace("stage: sft", f"stage: {stage}\n{extra}")  # KTO: at least 2 a batch (TRL)
+                       .replace("per_device_train_batch_size: 1", "per_device_train_batch_size: 2"))
         assert from_config(cfg).scenario.framework_version == want, stage
     orpo = from_config(tmp_path / "dpo.yaml").scenario
     T = 2 * orpo.micro_batch_size * orpo.seq_len
@@ -106,7 +107,7 @@ def test_the_reference_pass_runs_next_to_the_policys_held_logits():
     """KTO before 1.0 holds the policy's chosen/rejected copies (F) through the reference pass, whose own no_grad
     forward makes logits and copies too (2F; trl-0.14's whole log_softmax 3F). LLaMA-Factory's DPO holds its
     fp32 logits (split views) there: saved F + held F, and the reference pass's 3F. TRL's DPO holds nothing."""
-    F = 2 * 2048 * V
+    F = 2 * 2 * 2048 * V  # KTO: two examples
     assert score_phase(stage="kto", framework_version="trl-0.29") == (2 * F, 2 * F)
     assert score_phase(stage="kto", framework_version="trl-0.14") == (2 * F, 3 * F)
     F32 = 4 * 4096 * V

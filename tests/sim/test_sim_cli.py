@@ -76,3 +76,12 @@ def test_simulate_refuses_model_parallel_layouts(flag, key):
     assert res.exit_code == 2
     assert res.output.strip().splitlines()[-1] == (
         f"error: {key}: the simulator runs no {key.replace('_', ' ')}ism; it is estimator-only (valid values: 1)")
+
+
+def test_simulate_refuses_a_stage_with_images_in_one_line():
+    """It raised a RuntimeError traceback (the stage's mask positions are text rows only)."""
+    res = CliRunner().invoke(app, ["simulate", "--model", "Qwen/Qwen2-VL-2B-Instruct", "--stage", "dpo", "--method",
+                                   "lora", "--seq-len", "512", "--images-per-sample", "1"])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == (
+        "error: images_per_sample: the simulator runs dpo on text only; with images it is estimator-only (valid values: 0)")

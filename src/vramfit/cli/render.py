@@ -8,6 +8,8 @@ from rich.table import Table
 
 from vramfit.estimate.result import EstimateResult
 from vramfit.models.context import trained_to
+from vramfit.scenario import parse_scenario
+from vramfit.stage_keys import min_micro_batch
 from vramfit.units import gb, gib
 
 
@@ -133,7 +135,8 @@ def render_fit(r, sc, cal, console: Console) -> None:
     # completions); typed without --grad-accum, a micro-batch takes the least that does (plan/fit.py)
     n = r.max_micro_batch_grad_accum
     accum = f" × {n} accumulation (--grad-accum {n})" if r.scenario.get("stage") == "grpo" else ""
-    mb = ("none (micro-batch 1 does not fit)" if r.max_micro_batch is None
+    least = min_micro_batch(parse_scenario(r.scenario))  # KTO's 2, GRPO's whole groups (stage_keys)
+    mb = (f"none (micro-batch {least} does not fit)" if r.max_micro_batch is None
           else f"{r.max_micro_batch}{accum} (needs {gib1(r.max_micro_batch_required_bytes)} GiB)")
     seq = "none" if r.max_seq_len is None else f"{r.max_seq_len:,} tokens (needs {gib1(r.max_seq_len_required_bytes)} GiB)"
     console.print(f"largest micro-batch at seq {r.max_micro_batch_seq_len or r.scenario['seq_len']}: {mb}")

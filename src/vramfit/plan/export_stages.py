@@ -67,6 +67,9 @@ def _grpo(sc: dict[str, Any], notes: list[str]) -> dict[str, Any]:
         out["vllm_mode"] = "server"
         notes.append("vllm-server: start `trl vllm-serve --model <model>` on GPUs of its own first "
                      "(CUDA_VISIBLE_DEVICES set apart from the training GPUs)")
+    # TRL 1.16.0 grpo_trainer.py l. 558 (AutoModelForSequenceClassification.from_pretrained) and l. 1214
+    # (accelerator.prepare_model, evaluation mode): a frozen copy on every training GPU, which no scenario key sizes
     notes.append("grpo: train.py needs --reward_model (a sequence-classification model path or id) to score "
-                 "the completions")
+                 "the completions; TRL loads it on every training GPU beside the policy, which the plan's figures do "
+                 "not count: add its weights (2 bytes per parameter in bf16) to each GPU's")
     return out

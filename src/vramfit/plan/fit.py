@@ -18,7 +18,7 @@ from vramfit.plan.evaluate import Evaluator
 from vramfit.plan.inputs import fraction
 from vramfit.plan.verdict import SAFETY_MARGIN, card_fit, card_refusal, figures_fit, fits, limit_bytes
 from vramfit.scenario import MAX_BATCH, MAX_SEQ_LEN, Scenario, parse_scenario
-from vramfit.stage_keys import BATCH_RULE_STAGES, micro_batch_step, min_seq_len, seq_len_step
+from vramfit.stage_keys import BATCH_RULE_STAGES, micro_batch_step, min_micro_batch, min_seq_len, seq_len_step
 
 GRID_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 GRID_SEQ_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -148,7 +148,8 @@ def fit(
     # micro-batch, the accumulation would jump (8 at 43, 2 at 44 on one GPU) and with it the generation batch and its
     # KV cache, so memory would not grow with the micro-batch and no search could find the largest that fits
     hold = {"grad_accum": base.grad_accum} if base.stage in BATCH_RULE_STAGES else {}
-    mb = _largest(lambda k: ok(micro_batch_size=k * step, **hold), base.micro_batch_size // step, MAX_BATCH // step)
+    mb = _largest(lambda k: ok(micro_batch_size=k * step, **hold), base.micro_batch_size // step, MAX_BATCH // step,
+                  lo=-(-min_micro_batch(base) // step))
     mb = mb and mb * step
     seq = _largest_seq_len(base, lambda s: ok(seq_len=s))
     bs = tuple(batches or GRID_BATCHES)

@@ -313,3 +313,6 @@ def check(sc: Scenario) -> None:
     if reference(sc) is Reference.COPY and sc.method is not Method.FULL:
         raise ScenarioError("reference", "a separate reference copy beside LoRA adapters is estimator-only in the "
                             "simulator", ["auto", "adapters-off", "precomputed"])
+    if sc.images_per_sample or sc.frames_per_sample:  # its stage batches hold text rows only (the mask's positions)
+        raise ScenarioError("images_per_sample", f"the simulator runs {sc.stage.value} on text only; with images it "
+                            "is estimator-only", ["0"])

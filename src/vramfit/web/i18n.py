@@ -202,6 +202,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "c.value_gradients": ("PPO value gradients", "gradientes do modelo de valor"),
     "c.value_activations": ("PPO value activations", "ativações do modelo de valor"),
     "c.reward_model": ("PPO reward model", "modelo de recompensa do PPO"),
+    "c.rollout_scores": ("PPO generation scores", "pontuações da geração do PPO"),
 }
 
 #: Texts of the calculator page that are not scenario fields: results, the cards table, the changes,

@@ -207,9 +207,12 @@ RULES: list[tuple[str, str]] = [
      r"apart from the training GPUs\)$",
      "vllm-server: arranca primeiro `trl vllm-serve --model <model>` em GPUs próprias (CUDA_VISIBLE_DEVICES "
      "separado das GPUs de treino)"),
-    (r"^grpo: train\.py needs --reward_model \(a sequence-classification model path or id\) to score the completions$",
+    (r"^grpo: train\.py needs --reward_model \(a sequence-classification model path or id\) to score the completions; "
+     r"TRL loads it on every training GPU beside the policy, which the plan's figures do not count: add its weights "
+     r"\(2 bytes per parameter in bf16\) to each GPU's$",
      "grpo: o train.py precisa de --reward_model (caminho ou id de um modelo de classificação de sequências) para "
-     "pontuar as completações"),
+     "pontuar as completações; o TRL carrega-o em cada GPU de treino ao lado da política, o que os valores do plano não "
+     "contam: soma os seus pesos (2 bytes por parâmetro em bf16) aos de cada GPU"),
     (r"^\+ (\d+) GPUs? of the node for the vLLM server \(trl vllm-serve, tensor parallel (\d+)\); the time counts "
      r"training only, the cost all the cards$",
      "+ $1 GPU(s) do nó para o servidor vLLM (trl vllm-serve, paralelismo de tensores $2); o tempo conta só o "

@@ -167,6 +167,10 @@ _STAGE_RULES: list[tuple[str, str]] = [
      r"1-wide score head; reward model: a frozen copy of the same architecture\.$",
      "Modelo de valor do PPO: a arquitetura da política, treinada por completo (sem PEFT), com o lm_head contado em "
      "vez da sua cabeça de pontuação de largura 1; modelo de recompensa: uma cópia congelada da mesma arquitetura."),
+    (r"^PPO keeps its rollouts' generation scores \(fp32, completions × completion_len × vocabulary: " + _N
+     + r" GiB\) through scoring and training, and the previous step's through the next rollout \(TRL's logitss\)\.$",
+     "O PPO guarda as pontuações da geração dos seus rollouts (fp32, completações × completion_len × vocabulário: "
+     "⟨$1⟩ GiB) durante a pontuação e o treino, e as do passo anterior durante o rollout seguinte (logitss do TRL)."),
 ]
 
 #: Reserved-memory notes (fsdp_reserved, nf4_load, reentrant_fsdp1) and the QLoRA cast note of TRL's recipe.

@@ -37,6 +37,7 @@ COMPONENTS: dict[str, tuple[str, str]] = {
     "value_gradients": ("backward", "PPO value model gradients"),
     "value_activations": ("forward-backward", "PPO value model saved activations"),
     "reward_model": ("persistent", "PPO frozen reward model"),
+    "rollout_scores": ("persistent", "PPO: the rollouts' fp32 generation scores, kept to the next rollout"),
 }
 
 

@@ -339,10 +339,10 @@ def reference_model(step: Step) -> Iterator[Contribution]:
     """A frozen reference copy, resident in every phase."""
     from vramfit.estimate.stages import reference
 
-    sc = step.sc
-    ref = reference(sc)
-    fsdp_keeps = ref is Reference.PRECOMPUTED and sc.parallelism is Parallelism.FSDP and sc.method is Method.FULL
-    if ref is Reference.COPY or fsdp_keeps:  # precompute is ignored under FSDP (dpo_trainer.py:909)
+    # precomputed reference log-probs hold no copy in training, under FSDP too: TRL 1.16.0 loads one there for the
+    # precompute pass and drops it after (dpo_trainer.py:908-914, 1033-1034; kto_trainer.py:1041-1042: "freed once it
+    # is done"; prepare_fsdp registers it nowhere else), so it is gone before the first training step
+    if reference(step.sc) is Reference.COPY:
         copy = frozen_copy_bytes(step)
         for phase in EVERY_PHASE:
             yield Contribution("reference_model", phase, copy)
@@ -364,8 +364,10 @@ def preference_score(step: Step) -> Iterator[Contribution]:
                 # (mm_buf is local to ChunkedLogProbFunction.forward, kernels/chunked_logprob.py:347)
                 kept = step.loss.saved + held_logits(step) if c.name == "logits_loss" else c.bytes
                 yield Contribution(c.name, SCORE, kept)
-    seqs = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size
-    yield from scoring_pass(step, seqs, sc.seq_len, seqs * sc.seq_len)
+    from vramfit.estimate.vision_inputs import lm_scenario
+
+    seqs, row = (2 if sc.stage in PAIRED else 1) * sc.micro_batch_size, lm_scenario(step.spec, sc).seq_len
+    yield from scoring_pass(step, seqs, row, seqs * row)  # a vision-language model's image tokens re-run too
 
 
 CONTRIBUTORS = (reference_model, preference_score)

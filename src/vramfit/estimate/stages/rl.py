@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Generation, Method, Parallelism, Quantize, Stage
+from vramfit.choices import Generation, Method, Offload, Parallelism, Quantize, Stage
 from vramfit.errors import ScenarioError
 from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, StepPhase
@@ -97,31 +97,44 @@ def vllm_bytes(step: Step) -> int:
     return int(step.sc.vllm_gpu_memory_utilization * step.card.usable_bytes)
 
 
+def lm_seq_len(step: Step) -> int:
+    """Tokens per sequence as the language model sees them: the text's ``seq_len`` plus a vision-language model's
+    image and video tokens (estimate/vision_inputs.py ``lm_scenario``). TRL feeds a rollout's prompt with its pixel
+    values and expanded image placeholders (grpo_trainer.py ``_generate_single_turn``: ``generate_inputs``), and the
+    scoring and reference passes re-run the same inputs, so their caches and logits rows include them."""
+    from vramfit.estimate.vision_inputs import lm_scenario
+
+    return lm_scenario(step.spec, step.sc).seq_len
+
+
 def hf_generate(step: Step) -> Iterator[Contribution]:
     """transformers generate: the larger of the prefill (prompt cache + one no_grad block over the
     prompts) and the last decode step (full cache, one layer's ``torch.cat`` copy, fp32 logits and
-    probabilities of the last position)."""
-    sc, B = step.sc, generation_batch(step.sc)
-    prompt = sc.seq_len - sc.completion_len
+    probabilities of the last position); the prompt holds a vision-language model's image tokens (:func:`lm_seq_len`)."""
+    sc, B, total = step.sc, generation_batch(step.sc), lm_seq_len(step)
+    prompt = total - sc.completion_len
     block = no_grad_block(step, B * prompt, prompt) + _dora_pass(step, B, prompt)
     prefill = kv_cache_bytes(step, B, prompt) + block
-    layer = kv_cache_bytes(step, B, sc.seq_len) // step.spec.num_hidden_layers + _dora_pass(step, B, 1)
+    layer = kv_cache_bytes(step, B, total) // step.spec.num_hidden_layers + _dora_pass(step, B, 1)
     V = vocab_rows(step.spec)
     last = B * V * (logits_bytes_per_element(sc, step.profile) + 4 + 4)
-    if prefill > kv_cache_bytes(step, B, sc.seq_len) + layer + last:
+    if prefill > kv_cache_bytes(step, B, total) + layer + last:
         yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, prompt))
         yield Contribution("generation_transient", GEN, block)
     else:
-        yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, sc.seq_len))
+        yield Contribution("kv_cache", GEN, kv_cache_bytes(step, B, total))
         yield Contribution("generation_transient", GEN, layer + last)
-    if sc.parallelism is Parallelism.ZERO3 and sc.num_gpus > 1:
-        # unwrap_model_for_generation gathers every parameter of the engine's module (ds3_gather_for_generation=True,
-        # trl/models/utils.py `GatheredParameters(model.parameters())`); PPO's engine wraps PolicyAndValueWrapper, so
-        # the value model is gathered with the policy (TRL v1.9.0 experimental/ppo/ppo_trainer.py:492, 683-686;
-        # v0.17.0 trainer/ppo_trainer.py:228, 422-423)
+    if sc.parallelism is Parallelism.ZERO3:
+        # unwrap_model_for_generation gathers every parameter of the engine's module whenever ZeRO-3 is on, on one GPU
+        # too (ds3_gather_for_generation=True, trl/models/utils.py `GatheredParameters(model.parameters())`), onto the
+        # GPU: beside the resident shard, or all of it where the parameters live on the host (offload_param); PPO's
+        # engine wraps PolicyAndValueWrapper, so the value model is gathered with the policy (TRL v1.9.0
+        # experimental/ppo/ppo_trainer.py:492, 683-686; v0.17.0 trainer/ppo_trainer.py:228, 422-423)
         full = step.spec.num_params * sc.precision.compute_bytes
+        resident = 0 if sc.offload is Offload.OPTIMIZER_PARAMS else shard(full, sc.num_gpus)
         models = 2 if sc.stage is Stage.PPO else 1
-        yield Contribution("gathered_weights", GEN, models * (full - shard(full, sc.num_gpus)))
+        if full > resident:
+            yield Contribution("gathered_weights", GEN, models * (full - resident))
 
 
 def _dora_pass(step: Step, rows: int, row: int) -> int:
@@ -163,11 +176,12 @@ def rl_score(step: Step) -> Iterator[Contribution]:
         return
     yield from _persistent(step, SCORE)
     yield from _zero3_grad_partition(step, SCORE)
+    total = lm_seq_len(step)
     if sc.stage is Stage.GRPO:
-        yield from scoring_pass(step, sc.micro_batch_size, sc.seq_len, sc.micro_batch_size * sc.completion_len)
+        yield from scoring_pass(step, sc.micro_batch_size, total, sc.micro_batch_size * sc.completion_len)
     else:
         B = generation_batch(sc)
-        yield from scoring_pass(step, B, sc.seq_len, B * sc.seq_len)
+        yield from scoring_pass(step, B, total, B * total)
 
 
 def value_step(step: Step) -> Step:
@@ -202,13 +216,37 @@ def ppo_models(step: Step) -> Iterator[Contribution]:
         yield Contribution("value_activations", phase, v.acts.blocks)
 
 
-CONTRIBUTORS = (reference_model, generate, vllm_resident, rl_score, ppo_models)
+def ppo_scores_bytes(step: Step) -> int:
+    """PPO's kept generation scores: every rollout's fp32 ``completions x completion_len x vocabulary`` rows (below)."""
+    sc = step.sc
+    return sc.micro_batch_size * sc.grad_accum * sc.completion_len * vocab_rows(step.spec) * 4
+
+
+def ppo_scores(step: Step) -> Iterator[Contribution]:
+    """PPO's generation scores (TRL v1.9.0 experimental/ppo/ppo_trainer.py): ``generate`` asks for ``output_scores``,
+    each step's processed logits in fp32 (transformers generation/utils.py ``_sample`` casts them before the
+    processors), and stacks them (l. 101-110); ``batch_generation`` pads the chunks into one tensor (l. 115-144); the
+    train loop binds it to ``logitss`` (l. 690), which nothing deletes: it lives through scoring and training, and the
+    previous step's through the next rollout until ``batch_generation`` returns. Generation's high point is the larger
+    of the last chunk's stack (the previous scores, the earlier chunks', the chunk's per-step rows and their stack, its
+    KV cache alive in ``output``) and the pad (the previous scores, the chunks and their padded copy, no KV cache)."""
+    if step.sc.stage is not Stage.PPO:
+        return
+    kept, chunk = ppo_scores_bytes(step), generation_batch(step.sc)
+    row = kept // (step.sc.micro_batch_size * step.sc.grad_accum)
+    cache = kv_cache_bytes(step, chunk, lm_seq_len(step))  # counted by hf_generate at the stack's moment
+    yield Contribution("rollout_scores", GEN, max(2 * kept + chunk * row, 3 * kept - cache))
+    for phase in (SCORE, *TRAINING):
+        yield Contribution("rollout_scores", phase, kept)
+
+
+CONTRIBUTORS = (reference_model, generate, vllm_resident, rl_score, ppo_models, ppo_scores)
 
 
 def describe_rl(step: Step) -> list[str]:
     sc = step.sc
     B = generation_batch(sc)
-    out = [f"Rollouts: {B} completions per GPU generated at once, {sc.seq_len - sc.completion_len} prompt + "
+    out = [f"Rollouts: {B} completions per GPU generated at once, {lm_seq_len(step) - sc.completion_len} prompt + "
            f"{sc.completion_len} completion tokens"
            + (f", {sc.num_generations} per prompt" if sc.stage is Stage.GRPO else "") + "."]
     if sc.stage is Stage.GRPO:
@@ -216,7 +254,7 @@ def describe_rl(step: Step) -> list[str]:
         out.append(f"Per optimizer step: {per_step} completions = {per_step // sc.num_generations} prompts × "
                    f"{sc.num_generations} generations (the effective batch counts completions, as TRL's does).")
     if sc.generation is Generation.HF:
-        out.append(f"Generation with transformers generate: KV cache {kv_cache_bytes(step, B, sc.seq_len) / 2**30:,.2f} GiB "
+        out.append(f"Generation with transformers generate: KV cache {kv_cache_bytes(step, B, lm_seq_len(step)) / 2**30:,.2f} GiB "
                    "(2 × layers × kv_heads × head_dim × tokens × dtype, every layer full length).")
     elif sc.generation is Generation.VLLM_COLOCATE:
         out.append(f"vLLM colocated: {sc.vllm_gpu_memory_utilization:g} × {step.card.name} = "
@@ -230,4 +268,7 @@ def describe_rl(step: Step) -> list[str]:
     if sc.stage is Stage.PPO:
         out.append("PPO value model: the policy's architecture trained in full (not PEFT), lm_head counted in place of "
                    "its 1-wide score head; reward model: a frozen copy of the same architecture.")
+        out.append(f"PPO keeps its rollouts' generation scores (fp32, completions × completion_len × vocabulary: "
+                   f"{ppo_scores_bytes(step) / 2**30:,.2f} GiB) through scoring and training, and the previous step's "
+                   "through the next rollout (TRL's logitss).")
     return out

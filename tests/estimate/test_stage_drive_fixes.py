@@ -1,0 +1,92 @@
+"""Preference and RL stages as TRL runs them, found by driving the product (issue 13 review, 2026-12-07)."""
+
+import pytest
+from typer.testing import CliRunner
+
+from vramfit import estimate
+from vramfit.cli.main import app
+from vramfit.errors import ScenarioError
+from vramfit.scenario import parse_scenario
+
+QWEN7 = "Qwen/Qwen2.5-7B"
+
+
+def _comp(r, name):
+    return next((c.bytes for c in r.components if c.name == name), 0)
+
+
+def _phase(r, name):
+    return next(p.allocated_bytes for p in r.phases if p.phase == name)
+
+
+def _at(r, phase):
+    return next(dict(p.breakdown) for p in r.phases if p.phase == phase)
+
+
+def test_zero3_generation_gathers_every_weight_on_one_gpu_with_parameter_offload():
+    """TRL's unwrap_model_for_generation gathers the whole model whenever ZeRO-3 is on (trl/models/utils.py
+    GatheredParameters): with offloaded parameters none of it was on the GPU, so all of it is extra; on one GPU
+    without offload the partition is the whole model already."""
+    keys = {"model": QWEN7, "stage": "grpo", "method": "lora", "seq_len": 2048, "micro_batch_size": 16, "grad_accum": 4,
+            "gradient_checkpointing": "full", "parallelism": "zero3", "num_gpus": 1}
+    full = estimate(keys).model.num_params * 2
+    assert _at(estimate({**keys, "offload": "optimizer+params"}), "generate")["gathered_weights"] == full
+    assert _at(estimate({**keys, "offload": "optimizer+params", "num_gpus": 8, "grad_accum": 1}),
+               "generate")["gathered_weights"] == full
+    eight = _at(estimate({**keys, "num_gpus": 8, "grad_accum": 1}), "generate")["gathered_weights"]
+    assert full - full // 8 - 8 <= eight < full  # beside the resident shard
+    assert "gathered_weights" not in _at(estimate(keys), "generate")
+
+
+def test_vision_rollouts_and_reference_passes_hold_the_image_tokens():
+    keys = {"model": "Qwen/Qwen2-VL-2B-Instruct", "stage": "grpo", "method": "lora", "micro_batch_size": 8,
+            "grad_accum": 16, "seq_len": 2048, "completion_len": 1024, "gradient_checkpointing": "full",
+            "image_height": 896, "image_width": 896}
+    text, images = estimate({**keys, "images_per_sample": 0}), estimate({**keys, "images_per_sample": 4})
+    kv = [a for a in images.assumptions if a.startswith("Generation with transformers generate: KV cache")]
+    assert kv and "KV cache 21.00 GiB" in kv[0]  # 1,024 prompt + 4,096 image + 1,024 completion tokens, 3x text's 7.00
+    assert any("5120 prompt + 1024 completion tokens" in a for a in images.assumptions)
+    assert _phase(images, "generate") > 2 * _phase(text, "generate")
+    dpo = {"model": "Qwen/Qwen2-VL-2B-Instruct", "stage": "dpo", "method": "lora", "micro_batch_size": 2, "seq_len": 512}
+    assert _comp(estimate({**dpo, "images_per_sample": 2}), "score_logits") > _comp(estimate(dpo), "score_logits")
+
+
+def test_precomputed_reference_keeps_no_copy_under_fsdp():
+    """TRL 1.16.0 dpo_trainer.py l. 1033-1034 / kto_trainer.py l. 1041-1042 drop the reference after the precompute."""
+    keys = {"model": "meta-llama/Llama-3.1-8B", "stage": "dpo", "method": "full", "parallelism": "fsdp", "num_gpus": 8,
+            "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full"}
+    pre, copy = estimate({**keys, "reference": "precomputed"}), estimate({**keys, "reference": "copy"})
+    assert _comp(pre, "reference_model") == 0 < _comp(copy, "reference_model")
+    assert pre.peak.allocated_bytes < copy.peak.allocated_bytes
+
+
+def test_kto_needs_two_examples_per_gpu_batch():
+    """TRL 1.16.0 kto_trainer.py l. 844-847 refuses a per-device batch of 1 (the KL term pairs examples)."""
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"model": QWEN7, "stage": "kto", "micro_batch_size": 1})
+    assert str(err.value) == ("micro_batch_size: KTO's KL term needs at least 2 examples per GPU batch (TRL refuses 1) "
+                              "(valid values: 2 or more)")
+    assert parse_scenario({"model": QWEN7, "stage": "kto"}).micro_batch_size == 2
+    r = CliRunner().invoke(app, ["fit", "--model", "meta-llama/Llama-3.1-8B", "--stage", "kto", "--method", "lora",
+                                 "--seq-len", "4096", "--gpu", "h100-sxm"], env={"COLUMNS": "200", "VRAMFIT_CALIBRATION": "off"})
+    assert "largest micro-batch at seq 4096: none (micro-batch 2 does not fit)" in r.output
+
+
+def test_ppo_keeps_its_generation_scores():
+    """TRL v1.9.0 experimental/ppo/ppo_trainer.py: stacked fp32 scores, padded and kept as ``logitss`` to the next
+    rollout; the generation phase grew smaller as completion_len grew."""
+    keys = {"model": "meta-llama/Llama-3.2-1B", "method": "lora", "stage": "ppo", "micro_batch_size": 4, "grad_accum": 16,
+            "seq_len": 1024, "gradient_checkpointing": "full"}
+    short, long = estimate({**keys, "completion_len": 53}), estimate({**keys, "completion_len": 256})
+    rows = 64 * 128_256 * 4  # 64 rollouts per GPU (4 x 16), fp32 vocabulary rows
+    assert _phase(long, "generate") > _phase(short, "generate")
+    for r, n in ((short, 53), (long, 256)):
+        assert _at(r, "score")["rollout_scores"] == _at(r, "optimizer-step")["rollout_scores"] == n * rows
+        # one chunk of 64: the stack (previous + this chunk's rows + their stack) and the pad both reach 3 x
+        assert _at(r, "generate")["rollout_scores"] == 3 * n * rows
+
+
+def test_num_generations_error_lists_the_group_sizes_that_divide():
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"model": QWEN7, "stage": "grpo", "micro_batch_size": 6, "grad_accum": 1})
+    assert str(err.value).endswith("got 8 (valid values: 2, 3, 6)")
