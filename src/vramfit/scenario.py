@@ -207,9 +207,9 @@ class Scenario:
         # values derived from another key follow it when that key changes and they are not given
         # (grad_accum: GRPO's default is the least accumulation that holds whole groups of completions per step,
         # stage_keys.check_stage_keys, so it follows the stage, the GPU count, the micro-batch and the group size;
-        # elsewhere its default is 1)
+        # elsewhere its default is 1; micro_batch_size: KTO's default is 2, the least TRL runs)
         derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",),
-                   "framework": ("precision", "parallelism"), "stage": ("grad_accum",),
+                   "framework": ("precision", "parallelism"), "stage": ("grad_accum", "micro_batch_size"),
                    "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum"),
                    "micro_batch_size": ("grad_accum",), "num_generations": ("grad_accum",),
                    "optimizer_in_backward": ("grad_accum",)}

@@ -90,3 +90,11 @@ def test_num_generations_error_lists_the_group_sizes_that_divide():
     with pytest.raises(ScenarioError) as err:
         parse_scenario({"model": QWEN7, "stage": "grpo", "micro_batch_size": 6, "grad_accum": 1})
     assert str(err.value).endswith("got 8 (valid values: 2, 3, 6)")
+
+
+def test_a_variant_moving_to_kto_takes_its_least_micro_batch_unless_one_was_given():
+    base = parse_scenario({"model": QWEN7})
+    assert base.replace(stage="kto").micro_batch_size == 2 and base.replace(stage="dpo").micro_batch_size == 1
+    assert parse_scenario({"model": QWEN7, "micro_batch_size": 4}).replace(stage="kto").micro_batch_size == 4
+    # a value at its schema default follows, as every key a scenario written out whole states (Scenario._keeps)
+    assert parse_scenario({"model": QWEN7, "micro_batch_size": 1}).replace(stage="kto").micro_batch_size == 2
