@@ -70,3 +70,20 @@ def test_host_ram_is_per_node_on_multi_node_plans():
     rows = {(p.num_gpus, p.scenario.get("num_nodes")): p for p in rep.plans if p.host_ram_bytes}
     one, two = rows[(8, 1)], rows[(16, 2)]
     assert one.host_ram_bytes == two.host_ram_bytes > 0
+
+
+def test_the_plan_header_states_the_fit_figure_the_changes_table_uses():
+    """The header printed the device peak (1,392.2 GiB) beside changes whose "needs" column is the fit figure
+    (Peak.required_bytes): both are stated now, and the JSON carries the fit figure too."""
+    from vramfit.estimate import estimate
+    from vramfit.plan import plan
+
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "lora", "micro_batch_size": 16, "seq_len": 8192}
+    rep = plan(sc, gpu_ids=["rtx4090"], dataset_tokens="10M")
+    own = estimate(sc).peak
+    assert rep.to_dict()["scenario_required_bytes"] == own.required_bytes < own.device_bytes == rep.scenario_device_bytes
+    r = CliRunner().invoke(app, ["plan", "--model", sc["model"], "--method", "lora", "--gpu", "rtx4090",
+                                 "--micro-batch-size", "16", "--seq-len", "8192", "--dataset-tokens", "10M"],
+                           env={"COLUMNS": "250", "VRAMFIT_CALIBRATION": "off"})
+    assert (f"needs {own.required_bytes / 2**30:,.1f} GiB per GPU (device peak {own.device_bytes / 2**30:,.1f})"
+            in r.output)

@@ -118,7 +118,8 @@ def render_plan(r, top: int, show_all: bool) -> None:
     own = parse_scenario(sc).effective_batch  # above the one asked where its GPUs already take more
     over = "" if own == r.effective_batch else f", not the {r.effective_batch} asked: its GPUs take more at this micro-batch"
     console.print(f"your scenario at micro-batch {sc['micro_batch_size']} × {sc['grad_accum']} accumulation × "
-                  f"{sc['num_gpus']} GPU (effective batch {own}{over}): {_gib(r.scenario_device_bytes)} GiB per GPU")
+                  f"{sc['num_gpus']} GPU (effective batch {own}{over}): needs {_gib(r.scenario_required_bytes)} GiB per GPU "
+                  f"(device peak {_gib(r.scenario_device_bytes)})")
     by = "cost per token" if r.sort == "cost" else "speed"
     dl = f"; deadline {r.deadline_hours:g} h" if r.deadline_hours else ""
     band = f"time\n±{SPEED_ERROR_P90:.0%}" if r.mfu is None else "time"  # the speed model's p90 error band

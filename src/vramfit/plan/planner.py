@@ -195,7 +195,7 @@ def plan(
                                       calibration, dataset)
     return PlanReport(
         model_id=ev.model_id, num_params=num_params, num_trainable_params=trainable, scenario=sc.to_dict(),
-        scenario_device_bytes=own.peak.device_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
+        scenario_device_bytes=own.peak.device_bytes, scenario_required_bytes=own.peak.required_bytes, effective_batch=eff, dataset_tokens=tokens, epochs=ep,
         total_tokens=total, budget_usd=budget, safety_margin=margin, mfu=user_mfu,
         mfu_source=("user" if mfu is not None else SPEED_SOURCE), plans=tuple(plans),
         excluded=tuple(excluded), assumptions=tuple(list(ev.notes) + assumptions), changes=changes,

@@ -110,6 +110,8 @@ class PlanReport:
     sort: str = "cost"  # cost | time: how plans are ranked (after budget and deadline)
     deadline_hours: float | None = None
     stacks: tuple[str, ...] = ()  # software stacks planned (empty: all)
+    # the fit verdict's figure of the user's scenario (Peak.required_bytes), which the changes' "needs" column states
+    scenario_required_bytes: int | None = None
 
     @property
     def cheapest(self) -> Plan | None:
@@ -129,6 +131,7 @@ class PlanReport:
                       "num_trainable_params": self.num_trainable_params},
             "scenario": self.scenario,
             "scenario_device_bytes": self.scenario_device_bytes,
+            "scenario_required_bytes": self.scenario_required_bytes,
             "inputs": {
                 "effective_batch": self.effective_batch, "dataset_tokens": self.dataset_tokens,
                 "epochs": self.epochs, "total_tokens": self.total_tokens, "budget_usd": self.budget_usd,
