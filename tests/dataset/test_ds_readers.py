@@ -129,3 +129,47 @@ def test_a_huge_integer_in_a_row_does_not_name_pythons_setting(tmp_path):
     with pytest.raises(DatasetError) as info:
         list(readers.iter_rows(tmp_path / "big.jsonl"))
     assert str(info.value) == "dataset: line 1 of big.jsonl is not JSON: holds a number too large to read (over 4,300 digits)"
+
+
+@pytest.mark.parametrize("case", ["bad-json", "a-list", "missing-arrow"])
+def test_a_broken_datasets_folder_is_one_line(tmp_path, case):
+    """They raised JSONDecodeError, AttributeError and FileNotFoundError tracebacks."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    if case == "missing-arrow":
+        (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+        want = "hf/state.json lists data-00000-of-00001.arrow, which is not in the folder"
+    else:
+        (folder / "dataset_dict.json").write_text("{bad" if case == "bad-json" else "[1, 2]")
+        want = "hf/dataset_dict.json is not a readable datasets index (a JSON object with its splits)"
+    with pytest.raises(DatasetError) as err:
+        list(readers.iter_rows(folder))
+    assert want in str(err.value)
+
+
+def test_corrupt_parquet_pages_are_one_line(tmp_path):
+    """A valid footer over a corrupt data page failed only in iter_batches, outside the guarded open."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    rows = [{"text": words(400 + i)} for i in range(50)]
+    pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
+    raw = bytearray(path.read_bytes())
+    for i in range(64, len(raw) // 2):  # the column chunk's pages, well before the footer
+        raw[i] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DatasetError) as err:
+        list(readers.iter_rows(path))
+    assert str(err.value).startswith("dataset: c.parquet is not a readable Parquet file")
+
+
+def test_an_empty_messages_list_is_named_as_one(tmp_path, tok_dir):
+    """It said "expected a list of messages, got list"."""
+    from vramfit.web.translate import to_pt, untranslated
+
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}, {"messages": []}])
+    with pytest.raises(DatasetError) as err:
+        analyze_dataset(path, tokenizer=tok_dir)
+    assert "expected a list of messages ({role, content} objects), got an empty list" in str(err.value)
+    assert untranslated([str(err.value)]) == [] and "recebeu-se uma lista vazia" in to_pt(str(err.value))

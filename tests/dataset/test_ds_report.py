@@ -44,7 +44,8 @@ def test_padding_accounting(known, tok_dir):
     by = longest.processed_by_micro_batch
     assert list(by) == [1, 2, 4, 8, 16, 32, 64] and by[1] == one.processed_tokens and by[4] == longest.processed_tokens
     assert all(by[a] <= by[b] for a, b in zip(list(by), list(by)[1:], strict=False))  # more rows per batch, more padding
-    assert longest.processed_at(3) == by[4] and longest.processed_at(500) == by[64]
+    assert by[2] <= longest.processed_at(3) < by[4]  # batched at 3 itself (it was priced at 4's padding)
+    assert longest.processed_at(500) == 100 * 1024  # all 100 rows in one batch, padded to the longest
 
 
 def test_bfd_packing_efficiency_by_hand(known, tok_dir):
@@ -73,3 +74,33 @@ def test_helpers_on_plain_lists():
     # 1 % of 10,900 = 109 tokens: at 800 the long sample loses 200, at 900 it loses 100
     assert suggest_max_length([100] * 99 + [1000], step=100) == (900, pytest.approx(100 / 10900))
     assert suggest_max_length([10] * 1000 + [20], step=5) == (10, pytest.approx(10 / 10020))
+
+
+def test_the_plans_disk_counts_the_dataset_file_as_it_is(known, tok_dir):
+    """The raw dataset was 4 bytes per token left after truncation (here 6,424): the file on disk is what it is."""
+    from vramfit.plan import plan
+
+    r = analyze_dataset(known, tokenizer=tok_dir, policy=Policy(micro_batch_size=1, max_length=1024))
+    rep = plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "seq_len": 1024}, gpu_ids=["h100-sxm"], dataset=r)
+    disk = rep.plans[0].disk
+    assert disk.dataset_raw_bytes == known.stat().st_size == r.file_bytes != 4 * r.train_tokens
+
+
+def test_fit_on_a_padding_free_dataset_stops_at_its_rows(tmp_path, tok_dir):
+    """15 short rows, padding-free: above 15 the peak row shrank to a few tokens and fit answered 31,026."""
+    from vramfit.plan import fit
+
+    path = write_jsonl(tmp_path / "fifteen.jsonl", [{"text": words(20 + 7 * i)} for i in range(15)])
+    r = analyze_dataset(path, tokenizer=tok_dir, policy=Policy(micro_batch_size=2, padding_free=True))
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "micro_batch_size": 2, "gradient_checkpointing": "full"}
+    assert fit(sc, "h100-sxm", dataset=r).max_micro_batch == 15
+
+
+def test_a_micro_batch_between_the_simulated_sizes_is_batched_itself(known, tok_dir):
+    """A micro-batch of 3 was priced at 4's padding (the nearest size simulated at or above it)."""
+    from vramfit.dataset.policy import micro_batches
+
+    r = analyze_dataset(known, tokenizer=tok_dir, policy=Policy(micro_batch_size=4, max_length=1024))
+    three = sum(rows * n for rows, n in micro_batches(r.row_lengths, r.policy_at(3)))
+    assert r.processed_at(3) == three != r.processed_at(4)
+    assert r.processed_at(4) == r.processed_by_micro_batch[4] and r.processed_at(3) == three  # memoised, same

@@ -447,3 +447,25 @@ def test_trl_export_writes_dora_and_the_saved_modules(tmp_path):
     write(plain.plans[0], "trl", tmp_path / "plain")
     cfg = load_script(tmp_path / "plain").lora_config(trl_args(tmp_path / "plain", "--use_cpu", "true")[2])
     assert cfg.use_dora is False and cfg.modules_to_save is None
+
+
+@pytest.mark.parametrize("policy, want", [
+    ({"packing": "none", "max_length": 4096, "padding_free": False, "pad_to_multiple_of": 64, "group_by_length": True,
+      "padding": "longest"},
+     {"packing": False, "max_length": 4096, "padding_free": False, "pad_to_multiple_of": 64,
+      "train_sampling_strategy": "group_by_length"}),
+    ({"packing": "wrapped", "max_length": 2048, "padding_free": False, "padding": "longest"},
+     {"packing": True, "packing_strategy": "wrapped", "max_length": 2048}),
+    ({"packing": "none", "max_length": None, "padding_free": True, "padding": "longest"},
+     {"packing": False, "padding_free": True, "max_length": None}),
+])
+def test_trl_export_writes_the_datasets_batching(tmp_path, policy, want):
+    """The export always wrote packing: true, whatever batching the plan was sized and timed for with --dataset (a
+    padding-free plan with no max_length ran 19k-token packed rows instead)."""
+    p = next(r for r in plan({"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "seq_len": 4096},
+                             gpu_ids=["h100-sxm"], effective_batch=8).plans if r.num_gpus == 1)
+    ex = export_plan(p, "trl", batching=policy)
+    for name, text in ex.files.items():
+        (tmp_path / name).write_text(text)
+    _, args, _ = trl_args(tmp_path, "--use_cpu", "true")
+    assert {k: getattr(args, k) for k in want} == want

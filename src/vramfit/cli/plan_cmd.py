@@ -224,7 +224,7 @@ def plan_cmd(
     else:
         render_plan(r, top, show_all)
     if export and picked:
-        write_export(picked, export, export_dir, r.epochs, err_console if json_out else console)
+        write_export(picked, export, export_dir, r.epochs, err_console if json_out else console, dataset_report and dataset_report.policy)
     write_plan(write_to, sc, picked)
     if not r.plans:
         raise typer.Exit(1)
@@ -388,8 +388,7 @@ def sweep_csv(r) -> str:
         for k in p.components or {}:
             if k not in comps:
                 comps.append(k)
-    buf = io.StringIO()
-    w = csv.writer(buf)
+    w = csv.writer(buf := io.StringIO())
     w.writerow([r.key, "allocated_bytes", "reserved_bytes", "device_bytes", "required_bytes", *[f"{c}_bytes" for c in comps],
                 *[f"fits_{c['gpu_id']}" for c in r.cards], "error"])
     for p in r.points:

@@ -40,12 +40,12 @@ def pick_plan(r, pick: str):
     return r.plans[int(pick) - 1]
 
 
-def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console) -> None:
+def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console, batching: dict | None = None) -> None:
     """The files of ``plan`` for ``engine``; what was written, the command and the notes go to ``say`` (stderr when
-    stdout carries --json)."""
+    stdout carries --json). ``batching``: the dataset's batching policy the plan was sized for (export_plan)."""
     from vramfit.plan.export import export_plan
 
-    ex = export_plan(plan, engine, epochs=epochs)
+    ex = export_plan(plan, engine, epochs=epochs, batching=batching)
     taken = [name for name, text in ex.files.items() if _holds_other(out_dir / name, text)]
     if taken:  # all or nothing, before any file is written: a user's own file is never replaced
         raise ScenarioError("export_dir", f"{', '.join(shown(str(out_dir / n)) for n in taken)} already "

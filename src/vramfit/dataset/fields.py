@@ -76,7 +76,9 @@ def detect_fields(row: dict, field: str | None = None) -> Fields:
 def messages_of(value, where: str) -> list[dict]:
     """Chat messages as ``{"role", "content"}`` dicts (``from``/``value`` converted as TRL does)."""
     if not _is_messages(value):
-        raise DatasetError("field", f"{where}: expected a list of messages, got {type(value).__name__}")
+        got = "an empty list" if isinstance(value, list) and not value else (
+            "a list of other values" if isinstance(value, list) else type(value).__name__)
+        raise DatasetError("field", f"{where}: expected a list of messages ({{role, content}} objects), got {got}")
     out = []
     for m in value:
         if "role" in m:

@@ -127,13 +127,21 @@ def _parquet(path: Path) -> Iterator[dict]:
         pf = pa.parquet.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError("dataset", f"{path.name} is not a readable Parquet file: {exc}") from None
-    for batch in pf.iter_batches(batch_size=ARROW_BATCH_ROWS):
-        yield from batch.to_pylist()
+    try:  # a valid footer over corrupt data pages fails only here (a snappy page, a truncated column chunk)
+        for batch in pf.iter_batches(batch_size=ARROW_BATCH_ROWS):
+            yield from batch.to_pylist()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError("dataset", f"{path.name} is not a readable Parquet file: {exc}") from None
 
 
 def _hf_dir(path: Path, split: str) -> Iterator[dict]:
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        try:
+            splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+            splits = [str(s) for s in splits]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise DatasetError("dataset", f"{path.name}/dataset_dict.json is not a readable datasets index "
+                               f"(a JSON object with its splits): {exc}") from None
         if split not in splits:
             raise DatasetError("split", f"{split!r} is not a split of {path.name}", splits)
         path = path / split
@@ -144,6 +152,8 @@ def _hf_dir(path: Path, split: str) -> Iterator[dict]:
         raise DatasetError("dataset", f"{path} has no readable state.json: {exc}") from None
     pa = _pyarrow()
     for file in files:
+        if not file.is_file():
+            raise DatasetError("dataset", f"{path.name}/state.json lists {file.name}, which is not in the folder")
         _check_size(file)
         try:
             with pa.memory_map(str(file)) as source, pa.ipc.open_stream(source) as reader:

@@ -64,11 +64,14 @@ def checkpoint_bytes(sc: Scenario, num_params: int, trainable: int) -> int:
 
 
 def disk_needed(
-    sc: Scenario, num_params: int, trainable: int, dataset_tokens: int | None, checkpoints_kept: int = 1
+    sc: Scenario, num_params: int, trainable: int, dataset_tokens: int | None, checkpoints_kept: int = 1,
+    raw_bytes: int | None = None,
 ) -> DiskEstimate:
-    """Disk for the base model, the dataset, ``checkpoints_kept`` checkpoints and the final model."""
+    """Disk for the base model, the dataset, ``checkpoints_kept`` checkpoints and the final model. ``raw_bytes``: the
+    dataset's own size on disk where a file was read (``DatasetReport.file_bytes``: truncation does not shrink it),
+    else :data:`RAW_BYTES_PER_TOKEN` per token."""
     base = 2 * num_params
-    raw = RAW_BYTES_PER_TOKEN * (dataset_tokens or 0)
+    raw = raw_bytes if raw_bytes is not None else RAW_BYTES_PER_TOKEN * (dataset_tokens or 0)
     tok = TOKENIZED_BYTES_PER_TOKEN * (dataset_tokens or 0)
     ckpt = checkpoint_bytes(sc, num_params, trainable)
     final = 2 * num_params if sc.method is Method.FULL else trainable_bytes(sc)[0] * trainable

@@ -261,11 +261,12 @@ def check_engine(engine: str) -> None:
         raise ScenarioError("export", f"unknown engine {shown(engine)}", ENGINES)
 
 
-def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
+def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0, batching: dict | None = None) -> Export:
     """Configuration files for ``engine`` (one of :data:`ENGINES`) that run ``plan``.
 
     Every engine launches the same script name, :data:`SCRIPT`; ``trl`` writes it (with its settings file),
-    the others expect the user's own.
+    the others expect the user's own. ``batching``: the dataset's batching policy the plan was sized and timed for
+    (``DatasetReport.policy``), which ``trl`` writes into its SFT settings; without one, rows packed to ``seq_len``.
     """
     check_engine(engine)
     notes: list[str] = []
@@ -289,7 +290,7 @@ def export_plan(plan: Plan, engine: str, *, epochs: float = 1.0) -> Export:
     if engine == "trl":
         from vramfit.plan.export_trl import trl_files
 
-        files.update(trl_files(plan, shard, epochs, notes))
+        files.update(trl_files(plan, shard, epochs, notes, batching))
         args = f"{SCRIPT} --config {TRL_CONFIG_FILE} --dataset_path data.jsonl"
     else:
         args = SCRIPT

@@ -82,6 +82,28 @@ def _upcast_off(sc: dict[str, Any], shard: str) -> bool:
     return shard == "fsdp" and fsdp_16bit_full(sc)
 
 
+def _batching(policy: dict | None, notes: list[str]) -> dict[str, Any]:
+    """The dataset's batching policy (vramfit.dataset.policy.Policy, as DatasetReport.policy holds it) in SFTConfig's
+    keys (TRL 1.16.0 trainer/sft_config.py: packing, packing_strategy bfd / bfd_split / wrapped, padding_free,
+    pad_to_multiple_of; transformers 5.24.0 training_args.py train_sampling_strategy group_by_length); nothing without a
+    dataset (rows packed to seq_len, what the plan then assumes)."""
+    if policy is None:
+        return {}
+    packing = policy.get("packing", "none")
+    out: dict[str, Any] = {"max_length": policy.get("max_length"), "packing": packing != "none",
+                           "padding_free": bool(policy.get("padding_free"))}
+    if packing != "none":
+        out["packing_strategy"] = packing
+    if policy.get("pad_to_multiple_of"):
+        out["pad_to_multiple_of"] = policy["pad_to_multiple_of"]
+    if policy.get("group_by_length"):
+        out["train_sampling_strategy"] = "group_by_length"
+    if policy.get("padding") == "max_length" and packing == "none" and not out["padding_free"]:
+        notes.append("the dataset was sized padded to max_length; TRL's collator pads each batch to its longest row, "
+                     "which needs no more")
+    return out
+
+
 def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, Any]:
     sc = plan.scenario
     prec = sc["precision"]
@@ -142,8 +164,8 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
     return out
 
 
-def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[str, str]:
-    """``train_config.yaml`` (model fields, then SFTConfig fields) and ``train.py``."""
+def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str], batching: dict | None = None) -> dict[str, str]:
+    """``train_config.yaml`` (model fields, then SFTConfig fields, the dataset's batching where given) and ``train.py``."""
     from vramfit.plan.export_stages import CONFIG_CLASS, stage_args
 
     config = CONFIG_CLASS.get(plan.scenario.get("stage", "sft"), "SFTConfig")
@@ -152,5 +174,6 @@ def trl_files(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
             " (estimated, as the plan's table)\n"
             f"# TRL --config file for {SCRIPT}: trl.ModelConfig fields, then trl.{config} fields\n"
             f"# (spellings of TRL {_TESTED['trl']} / transformers {_TESTED['transformers']}, the versions it was tested with)\n")
-    body = _yaml(_model_args(plan, notes)) + _yaml(stage_args(plan, _sft_args(plan, shard, epochs, notes), notes))
+    sft = {**_sft_args(plan, shard, epochs, notes), **_batching(batching, notes)}
+    body = _yaml(_model_args(plan, notes)) + _yaml(stage_args(plan, sft, notes))
     return {TRL_CONFIG_FILE: head + body, SCRIPT: script_text()}

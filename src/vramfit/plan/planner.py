@@ -186,6 +186,7 @@ def plan(
     own = ev.estimate(**({"gpu": cards[0].gpu_id} if sc.generation is Generation.VLLM_COLOCATE and not sc.gpu else {}))
     trainable, num_params = own.model.num_trainable_params, own.model.num_params
     search = Search(ev, eff, scenario_flops(ev.spec, sc), trainable, user_mfu)
+    search.raw_bytes = dataset.file_bytes if dataset is not None else None
     total = int((dataset.processed_tokens if dataset is not None else tokens) * ep) if tokens else None
     rank_args = (wanted, margin, counts, all_counts, order, dataset, ep, total, eff, budget, num_params, trainable,
                  tokens, kept, deadline)
@@ -216,6 +217,7 @@ def _ranked_with_vllm(search: Search, cards: list[GPU], sc: Scenario, calibratio
     server = vllm_split.as_server(sc)
     ev = Evaluator(server, calibration)
     split = Search(ev, search.eff, scenario_flops(ev.spec, sc), search.trainable, user_mfu)
+    split.raw_bytes = search.raw_bytes
     split.server_of = lambda g: vllm_split.server_gpus(num_params, g)
     plans, _, blocked = _ranked_plans(split, cards, server, *rank_args)
     both = sorted([*colocated[0], *plans], key=lambda p: _rank(p, rank_args[4]))
@@ -396,7 +398,7 @@ def _make_plan(search: Search, g: GPU, c: Config, mb: int, limit: int, eff: int,
         required_bytes=r.peak.required_bytes,
         host_ram_bytes=host * sc.gpus_per_node, speed=speed, hours=hours, usd_per_gpu_hour_low=g.price_low,
         usd_per_gpu_hour_high=g.price_high, cost_usd_low=lo, cost_usd_high=hi, usd_per_million_tokens=per_m,
-        within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept),
+        within_budget=within, disk=disk_needed(sc, num_params, trainable, tokens, kept, search.raw_bytes),
         price_details=g.price_details,
         notes=_notes(g, c, ev.base, eff, per * c.num_gpus, host, num_params) + ((vllm_split.note(server),) if server else ())
         + _speed_note(search, g),

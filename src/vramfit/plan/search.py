@@ -254,6 +254,7 @@ class Search:
         self.classes = gpu_classes(ev.base)
         self.shifts = class_shifts(self.classes)
         self.server_of = None  # GRPO with a vLLM server: card -> server GPUs beside training (vllm_split)
+        self.raw_bytes: int | None = None  # a dataset file's own size on disk (plan/disk.py disk_needed)
         if ev.base.generation is Generation.VLLM_COLOCATE:  # vLLM takes a share of each card: every figure its own
             self.classes, self.shifts = {g: g for g in self.classes if g}, {}
         if ev.calibration is not None:  # a calibrated card's figure is its own: no class, no constant shift

@@ -267,6 +267,10 @@ RULES: list[tuple[str, str]] = [
     (r"(\w+) must be one value \(a model id or a path\), got a mapping$",
      "$1 tem de ser um só valor (um id de modelo ou um caminho), não um mapeamento"),
     (r"^dataset: (\S+) holds no rows$", "dataset: $1 não tem linhas"),
+    *[(r"^field: (.+): expected a list of messages \(\{role, content\} objects\), got " + en + "$",
+       "field: $1: esperava-se uma lista de mensagens (objetos {role, content}), recebeu-se " + pt)
+      for en, pt in (("an empty list", "uma lista vazia"), ("a list of other values", "uma lista de outros valores"),
+                     (r"(\w+)", "$2"))],
     (r"^dataset: no non-empty rows to train on$", "dataset: nenhuma linha não vazia para treinar"),
     (r"^dataset: row (\d+) of (\S+) has no column ('.*') \(the dataset's (\S+) column, found in the first row\)$",
      "dataset: a linha $1 de $2 não tem a coluna $3 (a coluna de $4 do dataset, encontrada na primeira linha)"),
