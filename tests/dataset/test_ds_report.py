@@ -104,3 +104,20 @@ def test_a_micro_batch_between_the_simulated_sizes_is_batched_itself(known, tok_
     three = sum(rows * n for rows, n in micro_batches(r.row_lengths, r.policy_at(3)))
     assert r.processed_at(3) == three != r.processed_at(4)
     assert r.processed_at(4) == r.processed_by_micro_batch[4] and r.processed_at(3) == three  # memoised, same
+
+
+def test_the_planner_takes_the_micro_batch_that_is_fastest_with_its_padding(tmp_path, tok_dir):
+    """A setting's micro-batch was chosen by seconds per token at one length, where more rows per batch are never
+    slower; with a dataset the time is the processed tokens (padding grows with the rows) times that. Short rows beside
+    a few long ones: the chosen micro-batch is the least time of those that fit, the padding included."""
+    from vramfit.plan import plan
+
+    lengths = [20] * 60 + [2000] * 4
+    path = write_jsonl(tmp_path / "mixed.jsonl", [{"text": words(n - 2)} for n in lengths])
+    r = analyze_dataset(path, tokenizer=tok_dir, policy=Policy(micro_batch_size=1, max_length=2048))
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "seq_len": 2048}
+    with_data = plan(sc, gpu_ids=["h100-sxm"], effective_batch=16, dataset=r, max_gpus=1)
+    fixed = plan(sc, gpu_ids=["h100-sxm"], effective_batch=16, dataset_tokens=r.train_tokens, max_gpus=1)
+    mine, theirs = with_data.plans[0], fixed.plans[0]
+    assert mine.micro_batch_size < theirs.micro_batch_size  # padding to 2,000 in most batches outweighs the speed
+    assert r.processed_at(mine.micro_batch_size) < r.processed_at(theirs.micro_batch_size)
