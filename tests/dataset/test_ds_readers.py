@@ -59,7 +59,7 @@ def test_bad_input_names_the_problem(tmp_path, tok_dir, monkeypatch):
     with pytest.raises(DatasetError, match=r"^field: no text field found.*valid values: body, title"):
         analyze_dataset(tmp_path / "nofield.jsonl")
     write_jsonl(tmp_path / "numbers.jsonl", [{"text": 1, "id": 2}])  # the column is there, its values are not text
-    with pytest.raises(DatasetError, match=r"^field: column 'text' holds int, not text or a list of messages; name "
+    with pytest.raises(DatasetError, match=r"^field: column 'text' holds int, not text; name "
                                            r"another column with --field.*valid values: id, text"):
         analyze_dataset(tmp_path / "numbers.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")

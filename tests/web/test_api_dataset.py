@@ -58,7 +58,13 @@ def test_a_text_column_without_text_says_so_in_both_languages(client):
     r = client.post("/api/dataset", files={"file": ("s.jsonl", b'{"text": 1}\n')})
     assert r.status_code == 422 and r.json()["key"] == "field"
     msg = r.json()["error"]
-    assert msg.startswith("field: column 'text' holds int, not text or a list of messages; put the text in that "
-                          "column as a string and upload the file again"), msg
-    assert to_pt(msg).startswith("field: a coluna 'text' contém int, não texto nem uma lista de mensagens")
+    assert msg.startswith("field: column 'text' holds int, not text; give that column what it names (or put the text "
+                          "in a 'text' column as a string) and upload the file again"), msg
+    assert to_pt(msg).startswith("field: a coluna 'text' contém int, não texto; dá a essa coluna o que o nome diz")
+    # a messages column holding a string: it is text, just not messages (the hint said to make it a string)
+    r = client.post("/api/dataset", files={"file": ("m.jsonl", b'{"messages": "x"}\n')})
+    msg = r.json()["error"]
+    assert msg.startswith("field: column 'messages' holds str, not a list of messages ({role, content} objects); give "
+                          "that column what it names"), msg
+    assert to_pt(msg).startswith("field: a coluna 'messages' contém str, não uma lista de mensagens (objetos")
 

@@ -48,3 +48,17 @@ def test_a_pasted_deepspeed_config_sets_the_offload_as_the_api_does(base_url, pa
     page.fill("#f-deepspeed_config", json.dumps(DS_OFFLOAD))
     expect(page.locator("#peak")).to_have_text(_shown(want.peak.device_bytes), timeout=15000)
     expect(page.locator('[data-err-for="deepspeed_config"]')).to_be_hidden()
+
+
+def test_kto_and_grpo_take_their_derived_batch_keys_on_the_page(base_url, page_factory):
+    """The form sent micro_batch_size 1 and grad_accum 1 always, so KTO (at least 2 a batch) and GRPO (whole groups of
+    completions per step) were 422s where `vramfit estimate --stage kto|grpo` gives an answer: both are left empty
+    now ("auto"), and the library derives them as the CLI does."""
+    page = page_factory()
+    page.goto(base_url + "/?model=meta-llama%2FLlama-3.1-8B&gpu=rtx4090")
+    wait_result(page, "meta-llama/Llama-3.1-8B")
+    assert page.input_value("#f-micro_batch_size") == "" and page.input_value("#f-grad_accum") == ""
+    for stage in ("kto", "grpo"):
+        want = estimate({"model": "meta-llama/Llama-3.1-8B", "gpu": "rtx4090", "stage": stage})
+        page.select_option("#f-stage", stage)
+        expect(page.locator("#peak")).to_have_text(_shown(want.peak.device_bytes), timeout=15000)

@@ -357,3 +357,13 @@ def test_checkpointing_left_to_the_framework_from_the_form(client):
         got = client.post("/api/estimate", json=body).json()
         assert got["scenario"]["gradient_checkpointing"] == mode
         assert got["peak"]["device_bytes"] == estimate(body).peak.device_bytes
+
+
+def test_every_step_phase_has_a_label_in_both_languages():
+    """The peak's phase showed as a raw id (backward-end-tied, backward-vision, load) in English and Portuguese."""
+    from vramfit.estimate.phases import StepPhase
+    from vramfit.web.i18n import STRINGS
+
+    missing = [p.value for p in StepPhase if f"ph.{p.value}" not in STRINGS]
+    assert missing == []
+    assert all(all(STRINGS[f"ph.{p.value}"]) for p in StepPhase)

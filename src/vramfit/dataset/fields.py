@@ -67,8 +67,9 @@ def detect_fields(row: dict, field: str | None = None) -> Fields:
         return Fields(Kind.TEXT, ("text",), False)
     for name in ("text", "messages", "conversations"):  # the column is there, its value is not text
         if name in row:
-            raise DatasetError("field", f"column {name!r} holds {type(row[name]).__name__}, not text or a list of "
-                               "messages; name another column with --field", cols)
+            want = "text" if name == "text" else "a list of messages ({role, content} objects)"
+            raise DatasetError("field", f"column {name!r} holds {type(row[name]).__name__}, not {want}; name another "
+                               "column with --field", cols)
     raise DatasetError("field", "no text field found (looked for messages, conversations, prompt+completion, text); "
                        "name one with --field", cols)
 

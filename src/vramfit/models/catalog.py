@@ -108,7 +108,7 @@ def resolve_model(model: str) -> ResolvedModel:
     entry = _index().get(text.lower())
     if entry is not None:
         notes = () if entry["id"].lower() == text.lower() else (
-            f"{text} uses the architecture of catalog model {entry['id']}",
+            f"{text} uses the architecture of catalog model {entry['id']}", *_prequantized_note(text),
         )
         return _from_entry(entry, text, notes)
 
@@ -243,6 +243,22 @@ def _suggest(text: str, fallback: bool = False) -> str:
         return ("; not in the catalog (search it: `vramfit models WORDS`), and not a local config.json "
                 "path or a Hub id (org/name)") if fallback else ""
     return f"; did you mean: {', '.join(ids)}?"
+
+
+def release_of(model: str) -> str | None:
+    """The catalog id a release name resolves to offline (:func:`resolve_model`'s step 4, the name without release
+    suffixes), never through a file: None for a string that names an existing path or looks like one (the web API,
+    which reads no server file, accepts these names as the CLI does)."""
+    text = model.strip() if isinstance(model, str) else ""
+    if not text or not _NAME.match(text) or _looks_like_path(text):
+        return None
+    try:
+        if _model_path(text) is not None:
+            return None
+    except ModelError:
+        return None
+    entry = _match_by_name(text)
+    return entry["id"] if entry is not None else None
 
 
 def _model_path(text: str) -> Path | None:

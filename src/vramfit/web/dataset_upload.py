@@ -33,7 +33,8 @@ WEB_HINTS = (
     (" Give --tokenizer for exact counts.",
      " This page loads no tokenizer: `vramfit plan --dataset FILE --tokenizer MODEL` counts exactly."),
     ("; name one with --field", "; rename the column that holds the text to one of those and upload the file again"),
-    ("; name another column with --field", "; put the text in that column as a string and upload the file again"),
+    ("; name another column with --field", "; give that column what it names (or put the text in a 'text' column as "
+     "a string) and upload the file again"),
 )
 
 

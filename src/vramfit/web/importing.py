@@ -14,6 +14,21 @@ from vramfit.errors import VramfitError
 from vramfit.web.service import ApiError
 
 MAX_ERROR_CHARS = 300  # an error is one line; a long YAML problem is cut here
+#: The CLI's advice as the page says it (the page reads one pasted config and no file; the GPU count is a field).
+WEB_HINTS = (
+    ("; a pasted config cannot, paste without it or use the CLI's --from",
+     "; the page reads no file: remove that key and paste the file's JSON into the DeepSpeed config field"),
+    ("; pass the training config first and this file as a second --from (or name it in the config)",
+     "; paste the training config here (a DeepSpeed JSON goes into the DeepSpeed config field)"),
+    ("; pass --num-gpus", "; set the GPU count on the page"),
+)
+
+
+def web_words(text: str) -> str:
+    """``text`` with the CLI's advice replaced by the page's (:data:`WEB_HINTS`)."""
+    for cli, web in WEB_HINTS:
+        text = text.replace(cli, web)
+    return text
 
 
 def _plain(value: Any) -> Any:
@@ -57,11 +72,11 @@ def import_config(body: Any) -> dict[str, Any]:
     try:
         imp = from_text(text, dialect=dialect)
     except VramfitError as exc:
-        raise ApiError(422, "text", _one_line(str(exc).removeprefix("from: "))) from None
+        raise ApiError(422, "text", _one_line(web_words(str(exc).removeprefix("from: ")))) from None
     order = {k: i for i, k in enumerate(KINDS)}
     report = [
         {"kind": e.kind, "key": e.key, "value": None if e.value is MISSING else _plain(e.value),
-         "note": e.note, "becomes": list(e.becomes)}
+         "note": web_words(e.note) if e.note else e.note, "becomes": list(e.becomes)}
         for e in sorted(imp.entries, key=lambda e: order[e.kind])
     ]
     return {"dialect": imp.dialect, "scenario": _plain(imp.overrides), "report": report,

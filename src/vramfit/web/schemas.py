@@ -39,7 +39,7 @@ MAX_SWEEP_VALUES = 64
 
 #: What the web face adds to the table's help (it takes catalog ids only, never paths or the Hub).
 _WEB_NOTE = {
-    "model": "The web API takes a catalog id or alias (GET /api/models), never a path or a Hub id.",
+    "model": "The web API takes a catalog id, alias or release name of one (GET /api/models), never a path or a Hub id.",
     "gpu": "A catalog id or alias (GET /api/gpus).",
     "params": "A number (7000000000, 7e9) or a string (\"7B\").",
     "lora_targets": "A list or one comma-separated string.",

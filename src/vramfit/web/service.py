@@ -23,6 +23,7 @@ from typing import Any
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
+from vramfit.models.catalog import release_of
 from vramfit.plan.verdict import SAFETY_MARGIN, estimate_fits
 from vramfit.safe_input import DuplicateKey, load_json_text, unique_pairs
 from vramfit.scenario import Scenario, key_once, parse_scenario
@@ -185,13 +186,14 @@ def catalog_ids() -> list[str]:
 def _check_catalog_model(model: Any) -> None:
     if not isinstance(model, str) or not model.strip():
         raise ScenarioError("model", f"must be a catalog model id, got {model!r}")
-    if model.strip().lower() in catalog_names():
+    if model.strip().lower() in catalog_names() or release_of(model) is not None:  # a release name, as the CLI reads it
         return
     close = difflib.get_close_matches(model.strip().lower(), list(catalog_names()), n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(catalog_names()[c] for c in close)}?)" if close else ""
     raise ScenarioError(
         "model",
-        f"{model!r} is not in the bundled catalog{hint}. The web API takes a catalog id or alias, "
+        f"{model!r} is not in the bundled catalog{hint}. The web API takes a catalog id, alias or release name "
+        "(an id with release suffixes: -Instruct, -GPTQ, ...), "
         "a parameter count (params) or a pasted config.json (config_json)",
         catalog_ids(),
     )

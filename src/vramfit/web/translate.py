@@ -228,7 +228,7 @@ RULES: list[tuple[str, str]] = [
      "micro_batch_size: com optimizer_in_backward nada se acumula, por isso micro_batch_size × num_gpus ($1) tem "
      "de conter grupos inteiros de num_generations ($2) completações: usa um múltiplo de $3"),
     (r"^num_generations: must divide the completions per step \(micro_batch_size × num_gpus × grad_accum = (\d+)\), "
-     r"as TRL requires; got (\d+)$",
+     r"as TRL requires; got (\d+)",
      "num_generations: tem de dividir as completações por passo (micro_batch_size × num_gpus × grad_accum = $1), "
      "como o TRL exige; recebido: $2"),
     (r"^generation: vllm-server runs vLLM on GPUs of its own beside the training ones: max_gpus (\d+) leaves none "
@@ -289,10 +289,12 @@ RULES: list[tuple[str, str]] = [
      r"column that holds the text to one of those and upload the file again",
      "field: nenhum campo de texto encontrado (procurou-se messages, conversations, prompt+completion, text); muda o "
      "nome da coluna com o texto para um destes e envia de novo o ficheiro"),
-    (r"^field: column '(\w+)' holds (\w+), not text or a list of messages; put the text in that column as a string "
-     r"and upload the file again",
-     "field: a coluna '$1' contém $2, não texto nem uma lista de mensagens; põe o texto nessa coluna como string e "
-     "envia de novo o ficheiro"),
+    *[(r"^field: column '(\w+)' holds (\w+), not " + en + r"; give that column what it names \(or put the text in a "
+       r"'text' column as a string\) and upload the file again",
+       "field: a coluna '$1' contém $2, não " + pt + "; dá a essa coluna o que o nome diz (ou põe o texto numa coluna "
+       "'text' como string) e envia de novo o ficheiro")
+      for en, pt in (("text", "texto"), (r"a list of messages \(\{role, content\} objects\)",
+                                         "uma lista de mensagens (objetos {role, content})"))],
     (r"^file: unknown dataset format (.+)$", "file: formato de dataset desconhecido $1"),
     (r"^file: is larger than (\d+) MiB; use `vramfit plan --dataset`$",
      "file: tem mais de $1 MiB; usa `vramfit plan --dataset`"),

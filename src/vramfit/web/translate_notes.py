@@ -309,4 +309,54 @@ NOTE_RULES: list[tuple[str, str]] = [
      + r" GB per GPU, of the " + _N + r" GB each card exposes\.$",
      "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB também não cabe: ⟨$4⟩ GB por GPU, dos ⟨$5⟩ GB que cada "
      "placa expõe."),
+    # ---- validation errors the page can trigger (stage_keys, layout_keys, estimate/framework.py, service.py); unanchored
+    # at the end: " (valid values: ...)" follows them, which its own rule translates
+    (r"^(\w+): is a key of stage ([\w, ]+?), not (\w+); set stage or remove (\w+)",
+     "$1: é uma chave da etapa $2, não de $3; define a etapa ou retira $4"),
+    (r"^framework: tensor, pipeline, context and expert parallelism are modelled as torchtitan runs them; set "
+     r"framework=torchtitan", "framework: o paralelismo de tensores, de pipeline, de contexto e de especialistas é "
+     "modelado como o torchtitan o executa; define framework=torchtitan"),
+    (r"^fsdp_version: (\w+) runs FSDP(\d) only", "fsdp_version: o $1 só executa FSDP$2"),
+    (r"^num_nodes: must divide num_gpus \((\d+)\) into equal nodes", "num_nodes: tem de dividir num_gpus ($1) em nós iguais"),
+    (r"^reference: (\w+)'s loss needs reference log-probs \(orpo and simpo do not\)",
+     "reference: a perda do $1 precisa das log-probs de referência (orpo e simpo não)"),
+    (r"^(vllm_sleep|vllm_gpu_memory_utilization): applies to generation=vllm-colocate only",
+     "$1: só se aplica a generation=vllm-colocate"),
+    (r"^shard_scope: sharding inside a node needs zero3 \(hpZ\), fsdp or fsdp-grad-op \(HSDP\)",
+     "shard_scope: repartir dentro de um nó precisa de zero3 (hpZ), fsdp ou fsdp-grad-op (HSDP)"),
+    (r"^reference: (\w+) scores its own fresh rollouts, so reference log-probs cannot be precomputed",
+     "reference: o $1 pontua as suas próprias respostas novas, por isso as log-probs de referência não podem ser "
+     "pré-calculadas"),
+    (r"^reference: (\w+)'s KL penalty always needs a reference", "reference: a penalização KL do $1 precisa sempre de uma "
+     "referência"),
+    (r"^deepspeed_config: names a file; paste the DeepSpeed config's JSON instead",
+     "deepspeed_config: nomeia um ficheiro; cola antes o JSON da configuração do DeepSpeed"),
+    (r"^images_per_sample: images of model_type '(\w+)' are not modelled \(no vision-tower description\); modelled: ",
+     "images_per_sample: as imagens do model_type '$1' não estão modeladas (sem descrição da torre de visão); "
+     "modelados: "),
+    (r"^grad_accum: is the pipeline's micro-batches per step and must be at least pipeline_parallel \((\d+)\) for 1f1b "
+     r"\(torch's Schedule1F1B\); got (\d+)", "grad_accum: são os micro-batches do pipeline por passo e tem de ser pelo "
+     "menos pipeline_parallel ($1) com 1f1b (o Schedule1F1B do torch); recebido: $2"),
+    (r"^framework_version: (\w+) has no modelled release '([^']*)'", "framework_version: o $1 não tem nenhuma versão "
+     "modelada '$2'"),
+    (r"^micro_batch_size: KTO's KL term needs at least 2 examples per GPU batch \(TRL refuses 1\)",
+     "micro_batch_size: o termo KL do KTO precisa de pelo menos 2 exemplos por lote de GPU (o TRL recusa 1)"),
+    (r"\(valid values: (\d+) or more\)", "(valores válidos: $1 ou mais)"),
+    (r"^precision: a (bf16|fp16) load of this model keeps (.+?) in fp32 \(transformers' _keep_in_fp32_modules\), and "
+     r"FSDP(\d) ", "precision: uma carga $1 deste modelo mantém $2 em fp32 (_keep_in_fp32_modules do transformers), e o "
+     "FSDP$3 "),
+    (r"needs one dtype for the trainable parameters of each unit \(FSDP expects uniform original parameter dtype\); "
+     r"use bf16-mixed \(fp32 weights\), LoRA, or DeepSpeed ZeRO", "precisa de um só dtype para os parâmetros treináveis "
+     "de cada unidade (FSDP expects uniform original parameter dtype); usa bf16-mixed (pesos fp32), LoRA ou DeepSpeed ZeRO"),
+    (r"flattens each unit's parameters, frozen ones too, into one tensor of one dtype \(Must flatten tensors with "
+     r"uniform dtype\); use bf16-mixed \(fp32 weights\), LoRA under fsdp_version 2, or DeepSpeed ZeRO",
+     "achata os parâmetros de cada unidade, também os congelados, num tensor de um só dtype (Must flatten tensors with "
+     "uniform dtype); usa bf16-mixed (pesos fp32), LoRA com fsdp_version 2 ou DeepSpeed ZeRO"),
+    # ---- the page's own words for import advice (web/importing.py WEB_HINTS)
+    (r"; the page reads no file: remove that key and paste the file's JSON into the DeepSpeed config field",
+     "; a página não lê ficheiros: retira essa chave e cola o JSON do ficheiro no campo da configuração do DeepSpeed"),
+    (r"; paste the training config here \(a DeepSpeed JSON goes into the DeepSpeed config field\)",
+     "; cola aqui a configuração de treino (um JSON do DeepSpeed vai para o campo da configuração do DeepSpeed)"),
+    (r"^not in the file: the GPU count is set at launch; set the GPU count on the page$",
+     "não está no ficheiro: o número de GPUs define-se no lançamento; define o número de GPUs na página"),
 ]

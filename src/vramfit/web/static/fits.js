@@ -136,8 +136,9 @@
       const tr = body.insertRow();
       tr.className = f.fits ? "ok" : "bad";
       cell(tr, f.name);
-      // the verdict's figure: the device peak less the cache the allocator releases on an OOM retry (plan/verdict.py)
-      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(est.peak.required_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
+      // the verdict's figure on this card (its own estimate: a Hopper card's context differs): what stays on it, the
+      // device peak less the cache released on an OOM retry and any paged state (plan/verdict.py card_fit)
+      cell(tr, (f.fits ? "✓ " : "✗ ") + VF.fmtGiB(f.limit_bytes - f.headroom_bytes) + " / " + VF.fmtGiB(f.usable_bytes) + " GiB", "num");
     });
     return t;
   }

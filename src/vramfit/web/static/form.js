@@ -7,6 +7,9 @@
   const BOOLS = cfg.bool_keys.filter((k) => document.getElementById("f-" + k));
   const PLAN = ["dataset_tokens", "epochs", "effective_batch"];
   const INT_KEYS = cfg.int_keys;
+  /* Left empty unless set: the library derives them from the stage (KTO's least micro-batch of 2; GRPO's accumulation
+     that holds whole groups of completions), as the CLI does without the flag (stage_keys.check_stage_keys). */
+  const DERIVED = ["micro_batch_size", "grad_accum"];
   const $ = (id) => document.getElementById("f-" + id);
 
   function source() { return form.querySelector("input[name=source]:checked").value; }
@@ -27,7 +30,7 @@
         const fallback = el.querySelector('option[value=""]') ? "" : String(cfg.defaults[k] ?? "");
         el.value = v != null && [...el.options].some((o) => o.value === v) ? v : fallback;
       } else {
-        el.value = v ?? (INT_KEYS.includes(k) ? String(cfg.defaults[k] ?? "") : "");
+        el.value = v ?? (INT_KEYS.includes(k) && !DERIVED.includes(k) ? String(cfg.defaults[k] ?? "") : "");
       }
     });
     PLAN.forEach((k) => { $(k).value = p.get(k) ?? ""; });
@@ -54,7 +57,8 @@
     INT_KEYS.forEach((k) => {
       const el = $(k);
       if (el && cfg.defaults[k] != null && !el.placeholder) {
-        el.placeholder = cfg.strings["default.v"].replace("{v}", cfg.defaults[k]);
+        el.placeholder = DERIVED.includes(k) ? cfg.strings["auto"]
+          : cfg.strings["default.v"].replace("{v}", cfg.defaults[k]);
       }
     });
   }
