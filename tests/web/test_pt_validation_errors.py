@@ -55,3 +55,17 @@ def test_the_gpu_count_advice_names_the_pages_field(client):
     notes = [e["note"] for e in r.json()["report"] if e["key"] == "num_gpus"]
     assert notes == ["not in the file: the GPU count is set at launch; set the GPU count on the page"]
     assert untranslated(notes) == []
+
+
+def test_a_pasted_config_with_a_quantization_config_says_so_as_the_cli_does(client):
+    """A pasted config.json's quantization_config was ignored without a word (the CLI's file path notes it)."""
+    from vramfit.models import load_catalog
+
+    config = dict(next(e for e in load_catalog() if e["id"] == "mistralai/Mistral-7B-v0.1")["config"])
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    r = client.post("/api/estimate", json={"config_json": config})
+    assert r.status_code == 200, r.text
+    said = [a for a in r.json()["assumptions"] if "declares quantization_config" in a]
+    assert said == ["config.json declares quantization_config (quant_method=gptq); the architecture is read from it, "
+                    "the weight format is chosen separately"]
+    assert untranslated(said) == []

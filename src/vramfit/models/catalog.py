@@ -291,7 +291,7 @@ def _spec_for(config: dict, label: str) -> ModelSpec:
         raise ModelError(f"{label}: {message}", valid=exc.valid) from exc
 
 
-def _quantization_notes(config: dict) -> tuple[str, ...]:
+def quantization_notes(config: dict) -> tuple[str, ...]:
     quant = config.get("quantization_config")
     if isinstance(quant, dict):
         method = quant.get("quant_method", "unknown")
@@ -308,7 +308,7 @@ def _from_path(path: Path, requested: str) -> ResolvedModel:
     config = _read_config(file, str(file))
     spec = _spec_for(config, str(file))
     return ResolvedModel(str(path), spec, config, str(file.resolve()), "config-file",
-                         _quantization_notes(config), requested)
+                         quantization_notes(config), requested)
 
 
 def _from_hub(repo_id: str) -> ResolvedModel:
@@ -329,7 +329,7 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     config = _read_config(Path(local), label)
     spec = _spec_for(config, label)
     source = f"https://huggingface.co/{repo_id}/blob/main/config.json"
-    return ResolvedModel(repo_id, spec, config, source, "hub", _quantization_notes(config),
+    return ResolvedModel(repo_id, spec, config, source, "hub", quantization_notes(config),
                          repo_id)
 
 

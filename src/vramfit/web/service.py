@@ -23,7 +23,7 @@ from typing import Any
 from vramfit.errors import ModelError, ScenarioError, VramfitError
 from vramfit.estimate import EstimateResult
 from vramfit.models import ModelSpec, load_catalog, spec_from_hf_config
-from vramfit.models.catalog import release_of
+from vramfit.models.catalog import quantization_notes, release_of
 from vramfit.plan.verdict import SAFETY_MARGIN, estimate_fits
 from vramfit.safe_input import DuplicateKey, load_json_text, unique_pairs
 from vramfit.scenario import Scenario, key_once, parse_scenario
@@ -266,7 +266,7 @@ def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
         raise ScenarioError("config_json", f"describes {spec.num_params:,} parameters (at most {MAX_PARAMS:,})")
     label = f"config.json ({spec.model_type}, {spec.num_params / GB:.3g}B)"
     notes = (f"{label}: a pasted config.json, read as data ({spec.num_hidden_layers} layers, hidden "
-             f"{spec.hidden_size}, vocab {spec.vocab_size})",)
+             f"{spec.hidden_size}, vocab {spec.vocab_size})", *quantization_notes(config))  # as the CLI's file says
     return spec, label, notes
 
 

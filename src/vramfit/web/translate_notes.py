@@ -352,6 +352,9 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"uniform dtype\); use bf16-mixed \(fp32 weights\), LoRA under fsdp_version 2, or DeepSpeed ZeRO",
      "achata os parâmetros de cada unidade, também os congelados, num tensor de um só dtype (Must flatten tensors with "
      "uniform dtype); usa bf16-mixed (pesos fp32), LoRA com fsdp_version 2 ou DeepSpeed ZeRO"),
+    (r"^config\.json declares quantization_config \(quant_method=([^)]*)\); the architecture is read from it, the "
+     r"weight format is chosen separately$", "o config.json declara quantization_config (quant_method=$1); a arquitetura "
+     "lê-se dele, o formato dos pesos escolhe-se à parte (method e quantize)"),
     # ---- the page's own words for import advice (web/importing.py WEB_HINTS)
     (r"; the page reads no file: remove that key and paste the file's JSON into the DeepSpeed config field",
      "; a página não lê ficheiros: retira essa chave e cola o JSON do ficheiro no campo da configuração do DeepSpeed"),
