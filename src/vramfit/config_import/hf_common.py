@@ -331,16 +331,6 @@ def saved_modules(r: KeyReader, key: str) -> None:
         r.mark(key, f"trained copies of {', '.join(others)}: not counted (embed_tokens and lm_head are)")
 
 
-#: The name tokens of a checkpoint quantized before training (Hub uploads such as TheBloke/Mistral-7B-v0.1-GPTQ,
-#: Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8, TechxGenus/Meta-Llama-3-8B-Instruct-AWQ). The weights' own config.json then
-#: holds a ``quantization_config``, which transformers' ``from_pretrained`` applies whatever the training config says
-#: (LLaMA-Factory@ff6d4d1 src/llamafactory/model/model_utils/quantization.py ``configure_quantization``: the "ptq"
-#: branch comes first and ``quantization_bit`` "will not affect" it); offline, the name is what vramfit can read.
-#: FP8 and MXFP4 checkpoints are not here: LLaMA-Factory loads them de-quantized (``FineGrainedFP8Config(dequantize=
-#: True)``, ``Mxfp4Config(dequantize=True)``), a 16-bit base.
-_PTQ_TOKENS = ("gptq", "awq")
-
-
 def checkpoint_quantization(r: KeyReader, key: str, method: str, framework: str) -> str | None:
     """The quantized base a pre-quantized checkpoint (named by ``key``) makes of a LoRA run: ``gptq-int4`` for a 4-bit
     GPTQ name (``method``/``quantize`` set, ``kbit_prepare: no``: ``framework`` never calls peft's
@@ -348,14 +338,13 @@ def checkpoint_quantization(r: KeyReader, key: str, method: str, framework: str)
     in one line: full fine-tuning of quantized weights (LLaMA-Factory@ff6d4d1 model/adapter.py ``init_adapter``:
     "Quantized models can only be used for the LoRA or OFT tuning"), and an AWQ or 8-bit GPTQ checkpoint, whose training
     paths vramfit does not model (autoawq's ``WQLinearMMFunction`` saves the packed weight, not a 16-bit one)."""
-    import re
+    from vramfit.models.catalog import prequantized  # the name's tokens, as the estimate's note reads them
 
     name = str(r.out.get("model") or "")
-    tokens = set(re.split(r"[-_.]", name.rsplit("/", 1)[-1].lower()))
-    kind = next((t for t in _PTQ_TOKENS if t in tokens), None)
-    if kind is None:
+    found = prequantized(name)
+    if found is None:
         return None
-    eight = bool(tokens & {"int8", "8bit"})
+    kind, eight = found
     label = f"{'an AWQ' if kind == 'awq' else 'an 8-bit GPTQ' if eight else 'a GPTQ'} checkpoint"
     if method == "full":
         raise r.error(f"{key}: {shown(name)} is {label} (its name): quantized weights cannot be fully fine-tuned "

@@ -168,6 +168,11 @@ def micro_batches(rows: Sequence[int], p: Policy) -> list[tuple[int, int]]:
     return [batch_shape([rows[j] for j in order[i:i + mb]], p) for i in range(0, len(order), mb)]
 
 
+def processed_tokens(rows: Sequence[int], p: Policy) -> int:
+    """Tokens one epoch's micro-batches process: rows x padded length of each (:func:`micro_batches`), summed."""
+    return sum(r * n for r, n in micro_batches(rows, p))
+
+
 def peak_batch(rows: Sequence[int], p: Policy) -> tuple[int, int]:
     """The largest micro-batch (rows, padded length) any epoch's order can produce.
 

@@ -16,7 +16,15 @@ from vramfit.dataset.limits import (
     TOKENIZE_BATCH_ROWS,
     DatasetError,
 )
-from vramfit.dataset.policy import Packing, Policy, batch_shape, micro_batches, peak_batch, training_rows
+from vramfit.dataset.policy import (
+    Packing,
+    Policy,
+    batch_shape,
+    micro_batches,
+    peak_batch,
+    processed_tokens,
+    training_rows,
+)
 from vramfit.dataset.readers import dataset_bytes, detect_format, iter_rows
 from vramfit.dataset.tokenize import Encoder
 from vramfit.plan.disk import TOKENIZED_BYTES_PER_TOKEN
@@ -193,19 +201,14 @@ class DatasetReport:
         the same way from the rows (in the same sampler order) and scaled as the sample was (a micro-batch of 3 had
         been priced at 4's padding, 11-15 % more tokens)."""
         known = self.processed_by_micro_batch
-        if micro_batch_size in known or not self.row_lengths:
-            sizes = sorted(known)  # a report read back without its rows: the nearest size simulated at or above
-            return known[micro_batch_size] if micro_batch_size in known else known[
-                next((m for m in sizes if m >= micro_batch_size), sizes[-1])]
-        from vramfit.dataset.policy import micro_batches
-
+        if micro_batch_size in known:
+            return known[micro_batch_size]
+        if not self.row_lengths:  # a report read back without its rows: the nearest size simulated at or above
+            return known[next((m for m in sorted(known) if m >= micro_batch_size), max(known))]
         memo = self.__dict__.setdefault("_processed_memo", {})  # the planner asks per plan row: once per size
         if micro_batch_size not in memo:
-            def unscaled(m: int) -> int:
-                return sum(r * n for r, n in micro_batches(self.row_lengths, self.policy_at(m)))
-
-            base = self.policy["micro_batch_size"]
-            memo[micro_batch_size] = round(known[base] / max(1, unscaled(base)) * unscaled(micro_batch_size))
+            scale = self.rows / self.sampled_rows if self.sampled_rows else 1.0  # LengthPass.scale, as build_report
+            memo[micro_batch_size] = round(scale * processed_tokens(self.row_lengths, self.policy_at(micro_batch_size)))
         return memo[micro_batch_size]
 
     @property
@@ -261,7 +264,7 @@ def build_report(lp: LengthPass, p: Policy, path: Path, encoder: Encoder) -> Dat
     step = p.pad_to_multiple_of or SUGGEST_STEP
     sug, sug_loss = suggest_max_length(lengths, step)
     k = lp.scale
-    by_mb = {m: round(k * sum(r * n for r, n in micro_batches(rows, replace(p, micro_batch_size=m))))
+    by_mb = {m: round(k * processed_tokens(rows, replace(p, micro_batch_size=m)))
              for m in sorted(set(MICRO_BATCHES) - {p.micro_batch_size})}
     by_mb[p.micro_batch_size] = round(processed * k)
     return DatasetReport(

@@ -218,16 +218,33 @@ def _match_by_name(text: str) -> dict[str, Any] | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
+#: The name tokens of a checkpoint quantized before training (Hub uploads such as TheBloke/Mistral-7B-v0.1-GPTQ,
+#: Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8, TechxGenus/Meta-Llama-3-8B-Instruct-AWQ). The weights' own config.json then
+#: holds a ``quantization_config``, which transformers' ``from_pretrained`` applies whatever the training config says
+#: (LLaMA-Factory@ff6d4d1 src/llamafactory/model/model_utils/quantization.py ``configure_quantization``: the "ptq"
+#: branch comes first and ``quantization_bit`` "will not affect" it); offline, the name is what vramfit can read.
+#: FP8 and MXFP4 checkpoints are not here: LLaMA-Factory loads them de-quantized (``FineGrainedFP8Config(dequantize=
+#: True)``, ``Mxfp4Config(dequantize=True)``), a 16-bit base.
+_PTQ_TOKENS = ("gptq", "awq")
+
+
+def prequantized(name: str) -> tuple[str, bool] | None:
+    """(``gptq`` or ``awq``, whether 8-bit) a release name declares by its tokens (:data:`_PTQ_TOKENS`;
+    ``int8``/``8bit`` mark an 8-bit one), else None."""
+    tokens = set(re.split(r"[-_.]", str(name).rsplit("/", 1)[-1].lower()))
+    kind = next((t for t in _PTQ_TOKENS if t in tokens), None)
+    return None if kind is None else (kind, bool(tokens & {"int8", "8bit"}))
+
+
 def _prequantized_note(text: str) -> tuple[str, ...]:
-    """What a GPTQ or AWQ release's name tells (config_import/hf_common.py ``checkpoint_quantization``): its
-    config.json's quantization_config makes from_pretrained load the quantized weights, which the scenario's own
-    method and quantize keys must say; an importer of a framework that loads them sets those keys itself."""
-    tokens = set(re.split(r"[-_.]", text.rsplit("/", 1)[-1].lower()))
-    kind = "GPTQ" if "gptq" in tokens else "AWQ" if "awq" in tokens else None
-    if kind is None:
+    """What a GPTQ or AWQ release's name tells (:func:`prequantized`): its config.json's quantization_config makes
+    from_pretrained load the quantized weights, which the scenario's own method and quantize keys must say; an importer
+    of a framework that loads them sets those keys itself (config_import/hf_common.py ``checkpoint_quantization``)."""
+    found = prequantized(text)
+    if found is None:
         return ()
-    return (f"{text} is a {kind} checkpoint by its name: a run that loads it trains on its quantized weights, which "
-            "this estimate counts only as method and quantize say (4-bit GPTQ: method qlora, quantize gptq-int4; "
+    return (f"{text} is a {found[0].upper()} checkpoint by its name: a run that loads it trains on its quantized "
+            "weights, which this estimate counts only as method and quantize say (4-bit GPTQ: method qlora, quantize gptq-int4; "
             "AWQ and 8-bit GPTQ are not modelled)",)
 
 
