@@ -16,14 +16,17 @@ File (JSON; ``speed_factor`` and ``speed_runs`` optional, files written before t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import secrets
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vramfit.errors import VramfitError
+from vramfit.errors import ScenarioError, VramfitError
+from vramfit.safe_input import path_kind, shown, user_path
 
 VERSION = 1
 #: Environment variable naming the calibration file the faces load (and ``calibrate`` writes by default);
@@ -96,23 +99,47 @@ def default_path() -> Path:
     return Path(user_config_dir("vramfit")) / FILENAME
 
 
+#: Bounds of the file's numbers: no GPU has a terabyte of memory, no user a billion runs.
+MAX_BYTES = 2**40
+MAX_RUNS = 10**9
+_NEEDS = "needs runs, cuda_context_bytes and allocator_fraction"
+
+
 def parse(data: Any, path: str = "") -> Calibration:
-    """A :class:`Calibration` from the file's JSON; one clear error naming the bad field."""
+    """A :class:`Calibration` from the file's JSON; one clear error naming the file, family and key."""
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("families"), dict):
         raise VramfitError(f"calibration file {path}: expected {{\"version\": {VERSION}, \"families\": {{...}}}}")
     fams = {}
     for fam, e in data["families"].items():
-        try:
-            fc = FamilyCalibration(str(fam), int(e["runs"]), int(e["cuda_context_bytes"]),
-                                   float(e["allocator_fraction"]), tuple(str(g) for g in e.get("gpus", ())))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise VramfitError(f"calibration file {path}: family {fam!r} needs runs, cuda_context_bytes and "
-                               f"allocator_fraction ({exc})") from None
-        if fc.runs < 1 or fc.cuda_context_bytes < 0 or not 0 <= fc.allocator_fraction < 1:
-            raise VramfitError(f"calibration file {path}: family {fam!r}: runs >= 1, cuda_context_bytes >= 0, "
-                               "0 <= allocator_fraction < 1")
-        fams[fc.family] = replace(fc, **_speed_fields(e, f"calibration file {path}: family {fam!r}"))
+        at = f"calibration file {path}: family {shown(fam)}"
+        if not isinstance(e, dict) or not {"runs", "cuda_context_bytes", "allocator_fraction"} <= e.keys():
+            raise VramfitError(f"{at} {_NEEDS} (an object with all three)")
+        fc = FamilyCalibration(str(fam), _whole(e, "runs", at, 1, MAX_RUNS),
+                               _whole(e, "cuda_context_bytes", at, 0, MAX_BYTES), _fraction(e, at), _gpus(e, at))
+        fams[fc.family] = replace(fc, **_speed_fields(e, at))
     return Calibration(fams, path)
+
+
+def _whole(e: dict, key: str, at: str, low: int, high: int) -> int:
+    """``e[key]``: a JSON integer from ``low`` to ``high`` (no float, string or boolean)."""
+    v = e[key]
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise VramfitError(f"{at}: {key} must be a whole number from {low:,} to {high:,}, got {shown(v)}")
+    return v
+
+
+def _fraction(e: dict, at: str) -> float:
+    v = e["allocator_fraction"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:  # NaN and inf fail 0 <= v < 1
+        raise VramfitError(f"{at}: allocator_fraction must be a number from 0 to below 1, got {shown(v)}")
+    return float(v)
+
+
+def _gpus(e: dict, at: str) -> tuple[str, ...]:
+    v = e.get("gpus", [])
+    if not isinstance(v, list) or len(v) > 1000 or not all(isinstance(g, str) and len(g) <= 200 for g in v):
+        raise VramfitError(f"{at}: gpus must be a list of GPU ids (strings), got {shown(v)}")
+    return tuple(v)
 
 
 def _speed_fields(e: dict, where: str) -> dict[str, Any]:
@@ -122,9 +149,10 @@ def _speed_fields(e: dict, where: str) -> dict[str, Any]:
         return {}
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
         raise VramfitError(f"{where}: speed_factor must be a finite number > 0 (measured / predicted step time), "
-                           f"got {factor!r}")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise VramfitError(f"{where}: speed_runs must be an integer >= 1 with a speed_factor, got {runs!r}")
+                           f"got {shown(factor)}")
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_RUNS:
+        raise VramfitError(f"{where}: speed_runs must be a whole number from 1 to {MAX_RUNS:,} with a speed_factor, "
+                           f"got {shown(runs)}")
     return {"speed_factor": float(factor), "speed_runs": runs}
 
 
@@ -132,24 +160,50 @@ def load(path: str | Path) -> Calibration:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise VramfitError(f"calibration file {p}: cannot read it ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested without end
+        raise VramfitError(f"calibration file {p}: cannot read it ({type(exc).__name__}: {exc})"[:300]) from None
     return parse(data, str(p))
+
+
+def is_off() -> bool:
+    """``$VRAMFIT_CALIBRATION`` is ``off``: no face applies a calibration, and ``calibrate`` writes none by default."""
+    return os.environ.get(ENV, "").strip().lower() == "off"
 
 
 def load_active() -> Calibration | None:
     """The calibration the faces apply: the file at :func:`default_path` when it exists, else None."""
-    if os.environ.get(ENV, "").lower() == "off":
+    if is_off():
         return None
     p = default_path()
     return load(p) if p.is_file() else None
 
 
 def save(cal: Calibration, path: str | Path | None = None) -> Path:
+    """Write ``cal`` to ``path`` (default :func:`default_path`) atomically; an OS error is one line."""
     p = Path(path) if path is not None else default_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(cal.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_atomic("calibration", p, json.dumps(cal.to_dict(), indent=2) + "\n")
     return p
+
+
+def write_atomic(key: str, path: Path, text: str) -> None:
+    """Write ``text`` to a new temp file beside ``path``, then rename it over ``path``: a reader sees the old file
+    or the new one, never half of one. The temp name is new (exclusive create), so no other file is touched.
+    Every OS error (a folder, a path inside a file, no permission, a full disk) is one line naming ``key``."""
+    p = user_path(key, path)
+    if path_kind(key, p) in ("dir", "other"):
+        raise ScenarioError(key, f"{shown(str(p))} is a directory or a device; give a file name")
+    if path_kind(key, p.parent) in ("file", "other"):
+        raise ScenarioError(key, f"cannot write {shown(str(p))}: {shown(str(p.parent))} is a file, not a folder")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # no temp file left behind; none made (a path inside a file): nothing to do
+            tmp.unlink()
+        raise ScenarioError(key, f"cannot write {shown(str(p))}: {exc.strerror or exc}") from None
 
 
 def adjust(allocated: int, reserved: int, context: int, fc: FamilyCalibration | None) -> tuple[int, int]:

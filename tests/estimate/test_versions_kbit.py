@@ -183,8 +183,17 @@ def test_images_on_a_text_model_are_said_to_be_ignored():
     got = estimate(_sc(images_per_sample=256, image_height=16384, image_width=16384))
     assert estimate(_sc()).peak.device_bytes == got.peak.device_bytes
     assert [n for n in got.assumptions if n.startswith("images_per_sample")] == [
-        "images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its sequences hold text "
-        "tokens only."]
+        "images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens only."]
+    from vramfit.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="frames_per_sample"):  # video frames on it are refused, not ignored
+        estimate(_sc(frames_per_sample=3))
+    from vramfit.web.translate import untranslated
+
+    frozen = estimate(_sc(freeze_vision="no"))  # was dropped without a word (a review)
+    said = [n for n in frozen.assumptions if n.startswith("freeze_vision")]
+    assert said == ["freeze_vision=no is ignored: the model has no vision tower."] and untranslated(said) == []
+    assert frozen.peak.device_bytes == estimate(_sc()).peak.device_bytes
 
 
 def test_a_release_with_nothing_on_the_run_s_path_is_said():

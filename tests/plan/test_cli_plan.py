@@ -163,16 +163,16 @@ def test_cheapest_and_fastest_lines_mark_an_unmeasured_path():
 
 def test_json_stdout_stays_json_when_files_are_written(tmp_path):
     """plan --json --export and sweep --json --chart/--csv: what was written goes to stderr, stdout is one JSON."""
-    r = run("plan", *M7, "--method", "full", "--cards", "a100-80gb-sxm", "--json", "--export", "deepspeed",
+    r = run("plan", *M7, "--method", "full", "--cards", "a100-80gb-sxm", "--json", "--export", "fsdp",
             "--export-dir", str(tmp_path / "ex"))
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["plans"] and "wrote" in r.stderr and "run: deepspeed" in r.stderr
-    assert (tmp_path / "ex" / "ds_config.json").is_file()
+    assert json.loads(r.stdout)["plans"] and "wrote" in r.stderr and "run: accelerate launch" in r.stderr
+    assert (tmp_path / "ex" / "accelerate.yaml").is_file()
     s = run("sweep", *M7, "--method", "lora", "--vary", "seq_len=512,1024", "--json",
             "--chart", str(tmp_path / "c.html"), "--csv", str(tmp_path / "s.csv"))
     assert s.exit_code == 0, s.output
     assert [p["value"] for p in json.loads(s.stdout)["points"]] == [512, 1024] and s.stderr.count("wrote") == 2
-    t = run("plan", *M7, "--method", "full", "--cards", "a100-80gb-sxm", "--export", "deepspeed",
+    t = run("plan", *M7, "--method", "full", "--cards", "a100-80gb-sxm", "--export", "fsdp",
             "--export-dir", str(tmp_path / "ex2"))
     assert "wrote" in t.stdout  # a table on stdout: the messages beside it
 

@@ -68,3 +68,20 @@ def test_quantized_states_agree_with_the_estimator_to_their_small_tensors(optimi
     # per tensor of Llama-2-7B's 291, the two differ by at most each state's 512 B allocator rounding and the
     # blocks' ceil (and torchao's 1 KiB qmap per state, which the rate spreads over a 4096 x 4096 matrix)
     assert abs(est - disk) < 291 * 2 * (512 + 1024)
+
+
+def test_peak_disk_holds_one_checkpoint_more_while_a_save_rotates():
+    """transformers Trainer._save_checkpoint writes checkpoint-N whole, then _rotate_checkpoints deletes the oldest:
+    with save_total_limit k, k + 1 checkpoints are on disk during a save (helper-found: 145 GB stated for 242 GB)."""
+    from vramfit.plan.disk import disk_needed
+    from vramfit.scenario import parse_scenario
+
+    sc = parse_scenario({"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed"})
+    n = 8_030_261_248
+    one, two, none = (disk_needed(sc, n, n, 100_000_000, k) for k in (1, 2, 0))
+    fixed = one.base_model_bytes + one.dataset_raw_bytes + one.dataset_tokenized_bytes
+    assert one.checkpoint_bytes == n * (4 + 8)  # fp32 weights + AdamW m, v
+    assert one.total_bytes == fixed + 2 * one.checkpoint_bytes and one.checkpoints_on_disk == 2
+    assert two.total_bytes == fixed + 3 * two.checkpoint_bytes and two.checkpoints_on_disk == 3
+    # nothing saved: the final 16-bit model beside the base and the data
+    assert none.total_bytes == fixed + 2 * n and none.checkpoints_on_disk == 0

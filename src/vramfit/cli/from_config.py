@@ -27,6 +27,16 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
 
     imp = from_config(files[0], *files[1:], dialect=dialect)
     imp.flags = dict(flags)  # explicit flags: written back too, with the change that fits
+    if "num_nodes" in flags and "shard_scope" not in flags:  # a DeepSpeed file's hpZ once the flags give the nodes
+        from vramfit.config_import.companions import hpz_across_nodes
+
+        probe = {**imp.overrides, **flags}
+        try:  # flags arrive as typed; a bad count is refused by the scenario's own parse
+            probe.update({k: int(probe.get(k, 1)) for k in ("num_nodes", "num_gpus")})
+        except (TypeError, ValueError):
+            probe = {}
+        hpz_across_nodes(imp.entries, probe)
+        imp.overrides.update({k: probe[k] for k in ("shard_scope",) if k in probe})
     _CURRENT.set(imp)
     for line in imp.lines():
         err_console.print(line, highlight=False, markup=False)
@@ -37,7 +47,29 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
         data.pop("quantize", None)
     if imp.eval_follows_micro and "micro_batch_size" in flags and "eval_batch_size" not in flags:
         data["eval_batch_size"] = flags["micro_batch_size"]  # the file evaluates at its micro batch
+    _flags_over_deepspeed(data, flags)
     return {**data, **flags}
+
+
+def _flags_over_deepspeed(data: dict, flags: dict) -> None:
+    """A --parallelism or --offload flag replaces what the DeepSpeed file's stage and offload sections set ("a flag
+    replaces the key the file sets"): the file's buffer sizes stay for a ZeRO stage, the whole file goes otherwise."""
+    ds = data.get("deepspeed_config")
+    if not isinstance(ds, dict) or not ({"parallelism", "offload"} & set(flags)):
+        return
+    if str(flags.get("parallelism", data.get("parallelism", ""))) not in ("zero1", "zero2", "zero3"):
+        data.pop("deepspeed_config")
+        return
+    par = str(flags.get("parallelism", data.get("parallelism")))
+    zero = {k: v for k, v in ds.get("zero_optimization", {}).items() if k != "stage"}
+    off = str(flags.get("offload", data.get("offload", "none")))
+    if par != "zero3" and off == "optimizer+params" and "offload" not in flags:
+        off = data["offload"] = "optimizer"  # DeepSpeed reads parameter offload at stage 3 only
+    for section, on in (("offload_optimizer", off != "none"), ("offload_param", off == "optimizer+params")):
+        zero.pop(section, None)
+        if on:
+            zero[section] = {"device": "cpu"}
+    data["deepspeed_config"] = {**ds, "zero_optimization": zero}
 
 
 def eval_follows_micro() -> bool:

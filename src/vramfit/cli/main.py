@@ -191,7 +191,6 @@ def gpus(
     gpus_file: Path | None = typer.Option(None, "--gpus", help=GPUS_HELP),
 ) -> None:
     """List the GPU catalog: memory (marketing GB and usable GiB), BF16 TFLOPS, rental prices."""
-    from rich.table import Table
 
     from vramfit.gpus import list_gpus
 
@@ -201,17 +200,41 @@ def gpus(
     if json_out:
         sys.stdout.write(json.dumps([g.__dict__ for g in rows], indent=1) + "\n")
         return
-    t = Table(title="GPU catalog", title_justify="left")
     from vramfit.plan.rental import price_basis
 
     wide = console.width >= 150  # the price basis (provider, date) where it fits; `plan` always shows it
-    for col in ("id", "name", "marketing GB", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ()):
-        t.add_column(col)
-    for g in rows:
-        price = f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else ""
-        t.add_row(g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), tflops_cell(g), price,
-                  *((price_basis(g),) if wide else ()))
+    cols = ("id", "name", "marketing GB", "usable GiB", "BF16 TFLOPS", "$/GPU-h") + (("low price basis",) if wide else ())
+    cells = [[g.gpu_id, g.name, f"{g.memory_gb:g}", gib(g.usable_bytes), tflops_cell(g),
+              f"{g.price_low:.2f}–{g.price_high:.2f}" if g.price_low is not None and g.price_high is not None else "",
+              *((price_basis(g),) if wide else ())] for g in rows]
+    t, dropped = _catalog_table(cols, cells)
     console.print(t)
+    if dropped:
+        console.print(f"[dim]left out at {console.width} columns: name (a wider terminal or --json shows it)[/dim]")
+
+
+def _catalog_table(cols: tuple[str, ...], cells: list[list[str]]):
+    """The GPU table at the console's width: ids (what --gpu takes) and figures are never cut (headers wrap); the
+    name folds onto more lines, and goes where even that does not fit."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    for drop in (False, True):
+        keep = [i for i, c in enumerate(cols) if not (drop and c == "name")]
+        t = Table(title="GPU catalog", title_justify="left", pad_edge=not drop)
+        for i in keep:
+            widest = max((len(r[i]) for r in cells), default=1)
+            t.add_column(cols[i], overflow="fold", **({} if cols[i] in ("name", "low price basis") else
+                                                       {"min_width": widest, "no_wrap": False}))
+        for r in cells:
+            t.add_row(*(r[i] for i in keep))
+        probe = Console(width=console.width, file=io.StringIO())  # rendered as the user's terminal would
+        probe.print(t, crop=False)
+        if max(map(len, probe.file.getvalue().splitlines() or [""])) <= console.width:
+            return t, drop
+    return t, True
 
 
 def tflops_cell(g) -> str:

@@ -211,28 +211,50 @@ def runs_export(
         raise VramfitError(f"format: unknown value {shown(fmt)} (valid values: measured, records)")
     out = None if path == "-" else writable_file("path", path)  # checked before the store is read
     st = _store(db)
+    if out is not None:
+        _not_the_database(out, st.sqlite_path)
     recs = list(reversed(st.list(model=_check_text("model", model))))  # oldest first: appending exports stays in order
     _report_bad_rows(st)
     if fmt == "records":
         text, n_lines, skipped = dumps_records(recs), len(recs), 0
     else:
         text, n_lines, skipped = dumps_lines(recs, METRICS if metric == "all" else (metric,))
-    if path == "-":
+    if out is None:
         sys.stdout.write(text)
-    elif out is not None:
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(out)
-        except OSError as exc:
-            if tmp.is_file():
-                tmp.unlink()
-            raise ScenarioError("path", f"cannot write {shown(str(out))}: {exc.strerror or exc}") from None
+    else:
+        from vramfit.calibration import write_atomic
+
+        if _holds_other(out, text):  # the same export written again is no loss; anything else is the user's
+            raise ScenarioError("path", f"{shown(str(out))} already exists with other content; vramfit never writes "
+                                "over a file: give another file name or move it")
+        write_atomic("path", out, text)
     _, err_console = _consoles()
     err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
                       + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
                          "--format records keeps them" if skipped else "")
                       + ("" if path == "-" else f" → {path}"), highlight=False)
+
+
+def _not_the_database(out: Path, db_file: Path | None) -> None:
+    """Refuse an export path that is the runs database's own SQLite file (the export would replace it)."""
+    if db_file is None:
+        return
+    try:
+        same = out.resolve() == db_file.resolve() or (out.exists() and db_file.exists() and out.samefile(db_file))
+    except (OSError, RuntimeError, ValueError):
+        same = False
+    if same:
+        raise ScenarioError("path", f"{shown(str(out))} is the runs database itself ({shown(str(db_file))}); "
+                            "give another file for the export")
+
+
+def _holds_other(path: Path, text: str) -> bool:
+    """``path`` exists and does not already hold ``text`` (as ``plan --export`` checks: cli/plan_outputs.py)."""
+    data = text.encode("utf-8")
+    try:
+        return path.exists() and (path.stat().st_size != len(data) or path.read_bytes() != data)
+    except OSError:
+        return True
 
 
 @runs_app.command("import")
@@ -272,7 +294,7 @@ def calibrate(
 ) -> None:
     """Report the estimator's error on the stored runs (per GPU family and method) and the overheads they imply;
     write them as the calibration that later estimates apply to the same GPU family."""
-    from vramfit.calibration import save
+    from vramfit.calibration import is_off
     from vramfit.measure.calibration import calibrate as run_calibrate
     from vramfit.measure.calibration import to_calibration
 
@@ -281,7 +303,9 @@ def calibrate(
     _report_bad_rows(st)
     rep = run_calibrate(recs)
     cal = to_calibration(rep)
-    written = save(cal, calibration) if write and cal.families else None
+    off = bool(write and cal.families and calibration is None and is_off())  # VRAMFIT_CALIBRATION=off: nothing written
+    written, kept = _save_calibration(cal, calibration, model is not None) if write and cal.families and not off \
+        else (None, {})
     if json_out:
         sys.stdout.write(json.dumps({**rep.to_dict(), "calibration_file": str(written) if written else None}, indent=2) + "\n")
         return
@@ -295,14 +319,48 @@ def calibrate(
         console.print("no runs stored yet: `vramfit measure …` on a GPU, or `vramfit runs import FILE`")
         return
     render_calibration(rep, console)
+    if off:
+        console.print("VRAMFIT_CALIBRATION=off: no calibration file written (--calibration PATH writes one)",
+                      highlight=False)
     if written:
-        fams = ", ".join(f"{f} ({c.runs} runs)" for f, c in sorted(cal.families.items()))
-        console.print(f"calibration for {fams} written to {written}: estimate, plan, fit, sweep and serve apply it "
-                      "to cards of the same family only", highlight=False)
-        for f, c in sorted(cal.families.items()):
-            if c.speed_factor is not None:
-                console.print(f"plan times steps on {f} cards x{c.speed_factor:.3f} (measured / predicted, "
-                              f"{c.speed_runs} runs)", highlight=False)
+        _say_written(console, cal, written, kept, model is not None)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def _save_calibration(cal, path: Path | None, merge: bool):
+    """Write ``cal`` to ``path`` (default: the active calibration file); with ``merge``, the file's families that
+    ``cal`` does not cover are kept. Returns (the path written, the families kept). A file there that is not a
+    calibration vramfit can read is never written over."""
+    from vramfit.calibration import Calibration, default_path, load, save
+
+    p = user_path("calibration", path) if path is not None else default_path()
+    old = None
+    if path_kind("calibration", p) == "file":
+        try:
+            old = load(p)
+        except VramfitError as exc:
+            raise ScenarioError("calibration", f"{shown(str(p))} is not a calibration file vramfit can read "
+                                f"({one_line(str(exc).split(': ', 1)[-1], 120)}); vramfit never writes over it: "
+                                "move it or give another --calibration") from None
+    kept = {f: c for f, c in old.families.items() if f not in cal.families} if merge and old else {}
+    return save(Calibration({**kept, **cal.families}), p), kept
+
+
+def _say_written(console, cal, written: Path, kept: dict, filtered: bool) -> None:
+    fams = ", ".join(f"{f} ({_runs(c.runs)})" for f, c in sorted(cal.families.items()))
+    console.print(f"calibration for {fams} written to {written}: estimate, plan, fit, sweep and serve apply it "
+                  "to cards of the same family only", highlight=False)
+    if filtered:
+        others = ", ".join(f"{f} ({_runs(c.runs)})" for f, c in sorted(kept.items())) or "none"
+        console.print(f"--model: only the families of the matching runs were replaced; kept as they were: {others}",
+                      highlight=False)
+    for f, c in sorted(cal.families.items()):
+        if c.speed_factor is not None:
+            console.print(f"plan times steps on {f} cards x{c.speed_factor:.3f} (measured / predicted, "
+                          f"{_runs(c.speed_runs)})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

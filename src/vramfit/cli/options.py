@@ -175,13 +175,18 @@ def read_batch(path: Path) -> Iterator[tuple[int, Any]]:
     try:
         fh = open(p, "rb")  # noqa: SIM115 - closed below; the generator owns it
     except OSError as exc:
-        raise ScenarioError("batch", f"cannot read {shown(str(p))}: {exc.strerror}") from None
+        raise ScenarioError("batch", f"cannot read {shown(str(p))}: {exc.strerror or type(exc).__name__}") from None
     with fh:
         for i in itertools.count(1):
-            raw = fh.readline(MAX_BATCH_LINE_BYTES + 1)
+            try:  # an I/O error mid-file (a file on a failing disk or a network share): one line, not a traceback
+                raw = fh.readline(MAX_BATCH_LINE_BYTES + 1)
+                item = _batch_item(i, raw, fh) if raw else None
+            except OSError as exc:
+                raise ScenarioError("batch", f"cannot read {shown(str(p))} at line {i}: "
+                                    f"{exc.strerror or type(exc).__name__}") from None
             if not raw:
                 return
-            yield i, _batch_item(i, raw, fh)
+            yield i, item
 
 
 def _batch_item(i: int, raw: bytes, fh: Any) -> Any:

@@ -19,7 +19,7 @@ from vramfit.calibration import load_active
 from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import check_write_to, eval_follows_micro, write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
-from vramfit.cli.plan_outputs import check_outputs, pick_plan, write_export
+from vramfit.cli.plan_outputs import check_outputs, disk_line, pick_plan, render_changes, write_export
 from vramfit.cli.render import accuracy_line, render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
@@ -138,7 +138,9 @@ def render_plan(r, top: int, show_all: bool) -> None:
                       f"{', '.join(map(str, unmeasured))}: their memory figure is not validated (JSON: accuracy_note)[/yellow]")
     if len(r.plans) > len(shown):
         console.print(f"[dim]{len(r.plans) - len(shown)} more: --top N or --all[/dim]")
-    for label, p in (("Cheapest", r.cheapest), ("Fastest", r.fastest)):
+    # cheapest is taken among plans meeting the deadline, fastest among plans within budget (plan/report.py)
+    for label, p in ((f"Cheapest{' meeting the deadline' if r.deadline_hours is not None else ''}", r.cheapest),
+                     (f"Fastest{' within budget' if r.budget_usd is not None else ''}", r.fastest)):
         if p is None:
             continue
         within = "" if p.within_budget is None else (" (within budget)" if p.within_budget else " [red](over budget)[/red]")
@@ -153,33 +155,15 @@ def render_plan(r, top: int, show_all: bool) -> None:
         for n in p.notes:
             console.print(f"   • {n}")
     if r.plans:
-        d = r.plans[0].disk
-        console.print(f"Disk for #1: base model {d.base_model_bytes / GB:,.0f} GB, dataset {d.dataset_raw_bytes / GB:,.1f} GB raw + "
-                      f"{d.dataset_tokenized_bytes / GB:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / GB:,.1f} GB × "
-                      f"{d.checkpoints_kept}, final {d.final_model_bytes / GB:,.1f} GB → {d.total_bytes / GB:,.0f} GB")
+        console.print(disk_line(r.plans[0].disk))
     for gid, changes in r.changes.items():
-        render_changes(gid, changes)
+        render_changes(console, gid, changes)
     if r.excluded:
         console.print("[bold]Not planned:[/bold] " + escape("; ".join(f"{e.gpu_id} ({e.reason})" for e in r.excluded[:8]))
                       + (f"; and {len(r.excluded) - 8} more" if len(r.excluded) > 8 else ""))
     console.print("[bold]Assumptions[/bold]")
     for a in r.assumptions:
         console.print(f" • {a}", highlight=False, markup=False)
-
-
-def render_changes(gid: str, changes: list) -> None:
-    if not changes:
-        console.print(f"{gid}: the scenario already fits.")
-        return
-    t = Table(title=f"{gid}: the scenario does not fit as given; changes ranked", title_justify="left")
-    for col in ("change", "set", "needs GiB after", "saves GiB", "fits", "time×", "trade-off"):
-        t.add_column(col, overflow="fold")
-    for c in changes:
-        setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(escape(c.description), escape(setk), _gib(c.required_bytes), _gib(c.saving_bytes),
-                  "[green]yes[/green]" if c.fits else "[red]no[/red]",
-                  "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
-    console.print(t)
 
 
 def plan_cmd(
@@ -227,6 +211,8 @@ def plan_cmd(
         write_export(picked, export, export_dir, r.epochs, err_console if json_out else console, dataset_report and dataset_report.policy)
     write_plan(write_to, sc, picked)
     if not r.plans:
+        if max_gpus <= GPUS_PER_NODE and not json_out:  # a job larger than one node: say how to plan several
+            console.print(f"Nothing fits on one node of {GPUS_PER_NODE}: --max-gpus 64 plans whole nodes (16, 32, 64 GPUs).")
         raise typer.Exit(1)
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from vramfit.cli.from_config import check_write_to
 from vramfit.errors import ScenarioError
 from vramfit.safe_input import path_kind, shown, write_text_file
+from vramfit.units import GB, GiB
 
 _PICK_NAMES = ("cheapest", "fastest")
 
@@ -69,3 +72,31 @@ def _holds_other(path: Path, text: str) -> bool:
         return path.exists() and path.read_text(encoding="utf-8") != text
     except (OSError, UnicodeDecodeError):
         return path.exists()
+
+
+def _gib(n: int | None) -> str:
+    return "" if n is None else f"{n / GiB:,.1f}"
+
+
+def disk_line(d) -> str:
+    """The top plan's disk at its peak (plan/disk.py disk_needed): while a checkpoint is saved, kept + 1 are on disk."""
+    saving = " while one is saved" if d.checkpoints_on_disk > d.checkpoints_kept else ""
+    return (f"Disk for #1: base model {d.base_model_bytes / GB:,.0f} GB, dataset {d.dataset_raw_bytes / GB:,.1f} GB raw + "
+            f"{d.dataset_tokenized_bytes / GB:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / GB:,.1f} GB × "
+            f"{d.checkpoints_on_disk}{saving}, final {d.final_model_bytes / GB:,.1f} GB → {d.total_bytes / GB:,.0f} GB at peak")
+
+
+def render_changes(console: Console, gid: str, changes: list) -> None:
+    if not changes:
+        console.print(f"{gid}: the scenario already fits.")
+        return
+    t = Table(title=f"{gid}: the scenario does not fit as given; changes ranked", title_justify="left")
+    for col in ("change", "set", "needs GiB after", "saves GiB", "fits", "time×", "trade-off"):
+        t.add_column(col, overflow="fold")
+    for c in changes:
+        setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
+        t.add_row(escape(c.description), escape(setk), _gib(c.required_bytes), _gib(c.saving_bytes),
+                  "[green]yes[/green]" if c.fits else "[red]no[/red]" + (
+                      f" (host RAM {c.host_ram_bytes / GB:,.0f} GB per GPU)" if c.host_ram_bytes else ""),
+                  "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)
+    console.print(t)

@@ -67,9 +67,10 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
 
 
 def released_materially(r: EstimateResult) -> bool:
-    """Whether the cache released on an out-of-memory retry is worth a line: at least 1 % of the device peak
-    (a presentation threshold; below it the two figures agree to the table's rounding)."""
-    return 100 * (r.peak.device_bytes - r.peak.required_bytes) >= r.peak.device_bytes
+    """Whether the cache released on an out-of-memory retry is worth a line: whenever the figure the fit verdict
+    counts differs from the device peak at the table's rounding (0.01 GiB), so the "needs" figure that ``plan`` and
+    ``fit`` state is always found here too."""
+    return gib(r.peak.required_bytes) != gib(r.peak.device_bytes)
 
 
 def render_ranks(r: EstimateResult, console: Console) -> None:

@@ -81,6 +81,16 @@ def _accelerate(r: KeyReader, trainer_gc: Any = None) -> tuple[dict[str, Any], l
             out["parallelism"] = hf.ZERO_STAGES[stage]
             opt = r.get("deepspeed_config.offload_optimizer_device", "none", "accelerate default")
             par = r.get("deepspeed_config.offload_param_device", "none", "accelerate default")
+            # as a DeepSpeed JSON's sections (ds_read._offload): DeepSpeed reads offload_param at stage 3 only, and
+            # parameter-only offload has no layout of its own (counted as none, an upper bound)
+            if par != "none" and stage < 3:
+                e = r.entries["deepspeed_config.offload_param_device"]
+                e.kind, e.note = "ignored", f"DeepSpeed reads parameter offload at ZeRO stage 3 only (stage {stage})"
+                par = "none"
+            elif par != "none" and opt == "none":
+                r.mark("deepspeed_config.offload_param_device", "parameter-only offload: counted as no offload (an "
+                       "upper bound)")
+                par = "none"
             out["offload"] = "optimizer+params" if par != "none" else "optimizer" if opt != "none" else "none"
             # accelerate's DeepSpeedPlugin.__post_init__ (accelerate utils/dataclasses.py) builds the config from
             # these keys alone, so DeepSpeed's own defaults size the buffers (estimate/deepspeed.py)
@@ -142,7 +152,7 @@ def _launcher_precision(imp: Imported, r: KeyReader, merged: dict[str, Any]) -> 
                                          "config sets neither bf16 nor fp16, so the launcher's stays)"])
 
 
-def _hpz_across_nodes(entries: list[Entry], merged: dict[str, Any]) -> None:
+def hpz_across_nodes(entries: list[Entry], merged: dict[str, Any]) -> None:
     """A DeepSpeed JSON's ZeRO++ ``zero_hpz_partition_size`` equal to the GPUs of a node, once a launcher file gives
     several nodes: the scenario's ``shard_scope: node`` on ZeRO-3 (estimate/deepspeed.py ``_hpz_keys``, which the
     JSON alone, read before the node count is known, leaves not modelled)."""
@@ -199,7 +209,7 @@ def apply(imp: Imported, path: Path) -> Imported:
             head = next((e for e in imp.entries if e.key in ("bf16", "fp16") and e.becomes), None)
             if head is not None:
                 head.becomes, head.note = [f"precision={merged['precision']}"], note
-    _hpz_across_nodes(imp.entries + list(r.entries.values()) + extra, merged)
+    hpz_across_nodes(imp.entries + list(r.entries.values()) + extra, merged)
     if imp.reentrant_off_under_fsdp2 and merged.get("use_reentrant") == "yes" and hf.is_fsdp2(merged):
         merged["use_reentrant"] = "no"
         for e in imp.entries:

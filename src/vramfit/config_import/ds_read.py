@@ -35,11 +35,67 @@ DS_IGNORED = [
     ("zero_allow_untested_optimizer", "a permission flag"), ("zero_force_ds_cpu_optimizer", "a permission flag"),
     ("zero_optimization.*.pin_memory", "pinned host memory: no GPU memory effect"),
     ("zero_optimization.stage3_gather_16bit_weights_on_model_save", "checkpoint saving"),
+    ("zero_optimization.gather_16bit_weights_on_model_save", "checkpoint saving"),
     ("flops_profiler.*", "logging"), ("comms_config.*", "logging"), ("monitor_config.*", "logging"), ("csv_monitor.*", "logging"),
     ("activation_checkpointing.*", "DeepSpeed's own checkpointing API: unused by the HF Trainer"),
     ("communication_data_type", "collective dtype"), ("prescale_gradients", "no memory effect"),
     ("gradient_predivide_factor", "no memory effect"), ("amp.*", "precision comes from the training config"), ("tensorboard.*", "logging"), ("wandb.*", "logging"), ("comms_logger.*", "logging"),
 ]
+
+
+#: Every key DeepSpeed's ZeRO config models accept (deepspeed 0.18.7 runtime/zero/config.py DeepSpeedZeroConfig,
+#: field names and their stage3_ aliases; runtime/zero/offload_config.py DeepSpeedZeroOffloadParamConfig and
+#: DeepSpeedZeroOffloadOptimizerConfig). DeepSpeedConfigModel sets extra="forbid" (runtime/config_utils.py), so
+#: DeepSpeed refuses any other key: a misspelt "offload_optimiser" is an error there, not a silent default.
+ZERO_FIELDS = frozenset((
+    "stage contiguous_gradients reduce_scatter reduce_bucket_size use_multi_rank_bucket_allreduce allgather_partitions "
+    "allgather_bucket_size overlap_comm load_from_fp32_weights elastic_checkpoint offload_param offload_optimizer "
+    "zenflow sub_group_size cpu_offload_param cpu_offload_use_pin_memory cpu_offload prefetch_bucket_size "
+    "stage3_prefetch_bucket_size param_persistence_threshold stage3_param_persistence_threshold "
+    "model_persistence_threshold stage3_model_persistence_threshold max_live_parameters stage3_max_live_parameters "
+    "max_reuse_distance stage3_max_reuse_distance gather_16bit_weights_on_model_save "
+    "stage3_gather_16bit_weights_on_model_save module_granularity_threshold stage3_module_granularity_threshold "
+    "use_all_reduce_for_fetch_params stage3_use_all_reduce_for_fetch_params allgather_sequential "
+    "stage3_allgather_sequential stage3_gather_fp16_weights_on_model_save ignore_unused_parameters legacy_stage1 "
+    "round_robin_gradients zero_hpz_partition_size zero_quantized_weights zero_quantized_nontrainable_weights "
+    "zero_quantized_gradients zeropp_loco_param mics_shard_size mics_hierarchical_params_gather memory_efficient_linear "
+    "pipeline_loading_checkpoint override_module_apply log_trace_cache_warnings enable_sanity_checks leaf_module"
+).split())
+OFFLOAD_FIELDS = {
+    "offload_param": frozenset("device nvme_path buffer_count buffer_size max_in_cpu pin_memory".split()),
+    "offload_optimizer": frozenset(("device nvme_path buffer_count pin_memory pipeline_read pipeline_write fast_init "
+                                    "ratio super_offload cpuadam_cores_perc").split()),
+}
+
+
+NOT_A_ZERO_KEY = "not a DeepSpeed ZeRO key (DeepSpeed would refuse it): check the spelling"
+
+
+def _unknown_zero_keys(ds: KeyReader) -> list[str]:
+    """Flat keys under zero_optimization that DeepSpeed's config models do not have (:data:`ZERO_FIELDS`)."""
+    out = []
+    for k in ds.flat:
+        parts = k.split(".")
+        if parts[0] != "zero_optimization" or len(parts) < 2:
+            continue
+        sub = OFFLOAD_FIELDS.get(parts[1])
+        if parts[1] not in ZERO_FIELDS or (sub is not None and len(parts) > 2 and parts[2] not in sub):
+            out.append(k)
+    return out
+
+
+def _forbid_unknown(data: dict[str, Any], path: Path) -> None:
+    """Refuse a zero_optimization key DeepSpeed's config models do not have (:data:`ZERO_FIELDS`), as DeepSpeed does."""
+    zero = data.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return
+    for k, v in zero.items():
+        if k not in ZERO_FIELDS:
+            raise fail(path, f"zero_optimization.{k} is not a DeepSpeed ZeRO key (DeepSpeed refuses unknown keys: "
+                             "DeepSpeedZeroConfig, extra='forbid'); check the spelling")
+        for sub in sorted(set(v) - OFFLOAD_FIELDS[k]) if k in OFFLOAD_FIELDS and isinstance(v, dict) else ():
+            raise fail(path, f"zero_optimization.{k}.{sub} is not a DeepSpeed offload key (valid keys: "
+                             f"{', '.join(sorted(OFFLOAD_FIELDS[k]))})")
 
 
 def read_deepspeed(r: KeyReader | None, key: str, path: Path,
@@ -50,7 +106,11 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     data = load_mapping(path) if data is None else data
     written = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
     data = _legacy_offload(data, path)
+    if strict:
+        _forbid_unknown(data, path)
     ds = KeyReader(path, "deepspeed", data, "DeepSpeed")
+    for k in [] if strict else _unknown_zero_keys(ds):  # the same keys, reported where they are not refused
+        ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], NOT_A_ZERO_KEY)
     for old, new in LEGACY_OFFLOAD.items():  # gone from data, as DeepSpeed deletes them: reported as written
         if old in written:
             ds.entries[f"zero_optimization.{old}"] = Entry(
@@ -58,6 +118,11 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
                 f"deprecated: DeepSpeed reads it as {new} on the CPU when true (runtime/zero/config.py)")
     _offload_shapes(ds, data, path)
     stage = zero_stage(ds, "zero_optimization.stage", ds.get("zero_optimization.stage", 0, "DeepSpeed default: ZeRO stage 0"))
+    if stage == 0 and strict and (half := _half_precision(data)):
+        raise fail(path, f"ZeRO stage 0 with {half} is DeepSpeed's own 16-bit optimizer wrapper (an unsharded fp32 master "
+                         "copy and its gradients: deepspeed 0.18.7 engine.py _do_optimizer_sanity_check -> "
+                         "_configure_fp16_optimizer, 0.16 BF16_Optimizer), which vramfit does not model yet; use ZeRO "
+                         "stage 1-3, or plain DDP without a DeepSpeed config")
     ds.set("zero_optimization.stage", "parallelism", ZERO_STAGES[stage])
     partial = _offload(ds, path, stage)
     typ = ds.get("optimizer.type")
@@ -70,6 +135,7 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
             ds.mark("optimizer.type", "the scenario's optimizer key sets the optimizer")
     if stage or not strict:  # a scenario's deepspeed_config may leave the stage to its parallelism key
         _buffer_sizes(ds, _without_optimizer_offload(data) if partial is not None else data, path)
+    _compile_and_comments(ds)
     for pattern, reason in DS_IGNORED:
         ds.ignore(pattern, reason)
     ds.not_modelled("zero_optimization", DS_NOT_MODELLED)
@@ -83,6 +149,32 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
     for e in ds.entries.values():
         e.key = f"{key} → {e.key}"
     return ds.out, list(ds.entries.values())
+
+
+def _half_precision(data: dict[str, Any]) -> str | None:
+    """"bf16" or "fp16" where the file turns it on (``enabled`` true, or "auto", which the HF Trainer fills from its own
+    bf16/fp16 flag: 16-bit in every LLM recipe we import), else None."""
+    for name in ("bf16", "fp16"):
+        sec = data.get(name)
+        if isinstance(sec, dict) and sec.get("enabled") in (True, "auto"):
+            return f"{name}.enabled {sec['enabled']!r}".replace("True", "true")
+    return None
+
+
+def _compile_and_comments(ds: KeyReader) -> None:
+    """Top-level keys DeepSpeed's own configs carry that change nothing vramfit counts or that it reports: a
+    ``_comment`` (DeepSpeed reads its top level with ``dict.get``, runtime/config.py, so an unknown key is skipped), the
+    engine's ``compile`` section (deepspeed runtime/compiler.py ``CompileConfig``: ``disable`` false compiles the
+    module, as Axolotl's deepspeed_configs/zero1_torch_compile.json does), and Ulysses' communication dtype."""
+    for k in [k for k in ds.flat if k.split(".", 1)[0].startswith("_")]:
+        ds.entries[k] = Entry("ignored", k, ds.flat[k], "a comment (DeepSpeed skips keys it does not read)")
+    if ds.has("compile.disable") and ds.flat["compile.disable"] is True:
+        ds.ignore("compile.*", "compile is disabled")
+    ds.ignore("compile.backend", "the compiler backend")
+    for k in [k for k in ds.flat if k.startswith("compile.") and k not in ds.entries]:
+        ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], "DeepSpeed's engine compiles the module: the scenario's "
+                              "compile key (--compile) models torch.compile")
+    ds.not_modelled("seq_parallel_communication_data_type", "Ulysses sequence parallelism's collective dtype")
 
 
 def _legacy_offload(data: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -204,7 +296,8 @@ def _buffer_sizes(ds: KeyReader, data: dict[str, Any], path: Path) -> None:
     # ZeRO++ hpZ stays "not modelled yet" here: the import does not know the nodes yet (a --deepspeed-config with it
     # on several nodes is the scenario's shard_scope node, estimate/deepspeed.py _hpz_keys)
     ds.out["deepspeed_config"] = replace(cfg, zero_hpz_partition_size=None).to_dict()
-    for key in deepspeed.SIZING_KEYS:
+    for key in (*deepspeed.SIZING_KEYS, *deepspeed.FIELD_NAMES):  # DeepSpeed's field names read as their stage3_ alias
         if ds.has(f"zero_optimization.{key}"):
             ds.get(f"zero_optimization.{key}")
-            ds.entries[f"zero_optimization.{key}"].becomes.append(f"deepspeed_config ({key})")
+            ds.entries[f"zero_optimization.{key}"].becomes.append(
+                f"deepspeed_config ({deepspeed.FIELD_NAMES.get(key, key)})")

@@ -29,11 +29,14 @@ def fail(path: Path | str, message: str) -> ScenarioError:
 def read_text(path: Path) -> str:
     if not path.is_file():
         raise fail(path, "file not found" if not path.exists() else "is a directory or a device, not a file")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise fail(path, f"is {size:,} bytes; a training config is at most {MAX_BYTES:,} bytes")
-    with path.open("rb") as fh:
-        raw = fh.read(MAX_BYTES + 1)
+    try:  # no permission, an I/O error, a file gone since the look above: one line, never a traceback
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise fail(path, f"is {size:,} bytes; a training config is at most {MAX_BYTES:,} bytes")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise fail(path, f"cannot read it: {exc.strerror or type(exc).__name__}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -59,18 +59,36 @@ def _check_size(path: Path, limit: int | None = None) -> int:
 
 def dataset_bytes(path: Path) -> int:
     """Bytes on disk of the dataset (all files of a folder)."""
-    if path.is_dir():
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    return path.stat().st_size
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
 
 
 def iter_rows(path: Path, split: str = "train") -> Iterator[dict]:
     """The rows of ``path`` as dicts, streamed (see the module docstring for the formats)."""
-    fmt = detect_format(path)
-    if fmt != "hf":
-        _check_size(path)
-    return {"jsonl": _jsonl, "json": _json_array, "csv": _csv, "parquet": _parquet,
-            "hf": lambda p: _hf_dir(p, split)}[fmt](path)
+    try:
+        fmt = detect_format(path)
+        if fmt != "hf":
+            _check_size(path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    return _guarded(path, {"jsonl": _jsonl, "json": _json_array, "csv": _csv, "parquet": _parquet,
+                           "hf": lambda p: _hf_dir(p, split)}[fmt](path))
+
+
+def _guarded(path: Path, rows: Iterator[dict]) -> Iterator[dict]:
+    """``rows``, with an OS error while reading (no permission, an I/O error) as one line naming the dataset."""
+    try:
+        yield from rows
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: OSError) -> DatasetError:
+    return DatasetError("dataset", f"cannot read {path}: {exc.strerror or type(exc).__name__}")
 
 
 def _jsonl(path: Path) -> Iterator[dict]:

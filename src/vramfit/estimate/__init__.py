@@ -12,6 +12,7 @@ from vramfit.estimate.block_extras import compile_note
 from vramfit.estimate.cast_load import cast_is_peak, cast_reserved
 from vramfit.estimate.deepspeed import master_note, trainer_note, unread_note
 from vramfit.estimate.dora import dora_notes
+from vramfit.estimate.ds_load import host_flatten_note
 from vramfit.estimate.ds_offload import host_optimizer_note, offload_reserved
 from vramfit.estimate.eager_carry import carried_outputs_segments
 from vramfit.estimate.evaluation import evaluation_notes, evaluation_reserved
@@ -203,6 +204,7 @@ def inert_key_notes(sc: Scenario, spec) -> list[str]:
     casts to fp32 only ``if not is_gptq_quantized``)."""
     from vramfit.choices import (
         AdamwImpl,
+        FreezeVision,
         KbitPrepare,
         Optimizer,
         Quantize,
@@ -231,9 +233,11 @@ def inert_key_notes(sc: Scenario, spec) -> list[str]:
     if sc.quantize_vision is not QuantizeVision.AUTO and not (qlora and spec.vision is not None):
         why = "the model has no vision tower" if spec.vision is None else f"this run is {sc.method.value}, not qlora"
         out.append(f"quantize_vision={sc.quantize_vision.value} is ignored: {why}.")
-    if spec.vision is None and (sc.images_per_sample or sc.frames_per_sample):
-        out.append("images_per_sample / frames_per_sample are ignored: the model has no vision tower, so its "
-                   "sequences hold text tokens only.")
+    if sc.freeze_vision is not FreezeVision.AUTO and spec.vision is None:
+        out.append(f"freeze_vision={sc.freeze_vision.value} is ignored: the model has no vision tower.")
+    if spec.vision is None and sc.images_per_sample:  # video frames on such a model are refused (scenario check)
+        out.append("images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens "
+                   "only.")
     return out
 
 
@@ -485,7 +489,7 @@ def estimate_spec(
     headroom = None if card is None else max(0, card.usable_bytes - device)  # what reserved can still grow into
     assumptions = list(notes) + ([past] if past else []) + _assumptions(sc, r, spec, reserved, events, headroom)
     assumptions += [fc.note()] if fc is not None else []
-    assumptions += full_card
+    assumptions += full_card + host_flatten_note(r, phases, peak_phase)
     return EstimateResult(
         scenario=sc,
         model=ModelInfo(model_id, spec.num_params, parts.num_trainable, origin),

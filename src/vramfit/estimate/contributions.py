@@ -182,8 +182,23 @@ def _block_position(step: Step) -> tuple[int, int, int, int]:
               (step.kind_autocast or (0, 0))[1], comm) if step.layer0_grads else lowest
     # FSDP1's second-lowest block (its own model of the lowest where reentrant checkpointing retains inputs: ``kept``)
     second = None if retained else fsdp1_second_lowest(step, lowest)
-    return max((top, lowest, layer0, kept, second or second_lowest_block(step) or fsdp2_lora_middle_block(step) or top),
-               key=sum)
+    return max((top, lowest, layer0, kept, _lowest_moe_block(step, comm) or top,
+                second or second_lowest_block(step) or fsdp2_lora_middle_block(step) or top), key=sum)
+
+
+def _lowest_moe_block(step: Step, comm: int) -> tuple[int, int, int, int] | None:
+    """Under LoRA, dense layers below the first MoE layer (DeepSeek's first_k_dense_replace): the lowest position is
+    the dense layer 0 (moe_lora.position_kinds), but the lowest MoE block runs its backward with every gradient made
+    but the dense layers' adapters, and its own kind's recompute and autocast copies, which are the larger where PEFT
+    folds the adapters into the expert banks (the simulator's DeepSeek-V2-Lite LoRA, checkpointed, 512 tokens, peaks
+    there in layers.1.mlp.experts' baddbmm outputs: 1.19 GiB over layer 0's dense block). The dense layers' own
+    gradients, not made yet there, are counted (a few MiB of adapters). None where full fine-tuning already takes
+    that block as the lowest (its layer 0 is ``layer0``) or no dense layer lies below."""
+    a, kinds = step.acts, position_kinds(step.spec, step.sc) if step.acts.kind_recompute else None
+    if kinds is None or kinds[1] or not step.spec.first_moe_layer:
+        return None
+    cast = (step.kind_autocast or (step.lowest_autocast,) * 2)[0]
+    return step.held_grads + step.lowest_grads, a.lowest + a.masks + a.kind_recompute[0], cast, comm  # in its backward
 
 
 def _kind_ends(step: Step) -> tuple[int, int, int]:

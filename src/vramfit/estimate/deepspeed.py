@@ -44,6 +44,14 @@ _INT_KEYS = {
 #: HfTrainerDeepSpeedConfig.trainer_config_finalize: reduce_bucket_size = h*h;
 #: stage3_prefetch_bucket_size = int(0.9*h*h); stage3_param_persistence_threshold = 10*h)
 _AUTO_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+#: DeepSpeedZeroConfig's own field names for the stage3_ keys, which are only their aliases: the model sets
+#: populate_by_name=True (deepspeed 0.16.4 runtime/config_utils.py l. 109; runtime/zero/config.py l. 208-237, e.g.
+#: ``max_live_parameters: int = Field(pp_int(1e9), ge=0, alias="stage3_max_live_parameters")``) and the engine reads the
+#: field (engine.py ``zero_config.max_live_parameters``): Axolotl's deepspeed_configs/zero3*.json write
+#: "max_live_parameters": 0. The HF Trainer fills "auto" under the stage3_ names only (is_auto of the long key).
+FIELD_NAMES = {"prefetch_bucket_size": "stage3_prefetch_bucket_size",
+               "param_persistence_threshold": "stage3_param_persistence_threshold",
+               "max_live_parameters": "stage3_max_live_parameters", "max_reuse_distance": "stage3_max_reuse_distance"}
 #: memory_efficient_linear defaults to True (DeepSpeedZeroConfig.memory_efficient_linear, same file)
 _BOOL_KEYS = ("overlap_comm", "contiguous_gradients", "memory_efficient_linear")
 #: every zero_optimization key this module reads besides the stage and offload sections
@@ -147,7 +155,7 @@ def resolve(cfg: DeepSpeedConfig | None, hidden_size: int, stage: int) -> ZeroBu
 
 
 def _int_value(key: str, v: Any) -> int | str:
-    if isinstance(v, str) and v.strip().lower() == AUTO:
+    if v == AUTO:  # the HF Trainer's is_auto compares the value with "auto" exactly (integrations/deepspeed.py)
         if key not in _AUTO_KEYS:
             raise ScenarioError(KEY, f"zero_optimization.{key}: 'auto' is filled by the HF Trainer only for "
                                      f"{', '.join(_AUTO_KEYS)}; give a number")
@@ -233,6 +241,14 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
     for key in _INT_KEYS:
         if zero.get(key) is not None:
             kw[key] = _int_value(key, zero[key])
+    for name, alias in FIELD_NAMES.items():
+        if zero.get(name) is not None:
+            if zero.get(alias) is not None:
+                raise ScenarioError(KEY, f"zero_optimization.{name} and {alias} name one DeepSpeed setting: give one")
+            if zero[name] == AUTO:
+                raise ScenarioError(KEY, f"zero_optimization.{name}: the HF Trainer fills 'auto' only under the name "
+                                         f"{alias}; give a number or write {alias}: \"auto\"")
+            kw[alias] = _int_value(name, zero[name])
     hpz = zero.get("zero_hpz_partition_size")
     if hpz is not None:
         if isinstance(hpz, bool) or not isinstance(hpz, int) or not 0 <= hpz <= _MAX:
@@ -255,7 +271,8 @@ def with_unread(cfg: DeepSpeedConfig, data: dict[str, Any], path: Path | str) ->
     _, entries = read_deepspeed(None, "", Path(str(path)), whole, strict=False)
     why: dict[str, list[str]] = {}  # one line per reason, its keys in file order
     for e in entries:
-        if e.kind == "not modelled yet":
+        # hpZ is modelled here or refused (_hpz_keys), never left unread on this path
+        if e.kind == "not modelled yet" and not e.key.endswith("zero_optimization.zero_hpz_partition_size"):
             why.setdefault(e.note, []).append(e.key.removeprefix(" → "))
     unread = tuple(f"{', '.join(keys)}: {note}" for note, keys in why.items())
     return replace(cfg, unread=unread) if unread else cfg

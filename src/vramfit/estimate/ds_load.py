@@ -83,3 +83,17 @@ def flatten_events(step: Step, by_module: bool = False) -> list[int]:
         originals = [c * t.numel for t in base_tensors(step.spec) for _ in range(t.count)]
     n = len(originals)
     return originals + [flat_copy(step)] + [-k for k in range(1, n + 1)]
+
+
+def host_flatten_note(step: Step, phases: dict[str, int], peak_phase: str) -> list[str]:
+    """Where ZeRO-1/2's flatten on the GPU sets the peak: DeepSpeed flattens there only when the card's free memory
+    holds the copy (module docstring, 0.18.7 stage_1_and_2.py l. 370-383), so a card without that room runs the
+    flatten on the host and peaks at the next phase. The figure stays the one with the flatten (one figure per
+    scenario); the note gives the other."""
+    if peak_phase != StepPhase.LOAD.value or not flattens_on_gpu(step):
+        return []
+    phase, top = max(((k, v) for k, v in phases.items() if k != StepPhase.LOAD.value), key=lambda kv: kv[1])
+    return [f"The peak is ZeRO's load: the {flat_copy(step) / 2**30:,.2f} GiB flat copy of the 16-bit trainable "
+            f"weights beside themselves, which DeepSpeed (0.18.7 and later) makes on the GPU only where the card's "
+            f"free memory holds it; on a card without that room it flattens on the host and the peak is the "
+            f"{phase} phase's, {top / 2**30:,.2f} GiB allocated."]

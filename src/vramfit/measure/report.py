@@ -97,24 +97,57 @@ def _texts(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def render_runs(recs: list[RunRecord], console: Any, title: str) -> None:
+RUN_COLUMNS = ("id", "status", "model", "method", "seq", "ckpt", "GPU", "alloc", "resv", "device", "est", "tok/s")
+# left out first when the console is too narrow for every column; id, model and alloc always stay
+_DROP_ORDER = ("ckpt", "est", "device", "resv", "method", "tok/s", "status", "seq", "GPU")
+_MODEL_FOLD = 14  # the model column's width when folded: the only column whose text may go on a second line
+
+
+def _run_cells(r: RunRecord) -> list[str]:
+    sc = r.scenario
+    est = (r.estimate or {}).get("allocated_bytes")
+    alloc = gib(r.allocated_bytes) if r.unknown_bytes is None else f"{gib(r.unknown_bytes)}?"
+    return [escape(r.id[:16]), _status(r), escape(r.model_name.rsplit("/", 1)[-1]), escape(str(sc.get("method", ""))),
+            str(sc.get("seq_len", "")), escape(str(sc.get("gradient_checkpointing", ""))), escape(r.gpu_family), alloc,
+            gib(r.reserved_bytes), gib(r.device_bytes), gib(est), f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "—"]
+
+
+def _runs_table(title: str, rows: list[list[str]], dropped: list[str], fold: int | None) -> Any:
     from rich.table import Table
 
-    t = Table(title=title + " · figures in GiB (est: the stored estimate of allocated)", title_justify="left",
-              pad_edge=False)
-    t.add_column("id", no_wrap=True)
-    for col in ("status", "model", "method", "seq", "ckpt", "GPU", "alloc", "resv", "device", "est", "tok/s"):
-        t.add_column(col, justify="left" if col in ("status", "model", "method", "ckpt", "GPU") else "right",
-                     no_wrap=col != "model", overflow="fold", min_width=10 if col == "model" else None)
-    for r in recs:
-        sc = r.scenario
-        est = (r.estimate or {}).get("allocated_bytes")
-        alloc = gib(r.allocated_bytes) if r.unknown_bytes is None else f"{gib(r.unknown_bytes)}?"
-        t.add_row(escape(r.id[:16]), _status(r), escape(r.model_name.rsplit("/", 1)[-1]), escape(str(sc.get("method", ""))),
-                  str(sc.get("seq_len", "")), str(sc.get("gradient_checkpointing", "")), escape(r.gpu_family), alloc,
-                  gib(r.reserved_bytes), gib(r.device_bytes), gib(est),
-                  f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "—")
+    t = Table(title=title, title_justify="left", pad_edge=False)
+    keep = [i for i, col in enumerate(RUN_COLUMNS) if col not in dropped]
+    for i in keep:
+        col = RUN_COLUMNS[i]
+        t.add_column(col, justify="left" if col in ("id", "status", "model", "method", "ckpt", "GPU") else "right",
+                     no_wrap=col != "model", overflow="fold", max_width=fold if col == "model" else None)
+    for cells in rows:
+        t.add_row(*(cells[i] for i in keep))
+    return t
+
+
+def fitting_runs_table(console: Any, title: str, rows: list[list[str]]) -> tuple[Any, list[str]]:
+    """The runs table at the console's width, and the columns left out. Figures and ids are never cut: the model
+    column folds onto more lines first, then columns go, least needed first (as ``plan`` drops its columns)."""
+    from rich.measure import Measurement
+
+    wide = console.options.update_width(10_000)
+    for n in range(len(_DROP_ORDER) + 1):
+        dropped = list(_DROP_ORDER[:n])
+        for fold in (None, _MODEL_FOLD):
+            t = _runs_table(title, rows, dropped, fold)
+            if Measurement.get(console, wide, t).maximum <= console.width:
+                return t, dropped
+    return t, dropped
+
+
+def render_runs(recs: list[RunRecord], console: Any, title: str) -> None:
+    t, dropped = fitting_runs_table(console, title + " · figures in GiB (est: the stored estimate of allocated)",
+                                    [_run_cells(r) for r in recs])
     console.print(t)
+    if dropped:
+        console.print(f"[dim]left out at {console.width} columns: {', '.join(dropped)} (a wider terminal or "
+                      "--json shows them)[/dim]")
     if any(r.unknown_bytes is not None for r in recs):
         console.print("[dim]x.xx? : a figure whose counter the source did not name (metric unknown)[/dim]")
 

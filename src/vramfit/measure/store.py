@@ -158,6 +158,11 @@ class RunStore:
         return engine
 
     @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file of the URL (None: another database, or in memory)."""
+        return self._sqlite_file()
+
+    @property
     def redacted_url(self) -> str:
         """The URL without its password."""
         try:

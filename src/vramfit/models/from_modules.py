@@ -49,13 +49,39 @@ def _cached(config_json: str, unsupported: str) -> ModelSpec:
     kwargs = {k: v for k, v in config.items() if k not in ("auto_map", "quantization_config")}
     try:
         cfg = AutoConfig.for_model(**kwargs)
+        encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))  # before WhisperForCausalLM turns it off
         auto = AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
         with torch.device("meta"):
             # built in bf16 as a 16-bit from_pretrained builds it: a parameter still fp32 is fp32 by construction
             model = auto.from_config(cfg, dtype=torch.bfloat16)  # never trust_remote_code
     except (ValueError, KeyError, TypeError, StrictDataclassError) as exc:
-        raise ModelError(f"{unsupported} (transformers cannot build it as a causal LM: {exc})") from None
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = why if len(why) <= 200 else why[:200] + "…"  # transformers lists every class it knows: the gist only
+        raise ModelError(f"{unsupported} (transformers cannot build it as a causal LM: {why})") from None
+    if encoder_decoder:  # Whisper, BART: the causal-LM class builds the decoder alone
+        raise ModelError(f"{unsupported} (an encoder-decoder model: vramfit models decoder-only transformers)")
     return _read(model, cfg.get_text_config(), config["model_type"], unsupported)
+
+
+def _expert_width(linears: tuple, hidden: int) -> int:
+    """One expert's intermediate width where the config names none (OLMoE, GraniteMoE, PhiMoE and Jamba call it
+    ``intermediate_size``): the input of the expert bank back to the hidden size (its down projection), the last such
+    bank, as a fused gate/up bank before it is as wide as the hidden size where 2 x the width equals it (OLMoE)."""
+    return next((x.in_features for x in reversed(linears) if x.group == "expert" and x.out_features == hidden), 0)
+
+
+def _convolution(layers: Any) -> str | None:
+    """The first convolution inside the decoder layers (its module path), or None. A state-space mixer (Mamba's
+    ``conv1d`` in Jamba, Falcon-H1, Granite-4.0-H) or a gated linear-attention one (Qwen3-Next's ``linear_attn``) holds
+    one; the estimator's block model (attention, MLP and expert linears, what autograd saves in them) has none of
+    their scan state or activations, so such a model is refused rather than estimated as attention blocks."""
+    import torch
+
+    for i, layer in enumerate(layers):
+        for path, mod in layer.named_modules():
+            if isinstance(mod, torch.nn.modules.conv._ConvNd):
+                return f"layers.{i}.{path}"
+    return None
 
 
 def _decoder_layers(model: Any) -> tuple[str, Any]:
@@ -150,6 +176,9 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     if not hidden or not heads:
         raise ModelError(f"{unsupported} (not a transformer decoder: no hidden_size / attention heads)")
     layers_name, layers = _decoder_layers(model)
+    if (conv := _convolution(layers)) is not None:
+        raise ModelError(f"{unsupported} (its decoder layers hold a convolution, {conv}: a state-space or "
+                         "linear-attention mixer, which vramfit does not model yet)")
     L = len(layers)
     experts = int(getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0)
                   or getattr(text, "n_routed_experts", 0) or 0)
@@ -178,7 +207,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         block_linears=linears, block_norm_params=norm_per_layer, final_norm_params=rest,
         embedding_params=embed, lm_head_params=head, vision_params=vision,
         num_experts=experts, num_experts_per_tok=int(getattr(text, "num_experts_per_tok", 0) or 0),
-        moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0),
+        moe_intermediate_size=int(getattr(text, "moe_intermediate_size", 0) or 0) or _expert_width(linears, hidden),
         max_position_embeddings=int(getattr(text, "max_position_embeddings", 0) or 0),
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
         **_moe_layers(layers, experts),

@@ -58,6 +58,9 @@ class Change:
     cost_factor: float | None = None  # GPU-hours per token after / before
     error: str | None = None
     required_bytes: int | None = None
+    # host RAM per GPU for offloaded state, set where it is over the planner's cap (planner.HOST_RAM_PER_GPU): the
+    # change then does not fit, as the planner drops such a plan
+    host_ram_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -186,10 +189,10 @@ class _Ctx:
             return None
         w = step_work(sc, scenario_flops(self.ev.spec, sc), self.trainable)
         peer = peer_gbs(g, sc.num_gpus)
+        card = card_speed(g, peer, sc.gpus_per_node)
         s = step_time(w, peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-                      peer_gbs=peer, host_gbs=g.host_link_gbs,
-                      card=card_speed(g, peer, sc.gpus_per_node) if self.mfu is None else None,  # None: mechanism model
-                      net=scenario_net(sc.interconnect, g, peer))  # several nodes: their network (was 0 B/s)
+                      peer_gbs=peer, host_gbs=g.host_link_gbs, card=card if self.mfu is None else None,  # mechanism model
+                      net=scenario_net(sc.interconnect, g, peer), link=card)  # several nodes: their network
         return 1.0 / s.tokens_per_s
 
     def measure(self, ch: Change) -> Change:
@@ -203,6 +206,11 @@ class _Ctx:
         if r.scenario.seq_len != self.ev.base.seq_len and "seq_len" not in ch.changes:  # a dataset's row at this size
             ch = _with(ch, changes={**ch.changes, "seq_len": r.scenario.seq_len})
         verdict = card_fit(r, self.g, self.margin)
+        from vramfit.plan.planner import HOST_RAM_PER_GPU  # the planner's host-RAM rule holds for changes too
+
+        if verdict.fits and r.host_bytes > HOST_RAM_PER_GPU.value:
+            ch = _with(ch, host_ram_bytes=r.host_bytes)
+            verdict = dataclasses.replace(verdict, fits=False)
         return _with(ch, device_bytes=dev, saving_bytes=self.before - r.peak.required_bytes, fits=verdict.fits,
                      headroom_bytes=verdict.headroom_bytes, slowdown=slow, cost_factor=cost,
                      required_bytes=r.peak.required_bytes)

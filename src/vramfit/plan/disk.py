@@ -11,7 +11,11 @@ Integer bytes, decimal sources:
   adapters in the framework's adapter dtype; DeepSpeed's 16-bit module plus its fp32 master partition) and
   the optimizer state at the estimator's own per-element rate (:func:`checkpoint_bytes`);
 - the final model: 16-bit weights for full fine-tuning, the adapters for LoRA (a merged 16-bit
-  copy, if wanted, is another ``2 x params``).
+  copy, if wanted, is another ``2 x params``);
+- one checkpoint more than are kept, while a save is under way: transformers' ``Trainer._save_checkpoint``
+  (trainer.py, v4.57.1 l. 3312-3370, the same order in 5.x) writes ``checkpoint-N`` whole (model, ``optimizer.pt``,
+  scheduler, RNG) and only then calls ``_rotate_checkpoints``, which deletes the oldest beyond
+  ``save_total_limit``; at the end the final model is written beside the kept checkpoints.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ class DiskEstimate:
     checkpoint_bytes: int  # one resumable checkpoint
     checkpoints_kept: int
     final_model_bytes: int
-    total_bytes: int
+    total_bytes: int  # the peak: the kept checkpoints plus the one being written (or the final model)
+    checkpoints_on_disk: int = 0  # at that peak: kept + 1 while a save rotates (0 when none are kept)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,13 +72,17 @@ def disk_needed(
     sc: Scenario, num_params: int, trainable: int, dataset_tokens: int | None, checkpoints_kept: int = 1,
     raw_bytes: int | None = None,
 ) -> DiskEstimate:
-    """Disk for the base model, the dataset, ``checkpoints_kept`` checkpoints and the final model. ``raw_bytes``: the
-    dataset's own size on disk where a file was read (``DatasetReport.file_bytes``: truncation does not shrink it),
-    else :data:`RAW_BYTES_PER_TOKEN` per token."""
+    """Peak disk for the base model, the dataset, ``checkpoints_kept`` checkpoints (``save_total_limit``) and the
+    final model: the new checkpoint is written before the oldest is deleted, so ``kept + 1`` are on disk during a
+    save, and the final model beside the ``kept`` at the end, whichever is larger. ``raw_bytes``: the dataset's own
+    size on disk where a file was read (``DatasetReport.file_bytes``: truncation does not shrink it), else
+    :data:`RAW_BYTES_PER_TOKEN` per token."""
     base = 2 * num_params
     raw = raw_bytes if raw_bytes is not None else RAW_BYTES_PER_TOKEN * (dataset_tokens or 0)
     tok = TOKENIZED_BYTES_PER_TOKEN * (dataset_tokens or 0)
     ckpt = checkpoint_bytes(sc, num_params, trainable)
     final = 2 * num_params if sc.method is Method.FULL else trainable_bytes(sc)[0] * trainable
-    total = base + raw + tok + checkpoints_kept * ckpt + final
-    return DiskEstimate(base, raw, tok, ckpt, checkpoints_kept, final, total)
+    rotating = ckpt if checkpoints_kept else 0  # the save under way before _rotate_checkpoints
+    total = base + raw + tok + checkpoints_kept * ckpt + max(rotating, final)
+    on_disk = checkpoints_kept + 1 if checkpoints_kept and rotating >= final else checkpoints_kept
+    return DiskEstimate(base, raw, tok, ckpt, checkpoints_kept, final, total, on_disk)

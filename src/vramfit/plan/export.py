@@ -84,7 +84,11 @@ def fsdp_16bit_full(sc: dict[str, Any]) -> bool:
 
 
 def _zero_stage(plan: Plan) -> int:
-    return {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+    """The ZeRO stage the DeepSpeed file runs: an unsharded 16-bit plan gets stage 1, as stage 0 in bf16/fp16 is
+    DeepSpeed's own 16-bit optimizer wrapper with an unsharded fp32 master copy (deepspeed 0.18.7 engine.py
+    ``_do_optimizer_sanity_check``: DDP_BFLOAT16 / FP16 -> ``_configure_fp16_optimizer``; 0.16's BF16_Optimizer)."""
+    stage = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "fsdp-grad-op": 2}.get(plan.parallelism, 0)
+    return 1 if stage == 0 and plan.scenario["precision"] != "fp32" else stage
 
 
 def deepspeed_config(plan: Plan, notes: list[str]) -> dict[str, Any]:
@@ -238,7 +242,11 @@ def _shard(plan: Plan, engine: str, notes: list[str]) -> str:
         if own == "fsdp":
             notes.append(f"the plan was sized for {plan.parallelism}; written as the matching ZeRO stage, whose buffers "
                          f"differ (estimate again with parallelism zero{_zero_stage(plan)} for its figure)")
-        if own in ("ddp", "single"):
+        if own in ("ddp", "single") and _zero_stage(plan):
+            notes.append("the plan needs no sharding, but DeepSpeed's stage 0 in 16-bit keeps an unsharded fp32 master "
+                         "copy: written as ZeRO stage 1, whose memory differs (estimate again with parallelism zero1 "
+                         "for its figure, or export accelerate for the plan's own)")
+        elif own in ("ddp", "single"):
             notes.append("the plan needs no sharding: ZeRO stage 0 is plain data parallelism")
         return "deepspeed"
     if engine == "fsdp":

@@ -260,6 +260,7 @@ def card_speed(g: GPU, peer_gbs: float | None = None, gpus: int = 1) -> CardSpee
 #: benchmarks/data/throughput/published.jsonl, the 9 H200 and 14 H100 runs of benchmarks/gpu_grid.py among them (the
 #: H200's short steps took p90 from 0.22 to 0.28; the H100's 8-bit-AdamW and DoRA runs to 0.31);
 #: ``python benchmarks/speed_accuracy.py``; pinned by a test).
+SPEED_ROWS = 128
 SPEED_ERROR_MEDIAN = 0.08
 SPEED_ERROR_P90 = 0.31
 SPEED_SOURCE = ("mechanism model (src/vramfit/plan/kernels.py): measured matmul rates, FlashAttention-2, memory-bound "

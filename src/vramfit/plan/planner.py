@@ -22,14 +22,22 @@ from vramfit.plan.inputs import (
     parse_count,
     positive_number,
 )
-from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_SOURCE, card_speed
+from vramfit.plan.kernels import SPEED_ERROR_MEDIAN, SPEED_ERROR_P90, SPEED_ROWS, SPEED_SOURCE, card_speed
 from vramfit.plan.rental import billed_gpus, node_limit, price_basis, stack_of
 from vramfit.plan.rental import cannot_run as _cannot_run
 from vramfit.plan.rental import check_ranking as _check_ranking
 from vramfit.plan.rental import not_found as _not_found
 from vramfit.plan.rental import ranking_assumptions as _ranking_assumptions
 from vramfit.plan.report import Excluded, Plan, PlanReport
-from vramfit.plan.search import Config, Search, one_gpu_only, peer_gbs, pinned_layout, tried_words
+from vramfit.plan.search import (
+    Config,
+    Search,
+    bridge_size,
+    one_gpu_only,
+    peer_gbs,
+    pinned_layout,
+    tried_words,
+)
 from vramfit.plan.stage_work import scenario_flops, stage_time_note
 from vramfit.plan.throughput import MFU_DEFAULT, Constant, run_cost, run_hours, time_band
 from vramfit.plan.verdict import PAGED_COMPONENT, SAFETY_MARGIN, definition, fits, limit_bytes, result_paging
@@ -76,6 +84,9 @@ def _notes(g: GPU, c: Config, base: Scenario, eff: int, actual_eff: int, host: i
     out = []
     if c.num_gpus > 1 and peer_gbs(g, c.num_gpus) == g.host_link_gbs:
         out.append(f"no NVLink between {c.num_gpus} cards: GPU-to-GPU traffic over PCIe ({g.host_link_gbs:g} GB/s per direction)")
+    elif c.num_gpus > 1 and bridge_size(g):  # the bridge is an add-on: say the time counts on it
+        out.append(f"timed with an NVLink bridge between the {c.num_gpus} cards ({g.peer_gbs:g} GB/s per direction); "
+                   f"without one, GPU-to-GPU traffic goes over PCIe ({g.host_link_gbs:g} GB/s)")
     if c.loss != base.loss.value:
         out.append("fused loss: needs Liger Kernel (use_liger_kernel=True) or Cut Cross-Entropy")
     if c.optimizer != base.optimizer.value:
@@ -363,8 +374,8 @@ def _plan_assumptions(sc: Scenario, u: float, mfu, eff: int, counts: tuple, all_
                "default applies (`vramfit estimate --help`).")
     out.insert(2, f"Utilisation {u:.0%} of the dense BF16 peak (set by --mfu)" if mfu is not None else
                "Speed by mechanism: matmuls at the card's measured matmul rate, FlashAttention, memory-bound ops, "
-               "de-quantization, launch and ZeRO-3 overheads, GPU links (README 'Time and cost'). Against 105 "
-               f"published throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
+               "de-quantization, launch and ZeRO-3 overheads, GPU links (docs/planner.md 'Time and cost'). Against "
+               f"{SPEED_ROWS} published and measured throughputs its tokens/s are off by {SPEED_ERROR_MEDIAN:.0%} at the median and "
                f"{SPEED_ERROR_P90:.0%} at p90 (benchmarks/speed_accuracy.py): read times and costs with that band.")
     cap = parse_count("max_gpus", max_gpus, 1, 100_000)  # as gpu_counts reads it ('1k' too)
     if cap not in all_counts:  # a cap between the counts planned: said, not dropped silently

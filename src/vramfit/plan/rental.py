@@ -141,8 +141,8 @@ def not_found(g: GPU, mine: tuple[int, ...], counts: tuple[int, ...], all_counts
         return f"fits {lacking[0]} x {g.gpu_id} only with settings its stack lacks ({stack_of(g).note})"
     fewer = f"; effective batch {eff} allows at most {max(counts)} GPUs" if counts != all_counts else ""
     if host is not None:
-        return (f"fits {host[0]} x {g.gpu_id} only with offloaded state needing {host[1] / GB:,.0f} GB of host RAM per "
-                f"GPU, over the {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU plans assume (a DGX H100: 2 TB for 8 GPUs)"
+        return (f"fits {host[0]} x {g.gpu_id} or more only with offloaded state, needing {host[1] / GB:,.0f} GB of host "
+                f"RAM per GPU at {host[0]}, over the {HOST_RAM_PER_GPU.value / GB:.0f} GB per GPU plans assume (a DGX H100: 2 TB for 8 GPUs)"
                 + fewer)
     unit = f" (rented at most {max(g.rental_gpus)} per instance)" if g.rental_gpus else ""
     if one_gpu is not None:

@@ -229,10 +229,18 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
-def peer_gbs(gpu: GPU, n: int) -> float:
-    """GPU-to-GPU bandwidth per direction for ``n`` cards: a 2-way NVLink bridge links pairs only."""
+def bridge_size(gpu: GPU) -> int:
+    """Cards one NVLink bridge joins (the catalog's interconnect text: "2-way", "pairs 2", "4-way"), 0 for a card
+    without a bridge. A bridge is an add-on a rented set may lack; cards beyond it talk over PCIe."""
     text = gpu.interconnect.lower()
-    if n > 2 and gpu.interconnect_gbs and ("bridge" in text or "pairs 2" in text) and "4-way" not in text:
+    if not gpu.interconnect_gbs or not ("bridge" in text or "pairs 2" in text):
+        return 0
+    return 4 if "4-way" in text else 2
+
+
+def peer_gbs(gpu: GPU, n: int) -> float:
+    """GPU-to-GPU bandwidth per direction for ``n`` cards: an NVLink bridge links its 2 (or 4) cards only."""
+    if n > 2 and bridge_size(gpu) and n > bridge_size(gpu):
         return gpu.host_link_gbs
     return gpu.peer_gbs
 
@@ -310,7 +318,7 @@ class Search:
         paged = (paged_state(self.trainable, c) if is_paged(c) else 0) if paged is None else paged
         s = step_time(
             self.work(c, mb), peak_tflops=g.bf16_tflops, mfu=self.mfu or MFU_DEFAULT.value, mem_bandwidth_gbs=g.mem_bandwidth_gbs,
-            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged)
+            peer_gbs=link[0], host_gbs=link[1], card=card, net=link[3], paged_bytes=paged, link=link[2])
         return calibrated(s, speed_factor(self.ev.calibration, g.gpu_id)) if card is not None else s
 
     def _link(self, g: GPU, n: int) -> tuple:

@@ -363,6 +363,7 @@ def step_time(
     card: CardSpeed | None = None,
     net: tuple[float, float] = (0.0, 0.0),
     paged_bytes: float = 0.0,
+    link: CardSpeed | None = None,
 ) -> Speed:
     """Seconds per optimizer step: ``max(compute, GPU-to-GPU traffic, activation offload) + offload traffic``.
 
@@ -370,10 +371,15 @@ def step_time(
     (:func:`kernels.card_speed`) the compute is timed by mechanism (:func:`mechanism_step_time`) and
     ``mfu`` is not read. ``net``: (bus bytes/s, latency s) of rings that span nodes (:func:`net_rate`).
     ``paged_bytes``: paged optimizer state that lives in host RAM on this card (``verdict.result_paging``),
-    paged in and out once per step over the host link (:data:`kernels.PAGED_NOTE`).
+    paged in and out once per step over the host link (:data:`kernels.PAGED_NOTE`). ``link``: the cards' link
+    (:func:`kernels.card_speed`) when ``mfu`` times the compute: without peer-to-peer the traffic is staged through
+    host memory at its rate and adds to compute, as :func:`mechanism_step_time` has it.
     """
     if card is not None:
         return mechanism_step_time(w, card, net, paged_bytes)
+    p2p = link is None or link.p2p
+    if link is not None:
+        peer_gbs = link.peer_bytes / 1e9
     dequant = w.dequant_bytes / (mem_bandwidth_gbs * 1e9) if (w.dequant_bytes and mem_bandwidth_gbs) else 0.0
     compute = w.flops / (peak_tflops * 1e12 * mfu) * (1 + w.bubble) + dequant
     comm = w.peer_bytes / (peer_gbs * 1e9) if w.peer_bytes else 0.0
@@ -381,7 +387,8 @@ def step_time(
     stream = w.stream_bytes / (host_gbs * 1e9) if w.stream_bytes else 0.0
     across, waits, exposed = _net_seconds(w, net)
     comm += across
-    step = max(compute, comm - waits, stream) + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net)
+    step = ((max(compute, comm - waits, stream) if p2p else max(compute, stream) + comm - waits)
+            + host + exposed + layouts.blocking_seconds(w, peer_gbs * 1e9, net))
     gen = _generate_seconds(w, peak_tflops * 1e12 * mfu, (mem_bandwidth_gbs or 0) * 1e9, peer_gbs * 1e9)
     return Speed(compute, dequant, comm, host, step + gen, w.tokens_per_step / (step + gen), gen)
 

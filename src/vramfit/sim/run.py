@@ -295,8 +295,14 @@ def _library_forward(model, **inputs):
     v5.24.0 models/llama4/modeling_llama4.py Llama4ForConditionalGeneration.forward reads
     ``outputs.image_outputs``, which its language model's output never has; peft 0.21.2 tuners/lora/layer.py
     (l. 1089) reads ``result.dtype`` on Llama4Router, an nn.Linear whose forward returns a tuple."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
     try:
         return model(**inputs)
+    except DataDependentOutputException as exc:  # e.g. transformers' Phi-3.5-MoE longrope: `if ... and seq_len:`
+        raise ModelError(f"fake tensors cannot run {type(model).__name__}'s forward on this config: it branches on "
+                         f"a tensor's value ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}), which a "
+                         "simulation without data cannot know; estimate it, or measure it on a GPU") from exc
     except AttributeError as exc:
         import peft
         import transformers

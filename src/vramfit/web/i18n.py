@@ -145,6 +145,9 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ch.paging": ("fits {card} only by paging {paged} GiB of optimizer state to host RAM (slower)",
                   "cabe na {card} só paginando {paged} GiB do estado do otimizador para a RAM do host (mais lento)"),
     "ch.ckpt": ("checkpointing: {v}", "checkpointing: {v}"),
+    "ch.host": ("needs {gb} GB of host RAM per GPU for offloaded state, over the 256 GB per GPU plans assume",
+                "precisa de {gb} GB de RAM do host por GPU para o estado descarregado, acima dos 256 GB por GPU que os "
+                "planos supõem"),
     "fit.title": ("Cards that fit", "Placas onde cabe"),
     "fit.card": ("Card", "Placa"),
     "fit.gpus": ("GPUs", "GPUs"),

@@ -298,10 +298,10 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"count$", "params: um decoder genérico de ⟨$1⟩ parâmetros arredonda para mais de ⟨$2⟩ (MAX_PARAMS); indica um número "
      "menor"),
     # ---- the planner's host RAM cap (vramfit.plan.rental not_found) and the guide's pure-bf16 reading (plan/guide.py)
-    (r"^fits (\d+) x (\S+) only with offloaded state needing " + _N + r" GB of host RAM per GPU, over the (\d+) GB per "
-     r"GPU plans assume \(a DGX H100: 2 TB for 8 GPUs\)",
-     "cabe em $1 × $2 só com estado descarregado que precisa de ⟨$3⟩ GB de RAM do host por GPU, acima dos $4 GB por "
-     "GPU que os planos supõem (um DGX H100: 2 TB para 8 GPUs)"),
+    (r"^fits (\d+) x (\S+) or more only with offloaded state, needing " + _N + r" GB of host RAM per GPU at (\d+), over "
+     r"the (\d+) GB per GPU plans assume \(a DGX H100: 2 TB for 8 GPUs\)",
+     "cabe em $1 × $2 ou mais só com estado descarregado, que precisa de ⟨$3⟩ GB de RAM do host por GPU com $4, acima "
+     "dos $5 GB por GPU que os planos supõem (um DGX H100: 2 TB para 8 GPUs)"),
     (r"^In pure bf16 \(bf16-true, 8 B per parameter(, FSDP)?\) (\d+) x (\d+) GB fits: " + _N + r" GB per GPU, of the "
      + _N + r" GB each card exposes\.$",
      "Em bf16 puro (bf16-true, 8 B por parâmetro$1) $2 × $3 GB cabe: ⟨$4⟩ GB por GPU, dos ⟨$5⟩ GB que cada placa expõe."),
@@ -362,4 +362,11 @@ NOTE_RULES: list[tuple[str, str]] = [
      "; cola aqui a configuração de treino (um JSON do DeepSpeed vai para o campo da configuração do DeepSpeed)"),
     (r"^not in the file: the GPU count is set at launch; set the GPU count on the page$",
      "não está no ficheiro: o número de GPUs define-se no lançamento; define o número de GPUs na página"),
+    # ---- DeepSpeed review (estimate/ds_load.py host_flatten_note, config_import/ds_read.py)
+    (r"^The peak is ZeRO's load: the " + _N + r" GiB flat copy of the 16-bit trainable weights beside themselves, "
+     r"which DeepSpeed \(0\.18\.7 and later\) makes on the GPU only where the card's free memory holds it; on a card "
+     r"without that room it flattens on the host and the peak is the (\S+) phase's, " + _N + r" GiB allocated\.$",
+     "O pico é a carga do ZeRO: a cópia plana de ⟨$1⟩ GiB dos pesos treináveis de 16 bits ao lado deles, que o "
+     "DeepSpeed (0.18.7 e posteriores) faz na GPU só quando a memória livre da placa a comporta; numa placa sem esse "
+     "espaço achata no host e o pico passa a ser o da fase $2, ⟨$3⟩ GiB alocados."),
 ]

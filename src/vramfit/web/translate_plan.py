@@ -42,6 +42,16 @@ PLAN_RULES: list[tuple[str, str]] = [
     (r"^fused loss: ", "perda fundida: "),
     (r"^no NVLink between (\d+) cards: GPU-to-GPU traffic over PCIe \(" + _N + r" GB/s per direction\)$",
      "sem NVLink entre $1 placas: o tráfego entre GPUs passa pelo PCIe (⟨$2⟩ GB/s em cada sentido)"),
+    (r"^the plan needs no sharding, but DeepSpeed's stage 0 in 16-bit keeps an unsharded fp32 master copy: written as "
+     r"ZeRO stage 1, whose memory differs \(estimate again with parallelism zero1 for its figure, or export accelerate "
+     r"for the plan's own\)$",
+     "o plano não precisa de repartição, mas o stage 0 do DeepSpeed em 16 bits mantém uma cópia mestra fp32 não "
+     "repartida: escreve-se o ZeRO stage 1, cuja memória difere (estima de novo com parallelism zero1 para o seu valor, "
+     "ou exporta accelerate para o do plano)"),
+    (r"^timed with an NVLink bridge between the (\d+) cards \(" + _N + r" GB/s per direction\); without one, "
+     r"GPU-to-GPU traffic goes over PCIe \(" + _N + r" GB/s\)$",
+     "tempo contado com uma ponte NVLink entre as $1 placas (⟨$2⟩ GB/s em cada sentido); sem ela, o tráfego entre GPUs "
+     "passa pelo PCIe (⟨$3⟩ GB/s)"),
     (r"^(\S+): bitsandbytes 8-bit AdamW instead of (\S+)$", "$1: AdamW de 8 bits do bitsandbytes em vez de $2"),
     (r"^needs " + _N + r" GiB of host RAM per GPU for offloaded state \(" + _N + r" GiB for the node\)$",
      "precisa de ⟨$1⟩ GiB de RAM do host por GPU para o estado descarregado (⟨$2⟩ GiB para o nó)"),
@@ -67,4 +77,35 @@ PLAN_RULES: list[tuple[str, str]] = [
      r"FlashAttention 2 via its ROCm CK backend; CUDA-only kernels will not load$",
      "ROCm: usa as versões ROCm do PyTorch e do bitsandbytes (≥ 0.50: QLoRA de 4 bits e otimizadores de 8 bits), "
      "FlashAttention 2 pelo backend ROCm CK; kernels só para CUDA não carregam"),
+    # ---- DeepSpeed files read as DeepSpeed reads them (config_import/ds_read.py, estimate/deepspeed.py)
+    (r"zero_optimization\.(\S+) is not a DeepSpeed ZeRO key \(DeepSpeed refuses unknown keys: DeepSpeedZeroConfig, "
+     r"extra='forbid'\); check the spelling", "zero_optimization.$1 não é uma chave ZeRO do DeepSpeed (o DeepSpeed recusa "
+     "chaves desconhecidas: DeepSpeedZeroConfig, extra='forbid'); verifica a ortografia"),
+    (r"zero_optimization\.(\S+) is not a DeepSpeed offload key \(valid keys: ([^)]*)\)",
+     "zero_optimization.$1 não é uma chave de offload do DeepSpeed (chaves válidas: $2)"),
+    (r"ZeRO stage 0 with (\S+) (\S+) is DeepSpeed's own 16-bit optimizer wrapper \(an unsharded fp32 master copy and its "
+     r"gradients: ([^)]*)\), which vramfit does not model yet; use ZeRO stage 1-3, or plain DDP without a DeepSpeed "
+     r"config", "ZeRO stage 0 com $1 $2 é o invólucro de otimizador de 16 bits do próprio DeepSpeed (uma cópia mestra "
+     "fp32 não repartida e os seus gradientes: $3), que o vramfit ainda não modela; usa o ZeRO stage 1-3, ou DDP "
+     "simples sem configuração DeepSpeed"),
+    (r"zero_optimization\.(\S+) and (\S+) name one DeepSpeed setting: give one",
+     "zero_optimization.$1 e $2 designam a mesma definição do DeepSpeed: indica só uma"),
+    (r"zero_optimization\.(\S+): the HF Trainer fills 'auto' only under the name (\S+); give a number or write (\S+): "
+     r"\"auto\"", "zero_optimization.$1: o HF Trainer só preenche 'auto' com o nome $2; indica um número ou escreve $3: "
+     "\"auto\""),
+    (r"not a DeepSpeed ZeRO key \(DeepSpeed would refuse it\): check the spelling",
+     "não é uma chave ZeRO do DeepSpeed (o DeepSpeed recusá-la-ia): verifica a ortografia"),
+    (r"^a comment \(DeepSpeed skips keys it does not read\)$", "um comentário (o DeepSpeed salta as chaves que não lê)"),
+    (r"^compile is disabled$", "a compilação está desligada"),
+    (r"^the compiler backend$", "o backend do compilador"),
+    (r"^DeepSpeed's engine compiles the module: the scenario's compile key \(--compile\) models torch\.compile$",
+     "o motor do DeepSpeed compila o módulo: a chave compile do cenário (--compile) modela o torch.compile"),
+    (r"^Ulysses sequence parallelism's collective dtype$", "o dtype das coletivas do paralelismo de sequência Ulysses"),
+    (r"^DeepSpeed reads parameter offload at ZeRO stage 3 only \(stage (\d)\)$",
+     "o DeepSpeed só lê o offload de parâmetros no ZeRO stage 3 (stage $1)"),
+    (r"\(its decoder layers hold a convolution, (\S+): a state-space or linear-attention mixer, which vramfit does not "
+     r"model yet\)", "(as camadas do decoder têm uma convolução, $1: um misturador de espaço de estados ou de atenção "
+     "linear, que o vramfit ainda não modela)"),
+    (r"\(an encoder-decoder model: vramfit models decoder-only transformers\)",
+     "(um modelo codificador-descodificador: o vramfit modela transformers só com decoder)"),
 ]

@@ -88,7 +88,7 @@
     if (p.disk) {
       disk.title = fmt(T["fit.disk.parts"], { base: bytes(p.disk.base_model_bytes),
         data: bytes((p.disk.dataset_raw_bytes || 0) + (p.disk.dataset_tokenized_bytes || 0)),
-        ckpt: bytes(p.disk.checkpoint_bytes * (p.disk.checkpoints_kept || 1)), out: bytes(p.disk.final_model_bytes) });
+        ckpt: bytes(p.disk.checkpoint_bytes * (p.disk.checkpoints_on_disk || p.disk.checkpoints_kept || 1)), out: bytes(p.disk.final_model_bytes) });
     }
     cell(tr, bytes(p.host_ram_bytes), "num");
   }
@@ -268,6 +268,7 @@
       tr.dataset.kind = c.kind;
       const name = cell(tr, (c.fits ? "✓ " : "✗ ") + R.text(c.description));
       if (c.tradeoff) name.append(small(R.text(c.tradeoff), "settings"));
+      if (c.host_ram_bytes) name.append(small(fmt(T["ch.host"], { gb: VF.fmtNum(c.host_ram_bytes / 1e9, 0) }), "settings"));
       cell(tr, VF.fmtGiB(c.required_bytes ?? c.device_bytes) + " GiB", "num");  /* the figure "fits" holds to the limit */
       cell(tr, "−" + VF.fmtGiB(c.saving_bytes) + " GiB", "num");
       const f = c.cost_factor ?? c.slowdown;
