@@ -194,11 +194,14 @@ def write_atomic(key: str, path: Path, text: str) -> None:
         raise ScenarioError(key, f"{shown(str(p))} is a directory or a device; give a file name")
     if path_kind(key, p.parent) in ("file", "other"):
         raise ScenarioError(key, f"cannot write {shown(str(p))}: {shown(str(p.parent))} is a file, not a folder")
+    p = p.resolve() if p.is_symlink() else p  # a link's target is what the user keeps: it is replaced, not the link
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "x", encoding="utf-8") as fh:
             fh.write(text)
+        if p.exists():  # the user's permissions stay (a 0600 file stays 0600)
+            os.chmod(tmp, p.stat().st_mode & 0o7777)
         os.replace(tmp, p)
     except OSError as exc:
         with contextlib.suppress(OSError):  # no temp file left behind; none made (a path inside a file): nothing to do

@@ -27,8 +27,8 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
 
     imp = from_config(files[0], *files[1:], dialect=dialect)
     imp.flags = dict(flags)  # explicit flags: written back too, with the change that fits
-    if "num_nodes" in flags and "shard_scope" not in flags:  # a DeepSpeed file's hpZ once the flags give the nodes
-        from vramfit.config_import.companions import hpz_across_nodes
+    if {"num_nodes", "num_gpus"} & set(flags) and "shard_scope" not in flags:  # a DeepSpeed file's hpZ in the
+        from vramfit.config_import.companions import hpz_across_nodes  # layout the flags give
 
         probe = {**imp.overrides, **flags}
         try:  # flags arrive as typed; a bad count is refused by the scenario's own parse
@@ -36,7 +36,10 @@ def overlay(files: list[Path] | None, dialect: str | None, flags: dict[str, Any]
         except (TypeError, ValueError):
             probe = {}
         hpz_across_nodes(imp.entries, probe)
-        imp.overrides.update({k: probe[k] for k in ("shard_scope",) if k in probe})
+        if "shard_scope" in probe:
+            imp.overrides["shard_scope"] = probe["shard_scope"]
+        elif probe:
+            imp.overrides.pop("shard_scope", None)
     _CURRENT.set(imp)
     for line in imp.lines():
         err_console.print(line, highlight=False, markup=False)
@@ -59,13 +62,18 @@ def _flags_over_deepspeed(data: dict, flags: dict) -> None:
         return
     if str(flags.get("parallelism", data.get("parallelism", ""))) not in ("zero1", "zero2", "zero3"):
         data.pop("deepspeed_config")
+        if "offload" not in flags:  # the file's offload was DeepSpeed's: it goes with the file
+            data.pop("offload", None)
         return
     par = str(flags.get("parallelism", data.get("parallelism")))
     zero = {k: v for k, v in ds.get("zero_optimization", {}).items() if k != "stage"}
     off = str(flags.get("offload", data.get("offload", "none")))
     if par != "zero3" and off == "optimizer+params" and "offload" not in flags:
         off = data["offload"] = "optimizer"  # DeepSpeed reads parameter offload at stage 3 only
-    for section, on in (("offload_optimizer", off != "none"), ("offload_param", off == "optimizer+params")):
+    elif par != "zero3" and off == "optimizer+params":  # asked for: the scenario's own rule, not the file's sections
+        raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
+    # parameter offload below stage 3 is no DeepSpeed section: the scenario's own check then says what it needs
+    for section, on in (("offload_optimizer", off != "none"), ("offload_param", off == "optimizer+params" and par == "zero3")):
         zero.pop(section, None)
         if on:
             zero[section] = {"device": "cpu"}

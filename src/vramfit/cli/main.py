@@ -210,20 +210,26 @@ def gpus(
     t, dropped = _catalog_table(cols, cells)
     console.print(t)
     if dropped:
-        console.print(f"[dim]left out at {console.width} columns: name (a wider terminal or --json shows it)[/dim]")
+        console.print(f"[dim]left out at {console.width} columns: {', '.join(dropped)} (a wider terminal or --json "
+                      "shows them)[/dim]")
+
+
+#: the GPU table's columns, in the order they go when the terminal is too narrow (ids are never dropped)
+_CATALOG_DROP = ("name", "marketing GB", "$/GPU-h", "BF16 TFLOPS")
 
 
 def _catalog_table(cols: tuple[str, ...], cells: list[list[str]]):
     """The GPU table at the console's width: ids (what --gpu takes) and figures are never cut (headers wrap); the
-    name folds onto more lines, and goes where even that does not fit."""
+    name folds onto more lines, and columns go (:data:`_CATALOG_DROP`) where even that does not fit."""
     import io
 
     from rich.console import Console
     from rich.table import Table
 
-    for drop in (False, True):
-        keep = [i for i, c in enumerate(cols) if not (drop and c == "name")]
-        t = Table(title="GPU catalog", title_justify="left", pad_edge=not drop)
+    for n in range(len(_CATALOG_DROP) + 1):
+        dropped = list(_CATALOG_DROP[:n])
+        keep = [i for i, c in enumerate(cols) if c not in dropped]
+        t = Table(title="GPU catalog", title_justify="left", pad_edge=not dropped)
         for i in keep:
             widest = max((len(r[i]) for r in cells), default=1)
             t.add_column(cols[i], overflow="fold", **({} if cols[i] in ("name", "low price basis") else
@@ -233,8 +239,8 @@ def _catalog_table(cols: tuple[str, ...], cells: list[list[str]]):
         probe = Console(width=console.width, file=io.StringIO())  # rendered as the user's terminal would
         probe.print(t, crop=False)
         if max(map(len, probe.file.getvalue().splitlines() or [""])) <= console.width:
-            return t, drop
-    return t, True
+            break
+    return t, dropped
 
 
 def tflops_cell(g) -> str:

@@ -251,8 +251,8 @@ def _not_the_database(out: Path, db_file: Path | None) -> None:
 def _holds_other(path: Path, text: str) -> bool:
     """``path`` exists and does not already hold ``text`` (as ``plan --export`` checks: cli/plan_outputs.py)."""
     data = text.encode("utf-8")
-    try:
-        return path.exists() and (path.stat().st_size != len(data) or path.read_bytes() != data)
+    try:  # an empty file holds nothing to lose (a `touch`ed name)
+        return path.exists() and path.stat().st_size > 0 and (path.stat().st_size != len(data) or path.read_bytes() != data)
     except OSError:
         return True
 
@@ -352,11 +352,11 @@ def _save_calibration(cal, path: Path | None, merge: bool):
 def _say_written(console, cal, written: Path, kept: dict, filtered: bool) -> None:
     fams = ", ".join(f"{f} ({_runs(c.runs)})" for f, c in sorted(cal.families.items()))
     console.print(f"calibration for {fams} written to {written}: estimate, plan, fit, sweep and serve apply it "
-                  "to cards of the same family only", highlight=False)
+                  "to cards of the same family only", highlight=False, markup=False)  # family names are the file's
     if filtered:
         others = ", ".join(f"{f} ({_runs(c.runs)})" for f, c in sorted(kept.items())) or "none"
         console.print(f"--model: only the families of the matching runs were replaced; kept as they were: {others}",
-                      highlight=False)
+                      highlight=False, markup=False)
     for f, c in sorted(cal.families.items()):
         if c.speed_factor is not None:
             console.print(f"plan times steps on {f} cards x{c.speed_factor:.3f} (measured / predicted, "

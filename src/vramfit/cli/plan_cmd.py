@@ -211,7 +211,8 @@ def plan_cmd(
         write_export(picked, export, export_dir, r.epochs, err_console if json_out else console, dataset_report and dataset_report.policy)
     write_plan(write_to, sc, picked)
     if not r.plans:
-        if max_gpus <= GPUS_PER_NODE and not json_out:  # a job larger than one node: say how to plan several
+        # a job larger than one node: say how to plan several, where the effective batch lets more GPUs work
+        if max_gpus == GPUS_PER_NODE and r.effective_batch > GPUS_PER_NODE and not json_out:
             console.print(f"Nothing fits on one node of {GPUS_PER_NODE}: --max-gpus 64 plans whole nodes (16, 32, 64 GPUs).")
         raise typer.Exit(1)
 

@@ -81,9 +81,12 @@ def _gib(n: int | None) -> str:
 def disk_line(d) -> str:
     """The top plan's disk at its peak (plan/disk.py disk_needed): while a checkpoint is saved, kept + 1 are on disk."""
     saving = " while one is saved" if d.checkpoints_on_disk > d.checkpoints_kept else ""
+    # the final model is written after the last save, beside the kept ones: the peak is the larger moment
+    final = "after the last save" if saving else "at the end"
     return (f"Disk for #1: base model {d.base_model_bytes / GB:,.0f} GB, dataset {d.dataset_raw_bytes / GB:,.1f} GB raw + "
             f"{d.dataset_tokenized_bytes / GB:,.1f} GB tokenized, checkpoint {d.checkpoint_bytes / GB:,.1f} GB × "
-            f"{d.checkpoints_on_disk}{saving}, final {d.final_model_bytes / GB:,.1f} GB → {d.total_bytes / GB:,.0f} GB at peak")
+            f"{d.checkpoints_on_disk}{saving}, final {d.final_model_bytes / GB:,.1f} GB ({final}) → "
+            f"{d.total_bytes / GB:,.0f} GB at peak")
 
 
 def render_changes(console: Console, gid: str, changes: list) -> None:

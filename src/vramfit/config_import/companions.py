@@ -153,17 +153,24 @@ def _launcher_precision(imp: Imported, r: KeyReader, merged: dict[str, Any]) -> 
 
 
 def hpz_across_nodes(entries: list[Entry], merged: dict[str, Any]) -> None:
-    """A DeepSpeed JSON's ZeRO++ ``zero_hpz_partition_size`` equal to the GPUs of a node, once a launcher file gives
-    several nodes: the scenario's ``shard_scope: node`` on ZeRO-3 (estimate/deepspeed.py ``_hpz_keys``, which the
-    JSON alone, read before the node count is known, leaves not modelled)."""
+    """A DeepSpeed JSON's ZeRO++ ``zero_hpz_partition_size`` equal to the GPUs of a node, once a launcher file (or the
+    command line) gives several nodes: the scenario's ``shard_scope: node`` on ZeRO-3 (estimate/deepspeed.py
+    ``_hpz_keys``, which the JSON alone, read before the node count is known, leaves not modelled). Where a later
+    count no longer matches, the reading is undone (hpZ over another group is not modelled)."""
+    from vramfit.config_import.ds_read import DS_NOT_MODELLED
+
     nodes, gpus = merged.get("num_nodes", 1), merged.get("num_gpus", 1)
-    if nodes <= 1 or gpus % nodes or merged.get("parallelism") != "zero3":
-        return
+    fits = nodes > 1 and not gpus % nodes and merged.get("parallelism") == "zero3"
     for e in entries:
-        if e.key.endswith("zero_optimization.zero_hpz_partition_size") and e.kind == "not modelled yet" \
-                and e.value == gpus // nodes:
+        if not e.key.endswith("zero_optimization.zero_hpz_partition_size"):
+            continue
+        if fits and e.value == gpus // nodes:
             e.kind, e.note, e.becomes = "read", "", ["shard_scope=node (ZeRO++ hpZ inside each node)"]
             merged["shard_scope"] = "node"
+        elif e.kind == "read":  # read for an earlier layout
+            e.kind, e.note, e.becomes = "not modelled yet", DS_NOT_MODELLED, []
+            if merged.get("shard_scope") == "node":
+                merged.pop("shard_scope")
 
 
 def apply(imp: Imported, path: Path) -> Imported:

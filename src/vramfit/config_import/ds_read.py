@@ -90,7 +90,7 @@ def _forbid_unknown(data: dict[str, Any], path: Path) -> None:
     if not isinstance(zero, dict):
         return
     for k, v in zero.items():
-        if k not in ZERO_FIELDS:
+        if k not in ZERO_FIELDS and v != "auto":  # DeepSpeedConfigModel drops "auto" values first (config_utils.py)
             raise fail(path, f"zero_optimization.{k} is not a DeepSpeed ZeRO key (DeepSpeed refuses unknown keys: "
                              "DeepSpeedZeroConfig, extra='forbid'); check the spelling")
         for sub in sorted(set(v) - OFFLOAD_FIELDS[k]) if k in OFFLOAD_FIELDS and isinstance(v, dict) else ():
@@ -154,7 +154,7 @@ def read_deepspeed(r: KeyReader | None, key: str, path: Path,
 def _half_precision(data: dict[str, Any]) -> str | None:
     """"bf16" or "fp16" where the file turns it on (``enabled`` true, or "auto", which the HF Trainer fills from its own
     bf16/fp16 flag: 16-bit in every LLM recipe we import), else None."""
-    for name in ("bf16", "fp16"):
+    for name in ("bf16", "bfloat16", "fp16"):  # "bfloat16": the older name DeepSpeed still reads (runtime/constants.py)
         sec = data.get(name)
         if isinstance(sec, dict) and sec.get("enabled") in (True, "auto"):
             return f"{name}.enabled {sec['enabled']!r}".replace("True", "true")
@@ -162,18 +162,17 @@ def _half_precision(data: dict[str, Any]) -> str | None:
 
 
 def _compile_and_comments(ds: KeyReader) -> None:
-    """Top-level keys DeepSpeed's own configs carry that change nothing vramfit counts or that it reports: a
-    ``_comment`` (DeepSpeed reads its top level with ``dict.get``, runtime/config.py, so an unknown key is skipped), the
-    engine's ``compile`` section (deepspeed runtime/compiler.py ``CompileConfig``: ``disable`` false compiles the
-    module, as Axolotl's deepspeed_configs/zero1_torch_compile.json does), and Ulysses' communication dtype."""
+    """Top-level keys DeepSpeed's own configs carry that vramfit reports rather than refuses: a ``_comment`` (DeepSpeed
+    reads its top level with ``dict.get``, runtime/config.py, so an unknown key is skipped), the ``compile`` section,
+    whose fields changed between releases (0.18.7 runtime/config.py l. 869 reads it as deepspeed/compile/config.py
+    ``CompileConfig``: ``deepcompile``, ``free_activation``, ... with extra="forbid", which refuses the older
+    ``disable``/``backend`` of Axolotl's deepspeed_configs/zero1_torch_compile.json), and Ulysses' collective dtype."""
     for k in [k for k in ds.flat if k.split(".", 1)[0].startswith("_")]:
         ds.entries[k] = Entry("ignored", k, ds.flat[k], "a comment (DeepSpeed skips keys it does not read)")
-    if ds.has("compile.disable") and ds.flat["compile.disable"] is True:
-        ds.ignore("compile.*", "compile is disabled")
-    ds.ignore("compile.backend", "the compiler backend")
-    for k in [k for k in ds.flat if k.startswith("compile.") and k not in ds.entries]:
-        ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], "DeepSpeed's engine compiles the module: the scenario's "
-                              "compile key (--compile) models torch.compile")
+    for k in [k for k in ds.flat if k == "compile" or k.startswith("compile.")]:  # "disable": false is not "off"
+        ds.entries[k] = Entry("not modelled yet", k, ds.flat[k], "DeepSpeed's compile section (DeepCompile in 0.18: "
+                              "deepcompile, free_activation, ...; 0.18 refuses the older disable/backend fields): not "
+                              "modelled")
     ds.not_modelled("seq_parallel_communication_data_type", "Ulysses sequence parallelism's collective dtype")
 
 

@@ -246,6 +246,11 @@ def _offload_and_experts_notes(sc: Scenario, spec, prof) -> list[str]:
     from vramfit.estimate.moe_kernel import note as moe_note
 
     out = []
+    if spec.router_linear_subclass and sc.method is not Method.FULL and "all-linear" in sc.lora_targets \
+            and prof.runs_transformers_modeling:
+        out.append("PEFT's all-linear wraps the router, an nn.Linear subclass whose forward returns a tuple, and "
+                   "peft 0.21.2's LoRA layer fails reading that output's dtype (the simulator's run of transformers "
+                   "5.24.0 and peft 0.21.2): name the linears to adapt; the router is left unadapted here.")
     given = getattr(sc, "_given", None)
     where = "one GPU" if sc.num_gpus == 1 else "several GPUs"
     if given is not None and "gradient_checkpointing" not in given and prof.derives_checkpointing:

@@ -242,13 +242,10 @@ def from_mapping(data: dict[str, Any]) -> DeepSpeedConfig:
         if zero.get(key) is not None:
             kw[key] = _int_value(key, zero[key])
     for name, alias in FIELD_NAMES.items():
-        if zero.get(name) is not None:
-            if zero.get(alias) is not None:
+        if zero.get(name) is not None and zero[name] != AUTO:  # the HF Trainer fills only the stage3_ name and
+            if zero.get(alias) not in (None, AUTO):             # DeepSpeed drops "auto" (config_utils.py l. 55): its
                 raise ScenarioError(KEY, f"zero_optimization.{name} and {alias} name one DeepSpeed setting: give one")
-            if zero[name] == AUTO:
-                raise ScenarioError(KEY, f"zero_optimization.{name}: the HF Trainer fills 'auto' only under the name "
-                                         f"{alias}; give a number or write {alias}: \"auto\"")
-            kw[alias] = _int_value(name, zero[name])
+            kw[alias] = _int_value(name, zero[name])          # default applies, as for a key not given
     hpz = zero.get("zero_hpz_partition_size")
     if hpz is not None:
         if isinstance(hpz, bool) or not isinstance(hpz, int) or not 0 <= hpz <= _MAX:

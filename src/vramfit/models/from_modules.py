@@ -179,6 +179,11 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
     if (conv := _convolution(layers)) is not None:
         raise ModelError(f"{unsupported} (its decoder layers hold a convolution, {conv}: a state-space or "
                          "linear-attention mixer, which vramfit does not model yet)")
+    mixer = next((t for t in getattr(text, "layer_types", None) or () if isinstance(t, str)
+                  and any(w in t for w in ("linear", "mamba", "ssm"))), None)
+    if mixer is not None:  # MiniMax's lightning attention has no convolution: its config names the layers
+        raise ModelError(f"{unsupported} (its layer_types name {mixer!r} layers, a linear-attention or state-space "
+                         "mixer, which vramfit does not model yet)")
     L = len(layers)
     experts = int(getattr(text, "num_local_experts", 0) or getattr(text, "num_experts", 0)
                   or getattr(text, "n_routed_experts", 0) or 0)
@@ -212,6 +217,7 @@ def _read(model: Any, text: Any, model_type: str, unsupported: str) -> ModelSpec
         peft_moe_names=_peft_moe_names(model_type) if experts else (),
         **_moe_layers(layers, experts),
         router_exact_linear=_router_exact_linear(layers, experts),
+        router_linear_subclass=_router_linear_subclass(layers, experts),
         **_router_dtypes(layers, experts, hidden, int(getattr(text, "num_experts_per_tok", 0) or 0)),
         qk_norm=_has_qk_norm(layers[0]),
         **_fp32_kept(model, layers_name, layers, experts),
@@ -276,6 +282,16 @@ def _router_exact_linear(layers: Any, experts: int) -> bool:
     import torch
 
     return bool(experts) and any(type(m) is torch.nn.Linear and _group(p, m.out_features, experts) == "router"
+                                 for layer in layers for p, m in layer.named_modules())
+
+
+def _router_linear_subclass(layers: Any, experts: int) -> bool:
+    """The router is a subclass of ``nn.Linear``, not ``nn.Linear`` itself (PhimoeTopKRouter: ``ModelSpec.
+    router_linear_subclass``)."""
+    import torch
+
+    return bool(experts) and any(isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear
+                                 and _group(p, m.out_features, experts) == "router"
                                  for layer in layers for p, m in layer.named_modules())
 
 

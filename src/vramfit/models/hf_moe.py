@@ -210,7 +210,8 @@ def _llama4_text(c: _Cfg) -> ModelSpec:
         gated_mlp=True, block_linears=tuple(linears), block_norm_params=2 * hidden,  # qk L2 norm: no weight
         final_norm_params=hidden, norm_type=NormType.RMSNORM, num_experts=experts if moe else 0,
         num_experts_per_tok=c.int("num_experts_per_tok", default=1), moe_intermediate_size=inter,
-        experts_run_every_token=bool(moe), sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
+        experts_run_every_token=bool(moe), router_linear_subclass=bool(moe),  # Llama4Router(nn.Linear), l. 141
+        sliding_window=chunk if isinstance(chunk, int) and chunk > 0 else None,
         layer_types=_layer_types(c, layers, None), qk_l2_norm_layers=_llama4_qk_norm_layers(c, layers),
         first_moe_layer=min(_llama4_moe_indices(c, layers), default=0),
         moe_layers=tuple(_llama4_moe_indices(c, layers)) if moe and dense else (),

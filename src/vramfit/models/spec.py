@@ -314,6 +314,11 @@ class ModelSpec:
     # Qwen3MoeTopKRouter, modeling_deepseek_v3.py l. 120 DeepseekV3TopkRouter, modeling_gpt_oss.py l. 117
     # GptOssTopKRouter) or a subclass of nn.Linear (modeling_llama4.py l. 141 Llama4Router); from_modules reads it
     router_exact_linear: bool = False
+    # the router subclasses nn.Linear but its forward returns a tuple (transformers v5.24.0 modeling_llama4.py l. 141
+    # Llama4Router, modeling_phimoe.py l. 463 PhimoeTopKRouter): PEFT's all-linear wraps it, and peft 0.21.2's LoRA
+    # Linear.forward then reads ``result.dtype`` on the tuple (tuners/lora/layer.py), so the run fails (the simulator
+    # runs both libraries and fails the same way); the estimate says so (estimate/__init__.py _router_note)
+    router_linear_subclass: bool = False
     # parameters transformers keeps in fp32 when the checkpoint is loaded in 16 bits, named as
     # estimate/params.py base_tensors names them: ``_keep_in_fp32_modules_strict`` (bf16 and fp16 loads) and
     # ``_keep_in_fp32_modules`` (fp16 loads only), applied by from_pretrained's dtype plan (transformers

@@ -247,8 +247,10 @@ _PAGE: dict[str, tuple[str, str]] = {
     "fit.disk": ("Disk", "Disco"),
     "fit.disk.tip": ("base model, dataset (raw and tokenized), checkpoints and final adapters or model",
                      "modelo base, conjunto de dados (bruto e tokenizado), checkpoints e adaptadores ou modelo final"),
-    "fit.disk.parts": ("base model {base}, dataset {data}, checkpoints {ckpt}, final {out}",
-                       "modelo base {base}, dados {data}, checkpoints {ckpt}, final {out}"),
+    "fit.disk.parts": ("base model {base}, dataset {data}, checkpoints {ckpt} while one is saved, final {out} (after "
+                       "the last save): the peak",
+                       "modelo base {base}, dados {data}, checkpoints {ckpt} enquanto um se grava, final {out} (depois "
+                       "da última gravação): o pico"),
     "fit.host": ("Host RAM", "RAM do host"),
     "fit.host.tip": ("host RAM per GPU for offloaded state", "RAM do host por GPU para o estado descarregado"),
     "fit.yours": ("your card", "a tua placa"),

@@ -98,6 +98,12 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "quantize_vision=$1 é ignorado: o modelo não tem torre de visão."),
     (r"^(quantize_experts|quantize_vision)=(\w+) is ignored: this run is (\S+), not qlora\.$",
      "$1=$2 é ignorado: esta corrida é $3, não qlora."),
+    (r"^PEFT's all-linear wraps the router, an nn\.Linear subclass whose forward returns a tuple, and peft 0\.21\.2's "
+     r"LoRA layer fails reading that output's dtype \(the simulator's run of transformers 5\.24\.0 and peft 0\.21\.2\): "
+     r"name the linears to adapt; the router is left unadapted here\.$",
+     "O all-linear do PEFT envolve o router, uma subclasse de nn.Linear cujo forward devolve um tuplo, e a camada LoRA "
+     "do peft 0.21.2 falha ao ler o dtype dessa saída (a execução do simulador com transformers 5.24.0 e peft 0.21.2): "
+     "indica as camadas lineares a adaptar; aqui o router fica sem adaptador."),
     (r"^freeze_vision=(\w+) is ignored: the model has no vision tower\.$",
      "freeze_vision=$1 é ignorado: o modelo não tem torre de visão."),
     (r"^images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens only\.$",

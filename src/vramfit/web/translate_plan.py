@@ -90,22 +90,21 @@ PLAN_RULES: list[tuple[str, str]] = [
      "simples sem configuração DeepSpeed"),
     (r"zero_optimization\.(\S+) and (\S+) name one DeepSpeed setting: give one",
      "zero_optimization.$1 e $2 designam a mesma definição do DeepSpeed: indica só uma"),
-    (r"zero_optimization\.(\S+): the HF Trainer fills 'auto' only under the name (\S+); give a number or write (\S+): "
-     r"\"auto\"", "zero_optimization.$1: o HF Trainer só preenche 'auto' com o nome $2; indica um número ou escreve $3: "
-     "\"auto\""),
     (r"not a DeepSpeed ZeRO key \(DeepSpeed would refuse it\): check the spelling",
      "não é uma chave ZeRO do DeepSpeed (o DeepSpeed recusá-la-ia): verifica a ortografia"),
     (r"^a comment \(DeepSpeed skips keys it does not read\)$", "um comentário (o DeepSpeed salta as chaves que não lê)"),
-    (r"^compile is disabled$", "a compilação está desligada"),
-    (r"^the compiler backend$", "o backend do compilador"),
-    (r"^DeepSpeed's engine compiles the module: the scenario's compile key \(--compile\) models torch\.compile$",
-     "o motor do DeepSpeed compila o módulo: a chave compile do cenário (--compile) modela o torch.compile"),
+    (r"^DeepSpeed's compile section \(DeepCompile in 0\.18: deepcompile, free_activation, \.\.\.; 0\.18 refuses the older "
+     r"disable/backend fields\): not modelled$", "a secção compile do DeepSpeed (DeepCompile no 0.18: deepcompile, "
+     "free_activation, ...; o 0.18 recusa os campos antigos disable/backend): não modelada"),
     (r"^Ulysses sequence parallelism's collective dtype$", "o dtype das coletivas do paralelismo de sequência Ulysses"),
     (r"^DeepSpeed reads parameter offload at ZeRO stage 3 only \(stage (\d)\)$",
      "o DeepSpeed só lê o offload de parâmetros no ZeRO stage 3 (stage $1)"),
     (r"\(its decoder layers hold a convolution, (\S+): a state-space or linear-attention mixer, which vramfit does not "
      r"model yet\)", "(as camadas do decoder têm uma convolução, $1: um misturador de espaço de estados ou de atenção "
      "linear, que o vramfit ainda não modela)"),
+    (r"\(its layer_types name '([^']*)' layers, a linear-attention or state-space mixer, which vramfit does not model "
+     r"yet\)", "(o layer_types indica camadas '$1', um misturador de atenção linear ou de espaço de estados, que o "
+     "vramfit ainda não modela)"),
     (r"\(an encoder-decoder model: vramfit models decoder-only transformers\)",
      "(um modelo codificador-descodificador: o vramfit modela transformers só com decoder)"),
 ]
