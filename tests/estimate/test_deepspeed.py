@@ -217,8 +217,10 @@ def test_keys_a_deepspeed_config_sets_that_the_estimate_does_not_model_are_named
     path.write_text(json.dumps(cfg))
     sc = _sc(deepspeed_config=str(path))
     assert sc.deepspeed_config.unread == (
+        # a misspelt ZeRO key is named as such (DeepSpeed's config model refuses it): ds_read.ZERO_FIELDS
+        "zero_optimization.reduce_bucket_sise: not a DeepSpeed ZeRO key (DeepSpeed would refuse it): check the spelling",
         "optimizer.type: the scenario's optimizer key sets the optimizer",
-        "zero_optimization.zero_quantized_weights, zero_optimization.reduce_bucket_sise: not read by vramfit (it "
+        "zero_optimization.zero_quantized_weights: not read by vramfit (it "
         "models the stage, offload and the buffer sizes in estimate/deepspeed.py)",
         "data_types.grad_accum_dtype: the gradient accumulation dtype (grad_accum_dtype)")  # a real DeepSpeed key
     note = [a for a in estimate(sc).assumptions if a.startswith("DeepSpeed config keys not modelled")]
