@@ -16,17 +16,15 @@ File (JSON; ``speed_factor`` and ``speed_runs`` optional, files written before t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import secrets
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vramfit.errors import ScenarioError, VramfitError
-from vramfit.safe_input import path_kind, shown, user_path
+from vramfit.errors import VramfitError
+from vramfit.safe_input import shown, write_text_file
 
 VERSION = 1
 #: Environment variable naming the calibration file the faces load (and ``calibrate`` writes by default);
@@ -181,32 +179,8 @@ def load_active() -> Calibration | None:
 def save(cal: Calibration, path: str | Path | None = None) -> Path:
     """Write ``cal`` to ``path`` (default :func:`default_path`) atomically; an OS error is one line."""
     p = Path(path) if path is not None else default_path()
-    write_atomic("calibration", p, json.dumps(cal.to_dict(), indent=2) + "\n")
+    write_text_file("calibration", p, json.dumps(cal.to_dict(), indent=2) + "\n")
     return p
-
-
-def write_atomic(key: str, path: Path, text: str) -> None:
-    """Write ``text`` to a new temp file beside ``path``, then rename it over ``path``: a reader sees the old file
-    or the new one, never half of one. The temp name is new (exclusive create), so no other file is touched.
-    Every OS error (a folder, a path inside a file, no permission, a full disk) is one line naming ``key``."""
-    p = user_path(key, path)
-    if path_kind(key, p) in ("dir", "other"):
-        raise ScenarioError(key, f"{shown(str(p))} is a directory or a device; give a file name")
-    if path_kind(key, p.parent) in ("file", "other"):
-        raise ScenarioError(key, f"cannot write {shown(str(p))}: {shown(str(p.parent))} is a file, not a folder")
-    p = p.resolve() if p.is_symlink() else p  # a link's target is what the user keeps: it is replaced, not the link
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "x", encoding="utf-8") as fh:
-            fh.write(text)
-        if p.exists():  # the user's permissions stay (a 0600 file stays 0600)
-            os.chmod(tmp, p.stat().st_mode & 0o7777)
-        os.replace(tmp, p)
-    except OSError as exc:
-        with contextlib.suppress(OSError):  # no temp file left behind; none made (a path inside a file): nothing to do
-            tmp.unlink()
-        raise ScenarioError(key, f"cannot write {shown(str(p))}: {exc.strerror or exc}") from None
 
 
 def adjust(allocated: int, reserved: int, context: int, fc: FamilyCalibration | None) -> tuple[int, int]:

@@ -10,9 +10,12 @@ too long for the file system. Error messages quote values through :func:`shown` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +125,46 @@ def writable_file(key: str, path: str | Path) -> Path:
     return p
 
 
-def write_text_file(key: str, path: Path, text: str) -> None:
-    """Write ``text`` to ``path``; an OS error becomes one line naming ``key``."""
+def write_text_file(key: str, path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a new temp file beside it (exclusive create, so no other file
+    is touched), renamed over it, keeping a link's target and the file's mode; a device (``/dev/stdout``) is written
+    directly. Every OS error (a folder, a path inside a file, no permission, a full disk) is one line naming ``key``."""
+    p = user_path(key, path)
+    kind = path_kind(key, p)
+    if kind == "dir":
+        raise ScenarioError(key, f"{shown(str(p))} is a directory; give a file name")
+    if path_kind(key, p.parent) in ("file", "other"):
+        raise ScenarioError(key, f"cannot write {shown(str(p))}: {shown(str(p.parent))} is a file, not a folder")
+    if kind == "other":
+        try:
+            p.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(key, f"cannot write {shown(str(p))}: {_reason(exc)}") from None
+        return
+    p = p.resolve() if p.is_symlink() else p  # a link's target is what the user keeps: it is replaced, not the link
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        path.write_text(text, encoding="utf-8")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        if p.exists():  # the user's permissions stay (a 0600 file stays 0600)
+            os.chmod(tmp, p.stat().st_mode & 0o7777)
+        os.replace(tmp, p)
     except OSError as exc:
-        raise ScenarioError(key, f"cannot write {shown(str(path))}: {_reason(exc)}") from None
+        with contextlib.suppress(OSError):  # no temp file left behind
+            tmp.unlink()
+        raise ScenarioError(key, f"cannot write {shown(str(p))}: {_reason(exc)}") from None
+
+
+def holds_other(path: Path, text: str) -> bool:
+    """``path`` exists and holds something other than ``text``: writing there would lose it (the same text written
+    again, or an empty file, loses nothing)."""
+    data = text.encode("utf-8")
+    try:
+        size = path.stat().st_size if path.exists() else 0
+        return size > 0 and (size != len(data) or path.read_bytes() != data)
+    except OSError:
+        return path.exists()
 
 
 # ------------------------------------------------------------------------------ JSON / YAML

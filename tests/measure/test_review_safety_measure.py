@@ -148,7 +148,7 @@ def test_calibrate_to_an_unusable_path_is_one_line(db_file, tmp_path, monkeypatc
     line = one_line_error(invoke("calibrate", "--db", str(db_file), "--calibration", path))
     assert line.startswith("error: calibration: ")
     assert line.endswith("plain.txt' is a file, not a folder" if where == "inside a file"
-                         else "is a directory or a device; give a file name")
+                         else "is a directory; give a file name")
     assert (tmp_path / "plain.txt").read_text() == "x"
 
 

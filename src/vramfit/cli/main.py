@@ -219,28 +219,23 @@ _CATALOG_DROP = ("name", "marketing GB", "$/GPU-h", "BF16 TFLOPS")
 
 
 def _catalog_table(cols: tuple[str, ...], cells: list[list[str]]):
-    """The GPU table at the console's width: ids (what --gpu takes) and figures are never cut (headers wrap); the
-    name folds onto more lines, and columns go (:data:`_CATALOG_DROP`) where even that does not fit."""
-    import io
-
-    from rich.console import Console
+    """The GPU table at the console's width (cli/render.py fitting_table): ids (what --gpu takes) and figures are never
+    cut; columns go in :data:`_CATALOG_DROP` order where the table does not fit."""
     from rich.table import Table
 
-    for n in range(len(_CATALOG_DROP) + 1):
-        dropped = list(_CATALOG_DROP[:n])
+    from vramfit.cli.render import fitting_table
+
+    def build(dropped: list[str]) -> Table:
         keep = [i for i, c in enumerate(cols) if c not in dropped]
         t = Table(title="GPU catalog", title_justify="left", pad_edge=not dropped)
         for i in keep:
-            widest = max((len(r[i]) for r in cells), default=1)
-            t.add_column(cols[i], overflow="fold", **({} if cols[i] in ("name", "low price basis") else
-                                                       {"min_width": widest, "no_wrap": False}))
+            text = cols[i] in ("name", "low price basis")  # folds onto a second line; ids and figures never do
+            t.add_column(cols[i], no_wrap=not text, **({"max_width": 40, "overflow": "fold"} if text else {}))
         for r in cells:
             t.add_row(*(r[i] for i in keep))
-        probe = Console(width=console.width, file=io.StringIO())  # rendered as the user's terminal would
-        probe.print(t, crop=False)
-        if max(map(len, probe.file.getvalue().splitlines() or [""])) <= console.width:
-            break
-    return t, dropped
+        return t
+
+    return fitting_table(console, build, _CATALOG_DROP)
 
 
 def tflops_cell(g) -> str:

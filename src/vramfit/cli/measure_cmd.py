@@ -222,12 +222,12 @@ def runs_export(
     if out is None:
         sys.stdout.write(text)
     else:
-        from vramfit.calibration import write_atomic
+        from vramfit.safe_input import holds_other, write_text_file
 
-        if _holds_other(out, text):  # the same export written again is no loss; anything else is the user's
+        if holds_other(out, text):  # the same export written again is no loss; anything else is the user's
             raise ScenarioError("path", f"{shown(str(out))} already exists with other content; vramfit never writes "
                                 "over a file: give another file name or move it")
-        write_atomic("path", out, text)
+        write_text_file("path", out, text)
     _, err_console = _consoles()
     err_console.print(f"{n_lines} line(s) from {len(recs) - skipped} run(s)"
                       + (f"; {skipped} run(s) without figures (out of memory, errors, cpu) not exported: "
@@ -246,15 +246,6 @@ def _not_the_database(out: Path, db_file: Path | None) -> None:
     if same:
         raise ScenarioError("path", f"{shown(str(out))} is the runs database itself ({shown(str(db_file))}); "
                             "give another file for the export")
-
-
-def _holds_other(path: Path, text: str) -> bool:
-    """``path`` exists and does not already hold ``text`` (as ``plan --export`` checks: cli/plan_outputs.py)."""
-    data = text.encode("utf-8")
-    try:  # an empty file holds nothing to lose (a `touch`ed name)
-        return path.exists() and path.stat().st_size > 0 and (path.stat().st_size != len(data) or path.read_bytes() != data)
-    except OSError:
-        return True
 
 
 @runs_app.command("import")

@@ -12,7 +12,6 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 
 from vramfit.calibration import load_active
@@ -20,23 +19,20 @@ from vramfit.cli.dataset_opts import with_dataset_options
 from vramfit.cli.from_config import check_write_to, eval_follows_micro, write_fit, write_plan
 from vramfit.cli.options import build_scenario, with_scenario_options
 from vramfit.cli.plan_outputs import check_outputs, disk_line, pick_plan, render_changes, write_export
-from vramfit.cli.render import accuracy_line, render_fit
+from vramfit.cli.plan_outputs import gib1 as _gib
+from vramfit.cli.render import accuracy_line, fitting_table, render_fit
 from vramfit.errors import ScenarioError, VramfitError
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.plan.kernels import SPEED_ERROR_P90
 from vramfit.plan.verdict import SAFETY_MARGIN, SAFETY_MARGIN_HELP
 from vramfit.safe_input import shown, user_path, writable_file, write_text_file
 from vramfit.scenario import parse_scenario
-from vramfit.units import GB, GiB
+from vramfit.units import GB
 
 console = Console()
 err_console = Console(stderr=True)
 _P = "Planner"
 _MARGIN_HELP = SAFETY_MARGIN_HELP
-
-
-def _gib(n: int | None) -> str:
-    return "" if n is None else f"{n / GiB:,.1f}"
 
 
 def _hours(h: float | None) -> str:
@@ -94,8 +90,7 @@ def _fitting_table(title: str, rows: list[tuple[list[str], str | None]],
                    headers: dict[str, str]) -> tuple[Table, list[str]]:
     """The plan table with as many columns as fit the console's width, and the names of those left out;
     ``headers`` replaces the heading of a column (the time column carries its error band)."""
-    dropped: list[str] = []
-    while True:
+    def build(dropped: list[str]) -> Table:
         keep = [i for i, col in enumerate(PLAN_COLUMNS) if col not in dropped]
         t = Table(title=title, title_justify="left")
         for i in keep:
@@ -104,9 +99,9 @@ def _fitting_table(title: str, rows: list[tuple[list[str], str | None]],
                          no_wrap=col in ("price basis", "GPUs"))
         for cells, style in rows:
             t.add_row(*(cells[i] for i in keep), style=style)
-        if len(dropped) == len(_DROP_ORDER) or Measurement.get(console, console.options.update_width(10_000), t).maximum <= console.width:
-            return t, dropped
-        dropped.append(_DROP_ORDER[len(dropped)])
+        return t
+
+    return fitting_table(console, build, _DROP_ORDER)
 
 
 def render_plan(r, top: int, show_all: bool) -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vramfit.cli.from_config import check_write_to
 from vramfit.errors import ScenarioError
-from vramfit.safe_input import path_kind, shown, write_text_file
+from vramfit.safe_input import holds_other, path_kind, shown, write_text_file
 from vramfit.units import GB, GiB
 
 _PICK_NAMES = ("cheapest", "fastest")
@@ -49,7 +49,7 @@ def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console, 
     from vramfit.plan.export import export_plan
 
     ex = export_plan(plan, engine, epochs=epochs, batching=batching)
-    taken = [name for name, text in ex.files.items() if _holds_other(out_dir / name, text)]
+    taken = [name for name, text in ex.files.items() if holds_other(out_dir / name, text)]
     if taken:  # all or nothing, before any file is written: a user's own file is never replaced
         raise ScenarioError("export_dir", f"{', '.join(shown(str(out_dir / n)) for n in taken)} already "
                             f"{'exists' if len(taken) == 1 else 'exist'} with other content; vramfit never writes over "
@@ -66,15 +66,8 @@ def write_export(plan, engine: str, out_dir: Path, epochs: float, say: Console, 
         say.print(f" • {n}")
 
 
-def _holds_other(path: Path, text: str) -> bool:
-    """``path`` exists and is not already ``text`` (the same export written again is no loss)."""
-    try:
-        return path.exists() and path.read_text(encoding="utf-8") != text
-    except (OSError, UnicodeDecodeError):
-        return path.exists()
-
-
-def _gib(n: int | None) -> str:
+def gib1(n: int | None) -> str:
+    """GiB to one decimal, as the planner's tables print them; empty for None."""
     return "" if n is None else f"{n / GiB:,.1f}"
 
 
@@ -98,7 +91,7 @@ def render_changes(console: Console, gid: str, changes: list) -> None:
         t.add_column(col, overflow="fold")
     for c in changes:
         setk = ", ".join(f"{k}={v}" for k, v in c.changes.items())
-        t.add_row(escape(c.description), escape(setk), _gib(c.required_bytes), _gib(c.saving_bytes),
+        t.add_row(escape(c.description), escape(setk), gib1(c.required_bytes), gib1(c.saving_bytes),
                   "[green]yes[/green]" if c.fits else "[red]no[/red]" + (
                       f" (host RAM {c.host_ram_bytes / GB:,.0f} GB per GPU)" if c.host_ram_bytes else ""),
                   "" if c.slowdown is None else f"{c.slowdown:.2f}", c.tradeoff)

@@ -153,3 +153,18 @@ def render_fit(r, sc, cal, console: Console) -> None:
                              f"[green]{gib1(c.required_bytes)} ✓[/]" if c.fits else f"[red]{gib1(c.required_bytes)}[/]")
                             for c in row])
     console.print(t)
+
+
+def fitting_table(console: Console, build, order: tuple[str, ...]) -> tuple[Table, list[str]]:
+    """``build(dropped)``'s table with as many columns as the console's width holds: columns go in ``order`` until
+    the table's natural width fits, so no cell is cut (rich folds or crops a table wider than the console). Returns
+    the table and the columns left out, which the caller names ("left out at N columns: ...")."""
+    from rich.measure import Measurement
+
+    dropped: list[str] = []
+    while True:
+        t = build(dropped)
+        if len(dropped) == len(order) or Measurement.get(console, console.options.update_width(10_000), t).maximum \
+                <= console.width:
+            return t, dropped
+        dropped.append(order[len(dropped)])
