@@ -103,3 +103,17 @@ def test_the_gpu_table_never_cuts_an_id_or_a_figure_at_80_columns():
     assert "left out at 80 columns: name" in r.stdout
     wide = runner.invoke(app, ["gpus"], env={"COLUMNS": "200"}, terminal_width=200)
     assert "left out" not in wide.stdout and "GeForce RTX 4090" in wide.stdout
+
+
+def test_plan_cli_takes_the_checkpoints_kept_and_exports_them(tmp_path):
+    """`--checkpoints-kept` reaches the disk figure (k + 1 on disk while one is saved) and the TRL file's
+    save_total_limit; out of range is one line, exit 2."""
+    args = ["plan", "--model", "Qwen/Qwen2.5-0.5B", "--method", "lora", "--cards", "l4", "--dataset-tokens", "10M",
+            "--top", "1"]
+    out = runner.invoke(app, [*args, "--checkpoints-kept", "3", "--export", "trl", "--export-dir", str(tmp_path)],
+                        env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "× 4 while one is saved" in out.output
+    assert "save_total_limit: 3" in (tmp_path / "train_config.yaml").read_text()
+    bad = runner.invoke(app, [*args, "--checkpoints-kept", "-1"])
+    assert bad.exit_code == 2 and "checkpoints_kept" in bad.output and "Traceback" not in bad.output

@@ -85,3 +85,16 @@ def test_the_scenarios_use_reentrant_is_written(tmp_path):
     assert train["activation_checkpointing_kwargs"] == {"use_reentrant": True}
     _write(tmp_path, {"train_config.yaml": export_plan(chosen, "trl").files["train_config.yaml"]})
     assert from_config(tmp_path / "train_config.yaml").scenario.use_reentrant.value == "yes"
+
+
+def test_the_trl_export_keeps_the_checkpoints_the_plans_disk_counts():
+    """plan(checkpoints_kept=k) sizes the disk for k checkpoints (k + 1 while one is saved); the TRL file wrote
+    save_total_limit 1 whatever k was. 0 is written as no saving: transformers rotates nothing at a limit <= 0."""
+    sc = {"model": "Qwen/Qwen2.5-0.5B", "method": "lora", "seq_len": 1024}
+    for kept, want in ((3, {"save_total_limit": 3}), (1, {"save_total_limit": 1}), (0, {"save_strategy": "no"})):
+        chosen = plan(sc, gpu_ids=["l4"], effective_batch=8, dataset_tokens="10M", checkpoints_kept=kept,
+                      with_changes=False).plans[0]
+        assert chosen.disk.checkpoints_kept == kept
+        train = yaml.safe_load(export_plan(chosen, "trl").files["train_config.yaml"])
+        assert {k: train[k] for k in want} == want
+        assert ("save_total_limit" in train) == bool(kept)

@@ -177,6 +177,8 @@ def plan_cmd(
     safety_margin: float = typer.Option(SAFETY_MARGIN, help=_MARGIN_HELP, rich_help_panel=_P),
     mfu: float | None = typer.Option(None, help="Time every FLOP at this fraction of the BF16 peak instead of the mechanism speed model.", rich_help_panel=_P),
     gpus: Path | None = typer.Option(None, "--gpus", help="Your GPU CSV: adds cards or overrides prices.", rich_help_panel=_P),
+    checkpoints_kept: int = typer.Option(1, help="Checkpoints kept on disk (save_total_limit; 0 saves none): the disk figure and a TRL export.",
+                                         rich_help_panel=_P),
     top: int = typer.Option(15, help="Rows to show.", rich_help_panel=_P),
     show_all: bool = typer.Option(False, "--all", help="Show every plan.", rich_help_panel=_P),
     export: str | None = typer.Option(None, help="Write the plan as engine config: accelerate, deepspeed, fsdp, trl (also writes train.py), or torchtitan (TOML with tensor/pipeline degrees).", rich_help_panel=_P),
@@ -196,7 +198,7 @@ def plan_cmd(
     r = plan(sc, effective_batch=effective_batch, dataset_tokens=dataset_tokens, epochs=epochs, budget_usd=budget,
              gpu_ids=cards, max_gpus=max_gpus, safety_margin=safety_margin, mfu=mfu, sort=sort,
              deadline_hours=deadline, stacks=stack, dataset=dataset_report, calibration=load_active(),
-             eval_follows_micro=eval_follows_micro())
+             eval_follows_micro=eval_follows_micro(), checkpoints_kept=checkpoints_kept)
     picked = pick_plan(r, pick) if r.plans else None  # a row number past the plans: refused before the output
     if json_out:
         _out(r.to_dict())

@@ -117,8 +117,12 @@ def _sft_args(plan: Plan, shard: str, epochs: float, notes: list[str]) -> dict[s
         "bf16": prec.startswith("bf16") and not _upcast_off(sc, shard),
         "fp16": prec.startswith("fp16") and not _upcast_off(sc, shard),
         "optim": optim_name(plan),
-        "save_total_limit": 1,
     }
+    # the plan's disk counts plan.disk.checkpoints_kept checkpoints (plan(checkpoints_kept=)); transformers keeps every
+    # checkpoint where save_total_limit is 0 (5.24 trainer_utils.py rotate_checkpoints: "No deletion if None or <= 0"),
+    # so a plan that keeps none saves none
+    kept = plan.disk.checkpoints_kept
+    out.update({"save_total_limit": kept} if kept else {"save_strategy": "no"})
     ck = plan.gradient_checkpointing
     # Written either way: SFTConfig turns it on by default (TRL 1.16). Under FSDP, accelerate.yaml's
     # fsdp_activation_checkpointing does it instead. transformers 5.24 names (gradient_checkpointing* are
