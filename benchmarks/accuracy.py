@@ -70,6 +70,8 @@ SOURCE_FRAMEWORK = {
     "UNSLOTH_NB_2509": "unsloth",  # Unsloth 2025.9.1 notebooks (FastLanguageModel + TRL SFTTrainer)
     "LIT_HUB_2409": "litgpt",
     "TORCHAO_FP8_2503": "torchtitan",  # torchao's float8 benchmarks run torchtitan's train.py (bf16 baseline row)
+    "TORCHAO_MX_2508": "torchtitan",  # torchao's MX benchmarks on B200, the same script (bf16 baseline row)
+    "TORCHAO_TUT_2506": "torchtitan",  # torchao's float8 pretraining tutorial: torchtitan's run_train.sh (bf16 baseline)
     "FMS_ACCEL_2502": "hf",  # fms-hf-tuning's sft_trainer: TRL 0.13 SFTTrainer over the HF Trainer + PEFT (FSDP1 via accelerate)
     "TT_PR961_2405": "torchtune",
     "LIT_LORA_TUT_2308": "litgpt",  # lit-gpt finetune_lora.md tables of August 2023 (064fd523): finetune/lora.py, as LIT_RES

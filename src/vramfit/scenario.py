@@ -390,8 +390,8 @@ FIELDS: tuple[FieldSpec, ...] = (
           "and its gradient until the end of backward.",
           ("Reentrant checkpointing", "Checkpointing reentrante"), choices=UseReentrant),
     Field("framework_version", TXT, "The framework release to model where behaviour changed (hf: transformers-4.44, "
-          "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, peft-0.13 (DoRA), bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (SFTTrainer casts a bf16 4-bit model's embeddings and head back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (its FSDP finetuning of July 2023: use_cache left on, so the KV cache is returned), joined by + when several apply; litgpt: litgpt-2024; "
-          "torchtune: torchtune-0.1; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed), unsloth-2024.8 (mid-2024: its own Triton cross-entropy over the whole logits), unsloth-2024.5 (as 2024.8, RoPE caches of the whole context)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
+          "transformers-4.40 (4.44's tensors plus a RoPE cache in every Llama/Mistral/Qwen2 attention layer), transformers-4.47, transformers-4.52 (foreach AdamW default, one mask per model), transformers-4.53 (foreach AdamW default), transformers-4.55, peft-0.11, peft-0.13 (DoRA), bitsandbytes-0.43 (4-bit matmul keeps its input), axolotl-0.12, deepspeed-0.8, deepspeed-0.16 (< 0.17.2), deepspeed-0.18 (< 0.18.7), trl-0.29, trl-0.14, trl-0.21 (a 4-bit model's embeddings and head cast back to bf16), llamafactory-0.9 (its own dpo/kto trainers), fsdp-qlora (Answer.AI's train.py launcher), llama-recipes-2023 (July 2023: use_cache left on, the KV cache returned), joined by + when several apply; litgpt: litgpt-2024; "
+          "torchtune: torchtune-0.1; torchtitan: torchtitan-0.2.1, torchtitan-2024; unsloth: unsloth-2024.12, unsloth-2024.11 (its Llama 3.2 Vision tower checkpointed), unsloth-2024.8 (mid-2024: its own Triton cross-entropy over the whole logits), unsloth-2024.5 (as 2024.8, RoPE caches of the whole context)).", ("Framework version", "Versão do framework"), default_note="the newest modelled release"),
     Field("fsdp_version", CH, "Which FSDP shards under fsdp/fsdp-grad-op: 1 = FSDP1 flat parameters, 2 = FSDP2 "
           "fully_shard (accelerate's fsdp_version: 2; bf16-mixed = Trainer bf16=True, trainable weights upcast to fp32; "
           "bf16-true = no mixed precision). auto = the framework's (hf: 1; torchtune, torchtitan: 2).",
@@ -738,6 +738,13 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
     if offload is not Offload.NONE and kw["parallelism"] is Parallelism.FSDP_NO_SHARD:
         raise ScenarioError("offload", "CPU offload under FSDP NO_SHARD is not modelled; shard with fsdp to offload",
                             ["none"])
+    if offload is Offload.OPTIMIZER and kw["parallelism"] in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP):
+        # torch FSDP1 CPUOffload(offload_params=True) and FSDP2 CPUOffloadPolicy move the parameters and gradients with
+        # the state; accelerate's fsdp_offload_params, torchtune's fsdp_cpu_offload and torchtitan's enable_cpu_offload
+        # set nothing else (property sweep, 2026-12-07: fsdp + optimizer was counted as a run no FSDP makes)
+        raise ScenarioError("offload", "FSDP's CPU offload moves the parameters and gradients with the optimizer state: "
+                            "optimizer-only offload is DeepSpeed ZeRO's (zero1, zero2, zero3)",
+                            ["none", "optimizer+params"] if kw["parallelism"] is Parallelism.FSDP else ["none"])
     if offload is not Offload.NONE and kw["parallelism"] not in (
         Parallelism.ZERO1, Parallelism.ZERO2, Parallelism.ZERO3, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP
     ):

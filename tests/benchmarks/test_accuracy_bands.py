@@ -40,13 +40,13 @@ def test_the_band_data_is_up_to_date():
 def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     assert _bench().main([]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Accuracy on rows with an exact sequence length (231 of 359):")
+    assert out.startswith("Accuracy on rows with an exact sequence length (233 of 361):")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     # hf: the 7 PEFT rows of public.jsonl, the 19 exact-length fsdp_qlora rows, 7 axolotl rows, a packed ms-swift row and
     # llama-recipes' 4 packed FSDP LoRA figures of found.jsonl, ms-swift's two packed full fine-tunes with Liger and its three
     # packed Qwen2.5-7B ZeRO-3 runs (liger/sft.sh with and without Liger, flash_attention_3/transformers.sh's fa2 line);
     # litgpt: the 18 LIT_RES rows whose peak micro-batch is seq_len long (not the 10 FSDP no_sync rows) and lit-gpt's 3 October-2023 tutorial rows at micro-batch 4; torchtitan: the 4 TITAN_BENCH rows
-    # and torchao's bf16 baseline of March 2025 (TORCHAO_FP8_2503); hf also: fms-acceleration's 19 packed A100 runs
+    # and torchao's bf16 baselines of March, June and August 2025 (TORCHAO_FP8_2503, TORCHAO_TUT_2506, TORCHAO_MX_2508); hf also: fms-acceleration's 19 packed A100 runs
     # (FMS_ACCEL_2502: full, LoRA and QLoRA of Mistral-7B, Mixtral-8x7B and Llama-2-70B, 1 GPU and FSDP1 on 2)
     # and the 19 runs of the same scenarios in fms-acceleration's November-2024 CSV (FMS_ACCEL_2411: transformers 4.45.2)
     # and the 10 full and LoRA ones in fp16 in its July-2024 CSV (FMS_ACCEL_2407: transformers 4.43.3); and the
@@ -62,7 +62,7 @@ def test_the_benchmark_reports_per_framework_and_per_source(capsys):
     # transformers 4.44.2 with the --bf16 flag), 10 full and LoRA runs each
     assert lines["FMS_ACCEL_240715"][1] == "10" and lines["FMS_ACCEL_2409"][1] == "10"
     assert lines["hf"][1] == "185" and lines["litgpt"][1] == "26" and lines["torchtune"][1] == "15"
-    assert lines["torchtitan"][1] == "5" and lines["AAI_FSDPQLORA_2403"][1] == "19"
+    assert lines["torchtitan"][1] == "7" and lines["AAI_FSDPQLORA_2403"][1] == "19"
     assert lines["AXOLOTL_EX_2508"][1] == "7" and lines["AXOLOTL_EX_2308"][1] == "2"
     assert lines["AXOLOTL_EX_2404"][1] == "1" and lines["DS_MUON_2605"][1] == "1"
 

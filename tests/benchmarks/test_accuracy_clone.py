@@ -33,11 +33,11 @@ def test_accuracy_benchmark_runs_from_a_clean_clone(tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     rows = [json.loads(x) for rel in sets for x in (ROOT / rel).read_text().splitlines() if x]
-    assert len(rows) == 359
+    assert len(rows) == 361
     summary = report["summary"]
-    # the 231 rows with an exact sequence length (43 of public.jsonl, 118 of found.jsonl, the 27 H200 and 42 H100 runs'
+    # the 233 rows with an exact sequence length (43 of public.jsonl, 120 of found.jsonl, the 27 H200 and 42 H100 runs'
     # counters, ms-swift's packed Qwen2.5-VL run of vlm.jsonl), as the README's table says
-    assert summary["ALL"]["n"] == sum(1 for r in rows if r["seq_exact"]) == 231
+    assert summary["ALL"]["n"] == sum(1 for r in rows if r["seq_exact"]) == 233
     assert summary["vramfit-measure"]["n"] == 69 and summary["vramfit-measure"]["median_abs"] < 0.02
     assert summary["LIT_RES"]["median_abs"] < 0.05 and summary["ALL"]["median_abs"] < 0.06
     # the clone reproduces the figures of the working tree exactly (the README and docs tables are generated

@@ -19,7 +19,7 @@ def _bench():
 
 
 def test_rows_follow_the_schema_and_parse():
-    assert len(ROWS) == 200
+    assert len(ROWS) == 202
     for r in ROWS:
         assert set(r) == FIELDS, r["id"]
         assert r["id"].startswith(r["source_id"] + "-")
@@ -29,7 +29,7 @@ def test_rows_follow_the_schema_and_parse():
         assert len(r["notes"]) > 80  # every assumption written down
         parse_scenario(dict(r["scenario"]))  # every key and value is the schema's
     # `vramfit runs import` reads the file (the format of measure/records.py)
-    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 200
+    assert len(parse_lines((MEASURED / "found.jsonl").read_text())) == 202
 
 
 def test_ids_are_unique_across_every_set_and_each_source_is_documented():
@@ -65,6 +65,12 @@ def test_figures_are_the_printed_numbers_in_bytes():
     assert [by_id[f"SWIFT_SCRIPTS_2404-{i}"]["measured"]["bytes"] for i in (6, 7, 8)] == [21 * 10**9, 72 * 10**9, 12 * 10**9]
     # torchao's table 'Peak Memory (GB)' 47.65: the max of torchtitan's logged 'memory: N GiB'
     assert by_id["TORCHAO_FP8_2503-1"]["measured"]["bytes"] == round(47.65 * 2**30)
+    # the same table on B200 (mx_formats README, 33.71) and the float8 tutorial's logged 'memory: 30.89GiB', both with
+    # the loss compiled (torchtitan-0.2.1)
+    assert by_id["TORCHAO_MX_2508-1"]["measured"]["bytes"] == round(33.71 * 2**30)
+    assert by_id["TORCHAO_TUT_2506-1"]["measured"]["bytes"] == round(30.89 * 2**30)
+    assert {by_id[i]["scenario"]["framework_version"] for i in ("TORCHAO_MX_2508-1", "TORCHAO_TUT_2506-1")} == {
+        "torchtitan-0.2.1"}
     # ms-swift 1.x's benchmark page: max_memory_reserved per device / 1024**3, printed as 'GPU Memory (GiB)'
     assert [by_id[f"SWIFT_BENCH_2401-{i}"]["measured"] for i in (1, 2, 3, 4)] == [
         {"metric": "reserved", "bytes": round(x * 2**30)} for x in (66.72, 69.10, 71.34, 78.72)]
@@ -197,7 +203,7 @@ def test_every_measured_row_states_the_framework_its_source_ran():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.load([bench.MEASURED / name for name in bench.MEASURED_SETS])
-    assert len(rows) == 359
+    assert len(rows) == 361
     for row in rows:
         assert row["scenario"]["framework"] == bench.SOURCE_FRAMEWORK.get(row["source_id"], "hf"), row["id"]
 

@@ -115,7 +115,8 @@ SWIFT_Z2 = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 200000000, "
 TITAN_8B = {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "quantize": "none",
             "lora_rank": 16, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
             "micro_batch_size": 1, "seq_len": 8192, "grad_accum": 1, "gradient_checkpointing": "selective-op",
-            "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "framework": "torchtitan", "lora_dropout": None}
+            "attention": "flash", "num_gpus": 8, "parallelism": "fsdp", "framework": "torchtitan", "lora_dropout": None,
+            "framework_version": "torchtitan-2024"}  # the 9dec370 layout: its release's loss, AdamW and attention
 EXPECTED.update({
     "swift_lora_sft.sh": SWIFT_LORA,
     "swift_args.json": {**SWIFT_LORA, "optimizer_impl": "foreach"},  # optim adamw_torch: foreach
@@ -131,7 +132,7 @@ EXPECTED.update({
     # the 70B preset (tensor_parallel_degree 8) on the launcher's default 8 GPUs: no FSDP, so no mixed precision
     "torchtitan_llama3_70b.toml": {**TITAN_8B, "model": "meta-llama/Llama-3.1-70B", "precision": "fp32",
                                    "attention": "sdpa", "micro_batch_size": 8, "gradient_checkpointing": "full",
-                                   "parallelism": "ddp", "tensor_parallel": 8},
+                                   "parallelism": "ddp", "tensor_parallel": 8, "framework_version": None},
 })
 
 

@@ -272,3 +272,29 @@ def test_deepspeed_and_fsdp_given_as_json_text():
     assert (sc.parallelism.value, sc.fsdp_version.value, sc.gradient_checkpointing.value) == ("fsdp-grad-op", "2", "full")
     with pytest.raises(ScenarioError, match="deepspeed is not a preset name, a file or valid JSON"):
         from_text("swift sft --model Qwen/Qwen2.5-7B --max_length 512 --deepspeed '{stage: 3}'\n")
+
+
+def _titan_new(tmp_path, extra: str):
+    """The v0.2.2 layout (torchtitan_llama3_70b.toml) with compile on and ``extra`` in its [compile] section."""
+    text = (FIX / "torchtitan_llama3_70b.toml").read_text()
+    section = '[compile]\nenable=false\ncomponents = ["model", "loss"]\n'
+    assert section in text
+    path = tmp_path / "t.toml"
+    path.write_text(text.replace(section, f"[compile]\nenable = true\n{extra}\n"))
+    return from_config(path)
+
+
+def test_torchtitan_layouts_are_read_as_their_releases(tmp_path):
+    """The 9dec370 layout is torchtitan-2024 (foreach AdamW, the loss eager, repeat_kv); the v0.1-v0.2.2 layout the
+    profile's own release, whose compile.components default ["model", "loss"] compiles the loss; a components list
+    without "loss" is said, one without "model" compiles nothing."""
+    assert from_config(FIX / "torchtitan_llama3_8b.toml").scenario.framework_version == "torchtitan-2024"
+    both = _titan_new(tmp_path, "")
+    assert both.scenario.compile is True and both.scenario.framework_version is None
+    assert not [e for e in both.entries if e.key == "compile.components" and e.kind == "not modelled yet"]
+    model_only = _titan_new(tmp_path, 'components = ["model"]')
+    note = next(e.note for e in model_only.entries if e.key == "compile.components")
+    assert model_only.scenario.compile is True and "the loss left eager" in note and "torchtitan-2024" in note
+    loss_only = _titan_new(tmp_path, 'components = ["loss"]')
+    assert loss_only.scenario.compile is False
+    assert "counted uncompiled" in next(e.note for e in loss_only.entries if e.key == "compile.components")

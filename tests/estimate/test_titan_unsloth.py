@@ -59,10 +59,18 @@ def test_op_sac_keeps_every_second_matmul_and_the_attention_output():
     assert full < step.acts.blocks < none
 
 
-def test_torchtitan_compiles_blocks_but_not_the_loss():
+def test_torchtitan_compiles_blocks_and_the_loss_but_9dec370_not_the_loss():
+    """torchtitan compiles the loss from bbb1b616e (2025-04-02; compile.components ["model", "loss"] in v0.2.2 and
+    v0.3.0): its input, the bf16 logits, and the per-token logsumexp are what it saves, no fp32 copy; 9dec370
+    (torchtitan-2024) kept it eager."""
     titan = [compute(SPEC, _titan(compile=c)) for c in (False, True)]
-    assert titan[0].loss == titan[1].loss  # the loss stays eager
+    tokens, vocab = T, SPEC.vocab_size
+    assert titan[1].loss.saved == 2 * tokens * vocab + 4 * tokens < titan[0].loss.saved
     assert titan[1].acts.blocks < titan[0].acts.blocks  # the blocks are compiled
+    old = [compute(SPEC, parse_scenario({**_titan(compile=c).to_dict(), "framework_version": "torchtitan-2024"}))
+           for c in (False, True)]
+    assert old[0].loss == old[1].loss == titan[0].loss  # the loss stays eager
+    assert old[1].acts.blocks < old[0].acts.blocks
     tune = [compute(SPEC, parse_scenario({**_titan(compile=c).to_dict(), "framework": "torchtune", "loss": "chunked"})).loss
             for c in (False, True)]
     assert tune[0] != tune[1]  # torchtune's compile covers the (chunked) loss

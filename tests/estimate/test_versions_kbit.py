@@ -184,10 +184,11 @@ def test_images_on_a_text_model_are_said_to_be_ignored():
     assert estimate(_sc()).peak.device_bytes == got.peak.device_bytes
     assert [n for n in got.assumptions if n.startswith("images_per_sample")] == [
         "images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens only."]
-    from vramfit.errors import ScenarioError
 
-    with pytest.raises(ScenarioError, match="frames_per_sample"):  # video frames on it are refused, not ignored
-        estimate(_sc(frames_per_sample=3))
+    video = estimate(_sc(frames_per_sample=3))  # video frames on it are ignored too, and said so
+    assert video.peak.device_bytes == estimate(_sc()).peak.device_bytes
+    assert [n for n in video.assumptions if n.startswith("frames_per_sample")] == [
+        "frames_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens only."]
     from vramfit.web.translate import untranslated
 
     frozen = estimate(_sc(freeze_vision="no"))  # was dropped without a word (a review)

@@ -39,7 +39,9 @@ def test_two_frames_are_one_still_image_and_frames_pad_to_temporal_patches():
     assert _peak(frames_per_sample=8, freeze_vision="yes") < _peak(frames_per_sample=8)
 
 
-@pytest.mark.parametrize(("model", "family"), [("meta-llama/Llama-3.1-8B", "llama")])
+# a vision-language model without a video rule (a text model's frames are ignored and said so, as its images are)
+@pytest.mark.parametrize(("model", "family"), [("llava-hf/llava-1.5-7b-hf", "llava"),
+                                               ("meta-llama/Llama-3.2-11B-Vision-Instruct", "mllama")])
 def test_families_without_a_video_rule_are_refused_naming_the_field(model, family):
     with pytest.raises(ScenarioError, match=f"^frames_per_sample: video frames of model_type '{family}' are not "
                                             "modelled; modelled: llava_next_video, qwen2_5_vl"):
@@ -57,4 +59,8 @@ def test_cli_and_api_answer_bad_frames_in_one_line():
     assert out.exit_code == 2 and "frames_per_sample: must be from 0 to 768, got 1000" in out.output
     with TestClient(create_app(), base_url="http://localhost") as client:
         r = client.post("/api/estimate", json={"model": "meta-llama/Llama-3.1-8B", "frames_per_sample": 4})
-    assert r.status_code == 422 and r.json()["key"] == "frames_per_sample"
+        bad = client.post("/api/estimate", json={"model": QWEN, "frames_per_sample": 1000})
+    # on a text model the frames are ignored and said so, as its images are (property sweep, 2026-12-07)
+    assert r.status_code == 200 and "frames_per_sample is ignored: the model has no vision tower, so its sequences " \
+        "hold text tokens only." in r.json()["assumptions"]
+    assert bad.status_code == 422 and bad.json()["key"] == "frames_per_sample"

@@ -73,3 +73,36 @@ def test_llava_next_runs_the_tower_on_every_crop():
 def test_unmodelled_family_is_one_clear_line():
     with pytest.raises(ModelError, match="paligemma.*not modelled; modelled: gemma3, idefics3, internvl, llava"):
         image_tokens({"model_type": "paligemma"}, 336, 336)
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2-VL-7B-Instruct"])
+@pytest.mark.parametrize(("height", "width"), [(1080, 1920), (2048, 2048), (448, 448), (28, 28)])
+def test_qwen2_checkpoints_count_with_their_preprocessor_bounds(model, height, width):
+    """The Qwen2-VL and Qwen2.5-VL checkpoints' preprocessor_config.json sets min_pixels 3136 and max_pixels
+    12845056 (4 to 16,384 merged tokens), not the image processor's class default of 28*28*1280: a 1080p image is
+    2,691 tokens (it read 1,222)."""
+    pytest.importorskip("transformers")
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from vramfit.estimate.vision_inputs import per_image
+    from vramfit.scenario import Scenario
+
+    spec = resolve_model(model).spec
+    got = per_image(spec, Scenario(model=model, images_per_sample=1, image_height=height, image_width=width))
+    patches = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=12845056).get_number_of_image_patches(
+        height, width, {})
+    assert (got.vision_patches, got.lm_tokens) == (patches, patches // 4)
+    if (height, width) == (1080, 1920):
+        assert got.lm_tokens == 2691
+
+
+def test_an_image_past_the_processors_aspect_ratio_names_the_longer_side():
+    from typer.testing import CliRunner
+
+    from vramfit.cli.main import app
+
+    for h, w, key in ((10, 2500, "image_width"), (2500, 10, "image_height")):
+        out = CliRunner().invoke(app, ["estimate", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--images-per-sample", "1",
+                                       "--image-height", str(h), "--image-width", str(w)])
+        assert out.exit_code == 2 and f"{key}: the image's aspect ratio must be at most 200" in out.output
+        assert "Traceback" not in out.output and "model:" not in out.output

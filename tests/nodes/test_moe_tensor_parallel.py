@@ -39,9 +39,10 @@ def test_per_rank_activations_follow_the_moe_layout():
     T, k = 4096, 8
     whole = 2 * (2 * T * H) + 4 * T * E + 2 * (2 * T * k * H)  # attn_in, mlp_in, router fp32, experts in/out
     # split, per layer (bytes): norms (fp32 input, rstd, 16-bit normed) x 2, attention output, q/k norms
-    # (fp32 input + normed), q, k, v (SDPA's expanded k/v), lse, the experts' inner width (mid, gate, act, up)
+    # (fp32 input + normed), q, and k, v grouped (SDPA's enable_gqa: 4 heads of 128), lse, the experts' inner width
+    # (mid, gate, act, up)
     split = 2 * (4 * T * H + 4 * T + 2 * T * H) + 2 * T * 4096 + (6 * T * 4096 + 6 * T * 512) \
-        + 3 * 2 * T * 4096 + 4 * 32 * T + 4 * 2 * T * k * W
+        + 2 * T * 4096 + 2 * 2 * T * 512 + 4 * 32 * T + 4 * 2 * T * k * W
     per_layer = {t: whole + split / t for t in (2, 4)}
     got = {t: r.ranks[0].activations_bytes for t, r in ((2, one), (4, four))}
     # the difference between t = 2 and t = 4 is the layers' split part only (the output layer's input is whole)

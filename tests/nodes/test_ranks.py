@@ -77,13 +77,14 @@ def test_interleaved_first_stage_is_korthikanti_factor_more():
 
 
 def test_tensor_parallel_block_is_torchtitans_sequence_parallel_layout():
-    # Llama-3.1-8B, T = 4096 tokens, h = 4096, 32 heads (k, v expanded by repeat_kv), MLP 14336, t = 8.
+    # Llama-3.1-8B, T = 4096 tokens, h = 4096, 32 heads and 8 key/value heads of 128 (torchtitan 0.3 passes the
+    # grouped k and v to SDPA with enable_gqa), MLP 14336, t = 8.
     # Shard(1) under SequenceParallel (/t): two norms' fp32 input (4Th) and bf16 normed (2Th), fp32 rstd (4T);
-    # heads (/t): q, k, v, attention output (2Th each), fp32 logsumexp (4 T x 32); MLP inner (/t): w2's input
-    # and gate, act, up outputs (2 T x 14336 each); whole on every rank: the all-gathered inputs of wq/wk/wv
-    # and of w1/w3 (2Th each).
+    # heads (/t): q and the attention output (2Th each), k and v (2 T x 1024 each), fp32 logsumexp (4 T x 32); MLP
+    # inner (/t): w2's input and gate, act, up outputs (2 T x 14336 each); whole on every rank: the all-gathered
+    # inputs of wq/wk/wv and of w1/w3 (2Th each).
     T, h, f, t = 4096, 4096, 14336, 8
-    split = 2 * (4 * T * h + 2 * T * h + 4 * T) + 4 * 2 * T * h + 4 * T * 32 + 4 * 2 * T * f
+    split = 2 * (4 * T * h + 2 * T * h + 4 * T) + 2 * 2 * T * h + 2 * 2 * T * 1024 + 4 * T * 32 + 4 * 2 * T * f
     expected = split / t + 2 * 2 * T * h
     one = _est(model="meta-llama/Llama-3.1-8B", num_gpus=8, seq_len=4096)
     tp = _est(model="meta-llama/Llama-3.1-8B", num_gpus=8, tensor_parallel=8, seq_len=4096)

@@ -59,8 +59,9 @@ def _check_with_torchtitan(p):
     args = [a for o in overrides(p) for a in o.split(" ")]
     job = tyro.cli(Job, args=args)
     assert job.parallelism == par and job.training.local_batch_size == training.local_batch_size
-    # the AdamW step the plan was sized with (the profile's foreach), not v0.3.0's default "fused"
-    assert job.optimizer.implementation == doc["optimizer"]["implementation"] == "foreach"
+    # the AdamW step the plan was sized with: the profile's, torchtitan 0.3's own default "fused"
+    assert job.optimizer.implementation == doc["optimizer"]["implementation"] == "fused"
+    assert job.optimizer.implementation == OptimizersContainer.Config().implementation
     return ex, dims
 
 

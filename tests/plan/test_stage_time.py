@@ -124,15 +124,16 @@ def _vlm(**kw):
 def test_image_tokens_and_the_tower_are_timed():
     ev0, mf0, w0 = _vlm()
     ev, mf, w = _vlm(**IMAGE)
-    # Qwen2.5-VL's processor resizes 1024 x 1024 to 980 x 980 (multiples of 28): 70 x 70 patches of 14 px, merged
-    # 2 x 2 into 1225 language-model tokens (models/vlm_tokens.py)
-    assert (mf.tower_patches, mf.image_lm_tokens) == (4900, 1225)
+    # Qwen2.5-VL's processor, within its checkpoints' max_pixels 12,845,056, rounds 1024 x 1024 to 1036 x 1036
+    # (multiples of 28): 74 x 74 patches of 14 px, merged 2 x 2 into 1369 language-model tokens (models/vlm_tokens.py;
+    # 980 x 980 and 1225 under the image processor's class default of 28 * 28 * 1280 pixels)
+    assert (mf.tower_patches, mf.image_lm_tokens) == (5476, 1369)
     assert w.tokens_per_step == w0.tokens_per_step  # text tokens: what a dataset's token count counts
     assert w.flops > 2 * w0.flops
     vc = ev.spec.vision.image_config["vision_config"]
     d = ev.spec.vision.block.num_attention_heads * ev.spec.vision.block.head_dim
     # windowed attention (112 px = 8 x 8 patches) in 28 layers, the whole image in 4 (fullatt_block_indexes)
-    assert mf.tower_attn_per_patch == 4 * d * (4 * 4900 + 28 * 64) and vc["fullatt_block_indexes"] == [7, 15, 23, 31]
+    assert mf.tower_attn_per_patch == 4 * d * (4 * 5476 + 28 * 64) and vc["fullatt_block_indexes"] == [7, 15, 23, 31]
     evz, _, wz = _vlm(**IMAGE, freeze_vision="yes")
     evt, _, wt = _vlm(**IMAGE, freeze_vision="no")
     # frozen: the tower's forward only (2 x weights per patch, attention once); trained with LoRA: 4 x and 3.5 x

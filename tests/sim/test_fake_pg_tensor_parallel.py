@@ -44,7 +44,7 @@ CONFIG = {"model_type": "llama", "hidden_size": H, "num_attention_heads": NH, "n
           "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
 
 
-class Attention(nn.Module):  # torchtitan models/llama3 Attention: repeat_kv, then SDPA
+class Attention(nn.Module):  # torchtitan models/llama3 Attention up to v0.2.1: repeat_kv, then SDPA (torchtitan-0.2.1)
     def __init__(self):
         super().__init__()
         self.wq, self.wk = nn.Linear(H, NH * HD, bias=False), nn.Linear(H, KV * HD, bias=False)
@@ -167,7 +167,7 @@ def cpu_only_bytes(tp: int) -> int:
 def test_fsdp2_plus_tensor_parallel_rank_matches_the_estimate(tp):
     params, saved, gathered = measure(tp)
     sc = parse_scenario({"model": "tiny-llama", "method": "full", "framework": "torchtitan", "parallelism": "fsdp",
-                         "num_gpus": WORLD, "tensor_parallel": tp, "seq_len": S})
+                         "num_gpus": WORLD, "tensor_parallel": tp, "seq_len": S, "framework_version": "torchtitan-0.2.1"})
     r = estimate_spec(sc, spec_from_hf_config(CONFIG), "tiny-llama")
     forward = dict(next(p for p in r.phases if p.phase == "forward").breakdown)
     # parameters: fp32 shards of 1/(dp) of each TP shard, the norms' weights whole on every TP rank as torchtitan

@@ -120,7 +120,7 @@ def test_compiled_llama_8b_keeps_four_gib_less_at_torchtitans_benchmark():
     outputs of 16,384 x 4,096, 4 GiB, leave the loss backward's peak; the benchmark reads 5.4 GiB less reserved."""
     sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "precision": "bf16-mixed", "micro_batch_size": 2,
           "seq_len": 8192, "gradient_checkpointing": "selective-op", "attention": "flash", "num_gpus": 8,
-          "parallelism": "fsdp", "framework": "torchtitan"}
+          "parallelism": "fsdp", "framework": "torchtitan", "framework_version": "torchtitan-2024"}  # the runs' 9dec370
     eager, compiled = estimate(sc), estimate({**sc, "compile": True})
     assert eager.peak.allocated_bytes - compiled.peak.allocated_bytes == 32 * 16384 * 4096 * 2
     said = [a for a in compiled.assumptions if a.startswith("torch.compile: each decoder block compiled; the final "

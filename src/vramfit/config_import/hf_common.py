@@ -358,3 +358,26 @@ def checkpoint_quantization(r: KeyReader, key: str, method: str, framework: str)
     r.entries[key].note = (f"{label} by its name: {framework} loads the checkpoint's own quantization_config, so LoRA "
                            "trains on its 4-bit weights (quantize gptq-int4)")
     return "gptq-int4"
+
+
+def freeze_tower(r: KeyReader, tower_key: str, projector_key: str, source: str, projector_source: str) -> None:
+    """A trainer's own switch for freezing a vision-language model's tower (``tower_key``, default True in ms-swift's
+    freeze_vit and LLaMA-Factory's freeze_vision_tower) and projector -> ``freeze_vision``. Left at its default on a
+    model the bundled catalog knows as text-only, nothing is set (the estimate would say the switch is ignored); a
+    model outside the catalog gets the default, which a text-only model ignores."""
+    tower = r.get(tower_key, True, source)
+    projector = r.get(projector_key, True, projector_source)
+    if tower_key not in r.flat and known_text_only(r):
+        return
+    r.set(tower_key, "freeze_vision", "yes" if tower else "no")
+    if bool(tower) != bool(projector):
+        r.mark(projector_key, f"the projector frozen apart from the tower: counted with {tower_key}")
+
+
+def known_text_only(r: KeyReader) -> bool:
+    """Whether the bundled catalog knows the file's model (``r.out["model"]``) as a text-only one (no vision tower);
+    a model outside the catalog is not known to be (never reads a file or the Hub)."""
+    from vramfit.models.catalog import catalog_entry, catalog_spec
+
+    entry = catalog_entry(str(r.out.get("model", "")))
+    return entry is not None and catalog_spec(entry["id"]).vision is None

@@ -54,8 +54,7 @@ NOT_MODELLED = {
     "overlap_*": "Megatron parallelism", "bias_activation_fusion": "Megatron kernels", "apply_rope_fusion": "Megatron kernels",
     "moe_*": "Megatron MoE", "recompute_granularity": "Megatron recompute", "context_parallel_size": "context parallelism",
     "use_packed_sequences": "Megatron packing", "mixture_of_depths": "mixture of depths", "pissa_*": "PiSSA",
-    "fp8": "FP8 training", "fp8_*": "FP8 training", "freeze_vision_tower": "multimodal freezing",
-    "freeze_multi_modal_projector": "multimodal freezing", "freeze_language_model": "multimodal freezing",
+    "fp8": "FP8 training", "fp8_*": "FP8 training", "freeze_language_model": "multimodal freezing",
     "mixed_precision": "Megatron precision", "moe_aux_loss_coef": "MoE auxiliary loss",
     # hiyouga/LLaMA-Factory src/llamafactory/hparams/model_args.py ModelArguments: fp32 norms, fp32 lm_head outputs
     "upcast_layernorm": "layer norms upcast to fp32", "upcast_lmhead_output": "lm_head output upcast to fp32",
@@ -192,6 +191,20 @@ def _reentrant(r: KeyReader) -> None:
     r.set("use_reentrant_gc", "use_reentrant", "yes" if value and not hf.is_fsdp2(r.out) else "no")
 
 
+def _image_cap(r: KeyReader) -> None:
+    """LLaMA-Factory scales every image down to at most ``image_max_pixels`` (default 768 * 768, model_args.py
+    ProcessorArguments) before the model's processor sees it (data/mm_plugin.py ``_preprocess_image``): the scenario's
+    image_height x image_width is the image as the processor gets it, so the cap is said, with the size to give."""
+    cap = r.flat.get("image_max_pixels", 768 * 768)
+    if "image_max_pixels" not in r.flat and hf.known_text_only(r):
+        return
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+        side = int(cap ** 0.5)
+        r.get("image_max_pixels", 768 * 768, f"{MODEL_SRC} ProcessorArguments")
+        r.mark("image_max_pixels", f"each image is scaled to at most {int(cap):,} pixels before the processor: give "
+                                   f"image_height and image_width at that size (a square image: {side} x {side})")
+
+
 def read(path: Path, data: dict[str, Any]) -> Imported:
     r = KeyReader(path, "llamafactory", data, SOURCE)
     r.set("model_name_or_path", "model", r.required("model_name_or_path"))
@@ -203,6 +216,12 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     r.set("bf16", "precision", _precision(r, method))
     _step(r)
     _eval(r)
+    # finetuning_args.py FinetuningArguments freeze_vision_tower / freeze_multi_modal_projector (default True): a
+    # vision-language model's tower (and projector) stay frozen, and find_all_linear_modules(model, freeze_vision_tower)
+    # leaves the tower out of lora_target all (model/model_utils/misc.py l. 28-40, visual.py l. 178)
+    hf.freeze_tower(r, "freeze_vision_tower", "freeze_multi_modal_projector", f"{FT_SRC} FinetuningArguments",
+                    f"{FT_SRC} FinetuningArguments")
+    _image_cap(r)
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:
             r.not_modelled(k, what)

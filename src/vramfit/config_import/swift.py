@@ -352,12 +352,8 @@ def _eval(r: KeyReader) -> None:
 
 def _freeze(r: KeyReader) -> None:
     """freeze_vit / freeze_aligner (default True, tuner_args.py l. 123-124): a vision-language model's tower and
-    projector stay frozen, LoRA or full (vramfit's freeze_vision; ignored for text-only models)."""
-    vit = r.get("freeze_vit", True, f"{TUNER_SRC} l. 123")
-    aligner = r.get("freeze_aligner", True, f"{TUNER_SRC} l. 124")
-    r.set("freeze_vit", "freeze_vision", "yes" if vit else "no")
-    if bool(vit) != bool(aligner):
-        r.mark("freeze_aligner", "the projector frozen apart from the tower: counted with freeze_vit")
+    projector stay frozen, LoRA or full (vramfit's freeze_vision: hf_common.freeze_tower)."""
+    hf.freeze_tower(r, "freeze_vit", "freeze_aligner", f"{TUNER_SRC} l. 123", f"{TUNER_SRC} l. 124")
 
 
 def read(path: Path, data: dict[str, Any]) -> Imported:

@@ -264,10 +264,29 @@ def _checkpointing(r: KeyReader) -> None:
                                                             "checkpointing (an upper bound)")
 
 
+#: the release a TOML layout is counted as (estimate/framework_profiles.py, torchtitan's versions): 9dec370's layout is
+#: torchtitan-2024 (foreach AdamW, the loss eager under compile, repeat_kv); the later layout is the profile's own
+#: (v0.2.2's grouped-k/v SDPA, fused AdamW and compiled loss; v0.1.0-v0.2.1 repeat k and v: torchtitan-0.2.1)
+OLD_RELEASE = "torchtitan-2024"
+
+
 def _step(r: KeyReader, new: bool) -> None:
     compile_key = "compile.enable" if new else "training.compile"
     if boolean(r, compile_key, False, f"{NEW} Compile.enable" if new else f"{OLD} --training.compile"):
         r.set(compile_key, "compile", True)
+        # v0.2.2 components/loss.py l. 33: the loss is compiled where "loss" is among compile.components (default
+        # ["model", "loss"], config/job_config.py); without "model" no block is compiled
+        parts = r.get("compile.components", ["model", "loss"], f"{NEW} Compile.components") if new else ["model"]
+        parts = [str(p).lower() for p in parts] if isinstance(parts, list) else [str(parts).lower()]
+        if new and "model" not in parts:
+            r.set("compile.components", "compile", False)
+            r.mark("compile.components", "no model component: nothing of the blocks compiled, counted uncompiled"
+                   + (" (the compiled loss not counted)" if "loss" in parts else ""))
+        elif new and "loss" not in parts:
+            r.mark("compile.components", "the loss left eager: counted compiled, as torchtitan's default; "
+                   f"framework_version {OLD_RELEASE} counts it eager (with 9dec370's foreach AdamW and repeat_kv)")
+    if not new:
+        r.out["framework_version"] = OLD_RELEASE  # the 9dec370 layout: its release's loss, optimizer and attention
     name = str(r.get("optimizer.name", "AdamW", f"{OLD} --optimizer.name"))
     if name.lower() not in OPTIMIZERS:
         raise r.error(f"optimizer.name '{name}' is not modelled yet (valid values: AdamW, Adam)")

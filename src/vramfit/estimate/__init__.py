@@ -235,9 +235,9 @@ def inert_key_notes(sc: Scenario, spec) -> list[str]:
         out.append(f"quantize_vision={sc.quantize_vision.value} is ignored: {why}.")
     if sc.freeze_vision is not FreezeVision.AUTO and spec.vision is None:
         out.append(f"freeze_vision={sc.freeze_vision.value} is ignored: the model has no vision tower.")
-    if spec.vision is None and sc.images_per_sample:  # video frames on such a model are refused (scenario check)
-        out.append("images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens "
-                   "only.")
+    for key in ("images_per_sample", "frames_per_sample"):  # as vision_inputs.per_image / per_video leave them
+        if spec.vision is None and not spec.vision_params and getattr(sc, key):
+            out.append(f"{key} is ignored: the model has no vision tower, so its sequences hold text tokens only.")
     return out
 
 

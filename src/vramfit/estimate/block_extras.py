@@ -156,8 +156,9 @@ def compile_note(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> st
     op-level selective AC, the branch outputs AOTAutograd does not keep (:func:`op_sac_saved`)."""
     if not sc.compile:
         return None
-    scope = ("each decoder block compiled; the final norm, output layer and loss eager"
-             if profile.compile_scope is CompileScope.BLOCKS else "the model and the loss compiled")
+    scope = {CompileScope.BLOCKS: "each decoder block compiled; the final norm, output layer and loss eager",
+             CompileScope.BLOCKS_AND_LOSS: "each decoder block and the loss compiled; the final norm and output layer "
+                                           "eager"}.get(profile.compile_scope, "the model and the loss compiled")
     dropped = _compiled_drops(spec)
     sac = (" Under op-level selective AC a compiled block keeps only what its backward reads: not its down "
            "projection's output, which eager SAC caches." if sc.gradient_checkpointing is Checkpointing.SELECTIVE_OP
@@ -232,7 +233,7 @@ def model_extra_saved(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, 
     h = spec.hidden_size
     final = Saved()
     # the final norm sits outside the blocks: compiled only where the framework compiles the whole model (torchtitan
-    # compiles each block and leaves model.norm, the output layer and the loss eager: CompileScope.BLOCKS)
+    # compiles each block and leaves model.norm and the output layer eager: CompileScope.BLOCKS, BLOCKS_AND_LOSS)
     compiled = sc.compile and profile.compile_scope is CompileScope.MODEL_AND_LOSS
     norm_saved(final, NormSite(spec, profile, compiled, T, dt.compute, sc.method is Method.FULL), "final_norm",
                "final_norm.in", dt.residual)

@@ -284,8 +284,11 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     if sc.parallelism is Parallelism.ZERO2 and (whole := grads_in_partition(spec, sc, banks)):  # rank 0's params whole
         p.gradients = round_allocation(sc.precision.compute_bytes * whole)
     if shd.optimizer_on_host:
-        p.host += opt_host + p.master_weights + _offload_host_grads(p, spec, sc, profile, shd)
-        p.optimizer_state = 0
+        # a paged state is the optimizer's too: on the host with the rest, as the unpaged one (the 8-bit step on the
+        # host's parameters), not left in the GPU's managed memory (property sweep, 2026-12-07: paged-adamw-8bit under
+        # FSDP offload kept 1.9 GiB on the GPU that adamw-8bit moved)
+        p.host += opt_host + p.paged_optimizer_state + p.master_weights + _offload_host_grads(p, spec, sc, profile, shd)
+        p.optimizer_state = p.paged_optimizer_state = 0
         p.master_weights = 0
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
         # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)

@@ -506,8 +506,9 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # torchtitan@9dec370 models/norms.py build_norm("rmsnorm") = nn.RMSNorm; torch v2.13.0
     # aten/src/ATen/native/layer_norm.cpp rms_norm upcasts the input to fp32 (opmath)
     rmsnorm_upcast=True,
-    # torchtitan@9dec370 models/llama/model.py Attention: repeat_kv(keys, n_rep) before SDPA
-    expands_kv_for_sdpa=True,
+    # torchtitan ff0829c10 (2026-01-27, 'GQA without kv repeats'), v0.2.2 models/llama3/model/model.py l. 201, 285-297,
+    # v0.3.0 models/common/attention.py: SDPA gets the grouped k and v with enable_gqa (9dec370 to v0.2.1: repeat_kv)
+    expands_kv_for_sdpa=False,
     qlora_unquantized_fp32=False,
     qlora_saves_input=False,
     qlora_quantizes_lm_head=False,
@@ -515,19 +516,38 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward
     standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
     standard_loss_site="torchtitan's loss_fn (cross_entropy of pred.float())",
-    # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
-    torch_optimizer_impl=OptimizerImpl.FOREACH,
+    # torchtitan 6e4988550 (2025-02-24, 'use Fused AdamW as default'): optimizer.implementation "fused" (v0.1.0
+    # config_manager.py l. 139, v0.2.2 config/job_config.py l. 151, v0.3.0 components/optimizer/optimizer.py l. 109);
+    # 9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default (torchtitan-2024)
+    torch_optimizer_impl=OptimizerImpl.FUSED,
     # torchtitan@9dec370 parallelize_llama.py apply_fsdp: blocks are units, then
     # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
     fsdp_root_gathered=True,
     mixed_casts_params=True,
     fsdp2=True,
     fsdp2_last_block_kept=True,
-    compile_scope=CompileScope.BLOCKS,
-    # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights
+    # the loss compiled too from bbb1b616e (2025-04-02) to v0.3.0 (components/loss.py _maybe_compile, config/configs.py
+    # l. 298 components ["model", "loss"]): profile_enums.py
+    compile_scope=CompileScope.BLOCKS_AND_LOSS,
+    # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights (v0.2.2
+    # config/job_config.py l. 282 the same)
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                        (Method.QLORA, Precision.BF16_TRUE)),
-    version="torchtitan@9dec370",
+    version="torchtitan-0.3",  # PyPI torchtitan 0.3.0 (2026-09)
+    older_versions=(
+        FrameworkVersion(
+            "torchtitan-0.2.1",
+            "torchtitan v0.1.0-v0.2.1 (2025-06 to 2026-01) models/llama3/model/model.py Attention.forward: "
+            "repeat_kv(xk), repeat_kv(xv) before SDPA (GQA without repeats came in ff0829c10, 2026-01-27)",
+            (_SDPA_REPEATS_KV,)),
+        FrameworkVersion(
+            "torchtitan-2024",
+            "torchtitan@9dec370 (2024-12): train.py keeps loss_fn eager under --training.compile ('compiling loss "
+            "function causes CUDA errors'; compiled from bbb1b616e, 2025-04-02), optimizer.py foreach AdamW "
+            "(--optimizer.fused off; fused by default from 6e4988550, 2025-02-24), repeat_kv before SDPA",
+            (("compile_scope", CompileScope.BLOCKS), ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+             _SDPA_REPEATS_KV)),
+    ),
 )
 # the Unsloth profile and its 2024.12 release live in estimate/unsloth.py (imported here, after the classes it uses)
 from vramfit.estimate.unsloth import UNSLOTH_PROFILE  # noqa: E402

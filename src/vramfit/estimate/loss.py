@@ -143,7 +143,7 @@ def litgpt_chunked_head(sc: Scenario, profile: FrameworkProfile) -> bool:
 
 def compiles_loss(scenario: Scenario, profile: FrameworkProfile) -> bool:
     """``compile: true`` compiles the loss too (the profile's compile scope and, for the standard loss, its recipe)."""
-    if not scenario.compile or profile.compile_scope is not CompileScope.MODEL_AND_LOSS:
+    if not scenario.compile or profile.compile_scope is CompileScope.BLOCKS:
         return False
     recipes = profile.compiled_loss_recipes
     return (scenario.loss is Loss.CHUNKED or recipes is None

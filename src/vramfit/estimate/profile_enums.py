@@ -126,6 +126,11 @@ class CompileScope(str, Enum):
     # fullgraph=True) per block; train.py keeps loss_fn eager ("compiling loss function causes
     # CUDA errors, turning off for now")
     BLOCKS = "blocks"
+    # torchtitan from bbb1b616e (2025-04-02, "Enable compiling the loss function") to v0.2.2 and main: each block
+    # compiled as above, and the loss too (v0.2.2 components/loss.py l. 33-35: torch.compile(loss_fn) where
+    # compile.enable and "loss" in compile.components, whose default is ["model", "loss"], config/job_config.py);
+    # model.norm and the output layer stay eager
+    BLOCKS_AND_LOSS = "blocks-and-loss"
 
 
 class OptimizerImpl(str, Enum):

@@ -60,6 +60,8 @@ def per_video(spec: ModelSpec, sc: Scenario) -> ImageTokens | None:
     """Patches and language-model tokens of the scenario's video frames; None without frames."""
     if not sc.frames_per_sample:
         return None
+    if spec.vision is None and not spec.vision_params:
+        return None  # a text model: the frames are ignored (and said so), as its images are (property sweep, 2026-12-07)
     if spec.vision is not None:
         check_image_framework(spec, sc, "frames_per_sample")
     refused = (f"video frames of model_type {spec.model_type!r} are not modelled; "

@@ -42,6 +42,13 @@ def qwen2_5_vision_params(vision: Mapping) -> int:
     return patch_embed + depth * block + merger
 
 
+# the image processor's pixel bounds of the Qwen2-VL and Qwen2.5-VL checkpoints (Qwen/Qwen2-VL-*-Instruct and
+# Qwen/Qwen2.5-VL-*-Instruct preprocessor_config.json: min_pixels 3136, max_pixels 12845056, i.e. 4 to 16,384 merged
+# tokens, "4-16384 visual tokens per image" on their model cards), read by Qwen2VLImageProcessor in place of its class
+# defaults (56 * 56, 28 * 28 * 1280: models/vlm_tokens.py QWEN_MAX_PIXELS)
+QWEN2_IMAGE_PIXELS = {"min_pixels": 3136, "max_pixels": 12845056}
+
+
 def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     """Qwen2.5-VL: a Qwen2 language model (fields at the top level of config.json, or in
     ``text_config``) plus the vision tower in ``vision_config``."""
@@ -60,8 +67,8 @@ def _qwen2_5_vl(c: _Cfg) -> ModelSpec:
     merged = h * int(v["spatial_merge_size"]) ** 2
     projector = (Linear("mlp.0", merged, merged, True, "projector"),
                  Linear("mlp.2", merged, int(v["out_hidden_size"]), True, "projector"))
-    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v)}, projector=projector,
-                        segmented_attention=True, projector_rmsnorm=True)
+    tower = VisionTower(block, {"model_type": "qwen2_5_vl", "vision_config": dict(v), **QWEN2_IMAGE_PIXELS},
+                        projector=projector, segmented_attention=True, projector_rmsnorm=True)
     return replace(spec, model_type="qwen2_5_vl", vision_params=qwen2_5_vision_params(vision), vision=tower)
 
 
@@ -325,7 +332,7 @@ def _qwen2_vl_tower(config: Mapping, text_hidden: int) -> VisionTower:
     block, projector = _qwen_vision_parts("qwen2_vl_vision", v, h, int(h * float(v["mlp_ratio"])), ("fc1", "fc2"),
                                           ("mlp.0", "mlp.2"), int(v["hidden_size"]))
     # VisionAttention.forward l. 401-418: other than flash, one attention call per cu_seqlens segment, torch.cat
-    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v}, projector=projector,
+    return VisionTower(block, {"model_type": "qwen2_vl", "vision_config": v, **QWEN2_IMAGE_PIXELS}, projector=projector,
                        projector_layernorm=True, segmented_attention=True)
 
 

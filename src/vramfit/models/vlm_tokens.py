@@ -42,7 +42,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vramfit.errors import ModelError
+from vramfit.errors import ModelError, ScenarioError
 from vramfit.models.vlm_fields import check_tokens, check_vision_fields
 
 # Qwen2VLImageProcessor defaults (transformers v5.24.0 image_processing_qwen2_vl.py: min_pixels
@@ -78,10 +78,18 @@ class ImageTokens:
         return self.lm_tokens if self.projector_rows is None else self.projector_rows
 
 
+def _check_aspect(height: int, width: int) -> None:
+    """The processors' limit (image_processing_qwen2_vl.py ``smart_resize``: ValueError above 200), named by the
+    scenario key the user sets: the longer side's."""
+    if max(height, width) / min(height, width) > 200:
+        raise ScenarioError("image_width" if width > height else "image_height",
+                            f"the image's aspect ratio must be at most 200 (the model's image processor refuses it), "
+                            f"got image_height {height} x image_width {width}")
+
+
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """transformers v5.24.0 models/qwen2_vl/image_processing_qwen2_vl.py ``smart_resize``."""
-    if max(height, width) / min(height, width) > 200:
-        raise ModelError(f"image aspect ratio must be below 200, got {height}x{width}")
+    _check_aspect(height, width)
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
@@ -271,8 +279,7 @@ def qwen3_video_resize(frames: int, height: int, width: int, factor: int, tempor
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    if max(height, width) / min(height, width) > 200:
-        raise ModelError(f"image aspect ratio must be below 200, got {height}x{width}")
+    _check_aspect(height, width)
     h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
     t_bar = round(frames / temporal) * temporal
     if t_bar * h_bar * w_bar > max_pixels:

@@ -76,8 +76,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": {"mode": AC_MODE[plan.gradient_checkpointing],
                                   **({"selective_ac_option": "op"} if plan.gradient_checkpointing == "selective-op" else {})},
         "compile": {"enable": bool(sc.get("compile"))},
-        # the AdamW step the plan was sized with, written out: torchtitan v0.3.0 defaults to "fused"
-        # (components/optimizer/optimizer.py ``implementation``), the profile's release (9dec370) steps foreach
+        # the AdamW step the plan was sized with, written out: torchtitan defaults to "fused" from 6e4988550 (v0.2.2
+        # config/job_config.py l. 151, v0.3.0 components/optimizer/optimizer.py ``implementation``); torchtitan-2024
+        # (9dec370) steps foreach
         "optimizer": {"name": "AdamW", "implementation": _adamw_impl(sc)},
     }
 

@@ -52,7 +52,7 @@ HOST_RAM_PER_GPU = Constant(
 )
 
 ASSUMPTIONS = (
-    f"Multi-GPU plans are one node of at most {GPUS_PER_NODE} cards (the guide: rent the cards as one node, NVLink "
+    f"Multi-GPU plans of up to {GPUS_PER_NODE} cards are one node (the guide: rent the cards as one node, NVLink "
     "preferred); data parallel with DDP, ZeRO or FSDP as exported; with framework=torchtitan (full fine-tuning) also "
     "tensor and context parallel inside a node, pipeline stages (1f1b or interleaved) across nodes (plan/layouts.py).",
     "Recompute and de-quantization are timed; GPU-to-GPU traffic overlaps compute over NVLink or "

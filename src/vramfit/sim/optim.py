@@ -43,7 +43,7 @@ def make_optimizer(scenario: Scenario, params: list[torch.nn.Parameter], tracker
     """The optimizer over ``params`` and a sentence saying which implementation runs."""
     opt = scenario.optimizer
     if opt is Optimizer.ADAMW and _foreach(scenario):
-        # torchtitan@9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default
+        # the profile's torch_optimizer_impl (torchtitan-2024: 9dec370 optimizer.py --optimizer.fused off by default)
         return torch.optim.AdamW(params, lr=LR, weight_decay=0.0, foreach=True), (
             "Optimizer: torch.optim.AdamW(foreach=True), the framework's default (torch._foreach_* temporaries)."
         )

@@ -106,8 +106,8 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
      "indica as camadas lineares a adaptar; aqui o router fica sem adaptador."),
     (r"^freeze_vision=(\w+) is ignored: the model has no vision tower\.$",
      "freeze_vision=$1 é ignorado: o modelo não tem torre de visão."),
-    (r"^images_per_sample is ignored: the model has no vision tower, so its sequences hold text tokens only\.$",
-     "images_per_sample é ignorado: o modelo não tem torre de visão, as sequências só têm tokens de texto."),
+    (r"^(images_per_sample|frames_per_sample) is ignored: the model has no vision tower, so its sequences hold text "
+     r"tokens only\.$", "$1 é ignorado: o modelo não tem torre de visão, as sequências só têm tokens de texto."),
     (r"^DeepSpeed config keys not modelled, their effect \(if any\) not in this estimate: (.*)$",
      "Chaves da configuração DeepSpeed não modeladas, o efeito delas (se o houver) não entra nesta estimativa: $1"),
     (r"not read by vramfit \(it models the stage, offload and the buffer sizes in estimate/deepspeed\.py\)",

@@ -19,6 +19,15 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"(\d+) here\.$",
      "max_gpus $1: os planos usam 1, 2, 4 ou $2 GPUs e depois nós inteiros de $3 (2, 4, 8 ... nós), por isso aqui no "
      "máximo $4."),
+    # ---- torchtitan's compile.components (config_import/torchtitan.py _step)
+    (r"^no model component: nothing of the blocks compiled, counted uncompiled$",
+     "sem o componente model: nenhum bloco compilado, contado sem compilação"),
+    (r"^no model component: nothing of the blocks compiled, counted uncompiled \(the compiled loss not counted\)$",
+     "sem o componente model: nenhum bloco compilado, contado sem compilação (a loss compilada não é contada)"),
+    (r"^the loss left eager: counted compiled, as torchtitan's default; framework_version (\S+) counts it eager \(with "
+     r"9dec370's foreach AdamW and repeat_kv\)$",
+     "a loss fica eager: contada compilada, como no padrão do torchtitan; framework_version $1 conta-a eager (com o "
+     "AdamW foreach e o repeat_kv do 9dec370)"),
     # ---- a framework_version release with nothing on the run's path (vramfit.estimate._version_note)
     (r"^framework_version (.+): what this release does differently is not on this run's path \(the figures are the "
      r"same without it\)\.$",
@@ -337,6 +346,16 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^grad_accum: is the pipeline's micro-batches per step and must be at least pipeline_parallel \((\d+)\) for 1f1b "
      r"\(torch's Schedule1F1B\); got (\d+)", "grad_accum: são os micro-batches do pipeline por passo e tem de ser pelo "
      "menos pipeline_parallel ($1) com 1f1b (o Schedule1F1B do torch); recebido: $2"),
+    (r"^(image_width|image_height): the image's aspect ratio must be at most 200 \(the model's image processor refuses "
+     r"it\), got image_height (\d+) x image_width (\d+)$", "$1: a proporção da imagem tem de ser no máximo 200 (o "
+     "processador de imagens do modelo recusa-a); recebido: image_height $2 x image_width $3"),
+    (r"^the image's aspect ratio must be at most 200 \(the model's image processor refuses it\), got image_height (\d+) "
+     r"x image_width (\d+)$", "a proporção da imagem tem de ser no máximo 200 (o processador de imagens do modelo "
+     "recusa-a); recebido: image_height $1 x image_width $2"),
+    (r"^offload: FSDP's CPU offload moves the parameters and gradients with the optimizer state: optimizer-only "
+     r"offload is DeepSpeed ZeRO's \(zero1, zero2, zero3\)",
+     "offload: o offload para CPU do FSDP move os parâmetros e os gradientes com o estado do otimizador: o offload só "
+     "do otimizador é do DeepSpeed ZeRO (zero1, zero2, zero3)"),
     (r"^framework_version: (\w+) has no modelled release '([^']*)'", "framework_version: o $1 não tem nenhuma versão "
      "modelada '$2'"),
     (r"^micro_batch_size: KTO's KL term needs at least 2 examples per GPU batch \(TRL refuses 1\)",
