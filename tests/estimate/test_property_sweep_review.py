@@ -48,3 +48,19 @@ def test_fsdp_has_no_optimizer_only_offload(parallelism, valid):
                                    "--parallelism", "fsdp", "--offload", "optimizer"])
     assert out.exit_code == 2 and "optimizer-only offload is DeepSpeed ZeRO's" in out.output
     assert estimate({**SEVENTY, "parallelism": "zero3", "offload": "optimizer"}).host_bytes > 0  # ZeRO's own
+
+
+def test_a_vision_runs_language_model_sequence_is_stated():
+    """The header and the reserved line quoted the text length alone (2,048) where the language model runs 7,524
+    tokens per sequence (4 images of 1024 x 1024 on Qwen2.5-VL: 1,369 tokens each)."""
+    from vramfit.web.translate import untranslated
+
+    r = estimate({"model": "Qwen/Qwen2.5-VL-7B-Instruct", "images_per_sample": 4, "image_height": 1024,
+                  "image_width": 1024, "seq_len": 2048})
+    said = [a for a in r.assumptions if a.startswith("Vision inputs")]
+    assert said == ["Vision inputs: 4 image(s) of 1024 x 1024 per sequence make 5,476 language-model tokens and 21,904 "
+                    "tower patches, so the language model runs 2,048 + 5,476 = 7,524 tokens per sequence (seq_len "
+                    "counts the text only)."]
+    assert any(a.startswith("Reserved memory assumes every micro-batch is 7524 tokens long") for a in r.assumptions)
+    assert untranslated(said) == []
+    assert not [a for a in estimate({"model": "Qwen/Qwen2.5-VL-7B-Instruct"}).assumptions if a.startswith("Vision")]

@@ -164,6 +164,10 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
     out.extend(_offload_and_experts_notes(sc, spec, prof))
+    if spec.vision is not None:
+        from vramfit.estimate.vision_inputs import image_tokens_note
+
+        out.extend(image_tokens_note(spec, sc))
     out.extend(inert_key_notes(sc, spec) + unread_note(sc) + trainer_note(sc) + master_note(sc) + host_optimizer_note(sc))
     from vramfit.estimate import stages
 

@@ -209,8 +209,11 @@ def length_variation_note(r, reserved: int, events: list[int] | None = None) -> 
     total = transient_reserved(step_transients(r) if events is None else events)[1]
     if 2 * loss_reserved <= total or 100 * loss_reserved < reserved:
         return None
+    from vramfit.estimate.vision_inputs import lm_scenario
+
+    length = lm_scenario(r.spec, r.sc).seq_len if r.spec.vision is not None else r.sc.seq_len  # images' tokens too
     return (
-        f"Reserved memory assumes every micro-batch is {r.sc.seq_len} tokens long: the loss's tensors "
+        f"Reserved memory assumes every micro-batch is {length} tokens long: the loss's tensors "
         f"({loss_reserved / 2**30:,.2f} GiB of allocator segments, sized by tokens x vocabulary) hold most of "
         "what the caching allocator keeps, so variable-length batches change it: each batch longer than all "
         "before it opens new segments and the old ones stay reserved (no empty_cache), up to that much again "

@@ -137,6 +137,21 @@ def lm_scenario(spec: ModelSpec, sc: Scenario) -> Scenario:
     return dataclasses.replace(sc, seq_len=sc.seq_len + pix.lm_tokens)
 
 
+def image_tokens_note(spec: ModelSpec, sc: Scenario) -> list[str]:
+    """What one sequence's images and video add to the language model's sequence, which ``seq_len`` does not count
+    (:func:`lm_scenario`): said, so the figures' token counts can be followed (a drive, 2026-12-07: the header and
+    the reserved line quoted the text length alone)."""
+    pix = per_sample(spec, sc)
+    if pix is None:
+        return []
+    what = " and ".join(x for x in (f"{sc.images_per_sample} image(s) of {sc.image_height} x {sc.image_width}"
+                                    if sc.images_per_sample else "",
+                                    f"{sc.frames_per_sample} video frame(s)" if sc.frames_per_sample else "") if x)
+    return [f"Vision inputs: {what} per sequence make {pix.lm_tokens:,} language-model tokens and {pix.vision_patches:,} "
+            f"tower patches, so the language model runs {sc.seq_len:,} + {pix.lm_tokens:,} = "
+            f"{sc.seq_len + pix.lm_tokens:,} tokens per sequence (seq_len counts the text only)."]
+
+
 def trains_vision(sc: Scenario, profile: FrameworkProfile) -> bool:
     """Whether the tower and projector train: ``freeze_vision``, ``auto`` = the framework's."""
     if sc.freeze_vision is FreezeVision.AUTO:

@@ -19,15 +19,6 @@ NOTE_RULES: list[tuple[str, str]] = [
      r"(\d+) here\.$",
      "max_gpus $1: os planos usam 1, 2, 4 ou $2 GPUs e depois nós inteiros de $3 (2, 4, 8 ... nós), por isso aqui no "
      "máximo $4."),
-    # ---- torchtitan's compile.components (config_import/torchtitan.py _step)
-    (r"^no model component: nothing of the blocks compiled, counted uncompiled$",
-     "sem o componente model: nenhum bloco compilado, contado sem compilação"),
-    (r"^no model component: nothing of the blocks compiled, counted uncompiled \(the compiled loss not counted\)$",
-     "sem o componente model: nenhum bloco compilado, contado sem compilação (a loss compilada não é contada)"),
-    (r"^the loss left eager: counted compiled, as torchtitan's default; framework_version (\S+) counts it eager \(with "
-     r"9dec370's foreach AdamW and repeat_kv\)$",
-     "a loss fica eager: contada compilada, como no padrão do torchtitan; framework_version $1 conta-a eager (com o "
-     "AdamW foreach e o repeat_kv do 9dec370)"),
     # ---- a framework_version release with nothing on the run's path (vramfit.estimate._version_note)
     (r"^framework_version (.+): what this release does differently is not on this run's path \(the figures are the "
      r"same without it\)\.$",

@@ -1,5 +1,6 @@
 """Portuguese rules for the planner's reasons a card got no plan and its plan notes (vramfit.plan.rental,
-vramfit.plan.planner): a part of :data:`vramfit.web.translate.RULES`, in its place there."""
+vramfit.plan.planner), and for a few of the estimate's and the importer's notes (what images add to the sequence,
+torchtitan's compile components): a part of :data:`vramfit.web.translate.RULES`, in its place there."""
 
 from __future__ import annotations
 
@@ -107,4 +108,24 @@ PLAN_RULES: list[tuple[str, str]] = [
      "vramfit ainda não modela)"),
     (r"\(an encoder-decoder model: vramfit models decoder-only transformers\)",
      "(um modelo codificador-descodificador: o vramfit modela transformers só com decoder)"),
+    # ---- what images and video add to the language model's sequence (estimate/vision_inputs.py image_tokens_note)
+    *[(r"^Vision inputs: " + en + r" per sequence make " + _N + r" language-model tokens and " + _N + r" tower "
+       r"patches, so the language model runs " + _N + r" \+ " + _N + r" = " + _N + r" tokens per sequence \(seq_len "
+       r"counts the text only\)\.$",
+       "Entradas de visão: " + pt + " por sequência dão ⟨$" + str(k + 1) + "⟩ tokens do modelo de linguagem e ⟨$"
+       + str(k + 2) + "⟩ patches da torre, por isso o modelo de linguagem processa ⟨$" + str(k + 3) + "⟩ + ⟨$"
+       + str(k + 4) + "⟩ = ⟨$" + str(k + 5) + "⟩ tokens por sequência (seq_len conta só o texto).")
+      for en, pt, k in ((r"(\d+) image\(s\) of (\d+) x (\d+)", "$1 imagem(ns) de $2 x $3", 3),
+                        (r"(\d+) video frame\(s\)", "$1 fotograma(s) de vídeo", 1),
+                        (r"(\d+) image\(s\) of (\d+) x (\d+) and (\d+) video frame\(s\)",
+                         "$1 imagem(ns) de $2 x $3 e $4 fotograma(s) de vídeo", 4))],
+    # ---- torchtitan's compile.components (config_import/torchtitan.py _step)
+    (r"^no model component: nothing of the blocks compiled, counted uncompiled$",
+     "sem o componente model: nenhum bloco compilado, contado sem compilação"),
+    (r"^no model component: nothing of the blocks compiled, counted uncompiled \(the compiled loss not counted\)$",
+     "sem o componente model: nenhum bloco compilado, contado sem compilação (a loss compilada não é contada)"),
+    (r"^the loss left eager: counted compiled, as torchtitan's default; framework_version (\S+) counts it eager \(with "
+     r"9dec370's foreach AdamW and repeat_kv\)$",
+     "a loss fica eager: contada compilada, como no padrão do torchtitan; framework_version $1 conta-a eager (com o "
+     "AdamW foreach e o repeat_kv do 9dec370)"),
 ]
