@@ -107,7 +107,8 @@ EXPECTED = {
 SWIFT_LORA = {**BASE, "model": "Qwen/Qwen2.5-7B-Instruct", "method": "lora", "precision": "bf16-true", "quantize": "none",
               "lora_rank": 8, "lora_alpha": 32.0, "lora_targets": ["all-linear"], "optimizer": "adamw",
               "micro_batch_size": 1, "seq_len": 2048, "grad_accum": 16, "gradient_checkpointing": "full",
-              "framework": "hf", "lora_dropout": 0.05, "freeze_vision": "yes",
+              # freeze_vit's default left off a text model the catalog knows (hf_common.freeze_tower)
+              "framework": "hf", "lora_dropout": 0.05, "freeze_vision": "auto",
               # one row per forward (batch 1): ms-swift's use_logits_to_keep mask of the label positions
               "logits_to_keep": "labels"}
 SWIFT_Z2 = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 200000000, "allgather_bucket_size": 200000000,
@@ -119,7 +120,8 @@ TITAN_8B = {**BASE, "model": "meta-llama/Llama-3.1-8B", "method": "full", "preci
             "framework_version": "torchtitan-2024"}  # the 9dec370 layout: its release's loss, AdamW and attention
 EXPECTED.update({
     "swift_lora_sft.sh": SWIFT_LORA,
-    "swift_args.json": {**SWIFT_LORA, "optimizer_impl": "foreach"},  # optim adamw_torch: foreach
+    # optim adamw_torch: foreach; the saved args write freeze_vit true, read as written
+    "swift_args.json": {**SWIFT_LORA, "optimizer_impl": "foreach", "freeze_vision": "yes"},
     "swift_qlora_bnb.sh": {**SWIFT_LORA, "method": "qlora", "quantize": "nf4-dq", "kbit_prepare": "no"},
     "swift_zero2.sh": {**SWIFT_LORA, "num_gpus": 2, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},
     "swift_sft.yaml": {**SWIFT_LORA, "grad_accum": 8, "parallelism": "zero2", "deepspeed_config": SWIFT_Z2},

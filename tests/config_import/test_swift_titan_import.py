@@ -298,3 +298,21 @@ def test_torchtitan_layouts_are_read_as_their_releases(tmp_path):
     loss_only = _titan_new(tmp_path, 'components = ["loss"]')
     assert loss_only.scenario.compile is False
     assert "counted uncompiled" in next(e.note for e in loss_only.entries if e.key == "compile.components")
+
+
+def test_the_march_to_august_2025_layout_reads_its_compile_and_batch(tmp_path):
+    """[parallelism] came on 2025-03-18 and [compile] only on 2025-08-20: between them (v0.1.0, 775a486ed, 6fc499f6f)
+    a file says training.compile and training.batch_size; both had been reported as unknown keys, the run read
+    uncompiled at the v0.2.2 default micro-batch 8 (a review). That layout is torchtitan-0.2.1: its k and v
+    repeated, the loss compiled with the blocks (from 2025-04-02), fused AdamW."""
+    text = (FIX / "torchtitan_llama3_8b_2506.toml").read_text()
+    assert "[parallelism]" in text and "[compile]" not in text and "\nbatch_size = 1" in text
+    path = tmp_path / "t.toml"
+    path.write_text(text.replace("compile = false", "compile = true"))
+    imp = from_config(path)
+    sc = imp.scenario
+    assert (sc.compile, sc.framework_version, sc.micro_batch_size, sc.seq_len) == (True, "torchtitan-0.2.1", 1, 8192)
+    assert not [e for e in imp.entries if e.kind == "ignored" and e.key in ("training.compile", "training.batch_size")]
+    measured = json.loads(next(x for x in (FIX.parents[2] / "benchmarks" / "data" / "measured" / "found.jsonl")
+                               .read_text().splitlines() if '"TORCHAO_TUT_2506-1"' in x))["scenario"]
+    assert estimate({**sc.to_dict(), "gpu": "h100-nvl"}).peak.reserved_bytes == estimate(measured).peak.reserved_bytes

@@ -33,9 +33,14 @@ def test_llamafactory_freezes_a_vision_models_tower_by_default(tmp_path):
     assert not any(n.startswith("freeze_vision") for n in r.assumptions)
     full = _imp(tmp_path, VL.format(ft="full").replace("lora_target: all\n", "") + "freeze_vision_tower: false\n")
     assert full.scenario.freeze_vision.value == "no"
-    split = _imp(tmp_path, VL.format(ft="lora") + "freeze_multi_modal_projector: false\n")
-    note = next(e.note for e in split.entries if e.key == "freeze_multi_modal_projector")
+    full_split = _imp(tmp_path, VL.format(ft="full").replace("lora_target: all\n", "")
+                      + "freeze_multi_modal_projector: false\n")
+    note = next(e.note for e in full_split.entries if e.key == "freeze_multi_modal_projector")
     assert note == "the projector frozen apart from the tower: counted with freeze_vision_tower"
+    # under LoRA find_all_linear_modules leaves the projector out whatever the switch says (misc.py l. 37-38)
+    lora_split = _imp(tmp_path, VL.format(ft="lora") + "freeze_multi_modal_projector: false\n")
+    entry = next(e for e in lora_split.entries if e.key == "freeze_multi_modal_projector")
+    assert (entry.kind, entry.note) == ("ignored", "unused with adapters: lora_target all leaves the projector out")
 
 
 def test_llamafactorys_image_cap_is_said_with_the_size_to_give(tmp_path):

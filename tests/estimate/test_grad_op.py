@@ -65,7 +65,7 @@ def test_the_optimizer_step_sees_the_resharded_state_only(framework):
 def test_the_start_of_backward_holds_the_whole_model_gathered():
     """torchtitan, 8 GPUs: the start of backward adds every block's and the root's bf16 copy, 14.96 GiB, beside the
     fp32 shards; grad-op now reads above full shard (it read 28.05 GiB, under fsdp's 29.61; 43.01 GiB while the
-    unit gradients of backward's blocks were counted at the loss). torchtitan 0.3 passes the grouped k and v to SDPA:
+    unit gradients of backward's blocks were counted at the loss). torchtitan v0.2.2 passes the grouped k and v to SDPA:
     torchtitan-2024's repeat_kv copies add 32 layers x 2 x 3,072 x 2,048 tokens x 2 B (768 MiB)."""
     grad_op = estimate(_sc(framework="torchtitan", parallelism="fsdp-grad-op"))
     full = estimate(_sc(framework="torchtitan", parallelism="fsdp"))

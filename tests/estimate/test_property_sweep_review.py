@@ -16,14 +16,24 @@ SEVENTY = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "num_gpus": 8,
 
 
 def test_fsdp_cpu_offload_fit_figure_grows_with_the_sequence():
-    """FSDP1's CPU offload copies each sharded gradient to the host (torch _offload_grad): no gradient pool stays on
-    the reduce-scatter stream. It had been sized from one phase's unsharded gradients, which moved with the peak
-    block: 24.66 GiB needed at 1,024 tokens, 23.07 at 2,048."""
+    """The fit figure fell as the sequence grew (24.66 GiB needed at 1,024 tokens, 23.07 at 2,048): the reduce-scatter
+    pool was sized from one phase's gradients, which moved with the peak block. FSDP1's CPU offload keeps every
+    sharded gradient on the GPU as ``_saved_grad_shard`` to the end of backward (torch _accumulate_sharded_grad,
+    prepare_gradient_for_optim; pytorch/pytorch#106029), in the flat parameter's fp32 under bf16-mixed, and none at the
+    host's step; FSDP2's CPUOffloadPolicy keeps none."""
     needs = [estimate(SEVENTY, seq_len=s).peak.required_bytes for s in (256, 512, 1024, 2048, 4096)]
-    assert needs == sorted(needs) and needs[3] < 20 * G
+    assert needs == sorted(needs)
     by_micro = [estimate({**SEVENTY, "optimizer": "paged-adamw-8bit"}, micro_batch_size=m).peak.required_bytes
                 for m in (2, 4, 8)]
     assert by_micro == sorted(by_micro)
+    r = estimate(SEVENTY)
+    grads = {p.phase: dict(p.breakdown).get("gradients", 0) for p in r.phases}
+    shards = 4 * r.model.num_params // 8  # fp32 shards of 1/8 of the parameters
+    assert shards <= grads["backward-end"] < 1.15 * shards and grads["optimizer-step"] == 0
+    # README: "Llama-3.1-70B full on 8 GPUs at 2,048 tokens needs 55.9 GiB per GPU, 32.9 GiB of it those shards"
+    assert r.scenario.seq_len == 2048 and round(r.peak.required_bytes / G, 1) == 55.9 and round(shards / G, 1) == 32.9
+    fsdp2 = estimate({**SEVENTY, "fsdp_version": "2"})
+    assert dict(next(p for p in fsdp2.phases if p.phase == "backward-end").breakdown).get("gradients", 0) < shards / 4
 
 
 def test_a_paged_optimizer_state_goes_to_the_host_with_the_offload():

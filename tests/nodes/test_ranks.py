@@ -77,7 +77,7 @@ def test_interleaved_first_stage_is_korthikanti_factor_more():
 
 
 def test_tensor_parallel_block_is_torchtitans_sequence_parallel_layout():
-    # Llama-3.1-8B, T = 4096 tokens, h = 4096, 32 heads and 8 key/value heads of 128 (torchtitan 0.3 passes the
+    # Llama-3.1-8B, T = 4096 tokens, h = 4096, 32 heads and 8 key/value heads of 128 (torchtitan v0.2.2 passes the
     # grouped k and v to SDPA with enable_gqa), MLP 14336, t = 8.
     # Shard(1) under SequenceParallel (/t): two norms' fp32 input (4Th) and bf16 normed (2Th), fp32 rstd (4T);
     # heads (/t): q and the attention output (2Th each), k and v (2 T x 1024 each), fp32 logsumexp (4 T x 32); MLP

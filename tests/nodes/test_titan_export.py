@@ -59,7 +59,7 @@ def _check_with_torchtitan(p):
     args = [a for o in overrides(p) for a in o.split(" ")]
     job = tyro.cli(Job, args=args)
     assert job.parallelism == par and job.training.local_batch_size == training.local_batch_size
-    # the AdamW step the plan was sized with: the profile's, torchtitan 0.3's own default "fused"
+    # the AdamW step the plan was sized with: the profile's, torchtitan's own default "fused" (v0.2.2 and 0.3.0)
     assert job.optimizer.implementation == doc["optimizer"]["implementation"] == "fused"
     assert job.optimizer.implementation == OptimizersContainer.Config().implementation
     return ex, dims

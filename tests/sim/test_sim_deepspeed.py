@@ -114,7 +114,7 @@ def test_cli_simulates_a_zero_scenario(model_path):
     assert data["simulation"]["layers_traced"] == [LAYERS]
     assert any("DeepSpeed ZeRO-2 engine" in a for a in data["assumptions"])
     fsdp = [a if a != "zero2" else "fsdp" for a in args[:-1]]  # a flag given twice is refused (cli/options.py)
-    res = CliRunner().invoke(app, [*fsdp, "--offload", "optimizer"])
+    res = CliRunner().invoke(app, [*fsdp, "--offload", "optimizer+params"])  # FSDP has no optimizer-only offload
     assert res.exit_code == 2
     assert res.output.strip().splitlines()[-1].startswith("error: offload: CPU offload of model state is simulated "
                                                           "under DeepSpeed ZeRO only")

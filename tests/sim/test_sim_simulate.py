@@ -152,7 +152,7 @@ def test_unsupported_parallelism_is_a_clear_error(llama):
     """Every parallelism value runs on the simulator now (fsdp-grad-op: sim/fsdp.py; ZeRO++ hpZ:
     sim/deepspeed_zero.py); CPU offload runs under DeepSpeed ZeRO only."""
     with pytest.raises(ScenarioError, match="simulated under DeepSpeed ZeRO only"):
-        simulate({"model": llama, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer"})
+        simulate({"model": llama, "num_gpus": 2, "parallelism": "fsdp", "offload": "optimizer+params"})
 
 
 def test_layers_argument(llama):

@@ -360,7 +360,8 @@ def checkpoint_quantization(r: KeyReader, key: str, method: str, framework: str)
     return "gptq-int4"
 
 
-def freeze_tower(r: KeyReader, tower_key: str, projector_key: str, source: str, projector_source: str) -> None:
+def freeze_tower(r: KeyReader, tower_key: str, projector_key: str, source: str, projector_source: str,
+                 projector_unused: str = "") -> None:
     """A trainer's own switch for freezing a vision-language model's tower (``tower_key``, default True in ms-swift's
     freeze_vit and LLaMA-Factory's freeze_vision_tower) and projector -> ``freeze_vision``. Left at its default on a
     model the bundled catalog knows as text-only, nothing is set (the estimate would say the switch is ignored); a
@@ -370,7 +371,9 @@ def freeze_tower(r: KeyReader, tower_key: str, projector_key: str, source: str, 
     if tower_key not in r.flat and known_text_only(r):
         return
     r.set(tower_key, "freeze_vision", "yes" if tower else "no")
-    if bool(tower) != bool(projector):
+    if projector_unused and projector_key in r.flat:  # ``projector_unused``: why the key does nothing in this run
+        r.entries[projector_key] = Entry("ignored", projector_key, r.flat[projector_key], projector_unused)
+    elif bool(tower) != bool(projector):
         r.mark(projector_key, f"the projector frozen apart from the tower: counted with {tower_key}")
 
 

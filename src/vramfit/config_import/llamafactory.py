@@ -219,8 +219,11 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     # finetuning_args.py FinetuningArguments freeze_vision_tower / freeze_multi_modal_projector (default True): a
     # vision-language model's tower (and projector) stay frozen, and find_all_linear_modules(model, freeze_vision_tower)
     # leaves the tower out of lora_target all (model/model_utils/misc.py l. 28-40, visual.py l. 178)
+    # under LoRA find_all_linear_modules leaves the projector out whatever freeze_multi_modal_projector says (misc.py
+    # l. 37-38); only freeze and full tuning unfreeze it (adapter.py l. 125, visual.py l. 173-190)
     hf.freeze_tower(r, "freeze_vision_tower", "freeze_multi_modal_projector", f"{FT_SRC} FinetuningArguments",
-                    f"{FT_SRC} FinetuningArguments")
+                    f"{FT_SRC} FinetuningArguments",
+                    "" if method == "full" else "unused with adapters: lora_target all leaves the projector out")
     _image_cap(r)
     for pattern, what in NOT_MODELLED.items():
         for k in [k for k in r.flat if fnmatch.fnmatchcase(k.split(".")[0], pattern)]:

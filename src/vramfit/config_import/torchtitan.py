@@ -1,10 +1,11 @@
 """torchtitan job config TOML (``--job.config_file``) -> scenario keys (framework ``torchtitan``).
 
-Two layouts are read: the one of pytorch/torchtitan@9dec370 (the commit the torchtitan profile models, its
-``train_configs/llama3_8b.toml``: ``training.batch_size``, the parallel degrees under ``[training]`` and
-``[experimental]``, ``training.compile``, ``[float8]``) and the later one of v0.1.0-v0.2.2
+Three layouts are read: the one of pytorch/torchtitan@9dec370 (``train_configs/llama3_8b.toml``:
+``training.batch_size``, the parallel degrees under ``[training]`` and ``[experimental]``, ``training.compile``,
+``[float8]``; framework_version torchtitan-2024), the one of March-August 2025 (v0.1.0: ``[parallelism]`` with
+``training.compile``, ``training.batch_size`` then ``local_batch_size``; torchtitan-0.2.1) and the one of v0.2.2
 (``torchtitan/models/llama3/train_configs/*.toml``: ``training.local_batch_size`` / ``global_batch_size``,
-``[parallelism]``, ``[compile]``, ``model.converters``). Defaults: 9dec370 ``torchtitan/config_manager.py`` and
+``[parallelism]``, ``[compile]``, ``model.converters``; the profile's release). Defaults: 9dec370 ``torchtitan/config_manager.py`` and
 v0.2.2 (73a0e69) ``torchtitan/config/job_config.py``, cited per key.
 """
 
@@ -211,7 +212,9 @@ def _precision(r: KeyReader, d: dict[str, int], new: bool) -> None:
 
 
 def _batch(r: KeyReader, d: dict[str, int], new: bool) -> None:
-    key = "training.local_batch_size" if new else "training.batch_size"
+    # the March-June 2025 files ([parallelism], 775a486ed) still say training.batch_size; local_batch_size came later
+    key = "training.local_batch_size" if new and not (r.has("training.batch_size") and
+                                                      not r.has("training.local_batch_size")) else "training.batch_size"
     local = _whole(r, key, r.get(key, 8, f"{NEW} Training.local_batch_size" if new else f"{OLD} --training.batch_size"))
     seq = r.get("training.seq_len", 2048, f"{OLD} --training.seq_len")
     r.set("training.seq_len", "seq_len", seq)
@@ -270,13 +273,21 @@ def _checkpointing(r: KeyReader) -> None:
 OLD_RELEASE = "torchtitan-2024"
 
 
+#: the layout of March-August 2025 (785c34c99 [parallelism], 2025-03-18, to 08b8b244f [compile], 2025-08-20: v0.1.0,
+#: 775a486ed, 6fc499f6f): training.compile, and from bbb1b616e (2025-04-02) the loss compiled with it; k and v repeated
+MIDDLE_RELEASE = "torchtitan-0.2.1"
+
+
 def _step(r: KeyReader, new: bool) -> None:
-    compile_key = "compile.enable" if new else "training.compile"
-    if boolean(r, compile_key, False, f"{NEW} Compile.enable" if new else f"{OLD} --training.compile"):
+    middle = new and not r.has("compile")
+    compile_key = "compile.enable" if new and not middle else "training.compile"
+    if boolean(r, compile_key, False, f"{NEW} Compile.enable" if compile_key == "compile.enable"
+               else f"{OLD} --training.compile"):
         r.set(compile_key, "compile", True)
         # v0.2.2 components/loss.py l. 33: the loss is compiled where "loss" is among compile.components (default
         # ["model", "loss"], config/job_config.py); without "model" no block is compiled
-        parts = r.get("compile.components", ["model", "loss"], f"{NEW} Compile.components") if new else ["model"]
+        parts = r.get("compile.components", ["model", "loss"], f"{NEW} Compile.components") if new and not middle else \
+            ["model", "loss"] if middle else ["model"]
         parts = [str(p).lower() for p in parts] if isinstance(parts, list) else [str(parts).lower()]
         if new and "model" not in parts:
             r.set("compile.components", "compile", False)
@@ -287,6 +298,8 @@ def _step(r: KeyReader, new: bool) -> None:
                    f"framework_version {OLD_RELEASE} counts it eager (with 9dec370's foreach AdamW and repeat_kv)")
     if not new:
         r.out["framework_version"] = OLD_RELEASE  # the 9dec370 layout: its release's loss, optimizer and attention
+    elif middle:
+        r.out["framework_version"] = MIDDLE_RELEASE
     name = str(r.get("optimizer.name", "AdamW", f"{OLD} --optimizer.name"))
     if name.lower() not in OPTIMIZERS:
         raise r.error(f"optimizer.name '{name}' is not modelled yet (valid values: AdamW, Adam)")

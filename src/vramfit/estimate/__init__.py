@@ -36,6 +36,7 @@ from vramfit.estimate.saved_modules import notes as saved_module_notes
 from vramfit.estimate.step import Step, compute
 from vramfit.estimate.transients import first_step_note, length_variation_note, step_transients
 from vramfit.estimate.unsloth import replays_step
+from vramfit.estimate.vision_inputs import image_tokens_note
 from vramfit.estimate.zero2_step import flatten_cached, zero2_step_reserved
 from vramfit.gpus import GPUS_PER_NODE
 from vramfit.models.context import past_context_note, trained_context
@@ -129,6 +130,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
     default = dict(prof.default_precision).get(sc.method)
     out = [
         f"Framework: {prof.name} (scenario key 'framework'); its layout of adapters, norms and loss is used.",
+        *([prof.release_note] if prof.release_note else []),
         f"Precision {sc.precision.value}: {sc.precision.meaning}"
         + (f" ({prof.name}'s default for {sc.method.value})." if sc.precision is default else
            f" (set; {prof.name}'s default for {sc.method.value} is {default.value})." if default else "."),
@@ -163,11 +165,7 @@ def _assumptions(sc: Scenario, r: Step, spec, reserved: int = 0, events: list[in
             "Paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory, outside "
             "PyTorch's counters (allocated/reserved); counted in the device figure only."
         )
-    out.extend(_offload_and_experts_notes(sc, spec, prof))
-    if spec.vision is not None:
-        from vramfit.estimate.vision_inputs import image_tokens_note
-
-        out.extend(image_tokens_note(spec, sc))
+    out.extend(_offload_and_experts_notes(sc, spec, prof) + image_tokens_note(spec, sc))
     out.extend(inert_key_notes(sc, spec) + unread_note(sc) + trainer_note(sc) + master_note(sc) + host_optimizer_note(sc))
     from vramfit.estimate import stages
 

@@ -48,6 +48,7 @@ from vramfit.estimate.mxfp4_load import dequantizes_on_gpu, load_phase
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, PhaseBreakdown, StepPhase
 from vramfit.estimate.reentrant_fsdp1 import lowest_block_gathers, retained_input_grads
 from vramfit.estimate.stages import has_phase
+from vramfit.estimate.state import fsdp1_keeps_grad_shards
 from vramfit.estimate.step_grads import fsdp1_split_cat_grads
 from vramfit.estimate.torchao_optim import in_backward_steps
 from vramfit.estimate.vision_backward import embeds_grad_pending, tower_backward_transient, tower_position
@@ -242,7 +243,9 @@ def gradients(step: Step) -> Iterator[Contribution]:
     # output layer's share was summed into it in autograd's input buffer)
     yield Contribution("gradients", BS, round_allocation(step.spec.embedding_params * _grad_bytes(step)))
     banks = step.profile.runs_transformers_modeling
-    yield Contribution("gradients", OPT, zero1_step_grads(step.spec, step.sc, all_grads, banks))
+    # FSDP1's CPU offload: the GPU shards are dropped at the end of backward, the step runs on the host's copies
+    held_at_step = 0 if fsdp1_keeps_grad_shards(step.sc, step.profile) else all_grads
+    yield Contribution("gradients", OPT, zero1_step_grads(step.spec, step.sc, held_at_step, banks))
 
 
 def activations(step: Step) -> Iterator[Contribution]:

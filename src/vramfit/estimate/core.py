@@ -34,6 +34,7 @@ from vramfit.estimate.params import ParamTensor, adapter_tensors, base_tensors, 
 from vramfit.estimate.saved_modules import copied_tensors, copy_bytes, original_on_disk
 from vramfit.estimate.state import (
     Sharding,
+    fsdp1_keeps_grad_shards,
     gathered_quantized_bytes,
     optimizer_state_bytes,
     quantized_weight_bytes,
@@ -283,6 +284,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
     banks = profile.runs_transformers_modeling
     if sc.parallelism is Parallelism.ZERO2 and (whole := grads_in_partition(spec, sc, banks)):  # rank 0's params whole
         p.gradients = round_allocation(sc.precision.compute_bytes * whole)
+    shards = p.gradients if fsdp1_keeps_grad_shards(sc, profile) else 0  # on the GPU to the end of backward
     if shd.optimizer_on_host:
         # a paged state is the optimizer's too: on the host with the rest, as the unpaged one (the 8-bit step on the
         # host's parameters), not left in the GPU's managed memory (property sweep, 2026-12-07: paged-adamw-8bit under
@@ -292,7 +294,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         p.master_weights = 0
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
         # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)
-        p.gradients = zero1_gpu_grads(spec, sc, p.gradients, adapters, banks)
+        p.gradients = zero1_gpu_grads(spec, sc, p.gradients, adapters, banks) or shards
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
         p.weights = p.adapters = 0

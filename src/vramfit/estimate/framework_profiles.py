@@ -506,8 +506,8 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     # torchtitan@9dec370 models/norms.py build_norm("rmsnorm") = nn.RMSNorm; torch v2.13.0
     # aten/src/ATen/native/layer_norm.cpp rms_norm upcasts the input to fp32 (opmath)
     rmsnorm_upcast=True,
-    # torchtitan ff0829c10 (2026-01-27, 'GQA without kv repeats'), v0.2.2 models/llama3/model/model.py l. 201, 285-297,
-    # v0.3.0 models/common/attention.py: SDPA gets the grouped k and v with enable_gqa (9dec370 to v0.2.1: repeat_kv)
+    # torchtitan ff0829c10 (2026-01-27, 'GQA without kv repeats'), v0.2.2 models/llama3/model/model.py l. 201, 285-297:
+    # SDPA gets the grouped k and v with enable_gqa (9dec370 to v0.2.1: repeat_kv; 0.3.0 runs flex: release_note)
     expands_kv_for_sdpa=False,
     qlora_unquantized_fp32=False,
     qlora_saves_input=False,
@@ -526,27 +526,35 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     mixed_casts_params=True,
     fsdp2=True,
     fsdp2_last_block_kept=True,
-    # the loss compiled too from bbb1b616e (2025-04-02) to v0.3.0 (components/loss.py _maybe_compile, config/configs.py
-    # l. 298 components ["model", "loss"]): profile_enums.py
+    # the loss compiled too from bbb1b616e (2025-04-02; v0.2.2 components/loss.py l. 33-35, compile.components
+    # ["model", "loss"]): profile_enums.py
     compile_scope=CompileScope.BLOCKS_AND_LOSS,
     # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights (v0.2.2
     # config/job_config.py l. 282 the same)
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                        (Method.QLORA, Precision.BF16_TRUE)),
-    version="torchtitan-0.3",  # PyPI torchtitan 0.3.0 (2026-09)
+    version="torchtitan-0.2.2",
+    # torchtitan 0.3.0 (PyPI, 2026-09) models/llama3/config_registry.py: loss=ChunkedLossWrapper.Config (lm_head and the
+    # loss over sequence chunks, components/loss.py ChunkedLossWrapper, from 786e26f8e, 2026-04-27) and
+    # models/llama3/__init__.py attn_backend flex (common/config_utils.py: "sdpa is no longer supported for language
+    # models"): neither is modelled
+    release_note=("Release: torchtitan v0.2.2 (fused AdamW, the loss compiled with the blocks under compile, SDPA with "
+                  "grouped k and v); torchtitan 0.3.0's recipes run the output layer and loss over sequence chunks and "
+                  "flex attention, which are not modelled yet (framework_version torchtitan-0.2.1 and torchtitan-2024 "
+                  "name older releases)."),
     older_versions=(
         FrameworkVersion(
             "torchtitan-0.2.1",
             "torchtitan v0.1.0-v0.2.1 (2025-06 to 2026-01) models/llama3/model/model.py Attention.forward: "
             "repeat_kv(xk), repeat_kv(xv) before SDPA (GQA without repeats came in ff0829c10, 2026-01-27)",
-            (_SDPA_REPEATS_KV,)),
+            (_SDPA_REPEATS_KV, ("release_note", ""))),
         FrameworkVersion(
             "torchtitan-2024",
             "torchtitan@9dec370 (2024-12): train.py keeps loss_fn eager under --training.compile ('compiling loss "
             "function causes CUDA errors'; compiled from bbb1b616e, 2025-04-02), optimizer.py foreach AdamW "
             "(--optimizer.fused off; fused by default from 6e4988550, 2025-02-24), repeat_kv before SDPA",
             (("compile_scope", CompileScope.BLOCKS), ("torch_optimizer_impl", OptimizerImpl.FOREACH),
-             _SDPA_REPEATS_KV)),
+             _SDPA_REPEATS_KV, ("release_note", ""))),
     ),
 )
 # the Unsloth profile and its 2024.12 release live in estimate/unsloth.py (imported here, after the classes it uses)

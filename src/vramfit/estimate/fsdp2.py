@@ -222,14 +222,9 @@ def reduce_output_pool(step: Step) -> int:
 
 
 def shards_offloaded(step: Step) -> bool:
-    """FSDP's CPU offload: the reduce-scatter stream keeps no sharded gradient. FSDP2 under ``CPUOffloadPolicy``
-    (module docstring, 8); FSDP1 under ``CPUOffload(offload_params=True)`` copies each sharded gradient to its pinned
-    ``_cpu_grad`` and lets the stream's block go (torch v2.13.0 distributed/fsdp/_runtime_utils.py ``_offload_grad``,
-    ``_no_dispatch_record_stream`` on the post-backward stream): the pool was sized from a phase's unsharded gradients,
-    which moved with the peak block (property sweep, 2026-12-07: Llama-3.1-70B full on 8 GPUs, 24.66 GiB needed at
-    1,024 tokens and 23.07 at 2,048)."""
-    return step.sc.offload is Offload.OPTIMIZER_PARAMS and step.sc.parallelism in (Parallelism.FSDP,
-                                                                                      Parallelism.FSDP_GRAD_OP)
+    """FSDP2 under ``CPUOffloadPolicy``: the reduce-scatter stream keeps no sharded gradient (module docstring, 8).
+    FSDP1's CPU offload keeps them on the GPU to the end of backward (estimate/state.py ``fsdp1_keeps_grad_shards``)."""
+    return _runs_fsdp2(step) and step.sc.offload is Offload.OPTIMIZER_PARAMS
 
 
 def fsdp2_notes(sc, profile) -> list[str]:

@@ -459,6 +459,9 @@ class FrameworkProfile:
     # running fp32 there (9dec370 train.py: no autocast) or autocast (v0.2.2 distributed/utils.py maybe_enable_amp,
     # off under TP/PP). Said as an assumption line; empty: nothing to say
     one_shard_note: str = ""
+    # said beside the framework line where the modelled release is not the newest one users install, with what the
+    # newer one runs that is not modelled (torchtitan: v0.2.2 modelled, 0.3.0's chunked loss and flex attention not)
+    release_note: str = ""
     # the recipe leaves config.use_cache on (Llama-2 config.json use_cache: true) and checkpoints the blocks with
     # torch's checkpoint_wrapper, not HF's gradient_checkpointing_enable, so the model builds and returns the KV
     # cache in training: transformers v4.31.0 models/llama/modeling_llama.py l. 615 (use_cache from the config),

@@ -220,3 +220,15 @@ def sharding_for(parallelism: Parallelism, num_gpus: int, offload: Offload, shar
 def shard(nbytes: int, divisor: int) -> int:
     """Per-GPU share of ``nbytes`` split ``divisor`` ways (padded up, as FSDP pads the flat shard)."""
     return _ceil(nbytes, divisor) if divisor > 1 else nbytes
+
+
+def fsdp1_keeps_grad_shards(sc, profile) -> bool:
+    """FSDP1 under ``CPUOffload(offload_params=True)``: each unit's reduce-scattered gradient shard, cast to the flat
+    parameter's dtype, is kept on the GPU as ``flat_param._saved_grad_shard`` after its copy to the pinned ``_cpu_grad``
+    (torch v2.13.0 distributed/fsdp/_runtime_utils.py ``_accumulate_sharded_grad`` l. 917-927, ``_offload_grad``), and
+    dropped only by ``prepare_gradient_for_optim`` at the end of backward (``_finalize_params``; _flat_param.py
+    l. 1694-1720; pytorch/pytorch#106029). So every shard is on the GPU by the end of backward, none at the CPU step,
+    and their blocks stay cached on the post-backward stream (estimate/fsdp_reserved.py ``gradient_pool``).
+    FSDP2's CPUOffloadPolicy moves each shard to the host and keeps none (estimate/fsdp2.py ``shards_offloaded``)."""
+    return (sc.offload is Offload.OPTIMIZER_PARAMS and sc.parallelism in (Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+            and sc.shard_group > 1 and not profile.fsdp2)

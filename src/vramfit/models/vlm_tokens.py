@@ -276,10 +276,10 @@ def qwen3_video_resize(frames: int, height: int, width: int, factor: int, tempor
     hold for the frame count rounded to the temporal patch times each frame's area."""
     if frames < temporal:
         raise ModelError(f"frames_per_sample must be at least the temporal patch size {temporal}, got {frames}")
+    _check_aspect(height, width)  # the sizes the user gave, before the small side is scaled up
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    _check_aspect(height, width)
     h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
     t_bar = round(frames / temporal) * temporal
     if t_bar * h_bar * w_bar > max_pixels:

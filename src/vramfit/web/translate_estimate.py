@@ -46,6 +46,9 @@ ESTIMATE_RULES: list[tuple[str, str]] = [
     (r"^torch\.compile: each decoder block compiled; the final norm, output layer and loss eager ",
      "torch.compile: cada bloco do decoder compilado; a normalização final, a camada de saída e a perda em modo eager "),
     (r"^torch\.compile: the model and the loss compiled ", "torch.compile: o modelo e a perda compilados "),
+    (r"^torch\.compile: each decoder block and the loss compiled; the final norm and output layer eager ",
+     "torch.compile: cada bloco do decoder e a perda compilados; a normalização final e a camada de saída em modo "
+     "eager "),
     (r"\(AOTAutograd's min-cut partition\): a compiled norm keeps its input and per-token statistics, and the MLP's "
      r"activation is recomputed in backward\.",
      "(partição min-cut do AOTAutograd): uma normalização compilada guarda a sua entrada e as estatísticas por token, "

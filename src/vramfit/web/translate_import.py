@@ -248,6 +248,11 @@ IMPORT_RULES: list[tuple[str, str]] = [
      "para todos os tokens, um limite superior dos logits e da perda"),
     (r"^the DeepSpeed config as ms-swift resolved it: read below$",
      "a configuração DeepSpeed tal como o ms-swift a resolveu: lida abaixo"),
+    (r"^each image is scaled to at most ([\d,]+) pixels before the processor: give image_height and image_width at "
+     r"that size \(a square image: (\d+) x (\d+)\)$", "cada imagem é reduzida a no máximo ⟨$1⟩ píxeis antes do "
+     "processador: indique image_height e image_width nesse tamanho (uma imagem quadrada: $2 x $3)"),
+    (r"^unused with adapters: lora_target all leaves the projector out$",
+     "sem uso com adaptadores: o lora_target all deixa o projetor de fora"),
     (r"^the projector frozen apart from the tower: counted with (freeze_vit|freeze_vision_tower)$",
      "o projetor congelado à parte da torre: contado com $1"),
     (r"^a LoRA setting: unused with full fine-tuning$", "uma definição LoRA: sem uso no ajuste fino completo"),

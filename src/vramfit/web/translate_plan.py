@@ -128,4 +128,11 @@ PLAN_RULES: list[tuple[str, str]] = [
      r"9dec370's foreach AdamW and repeat_kv\)$",
      "a loss fica eager: contada compilada, como no padrão do torchtitan; framework_version $1 conta-a eager (com o "
      "AdamW foreach e o repeat_kv do 9dec370)"),
+    # ---- the release a profile models where a newer one runs more (estimate/profile_fields.py release_note)
+    (r"^Release: torchtitan v0\.2\.2 \(fused AdamW, the loss compiled with the blocks under compile, SDPA with grouped k "
+     r"and v\); torchtitan 0\.3\.0's recipes run the output layer and loss over sequence chunks and flex attention, "
+     r"which are not modelled yet \(framework_version torchtitan-0\.2\.1 and torchtitan-2024 name older releases\)\.$",
+     "Versão: torchtitan v0.2.2 (AdamW fundido, a loss compilada com os blocos sob compile, SDPA com k e v agrupados); "
+     "as receitas do torchtitan 0.3.0 correm a camada de saída e a loss por blocos da sequência e atenção flex, que "
+     "ainda não são modeladas (framework_version torchtitan-0.2.1 e torchtitan-2024 nomeiam versões anteriores)."),
 ]
