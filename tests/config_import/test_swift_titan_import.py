@@ -316,3 +316,29 @@ def test_the_march_to_august_2025_layout_reads_its_compile_and_batch(tmp_path):
     measured = json.loads(next(x for x in (FIX.parents[2] / "benchmarks" / "data" / "measured" / "found.jsonl")
                                .read_text().splitlines() if '"TORCHAO_TUT_2506-1"' in x))["scenario"]
     assert estimate({**sc.to_dict(), "gpu": "h100-nvl"}).peak.reserved_bytes == estimate(measured).peak.reserved_bytes
+
+
+def test_a_v0_2_2_file_without_a_compile_section_stays_the_profiles_release(tmp_path):
+    """Only a file that says training.compile or training.batch_size beside [parallelism] is the March-August 2025
+    layout; a v0.2.2 file that leaves [compile] out (compile off) is the profile's release, not torchtitan-0.2.1."""
+    text = (FIX / "torchtitan_llama3_70b.toml").read_text().replace('[compile]\nenable=false\ncomponents = ["model", "loss"]\n', "")
+    assert "[compile]" not in text and "training.compile" not in text
+    path = tmp_path / "t.toml"
+    path.write_text(text)
+    sc = from_config(path).scenario
+    assert sc.framework_version is None and sc.compile is False
+
+
+def test_a_hostile_llamafactory_image_cap_is_one_line_or_left_alone(tmp_path):
+    """image_max_pixels of .inf, -1, NaN or text: never a traceback; only a positive finite cap is said."""
+    base = ("model_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
+            "cutoff_len: 2048\nper_device_train_batch_size: 1\nbf16: true\n")
+    for value in (".inf", "-1", ".nan", "big", "1e400"):
+        path = tmp_path / "lf.yaml"
+        path.write_text(base + f"image_max_pixels: {value}\n")
+        try:
+            imp = from_config(path)
+        except ScenarioError as err:
+            assert "image_max_pixels" in str(err)
+            continue
+        assert not [e for e in imp.entries if e.key == "image_max_pixels" and e.kind == "not modelled yet"]

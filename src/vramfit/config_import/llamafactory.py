@@ -198,7 +198,7 @@ def _image_cap(r: KeyReader) -> None:
     cap = r.flat.get("image_max_pixels", 768 * 768)
     if "image_max_pixels" not in r.flat and hf.known_text_only(r):
         return
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and 0 < cap < float("inf"):
         side = int(cap ** 0.5)
         r.get("image_max_pixels", 768 * 768, f"{MODEL_SRC} ProcessorArguments")
         r.mark("image_max_pixels", f"each image is scaled to at most {int(cap):,} pixels before the processor: give "

@@ -268,8 +268,8 @@ def _checkpointing(r: KeyReader) -> None:
 
 
 #: the release a TOML layout is counted as (estimate/framework_profiles.py, torchtitan's versions): 9dec370's layout is
-#: torchtitan-2024 (foreach AdamW, the loss eager under compile, repeat_kv); the later layout is the profile's own
-#: (v0.2.2's grouped-k/v SDPA, fused AdamW and compiled loss; v0.1.0-v0.2.1 repeat k and v: torchtitan-0.2.1)
+#: torchtitan-2024 (foreach AdamW, the loss eager under compile, repeat_kv); the [compile] layout is the profile's own
+#: (v0.2.2's grouped-k/v SDPA, fused AdamW and compiled loss)
 OLD_RELEASE = "torchtitan-2024"
 
 
@@ -279,23 +279,14 @@ MIDDLE_RELEASE = "torchtitan-0.2.1"
 
 
 def _step(r: KeyReader, new: bool) -> None:
-    middle = new and not r.has("compile")
+    # the March-August 2025 layout says its compile and batch under [training]; a later file may say neither
+    middle = new and not r.has("compile") and (r.has("training.compile") or r.has("training.batch_size"))
     compile_key = "compile.enable" if new and not middle else "training.compile"
     if boolean(r, compile_key, False, f"{NEW} Compile.enable" if compile_key == "compile.enable"
                else f"{OLD} --training.compile"):
         r.set(compile_key, "compile", True)
-        # v0.2.2 components/loss.py l. 33: the loss is compiled where "loss" is among compile.components (default
-        # ["model", "loss"], config/job_config.py); without "model" no block is compiled
-        parts = r.get("compile.components", ["model", "loss"], f"{NEW} Compile.components") if new and not middle else \
-            ["model", "loss"] if middle else ["model"]
-        parts = [str(p).lower() for p in parts] if isinstance(parts, list) else [str(parts).lower()]
-        if new and "model" not in parts:
-            r.set("compile.components", "compile", False)
-            r.mark("compile.components", "no model component: nothing of the blocks compiled, counted uncompiled"
-                   + (" (the compiled loss not counted)" if "loss" in parts else ""))
-        elif new and "loss" not in parts:
-            r.mark("compile.components", "the loss left eager: counted compiled, as torchtitan's default; "
-                   f"framework_version {OLD_RELEASE} counts it eager (with 9dec370's foreach AdamW and repeat_kv)")
+        if compile_key == "compile.enable":
+            _components(r)
     if not new:
         r.out["framework_version"] = OLD_RELEASE  # the 9dec370 layout: its release's loss, optimizer and attention
     elif middle:
@@ -307,6 +298,20 @@ def _step(r: KeyReader, new: bool) -> None:
     _implementation(r)
     if r.get("optimizer.early_step_in_backward"):
         r.set("optimizer.early_step_in_backward", "optimizer_in_backward", True)
+
+
+def _components(r: KeyReader) -> None:
+    """v0.2.2 components/loss.py l. 33: the loss is compiled where "loss" is among compile.components (default
+    ["model", "loss"], config/job_config.py); without "model" no block is compiled."""
+    parts = r.get("compile.components", ["model", "loss"], f"{NEW} Compile.components")
+    parts = [str(p).lower() for p in parts] if isinstance(parts, list) else [str(parts).lower()]
+    if "model" not in parts:
+        r.set("compile.components", "compile", False)
+        r.mark("compile.components", "no model component: nothing of the blocks compiled, counted uncompiled"
+               + (" (the compiled loss not counted)" if "loss" in parts else ""))
+    elif "loss" not in parts:
+        r.mark("compile.components", "the loss left eager: counted compiled, as torchtitan's default; "
+               f"framework_version {OLD_RELEASE} counts it eager (with 9dec370's foreach AdamW and repeat_kv)")
 
 
 def read(path: Path, data: dict[str, Any]) -> Imported:

@@ -294,7 +294,7 @@ def model_state(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> tup
         p.master_weights = 0
         # the GPU keeps the 16-bit gradients of the bucket in flight only (ZeRO-Offload, sec. 4); ZeRO-1 those
         # outside its partition until the end of backward (estimate/ds_offload.py zero1_gpu_grads)
-        p.gradients = zero1_gpu_grads(spec, sc, p.gradients, adapters, banks) or shards
+        p.gradients = shards or zero1_gpu_grads(spec, sc, p.gradients, adapters, banks)
     if shd.weights_on_host:
         p.host += p.weights + p.quantized_base - p.quant_state + p.adapters
         p.weights = p.adapters = 0

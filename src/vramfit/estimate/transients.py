@@ -211,7 +211,7 @@ def length_variation_note(r, reserved: int, events: list[int] | None = None) -> 
         return None
     from vramfit.estimate.vision_inputs import lm_scenario
 
-    length = lm_scenario(r.spec, r.sc).seq_len if r.spec.vision is not None else r.sc.seq_len  # images' tokens too
+    length = lm_scenario(r.spec, r.sc).seq_len  # the images' and video's tokens too
     return (
         f"Reserved memory assumes every micro-batch is {length} tokens long: the loss's tensors "
         f"({loss_reserved / 2**30:,.2f} GiB of allocator segments, sized by tokens x vocabulary) hold most of "

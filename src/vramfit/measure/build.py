@@ -84,9 +84,6 @@ def check_measurable(scenario: Scenario) -> None:
     if par == "fsdp-no-shard":  # the harness wraps with FSDP2 fully_shard (measure/dist.py), which has no NO_SHARD
         raise ScenarioError("parallelism", "FSDP1 NO_SHARD is not measurable yet (vramfit measure runs FSDP2)",
                             ["none", "ddp", "fsdp", "fsdp-grad-op"])
-    if scenario.offload.value == "optimizer":
-        raise ScenarioError("offload", "FSDP offloads parameters, gradients and optimizer state together",
-                            ["none", "optimizer+params"])
     if scenario.method is Method.QLORA and par.startswith("fsdp"):
         raise ScenarioError("parallelism", "FSDP of a 4-bit base is not measurable yet", ["none", "ddp"])
 
