@@ -6,7 +6,6 @@ micro-batch leaves the shards in the parameters' dtype."""
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 
@@ -15,16 +14,9 @@ from two_ranks import spawn_two
 pytestmark = pytest.mark.slow
 
 
-def _rank(rank: int, port: int, out: str) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    seen = {method: _grads(method) for method in ("full", "lora", "litgpt")}
-    if rank == 0:
-        with open(out, "w") as f:
-            f.write(repr(seen))
-    dist.destroy_process_group()
+def _seen() -> dict:
+    """What each rank computes (two_ranks.spawn_two)."""
+    return {method: _grads(method) for method in ("full", "lora", "litgpt")}
 
 
 def _grads(method: str) -> list:
@@ -91,7 +83,7 @@ def _live_at_first_cat(trace) -> tuple:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    return spawn_two(_rank, tmp_path_factory.mktemp("fsdp1"))
+    return spawn_two(_seen, tmp_path_factory.mktemp("fsdp1"))
 
 
 def test_full_fine_tune_holds_whole_bf16_gradients_until_the_synced_micro_batch(runs):

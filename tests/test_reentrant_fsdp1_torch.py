@@ -10,7 +10,6 @@ touches it, through its detached copy)."""
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 
@@ -21,16 +20,9 @@ pytestmark = pytest.mark.slow
 LAYERS, HIDDEN, TOKENS = 5, 64, 32
 
 
-def _rank(rank: int, port: int, out: str) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    seen = {(reentrant, fsdp): _live_per_block(reentrant, fsdp) for reentrant in (True, False) for fsdp in (True, False)}
-    if rank == 0:
-        with open(out, "w") as f:
-            f.write(repr(seen))
-    dist.destroy_process_group()
+def _seen() -> dict:
+    """What each rank computes (two_ranks.spawn_two)."""
+    return {(reentrant, fsdp): _live_per_block(reentrant, fsdp) for reentrant in (True, False) for fsdp in (True, False)}
 
 
 def _live_per_block(reentrant: bool, fsdp: bool) -> list[int]:
@@ -102,7 +94,7 @@ def _live_per_block(reentrant: bool, fsdp: bool) -> list[int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    return spawn_two(_rank, tmp_path_factory.mktemp("reentrant"))
+    return spawn_two(_seen, tmp_path_factory.mktemp("reentrant"))
 
 
 def test_reentrant_around_fsdp1_units_keeps_every_processed_block_input_and_gradient(runs):
