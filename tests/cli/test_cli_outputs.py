@@ -61,3 +61,17 @@ def test_fit_write_to_a_missing_folder_is_refused_before_the_grid(tmp_path):
                             str(tmp_path / "no" / "x.yaml")])
     assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.output  # was exit 0 with the grid printed
     assert r.stderr.splitlines()[-1] == f"error: write-to: the folder '{tmp_path / 'no'}' does not exist"
+
+
+def test_fit_says_why_cells_are_blank_and_where_to_go_when_nothing_fits():
+    """A GRPO grid's 512 column is blank (seq_len must hold the 512-token completion): the reason is printed; a run
+    with no micro-batch that fits points at `plan`, which ranks the changes (drive 2026-12-07)."""
+    grpo = CliRunner().invoke(app, ["fit", "--model", "meta-llama/Llama-3.2-3B", "--method", "lora", "--stage", "grpo",
+                                    "--gpu", "a100-80gb-sxm", "--gradient-checkpointing", "full", "--seq-len", "1024"],
+                              env={"COLUMNS": "160"})
+    assert grpo.exit_code == 0
+    assert "blank: completion_len: must be shorter than seq_len (512)" in " ".join(grpo.output.split())
+    full = CliRunner().invoke(app, ["fit", "--model", "meta-llama/Llama-3.1-8B", "--method", "full", "--seq-len", "2048",
+                                    "--gpu", "h100-sxm", "--num-gpus", "8"], env={"COLUMNS": "160"})
+    assert full.exit_code == 0 and "none (micro-batch 1 does not fit)" in full.output
+    assert "`vramfit plan` with the same options ranks the changes" in " ".join(full.output.split())

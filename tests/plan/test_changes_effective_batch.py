@@ -7,6 +7,7 @@ a scenario whose GPUs already take more."""
 import pytest
 from typer.testing import CliRunner
 
+from vramfit import estimate
 from vramfit.cli.main import app
 from vramfit.plan import changes_to_fit
 from vramfit.scenario import parse_scenario
@@ -87,3 +88,21 @@ def test_the_plan_header_states_the_fit_figure_the_changes_table_uses():
                            env={"COLUMNS": "250", "VRAMFIT_CALIBRATION": "off"})
     assert (f"needs {own.required_bytes / 2**30:,.1f} GiB per GPU (device peak {own.device_bytes / 2**30:,.1f})"
             in r.output)
+
+
+def test_sharding_at_the_same_gpu_count_is_offered_before_offload():
+    """8 H100s in DDP, full fine-tuning Llama-3.1-8B: ZeRO-2 or ZeRO-3 at the same count fit with no offload, and rank
+    above the offload changes (drive 2026-12-07: only CPU offload had been offered)."""
+    sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 2048, "micro_batch_size": 1,
+          "grad_accum": 8, "num_gpus": 8}
+    ch = changes_to_fit(sc, "h100-sxm")
+    names = [c.name for c in ch]
+    assert names[:2] == ["shard-zero2", "shard-zero3"]
+    z2 = ch[0]
+    assert z2.fits and z2.changes == {"parallelism": "zero2"} and z2.kind == "free"
+    assert z2.required_bytes == estimate({**sc, "parallelism": "zero2", "gpu": "h100-sxm"}).peak.required_bytes
+    assert names.index("offload-optimizer") > 1
+    # nothing to offer where the run is sharded fully already, or on one GPU
+    assert not [n for n in (c.name for c in changes_to_fit({**sc, "parallelism": "zero3", "micro_batch_size": 64,
+                                                             "grad_accum": 1}, "h100-sxm")) if n.startswith("shard-")]
+    assert not [n for n in (c.name for c in changes_to_fit({**sc, "num_gpus": 1}, "h100-sxm")) if n.startswith("shard-")]

@@ -153,6 +153,12 @@ def render_fit(r, sc, cal, console: Console) -> None:
                              f"[green]{gib1(c.required_bytes)} ✓[/]" if c.fits else f"[red]{gib1(c.required_bytes)}[/]")
                             for c in row])
     console.print(t)
+    errors = sorted({c.error for row in r.grid for c in row if c.required_bytes is None and c.error})
+    for e in errors[:3]:  # why a cell is blank: e.g. GRPO's seq_len must hold its completion_len
+        console.print(f"[dim]blank: {escape(e)}[/dim]")
+    if r.max_micro_batch is None:
+        console.print("[dim]Nothing fits as given: `vramfit plan` with the same options ranks the changes that make it "
+                      "fit (sharding, checkpointing, offload, more cards).[/dim]")
 
 
 def fitting_table(console: Console, build, order: tuple[str, ...]) -> tuple[Table, list[str]]:

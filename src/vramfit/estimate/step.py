@@ -62,6 +62,7 @@ from vramfit.gpus import GPU, Arch
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import (
     Checkpointing,
+    Loss,
     Method,
     Parallelism,
     Precision,
@@ -130,6 +131,8 @@ class Step:
     dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transients)
     dora_recompute: int = 0  # its weight-norm part, which a checkpointed block's recompute adds
     head_trains: bool = False  # the output layer's weight has a gradient (full, or a modules_to_save copy)
+    # the scenario's own loss where the stage's trainer runs another (``sc`` holds the one it runs: stages.stage_loss_scenario)
+    asked_loss: Loss | None = None
 
     # names read by estimate/__init__ (assumptions, reserved bytes)
     @property
@@ -309,12 +312,12 @@ def compute(spec: ModelSpec, sc: Scenario, card: GPU | None = None) -> Step:
              folded_bank_backward(spec, sc, profile, adapters) - layer_grads)  # PEFT's folded bank (moe_lora.py)
     parts = replace(parts, temporaries=max(tb + dequant, opt_temp))
     step = stages.finish(Step(
-        spec, user_sc, profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
+        spec, stages.stage_loss_scenario(user_sc), profile, parts, tuple(adapters), acts, loss, autocast_fwd, tb, dequant, opt_temp,
         held, head_grad, layer_grads, lm_head_trainable, lowest_grads, lowest_autocast, card=card,
         fetch_copy=zero3_fetch_copies(spec, sc, profile), block_grads=_fsdp_block_grads(spec, sc, profile),
         layer0_grads=dense_layer0_grads(spec, sc, lowest_grads, _grad_dtype_bytes(sc, profile)),
         head_autocast=head_autocast, kind_autocast=kind_autocast, eager_forward=extras.forward_softmax_moment(
             spec, sc, profile, acts, loss.cache), dora_forward=dora_forward, dora_recompute=dora_recompute,
-        head_trains=head_trains,
+        head_trains=head_trains, asked_loss=user_sc.loss,
     ))
     return replace(step, phases=phase_breakdowns(step, CONTRIBUTORS + stages.contributors(step)))

@@ -104,6 +104,7 @@ def _candidates(sc: Scenario) -> list[Change]:
     if sc.method is Method.FULL and sc.precision.mixed:
         out.append(Change("bf16-true", "pure bf16 weights (no fp32 master copy)", {"precision": "bf16-true"},
                           "training", "bf16 updates lose small steps; use Kahan summation or a stochastic-rounding optimizer"))
+    out += _sharding_changes(sc, profile)
     if profile.runs_offload:  # only what the framework can be told to run (profile_fields.py runs_offload)
         out += _offload_changes(sc, profile)
     if profile.runs_compile and not sc.compile:  # kept only where it saves memory (changes_to_fit)
@@ -144,6 +145,31 @@ def _saved_module_changes(sc: Scenario, profile) -> list[Change]:
                           f"a rank-r update of {on}: new tokens' rows learn less than in a whole copy"))
     out.append(Change("no-saved-modules", f"no trained copies of {names}", {"modules_to_save": []}, "training",
                       f"{names} stay frozen: added tokens keep their initial vectors"))
+    return out
+
+
+#: how much of the model state each strategy shards, least first (none, ddp and FSDP's NO_SHARD: nothing)
+_SHARDS = {"zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, "fsdp": 3}
+
+
+def _sharding_changes(sc: Scenario, profile) -> list[Change]:
+    """Sharding at the run's own GPU count, with no offload, where it shards more than the run does (drive 2026-12-07:
+    8 H100s in DDP needing 91.5 GiB were offered only CPU offload, while ZeRO-2 or FSDP fit as they were). Gradient
+    sharding keeps data parallelism's traffic, full sharding adds half again (Rajbhandari et al. 2020, ZeRO, sec. 7:
+    Pos+g moves 2 x the parameters per step as DP's all-reduce does, Pos+g+p 3 x); the framework's own engines only
+    (plan/search.py shard_names, profile ``parallelisms``)."""
+    if sc.num_gpus // sc.model_parallel_size < 2:
+        return []
+    runs = {p.value for p in profile.parallelisms}
+    now = _SHARDS.get(sc.parallelism.value, 0)
+    out: list[Change] = []
+    for name, kind, trade in zip(shard_names(sc, profile), ("free", "slower"), (
+            "optimizer state and gradients split across the GPUs: the same traffic as data parallelism",
+            "weights split too and gathered for every block, forward and backward: half again the traffic"), strict=True):
+        if _SHARDS[name] > now and (not runs or name in runs):
+            words = {"zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP", "fsdp-grad-op": "FSDP SHARD_GRAD_OP"}[name]
+            out.append(Change(f"shard-{name}", f"{words} across the {sc.num_gpus} GPUs", {"parallelism": name},
+                              kind, trade))
     return out
 
 

@@ -86,21 +86,39 @@ def figures_fit(f, limit: int) -> bool:
     return paging_bytes(f.required_bytes, f.paged_bytes, limit) is not None
 
 
-def card_refusal(gpu: GPU, sc: Any) -> tuple[str, str] | None:
+def card_refusal(gpu: GPU, sc: Any, num_params: int | None = None) -> tuple[str, str] | None:
     """(why, the setting that runs) where a run cannot start on ``gpu`` whatever its memory, or None: a bf16 run on a
     card without BF16 (the catalog's ``supports_bf16``; the HF Trainer refuses ``bf16=True`` there, transformers
     training_args.py: "Your setup doesn't support bf16/gpu"), FlashAttention-2 on a card it does not run on (the
     catalog's ``supports_flash_attn2``, where the framework's flash attention is FA2: profile ``flash_attention_is_fa2``).
     The planner leaves such a card out for the same reason (plan/rental.py ``cannot_run``), so estimate, fit, sweep and
-    plan say the same of it."""
+    plan say the same of it. A colocated vLLM whose share of the card cannot hold its own 16-bit model copy does not
+    start either (estimate/stages/rl.py vllm_too_small; ``num_params``: the model's, resolved from ``sc`` if not given)."""
     from vramfit.estimate.framework import scenario_profile
-    from vramfit.scenario import Attention, Precision
+    from vramfit.scenario import Attention, Generation, Precision
 
     if sc.precision in (Precision.BF16_MIXED, Precision.BF16_TRUE) and gpu.supports_bf16 is False:
         return f"no BF16 on {gpu.name}", "--precision fp16-mixed"
     if (sc.attention is Attention.FLASH and gpu.supports_flash_attn2 is False
             and scenario_profile(sc).flash_attention_is_fa2):
         return f"no FlashAttention-2 on {gpu.name}", "--attention sdpa"
+    if getattr(sc, "generation", None) is Generation.VLLM_COLOCATE and sc.vllm_gpu_memory_utilization:
+        from vramfit.estimate.stages.rl import vllm_too_small
+
+        if num_params is None:
+            from vramfit.errors import ScenarioError
+            from vramfit.estimate import resolve_spec
+
+            try:
+                num_params = resolve_spec(sc)[1].num_params
+            except ScenarioError:  # a model given as a pasted config.json: its estimate's verdict says it
+                return None
+        short = vllm_too_small(sc.vllm_gpu_memory_utilization, gpu.usable_bytes, num_params)
+        if short is not None:
+            budget, weights, least = short
+            return (f"vLLM's {sc.vllm_gpu_memory_utilization:g} share ({gib(budget)} GiB) cannot hold its 16-bit copy of "
+                    f"the model ({gib(weights)} GiB)",
+                    f"--vllm-gpu-memory-utilization {least:.2f}" if least <= 1 else "a card with more memory")
     return None
 
 
@@ -121,7 +139,7 @@ def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) 
     limit = limit_bytes(gpu, safety_margin)
     paged = result_paging(r, limit)
     resident = r.peak.required_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
-    refused = card_refusal(gpu, r.scenario)
+    refused = card_refusal(gpu, r.scenario, r.model.num_params)
     return FitInfo(
         gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None and refused is None,
         headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,

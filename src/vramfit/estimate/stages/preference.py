@@ -19,6 +19,7 @@ TRL 1.16.0 (the version the config import reads; file:line in the installed pack
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vramfit.choices import ZERO_FAMILY, Loss, Method, Parallelism, Precision, Reference, Stage
@@ -402,11 +403,12 @@ def describe(step: Step) -> list[str]:
     out = [f"{_stage_runner(step)}; micro_batch_size counts {batch}."]
     from vramfit.estimate.stages import stage_loss_choice
 
-    if sc.loss is not Loss.STANDARD and stage_loss_choice(sc) is Loss.STANDARD:
+    asked = step.asked_loss or sc.loss  # step.sc holds the loss the trainer runs
+    if asked is not Loss.STANDARD and stage_loss_choice(replace(sc, loss=asked)) is Loss.STANDARD:
         from vramfit.estimate.framework import stage_recipe
 
         trl = stage_recipe(step.profile, sc.stage) is None  # TRL's trainer, not the framework's own recipe
-        out.append(f"loss {sc.loss.value}: the {sc.stage.value} trainer of this release has no fused or chunked loss"
+        out.append(f"loss {asked.value}: the {sc.stage.value} trainer of this release has no fused or chunked loss"
                    + (" (use_liger_kernel applies Liger's layer kernels only)" if trl else "")
                    + ", so its own log-prob code is counted.")
     if logprobs_path(sc.stage, step.profile) is not STAGE_PROFILES[sc.stage].logprobs:

@@ -33,7 +33,6 @@ from vramfit.errors import ScenarioError
 from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, StepPhase
 from vramfit.estimate.stages.preference import frozen_copy_bytes, no_grad_block, reference_model, scoring_pass
-from vramfit.estimate.state import shard
 
 if TYPE_CHECKING:
     from vramfit.estimate.step import Step
@@ -97,6 +96,20 @@ def vllm_bytes(step: Step) -> int:
     return int(step.sc.vllm_gpu_memory_utilization * step.card.usable_bytes)
 
 
+def vllm_too_small(share: float, usable_bytes: int, num_params: int) -> tuple[int, int, float] | None:
+    """(vLLM's budget, its model copy, the least share that holds it) where ``share`` of a card with ``usable_bytes``
+    cannot hold vLLM's 16-bit copy of a ``num_params`` model, else None. vLLM loads that copy inside the budget and
+    refuses to start when no KV-cache block is left ("No available memory for the cache blocks. Try increasing
+    `gpu_memory_utilization`": vllm v0.10 v1/core/kv_cache_utils.py check_enough_kv_cache_memory), and TRL passes its
+    vllm_gpu_memory_utilization as is (trl v0.21 grpo_trainer.py ``LLM(..., gpu_memory_utilization=...)``). The card
+    verdicts refuse such a card (plan/verdict.py card_refusal); drive 2026-12-07: 0.05 of an H100 had been counted as
+    3.96 GiB beside a 15 GiB model, and the run said to fit."""
+    budget, weights = int(share * usable_bytes), 2 * num_params
+    if budget >= weights:
+        return None
+    return budget, weights, -(-weights * 100 // usable_bytes) / 100
+
+
 def lm_seq_len(step: Step) -> int:
     """Tokens per sequence as the language model sees them: the text's ``seq_len`` plus a vision-language model's
     image and video tokens (estimate/vision_inputs.py ``lm_scenario``). TRL feeds a rollout's prompt with its pixel
@@ -130,11 +143,24 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
         # GPU: beside the resident shard, or all of it where the parameters live on the host (offload_param); PPO's
         # engine wraps PolicyAndValueWrapper, so the value model is gathered with the policy (TRL v1.9.0
         # experimental/ppo/ppo_trainer.py:492, 683-686; v0.17.0 trainer/ppo_trainer.py:228, 422-423)
-        full = step.spec.num_params * sc.precision.compute_bytes
-        resident = 0 if sc.offload is Offload.OPTIMIZER_PARAMS else shard(full, sc.num_gpus)
+        full, resident = _engine_params(step)
         models = 2 if sc.stage is Stage.PPO else 1
         if full > resident:
             yield Contribution("gathered_weights", GEN, models * (full - resident))
+
+
+def _engine_params(step: Step) -> tuple[int, int]:
+    """(whole, this GPU's) bytes of the parameters ZeRO-3 partitions, as stored: the 16-bit weights, a QLoRA model's
+    4-bit base (its quant state kept whole on every GPU) and the adapters. Gathering brings back what they store, not
+    a 16-bit copy of every parameter: DeepSpeed's ``GatheredParameters`` all-gathers each partitioned tensor into its
+    stored dtype (deepspeed v0.16 runtime/zero/partition_parameters.py ``_all_gather``: ``ds_tensor`` of the param's
+    dtype), the packed 4-bit storage of a bitsandbytes ``Params4bit`` included (property sweep 2026-12-07: the 16-bit
+    size had made QLoRA's rollout grow with the GPU count, 12.69 -> 16.85 GiB from 2 to 64 GPUs on Llama-3.1-8B)."""
+    from vramfit.estimate.core import model_state
+
+    whole, _ = model_state(step.spec, replace(step.sc, num_gpus=1, num_nodes=1, offload=Offload.NONE), step.profile)
+    p = step.parts
+    return whole.weights + whole.quantized_base + whole.adapters, p.weights + p.quantized_base + p.adapters
 
 
 def _dora_pass(step: Step, rows: int, row: int) -> int:
