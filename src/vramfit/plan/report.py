@@ -75,6 +75,7 @@ class Plan:
         out["tokens_per_s"] = self.tokens_per_s
         out["disk"] = self.disk.to_dict()
         out["notes"] = list(self.notes)
+        out["paging"] = self.paging
         return out
 
 

@@ -59,6 +59,9 @@ STRINGS: dict[str, tuple[str, str]] = {
                 "Os tokens são aproximados (4 caracteres por token, sem tokenizador); `vramfit plan --dataset "
                 "--tokenizer` conta-os exatamente."),
     "ds.busy": ("Reading…", "A ler…"),
+    # the server's refusal (web.dataset_upload) and its Portuguese rule's words, said before the upload
+    "ds.big": ("file: is larger than {mib} MiB; use `vramfit plan --dataset`",
+               "file: tem mais de {mib} MiB; usa `vramfit plan --dataset`"),
     "ds.done": ("{rows} samples; p50 {p50}, p99 {p99}, longest {max} tokens (approximate).",
                 "{rows} amostras; p50 {p50}, p99 {p99}, a maior {max} tokens (aproximado)."),
     "ds.samples": ("samples", "amostras"),
@@ -107,8 +110,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "r.nofit": ("Does not fit {card}: {over} over", "Não cabe na {card}: faltam {over}"),
     "r.paging": ("Fits {card} with paging of {paged} optimizer state to host RAM (slower)",
                  "Cabe na {card} com paginação de {paged} do estado do otimizador para a RAM do host (mais lento)"),
-    "r.margin": ("fits = peak on the card ≤ its usable memory less a {margin} safety margin",
-                 "cabe = pico na placa ≤ a sua memória utilizável menos {margin} de margem de segurança"),
+    "r.margin": ("fits = needed {need} (the peak less the cache PyTorch frees before an out-of-memory error) ≤ limit "
+                 "{limit} ({usable} usable less a {margin} safety margin)",
+                 "cabe = necessário {need} (o pico menos a cache que o PyTorch liberta antes de um erro de falta de "
+                 "memória) ≤ limite {limit} ({usable} utilizáveis menos {margin} de margem de segurança)"),
     "r.nocard": ("Choose a target card to check the fit.", "Escolhe uma placa alvo para verificar."),
     "r.host": ("Host RAM for offloaded state: {v}", "RAM do host para estado descarregado: {v}"),
     "r.accuracy": ("How far to trust it:", "Quanto confiar:"),
@@ -136,8 +141,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ch.peak": ("peak", "pico"),
     "ch.capacity": ("usable memory", "memória utilizável"),
     "ch.gib": ("GiB per GPU", "GiB por GPU"),
-    "ch.need": ("GiB needed per GPU (the figure “fits” holds to the limit)",
-                "GiB necessários por GPU (o valor que “cabe” compara com o limite)"),
+    "ch.need": ("GiB needed per GPU", "GiB necessários por GPU"),  # the figure "fits" holds to the limit
     "ch.limit": ("{card} · limit {limit} GiB ({usable} usable − {margin} %)",
                  "{card} · limite {limit} GiB ({usable} utilizáveis − {margin} %)"),
     "ch.current": ("this scenario", "este cenário"),
@@ -232,6 +236,10 @@ _PAGE: dict[str, tuple[str, str]] = {
                  "Como uma configuração que deixa o batch de avaliação na predefinição (Axolotl, torchtune, litgpt): o "
                  "planeador avalia cada micro-batch que experimenta com esse micro-batch. Marcado por uma configuração colada."),
     "eff.auto": ("{v} = micro-batch × accumulation × GPUs", "{v} = micro-batch × acumulação × GPUs"),
+    "eff.grpo": ("{v} = micro-batch × accumulation {ga} (derived: whole groups of {n}) × GPUs",
+                 "{v} = micro-batch × acumulação {ga} (derivada: grupos inteiros de {n}) × GPUs"),
+    "eff.kto": ("{v} = micro-batch {mb} (derived: KTO's least) × accumulation × GPUs",
+                "{v} = micro-batch {mb} (derivado: o mínimo do KTO) × acumulação × GPUs"),
     "eff.hint": ("The planner keeps it fixed: GPUs beyond it are not considered. Raise it to let more GPUs share the work.",
                  "O planeador mantém-no fixo: não considera mais GPUs do que ele. Aumenta-o para deixar mais GPUs "
                  "repartirem o trabalho."),
@@ -252,6 +260,9 @@ _PAGE: dict[str, tuple[str, str]] = {
                        "modelo base {base}, dados {data}, checkpoints {ckpt} enquanto um se grava, final {out} (depois "
                        "da última gravação): o pico"),
     "fit.host": ("Host RAM", "RAM do host"),
+    "fit.paging": ("paging", "paginação"),
+    "fit.paging.tip": ("fits only by paging optimizer state to host RAM (slower)",
+                       "cabe só paginando o estado do otimizador para a RAM do host (mais lento)"),
     "fit.host.tip": ("host RAM per GPU for offloaded state", "RAM do host por GPU para o estado descarregado"),
     "fit.yours": ("your card", "a tua placa"),
     "fit.yours.no": ("Your card ({card}) is not in the list: {why}", "A tua placa ({card}) não está na lista: {why}"),

@@ -7,6 +7,7 @@ opens, any file the config names; the body is bounded by :data:`~vramfit.web.ser
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ WEB_HINTS = (
     ("; pass the training config first and this file as a second --from (or name it in the config)",
      "; paste the training config here (a DeepSpeed JSON goes into the DeepSpeed config field)"),
     ("; pass --num-gpus", "; set the GPU count on the page"),
+    ("; pass --dialect to say which", "; choose its format in the Format list"),
 )
 
 
@@ -63,11 +65,13 @@ def import_config(body: Any) -> dict[str, Any]:
     unknown = sorted(set(body) - {"text", "dialect"})
     if unknown:
         raise ApiError(422, unknown[0], "unknown key", ["text", "dialect"])
-    text, dialect = body.get("text"), body.get("dialect") or None
+    text, dialect = body.get("text"), body.get("dialect")
+    dialect = None if dialect == "" else dialect  # null or "": detect from the keys; 0, [], {}: refused below
     if not isinstance(text, str) or not text.strip():
         raise ApiError(422, "text", "paste a training config (YAML, JSON, TOML or a swift command)")
     if dialect is not None and (not isinstance(dialect, str) or dialect not in DIALECTS):
-        raise ApiError(422, "dialect", (f"unknown dialect {_plain(dialect)!r}" if isinstance(dialect, str) else "must be text")
+        raise ApiError(422, "dialect", (f"unknown dialect {_plain(dialect)!r}" if isinstance(dialect, str)
+                                        else f"must be a dialect name or null, got {json.dumps(_plain(dialect))}")
                        + f" (valid values: {', '.join(DIALECTS)})", list(DIALECTS))
     try:
         imp = from_text(text, dialect=dialect)

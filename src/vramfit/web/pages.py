@@ -13,8 +13,10 @@ from starlette.responses import Response
 from vramfit.config_import.detect import DIALECTS
 from vramfit.gpus import list_gpus
 from vramfit.scenario import FIELD, FIELDS, SCENARIO_KEYS, Kind, Scenario
+from vramfit.stage_keys import GRPO_NUM_GENERATIONS, KTO_MIN_MICRO_BATCH
 from vramfit.units import GiB
 from vramfit.web import guide as guide_data
+from vramfit.web.dataset_upload import MAX_UPLOAD_BYTES
 from vramfit.web.i18n import HTML_LANG, fmt_number, pick_lang, strings
 from vramfit.web.schemas import BOOL_KEYS, ENUM_KEYS, INT_KEYS
 from vramfit.web.translate import rules_for_js, to_pt
@@ -68,6 +70,9 @@ def calculator(request: Request, lang: str) -> Response:
         config={"strings": ctx["t"], "lang": lang, "keys": list(SCENARIO_KEYS),
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,
                 "field_keys": FIELD_KEYS, "bool_keys": BOOL_KEYS, "int_keys": list(INT_KEYS),
+                # the batch keys a stage derives when left empty (stage_keys.check_stage_keys), for the placeholders
+                "stage_batch": {"kto_micro_batch": KTO_MIN_MICRO_BATCH, "grpo_generations": GRPO_NUM_GENERATIONS},
+                "dataset_max_bytes": MAX_UPLOAD_BYTES,
                 "capacity_cards": ["rtx4090", "l40s", "a100-80gb-sxm", "h200-sxm"],
                 "tr": rules_for_js() if lang == "pt" else []},
     )

@@ -246,7 +246,11 @@ def _short_repr(value: Any, limit: int = 60) -> str:
 
 
 def spec_from_pasted(config: Any) -> tuple[ModelSpec, str, tuple[str, ...]]:
-    """(spec, label, notes) of a pasted config.json dict; errors are keyed ``config_json``."""
+    """(spec, label, notes) of a pasted config.json dict; errors are keyed ``config_json``. Text that is not JSON
+    (the page sends the text JSON.parse refused) is said so, with the parser's line and column; JSON text is still
+    refused by its type (the body carries the object itself)."""
+    if isinstance(config, str) and config.strip():
+        load_json_text("config_json", config, "the pasted config.json")
     if not isinstance(config, dict):
         raise ScenarioError("config_json", f"must be a JSON object (the content of config.json), "
                             f"got {type(config).__name__}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from vramfit.web.translate_errors import ERROR_RULES
 from vramfit.web.translate_estimate import ESTIMATE_RULES
 from vramfit.web.translate_import import IMPORT_RULES
 from vramfit.web.translate_notes import NOTE_RULES
@@ -102,7 +103,7 @@ RULES: list[tuple[str, str]] = [
      "quantizar também os especialistas MoE (4 bits como os outros lineares)"),
     (r"^together: ", "em conjunto: "),
     (r"^all the trade-offs of its parts$", "todos os custos das partes"),
-    *PLAN_RULES,
+    *PLAN_RULES, *ERROR_RULES,
     # ---- the guide's "why they differ" (vramfit.plan.guide)
     (r"^Section (\d+) says (\d+) x (\d+) GB; we estimate " + _N + r" GB per GPU there, so it needs more than (\d+) x (\d+) GB\.$",
      "A secção $1 diz $2 × $3 GB; estimamos ⟨$4⟩ GB por GPU nesse caso, por isso são precisas mais de $5 × $6 GB."),

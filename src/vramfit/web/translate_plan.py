@@ -39,10 +39,14 @@ PLAN_RULES: list[tuple[str, str]] = [
     (r"^([\w, ]+) stay frozen: added tokens keep their initial vectors$",
      "$1 ficam congelados: os tokens acrescentados mantêm os vetores iniciais"),
     # ---- planner: why a card got no plan, and plan notes (vramfit.plan.rental, vramfit.plan.planner)
-    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP), checkpointing and "
-     r"offload \(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5, checkpointing e descarga (com micro-batch 1)"),
-    (r"does not fit (\d+) x (\S+)( \(rented at most (\d+) per instance\))? even with (ZeRO-3|FSDP) and checkpointing "
-     r"\(at micro-batch 1\)", "não cabe em $1 × $2 nem com $5 e checkpointing (com micro-batch 1)"),
+    # every form search.tried_words builds: the engine, checkpointing, offload (only with the engine), as listed
+    (r"does not fit (\d+) x (\S+)( \(rented at most \d+ per instance\))? even with ((?:ZeRO-3|FSDP)(?:, checkpointing and "
+     r"offload| and checkpointing| and offload)?|checkpointing) \(at micro-batch 1\)",
+     "não cabe em $1 × $2$3 nem com $4 (com micro-batch 1)"),
+    (r"(nem com (?:ZeRO-3|FSDP)(?:, checkpointing)?) and (checkpointing|offload) \(com micro-batch",
+     "$1 e $2 (com micro-batch"),
+    (r"(nem com [^(]*?)offload \(com micro-batch", "$1descarga (com micro-batch"),
+    (r" \(rented at most (\d+) per instance\)( nem com)", " (alugada no máximo $1 por instância)$2"),
     (r"; effective batch (\d+) allows at most (\d+) GPUs", "; o batch efetivo $1 permite no máximo $2 GPU(s)"),
     (r"^does not fit (\d+) x (\S+) at micro-batch 1 \((\S+)'s scripts run no checkpointing or offload on one GPU\)",
      "não cabe em $1 × $2 com micro-batch 1 (os scripts do $3 não correm checkpointing nem descarga numa GPU)"),

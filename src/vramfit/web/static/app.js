@@ -8,6 +8,7 @@
   const R = window.VFTr;
   const el = (id) => document.getElementById(id);
   const fmt = (s, vars) => s.replace(/\{(\w+)\}/g, (_, k) => vars[k]);
+  const gib = (b) => VF.fmtGiB(b) + " GiB";
   let timer = null;
   let seq = 0;
   let shown = false;  // a result is on screen
@@ -128,7 +129,7 @@
   function renderSummary(r) {
     el("peak").textContent = VF.fmtGiB(r.peak.device_bytes);
     const m = r.model;
-    el("peak-sub").textContent = `${T["r.device"]} · ${T["r.allocated"]} ${VF.fmtGiB(r.peak.allocated_bytes)} · ` +
+    el("peak-sub").textContent = `${T["r.device"]} · ${T["r.allocated"]} ${VF.fmtGiB(r.peak.allocated_bytes)} GiB · ` +
       `${T["r.reserved"]} ${VF.fmtGiB(r.peak.reserved_bytes)} GiB — ${m.id} · ${VF.fmtCount(m.num_params)} ` +
       `${T["r.params"]}, ${VF.fmtCount(m.num_trainable_params)} ${T["r.trainable"]}`;
     const card = targetCard(r);
@@ -139,7 +140,8 @@
         free: VF.fmtGiB(card.headroom_bytes) + " GiB", over: VF.fmtGiB(-card.headroom_bytes) + " GiB",
         paged: VF.fmtGiB(card.paging_bytes) + " GiB" })
         : R.text(card.verdict))  // a card the run cannot start on: why, not a memory figure (plan/verdict.py)
-        + " · " + fmt(T["r.margin"], { margin: Math.round(card.safety_margin * 100) + " %" })
+        + " · " + fmt(T["r.margin"], { margin: Math.round(card.safety_margin * 100) + " %", limit: gib(card.limit_bytes),
+          need: gib(card.limit_bytes - card.headroom_bytes), usable: gib(card.usable_bytes) })  // the verdict's figures
       : T["r.nocard"];
     if (r.host_bytes) text += " · " + fmt(T["r.host"], { v: VF.fmtGiB(r.host_bytes) + " GiB" });
     line.textContent = text;

@@ -119,6 +119,24 @@
         (v != null && s.y[k] != null && Math.abs(v - s.y[k]) <= 0.03 * Math.max(v, s.y[k])))));
   }
 
+  /* Which side of its line each card's label sits on ("bottom": above the line, "top": below), so that no two
+     labels overlap where one side is free: the user's card (strong) first, keeping its place above its line; the
+     others in ascending order. span: the y axis' range in its units; px: the plot's height in pixels. */
+  function labelSides(caps, at, span, px) {
+    const h = (span * 15) / Math.max(px, 100);  // a 10 px label with its padding, in axis units
+    const taken = [];
+    const free = ([a, b]) => taken.every(([c, d]) => b <= c + 1e-9 || a >= d - 1e-9);
+    const sides = new Map();
+    caps.filter((c) => c.strong).concat(caps.filter((c) => !c.strong)).forEach((c) => {
+      const above = [at(c), at(c) + h];
+      const below = [at(c) - h, at(c)];
+      const side = free(above) || !free(below) ? "bottom" : "top";
+      taken.push(side === "bottom" ? above : below);
+      sides.set(c, side);
+    });
+    return sides;
+  }
+
   /* Lines of peak (bytes) against x, with horizontal capacity lines.
      opts: {x: [...], series: [{name, y: [bytes|null], dash, notes: [text|null]}], caps: [{label, bytes, strong,
             blocked}], current: {x, y}, xTitle, yTitle, logX, tickText(x), sameAs(name) -> legend suffix}
@@ -157,7 +175,9 @@
       top = Math.max(hi, next ? next.g : 0) * 1.25;
       yaxis = Object.assign({ type: "log", range: [Math.log10(bottom), Math.log10(top)] }, logTicks(bottom, top));
     }
-    const shown = caps.filter((c) => c.g <= top);
+    const within = caps.filter((c) => c.g <= top);
+    // the user's card last: its line and label drawn on top of any they still meet (shapes and labels in one order)
+    const shown = within.filter((c) => !c.strong).concat(within.filter((c) => c.strong));
     const shapes = shown.map((c) => ({
       type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: c.g, y1: c.g,
       line: { color: c.blocked ? "#8a94a3" : c.strong ? "#c62828" : "#8a94a3", width: c.strong ? 2 : 1,
@@ -172,9 +192,12 @@
       frac = b > a ? (f(opts.current.x) - a) / (b - a) : 0.5;
     }
     const right = frac < 0.5;
+    const at = (c) => (logY ? Math.log10(c.g) : c.g);
+    const span = logY ? yaxis.range[1] - yaxis.range[0] : top;
+    const sides = labelSides(shown, at, span, (el.clientHeight || 320) - 48);
     const annotations = shown.map((c) => ({
-      xref: "paper", yref: "y", x: right ? 0.99 : 0.01, y: logY ? Math.log10(c.g) : c.g, text: c.label,
-      showarrow: false, xanchor: right ? "right" : "left", yanchor: "bottom",
+      xref: "paper", yref: "y", x: right ? 0.99 : 0.01, y: at(c), text: c.label,
+      showarrow: false, xanchor: right ? "right" : "left", yanchor: sides.get(c),
       font: { size: 10, color: c.strong && !c.blocked ? "#c62828" : (DARK ? "#aab3c2" : "#5b6573") }, bgcolor: LABEL_BG,
     }));
     if (opts.current) {
@@ -204,5 +227,5 @@
   }
 
   window.VF = { GiB, gib, fmtGiB, fmtNum, fmtCount, breakdown, lines, shortTokens, COLORS, legend, logTicks,
-    sameLines, config, INK, GRID, DARK, locale: () => LOCALE };
+    sameLines, labelSides, config, INK, GRID, DARK, locale: () => LOCALE };
 })();

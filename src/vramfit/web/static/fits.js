@@ -8,6 +8,7 @@
   const SETTINGS = ["gradient_checkpointing", "loss", "optimizer", "parallelism", "offload"];
   let order = null;  // the reader's choice of sort; null: the default for the inputs
   let last = null;  // the last report drawn, to redraw on a new sort
+  let expanded = false;  // "Show all" pressed for the report drawn (a new sort keeps it; a new report does not)
 
   function hours(h) {
     if (h == null) return "—";
@@ -17,7 +18,8 @@
   }
   function usd(lo, hi) {
     if (lo == null) return "—";
-    const one = (v) => "$" + VF.fmtNum(v, v < 100 ? 2 : 0);
+    const one = (v) => { const d = v < 100 ? 2 : 0;  // always cents under $100: "$0.50", PT "$1,20"
+      return "$" + v.toLocaleString(VF.locale(), { minimumFractionDigits: d, maximumFractionDigits: d }); };
     return hi != null && Math.abs(hi - lo) > 0.005 ? one(lo) + "–" + one(hi) : one(lo);
   }
   const bytes = (b) => (b ? VF.fmtGiB(b, b >= 10 * VF.GiB ? 0 : 1) + " GiB" : "—");
@@ -78,7 +80,12 @@
     (p.notes || []).forEach((n) => name.append(small(R.text(n), "plan-note")));
     if (window.VFExport) name.append(window.VFExport.button(p));
     cell(tr, "× " + p.num_gpus, "num");
-    cell(tr, VF.fmtGiB(p.required_bytes || p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
+    const need = cell(tr, VF.fmtGiB(p.required_bytes || p.device_bytes) + " / " + VF.fmtGiB(p.usable_bytes, 0), "num");
+    if (p.paging) {  // fits only with its optimizer state paged to host RAM (the CLI's "(paging)")
+      const s = small(T["fit.paging"], "paging");
+      s.title = T["fit.paging.tip"];
+      need.append(" ", s);
+    }
     cell(tr, p.tokens_per_s ? VF.fmtNum(p.tokens_per_s, 0) : "—", "num");
     const time = cell(tr, hours(p.hours), "num");
     if (p.hours_range) time.append(small(hours(p.hours_range[0]) + "–" + hours(p.hours_range[1]), "band"));  // p90 band
@@ -173,8 +180,9 @@
     return d;
   }
 
-  function render(host, countEl, res, est, T) {
+  function render(host, countEl, res, est, T, resorted) {
     const parts = [];
+    if (!resorted) expanded = false;
     if (!res || !res.ok) {
       const fit = est.fits.filter((f) => f.fits).length;
       countEl.textContent = fmt(T["fit.count"], { n: fit, m: est.fits.length });
@@ -200,21 +208,22 @@
     } else {
       const controls = document.createElement("div");
       controls.className = "controls";
-      controls.append(sortControl(current, T, () => render(last.host, last.countEl, last.res, last.est, last.T)));
+      controls.append(sortControl(current, T, () => render(last.host, last.countEl, last.res, last.est, last.T, true)));
       if (window.VFExport) controls.append(window.VFExport.engineControl());
       parts.push(controls);
       parts.push(table(rows, pin, report.scenario, T));
     }
     if (gpu && !pin) {
       const why = report.excluded.find((e) => e.gpu_id === gpu);
-      if (why) parts.push(note(fmt(T["fit.yours.no"], { card: gpu, why: R.text(why.reason) }), "note yours-no"));
+      const card = (est.fits.find((f) => f.gpu_id === gpu) || { name: gpu }).name;  // the card's name, not its id
+      if (why) parts.push(note(fmt(T["fit.yours.no"], { card, why: R.text(why.reason) }), "note yours-no"));
     }
-    if (rows.length > SHOWN) {
+    if (rows.length > SHOWN && !expanded) {
       const b = document.createElement("button");
       b.type = "button";
       b.className = "share";
       b.textContent = T["fit.more"] + ` (${n})`;
-      b.addEventListener("click", () => { host.classList.add("all"); b.remove(); });
+      b.addEventListener("click", () => { expanded = true; host.classList.add("all"); b.remove(); });
       parts.push(b);
     }
     parts.push(note(fmt(T["fit.order." + current], {}) + " " + (hasData ? fmt(T["fit.basis"], {
@@ -227,7 +236,7 @@
     box.className = "export";
     box.hidden = true;
     parts.push(box);
-    host.classList.remove("all");
+    host.classList.toggle("all", expanded);
     host.replaceChildren(...parts);
   }
 

@@ -11,6 +11,11 @@
      that holds whole groups of completions), as the CLI does without the flag (stage_keys.check_stage_keys). */
   const DERIVED = ["micro_batch_size", "grad_accum"];
   const $ = (id) => document.getElementById("f-" + id);
+  /* Fraction fields (inputmode=decimal) take "1,5" as "1.5" in both languages; anything else goes to the server as
+     typed, which names the field and what it takes (a type=number field would have dropped it silently). */
+  const DECIMAL = [...form.querySelectorAll("input[inputmode=decimal]")].map((x) => x.name);
+  const decimal = (v) => (/^[+-]?\d*,\d+$/.test(v) ? v.replace(",", ".") : v);
+  const value = (k) => (DECIMAL.includes(k) ? decimal($(k).value.trim()) : $(k).value.trim());
 
   function source() { return form.querySelector("input[name=source]:checked").value; }
   function setSource(v) {
@@ -47,9 +52,23 @@
 
   function syncVisibility() {
     document.getElementById("sec-lora").classList.toggle("muted", $("method").value === "full");
-    const n = (k) => Number($(k).value || cfg.defaults[k] || 1);
-    $("effective_batch").placeholder = cfg.strings["eff.auto"].replace("{v}",
-      n("micro_batch_size") * n("grad_accum") * n("num_gpus"));
+    $("effective_batch").placeholder = effectivePlaceholder();
+  }
+
+  /* The effective batch the library takes when the field is empty, with the batch keys the stage derives when they
+     are left empty (stage_keys.check_stage_keys: KTO's least micro-batch; GRPO's accumulation of whole groups). */
+  function effectivePlaceholder() {
+    const typed = (k) => ($(k) && /^\d+$/.test($(k).value.trim()) ? Number($(k).value) : null);
+    const stage = $("stage") ? $("stage").value : "";
+    const gpus = typed("num_gpus") || cfg.defaults.num_gpus || 1;
+    const kto = stage === "kto" && typed("micro_batch_size") == null;
+    const mb = typed("micro_batch_size") || (kto ? cfg.stage_batch.kto_micro_batch : cfg.defaults.micro_batch_size || 1);
+    const n = typed("num_generations") || cfg.stage_batch.grpo_generations;
+    const gcd = (a, b) => (b ? gcd(b, a % b) : a);
+    const grpo = stage === "grpo" && typed("grad_accum") == null;
+    const ga = typed("grad_accum") || (grpo ? n / gcd(n, mb * gpus) : cfg.defaults.grad_accum || 1);
+    const key = grpo ? "eff.grpo" : kto ? "eff.kto" : "eff.auto";
+    return cfg.strings[key].replace("{v}", mb * ga * gpus).replace("{ga}", ga).replace("{n}", n).replace("{mb}", mb);
   }
 
   /* An emptied number field computes with the default: say which (placeholder "2048 (default)"). */
@@ -84,10 +103,10 @@
       try { s.config_json = text ? JSON.parse(text) : ""; } catch (e) { s.config_json = text; }
     }
     SIMPLE.forEach((k) => {
-      const v = $(k).value.trim();
+      const v = value(k);
       if (v === "") return;
       if (INT_KEYS.includes(k) && /^\d+$/.test(v)) s[k] = Number(v);
-      else if (["lora_alpha", "lora_dropout"].includes(k) && !isNaN(Number(v))) s[k] = Number(v);
+      else if (DECIMAL.includes(k) && !isNaN(Number(v))) s[k] = Number(v);
       else if (k === "lora_targets" || k === "modules_to_save") s[k] = v.split(",").map((x) => x.trim()).filter(Boolean);
       else s[k] = v;
     });
@@ -98,7 +117,7 @@
   /* The planner's own inputs, as typed ("50M", "2e9"): the planner reads and checks them. */
   function planOptions() {
     const tokens = $("dataset_tokens").value.trim();
-    const epochs = $("epochs").value.trim();
+    const epochs = value("epochs");
     const eff = $("effective_batch").value.trim();
     return { dataset_tokens: tokens || null, epochs: epochs === "" ? null : (isNaN(Number(epochs)) ? epochs : Number(epochs)),
       effective_batch: eff === "" ? null : (/^\d+$/.test(eff) ? Number(eff) : eff),
@@ -120,7 +139,7 @@
     });
     if (s.model) q.set("model", s.model);
     if (s.gpu) q.set("gpu", s.gpu);
-    PLAN.forEach((k) => { const v = $(k).value.trim(); if (v) q.set(k, v); });
+    PLAN.forEach((k) => { const v = value(k); if (v) q.set(k, v); });
     if ($("eval_follows_micro").checked) q.set("eval_follows_micro", "true");
     if (lang === "pt") q.set("lang", "pt");
     return q;
@@ -213,7 +232,7 @@
     form.addEventListener("submit", (e) => e.preventDefault());
     form.addEventListener("change", (e) => {
       if (e.target.name === "source") setSource(e.target.value);
-      if (e.target.id === "f-model" || e.target.id === "f-config-file") return;
+      if (e.target.id === "f-config-file") return;  // read by its own listener; a typed model commits on change
       syncVisibility();
       onChange();
     });

@@ -7,6 +7,8 @@
   if (!box) return;
   const el = (id) => document.getElementById(id);
   // typing in the paste box is not a change of the scenario: keep it from the form's listeners
+  /* What a training config does not say but the page holds: the target card, the GPU count, the planner's inputs. */
+  const KEEP = ["gpu", "num_gpus", "dataset_tokens", "epochs", "effective_batch"];
   ["input", "change"].forEach((ev) => box.addEventListener(ev, (e) => e.stopPropagation()));
 
   /* The scenario as the URL query the form reads (lists comma-joined, booleans as true/false). */
@@ -48,6 +50,10 @@
       const data = await r.json();
       if (!r.ok) { msg.classList.add("err"); msg.textContent = window.VFTr.text(data.error); return; }
       const q = toQuery(data.scenario);
+      KEEP.forEach((k) => {  // the page's, where the config does not say
+        const v = window.VFForm.$(k).value.trim();
+        if (!q.has(k) && v) q.set(k, v);
+      });
       if (data.eval_follows_micro) q.set("eval_follows_micro", "true");  // the planner evaluates at each micro-batch
       history.replaceState(null, "", location.pathname + "?" + q.toString());
       window.VFForm.fromURL();
