@@ -114,8 +114,14 @@ def _set_nll_weights(kw: dict, raw: dict) -> None:
         kw.setdefault("cpo_alpha", CPO_ALPHA)
 
 
-#: KTO's least per-device batch (TRL 1.16.0 kto_trainer.py l. 844-847), also its default here (vramfit's is 1).
-KTO_MIN_MICRO_BATCH = 2
+def kto_min_batch(framework: Any, version: str | None) -> int:
+    """The least per-device KTO batch of the trainer the framework at ``version`` runs, also KTO's default batch here
+    (vramfit's is 1): its profile's ``kto_min_micro_batch``, TRL's KTOTrainer 2 (TRL 1.16.0 kto_trainer.py
+    l. 844-847), LLaMA-Factory's own CustomKTOTrainer 1."""
+    from vramfit.choices import Framework
+    from vramfit.estimate.framework import profile_for
+
+    return profile_for(framework or Framework.HF, version).kto_min_micro_batch
 
 
 def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
@@ -146,12 +152,14 @@ def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
                                                   "and the completion")
     if stage is Stage.KTO:
         # the KL term pairs each example with another of its batch: TRL 1.16.0 kto_trainer.py l. 844-847 refuses a
-        # per-device batch of 1 ("Actual (not effective) batch size must be > 1") for every loss that computes it
+        # per-device batch of 1 ("Actual (not effective) batch size must be > 1") for every loss that computes it;
+        # a trainer that builds its KL inputs in preprocessing runs 1 (its profile says: kto_min_batch)
+        least = kto_min_batch(kw.get("framework"), kw.get("framework_version"))
         if "micro_batch_size" not in raw:
-            kw["micro_batch_size"] = KTO_MIN_MICRO_BATCH
-        if kw.get("micro_batch_size", KTO_MIN_MICRO_BATCH) < KTO_MIN_MICRO_BATCH:
+            kw["micro_batch_size"] = least
+        if kw.get("micro_batch_size", least) < least:
             raise ScenarioError("micro_batch_size", "KTO's KL term needs at least 2 examples per GPU batch (TRL "
-                                "refuses 1)", [f"{KTO_MIN_MICRO_BATCH} or more"])
+                                "refuses 1)", [f"{least} or more"])
     if stage is Stage.GRPO:
         n = kw.setdefault("num_generations", GRPO_NUM_GENERATIONS)
         gpus = kw.get("num_gpus", 1)
@@ -196,8 +204,8 @@ def seq_len_step(sc: Any) -> int:
 
 def min_micro_batch(sc: Any) -> int:
     """The smallest micro-batch the scenario's stage accepts with its other batch keys fixed (:func:`check_stage_keys`):
-    KTO's 2, GRPO's :func:`micro_batch_step`; else 1."""
-    return KTO_MIN_MICRO_BATCH if sc.stage is Stage.KTO else micro_batch_step(sc)
+    KTO's least (:func:`kto_min_batch`: TRL's 2), GRPO's :func:`micro_batch_step`; else 1."""
+    return kto_min_batch(sc.framework, sc.framework_version) if sc.stage is Stage.KTO else micro_batch_step(sc)
 
 
 def min_seq_len(sc: Any) -> int:

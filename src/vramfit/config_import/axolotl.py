@@ -44,6 +44,7 @@ WRITE_KEYS = {"micro_batch_size": "micro_batch_size", "grad_accum": "gradient_ac
 
 LIGER_NOT_MODELLED = "Liger RoPE/RMSNorm/SwiGLU/LayerNorm kernels: vramfit models the fused loss only"
 UNSLOTH = "Unsloth kernels: vramfit estimates the plain transformers + PEFT step"
+GC_NOTE = "gc.collect() and torch.cuda.empty_cache() every N steps: cached segments freed, the allocated peak the same"
 IGNORED = [
     ("datasets", "data"), ("test_datasets", "data"), ("dataset_prepared_path", "path"),
     ("dataset_processes", "data preprocessing"), ("shuffle_merged_datasets", "data"), ("chat_template", "data"),
@@ -83,6 +84,11 @@ IGNORED = [
     ("lora_on_cpu", "loading"), ("quantize_moe_experts", "no quantized base: no effect"), ("use_ray", "launcher"), ("ray_*", "launcher"),
     ("center_rewards_coefficient", "loss weight of the rl stage"), ("simpo_gamma", "loss weight of the rl stage"),
     ("bnb_config_kwargs.*", "bitsandbytes compute/storage detail"), ("tf32", "no memory effect"),
+    # gc_steps (deprecated) sets gc_collect_steps and torch_empty_cache_steps (schemas/config.py l. 2164-2187
+    # migrate_gc_steps): GCCallback runs gc.collect() and torch.cuda.empty_cache() at step boundaries
+    # (utils/callbacks/__init__.py l. 880-920), the Trainer empty_cache() between the loss and backward (transformers
+    # 5.24.0 trainer.py l. 2093-2098): cached segments go back to the driver, nothing allocated is freed
+    *[(k, GC_NOTE) for k in ("gc_steps", "gc_collect_steps", "torch_empty_cache_steps")],
 ]
 
 #: Keys that change memory in ways vramfit does not model yet: reported, never dropped.

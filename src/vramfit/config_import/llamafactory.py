@@ -8,6 +8,7 @@ from typing import Any
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import import trainer_layout
+from vramfit.config_import.llamafactory_rlhf import read_rlhf
 from vramfit.config_import.report import Imported, KeyReader
 from vramfit.config_import.stages import llamafactory_stage
 from vramfit.safe_input import shown
@@ -123,6 +124,19 @@ def _adapter(r: KeyReader) -> None:
     r.ignore("use_dora", "off"), r.ignore("use_rslora", "off")
 
 
+def _lora_keys_under_full(r: KeyReader) -> None:
+    """LoraArguments left in a full fine-tune's file: LLaMA-Factory parses them and builds no adapter (FT_SRC
+    FinetuningArguments; model/adapter.py init_adapter l. 352-357 sets LoRA up under finetuning_type lora only), and refuses only
+    these four switches on under another finetuning_type (FinetuningArguments.__post_init__ l. 624-635)."""
+    for key in ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio"):
+        if r.flat.get(key) not in (None, False):
+            raise r.error(f"{key}: LLaMA-Factory accepts it with finetuning_type lora only (valid values with full: "
+                          "false or unset)")
+        r.ignore(key, "off")
+    for pattern in ("lora_*", "additional_target", "create_new_adapter", "loraplus_lr_embedding", "pissa_*"):
+        r.ignore(pattern, "a LoRA setting: LLaMA-Factory ignores it under finetuning_type full")
+
+
 def _precision(r: KeyReader, method: str) -> str:
     bf16, fp16 = hf.boolean(r, "bf16", False, ARGS_SRC), hf.boolean(r, "fp16", False, ARGS_SRC)
     pure = hf.boolean(r, "pure_bf16", False, FT_SRC)
@@ -137,6 +151,13 @@ def _precision(r: KeyReader, method: str) -> str:
 
 def _step(r: KeyReader) -> None:
     r.set("cutoff_len", "seq_len", r.get("cutoff_len", 2048, DATA_SRC))
+    if r.out.get("stage") == "ppo":
+        # PPO's prompt is cut to cutoff_len (data/processor/unsupervised.py l. 54-56 infer_seqlen) and its rollout adds
+        # up to max_new_tokens (llamafactory_rlhf.py): the sequence the step scores and trains holds both
+        seq = hf.whole(r, "cutoff_len", r.out["seq_len"]) + r.out["completion_len"]
+        r.set("cutoff_len", "seq_len", seq)
+        r.entries["cutoff_len"].becomes = [f"seq_len={seq}"]
+        r.entries["cutoff_len"].note = "ppo: the prompt's length; the rollout adds max_new_tokens"
     for k in ("packing", "neat_packing"):
         if r.flat.get(k) not in (None, False) and hf.boolean(r, k):
             r.set(k, "seq_len", r.out["seq_len"])
@@ -211,6 +232,9 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     method = _method(r)
     if method != "full":
         _adapter(r)
+    else:
+        _lora_keys_under_full(r)
+    read_rlhf(r, str(r.out.get("stage", "sft")), method)
     r.ignore("resize_vocab", "off" if not r.flat.get("resize_vocab") else "full fine-tuning trains the resized embedding "
              "and head as they are (the added rows are not counted)")
     r.set("bf16", "precision", _precision(r, method))
@@ -235,4 +259,5 @@ def read(path: Path, data: dict[str, Any]) -> Imported:
     _reentrant(r)
     r.out["framework"] = "hf"
     hf.check_trainer_match(r, extra)
-    return r.finish(IGNORED, WRITE_KEYS, companions, extra)
+    ppo = r.out.get("stage") == "ppo"  # seq_len is cutoff_len + max_new_tokens there (_step): not one file key
+    return r.finish(IGNORED, {k: v for k, v in WRITE_KEYS.items() if not (ppo and k == "seq_len")}, companions, extra)

@@ -64,6 +64,29 @@ def axolotl_stage(r: KeyReader) -> None:
         r.set("cpo_alpha", "cpo_alpha", r.get("cpo_alpha"))
     if stage == "grpo":
         _axolotl_grpo(r)
+    _axolotl_dpo_keys(r, stage)
+
+
+def _axolotl_dpo_keys(r: KeyReader, stage: str) -> None:
+    """``rpo_alpha`` and ``precompute_ref_log_probs``, top-level keys Axolotl passes to TRL's DPO trainer only.
+
+    ``rpo_alpha``: axolotl@ba3dba3e4 (axolotl-0.12, the release the import names; trl==0.20.0) core/builders/rl.py
+    l. 106-107 passes it to the training arguments; axolotl@067b021 (trl 1.8.0) refuses it (schemas/deprecated.py
+    l. 117-125: TRL 0.29 dropped it). ``precompute_ref_log_probs``: a top-level key (067b021 schemas/config.py l. 315)
+    that core/trainers/dpo/__init__.py l. 43-46 passes to DPOConfig for rl dpo and ipo (core/builders/rl.py l. 197-199);
+    TRLConfig (schemas/trl.py, a plain pydantic BaseModel) has no such field, so ``trl.precompute_ref_log_probs`` is
+    dropped."""
+    rpo = r.get("rpo_alpha")
+    if rpo is not None and stage == "dpo":
+        r.set("rpo_alpha", "rpo_alpha", rpo)
+        r.entries["rpo_alpha"].note = "Axolotl 0.12 passes it to TRL's DPOConfig; releases on TRL 0.29 or later refuse it"
+    r.ignore("rpo_alpha", "loss weight of the rl stage")
+    if r.flat.get("precompute_ref_log_probs") is True and stage == "dpo":
+        r.get("precompute_ref_log_probs")
+        r.set("precompute_ref_log_probs", "reference", "precomputed")
+    r.ignore("precompute_ref_log_probs", "off" if stage == "dpo" else "Axolotl passes it to the DPO trainer only")
+    r.ignore("trl.precompute_ref_log_probs", "not a key of Axolotl's trl section: pydantic drops it; the top-level "
+             "precompute_ref_log_probs is the one Axolotl passes")
 
 
 def _axolotl_grpo(r: KeyReader) -> None:
@@ -144,6 +167,8 @@ def trl_stage(r: KeyReader) -> None:
     r.set("stage", "stage", stage)
     if stage in ("dpo", "kto") and r.get("precompute_ref_log_probs", False, TRL_SRC) is True:
         r.set("precompute_ref_log_probs", "reference", "precomputed")
+    if stage == "dpo":
+        _trl_dpo_reference(r)
     loss = r.get("loss_type")
     if stage == "dpo" and loss not in (None, "sigmoid", ["sigmoid"]):
         r.mark("loss_type", "DPO losses other than sigmoid are counted as sigmoid's (the same log-probs)")
@@ -157,6 +182,33 @@ def trl_stage(r: KeyReader) -> None:
     r.ignore("loss_type", "the loss formula: the same log-probs")
     for key, why in TRL_STAGE_IGNORED:
         r.ignore(key, why)
+
+
+#: DPOConfig's TR-DPO settings (trl 1.16.0 trainer/dpo_config.py ref_model_mixup_alpha, ref_model_sync_steps)
+TRL_SYNC_NOTE = "TR-DPO's sync weight and interval: no memory effect"
+
+
+def _trl_dpo_reference(r: KeyReader) -> None:
+    """DPOConfig's reference keys. ``force_use_ref_model`` (trl v0.20.0-v0.28.0 trainer/dpo_config.py; gone in 0.29):
+    a ``ref_model`` passed beside a PEFT config is used, not refused (v0.28.0 dpo_trainer.py l. 349-352, 599-604), so the
+    reference is a frozen model of its own -> ``reference: copy`` (precomputed log-probs stay). ``rpo_alpha`` (DPOConfig
+    to v0.28.0) -> ``rpo_alpha``. ``ref_adapter_name`` (to v0.28.0): the reference pass switches to a second adapter
+    (dpo_trainer.py l. 957-968 ``set_adapter``). ``use_logits_to_keep`` (to v0.28.0): the prompt's logits are not
+    computed. ``sync_ref_model`` (1.16.0 too): TR-DPO mixes the policy into the reference copy every
+    ``ref_model_sync_steps`` (TRL 1.16.0 dpo_trainer.py l. 992-1007 refuses it with PEFT or precomputed log-probs)."""
+    if r.get("force_use_ref_model") is True and r.out.get("reference") is None:
+        r.set("force_use_ref_model", "reference", "copy")
+    r.ignore("force_use_ref_model", "off")
+    if r.get("rpo_alpha") is not None:
+        r.set("rpo_alpha", "rpo_alpha", r.get("rpo_alpha"))
+    r.not_modelled("ref_adapter_name", "a second LoRA adapter as the reference: its weights not counted")
+    r.ignore("model_adapter_name", "adapter layout")
+    r.not_modelled("use_logits_to_keep", "the prompt's logits skipped (TRL before 0.29): the estimate counts every "
+                                         "token's where the trainer builds the logits")
+    r.not_modelled("sync_ref_model", "TR-DPO's reference sync: the reference counted as a frozen copy, the sync's "
+                                     "own temporaries not")
+    for key in ("ref_model_mixup_alpha", "ref_model_sync_steps"):
+        r.ignore(key, TRL_SYNC_NOTE)
 
 
 def llamafactory_stage(r: KeyReader, stage: str, source: str) -> None:

@@ -280,7 +280,11 @@ PROFILES: dict[Framework, FrameworkProfile] = {
                              "terms from those log-probs; the full fine-tune's reference in the compute dtype",
                              (("trl_logits_logprobs", LogProbs.FULL_LOG_SOFTMAX), ("stage_logits_fp32", True),
                               ("chosen_nll_in_logps", True), ("reference_compute_dtype", True),
-                              ("keeps_policy_logits", True))),
+                              ("keeps_policy_logits", True),
+                              # kto/trainer.py:89 CustomKTOTrainer calls Trainer.__init__, not KTOTrainer's (whose
+                              # batch-size check it skips); data/processor/feedback.py:81, 87 build kl_input_ids from
+                              # another example's response at preprocessing, so one example per GPU batch runs
+                              ("kto_min_micro_batch", 1))),
             FrameworkVersion("llama-recipes-2023", "meta-llama/llama-recipes@e5970e2e (2023-07-25) llama_finetuning.py "
                              "l. 93-97: LlamaForCausalLM.from_pretrained without use_cache (config.use_cache stays True), "
                              "policies/activation_checkpointing_functions.py: torch's checkpoint_wrapper (NO_REENTRANT) on "

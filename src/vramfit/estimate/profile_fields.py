@@ -394,6 +394,11 @@ class FrameworkProfile:
     # (supports_distributed=False) trains the whole policy, no adapters. No full-weight DPO recipe before
     # full_dpo_distributed.py (fb5255725, 2025-02-07, first in v0.6.0)
     stage_recipes: tuple[StageRecipe, ...] = ()
+    # the least per-device batch a KTO run accepts: TRL's KTOTrainer.__init__ refuses 1 while its loss computes the KL
+    # term ("Actual (not effective) batch size must be > 1", trl v0.24.0 trainer/kto_trainer.py l. 680-683, 1.16.0
+    # l. 844-847), pairing each example with another of its batch; a trainer that builds the KL inputs in preprocessing
+    # and skips that __init__ runs 1 (LLaMA-Factory, framework_version llamafactory-0.9)
+    kto_min_micro_batch: int = 2
     # checkpointing that keeps block inputs in host RAM can be asked of the recipe: torchtitan v0.3.0 (PyPI wheel)
     # distributed/activation_checkpoint.py ActivationCheckpointingConfig offers selective, full, memory-budget and none,
     # v0.2.2 config/job_config.py ActivationCheckpoint.mode none/selective/full: no activation offload
