@@ -13,7 +13,7 @@ from starlette.responses import Response
 from vramfit.config_import.detect import DIALECTS
 from vramfit.gpus import list_gpus
 from vramfit.scenario import FIELD, FIELDS, SCENARIO_KEYS, Kind, Scenario
-from vramfit.stage_keys import GRPO_NUM_GENERATIONS, KTO_MIN_MICRO_BATCH
+from vramfit.stage_keys import GRPO_NUM_GENERATIONS, kto_min_batch
 from vramfit.units import GiB
 from vramfit.web import guide as guide_data
 from vramfit.web.dataset_upload import MAX_UPLOAD_BYTES
@@ -71,7 +71,7 @@ def calculator(request: Request, lang: str) -> Response:
                 "defaults": Scenario(params=1).to_dict(), "initial": INITIAL,
                 "field_keys": FIELD_KEYS, "bool_keys": BOOL_KEYS, "int_keys": list(INT_KEYS),
                 # the batch keys a stage derives when left empty (stage_keys.check_stage_keys), for the placeholders
-                "stage_batch": {"kto_micro_batch": KTO_MIN_MICRO_BATCH, "grpo_generations": GRPO_NUM_GENERATIONS},
+                "stage_batch": {"kto_micro_batch": kto_min_batch(None, None), "grpo_generations": GRPO_NUM_GENERATIONS},
                 "dataset_max_bytes": MAX_UPLOAD_BYTES,
                 "capacity_cards": ["rtx4090", "l40s", "a100-80gb-sxm", "h200-sxm"],
                 "tr": rules_for_js() if lang == "pt" else []},
