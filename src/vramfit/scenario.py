@@ -714,6 +714,14 @@ def _set_framework_keys(raw: dict[str, Any], kw: dict[str, Any]) -> None:
         kw["framework_version"] = check_version(kw.get("framework", Framework.HF), raw["framework_version"])
 
 
+def framework_profile(framework: Framework | None, version: str | None) -> Any:
+    """The profile of ``framework`` (None: hf) at its release ``version``, read lazily as the framework defaults above
+    are: the core's way to a framework's typed data (stage_keys: the least KTO batch of the trainer it runs)."""
+    from vramfit.estimate.framework import profile_for
+
+    return profile_for(framework or Framework.HF, version)
+
+
 def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
     """Default parallelism by GPU count; offload, nodes and shard scope only with an engine that supports them."""
     num_gpus = kw.get("num_gpus", 1)

@@ -118,10 +118,9 @@ def kto_min_batch(framework: Any, version: str | None) -> int:
     """The least per-device KTO batch of the trainer the framework at ``version`` runs, also KTO's default batch here
     (vramfit's is 1): its profile's ``kto_min_micro_batch``, TRL's KTOTrainer 2 (TRL 1.16.0 kto_trainer.py
     l. 844-847), LLaMA-Factory's own CustomKTOTrainer 1."""
-    from vramfit.choices import Framework
-    from vramfit.estimate.framework import profile_for
+    from vramfit.scenario import framework_profile
 
-    return profile_for(framework or Framework.HF, version).kto_min_micro_batch
+    return framework_profile(framework, version).kto_min_micro_batch
 
 
 def check_stage_keys(kw: dict[str, Any], raw: dict[str, Any]) -> None:
