@@ -207,9 +207,11 @@ class Scenario:
         # values derived from another key follow it when that key changes and they are not given
         # (grad_accum: GRPO's default is the least accumulation that holds whole groups of completions per step,
         # stage_keys.check_stage_keys, so it follows the stage, the GPU count, the micro-batch and the group size;
-        # elsewhere its default is 1; micro_batch_size: KTO's default is 2, the least TRL runs)
+        # elsewhere its default is 1; micro_batch_size: KTO's default is the least its trainer runs, TRL's 2 and
+        # LLaMA-Factory's 1, so it follows the framework and its release too: stage_keys.kto_min_batch)
         derived = {"method": ("quantize", "precision"), "lora_rank": ("lora_alpha",),
-                   "framework": ("precision", "parallelism"), "stage": ("grad_accum", "micro_batch_size"),
+                   "framework": ("precision", "parallelism", "micro_batch_size"), "framework_version": ("micro_batch_size",),
+                   "stage": ("grad_accum", "micro_batch_size"),
                    "num_gpus": ("parallelism", "num_nodes", "shard_scope", "grad_accum"),
                    "micro_batch_size": ("grad_accum",), "num_generations": ("grad_accum",),
                    "optimizer_in_backward": ("grad_accum",)}

@@ -75,3 +75,10 @@ def test_fit_says_why_cells_are_blank_and_where_to_go_when_nothing_fits():
                                     "--gpu", "h100-sxm", "--num-gpus", "8"], env={"COLUMNS": "160"})
     assert full.exit_code == 0 and "none (micro-batch 1 does not fit)" in full.output
     assert "`vramfit plan` with the same options ranks the changes" in " ".join(full.output.split())
+
+    refused = CliRunner().invoke(app, ["fit", "--model", "meta-llama/Llama-3.1-8B", "--stage", "grpo", "--generation",
+                                       "vllm-colocate", "--vllm-gpu-memory-utilization", "0.05", "--gpu", "h100-sxm"],
+                                 env={"COLUMNS": "200"})
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 0 and "→ cannot run: vLLM's 0.05 share" in text
+    assert "No micro-batch or sequence runs on this card" in text and "`vramfit plan`" not in text

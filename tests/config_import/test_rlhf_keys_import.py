@@ -127,8 +127,10 @@ def test_axolotl_trl_section_precompute_is_dropped_as_axolotl_drops_it():
     assert "reference" not in imp.overrides and imp.scenario.reference.value == "auto"
     assert _entries(imp)["trl.precompute_ref_log_probs"].note.startswith("not a key of Axolotl's trl section")
     kto = from_text(AX_DPO.replace("rl: dpo", "rl: kto"), dialect="axolotl")
-    assert ("rpo_alpha" not in kto.overrides and "reference" not in kto.overrides
-            and _entries(kto)["precompute_ref_log_probs"].note == "Axolotl passes it to the DPO trainer only")
+    assert "rpo_alpha" not in kto.overrides and kto.scenario.reference.value == "precomputed"  # axolotl-0.12: every RL
+    orpo = from_text(AX_DPO.replace("rl: dpo", "rl: orpo"), dialect="axolotl")
+    assert ("reference" not in orpo.overrides
+            and _entries(orpo)["precompute_ref_log_probs"].note == "no reference model in this stage")
 
 
 TRL_DPO = """model_name_or_path: meta-llama/Llama-3.1-8B
@@ -149,10 +151,24 @@ use_logits_to_keep: true
 def test_trl_dpo_reference_keys():
     imp = from_text(TRL_DPO, dialect="trl")
     e = _entries(imp)
-    assert (imp.scenario.reference.value, imp.scenario.rpo_alpha) == ("copy", 0.1)
+    # force_use_ref_model alone loads no copy (TRL's scripts pass ref_model=None under PEFT): said, not counted
+    assert (imp.scenario.reference.value, imp.scenario.rpo_alpha) == ("auto", 0.1)
+    assert e["force_use_ref_model"].kind == "not modelled yet"
     assert {k: e[k].kind for k in ("sync_ref_model", "ref_model_sync_steps", "ref_adapter_name",
                                    "use_logits_to_keep")} == {
         "sync_ref_model": "not modelled yet", "ref_model_sync_steps": "ignored", "ref_adapter_name": "not modelled yet",
         "use_logits_to_keep": "not modelled yet"}
     precomputed = from_text(TRL_DPO + "precompute_ref_log_probs: true\n", dialect="trl")
     assert precomputed.scenario.reference.value == "precomputed"  # no model held: force_use_ref_model changes nothing
+
+
+def test_llamafactory_ppo_max_length_caps_prompt_and_completion_when_max_new_tokens_is_off():
+    """GeneratingArguments.to_dict keeps max_length when max_new_tokens <= 0: the cap on prompt and completion
+    together (review 2026-12-07: the pair was refused as 'not a positive integer')."""
+    base = ("model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: ppo\nfinetuning_type: lora\nreward_model: saves/rm\n"
+            "cutoff_len: 1024\nmax_new_tokens: -1\n")
+    imp = from_text(base + "max_length: 1536\n", dialect="llamafactory")
+    assert (imp.overrides["completion_len"], imp.overrides["seq_len"]) == (512, 1536)
+    assert _entries(imp)["max_new_tokens"].kind == "ignored"
+    with pytest.raises(VramfitError, match=r"^max_length: must exceed cutoff_len \(1024\) when max_new_tokens is 0"):
+        from_text(base + "max_length: 1024\n", dialect="llamafactory")

@@ -156,7 +156,9 @@ def render_fit(r, sc, cal, console: Console) -> None:
     errors = sorted({c.error for row in r.grid for c in row if c.required_bytes is None and c.error})
     for e in errors[:3]:  # why a cell is blank: e.g. GRPO's seq_len must hold its completion_len
         console.print(f"[dim]blank: {escape(e)}[/dim]")
-    if r.max_micro_batch is None:
+    if r.verdict.startswith("cannot run"):  # refused whatever its memory (plan/verdict.py card_refusal): say why
+        console.print("[dim]No micro-batch or sequence runs on this card: the verdict above says why, and what runs.[/dim]")
+    elif r.max_micro_batch is None:
         console.print("[dim]Nothing fits as given: `vramfit plan` with the same options ranks the changes that make it "
                       "fit (sharding, checkpointing, offload, more cards).[/dim]")
 

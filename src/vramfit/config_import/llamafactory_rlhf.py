@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vramfit.config_import import hf_common as hf
 from vramfit.config_import.report import KeyReader
+from vramfit.errors import ScenarioError
 from vramfit.safe_input import shown
 
 _R = "hiyouga/LLaMA-Factory@ff6d4d1"
@@ -86,9 +87,21 @@ def _generation(r: KeyReader, stage: str) -> None:
         for key in (*SAMPLING, "max_new_tokens", "max_length", "num_beams", "skip_special_tokens"):
             r.ignore(key, "inference")
         return
-    r.set("max_new_tokens", "completion_len", hf.whole(r, "max_new_tokens", r.get("max_new_tokens", 1024, GEN_SRC)))
-    # generating_args.py to_dict drops max_length while max_new_tokens > 0
-    r.ignore("max_length", "generation length cap: max_new_tokens wins")
+    new = r.flat.get("max_new_tokens", 1024)
+    if isinstance(new, int) and not isinstance(new, bool) and new <= 0 and r.flat.get("max_length") is not None:
+        # generating_args.py to_dict: with max_new_tokens <= 0 it drops that key and keeps max_length, the cap on prompt
+        # and completion together; the completion is what it leaves beside a cutoff_len prompt (review 2026-12-07: the
+        # pair had been refused as "not a positive integer")
+        r.ignore("max_new_tokens", "0 or less: max_length caps the prompt and the completion")
+        total, cutoff = hf.whole(r, "max_length", r.get("max_length", None, GEN_SRC)), r.flat.get("cutoff_len", 2048)
+        if not isinstance(cutoff, int) or total <= cutoff:
+            raise ScenarioError("max_length", f"must exceed cutoff_len ({shown(cutoff)}) when max_new_tokens is 0 or less: "
+                                              "it caps the prompt and the completion together")
+        r.set("max_length", "completion_len", total - cutoff)
+    else:
+        r.set("max_new_tokens", "completion_len", hf.whole(r, "max_new_tokens", r.get("max_new_tokens", 1024, GEN_SRC)))
+        # generating_args.py to_dict drops max_length while max_new_tokens > 0
+        r.ignore("max_length", "generation length cap: max_new_tokens wins")
     if r.flat.get("num_beams") not in (None, 1):
         r.not_modelled("num_beams", "beam search in the rollouts: the estimate counts one sequence per completion")
     for key in (*SAMPLING, "num_beams"):

@@ -68,7 +68,7 @@ def axolotl_stage(r: KeyReader) -> None:
 
 
 def _axolotl_dpo_keys(r: KeyReader, stage: str) -> None:
-    """``rpo_alpha`` and ``precompute_ref_log_probs``, top-level keys Axolotl passes to TRL's DPO trainer only.
+    """``rpo_alpha`` and ``precompute_ref_log_probs``, top-level keys Axolotl passes to TRL's trainers.
 
     ``rpo_alpha``: axolotl@ba3dba3e4 (axolotl-0.12, the release the import names; trl==0.20.0) core/builders/rl.py
     l. 106-107 passes it to the training arguments; axolotl@067b021 (trl 1.8.0) refuses it (schemas/deprecated.py
@@ -81,10 +81,12 @@ def _axolotl_dpo_keys(r: KeyReader, stage: str) -> None:
         r.set("rpo_alpha", "rpo_alpha", rpo)
         r.entries["rpo_alpha"].note = "Axolotl 0.12 passes it to TRL's DPOConfig; releases on TRL 0.29 or later refuse it"
     r.ignore("rpo_alpha", "loss weight of the rl stage")
-    if r.flat.get("precompute_ref_log_probs") is True and stage == "dpo":
+    # axolotl-0.12 (ba3dba3e4 core/builders/rl.py l. 180-183) hands it to every RL trainer's config; of the stages only
+    # dpo and kto keep a reference model to precompute (review 2026-12-07: "DPO only" held at 067b021 alone)
+    if r.flat.get("precompute_ref_log_probs") is True and stage in ("dpo", "kto"):
         r.get("precompute_ref_log_probs")
         r.set("precompute_ref_log_probs", "reference", "precomputed")
-    r.ignore("precompute_ref_log_probs", "off" if stage == "dpo" else "Axolotl passes it to the DPO trainer only")
+    r.ignore("precompute_ref_log_probs", "off" if stage in ("dpo", "kto") else "no reference model in this stage")
     r.ignore("trl.precompute_ref_log_probs", "not a key of Axolotl's trl section: pydantic drops it; the top-level "
              "precompute_ref_log_probs is the one Axolotl passes")
 
@@ -196,8 +198,12 @@ def _trl_dpo_reference(r: KeyReader) -> None:
     (dpo_trainer.py l. 957-968 ``set_adapter``). ``use_logits_to_keep`` (to v0.28.0): the prompt's logits are not
     computed. ``sync_ref_model`` (1.16.0 too): TR-DPO mixes the policy into the reference copy every
     ``ref_model_sync_steps`` (TRL 1.16.0 dpo_trainer.py l. 992-1007 refuses it with PEFT or precomputed log-probs)."""
-    if r.get("force_use_ref_model") is True and r.out.get("reference") is None:
-        r.set("force_use_ref_model", "reference", "copy")
+    if r.flat.get("force_use_ref_model") is True:
+        # the flag only lets a script's own ref_model stand beside a PEFT config; TRL's scripts/dpo.py (v0.28.0
+        # l. 109-114) passes ref_model=None under PEFT, and the trainer then runs the policy with its adapters off
+        # (dpo_trainer.py l. 395-399): no copy unless the script loads one (review 2026-12-07)
+        r.not_modelled("force_use_ref_model", "a reference model your script passes beside PEFT: set reference copy "
+                                              "if it loads one")
     r.ignore("force_use_ref_model", "off")
     if r.get("rpo_alpha") is not None:
         r.set("rpo_alpha", "rpo_alpha", r.get("rpo_alpha"))

@@ -131,7 +131,7 @@ class Step:
     dora_forward: int = 0  # the largest DoRA layer's forward working set (estimate/dora.py forward_transients)
     dora_recompute: int = 0  # its weight-norm part, which a checkpointed block's recompute adds
     head_trains: bool = False  # the output layer's weight has a gradient (full, or a modules_to_save copy)
-    # the scenario's own loss where the stage's trainer runs another (``sc`` holds the one it runs: stages.stage_loss_scenario)
+    # the loss the scenario asked for (``sc`` holds the one the stage's trainer runs: stages.stage_loss_scenario)
     asked_loss: Loss | None = None
 
     # names read by estimate/__init__ (assumptions, reserved bytes)

@@ -86,14 +86,14 @@ def figures_fit(f, limit: int) -> bool:
     return paging_bytes(f.required_bytes, f.paged_bytes, limit) is not None
 
 
-def card_refusal(gpu: GPU, sc: Any, num_params: int | None = None) -> tuple[str, str] | None:
+def card_refusal(gpu: GPU, sc: Any) -> tuple[str, str] | None:
     """(why, the setting that runs) where a run cannot start on ``gpu`` whatever its memory, or None: a bf16 run on a
     card without BF16 (the catalog's ``supports_bf16``; the HF Trainer refuses ``bf16=True`` there, transformers
     training_args.py: "Your setup doesn't support bf16/gpu"), FlashAttention-2 on a card it does not run on (the
     catalog's ``supports_flash_attn2``, where the framework's flash attention is FA2: profile ``flash_attention_is_fa2``).
     The planner leaves such a card out for the same reason (plan/rental.py ``cannot_run``), so estimate, fit, sweep and
     plan say the same of it. A colocated vLLM whose share of the card cannot hold its own 16-bit model copy does not
-    start either (estimate/stages/rl.py vllm_too_small; ``num_params``: the model's, resolved from ``sc`` if not given)."""
+    start either (estimate/stages/rl.py vllm_too_small: its model copy and one sequence's KV cache)."""
     from vramfit.estimate.framework import scenario_profile
     from vramfit.scenario import Attention, Generation, Precision
 
@@ -103,23 +103,29 @@ def card_refusal(gpu: GPU, sc: Any, num_params: int | None = None) -> tuple[str,
             and scenario_profile(sc).flash_attention_is_fa2):
         return f"no FlashAttention-2 on {gpu.name}", "--attention sdpa"
     if getattr(sc, "generation", None) is Generation.VLLM_COLOCATE and sc.vllm_gpu_memory_utilization:
-        from vramfit.estimate.stages.rl import vllm_too_small
-
-        if num_params is None:
-            from vramfit.errors import ScenarioError
-            from vramfit.estimate import resolve_spec
-
-            try:
-                num_params = resolve_spec(sc)[1].num_params
-            except ScenarioError:  # a model given as a pasted config.json: its estimate's verdict says it
-                return None
-        short = vllm_too_small(sc.vllm_gpu_memory_utilization, gpu.usable_bytes, num_params)
-        if short is not None:
-            budget, weights, least = short
-            return (f"vLLM's {sc.vllm_gpu_memory_utilization:g} share ({gib(budget)} GiB) cannot hold its 16-bit copy of "
-                    f"the model ({gib(weights)} GiB)",
-                    f"--vllm-gpu-memory-utilization {least:.2f}" if least <= 1 else "a card with more memory")
+        return _vllm_refusal(gpu, sc)
     return None
+
+
+def _vllm_refusal(gpu: GPU, sc: Any) -> tuple[str, str] | None:
+    """:func:`card_refusal`'s reason where a colocated vLLM's share cannot start (estimate/stages/rl.py
+    vllm_too_small); None for a model given as a pasted config.json (its spec is not in the scenario)."""
+    from vramfit.errors import ScenarioError
+    from vramfit.estimate import resolve_spec
+    from vramfit.estimate.stages.rl import vllm_too_small
+    from vramfit.estimate.vision_inputs import lm_scenario
+
+    try:
+        spec = resolve_spec(sc)[1]
+    except ScenarioError:
+        return None
+    short = vllm_too_small(sc.vllm_gpu_memory_utilization, gpu.usable_bytes, spec, lm_scenario(spec, sc).seq_len)
+    if short is None:
+        return None
+    budget, least, share = short
+    return (f"vLLM's {sc.vllm_gpu_memory_utilization:.2f} share ({gib(budget)} GiB) is less than its model copy and one "
+            f"sequence's KV cache ({gib(least)} GiB)",
+            f"--vllm-gpu-memory-utilization {share:.2f} or more" if share <= 1 else "a card with more memory")
 
 
 def verdict_text(paged_out: int | None) -> str:
@@ -139,7 +145,7 @@ def card_fit(r: EstimateResult, gpu: GPU, safety_margin: float = SAFETY_MARGIN) 
     limit = limit_bytes(gpu, safety_margin)
     paged = result_paging(r, limit)
     resident = r.peak.required_bytes - (paged if paged is not None else r.component(PAGED_COMPONENT))
-    refused = card_refusal(gpu, r.scenario, r.model.num_params)
+    refused = card_refusal(gpu, r.scenario)
     return FitInfo(
         gpu_id=gpu.gpu_id, name=gpu.name, usable_bytes=gpu.usable_bytes, fits=paged is not None and refused is None,
         headroom_bytes=limit - resident, limit_bytes=limit, safety_margin=safety_margin,

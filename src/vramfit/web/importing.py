@@ -7,11 +7,11 @@ opens, any file the config names; the body is bounded by :data:`~vramfit.web.ser
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from vramfit.errors import VramfitError
+from vramfit.safe_input import shown
 from vramfit.web.service import ApiError
 
 MAX_ERROR_CHARS = 300  # an error is one line; a long YAML problem is cut here
@@ -71,7 +71,7 @@ def import_config(body: Any) -> dict[str, Any]:
         raise ApiError(422, "text", "paste a training config (YAML, JSON, TOML or a swift command)")
     if dialect is not None and (not isinstance(dialect, str) or dialect not in DIALECTS):
         raise ApiError(422, "dialect", (f"unknown dialect {_plain(dialect)!r}" if isinstance(dialect, str)
-                                        else f"must be a dialect name or null, got {json.dumps(_plain(dialect))}")
+                                        else f"must be a dialect name or null, got {shown(_plain(dialect))}")
                        + f" (valid values: {', '.join(DIALECTS)})", list(DIALECTS))
     try:
         imp = from_text(text, dialect=dialect)

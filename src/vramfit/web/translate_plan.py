@@ -15,16 +15,19 @@ PLAN_RULES: list[tuple[str, str]] = [
     (r"^no dropout on the adapters' input$", "sem dropout na entrada dos adaptadores"),
     (r"^no magnitude/direction split: measure the quality on the task$",
      "sem a separação magnitude/direção: meça a qualidade na tarefa"),
-    # ---- a colocated vLLM whose share cannot hold its model copy (vramfit.plan.verdict.card_refusal)
-    (r"^cannot run: vLLM's ([\d.]+) share \(" + _N + r" GiB\) cannot hold its 16-bit copy of the model \(" + _N
-     + r" GiB\) \(--vllm-gpu-memory-utilization ([\d.]+) runs\)$", "não corre: a fração $1 do vLLM (⟨$2⟩ GiB) não comporta "
-     "a sua cópia de 16 bits do modelo (⟨$3⟩ GiB) (com vllm_gpu_memory_utilization $4 corre)"),
-    (r"^cannot run: vLLM's ([\d.]+) share \(" + _N + r" GiB\) cannot hold its 16-bit copy of the model \(" + _N
-     + r" GiB\) \(a card with more memory runs\)$", "não corre: a fração $1 do vLLM (⟨$2⟩ GiB) não comporta a sua cópia "
-     "de 16 bits do modelo (⟨$3⟩ GiB) (corre numa placa com mais memória)"),
-    (r"^vLLM's ([\d.]+) share \(" + _N + r" GiB\) cannot hold its 16-bit copy of the model \(" + _N + r" GiB\): plan it "
-     r"with (.+)$", "a fração $1 do vLLM (⟨$2⟩ GiB) não comporta a sua cópia de 16 bits do modelo (⟨$3⟩ GiB): planeia com $4"),
+    # ---- a colocated vLLM whose share cannot start it (vramfit.plan.verdict._vllm_refusal)
+    (r"^cannot run: vLLM's ([\d.]+) share \(" + _N + r" GiB\) is less than its model copy and one sequence's KV cache "
+     r"\(" + _N + r" GiB\) \(--vllm-gpu-memory-utilization ([\d.]+) or more runs\)$", "não corre: a fração $1 do vLLM "
+     "(⟨$2⟩ GiB) é menor do que a sua cópia do modelo e a cache KV de uma sequência (⟨$3⟩ GiB) (corre com "
+     "vllm_gpu_memory_utilization $4 ou mais)"),
+    (r"^cannot run: vLLM's ([\d.]+) share \(" + _N + r" GiB\) is less than its model copy and one sequence's KV cache "
+     r"\(" + _N + r" GiB\) \(a card with more memory runs\)$", "não corre: a fração $1 do vLLM (⟨$2⟩ GiB) é menor do "
+     "que a sua cópia do modelo e a cache KV de uma sequência (⟨$3⟩ GiB) (corre numa placa com mais memória)"),
+    (r"^vLLM's ([\d.]+) share \(" + _N + r" GiB\) is less than its model copy and one sequence's KV cache \(" + _N
+     + r" GiB\): plan it with (.+)$", "a fração $1 do vLLM (⟨$2⟩ GiB) é menor do que a sua cópia do modelo e a cache KV "
+     "de uma sequência (⟨$3⟩ GiB): planeia com $4"),
     (r"planeia com a card with more memory$", "planeia com uma placa com mais memória"),
+    (r"planeia com --vllm-gpu-memory-utilization ([\d.]+) or more$", "planeia com vllm_gpu_memory_utilization $1 ou mais"),
     # ---- sharding at the run's own GPU count (vramfit.plan.changes._sharding_changes)
     (r"^(ZeRO-2|ZeRO-3|FSDP|FSDP SHARD_GRAD_OP) across the (\d+) GPUs$", "$1 entre as $2 GPUs"),
     (r"^optimizer state and gradients split across the GPUs: the same traffic as data parallelism$",

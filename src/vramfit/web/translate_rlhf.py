@@ -41,6 +41,10 @@ RLHF_LABELS: dict[str, str] = {
         "sincronização não",
     "TR-DPO's sync weight and interval: no memory effect": "peso e intervalo de sincronização do TR-DPO: sem efeito na "
         "memória",
+    "0 or less: max_length caps the prompt and the completion":
+        "0 ou menos: max_length limita o prompt e a completação juntos",
+    "a reference model your script passes beside PEFT: set reference copy if it loads one":
+        "um modelo de referência que o teu script passe ao lado do PEFT: define reference copy se carregar um",
 }
 
 #: PPO's reward model in LLaMA-Factory (config_import/llamafactory_rlhf.py REWARD_NOTES) and its refusals
@@ -60,4 +64,7 @@ RLHF_RULES: list[tuple[str, str]] = [
     (r"^(\w+): LLaMA-Factory accepts it with finetuning_type lora only \(valid values with full: false or unset\)$",
      "$1: o LLaMA-Factory só o aceita com finetuning_type lora (valores válidos com full: false ou não definido)"),
     (r"^reward_model_type: (.+) is unknown(?= \(valid values)", "reward_model_type: $1 é desconhecido"),
+    (r"^max_length: must exceed cutoff_len \((.+?)\) when max_new_tokens is 0 or less: it caps the prompt and the "
+     r"completion together", "max_length: tem de exceder cutoff_len ($1) quando max_new_tokens é 0 ou menos: limita o "
+     "prompt e a completação juntos"),
 ]

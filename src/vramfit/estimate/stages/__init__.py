@@ -138,4 +138,4 @@ def assumptions(step: Step) -> list[str]:
     return describe(step)
 
 
-__all__ = ["PAIRED", "reference", "has_phase", "policy_scenario", "stage_loss_choice", "contributors", "finish", "assumptions"]
+__all__ = ["PAIRED", "reference", "has_phase", "policy_scenario", "stage_loss_choice", "stage_loss_scenario", "contributors", "finish", "assumptions"]

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from vramfit.choices import Generation, Method, Offload, Parallelism, Quantize, Stage
+from vramfit.choices import Generation, Method, Offload, Parallelism, Quantize, ShardScope, Stage
 from vramfit.errors import ScenarioError
 from vramfit.estimate.loss import logits_bytes_per_element, vocab_rows
 from vramfit.estimate.phases import TRAINING_PHASES, Contribution, StepPhase
@@ -96,18 +96,39 @@ def vllm_bytes(step: Step) -> int:
     return int(step.sc.vllm_gpu_memory_utilization * step.card.usable_bytes)
 
 
-def vllm_too_small(share: float, usable_bytes: int, num_params: int) -> tuple[int, int, float] | None:
-    """(vLLM's budget, its model copy, the least share that holds it) where ``share`` of a card with ``usable_bytes``
-    cannot hold vLLM's 16-bit copy of a ``num_params`` model, else None. vLLM loads that copy inside the budget and
-    refuses to start when no KV-cache block is left ("No available memory for the cache blocks. Try increasing
-    `gpu_memory_utilization`": vllm v0.10 v1/core/kv_cache_utils.py check_enough_kv_cache_memory), and TRL passes its
-    vllm_gpu_memory_utilization as is (trl v0.21 grpo_trainer.py ``LLM(..., gpu_memory_utilization=...)``). The card
-    verdicts refuse such a card (plan/verdict.py card_refusal); drive 2026-12-07: 0.05 of an H100 had been counted as
-    3.96 GiB beside a 15 GiB model, and the run said to fit."""
-    budget, weights = int(share * usable_bytes), 2 * num_params
-    if budget >= weights:
+#: an MXFP4 weight's bytes per parameter: a 4-bit element and one 8-bit shared scale per 32-element block (OCP
+#: Microscaling Formats (MX) v1.0, sec. 5.2 and table 1: MXFP4 = E2M1 elements, E8M0 scale, k = 32)
+MXFP4_BYTES_PER_PARAM = 0.5 + 1 / 32
+
+
+def vllm_model_bytes(spec) -> int:
+    """vLLM's own copy of the checkpoint, as the checkpoint stores it: 16-bit, bar an MXFP4 checkpoint's experts
+    (``spec.experts_mxfp4``: gpt-oss), which vLLM keeps in MXFP4 (vllm v0.10 model_executor/layers/quantization/
+    mxfp4.py ``Mxfp4MoEMethod``: the packed uint8 weights and their scales)."""
+    if not spec.experts_mxfp4:
+        return 2 * spec.num_params
+    experts = spec.num_hidden_layers * sum(lin.weight_params for lin in spec.block_linears if lin.group == "expert")
+    return 2 * (spec.num_params - experts) + int(experts * MXFP4_BYTES_PER_PARAM)
+
+
+def vllm_too_small(share: float, usable_bytes: int, spec, seq_len: int) -> tuple[int, int, float] | None:
+    """(vLLM's budget, the least it needs, the least share that holds it) where ``share`` of a card with
+    ``usable_bytes`` is below that least, else None. vLLM loads its own copy of the model inside the budget
+    (:func:`vllm_model_bytes`) and refuses to start unless the KV cache left holds one request of ``max_model_len``
+    ("No available memory for the cache blocks" / "... is larger than the available KV cache memory": vllm
+    v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``), which TRL sets to the prompt and completion lengths
+    (trl v0.21 grpo_trainer.py ``LLM(..., gpu_memory_utilization=..., max_model_len=...)``), i.e. ``seq_len`` here:
+    so the least is the copy and one ``seq_len`` sequence's 16-bit KV cache. vLLM's own profiling run and CUDA graphs
+    take more, so the share named is a floor ("at least"). The card verdicts refuse such a card (plan/verdict.py
+    card_refusal); drive 2026-12-07: 0.05 of an H100 had been counted as 3.96 GiB beside a 15 GiB model, and the run
+    said to fit."""
+    from vramfit.estimate.loss import layer_kv_bytes
+
+    budget = int(share * usable_bytes)
+    least = vllm_model_bytes(spec) + spec.num_hidden_layers * layer_kv_bytes(spec, seq_len, 2)
+    if budget >= least:
         return None
-    return budget, weights, -(-weights * 100 // usable_bytes) / 100
+    return budget, least, -(-least * 100 // usable_bytes) / 100
 
 
 def lm_seq_len(step: Step) -> int:
@@ -143,10 +164,16 @@ def hf_generate(step: Step) -> Iterator[Contribution]:
         # GPU: beside the resident shard, or all of it where the parameters live on the host (offload_param); PPO's
         # engine wraps PolicyAndValueWrapper, so the value model is gathered with the policy (TRL v1.9.0
         # experimental/ppo/ppo_trainer.py:492, 683-686; v0.17.0 trainer/ppo_trainer.py:228, 422-423)
-        full, resident = _engine_params(step)
-        models = 2 if sc.stage is Stage.PPO else 1
-        if full > resident:
-            yield Contribution("gathered_weights", GEN, models * (full - resident))
+        gathered = _gathered(step) + (_gathered(value_step(step)) if sc.stage is Stage.PPO else 0)
+        if gathered:
+            yield Contribution("gathered_weights", GEN, gathered)
+
+
+def _gathered(step: Step) -> int:
+    """What gathering one model's parameters adds beside its resident partition (:func:`_engine_params`); PPO's value
+    model is gathered as it is stored too, in full 16 bits (:func:`value_step`), whatever the policy's method."""
+    full, resident = _engine_params(step)
+    return max(0, full - resident)
 
 
 def _engine_params(step: Step) -> tuple[int, int]:
@@ -158,8 +185,14 @@ def _engine_params(step: Step) -> tuple[int, int]:
     size had made QLoRA's rollout grow with the GPU count, 12.69 -> 16.85 GiB from 2 to 64 GPUs on Llama-3.1-8B)."""
     from vramfit.estimate.core import model_state
 
-    whole, _ = model_state(step.spec, replace(step.sc, num_gpus=1, num_nodes=1, offload=Offload.NONE), step.profile)
+    sc = step.sc
+    whole, _ = model_state(step.spec, replace(sc, num_gpus=1, num_nodes=1, offload=Offload.NONE), step.profile)
     p = step.parts
+    if sc.shard_scope is not ShardScope.ALL:
+        # this GPU's own partition only: hpZ's node-local secondary copy (shard_scope node, also in the parts) is not
+        # reused for the gather, which fills a fresh whole-size buffer (deepspeed v0.16 partition_parameters.py
+        # _all_gather_params); review 2026-12-07: the copy had been subtracted, 14.02 -> 12.15 GiB on 2 x 8 GPUs
+        p, _ = model_state(step.spec, replace(sc, shard_scope=ShardScope.ALL), step.profile)
     return whole.weights + whole.quantized_base + whole.adapters, p.weights + p.quantized_base + p.adapters
 
 
