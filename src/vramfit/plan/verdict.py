@@ -92,7 +92,7 @@ def card_refusal(gpu: GPU, sc: Any) -> tuple[str, str] | None:
     training_args.py: "Your setup doesn't support bf16/gpu"), FlashAttention-2 on a card it does not run on (the
     catalog's ``supports_flash_attn2``, where the framework's flash attention is FA2: profile ``flash_attention_is_fa2``).
     The planner leaves such a card out for the same reason (plan/rental.py ``cannot_run``), so estimate, fit, sweep and
-    plan say the same of it. A colocated vLLM whose share of the card cannot hold its own 16-bit model copy does not
+    plan say the same of it. A colocated vLLM whose share of the card cannot hold its model copy (as stored) does not
     start either (estimate/stages/rl.py vllm_too_small: its model copy and one sequence's KV cache)."""
     from vramfit.estimate.framework import scenario_profile
     from vramfit.scenario import Attention, Generation, Precision
