@@ -172,3 +172,11 @@ def test_llamafactory_ppo_max_length_caps_prompt_and_completion_when_max_new_tok
     assert _entries(imp)["max_new_tokens"].kind == "ignored"
     with pytest.raises(VramfitError, match=r"^max_length: must exceed cutoff_len \(1024\) when max_new_tokens is 0"):
         from_text(base + "max_length: 1024\n", dialect="llamafactory")
+
+
+def test_llamafactory_ppo_max_length_path_names_a_bad_cutoff_len_itself():
+    """A cutoff_len that is no integer is named as itself on the max_length path, not blamed on max_length."""
+    bad = ("model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: ppo\nfinetuning_type: lora\nreward_model: x\n"
+           "cutoff_len: [[[[1]]]]\nmax_new_tokens: 0\nmax_length: 4096\n")
+    with pytest.raises(VramfitError, match=r"cutoff_len: .* is not a positive integer"):
+        from_text(bad, dialect="llamafactory")

@@ -93,10 +93,11 @@ def _generation(r: KeyReader, stage: str) -> None:
         # and completion together; the completion is what it leaves beside a cutoff_len prompt (review 2026-12-07: the
         # pair had been refused as "not a positive integer")
         r.ignore("max_new_tokens", "0 or less: max_length caps the prompt and the completion")
-        total, cutoff = hf.whole(r, "max_length", r.get("max_length", None, GEN_SRC)), r.flat.get("cutoff_len", 2048)
-        if not isinstance(cutoff, int) or total <= cutoff:
-            raise ScenarioError("max_length", f"must exceed cutoff_len ({shown(cutoff)}) when max_new_tokens is 0 or less: "
-                                              "it caps the prompt and the completion together")
+        total = hf.whole(r, "max_length", r.get("max_length", None, GEN_SRC))
+        cutoff = hf.whole(r, "cutoff_len", r.flat.get("cutoff_len", 2048))  # named as its own key when it is no integer
+        if total <= cutoff:
+            raise ScenarioError("max_length", f"must exceed cutoff_len ({cutoff}) when max_new_tokens is 0 or less: it "
+                                              "caps the prompt and the completion together")
         r.set("max_length", "completion_len", total - cutoff)
     else:
         r.set("max_new_tokens", "completion_len", hf.whole(r, "max_new_tokens", r.get("max_new_tokens", 1024, GEN_SRC)))
