@@ -5,7 +5,8 @@ Three layouts are read: the one of pytorch/torchtitan@9dec370 (``train_configs/l
 ``[float8]``; framework_version torchtitan-2024), the one of March-August 2025 (v0.1.0: ``[parallelism]`` with
 ``training.compile``, ``training.batch_size`` then ``local_batch_size``; torchtitan-0.2.1) and the one of v0.2.2
 (``torchtitan/models/llama3/train_configs/*.toml``: ``training.local_batch_size`` / ``global_batch_size``,
-``[parallelism]``, ``[compile]``, ``model.converters``; the profile's release). Defaults: 9dec370 ``torchtitan/config_manager.py`` and
+``[parallelism]``, ``[compile]``, ``model.converters``; torchtitan-0.2.2). v0.3.0 reads no TOML (its recipes are
+Python, ``config_registry.py``), so every file read here is a release before the profile's own. Defaults: 9dec370 ``torchtitan/config_manager.py`` and
 v0.2.2 (73a0e69) ``torchtitan/config/job_config.py``, cited per key.
 """
 
@@ -268,9 +269,11 @@ def _checkpointing(r: KeyReader) -> None:
 
 
 #: the release a TOML layout is counted as (estimate/framework_profiles.py, torchtitan's versions): 9dec370's layout is
-#: torchtitan-2024 (foreach AdamW, the loss eager under compile, repeat_kv); the [compile] layout is the profile's own
-#: (v0.2.2's grouped-k/v SDPA, fused AdamW and compiled loss)
+#: torchtitan-2024 (foreach AdamW, the loss eager under compile, repeat_kv); the [compile] layout is v0.2.2's
+#: (grouped-k/v SDPA, fused AdamW and compiled loss on the whole logits, the root unit gathered)
 OLD_RELEASE = "torchtitan-2024"
+#: the last release that reads a TOML (v0.3.0 dropped them): its whole-logits loss and root unit
+TOML_RELEASE = "torchtitan-0.2.2"
 
 
 #: the layout of March-August 2025 (785c34c99 [parallelism], 2025-03-18, to 08b8b244f [compile], 2025-08-20: v0.1.0,
@@ -291,6 +294,8 @@ def _step(r: KeyReader, new: bool) -> None:
         r.out["framework_version"] = OLD_RELEASE  # the 9dec370 layout: its release's loss, optimizer and attention
     elif middle:
         r.out["framework_version"] = MIDDLE_RELEASE
+    else:
+        r.out["framework_version"] = TOML_RELEASE
     name = str(r.get("optimizer.name", "AdamW", f"{OLD} --optimizer.name"))
     if name.lower() not in OPTIMIZERS:
         raise r.error(f"optimizer.name '{name}' is not modelled yet (valid values: AdamW, Adam)")

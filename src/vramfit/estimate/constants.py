@@ -150,6 +150,9 @@ FSDP_INFLIGHT_ALLGATHERS = Constant(
 TORCHTUNE_OUTPUT_CHUNKS = Constant(
     8, "chunks", "pytorch/torchtune v0.4.0 torchtune/modules/loss/ce_chunked_output_loss.py num_output_chunks=8"
 )
+TORCHTITAN_LOSS_CHUNKS = Constant(
+    8, "chunks", "torchtitan v0.3.0 components/loss.py ChunkedLossWrapper.Config num_chunks: int = 8"
+)
 LITGPT_LM_HEAD_CHUNK = Constant(
     128, "tokens", "Lightning-AI/lit-gpt@8641822 finetune/lora.py: model(input_ids, lm_head_chunk_size=128)"
 )

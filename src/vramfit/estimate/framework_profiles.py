@@ -479,13 +479,28 @@ PROFILES: dict[Framework, FrameworkProfile] = {
 }
 
 
+# torchtitan v0.2.2 (2026-01) and before: models/llama3/model/model.py returns self.output(h) (bf16), train.py
+# loss_fn cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward; 9dec370 parallelize_llama.py
+# and v0.2.2 models/llama3/infra/parallelize.py apply_fsdp: every block a unit, the last one not resharded after
+# forward (`reshard_after_forward = int(layer_id) < len(model.layers) - 1`, "FSDP would prefetch it immediately"),
+# then fully_shard(model) holding tok_embeddings, norm and output: FSDP2 never reshards the root after forward
+_TITAN_0_2_2_SOURCE = ("torchtitan v0.2.2 models/llama3/model/model.py returns self.output(h) and train.py's loss_fn "
+                       "runs cross_entropy on the whole pred.float(); infra/parallelize.py apply_fsdp keeps the last "
+                       "block gathered after forward and tok_embeddings, norm and output in the root unit")
+_TITAN_0_2_2 = (("standard_loss", LossLayout.HF_UPCAST_IN_LOSS),
+                ("standard_loss_site", "torchtitan's loss_fn (cross_entropy of pred.float())"),
+                ("fsdp2_tail_unit", False), ("fsdp2_last_block_kept", True), ("release_note", ""))
+
+
 PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     name="torchtitan",
     # torchtitan v0.3.0 components/optimizer/optimizer.py: Adam, AdamW, DistMuon only (9dec370 optimizer.py l. 33-39:
     # Adam, AdamW): bitsandbytes' optimizers refused (profile_fields.py)
     runs_bnb_optimizers=False,
-    runs_fused_loss=False,  # torchtitan v0.3.0 components/loss.py: cross_entropy_loss on the whole logits
-    runs_chunked_loss=False,  # the same file: no chunked loss before 9530a874d (profile_fields.py)
+    # torchtitan v0.3.0 components/loss.py: no fused linear cross-entropy kernel, and its ChunkedLossWrapper is the
+    # recipes' standard loss (standard_loss below), not torchtune's chunked-output loss (profile_fields.py)
+    runs_fused_loss=False,
+    runs_chunked_loss=False,
     image_model_types=(),  # torchtitan v0.3.0 models/: text decoders only, no tower trained (profile_fields.py)
     offload_moves_params=True,  # enable_cpu_offload = FSDP2 CPUOffloadPolicy: parameters, gradients and states
     runs_activation_offload=False,  # v0.3.0 distributed/activation_checkpoint.py: selective, full, memory-budget, none
@@ -516,49 +531,59 @@ PROFILES[Framework.TORCHTITAN] = FrameworkProfile(
     qlora_unquantized_fp32=False,
     qlora_saves_input=False,
     qlora_quantizes_lm_head=False,
-    # torchtitan@9dec370 model.py returns self.output(h) (bf16); train.py loss_fn:
-    # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward
-    standard_loss=LossLayout.HF_UPCAST_IN_LOSS,
-    standard_loss_site="torchtitan's loss_fn (cross_entropy of pred.float())",
+    # torchtitan v0.3.0 models/llama3/config_registry.py llama3_8b (and every llama3 recipe): loss=
+    # ChunkedLossWrapper.Config; trainer.py l. 513-535 sets the model's _skip_lm_head and hands lm_head to the loss
+    # (estimate/titan_loss.py). v0.2.2 and before: model.py returns self.output(h) (bf16), loss_fn
+    # cross_entropy(pred.flatten(0, 1).float(), ...) and `del pred` before backward (_TITAN_0_2_2)
+    standard_loss=LossLayout.TORCHTITAN_CHUNKED_LOSS,
+    standard_loss_site="torchtitan's ChunkedLossWrapper (lm_head and cross_entropy of pred.float() per chunk)",
     # torchtitan 6e4988550 (2025-02-24, 'use Fused AdamW as default'): optimizer.implementation "fused" (v0.1.0
     # config_manager.py l. 139, v0.2.2 config/job_config.py l. 151, v0.3.0 components/optimizer/optimizer.py l. 109);
     # 9dec370 optimizer.py: {"fused": fused, "foreach": not fused}, --optimizer.fused off by default (torchtitan-2024)
     torch_optimizer_impl=OptimizerImpl.FUSED,
-    # torchtitan@9dec370 parallelize_llama.py apply_fsdp: blocks are units, then
-    # fully_shard(model) holds tok_embeddings, norm, output: FSDP2 never reshards the root after forward
+    # torchtitan v0.3.0 distributed/fsdp.py apply_fsdp_to_decoder l. 180-207: an untied tok_embeddings is a unit of
+    # its own (resharded after forward), [norm, lm_head] one unit with reshard_after_forward only under the "always"
+    # policy, tied [tok_embeddings, norm, lm_head] one unit alike; every block resharded (l. 209-291), then
+    # fully_shard(model) over nothing left: accelerate's layout (profile_fields.py fsdp2_tail_unit). v0.2.2 and
+    # before: blocks are units, fully_shard(model) holds tok_embeddings, norm, output, the last block kept (_TITAN_0_2_2)
     fsdp_root_gathered=True,
     mixed_casts_params=True,
     fsdp2=True,
-    fsdp2_last_block_kept=True,
+    fsdp2_tail_unit=True,
     # the loss compiled too from bbb1b616e (2025-04-02; v0.2.2 components/loss.py l. 33-35, compile.components
-    # ["model", "loss"]): profile_enums.py
+    # ["model", "loss"]; v0.3.0 ChunkedLossWrapper builds its inner loss with the compile config: each chunk's
+    # cross-entropy compiled, lm_head not): profile_enums.py
     compile_scope=CompileScope.BLOCKS_AND_LOSS,
     # torchtitan@9dec370 config_manager.py --training.mixed_precision_param bfloat16 over fp32 weights (v0.2.2
     # config/job_config.py l. 282 the same)
     default_precision=((Method.FULL, Precision.BF16_MIXED), (Method.LORA, Precision.BF16_MIXED),
                        (Method.QLORA, Precision.BF16_TRUE)),
-    version="torchtitan-0.2.2",
-    # torchtitan 0.3.0 (PyPI, 2026-09) models/llama3/config_registry.py: loss=ChunkedLossWrapper.Config (lm_head and the
-    # loss over sequence chunks, components/loss.py ChunkedLossWrapper, from 786e26f8e, 2026-04-27) and
-    # models/llama3/__init__.py attn_backend flex (common/config_utils.py: "sdpa is no longer supported for language
-    # models"): neither is modelled
-    release_note=("Release: torchtitan v0.2.2 (fused AdamW, the loss compiled with the blocks under compile, SDPA with "
-                  "grouped k and v); torchtitan 0.3.0's recipes run the output layer and loss over sequence chunks and "
-                  "flex attention, which are not modelled yet (framework_version torchtitan-0.2.1 and torchtitan-2024 "
-                  "name older releases)."),
+    version="torchtitan-0.3",
+    # torchtitan 0.3.0 (PyPI, 2026-09) models/llama3/__init__.py attn_backend flex (common/config_utils.py: "sdpa is no
+    # longer supported for language models"): torch v2.13.0 _higher_order_ops/flex_attention.py
+    # FlexAttentionAutogradOp saves q, k, v, out and logsumexp as flash does, plus max_scores ([B, H, S] fp32, 1 MiB a
+    # layer at 8k tokens and 32 heads) and the BlockMask's int32 block indices; the op policy saves the flex op's
+    # outputs as it saved SDPA's (v0.3.0 distributed/activation_checkpoint.py _get_default_save_ops): counted as flash
+    release_note=("Release: torchtitan v0.3.0 (output layer and loss over 8 sequence chunks, each chunk's backward "
+                  "inside the loss; the embedding and [norm, lm_head] FSDP units of their own; fused AdamW; flex "
+                  "attention counted as flash, its max_scores left out). framework_version torchtitan-0.2.2, "
+                  "torchtitan-0.2.1 and torchtitan-2024 name older releases."),
     older_versions=(
+        FrameworkVersion("torchtitan-0.2.2", _TITAN_0_2_2_SOURCE, _TITAN_0_2_2),
         FrameworkVersion(
             "torchtitan-0.2.1",
             "torchtitan v0.1.0-v0.2.1 (2025-06 to 2026-01) models/llama3/model/model.py Attention.forward: "
-            "repeat_kv(xk), repeat_kv(xv) before SDPA (GQA without repeats came in ff0829c10, 2026-01-27)",
-            (_SDPA_REPEATS_KV, ("release_note", ""))),
+            "repeat_kv(xk), repeat_kv(xv) before SDPA (GQA without repeats came in ff0829c10, 2026-01-27); "
+            "otherwise as torchtitan-0.2.2: " + _TITAN_0_2_2_SOURCE,
+            (*_TITAN_0_2_2, _SDPA_REPEATS_KV)),
         FrameworkVersion(
             "torchtitan-2024",
             "torchtitan@9dec370 (2024-12): train.py keeps loss_fn eager under --training.compile ('compiling loss "
             "function causes CUDA errors'; compiled from bbb1b616e, 2025-04-02), optimizer.py foreach AdamW "
-            "(--optimizer.fused off; fused by default from 6e4988550, 2025-02-24), repeat_kv before SDPA",
-            (("compile_scope", CompileScope.BLOCKS), ("torch_optimizer_impl", OptimizerImpl.FOREACH),
-             _SDPA_REPEATS_KV, ("release_note", ""))),
+            "(--optimizer.fused off; fused by default from 6e4988550, 2025-02-24), repeat_kv before SDPA; "
+            "otherwise as torchtitan-0.2.2: " + _TITAN_0_2_2_SOURCE,
+            (*_TITAN_0_2_2, ("compile_scope", CompileScope.BLOCKS), ("torch_optimizer_impl", OptimizerImpl.FOREACH),
+             _SDPA_REPEATS_KV)),
     ),
 )
 # the Unsloth profile and its 2024.12 release live in estimate/unsloth.py (imported here, after the classes it uses)

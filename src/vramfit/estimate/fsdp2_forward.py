@@ -75,10 +75,13 @@ def tail_gather_output(step: Any) -> int:
     under fsdp-grad-op too: accelerate makes the same units with ``reshard_after_forward=False`` (v1.15.0
     utils/fsdp_utils.py fsdp2_prepare_model), and the tail is still the last unit gathered in forward. The simulator's
     3-layer Phi-3-mini LoRA under accelerate's FSDP2 grad-op holds the 197,001,216 B lm_head all-gather output beside
-    its unsharded copy at the loss (the estimate read -6.5 % without it)."""
+    its unsharded copy at the loss (the estimate read -6.5 % without it). Only where the loss runs inside the model's
+    forward (``loss_in_model_forward``): torchtitan 0.3 computes it after the model returns, when the root's
+    post-forward has freed that output (torch v2.13.0 _fsdp_state.py ``_post_forward``)."""
     from vramfit.estimate.fsdp2 import _root_part, fsdp2_shards
 
     sc, prof = step.sc, step.profile
-    if not (fsdp2_shards(sc, prof, grad_op=True) and prof.fsdp2_tail_unit and step.spec.lm_head_params):
+    if not (fsdp2_shards(sc, prof, grad_op=True) and prof.fsdp2_tail_unit and step.spec.lm_head_params
+            and prof.loss_in_model_forward):
         return 0
     return _root_part(step, tail=True)

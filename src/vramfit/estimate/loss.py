@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from vramfit.estimate.constants import LITGPT_LM_HEAD_CHUNK, TORCHTUNE_OUTPUT_CHUNKS
 from vramfit.estimate.framework import CompileScope, FrameworkProfile, LossLayout
+from vramfit.estimate.titan_loss import runs_titan_chunked_loss, titan_chunked_loss
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Checkpointing, LogitsToKeep, Loss, Method, Precision, Scenario, Stage
 
@@ -178,8 +179,9 @@ def loss_memory(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> Los
 def returned_logits_bytes(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> int:
     """Bytes of the logits the model returns: fp32 where the model upcasts them (transformers < 4.45
     ``logits.float()``, torchtune ``self.output(h).float()``), else the logits dtype; none with a fused loss
-    (no logits exist) or Unsloth's fused cross-entropy."""
-    if sc.loss is Loss.FUSED or profile.standard_loss is LossLayout.UNSLOTH_FUSED_CE:
+    (no logits exist), Unsloth's fused cross-entropy or torchtitan 0.3's chunked loss (the model returns the hidden
+    states, estimate/titan_loss.py)."""
+    if sc.loss is Loss.FUSED or profile.standard_loss is LossLayout.UNSLOTH_FUSED_CE or runs_titan_chunked_loss(sc, profile):
         return 0
     upcast = sc.loss is Loss.STANDARD and profile.standard_loss in _MODEL_UPCASTS
     return (4 if upcast else logits_bytes_per_element(sc, profile)) * sc.micro_batch_size * sc.seq_len * vocab_rows(spec)
@@ -236,6 +238,8 @@ def step_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile) -> LossM
         grad_in = sc.precision.compute_bytes * T * spec.hidden_size
         transient = chunk * V * (lb + 4 + 4)
         return LossMemory(grad_in, grad_in + transient, grad_in, f"fused linear+CE, chunks of {chunk} tokens")
+    if runs_titan_chunked_loss(sc, profile):
+        return titan_chunked_loss(spec, sc, profile, V, lb, compiles_loss(sc, profile))
     if compiles_loss(sc, profile):
         # compiled cross-entropy: the fp32 upcast and log_softmax fuse into the kernel, and the
         # backward recomputes them from the saved input logits and the per-token logsumexp

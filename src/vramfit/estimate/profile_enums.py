@@ -44,6 +44,12 @@ class LossLayout(str, Enum):
     # self.lm_head(...)`` in the model dtype, ``fast_cross_entropy_loss`` (kernels/cross_entropy_loss.py
     # Fast_CrossEntropyLoss): the logits saved, their gradient written over them in place (estimate/loss.py)
     UNSLOTH_TRITON_CE = "unsloth-triton-ce"
+    # torchtitan v0.3.0 components/loss.py ChunkedLossWrapper (from 786e26f8e, 2026-04-27; llama3's config_registry
+    # default): the model returns the final norm's output (``_skip_lm_head``), the loss runs ``lm_head`` and the
+    # cross-entropy on 8 detached sequence chunks, each chunk's backward inside the loss call, the hidden states'
+    # gradient gathered in an fp32 buffer (GradAccumulator) and the output layer's FSDP2 gradient accumulated
+    # unsharded, reduce-scattered at the last chunk (estimate/titan_loss.py)
+    TORCHTITAN_CHUNKED_LOSS = "torchtitan-chunked-loss"
 
 
 class DoraBase(str, Enum):

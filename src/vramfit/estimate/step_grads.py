@@ -24,6 +24,7 @@ from vramfit.estimate.moe_kernel import (
     lowest_block_pending,
 )
 from vramfit.estimate.params import Adapter
+from vramfit.estimate.titan_loss import head_reduced_in_loss
 from vramfit.estimate.torchao_optim import TORCHAO_OPTIMIZERS
 from vramfit.estimate.vision_backward import grads_share
 from vramfit.estimate.zero2_step import zero12_norm_piece
@@ -75,7 +76,9 @@ def _gradient_timing(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, p
         grad_bytes_per = _grad_dtype_bytes(sc, profile)
     head_grad = 0
     # FSDP2 accumulates shards: the output layer's whole gradient is made again in each backward (estimate/fsdp2.py, 6)
-    if head_trains and (not held or resident or accumulates_shards(sc, profile) or flat_views):
+    # torchtitan 0.3's chunked loss reduces it to its shard inside the loss call (estimate/titan_loss.py, 4)
+    if (head_trains and (not held or resident or accumulates_shards(sc, profile) or flat_views)
+            and not head_reduced_in_loss(sc, profile)):
         head_grad = parts.copy_grads[1] or whole_head_grad(spec, grad_bytes_per)
     layer_grads = 0 if (held and not flat_views) or in_bwd else _one_block_grads(spec, sc, parts)
     # Llama 4's every-token experts: the top block has made only its shared expert's and down bank's (moe_kernel.py)
