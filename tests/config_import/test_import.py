@@ -134,7 +134,8 @@ EXPECTED.update({
     # the 70B preset (tensor_parallel_degree 8) on the launcher's default 8 GPUs: no FSDP, so no mixed precision
     "torchtitan_llama3_70b.toml": {**TITAN_8B, "model": "meta-llama/Llama-3.1-70B", "precision": "fp32",
                                    "attention": "sdpa", "micro_batch_size": 8, "gradient_checkpointing": "full",
-                                   "parallelism": "ddp", "tensor_parallel": 8, "framework_version": None},
+                                   "parallelism": "ddp", "tensor_parallel": 8,
+                                   "framework_version": "torchtitan-0.2.2"},
 })
 
 

@@ -201,10 +201,11 @@ def test_a_planned_torchtitan_export_imports_back_as_the_plan(checkpointing):
     from vramfit.plan.export import export_plan
     from vramfit.plan.export_titan import TOML_FILE
 
-    # 16k tokens: with torchtitan's fp32 AdamW (it builds no 8-bit optimizer) shorter runs plan without checkpointing
+    # 16k tokens: with torchtitan's fp32 AdamW (it builds no 8-bit optimizer) shorter runs plan without checkpointing;
+    # the release that reads the TOML (v0.3.0 reads none)
     r = plan({"model": "meta-llama/Llama-3.1-8B", "method": "full", "seq_len": 16384, "framework": "torchtitan",
-              "gradient_checkpointing": checkpointing}, effective_batch=32, max_gpus=8, gpu_ids="h100-sxm",
-             with_changes=False)
+              "framework_version": "torchtitan-0.2.2", "gradient_checkpointing": checkpointing}, effective_batch=32,
+             max_gpus=8, gpu_ids="h100-sxm", with_changes=False)
     p = next(p for p in r.plans if p.gradient_checkpointing == checkpointing and p.num_gpus > 1)
     sc = from_text(export_plan(p, "torchtitan").files[TOML_FILE]).scenario
     got = (sc.model, sc.num_gpus, sc.tensor_parallel, sc.pipeline_parallel, sc.micro_batch_size, sc.grad_accum,
@@ -285,12 +286,12 @@ def _titan_new(tmp_path, extra: str):
 
 
 def test_torchtitan_layouts_are_read_as_their_releases(tmp_path):
-    """The 9dec370 layout is torchtitan-2024 (foreach AdamW, the loss eager, repeat_kv); the v0.1-v0.2.2 layout the
-    profile's own release, whose compile.components default ["model", "loss"] compiles the loss; a components list
-    without "loss" is said, one without "model" compiles nothing."""
+    """The 9dec370 layout is torchtitan-2024 (foreach AdamW, the loss eager, repeat_kv); the v0.1-v0.2.2 layout
+    torchtitan-0.2.2 (v0.3.0 reads no TOML), whose compile.components default ["model", "loss"] compiles the loss; a
+    components list without "loss" is said, one without "model" compiles nothing."""
     assert from_config(FIX / "torchtitan_llama3_8b.toml").scenario.framework_version == "torchtitan-2024"
     both = _titan_new(tmp_path, "")
-    assert both.scenario.compile is True and both.scenario.framework_version is None
+    assert both.scenario.compile is True and both.scenario.framework_version == "torchtitan-0.2.2"
     assert not [e for e in both.entries if e.key == "compile.components" and e.kind == "not modelled yet"]
     model_only = _titan_new(tmp_path, 'components = ["model"]')
     note = next(e.note for e in model_only.entries if e.key == "compile.components")
@@ -320,13 +321,13 @@ def test_the_march_to_august_2025_layout_reads_its_compile_and_batch(tmp_path):
 
 def test_a_v0_2_2_file_without_a_compile_section_stays_the_profiles_release(tmp_path):
     """Only a file that says training.compile or training.batch_size beside [parallelism] is the March-August 2025
-    layout; a v0.2.2 file that leaves [compile] out (compile off) is the profile's release, not torchtitan-0.2.1."""
+    layout; a v0.2.2 file that leaves [compile] out (compile off) is torchtitan-0.2.2, not torchtitan-0.2.1."""
     text = (FIX / "torchtitan_llama3_70b.toml").read_text().replace('[compile]\nenable=false\ncomponents = ["model", "loss"]\n', "")
     assert "[compile]" not in text and "training.compile" not in text
     path = tmp_path / "t.toml"
     path.write_text(text)
     sc = from_config(path).scenario
-    assert sc.framework_version is None and sc.compile is False
+    assert sc.framework_version == "torchtitan-0.2.2" and sc.compile is False
 
 
 def test_a_hostile_llamafactory_image_cap_is_one_line_or_left_alone(tmp_path):

@@ -35,15 +35,18 @@ def test_unsloth_keeps_its_own_loss_uncompiled():
 
 
 def test_the_planner_offers_compile_where_it_saves_memory():
-    """torchtitan's Llama 3.1 8B benchmark setup (2 x 8,192 tokens, op-level SAC, FSDP2 on 8 GPUs) on an H100:
-    compiling drops the 32 down projections' outputs (4 GiB) and, from torchtitan's April 2025 releases on, the
-    loss's two fp32 copies of the 16,384 x 128,256 logits (15.66 GiB), and makes it fit; torchtitan-2024 (9dec370)
-    kept the loss eager."""
+    """torchtitan's Llama 3.1 8B benchmark setup (2 x 8,192 tokens, op-level SAC, FSDP2 on 8 GPUs) on an H100, as
+    v0.2.2 ran it: compiling drops the 32 down projections' outputs (4 GiB) and, from torchtitan's April 2025 releases
+    on, the loss's two fp32 copies of the 16,384 x 128,256 logits (15.66 GiB), and makes it fit; torchtitan-2024
+    (9dec370) kept the loss eager. v0.3.0's chunked loss never makes those logits: it fits uncompiled, and nothing is
+    offered."""
     sc = {"model": "meta-llama/Llama-3.1-8B", "method": "full", "framework": "torchtitan", "precision": "bf16-mixed",
           "gradient_checkpointing": "selective-op", "num_gpus": 8, "parallelism": "fsdp", "micro_batch_size": 2,
           "seq_len": 8192}
+    assert changes_to_fit(sc, "h100-sxm") == []
+    sc["framework_version"] = "torchtitan-0.2.2"
     changes = {c.name: c for c in changes_to_fit(sc, "h100-sxm")}
-    assert "chunked-loss" not in changes  # torchtitan v0.3.0 has no chunked loss to switch to
+    assert "chunked-loss" not in changes  # torchtune's chunked loss is not torchtitan's to switch to
     ch = changes["compile"]
     assert ch.changes == {"compile": True} and ch.fits and ch.kind == "free"
     loss = 2 * 16384 * 128256 * 4
@@ -56,7 +59,7 @@ def test_the_planner_offers_compile_where_it_saves_memory():
 @pytest.mark.parametrize("framework, valid", [("torchtitan", ["standard"]), ("litgpt", ["standard"]),
                                               ("unsloth", ["standard", "fused"])])
 def test_a_chunked_loss_is_refused_where_the_framework_has_none(framework, valid):
-    """torchtitan v0.3.0 computes cross-entropy on the whole logits, litgpt's standard loss is already its chunked
+    """torchtitan v0.3.0's standard loss is its own chunked one, litgpt's standard loss is already its chunked
     one, Unsloth's is its fused kernel: a torchtune CEWithChunkedOutputLoss under them was a figure of no real run."""
     method = "full" if framework == "torchtitan" else "lora"
     with pytest.raises(ScenarioError) as err:

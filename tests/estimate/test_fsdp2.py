@@ -36,8 +36,8 @@ def _phase(step, name):
 
 
 def test_torchtitan_reduce_scatter_input_is_the_root_unit_in_fp32():
-    step = compute(L8, _sc(framework="torchtitan"))
-    root_in = 4 * (2 * V * 4096 + 4096)  # one root unit (tok_embeddings, norm, output); reduce_dtype=fp32
+    step = compute(L8, _sc(framework="torchtitan", framework_version="torchtitan-0.2.2"))
+    root_in = 4 * (2 * V * 4096 + 4096)  # v0.2.2's root unit (tok_embeddings, norm, output); reduce_dtype=fp32
     assert reduce_scatter_input(step) == root_in
     # the lowest block's backward holds the fp32 input of the block above and has no block below to prefetch
     blocks = 2 * _layer_param_bytes(L8, step.sc, step.profile)
@@ -69,7 +69,7 @@ def test_no_reduce_scatter_input_for_lora_fsdp1_or_the_step_in_backward():
 
 
 def test_a_middle_block_holds_two_gathered_blocks_its_whole_gradients_and_the_input_above():
-    step = compute(L8, _sc(framework="torchtitan", seq_len=512, micro_batch_size=1))
+    step = compute(L8, _sc(framework="torchtitan", framework_version="torchtitan-0.2.2", seq_len=512, micro_batch_size=1))
     p = step.parts
     grads, acts, _, extra = second_lowest_block(step)
     assert extra == 4 * BLOCK_8B  # the block above's fp32 input (both gathered blocks are in comm_buffers)
@@ -93,7 +93,7 @@ def test_blocks_are_resharded_while_the_loss_is_alive():
     assert _phase(tune, "backward-loss").get("comm_buffers", 0) == tune.parts.comm_buffers - 2 * layer
     assert _phase(tune, "backward-block")["comm_buffers"] == tune.parts.comm_buffers
     # torchtitan keeps the last block unsharded after forward (reshard_after_forward=False for it)
-    titan = compute(L8, _sc(framework="torchtitan"))
+    titan = compute(L8, _sc(framework="torchtitan", framework_version="torchtitan-0.2.2"))
     assert blocks_freed_at_loss(titan) == _layer_param_bytes(L8, titan.sc, titan.profile)
     # FSDP1 FULL_SHARD (HF / accelerate) reshards every block after its forward too (estimate/fsdp1_moments.py)
     hf = compute(L8, _sc(framework="hf", method="lora"))
@@ -128,7 +128,7 @@ def test_accumulated_shards_leave_each_backwards_whole_gradients():
     """FSDP2 reduce-scatters every micro-batch into the held shards (estimate/fsdp2.py, 6): with grad_accum 2 a
     middle block's backward holds every shard, the block's whole bf16 gradients and the output layer's whole
     gradient (the torchtitan root reduce-scatters last), so it never needs less than grad_accum 1."""
-    one, two = (compute(L8, _sc(framework="torchtitan", precision="bf16-true", grad_accum=n)) for n in (1, 2))
+    one, two = (compute(L8, _sc(framework="torchtitan", framework_version="torchtitan-0.2.2", precision="bf16-true", grad_accum=n)) for n in (1, 2))
     assert two.held_grads == two.parts.gradients == 2 * (2 * V * 4096 + 32 * BLOCK_8B + 4096) // 8 == 2_007_565_312
     assert two.head_grad == 2 * V * 4096 == 1_050_673_152
     assert two.block_grads == 2 * BLOCK_8B == 436_224_000

@@ -138,7 +138,7 @@ def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
     # stream: default-stream high-water 12 + single-stream slack (13 - 12) + gradient pool 4, plus FSDP2's
     # all-gather stream (8192 tokens: the fp32 logits freed before the end of backward host its embedding gradient and
     # root input, estimate/fsdp2_end.py, so no segment opens there)
-    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, seq_len=8192))
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", framework_version="torchtitan-0.2.2", num_gpus=8, seq_len=8192))
     assert gradient_pool(r, PHASES) == 4 * MiB
     assert allgather_pool_idle(r) == AG_IDLE == 528_465_920
     assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 17 * MiB + AG_IDLE
@@ -150,20 +150,20 @@ def test_sharded_gradients_stay_cached_on_the_reduce_scatter_stream():
 def test_offloaded_shards_are_copied_in_on_the_all_gather_stream():
     # CPUOffloadPolicy: each unit's host shards come to the GPU on the copy-in stream first (the root's 1/8:
     # 65,537,024 B, a 32 x 2 MiB segment, which every block's 1/8 then reuses), beside the root's and a block's outputs
-    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=8, offload="optimizer+params"))
+    r = compute(LLAMA2, _sc(method="full", framework="torchtitan", framework_version="torchtitan-0.2.2", num_gpus=8, offload="optimizer+params"))
     assert allgather_pool_idle(r) == AG_IDLE + 32 * 2 * MiB == 595_574_784
 
 
 def test_allgather_pool_is_fsdp2s_alone():
     # FSDP1 all-gathers into flat parameters on its unshard stream, modelled with the host wrap (mechanism 3)
     assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", num_gpus=8))) == 0
-    assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", framework="torchtitan", num_gpus=1,
+    assert allgather_pool_idle(compute(LLAMA2, _sc(method="full", framework="torchtitan", framework_version="torchtitan-0.2.2", num_gpus=1,
                                                     parallelism="none"))) == 0
 
 
 def test_no_gradient_pool_without_a_reduce_scatter_stream():
     for keys in ({"parallelism": "ddp"}, {"num_gpus": 1, "parallelism": "none"}):
-        r = compute(LLAMA2, _sc(method="full", framework="torchtitan", **keys))
+        r = compute(LLAMA2, _sc(method="full", framework="torchtitan", framework_version="torchtitan-0.2.2", **keys))
         assert gradient_pool(r, PHASES) == 0
         assert fsdp_reserved(r, PHASES, 12 * MiB, 13 * MiB) == 13 * MiB
 

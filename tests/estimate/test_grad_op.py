@@ -67,8 +67,8 @@ def test_the_start_of_backward_holds_the_whole_model_gathered():
     fp32 shards; grad-op now reads above full shard (it read 28.05 GiB, under fsdp's 29.61; 43.01 GiB while the
     unit gradients of backward's blocks were counted at the loss). torchtitan v0.2.2 passes the grouped k and v to SDPA:
     torchtitan-2024's repeat_kv copies add 32 layers x 2 x 3,072 x 2,048 tokens x 2 B (768 MiB)."""
-    grad_op = estimate(_sc(framework="torchtitan", parallelism="fsdp-grad-op"))
-    full = estimate(_sc(framework="torchtitan", parallelism="fsdp"))
+    grad_op = estimate(_sc(framework="torchtitan", framework_version="torchtitan-0.2.2", parallelism="fsdp-grad-op"))
+    full = estimate(_sc(framework="torchtitan", framework_version="torchtitan-0.2.2", parallelism="fsdp"))
     assert grad_op.peak.phase == "backward-loss"
     assert grad_op.peak.allocated_bytes == 44_506_437_632
     old = estimate(_sc(framework="torchtitan", parallelism="fsdp-grad-op", framework_version="torchtitan-2024"))

@@ -20,7 +20,7 @@ from vramfit.web.translate import to_pt, untranslated
 
 MODEL = "meta-llama/Llama-3.1-8B"
 TITAN_TP2 = {"model": MODEL, "method": "full", "framework": "torchtitan", "num_gpus": 8, "tensor_parallel": 2,
-             "gpu": "h100-sxm", "gradient_checkpointing": "full"}
+             "gpu": "h100-sxm", "gradient_checkpointing": "full", "framework_version": "torchtitan-0.2.2"}
 GIB = 2**30
 
 

@@ -61,9 +61,9 @@ def test_op_sac_keeps_every_second_matmul_and_the_attention_output():
 
 def test_torchtitan_compiles_blocks_and_the_loss_but_9dec370_not_the_loss():
     """torchtitan compiles the loss from bbb1b616e (2025-04-02; compile.components ["model", "loss"] in v0.2.2 and
-    v0.3.0): its input, the bf16 logits, and the per-token logsumexp are what it saves, no fp32 copy; 9dec370
-    (torchtitan-2024) kept it eager."""
-    titan = [compute(SPEC, _titan(compile=c)) for c in (False, True)]
+    v0.3.0): v0.2.2's whole-logits loss saves its input, the bf16 logits, and the per-token logsumexp, no fp32 copy;
+    9dec370 (torchtitan-2024) kept it eager. (v0.3.0's chunked loss: tests/estimate/test_titan_chunked_loss.py.)"""
+    titan = [compute(SPEC, _titan(compile=c, framework_version="torchtitan-0.2.2")) for c in (False, True)]
     tokens, vocab = T, SPEC.vocab_size
     assert titan[1].loss.saved == 2 * tokens * vocab + 4 * tokens < titan[0].loss.saved
     assert titan[1].acts.blocks < titan[0].acts.blocks  # the blocks are compiled

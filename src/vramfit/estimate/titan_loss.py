@@ -28,8 +28,10 @@ output ``h``, B x S x D):
 5. ``accumulated_grad = grad_accumulator.result().to(hidden_states.dtype)`` (a 16-bit copy beside the fp32 buffer)
    is saved by ``_DecoderOutputGradientBackProp`` (l. 838-863) and handed to the final norm in backward.
 
-The final norm's output is counted as the output layer's input (block_extras.model_extra_saved) through backward,
-although it dies when the loss returns (B x S x D in 16 bits, 64 MiB at 8,192 tokens of Llama-3.1-8B).
+Not counted: the final norm's output is counted as the output layer's input (block_extras.model_extra_saved)
+through backward, although it dies when the loss returns (B x S x D in 16 bits, 64 MiB at 8,192 tokens of
+Llama-3.1-8B); the output layer's reduced fp32 shard, held from the last chunk on, is counted with the other
+shards at the end of backward only (1/N of 4 x V x D: 251 MiB on 8 GPUs for Llama-3.1-8B).
 """
 
 from __future__ import annotations
@@ -90,13 +92,14 @@ def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
         "cross-entropy": ce + summed,
         # the logits and their gradient, the chunk's input gradient and the new weight gradient beside the sum
         "output-layer backward": 2 * lb * cV + cb * c * D + VD * gb + summed,
-        # the last chunk's reduce-scatter input beside the sum it copies, the last logits still bound
-        "reduce-scatter": lb * cV + summed + rs_in,
+        # the last chunk's reduce-scatter input beside the sum it copies, the last logits and the chunk's input
+        # gradient (added to the buffer after backward returns) still bound
+        "reduce-scatter": lb * cV + cb * c * D + summed + rs_in,
         # after the loop: the 16-bit copy of the fp32 buffer (5), the input kept, the last logits bound
         "16-bit hidden-state gradient": lb * cV + cb * T * D + rs_in,
     }
     if VD and rb != gb:  # the first chunk's gradient and its fp32 copy (4)
-        moments["first fp32 copy"] = lb * cV + VD * (gb + rb)
+        moments["first fp32 copy"] = lb * cV + cb * c * D + VD * (gb + rb)
     high = max(moments, key=moments.get)
     saved = cb * T * D
     kind = "compiled" if compiled else "eager"

@@ -36,6 +36,16 @@ _LOSS_RULES: list[tuple[str, str]] = [
      "logits no dtype do modelo, entropia cruzada Triton do Unsloth (gradiente escrito sobre os logits)"),
     (r"Apple Cut Cross-Entropy \(no logits; its backward allocates the lm_head-sized dc\)",
      "Cut Cross-Entropy da Apple (sem logits; o seu backward aloca o dc do tamanho do lm_head)"),
+    (r"torchtitan's chunked loss: lm_head and (eager|compiled) cross-entropy over (\d+) chunks of ([\d,]+) tokens, each "
+     r"chunk's backward in the loss \(high point: ",
+     "perda por blocos do torchtitan: lm_head e entropia cruzada $1 em $2 blocos de $3 tokens, o backward de cada "
+     "bloco dentro da perda (ponto alto: "),
+    (r"entropia cruzada compiled em", "entropia cruzada compilada em"),
+    (r"\(ponto alto: cross-entropy\)", "(ponto alto: entropia cruzada)"),
+    (r"\(ponto alto: output-layer backward\)", "(ponto alto: backward da camada de saída)"),
+    (r"\(ponto alto: reduce-scatter\)", "(ponto alto: reduce-scatter)"),
+    (r"\(ponto alto: 16-bit hidden-state gradient\)", "(ponto alto: gradiente de 16 bits dos estados ocultos)"),
+    (r"\(ponto alto: first fp32 copy\)", "(ponto alto: primeira cópia fp32)"),
     (r"none on this pipeline stage \(the last stage computes the logits and loss\)",
      "nenhuma neste estágio do pipeline (o último estágio calcula os logits e a perda)"),
     (r"; the returned KV cache is alive until the forward returns",

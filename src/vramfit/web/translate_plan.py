@@ -152,10 +152,12 @@ PLAN_RULES: list[tuple[str, str]] = [
      "a loss fica eager: contada compilada, como no padrão do torchtitan; framework_version $1 conta-a eager (com o "
      "AdamW foreach e o repeat_kv do 9dec370)"),
     # ---- the release a profile models where a newer one runs more (estimate/profile_fields.py release_note)
-    (r"^Release: torchtitan v0\.2\.2 \(fused AdamW, the loss compiled with the blocks under compile, SDPA with grouped k "
-     r"and v\); torchtitan 0\.3\.0's recipes run the output layer and loss over sequence chunks and flex attention, "
-     r"which are not modelled yet \(framework_version torchtitan-0\.2\.1 and torchtitan-2024 name older releases\)\.$",
-     "Versão: torchtitan v0.2.2 (AdamW fundido, a loss compilada com os blocos sob compile, SDPA com k e v agrupados); "
-     "as receitas do torchtitan 0.3.0 correm a camada de saída e a loss por blocos da sequência e atenção flex, que "
-     "ainda não são modeladas (framework_version torchtitan-0.2.1 e torchtitan-2024 nomeiam versões anteriores)."),
+    (r"^Release: torchtitan v0\.3\.0 \(output layer and loss over 8 sequence chunks, each chunk's backward inside the "
+     r"loss; the embedding and \[norm, lm_head\] FSDP units of their own; fused AdamW; flex attention counted as "
+     r"flash, its max_scores left out\)\. framework_version torchtitan-0\.2\.2, torchtitan-0\.2\.1 and "
+     r"torchtitan-2024 name older releases\.$",
+     "Versão: torchtitan v0.3.0 (camada de saída e perda em 8 blocos da sequência, o backward de cada bloco dentro "
+     "da perda; a embedding e [norm, lm_head] em unidades FSDP próprias; AdamW fundido; atenção flex contada como "
+     "flash, sem os seus max_scores). framework_version torchtitan-0.2.2, torchtitan-0.2.1 e torchtitan-2024 "
+     "nomeiam versões anteriores."),
 ]

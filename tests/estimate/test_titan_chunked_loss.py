@@ -1,0 +1,78 @@
+"""torchtitan 0.3's chunked loss (estimate/titan_loss.py): the loop's tensors for Llama-3.1-8B, worked out by hand
+from torchtitan v0.3.0 components/loss.py ChunkedLossWrapper and torch v2.13.0's FSDP2 gradient accumulation."""
+
+from __future__ import annotations
+
+from vramfit.estimate import estimate
+from vramfit.estimate.step import compute
+from vramfit.models import resolve_model
+from vramfit.scenario import parse_scenario
+
+SPEC = resolve_model("meta-llama/Llama-3.1-8B").spec
+T, D, V = 8192, 4096, 128256
+C = T // 8  # eight chunks of 1,024 tokens
+
+
+def _sc(**keys):
+    return parse_scenario({"model": "meta-llama/Llama-3.1-8B", "framework": "torchtitan", "method": "full",
+                           "num_gpus": 8, "parallelism": "fsdp", "seq_len": T, "micro_batch_size": 1,
+                           "gradient_checkpointing": "selective-op", **keys})
+
+
+def test_the_loop_peaks_at_the_last_chunks_reduce_scatter():
+    """bf16 logits of a chunk (2 x C x V) and its input gradient (2 x C x D), the fp32 sum of the weight gradients
+    (4 x V x D) beside the fp32 reduce-scatter input it is copied into (4 x V x D), over the fp32 hidden-state
+    gradient buffer (4 x T x D)."""
+    loss = compute(SPEC, _sc()).loss
+    buffer, logits, fp32_head = 4 * T * D, 2 * C * V, 4 * V * D
+    assert loss.forward_peak == buffer + logits + 2 * C * D + 2 * fp32_head == 4_607_967_232
+    # the eager cross-entropy moment is below it: logits, saved fp32 log_softmax output, two fp32 gradients
+    assert buffer + 14 * C * V + fp32_head < loss.forward_peak
+    # saved for backward: the 16-bit copy of the buffer; the reduce-scatter input waits for the next post-backward
+    assert loss.saved == 2 * T * D
+    assert loss.backward_peak == 2 * T * D + fp32_head
+    assert "high point: reduce-scatter" in loss.detail
+
+
+def test_no_whole_logits_and_no_whole_head_gradient_in_backward():
+    new, old = (compute(SPEC, _sc(**k)) for k in ({}, {"framework_version": "torchtitan-0.2.2"}))
+    assert new.head_grad == 0 and old.head_grad == 2 * V * D  # v0.2.2: the bf16 gradient until the root reduces
+    assert old.loss.saved == 4 * T * V  # v0.2.2 eager: log_softmax's fp32 output over the whole logits
+    assert new.loss.forward_peak < old.loss.forward_peak
+    # the model returns hidden states: a loop that keeps the outputs keeps no logits
+    kept = compute(SPEC, _sc(keeps_outputs=True)).loss
+    assert kept.kept == 0
+
+
+def test_micro_batches_of_two_copy_the_chunks_and_lora_makes_no_head_gradient():
+    two = compute(SPEC, _sc(micro_batch_size=2, seq_len=T // 2)).loss
+    one = compute(SPEC, _sc()).loss
+    # the same tokens: dim-1 chunks of a (2, S, D) tensor are not contiguous, so .contiguous() copies all of them
+    assert two.forward_peak - one.forward_peak == 2 * T * D
+    lora = compute(SPEC, _sc(method="lora")).loss
+    buffer = 4 * T * D
+    # no weight gradient: the cross-entropy moment (14 bytes a logit in eager) is the loop's high point
+    assert lora.forward_peak == buffer + 14 * C * V
+    compiled = compute(SPEC, _sc(method="lora", compile=True)).loss
+    # compiled: the logits and their gradient, then the chunk's input gradient beside them at the matmul's backward
+    assert compiled.forward_peak == buffer + 4 * C * V + 2 * C * D
+
+
+def test_ddp_replicas_keep_the_head_gradient_and_have_no_reduce_scatter_input():
+    step = compute(SPEC, _sc(parallelism="ddp"))
+    assert step.head_grad > 0
+    assert step.loss.backward_peak == step.loss.saved
+
+
+def test_the_default_release_reads_below_v0_2_2_on_the_recipe():
+    """torchtitan's llama3_8b recipe (v0.3.0 config_registry.py: local batch 1, 8,192 tokens, selective AC) on 8
+    H100s: the whole-logits loss of v0.2.2 set its peak at the loss's backward; v0.3.0's at the chunk loop."""
+    new = estimate({**_sc().to_dict(), "gpu": "h100-sxm"})
+    old = estimate({**_sc().to_dict(), "gpu": "h100-sxm", "framework_version": "torchtitan-0.2.2"})
+    assert new.peak.phase == "forward" and old.peak.phase == "backward-loss"
+    # the README's figures
+    assert [round(r.peak.allocated_bytes / 2**30, 2) for r in (new, old)] == [32.33, 41.17]
+    both = [estimate({**_sc().to_dict(), "gpu": "h100-sxm", "compile": True, **k})
+            for k in ({}, {"framework_version": "torchtitan-0.2.2"})]
+    assert [round(r.peak.allocated_bytes / 2**30, 2) for r in both] == [30.33, 31.34]
+    assert any(a.startswith("Release: torchtitan v0.3.0") for a in new.assumptions)
