@@ -1,6 +1,7 @@
 """torchtitan's mechanisms on the simulator (issue 13): FSDP2 MixedPrecisionPolicy(param_dtype=bf16) with no
 autocast, and op-level selective activation checkpointing (every second mm output and SDPA's outputs saved), run on
-fake tensors for a tiny Llama and compared with the estimator's torchtitan profile."""
+fake tensors for a tiny Llama and compared with the estimator's torchtitan profile. Pinned to torchtitan 0.2.2 (the
+model's whole logits and loss_fn; the blocks and the root as units): 0.3's chunked loss is test_sim_titan_chunked.py."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def llama(tmp_path_factory) -> str:
 
 def _sc(model: str, gc: str) -> dict:
     return {"model": model, "framework": "torchtitan", "method": "full", "precision": "bf16-mixed", "num_gpus": 2,
-            "parallelism": "fsdp", "seq_len": 2048, "attention": "flash", "gradient_checkpointing": gc}
+            "parallelism": "fsdp", "seq_len": 2048, "attention": "flash", "gradient_checkpointing": gc,
+            "framework_version": "torchtitan-0.2.2"}
 
 
 @pytest.mark.parametrize("gc", ["selective-op", "full", "none"])

@@ -184,7 +184,13 @@ def _accelerate_fsdp2(built: BuiltModel, sc: Scenario, mesh: Any, kwargs: dict[s
         parallelism_config=SimpleNamespace(fsdp_dim_names=("dp_shard",)), is_main_process=False,
         mixed_precision="no" if kwargs.get("mp_policy") is None else "bf16", device=torch.device("cpu"))
     fsdp2_prepare_model(accelerator, built.model)
+    from vramfit.sim.titan_loss import runs_titan_chunked_loss
+
+    # torchtitan 0.3 (sim/titan_loss.py) makes the same units (distributed/fsdp.py apply_fsdp_to_decoder l. 165-310);
+    # its policy's cast_forward_inputs=False changes nothing here: every unit's floating inputs are 16-bit already
+    titan = " (torchtitan 0.3's apply_fsdp_to_decoder makes the same units)" if runs_titan_chunked_loss(sc) else ""
     built.assumptions.append(
-        f"FSDP2 as accelerate 1.15 prepares it (fsdp2_prepare_model: fully_shard per decoder layer, the embedding "
-        f"and the final norm + lm_head as units, then the root; reshard_after_forward={kwargs['reshard_after_forward']})"
+        f"FSDP2 as accelerate 1.15 prepares it{titan} (fsdp2_prepare_model: fully_shard per decoder layer, the "
+        f"embedding and the final norm + lm_head as units, then the root; "
+        f"reshard_after_forward={kwargs['reshard_after_forward']})"
         f" over {sc.num_gpus} ranks on a fake process group; figures are rank 0's.")

@@ -48,9 +48,15 @@ def chunked_or_fused_loss(built: Any, scenario: Scenario, ids: torch.Tensor, lab
     ``keep``: a ``logits_to_keep`` mask, applied to the hidden states first (Liger-Kernel v0.6.1 model/qwen2.py
     ``kept_hidden_states = hidden_states[:, slice_indices, :]``; sim/label_mask.py). ``root``: what the loop calls
     instead of the model, such as the DeepSpeed engine that wraps it (sim/deepspeed_zero.py)."""
+    return in_root_call(built, lambda: _loss_on_hidden(built, scenario, ids, labels, keep), root, ids)
+
+
+def in_root_call(built: Any, body: Any, root: Any = None, ids: torch.Tensor | None = None) -> Any:
+    """``body()`` run as the ``*ForCausalLM``'s forward inside the call of the training root (``root``, else the
+    built model): the forward is replaced for the call (module docstring), so the root's hooks run around it."""
     causal_lm = built.causal_lm
     own = causal_lm.__dict__.get("forward")  # an instance-level forward set before (a hook, a patch) comes back
-    causal_lm.forward = lambda *args, **kwargs: _loss_on_hidden(built, scenario, ids, labels, keep)
+    causal_lm.forward = lambda *args, **kwargs: body()
     try:
         return (built.model if root is None else root)(input_ids=ids)
     finally:

@@ -216,7 +216,6 @@ def _record_grads(tracker: LiveTracker, params: list[torch.nn.Parameter]) -> Non
                 tracker.trace.grad_sids.add(sid)
 
 
-
 def mark_forward(tracker: LiveTracker, workspaces: list[int] | None, it: int, mb: int,
                  progress: Callable[[str], None] | None) -> str:
     """Marks micro-batch ``mb`` of iteration ``it`` entering its forward (with the forward thread's workspace on
@@ -256,7 +255,10 @@ def _carried_outputs(scenario: Scenario) -> list | None:
 def _forward_loss(built: BuiltModel, scenario: Scenario, ids: torch.Tensor, labels: torch.Tensor,
                   pixels: dict | None = None, carry: list | None = None) -> torch.Tensor:
     from vramfit.sim.label_mask import keep_labels
+    from vramfit.sim.titan_loss import runs_titan_chunked_loss, titan_step_loss
 
+    if runs_titan_chunked_loss(scenario) and not pixels:  # torchtitan 0.3's ChunkedLossWrapper (sim/titan_loss.py)
+        return titan_step_loss(built, ids, labels)
     labels, keep = keep_labels(scenario, labels)  # logits at the label positions only (sim/label_mask.py)
     if scenario.loss is Loss.STANDARD or pixels:
         out = _library_forward(built.model, input_ids=ids, labels=labels, **keep, **(pixels or {}))
