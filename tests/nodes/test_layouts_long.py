@@ -13,7 +13,10 @@ from vramfit.plan.search import TIE
 from vramfit.plan.throughput import model_flops, step_work
 from vramfit.scenario import parse_scenario
 
-LONG = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "framework": "torchtitan", "seq_len": 131072}
+# torchtitan v0.2.2's whole-logits loss, whose cached loss segments these layouts were written against (v0.3.0's
+# chunked loss makes no whole logits: tests/estimate/test_titan_chunked_loss.py)
+LONG = {"model": "meta-llama/Llama-3.1-70B", "method": "full", "framework": "torchtitan", "seq_len": 131072,
+        "framework_version": "torchtitan-0.2.2"}
 
 
 def _plans(cp_from: int = layouts.CP_MIN_SEQ):

@@ -288,10 +288,17 @@ def prefetched_at_loss_backward(step: Step) -> int:
     # prefetches it, gathered already: no block during the loss's backward (the simulator's accelerate FSDP2 of
     # Llama-3.2-1B, LoRA on 4 GPUs at 1 x 1,024: the loss's backward holds the tail and the loss's tensors alone; the
     # estimate with a block there read +4.2 %)
+    one_block = gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+    # torchtitan 0.3 (loss outside the model, estimate/titan_loss.py): the loss's lm_head calls are partial forwards
+    # of the tail unit that register no pre-backward (torch v2.13.0 _fsdp_param_group.py post_backward l. 592-601),
+    # so its one pre-backward fires on the final norm's output, at the norm's backward, and prefetches the top block
+    # then (the simulator's 0.3 step at the norm's backward: the top block's all-gather beside the gathered tail)
+    if prof.fsdp2_tail_unit and not prof.loss_in_model_forward and split_root(step):
+        return one_block
     if (not prof.loss_in_model_forward or prof.fsdp2_last_block_kept or prof.fsdp2_tail_unit
             or not prof.fsdp_root_gathered):
         return 0
-    return gathered_blocks(step) // FSDP_INFLIGHT_ALLGATHERS.value
+    return one_block
 
 
 def _units(step: Step) -> tuple[int, int]:

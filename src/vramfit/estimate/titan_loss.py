@@ -30,8 +30,7 @@ output ``h``, B x S x D):
 
 Not counted: the final norm's output is counted as the output layer's input (block_extras.model_extra_saved)
 through backward, although it dies when the loss returns (B x S x D in 16 bits, 64 MiB at 8,192 tokens of
-Llama-3.1-8B); the output layer's reduced fp32 shard, held from the last chunk on, is counted with the other
-shards at the end of backward only (1/N of 4 x V x D: 251 MiB on 8 GPUs for Llama-3.1-8B).
+Llama-3.1-8B).
 """
 
 from __future__ import annotations
@@ -88,21 +87,25 @@ def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     world = max(1, sc.shard_group) if sc.parallelism is not Parallelism.NONE else 1
     rs_in = -(-vocab // world) * world * D * rb if VD and wrapped else 0  # padded on dim 0 (fsdp2.py, 1)
     summed = VD * rb if n > 1 else 0  # the sum of the chunks' weight gradients after the first (4)
+    # the reduce-scatter output, allocated beside its input (_fsdp_collectives.py l. 611-612) and kept as the head's
+    # sharded gradient from then on: 1/world of the padded input, in the reduce dtype (4). The simulator's 0.3 step
+    # (tests/sim/test_sim_titan_chunked.py, vocab 32,768 at 256 tokens) holds it at the last chunk: -7.3 % without it
+    rs_out = rs_in // world
     moments = {
         "cross-entropy": ce + summed,
         # the logits and their gradient, the chunk's input gradient and the new weight gradient beside the sum
         "output-layer backward": 2 * lb * cV + cb * c * D + VD * gb + summed,
         # the last chunk's reduce-scatter input beside the sum it copies, the last logits and the chunk's input
         # gradient (added to the buffer after backward returns) still bound
-        "reduce-scatter": lb * cV + cb * c * D + summed + rs_in,
+        "reduce-scatter": lb * cV + cb * c * D + summed + rs_in + rs_out,
         # after the loop: the 16-bit copy of the fp32 buffer (5), the input kept, the last logits bound
-        "16-bit hidden-state gradient": lb * cV + cb * T * D + rs_in,
+        "16-bit hidden-state gradient": lb * cV + cb * T * D + rs_in + rs_out,
     }
     if VD and rb != gb:  # the first chunk's gradient and its fp32 copy (4)
         moments["first fp32 copy"] = lb * cV + cb * c * D + VD * (gb + rb)
     high = max(moments, key=moments.get)
     saved = cb * T * D
     kind = "compiled" if compiled else "eager"
-    return LossMemory(saved, buffer + copies + moments[high], saved + rs_in,
+    return LossMemory(saved, buffer + copies + moments[high], saved + rs_in + rs_out,
                       f"torchtitan's chunked loss: lm_head and {kind} cross-entropy over {n} chunks of {c} tokens, "
                       f"each chunk's backward in the loss (high point: {high})")
