@@ -765,6 +765,9 @@ def _set_parallelism_and_offload(kw: dict[str, Any]) -> None:
         )
     _check_nodes(kw)
     check_layout_keys(kw)
+    from vramfit.estimate.framework import check_loss_chunks
+
+    check_loss_chunks(kw, profile)  # after the layout's own seq_len rule (context parallel's 2 x degree)
     if offload is Offload.OPTIMIZER_PARAMS and kw["parallelism"] not in (Parallelism.ZERO3, Parallelism.FSDP):
         raise ScenarioError("offload", "parameter offload needs fully sharded parameters", ["zero3", "fsdp"])
     if kw.get("fsdp_version", FsdpVersion.AUTO) is not FsdpVersion.AUTO:

@@ -195,10 +195,18 @@ def micro_batch_step(sc: Any) -> int:
 
 
 def seq_len_step(sc: Any) -> int:
-    """The step between the ``seq_len`` values the scenario accepts (:func:`vramfit.layout_keys.seq_len_multiple`)."""
-    from vramfit.layout_keys import seq_len_multiple
+    """The step between the ``seq_len`` values the scenario accepts (:func:`vramfit.layout_keys.seq_len_multiple`),
+    and a multiple of what the framework's chunked loss splits the sequence into (estimate/titan_loss.py
+    ``loss_seq_multiple``)."""
+    from math import lcm
 
-    return seq_len_multiple(getattr(sc, "context_parallel", 1) or 1)
+    from vramfit.choices import Loss
+    from vramfit.layout_keys import seq_len_multiple
+    from vramfit.scenario import framework_profile
+
+    c = getattr(sc, "context_parallel", 1) or 1
+    profile = framework_profile(getattr(sc, "framework", None), getattr(sc, "framework_version", None))
+    return lcm(seq_len_multiple(c), profile.loss_seq_multiple(getattr(sc, "loss", Loss.STANDARD), c))
 
 
 def min_micro_batch(sc: Any) -> int:

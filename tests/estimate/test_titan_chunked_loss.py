@@ -88,3 +88,49 @@ def test_the_norms_backward_prefetches_the_top_block():
     block = 2 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096 + 2 * 4096)  # Llama-3.1-8B's block in bf16
     assert prefetched_at_loss_backward(new) == gathered_blocks(new) // 2 == block
     assert prefetched_at_loss_backward(old) == 0
+
+
+def test_a_seq_len_the_chunks_cannot_split_is_refused():
+    """v0.3.0 components/loss.py l. 668-673 ``_chunk_local``: ``torch._check(seq_len % num_chunks == 0, ...)`` on the
+    rank's local sequence (seq_len / context_parallel): 8,190 tokens, or 8,200 over 2 context-parallel ranks (4,100
+    each), raise at the first loss; torchtitan-0.2.2's whole-logits loss takes them."""
+    import pytest
+
+    from vramfit.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="multiple of 8, got 8190") as e:
+        _sc(seq_len=8190)
+    assert e.value.key == "seq_len"
+    with pytest.raises(ScenarioError, match="multiple of 16, got 8200"):
+        _sc(seq_len=8200, context_parallel=2)
+    with pytest.raises(ScenarioError, match="multiple of 8, got 4"):
+        _sc(seq_len=4)
+    assert _sc(seq_len=8190, framework_version="torchtitan-0.2.2").seq_len == 8190
+    assert _sc(seq_len=8208, context_parallel=2).seq_len == 8208
+
+
+def test_fit_answers_a_seq_len_the_chunked_loss_runs():
+    """fit's longest sequence is one the loss splits into its 8 chunks (it read 8,362 tokens, which torchtitan 0.3
+    refuses at the first loss)."""
+    from vramfit.plan.fit import fit
+
+    keys = {"model": "meta-llama/Llama-3.1-8B", "framework": "torchtitan", "method": "full", "num_gpus": 8,
+            "parallelism": "fsdp", "seq_len": T}
+    seq = fit(keys, "h100-sxm").max_seq_len
+    assert seq and seq % 8 == 0
+    seq = fit({**keys, "context_parallel": 2}, "h100-sxm").max_seq_len
+    assert seq and seq % 16 == 0
+
+
+def test_the_refusal_has_portuguese():
+    from vramfit.errors import ScenarioError
+    from vramfit.web.translate import untranslated
+
+    for keys in ({"seq_len": 8190}, {"seq_len": 8200, "context_parallel": 2}):
+        try:
+            _sc(**keys)
+        except ScenarioError as e:
+            assert untranslated([str(e)]) == [], str(e)
+        else:
+            raise AssertionError(keys)
+

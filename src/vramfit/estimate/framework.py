@@ -182,6 +182,22 @@ def check_parallelism(kw: dict[str, Any]) -> None:
     check_runs(kw, profile)
 
 
+def check_loss_chunks(kw: dict[str, Any], profile: FrameworkProfile) -> None:
+    """A ``seq_len`` the profile's chunked standard loss can split (estimate/titan_loss.py ``loss_seq_multiple``), else
+    one ScenarioError: the run raises at its first loss."""
+    from vramfit.estimate.titan_loss import loss_seq_multiple
+
+    c = kw.get("context_parallel", 1) or 1
+    step = loss_seq_multiple(profile, kw.get("loss", Loss.STANDARD), c)
+    seq = kw.get("seq_len", 2048)
+    if step > 1 and seq % step:
+        name = kw.get("framework", Framework.HF).value
+        per = f" on each context-parallel rank ({seq} / {c} tokens)" if c > 1 else ""
+        raise ScenarioError("seq_len", f"{name}'s chunked loss splits the sequence{per} into {step // c} equal chunks "
+                            f"and raises otherwise: seq_len must be a multiple of {step}, got {seq}",
+                            [str(v) for v in sorted({max(step, seq // step * step), -(-seq // step) * step})])
+
+
 def check_ddp_layout(kw: dict[str, Any], profile: FrameworkProfile) -> None:
     """DDP beside tensor/pipeline/context parallelism only where the profile runs it (``ddp_beside_model_parallel``):
     torchtitan raises for DDP replicas beside another mesh dimension and shards with FSDP under context parallel.

@@ -23,7 +23,7 @@ from vramfit.estimate.profile_enums import (  # noqa: F401  (re-exported: the pr
     StageRecipe,
 )
 from vramfit.estimate.stages.profiles import LogProbs
-from vramfit.scenario import Checkpointing, Method, Optimizer, Parallelism, Precision, Quantize, Stage
+from vramfit.scenario import Checkpointing, Loss, Method, Optimizer, Parallelism, Precision, Quantize, Stage
 
 #: the optimizers the scenario runs from bitsandbytes (bitsandbytes v0.50.2 optim/: AdamW8bit, PagedAdamW,
 #: PagedAdamW8bit, Lion, Lion8bit; vramfit.sim.optim _bnb_optimizer builds the same classes), which a profile with
@@ -638,6 +638,13 @@ class FrameworkProfile:
         (``checkpointing_by_devices``), else None."""
         by = self.checkpointing_by_devices
         return (by[0] if num_gpus == 1 else by[1]) if by else None
+
+    def loss_seq_multiple(self, loss: Loss, context_parallel: int = 1) -> int:
+        """What ``seq_len`` must be a multiple of for this profile's ``loss`` (estimate/titan_loss.py
+        ``loss_seq_multiple``): the core's way to it (stage_keys.seq_len_step)."""
+        from vramfit.estimate.titan_loss import loss_seq_multiple
+
+        return loss_seq_multiple(self, loss, context_parallel)
 
     def unset_checkpointing(self, num_gpus: int) -> Checkpointing:
         """What a scenario that leaves gradient_checkpointing unset runs: the scripts' own, else the framework's

@@ -49,6 +49,16 @@ def runs_titan_chunked_loss(sc: Scenario, profile: FrameworkProfile) -> bool:
     return sc.loss is Loss.STANDARD and profile.standard_loss is LossLayout.TORCHTITAN_CHUNKED_LOSS
 
 
+def loss_seq_multiple(profile: FrameworkProfile, loss: Loss, context_parallel: int = 1) -> int:
+    """What ``seq_len`` must be a multiple of for the chunked loss to run: ``_chunk_local`` (v0.3.0 components/loss.py
+    l. 668-673) checks ``torch._check(seq_len % num_chunks == 0, ... "ChunkedLossWrapper sequence length must be
+    divisible by num_chunks")`` on the rank's local sequence, ``seq_len / context_parallel`` under context parallel
+    ("CP: Further chunks the local sequence dimension", the class docstring); 1 for every other loss."""
+    if loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.TORCHTITAN_CHUNKED_LOSS:
+        return 1
+    return TORCHTITAN_LOSS_CHUNKS.value * max(1, context_parallel)
+
+
 def head_reduced_in_loss(sc: Scenario, profile: FrameworkProfile) -> bool:
     """Whether the output layer's weight gradient is reduced to its shard inside the loss call (module docstring,
     4), so that the decoder's backward holds none of it whole."""

@@ -203,6 +203,14 @@ NOTE_RULES: list[tuple[str, str]] = [
     (r"^offload: (\w+) does not offload model state to the host \(its FSDP is built with CPU offload off\)",
      "offload: o $1 não descarrega o estado do modelo para o host (o seu FSDP é construído sem descarga para o CPU)"),
     (r"^stage: (\w+) has no trainer for (\w+)", "stage: o $1 não tem treinador para $2"),
+    (r"^seq_len: (\w+)'s chunked loss splits the sequence into (\d+) equal chunks and raises otherwise: seq_len must "
+     r"be a multiple of (\d+), got (\d+)",
+     "seq_len: a perda por blocos do $1 divide a sequência em $2 blocos iguais e falha de outro modo: seq_len tem de ser "
+     "múltiplo de $3 (recebido: $4)"),
+    (r"^seq_len: (\w+)'s chunked loss splits the sequence on each context-parallel rank \((\d+) / (\d+) tokens\) "
+     r"into (\d+) equal chunks and raises otherwise: seq_len must be a multiple of (\d+), got (\d+)",
+     "seq_len: a perda por blocos do $1 divide a sequência de cada rank de paralelismo de contexto ($2 / $3 tokens) em "
+     "$4 blocos iguais e falha de outro modo: seq_len tem de ser múltiplo de $5 (recebido: $6)"),
     # ---- DoRA (vramfit.estimate.framework._check_dora, vramfit.estimate.dora)
     (r"^dora: is a LoRA variant: full fine-tuning has no adapters to decompose",
      "dora: é uma variante do LoRA: o ajuste fino completo não tem adaptadores a decompor"),
