@@ -134,3 +134,19 @@ def test_the_refusal_has_portuguese():
         else:
             raise AssertionError(keys)
 
+
+def test_context_and_tensor_parallel_ranks_hold_the_whole_head_gradient_of_their_vocabulary():
+    """Under context parallel each rank chunks its own T/c tokens but makes the output layer's whole weight gradient
+    (V x D, summed in fp32, copied into the fp32 reduce-scatter input over the dp_shard x cp = 8 ranks); under tensor
+    parallel the rows are V/t (loss parallel) but the hidden states are replicated, so the fp32 buffer is the rank's
+    T x D whole (v0.3.0 components/loss.py ChunkedLossWrapper docstring, TP / SP and CP composability). The estimate
+    divided the whole loss by t x c: 2,322.5 MiB at cp 2, where the rank holds 4,451.75 MiB."""
+    head = 4 * V * D  # fp32, padded to 8 ranks: 128,256 rows divide
+    cp = compute(SPEC, _sc(context_parallel=2)).loss
+    c = T // 2 // 8
+    assert cp.forward_peak == 4 * T // 2 * D + 2 * c * V + 2 * c * D + 2 * head + head // 8
+    assert "chunks of 512 tokens" in cp.detail
+    tp = compute(SPEC, _sc(tensor_parallel=2)).loss
+    head = 4 * V // 2 * D  # V/2 rows a rank, reduce-scattered over dp_shard x cp = 4 ranks
+    assert tp.forward_peak == 4 * T * D + 2 * C * V // 2 + 2 * C * D + 2 * head + head // 4
+    assert tp.saved == 2 * T * D

@@ -251,11 +251,9 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
                     comm_buffers=_comm(step, sc, step.sc, root, frac),
                     temporaries=max(round(step.block_transient * _tp_ratio(step, t, ep) / c) + ring,
                                     a2a_buffers(step, sc), round(step.opt_temp * frac)))
-    loss = step.loss
-    loss = LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
-                      loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c),
-                      loss.kept // (t * c)) if last else \
-        LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
+    loss = _rank_loss(step, sc, last)
+    if last:
+        parts = replace(parts, logits_loss=loss.forward_peak)
     out = replace(step, sc=sc, parts=parts, acts=acts, loss=loss, autocast_forward=round(step.autocast_forward * frac),
                   block_transient=max(round(step.block_transient * _tp_ratio(step, t, ep) / c) + ring, a2a_buffers(step, sc)),
                   opt_temp=round(step.opt_temp * frac), held_grads=round(step.held_grads * frac),
@@ -264,6 +262,26 @@ def _rank_step(step: Step, sc: Scenario, rank: RankMemory, contributors) -> Step
                   block_grads=step.block_grads // t,
                   lm_head_trainable=step.lm_head_trainable and last)
     return replace(out, phases=phase_breakdowns(out, contributors))
+
+
+def _rank_loss(step: Step, sc: Scenario, last: bool) -> LossMemory:
+    """The rank's loss: none off the last stage; the logits' tensors ``/t`` (vocabulary) and ``/c`` (tokens) on it,
+    or torchtitan 0.3's chunked loss worked out for the rank (estimate/titan_loss.py: its fp32 buffer and hidden-state
+    gradient are the rank's tokens whole over TP, its output-layer gradient ``vocab/t`` rows whole over CP)."""
+    from vramfit.estimate.loss import compiles_loss, logits_bytes_per_element, vocab_rows
+    from vramfit.estimate.titan_loss import runs_titan_chunked_loss, titan_chunked_loss
+
+    t, c, loss = sc.tensor_parallel, sc.context_parallel, step.loss
+    if not last:
+        return LossMemory(0, 0, 0, "none on this pipeline stage (the last stage computes the logits and loss)")
+    if runs_titan_chunked_loss(step.sc, step.profile):
+        m = titan_chunked_loss(step.spec, step.sc, step.profile, vocab_rows(step.spec),
+                               logits_bytes_per_element(step.sc, step.profile),
+                               compiles_loss(step.sc, step.profile), tp=t, cp=c)
+        return replace(m, detail=m.detail + f"; vocabulary split {t} ways" * (t > 1))
+    return LossMemory(loss.saved // (t * c), loss.forward_peak // (t * c), loss.backward_peak // (t * c),
+                      loss.detail + f"; vocabulary split {t} ways" * (t > 1), loss.held // (t * c),
+                      loss.kept // (t * c))
 
 
 @lru_cache(maxsize=64)

@@ -75,14 +75,21 @@ def _grad_dtypes(sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
 
 
 def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vocab: int, logits_bytes: int,
-                       compiled: bool):
+                       compiled: bool, tp: int = 1, cp: int = 1):
     """The loss's figures (estimate/loss.py ``LossMemory``) for :attr:`LossLayout.TORCHTITAN_CHUNKED_LOSS`: the
     chunk loop's high point as the forward's, the saved 16-bit gradient of the hidden states and the
-    reduce-scatter input as the backward's (module docstring)."""
+    reduce-scatter input as the backward's (module docstring). On a rank of ``tp`` tensor- and ``cp``
+    context-parallel ranks (estimate/ranks.py, ``sc`` the FSDP mesh's view): the rank's own ``seq_len / cp``
+    tokens, chunked locally (the class docstring: "CP: Further chunks the local sequence dimension"), on hidden
+    states replicated over TP ("each chunk enters the lm_head as Replicate() input"), so the fp32 buffer and the
+    16-bit gradient are not split ``tp`` ways; the output layer's ``vocab / tp`` rows (loss parallel, ColwiseParallel
+    ``Shard(-1)``), whose weight gradient every context-parallel rank makes whole before the reduce-scatter."""
     from vramfit.estimate.loss import LossMemory
 
     n = TORCHTITAN_LOSS_CHUNKS.value
-    T, D, lb, cb = sc.micro_batch_size * sc.seq_len, spec.hidden_size, logits_bytes, sc.precision.compute_bytes
+    vocab = -(-vocab // tp)  # _LossParallelCrossEntropy: ceil(global_vocab_size / tp_world_size) rows a rank
+    T = -(-sc.micro_batch_size * sc.seq_len // cp)
+    D, lb, cb = spec.hidden_size, logits_bytes, sc.precision.compute_bytes
     c = -(-T // n)  # torchtitan checks seq_len % num_chunks == 0 (l. 670-673); rounded up here
     cV = c * vocab
     buffer = 4 * T * D  # GradAccumulator's fp32 buffer
