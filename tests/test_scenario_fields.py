@@ -46,8 +46,9 @@ _STAGE_CONTEXT = {
     "num_generations": {"stage": "grpo", "micro_batch_size": 1_000_000},
     "completion_len": {"stage": "grpo", "seq_len": 10_000_000, "num_generations": 2, "micro_batch_size": 2},
     "num_nodes": {"num_gpus": 100_000, "parallelism": "fsdp"},  # nodes divide the GPUs
-    # model-parallel degrees divide the GPUs, on torchtitan full fine-tuning
-    **{k: {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full", "seq_len": 200_000}
+    # model-parallel degrees divide the GPUs, on torchtitan full fine-tuning (context parallel 100,000 ranks: 2 x cp
+    # tokens for its load balancing, 8 chunks per rank for torchtitan 0.3's chunked loss)
+    **{k: {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full", "seq_len": 800_000}
        for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")},
     "pipeline_parallel": {"num_gpus": 100_000, "parallelism": "fsdp", "framework": "torchtitan", "method": "full",
                           "grad_accum": 100_000},  # 1F1B: at least as many micro-batches as stages

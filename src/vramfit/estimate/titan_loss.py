@@ -40,9 +40,11 @@ from vramfit.estimate.framework import FrameworkProfile, LossLayout, casts_param
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Method, Parallelism, Scenario
 
-#: the parallelisms under which torchtitan 0.3 makes the output layer an FSDP2 module (FSDP2 at every degree,
-#: v0.3.0 models/llama3/parallelize.py; DDP's replicas are not FSDP units)
-_FSDP_WRAPPED = (Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP)
+#: the parallelisms under which torchtitan 0.3 makes the output layer an FSDP2 module: every one (v0.3.0
+#: models/llama3/parallelize.py l. 69-90 "Always run apply_fsdp_to_decoder -- with shard_degree=1 it is a no-op for
+#: the all-gather but still installs the MixedPrecisionPolicy"; DDP's replicas are the ["dp_replicate", "fsdp"] mesh,
+#: HSDP with one shard: no apply_ddp in 0.3)
+_FSDP_WRAPPED = (Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, Parallelism.DDP)
 
 
 def runs_titan_chunked_loss(sc: Scenario, profile: FrameworkProfile) -> bool:
@@ -101,7 +103,8 @@ def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     wrapped = sc.parallelism in _FSDP_WRAPPED
     gb, rb = _grad_dtypes(sc, profile)
     VD = vocab * D if sc.method is Method.FULL else 0  # the output layer trains in full fine-tuning only
-    world = max(1, sc.shard_group) if sc.parallelism is not Parallelism.NONE else 1
+    # the FSDP shard group; none under DDP, whose replicas all-reduce a whole reduce-scatter output of one shard
+    world = max(1, sc.shard_group) if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP) else 1
     rs_in = -(-vocab // world) * world * D * rb if VD and wrapped else 0  # padded on dim 0 (fsdp2.py, 1)
     summed = VD * rb if n > 1 else 0  # the sum of the chunks' weight gradients after the first (4)
     # the reduce-scatter output, allocated beside its input (_fsdp_collectives.py l. 611-612) and kept as the head's

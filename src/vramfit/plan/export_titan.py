@@ -202,14 +202,18 @@ srun {launch_line(plan, rdzv)}
 def unwritable(plan: Plan) -> list[str]:
     """What the plan was sized with that torchtitan cannot be told (its TOML has no such field): said, so the files
     are not taken for the plan. torchtitan v0.3.0 builds Adam/AdamW/DistMuon only (components/optimizer/optimizer.py)
-    and its own cross-entropy on the whole logits (components/loss.py)."""
+    and its own cross-entropy (components/loss.py ChunkedLossWrapper; v0.2.2 on the whole logits)."""
     sc, out = plan.scenario, []
     if plan.optimizer not in ("adamw", "adam"):
         out.append(f"the plan was sized with optimizer {plan.optimizer}, which torchtitan does not build: it runs AdamW "
                    "(fp32 states), which holds more; estimate again with --framework torchtitan")
     if plan.loss != "standard":
-        out.append(f"the plan was sized with the {plan.loss} loss; torchtitan computes cross-entropy on the whole logits, "
-                   "which holds more; estimate again with --framework torchtitan")
+        out.append(f"the plan was sized with the {plan.loss} loss; torchtitan computes its own cross-entropy, which "
+                   "holds more; estimate again with --framework torchtitan")
+    if _sized_with_chunked_loss(sc):
+        out.append("the plan was sized as torchtitan 0.3 runs it (lm_head and the loss over 8 sequence chunks); the "
+                   "releases that read this TOML compute the loss on the whole logits, which holds more: estimate "
+                   "again with --framework-version torchtitan-0.2.2 before running the TOML")
     lay = parallelism(plan)
     one_shard = lay["data_parallel_shard_degree"] * lay["context_parallel_degree"] == 1
     if plan.offload != "none" and one_shard:
@@ -227,6 +231,17 @@ def unwritable(plan: Plan) -> list[str]:
         out.append(f"the plan was sized for {sc.get('framework', 'hf')}; torchtitan's memory differs (estimate again "
                    "with --framework torchtitan)")
     return out
+
+
+def _sized_with_chunked_loss(sc: dict[str, Any]) -> bool:
+    """Whether the plan's torchtitan release runs 0.3.0's chunked loss (its profile's standard loss), which no TOML
+    release runs (config_import/torchtitan.py TOML_RELEASE)."""
+    from vramfit.choices import Framework
+    from vramfit.estimate.framework import LossLayout, profile_for
+
+    if sc.get("framework", "hf") != "torchtitan" or sc.get("loss", "standard") != "standard":
+        return False
+    return profile_for(Framework.TORCHTITAN, sc.get("framework_version")).standard_loss is LossLayout.TORCHTITAN_CHUNKED_LOSS
 
 
 def titan_files(plan: Plan) -> tuple[dict[str, str], str, list[str]]:

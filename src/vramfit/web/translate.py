@@ -185,10 +185,10 @@ RULES: list[tuple[str, str]] = [
      r"which holds more; estimate again with --framework torchtitan$",
      "o plano foi dimensionado com o otimizador $1, que o torchtitan não constrói: corre o AdamW (estados fp32), que "
      "ocupa mais; estima de novo com --framework torchtitan"),
-    (r"^the plan was sized with the (\S+) loss; torchtitan computes cross-entropy on the whole logits, which holds "
-     r"more; estimate again with --framework torchtitan$",
-     "o plano foi dimensionado com a perda $1; o torchtitan calcula a entropia cruzada sobre os logits inteiros, que "
-     "ocupa mais; estima de novo com --framework torchtitan"),
+    (r"^the plan was sized with the (\S+) loss; torchtitan computes its own cross-entropy, which holds more; estimate "
+     r"again with --framework torchtitan$",
+     "o plano foi dimensionado com a perda $1; o torchtitan calcula a sua própria entropia cruzada, que ocupa mais; "
+     "estima de novo com --framework torchtitan"),
     (r"^the plan needs no sharding: ZeRO stage 0 is plain data parallelism$",
      "o plano não precisa de repartição: o ZeRO stage 0 é paralelismo de dados simples"),
     (r"^the plan needs no sharding: FULL_SHARD written anyway \(uses less memory, more traffic\)$",

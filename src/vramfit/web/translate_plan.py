@@ -160,4 +160,10 @@ PLAN_RULES: list[tuple[str, str]] = [
      "da perda; a embedding e [norm, lm_head] em unidades FSDP próprias; AdamW fundido; atenção flex contada como "
      "flash, sem os seus max_scores). framework_version torchtitan-0.2.2, torchtitan-0.2.1 e torchtitan-2024 "
      "nomeiam versões anteriores."),
+    (r"^the plan was sized as torchtitan 0\.3 runs it \(lm_head and the loss over 8 sequence chunks\); the releases "
+     r"that read this TOML compute the loss on the whole logits, which holds more: estimate again with "
+     r"--framework-version torchtitan-0\.2\.2 before running the TOML$",
+     "o plano foi dimensionado como o torchtitan 0.3 o corre (lm_head e a perda em 8 blocos da sequência); as versões "
+     "que leem este TOML calculam a perda sobre os logits inteiros, que ocupa mais: estima de novo com "
+     "--framework-version torchtitan-0.2.2 antes de correr o TOML"),
 ]
