@@ -121,11 +121,14 @@ def _padded(numel: int, rows: int, world: int) -> int:
 
 
 def _reduce_bytes(step: Step) -> int:
+    return reduce_bytes(step.sc, step.profile)
+
+
+def reduce_bytes(sc, profile) -> int:
     """Bytes per element of the reduce dtype: fp32 under a MixedPrecisionPolicy(param_dtype=16-bit,
     reduce_dtype=fp32) (torchtitan@9dec370 apply_fsdp), else the gradient's dtype (torchtune runs no policy)."""
     from vramfit.estimate.framework import casts_params
 
-    sc, profile = step.sc, step.profile
     if casts_params(sc, profile):
         return sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4
     return sc.precision.param_bytes

@@ -36,7 +36,7 @@ Llama-3.1-8B).
 from __future__ import annotations
 
 from vramfit.estimate.constants import TORCHTITAN_LOSS_CHUNKS
-from vramfit.estimate.framework import FrameworkProfile, LossLayout, casts_params
+from vramfit.estimate.framework import FrameworkProfile, LossLayout
 from vramfit.models.spec import ModelSpec
 from vramfit.scenario import Loss, Method, Parallelism, Scenario
 
@@ -48,7 +48,11 @@ _FSDP_WRAPPED = (Parallelism.NONE, Parallelism.FSDP, Parallelism.FSDP_GRAD_OP, P
 
 
 def runs_titan_chunked_loss(sc: Scenario, profile: FrameworkProfile) -> bool:
-    return sc.loss is Loss.STANDARD and profile.standard_loss is LossLayout.TORCHTITAN_CHUNKED_LOSS
+    return _chunked(sc.loss, profile)
+
+
+def _chunked(loss: Loss, profile: FrameworkProfile) -> bool:
+    return loss is Loss.STANDARD and profile.standard_loss is LossLayout.TORCHTITAN_CHUNKED_LOSS
 
 
 def loss_seq_multiple(profile: FrameworkProfile, loss: Loss, context_parallel: int = 1) -> int:
@@ -56,7 +60,7 @@ def loss_seq_multiple(profile: FrameworkProfile, loss: Loss, context_parallel: i
     l. 668-673) checks ``torch._check(seq_len % num_chunks == 0, ... "ChunkedLossWrapper sequence length must be
     divisible by num_chunks")`` on the rank's local sequence, ``seq_len / context_parallel`` under context parallel
     ("CP: Further chunks the local sequence dimension", the class docstring); 1 for every other loss."""
-    if loss is not Loss.STANDARD or profile.standard_loss is not LossLayout.TORCHTITAN_CHUNKED_LOSS:
+    if not _chunked(loss, profile):
         return 1
     return TORCHTITAN_LOSS_CHUNKS.value * max(1, context_parallel)
 
@@ -65,15 +69,6 @@ def head_reduced_in_loss(sc: Scenario, profile: FrameworkProfile) -> bool:
     """Whether the output layer's weight gradient is reduced to its shard inside the loss call (module docstring,
     4), so that the decoder's backward holds none of it whole."""
     return runs_titan_chunked_loss(sc, profile) and sc.parallelism in _FSDP_WRAPPED
-
-
-def _grad_dtypes(sc: Scenario, profile: FrameworkProfile) -> tuple[int, int]:
-    """(bytes of autograd's weight gradient, bytes of the reduce dtype): the 16-bit compute dtype and fp32 under
-    FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (v0.3.0 distributed/fsdp.py l. 165-169),
-    else the parameter's for both."""
-    if casts_params(sc, profile):
-        return sc.precision.compute_bytes, (sc.precision.compute_bytes if profile.fsdp_reduce_in_param_dtype else 4)
-    return sc.precision.param_bytes, sc.precision.param_bytes
 
 
 def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile, vocab: int, logits_bytes: int,
@@ -86,7 +81,9 @@ def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     states replicated over TP ("each chunk enters the lm_head as Replicate() input"), so the fp32 buffer and the
     16-bit gradient are not split ``tp`` ways; the output layer's ``vocab / tp`` rows (loss parallel, ColwiseParallel
     ``Shard(-1)``), whose weight gradient every context-parallel rank makes whole before the reduce-scatter."""
+    from vramfit.estimate.fsdp2 import _padded, reduce_bytes
     from vramfit.estimate.loss import LossMemory
+    from vramfit.estimate.step_grads import _grad_dtype_bytes
 
     n = TORCHTITAN_LOSS_CHUNKS.value
     vocab = -(-vocab // tp)  # _LossParallelCrossEntropy: ceil(global_vocab_size / tp_world_size) rows a rank
@@ -101,11 +98,13 @@ def titan_chunked_loss(spec: ModelSpec, sc: Scenario, profile: FrameworkProfile,
     # their gradient, with the log-sum-exp
     ce = cV * lb * 2 + 4 * c if compiled else cV * max(2 * lb + 8, lb + 12)
     wrapped = sc.parallelism in _FSDP_WRAPPED
-    gb, rb = _grad_dtypes(sc, profile)
+    # autograd's weight gradient in the 16-bit compute dtype and the reduce dtype fp32 under FSDP2's
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (v0.3.0 distributed/fsdp.py l. 165-169)
+    gb, rb = _grad_dtype_bytes(sc, profile), reduce_bytes(sc, profile)
     VD = vocab * D if sc.method is Method.FULL else 0  # the output layer trains in full fine-tuning only
     # the FSDP shard group; none under DDP, whose replicas all-reduce a whole reduce-scatter output of one shard
     world = max(1, sc.shard_group) if sc.parallelism not in (Parallelism.NONE, Parallelism.DDP) else 1
-    rs_in = -(-vocab // world) * world * D * rb if VD and wrapped else 0  # padded on dim 0 (fsdp2.py, 1)
+    rs_in = _padded(vocab * D, vocab, world) * rb if VD and wrapped else 0  # padded on dim 0 (fsdp2.py, 1)
     summed = VD * rb if n > 1 else 0  # the sum of the chunks' weight gradients after the first (4)
     # the reduce-scatter output, allocated beside its input (_fsdp_collectives.py l. 611-612) and kept as the head's
     # sharded gradient from then on: 1/world of the padded input, in the reduce dtype (4). The simulator's 0.3 step

@@ -28,19 +28,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vramfit.scenario import Loss, Scenario
+from vramfit.estimate.constants import TORCHTITAN_LOSS_CHUNKS
+from vramfit.scenario import Scenario
 
 #: torchtitan v0.3.0 components/loss.py l. 610 ``ChunkedLossWrapper.Config.num_chunks: int = 8``
-NUM_CHUNKS = 8
+NUM_CHUNKS = TORCHTITAN_LOSS_CHUNKS.value
 #: torchtitan v0.3.0 components/loss.py l. 27
 IGNORE_INDEX = -100
 
 
 def runs_titan_chunked_loss(sc: Scenario) -> bool:
     """The scenario's standard loss is torchtitan 0.3's ``ChunkedLossWrapper`` (read from its profile)."""
-    from vramfit.estimate.framework import LossLayout, scenario_profile
+    from vramfit.estimate.framework import scenario_profile
+    from vramfit.estimate.titan_loss import runs_titan_chunked_loss as runs
 
-    return sc.loss is Loss.STANDARD and scenario_profile(sc).standard_loss is LossLayout.TORCHTITAN_CHUNKED_LOSS
+    return runs(sc, scenario_profile(sc))
 
 
 def titan_step_loss(built: Any, ids: torch.Tensor, labels: torch.Tensor, root: Any = None) -> torch.Tensor:
